@@ -1,0 +1,2 @@
+"""Predicted versus measured: timeline alignment, error tables, the HTML report and
+calibration of a hardware profile from measured residuals."""

@@ -1,0 +1,39 @@
+"""`TrainingJob`: what one training iteration processes and in which precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from specs.fieldcheck import require_choice, require_optional_positive, require_positive
+
+Precision = Literal["bf16", "fp8", "fp32"]
+Optimizer = Literal["adam"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingJob:
+    """Sequence length, batch, precision and optimizer of a training run."""
+
+    seq_length: int
+    """Tokens per sequence (`--seq-length`)."""
+    global_batch_size: int
+    """Sequences per iteration over the whole job (`--global-batch-size`)."""
+    precision: Precision = "bf16"
+    """Compute precision: `bf16` mixed precision (fp32 master weights and gradients), `fp8`
+    GEMMs on top of bf16, or plain `fp32` (CPU runs)."""
+    optimizer: Optimizer = "adam"
+    """Optimizer; Adam (two fp32 moments per parameter) is the one modelled."""
+    token_budget: int | None = None
+    """Total training tokens, for time and cost estimates; None when not sizing."""
+
+    def __post_init__(self) -> None:
+        require_positive(self, "seq_length", "global_batch_size")
+        require_optional_positive(self, "token_budget")
+        require_choice(self, "precision", Precision)
+        require_choice(self, "optimizer", Optimizer)
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        """Tokens processed by one iteration: global batch x sequence length."""
+        return self.global_batch_size * self.seq_length

@@ -1,0 +1,202 @@
+"""`ModelSpec`: the shape of a decoder-only transformer, dense or mixture-of-experts.
+
+Names follow Megatron-LM's arguments (`--num-layers`, `--num-query-groups`,
+`--moe-ffn-hidden-size`, ...) so a spec maps one-to-one onto an exported command line.
+Derived sizes (head dim, MoE layer mask) are methods, never stored twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from specs.errors import SpecError
+from specs.fieldcheck import (
+    require_choice,
+    require_non_negative,
+    require_optional_positive,
+    require_positive,
+)
+
+Activation = Literal["swiglu", "gelu"]
+Normalization = Literal["rmsnorm", "layernorm"]
+PositionEmbedding = Literal["rope", "learned", "none"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer (Llama/GPT style), optionally with MoE layers and MLA."""
+
+    name: str
+    """Preset or user-chosen name; shown in tables and reports."""
+    num_layers: int
+    """Transformer layers (Megatron `--num-layers`)."""
+    hidden_size: int
+    """Model width h (`--hidden-size`)."""
+    num_attention_heads: int
+    """Query heads a (`--num-attention-heads`)."""
+    ffn_hidden_size: int
+    """Dense MLP inner size F (`--ffn-hidden-size`); for SwiGLU the width of each of the two
+    up projections."""
+    vocab_size: int
+    """Tokenizer vocabulary, before Megatron's padding to a multiple of 128·tp."""
+    num_query_groups: int | None = None
+    """Key/value heads g for grouped-query attention; None means g = a (plain MHA)."""
+    kv_channels: int | None = None
+    """Head dimension d (`--kv-channels`); None means hidden_size / num_attention_heads."""
+    activation: Activation = "swiglu"
+    """MLP activation: `swiglu` (gated, three weight matrices) or `gelu` (two)."""
+    normalization: Normalization = "rmsnorm"
+    """`rmsnorm` (one weight vector) or `layernorm` (weight and bias)."""
+    position_embedding: PositionEmbedding = "rope"
+    """`rope` (no parameters), `learned` (a max_position_embeddings x h table) or `none`."""
+    max_position_embeddings: int = 4096
+    """Longest sequence the position embedding supports (`--max-position-embeddings`)."""
+    tied_embeddings: bool = False
+    """Input embedding and output layer share one matrix (Megatron's default; Llama unties)."""
+    add_bias_linear: bool = False
+    """Biases on every linear layer (GPT-2, GPT-NeoX); Megatron's `--disable-bias-linear`
+    turns them off."""
+    add_qkv_bias: bool = False
+    """Biases on the QKV projection only (Qwen2)."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (`--num-experts`); 0 means a dense model."""
+    moe_top_k: int = 2
+    """Experts each token is routed to (`--moe-router-topk`)."""
+    moe_ffn_hidden_size: int | None = None
+    """Inner size of one routed expert (`--moe-ffn-hidden-size`); None means ffn_hidden_size."""
+    moe_shared_expert_size: int = 0
+    """Total inner size of the shared expert(s) (`--moe-shared-expert-intermediate-size`);
+    0 means none."""
+    moe_layer_freq: int = 1
+    """Layer i (counted after the leading dense layers) is MoE when i % freq == 0."""
+    moe_first_dense_layers: int = 0
+    """Leading layers that stay dense (DeepSeek's `first_k_dense_replace`)."""
+    moe_capacity_factor: float | None = None
+    """Expert capacity factor (`--moe-expert-capacity-factor`); None means dropless."""
+    q_lora_rank: int | None = None
+    """Multi-latent attention (DeepSeek): rank of the query down-projection; None = no
+    query compression."""
+    kv_lora_rank: int | None = None
+    """Multi-latent attention: rank of the joint key/value compression; None means the
+    model does not use MLA."""
+    qk_head_dim: int | None = None
+    """MLA: per-head query/key dimension without the rotary part."""
+    qk_pos_emb_head_dim: int | None = None
+    """MLA: per-head rotary dimension shared by keys."""
+    v_head_dim: int | None = None
+    """MLA: per-head value dimension."""
+
+    def __post_init__(self) -> None:
+        require_positive(
+            self,
+            "num_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "ffn_hidden_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "moe_top_k",
+            "moe_layer_freq",
+        )
+        require_optional_positive(
+            self,
+            "num_query_groups",
+            "kv_channels",
+            "moe_ffn_hidden_size",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+        )
+        require_non_negative(
+            self, "num_experts", "moe_shared_expert_size", "moe_first_dense_layers"
+        )
+        require_choice(self, "activation", Activation)
+        require_choice(self, "normalization", Normalization)
+        require_choice(self, "position_embedding", PositionEmbedding)
+        self._check_relations()
+
+    def _check_relations(self) -> None:
+        if not self.name:
+            raise SpecError("ModelSpec.name must not be empty")
+        if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: hidden_size ({self.hidden_size}) must be divisible "
+                f"by num_attention_heads ({self.num_attention_heads}) when kv_channels is not "
+                "given; set kv_channels explicitly"
+            )
+        groups = self.query_groups
+        if self.num_attention_heads % groups:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: num_attention_heads ({self.num_attention_heads}) "
+                f"must be divisible by num_query_groups ({groups})"
+            )
+        if self.is_moe and self.moe_top_k > self.num_experts:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: moe_top_k ({self.moe_top_k}) must not exceed "
+                f"num_experts ({self.num_experts})"
+            )
+        if self.moe_first_dense_layers > self.num_layers:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: moe_first_dense_layers ({self.moe_first_dense_layers})"
+                f" exceeds num_layers ({self.num_layers})"
+            )
+        if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: moe_capacity_factor must be > 0 or null (dropless), "
+                f"got {self.moe_capacity_factor}"
+            )
+        mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
+        if any(v is not None for v in mla) and any(v is None for v in mla):
+            raise SpecError(
+                f"ModelSpec {self.name!r}: multi-latent attention needs all of kv_lora_rank, "
+                "qk_head_dim, qk_pos_emb_head_dim and v_head_dim"
+            )
+
+    # ---- derived sizes -------------------------------------------------------------
+
+    @property
+    def query_groups(self) -> int:
+        """Key/value heads g (equal to the query heads for plain multi-head attention)."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head dimension d."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_moe(self) -> bool:
+        """True when the model has routed experts."""
+        return self.num_experts > 0
+
+    @property
+    def uses_mla(self) -> bool:
+        """True for multi-latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        """Inner size of one routed expert."""
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        """For each layer, True when it is an MoE layer (Megatron `--moe-layer-freq`)."""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        first = self.moe_first_dense_layers
+        return tuple(
+            i >= first and (i - first) % self.moe_layer_freq == 0 for i in range(self.num_layers)
+        )
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Number of MoE layers."""
+        return sum(self.moe_layer_mask())
+
+    def replace(self, **changes: object) -> ModelSpec:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)

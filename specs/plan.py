@@ -1,0 +1,154 @@
+"""`ParallelPlan`: how a job is sharded, the planner's output and the executor's input.
+
+Each field maps onto one Megatron-LM argument (see DESIGN.md). Field-local checks live in
+``__post_init__``; rules that relate the plan to the model, cluster and job are the named
+functions of `specs.rules`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from specs.errors import SpecError
+from specs.fieldcheck import require_choice, require_optional_positive, require_positive
+
+Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
+Schedule = Literal["1f1b", "interleaved"]
+CpCommType = Literal["p2p", "all_gather"]
+
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+"""Megatron's default gradient bucket floor: max(40M, 1M x dp·cp) parameters
+(`resolve_ddp_bucket_size`, megatron-facts.md §5.1)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelPlan:
+    """Parallel degrees, batch split, memory savers and overlap switches of one run."""
+
+    tp: int = 1
+    """Tensor-parallel size (`--tensor-model-parallel-size`)."""
+    pp: int = 1
+    """Pipeline stages (`--pipeline-model-parallel-size`)."""
+    vpp: int = 1
+    """Model chunks per pipeline rank; 1 means no interleaving
+    (`--num-layers-per-virtual-pipeline-stage` = layers / (pp·vpp))."""
+    cp: int = 1
+    """Context-parallel size (`--context-parallel-size`)."""
+    ep: int = 1
+    """Expert-parallel size (`--expert-model-parallel-size`); carved out of tp·cp·dp."""
+    etp: int | None = None
+    """Tensor-parallel size inside experts (`--expert-tensor-parallel-size`); None means tp,
+    Megatron's default."""
+    dp: int = 1
+    """Data-parallel size; always world / (tp·pp·cp), checked by `world_size_matches`."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism over the TP group (`--sequence-parallel`, needs tp > 1)."""
+    micro_batch_size: int = 1
+    """Sequences per microbatch (`--micro-batch-size`)."""
+    recompute: Recompute = "none"
+    """Activation recomputation: none, selective (attention core) or full (whole layers)."""
+    recompute_num_layers: int | None = None
+    """With full recompute: layers per pipeline stage (chunk) that are recomputed
+    (`--recompute-num-layers`); None means all of them."""
+    recompute_method: RecomputeMethod = "uniform"
+    """With full recompute: `uniform` or `block` (`--recompute-method`)."""
+    distributed_optimizer: bool = False
+    """Shard optimizer state over dp·cp (`--use-distributed-optimizer`)."""
+    ddp_bucket_size: int | None = None
+    """Gradient bucket in parameters (`--ddp-bucket-size`); None means Megatron's default
+    max(40M, 1M·dp·cp)."""
+    overlap_grad_reduce: bool = False
+    """Reduce gradient buckets during the backward pass (`--overlap-grad-reduce`)."""
+    overlap_param_gather: bool = False
+    """All-gather parameter buckets during the next forward (`--overlap-param-gather`)."""
+    tp_comm_overlap: bool = False
+    """Pipeline TP collectives with GEMMs (`--tp-comm-overlap`, needs sequence parallel)."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule: `1f1b`, or `interleaved` when vpp > 1."""
+    cp_comm_type: CpCommType = "p2p"
+    """Context-parallel K/V exchange: `p2p` (ring, overlapped) or `all_gather`."""
+
+    def __post_init__(self) -> None:
+        require_positive(self, "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size")
+        require_optional_positive(self, "etp", "recompute_num_layers", "ddp_bucket_size")
+        require_choice(self, "recompute", Recompute)
+        require_choice(self, "recompute_method", RecomputeMethod)
+        require_choice(self, "schedule", Schedule)
+        require_choice(self, "cp_comm_type", CpCommType)
+
+    @classmethod
+    def for_world(cls, world_size: int, **degrees: object) -> ParallelPlan:
+        """Build a plan whose dp is derived from the world size: world / (tp·pp·cp).
+
+        When the world is not divisible, dp is rounded down (at least 1) and
+        `specs.rules.world_size_matches` reports the mismatch. An interleaved schedule is
+        chosen when vpp > 1 unless ``schedule`` is given.
+        """
+        if world_size < 1:
+            raise SpecError(f"world size must be a positive integer, got {world_size}")
+        model_parallel = 1
+        for key in ("tp", "pp", "cp"):
+            value = degrees.get(key, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"ParallelPlan.{key} must be a positive integer, got {value!r}")
+            model_parallel *= value
+        degrees.setdefault("dp", max(1, world_size // model_parallel))
+        vpp = degrees.get("vpp", 1)
+        if isinstance(vpp, int) and vpp > 1:
+            degrees.setdefault("schedule", "interleaved")
+        return cls(**degrees)  # type: ignore[arg-type]
+
+    # ---- derived values ------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        """tp·pp·cp·dp, the ranks this plan uses."""
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel size inside experts."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: world / (etp·ep·pp) (Megatron's EDP); 0 if not whole."""
+        denom = self.expert_tp * self.ep * self.pp
+        return self.world_size // denom if self.world_size % denom == 0 else 0
+
+    def num_microbatches(self, global_batch_size: int) -> int:
+        """Microbatches per iteration per pipeline: global / (mbs·dp), rounded down."""
+        return global_batch_size // (self.micro_batch_size * self.dp)
+
+    def bucket_size_params(self) -> int:
+        """Gradient bucket in parameters, with Megatron's default when unset."""
+        if self.ddp_bucket_size is not None:
+            return self.ddp_bucket_size
+        return max(MEGATRON_MIN_BUCKET_PARAMS, 1_000_000 * self.dp * self.cp)
+
+    def label(self) -> str:
+        """Compact one-line description, e.g. ``tp2 pp4 vpp2 dp8 mbs1 sp sel``."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"etp{self.etp}")
+        parts += [f"dp{self.dp}", f"mbs{self.micro_batch_size}"]
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.recompute != "none":
+            parts.append({"selective": "rc-sel", "full": "rc-full"}[self.recompute])
+        if self.distributed_optimizer:
+            parts.append("distopt")
+        return " ".join(parts)
+
+    def replace(self, **changes: object) -> ParallelPlan:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
