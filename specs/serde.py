@@ -85,7 +85,7 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         allowed = get_args(tp)
         if value not in allowed:
             choices = ", ".join(repr(a) for a in allowed)
-            raise SpecError(f"{where}: {value!r} is not one of {choices}")
+            raise SpecError(f"{where} must be one of {choices}, got {value!r}")
         return value
     if origin is tuple:
         if not isinstance(value, list | tuple):

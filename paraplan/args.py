@@ -1,0 +1,125 @@
+"""Argument groups shared by several subcommands, and their conversion into specs.
+
+Flag names follow DESIGN.md's command line; each help text states units and defaults.
+Conversions only parse and build specs: validation is the specs' own (`SpecError`) and the
+plan rules' (`specs.rules.check_plan`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
+from specs.loading import load_model
+
+DEFAULT_HARDWARE = "h100-sxm-80gb"
+
+
+def add_problem_args(parser: argparse.ArgumentParser, *, hardware_required: bool = False) -> None:
+    """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision."""
+    g = parser.add_argument_group("model, cluster and job")
+    g.add_argument(
+        "--model",
+        required=True,
+        help="preset name (see `paraplan models`), or a path to a Hugging Face config.json "
+        "or a paraplan ModelSpec JSON",
+    )
+    g.add_argument(
+        "--hardware",
+        required=hardware_required,
+        default=None if hardware_required else DEFAULT_HARDWARE,
+        help="stored hardware profile name or a path to a profile JSON"
+        + ("" if hardware_required else f" (default: {DEFAULT_HARDWARE})"),
+    )
+    g.add_argument("--num-gpus", type=int, required=True, help="world size (GPUs or processes)")
+    g.add_argument(
+        "--gpus-per-node", type=int, default=None, help="GPUs per node (default: the profile's)"
+    )
+    g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
+    g.add_argument(
+        "--global-batch", type=int, required=True, help="sequences per iteration (whole job)"
+    )
+    g.add_argument(
+        "--precision", choices=("bf16", "fp8", "fp32"), default="bf16", help="default: bf16"
+    )
+
+
+def add_plan_args(parser: argparse.ArgumentParser) -> None:
+    """The parallel plan knobs; dp is derived as num_gpus / (tp·pp·cp)."""
+    g = parser.add_argument_group("parallel plan (dp = num_gpus / (tp*pp*cp))")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
+    g.add_argument(
+        "--vpp", type=int, default=1, help="model chunks per pipeline rank; >1 = interleaved"
+    )
+    g.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
+    g.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")
+    g.add_argument("--etp", type=int, default=None, help="expert tensor-parallel size (default tp)")
+    g.add_argument("--mbs", type=int, default=1, help="micro-batch size in sequences (default 1)")
+    g.add_argument(
+        "--sp",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Megatron sequence parallel over the TP group (default off, as in Megatron)",
+    )
+    g.add_argument(
+        "--recompute", choices=("none", "selective", "full"), default="none", help="default none"
+    )
+    g.add_argument(
+        "--recompute-num-layers",
+        type=int,
+        default=None,
+        help="with --recompute full: layers per stage recomputed (default all)",
+    )
+    g.add_argument(
+        "--dist-opt",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="distributed optimizer (shard optimizer state over dp*cp)",
+    )
+    g.add_argument("--bucket-size", type=int, default=None, help="gradient bucket in parameters")
+    g.add_argument("--overlap-grad-reduce", action="store_true", help="overlap DP grad reduce")
+    g.add_argument("--overlap-param-gather", action="store_true", help="overlap param all-gather")
+    g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP comm with GEMMs")
+
+
+def model_from_args(args: argparse.Namespace) -> ModelSpec:
+    """The ModelSpec named by --model."""
+    return load_model(args.model)
+
+
+def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
+    """The ClusterSpec of --hardware, --num-gpus and --gpus-per-node."""
+    return ClusterSpec(
+        hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
+    )
+
+
+def job_from_args(args: argparse.Namespace) -> TrainingJob:
+    """The TrainingJob of --seq-len, --global-batch and --precision."""
+    return TrainingJob(
+        seq_length=args.seq_len, global_batch_size=args.global_batch, precision=args.precision
+    )
+
+
+def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
+    """The ParallelPlan of the plan flags, dp derived from --num-gpus."""
+    degrees: dict[str, Any] = {
+        "tp": args.tp,
+        "pp": args.pp,
+        "vpp": args.vpp,
+        "cp": args.cp,
+        "ep": args.ep,
+        "etp": args.etp,
+        "micro_batch_size": args.mbs,
+        "sequence_parallel": args.sp,
+        "recompute": args.recompute,
+        "recompute_num_layers": args.recompute_num_layers,
+        "distributed_optimizer": args.dist_opt,
+        "ddp_bucket_size": args.bucket_size,
+        "overlap_grad_reduce": args.overlap_grad_reduce,
+        "overlap_param_gather": args.overlap_param_gather,
+        "tp_comm_overlap": args.tp_comm_overlap,
+    }
+    return ParallelPlan.for_world(args.num_gpus, **degrees)

@@ -1,0 +1,48 @@
+"""`paraplan check`: validate one plan against Megatron-LM's rules."""
+
+from __future__ import annotations
+
+import argparse
+
+from paraplan.args import (
+    add_plan_args,
+    add_problem_args,
+    cluster_from_args,
+    job_from_args,
+    model_from_args,
+    plan_from_args,
+)
+from paraplan.output import print_json
+from specs.rules import check_plan
+
+NAME = "check"
+HELP = "check a parallel plan against Megatron-LM's argument rules (exit 1 if invalid)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_args(parser)
+    add_plan_args(parser)
+    parser.add_argument("--json", action="store_true", help='print {"valid", "violations"}')
+
+
+def run(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    cluster = cluster_from_args(args)
+    job = job_from_args(args)
+    plan = plan_from_args(args)
+    violations = check_plan(model, cluster, job, plan)
+    if args.json:
+        print_json(
+            {
+                "valid": not violations,
+                "plan": plan.label(),
+                "violations": [{"rule": v.rule, "message": v.message} for v in violations],
+            }
+        )
+    elif violations:
+        print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
+        for v in violations:
+            print(f"  [{v.rule}] {v.message}")
+    else:
+        print(f"valid: {plan.label()} for {model.name} on {cluster.num_gpus} GPUs")
+    return 1 if violations else 0

@@ -1,0 +1,64 @@
+"""`paraplan models`: every preset with its shape and parameter counts."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from paraplan.output import human_count, print_json, print_table
+from specs.params import count_params
+from specs.presets import get_preset, preset_names
+
+NAME = "models"
+HELP = "list the model presets with layers, hidden size, heads, experts and parameters"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
+
+
+def preset_rows() -> list[dict[str, Any]]:
+    """One dict per preset: its shape and total/active parameter counts."""
+    rows = []
+    for name in preset_names():
+        model = get_preset(name)
+        counts = count_params(model)
+        rows.append(
+            {
+                "name": name,
+                "num_layers": model.num_layers,
+                "hidden_size": model.hidden_size,
+                "num_attention_heads": model.num_attention_heads,
+                "num_query_groups": model.query_groups,
+                "ffn_hidden_size": model.ffn_hidden_size,
+                "vocab_size": model.vocab_size,
+                "num_experts": model.num_experts,
+                "moe_top_k": model.moe_top_k if model.is_moe else 0,
+                "params_total": counts.total,
+                "params_active": counts.active,
+            }
+        )
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = preset_rows()
+    if args.json:
+        print_json(rows)
+        return 0
+    columns = ("model", "layers", "hidden", "heads", "kv groups", "experts", "total", "active")
+    table = [
+        (
+            r["name"],
+            r["num_layers"],
+            r["hidden_size"],
+            r["num_attention_heads"],
+            r["num_query_groups"],
+            f"{r['num_experts']} (top {r['moe_top_k']})" if r["num_experts"] else "-",
+            human_count(r["params_total"]),
+            human_count(r["params_active"]),
+        )
+        for r in rows
+    ]
+    print_table("paraplan model presets (parameters: total / active per token)", columns, table)
+    return 0
