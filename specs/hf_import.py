@@ -1,0 +1,346 @@
+"""Import a Hugging Face `config.json` as a `ModelSpec`.
+
+Supported `model_type`s: gpt2, gpt_neox, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
+deepseek_v3; one small function per family, dispatched by `_FAMILIES`. Each reads the keys
+that decide weight shapes the way that family's transformers code does:
+
+- Sizes (layers, hidden, heads, intermediate sizes, vocabulary, positions, expert counts)
+  are required; a missing one raises `SpecError` naming the key and the file.
+- Structural switches take the family's transformers default when absent
+  (`num_key_value_heads` = heads, `tie_word_embeddings` False except gpt2, no biases
+  except gpt2 / gpt_neox and Qwen2's QKV bias).
+- Values go through the same canonical form as `specs.presets`: `num_query_groups` None
+  for plain MHA, `kv_channels` None when head_dim = hidden / heads, `moe_ffn_hidden_size`
+  None when it equals `ffn_hidden_size`; so an imported published config equals its preset
+  apart from the name.
+
+Things that change no weight shape are ignored: rotary fraction and theta, sliding
+windows, GPT-NeoX's parallel residual, router scoring, Qwen3's per-head q/k norms (tiny
+vectors ModelSpec has no field for), DeepSeek's multi-token-prediction module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from specs.errors import SpecError, did_you_mean
+from specs.model import ModelSpec
+from specs.serde import read_json
+
+HeadDimRule = Literal["optional", "required", "ignored"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """A parsed config.json with typed getters whose errors name the key and the file."""
+
+    data: Mapping[str, Any]
+    """The JSON object."""
+    source: str
+    """Where it came from (a path, or a description), for error messages."""
+
+    def required(self, key: str) -> int:
+        """A required integer."""
+        value = self.optional(key)
+        if value is None:
+            raise SpecError(
+                f"{self.source}: required key {key!r} is missing (or null); add it with the "
+                "published value"
+            )
+        return value
+
+    def optional(self, key: str, default: int | None = None) -> int | None:
+        """An optional integer; absent or null gives ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"{self.source}: key {key!r} must be an integer, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        """An optional boolean; absent or null gives ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(f"{self.source}: key {key!r} must be true or false, got {value!r}")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        """An optional list of integers; absent or null gives an empty list."""
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or any(
+            isinstance(v, bool) or not isinstance(v, int) for v in value
+        ):
+            raise SpecError(f"{self.source}: key {key!r} must be a list of integers, got {value!r}")
+        return value
+
+
+def _decoder(cfg: _Config, *, head_dim: HeadDimRule = "optional") -> dict[str, Any]:
+    """ModelSpec fields shared by the Llama-like families (HF key names of LlamaConfig).
+
+    ``head_dim`` says how the family treats the `head_dim` key: `optional` (default
+    hidden / heads), `required`, or `ignored` (the family always uses hidden / heads)."""
+    hidden = cfg.required("hidden_size")
+    heads = cfg.required("num_attention_heads")
+    groups = cfg.optional("num_key_value_heads", heads)
+    if head_dim == "ignored":
+        dim = None
+    elif head_dim == "required":
+        dim = cfg.required("head_dim")
+    else:
+        dim = cfg.optional("head_dim")
+    if dim is not None and hidden % heads == 0 and dim == hidden // heads:
+        dim = None
+    return {
+        "num_layers": cfg.required("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_query_groups": None if groups == heads else groups,
+        "kv_channels": dim,
+        "vocab_size": cfg.required("vocab_size"),
+        "max_position_embeddings": cfg.required("max_position_embeddings"),
+        "tied_embeddings": cfg.flag("tie_word_embeddings", False),
+    }
+
+
+def _llama_biases(cfg: _Config) -> dict[str, bool]:
+    """LlamaConfig's `attention_bias` (q, k, v, o) and `mlp_bias`. ModelSpec has biases on
+    every linear or on QKV only, so attention-only biases map to the QKV flag (the h-sized
+    output-projection bias is the only weight lost)."""
+    attention = cfg.flag("attention_bias", False)
+    mlp = cfg.flag("mlp_bias", False)
+    return {"add_bias_linear": attention and mlp, "add_qkv_bias": attention and not mlp}
+
+
+def _gpt2(cfg: _Config, name: str) -> ModelSpec:
+    """GPT-2: GELU MLP of `n_inner` (null means 4h), LayerNorm, learned positions, tied
+    embeddings (GPT2Config's default), biases everywhere."""
+    hidden = cfg.required("n_embd")
+    return ModelSpec(
+        name=name,
+        num_layers=cfg.required("n_layer"),
+        hidden_size=hidden,
+        num_attention_heads=cfg.required("n_head"),
+        ffn_hidden_size=cfg.optional("n_inner") or 4 * hidden,
+        vocab_size=cfg.required("vocab_size"),
+        activation="gelu",
+        normalization="layernorm",
+        position_embedding="learned",
+        max_position_embeddings=cfg.required("n_positions"),
+        tied_embeddings=cfg.flag("tie_word_embeddings", True),
+        add_bias_linear=True,
+    )
+
+
+def _gpt_neox(cfg: _Config, name: str) -> ModelSpec:
+    """GPT-NeoX / Pythia: GELU MLP, LayerNorm, (partial) rotary positions, untied
+    embeddings by default, biases on the MLP always and on attention unless
+    `attention_bias` is false (kept as all-linear biases: the difference is a few vectors).
+    The parallel residual changes no weight shape."""
+    fields = _decoder(cfg, head_dim="ignored")
+    return ModelSpec(
+        name=name,
+        **fields,
+        ffn_hidden_size=cfg.required("intermediate_size"),
+        activation="gelu",
+        normalization="layernorm",
+        position_embedding="rope",
+        add_bias_linear=True,
+    )
+
+
+def _llama(cfg: _Config, name: str) -> ModelSpec:
+    """Llama (and Mistral, which only adds a sliding window): SwiGLU, RMSNorm, RoPE, GQA,
+    optional `head_dim`, untied embeddings by default."""
+    return ModelSpec(
+        name=name,
+        **_decoder(cfg),
+        ffn_hidden_size=cfg.required("intermediate_size"),
+        **_llama_biases(cfg),
+    )
+
+
+def _qwen2(cfg: _Config, name: str) -> ModelSpec:
+    """Qwen2: Llama-style with biases on q, k and v (always, in Qwen2Attention); small
+    checkpoints set `tie_word_embeddings` true."""
+    return ModelSpec(
+        name=name,
+        **_decoder(cfg, head_dim="ignored"),
+        ffn_hidden_size=cfg.required("intermediate_size"),
+        add_qkv_bias=True,
+    )
+
+
+def _qwen3(cfg: _Config, name: str) -> ModelSpec:
+    """Qwen3: Llama-style with an explicit `head_dim` (required: the transformers default
+    has changed between releases, and published configs always state it)."""
+    return ModelSpec(
+        name=name,
+        **_decoder(cfg, head_dim="required"),
+        ffn_hidden_size=cfg.required("intermediate_size"),
+        **_llama_biases(cfg),
+    )
+
+
+def _mixtral(cfg: _Config, name: str) -> ModelSpec:
+    """Mixtral: every layer is MoE with `num_local_experts` SwiGLU experts of
+    `intermediate_size`, top-`num_experts_per_tok` routing, no shared expert."""
+    return ModelSpec(
+        name=name,
+        **_decoder(cfg),
+        ffn_hidden_size=cfg.required("intermediate_size"),
+        num_experts=cfg.required("num_local_experts"),
+        moe_top_k=cfg.required("num_experts_per_tok"),
+    )
+
+
+def _qwen3_moe_layout(cfg: _Config, num_layers: int) -> tuple[int, int]:
+    """(moe_first_dense_layers, moe_layer_freq) for Qwen3-MoE's layer pattern.
+
+    transformers makes layer i sparse when i is not in `mlp_only_layers` and
+    (i + 1) % decoder_sparse_step == 0: with step k that is layers k-1, 2k-1, ..., i.e.
+    k-1 leading dense layers then every k-th. `mlp_only_layers` must then be a leading
+    prefix (layers 0..n-1) with step 1."""
+    step = cfg.optional("decoder_sparse_step", 1) or 1
+    dense_only = sorted(set(cfg.int_list("mlp_only_layers")))
+    if not dense_only:
+        return min(step - 1, num_layers), step
+    if step == 1 and dense_only == list(range(len(dense_only))):
+        return len(dense_only), 1
+    raise SpecError(
+        f"{cfg.source}: mlp_only_layers {dense_only} with decoder_sparse_step {step} is not "
+        "a leading run of dense layers followed by every k-th layer MoE, which is all "
+        "ModelSpec (moe_first_dense_layers, moe_layer_freq) can express; write a paraplan "
+        "ModelSpec JSON with the closest pattern"
+    )
+
+
+def _qwen3_moe(cfg: _Config, name: str) -> ModelSpec:
+    """Qwen3-MoE: Qwen3 attention (explicit head_dim) with `num_experts` routed SwiGLU
+    experts of `moe_intermediate_size`, no shared expert."""
+    fields = _decoder(cfg, head_dim="required")
+    ffn = cfg.required("intermediate_size")
+    expert_ffn = cfg.required("moe_intermediate_size")
+    first_dense, freq = _qwen3_moe_layout(cfg, fields["num_layers"])
+    return ModelSpec(
+        name=name,
+        **fields,
+        ffn_hidden_size=ffn,
+        num_experts=cfg.required("num_experts"),
+        moe_top_k=cfg.required("num_experts_per_tok"),
+        moe_ffn_hidden_size=None if expert_ffn == ffn else expert_ffn,
+        moe_first_dense_layers=first_dense,
+        moe_layer_freq=freq,
+        **_llama_biases(cfg),
+    )
+
+
+def _deepseek_v3(cfg: _Config, name: str) -> ModelSpec:
+    """DeepSeek-V3: multi-latent attention, `n_routed_experts` experts of
+    `moe_intermediate_size` plus `n_shared_experts` shared ones of the same size, dense
+    layers of `intermediate_size` before `first_k_dense_replace`.
+
+    transformers makes layer i MoE when i >= first_k_dense_replace and
+    i % moe_layer_freq == 0; the first such layer is first_k rounded up to a multiple of
+    the frequency, which is ModelSpec's moe_first_dense_layers."""
+    fields = _decoder(cfg, head_dim="ignored")
+    layers = fields["num_layers"]
+    freq = cfg.optional("moe_layer_freq", 1) or 0
+    if freq < 1:
+        raise SpecError(f"{cfg.source}: moe_layer_freq must be >= 1, got {freq}")
+    first_k = cfg.optional("first_k_dense_replace", 3) or 0
+    ffn = cfg.required("intermediate_size")
+    expert_ffn = cfg.required("moe_intermediate_size")
+    # An absent key takes DeepseekV3Config's default (1); an explicit null means none.
+    shared = cfg.optional("n_shared_experts", 0 if "n_shared_experts" in cfg.data else 1)
+    return ModelSpec(
+        name=name,
+        **fields,
+        ffn_hidden_size=ffn,
+        num_experts=cfg.required("n_routed_experts"),
+        moe_top_k=cfg.required("num_experts_per_tok"),
+        moe_ffn_hidden_size=None if expert_ffn == ffn else expert_ffn,
+        moe_shared_expert_size=(shared or 0) * expert_ffn,
+        moe_layer_freq=freq,
+        moe_first_dense_layers=min(math.ceil(first_k / freq) * freq, layers),
+        q_lora_rank=cfg.optional("q_lora_rank"),
+        kv_lora_rank=cfg.required("kv_lora_rank"),
+        qk_head_dim=cfg.required("qk_nope_head_dim"),
+        qk_pos_emb_head_dim=cfg.required("qk_rope_head_dim"),
+        v_head_dim=cfg.required("v_head_dim"),
+    )
+
+
+_FAMILIES: dict[str, Callable[[_Config, str], ModelSpec]] = {
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+    "llama": _llama,
+    "mistral": _llama,
+    "mixtral": _mixtral,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v3": _deepseek_v3,
+}
+
+
+def supported_model_types() -> list[str]:
+    """The `model_type` values this importer understands."""
+    return list(_FAMILIES)
+
+
+def model_from_hf_config(
+    config: Mapping[str, Any], *, name: str, source: str | None = None
+) -> ModelSpec:
+    """Build a `ModelSpec` from a parsed Hugging Face config.json.
+
+    ``source`` names the file in error messages (default: "config.json of <name>").
+    """
+    where = source or f"config.json of {name!r}"
+    if not isinstance(config, Mapping):
+        raise SpecError(f"{where}: expected a JSON object, got {type(config).__name__}")
+    cfg = _Config(config, where)
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise SpecError(
+            f"{where}: required key 'model_type' is missing; supported: {', '.join(_FAMILIES)}"
+        )
+    family = _FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        hint = did_you_mean(model_type, _FAMILIES) if isinstance(model_type, str) else ""
+        raise SpecError(
+            f"{where}: model_type {model_type!r} is not supported{hint}; supported: "
+            f"{', '.join(_FAMILIES)}; for another architecture write a paraplan ModelSpec "
+            "JSON instead"
+        )
+    try:
+        return family(cfg, name)
+    except SpecError as exc:
+        if str(exc).startswith(where):
+            raise
+        # ModelSpec's own checks (e.g. heads not divisible by kv heads) name the spec,
+        # not the file the values came from.
+        raise SpecError(f"{where}: {exc}") from exc
+
+
+def load_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:
+    """Read a Hugging Face config.json; the name defaults to the parent folder's name
+    (the model's repository folder, e.g. ``Meta-Llama-3-8B``)."""
+    p = Path(path)
+    data = read_json(p)
+    return model_from_hf_config(data, name=name or default_model_name(p), source=str(p))
+
+
+def default_model_name(path: Path) -> str:
+    """The parent folder name of a config file (the file's stem at the root)."""
+    return path.resolve().parent.name or path.stem
