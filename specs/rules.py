@@ -1,0 +1,328 @@
+"""Cross-object validation of a `ParallelPlan` against its model, cluster and job.
+
+Each rule is a small named function ``rule_id(model, cluster, job, plan) -> Violation | None``
+whose function name is its stable id. They follow Megatron-LM's argument validation
+(`validate_args`, `TransformerConfig`/`ModelParallelConfig.__post_init__`, the
+microbatch calculator and the parallel linears; megatron-facts.md §3.3, §4, §5, §7, §8.3)
+so that a plan passing `check_plan` also launches there. `RULES` lists every rule in check
+order; `check_plan` runs them all and never raises on a bad plan: a rule whose precondition
+is already broken by another rule (a division by a non-divisor, say) stays silent.
+
+This module holds the world-size, tensor-parallel shape, pipeline and batch rules; expert
+rules are in `specs.rules_moe`, context/sequence parallelism, overlap switches, recompute and
+position rules in `specs.rules_features`, and the message helpers in `specs.rules_base`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError, unknown_name_message
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+from specs.rules_base import (
+    MAX_SUGGESTIONS,
+    Rule,
+    Violation,
+    degree_choices,
+    divisors,
+    fmt_set,
+    multiples_around,
+    nearest,
+    ratio,
+    rule,
+)
+from specs.rules_features import FEATURE_RULES
+from specs.rules_moe import MOE_RULES
+
+__all__ = [
+    "RULES",
+    "Rule",
+    "Violation",
+    "check_plan",
+    "require_valid_plan",
+    "rule_by_id",
+    "rule_ids",
+]
+
+
+# ---- world size ----------------------------------------------------------------------
+
+
+@rule
+def world_size_matches(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """tp·pp·cp·dp == cluster.num_gpus (Megatron `initialize_model_parallel`:
+    W % (t·p·c) == 0 and DP = W / (t·p·c); megatron-facts.md §4.1, §8.3 rule 1)."""
+    gpus = cluster.num_gpus
+    if plan.world_size == gpus:
+        return None
+    model_parallel = plan.tp * plan.pp * plan.cp
+    head = (
+        f"tp ({plan.tp}) · pp ({plan.pp}) · cp ({plan.cp}) · dp ({plan.dp}) = "
+        f"{plan.world_size} must equal cluster.num_gpus ({gpus})"
+    )
+    if gpus % model_parallel == 0:
+        return f"{head}: set dp={gpus // model_parallel} (num_gpus / (tp·pp·cp = {model_parallel}))"
+    return (
+        f"{head}, and tp·pp·cp = {model_parallel} does not divide {gpus}: choose tp, pp, cp "
+        f"whose product is in {fmt_set(nearest(divisors(gpus), model_parallel))}"
+    )
+
+
+# ---- tensor parallelism over the model's shapes ----------------------------------------
+
+
+@rule
+def heads_divisible_by_tp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """a % tp == 0: attention heads are split over tp ranks (megatron-facts.md §8.3 rule 4)."""
+    heads = model.num_attention_heads
+    if heads % plan.tp == 0:
+        return None
+    return (
+        f"num_attention_heads ({heads}) must be divisible by tp ({plan.tp}) "
+        f"({ratio(heads, plan.tp)} heads per rank): "
+        f"try tp in {degree_choices(heads, plan.tp, cluster.num_gpus)}"
+    )
+
+
+@rule
+def query_groups_compatible_with_tp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """g % tp == 0 or tp % g == 0 for grouped-query attention: KV heads are split over tp,
+    or each is replicated on tp / g ranks (megatron-facts.md §8.3 rule 4). Plain multi-head
+    attention (g = a) is covered by `heads_divisible_by_tp`; MLA has no KV groups."""
+    groups, tp = model.num_query_groups, plan.tp
+    if groups is None or model.uses_mla or groups % tp == 0 or tp % groups == 0:
+        return None
+    options = degree_choices(
+        model.num_attention_heads,
+        tp,
+        cluster.num_gpus,
+        keep=lambda d: groups % d == 0 or d % groups == 0,
+    )
+    return (
+        f"num_query_groups ({groups}) and tp ({tp}) must divide one another "
+        f"(g % tp == 0 splits KV heads, tp % g == 0 replicates each on tp/g ranks; here "
+        f"{ratio(groups, tp)} KV heads per rank): try tp in {options}"
+    )
+
+
+@rule
+def ffn_divisible_by_tp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """ffn_hidden_size % tp == 0 for the dense MLP layers: their columns are split over tp
+    (Megatron `divide()` in ColumnParallelLinear; megatron-facts.md §8.3 rule 4). Skipped
+    when every layer is an MoE layer (no dense MLP exists)."""
+    ffn = model.ffn_hidden_size
+    if model.num_moe_layers == model.num_layers or ffn % plan.tp == 0:
+        return None
+    return (
+        f"ffn_hidden_size ({ffn}) must be divisible by tp ({plan.tp}) "
+        f"({ratio(ffn, plan.tp)} MLP columns per rank): "
+        f"try tp in {degree_choices(ffn, plan.tp, cluster.num_gpus)}"
+    )
+
+
+@rule
+def shared_expert_ffn_divisible_by_tp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """moe_shared_expert_size % tp == 0: the shared expert is a dense MLP over the tp group
+    (Megatron `SharedExpertMLP` uses the dense tensor-parallel linears)."""
+    size = model.moe_shared_expert_size
+    if not model.is_moe or size == 0 or size % plan.tp == 0:
+        return None
+    return (
+        f"moe_shared_expert_size ({size}) must be divisible by tp ({plan.tp}) "
+        f"({ratio(size, plan.tp)} shared-expert columns per rank): "
+        f"try tp in {degree_choices(size, plan.tp, cluster.num_gpus)}"
+    )
+
+
+# ---- pipeline ------------------------------------------------------------------------
+
+
+@rule
+def layers_divisible_by_pp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """num_layers % pp == 0: every stage holds the same number of layers (Megatron's even
+    split without first/last-stage overrides; megatron-facts.md §8.3 rule 5)."""
+    layers = model.num_layers
+    if layers % plan.pp == 0:
+        return None
+    return (
+        f"num_layers ({layers}) must be divisible by pp ({plan.pp}) "
+        f"({ratio(layers, plan.pp)} layers per stage): "
+        f"try pp in {degree_choices(layers, plan.pp, cluster.num_gpus)}"
+    )
+
+
+@rule
+def layers_per_stage_divisible_by_vpp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """(num_layers / pp) % vpp == 0: each stage splits into vpp equal model chunks
+    (`--num-layers-per-virtual-pipeline-stage` must be whole; megatron-facts.md §8.3 rule 6)."""
+    layers, pp, vpp = model.num_layers, plan.pp, plan.vpp
+    if layers % pp or (layers // pp) % vpp == 0:
+        return None
+    per_stage = layers // pp
+    return (
+        f"num_layers ({layers}) / pp ({pp}) = {per_stage} layers per stage must be divisible "
+        f"by vpp ({vpp}) ({ratio(per_stage, vpp)} layers per chunk): "
+        f"try vpp in {fmt_set(nearest(divisors(per_stage), vpp))}"
+    )
+
+
+@rule
+def schedule_matches_vpp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """schedule is `interleaved` exactly when vpp > 1 (Megatron picks the interleaved
+    schedule iff a virtual pipeline size is set; megatron-facts.md §3.1)."""
+    interleaved = plan.schedule == "interleaved"
+    if interleaved == (plan.vpp > 1):
+        return None
+    if interleaved:
+        layers, pp = model.num_layers, plan.pp
+        chunks = [v for v in divisors(layers // pp) if v > 1] if layers % pp == 0 else []
+        hint = f" dividing the {layers // pp} layers per stage, e.g. {chunks[0]}" if chunks else ""
+        return (
+            f"schedule ('interleaved') needs vpp > 1, got vpp ({plan.vpp}): "
+            f"set schedule='1f1b' or vpp > 1{hint}"
+        )
+    return (
+        f"schedule ('{plan.schedule}') with vpp ({plan.vpp}) > 1: model chunks need the "
+        f"interleaved schedule: set schedule='interleaved' or vpp=1"
+    )
+
+
+@rule
+def interleaved_needs_pp_gt_1(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """vpp > 1 needs pp > 1 (Megatron validate_args with the default p2p overlap;
+    megatron-facts.md §3.3, §8.3 rule 7)."""
+    if plan.vpp == 1 or plan.pp > 1:
+        return None
+    layers, vpp = model.num_layers, plan.vpp
+    options = [
+        p
+        for p in divisors(math.gcd(layers, cluster.num_gpus))
+        if p > 1 and (layers // p) % vpp == 0
+    ]
+    hint = f", e.g. pp in {fmt_set(options[:MAX_SUGGESTIONS])}" if options else ""
+    return (
+        f"vpp ({plan.vpp}) > 1 needs pp > 1, got pp ({plan.pp}): interleaving splits each "
+        f"pipeline rank into vpp chunks: set vpp=1 or pp > 1{hint}"
+    )
+
+
+@rule
+def interleaved_needs_microbatches_multiple_of_pp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """With interleaving, m >= pp and m % pp == 0 for m = global / (mbs·dp): Megatron
+    schedules microbatches in groups of pp per model chunk and checks this at the first
+    step (default group size N = pp; megatron-facts.md §3.3, §8.3 rule 7)."""
+    batch, mbs, dp, pp = job.global_batch_size, plan.micro_batch_size, plan.dp, plan.pp
+    if plan.vpp == 1 or pp == 1 or batch % (mbs * dp):
+        return None
+    micro = batch // (mbs * dp)
+    if micro % pp == 0:
+        return None
+    fix = f"try global_batch_size in {multiples_around(batch, mbs * dp * pp)}"
+    if batch % (dp * pp) == 0:
+        mbs_options = nearest(divisors(batch // (dp * pp)), mbs)
+        fix += f" or micro_batch_size in {fmt_set(mbs_options)}"
+    return (
+        f"the interleaved schedule needs num_microbatches = global_batch_size ({batch}) / "
+        f"(micro_batch_size ({mbs}) · dp ({dp})) = {micro} to be a positive multiple of "
+        f"pp ({pp}): {fix}"
+    )
+
+
+# ---- batch ---------------------------------------------------------------------------
+
+
+@rule
+def global_batch_divisible_by_mbs_dp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """global_batch_size % (mbs·dp) == 0, hence m >= 1 microbatches (Megatron's
+    `ConstantNumMicroBatchesCalculator`; megatron-facts.md §8.3 rule 3)."""
+    batch, mbs, dp = job.global_batch_size, plan.micro_batch_size, plan.dp
+    step = mbs * dp
+    if batch % step == 0:
+        return None
+    context = f"{ratio(batch, step)} microbatches" if batch > step else "no whole microbatch"
+    fix = f"try global_batch_size in {multiples_around(batch, step)}"
+    if batch % dp == 0:
+        fix += f" or micro_batch_size in {fmt_set(nearest(divisors(batch // dp), mbs))}"
+    return (
+        f"global_batch_size ({batch}) must be a positive multiple of micro_batch_size ({mbs}) "
+        f"· dp ({dp}) = {step} ({context}): {fix}"
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    world_size_matches,
+    heads_divisible_by_tp,
+    query_groups_compatible_with_tp,
+    ffn_divisible_by_tp,
+    shared_expert_ffn_divisible_by_tp,
+    *MOE_RULES,
+    layers_divisible_by_pp,
+    layers_per_stage_divisible_by_vpp,
+    schedule_matches_vpp,
+    interleaved_needs_pp_gt_1,
+    global_batch_divisible_by_mbs_dp,
+    interleaved_needs_microbatches_multiple_of_pp,
+    *FEATURE_RULES,
+)
+"""Every rule, in check order: world size, model shapes, experts, pipeline, batch,
+sequence, switches."""
+
+
+def rule_ids() -> tuple[str, ...]:
+    """The stable ids of `RULES`, in check order."""
+    return tuple(r.__name__ for r in RULES)
+
+
+def rule_by_id(rule_id: str) -> Rule:
+    """The rule with this id; a miss raises `SpecError` listing every id."""
+    for check in RULES:
+        if check.__name__ == rule_id:
+            return check
+    raise SpecError(unknown_name_message("plan rule", rule_id, rule_ids()))
+
+
+def check_plan(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> list[Violation]:
+    """Run every rule; return the violations in check order ([] for a valid plan).
+
+    Never raises on a bad plan: the planner uses the list to prune and to count reasons.
+    """
+    found = (check(model, cluster, job, plan) for check in RULES)
+    return [v for v in found if v is not None]
+
+
+def require_valid_plan(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> None:
+    """Raise `SpecError` listing every violation, for callers that must not run a bad plan
+    (the executor, the command line)."""
+    violations = check_plan(model, cluster, job, plan)
+    if violations:
+        lines = "\n".join(f"  - {v}" for v in violations)
+        raise SpecError(f"plan {plan.label()!r} breaks {len(violations)} rule(s):\n{lines}")

@@ -1,0 +1,449 @@
+"""Tests of `specs.rules`: every rule rejects a plan that breaks it and accepts one on the
+right side of its relation; messages carry the operands' values; suggested fixes really
+fix; `check_plan` never raises and its verdict agrees with the rank layout."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.layout import RankLayout
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+from specs.rules import (
+    RULES,
+    Violation,
+    check_plan,
+    require_valid_plan,
+    rule_by_id,
+    rule_ids,
+)
+
+# Llama-3-8B shapes (32 layers, h 4096, 32 heads, 8 KV groups, F 14336).
+LLAMA = ModelSpec(
+    name="llama3-8b-like",
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_query_groups=8,
+    ffn_hidden_size=14336,
+    vocab_size=128256,
+    max_position_embeddings=8192,
+)
+# Mixtral-8x7B shapes: the same attention, 8 experts of F 14336, top-2.
+MIXTRAL = LLAMA.replace(name="mixtral-like", vocab_size=32000, num_experts=8, moe_top_k=2)
+CLUSTER = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
+JOB = TrainingJob(seq_length=4096, global_batch_size=256)
+# tp2 pp4 vpp2 dp8 on 64 GPUs: m = 256 / (1·8) = 32 microbatches, a multiple of pp.
+PLAN = ParallelPlan(
+    tp=2,
+    pp=4,
+    vpp=2,
+    dp=8,
+    schedule="interleaved",
+    sequence_parallel=True,
+    tp_comm_overlap=True,
+    distributed_optimizer=True,
+    overlap_grad_reduce=True,
+    overlap_param_gather=True,
+)
+
+Specs = tuple[ModelSpec, ClusterSpec, TrainingJob, ParallelPlan]
+
+
+@dataclass(frozen=True)
+class Change:
+    """Field changes applied to the base specs (the base model is LLAMA unless given)."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    base: ModelSpec = LLAMA
+
+    def specs(self) -> Specs:
+        return (
+            self.base.replace(**self.model),
+            dataclasses.replace(CLUSTER, **self.cluster),
+            dataclasses.replace(JOB, **self.job),
+            PLAN.replace(**self.plan),
+        )
+
+
+@dataclass(frozen=True)
+class Case:
+    rule: str
+    reject: Change
+    accept: Change
+    operands: tuple[str, ...]
+    """Substrings the rejection message must contain: each operand with its value."""
+
+
+CASES = [
+    Case(
+        "world_size_matches",
+        Change(cluster={"num_gpus": 48}),
+        Change(cluster={"num_gpus": 32}, plan={"dp": 4}),
+        ("tp (2)", "pp (4)", "cp (1)", "dp (8)", "64", "num_gpus (48)", "dp=6"),
+    ),
+    Case(
+        "heads_divisible_by_tp",
+        Change(plan={"tp": 3}),
+        Change(plan={"tp": 8}),
+        ("num_attention_heads (32)", "tp (3)", "10.67"),
+    ),
+    Case(
+        "query_groups_compatible_with_tp",
+        Change(model={"num_attention_heads": 48, "kv_channels": 128}, plan={"tp": 3}),
+        Change(plan={"tp": 16}),  # tp % g == 0: each KV head replicated on 2 ranks
+        ("num_query_groups (8)", "tp (3)"),
+    ),
+    Case(
+        "ffn_divisible_by_tp",
+        Change(model={"ffn_hidden_size": 14330}, plan={"tp": 4}),
+        # every layer is MoE, so the dense ffn size is never split
+        Change(base=MIXTRAL, model={"ffn_hidden_size": 14330, "moe_ffn_hidden_size": 14336}),
+        ("ffn_hidden_size (14330)", "tp (4)", "3582.50"),
+    ),
+    Case(
+        "shared_expert_ffn_divisible_by_tp",
+        Change(base=MIXTRAL, model={"moe_shared_expert_size": 2050}, plan={"tp": 4}),
+        Change(base=MIXTRAL, model={"moe_shared_expert_size": 2048}, plan={"tp": 4}),
+        ("moe_shared_expert_size (2050)", "tp (4)"),
+    ),
+    Case(
+        "ep_needs_moe",
+        Change(plan={"ep": 2}),
+        Change(base=MIXTRAL, plan={"ep": 2}),
+        ("ep (2)", "num_experts (0)"),
+    ),
+    Case(
+        "experts_divisible_by_ep",
+        Change(base=MIXTRAL, plan={"ep": 3}),
+        Change(base=MIXTRAL, plan={"ep": 4}),
+        ("num_experts (8)", "ep (3)"),
+    ),
+    Case(
+        "expert_ffn_divisible_by_etp",
+        Change(base=MIXTRAL, model={"moe_ffn_hidden_size": 1406}, plan={"etp": 4}),
+        Change(base=MIXTRAL, model={"moe_ffn_hidden_size": 1406}, plan={"etp": 2}),
+        ("(1406)", "etp (4)"),
+    ),
+    Case(
+        "expert_grid_divides_world",
+        # one stage holds tp·cp·dp = 16 ranks; etp·ep = 32 cannot fold into it
+        Change(base=MIXTRAL, plan={"ep": 8, "etp": 4}),
+        Change(base=MIXTRAL, plan={"ep": 8, "etp": 2}),
+        ("etp (4)", "ep (8)", "= 16", "world (64)"),
+    ),
+    Case(
+        "layers_divisible_by_pp",
+        Change(model={"num_layers": 30}),
+        Change(model={"num_layers": 30}, plan={"pp": 2, "dp": 16}),
+        ("num_layers (30)", "pp (4)", "7.50"),
+    ),
+    Case(
+        "layers_per_stage_divisible_by_vpp",
+        Change(plan={"vpp": 3}),
+        Change(plan={"vpp": 4}),
+        ("num_layers (32)", "pp (4)", "= 8", "vpp (3)"),
+    ),
+    Case(
+        "schedule_matches_vpp",
+        Change(plan={"schedule": "1f1b"}),
+        Change(plan={"schedule": "1f1b", "vpp": 1}),
+        ("'1f1b'", "vpp (2)"),
+    ),
+    Case(
+        "interleaved_needs_pp_gt_1",
+        Change(plan={"pp": 1, "dp": 32}),
+        Change(plan={"pp": 2, "dp": 16}),
+        ("vpp (2)", "pp (1)"),
+    ),
+    Case(
+        "global_batch_divisible_by_mbs_dp",
+        Change(job={"global_batch_size": 250}),
+        Change(job={"global_batch_size": 224}),
+        ("global_batch_size (250)", "micro_batch_size (1)", "dp (8)", "31.25"),
+    ),
+    Case(
+        "interleaved_needs_microbatches_multiple_of_pp",
+        Change(job={"global_batch_size": 48}),  # m = 6
+        Change(job={"global_batch_size": 64}),  # m = 8
+        ("global_batch_size (48)", "micro_batch_size (1)", "dp (8)", "= 6", "pp (4)"),
+    ),
+    Case(
+        "seq_divisible_by_2cp",
+        Change(job={"seq_length": 4098}, plan={"cp": 2, "dp": 4}),
+        Change(plan={"cp": 2, "dp": 4}),
+        ("seq_length (4098)", "cp (2)", "= 4"),
+    ),
+    Case(
+        "sequence_parallel_needs_tp",
+        Change(plan={"tp": 1, "dp": 16, "tp_comm_overlap": False}),
+        Change(plan={"tp": 1, "dp": 16, "tp_comm_overlap": False, "sequence_parallel": False}),
+        ("sequence_parallel (True)", "tp (1)"),
+    ),
+    Case(
+        "sequence_parallel_seq_divisible_by_tp",
+        Change(job={"seq_length": 4100}, plan={"tp": 8, "dp": 2}),
+        Change(job={"seq_length": 4104}, plan={"tp": 8, "dp": 2}),
+        ("seq_length (4100)", "cp (1)", "tp (8)"),
+    ),
+    Case(
+        "tp_comm_overlap_needs_sequence_parallel",
+        Change(plan={"sequence_parallel": False}),
+        Change(plan={"tp_comm_overlap": False, "sequence_parallel": False}),
+        ("tp_comm_overlap (True)", "sequence_parallel (False)"),
+    ),
+    Case(
+        "overlap_param_gather_needs_distributed_optimizer",
+        Change(plan={"distributed_optimizer": False}),
+        Change(plan={"distributed_optimizer": False, "overlap_param_gather": False}),
+        ("overlap_param_gather (True)", "distributed_optimizer (False)"),
+    ),
+    Case(
+        "overlap_param_gather_needs_overlap_grad_reduce",
+        Change(plan={"overlap_grad_reduce": False}),
+        Change(plan={"overlap_grad_reduce": False, "overlap_param_gather": False}),
+        ("overlap_param_gather (True)", "overlap_grad_reduce (False)"),
+    ),
+    Case(
+        "recompute_num_layers_needs_full",
+        Change(plan={"recompute": "selective", "recompute_num_layers": 2}),
+        Change(plan={"recompute": "full", "recompute_num_layers": 2}),
+        ("recompute_num_layers (2)", "'selective'"),
+    ),
+    Case(
+        "recompute_num_layers_within_chunk",
+        # 32 layers / (pp 4 · vpp 2) = 4 layers per chunk
+        Change(plan={"recompute": "full", "recompute_num_layers": 5}),
+        Change(plan={"recompute": "full", "recompute_num_layers": 4}),
+        ("recompute_num_layers (5)", "num_layers (32)", "pp (4)", "vpp (2)", "= 4"),
+    ),
+    Case(
+        "max_position_covers_seq_length",
+        Change(model={"position_embedding": "learned", "max_position_embeddings": 2048}),
+        # rope has no position table, so the limit does not bind
+        Change(model={"position_embedding": "rope", "max_position_embeddings": 2048}),
+        ("seq_length (4096)", "max_position_embeddings (2048)"),
+    ),
+]
+
+
+def test_cases_cover_every_rule() -> None:
+    assert sorted(c.rule for c in CASES) == sorted(rule_ids())
+
+
+def test_rule_ids_are_unique_snake_case_and_match_functions() -> None:
+    ids = rule_ids()
+    assert len(set(ids)) == len(ids) == len(RULES)
+    assert all(re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", i) for i in ids)
+    assert all(rule_by_id(i) is r for i, r in zip(ids, RULES, strict=True))
+
+
+def test_rule_by_id_miss_lists_the_ids() -> None:
+    with pytest.raises(SpecError, match="heads_divisible_by_tp"):
+        rule_by_id("heads_divisible_by_pp")
+
+
+@pytest.mark.parametrize("model", [LLAMA, MIXTRAL.replace(moe_shared_expert_size=2048)])
+def test_valid_plan_has_no_violations(model: ModelSpec) -> None:
+    assert check_plan(model, CLUSTER, JOB, PLAN) == []
+    require_valid_plan(model, CLUSTER, JOB, PLAN)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.rule)
+def test_rule_rejects(case: Case) -> None:
+    specs = case.reject.specs()
+    violation = rule_by_id(case.rule)(*specs)
+    assert isinstance(violation, Violation)
+    assert violation.rule == case.rule
+    for operand in case.operands:
+        assert operand in violation.message, operand
+    assert case.rule in {v.rule for v in check_plan(*specs)}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.rule)
+def test_rule_accepts(case: Case) -> None:
+    specs = case.accept.specs()
+    assert rule_by_id(case.rule)(*specs) is None
+    assert case.rule not in {v.rule for v in check_plan(*specs)}
+
+
+# Fields a fix may name, and which spec carries them.
+_FIX_FIELDS = {
+    **{name: "plan" for name in ("tp", "pp", "vpp", "cp", "ep", "etp", "dp")},
+    "micro_batch_size": "plan",
+    "global_batch_size": "job",
+    "seq_length": "job",
+}
+_FIX = re.compile(r"\b(\w+)(?: in \{([\d, ]+)\}|=(\d+)\b)")
+
+
+def _fixes(message: str) -> list[tuple[str, int]]:
+    found = []
+    for name, listed, single in _FIX.findall(message):
+        if name in _FIX_FIELDS:
+            values = listed.split(", ") if listed else [single]
+            found += [(name, int(v)) for v in values]
+    return found
+
+
+def _apply(specs: Specs, name: str, value: int) -> Specs:
+    model, cluster, job, plan = specs
+    if _FIX_FIELDS[name] == "job":
+        return model, cluster, dataclasses.replace(job, **{name: value}), plan
+    return model, cluster, job, plan.replace(**{name: value})
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.rule)
+def test_every_suggested_value_fixes_the_rule(case: Case) -> None:
+    specs = case.reject.specs()
+    violation = rule_by_id(case.rule)(*specs)
+    assert violation is not None
+    for name, value in _fixes(violation.message):
+        assert rule_by_id(case.rule)(*_apply(specs, name, value)) is None, (name, value)
+
+
+@pytest.mark.parametrize(
+    ("change", "rule", "expected"),
+    [
+        # 30 layers on 60 GPUs: the divisors of gcd(30, 60) closest to 4
+        (
+            Change(model={"num_layers": 30}, cluster={"num_gpus": 60}),
+            "layers_divisible_by_pp",
+            "try pp in {1, 2, 3, 5, 6}",
+        ),
+        (
+            Change(plan={"tp": 3}, cluster={"num_gpus": 8}),
+            "heads_divisible_by_tp",
+            "try tp in {1, 2, 4, 8}",
+        ),
+        (
+            Change(cluster={"num_gpus": 60}),
+            "world_size_matches",
+            "tp·pp·cp = 8 does not divide 60",
+        ),
+        (
+            Change(job={"global_batch_size": 4}),
+            "global_batch_divisible_by_mbs_dp",
+            "no whole microbatch",
+        ),
+        (Change(plan={"vpp": 1}), "schedule_matches_vpp", "needs vpp > 1"),
+    ],
+)
+def test_message_details(change: Change, rule: str, expected: str) -> None:
+    violation = rule_by_id(rule)(*change.specs())
+    assert violation is not None
+    assert expected in violation.message
+
+
+def test_one_f_one_b_accepts_fewer_microbatches_than_stages() -> None:
+    # Megatron's non-interleaved 1F1B runs with m < pp (all warmup), so no rule fires.
+    specs = Change(plan={"vpp": 1, "schedule": "1f1b"}, job={"global_batch_size": 16}).specs()
+    assert check_plan(*specs) == []
+
+
+def test_require_valid_plan_lists_every_violation() -> None:
+    model, cluster, job, plan = Change(plan={"tp": 3, "vpp": 3}).specs()
+    with pytest.raises(SpecError) as info:
+        require_valid_plan(model, cluster, job, plan)
+    text = str(info.value)
+    assert "heads_divisible_by_tp" in text and "layers_per_stage_divisible_by_vpp" in text
+
+
+# ---- property: check_plan never raises, and [] means the layout tiles the world ---------
+
+
+def _rarely(draw: st.DrawFn, usual: Any, odd: Any) -> Any:
+    """``usual`` seven times in eight, else ``odd``: each field is rarely inconsistent, so
+    a fair share of the drawn plans pass every rule."""
+    return odd if draw(st.integers(0, 7)) == 0 else usual
+
+
+@st.composite
+def bundles(draw: st.DrawFn) -> Specs:
+    """Bounded random specs, mostly consistent, each field sometimes off."""
+    tp, pp = draw(st.sampled_from([1, 2, 3, 4])), draw(st.sampled_from([1, 2, 3, 4]))
+    vpp, cp = draw(st.sampled_from([1, 1, 2, 3])), draw(st.sampled_from([1, 1, 2, 3]))
+    dp, mbs = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+    heads = tp * draw(st.integers(1, 4)) + _rarely(draw, 0, 1)
+    experts = draw(st.sampled_from([0, 0, 4, 6, 8]))
+    model = ModelSpec(
+        name="random",
+        num_layers=pp * vpp * draw(st.integers(1, 3)) + _rarely(draw, 0, 1),
+        hidden_size=heads * 8,
+        num_attention_heads=heads,
+        num_query_groups=draw(st.sampled_from([None, 1, heads])),
+        ffn_hidden_size=8 * tp * draw(st.integers(1, 8)) + _rarely(draw, 0, 1),
+        vocab_size=1000,
+        position_embedding=draw(st.sampled_from(["rope", "learned"])),
+        max_position_embeddings=_rarely(draw, 1024, 64),
+        num_experts=experts,
+        moe_top_k=min(2, experts) if experts else 2,
+        moe_ffn_hidden_size=draw(st.sampled_from([None, 48, 48, 50])),
+        moe_shared_expert_size=draw(st.sampled_from([0, 96, 96, 97])),
+        moe_layer_freq=draw(st.sampled_from([1, 2])),
+    )
+    job = TrainingJob(
+        seq_length=2 * cp * tp * draw(st.integers(4, 24)) + _rarely(draw, 0, 2),
+        global_batch_size=mbs * dp * pp * draw(st.integers(1, 4)) + _rarely(draw, 0, 1),
+    )
+    num_gpus = tp * pp * cp * dp + _rarely(draw, 0, 1)
+    interleaved = _rarely(draw, vpp > 1, vpp == 1)
+    sequence_parallel = _rarely(draw, tp > 1 and draw(st.booleans()), tp == 1)
+    distributed_optimizer, overlap_grad_reduce = draw(st.booleans()), draw(st.booleans())
+    plan = ParallelPlan(
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=cp,
+        dp=dp,
+        ep=draw(st.sampled_from([1, 2, 4])) if experts else _rarely(draw, 1, 2),
+        etp=draw(st.sampled_from([None, 1, 2])),
+        micro_batch_size=mbs,
+        schedule="interleaved" if interleaved else "1f1b",
+        sequence_parallel=sequence_parallel,
+        tp_comm_overlap=_rarely(draw, sequence_parallel and draw(st.booleans()), True),
+        distributed_optimizer=distributed_optimizer,
+        overlap_grad_reduce=overlap_grad_reduce,
+        overlap_param_gather=_rarely(draw, distributed_optimizer and overlap_grad_reduce, True),
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        recompute_num_layers=_rarely(draw, None, draw(st.sampled_from([1, 5]))),
+    )
+    return model, ClusterSpec(hardware="h100-sxm-80gb", num_gpus=num_gpus), job, plan
+
+
+_LAYOUT_AXES = ("tp", "cp", "dp", "pp", "dp-cp", "tp-cp", "tp-dp-cp", "tp-pp", "ep", "etp", "edp")
+
+
+@settings(max_examples=200, deadline=None)
+@given(bundles())
+def test_check_plan_never_raises_and_valid_plans_tile_the_world(specs: Specs) -> None:
+    violations = check_plan(*specs)
+    assert {v.rule for v in violations} <= set(rule_ids())
+    assert all(v.message for v in violations)
+    if violations:
+        return
+    _, cluster, _, plan = specs
+    layout = RankLayout.from_plan(plan, world_size=cluster.num_gpus)
+    for axes in _LAYOUT_AXES:
+        groups = layout.groups(axes)
+        assert sorted(r for g in groups for r in g) == list(range(cluster.num_gpus))
+        assert {len(g) for g in groups} == {layout.group_size(axes)}
+
+
+def test_random_bundles_reach_valid_plans() -> None:
+    # Guards the property above against a strategy that never yields a valid plan.
+    model, cluster, job, plan = find(bundles(), lambda specs: not check_plan(*specs))
+    assert check_plan(model, cluster, job, plan) == []
