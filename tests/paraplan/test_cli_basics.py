@@ -1,0 +1,108 @@
+"""The command line's `models` and `check` subcommands and its error paths."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paraplan.cli import main
+from specs.presets import preset_names
+
+CHECK = [
+    "check",
+    "--model",
+    "llama3-8b",
+    "--num-gpus",
+    "16",
+    "--seq-len",
+    "8192",
+    "--global-batch",
+    "64",
+]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_models_json_lists_every_preset(capsys) -> None:
+    code, out, _ = run_cli(capsys, "models", "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert [r["name"] for r in rows] == preset_names()
+    by_name = {r["name"]: r for r in rows}
+    # published: Llama 3 8B has 8.03e9 parameters; Mixtral 8x7B 46.7e9 total, 12.9e9 active
+    assert by_name["llama3-8b"]["params_total"] == pytest.approx(8.03e9, rel=0.005)
+    assert by_name["mixtral-8x7b"]["params_active"] == pytest.approx(12.88e9, rel=0.005)
+    assert {"name", "params_total", "params_active", "num_layers"} <= set(rows[0])
+
+
+def test_models_table(capsys) -> None:
+    code, out, _ = run_cli(capsys, "models")
+    assert code == 0 and "llama3.1-405b" in out and "deepseek-v3" in out
+
+
+def test_check_valid_plan(capsys) -> None:
+    code, out, _ = run_cli(capsys, *CHECK, "--tp", "4", "--pp", "2", "--sp", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["valid"] is True and result["violations"] == []
+
+
+def test_check_invalid_plan_lists_rules(capsys) -> None:
+    code, out, _ = run_cli(capsys, *CHECK, "--tp", "3", "--pp", "5", "--json")
+    result = json.loads(out)
+    rules = {v["rule"] for v in result["violations"]}
+    assert code == 1 and result["valid"] is False
+    assert {"heads_divisible_by_tp", "world_size_matches"} <= rules
+    assert all(v["message"] for v in result["violations"])
+
+
+def test_check_readable_output(capsys) -> None:
+    code, out, _ = run_cli(capsys, *CHECK, "--tp", "4", "--vpp", "2")
+    assert code == 1
+    assert out.startswith("invalid plan") and "[interleaved_needs_pp_gt_1]" in out
+    code, out, _ = run_cli(capsys, *CHECK, "--tp", "8")
+    assert code == 0 and out.startswith("valid:")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["check", "--model", "llama9-1b", *CHECK[3:]], "unknown model preset 'llama9-1b'"),
+        ([*CHECK, "--tp", "-2"], "tp must be a positive integer"),
+        ([*CHECK[:-2], "--global-batch", "0"], "global_batch_size must be a positive integer"),
+        ([*CHECK, "--tp", "two"], "invalid int value"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], needle: str) -> None:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_malformed_model_json_is_exit_2(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "model.json"
+    bad.write_text('{"num_layers": 2,')
+    code, _, err = run_cli(capsys, "check", "--model", str(bad), *CHECK[3:])
+    assert code == 2 and "malformed JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_python_dash_m_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "paraplan", "check", "--model", "nope", *CHECK[3:]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("paraplan check: error: unknown model preset 'nope'")
