@@ -1,0 +1,293 @@
+"""Accessors: peaks, GEMM efficiency, attention, memory bandwidth and collective fits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiles.lookup import (
+    attention_tflops,
+    bus_factor,
+    collective_fit,
+    collective_time_s,
+    gemm_efficiency,
+    gpus_per_node,
+    memory_bandwidth_Bps,
+    peak_flops,
+)
+from profiles.schema import (
+    CollectiveFit,
+    CommunicationProfile,
+    ComputeProfile,
+    DeviceSpec,
+    EfficiencyPoint,
+    HardwareProfile,
+    Provenance,
+    Topology,
+)
+from profiles.store import load_profile, stored_profile_names
+from specs.errors import SpecError
+
+STORED = stored_profile_names()
+PROFILES = {name: load_profile(name) for name in STORED}
+H100 = PROFILES["h100-sxm-80gb"]
+A100 = PROFILES["a100-sxm-80gb"]
+
+# bf16 MAMF / dense peak, hardware.md §2a [S1].
+MAMF_FRACTION = {
+    "a100-sxm-80gb": 271.2 / 312,
+    "h100-sxm-80gb": 794.5 / 989.4,
+    "h200-sxm-141gb": 794.5 / 989,
+    "b200": 1745.0 / 2250,
+    "mi300x": 668.4 / 1307.4,
+}
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def test_peak_flops_is_tflops_times_1e12() -> None:
+    assert peak_flops(H100, "bf16") == pytest.approx(989.4e12)  # [S4][S5]
+    assert peak_flops(A100, "fp32") == pytest.approx(19.5e12)  # [S1][S2]
+
+
+def test_fp8_on_a100_names_the_dtypes_it_has() -> None:
+    with pytest.raises(SpecError) as info:
+        peak_flops(A100, "fp8")
+    assert "bf16, fp16, fp32" in str(info.value)
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_large_square_gemm_reaches_the_mamf_fraction(name: str) -> None:
+    efficiency = gemm_efficiency(PROFILES[name], 16384, 16384, 16384, "bf16")
+    assert efficiency == pytest.approx(MAMF_FRACTION[name], abs=1e-4)
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_small_gemms_are_much_less_efficient(name: str) -> None:
+    profile = PROFILES[name]
+    assert gemm_efficiency(profile, 64, 64, 64, "bf16") < 0.01
+    assert gemm_efficiency(profile, 1024, 1024, 1024, "bf16") < 0.8 * MAMF_FRACTION[name]
+
+
+dims = st.integers(min_value=1, max_value=2**14).map(lambda x: 32 * x)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    name=st.sampled_from(STORED),
+    dtype=st.sampled_from(["bf16", "fp16", "fp32"]),
+    m=dims,
+    n=dims,
+    k=dims,
+    grow=st.integers(min_value=1, max_value=64),
+)
+def test_efficiency_monotone_in_size_and_bounded(name, dtype, m, n, k, grow) -> None:
+    profile = PROFILES[name]
+    small = gemm_efficiency(profile, m, n, k, dtype)
+    large = gemm_efficiency(profile, m * grow, n, k, dtype)
+    assert 0.0 < small <= large + 1e-12
+    assert large <= MAMF_FRACTION[name] + 1e-4
+
+
+def test_misaligned_gemm_is_slower_by_the_sourced_ratio() -> None:
+    # H100 SwiGLU h=4096: d_ff 10922 ran at 272.7 TFLOP/s, 10944 at 398.4, 10848 at 395.6 [S24]
+    aligned = gemm_efficiency(H100, 8192, 10944, 4096, "bf16")
+    misaligned = gemm_efficiency(H100, 8192, 10922, 4096, "bf16")
+    assert misaligned < aligned
+    assert misaligned / aligned == pytest.approx(272.7 / 398.4, abs=1e-3)
+    assert gemm_efficiency(H100, 8192, 10848, 4096, "bf16") == pytest.approx(aligned, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "measured_tflops", "tolerance"),
+    [
+        # B200 cuBLAS bf16 via PyTorch 2.8 [S23]; the curve is optimistic for short GEMMs.
+        (2048, 2048, 2048, 1006, 0.30),
+        (4096, 4096, 4096, 1532, 0.10),
+        (4096, 8192, 8192, 1652, 0.06),
+        (8192, 8192, 8192, 1610, 0.10),
+    ],
+)
+def test_b200_curve_against_published_cublas_timings(m, n, k, measured_tflops, tolerance) -> None:
+    predicted = gemm_efficiency(PROFILES["b200"], m, n, k, "bf16") * 2250
+    assert predicted == pytest.approx(measured_tflops, rel=tolerance)
+
+
+def test_gemm_rejects_bad_dims_and_dtypes() -> None:
+    with pytest.raises(SpecError, match="m must be a positive integer"):
+        gemm_efficiency(H100, 0, 8, 8, "bf16")
+    with pytest.raises(SpecError, match="no fp8 GEMM efficiency curve"):
+        gemm_efficiency(A100, 8, 8, 8, "fp8")
+
+
+def test_h100_attention_endpoints_equal_the_fa3_charts() -> None:
+    # FA3 paper charts, H100 SXM5, d=128: causal forward 292 -> 616, backward 316 -> 561 [S27]
+    assert attention_tflops(H100, "forward", 512, 128, "bf16") == pytest.approx(292.0)
+    assert attention_tflops(H100, "forward", 16384, 128, "bf16") == pytest.approx(616.0)
+    assert attention_tflops(H100, "backward", 512, 128, "bf16") == pytest.approx(316.0)
+    assert attention_tflops(H100, "backward", 16384, 128, "bf16") == pytest.approx(561.0)
+    assert attention_tflops(H100, "forward", 16384, 64, "fp16") == pytest.approx(473.0)
+
+
+def test_a100_attention_spans_the_fa2_range() -> None:
+    # FA2 reaches 50-73% of the 312 TFLOP/s peak over seq 512-16k [S25]
+    assert attention_tflops(A100, "forward", 512, 128, "bf16") == pytest.approx(
+        0.50 * 312, abs=0.05
+    )
+    assert attention_tflops(A100, "backward", 16384, 64, "bf16") == pytest.approx(
+        0.73 * 312, abs=0.05
+    )
+
+
+@pytest.mark.parametrize("name", STORED)
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_attention_rises_with_seq_len_and_holds_outside(name: str, direction: str) -> None:
+    profile = PROFILES[name]
+    values = [attention_tflops(profile, direction, s, 128, "bf16") for s in (256, 512, 3000, 8192)]
+    assert values == sorted(values)
+    assert values[0] == values[1]  # held below the first benchmarked length
+    held = attention_tflops(profile, direction, 10**6, 128, "bf16")
+    assert held == attention_tflops(profile, direction, 16384, 128, "bf16")
+    assert held < profile.device.peak_tflops["bf16"] * MAMF_FRACTION[name]
+
+
+def test_attention_uses_the_nearest_head_dim() -> None:
+    # 96 is nearer 128 than 64 in log2; 200 is nearer 256.
+    assert attention_tflops(H100, "forward", 4096, 96, "bf16") == attention_tflops(
+        H100, "forward", 4096, 128, "bf16"
+    )
+    assert attention_tflops(H100, "forward", 4096, 200, "bf16") == attention_tflops(
+        H100, "forward", 4096, 256, "bf16"
+    )
+
+
+def test_attention_errors_name_what_exists() -> None:
+    with pytest.raises(SpecError, match="forward/bf16"):
+        attention_tflops(H100, "forward", 4096, 128, "fp8")
+    with pytest.raises(SpecError, match="'forward' or 'backward'"):
+        attention_tflops(H100, "sideways", 4096, 128, "bf16")
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_memory_bandwidth_is_90_percent_of_hbm(name: str) -> None:
+    # Calculon's HBM efficiency at >= 100 MB [S48]
+    profile = PROFILES[name]
+    assert memory_bandwidth_Bps(profile) == pytest.approx(0.9 * profile.device.hbm_GBps * 1e9)
+    assert gpus_per_node(profile) == 8
+
+
+@pytest.mark.parametrize("name", STORED)
+@pytest.mark.parametrize("placement", ["intra", "inter"])
+def test_collective_fits_stored_for_2_to_8(name: str, placement: str) -> None:
+    fits = PROFILES[name].communication.fits
+    for op in COLLECTIVES:
+        sizes = {f.group_size for f in fits if f.op == op and f.placement == placement}
+        assert set(range(2, 9)) <= sizes, (op, placement)
+    assert any(f.op == "send_recv" and f.placement == placement for f in fits)
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_inter_node_is_slower_than_intra_node(name: str) -> None:
+    profile = PROFILES[name]
+    for op in COLLECTIVES:
+        intra = collective_fit(profile, op, 8, "intra")
+        inter = collective_fit(profile, op, 8, "inter")
+        assert inter.busbw_GBps < intra.busbw_GBps
+        assert inter.latency_s > intra.latency_s
+
+
+def test_sourced_bandwidths() -> None:
+    assert collective_fit(H100, "all_reduce", 8, "intra").busbw_GBps == 480.0  # NVLS [S37]
+    assert collective_fit(H100, "all_reduce", 8, "intra").algorithm == "nvls"
+    assert collective_fit(H100, "all_reduce", 2, "intra").busbw_GBps == 370.0  # ring [S30]
+    assert collective_fit(H100, "reduce_scatter", 8, "intra").busbw_GBps == 360.0  # [S38]
+    assert collective_fit(H100, "all_gather", 64, "inter").busbw_GBps == 48.0  # CX-7 [S33]
+    assert collective_fit(A100, "all_reduce", 8, "intra").busbw_GBps == 234.89  # [S6]
+    assert collective_fit(A100, "all_reduce", 16, "inter").busbw_GBps == 24.0  # 192/8 [S21]
+    mi300x = PROFILES["mi300x"]
+    assert collective_fit(mi300x, "all_reduce", 2, "intra").busbw_GBps == 47.7  # [S6]
+    assert collective_fit(mi300x, "all_reduce", 8, "intra").busbw_GBps == 312.9  # [S6]
+    # 8xA100 nccl-tests all_reduce at 32 KiB took 43.83 us [S6]
+    assert collective_fit(A100, "all_reduce", 8, "intra").latency_s == pytest.approx(43.83e-6)
+
+
+def test_group_size_between_stored_sizes_interpolates_in_log2() -> None:
+    lo = collective_fit(H100, "all_reduce", 8, "inter")
+    hi = collective_fit(H100, "all_reduce", 16, "inter")
+    mid = collective_fit(H100, "all_reduce", 11, "inter")
+    t = math.log2(11 / 8)
+    assert mid.group_size == 11
+    assert mid.latency_s == pytest.approx(lo.latency_s + t * (hi.latency_s - lo.latency_s))
+    assert lo.latency_s < mid.latency_s < hi.latency_s
+
+
+def test_group_size_beyond_stored_range_uses_the_largest() -> None:
+    largest = collective_fit(H100, "all_reduce", 1024, "inter")
+    beyond = collective_fit(H100, "all_reduce", 4096, "inter")
+    assert (beyond.latency_s, beyond.busbw_GBps, beyond.group_size) == (
+        largest.latency_s,
+        largest.busbw_GBps,
+        4096,
+    )
+
+
+def test_collective_lookup_errors() -> None:
+    with pytest.raises(SpecError, match="does not fit in one scale-up domain of 8"):
+        collective_fit(H100, "all_reduce", 16, "intra")
+    with pytest.raises(SpecError, match="unknown collective 'broadcast'"):
+        collective_fit(H100, "broadcast", 4, "intra")
+    with pytest.raises(SpecError, match="between 2 ranks"):
+        collective_fit(H100, "send_recv", 4, "inter")
+    with pytest.raises(SpecError, match="placement must be"):
+        collective_fit(H100, "all_reduce", 4, "rack")
+
+
+def test_single_node_profile_has_no_inter_fits() -> None:
+    fit = CollectiveFit(
+        op="all_reduce", group_size=2, placement="intra", latency_s=1e-4, busbw_GBps=2.0
+    )
+    cpu = HardwareProfile(
+        name="cpu",
+        device=DeviceSpec(
+            name="cpu", vendor="x", kind="cpu", peak_tflops={"fp32": 0.1}, memory_gib=8, hbm_GBps=10
+        ),
+        compute=ComputeProfile(
+            gemm_efficiency={"fp32": (EfficiencyPoint(gflop=1.0, efficiency=1.0),)},
+            gemm_alignment_elements=1,
+            gemm_misaligned_factor=1.0,
+            memory_bandwidth_efficiency=1.0,
+        ),
+        communication=CommunicationProfile(backend="gloo", fits=(fit,)),
+        topology=Topology(
+            gpus_per_node=2, scale_up_domain=2, scale_up_fabric="host_memory", nics_per_node=0
+        ),
+        provenance=Provenance(method="measured", date="2026-11-29", command="paraplan profile"),
+    )
+    assert collective_fit(cpu, "all_reduce", 2, "intra") == fit
+    with pytest.raises(SpecError, match="single-node profile has no inter fits"):
+        collective_fit(cpu, "all_reduce", 2, "inter")
+    # On a peak taken from the best measured GEMM, large GEMMs run at 100%.
+    assert gemm_efficiency(cpu, 2048, 2048, 2048, "fp32") == 1.0
+    assert gemm_efficiency(cpu, 100, 100, 50, "fp32") == pytest.approx(1e-3)
+
+
+def test_bus_factors_follow_nccl_tests() -> None:
+    # nccl-tests PERFORMANCE.md [S29]
+    assert bus_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_factor("all_gather", 8) == pytest.approx(0.875)
+    assert bus_factor("all_to_all", 4) == pytest.approx(0.75)
+    assert bus_factor("send_recv", 2) == 1.0
+    with pytest.raises(SpecError, match="group_size must be >= 2"):
+        bus_factor("all_reduce", 1)
+
+
+def test_collective_time_is_alpha_plus_bytes_over_busbw() -> None:
+    fit = CollectiveFit(
+        op="all_reduce", group_size=8, placement="intra", latency_s=10e-6, busbw_GBps=100.0
+    )
+    assert collective_time_s(fit, 0) == pytest.approx(10e-6)
+    assert collective_time_s(fit, 1e9) == pytest.approx(10e-6 + 1e9 * 1.75 / 100e9)
+    with pytest.raises(SpecError, match="size_bytes must be >= 0"):
+        collective_time_s(fit, -1)
