@@ -196,8 +196,17 @@ class ComputeProfile:
     memory_bandwidth_efficiency: float
     """Fraction of `DeviceSpec.hbm_GBps` that memory-bound kernels (norms, activations,
     optimizer steps) achieve on large tensors."""
+    op_overhead_s: float = 0.0
+    """Fixed host-side time per operator launch (framework dispatch, kernel launch) that
+    is not hidden behind device work. Near zero for GPU profiles, where launches run
+    ahead of the device; measured by `paraplan profile` on CPU, where it dominates small
+    operators."""
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.op_overhead_s < 1.0:
+            raise SpecError(
+                f"ComputeProfile.op_overhead_s must be in [0, 1) seconds, got {self.op_overhead_s}"
+            )
         for dtype, points in self.gemm_efficiency.items():
             _check_gemm_curve(dtype, points)
         require_positive(self, "gemm_alignment_elements")
