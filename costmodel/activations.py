@@ -1,0 +1,334 @@
+"""Activation memory per rank: per layer, per model chunk and per pipeline stage.
+
+Per-layer bytes generalise Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models", arXiv 2205.05198, Table 2 and §4): for a multi-head attention
+layer with F = 4h, SP and selective recompute it is 34·s·b·h/t bytes, without SP
+s·b·h·(10 + 24/t). The generalisations:
+
+- GQA: Q is s·b·q and K, V are s·b·kv elements (q = a·d, kv = g·d), not s·b·h each; with
+  tp > g every rank keeps one replicated K/V head.
+- SwiGLU: the first MLP GEMM has two outputs (gate and up), so the MLP keeps 2·s·b·F more.
+- MoE: each token's top-k rows are dispatched to the experts; the experts keep their input
+  rows and inner activations (split by expert TP), the combine keeps the expert outputs
+  (``top_k·tokens·h``, the dispatch buffer), the router keeps fp32 logits and probabilities.
+- MLA: the q and kv latents (before and after their norms) replace the QKV input width.
+- CP divides the sequence of every token-linear term; attention scores are s/cp x s.
+- Attention kernel: ``flash`` (fused attention, Megatron's default through Transformer
+  Engine) keeps only fp32 log-sum-exp statistics (4·b·a·s/(t·cp) bytes) besides Q, K, V
+  and the output; ``materialized`` keeps Table 2's 5·a·s²·b term (softmax output, dropout
+  mask and dropout output). Selective recompute drops exactly that core-attention part.
+- Full recompute keeps only each checkpoint's input (2·s·b·h, /t with SP) and rebuilds one
+  checkpoint at a time in the backward pass; that rebuilt group is the recompute working
+  set, counted once per stage. Selective recompute likewise rebuilds one layer's core
+  attention at a time.
+
+Table 2 keeps two 1-byte dropout masks per layer (attention and MLP output); they are kept
+here too, a margin of 2·s·b·h per layer for models trained without dropout.
+
+Units: bytes per rank. ``e`` is the activation element size (2 for bf16/fp8, 4 for fp32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from costmodel.schedules import (
+    layer_range,
+    warmup_microbatches_1f1b,
+    warmup_microbatches_interleaved,
+)
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import mla_head_dims, padded_vocab_size
+from specs.plan import ParallelPlan
+
+AttentionKernel = Literal["flash", "materialized"]
+
+TOKEN_ID_BYTES = 8
+"""Token ids are int64 (Megatron's estimator: 8·s·b for the embedding input)."""
+FP32_BYTES = 4
+MASK_BYTES = 1
+
+
+def activation_element_bytes(job: TrainingJob) -> int:
+    """Bytes of one stored activation: 2 for bf16 and fp8 runs (fp8 GEMMs still keep bf16
+    layer outputs), 4 for fp32 runs."""
+    return 4 if job.precision == "fp32" else 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Shard:
+    """The activation shape one rank sees for one microbatch."""
+
+    tokens: float
+    """b·s/cp: tokens of the microbatch on this CP rank."""
+    seq_length: int
+    """Full sequence s (keys each query attends to)."""
+    tp: int
+    """Divisor of TP-sharded activations."""
+    sp: int
+    """Divisor of activations outside TP regions: tp with sequence parallelism, else 1."""
+    element_bytes: int
+    """Bytes per stored activation element."""
+
+
+def _shard(job: TrainingJob, plan: ParallelPlan) -> _Shard:
+    return _Shard(
+        tokens=plan.micro_batch_size * job.seq_length / plan.cp,
+        seq_length=job.seq_length,
+        tp=plan.tp,
+        sp=plan.tp if plan.sequence_parallel else 1,
+        element_bytes=activation_element_bytes(job),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerActivations:
+    """Bytes one layer keeps for one microbatch on one rank."""
+
+    full_bytes: float
+    """Everything the backward pass needs when nothing is recomputed."""
+    core_attention_bytes: float
+    """The part selective recompute drops: softmax statistics (flash) or scores (materialized)."""
+    input_bytes: float
+    """The layer input: all a full-recompute checkpoint keeps."""
+
+    @property
+    def selective_bytes(self) -> float:
+        """Kept with selective (core-attention) recompute."""
+        return self.full_bytes - self.core_attention_bytes
+
+
+def _attention_bytes(model: ModelSpec, x: _Shard) -> float:
+    """Attention block without the core-attention scores: norm and projection inputs,
+    Q, K, V, the output-projection input and the dropout mask."""
+    e, t, n = x.element_bytes, x.tp, x.tokens
+    h, a = model.hidden_size, model.num_attention_heads
+    outside = 2 * e * n * h / x.sp + MASK_BYTES * n * h / x.sp  # norm input, QKV input, mask
+    if model.uses_mla:
+        d_qk, d_rope, d_v = mla_head_dims(model)
+        q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
+        latents = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
+        heads = e * n * a * (2 * (d_qk + d_rope) + 2 * d_v) / t  # Q, K, V, output
+        return outside + latents + heads
+    q, g = a * model.head_dim, model.query_groups
+    # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
+    kv_per_rank = g * model.head_dim / min(t, g)
+    return outside + e * n * (2 * q / t + 2 * kv_per_rank)  # Q, K, V, output-projection input
+
+
+def _core_attention_bytes(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> float:
+    """What the attention core keeps beyond Q, K, V and its output."""
+    heads_per_rank = model.num_attention_heads / x.tp
+    if kernel == "flash":
+        return FP32_BYTES * x.tokens * heads_per_rank
+    scores = x.tokens * x.seq_length * heads_per_rank
+    return (2 * x.element_bytes + MASK_BYTES) * scores
+
+
+def _mlp_bytes(model: ModelSpec, x: _Shard, ffn: int, rows: float, tp: int) -> float:
+    """One MLP's inner activations for ``rows`` token rows: first-GEMM output(s) and the
+    activation output, split over ``tp``."""
+    up = 2 if model.activation == "swiglu" else 1
+    return x.element_bytes * rows * (up + 1) * ffn / tp
+
+
+def _moe_bytes(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> float:
+    """Router, shared expert(s), routed experts and the dispatch (combine) buffer."""
+    e, h = x.element_bytes, model.hidden_size
+    routed_tokens = x.tokens / x.sp
+    router = 2 * FP32_BYTES * routed_tokens * model.num_experts  # logits and probabilities
+    shared = _mlp_bytes(model, x, model.moe_shared_expert_size, x.tokens, x.tp)
+    rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
+    etp = plan.expert_tp
+    expert_input = e * rows * etp * h  # rows gathered over expert TP
+    experts = expert_input + _mlp_bytes(model, x, model.expert_ffn_hidden_size, rows * etp, etp)
+    dispatch = e * rows * h  # expert outputs kept by the combine (unpermute) for the backward
+    return router + shared + experts + dispatch
+
+
+def layer_activations(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    layer_index: int,
+    *,
+    attention: AttentionKernel = "flash",
+) -> LayerActivations:
+    """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring)."""
+    if not 0 <= layer_index < model.num_layers:
+        raise SpecError(
+            f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
+            f"{model.name!r}; pass a layer of the model"
+        )
+    is_moe = model.moe_layer_mask()[layer_index]
+    return _layer_activations(model, _shard(job, plan), plan, is_moe, attention)
+
+
+def _layer_activations(
+    model: ModelSpec, x: _Shard, plan: ParallelPlan, is_moe: bool, attention: AttentionKernel
+) -> LayerActivations:
+    h, n, e = model.hidden_size, x.tokens, x.element_bytes
+    mlp_outside = 2 * e * n * h / x.sp + MASK_BYTES * n * h / x.sp  # norm input, MLP input, mask
+    if is_moe:
+        mlp = mlp_outside + _moe_bytes(model, x, plan)
+    else:
+        mlp = mlp_outside + _mlp_bytes(model, x, model.ffn_hidden_size, n, x.tp)
+    core = _core_attention_bytes(model, x, attention)
+    return LayerActivations(
+        full_bytes=_attention_bytes(model, x) + core + mlp,
+        core_attention_bytes=core,
+        input_bytes=e * n * h / x.sp,
+    )
+
+
+# ---- recompute ---------------------------------------------------------------------------
+
+
+def checkpoint_groups(plan: ParallelPlan, layers: range) -> tuple[tuple[int, ...], ...]:
+    """Full-recompute checkpoints of one model chunk, each a run of consecutive layers.
+
+    Megatron-LM `--recompute-method`: ``uniform`` checkpoints every group of N =
+    recompute_num_layers consecutive layers (all layers are recomputed); ``block``
+    checkpoints each of the first N layers of the chunk on its own and keeps the rest.
+    recompute_num_layers None means N = 1 for uniform and every layer for block, i.e. each
+    layer its own checkpoint. Empty unless ``plan.recompute == "full"``.
+    """
+    if plan.recompute != "full":
+        return ()
+    n = plan.recompute_num_layers
+    if plan.recompute_method == "block":
+        count = len(layers) if n is None else min(n, len(layers))
+        return tuple((layer,) for layer in layers[:count])
+    size = n or 1
+    return tuple(tuple(layers[i : i + size]) for i in range(0, len(layers), size))
+
+
+def recomputed_layers(model: ModelSpec, plan: ParallelPlan) -> frozenset[int]:
+    """Layers whose whole forward runs twice under full recompute (empty otherwise)."""
+    chosen: set[int] = set()
+    for stage in range(plan.pp):
+        for chunk in range(plan.vpp):
+            layers = layer_range(
+                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
+            )
+            for group in checkpoint_groups(plan, layers):
+                chosen.update(group)
+    return frozenset(chosen)
+
+
+# ---- pipeline: microbatches in flight ----------------------------------------------------
+
+
+def in_flight_chunk_counts(
+    pp: int, vpp: int, pp_rank: int, num_microbatches: int
+) -> tuple[int, ...]:
+    """Per model chunk, the microbatches whose activations stage ``pp_rank`` holds at its peak.
+
+    1F1B: stage r holds min(pp - r, m) microbatches (Megatron warmup min(pp - r - 1, m),
+    plus the one in its first steady forward). Interleaved: warmup
+    2·(pp - r - 1) + (vpp - 1)·pp forwards plus one, at most m·vpp; forward k runs chunk
+    (k // pp) % vpp (Megatron's schedule table, group size pp), so the peak set is the first
+    that-many forwards (megatron-facts.md §3.2, §3.3).
+    """
+    if num_microbatches < 1:
+        raise SpecError(
+            f"num_microbatches must be >= 1, got {num_microbatches}; raise global_batch_size "
+            "to at least micro_batch_size·dp"
+        )
+    if vpp == 1:
+        return (min(warmup_microbatches_1f1b(pp, pp_rank, num_microbatches) + 1, num_microbatches),)
+    warmup = warmup_microbatches_interleaved(pp, vpp, pp_rank, num_microbatches)
+    held = min(warmup + 1, num_microbatches * vpp)
+    counts = [0] * vpp
+    for k in range(held):
+        counts[(k // pp) % vpp] += 1
+    return tuple(counts)
+
+
+# ---- one pipeline stage --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageActivations:
+    """Activation bytes one rank of a pipeline stage holds at its peak."""
+
+    in_flight_microbatches: int
+    """Microbatch-chunks held at the peak (all chunks together)."""
+    layers_bytes: float
+    """Stored layer activations, summed over the in-flight microbatch-chunks."""
+    recompute_working_bytes: float
+    """What the backward rebuilds at once: one checkpoint (full) or one layer's core
+    attention (selective); 0 without recompute."""
+    embedding_bytes: float
+    """First stage: token ids and the embedding dropout mask of each in-flight microbatch."""
+    output_bytes: float
+    """Last stage: final-norm and output-layer inputs, bf16 logits and fp32 softmax of the
+    cross entropy for the in-flight microbatches of the last chunk."""
+
+
+def _chunk_bytes(
+    per_layer: dict[int, LayerActivations], plan: ParallelPlan, layers: range
+) -> tuple[float, float]:
+    """(stored bytes per microbatch, recompute working bytes) of one chunk."""
+    if plan.recompute == "none":
+        return sum(per_layer[i].full_bytes for i in layers), 0.0
+    if plan.recompute == "selective":
+        stored = sum(per_layer[i].selective_bytes for i in layers)
+        return stored, max(per_layer[i].core_attention_bytes for i in layers)
+    groups = checkpoint_groups(plan, layers)
+    checkpointed = {i for group in groups for i in group}
+    stored = sum(per_layer[group[0]].input_bytes for group in groups)
+    stored += sum(per_layer[i].full_bytes for i in layers if i not in checkpointed)
+    working = max(
+        (sum(per_layer[i].full_bytes for i in g) - per_layer[g[0]].input_bytes for g in groups),
+        default=0.0,
+    )
+    return stored, working
+
+
+def _output_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
+    """Final-norm input, output-layer input, bf16 logits and the fp32 cross-entropy softmax
+    of one microbatch (padded vocabulary, split over TP)."""
+    x = _shard(job, plan)
+    vocab = padded_vocab_size(model.vocab_size, plan.tp)
+    inputs = 2 * x.element_bytes * x.tokens * model.hidden_size / x.sp
+    return inputs + (x.element_bytes + FP32_BYTES) * x.tokens * vocab / x.tp
+
+
+def _embedding_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
+    """Token ids and the embedding dropout mask of one microbatch."""
+    x = _shard(job, plan)
+    return TOKEN_ID_BYTES * x.tokens + MASK_BYTES * x.tokens * model.hidden_size / x.sp
+
+
+def stage_activations(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    pp_rank: int,
+    *,
+    attention: AttentionKernel = "flash",
+) -> StageActivations:
+    """Peak activation bytes of one rank of pipeline stage ``pp_rank``."""
+    m = plan.num_microbatches(job.global_batch_size)
+    counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
+    x, mask = _shard(job, plan), model.moe_layer_mask()
+    by_kind = {kind: _layer_activations(model, x, plan, kind, attention) for kind in set(mask)}
+    per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
+    layers_bytes = working = 0.0
+    for chunk, count in enumerate(counts):
+        layers = layer_range(pp_rank, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+        stored, chunk_working = _chunk_bytes(per_layer, plan, layers)
+        layers_bytes += count * stored
+        working = max(working, chunk_working)
+    first, last = pp_rank == 0, pp_rank == plan.pp - 1
+    return StageActivations(
+        in_flight_microbatches=sum(counts),
+        layers_bytes=layers_bytes,
+        recompute_working_bytes=working,
+        embedding_bytes=counts[0] * _embedding_bytes(model, job, plan) if first else 0.0,
+        output_bytes=counts[-1] * _output_bytes(model, job, plan) if last else 0.0,
+    )

@@ -1,0 +1,218 @@
+"""FLOPs of a training iteration: Megatron-LM's model FLOPs (MFU), hardware FLOPs (HFU)
+and the SC21 paper formula.
+
+Convention (DESIGN.md, megatron-facts.md §1.3): Megatron-LM's current
+`num_floating_point_operations` (`megatron/training/training.py`, `transformer_flops`).
+Only GEMMs are counted, a multiply-add is 2 FLOPs, and every GEMM runs three times per
+iteration (forward, input gradient, weight gradient), so the backward pass is twice the
+forward. Causal attention counts half of the s² work. MoE layers count exactly top-k routed
+experts per token plus the shared expert(s); the router GEMM, norms, element-wise ops and
+token dropping are not counted. Multi-latent attention uses Megatron's MLA terms, whose
+``+1`` per latent rank stands for the latent norm.
+
+Differences from Megatron's code: the logits use the model's unpadded vocabulary (Megatron
+uses the vocabulary padded to a multiple of 128·tp, so its count is higher by
+6·h·(V_padded - V) per token); multi-token prediction is not modelled.
+
+The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR` for
+forward + backward. Core attention per token depends on the sequence length s (each
+token attends to s/2 keys on average under the causal mask).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from costmodel.activations import recomputed_layers
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import mla_head_dims
+from specs.plan import ParallelPlan
+
+FMA_FLOPS = 2
+"""FLOPs per multiply-add."""
+BACKWARD_FORWARD_RATIO = 2.0
+"""Backward pass = input-gradient GEMM + weight-gradient GEMM = 2 x forward."""
+FORWARD_BACKWARD_FACTOR = 1.0 + BACKWARD_FORWARD_RATIO
+"""Forward + backward = 3 x forward (Megatron's "expansion factor" 3)."""
+
+
+def _mlp_matrices(model: ModelSpec) -> int:
+    """GEMMs of width F per MLP: 3 for SwiGLU (h->2F counts as two, F->h), 2 for GELU."""
+    return 3 if model.activation == "swiglu" else 2
+
+
+def attention_projection_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of one layer's attention projections for one token.
+
+    Standard/GQA: 2·(h·(q + 2·kv) + q·h). MLA (Megatron's terms): 2·(q-term + kv-term +
+    h·d_rope + a·d_v·h) with q-term = q_lora·(h + a·(d_qk + d_rope) + 1) or
+    h·a·(d_qk + d_rope) without query compression, kv-term = kv_lora·(h + a·(d_qk + d_v) + 1).
+    """
+    h, a = model.hidden_size, model.num_attention_heads
+    if not model.uses_mla:
+        q, kv = a * model.head_dim, model.query_groups * model.head_dim
+        return FMA_FLOPS * (h * (q + 2 * kv) + q * h)
+    d_qk, d_rope, d_v = mla_head_dims(model)
+    q_heads = a * (d_qk + d_rope)
+    q_lora = model.q_lora_rank
+    q_term = h * q_heads if q_lora is None else q_lora * (h + q_heads + 1)
+    kv_term = (model.kv_lora_rank or 0) * (h + a * (d_qk + d_v) + 1) + h * d_rope
+    return FMA_FLOPS * (q_term + kv_term + a * d_v * h)
+
+
+def core_attention_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs of one layer's attention core (QKᵀ and attention x V) per token.
+
+    Two GEMMs over s keys, halved by the causal mask: 2·(2·s·q)/2 = 2·s·q, q = a·d
+    (Megatron: 6·q per token per unit of s for forward + backward). MLA:
+    s·a·(d_qk + d_rope + d_v).
+    """
+    _require_seq(seq_length)
+    a = model.num_attention_heads
+    if model.uses_mla:
+        d_qk, d_rope, d_v = mla_head_dims(model)
+        return FMA_FLOPS * seq_length * a * (d_qk + d_rope + d_v) / 2
+    return FMA_FLOPS * seq_length * a * model.head_dim
+
+
+def mlp_forward_flops_per_token(model: ModelSpec, layer_index: int) -> float:
+    """Forward FLOPs of layer ``layer_index``'s MLP per token.
+
+    Dense: 2·f·h·F. MoE: 2·f·h·(F_expert·top_k + F_shared), f = 3 (SwiGLU) or 2 (GELU).
+    """
+    if not 0 <= layer_index < model.num_layers:
+        raise SpecError(
+            f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
+            f"{model.name!r}; pass a layer of the model"
+        )
+    return _mlp_forward(model, model.moe_layer_mask()[layer_index])
+
+
+def _mlp_forward(model: ModelSpec, is_moe: bool) -> float:
+    if is_moe:
+        inner = model.expert_ffn_hidden_size * model.moe_top_k + model.moe_shared_expert_size
+    else:
+        inner = model.ffn_hidden_size
+    return FMA_FLOPS * _mlp_matrices(model) * model.hidden_size * inner
+
+
+def logits_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of the output layer per token: 2·h·V (unpadded vocabulary)."""
+    return FMA_FLOPS * model.hidden_size * model.vocab_size
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerForwardFlops:
+    """Forward FLOPs of one transformer layer per token, by part."""
+
+    attention_projection_flops: float
+    """QKV (or MLA) and output projections."""
+    core_attention_flops: float
+    """QKᵀ and attention x V under the causal mask."""
+    mlp_flops: float
+    """Dense MLP, or top-k routed experts plus shared expert(s)."""
+
+    @property
+    def total_flops(self) -> float:
+        """All forward FLOPs of the layer per token."""
+        return self.attention_projection_flops + self.core_attention_flops + self.mlp_flops
+
+
+def layer_forward_flops_per_token(
+    model: ModelSpec, layer_index: int, seq_length: int
+) -> LayerForwardFlops:
+    """Forward FLOPs of layer ``layer_index`` per token of a length-``seq_length`` sequence."""
+    return LayerForwardFlops(
+        attention_projection_flops=attention_projection_forward_flops_per_token(model),
+        core_attention_flops=core_attention_forward_flops_per_token(model, seq_length),
+        mlp_flops=mlp_forward_flops_per_token(model, layer_index),
+    )
+
+
+def forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs of the whole model (all layers and the logits) per token."""
+    layers = _layers_forward(model, range(model.num_layers), seq_length)
+    return layers + logits_forward_flops_per_token(model)
+
+
+def _layers_forward(model: ModelSpec, layers: Iterable[int], seq_length: int) -> float:
+    """Forward FLOPs per token of the given layers (the MoE mask is read once)."""
+    mask = model.moe_layer_mask()
+    chosen = list(layers)
+    attention = attention_projection_forward_flops_per_token(model)
+    attention += core_attention_forward_flops_per_token(model, seq_length)
+    return len(chosen) * attention + sum(_mlp_forward(model, mask[i]) for i in chosen)
+
+
+def backward_flops(forward_flops: float) -> float:
+    """Backward FLOPs of work whose forward is ``forward_flops`` (2 x forward)."""
+    return BACKWARD_FORWARD_RATIO * forward_flops
+
+
+def model_flops_per_iteration(model: ModelSpec, seq_length: int, global_batch_size: int) -> float:
+    """Model FLOPs of one iteration over the whole job (MFU convention, no recompute).
+
+    3 x forward x B·s tokens, as Megatron-LM `num_floating_point_operations` with
+    fixed-length sequences. Example: a Llama-3-8B shape at s = 8192 is 4.216e14 FLOPs per
+    sequence (megatron-facts.md §1.3).
+    """
+    _require_seq(seq_length)
+    _require_batch(global_batch_size)
+    tokens = seq_length * global_batch_size
+    return FORWARD_BACKWARD_FACTOR * forward_flops_per_token(model, seq_length) * tokens
+
+
+def recompute_forward_flops_per_token(
+    model: ModelSpec, plan: ParallelPlan, seq_length: int
+) -> float:
+    """Extra forward FLOPs per token that activation recompute adds.
+
+    Selective: the core attention of every layer runs again (Megatron's default
+    `--recompute-modules core_attn`). Full: the whole forward of each recomputed layer
+    (`costmodel.activations.recomputed_layers`; every layer for the uniform method, the
+    first N of each chunk for block). The logits and embedding are never recomputed.
+    """
+    if plan.recompute == "selective":
+        return model.num_layers * core_attention_forward_flops_per_token(model, seq_length)
+    if plan.recompute == "full":
+        return _layers_forward(model, recomputed_layers(model, plan), seq_length)
+    return 0.0
+
+
+def hardware_flops_per_iteration(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
+    """Hardware FLOPs of one iteration (HFU convention): model FLOPs + recompute forwards."""
+    extra = recompute_forward_flops_per_token(model, plan, job.seq_length)
+    return (
+        model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
+        + extra * job.tokens_per_iteration
+    )
+
+
+def sc21_flops_per_iteration(model: ModelSpec, seq_length: int, global_batch_size: int) -> float:
+    """SC21 Eq. 3: 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
+
+    Narayanan et al. 2021 (arXiv 2104.04473), for a GELU multi-head model with F = 4h. It
+    counts full recompute (4 forward-equivalents per layer) and non-causal attention, so it
+    is a hardware-FLOP count; use it only to compare with the paper's published numbers.
+    V is the model's vocabulary as given (the paper's 51200 is already padded).
+    """
+    _require_seq(seq_length)
+    _require_batch(global_batch_size)
+    h, layers, s = model.hidden_size, model.num_layers, seq_length
+    correction = 1 + s / (6 * h) + model.vocab_size / (16 * layers * h)
+    return 96 * global_batch_size * s * layers * h * h * correction
+
+
+def _require_seq(seq_length: int) -> None:
+    if seq_length < 1:
+        raise SpecError(f"seq_length must be >= 1, got {seq_length}; pass the training length")
+
+
+def _require_batch(global_batch_size: int) -> None:
+    if global_batch_size < 1:
+        raise SpecError(
+            f"global_batch_size must be >= 1, got {global_batch_size}; pass sequences per iteration"
+        )

@@ -1,0 +1,398 @@
+"""Memory per rank for every pipeline stage, and Megatron-LM's own estimator for comparison.
+
+`memory_per_stage` gives one `StageMemory` per pipeline stage (all ranks of a stage hold the
+same amount): weights, gradients and optimizer state of the layers the stage holds,
+activations of its in-flight microbatches (`costmodel.activations`), communication buffers
+and a framework allowance.
+
+Byte counts per parameter (megatron-facts.md §2.1, §5.4; Megatron's distributed-optimizer
+docs):
+- bf16/fp8 mixed precision: 2 (bf16 weight) + 4 (fp32 main gradient) + 12 (fp32 master
+  copy, Adam m and v) = 18; the distributed optimizer shards the 12 over d ranks:
+  6 + 12/d. fp8 runs keep bf16 weights (no fp8 parameter gather).
+- fp32: 4 + 4 + 8 (Adam m, v; no master copy) = 16, or 8 + 8/d.
+- d = dp·cp for dense parameters (Megatron reduces and shards them over the DP x CP group)
+  and expert_dp for routed experts.
+
+Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 1)·Lc),
+Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
+embedding (and the learned position table), the last stage the final norm and the output
+layer; with tied embeddings and pp > 1 the last stage holds its own copy of the embedding
+matrix (Megatron keeps both in sync by an all-reduce). Both use the vocabulary padded to a
+multiple of 128·tp.
+
+Where this model deliberately differs from `megatron_theoretical_memory` (Megatron's
+`theoretical_memory_usage.py`, which models stage 0 only):
+- every stage is modelled, with its own in-flight microbatches, embedding or output layer;
+- the distributed optimizer shards over dp·cp (Megatron's estimator uses dp only);
+- CP divides the sequence of the activations; MoE layers keep router, expert and dispatch
+  activations; GQA and MLA keep their real K/V and latent sizes; SwiGLU keeps both
+  first-GEMM outputs (the estimator uses 4·F/h for every MLP);
+- no-recompute uses fused (flash) attention and full recompute keeps layer inputs, each
+  with the backward's working set; the estimator has one formula for all recompute modes;
+- biases and the learned position table are counted; the logits keep bf16 logits and an
+  fp32 softmax; communication buffers and a framework allowance are added.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
+from costmodel.schedules import layer_range
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import (
+    ParamCounts,
+    attention_params,
+    count_params,
+    norm_params,
+    padded_vocab_size,
+)
+from specs.plan import ParallelPlan
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FrameworkAllowance:
+    """Memory outside the model's tensors: a fixed part plus a fraction of the dynamic part.
+
+    Defaults (rough, meant to be refit by calibration against measured peaks):
+    - fixed 1.5 GiB: the CUDA context with PyTorch, cuBLAS and Transformer Engine kernels
+      loaded and their GEMM workspaces (about 0.5-0.8 GiB on Hopper), plus NCCL's per-peer
+      channel buffers for the TP, DP, PP, CP and EP communicators (NCCL_BUFFSIZE 4 MiB per
+      channel; a few hundred MiB for several communicators);
+    - fraction 0.10 of activations and communication buffers: PyTorch caching-allocator
+      fragmentation (reserved minus allocated), which in practice is 5-15% and comes from
+      the many short-lived, variably sized activation blocks; weights, gradients and
+      optimizer state are few large, long-lived buffers in Megatron and fragment little.
+    """
+
+    fixed_bytes: float = 1.5 * GiB
+    """Per-rank bytes independent of the plan."""
+    fraction: float = 0.10
+    """Share of the dynamic (activation and communication) bytes added for fragmentation."""
+
+    def __post_init__(self) -> None:
+        if self.fixed_bytes < 0 or not 0 <= self.fraction < 1:
+            raise SpecError(
+                f"FrameworkAllowance needs fixed_bytes >= 0 and 0 <= fraction < 1, got "
+                f"fixed_bytes={self.fixed_bytes}, fraction={self.fraction}; use e.g. "
+                "FrameworkAllowance(fixed_bytes=0, fraction=0) for no allowance"
+            )
+
+
+NO_ALLOWANCE = FrameworkAllowance(fixed_bytes=0.0, fraction=0.0)
+"""For tensor-only comparisons (formulas, CPU runs)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageMemory:
+    """Peak memory of one rank of one pipeline stage, by part (bytes)."""
+
+    pp_rank: int
+    """Pipeline stage, 0-based."""
+    num_layers: int
+    """Transformer layers the stage holds (all its chunks)."""
+    in_flight_microbatches: int
+    """Microbatch-chunks whose activations the stage holds at its peak."""
+    weights_bytes: float
+    """Model weights (bf16, or fp32 for fp32 runs)."""
+    gradients_bytes: float
+    """Main gradients (fp32), full size on every rank."""
+    optimizer_bytes: float
+    """fp32 master weights (mixed precision only) and Adam m, v; sharded by the
+    distributed optimizer."""
+    activations_bytes: float
+    """Stored layer activations of the in-flight microbatches."""
+    recompute_working_bytes: float
+    """Activations the backward rebuilds at once under recompute."""
+    embedding_activations_bytes: float
+    """First stage: embedding input and dropout mask of the in-flight microbatches."""
+    output_activations_bytes: float
+    """Last stage: output-layer input, logits and the cross-entropy softmax."""
+    comm_buffers_bytes: float
+    """Pipeline send/receive tensors, the sequence-parallel all-gather (or TP-overlap
+    userbuffers), the MoE all-to-all staging buffer and distributed-optimizer bucket padding."""
+    framework_bytes: float
+    """`FrameworkAllowance`: CUDA context, NCCL buffers, allocator fragmentation."""
+
+    @property
+    def model_state_bytes(self) -> float:
+        """Weights + gradients + optimizer state."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+    @property
+    def activation_total_bytes(self) -> float:
+        """Every activation part: layers, recompute working set, embedding, output."""
+        return (
+            self.activations_bytes
+            + self.recompute_working_bytes
+            + self.embedding_activations_bytes
+            + self.output_activations_bytes
+        )
+
+    @property
+    def total_bytes(self) -> float:
+        """Everything on the rank at its peak."""
+        return (
+            self.model_state_bytes
+            + self.activation_total_bytes
+            + self.comm_buffers_bytes
+            + self.framework_bytes
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageParams:
+    """Parameters one rank of a pipeline stage holds, by how the optimizer shards them."""
+
+    dense: float
+    """TP-sharded and replicated parameters (sharded over dp·cp by the distributed optimizer)."""
+    expert: float
+    """Routed-expert parameters (sharded over expert_dp by the distributed optimizer)."""
+
+    @property
+    def total(self) -> float:
+        """All parameters on the rank."""
+        return self.dense + self.expert
+
+
+def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StageParams:
+    """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix)."""
+    counts = count_params(model)
+    dense = expert = 0.0
+    for layer_index in stage_layer_indices(model, plan, pp_rank):
+        layer = counts.layers[layer_index]
+        dense += _attention_per_rank(model, layer.attention, plan.tp)
+        dense += layer.mlp / plan.tp + layer.norms + layer.router
+        expert += layer.routed_experts / (plan.ep * plan.expert_tp)
+    matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+    if pp_rank == 0:
+        dense += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
+    if pp_rank == plan.pp - 1:
+        dense += counts.final_norm
+        if not model.tied_embeddings or plan.pp > 1:
+            dense += matrix
+    return StageParams(dense=dense, expert=expert)
+
+
+def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:
+    """Attention parameters on one TP rank. K/V projections split over min(tp, g) ranks:
+    with tp > g (Megatron allows tp % g == 0) each rank holds a replica of one K/V head."""
+    if model.uses_mla:
+        return attention / tp
+    g = model.query_groups
+    bias = model.add_bias_linear or model.add_qkv_bias
+    key_value = 2 * g * model.head_dim * (model.hidden_size + (1 if bias else 0))
+    return (attention - key_value) / tp + key_value / min(tp, g)
+
+
+def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> tuple[int, ...]:
+    """Layers of every chunk of stage ``pp_rank``, in chunk order."""
+    return tuple(
+        i
+        for chunk in range(plan.vpp)
+        for i in layer_range(pp_rank, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+    )
+
+
+def bytes_per_param(job: TrainingJob) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer-state) bytes per parameter for the job's precision."""
+    if job.precision == "fp32":
+        return 4, 4, 8
+    return 2, 4, 12
+
+
+def optimizer_shards(model: ModelSpec, plan: ParallelPlan) -> tuple[int, int]:
+    """(dense, expert) ranks the optimizer state is sharded over: (dp·cp, expert_dp) with
+    the distributed optimizer, (1, 1) without."""
+    if not plan.distributed_optimizer:
+        return 1, 1
+    expert = plan.expert_dp
+    if model.is_moe and expert < 1:
+        raise SpecError(
+            f"expert_dp is not whole: world ({plan.world_size}) must be divisible by "
+            f"etp ({plan.expert_tp}) * ep ({plan.ep}) * pp ({plan.pp}); change ep or etp"
+        )
+    return plan.dp * plan.cp, max(expert, 1)
+
+
+def _comm_buffers_bytes(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, pp_rank: int, params: StageParams
+) -> float:
+    """Communication buffers of one rank (see `StageMemory.comm_buffers_bytes`)."""
+    e = activation_element_bytes(job)
+    tokens = plan.micro_batch_size * job.seq_length / plan.cp
+    sp = plan.tp if plan.sequence_parallel else 1
+    boundary = e * tokens * model.hidden_size / sp
+    if plan.pp == 1:
+        directions = 0
+    elif plan.vpp > 1:
+        directions = 2
+    else:
+        directions = int(pp_rank > 0) + int(pp_rank < plan.pp - 1)
+    total = directions * boundary
+    if plan.tp_comm_overlap:
+        total += 4 * e * tokens * model.hidden_size  # userbuffers for qkv, proj, fc1, fc2
+    elif plan.sequence_parallel and plan.tp > 1:
+        total += e * tokens * model.hidden_size  # one gathered GEMM input at a time
+    mask = model.moe_layer_mask()
+    if any(mask[i] for i in stage_layer_indices(model, plan, pp_rank)):
+        rows = model.moe_top_k * tokens / sp * (model.moe_capacity_factor or 1.0)
+        total += e * rows * model.hidden_size  # permuted tokens before the all-to-all
+    return total + _bucket_padding_bytes(job, plan, params)
+
+
+def _bucket_padding_bytes(job: TrainingJob, plan: ParallelPlan, params: StageParams) -> float:
+    """Distributed-optimizer padding: each bucket of the weight and gradient buffers ends on
+    a multiple of lcm(dp·cp, 128) elements (megatron-facts.md §5.1)."""
+    if not plan.distributed_optimizer:
+        return 0.0
+    weight, grad, _ = bytes_per_param(job)
+    bucket = plan.bucket_size_params() if plan.overlap_grad_reduce else params.total
+    buckets = math.ceil(params.total / bucket) if params.total else 0
+    return buckets * math.lcm(plan.dp * plan.cp, 128) * (weight + grad)
+
+
+def memory_per_stage(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    *,
+    allowance: FrameworkAllowance | None = None,
+    attention: AttentionKernel = "flash",
+) -> tuple[StageMemory, ...]:
+    """Peak bytes per rank of every pipeline stage, stage 0 first.
+
+    Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
+    no microbatch.
+    """
+    frame = FrameworkAllowance() if allowance is None else allowance
+    weight, grad, state = bytes_per_param(job)
+    dense_shards, expert_shards = optimizer_shards(model, plan)
+    stages = []
+    for rank in range(plan.pp):
+        params = stage_params(model, plan, rank)
+        acts = stage_activations(model, job, plan, rank, attention=attention)
+        comm = _comm_buffers_bytes(model, job, plan, rank, params)
+        optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
+        dynamic = (
+            acts.layers_bytes
+            + acts.recompute_working_bytes
+            + acts.embedding_bytes
+            + acts.output_bytes
+            + comm
+        )
+        stages.append(
+            StageMemory(
+                pp_rank=rank,
+                num_layers=len(stage_layer_indices(model, plan, rank)),
+                in_flight_microbatches=acts.in_flight_microbatches,
+                weights_bytes=weight * params.total,
+                gradients_bytes=grad * params.total,
+                optimizer_bytes=optimizer,
+                activations_bytes=acts.layers_bytes,
+                recompute_working_bytes=acts.recompute_working_bytes,
+                embedding_activations_bytes=acts.embedding_bytes,
+                output_activations_bytes=acts.output_bytes,
+                comm_buffers_bytes=comm,
+                framework_bytes=frame.fixed_bytes + frame.fraction * dynamic,
+            )
+        )
+    return tuple(stages)
+
+
+def peak_memory_bytes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    *,
+    allowance: FrameworkAllowance | None = None,
+    attention: AttentionKernel = "flash",
+) -> float:
+    """The largest per-rank total over all pipeline stages."""
+    stages = memory_per_stage(model, job, plan, allowance=allowance, attention=attention)
+    return max(stage.total_bytes for stage in stages)
+
+
+# ---- Megatron-LM's estimator (stage 0 only) --------------------------------------------------
+
+
+def megatron_theoretical_memory(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan
+) -> tuple[float, float]:
+    """(weight_and_optimizer_bytes, activation_bytes) of pipeline stage 0 as Megatron-LM's
+    `report_theoretical_memory` computes them (megatron-facts.md §2).
+
+    Parameters ignore biases; bf16 mixed precision is assumed whatever the job's precision
+    (18 or 6 + 12/d bytes per parameter, d = dp for dense and expert_dp for expert
+    parameters). Activations use the SP + selective formula when both are on, else the
+    formula without SP. MLA attention uses `specs.params` counts without biases.
+    """
+    weights_and_optimizer = _megatron_weight_and_optimizer_bytes(model, plan)
+    return weights_and_optimizer, _megatron_activation_bytes(model, job, plan)
+
+
+def _megatron_param_totals(model: ModelSpec, counts: ParamCounts) -> tuple[float, float, float]:
+    """(TP-sharded, replicated, expert) parameters of all layers, biases ignored."""
+    h = model.hidden_size
+    gated = 1.5 if model.activation == "swiglu" else 1.0
+    if model.uses_mla:
+        attention = float(
+            attention_params(model.replace(add_bias_linear=False, add_qkv_bias=False))
+        )
+    else:
+        q = model.head_dim * model.num_attention_heads
+        attention = 2 * h * q * (1 + model.query_groups / model.num_attention_heads)
+    sharded = replicated = expert = 0.0
+    for layer in counts.layers:
+        sharded += attention
+        replicated += layer.norms
+        if layer.is_moe:
+            sharded += 2 * h * model.moe_shared_expert_size * gated
+            expert += 2 * h * model.expert_ffn_hidden_size * model.num_experts * gated
+            replicated += h * model.num_experts
+        else:
+            sharded += 2 * h * model.ffn_hidden_size * gated
+    return sharded, replicated + norm_params(model, h), expert
+
+
+def _megatron_weight_and_optimizer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Megatron's `compute_weight_and_optimizer_memory` for the most loaded shard (stage 0)."""
+    sharded, replicated, expert = _megatron_param_totals(model, count_params(model))
+    p, t = plan.pp, plan.tp
+    embedding = model.hidden_size * padded_vocab_size(model.vocab_size, t)
+    dense = (sharded / p + embedding) / t + replicated / p
+    if not model.tied_embeddings and p == 1:
+        dense += embedding / t
+    expert_shard = expert / p / (plan.expert_tp * plan.ep)
+    if not plan.distributed_optimizer:
+        return 18 * (dense + expert_shard)
+    expert_dp = max(plan.expert_dp, 1)
+    return (6 + 12 / plan.dp) * dense + (6 + 12 / expert_dp) * expert_shard
+
+
+def _megatron_activation_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
+    """Megatron's `compute_activation_memory` (SP + selective) or its `_without_sp` variant."""
+    s, b, h = job.seq_length, plan.micro_batch_size, model.hidden_size
+    p, t, v = plan.pp, plan.tp, plan.vpp
+    vocab = padded_vocab_size(model.vocab_size, t)
+    m = plan.num_microbatches(job.global_batch_size)
+    with_sp = plan.sequence_parallel and plan.recompute == "selective"
+    per_layer = s * b * h * ((18 + 4 * model.ffn_hidden_size / h) if with_sp else (10 + 24 / t))
+    total = per_layer * model.num_layers + 8 * s * b * p + s * b * h * p
+    if v > 1:
+        total *= 1 + (p - 1) / (p * v)
+    elif p > 1:
+        total *= min(1.0, m / p)
+    if with_sp:
+        if p == 1:
+            total += 4 * s * b * h * (1 + vocab / h)
+        return total / t
+    if p == 1:
+        total += 2 * (s * b * vocab / t + s * b * h)
+    return total * 1.05

@@ -1,0 +1,214 @@
+"""Parameter counts of a `ModelSpec`, split the way parallelism shards them.
+
+Each transformer layer is split into the parts that different process groups own:
+attention and dense/shared MLP weights are sharded by tensor parallelism, routed experts
+by expert parallelism x expert tensor parallelism, norms and the router are replicated.
+The memory model (`costmodel.memory`) divides each part by its own degree.
+
+Conventions:
+- Counts use the tokenizer's vocabulary as published, not Megatron's padded vocabulary
+  (published parameter counts do the same); `padded_vocab_size` gives the padded size for
+  the memory model.
+- Biases are counted when `add_bias_linear` (every linear layer) or `add_qkv_bias` (the
+  query/key/value projections only) is set. LayerNorm has a weight and a bias, RMSNorm a
+  weight only. SwiGLU MLPs have three matrices (gate, up, down), GELU MLPs two.
+- Multi-latent attention follows DeepSeek-V3 (arXiv 2412.19437, its `modeling_deepseek`):
+  ``q_a`` (h x q_lora) + q norm + ``q_b`` (q_lora x a·(d_qk + d_rope)) when q_lora_rank is
+  set, otherwise one ``q`` (h x a·(d_qk + d_rope)); ``kv_a`` (h x (kv_lora + d_rope)) +
+  kv norm + ``kv_b`` (kv_lora x a·(d_qk + d_v)); output projection (a·d_v x h).
+- Router: one h x E matrix per MoE layer, no bias (DeepSeek-V3's score-correction bias is
+  a buffer, not a trained parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specs.errors import SpecError
+from specs.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerParams:
+    """Parameters of one transformer layer, by the parallel group that shards them."""
+
+    attention: int
+    """QKV (or MLA projections) + output projection, weights and biases: TP-sharded."""
+    norms: int
+    """Layer norms of this layer (and MLA's internal q/kv norms): replicated."""
+    mlp: int
+    """Dense MLP, or the shared expert(s) of an MoE layer: TP-sharded."""
+    routed_experts: int
+    """All routed experts of the layer (0 for dense layers): sharded over EP x ETP."""
+    router: int
+    """Router weights (0 for dense layers): replicated."""
+    is_moe: bool
+    """True when the layer has routed experts."""
+
+    @property
+    def total(self) -> int:
+        """Every parameter of the layer."""
+        return self.attention + self.norms + self.mlp + self.routed_experts + self.router
+
+    def active(self, model: ModelSpec) -> int:
+        """Parameters one token passes through: top-k routed experts instead of all."""
+        if not self.is_moe:
+            return self.total
+        per_expert = self.routed_experts // model.num_experts
+        return self.total - self.routed_experts + per_expert * model.moe_top_k
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParamCounts:
+    """Parameters of a whole model: embedding, layers, final norm and output layer."""
+
+    embedding: int
+    """Word embedding (+ the learned position-embedding table)."""
+    output_layer: int
+    """Output (LM head) projection; 0 when tied to the word embedding."""
+    final_norm: int
+    """Norm after the last layer."""
+    layers: tuple[LayerParams, ...]
+    """One entry per transformer layer, in order."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (0 for a dense model); needed for `active`."""
+    moe_top_k: int = 0
+    """Experts each token is routed to; needed for `active`."""
+
+    @property
+    def total(self) -> int:
+        """Every parameter of the model."""
+        return (
+            self.embedding
+            + self.output_layer
+            + self.final_norm
+            + sum(layer.total for layer in self.layers)
+        )
+
+    @property
+    def active(self) -> int:
+        """Parameters one token passes through (MoE: only its top-k routed experts)."""
+        routed = sum(layer.routed_experts for layer in self.layers)
+        active_routed = sum(
+            layer.routed_experts // self.num_experts * self.moe_top_k
+            for layer in self.layers
+            if layer.is_moe
+        )
+        return self.total - routed + active_routed
+
+
+def norm_params(model: ModelSpec, width: int) -> int:
+    """Parameters of one norm over ``width`` features: LayerNorm 2·width, RMSNorm width."""
+    return (2 if model.normalization == "layernorm" else 1) * width
+
+
+def _linear(fan_in: int, fan_out: int, *, bias: bool) -> int:
+    """A linear layer fan_in -> fan_out with an optional bias of fan_out."""
+    return fan_in * fan_out + (fan_out if bias else 0)
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Attention projections of one layer (standard/GQA or MLA), weights and biases."""
+    if model.uses_mla:
+        return _mla_params(model)
+    h, d = model.hidden_size, model.head_dim
+    q, kv = d * model.num_attention_heads, d * model.query_groups
+    qkv_bias = model.add_bias_linear or model.add_qkv_bias
+    return _linear(h, q + 2 * kv, bias=qkv_bias) + _linear(q, h, bias=model.add_bias_linear)
+
+
+def _mla_params(model: ModelSpec) -> int:
+    """DeepSeek-V3 multi-latent attention projections (norms are counted separately)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    d_qk, d_rope, d_v = mla_head_dims(model)
+    kv_lora = model.kv_lora_rank or 0
+    bias = model.add_bias_linear
+    qkv_bias = bias or model.add_qkv_bias
+    q_heads = a * (d_qk + d_rope)
+    if model.q_lora_rank is None:
+        query = _linear(h, q_heads, bias=qkv_bias)
+    else:
+        query = _linear(h, model.q_lora_rank, bias=bias) + _linear(
+            model.q_lora_rank, q_heads, bias=qkv_bias
+        )
+    key_value = _linear(h, kv_lora + d_rope, bias=qkv_bias) + _linear(
+        kv_lora, a * (d_qk + d_v), bias=qkv_bias
+    )
+    return query + key_value + _linear(a * d_v, h, bias=bias)
+
+
+def mla_head_dims(model: ModelSpec) -> tuple[int, int, int]:
+    """MLA's (qk_head_dim, qk_pos_emb_head_dim, v_head_dim); zeros for a model without MLA
+    (ModelSpec sets all three or none)."""
+    return model.qk_head_dim or 0, model.qk_pos_emb_head_dim or 0, model.v_head_dim or 0
+
+
+def layer_norm_params(model: ModelSpec) -> int:
+    """Norms of one layer: the two pre-norms, plus MLA's q and kv latent norms."""
+    total = 2 * norm_params(model, model.hidden_size)
+    if model.uses_mla:
+        total += norm_params(model, model.kv_lora_rank or 0)
+        if model.q_lora_rank is not None:
+            total += norm_params(model, model.q_lora_rank)
+    return total
+
+
+def mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
+    """One MLP of inner size F: SwiGLU 3·h·F, GELU 2·h·F, plus biases when enabled."""
+    h = model.hidden_size
+    if ffn_hidden_size == 0:
+        return 0
+    bias = model.add_bias_linear
+    up_width = 2 * ffn_hidden_size if model.activation == "swiglu" else ffn_hidden_size
+    return _linear(h, up_width, bias=bias) + _linear(ffn_hidden_size, h, bias=bias)
+
+
+def _layer_params(model: ModelSpec, is_moe: bool) -> LayerParams:
+    """The parameters of one dense or MoE layer."""
+    if is_moe:
+        mlp = mlp_params(model, model.moe_shared_expert_size)
+        routed = model.num_experts * mlp_params(model, model.expert_ffn_hidden_size)
+        router = model.hidden_size * model.num_experts
+    else:
+        mlp, routed, router = mlp_params(model, model.ffn_hidden_size), 0, 0
+    return LayerParams(
+        attention=attention_params(model),
+        norms=layer_norm_params(model),
+        mlp=mlp,
+        routed_experts=routed,
+        router=router,
+        is_moe=is_moe,
+    )
+
+
+def count_params(model: ModelSpec) -> ParamCounts:
+    """Parameter counts of ``model`` by part and layer (unpadded vocabulary)."""
+    h = model.hidden_size
+    embedding = model.vocab_size * h
+    if model.position_embedding == "learned":
+        embedding += model.max_position_embeddings * h
+    by_kind = {kind: _layer_params(model, kind) for kind in set(model.moe_layer_mask())}
+    return ParamCounts(
+        embedding=embedding,
+        output_layer=0 if model.tied_embeddings else model.vocab_size * h,
+        final_norm=norm_params(model, h),
+        layers=tuple(by_kind[is_moe] for is_moe in model.moe_layer_mask()),
+        num_experts=model.num_experts,
+        moe_top_k=model.moe_top_k if model.is_moe else 0,
+    )
+
+
+def padded_vocab_size(vocab_size: int, tp: int, multiple: int = 128) -> int:
+    """Megatron's padded vocabulary: V rounded up to a multiple of ``multiple``·tp.
+
+    Source: Megatron-LM `--make-vocab-size-divisible-by` (default 128), padded
+    V = ceil(V / (128·tp))·128·tp (megatron-facts.md §8.2).
+    """
+    for name, value in (("vocab_size", vocab_size), ("tp", tp), ("multiple", multiple)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(
+                f"padded_vocab_size: {name} must be a positive integer, got {value!r}; "
+                "pass the tokenizer size, the tensor-parallel degree and the padding multiple"
+            )
+    step = multiple * tp
+    return -(-vocab_size // step) * step

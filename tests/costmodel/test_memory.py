@@ -1,0 +1,464 @@
+"""Memory per rank (costmodel.memory, costmodel.activations): Megatron goldens, the places
+where the model deliberately differs from Megatron's estimator, and monotonicity properties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel.activations import (
+    checkpoint_groups,
+    in_flight_chunk_counts,
+    layer_activations,
+    recomputed_layers,
+)
+from costmodel.memory import (
+    NO_ALLOWANCE,
+    FrameworkAllowance,
+    GiB,
+    StageMemory,
+    megatron_theoretical_memory,
+    memory_per_stage,
+    peak_memory_bytes,
+    stage_params,
+)
+from costmodel.schedules import max_in_flight, schedule_actions
+from specs import ModelSpec, ParallelPlan, SpecError, TrainingJob
+from specs.params import count_params, padded_vocab_size
+from specs.presets import get_preset
+
+
+def mha_gpt(num_layers: int = 8, hidden: int = 1024, **changes: object) -> ModelSpec:
+    """Korthikanti's shape: multi-head attention, GELU, F = 4h, no biases, no position table."""
+    spec = ModelSpec(
+        name="mha-gpt",
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_attention_heads=16,
+        ffn_hidden_size=4 * hidden,
+        vocab_size=50257,
+        activation="gelu",
+        normalization="layernorm",
+        tied_embeddings=True,
+    )
+    return spec.replace(**changes) if changes else spec
+
+
+def stage0(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> StageMemory:
+    return memory_per_stage(model, job, plan, allowance=NO_ALLOWANCE)[0]
+
+
+# ---- weights, gradients, optimizer vs Megatron's compute_weight_and_optimizer_memory -----------
+
+
+@pytest.mark.parametrize(
+    ("name", "plan"),
+    [
+        ("llama3-8b", ParallelPlan(tp=2, dp=4)),
+        ("llama3-8b", ParallelPlan(tp=2, pp=4, dp=4)),
+        ("llama3-8b", ParallelPlan(tp=4, pp=2, dp=8, distributed_optimizer=True)),
+        ("llama3-70b", ParallelPlan(tp=8, pp=4, vpp=2, dp=16, distributed_optimizer=True)),
+        ("mixtral-8x7b", ParallelPlan(tp=2, dp=8, ep=8, etp=1, distributed_optimizer=True)),
+        ("mixtral-8x7b", ParallelPlan(tp=2, pp=2, dp=4, ep=4, etp=2)),
+        ("deepseek-v3", ParallelPlan(tp=8, dp=32, ep=32, etp=1, distributed_optimizer=True)),
+    ],
+)
+def test_stage0_weights_and_optimizer_match_megatron(name: str, plan: ParallelPlan) -> None:
+    # Megatron's estimator: 18 bytes/param without the distributed optimizer, 6 + 12/dp with
+    # it (experts 6 + 12/expert_dp); stage 0 holds L/p layers and the padded embedding. The
+    # one difference: Megatron puts final_norm/p on stage 0, ours keeps it on the last stage.
+    model = get_preset(name)
+    job = TrainingJob(seq_length=4096, global_batch_size=256)
+    ours = stage0(model, job, plan).model_state_bytes
+    megatron, _ = megatron_theoretical_memory(model, job, plan)
+    dense_bytes = 6 + 12 / plan.dp if plan.distributed_optimizer else 18
+    final_norm = count_params(model).final_norm
+    if plan.pp > 1:
+        megatron -= final_norm / plan.pp * dense_bytes
+    assert ours == pytest.approx(megatron, rel=1e-12)
+
+
+def test_tied_embedding_counted_once_without_pipeline() -> None:
+    model = mha_gpt()
+    job = TrainingJob(seq_length=1024, global_batch_size=8)
+    plan = ParallelPlan(tp=2, dp=4)
+    megatron, _ = megatron_theoretical_memory(model, job, plan)
+    assert stage0(model, job, plan).model_state_bytes == pytest.approx(megatron, rel=1e-9)
+    # with pp > 1 the last stage holds its own copy of the tied matrix
+    plan = ParallelPlan(tp=2, pp=2, dp=4)
+    stages = memory_per_stage(model, job, plan, allowance=NO_ALLOWANCE)
+    matrix = padded_vocab_size(50257, 2) * 1024 / 2
+    first, last = stage_params(model, plan, 0), stage_params(model, plan, 1)
+    assert first.dense == pytest.approx(last.dense - count_params(model).final_norm)
+    assert first.dense > matrix and stages[0].weights_bytes == 2 * first.total
+
+
+def test_bytes_per_parameter_by_precision_and_sharding() -> None:
+    model = get_preset("tiny")
+    plan = ParallelPlan(dp=4, cp=2)
+    params = stage_params(model, plan, 0).total
+    bf16 = stage0(model, TrainingJob(seq_length=256, global_batch_size=8), plan)
+    assert (bf16.weights_bytes, bf16.gradients_bytes, bf16.optimizer_bytes) == pytest.approx(
+        (2 * params, 4 * params, 12 * params)
+    )
+    fp32 = stage0(model, TrainingJob(seq_length=256, global_batch_size=8, precision="fp32"), plan)
+    assert (fp32.weights_bytes, fp32.optimizer_bytes) == pytest.approx((4 * params, 8 * params))
+    # distributed optimizer: 6 + 12/(dp·cp) in bf16, 8 + 8/(dp·cp) in fp32
+    sharded = plan.replace(distributed_optimizer=True)
+    job = TrainingJob(seq_length=256, global_batch_size=8)
+    assert stage0(model, job, sharded).model_state_bytes == pytest.approx((6 + 12 / 8) * params)
+    job32 = TrainingJob(seq_length=256, global_batch_size=8, precision="fp32")
+    assert stage0(model, job32, sharded).model_state_bytes == pytest.approx((8 + 8 / 8) * params)
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_query_groups() -> None:
+    # Megatron accepts tp % g == 0: with tp = 16 and g = 8 each rank keeps one K/V head, so
+    # K/V weights and activations per rank stop shrinking at tp = g.
+    model = get_preset("llama3-70b")
+    h, d = 8192, 128
+    layer = count_params(model).layers[0]
+    key_value = 2 * 8 * d * h
+    tp16 = stage_params(model, ParallelPlan(tp=16, pp=80), 1).dense
+    assert tp16 == pytest.approx(
+        (layer.attention - key_value) / 16 + key_value / 8 + layer.mlp / 16 + layer.norms
+    )
+    # activations without SP (bf16, flash): 10·n·h outside TP + Q/out-proj 2·n·2q/t + one
+    # K and one V head 2·n·2d + fp32 LSE 4·n·a/t + SwiGLU 2·n·3F/t, n = 1024 tokens
+    n, q, a, f = 1024, 8192, 64, 28672
+    expected = 10 * n * h + 2 * n * (2 * q / 16 + 2 * d) + 4 * n * a / 16 + 2 * n * 3 * f / 16
+    job = TrainingJob(seq_length=n, global_batch_size=1)
+    full = layer_activations(model, job, ParallelPlan(tp=16), 0).full_bytes
+    assert full == pytest.approx(expected)
+
+
+def test_expert_parameters_shard_over_ep_etp_and_expert_dp() -> None:
+    model = get_preset("tiny-moe")
+    counts = count_params(model)
+    routed = sum(layer.routed_experts for layer in counts.layers)
+    plan = ParallelPlan(tp=2, dp=4, ep=4, etp=1, distributed_optimizer=True)
+    assert stage_params(model, plan, 0).expert == routed / 4
+    job = TrainingJob(seq_length=256, global_batch_size=8)
+    memory = stage0(model, job, plan)
+    dense = stage_params(model, plan, 0).dense
+    assert plan.expert_dp == 2
+    assert memory.optimizer_bytes == pytest.approx(12 * (dense / 4 + routed / 4 / 2))
+
+
+# ---- activations vs Korthikanti et al. 2022 Table 2 and Megatron's estimator -----------------
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_layer_activations_table2(tp: int) -> None:
+    # Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, MHA with F = 4h, bf16:
+    # TP + SP + selective: 34·s·b·h/t; TP + selective without SP: s·b·h·(10 + 24/t);
+    # full recompute keeps the layer input, 2·s·b·h (/t with SP).
+    model = mha_gpt()
+    s, b, h = 2048, 2, 1024
+    job = TrainingJob(seq_length=s, global_batch_size=b)
+    sp = ParallelPlan(tp=tp, micro_batch_size=b, sequence_parallel=tp > 1)
+    no_sp = sp.replace(sequence_parallel=False)
+    assert layer_activations(model, job, sp, 3).selective_bytes == pytest.approx(
+        34 * s * b * h / tp
+    )
+    assert layer_activations(model, job, no_sp, 3).selective_bytes == pytest.approx(
+        s * b * h * (10 + 24 / tp)
+    )
+    assert layer_activations(model, job, sp, 3).input_bytes == pytest.approx(2 * s * b * h / tp)
+
+
+def test_materialized_attention_keeps_table2_score_term() -> None:
+    # Table 2 without recompute: + 5·a·s²·b/t (softmax, dropout mask, dropout output).
+    model = mha_gpt()
+    s, b, a, tp = 1024, 1, 16, 2
+    job = TrainingJob(seq_length=s, global_batch_size=b)
+    plan = ParallelPlan(tp=tp, sequence_parallel=True)
+    unfused = layer_activations(model, job, plan, 0, attention="materialized")
+    assert unfused.core_attention_bytes == pytest.approx(5 * a * s * s * b / tp)
+    flash = layer_activations(model, job, plan, 0)
+    assert flash.core_attention_bytes == pytest.approx(4 * a * s * b / tp)  # fp32 LSE
+
+
+@pytest.mark.parametrize(
+    ("pp", "vpp", "m"), [(1, 1, 4), (2, 1, 1), (4, 1, 2), (4, 1, 16), (4, 2, 8), (2, 4, 4)]
+)
+def test_stage0_layer_activations_match_megatron_sp_selective(pp: int, vpp: int, m: int) -> None:
+    # Megatron's compute_activation_memory: L·34·s·b·h/t, times 1 + (p-1)/(p·v) when
+    # interleaved or min(1, m/p) for 1F1B. Ours counts in-flight microbatch-chunks on stage 0
+    # exactly and agrees on the layer part.
+    model = mha_gpt(num_layers=16)
+    s, b, h, t = 1024, 1, 1024, 2
+    job = TrainingJob(seq_length=s, global_batch_size=m * b * 2)
+    plan = ParallelPlan(
+        tp=t,
+        pp=pp,
+        vpp=vpp,
+        dp=2,
+        sequence_parallel=True,
+        recompute="selective",
+        schedule="interleaved" if vpp > 1 else "1f1b",
+    )
+    factor = 1 + (pp - 1) / (pp * vpp) if vpp > 1 else min(1.0, m / pp) if pp > 1 else 1.0
+    expected = 16 * 34 * s * b * h / t * factor
+    assert stage0(model, job, plan).activations_bytes == pytest.approx(expected)
+
+
+def test_megatron_estimator_port_golden() -> None:
+    # Megatron's formulas by hand for p = 1 (megatron-facts.md §2.2), V = 50257 padded to a
+    # multiple of 128·t = 256: 50432.
+    # SP + selective: (34·s·b·h·L + 8·s·b + s·b·h + 4·s·b·h·(1 + V/h)) / t;
+    # no SP: (s·b·h·(10 + 24/t)·L + 8·s·b + s·b·h + 2·(s·b·V/t + s·b·h)) x 1.05.
+    model = mha_gpt()
+    s, b, h, t, layers, vocab = 2048, 1, 1024, 2, 8, 50432
+    job = TrainingJob(seq_length=s, global_batch_size=4)
+    plan = ParallelPlan(tp=t, dp=4, sequence_parallel=True, recompute="selective")
+    sbh = s * b * h
+    sp_expected = (34 * sbh * layers + 8 * s * b + sbh + 4 * sbh * (1 + vocab / h)) / t
+    assert megatron_theoretical_memory(model, job, plan)[1] == pytest.approx(sp_expected)
+    plan = plan.replace(sequence_parallel=False)
+    no_sp = (sbh * (10 + 24 / t) * layers + 8 * s * b + sbh + 2 * (s * b * vocab / t + sbh)) * 1.05
+    assert megatron_theoretical_memory(model, job, plan)[1] == pytest.approx(no_sp)
+
+
+def test_deliberate_differences_from_megatron_estimator() -> None:
+    """Where ours differs from Megatron's `theoretical_memory_usage.py`, and why.
+
+    - CP: ours divides the activation sequence by cp and shards optimizer state over dp·cp;
+      Megatron's estimator ignores cp in both (it is pessimistic when cp > 1).
+    - GQA: ours keeps K and V at g/a of Q's size; the estimator assumes MHA.
+    - SwiGLU: ours keeps gate and up outputs (6·s·b·F); the estimator uses 4·F/h.
+    - MoE: ours adds router, routed-expert and dispatch activations.
+    - Every stage is modelled, and a framework allowance is added on top.
+    """
+    job = TrainingJob(seq_length=4096, global_batch_size=16)
+    base = ParallelPlan(tp=2, dp=2, sequence_parallel=True, recompute="selective")
+    model = mha_gpt()
+    with_cp = base.replace(cp=2, distributed_optimizer=True)
+    plain = base.replace(distributed_optimizer=True)
+    assert stage0(model, job, with_cp).activations_bytes == pytest.approx(
+        stage0(model, job, plain).activations_bytes / 2
+    )
+    assert megatron_theoretical_memory(model, job, with_cp) == megatron_theoretical_memory(
+        model, job, plain
+    )
+    assert stage0(model, job, with_cp).optimizer_bytes < stage0(model, job, plain).optimizer_bytes
+    gqa = model.replace(num_query_groups=2)
+    assert stage0(gqa, job, base).activations_bytes < stage0(model, job, base).activations_bytes
+    assert (
+        megatron_theoretical_memory(gqa, job, base)[1]
+        == megatron_theoretical_memory(model, job, base)[1]
+    )
+    swiglu = layer_activations(model.replace(activation="swiglu"), job, base, 0).selective_bytes
+    gelu = layer_activations(model, job, base, 0).selective_bytes
+    assert swiglu - gelu == pytest.approx(2 * 4096 * 4096 / 2)  # 2 bytes x s·b x F / t
+    moe = get_preset("tiny-moe")
+    dense = moe.replace(num_experts=0, moe_shared_expert_size=0)
+    assert (
+        layer_activations(moe, job, base, 0).full_bytes
+        > layer_activations(dense, job, base, 0).full_bytes
+    )
+
+
+def test_moe_dispatch_buffer_scales_with_top_k() -> None:
+    model = get_preset("tiny-moe")
+    job = TrainingJob(seq_length=512, global_batch_size=2)
+    plan = ParallelPlan(tp=2, dp=2, ep=2, etp=1, sequence_parallel=True)
+    top2 = layer_activations(model, job, plan, 0).full_bytes
+    top4 = layer_activations(model.replace(moe_top_k=4), job, plan, 0).full_bytes
+    tokens = 512 / 2  # per rank with SP
+    # each extra routed row keeps its input (h) and output (h) plus 3·F_expert of inner
+    # activations (SwiGLU), all bf16
+    per_row = 2 * (128 + 128 + 3 * 128)
+    assert top4 - top2 == pytest.approx(2 * tokens * per_row)
+
+
+# ---- pipeline stages -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pp", "vpp", "m"),
+    [(1, 1, 3), (2, 1, 1), (4, 1, 2), (4, 1, 9), (4, 2, 4), (4, 2, 8), (2, 3, 6), (8, 2, 16)],
+)
+def test_in_flight_counts_match_generated_schedules(pp: int, vpp: int, m: int) -> None:
+    for rank, actions in enumerate(schedule_actions(pp, vpp, m)):
+        counts = in_flight_chunk_counts(pp, vpp, rank, m)
+        assert sum(counts) == max_in_flight(actions)
+        if vpp == 1:
+            assert counts == (min(pp - rank, m),)
+        else:
+            warmup = 2 * (pp - rank - 1) + (vpp - 1) * pp
+            assert sum(counts) == min(warmup + 1, m * vpp)
+
+
+def test_every_stage_is_modelled() -> None:
+    model = get_preset("llama3-8b")
+    job = TrainingJob(seq_length=4096, global_batch_size=64)
+    plan = ParallelPlan(tp=2, pp=4, dp=2, sequence_parallel=True, recompute="selective")
+    stages = memory_per_stage(model, job, plan, allowance=NO_ALLOWANCE)
+    assert [s.pp_rank for s in stages] == [0, 1, 2, 3]
+    assert [s.num_layers for s in stages] == [8, 8, 8, 8]
+    assert [s.in_flight_microbatches for s in stages] == [4, 3, 2, 1]
+    assert stages[0].embedding_activations_bytes > 0 and stages[0].output_activations_bytes == 0
+    assert stages[3].output_activations_bytes > 0 and stages[3].embedding_activations_bytes == 0
+    assert stages[1].embedding_activations_bytes == stages[1].output_activations_bytes == 0
+    # middle stages hold only layers; the ends add the embedding / output layer
+    assert stages[1].weights_bytes == stages[2].weights_bytes < stages[0].weights_bytes
+    assert peak_memory_bytes(model, job, plan, allowance=NO_ALLOWANCE) == max(
+        s.total_bytes for s in stages
+    )
+
+
+def test_full_recompute_keeps_checkpoint_inputs_and_one_working_group() -> None:
+    model = mha_gpt(num_layers=8)
+    job = TrainingJob(seq_length=1024, global_batch_size=4)
+    plan = ParallelPlan(tp=2, pp=2, dp=1, sequence_parallel=True, recompute="full")
+    layer = layer_activations(model, job, plan, 0)
+    memory = stage0(model, job, plan)
+    assert memory.activations_bytes == pytest.approx(2 * 4 * layer.input_bytes)  # 2 in flight
+    assert memory.recompute_working_bytes == pytest.approx(layer.full_bytes - layer.input_bytes)
+    grouped = plan.replace(recompute_num_layers=2)
+    assert checkpoint_groups(grouped, range(4)) == ((0, 1), (2, 3))
+    assert stage0(model, job, grouped).activations_bytes == pytest.approx(2 * 2 * layer.input_bytes)
+    block = plan.replace(recompute_method="block", recompute_num_layers=1)
+    assert checkpoint_groups(block, range(4, 8)) == ((4,),)
+    assert recomputed_layers(model, block) == frozenset({0, 4})
+    assert stage0(model, job, block).activations_bytes == pytest.approx(
+        2 * (layer.input_bytes + 3 * layer.full_bytes)
+    )
+
+
+def test_framework_allowance() -> None:
+    model = get_preset("tiny")
+    job = TrainingJob(seq_length=256, global_batch_size=4)
+    plan = ParallelPlan()
+    allowance = FrameworkAllowance(fixed_bytes=1 * GiB, fraction=0.2)
+    bare = stage0(model, job, plan)
+    with_allowance = memory_per_stage(model, job, plan, allowance=allowance)[0]
+    dynamic = bare.activation_total_bytes + bare.comm_buffers_bytes
+    assert with_allowance.framework_bytes == pytest.approx(GiB + 0.2 * dynamic)
+    assert memory_per_stage(model, job, plan)[0].framework_bytes >= 1.5 * GiB
+    with pytest.raises(SpecError, match="fraction"):
+        FrameworkAllowance(fraction=1.5)
+
+
+def test_bad_plans_raise_spec_error() -> None:
+    model = get_preset("tiny")
+    job = TrainingJob(seq_length=256, global_batch_size=4)
+    with pytest.raises(SpecError, match="layers_divisible_by_pp_vpp"):
+        memory_per_stage(model, job, ParallelPlan(pp=3))
+    with pytest.raises(SpecError, match="num_microbatches"):
+        memory_per_stage(model, job, ParallelPlan(dp=8))
+    with pytest.raises(SpecError, match="layer_index"):
+        layer_activations(model, job, ParallelPlan(), 4)
+
+
+# ---- monotonicity properties -------------------------------------------------------------------
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[ModelSpec, TrainingJob, ParallelPlan]:
+    """A small model (dense or MoE, MHA or GQA) with a plan the memory model accepts."""
+    heads = draw(st.sampled_from([4, 8]))
+    moe = draw(st.booleans())
+    model = ModelSpec(
+        name="prop",
+        num_layers=draw(st.sampled_from([4, 8])),
+        hidden_size=draw(st.sampled_from([64, 128, 256])),
+        num_attention_heads=heads,
+        num_query_groups=draw(st.sampled_from([heads, heads // 2, 1])),
+        ffn_hidden_size=draw(st.sampled_from([128, 512])),
+        vocab_size=draw(st.integers(100, 5000)),
+        activation=draw(st.sampled_from(["swiglu", "gelu"])),
+        num_experts=8 if moe else 0,
+        moe_top_k=draw(st.sampled_from([1, 2])),
+        moe_ffn_hidden_size=64,
+        moe_shared_expert_size=draw(st.sampled_from([0, 64])) if moe else 0,
+    )
+    tp = draw(st.sampled_from([1, 2, 4]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    vpp = draw(st.sampled_from([1, 2])) if pp > 1 and model.num_layers % (2 * pp) == 0 else 1
+    dp = draw(st.sampled_from([1, 2]))
+    cp = draw(st.sampled_from([1, 2]))
+    mbs = draw(st.sampled_from([1, 2]))
+    m = 2 * pp * draw(st.integers(1, 3)) if vpp > 1 else draw(st.integers(1, 9))
+    plan = ParallelPlan(
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=cp,
+        dp=dp,
+        ep=2 if moe and cp * dp % 2 == 0 else 1,  # expert_dp = cp·dp/ep must be whole
+        sequence_parallel=tp > 1 and draw(st.booleans()),
+        micro_batch_size=mbs,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        distributed_optimizer=draw(st.booleans()),
+        overlap_grad_reduce=draw(st.booleans()),
+    )
+    job = TrainingJob(
+        seq_length=draw(st.sampled_from([128, 512, 2048])),
+        global_batch_size=m * mbs * dp,
+        precision=draw(st.sampled_from(["bf16", "fp32"])),
+    )
+    return model, job, plan
+
+
+def _activations(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> list[float]:
+    return [s.activation_total_bytes for s in memory_per_stage(model, job, plan)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases(), st.sampled_from(["flash", "materialized"]))
+def test_recompute_never_raises_activation_memory(case, attention) -> None:
+    # none >= selective >= full, for full recompute with one checkpoint per layer (the
+    # default); a larger uniform group rebuilds the whole group at once and can exceed
+    # selective on purpose.
+    model, job, plan = case
+    modes = [
+        [
+            s.activation_total_bytes
+            for s in memory_per_stage(model, job, plan.replace(recompute=mode), attention=attention)
+        ]
+        for mode in ("none", "selective", "full")
+    ]
+    for none, selective, full in zip(*modes, strict=True):
+        assert none >= selective * (1 - 1e-12)
+        assert selective >= full * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases())
+def test_larger_tp_never_raises_weight_memory(case) -> None:
+    model, job, plan = case
+    wider = plan.replace(tp=plan.tp * 2)
+    narrow = memory_per_stage(model, job, plan)
+    wide = memory_per_stage(model, job, wider)
+    for a, b in zip(narrow, wide, strict=True):
+        assert b.weights_bytes <= a.weights_bytes
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases())
+def test_memory_grows_with_micro_batch_size(case) -> None:
+    model, job, plan = case
+    # double the global batch so that both micro-batch sizes give whole microbatch counts
+    bigger_job = dataclasses.replace(job, global_batch_size=2 * job.global_batch_size)
+    small = memory_per_stage(model, bigger_job, plan)
+    large = memory_per_stage(
+        model, bigger_job, plan.replace(micro_batch_size=2 * plan.micro_batch_size)
+    )
+    for a, b in zip(small, large, strict=True):
+        assert b.total_bytes >= a.total_bytes * (1 - 1e-12)
+        assert b.activation_total_bytes >= a.activation_total_bytes * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cases())
+def test_distributed_optimizer_never_raises_optimizer_memory(case) -> None:
+    model, job, plan = case
+    off = memory_per_stage(model, job, plan.replace(distributed_optimizer=False))
+    on = memory_per_stage(model, job, plan.replace(distributed_optimizer=True))
+    for a, b in zip(off, on, strict=True):
+        assert b.optimizer_bytes <= a.optimizer_bytes
