@@ -13,7 +13,7 @@ from rich.table import Table
 
 def print_json(data: Any) -> None:
     """Machine-readable output: indented JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
