@@ -1,0 +1,599 @@
+"""The report page: one self-contained HTML file for a plan, or a plan and its run.
+
+`render_report` is a pure function of its arguments. Every number is computed and formatted
+in Python before it reaches the page, and every string that comes from data is escaped;
+the page itself has inline CSS and SVG only (no script, no network). Without a measured
+timeline it is the prediction-only page ``paraplan plan --out DIR`` writes as
+``DIR/plan.html``. MFU follows Megatron-LM's FLOPs count (causal attention halved,
+recompute not counted); HFU adds recompute. Errors are ``(predicted - measured) / measured``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from reports.compare import Comparison, compare
+from reports.ledger import LedgerRow, join_ledgers, timeline_ledger
+from reports.run_dir import check_estimate, check_metrics
+from reports.svg import (
+    KIND_COLORS,
+    MemoryBar,
+    format_bytes,
+    format_seconds,
+    gantt_svg,
+    iteration_times_svg,
+    lanes_used,
+    legend_html,
+    line_chart_svg,
+    memory_bars_svg,
+)
+from specs.bundle import PlanBundle
+from specs.errors import SpecError
+from specs.timeline import Timeline, TimelineEvent
+
+MAX_RANKS_DRAWN = 16
+"""Gantt charts per page; further ranks are listed, not drawn, to keep the page light."""
+PHASE_LABELS = {
+    "forward": "forward",
+    "backward": "backward",
+    "recompute": "recompute",
+    "tp_exposed": "TP exposed",
+    "cp_exposed": "CP exposed",
+    "ep_exposed": "EP exposed",
+    "pp_exposed": "PP exposed",
+    "dp_exposed": "DP exposed",
+    "bubble": "bubble (idle)",
+    "optimizer": "optimizer",
+}
+"""Display names of the comparison phases."""
+_CSS = """
+*{box-sizing:border-box}
+body{margin:0;background:#f3f4f6;color:#1f2933;font:14px/1.45 system-ui,-apple-system,
+"Segoe UI",Roboto,sans-serif}
+main{max-width:1240px;margin:0 auto;padding:20px 24px 40px}
+h1{font-size:22px;margin:0 0 2px}h2{font-size:17px;margin:0 0 10px}
+.sub{color:#52606d;margin:0 0 16px}
+section{background:#fff;border:1px solid #e1e4e8;border-radius:8px;padding:16px 18px;
+margin:0 0 16px}
+.facts{display:grid;grid-template-columns:repeat(4,minmax(0,1fr));gap:10px 18px;margin:0 0 14px}
+.facts div{min-width:0}.facts dt{color:#52606d;font-size:12px;text-transform:uppercase;
+letter-spacing:.04em}.facts dd{margin:2px 0 0;font-weight:600;overflow-wrap:anywhere}
+.summary-grid{display:flex;gap:18px;align-items:flex-start;flex-wrap:wrap}
+.summary-grid table{flex:1 1 520px}
+.verdict{flex:0 0 220px;border-radius:8px;padding:14px 16px;color:#fff;background:#52606d}
+.verdict b{display:block;font-size:22px}.verdict.good{background:#2f855a}
+.verdict.warn{background:#b7791f}.verdict.bad{background:#c53030}
+table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
+th,td{padding:5px 10px;border-bottom:1px solid #edf0f2;text-align:right;white-space:nowrap}
+th{background:#f7f8fa;color:#52606d;font-weight:600;font-size:12px}
+th:first-child,td:first-child{text-align:left}
+table.text2 th:nth-child(2),table.text2 td:nth-child(2){text-align:left}
+tr.total td{font-weight:700;border-top:2px solid #d5d9de}
+tr.winner td{background:#f0fff4}
+td.good{color:#2f855a}td.warn{color:#b7791f}td.bad{color:#c53030;font-weight:600}
+.scroll{overflow-x:auto}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:0 0 8px;font-size:12px;color:#52606d}
+.swatch{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;
+vertical-align:-1px}
+figure.gantt{margin:0 0 6px}
+.note{color:#52606d;font-size:12px;margin:6px 0 0}
+.two{display:grid;grid-template-columns:1fr 1fr;gap:16px;margin:0 0 16px}
+.two section{margin:0}
+details summary{cursor:pointer;color:#52606d;margin:8px 0}
+pre.why{white-space:pre-wrap;background:#f7f8fa;border-radius:6px;padding:10px 12px;margin:0 0 10px;
+font:13px/1.5 system-ui,sans-serif}
+@media (max-width:900px){.facts{grid-template-columns:repeat(2,1fr)}.two{grid-template-columns:1fr}}
+"""
+
+
+def render_report(
+    bundle: PlanBundle,
+    estimate: Mapping[str, Any],
+    predicted: Timeline,
+    measured: Timeline | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
+    candidates: Mapping[str, Any] | Sequence[Any] | None = None,
+) -> str:
+    """The whole report page as one HTML string.
+
+    With ``measured`` the page compares prediction and measurement (``comparison`` is
+    computed when not given); without it the page shows the prediction alone. ``estimate``
+    and ``metrics`` are the JSON objects of a run folder (`reports.run_dir`); a missing key
+    the page needs raises `SpecError`.
+    """
+    check_estimate(estimate, where="render_report estimate")
+    if metrics is not None:
+        check_metrics(metrics, where="render_report metrics")
+    if measured is not None and comparison is None:
+        comparison = compare(
+            predicted, measured, plan=bundle.plan, estimate=estimate, metrics=metrics
+        )
+    title = f"{bundle.model.name} · {bundle.plan.label()} · {bundle.cluster.num_gpus}× " + (
+        bundle.cluster.hardware
+    )
+    kind = "predicted vs measured" if measured is not None else "prediction"
+    sections = [
+        _summary(bundle, estimate, metrics, comparison),
+        _timelines(predicted, measured, comparison),
+        _phases(estimate, comparison),
+        _memory(estimate, bundle, comparison),
+        _ledger(predicted, comparison),
+    ]
+    if metrics is not None:
+        sections.append(_run_charts(metrics, comparison))
+    if candidates is not None:
+        sections.append(_candidates(candidates))
+    sections.append(_notes(predicted, measured))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>paraplan · {escape(title)}</title><style>{_CSS}</style></head><body><main>"
+        f"<h1>paraplan report: {escape(bundle.model.name)}</h1>"
+        f'<p class="sub">{escape(kind)} · {escape(title)}</p>'
+        + "".join(sections)
+        + "</main></body></html>\n"
+    )
+
+
+# ---- formatting helpers --------------------------------------------------------------
+
+
+def _pct(error: float | None) -> str:
+    return "–" if error is None else f"{error * 100:+.1f}%"
+
+
+def _error_cell(error: float | None) -> str:
+    if error is None:
+        return "<td>–</td>"
+    size = abs(error)
+    cls = "good" if size <= 0.05 else "warn" if size <= 0.15 else "bad"
+    return f'<td class="{cls}">{_pct(error)}</td>'
+
+
+def _cell(value: str) -> str:
+    return f"<td>{escape(value)}</td>"
+
+
+def _row(cells: Sequence[str], cls: str = "") -> str:
+    attr = f' class="{cls}"' if cls else ""
+    return f"<tr{attr}>" + "".join(cells) + "</tr>"
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[str], table_id: str = "", *, text_cols: int = 1
+) -> str:
+    attr = (f' id="{table_id}"' if table_id else "") + (' class="text2"' if text_cols > 1 else "")
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    return f'<div class="scroll"><table{attr}><thead><tr>{head}</tr></thead><tbody>' + (
+        "".join(rows) + "</tbody></table></div>"
+    )
+
+
+def _number(value: float, digits: int = 4) -> str:
+    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+# ---- summary -------------------------------------------------------------------------
+
+
+def _facts(bundle: PlanBundle, microbatches: int) -> str:
+    m, c, j, p = bundle.model, bundle.cluster, bundle.job, bundle.plan
+    model = f"{m.name}: {m.num_layers} layers, h {m.hidden_size}, {m.num_attention_heads} heads"
+    if m.num_experts:
+        model += f", {m.num_experts} experts top-{m.moe_top_k}"
+    per_node = f", {c.gpus_per_node} per node" if c.gpus_per_node else ""
+    facts = [
+        ("model", model),
+        ("cluster", f"{c.num_gpus}× {c.hardware}{per_node}"),
+        ("job", f"seq {j.seq_length}, global batch {j.global_batch_size}, {j.precision}"),
+        ("plan", f"{p.label()}, {p.schedule}, {microbatches} microbatches"),
+    ]
+    items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in facts)
+    return f'<dl class="facts">{items}</dl>'
+
+
+def _summary_rows(
+    estimate: Mapping[str, Any], metrics: Mapping[str, Any] | None, c: Comparison | None
+) -> list[tuple[str, str, str, float | None]]:
+    """(quantity, predicted, measured, error) rows of the summary table."""
+    iteration = (
+        "iteration time",
+        format_seconds(c.iteration_time_predicted_s if c else float(estimate["iteration_time_s"])),
+        format_seconds(c.iteration_time_measured_s) if c else "–",
+        c.iteration_time_error if c else None,
+    )
+    rows = [iteration]
+    tokens_p = float(estimate["tokens_per_s"])
+    tokens_m = float(metrics["tokens_per_s"]) if metrics and "tokens_per_s" in metrics else None
+    rows.append(("tokens/s", _number(tokens_p), _opt(tokens_m, _number), _rel(tokens_p, tokens_m)))
+    mfu_p = float(estimate["mfu"])
+    mfu_m = float(metrics["mfu"]) if metrics and "mfu" in metrics else None
+    rows.append(
+        ("MFU (model FLOPs)", f"{mfu_p:.1%}", _opt(mfu_m, "{:.1%}".format), _rel(mfu_p, mfu_m))
+    )
+    if "hfu" in estimate:
+        rows.append(("HFU (with recompute)", f"{float(estimate['hfu']):.1%}", "–", None))
+    peak_p = float(estimate["peak_memory_gib"])
+    peak_m = c.peak_memory_measured_gib if c else None
+    fits = "" if estimate.get("fits", True) else " (does not fit)"
+    rows.append(
+        (
+            "peak memory",
+            f"{peak_p:.3g} GiB{fits}",
+            _opt(peak_m, "{:.3g} GiB".format),
+            c.peak_memory_error if c else None,
+        )
+    )
+    return rows
+
+
+def _opt(value: float | None, fmt: Any) -> str:
+    return "–" if value is None else str(fmt(value))
+
+
+def _rel(predicted: float, measured: float | None) -> float | None:
+    return (predicted - measured) / measured if measured else None
+
+
+def _summary(
+    bundle: PlanBundle,
+    estimate: Mapping[str, Any],
+    metrics: Mapping[str, Any] | None,
+    c: Comparison | None,
+) -> str:
+    microbatches = bundle.plan.num_microbatches(bundle.job.global_batch_size)
+    cells = [
+        [_cell(q), _cell(p), _cell(m), _error_cell(e)]
+        for q, p, m, e in _summary_rows(estimate, metrics, c)
+    ]
+    headers = ["", "predicted", "measured", "error"]
+    # A prediction-only page has no measured or error column to fill.
+    keep = 4 if c is not None else 2
+    rows = [_row(row[:keep]) for row in cells]
+    table = _table(headers[:keep], rows, "summary-table")
+    if c is None:
+        verdict = '<div class="verdict"><b>prediction only</b>no measured run yet</div>'
+    else:
+        cls = {"within 5%": "good", "within 15%": "warn", "off": "bad"}.get(c.verdict, "")
+        verdict = (
+            f'<div class="verdict {cls}"><b>{escape(c.verdict)}</b>iteration time '
+            f"{_pct(c.iteration_time_error)} vs measured</div>"
+        )
+    return (
+        '<section id="summary" class="card summary"><h2>Summary</h2>'
+        + _facts(bundle, microbatches)
+        + f'<div class="summary-grid">{table}{verdict}</div></section>'
+    )
+
+
+# ---- timelines -----------------------------------------------------------------------
+
+
+def _timelines(predicted: Timeline, measured: Timeline | None, c: Comparison | None) -> str:
+    ranks_p = sorted({e.rank for e in predicted.events} | set(predicted.ranks_shown))
+    ranks = list(c.ranks) if c is not None else ranks_p
+    drawn = ranks[:MAX_RANKS_DRAWN]
+    per_rank: dict[int, list[tuple[str, tuple[TimelineEvent, ...], float]]] = {}
+    for rank in drawn:
+        sides = [("predicted", predicted.for_rank(rank), predicted.iteration_time_s)]
+        if measured is not None:
+            sides.append(("measured", measured.for_rank(rank), measured.iteration_time_s))
+        per_rank[rank] = sides
+    events = [e for sides in per_rank.values() for _, evs, _ in sides for e in evs]
+    lanes = lanes_used(events)
+    axis_end_s = max(
+        [e.end_s for e in events]
+        + [predicted.iteration_time_s, measured.iteration_time_s if measured else 0.0]
+    )
+    kinds = [k for k in KIND_COLORS if any(e.kind == k for e in events)]
+    figures = []
+    for rank, sides in per_rank.items():
+        names = " ".join(label for label, _, _ in sides)
+        svg = gantt_svg(rank=rank, sides=sides, axis_end_s=axis_end_s, lanes=lanes)
+        figures.append(
+            f'<figure class="gantt" data-rank="{rank}" data-sides="{names}">{svg}</figure>'
+        )
+    notes = []
+    if len(ranks) > len(drawn):
+        notes.append(
+            f"{len(ranks) - len(drawn)} more ranks not drawn: {_ranks_text(ranks[len(drawn) :])}."
+        )
+    if measured is not None and c is not None:
+        only = sorted(
+            ({e.rank for e in measured.events} | set(measured.ranks_shown)) - set(c.ranks)
+        )
+        if only:
+            notes.append(f"Measured only, not predicted: ranks {_ranks_text(only)}.")
+    header = (
+        "Predicted above measured on one time axis; dashed lines mark each side's iteration "
+        "time. Hover a bar for its name, microbatch, duration and bytes."
+        if measured is not None
+        else "Predicted timeline. Hover a bar for its name, microbatch, duration and bytes."
+    )
+    note_html = "".join(f'<p class="note">{escape(n)}</p>' for n in notes)
+    return (
+        '<section id="timelines"><h2>Per-rank timelines</h2>'
+        f'<p class="note">{escape(header)}</p>'
+        + legend_html(kinds)
+        + "".join(figures)
+        + note_html
+        + "</section>"
+    )
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in ranks[:20]) + (" …" if len(ranks) > 20 else "")
+
+
+# ---- phases, memory, collectives -----------------------------------------------------
+
+
+def _breakdown_table(estimate: Mapping[str, Any]) -> str:
+    """The estimate's own phase breakdown (seconds and share of the iteration)."""
+    iteration_s = float(estimate["iteration_time_s"])
+    rows = [
+        _row(
+            [
+                _cell(name.replace("_", " ")),
+                _cell(format_seconds(float(seconds))),
+                _cell(f"{float(seconds) / iteration_s:.1%}" if iteration_s else "–"),
+            ]
+        )
+        for name, seconds in (estimate.get("breakdown") or {}).items()
+    ]
+    if not rows:
+        return '<p class="note">The estimate carries no phase breakdown.</p>'
+    return _table(["phase", "seconds", "share of iteration"], rows, "phase-breakdown")
+
+
+def _error_table(c: Comparison) -> str:
+    rows = [
+        (PHASE_LABELS.get(p.phase, p.phase), p.predicted_s, p.measured_s, p.error, "")
+        for p in c.phases
+    ]
+    rows.append(
+        (
+            "iteration",
+            c.iteration_time_predicted_s,
+            c.iteration_time_measured_s,
+            c.iteration_time_error,
+            "total",
+        )
+    )
+    cells = [
+        _row(
+            [
+                _cell(label),
+                _cell(format_seconds(p)),
+                _cell(format_seconds(m)),
+                _cell(format_seconds(p - m)),
+                _error_cell(error),
+            ],
+            cls,
+        )
+        for label, p, m, error, cls in rows
+    ]
+    headers = ["phase", "predicted", "measured", "difference", "error"]
+    return _table(headers, cells, "phase-errors")
+
+
+def _phases(estimate: Mapping[str, Any], c: Comparison | None) -> str:
+    if c is None:
+        return (
+            '<section id="phases"><h2>Where the time goes (cost-model estimate)</h2>'
+            + _breakdown_table(estimate)
+            + "</section>"
+        )
+    return (
+        '<section id="phases"><h2>Per-phase error</h2>'
+        + _error_table(c)
+        + '<p class="note">Seconds per rank per iteration, averaged over ranks '
+        + escape(_ranks_text(c.ranks))
+        + ". Exposed communication is time on a lane not hidden behind compute on the same "
+        "rank; bubble is the time neither compute nor communication runs.</p>"
+        "<details><summary>Cost-model breakdown (analytic estimate)</summary>"
+        + _breakdown_table(estimate)
+        + "</details></section>"
+    )
+
+
+def _memory_bars(estimate: Mapping[str, Any], c: Comparison | None) -> list[MemoryBar]:
+    measured: dict[int, float] = {}
+    for row in c.memory if c else ():
+        measured[row.stage] = max(measured.get(row.stage, 0.0), row.measured_gib)
+    stages = sorted(estimate.get("memory") or (), key=lambda s: int(s["stage"]))
+    if not stages:
+        peak = float(estimate["peak_memory_gib"])
+        return [
+            MemoryBar(label="all ranks", parts=(("total", peak),), measured_gib=measured.get(0))
+        ]
+    bars = []
+    for stage in stages:
+        parts = stage.get("parts") or {"total": stage["total_gib"]}
+        bars.append(
+            MemoryBar(
+                label=f"stage {int(stage['stage'])}",
+                parts=tuple((str(k), float(v)) for k, v in parts.items()),
+                measured_gib=measured.get(int(stage["stage"])),
+            )
+        )
+    return bars
+
+
+def _memory(estimate: Mapping[str, Any], bundle: PlanBundle, c: Comparison | None) -> str:
+    svg = memory_bars_svg(_memory_bars(estimate, c))
+    details = ""
+    if c is not None and c.memory:
+        rows = [
+            _row(
+                [
+                    _cell(str(m.rank)),
+                    _cell(str(m.stage)),
+                    _cell(f"{m.predicted_gib:.3g} GiB"),
+                    _cell(f"{m.measured_gib:.3g} GiB"),
+                    _error_cell(m.error),
+                ]
+            )
+            for m in c.memory
+        ]
+        details = (
+            "<details><summary>Peak memory per rank</summary>"
+            + _table(["rank", "stage", "predicted", "measured", "error"], rows, "memory-ranks")
+            + "</details>"
+        )
+    return (
+        '<section id="memory"><h2>Memory per pipeline stage</h2>'
+        f'<p class="note">Predicted parts stacked (GiB per GPU, {escape(bundle.job.precision)})'
+        + ("; grey bar: highest measured peak of the stage's ranks." if c and c.memory else ".")
+        + "</p>"
+        + svg
+        + details
+        + "</section>"
+    )
+
+
+def _ledger(predicted: Timeline, c: Comparison | None) -> str:
+    if c is not None:
+        rows: Sequence[LedgerRow] = c.ledger
+    else:
+        ranks = max(1, len({e.rank for e in predicted.events} | set(predicted.ranks_shown)))
+        rows = join_ledgers(timeline_ledger(predicted, num_ranks=ranks, num_iterations=1), {})
+    headers = [
+        "group",
+        "operation",
+        "predicted bytes",
+        "measured bytes",
+        "bytes error",
+        "predicted calls",
+        "measured calls",
+    ]
+    cells = [
+        [
+            _cell(r.group),
+            _cell(r.op.replace("_", " ")),
+            _cell(_opt(r.predicted_bytes, format_bytes)),
+            _cell(_opt(r.measured_bytes, format_bytes)),
+            _error_cell(r.bytes_error),
+            _cell(_opt(r.predicted_count, "{:.3g}".format)),
+            _cell(_opt(r.measured_count, "{:.3g}".format)),
+        ]
+        for r in rows
+    ]
+    # A prediction-only page keeps the predicted columns.
+    keep = range(7) if c is not None else (0, 1, 2, 5)
+    body = (
+        _table(
+            [headers[i] for i in keep],
+            [_row([row[i] for i in keep]) for row in cells],
+            "ledger",
+            text_cols=2,
+        )
+        if rows
+        else '<p class="note">No communication in this plan.</p>'
+    )
+    return (
+        '<section id="collectives"><h2>Collective ledger</h2>'
+        + body
+        + '<p class="note">Bytes and calls per rank per iteration.</p></section>'
+    )
+
+
+# ---- run charts, candidates, notes ---------------------------------------------------
+
+
+def _run_charts(metrics: Mapping[str, Any], c: Comparison | None) -> str:
+    loss = [float(v) for v in metrics.get("loss") or ()]
+    times = [float(v) for v in metrics.get("iteration_time_s") or ()]
+    loss_html = (
+        line_chart_svg(loss, y_label="loss") if loss else '<p class="note">No loss recorded.</p>'
+    )
+    markers: list[tuple[str, float]] = []
+    if "iteration_time_p50_s" in metrics:
+        markers.append(("median", float(metrics["iteration_time_p50_s"])))
+    if c is not None:
+        markers.append(("predicted", c.iteration_time_predicted_s))
+    if "iteration_time_p95_s" in metrics:
+        markers.append(("p95", float(metrics["iteration_time_p95_s"])))
+    times_html = (
+        iteration_times_svg(times, lines=markers)
+        if times
+        else '<p class="note">No iteration times recorded.</p>'
+    )
+    return (
+        '<div class="two"><section id="loss"><h2>Loss</h2>'
+        + loss_html
+        + '</section><section id="iteration-times"><h2>Iteration time per step</h2>'
+        + times_html
+        + f'<p class="note">{len(times)} measured steps; the distribution is summed up by '
+        "the median and p95 lines, against the predicted iteration time.</p></section></div>"
+    )
+
+
+def _flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(_value(v) for v in value)
+    return str(value)
+
+
+def _candidates(candidates: Mapping[str, Any] | Sequence[Any]) -> str:
+    if isinstance(candidates, Mapping):
+        rows = candidates.get("candidates", [])
+        explanation = str(candidates.get("explanation", ""))
+    elif isinstance(candidates, Sequence) and not isinstance(candidates, str):
+        rows, explanation = candidates, ""
+    else:
+        raise SpecError(
+            "candidates must be an object with 'candidates' and 'explanation' or a list, "
+            f"got {type(candidates).__name__}"
+        )
+    flat = [_flatten(r) if isinstance(r, Mapping) else {"candidate": r} for r in rows]
+    columns = list(dict.fromkeys(k for r in flat for k in r))
+    table = _table(
+        columns,
+        [
+            _row([_cell(_value(r.get(k))) for k in columns], "winner" if i == 0 else "")
+            for i, r in enumerate(flat)
+        ],
+        "candidates",
+    )
+    why = f'<pre class="why">{escape(explanation)}</pre>' if explanation else ""
+    return (
+        '<section id="candidates-section"><h2>Top candidates and why the winner was chosen</h2>'
+        + why
+        + table
+        + '<p class="note">The first row (highlighted) is the chosen plan.</p></section>'
+    )
+
+
+def _notes(predicted: Timeline, measured: Timeline | None) -> str:
+    notes = [
+        "MFU counts model FLOPs as Megatron-LM does (causal attention halved, recompute not "
+        "counted); HFU adds the recomputed FLOPs.",
+        "Errors are (predicted − measured) / measured: positive means the model predicted "
+        "too much.",
+    ]
+    for label, timeline in (("Predicted", predicted), ("Measured", measured)):
+        if timeline is not None and timeline.note:
+            notes.append(f"{label} timeline: {timeline.note}")
+    items = "".join(f"<li>{escape(n)}</li>" for n in notes)
+    return f'<section id="notes"><h2>Notes</h2><ul class="note">{items}</ul></section>'
