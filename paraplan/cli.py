@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from paraplan.commands import check, models
+from paraplan.commands import check, estimate, models
 from specs.errors import SpecError
 
-COMMANDS: tuple[ModuleType, ...] = (models, check)
+COMMANDS: tuple[ModuleType, ...] = (models, check, estimate)
 """Subcommands in the order `paraplan --help` lists them."""
 
 

@@ -1,0 +1,323 @@
+"""Operator times on one device, from a `HardwareProfile`.
+
+Three families, each a pure function of shapes and the profile:
+
+- GEMMs: ``2·m·n·k`` FLOP at the dtype's peak times the profile's shape-dependent
+  efficiency (`profiles.lookup.gemm_efficiency`); a batched GEMM is looked up by its total
+  work, since one batched kernel fills the device like one large GEMM.
+- Attention core: ``flash`` (fused, FlashAttention/cuDNN, Megatron's default through
+  Transformer Engine) divides the causal-counted FLOPs by the profile's measured
+  attention throughput; ``materialized`` (Megatron's pre-2022 path: QKᵀ GEMM, fused
+  scale-mask-softmax, dropout, attention x V GEMM) runs both batched GEMMs over the full
+  s x s square (the causal mask is applied after the GEMM, so no work is saved) and moves
+  the score matrix through memory for softmax and dropout.
+- Memory-bound operators (norms, RoPE, activation functions, residual/dropout adds,
+  softmax, cross entropy, embedding lookups, the optimizer step): bytes moved divided by
+  the achievable bandwidth (`profiles.lookup.memory_bandwidth_Bps`), the roofline model
+  (Williams et al. 2009) that Calculon and vTrain also use for vector ops.
+
+Every operator adds `ComputeProfile.op_overhead_s`, the host time of one launch (0 on GPU
+profiles, where launches run ahead of the device; large on CPU profiles).
+
+Byte counts per operator are stated in each docstring: ``e`` is the element size of
+activations (2 for bf16/fp8 runs, 4 for fp32), a forward reads its inputs once and writes
+its outputs once, and a backward reads the saved inputs and the output gradient and writes
+the input gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from profiles.lookup import (
+    attention_tflops,
+    gemm_efficiency,
+    memory_bandwidth_Bps,
+    peak_flops,
+)
+from profiles.schema import HardwareProfile
+from specs.errors import SpecError
+
+AttentionKernelName = Literal["flash", "materialized"]
+Direction = Literal["forward", "backward"]
+
+ATTENTION_BACKWARD_FLOPS_RATIO = 2.5
+"""Fused attention backward FLOPs over forward FLOPs: dQ, dK, dV plus the recomputed
+scores (FlashAttention-2 paper, arXiv 2307.08691, benchmark convention)."""
+FP32_BYTES = 4
+MASK_BYTES = 1
+
+
+def _require_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise SpecError(f"{name} must be > 0, got {value!r}; pass a positive size")
+
+
+def gemm_dtype(precision: str) -> str:
+    """The GEMM dtype of a job precision: bf16, fp8 or fp32 (fp8 runs keep bf16 elsewhere)."""
+    if precision not in ("bf16", "fp8", "fp32", "fp16"):
+        raise SpecError(f"unknown precision {precision!r}; valid: bf16, fp8, fp32")
+    return precision
+
+
+def activation_dtype(precision: str) -> str:
+    """Dtype of activations and attention: fp32 for fp32 runs, else bf16 (Megatron-LM keeps
+    attention and element-wise ops in bf16 under fp8 GEMMs)."""
+    return "fp32" if precision == "fp32" else "bf16"
+
+
+def element_bytes(precision: str) -> int:
+    """Bytes per activation element: 4 for fp32 runs, else 2."""
+    return 4 if precision == "fp32" else 2
+
+
+def op_overhead_s(profile: HardwareProfile) -> float:
+    """Host time of one operator launch (`ComputeProfile.op_overhead_s`)."""
+    return profile.compute.op_overhead_s
+
+
+# ---- GEMMs ----------------------------------------------------------------------------
+
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+"""Bytes per element of GEMM inputs; outputs are written in bf16 (fp32 for fp32 GEMMs)."""
+
+
+def gemm_time_s(profile: HardwareProfile, m: int, n: int, k: int, dtype: str) -> float:
+    """Seconds of an (m x k) @ (k x n) GEMM (`batched_gemm_time_s` with one matrix)."""
+    return batched_gemm_time_s(profile, 1, m, n, k, dtype)
+
+
+def batched_gemm_time_s(
+    profile: HardwareProfile, batch: int, m: int, n: int, k: int, dtype: str
+) -> float:
+    """Seconds of ``batch`` independent (m x k) @ (k x n) GEMMs run as one kernel.
+
+    Roofline of two limits, plus one op overhead:
+    - compute: batch·2·m·n·k FLOP at peak x the profile's efficiency, looked up for the
+      total work with the per-matrix alignment (one batched kernel tiles all matrices at
+      once; `gemm_efficiency`);
+    - memory: reading both inputs and writing the output once, batch·(m·k + k·n)·in +
+      batch·m·n·out bytes at the achievable bandwidth. It binds for thin GEMMs such as
+      attention's QKᵀ over a head dimension of 64-128, whose arithmetic intensity (about
+      the head dimension, in FLOP/byte) is below an A100's 153 FLOP/byte ridge point.
+    """
+    _require_positive(batch=batch)
+    flops = 2.0 * batch * m * n * k
+    rate = peak_flops(profile, dtype) * gemm_efficiency(profile, batch * m, n, k, dtype)
+    elem_in = DTYPE_BYTES.get(dtype, 2)
+    elem_out = 4 if dtype == "fp32" else 2
+    moved = batch * ((m * k + k * n) * elem_in + m * n * elem_out)
+    return max(flops / rate, moved / memory_bandwidth_Bps(profile)) + op_overhead_s(profile)
+
+
+# ---- memory-bound operators ------------------------------------------------------------
+
+
+def memory_bound_time_s(profile: HardwareProfile, bytes_moved: float, num_ops: int = 1) -> float:
+    """Seconds to move ``bytes_moved`` through device memory in ``num_ops`` kernels.
+
+    Roofline: bytes / (peak bandwidth · `memory_bandwidth_efficiency`) plus one op overhead
+    per kernel.
+    """
+    if bytes_moved < 0 or num_ops < 0:
+        raise SpecError(
+            f"memory_bound_time_s: bytes_moved ({bytes_moved}) and num_ops ({num_ops}) must be >= 0"
+        )
+    return bytes_moved / memory_bandwidth_Bps(profile) + num_ops * op_overhead_s(profile)
+
+
+def norm_time_s(
+    profile: HardwareProfile, tokens: float, width: int, elem: int, direction: Direction
+) -> float:
+    """LayerNorm/RMSNorm over ``tokens`` rows of ``width``.
+
+    Forward reads x and writes y: 2·e per element. Backward reads x and dy and writes dx:
+    3·e per element (the weight gradient is a reduction over the same reads).
+    """
+    passes = 2 if direction == "forward" else 3
+    return memory_bound_time_s(profile, passes * elem * tokens * width)
+
+
+def rope_time_s(
+    profile: HardwareProfile, tokens: float, qk_width: int, elem: int, direction: Direction
+) -> float:
+    """Rotary embedding applied to the query and key rows (``qk_width`` = q + kv per rank):
+    read and write each element once, in both passes."""
+    return memory_bound_time_s(profile, 2 * elem * tokens * qk_width)
+
+
+def activation_time_s(
+    profile: HardwareProfile,
+    tokens: float,
+    ffn_width: float,
+    elem: int,
+    *,
+    gated: bool,
+    direction: Direction,
+) -> float:
+    """MLP activation over ``tokens`` rows of ``ffn_width`` (per rank).
+
+    GELU: forward reads x, writes y (2·e); backward reads x and dy, writes dx (3·e).
+    SwiGLU: forward reads gate and up, writes y (3·e); backward reads gate, up and dy,
+    writes dgate and dup (5·e).
+    """
+    forward = direction == "forward"
+    passes = (3 if forward else 5) if gated else (2 if forward else 3)
+    return memory_bound_time_s(profile, passes * elem * tokens * ffn_width)
+
+
+def residual_time_s(profile: HardwareProfile, tokens: float, width: int, elem: int) -> float:
+    """Residual add with (bias-)dropout, Megatron's fused bias-dropout-add: reads the branch
+    and the residual, writes the sum, 3·e per element, in either pass."""
+    return memory_bound_time_s(profile, 3 * elem * tokens * width)
+
+
+def softmax_dropout_time_s(
+    profile: HardwareProfile, scores: float, elem: int, direction: Direction
+) -> float:
+    """Materialized attention scores (``scores`` elements): fused scale-mask-softmax, then
+    dropout with a 1-byte mask (Megatron `FusedScaleMaskSoftmax` and attention dropout).
+
+    Forward: softmax reads and writes the scores (2·e), dropout reads them and writes the
+    output and the mask (2·e + 1). Backward: dropout reads the gradient and the mask, writes
+    the gradient (2·e + 1); softmax reads probabilities and gradient, writes the score
+    gradient (3·e).
+    """
+    per_element = 4 * elem + MASK_BYTES if direction == "forward" else 5 * elem + MASK_BYTES
+    return memory_bound_time_s(profile, per_element * scores, num_ops=2)
+
+
+def cross_entropy_time_s(
+    profile: HardwareProfile, tokens: float, vocab_per_rank: float, elem: int, direction: Direction
+) -> float:
+    """Vocab-parallel cross entropy over ``tokens`` rows of the rank's vocabulary slice.
+
+    Forward (Megatron `cross_entropy.py`): reads the logits (e), writes fp32 exponentials
+    (4) and reads them again for the normalisation (4). Backward: reads the saved softmax
+    (4) and writes the logit gradient (e).
+    """
+    per_element = elem + 2 * FP32_BYTES if direction == "forward" else FP32_BYTES + elem
+    return memory_bound_time_s(profile, per_element * tokens * vocab_per_rank, num_ops=3)
+
+
+def embedding_time_s(
+    profile: HardwareProfile, tokens: float, width: int, elem: int, direction: Direction
+) -> float:
+    """Word-embedding lookup of ``tokens`` rows of ``width``.
+
+    Forward gathers rows and writes them (2·e). Backward scatter-adds the output gradient
+    into the fp32 gradient rows (read dy: e; read-modify-write fp32: 8).
+    """
+    per_element = 2 * elem if direction == "forward" else elem + 2 * FP32_BYTES
+    return memory_bound_time_s(profile, per_element * tokens * width)
+
+
+def grad_accumulation_time_s(profile: HardwareProfile, params: float, grad_bytes: int) -> float:
+    """Unfused weight-gradient accumulation over ``params`` parameters for one microbatch:
+    read the fresh gradient (``grad_bytes`` each) and read-modify-write the fp32 main
+    gradient (8), as Megatron-LM's DDP hook ``main_grad.add_(grad)`` does without
+    `--gradient-accumulation-fusion` (and plain PyTorch autograd does into ``.grad``)."""
+    if params < 0:
+        raise SpecError(f"grad_accumulation_time_s: params must be >= 0, got {params}")
+    return memory_bound_time_s(profile, params * (grad_bytes + 2 * FP32_BYTES))
+
+
+def optimizer_step_time_s(
+    profile: HardwareProfile,
+    *,
+    shard_params: float,
+    local_params: float,
+    mixed_precision: bool,
+    num_tensors: int,
+) -> float:
+    """One Adam step on one rank, memory-bound (fused multi-tensor kernels).
+
+    Per parameter of the rank's optimizer shard: read the fp32 gradient (4), read and write
+    Adam m and v (16), read and write the fp32 master weight (8) and, under mixed precision,
+    write the bf16 copy (2); an fp32 run updates the weight in place (8, no copy). Per local
+    parameter (the full gradient buffer): the gradient-norm pass for clipping reads it (4)
+    and zeroing it for the next iteration writes it (4). Source: Megatron-LM
+    `DistributedOptimizer.step` (copy-to-main-grad, clip, inner step, copy-main-to-model).
+    Each of the four passes launches about one kernel per parameter tensor.
+    """
+    if shard_params < 0 or local_params < 0:
+        raise SpecError(
+            f"optimizer_step_time_s: shard_params ({shard_params}) and local_params "
+            f"({local_params}) must be >= 0"
+        )
+    per_shard = 4 + 16 + 8 + (2 if mixed_precision else 0)
+    bytes_moved = per_shard * shard_params + 8 * local_params
+    return memory_bound_time_s(profile, bytes_moved, num_ops=4 * max(num_tensors, 1))
+
+
+# ---- attention core --------------------------------------------------------------------
+
+
+def attention_core_time_s(
+    profile: HardwareProfile,
+    *,
+    causal_forward_flops: float,
+    batch_heads: float,
+    seq_q: float,
+    seq_kv: int,
+    head_dim: int,
+    precision: str,
+    kernel: AttentionKernelName,
+    direction: Direction,
+) -> float:
+    """One pass of the attention core on one rank.
+
+    ``causal_forward_flops`` are the forward FLOPs with the causal mask counted as half
+    (`costmodel.flops.core_attention_forward_flops_per_token` x tokens on the rank).
+
+    flash: time = FLOPs of the pass (backward 2.5 x forward) / the profile's throughput at
+    ``seq_kv`` (per-chunk length under context parallelism) and ``head_dim``. When the
+    profile has no attention curve for the dtype (a CPU profile, say), the causal FLOPs run
+    at the GEMM efficiency of the QKᵀ shape instead.
+
+    materialized: forward runs two batched GEMMs over the full ``seq_q x seq_kv`` square
+    (the causal mask is applied to the scores, so no work is saved) and the
+    softmax/dropout over ``batch_heads·seq_q·seq_kv`` scores; backward runs four batched
+    GEMMs (dP, dV, dQ, dK) and the backward softmax/dropout.
+    """
+    if kernel not in ("flash", "materialized"):
+        raise SpecError(f"attention kernel must be 'flash' or 'materialized', got {kernel!r}")
+    if causal_forward_flops <= 0:
+        return 0.0
+    att_dtype = activation_dtype(precision)
+    ratio = 1.0 if direction == "forward" else ATTENTION_BACKWARD_FLOPS_RATIO
+    if kernel == "flash":
+        return _flash_time_s(
+            profile, causal_forward_flops * ratio, seq_kv, head_dim, att_dtype, direction
+        )
+    dtype = gemm_dtype(att_dtype)
+    batch = max(round(batch_heads), 1)
+    q, kv, d = max(round(seq_q), 1), max(int(seq_kv), 1), head_dim
+    if direction == "forward":  # QKᵀ, then probabilities x V
+        shapes = ((q, kv, d), (q, d, kv))
+    else:  # dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q
+        shapes = ((q, kv, d), (kv, d, q), (q, d, kv), (kv, d, q))
+    gemm_s = sum(batched_gemm_time_s(profile, batch, *shape, dtype) for shape in shapes)
+    scores = batch_heads * seq_q * seq_kv
+    return gemm_s + softmax_dropout_time_s(profile, scores, element_bytes(precision), direction)
+
+
+def _flash_time_s(
+    profile: HardwareProfile,
+    flops: float,
+    seq_kv: int,
+    head_dim: int,
+    dtype: str,
+    direction: Direction,
+) -> float:
+    has_curve = any(
+        c.direction == direction and c.dtype == dtype for c in profile.compute.attention
+    )
+    if has_curve:
+        tflops = attention_tflops(profile, direction, max(int(seq_kv), 1), head_dim, dtype)
+        return flops / (tflops * 1e12) + op_overhead_s(profile)
+    m = max(int(seq_kv), 1)
+    rate = peak_flops(profile, dtype) * gemm_efficiency(profile, m, m, head_dim, dtype)
+    return flops / rate + op_overhead_s(profile)

@@ -1,0 +1,185 @@
+"""`Estimate`: the detailed prediction for one plan, and its JSON form.
+
+`estimate_plan` runs the event simulator (`costmodel.simulator`) for time and
+`costmodel.memory` for memory, and reports throughput in two FLOP conventions
+(DESIGN.md): MFU counts Megatron-LM's model FLOPs (`costmodel.flops`, recompute not
+counted), HFU adds the recomputed forwards. Both divide by the dense peak of the job's GEMM
+dtype (bf16, fp8 or fp32) times the number of GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.compute import gemm_dtype
+from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from costmodel.memory import GiB, StageMemory, memory_per_stage
+from costmodel.predicted_timeline import build_timeline
+from costmodel.simulator import DEFAULT_OPTIONS, Breakdown, ExecutionOptions, simulate_iteration
+from profiles.lookup import peak_flops
+from profiles.schema import HardwareProfile
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+from specs.rules import require_valid_plan
+from specs.timeline import Timeline
+
+MEMORY_PARTS = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "recompute_working",
+    "embedding_activations",
+    "output_activations",
+    "comm_buffers",
+    "framework",
+)
+"""Memory parts of a stage, in report order (`StageMemory` fields without ``_bytes``)."""
+
+JSON_KEYS = (
+    "iteration_time_s",
+    "tokens_per_s",
+    "model_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "flops_per_iteration",
+    "peak_memory_gib",
+    "fits",
+    "memory",
+    "breakdown",
+)
+"""Keys of `estimate_to_json`, in order."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Estimate:
+    """The predicted iteration of one plan on one cluster."""
+
+    iteration_time_s: float
+    """Seconds per training iteration."""
+    breakdown: Breakdown
+    """Per-phase seconds on the critical stage; they sum to iteration_time_s."""
+    tokens_per_s: float
+    """Global batch x sequence length / iteration time, over the whole job."""
+    model_tflops_per_gpu: float
+    """Model FLOPs (MFU convention) per second per GPU, in TFLOP/s."""
+    mfu: float
+    """Model FLOPs utilisation: model FLOP/s per GPU / peak FLOP/s of the GEMM dtype."""
+    hfu: float
+    """Hardware FLOPs utilisation: like mfu with recomputed forwards counted."""
+    flops_per_iteration: float
+    """Model FLOPs of one iteration over the whole job (Megatron-LM convention)."""
+    hardware_flops_per_iteration: float
+    """Model FLOPs plus recompute, over the whole job."""
+    memory: tuple[StageMemory, ...]
+    """Peak memory of one rank of every pipeline stage, stage 0 first."""
+    peak_memory_bytes: float
+    """Largest per-rank total over the stages."""
+    device_memory_bytes: float
+    """Memory of one device (the profile's memory_gib)."""
+    critical_stage: int
+    """Pipeline stage the breakdown is taken on."""
+
+    @property
+    def peak_memory_gib(self) -> float:
+        """Peak memory in GiB (2**30 bytes)."""
+        return self.peak_memory_bytes / GiB
+
+    @property
+    def fits(self) -> bool:
+        """True when the peak stage fits in device memory."""
+        return self.peak_memory_bytes <= self.device_memory_bytes
+
+
+def simulate_plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    *,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+    timeline: bool = True,
+) -> tuple[Estimate, Timeline | None]:
+    """The `Estimate` and (with ``timeline``) the predicted `Timeline` of ``plan``.
+
+    Raises `SpecError` listing the violated rules when the plan is invalid
+    (`specs.rules.require_valid_plan`). ``options`` describes how the framework runs the
+    plan (attention kernel, gradient-accumulation fusion); the default is Megatron-LM's
+    current behaviour.
+    """
+    require_valid_plan(model, cluster, job, plan)
+    sim = simulate_iteration(
+        model, job, plan, profile, gpus_per_node=cluster.gpus_per_node, options=options
+    )
+    stages = memory_per_stage(model, job, plan, attention=options.attention)
+    model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
+    hardware_flops = hardware_flops_per_iteration(model, job, plan)
+    seconds = sim.iteration_time_s
+    gpus = cluster.num_gpus
+    peak = peak_flops(profile, gemm_dtype(job.precision))
+    estimate = Estimate(
+        iteration_time_s=seconds,
+        breakdown=sim.breakdown,
+        tokens_per_s=job.tokens_per_iteration / seconds,
+        model_tflops_per_gpu=model_flops / seconds / gpus / 1e12,
+        mfu=model_flops / seconds / gpus / peak,
+        hfu=hardware_flops / seconds / gpus / peak,
+        flops_per_iteration=model_flops,
+        hardware_flops_per_iteration=hardware_flops,
+        memory=stages,
+        peak_memory_bytes=max(s.total_bytes for s in stages),
+        device_memory_bytes=profile.device.memory_gib * GiB,
+        critical_stage=sim.critical_stage,
+    )
+    return estimate, build_timeline(sim, plan) if timeline else None
+
+
+def estimate_plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    *,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> Estimate:
+    """The detailed `Estimate` of ``plan`` (event simulator; no timeline built).
+
+    Raises `SpecError` when the plan breaks a rule of `specs.rules.check_plan`.
+    """
+    estimate, _ = simulate_plan(model, cluster, job, plan, profile, options=options, timeline=False)
+    return estimate
+
+
+def stage_memory_parts_gib(stage: StageMemory) -> dict[str, float]:
+    """A stage's memory parts in GiB, keyed by `MEMORY_PARTS`."""
+    return {name: getattr(stage, f"{name}_bytes") / GiB for name in MEMORY_PARTS}
+
+
+def estimate_to_json(est: Estimate) -> dict[str, Any]:
+    """JSON-ready dict with exactly the keys of `JSON_KEYS`:
+    memory is a list per stage of {"stage", "total_gib", "parts": {part: GiB}} and
+    breakdown maps each phase (without ``_s``) to seconds."""
+    return {
+        "iteration_time_s": est.iteration_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "model_tflops_per_gpu": est.model_tflops_per_gpu,
+        "mfu": est.mfu,
+        "hfu": est.hfu,
+        "flops_per_iteration": est.flops_per_iteration,
+        "peak_memory_gib": est.peak_memory_gib,
+        "fits": est.fits,
+        "memory": [
+            {
+                "stage": stage.pp_rank,
+                "total_gib": stage.total_bytes / GiB,
+                "parts": stage_memory_parts_gib(stage),
+            }
+            for stage in est.memory
+        ],
+        "breakdown": est.breakdown.as_dict(),
+    }

@@ -1,0 +1,505 @@
+"""Per-microbatch costs of one transformer layer (and of the embedding and output layer) on
+one rank: compute, and the TP / CP / EP communication with the part of it left exposed.
+
+Shapes (Megatron-LM, megatron-facts.md §6-§7): a microbatch of b sequences of length s
+gives T = b·s/cp tokens on a rank. Column-parallel GEMMs (QKV, FC1) produce 1/tp of the
+output columns, row-parallel GEMMs (output projection, FC2) consume 1/tp of the input
+columns. Norms and residual adds run on T/tp tokens with sequence parallelism, T without.
+Every GEMM runs three times (forward, dgrad, wgrad: `costmodel.flops`), each timed with its
+own shape. GQA keeps max(g/tp, 1) key/value heads per rank.
+
+Communication per layer (size S = T·h·e bytes, the full activation):
+- TP: forward 2 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP;
+  the same in backward (§6). Exposed unless `tp_comm_overlap`, which pipelines each
+  collective with its GEMM (AG with QKV/FC1, RS with the output projection/FC2; backward
+  with the same linears' dgrad+wgrad), leaving max(0, comm - GEMM) per pair. The SP
+  backward re-gather of the column-parallel input runs asynchronously under dgrad in
+  Megatron and is not counted.
+- CP (`cp_comm_type`): ``p2p`` rotates K/V chunks around the ring in cp-1 steps under the
+  attention kernel, exposed only beyond the attention time; backward moves K/V and dK/dV
+  (twice the bytes). ``all_gather`` gathers K/V before attention (and reduce-scatters
+  dK/dV in backward), all exposed.
+- EP (MoE layers, alltoall dispatcher): dispatch and combine all-to-alls over the EP
+  group, forward 2 and backward 2, each of top_k·tokens·h·e bytes per rank (x capacity
+  factor), plus an all-gather / reduce-scatter over expert TP when etp > 1; all exposed.
+  Experts run top_k·tokens/ep rows per local expert group: with balanced routing each rank
+  receives top_k·(its tokens) rows, split over E/ep local experts.
+
+Recompute: selective reruns the attention core (and its CP exchange) in backward; full
+reruns the whole layer forward including its collectives.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from costmodel import compute as ops
+from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.flops import (
+    attention_projection_forward_flops_per_token,
+    core_attention_forward_flops_per_token,
+)
+from costmodel.topology import GroupPlacement, single_rank_placement
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import mla_head_dims, padded_vocab_size
+from specs.plan import ParallelPlan
+
+AttentionKernel = ops.AttentionKernelName
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PassCost:
+    """Time of one pass (forward, backward or recompute) of some work on one rank."""
+
+    compute_s: float = 0.0
+    """Kernels on the compute stream."""
+    tp_s: float = 0.0
+    """Tensor-parallel collectives, total (hidden or not)."""
+    tp_exposed_s: float = 0.0
+    """Part of tp_s the compute stream waits for."""
+    tp_bytes: float = 0.0
+    """Bytes the TP collectives carry (nccl-tests sizes, summed)."""
+    cp_s: float = 0.0
+    """Context-parallel K/V exchange, total."""
+    cp_exposed_s: float = 0.0
+    """Part of cp_s not hidden under attention."""
+    cp_bytes: float = 0.0
+    """Bytes the CP exchange carries."""
+    ep_s: float = 0.0
+    """Expert-parallel all-to-all (and expert-TP gathers), total."""
+    ep_exposed_s: float = 0.0
+    """Part of ep_s the compute stream waits for (all of it)."""
+    ep_bytes: float = 0.0
+    """Bytes the EP collectives carry."""
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """Communication the compute stream waits for."""
+        return self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
+
+    @property
+    def duration_s(self) -> float:
+        """Wall time on the compute stream: compute plus exposed communication."""
+        return self.compute_s + self.exposed_comm_s
+
+    def plus(self, other: PassCost) -> PassCost:
+        """Field-wise sum."""
+        return PassCost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in _F})
+
+    def scaled(self, factor: float) -> PassCost:
+        """Every field times ``factor`` (e.g. a layer repeated over a chunk)."""
+        return PassCost(**{f.name: getattr(self, f.name) * factor for f in _F})
+
+
+_F = fields(PassCost)
+ZERO = PassCost()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerCost:
+    """One transformer layer, one microbatch, one rank."""
+
+    forward: PassCost
+    """Forward pass."""
+    backward: PassCost
+    """Backward pass (compute = dgrad + wgrad + backward element-wise ops)."""
+    recompute: PassCost
+    """Extra forward work the backward pass reruns under the plan's recompute mode
+    (selective: the attention core; full: the whole forward; none: zero). The caller
+    applies it only to layers that are recomputed."""
+    dgrad_s: float
+    """Input-gradient GEMMs and backward element-wise ops (part of backward.compute_s)."""
+    wgrad_s: float
+    """Weight-gradient GEMMs (part of backward.compute_s)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CommGroups:
+    """Placements of the groups a layer talks over (one rank per group is enough)."""
+
+    tp: GroupPlacement = field(default_factory=lambda: single_rank_placement("tp"))
+    """Tensor-parallel group."""
+    cp: GroupPlacement = field(default_factory=lambda: single_rank_placement("cp"))
+    """Context-parallel group."""
+    ep: GroupPlacement = field(default_factory=lambda: single_rank_placement("ep"))
+    """Expert-parallel group."""
+    etp: GroupPlacement = field(default_factory=lambda: single_rank_placement("etp"))
+    """Expert tensor-parallel group."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Shape:
+    """What one rank sees for one microbatch."""
+
+    tokens: float
+    norm_tokens: float
+    seq: int
+    micro_batch: int
+    cp: int
+    tp: int
+    sp: bool
+    elem: int
+    dtype: str
+    precision: str
+
+
+def _shape(job: TrainingJob, plan: ParallelPlan) -> _Shape:
+    tokens = plan.micro_batch_size * job.seq_length / plan.cp
+    sp = plan.sequence_parallel and plan.tp > 1
+    return _Shape(
+        tokens=tokens,
+        norm_tokens=tokens / plan.tp if sp else tokens,
+        seq=job.seq_length,
+        micro_batch=plan.micro_batch_size,
+        cp=plan.cp,
+        tp=plan.tp,
+        sp=sp,
+        elem=ops.element_bytes(job.precision),
+        dtype=ops.gemm_dtype(job.precision),
+        precision=job.precision,
+    )
+
+
+def _rows(value: float) -> int:
+    return max(math.ceil(value), 1)
+
+
+def _gemm3(profile: HardwareProfile, x: _Shape, m: float, n: float, k: float) -> tuple[float, ...]:
+    """(forward, dgrad, wgrad) seconds of an (m x k) @ (k x n) GEMM and its gradients."""
+    mi, ni, ki = _rows(m), _rows(n), _rows(k)
+    return (
+        ops.gemm_time_s(profile, mi, ni, ki, x.dtype),
+        ops.gemm_time_s(profile, mi, ki, ni, x.dtype),
+        ops.gemm_time_s(profile, ki, ni, mi, x.dtype),
+    )
+
+
+def _tp_pair(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    x: _Shape,
+    h: int,
+    groups: CommGroups,
+    first_gemm: tuple[float, ...],
+    second_gemm: tuple[float, ...],
+) -> tuple[PassCost, PassCost]:
+    """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
+    all-reduce each way without SP (after the row-parallel GEMM forward, of the
+    column-parallel input gradient backward); with SP an all-gather before the
+    column-parallel GEMM and a reduce-scatter after the row-parallel one, each way."""
+    if x.tp < 2:
+        return ZERO, ZERO
+    size = x.tokens * h * x.elem
+    if x.sp:
+        ag = collective_time_s(profile, "all_gather", size, groups.tp)
+        rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
+        comms: tuple[float, ...] = (ag, rs)
+    else:
+        comms = (collective_time_s(profile, "all_reduce", size, groups.tp),)
+    total = sum(comms)
+    passes = []
+    for direction in (0, 1):
+        if plan.tp_comm_overlap and x.sp:
+            under = (
+                (first_gemm[0], second_gemm[0])
+                if direction == 0
+                else (sum(second_gemm[1:]), sum(first_gemm[1:]))
+            )
+            exposed = sum(max(0.0, c - g) for c, g in zip(comms, under, strict=True))
+        else:
+            exposed = total
+        passes.append(PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size))
+    return passes[0], passes[1]
+
+
+def _attention_dims(model: ModelSpec, tp: int) -> tuple[float, float, int]:
+    """(query width, key-or-value width per rank, head dim the attention kernel sees).
+
+    MLA: queries and keys have d_qk + d_rope per head, values d_v; the key/value width is
+    their mean, so 2 x it is the K plus V width."""
+    if model.uses_mla:
+        d_qk, d_rope, d_v = mla_head_dims(model)
+        heads = model.num_attention_heads / tp
+        return heads * (d_qk + d_rope), heads * (d_qk + d_rope + d_v) / 2, d_qk + d_rope
+    d = model.head_dim
+    q = model.num_attention_heads * d / tp
+    kv = max(model.query_groups // tp, 1) * d
+    return q, kv, d
+
+
+def _attention(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: _Shape,
+    groups: CommGroups,
+    kernel: AttentionKernel,
+) -> tuple[PassCost, PassCost, PassCost, float, float]:
+    """Attention block: (forward, backward, selective-recompute pass, dgrad_s, wgrad_s)."""
+    h = model.hidden_size
+    q, kv, head_dim = _attention_dims(model, x.tp)
+    if model.uses_mla:
+        # MLA's chain of small projections, timed as one GEMM of the same FLOPs.
+        width = attention_projection_forward_flops_per_token(model) / (2 * h * x.tp)
+        qkv, proj = _gemm3(profile, x, x.tokens, width, h), (0.0, 0.0, 0.0)
+    else:
+        qkv = _gemm3(profile, x, x.tokens, q + 2 * kv, h)
+        proj = _gemm3(profile, x, x.tokens, h, q)
+    core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
+    core = {}
+    for direction in ("forward", "backward"):
+        core[direction] = ops.attention_core_time_s(
+            profile,
+            causal_forward_flops=core_flops,
+            batch_heads=x.micro_batch * model.num_attention_heads / x.tp,
+            seq_q=x.seq / x.cp,
+            seq_kv=x.seq // x.cp if kernel == "flash" else x.seq,
+            head_dim=head_dim,
+            precision=x.precision,
+            kernel=kernel,
+            direction=direction,
+        )
+    rope = model.position_embedding == "rope"
+    ew_fwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "forward")
+    ew_fwd += ops.residual_time_s(profile, x.norm_tokens, h, x.elem)
+    ew_bwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    ew_bwd += ops.residual_time_s(profile, x.norm_tokens, h, x.elem)
+    if rope:
+        ew_fwd += ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "forward")
+        ew_bwd += ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "backward")
+    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj)
+    cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
+    dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
+    wgrad = qkv[2] + proj[2]
+    forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)
+    backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
+    selective = PassCost(compute_s=core["forward"]).plus(cp_f)
+    return forward, backward, selective, dgrad, wgrad
+
+
+def _cp_exchange(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    x: _Shape,
+    kv_width: float,
+    group: GroupPlacement,
+    core: dict[str, float],
+) -> tuple[PassCost, PassCost]:
+    """Context-parallel K/V exchange (forward, backward)."""
+    if plan.cp < 2:
+        return ZERO, ZERO
+    chunk = 2 * x.tokens * kv_width * x.elem  # K and V of this rank's tokens
+    if plan.cp_comm_type == "p2p":
+        fwd = ring_exchange_time_s(profile, chunk, plan.cp - 1, group)
+        bwd = ring_exchange_time_s(profile, 2 * chunk, plan.cp - 1, group)
+        fwd_bytes, bwd_bytes = (plan.cp - 1) * chunk, 2 * (plan.cp - 1) * chunk
+        fwd_exposed = max(0.0, fwd - core["forward"])
+        bwd_exposed = max(0.0, bwd - core["backward"])
+    else:
+        total = plan.cp * chunk
+        fwd = collective_time_s(profile, "all_gather", total, group)
+        bwd = fwd + collective_time_s(profile, "reduce_scatter", total, group)
+        fwd_bytes, bwd_bytes = total, 2 * total
+        fwd_exposed, bwd_exposed = fwd, bwd
+    return (
+        PassCost(cp_s=fwd, cp_exposed_s=fwd_exposed, cp_bytes=fwd_bytes),
+        PassCost(cp_s=bwd, cp_exposed_s=bwd_exposed, cp_bytes=bwd_bytes),
+    )
+
+
+def _mlp(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: _Shape,
+    groups: CommGroups,
+    ffn: int,
+) -> tuple[PassCost, PassCost, float, float]:
+    """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert)."""
+    if ffn == 0:
+        return ZERO, ZERO, 0.0, 0.0
+    h, gated = model.hidden_size, model.activation == "swiglu"
+    width = ffn / x.tp
+    fc1 = _gemm3(profile, x, x.tokens, (2 if gated else 1) * width, h)
+    fc2 = _gemm3(profile, x, x.tokens, h, width)
+    act_f = ops.activation_time_s(
+        profile, x.tokens, width, x.elem, gated=gated, direction="forward"
+    )
+    act_b = ops.activation_time_s(
+        profile, x.tokens, width, x.elem, gated=gated, direction="backward"
+    )
+    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1, fc2)
+    dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
+    forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
+    return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad
+
+
+def _mlp_block_extras(profile: HardwareProfile, x: _Shape, h: int) -> tuple[float, float]:
+    """Pre-MLP norm and the MLP residual add: (forward, backward) seconds."""
+    fwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "forward")
+    bwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    res = ops.residual_time_s(profile, x.norm_tokens, h, x.elem)
+    return fwd + res, bwd + res
+
+
+def _routed_experts(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: _Shape,
+    groups: CommGroups,
+) -> tuple[PassCost, PassCost, float, float]:
+    """Router, dispatch, local experts and combine of one MoE layer."""
+    h, e = model.hidden_size, x.elem
+    gated = model.activation == "swiglu"
+    local_tokens = x.norm_tokens
+    rows = model.moe_top_k * local_tokens * (model.moe_capacity_factor or 1.0)
+    etp = plan.expert_tp
+    local_experts = max(model.num_experts // plan.ep, 1)
+    rows_per_expert = rows * etp / local_experts
+    width = model.expert_ffn_hidden_size / etp
+    router = _gemm3(profile, x, local_tokens, model.num_experts, h)
+    fc1 = _gemm3(profile, x, rows_per_expert, (2 if gated else 1) * width, h)
+    fc2 = _gemm3(profile, x, rows_per_expert, h, width)
+    act_f = ops.activation_time_s(profile, rows * etp, width, e, gated=gated, direction="forward")
+    act_b = ops.activation_time_s(profile, rows * etp, width, e, gated=gated, direction="backward")
+    permute = 2 * ops.memory_bound_time_s(profile, 2 * e * rows * h)  # permute + unpermute
+    size = rows * h * e
+    comm = 2 * collective_time_s(profile, "all_to_all", size, groups.ep)
+    comm += collective_time_s(profile, "all_gather", size * etp, groups.etp)
+    comm += collective_time_s(profile, "reduce_scatter", size * etp, groups.etp)
+    comm_bytes = 2 * size + (2 * size * etp if etp > 1 else 0.0)
+    ep = PassCost(ep_s=comm, ep_exposed_s=comm, ep_bytes=comm_bytes)
+    forward_s = router[0] + local_experts * (fc1[0] + fc2[0]) + act_f + permute
+    dgrad = router[1] + local_experts * (fc1[1] + fc2[1]) + act_b + permute
+    wgrad = router[2] + local_experts * (fc1[2] + fc2[2])
+    return (
+        PassCost(compute_s=forward_s).plus(ep),
+        PassCost(compute_s=dgrad + wgrad).plus(ep),
+        dgrad,
+        wgrad,
+    )
+
+
+def layer_cost(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    *,
+    is_moe: bool,
+    groups: CommGroups | None = None,
+    kernel: AttentionKernel = "flash",
+) -> LayerCost:
+    """Costs of one dense (``is_moe=False``) or MoE layer for one microbatch on one rank.
+
+    ``groups`` places the TP/CP/EP groups (default: every group inside one scale-up
+    domain); ``kernel`` is the attention implementation (see `costmodel.compute`).
+    """
+    comm = groups or _intra_groups(plan)
+    x = _shape(job, plan)
+    att_f, att_b, selective, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, kernel)
+    extra_f, extra_b = _mlp_block_extras(profile, x, model.hidden_size)
+    if is_moe:
+        mlp_f, mlp_b, mlp_d, mlp_w = _routed_experts(model, plan, profile, x, comm)
+        sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, model.moe_shared_expert_size)
+        mlp_f, mlp_b = mlp_f.plus(sh_f), mlp_b.plus(sh_b)
+        mlp_d, mlp_w = mlp_d + sh_d, mlp_w + sh_w
+    else:
+        mlp_f, mlp_b, mlp_d, mlp_w = _mlp(model, plan, profile, x, comm, model.ffn_hidden_size)
+    forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
+    backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
+    recompute = {"none": ZERO, "selective": selective, "full": forward}[plan.recompute]
+    return LayerCost(
+        forward=forward,
+        backward=backward,
+        recompute=recompute,
+        dgrad_s=dgrad + mlp_d + extra_b,
+        wgrad_s=wgrad + mlp_w,
+    )
+
+
+def _intra_groups(plan: ParallelPlan) -> CommGroups:
+    def intra(axes: str, size: int) -> GroupPlacement:
+        return GroupPlacement(
+            axes=axes,
+            size=size,
+            num_nodes=1,
+            num_domains=1,
+            ranks_per_node=size,
+            ranks_per_domain=size,
+            nics_per_node=0,
+        )
+
+    return CommGroups(
+        tp=intra("tp", plan.tp),
+        cp=intra("cp", plan.cp),
+        ep=intra("ep", plan.ep),
+        etp=intra("etp", plan.expert_tp),
+    )
+
+
+def embedding_cost(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    groups: CommGroups | None = None,
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) of the vocab-parallel word embedding for one microbatch: the
+    lookup, then an all-reduce (no SP) or reduce-scatter (SP) of its output over TP;
+    backward scatter-adds the gradient (and all-gathers it first with SP)."""
+    comm = groups or _intra_groups(plan)
+    x = _shape(job, plan)
+    h = model.hidden_size
+    fwd = PassCost(compute_s=ops.embedding_time_s(profile, x.tokens, h, x.elem, "forward"))
+    bwd = PassCost(compute_s=ops.embedding_time_s(profile, x.tokens, h, x.elem, "backward"))
+    if x.tp > 1:
+        size = x.tokens * h * x.elem
+        op = "reduce_scatter" if x.sp else "all_reduce"
+        t = collective_time_s(profile, op, size, comm.tp)
+        fwd = fwd.plus(PassCost(tp_s=t, tp_exposed_s=t, tp_bytes=size))
+        if x.sp:
+            t = collective_time_s(profile, "all_gather", size, comm.tp)
+            bwd = bwd.plus(PassCost(tp_s=t, tp_exposed_s=t, tp_bytes=size))
+    return fwd, bwd
+
+
+def logits_cost(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    groups: CommGroups | None = None,
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) of the final norm, the vocab-parallel output layer and the
+    cross entropy for one microbatch (padded vocabulary, split over TP).
+
+    TP: with SP the norm output is all-gathered before the output GEMM and its gradient
+    reduce-scattered; without SP the input gradient is all-reduced; the loss adds three
+    small all-reduces of fp32 [tokens] (max, target logit, sum of exponentials).
+    """
+    comm = groups or _intra_groups(plan)
+    x = _shape(job, plan)
+    h = model.hidden_size
+    vocab = padded_vocab_size(model.vocab_size, plan.tp) / x.tp
+    gemm = _gemm3(profile, x, x.tokens, vocab, h)
+    fwd_s = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "forward") + gemm[0]
+    fwd_s += ops.cross_entropy_time_s(profile, x.tokens, vocab, x.elem, "forward")
+    bwd_s = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward") + gemm[1] + gemm[2]
+    bwd_s += ops.cross_entropy_time_s(profile, x.tokens, vocab, x.elem, "backward")
+    fwd, bwd = PassCost(compute_s=fwd_s), PassCost(compute_s=bwd_s)
+    if x.tp > 1:
+        size = x.tokens * h * x.elem
+        loss = 3 * collective_time_s(profile, "all_reduce", 4 * x.tokens, comm.tp)
+        first = collective_time_s(profile, "all_gather", size, comm.tp) if x.sp else 0.0
+        grad_op = "reduce_scatter" if x.sp else "all_reduce"
+        second = collective_time_s(profile, grad_op, size, comm.tp)
+        fwd_bytes = (size if x.sp else 0.0) + 12 * x.tokens
+        fwd = fwd.plus(PassCost(tp_s=first + loss, tp_exposed_s=first + loss, tp_bytes=fwd_bytes))
+        bwd = bwd.plus(PassCost(tp_s=second, tp_exposed_s=second, tp_bytes=size))
+    return fwd, bwd

@@ -1,0 +1,97 @@
+"""`paraplan estimate`: predict one plan's iteration time, throughput, MFU and memory."""
+
+from __future__ import annotations
+
+import argparse
+
+from costmodel.estimate import (
+    MEMORY_PARTS,
+    Estimate,
+    estimate_plan,
+    estimate_to_json,
+    stage_memory_parts_gib,
+)
+from costmodel.simulator import ExecutionOptions
+from paraplan.args import (
+    add_plan_args,
+    add_problem_args,
+    cluster_from_args,
+    job_from_args,
+    model_from_args,
+    plan_from_args,
+)
+from paraplan.output import print_json, print_table
+from profiles.store import load_profile
+from specs.rules import check_plan
+
+NAME = "estimate"
+HELP = "predict iteration time, tokens/s, MFU/HFU and per-stage memory of one parallel plan"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_args(parser)
+    add_plan_args(parser)
+    parser.add_argument(
+        "--attention",
+        choices=("flash", "materialized"),
+        default="flash",
+        help="attention kernel model: fused flash attention (default, Megatron with "
+        "Transformer Engine) or materialized softmax (unfused)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print iteration_time_s, tokens_per_s, model_tflops_per_gpu, mfu, hfu, "
+        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    cluster = cluster_from_args(args)
+    job = job_from_args(args)
+    plan = plan_from_args(args)
+    violations = check_plan(model, cluster, job, plan)
+    if violations:
+        print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
+        for v in violations:
+            print(f"  [{v.rule}] {v.message}")
+        return 1
+    profile = load_profile(cluster.hardware)
+    options = ExecutionOptions(attention=args.attention)
+    est = estimate_plan(model, cluster, job, plan, profile, options=options)
+    if args.json:
+        print_json(estimate_to_json(est))
+        return 0
+    title = f"{model.name} on {cluster.num_gpus} x {profile.name}: {plan.label()}"
+    _print_summary(title, est)
+    return 0
+
+
+def _print_summary(title: str, est: Estimate) -> None:
+    print_table(
+        title,
+        ("quantity", "value"),
+        [
+            ("iteration time (s)", est.iteration_time_s),
+            ("tokens/s (whole job)", est.tokens_per_s),
+            ("model TFLOP/s per GPU", est.model_tflops_per_gpu),
+            ("MFU (model FLOPs, no recompute)", est.mfu),
+            ("HFU (with recompute)", est.hfu),
+            ("model FLOPs per iteration", est.flops_per_iteration),
+            ("peak memory (GiB)", est.peak_memory_gib),
+            ("fits in device memory", "yes" if est.fits else "NO"),
+        ],
+    )
+    total = est.iteration_time_s
+    print_table(
+        f"where the time goes (critical stage {est.critical_stage})",
+        ("phase", "seconds", "share"),
+        [(phase, s, f"{s / total:.1%}") for phase, s in est.breakdown.as_dict().items()],
+    )
+    shown = [p for p in MEMORY_PARTS if any(getattr(s, f"{p}_bytes") for s in est.memory)]
+    rows = []
+    for stage in est.memory:
+        parts = stage_memory_parts_gib(stage)
+        rows.append((stage.pp_rank, stage.total_bytes / 2**30, *(parts[p] for p in shown)))
+    print_table("memory per rank (GiB) by pipeline stage", ("stage", "total", *shown), rows)

@@ -1,0 +1,186 @@
+"""Operator times from a hardware profile (costmodel.compute)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel import compute as ops
+from profiles.lookup import attention_tflops, gemm_efficiency, memory_bandwidth_Bps
+from profiles.store import load_profile
+from specs.errors import SpecError
+
+A100 = load_profile("a100-sxm-80gb")
+H100 = load_profile("h100-sxm-80gb")
+
+
+def with_overhead(profile, seconds: float):
+    return dataclasses.replace(
+        profile, compute=dataclasses.replace(profile.compute, op_overhead_s=seconds)
+    )
+
+
+def test_large_gemm_runs_at_the_profile_efficiency():
+    # 8192^3 is 1100 GFLOP, past the A100 curve's last point: 0.8692 of 312 TFLOP/s
+    # (profiles/data/a100-sxm-80gb.json, MAMF 271.2 TFLOP/s [S1]).
+    n = 8192
+    expected = 2 * n**3 / (312e12 * 0.8692)
+    assert ops.gemm_time_s(A100, n, n, n, "bf16") == pytest.approx(expected, rel=1e-9)
+
+
+def test_thin_gemm_is_memory_bound():
+    # QKᵀ over a head dim of 64: ~64 FLOP/byte, below the A100 ridge point (312e12 / 2.04e12
+    # = 153 FLOP/byte), so the time is the bytes moved at the achievable bandwidth.
+    m = n = 4096
+    k = 64
+    moved = (m * k + k * n) * 2 + m * n * 2
+    compute_s = 2 * m * n * k / (312e12 * gemm_efficiency(A100, m, n, k, "bf16"))
+    time_s = ops.gemm_time_s(A100, m, n, k, "bf16")
+    assert time_s == pytest.approx(moved / memory_bandwidth_Bps(A100), rel=1e-9)
+    assert time_s > compute_s
+
+
+def test_misaligned_gemm_is_slower_than_its_aligned_neighbour():
+    # H100 SwiGLU d_ff 10922 vs 10944 (hardware.md §2a [S24]): misalignment costs ~30%.
+    aligned = ops.gemm_time_s(H100, 8192, 10944, 4096, "bf16")
+    misaligned = ops.gemm_time_s(H100, 8192, 10922, 4096, "bf16")
+    assert misaligned > 1.3 * aligned
+
+
+def test_batched_gemm_counts_every_matrix():
+    one = ops.gemm_time_s(A100, 2048, 2048, 2048, "bf16")
+    many = ops.batched_gemm_time_s(A100, 64, 2048, 2048, 2048, "bf16")
+    assert 16 * one < many < 64 * one  # better efficiency in one kernel, same total work
+
+
+def test_every_operator_pays_the_launch_overhead():
+    slow = with_overhead(A100, 1e-3)
+    assert ops.gemm_time_s(slow, 64, 64, 64, "bf16") == pytest.approx(
+        ops.gemm_time_s(A100, 64, 64, 64, "bf16") + 1e-3
+    )
+    assert ops.memory_bound_time_s(slow, 0, num_ops=3) == pytest.approx(3e-3)
+    assert ops.norm_time_s(slow, 10, 10, 2, "forward") >= 1e-3
+
+
+def test_memory_bound_ops_move_the_documented_bytes():
+    bw = memory_bandwidth_Bps(A100)  # 2039 GB/s x 0.9
+    tokens, width, e = 8192, 4096, 2
+    assert ops.norm_time_s(A100, tokens, width, e, "forward") == pytest.approx(
+        2 * e * tokens * width / bw
+    )
+    assert ops.norm_time_s(A100, tokens, width, e, "backward") == pytest.approx(
+        3 * e * tokens * width / bw
+    )
+    assert ops.activation_time_s(
+        A100, tokens, width, e, gated=True, direction="forward"
+    ) == pytest.approx(3 * e * tokens * width / bw)
+    assert ops.residual_time_s(A100, tokens, width, e) == pytest.approx(3 * e * tokens * width / bw)
+
+
+def test_optimizer_step_bytes():
+    # Adam with fp32 master weights: 30 bytes per shard parameter, 8 per local parameter
+    # (gradient-norm read and zeroing of the fp32 gradient buffer).
+    bw = memory_bandwidth_Bps(H100)
+    t = ops.optimizer_step_time_s(
+        H100, shard_params=1e9, local_params=4e9, mixed_precision=True, num_tensors=10
+    )
+    assert t == pytest.approx((30e9 + 32e9) / bw)
+    fp32 = ops.optimizer_step_time_s(
+        H100, shard_params=1e9, local_params=0, mixed_precision=False, num_tensors=10
+    )
+    assert fp32 == pytest.approx(28e9 / bw)
+
+
+def test_flash_attention_uses_the_profile_throughput():
+    # 1 TFLOP of causal forward attention at s = 2048: the A100 FA2 curve gives 207.1
+    # TFLOP/s (profiles/data/a100-sxm-80gb.json); backward does 2.5 x the FLOPs.
+    flops = 1e12
+    kwargs = dict(
+        causal_forward_flops=flops,
+        batch_heads=32,
+        seq_q=2048,
+        seq_kv=2048,
+        head_dim=128,
+        precision="bf16",
+        kernel="flash",
+    )
+    fwd = ops.attention_core_time_s(A100, direction="forward", **kwargs)
+    bwd = ops.attention_core_time_s(A100, direction="backward", **kwargs)
+    assert fwd == pytest.approx(flops / 207.1e12)
+    rate = attention_tflops(A100, "backward", 2048, 128, "bf16")
+    assert bwd == pytest.approx(2.5 * flops / (rate * 1e12))
+
+
+def test_materialized_attention_runs_the_full_square_and_the_softmax():
+    b_h, s, d = 64, 2048, 128
+    kwargs = dict(
+        causal_forward_flops=2 * b_h * s * s * d,
+        batch_heads=b_h,
+        seq_q=s,
+        seq_kv=s,
+        head_dim=d,
+        precision="bf16",
+        kernel="materialized",
+    )
+    fwd = ops.attention_core_time_s(A100, direction="forward", **kwargs)
+    gemms = ops.batched_gemm_time_s(A100, b_h, s, s, d, "bf16") + ops.batched_gemm_time_s(
+        A100, b_h, s, d, s, "bf16"
+    )
+    softmax = ops.softmax_dropout_time_s(A100, b_h * s * s, 2, "forward")
+    assert fwd == pytest.approx(gemms + softmax)
+    flash = ops.attention_core_time_s(A100, direction="forward", **{**kwargs, "kernel": "flash"})
+    assert fwd > flash  # the score matrix goes through memory several times
+
+
+def test_attention_without_a_curve_falls_back_to_gemm_efficiency():
+    bare = dataclasses.replace(A100, compute=dataclasses.replace(A100.compute, attention=()))
+    t = ops.attention_core_time_s(
+        bare,
+        causal_forward_flops=1e12,
+        batch_heads=8,
+        seq_q=4096,
+        seq_kv=4096,
+        head_dim=128,
+        precision="bf16",
+        kernel="flash",
+        direction="forward",
+    )
+    rate = 312e12 * gemm_efficiency(A100, 4096, 4096, 128, "bf16")
+    assert t == pytest.approx(1e12 / rate)
+
+
+def test_bad_inputs_raise_spec_error():
+    with pytest.raises(SpecError):
+        ops.memory_bound_time_s(A100, -1)
+    with pytest.raises(SpecError):
+        ops.batched_gemm_time_s(A100, 0, 8, 8, 8, "bf16")
+    with pytest.raises(SpecError, match="fp8"):
+        ops.gemm_time_s(A100, 64, 64, 64, "fp8")  # no fp8 on A100
+    with pytest.raises(SpecError, match="kernel"):
+        ops.attention_core_time_s(
+            A100,
+            causal_forward_flops=1,
+            batch_heads=1,
+            seq_q=8,
+            seq_kv=8,
+            head_dim=8,
+            precision="bf16",
+            kernel="xformers",
+            direction="forward",
+        )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    m=st.integers(1, 16384),
+    n=st.integers(1, 16384),
+    k=st.integers(1, 16384),
+    scale=st.integers(2, 8),
+)
+def test_more_work_never_takes_less_time(m, n, k, scale):
+    # Scaling one dimension by an integer keeps alignment (a multiple stays a multiple).
+    base = ops.gemm_time_s(H100, m, n, k, "bf16")
+    assert ops.gemm_time_s(H100, m * scale, n, k, "bf16") >= base * (1 - 1e-12)

@@ -1,0 +1,139 @@
+"""Per-layer, per-microbatch costs with their TP/CP/EP communication (costmodel.layer_costs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.layer_costs import CommGroups, PassCost, embedding_cost, layer_cost, logits_cost
+from costmodel.topology import strided_group_placement
+from profiles.store import load_profile
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+
+H100 = load_profile("h100-sxm-80gb")
+LLAMA = get_preset("llama3-70b")
+MOE = get_preset("mixtral-8x7b")
+JOB = TrainingJob(seq_length=4096, global_batch_size=64)
+
+
+def group(size: int, stride: int = 1):
+    return strided_group_placement(
+        size, stride, gpus_per_node=8, scale_up_domain=8, nics_per_node=8
+    )
+
+
+def cost(plan: ParallelPlan, model=LLAMA, **kwargs):
+    return layer_cost(model, JOB, plan, H100, is_moe=model.is_moe, **kwargs)
+
+
+def activation_bytes(plan: ParallelPlan) -> float:
+    """S = tokens x h x 2 bytes: the full activation one TP collective carries."""
+    return plan.micro_batch_size * JOB.seq_length / plan.cp * LLAMA.hidden_size * 2
+
+
+def test_tp_without_sp_is_two_all_reduces_each_way():
+    # megatron-facts.md §6: forward 2 all-reduces of s·b·h without SP; same volume backward.
+    plan = ParallelPlan(tp=8)
+    c = cost(plan)
+    ar = collective_time_s(H100, "all_reduce", activation_bytes(plan), group(8))
+    assert c.forward.tp_s == pytest.approx(2 * ar)
+    assert c.backward.tp_s == pytest.approx(2 * ar)
+    assert c.forward.tp_exposed_s == c.forward.tp_s  # nothing overlaps without tp_comm_overlap
+
+
+def test_tp_with_sp_is_two_gathers_and_two_scatters_each_way():
+    plan = ParallelPlan(tp=8, sequence_parallel=True)
+    size = activation_bytes(plan)
+    expected = 2 * (
+        collective_time_s(H100, "all_gather", size, group(8))
+        + collective_time_s(H100, "reduce_scatter", size, group(8))
+    )
+    c = cost(plan)
+    assert c.forward.tp_s == pytest.approx(expected)
+    assert c.backward.tp_s == pytest.approx(expected)
+    assert c.forward.tp_bytes == pytest.approx(4 * size)
+
+
+def test_tp_comm_overlap_hides_communication_up_to_the_gemm_time():
+    plain = cost(ParallelPlan(tp=8, sequence_parallel=True))
+    overlapped = cost(ParallelPlan(tp=8, sequence_parallel=True, tp_comm_overlap=True))
+    assert overlapped.forward.tp_s == pytest.approx(plain.forward.tp_s)
+    assert 0 <= overlapped.forward.tp_exposed_s < plain.forward.tp_exposed_s
+    assert overlapped.forward.compute_s == pytest.approx(plain.forward.compute_s)
+
+
+def test_no_tp_no_tp_communication():
+    c = cost(ParallelPlan())
+    assert c.forward.tp_s == c.backward.tp_s == 0.0
+
+
+def test_backward_is_about_twice_the_forward():
+    # dgrad + wgrad = 2 x the forward GEMM FLOPs (costmodel.flops); the attention backward
+    # does 2.5 x and element-wise ops a bit more, so the ratio sits a little above 2.
+    c = cost(ParallelPlan(tp=8, sequence_parallel=True))
+    assert 1.9 < c.backward.compute_s / c.forward.compute_s < 2.5
+    assert c.backward.compute_s == pytest.approx(c.dgrad_s + c.wgrad_s)
+
+
+def test_recompute_modes():
+    none = cost(ParallelPlan(tp=8))
+    selective = cost(ParallelPlan(tp=8, recompute="selective"))
+    full = cost(ParallelPlan(tp=8, recompute="full"))
+    assert none.recompute == PassCost()
+    assert 0 < selective.recompute.compute_s < 0.2 * selective.forward.compute_s
+    assert full.recompute == full.forward  # the whole forward, collectives included
+
+
+def test_cp_ring_is_hidden_under_attention_and_all_gather_is_not():
+    plan = ParallelPlan(tp=8, cp=2)
+    groups = CommGroups(tp=group(8), cp=group(2, 8))  # the CP ring crosses nodes
+    ring = cost(plan, groups=groups)
+    kv = 2 * JOB.seq_length / 2 * 128 * 2  # K and V, one KV head per rank (g=8, tp=8)
+    assert ring.forward.cp_s == pytest.approx(ring_exchange_time_s(H100, kv, 1, groups.cp))
+    assert ring.forward.cp_exposed_s == pytest.approx(
+        max(0.0, ring.forward.cp_s - selective_core_s(plan, groups))
+    )
+    gathered = cost(plan.replace(cp_comm_type="all_gather"), groups=groups)
+    assert gathered.forward.cp_exposed_s == gathered.forward.cp_s > 0
+
+
+def selective_core_s(plan: ParallelPlan, groups: CommGroups) -> float:
+    """The attention-core forward time (what selective recompute reruns, minus CP comm)."""
+    return cost(plan.replace(recompute="selective"), groups=groups).recompute.compute_s
+
+
+def test_ep_dispatch_and_combine_each_way():
+    plan = ParallelPlan(tp=1, dp=8, ep=8)
+    c = cost(plan, model=MOE, groups=CommGroups(ep=group(8)))
+    rows = MOE.moe_top_k * JOB.seq_length  # top-2 rows of every token on this rank
+    a2a = collective_time_s(H100, "all_to_all", rows * MOE.hidden_size * 2, group(8))
+    assert c.forward.ep_s == pytest.approx(2 * a2a)
+    assert c.backward.ep_s == pytest.approx(2 * a2a)
+    assert c.forward.ep_exposed_s == c.forward.ep_s
+
+
+def test_expert_work_per_rank_shrinks_with_ep_and_grows_with_capacity():
+    one = cost(ParallelPlan(dp=8), model=MOE).forward.compute_s
+    eight = cost(ParallelPlan(dp=8, ep=8), model=MOE, groups=CommGroups(ep=group(8)))
+    assert eight.forward.compute_s < one
+    padded = MOE.replace(moe_capacity_factor=2.0)
+    assert cost(ParallelPlan(dp=8, ep=8), model=padded).forward.compute_s > (
+        eight.forward.compute_s
+    )
+
+
+def test_embedding_and_logits():
+    plan = ParallelPlan(tp=8, sequence_parallel=True)
+    emb_f, emb_b = embedding_cost(LLAMA, JOB, plan, H100)
+    log_f, log_b = logits_cost(LLAMA, JOB, plan, H100)
+    assert emb_f.tp_s > 0 and emb_b.tp_s > 0  # reduce-scatter out, all-gather back
+    assert log_b.compute_s > log_f.compute_s > emb_f.compute_s
+    assert log_f.tp_s > 0 and log_b.tp_s > 0
+
+
+def test_pass_cost_arithmetic():
+    a = PassCost(compute_s=1.0, tp_s=2.0, tp_exposed_s=1.0, ep_exposed_s=0.5)
+    assert a.duration_s == 2.5
+    assert a.plus(a).scaled(0.5) == a

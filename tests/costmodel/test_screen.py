@@ -1,0 +1,136 @@
+"""The closed-form screen against the event simulator (costmodel.screen)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costmodel.estimate import estimate_plan
+from costmodel.screen import plans_frame, screen_plans
+from costmodel.simulator import DEFAULT_OPTIONS, ExecutionOptions
+from profiles.store import load_profile
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+from specs.rules import check_plan
+
+H100 = load_profile("h100-sxm-80gb")
+A100 = load_profile("a100-sxm-80gb")
+
+
+def valid_plans(model, cluster, job, grid):
+    plans = []
+    for values in itertools.product(*grid.values()):
+        knobs = dict(zip(grid, values, strict=True))
+        if knobs.get("overlap_param_gather") and not knobs.get("distributed_optimizer"):
+            continue
+        if knobs.get("tp_comm_overlap") and not knobs.get("sequence_parallel"):
+            continue
+        plan = ParallelPlan.for_world(cluster.num_gpus, **knobs)
+        if not check_plan(model, cluster, job, plan):
+            plans.append(plan)
+    return plans
+
+
+def compare(model, cluster, job, plans, profile=H100, options=DEFAULT_OPTIONS):
+    screened = screen_plans(model, cluster, job, profile, plans_frame(plans), options=options)
+    simulated = [estimate_plan(model, cluster, job, p, profile, options=options) for p in plans]
+    time_err = screened["iteration_time_s"] / [e.iteration_time_s for e in simulated] - 1
+    mem_err = screened["peak_memory_bytes"] / [e.peak_memory_bytes for e in simulated] - 1
+    return np.abs(time_err.to_numpy()), np.abs(mem_err.to_numpy())
+
+
+def test_screen_agrees_with_the_simulator_on_uniform_dense_models():
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
+    job = TrainingJob(seq_length=4096, global_batch_size=128)
+    grid = {
+        "tp": [1, 2, 8],
+        "pp": [1, 2, 4],
+        "vpp": [1, 2],
+        "cp": [1, 2],
+        "micro_batch_size": [1, 2],
+        "sequence_parallel": [False, True],
+        "recompute": ["none", "selective", "full"],
+        "distributed_optimizer": [True],
+        "overlap_grad_reduce": [False, True],
+        "overlap_param_gather": [False, True],
+    }
+    plans = valid_plans(model, cluster, job, grid)[::5]
+    assert len(plans) > 40
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01
+
+
+@pytest.mark.parametrize("preset", ["gpt-7.5b", "mixtral-8x7b"])
+def test_screen_agrees_on_other_uniform_models(preset):
+    model = get_preset(preset)
+    cluster = ClusterSpec(hardware="a100-sxm-80gb", num_gpus=32)
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    grid = {
+        "tp": [2, 4],
+        "pp": [1, 2, 4],
+        "vpp": [1, 2],
+        "ep": [1, 4] if model.is_moe else [1],
+        "recompute": ["none", "full"],
+        "distributed_optimizer": [False, True],
+        "overlap_grad_reduce": [False, True],
+    }
+    plans = valid_plans(model, cluster, job, grid)
+    options = ExecutionOptions(attention="materialized", grad_accumulation_fusion=False)
+    time_err, mem_err = compare(model, cluster, job, plans, A100, options)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01
+
+
+def test_screen_output_columns_and_bad_rows():
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    frame = pd.DataFrame({"tp": [2, 2, 4], "pp": [2, 4, 2], "vpp": [1, 2, 1]})
+    frame.loc[1, "vpp"] = 2  # pp 4, dp 2: 16 microbatches, fine
+    out = screen_plans(model, cluster, job, H100, frame)
+    for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib", "fits"):
+        assert column in out
+    assert (out["dp"] == [4, 2, 2]).all()
+    odd = screen_plans(
+        model,
+        cluster,
+        job,
+        H100,
+        pd.DataFrame({"tp": [2], "pp": [4], "vpp": [2], "micro_batch_size": [3]}),
+    )
+    assert np.isinf(odd["iteration_time_s"]).all() and not odd["fits"].any()
+    with pytest.raises(SpecError, match="unknown plan columns"):
+        screen_plans(model, cluster, job, H100, pd.DataFrame({"tensor_parallel": [2]}))
+
+
+def test_screen_handles_many_rows_quickly():
+    model = get_preset("llama3-70b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=1024)
+    job = TrainingJob(seq_length=8192, global_batch_size=1024)
+    grid = {
+        "tp": [1, 2, 4, 8],
+        "pp": [1, 2, 4, 8, 16],
+        "vpp": [1, 2, 5],
+        "cp": [1, 2, 4],
+        "micro_batch_size": [1, 2, 4],
+        "sequence_parallel": [False, True],
+        "recompute": ["none", "selective", "full"],
+        "distributed_optimizer": [False, True],
+        "overlap_grad_reduce": [False, True],
+    }
+    rows = pd.DataFrame(list(itertools.product(*grid.values())), columns=list(grid))
+    rows = rows[(rows.pp > 1) | (rows.vpp == 1)]
+    rows = rows[(rows.tp > 1) | ~rows.sequence_parallel]
+    big = pd.concat([rows] * 4, ignore_index=True)
+    out = screen_plans(model, cluster, job, H100, big)
+    assert len(out) == len(big) > 20_000
+    finite = out["iteration_time_s"][np.isfinite(out["iteration_time_s"])]
+    assert (finite > 0).all()

@@ -1,0 +1,71 @@
+"""`paraplan estimate`, called through its own parser (paraplan.commands.estimate)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from costmodel.estimate import JSON_KEYS
+from paraplan.commands import estimate
+from specs.errors import SpecError
+
+BASE = [
+    "--model",
+    "llama3-8b",
+    "--num-gpus",
+    "16",
+    "--seq-len",
+    "8192",
+    "--global-batch",
+    "64",
+]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="paraplan estimate")
+    estimate.add_arguments(parser)
+    code = estimate.run(parser.parse_args([*BASE, *argv]))
+    return code, capsys.readouterr().out
+
+
+def test_module_contract():
+    assert estimate.NAME == "estimate"
+    assert "MFU" in estimate.HELP
+
+
+def test_json_has_the_documented_keys(capsys):
+    code, out = run(capsys, "--tp", "4", "--pp", "2", "--sp", "--dist-opt", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert tuple(data) == JSON_KEYS
+    assert data["iteration_time_s"] > 0 and 0 < data["mfu"] < 1
+    assert len(data["memory"]) == 2 and data["fits"] is True
+    assert set(data["breakdown"]) >= {"compute_forward", "bubble", "tp_exposed", "dp_exposed"}
+
+
+def test_readable_summary(capsys):
+    code, out = run(capsys, "--tp", "2", "--pp", "2", "--vpp", "2", "--recompute", "selective")
+    assert code == 0
+    assert "iteration time" in out and "where the time goes" in out and "memory per rank" in out
+
+
+def test_materialized_attention_is_slower(capsys):
+    _, flash = run(capsys, "--tp", "4", "--json")
+    _, unfused = run(capsys, "--tp", "4", "--attention", "materialized", "--json")
+    assert json.loads(unfused)["iteration_time_s"] > json.loads(flash)["iteration_time_s"]
+
+
+def test_invalid_plan_prints_violations_and_exits_1(capsys):
+    code, out = run(capsys, "--tp", "3")
+    assert code == 1
+    assert "heads_divisible_by_tp" in out and "world_size_matches" in out
+
+
+def test_bad_hardware_is_a_spec_error():
+    parser = argparse.ArgumentParser()
+    estimate.add_arguments(parser)
+    args = parser.parse_args([*BASE, "--hardware", "no-such-gpu"])
+    with pytest.raises(SpecError, match="unknown hardware profile"):
+        estimate.run(args)
