@@ -1,0 +1,72 @@
+"""`paraplan report RUN`: compare prediction and measurement, write the HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from reports.compare import compare, comparison_to_json
+from reports.html import render_report
+from reports.run_dir import load_run
+from reports.traces import write_traces
+from specs.errors import SpecError
+
+NAME = "report"
+HELP = "compare a run's prediction with its measurement and write a self-contained HTML report"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run folder written by `paraplan execute ... --out RUN`")
+    parser.add_argument(
+        "-o", "--output", default=None, help="HTML file to write (default: RUN/report.html)"
+    )
+
+
+def write_report(run: str | Path, output: str | Path | None = None) -> tuple[Path, dict]:
+    """Write RUN/comparison.json, both Chrome traces and the HTML report.
+
+    Returns the report path and the comparison JSON. A prediction-only folder (no
+    measurement) gets the prediction page and no comparison.
+    """
+    run_dir = load_run(run, require_measured=False)
+    out = Path(output) if output else run_dir.path / "report.html"
+    comparison = None
+    summary: dict = {}
+    if run_dir.measured is not None:
+        comparison = compare(
+            run_dir.predicted,
+            run_dir.measured,
+            plan=run_dir.bundle.plan,
+            estimate=run_dir.estimate,
+            metrics=run_dir.metrics,
+        )
+        summary = comparison_to_json(comparison)
+        (run_dir.path / "comparison.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_traces(run_dir.path, run_dir.predicted, run_dir.measured)
+    html = render_report(
+        run_dir.bundle,
+        run_dir.estimate,
+        run_dir.predicted,
+        measured=run_dir.measured,
+        metrics=run_dir.metrics,
+        comparison=comparison,
+        candidates=run_dir.candidates,
+    )
+    try:
+        out.write_text(html)
+    except OSError as exc:
+        raise SpecError(f"cannot write the report to {out}: {exc.strerror or exc}") from exc
+    return out, summary
+
+
+def run(args: argparse.Namespace) -> int:
+    out, summary = write_report(args.run, args.output)
+    if summary:
+        print(
+            f"iteration time: predicted {summary['iteration_time_predicted_s']:.4g} s, "
+            f"measured {summary['iteration_time_measured_s']:.4g} s "
+            f"({summary['iteration_time_error'] * 100:+.1f}%, {summary['verdict']})"
+        )
+    print(f"report: {out}")
+    return 0
