@@ -16,8 +16,17 @@ from specs.loading import load_model
 DEFAULT_HARDWARE = "h100-sxm-80gb"
 
 
-def add_problem_args(parser: argparse.ArgumentParser, *, hardware_required: bool = False) -> None:
-    """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision."""
+def add_problem_args(
+    parser: argparse.ArgumentParser,
+    *,
+    hardware_required: bool = False,
+    num_gpus_required: bool = True,
+) -> None:
+    """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision.
+
+    ``num_gpus_required=False`` serves the cluster-sizing form of `paraplan plan`, which
+    searches over GPU counts itself.
+    """
     g = parser.add_argument_group("model, cluster and job")
     g.add_argument(
         "--model",
@@ -32,7 +41,13 @@ def add_problem_args(parser: argparse.ArgumentParser, *, hardware_required: bool
         help="stored hardware profile name or a path to a profile JSON"
         + ("" if hardware_required else f" (default: {DEFAULT_HARDWARE})"),
     )
-    g.add_argument("--num-gpus", type=int, required=True, help="world size (GPUs or processes)")
+    g.add_argument(
+        "--num-gpus",
+        type=int,
+        required=num_gpus_required,
+        default=None,
+        help="world size (GPUs or processes)",
+    )
     g.add_argument(
         "--gpus-per-node", type=int, default=None, help="GPUs per node (default: the profile's)"
     )

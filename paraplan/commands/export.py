@@ -1,0 +1,47 @@
+"""`paraplan export`: turn a plan.json into the arguments of the engine that trains with it.
+
+``--to megatron`` prints a shell snippet: the environment the run needs and a `torchrun
+pretrain_gpt.py` line with the Megatron-LM arguments of the plan; ``--to torchtitan``
+prints the equivalent torchtitan TOML. The plan is checked against the rules first
+(exit 1 with the violations when it breaks one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from planner.export import TARGETS, export_text
+from profiles import load_profile
+from specs.bundle import PlanBundle
+from specs.rules import check_plan
+from specs.serde import load
+
+NAME = "export"
+HELP = "print the Megatron-LM arguments or torchtitan TOML that run a plan.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("plan", help="plan.json written by `paraplan plan --out`")
+    parser.add_argument("--to", choices=TARGETS, required=True, help="target engine")
+    parser.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="GPUs per node for the launch line (default: the plan's cluster, else its profile)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    bundle = load(PlanBundle, args.plan)
+    violations = check_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan)
+    if violations:
+        sys.stderr.write(f"plan {bundle.plan.label()!r} breaks {len(violations)} rule(s):\n")
+        for v in violations:
+            sys.stderr.write(f"  [{v.rule}] {v.message}\n")
+        return 1
+    per_node = args.gpus_per_node or bundle.cluster.gpus_per_node
+    if per_node is None:
+        per_node = load_profile(bundle.cluster.hardware).topology.gpus_per_node
+    sys.stdout.write(export_text(bundle, args.to, per_node))
+    return 0

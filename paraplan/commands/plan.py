@@ -1,0 +1,378 @@
+"""`paraplan plan`: search the parallel plans of a job on a cluster, or size the cluster.
+
+Two forms:
+- ``--num-gpus N``: the best plans on N GPUs (`planner.search.search_plans`), printed as a
+  table with the explanation, or as JSON with ``--json``; ``--out DIR`` writes plan.json,
+  candidates.csv, candidates.json, estimate.json and prediction.trace.json.
+- ``--tokens T`` with ``--days D``, ``--max-gpus N`` or ``--budget USD --gpu-hour-usd P``:
+  cluster sizing (`planner.sizing.size_cluster`); ``--out DIR`` writes sizing.csv,
+  sizing.json, scaling.png and plan.json of the chosen size.
+
+Every plan flag is optional: a flag given fixes that knob, the others are searched.
+Exit codes: 0 a plan (or a cluster size) was found; 1 nothing fits or meets the goal;
+2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress as RichProgress
+
+from costmodel.estimate import estimate_to_json, simulate_plan
+from paraplan.args import add_problem_args, job_from_args, model_from_args
+from paraplan.output import print_json, print_table
+from planner.explain import explain
+from planner.search import DEFAULT_HEADROOM, RankedPlan, SearchResult, search_plans
+from planner.sizing import SizingResult, SizingRow, scaling_plot, size_cluster
+from planner.space import SearchSpace
+from profiles import load_profile
+from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.serde import dumps, to_dict
+
+NAME = "plan"
+HELP = "search the fastest parallel plans that fit, or size the cluster for a token budget"
+
+KNOB_FLAGS: dict[str, str] = {
+    "tp": "tp",
+    "pp": "pp",
+    "vpp": "vpp",
+    "cp": "cp",
+    "ep": "ep",
+    "etp": "etp",
+    "mbs": "micro_batch_size",
+    "sp": "sequence_parallel",
+    "recompute": "recompute",
+    "recompute_num_layers": "recompute_num_layers",
+    "recompute_method": "recompute_method",
+    "dist_opt": "distributed_optimizer",
+    "bucket_size": "ddp_bucket_size",
+    "overlap_grad_reduce": "overlap_grad_reduce",
+    "overlap_param_gather": "overlap_param_gather",
+    "tp_comm_overlap": "tp_comm_overlap",
+}
+"""argparse dest -> `ParallelPlan` field of each knob flag."""
+
+
+def add_knob_args(parser: argparse.ArgumentParser) -> None:
+    """The plan flags of `paraplan estimate`, each optional: unset means searched."""
+    g = parser.add_argument_group("fix plan knobs (unset = searched; dp = num_gpus/(tp*pp*cp))")
+    for flag, text in (
+        ("--tp", "tensor-parallel size"),
+        ("--pp", "pipeline stages"),
+        ("--vpp", "model chunks per pipeline rank"),
+        ("--cp", "context-parallel size"),
+        ("--ep", "expert-parallel size"),
+        ("--etp", "expert tensor-parallel size"),
+        ("--mbs", "micro-batch size (sequences)"),
+        ("--recompute-num-layers", "layers per chunk recomputed (full recompute)"),
+        ("--bucket-size", "DDP gradient bucket (parameters)"),
+    ):
+        g.add_argument(flag, type=int, default=None, help=text)
+    g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    g.add_argument("--recompute-method", choices=("uniform", "block"), default=None)
+    for flag, text in (
+        ("--sp", "sequence parallel"),
+        ("--dist-opt", "distributed optimizer"),
+        ("--overlap-grad-reduce", "overlap DP gradient reduction"),
+        ("--overlap-param-gather", "overlap parameter all-gather"),
+        ("--tp-comm-overlap", "overlap TP communication with GEMMs"),
+    ):
+        g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # --num-gpus is optional here: the sizing form (--tokens) searches over GPU counts
+    add_problem_args(parser, num_gpus_required=False)
+    add_knob_args(parser)
+    g = parser.add_argument_group("search")
+    g.add_argument("--top", type=int, default=5, help="plans simulated and shown (default 5)")
+    g.add_argument(
+        "--memory-headroom",
+        type=float,
+        default=DEFAULT_HEADROOM,
+        help="fraction of device memory kept free (default 0.05)",
+    )
+    g.add_argument("--max-mbs", type=int, default=8, help="largest micro-batch tried (8)")
+    g.add_argument(
+        "--tp-beyond-scale-up", action="store_true", help="also try tp beyond the NVLink domain"
+    )
+    g.add_argument("--out", default=None, help="folder for plan.json and the other results")
+    g.add_argument("--json", action="store_true", help='print {"best", "top", "rejected"}')
+    s = parser.add_argument_group("cluster sizing (instead of --num-gpus)")
+    s.add_argument("--tokens", type=float, default=None, help="token budget of the training run")
+    s.add_argument("--days", type=float, default=None, help="deadline in days")
+    s.add_argument("--max-gpus", type=int, default=None, help="largest cluster allowed")
+    s.add_argument("--budget", type=float, default=None, help="budget in USD")
+    s.add_argument("--gpu-hour-usd", type=float, default=None, help="price of one GPU-hour")
+
+
+def space_from_args(args: argparse.Namespace) -> SearchSpace:
+    """The search space: fixed knobs from the flags that were given."""
+    fixed = {
+        field: getattr(args, dest)
+        for dest, field in KNOB_FLAGS.items()
+        if getattr(args, dest) is not None
+    }
+    return SearchSpace(
+        fixed=fixed,
+        tp_beyond_scale_up=args.tp_beyond_scale_up,
+        max_micro_batch_size=args.max_mbs,
+    )
+
+
+class _DeferredBar:
+    """Progress callback that shows a rich bar on stderr once a search runs over a second."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.bar: RichProgress | None = None
+        self.task: Any = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.start < 1.0 or not sys.stderr.isatty():
+                return
+            self.bar = RichProgress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(phase, total=max(total, 1))
+        self.bar.update(self.task, description=phase, completed=done, total=max(total, 1))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def plan_entry(ranked: RankedPlan) -> dict[str, Any]:
+    """A plan's knobs (ParallelPlan field names) with the metrics of `estimate --json`."""
+    return {**to_dict(ranked.plan), "label": ranked.plan.label()} | estimate_to_json(
+        ranked.estimate
+    )
+
+
+def search_json(result: SearchResult) -> dict[str, Any]:
+    """``{"best", "top", "rejected"}`` (and ``closest`` when nothing fits)."""
+    data: dict[str, Any] = {
+        "best": plan_entry(result.best) if result.best else None,
+        "top": [plan_entry(r) for r in result.top],
+        "rejected": dict(result.rejected),
+    }
+    if result.best is None:
+        data["closest"] = [plan_entry(r) for r in result.closest]
+    return data
+
+
+def _print_top(result: SearchResult, limit: int) -> None:
+    shown = result.top[:limit] if result.top else result.closest[:limit]
+    columns = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute",
+               "dist-opt", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU", "peak GiB"]  # fmt: skip
+    rows = []
+    for i, r in enumerate(shown, 1):
+        p, e = r.plan, r.estimate
+        flags = "/".join(
+            "y" if f else "-"
+            for f in (p.overlap_grad_reduce, p.overlap_param_gather, p.tp_comm_overlap)
+        )
+        recompute = p.recompute if p.recompute != "full" else f"full:{p.recompute_method}"
+        rows.append([
+            i, p.tp, p.pp, p.vpp, p.cp, p.ep, p.expert_tp if result.model.is_moe else "-",
+            p.dp, p.micro_batch_size,
+            "y" if p.sequence_parallel else "-", recompute,
+            "y" if p.distributed_optimizer else "-", flags, round(e.iteration_time_s, 4),
+            round(e.tokens_per_s), f"{e.mfu:.1%}", round(e.peak_memory_gib, 1),
+        ])  # fmt: skip
+    title = "best plans (MFU: model FLOPs, Megatron-LM convention)"
+    if not result.top:
+        title = "closest plans (none fits)"
+    print_table(f"{result.model.name} on {result.cluster.num_gpus} GPUs: {title}", columns, rows)
+
+
+def write_search_outputs(result: SearchResult, profile_name: str, out: Path, text: str) -> None:
+    """plan.json, estimate.json, prediction.trace.json (when a plan fits), candidates.csv and
+    candidates.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    result.candidates.to_csv(out / "candidates.csv", index=False)
+    listed = result.top or result.closest
+    (out / "candidates.json").write_text(
+        json.dumps({"plans": [plan_entry(r) for r in listed], "explanation": text}, indent=2) + "\n"
+    )
+    if result.best is None:
+        return
+    bundle = PlanBundle(
+        model=result.model, cluster=result.cluster, job=result.job, plan=result.best.plan
+    )
+    (out / "plan.json").write_text(dumps(bundle) + "\n")
+    (out / "estimate.json").write_text(
+        json.dumps(estimate_to_json(result.best.estimate), indent=2) + "\n"
+    )
+    _, timeline = simulate_plan(
+        bundle.model, bundle.cluster, bundle.job, bundle.plan, load_profile(profile_name)
+    )
+    if timeline is not None:
+        trace = json.dumps(timeline.to_chrome_trace())
+        (out / "prediction.trace.json").write_text(trace + "\n")
+
+
+def _run_search(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    job = job_from_args(args)
+    profile = load_profile(args.hardware)
+    cluster = ClusterSpec(
+        hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
+    )
+    bar = _DeferredBar()
+    try:
+        result = search_plans(
+            model,
+            cluster,
+            job,
+            profile,
+            space=space_from_args(args),
+            top_k=args.top,
+            memory_headroom=args.memory_headroom,
+            progress=bar,
+        )
+    finally:
+        bar.close()
+    text = explain(result)
+    if args.out:
+        write_search_outputs(result, args.hardware, Path(args.out), text)
+    if args.json:
+        print_json(search_json(result))
+    else:
+        _print_top(result, args.top)
+        print(text)
+    return 0 if result.best is not None else 1
+
+
+def sizing_row_json(row: SizingRow) -> dict[str, Any]:
+    """One cluster size: GPUs, the best plan (knobs and metrics), days, GPU-hours, cost."""
+    return {
+        "num_gpus": row.num_gpus,
+        "plan": plan_entry(row.best) if row.best else None,
+        "tokens_per_s": row.tokens_per_s,
+        "mfu": row.mfu,
+        "days": row.days if row.best else None,
+        "gpu_hours": row.gpu_hours if row.best else None,
+        "cost_usd": row.cost_usd if row.best else None,
+    }
+
+
+def _print_sizing(result: SizingResult) -> None:
+    columns = ["GPUs", "plan", "tokens/s", "MFU", "days", "GPU-hours", "cost (USD)"]
+    rows = [
+        [
+            r.num_gpus,
+            r.best.plan.label() if r.best else "nothing fits",
+            round(r.tokens_per_s),
+            f"{r.mfu:.1%}",
+            round(r.days, 2),
+            round(r.gpu_hours),
+            "-" if r.cost_usd is None else f"{r.cost_usd:,.0f}",
+        ]
+        for r in result.rows
+    ]
+    print_table(f"cluster sizing: {result.goal}", columns, rows)
+    if result.chosen is None:
+        print(f"No evaluated cluster size meets the goal ({result.goal}).")
+        return
+    print(f"Chosen: {result.chosen.num_gpus} GPUs, {result.chosen.days:.1f} days.")
+    if result.cheapest is not None and result.cheapest is not result.chosen:
+        print(
+            f"Cheapest meeting the goal: {result.cheapest.num_gpus} GPUs, "
+            f"{result.cheapest.gpu_hours:,.0f} GPU-hours."
+        )
+
+
+def _run_sizing(args: argparse.Namespace) -> int:
+    if args.days is None and args.max_gpus is None and args.budget is None:
+        raise SpecError("--tokens needs a goal: --days D, --max-gpus N, or --budget USD")
+    model = model_from_args(args)
+    base = job_from_args(args)
+    job = TrainingJob(
+        seq_length=base.seq_length,
+        global_batch_size=base.global_batch_size,
+        precision=base.precision,
+        token_budget=int(args.tokens),
+    )
+    profile = load_profile(args.hardware)
+    bar = _DeferredBar()
+    try:
+        result = size_cluster(
+            model,
+            args.hardware,
+            job,
+            profile,
+            days=args.days,
+            max_gpus=args.max_gpus,
+            budget_usd=args.budget,
+            gpu_hour_usd=args.gpu_hour_usd,
+            gpus_per_node=args.gpus_per_node,
+            space=space_from_args(args),
+            top_k=min(args.top, 3),
+            memory_headroom=args.memory_headroom,
+            progress=lambda gpus, done, total: bar(f"searching {gpus} GPUs", done, total),
+        )
+    finally:
+        bar.close()
+    data = {
+        "goal": result.goal,
+        "chosen": sizing_row_json(result.chosen) if result.chosen else None,
+        "cheapest": sizing_row_json(result.cheapest) if result.cheapest else None,
+        "rows": [sizing_row_json(r) for r in result.rows],
+    }
+    if args.out:
+        _write_sizing_outputs(result, data, model, job, args, Path(args.out))
+    if args.json:
+        print_json(data)
+    else:
+        _print_sizing(result)
+    return 0 if result.chosen is not None else 1
+
+
+def _write_sizing_outputs(
+    result: SizingResult,
+    data: dict[str, Any],
+    model: ModelSpec,
+    job: TrainingJob,
+    args: argparse.Namespace,
+    out: Path,
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sizing.json").write_text(json.dumps(data, indent=2) + "\n")
+    lines = ["num_gpus,plan,tokens_per_s,mfu,days,gpu_hours,cost_usd"]
+    for r in result.rows:
+        label = r.best.plan.label() if r.best else ""
+        cost = "" if r.cost_usd is None else f"{r.cost_usd:.2f}"
+        lines.append(
+            f"{r.num_gpus},{label},{r.tokens_per_s:.1f},{r.mfu:.4f},{r.days:.4f},"
+            f"{r.gpu_hours:.1f},{cost}"
+        )
+    (out / "sizing.csv").write_text("\n".join(lines) + "\n")
+    scaling_plot(result, out / "scaling.png")
+    if result.chosen is not None and result.chosen.best is not None:
+        cluster = ClusterSpec(
+            hardware=args.hardware,
+            num_gpus=result.chosen.num_gpus,
+            gpus_per_node=args.gpus_per_node,
+        )
+        bundle = PlanBundle(model=model, cluster=cluster, job=job, plan=result.chosen.best.plan)
+        (out / "plan.json").write_text(dumps(bundle) + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tokens is not None:
+        return _run_sizing(args)
+    if args.num_gpus is None:
+        raise SpecError("give --num-gpus N, or --tokens T with --days, --max-gpus or --budget")
+    return _run_search(args)

@@ -1,0 +1,289 @@
+"""Explanations of a `SearchResult`, as plain text lines.
+
+- What was pruned: candidates enumerated, rejected per rule (with one message and its fix)
+  and by the memory limit.
+- The winner: its iteration time, throughput, MFU, peak memory and per-phase breakdown.
+- Why it beats the runner-up: the largest differences between their breakdowns, grouped as
+  bubble, exposed communication (TP, CP, EP, PP, DP), recompute, compute and optimizer,
+  plus their peak memory and the knobs that differ.
+- When nothing fits: the closest candidates, how far over the limit they are, and which
+  changes would make them fit (full recompute, distributed optimizer, sequence parallel,
+  a smaller micro-batch, a wider tp, more pipeline stages on the same or on more GPUs), each with
+  the peak memory `costmodel.memory` predicts for it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from costmodel.estimate import Estimate
+from costmodel.memory import GiB, peak_memory_bytes
+from planner.search import MEMORY_REJECTION, RankedPlan, SearchResult
+from planner.space import KNOBS
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import count_params
+from specs.plan import ParallelPlan
+from specs.rules import check_plan
+from specs.rules_base import divisors
+
+PHASE_GROUPS: dict[str, tuple[str, ...]] = {
+    "bubble": ("bubble_s",),
+    "exposed communication": (
+        "tp_exposed_s",
+        "cp_exposed_s",
+        "ep_exposed_s",
+        "pp_exposed_s",
+        "dp_exposed_s",
+    ),
+    "recompute": ("compute_recompute_s",),
+    "compute": ("compute_forward_s", "compute_backward_s"),
+    "optimizer": ("optimizer_s",),
+}
+"""Breakdown fields (`costmodel.simulator.Breakdown`) summed into the compared groups."""
+
+MODEL_STATE_BYTES_PER_PARAM = {"bf16": 18, "fp8": 18, "fp32": 16}
+"""Weights, gradients and optimizer state per parameter over the whole cluster when nothing
+is replicated (megatron-facts.md §5.4): a lower bound of the memory a job needs."""
+
+
+def min_gpus_for_model_state(model: ModelSpec, job: TrainingJob, limit_bytes: float) -> int:
+    """GPUs below which the model state alone cannot fit: bytes/param x params / limit."""
+    total = count_params(model).total * MODEL_STATE_BYTES_PER_PARAM[job.precision]
+    return max(1, math.ceil(total / limit_bytes))
+
+
+def _gib(value: float) -> str:
+    return f"{value / GiB:.1f} GiB"
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def rejection_lines(result: SearchResult) -> list[str]:
+    """Candidates enumerated, screened and rejected per rule and by memory."""
+    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0)
+    limit = result.memory_limit_bytes
+    lines = [
+        f"Searched {_count(result.num_enumerated)} candidate plans in {result.elapsed_s:.1f} s: "
+        f"{_count(result.num_valid)} passed the rules, {_count(max(fitting, 0))} fit in "
+        f"{_gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), "
+        f"{len(result.top) + len(result.closest)} simulated."
+    ]
+    ordered = sorted(((k, v) for k, v in result.rejected.items() if v), key=lambda kv: -kv[1])
+    if ordered:
+        lines.append("Rejected: " + " · ".join(f"{k} {_count(v)}" for k, v in ordered))
+        for rule_id, _ in ordered[:3]:
+            if rule_id in result.rule_examples:
+                lines.append(f"  e.g. {rule_id}: {result.rule_examples[rule_id]}")
+    return lines
+
+
+def group_seconds(estimate: Estimate) -> dict[str, float]:
+    """Breakdown seconds summed per `PHASE_GROUPS` group."""
+    phases = estimate.breakdown.as_dict()
+    return {
+        group: sum(phases[name.removesuffix("_s")] for name in names)
+        for group, names in PHASE_GROUPS.items()
+    }
+
+
+def summary_line(ranked: RankedPlan) -> str:
+    """Label, iteration time, tokens/s, MFU and peak memory of one plan."""
+    est = ranked.estimate
+    return (
+        f"{ranked.plan.label()}: {est.iteration_time_s:.3g} s/iteration, "
+        f"{est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%}, peak {_gib(est.peak_memory_bytes)}"
+    )
+
+
+def breakdown_lines(estimate: Estimate) -> list[str]:
+    """Each non-zero phase with seconds and share of the iteration."""
+    total = estimate.iteration_time_s
+    parts = [
+        f"{name} {seconds:.3g} s ({seconds / total:.0%})"
+        for name, seconds in estimate.breakdown.as_dict().items()
+        if seconds > 0
+    ]
+    return ["  breakdown: " + ", ".join(parts)]
+
+
+def knob_differences(a: ParallelPlan, b: ParallelPlan) -> list[str]:
+    """``knob A vs B`` for every knob the two plans set differently."""
+    out = []
+    for name in KNOBS:
+        va = a.expert_tp if name == "etp" else getattr(a, name)
+        vb = b.expert_tp if name == "etp" else getattr(b, name)
+        if va != vb:
+            out.append(f"{name} {va} vs {vb}")
+    return out
+
+
+def comparison_lines(winner: RankedPlan, runner_up: RankedPlan, limit: int = 3) -> list[str]:
+    """Why ``winner`` beats ``runner_up``: the largest breakdown differences, memory, knobs."""
+    a, b = group_seconds(winner.estimate), group_seconds(runner_up.estimate)
+    diffs = sorted(((a[g] - b[g], g) for g in a), key=lambda d: -abs(d[0]))
+    faster = winner.estimate.tokens_per_s / runner_up.estimate.tokens_per_s - 1
+    # Differences below 0.01% of the iteration are rounding, not a reason.
+    noise = 1e-4 * winner.estimate.iteration_time_s
+    parts = [
+        f"{group} {a[group]:.3g} s vs {b[group]:.3g} s ({delta:+.3g} s)"
+        for delta, group in diffs[:limit]
+        if abs(delta) > noise
+    ]
+    lines = [
+        f"Beats the runner-up ({runner_up.plan.label()}) by {faster:.1%} tokens/s: "
+        + ("; ".join(parts) if parts else "identical breakdowns")
+    ]
+    ma, mb = winner.estimate.peak_memory_bytes, runner_up.estimate.peak_memory_bytes
+    lines.append(f"  peak memory {_gib(ma)} vs {_gib(mb)} ({(ma - mb) / GiB:+.1f} GiB)")
+    knobs = knob_differences(winner.plan, runner_up.plan)
+    if knobs:
+        lines.append("  knobs: " + ", ".join(knobs))
+    return lines
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitSuggestion:
+    """One change to a plan that does not fit, with its predicted peak memory."""
+
+    change: str
+    """What changes, e.g. ``recompute=full`` or ``pp=8 on 2x GPUs (256)``."""
+    plan: ParallelPlan
+    """The changed plan."""
+    num_gpus: int
+    """GPUs the changed plan needs."""
+    peak_memory_bytes: float
+    """`costmodel.memory` peak of the changed plan."""
+    fits: bool
+    """Within the memory limit."""
+
+
+def _deeper_pipelines(
+    plan: ParallelPlan, num_layers: int, gpus: int, limit: int = 3
+) -> list[tuple[str, dict[str, object], int]]:
+    """More pipeline stages: the next divisors of the layers above pp, each on the same
+    GPUs (taking ranks from dp) when dp allows, else on proportionally more GPUs."""
+    out: list[tuple[str, dict[str, object], int]] = []
+    for pp in [p for p in divisors(num_layers) if p > plan.pp][:limit]:
+        change: dict[str, object] = {"pp": pp, "vpp": 1, "schedule": "1f1b"}
+        if (plan.dp * plan.pp) % pp == 0:
+            out.append((f"pp={pp}", change | {"dp": plan.dp * plan.pp // pp}, gpus))
+        else:
+            more = gpus // plan.pp * pp
+            out.append((f"pp={pp} on {more} GPUs", change, more))
+    return out
+
+
+def _variants(
+    plan: ParallelPlan, num_layers: int, gpus: int
+) -> list[tuple[str, ParallelPlan, int]]:
+    """Memory-saving changes of ``plan``: (description, plan, GPUs it needs)."""
+    out = []
+    if plan.recompute != "full" or plan.recompute_num_layers not in (None, 1):
+        full = plan.replace(recompute="full", recompute_num_layers=1, recompute_method="uniform")
+        out.append(("recompute=full", full, gpus))
+    if not plan.distributed_optimizer:
+        out.append(("distributed_optimizer", plan.replace(distributed_optimizer=True), gpus))
+    if plan.tp > 1 and not plan.sequence_parallel:
+        out.append(("sequence_parallel", plan.replace(sequence_parallel=True), gpus))
+    if plan.micro_batch_size > 1:
+        out.append(("micro_batch_size=1", plan.replace(micro_batch_size=1), gpus))
+    if plan.dp % 2 == 0:
+        wider = plan.replace(tp=plan.tp * 2, dp=plan.dp // 2)
+        out.append((f"tp={plan.tp * 2} (may leave the NVLink domain)", wider, gpus))
+    savers = {
+        "recompute": "full",
+        "recompute_num_layers": 1,
+        "recompute_method": "uniform",
+        "distributed_optimizer": True,
+        "sequence_parallel": plan.tp > 1,
+        "micro_batch_size": 1,
+    }
+    for change, deeper, need in _deeper_pipelines(plan, num_layers, gpus):
+        plain, saving = plan.replace(**deeper), plan.replace(**deeper, **savers)
+        out.append((change, plain, need))
+        if saving != plain:
+            out.append((f"{change} with every memory saver", saving, need))
+    return out
+
+
+def fit_suggestions(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan, limit: float
+) -> list[FitSuggestion]:
+    """Valid memory-saving variants of ``plan``, those that fit first, then by memory."""
+    found = []
+    for change, variant, gpus in _variants(plan, model.num_layers, cluster.num_gpus):
+        bigger = ClusterSpec(
+            hardware=cluster.hardware, num_gpus=gpus, gpus_per_node=cluster.gpus_per_node
+        )
+        if check_plan(model, bigger, job, variant):
+            continue
+        peak = peak_memory_bytes(model, job, variant)
+        found.append(
+            FitSuggestion(
+                change=change,
+                plan=variant,
+                num_gpus=gpus,
+                peak_memory_bytes=peak,
+                fits=peak <= limit,
+            )
+        )
+    fitting = sorted((s for s in found if s.fits), key=lambda s: (s.num_gpus, s.peak_memory_bytes))
+    over = sorted((s for s in found if not s.fits), key=lambda s: s.peak_memory_bytes)
+    # A change that saves nothing over a simpler one listed before it adds no information.
+    distinct: dict[tuple[int, float], FitSuggestion] = {}
+    for suggestion in fitting + over:
+        distinct.setdefault((suggestion.num_gpus, suggestion.peak_memory_bytes), suggestion)
+    return list(distinct.values())
+
+
+def no_fit_lines(result: SearchResult, limit: int = 3) -> list[str]:
+    """The closest candidates and what would make them fit."""
+    cap = result.memory_limit_bytes
+    lines = [f"No plan fits in {_gib(cap)} per GPU."]
+    if not result.closest:
+        lines.append("  No candidate passed the rules; see the rejections above.")
+        return lines
+    lines.append("Closest candidates:")
+    for ranked in result.closest[:limit]:
+        peak = ranked.estimate.peak_memory_bytes
+        lines.append(f"  {ranked.plan.label()}: {_gib(peak)} ({(peak - cap) / GiB:.1f} GiB over)")
+        suggestions = fit_suggestions(result.model, result.cluster, result.job, ranked.plan, cap)
+        for s in suggestions[:4]:
+            verdict = "fits" if s.fits else "still over"
+            lines.append(f"    - {s.change}: {_gib(s.peak_memory_bytes)} ({verdict})")
+    floor = min_gpus_for_model_state(result.model, result.job, cap)
+    if floor > result.cluster.num_gpus:
+        lines.append(
+            f"  The model state alone needs at least {floor} GPUs of this size "
+            f"({MODEL_STATE_BYTES_PER_PARAM[result.job.precision]} bytes per parameter)."
+        )
+    return lines
+
+
+def runner_up_of(result: SearchResult) -> RankedPlan | None:
+    """The best plan after the winner that differs in its label (degrees, micro-batch,
+    sequence parallelism, recompute, optimizer sharding); else simply the second."""
+    if result.best is None or len(result.top) < 2:
+        return None
+    label = result.best.plan.label()
+    different = [r for r in result.top[1:] if r.plan.label() != label]
+    return different[0] if different else result.top[1]
+
+
+def explain(result: SearchResult) -> str:
+    """The whole explanation of a search, as text."""
+    lines = rejection_lines(result)
+    if result.best is None:
+        lines += no_fit_lines(result)
+        return "\n".join(lines)
+    lines.append("Best: " + summary_line(result.best))
+    lines += breakdown_lines(result.best.estimate)
+    runner_up = runner_up_of(result)
+    if runner_up is not None:
+        lines += comparison_lines(result.best, runner_up)
+    return "\n".join(lines)

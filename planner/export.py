@@ -1,0 +1,326 @@
+"""Export a `PlanBundle` to the engines people train with: Megatron-LM arguments and a
+torchtitan TOML file.
+
+Megatron-LM (flag spellings and validation rules: megatron-facts.md §8, snapshot
+d98e8a64 of NVIDIA/Megatron-LM):
+- VPP is given as `--num-layers-per-virtual-pipeline-stage` = L / (pp·vpp); Megatron has no
+  `--virtual-pipeline-model-parallel-size` flag.
+- GQA needs both `--group-query-attention` and `--num-query-groups` (the latter alone is
+  ignored, §1.3).
+- `--max-position-embeddings` must be >= `--seq-length`; rope has no table, so the exported
+  value is max(model value, seq length).
+- Leading dense layers (DeepSeek's `first_k_dense_replace`) become a `--moe-layer-freq`
+  pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
+- Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
+  selective carries neither (§8.3 rules 11, 15).
+- `CUDA_DEVICE_MAX_CONNECTIONS=1` is required when tp > 1 or cp > 1 on GPUs before
+  Blackwell (§8.3 rule 13); it is exported whenever tp > 1 or cp > 1, where it is harmless.
+
+torchtitan (keys of `torchtitan/config/job_config.py` and its integration-test
+`base_config.toml`): `[parallelism]` data_parallel_replicate_degree,
+data_parallel_shard_degree, tensor_parallel_degree, pipeline_parallel_degree,
+pipeline_parallel_schedule, pipeline_parallel_layers_per_stage,
+pipeline_parallel_microbatch_size, context_parallel_degree, expert_parallel_degree,
+expert_tensor_parallel_degree; `[training]` local_batch_size, global_batch_size, seq_len;
+`[activation_checkpoint]` mode, selective_ac_option. torchtitan has no DDP-with-sharded-
+optimizer mode: the distributed optimizer maps onto FSDP (data_parallel_shard_degree = dp),
+plain data parallelism onto DDP (data_parallel_replicate_degree = dp); TP in torchtitan
+always shards norms along the sequence (Megatron's sequence parallelism).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any, Literal
+
+from specs.bundle import PlanBundle
+from specs.errors import SpecError
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+ExportTarget = Literal["megatron", "torchtitan"]
+TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
+
+
+# ---- Megatron-LM ---------------------------------------------------------------------------
+
+
+def megatron_environment(bundle: PlanBundle) -> dict[str, str]:
+    """Environment variables the Megatron-LM run needs (megatron-facts.md §8.3 rule 13)."""
+    plan = bundle.plan
+    if plan.tp > 1 or plan.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def moe_layer_freq_argument(model: ModelSpec) -> str:
+    """`--moe-layer-freq` for the model's MoE layer mask: an integer k when layer i is MoE
+    iff i % k == 0, else a Python list expression that Megatron evaluates, compact
+    (``([0]*3+[1]*58)``) when the MoE layers follow a dense prefix."""
+    mask = [int(v) for v in model.moe_layer_mask()]
+    first = model.moe_first_dense_layers
+    if first == 0:
+        return str(model.moe_layer_freq)
+    if model.moe_layer_freq == 1:
+        return f"([0]*{first}+[1]*{model.num_layers - first})"
+    return "[" + ",".join(str(v) for v in mask) + "]"
+
+
+def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
+    """Shape flags: layers, widths, attention, MLP, norm, positions, embeddings."""
+    args = [
+        "--num-layers", str(model.num_layers),
+        "--hidden-size", str(model.hidden_size),
+        "--num-attention-heads", str(model.num_attention_heads),
+        "--ffn-hidden-size", str(model.ffn_hidden_size),
+        "--seq-length", str(seq_length),
+        "--max-position-embeddings", str(max(model.max_position_embeddings, seq_length)),
+        "--tokenizer-type", "NullTokenizer",
+        "--vocab-size", str(model.vocab_size),
+    ]  # fmt: skip
+    if model.kv_channels is not None:
+        args += ["--kv-channels", str(model.kv_channels)]
+    if model.num_query_groups is not None and model.query_groups != model.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(model.query_groups)]
+    if model.uses_mla:
+        args += _mla_arguments(model)
+    if model.activation == "swiglu":
+        args.append("--swiglu")
+    if model.normalization == "rmsnorm":
+        args += ["--normalization", "RMSNorm"]
+    if model.position_embedding == "rope":
+        args += ["--position-embedding-type", "rope"]
+    elif model.position_embedding == "none":
+        args += ["--position-embedding-type", "none"]
+    if not model.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.add_bias_linear:
+        args.append("--disable-bias-linear")
+    if model.add_qkv_bias:
+        args.append("--add-qkv-bias")
+    return args
+
+
+def _mla_arguments(model: ModelSpec) -> list[str]:
+    """Multi-latent attention flags (Megatron `MLATransformerConfig` fields)."""
+    args = ["--multi-latent-attention"]
+    if model.q_lora_rank is not None:
+        args += ["--q-lora-rank", str(model.q_lora_rank)]
+    args += [
+        "--kv-lora-rank", str(model.kv_lora_rank),
+        "--qk-head-dim", str(model.qk_head_dim),
+        "--qk-pos-emb-head-dim", str(model.qk_pos_emb_head_dim),
+        "--v-head-dim", str(model.v_head_dim),
+    ]  # fmt: skip
+    return args
+
+
+def _moe_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
+    """Expert flags; empty for dense models."""
+    if not model.is_moe:
+        return []
+    args = [
+        "--num-experts", str(model.num_experts),
+        "--moe-router-topk", str(model.moe_top_k),
+        "--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size),
+        "--moe-layer-freq", moe_layer_freq_argument(model),
+        "--moe-token-dispatcher-type", "alltoall",
+        "--moe-grouped-gemm",
+        "--expert-model-parallel-size", str(plan.ep),
+        "--expert-tensor-parallel-size", str(plan.expert_tp),
+    ]  # fmt: skip
+    if model.moe_shared_expert_size:
+        args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_size)]
+    if model.moe_capacity_factor is not None:
+        args += ["--moe-expert-capacity-factor", f"{model.moe_capacity_factor:g}"]
+    return args
+
+
+def _parallel_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
+    """Degrees, sequence parallelism, optimizer sharding and overlap switches."""
+    args = [
+        "--tensor-model-parallel-size", str(plan.tp),
+        "--pipeline-model-parallel-size", str(plan.pp),
+    ]  # fmt: skip
+    if plan.vpp > 1:
+        per_chunk = model.num_layers // (plan.pp * plan.vpp)
+        args += ["--num-layers-per-virtual-pipeline-stage", str(per_chunk)]
+    if plan.cp > 1:
+        args += ["--context-parallel-size", str(plan.cp)]
+        if plan.cp_comm_type != "p2p":
+            args += ["--cp-comm-type", plan.cp_comm_type]
+    if plan.sequence_parallel:
+        args.append("--sequence-parallel")
+    if plan.tp_comm_overlap:
+        args.append("--tp-comm-overlap")
+    if plan.distributed_optimizer:
+        args.append("--use-distributed-optimizer")
+    if plan.overlap_grad_reduce:
+        args.append("--overlap-grad-reduce")
+        if plan.ddp_bucket_size is not None:
+            args += ["--ddp-bucket-size", str(plan.ddp_bucket_size)]
+    if plan.overlap_param_gather:
+        args.append("--overlap-param-gather")
+    return args
+
+
+def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
+    """`--recompute-*` flags: selective takes no method or layer count; full takes both
+    (uniform: groups of N layers, N = 1 by default; block: the first N layers of each
+    chunk, all of them by default)."""
+    if plan.recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    if plan.recompute != "full":
+        return []
+    chunk = model.num_layers // (plan.pp * plan.vpp)
+    default = 1 if plan.recompute_method == "uniform" else chunk
+    layers = plan.recompute_num_layers or default
+    return [
+        "--recompute-granularity", "full",
+        "--recompute-method", plan.recompute_method,
+        "--recompute-num-layers", str(layers),
+    ]  # fmt: skip
+
+
+def megatron_arguments(bundle: PlanBundle) -> list[str]:
+    """The Megatron-LM `pretrain_gpt.py` arguments that run ``bundle``'s plan, as argv.
+
+    Data, tokenizer files, learning rate and iteration counts are the user's to add; the
+    NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
+    """
+    model, job, plan = bundle.model, bundle.job, bundle.plan
+    args = _model_arguments(model, job.seq_length)
+    args += _moe_arguments(model, plan)
+    args += _parallel_arguments(model, plan)
+    args += [
+        "--micro-batch-size", str(plan.micro_batch_size),
+        "--global-batch-size", str(job.global_batch_size),
+    ]  # fmt: skip
+    args += recompute_arguments(model, plan)
+    if job.precision == "bf16":
+        args.append("--bf16")
+    elif job.precision == "fp8":
+        args += ["--bf16", "--fp8-format", "hybrid"]
+    args += ["--optimizer", "adam", "--log-throughput"]
+    return args
+
+
+def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
+    """A shell snippet: the environment and a `torchrun pretrain_gpt.py` line with every
+    argument, one flag per line."""
+    num_gpus = bundle.cluster.num_gpus
+    per_node = min(gpus_per_node, num_gpus)
+    nodes = math.ceil(num_gpus / per_node)
+    lines = [
+        f"# Megatron-LM: {bundle.model.name} on {num_gpus} x {bundle.cluster.hardware}, "
+        f"plan {bundle.plan.label()}",
+        "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
+    ]
+    lines += [f"export {k}={v}" for k, v in megatron_environment(bundle).items()]
+    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} pretrain_gpt.py"
+    args = megatron_arguments(bundle)
+    flags: list[str] = []
+    for token in args:
+        if token.startswith("--"):
+            flags.append(token)
+        else:
+            flags[-1] += " " + shlex.quote(token)
+    lines.append(" \\\n    ".join([launch, *flags]))
+    return "\n".join(lines) + "\n"
+
+
+# ---- torchtitan ----------------------------------------------------------------------------
+
+_TORCHTITAN_FLAVORS = {
+    "llama3-8b": ("llama3", "8B"),
+    "llama3-70b": ("llama3", "70B"),
+    "llama3.1-405b": ("llama3", "405B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+}
+"""Presets with a torchtitan model of the same architecture (torchtitan's model registry)."""
+
+
+def _activation_checkpoint(model: ModelSpec, plan: ParallelPlan) -> dict[str, Any]:
+    """`[activation_checkpoint]`: torchtitan's selective mode is per-op ("op") or every
+    n-th layer (an integer); partial full recompute (block) maps onto the latter."""
+    if plan.recompute == "none":
+        return {"mode": "none"}
+    if plan.recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    chunk = model.num_layers // (plan.pp * plan.vpp)
+    if plan.recompute_method == "block" and (plan.recompute_num_layers or chunk) < chunk:
+        every = max(1, round(chunk / (plan.recompute_num_layers or chunk)))
+        return {"mode": "selective", "selective_ac_option": str(every)}
+    return {"mode": "full"}
+
+
+def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
+    """The torchtitan job config of ``bundle``, section -> key -> value."""
+    model, job, plan = bundle.model, bundle.job, bundle.plan
+    name, flavor = _TORCHTITAN_FLAVORS.get(model.name, ("llama3", model.name))
+    sharded = plan.distributed_optimizer or plan.ep > 1
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if sharded else plan.dp,
+        "data_parallel_shard_degree": plan.dp if sharded else 1,
+        "tensor_parallel_degree": plan.tp,
+        "pipeline_parallel_degree": plan.pp,
+        "context_parallel_degree": plan.cp,
+        "expert_parallel_degree": plan.ep,
+        "expert_tensor_parallel_degree": plan.expert_tp if model.is_moe else 1,
+    }
+    training: dict[str, Any] = {"global_batch_size": job.global_batch_size}
+    if plan.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
+        parallelism["pipeline_parallel_layers_per_stage"] = model.num_layers // (plan.pp * plan.vpp)
+        parallelism["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
+        training["local_batch_size"] = job.global_batch_size // plan.dp
+    else:
+        # Without a pipeline torchtitan accumulates gradients over global / (local·dp) steps.
+        training["local_batch_size"] = plan.micro_batch_size
+    training["seq_len"] = job.seq_length
+    training["mixed_precision_param"] = "float32" if job.precision == "fp32" else "bfloat16"
+    config: dict[str, dict[str, Any]] = {
+        "model": {"name": name, "flavor": flavor},
+        "training": training,
+        "parallelism": parallelism,
+        "activation_checkpoint": _activation_checkpoint(model, plan),
+    }
+    if job.precision == "fp8":
+        config["model"]["converters"] = ["quantize.linear.float8"]
+    return config
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise SpecError(f"cannot write {value!r} ({type(value).__name__}) as a TOML value")
+
+
+def torchtitan_toml(bundle: PlanBundle) -> str:
+    """`torchtitan_config` as TOML text, with a header naming the plan."""
+    lines = [
+        f"# torchtitan: {bundle.model.name} on {bundle.cluster.num_gpus} x "
+        f"{bundle.cluster.hardware}, plan {bundle.plan.label()}",
+    ]
+    if bundle.model.name not in _TORCHTITAN_FLAVORS:
+        lines.append("# no torchtitan flavor is known for this model: set [model] name/flavor")
+    for section, values in torchtitan_config(bundle).items():
+        lines.append(f"\n[{section}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def export_text(bundle: PlanBundle, target: str, gpus_per_node: int) -> str:
+    """The export of ``bundle`` for ``target`` (`megatron` or `torchtitan`)."""
+    if target == "megatron":
+        return megatron_command(bundle, gpus_per_node)
+    if target == "torchtitan":
+        return torchtitan_toml(bundle)
+    raise SpecError(f"unknown export target {target!r}; choose one of {', '.join(TARGETS)}")

@@ -1,0 +1,385 @@
+"""Plan search: enumerate -> check -> screen -> simulate -> rank, as pure functions.
+
+1. `planner.candidates.enumerate_candidates`: the legal candidates of a `SearchSpace` and
+   how many each rule of `specs.rules.check_plan` rejected.
+2. Screen every candidate with the closed-form estimate (`costmodel.screen`, vectorized over
+   the candidate table); a candidate fits when its peak memory is at most
+   (1 - memory_headroom) of the device memory, the headroom covering what no model
+   predicts exactly (allocator behaviour, library workspaces).
+3. Run the event simulator (`costmodel.estimate.estimate_plan`) on the ``top_k`` fitting
+   candidates with the highest screened throughput, each re-checked with `check_plan`.
+4. Rank by the simulator's tokens per second among the plans that still fit.
+
+When nothing fits, the ``top_k`` candidates closest to fitting (smallest screened peak
+memory) are simulated instead, for `planner.explain` to say what would make them fit.
+The result is a frozen `SearchResult`; nothing is kept between calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from costmodel.estimate import Estimate, estimate_plan
+from costmodel.memory import (
+    FrameworkAllowance,
+    GiB,
+    bytes_per_param,
+    optimizer_shards,
+    stage_params,
+)
+from costmodel.screen import screen_plans
+from planner.candidates import CandidateSet, Progress, enumerate_candidates
+from planner.space import PLAN_COLUMNS, SearchSpace, plan_from_row
+from profiles.schema import HardwareProfile
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+from specs.rules import check_plan
+
+MEMORY_REJECTION = "memory"
+"""Key of `SearchResult.rejected` for candidates over the memory limit."""
+DEFAULT_HEADROOM = 0.05
+CLOSEST_POOL = 2_000
+"""When no candidate passes the model-state floor, this many with the smallest floor are
+screened to find the closest ones."""
+_STATE_KEYS = ["tp", "pp", "vpp", "cp", "dp", "ep", "etp", "distributed_optimizer"]
+_PARALLEL_KEYS = ["tp", "pp", "cp", "ep", "etp"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankedPlan:
+    """One plan with its detailed estimate."""
+
+    plan: ParallelPlan
+    """The candidate."""
+    estimate: Estimate
+    """The event simulator's prediction."""
+    screen_tokens_per_s: float
+    """The closed-form estimate that selected it for simulation."""
+    fits: bool
+    """Peak memory within the search's memory limit (device memory less the headroom)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
+class SearchResult:
+    """What a search found; `planner.explain` turns it into text."""
+
+    model: ModelSpec
+    """The model searched for."""
+    cluster: ClusterSpec
+    """The cluster searched on."""
+    job: TrainingJob
+    """The job searched for."""
+    best: RankedPlan | None
+    """The fitting plan with the highest simulated throughput; None when nothing fits."""
+    top: tuple[RankedPlan, ...]
+    """Simulated plans that fit, best first."""
+    closest: tuple[RankedPlan, ...]
+    """When nothing fits: the simulated candidates closest to fitting, smallest peak first."""
+    rejected: Mapping[str, int]
+    """Rule id (and "memory") -> candidates rejected."""
+    rule_examples: Mapping[str, str]
+    """Rule id -> one violation message with its fix."""
+    candidates: pd.DataFrame
+    """Every screened candidate (plan columns, screened metrics, ``fits``, ``rejected_by``,
+    ``simulated_*`` columns for the simulated ones), then one representative row per
+    rule-rejected group (``rejected_by`` = rule ids, ``represents`` = candidates)."""
+    num_enumerated: int
+    """Candidates before any check."""
+    num_valid: int
+    """Candidates that passed the rules."""
+    num_screened: int
+    """Candidates the closed-form estimate evaluated (valid ones under the model-state
+    floor, less the larger micro-batches of plans that did not fit)."""
+    memory_limit_bytes: float
+    """Per-rank memory a plan may use: device memory x (1 - memory_headroom)."""
+    memory_headroom: float
+    """Fraction of device memory kept free."""
+    elapsed_s: float
+    """Wall time of the search."""
+
+
+def memory_limit_bytes(profile: HardwareProfile, memory_headroom: float) -> float:
+    """Device memory less the headroom fraction."""
+    if not 0 <= memory_headroom < 1:
+        raise SpecError(
+            f"memory_headroom must be in [0, 1), got {memory_headroom}; e.g. 0.05 keeps 5% free"
+        )
+    return profile.device.memory_gib * GiB * (1 - memory_headroom)
+
+
+def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
+    """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
+    state of the first and the last pipeline stage (`costmodel.memory.stage_params`, the
+    byte counts of `costmodel.memory`) plus the fixed framework allowance. Activations
+    only add to it, so a row whose floor is over the limit cannot fit; the search drops it
+    before the closed-form screen, which is the expensive step."""
+    weight, grad, state = bytes_per_param(job)
+    fixed = FrameworkAllowance().fixed_bytes
+    unique = table[_STATE_KEYS].drop_duplicates()
+    floors = []
+    for row in unique.to_dict("records"):
+        plan = plan_from_row(row | {"micro_batch_size": 1}, model)
+        dense_shards, expert_shards = optimizer_shards(model, plan)
+        worst = 0.0
+        for stage in {0, plan.pp - 1}:
+            params = stage_params(model, plan, stage)
+            sharded = params.dense / dense_shards + params.expert / expert_shards
+            worst = max(worst, (weight + grad) * params.total + state * sharded)
+        floors.append(worst + fixed)
+    unique = unique.assign(_floor=floors)
+    merged = table[_STATE_KEYS].merge(unique, on=_STATE_KEYS, how="left")
+    return merged["_floor"].to_numpy()
+
+
+def _screen(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    table: pd.DataFrame,
+) -> pd.DataFrame:
+    """The closed-form metrics of every row: iteration_time_s, tokens_per_s, mfu and
+    peak_memory_bytes, aligned with ``table`` by position."""
+    plans = table.copy()
+    for column in ("recompute_num_layers", "ddp_bucket_size"):  # 0 means None here
+        plans[column] = plans[column].where(plans[column] > 0)
+    metrics = screen_plans(model, cluster, job, profile, plans)
+    return metrics[["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]]
+
+
+def _complexity(table: pd.DataFrame) -> pd.Series:
+    """Knobs set away from Megatron's defaults, to prefer the simpler of equal plans."""
+    return (
+        table["sequence_parallel"].astype(int)
+        + table["tp_comm_overlap"].astype(int)
+        + table["distributed_optimizer"].astype(int)
+        + table["overlap_grad_reduce"].astype(int)
+        + table["overlap_param_gather"].astype(int)
+        + (table["ddp_bucket_size"] != 0).astype(int)
+        + (table["recompute"] != "none").astype(int)
+        + (table["vpp"] > 1).astype(int)
+    )
+
+
+def _pick(table: pd.DataFrame, by: list[str], ascending: list[bool], top_k: int) -> pd.DataFrame:
+    """The first ``top_k`` rows in the given order, made distinct: the bucket-size variants
+    of one plan are represented by their best, and of rows the screen cannot tell apart
+    (same iteration time and peak memory) only the simplest is kept."""
+    ordered = table.assign(_complexity=_complexity(table)).sort_values(
+        [*by, "_complexity"], ascending=[*ascending, True], kind="stable"
+    )
+    plans = [c for c in PLAN_COLUMNS if c != "ddp_bucket_size"]
+    distinct = ordered.drop_duplicates(plans).drop_duplicates(
+        ["iteration_time_s", "peak_memory_bytes"]
+    )
+    return distinct.head(top_k).drop(columns="_complexity")
+
+
+def _simulate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    rows: pd.DataFrame,
+    limit_bytes: float,
+    progress: Progress | None,
+) -> tuple[list[tuple[int, RankedPlan]], dict[str, int]]:
+    """Detailed estimates of ``rows`` (index kept), and rules broken by any of them."""
+    done: list[tuple[int, RankedPlan]] = []
+    broken: dict[str, int] = {}
+    for i, (index, row) in enumerate(rows.iterrows()):
+        if progress is not None:
+            progress("simulate", i, len(rows))
+        plan = plan_from_row(row, model)
+        violations = check_plan(model, cluster, job, plan)
+        if violations:
+            for v in violations:
+                broken[v.rule] = broken.get(v.rule, 0) + 1
+            continue
+        est = estimate_plan(model, cluster, job, plan, profile)
+        ranked = RankedPlan(
+            plan=plan,
+            estimate=est,
+            screen_tokens_per_s=float(row["tokens_per_s"]),
+            fits=est.peak_memory_bytes <= limit_bytes,
+        )
+        done.append((int(index), ranked))
+    return done, broken
+
+
+def _candidates_frame(
+    screened: pd.DataFrame, simulated: list[tuple[int, RankedPlan]], cands: CandidateSet
+) -> pd.DataFrame:
+    """The screened table with simulated columns, then the rule-rejected representatives."""
+    frame = screened.copy()
+    frame["rejected_by"] = np.where(frame["fits"], "", MEMORY_REJECTION)
+    frame["represents"] = 1
+    for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib"):
+        frame[f"simulated_{column}"] = np.nan
+    for index, ranked in simulated:
+        est = ranked.estimate
+        frame.loc[index, "simulated_iteration_time_s"] = est.iteration_time_s
+        frame.loc[index, "simulated_tokens_per_s"] = est.tokens_per_s
+        frame.loc[index, "simulated_mfu"] = est.mfu
+        frame.loc[index, "simulated_peak_memory_gib"] = est.peak_memory_gib
+        if not ranked.fits:
+            frame.loc[index, "rejected_by"] = MEMORY_REJECTION
+    if len(cands.rejected_rows):
+        frame = pd.concat([frame, cands.rejected_rows], ignore_index=True)
+    return frame
+
+
+def _screen_by_micro_batch(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    rows: pd.DataFrame,
+    limit_bytes: float,
+) -> pd.DataFrame:
+    """Screened metrics of ``rows`` (index kept), micro-batch size by micro-batch size,
+    smallest first; a row is skipped when the same plan with the next smaller micro-batch
+    does not fit. Peak memory never falls as the micro-batch grows: activations,
+    recompute working set and communication buffers scale with it, and the microbatches
+    in flight shrink at most in proportion (a stage holds min(pp - stage, m) microbatches
+    of b sequences, m = global / (b·dp); megatron-facts.md §3.2-3.3)."""
+    others = [c for c in rows.columns if c != "micro_batch_size"]
+    parts = []
+    failed = None
+    for mbs in sorted(rows["micro_batch_size"].unique()):
+        batch = rows[rows["micro_batch_size"] == mbs]
+        if failed is not None and len(failed):
+            keep = batch[others].merge(failed, on=others, how="left", indicator=True)
+            batch = batch[(keep["_merge"] == "left_only").to_numpy()]
+        if not len(batch):
+            break
+        metrics = _screen(model, cluster, job, profile, batch)
+        metrics.index = batch.index
+        parts.append(metrics)
+        over = (metrics["peak_memory_bytes"] > limit_bytes).to_numpy()
+        failed = batch.loc[over, others].drop_duplicates()
+    if not parts:
+        return pd.DataFrame(
+            columns=["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
+        )
+    return pd.concat(parts)
+
+
+def _closest_pool(table: pd.DataFrame) -> pd.Series:
+    """Rows to screen when none is under the floor: per combination of model-parallel
+    degrees its rows with the smallest floor (at most `CLOSEST_POOL` // 10 of them), then
+    the `CLOSEST_POOL` smallest of those, so several combinations are represented."""
+    floor = table["model_state_floor_bytes"]
+    order = table.assign(_floor=floor).sort_values("_floor", kind="stable")
+    per_group = order.groupby(_PARALLEL_KEYS, sort=False).cumcount() < CLOSEST_POOL // 10
+    kept = order[per_group.to_numpy()].head(CLOSEST_POOL).index
+    return pd.Series(table.index.isin(kept), index=table.index)
+
+
+def screen_candidates(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    table: pd.DataFrame,
+    limit_bytes: float,
+) -> pd.DataFrame:
+    """``table`` with ``model_state_floor_bytes``, the screened metrics (NaN where the
+    floor alone is over the limit, as those are not screened), ``screened`` and ``fits``.
+
+    When no row is under the floor, the `CLOSEST_POOL` rows with the smallest floor are
+    screened anyway, so that the closest candidates can be found.
+    """
+    screened = table.copy()
+    screened["model_state_floor_bytes"] = (
+        model_state_floor_bytes(model, job, table) if len(table) else 0.0
+    )
+    for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"):
+        screened[column] = np.nan
+    under = screened["model_state_floor_bytes"] <= limit_bytes
+    if len(table) and not under.any():
+        under = _closest_pool(screened)
+    done = _screen_by_micro_batch(
+        model, cluster, job, profile, table[under.to_numpy()], limit_bytes
+    )
+    screened.loc[done.index, list(done.columns)] = done.to_numpy()
+    screened["screened"] = screened.index.isin(done.index)
+    screened["fits"] = screened["peak_memory_bytes"] <= limit_bytes
+    return screened
+
+
+def _to_simulate(screened: pd.DataFrame, top_k: int) -> pd.DataFrame:
+    """The fitting rows with the highest screened throughput; when none fits, the screened
+    rows with the smallest peak memory, one per combination of model-parallel degrees."""
+    fitting = screened[screened["fits"]]
+    if len(fitting):
+        return _pick(fitting, ["tokens_per_s", "peak_memory_bytes"], [False, True], top_k)
+    pool = screened[screened["screened"]].sort_values(
+        ["peak_memory_bytes", "tokens_per_s"], ascending=[True, False], kind="stable"
+    )
+    return pool.drop_duplicates(_PARALLEL_KEYS).head(top_k)
+
+
+def search_plans(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    *,
+    space: SearchSpace | None = None,
+    top_k: int = 10,
+    memory_headroom: float = DEFAULT_HEADROOM,
+    progress: Progress | None = None,
+) -> SearchResult:
+    """Search the plans of ``space`` (all knobs searched by default) for the fastest that
+    fits; see the module docstring for the steps."""
+    if top_k < 1:
+        raise SpecError(f"top_k must be >= 1, got {top_k}; it is how many plans are simulated")
+    start = time.perf_counter()
+    limit = memory_limit_bytes(profile, memory_headroom)
+    scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
+    cands = enumerate_candidates(
+        model, cluster, job, space or SearchSpace(), scale_up, progress=progress
+    )
+    if progress is not None:
+        progress("screen", 0, len(cands.table))
+    screened = screen_candidates(model, cluster, job, profile, cands.table, limit)
+    chosen = _to_simulate(screened, top_k)
+    simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress)
+    rejected = dict(cands.rejected)
+    for rule_id, count in broken.items():
+        rejected[rule_id] = rejected.get(rule_id, 0) + count
+    # A plan the screen let through but the simulator finds too large is a memory rejection too.
+    late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
+    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) + late
+    ranked = [r for _, r in simulated]
+    top = sorted(
+        (r for r in ranked if r.fits),
+        key=lambda r: (-r.estimate.tokens_per_s, r.estimate.peak_memory_bytes),
+    )
+    closest = () if top else tuple(sorted(ranked, key=lambda r: r.estimate.peak_memory_bytes))
+    return SearchResult(
+        model=model,
+        cluster=cluster,
+        job=job,
+        best=top[0] if top else None,
+        top=tuple(top),
+        closest=closest,
+        rejected=rejected,
+        rule_examples=dict(cands.examples),
+        candidates=_candidates_frame(screened, simulated, cands),
+        num_enumerated=cands.num_enumerated,
+        num_valid=len(screened),
+        num_screened=int(screened["screened"].sum()),
+        memory_limit_bytes=limit,
+        memory_headroom=memory_headroom,
+        elapsed_s=time.perf_counter() - start,
+    )

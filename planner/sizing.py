@@ -1,0 +1,243 @@
+"""Cluster sizing: how many GPUs, for how long, at what cost, to train on a token budget.
+
+For each cluster size the best plan comes from `planner.search.search_plans`; its
+throughput gives the training time (days = tokens / tokens_per_s / 86,400), the GPU-hours
+(GPUs x days x 24) and the cost (GPU-hours x price per GPU-hour).
+
+Cluster sizes are whole nodes, a power of two of them (1, 2, 4, ... nodes x GPUs per
+node): the sizes schedulers hand out and the ones a power-of-two global batch divides.
+The ladder starts at the first size that can hold the model state at all
+(`planner.explain.min_gpus_for_model_state`). Three goals:
+
+- ``days``: the smallest cluster whose best plan meets the deadline (the ladder stops two
+  sizes past it, to show the trend); the cheapest one meeting it is reported too;
+- ``max_gpus``: every size up to the limit (and the limit itself when it is whole nodes);
+  the fastest wins;
+- ``budget_usd`` with ``gpu_hour_usd``: sizes until the cost exceeds the budget; the
+  fastest within budget wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.explain import min_gpus_for_model_state
+from planner.search import DEFAULT_HEADROOM, RankedPlan, memory_limit_bytes, search_plans
+from planner.space import SearchSpace
+from profiles.schema import HardwareProfile
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+
+SECONDS_PER_DAY = 86_400.0
+DEFAULT_MAX_GPUS = 131_072
+"""Largest cluster tried when only a deadline or a budget bounds the search."""
+PAST_DEADLINE_SIZES = 2
+"""Sizes evaluated past the first that meets the deadline, for the table and the plot."""
+
+SizeProgress = Callable[[int, int, int], None]
+"""Progress callback: (num_gpus, sizes done, sizes planned at most)."""
+
+
+def training_days(token_budget: float, tokens_per_s: float) -> float:
+    """Days to process ``token_budget`` tokens at ``tokens_per_s``."""
+    if tokens_per_s <= 0:
+        raise SpecError(f"tokens_per_s must be > 0, got {tokens_per_s}")
+    return token_budget / tokens_per_s / SECONDS_PER_DAY
+
+
+def gpu_hours(num_gpus: int, days: float) -> float:
+    """GPUs x days x 24."""
+    return num_gpus * days * 24.0
+
+
+def cluster_sizes(gpus_per_node: int, min_gpus: int, max_gpus: int) -> list[int]:
+    """Power-of-two node counts times ``gpus_per_node``, from the first that holds
+    ``min_gpus`` up to ``max_gpus``; ``max_gpus`` itself is added when it is whole nodes."""
+    if gpus_per_node < 1 or max_gpus < 1:
+        raise SpecError(
+            f"gpus_per_node ({gpus_per_node}) and max_gpus ({max_gpus}) must be positive"
+        )
+    sizes = []
+    nodes = 1
+    while nodes * gpus_per_node <= max_gpus:
+        if nodes * gpus_per_node >= min_gpus:
+            sizes.append(nodes * gpus_per_node)
+        nodes *= 2
+    if max_gpus % gpus_per_node == 0 and max_gpus >= min_gpus and max_gpus not in sizes:
+        sizes.append(max_gpus)
+    return sizes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SizingRow:
+    """The best plan on one cluster size."""
+
+    num_gpus: int
+    """Cluster size."""
+    best: RankedPlan | None
+    """Best plan found; None when nothing fits."""
+    days: float
+    """Training days for the token budget (inf when nothing fits)."""
+    gpu_hours: float
+    """GPUs x days x 24 (inf when nothing fits)."""
+    cost_usd: float | None
+    """GPU-hours x price; None without a price."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Simulated throughput of the best plan (0 when nothing fits)."""
+        return self.best.estimate.tokens_per_s if self.best else 0.0
+
+    @property
+    def mfu(self) -> float:
+        """MFU of the best plan (0 when nothing fits)."""
+        return self.best.estimate.mfu if self.best else 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SizingResult:
+    """Every evaluated cluster size and the chosen one."""
+
+    rows: tuple[SizingRow, ...]
+    """One row per evaluated size, smallest first."""
+    chosen: SizingRow | None
+    """The size that meets the goal (see the module docstring); None if none does."""
+    cheapest: SizingRow | None
+    """Among the sizes meeting the goal, the fewest GPU-hours; None if none does."""
+    goal: str
+    """The goal in words, e.g. ``finish 15e12 tokens within 90 days``."""
+
+
+def _row(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    gpu_hour_usd: float | None,
+    search_kw: dict[str, Any],
+) -> SizingRow:
+    tokens = job.token_budget or 0
+    result = search_plans(model, cluster, job, profile, **search_kw)
+    if result.best is None:
+        return SizingRow(
+            num_gpus=cluster.num_gpus,
+            best=None,
+            days=float("inf"),
+            gpu_hours=float("inf"),
+            cost_usd=None if gpu_hour_usd is None else float("inf"),
+        )
+    days = training_days(tokens, result.best.estimate.tokens_per_s)
+    hours = gpu_hours(cluster.num_gpus, days)
+    return SizingRow(
+        num_gpus=cluster.num_gpus,
+        best=result.best,
+        days=days,
+        gpu_hours=hours,
+        cost_usd=None if gpu_hour_usd is None else hours * gpu_hour_usd,
+    )
+
+
+def _goal(
+    tokens: int, days: float | None, max_gpus: int | None, budget_usd: float | None
+) -> tuple[str, Callable[[SizingRow], bool]]:
+    """Goal text and the test a row must pass."""
+    if days is not None:
+        return f"finish {tokens:.3g} tokens within {days:g} days", lambda r: r.days <= days
+    if budget_usd is not None:
+        return (
+            f"finish {tokens:.3g} tokens for at most ${budget_usd:,.0f}",
+            lambda r: r.cost_usd is not None and r.cost_usd <= budget_usd,
+        )
+    return (
+        f"finish {tokens:.3g} tokens fastest on at most {max_gpus} GPUs",
+        lambda r: r.best is not None,
+    )
+
+
+def size_cluster(
+    model: ModelSpec,
+    hardware: str,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    *,
+    days: float | None = None,
+    max_gpus: int | None = None,
+    budget_usd: float | None = None,
+    gpu_hour_usd: float | None = None,
+    gpus_per_node: int | None = None,
+    space: SearchSpace | None = None,
+    top_k: int = 3,
+    memory_headroom: float = DEFAULT_HEADROOM,
+    progress: SizeProgress | None = None,
+) -> SizingResult:
+    """Evaluate cluster sizes for ``job.token_budget`` tokens and pick one (module docstring).
+
+    Exactly one goal is needed: ``days``, ``max_gpus``, or ``budget_usd`` (which needs
+    ``gpu_hour_usd``); ``max_gpus`` may also bound the other two.
+    """
+    if not job.token_budget:
+        raise SpecError("cluster sizing needs a token budget: set TrainingJob.token_budget")
+    if days is None and budget_usd is None and max_gpus is None:
+        raise SpecError("cluster sizing needs a goal: days, max_gpus, or budget_usd")
+    if budget_usd is not None and gpu_hour_usd is None:
+        raise SpecError("a budget needs a price: give gpu_hour_usd (USD per GPU-hour)")
+    per_node = gpus_per_node or profile.topology.gpus_per_node
+    limit = memory_limit_bytes(profile, memory_headroom)
+    floor = min_gpus_for_model_state(model, job, limit)
+    sizes = cluster_sizes(per_node, floor, max_gpus or DEFAULT_MAX_GPUS)
+    text, meets = _goal(job.token_budget, days, max_gpus, budget_usd)
+    search_kw = {"space": space, "top_k": top_k, "memory_headroom": memory_headroom}
+    rows: list[SizingRow] = []
+    past = 0
+    for i, gpus in enumerate(sizes):
+        if progress is not None:
+            progress(gpus, i, len(sizes))
+        cluster = ClusterSpec(hardware=hardware, num_gpus=gpus, gpus_per_node=gpus_per_node)
+        row = _row(model, cluster, job, profile, gpu_hour_usd, search_kw)
+        rows.append(row)
+        met_before = any(meets(r) for r in rows[:-1])
+        if days is not None and any(meets(r) for r in rows):
+            past += 1
+            if past > PAST_DEADLINE_SIZES:
+                break
+        if budget_usd is not None and met_before and not meets(row):
+            break
+    passing = [r for r in rows if meets(r)]
+    if days is not None:
+        chosen = passing[0] if passing else None
+    else:
+        chosen = min(passing, key=lambda r: (r.days, r.num_gpus), default=None)
+    cheapest = min(passing, key=lambda r: (r.gpu_hours, r.num_gpus), default=None)
+    return SizingResult(rows=tuple(rows), chosen=chosen, cheapest=cheapest, goal=text)
+
+
+def scaling_plot(result: SizingResult, path: str | Path) -> Path:
+    """Save days and MFU against GPUs (log2 x axis) as an image; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.rows if r.best is not None]
+    fig, days_ax = plt.subplots(figsize=(7, 4))
+    gpus = [r.num_gpus for r in rows]
+    days_ax.plot(gpus, [r.days for r in rows], "o-", color="tab:blue", label="days")
+    days_ax.set_xscale("log", base=2)
+    days_ax.set_xlabel("GPUs")
+    days_ax.set_ylabel("training days", color="tab:blue")
+    mfu_ax = days_ax.twinx()
+    mfu_ax.plot(gpus, [100 * r.mfu for r in rows], "s--", color="tab:red", label="MFU")
+    mfu_ax.set_ylabel("MFU (%)", color="tab:red")
+    if result.chosen is not None:
+        days_ax.axvline(result.chosen.num_gpus, color="grey", linestyle=":")
+    days_ax.set_title(result.goal)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

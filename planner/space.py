@@ -1,0 +1,446 @@
+"""The search space: constraint-aware generators of plan knobs, composed into pandas tables.
+
+Each knob has a small generator that yields only values that are legal for that knob given
+the model, the cluster and the knobs chosen before it (calculon's habit): tp divides the
+heads, the query groups (or is a multiple of them), the dense and shared-expert MLP widths,
+and by default stays inside the scale-up domain; pp divides the layers; vpp divides the
+layers per stage; cp divides the remaining ranks and seq % (2·cp) == 0; ep divides the
+experts; etp divides the expert width; sequence parallelism only with tp > 1; tp comm
+overlap only with sequence parallelism; overlap_param_gather only with the distributed
+optimizer and overlap_grad_reduce. Relations between knobs that no single generator owns
+(the global batch against mbs·dp, interleaving's microbatches % pp) are left to
+`specs.rules.check_plan`, so the planner can count how many candidates each rule rejects.
+
+A knob fixed by the user (`SearchSpace.fixed`, keyed by `ParallelPlan` field names) is
+yielded as given, even when it is illegal: the rules then reject it with their id and fix.
+
+The space is two tables joined on the *context* (tp, pp, vpp, cp, dp):
+- `degree_table`: one row per (tp, pp, vpp, cp, dp, ep, etp, micro_batch_size);
+- `switch_table`: for each context, every legal combination of the switches (sequence
+  parallel, tp comm overlap, recompute with its layers and method, distributed optimizer,
+  overlap flags, DDP bucket size), which depend on the degrees only through the context;
+- `expand` joins them into one row per candidate plan.
+
+Column conventions: columns are `ParallelPlan` field names; ``recompute_num_layers`` and
+``ddp_bucket_size`` use 0 for None (Megatron's default), so every column is a plain numpy
+dtype; ``etp`` always holds the effective expert tensor-parallel size (tp for dense models).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from specs.errors import SpecError, unknown_name_message
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import MEGATRON_MIN_BUCKET_PARAMS, ParallelPlan
+from specs.rules_base import divisors
+
+CONTEXT_COLUMNS = ("tp", "pp", "vpp", "cp", "dp")
+"""Degrees the switches depend on; the key that joins the two tables."""
+DEGREE_COLUMNS = (*CONTEXT_COLUMNS, "ep", "etp", "micro_batch_size")
+"""Columns of `degree_table`."""
+SWITCH_COLUMNS = (
+    "sequence_parallel",
+    "tp_comm_overlap",
+    "recompute",
+    "recompute_num_layers",
+    "recompute_method",
+    "distributed_optimizer",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "ddp_bucket_size",
+    "cp_comm_type",
+)
+"""Columns `switch_table` adds to the context."""
+PLAN_COLUMNS = (*DEGREE_COLUMNS, *SWITCH_COLUMNS, "schedule")
+"""Every column of an expanded candidate table, in `ParallelPlan` field names."""
+KNOBS = tuple(c for c in PLAN_COLUMNS if c != "schedule")
+"""Knobs a user may fix; the schedule follows vpp."""
+
+_NEUTRAL_SWITCHES: dict[str, Any] = {
+    "sequence_parallel": False,
+    "tp_comm_overlap": False,
+    "recompute": "none",
+    "recompute_num_layers": 0,
+    "recompute_method": "uniform",
+    "distributed_optimizer": False,
+    "overlap_grad_reduce": False,
+    "overlap_param_gather": False,
+    "ddp_bucket_size": 0,
+    "cp_comm_type": "p2p",
+}
+"""Switches that no rule rejects: the values degree rows are checked with."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """What to search: the knobs the user fixed and the bounds of the searched ones."""
+
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    """Knob name (a `ParallelPlan` field, see `KNOBS`) -> the value every candidate takes;
+    None is allowed for etp, recompute_num_layers and ddp_bucket_size (Megatron's default)."""
+    tp_beyond_scale_up: bool = False
+    """Also try tp larger than the scale-up (NVLink) domain; off by default because TP
+    collectives run on every layer and crossing the NICs makes them many times slower."""
+    max_micro_batch_size: int = 8
+    """Largest micro-batch size tried (sequences)."""
+    bucket_factors: tuple[float, ...] = (0.5, 2.0)
+    """DDP bucket sizes tried besides Megatron's default max(40M, 1M·dp·cp) parameters, as
+    multiples of that default (only with overlap_grad_reduce: without it there is one
+    bucket per buffer)."""
+    any_expert_tp: bool = False
+    """Try every expert tensor-parallel size that divides the expert width; by default only
+    1 (recommended for fine-grained experts by Megatron's MoE guide) and tp (Megatron's
+    default), which keeps MoE searches fast."""
+    min_tokens_per_cp_rank: int = 512
+    """Smallest share of a sequence one context-parallel rank may hold (seq / cp); below a
+    few hundred tokens the attention blocks are too small to hide the K/V exchange."""
+    block_recompute_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
+    """Partial full recompute (`--recompute-method block`): fractions of a model chunk's
+    layers that are recomputed, besides uniform recompute of every layer."""
+
+    def __post_init__(self) -> None:
+        for name in self.fixed:
+            if name not in KNOBS:
+                raise SpecError("SearchSpace.fixed: " + unknown_name_message("knob", name, KNOBS))
+        for name in ("max_micro_batch_size", "min_tokens_per_cp_rank"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"SearchSpace.{name} must be >= 1, got {getattr(self, name)}")
+        bad = [f for f in (*self.bucket_factors, *self.block_recompute_fractions) if f <= 0]
+        if bad:
+            raise SpecError(
+                f"SearchSpace bucket_factors and block_recompute_fractions must be > 0, got {bad}"
+            )
+
+    def is_fixed(self, name: str) -> bool:
+        """True when the user fixed knob ``name``."""
+        return name in self.fixed
+
+    def choices(self, name: str, generated: Iterable[Any]) -> tuple[Any, ...]:
+        """The fixed value of knob ``name`` alone, else the generated values."""
+        if name in self.fixed:
+            return (_column_value(name, self.fixed[name]),)
+        return tuple(generated)
+
+
+def _column_value(name: str, value: Any) -> Any:
+    """A knob value in table form (None -> 0 for the optional integer knobs)."""
+    if name in ("recompute_num_layers", "ddp_bucket_size", "etp") and value is None:
+        return 0
+    return value
+
+
+# ---- degree generators ---------------------------------------------------------------------
+
+
+def tp_degrees(
+    model: ModelSpec, num_gpus: int, scale_up_domain: int, *, beyond_scale_up: bool = False
+) -> Iterator[int]:
+    """Tensor-parallel sizes: divisors of the GPU count that divide the heads, split or
+    replicate the query groups (g % tp == 0 or tp % g == 0; MLA has no groups), divide the
+    dense and shared-expert MLP widths, and fit the scale-up domain unless
+    ``beyond_scale_up`` (Megatron's parallel linears; megatron-facts.md §8.3 rule 4)."""
+    groups = model.query_groups
+    dense_mlp = model.num_moe_layers < model.num_layers
+    for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
+        if not beyond_scale_up and tp > scale_up_domain:
+            continue
+        if not model.uses_mla and groups % tp and tp % groups:
+            continue
+        if dense_mlp and model.ffn_hidden_size % tp:
+            continue
+        if model.is_moe and model.moe_shared_expert_size % tp:
+            continue
+        yield tp
+
+
+def pp_degrees(model: ModelSpec, ranks: int) -> Iterator[int]:
+    """Pipeline stages: divisors of the layers that divide the ranks left after tp (an even
+    layer split, Megatron's default; megatron-facts.md §8.3 rule 5)."""
+    yield from (p for p in divisors(model.num_layers) if ranks % p == 0)
+
+
+def vpp_degrees(model: ModelSpec, pp: int) -> Iterator[int]:
+    """Model chunks per pipeline rank: 1, and with pp > 1 every divisor of the layers per
+    stage (`--num-layers-per-virtual-pipeline-stage` must be whole; §8.3 rules 6-7)."""
+    if pp == 1 or model.num_layers % pp:
+        yield 1
+        return
+    yield from divisors(model.num_layers // pp)
+
+
+def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Iterator[int]:
+    """Context-parallel sizes: divisors of the ranks left after tp·pp with
+    seq_length % (2·cp) == 0 (zigzag load balancing; megatron-facts.md §7.1) and at least
+    ``min_tokens_per_rank`` tokens of a sequence per CP rank."""
+    for c in divisors(ranks):
+        if c == 1 or (seq_length % (2 * c) == 0 and seq_length // c >= min_tokens_per_rank):
+            yield c
+
+
+def ep_degrees(model: ModelSpec, stage_ranks: int) -> Iterator[int]:
+    """Expert-parallel sizes: 1 for dense models, else divisors of the experts that divide
+    the tp·cp·dp ranks of a pipeline stage (EP folds over them; megatron-facts.md §4.1)."""
+    if not model.is_moe:
+        yield 1
+        return
+    yield from (e for e in divisors(math.gcd(model.num_experts, stage_ranks)))
+
+
+def etp_degrees(
+    model: ModelSpec,
+    tp: int,
+    ep: int,
+    stage_ranks: int,
+    scale_up_domain: int,
+    *,
+    beyond_scale_up: bool = False,
+    any_size: bool = True,
+) -> Iterator[int]:
+    """Expert tensor-parallel sizes: tp for dense models; for MoE the divisors of the
+    expert width with etp·ep dividing the stage ranks, within the scale-up domain unless
+    ``beyond_scale_up``, and only 1 and tp unless ``any_size`` (megatron-facts.md §7.3)."""
+    if not model.is_moe:
+        yield tp
+        return
+    for etp in divisors(model.expert_ffn_hidden_size):
+        if not any_size and etp not in (1, tp):
+            continue
+        if stage_ranks % (etp * ep) == 0 and (beyond_scale_up or etp <= scale_up_domain):
+            yield etp
+
+
+def micro_batch_sizes(global_batch_size: int, limit: int) -> Iterator[int]:
+    """Micro-batch sizes: divisors of the global batch up to ``limit``. Whether mbs·dp
+    divides the batch is `global_batch_divisible_by_mbs_dp`'s to decide."""
+    yield from (b for b in divisors(global_batch_size) if b <= limit)
+
+
+# ---- switch generators ---------------------------------------------------------------------
+
+
+def sequence_parallel_options(tp: int, seq_length: int, cp: int) -> Iterator[tuple[bool, bool]]:
+    """(sequence_parallel, tp_comm_overlap) pairs: SP needs tp > 1 and the tokens of a CP
+    rank divisible by tp; tp comm overlap needs SP (megatron-facts.md §6, §8.3 rule 10)."""
+    yield False, False
+    if tp > 1 and seq_length % cp == 0 and (seq_length // cp) % tp == 0:
+        yield True, False
+        yield True, True
+
+
+def recompute_options(
+    layers_per_chunk: int, fractions: Sequence[float]
+) -> Iterator[tuple[str, int, str]]:
+    """(recompute, recompute_num_layers, recompute_method) triples: none; selective (the
+    attention core); full with every layer its own checkpoint (uniform, 1 layer); and full
+    for the first n layers of each chunk (block), n a fraction of the chunk (Megatron
+    `--recompute-*`; megatron-facts.md §8.3 rule 11)."""
+    yield "none", 0, "uniform"
+    yield "selective", 0, "uniform"
+    yield "full", 1, "uniform"
+    blocks = {round(f * layers_per_chunk) for f in fractions}
+    yield from (("full", n, "block") for n in sorted(blocks) if 1 <= n < layers_per_chunk)
+
+
+def optimizer_options() -> Iterator[tuple[bool, bool, bool]]:
+    """(distributed_optimizer, overlap_grad_reduce, overlap_param_gather) triples;
+    overlapping the parameter gather needs both others (megatron-facts.md §5.3)."""
+    for dist_opt, grad in itertools.product((False, True), repeat=2):
+        yield dist_opt, grad, False
+        if dist_opt and grad:
+            yield dist_opt, grad, True
+
+
+def bucket_sizes(
+    dp: int, cp: int, overlap_grad_reduce: bool, factors: Sequence[float]
+) -> Iterator[int]:
+    """DDP bucket sizes in parameters, 0 meaning Megatron's default max(40M, 1M·dp·cp)
+    (`resolve_ddp_bucket_size`, megatron-facts.md §5.1), then ``factors`` x that default.
+    Without overlap_grad_reduce Megatron uses one bucket per buffer: only the default."""
+    yield 0
+    if not overlap_grad_reduce:
+        return
+    default = max(MEGATRON_MIN_BUCKET_PARAMS, 1_000_000 * dp * cp)
+    yield from sorted({int(default * f) for f in factors} - {default})
+
+
+# ---- the two tables ------------------------------------------------------------------------
+
+
+def degree_table(
+    model: ModelSpec,
+    num_gpus: int,
+    job: TrainingJob,
+    space: SearchSpace,
+    scale_up_domain: int,
+) -> pd.DataFrame:
+    """One row per combination of the degree generators (fixed knobs as given)."""
+    wide = space.tp_beyond_scale_up
+    rows = []
+    tps = space.choices("tp", tp_degrees(model, num_gpus, scale_up_domain, beyond_scale_up=wide))
+    for tp in tps:
+        after_tp = max(1, num_gpus // tp)
+        for pp in space.choices("pp", pp_degrees(model, after_tp)):
+            for vpp in space.choices("vpp", vpp_degrees(model, pp)):
+                after_pp = max(1, after_tp // pp)
+                cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
+                for cp in space.choices("cp", cps):
+                    dp = space.choices("dp", (max(1, after_pp // cp),))[0]
+                    rows += _expert_rows(model, job, space, scale_up_domain, (tp, pp, vpp, cp, dp))
+    return pd.DataFrame(rows, columns=list(DEGREE_COLUMNS))
+
+
+def _expert_rows(
+    model: ModelSpec,
+    job: TrainingJob,
+    space: SearchSpace,
+    scale_up_domain: int,
+    context: tuple[int, int, int, int, int],
+) -> list[tuple[int, ...]]:
+    """Degree rows of one context: every (ep, etp, micro_batch_size)."""
+    tp, _, _, cp, dp = context
+    stage = tp * cp * dp
+    wide = space.tp_beyond_scale_up
+    mbs_values = space.choices(
+        "micro_batch_size", micro_batch_sizes(job.global_batch_size, space.max_micro_batch_size)
+    )
+    rows = []
+    for ep in space.choices("ep", ep_degrees(model, stage)):
+        etps = etp_degrees(
+            model,
+            tp,
+            ep,
+            stage,
+            scale_up_domain,
+            beyond_scale_up=wide,
+            any_size=space.any_expert_tp,
+        )
+        for etp in space.choices("etp", etps):
+            rows += [(*context, ep, etp or tp, mbs) for mbs in mbs_values]
+    return rows
+
+
+def switch_rows(
+    model: ModelSpec, job: TrainingJob, space: SearchSpace, context: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Every legal switch combination for one context (tp, pp, vpp, cp, dp), as dicts."""
+    tp, pp, vpp, cp, dp = (int(v) for v in context)
+    chunk_layers = max(1, model.num_layers // (pp * vpp))
+    seq_opts = _constrained(
+        [
+            {"sequence_parallel": s, "tp_comm_overlap": o}
+            for s, o in sequence_parallel_options(tp, job.seq_length, cp)
+        ],
+        space,
+    )
+    rc_opts = _constrained(
+        [
+            {"recompute": r, "recompute_num_layers": n, "recompute_method": m}
+            for r, n, m in recompute_options(chunk_layers, space.block_recompute_fractions)
+        ],
+        space,
+    )
+    opt_opts = []
+    for d, g, p in optimizer_options():
+        for bucket in bucket_sizes(dp, cp, g, space.bucket_factors):
+            opt_opts.append(
+                {
+                    "distributed_optimizer": d,
+                    "overlap_grad_reduce": g,
+                    "overlap_param_gather": p,
+                    "ddp_bucket_size": bucket,
+                }
+            )
+    opt_opts = _constrained(opt_opts, space)
+    cp_comm = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
+    base = dict(zip(CONTEXT_COLUMNS, (tp, pp, vpp, cp, dp), strict=True))
+    return [
+        base | s | r | o | cp_comm for s, r, o in itertools.product(seq_opts, rc_opts, opt_opts)
+    ]
+
+
+def _constrained(options: list[dict[str, Any]], space: SearchSpace) -> list[dict[str, Any]]:
+    """Options agreeing with the fixed knobs among their keys; when none agrees (the fixed
+    values are illegal together), the single option the fixed values ask for, neutral
+    elsewhere, so that `check_plan` reports it."""
+    keys = list(options[0])
+    fixed = {k: _column_value(k, space.fixed[k]) for k in keys if k in space.fixed}
+    if not fixed:
+        return options
+    kept = [o for o in options if all(o[k] == v for k, v in fixed.items())]
+    if kept:
+        return kept
+    wanted = {k: _NEUTRAL_SWITCHES[k] for k in keys} | fixed
+    if wanted.get("recompute") == "full" and not wanted["recompute_num_layers"]:
+        wanted["recompute_num_layers"] = 1
+    return [wanted]
+
+
+def switch_table(
+    model: ModelSpec, job: TrainingJob, space: SearchSpace, contexts: pd.DataFrame
+) -> pd.DataFrame:
+    """Switch combinations of every distinct context in ``contexts``."""
+    unique = contexts[list(CONTEXT_COLUMNS)].drop_duplicates()
+    rows = [
+        row
+        for context in unique.itertuples(index=False, name=None)
+        for row in switch_rows(model, job, space, context)
+    ]
+    return pd.DataFrame(rows, columns=[*CONTEXT_COLUMNS, *SWITCH_COLUMNS])
+
+
+def expand(degrees: pd.DataFrame, switches: pd.DataFrame) -> pd.DataFrame:
+    """Every candidate: each degree row with each switch row of its context, plus the
+    schedule column (`interleaved` when vpp > 1)."""
+    table = degrees.merge(switches, on=list(CONTEXT_COLUMNS), how="inner")
+    table["schedule"] = table["vpp"].gt(1).map({True: "interleaved", False: "1f1b"})
+    return table[list(PLAN_COLUMNS)].reset_index(drop=True)
+
+
+def neutral_switches() -> dict[str, Any]:
+    """Switch values no rule rejects, for checking degree rows on their own."""
+    return dict(_NEUTRAL_SWITCHES)
+
+
+def plan_from_row(row: Mapping[str, Any], model: ModelSpec) -> ParallelPlan:
+    """The `ParallelPlan` of one table row (0 -> None for the optional integer knobs; etp
+    None for dense models and when it equals tp, Megatron's default)."""
+    tp, etp = int(row["tp"]), int(row["etp"])
+    vpp = int(row["vpp"])
+    return ParallelPlan(
+        tp=tp,
+        pp=int(row["pp"]),
+        vpp=vpp,
+        cp=int(row["cp"]),
+        ep=int(row["ep"]),
+        etp=etp if model.is_moe and etp != tp else None,
+        dp=int(row["dp"]),
+        micro_batch_size=int(row["micro_batch_size"]),
+        sequence_parallel=bool(row.get("sequence_parallel", False)),
+        tp_comm_overlap=bool(row.get("tp_comm_overlap", False)),
+        recompute=str(row.get("recompute", "none")),  # type: ignore[arg-type]
+        recompute_num_layers=int(row.get("recompute_num_layers", 0)) or None,
+        recompute_method=str(row.get("recompute_method", "uniform")),  # type: ignore[arg-type]
+        distributed_optimizer=bool(row.get("distributed_optimizer", False)),
+        overlap_grad_reduce=bool(row.get("overlap_grad_reduce", False)),
+        overlap_param_gather=bool(row.get("overlap_param_gather", False)),
+        ddp_bucket_size=int(row.get("ddp_bucket_size", 0)) or None,
+        cp_comm_type=str(row.get("cp_comm_type", "p2p")),  # type: ignore[arg-type]
+        schedule="interleaved" if vpp > 1 else "1f1b",
+    )
+
+
+def plan_knobs(plan: ParallelPlan) -> dict[str, Any]:
+    """A plan's knobs as a table row (inverse of `plan_from_row`)."""
+    row = {name: getattr(plan, name) for name in PLAN_COLUMNS}
+    row["etp"] = plan.expert_tp
+    row["recompute_num_layers"] = plan.recompute_num_layers or 0
+    row["ddp_bucket_size"] = plan.ddp_bucket_size or 0
+    return row

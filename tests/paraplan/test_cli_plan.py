@@ -1,0 +1,138 @@
+"""The `plan` and `export` subcommands, run through parsers built from their own
+`add_arguments` (the command registry is the lead's): JSON keys, files written, exit codes,
+the sizing form and the exports of a written plan.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+
+import pandas as pd
+import pytest
+
+from costmodel.estimate import JSON_KEYS
+from paraplan.commands import export as export_command
+from paraplan.commands import plan as plan_command
+from specs.bundle import PlanBundle
+from specs.errors import SpecError
+from specs.plan import ParallelPlan
+from specs.serde import load
+
+BASE = ["--model", "tiny", "--hardware", "h100-sxm-80gb", "--seq-len", "512", "--global-batch", "8"]
+# Fixing a few switches keeps each search to a few hundred candidates.
+FEW = ["--no-overlap-param-gather", "--no-tp-comm-overlap", "--bucket-size", "0", "--max-mbs", "2"]
+
+
+def run_plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    code = plan_command.run(parser.parse_args(list(argv)))
+    return code, capsys.readouterr().out
+
+
+def run_export(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    export_command.add_arguments(parser)
+    code = export_command.run(parser.parse_args(list(argv)))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_plan_json_keys(capsys) -> None:
+    code, out = run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--top", "3", "--json")
+    data = json.loads(out)
+    assert code == 0 and set(data) == {"best", "top", "rejected"}
+    best = data["best"]
+    knobs = {f for f in ParallelPlan.__dataclass_fields__}
+    assert knobs <= set(best) and set(JSON_KEYS) <= set(best)
+    assert best == data["top"][0] and 1 <= len(data["top"]) <= 3
+    assert best["tp"] * best["pp"] * best["cp"] * best["dp"] == 4
+    assert data["rejected"]["memory"] == 0
+
+
+def test_fixed_knobs_are_respected(capsys) -> None:
+    code, out = run_plan(
+        capsys, *BASE, "--num-gpus", "4", *FEW, "--tp", "2", "--sp", "--recompute", "full", "--json"
+    )
+    assert code == 0
+    for entry in json.loads(out)["top"]:
+        assert entry["tp"] == 2 and entry["sequence_parallel"] and entry["recompute"] == "full"
+
+
+def test_plan_table_and_explanation(capsys) -> None:
+    code, out = run_plan(capsys, *BASE, "--num-gpus", "4", *FEW)
+    assert code == 0
+    assert "best plans" in out and "Best: " in out and "Searched " in out
+
+
+def test_plan_out_writes_every_file_and_exports(capsys, tmp_path) -> None:
+    out_dir = tmp_path / "run"
+    code, _ = run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--out", str(out_dir))
+    assert code == 0
+    names = {p.name for p in out_dir.iterdir()}
+    assert names == {
+        "plan.json", "candidates.csv", "prediction.trace.json", "estimate.json", "candidates.json",
+    }  # fmt: skip
+    bundle = load(PlanBundle, out_dir / "plan.json")
+    assert bundle.cluster.num_gpus == 4 and bundle.model.name == "tiny"
+    trace = json.loads((out_dir / "prediction.trace.json").read_text())
+    assert any(e["ph"] == "X" for e in trace["traceEvents"])
+    assert set(JSON_KEYS) == set(json.loads((out_dir / "estimate.json").read_text()))
+    table = pd.read_csv(out_dir / "candidates.csv")
+    assert {"tp", "tokens_per_s", "peak_memory_bytes", "rejected_by"} <= set(table.columns)
+    listed = json.loads((out_dir / "candidates.json").read_text())
+    assert listed["plans"][0]["label"] == bundle.plan.label() and "Best: " in listed["explanation"]
+
+    code, text, _ = run_export(capsys, str(out_dir / "plan.json"), "--to", "megatron")
+    assert code == 0 and "pretrain_gpt.py" in text
+    assert f"--micro-batch-size {bundle.plan.micro_batch_size}" in text
+    code, text, _ = run_export(capsys, str(out_dir / "plan.json"), "--to", "torchtitan")
+    assert code == 0
+    assert tomllib.loads(text)["training"]["seq_len"] == 512
+
+
+def test_nothing_fits_exits_1_with_the_closest(capsys, tmp_path) -> None:
+    argv = ["--model", "llama3-70b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch", "16"]
+    code, out = run_plan(capsys, *argv, *FEW, "--top", "2", "--json", "--out", str(tmp_path))
+    data = json.loads(out)
+    assert code == 1 and data["best"] is None and data["top"] == []
+    assert len(data["closest"]) == 2 and not data["closest"][0]["fits"]
+    assert not (tmp_path / "plan.json").exists() and (tmp_path / "candidates.csv").exists()
+    code, out = run_plan(capsys, *argv, *FEW, "--top", "2")
+    assert code == 1 and "No plan fits" in out and "Closest candidates" in out
+
+
+def test_sizing_form(capsys, tmp_path) -> None:
+    argv = [*BASE, *FEW, "--tokens", "1e9", "--max-gpus", "16", "--gpu-hour-usd", "2.5"]
+    code, out = run_plan(capsys, *argv, "--json", "--out", str(tmp_path))
+    data = json.loads(out)
+    assert code == 0 and [r["num_gpus"] for r in data["rows"]] == [8, 16]
+    chosen = data["chosen"]
+    assert chosen["cost_usd"] == pytest.approx(chosen["gpu_hours"] * 2.5)
+    assert {"sizing.csv", "sizing.json", "scaling.png", "plan.json"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
+    code, out = run_plan(capsys, *argv)
+    assert code == 0 and "cluster sizing" in out and "Chosen:" in out
+
+
+def test_input_errors() -> None:
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    with pytest.raises(SpecError, match="--num-gpus"):
+        plan_command.run(parser.parse_args(BASE))
+    with pytest.raises(SpecError, match="goal"):
+        plan_command.run(parser.parse_args([*BASE, "--tokens", "1e9"]))
+    fixed = plan_command.space_from_args(parser.parse_args([*BASE, "--num-gpus", "4", "--tp", "2"]))
+    assert dict(fixed.fixed) == {"tp": 2}
+
+
+def test_export_rejects_an_invalid_plan(capsys, tmp_path) -> None:
+    run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--out", str(tmp_path))
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["plan"]["tp"] = 3
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    code, _, err = run_export(capsys, str(bad), "--to", "megatron")
+    assert code == 1 and "heads_divisible_by_tp" in err

@@ -1,0 +1,281 @@
+"""Tests of `planner.export`: the exported Megatron-LM arguments parse with Megatron's flag
+spellings and satisfy its validation rules (megatron-facts.md §8.3); one golden export per
+model family; the torchtitan TOML parses and its degrees tile the world."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import tomllib
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.candidates import enumerate_candidates
+from planner.export import (
+    export_text,
+    megatron_arguments,
+    megatron_command,
+    megatron_environment,
+    moe_layer_freq_argument,
+    torchtitan_config,
+    torchtitan_toml,
+)
+from planner.space import SearchSpace, plan_from_row
+from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+from specs.rules import check_plan
+
+
+def _moe_freq(value: str) -> int | list[int]:
+    """Megatron's `moe_freq_type`: an int, or a Python list expression it evaluates."""
+    if value.lstrip("(").startswith("["):
+        if value.startswith("["):
+            return list(ast.literal_eval(value))
+        return list(eval(value, {"__builtins__": {}}))
+    return int(value)
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """The Megatron-LM flags an export may use, spelled and typed as in
+    `megatron/training/arguments.py` (megatron-facts.md §8.2); unknown flags fail."""
+    p = argparse.ArgumentParser(exit_on_error=False)
+    ints = [
+        "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
+        "--seq-length", "--max-position-embeddings", "--vocab-size", "--kv-channels",
+        "--num-query-groups", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+        "--qk-pos-emb-head-dim", "--v-head-dim", "--num-experts", "--moe-router-topk",
+        "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+        "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+        "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+        "--num-layers-per-virtual-pipeline-stage", "--context-parallel-size",
+        "--ddp-bucket-size", "--micro-batch-size", "--global-batch-size",
+        "--recompute-num-layers",
+    ]  # fmt: skip
+    for flag in ints:
+        p.add_argument(flag, type=int)
+    switches = [
+        "--group-query-attention", "--multi-latent-attention", "--swiglu",
+        "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
+        "--moe-grouped-gemm", "--sequence-parallel", "--tp-comm-overlap",
+        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--bf16", "--log-throughput",
+    ]  # fmt: skip
+    for flag in switches:
+        p.add_argument(flag, action="store_true")
+    p.add_argument("--tokenizer-type")
+    p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
+    p.add_argument(
+        "--position-embedding-type", choices=["learned_absolute", "rope", "none"],
+        default="learned_absolute",
+    )  # fmt: skip
+    p.add_argument("--moe-layer-freq", type=_moe_freq, default=1)
+    p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
+    p.add_argument("--moe-expert-capacity-factor", type=float)
+    p.add_argument("--cp-comm-type", choices=["p2p", "a2a", "all_gather", "a2a+p2p"])
+    p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--recompute-method", choices=["uniform", "block"])
+    p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
+    p.add_argument("--optimizer", choices=["adam", "sgd"])
+    return p
+
+
+def assert_megatron_accepts(args: argparse.Namespace, world: int, env: dict[str, str]) -> None:
+    """Megatron's validation (megatron-facts.md §8.3), applied to parsed arguments."""
+    t, p, c = args.tensor_model_parallel_size, args.pipeline_model_parallel_size, 1
+    c = args.context_parallel_size or 1
+    assert world % (t * p * c) == 0  # rule 1
+    dp = world // (t * p * c)
+    if args.num_experts:  # rule 2
+        e, et = args.expert_model_parallel_size, args.expert_tensor_parallel_size
+        assert world % (et * e * p) == 0 and args.num_experts % e == 0
+        assert args.moe_ffn_hidden_size % et == 0
+        freq = args.moe_layer_freq
+        assert isinstance(freq, int) or len(freq) == args.num_layers
+    b = args.micro_batch_size
+    assert args.global_batch_size % (b * dp) == 0  # rule 3
+    m = args.global_batch_size // (b * dp)
+    a, g = args.num_attention_heads, args.num_query_groups or args.num_attention_heads
+    assert a % t == 0 and (g % t == 0 or t % g == 0)  # rule 4
+    assert args.kv_channels or args.hidden_size % a == 0
+    assert args.ffn_hidden_size % t == 0 or args.num_experts
+    assert bool(args.num_query_groups) == args.group_query_attention  # §1.3: both or none
+    assert args.num_layers % p == 0  # rule 5
+    if args.num_layers_per_virtual_pipeline_stage:  # rules 6, 7
+        assert (args.num_layers // p) % args.num_layers_per_virtual_pipeline_stage == 0
+        assert p > 1 and m >= p and m % p == 0
+    assert c == 1 or args.seq_length % (2 * c) == 0  # rule 8
+    if args.overlap_param_gather:  # rule 9
+        assert args.use_distributed_optimizer and args.overlap_grad_reduce
+    assert not args.tp_comm_overlap or args.sequence_parallel  # rule 10
+    assert not args.sequence_parallel or t > 1
+    if args.recompute_granularity == "full":  # rules 11, 15
+        assert args.recompute_method and args.recompute_num_layers
+    else:
+        assert args.recompute_method is None and args.recompute_num_layers is None
+    if t > 1 or c > 1:  # rule 13
+        assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+    assert args.max_position_embeddings >= args.seq_length
+
+
+def _bundle(model_name: str, gpus: int, seq: int, batch: int, **plan) -> PlanBundle:
+    model = get_preset(model_name)
+    bundle = PlanBundle(
+        model=model,
+        cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=gpus),
+        job=TrainingJob(seq_length=seq, global_batch_size=batch),
+        plan=ParallelPlan.for_world(gpus, **plan),
+    )
+    assert check_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan) == []
+    return bundle
+
+
+def _parsed(bundle: PlanBundle) -> argparse.Namespace:
+    args = megatron_parser().parse_args(megatron_arguments(bundle))
+    assert_megatron_accepts(args, bundle.cluster.num_gpus, megatron_environment(bundle))
+    return args
+
+
+# Golden values: the models' published configs (specs.presets) and megatron-facts.md §8.
+
+
+def test_golden_llama_dense() -> None:
+    bundle = _bundle(
+        "llama3-8b", 64, 8192, 128, tp=4, pp=2, vpp=4, sequence_parallel=True,
+        recompute="selective", distributed_optimizer=True, overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )  # fmt: skip
+    argv = megatron_arguments(bundle)
+    args = _parsed(bundle)
+    assert args.group_query_attention and args.num_query_groups == 8
+    assert args.swiglu and args.normalization == "RMSNorm"
+    assert args.position_embedding_type == "rope" and args.untie_embeddings_and_output_weights
+    assert args.num_layers_per_virtual_pipeline_stage == 4  # 32 / (2 * 4)
+    assert args.recompute_granularity == "selective" and "--recompute-method" not in argv
+    assert args.max_position_embeddings == 8192 and args.bf16
+    assert megatron_environment(bundle) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert "--virtual-pipeline-model-parallel-size" not in argv
+
+
+def test_golden_gpt_gelu_tied_learned() -> None:
+    bundle = _bundle("gpt-1.7b", 8, 2048, 32, tp=1, pp=1, recompute="full")
+    argv = megatron_arguments(bundle)
+    args = _parsed(bundle)
+    absent = (
+        "--swiglu", "--untie-embeddings-and-output-weights", "--group-query-attention",
+        "--position-embedding-type", "--normalization", "--disable-bias-linear",
+    )  # fmt: skip
+    for flag in absent:
+        assert flag not in argv  # GELU, tied, learned positions, LayerNorm, biases on
+    assert args.max_position_embeddings == 2048  # learned table: exactly the model's
+    assert (args.recompute_method, args.recompute_num_layers) == ("uniform", 1)
+    assert megatron_environment(bundle) == {}
+
+
+def test_golden_mixtral_moe() -> None:
+    bundle = _bundle(
+        "mixtral-8x7b", 64, 4096, 256, tp=2, pp=4, ep=8, etp=1, sequence_parallel=True,
+        distributed_optimizer=True,
+    )  # fmt: skip
+    args = _parsed(bundle)
+    assert (args.num_experts, args.moe_router_topk, args.moe_layer_freq) == (8, 2, 1)
+    assert args.moe_ffn_hidden_size == 14336  # experts use ffn_hidden_size in Mixtral
+    assert (args.expert_model_parallel_size, args.expert_tensor_parallel_size) == (8, 1)
+    assert args.moe_token_dispatcher_type == "alltoall" and args.moe_grouped_gemm
+
+
+def test_golden_deepseek_leading_dense_layers() -> None:
+    bundle = _bundle(
+        "deepseek-v3", 256, 4096, 512, tp=2, pp=1, ep=64, etp=1, sequence_parallel=True,
+        recompute="full", recompute_method="block", recompute_num_layers=30,
+        distributed_optimizer=True,
+    )  # fmt: skip
+    model = bundle.model
+    assert moe_layer_freq_argument(model) == "([0]*3+[1]*58)"  # first_k_dense_replace = 3
+    args = _parsed(bundle)
+    assert args.moe_layer_freq == [int(v) for v in model.moe_layer_mask()]
+    assert args.multi_latent_attention and args.kv_lora_rank == 512 and args.q_lora_rank == 1536
+    assert args.moe_shared_expert_intermediate_size == 2048
+    assert (args.recompute_method, args.recompute_num_layers) == ("block", 30)
+    assert "--group-query-attention" not in megatron_arguments(bundle)  # MLA has no groups
+
+
+def test_moe_layer_freq_with_stride_and_prefix() -> None:
+    model = get_preset("tiny-moe").replace(num_layers=8, moe_first_dense_layers=2, moe_layer_freq=2)
+    assert moe_layer_freq_argument(model) == "[0,0,1,0,1,0,1,0]"
+    assert moe_layer_freq_argument(get_preset("tiny-moe").replace(moe_layer_freq=2)) == "2"
+
+
+def test_command_quotes_and_launches() -> None:
+    bundle = _bundle("deepseek-v3", 256, 4096, 512, tp=2, ep=64, etp=1)
+    text = megatron_command(bundle, 8)
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+    assert "--nnodes 32 pretrain_gpt.py" in text
+    assert "--moe-layer-freq '([0]*3+[1]*58)'" in text
+    with pytest.raises(SpecError, match="megatron, torchtitan"):
+        export_text(bundle, "nemo", 8)
+
+
+def test_torchtitan_toml() -> None:
+    bundle = _bundle(
+        "llama3-8b", 64, 8192, 128, tp=4, pp=2, vpp=2, cp=2, recompute="full",
+        distributed_optimizer=True,
+    )  # fmt: skip
+    parsed = tomllib.loads(torchtitan_toml(bundle))
+    assert parsed == torchtitan_config(bundle)
+    par = parsed["parallelism"]
+    assert par["data_parallel_shard_degree"] == 4 and par["data_parallel_replicate_degree"] == 1
+    product = (
+        par["data_parallel_shard_degree"] * par["data_parallel_replicate_degree"]
+        * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
+        * par["context_parallel_degree"]
+    )  # fmt: skip
+    assert product == 64
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_layers_per_stage"] == 8  # 32 / (2 * 2)
+    assert parsed["training"] == {
+        "global_batch_size": 128, "local_batch_size": 32, "seq_len": 8192,
+        "mixed_precision_param": "bfloat16",
+    }  # fmt: skip
+    assert parsed["activation_checkpoint"] == {"mode": "full"}
+    assert parsed["model"] == {"name": "llama3", "flavor": "8B"}
+
+
+def test_torchtitan_ddp_without_distributed_optimizer() -> None:
+    bundle = _bundle("llama3-8b", 16, 4096, 64, tp=2, recompute="selective")
+    par = torchtitan_config(bundle)["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (8, 1)
+    assert torchtitan_config(bundle)["activation_checkpoint"]["selective_ac_option"] == "op"
+
+
+@functools.cache
+def _valid_table(name: str, gpus: int) -> pd.DataFrame:
+    model = get_preset(name)
+    job = TrainingJob(seq_length=1024, global_batch_size=64)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=gpus)
+    return enumerate_candidates(model, cluster, job, SearchSpace(max_micro_batch_size=2), 8).table
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(["tiny", "tiny-gelu", "tiny-moe", "llama3-8b", "mixtral-8x7b"]),
+    gpus=st.sampled_from([8, 16, 32]),
+    pick=st.integers(0, 100_000),
+)
+def test_every_valid_plan_exports_to_accepted_arguments(name, gpus, pick) -> None:
+    """Any plan of the search space that passes check_plan exports to arguments that pass
+    Megatron's validation."""
+    model = get_preset(name)
+    job = TrainingJob(seq_length=1024, global_batch_size=64)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=gpus)
+    table = _valid_table(name, gpus)
+    plan = plan_from_row(table.iloc[pick % len(table)].to_dict(), model)
+    bundle = PlanBundle(model=model, cluster=cluster, job=job, plan=plan)
+    _parsed(bundle)

@@ -1,0 +1,169 @@
+"""Tests of `planner.search` and `planner.explain`: returned plans pass the rules and fit;
+over a small space the search returns the argmax of the detailed estimate; rejections are
+counted per rule and for memory; a search where nothing fits says what would."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from costmodel.estimate import estimate_plan
+from planner.candidates import enumerate_candidates
+from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
+from planner.search import MEMORY_REJECTION, memory_limit_bytes, search_plans
+from planner.space import SearchSpace, plan_from_row
+from profiles import load_profile
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.presets import get_preset
+from specs.rules import check_plan
+
+H100 = "h100-sxm-80gb"
+# Switches fixed to keep the spaces small enough to simulate every candidate.
+FEW_SWITCHES = {
+    "overlap_param_gather": False,
+    "ddp_bucket_size": None,
+    "tp_comm_overlap": False,
+    "recompute_method": "uniform",
+}
+
+
+@functools.cache
+def _profile():
+    return load_profile(H100)
+
+
+def _search(model: str, gpus: int, seq: int, batch: int, **kw):
+    cluster = ClusterSpec(hardware=H100, num_gpus=gpus)
+    job = TrainingJob(seq_length=seq, global_batch_size=batch)
+    return search_plans(get_preset(model), cluster, job, _profile(), **kw)
+
+
+@settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.generate])
+@given(
+    name=st.sampled_from(["tiny", "tiny-gelu", "tiny-moe", "llama3-8b", "mixtral-8x7b"]),
+    gpus=st.sampled_from([4, 8, 16]),
+    seq=st.sampled_from([512, 2048, 4096]),
+    batch=st.sampled_from([8, 32, 64]),
+    headroom=st.sampled_from([0.0, 0.05, 0.3]),
+)
+def test_every_returned_plan_passes_the_rules_and_fits(name, gpus, seq, batch, headroom) -> None:
+    result = _search(
+        name, gpus, seq, batch, top_k=4, memory_headroom=headroom,
+        space=SearchSpace(fixed=FEW_SWITCHES, max_micro_batch_size=4),
+    )  # fmt: skip
+    limit = memory_limit_bytes(_profile(), headroom)
+    for ranked in result.top:
+        assert check_plan(result.model, result.cluster, result.job, ranked.plan) == []
+        assert ranked.fits and ranked.estimate.peak_memory_bytes <= limit
+    if result.best is not None:
+        assert result.best is result.top[0]
+        rates = [r.estimate.tokens_per_s for r in result.top]
+        assert rates == sorted(rates, reverse=True)
+    else:
+        assert result.top == ()
+
+
+@settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.generate])
+@given(
+    name=st.sampled_from(["tiny", "tiny-moe", "tiny-gelu"]),
+    gpus=st.sampled_from([2, 4]),
+    batch=st.sampled_from([8, 16]),
+)
+def test_small_space_returns_the_argmax_of_the_detailed_estimate(name, gpus, batch) -> None:
+    """Simulating every candidate, the best plan is the brute-force argmax of
+    `estimate_plan` tokens/s among the plans that fit."""
+    model = get_preset(name)
+    cluster = ClusterSpec(hardware=H100, num_gpus=gpus)
+    job = TrainingJob(seq_length=512, global_batch_size=batch)
+    space = SearchSpace(
+        fixed=FEW_SWITCHES | {"distributed_optimizer": True}, max_micro_batch_size=2
+    )
+    table = enumerate_candidates(model, cluster, job, space, 8).table
+    limit = memory_limit_bytes(_profile(), 0.05)
+    rates = []
+    for row in table.to_dict("records"):
+        est = estimate_plan(model, cluster, job, plan_from_row(row, model), _profile())
+        if est.peak_memory_bytes <= limit:
+            rates.append(est.tokens_per_s)
+    result = search_plans(model, cluster, job, _profile(), space=space, top_k=len(table))
+    assert result.best is not None
+    assert result.best.estimate.tokens_per_s == pytest.approx(max(rates), rel=1e-12)
+
+
+def test_screen_keeps_the_detailed_best_in_its_top_k() -> None:
+    """With a short list, the best plan is within 3% of the detailed best found by
+    simulating every candidate (the screen's ranking agrees with the simulator)."""
+    fixed = FEW_SWITCHES | {"micro_batch_size": 1, "distributed_optimizer": True}
+    space = SearchSpace(fixed=fixed | {"overlap_grad_reduce": True})
+    short = _search("llama3-8b", 4, 4096, 16, top_k=5, space=space)
+    full = _search("llama3-8b", 4, 4096, 16, top_k=short.num_valid, space=space)
+    assert short.best is not None and full.best is not None
+    ratio = short.best.estimate.tokens_per_s / full.best.estimate.tokens_per_s
+    assert ratio == pytest.approx(1.0, abs=0.03)
+
+
+def test_rejections_are_counted_per_rule() -> None:
+    result = _search("llama3-8b", 24, 4096, 48, space=SearchSpace(fixed={"tp": 3}))
+    assert result.best is None and result.num_valid == 0
+    assert result.rejected["heads_divisible_by_tp"] == result.num_enumerated
+    assert "tp in" in result.rule_examples["heads_divisible_by_tp"]
+    assert "heads_divisible_by_tp" in explain(result)
+    rejected_rows = result.candidates[result.candidates["rejected_by"] != ""]
+    assert rejected_rows["represents"].sum() == result.num_enumerated
+
+
+def test_memory_rejections_and_closest_candidates() -> None:
+    result = _search("llama3-70b", 8, 4096, 16, top_k=3)
+    assert result.best is None and result.top == ()
+    assert result.rejected[MEMORY_REJECTION] == result.num_valid > 0
+    peaks = [r.estimate.peak_memory_bytes for r in result.closest]
+    assert peaks == sorted(peaks) and len(peaks) == 3
+    text = explain(result)
+    assert "No plan fits" in text and "Closest candidates" in text
+    assert "at least 16 GPUs" in text  # 70.6e9 params * 18 bytes / 76 GiB
+    limit = result.memory_limit_bytes
+    suggestions = fit_suggestions(
+        result.model, result.cluster, result.job, result.closest[0].plan, limit
+    )
+    fitting = [s for s in suggestions if s.fits]
+    assert fitting and all(s.num_gpus > 8 for s in fitting)
+    assert min_gpus_for_model_state(result.model, result.job, limit) == 16
+
+
+def test_explanation_compares_winner_and_runner_up() -> None:
+    result = _search("llama3-8b", 16, 4096, 32, top_k=4)
+    assert result.best is not None and len(result.top) > 1
+    text = explain(result)
+    assert "Best: " + result.best.plan.label() in text
+    assert "Beats the runner-up (" + result.top[1].plan.label() in text
+    groups = group_seconds(result.best.estimate)
+    assert sum(groups.values()) == pytest.approx(result.best.estimate.iteration_time_s)
+
+
+def test_headroom_and_top_k_are_validated() -> None:
+    with pytest.raises(SpecError, match="memory_headroom"):
+        _search("tiny", 4, 512, 8, memory_headroom=1.0)
+    with pytest.raises(SpecError, match="top_k"):
+        _search("tiny", 4, 512, 8, top_k=0)
+
+
+def test_more_headroom_never_fits_more() -> None:
+    space = SearchSpace(fixed=FEW_SWITCHES, max_micro_batch_size=4)
+    counts = [
+        _search("llama3-8b", 8, 8192, 32, space=space, top_k=1, memory_headroom=h).rejected[
+            MEMORY_REJECTION
+        ]
+        for h in (0.0, 0.1, 0.4)
+    ]
+    assert counts == sorted(counts)
+
+
+def test_progress_reports_each_phase() -> None:
+    seen = []
+    _search("tiny", 4, 512, 8, top_k=2, progress=lambda phase, done, total: seen.append(phase))
+    assert {"check", "screen", "simulate"} <= set(seen)

@@ -1,0 +1,151 @@
+"""Tests of `planner.sizing`: the arithmetic of days, GPU-hours and cost; the ladder of
+cluster sizes; the choice for each goal; monotone days as the cluster grows; the plot."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+
+from planner.sizing import (
+    cluster_sizes,
+    gpu_hours,
+    scaling_plot,
+    size_cluster,
+    training_days,
+)
+from planner.space import SearchSpace
+from profiles import load_profile
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.presets import get_preset
+
+H100 = "h100-sxm-80gb"
+# A narrow space keeps each search well under a second; degrees stay searched.
+NARROW = SearchSpace(
+    fixed={
+        "sequence_parallel": True,
+        "tp_comm_overlap": False,
+        "recompute": "selective",
+        "distributed_optimizer": True,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+        "ddp_bucket_size": None,
+        "vpp": 1,
+    },
+    max_micro_batch_size=2,
+)
+
+
+@functools.cache
+def _profile():
+    return load_profile(H100)
+
+
+def _job(seq: int = 4096, batch: int = 256, tokens: int = 10**12) -> TrainingJob:
+    return TrainingJob(seq_length=seq, global_batch_size=batch, token_budget=tokens)
+
+
+def test_days_and_gpu_hours_arithmetic() -> None:
+    # 1e12 tokens at 1e6 tokens/s is 1e6 s = 11.574 days; on 64 GPUs 17,778 GPU-hours
+    assert training_days(1e12, 1e6) == pytest.approx(1e6 / 86_400)
+    assert gpu_hours(64, training_days(1e12, 1e6)) == pytest.approx(64 * 1e6 / 3600)
+    with pytest.raises(SpecError):
+        training_days(1e12, 0.0)
+
+
+def test_cluster_size_ladder() -> None:
+    assert cluster_sizes(8, 1, 64) == [8, 16, 32, 64]
+    assert cluster_sizes(8, 100, 1024) == [128, 256, 512, 1024]
+    assert cluster_sizes(8, 1, 96) == [8, 16, 32, 64, 96]  # the limit itself, whole nodes
+    assert cluster_sizes(4, 1, 30) == [4, 8, 16]  # 30 is not whole nodes of 4
+    with pytest.raises(SpecError):
+        cluster_sizes(0, 1, 8)
+
+
+def test_max_gpus_picks_the_fastest() -> None:
+    result = size_cluster(
+        get_preset("llama3-8b"), H100, _job(), _profile(), max_gpus=64, space=NARROW, top_k=1
+    )
+    assert [r.num_gpus for r in result.rows] == [8, 16, 32, 64]
+    assert result.chosen is not None
+    assert result.chosen.days == min(r.days for r in result.rows)
+    row = result.rows[0]
+    assert row.days == pytest.approx(training_days(10**12, row.tokens_per_s))
+    assert row.gpu_hours == pytest.approx(8 * row.days * 24)
+    assert row.cost_usd is None
+
+
+def test_deadline_picks_the_smallest_cluster_that_meets_it() -> None:
+    model = get_preset("llama3-8b")
+    reference = size_cluster(model, H100, _job(), _profile(), max_gpus=128, space=NARROW)
+    deadline = reference.rows[2].days * 1.01  # met first at the third size (32 GPUs)
+    result = size_cluster(
+        model, H100, _job(), _profile(), days=deadline, space=NARROW, gpu_hour_usd=2.0
+    )
+    assert result.chosen is not None and result.chosen.num_gpus == 32
+    assert all(r.days > deadline for r in result.rows if r.num_gpus < 32)
+    assert len([r for r in result.rows if r.num_gpus > 32]) == 2  # two sizes past it
+    assert result.cheapest is not None and result.cheapest.days <= deadline
+    assert result.chosen.cost_usd == pytest.approx(result.chosen.gpu_hours * 2.0)
+
+
+def test_budget_picks_the_fastest_within_budget() -> None:
+    model = get_preset("llama3-8b")
+    reference = size_cluster(
+        model, H100, _job(), _profile(), max_gpus=64, space=NARROW, gpu_hour_usd=2.0
+    )
+    budget = max(r.cost_usd for r in reference.rows[:2]) * 1.001
+    result = size_cluster(
+        model, H100, _job(), _profile(), budget_usd=budget, gpu_hour_usd=2.0, space=NARROW
+    )
+    assert result.chosen is not None and result.chosen.cost_usd <= budget
+    within = [r for r in result.rows if r.cost_usd is not None and r.cost_usd <= budget]
+    assert result.chosen.days == min(r.days for r in within)
+
+
+def test_goals_are_validated() -> None:
+    model = get_preset("tiny")
+    with pytest.raises(SpecError, match="goal"):
+        size_cluster(model, H100, _job(), _profile())
+    with pytest.raises(SpecError, match="price"):
+        size_cluster(model, H100, _job(), _profile(), budget_usd=100.0)
+    no_budget = TrainingJob(seq_length=512, global_batch_size=8)
+    with pytest.raises(SpecError, match="token budget"):
+        size_cluster(model, H100, no_budget, _profile(), days=1.0)
+
+
+def test_ladder_starts_where_the_model_state_fits() -> None:
+    # llama3-70b: 70.6e9 params x 18 bytes = 1.27 TB > 8 x 76 GiB, so one node is skipped
+    result = size_cluster(
+        get_preset("llama3-70b"), H100, _job(), _profile(), max_gpus=16, space=NARROW, top_k=1
+    )
+    assert [r.num_gpus for r in result.rows] == [16]
+
+
+@settings(max_examples=6, deadline=None, phases=[Phase.explicit, Phase.generate])
+@given(
+    name=st.sampled_from(["llama3-8b", "llama2-13b"]),
+    seq=st.sampled_from([2048, 4096]),
+    batch=st.sampled_from([256, 512]),
+)
+def test_more_gpus_never_lengthen_the_days(name, seq, batch) -> None:
+    """Along the ladder (whole nodes, doubling), the best plan's days never grow for models
+    whose global batch leaves room for more data parallelism."""
+    result = size_cluster(
+        get_preset(name), H100, _job(seq, batch), _profile(), max_gpus=128, space=NARROW, top_k=1
+    )
+    days = [r.days for r in result.rows]
+    assert len(days) >= 3
+    assert all(later <= earlier * (1 + 1e-9) for earlier, later in itertools.pairwise(days))
+
+
+def test_scaling_plot_writes_a_png(tmp_path) -> None:
+    result = size_cluster(
+        get_preset("llama3-8b"), H100, _job(), _profile(), max_gpus=32, space=NARROW, top_k=1
+    )
+    path = scaling_plot(result, tmp_path / "scaling.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,162 @@
+"""Tests of `planner.space`: each generator yields only values its rules accept, fixed knobs
+pass through unchanged (so the rules can reject them), and the two tables join into the
+full product of legal switches per context."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.space import (
+    CONTEXT_COLUMNS,
+    PLAN_COLUMNS,
+    SearchSpace,
+    bucket_sizes,
+    cp_degrees,
+    degree_table,
+    ep_degrees,
+    expand,
+    micro_batch_sizes,
+    neutral_switches,
+    optimizer_options,
+    plan_from_row,
+    plan_knobs,
+    pp_degrees,
+    recompute_options,
+    switch_rows,
+    switch_table,
+    tp_degrees,
+    vpp_degrees,
+)
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.presets import get_preset
+from specs.rules import check_plan
+
+MODELS = ("tiny", "tiny-moe", "llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt-1.7b")
+
+
+def _violations(model, gpus, job, row):
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=gpus)
+    return check_plan(model, cluster, job, plan_from_row(row, model))
+
+
+def test_tp_degrees_follow_heads_groups_ffn_and_scale_up() -> None:
+    llama = get_preset("llama3-8b")  # 32 heads, 8 KV groups, ffn 14336 = 2^11 * 7
+    assert list(tp_degrees(llama, 64, 8)) == [1, 2, 4, 8]
+    assert list(tp_degrees(llama, 64, 8, beyond_scale_up=True)) == [1, 2, 4, 8, 16, 32]
+    # tp must divide the GPU count too: 24 GPUs allow 1, 2, 4, 8 (3 and 6 fail the heads)
+    assert list(tp_degrees(llama, 24, 8)) == [1, 2, 4, 8]
+    gpt = get_preset("gpt-1.7b")  # 24 heads, ffn 9216
+    assert list(tp_degrees(gpt, 48, 8)) == [1, 2, 3, 4, 6, 8]
+
+
+def test_pp_vpp_cp_ep_generators() -> None:
+    llama = get_preset("llama3.1-405b")  # 126 layers
+    assert list(pp_degrees(llama, 2048)) == [1, 2]
+    assert list(pp_degrees(llama, 18)) == [1, 2, 3, 6, 9, 18]
+    assert list(vpp_degrees(llama, 1)) == [1]
+    assert list(vpp_degrees(llama, 9)) == [1, 2, 7, 14]  # 14 layers per stage
+    assert list(cp_degrees(8192, 16)) == [1, 2, 4, 8, 16]
+    assert list(cp_degrees(6, 8)) == [1]  # 6 % (2*2) != 0; 6 % (2*3) == 0 but 3 ∤ 8
+    assert list(ep_degrees(get_preset("mixtral-8x7b"), 12)) == [1, 2, 4]
+    assert list(ep_degrees(llama, 64)) == [1]
+    assert list(micro_batch_sizes(48, 8)) == [1, 2, 3, 4, 6, 8]
+
+
+def test_switch_generators() -> None:
+    assert ("none", 0, "uniform") in list(recompute_options(8, (0.25, 0.5, 0.75)))
+    blocks = [n for r, n, m in recompute_options(8, (0.25, 0.5, 0.75)) if m == "block"]
+    assert blocks == [2, 4, 6]
+    assert [m for _, _, m in recompute_options(1, (0.5,))] == ["uniform"] * 3
+    triples = list(optimizer_options())
+    assert len(triples) == 5 and all(d and g for d, g, p in triples if p)
+    # Megatron's default bucket is max(40M, 1M * dp * cp) parameters
+    assert list(bucket_sizes(64, 2, True, (0.5, 2.0))) == [0, 64_000_000, 256_000_000]
+    assert list(bucket_sizes(8, 1, True, (0.5, 2.0))) == [0, 20_000_000, 80_000_000]
+    assert list(bucket_sizes(64, 2, False, (0.5, 2.0))) == [0]
+
+
+def test_sequence_parallel_only_with_tp() -> None:
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    tiny = get_preset("tiny")
+    rows = switch_rows(tiny, job, SearchSpace(), (1, 1, 1, 1, 8))
+    assert not any(r["sequence_parallel"] or r["tp_comm_overlap"] for r in rows)
+    rows = switch_rows(tiny, job, SearchSpace(), (2, 1, 1, 1, 4))
+    assert any(r["tp_comm_overlap"] for r in rows)
+    assert all(r["sequence_parallel"] for r in rows if r["tp_comm_overlap"])
+
+
+def test_fixed_knobs_pass_through_even_when_illegal() -> None:
+    llama = get_preset("llama3-8b")
+    job = TrainingJob(seq_length=8192, global_batch_size=64)
+    space = SearchSpace(fixed={"tp": 3, "sequence_parallel": True})
+    degrees = degree_table(llama, 24, job, space, 8)
+    assert set(degrees["tp"]) == {3}
+    violations = _violations(llama, 24, job, degrees.iloc[0].to_dict() | neutral_switches())
+    assert "heads_divisible_by_tp" in {v.rule for v in violations}
+    # a fixed switch that no generated option offers comes back alone, for the rules to judge
+    rows = switch_rows(llama, job, SearchSpace(fixed={"sequence_parallel": True}), (1, 1, 1, 1, 8))
+    assert {(r["sequence_parallel"], r["tp_comm_overlap"]) for r in rows} == {(True, False)}
+
+
+def test_unknown_knob_is_rejected_with_the_valid_names() -> None:
+    with pytest.raises(SpecError, match="micro_batch_size"):
+        SearchSpace(fixed={"mbs": 2})
+
+
+def test_expand_is_the_product_per_context() -> None:
+    model = get_preset("tiny-moe")
+    job = TrainingJob(seq_length=256, global_batch_size=16)
+    space = SearchSpace(max_micro_batch_size=2)
+    degrees = degree_table(model, 8, job, space, 8)
+    switches = switch_table(model, job, space, degrees)
+    table = expand(degrees, switches)
+    per_context = switches.groupby(list(CONTEXT_COLUMNS)).size()
+    expected = sum(per_context[tuple(ctx)] for ctx in degrees[list(CONTEXT_COLUMNS)].values)
+    assert len(table) == expected
+    assert list(table.columns) == list(PLAN_COLUMNS)
+    assert set(table.loc[table["vpp"] > 1, "schedule"]) <= {"interleaved"}
+
+
+def test_plan_row_round_trip() -> None:
+    model = get_preset("tiny-moe")
+    row = {
+        "tp": 2, "pp": 2, "vpp": 2, "cp": 1, "dp": 2, "ep": 4, "etp": 1,
+        "micro_batch_size": 1, "schedule": "interleaved",
+    } | neutral_switches() | {"recompute": "full", "recompute_num_layers": 1}  # fmt: skip
+    plan = plan_from_row(row, model)
+    assert plan.etp == 1 and plan.schedule == "interleaved" and plan.ddp_bucket_size is None
+    assert plan_from_row(plan_knobs(plan), model) == plan
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(MODELS),
+    gpus=st.sampled_from([8, 16, 32, 64]),
+    seq=st.sampled_from([512, 2048, 4096]),
+    batch=st.sampled_from([16, 64, 96]),
+    pick=st.integers(0, 10_000),
+)
+def test_generated_switches_never_break_a_rule(name, gpus, seq, batch, pick) -> None:
+    """A degree row that passes with neutral switches passes with every generated switch
+    combination of its context: the planner relies on this to check switches once per
+    context instead of once per candidate."""
+    model = get_preset(name)
+    job = TrainingJob(seq_length=seq, global_batch_size=batch)
+    space = SearchSpace(max_micro_batch_size=4)
+    degrees = degree_table(model, gpus, job, space, 8)
+    neutral = neutral_switches()
+    valid = [
+        row
+        for row in degrees.to_dict("records")
+        if not _violations(model, gpus, job, row | neutral)
+    ]
+    if not valid:
+        return
+    row = valid[pick % len(valid)]
+    context = tuple(row[c] for c in CONTEXT_COLUMNS)
+    for switches in switch_rows(model, job, space, context):
+        assert _violations(model, gpus, job, row | switches) == []
