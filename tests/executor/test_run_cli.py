@@ -1,0 +1,113 @@
+"""`paraplan execute`: flags, exit codes and output (the command module, parsed as the CLI
+parses it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from executor.data import write_indexed_dataset
+from paraplan.commands import execute as command
+from reports.run_dir import load_run
+from specs import serde
+from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="paraplan execute")
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(list(argv)))
+
+
+def _plan_file(tmp_path: Path, name: str = "plan.json", **plan: object) -> str:
+    spec = ParallelPlan(**plan)  # type: ignore[arg-type]
+    b = PlanBundle(
+        model=get_preset("tiny"),
+        cluster=ClusterSpec(hardware="cpu", num_gpus=spec.world_size),
+        job=TrainingJob(seq_length=32, global_batch_size=4, precision="fp32"),
+        plan=spec,
+    )
+    path = tmp_path / name
+    path.write_text(serde.dumps(b))
+    return str(path)
+
+
+def test_command_module_shape() -> None:
+    assert command.NAME == "execute" and command.HELP
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    args = parser.parse_args(["p.json"])
+    assert (args.steps, args.warmup, args.out, args.seed) == (10, 2, "run", 0)
+    assert args.data is args.save is args.resume is args.peak_tflops is args.hardware is None
+
+
+def test_invalid_plan_prints_violations_and_exits_1(tmp_path: Path, capsys) -> None:
+    plan = _plan_file(tmp_path, tp=3)  # 4 heads over 3 ranks
+    assert _run(plan, "--out", str(tmp_path / "run")) == 1
+    out = capsys.readouterr().out
+    assert "nothing was started" in out and "[heads_divisible_by_tp]" in out
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_input_is_a_spec_error(tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(SpecError, match="malformed JSON"):
+        _run(str(tmp_path / "broken.json"))
+    plan = _plan_file(tmp_path)
+    with pytest.raises(SpecError, match="no such file"):
+        _run(plan, "--data", str(tmp_path / "absent.txt"))
+    with pytest.raises(SpecError, match="--peak-tflops must be > 0"):
+        _run(plan, "--peak-tflops", "0")
+    with pytest.raises(SpecError, match="unknown hardware profile 'h999'"):
+        _run(plan, "--hardware", "h999")
+
+
+@pytest.mark.slow
+def test_text_data_run_with_mfu_then_checked_resume(tmp_path: Path, capsys) -> None:
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    plan = _plan_file(tmp_path)
+    out, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    argv = [plan, "--steps", "2", "--warmup", "0", "--data", str(text), "--out", str(out)]
+    hardware = ["--hardware", "h100-sxm-80gb", "--peak-tflops", "0.05"]
+    assert _run(*argv, "--save", str(ckpt), *hardware) == 0
+    printed = capsys.readouterr().out
+    assert "loss:" in printed and "tokens/s, MFU" in printed
+    assert "next step (for --resume): 2" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["mfu"] is not None and metrics["mfu"] > 0
+    assert metrics["peak_flops_per_rank"] == pytest.approx(0.05e12)
+    assert metrics["model_flops_per_iteration"] > 0
+    # The cost model's view of the same plan sits beside the measurement, for the report.
+    run_dir = load_run(out)
+    assert run_dir.predicted.source == "predicted" and run_dir.measured is not None
+    assert run_dir.estimate["iteration_time_s"] > 0
+    assert run_dir.bundle == serde.load(PlanBundle, plan)
+    with pytest.raises(SpecError, match="saved with seed 0, this run has 3"):
+        _run(*argv, "--resume", str(ckpt), "--seed", "3")
+
+
+@pytest.mark.slow
+def test_a_failing_rank_ends_the_job_with_its_error(tmp_path: Path, capsys) -> None:
+    # Rank 1 reads samples 2-3 of step 0; a token id of 900 >= vocab 512 sits in sample 3.
+    docs = [list(range(1, 200))]  # 6 windows of 33 tokens
+    docs[0][3 * 32 + 5] = 900
+    write_indexed_dataset(tmp_path / "d", docs, dtype=np.int32)
+    plan = _plan_file(tmp_path, dp=2)
+    start = time.monotonic()
+    data, out = str(tmp_path / "d"), str(tmp_path / "run")
+    code = _run(plan, "--steps", "1", "--warmup", "0", "--data", data, "--out", out)
+    assert time.monotonic() - start < 60  # the default process-group timeout
+    assert code == 2  # the rank's error is a SpecError: bad input
+    err = capsys.readouterr().err
+    assert "rank 1 failed: SpecError" in err and "token id 900" in err
