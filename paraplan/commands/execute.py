@@ -3,7 +3,8 @@
 Besides what the executor writes (``plan.json``, ``metrics.json``, ``measured.json``,
 ``traces/``), the run folder gets the cost model's view of the same plan on the hardware
 profile (``--hardware``, default the plan's ``cluster.hardware``): ``estimate.json`` and
-``predicted.json``, so `paraplan report RUN` can compare them. Without a usable profile
+``predicted.json``, so `paraplan report RUN` can compare them, and the search's
+``candidates.json`` when the plan came from `paraplan plan --out DIR`. Without a usable profile
 they are skipped with a note, and MFU stays null unless ``--peak-tflops`` is given.
 
 Exit codes: 0 the run finished; 1 the plan breaks a rule (the violations are printed, no
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if summary is not None:
         if profile is not None:
             _write_prediction(bundle, profile, Path(args.out))
+        _copy_candidates(Path(args.plan), Path(args.out))
         _print_summary(summary)
     return 0
 
@@ -138,6 +141,14 @@ def _write_prediction(bundle: PlanBundle, profile: HardwareProfile, out: Path) -
     (out / "estimate.json").write_text(json.dumps(estimate_to_json(estimate), indent=2) + "\n")
     if timeline is not None:
         (out / "predicted.json").write_text(serde.dumps(timeline))
+
+
+def _copy_candidates(plan_path: Path, out: Path) -> None:
+    """A plan written by `paraplan plan --out DIR` has DIR/candidates.json beside it: copy it
+    so the run's report shows the search that chose the plan."""
+    source = plan_path.parent / "candidates.json"
+    if source.is_file() and source.resolve() != (out / "candidates.json").resolve():
+        shutil.copyfile(source, out / "candidates.json")
 
 
 def _note(text: str) -> None:

@@ -3,7 +3,8 @@
 Two forms:
 - ``--num-gpus N``: the best plans on N GPUs (`planner.search.search_plans`), printed as a
   table with the explanation, or as JSON with ``--json``; ``--out DIR`` writes plan.json,
-  candidates.csv, candidates.json, estimate.json and prediction.trace.json.
+  candidates.csv, candidates.json, estimate.json, predicted.json, prediction.trace.json and
+  plan.html.
 - ``--tokens T`` with ``--days D``, ``--max-gpus N`` or ``--budget USD --gpu-hour-usd P``:
   cluster sizing (`planner.sizing.size_cluster`); ``--out DIR`` writes sizing.csv,
   sizing.json, scaling.png and plan.json of the chosen size.
@@ -33,6 +34,7 @@ from planner.search import DEFAULT_HEADROOM, RankedPlan, SearchResult, search_pl
 from planner.sizing import SizingResult, SizingRow, scaling_plot, size_cluster
 from planner.space import SearchSpace
 from profiles import load_profile
+from reports.html import render_report
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -198,8 +200,8 @@ def _print_top(result: SearchResult, limit: int) -> None:
 
 
 def write_search_outputs(result: SearchResult, profile_name: str, out: Path, text: str) -> None:
-    """plan.json, estimate.json, prediction.trace.json (when a plan fits), candidates.csv and
-    candidates.json."""
+    """plan.json, estimate.json, predicted.json, prediction.trace.json and plan.html (the
+    prediction-only report) when a plan fits; candidates.csv and candidates.json always."""
     out.mkdir(parents=True, exist_ok=True)
     result.candidates.to_csv(out / "candidates.csv", index=False)
     listed = result.top or result.closest
@@ -221,6 +223,14 @@ def write_search_outputs(result: SearchResult, profile_name: str, out: Path, tex
     if timeline is not None:
         trace = json.dumps(timeline.to_chrome_trace())
         (out / "prediction.trace.json").write_text(trace + "\n")
+        (out / "predicted.json").write_text(dumps(timeline))
+        page = render_report(
+            bundle,
+            estimate_to_json(result.best.estimate),
+            timeline,
+            candidates={"plans": [plan_entry(r) for r in listed], "explanation": text},
+        )
+        (out / "plan.html").write_text(page)
 
 
 def _run_search(args: argparse.Namespace) -> int:
