@@ -73,7 +73,10 @@ def test_plan_out_writes_every_file_and_exports(capsys, tmp_path) -> None:
     names = {p.name for p in out_dir.iterdir()}
     assert names == {
         "plan.json", "candidates.csv", "prediction.trace.json", "estimate.json", "candidates.json",
+        "predicted.json", "plan.html",
     }  # fmt: skip
+    page = (out_dir / "plan.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "Top candidates" in page
     bundle = load(PlanBundle, out_dir / "plan.json")
     assert bundle.cluster.num_gpus == 4 and bundle.model.name == "tiny"
     trace = json.loads((out_dir / "prediction.trace.json").read_text())
