@@ -12,10 +12,28 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from paraplan.commands import check, estimate, execute, export, models, plan, report
+from paraplan.commands import (
+    check,
+    estimate,
+    execute,
+    export,
+    models,
+    plan,
+    profile,
+    report,
+)
 from specs.errors import SpecError
 
-COMMANDS: tuple[ModuleType, ...] = (models, check, estimate, plan, export, execute, report)
+COMMANDS: tuple[ModuleType, ...] = (
+    models,
+    check,
+    profile,
+    estimate,
+    plan,
+    export,
+    execute,
+    report,
+)
 """Subcommands in the order `paraplan --help` lists them."""
 
 

@@ -106,9 +106,15 @@ def run(args: argparse.Namespace) -> int:
     )
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("starting ranks", total=None)
+        tenths_shown = [0]
 
         def progress(done: int, total: int, label: str) -> None:
             bar.update(task, completed=done, total=total, description=label)
+            # A bar only draws on a terminal; elsewhere (CI logs) print each tenth.
+            tenths = done * 10 // max(total, 1)
+            if not console.is_terminal and tenths > tenths_shown[0]:
+                tenths_shown[0] = tenths
+                console.print(f"profile: {done}/{total} points ({label})")
 
         try:
             profile = profile_machine(

@@ -36,9 +36,11 @@ PROFILES = {name: load_profile(name) for name in STORED}
 H100 = PROFILES["h100-sxm-80gb"]
 A100 = PROFILES["a100-sxm-80gb"]
 
-# bf16 MAMF / dense peak, hardware.md §2a [S1].
+# Top of each bf16 GEMM curve / dense peak: MAMF, hardware.md §2a [S1], except where a
+# sustained random-data rate is sourced (A100: 257 TFLOP/s at 8192^3, H. He 2024 [S55],
+# 5.2% under the burst MAMF of 271.2).
 MAMF_FRACTION = {
-    "a100-sxm-80gb": 271.2 / 312,
+    "a100-sxm-80gb": 257.0 / 312,
     "h100-sxm-80gb": 794.5 / 989.4,
     "h200-sxm-141gb": 794.5 / 989,
     "b200": 1745.0 / 2250,

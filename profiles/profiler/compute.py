@@ -1,0 +1,286 @@
+"""Compute sweeps of one rank: GEMMs, causal attention, memory-bound operators, the
+optimizer step and the per-operator overhead.
+
+Every rank of a profiling world runs the same sweep at the same time (each with its fair
+share of CPU threads), because that is how the executor's ranks compute: the timings
+include the contention for cores, caches and memory bandwidth that a training step sees.
+
+Operators are issued the way a training step issues them: outputs are freshly allocated
+(``F.linear``, ``x + y``), attention inputs require gradients, the backward runs through
+autograd. Bytes moved per memory-bound call, the figure bandwidth is quoted against:
+- ``copy``: ``dst.copy_(src)``, 2·n·e (read and write n elements of e bytes);
+- ``add``: ``x + y``, 3·n·e;
+- ``rmsnorm``: the executor's ``x · rsqrt(mean(x²) + eps) · w`` over rows of 1024, 2·n·e;
+- ``adamw``: ``torch.optim.AdamW.step`` over P fp32 parameters, 28·P (reads parameter,
+  gradient and both moments, writes parameter and both moments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from profiles.profiler.shapes import AttentionShape, GemmShape, SweepPlan
+from profiles.profiler.timing import (
+    WALL_CLOCK,
+    Agree,
+    AttentionTiming,
+    Budget,
+    Clock,
+    GemmTiming,
+    MemoryTiming,
+    OverheadTiming,
+    measure,
+)
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""Profile dtype keys and the torch dtypes they are measured with."""
+NORM_WIDTH = 1024
+"""Row width of the RMSNorm-like sweep (a hidden size of the tiny-to-small models)."""
+ADAMW_TENSORS = 16
+"""Parameter tensors the optimizer sweep splits its parameters into (a few layers)."""
+CHAIN_LENGTH = 16
+"""Operators in the autograd chain that times per-operator forward and backward cost."""
+
+Tick = Callable[[str], None]
+"""Called once per planned point (measured or skipped) with a short label."""
+
+
+@dataclass(kw_only=True, slots=True)
+class ComputeResults:
+    """Everything one rank's compute sweep timed."""
+
+    gemms: list[GemmTiming] = field(default_factory=list)
+    """GEMMs of the efficiency curves."""
+    misaligned: list[tuple[GemmTiming, GemmTiming]] = field(default_factory=list)
+    """(aligned, misaligned) GEMM pairs."""
+    attention: list[AttentionTiming] = field(default_factory=list)
+    """Causal attention, forward and backward."""
+    memory: list[MemoryTiming] = field(default_factory=list)
+    """Memory-bound operators and optimizer steps."""
+    overhead: list[OverheadTiming] = field(default_factory=list)
+    """Tiny-operator host times."""
+    skipped: list[str] = field(default_factory=list)
+    """Points left out because they would exceed the per-call time limit."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Runner:
+    """Where and how a rank times its operators."""
+
+    device: torch.device
+    """Device the tensors live on."""
+    budget: Budget
+    """Samples per point."""
+    agree: Agree
+    """Settles estimates across the ranks (max)."""
+    clock: Clock = WALL_CLOCK
+    """Wall or thread CPU time (`timing.clock_for`)."""
+
+    @property
+    def cuda(self) -> bool:
+        """True on a CUDA device (samples are synchronized)."""
+        return self.device.type == "cuda"
+
+    def time(self, fn: Callable[[], object]) -> tuple[float, ...]:
+        """Per-call seconds of each sample of ``fn``."""
+        return tuple(measure(fn, self.budget, cuda=self.cuda, agree=self.agree, clock=self.clock))
+
+    def randn(self, *shape: int, dtype: str = "fp32", grad: bool = False) -> torch.Tensor:
+        """A random tensor on the device."""
+        t = torch.randn(*shape, dtype=TORCH_DTYPES[dtype], device=self.device)
+        return t.requires_grad_(grad)
+
+
+def gemm_operands(run: Runner, shape: GemmShape) -> Callable[[], torch.Tensor]:
+    """The call of one GEMM, operands laid out as its pattern has them in training."""
+    dtype, m, n, k, pattern = shape
+    if pattern == "linear":
+        x, w = run.randn(m, k, dtype=dtype), run.randn(n, k, dtype=dtype)
+        return lambda: F.linear(x, w)
+    if pattern == "dgrad":
+        g, w = run.randn(m, k, dtype=dtype), run.randn(k, n, dtype=dtype)
+        return lambda: torch.matmul(g, w)
+    g, x = run.randn(k, m, dtype=dtype), run.randn(k, n, dtype=dtype)
+    return lambda: torch.matmul(g.t(), x)
+
+
+def time_gemm(run: Runner, shape: GemmShape) -> GemmTiming:
+    """One GEMM point."""
+    dtype, m, n, k, pattern = shape
+    times = run.time(gemm_operands(run, shape))
+    return GemmTiming(dtype=dtype, m=m, n=n, k=k, pattern=pattern, times_s=times)
+
+
+def time_attention(run: Runner, shape: AttentionShape) -> tuple[AttentionTiming, ...]:
+    """Causal SDPA forward (autograd recording, as in training) and backward."""
+    dtype, b, h, s, d = shape
+    q, k, v = (run.randn(b, h, s, d, dtype=dtype, grad=True) for _ in range(3))
+
+    def forward() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    out = forward()
+    grad_out = torch.randn_like(out)
+    backward_times = run.time(
+        lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+    )
+    forward_times = run.time(forward)
+    return tuple(
+        AttentionTiming(
+            dtype=dtype,
+            direction=direction,
+            batch=b,
+            heads=h,
+            seq_len=s,
+            head_dim=d,
+            times_s=times,
+        )
+        for direction, times in (("forward", forward_times), ("backward", backward_times))
+    )
+
+
+def time_memory_ops(run: Runner, elements: int, dtype: str) -> tuple[MemoryTiming, ...]:
+    """copy, add and RMSNorm-like over ``elements`` elements (bytes in the module doc)."""
+    e = TORCH_DTYPES[dtype].itemsize
+    x, y, dst = (run.randn(elements, dtype=dtype) for _ in range(3))
+    rows = x.view(-1, NORM_WIDTH)
+    w = run.randn(NORM_WIDTH, dtype=dtype)
+
+    def rmsnorm() -> torch.Tensor:
+        return rows * torch.rsqrt(rows.pow(2).mean(-1, keepdim=True) + 1e-5) * w
+
+    ops = (
+        ("copy", lambda: dst.copy_(x), 2 * elements * e),
+        ("add", lambda: x + y, 3 * elements * e),
+        ("rmsnorm", rmsnorm, 2 * elements * e),
+    )
+    return tuple(
+        MemoryTiming(op=op, dtype=dtype, bytes_moved=nbytes, times_s=run.time(fn))
+        for op, fn, nbytes in ops
+    )
+
+
+def time_adamw(run: Runner, params: int) -> MemoryTiming:
+    """One `torch.optim.AdamW.step` over ``params`` fp32 parameters in a few tensors."""
+    per_tensor = max(1, params // ADAMW_TENSORS)
+    tensors = [run.randn(per_tensor, grad=True) for _ in range(ADAMW_TENSORS)]
+    for t in tensors:
+        t.grad = torch.randn_like(t)
+    optimizer = torch.optim.AdamW(tensors, lr=1e-6, betas=(0.9, 0.95), weight_decay=0.1)
+    times = run.time(optimizer.step)
+    return MemoryTiming(
+        op="adamw", dtype="fp32", bytes_moved=28 * per_tensor * ADAMW_TENSORS, times_s=times
+    )
+
+
+def time_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
+    """Host time per call of a tiny operator: plain dispatch (``x + y`` on one-element
+    tensors, the `op_overhead_s` figure), and per operator of an autograd chain, forward
+    and backward, which a training step pays on top of dispatch."""
+    x, y = run.randn(1), run.randn(1)
+    leaf = run.randn(1, grad=True)
+
+    def chain() -> torch.Tensor:
+        z = leaf
+        for _ in range(CHAIN_LENGTH):
+            z = z * y
+        return z
+
+    plain = run.time(lambda: x + y)
+    forward = run.time(chain)
+    both = run.time(lambda: chain().backward())
+    fwd_median = sorted(forward)[len(forward) // 2]
+    backward = tuple(max(t - fwd_median, 0.0) / CHAIN_LENGTH for t in both)
+    return (
+        OverheadTiming(op="add", times_s=plain),
+        OverheadTiming(op="autograd_forward", times_s=tuple(t / CHAIN_LENGTH for t in forward)),
+        OverheadTiming(op="autograd_backward", times_s=backward),
+    )
+
+
+def compute_point_count(plan: SweepPlan) -> int:
+    """Progress units of `run_compute_sweep` for ``plan``."""
+    return (
+        1
+        + len(plan.gemms)
+        + len(plan.misaligned_gemms)
+        + len(plan.attention)
+        + len(plan.memory_elements)
+        + len(plan.adamw_params)
+    )
+
+
+def run_compute_sweep(
+    plan: SweepPlan, run: Runner, tick: Tick, *, memory_limit_bytes: int
+) -> ComputeResults:
+    """Time every compute point of ``plan`` in order; skips points predicted (from the
+    fastest rate seen so far, agreed over the ranks) to exceed `SweepPlan.max_call_s`
+    and tensors beyond ``memory_limit_bytes``."""
+    results = ComputeResults()
+    results.overhead.extend(time_overheads(run))
+    tick("op overhead")
+    best_flops: dict[str, float] = {}
+    for shape in plan.gemms:
+        _gemm_point(plan, run, shape, best_flops, results)
+        tick(f"gemm {shape[0]} {shape[1]}x{shape[2]}x{shape[3]}")
+    for aligned, misaligned in plan.misaligned_gemms:
+        results.misaligned.append((time_gemm(run, aligned), time_gemm(run, misaligned)))
+        tick("gemm alignment")
+    best_attention: dict[str, float] = {}
+    for shape in plan.attention:
+        _attention_point(plan, run, shape, best_attention, results)
+        tick(f"attention {shape[0]} s{shape[3]} d{shape[4]}")
+    for elements in plan.memory_elements:
+        if 3 * elements * 4 <= memory_limit_bytes:
+            results.memory.extend(time_memory_ops(run, elements, "fp32"))
+        else:
+            results.skipped.append(f"memory-bound ops over {elements} elements (memory)")
+        tick(f"memory {elements * 4 >> 10} KiB")
+    for params in plan.adamw_params:
+        if 5 * params * 4 <= memory_limit_bytes:
+            results.memory.append(time_adamw(run, params))
+        else:
+            results.skipped.append(f"adamw over {params} parameters (memory)")
+        tick(f"adamw {params} params")
+    return results
+
+
+def _too_slow(plan: SweepPlan, run: Runner, flops: float, best: float | None) -> bool:
+    predicted = flops / best if best else 0.0
+    return run.agree(predicted) > plan.max_call_s
+
+
+def _gemm_point(
+    plan: SweepPlan, run: Runner, shape: GemmShape, best: dict[str, float], out: ComputeResults
+) -> None:
+    dtype, m, n, k, _ = shape
+    flops = 2.0 * m * n * k
+    if _too_slow(plan, run, flops, best.get(dtype)):
+        out.skipped.append(f"gemm {dtype} {m}x{n}x{k} (over {plan.max_call_s} s per call)")
+        return
+    timing = time_gemm(run, shape)
+    best[dtype] = max(best.get(dtype, 0.0), flops / min(timing.times_s))
+    out.gemms.append(timing)
+
+
+def _attention_point(
+    plan: SweepPlan,
+    run: Runner,
+    shape: AttentionShape,
+    best: dict[str, float],
+    out: ComputeResults,
+) -> None:
+    dtype, b, h, s, d = shape
+    backward_flops = 5.0 * b * h * s * s * d
+    if _too_slow(plan, run, backward_flops, best.get(dtype)):
+        out.skipped.append(f"attention {dtype} b{b}h{h}s{s}d{d} (over {plan.max_call_s} s)")
+        return
+    pair = time_attention(run, shape)
+    for timing in pair:
+        rate = timing.causal_flops / min(timing.times_s)
+        best[dtype] = max(best.get(dtype, 0.0), rate)
+    out.attention.extend(pair)

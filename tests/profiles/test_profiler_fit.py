@@ -1,0 +1,377 @@
+"""The profiler's fits, sweeps and helpers on synthetic data with known answers (no ranks)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiles.lookup import bus_factor, collective_time_s
+from profiles.profiler.assemble import datasheet_match
+from profiles.profiler.comm import group_layouts, message_elements, ops_for
+from profiles.profiler.device import cpu_identity, infiniband_nics, nvml_facts
+from profiles.profiler.fit import (
+    HeldOut,
+    fit_attention_curves,
+    fit_collective,
+    fit_gemm_curve,
+    fit_memory,
+    fit_misaligned_factor,
+    split_collectives,
+    split_gemms,
+    validate,
+)
+from profiles.profiler.shapes import candidate_tp, holdout, model_gemms, sweep_plan
+from profiles.profiler.timing import (
+    QUICK_BUDGET,
+    AttentionTiming,
+    CollectiveTiming,
+    GemmTiming,
+    MemoryTiming,
+    repeat_plan,
+    spread,
+    typical_s,
+)
+from profiles.profiler.world import _failure_message, check_nproc, threads_per_rank
+from profiles.schema import (
+    CommunicationProfile,
+    ComputeProfile,
+    DeviceSpec,
+    HardwareProfile,
+    Provenance,
+    Topology,
+)
+from specs.errors import SpecError
+from specs.presets import get_preset
+
+OVERHEAD_S = 3e-6
+PEAK_FLOPS = 80e9
+
+
+def gemm(m: int, n: int, k: int, efficiency: float, dtype: str = "fp32") -> GemmTiming:
+    """A GEMM timed exactly as the time model says: o + 2mnk / (peak · efficiency)."""
+    t = OVERHEAD_S + 2.0 * m * n * k / (PEAK_FLOPS * efficiency)
+    return GemmTiming(dtype=dtype, m=m, n=n, k=k, pattern="linear", times_s=(t, t * 1.01, t))
+
+
+def collective(
+    op: str, size: int, alpha_s: float, busbw_GBps: float, g: int = 2
+) -> CollectiveTiming:
+    t = alpha_s + size * bus_factor(op, g) / (busbw_GBps * 1e9)
+    return CollectiveTiming(
+        op=op,
+        group_size=g,
+        placement="intra",
+        size_bytes=size,
+        concurrent_groups=1,
+        times_s=(t * 1.3, t, t * 1.1),
+    )
+
+
+def synthetic_profile(compute: ComputeProfile, fits: tuple) -> HardwareProfile:
+    return HardwareProfile(
+        name="synthetic",
+        device=DeviceSpec(
+            name="test CPU",
+            vendor="test",
+            kind="cpu",
+            peak_tflops={"fp32": PEAK_FLOPS / 1e12},
+            memory_gib=1.0,
+            hbm_GBps=50.0,
+        ),
+        compute=compute,
+        communication=CommunicationProfile(backend="gloo", fits=fits),
+        topology=Topology(
+            gpus_per_node=2, scale_up_domain=2, scale_up_fabric="host_memory", nics_per_node=0
+        ),
+        provenance=Provenance(method="measured", date="2026-11-29", command="test"),
+    )
+
+
+# ---- collectives ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("group_size", [2, 3, 4])
+def test_collective_fit_recovers_known_latency_and_bandwidth(op: str, group_size: int) -> None:
+    # Fastest sample of each point lies exactly on t = 350 µs + S·f / 1.2 GB/s.
+    records = [collective(op, 2**e, 350e-6, 1.2, group_size) for e in range(10, 25)]
+    fit = fit_collective(records, "gloo")
+    assert fit.latency_s == pytest.approx(350e-6, rel=1e-3)
+    assert fit.busbw_GBps == pytest.approx(1.2, rel=1e-3)
+    assert (fit.op, fit.group_size, fit.algorithm) == (op, group_size, "gloo")
+
+
+def test_collective_fit_stays_nonnegative_on_data_that_shrinks_with_size() -> None:
+    # Unconstrained least squares would give a negative slope (infinite bandwidth).
+    records = [
+        CollectiveTiming(
+            op="all_reduce",
+            group_size=2,
+            placement="intra",
+            size_bytes=s,
+            concurrent_groups=1,
+            times_s=(t,),
+        )
+        for s, t in ((1024, 4e-4), (65536, 3.9e-4), (2**20, 3.8e-4))
+    ]
+    fit = fit_collective(records, "gloo")
+    assert fit.latency_s >= 0
+    assert 0 < fit.busbw_GBps <= 1e6
+
+
+def test_collective_split_holds_out_interior_sizes_only() -> None:
+    records = [collective("all_reduce", 2**e, 1e-4, 1.0) for e in range(10, 25)]
+    ((fit_points, held),) = split_collectives(records).values()
+    sizes = sorted(r.size_bytes for r in fit_points)
+    assert min(sizes) == 1024 and max(sizes) == 2**24
+    assert len(held) == 5 and all(1024 < r.size_bytes < 2**24 for r in held)
+
+
+# ---- GEMM curve ---------------------------------------------------------------------------
+
+
+def test_gemm_curve_reproduces_a_monotone_truth() -> None:
+    truth = {64: 0.3, 128: 0.5, 256: 0.7, 512: 0.8, 1024: 0.9}
+    curve = fit_gemm_curve([gemm(s, s, s, e) for s, e in truth.items()], PEAK_FLOPS, OVERHEAD_S)
+    assert [p.efficiency for p in curve] == pytest.approx(list(truth.values()), rel=1e-3)
+    assert [p.gflop for p in curve] == pytest.approx([2 * s**3 / 1e9 for s in truth], rel=1e-6)
+
+
+def test_gemm_curve_is_isotonic_where_measurements_dip() -> None:
+    # 0.8 then 0.6: the best monotone fit pools them at their (geometric) mean.
+    effs = [0.4, 0.8, 0.6, 0.9]
+    curve = fit_gemm_curve(
+        [gemm(s, s, s, e) for s, e in zip((64, 128, 256, 512), effs, strict=True)],
+        PEAK_FLOPS,
+        OVERHEAD_S,
+    )
+    values = [p.efficiency for p in curve]
+    assert values == sorted(values)
+    assert values[1] == pytest.approx(values[2]) == pytest.approx(math.sqrt(0.8 * 0.6), rel=1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.05, 1.0), min_size=2, max_size=12))
+def test_any_gemm_curve_passes_the_schema_monotonicity_check(effs: list[float]) -> None:
+    records = [gemm(32 * (i + 1), 64, 64, e) for i, e in enumerate(effs)]
+    curve = fit_gemm_curve(records, PEAK_FLOPS, OVERHEAD_S)
+    ComputeProfile(  # raises SpecError if the curve is not monotone
+        gemm_efficiency={"fp32": curve},
+        gemm_alignment_elements=8,
+        gemm_misaligned_factor=1.0,
+        memory_bandwidth_efficiency=1.0,
+    )
+
+
+def test_misaligned_factor_is_the_median_efficiency_ratio() -> None:
+    pairs = [
+        (gemm(s, s, s, 0.8), gemm(s, s + 5, s, 0.8 * r))
+        for s, r in ((128, 0.5), (256, 0.7), (512, 0.9))
+    ]
+    assert fit_misaligned_factor(pairs, OVERHEAD_S) == pytest.approx(0.7, rel=1e-3)
+    faster = [(gemm(128, 128, 128, 0.5), gemm(128, 133, 128, 0.9))]
+    assert fit_misaligned_factor(faster, OVERHEAD_S) == 1.0  # never above 1 (schema)
+
+
+def test_gemm_split_keeps_ends_and_holds_out_misaligned_shapes() -> None:
+    aligned = [gemm(8 * (i + 1), 64, 64, 0.5) for i in range(9)]
+    odd = gemm(60, 61, 64, 0.5)
+    fit_points, held = split_gemms([*aligned, odd], granule=8)
+    assert odd in held and odd not in fit_points
+    assert aligned[0] in fit_points and aligned[-1] in fit_points
+    assert len(held) == 3
+
+
+# ---- attention, memory, validation --------------------------------------------------------
+
+
+def attention(direction: str, seq: int, tflops: float, d: int = 64) -> AttentionTiming:
+    flops = 2.0 * 2 * 4 * seq * seq * d * (2.5 if direction == "backward" else 1.0)
+    t = OVERHEAD_S + flops / (tflops * 1e12)
+    return AttentionTiming(
+        dtype="fp32", direction=direction, batch=2, heads=4, seq_len=seq, head_dim=d, times_s=(t,)
+    )
+
+
+def test_attention_curves_recover_throughput_per_pass_and_head_dim() -> None:
+    records = [attention("forward", s, 0.01 * i) for i, s in enumerate((64, 128, 256), 1)]
+    records += [attention("backward", 128, 0.05), attention("forward", 128, 0.02, d=32)]
+    curves = {(c.direction, c.head_dim): c for c in fit_attention_curves(records, OVERHEAD_S)}
+    assert [p.tflops for p in curves[("forward", 64)].points] == pytest.approx([0.01, 0.02, 0.03])
+    assert curves[("backward", 64)].points[0].tflops == pytest.approx(0.05)
+    assert curves[("forward", 32)].points[0].seq_len == 128
+
+
+def memory(op: str, nbytes: int, GBps: float) -> MemoryTiming:
+    t = OVERHEAD_S + nbytes / (GBps * 1e9)
+    return MemoryTiming(op=op, dtype="fp32", bytes_moved=nbytes, times_s=(t,))
+
+
+def test_memory_fit_takes_the_best_copy_as_peak_and_recovers_the_efficiency() -> None:
+    records = [memory("copy", 2**e, 40.0) for e in range(18, 24)] + [memory("copy", 2**24, 50.0)]
+    records += [memory(op, 2**e, 30.0) for op in ("add", "rmsnorm", "adamw") for e in range(18, 24)]
+    peak, efficiency = fit_memory(records, OVERHEAD_S)
+    assert peak == pytest.approx(50.0, rel=1e-4)
+    assert efficiency == pytest.approx(30.0 / 50.0, rel=1e-4)
+    peak, efficiency = fit_memory(records, OVERHEAD_S, peak_GBps=100.0)  # a datasheet peak
+    assert (peak, efficiency) == (100.0, pytest.approx(0.3, rel=1e-4))
+
+
+def test_validation_of_exact_synthetic_data_has_no_error() -> None:
+    truth = {64: 0.3, 128: 0.5, 256: 0.7, 512: 0.8, 1024: 0.9}
+    fitted = [gemm(s, s, s, e) for s, e in truth.items()]
+    attn = [attention("forward", s, 0.02) for s in (64, 256)]
+    comm = [collective("all_reduce", 2**e, 2e-4, 1.5) for e in (10, 16, 22)]
+    compute = ComputeProfile(
+        gemm_efficiency={"fp32": fit_gemm_curve(fitted, PEAK_FLOPS, OVERHEAD_S)},
+        gemm_alignment_elements=8,
+        gemm_misaligned_factor=1.0,
+        attention=fit_attention_curves(attn, OVERHEAD_S),
+        memory_bandwidth_efficiency=0.6,
+        op_overhead_s=OVERHEAD_S,
+    )
+    profile = synthetic_profile(compute, (fit_collective(comm, "gloo"),))
+    held = HeldOut(
+        gemms=(gemm(256, 256, 256, 0.7), gemm(1024, 1024, 1024, 0.9)),
+        attention=(attention("forward", 128, 0.02),),
+        memory=(memory("add", 2**20, 30.0),),
+        collectives=(collective("all_reduce", 2**19, 2e-4, 1.5),),
+    )
+    errors = validate(profile, held)
+    assert {e.kind for e in errors} == {"gemm", "attention", "memory", "collective"}
+    assert max(abs(e.relative_error) for e in errors) < 1e-3
+    # A collective prediction goes through profiles.lookup, as the cost model's does.
+    assert collective_time_s(profile.communication.fits[0], 2**19) == pytest.approx(
+        2e-4 + 2**19 / 1.5e9, rel=1e-3
+    )
+
+
+# ---- timing and sweep plans ----------------------------------------------------------------
+
+
+def test_typical_figure_is_the_median_for_compute_and_the_fastest_for_collectives() -> None:
+    times = (5.0, 1.0, 2.0, 9.0, 3.0)
+    g = GemmTiming(dtype="fp32", m=8, n=8, k=8, pattern="linear", times_s=times)
+    c = CollectiveTiming(
+        op="all_reduce",
+        group_size=2,
+        placement="intra",
+        size_bytes=8,
+        concurrent_groups=1,
+        times_s=times,
+    )
+    assert (typical_s(g), typical_s(c)) == (3.0, 1.0)
+    s = spread("q", times)
+    assert (s.num_samples, s.min, s.max, s.mean) == (5, 1.0, 9.0, 4.0)
+
+
+def test_repeat_plan_loops_tiny_operators_and_caps_large_ones() -> None:
+    budget = QUICK_BUDGET
+    inner, repeats = repeat_plan(1e-6, budget)
+    assert inner * 1e-6 >= budget.min_sample_s and repeats <= budget.max_repeats
+    assert repeat_plan(10.0, budget) == (1, budget.min_repeats)
+
+
+@pytest.mark.parametrize("count", range(0, 40))
+def test_holdout_never_drops_the_ends(count: int) -> None:
+    mask = holdout(count)
+    assert len(mask) == count
+    if count:
+        assert not mask[0] and not mask[-1]
+    assert sum(mask) <= count // 4 + 1
+
+
+def test_model_gemms_follow_megatron_per_rank_shapes() -> None:
+    tiny = get_preset("tiny")  # h 128, 4 heads of 32, 2 query groups, ffn 256, vocab 512
+    assert candidate_tp(tiny, 2) == (1, 2)
+    assert candidate_tp(tiny, 8) == (1, 2)  # 2 query groups cap TP at 2
+    shapes = set(model_gemms(tiny, "fp32", (512,), 2))
+    assert ("fp32", 512, (4 + 2 * 2) * 32 // 2, 128, "linear") in shapes  # QKV at tp 2
+    assert ("fp32", 512, 128, 256 // 2, "linear") in shapes  # MLP down at tp 2
+    assert ("fp32", 512, 512, 128, "linear") in shapes  # logits at tp 1 (512 = 4·128)
+    assert ("fp32", 256, 128, 512, "wgrad") in shapes  # its weight gradient
+    assert ("fp32", 512, 128, 256, "dgrad") in shapes
+
+
+def test_quick_cpu_plan_covers_small_shapes_densely() -> None:
+    plan = sweep_plan(cuda=False, quick=True, model=get_preset("tiny"), world_size=2)
+    fp32 = [s for s in plan.gemms if s[0] == "fp32"]
+    small = [s for s in fp32 if 2 * s[1] * s[2] * s[3] <= 0.05e9]
+    assert len(small) >= 40  # the tiny models' GEMMs are a few MFLOP
+    assert min(plan.message_bytes) == 1024 and max(plan.message_bytes) >= 2**22
+    assert any(a[4] == 32 for a in plan.attention)  # the tiny model's head dim
+
+
+# ---- world, devices ------------------------------------------------------------------------
+
+
+def test_group_layouts_on_one_node_and_across_two() -> None:
+    one = {(g.placement, g.group_size): g.groups for g in group_layouts(4, 4)}
+    assert one == {
+        ("intra", 2): ((0, 1), (2, 3)),
+        ("intra", 3): ((0, 1, 2),),
+        ("intra", 4): ((0, 1, 2, 3),),
+    }
+    two = {(g.placement, g.group_size): g.groups for g in group_layouts(8, 4)}
+    assert two[("intra", 2)] == ((0, 1), (2, 3), (4, 5), (6, 7))
+    assert two[("inter", 2)] == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert "send_recv" in ops_for(group_layouts(2, 2)[0])
+    assert message_elements(1024, 3) == 255
+
+
+def test_nproc_rule_is_four_ranks_per_core_and_one_per_gpu() -> None:
+    check_nproc(8, cuda_devices=0, num_cpus=2, mem_bytes=None)
+    with pytest.raises(SpecError, match=r"4 ranks per CPU core x 2 cores = 8"):
+        check_nproc(9, cuda_devices=0, num_cpus=2, mem_bytes=None)
+    with pytest.raises(SpecError, match="CUDA devices"):
+        check_nproc(9, cuda_devices=8, num_cpus=64, mem_bytes=None)
+    with pytest.raises(SpecError, match="MiB"):
+        check_nproc(4, cuda_devices=0, num_cpus=8, mem_bytes=2**30)
+    with pytest.raises(SpecError, match="positive"):
+        check_nproc(0, cuda_devices=0, num_cpus=2, mem_bytes=None)
+    assert threads_per_rank(16, 4) == 4 and threads_per_rank(2, 4) == 1
+
+
+def test_failure_message_names_the_dead_rank_before_its_peers_errors() -> None:
+    failures = [
+        {
+            "rank": 0,
+            "error_type": "RuntimeError",
+            "message": "Connection closed by peer\nmore",
+            "time_s": 1.0,
+        },
+        {
+            "rank": 1,
+            "error_type": "ProcessDied",
+            "message": "rank 1 was killed by SIGKILL",
+            "time_s": 2.0,
+        },
+    ]
+    text = _failure_message(failures, stopped={2})
+    assert text.startswith("profiling failed: rank 1 ProcessDied: rank 1 was killed by SIGKILL")
+    assert "rank 0 (RuntimeError)" in text and "rank 2 (stopped)" in text and "\n" not in text
+
+
+def test_cpu_identity_and_missing_gpu_facts_are_not_errors(tmp_path: Path) -> None:
+    text = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
+    assert cpu_identity(text) == ("AMD EPYC 9654 96-Core Processor", "AMD")
+    assert cpu_identity("") == (None, None)
+    assert nvml_facts(0) == {} or "driver_version" in nvml_facts(0)
+    assert infiniband_nics(tmp_path / "absent") == (0, None)
+    port = tmp_path / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
+    assert infiniband_nics(tmp_path) == (1, 50.0)
+
+
+def test_datasheet_match_pairs_gpus_with_stored_profiles_only() -> None:
+    h200 = datasheet_match("NVIDIA H200")
+    assert h200 is not None and h200.name == "h200-sxm-141gb"
+    h100 = datasheet_match("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and h100.name == "h100-sxm-80gb"
+    assert datasheet_match("NVIDIA H100 PCIe") is None  # other peaks than the SXM part
+    assert datasheet_match("AMD EPYC") is None
