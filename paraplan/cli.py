@@ -67,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         sys.stderr.write(f"paraplan {args.command}: error: {exc}\n")
         return 2
+    except BrokenPipeError:
+        # the reader of our stdout (e.g. `| head`) went away: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         sys.stderr.write(f"paraplan {args.command}: interrupted\n")
         return 130
