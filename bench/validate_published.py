@@ -8,14 +8,22 @@ forward and full, non-causal attention: `costmodel.flops.sc21_flops_per_iteratio
 and print it beside the published figure, with the median absolute relative error.
 
 One profile for every row: the stored ``a100-sxm-80gb`` (fp16 uses the bf16 peaks), no
-per-row fitting. What the runs did, modelled as such:
+per-row fitting. What the runs did, modelled as such (`costmodel.execution.MEGATRON_2021`;
+NVIDIA/Megatron-LM ``examples/sc21``: container nvcr.io/nvidia/pytorch:20.12-py3,
+``--fp16 --loss-scale 8192``):
 - plans: the row's tp, pp, vpp (interleaved when > 1), dp, micro-batch and global batch,
   full recompute of every layer, no sequence parallelism (it did not exist yet);
+- data parallelism: ``--DDP-impl torch`` for the four pp = 1 rows (PyTorch DDP: 25 MB
+  buckets all-reduced during the last backward, `overlap_grad_reduce`) and ``local`` for
+  the pipelined rows (one all-reduce after the pipeline), fp16 gradients on the wire (no
+  ``--accumulate-allreduce-grads-in-fp32``);
 - attention: ``materialized`` (QKᵀ GEMM, fused scale-mask-softmax, dropout, attention x V),
   as Megatron-LM ran before fused flash attention (2022);
-- gradient accumulation: unfused (`ExecutionOptions.grad_accumulation_fusion` False): the
-  2021 DDP hook added each microbatch's gradient into the fp32 main gradient in a separate
-  memory-bound pass; the fusion into the weight-gradient GEMM came to Megatron-LM later;
+- kernels: unfused QKV bias add and bias-gradient reductions (PyTorch 1.8 `F.linear`),
+  gradients added into the fp16 main-gradient buffer by a per-parameter hook after every
+  microbatch, fp16 loss scaling in the optimizer;
+- pipeline sends: blocking ``batch_isend_irecv`` plus ``torch.cuda.synchronize()`` for the
+  interleaved schedule too, with the scatter/gather optimisation over the tp ranks' NICs;
 - models: Megatron GPT (GELU, LayerNorm, learned positions, tied embeddings, biases).
 
 Input: the CSV at ``../shared/reference/`` next to the repository when present, else the
@@ -35,8 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from costmodel.estimate import estimate_plan
+from costmodel.execution import MEGATRON_2021
 from costmodel.flops import sc21_flops_per_iteration
-from costmodel.simulator import ExecutionOptions
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
@@ -44,9 +52,10 @@ from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
 PROFILE = "a100-sxm-80gb"
-SC21_EXECUTION = ExecutionOptions(attention="materialized", grad_accumulation_fusion=False)
-"""How Megatron-LM ran in 2021: unfused attention, and gradients added into the fp32 main
-gradient by a per-parameter hook after every microbatch's backward."""
+SC21_EXECUTION = MEGATRON_2021
+"""How Megatron-LM ran in 2021 (`costmodel.execution.MEGATRON_2021`)."""
+TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
+"""PyTorch DDP's default 25 MiB bucket (`bucket_cap_mb`), in fp16 gradients."""
 TARGET_MEDIAN_ERROR = 0.10
 DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared/reference/published-runs-public.csv"
 
@@ -136,6 +145,15 @@ def _model(row: dict[str, object]) -> ModelSpec:
     )
 
 
+def _ddp(pp: int) -> dict[str, object]:
+    """The data-parallel wrapper of the run: run_table_1.sh passes ``--DDP-impl torch`` for
+    every pp = 1 row (PyTorch DDP overlaps bucketed all-reduces with the last backward) and
+    ``local`` for every pipelined row (Megatron's DDP reduces after the pipeline)."""
+    if pp == 1:
+        return {"overlap_grad_reduce": True, "ddp_bucket_size": TORCH_DDP_BUCKET_PARAMS}
+    return {"overlap_grad_reduce": False}
+
+
 def predict_row(row: dict[str, object]) -> RowResult:
     """Predict one published run (see the module docstring for what is modelled)."""
     model = _model(row)
@@ -148,6 +166,7 @@ def predict_row(row: dict[str, object]) -> RowResult:
         dp=int(row["dp"]),
         micro_batch_size=int(row["micro_batch_size"]),
         recompute="full",
+        **_ddp(int(row["pp"])),
     )
     cluster = ClusterSpec(hardware=PROFILE, num_gpus=gpus)
     job = TrainingJob(seq_length=seq, global_batch_size=batch, precision="bf16")

@@ -129,15 +129,27 @@ def memory_bound_time_s(profile: HardwareProfile, bytes_moved: float, num_ops: i
 
 
 def norm_time_s(
-    profile: HardwareProfile, tokens: float, width: int, elem: int, direction: Direction
+    profile: HardwareProfile,
+    tokens: float,
+    width: int,
+    elem: int,
+    direction: Direction,
+    *,
+    two_pass_backward: bool = False,
 ) -> float:
     """LayerNorm/RMSNorm over ``tokens`` rows of ``width``.
 
     Forward reads x and writes y: 2·e per element. Backward reads x and dy and writes dx:
-    3·e per element (the weight gradient is a reduction over the same reads).
+    3·e per element (the weight gradient is a reduction over the same reads, one fused
+    kernel as in Transformer Engine). ``two_pass_backward``: apex `FusedLayerNorm`
+    (Megatron-LM 2021) reads x and dy once for the weight-gradient partial sums and again
+    for the input gradient, 5·e per element in two kernels.
     """
-    passes = 2 if direction == "forward" else 3
-    return memory_bound_time_s(profile, passes * elem * tokens * width)
+    if direction == "forward":
+        return memory_bound_time_s(profile, 2 * elem * tokens * width)
+    if two_pass_backward:
+        return memory_bound_time_s(profile, 5 * elem * tokens * width, num_ops=2)
+    return memory_bound_time_s(profile, 3 * elem * tokens * width)
 
 
 def rope_time_s(
@@ -168,9 +180,29 @@ def activation_time_s(
     return memory_bound_time_s(profile, passes * elem * tokens * ffn_width)
 
 
-def residual_time_s(profile: HardwareProfile, tokens: float, width: int, elem: int) -> float:
-    """Residual add with (bias-)dropout, Megatron's fused bias-dropout-add: reads the branch
-    and the residual, writes the sum, 3·e per element, in either pass."""
+def residual_time_s(
+    profile: HardwareProfile,
+    tokens: float,
+    width: int,
+    elem: int,
+    direction: Direction = "forward",
+    *,
+    dropout: bool = False,
+) -> float:
+    """Residual add with (bias-)dropout, Megatron's fused bias-dropout-add.
+
+    Forward reads the branch and the residual and writes the sum (3·e per element), plus a
+    1-byte dropout mask with ``dropout``. Backward: autograd sums the two gradients that
+    reach the residual stream (read 2·e, write e); with ``dropout`` the branch gradient
+    first goes through the mask (read the gradient and the mask, write the gradient:
+    2·e + 1), a second kernel.
+    """
+    if direction == "forward":
+        per_element = 3 * elem + (MASK_BYTES if dropout else 0)
+        return memory_bound_time_s(profile, per_element * tokens * width)
+    if dropout:
+        per_element = 5 * elem + MASK_BYTES
+        return memory_bound_time_s(profile, per_element * tokens * width, num_ops=2)
     return memory_bound_time_s(profile, 3 * elem * tokens * width)
 
 
@@ -194,12 +226,17 @@ def cross_entropy_time_s(
 ) -> float:
     """Vocab-parallel cross entropy over ``tokens`` rows of the rank's vocabulary slice.
 
-    Forward (Megatron `cross_entropy.py`): reads the logits (e), writes fp32 exponentials
-    (4) and reads them again for the normalisation (4). Backward: reads the saved softmax
-    (4) and writes the logit gradient (e).
+    Megatron-LM `_VocabParallelCrossEntropy` (mpu/cross_entropy.py in 2021, core
+    tensor_parallel/cross_entropy.py today) works in fp32 on a cast of the logits, with one
+    kernel per step. Forward: cast (read e, write 4), max (read 4), subtract the max in place
+    (8), exp in place (8), sum (4), divide in place (8) to keep the softmax for backward:
+    e + 36 bytes per logit in six kernels. Backward: scale the saved softmax by the loss
+    gradient in place (8), then cast back to the logits dtype (read 4, write e): e + 12 in
+    two kernels. A fused cross entropy (`--cross-entropy-loss-fusion`) would move less.
     """
-    per_element = elem + 2 * FP32_BYTES if direction == "forward" else FP32_BYTES + elem
-    return memory_bound_time_s(profile, per_element * tokens * vocab_per_rank, num_ops=3)
+    if direction == "forward":
+        return memory_bound_time_s(profile, (elem + 36) * tokens * vocab_per_rank, num_ops=6)
+    return memory_bound_time_s(profile, (elem + 12) * tokens * vocab_per_rank, num_ops=2)
 
 
 def embedding_time_s(
@@ -214,14 +251,31 @@ def embedding_time_s(
     return memory_bound_time_s(profile, per_element * tokens * width)
 
 
-def grad_accumulation_time_s(profile: HardwareProfile, params: float, grad_bytes: int) -> float:
+def grad_accumulation_time_s(
+    profile: HardwareProfile, params: float, grad_bytes: int, main_grad_bytes: int = FP32_BYTES
+) -> float:
     """Unfused weight-gradient accumulation over ``params`` parameters for one microbatch:
-    read the fresh gradient (``grad_bytes`` each) and read-modify-write the fp32 main
-    gradient (8), as Megatron-LM's DDP hook ``main_grad.add_(grad)`` does without
-    `--gradient-accumulation-fusion` (and plain PyTorch autograd does into ``.grad``)."""
+    read the fresh gradient (``grad_bytes`` each) and read-modify-write the main gradient
+    (``main_grad_bytes`` each way), as Megatron-LM's DDP hook ``main_grad.add_(grad)`` does
+    without `--gradient-accumulation-fusion` (and plain PyTorch autograd does into
+    ``.grad``). The main gradient is fp32 (4) by default, fp16 (2) in fp16 runs without
+    `--accumulate-allreduce-grads-in-fp32`."""
     if params < 0:
         raise SpecError(f"grad_accumulation_time_s: params must be >= 0, got {params}")
-    return memory_bound_time_s(profile, params * (grad_bytes + 2 * FP32_BYTES))
+    return memory_bound_time_s(profile, params * (grad_bytes + 2 * main_grad_bytes))
+
+
+def bias_time_s(
+    profile: HardwareProfile, tokens: float, width: float, elem: int, direction: Direction
+) -> float:
+    """A linear bias handled outside its GEMM, over ``tokens`` rows of ``width`` outputs.
+
+    Forward: the in-place add after the matmul reads and writes the GEMM output (2·e per
+    element; PyTorch <= 1.10 `F.linear` on 3-D inputs). Backward: autograd reduces the
+    output gradient over the tokens for the bias gradient, one read (e per element).
+    """
+    per_element = 2 * elem if direction == "forward" else elem
+    return memory_bound_time_s(profile, per_element * tokens * width)
 
 
 def optimizer_step_time_s(
@@ -231,16 +285,24 @@ def optimizer_step_time_s(
     local_params: float,
     mixed_precision: bool,
     num_tensors: int,
+    loss_scaling: bool = False,
+    main_grad_bytes: int = FP32_BYTES,
 ) -> float:
     """One Adam step on one rank, memory-bound (fused multi-tensor kernels).
 
     Per parameter of the rank's optimizer shard: read the fp32 gradient (4), read and write
     Adam m and v (16), read and write the fp32 master weight (8) and, under mixed precision,
     write the bf16 copy (2); an fp32 run updates the weight in place (8, no copy). Per local
-    parameter (the full gradient buffer): the gradient-norm pass for clipping reads it (4)
-    and zeroing it for the next iteration writes it (4). Source: Megatron-LM
-    `DistributedOptimizer.step` (copy-to-main-grad, clip, inner step, copy-main-to-model).
-    Each of the four passes launches about one kernel per parameter tensor.
+    parameter (the full gradient buffer): the gradient-norm pass for clipping reads it
+    (``main_grad_bytes``) and zeroing it for the next iteration writes it (the same). Source:
+    Megatron-LM `DistributedOptimizer.step` (copy-to-main-grad, clip, inner step,
+    copy-main-to-model). Each of the four passes launches about one kernel per parameter
+    tensor.
+
+    ``loss_scaling`` (fp16, Megatron `FP16OptimizerWithFP16Params`): the fp16 gradients are
+    first copied into fp32 main gradients (read ``main_grad_bytes``, write 4) and unscaled
+    with an inf/NaN check (read and write 4), per shard parameter, two more passes; the
+    gradient norm then reads the fp32 copies (4 per local parameter).
     """
     if shard_params < 0 or local_params < 0:
         raise SpecError(
@@ -248,8 +310,13 @@ def optimizer_step_time_s(
             f"({local_params}) must be >= 0"
         )
     per_shard = 4 + 16 + 8 + (2 if mixed_precision else 0)
-    bytes_moved = per_shard * shard_params + 8 * local_params
-    return memory_bound_time_s(profile, bytes_moved, num_ops=4 * max(num_tensors, 1))
+    passes = 4
+    if loss_scaling:
+        per_shard += main_grad_bytes + 4 + 8
+        passes += 2
+    norm_read = FP32_BYTES if loss_scaling else main_grad_bytes  # norm of the fp32 copies
+    bytes_moved = per_shard * shard_params + (norm_read + main_grad_bytes) * local_params
+    return memory_bound_time_s(profile, bytes_moved, num_ops=passes * max(num_tensors, 1))
 
 
 # ---- attention core --------------------------------------------------------------------

@@ -27,6 +27,15 @@ Communication per layer (size S = T·h·e bytes, the full activation):
 
 Recompute: selective reruns the attention core (and its CP exchange) in backward; full
 reruns the whole layer forward including its collectives.
+
+Framework conventions come from `costmodel.execution.ExecutionOptions`: the attention
+kernel, and whether linear biases ride in the GEMM epilogues (``bias_fusion``; without it
+the QKV bias is a separate add and every bias gradient a separate reduction,
+`costmodel.compute.bias_time_s`). The materialized attention path also copies its
+context layer from [b, heads, s, d] back to [s, b, heads·d] (``.permute().contiguous()``,
+read and write) and, in backward, concatenates the query, key and value gradients into the
+fused QKV gradient (the backward of ``torch.split``): Megatron-LM `ParallelAttention`
+(2021) and `CoreAttention` (the local, non-TE path).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from dataclasses import dataclass, field, fields
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import (
     attention_projection_forward_flops_per_token,
     core_attention_forward_flops_per_token,
@@ -237,9 +247,10 @@ def _attention(
     profile: HardwareProfile,
     x: _Shape,
     groups: CommGroups,
-    kernel: AttentionKernel,
+    options: ExecutionOptions,
 ) -> tuple[PassCost, PassCost, PassCost, float, float]:
     """Attention block: (forward, backward, selective-recompute pass, dgrad_s, wgrad_s)."""
+    kernel = options.attention
     h = model.hidden_size
     q, kv, head_dim = _attention_dims(model, x.tp)
     if model.uses_mla:
@@ -264,13 +275,17 @@ def _attention(
             direction=direction,
         )
     rope = model.position_embedding == "rope"
-    ew_fwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "forward")
-    ew_fwd += ops.residual_time_s(profile, x.norm_tokens, h, x.elem)
-    ew_bwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward")
-    ew_bwd += ops.residual_time_s(profile, x.norm_tokens, h, x.elem)
+    ew_fwd, ew_bwd = _norm_and_residual(profile, x, h, options)
     if rope:
         ew_fwd += ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "forward")
         ew_bwd += ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "backward")
+    if kernel == "materialized":
+        ew_fwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * q)
+        ew_bwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * (q + 2 * kv))
+    if model.add_bias_linear and not options.bias_fusion:
+        ew_fwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "forward")
+        ew_bwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "backward")
+        ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
@@ -318,8 +333,12 @@ def _mlp(
     x: _Shape,
     groups: CommGroups,
     ffn: int,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[PassCost, PassCost, float, float]:
-    """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert)."""
+    """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert).
+
+    Without ``bias_fusion`` the FC1 and FC2 bias gradients are reductions of their output
+    gradients (the forward adds ride in the fused bias-GeLU and bias-dropout-add)."""
     if ffn == 0:
         return ZERO, ZERO, 0.0, 0.0
     h, gated = model.hidden_size, model.activation == "swiglu"
@@ -332,18 +351,27 @@ def _mlp(
     act_b = ops.activation_time_s(
         profile, x.tokens, width, x.elem, gated=gated, direction="backward"
     )
+    if model.add_bias_linear and not options.bias_fusion:
+        fc1_width = (2 if gated else 1) * width
+        act_b += ops.bias_time_s(profile, x.tokens, fc1_width, x.elem, "backward")
+        act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1, fc2)
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
     return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad
 
 
-def _mlp_block_extras(profile: HardwareProfile, x: _Shape, h: int) -> tuple[float, float]:
-    """Pre-MLP norm and the MLP residual add: (forward, backward) seconds."""
+def _norm_and_residual(
+    profile: HardwareProfile, x: _Shape, h: int, options: ExecutionOptions
+) -> tuple[float, float]:
+    """One pre-norm and one residual (bias-dropout-add) of a block: (forward, backward)
+    seconds, with the framework's norm backward and dropout (`costmodel.execution`)."""
+    two_pass, dropout = options.two_pass_norm_backward, options.hidden_dropout
     fwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "forward")
-    bwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward")
-    res = ops.residual_time_s(profile, x.norm_tokens, h, x.elem)
-    return fwd + res, bwd + res
+    fwd += ops.residual_time_s(profile, x.norm_tokens, h, x.elem, "forward", dropout=dropout)
+    bwd = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward", two_pass_backward=two_pass)
+    bwd += ops.residual_time_s(profile, x.norm_tokens, h, x.elem, "backward", dropout=dropout)
+    return fwd, bwd
 
 
 def _routed_experts(
@@ -393,24 +421,27 @@ def layer_cost(
     *,
     is_moe: bool,
     groups: CommGroups | None = None,
-    kernel: AttentionKernel = "flash",
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> LayerCost:
     """Costs of one dense (``is_moe=False``) or MoE layer for one microbatch on one rank.
 
     ``groups`` places the TP/CP/EP groups (default: every group inside one scale-up
-    domain); ``kernel`` is the attention implementation (see `costmodel.compute`).
+    domain); ``options`` are the framework's kernels (attention implementation, bias
+    fusion: `costmodel.execution`).
     """
     comm = groups or _intra_groups(plan)
     x = _shape(job, plan)
-    att_f, att_b, selective, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, kernel)
-    extra_f, extra_b = _mlp_block_extras(profile, x, model.hidden_size)
+    att_f, att_b, selective, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, options)
+    extra_f, extra_b = _norm_and_residual(profile, x, model.hidden_size, options)
     if is_moe:
         mlp_f, mlp_b, mlp_d, mlp_w = _routed_experts(model, plan, profile, x, comm)
-        sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, model.moe_shared_expert_size)
+        shared = model.moe_shared_expert_size
+        sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, shared, options)
         mlp_f, mlp_b = mlp_f.plus(sh_f), mlp_b.plus(sh_b)
         mlp_d, mlp_w = mlp_d + sh_d, mlp_w + sh_w
     else:
-        mlp_f, mlp_b, mlp_d, mlp_w = _mlp(model, plan, profile, x, comm, model.ffn_hidden_size)
+        ffn = model.ffn_hidden_size
+        mlp_f, mlp_b, mlp_d, mlp_w = _mlp(model, plan, profile, x, comm, ffn, options)
     forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
     backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
     recompute = {"none": ZERO, "selective": selective, "full": forward}[plan.recompute]
@@ -475,6 +506,7 @@ def logits_cost(
     plan: ParallelPlan,
     profile: HardwareProfile,
     groups: CommGroups | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[PassCost, PassCost]:
     """(forward, backward) of the final norm, the vocab-parallel output layer and the
     cross entropy for one microbatch (padded vocabulary, split over TP).
@@ -490,7 +522,15 @@ def logits_cost(
     gemm = _gemm3(profile, x, x.tokens, vocab, h)
     fwd_s = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "forward") + gemm[0]
     fwd_s += ops.cross_entropy_time_s(profile, x.tokens, vocab, x.elem, "forward")
-    bwd_s = ops.norm_time_s(profile, x.norm_tokens, h, x.elem, "backward") + gemm[1] + gemm[2]
+    bwd_s = ops.norm_time_s(
+        profile,
+        x.norm_tokens,
+        h,
+        x.elem,
+        "backward",
+        two_pass_backward=options.two_pass_norm_backward,
+    )
+    bwd_s += gemm[1] + gemm[2]
     bwd_s += ops.cross_entropy_time_s(profile, x.tokens, vocab, x.elem, "backward")
     fwd, bwd = PassCost(compute_s=fwd_s), PassCost(compute_s=bwd_s)
     if x.tp > 1:

@@ -105,10 +105,13 @@ def _num_virtual(schedule: PipelineSchedule) -> int:
     return len(schedule) * (1 + chunks)
 
 
-def _checked_s(value: float, what: str) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise SpecError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
-    return value
+def _checked_s(value: float, source: str, action: Action) -> float:
+    """``value`` when it is a valid duration; the error message is built only on failure
+    (this runs for every action, and formatting the action dominated the loop)."""
+    if math.isfinite(value) and value >= 0:
+        return value
+    what = f"p2p_s into {action}" if source == "p2p" else f"compute_s({action})"
+    raise SpecError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
 
 
 def _positions(schedule: PipelineSchedule) -> dict[_Key, tuple[int, int]]:
@@ -165,8 +168,8 @@ def simulate_pipeline(
                 waiting.setdefault(key, []).append(stage)
                 return
             hop_s = 0.0 if src is None else p2p_s(src, here, action.phase)
-            ready_s = max(ready_s, end_of[key] + _checked_s(hop_s, f"p2p_s into {action}"))
-        end_s = ready_s + _checked_s(compute_s(action), f"compute_s({action})")
+            ready_s = max(ready_s, end_of[key] + _checked_s(hop_s, "p2p", action))
+        end_s = ready_s + _checked_s(compute_s(action), "compute", action)
         starts[stage].append(ready_s)
         heapq.heappush(heap, (end_s, next(order), stage))
 

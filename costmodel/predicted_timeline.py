@@ -3,7 +3,8 @@
 One rank per pipeline stage is shown (tp, cp and dp index 0): every rank of a stage runs
 the same work at the same time in the cost model, so the others are symmetric. Each
 timed action is laid out as its compute, then the exposed TP, CP and EP communication,
-then (1F1B) its blocking pipeline send; a communication event spans its whole duration,
+then its pipeline send (inside the action when sends block: 1F1B, or interleaved without
+`ExecutionOptions.overlap_p2p`); a communication event spans its whole duration,
 so its hidden part overlaps the compute before it. Idle compute time becomes `bubble`
 events; gradient buckets, the optimizer step and the exposed parameter all-gather follow
 the pipeline.

@@ -13,10 +13,12 @@ linear in bytes for a fixed group, so one (latency, seconds per byte) pair per d
 group serves every row. Everything else is numpy arithmetic over the rows:
 
 - pipeline (Narayanan et al. 2021 §2.2, checked against the simulator): with per-stage
-  microbatch times T_s (forward + backward + recompute, plus blocking sends under 1F1B),
-  1F1B takes (m - 1)·max T_s + Σ T_s; interleaved takes m·max T_s + (Σ T_s - max T_s)/v
-  plus 2·(p·v - 1) asynchronous send delays (the first microbatch's forward through every
-  virtual stage and the last one's backward);
+  microbatch times T_s (forward + backward + recompute, plus the blocking sends of its
+  chunks under 1F1B or without `ExecutionOptions.overlap_p2p`), 1F1B takes
+  (m - 1)·max T_s + Σ T_s; interleaved takes m·max T_s + (Σ T_s - max T_s)/v plus, with
+  asynchronous sends, 2·(p·v - 1) send delays (the first microbatch's forward through
+  every virtual stage and the last one's backward); a scattered send
+  (`pipeline_scatter_gather`) moves 1/tp of the tensor and all-gathers it over tp;
 - gradients: the last bucket of stage 0 (or everything without overlap), and the single
   bucket of stages 1 and p-1 less their head start of s·(backward per chunk);
 - parameter all-gather, optimizer step and memory as in `costmodel.simulator` and
@@ -153,7 +155,7 @@ def _layer_columns(
     job: TrainingJob,
     profile: HardwareProfile,
     topo: tuple[int, int, int],
-    kernel: AttentionKernel,
+    options: ExecutionOptions,
 ):
     """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding and
     the output layer, with compute and exposed communication kept apart."""
@@ -164,14 +166,16 @@ def _layer_columns(
         groups = _groups(row, *topo)
         out: dict[str, float] = {}
         for kind in kinds:
-            cost = layer_cost(model, job, plan, profile, is_moe=kind, groups=groups, kernel=kernel)
+            cost = layer_cost(
+                model, job, plan, profile, is_moe=kind, groups=groups, options=options
+            )
             tag = "m" if kind else "d"
             for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
                 out[f"{name}_{tag}"] = p.duration_s
                 out[f"{name}c_{tag}"] = p.compute_s
         for name, (fwd, bwd) in (
             ("emb", embedding_cost(model, job, plan, profile, groups)),
-            ("log", logits_cost(model, job, plan, profile, groups)),
+            ("log", logits_cost(model, job, plan, profile, groups, options)),
         ):
             out[f"{name}_f"], out[f"{name}_b"] = fwd.duration_s, bwd.duration_s
             out[f"{name}_c"] = fwd.compute_s + bwd.compute_s
@@ -222,6 +226,7 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
             ("ag", "all_gather", dense),
             ("age", "all_gather", expert),
             ("norm", "all_reduce", tpg),
+            ("tpag", "all_gather", tpg),
         ):
             out[f"{tag}_a"], out[f"{tag}_b"] = _linear_cost(profile, op, group)
         pair = place(2, stride * max(pp - 1, 1))
@@ -329,19 +334,24 @@ def _stage_times(c: dict[str, np.ndarray], model: ModelSpec, recompute: np.ndarr
     return (f0, b0), (f, bm), (fl, bl), compute0
 
 
-def _pipeline_s(c: dict[str, np.ndarray], times, send: np.ndarray, m: np.ndarray) -> np.ndarray:
+def _pipeline_s(
+    c: dict[str, np.ndarray], times, send: np.ndarray, m: np.ndarray, overlap_p2p: bool
+) -> np.ndarray:
     (f0, b0), (fm, bm), (fl, bl) = times
     pp, vpp = c["pp"], c["vpp"]
-    blocking = (vpp == 1) & (pp > 1)
-    t0 = f0 + b0 + np.where(blocking, send, 0.0)
-    tm = fm + bm + np.where(blocking, 2 * send, 0.0)
-    tl = fl + bl + np.where(blocking, send, 0.0)
+    blocking = (pp > 1) & ((vpp == 1) | (not overlap_p2p))
+    # Blocking sends per microbatch: every chunk's forward and backward sends, except the
+    # first stage's chunk-0 backward and the last stage's last-chunk forward.
+    t0 = f0 + b0 + np.where(blocking, (2 * vpp - 1) * send, 0.0)
+    tm = fm + bm + np.where(blocking, 2 * vpp * send, 0.0)
+    tl = fl + bl + np.where(blocking, (2 * vpp - 1) * send, 0.0)
     middle = np.maximum(pp - 2, 0)
     t_max = np.maximum(np.maximum(t0, tl), np.where(middle > 0, tm, 0.0))
     t_sum = t0 + tl + middle * tm
     one_f_one_b = (m - 1) * t_max + t_sum
-    interleaved = m * t_max + (t_sum - t_max) / vpp + 2 * (pp * vpp - 1) * send
-    return np.where(pp == 1, m * (f0 + b0), np.where(blocking, one_f_one_b, interleaved))
+    arrivals = np.where(blocking, 0.0, 2 * (pp * vpp - 1) * send)
+    interleaved = m * t_max + (t_sum - t_max) / vpp + arrivals
+    return np.where(pp == 1, m * (f0 + b0), np.where(vpp == 1, one_f_one_b, interleaved))
 
 
 def _earlier_chunks_s(per_chunk: np.ndarray, v: np.ndarray, spacing: np.ndarray) -> np.ndarray:
@@ -387,7 +397,14 @@ def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarra
     return done
 
 
-def _tail_s(c, times, profile: HardwareProfile, job: TrainingJob, model: ModelSpec) -> np.ndarray:
+def _tail_s(
+    c,
+    times,
+    profile: HardwareProfile,
+    job: TrainingJob,
+    model: ModelSpec,
+    options: ExecutionOptions,
+) -> np.ndarray:
     """Optimizer step plus exposed parameter all-gather, worst of stages 0 and p-1.
 
     With `overlap_param_gather` the gathers run in forward order from the iteration start;
@@ -401,7 +418,13 @@ def _tail_s(c, times, profile: HardwareProfile, job: TrainingJob, model: ModelSp
     mixed = job.precision != "fp32"
     unit = [
         ops.optimizer_step_time_s(
-            profile, shard_params=s, local_params=lp, mixed_precision=mixed, num_tensors=n
+            profile,
+            shard_params=s,
+            local_params=lp,
+            mixed_precision=mixed,
+            num_tensors=n,
+            loss_scaling=options.loss_scaling,
+            main_grad_bytes=options.main_grad_bytes,
         )
         for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
     ]
@@ -495,7 +518,7 @@ def screen_plans(
         df["ddp_bucket_size"] > 0, np.maximum(40_000_000, 1_000_000 * df["dp"] * df["cp"])
     )
     parts = [
-        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options.attention)),
+        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
         _per_unique(
             df,
             ["tp", "cp", "dp", "pp", "ep", "etp", "distributed_optimizer"],
@@ -531,7 +554,9 @@ def screen_plans(
     def accumulate(params: np.ndarray) -> np.ndarray:
         if options.grad_accumulation_fusion:
             return np.zeros(len(params))
-        per_param = ops.grad_accumulation_time_s(profile, 1e9, grad_bytes) / 1e9
+        per_param = (
+            ops.grad_accumulation_time_s(profile, 1e9, grad_bytes, options.main_grad_bytes) / 1e9
+        )
         return per_param * params
 
     *times, compute0 = _stage_times(c, model, c["recompute"], accumulate)
@@ -544,10 +569,13 @@ def screen_plans(
         / sp_div
         * ops.element_bytes(job.precision)
     )
-    send = np.where(c["pp"] > 1, c["send_a"] + c["send_b"] * send_bytes, 0.0)
-    pipeline = _pipeline_s(c, times, send, m)
-    sync = _gradients_s(c, times, pipeline, 4.0)
-    iteration = sync + _tail_s(c, times, profile, job, model)
+    scatter = options.pipeline_scatter_gather & ~c["sequence_parallel"] & (c["tp"] > 1)
+    send = c["send_a"] + c["send_b"] * send_bytes / np.where(scatter, c["tp"], 1)
+    send += np.where(scatter, _affine(c["tpag_a"], c["tpag_b"], send_bytes), 0.0)
+    send = np.where(c["pp"] > 1, send, 0.0)
+    pipeline = _pipeline_s(c, times, send, m, options.overlap_p2p)
+    sync = _gradients_s(c, times, pipeline, float(options.main_grad_bytes))
+    iteration = sync + _tail_s(c, times, profile, job, model, options)
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= model.num_layers % (c["pp"] * c["vpp"]) == 0
     iteration = np.where(ok, iteration, np.inf)

@@ -9,9 +9,11 @@ Order of work, following Megatron-LM (megatron-facts.md §3, §5):
    `costmodel.pipeline_sim.simulate_pipeline`. Pipeline sends carry [s/cp (/tp with SP),
    b, h] activations (§3.4): 1F1B sends are blocking (`batch_isend_irecv`), so they extend
    the sender's action; interleaved sends are asynchronous (`overlap_p2p_comm`, the
-   default), so they only delay the receiver.
+   default), so they only delay the receiver, unless `ExecutionOptions.overlap_p2p` is off
+   (Megatron-LM 2021: blocking sends, optionally scattered over the tp ranks' NICs).
 3. Gradient reduction per bucket over DP x CP (experts over expert-DP): reduce-scatter with
-   the distributed optimizer, else all-reduce, fp32 gradients. With
+   the distributed optimizer, else all-reduce, of the main gradients (fp32 by default,
+   `ExecutionOptions.main_grad_bytes`). With
    `overlap_grad_reduce` a bucket is launched once the last microbatch's backward has
    produced it (buckets fill in backward order during that action); Megatron buckets only
    the first chunk of the first stage and keeps one bucket per chunk elsewhere (§5.1).
@@ -39,9 +41,9 @@ from dataclasses import dataclass, fields
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.layer_costs import (
     ZERO,
-    AttentionKernel,
     CommGroups,
     PassCost,
     embedding_cost,
@@ -57,28 +59,6 @@ from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
 from specs.plan import ParallelPlan
-
-GRAD_BYTES = 4
-"""Bytes per gradient element on the wire: fp32 main gradients (Megatron turns on
-`accumulate_allreduce_grads_in_fp32` with bf16, megatron-facts.md §5.2)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ExecutionOptions:
-    """How the training framework runs a plan, beyond the plan's own switches."""
-
-    attention: AttentionKernel = "flash"
-    """Attention implementation (`costmodel.compute`): fused ``flash`` (Megatron-LM with
-    Transformer Engine) or ``materialized`` (unfused softmax, Megatron-LM before 2022)."""
-    grad_accumulation_fusion: bool = True
-    """Megatron-LM `--gradient-accumulation-fusion` (on by default with TE/APEX): weight-
-    gradient GEMMs accumulate straight into the fp32 main gradient. Off, every microbatch's
-    backward adds a memory-bound pass over the stage's parameters
-    (`costmodel.compute.grad_accumulation_time_s`)."""
-
-
-DEFAULT_OPTIONS = ExecutionOptions()
-"""Megatron-LM's current defaults."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,7 +156,8 @@ class IterationSimulation:
     send_s: tuple[float, ...]
     """Pipeline send time across each stage boundary (index s: stage s to s+1)."""
     blocking_sends: bool
-    """True for 1F1B (sends extend the sender's action)."""
+    """True when sends extend the sender's action (1F1B, or interleaved without
+    `ExecutionOptions.overlap_p2p`)."""
 
 
 def comm_groups(placements: PlanPlacements) -> CommGroups:
@@ -217,14 +198,13 @@ def chunk_costs(
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[tuple[ChunkCost, ...], ...]:
     """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module)."""
-    kernel = options.attention
     grad_bytes = ops.element_bytes(job.precision)
     kinds = {
-        k: layer_cost(model, job, plan, profile, is_moe=k, groups=groups, kernel=kernel)
+        k: layer_cost(model, job, plan, profile, is_moe=k, groups=groups, options=options)
         for k in set(model.moe_layer_mask())
     }
     emb = embedding_cost(model, job, plan, profile, groups)
-    out = logits_cost(model, job, plan, profile, groups)
+    out = logits_cost(model, job, plan, profile, groups, options)
     mask = model.moe_layer_mask()
     redo = recomputed_layers(model, plan) if plan.recompute == "full" else None
     last_virtual = plan.pp * plan.vpp - 1
@@ -248,7 +228,9 @@ def chunk_costs(
                 fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
             dense, expert = _chunk_params(model, plan, layers, v == 0, v == last_virtual)
             if not options.grad_accumulation_fusion:
-                accumulate = ops.grad_accumulation_time_s(profile, dense + expert, grad_bytes)
+                accumulate = ops.grad_accumulation_time_s(
+                    profile, dense + expert, grad_bytes, options.main_grad_bytes
+                )
                 bwd = bwd.plus(PassCost(compute_s=accumulate))
             row.append(
                 ChunkCost(
@@ -269,8 +251,14 @@ def pipeline_send_s(
     plan: ParallelPlan,
     profile: HardwareProfile,
     placements: PlanPlacements,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[float, ...]:
-    """Seconds to send one microbatch's activation across each stage boundary (§3.4)."""
+    """Seconds to send one microbatch's activation across each stage boundary (§3.4), the
+    last entry from the last stage back to the first (interleaved schedules).
+
+    With `ExecutionOptions.pipeline_scatter_gather` and no sequence parallelism, each tp
+    rank sends 1/tp of the tensor over its own link and the receiving ranks all-gather it
+    over their tensor-parallel group (Narayanan et al. 2021 §4.1)."""
     if plan.pp == 1:
         return (0.0,)
     sp = plan.tp if plan.sequence_parallel and plan.tp > 1 else 1
@@ -282,7 +270,19 @@ def pipeline_send_s(
         / sp
         * ops.element_bytes(job.precision)
     )
+    if options.pipeline_scatter_gather and sp == 1 and plan.tp > 1:
+        gather = collective_time_s(profile, "all_gather", size, placements["tp"])
+        return tuple(
+            p2p_time_s(profile, size / plan.tp, intra=intra) + gather
+            for intra in placements.pp_hop_intra
+        )
     return tuple(p2p_time_s(profile, size, intra=intra) for intra in placements.pp_hop_intra)
+
+
+def blocking_sends(plan: ParallelPlan, options: ExecutionOptions = DEFAULT_OPTIONS) -> bool:
+    """True when pipeline sends extend the sending action: always under 1F1B (blocking
+    `batch_isend_irecv`), and for interleaved schedules without `overlap_p2p`."""
+    return plan.pp > 1 and (plan.vpp == 1 or not options.overlap_p2p)
 
 
 def _time_schedule(
@@ -292,17 +292,22 @@ def _time_schedule(
     m: int,
     *,
     with_sends: bool,
+    blocking: bool,
 ) -> PipelineTiming:
-    """Time the schedule; 1F1B sends block the sender, interleaved sends delay the receiver."""
+    """Time the schedule. Blocking sends extend the sending action: a forward sends to the
+    next virtual stage (none from the last), a backward to the previous one (none from
+    virtual stage 0), the wrap-around hop being send_s[pp - 1]. Asynchronous sends only
+    delay the receiver."""
     schedule = schedule_actions(plan.pp, plan.vpp, m)
-    blocking = plan.vpp == 1 and plan.pp > 1
+    last_virtual = plan.pp * plan.vpp - 1
     durations: dict[tuple[int, int, str], float] = {}  # (stage, chunk, phase) -> seconds
     for stage, row in enumerate(chunks):
         for chunk, cost in enumerate(row):
             forward, backward = cost.forward.duration_s, cost.backward_with_recompute.duration_s
             if with_sends and blocking:
-                forward += send_s[stage] if stage < plan.pp - 1 else 0.0
-                backward += send_s[stage - 1] if stage > 0 else 0.0
+                v = virtual_stage(stage, chunk, plan.pp)
+                forward += send_s[stage] if v < last_virtual else 0.0
+                backward += send_s[(stage - 1) % plan.pp] if v > 0 else 0.0
             durations[stage, chunk, "F"] = forward
             durations[stage, chunk, "B"] = backward
 
@@ -342,8 +347,10 @@ def _grad_events(
     chunks: tuple[ChunkCost, ...],
     row: tuple[TimedAction, ...],
     placements: PlanPlacements,
+    grad_bytes: int,
 ) -> list[tuple[float, str, float, float]]:
-    """(ready time, name, duration, bytes) of every gradient bucket of one stage."""
+    """(ready time, name, duration, bytes) of every gradient bucket of one stage
+    (``grad_bytes`` per element, `ExecutionOptions.main_grad_bytes`)."""
     op = "reduce_scatter" if plan.distributed_optimizer else "all_reduce"
     end = row[-1].end_s
     events = []
@@ -360,7 +367,7 @@ def _grad_events(
             for j, part in enumerate(parts):
                 done += part
                 ready = last.start_s + (last.end_s - last.start_s) * done / params
-                size = part * GRAD_BYTES
+                size = part * grad_bytes
                 events.append(
                     (
                         ready if plan.overlap_grad_reduce else end,
@@ -390,6 +397,7 @@ def _optimizer_s(
     profile: HardwareProfile,
     chunks: tuple[ChunkCost, ...],
     placements: PlanPlacements,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> float:
     """The optimizer step of one rank of a stage (`costmodel.compute.optimizer_step_time_s`);
     about 8 parameter tensors per layer (weights, biases, norms) plus 2 per local expert."""
@@ -408,6 +416,8 @@ def _optimizer_s(
         local_params=dense + expert,
         mixed_precision=job.precision != "fp32",
         num_tensors=tensors,
+        loss_scaling=options.loss_scaling,
+        main_grad_bytes=options.main_grad_bytes,
     )
 
 
@@ -465,12 +475,15 @@ def _stage_tail(
     stage: int,
     chunks: tuple[ChunkCost, ...],
     row: tuple[TimedAction, ...],
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> StageTail:
     """Gradient buckets on the stage's communication stream, then the finalize all-reduces
     (embedding, SP norms), the optimizer step and the parameter all-gather."""
     pipeline_end = row[-1].end_s
+    grad_bytes = options.main_grad_bytes
     clock, dp_events = 0.0, []
-    for ready, name, duration, size in _grad_events(profile, plan, stage, chunks, row, placements):
+    events = _grad_events(profile, plan, stage, chunks, row, placements, grad_bytes)
+    for ready, name, duration, size in events:
         start = max(clock, ready)
         clock = start + duration
         dp_events.append((name, start, duration, size))
@@ -486,19 +499,19 @@ def _stage_tail(
             ranks_per_domain=1,
             nics_per_node=1,
         )
-        duration = collective_time_s(profile, "all_reduce", size * GRAD_BYTES, pair)
-        dp_events.append(("embedding all_reduce", done, duration, size * GRAD_BYTES))
+        duration = collective_time_s(profile, "all_reduce", size * grad_bytes, pair)
+        dp_events.append(("embedding all_reduce", done, duration, size * grad_bytes))
         done += duration
     norm_s = 0.0
     if plan.sequence_parallel and plan.tp > 1:
-        size = _stage_norm_params(model, plan, stage) * GRAD_BYTES
+        size = _stage_norm_params(model, plan, stage) * grad_bytes
         norm_s = collective_time_s(profile, "all_reduce", size, placements["tp"])
         done += norm_s
     return StageTail(
         pipeline_end_s=pipeline_end,
         grads_done_s=done,
         norm_allreduce_s=norm_s,
-        optimizer_s=_optimizer_s(model, job, plan, profile, chunks, placements),
+        optimizer_s=_optimizer_s(model, job, plan, profile, chunks, placements, options),
         param_gather_s=_param_gather_s(job, plan, profile, stage, chunks, placements, row),
         dp_events=tuple(dp_events),
     )
@@ -572,11 +585,16 @@ def simulate_iteration(
         )
     placements = plan_placements(profile, plan, gpus_per_node)
     chunks = chunk_costs(model, job, plan, profile, comm_groups(placements), options)
-    send_s = pipeline_send_s(model, job, plan, profile, placements)
-    timed = _time_schedule(plan, chunks, send_s, m, with_sends=True)
-    free = _time_schedule(plan, chunks, send_s, m, with_sends=False) if any(send_s) else timed
+    send_s = pipeline_send_s(model, job, plan, profile, placements, options)
+    blocking = blocking_sends(plan, options)
+    timed = _time_schedule(plan, chunks, send_s, m, with_sends=True, blocking=blocking)
+    free = (
+        _time_schedule(plan, chunks, send_s, m, with_sends=False, blocking=blocking)
+        if any(send_s)
+        else timed
+    )
     tails = tuple(
-        _stage_tail(model, job, plan, profile, placements, s, chunks[s], timed.actions[s])
+        _stage_tail(model, job, plan, profile, placements, s, chunks[s], timed.actions[s], options)
         for s in range(plan.pp)
     )
     critical = max(range(plan.pp), key=lambda s: (tails[s].grads_done_s, -s))
@@ -592,5 +610,5 @@ def simulate_iteration(
         tails=tails,
         sync_s=sync_s,
         send_s=send_s,
-        blocking_sends=plan.vpp == 1 and plan.pp > 1,
+        blocking_sends=blocking,
     )

@@ -24,10 +24,12 @@ def with_overhead(profile, seconds: float):
 
 
 def test_large_gemm_runs_at_the_profile_efficiency():
-    # 8192^3 is 1100 GFLOP, past the A100 curve's last point: 0.8692 of 312 TFLOP/s
-    # (profiles/data/a100-sxm-80gb.json, MAMF 271.2 TFLOP/s [S1]).
+    # 8192^3 is 1100 GFLOP, past the A100 curve's last point: 257 of 312 TFLOP/s, the rate
+    # an 8192^3 matmul sustains on random inputs at the power limit (H. He 2024 [S55] in
+    # profiles/data/a100-sxm-80gb.json). The burst MAMF of 271.2 [S1] it replaces is the
+    # fastest of 100 iterations, not what hours of training see.
     n = 8192
-    expected = 2 * n**3 / (312e12 * 0.8692)
+    expected = 2 * n**3 / (312e12 * 0.8237)
     assert ops.gemm_time_s(A100, n, n, n, "bf16") == pytest.approx(expected, rel=1e-9)
 
 
@@ -178,9 +180,11 @@ def test_bad_inputs_raise_spec_error():
     m=st.integers(1, 16384),
     n=st.integers(1, 16384),
     k=st.integers(1, 16384),
-    scale=st.integers(2, 8),
+    scale=st.sampled_from([3, 5, 7]),
 )
 def test_more_work_never_takes_less_time(m, n, k, scale):
-    # Scaling one dimension by an integer keeps alignment (a multiple stays a multiple).
+    # An odd factor keeps the alignment status of a dimension either way (32 divides
+    # m·scale exactly when it divides m); an even one can turn a misaligned 8 into an
+    # aligned 32, which is rightly faster.
     base = ops.gemm_time_s(H100, m, n, k, "bf16")
     assert ops.gemm_time_s(H100, m * scale, n, k, "bf16") >= base * (1 - 1e-12)

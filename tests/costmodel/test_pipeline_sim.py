@@ -157,6 +157,17 @@ def test_bad_durations_raise(bad_s):
         simulate_pipeline(schedule, _uniform(1.0, 2.0), lambda src, dst, phase: bad_s)
 
 
+def test_valid_durations_never_format_the_action(monkeypatch):
+    # The error message names the action; building it for every action cost ~15% of the
+    # loop, so it is built only when a duration is invalid.
+    def refuse(self):
+        raise AssertionError("an action was formatted for a valid duration")
+
+    monkeypatch.setattr(Action, "__str__", refuse)
+    timing = simulate_pipeline(interleaved(4, 2, 8), _uniform(1.0, 2.0, 2), lambda *_: 0.1)
+    assert timing.makespan_s > 0
+
+
 def test_timing_is_frozen_and_keeps_list_order():
     schedule = interleaved(2, 2, 4)
     timing = simulate_pipeline(schedule, _uniform(1.0, 2.0, 2))

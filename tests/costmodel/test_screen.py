@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from costmodel.estimate import estimate_plan
+from costmodel.execution import MEGATRON_2021
 from costmodel.screen import plans_frame, screen_plans
 from costmodel.simulator import DEFAULT_OPTIONS, ExecutionOptions
 from profiles.store import load_profile
@@ -85,6 +86,27 @@ def test_screen_agrees_on_other_uniform_models(preset):
     plans = valid_plans(model, cluster, job, grid)
     options = ExecutionOptions(attention="materialized", grad_accumulation_fusion=False)
     time_err, mem_err = compare(model, cluster, job, plans, A100, options)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01
+
+
+def test_screen_agrees_under_the_2021_conventions():
+    # Blocking interleaved sends, scattered over the tp NICs, fp16 gradients, unfused
+    # biases, apex norms and loss scaling (costmodel.execution.MEGATRON_2021).
+    model = get_preset("gpt-18.4b")
+    cluster = ClusterSpec(hardware="a100-sxm-80gb", num_gpus=64)
+    job = TrainingJob(seq_length=2048, global_batch_size=128)
+    grid = {
+        "tp": [2, 8],
+        "pp": [1, 2, 4],
+        "vpp": [1, 2],
+        "micro_batch_size": [1, 2],
+        "recompute": ["full"],
+        "overlap_grad_reduce": [False, True],
+    }
+    plans = valid_plans(model, cluster, job, grid)
+    assert len(plans) > 12
+    time_err, mem_err = compare(model, cluster, job, plans, A100, MEGATRON_2021)
     assert time_err.max() < 0.05
     assert mem_err.max() < 0.01
 

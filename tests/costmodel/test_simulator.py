@@ -47,14 +47,15 @@ def scaled_bandwidth(profile, factor: float):
 
 FREE = free_communication(H100)
 # Uniform stages: 32 identical layers and a vocabulary so small that the embedding and
-# the output layer cost well under 1% of a stage.
+# the output layer cost well under 1% of a stage (the fp32 cross entropy moves 38 bytes
+# per logit, so the vocabulary stays at 64 to keep the output layer near 0.05%).
 UNIFORM = ModelSpec(
     name="uniform",
     num_layers=32,
     hidden_size=4096,
     num_attention_heads=32,
     ffn_hidden_size=16384,
-    vocab_size=256,
+    vocab_size=64,
     tied_embeddings=False,
 )
 
@@ -271,11 +272,12 @@ def load_bench():
 
 def test_sc21_published_throughput_regression_guard():
     # bench/validate_published.py against SC21 Table 1 (embedded rows; the 529.6B and 1T
-    # rows, 4-10 s each, are left to the bench). Measured on all ten rows: median |error|
-    # 17.7%, every row optimistic (+10% to +27%); the stored A100 profile (2024 MAMF GEMM
-    # efficiency) is faster than the 2021 software. The 10% target is not met; this guards
-    # against regressions beyond the measured state.
+    # rows, 4-10 s each, are left to the bench), run with the 2021 conventions
+    # (costmodel.execution.MEGATRON_2021) and the sustained A100 GEMM rate. Measured on all
+    # ten rows: median |error| 16.2%, every row optimistic (+9.6% to +20.4%; first eight
+    # +11.3% to +20.4%, median 17.0%). The 10% target is not met; this guards against
+    # regressions beyond the measured state in either direction.
     bench = load_bench()
     results = [bench.predict_row(row) for row in bench.read_rows(None)[:8]]
-    assert bench.median_abs_error(results) < 0.20
-    assert all(0.05 < r.error < 0.30 for r in results)
+    assert bench.median_abs_error(results) < 0.18
+    assert all(0.08 < r.error < 0.23 for r in results)

@@ -1,0 +1,100 @@
+"""How the training framework runs a plan, beyond the plan's own switches.
+
+A `ParallelPlan` says what is split and overlapped; `ExecutionOptions` says which kernels
+and conventions the framework brings to it. The default is Megatron-LM as it runs today
+(Transformer Engine kernels, fused bias epilogues, fp32 main gradients, asynchronous
+interleaved pipeline sends). `MEGATRON_2021` describes the code of Narayanan et al. 2021
+(SC21, arXiv 2104.04473) as its reproduction scripts ran it (`examples/sc21` of
+NVIDIA/Megatron-LM: container nvcr.io/nvidia/pytorch:20.12-py3, i.e. PyTorch 1.8, and
+`--fp16 --loss-scale 8192`, no `--accumulate-allreduce-grads-in-fp32`); each field's
+docstring names the code it stands for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.compute import AttentionKernelName as AttentionKernel
+from specs.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionOptions:
+    """Kernel and communication conventions of the training framework."""
+
+    attention: AttentionKernel = "flash"
+    """Attention implementation (`costmodel.compute`): fused ``flash`` (Megatron-LM with
+    Transformer Engine) or ``materialized`` (unfused softmax, Megatron-LM before 2022)."""
+    grad_accumulation_fusion: bool = True
+    """Megatron-LM `--gradient-accumulation-fusion` (on by default with TE/APEX): weight-
+    gradient GEMMs accumulate straight into the main gradient. Off, every microbatch's
+    backward adds a memory-bound pass over the stage's parameters
+    (`costmodel.compute.grad_accumulation_time_s`)."""
+    bias_fusion: bool = True
+    """Linear biases ride in the GEMM epilogues (Transformer Engine adds the bias in the
+    forward GEMM and reduces its gradient in the dgrad GEMM). False: PyTorch <= 1.10
+    `F.linear` on a 3-D input runs matmul then a separate in-place bias add, and autograd
+    reduces every bias gradient over the tokens in its own kernel
+    (`costmodel.compute.bias_time_s`). Megatron-LM 2021 fused only the bias+GeLU and
+    bias+dropout+add pairs, so the QKV bias add stays a separate pass."""
+    two_pass_norm_backward: bool = False
+    """apex `FusedLayerNorm` (Megatron-LM 2021): the norm backward reads its input and
+    output gradient twice (weight-gradient partial sums, then the input gradient), 5·e
+    bytes per element instead of Transformer Engine's single pass of 3·e
+    (`costmodel.compute.norm_time_s`)."""
+    hidden_dropout: bool = False
+    """The run applies dropout on the residual branches (Megatron-LM's `--hidden-dropout`,
+    0.1 by default and in the SC21 runs; current Llama-style recipes set 0). `ModelSpec`
+    carries no dropout, so the framework conventions do: the bias-dropout-add writes a
+    1-byte mask and its backward applies it before the residual gradients are summed
+    (`costmodel.compute.residual_time_s`)."""
+    main_grad_bytes: int = 4
+    """Bytes per element of the main-gradient buffer, which is also what the data-parallel
+    reduction carries: 4 with fp32 main gradients (Megatron turns
+    `--accumulate-allreduce-grads-in-fp32` on with bf16, megatron-facts.md §5.2); 2 for
+    fp16 runs without that flag (the SC21 runs: `main_grad` in the parameter dtype)."""
+    loss_scaling: bool = False
+    """fp16 with a loss scale (Megatron `FP16OptimizerWithFP16Params`): before Adam the fp16
+    gradients are copied into fp32 main gradients and unscaled with an inf/NaN check, two
+    more memory-bound passes (`costmodel.compute.optimizer_step_time_s`)."""
+    overlap_p2p: bool = True
+    """Interleaved pipeline sends run asynchronously under compute (`overlap_p2p_comm`,
+    the default since 2022). False: every send/receive is a blocking
+    `batch_isend_irecv` followed by `torch.cuda.synchronize()` (Megatron-LM 2021
+    `p2p_communication._communicate`, and `--no-overlap-p2p-communication` today), so it
+    extends the sending action as under 1F1B."""
+    pipeline_scatter_gather: bool = False
+    """Megatron-LM 2021 `--scatter-gather-tensors-in-pipeline` (on by default then): each of
+    the tp ranks sends 1/tp of the activation over its own NIC and the receivers rebuild it
+    with an all-gather over the tensor-parallel group (Narayanan et al. 2021 §4.1). Off,
+    every tp rank sends the whole [s, b, h] tensor (current Megatron without sequence
+    parallelism)."""
+
+    def __post_init__(self) -> None:
+        if self.attention not in ("flash", "materialized"):
+            raise SpecError(f"attention must be 'flash' or 'materialized', got {self.attention!r}")
+        if self.main_grad_bytes not in (2, 4):
+            raise SpecError(
+                f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
+                f"{self.main_grad_bytes!r}"
+            )
+
+
+DEFAULT_OPTIONS = ExecutionOptions()
+"""Megatron-LM's current defaults."""
+
+MEGATRON_2021 = ExecutionOptions(
+    attention="materialized",
+    grad_accumulation_fusion=False,
+    bias_fusion=False,
+    two_pass_norm_backward=True,
+    hidden_dropout=True,
+    main_grad_bytes=2,
+    loss_scaling=True,
+    overlap_p2p=False,
+    pipeline_scatter_gather=True,
+)
+"""Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
+the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
+fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
+blocking pipeline sends with the scatter/gather optimisation."""
