@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -45,17 +45,17 @@ import torch
 import torch.distributed as dist
 
 from specs.errors import SpecError
+from specs.host import (
+    MAX_RANKS_PER_CPU,
+    RANK_RUNTIME_BYTES,
+    available_cpus,
+    mem_available_bytes,
+    threads_per_rank,
+    under_torchrun,
+)
 
-MAX_RANKS_PER_CPU = 4
-"""Most ranks one CPU core hosts: 4 gloo ranks on 2 cores still step at 174 ms for a tiny
-GPT (reference §7); far beyond that, contention makes collectives hit their timeout."""
-RANK_RUNTIME_BYTES = 512 * 2**20
-"""Memory one rank needs before any model state: the torch runtime is about 220 MiB of
-resident memory per process, doubled for the allocator and gloo buffers."""
 FLIGHT_RECORDER_ENTRIES = 20_000
 """Collectives the flight recorder keeps per process (a ring buffer of small records)."""
-TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-"""Environment variables whose presence means this process was started by torchrun."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,37 +118,9 @@ class LaunchError(RuntimeError):
 # ---- facts about this machine ----------------------------------------------------------
 
 
-def under_torchrun(env: Mapping[str, str]) -> bool:
-    """True when ``env`` is a torchrun (or equivalent) rank environment."""
-    return all(key in env for key in TORCHRUN_KEYS)
-
-
 def backend_for(cuda_available: bool) -> str:
     """NCCL with CUDA, gloo otherwise."""
     return "nccl" if cuda_available else "gloo"
-
-
-def available_cpus() -> int:
-    """CPU cores this process may run on (its affinity mask, not the machine's total)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def mem_available_bytes() -> int | None:
-    """Memory the kernel could hand out now (``MemAvailable``); None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def threads_per_rank(num_cpus: int, local_world_size: int) -> int:
-    """Fair share of intra-op threads: the cores divided among the local ranks, at least 1."""
-    return max(1, num_cpus // max(1, local_world_size))
 
 
 def host_capacity(*, num_cpus: int, cuda_devices: int, mem_bytes: int | None) -> int:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -42,16 +42,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from specs.errors import SpecError
+from specs.host import (
+    MAX_RANKS_PER_CPU,
+    RANK_RUNTIME_BYTES,
+    available_cpus,
+    mem_available_bytes,
+    threads_per_rank,
+    under_torchrun,
+)
 
-MAX_RANKS_PER_CPU = 4
-"""Most ranks one CPU core may host: 4 gloo ranks on 2 cores still finish a tiny training
-step in 174 ms (reference §7); beyond that, contention pushes collectives towards their
-timeout and the timings describe the scheduler rather than the machine."""
-RANK_MEMORY_BYTES = 512 * 2**20
-"""Memory one rank needs before any tensor: the torch runtime is about 220 MiB resident
-per process, doubled for the allocator and gloo buffers."""
-TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-"""Environment variables whose presence means torchrun started this process."""
 PR_SET_PDEATHSIG = 1
 """prctl option: the signal a child gets when its parent dies (Linux)."""
 
@@ -85,39 +84,11 @@ class RankEnv:
     """Process-group timeout, seconds."""
 
 
-def under_torchrun(env: Mapping[str, str]) -> bool:
-    """True when ``env`` is a torchrun rank environment."""
-    return all(key in env for key in TORCHRUN_KEYS)
-
-
-def available_cpus() -> int:
-    """Cores this process may run on (its affinity mask, not the machine's total)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def mem_available_bytes() -> int | None:
-    """``MemAvailable`` of /proc/meminfo; None where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def threads_per_rank(num_cpus: int, local_world_size: int) -> int:
-    """The cores shared evenly by the local ranks, at least one thread each."""
-    return max(1, num_cpus // max(1, local_world_size))
-
-
 def check_nproc(nproc: int, *, cuda_devices: int, num_cpus: int, mem_bytes: int | None) -> None:
     """Raise `SpecError` unless this machine can host ``nproc`` profiling ranks.
 
     Rule: with CUDA, one rank per GPU (``nproc <= cuda_devices``); on CPU at most
-    `MAX_RANKS_PER_CPU` ranks per core and `RANK_MEMORY_BYTES` of free memory per rank.
+    `MAX_RANKS_PER_CPU` ranks per core and `RANK_RUNTIME_BYTES` of free memory per rank.
     """
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise SpecError(f"--nproc must be a positive integer, got {nproc!r}; try --nproc 2")
@@ -135,11 +106,11 @@ def check_nproc(nproc: int, *, cuda_devices: int, num_cpus: int, mem_bytes: int 
             f"cores = {by_cpu}; oversubscribed ranks measure the scheduler, not the machine; "
             f"use --nproc {min(num_cpus, by_cpu)} (one rank per core) or at most {by_cpu}"
         )
-    if mem_bytes is not None and nproc * RANK_MEMORY_BYTES > mem_bytes:
-        most = max(1, mem_bytes // RANK_MEMORY_BYTES)
+    if mem_bytes is not None and nproc * RANK_RUNTIME_BYTES > mem_bytes:
+        most = max(1, mem_bytes // RANK_RUNTIME_BYTES)
         raise SpecError(
-            f"--nproc {nproc} needs about {nproc * RANK_MEMORY_BYTES >> 20} MiB "
-            f"({RANK_MEMORY_BYTES >> 20} MiB per rank) but {mem_bytes >> 20} MiB is free; "
+            f"--nproc {nproc} needs about {nproc * RANK_RUNTIME_BYTES >> 20} MiB "
+            f"({RANK_RUNTIME_BYTES >> 20} MiB per rank) but {mem_bytes >> 20} MiB is free; "
             f"use --nproc {most} or free memory"
         )
 
