@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from paraplan.commands import (
+    calibrate,
     check,
     estimate,
     execute,
@@ -33,6 +34,7 @@ COMMANDS: tuple[ModuleType, ...] = (
     export,
     execute,
     report,
+    calibrate,
 )
 """Subcommands in the order `paraplan --help` lists them."""
 

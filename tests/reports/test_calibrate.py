@@ -1,0 +1,351 @@
+"""Calibration (`reports.calibrate`, `reports.calibrate_comm`, `paraplan calibrate`).
+
+Synthetic runs: the "measured" timeline is the cost model's own prediction on a profile
+perturbed by known factors, so calibration must recover those factors. The slow test runs
+two real plans with `paraplan execute` on this CPU and checks that a profile fitted on one
+predicts the other better than the profile it started from.
+
+``data/cpu-quick-tiny.json`` is a stored profile of a 2-core CPU VM, written by
+``paraplan profile --quick --nproc 2 --model tiny --out tests/reports/data/cpu-quick-tiny.json``
+(command, date, host and torch version are in its provenance). Its compute figures are CPU
+time of one thread per rank, which is why real runs on a shared host measure slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from costmodel.estimate import estimate_to_json, simulate_plan
+from paraplan.commands import calibrate as command
+from paraplan.commands import execute as execute_command
+from profiles.lookup import collective_fit, peak_flops
+from profiles.schema import HardwareProfile
+from profiles.store import load_profile
+from reports.calibrate import (
+    Factors,
+    apply_factors,
+    calibrate,
+    measured_iteration_s,
+    timeline_phases,
+)
+from reports.calibrate_comm import (
+    MIN_CALLS,
+    comm_samples,
+    fit_alpha_beta,
+    fit_collectives,
+    with_fits,
+)
+from reports.run_dir import RunDir, load_run
+from specs import serde
+from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+from specs.timeline import Timeline, TimelineEvent
+
+PROFILE = Path(__file__).parent / "data" / "cpu-quick-tiny.json"
+FP32 = {"gemm_dtypes": ["fp32"], "attention_dtypes": ["fp32"]}
+
+
+@pytest.fixture(scope="module")
+def base() -> HardwareProfile:
+    return load_profile(str(PROFILE))
+
+
+def _bundle(plan: ParallelPlan, *, seq: int = 128, batch: int = 8) -> PlanBundle:
+    return PlanBundle(
+        model=get_preset("tiny"),
+        cluster=ClusterSpec(hardware=str(PROFILE), num_gpus=plan.world_size, gpus_per_node=2),
+        job=TrainingJob(seq_length=seq, global_batch_size=batch, precision="fp32"),
+        plan=plan,
+    )
+
+
+def _synthetic_run(
+    folder: Path, bundle: PlanBundle, base: HardwareProfile, truth: HardwareProfile
+) -> RunDir:
+    """A run folder whose measurement is the prediction on ``truth``."""
+    folder.mkdir(parents=True)
+    b = bundle
+    estimate, predicted = simulate_plan(b.model, b.cluster, b.job, b.plan, base)
+    actual, measured = simulate_plan(b.model, b.cluster, b.job, b.plan, truth)
+    assert predicted is not None and measured is not None
+    (folder / "plan.json").write_text(serde.dumps(b))
+    (folder / "estimate.json").write_text(json.dumps(estimate_to_json(estimate)))
+    (folder / "predicted.json").write_text(serde.dumps(predicted))
+    (folder / "measured.json").write_text(
+        serde.dumps(dataclasses.replace(measured, source="measured"))
+    )
+    steps = [actual.iteration_time_s] * 4
+    (folder / "metrics.json").write_text(json.dumps({"iteration_time_s": steps}))
+    return load_run(folder)
+
+
+def _perturbed(base: HardwareProfile, factors: Factors, latency: float, busbw: float):
+    """``base`` with ``factors`` and the 2-rank all-reduce fit scaled by latency / busbw."""
+    truth = apply_factors(base, factors, **FP32)
+    fit = collective_fit(base, "all_reduce", 2, "intra")
+    scaled = dataclasses.replace(
+        fit, latency_s=fit.latency_s * latency, busbw_GBps=fit.busbw_GBps * busbw
+    )
+    comm = dataclasses.replace(truth.communication, fits=with_fits(truth, [scaled]))
+    return dataclasses.replace(truth, communication=comm)
+
+
+# ---- applying factors ---------------------------------------------------------------
+
+
+def test_scaling_past_full_efficiency_moves_the_excess_into_the_peak(base) -> None:
+    scaled = apply_factors(base, Factors(gemm_scale=3.0, op_overhead_s=0.0), **FP32)
+    curve, old = scaled.compute.gemm_efficiency["fp32"], base.compute.gemm_efficiency["fp32"]
+    assert max(p.efficiency for p in curve) == 1.0
+    for new_point, old_point in zip(curve, old, strict=True):
+        rate = peak_flops(scaled, "fp32") * new_point.efficiency
+        assert rate == pytest.approx(3.0 * peak_flops(base, "fp32") * old_point.efficiency)
+    # bf16 was not in the runs' dtypes: untouched.
+    assert scaled.compute.gemm_efficiency["bf16"] == base.compute.gemm_efficiency["bf16"]
+    assert scaled.device.peak_tflops["bf16"] == base.device.peak_tflops["bf16"]
+
+
+def test_memory_scale_past_one_raises_the_bandwidth_peak(base) -> None:
+    scale = 2.0 / base.compute.memory_bandwidth_efficiency
+    scaled = apply_factors(base, Factors(memory_bandwidth_scale=scale, op_overhead_s=1e-5), **FP32)
+    assert scaled.compute.memory_bandwidth_efficiency == 1.0
+    assert scaled.device.hbm_GBps == pytest.approx(2.0 * base.device.hbm_GBps)
+    assert scaled.compute.op_overhead_s == 1e-5
+
+
+# ---- collective fits from measured calls ----------------------------------------------
+
+
+def _call(rank: int, start: float, seconds: float, size: int) -> TimelineEvent:
+    return TimelineEvent(
+        rank=rank,
+        lane="dp",
+        name="dp all_reduce",
+        kind="all_reduce",
+        start_s=start,
+        duration_s=seconds,
+        bytes=size,
+        group="dp-cp",
+    )
+
+
+def _comm_run(events: list[TimelineEvent]) -> RunDir:
+    bundle = _bundle(ParallelPlan(dp=2))
+    empty = Timeline(source="predicted")
+    measured = Timeline(source="measured", events=tuple(events), iteration_time_s=1.0)
+    return RunDir(
+        path=Path("hand-made"),
+        bundle=bundle,
+        estimate={},
+        predicted=empty,
+        measured=measured,
+        metrics=None,
+        candidates=None,
+    )
+
+
+def test_wire_time_is_the_shortest_duration_over_the_group(base) -> None:
+    # Known line: 200 us + bytes / 2 GB/s (all_reduce over 2 ranks: bus factor 1). Each
+    # call has one rank waiting for the other; the waits alternate between ranks.
+    latency_s, busbw = 200e-6, 2.0
+    events, clock = [], 0.0
+    for i, size in enumerate([2**20, 2**22, 2**24] * 3):
+        wire_s = latency_s + size / (busbw * 1e9)
+        waits = (0.0, 3e-3 * (1 + i)) if i % 2 else (5e-3, 0.0)
+        for rank, wait in enumerate(waits):
+            events.append(_call(rank, clock - wait, wire_s + wait, size))
+        clock += 0.1
+    samples = comm_samples(_comm_run(events), base)
+    assert len(samples) == 9 and {s.key for s in samples} == {("all_reduce", 2, "intra")}
+    (fit,) = fit_collectives(base, samples)
+    assert fit.latency_s == pytest.approx(latency_s, rel=1e-6)
+    assert fit.busbw_GBps == pytest.approx(busbw, rel=1e-6)
+
+
+def test_latency_bound_sizes_keep_the_base_bandwidth(base) -> None:
+    fit = collective_fit(base, "all_reduce", 2, "intra")
+    # 4 and 512 bytes are far below the bandwidth range: a slope through them would
+    # extrapolate noise to large messages.
+    points = [(4.0, 3 * fit.latency_s), (512.0, 3.1 * fit.latency_s)]
+    latency_s, busbw = fit_alpha_beta("all_reduce", 2, points, fit)
+    assert busbw == fit.busbw_GBps
+    assert 2.9 * fit.latency_s < latency_s < 3.1 * fit.latency_s
+
+
+def test_one_bandwidth_bound_size_refits_the_bandwidth(base) -> None:
+    fit = collective_fit(base, "all_reduce", 2, "intra")
+    size = 64 * fit.busbw_GBps * 1e9 * fit.latency_s  # transfer = 64 x latency
+    seconds = fit.latency_s + 2 * size / (fit.busbw_GBps * 1e9)
+    latency_s, busbw = fit_alpha_beta("all_reduce", 2, [(size, seconds)], fit)
+    assert latency_s == fit.latency_s
+    assert busbw == pytest.approx(fit.busbw_GBps / 2)
+
+
+def test_too_few_calls_keep_the_profile_fit(base) -> None:
+    events = [_call(0, 0.1 * i, 0.05, 2**20) for i in range(MIN_CALLS - 1)]
+    assert fit_collectives(base, comm_samples(_comm_run(events), base)) == ()
+
+
+# ---- measured targets -----------------------------------------------------------------
+
+
+def test_measured_iteration_is_the_median_of_the_unprofiled_steps(base) -> None:
+    run = dataclasses.replace(
+        _comm_run([_call(0, 0.0, 0.01, 4)]),
+        metrics={"iteration_time_s": [7.7, 0.2, 0.21, 0.19, 0.6, 0.5], "timed_steps": [0, 1, 2, 3]},
+    )
+    assert measured_iteration_s(run) == pytest.approx(0.205)
+
+
+def test_profiled_phases_are_rescaled_to_the_unprofiled_iteration() -> None:
+    def ev(kind: str, start: float, seconds: float, mb: int | None) -> TimelineEvent:
+        lane = "optimizer" if kind == "optimizer" else "compute"
+        return TimelineEvent(
+            rank=0, lane=lane, name=kind, kind=kind, start_s=start, duration_s=seconds,
+            microbatch=mb, chunk=None if mb is None else 0,
+        )  # fmt: skip
+
+    # One profiled step of 0.4 s: F 0.1, gap 0.05, B 0.2, optimizer 0.05.
+    events = (
+        ev("forward", 0.0, 0.1, 0),
+        ev("backward", 0.15, 0.2, 0),
+        ev("optimizer", 0.35, 0.05, None),
+    )
+    timeline = Timeline(source="measured", events=events, iteration_time_s=0.2)
+    phases = timeline_phases(timeline, iteration_time_s=0.2)
+    assert phases["forward"] == pytest.approx(0.05)
+    assert phases["backward"] == pytest.approx(0.1)
+    assert phases["optimizer"] == pytest.approx(0.025)
+    assert phases["bubble"] == pytest.approx(0.025)
+
+
+# ---- calibration on synthetic runs ----------------------------------------------------
+
+
+def test_calibration_recovers_known_factors(base, tmp_path: Path) -> None:
+    truth = _perturbed(base, Factors(gemm_scale=0.5, op_overhead_s=40e-6), 3.0, 0.5)
+    bucketed = ParallelPlan(dp=2, ddp_bucket_size=150_000, overlap_grad_reduce=True)
+    runs = [
+        _synthetic_run(tmp_path / "a", _bundle(ParallelPlan()), base, truth),
+        _synthetic_run(tmp_path / "b", _bundle(ParallelPlan(micro_batch_size=4)), base, truth),
+        _synthetic_run(tmp_path / "c", _bundle(bucketed, seq=512, batch=4), base, truth),
+    ]
+    held = _synthetic_run(tmp_path / "d", _bundle(ParallelPlan(dp=2), seq=256), base, truth)
+    result = calibrate(base, runs, held_out=[held])
+    f = result.factors
+    assert f.gemm_scale == pytest.approx(0.5, rel=0.03)
+    assert f.op_overhead_s == pytest.approx(40e-6, rel=0.03)
+    assert f.attention_scale == pytest.approx(1.0, rel=0.03)
+    assert f.memory_bandwidth_scale == pytest.approx(1.0, rel=0.03)
+    (fit,) = result.collectives
+    old = collective_fit(base, "all_reduce", 2, "intra")
+    assert fit.latency_s == pytest.approx(3.0 * old.latency_s, rel=0.01)
+    assert fit.busbw_GBps == pytest.approx(0.5 * old.busbw_GBps, rel=0.01)
+    for e in result.runs:
+        assert abs(e.error_before) > 0.2 and abs(e.error_after) < 0.01, e
+    assert [e.fitted for e in result.runs] == [True, True, True, False]
+    p = result.profile.provenance
+    assert p.method == "calibrated" and p.sources == tuple(str(r.path) for r in runs)
+    assert any("gemm efficiency x0.5" in note for note in p.notes)
+
+
+def test_calibration_recovers_the_pipeline_send_time(base, tmp_path: Path) -> None:
+    truth = apply_factors(base, Factors(op_overhead_s=20e-6, p2p_time_scale=4.0), **FP32)
+    runs = [
+        _synthetic_run(tmp_path / "a", _bundle(ParallelPlan(pp=2)), base, truth),
+        _synthetic_run(tmp_path / "b", _bundle(ParallelPlan(micro_batch_size=2)), base, truth),
+    ]
+    held = _synthetic_run(tmp_path / "c", _bundle(ParallelPlan(pp=2), seq=256), base, truth)
+    result = calibrate(base, runs, held_out=[held])
+    assert result.factors.p2p_time_scale == pytest.approx(4.0, rel=0.05)
+    assert result.factors.op_overhead_s == pytest.approx(20e-6, rel=0.05)
+    assert abs(result.runs[-1].error_after) < 0.02 < abs(result.runs[-1].error_before)
+
+
+def test_calibrate_needs_runs_with_a_measurement(base, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="at least one run"):
+        calibrate(base, [])
+    run = dataclasses.replace(_comm_run([]), measured=None)
+    with pytest.raises(SpecError, match=r"no measured\.json"):
+        calibrate(base, [run])
+
+
+# ---- the command ----------------------------------------------------------------------
+
+
+def _command(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="paraplan calibrate")
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(list(argv)))
+
+
+def test_command_writes_the_profile_and_prints_both_errors(base, tmp_path: Path, capsys) -> None:
+    assert command.NAME == "calibrate" and command.HELP
+    truth = apply_factors(base, Factors(gemm_scale=0.7, op_overhead_s=30e-6), **FP32)
+    fit = _synthetic_run(tmp_path / "fit", _bundle(ParallelPlan()), base, truth)
+    held = _synthetic_run(tmp_path / "held", _bundle(ParallelPlan(dp=2)), base, truth)
+    out = tmp_path / "cal.json"
+    assert _command(str(fit.path), "-o", str(out), "--check", str(held.path)) == 0
+    text = capsys.readouterr().out
+    assert "(fitted)" in text and "(held out)" in text and f"calibrated profile: {out}" in text
+    profile = load_profile(str(out))
+    assert profile.provenance.method == "calibrated"
+    assert profile.provenance.sources == (str(fit.path),)
+    assert profile.name == "cpu-quick-tiny-calibrated"
+
+
+def test_command_refuses_runs_of_different_hardware(base, tmp_path: Path) -> None:
+    run = _synthetic_run(tmp_path / "a", _bundle(ParallelPlan()), base, base)
+    other = dataclasses.replace(
+        run,
+        bundle=dataclasses.replace(
+            run.bundle, cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=1)
+        ),
+    )
+    with pytest.raises(SpecError, match="--hardware"):
+        command.base_profile(None, [run, other])
+    assert command.base_profile(str(PROFILE), [run, other]).name == base.name
+
+
+# ---- the issue's calibration test: real runs on this CPU -------------------------------
+
+
+def _execute(tmp_path: Path, name: str, plan: ParallelPlan) -> RunDir:
+    plan_file = tmp_path / f"{name}.json"
+    plan_file.write_text(serde.dumps(_bundle(plan, seq=32)))
+    parser = argparse.ArgumentParser(prog="paraplan execute")
+    execute_command.add_arguments(parser)
+    out = tmp_path / name
+    args = [str(plan_file), "--steps", "8", "--warmup", "1", "--out", str(out)]
+    assert execute_command.run(parser.parse_args(args)) == 0
+    return load_run(out)
+
+
+@pytest.mark.slow
+def test_a_profile_fitted_on_one_run_predicts_another_plan_better(base, tmp_path: Path) -> None:
+    # Both runs have 2 ranks, like the profile (a 1-rank run gets both cores' threads: a
+    # different machine per rank). Fit on a 2-stage pipeline, which informs compute and
+    # the pipeline sends; check on data parallelism: the same per-rank work laid out
+    # differently. Each run is measured once, and both errors of the held-out run use that
+    # one measurement. Sequences of 32 tokens keep both plans dominated by per-operator
+    # framework cost, which the base profile (kernel CPU time) leaves out, so the base
+    # error is large, and the ratio of the two runs' times, which host load on this shared
+    # machine moves, stays near the predicted one. Seen over 8 pairs on a loaded 2-core VM:
+    # held-out error -80%..-91% before, -36%..+32% after.
+    fitted = _execute(tmp_path, "pp2", ParallelPlan(pp=2))
+    held = _execute(tmp_path, "dp2", ParallelPlan(dp=2))
+    result = calibrate(base, [fitted], held_out=[held])
+    fit_error, held_error = result.runs
+    for e in result.runs:
+        print(f"{e.plan} fitted={e.fitted}: {e.error_before:+.1%} -> {e.error_after:+.1%}")
+    assert abs(fit_error.error_after) < abs(fit_error.error_before)
+    assert abs(held_error.error_after) < abs(held_error.error_before)
