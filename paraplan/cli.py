@@ -15,6 +15,7 @@ from types import ModuleType
 from paraplan.commands import (
     calibrate,
     check,
+    demo,
     estimate,
     execute,
     export,
@@ -26,6 +27,7 @@ from paraplan.commands import (
 from specs.errors import SpecError
 
 COMMANDS: tuple[ModuleType, ...] = (
+    demo,
     models,
     check,
     profile,

@@ -1,0 +1,558 @@
+"""Fidelity benchmark: predicted against measured iteration time and peak memory of a suite
+of small-model plans executed on this machine.
+
+    .venv/bin/python bench/fidelity.py [--json] [--markdown] [--quick] [--calibrate]
+                                       [--work DIR] [--no-coverage] [--render RESULT.json]
+
+Order of a run:
+
+1. profile this machine once (`paraplan profile --quick`, 2 ranks), cached as
+   ``WORK/profile.json`` and reused while it was measured on this host;
+2. execute every plan of `timing_suite` (world sizes 1 and 2: this machine has two cores)
+   with the executor, and predict it with the cost model on that profile; the measured
+   iteration time is the median of the unprofiled timed steps, the measured memory the
+   fullest rank's peak;
+3. search the plans of the suite's main group (tiny, 2 ranks, the suite's job) with
+   `planner.search.search_plans`; its pick is executed too unless it is one of the suite's
+   plans, and the pick rule compares it with the fastest measured plan of the group;
+4. summarize (`reports.fidelity.summarize`): median and p90 absolute iteration-time error,
+   median absolute memory error, Kendall tau of the two orders, the pick rule;
+5. unless ``--no-coverage`` or ``--quick``: the world-size-4 plans of `coverage_suite`
+   (4 ranks on 2 cores, so their times measure contention as much as the plan), predicted
+   on a 4-rank profile (``WORK/profile-4.json``), summarized separately;
+6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`, runs
+   that are not in the suite (another sequence length), and every figure is given again
+   with the calibrated predictions.
+
+``--quick`` measures fewer steps and skips the coverage plans. The machine may be shared:
+the load average at the start and the end is part of the output. The result is saved as
+``WORK/fidelity.json``; ``--render`` prints a saved one again (as tables, ``--markdown`` or
+``--json``) without running anything. ``--json`` prints the summary keys of
+`reports.fidelity.summary_to_json`, ``rows``, ``pick``, ``calibrated`` and ``coverage`` (each
+with its own summary keys and rows), ``failures``, ``machine`` and ``load_average``. Exit
+code 1 when a run failed (it is listed in ``failures``; the others are still summarized).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from costmodel.estimate import estimate_to_json, simulate_plan
+from executor.launch import LaunchError
+from executor.run import RunConfig, execute
+from paraplan.commands.demo import ensure_profile, run_command
+from planner.search import search_plans
+from profiles.schema import HardwareProfile
+from profiles.store import load_profile
+from reports.fidelity import (
+    COLUMNS,
+    FidelityRow,
+    row_cells,
+    row_to_json,
+    summarize,
+    summary_text,
+    summary_to_json,
+)
+from specs import serde
+from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.host import available_cpus
+from specs.job import TrainingJob
+from specs.loading import load_model
+from specs.plan import ParallelPlan
+
+SEQ_LENGTH = 128
+GLOBAL_BATCH = 8
+PICK_CASE = "dp2"
+"""The planner searches the problem (model, world, job) of this case."""
+SMALL_BUCKET = 100_000
+"""DDP bucket (parameters) small enough to split the tiny model's 0.7M gradients in ~8."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Case:
+    """One plan of the suite."""
+
+    name: str
+    """Unique short name."""
+    model: str
+    """Model preset."""
+    plan: ParallelPlan
+    """The plan (its degrees give the world size)."""
+    covers: tuple[str, ...]
+    """Features the plan exercises."""
+    seq_length: int = SEQ_LENGTH
+    """Tokens per sequence."""
+
+    @property
+    def group(self) -> str:
+        """Model, world and job: plans of one group solve the same problem."""
+        return f"{self.model} w{self.plan.world_size} seq{self.seq_length} gbs{GLOBAL_BATCH}"
+
+
+def _p(**knobs: Any) -> ParallelPlan:
+    return ParallelPlan(**knobs)
+
+
+def timing_suite() -> tuple[Case, ...]:
+    """World sizes 1 and 2: every feature the brief names, and three micro-batch sizes."""
+    return (
+        Case(name="w1-mbs2", model="tiny", plan=_p(micro_batch_size=2), covers=("mbs2",)),
+        Case(name="dp2", model="tiny", plan=_p(dp=2), covers=("dp", "ddp")),
+        Case(name="dp2-mbs4", model="tiny", plan=_p(dp=2, micro_batch_size=4), covers=("mbs4",)),
+        Case(name="dp2-buckets", model="tiny", plan=_p(dp=2, ddp_bucket_size=SMALL_BUCKET),
+             covers=("ddp-buckets",)),
+        Case(name="dp2-overlap", model="tiny",
+             plan=_p(dp=2, ddp_bucket_size=SMALL_BUCKET, overlap_grad_reduce=True),
+             covers=("ddp-buckets", "overlap-grad-reduce")),
+        Case(name="dp2-distopt", model="tiny", plan=_p(dp=2, distributed_optimizer=True),
+             covers=("distributed-optimizer", "fsdp2")),
+        Case(name="tp2", model="tiny", plan=_p(tp=2), covers=("tp",)),
+        Case(name="tp2-sp", model="tiny", plan=_p(tp=2, sequence_parallel=True),
+             covers=("tp", "sp")),
+        Case(name="pp2-1f1b", model="tiny", plan=_p(pp=2), covers=("pp-1f1b",)),
+        Case(name="pp2-vpp2", model="tiny", plan=_p(pp=2, vpp=2, schedule="interleaved"),
+             covers=("pp-interleaved",)),
+        Case(name="cp2", model="tiny", plan=_p(cp=2), covers=("cp",)),
+        Case(name="dp2-rc-sel", model="tiny", plan=_p(dp=2, recompute="selective"),
+             covers=("recompute-selective",)),
+        Case(name="dp2-rc-full", model="tiny", plan=_p(dp=2, recompute="full"),
+             covers=("recompute-full",)),
+        Case(name="moe-ep2", model="tiny-moe", plan=_p(dp=2, ep=2), covers=("moe", "ep")),
+    )  # fmt: skip
+
+
+def coverage_suite() -> tuple[Case, ...]:
+    """World size 4 on this 2-core machine: coverage of the wider layouts, not timing."""
+    return (
+        Case(name="w4-tp2-sp-dp2", model="tiny", plan=_p(tp=2, dp=2, sequence_parallel=True),
+             covers=("tp", "sp", "dp")),
+        Case(name="w4-pp2-vpp2-dp2", model="tiny",
+             plan=_p(pp=2, vpp=2, dp=2, schedule="interleaved"), covers=("pp-interleaved", "dp")),
+        Case(name="w4-cp2-dp2-distopt", model="tiny",
+             plan=_p(cp=2, dp=2, distributed_optimizer=True), covers=("cp", "fsdp2")),
+        Case(name="w4-moe-ep4", model="tiny-moe", plan=_p(dp=4, ep=4), covers=("moe", "ep")),
+    )  # fmt: skip
+
+
+CALIBRATION_CASES = (
+    Case(name="cal-dp2-mbs2", model="tiny", plan=_p(dp=2, micro_batch_size=2), covers=(),
+         seq_length=256),
+    Case(name="cal-pp2-mbs2", model="tiny", plan=_p(pp=2, micro_batch_size=2), covers=(),
+         seq_length=256),
+)  # fmt: skip
+"""Runs the calibration fits on: another sequence length, so none is a run of the suite."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """What every run of one bench invocation shares."""
+
+    work: Path
+    """Work folder (profiles, run folders)."""
+    steps: int
+    """Measured steps per run (the last two profiled, the rest timed)."""
+    warmup: int
+    """Unmeasured steps first."""
+    precision: str
+    """Job precision: fp32 on CPU ranks, bf16 on GPUs."""
+
+
+def bundle_of(case: Case, hardware: str, precision: str) -> PlanBundle:
+    """The case as a plan bundle on ``hardware`` (a profile path)."""
+    job = TrainingJob(
+        seq_length=case.seq_length, global_batch_size=GLOBAL_BATCH, precision=precision
+    )
+    cluster = ClusterSpec(hardware=hardware, num_gpus=case.plan.world_size)
+    return PlanBundle(model=load_model(case.model), cluster=cluster, job=job, plan=case.plan)
+
+
+def predict(
+    bundle: PlanBundle, profile: HardwareProfile, out: Path | None = None
+) -> tuple[float | None, float | None, str]:
+    """(iteration s, peak GiB, note) of the cost model; writes estimate.json and
+    predicted.json into ``out`` when given. A plan the model refuses gives (None, None, why)."""
+    b = bundle
+    try:
+        est, timeline = simulate_plan(
+            b.model, b.cluster, b.job, b.plan, profile, timeline=out is not None
+        )
+    except SpecError as exc:
+        return None, None, f"no prediction: {exc}"
+    if out is not None:
+        (out / "estimate.json").write_text(json.dumps(estimate_to_json(est), indent=2) + "\n")
+        if timeline is not None:
+            (out / "predicted.json").write_text(serde.dumps(timeline))
+    return est.iteration_time_s, est.peak_memory_gib, ""
+
+
+def measure(bundle: PlanBundle, out: Path, settings: Settings) -> tuple[float, float]:
+    """(median timed iteration s, fullest rank's peak GiB) of an executed run."""
+    execute(
+        RunConfig(bundle=bundle, out_dir=str(out), steps=settings.steps, warmup=settings.warmup)
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    return float(metrics["iteration_time_p50_s"]), float(max(metrics["peak_memory_gib"]))
+
+
+def knob_label(plan: ParallelPlan) -> str:
+    """The plan's label with the gradient-bucket and overlap switches it leaves out."""
+    parts = [plan.label()]
+    if plan.ddp_bucket_size is not None:
+        parts.append(f"bucket{plan.ddp_bucket_size // 1000}K")
+    flags = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+    parts += [f.replace("_", "-") for f in flags if getattr(plan, f)]
+    return " ".join(parts)
+
+
+def run_case(
+    case: Case, profile: HardwareProfile, hardware: str, settings: Settings, note: str = ""
+) -> FidelityRow:
+    """Execute and predict one case; its run folder is ``WORK/runs/<name>``."""
+    bundle = bundle_of(case, hardware, settings.precision)
+    out = settings.work / "runs" / case.name
+    measured_s, measured_gib = measure(bundle, out, settings)
+    predicted_s, predicted_gib, why = predict(bundle, profile, out)
+    return FidelityRow(
+        name=case.name,
+        group=case.group,
+        plan=knob_label(case.plan),
+        covers=case.covers,
+        world_size=case.plan.world_size,
+        measured_time_s=measured_s,
+        predicted_time_s=predicted_s,
+        measured_memory_gib=measured_gib,
+        predicted_memory_gib=predicted_gib,
+        note="; ".join(n for n in (note, why) if n),
+    )
+
+
+def run_suite(
+    cases: tuple[Case, ...],
+    profile: HardwareProfile,
+    hardware: str,
+    settings: Settings,
+    log: Console,
+    failures: list[dict[str, str]],
+) -> list[FidelityRow]:
+    """Every case that runs, with progress lines; a failed run is listed in ``failures``."""
+    rows = []
+    for i, case in enumerate(cases, 1):
+        start = time.perf_counter()
+        try:
+            row = run_case(case, profile, hardware, settings)
+        except (LaunchError, SpecError) as exc:
+            failures.append({"name": case.name, "plan": case.plan.label(), "error": str(exc)})
+            log.print(f"  [{i}/{len(cases)}] {case.name}: FAILED {str(exc)[:200]}")
+            continue
+        rows.append(row)
+        predicted = "n/a" if row.predicted_time_s is None else f"{row.predicted_time_s:.4f}"
+        log.print(
+            f"  [{i}/{len(cases)}] {case.name} ({row.plan}): measured {row.measured_time_s:.4f} s,"
+            f" predicted {predicted} s  [dim]({time.perf_counter() - start:.0f} s, load "
+            f"{os.getloadavg()[0]:.1f})"
+        )
+    return rows
+
+
+def planner_choice(
+    case: Case, profile: HardwareProfile, hardware: str, precision: str
+) -> tuple[ParallelPlan | None, str]:
+    """`search_plans`' best plan for the problem (model, world, job) of ``case``, or None
+    and the reason."""
+    b = bundle_of(case, hardware, precision)
+    try:
+        result = search_plans(b.model, b.cluster, b.job, profile, top_k=5)
+    except SpecError as exc:
+        return None, f"search_plans failed: {exc}"
+    if result.best is None:
+        return None, "search_plans found no plan that fits"
+    return result.best.plan, ""
+
+
+def add_pick(
+    plan: ParallelPlan,
+    name: str,
+    cases: list[Case],
+    rows: list[FidelityRow],
+    run: Callable[[Case], FidelityRow],
+) -> str:
+    """The row name of ``plan`` in the group of `PICK_CASE`: a measured suite plan, or a new
+    case ``name`` that ``run(case)`` executes and appends to ``cases`` and ``rows``."""
+    main = next(c for c in cases if c.name == PICK_CASE)
+    done = {r.name for r in rows}
+    for case in cases:
+        if case.group == main.group and case.plan == plan and case.name in done:
+            return case.name
+    pick = Case(name=name, model=main.model, plan=plan, covers=("planner-pick",))
+    cases.append(pick)
+    rows.append(run(pick))
+    return name
+
+
+def pick_details(rows: list[FidelityRow], name: str | None, why: str) -> dict[str, Any]:
+    """The pick, the fastest measured plan of its group, and the reason when there is none."""
+    if name is None:
+        return {"row": None, "error": why}
+    chosen = next(r for r in rows if r.name == name)
+    best = min((r for r in rows if r.group == chosen.group), key=lambda r: r.measured_time_s)
+    return {
+        "row": name,
+        "plan": chosen.plan,
+        "group": chosen.group,
+        "measured_s": chosen.measured_time_s,
+        "best_measured": best.name,
+        "best_measured_s": best.measured_time_s,
+    }
+
+
+def calibrate_profile(profile_path: Path, settings: Settings, log: Console) -> Path:
+    """Execute `CALIBRATION_CASES` and fit ``WORK/profile-calibrated.json`` on them with
+    `paraplan calibrate`."""
+    try:
+        command = importlib.import_module("paraplan.commands.calibrate")
+    except ModuleNotFoundError as exc:
+        raise SpecError(
+            "--calibrate needs `paraplan calibrate` (paraplan/commands/calibrate.py), which "
+            "this checkout lacks; run the bench without --calibrate"
+        ) from exc
+    base = load_profile(str(profile_path))
+    folders = []
+    for case in CALIBRATION_CASES:
+        bundle = bundle_of(case, str(profile_path), settings.precision)
+        out = settings.work / "calibration" / case.name
+        measured_s, _ = measure(bundle, out, settings)
+        predict(bundle, base, out)
+        log.print(f"  calibration run {case.name} ({case.plan.label()}): {measured_s:.4f} s")
+        folders.append(str(out))
+    path = settings.work / "profile-calibrated.json"
+    # the command's printout (fitted factors, errors before and after) is progress here
+    with contextlib.redirect_stdout(sys.stderr):
+        code = run_command(command, [*folders, "-o", str(path), "--hardware", str(profile_path)])
+    if code != 0:
+        raise SpecError(f"paraplan calibrate {' '.join(folders)} -o {path} failed (exit {code})")
+    return path
+
+
+def repredicted(
+    rows: list[FidelityRow], cases: list[Case], profile: HardwareProfile, settings: Settings
+) -> list[FidelityRow]:
+    """``rows`` with the predictions of ``profile`` instead."""
+    by_name = {c.name: c for c in cases}
+    out = []
+    for row in rows:
+        bundle = bundle_of(by_name[row.name], "calibrated", settings.precision)
+        seconds, gib, why = predict(bundle, profile)
+        out.append(
+            dataclasses.replace(
+                row, predicted_time_s=seconds, predicted_memory_gib=gib, note=why or row.note
+            )
+        )
+    return out
+
+
+def sections(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Title -> section (summary keys, ``rows``) of a bench result."""
+    found = {"timing (world 1-2)": result}
+    if "calibrated" in result:
+        found["timing, calibrated profile"] = result["calibrated"]
+    if "coverage" in result:
+        found["coverage (world 4 on 2 cores)"] = result["coverage"]
+    return found
+
+
+def _pick_line(section: dict[str, Any]) -> str:
+    pick = section.get("pick")
+    if pick is None:
+        return ""
+    if pick["row"] is None:
+        return f"planner pick: none ({pick['error']})"
+    return (
+        f"planner pick: {pick['plan']} ({pick['measured_s'] * 1e3:.1f} ms measured); fastest "
+        f"measured: {pick['best_measured']} ({pick['best_measured_s'] * 1e3:.1f} ms)"
+    )
+
+
+def machine_text(result: dict[str, Any]) -> str:
+    """The machine and its 1-minute load average at the start and the end."""
+    load = result["load_average"]
+    return (
+        f"Machine: {result['machine']}; load average {load['start'][0]:.1f} at the start, "
+        f"{load['end'][0]:.1f} at the end"
+    )
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    """A rich table per section on stdout, each followed by its summary and pick."""
+    console = Console(width=160)
+    for title, section in sections(result).items():
+        table = Table(title=title)
+        for i, col in enumerate(COLUMNS):
+            table.add_column(col, justify="left" if i < 2 else "right")
+        for row in section["rows"]:
+            table.add_row(*row_cells(row))
+        console.print(table)
+        console.print(summary_text(section))
+        if _pick_line(section):
+            console.print(_pick_line(section))
+    console.print(machine_text(result))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """Every section as a markdown table with its summary (for the README)."""
+    lines = []
+    for title, section in sections(result).items():
+        lines += [f"**{title}**", "", "| " + " | ".join(COLUMNS) + " |"]
+        lines.append("|" + "---|" * len(COLUMNS))
+        lines += ["| " + " | ".join(row_cells(r)) + " |" for r in section["rows"]]
+        lines += ["", summary_text(section), ""]
+        lines += [_pick_line(section), ""] if _pick_line(section) else []
+    lines.append(machine_text(result) + ".")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--markdown", action="store_true", help="print markdown tables")
+    parser.add_argument("--quick", action="store_true", help="fewer steps, no coverage plans")
+    parser.add_argument("--calibrate", action="store_true", help="also with a calibrated profile")
+    parser.add_argument("--no-coverage", action="store_true", help="skip the world-4 plans")
+    parser.add_argument("--work", default="runs/fidelity", help="work folder (runs/fidelity)")
+    parser.add_argument(
+        "--render", metavar="RESULT.json", help="print a saved result (WORK/fidelity.json) again"
+    )
+    return parser.parse_args(argv)
+
+
+def machine_line(profile: HardwareProfile) -> str:
+    """Host, device and software of the measurement."""
+    return (
+        f"{profile.provenance.host}, {available_cpus()} usable cores, {profile.device.name}, "
+        f"torch {torch.__version__}, {date.today().isoformat()}"
+    )
+
+
+def _section(rows: list[FidelityRow], pick: str | None = None) -> dict[str, Any]:
+    return {**summary_to_json(summarize(rows, pick)), "rows": [row_to_json(r) for r in rows]}
+
+
+def calibrated_section(
+    profile_path: Path,
+    cases: list[Case],
+    rows: list[FidelityRow],
+    settings: Settings,
+    log: Console,
+    run: Callable[[Case], FidelityRow],
+) -> dict[str, Any]:
+    """Fit a profile on the calibration runs; the figures of every row predicted with it
+    (the calibrated profile's own pick is executed when it is a new plan)."""
+    log.print("calibration (runs outside the suite):")
+    path = calibrate_profile(profile_path, settings, log)
+    profile = load_profile(str(path))
+    main_case = next(c for c in cases if c.name == PICK_CASE)
+    plan, why = planner_choice(main_case, profile, str(path), settings.precision)
+    if plan is None:
+        log.print(f"  calibrated planner pick: none ({why})")
+    pick = add_pick(plan, "calibrated-pick", cases, rows, run) if plan else None
+    cal_rows = repredicted(rows, cases, profile, settings)
+    return _section(cal_rows, pick) | {
+        "profile": str(path),
+        "pick": pick_details(cal_rows, pick, why),
+    }
+
+
+def coverage_section(
+    settings: Settings, log: Console, failures: list[dict[str, str]]
+) -> dict[str, Any]:
+    """The world-size-4 plans on a 4-rank profile."""
+    log.print("coverage plans (world size 4 on this machine, reported separately):")
+    path = settings.work / "profile-4.json"
+    profile = ensure_profile(path, 4, log)
+    if profile is None:
+        raise SystemExit(f"profiling 4 ranks into {path} failed; see above")
+    rows = run_suite(coverage_suite(), profile, str(path), settings, log, failures)
+    return _section(rows)
+
+
+def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
+    """Profile, execute, predict and summarize (module docstring); the result as JSON."""
+    settings = Settings(
+        work=Path(args.work),
+        steps=5 if args.quick else 8,
+        warmup=1 if args.quick else 2,
+        precision="bf16" if torch.cuda.is_available() else "fp32",
+    )
+    settings.work.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
+    log.print(f"fidelity bench in {settings.work}; load average {load_start}")
+    profile_path = settings.work / "profile.json"
+    profile = ensure_profile(profile_path, 2, log)
+    if profile is None:
+        raise SystemExit(f"profiling this machine into {profile_path} failed; see above")
+    hardware = str(profile_path)
+    cases, failures = list(timing_suite()), []
+    log.print(f"timing plans ({len(cases)}, world sizes 1-2):")
+    rows = run_suite(tuple(cases), profile, hardware, settings, log, failures)
+
+    def run(case: Case) -> FidelityRow:
+        log.print(f"  executing the planner's pick {case.plan.label()} (not in the suite)")
+        return run_case(case, profile, hardware, settings, note="the planner's pick")
+
+    main_case = next(c for c in cases if c.name == PICK_CASE)
+    plan, why = planner_choice(main_case, profile, hardware, settings.precision)
+    if plan is None:
+        log.print(f"  planner pick: none ({why})")
+    pick = add_pick(plan, "planner-pick", cases, rows, run) if plan else None
+    extra: dict[str, Any] = {}
+    if args.calibrate:
+        extra["calibrated"] = calibrated_section(profile_path, cases, rows, settings, log, run)
+    if not (args.quick or args.no_coverage):
+        extra["coverage"] = coverage_section(settings, log, failures)
+    result = _section(rows, pick) | {"pick": pick_details(rows, pick, why)} | extra
+    result["failures"] = failures
+    result["machine"] = machine_line(profile)
+    result["load_average"] = {"start": load_start, "end": os.getloadavg()}
+    (settings.work / "fidelity.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    log = Console(stderr=True, highlight=False, soft_wrap=True)
+    start = time.perf_counter()
+    if args.render:
+        result = json.loads(Path(args.render).read_text())
+    else:
+        result = run_bench(args, log)
+        log.print(
+            f"done in {time.perf_counter() - start:.0f} s; result in {args.work}/fidelity.json"
+        )
+    if args.json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    elif args.markdown:
+        sys.stdout.write(markdown(result) + "\n")
+    else:
+        print_tables(result)
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The fidelity benchmark's arithmetic (`reports.fidelity`) on hand-made rows, and the
+suite of `bench/fidelity.py` (loaded by path: bench/ is not a package)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from reports.fidelity import (
+    COLUMNS,
+    FidelityRow,
+    kendall_tau,
+    median_abs,
+    percentile_abs,
+    pick_within,
+    row_cells,
+    row_to_json,
+    summarize,
+    summary_text,
+    summary_to_json,
+)
+from specs.errors import SpecError
+from specs.plan import ParallelPlan
+from specs.rules import check_plan
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "fidelity.py"
+
+
+def row(name: str, measured: float, predicted: float | None, group: str = "g") -> FidelityRow:
+    return FidelityRow(
+        name=name,
+        group=group,
+        plan=name,
+        covers=(),
+        world_size=2,
+        measured_time_s=measured,
+        predicted_time_s=predicted,
+        measured_memory_gib=1.0,
+        predicted_memory_gib=None if predicted is None else 1.0 + (predicted - measured),
+    )
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_fidelity", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses resolve their module through sys.modules while the file executes
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- errors and percentiles ------------------------------------------------------------
+
+
+def test_errors_are_signed_and_relative_to_the_measurement() -> None:
+    r = row("a", measured=0.2, predicted=0.25)
+    assert r.time_error == pytest.approx(0.25)  # (0.25 - 0.2) / 0.2
+    assert r.memory_error == pytest.approx(0.05)  # (1.05 - 1.0) / 1.0
+    assert row("b", measured=0.2, predicted=0.1).time_error == pytest.approx(-0.5)
+    missing = row("c", measured=0.2, predicted=None)
+    assert missing.time_error is None and missing.memory_error is None
+
+
+def test_median_and_percentile_of_absolute_errors() -> None:
+    assert median_abs([0.1, -0.3, 0.2, None]) == pytest.approx(0.2)
+    assert median_abs([None]) is None
+    # numpy linear interpolation: 11 evenly spaced values put p90 on the 10th
+    assert percentile_abs([i / 10 for i in range(11)], 90) == pytest.approx(0.9)
+    # between two values: 0.1 + 0.9 * (0.2 - 0.1)
+    assert percentile_abs([-0.1, 0.2], 90) == pytest.approx(0.19)
+    assert percentile_abs([], 90) is None
+    with pytest.raises(SpecError, match=r"\[0, 100\]"):
+        percentile_abs([0.1], 101)
+
+
+def test_kendall_tau_counts_concordant_pairs() -> None:
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    # pairs: (2,3) discordant, the other five concordant: (5 - 1) / 6
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)
+    assert kendall_tau([1.0], [2.0]) is None
+    assert kendall_tau([1, 1, 1], [1, 2, 3]) is None  # one side constant: undefined
+    with pytest.raises(SpecError, match="one length"):
+        kendall_tau([1, 2], [1])
+
+
+def test_pick_rule_allows_five_percent() -> None:
+    assert pick_within(1.0, [1.0, 2.0])
+    assert pick_within(1.04, [1.0, 1.3])
+    assert pick_within(1.05, [1.0])  # the boundary is inside
+    assert not pick_within(1.06, [1.0, 1.2])
+    assert pick_within(0.9, [1.0])  # the pick is itself the fastest
+
+
+# ---- summary -----------------------------------------------------------------------------
+
+
+def test_summary_of_hand_made_rows() -> None:
+    rows = [
+        row("a", measured=1.0, predicted=1.1),  # +10%
+        row("b", measured=2.0, predicted=1.6),  # -20%
+        row("c", measured=4.0, predicted=4.2),  # +5%
+        row("d", measured=3.0, predicted=None),  # refused: no figure uses it
+        row("x", measured=0.5, predicted=0.5, group="other"),  # 0%, fastest but elsewhere
+    ]
+    s = summarize(rows, pick="a")
+    assert (s.num_plans, s.num_predicted) == (5, 4)
+    assert s.median_abs_error == pytest.approx(0.075)  # median of 0, .05, .1, .2
+    assert s.p90_abs_error == pytest.approx(0.17)  # 0.1 + 0.7 * (0.2 - 0.1)
+    # memory errors: +0.1, -0.4, +0.2, 0 on 1 GiB
+    assert s.memory_median_abs_error == pytest.approx(0.15)
+    # predicted order 0.5, 1.1, 1.6, 4.2 matches measured 0.5, 1, 2, 4
+    assert s.kendall_tau == pytest.approx(1.0)
+    assert s.pick_within_5pct is True  # "a" is the fastest of group g; "x" is not compared
+    assert summarize(rows, pick="b").pick_within_5pct is False
+    assert summarize(rows).pick_within_5pct is None
+
+
+def test_summary_rejects_a_pick_that_is_not_a_row() -> None:
+    with pytest.raises(SpecError, match="not one of the rows"):
+        summarize([row("a", 1.0, 1.0)], pick="z")
+
+
+def test_json_keys() -> None:
+    data = summary_to_json(summarize([row("a", 1.0, 1.2), row("b", 2.0, 1.0)], pick="a"))
+    for key in (
+        "median_abs_error",
+        "p90_abs_error",
+        "memory_median_abs_error",
+        "kendall_tau",
+        "pick_within_5pct",
+    ):
+        assert key in data
+    assert data["kendall_tau"] == pytest.approx(-1.0)
+    r = row_to_json(row("a", 1.0, 1.2))
+    assert r["iteration_time_error"] == pytest.approx(0.2)
+    assert r["measured_iteration_time_s"] == 1.0
+
+
+# ---- the suite of bench/fidelity.py ----------------------------------------------------
+
+
+def test_timing_suite_covers_the_features(bench: ModuleType) -> None:
+    suite = bench.timing_suite()
+    assert len(suite) >= 10
+    assert len({c.name for c in suite}) == len(suite)
+    assert {c.plan.world_size for c in suite} <= {1, 2}
+    covered = {f for c in suite for f in c.covers}
+    needed = {
+        "tp",
+        "sp",
+        "pp-1f1b",
+        "pp-interleaved",
+        "ddp-buckets",
+        "overlap-grad-reduce",
+        "distributed-optimizer",
+        "ep",
+        "cp",
+        "recompute-selective",
+        "recompute-full",
+    }
+    assert needed <= covered
+    assert any(c.plan.tp > 1 and not c.plan.sequence_parallel for c in suite)
+    assert len({c.plan.micro_batch_size for c in suite}) >= 2
+    assert {c.plan.world_size for c in bench.coverage_suite()} == {4}
+
+
+def test_every_plan_is_valid(bench: ModuleType) -> None:
+    cases = (*bench.timing_suite(), *bench.coverage_suite(), *bench.CALIBRATION_CASES)
+    for case in cases:
+        b = bench.bundle_of(case, "h100-sxm-80gb", "fp32")
+        assert check_plan(b.model, b.cluster, b.job, b.plan) == [], case.name
+
+
+def test_calibration_runs_are_not_suite_runs(bench: ModuleType) -> None:
+    suite = {(c.model, c.plan, c.seq_length) for c in bench.timing_suite()}
+    assert all((c.model, c.plan, c.seq_length) not in suite for c in bench.CALIBRATION_CASES)
+
+
+def test_pick_reuses_a_suite_run_or_runs_the_new_plan(bench: ModuleType) -> None:
+    cases = list(bench.timing_suite())
+    rows = [row(c.name, 1.0, 1.0, group=c.group) for c in cases]
+    ran = []
+
+    def run(case):
+        ran.append(case.name)
+        return row(case.name, 0.5, 0.6, group=case.group)
+
+    main = next(c for c in cases if c.name == bench.PICK_CASE)
+    assert bench.add_pick(main.plan, "pick", cases, rows, run) == main.name
+    assert ran == []
+    new_plan = ParallelPlan(dp=2, micro_batch_size=2, distributed_optimizer=True)
+    assert bench.add_pick(new_plan, "pick", cases, rows, run) == "pick"
+    assert ran == ["pick"] and rows[-1].name == "pick" and cases[-1].plan == new_plan
+    details = bench.pick_details(rows, "pick", "")
+    assert details["best_measured"] == "pick" and details["measured_s"] == 0.5
+    assert bench.pick_details(rows, None, "no fit")["error"] == "no fit"
+
+
+def test_knob_label_names_buckets_and_overlap(bench: ModuleType) -> None:
+    plan = ParallelPlan(dp=2, ddp_bucket_size=100_000, overlap_grad_reduce=True)
+    assert bench.knob_label(plan) == "tp1 pp1 dp2 mbs1 bucket100K overlap-grad-reduce"
+
+
+def test_text_cells_and_summary_line() -> None:
+    cells = row_cells(row_to_json(row("a", measured=0.2, predicted=0.25)))
+    assert cells == ["a", "a", "250.0", "200.0", "+25.0%", "1075.2", "1024.0", "+5.0%"]
+    assert len(cells) == len(COLUMNS)
+    missing = row_cells(row_to_json(row("b", measured=0.2, predicted=None)))
+    assert missing[2] == "n/a" and missing[4] == "n/a"
+    text = summary_text(summary_to_json(summarize([row("a", 1.0, 1.1), row("b", 2.0, 1.6)])))
+    assert text == (
+        "median |time error| 15.0%, p90 19.0%, median |memory error| 25.0%, Kendall tau 1.00, "
+        "pick within 5%: n/a (2/2 plans predicted)"
+    )
