@@ -229,7 +229,11 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
             ("tpag", "all_gather", tpg),
         ):
             out[f"{tag}_a"], out[f"{tag}_b"] = _linear_cost(profile, op, group)
-        pair = place(2, stride * max(pp - 1, 1))
+        if pp == 1:
+            # one stage holds both embeddings and sends nothing: no tie all-reduce, no P2P
+            out.update(tie_a=0.0, tie_b=0.0, send_a=0.0, send_b=0.0)
+            return out
+        pair = place(2, stride * (pp - 1))
         out["tie_a"], out["tie_b"] = _linear_cost(profile, "all_reduce", pair)
         one, two = (p2p_time_s(profile, size, intra=intra) for size in (1e9, 2e9))
         out["send_b"] = (two - one) / 1e9
