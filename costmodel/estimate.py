@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.compute import gemm_dtype
+from costmodel.execution import executed_job, resolve_options
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.memory import GiB, StageMemory, memory_per_stage
 from costmodel.predicted_timeline import build_timeline
-from costmodel.simulator import DEFAULT_OPTIONS, Breakdown, ExecutionOptions, simulate_iteration
+from costmodel.simulator import Breakdown, ExecutionOptions, simulate_iteration
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -101,26 +102,34 @@ def simulate_plan(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    options: ExecutionOptions = DEFAULT_OPTIONS,
+    options: ExecutionOptions | None = None,
     timeline: bool = True,
 ) -> tuple[Estimate, Timeline | None]:
     """The `Estimate` and (with ``timeline``) the predicted `Timeline` of ``plan``.
 
     Raises `SpecError` listing the violated rules when the plan is invalid
     (`specs.rules.require_valid_plan`). ``options`` describes how the framework runs the
-    plan (attention kernel, gradient-accumulation fusion); the default is Megatron-LM's
-    current behaviour.
+    plan (attention kernel, gradient-accumulation fusion); None picks it from the profile
+    (`costmodel.execution.options_for`: paraplan's executor on a CPU profile, Megatron-LM's
+    current behaviour otherwise). MFU and HFU divide by the peak of the dtype the framework
+    computes in (fp32 for the executor on a CPU).
     """
     require_valid_plan(model, cluster, job, plan)
+    options = resolve_options(profile, options)
     sim = simulate_iteration(
         model, job, plan, profile, gpus_per_node=cluster.gpus_per_node, options=options
     )
-    stages = memory_per_stage(model, job, plan, attention=options.attention)
+    if options.runtime == "torch_native":
+        from costmodel.native_memory import native_memory_per_stage
+
+        stages = native_memory_per_stage(model, job, plan)
+    else:
+        stages = memory_per_stage(model, job, plan, attention=options.attention)
     model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s
     gpus = cluster.num_gpus
-    peak = peak_flops(profile, gemm_dtype(job.precision))
+    peak = peak_flops(profile, gemm_dtype(executed_job(job, options).precision))
     estimate = Estimate(
         iteration_time_s=seconds,
         breakdown=sim.breakdown,
@@ -145,9 +154,10 @@ def estimate_plan(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    options: ExecutionOptions = DEFAULT_OPTIONS,
+    options: ExecutionOptions | None = None,
 ) -> Estimate:
-    """The detailed `Estimate` of ``plan`` (event simulator; no timeline built).
+    """The detailed `Estimate` of ``plan`` (event simulator; no timeline built); ``options``
+    as in `simulate_plan`.
 
     Raises `SpecError` when the plan breaks a rule of `specs.rules.check_plan`.
     """

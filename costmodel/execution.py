@@ -3,19 +3,28 @@
 A `ParallelPlan` says what is split and overlapped; `ExecutionOptions` says which kernels
 and conventions the framework brings to it. The default is Megatron-LM as it runs today
 (Transformer Engine kernels, fused bias epilogues, fp32 main gradients, asynchronous
-interleaved pipeline sends). `MEGATRON_2021` describes the code of Narayanan et al. 2021
-(SC21, arXiv 2104.04473) as its reproduction scripts ran it (`examples/sc21` of
-NVIDIA/Megatron-LM: container nvcr.io/nvidia/pytorch:20.12-py3, i.e. PyTorch 1.8, and
-`--fp16 --loss-scale 8192`, no `--accumulate-allreduce-grads-in-fp32`); each field's
-docstring names the code it stands for.
+interleaved pipeline sends). `TORCH_NATIVE` is paraplan's own executor (`executor/`:
+eager PyTorch, DTensor tensor parallelism, torch.distributed.pipelining, DDP or FSDP2) on
+CPU ranks, priced operator by operator (`costmodel.native_sim`); `options_for` picks it
+for a CPU profile, Megatron-LM's defaults otherwise. `MEGATRON_2021` describes the code
+of Narayanan et al. 2021 (SC21, arXiv 2104.04473) as its reproduction scripts ran it
+(`examples/sc21` of NVIDIA/Megatron-LM: container nvcr.io/nvidia/pytorch:20.12-py3, i.e.
+PyTorch 1.8, and `--fp16 --loss-scale 8192`, no `--accumulate-allreduce-grads-in-fp32`);
+each field's docstring names the code it stands for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from costmodel.compute import AttentionKernelName as AttentionKernel
+from profiles.schema import HardwareProfile
 from specs.errors import SpecError
+from specs.job import TrainingJob
+
+Runtime = Literal["megatron", "torch_native"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,7 +79,14 @@ class ExecutionOptions:
     every tp rank sends the whole [s, b, h] tensor (current Megatron without sequence
     parallelism)."""
 
+    runtime: Runtime = "megatron"
+    """Who runs the step: ``megatron`` (Megatron-LM, GPU kernels; the fields above) or
+    ``torch_native`` (paraplan's executor on CPU ranks: every operator's host cost, DTensor,
+    gloo; `costmodel.native_sim`), for which the fields above are not consulted."""
+
     def __post_init__(self) -> None:
+        if self.runtime not in ("megatron", "torch_native"):
+            raise SpecError(f"runtime must be 'megatron' or 'torch_native', got {self.runtime!r}")
         if self.attention not in ("flash", "materialized"):
             raise SpecError(f"attention must be 'flash' or 'materialized', got {self.attention!r}")
         if self.main_grad_bytes not in (2, 4):
@@ -98,3 +114,31 @@ MEGATRON_2021 = ExecutionOptions(
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
 blocking pipeline sends with the scatter/gather optimisation."""
+
+TORCH_NATIVE = ExecutionOptions(
+    runtime="torch_native",
+    grad_accumulation_fusion=False,
+    overlap_p2p=False,
+)
+"""paraplan's executor on CPU ranks (`executor/`): eager fp32 PyTorch, SDPA attention,
+autograd accumulating into ``.grad``, pipelining sends waited with the next receive."""
+
+
+def options_for(profile: HardwareProfile) -> ExecutionOptions:
+    """`TORCH_NATIVE` for a CPU profile (on a CPU, paraplan plans for its own executor),
+    else Megatron-LM's defaults."""
+    return TORCH_NATIVE if profile.device.kind == "cpu" else DEFAULT_OPTIONS
+
+
+def resolve_options(profile: HardwareProfile, options: ExecutionOptions | None) -> ExecutionOptions:
+    """``options``, or `options_for` the profile when None."""
+    return options_for(profile) if options is None else options
+
+
+def executed_job(job: TrainingJob, options: ExecutionOptions) -> TrainingJob:
+    """The job as the framework computes it: the executor keeps CPU runs in fp32 whatever
+    the job precision (`executor.precision`: bf16 matmuls are slow on CPUs and fp8 needs
+    CUDA), so a CPU profile's bf16 curves never price an executor run."""
+    if options.runtime == "torch_native" and job.precision != "fp32":
+        return dataclasses.replace(job, precision="fp32")
+    return job

@@ -84,7 +84,9 @@ def _action_events(
     a = timed.action
     cost = sim.chunks[a.stage][a.chunk]
     label = f"mb{a.microbatch} c{a.chunk}"
-    sp, ring = plan.sequence_parallel and plan.tp > 1, plan.cp_comm_type == "p2p"
+    sp = plan.sequence_parallel and plan.tp > 1
+    # paraplan's executor always all-gathers K/V (`executor.context_parallel`).
+    ring = plan.cp_comm_type == "p2p" and sim.runtime != "torch_native"
     if a.phase == "F":
         events, clock = _pass_events(
             rank, timed.start_s, cost.forward, "forward", f"F {label}", a, sp, ring

@@ -39,6 +39,7 @@ import pandas as pd
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
+from costmodel.execution import resolve_options
 from costmodel.flops import model_flops_per_iteration
 from costmodel.layer_costs import (
     AttentionKernel,
@@ -48,7 +49,8 @@ from costmodel.layer_costs import (
     logits_cost,
 )
 from costmodel.memory import FrameworkAllowance, GiB, bytes_per_param, stage_params
-from costmodel.simulator import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.native_screen import native_screen
+from costmodel.simulator import ExecutionOptions
 from costmodel.topology import strided_group_placement
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -506,16 +508,21 @@ def screen_plans(
     profile: HardwareProfile,
     plans: pd.DataFrame,
     *,
-    options: ExecutionOptions = DEFAULT_OPTIONS,
+    options: ExecutionOptions | None = None,
 ) -> pd.DataFrame:
     """Closed-form time and memory of every plan row (see the module docstring).
 
     Rows are not checked against `specs.rules` (the planner generates valid plans); a row
     whose batch gives no microbatch, whose layers do not split over pp·vpp, or an
     interleaved row whose microbatches are not a multiple of pp, gets an infinite
-    iteration time and ``fits`` False.
+    iteration time and ``fits`` False. ``options`` None picks the framework from the
+    profile (`costmodel.execution.options_for`); paraplan's executor on a CPU profile is
+    screened by simulating each row (`costmodel.native_screen`).
     """
+    options = resolve_options(profile, options)
     df = _normalized(plans, cluster)
+    if options.runtime == "torch_native":
+        return native_screen(model, cluster, job, profile, df, _plan, options)
     topo = _topology(profile, cluster)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     df["bucket"] = df["ddp_bucket_size"].where(

@@ -26,6 +26,10 @@ Order of work, following Megatron-LM (megatron-facts.md §3, §5):
    the next iteration's forwards (exposed as far as a bucket arrives after the forward
    that needs it).
 
+With `ExecutionOptions.runtime` ``torch_native`` (paraplan's executor on CPU ranks) steps
+1, 3 and 4 come from `costmodel.native_sim` instead, and the job runs in fp32
+(`costmodel.execution.executed_job`).
+
 The breakdown is taken on the critical stage (the one that finishes its gradients last):
 compute forward / backward / recompute, exposed TP / CP / EP communication, pipeline
 sends (the delay they add over a run with free sends), the bubble (remaining idle time),
@@ -41,7 +45,7 @@ from dataclasses import dataclass, fields
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, executed_job
 from costmodel.layer_costs import (
     ZERO,
     CommGroups,
@@ -158,6 +162,8 @@ class IterationSimulation:
     blocking_sends: bool
     """True when sends extend the sender's action (1F1B, or interleaved without
     `ExecutionOptions.overlap_p2p`)."""
+    runtime: str = "megatron"
+    """`ExecutionOptions.runtime` the iteration was simulated for."""
 
 
 def comm_groups(placements: PlanPlacements) -> CommGroups:
@@ -562,6 +568,19 @@ def _breakdown(
     )
 
 
+def _native_tail(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    placements: PlanPlacements,
+    stage: int,
+    row: tuple[TimedAction, ...],
+) -> StageTail:
+    from costmodel.native_sim import native_stage_tail
+
+    return native_stage_tail(model, plan, profile, placements, stage, row)
+
+
 def simulate_iteration(
     model: ModelSpec,
     job: TrainingJob,
@@ -584,8 +603,21 @@ def simulate_iteration(
             f"micro_batch_size ({plan.micro_batch_size}) x dp ({plan.dp}); raise the batch"
         )
     placements = plan_placements(profile, plan, gpus_per_node)
-    chunks = chunk_costs(model, job, plan, profile, comm_groups(placements), options)
+    native = options.runtime == "torch_native"
+    job = executed_job(job, options)
+    if native:
+        from costmodel.native_sim import native_chunk_costs
+
+        groups = comm_groups(placements)
+        chunks = native_chunk_costs(model, job, plan, profile, groups, placements)
+    else:
+        chunks = chunk_costs(model, job, plan, profile, comm_groups(placements), options)
     send_s = pipeline_send_s(model, job, plan, profile, placements, options)
+    if native and plan.pp > 1:
+        from costmodel.host_rates import host_rates
+
+        excess = host_rates(profile).excess_s("send_recv", 2)
+        send_s = tuple(s + excess for s in send_s)
     blocking = blocking_sends(plan, options)
     timed = _time_schedule(plan, chunks, send_s, m, with_sends=True, blocking=blocking)
     free = (
@@ -594,7 +626,11 @@ def simulate_iteration(
         else timed
     )
     tails = tuple(
-        _stage_tail(model, job, plan, profile, placements, s, chunks[s], timed.actions[s], options)
+        _native_tail(model, plan, profile, placements, s, timed.actions[s])
+        if native
+        else _stage_tail(
+            model, job, plan, profile, placements, s, chunks[s], timed.actions[s], options
+        )
         for s in range(plan.pp)
     )
     critical = max(range(plan.pp), key=lambda s: (tails[s].grads_done_s, -s))
@@ -611,4 +647,5 @@ def simulate_iteration(
         sync_s=sync_s,
         send_s=send_s,
         blocking_sends=blocking,
+        runtime=options.runtime,
     )

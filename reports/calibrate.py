@@ -61,6 +61,7 @@ from scipy.optimize import least_squares
 
 from costmodel.compute import activation_dtype, gemm_dtype
 from costmodel.estimate import simulate_plan
+from costmodel.execution import ExecutionOptions
 from profiles.schema import (
     AttentionPoint,
     CollectiveFit,
@@ -237,10 +238,13 @@ def targets(phases: dict[str, float], iteration_s: float, run: RunDir) -> dict[s
     return out
 
 
-def predict(profile: HardwareProfile, run: RunDir) -> tuple[float, Timeline]:
-    """Predicted iteration seconds and timeline of the run's plan on ``profile``."""
+def predict(
+    profile: HardwareProfile, run: RunDir, options: ExecutionOptions | None = None
+) -> tuple[float, Timeline]:
+    """Predicted iteration seconds and timeline of the run's plan on ``profile``
+    (``options`` as in `costmodel.estimate.simulate_plan`)."""
     b = run.bundle
-    estimate, timeline = simulate_plan(b.model, b.cluster, b.job, b.plan, profile)
+    estimate, timeline = simulate_plan(b.model, b.cluster, b.job, b.plan, profile, options=options)
     if timeline is None:
         raise SpecError("simulate_plan returned no timeline; calibration needs one")
     return estimate.iteration_time_s, timeline
@@ -371,6 +375,7 @@ def _residuals(
     factors_at: Callable[[np.ndarray], Factors],
     profile_at: Callable[[Factors], HardwareProfile],
     prior_mask: np.ndarray,
+    options: ExecutionOptions | None,
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The weighted log-ratio residuals of every case's targets, then the prior's."""
 
@@ -378,7 +383,7 @@ def _residuals(
         profile = profile_at(factors_at(x))
         out = []
         for case in cases:
-            iteration_s, timeline = predict(profile, case.run)
+            iteration_s, timeline = predict(profile, case.run, options)
             predicted = targets(timeline_phases(timeline), iteration_s, case.run)
             eps = case.epsilon_s
             for name, measured in case.targets.items():
@@ -389,7 +394,9 @@ def _residuals(
     return residuals
 
 
-def fit_factors(profile: HardwareProfile, runs: Sequence[RunDir]) -> Factors:
+def fit_factors(
+    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions | None = None
+) -> Factors:
     """Stage 2 of the module docstring on ``profile`` (stage-1 fits already applied)."""
     cases = [_case(run) for run in runs]
     gemm = {gemm_dtype(r.bundle.job.precision) for r in runs}
@@ -408,7 +415,7 @@ def fit_factors(profile: HardwareProfile, runs: Sequence[RunDir]) -> Factors:
         return apply_factors(profile, factors, gemm_dtypes=gemm, attention_dtypes=att)
 
     fit = least_squares(
-        _residuals(cases, factors_at, profile_at, ~is_overhead),
+        _residuals(cases, factors_at, profile_at, ~is_overhead, options),
         x0,
         bounds=(low, high),
         loss="soft_l1",
@@ -423,15 +430,19 @@ def fit_factors(profile: HardwareProfile, runs: Sequence[RunDir]) -> Factors:
 
 
 def _run_error(
-    run: RunDir, before: HardwareProfile, after: HardwareProfile, fitted: bool
+    run: RunDir,
+    before: HardwareProfile,
+    after: HardwareProfile,
+    fitted: bool,
+    options: ExecutionOptions | None,
 ) -> RunError:
     return RunError(
         path=str(run.path),
         plan=run.bundle.plan.label(),
         fitted=fitted,
         measured_s=measured_iteration_s(run),
-        predicted_before_s=predict(before, run)[0],
-        predicted_after_s=predict(after, run)[0],
+        predicted_before_s=predict(before, run, options)[0],
+        predicted_after_s=predict(after, run, options)[0],
     )
 
 
@@ -488,10 +499,13 @@ def calibrate(
     *,
     held_out: Sequence[RunDir] = (),
     command: str = "reports.calibrate.calibrate",
+    options: ExecutionOptions | None = None,
 ) -> CalibrationResult:
     """Refit ``profile`` on ``runs`` (method in the module docstring).
 
-    ``held_out`` runs are only evaluated. Raises `SpecError` without runs or for a run
+    ``held_out`` runs are only evaluated. ``options`` is the framework model every
+    prediction uses (`costmodel.estimate.simulate_plan`; None: the profile's own, i.e. the
+    executor model on a CPU profile). Raises `SpecError` without runs or for a run
     without a measurement.
     """
     if not runs:
@@ -507,7 +521,7 @@ def calibrate(
         profile,
         communication=dataclasses.replace(profile.communication, fits=with_fits(profile, fits)),
     )
-    factors = fit_factors(stage1, runs)
+    factors = fit_factors(stage1, runs, options)
     fitted = apply_factors(
         stage1,
         factors,
@@ -515,8 +529,8 @@ def calibrate(
         attention_dtypes={activation_dtype(r.bundle.job.precision) for r in runs},
     )
     errors = tuple(
-        [_run_error(r, profile, fitted, True) for r in runs]
-        + [_run_error(r, profile, fitted, False) for r in held_out]
+        [_run_error(r, profile, fitted, True, options) for r in runs]
+        + [_run_error(r, profile, fitted, False, options) for r in held_out]
     )
     provenance = _provenance(profile, runs, command, _notes(profile, factors, fits, errors))
     name = profile.name if profile.name.endswith("-calibrated") else f"{profile.name}-calibrated"

@@ -34,9 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attention",
         choices=("flash", "materialized"),
-        default="flash",
-        help="attention kernel model: fused flash attention (default, Megatron with "
-        "Transformer Engine) or materialized softmax (unfused)",
+        default=None,
+        help="attention kernel model of Megatron-LM: fused flash attention (the default on a "
+        "GPU profile, Megatron with Transformer Engine) or materialized softmax (unfused); "
+        "unset on a CPU profile, paraplan's own executor is modelled",
     )
     parser.add_argument(
         "--json",
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  [{v.rule}] {v.message}")
         return 1
     profile = load_profile(cluster.hardware)
-    options = ExecutionOptions(attention=args.attention)
+    options = None if args.attention is None else ExecutionOptions(attention=args.attention)
     est = estimate_plan(model, cluster, job, plan, profile, options=options)
     if args.json:
         print_json(estimate_to_json(est))

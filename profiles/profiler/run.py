@@ -22,6 +22,7 @@ from profiles.profiler.assemble import RunRecords, fit_profile
 from profiles.profiler.comm import CommContext, comm_point_count, group_layouts, run_comm_sweep
 from profiles.profiler.compute import ComputeResults, Runner, compute_point_count, run_compute_sweep
 from profiles.profiler.device import describe_device, host_memory_bytes
+from profiles.profiler.framework import time_framework_overheads
 from profiles.profiler.shapes import SweepPlan, sweep_plan
 from profiles.profiler.timing import (
     COMM_PASSES,
@@ -133,6 +134,7 @@ def profile_rank(
     )
     runner = Runner(device=device, budget=budget, agree=_max_agree(control), clock=clock)
     compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit)
+    compute.overhead.extend(time_framework_overheads(runner))
     comm = CommContext(
         rank=env.rank,
         world_size=env.world_size,

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.estimate import estimate_to_json, simulate_plan
+from costmodel.execution import DEFAULT_OPTIONS, TORCH_NATIVE, ExecutionOptions
 from paraplan.commands import calibrate as command
 from paraplan.commands import execute as execute_command
 from profiles.lookup import collective_fit, peak_flops
@@ -54,6 +55,11 @@ PROFILE = Path(__file__).parent / "data" / "cpu-quick-tiny.json"
 FP32 = {"gemm_dtypes": ["fp32"], "attention_dtypes": ["fp32"]}
 
 
+RUNTIMES = (DEFAULT_OPTIONS, TORCH_NATIVE)
+RUNTIME_IDS = ("megatron", "torch_native")
+"""The fitting machinery is checked on both framework models of the cost model."""
+
+
 @pytest.fixture(scope="module")
 def base() -> HardwareProfile:
     return load_profile(str(PROFILE))
@@ -69,13 +75,18 @@ def _bundle(plan: ParallelPlan, *, seq: int = 128, batch: int = 8) -> PlanBundle
 
 
 def _synthetic_run(
-    folder: Path, bundle: PlanBundle, base: HardwareProfile, truth: HardwareProfile
+    folder: Path,
+    bundle: PlanBundle,
+    base: HardwareProfile,
+    truth: HardwareProfile,
+    options: ExecutionOptions | None = None,
 ) -> RunDir:
-    """A run folder whose measurement is the prediction on ``truth``."""
+    """A run folder whose measurement is the prediction on ``truth`` (``options``: the
+    framework model, as in `simulate_plan`)."""
     folder.mkdir(parents=True)
     b = bundle
-    estimate, predicted = simulate_plan(b.model, b.cluster, b.job, b.plan, base)
-    actual, measured = simulate_plan(b.model, b.cluster, b.job, b.plan, truth)
+    estimate, predicted = simulate_plan(b.model, b.cluster, b.job, b.plan, base, options=options)
+    actual, measured = simulate_plan(b.model, b.cluster, b.job, b.plan, truth, options=options)
     assert predicted is not None and measured is not None
     (folder / "plan.json").write_text(serde.dumps(b))
     (folder / "estimate.json").write_text(json.dumps(estimate_to_json(estimate)))
@@ -231,25 +242,34 @@ def test_profiled_phases_are_rescaled_to_the_unprofiled_iteration() -> None:
 # ---- calibration on synthetic runs ----------------------------------------------------
 
 
-def test_calibration_recovers_known_factors(base, tmp_path: Path) -> None:
+@pytest.mark.parametrize("options", RUNTIMES, ids=RUNTIME_IDS)
+def test_calibration_recovers_known_factors(base, tmp_path: Path, options) -> None:
     truth = _perturbed(base, Factors(gemm_scale=0.5, op_overhead_s=40e-6), 3.0, 0.5)
     bucketed = ParallelPlan(dp=2, ddp_bucket_size=150_000, overlap_grad_reduce=True)
-    runs = [
-        _synthetic_run(tmp_path / "a", _bundle(ParallelPlan()), base, truth),
-        _synthetic_run(tmp_path / "b", _bundle(ParallelPlan(micro_batch_size=4)), base, truth),
-        _synthetic_run(tmp_path / "c", _bundle(bucketed, seq=512, batch=4), base, truth),
+    plans = [
+        _bundle(ParallelPlan()),
+        _bundle(ParallelPlan(micro_batch_size=4)),
+        _bundle(bucketed, seq=512, batch=4),
     ]
-    held = _synthetic_run(tmp_path / "d", _bundle(ParallelPlan(dp=2), seq=256), base, truth)
-    result = calibrate(base, runs, held_out=[held])
+    runs = [_synthetic_run(tmp_path / str(i), b, base, truth, options) for i, b in enumerate(plans)]
+    held_bundle = _bundle(ParallelPlan(dp=2), seq=256)
+    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, options)
+    result = calibrate(base, runs, held_out=[held], options=options)
     f = result.factors
     assert f.gemm_scale == pytest.approx(0.5, rel=0.03)
     assert f.op_overhead_s == pytest.approx(40e-6, rel=0.03)
-    assert f.attention_scale == pytest.approx(1.0, rel=0.03)
+    # Under the executor model, SDPA is a few percent of a step of 128 tokens: its scale
+    # is only loosely pinned by these runs.
+    loose = 0.03 if options.runtime == "megatron" else 0.06
+    assert f.attention_scale == pytest.approx(1.0, rel=loose)
     assert f.memory_bandwidth_scale == pytest.approx(1.0, rel=0.03)
     (fit,) = result.collectives
     old = collective_fit(base, "all_reduce", 2, "intra")
-    assert fit.latency_s == pytest.approx(3.0 * old.latency_s, rel=0.01)
-    assert fit.busbw_GBps == pytest.approx(0.5 * old.busbw_GBps, rel=0.01)
+    if options.runtime == "megatron":
+        # The executor model adds a waited-for call's typical excess to every collective
+        # (`costmodel.host_rates`), so its synthetic wire times are not the fit's line.
+        assert fit.latency_s == pytest.approx(3.0 * old.latency_s, rel=0.01)
+        assert fit.busbw_GBps == pytest.approx(0.5 * old.busbw_GBps, rel=0.01)
     for e in result.runs:
         assert abs(e.error_before) > 0.2 and abs(e.error_after) < 0.01, e
     assert [e.fitted for e in result.runs] == [True, True, True, False]
@@ -258,17 +278,25 @@ def test_calibration_recovers_known_factors(base, tmp_path: Path) -> None:
     assert any("gemm efficiency x0.5" in note for note in p.notes)
 
 
-def test_calibration_recovers_the_pipeline_send_time(base, tmp_path: Path) -> None:
+@pytest.mark.parametrize("options", RUNTIMES, ids=RUNTIME_IDS)
+def test_calibration_recovers_the_pipeline_send_time(base, tmp_path: Path, options) -> None:
     truth = apply_factors(base, Factors(op_overhead_s=20e-6, p2p_time_scale=4.0), **FP32)
-    runs = [
-        _synthetic_run(tmp_path / "a", _bundle(ParallelPlan(pp=2)), base, truth),
-        _synthetic_run(tmp_path / "b", _bundle(ParallelPlan(micro_batch_size=2)), base, truth),
-    ]
-    held = _synthetic_run(tmp_path / "c", _bundle(ParallelPlan(pp=2), seq=256), base, truth)
-    result = calibrate(base, runs, held_out=[held])
-    assert result.factors.p2p_time_scale == pytest.approx(4.0, rel=0.05)
-    assert result.factors.op_overhead_s == pytest.approx(20e-6, rel=0.05)
-    assert abs(result.runs[-1].error_after) < 0.02 < abs(result.runs[-1].error_before)
+    plans = [_bundle(ParallelPlan(pp=2)), _bundle(ParallelPlan(micro_batch_size=2))]
+    runs = [_synthetic_run(tmp_path / str(i), b, base, truth, options) for i, b in enumerate(plans)]
+    held_bundle = _bundle(ParallelPlan(pp=2), seq=256)
+    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, options)
+    result = calibrate(base, runs, held_out=[held], options=options)
+    if options.runtime == "megatron":
+        assert result.factors.p2p_time_scale == pytest.approx(4.0, rel=0.05)
+        assert result.factors.op_overhead_s == pytest.approx(20e-6, rel=0.05)
+        assert abs(result.runs[-1].error_after) < 0.02 < abs(result.runs[-1].error_before)
+    else:
+        # Under the executor model the per-operator host cost is most of every step and
+        # a send of 128 tokens is latency-bound: the send scale trades against the op
+        # overhead and the fit stops a few percent short of the truth (measured: held-out
+        # error -60% before, -4% after).
+        for e in result.runs:
+            assert abs(e.error_after) < 0.06 < 0.5 < abs(e.error_before), e
 
 
 def test_calibrate_needs_runs_with_a_measurement(base, tmp_path: Path) -> None:
@@ -343,7 +371,12 @@ def test_a_profile_fitted_on_one_run_predicts_another_plan_better(base, tmp_path
     # held-out error -80%..-91% before, -36%..+32% after.
     fitted = _execute(tmp_path, "pp2", ParallelPlan(pp=2))
     held = _execute(tmp_path, "dp2", ParallelPlan(dp=2))
-    result = calibrate(base, [fitted], held_out=[held])
+    # The Megatron-LM model on this CPU profile: kernels only, the framework's per-operator
+    # cost left out, i.e. a base that is far off, which is what calibration is for. The
+    # executor model (the default on a CPU profile) starts within about 15% on both plans,
+    # where a fit on one noisy run cannot be expected to help another (bench/fidelity.py
+    # --calibrate measures that case).
+    result = calibrate(base, [fitted], held_out=[held], options=DEFAULT_OPTIONS)
     fit_error, held_error = result.runs
     for e in result.runs:
         print(f"{e.plan} fitted={e.fitted}: {e.error_before:+.1%} -> {e.error_after:+.1%}")

@@ -1,0 +1,282 @@
+"""Host-side rates of a CPU profile: what one operator, autograd node, DTensor dispatch or
+AdamW parameter tensor costs on the machine, for the executor model (`costmodel.native`).
+
+On a CPU every operator is run by the calling thread, so a training step's time is the sum
+of its operators' host costs. `paraplan profile` measures those costs; this module reads
+them, each with a documented fallback for profiles that predate a measurement:
+
+- ``dispatch_s``: `ComputeProfile.op_overhead_s`, a plain ``x + y`` on tiny tensors (what a
+  metadata-only operator such as ``view`` or ``transpose`` costs at most).
+- ``forward_op_s``: an operator recorded by autograd, per operator of a chain
+  (spread ``op_overhead.autograd_forward``); fallback ``dispatch_s``.
+- ``backward_node_s`` and ``backward_call_s``: the autograd engine per node and per
+  ``backward()`` call (spreads ``op_overhead.autograd_backward_node`` and
+  ``..._call``); fallback: the per-operator figure of one 16-node chain
+  (``op_overhead.autograd_backward``, the call cost spread over the nodes) and no call cost.
+- DTensor: per element-wise operator forward and backward, per ``from_local`` and
+  ``to_local``, per column-parallel ``F.linear`` forward and backward (spreads
+  ``op_overhead.dtensor_*``, `profiles.profiler.framework`). Fallback: the ratios to
+  ``forward_op_s`` that the same measurement gave on the 2-core AMD EPYC host the
+  executor model was built on (`DTENSOR_FALLBACK_RATIOS`, 2026-11-29), so that an older CPU
+  profile still charges tensor parallelism for DTensor instead of pricing it like plain
+  operators.
+- element-wise kernels: the profile times the executor's own RMSNorm (six kernels with
+  fresh outputs, reductions and broadcasts, ``memory.rmsnorm.fp32.<bytes>B``, nominal bytes
+  2·N·e). A line t = a + b·bytes through its points up to `RMSNORM_FIT_MAX_BYTES` gives the
+  cost of one such kernel, ``elementwise_op_s`` = a / 6 (dispatch, output allocation and
+  launch), and the rate of the bytes the cost model counts for it (7·N·e,
+  `costmodel.native_ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
+  and the streaming bandwidth.
+- FSDP2: the host cost of one module's parameter all-gather and of its gradient
+  reduce-scatter (spreads ``op_overhead.fsdp_gather`` and ``fsdp_reduce``, one-tensor
+  modules), and AdamW per sharded DTensor parameter (``op_overhead.dtensor_adamw``).
+  Fallback: `FSDP_FALLBACK_DISPATCHES` dispatches per gather or reduce, and the plain AdamW
+  tensor plus `DTENSOR_ADAMW_OPS` DTensor operators.
+- activation checkpointing (non-reentrant ``torch.utils.checkpoint``): per saved tensor and
+  per checkpointed call (spreads ``op_overhead.checkpoint_tensor`` and ``..._call``).
+  Fallback: three dispatches per tensor (two pack hooks and an unpack hook), nothing per call.
+- collectives: the profile's α-β fits describe each point's fastest sample (the wire
+  time, `profiles.profiler.timing`); a training step waits for every call, so on average it
+  pays the mean. ``collective_excess`` is, per (op, group size), the median over the
+  message sizes of the spread's mean less its minimum (the two ranks' scheduling on a
+  shared host: one reaches the call later or is woken later), added to every call the
+  executor waits for. Fallback: none.
+- AdamW: `torch.optim.AdamW.step` over parameter tensors is linear in the tensor count
+  and the bytes: t = tensors·per_tensor + bytes / rate, fitted by least squares through the
+  profile's ``memory.adamw.fp32.<bytes>B`` points (each over `ADAMW_SWEEP_TENSORS`
+  tensors; 28 bytes per parameter). Fallback: `ADAMW_OPS_PER_TENSOR` operators of
+  ``dispatch_s`` per tensor and the memory-bound bandwidth.
+
+Every host cost read from a spread is taken relative to the plain dispatch measured in
+the same sweep (``op_overhead.add``) and multiplied by ``op_overhead_s``, and every byte
+rate relative to the streaming ``x + y`` of the same sweep (a line through the
+``memory.add.fp32.<bytes>B`` points) and multiplied by the profile's memory-bound
+bandwidth: the figures of one sweep share the host's speed, and a calibration that rescales
+``op_overhead_s`` or ``memory_bandwidth_efficiency`` (`reports.calibrate`) rescales them
+all. The spreads keep the mean of the samples (their median is not stored).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+
+from profiles.lookup import memory_bandwidth_Bps
+from profiles.schema import HardwareProfile
+
+ADAMW_SWEEP_TENSORS = 16
+"""Parameter tensors of each AdamW point of the profile (`profiles.profiler.compute`'s
+``ADAMW_TENSORS``)."""
+ADAMW_BYTES_PER_PARAM = 28
+"""AdamW bytes per fp32 parameter: read parameter, gradient, m and v, write parameter, m, v."""
+ADAMW_OPS_PER_TENSOR = 9
+"""Operators `torch.optim.AdamW`'s single-tensor path runs per parameter without weight
+decay (torch 2.13 ``_single_tensor_adamw``): step += 1, m.lerp_, v.mul_, v.addcmul_,
+step.item, v.sqrt, div, add_(eps), param.addcdiv_."""
+FSDP_FALLBACK_DISPATCHES = 8
+"""Dispatches of one FSDP2 gather or reduce when the profile has no FSDP2 point
+(copy-in, the collective, its wait, copy-out, stream and state handling)."""
+DTENSOR_ADAMW_OPS = 7
+"""AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
+counter and its ``item``), for the fallback."""
+RMSNORM_KERNELS = 6
+"""Kernels of `executor.model.RMSNorm` (pow, mean, add, rsqrt, two products)."""
+RMSNORM_BYTES_RATIO = 7 / 2
+"""Bytes the cost model counts for an RMSNorm (7·N·e) over the profile's nominal 2·N·e."""
+RMSNORM_FIT_MAX_BYTES = 4 * 2**20
+"""Largest RMSNorm point of the fit: the executor's small models touch activations of
+64 KiB to a few MiB; beyond the caches the time per byte grows."""
+DTENSOR_FALLBACK_RATIOS = {
+    "dtensor_forward": 8.0,
+    "dtensor_backward": 15.0,
+    "dtensor_from_local": 20.0,
+    "dtensor_to_local": 5.0,
+    "dtensor_linear_forward": 45.0,
+    "dtensor_linear_backward": 150.0,
+}
+"""DTensor costs over the autograd forward per-operator cost, measured with
+`profiles.profiler.framework` on the reference host (2 cores, AMD EPYC, torch 2.13;
+medians 39-67 µs, 75 µs, 96-118 µs, 22-28 µs, 170-298 µs, 745 µs against 5 µs)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostRates:
+    """Per-operator host costs of one CPU rank (seconds) and its memory rate."""
+
+    dispatch_s: float
+    """A metadata-only or unrecorded operator."""
+    forward_op_s: float
+    """An operator recorded by autograd in the forward pass."""
+    backward_node_s: float
+    """One autograd node run by the backward pass (its first kernel included)."""
+    backward_call_s: float
+    """One ``backward()`` call: engine start and graph setup."""
+    bandwidth_Bps: float
+    """Bytes per second of streaming copies (gradient buckets, FSDP2 copies)."""
+    elementwise_op_s: float
+    """One element-wise kernel writing a fresh activation-sized output, bytes apart."""
+    elementwise_Bps: float
+    """Bytes per second of the executor's element-wise kernels."""
+    dtensor_forward_s: float
+    """An element-wise operator on DTensors, recorded by autograd."""
+    dtensor_backward_s: float
+    """The backward node of one such operator."""
+    dtensor_from_local_s: float
+    """``DTensor.from_local`` (also the backward of ``to_local``)."""
+    dtensor_to_local_s: float
+    """``DTensor.to_local`` (also the backward of ``from_local`` without communication)."""
+    dtensor_linear_forward_s: float
+    """Host cost of ``F.linear`` on a replicated input and a sharded weight, beyond its
+    GEMM kernel."""
+    dtensor_linear_backward_s: float
+    """Host cost of that linear's backward (both gradients, their nodes and gradient
+    accumulation), beyond its GEMM kernels."""
+    checkpoint_tensor_s: float
+    """Checkpoint hooks of one saved tensor (pack, pack in the rerun, unpack)."""
+    checkpoint_call_s: float
+    """One checkpointed call's setup and tensor matching, its rerun apart."""
+    fsdp_gather_s: float
+    """Host cost of one FSDP2 module's parameter all-gather, collective and bytes apart."""
+    fsdp_reduce_s: float
+    """Host cost of one FSDP2 module's gradient reduce-scatter, collective and bytes apart."""
+    adamw_tensor_s: float
+    """AdamW step per parameter tensor, beyond its bytes."""
+    dtensor_adamw_tensor_s: float
+    """AdamW step per DTensor parameter tensor (tensor parallelism, FSDP2), bytes apart."""
+    adamw_Bps: float
+    """AdamW bytes (`ADAMW_BYTES_PER_PARAM` per parameter) per second."""
+    collective_excess: tuple[tuple[str, int, float], ...] = ()
+    """(op, group size, seconds) a waited-for call costs beyond the α-β fit."""
+
+    def excess_s(self, op: str, group_size: int) -> float:
+        """`collective_excess` of ``op`` at the nearest measured group size (0 without
+        one, or for a single rank)."""
+        if group_size < 2:
+            return 0.0
+        known = [(abs(n - group_size), s) for o, n, s in self.collective_excess if o == op]
+        return min(known)[1] if known else 0.0
+
+
+def _spread_means(profile: HardwareProfile) -> dict[str, float]:
+    return {s.quantity: s.mean for s in profile.provenance.spread}
+
+
+def _adamw_fit(profile: HardwareProfile, dispatch_s: float) -> tuple[float, float]:
+    """(seconds per tensor, bytes per second) of the AdamW points (module doc)."""
+    fit = _line(_sized_points(profile, "adamw", float("inf")))
+    if fit is None:
+        return ADAMW_OPS_PER_TENSOR * dispatch_s, memory_bandwidth_Bps(profile)
+    intercept, slope = fit
+    return intercept / ADAMW_SWEEP_TENSORS, 1.0 / slope
+
+
+def _line(
+    points: list[tuple[float, float]], *, positive_intercept: bool = True
+) -> tuple[float, float] | None:
+    """Least-squares (intercept, slope) through (x, y) points; None when degenerate (fewer
+    than two points, a non-positive slope, or with ``positive_intercept`` a non-positive
+    intercept)."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx <= 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    intercept = my - slope * mx
+    if slope <= 0 or (positive_intercept and intercept <= 0):
+        return None
+    return intercept, slope
+
+
+def _sized_points(profile: HardwareProfile, op: str, max_bytes: float) -> list[tuple[float, float]]:
+    points = []
+    for s in profile.provenance.spread:
+        match = re.fullmatch(rf"memory\.{op}\.fp32\.(\d+)B", s.quantity)
+        if match and float(match.group(1)) <= max_bytes:
+            points.append((float(match.group(1)), s.mean))
+    return points
+
+
+def _rate_scale(profile: HardwareProfile, dispatch_s: float) -> float:
+    """The profile's memory-bound bandwidth over the streaming rate of its own ``x + y``
+    points (1 without them): carries a calibrated bandwidth to the other byte rates. The
+    rate is the profiler's own estimator (`profiles.profiler.fit.fit_memory`: relative least
+    squares of t = overhead + bytes·c) on the spread means."""
+    points = _sized_points(profile, "add", float("inf"))
+    num = sum(b * (t - dispatch_s) / t**2 for b, t in points)
+    den = sum((b / t) ** 2 for b, t in points)
+    if not points or num <= 0:
+        return 1.0
+    return memory_bandwidth_Bps(profile) * num / den
+
+
+def _elementwise(profile: HardwareProfile, scale: float, rate: float) -> tuple[float, float]:
+    """(seconds per kernel, bytes per second) of the RMSNorm fit (module doc)."""
+    fit = _line(_sized_points(profile, "rmsnorm", RMSNORM_FIT_MAX_BYTES))
+    if fit is None:
+        return profile.compute.op_overhead_s, memory_bandwidth_Bps(profile)
+    intercept, slope = fit
+    return intercept * scale / RMSNORM_KERNELS, rate * RMSNORM_BYTES_RATIO / slope
+
+
+def _collective_excess(profile: HardwareProfile) -> tuple[tuple[str, int, float], ...]:
+    """Per (op, group size), the median of mean - min over the spread's message sizes."""
+    excess: dict[tuple[str, int], list[float]] = {}
+    for s in profile.provenance.spread:
+        match = re.fullmatch(r"(\w+)\.(intra|inter)\.(\d+)\.(\d+)B", s.quantity)
+        if match and match.group(2) == "intra":
+            key = (match.group(1), int(match.group(3)))
+            excess.setdefault(key, []).append(max(s.mean - s.min, 0.0))
+    return tuple((op, n, statistics.median(v)) for (op, n), v in sorted(excess.items()))
+
+
+def host_rates(profile: HardwareProfile) -> HostRates:
+    """The `HostRates` of ``profile`` (sources and fallbacks in the module doc)."""
+    means = _spread_means(profile)
+    dispatch = profile.compute.op_overhead_s
+    plain = means.get("op_overhead.add")
+    scale = dispatch / plain if plain else 1.0
+
+    def get(name: str, fallback: float) -> float:
+        value = means.get(f"op_overhead.{name}")
+        return value * scale if value is not None and value > 0 else fallback
+
+    forward = get("autograd_forward", dispatch)
+    node = get("autograd_backward_node", get("autograd_backward", dispatch))
+    call = (
+        get("autograd_backward_call", 0.0) if "op_overhead.autograd_backward_node" in means else 0.0
+    )
+    dtensor = {name: get(name, ratio * forward) for name, ratio in DTENSOR_FALLBACK_RATIOS.items()}
+    rate = _rate_scale(profile, dispatch)
+    adamw_tensor, adamw_rate = _adamw_fit(profile, dispatch)
+    adamw_tensor *= scale
+    elementwise_s, elementwise_rate = _elementwise(profile, scale, rate)
+    return HostRates(
+        dispatch_s=dispatch,
+        forward_op_s=forward,
+        backward_node_s=node,
+        backward_call_s=call,
+        bandwidth_Bps=memory_bandwidth_Bps(profile),
+        elementwise_op_s=max(elementwise_s, dispatch),
+        elementwise_Bps=elementwise_rate,
+        dtensor_forward_s=dtensor["dtensor_forward"],
+        dtensor_backward_s=dtensor["dtensor_backward"],
+        dtensor_from_local_s=dtensor["dtensor_from_local"],
+        dtensor_to_local_s=dtensor["dtensor_to_local"],
+        dtensor_linear_forward_s=dtensor["dtensor_linear_forward"],
+        dtensor_linear_backward_s=dtensor["dtensor_linear_backward"],
+        checkpoint_tensor_s=get("checkpoint_tensor", 3 * dispatch),
+        checkpoint_call_s=get("checkpoint_call", 0.0),
+        fsdp_gather_s=get("fsdp_gather", FSDP_FALLBACK_DISPATCHES * dispatch),
+        fsdp_reduce_s=get("fsdp_reduce", FSDP_FALLBACK_DISPATCHES * dispatch),
+        adamw_tensor_s=adamw_tensor,
+        dtensor_adamw_tensor_s=get(
+            "dtensor_adamw", adamw_tensor + DTENSOR_ADAMW_OPS * dtensor["dtensor_forward"]
+        ),
+        adamw_Bps=adamw_rate * rate,
+        collective_excess=_collective_excess(profile),
+    )

@@ -1,0 +1,255 @@
+"""The executor's step around the layers: per-microbatch bookkeeping, pipelining, gradient
+synchronization and AdamW, on a CPU rank (`executor.engine`, `.pipeline`,
+`.data_parallel`).
+
+Pass costs (`native_pass_costs`) price the operator lists of `costmodel.native_layers`
+with `costmodel.host_rates.HostRates` and time their collectives with the profile's gloo
+fits (`costmodel.collectives`) plus the typical excess of a waited-for call
+(`HostRates.excess_s`); every collective is exposed, because a rank computes on one thread
+and waits for each functional collective at its next use.
+
+Per microbatch, outside the layers:
+- without pipelining (`Engine._run_accumulation`): the two row slices, ``loss / count``
+  and its Div node, ``total += loss.detach()``, the ``ones_like`` seed and one
+  ``backward()`` call (`HostRates.backward_call_s`);
+- with pipelining (`torch.distributed.pipelining`, 1F1B or interleaved): each forward
+  action detaches its received input and re-enables its gradient, and each action posts
+  its receives and sends as P2P operations and waits on them (`PIPELINE_ACTION_DISPATCHES`
+  dispatches in all); each backward action is one ``backward()`` call. The sends of the
+  schedule are waited for with the next receive, so they block like Megatron's 1F1B sends
+  (`costmodel.simulator.blocking_sends`); their time is the profile's ``send_recv`` fit of
+  the fp32 activation plus its typical excess. After the last backward the schedule
+  divides every gradient by the number of microbatches (one operator and 2 passes per
+  parameter tensor).
+
+Recompute (`recompute_ops`) reruns the checkpointed forward in the backward and pays the
+non-reentrant checkpoint's hooks.
+
+Not modelled: intra-op threads beyond the profile's (a one-rank run on a 2-core host runs
+two threads; the profile measures one per rank), DDP's per-forward Python bookkeeping,
+and the host's other load (time slices lost to other processes lengthen every wait).
+"""
+
+from __future__ import annotations
+
+from costmodel.collectives import collective_time_s
+from costmodel.host_rates import HostRates
+from costmodel.layer_costs import ZERO, CommGroups, PassCost
+from costmodel.native_layers import (
+    NativeShape,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    native_shape,
+)
+from costmodel.native_ops import FP32, HostOps, ModuleOps, host_seconds
+from costmodel.schedules import layer_range, virtual_stage
+from costmodel.topology import GroupPlacement
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import padded_vocab_size
+from specs.plan import ParallelPlan
+
+SAVED_PER_RECORDED_OP = 38 / 35
+"""Tensors autograd saves per recorded forward operator: a checkpointed tiny (Llama) layer
+of the executor packs 38 tensors for its 35 recorded operators (traced, torch 2.13)."""
+SDPA_SAVED_TENSORS = 5
+"""Tensors SDPA saves for its backward (query, key, value, output, log-sum-exp)."""
+PIPELINE_ACTION_DISPATCHES = 6
+"""Host dispatches the pipelining runtime adds per action (forward_one_chunk's
+``detach`` and ``requires_grad_`` of the received input; the P2P operation, its isend or
+irecv and the wait of ``_batch_p2p``; the output's ``detach`` for the send)."""
+
+
+def _lane_group(groups: CommGroups, lane: str, size: int) -> GroupPlacement:
+    """The group a lane's collectives run over; the MoE statistic all-reduce runs over tp·cp
+    ranks of one host (``size``)."""
+    if lane == "tp":
+        return groups.tp
+    if lane == "cp":
+        return groups.cp
+    if lane == "ep" and size == 0:
+        return groups.ep
+    base = groups.tp if groups.tp.size > 1 else groups.cp
+    return GroupPlacement(
+        axes="tp-cp",
+        size=size,
+        num_nodes=base.num_nodes,
+        num_domains=base.num_domains,
+        ranks_per_node=size,
+        ranks_per_domain=size,
+        nics_per_node=base.nics_per_node,
+    )
+
+
+def _comm_pass(
+    profile: HardwareProfile, rates: HostRates, comms, groups: CommGroups, tp_cp: int
+) -> dict[str, tuple[float, float]]:
+    """Per lane (seconds, bytes) of a pass's collectives, each at its typical cost (the
+    fit plus `HostRates.excess_s`)."""
+    out = {"tp": (0.0, 0.0), "cp": (0.0, 0.0), "ep": (0.0, 0.0)}
+    for comm in comms:
+        statistic = comm.lane == "ep" and comm.op == "all_reduce"
+        group = _lane_group(groups, comm.lane, tp_cp if statistic else 0)
+        if group.size < 2:
+            continue
+        one = collective_time_s(profile, comm.op, comm.size_bytes, group)
+        seconds = comm.count * (one + rates.excess_s(comm.op, group.size))
+        s, b = out[comm.lane]
+        out[comm.lane] = (s + seconds, b + comm.count * comm.size_bytes)
+    return out
+
+
+def pass_cost(
+    work: HostOps,
+    comms,
+    profile: HardwareProfile,
+    rates: HostRates,
+    groups: CommGroups,
+    *,
+    backward: bool,
+    tp_cp: int = 1,
+) -> PassCost:
+    """A `PassCost` from operators and collectives, all communication exposed."""
+    lanes = _comm_pass(profile, rates, comms, groups, tp_cp)
+    return PassCost(
+        compute_s=host_seconds(work, rates, backward=backward),
+        tp_s=lanes["tp"][0],
+        tp_exposed_s=lanes["tp"][0],
+        tp_bytes=lanes["tp"][1],
+        cp_s=lanes["cp"][0],
+        cp_exposed_s=lanes["cp"][0],
+        cp_bytes=lanes["cp"][1],
+        ep_s=lanes["ep"][0],
+        ep_exposed_s=lanes["ep"][0],
+        ep_bytes=lanes["ep"][1],
+    )
+
+
+def microbatch_overhead(plan: ParallelPlan) -> ModuleOps:
+    """Bookkeeping of one microbatch outside the chunks (module doc); the ``backward()``
+    call is added by `module_costs`."""
+    if plan.pp > 1:
+        return ModuleOps(
+            forward=HostOps(views=PIPELINE_ACTION_DISPATCHES),
+            backward=HostOps(views=PIPELINE_ACTION_DISPATCHES),
+        )
+    return ModuleOps(forward=HostOps(ops=3, views=3), backward=HostOps(ops=1))
+
+
+def module_costs(
+    ops: ModuleOps,
+    profile: HardwareProfile,
+    rates: HostRates,
+    groups: CommGroups,
+    plan: ParallelPlan,
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) `PassCost` of a module's operators and collectives."""
+    tp_cp = plan.tp * plan.cp
+    forward = pass_cost(
+        ops.forward, ops.forward_comms, profile, rates, groups, backward=False, tp_cp=tp_cp
+    )
+    backward = pass_cost(
+        ops.backward, ops.backward_comms, profile, rates, groups, backward=True, tp_cp=tp_cp
+    )
+    return forward, backward
+
+
+def chunk_ops(
+    model: ModelSpec,
+    profile: HardwareProfile,
+    rates: HostRates,
+    plan: ParallelPlan,
+    x: NativeShape,
+    layers: range,
+    *,
+    first: bool,
+    last: bool,
+) -> tuple[ModuleOps, ModuleOps]:
+    """(operators of the chunk's forward and backward, operators a recompute reruns)."""
+    mask = model.moe_layer_mask()
+    vocab = padded_vocab_size(model.vocab_size, plan.tp)
+    kinds = {k: layer_ops(model, profile, rates, plan, x, is_moe=k) for k in set(mask)}
+    total = ModuleOps()
+    for i in layers:
+        total = total.plus(kinds[mask[i]])
+    if first:
+        total = total.plus(embedding_ops(model, x, vocab))
+    if last:
+        total = total.plus(head_ops(model, profile, x, vocab))
+    total = total.plus(microbatch_overhead(plan))
+    return total, recompute_ops(model, profile, rates, plan, x, layers, kinds)
+
+
+def recompute_ops(
+    model: ModelSpec,
+    profile: HardwareProfile,
+    rates: HostRates,
+    plan: ParallelPlan,
+    x: NativeShape,
+    layers: range,
+    kinds: dict[bool, ModuleOps],
+) -> ModuleOps:
+    """Forward work the backward reruns (`torch.utils.checkpoint`, non-reentrant): the
+    attention core under selective recompute (`Attention.recompute_core`), whole layers
+    under full recompute (`DecoderChunk.full_recompute_groups`), plus the checkpoint's
+    hooks: `HostRates.checkpoint_tensor_s` per saved tensor (`SAVED_PER_RECORDED_OP` per
+    recorded operator of the rerun; `SDPA_SAVED_TENSORS` for the core) and
+    `HostRates.checkpoint_call_s` per checkpointed call. Returned as a module whose
+    *forward* is the rerun work."""
+    from costmodel.native_layers import attention_core
+
+    if plan.recompute == "none":
+        return ModuleOps()
+    mask = model.moe_layer_mask()
+    if plan.recompute == "selective":
+        core = attention_core(model, profile, rates, x)
+        hooks = SDPA_SAVED_TENSORS * rates.checkpoint_tensor_s + rates.checkpoint_call_s
+        rerun = core.forward.plus(HostOps(kernel_s=hooks))
+        return ModuleOps(forward=rerun, forward_comms=core.forward_comms).scaled(len(layers))
+    keys = list(layers)
+    n = plan.recompute_num_layers or (1 if plan.recompute_method == "uniform" else len(keys))
+    redone = keys if plan.recompute_method == "uniform" else keys[:n]
+    groups = -(-len(redone) // n) if plan.recompute_method == "uniform" else len(redone)
+    total = ModuleOps(forward=HostOps(kernel_s=groups * rates.checkpoint_call_s))
+    for i in redone:
+        layer = kinds[mask[i]]
+        saved = SAVED_PER_RECORDED_OP * (layer.forward.ops + layer.forward.dt_ops)
+        hooks = HostOps(kernel_s=saved * rates.checkpoint_tensor_s)
+        total = total.plus(
+            ModuleOps(forward=layer.forward.plus(hooks), forward_comms=layer.forward_comms)
+        )
+    return total
+
+
+def native_pass_costs(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    rates: HostRates,
+    groups: CommGroups,
+    stage: int,
+    chunk: int,
+) -> tuple[PassCost, PassCost, PassCost]:
+    """(forward, backward, recompute) of one chunk and microbatch on one rank; the
+    backward includes the ``backward()`` call of its microbatch."""
+    m = plan.num_microbatches(job.global_batch_size)
+    x = native_shape(plan, job.seq_length, m)
+    layers = layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+    v = virtual_stage(stage, chunk, plan.pp)
+    ops, redo = chunk_ops(
+        model, profile, rates, plan, x, layers, first=v == 0, last=v == plan.pp * plan.vpp - 1
+    )
+    forward, backward = module_costs(ops, profile, rates, groups, plan)
+    backward = backward.plus(PassCost(compute_s=rates.backward_call_s))
+    recompute = ZERO
+    if plan.recompute != "none":
+        recompute, _ = module_costs(redo, profile, rates, groups, plan)
+    return forward, backward, recompute
+
+
+def scale_grads_s(rates: HostRates, tensors: int, params: float) -> float:
+    """The pipelining schedule's division of every gradient by the microbatch count."""
+    return tensors * rates.dispatch_s + 2 * params * FP32 / rates.bandwidth_Bps

@@ -1,0 +1,243 @@
+"""The executor model's pieces of the event simulator (`costmodel.simulator`): chunk costs
+and the per-stage work after the pipeline, for `costmodel.execution.TORCH_NATIVE`.
+
+The schedule itself is timed by the same loop as for Megatron-LM (`costmodel.pipeline_sim`
+over `costmodel.schedules`): torch.distributed.pipelining's 1F1B and interleaved 1F1B run
+Megatron's action order. Sends block (`costmodel.native_runtime`).
+
+Chunk costs: the operator lists of the chunk's layers, embedding and head priced on the
+host (`costmodel.native_runtime.native_pass_costs`), plus FSDP2's parameter all-gathers,
+which run inside every forward (and, with pp = 1, every backward again, the root module
+included) of every microbatch (`costmodel.native_sync`); they are counted as compute of
+the pass they block.
+
+Stage tail: from the end of the stage's last backward, in the executor's order, the
+pipelining schedule's gradient division, the gradient reductions (FSDP2 reduce-scatters,
+DDP buckets or the bucketed all-reduce, the expert reduction, the tied-embedding
+all-reduce), one after the other, then AdamW.
+"""
+
+from __future__ import annotations
+
+from costmodel.collectives import collective_time_s
+from costmodel.host_rates import HostRates, host_rates
+from costmodel.layer_costs import CommGroups, PassCost
+from costmodel.native_ops import FP32
+from costmodel.native_runtime import native_pass_costs, scale_grads_s
+from costmodel.native_sync import (
+    Reduction,
+    StageParams,
+    _layer_tensors,
+    _norm_tensors,
+    bucketed_reduce,
+    ddp_reduce,
+    fsdp_gather_s,
+    fsdp_reduce,
+    optimizer_s,
+    stage_params,
+)
+from costmodel.pipeline_sim import TimedAction
+from costmodel.schedules import layer_range, virtual_stage
+from costmodel.simulator import ChunkCost, StageTail, _chunk_params
+from costmodel.topology import GroupPlacement, PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import count_params, padded_vocab_size
+from specs.plan import ParallelPlan
+
+
+def _fsdp_modules(
+    model: ModelSpec, plan: ParallelPlan, layers: range, first: bool, last: bool
+) -> list[tuple[float, int, bool]]:
+    """(dense parameters, tensors, is_block) of each FSDP2 module of a chunk: its blocks,
+    then the chunk root (embedding, final norm, output) when it holds any."""
+    counts = count_params(model)
+    mask = model.moe_layer_mask()
+    modules = []
+    for i in layers:
+        layer = counts.layers[i]
+        params = (layer.attention + layer.mlp) / plan.tp + layer.norms + layer.router
+        modules.append((params, _layer_tensors(model, mask[i])[0], True))
+    matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+    root, tensors = 0.0, 0
+    if first:
+        root, tensors = root + matrix, tensors + 1
+    if last:
+        root += counts.final_norm
+        tensors += _norm_tensors(model)
+        if not (model.tied_embeddings and first):
+            root, tensors = root + matrix, tensors + 1
+    if root > 0:
+        modules.append((root, tensors, False))
+    return modules
+
+
+def _fsdp_pass_s(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    rates: HostRates,
+    placements: PlanPlacements,
+    layers: range,
+    *,
+    first: bool,
+    last: bool,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of one microbatch's FSDP2 all-gathers in a chunk."""
+    if not plan.distributed_optimizer or plan.world_size == 1:
+        return 0.0, 0.0
+    dense = placements["dp-cp"]
+    forward = backward = 0.0
+    for params, tensors, _ in _fsdp_modules(model, plan, layers, first, last):
+        seconds = fsdp_gather_s(profile, rates, params, tensors, dense)
+        forward += seconds
+        if plan.pp == 1:
+            backward += seconds
+    counts = count_params(model)
+    mats = 3 if model.activation == "swiglu" else 2
+    for i in layers:
+        experts = counts.layers[i].routed_experts / plan.ep
+        if experts:
+            seconds = fsdp_gather_s(profile, rates, experts, mats, placements["edp"])
+            forward += seconds
+            backward += seconds if plan.pp == 1 else 0.0
+    return forward, backward
+
+
+def native_chunk_costs(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    groups: CommGroups,
+    placements: PlanPlacements,
+) -> tuple[tuple[ChunkCost, ...], ...]:
+    """Per stage, per chunk: one microbatch's costs on a rank of the executor."""
+    rates = host_rates(profile)
+    last_virtual = plan.pp * plan.vpp - 1
+    stages = []
+    for stage in range(plan.pp):
+        row = []
+        for chunk in range(plan.vpp):
+            layers = layer_range(
+                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
+            )
+            v = virtual_stage(stage, chunk, plan.pp)
+            first, last = v == 0, v == last_virtual
+            fwd, bwd, rec = native_pass_costs(
+                model, job, plan, profile, rates, groups, stage, chunk
+            )
+            gather_f, gather_b = _fsdp_pass_s(
+                model, plan, profile, rates, placements, layers, first=first, last=last
+            )
+            dense, expert = _chunk_params(model, plan, layers, first, last)
+            row.append(
+                ChunkCost(
+                    forward=fwd.plus(PassCost(compute_s=gather_f)),
+                    backward=bwd.plus(PassCost(compute_s=gather_b)),
+                    recompute=rec,
+                    dense_params=dense,
+                    expert_params=expert,
+                )
+            )
+        stages.append(tuple(row))
+    return tuple(stages)
+
+
+def _reductions(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    rates: HostRates,
+    placements: PlanPlacements,
+    stage: int,
+    params: StageParams,
+) -> list[Reduction]:
+    """The stage's gradient reductions, in order."""
+    out: list[Reduction] = []
+    dense_group, expert_group = placements["dp-cp"], placements["edp"]
+    if plan.distributed_optimizer:
+        for chunk in range(plan.vpp):
+            layers = layer_range(
+                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
+            )
+            v = virtual_stage(stage, chunk, plan.pp)
+            mods = _fsdp_modules(model, plan, layers, v == 0, v == plan.pp * plan.vpp - 1)
+            for j, (p, tensors, _) in enumerate(mods):
+                name = f"dp reduce_scatter c{chunk} module {j}"
+                out.append(fsdp_reduce(profile, rates, p, tensors, dense_group, name))
+        if params.expert:
+            out.append(
+                fsdp_reduce(
+                    profile,
+                    rates,
+                    params.expert,
+                    params.expert_tensors,
+                    expert_group,
+                    "dp reduce_scatter experts",
+                )
+            )
+    elif plan.world_size > 1:
+        if dense_group.size > 1:
+            if plan.tp == 1:
+                out += ddp_reduce(
+                    profile, rates, plan, params.dense, params.dense_tensors, dense_group
+                )
+            else:
+                out += bucketed_reduce(
+                    profile, rates, plan, params.dense, params.dense_tensors, dense_group, "dense"
+                )
+        if params.expert:
+            out += bucketed_reduce(
+                profile, rates, plan, params.expert, params.expert_tensors, expert_group, "experts"
+            )
+    if model.tied_embeddings and plan.pp > 1 and stage in (0, plan.pp - 1):
+        size = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp * FP32
+        pp = placements["pp"]
+        pair = GroupPlacement(
+            axes="embedding",
+            size=2,
+            num_nodes=pp.num_nodes,
+            num_domains=pp.num_domains,
+            ranks_per_node=2 if pp.num_nodes == 1 else 1,
+            ranks_per_domain=2 if pp.num_domains == 1 else 1,
+            nics_per_node=pp.nics_per_node,
+        )
+        seconds = collective_time_s(profile, "all_reduce", size, pair)
+        seconds += rates.excess_s("all_reduce", 2)
+        out.append(
+            Reduction(name="embedding all_reduce", host_s=0.0, comm_s=seconds, size_bytes=size)
+        )
+    return out
+
+
+def native_stage_tail(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    placements: PlanPlacements,
+    stage: int,
+    row: tuple[TimedAction, ...],
+) -> StageTail:
+    """Gradient division, reductions and AdamW of one rank of ``stage`` (module doc)."""
+    rates = host_rates(profile)
+    params = stage_params(model, plan, stage)
+    pipeline_end = row[-1].end_s
+    clock = pipeline_end
+    if plan.pp > 1:
+        tensors = params.dense_tensors + params.expert_tensors
+        clock += scale_grads_s(rates, tensors, params.dense + params.expert)
+    dp_events = []
+    for r in _reductions(model, plan, profile, rates, placements, stage, params):
+        clock += r.host_s
+        dp_events.append((r.name, clock, r.comm_s, r.size_bytes))
+        clock += r.comm_s
+    return StageTail(
+        pipeline_end_s=pipeline_end,
+        grads_done_s=clock,
+        norm_allreduce_s=0.0,
+        optimizer_s=optimizer_s(profile, rates, plan, params, placements),
+        param_gather_s=0.0,
+        dp_events=tuple(dp_events),
+    )

@@ -1,0 +1,304 @@
+"""Gradient synchronization, FSDP2 parameter gathers and AdamW of the executor on a CPU
+rank (`executor.data_parallel`, `executor.engine`).
+
+Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`):
+- ``distributed_optimizer``: FSDP2 ``fully_shard`` per transformer block (routed experts
+  on their own expert-data-parallel mesh) and per chunk (the root: embedding, final norm,
+  output). Every forward all-gathers each module's parameters, and with pp = 1 the blocks
+  reshard after forward, so every backward gathers them again (the root too: ten gathers
+  per microbatch for a 4-layer chunk, traced). Only the last microbatch synchronizes:
+  each module's gradients are reduce-scattered (on gloo an all-reduce underneath; the
+  profile's ``reduce_scatter`` fit measures exactly that). Host work per gather: the
+  profile's one-tensor module figure (`HostRates.fsdp_gather_s`) plus two dispatches per
+  further tensor, the shards copied in (2·P/n·e) and the gathered buffer copied out
+  (2·P·e); per reduce-scatter: `HostRates.fsdp_reduce_s` plus a ``from_local`` per further
+  tensor, the gradients flattened (2·P·e), divided and the shard copied out (4·P/n·e).
+- otherwise tp = 1: DDP over dp·cp. On the last microbatch each gradient is copied into its
+  bucket (2·P·e, two dispatches per tensor), each bucket is divided by the group size and
+  all-reduced, and the results are copied back (4·P·e). DDP's first bucket holds 1 MiB,
+  the others the plan's bucket size; from the second step buckets follow gradient-ready
+  order.
+- otherwise tp > 1: the local gradient shards are all-reduced in buckets after the backward
+  (`BucketedAllReduce`: per tensor a ``to_local``, a reshape and a copy back; per bucket a
+  concatenation, the all-reduce and a division, 6·B·e).
+- routed experts outside FSDP2 (world > 1): the same bucketed path over the expert-data-
+  parallel group (no collective when that group has one rank; the division still runs).
+- a tied embedding split over the first and last stage: all-reduced over those two ranks.
+
+A rank has one compute thread and the ranks fill the cores, so gloo's worker thread
+competes with the backward for the same core: the reductions are counted after the
+backward, not under it (`overlap_grad_reduce` changes nothing here).
+
+AdamW (`Engine._make_optimizer`: ``torch.optim.AdamW``, weight decay 0, no ``foreach`` on
+CPU tensors, so the single-tensor loop): per parameter tensor `HostRates.adamw_tensor_s`
+(`HostRates.dtensor_adamw_tensor_s` for DTensor parameters: tp > 1, FSDP2) and 28 bytes per
+parameter at `HostRates.adamw_Bps`, on the local shard; replicated norm
+weights under sequence parallelism hold partial gradients, which the optimizer all-reduces
+on each of the three operators that read them (lerp_, and addcmul_'s two operands).
+``zero_grad(set_to_none=True)`` costs a dispatch per tensor. The step ends with the loss
+all-reduce over the world (`Engine._global_loss`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from costmodel.collectives import collective_time_s
+from costmodel.host_rates import ADAMW_BYTES_PER_PARAM, HostRates
+from costmodel.native_ops import FP32
+from costmodel.topology import GroupPlacement, PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.model import ModelSpec
+from specs.params import count_params, padded_vocab_size
+from specs.plan import ParallelPlan
+
+DDP_FIRST_BUCKET_BYTES = 2**20
+"""DDP's first bucket (torch ``dist._DEFAULT_FIRST_BUCKET_BYTES``)."""
+SP_NORM_GRAD_READS = 3
+"""All-reduces of a partial norm-weight gradient per AdamW step (lerp_ and addcmul_'s two
+operands each redistribute it)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageParams:
+    """Parameters and parameter tensors one rank of a stage holds."""
+
+    dense: float
+    """Dense parameters (reduced over dp·cp)."""
+    expert: float
+    """Routed-expert parameters (reduced over expert dp)."""
+    dense_tensors: int
+    """Dense parameter tensors."""
+    expert_tensors: int
+    """Routed-expert parameter tensors (stacked: one per weight matrix of a layer)."""
+    norm: float
+    """Norm weights and biases (replicated under TP)."""
+    norm_tensors: int
+    """Norm parameter tensors."""
+    blocks: tuple[float, ...]
+    """Dense parameters of each FSDP2 module: every block, then the chunk roots."""
+
+
+def _norm_tensors(model: ModelSpec) -> int:
+    return 1 if model.normalization == "rmsnorm" else 2
+
+
+def _layer_tensors(model: ModelSpec, is_moe: bool) -> tuple[int, int]:
+    """(dense, expert) parameter tensors of one layer."""
+    bias = 2 if model.add_bias_linear else 1
+    qkv = 2 if (model.add_bias_linear or model.add_qkv_bias) else 1
+    mats = 3 if model.activation == "swiglu" else 2
+    dense = 3 * qkv + bias + 2 * _norm_tensors(model)
+    if not is_moe:
+        return dense + mats * bias, 0
+    shared = mats * bias if model.moe_shared_expert_size else 0
+    return dense + 1 + shared, mats
+
+
+def stage_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageParams:
+    """The `StageParams` of one rank of ``stage`` (executor layout: KV heads split over
+    tp, norms and router replicated, experts split over ep)."""
+    from costmodel.schedules import layer_range
+
+    counts = count_params(model)
+    mask = model.moe_layer_mask()
+    dense = expert = norm = 0.0
+    dense_t = expert_t = norm_t = 0
+    blocks: list[float] = []
+    matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+    for chunk in range(plan.vpp):
+        root = 0.0
+        v = chunk * plan.pp + stage
+        for i in layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers):
+            layer = counts.layers[i]
+            own = (layer.attention + layer.mlp) / plan.tp + layer.norms + layer.router
+            dense += own
+            norm += layer.norms
+            blocks.append(own)
+            expert += layer.routed_experts / plan.ep
+            d, e = _layer_tensors(model, mask[i])
+            dense_t, expert_t, norm_t = dense_t + d, expert_t + e, norm_t + 2 * _norm_tensors(model)
+        if v == 0:
+            root += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
+            dense_t += 1 + (model.position_embedding == "learned")
+        if v == plan.pp * plan.vpp - 1:
+            root += counts.final_norm
+            norm += counts.final_norm
+            dense_t += _norm_tensors(model)
+            norm_t += _norm_tensors(model)
+            if not (model.tied_embeddings and v == 0):
+                root += matrix
+                dense_t += 1
+        dense += root
+        blocks.append(root)
+    return StageParams(
+        dense=dense,
+        expert=expert,
+        dense_tensors=dense_t,
+        expert_tensors=expert_t,
+        norm=norm,
+        norm_tensors=norm_t,
+        blocks=tuple(blocks),
+    )
+
+
+def _time(
+    profile: HardwareProfile, rates: HostRates, op: str, size: float, group: GroupPlacement
+) -> float:
+    """A waited-for collective: the fit plus its typical excess (`HostRates.excess_s`)."""
+    if group.size < 2 or size <= 0:
+        return 0.0
+    return collective_time_s(profile, op, size, group) + rates.excess_s(op, group.size)
+
+
+def fsdp_gather_s(
+    profile: HardwareProfile, rates: HostRates, params: float, tensors: float, group: GroupPlacement
+) -> float:
+    """One FSDP2 all-gather of a module of ``params`` parameters (module doc)."""
+    n = group.size
+    host = rates.fsdp_gather_s + 2 * max(tensors - 1, 0) * rates.dispatch_s
+    host += (2 * params / n + 2 * params) * FP32 / rates.bandwidth_Bps
+    return host + _time(profile, rates, "all_gather", params * FP32, group)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reduction:
+    """One gradient collective after the backward, and the host work around it."""
+
+    name: str
+    """Timeline name, e.g. ``dp all_reduce ddp bucket 0``."""
+    host_s: float
+    """Copies, divisions and framework bookkeeping of the call (the rank's thread)."""
+    comm_s: float
+    """The collective itself (the profile's α-β fit)."""
+    size_bytes: float
+    """nccl-tests size of the collective."""
+
+
+def fsdp_reduce(
+    profile: HardwareProfile,
+    rates: HostRates,
+    params: float,
+    tensors: float,
+    group: GroupPlacement,
+    name: str,
+) -> Reduction:
+    """One FSDP2 gradient reduce-scatter of a module (module doc)."""
+    n = group.size
+    host = rates.fsdp_reduce_s + max(tensors - 1, 0) * rates.dtensor_from_local_s
+    host += (2 * params + 4 * params / n) * FP32 / rates.bandwidth_Bps
+    size = params * FP32
+    return Reduction(
+        name=name,
+        host_s=host,
+        comm_s=_time(profile, rates, "reduce_scatter", size, group),
+        size_bytes=size,
+    )
+
+
+def _buckets(total: float, first: float, rest: float) -> list[float]:
+    """Bucket sizes (parameters): ``first`` then ``rest`` each, the last one smaller."""
+    if total <= 0:
+        return []
+    sizes = [min(first, total)]
+    left = total - sizes[0]
+    if left > 0:
+        n = math.ceil(left / rest)
+        sizes += [rest] * (n - 1) + [left - rest * (n - 1)]
+    return sizes
+
+
+def ddp_reduce(
+    profile: HardwareProfile,
+    rates: HostRates,
+    plan: ParallelPlan,
+    params: float,
+    tensors: int,
+    group: GroupPlacement,
+) -> list[Reduction]:
+    """DDP's reduction on the last microbatch, bucket by bucket (module doc)."""
+    bucket = plan.bucket_size_params()
+    sizes = _buckets(params, DDP_FIRST_BUCKET_BYTES / FP32, bucket)
+    out = []
+    for j, size in enumerate(sizes):
+        share = size / params
+        host = share * (2 * tensors * rates.dispatch_s + 6 * size * FP32 / rates.bandwidth_Bps)
+        host += rates.dispatch_s  # the bucket's division
+        out.append(
+            Reduction(
+                name=f"dp all_reduce ddp bucket {j}",
+                host_s=host,
+                comm_s=_time(profile, rates, "all_reduce", size * FP32, group),
+                size_bytes=size * FP32,
+            )
+        )
+    return out
+
+
+def bucketed_reduce(
+    profile: HardwareProfile,
+    rates: HostRates,
+    plan: ParallelPlan,
+    params: float,
+    tensors: int,
+    group: GroupPlacement,
+    name: str,
+) -> list[Reduction]:
+    """`BucketedAllReduce.sync` over ``group``, bucket by bucket (module doc)."""
+    sizes = _buckets(params, plan.bucket_size_params(), plan.bucket_size_params())
+    unwrap = rates.dtensor_to_local_s if plan.tp > 1 else 0.0
+    out = []
+    for j, size in enumerate(sizes):
+        share = size / params
+        host = share * tensors * (unwrap + 3 * rates.dispatch_s)
+        host += 2 * rates.dispatch_s + 6 * size * FP32 / rates.bandwidth_Bps
+        out.append(
+            Reduction(
+                name=f"dp all_reduce {name} bucket {j}",
+                host_s=host,
+                comm_s=_time(profile, rates, "all_reduce", size * FP32, group),
+                size_bytes=size * FP32,
+            )
+        )
+    return out
+
+
+def optimizer_s(
+    profile: HardwareProfile,
+    rates: HostRates,
+    plan: ParallelPlan,
+    params: StageParams,
+    placements: PlanPlacements,
+) -> float:
+    """AdamW, ``zero_grad`` and the step-end loss all-reduce of one rank (module doc)."""
+    dense, expert = params.dense, params.expert
+    if plan.distributed_optimizer:
+        dense /= placements["dp-cp"].size
+        expert /= placements["edp"].size
+    tensors = params.dense_tensors + params.expert_tensors
+    dtensor = plan.tp > 1 or (plan.distributed_optimizer and plan.world_size > 1)
+    per_tensor = rates.dtensor_adamw_tensor_s if dtensor else rates.adamw_tensor_s
+    seconds = tensors * (per_tensor + rates.dispatch_s)
+    seconds += ADAMW_BYTES_PER_PARAM * (dense + expert) / rates.adamw_Bps
+    if plan.sequence_parallel and plan.tp > 1:
+        width = params.norm / max(params.norm_tensors, 1)
+        per = _time(profile, rates, "all_reduce", width * FP32, placements["tp"])
+        seconds += SP_NORM_GRAD_READS * params.norm_tensors * per
+    world = plan.world_size
+    if world > 1:
+        seconds += _time(profile, rates, "all_reduce", FP32, _world_group(placements, world))
+    return seconds
+
+
+def _world_group(placements: PlanPlacements, world: int) -> GroupPlacement:
+    base = placements["dp-cp"] if placements["dp-cp"].size > 1 else placements["tp"]
+    return GroupPlacement(
+        axes="world",
+        size=world,
+        num_nodes=base.num_nodes,
+        num_domains=base.num_domains,
+        ranks_per_node=world // max(base.num_nodes, 1),
+        ranks_per_domain=world // max(base.num_domains, 1),
+        nics_per_node=base.nics_per_node,
+    )

@@ -1,0 +1,227 @@
+"""Host costs of the training framework's machinery, beyond one operator's dispatch.
+
+A CPU training step spends much of its time in autograd and DTensor bookkeeping rather
+than in kernels; these timings let the cost model count that time instead of guessing it.
+Every quantity is per operator (or per call) of a tiny tensor, so the work is negligible:
+
+- ``autograd_backward_node`` and ``autograd_backward_call``: the backward of recorded
+  chains of `SHORT_CHAIN` and `LONG_CHAIN` multiplications; the per-node cost is the
+  slope between the two lengths (each long-chain sample against the short chain's median)
+  and the per-call cost (engine start, graph walk setup) the intercept. The chain of
+  `compute.time_overheads` mixes the two (one call over `compute.CHAIN_LENGTH` nodes).
+- DTensor (torch.distributed.tensor, what tensor parallelism runs on), on a one-dimensional
+  mesh over every rank with no communication involved: ``dtensor_forward`` and
+  ``dtensor_backward`` per element-wise operator of a recorded chain of replicated
+  DTensors (slope between the two chain lengths, as above); ``dtensor_from_local`` and
+  ``dtensor_to_local`` per call; ``dtensor_linear_forward`` and ``dtensor_linear_backward``
+  per ``F.linear`` of a replicated 3-D input and a row-sharded weight (the column-parallel
+  layout), the backward computing both the input and the weight gradient, net of
+  ``autograd_backward_call``.
+
+- FSDP2 (``fully_shard``, the executor's distributed optimizer), on a one-rank mesh per
+  rank so that no rank waits for another: a root holding `FSDP_BLOCKS` fully-sharded
+  blocks, timed forward and backward against the same blocks unsharded.
+  ``fsdp_gather`` is the host cost of one module's parameter all-gather (copy-in, the
+  collective call, copy-out, hooks; every module gathers in forward and again in backward),
+  measured with gradient synchronization off; ``fsdp_reduce`` the extra cost per module
+  when the backward also reduce-scatters the gradients. ``dtensor_adamw`` is
+  `torch.optim.AdamW.step` per parameter tensor of those sharded (DTensor) parameters.
+
+- activation checkpointing (``torch.utils.checkpoint``, non-reentrant: the executor's
+  recompute): recorded chains run under a checkpoint against the same chains without, net
+  of the forward the checkpoint reruns; ``checkpoint_tensor`` is the cost per saved tensor
+  (a pack hook in forward, another in the rerun, an unpack hook in backward; one tensor per
+  multiplication of the chain), the slope between the two chain lengths, and
+  ``checkpoint_call`` the cost per checkpointed call, the intercept.
+
+The DTensor and FSDP2 points need an initialized process group (every rank of a profiling
+world has one); without it they are left out.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from profiles.profiler.compute import Runner
+from profiles.profiler.timing import OverheadTiming
+
+SHORT_CHAIN = 16
+"""Operators in the shorter recorded chain."""
+LONG_CHAIN = 96
+"""Operators in the longer recorded chain."""
+FSDP_BLOCKS = 4
+"""Fully-sharded blocks under the FSDP2 root of the timing."""
+
+
+def _chain(leaf: torch.Tensor, factor: torch.Tensor, length: int) -> torch.Tensor:
+    z = leaf
+    for _ in range(length):
+        z = z * factor
+    return z
+
+
+def _backward_slope(
+    run: Runner, leaf: torch.Tensor, factor: torch.Tensor
+) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per-sample (forward per op, backward per node, backward per call) of chains built
+    from ``leaf`` and ``factor``. Each sample of the long chain is set against the median of
+    the short one (a median is steadier than a pairing of noisy samples); backward samples
+    are net of the median forward of their length."""
+    forward: dict[int, tuple[float, ...]] = {}
+    backward: dict[int, list[float]] = {}
+    for length in (SHORT_CHAIN, LONG_CHAIN):
+        grad = torch.ones_like(_chain(leaf, factor, length))
+        forward[length] = run.time(lambda n=length: _chain(leaf, factor, n))
+
+        def step(n: int = length, g: torch.Tensor = grad) -> None:
+            torch.autograd.backward(_chain(leaf, factor, n), g)
+
+        median = statistics.median(forward[length])
+        backward[length] = [t - median for t in run.time(step)]
+    span = LONG_CHAIN - SHORT_CHAIN
+    short_forward = statistics.median(forward[SHORT_CHAIN])
+    short_backward = statistics.median(backward[SHORT_CHAIN])
+    per_op = tuple(max(t - short_forward, 0.0) / span for t in forward[LONG_CHAIN])
+    nodes = tuple(max(t - short_backward, 0.0) / span for t in backward[LONG_CHAIN])
+    node = statistics.median(nodes)
+    calls = tuple(max(t - SHORT_CHAIN * node, 0.0) for t in backward[SHORT_CHAIN])
+    return per_op, nodes, calls
+
+
+def time_autograd(run: Runner) -> tuple[OverheadTiming, ...]:
+    """Per-node and per-call cost of the autograd engine (see the module doc)."""
+    leaf, factor = run.randn(1, grad=True), run.randn(1)
+    _, nodes, calls = _backward_slope(run, leaf, factor)
+    return (
+        OverheadTiming(op="autograd_backward_node", times_s=nodes),
+        OverheadTiming(op="autograd_backward_call", times_s=calls),
+    )
+
+
+def time_dtensor(run: Runner, call_s: float) -> tuple[OverheadTiming, ...]:
+    """DTensor dispatch costs on a mesh over every rank (see the module doc); empty
+    without a process group. ``call_s`` is the autograd per-call cost to take out of the
+    linear backward."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return ()
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    mesh = init_device_mesh(run.device.type, (dist.get_world_size(),))
+
+    def replicated(*shape: int, grad: bool = False) -> DTensor:
+        local = run.randn(*shape)
+        return DTensor.from_local(local, mesh, [Replicate()], run_check=False).requires_grad_(grad)
+
+    forward, nodes, _ = _backward_slope(run, replicated(8, 8, grad=True), replicated(8, 8))
+    local = run.randn(2, 4, 8)
+    x = replicated(2, 4, 8, grad=True)
+    weight = DTensor.from_local(run.randn(8, 8), mesh, [Shard(0)], run_check=False)
+    weight.requires_grad_(True)
+    out = F.linear(x, weight)
+    grad = torch.ones_like(out)
+    linear_forward = run.time(lambda: F.linear(x, weight))
+    median_forward = statistics.median(linear_forward)
+    linear_both = run.time(lambda: torch.autograd.backward(F.linear(x, weight), grad))
+    linear_backward = tuple(max(t - median_forward - call_s, 0.0) for t in linear_both)
+    return (
+        OverheadTiming(op="dtensor_forward", times_s=forward),
+        OverheadTiming(op="dtensor_backward", times_s=nodes),
+        OverheadTiming(
+            op="dtensor_from_local",
+            times_s=run.time(
+                lambda: DTensor.from_local(local, mesh, [Replicate()], run_check=False)
+            ),
+        ),
+        OverheadTiming(op="dtensor_to_local", times_s=run.time(lambda: out.to_local())),
+        OverheadTiming(op="dtensor_linear_forward", times_s=linear_forward),
+        OverheadTiming(op="dtensor_linear_backward", times_s=linear_backward),
+    )
+
+
+def _own_mesh(run: Runner):
+    """A one-rank device mesh of this rank (every rank creates every one-rank group)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    groups = [dist.new_group([r]) for r in range(dist.get_world_size())]
+    return DeviceMesh.from_group(groups[dist.get_rank()], run.device.type)
+
+
+def _blocks(run: Runner) -> torch.nn.Sequential:
+    with torch.device(run.device):
+        return torch.nn.Sequential(*(torch.nn.Linear(8, 8, bias=False) for _ in range(FSDP_BLOCKS)))
+
+
+def time_fsdp(run: Runner) -> tuple[OverheadTiming, ...]:
+    """FSDP2 gather, reduce and sharded AdamW host costs (see the module doc); empty
+    without a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return ()
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = _own_mesh(run)
+    plain, sharded = _blocks(run), _blocks(run)
+    for block in sharded:
+        fully_shard(block, mesh=mesh, reshard_after_forward=True)
+    fully_shard(sharded, mesh=mesh, reshard_after_forward=True)
+    x = run.randn(2, 8)
+    modules = FSDP_BLOCKS + 1
+
+    def step(model: torch.nn.Module) -> None:
+        model(x).sum().backward()
+
+    base = statistics.median(run.time(lambda: step(plain)))
+    sharded.set_requires_gradient_sync(False)
+    gather_only = run.time(lambda: step(sharded))
+    sharded.set_requires_gradient_sync(True)
+    with_reduce = run.time(lambda: step(sharded))
+    median_gather = statistics.median(gather_only)
+    gather = tuple(max(t - base, 0.0) / (2 * modules) for t in gather_only)
+    reduce = tuple(max(t - median_gather, 0.0) / modules for t in with_reduce)
+    optimizer = torch.optim.AdamW(sharded.parameters(), lr=1e-6, weight_decay=0.0)
+    step(sharded)
+    adamw = tuple(t / FSDP_BLOCKS for t in run.time(optimizer.step))
+    return (
+        OverheadTiming(op="fsdp_gather", times_s=gather),
+        OverheadTiming(op="fsdp_reduce", times_s=reduce),
+        OverheadTiming(op="dtensor_adamw", times_s=adamw),
+    )
+
+
+def time_checkpoint(run: Runner) -> tuple[OverheadTiming, ...]:
+    """Non-reentrant activation checkpointing costs (see the module doc)."""
+    from torch.utils.checkpoint import checkpoint
+
+    leaf, factor = run.randn(1, grad=True), run.randn(1)
+    extra: dict[int, tuple[float, ...]] = {}
+    for length in (SHORT_CHAIN, LONG_CHAIN):
+
+        def plain(n: int = length) -> None:
+            _chain(leaf, factor, n).backward()
+
+        def checkpointed(n: int = length) -> None:
+            checkpoint(_chain, leaf, factor, n, use_reentrant=False).backward()
+
+        rerun = statistics.median(run.time(lambda n=length: _chain(leaf, factor, n)))
+        base = statistics.median(run.time(plain))
+        extra[length] = tuple(t - base - rerun for t in run.time(checkpointed))
+    span = LONG_CHAIN - SHORT_CHAIN
+    short = statistics.median(extra[SHORT_CHAIN])
+    per_tensor = tuple(max(t - short, 0.0) / span for t in extra[LONG_CHAIN])
+    tensor = statistics.median(per_tensor)
+    calls = tuple(max(t - SHORT_CHAIN * tensor, 0.0) for t in extra[SHORT_CHAIN])
+    return (
+        OverheadTiming(op="checkpoint_tensor", times_s=per_tensor),
+        OverheadTiming(op="checkpoint_call", times_s=calls),
+    )
+
+
+def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
+    """The autograd, checkpoint, DTensor and FSDP2 points of the module doc, in that order."""
+    autograd = time_autograd(run)
+    call_s = statistics.median(autograd[1].times_s)
+    return (*autograd, *time_checkpoint(run), *time_dtensor(run, call_s), *time_fsdp(run))

@@ -1,0 +1,241 @@
+"""Operator counts and host prices of the executor model (costmodel.host_rates,
+costmodel.native_ops, costmodel.native_layers, costmodel.native_moe)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.compute import gemm_time_s
+from costmodel.host_rates import DTENSOR_FALLBACK_RATIOS, host_rates
+from costmodel.native_layers import (
+    attention_block,
+    attention_core,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    native_shape,
+)
+from costmodel.native_moe import moe_block
+from costmodel.native_ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+from tests.costmodel.native_fixture import (
+    ADAMW_BPS,
+    ADAMW_TENSOR_S,
+    OVERHEADS_S,
+    cpu_profile,
+    spread,
+)
+
+CPU = cpu_profile()
+RATES = host_rates(CPU)
+TINY = get_preset("tiny")
+MOE = get_preset("tiny-moe")
+
+
+def shape(**plan):
+    return native_shape(ParallelPlan(**plan), 128, 8)
+
+
+def count(comms, op):
+    return sum(c.count for c in comms if c.op == op)
+
+
+# ---- host rates -------------------------------------------------------------------------
+
+
+def test_rates_come_from_the_profile_spreads():
+    assert RATES.dispatch_s == 2e-6
+    assert RATES.forward_op_s == OVERHEADS_S["autograd_forward"]
+    assert RATES.backward_node_s == OVERHEADS_S["autograd_backward_node"]
+    assert RATES.backward_call_s == OVERHEADS_S["autograd_backward_call"]
+    assert RATES.dtensor_linear_backward_s == OVERHEADS_S["dtensor_linear_backward"]
+    assert RATES.bandwidth_Bps == pytest.approx(50e9)
+    # The AdamW points lie on 80 µs per tensor + bytes / 10 GB/s (fixture).
+    assert RATES.adamw_tensor_s == pytest.approx(ADAMW_TENSOR_S)
+    assert RATES.adamw_Bps == pytest.approx(ADAMW_BPS)
+
+
+def test_rates_fall_back_without_the_framework_points():
+    old = host_rates(
+        cpu_profile(overheads={"autograd_forward": 5e-6, "autograd_backward": 14e-6}, adamw=False)
+    )
+    assert old.backward_node_s == 14e-6 and old.backward_call_s == 0.0
+    assert old.dtensor_forward_s == pytest.approx(DTENSOR_FALLBACK_RATIOS["dtensor_forward"] * 5e-6)
+    assert old.adamw_tensor_s == pytest.approx(9 * 2e-6)  # nine operators of one dispatch
+    assert old.fsdp_gather_s == pytest.approx(8 * 2e-6)
+    assert old.dtensor_adamw_tensor_s == pytest.approx(
+        old.adamw_tensor_s + 7 * old.dtensor_forward_s
+    )
+    bare = host_rates(cpu_profile(overheads={}, adamw=False))
+    assert bare.forward_op_s == bare.dispatch_s == bare.backward_node_s == 2e-6
+
+
+def test_elementwise_kernels_are_priced_by_the_executor_rmsnorm():
+    # RMSNorm points on t = 60 µs + bytes / 20 GB/s (nominal 2·N·e bytes), at or below the
+    # fit's size limit, and one far above it that the fit must ignore.
+    points = [spread(f"memory.rmsnorm.fp32.{b}B", 60e-6 + b / 20e9) for b in (2**17, 2**19, 2**21)]
+    points.append(spread("memory.rmsnorm.fp32.67108864B", 1.0))
+    rates = host_rates(cpu_profile(extra=tuple(points)))
+    assert rates.elementwise_op_s == pytest.approx(10e-6)  # 60 µs over six kernels
+    assert rates.elementwise_Bps == pytest.approx(20e9 * 7 / 2)  # 7·N·e counted bytes
+    assert RATES.elementwise_op_s == RATES.dispatch_s  # no points: one dispatch
+    assert RATES.elementwise_Bps == pytest.approx(50e9)
+
+
+def test_byte_rates_follow_a_calibrated_bandwidth():
+    # The profile's own x + y points stream at exactly its fitted bandwidth (50 GB/s,
+    # 3 passes of 4 bytes); halving memory_bandwidth_efficiency halves every byte rate.
+    adds = tuple(spread(f"memory.add.fp32.{b}B", 2e-6 + b / 50e9) for b in (2**18, 2**20, 2**22))
+    base = cpu_profile(extra=adds)
+    slow = dataclasses.replace(
+        base, compute=dataclasses.replace(base.compute, memory_bandwidth_efficiency=0.25)
+    )
+    a, b = host_rates(base), host_rates(slow)
+    assert a.adamw_Bps == pytest.approx(ADAMW_BPS, rel=1e-6)
+    assert b.adamw_Bps == pytest.approx(ADAMW_BPS / 2, rel=1e-6)
+    # A calibrated op overhead rescales every host cost read from the spreads (relative to
+    # the plain dispatch of the same sweep, here 2 µs).
+    plain = cpu_profile(extra=(spread("op_overhead.add", 2e-6),))
+    halved = dataclasses.replace(
+        plain, compute=dataclasses.replace(plain.compute, op_overhead_s=1e-6)
+    )
+    assert host_rates(halved).forward_op_s == pytest.approx(host_rates(plain).forward_op_s / 2)
+
+
+def test_waited_collectives_pay_their_typical_excess():
+    entries = (
+        spread("all_reduce.intra.2.1024B", 1.5e-3, 0.5e-3),
+        spread("all_reduce.intra.2.4096B", 2.0e-3, 0.6e-3),
+        spread("all_reduce.intra.2.65536B", 1.6e-3, 0.8e-3),
+    )
+    rates = host_rates(cpu_profile(extra=entries))
+    assert rates.excess_s("all_reduce", 2) == pytest.approx(1.0e-3)  # median of 1.0, 1.4, 0.8
+    assert rates.excess_s("all_reduce", 4) == pytest.approx(1.0e-3)  # nearest group size
+    assert rates.excess_s("all_gather", 2) == 0.0 and rates.excess_s("all_reduce", 1) == 0.0
+
+
+# ---- pricing and single modules -----------------------------------------------------------
+
+
+def test_host_seconds_prices_each_count():
+    work = HostOps(ops=10, views=4, kernels=2, bytes=5e6, kernel_s=1e-3, dt_ops=1, dt_wraps=1)
+    forward = host_seconds(work, RATES, backward=False)
+    assert forward == pytest.approx(10 * 5e-6 + 6 * 2e-6 + 5e6 / 50e9 + 1e-3 + 40e-6 + 100e-6)
+    backward = host_seconds(work, RATES, backward=True)
+    assert backward == pytest.approx(10 * 8e-6 + 6 * 2e-6 + 5e6 / 50e9 + 1e-3 + 40e-6 + 100e-6)
+    assert HostOps(ops=1).plus(HostOps(ops=2)).scaled(2).ops == 6
+
+
+def test_linear_counts_its_nodes_and_gradient_accumulation():
+    plain = linear(CPU, 128, 256, 128, accumulate=0.5)
+    kernel = gemm_time_s(CPU, 128, 256, 128, "fp32") - 2e-6
+    assert plain.forward == HostOps(ops=1, views=3, kernel_s=pytest.approx(kernel))
+    # UnsafeView, Mm, T, View nodes and the weight's AccumulateGrad; dgrad + wgrad.
+    assert plain.backward.ops == 5 and plain.backward.kernels == 1
+    assert plain.backward.bytes == pytest.approx(0.5 * 3 * FP32 * 256 * 128)
+    dt = linear(CPU, 128, 256, 128, dtensor=True)
+    assert dt.forward.dt_linears == dt.backward.dt_linears == 1 and dt.forward.ops == 0
+
+
+def test_norm_and_rope_bytes():
+    norm = rms_norm(128, 128)
+    n = 128 * 128
+    assert norm.forward.ops == 6 and norm.forward.bytes == 7 * n * FP32
+    assert norm.backward.ops == 7 and norm.backward.bytes == 24 * n * FP32
+    sp = rms_norm(64, 128, dtensor=True)
+    assert sp.forward.dt_ops == 6 and sp.forward.ops == 0 and sp.forward.dt_wraps == 1
+    r = rope(1000)
+    assert (r.forward.ops, r.forward.views, r.forward.bytes) == (5, 5, 10 * 1000 * FP32)
+    assert r.backward.ops == 6 and r.backward.bytes == 12 * 1000 * FP32
+
+
+# ---- layers: counts read off the executor ------------------------------------------------
+
+
+def test_dense_layer_without_tp_has_the_executor_operator_count():
+    # Source: torch.profiler trace of one tiny (Llama) training step on the executor
+    # (2026-11-29): 58 top-level forward dispatches per layer = 26 recorded element-wise
+    # operators (2 norms x 6, 2 ropes x 5, 2 residual adds, silu, product), 7 linears,
+    # SDPA, the output reshape (a copy of the transposed heads) and 23 views and no-op
+    # casts; each linear adds t, view and _unsafe_view inside aten::linear.
+    layer = layer_ops(TINY, CPU, RATES, ParallelPlan(), shape(), is_moe=False)
+    fwd = layer.forward
+    assert fwd.ops == 26 + 7 + 1 + 1
+    assert fwd.views == 23 + 7 * 3 + 13  # and 13 module calls
+    # Backward: 74 autograd nodes per layer in the same trace (7 x (4 + AccumulateGrad),
+    # 2 norms x (6 + AccumulateGrad), 3 views, 2 ropes x 6, 4 transposes, SDPA, the
+    # reshape, 2 adds, silu, product).
+    assert layer.backward.ops == 74
+    assert not layer.forward_comms and not layer.backward_comms
+
+
+def test_tensor_parallel_layer_collectives():
+    # DTensor TP: all-reduce after wo and w2 forward; each column-parallel input is wrapped
+    # on its own, so the inputs of wq, wk, wv, w1, w3 all-reduce their gradients backward.
+    layer = layer_ops(TINY, CPU, RATES, ParallelPlan(tp=2), shape(tp=2), is_moe=False)
+    assert count(layer.forward_comms, "all_reduce") == 2
+    assert count(layer.backward_comms, "all_reduce") == 5
+    assert layer.forward.dt_linears == 7 and layer.forward.dt_wraps == 7
+    size = {c.size_bytes for c in layer.forward_comms}
+    assert size == {128 * 128 * FP32}
+
+
+def test_sequence_parallel_layer_collectives():
+    plan = ParallelPlan(tp=2, sequence_parallel=True)
+    layer = layer_ops(TINY, CPU, RATES, plan, shape(tp=2, sequence_parallel=True), is_moe=False)
+    assert count(layer.forward_comms, "all_gather") == 2
+    assert count(layer.forward_comms, "reduce_scatter") == 2
+    assert count(layer.backward_comms, "all_gather") == 2
+    assert count(layer.backward_comms, "reduce_scatter") == 2
+    assert count(layer.backward_comms, "all_reduce") == 0
+    # Norms run as DTensor modules on the sequence shard.
+    assert layer.forward.dt_ops >= 12
+
+
+def test_context_parallel_gathers_keys_and_values():
+    x = shape(cp=2)
+    core = attention_core(TINY, CPU, RATES, x)
+    assert count(core.forward_comms, "all_gather") == 2
+    assert count(core.backward_comms, "reduce_scatter") == 2
+    kv = TINY.query_groups * TINY.head_dim
+    assert {c.size_bytes for c in core.forward_comms} == {2 * 64 * kv * FP32}
+    # The masked kernel covers the whole (S/cp) x S rectangle: as much as one causal
+    # pass over the full sequence, though the rank holds half of the queries.
+    plain = attention_core(TINY, CPU, RATES, shape())
+    assert core.forward.kernel_s == pytest.approx(plain.forward.kernel_s, rel=0.05)
+
+
+def test_attention_backward_takes_out_the_profiled_autograd_call():
+    core = attention_core(TINY, CPU, RATES, shape())
+    assert core.backward.kernel_s == pytest.approx(2.5 * core.forward.kernel_s - 100e-6, rel=0.02)
+
+
+def test_embedding_and_head():
+    emb = embedding_ops(TINY, shape(), 512)
+    assert emb.forward.ops == 1 and not emb.forward_comms
+    tp = embedding_ops(TINY, shape(tp=2), 512)
+    assert count(tp.forward_comms, "all_reduce") == 1
+    head = head_ops(TINY, CPU, shape(tp=2), 512)
+    # Logits all-gathered to the full vocabulary, input gradient all-reduced.
+    assert count(head.forward_comms, "all_gather") == 1
+    assert {c.size_bytes for c in head.forward_comms} == {128 * 512 * FP32}
+    assert count(head.backward_comms, "all_reduce") == 1
+
+
+def test_moe_layer_scales_with_local_experts_and_adds_all_to_all():
+    one = moe_block(MOE, CPU, ParallelPlan(), shape())
+    two = moe_block(MOE, CPU, ParallelPlan(dp=2, ep=2), shape(dp=2, ep=2))
+    assert not one.forward_comms
+    # Eight experts: three matmuls, silu and product each; four of them under ep = 2.
+    assert one.forward.ops - two.forward.ops == pytest.approx(4 * 5 - 17)
+    assert count(two.forward_comms, "all_to_all") == 3  # counts, dispatch, combine
+    assert count(two.backward_comms, "all_to_all") == 2
+
+
+def test_recompute_only_changes_the_attention_block_through_saved_work():
+    a = attention_block(TINY, CPU, RATES, shape())
+    b = attention_block(TINY, CPU, RATES, shape(recompute="selective"))
+    assert a.forward == b.forward

@@ -1,0 +1,88 @@
+"""Autograd and DTensor host costs of the profiler (profiles.profiler.framework)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from profiles.profiler.compute import Runner
+from profiles.profiler.framework import (
+    time_autograd,
+    time_checkpoint,
+    time_dtensor,
+    time_framework_overheads,
+    time_fsdp,
+)
+from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
+
+TINY_BUDGET = Budget(
+    warmup_calls=1, min_repeats=3, max_repeats=3, target_s=0.005, min_sample_s=1e-4
+)
+RUN = Runner(device=torch.device("cpu"), budget=TINY_BUDGET, agree=agree_alone, clock=THREAD_CLOCK)
+
+
+def test_autograd_backward_splits_into_nodes_and_a_call():
+    node, call = time_autograd(RUN)
+    assert (node.op, call.op) == ("autograd_backward_node", "autograd_backward_call")
+    assert node.quantity == "op_overhead.autograd_backward_node"
+    assert len(node.times_s) == 3 and all(t >= 0 for t in node.times_s + call.times_s)
+    # A node costs microseconds; one backward() call costs more than one node.
+    assert 0 < sorted(node.times_s)[1] < 1e-3
+    assert sorted(call.times_s)[1] > sorted(node.times_s)[1]
+
+
+def test_checkpoint_costs_per_saved_tensor_and_per_call():
+    tensor, call = time_checkpoint(RUN)
+    assert (tensor.op, call.op) == ("checkpoint_tensor", "checkpoint_call")
+    # Three Python hooks per saved tensor: microseconds, far below a millisecond.
+    assert 0 < sorted(tensor.times_s)[1] < 1e-3
+
+
+def test_dtensor_points_need_a_process_group():
+    assert not dist.is_initialized()
+    assert time_dtensor(RUN, 0.0) == ()
+    ops = [r.op for r in time_framework_overheads(RUN)]
+    assert ops == [
+        "autograd_backward_node",
+        "autograd_backward_call",
+        "checkpoint_tensor",
+        "checkpoint_call",
+    ]
+
+
+@pytest.fixture()
+def one_rank_group():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_dtensor_dispatch_costs_more_than_a_plain_operator(one_rank_group):
+    records = {r.op: r for r in time_dtensor(RUN, 0.0)}
+    assert set(records) == {
+        "dtensor_forward",
+        "dtensor_backward",
+        "dtensor_from_local",
+        "dtensor_to_local",
+        "dtensor_linear_forward",
+        "dtensor_linear_backward",
+    }
+    median = {op: sorted(r.times_s)[len(r.times_s) // 2] for op, r in records.items()}
+    plain = sorted(RUN.time(lambda: torch.ones(1) + torch.ones(1)))[1]
+    assert median["dtensor_forward"] > plain
+    assert median["dtensor_linear_forward"] > median["dtensor_to_local"] > 0
+
+
+def test_fsdp_costs_are_measured_on_a_one_rank_mesh(one_rank_group):
+    records = {r.op: r for r in time_fsdp(RUN)}
+    assert set(records) == {"fsdp_gather", "fsdp_reduce", "dtensor_adamw"}
+    median = {op: sorted(r.times_s)[len(r.times_s) // 2] for op, r in records.items()}
+    # A gather runs hooks, copies and a collective call: far more than one dispatch.
+    assert median["fsdp_gather"] > 10e-6
+    assert median["dtensor_adamw"] > 0
