@@ -20,11 +20,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.compute import AttentionKernelName as AttentionKernel
-from profiles.schema import HardwareProfile
+from profiles.schema import EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 from specs.job import TrainingJob
 
 Runtime = Literal["megatron", "torch_native"]
+
+CUDA11_GEMM_RATE_FACTOR = 230.0 / 257.0
+"""Sustained fp16 GEMM rate of the CUDA 11 cuBLAS over the one the stored A100 profile is
+built on (about 0.895), for the same benchmark: a square 8192³ fp16 ``a @ b`` on
+``torch.randn`` inputs on an A100 SXM4 80GB. CUDA 11 era: 230 TFLOP/s (mli/transformers-
+benchmarks, README "MatMul FP16" for A100 80GB, `micro_bench.ipynb`, PyTorch container
+22.07, CUDA 11.7). The profile's top: 257 TFLOP/s (hardware.md [S55], H. He 2024, current
+PyTorch and cuBLAS; `profiles/derive.py`). The SC21 runs used an older CUDA 11 still
+(container 20.12: CUDA 11.1, cuBLAS 11.3), for which no figure was found; 11.7 is the
+nearest sourced stack, so this is if anything an upper bound on their GEMM rate."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,6 +89,13 @@ class ExecutionOptions:
     every tp rank sends the whole [s, b, h] tensor (current Megatron without sequence
     parallelism)."""
 
+    gemm_rate_factor: float = 1.0
+    """Multiplier, in (0, 1], on the profile's GEMM efficiency for the BLAS library the
+    framework links (`framework_profile`): 1 for the library the profile was measured or
+    derived with, `CUDA11_GEMM_RATE_FACTOR` for the CUDA 11 cuBLAS of the 2020-2022 PyTorch
+    containers on an A100. It scales every cuBLAS GEMM (linear layers, the materialized
+    attention's batched GEMMs), not fused attention kernels or memory-bound operators."""
+
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-LM, GPU kernels; the fields above) or
     ``torch_native`` (paraplan's executor on CPU ranks: every operator's host cost, DTensor,
@@ -89,6 +106,11 @@ class ExecutionOptions:
             raise SpecError(f"runtime must be 'megatron' or 'torch_native', got {self.runtime!r}")
         if self.attention not in ("flash", "materialized"):
             raise SpecError(f"attention must be 'flash' or 'materialized', got {self.attention!r}")
+        if not 0.0 < self.gemm_rate_factor <= 1.0:
+            raise SpecError(
+                f"gemm_rate_factor must be in (0, 1], got {self.gemm_rate_factor!r}; it "
+                "scales the profile's GEMM efficiency down for an older BLAS library"
+            )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
@@ -109,11 +131,13 @@ MEGATRON_2021 = ExecutionOptions(
     loss_scaling=True,
     overlap_p2p=False,
     pipeline_scatter_gather=True,
+    gemm_rate_factor=CUDA11_GEMM_RATE_FACTOR,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
-blocking pipeline sends with the scatter/gather optimisation."""
+blocking pipeline sends with the scatter/gather optimisation, and the CUDA 11 cuBLAS
+(`CUDA11_GEMM_RATE_FACTOR`)."""
 
 TORCH_NATIVE = ExecutionOptions(
     runtime="torch_native",
@@ -133,6 +157,23 @@ def options_for(profile: HardwareProfile) -> ExecutionOptions:
 def resolve_options(profile: HardwareProfile, options: ExecutionOptions | None) -> ExecutionOptions:
     """``options``, or `options_for` the profile when None."""
     return options_for(profile) if options is None else options
+
+
+def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
+    """``profile`` as the framework's kernels see it: every GEMM efficiency point times
+    ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`); the profile itself
+    when the factor is 1 or the runtime is paraplan's executor (priced from host rates)."""
+    factor = options.gemm_rate_factor
+    if factor == 1.0 or options.runtime == "torch_native":
+        return profile
+    curves = {
+        dtype: tuple(
+            EfficiencyPoint(gflop=p.gflop, efficiency=p.efficiency * factor) for p in points
+        )
+        for dtype, points in profile.compute.gemm_efficiency.items()
+    }
+    compute = dataclasses.replace(profile.compute, gemm_efficiency=curves)
+    return dataclasses.replace(profile, compute=compute)
 
 
 def executed_job(job: TrainingJob, options: ExecutionOptions) -> TrainingJob:

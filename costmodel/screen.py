@@ -39,7 +39,7 @@ import pandas as pd
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
-from costmodel.execution import resolve_options
+from costmodel.execution import framework_profile, resolve_options
 from costmodel.flops import model_flops_per_iteration
 from costmodel.layer_costs import (
     AttentionKernel,
@@ -520,6 +520,7 @@ def screen_plans(
     screened by simulating each row (`costmodel.native_screen`).
     """
     options = resolve_options(profile, options)
+    profile = framework_profile(profile, options)
     df = _normalized(plans, cluster)
     if options.runtime == "torch_native":
         return native_screen(model, cluster, job, profile, df, _plan, options)

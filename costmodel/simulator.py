@@ -45,7 +45,12 @@ from dataclasses import dataclass, fields
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, executed_job
+from costmodel.execution import (
+    DEFAULT_OPTIONS,
+    ExecutionOptions,
+    executed_job,
+    framework_profile,
+)
 from costmodel.layer_costs import (
     ZERO,
     CommGroups,
@@ -602,6 +607,7 @@ def simulate_iteration(
             f"global_batch_size ({job.global_batch_size}) gives no microbatch for "
             f"micro_batch_size ({plan.micro_batch_size}) x dp ({plan.dp}); raise the batch"
         )
+    profile = framework_profile(profile, options)
     placements = plan_placements(profile, plan, gpus_per_node)
     native = options.runtime == "torch_native"
     job = executed_job(job, options)

@@ -7,12 +7,18 @@ import dataclasses
 import pytest
 
 from costmodel import compute as ops
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
+from costmodel.execution import (
+    CUDA11_GEMM_RATE_FACTOR,
+    DEFAULT_OPTIONS,
+    MEGATRON_2021,
+    ExecutionOptions,
+    framework_profile,
+)
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.layer_costs import layer_cost, logits_cost
 from costmodel.simulator import blocking_sends, pipeline_send_s, simulate_iteration
 from costmodel.topology import plan_placements
-from profiles.lookup import memory_bandwidth_Bps
+from profiles.lookup import gemm_efficiency, memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
@@ -31,6 +37,9 @@ def test_options_reject_unknown_values():
         ExecutionOptions(main_grad_bytes=3)
     with pytest.raises(SpecError, match="attention"):
         ExecutionOptions(attention="xformers")
+    for bad in (0.0, 1.2):
+        with pytest.raises(SpecError, match="gemm_rate_factor"):
+            ExecutionOptions(gemm_rate_factor=bad)
 
 
 def test_megatron_2021_preset_describes_the_sc21_code():
@@ -41,6 +50,34 @@ def test_megatron_2021_preset_describes_the_sc21_code():
     assert not MEGATRON_2021.bias_fusion and not MEGATRON_2021.overlap_p2p
     assert MEGATRON_2021.pipeline_scatter_gather and MEGATRON_2021.two_pass_norm_backward
     assert DEFAULT_OPTIONS.bias_fusion and DEFAULT_OPTIONS.main_grad_bytes == 4
+    # CUDA 11 cuBLAS: 230 TFLOP/s on 8192³ fp16 randn (mli/transformers-benchmarks, A100
+    # 80GB) against the profile's 257 (hardware.md [S55]); today's library is the default.
+    assert MEGATRON_2021.gemm_rate_factor == CUDA11_GEMM_RATE_FACTOR == pytest.approx(0.8949, 1e-3)
+    assert DEFAULT_OPTIONS.gemm_rate_factor == 1.0
+
+
+def test_gemm_rate_factor_scales_gemms_only():
+    old = framework_profile(A100, MEGATRON_2021)
+    assert framework_profile(A100, DEFAULT_OPTIONS) is A100
+    # 8192³ fp16: the profile's sustained 257 TFLOP/s becomes the CUDA 11 era's 230.
+    n = 8192
+    assert 312 * gemm_efficiency(A100, n, n, n, "fp16") == pytest.approx(257, abs=0.5)
+    assert 312 * gemm_efficiency(old, n, n, n, "fp16") == pytest.approx(230, abs=0.5)
+    big = ops.gemm_time_s(A100, n, n, n, "fp16")
+    assert ops.gemm_time_s(old, n, n, n, "fp16") == pytest.approx(big / CUDA11_GEMM_RATE_FACTOR)
+    # Memory-bound operators and the device peaks are untouched.
+    assert memory_bandwidth_Bps(old) == BW
+    assert old.device == A100.device and old.communication == A100.communication
+    slow = simulate_iteration(SC21_MODEL, SC21_JOB, _sc21_plan(), A100, options=MEGATRON_2021)
+    fast = simulate_iteration(
+        SC21_MODEL,
+        SC21_JOB,
+        _sc21_plan(),
+        A100,
+        options=dataclasses.replace(MEGATRON_2021, gemm_rate_factor=1.0),
+    )
+    assert slow.breakdown.compute_forward_s > fast.breakdown.compute_forward_s
+    assert slow.breakdown.optimizer_s == pytest.approx(fast.breakdown.optimizer_s)
 
 
 # ---- bytes of the memory-bound operators ---------------------------------------------
