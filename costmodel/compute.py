@@ -109,7 +109,7 @@ def batched_gemm_time_s(
     elem_in = DTYPE_BYTES.get(dtype, 2)
     elem_out = 4 if dtype == "fp32" else 2
     moved = batch * ((m * k + k * n) * elem_in + m * n * elem_out)
-    return max(flops / rate, moved / memory_bandwidth_Bps(profile)) + op_overhead_s(profile)
+    return max(flops / rate, moved / memory_bandwidth_Bps(profile, moved)) + op_overhead_s(profile)
 
 
 # ---- memory-bound operators ------------------------------------------------------------
@@ -118,14 +118,17 @@ def batched_gemm_time_s(
 def memory_bound_time_s(profile: HardwareProfile, bytes_moved: float, num_ops: int = 1) -> float:
     """Seconds to move ``bytes_moved`` through device memory in ``num_ops`` kernels.
 
-    Roofline: bytes / (peak bandwidth · `memory_bandwidth_efficiency`) plus one op overhead
-    per kernel.
+    Roofline: bytes / (peak bandwidth · efficiency) plus one op overhead per kernel; the
+    efficiency of a profile's size curve is read at one kernel's share of the bytes
+    (`profiles.lookup.memory_bandwidth_Bps`).
     """
     if bytes_moved < 0 or num_ops < 0:
         raise SpecError(
             f"memory_bound_time_s: bytes_moved ({bytes_moved}) and num_ops ({num_ops}) must be >= 0"
         )
-    return bytes_moved / memory_bandwidth_Bps(profile) + num_ops * op_overhead_s(profile)
+    per_kernel = bytes_moved / max(num_ops, 1)
+    bandwidth = memory_bandwidth_Bps(profile, per_kernel) if bytes_moved > 0 else 1.0
+    return bytes_moved / bandwidth + num_ops * op_overhead_s(profile)
 
 
 def norm_time_s(

@@ -123,9 +123,32 @@ def attention_tflops(
     return _seq_interpolate(_nearest_head_dim_curve(curves, head_dim).points, seq_len)
 
 
-def memory_bandwidth_Bps(profile: HardwareProfile) -> float:
-    """Achievable memory-bound bandwidth, bytes/s: peak · `memory_bandwidth_efficiency`."""
-    return profile.device.hbm_GBps * 1e9 * profile.compute.memory_bandwidth_efficiency
+def memory_bandwidth_Bps(profile: HardwareProfile, bytes_moved: float | None = None) -> float:
+    """Achievable memory-bound bandwidth, bytes/s: peak times an efficiency.
+
+    The efficiency is `ComputeProfile.memory_bandwidth_efficiency` without ``bytes_moved``
+    or without a `ComputeProfile.memory_bandwidth_curve`; else the curve's, linear in
+    log(bytes) between its points and held at its ends.
+    """
+    compute = profile.compute
+    efficiency = compute.memory_bandwidth_efficiency
+    points = compute.memory_bandwidth_curve
+    if bytes_moved is not None and points:
+        efficiency = _log_interpolate(
+            [p.bytes_moved for p in points], [p.efficiency for p in points], bytes_moved
+        )
+    return profile.device.hbm_GBps * 1e9 * efficiency
+
+
+def _log_interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """ys at x, linear in log(x) between the xs (increasing), held at the ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    t = math.log(x / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
 
 
 def gpus_per_node(profile: HardwareProfile) -> int:
@@ -154,7 +177,10 @@ def bus_factor(op: str, group_size: int) -> float:
 
 
 def collective_time_s(fit: CollectiveFit, size_bytes: float) -> float:
-    """α-β time of one collective: latency_s + size_bytes · factor / busbw.
+    """Time of one collective: latency_s + size_bytes · factor / busbw (α-β), times, for a
+    fit with measured `CollectiveFit.points`, the ratio of measured to α-β time at those
+    points, interpolated linearly in log size and held beyond the end points (so the
+    measured points are reproduced and exact α-β data keeps the line).
 
     ``size_bytes`` follows nccl-tests: the full array per rank for all_reduce, the total
     (per-rank part times group size) for all_gather / reduce_scatter / all_to_all, the
@@ -163,7 +189,16 @@ def collective_time_s(fit: CollectiveFit, size_bytes: float) -> float:
     if size_bytes < 0:
         raise SpecError(f"collective_time_s: size_bytes must be >= 0, got {size_bytes}")
     factor = bus_factor(fit.op, fit.group_size)
-    return fit.latency_s + size_bytes * factor / (fit.busbw_GBps * 1e9)
+
+    def line_s(size: float) -> float:
+        return fit.latency_s + size * factor / (fit.busbw_GBps * 1e9)
+
+    points = fit.points
+    if not points or size_bytes <= 0:
+        return line_s(size_bytes)
+    sizes = [p.size_bytes for p in points]
+    ratios = [p.seconds / line_s(p.size_bytes) for p in points]
+    return line_s(size_bytes) * _log_interpolate(sizes, ratios, size_bytes)
 
 
 def _interpolate_fits(a: CollectiveFit, b: CollectiveFit, group_size: int) -> CollectiveFit:

@@ -120,6 +120,20 @@ class EfficiencyPoint:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BandwidthPoint:
+    """Memory-bound bandwidth at one size of operator."""
+
+    bytes_moved: float
+    """Bytes one operator moves (``x + y`` over n elements of e bytes: 3·n·e)."""
+    efficiency: float
+    """Achieved bytes/s over `DeviceSpec.hbm_GBps`, in (0, 1]."""
+
+    def __post_init__(self) -> None:
+        _require_positive_float("BandwidthPoint", "bytes_moved", self.bytes_moved)
+        _require_fraction("BandwidthPoint", "efficiency", self.efficiency)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AttentionPoint:
     """Attention throughput at one sequence length."""
 
@@ -196,6 +210,12 @@ class ComputeProfile:
     memory_bandwidth_efficiency: float
     """Fraction of `DeviceSpec.hbm_GBps` that memory-bound kernels (norms, activations,
     optimizer steps) achieve on large tensors."""
+    memory_bandwidth_curve: tuple[BandwidthPoint, ...] = ()
+    """Efficiency against the bytes one operator moves, in strictly increasing bytes,
+    interpolated linearly in log(bytes) and held at the end points
+    (`profiles.lookup.memory_bandwidth_Bps`). Measured on CPUs, whose caches make small
+    operators several times faster than DRAM-bound ones; empty (the flat
+    `memory_bandwidth_efficiency`) in the datasheet profiles."""
     op_overhead_s: float = 0.0
     """Fixed host-side time per operator launch (framework dispatch, kernel launch) that
     is not hidden behind device work. Near zero for GPU profiles, where launches run
@@ -214,6 +234,12 @@ class ComputeProfile:
         _require_fraction(
             "ComputeProfile", "memory_bandwidth_efficiency", self.memory_bandwidth_efficiency
         )
+        sizes = [p.bytes_moved for p in self.memory_bandwidth_curve]
+        if any(b <= a for a, b in itertools.pairwise(sizes)):
+            raise SpecError(
+                f"ComputeProfile.memory_bandwidth_curve: bytes_moved must strictly increase, "
+                f"got {sizes}; sort the points and merge equal sizes"
+            )
         keys = [(c.direction, c.dtype, c.head_dim) for c in self.attention]
         duplicates = sorted({k for k in keys if keys.count(k) > 1})
         if duplicates:
@@ -221,6 +247,20 @@ class ComputeProfile:
                 f"ComputeProfile.attention: duplicate curves for (direction, dtype, head_dim) "
                 f"{duplicates}; keep one curve per key"
             )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimePoint:
+    """A measured collective time at one message size."""
+
+    size_bytes: float
+    """Message size in the nccl-tests convention of `CollectiveFit`."""
+    seconds: float
+    """Typical (fastest-sample) time of one call."""
+
+    def __post_init__(self) -> None:
+        _require_positive_float("TimePoint", "size_bytes", self.size_bytes)
+        _require_positive_float("TimePoint", "seconds", self.seconds)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -243,6 +283,11 @@ class CollectiveFit:
     algorithm: str = "ring"
     """Algorithm the fit describes, e.g. ``ring``, ``nvls`` (NVLink SHARP in-switch
     reduction, whose busbw can exceed the link rate), ``ring+tree`` or ``gloo``."""
+    points: tuple[TimePoint, ...] = ()
+    """Measured times the α-β line was fitted through, in strictly increasing size.
+    `profiles.lookup.collective_time_s` scales the line by their measured-to-line ratio
+    (interpolated in log size), following a library's protocol and cache regimes that one
+    line cannot. Empty in datasheet profiles."""
 
     def __post_init__(self) -> None:
         require_choice(self, "op", CollectiveOp)
@@ -257,6 +302,12 @@ class CollectiveFit:
             )
         if self.latency_s < 0:
             raise SpecError(f"CollectiveFit {self.op}: latency_s must be >= 0")
+        sizes = [p.size_bytes for p in self.points]
+        if any(b <= a for a, b in itertools.pairwise(sizes)):
+            raise SpecError(
+                f"CollectiveFit {self.op}: points must strictly increase in size_bytes, got "
+                f"{sizes}; sort them and merge equal sizes"
+            )
         _require_positive_float(f"CollectiveFit {self.op}", "busbw_GBps", self.busbw_GBps)
 
 

@@ -316,6 +316,9 @@ def apply_factors(
             f,
             latency_s=f.latency_s * factors.p2p_time_scale,
             busbw_GBps=f.busbw_GBps / factors.p2p_time_scale,
+            points=tuple(
+                dataclasses.replace(p, seconds=p.seconds * factors.p2p_time_scale) for p in f.points
+            ),
         )
         if f.op == "send_recv"
         else f
@@ -331,6 +334,15 @@ def apply_factors(
             gemm_efficiency=curves,
             attention=attention,
             memory_bandwidth_efficiency=min(bandwidth, 1.0),
+            memory_bandwidth_curve=tuple(
+                dataclasses.replace(
+                    p,
+                    efficiency=min(
+                        p.efficiency * factors.memory_bandwidth_scale / max(bandwidth, 1.0), 1.0
+                    ),
+                )
+                for p in compute.memory_bandwidth_curve
+            ),
             op_overhead_s=factors.op_overhead_s,
         ),
         communication=dataclasses.replace(profile.communication, fits=fits),

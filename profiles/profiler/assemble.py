@@ -34,6 +34,7 @@ from profiles.profiler.fit import (
     fit_collective,
     fit_gemm_curve,
     fit_memory,
+    fit_memory_curve,
     fit_misaligned_factor,
     op_overhead_s,
     split_attention,
@@ -150,6 +151,7 @@ def _fit_compute(records: RunRecords) -> _Compute:
         attention=attention,
         attention_kernel=f"torch {torch.__version__} scaled_dot_product_attention (causal)",
         memory_bandwidth_efficiency=efficiency,
+        memory_bandwidth_curve=fit_memory_curve(fit_m, o, hbm),
         op_overhead_s=_sig(o),
     )
     held = HeldOut(
@@ -229,7 +231,8 @@ def _notes(
         ),
         "Time model of the fits: t = op_overhead_s + work / rate for GEMMs (2mnk / (peak x "
         "gemm_efficiency)), attention (causal FLOPs / attention throughput) and memory-bound "
-        "operators (bytes / (hbm_GBps x memory_bandwidth_efficiency)); collectives t = "
+        "operators (bytes / (hbm_GBps x the efficiency of memory_bandwidth_curve at that size)); "
+        "collectives t = "
         "latency_s + size x bus_factor / busbw_GBps.",
         f"op_overhead_s is the dispatch of a tiny x + y; under autograd an operator costs "
         f"{overheads.get('autograd_forward', 0):.3g} s in forward and "

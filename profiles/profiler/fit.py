@@ -6,7 +6,7 @@ One time model for every operator, shared by the fits, the validation and (throu
     t = op_overhead_s + work / rate
     GEMM          work 2·m·n·k FLOP      rate = peak(dtype) · gemm_efficiency(m, n, k)
     attention     work causal FLOPs      rate = attention_tflops(direction, s, d) · 1e12
-    memory-bound  work bytes moved       rate = hbm_GBps · 1e9 · memory_bandwidth_efficiency
+    memory-bound  work bytes moved       rate = hbm_GBps · 1e9 · efficiency at that size
     collective    t = latency_s + size · bus_factor / busbw   (α-β; α holds the overhead)
 
 Rates are therefore net of the per-operator overhead: a timing t gives work / (t - o),
@@ -23,10 +23,15 @@ Methods
   power-of-two sequence length; other lengths are held out.
 - Memory: ``hbm_GBps`` is the best measured copy rate (schema); the efficiency is the
   one scalar that minimises the relative squared error of the elementwise-kernel timings
-  (`EFFICIENCY_OPS`; closed-form weighted least squares).
+  (`EFFICIENCY_OPS`; closed-form weighted least squares), and the size curve is each
+  fitted size's own efficiency (`fit_memory_curve`), which lookups interpolate in
+  log(bytes).
 - Collectives: α ≥ 0 and 1/busbw > 0 by bounded linear least squares on time against
   size (scipy ``lsq_linear``), each row weighted by 1/t so small and large messages count
-  alike (relative error).
+  alike (relative error); the fitted sizes' own times are kept as the fit's points
+  (`collective_points`), which lookups interpolate between, so that the fit follows a
+  library's changes of protocol with size (gloo on loopback: a latency plateau, then
+  copies in and out of the caches) that one line cannot.
 """
 
 from __future__ import annotations
@@ -61,9 +66,11 @@ from profiles.profiler.timing import (
 from profiles.schema import (
     AttentionCurve,
     AttentionPoint,
+    BandwidthPoint,
     CollectiveFit,
     EfficiencyPoint,
     HardwareProfile,
+    TimePoint,
 )
 from specs.errors import SpecError
 
@@ -242,6 +249,27 @@ def fit_memory(
     return float(f"{peak_GBps:.6g}"), min(1.0, max(MIN_EFFICIENCY, float(f"{efficiency:.6g}")))
 
 
+def fit_memory_curve(
+    records: Sequence[MemoryTiming], overhead_s: float, peak_GBps: float
+) -> tuple[BandwidthPoint, ...]:
+    """`ComputeProfile.memory_bandwidth_curve`: per size of the `EFFICIENCY_OPS` timings,
+    bytes / (t - overhead) over the peak (median over records of one size), in increasing
+    size. Cache-resident sizes run several times faster than DRAM-bound ones on a CPU; the
+    curve follows that where the single efficiency of `fit_memory` averages it away."""
+    by_size: dict[float, list[float]] = defaultdict(list)
+    for r in records:
+        if r.op in EFFICIENCY_OPS:
+            rate_Bps = r.bytes_moved / net_time_s(typical_s(r), overhead_s)
+            by_size[float(r.bytes_moved)].append(rate_Bps / (peak_GBps * 1e9))
+    return tuple(
+        BandwidthPoint(
+            bytes_moved=size,
+            efficiency=min(1.0, max(MIN_EFFICIENCY, float(f"{statistics.median(e):.6g}"))),
+        )
+        for size, e in sorted(by_size.items())
+    )
+
+
 # ---- collectives --------------------------------------------------------------------------
 
 
@@ -277,13 +305,38 @@ def fit_collective(records: Sequence[CollectiveTiming], algorithm: str) -> Colle
     lower = [0.0, 1.0 / (MAX_BUSBW_GBPS * 1e9)]
     solution = lsq_linear(a, np.ones_like(t), bounds=(lower, [np.inf, np.inf]))
     latency_s, seconds_per_byte = (float(v) for v in solution.x)
+    latency_s = float(f"{latency_s:.6g}")
+    busbw_GBps = float(f"{1.0 / (seconds_per_byte * 1e9):.6g}")
     return CollectiveFit(
         op=first.op,
         group_size=first.group_size,
         placement=first.placement,
-        latency_s=float(f"{latency_s:.6g}"),
-        busbw_GBps=float(f"{1.0 / (seconds_per_byte * 1e9):.6g}"),
+        latency_s=latency_s,
+        busbw_GBps=busbw_GBps,
         algorithm=algorithm,
+        points=collective_points(records, latency_s, busbw_GBps),
+    )
+
+
+def collective_points(
+    records: Sequence[CollectiveTiming], latency_s: float, busbw_GBps: float
+) -> tuple[TimePoint, ...]:
+    """`CollectiveFit.points`: per message size (increasing), the α-β time times the
+    running median over three neighbouring sizes of measured / α-β time (the fastest
+    record per size). The median keeps a regime that spans several sizes and drops a
+    single size whose every sample a burst of other load delayed."""
+    best: dict[float, float] = {}
+    for r in records:
+        size = float(r.size_bytes)
+        best[size] = min(best.get(size, math.inf), typical_s(r))
+    factor = bus_factor(records[0].op, records[0].group_size)
+    sizes = sorted(best)
+    lines = [latency_s + size * factor / (busbw_GBps * 1e9) for size in sizes]
+    ratios = [best[size] / line for size, line in zip(sizes, lines, strict=True)]
+    smoothed = [statistics.median(ratios[max(i - 1, 0) : i + 2]) for i in range(len(ratios))]
+    return tuple(
+        TimePoint(size_bytes=size, seconds=float(f"{line * r:.6g}"))
+        for size, line, r in zip(sizes, lines, smoothed, strict=True)
     )
 
 
@@ -346,7 +399,7 @@ def validate(profile: HardwareProfile, held: HeldOut) -> list[HeldOutError]:
         errors.append(_error("attention", a.quantity, typical_s(a), predicted))
     for m in held.memory:
         if m.op in EFFICIENCY_OPS:
-            predicted = o + m.bytes_moved / memory_bandwidth_Bps(profile)
+            predicted = o + m.bytes_moved / memory_bandwidth_Bps(profile, m.bytes_moved)
             errors.append(_error("memory", m.quantity, typical_s(m), predicted))
     for c in held.collectives:
         fit = collective_fit(profile, c.op, c.group_size, c.placement)

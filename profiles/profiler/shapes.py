@@ -57,14 +57,15 @@ def _powers(lo_exp: int, hi_exp: int, step: int = 1) -> tuple[int, ...]:
     return tuple(2**e for e in range(lo_exp, hi_exp + 1, step))
 
 
-def _half_octaves(lo_exp: int, hi_exp: int) -> tuple[int, ...]:
-    """2**lo_exp, 3·2**(lo_exp - 1), 2**(lo_exp + 1), ... up to 2**hi_exp (multiples of
-    1024 from lo_exp 11 on, as the RMSNorm-like rows need)."""
+def _quarter_octaves(lo_exp: int, hi_exp: int) -> tuple[int, ...]:
+    """2**lo_exp, 5·2**(lo_exp - 2), 3·2**(lo_exp - 1), 7·2**(lo_exp - 2), 2**(lo_exp + 1),
+    ... up to 2**hi_exp (multiples of 1024 from lo_exp 12 on, as the RMSNorm-like rows
+    need)."""
     sizes = []
     for e in range(lo_exp, hi_exp + 1):
         sizes.append(2**e)
         if e < hi_exp:
-            sizes.append(3 * 2 ** (e - 1))
+            sizes += [5 * 2 ** (e - 2), 3 * 2 ** (e - 1), 7 * 2 ** (e - 2)]
     return tuple(sizes)
 
 
@@ -175,8 +176,10 @@ def _cpu_plan(quick: bool, model: ModelSpec | None, world_size: int) -> SweepPla
         # 64 KiB to 4 MiB: the activations of the small models a CPU trains, which stay
         # in the caches. Larger tensors run at DRAM bandwidth, and from 32 MiB they come
         # from fresh mmaps (glibc's largest dynamic mmap threshold) that page-fault on
-        # every call: other regimes, which one bandwidth figure cannot also describe.
-        memory_elements=_half_octaves(14, 20),
+        # every call: other regimes. Quarter octaves, so that the fitted size curve
+        # (`ComputeProfile.memory_bandwidth_curve`) follows the step from the per-core
+        # cache to the shared one with several points on each side.
+        memory_elements=_quarter_octaves(14, 20),
         adamw_params=(2**16, 2**18, 2**20) if quick else _powers(16, 24, 2),
         # Quick: the sizes small CPU models exchange (activations and gradient buckets of a
         # few MiB at most); beyond about 8 MiB loopback copies leave the caches and run at

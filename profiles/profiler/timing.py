@@ -50,7 +50,7 @@ class Budget:
 
 
 QUICK_COMM_BUDGET = Budget(
-    warmup_calls=1, min_repeats=3, max_repeats=15, target_s=0.03, min_sample_s=1e-4
+    warmup_calls=1, min_repeats=5, max_repeats=40, target_s=0.08, min_sample_s=1e-4
 )
 """`--quick` collectives, per pass: short independent samples (see `COMM_PASSES`)."""
 FULL_COMM_BUDGET = Budget(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from profiles.profiler.fit import (
     fit_collective,
     fit_gemm_curve,
     fit_memory,
+    fit_memory_curve,
     fit_misaligned_factor,
     split_collectives,
     split_gemms,
+    split_memory,
     validate,
 )
 from profiles.profiler.shapes import candidate_tp, holdout, model_gemms, sweep_plan
@@ -103,6 +106,34 @@ def test_collective_fit_recovers_known_latency_and_bandwidth(op: str, group_size
     assert fit.latency_s == pytest.approx(350e-6, rel=1e-3)
     assert fit.busbw_GBps == pytest.approx(1.2, rel=1e-3)
     assert (fit.op, fit.group_size, fit.algorithm) == (op, group_size, "gloo")
+
+
+def test_collective_points_drop_a_lone_delayed_size_and_keep_a_regime() -> None:
+    alpha_s, busbw = 2e-4, 1.5
+    sizes = [2**e for e in range(10, 20)]
+    slow = {2**13: 4.0}  # one size whose every sample a burst of load delayed
+    regime = {2**17: 1.6, 2**18: 1.6, 2**19: 1.6}  # a protocol change from 128 KiB on
+    records = [
+        dataclasses.replace(
+            collective("all_reduce", s, alpha_s, busbw),
+            times_s=tuple(
+                t * slow.get(s, 1.0) * regime.get(s, 1.0)
+                for t in collective("all_reduce", s, alpha_s, busbw).times_s
+            ),
+        )
+        for s in sizes
+    ]
+    fit = fit_collective(records, "gloo")
+    points = {int(p.size_bytes): p.seconds for p in fit.points}
+    assert sorted(points) == sizes
+
+    def line_s(size: int) -> float:
+        return fit.latency_s + size * bus_factor("all_reduce", 2) / (fit.busbw_GBps * 1e9)
+
+    assert points[2**13] / line_s(2**13) < 1.5  # the lone delayed size is smoothed away
+    for s in (2**18, 2**19):  # the regime keeps its level (within the line's drift)
+        measured = min(records[sizes.index(s)].times_s)
+        assert points[s] == pytest.approx(measured, rel=0.1)
 
 
 def test_collective_fit_stays_nonnegative_on_data_that_shrinks_with_size() -> None:
@@ -219,6 +250,43 @@ def test_memory_fit_takes_the_best_copy_as_peak_and_recovers_the_efficiency() ->
     assert efficiency == pytest.approx(30.0 / 50.0, rel=1e-4)
     peak, efficiency = fit_memory(records, OVERHEAD_S, peak_GBps=100.0)  # a datasheet peak
     assert (peak, efficiency) == (100.0, pytest.approx(0.3, rel=1e-4))
+
+
+def test_memory_curve_follows_a_cache_to_dram_transition() -> None:
+    # Cache-resident sizes at 60 GB/s, DRAM-bound ones at 20 GB/s, on a 100 GB/s copy peak;
+    # every third size held out, as `split_memory` does.
+    def rate(nbytes: int) -> float:
+        return 60.0 if nbytes <= 2**23 else 20.0
+
+    sizes = [2**e for e in range(18, 28)]
+    records = [memory("copy", 2**24, 100.0)] + [memory("add", n, rate(n)) for n in sizes]
+    fit, held = split_memory(records)
+    curve = fit_memory_curve(fit, OVERHEAD_S, 100.0)
+    assert [p.bytes_moved for p in curve] == sorted(r.bytes_moved for r in fit if r.op == "add")
+    for p in curve:  # each fitted size keeps its own rate
+        assert p.efficiency == pytest.approx(rate(int(p.bytes_moved)) / 100.0, rel=1e-4)
+    _, flat = fit_memory(fit, OVERHEAD_S, 100.0)
+    compute = ComputeProfile(
+        gemm_efficiency={"fp32": fit_gemm_curve([gemm(64, 64, 64, 0.5)], PEAK_FLOPS, OVERHEAD_S)},
+        gemm_alignment_elements=8,
+        gemm_misaligned_factor=1.0,
+        memory_bandwidth_efficiency=flat,
+        memory_bandwidth_curve=curve,
+        op_overhead_s=OVERHEAD_S,
+    )
+
+    def on_peak(c: ComputeProfile) -> HardwareProfile:
+        p = synthetic_profile(c, ())
+        return dataclasses.replace(p, device=dataclasses.replace(p.device, hbm_GBps=100.0))
+
+    held_add = HeldOut(memory=tuple(r for r in held if r.op == "add"))
+    with_curve = sorted(abs(e.relative_error) for e in validate(on_peak(compute), held_add))
+    flat_only = on_peak(dataclasses.replace(compute, memory_bandwidth_curve=()))
+    without = validate(flat_only, held_add)
+    # The held-out sizes (2^19, 2^22, 2^25 bytes) have fitted neighbours on their own
+    # side of the step: exact with the curve; the flat efficiency misses them all.
+    assert len(with_curve) == 3 and with_curve[-1] < 1e-3
+    assert min(abs(e.relative_error) for e in without) > 0.1
 
 
 def test_validation_of_exact_synthetic_data_has_no_error() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import statistics
 
 import pytest
 import torch
@@ -19,8 +20,9 @@ from profiles.profiler.framework import (
 from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
 
 TINY_BUDGET = Budget(
-    warmup_calls=1, min_repeats=3, max_repeats=3, target_s=0.005, min_sample_s=1e-4
+    warmup_calls=1, min_repeats=9, max_repeats=9, target_s=0.005, min_sample_s=1e-4
 )
+"""Nine samples: medians that a burst of other load on a shared host does not move."""
 RUN = Runner(device=torch.device("cpu"), budget=TINY_BUDGET, agree=agree_alone, clock=THREAD_CLOCK)
 
 
@@ -28,17 +30,17 @@ def test_autograd_backward_splits_into_nodes_and_a_call():
     node, call = time_autograd(RUN)
     assert (node.op, call.op) == ("autograd_backward_node", "autograd_backward_call")
     assert node.quantity == "op_overhead.autograd_backward_node"
-    assert len(node.times_s) == 3 and all(t >= 0 for t in node.times_s + call.times_s)
+    assert len(node.times_s) == 9 and all(t >= 0 for t in node.times_s + call.times_s)
     # A node costs microseconds; one backward() call costs more than one node.
-    assert 0 < sorted(node.times_s)[1] < 1e-3
-    assert sorted(call.times_s)[1] > sorted(node.times_s)[1]
+    assert 0 < statistics.median(node.times_s) < 1e-3
+    assert statistics.median(call.times_s) > statistics.median(node.times_s)
 
 
 def test_checkpoint_costs_per_saved_tensor_and_per_call():
     tensor, call = time_checkpoint(RUN)
     assert (tensor.op, call.op) == ("checkpoint_tensor", "checkpoint_call")
     # Three Python hooks per saved tensor: microseconds, far below a millisecond.
-    assert 0 < sorted(tensor.times_s)[1] < 1e-3
+    assert 0 < statistics.median(tensor.times_s) < 1e-3
 
 
 def test_dtensor_points_need_a_process_group():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -19,6 +20,7 @@ from profiles.lookup import (
     peak_flops,
 )
 from profiles.schema import (
+    BandwidthPoint,
     CollectiveFit,
     CommunicationProfile,
     ComputeProfile,
@@ -26,6 +28,7 @@ from profiles.schema import (
     EfficiencyPoint,
     HardwareProfile,
     Provenance,
+    TimePoint,
     Topology,
 )
 from profiles.store import load_profile, stored_profile_names
@@ -170,6 +173,66 @@ def test_attention_errors_name_what_exists() -> None:
         attention_tflops(H100, "forward", 4096, 128, "fp8")
     with pytest.raises(SpecError, match="'forward' or 'backward'"):
         attention_tflops(H100, "sideways", 4096, 128, "bf16")
+
+
+def test_memory_bandwidth_curve_interpolates_in_log_bytes() -> None:
+    curve = (
+        BandwidthPoint(bytes_moved=1e5, efficiency=0.8),
+        BandwidthPoint(bytes_moved=1e7, efficiency=0.2),
+    )
+    profile = dataclasses.replace(
+        A100, compute=dataclasses.replace(A100.compute, memory_bandwidth_curve=curve)
+    )
+    peak_Bps = A100.device.hbm_GBps * 1e9
+    assert memory_bandwidth_Bps(profile, 1e3) == pytest.approx(0.8 * peak_Bps)  # held
+    assert memory_bandwidth_Bps(profile, 1e6) == pytest.approx(0.5 * peak_Bps)  # log middle
+    assert memory_bandwidth_Bps(profile, 1e9) == pytest.approx(0.2 * peak_Bps)  # held
+    # No size asked, or no curve: the flat efficiency.
+    assert memory_bandwidth_Bps(profile) == memory_bandwidth_Bps(A100)
+    assert memory_bandwidth_Bps(A100, 1e6) == memory_bandwidth_Bps(A100)
+
+
+def test_memory_bandwidth_curve_must_increase_in_size() -> None:
+    points = (
+        BandwidthPoint(bytes_moved=1e6, efficiency=0.5),
+        BandwidthPoint(bytes_moved=1e5, efficiency=0.8),
+    )
+    with pytest.raises(SpecError, match="strictly increase"):
+        dataclasses.replace(A100.compute, memory_bandwidth_curve=points)
+
+
+def test_collective_points_scale_the_line_by_their_measured_ratio() -> None:
+    line = CollectiveFit(
+        op="all_reduce", group_size=2, placement="intra", latency_s=1e-4, busbw_GBps=1.0
+    )
+    sizes = (1e3, 1e5, 1e7)
+    ratios = (1.0, 2.0, 1.5)
+    fit = dataclasses.replace(
+        line,
+        points=tuple(
+            TimePoint(size_bytes=s, seconds=r * collective_time_s(line, s))
+            for s, r in zip(sizes, ratios, strict=True)
+        ),
+    )
+    for s, r in zip(sizes, ratios, strict=True):  # measured points are reproduced
+        assert collective_time_s(fit, s) == pytest.approx(r * collective_time_s(line, s))
+    # Between points the ratio is linear in log size; beyond the ends it is held.
+    assert collective_time_s(fit, 1e4) == pytest.approx(1.5 * collective_time_s(line, 1e4))
+    assert collective_time_s(fit, 10.0) == pytest.approx(collective_time_s(line, 10.0))
+    assert collective_time_s(fit, 1e9) == pytest.approx(1.5 * collective_time_s(line, 1e9))
+
+
+def test_collective_points_must_increase_in_size() -> None:
+    points = (TimePoint(size_bytes=2e3, seconds=1e-4), TimePoint(size_bytes=1e3, seconds=1e-4))
+    with pytest.raises(SpecError, match="strictly increase"):
+        CollectiveFit(
+            op="all_reduce",
+            group_size=2,
+            placement="intra",
+            latency_s=1e-4,
+            busbw_GBps=1.0,
+            points=points,
+        )
 
 
 @pytest.mark.parametrize("name", STORED)
