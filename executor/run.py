@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from executor.checkpoint import check_resumable, checkpoint_meta, load_checkpoint, save_checkpoint
@@ -501,10 +502,35 @@ def _live_bytes(setup: RankSetup) -> int:
     for t in tensors:
         storage = (t.to_local() if isinstance(t, DTensor) else t).untyped_storage()
         storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
+    return sum(storages.values()) + sum(_ddp_bucket_bytes(p) for p in setup.parts.values())
+
+
+def _ddp_bucket_bytes(module: torch.nn.Module) -> int:
+    """Bytes of a DDP module's gradient buckets: flat buffers its reducer allocates when it
+    wraps the model, before any profiler window, and keeps for the whole run (DDP's own
+    logging data, ``bucket_sizes`` in bytes); 0 for any other module."""
+    if not isinstance(module, DistributedDataParallel):
+        return 0
+    sizes = str(module._get_ddp_logging_data().get("bucket_sizes", ""))
+    return sum(int(size) for size in sizes.split(",") if size.strip())
 
 
 def _memory_totals(trace_json: Mapping[str, Any]) -> list[int]:
-    events = [e for e in trace_json.get("traceEvents", []) if e.get("name") == "[memory]"]
+    """The allocator total of every memory event of a profiled window, relative to the
+    total when the window began.
+
+    The CPU allocator's reported total is a process-wide counter of the blocks allocated
+    while any profiler recorded memory, less those of them freed since: blocks allocated
+    in an earlier window and still alive (gradients, optimizer state) stay in it, while
+    `_live_bytes` already counts them. The window's own start, the first event's total
+    less its signed size, is taken off.
+    """
+    events = [
+        e for e in trace_json.get("traceEvents", []) if e.get("name") == "[memory]" and "args" in e
+    ]
+    if not events:
+        return []
     events.sort(key=lambda e: e.get("ts", 0))
-    return [int(e["args"].get("Total Allocated", 0)) for e in events if "args" in e]
+    first = events[0]["args"]
+    start = int(first.get("Total Allocated", 0)) - int(first.get("Bytes", 0))
+    return [int(e["args"].get("Total Allocated", 0)) - start for e in events]
