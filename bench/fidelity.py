@@ -2,16 +2,18 @@
 of small-model plans executed on this machine.
 
     .venv/bin/python bench/fidelity.py [--json] [--markdown] [--quick] [--calibrate]
-                                       [--work DIR] [--no-coverage] [--render RESULT.json]
+                                       [--repeats N] [--work DIR] [--no-coverage]
+                                       [--render RESULT.json]
 
 Order of a run:
 
 1. profile this machine once (`paraplan profile --quick`, 2 ranks), cached as
    ``WORK/profile.json`` and reused while it was measured on this host;
 2. execute every plan of `timing_suite` (world sizes 1 and 2: this machine has two cores)
-   with the executor, and predict it with the cost model on that profile; the measured
-   iteration time is the median of the unprofiled timed steps, the measured memory the
-   fullest rank's peak;
+   with the executor, ``--repeats`` times round by round (3 by default), and predict it
+   with the cost model on that profile; the measured iteration time is the fastest over
+   the runs of the median of each run's unprofiled timed steps (other load on a shared
+   host only adds time), the measured memory the first run's fullest rank's peak;
 3. search the plans of the suite's main group (tiny, 2 ranks, the suite's job) with
    `planner.search.search_plans`; its pick is executed too unless it is one of the suite's
    plans, and the pick rule compares it with the fastest measured plan of the group;
@@ -24,13 +26,14 @@ Order of a run:
    that are not in the suite (another sequence length), and every figure is given again
    with the calibrated predictions.
 
-``--quick`` measures fewer steps and skips the coverage plans. The machine may be shared:
-the load average at the start and the end is part of the output. The result is saved as
-``WORK/fidelity.json``; ``--render`` prints a saved one again (as tables, ``--markdown`` or
-``--json``) without running anything. ``--json`` prints the summary keys of
-`reports.fidelity.summary_to_json`, ``rows``, ``pick``, ``calibrated`` and ``coverage`` (each
-with its own summary keys and rows), ``failures``, ``machine`` and ``load_average``. Exit
-code 1 when a run failed (it is listed in ``failures``; the others are still summarized).
+``--quick`` measures fewer steps, runs each plan once and skips the coverage plans. The
+machine may be shared: the load average at the start and the end is part of the output. The
+result is saved as ``WORK/fidelity.json``; ``--render`` prints a saved one again (as tables,
+``--markdown`` or ``--json``) without running anything. ``--json`` prints the summary keys
+of `reports.fidelity.summary_to_json`, ``rows``, ``pick``, ``calibrated`` and ``coverage``
+(each with its own summary keys and rows), ``failures``, ``machine`` and ``load_average``.
+Exit code 1 when a run failed (it is listed in ``failures``; the others are still
+summarized).
 """
 
 from __future__ import annotations
@@ -173,6 +176,8 @@ class Settings:
     """Unmeasured steps first."""
     precision: str
     """Job precision: fp32 on CPU ranks, bf16 on GPUs."""
+    repeats: int = 1
+    """Runs per plan; the measured iteration is the fastest of their medians."""
 
 
 def bundle_of(case: Case, hardware: str, precision: str) -> PlanBundle:
@@ -212,6 +217,17 @@ def measure(bundle: PlanBundle, out: Path, settings: Settings) -> tuple[float, f
     return float(metrics["iteration_time_p50_s"]), float(max(metrics["peak_memory_gib"]))
 
 
+def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
+    """``WORK/runs/<name>`` for the first run of a case, ``<name>.r<k>`` for repeat k."""
+    return settings.work / "runs" / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
+
+
+def combine(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """(fastest median iteration s, first run's peak GiB) of a case's repeated runs: other
+    load on a shared host only ever adds time, so the fastest run is the plan's own."""
+    return min(seconds for seconds, _ in runs), runs[0][1]
+
+
 def knob_label(plan: ParallelPlan) -> str:
     """The plan's label with the gradient-bucket and overlap switches it leaves out."""
     parts = [plan.label()]
@@ -227,9 +243,24 @@ def run_case(
 ) -> FidelityRow:
     """Execute and predict one case; its run folder is ``WORK/runs/<name>``."""
     bundle = bundle_of(case, hardware, settings.precision)
-    out = settings.work / "runs" / case.name
-    measured_s, measured_gib = measure(bundle, out, settings)
-    predicted_s, predicted_gib, why = predict(bundle, profile, out)
+    runs = [
+        measure(bundle, run_folder(settings, case, k), settings) for k in range(settings.repeats)
+    ]
+    return case_row(case, profile, hardware, settings, runs, note)
+
+
+def case_row(
+    case: Case,
+    profile: HardwareProfile,
+    hardware: str,
+    settings: Settings,
+    runs: list[tuple[float, float]],
+    note: str = "",
+) -> FidelityRow:
+    """The row of a measured case, predicted into its first run folder."""
+    bundle = bundle_of(case, hardware, settings.precision)
+    measured_s, measured_gib = combine(runs)
+    predicted_s, predicted_gib, why = predict(bundle, profile, run_folder(settings, case, 0))
     return FidelityRow(
         name=case.name,
         group=case.group,
@@ -252,24 +283,34 @@ def run_suite(
     log: Console,
     failures: list[dict[str, str]],
 ) -> list[FidelityRow]:
-    """Every case that runs, with progress lines; a failed run is listed in ``failures``."""
-    rows = []
-    for i, case in enumerate(cases, 1):
-        start = time.perf_counter()
-        try:
-            row = run_case(case, profile, hardware, settings)
-        except (LaunchError, SpecError) as exc:
-            failures.append({"name": case.name, "plan": case.plan.label(), "error": str(exc)})
-            log.print(f"  [{i}/{len(cases)}] {case.name}: FAILED {str(exc)[:200]}")
-            continue
-        rows.append(row)
-        predicted = "n/a" if row.predicted_time_s is None else f"{row.predicted_time_s:.4f}"
-        log.print(
-            f"  [{i}/{len(cases)}] {case.name} ({row.plan}): measured {row.measured_time_s:.4f} s,"
-            f" predicted {predicted} s  [dim]({time.perf_counter() - start:.0f} s, load "
-            f"{os.getloadavg()[0]:.1f})"
-        )
-    return rows
+    """Every case that runs, with progress lines; a failed run is listed in ``failures``.
+    With several repeats the suite runs round by round (every case once, then again), so a
+    slow spell of the host lands on different cases in different rounds."""
+    runs: dict[str, list[tuple[float, float]]] = {c.name: [] for c in cases}
+    failed: set[str] = set()
+    for k in range(settings.repeats):
+        for i, case in enumerate(cases, 1):
+            if case.name in failed:
+                continue
+            start = time.perf_counter()
+            bundle = bundle_of(case, hardware, settings.precision)
+            try:
+                runs[case.name].append(measure(bundle, run_folder(settings, case, k), settings))
+            except (LaunchError, SpecError) as exc:
+                failures.append({"name": case.name, "plan": case.plan.label(), "error": str(exc)})
+                failed.add(case.name)
+                log.print(f"  [{i}/{len(cases)}] {case.name}: FAILED {str(exc)[:200]}")
+                continue
+            log.print(
+                f"  [round {k + 1}/{settings.repeats}] [{i}/{len(cases)}] {case.name} "
+                f"({knob_label(case.plan)}): measured {runs[case.name][-1][0]:.4f} s  [dim]("
+                f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
+            )
+    return [
+        case_row(case, profile, hardware, settings, runs[case.name])
+        for case in cases
+        if case.name not in failed
+    ]
 
 
 def planner_choice(
@@ -435,11 +476,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer steps, no coverage plans")
     parser.add_argument("--calibrate", action="store_true", help="also with a calibrated profile")
     parser.add_argument("--no-coverage", action="store_true", help="skip the world-4 plans")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs per plan, round by round; the fastest median counts (3; --quick: 1)",
+    )
     parser.add_argument("--work", default="runs/fidelity", help="work folder (runs/fidelity)")
     parser.add_argument(
         "--render", metavar="RESULT.json", help="print a saved result (WORK/fidelity.json) again"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    return args
 
 
 def machine_line(profile: HardwareProfile) -> str:
@@ -499,6 +549,7 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         steps=5 if args.quick else 8,
         warmup=1 if args.quick else 2,
         precision="bf16" if torch.cuda.is_available() else "fp32",
+        repeats=1 if args.quick else args.repeats,
     )
     settings.work.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
