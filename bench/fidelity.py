@@ -302,7 +302,7 @@ def run_suite(
                 log.print(f"  [{i}/{len(cases)}] {case.name}: FAILED {str(exc)[:200]}")
                 continue
             log.print(
-                f"  [round {k + 1}/{settings.repeats}] [{i}/{len(cases)}] {case.name} "
+                f"  round {k + 1}/{settings.repeats}, {i}/{len(cases)}: {case.name} "
                 f"({knob_label(case.plan)}): measured {runs[case.name][-1][0]:.4f} s  [dim]("
                 f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
             )

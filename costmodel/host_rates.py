@@ -27,11 +27,13 @@ them, each with a documented fallback for profiles that predate a measurement:
   launch), and the rate of the bytes the cost model counts for it (7·N·e,
   `costmodel.native_ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
   and the streaming bandwidth.
-- FSDP2: the host cost of one module's parameter all-gather and of its gradient
-  reduce-scatter (spreads ``op_overhead.fsdp_gather`` and ``fsdp_reduce``, one-tensor
-  modules), and AdamW per sharded DTensor parameter (``op_overhead.dtensor_adamw``).
-  Fallback: `FSDP_FALLBACK_DISPATCHES` dispatches per gather or reduce, and the plain AdamW
-  tensor plus `DTENSOR_ADAMW_OPS` DTensor operators.
+- FSDP2: the host cost of one module's parameter all-gather and of its gradient reduce-
+  scatter (spreads ``op_overhead.fsdp_gather`` and ``fsdp_reduce``, one-tensor modules,
+  and ``fsdp_gather_tensor`` and ``fsdp_reduce_tensor`` per further tensor; fallback for
+  those two: two dispatches, and a DTensor ``from_local``), and AdamW per sharded DTensor
+  parameter (``op_overhead.dtensor_adamw``). Fallback: `FSDP_FALLBACK_DISPATCHES`
+  dispatches per gather or reduce, and the plain AdamW tensor plus `DTENSOR_ADAMW_OPS`
+  DTensor operators.
 - activation checkpointing (non-reentrant ``torch.utils.checkpoint``): per saved tensor and
   per checkpointed call (spreads ``op_overhead.checkpoint_tensor`` and ``..._call``).
   Fallback: three dispatches per tensor (two pack hooks and an unpack hook), nothing per call.
@@ -77,6 +79,10 @@ step.item, v.sqrt, div, add_(eps), param.addcdiv_."""
 FSDP_FALLBACK_DISPATCHES = 8
 """Dispatches of one FSDP2 gather or reduce when the profile has no FSDP2 point
 (copy-in, the collective, its wait, copy-out, stream and state handling)."""
+FSDP_PROBE_BYTES = 8 * 8 * 4
+"""Bytes of the module the profiler's FSDP2 figures gather and reduce (one 8 x 8 fp32
+weight, `profiles.profiler.framework.FSDP_PROBE_BYTES`): their collective is already in
+``fsdp_gather_s`` and ``fsdp_reduce_s``."""
 DTENSOR_ADAMW_OPS = 7
 """AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
 counter and its ``item``), for the fallback."""
@@ -140,6 +146,10 @@ class HostRates:
     """Host cost of one FSDP2 module's parameter all-gather, collective and bytes apart."""
     fsdp_reduce_s: float
     """Host cost of one FSDP2 module's gradient reduce-scatter, collective and bytes apart."""
+    fsdp_gather_tensor_s: float
+    """Extra cost of an FSDP2 gather per further parameter tensor of the module."""
+    fsdp_reduce_tensor_s: float
+    """Extra cost of an FSDP2 reduce-scatter per further parameter tensor of the module."""
     adamw_tensor_s: float
     """AdamW step per parameter tensor, beyond its bytes."""
     dtensor_adamw_tensor_s: float
@@ -273,6 +283,8 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         checkpoint_call_s=get("checkpoint_call", 0.0),
         fsdp_gather_s=get("fsdp_gather", FSDP_FALLBACK_DISPATCHES * dispatch),
         fsdp_reduce_s=get("fsdp_reduce", FSDP_FALLBACK_DISPATCHES * dispatch),
+        fsdp_gather_tensor_s=get("fsdp_gather_tensor", 2 * dispatch),
+        fsdp_reduce_tensor_s=get("fsdp_reduce_tensor", dtensor["dtensor_from_local"]),
         adamw_tensor_s=adamw_tensor,
         dtensor_adamw_tensor_s=get(
             "dtensor_adamw", adamw_tensor + DTENSOR_ADAMW_OPS * dtensor["dtensor_forward"]

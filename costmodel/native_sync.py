@@ -9,10 +9,14 @@ Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`):
   per microbatch for a 4-layer chunk, traced). Only the last microbatch synchronizes:
   each module's gradients are reduce-scattered (on gloo an all-reduce underneath; the
   profile's ``reduce_scatter`` fit measures exactly that). Host work per gather: the
-  profile's one-tensor module figure (`HostRates.fsdp_gather_s`) plus two dispatches per
-  further tensor, the shards copied in (2·P/n·e) and the gathered buffer copied out
-  (2·P·e); per reduce-scatter: `HostRates.fsdp_reduce_s` plus a ``from_local`` per further
-  tensor, the gradients flattened (2·P·e), divided and the shard copied out (4·P/n·e).
+  profile's one-tensor module figure (`HostRates.fsdp_gather_s`, measured over the ranks
+  with a collective of `FSDP_PROBE_BYTES` and its waits included) plus
+  `HostRates.fsdp_gather_tensor_s` per further tensor, the shards copied in (2·P/n·e) and
+  the gathered buffer copied out (2·P·e), and the collective's time beyond the probe's; per
+  reduce-scatter: `HostRates.fsdp_reduce_s` plus `HostRates.fsdp_reduce_tensor_s` per
+  further tensor, the gradients
+  flattened (2·P·e), divided and the shard copied out (4·P/n·e), and the reduce-scatter
+  beyond the probe's.
 - otherwise tp = 1: DDP over dp·cp. On the last microbatch each gradient is copied into its
   bucket (2·P·e, two dispatches per tensor), each bucket is divided by the group size and
   all-reduced, and the results are copied back (4·P·e). DDP's first bucket holds 1 MiB,
@@ -45,7 +49,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.collectives import collective_time_s
-from costmodel.host_rates import ADAMW_BYTES_PER_PARAM, HostRates
+from costmodel.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
 from costmodel.native_ops import FP32
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
@@ -152,14 +156,23 @@ def _time(
     return collective_time_s(profile, op, size, group) + rates.excess_s(op, group.size)
 
 
+def _beyond_probe_s(
+    profile: HardwareProfile, rates: HostRates, op: str, size: float, group: GroupPlacement
+) -> float:
+    """A module's collective beyond the one the profile's FSDP2 figure already holds (a
+    module of `FSDP_PROBE_BYTES`, `profiles.profiler.framework`)."""
+    probe = _time(profile, rates, op, FSDP_PROBE_BYTES, group)
+    return max(_time(profile, rates, op, size, group) - probe, 0.0)
+
+
 def fsdp_gather_s(
     profile: HardwareProfile, rates: HostRates, params: float, tensors: float, group: GroupPlacement
 ) -> float:
     """One FSDP2 all-gather of a module of ``params`` parameters (module doc)."""
     n = group.size
-    host = rates.fsdp_gather_s + 2 * max(tensors - 1, 0) * rates.dispatch_s
+    host = rates.fsdp_gather_s + max(tensors - 1, 0) * rates.fsdp_gather_tensor_s
     host += (2 * params / n + 2 * params) * FP32 / rates.bandwidth_Bps
-    return host + _time(profile, rates, "all_gather", params * FP32, group)
+    return host + _beyond_probe_s(profile, rates, "all_gather", params * FP32, group)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,13 +199,13 @@ def fsdp_reduce(
 ) -> Reduction:
     """One FSDP2 gradient reduce-scatter of a module (module doc)."""
     n = group.size
-    host = rates.fsdp_reduce_s + max(tensors - 1, 0) * rates.dtensor_from_local_s
+    host = rates.fsdp_reduce_s + max(tensors - 1, 0) * rates.fsdp_reduce_tensor_s
     host += (2 * params + 4 * params / n) * FP32 / rates.bandwidth_Bps
     size = params * FP32
     return Reduction(
         name=name,
         host_s=host,
-        comm_s=_time(profile, rates, "reduce_scatter", size, group),
+        comm_s=_beyond_probe_s(profile, rates, "reduce_scatter", size, group),
         size_bytes=size,
     )
 

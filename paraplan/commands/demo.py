@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import io
 import json
 import socket
@@ -98,17 +99,29 @@ def local_world_size() -> int:
 
 
 def cached_profile(path: Path, nproc: int) -> HardwareProfile | None:
-    """The profile at ``path`` when it was measured on this host with ``nproc`` ranks on
-    one node; None when it is missing, unreadable, or made elsewhere or otherwise."""
+    """The profile at ``path`` when this version of paraplan measured it on this host with
+    ``nproc`` ranks on one node; None when it is missing, unreadable, or made elsewhere,
+    otherwise or by another version (whose probes may measure differently)."""
     if not path.is_file():
         return None
     try:
         profile = load_profile(str(path))
     except SpecError:
         return None
-    host = (profile.provenance.host or "").split(" ")[0]
-    measured_here = profile.provenance.method == "measured" and host == socket.gethostname()
-    return profile if measured_here and profile.topology.gpus_per_node == nproc else None
+    p = profile.provenance
+    host = (p.host or "").split(" ")[0]
+    measured_here = p.method == "measured" and host == socket.gethostname()
+    same_tool = p.tool_version == _paraplan_version()
+    return (
+        profile if measured_here and same_tool and profile.topology.gpus_per_node == nproc else None
+    )
+
+
+def _paraplan_version() -> str | None:
+    try:
+        return importlib.metadata.version("paraplan")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def ensure_profile(path: Path, nproc: int, console: Console) -> HardwareProfile | None:

@@ -18,14 +18,19 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   layout), the backward computing both the input and the weight gradient, net of
   ``autograd_backward_call``.
 
-- FSDP2 (``fully_shard``, the executor's distributed optimizer), on a one-rank mesh per
-  rank so that no rank waits for another: a root holding `FSDP_BLOCKS` fully-sharded
-  blocks, timed forward and backward against the same blocks unsharded.
-  ``fsdp_gather`` is the host cost of one module's parameter all-gather (copy-in, the
-  collective call, copy-out, hooks; every module gathers in forward and again in backward),
-  measured with gradient synchronization off; ``fsdp_reduce`` the extra cost per module
-  when the backward also reduce-scatters the gradients. ``dtensor_adamw`` is
-  `torch.optim.AdamW.step` per parameter tensor of those sharded (DTensor) parameters.
+- FSDP2 (``fully_shard``, the executor's distributed optimizer), on a mesh over every
+  rank, as training shards: a root holding `FSDP_BLOCKS` fully-sharded blocks of one
+  `FSDP_BLOCK_WIDTH`-square weight each, timed forward and backward (wall clock, every
+  rank at once) against the same blocks unsharded. ``fsdp_gather`` is the cost of one
+  module's parameter all-gather (copy-in, the collective of `FSDP_PROBE_BYTES` and its
+  wait across the ranks, copy-out, hooks; every module gathers in forward and again in
+  backward), measured with gradient synchronization off; ``fsdp_reduce`` the extra cost
+  per module when the backward also reduce-scatters the gradients. ``fsdp_gather_tensor``
+  and ``fsdp_reduce_tensor`` are the extra cost per further parameter tensor of a module:
+  blocks of `FSDP_TENSORS` weights against blocks of one (copy-in and copy-out, views and
+  hooks per tensor). On one rank no collective runs and the figures are host cost alone.
+  ``dtensor_adamw`` is `torch.optim.AdamW.step` per parameter tensor of those sharded
+  (DTensor) parameters.
 
 - activation checkpointing (``torch.utils.checkpoint``, non-reentrant: the executor's
   recompute): recorded chains run under a checkpoint against the same chains without, net
@@ -40,6 +45,7 @@ world has one); without it they are left out.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import torch
@@ -47,7 +53,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from profiles.profiler.compute import Runner
-from profiles.profiler.timing import OverheadTiming
+from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
 SHORT_CHAIN = 16
 """Operators in the shorter recorded chain."""
@@ -55,6 +61,14 @@ LONG_CHAIN = 96
 """Operators in the longer recorded chain."""
 FSDP_BLOCKS = 4
 """Fully-sharded blocks under the FSDP2 root of the timing."""
+FSDP_BLOCK_WIDTH = 8
+"""Rows and columns of each block's one weight."""
+FSDP_TENSORS = 9
+"""Weights per block of the many-tensor FSDP2 timing (a Llama layer's count: four
+attention and three MLP matrices, two norms)."""
+FSDP_PROBE_BYTES = FSDP_BLOCK_WIDTH * FSDP_BLOCK_WIDTH * 4
+"""Bytes one probe module gathers or reduces (fp32): the collective the ``fsdp_gather``
+and ``fsdp_reduce`` figures already hold."""
 
 
 def _chain(leaf: torch.Tensor, factor: torch.Tensor, length: int) -> torch.Tensor:
@@ -143,32 +157,32 @@ def time_dtensor(run: Runner, call_s: float) -> tuple[OverheadTiming, ...]:
     )
 
 
-def _own_mesh(run: Runner):
-    """A one-rank device mesh of this rank (every rank creates every one-rank group)."""
-    from torch.distributed.device_mesh import DeviceMesh
-
-    groups = [dist.new_group([r]) for r in range(dist.get_world_size())]
-    return DeviceMesh.from_group(groups[dist.get_rank()], run.device.type)
-
-
-def _blocks(run: Runner) -> torch.nn.Sequential:
+def _blocks(run: Runner, tensors: int) -> torch.nn.Sequential:
+    """`FSDP_BLOCKS` blocks, each a chain of ``tensors`` square weights."""
+    width = FSDP_BLOCK_WIDTH
     with torch.device(run.device):
-        return torch.nn.Sequential(*(torch.nn.Linear(8, 8, bias=False) for _ in range(FSDP_BLOCKS)))
+        return torch.nn.Sequential(
+            *(
+                torch.nn.Sequential(
+                    *(torch.nn.Linear(width, width, bias=False) for _ in range(tensors))
+                )
+                for _ in range(FSDP_BLOCKS)
+            )
+        )
 
 
-def time_fsdp(run: Runner) -> tuple[OverheadTiming, ...]:
-    """FSDP2 gather, reduce and sharded AdamW host costs (see the module doc); empty
-    without a process group."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return ()
+def _fsdp_per_module(
+    run: Runner, mesh, tensors: int
+) -> tuple[tuple[float, ...], tuple[float, ...], torch.nn.Module]:
+    """(gather, reduce) per module per sample for blocks of ``tensors`` weights, and the
+    sharded root."""
     from torch.distributed.fsdp import fully_shard
 
-    mesh = _own_mesh(run)
-    plain, sharded = _blocks(run), _blocks(run)
+    plain, sharded = _blocks(run, tensors), _blocks(run, tensors)
     for block in sharded:
         fully_shard(block, mesh=mesh, reshard_after_forward=True)
     fully_shard(sharded, mesh=mesh, reshard_after_forward=True)
-    x = run.randn(2, 8)
+    x = run.randn(2, FSDP_BLOCK_WIDTH)
     modules = FSDP_BLOCKS + 1
 
     def step(model: torch.nn.Module) -> None:
@@ -182,12 +196,36 @@ def time_fsdp(run: Runner) -> tuple[OverheadTiming, ...]:
     median_gather = statistics.median(gather_only)
     gather = tuple(max(t - base, 0.0) / (2 * modules) for t in gather_only)
     reduce = tuple(max(t - median_gather, 0.0) / modules for t in with_reduce)
+    return gather, reduce, sharded
+
+
+def _per_tensor(one: tuple[float, ...], many: tuple[float, ...]) -> tuple[float, ...]:
+    """Per further tensor: each sample of the many-tensor figure against the one-tensor
+    median, over `FSDP_TENSORS` - 1 tensors."""
+    base = statistics.median(one)
+    return tuple(max(t - base, 0.0) / (FSDP_TENSORS - 1) for t in many)
+
+
+def time_fsdp(run: Runner) -> tuple[OverheadTiming, ...]:
+    """FSDP2 gather, reduce and sharded AdamW costs (see the module doc); empty without a
+    process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return ()
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(run.device.type, (dist.get_world_size(),))
+    # A rank waits for the others inside every gather: wall time, as a training step pays.
+    run = dataclasses.replace(run, clock=WALL_CLOCK)
+    gather, reduce, sharded = _fsdp_per_module(run, mesh, 1)
+    gather_many, reduce_many, _ = _fsdp_per_module(run, mesh, FSDP_TENSORS)
     optimizer = torch.optim.AdamW(sharded.parameters(), lr=1e-6, weight_decay=0.0)
-    step(sharded)
+    sharded(run.randn(2, FSDP_BLOCK_WIDTH)).sum().backward()
     adamw = tuple(t / FSDP_BLOCKS for t in run.time(optimizer.step))
     return (
         OverheadTiming(op="fsdp_gather", times_s=gather),
         OverheadTiming(op="fsdp_reduce", times_s=reduce),
+        OverheadTiming(op="fsdp_gather_tensor", times_s=_per_tensor(gather, gather_many)),
+        OverheadTiming(op="fsdp_reduce_tensor", times_s=_per_tensor(reduce, reduce_many)),
         OverheadTiming(op="dtensor_adamw", times_s=adamw),
     )
 

@@ -41,6 +41,8 @@ OVERHEADS_S = {
     "checkpoint_call": 50e-6,
     "fsdp_gather": 400e-6,
     "fsdp_reduce": 300e-6,
+    "fsdp_gather_tensor": 30e-6,
+    "fsdp_reduce_tensor": 20e-6,
     "dtensor_adamw": 700e-6,
 }
 """Spread means of ``op_overhead.<name>`` in `cpu_profile`."""

@@ -66,6 +66,8 @@ def test_rates_fall_back_without_the_framework_points():
     assert old.dtensor_forward_s == pytest.approx(DTENSOR_FALLBACK_RATIOS["dtensor_forward"] * 5e-6)
     assert old.adamw_tensor_s == pytest.approx(9 * 2e-6)  # nine operators of one dispatch
     assert old.fsdp_gather_s == pytest.approx(8 * 2e-6)
+    assert old.fsdp_gather_tensor_s == pytest.approx(2 * 2e-6)  # two dispatches
+    assert old.fsdp_reduce_tensor_s == pytest.approx(old.dtensor_from_local_s)
     assert old.dtensor_adamw_tensor_s == pytest.approx(
         old.adamw_tensor_s + 7 * old.dtensor_forward_s
     )

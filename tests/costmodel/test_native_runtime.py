@@ -19,7 +19,7 @@ from costmodel.execution import (
     options_for,
     resolve_options,
 )
-from costmodel.host_rates import host_rates
+from costmodel.host_rates import FSDP_PROBE_BYTES, host_rates
 from costmodel.native_layers import layer_ops, native_shape
 from costmodel.native_memory import native_memory_per_stage
 from costmodel.native_ops import FP32, host_seconds
@@ -155,9 +155,14 @@ def test_fsdp_gathers_every_module_every_microbatch():
     # pp = 1: every module reshards after forward and gathers again in backward.
     assert fsdp.backward.compute_s - base.backward.compute_s == pytest.approx(expected)
     one = fsdp_gather_s(CPU, RATES, 1000, 1, group)
+    # The profile's module figure already holds a gather of FSDP_PROBE_BYTES (latency
+    # included): only the bytes beyond it are added.
     assert one == pytest.approx(
-        400e-6 + 3 * 1000 * FP32 / 50e9 + 350e-6 + 1000 * FP32 * 0.5 / 0.8e9
+        400e-6 + 3 * 1000 * FP32 / 50e9 + (1000 * FP32 - FSDP_PROBE_BYTES) * 0.5 / 0.8e9
     )
+    # Each further tensor of a module adds the profile's per-tensor figure (fixture: 30 us).
+    three = fsdp_gather_s(CPU, RATES, 1000, 3, group)
+    assert three - one == pytest.approx(2 * 30e-6)
     piped = chunks(ParallelPlan(pp=2, distributed_optimizer=True, dp=2))
     assert piped[0][0].backward.compute_s == pytest.approx(
         chunks(ParallelPlan(pp=2, dp=2))[0][0].backward.compute_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import json
 import socket
 from pathlib import Path
@@ -16,12 +17,15 @@ from paraplan.commands import demo
 from profiles.store import load_profile, save_profile
 
 
-def measured_here(path: Path, *, host: str | None = None) -> Path:
+def measured_here(path: Path, *, host: str | None = None, version: str | None = None) -> Path:
     """The stored H100 profile (8 GPUs per node) relabelled as measured on ``host`` (default
-    this one), saved at ``path``."""
+    this one) by paraplan ``version`` (default this one), saved at ``path``."""
     base = load_profile("h100-sxm-80gb")
     provenance = dataclasses.replace(
-        base.provenance, method="measured", host=f"{host or socket.gethostname()} (H100, 8 GPUs)"
+        base.provenance,
+        method="measured",
+        host=f"{host or socket.gethostname()} (H100, 8 GPUs)",
+        tool_version=version or importlib.metadata.version("paraplan"),
     )
     save_profile(dataclasses.replace(base, provenance=provenance), path)
     return path
@@ -38,6 +42,8 @@ def test_cached_profile_is_reused_only_when_made_here_for_the_same_world(tmp_pat
     assert demo.cached_profile(derived, 8) is None  # derived from datasheets, not measured
     (tmp_path / "broken.json").write_text("{")
     assert demo.cached_profile(tmp_path / "broken.json", 2) is None
+    older = measured_here(tmp_path / "older.json", version="0.0.1")
+    assert demo.cached_profile(older, 8) is None  # another version's probes
 
 
 def test_summary_lines() -> None:

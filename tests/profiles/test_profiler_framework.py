@@ -81,10 +81,27 @@ def test_dtensor_dispatch_costs_more_than_a_plain_operator(one_rank_group):
     assert median["dtensor_linear_forward"] > median["dtensor_to_local"] > 0
 
 
-def test_fsdp_costs_are_measured_on_a_one_rank_mesh(one_rank_group):
+def test_fsdp_costs_per_module_and_per_further_tensor(one_rank_group):
+    # On a one-rank world the mesh has one rank: host cost only (the profiler's ranks
+    # measure over all of them, waits included).
     records = {r.op: r for r in time_fsdp(RUN)}
-    assert set(records) == {"fsdp_gather", "fsdp_reduce", "dtensor_adamw"}
-    median = {op: sorted(r.times_s)[len(r.times_s) // 2] for op, r in records.items()}
-    # A gather runs hooks, copies and a collective call: far more than one dispatch.
+    assert set(records) == {
+        "fsdp_gather",
+        "fsdp_reduce",
+        "fsdp_gather_tensor",
+        "fsdp_reduce_tensor",
+        "dtensor_adamw",
+    }
+    median = {op: statistics.median(r.times_s) for op, r in records.items()}
+    # A gather runs hooks, copies and a collective call: far more than one dispatch, and
+    # far more than what each further tensor of a module adds.
     assert median["fsdp_gather"] > 10e-6
+    assert median["fsdp_gather"] > median["fsdp_gather_tensor"] >= 0
     assert median["dtensor_adamw"] > 0
+
+
+def test_the_cost_model_knows_the_probe_module_size():
+    from costmodel.host_rates import FSDP_PROBE_BYTES as MODEL_BYTES
+    from profiles.profiler.framework import FSDP_PROBE_BYTES
+
+    assert MODEL_BYTES == FSDP_PROBE_BYTES
