@@ -238,15 +238,22 @@ def ddp_reduce(
         share = size / params
         host = share * (2 * tensors * rates.dispatch_s + 6 * size * FP32 / rates.bandwidth_Bps)
         host += rates.dispatch_s  # the bucket's division
-        out.append(
-            Reduction(
-                name=f"dp all_reduce ddp bucket {j}",
-                host_s=host,
-                comm_s=_time(profile, rates, "all_reduce", size * FP32, group),
-                size_bytes=size * FP32,
-            )
-        )
+        out.append(_bucket(profile, rates, f"dp all_reduce ddp bucket {j}", host, size, group))
     return out
+
+
+def _bucket(
+    profile: HardwareProfile,
+    rates: HostRates,
+    name: str,
+    host_s: float,
+    params: float,
+    group: GroupPlacement,
+) -> Reduction:
+    """One fp32 gradient bucket of ``params`` all-reduced over ``group``."""
+    size = params * FP32
+    comm = _time(profile, rates, "all_reduce", size, group)
+    return Reduction(name=name, host_s=host_s, comm_s=comm, size_bytes=size)
 
 
 def bucketed_reduce(
@@ -266,14 +273,7 @@ def bucketed_reduce(
         share = size / params
         host = share * tensors * (unwrap + 3 * rates.dispatch_s)
         host += 2 * rates.dispatch_s + 6 * size * FP32 / rates.bandwidth_Bps
-        out.append(
-            Reduction(
-                name=f"dp all_reduce {name} bucket {j}",
-                host_s=host,
-                comm_s=_time(profile, rates, "all_reduce", size * FP32, group),
-                size_bytes=size * FP32,
-            )
-        )
+        out.append(_bucket(profile, rates, f"dp all_reduce {name} bucket {j}", host, size, group))
     return out
 
 

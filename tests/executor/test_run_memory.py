@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
-import pytest
 import torch
-import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 from executor.run import _ddp_bucket_bytes, _memory_totals
@@ -48,16 +45,6 @@ def test_a_second_profiled_window_does_not_count_the_first_ones_tensors_again(
         path = tmp_path / f"{name}.json"
         session.export_chrome_trace(str(path))
         assert max(_memory_totals(json.loads(path.read_text()))) == peak
-
-
-@pytest.fixture()
-def one_rank_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_ddp_buckets_are_counted_from_ddp_logging_data(one_rank_group) -> None:

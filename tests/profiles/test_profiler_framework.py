@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 import statistics
 
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -53,16 +51,6 @@ def test_dtensor_points_need_a_process_group():
         "checkpoint_tensor",
         "checkpoint_call",
     ]
-
-
-@pytest.fixture()
-def one_rank_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_dtensor_dispatch_costs_more_than_a_plain_operator(one_rank_group):
