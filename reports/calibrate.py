@@ -61,7 +61,7 @@ from scipy.optimize import least_squares
 
 from costmodel.compute import activation_dtype, gemm_dtype
 from costmodel.estimate import simulate_plan
-from costmodel.execution import ExecutionOptions
+from costmodel.execution import ExecutionOptions, resolve_options
 from profiles.schema import (
     AttentionPoint,
     CollectiveFit,
@@ -70,6 +70,7 @@ from profiles.schema import (
     Provenance,
 )
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
+from reports.calibrate_time import fit_time_scale, time_scaled
 from reports.compare import iterations_in, rank_phase_seconds
 from reports.run_dir import RunDir
 from specs.errors import SpecError
@@ -489,7 +490,8 @@ def _notes(
 def _provenance(
     base: HardwareProfile, runs: Sequence[RunDir], command: str, notes: tuple[str, ...]
 ) -> Provenance:
-    """``calibrated`` provenance; the machine fields stay the base profile's."""
+    """``calibrated`` provenance; the machine fields and the measured spreads stay the base
+    profile's (the executor model reads host costs from the spreads, `costmodel.host_rates`)."""
     p = base.provenance
     return Provenance(
         method="calibrated",
@@ -502,6 +504,49 @@ def _provenance(
         driver_version=p.driver_version,
         host=p.host,
         notes=notes,
+        spread=p.spread,
+    )
+
+
+def _calibrate_time(
+    profile: HardwareProfile,
+    runs: Sequence[RunDir],
+    held_out: Sequence[RunDir],
+    command: str,
+    options: ExecutionOptions | None,
+) -> CalibrationResult:
+    """The executor model's calibration: one time scale (`reports.calibrate_time`)."""
+    measured = [measured_iteration_s(r) for r in runs]
+
+    def predicted(candidate: HardwareProfile) -> list[float]:
+        return [predict(candidate, r, options)[0] for r in runs]
+
+    k = fit_time_scale(profile, measured, predicted)
+    fitted = time_scaled(profile, k)
+    factors = Factors(
+        gemm_scale=1 / k,
+        attention_scale=1 / k,
+        memory_bandwidth_scale=1 / k,
+        op_overhead_s=profile.compute.op_overhead_s * k,
+        p2p_time_scale=k,
+    )
+    errors = tuple(
+        [_run_error(r, profile, fitted, True, options) for r in runs]
+        + [_run_error(r, profile, fitted, False, options) for r in held_out]
+    )
+    notes = (
+        f"executor model: every time of profile {profile.name!r} x{k:.4g} "
+        "(reports.calibrate_time, least squares of log iteration-time ratios)",
+        *_notes(profile, factors, (), errors)[2:],
+    )
+    provenance = _provenance(profile, runs, command, notes)
+    name = profile.name if profile.name.endswith("-calibrated") else f"{profile.name}-calibrated"
+    return CalibrationResult(
+        profile=dataclasses.replace(fitted, name=name, provenance=provenance),
+        base=profile,
+        factors=factors,
+        collectives=(),
+        runs=errors,
     )
 
 
@@ -517,7 +562,8 @@ def calibrate(
 
     ``held_out`` runs are only evaluated. ``options`` is the framework model every
     prediction uses (`costmodel.estimate.simulate_plan`; None: the profile's own, i.e. the
-    executor model on a CPU profile). Raises `SpecError` without runs or for a run
+    executor model on a CPU profile); the executor model is calibrated by one time scale
+    instead (`reports.calibrate_time`). Raises `SpecError` without runs or for a run
     without a measurement.
     """
     if not runs:
@@ -528,6 +574,8 @@ def calibrate(
                 f"{run.path}: no measured.json; calibrate from folders written by "
                 "`paraplan execute PLAN.json --out RUN`"
             )
+    if resolve_options(profile, options).runtime == "torch_native":
+        return _calibrate_time(profile, runs, held_out, command, options)
     fits = fit_collectives(profile, (s for run in runs for s in comm_samples(run, profile)))
     stage1 = dataclasses.replace(
         profile,
