@@ -37,7 +37,7 @@ from costmodel.native_sync import (
     stage_params,
 )
 from costmodel.pipeline_sim import TimedAction
-from costmodel.schedules import layer_range, virtual_stage
+from costmodel.schedules import ChunkPosition, stage_chunks
 from costmodel.simulator import ChunkCost, StageTail, _chunk_params
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
@@ -115,34 +115,30 @@ def native_chunk_costs(
 ) -> tuple[tuple[ChunkCost, ...], ...]:
     """Per stage, per chunk: one microbatch's costs on a rank of the executor."""
     rates = host_rates(profile)
-    last_virtual = plan.pp * plan.vpp - 1
-    stages = []
-    for stage in range(plan.pp):
-        row = []
-        for chunk in range(plan.vpp):
-            layers = layer_range(
-                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
-            )
-            v = virtual_stage(stage, chunk, plan.pp)
-            first, last = v == 0, v == last_virtual
-            fwd, bwd, rec = native_pass_costs(
-                model, job, plan, profile, rates, groups, stage, chunk
-            )
-            gather_f, gather_b = _fsdp_pass_s(
-                model, plan, profile, rates, placements, layers, first=first, last=last
-            )
-            dense, expert = _chunk_params(model, plan, layers, first, last)
-            row.append(
-                ChunkCost(
-                    forward=fwd.plus(PassCost(compute_s=gather_f)),
-                    backward=bwd.plus(PassCost(compute_s=gather_b)),
-                    recompute=rec,
-                    dense_params=dense,
-                    expert_params=expert,
-                )
-            )
-        stages.append(tuple(row))
-    return tuple(stages)
+
+    def cost(at: ChunkPosition) -> ChunkCost:
+        fwd, bwd, rec = native_pass_costs(
+            model, job, plan, profile, rates, groups, at.stage, at.chunk
+        )
+        gather_f, gather_b = _fsdp_pass_s(
+            model, plan, profile, rates, placements, at.layers, first=at.first, last=at.last
+        )
+        dense, expert = _chunk_params(model, plan, at.layers, at.first, at.last)
+        return ChunkCost(
+            forward=fwd.plus(PassCost(compute_s=gather_f)),
+            backward=bwd.plus(PassCost(compute_s=gather_b)),
+            recompute=rec,
+            dense_params=dense,
+            expert_params=expert,
+        )
+
+    return tuple(
+        tuple(
+            cost(at)
+            for at in stage_chunks(s, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+        )
+        for s in range(plan.pp)
+    )
 
 
 def _reductions(
@@ -158,14 +154,10 @@ def _reductions(
     out: list[Reduction] = []
     dense_group, expert_group = placements["dp-cp"], placements["edp"]
     if plan.distributed_optimizer:
-        for chunk in range(plan.vpp):
-            layers = layer_range(
-                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
-            )
-            v = virtual_stage(stage, chunk, plan.pp)
-            mods = _fsdp_modules(model, plan, layers, v == 0, v == plan.pp * plan.vpp - 1)
+        for at in stage_chunks(stage, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers):
+            mods = _fsdp_modules(model, plan, at.layers, at.first, at.last)
             for j, (p, tensors, _) in enumerate(mods):
-                name = f"dp reduce_scatter c{chunk} module {j}"
+                name = f"dp reduce_scatter c{at.chunk} module {j}"
                 out.append(fsdp_reduce(profile, rates, p, tensors, dense_group, name))
         if params.expert:
             out.append(

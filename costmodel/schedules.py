@@ -83,6 +83,44 @@ def layer_range(stage: int, chunk: int, *, pp: int, vpp: int, num_layers: int) -
     return range(first, first + per_chunk)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkPosition:
+    """Where one model chunk sits in the pipeline."""
+
+    stage: int
+    """Pipeline stage (rank along pp)."""
+    chunk: int
+    """Chunk of that stage (0 .. vpp - 1)."""
+    layers: range
+    """Its layers (`layer_range`)."""
+    first: bool
+    """True for virtual stage 0 (it holds the embedding)."""
+    last: bool
+    """True for the last virtual stage (it holds the output layer and the loss)."""
+
+
+def stage_chunks(stage: int, *, pp: int, vpp: int, num_layers: int) -> tuple[ChunkPosition, ...]:
+    """The chunks of ``stage`` in chunk order (`layer_range`, `virtual_stage`)."""
+    out = []
+    for chunk in range(vpp):
+        v = virtual_stage(stage, chunk, pp)
+        out.append(
+            ChunkPosition(
+                stage=stage,
+                chunk=chunk,
+                layers=layer_range(stage, chunk, pp=pp, vpp=vpp, num_layers=num_layers),
+                first=v == 0,
+                last=v == pp * vpp - 1,
+            )
+        )
+    return tuple(out)
+
+
+def pipeline_chunks(*, pp: int, vpp: int, num_layers: int) -> tuple[tuple[ChunkPosition, ...], ...]:
+    """`stage_chunks` of every stage, in stage order."""
+    return tuple(stage_chunks(s, pp=pp, vpp=vpp, num_layers=num_layers) for s in range(pp))
+
+
 def warmup_microbatches_1f1b(pp: int, stage: int, m: int) -> int:
     """Forwards run before the first backward on ``stage`` in 1F1B: ``min(pp - stage - 1, m)``.
 

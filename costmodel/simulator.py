@@ -60,7 +60,14 @@ from costmodel.layer_costs import (
     logits_cost,
 )
 from costmodel.pipeline_sim import PipelineTiming, TimedAction, simulate_pipeline
-from costmodel.schedules import Action, layer_range, schedule_actions, virtual_stage
+from costmodel.schedules import (
+    Action,
+    ChunkPosition,
+    layer_range,
+    pipeline_chunks,
+    schedule_actions,
+    virtual_stage,
+)
 from costmodel.topology import GroupPlacement, PlanPlacements, plan_placements
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
@@ -218,42 +225,30 @@ def chunk_costs(
     out = logits_cost(model, job, plan, profile, groups, options)
     mask = model.moe_layer_mask()
     redo = recomputed_layers(model, plan) if plan.recompute == "full" else None
-    last_virtual = plan.pp * plan.vpp - 1
-    stages = []
-    for stage in range(plan.pp):
-        row = []
-        for chunk in range(plan.vpp):
-            layers = layer_range(
-                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
+
+    def cost(at: ChunkPosition) -> ChunkCost:
+        fwd = bwd = rec = ZERO
+        for i in at.layers:
+            layer = kinds[mask[i]]
+            fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
+            if redo is None or i in redo:
+                rec = rec.plus(layer.recompute)
+        if at.first:
+            fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
+        if at.last:
+            fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
+        dense, expert = _chunk_params(model, plan, at.layers, at.first, at.last)
+        if not options.grad_accumulation_fusion:
+            accumulate = ops.grad_accumulation_time_s(
+                profile, dense + expert, grad_bytes, options.main_grad_bytes
             )
-            fwd = bwd = rec = ZERO
-            for i in layers:
-                cost = kinds[mask[i]]
-                fwd, bwd = fwd.plus(cost.forward), bwd.plus(cost.backward)
-                if redo is None or i in redo:
-                    rec = rec.plus(cost.recompute)
-            v = virtual_stage(stage, chunk, plan.pp)
-            if v == 0:
-                fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
-            if v == last_virtual:
-                fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
-            dense, expert = _chunk_params(model, plan, layers, v == 0, v == last_virtual)
-            if not options.grad_accumulation_fusion:
-                accumulate = ops.grad_accumulation_time_s(
-                    profile, dense + expert, grad_bytes, options.main_grad_bytes
-                )
-                bwd = bwd.plus(PassCost(compute_s=accumulate))
-            row.append(
-                ChunkCost(
-                    forward=fwd,
-                    backward=bwd,
-                    recompute=rec,
-                    dense_params=dense,
-                    expert_params=expert,
-                )
-            )
-        stages.append(tuple(row))
-    return tuple(stages)
+            bwd = bwd.plus(PassCost(compute_s=accumulate))
+        return ChunkCost(
+            forward=fwd, backward=bwd, recompute=rec, dense_params=dense, expert_params=expert
+        )
+
+    grid = pipeline_chunks(pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+    return tuple(tuple(cost(at) for at in row) for row in grid)
 
 
 def pipeline_send_s(

@@ -13,6 +13,7 @@ from costmodel.schedules import (
     max_in_flight,
     no_pipelining,
     one_f_one_b,
+    pipeline_chunks,
     schedule_actions,
     stage_and_chunk,
     virtual_stage,
@@ -198,3 +199,21 @@ def test_action_is_frozen():
     action = Action(stage=0, chunk=0, microbatch=0, phase="F")
     with pytest.raises(dataclasses.FrozenInstanceError):
         action.stage = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("pp", "vpp"), [(1, 1), (2, 1), (2, 2), (4, 3)])
+def test_pipeline_chunks_cover_every_layer_once_in_virtual_order(pp: int, vpp: int) -> None:
+    num_layers = 24
+    grid = pipeline_chunks(pp=pp, vpp=vpp, num_layers=num_layers)
+    assert len(grid) == pp and all(len(row) == vpp for row in grid)
+    by_virtual = sorted((virtual_stage(at.stage, at.chunk, pp), at) for row in grid for at in row)
+    layers = [i for _, at in by_virtual for i in at.layers]
+    assert layers == list(range(num_layers))
+    firsts = [at for row in grid for at in row if at.first]
+    lasts = [at for row in grid for at in row if at.last]
+    assert [(a.stage, a.chunk) for a in firsts] == [(0, 0)]
+    assert [(a.stage, a.chunk) for a in lasts] == [(pp - 1, vpp - 1)]
+    for row in grid:
+        for at in row:
+            expected = layer_range(at.stage, at.chunk, pp=pp, vpp=vpp, num_layers=num_layers)
+            assert at.layers == expected
