@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import io
 import json
 import socket
@@ -50,6 +49,7 @@ from specs.host import available_cpus
 from specs.job import TrainingJob
 from specs.loading import load_model
 from specs.model import ModelSpec
+from specs.version import paraplan_version
 
 NAME = "demo"
 HELP = "profile this machine, plan a small model, execute the plan and write the report"
@@ -111,17 +111,10 @@ def cached_profile(path: Path, nproc: int) -> HardwareProfile | None:
     p = profile.provenance
     host = (p.host or "").split(" ")[0]
     measured_here = p.method == "measured" and host == socket.gethostname()
-    same_tool = p.tool_version == _paraplan_version()
+    same_tool = p.tool_version == paraplan_version()
     return (
         profile if measured_here and same_tool and profile.topology.gpus_per_node == nproc else None
     )
-
-
-def _paraplan_version() -> str | None:
-    try:
-        return importlib.metadata.version("paraplan")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def ensure_profile(path: Path, nproc: int, console: Console) -> HardwareProfile | None:

@@ -11,7 +11,6 @@ measurement and the held-out errors of every fit (`profiles.profiler.fit`).
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from profiles.schema import (
 )
 from profiles.store import load_profile, stored_profile_names
 from specs.model import ModelSpec
+from specs.version import paraplan_version
 
 _MODEL_TOKEN = re.compile(r"\b(?:[A-Z]{1,3}\d{2,4}[A-Z]?)\b")
 
@@ -287,13 +287,6 @@ def _composite_notes(c: ComputeResults, fitted: _Compute) -> list[str]:
     return notes if len(notes) > 1 else []
 
 
-def _tool_version() -> str | None:
-    try:
-        return importlib.metadata.version("paraplan")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def fit_profile(
     records: RunRecords, *, model: ModelSpec | None, name: str | None, command: str
 ) -> tuple[HardwareProfile, list[HeldOutError]]:
@@ -322,7 +315,7 @@ def fit_profile(
         method="measured",
         date=datetime.date.today().isoformat(),
         command=command,
-        tool_version=_tool_version(),
+        tool_version=paraplan_version(),
         torch_version=torch.__version__,
         collective_library_version=collective_library_version(records.backend),
         driver_version=info.driver_version,
