@@ -70,7 +70,7 @@ from profiles.schema import (
     Provenance,
 )
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
-from reports.calibrate_time import fit_time_scale, time_scaled
+from reports.calibrate_time import fit_time_scale
 from reports.compare import iterations_in, rank_phase_seconds
 from reports.run_dir import RunDir
 from specs.errors import SpecError
@@ -311,42 +311,66 @@ def apply_factors(
         else c
         for c in compute.attention
     )
-    bandwidth = compute.memory_bandwidth_efficiency * factors.memory_bandwidth_scale
+    scale = factors.memory_bandwidth_scale
+    efficiencies = [
+        compute.memory_bandwidth_efficiency,
+        *(p.efficiency for p in compute.memory_bandwidth_curve),
+    ]
+    hbm_gain = max([1.0, *(e * scale for e in efficiencies)])
     fits = tuple(
-        dataclasses.replace(
-            f,
-            latency_s=f.latency_s * factors.p2p_time_scale,
-            busbw_GBps=f.busbw_GBps / factors.p2p_time_scale,
-            points=tuple(
-                dataclasses.replace(p, seconds=p.seconds * factors.p2p_time_scale) for p in f.points
-            ),
-        )
-        if f.op == "send_recv"
-        else f
+        _slower_fit(f, factors.p2p_time_scale) if f.op == "send_recv" else f
         for f in profile.communication.fits
     )
     return dataclasses.replace(
         profile,
-        device=dataclasses.replace(
-            device, peak_tflops=peaks, hbm_GBps=device.hbm_GBps * max(bandwidth, 1.0)
-        ),
+        device=dataclasses.replace(device, peak_tflops=peaks, hbm_GBps=device.hbm_GBps * hbm_gain),
         compute=dataclasses.replace(
             compute,
             gemm_efficiency=curves,
             attention=attention,
-            memory_bandwidth_efficiency=min(bandwidth, 1.0),
+            memory_bandwidth_efficiency=compute.memory_bandwidth_efficiency * scale / hbm_gain,
             memory_bandwidth_curve=tuple(
-                dataclasses.replace(
-                    p,
-                    efficiency=min(
-                        p.efficiency * factors.memory_bandwidth_scale / max(bandwidth, 1.0), 1.0
-                    ),
-                )
+                dataclasses.replace(p, efficiency=p.efficiency * scale / hbm_gain)
                 for p in compute.memory_bandwidth_curve
             ),
             op_overhead_s=factors.op_overhead_s,
         ),
         communication=dataclasses.replace(profile.communication, fits=fits),
+    )
+
+
+def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:
+    """``profile`` with every time multiplied by ``k`` (`reports.calibrate_time`): the
+    factors of `apply_factors` for every dtype, and every collective fit (not only
+    ``send_recv``) k times slower. The typical excess of waited-for collectives (read from
+    the spreads, `costmodel.host_rates`) stays."""
+    compute = profile.compute
+    factors = Factors(
+        gemm_scale=1 / k,
+        attention_scale=1 / k,
+        memory_bandwidth_scale=1 / k,
+        op_overhead_s=compute.op_overhead_s * k,
+        p2p_time_scale=k,
+    )
+    scaled = apply_factors(
+        profile,
+        factors,
+        gemm_dtypes=compute.gemm_efficiency,
+        attention_dtypes={c.dtype for c in compute.attention},
+    )
+    fits = tuple(f if f.op == "send_recv" else _slower_fit(f, k) for f in scaled.communication.fits)
+    return dataclasses.replace(
+        scaled, communication=dataclasses.replace(scaled.communication, fits=fits)
+    )
+
+
+def _slower_fit(fit: CollectiveFit, k: float) -> CollectiveFit:
+    """``fit`` k times slower: latency and measured points x k, bus bandwidth / k."""
+    return dataclasses.replace(
+        fit,
+        latency_s=fit.latency_s * k,
+        busbw_GBps=fit.busbw_GBps / k,
+        points=tuple(dataclasses.replace(p, seconds=p.seconds * k) for p in fit.points),
     )
 
 
@@ -521,7 +545,7 @@ def _calibrate_time(
     def predicted(candidate: HardwareProfile) -> list[float]:
         return [predict(candidate, r, options)[0] for r in runs]
 
-    k = fit_time_scale(profile, measured, predicted)
+    k = fit_time_scale(profile, measured, predicted, time_scaled)
     fitted = time_scaled(profile, k)
     factors = Factors(
         gemm_scale=1 / k,

@@ -31,13 +31,14 @@ from profiles.lookup import (
     memory_bandwidth_Bps,
     peak_flops,
 )
-from profiles.schema import HardwareProfile
+from profiles.schema import BandwidthPoint, HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import (
     Factors,
     apply_factors,
     calibrate,
     measured_iteration_s,
+    time_scaled,
     timeline_phases,
 )
 from reports.calibrate_comm import (
@@ -47,7 +48,6 @@ from reports.calibrate_comm import (
     fit_collectives,
     with_fits,
 )
-from reports.calibrate_time import time_scaled
 from reports.run_dir import RunDir, load_run
 from specs import serde
 from specs.bundle import PlanBundle
@@ -406,3 +406,20 @@ def test_a_profile_fitted_on_one_run_predicts_another_plan_better(base, tmp_path
         print(f"{e.plan} fitted={e.fitted}: {e.error_before:+.1%} -> {e.error_after:+.1%}")
     assert abs(fit_error.error_after) < abs(fit_error.error_before)
     assert abs(held_error.error_after) < abs(held_error.error_before)
+
+
+def test_memory_scale_keeps_the_size_curve_in_proportion(base) -> None:
+    curve = (
+        BandwidthPoint(bytes_moved=1e5, efficiency=0.9),  # cache-resident: above the flat
+        BandwidthPoint(bytes_moved=1e7, efficiency=0.3),
+    )
+    with_curve = dataclasses.replace(
+        base, compute=dataclasses.replace(base.compute, memory_bandwidth_curve=curve)
+    )
+    factors = Factors(memory_bandwidth_scale=2.0, op_overhead_s=base.compute.op_overhead_s)
+    scaled = apply_factors(with_curve, factors, **FP32)
+    for size in (1e5, 1e6, 1e7):
+        assert memory_bandwidth_Bps(scaled, size) == pytest.approx(
+            2.0 * memory_bandwidth_Bps(with_curve, size)
+        )
+    assert memory_bandwidth_Bps(scaled) == pytest.approx(2.0 * memory_bandwidth_Bps(with_curve))
