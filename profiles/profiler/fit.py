@@ -36,6 +36,7 @@ Methods
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
@@ -305,33 +306,31 @@ def fit_collective(records: Sequence[CollectiveTiming], algorithm: str) -> Colle
     lower = [0.0, 1.0 / (MAX_BUSBW_GBPS * 1e9)]
     solution = lsq_linear(a, np.ones_like(t), bounds=(lower, [np.inf, np.inf]))
     latency_s, seconds_per_byte = (float(v) for v in solution.x)
-    latency_s = float(f"{latency_s:.6g}")
-    busbw_GBps = float(f"{1.0 / (seconds_per_byte * 1e9):.6g}")
-    return CollectiveFit(
+    line = CollectiveFit(
         op=first.op,
         group_size=first.group_size,
         placement=first.placement,
-        latency_s=latency_s,
-        busbw_GBps=busbw_GBps,
+        latency_s=float(f"{latency_s:.6g}"),
+        busbw_GBps=float(f"{1.0 / (seconds_per_byte * 1e9):.6g}"),
         algorithm=algorithm,
-        points=collective_points(records, latency_s, busbw_GBps),
     )
+    return dataclasses.replace(line, points=collective_points(records, line))
 
 
 def collective_points(
-    records: Sequence[CollectiveTiming], latency_s: float, busbw_GBps: float
+    records: Sequence[CollectiveTiming], line: CollectiveFit
 ) -> tuple[TimePoint, ...]:
-    """`CollectiveFit.points`: per message size (increasing), the α-β time times the
-    running median over three neighbouring sizes of measured / α-β time (the fastest
-    record per size). The median keeps a regime that spans several sizes and drops a
-    single size whose every sample a burst of other load delayed."""
+    """`CollectiveFit.points`: per message size (increasing), the time of ``line`` (an α-β
+    fit without points) times the running median over three neighbouring sizes of
+    measured / α-β time (the fastest record per size). The median keeps a regime that
+    spans several sizes and drops a single size whose every sample a burst of other load
+    delayed."""
     best: dict[float, float] = {}
     for r in records:
         size = float(r.size_bytes)
         best[size] = min(best.get(size, math.inf), typical_s(r))
-    factor = bus_factor(records[0].op, records[0].group_size)
     sizes = sorted(best)
-    lines = [latency_s + size * factor / (busbw_GBps * 1e9) for size in sizes]
+    lines = [collective_time_s(line, size) for size in sizes]  # the α-β line (no points)
     ratios = [best[size] / line for size, line in zip(sizes, lines, strict=True)]
     smoothed = [statistics.median(ratios[max(i - 1, 0) : i + 2]) for i in range(len(ratios))]
     return tuple(
