@@ -2,18 +2,25 @@
 of small-model plans executed on this machine.
 
     .venv/bin/python bench/fidelity.py [--json] [--markdown] [--quick] [--calibrate]
-                                       [--repeats N] [--work DIR] [--no-coverage]
-                                       [--render RESULT.json]
+                                       [--repeats N] [--max-repeats M] [--work DIR]
+                                       [--no-coverage] [--render RESULT.json]
 
 Order of a run:
 
-1. profile this machine once (`paraplan profile --quick`, 2 ranks), cached as
-   ``WORK/profile.json`` and reused while it was measured on this host;
+1. profile this machine (`paraplan profile --quick`) once per world size of the suite:
+   2 ranks into ``WORK/profile.json``, 1 rank into ``WORK/profile-1.json`` (one rank runs
+   both cores' threads, two ranks one thread each), each reused while it was measured on
+   this host;
 2. execute every plan of `timing_suite` (world sizes 1 and 2: this machine has two cores)
-   with the executor, ``--repeats`` times round by round (3 by default), and predict it
-   with the cost model on that profile; the measured iteration time is the fastest over
-   the runs of the median of each run's unprofiled timed steps (other load on a shared
-   host only adds time), the measured memory the first run's fullest rank's peak;
+   with the executor, round by round, and predict it with the cost model on the profile
+   of its world size;
+   the measured iteration time is the fastest over the runs of the median of each run's
+   unprofiled timed steps (other load on a shared host only adds time), the measured
+   memory the first run's fullest rank's peak. Every plan runs ``--repeats`` times (3 by
+   default); a plan whose fastest median is not yet confirmed by a second run within 5%
+   (`reports.fidelity.settled`) runs again in the next round, up to ``--max-repeats`` (6):
+   a slow spell of a shared host lasts tens of seconds to minutes, so one more round
+   usually lands outside it. Rows keep their run count and run-to-run spread;
 3. search the plans of the suite's main group (tiny, 2 ranks, the suite's job) with
    `planner.search.search_plans`; its pick is executed too unless it is one of the suite's
    plans, and the pick rule compares it with the fastest measured plan of the group;
@@ -23,8 +30,9 @@ Order of a run:
    (4 ranks on 2 cores, so their times measure contention as much as the plan), predicted
    on a 4-rank profile (``WORK/profile-4.json``), summarized separately;
 6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`, runs
-   that are not in the suite (another sequence length), and every figure is given again
-   with the calibrated predictions.
+   that are not in the suite (another sequence length; each repeated until settled like
+   the suite's, the fastest run fitted), and every figure is given again with the
+   calibrated predictions.
 
 ``--quick`` measures fewer steps, runs each plan once and skips the coverage plans. The
 machine may be shared: the load average at the start and the end is part of the output. The
@@ -63,11 +71,14 @@ from paraplan.commands.demo import ensure_profile, run_command
 from planner.search import search_plans
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
+from reports.calibrate import time_scaled
 from reports.fidelity import (
     COLUMNS,
     FidelityRow,
+    repeat_spread,
     row_cells,
     row_to_json,
+    settled,
     summarize,
     summary_text,
     summary_to_json,
@@ -177,7 +188,13 @@ class Settings:
     precision: str
     """Job precision: fp32 on CPU ranks, bf16 on GPUs."""
     repeats: int = 1
-    """Runs per plan; the measured iteration is the fastest of their medians."""
+    """Fewest runs per plan; the measured iteration is the fastest of their medians."""
+    max_repeats: int = 1
+    """Most runs per plan while its fastest median is unconfirmed (`settled`)."""
+
+    def settled(self, medians_s: list[float]) -> bool:
+        """True when a plan with these run medians needs no further run."""
+        return settled(medians_s, min_runs=self.repeats, max_runs=self.max_repeats)
 
 
 def bundle_of(case: Case, hardware: str, precision: str) -> PlanBundle:
@@ -217,15 +234,69 @@ def measure(bundle: PlanBundle, out: Path, settings: Settings) -> tuple[float, f
     return float(metrics["iteration_time_p50_s"]), float(max(metrics["peak_memory_gib"]))
 
 
-def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
-    """``WORK/runs/<name>`` for the first run of a case, ``<name>.r<k>`` for repeat k."""
-    return settings.work / "runs" / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
+Profiles = dict[int, tuple[str, HardwareProfile]]
+"""Ranks per machine -> (path, profile) measured with that many ranks: a plan is predicted
+on the profile of its own world size (one rank runs every core's threads, two ranks one
+thread each, `executor.context.fair_thread_count`)."""
+
+
+def profile_for(profiles: Profiles, case: Case) -> tuple[str, HardwareProfile]:
+    """(path, profile) a case is predicted on: the one measured with its world size."""
+    try:
+        return profiles[case.plan.world_size]
+    except KeyError:
+        raise SpecError(
+            f"{case.name} runs {case.plan.world_size} ranks but only profiles of "
+            f"{sorted(profiles)} ranks were measured; profile that world size too"
+        ) from None
+
+
+def run_folder(settings: Settings, case: Case, repeat: int, root: str = "runs") -> Path:
+    """``WORK/<root>/<name>`` for the first run of a case, ``<name>.r<k>`` for repeat k."""
+    return settings.work / root / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
 
 
 def combine(runs: list[tuple[float, float]]) -> tuple[float, float]:
     """(fastest median iteration s, first run's peak GiB) of a case's repeated runs: other
     load on a shared host only ever adds time, so the fastest run is the plan's own."""
     return min(seconds for seconds, _ in runs), runs[0][1]
+
+
+def measure_rounds(
+    cases: tuple[Case, ...],
+    profiles: Profiles,
+    settings: Settings,
+    log: Console,
+    failures: list[dict[str, str]],
+    root: str = "runs",
+) -> dict[str, list[tuple[float, float]]]:
+    """Every case's runs (median s, peak GiB), round by round until each is `settled`: a
+    slow spell of the host lands on different cases in different rounds. A failed case is
+    listed in ``failures`` and left out of the result."""
+    runs: dict[str, list[tuple[float, float]]] = {c.name: [] for c in cases}
+    for k in range(settings.max_repeats):
+        pending = [c for c in cases if c.name in runs and not _done(settings, runs[c.name])]
+        for i, case in enumerate(pending, 1):
+            start = time.perf_counter()
+            bundle = bundle_of(case, profile_for(profiles, case)[0], settings.precision)
+            folder = run_folder(settings, case, len(runs[case.name]), root)
+            try:
+                runs[case.name].append(measure(bundle, folder, settings))
+            except (LaunchError, SpecError) as exc:
+                failures.append({"name": case.name, "plan": case.plan.label(), "error": str(exc)})
+                del runs[case.name]
+                log.print(f"  [{i}/{len(pending)}] {case.name}: FAILED {str(exc)[:200]}")
+                continue
+            log.print(
+                f"  round {k + 1}, {i}/{len(pending)}: {case.name} ({knob_label(case.plan)}): "
+                f"measured {runs[case.name][-1][0]:.4f} s  [dim]("
+                f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
+            )
+    return runs
+
+
+def _done(settings: Settings, runs: list[tuple[float, float]]) -> bool:
+    return settings.settled([seconds for seconds, _ in runs])
 
 
 def knob_label(plan: ParallelPlan) -> str:
@@ -239,29 +310,36 @@ def knob_label(plan: ParallelPlan) -> str:
 
 
 def run_case(
-    case: Case, profile: HardwareProfile, hardware: str, settings: Settings, note: str = ""
+    case: Case,
+    profiles: Profiles,
+    settings: Settings,
+    log: Console,
+    note: str = "",
 ) -> FidelityRow:
-    """Execute and predict one case; its run folder is ``WORK/runs/<name>``."""
-    bundle = bundle_of(case, hardware, settings.precision)
-    runs = [
-        measure(bundle, run_folder(settings, case, k), settings) for k in range(settings.repeats)
-    ]
-    return case_row(case, profile, hardware, settings, runs, note)
+    """Execute (until settled) and predict one case; its run folder is ``WORK/runs/<name>``.
+    Raises `SpecError` when a run fails."""
+    failures: list[dict[str, str]] = []
+    runs = measure_rounds((case,), profiles, settings, log, failures)
+    if failures:
+        raise SpecError(f"executing {case.name} ({case.plan.label()}) failed: {failures[0]}")
+    return case_row(case, profiles, settings, runs[case.name], note)
 
 
 def case_row(
     case: Case,
-    profile: HardwareProfile,
-    hardware: str,
+    profiles: Profiles,
     settings: Settings,
     runs: list[tuple[float, float]],
     note: str = "",
 ) -> FidelityRow:
     """The row of a measured case, predicted into its first run folder."""
+    hardware, profile = profile_for(profiles, case)
     bundle = bundle_of(case, hardware, settings.precision)
     measured_s, measured_gib = combine(runs)
     predicted_s, predicted_gib, why = predict(bundle, profile, run_folder(settings, case, 0))
     return FidelityRow(
+        runs=len(runs),
+        repeat_spread=repeat_spread([seconds for seconds, _ in runs]),
         name=case.name,
         group=case.group,
         plan=knob_label(case.plan),
@@ -277,39 +355,16 @@ def case_row(
 
 def run_suite(
     cases: tuple[Case, ...],
-    profile: HardwareProfile,
-    hardware: str,
+    profiles: Profiles,
     settings: Settings,
     log: Console,
     failures: list[dict[str, str]],
 ) -> list[FidelityRow]:
-    """Every case that runs, with progress lines; a failed run is listed in ``failures``.
-    With several repeats the suite runs round by round (every case once, then again), so a
-    slow spell of the host lands on different cases in different rounds."""
-    runs: dict[str, list[tuple[float, float]]] = {c.name: [] for c in cases}
-    failed: set[str] = set()
-    for k in range(settings.repeats):
-        for i, case in enumerate(cases, 1):
-            if case.name in failed:
-                continue
-            start = time.perf_counter()
-            bundle = bundle_of(case, hardware, settings.precision)
-            try:
-                runs[case.name].append(measure(bundle, run_folder(settings, case, k), settings))
-            except (LaunchError, SpecError) as exc:
-                failures.append({"name": case.name, "plan": case.plan.label(), "error": str(exc)})
-                failed.add(case.name)
-                log.print(f"  [{i}/{len(cases)}] {case.name}: FAILED {str(exc)[:200]}")
-                continue
-            log.print(
-                f"  round {k + 1}/{settings.repeats}, {i}/{len(cases)}: {case.name} "
-                f"({knob_label(case.plan)}): measured {runs[case.name][-1][0]:.4f} s  [dim]("
-                f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
-            )
+    """Every case that runs (`measure_rounds`), as rows; a failed run is listed in
+    ``failures``."""
+    runs = measure_rounds(cases, profiles, settings, log, failures)
     return [
-        case_row(case, profile, hardware, settings, runs[case.name])
-        for case in cases
-        if case.name not in failed
+        case_row(case, profiles, settings, runs[case.name]) for case in cases if case.name in runs
     ]
 
 
@@ -365,8 +420,8 @@ def pick_details(rows: list[FidelityRow], name: str | None, why: str) -> dict[st
 
 
 def calibrate_profile(profile_path: Path, settings: Settings, log: Console) -> Path:
-    """Execute `CALIBRATION_CASES` and fit ``WORK/profile-calibrated.json`` on them with
-    `paraplan calibrate`."""
+    """Execute `CALIBRATION_CASES` (until settled, `measure_rounds`) and fit
+    ``WORK/profile-calibrated.json`` on the fastest run of each with `paraplan calibrate`."""
     try:
         command = importlib.import_module("paraplan.commands.calibrate")
     except ModuleNotFoundError as exc:
@@ -375,13 +430,21 @@ def calibrate_profile(profile_path: Path, settings: Settings, log: Console) -> P
             "this checkout lacks; run the bench without --calibrate"
         ) from exc
     base = load_profile(str(profile_path))
+    failures: list[dict[str, str]] = []
+    profiles = {2: (str(profile_path), base)}
+    runs = measure_rounds(CALIBRATION_CASES, profiles, settings, log, failures, root="calibration")
+    if failures:
+        raise SpecError(f"a calibration run failed: {failures[0]}")
     folders = []
     for case in CALIBRATION_CASES:
-        bundle = bundle_of(case, str(profile_path), settings.precision)
-        out = settings.work / "calibration" / case.name
-        measured_s, _ = measure(bundle, out, settings)
-        predict(bundle, base, out)
-        log.print(f"  calibration run {case.name} ({case.plan.label()}): {measured_s:.4f} s")
+        medians = [seconds for seconds, _ in runs[case.name]]
+        fastest = medians.index(min(medians))
+        out = run_folder(settings, case, fastest, root="calibration")
+        predict(bundle_of(case, str(profile_path), settings.precision), base, out)
+        log.print(
+            f"  calibration run {case.name} ({case.plan.label()}): {medians[fastest]:.4f} s "
+            f"(fastest of {len(medians)})"
+        )
         folders.append(str(out))
     path = settings.work / "profile-calibrated.json"
     # the command's printout (fitted factors, errors before and after) is progress here
@@ -393,14 +456,15 @@ def calibrate_profile(profile_path: Path, settings: Settings, log: Console) -> P
 
 
 def repredicted(
-    rows: list[FidelityRow], cases: list[Case], profile: HardwareProfile, settings: Settings
+    rows: list[FidelityRow], cases: list[Case], profiles: Profiles, settings: Settings
 ) -> list[FidelityRow]:
-    """``rows`` with the predictions of ``profile`` instead."""
+    """``rows`` with the predictions of ``profiles`` instead."""
     by_name = {c.name: c for c in cases}
     out = []
     for row in rows:
-        bundle = bundle_of(by_name[row.name], "calibrated", settings.precision)
-        seconds, gib, why = predict(bundle, profile)
+        case = by_name[row.name]
+        hardware, profile = profile_for(profiles, case)
+        seconds, gib, why = predict(bundle_of(case, hardware, settings.precision), profile)
         out.append(
             dataclasses.replace(
                 row, predicted_time_s=seconds, predicted_memory_gib=gib, note=why or row.note
@@ -480,15 +544,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeats",
         type=int,
         default=3,
-        help="runs per plan, round by round; the fastest median counts (3; --quick: 1)",
+        help="fewest runs per plan, round by round; the fastest median counts (3; --quick: 1)",
+    )
+    parser.add_argument(
+        "--max-repeats",
+        type=int,
+        default=6,
+        help="most runs per plan while its fastest median is not confirmed within 5%% (6)",
     )
     parser.add_argument("--work", default="runs/fidelity", help="work folder (runs/fidelity)")
     parser.add_argument(
         "--render", metavar="RESULT.json", help="print a saved result (WORK/fidelity.json) again"
     )
     args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if not 1 <= args.repeats <= args.max_repeats:
+        parser.error(
+            f"need 1 <= --repeats <= --max-repeats, got {args.repeats} and {args.max_repeats}"
+        )
     return args
 
 
@@ -505,27 +577,40 @@ def _section(rows: list[FidelityRow], pick: str | None = None) -> dict[str, Any]
 
 
 def calibrated_section(
-    profile_path: Path,
+    profiles: Profiles,
     cases: list[Case],
     rows: list[FidelityRow],
     settings: Settings,
     log: Console,
     run: Callable[[Case], FidelityRow],
 ) -> dict[str, Any]:
-    """Fit a profile on the calibration runs; the figures of every row predicted with it
-    (the calibrated profile's own pick is executed when it is a new plan)."""
+    """Fit a profile on the calibration runs (2 ranks); the figures of every row predicted
+    with it (the calibrated profile's own pick is executed when it is a new plan). The
+    profiles of other world sizes take the same time scale (`calibrated_profiles`)."""
     log.print("calibration (runs outside the suite):")
-    path = calibrate_profile(profile_path, settings, log)
-    profile = load_profile(str(path))
+    path = calibrate_profile(Path(profiles[2][0]), settings, log)
+    calibrated = calibrated_profiles(profiles, load_profile(str(path)), str(path))
+    profile = calibrated[2][1]
     main_case = next(c for c in cases if c.name == PICK_CASE)
     plan, why = planner_choice(main_case, profile, str(path), settings.precision)
     if plan is None:
         log.print(f"  calibrated planner pick: none ({why})")
     pick = add_pick(plan, "calibrated-pick", cases, rows, run) if plan else None
-    cal_rows = repredicted(rows, cases, profile, settings)
+    cal_rows = repredicted(rows, cases, calibrated, settings)
     return _section(cal_rows, pick) | {
         "profile": str(path),
         "pick": pick_details(cal_rows, pick, why),
+    }
+
+
+def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: str) -> Profiles:
+    """``profiles`` with the 2-rank one replaced by ``calibrated`` and the others scaled by
+    its time scale: the executor model's calibration multiplies every time of a profile by
+    one factor (`reports.calibrate_time`), read back as the ratio of the op overheads."""
+    k = calibrated.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s
+    return {
+        world: (path, calibrated) if world == 2 else (hw, time_scaled(profile, k))
+        for world, (hw, profile) in profiles.items()
     }
 
 
@@ -534,12 +619,23 @@ def coverage_section(
 ) -> dict[str, Any]:
     """The world-size-4 plans on a 4-rank profile."""
     log.print("coverage plans (world size 4 on this machine, reported separately):")
-    path = settings.work / "profile-4.json"
-    profile = ensure_profile(path, 4, log)
-    if profile is None:
-        raise SystemExit(f"profiling 4 ranks into {path} failed; see above")
-    rows = run_suite(coverage_suite(), profile, str(path), settings, log, failures)
+    rows = run_suite(
+        coverage_suite(), measured_profiles(settings, (4,), log), settings, log, failures
+    )
     return _section(rows)
+
+
+def measured_profiles(settings: Settings, worlds: tuple[int, ...], log: Console) -> Profiles:
+    """A quick profile of this machine per world size (``WORK/profile.json`` for 2 ranks,
+    ``WORK/profile-<n>.json`` otherwise), each reused while it was measured on this host."""
+    profiles: Profiles = {}
+    for world in worlds:
+        path = settings.work / ("profile.json" if world == 2 else f"profile-{world}.json")
+        profile = ensure_profile(path, world, log)
+        if profile is None:
+            raise SystemExit(f"profiling {world} ranks into {path} failed; see above")
+        profiles[world] = (str(path), profile)
+    return profiles
 
 
 def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
@@ -550,22 +646,20 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         warmup=1 if args.quick else 2,
         precision="bf16" if torch.cuda.is_available() else "fp32",
         repeats=1 if args.quick else args.repeats,
+        max_repeats=1 if args.quick else args.max_repeats,
     )
     settings.work.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
     log.print(f"fidelity bench in {settings.work}; load average {load_start}")
-    profile_path = settings.work / "profile.json"
-    profile = ensure_profile(profile_path, 2, log)
-    if profile is None:
-        raise SystemExit(f"profiling this machine into {profile_path} failed; see above")
-    hardware = str(profile_path)
     cases, failures = list(timing_suite()), []
+    profiles = measured_profiles(settings, (2, *{c.plan.world_size for c in cases} - {2}), log)
+    hardware, profile = profiles[2]
     log.print(f"timing plans ({len(cases)}, world sizes 1-2):")
-    rows = run_suite(tuple(cases), profile, hardware, settings, log, failures)
+    rows = run_suite(tuple(cases), profiles, settings, log, failures)
 
     def run(case: Case) -> FidelityRow:
         log.print(f"  executing the planner's pick {case.plan.label()} (not in the suite)")
-        return run_case(case, profile, hardware, settings, note="the planner's pick")
+        return run_case(case, profiles, settings, log, note="the planner's pick")
 
     main_case = next(c for c in cases if c.name == PICK_CASE)
     plan, why = planner_choice(main_case, profile, hardware, settings.precision)
@@ -574,7 +668,7 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     pick = add_pick(plan, "planner-pick", cases, rows, run) if plan else None
     extra: dict[str, Any] = {}
     if args.calibrate:
-        extra["calibrated"] = calibrated_section(profile_path, cases, rows, settings, log, run)
+        extra["calibrated"] = calibrated_section(profiles, cases, rows, settings, log, run)
     if not (args.quick or args.no_coverage):
         extra["coverage"] = coverage_section(settings, log, failures)
     result = _section(rows, pick) | {"pick": pick_details(rows, pick, why)} | extra

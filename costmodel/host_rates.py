@@ -43,6 +43,13 @@ them, each with a documented fallback for profiles that predate a measurement:
   message sizes of the spread's mean less its minimum (the two ranks' scheduling on a
   shared host: one reaches the call later or is woken later), added to every call the
   executor waits for. Fallback: none.
+- functional collectives: DTensor's redistributions and the executor's ``funcol`` calls
+  (TP, SP, CP, MoE tokens) go through ``torch.distributed._functional_collectives``, whose
+  call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
+  104 KiB, back to back: medians 0.7-1.2 ms against 0.2-0.5 ms). ``functional_extra`` is,
+  per op, the mean of the spread ``op_overhead.functional_<op>`` (each functional sample
+  less the plain call's mean, over every rank at once in wall time), 0 when not positive.
+  Fallback: none (0).
 - AdamW: `torch.optim.AdamW.step` over parameter tensors is linear in the tensor count
   and the bytes: t = tensors·per_tensor + bytes / rate, fitted by least squares through the
   profile's ``memory.adamw.fp32.<bytes>B`` points (each over `ADAMW_SWEEP_TENSORS`
@@ -83,6 +90,9 @@ FSDP_PROBE_BYTES = 8 * 8 * 4
 """Bytes of the module the profiler's FSDP2 figures gather and reduce (one 8 x 8 fp32
 weight, `profiles.profiler.framework.FSDP_PROBE_BYTES`): their collective is already in
 ``fsdp_gather_s`` and ``fsdp_reduce_s``."""
+FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+"""Collectives whose functional form (``torch.distributed._functional_collectives``) the
+profiler times against the plain call (`profiles.profiler.framework.time_functional`)."""
 DTENSOR_ADAMW_OPS = 7
 """AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
 counter and its ``item``), for the fallback."""
@@ -158,6 +168,12 @@ class HostRates:
     """AdamW bytes (`ADAMW_BYTES_PER_PARAM` per parameter) per second."""
     collective_excess: tuple[tuple[str, int, float], ...] = ()
     """(op, group size, seconds) a waited-for call costs beyond the α-β fit."""
+    functional_extra: tuple[tuple[str, float], ...] = ()
+    """(op, seconds) a functional collective call costs beyond the plain one."""
+
+    def functional_s(self, op: str) -> float:
+        """`functional_extra` of ``op`` (0 when the profile did not measure it)."""
+        return next((s for o, s in self.functional_extra if o == op), 0.0)
 
     def excess_s(self, op: str, group_size: int) -> float:
         """`collective_excess` of ``op`` at the nearest measured group size (0 without
@@ -291,4 +307,5 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         ),
         adamw_Bps=adamw_rate * rate,
         collective_excess=_collective_excess(profile),
+        functional_extra=tuple((op, get(f"functional_{op}", 0.0)) for op in FUNCTIONAL_COLLECTIVES),
     )

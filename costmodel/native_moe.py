@@ -112,7 +112,9 @@ def _expert_parallel(model: ModelSpec, plan: ParallelPlan, rows: float) -> Modul
         forward=HostOps(ops=17, views=4, allocs=6, bytes=4 * rows * d * FP32),
         backward=HostOps(ops=6, allocs=4, bytes=6 * rows * d * FP32),
         forward_comms=(
-            Comm(lane="ep", op="all_to_all", size_bytes=model.num_experts * INT64),
+            Comm(
+                lane="ep", op="all_to_all", size_bytes=model.num_experts * INT64, functional=False
+            ),
             Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2),
         ),
         backward_comms=(Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2),),
@@ -143,7 +145,12 @@ def moe_block(
         parts.append(
             ModuleOps(
                 forward_comms=(
-                    Comm(lane="ep", op="all_reduce", size_bytes=model.num_experts * INT64),
+                    Comm(
+                        lane="ep",
+                        op="all_reduce",
+                        size_bytes=model.num_experts * INT64,
+                        functional=False,
+                    ),
                 )
             )
         )

@@ -33,7 +33,7 @@ precision: `executor.precision`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from costmodel.compute import gemm_time_s, op_overhead_s
 from costmodel.host_rates import HostRates
@@ -120,6 +120,11 @@ class Comm:
     """nccl-tests size of one call (`costmodel.collectives`)."""
     count: float = 1.0
     """Calls per pass."""
+    functional: bool = True
+    """Issued through functional collectives (DTensor's redistributions, ``funcol``), as
+    every collective inside the executor's layers is but the MoE count exchange and the
+    load-balancing statistics (plain ``torch.distributed`` calls): such a call pays
+    `HostRates.functional_s` on top of the profile's fit."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -155,7 +160,7 @@ class ModuleOps:
 
 
 def _times(comm: Comm, factor: float) -> Comm:
-    return Comm(lane=comm.lane, op=comm.op, size_bytes=comm.size_bytes, count=comm.count * factor)
+    return replace(comm, count=comm.count * factor)
 
 
 def _rows(value: float) -> int:

@@ -87,7 +87,7 @@ def _comm_pass(
     profile: HardwareProfile, rates: HostRates, comms, groups: CommGroups, tp_cp: int
 ) -> dict[str, tuple[float, float]]:
     """Per lane (seconds, bytes) of a pass's collectives, each at its typical cost (the
-    fit plus `HostRates.excess_s`)."""
+    fit plus `HostRates.excess_s`, and `HostRates.functional_s` for a functional call)."""
     out = {"tp": (0.0, 0.0), "cp": (0.0, 0.0), "ep": (0.0, 0.0)}
     for comm in comms:
         statistic = comm.lane == "ep" and comm.op == "all_reduce"
@@ -95,7 +95,8 @@ def _comm_pass(
         if group.size < 2:
             continue
         one = collective_time_s(profile, comm.op, comm.size_bytes, group)
-        seconds = comm.count * (one + rates.excess_s(comm.op, group.size))
+        extra = rates.functional_s(comm.op) if comm.functional else 0.0
+        seconds = comm.count * (one + rates.excess_s(comm.op, group.size) + extra)
         s, b = out[comm.lane]
         out[comm.lane] = (s + seconds, b + comm.count * comm.size_bytes)
     return out

@@ -17,6 +17,12 @@ Conventions:
 - The pick rule: the planner's pick is within `PICK_TOLERANCE` of the best when its
   measured iteration time is at most ``(1 + PICK_TOLERANCE)`` times the fastest measured
   plan of its group (same model, world size and job).
+- Repeated runs: a plan's measured time is the fastest of its runs' medians (other load on
+  a shared host only adds time). The runs of a plan are `settled` once the fastest is
+  confirmed by a second run within `CONFIRM_TOLERANCE`, or at the most runs allowed; the
+  row keeps how many runs it took and their `repeat_spread` (second fastest over fastest),
+  and the summary the median spread: the run-to-run noise of the machine, below which no
+  prediction error can be told apart.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from specs.errors import SpecError
 
 PICK_TOLERANCE = 0.05
 """Slack of the pick rule: the pick may be this fraction slower than the best measured."""
+CONFIRM_TOLERANCE = 0.05
+"""A plan's fastest run is confirmed by a second run at most this fraction slower."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +68,10 @@ class FidelityRow:
     """Predicted peak memory of the fullest stage, GiB; None without a prediction."""
     note: str = ""
     """Why a prediction is missing, or how the plan entered the suite."""
+    runs: int = 1
+    """Executed runs of the plan; ``measured_time_s`` is the fastest of their medians."""
+    repeat_spread: float | None = None
+    """Second-fastest run's median over the fastest, minus 1; None with a single run."""
 
     @property
     def time_error(self) -> float | None:
@@ -95,6 +107,39 @@ class FidelitySummary:
     when either side has a single distinct value."""
     pick_within_5pct: bool | None
     """Pick rule (module docstring); None when there is no pick."""
+    median_repeat_spread: float | None = None
+    """Median over the rows run more than once of their `FidelityRow.repeat_spread`."""
+
+
+def repeat_spread(medians_s: Sequence[float]) -> float | None:
+    """How far the second-fastest run of a plan is behind the fastest (a fraction); None
+    under two runs."""
+    if len(medians_s) < 2:
+        return None
+    fastest, second = sorted(medians_s)[:2]
+    return second / fastest - 1
+
+
+def settled(
+    medians_s: Sequence[float],
+    *,
+    min_runs: int,
+    max_runs: int,
+    tolerance: float = CONFIRM_TOLERANCE,
+) -> bool:
+    """True when a plan needs no further run: ``max_runs`` are done, or at least
+    ``min_runs`` and the fastest median is confirmed by a second within ``tolerance``."""
+    if not 1 <= min_runs <= max_runs:
+        raise SpecError(
+            f"repeats need 1 <= min_runs <= max_runs, got {min_runs} and {max_runs}; "
+            "raise the most runs allowed or lower the fewest"
+        )
+    if len(medians_s) >= max_runs:
+        return True
+    if len(medians_s) < min_runs:
+        return False
+    spread = repeat_spread(medians_s)
+    return spread is not None and spread <= tolerance
 
 
 def _present(values: Iterable[float | None]) -> list[float]:
@@ -161,6 +206,7 @@ def summarize(rows: Sequence[FidelityRow], pick: str | None = None) -> FidelityS
             [r.measured_time_s for r in predicted],
         ),
         pick_within_5pct=within,
+        median_repeat_spread=median_abs(r.repeat_spread for r in rows),
     )
 
 
@@ -178,6 +224,8 @@ def row_to_json(row: FidelityRow) -> dict[str, Any]:
         "predicted_peak_memory_gib": row.predicted_memory_gib,
         "measured_peak_memory_gib": row.measured_memory_gib,
         "memory_error": row.memory_error,
+        "runs": row.runs,
+        "repeat_spread": row.repeat_spread,
         "note": row.note,
     }
 
@@ -192,6 +240,7 @@ def summary_to_json(summary: FidelitySummary) -> dict[str, Any]:
         "pick_within_5pct": summary.pick_within_5pct,
         "num_plans": summary.num_plans,
         "num_predicted": summary.num_predicted,
+        "median_repeat_spread": summary.median_repeat_spread,
     }
 
 
@@ -218,10 +267,25 @@ def row_cells(row: dict[str, Any]) -> list[str]:
         _num(row["predicted_peak_memory_gib"], 1024, ".1f"),
         _num(row["measured_peak_memory_gib"], 1024, ".1f"),
         _pct(row["memory_error"]),
+        _runs(row.get("runs", 1), row.get("repeat_spread")),
     ]
 
 
-COLUMNS = ("plan", "knobs", "pred ms", "meas ms", "time err", "pred MiB", "meas MiB", "mem err")
+def _runs(runs: int, spread: float | None) -> str:
+    return str(runs) if spread is None else f"{runs} ({_pct(spread)})"
+
+
+COLUMNS = (
+    "plan",
+    "knobs",
+    "pred ms",
+    "meas ms",
+    "time err",
+    "pred MiB",
+    "meas MiB",
+    "mem err",
+    "runs (spread)",
+)
 """Column titles of `row_cells`."""
 
 
@@ -229,11 +293,13 @@ def summary_text(summary: dict[str, Any]) -> str:
     """The figures of `summary_to_json` on one line (errors in percent)."""
     tau = summary["kendall_tau"]
     pick = summary["pick_within_5pct"]
+    spread = summary.get("median_repeat_spread")
+    noise = "" if spread is None else f"; median run-to-run spread {spread:.1%}"
     return (
         f"median |time error| {_num(summary['median_abs_error'], 100, '.1f')}%, "
         f"p90 {_num(summary['p90_abs_error'], 100, '.1f')}%, "
         f"median |memory error| {_num(summary['memory_median_abs_error'], 100, '.1f')}%, "
         f"Kendall tau {'n/a' if tau is None else f'{tau:.2f}'}, "
         f"pick within 5%: {'n/a' if pick is None else ('yes' if pick else 'no')} "
-        f"({summary['num_predicted']}/{summary['num_plans']} plans predicted)"
+        f"({summary['num_predicted']}/{summary['num_plans']} plans predicted){noise}"
     )

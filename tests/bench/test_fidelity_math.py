@@ -3,7 +3,9 @@ suite of `bench/fidelity.py` (loaded by path: bench/ is not a package)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import io
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -17,8 +19,10 @@ from reports.fidelity import (
     median_abs,
     percentile_abs,
     pick_within,
+    repeat_spread,
     row_cells,
     row_to_json,
+    settled,
     summarize,
     summary_text,
     summary_to_json,
@@ -210,7 +214,7 @@ def test_knob_label_names_buckets_and_overlap(bench: ModuleType) -> None:
 
 def test_text_cells_and_summary_line() -> None:
     cells = row_cells(row_to_json(row("a", measured=0.2, predicted=0.25)))
-    assert cells == ["a", "a", "250.0", "200.0", "+25.0%", "1075.2", "1024.0", "+5.0%"]
+    assert cells == ["a", "a", "250.0", "200.0", "+25.0%", "1075.2", "1024.0", "+5.0%", "1"]
     assert len(cells) == len(COLUMNS)
     missing = row_cells(row_to_json(row("b", measured=0.2, predicted=None)))
     assert missing[2] == "n/a" and missing[4] == "n/a"
@@ -219,3 +223,72 @@ def test_text_cells_and_summary_line() -> None:
         "median |time error| 15.0%, p90 19.0%, median |memory error| 25.0%, Kendall tau 1.00, "
         "pick within 5%: n/a (2/2 plans predicted)"
     )
+
+
+# ---- repeated runs ------------------------------------------------------------------------
+
+
+def test_repeat_spread_is_second_fastest_over_fastest() -> None:
+    assert repeat_spread([0.3, 0.2, 0.21]) == pytest.approx(0.05)  # 0.21 / 0.2 - 1
+    assert repeat_spread([0.2]) is None
+    assert repeat_spread([0.2, 0.2]) == 0.0
+
+
+def test_settled_needs_a_confirmed_fastest_or_the_most_runs() -> None:
+    assert not settled([0.1], min_runs=1, max_runs=3)  # nothing confirms a lone run
+    assert settled([0.1], min_runs=1, max_runs=1)
+    assert not settled([0.1, 0.104], min_runs=3, max_runs=6)  # too few runs yet
+    assert settled([0.1, 0.104, 0.2], min_runs=3, max_runs=6)  # 4% <= 5%
+    assert not settled([0.1, 0.106, 0.2], min_runs=3, max_runs=6)  # 6% > 5%
+    assert settled([0.1, 0.106, 0.2], min_runs=3, max_runs=3)
+    with pytest.raises(SpecError, match="min_runs <= max_runs"):
+        settled([0.1], min_runs=4, max_runs=3)
+
+
+def test_rows_keep_runs_and_the_summary_the_median_spread() -> None:
+    rows = [
+        dataclasses.replace(row("a", 1.0, 1.1), runs=3, repeat_spread=0.02),
+        dataclasses.replace(row("b", 1.0, 1.1), runs=5, repeat_spread=0.08),
+        row("c", 1.0, 1.1),  # one run: no spread
+    ]
+    data = summary_to_json(summarize(rows))
+    assert data["median_repeat_spread"] == pytest.approx(0.05)
+    assert row_to_json(rows[1])["runs"] == 5
+    assert row_cells(row_to_json(rows[1]))[-1] == "5 (+8.0%)"
+    assert summary_text(data).endswith("; median run-to-run spread 5.0%")
+    assert summary_to_json(summarize(rows[2:]))["median_repeat_spread"] is None
+
+
+def test_rounds_rerun_only_unconfirmed_plans(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, c = bench.timing_suite()[:3]
+    times = {a.name: [0.10, 0.102, 0.5], b.name: [0.3, 0.2, 0.25, 0.4, 0.199], c.name: []}
+    calls: list[tuple[str, str]] = []
+
+    def fake_measure(bundle, out, settings):
+        name = out.name.split(".r")[0]
+        calls.append((name, out.name))
+        if not times[name]:
+            raise bench.SpecError("rank 0 failed")
+        return times[name].pop(0), 0.01
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    settings = bench.Settings(
+        work=tmp_path, steps=3, warmup=1, precision="fp32", repeats=2, max_repeats=4
+    )
+    failures: list[dict[str, str]] = []
+    console = bench.Console(file=io.StringIO())
+    runs = bench.measure_rounds((a, b, c), "cpu", settings, console, failures)
+    # a: confirmed after two runs (2%); b: 0.3, 0.2, 0.25 (25% apart), 0.4 -> stops at 4
+    assert [s for s, _ in runs[a.name]] == [0.10, 0.102]
+    assert [s for s, _ in runs[b.name]] == [0.3, 0.2, 0.25, 0.4]
+    assert c.name not in runs and failures[0]["name"] == c.name
+    assert [out for name, out in calls if name == b.name] == [
+        b.name,
+        f"{b.name}.r1",
+        f"{b.name}.r2",
+        f"{b.name}.r3",
+    ]
+    # round by round: both plans run before either runs again
+    assert [name for name, _ in calls][:3] == [a.name, b.name, c.name]

@@ -119,6 +119,33 @@ def test_waited_collectives_pay_their_typical_excess():
     assert rates.excess_s("all_gather", 2) == 0.0 and rates.excess_s("all_reduce", 1) == 0.0
 
 
+def test_functional_collectives_pay_their_measured_extra():
+    # op_overhead.add is the profile's dispatch here, so the spreads are read as measured
+    entries = (
+        spread("op_overhead.functional_all_to_all", 500e-6),
+        spread("op_overhead.functional_reduce_scatter", -100e-6),  # noise below the plain call
+    )
+    rates = host_rates(cpu_profile(extra=entries))
+    assert rates.functional_s("all_to_all") == pytest.approx(500e-6)
+    assert rates.functional_s("reduce_scatter") == 0.0
+    assert rates.functional_s("all_gather") == 0.0  # not measured: nothing added
+    assert host_rates(cpu_profile()).functional_s("all_to_all") == 0.0
+
+
+def test_only_the_moe_bookkeeping_collectives_are_plain_calls():
+    plan = ParallelPlan(ep=2, dp=2, tp=2)
+    ops = moe_block(MOE, CPU, plan, shape(ep=2, dp=2, tp=2))
+    comms = [*ops.forward_comms, *ops.backward_comms]
+    plain = [(c.op, c.size_bytes) for c in comms if not c.functional]
+    experts = MOE.num_experts * 8
+    assert plain == [("all_to_all", experts), ("all_reduce", experts)]
+    tokens = [c for c in comms if c.op == "all_to_all" and c.functional]
+    assert sum(c.count for c in tokens) == 4  # there and back, forward and backward
+    sp = ParallelPlan(tp=2, sequence_parallel=True)
+    dense = layer_ops(TINY, CPU, RATES, sp, shape(tp=2, sequence_parallel=True), is_moe=False)
+    assert all(c.functional for c in (*dense.forward_comms, *dense.backward_comms))
+
+
 # ---- pricing and single modules -----------------------------------------------------------
 
 

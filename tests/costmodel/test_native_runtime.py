@@ -290,6 +290,21 @@ def test_pipeline_sends_and_collectives_pay_the_typical_excess():
     assert extra_tp == pytest.approx(8 * per_mb * 1e-3, rel=1e-6)
 
 
+def test_functional_collectives_pay_the_measured_extra_per_call():
+    slower = cpu_profile(extra=(spread("op_overhead.functional_all_reduce", 300e-6),))
+    tp = ParallelPlan(tp=2)
+    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    b = simulate_iteration(TINY, JOB, tp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    # every TP all-reduce is a DTensor redistribution: 30 per microbatch (above), 8 of them
+    extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
+    assert extra_tp == pytest.approx(8 * (4 * 7 + 2) * 300e-6, rel=1e-6)
+    # DDP's bucket all-reduces are plain calls: no extra
+    dp = ParallelPlan(dp=2)
+    c = simulate_iteration(TINY, JOB, dp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    d = simulate_iteration(TINY, JOB, dp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
+
+
 # Peak tensor bytes of one rank measured on the executor (torch 2.13, 2026-11-29): live
 # tensors at the start of a steady-state step plus the profiler's largest allocator total
 # in the step less its first (the executor's own figure also re-adds the AdamW state

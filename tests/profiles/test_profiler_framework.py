@@ -14,8 +14,10 @@ from profiles.profiler.framework import (
     time_dtensor,
     time_framework_overheads,
     time_fsdp,
+    time_functional,
 )
 from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
+from tests.executor.spawn_utils import run_world
 
 TINY_BUDGET = Budget(
     warmup_calls=1, min_repeats=9, max_repeats=9, target_s=0.005, min_sample_s=1e-4
@@ -93,3 +95,24 @@ def test_the_cost_model_knows_the_probe_module_size():
     from profiles.profiler.framework import FSDP_PROBE_BYTES
 
     assert MODEL_BYTES == FSDP_PROBE_BYTES
+
+
+def _functional_rank(rank: int, save) -> None:
+    records = time_functional(RUN)
+    save({r.op: r.times_s for r in records})
+
+
+def test_functional_collectives_are_timed_against_the_plain_call():
+    assert time_functional(RUN) == ()  # no process group: nothing to time
+    results, error = run_world(2, _functional_rank)
+    assert error is None
+    for found in results:
+        assert set(found) == {
+            "functional_all_reduce",
+            "functional_all_gather",
+            "functional_reduce_scatter",
+            "functional_all_to_all",
+        }
+        # four alternating rounds of at least nine samples, each against the plain mean
+        assert all(len(samples) >= 4 * 9 for samples in found.values())
+        assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
