@@ -30,9 +30,10 @@ Order of a run:
    (4 ranks on 2 cores, so their times measure contention as much as the plan), predicted
    on a 4-rank profile (``WORK/profile-4.json``), summarized separately;
 6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`, runs
-   that are not in the suite (another sequence length; each repeated until settled like
-   the suite's, the fastest run fitted), and every figure is given again with the
-   calibrated predictions.
+   that are not in the suite (another sequence length) but run in the suite's rounds
+   (settled like the suite's plans, so their fastest runs come from the same spells of
+   the host as the suite's), the fastest run of each fitted; every figure is given again
+   with the calibrated predictions.
 
 ``--quick`` measures fewer steps, runs each plan once and skips the coverage plans. The
 machine may be shared: the load average at the start and the end is part of the output. The
@@ -251,9 +252,9 @@ def profile_for(profiles: Profiles, case: Case) -> tuple[str, HardwareProfile]:
         ) from None
 
 
-def run_folder(settings: Settings, case: Case, repeat: int, root: str = "runs") -> Path:
-    """``WORK/<root>/<name>`` for the first run of a case, ``<name>.r<k>`` for repeat k."""
-    return settings.work / root / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
+def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
+    """``WORK/runs/<name>`` for the first run of a case, ``<name>.r<k>`` for repeat k."""
+    return settings.work / "runs" / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
 
 
 def combine(runs: list[tuple[float, float]]) -> tuple[float, float]:
@@ -268,7 +269,6 @@ def measure_rounds(
     settings: Settings,
     log: Console,
     failures: list[dict[str, str]],
-    root: str = "runs",
 ) -> dict[str, list[tuple[float, float]]]:
     """Every case's runs (median s, peak GiB), round by round until each is `settled`: a
     slow spell of the host lands on different cases in different rounds. A failed case is
@@ -279,7 +279,7 @@ def measure_rounds(
         for i, case in enumerate(pending, 1):
             start = time.perf_counter()
             bundle = bundle_of(case, profile_for(profiles, case)[0], settings.precision)
-            folder = run_folder(settings, case, len(runs[case.name]), root)
+            folder = run_folder(settings, case, len(runs[case.name]))
             try:
                 runs[case.name].append(measure(bundle, folder, settings))
             except (LaunchError, SpecError) as exc:
@@ -419,9 +419,14 @@ def pick_details(rows: list[FidelityRow], name: str | None, why: str) -> dict[st
     }
 
 
-def calibrate_profile(profile_path: Path, settings: Settings, log: Console) -> Path:
-    """Execute `CALIBRATION_CASES` (until settled, `measure_rounds`) and fit
-    ``WORK/profile-calibrated.json`` on the fastest run of each with `paraplan calibrate`."""
+def calibrate_profile(
+    profile_path: Path,
+    runs: dict[str, list[tuple[float, float]]],
+    settings: Settings,
+    log: Console,
+) -> Path:
+    """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the fastest run of
+    each of `CALIBRATION_CASES` (``runs``: measured in the suite's rounds, `run_bench`)."""
     try:
         command = importlib.import_module("paraplan.commands.calibrate")
     except ModuleNotFoundError as exc:
@@ -430,16 +435,14 @@ def calibrate_profile(profile_path: Path, settings: Settings, log: Console) -> P
             "this checkout lacks; run the bench without --calibrate"
         ) from exc
     base = load_profile(str(profile_path))
-    failures: list[dict[str, str]] = []
-    profiles = {2: (str(profile_path), base)}
-    runs = measure_rounds(CALIBRATION_CASES, profiles, settings, log, failures, root="calibration")
-    if failures:
-        raise SpecError(f"a calibration run failed: {failures[0]}")
+    missing = [c.name for c in CALIBRATION_CASES if c.name not in runs]
+    if missing:
+        raise SpecError(f"calibration runs failed ({', '.join(missing)}); see the failures")
     folders = []
     for case in CALIBRATION_CASES:
         medians = [seconds for seconds, _ in runs[case.name]]
         fastest = medians.index(min(medians))
-        out = run_folder(settings, case, fastest, root="calibration")
+        out = run_folder(settings, case, fastest)
         predict(bundle_of(case, str(profile_path), settings.precision), base, out)
         log.print(
             f"  calibration run {case.name} ({case.plan.label()}): {medians[fastest]:.4f} s "
@@ -583,12 +586,13 @@ def calibrated_section(
     settings: Settings,
     log: Console,
     run: Callable[[Case], FidelityRow],
+    calibration_runs: dict[str, list[tuple[float, float]]],
 ) -> dict[str, Any]:
     """Fit a profile on the calibration runs (2 ranks); the figures of every row predicted
     with it (the calibrated profile's own pick is executed when it is a new plan). The
     profiles of other world sizes take the same time scale (`calibrated_profiles`)."""
     log.print("calibration (runs outside the suite):")
-    path = calibrate_profile(Path(profiles[2][0]), settings, log)
+    path = calibrate_profile(Path(profiles[2][0]), calibration_runs, settings, log)
     calibrated = calibrated_profiles(profiles, load_profile(str(path)), str(path))
     profile = calibrated[2][1]
     main_case = next(c for c in cases if c.name == PICK_CASE)
@@ -654,8 +658,18 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     cases, failures = list(timing_suite()), []
     profiles = measured_profiles(settings, (2, *{c.plan.world_size for c in cases} - {2}), log)
     hardware, profile = profiles[2]
-    log.print(f"timing plans ({len(cases)}, world sizes 1-2):")
-    rows = run_suite(tuple(cases), profiles, settings, log, failures)
+    calibration = CALIBRATION_CASES if args.calibrate else ()
+    log.print(
+        f"timing plans ({len(cases)}, world sizes 1-2)"
+        + (
+            f", with the {len(calibration)} calibration runs in the same rounds"
+            if calibration
+            else ""
+        )
+        + ":"
+    )
+    measured = measure_rounds((*cases, *calibration), profiles, settings, log, failures)
+    rows = [case_row(c, profiles, settings, measured[c.name]) for c in cases if c.name in measured]
 
     def run(case: Case) -> FidelityRow:
         log.print(f"  executing the planner's pick {case.plan.label()} (not in the suite)")
@@ -668,7 +682,9 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     pick = add_pick(plan, "planner-pick", cases, rows, run) if plan else None
     extra: dict[str, Any] = {}
     if args.calibrate:
-        extra["calibrated"] = calibrated_section(profiles, cases, rows, settings, log, run)
+        extra["calibrated"] = calibrated_section(
+            profiles, cases, rows, settings, log, run, measured
+        )
     if not (args.quick or args.no_coverage):
         extra["coverage"] = coverage_section(settings, log, failures)
     result = _section(rows, pick) | {"pick": pick_details(rows, pick, why)} | extra

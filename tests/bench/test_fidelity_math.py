@@ -292,3 +292,14 @@ def test_rounds_rerun_only_unconfirmed_plans(
     ]
     # round by round: both plans run before either runs again
     assert [name for name, _ in calls][:3] == [a.name, b.name, c.name]
+
+
+def test_calibration_needs_every_calibration_case_measured(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
+    settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32")
+    console = bench.Console(file=io.StringIO())
+    first = bench.CALIBRATION_CASES[0].name
+    with pytest.raises(SpecError, match="calibration runs failed"):
+        bench.calibrate_profile(stored, {first: [(0.1, 0.01)]}, settings, console)
