@@ -262,16 +262,22 @@ def test_rows_keep_runs_and_the_summary_the_median_spread() -> None:
 def test_rounds_rerun_only_unconfirmed_plans(
     bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, b, c = bench.timing_suite()[:3]
-    times = {a.name: [0.10, 0.102, 0.5], b.name: [0.3, 0.2, 0.25, 0.4, 0.199], c.name: []}
+    a, b, c, d = bench.timing_suite()[:4]
+    times = {
+        a.name: [0.10, 0.102, 0.5],
+        b.name: [0.3, 0.2, 0.25, 0.4, 0.199],
+        c.name: [],  # every run fails
+        d.name: [None, 0.3, 0.305],  # the first run fails (a reset connection), then two
+    }
     calls: list[tuple[str, str]] = []
 
     def fake_measure(bundle, out, settings):
         name = out.name.split(".r")[0]
         calls.append((name, out.name))
-        if not times[name]:
-            raise bench.SpecError("rank 0 failed")
-        return times[name].pop(0), 0.01
+        value = times[name].pop(0) if times[name] else None
+        if value is None:
+            raise bench.SpecError("rank 0 failed: [/gloo/pair.cc:553] Connection reset")
+        return value, 0.01
 
     monkeypatch.setattr(bench, "measure", fake_measure)
     settings = bench.Settings(
@@ -279,11 +285,16 @@ def test_rounds_rerun_only_unconfirmed_plans(
     )
     failures: list[dict[str, str]] = []
     console = bench.Console(file=io.StringIO())
-    runs = bench.measure_rounds((a, b, c), "cpu", settings, console, failures)
+    runs = bench.measure_rounds(
+        (a, b, c, d), {1: ("cpu", None), 2: ("cpu", None)}, settings, console, failures
+    )
     # a: confirmed after two runs (2%); b: 0.3, 0.2, 0.25 (25% apart), 0.4 -> stops at 4
     assert [s for s, _ in runs[a.name]] == [0.10, 0.102]
     assert [s for s, _ in runs[b.name]] == [0.3, 0.2, 0.25, 0.4]
-    assert c.name not in runs and failures[0]["name"] == c.name
+    assert c.name not in runs  # two failed runs, none good: left out, not retried again
+    assert [f["name"] for f in failures] == [c.name, d.name, c.name]
+    assert [s for s, _ in runs[d.name]] == [0.3, 0.305]  # the failure does not count
+    assert "pair.cc:553" in console.file.getvalue()  # printed as text, not markup
     assert [out for name, out in calls if name == b.name] == [
         b.name,
         f"{b.name}.r1",
@@ -291,7 +302,7 @@ def test_rounds_rerun_only_unconfirmed_plans(
         f"{b.name}.r3",
     ]
     # round by round: both plans run before either runs again
-    assert [name for name, _ in calls][:3] == [a.name, b.name, c.name]
+    assert [name for name, _ in calls][:4] == [a.name, b.name, c.name, d.name]
 
 
 def test_calibration_needs_every_calibration_case_measured(
