@@ -97,6 +97,13 @@ def test_the_cost_model_knows_the_probe_module_size():
     assert MODEL_BYTES == FSDP_PROBE_BYTES
 
 
+def test_the_cost_model_reads_every_functional_collective_the_profiler_times():
+    from costmodel.host_rates import FUNCTIONAL_COLLECTIVES
+    from profiles.profiler.framework import FUNCTIONAL_OPS
+
+    assert FUNCTIONAL_COLLECTIVES == FUNCTIONAL_OPS
+
+
 def _functional_rank(rank: int, save) -> None:
     records = time_functional(RUN)
     save({r.op: r.times_s for r in records})
