@@ -196,8 +196,9 @@ class Settings:
     max_repeats: int = 1
     """Most runs per plan while its fastest median is unconfirmed (`settled`)."""
 
-    def settled(self, medians_s: list[float]) -> bool:
-        """True when a plan with these run medians needs no further run."""
+    def settled(self, runs: list[tuple[float, float]]) -> bool:
+        """True when a plan with these runs (median s, peak GiB) needs no further run."""
+        medians_s = [seconds for seconds, _ in runs]
         return settled(medians_s, min_runs=self.repeats, max_runs=self.max_repeats)
 
 
@@ -284,7 +285,7 @@ def measure_rounds(
         pending = [
             c
             for c in cases
-            if failed.get(c.name, 0) < MAX_FAILED_RUNS and not _done(settings, runs[c.name])
+            if failed.get(c.name, 0) < MAX_FAILED_RUNS and not settings.settled(runs[c.name])
         ]
         for i, case in enumerate(pending, 1):
             start = time.perf_counter()
@@ -306,10 +307,6 @@ def measure_rounds(
                 f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
             )
     return {name: done for name, done in runs.items() if done}
-
-
-def _done(settings: Settings, runs: list[tuple[float, float]]) -> bool:
-    return settings.settled([seconds for seconds, _ in runs])
 
 
 def knob_label(plan: ParallelPlan) -> str:

@@ -17,6 +17,7 @@ from profiles.profiler.framework import (
     time_fsdp,
     time_functional,
 )
+from profiles.profiler.run import _max_agree
 from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
 from tests.executor.spawn_utils import run_world
 
@@ -105,15 +106,10 @@ def test_the_cost_model_reads_every_functional_collective_the_profiler_times():
     assert FUNCTIONAL_COLLECTIVES == FUNCTIONAL_OPS
 
 
-def _world_max(value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
 def _functional_rank(rank: int, save) -> None:
     # the ranks must agree on every repeat plan, as the profiler's do, or their calls differ
-    records = time_functional(dataclasses.replace(RUN, agree=_world_max))
+    agree = _max_agree(dist.group.WORLD)
+    records = time_functional(dataclasses.replace(RUN, agree=agree))
     save({r.op: r.times_s for r in records})
 
 
