@@ -16,12 +16,10 @@ received (balanced routing), F_e the expert width:
   gather (zero-filled T·E and T·D gradients), the weighted product (two gradients,
   6·A·D·e), index_add's (2·A·D·e), the experts' split (a concatenation, 2·A·D·e) and the
   AccumulateGrad of the router and of the three stacked expert weights.
-- each local expert (`Experts.forward`): three ``w[j]`` selects and ``.t()`` views, three
-  matmuls over its rows, silu and the product; backward three Mm (dgrad and wgrad), three
-  T, three Select, Silu and Mul nodes. A Select node zero-fills a gradient of the whole
-  stacked weight (L·F_e·D) and copies its slice in; autograd then adds the L full-size
-  gradients of each stacked weight (3 passes each). On the reference host these fresh
-  full-size buffers also pay first-touch page faults, which this byte count leaves out.
+- the local experts (`Experts.forward`): each stacked weight is unbound once (one operator
+  and L views); per expert three ``.t()`` views, three matmuls over its rows, silu and the
+  product; backward three Mm (dgrad and wgrad), three T, Silu and Mul nodes per expert, and
+  per stacked weight one Unbind node that stacks the L gradients (2·L·F_e·D·e).
 - expert parallelism (`MoE._dispatch_compute_combine`): the count exchange (an
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
   two all-to-alls backward as well), the regrouping of received rows (arange, repeat,
@@ -79,27 +77,30 @@ def _experts(
     bwd_k = (matrices - 1) * (gemm_kernel_s(profile, per, d, f) + gemm_kernel_s(profile, d, f, per))
     bwd_k += gemm_kernel_s(profile, per, f, d) + gemm_kernel_s(profile, f, d, per)
     stacked = local * f * d  # one stacked weight
-    select = (stacked + 2 * f * d) + 3 * (local - 1) / local * stacked
     act_f = (2 + (3 if gated else 0)) * per * f
     act_b = (3 + (6 if gated else 0)) * per * f
     one = ModuleOps(
         forward=HostOps(
             ops=matrices + 1 + gated,
-            views=2 * matrices,
+            views=matrices,
             allocs=1 + gated,
             kernel_s=fwd_k,
             bytes=act_f * FP32,
         ),
         backward=HostOps(
-            ops=3 * matrices + 1 + gated,
+            ops=2 * matrices + 1 + gated,
             kernels=matrices + gated,
             allocs=matrices + 1 + 2 * gated,
             kernel_s=bwd_k,
-            bytes=(act_b + matrices * select) * FP32,
+            bytes=act_b * FP32,
         ),
     )
+    unbind = ModuleOps(
+        forward=HostOps(ops=matrices, views=matrices * local),
+        backward=HostOps(ops=matrices, allocs=matrices, bytes=matrices * 2 * stacked * FP32),
+    )
     acc = x.accumulate * 3 * matrices * stacked * FP32
-    return one.scaled(local).plus(ModuleOps(backward=HostOps(ops=matrices, bytes=acc)))
+    return one.scaled(local).plus(unbind).plus(ModuleOps(backward=HostOps(ops=matrices, bytes=acc)))
 
 
 def _expert_parallel(model: ModelSpec, plan: ParallelPlan, rows: float) -> ModuleOps:

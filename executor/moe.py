@@ -92,15 +92,21 @@ class Experts(nn.Module):
             normal_(self.w2[j], out_std, f"w2[{e}]")
 
     def forward(self, x_RD: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """Rows of ``x_RD`` sorted by local expert, ``counts[j]`` rows for expert j."""
+        """Rows of ``x_RD`` sorted by local expert, ``counts[j]`` rows for expert j.
+
+        Each stacked weight is unbound once: its backward stacks the experts' gradients
+        into one buffer, where indexing ``w[j]`` per expert would zero-fill a gradient of
+        the whole stack for every expert and sum them."""
+        w1, w2 = self.w1.unbind(0), self.w2.unbind(0)
+        w3 = self.w3.unbind(0) if self.w3 is not None else None
         outputs = []
         for j, x_jD in enumerate(torch.split(x_RD, counts)):
-            gate_jF = x_jD @ self.w1[j].t()
-            if self.w3 is None:
-                outputs.append(F.gelu(gate_jF) @ self.w2[j].t())
+            gate_jF = x_jD @ w1[j].t()
+            if w3 is None:
+                outputs.append(F.gelu(gate_jF) @ w2[j].t())
                 continue
-            h_jF = F.silu(gate_jF) * (x_jD @ self.w3[j].t())
-            outputs.append(h_jF @ self.w2[j].t())
+            h_jF = F.silu(gate_jF) * (x_jD @ w3[j].t())
+            outputs.append(h_jF @ w2[j].t())
         return torch.cat(outputs) if outputs else x_RD
 
 
