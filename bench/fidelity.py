@@ -53,13 +53,14 @@ import dataclasses
 import importlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from rich.console import Console
@@ -75,6 +76,7 @@ from profiles.store import load_profile
 from reports.calibrate import time_scaled
 from reports.fidelity import (
     FidelityRow,
+    at_host_speed,
     repeat_spread,
     row_to_json,
     settled,
@@ -176,6 +178,17 @@ CALIBRATION_CASES = (
 """Runs the calibration fits on: another sequence length, so none is a run of the suite."""
 
 
+class Run(NamedTuple):
+    """One executed run of a plan."""
+
+    seconds: float
+    """Median timed iteration, seconds."""
+    gib: float
+    """Peak memory of the fullest rank, GiB."""
+    probe_s: float | None
+    """Median host probe of its timed steps (`profiles.host_probe`); None without one."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     """What every run of one bench invocation shares."""
@@ -193,9 +206,9 @@ class Settings:
     max_repeats: int = 1
     """Most runs per plan while its fastest median is unconfirmed (`settled`)."""
 
-    def settled(self, runs: list[tuple[float, float]]) -> bool:
-        """True when a plan with these runs (median s, peak GiB) needs no further run."""
-        medians_s = [seconds for seconds, _ in runs]
+    def settled(self, runs: list[Run]) -> bool:
+        """True when a plan with these runs needs no further run."""
+        medians_s = [r.seconds for r in runs]
         return settled(medians_s, min_runs=self.repeats, max_runs=self.max_repeats)
 
 
@@ -227,13 +240,23 @@ def predict(
     return est.iteration_time_s, est.peak_memory_gib, ""
 
 
-def measure(bundle: PlanBundle, out: Path, settings: Settings) -> tuple[float, float]:
-    """(median timed iteration s, fullest rank's peak GiB) of an executed run."""
+def measure(bundle: PlanBundle, out: Path, settings: Settings) -> Run:
+    """An executed run's figures (the host probed after every timed step)."""
     execute(
-        RunConfig(bundle=bundle, out_dir=str(out), steps=settings.steps, warmup=settings.warmup)
+        RunConfig(
+            bundle=bundle,
+            out_dir=str(out),
+            steps=settings.steps,
+            warmup=settings.warmup,
+            host_probe=True,
+        )
     )
     metrics = json.loads((out / "metrics.json").read_text())
-    return float(metrics["iteration_time_p50_s"]), float(max(metrics["peak_memory_gib"]))
+    return Run(
+        seconds=float(metrics["iteration_time_p50_s"]),
+        gib=float(max(metrics["peak_memory_gib"])),
+        probe_s=metrics.get("host_probe_p50_s"),
+    )
 
 
 Profiles = dict[int, tuple[str, HardwareProfile]]
@@ -258,10 +281,10 @@ def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
     return settings.work / "runs" / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
 
 
-def combine(runs: list[tuple[float, float]]) -> tuple[float, float]:
-    """(fastest median iteration s, first run's peak GiB) of a case's repeated runs: other
-    load on a shared host only ever adds time, so the fastest run is the plan's own."""
-    return min(seconds for seconds, _ in runs), runs[0][1]
+def fastest(runs: list[Run]) -> Run:
+    """The run with the fastest median: other load on a shared host only ever adds time, so
+    the fastest run is the plan's own."""
+    return min(runs, key=lambda r: r.seconds)
 
 
 def measure_rounds(
@@ -270,13 +293,13 @@ def measure_rounds(
     settings: Settings,
     log: Console,
     failures: list[dict[str, str]],
-) -> dict[str, list[tuple[float, float]]]:
+) -> dict[str, list[Run]]:
     """Every case's runs (median s, peak GiB), round by round until each is `settled`: a
     slow spell of the host lands on different cases in different rounds. Every failed run
     is listed in ``failures``; a case runs again in the next round until it has failed
     `MAX_FAILED_RUNS` times (a gloo connection on a loaded host may reset once), and a case
     without a single good run is left out of the result."""
-    runs: dict[str, list[tuple[float, float]]] = {c.name: [] for c in cases}
+    runs: dict[str, list[Run]] = {c.name: [] for c in cases}
     failed: dict[str, int] = {}
     for k in range(settings.max_repeats):
         pending = [
@@ -300,7 +323,7 @@ def measure_rounds(
                 log.print(f"  {where}: FAILED {escape(str(exc)[:300])}")
                 continue
             log.print(
-                f"  {where}: measured {runs[case.name][-1][0]:.4f} s  [dim]("
+                f"  {where}: measured {runs[case.name][-1].seconds:.4f} s  [dim]("
                 f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
             )
     return {name: done for name, done in runs.items() if done}
@@ -336,25 +359,26 @@ def case_row(
     case: Case,
     profiles: Profiles,
     settings: Settings,
-    runs: list[tuple[float, float]],
+    runs: list[Run],
     note: str = "",
 ) -> FidelityRow:
     """The row of a measured case, predicted into its first run folder."""
     hardware, profile = profile_for(profiles, case)
     bundle = bundle_of(case, hardware, settings.precision)
-    measured_s, measured_gib = combine(runs)
+    best = fastest(runs)
     predicted_s, predicted_gib, why = predict(bundle, profile, run_folder(settings, case, 0))
     return FidelityRow(
         runs=len(runs),
-        repeat_spread=repeat_spread([seconds for seconds, _ in runs]),
+        repeat_spread=repeat_spread([r.seconds for r in runs]),
+        host_probe_s=best.probe_s,
         name=case.name,
         group=case.group,
         plan=knob_label(case.plan),
         covers=case.covers,
         world_size=case.plan.world_size,
-        measured_time_s=measured_s,
+        measured_time_s=best.seconds,
         predicted_time_s=predicted_s,
-        measured_memory_gib=measured_gib,
+        measured_memory_gib=runs[0].gib,
         predicted_memory_gib=predicted_gib,
         note="; ".join(n for n in (note, why) if n),
     )
@@ -428,7 +452,7 @@ def pick_details(rows: list[FidelityRow], name: str | None, why: str) -> dict[st
 
 def calibrate_profile(
     profile_path: Path,
-    runs: dict[str, list[tuple[float, float]]],
+    runs: dict[str, list[Run]],
     settings: Settings,
     log: Console,
 ) -> Path:
@@ -447,7 +471,7 @@ def calibrate_profile(
         raise SpecError(f"calibration runs failed ({', '.join(missing)}); see the failures")
     folders = []
     for case in CALIBRATION_CASES:
-        medians = [seconds for seconds, _ in runs[case.name]]
+        medians = [r.seconds for r in runs[case.name]]
         fastest = medians.index(min(medians))
         out = run_folder(settings, case, fastest)
         predict(bundle_of(case, str(profile_path), settings.precision), base, out)
@@ -533,7 +557,7 @@ def calibrated_section(
     settings: Settings,
     log: Console,
     run: Callable[[Case], FidelityRow],
-    calibration_runs: dict[str, list[tuple[float, float]]],
+    calibration_runs: dict[str, list[Run]],
 ) -> dict[str, Any]:
     """Fit a profile on the calibration runs (2 ranks); the figures of every row predicted
     with it (the calibrated profile's own pick is executed when it is a new plan). The
@@ -548,10 +572,30 @@ def calibrated_section(
         log.print(f"  calibrated planner pick: none ({escape(why)})")
     pick = add_pick(plan, "calibrated-pick", cases, rows, run) if plan else None
     cal_rows = repredicted(rows, cases, calibrated, settings)
-    return _section(cal_rows, pick) | {
+    section = _section(cal_rows, pick) | {
         "profile": str(path),
         "pick": pick_details(cal_rows, pick, why),
     }
+    reference = calibration_probe_s(calibration_runs)
+    if reference is None or any(r.host_probe_s is None for r in cal_rows):
+        log.print("  host speed: a run without a host probe; section left out")
+        return section
+    speed_rows = at_host_speed(cal_rows, reference)
+    log.print(f"  host speed: calibration runs' probe {reference * 1e3:.3f} ms")
+    speed = _section(speed_rows, pick) | {
+        "reference_probe_s": reference,
+        "pick": pick_details(speed_rows, pick, why),
+    }
+    return section | {"host_speed": speed}
+
+
+def calibration_probe_s(runs: dict[str, list[Run]]) -> float | None:
+    """Geometric mean of the host probes of the calibration runs the fit uses (each case's
+    fastest): the host speed the calibrated profile describes. None when one lacks it."""
+    probes = [fastest(runs[c.name]).probe_s for c in CALIBRATION_CASES]
+    if any(p is None or p <= 0 for p in probes):
+        return None
+    return statistics.geometric_mean(probes)
 
 
 def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: str) -> Profiles:

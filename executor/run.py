@@ -13,6 +13,8 @@ Order of a run (every rank runs `_rank_main`; rank 0 also writes the files):
    ``paraplan/step {i}`` range; the last `RunConfig.profile_steps` of them run under
    ``torch.profiler``. Profiling slows a step (+10-40% on CPU, reference §6), so when
    unprofiled steps exist the iteration statistics use only those;
+   with `RunConfig.host_probe`, every unprofiled step is followed by the host probe and a
+   barrier;
 6. save a checkpoint when asked; each rank reduces its trace to a small
    `executor.measure.RankTrace`, which rank 0 gathers and merges.
 
@@ -24,7 +26,8 @@ a peak or model FLOPs), ``loss`` and ``warmup_loss`` (per step), ``peak_memory_g
 rank), ``memory_source``, ``collectives`` (`executor.measure.collective_ledger`),
 ``profiled_steps`` (indices into ``iteration_time_s``), ``timed_steps`` (the indices the
 statistics use), ``first_step``, ``tokens_per_iteration``, ``world_size``,
-``model_flops_per_iteration`` and ``peak_flops_per_rank``.
+``model_flops_per_iteration`` and ``peak_flops_per_rank``; with `RunConfig.host_probe`
+also ``host_probe_s`` and ``host_probe_p50_s`` (`profiles.host_probe`).
 
 Peak memory: on CUDA the caching allocator's peak (``max_memory_allocated``). On CPU the
 profiler's memory events, which count only what is allocated while a profiler runs: the
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -65,6 +69,7 @@ from executor.measure import (
     rank_trace,
     step_stats,
 )
+from profiles.host_probe import host_probe, probe_seconds
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
@@ -143,6 +148,10 @@ class RunConfig:
     """Measured steps (the last ones) run under the trace profiler."""
     setup: Setup | None = None
     """Engine builder; None means `engine_setup`."""
+    host_probe: bool = False
+    """After each timed step, every rank times `profiles.host_probe` (outside the step's
+    clock) and the ranks meet at a barrier, so the next step starts together: how fast the
+    host ran during the run (``metrics.json`` ``host_probe_s``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,6 +178,7 @@ class RunSummary:
 class _RankReport:
     rank: int
     times_s: tuple[float, ...]
+    probe_s: tuple[float, ...]
     losses: tuple[float, ...]
     warmup_losses: tuple[float, ...]
     peak_memory_bytes: int
@@ -239,13 +249,16 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
         # The first step creates optimizer state and gradient buffers: watch its memory.
         warmup_losses.append((memory.profiled(setup, run) if i == 0 else run())[1])
         step += 1
-    times, losses, trace_json = _measured_steps(config, setup, batch, step, device, info, memory)
+    times, probes, losses, trace_json = _measured_steps(
+        config, setup, batch, step, device, info, memory
+    )
     step += config.steps
     if config.save_dir is not None:
         _save(config.save_dir, config, setup, source, step)
     report = _RankReport(
         rank=info.rank,
         times_s=tuple(times),
+        probe_s=tuple(probes),
         losses=tuple(losses),
         warmup_losses=tuple(warmup_losses),
         peak_memory_bytes=memory.peak_bytes(),
@@ -301,6 +314,7 @@ def _write_run(
         "world_size": b.plan.world_size,
         "model_flops_per_iteration": config.model_flops_per_iteration,
         "peak_flops_per_rank": config.peak_flops_per_rank,
+        **_probe_metrics(reports),
     }
     timeline = build_timeline(
         traces,
@@ -403,11 +417,13 @@ def _measured_steps(
     info: RankInfo,
     memory: _MemoryWatch,
 ) -> tuple[list[float], list[float], dict[str, Any]]:
-    """Time every measured step, profiling the last ones; returns times, losses and the
-    Chrome trace (also written to ``traces/rank{r}.json``)."""
-    times, losses = [], []
+    """Time every measured step, profiling the last ones; returns times, host probes (each
+    timed step's, with `RunConfig.host_probe`), losses and the Chrome trace (also written
+    to ``traces/rank{r}.json``)."""
+    times, probes, losses = [], [], []
     profiled_from = config.steps - min(config.profile_steps, config.steps)
     profiler = None
+    probe = host_probe() if config.host_probe else None
     for i in range(config.steps):
         if i == profiled_from:
             base_bytes = _live_bytes(setup)
@@ -416,6 +432,10 @@ def _measured_steps(
         seconds, loss = _timed_step(setup.trainer, batch(first + i), first + i, device)
         times.append(seconds)
         losses.append(loss)
+        if probe is not None and profiler is None:
+            probes.append(probe_seconds(probe))
+            if info.world_size > 1:
+                dist.barrier()
     trace_json: dict[str, Any] = {}
     if profiler is not None:
         profiler.stop()
@@ -424,7 +444,18 @@ def _measured_steps(
         profiler.export_chrome_trace(str(path))
         trace_json = json.loads(path.read_text())
         memory.note(base_bytes, trace_json)
-    return times, losses, trace_json
+    return times, probes, losses, trace_json
+
+
+def _probe_metrics(reports: list[_RankReport]) -> dict[str, Any]:
+    """``host_probe_s`` (per unprofiled step, the mean over the ranks) and its median
+    ``host_probe_p50_s``; empty when the ranks did not probe."""
+    if not reports[0].probe_s:
+        return {}
+    per_step = [
+        statistics.fmean(r.probe_s[i] for r in reports) for i in range(len(reports[0].probe_s))
+    ]
+    return {"host_probe_s": per_step, "host_probe_p50_s": statistics.median(per_step)}
 
 
 def _trace_profiler(device: torch.device) -> profile:

@@ -17,6 +17,10 @@ Conventions:
 - The pick rule: the planner's pick is within `PICK_TOLERANCE` of the best when its
   measured iteration time is at most ``(1 + PICK_TOLERANCE)`` times the fastest measured
   plan of its group (same model, world size and job).
+- Host speed: on a shared host the machine's own speed drifts; each run can time a fixed
+  host probe (`profiles.host_probe`), and `at_host_speed` predicts every row at its run's
+  speed relative to a reference probe (the calibration runs'): the measured times stay
+  as measured.
 - Repeated runs: a plan's measured time is the fastest of its runs' medians (other load on
   a shared host only adds time). The runs of a plan are `settled` once the fastest is
   confirmed by a second run within `CONFIRM_TOLERANCE`, or at the most runs allowed; the
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -72,6 +76,9 @@ class FidelityRow:
     """Executed runs of the plan; ``measured_time_s`` is the fastest of their medians."""
     repeat_spread: float | None = None
     """Second-fastest run's median over the fastest, minus 1; None with a single run."""
+    host_probe_s: float | None = None
+    """The host probe of the run ``measured_time_s`` comes from (`profiles.host_probe`);
+    None when the run did not probe."""
 
     @property
     def time_error(self) -> float | None:
@@ -210,6 +217,29 @@ def summarize(rows: Sequence[FidelityRow], pick: str | None = None) -> FidelityS
     )
 
 
+def at_host_speed(rows: Sequence[FidelityRow], reference_probe_s: float) -> list[FidelityRow]:
+    """``rows`` predicted at the host speed of their own runs: each prediction, made at the
+    speed where the host probe took ``reference_probe_s``, times the run's probe over it.
+    Raises `SpecError` for a row whose run did not probe."""
+    if not reference_probe_s > 0:
+        raise SpecError(f"reference_probe_s must be > 0, got {reference_probe_s}")
+    unprobed = [r.name for r in rows if r.host_probe_s is None]
+    if unprobed:
+        raise SpecError(
+            f"runs without a host probe: {', '.join(unprobed)}; execute with "
+            "RunConfig(host_probe=True)"
+        )
+    return [
+        replace(
+            r,
+            predicted_time_s=None
+            if r.predicted_time_s is None
+            else r.predicted_time_s * r.host_probe_s / reference_probe_s,
+        )
+        for r in rows
+    ]
+
+
 def row_to_json(row: FidelityRow) -> dict[str, Any]:
     """A row with its errors, JSON-ready (times in seconds, memory in GiB)."""
     return {
@@ -226,6 +256,7 @@ def row_to_json(row: FidelityRow) -> dict[str, Any]:
         "memory_error": row.memory_error,
         "runs": row.runs,
         "repeat_spread": row.repeat_spread,
+        "host_probe_s": row.host_probe_s,
         "note": row.note,
     }
 

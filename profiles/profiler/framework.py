@@ -49,6 +49,9 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   training step pays per call on top of the plain call's typical cost. Left out on one
   rank.
 
+- the host probe (`profiles.host_probe`): ``host_probe`` is one call of the probe, every
+  rank at once, the reference the executor's per-run probe is read against.
+
 The DTensor, FSDP2 and functional-collective points need an initialized process group
 (every rank of a profiling world has one); without it they are left out.
 """
@@ -319,9 +322,17 @@ def time_checkpoint(run: Runner) -> tuple[OverheadTiming, ...]:
     )
 
 
+def time_host_probe(run: Runner) -> tuple[OverheadTiming, ...]:
+    """The host probe, wall time (module doc)."""
+    from profiles.host_probe import host_probe
+
+    timed = dataclasses.replace(run, clock=WALL_CLOCK)
+    return (OverheadTiming(op="host_probe", times_s=timed.time(host_probe())),)
+
+
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
-    """The autograd, checkpoint, DTensor, FSDP2 and functional-collective points of the
-    module doc, in that order."""
+    """The autograd, checkpoint, DTensor, FSDP2, functional-collective and host-probe points
+    of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
@@ -330,4 +341,5 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_dtensor(run, call_s),
         *time_fsdp(run),
         *time_functional(run),
+        *time_host_probe(run),
     )

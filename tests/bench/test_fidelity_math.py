@@ -15,6 +15,7 @@ import pytest
 from reports.fidelity import (
     COLUMNS,
     FidelityRow,
+    at_host_speed,
     kendall_tau,
     median_abs,
     percentile_abs,
@@ -145,6 +146,33 @@ def test_json_keys() -> None:
     r = row_to_json(row("a", 1.0, 1.2))
     assert r["iteration_time_error"] == pytest.approx(0.2)
     assert r["measured_iteration_time_s"] == 1.0
+    assert r["host_probe_s"] is None
+
+
+def test_predictions_at_each_runs_host_speed() -> None:
+    fast = dataclasses.replace(row("fast", 1.0, 0.8), host_probe_s=1e-3)
+    slow = dataclasses.replace(row("slow", 1.5, 0.8), host_probe_s=1.5e-3)
+    refused = dataclasses.replace(row("refused", 1.0, None), host_probe_s=2e-3)
+    out = at_host_speed([fast, slow, refused], reference_probe_s=1e-3)
+    # the same prediction, at a host 1.5x slower during the second run
+    assert [r.predicted_time_s for r in out] == pytest.approx([0.8, 1.2, None])
+    assert [r.measured_time_s for r in out] == [1.0, 1.5, 1.0]  # measurements untouched
+    assert out[1].time_error == pytest.approx(-0.2)
+    with pytest.raises(SpecError, match="runs without a host probe: a"):
+        at_host_speed([row("a", 1.0, 1.0)], reference_probe_s=1e-3)
+    with pytest.raises(SpecError, match="reference_probe_s must be > 0"):
+        at_host_speed([fast], reference_probe_s=0.0)
+
+
+def test_the_calibrated_speed_is_the_fastest_calibration_runs_probe(bench: ModuleType) -> None:
+    first, second = (c.name for c in bench.CALIBRATION_CASES)
+    runs = {
+        first: [bench.Run(0.2, 0.01, 4e-3), bench.Run(0.1, 0.01, 1e-3)],
+        second: [bench.Run(0.3, 0.01, 4e-3)],
+    }
+    assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # sqrt(1e-3 * 4e-3)
+    runs[second].append(bench.Run(0.25, 0.01, None))
+    assert bench.calibration_probe_s(runs) is None
 
 
 # ---- the suite of bench/fidelity.py ----------------------------------------------------
@@ -277,7 +305,7 @@ def test_rounds_rerun_only_unconfirmed_plans(
         value = times[name].pop(0) if times[name] else None
         if value is None:
             raise bench.SpecError("rank 0 failed: [/gloo/pair.cc:553] Connection reset")
-        return value, 0.01
+        return bench.Run(seconds=value, gib=0.01, probe_s=1e-3)
 
     monkeypatch.setattr(bench, "measure", fake_measure)
     settings = bench.Settings(
@@ -289,11 +317,11 @@ def test_rounds_rerun_only_unconfirmed_plans(
         (a, b, c, d), {1: ("cpu", None), 2: ("cpu", None)}, settings, console, failures
     )
     # a: confirmed after two runs (2%); b: 0.3, 0.2, 0.25 (25% apart), 0.4 -> stops at 4
-    assert [s for s, _ in runs[a.name]] == [0.10, 0.102]
-    assert [s for s, _ in runs[b.name]] == [0.3, 0.2, 0.25, 0.4]
+    assert [r.seconds for r in runs[a.name]] == [0.10, 0.102]
+    assert [r.seconds for r in runs[b.name]] == [0.3, 0.2, 0.25, 0.4]
     assert c.name not in runs  # two failed runs, none good: left out, not retried again
     assert [f["name"] for f in failures] == [c.name, d.name, c.name]
-    assert [s for s, _ in runs[d.name]] == [0.3, 0.305]  # the failure does not count
+    assert [r.seconds for r in runs[d.name]] == [0.3, 0.305]  # the failure does not count
     assert "pair.cc:553" in console.file.getvalue()  # printed as text, not markup
     assert [out for name, out in calls if name == b.name] == [
         b.name,
@@ -313,4 +341,6 @@ def test_calibration_needs_every_calibration_case_measured(
     console = bench.Console(file=io.StringIO())
     first = bench.CALIBRATION_CASES[0].name
     with pytest.raises(SpecError, match="calibration runs failed"):
-        bench.calibrate_profile(stored, {first: [(0.1, 0.01)]}, settings, console)
+        bench.calibrate_profile(
+            stored, {first: [bench.Run(seconds=0.1, gib=0.01, probe_s=None)]}, settings, console
+        )

@@ -1,8 +1,9 @@
 """The training loop end to end on the executor's engine (tiny model, gloo, 2 ranks).
 
 Three spawned worlds of the same DP2 FSDP plan (distributed optimizer):
-A trains warmup 1 + 4 measured steps; B trains steps 0-1 and saves; C resumes B and trains
-steps 2-4. C must repeat A's losses exactly and B must repeat A's first two. A's run
+A trains warmup 1 + 4 measured steps (probing the host after the timed ones); B trains
+steps 0-1 and saves; C resumes B and trains steps 2-4. C must repeat A's losses exactly and
+B must repeat A's first two (the probe leaves training alone). A's run
 folder is checked key by key against the metrics contract. One more world runs PP2 to see
 per-microbatch phases and pipeline traffic on their lanes.
 """
@@ -60,6 +61,7 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             profile_steps=2,
             model_flops_per_iteration=1e9,
             peak_flops_per_rank=1e12,
+            host_probe=True,
         )
     )
     part = execute(
@@ -109,6 +111,11 @@ def test_run_folder_holds_the_metrics_contract(fsdp_runs: dict) -> None:
     ops = {(c["op"], c["group"]) for c in m["collectives"]}
     assert {("all_gather", "dp-cp"), ("reduce_scatter", "dp-cp")} <= ops  # FSDP2
     assert all(c["bytes"] > 0 and c["count"] > 0 for c in m["collectives"])
+    # the host probe after each timed step (not the profiled ones), a fraction of a step
+    assert len(m["host_probe_s"]) == 2 and all(0 < p < 0.1 for p in m["host_probe_s"])
+    assert m["host_probe_p50_s"] == pytest.approx(sum(m["host_probe_s"]) / 2)
+    unprobed = json.loads((fsdp_runs["root"] / "b" / "metrics.json").read_text())
+    assert "host_probe_s" not in unprobed
     assert serde.load(PlanBundle, out / "plan.json") == bundle(dp=2, distributed_optimizer=True)
     timeline = serde.load(Timeline, out / "measured.json")
     assert timeline.ranks_shown == (0, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -16,6 +17,7 @@ from profiles.profiler.framework import (
     time_framework_overheads,
     time_fsdp,
     time_functional,
+    time_host_probe,
 )
 from profiles.profiler.run import _max_agree
 from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
@@ -127,3 +129,13 @@ def test_functional_collectives_are_timed_against_the_plain_call():
         # four alternating rounds of at least nine samples, each against the plain mean
         assert all(len(samples) >= 4 * 9 for samples in found.values())
         assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
+
+
+def test_the_host_probe_is_timed_as_wall_time():
+    from profiles.host_probe import probe_seconds
+
+    (record,) = time_host_probe(RUN)
+    assert record.quantity == "op_overhead.host_probe"
+    assert len(record.times_s) == 9 and all(0 < t < 0.1 for t in record.times_s)
+    with pytest.raises(ValueError, match="calls must be >= 1"):
+        probe_seconds(lambda: None, calls=0)

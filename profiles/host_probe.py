@@ -1,0 +1,60 @@
+"""A fixed piece of host work that tells how fast this host runs right now.
+
+On a shared host the same step runs at different speeds from one moment to the next: other
+tenants take time slices for tens of seconds (on the 2-core reference VM a 256 x 256 GEMM
+loop varied 42-69 ms per 200 calls with no steal time shown), so a run measured in a slow
+spell and a profile measured in a fast one disagree by the spell, not by the model. The
+probe is the same work everywhere it runs: the profiler times it with every rank at once
+(spread ``op_overhead.host_probe``), and the executor, when asked
+(`executor.run.RunConfig.host_probe`), after each timed step, every rank at once. The ratio
+of the two is the host's speed during the run relative to the profile's
+(`reports.fidelity`'s host-speed section).
+
+The work mixes what a CPU training step spends its time on: `PROBE_OPS` dispatch-bound
+element-wise operators on a small tensor and `PROBE_GEMMS` GEMMs of `PROBE_GEMM_SIZE`
+(about 0.5 ms in all on one thread of the reference host).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+PROBE_OPS = 96
+"""Element-wise operators per probe call (dispatch-bound: 256 fp32 values)."""
+PROBE_GEMMS = 4
+"""GEMMs per probe call."""
+PROBE_GEMM_SIZE = 128
+"""Side of the square fp32 GEMMs."""
+PROBE_CALLS = 5
+"""Probe calls per measurement in the executor; their median is the measurement."""
+
+
+def host_probe() -> Callable[[], None]:
+    """One probe call (tensors made once, on the host's CPU whatever the ranks train on)."""
+    small = torch.ones(256)
+    a = torch.randn(PROBE_GEMM_SIZE, PROBE_GEMM_SIZE)
+
+    def probe() -> None:
+        x = small
+        for _ in range(PROBE_OPS):
+            x = x * 1.0001
+        for _ in range(PROBE_GEMMS):
+            torch.mm(a, a)
+
+    return probe
+
+
+def probe_seconds(probe: Callable[[], None], calls: int = PROBE_CALLS) -> float:
+    """Median wall seconds of ``calls`` calls of ``probe``."""
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        probe()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
