@@ -71,6 +71,7 @@ from executor.launch import LaunchError
 from executor.run import RunConfig, execute
 from paraplan.commands.demo import ensure_profile, run_command
 from planner.search import search_plans
+from profiles.host_probe import host_probe
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import time_scaled
@@ -248,7 +249,7 @@ def measure(bundle: PlanBundle, out: Path, settings: Settings) -> Run:
             out_dir=str(out),
             steps=settings.steps,
             warmup=settings.warmup,
-            host_probe=True,
+            host_probe=host_probe,
         )
     )
     metrics = json.loads((out / "metrics.json").read_text())
@@ -576,14 +577,14 @@ def calibrated_section(
         "profile": str(path),
         "pick": pick_details(cal_rows, pick, why),
     }
-    reference = calibration_probe_s(calibration_runs)
-    if reference is None or any(r.host_probe_s is None for r in cal_rows):
-        log.print("  host speed: a run without a host probe; section left out")
+    references = probe_references(profiles, calibration_probe_s(calibration_runs))
+    if references is None or any(r.host_probe_s is None for r in cal_rows):
+        log.print("  host speed: a run or a profile without a host probe; section left out")
         return section
-    speed_rows = at_host_speed(cal_rows, reference)
-    log.print(f"  host speed: calibration runs' probe {reference * 1e3:.3f} ms")
+    speed_rows = at_host_speed(cal_rows, references)
+    log.print(f"  host speed: calibration runs' probe {references[2] * 1e3:.3f} ms")
     speed = _section(speed_rows, pick) | {
-        "reference_probe_s": reference,
+        "reference_probe_s": {str(w): s for w, s in references.items()},
         "pick": pick_details(speed_rows, pick, why),
     }
     return section | {"host_speed": speed}
@@ -596,6 +597,26 @@ def calibration_probe_s(runs: dict[str, list[Run]]) -> float | None:
     if any(p is None or p <= 0 for p in probes):
         return None
     return statistics.geometric_mean(probes)
+
+
+def profile_probe_s(profile: HardwareProfile) -> float | None:
+    """Mean of a profile's host probe (spread ``op_overhead.host_probe``); None without."""
+    found = [s.mean for s in profile.provenance.spread if s.quantity == "op_overhead.host_probe"]
+    return found[0] if found and found[0] > 0 else None
+
+
+def probe_references(profiles: Profiles, calibration_s: float | None) -> dict[int, float] | None:
+    """Per world size, the host probe a run of that size would take at the calibration
+    runs' host speed: theirs (2 ranks), scaled for other world sizes by the ratio of the
+    profiles' own probes (one rank runs the probe alone, two ranks at once). None when the
+    calibration runs or a profile lack the probe."""
+    if calibration_s is None:
+        return None
+    probes = {world: profile_probe_s(profile) for world, (_, profile) in profiles.items()}
+    base = probes.get(2)
+    if base is None or any(p is None for p in probes.values()):
+        return None
+    return {world: calibration_s * p / base for world, p in probes.items() if p is not None}
 
 
 def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: str) -> Profiles:

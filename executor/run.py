@@ -27,7 +27,7 @@ rank), ``memory_source``, ``collectives`` (`executor.measure.collective_ledger`)
 ``profiled_steps`` (indices into ``iteration_time_s``), ``timed_steps`` (the indices the
 statistics use), ``first_step``, ``tokens_per_iteration``, ``world_size``,
 ``model_flops_per_iteration`` and ``peak_flops_per_rank``; with `RunConfig.host_probe`
-also ``host_probe_s`` and ``host_probe_p50_s`` (`profiles.host_probe`).
+also ``host_probe_s`` and ``host_probe_p50_s``.
 
 Peak memory: on CUDA the caching allocator's peak (``max_memory_allocated``). On CPU the
 profiler's memory events, which count only what is allocated while a profiler runs: the
@@ -69,7 +69,6 @@ from executor.measure import (
     rank_trace,
     step_stats,
 )
-from profiles.host_probe import host_probe, probe_seconds
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
@@ -118,6 +117,10 @@ Setup = Callable[[PlanBundle, RankInfo, int], RankSetup]
 """Builds a rank's engine from (bundle, rank info, seed); must be a module-level function."""
 
 
+PROBE_CALLS = 5
+"""Host-probe calls after each unprofiled step (`RunConfig.host_probe`); their median counts."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunConfig:
     """Everything `execute` needs."""
@@ -148,10 +151,12 @@ class RunConfig:
     """Measured steps (the last ones) run under the trace profiler."""
     setup: Setup | None = None
     """Engine builder; None means `engine_setup`."""
-    host_probe: bool = False
-    """After each timed step, every rank times `profiles.host_probe` (outside the step's
-    clock) and the ranks meet at a barrier, so the next step starts together: how fast the
-    host ran during the run (``metrics.json`` ``host_probe_s``)."""
+    host_probe: Callable[[], Callable[[], None]] | None = None
+    """Builder of a fixed piece of host work (`profiles.host_probe.host_probe`; a
+    module-level function, so it travels to spawned ranks). When set, every rank times
+    `PROBE_CALLS` calls of it after each unprofiled step (outside the step's clock) and the
+    ranks meet at a barrier, so the next step starts together: how fast the host ran during
+    the run (``metrics.json`` ``host_probe_s``); None: no probe."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -423,7 +428,7 @@ def _measured_steps(
     times, probes, losses = [], [], []
     profiled_from = config.steps - min(config.profile_steps, config.steps)
     profiler = None
-    probe = host_probe() if config.host_probe else None
+    probe = config.host_probe() if config.host_probe is not None else None
     for i in range(config.steps):
         if i == profiled_from:
             base_bytes = _live_bytes(setup)
@@ -433,7 +438,7 @@ def _measured_steps(
         times.append(seconds)
         losses.append(loss)
         if probe is not None and profiler is None:
-            probes.append(probe_seconds(probe))
+            probes.append(_probe_s(probe))
             if info.world_size > 1:
                 dist.barrier()
     trace_json: dict[str, Any] = {}
@@ -445,6 +450,16 @@ def _measured_steps(
         trace_json = json.loads(path.read_text())
         memory.note(base_bytes, trace_json)
     return times, probes, losses, trace_json
+
+
+def _probe_s(probe: Callable[[], None]) -> float:
+    """Median wall seconds of `PROBE_CALLS` calls of the host probe."""
+    samples = []
+    for _ in range(PROBE_CALLS):
+        start = time.perf_counter()
+        probe()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
 
 
 def _probe_metrics(reports: list[_RankReport]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ tenants take time slices for tens of seconds (on the 2-core reference VM a 256 x
 loop varied 42-69 ms per 200 calls with no steal time shown), so a run measured in a slow
 spell and a profile measured in a fast one disagree by the spell, not by the model. The
 probe is the same work everywhere it runs: the profiler times it with every rank at once
-(spread ``op_overhead.host_probe``), and the executor, when asked
-(`executor.run.RunConfig.host_probe`), after each timed step, every rank at once. The ratio
+(spread ``op_overhead.host_probe``), and the executor, when handed this module's
+`host_probe` (`executor.run.RunConfig.host_probe`), after each timed step, every rank at
+once. The ratio
 of the two is the host's speed during the run relative to the profile's
 (`reports.fidelity`'s host-speed section).
 
@@ -17,8 +18,6 @@ element-wise operators on a small tensor and `PROBE_GEMMS` GEMMs of `PROBE_GEMM_
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -29,8 +28,6 @@ PROBE_GEMMS = 4
 """GEMMs per probe call."""
 PROBE_GEMM_SIZE = 128
 """Side of the square fp32 GEMMs."""
-PROBE_CALLS = 5
-"""Probe calls per measurement in the executor; their median is the measurement."""
 
 
 def host_probe() -> Callable[[], None]:
@@ -46,15 +43,3 @@ def host_probe() -> Callable[[], None]:
             torch.mm(a, a)
 
     return probe
-
-
-def probe_seconds(probe: Callable[[], None], calls: int = PROBE_CALLS) -> float:
-    """Median wall seconds of ``calls`` calls of ``probe``."""
-    if calls < 1:
-        raise ValueError(f"calls must be >= 1, got {calls}")
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        probe()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)

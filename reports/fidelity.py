@@ -32,7 +32,7 @@ Conventions:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -217,24 +217,31 @@ def summarize(rows: Sequence[FidelityRow], pick: str | None = None) -> FidelityS
     )
 
 
-def at_host_speed(rows: Sequence[FidelityRow], reference_probe_s: float) -> list[FidelityRow]:
+def at_host_speed(
+    rows: Sequence[FidelityRow], references_s: Mapping[int, float]
+) -> list[FidelityRow]:
     """``rows`` predicted at the host speed of their own runs: each prediction, made at the
-    speed where the host probe took ``reference_probe_s``, times the run's probe over it.
-    Raises `SpecError` for a row whose run did not probe."""
-    if not reference_probe_s > 0:
-        raise SpecError(f"reference_probe_s must be > 0, got {reference_probe_s}")
+    speed where the host probe of a run of its world size takes ``references_s[world]``,
+    times the run's probe over that. Raises `SpecError` for a row whose run did not probe
+    or whose world size has no positive reference."""
     unprobed = [r.name for r in rows if r.host_probe_s is None]
     if unprobed:
         raise SpecError(
             f"runs without a host probe: {', '.join(unprobed)}; execute with "
-            "RunConfig(host_probe=True)"
+            "RunConfig(host_probe=profiles.host_probe.host_probe)"
+        )
+    missing = sorted({r.world_size for r in rows if not references_s.get(r.world_size, 0) > 0})
+    if missing:
+        raise SpecError(
+            f"no positive reference probe for world sizes {missing} (have "
+            f"{dict(references_s)}); profile those world sizes with this version"
         )
     return [
         replace(
             r,
             predicted_time_s=None
             if r.predicted_time_s is None
-            else r.predicted_time_s * r.host_probe_s / reference_probe_s,
+            else r.predicted_time_s * r.host_probe_s / references_s[r.world_size],
         )
         for r in rows
     ]

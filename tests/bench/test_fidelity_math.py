@@ -153,15 +153,17 @@ def test_predictions_at_each_runs_host_speed() -> None:
     fast = dataclasses.replace(row("fast", 1.0, 0.8), host_probe_s=1e-3)
     slow = dataclasses.replace(row("slow", 1.5, 0.8), host_probe_s=1.5e-3)
     refused = dataclasses.replace(row("refused", 1.0, None), host_probe_s=2e-3)
-    out = at_host_speed([fast, slow, refused], reference_probe_s=1e-3)
-    # the same prediction, at a host 1.5x slower during the second run
-    assert [r.predicted_time_s for r in out] == pytest.approx([0.8, 1.2, None])
-    assert [r.measured_time_s for r in out] == [1.0, 1.5, 1.0]  # measurements untouched
+    one_rank = dataclasses.replace(row("w1", 1.0, 0.8), host_probe_s=1e-3, world_size=1)
+    out = at_host_speed([fast, slow, refused, one_rank], {2: 1e-3, 1: 0.5e-3})
+    # the same prediction, at a host 1.5x slower during the second run; one rank probes
+    # alone, twice as fast as two at once at the same host speed
+    assert [r.predicted_time_s for r in out] == pytest.approx([0.8, 1.2, None, 1.6])
+    assert [r.measured_time_s for r in out] == [1.0, 1.5, 1.0, 1.0]  # measurements untouched
     assert out[1].time_error == pytest.approx(-0.2)
     with pytest.raises(SpecError, match="runs without a host probe: a"):
-        at_host_speed([row("a", 1.0, 1.0)], reference_probe_s=1e-3)
-    with pytest.raises(SpecError, match="reference_probe_s must be > 0"):
-        at_host_speed([fast], reference_probe_s=0.0)
+        at_host_speed([row("a", 1.0, 1.0)], {2: 1e-3})
+    with pytest.raises(SpecError, match=r"no positive reference probe for world sizes \[1\]"):
+        at_host_speed([fast, one_rank], {2: 1e-3, 1: 0.0})
 
 
 def test_the_calibrated_speed_is_the_fastest_calibration_runs_probe(bench: ModuleType) -> None:
@@ -173,6 +175,27 @@ def test_the_calibrated_speed_is_the_fastest_calibration_runs_probe(bench: Modul
     assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # sqrt(1e-3 * 4e-3)
     runs[second].append(bench.Run(0.25, 0.01, None))
     assert bench.calibration_probe_s(runs) is None
+
+
+def test_probe_references_follow_the_profiles_probes(bench: ModuleType) -> None:
+    from profiles.schema import MeasurementSpread
+
+    stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
+    base = bench.load_profile(str(stored))
+
+    def probing(mean_s: float):
+        spread = MeasurementSpread(
+            quantity="op_overhead.host_probe", unit="s", num_samples=9, mean=mean_s,
+            stdev=0.0, min=mean_s, max=mean_s,
+        )  # fmt: skip
+        provenance = dataclasses.replace(base.provenance, spread=(spread,))
+        return dataclasses.replace(base, provenance=provenance)
+
+    profiles = {2: ("two", probing(0.8e-3)), 1: ("one", probing(0.4e-3))}
+    refs = bench.probe_references(profiles, 1.2e-3)
+    assert refs == pytest.approx({2: 1.2e-3, 1: 0.6e-3})
+    assert bench.probe_references(profiles, None) is None
+    assert bench.probe_references({2: ("two", base)}, 1.2e-3) is None  # no probe measured
 
 
 # ---- the suite of bench/fidelity.py ----------------------------------------------------

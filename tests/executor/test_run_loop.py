@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from executor.run import RunConfig, execute, prepare
+from profiles.host_probe import host_probe
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -61,7 +62,7 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
             profile_steps=2,
             model_flops_per_iteration=1e9,
             peak_flops_per_rank=1e12,
-            host_probe=True,
+            host_probe=host_probe,
         )
     )
     part = execute(

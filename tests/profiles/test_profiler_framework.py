@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -56,6 +55,7 @@ def test_dtensor_points_need_a_process_group():
         "autograd_backward_call",
         "checkpoint_tensor",
         "checkpoint_call",
+        "host_probe",  # no process group needed
     ]
 
 
@@ -132,10 +132,6 @@ def test_functional_collectives_are_timed_against_the_plain_call():
 
 
 def test_the_host_probe_is_timed_as_wall_time():
-    from profiles.host_probe import probe_seconds
-
     (record,) = time_host_probe(RUN)
     assert record.quantity == "op_overhead.host_probe"
     assert len(record.times_s) == 9 and all(0 < t < 0.1 for t in record.times_s)
-    with pytest.raises(ValueError, match="calls must be >= 1"):
-        probe_seconds(lambda: None, calls=0)
