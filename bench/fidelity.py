@@ -532,6 +532,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--render", metavar="RESULT.json", help="print a saved result (WORK/fidelity.json) again"
     )
     args = parser.parse_args(argv)
+    if args.render and not Path(args.render).is_file():
+        parser.error(f"--render {args.render}: no such file (a bench writes WORK/fidelity.json)")
     if not 1 <= args.repeats <= args.max_repeats:
         parser.error(
             f"need 1 <= --repeats <= --max-repeats, got {args.repeats} and {args.max_repeats}"

@@ -367,3 +367,9 @@ def test_calibration_needs_every_calibration_case_measured(
         bench.calibrate_profile(
             stored, {first: [bench.Run(seconds=0.1, gib=0.01, probe_s=None)]}, settings, console
         )
+
+
+def test_render_of_a_missing_result_is_a_usage_error(bench: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(["--render", str(tmp_path / "fidelity.json")])
+    assert stop.value.code == 2
