@@ -202,6 +202,11 @@ def prepare(config: RunConfig) -> DataSource:
             f"steps ({config.steps}) must be >= 1, warmup ({config.warmup}) and profile_steps "
             f"({config.profile_steps}) >= 0"
         )
+    if config.host_probe is not None and config.steps <= config.profile_steps:
+        raise SpecError(
+            f"the host probe runs after unprofiled steps, and all {config.steps} measured steps "
+            f"are profiled (profile_steps {config.profile_steps}); measure more steps"
+        )
     if not under_torchrun(os.environ):
         check_local_launch(b.plan.world_size)
     source = resolve_data(config.data, vocab_size=b.model.vocab_size, seq_length=b.job.seq_length)

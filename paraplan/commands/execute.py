@@ -24,6 +24,7 @@ from costmodel.estimate import estimate_to_json, simulate_plan
 from costmodel.flops import model_flops_per_iteration
 from executor.launch import LaunchError
 from executor.run import RunConfig, RunSummary, execute
+from profiles.host_probe import host_probe
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
@@ -48,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: a synthetic stream the model can learn",
     )
     parser.add_argument("--seed", type=int, default=0, help="weights and synthetic data seed")
+    parser.add_argument(
+        "--host-probe",
+        action="store_true",
+        help="time a fixed piece of host work after each unprofiled step (metrics.json "
+        "host_probe_s): how fast a shared host ran during the run",
+    )
     parser.add_argument("--save", metavar="DIR", help="write a checkpoint here after the last step")
     parser.add_argument("--resume", metavar="DIR", help="continue from a checkpoint of --save")
     parser.add_argument(
@@ -83,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         save_dir=args.save,
         resume_dir=args.resume,
+        host_probe=host_probe if args.host_probe else None,
         peak_flops_per_rank=_peak_flops(bundle, profile, args.peak_tflops),
         model_flops_per_iteration=model_flops_per_iteration(
             bundle.model, bundle.job.seq_length, bundle.job.global_batch_size

@@ -97,6 +97,15 @@ def test_text_data_run_with_mfu_then_checked_resume(tmp_path: Path, capsys) -> N
         _run(*argv, "--resume", str(ckpt), "--seed", "3")
 
 
+def test_host_probe_after_unprofiled_steps(tmp_path: Path) -> None:
+    plan, out = _plan_file(tmp_path), tmp_path / "run"
+    with pytest.raises(SpecError, match="all 2 measured steps are profiled"):
+        _run(plan, "--steps", "2", "--host-probe", "--out", str(out))
+    assert _run(plan, "--steps", "3", "--warmup", "0", "--host-probe", "--out", str(out)) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["host_probe_s"]) == 1 and metrics["host_probe_p50_s"] > 0
+
+
 @pytest.mark.slow
 def test_a_failing_rank_ends_the_job_with_its_error(tmp_path: Path, capsys) -> None:
     # Rank 1 reads samples 2-3 of step 0; a token id of 900 >= vocab 512 sits in sample 3.
