@@ -295,7 +295,7 @@ def measure_rounds(
     log: Console,
     failures: list[dict[str, str]],
 ) -> dict[str, list[Run]]:
-    """Every case's runs (median s, peak GiB), round by round until each is `settled`: a
+    """Every case's `Run`s, round by round until each is `settled`: a
     slow spell of the host lands on different cases in different rounds. Every failed run
     is listed in ``failures``; a case runs again in the next round until it has failed
     `MAX_FAILED_RUNS` times (a gloo connection on a loaded host may reset once), and a case
@@ -473,11 +473,11 @@ def calibrate_profile(
     folders = []
     for case in CALIBRATION_CASES:
         medians = [r.seconds for r in runs[case.name]]
-        fastest = medians.index(min(medians))
-        out = run_folder(settings, case, fastest)
+        best = medians.index(min(medians))
+        out = run_folder(settings, case, best)
         predict(bundle_of(case, str(profile_path), settings.precision), base, out)
         log.print(
-            f"  calibration run {case.name} ({case.plan.label()}): {medians[fastest]:.4f} s "
+            f"  calibration run {case.name} ({case.plan.label()}): {medians[best]:.4f} s "
             f"(fastest of {len(medians)})"
         )
         folders.append(str(out))
