@@ -6,10 +6,10 @@ loop varied 42-69 ms per 200 calls with no steal time shown), so a run measured 
 spell and a profile measured in a fast one disagree by the spell, not by the model. The
 probe is the same work everywhere it runs: the profiler times it with every rank at once
 (spread ``op_overhead.host_probe``), and the executor, when handed this module's
-`host_probe` (`executor.run.RunConfig.host_probe`), after each timed step, every rank at
-once. The ratio
-of the two is the host's speed during the run relative to the profile's
-(`reports.fidelity`'s host-speed section).
+`host_probe` (`executor.run.RunConfig.host_probe`), after each unprofiled step, every rank
+at once. A run's probe over a reference (in the fidelity bench, the calibration runs'
+probe; for another world size scaled by the ratio of the profiles' own probes) is the
+host's speed during that run relative to the reference (`reports.fidelity.at_host_speed`).
 
 The work mixes what a CPU training step spends its time on: `PROBE_OPS` dispatch-bound
 element-wise operators on a small tensor and `PROBE_GEMMS` GEMMs of `PROBE_GEMM_SIZE`
