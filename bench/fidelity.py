@@ -2,7 +2,7 @@
 of small-model plans executed on this machine.
 
     .venv/bin/python bench/fidelity.py [--json] [--markdown] [--quick] [--calibrate]
-                                       [--repeats N] [--max-repeats M] [--work DIR]
+                                       [--repeats N] [--work DIR]
                                        [--no-coverage] [--render RESULT.json]
 
 Order of a run:
@@ -14,13 +14,12 @@ Order of a run:
 2. execute every plan of `timing_suite` (world sizes 1 and 2: this machine has two cores)
    with the executor, round by round, and predict it with the cost model on the profile
    of its world size;
-   the measured iteration time is the fastest over the runs of the median of each run's
-   unprofiled timed steps (other load on a shared host only adds time), the measured
-   memory the first run's fullest rank's peak. Every plan runs ``--repeats`` times (3 by
-   default); a plan whose fastest median is not yet confirmed by a second run within 5%
-   (`reports.fidelity.settled`) runs again in the next round, up to ``--max-repeats`` (6):
-   a slow spell of a shared host lasts tens of seconds to minutes, so one more round
-   usually lands outside it. Rows keep their run count and run-to-run spread;
+   every plan runs ``--repeats`` times (5 by default), one run of each plan per round, so
+   a spell of a shared host (fast or slow, tens of seconds to minutes) lands on different
+   plans in different rounds. A run's time is the median of its unprofiled timed steps; the
+   plan's measured iteration time is that of its middle run
+   (`reports.fidelity.median_run`), the measured memory the first run's fullest rank's
+   peak. Rows keep their run count and run-to-run spread;
 3. search the plans of the suite's main group (tiny, 2 ranks, the suite's job) with
    `planner.search.search_plans`; its pick is executed too unless it is one of the suite's
    plans, and the pick rule compares it with the fastest measured plan of the group;
@@ -29,11 +28,10 @@ Order of a run:
 5. unless ``--no-coverage`` or ``--quick``: the world-size-4 plans of `coverage_suite`
    (4 ranks on 2 cores, so their times measure contention as much as the plan), predicted
    on a 4-rank profile (``WORK/profile-4.json``), summarized separately;
-6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`, runs
-   that are not in the suite (another sequence length) but run in the suite's rounds
-   (settled like the suite's plans, so their fastest runs come from the same spells of
-   the host as the suite's), the fastest run of each fitted; every figure is given again
-   with the calibrated predictions.
+6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`: other
+   plans of the suite's job, not in the suite, run in the suite's rounds (so their runs
+   see the same spells of the host as the suite's), the middle run of each fitted; every
+   figure is given again with the calibrated predictions.
 
 ``--quick`` measures fewer steps, runs each plan once and skips the coverage plans. The
 machine may be shared: the load average at the start and the end is part of the output. The
@@ -78,9 +76,9 @@ from reports.calibrate import time_scaled
 from reports.fidelity import (
     FidelityRow,
     at_host_speed,
+    median_run,
     repeat_spread,
     row_to_json,
-    settled,
     summarize,
     summary_to_json,
 )
@@ -171,12 +169,11 @@ def coverage_suite() -> tuple[Case, ...]:
 
 
 CALIBRATION_CASES = (
-    Case(name="cal-dp2-mbs2", model="tiny", plan=_p(dp=2, micro_batch_size=2), covers=(),
-         seq_length=256),
-    Case(name="cal-pp2-mbs2", model="tiny", plan=_p(pp=2, micro_batch_size=2), covers=(),
-         seq_length=256),
-)  # fmt: skip
-"""Runs the calibration fits on: another sequence length, so none is a run of the suite."""
+    Case(name="cal-dp2-mbs2", model="tiny", plan=_p(dp=2, micro_batch_size=2), covers=()),
+    Case(name="cal-pp2-mbs2", model="tiny", plan=_p(pp=2, micro_batch_size=2), covers=()),
+)
+"""Runs the calibration fits on: the suite's job with plans the suite does not run, as a
+team calibrates on a few short runs of the job it is about to size."""
 
 
 class Run(NamedTuple):
@@ -203,14 +200,7 @@ class Settings:
     precision: str
     """Job precision: fp32 on CPU ranks, bf16 on GPUs."""
     repeats: int = 1
-    """Fewest runs per plan; the measured iteration is the fastest of their medians."""
-    max_repeats: int = 1
-    """Most runs per plan while its fastest median is unconfirmed (`settled`)."""
-
-    def settled(self, runs: list[Run]) -> bool:
-        """True when a plan with these runs needs no further run."""
-        medians_s = [r.seconds for r in runs]
-        return settled(medians_s, min_runs=self.repeats, max_runs=self.max_repeats)
+    """Runs per plan; the measured iteration is that of the middle one (`typical`)."""
 
 
 def bundle_of(case: Case, hardware: str, precision: str) -> PlanBundle:
@@ -282,10 +272,10 @@ def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
     return settings.work / "runs" / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
 
 
-def fastest(runs: list[Run]) -> Run:
-    """The run with the fastest median: other load on a shared host only ever adds time, so
-    the fastest run is the plan's own."""
-    return min(runs, key=lambda r: r.seconds)
+def typical(runs: list[Run]) -> Run:
+    """The middle run by its median step (`reports.fidelity.median_run`): the plan at the
+    host's usual speed, neither in a fast nor in a slow spell."""
+    return runs[median_run([r.seconds for r in runs])]
 
 
 def measure_rounds(
@@ -295,18 +285,18 @@ def measure_rounds(
     log: Console,
     failures: list[dict[str, str]],
 ) -> dict[str, list[Run]]:
-    """Every case's `Run`s, round by round until each is `settled`: a
-    slow spell of the host lands on different cases in different rounds. Every failed run
-    is listed in ``failures``; a case runs again in the next round until it has failed
+    """Every case's `Run`s, ``settings.repeats`` of each, one run of each case per round: a
+    spell of the host lands on different cases in different rounds. Every failed run is
+    listed in ``failures``; a case runs again in a further round until it has failed
     `MAX_FAILED_RUNS` times (a gloo connection on a loaded host may reset once), and a case
     without a single good run is left out of the result."""
     runs: dict[str, list[Run]] = {c.name: [] for c in cases}
     failed: dict[str, int] = {}
-    for k in range(settings.max_repeats):
+    for k in range(settings.repeats + MAX_FAILED_RUNS):
         pending = [
             c
             for c in cases
-            if failed.get(c.name, 0) < MAX_FAILED_RUNS and not settings.settled(runs[c.name])
+            if failed.get(c.name, 0) < MAX_FAILED_RUNS and len(runs[c.name]) < settings.repeats
         ]
         for i, case in enumerate(pending, 1):
             start = time.perf_counter()
@@ -348,8 +338,9 @@ def run_case(
     failures: list[dict[str, str]],
     note: str = "",
 ) -> FidelityRow:
-    """Execute (until settled) and predict one case; its run folder is ``WORK/runs/<name>``.
-    Failed runs are listed in ``failures``; raises `SpecError` when none succeeded."""
+    """Execute (`Settings.repeats` runs) and predict one case; its run folder is
+    ``WORK/runs/<name>``. Failed runs are listed in ``failures``; raises `SpecError` when
+    none succeeded."""
     runs = measure_rounds((case,), profiles, settings, log, failures)
     if case.name not in runs:
         raise SpecError(f"executing {case.name} ({case.plan.label()}) failed: {failures[-1]}")
@@ -366,7 +357,7 @@ def case_row(
     """The row of a measured case, predicted into its first run folder."""
     hardware, profile = profile_for(profiles, case)
     bundle = bundle_of(case, hardware, settings.precision)
-    best = fastest(runs)
+    best = typical(runs)
     predicted_s, predicted_gib, why = predict(bundle, profile, run_folder(settings, case, 0))
     return FidelityRow(
         runs=len(runs),
@@ -457,8 +448,9 @@ def calibrate_profile(
     settings: Settings,
     log: Console,
 ) -> Path:
-    """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the fastest run of
-    each of `CALIBRATION_CASES` (``runs``: measured in the suite's rounds, `run_bench`)."""
+    """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the middle run
+    (`typical`) of each of `CALIBRATION_CASES` (``runs``: measured in the suite's rounds,
+    `run_bench`)."""
     try:
         command = importlib.import_module("paraplan.commands.calibrate")
     except ModuleNotFoundError as exc:
@@ -473,12 +465,12 @@ def calibrate_profile(
     folders = []
     for case in CALIBRATION_CASES:
         medians = [r.seconds for r in runs[case.name]]
-        best = medians.index(min(medians))
+        best = median_run(medians)
         out = run_folder(settings, case, best)
         predict(bundle_of(case, str(profile_path), settings.precision), base, out)
         log.print(
             f"  calibration run {case.name} ({case.plan.label()}): {medians[best]:.4f} s "
-            f"(fastest of {len(medians)})"
+            f"(middle of {len(medians)})"
         )
         folders.append(str(out))
     path = settings.work / "profile-calibrated.json"
@@ -518,14 +510,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--repeats",
         type=int,
-        default=3,
-        help="fewest runs per plan, round by round; the fastest median counts (3; --quick: 1)",
-    )
-    parser.add_argument(
-        "--max-repeats",
-        type=int,
-        default=6,
-        help="most runs per plan while its fastest median is not confirmed within 5%% (6)",
+        default=5,
+        help="runs per plan, round by round; the middle run counts (5; --quick: 1)",
     )
     parser.add_argument("--work", default="runs/fidelity", help="work folder (runs/fidelity)")
     parser.add_argument(
@@ -534,10 +520,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.render and not Path(args.render).is_file():
         parser.error(f"--render {args.render}: no such file (a bench writes WORK/fidelity.json)")
-    if not 1 <= args.repeats <= args.max_repeats:
-        parser.error(
-            f"need 1 <= --repeats <= --max-repeats, got {args.repeats} and {args.max_repeats}"
-        )
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
     return args
 
 
@@ -594,8 +578,8 @@ def calibrated_section(
 
 def calibration_probe_s(runs: dict[str, list[Run]]) -> float | None:
     """Geometric mean of the host probes of the calibration runs the fit uses (each case's
-    fastest): the host speed the calibrated profile describes. None when one lacks it."""
-    probes = [fastest(runs[c.name]).probe_s for c in CALIBRATION_CASES]
+    `typical`): the host speed the calibrated profile describes. None when one lacks it."""
+    probes = [typical(runs[c.name]).probe_s for c in CALIBRATION_CASES]
     if any(p is None or p <= 0 for p in probes):
         return None
     return statistics.geometric_mean(probes)
@@ -664,7 +648,6 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         warmup=1 if args.quick else 2,
         precision="bf16" if torch.cuda.is_available() else "fp32",
         repeats=1 if args.quick else args.repeats,
-        max_repeats=1 if args.quick else args.max_repeats,
     )
     settings.work.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()

@@ -21,12 +21,14 @@ Conventions:
   host probe (`profiles.host_probe`), and `at_host_speed` predicts every row at its run's
   speed relative to a reference probe (the calibration runs'): the measured times stay
   as measured.
-- Repeated runs: a plan's measured time is the fastest of its runs' medians (other load on
-  a shared host only adds time). The runs of a plan are `settled` once the fastest is
-  confirmed by a second run within `CONFIRM_TOLERANCE`, or at the most runs allowed; the
-  row keeps how many runs it took and their `repeat_spread` (second fastest over fastest),
-  and the summary the median spread: the run-to-run noise of the machine, below which no
-  prediction error can be told apart.
+- Repeated runs: a plan runs several times, round by round over the whole suite, and its
+  measured time is its `median_run`: the run whose median step is the middle one. A
+  shared virtual machine has fast spells as well as slow ones (one plan's runs differ by
+  up to a third), so the middle run describes the host's usual state, and the calibration
+  runs are read the same way. The row keeps how many runs it took and their
+  `repeat_spread` (median absolute deviation over the median), and the summary the median
+  spread: the run-to-run noise of the machine, below which no prediction error can be
+  told apart.
 """
 
 from __future__ import annotations
@@ -44,8 +46,6 @@ from specs.errors import SpecError
 
 PICK_TOLERANCE = 0.05
 """Slack of the pick rule: the pick may be this fraction slower than the best measured."""
-CONFIRM_TOLERANCE = 0.05
-"""A plan's fastest run is confirmed by a second run at most this fraction slower."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,9 +73,9 @@ class FidelityRow:
     note: str = ""
     """Why a prediction is missing, or how the plan entered the suite."""
     runs: int = 1
-    """Executed runs of the plan; ``measured_time_s`` is the fastest of their medians."""
+    """Executed runs of the plan; ``measured_time_s`` is their `median_run`'s median."""
     repeat_spread: float | None = None
-    """Second-fastest run's median over the fastest, minus 1; None with a single run."""
+    """`repeat_spread` of the runs' medians; None with a single run."""
     host_probe_s: float | None = None
     """The host probe of the run ``measured_time_s`` comes from (`profiles.host_probe`);
     None when the run did not probe."""
@@ -118,35 +118,22 @@ class FidelitySummary:
     """Median over the rows run more than once of their `FidelityRow.repeat_spread`."""
 
 
+def median_run(medians_s: Sequence[float]) -> int:
+    """Index of the middle run by its median step (the lower middle of an even count), the
+    run a plan's measured time comes from. Raises `SpecError` without runs."""
+    if not medians_s:
+        raise SpecError("a plan without a single run has no median run; execute it first")
+    order = sorted(range(len(medians_s)), key=lambda i: medians_s[i])
+    return order[(len(order) - 1) // 2]
+
+
 def repeat_spread(medians_s: Sequence[float]) -> float | None:
-    """How far the second-fastest run of a plan is behind the fastest (a fraction); None
-    under two runs."""
+    """Run-to-run noise of a plan: the median absolute deviation of its runs' medians over
+    their median (a fraction); None under two runs."""
     if len(medians_s) < 2:
         return None
-    fastest, second = sorted(medians_s)[:2]
-    return second / fastest - 1
-
-
-def settled(
-    medians_s: Sequence[float],
-    *,
-    min_runs: int,
-    max_runs: int,
-    tolerance: float = CONFIRM_TOLERANCE,
-) -> bool:
-    """True when a plan needs no further run: ``max_runs`` are done, or at least
-    ``min_runs`` and the fastest median is confirmed by a second within ``tolerance``."""
-    if not 1 <= min_runs <= max_runs:
-        raise SpecError(
-            f"repeats need 1 <= min_runs <= max_runs, got {min_runs} and {max_runs}; "
-            "raise the most runs allowed or lower the fewest"
-        )
-    if len(medians_s) >= max_runs:
-        return True
-    if len(medians_s) < min_runs:
-        return False
-    spread = repeat_spread(medians_s)
-    return spread is not None and spread <= tolerance
+    middle = float(np.median(medians_s))
+    return float(np.median([abs(m - middle) for m in medians_s])) / middle
 
 
 def _present(values: Iterable[float | None]) -> list[float]:
@@ -310,7 +297,7 @@ def row_cells(row: dict[str, Any]) -> list[str]:
 
 
 def _runs(runs: int, spread: float | None) -> str:
-    return str(runs) if spread is None else f"{runs} ({_pct(spread)})"
+    return str(runs) if spread is None else f"{runs} (±{spread * 100:.1f}%)"
 
 
 COLUMNS = (

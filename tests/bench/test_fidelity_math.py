@@ -18,12 +18,12 @@ from reports.fidelity import (
     at_host_speed,
     kendall_tau,
     median_abs,
+    median_run,
     percentile_abs,
     pick_within,
     repeat_spread,
     row_cells,
     row_to_json,
-    settled,
     summarize,
     summary_text,
     summary_to_json,
@@ -166,10 +166,10 @@ def test_predictions_at_each_runs_host_speed() -> None:
         at_host_speed([fast, one_rank], {2: 1e-3, 1: 0.0})
 
 
-def test_the_calibrated_speed_is_the_fastest_calibration_runs_probe(bench: ModuleType) -> None:
+def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: ModuleType) -> None:
     first, second = (c.name for c in bench.CALIBRATION_CASES)
     runs = {
-        first: [bench.Run(0.2, 0.01, 4e-3), bench.Run(0.1, 0.01, 1e-3)],
+        first: [bench.Run(0.3, 0.01, 9e-3), bench.Run(0.1, 0.01, 5e-3), bench.Run(0.2, 0.01, 1e-3)],
         second: [bench.Run(0.3, 0.01, 4e-3)],
     }
     assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # sqrt(1e-3 * 4e-3)
@@ -279,21 +279,19 @@ def test_text_cells_and_summary_line() -> None:
 # ---- repeated runs ------------------------------------------------------------------------
 
 
-def test_repeat_spread_is_second_fastest_over_fastest() -> None:
-    assert repeat_spread([0.3, 0.2, 0.21]) == pytest.approx(0.05)  # 0.21 / 0.2 - 1
+def test_repeat_spread_is_the_median_absolute_deviation_over_the_median() -> None:
+    # median 0.21; deviations 0.09, 0.01, 0, 0.01, 0.03 -> median 0.01
+    assert repeat_spread([0.3, 0.2, 0.21, 0.22, 0.18]) == pytest.approx(0.01 / 0.21)
     assert repeat_spread([0.2]) is None
     assert repeat_spread([0.2, 0.2]) == 0.0
 
 
-def test_settled_needs_a_confirmed_fastest_or_the_most_runs() -> None:
-    assert not settled([0.1], min_runs=1, max_runs=3)  # nothing confirms a lone run
-    assert settled([0.1], min_runs=1, max_runs=1)
-    assert not settled([0.1, 0.104], min_runs=3, max_runs=6)  # too few runs yet
-    assert settled([0.1, 0.104, 0.2], min_runs=3, max_runs=6)  # 4% <= 5%
-    assert not settled([0.1, 0.106, 0.2], min_runs=3, max_runs=6)  # 6% > 5%
-    assert settled([0.1, 0.106, 0.2], min_runs=3, max_runs=3)
-    with pytest.raises(SpecError, match="min_runs <= max_runs"):
-        settled([0.1], min_runs=4, max_runs=3)
+def test_the_median_run_is_the_middle_one_or_the_lower_middle() -> None:
+    assert median_run([0.3, 0.1, 0.2]) == 2
+    assert median_run([0.4, 0.1, 0.3, 0.2]) == 3  # lower middle of 0.1 0.2 0.3 0.4
+    assert median_run([0.5]) == 0
+    with pytest.raises(SpecError, match="without a single run"):
+        median_run([])
 
 
 def test_rows_keep_runs_and_the_summary_the_median_spread() -> None:
@@ -305,20 +303,20 @@ def test_rows_keep_runs_and_the_summary_the_median_spread() -> None:
     data = summary_to_json(summarize(rows))
     assert data["median_repeat_spread"] == pytest.approx(0.05)
     assert row_to_json(rows[1])["runs"] == 5
-    assert row_cells(row_to_json(rows[1]))[-1] == "5 (+8.0%)"
+    assert row_cells(row_to_json(rows[1]))[-1] == "5 (±8.0%)"
     assert summary_text(data).endswith("; median run-to-run spread 5.0%")
     assert summary_to_json(summarize(rows[2:]))["median_repeat_spread"] is None
 
 
-def test_rounds_rerun_only_unconfirmed_plans(
+def test_rounds_run_every_plan_its_repeats_and_retry_failures(
     bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, c, d = bench.timing_suite()[:4]
     times = {
-        a.name: [0.10, 0.102, 0.5],
+        a.name: [0.10, 0.102, 0.5, 0.4],
         b.name: [0.3, 0.2, 0.25, 0.4, 0.199],
         c.name: [],  # every run fails
-        d.name: [None, 0.3, 0.305],  # the first run fails (a reset connection), then two
+        d.name: [None, 0.3, 0.305, 0.31, 0.32],  # the first run fails (a reset connection)
     }
     calls: list[tuple[str, str]] = []
 
@@ -331,26 +329,29 @@ def test_rounds_rerun_only_unconfirmed_plans(
         return bench.Run(seconds=value, gib=0.01, probe_s=1e-3)
 
     monkeypatch.setattr(bench, "measure", fake_measure)
-    settings = bench.Settings(
-        work=tmp_path, steps=3, warmup=1, precision="fp32", repeats=2, max_repeats=4
-    )
+    settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32", repeats=3)
     failures: list[dict[str, str]] = []
     console = bench.Console(file=io.StringIO())
     runs = bench.measure_rounds(
         (a, b, c, d), {1: ("cpu", None), 2: ("cpu", None)}, settings, console, failures
     )
-    # a: confirmed after two runs (2%); b: 0.3, 0.2, 0.25 (25% apart), 0.4 -> stops at 4
-    assert [r.seconds for r in runs[a.name]] == [0.10, 0.102]
-    assert [r.seconds for r in runs[b.name]] == [0.3, 0.2, 0.25, 0.4]
+    assert [r.seconds for r in runs[a.name]] == [0.10, 0.102, 0.5]  # three runs each
+    assert [r.seconds for r in runs[b.name]] == [0.3, 0.2, 0.25]
+    assert [r.seconds for r in runs[d.name]] == [0.3, 0.305, 0.31]  # a fourth round for d
     assert c.name not in runs  # two failed runs, none good: left out, not retried again
+    assert bench.typical(runs[b.name]).seconds == 0.25
     assert [f["name"] for f in failures] == [c.name, d.name, c.name]
-    assert [r.seconds for r in runs[d.name]] == [0.3, 0.305]  # the failure does not count
     assert "pair.cc:553" in console.file.getvalue()  # printed as text, not markup
     assert [out for name, out in calls if name == b.name] == [
         b.name,
         f"{b.name}.r1",
         f"{b.name}.r2",
-        f"{b.name}.r3",
+    ]
+    assert [out for name, out in calls if name == d.name] == [
+        d.name,
+        d.name,
+        f"{d.name}.r1",
+        f"{d.name}.r2",
     ]
     # round by round: both plans run before either runs again
     assert [name for name, _ in calls][:4] == [a.name, b.name, c.name, d.name]
