@@ -607,7 +607,7 @@ def probe_references(profiles: Profiles, calibration_s: float | None) -> dict[in
 
 def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: str) -> Profiles:
     """``profiles`` with the 2-rank one replaced by ``calibrated`` and the others scaled by
-    its time scale: the executor model's calibration multiplies every time of a profile by
+    its time scale: the executor model's calibration multiplies every compute time of a profile by
     one factor (`reports.calibrate_time`), read back as the ratio of the op overheads."""
     k = calibrated.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s
     return {

@@ -48,21 +48,22 @@ them, each with a documented fallback for profiles that predate a measurement:
   call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
   104 KiB, back to back: medians 0.7-1.2 ms against 0.2-0.5 ms). ``functional_extra`` is,
   per op, the mean of the spread ``op_overhead.functional_<op>`` (each functional sample
-  less the plain call's mean, over every rank at once in wall time), 0 when not positive.
-  Fallback: none (0).
+  less the plain call's mean, over every rank at once in wall time), 0 when not positive;
+  a collective's time, it is read as measured, like the fits and the excess, not relative
+  to the dispatch. Fallback: none (0).
 - AdamW: `torch.optim.AdamW.step` over parameter tensors is linear in the tensor count
   and the bytes: t = tensors·per_tensor + bytes / rate, fitted by least squares through the
   profile's ``memory.adamw.fp32.<bytes>B`` points (each over `ADAMW_SWEEP_TENSORS`
   tensors; 28 bytes per parameter). Fallback: `ADAMW_OPS_PER_TENSOR` operators of
   ``dispatch_s`` per tensor and the memory-bound bandwidth.
 
-Every host cost read from a spread is taken relative to the plain dispatch measured in
-the same sweep (``op_overhead.add``) and multiplied by ``op_overhead_s``, and every byte
-rate relative to the streaming ``x + y`` of the same sweep (a line through the
-``memory.add.fp32.<bytes>B`` points) and multiplied by the profile's memory-bound
-bandwidth: the figures of one sweep share the host's speed, and a calibration that rescales
-``op_overhead_s`` or ``memory_bandwidth_efficiency`` (`reports.calibrate`) rescales them
-all. The spreads keep the mean of the samples (their median is not stored).
+Every host cost read from a spread (the collectives' apart) is taken relative to the plain
+dispatch measured in the same sweep (``op_overhead.add``) and multiplied by
+``op_overhead_s``, and every byte rate relative to the streaming ``x + y`` of the same sweep
+(a line through the ``memory.add.fp32.<bytes>B`` points) and multiplied by the profile's
+memory-bound bandwidth: the figures of one sweep share the host's speed, and a calibration
+that rescales ``op_overhead_s`` or ``memory_bandwidth_efficiency`` (`reports.calibrate`)
+rescales them all. The spreads keep the mean of the samples (their median is not stored).
 """
 
 from __future__ import annotations
@@ -307,5 +308,8 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         ),
         adamw_Bps=adamw_rate * rate,
         collective_excess=_collective_excess(profile),
-        functional_extra=tuple((op, get(f"functional_{op}", 0.0)) for op in FUNCTIONAL_COLLECTIVES),
+        functional_extra=tuple(
+            (op, max(means.get(f"op_overhead.functional_{op}", 0.0), 0.0))
+            for op in FUNCTIONAL_COLLECTIVES
+        ),
     )

@@ -340,27 +340,27 @@ def apply_factors(
 
 
 def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:
-    """``profile`` with every time multiplied by ``k`` (`reports.calibrate_time`): the
-    factors of `apply_factors` for every dtype, and every collective fit (not only
-    ``send_recv``) k times slower. The typical excess of waited-for collectives (read from
-    the spreads, `costmodel.host_rates`) stays."""
+    """``profile`` with every compute time multiplied by ``k`` (`reports.calibrate_time`):
+    the factors of `apply_factors` for every dtype (GEMM and attention rates and
+    memory-bound bandwidth over k, the op overhead and with it every host rate of
+    `costmodel.host_rates` times k). The collectives keep their measured costs: the α-β
+    fits, the typical excess of a waited-for call and the functional calls' extra."""
     compute = profile.compute
-    factors = Factors(
-        gemm_scale=1 / k,
-        attention_scale=1 / k,
-        memory_bandwidth_scale=1 / k,
-        op_overhead_s=compute.op_overhead_s * k,
-        p2p_time_scale=k,
-    )
-    scaled = apply_factors(
+    return apply_factors(
         profile,
-        factors,
+        time_factors(profile, k),
         gemm_dtypes=compute.gemm_efficiency,
         attention_dtypes={c.dtype for c in compute.attention},
     )
-    fits = tuple(f if f.op == "send_recv" else _slower_fit(f, k) for f in scaled.communication.fits)
-    return dataclasses.replace(
-        scaled, communication=dataclasses.replace(scaled.communication, fits=fits)
+
+
+def time_factors(profile: HardwareProfile, k: float) -> Factors:
+    """The `Factors` of `time_scaled`."""
+    return Factors(
+        gemm_scale=1 / k,
+        attention_scale=1 / k,
+        memory_bandwidth_scale=1 / k,
+        op_overhead_s=profile.compute.op_overhead_s * k,
     )
 
 
@@ -547,19 +547,14 @@ def _calibrate_time(
 
     k = fit_time_scale(profile, measured, predicted, time_scaled)
     fitted = time_scaled(profile, k)
-    factors = Factors(
-        gemm_scale=1 / k,
-        attention_scale=1 / k,
-        memory_bandwidth_scale=1 / k,
-        op_overhead_s=profile.compute.op_overhead_s * k,
-        p2p_time_scale=k,
-    )
+    factors = time_factors(profile, k)
     errors = tuple(
         [_run_error(r, profile, fitted, True, options) for r in runs]
         + [_run_error(r, profile, fitted, False, options) for r in held_out]
     )
     notes = (
-        f"executor model: every time of profile {profile.name!r} x{k:.4g} "
+        f"executor model: every compute time of profile {profile.name!r} x{k:.4g}, "
+        "collectives as measured "
         "(reports.calibrate_time, least squares of log iteration-time ratios)",
         *_notes(profile, factors, (), errors)[2:],
     )

@@ -1,21 +1,27 @@
-"""Calibration of the executor model: one host time scale (`reports.calibrate` for it).
+"""Calibration of the executor model: one compute time scale (`reports.calibrate` for it).
 
-On a CPU every part of a step the executor model prices (operator dispatch, autograd and
-DTensor bookkeeping, kernels, copies, gloo calls) runs on the rank's own core, so when the
-host runs slower or faster than when it was profiled (a shared virtual machine drifts by
-tens of percent within an hour; two ranks on two cores also wait for each other's gloo
-threads) every part changes together. The executor model's calibration therefore fits one
-factor k on the runs' median iteration times, not the five separate factors of the
-Megatron-LM model: those are not identifiable from a few small runs, and the measured
-phases of a profiled CPU step carry the profiler's own per-operator cost.
+On a CPU the compute of a step (operator dispatch, autograd and DTensor bookkeeping,
+kernels, copies) runs on the rank's own core, so when the host runs slower or faster than
+when it was profiled (a shared virtual machine drifts by tens of percent within an hour;
+a training step's kernels and dispatches also run colder than the profiler's loops) every
+part of it changes together. The executor model's calibration therefore fits one factor k
+on the runs' median iteration times, not the five separate factors of the Megatron-LM
+model: those are not identifiable from a few small runs, and the measured phases of a
+profiled CPU step carry the profiler's own per-operator cost.
 
-`reports.calibrate.time_scaled` multiplies every time of a profile by k: the op overhead
-(every host rate of `costmodel.host_rates` is read relative to it), GEMM and attention
-rates and memory-bound bandwidth (over k, through `reports.calibrate.apply_factors`), and
-every collective fit (latency and measured points times k, bus bandwidth over k).
-`fit_time_scale` minimises the sum of squared log-ratios
-of predicted to measured iteration time over the runs (scipy ``minimize_scalar``, bounded
-to `SCALE_BOUNDS`).
+The collectives keep the profile's measured costs: calibration runs are compute-bound
+(their collectives are a few percent of a step), so k says nothing about them, and the
+profile times every collective the way a step waits for it (its mean, the two ranks'
+scheduling included). Scaling them with k over-predicted the collective-bound plans: on
+one bench (k = 1.86) context parallelism came out +54% and tensor parallelism +20%,
+against +22% and +5% with the collectives as measured.
+
+`reports.calibrate.time_scaled` multiplies every compute time of a profile by k: the op
+overhead (every host rate of `costmodel.host_rates` is read relative to it), GEMM and
+attention rates and memory-bound bandwidth (over k, through
+`reports.calibrate.apply_factors`). `fit_time_scale` minimises the sum of squared
+log-ratios of predicted to measured iteration time over the runs (scipy
+``minimize_scalar``, bounded to `SCALE_BOUNDS`).
 """
 
 from __future__ import annotations
