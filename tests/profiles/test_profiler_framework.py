@@ -34,9 +34,11 @@ def test_autograd_backward_splits_into_nodes_and_a_call():
     assert (node.op, call.op) == ("autograd_backward_node", "autograd_backward_call")
     assert node.quantity == "op_overhead.autograd_backward_node"
     assert len(node.times_s) == 9 and all(t >= 0 for t in node.times_s + call.times_s)
-    # A node costs microseconds; one backward() call costs more than one node.
+    # A node costs microseconds; one backward() call costs more than one node. The call is
+    # an intercept, so a busy host scatters its samples down to 0: the mean is the figure
+    # the cost model reads (`costmodel.host_rates`), and the one compared.
     assert 0 < statistics.median(node.times_s) < 1e-3
-    assert statistics.median(call.times_s) > statistics.median(node.times_s)
+    assert statistics.mean(call.times_s) > statistics.median(node.times_s)
 
 
 def test_checkpoint_costs_per_saved_tensor_and_per_call():
