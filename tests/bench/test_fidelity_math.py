@@ -167,12 +167,13 @@ def test_predictions_at_each_runs_host_speed() -> None:
 
 
 def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: ModuleType) -> None:
-    first, second = (c.name for c in bench.CALIBRATION_CASES)
+    first, second, *others = (c.name for c in bench.CALIBRATION_CASES)
     runs = {
         first: [bench.Run(0.3, 0.01, 9e-3), bench.Run(0.1, 0.01, 5e-3), bench.Run(0.2, 0.01, 1e-3)],
         second: [bench.Run(0.3, 0.01, 4e-3)],
+        **{name: [bench.Run(0.3, 0.01, 2e-3)] for name in others},
     }
-    assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # sqrt(1e-3 * 4e-3)
+    assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # geomean of 1, 4, 2, 2 ms
     runs[second].append(bench.Run(0.25, 0.01, None))
     assert bench.calibration_probe_s(runs) is None
 
