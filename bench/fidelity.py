@@ -171,13 +171,15 @@ def coverage_suite() -> tuple[Case, ...]:
 CALIBRATION_CASES = (
     Case(name="cal-dp2-mbs2", model="tiny", plan=_p(dp=2, micro_batch_size=2), covers=()),
     Case(name="cal-pp2-mbs2", model="tiny", plan=_p(pp=2, micro_batch_size=2), covers=()),
-    Case(name="cal-pp2-mbs4", model="tiny", plan=_p(pp=2, micro_batch_size=4), covers=()),
     Case(name="cal-dp2-mbs2-rc-sel", model="tiny",
          plan=_p(dp=2, micro_batch_size=2, recompute="selective"), covers=()),
 )  # fmt: skip
 """Runs the calibration fits on: the suite's job with plans the suite does not run, as a
-team calibrates on a few short runs of the job it is about to size. Four, because one
-plan's middle run still moves by ~10% between benches, and the fitted scale with it."""
+team calibrates on a few short runs of the job it is about to size. Three, because one
+plan's middle run still moves by ~10% between benches, and the fitted scale with it; all at
+micro-batch 2 (pp2 at micro-batch 4 sat 12% above the others after the fit: the model
+under-weights larger GEMMs, as with sequences of 256, which fitted a scale 12-30% below
+the suite's)."""
 
 
 class Run(NamedTuple):

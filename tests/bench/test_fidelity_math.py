@@ -173,7 +173,7 @@ def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: Module
         second: [bench.Run(0.3, 0.01, 4e-3)],
         **{name: [bench.Run(0.3, 0.01, 2e-3)] for name in others},
     }
-    assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # geomean of 1, 4, 2, 2 ms
+    assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # geomean of 1, 4 and 2 ms
     runs[second].append(bench.Run(0.25, 0.01, None))
     assert bench.calibration_probe_s(runs) is None
 
