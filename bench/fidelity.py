@@ -363,18 +363,18 @@ def case_row(
     """The row of a measured case, predicted into its first run folder."""
     hardware, profile = profile_for(profiles, case)
     bundle = bundle_of(case, hardware, settings.precision)
-    best = typical(runs)
+    middle = typical(runs)
     predicted_s, predicted_gib, why = predict(bundle, profile, run_folder(settings, case, 0))
     return FidelityRow(
         runs=len(runs),
         repeat_spread=repeat_spread([r.seconds for r in runs]),
-        host_probe_s=best.probe_s,
+        host_probe_s=middle.probe_s,
         name=case.name,
         group=case.group,
         plan=knob_label(case.plan),
         covers=case.covers,
         world_size=case.plan.world_size,
-        measured_time_s=best.seconds,
+        measured_time_s=middle.seconds,
         predicted_time_s=predicted_s,
         measured_memory_gib=runs[0].gib,
         predicted_memory_gib=predicted_gib,
@@ -471,11 +471,11 @@ def calibrate_profile(
     folders = []
     for case in CALIBRATION_CASES:
         medians = [r.seconds for r in runs[case.name]]
-        best = median_run(medians)
-        out = run_folder(settings, case, best)
+        middle = median_run(medians)
+        out = run_folder(settings, case, middle)
         predict(bundle_of(case, str(profile_path), settings.precision), base, out)
         log.print(
-            f"  calibration run {case.name} ({case.plan.label()}): {medians[best]:.4f} s "
+            f"  calibration run {case.name} ({case.plan.label()}): {medians[middle]:.4f} s "
             f"(middle of {len(medians)})"
         )
         folders.append(str(out))
