@@ -18,23 +18,8 @@ Order of a run (every rank runs `_rank_main`; rank 0 also writes the files):
 6. save a checkpoint when asked; each rank reduces its trace to a small
    `executor.measure.RankTrace`, which rank 0 gathers and merges.
 
-Run folder: ``plan.json`` (the PlanBundle), ``metrics.json``, ``measured.json`` (the
-Timeline of the last profiled step), ``traces/rank{r}.json`` (raw Chrome traces).
-``metrics.json`` keys: ``iteration_time_s`` (every measured step, the slowest rank's time),
-``iteration_time_p50_s``, ``iteration_time_p95_s``, ``tokens_per_s``, ``mfu`` (null without
-a peak or model FLOPs), ``loss`` and ``warmup_loss`` (per step), ``peak_memory_gib`` (per
-rank), ``memory_source``, ``collectives`` (`executor.measure.collective_ledger`),
-``profiled_steps`` (indices into ``iteration_time_s``), ``timed_steps`` (the indices the
-statistics use), ``first_step``, ``tokens_per_iteration``, ``world_size``,
-``model_flops_per_iteration`` and ``peak_flops_per_rank``; with `RunConfig.host_probe`
-also ``host_probe_s`` and ``host_probe_p50_s``.
-
-Peak memory: on CUDA the caching allocator's peak (``max_memory_allocated``). On CPU the
-profiler's memory events, which count only what is allocated while a profiler runs: the
-peak of a profiled window is the bytes of the tensors alive when it begins (weights,
-buffers, gradients, optimizer state; `_live_bytes`) plus the highest allocator total the
-profiler reports inside it. Two windows are watched: the first warmup step, which creates
-the optimizer state and gradient buffers, and the trace window.
+Run folder and ``metrics.json``: `executor.run_folder`.
+Peak memory: `executor.peak_memory`.
 """
 
 from __future__ import annotations
@@ -42,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -54,27 +38,17 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
-from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from executor.checkpoint import check_resumable, checkpoint_meta, load_checkpoint, save_checkpoint
 from executor.data import DataSource, open_stream, rank_batch, resolve_data
 from executor.launch import RankInfo, check_local_launch, launch, set_group_timeouts, under_torchrun
-from executor.measure import (
-    RankTrace,
-    build_timeline,
-    collective_ledger,
-    group_labels,
-    rank_trace,
-    step_stats,
-)
-from specs import serde
+from executor.measure import group_labels, rank_trace
+from executor.peak_memory import MemoryWatch, live_bytes
+from executor.run_folder import RankReport, RunSummary, write_run
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.rules import require_valid_plan
-
-GIB = 2**30
 
 
 class Trainer(Protocol):
@@ -159,37 +133,6 @@ class RunConfig:
     the run (``metrics.json`` ``host_probe_s``); None: no probe."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunSummary:
-    """Headline figures of a finished run (everything else is in the run folder)."""
-
-    out_dir: str
-    """The run folder."""
-    loss: tuple[float, ...]
-    """Loss of each measured step."""
-    iteration_time_p50_s: float
-    """Median iteration time of the timed steps."""
-    tokens_per_s: float
-    """Throughput at the median iteration time."""
-    mfu: float | None
-    """Model FLOPs utilization, None without a peak."""
-    peak_memory_gib: tuple[float, ...]
-    """Peak allocator memory per rank."""
-    next_step: int
-    """The step a resumed run would train next."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _RankReport:
-    rank: int
-    times_s: tuple[float, ...]
-    probe_s: tuple[float, ...]
-    losses: tuple[float, ...]
-    warmup_losses: tuple[float, ...]
-    peak_memory_bytes: int
-    trace: RankTrace
-
-
 # ---- the calling process ---------------------------------------------------------------------
 
 
@@ -236,7 +179,7 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
     device = torch.device(info.device)
     setup = (config.setup or engine_setup)(config.bundle, info, config.seed)
     set_group_timeouts(info.timeout_s)
-    memory = _MemoryWatch(device)
+    memory = MemoryWatch(device)
     b = config.bundle
     stream = open_stream(
         source, vocab_size=b.model.vocab_size, seq_length=b.job.seq_length, seed=config.seed
@@ -257,7 +200,7 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
         tokens = batch(step)
         run = partial(_timed_step, setup.trainer, tokens, step, device)
         # The first step creates optimizer state and gradient buffers: watch its memory.
-        warmup_losses.append((memory.profiled(setup, run) if i == 0 else run())[1])
+        warmup_losses.append((memory.profiled(partial(_live, setup), run) if i == 0 else run())[1])
         step += 1
     times, probes, losses, trace_json = _measured_steps(
         config, setup, batch, step, device, info, memory
@@ -265,7 +208,7 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
     step += config.steps
     if config.save_dir is not None:
         _save(config.save_dir, config, setup, source, step)
-    report = _RankReport(
+    report = RankReport(
         rank=info.rank,
         times_s=tuple(times),
         probe_s=tuple(probes),
@@ -283,69 +226,7 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
     reports = _gather(report, info)
     if reports is None:
         return None
-    return _write_run(config, reports, first_step=first_step, next_step=step)
-
-
-def _write_run(
-    config: RunConfig, reports: list[_RankReport], *, first_step: int, next_step: int
-) -> RunSummary:
-    """Merge the ranks' reports into ``metrics.json``, ``measured.json`` and ``plan.json``."""
-    b, out = config.bundle, Path(config.out_dir)
-    n = config.steps
-    per_step = [max(r.times_s[i] for r in reports) for i in range(n)]
-    profiled = list(range(n - min(config.profile_steps, n), n))
-    timed = [i for i in range(n) if i not in profiled] or list(range(n))
-    stats = step_stats(
-        [per_step[i] for i in timed],
-        tokens_per_iteration=b.job.tokens_per_iteration,
-        world_size=b.plan.world_size,
-        model_flops_per_iteration=config.model_flops_per_iteration,
-        peak_flops_per_rank=config.peak_flops_per_rank,
-    )
-    traces = [r.trace for r in reports]
-    profiled_ids = [first_step + config.warmup + i for i in profiled]
-    peak_gib = [r.peak_memory_bytes / GIB for r in sorted(reports, key=lambda r: r.rank)]
-    cuda = torch.cuda.is_available()
-    metrics = {
-        "iteration_time_s": per_step,
-        "iteration_time_p50_s": stats.p50_s,
-        "iteration_time_p95_s": stats.p95_s,
-        "tokens_per_s": stats.tokens_per_s,
-        "mfu": stats.mfu,
-        "loss": list(reports[0].losses),
-        "warmup_loss": list(reports[0].warmup_losses),
-        "peak_memory_gib": peak_gib,
-        "memory_source": "cuda_allocator" if cuda else "profiler_memory_events",
-        "collectives": collective_ledger(traces, steps=profiled_ids),
-        "profiled_steps": profiled,
-        "timed_steps": timed,
-        "first_step": first_step,
-        "tokens_per_iteration": b.job.tokens_per_iteration,
-        "world_size": b.plan.world_size,
-        "model_flops_per_iteration": config.model_flops_per_iteration,
-        "peak_flops_per_rank": config.peak_flops_per_rank,
-        **_probe_metrics(reports),
-    }
-    timeline = build_timeline(
-        traces,
-        step=profiled_ids[-1] if profiled_ids else -1,
-        iteration_time_s=stats.p50_s,
-        note=f"measured step {profiled_ids[-1] if profiled_ids else '-'} of plan "
-        f"{b.plan.label()}, all {b.plan.world_size} ranks",
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(serde.dumps(b))
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    (out / "measured.json").write_text(serde.dumps(timeline))
-    return RunSummary(
-        out_dir=str(out),
-        loss=reports[0].losses,
-        iteration_time_p50_s=stats.p50_s,
-        tokens_per_s=stats.tokens_per_s,
-        mfu=stats.mfu,
-        peak_memory_gib=tuple(peak_gib),
-        next_step=next_step,
-    )
+    return write_run(config, reports, first_step=first_step, next_step=step)
 
 
 def engine_setup(bundle: PlanBundle, info: RankInfo, seed: int) -> RankSetup:
@@ -425,7 +306,7 @@ def _measured_steps(
     first: int,
     device: torch.device,
     info: RankInfo,
-    memory: _MemoryWatch,
+    memory: MemoryWatch,
 ) -> tuple[list[float], list[float], dict[str, Any]]:
     """Time every measured step, profiling the last ones; returns times, host probes (each
     timed step's, with `RunConfig.host_probe`), losses and the Chrome trace (also written
@@ -436,7 +317,7 @@ def _measured_steps(
     probe = config.host_probe() if config.host_probe is not None else None
     for i in range(config.steps):
         if i == profiled_from:
-            base_bytes = _live_bytes(setup)
+            base_bytes = _live(setup)
             profiler = _trace_profiler(device)
             profiler.start()
         seconds, loss = _timed_step(setup.trainer, batch(first + i), first + i, device)
@@ -457,6 +338,11 @@ def _measured_steps(
     return times, probes, losses, trace_json
 
 
+def _live(setup: RankSetup) -> int:
+    """`live_bytes` of this rank's parts and optimizer."""
+    return live_bytes(setup.parts.values(), setup.trainer.optimizer)
+
+
 def _probe_s(probe: Callable[[], None]) -> float:
     """Median wall seconds of `PROBE_CALLS` calls of the host probe."""
     samples = []
@@ -465,17 +351,6 @@ def _probe_s(probe: Callable[[], None]) -> float:
         probe()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
-
-
-def _probe_metrics(reports: list[_RankReport]) -> dict[str, Any]:
-    """``host_probe_s`` (per unprofiled step, the mean over the ranks) and its median
-    ``host_probe_p50_s``; empty when the ranks did not probe."""
-    if not reports[0].probe_s:
-        return {}
-    per_step = [
-        statistics.fmean(r.probe_s[i] for r in reports) for i in range(len(reports[0].probe_s))
-    ]
-    return {"host_probe_s": per_step, "host_probe_p50_s": statistics.median(per_step)}
 
 
 def _trace_profiler(device: torch.device) -> profile:
@@ -499,89 +374,10 @@ def _flight_records() -> list[dict[str, Any]]:
     return list(json.loads(dump).get("entries", []))
 
 
-def _gather(report: _RankReport, info: RankInfo) -> list[_RankReport] | None:
+def _gather(report: RankReport, info: RankInfo) -> list[RankReport] | None:
     """Every rank's report on rank 0 (None elsewhere)."""
     if info.world_size == 1:
         return [report]
     reports: list[Any] | None = [None] * info.world_size if info.rank == 0 else None
     dist.gather_object(report, reports, dst=0)
     return reports
-
-
-class _MemoryWatch:
-    """Peak allocator memory of this rank (see the module doc)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.peak = 0
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-
-    def profiled(self, setup: RankSetup, run: Callable[[], Any]) -> Any:
-        """Run ``run()`` under a memory-recording profiler (CPU only) and note its peak."""
-        if self.device.type == "cuda":
-            return run()
-        base = _live_bytes(setup)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as session:
-            result = run()
-        with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            session.export_chrome_trace(f.name)
-            self.note(base, json.loads(Path(f.name).read_text()))
-        return result
-
-    def note(self, base_bytes: int, trace_json: Mapping[str, Any]) -> None:
-        """A profiled window that began with ``base_bytes`` of live tensors."""
-        self.peak = max(self.peak, base_bytes + max(_memory_totals(trace_json), default=0))
-
-    def peak_bytes(self) -> int:
-        if self.device.type == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.device))
-        return self.peak
-
-
-def _live_bytes(setup: RankSetup) -> int:
-    """Bytes of this rank's weights, buffers, gradients and optimizer state (each storage
-    once; DTensors by their local shard)."""
-    tensors: list[torch.Tensor] = []
-    for part in setup.parts.values():
-        for param in part.parameters():
-            tensors += [param] if param.grad is None else [param, param.grad]
-        tensors += list(part.buffers())
-    for state in setup.trainer.optimizer.state.values():
-        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
-    storages = {}
-    for t in tensors:
-        storage = (t.to_local() if isinstance(t, DTensor) else t).untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values()) + sum(_ddp_bucket_bytes(p) for p in setup.parts.values())
-
-
-def _ddp_bucket_bytes(module: torch.nn.Module) -> int:
-    """Bytes of a DDP module's gradient buckets: flat buffers its reducer allocates when it
-    wraps the model, before any profiler window, and keeps for the whole run (DDP's own
-    logging data, ``bucket_sizes`` in bytes); 0 for any other module."""
-    if not isinstance(module, DistributedDataParallel):
-        return 0
-    sizes = str(module._get_ddp_logging_data().get("bucket_sizes", ""))
-    return sum(int(size) for size in sizes.split(",") if size.strip())
-
-
-def _memory_totals(trace_json: Mapping[str, Any]) -> list[int]:
-    """The allocator total of every memory event of a profiled window, relative to the
-    total when the window began.
-
-    The CPU allocator's reported total is a process-wide counter of the blocks allocated
-    while any profiler recorded memory, less those of them freed since: blocks allocated
-    in an earlier window and still alive (gradients, optimizer state) stay in it, while
-    `_live_bytes` already counts them. The window's own start, the first event's total
-    less its signed size, is taken off.
-    """
-    events = [
-        e for e in trace_json.get("traceEvents", []) if e.get("name") == "[memory]" and "args" in e
-    ]
-    if not events:
-        return []
-    events.sort(key=lambda e: e.get("ts", 0))
-    first = events[0]["args"]
-    start = int(first.get("Total Allocated", 0)) - int(first.get("Bytes", 0))
-    return [int(e["args"].get("Total Allocated", 0)) - start for e in events]

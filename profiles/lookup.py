@@ -260,3 +260,14 @@ def collective_fit(
             algorithm=end.algorithm,
         )
     return _interpolate_fits(fits[i - 1], fits[i], group_size)
+
+
+HOST_PROBE_QUANTITY = "op_overhead.host_probe"
+"""Spread entry of the profiler's host-probe timing (`profiles.host_probe`)."""
+
+
+def host_probe_s(profile: HardwareProfile) -> float | None:
+    """Mean seconds of one call of the host probe while the profile was measured (every
+    rank at once); None when the profile did not time it."""
+    found = [s.mean for s in profile.provenance.spread if s.quantity == HOST_PROBE_QUANTITY]
+    return found[0] if found and found[0] > 0 else None

@@ -96,13 +96,17 @@ def render_report(
     metrics: Mapping[str, Any] | None = None,
     comparison: Comparison | None = None,
     candidates: Mapping[str, Any] | Sequence[Any] | None = None,
+    host_probe_reference_s: float | None = None,
 ) -> str:
     """The whole report page as one HTML string.
 
     With ``measured`` the page compares prediction and measurement (``comparison`` is
     computed when not given); without it the page shows the prediction alone. ``estimate``
     and ``metrics`` are the JSON objects of a run folder (`reports.run_dir`); a missing key
-    the page needs raises `SpecError`.
+    the page needs raises `SpecError`. ``host_probe_reference_s`` is the host probe of the
+    profile the prediction used (`profiles.lookup.host_probe_s`): with a run that probed the
+    host (``metrics.json`` ``host_probe_p50_s``), the summary shows how fast the host ran
+    during the run against while it was profiled.
     """
     check_estimate(estimate, where="render_report estimate")
     if metrics is not None:
@@ -116,7 +120,7 @@ def render_report(
     )
     kind = "predicted vs measured" if measured is not None else "prediction"
     sections = [
-        _summary(bundle, estimate, metrics, comparison),
+        _summary(bundle, estimate, metrics, comparison, host_probe_reference_s),
         _timelines(predicted, measured, comparison),
         _phases(estimate, comparison),
         _memory(estimate, bundle, comparison),
@@ -196,9 +200,14 @@ def _facts(bundle: PlanBundle, microbatches: int) -> str:
 
 
 def _summary_rows(
-    estimate: Mapping[str, Any], metrics: Mapping[str, Any] | None, c: Comparison | None
+    estimate: Mapping[str, Any],
+    metrics: Mapping[str, Any] | None,
+    c: Comparison | None,
+    probe_reference_s: float | None = None,
 ) -> list[tuple[str, str, str, float | None]]:
-    """(quantity, predicted, measured, error) rows of the summary table."""
+    """(quantity, predicted, measured, error) rows of the summary table; the host probe's
+    row compares the profile's probe (the host speed the prediction assumes) with the
+    run's."""
     iteration = (
         "iteration time",
         format_seconds(c.iteration_time_predicted_s if c else float(estimate["iteration_time_s"])),
@@ -227,6 +236,16 @@ def _summary_rows(
             c.peak_memory_error if c else None,
         )
     )
+    probe_m = metrics.get("host_probe_p50_s") if metrics else None
+    if probe_m is not None:
+        rows.append(
+            (
+                "host probe (host speed)",
+                _opt(probe_reference_s, format_seconds),
+                format_seconds(float(probe_m)),
+                _rel(probe_reference_s, float(probe_m)) if probe_reference_s else None,
+            )
+        )
     return rows
 
 
@@ -243,11 +262,12 @@ def _summary(
     estimate: Mapping[str, Any],
     metrics: Mapping[str, Any] | None,
     c: Comparison | None,
+    probe_reference_s: float | None = None,
 ) -> str:
     microbatches = bundle.plan.num_microbatches(bundle.job.global_batch_size)
     cells = [
         [_cell(q), _cell(p), _cell(m), _error_cell(e)]
-        for q, p, m, e in _summary_rows(estimate, metrics, c)
+        for q, p, m, e in _summary_rows(estimate, metrics, c, probe_reference_s)
     ]
     headers = ["", "predicted", "measured", "error"]
     # A prediction-only page has no measured or error column to fill.
@@ -262,10 +282,18 @@ def _summary(
             f'<div class="verdict {cls}"><b>{escape(c.verdict)}</b>iteration time '
             f"{_pct(c.iteration_time_error)} vs measured</div>"
         )
+    probe_note = (
+        '<p class="note">Host probe: the same fixed host work (<code>profiles.host_probe'
+        "</code>), timed while profiling and after each unprofiled step of the run. Below "
+        "0%, the host ran slower during the run than when it was profiled (other load on a "
+        "shared machine), and every measured time with it.</p>"
+        if metrics and metrics.get("host_probe_p50_s") is not None
+        else ""
+    )
     return (
         '<section id="summary" class="card summary"><h2>Summary</h2>'
         + _facts(bundle, microbatches)
-        + f'<div class="summary-grid">{table}{verdict}</div></section>'
+        + f'<div class="summary-grid">{table}{verdict}</div>{probe_note}</section>'
     )
 
 

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from profiles.lookup import host_probe_s
+from profiles.store import load_profile
 from reports.compare import compare, comparison_to_json
 from reports.html import render_report
 from reports.run_dir import load_run
@@ -33,6 +35,7 @@ def write_report(run: str | Path, output: str | Path | None = None) -> tuple[Pat
     out = Path(output) if output else run_dir.path / "report.html"
     comparison = None
     summary: dict = {}
+    reference_s = _reference_probe_s(run_dir.bundle.cluster.hardware)
     if run_dir.measured is not None:
         comparison = compare(
             run_dir.predicted,
@@ -41,7 +44,7 @@ def write_report(run: str | Path, output: str | Path | None = None) -> tuple[Pat
             estimate=run_dir.estimate,
             metrics=run_dir.metrics,
         )
-        summary = comparison_to_json(comparison)
+        summary = comparison_to_json(comparison) | _probe_json(run_dir.metrics, reference_s)
         (run_dir.path / "comparison.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_traces(run_dir.path, run_dir.predicted, run_dir.measured)
     html = render_report(
@@ -52,12 +55,44 @@ def write_report(run: str | Path, output: str | Path | None = None) -> tuple[Pat
         metrics=run_dir.metrics,
         comparison=comparison,
         candidates=run_dir.candidates,
+        host_probe_reference_s=reference_s,
     )
     try:
         out.write_text(html)
     except OSError as exc:
         raise SpecError(f"cannot write the report to {out}: {exc.strerror or exc}") from exc
     return out, summary
+
+
+def _reference_probe_s(hardware: str) -> float | None:
+    """The host probe of the profile the prediction used; None when that profile did not
+    time it or is no longer where the run's plan.json says (the report then shows the
+    run's probe alone)."""
+    try:
+        return host_probe_s(load_profile(hardware))
+    except SpecError:
+        return None
+
+
+def _probe_json(metrics: dict | None, reference_s: float | None) -> dict:
+    """``host_probe_measured_s`` (the run's median probe) and ``host_probe_reference_s``
+    (the profile's) when the run probed the host."""
+    measured = (metrics or {}).get("host_probe_p50_s")
+    if measured is None:
+        return {}
+    return {"host_probe_measured_s": measured, "host_probe_reference_s": reference_s}
+
+
+def _probe_line(summary: dict) -> str:
+    measured, reference = summary["host_probe_measured_s"], summary["host_probe_reference_s"]
+    if reference is None:
+        return f"host probe: {measured * 1e3:.3f} ms (the profile did not time it)"
+    change = measured / reference - 1
+    speed = f"{abs(change):.0%} {'slower' if change > 0 else 'faster'}"
+    return (
+        f"host probe: {measured * 1e3:.3f} ms during the run, {reference * 1e3:.3f} ms when "
+        f"profiled: the host ran {speed} during the run"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,5 +103,7 @@ def run(args: argparse.Namespace) -> int:
             f"measured {summary['iteration_time_measured_s']:.4g} s "
             f"({summary['iteration_time_error'] * 100:+.1f}%, {summary['verdict']})"
         )
+    if summary.get("host_probe_measured_s") is not None:
+        print(_probe_line(summary))
     print(f"report: {out}")
     return 0

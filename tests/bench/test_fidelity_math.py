@@ -4,11 +4,11 @@ suite of `bench/fidelity.py` (loaded by path: bench/ is not a package)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import importlib
 import io
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -32,7 +32,7 @@ from specs.errors import SpecError
 from specs.plan import ParallelPlan
 from specs.rules import check_plan
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "fidelity.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def row(name: str, measured: float, predicted: float | None, group: str = "g") -> FidelityRow:
@@ -49,15 +49,31 @@ def row(name: str, measured: float, predicted: float | None, group: str = "g") -
     )
 
 
+def _bench_modules() -> tuple[ModuleType, ...]:
+    """bench/fidelity.py and its sibling files, imported as the interpreter running the
+    script imports them (bench/ first on the path)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        return tuple(
+            importlib.import_module(name)
+            for name in ("fidelity_suite", "fidelity_calibration", "fidelity")
+        )
+    finally:
+        sys.path.remove(str(BENCH))
+
+
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_fidelity", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses resolve their module through sys.modules while the file executes
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def suite() -> ModuleType:
+    return _bench_modules()[0]
+
+
+@pytest.fixture(scope="module")
+def bench() -> SimpleNamespace:
+    """Every name of the three files (the script's own last)."""
+    names: dict[str, object] = {}
+    for module in _bench_modules():
+        names |= vars(module)
+    return SimpleNamespace(**names)
 
 
 # ---- errors and percentiles ------------------------------------------------------------
@@ -166,7 +182,7 @@ def test_predictions_at_each_runs_host_speed() -> None:
         at_host_speed([fast, one_rank], {2: 1e-3, 1: 0.0})
 
 
-def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: ModuleType) -> None:
+def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: SimpleNamespace) -> None:
     first, second, *others = (c.name for c in bench.CALIBRATION_CASES)
     runs = {
         first: [bench.Run(0.3, 0.01, 9e-3), bench.Run(0.1, 0.01, 5e-3), bench.Run(0.2, 0.01, 1e-3)],
@@ -178,7 +194,7 @@ def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: Module
     assert bench.calibration_probe_s(runs) is None
 
 
-def test_probe_references_follow_the_profiles_probes(bench: ModuleType) -> None:
+def test_probe_references_follow_the_profiles_probes(bench: SimpleNamespace) -> None:
     from profiles.schema import MeasurementSpread
 
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
@@ -202,7 +218,7 @@ def test_probe_references_follow_the_profiles_probes(bench: ModuleType) -> None:
 # ---- the suite of bench/fidelity.py ----------------------------------------------------
 
 
-def test_timing_suite_covers_the_features(bench: ModuleType) -> None:
+def test_timing_suite_covers_the_features(bench: SimpleNamespace) -> None:
     suite = bench.timing_suite()
     assert len(suite) >= 10
     assert len({c.name for c in suite}) == len(suite)
@@ -227,19 +243,19 @@ def test_timing_suite_covers_the_features(bench: ModuleType) -> None:
     assert {c.plan.world_size for c in bench.coverage_suite()} == {4}
 
 
-def test_every_plan_is_valid(bench: ModuleType) -> None:
+def test_every_plan_is_valid(bench: SimpleNamespace) -> None:
     cases = (*bench.timing_suite(), *bench.coverage_suite(), *bench.CALIBRATION_CASES)
     for case in cases:
         b = bench.bundle_of(case, "h100-sxm-80gb", "fp32")
         assert check_plan(b.model, b.cluster, b.job, b.plan) == [], case.name
 
 
-def test_calibration_runs_are_not_suite_runs(bench: ModuleType) -> None:
+def test_calibration_runs_are_not_suite_runs(bench: SimpleNamespace) -> None:
     suite = {(c.model, c.plan, c.seq_length) for c in bench.timing_suite()}
     assert all((c.model, c.plan, c.seq_length) not in suite for c in bench.CALIBRATION_CASES)
 
 
-def test_pick_reuses_a_suite_run_or_runs_the_new_plan(bench: ModuleType) -> None:
+def test_pick_reuses_a_suite_run_or_runs_the_new_plan(bench: SimpleNamespace) -> None:
     cases = list(bench.timing_suite())
     rows = [row(c.name, 1.0, 1.0, group=c.group) for c in cases]
     ran = []
@@ -259,7 +275,7 @@ def test_pick_reuses_a_suite_run_or_runs_the_new_plan(bench: ModuleType) -> None
     assert bench.pick_details(rows, None, "no fit")["error"] == "no fit"
 
 
-def test_knob_label_names_buckets_and_overlap(bench: ModuleType) -> None:
+def test_knob_label_names_buckets_and_overlap(bench: SimpleNamespace) -> None:
     plan = ParallelPlan(dp=2, ddp_bucket_size=100_000, overlap_grad_reduce=True)
     assert bench.knob_label(plan) == "tp1 pp1 dp2 mbs1 bucket100K overlap-grad-reduce"
 
@@ -310,7 +326,7 @@ def test_rows_keep_runs_and_the_summary_the_median_spread() -> None:
 
 
 def test_rounds_run_every_plan_its_repeats_and_retry_failures(
-    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bench: SimpleNamespace, suite: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, c, d = bench.timing_suite()[:4]
     times = {
@@ -329,7 +345,7 @@ def test_rounds_run_every_plan_its_repeats_and_retry_failures(
             raise bench.SpecError("rank 0 failed: [/gloo/pair.cc:553] Connection reset")
         return bench.Run(seconds=value, gib=0.01, probe_s=1e-3)
 
-    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(suite, "measure", fake_measure)
     settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32", repeats=3)
     failures: list[dict[str, str]] = []
     console = bench.Console(file=io.StringIO())
@@ -359,7 +375,7 @@ def test_rounds_run_every_plan_its_repeats_and_retry_failures(
 
 
 def test_calibration_needs_every_calibration_case_measured(
-    bench: ModuleType, tmp_path: Path
+    bench: SimpleNamespace, tmp_path: Path
 ) -> None:
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
     settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32")
@@ -371,7 +387,9 @@ def test_calibration_needs_every_calibration_case_measured(
         )
 
 
-def test_render_of_a_missing_result_is_a_usage_error(bench: ModuleType, tmp_path: Path) -> None:
+def test_render_of_a_missing_result_is_a_usage_error(
+    bench: SimpleNamespace, tmp_path: Path
+) -> None:
     with pytest.raises(SystemExit) as stop:
         bench.parse_args(["--render", str(tmp_path / "fidelity.json")])
     assert stop.value.code == 2

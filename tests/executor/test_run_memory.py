@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from executor.run import _ddp_bucket_bytes, _memory_totals
+from executor.peak_memory import ddp_bucket_bytes, memory_totals
 
 
 def _event(total: int, nbytes: int, ts: int) -> dict:
@@ -28,8 +28,8 @@ def test_totals_are_relative_to_the_window_start() -> None:
             {"name": "aten::add", "ts": 4},
         ]
     }
-    assert _memory_totals(trace) == [1_000_000, 3_000_000, 2_000_000]
-    assert _memory_totals({"traceEvents": []}) == []
+    assert memory_totals(trace) == [1_000_000, 3_000_000, 2_000_000]
+    assert memory_totals({"traceEvents": []}) == []
 
 
 def test_a_second_profiled_window_does_not_count_the_first_ones_tensors_again(
@@ -44,12 +44,12 @@ def test_a_second_profiled_window_does_not_count_the_first_ones_tensors_again(
     for name, session, peak in (("first", first, 2**20), ("second", second, 2**18)):
         path = tmp_path / f"{name}.json"
         session.export_chrome_trace(str(path))
-        assert max(_memory_totals(json.loads(path.read_text()))) == peak
+        assert max(memory_totals(json.loads(path.read_text()))) == peak
 
 
 def test_ddp_buckets_are_counted_from_ddp_logging_data(one_rank_group) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(100, 200), torch.nn.Linear(200, 10))
     params_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.05)
-    assert _ddp_bucket_bytes(ddp) == params_bytes  # one fp32 gradient slot per parameter
-    assert _ddp_bucket_bytes(model) == 0
+    assert ddp_bucket_bytes(ddp) == params_bytes  # one fp32 gradient slot per parameter
+    assert ddp_bucket_bytes(model) == 0

@@ -16,6 +16,7 @@ from profiles.lookup import (
     collective_time_s,
     gemm_efficiency,
     gpus_per_node,
+    host_probe_s,
     memory_bandwidth_Bps,
     peak_flops,
 )
@@ -27,6 +28,7 @@ from profiles.schema import (
     DeviceSpec,
     EfficiencyPoint,
     HardwareProfile,
+    MeasurementSpread,
     Provenance,
     TimePoint,
     Topology,
@@ -356,3 +358,18 @@ def test_collective_time_is_alpha_plus_bytes_over_busbw() -> None:
     assert collective_time_s(fit, 1e9) == pytest.approx(10e-6 + 1e9 * 1.75 / 100e9)
     with pytest.raises(SpecError, match="size_bytes must be >= 0"):
         collective_time_s(fit, -1)
+
+
+def test_host_probe_is_read_from_the_spread_when_timed():
+    assert host_probe_s(H100) is None  # a datasheet profile never timed the host
+
+    def with_probe(mean: float) -> HardwareProfile:
+        entry = MeasurementSpread(
+            quantity="op_overhead.host_probe", unit="s", num_samples=30, mean=mean,
+            stdev=0.0, min=mean, max=mean,
+        )  # fmt: skip
+        provenance = dataclasses.replace(H100.provenance, spread=(*H100.provenance.spread, entry))
+        return dataclasses.replace(H100, provenance=provenance)
+
+    assert host_probe_s(with_probe(6.3e-4)) == pytest.approx(6.3e-4)
+    assert host_probe_s(with_probe(0.0)) is None

@@ -229,3 +229,20 @@ def test_estimate_without_a_needed_key_is_named(sample_run: Any) -> None:
     estimate = {k: v for k, v in sample_run.estimate.items() if k != "tokens_per_s"}
     with pytest.raises(SpecError, match="missing key 'tokens_per_s'"):
         render_report(sample_run.bundle, estimate, sample_run.predicted)
+
+
+def test_host_probe_row_compares_the_run_with_the_profile(sample_run: Any) -> None:
+    r = sample_run
+    metrics = {**r.metrics, "host_probe_p50_s": 8e-4}
+    page = render_report(
+        r.bundle, r.estimate, r.predicted, r.measured, metrics, host_probe_reference_s=6e-4
+    )
+    row = re.search(r"<tr><td>host probe \(host speed\)</td>(.*?)</tr>", page)
+    assert row is not None
+    # the run's probe took a third longer: the host ran slower than when it was profiled
+    assert "600 µs" in row.group(1) and "800 µs" in row.group(1)
+    assert "-25.0%" in row.group(1) and 'class="bad"' in row.group(1)
+    assert "Below 0%, the host ran slower" in page
+    no_reference = render_report(r.bundle, r.estimate, r.predicted, r.measured, metrics)
+    assert "<tr><td>host probe (host speed)</td><td>–</td>" in no_reference
+    assert "host probe" not in full_page(r)  # the run did not probe: no row, no note
