@@ -38,23 +38,19 @@ them, each with a documented fallback for profiles that predate a measurement:
   per checkpointed call (spreads ``op_overhead.checkpoint_tensor`` and ``..._call``).
   Fallback: three dispatches per tensor (two pack hooks and an unpack hook), nothing per call.
 - collectives: the profile's α-β fits describe each point's fastest sample (the wire
-  time, `profiles.profiler.timing`); a training step calls each collective after some
-  compute and waits for it, and pays the two ranks' scheduling on top (one reaches the
-  call later, or its communication thread is woken later). ``collective_excess`` is, per
-  (op, group size), the mean of the spread ``op_overhead.waited_<op>.<ranks>``: plain calls
-  right after a GEMM, less the GEMM and the fastest back-to-back call
-  (`profiles.profiler.waited`), added to every call the executor waits for. Where a profile
-  lacks that point (send_recv, other group sizes, older profiles) it is the median over
-  the sweep's message sizes of the spread's mean less its minimum: back-to-back calls,
-  which put all_to_all's at 0.18 ms and all_reduce's at 1.65 ms on the development VM
-  where, after compute, the two cost alike (`profiles.profiler.waited`). Fallback: none.
+  time, `profiles.profiler.timing`); a training step waits for every call, so on average it
+  pays the mean. ``collective_excess`` is, per (op, group size), the median over the
+  message sizes of the spread's mean less its minimum (the two ranks' scheduling on a
+  shared host: one reaches the call later or is woken later), added to every call the
+  executor waits for. Fallback: none.
 - functional collectives: DTensor's redistributions and the executor's ``funcol`` calls
   (TP, SP, CP, MoE tokens) go through ``torch.distributed._functional_collectives``, whose
-  call and ``wait_tensor`` cost more than the plain call. ``functional_extra`` is, per op,
-  the mean of the spread ``op_overhead.functional_<op>`` (each functional call after the
-  GEMM less the plain call's mean after the same GEMM, over every rank at once in wall
-  time), 0 when not positive; a collective's time, it is read as measured, like the fits
-  and the excess, not relative to the dispatch. Fallback: none (0).
+  call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
+  104 KiB, back to back: medians 0.7-1.2 ms against 0.2-0.5 ms). ``functional_extra`` is,
+  per op, the mean of the spread ``op_overhead.functional_<op>`` (each functional sample
+  less the plain call's mean, over every rank at once in wall time), 0 when not positive;
+  a collective's time, it is read as measured, like the fits and the excess, not relative
+  to the dispatch. Fallback: none (0).
 - AdamW: `torch.optim.AdamW.step` over parameter tensors is linear in the tensor count
   and the bytes: t = tensors·per_tensor + bytes / rate, fitted by least squares through the
   profile's ``memory.adamw.fp32.<bytes>B`` points (each over `ADAMW_SWEEP_TENSORS`
@@ -97,7 +93,7 @@ weight, `profiles.profiler.framework.FSDP_PROBE_BYTES`): their collective is alr
 ``fsdp_gather_s`` and ``fsdp_reduce_s``."""
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """Collectives whose functional form (``torch.distributed._functional_collectives``) the
-profiler times against the plain call (`profiles.profiler.waited`)."""
+profiler times against the plain call (`profiles.profiler.framework.time_functional`)."""
 DTENSOR_ADAMW_OPS = 7
 """AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
 counter and its ``item``), for the fallback."""
@@ -255,21 +251,14 @@ def _elementwise(profile: HardwareProfile, scale: float, rate: float) -> tuple[f
 
 
 def _collective_excess(profile: HardwareProfile) -> tuple[tuple[str, int, float], ...]:
-    """Per (op, group size), the mean of the waited calls, else the median of mean - min
-    over the sweep's message sizes (module doc)."""
-    swept: dict[tuple[str, int], list[float]] = {}
-    excess: dict[tuple[str, int], float] = {}
+    """Per (op, group size), the median of mean - min over the spread's message sizes."""
+    excess: dict[tuple[str, int], list[float]] = {}
     for s in profile.provenance.spread:
         match = re.fullmatch(r"(\w+)\.(intra|inter)\.(\d+)\.(\d+)B", s.quantity)
         if match and match.group(2) == "intra":
             key = (match.group(1), int(match.group(3)))
-            swept.setdefault(key, []).append(max(s.mean - s.min, 0.0))
-        waited = re.fullmatch(r"op_overhead\.waited_(\w+)\.(\d+)", s.quantity)
-        if waited:
-            excess[(waited.group(1), int(waited.group(2)))] = max(s.mean, 0.0)
-    for key, values in swept.items():
-        excess.setdefault(key, statistics.median(values))
-    return tuple((op, n, seconds) for (op, n), seconds in sorted(excess.items()))
+            excess.setdefault(key, []).append(max(s.mean - s.min, 0.0))
+    return tuple((op, n, statistics.median(v)) for (op, n), v in sorted(excess.items()))
 
 
 def host_rates(profile: HardwareProfile) -> HostRates:

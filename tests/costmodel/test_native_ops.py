@@ -119,24 +119,6 @@ def test_waited_collectives_pay_their_typical_excess():
     assert rates.excess_s("all_gather", 2) == 0.0 and rates.excess_s("all_reduce", 1) == 0.0
 
 
-def test_a_waited_call_after_compute_sets_the_excess_of_its_group_size():
-    # the sweep's back-to-back spread says 1.0 ms; the calls after a GEMM say 0.3 ms at two
-    # ranks (profiles.profiler.waited): that wins at 2, the sweep keeps the other sizes
-    entries = (
-        spread("all_reduce.intra.2.1024B", 1.5e-3, 0.5e-3),
-        spread("all_reduce.intra.4.1024B", 1.5e-3, 0.5e-3),
-        spread("op_overhead.waited_all_reduce.2", 0.3e-3),
-        spread("op_overhead.waited_all_to_all.2", 1.2e-3),
-        spread("op_overhead.waited_all_gather.2", -0.1e-3),  # noise below the wire time
-    )
-    rates = host_rates(cpu_profile(extra=entries))
-    assert rates.excess_s("all_reduce", 2) == pytest.approx(0.3e-3)
-    assert rates.excess_s("all_reduce", 4) == pytest.approx(1.0e-3)
-    assert rates.excess_s("all_to_all", 2) == pytest.approx(1.2e-3)
-    assert rates.excess_s("all_to_all", 4) == pytest.approx(1.2e-3)  # nearest measured
-    assert rates.excess_s("all_gather", 2) == 0.0
-
-
 def test_functional_collectives_pay_their_measured_extra():
     # op_overhead.add is the profile's dispatch here, so the spreads are read as measured
     entries = (

@@ -15,11 +15,11 @@ from profiles.profiler.framework import (
     time_dtensor,
     time_framework_overheads,
     time_fsdp,
+    time_functional,
     time_host_probe,
 )
 from profiles.profiler.run import _max_agree
 from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
-from profiles.profiler.waited import time_waited_collectives
 from tests.executor.spawn_utils import run_world
 
 TINY_BUDGET = Budget(
@@ -105,33 +105,32 @@ def test_the_cost_model_knows_the_probe_module_size():
 
 def test_the_cost_model_reads_every_functional_collective_the_profiler_times():
     from costmodel.host_rates import FUNCTIONAL_COLLECTIVES
-    from profiles.profiler.waited import FUNCTIONAL_OPS
+    from profiles.profiler.framework import FUNCTIONAL_OPS
 
     assert FUNCTIONAL_COLLECTIVES == FUNCTIONAL_OPS
 
 
-def _waited_rank(rank: int, save) -> None:
+def _functional_rank(rank: int, save) -> None:
     # the ranks must agree on every repeat plan, as the profiler's do, or their calls differ
     agree = _max_agree(dist.group.WORLD)
-    records = time_waited_collectives(dataclasses.replace(RUN, agree=agree))
-    save({r.quantity: r.times_s for r in records})
+    records = time_functional(dataclasses.replace(RUN, agree=agree))
+    save({r.op: r.times_s for r in records})
 
 
-def test_waited_collectives_are_timed_after_compute_and_against_the_plain_call():
-    assert time_waited_collectives(RUN) == ()  # no process group: nothing to time
-    results, error = run_world(2, _waited_rank)
+def test_functional_collectives_are_timed_against_the_plain_call():
+    assert time_functional(RUN) == ()  # no process group: nothing to time
+    results, error = run_world(2, _functional_rank)
     assert error is None, error[-2500:]
-    ops = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
     for found in results:
-        assert set(found) == {f"op_overhead.waited_{op}.2" for op in ops} | {
-            f"op_overhead.functional_{op}" for op in ops
+        assert set(found) == {
+            "functional_all_reduce",
+            "functional_all_gather",
+            "functional_reduce_scatter",
+            "functional_all_to_all",
         }
-        # four alternating rounds of at least nine samples, each against a mean
+        # four alternating rounds of at least nine samples, each against the plain mean
         assert all(len(samples) >= 4 * 9 for samples in found.values())
         assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
-        # less the GEMM and the fastest back-to-back call, a waited call still costs
-        # something on average: both ranks must reach it, and that is never free
-        assert all(statistics.mean(found[f"op_overhead.waited_{op}.2"]) > 0 for op in ops)
 
 
 def test_the_host_probe_is_timed_as_wall_time():
