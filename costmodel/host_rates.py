@@ -51,6 +51,14 @@ them, each with a documented fallback for profiles that predate a measurement:
   less the plain call's mean, over every rank at once in wall time), 0 when not positive;
   a collective's time, it is read as measured, like the fits and the excess, not relative
   to the dispatch. Fallback: none (0).
+- DTensor redistributions (the executor's tensor and sequence parallelism issue every
+  ``tp`` collective through one): ``redistribute_extra`` is, per op of
+  `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
+  (a redistribution less the functional call's mean, `profiles.profiler.collective_forms`)
+  less the DTensor operator and the ``to_local`` the layer counts already charge for it,
+  0 when not positive. It is host work (DTensor's Python, layout copies), so it is read
+  relative to the dispatch like DTensor's other figures, not as measured like the
+  functional extra. Fallback: none (0).
 - AdamW: `torch.optim.AdamW.step` over parameter tensors is linear in the tensor count
   and the bytes: t = tensors·per_tensor + bytes / rate, fitted by least squares through the
   profile's ``memory.adamw.fp32.<bytes>B`` points (each over `ADAMW_SWEEP_TENSORS`
@@ -93,7 +101,10 @@ weight, `profiles.profiler.framework.FSDP_PROBE_BYTES`): their collective is alr
 ``fsdp_gather_s`` and ``fsdp_reduce_s``."""
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """Collectives whose functional form (``torch.distributed._functional_collectives``) the
-profiler times against the plain call (`profiles.profiler.framework.time_functional`)."""
+profiler times against the plain call (`profiles.profiler.collective_forms`)."""
+REDISTRIBUTION_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+"""Collectives the profiler times as DTensor redistributions against the functional call
+(`profiles.profiler.collective_forms`)."""
 DTENSOR_ADAMW_OPS = 7
 """AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
 counter and its ``item``), for the fallback."""
@@ -171,6 +182,13 @@ class HostRates:
     """(op, group size, seconds) a waited-for call costs beyond the α-β fit."""
     functional_extra: tuple[tuple[str, float], ...] = ()
     """(op, seconds) a functional collective call costs beyond the plain one."""
+    redistribute_extra: tuple[tuple[str, float], ...] = ()
+    """(op, seconds) a DTensor redistribution costs beyond its functional call, net of the
+    DTensor operator and ``to_local`` counted with the layer."""
+
+    def redistribute_s(self, op: str) -> float:
+        """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
+        return next((s for o, s in self.redistribute_extra if o == op), 0.0)
 
     def functional_s(self, op: str) -> float:
         """`functional_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -312,4 +330,20 @@ def host_rates(profile: HardwareProfile) -> HostRates:
             (op, max(means.get(f"op_overhead.functional_{op}", 0.0), 0.0))
             for op in FUNCTIONAL_COLLECTIVES
         ),
+        redistribute_extra=_redistribute_extra(
+            means, scale, dtensor["dtensor_forward"] + dtensor["dtensor_to_local"]
+        ),
+    )
+
+
+def _redistribute_extra(
+    means: dict[str, float], scale: float, counted_s: float
+) -> tuple[tuple[str, float], ...]:
+    """Per op, the measured redistribution extra (relative to the dispatch, as DTensor's
+    other host costs) less ``counted_s`` (module doc); ops the profile did not time are
+    left out."""
+    return tuple(
+        (op, max(means[f"op_overhead.redistribute_{op}"] * scale - counted_s, 0.0))
+        for op in REDISTRIBUTION_COLLECTIVES
+        if f"op_overhead.redistribute_{op}" in means
     )

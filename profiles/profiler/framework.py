@@ -39,20 +39,13 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   multiplication of the chain), the slope between the two chain lengths, and
   ``checkpoint_call`` the cost per checkpointed call, the intercept.
 
-- functional collectives (``torch.distributed._functional_collectives``: DTensor's
-  redistributions, the executor's context- and expert-parallel exchanges): for each op of
-  `FUNCTIONAL_OPS`, over every rank at once (wall time) at `FUNCTIONAL_PROBE_BYTES`, the
-  functional call and its ``wait_tensor`` against the plain ``torch.distributed`` call the
-  collective sweep times, alternating for `FUNCTIONAL_ROUNDS` rounds (a slow spell of the
-  host then hits both forms); ``functional_<op>`` is each functional sample
-  less the plain call's mean, so its mean is the difference of the two means: what a
-  training step pays per call on top of the plain call's typical cost. Left out on one
-  rank.
+- the functional and DTensor forms of the collectives (`profiles.profiler.collective_forms`):
+  ``functional_<op>`` and ``redistribute_<op>``.
 
 - the host probe (`profiles.host_probe`): ``host_probe`` is one call of the probe, every
   rank at once, the reference the executor's per-run probe is read against.
 
-The DTensor, FSDP2 and functional-collective points need an initialized process group
+The DTensor, FSDP2 and collective-form points need an initialized process group
 (every rank of a profiling world has one); without it they are left out.
 """
 
@@ -65,6 +58,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
@@ -79,14 +73,6 @@ FSDP_BLOCK_WIDTH = 8
 FSDP_TENSORS = 9
 """Weights per block of the many-tensor FSDP2 timing (a Llama layer's count: four
 attention and three MLP matrices, two norms)."""
-FUNCTIONAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-"""Collectives timed in functional and plain form (`costmodel.host_rates` reads them)."""
-FUNCTIONAL_PROBE_BYTES = 1 << 16
-"""Size of the functional-collective probe (nccl-tests convention): small enough that the
-call's host cost, not the wire, dominates, as for the executor's per-layer exchanges."""
-FUNCTIONAL_ROUNDS = 4
-"""Alternating rounds of plain and functional samples per op: both forms' calls have heavy
-tails on a shared host, and their means are what a training step pays."""
 FSDP_PROBE_BYTES = FSDP_BLOCK_WIDTH * FSDP_BLOCK_WIDTH * 4
 """Bytes one probe module gathers or reduces (fp32): the collective the ``fsdp_gather``
 and ``fsdp_reduce`` figures already hold."""
@@ -251,49 +237,6 @@ def time_fsdp(run: Runner) -> tuple[OverheadTiming, ...]:
     )
 
 
-def _functional_call(op: str, elements: int, group: dist.ProcessGroup, run: Runner):
-    """One functional ``op`` over ``elements`` fp32 values (nccl-tests sizes), waited for."""
-    from torch.distributed import _functional_collectives as funcol
-
-    x = torch.zeros(elements, dtype=torch.float32, device=run.device)
-    part = torch.zeros(elements // dist.get_world_size(group), device=run.device)
-    calls = {
-        "all_reduce": lambda: funcol.all_reduce(x, "sum", group),
-        "all_gather": lambda: funcol.all_gather_single(part, 0, group),
-        "reduce_scatter": lambda: funcol.reduce_scatter_single(x, "sum", 0, group),
-        "all_to_all": lambda: funcol.all_to_all_single(x, None, None, group),
-    }
-    call = calls[op]
-    return lambda: funcol.wait_tensor(call())
-
-
-def time_functional(run: Runner) -> tuple[OverheadTiming, ...]:
-    """Extra cost of a functional collective call over the plain one (module doc); empty
-    without a process group of several ranks."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return ()
-    from profiles.profiler.comm import collective_call, message_elements
-
-    group, world = dist.group.WORLD, dist.get_world_size()
-    members, rank = tuple(range(world)), dist.get_rank()
-    run = dataclasses.replace(run, clock=WALL_CLOCK)
-    elements = message_elements(FUNCTIONAL_PROBE_BYTES, world)
-    timings = []
-    for op in FUNCTIONAL_OPS:
-        plain = collective_call(op, FUNCTIONAL_PROBE_BYTES, group, members, rank, run.device)
-        functional = _functional_call(op, elements, group, run)
-        plain_s: list[float] = []
-        functional_s: list[float] = []
-        for _ in range(FUNCTIONAL_ROUNDS):
-            plain_s += run.time(plain)
-            functional_s += run.time(functional)
-        base = statistics.mean(plain_s)
-        timings.append(
-            OverheadTiming(op=f"functional_{op}", times_s=tuple(t - base for t in functional_s))
-        )
-    return tuple(timings)
-
-
 def time_checkpoint(run: Runner) -> tuple[OverheadTiming, ...]:
     """Non-reentrant activation checkpointing costs (see the module doc)."""
     from torch.utils.checkpoint import checkpoint
@@ -331,7 +274,7 @@ def time_host_probe(run: Runner) -> tuple[OverheadTiming, ...]:
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
-    """The autograd, checkpoint, DTensor, FSDP2, functional-collective and host-probe points
+    """The autograd, checkpoint, DTensor, FSDP2, collective-form and host-probe points
     of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
@@ -340,6 +283,6 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_checkpoint(run),
         *time_dtensor(run, call_s),
         *time_fsdp(run),
-        *time_functional(run),
+        *time_collective_forms(run),
         *time_host_probe(run),
     )

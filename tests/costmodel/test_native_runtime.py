@@ -305,6 +305,32 @@ def test_functional_collectives_pay_the_measured_extra_per_call():
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
 
 
+def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_parallel_not():
+    # op_overhead.add is the profile's dispatch here (scale 1); the DTensor operator and
+    # to_local the layers already count are taken out of the measured 400 µs
+    extra = (
+        spread("op_overhead.redistribute_all_reduce", 400e-6),
+        spread("op_overhead.redistribute_all_gather", 400e-6),
+        spread("op_overhead.redistribute_reduce_scatter", 400e-6),
+    )
+    slower = cpu_profile(extra=extra)
+    rates = host_rates(slower)
+    net = 400e-6 - rates.dtensor_forward_s - rates.dtensor_to_local_s
+    assert rates.redistribute_s("all_reduce") == pytest.approx(net)
+    assert rates.redistribute_s("all_to_all") == 0.0  # never a redistribution
+    tp = ParallelPlan(tp=2)
+    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    b = simulate_iteration(TINY, JOB, tp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
+    # per microbatch the 30 all-reduces above and the head's all-gather of the logits
+    assert extra_tp == pytest.approx(8 * (4 * 7 + 2 + 1) * net, rel=1e-6)
+    # context parallelism gathers K and V with the executor's own functional calls
+    cp = ParallelPlan(cp=2)
+    c = simulate_iteration(TINY, JOB, cp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    d = simulate_iteration(TINY, JOB, cp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
+
+
 # Peak tensor bytes of one rank measured on the executor (torch 2.13, 2026-11-29): live
 # tensors at the start of a steady-state step plus the profiler's largest allocator total
 # in the step less its first (the executor's own figure also re-adds the AdamW state

@@ -8,6 +8,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
+from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
 from profiles.profiler.framework import (
     time_autograd,
@@ -15,7 +16,6 @@ from profiles.profiler.framework import (
     time_dtensor,
     time_framework_overheads,
     time_fsdp,
-    time_functional,
     time_host_probe,
 )
 from profiles.profiler.run import _max_agree
@@ -105,21 +105,28 @@ def test_the_cost_model_knows_the_probe_module_size():
 
 def test_the_cost_model_reads_every_functional_collective_the_profiler_times():
     from costmodel.host_rates import FUNCTIONAL_COLLECTIVES
-    from profiles.profiler.framework import FUNCTIONAL_OPS
+    from profiles.profiler.collective_forms import FUNCTIONAL_OPS
 
     assert FUNCTIONAL_COLLECTIVES == FUNCTIONAL_OPS
 
 
-def _functional_rank(rank: int, save) -> None:
+def test_the_cost_model_reads_every_redistribution_the_profiler_times():
+    from costmodel.host_rates import REDISTRIBUTION_COLLECTIVES
+    from profiles.profiler.collective_forms import REDISTRIBUTIONS
+
+    assert REDISTRIBUTION_COLLECTIVES == REDISTRIBUTIONS
+
+
+def _forms_rank(rank: int, save) -> None:
     # the ranks must agree on every repeat plan, as the profiler's do, or their calls differ
     agree = _max_agree(dist.group.WORLD)
-    records = time_functional(dataclasses.replace(RUN, agree=agree))
+    records = time_collective_forms(dataclasses.replace(RUN, agree=agree))
     save({r.op: r.times_s for r in records})
 
 
-def test_functional_collectives_are_timed_against_the_plain_call():
-    assert time_functional(RUN) == ()  # no process group: nothing to time
-    results, error = run_world(2, _functional_rank)
+def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form():
+    assert time_collective_forms(RUN) == ()  # no process group: nothing to time
+    results, error = run_world(2, _forms_rank)
     assert error is None, error[-2500:]
     for found in results:
         assert set(found) == {
@@ -127,10 +134,17 @@ def test_functional_collectives_are_timed_against_the_plain_call():
             "functional_all_gather",
             "functional_reduce_scatter",
             "functional_all_to_all",
+            "redistribute_all_reduce",
+            "redistribute_all_gather",
+            "redistribute_reduce_scatter",
         }
-        # four alternating rounds of at least nine samples, each against the plain mean
+        # four alternating rounds of at least nine samples, each against the simpler mean
         assert all(len(samples) >= 4 * 9 for samples in found.values())
         assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
+        # DTensor plans the redistribution in Python and copies a sequence shard into
+        # place: on average it costs more than the functional call it issues
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            assert statistics.mean(found[f"redistribute_{op}"]) > 0, op
 
 
 def test_the_host_probe_is_timed_as_wall_time():
