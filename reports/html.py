@@ -15,6 +15,8 @@ from html import escape
 from typing import Any
 
 from reports.compare import Comparison, compare
+from reports.html_cells import error_cell, number, optional, table_html, td, tr
+from reports.html_summary import summary_section
 from reports.ledger import LedgerRow, join_ledgers, timeline_ledger
 from reports.run_dir import check_estimate, check_metrics
 from reports.svg import (
@@ -120,7 +122,7 @@ def render_report(
     )
     kind = "predicted vs measured" if measured is not None else "prediction"
     sections = [
-        _summary(bundle, estimate, metrics, comparison, host_probe_reference_s),
+        summary_section(bundle, estimate, metrics, comparison, host_probe_reference_s),
         _timelines(predicted, measured, comparison),
         _phases(estimate, comparison),
         _memory(estimate, bundle, comparison),
@@ -139,161 +141,6 @@ def render_report(
         f'<p class="sub">{escape(kind)} · {escape(title)}</p>'
         + "".join(sections)
         + "</main></body></html>\n"
-    )
-
-
-# ---- formatting helpers --------------------------------------------------------------
-
-
-def _pct(error: float | None) -> str:
-    return "–" if error is None else f"{error * 100:+.1f}%"
-
-
-def _error_cell(error: float | None) -> str:
-    if error is None:
-        return "<td>–</td>"
-    size = abs(error)
-    cls = "good" if size <= 0.05 else "warn" if size <= 0.15 else "bad"
-    return f'<td class="{cls}">{_pct(error)}</td>'
-
-
-def _cell(value: str) -> str:
-    return f"<td>{escape(value)}</td>"
-
-
-def _row(cells: Sequence[str], cls: str = "") -> str:
-    attr = f' class="{cls}"' if cls else ""
-    return f"<tr{attr}>" + "".join(cells) + "</tr>"
-
-
-def _table(
-    headers: Sequence[str], rows: Sequence[str], table_id: str = "", *, text_cols: int = 1
-) -> str:
-    attr = (f' id="{table_id}"' if table_id else "") + (' class="text2"' if text_cols > 1 else "")
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    return f'<div class="scroll"><table{attr}><thead><tr>{head}</tr></thead><tbody>' + (
-        "".join(rows) + "</tbody></table></div>"
-    )
-
-
-def _number(value: float, digits: int = 4) -> str:
-    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
-# ---- summary -------------------------------------------------------------------------
-
-
-def _facts(bundle: PlanBundle, microbatches: int) -> str:
-    m, c, j, p = bundle.model, bundle.cluster, bundle.job, bundle.plan
-    model = f"{m.name}: {m.num_layers} layers, h {m.hidden_size}, {m.num_attention_heads} heads"
-    if m.num_experts:
-        model += f", {m.num_experts} experts top-{m.moe_top_k}"
-    per_node = f", {c.gpus_per_node} per node" if c.gpus_per_node else ""
-    facts = [
-        ("model", model),
-        ("cluster", f"{c.num_gpus}× {c.hardware}{per_node}"),
-        ("job", f"seq {j.seq_length}, global batch {j.global_batch_size}, {j.precision}"),
-        ("plan", f"{p.label()}, {p.schedule}, {microbatches} microbatches"),
-    ]
-    items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in facts)
-    return f'<dl class="facts">{items}</dl>'
-
-
-def _summary_rows(
-    estimate: Mapping[str, Any],
-    metrics: Mapping[str, Any] | None,
-    c: Comparison | None,
-    probe_reference_s: float | None = None,
-) -> list[tuple[str, str, str, float | None]]:
-    """(quantity, predicted, measured, error) rows of the summary table; the host probe's
-    row compares the profile's probe (the host speed the prediction assumes) with the
-    run's."""
-    iteration = (
-        "iteration time",
-        format_seconds(c.iteration_time_predicted_s if c else float(estimate["iteration_time_s"])),
-        format_seconds(c.iteration_time_measured_s) if c else "–",
-        c.iteration_time_error if c else None,
-    )
-    rows = [iteration]
-    tokens_p = float(estimate["tokens_per_s"])
-    tokens_m = float(metrics["tokens_per_s"]) if metrics and "tokens_per_s" in metrics else None
-    rows.append(("tokens/s", _number(tokens_p), _opt(tokens_m, _number), _rel(tokens_p, tokens_m)))
-    mfu_p = float(estimate["mfu"])
-    mfu_m = float(metrics["mfu"]) if metrics and "mfu" in metrics else None
-    rows.append(
-        ("MFU (model FLOPs)", f"{mfu_p:.1%}", _opt(mfu_m, "{:.1%}".format), _rel(mfu_p, mfu_m))
-    )
-    if "hfu" in estimate:
-        rows.append(("HFU (with recompute)", f"{float(estimate['hfu']):.1%}", "–", None))
-    peak_p = float(estimate["peak_memory_gib"])
-    peak_m = c.peak_memory_measured_gib if c else None
-    fits = "" if estimate.get("fits", True) else " (does not fit)"
-    rows.append(
-        (
-            "peak memory",
-            f"{peak_p:.3g} GiB{fits}",
-            _opt(peak_m, "{:.3g} GiB".format),
-            c.peak_memory_error if c else None,
-        )
-    )
-    probe_m = metrics.get("host_probe_p50_s") if metrics else None
-    if probe_m is not None:
-        rows.append(
-            (
-                "host probe (host speed)",
-                _opt(probe_reference_s, format_seconds),
-                format_seconds(float(probe_m)),
-                _rel(probe_reference_s, float(probe_m)) if probe_reference_s else None,
-            )
-        )
-    return rows
-
-
-def _opt(value: float | None, fmt: Any) -> str:
-    return "–" if value is None else str(fmt(value))
-
-
-def _rel(predicted: float, measured: float | None) -> float | None:
-    return (predicted - measured) / measured if measured else None
-
-
-def _summary(
-    bundle: PlanBundle,
-    estimate: Mapping[str, Any],
-    metrics: Mapping[str, Any] | None,
-    c: Comparison | None,
-    probe_reference_s: float | None = None,
-) -> str:
-    microbatches = bundle.plan.num_microbatches(bundle.job.global_batch_size)
-    cells = [
-        [_cell(q), _cell(p), _cell(m), _error_cell(e)]
-        for q, p, m, e in _summary_rows(estimate, metrics, c, probe_reference_s)
-    ]
-    headers = ["", "predicted", "measured", "error"]
-    # A prediction-only page has no measured or error column to fill.
-    keep = 4 if c is not None else 2
-    rows = [_row(row[:keep]) for row in cells]
-    table = _table(headers[:keep], rows, "summary-table")
-    if c is None:
-        verdict = '<div class="verdict"><b>prediction only</b>no measured run yet</div>'
-    else:
-        cls = {"within 5%": "good", "within 15%": "warn", "off": "bad"}.get(c.verdict, "")
-        verdict = (
-            f'<div class="verdict {cls}"><b>{escape(c.verdict)}</b>iteration time '
-            f"{_pct(c.iteration_time_error)} vs measured</div>"
-        )
-    probe_note = (
-        '<p class="note">Host probe: the same fixed host work (<code>profiles.host_probe'
-        "</code>), timed while profiling and after each unprofiled step of the run. Below "
-        "0%, the host ran slower during the run than when it was profiled (other load on a "
-        "shared machine), and every measured time with it.</p>"
-        if metrics and metrics.get("host_probe_p50_s") is not None
-        else ""
-    )
-    return (
-        '<section id="summary" class="card summary"><h2>Summary</h2>'
-        + _facts(bundle, microbatches)
-        + f'<div class="summary-grid">{table}{verdict}</div>{probe_note}</section>'
     )
 
 
@@ -363,18 +210,18 @@ def _breakdown_table(estimate: Mapping[str, Any]) -> str:
     """The estimate's own phase breakdown (seconds and share of the iteration)."""
     iteration_s = float(estimate["iteration_time_s"])
     rows = [
-        _row(
+        tr(
             [
-                _cell(name.replace("_", " ")),
-                _cell(format_seconds(float(seconds))),
-                _cell(f"{float(seconds) / iteration_s:.1%}" if iteration_s else "–"),
+                td(name.replace("_", " ")),
+                td(format_seconds(float(seconds))),
+                td(f"{float(seconds) / iteration_s:.1%}" if iteration_s else "–"),
             ]
         )
         for name, seconds in (estimate.get("breakdown") or {}).items()
     ]
     if not rows:
         return '<p class="note">The estimate carries no phase breakdown.</p>'
-    return _table(["phase", "seconds", "share of iteration"], rows, "phase-breakdown")
+    return table_html(["phase", "seconds", "share of iteration"], rows, "phase-breakdown")
 
 
 def _error_table(c: Comparison) -> str:
@@ -392,20 +239,20 @@ def _error_table(c: Comparison) -> str:
         )
     )
     cells = [
-        _row(
+        tr(
             [
-                _cell(label),
-                _cell(format_seconds(p)),
-                _cell(format_seconds(m)),
-                _cell(format_seconds(p - m)),
-                _error_cell(error),
+                td(label),
+                td(format_seconds(p)),
+                td(format_seconds(m)),
+                td(format_seconds(p - m)),
+                error_cell(error),
             ],
             cls,
         )
         for label, p, m, error, cls in rows
     ]
     headers = ["phase", "predicted", "measured", "difference", "error"]
-    return _table(headers, cells, "phase-errors")
+    return table_html(headers, cells, "phase-errors")
 
 
 def _phases(estimate: Mapping[str, Any], c: Comparison | None) -> str:
@@ -456,20 +303,20 @@ def _memory(estimate: Mapping[str, Any], bundle: PlanBundle, c: Comparison | Non
     details = ""
     if c is not None and c.memory:
         rows = [
-            _row(
+            tr(
                 [
-                    _cell(str(m.rank)),
-                    _cell(str(m.stage)),
-                    _cell(f"{m.predicted_gib:.3g} GiB"),
-                    _cell(f"{m.measured_gib:.3g} GiB"),
-                    _error_cell(m.error),
+                    td(str(m.rank)),
+                    td(str(m.stage)),
+                    td(f"{m.predicted_gib:.3g} GiB"),
+                    td(f"{m.measured_gib:.3g} GiB"),
+                    error_cell(m.error),
                 ]
             )
             for m in c.memory
         ]
         details = (
             "<details><summary>Peak memory per rank</summary>"
-            + _table(["rank", "stage", "predicted", "measured", "error"], rows, "memory-ranks")
+            + table_html(["rank", "stage", "predicted", "measured", "error"], rows, "memory-ranks")
             + "</details>"
         )
     return (
@@ -500,22 +347,22 @@ def _ledger(predicted: Timeline, c: Comparison | None) -> str:
     ]
     cells = [
         [
-            _cell(r.group),
-            _cell(r.op.replace("_", " ")),
-            _cell(_opt(r.predicted_bytes, format_bytes)),
-            _cell(_opt(r.measured_bytes, format_bytes)),
-            _error_cell(r.bytes_error),
-            _cell(_opt(r.predicted_count, "{:.3g}".format)),
-            _cell(_opt(r.measured_count, "{:.3g}".format)),
+            td(r.group),
+            td(r.op.replace("_", " ")),
+            td(optional(r.predicted_bytes, format_bytes)),
+            td(optional(r.measured_bytes, format_bytes)),
+            error_cell(r.bytes_error),
+            td(optional(r.predicted_count, "{:.3g}".format)),
+            td(optional(r.measured_count, "{:.3g}".format)),
         ]
         for r in rows
     ]
     # A prediction-only page keeps the predicted columns.
     keep = range(7) if c is not None else (0, 1, 2, 5)
     body = (
-        _table(
+        table_html(
             [headers[i] for i in keep],
-            [_row([row[i] for i in keep]) for row in cells],
+            [tr([row[i] for i in keep]) for row in cells],
             "ledger",
             text_cols=2,
         )
@@ -577,7 +424,7 @@ def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return _number(value)
+        return number(value)
     if isinstance(value, list | tuple):
         return ", ".join(_value(v) for v in value)
     return str(value)
@@ -596,10 +443,10 @@ def _candidates(candidates: Mapping[str, Any] | Sequence[Any]) -> str:
         )
     flat = [_flatten(r) if isinstance(r, Mapping) else {"candidate": r} for r in rows]
     columns = list(dict.fromkeys(k for r in flat for k in r))
-    table = _table(
+    table = table_html(
         columns,
         [
-            _row([_cell(_value(r.get(k))) for k in columns], "winner" if i == 0 else "")
+            tr([td(_value(r.get(k))) for k in columns], "winner" if i == 0 else "")
             for i, r in enumerate(flat)
         ],
         "candidates",
