@@ -132,6 +132,27 @@ def test_functional_collectives_pay_their_measured_extra():
     assert host_rates(cpu_profile()).functional_s("all_to_all") == 0.0
 
 
+def test_a_calibrated_host_speed_scales_the_redistribution_extra_not_the_functional_one():
+    # both read from spreads of 300 µs; the plain dispatch of the same sweep is 2 µs
+    entries = (
+        spread("op_overhead.add", 2e-6),
+        spread("op_overhead.redistribute_all_gather", 300e-6),
+        spread("op_overhead.functional_all_gather", 300e-6),
+    )
+    plain = cpu_profile(extra=entries)
+    slower = dataclasses.replace(
+        plain, compute=dataclasses.replace(plain.compute, op_overhead_s=2 * 2e-6)
+    )
+    a, b = host_rates(plain), host_rates(slower)
+    # DTensor's redistribution is host work: it follows the dispatch, net of what the
+    # layers count (its DTensor operator and to_local, which follow it too)
+    counted_a = a.dtensor_forward_s + a.dtensor_to_local_s
+    assert a.redistribute_s("all_gather") == pytest.approx(300e-6 - counted_a)
+    assert b.redistribute_s("all_gather") == pytest.approx(2 * (300e-6 - counted_a))
+    # the functional extra is a collective's cost, read as measured
+    assert b.functional_s("all_gather") == a.functional_s("all_gather") == pytest.approx(300e-6)
+
+
 def test_only_the_moe_bookkeeping_collectives_are_plain_calls():
     plan = ParallelPlan(ep=2, dp=2, tp=2)
     ops = moe_block(MOE, CPU, plan, shape(ep=2, dp=2, tp=2))
