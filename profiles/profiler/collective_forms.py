@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,9 @@ import torch.distributed as dist
 from profiles.profiler.comm import collective_call, message_elements
 from profiles.profiler.compute import Runner
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 FUNCTIONAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """Collectives timed in functional and plain form (`costmodel.host_rates` reads them)."""
@@ -66,15 +70,15 @@ def _functional_call(op: str, elements: int, group: dist.ProcessGroup, run: Runn
     return lambda: funcol.wait_tensor(call())
 
 
-def _redistribution(op: str, elements: int, run: Runner) -> Callable[[], torch.Tensor]:
+def _redistribution(
+    op: str, elements: int, mesh: DeviceMesh, run: Runner
+) -> Callable[[], torch.Tensor]:
     """One DTensor redistribution that issues ``op`` (`REDISTRIBUTIONS`) over ``elements``
-    fp32 values, its local result waited for."""
+    fp32 values on ``mesh`` (every rank), its local result waited for."""
     from torch.distributed import _functional_collectives as funcol
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
-    world = dist.get_world_size()
-    mesh = init_device_mesh(run.device.type, (world,))
+    world = mesh.size()
     seq = max(elements // PROBE_WIDTH, world)
     source, target = {
         "all_reduce": ([Partial()], [Replicate()]),
@@ -110,10 +114,13 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
     group of several ranks."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return ()
+    from torch.distributed.device_mesh import init_device_mesh
+
     group, world = dist.group.WORLD, dist.get_world_size()
     members, rank = tuple(range(world)), dist.get_rank()
     run = dataclasses.replace(run, clock=WALL_CLOCK)
     elements = message_elements(FUNCTIONAL_PROBE_BYTES, world)
+    mesh = init_device_mesh(run.device.type, (world,))
     timings = []
     for op in FUNCTIONAL_OPS:
         plain = collective_call(op, FUNCTIONAL_PROBE_BYTES, group, members, rank, run.device)
@@ -122,7 +129,7 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
             OverheadTiming(op=f"functional_{op}", times_s=_alternating(run, functional, plain))
         )
         if op in REDISTRIBUTIONS:
-            redistribution = _redistribution(op, elements, run)
+            redistribution = _redistribution(op, elements, mesh, run)
             timings.append(
                 OverheadTiming(
                     op=f"redistribute_{op}",
