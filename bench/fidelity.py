@@ -156,7 +156,9 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
 
     def run(case: Case) -> FidelityRow:
         log.print(f"  executing the planner's pick {case.plan.label()} (not in the suite)")
-        return run_case(case, profiles, settings, log, failures, note="the planner's pick")
+        return run_case(
+            case, profiles, settings, log, failures, measured, note="the planner's pick"
+        )
 
     main_case = next(c for c in cases if c.name == PICK_CASE)
     plan, why = planner_choice(main_case, profile, hardware, settings.precision)

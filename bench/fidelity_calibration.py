@@ -1,6 +1,6 @@
 """The fidelity benchmark's calibrated section (`bench/fidelity.py --calibrate`): a profile
 fitted by `paraplan calibrate` on the calibration runs, every row predicted again with it,
-and the host-speed view of those rows (`reports.fidelity.at_host_speed`).
+and the host-speed view of those rows (`reports.host_speed`).
 
 bench/ is not a package: `bench/fidelity.py` imports this file as a sibling script does.
 """
@@ -32,6 +32,7 @@ from fidelity_suite import (
     run_folder,
     section,
     typical,
+    typical_index,
 )
 from rich.console import Console
 from rich.markup import escape
@@ -41,7 +42,8 @@ from profiles.lookup import host_probe_s
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import time_scaled
-from reports.fidelity import FidelityRow, at_host_speed, median_run
+from reports.fidelity import FidelityRow
+from reports.host_speed import at_host_speed, host_elasticity
 from specs.errors import SpecError
 
 
@@ -50,10 +52,11 @@ def calibrate_profile(
     runs: dict[str, list[Run]],
     settings: Settings,
     log: Console,
+    elasticity: float | None = None,
 ) -> Path:
     """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the middle run
-    (`typical`) of each of `CALIBRATION_CASES` (``runs``: measured in the suite's rounds,
-    `run_bench`)."""
+    (`typical`, at one host speed given the ``elasticity``) of each of `CALIBRATION_CASES`
+    (``runs``: measured in the suite's rounds, `run_bench`)."""
     try:
         command = importlib.import_module("paraplan.commands.calibrate")
     except ModuleNotFoundError as exc:
@@ -67,13 +70,13 @@ def calibrate_profile(
         raise SpecError(f"calibration runs failed ({', '.join(missing)}); see the failures")
     folders = []
     for case in CALIBRATION_CASES:
-        medians = [r.seconds for r in runs[case.name]]
-        middle = median_run(medians)
+        middle = typical_index(runs[case.name], elasticity)
+        chosen = runs[case.name][middle]
         out = run_folder(settings, case, middle)
         predict(bundle_of(case, str(profile_path), settings.precision), base, out)
         log.print(
-            f"  calibration run {case.name} ({case.plan.label()}): {medians[middle]:.4f} s "
-            f"(middle of {len(medians)})"
+            f"  calibration run {case.name} ({case.plan.label()}): {chosen.seconds:.4f} s "
+            f"(middle of {len(runs[case.name])})"
         )
         folders.append(str(out))
     path = settings.work / "profile-calibrated.json"
@@ -110,13 +113,16 @@ def calibrated_section(
     settings: Settings,
     log: Console,
     run: Callable[[Case], FidelityRow],
-    calibration_runs: dict[str, list[Run]],
+    measured: dict[str, list[Run]],
 ) -> dict[str, Any]:
     """Fit a profile on the calibration runs (2 ranks); the figures of every row predicted
     with it (the calibrated profile's own pick is executed when it is a new plan). The
-    profiles of other world sizes take the same time scale (`calibrated_profiles`)."""
+    profiles of other world sizes take the same time scale (`calibrated_profiles`). With
+    host probes in every run, also the host-speed view (`host_speed_section`). ``measured``
+    holds every case's runs (a pick executed here joins it)."""
     log.print("calibration (runs outside the suite):")
-    path = calibrate_profile(Path(profiles[2][0]), calibration_runs, settings, log)
+    elasticity, why_not = calibration_elasticity(measured)
+    path = calibrate_profile(Path(profiles[2][0]), measured, settings, log, elasticity)
     calibrated = calibrated_profiles(profiles, load_profile(str(path)), str(path))
     profile = calibrated[2][1]
     main_case = next(c for c in cases if c.name == PICK_CASE)
@@ -129,23 +135,62 @@ def calibrated_section(
         "profile": str(path),
         "pick": pick_details(cal_rows, pick, why),
     }
-    references = probe_references(profiles, calibration_probe_s(calibration_runs))
-    if references is None or any(r.host_probe_s is None for r in cal_rows):
-        log.print("  host speed: a run or a profile without a host probe; section left out")
+    if elasticity is None:
+        log.print(f"  host speed: section left out ({escape(why_not)})")
         return result
-    speed_rows = at_host_speed(cal_rows, references)
-    log.print(f"  host speed: calibration runs' probe {references[2] * 1e3:.3f} ms")
-    speed = section(speed_rows, pick) | {
-        "reference_probe_s": {str(w): s for w, s in references.items()},
-        "pick": pick_details(speed_rows, pick, why),
-    }
+    speed = host_speed_section(profiles, cal_rows, measured, elasticity, pick, why)
+    log.print(
+        f"  host speed: elasticity {elasticity:.2f}, calibration runs' probe "
+        f"{speed['reference_probe_s']['2'] * 1e3:.3f} ms"
+    )
     return result | {"host_speed": speed}
 
 
-def calibration_probe_s(runs: dict[str, list[Run]]) -> float | None:
+def calibration_elasticity(measured: dict[str, list[Run]]) -> tuple[float | None, str]:
+    """(`reports.host_speed.host_elasticity` of the calibration runs, "") or (None, why)."""
+    pairs = {c.name: [(r.seconds, r.probe_s) for r in measured[c.name]] for c in CALIBRATION_CASES}
+    if any(p is None for runs in pairs.values() for _, p in runs):
+        return None, "a calibration run without a host probe"
+    try:
+        return host_elasticity(pairs), ""  # type: ignore[arg-type]
+    except SpecError as exc:
+        return None, str(exc)
+
+
+def host_speed_section(
+    profiles: Profiles,
+    cal_rows: list[FidelityRow],
+    measured: dict[str, list[Run]],
+    elasticity: float,
+    pick: str | None,
+    why: str,
+) -> dict[str, Any]:
+    """The calibrated rows, each plan measured by its middle run at one host speed
+    (`typical` with the ``elasticity``) and predicted at that run's host speed
+    (`reports.host_speed.at_host_speed`) relative to the calibration runs' probe."""
+    references = probe_references(profiles, calibration_probe_s(measured, elasticity))
+    if references is None:
+        raise SpecError("host speed: a profile without a host probe; profile again")
+    chosen = [typical(measured[r.name], elasticity) for r in cal_rows]
+    rows = [
+        dataclasses.replace(r, measured_time_s=run.seconds, host_probe_s=run.probe_s)
+        for r, run in zip(cal_rows, chosen, strict=True)
+    ]
+    speed_rows = at_host_speed(rows, references, elasticity)
+    return section(speed_rows, pick) | {
+        "elasticity": elasticity,
+        "reference_probe_s": {str(w): s for w, s in references.items()},
+        "pick": pick_details(speed_rows, pick, why),
+    }
+
+
+def calibration_probe_s(
+    runs: dict[str, list[Run]], elasticity: float | None = None
+) -> float | None:
     """Geometric mean of the host probes of the calibration runs the fit uses (each case's
-    `typical`): the host speed the calibrated profile describes. None when one lacks it."""
-    probes = [typical(runs[c.name]).probe_s for c in CALIBRATION_CASES]
+    `typical` at the ``elasticity``): the host speed the calibrated profile describes. None
+    when one lacks it."""
+    probes = [typical(runs[c.name], elasticity).probe_s for c in CALIBRATION_CASES]
     if any(p is None or p <= 0 for p in probes):
         return None
     return statistics.geometric_mean(probes)

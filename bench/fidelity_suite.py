@@ -34,6 +34,7 @@ from reports.fidelity import (
     summarize,
     summary_to_json,
 )
+from reports.host_speed import host_typical
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -228,10 +229,20 @@ def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
     return settings.work / "runs" / (case.name if repeat == 0 else f"{case.name}.r{repeat}")
 
 
-def typical(runs: list[Run]) -> Run:
+def typical(runs: list[Run], elasticity: float | None = None) -> Run:
     """The middle run by its median step (`reports.fidelity.median_run`): the plan at the
-    host's usual speed, neither in a fast nor in a slow spell."""
-    return runs[median_run([r.seconds for r in runs])]
+    host's usual speed, neither in a fast nor in a slow spell. With an ``elasticity``
+    (`reports.host_speed.host_elasticity`), the middle one at one host speed instead
+    (`reports.host_speed.host_typical`; every run must have probed)."""
+    return runs[typical_index(runs, elasticity)]
+
+
+def typical_index(runs: list[Run], elasticity: float | None = None) -> int:
+    """Index of `typical`'s run in ``runs`` (its run folder, `run_folder`)."""
+    if elasticity is None:
+        return median_run([r.seconds for r in runs])
+    probes = [r.probe_s if r.probe_s is not None else 0.0 for r in runs]
+    return host_typical([r.seconds for r in runs], probes, elasticity)
 
 
 def measure_rounds(
@@ -292,14 +303,16 @@ def run_case(
     settings: Settings,
     log: Console,
     failures: list[dict[str, str]],
+    measured: dict[str, list[Run]],
     note: str = "",
 ) -> FidelityRow:
     """Execute (`Settings.repeats` runs) and predict one case; its run folder is
-    ``WORK/runs/<name>``. Failed runs are listed in ``failures``; raises `SpecError` when
-    none succeeded."""
+    ``WORK/runs/<name>``, its runs join ``measured``. Failed runs are listed in
+    ``failures``; raises `SpecError` when none succeeded."""
     runs = measure_rounds((case,), profiles, settings, log, failures)
     if case.name not in runs:
         raise SpecError(f"executing {case.name} ({case.plan.label()}) failed: {failures[-1]}")
+    measured.update(runs)
     return case_row(case, profiles, settings, runs[case.name], note)
 
 

@@ -18,9 +18,8 @@ Conventions:
   measured iteration time is at most ``(1 + PICK_TOLERANCE)`` times the fastest measured
   plan of its group (same model, world size and job).
 - Host speed: on a shared host the machine's own speed drifts; each run can time a fixed
-  host probe (`profiles.host_probe`), and `at_host_speed` predicts every row at its run's
-  speed relative to a reference probe (the calibration runs'): the measured times stay
-  as measured.
+  host probe (`profiles.host_probe`), and `reports.host_speed` chooses each plan's run at
+  one host speed and predicts it at that run's speed: the measured times stay as measured.
 - Repeated runs: a plan runs several times, round by round over the whole suite, and its
   measured time is its `median_run`: the run whose median step is the middle one. A
   shared virtual machine has fast spells as well as slow ones (one plan's runs differ by
@@ -34,8 +33,8 @@ Conventions:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -202,36 +201,6 @@ def summarize(rows: Sequence[FidelityRow], pick: str | None = None) -> FidelityS
         pick_within_5pct=within,
         median_repeat_spread=median_abs(r.repeat_spread for r in rows),
     )
-
-
-def at_host_speed(
-    rows: Sequence[FidelityRow], references_s: Mapping[int, float]
-) -> list[FidelityRow]:
-    """``rows`` predicted at the host speed of their own runs: each prediction, made at the
-    speed where the host probe of a run of its world size takes ``references_s[world]``,
-    times the run's probe over that. Raises `SpecError` for a row whose run did not probe
-    or whose world size has no positive reference."""
-    unprobed = [r.name for r in rows if r.host_probe_s is None]
-    if unprobed:
-        raise SpecError(
-            f"runs without a host probe: {', '.join(unprobed)}; execute with "
-            "RunConfig(host_probe=profiles.host_probe.host_probe)"
-        )
-    missing = sorted({r.world_size for r in rows if not references_s.get(r.world_size, 0) > 0})
-    if missing:
-        raise SpecError(
-            f"no positive reference probe for world sizes {missing} (have "
-            f"{dict(references_s)}); profile those world sizes with this version"
-        )
-    return [
-        replace(
-            r,
-            predicted_time_s=None
-            if r.predicted_time_s is None
-            else r.predicted_time_s * r.host_probe_s / references_s[r.world_size],
-        )
-        for r in rows
-    ]
 
 
 def row_to_json(row: FidelityRow) -> dict[str, Any]:

@@ -18,10 +18,10 @@ def sections(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     found = {"timing (world 1-2)": result}
     if "calibrated" in result:
         found["timing, calibrated profile"] = result["calibrated"]
-        if "host_speed" in result["calibrated"]:
-            found["timing, calibrated profile at each run's host speed"] = result["calibrated"][
-                "host_speed"
-            ]
+        speed = result["calibrated"].get("host_speed")
+        if speed is not None:
+            slope = f", elasticity {speed['elasticity']:.2f}" if "elasticity" in speed else ""
+            found[f"timing, calibrated profile at each run's host speed{slope}"] = speed
     if "coverage" in result:
         found["coverage (world 4 on 2 cores)"] = result["coverage"]
     return found

@@ -15,7 +15,6 @@ import pytest
 from reports.fidelity import (
     COLUMNS,
     FidelityRow,
-    at_host_speed,
     kendall_tau,
     median_abs,
     median_run,
@@ -165,23 +164,6 @@ def test_json_keys() -> None:
     assert r["host_probe_s"] is None
 
 
-def test_predictions_at_each_runs_host_speed() -> None:
-    fast = dataclasses.replace(row("fast", 1.0, 0.8), host_probe_s=1e-3)
-    slow = dataclasses.replace(row("slow", 1.5, 0.8), host_probe_s=1.5e-3)
-    refused = dataclasses.replace(row("refused", 1.0, None), host_probe_s=2e-3)
-    one_rank = dataclasses.replace(row("w1", 1.0, 0.8), host_probe_s=1e-3, world_size=1)
-    out = at_host_speed([fast, slow, refused, one_rank], {2: 1e-3, 1: 0.5e-3})
-    # the same prediction, at a host 1.5x slower during the second run; one rank probes
-    # alone, twice as fast as two at once at the same host speed
-    assert [r.predicted_time_s for r in out] == pytest.approx([0.8, 1.2, None, 1.6])
-    assert [r.measured_time_s for r in out] == [1.0, 1.5, 1.0, 1.0]  # measurements untouched
-    assert out[1].time_error == pytest.approx(-0.2)
-    with pytest.raises(SpecError, match="runs without a host probe: a"):
-        at_host_speed([row("a", 1.0, 1.0)], {2: 1e-3})
-    with pytest.raises(SpecError, match=r"no positive reference probe for world sizes \[1\]"):
-        at_host_speed([fast, one_rank], {2: 1e-3, 1: 0.0})
-
-
 def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: SimpleNamespace) -> None:
     first, second, *others = (c.name for c in bench.CALIBRATION_CASES)
     runs = {
@@ -190,29 +172,70 @@ def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: Simple
         **{name: [bench.Run(0.3, 0.01, 2e-3)] for name in others},
     }
     assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # geomean of 1, 4 and 2 ms
+    # at one host speed (elasticity 1: time over probe 33, 20, 200) the middle run is the
+    # one of 9 ms, not the one of 1 ms
+    assert bench.calibration_probe_s(runs, 1.0) == pytest.approx((9e-3 * 4e-3 * 2e-3) ** (1 / 3))
     runs[second].append(bench.Run(0.25, 0.01, None))
     assert bench.calibration_probe_s(runs) is None
 
 
-def test_probe_references_follow_the_profiles_probes(bench: SimpleNamespace) -> None:
+def _probing(bench: SimpleNamespace, mean_s: float):
+    """The stored A100 profile with a host probe of ``mean_s`` measured."""
     from profiles.schema import MeasurementSpread
 
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
     base = bench.load_profile(str(stored))
+    spread = MeasurementSpread(
+        quantity="op_overhead.host_probe", unit="s", num_samples=9, mean=mean_s,
+        stdev=0.0, min=mean_s, max=mean_s,
+    )  # fmt: skip
+    return dataclasses.replace(
+        base, provenance=dataclasses.replace(base.provenance, spread=(spread,))
+    )
 
-    def probing(mean_s: float):
-        spread = MeasurementSpread(
-            quantity="op_overhead.host_probe", unit="s", num_samples=9, mean=mean_s,
-            stdev=0.0, min=mean_s, max=mean_s,
-        )  # fmt: skip
-        provenance = dataclasses.replace(base.provenance, spread=(spread,))
-        return dataclasses.replace(base, provenance=provenance)
 
-    profiles = {2: ("two", probing(0.8e-3)), 1: ("one", probing(0.4e-3))}
+def test_host_speed_rows_take_the_run_at_one_host_speed(bench: SimpleNamespace) -> None:
+    cal = [c.name for c in bench.CALIBRATION_CASES]
+    measured = {
+        # calibration runs: time follows the probe to the power 0.5 exactly
+        **{
+            name: [bench.Run(0.1 * f**0.5, 0.01, 1e-3 * f) for f in (0.25, 1.0, 4.0)]
+            for name in cal
+        },
+        # the plan's runs: a fast spell, a slow one, and one at the reference speed
+        "p": [
+            bench.Run(0.1, 0.01, 0.25e-3),
+            bench.Run(0.6, 0.01, 4e-3),
+            bench.Run(0.21, 0.01, 1e-3),
+        ],
+    }
+    elasticity, why = bench.calibration_elasticity(measured)
+    assert (elasticity, why) == (pytest.approx(0.5), "")
+    profiles = {2: ("two", _probing(bench, 0.8e-3))}
+    cal_row = dataclasses.replace(row("p", 0.1, 0.2), host_probe_s=0.25e-3)  # raw middle run
+    speed = bench.host_speed_section(profiles, [cal_row], measured, elasticity, None, "")
+    # at one host speed: 0.2, 0.3 and 0.21 s; the middle is the run at the reference probe
+    only = speed["rows"][0]
+    assert only["measured_iteration_time_s"] == 0.21
+    assert only["host_probe_s"] == 1e-3
+    assert only["predicted_iteration_time_s"] == pytest.approx(0.2)  # reference speed: as is
+    assert speed["elasticity"] == pytest.approx(0.5)
+    assert speed["reference_probe_s"] == {"2": pytest.approx(1e-3)}
+    measured[cal[0]] = [bench.Run(0.1, 0.01, None)]
+    assert bench.calibration_elasticity(measured) == (
+        None,
+        "a calibration run without a host probe",
+    )
+
+
+def test_probe_references_follow_the_profiles_probes(bench: SimpleNamespace) -> None:
+    profiles = {2: ("two", _probing(bench, 0.8e-3)), 1: ("one", _probing(bench, 0.4e-3))}
     refs = bench.probe_references(profiles, 1.2e-3)
     assert refs == pytest.approx({2: 1.2e-3, 1: 0.6e-3})
     assert bench.probe_references(profiles, None) is None
-    assert bench.probe_references({2: ("two", base)}, 1.2e-3) is None  # no probe measured
+    stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
+    unprobed = bench.load_profile(str(stored))
+    assert bench.probe_references({2: ("two", unprobed)}, 1.2e-3) is None  # no probe measured
 
 
 # ---- the suite of bench/fidelity.py ----------------------------------------------------
