@@ -30,6 +30,13 @@ def facts(bundle: PlanBundle, microbatches: int) -> str:
     return f'<dl class="facts">{items}</dl>'
 
 
+def _measured(metrics: Mapping[str, Any] | None, key: str) -> float | None:
+    """``metrics[key]`` as a number; None when the run did not record it (a run without
+    model FLOPs or a device peak writes ``"mfu": null``)."""
+    value = metrics.get(key) if metrics else None
+    return None if value is None else float(value)
+
+
 def summary_rows(
     estimate: Mapping[str, Any],
     metrics: Mapping[str, Any] | None,
@@ -47,10 +54,10 @@ def summary_rows(
     )
     rows = [iteration]
     tokens_p = float(estimate["tokens_per_s"])
-    tokens_m = float(metrics["tokens_per_s"]) if metrics and "tokens_per_s" in metrics else None
+    tokens_m = _measured(metrics, "tokens_per_s")
     rows.append(("tokens/s", number(tokens_p), optional(tokens_m, number), rel(tokens_p, tokens_m)))
     mfu_p = float(estimate["mfu"])
-    mfu_m = float(metrics["mfu"]) if metrics and "mfu" in metrics else None
+    mfu_m = _measured(metrics, "mfu")
     rows.append(
         ("MFU (model FLOPs)", f"{mfu_p:.1%}", optional(mfu_m, "{:.1%}".format), rel(mfu_p, mfu_m))
     )

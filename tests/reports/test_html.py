@@ -246,3 +246,12 @@ def test_host_probe_row_compares_the_run_with_the_profile(sample_run: Any) -> No
     no_reference = render_report(r.bundle, r.estimate, r.predicted, r.measured, metrics)
     assert "<tr><td>host probe (host speed)</td><td>–</td>" in no_reference
     assert "host probe" not in full_page(r)  # the run did not probe: no row, no note
+
+
+def test_a_run_without_mfu_still_reports(sample_run: Any) -> None:
+    # a run on a host without a device peak records "mfu": null (the fidelity bench's runs)
+    r = sample_run
+    metrics = {**r.metrics, "mfu": None, "tokens_per_s": None}
+    page = render_report(r.bundle, r.estimate, r.predicted, r.measured, metrics)
+    assert parse(page).errors == []
+    assert "MFU (model FLOPs)" in page
