@@ -47,14 +47,15 @@ them, each with a documented fallback for profiles that predate a measurement:
   (TP, SP, CP, MoE tokens) go through ``torch.distributed._functional_collectives``, whose
   call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
   104 KiB, back to back: medians 0.7-1.2 ms against 0.2-0.5 ms). ``functional_extra`` is,
-  per op, the mean of the spread ``op_overhead.functional_<op>`` (each functional sample
-  less the plain call's mean, over every rank at once in wall time), 0 when not positive;
+  per op, the mean of the spread ``op_overhead.functional_<op>`` (each sample the median
+  difference of a few adjacent functional and plain calls, over every rank at once in wall
+  time, `profiles.profiler.collective_forms`), 0 when not positive;
   a collective's time, it is read as measured, like the fits and the excess, not relative
   to the dispatch. Fallback: none (0).
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
-  (a redistribution less the functional call's mean, `profiles.profiler.collective_forms`)
+  (the median differences of adjacent redistributions and functional calls)
   less the DTensor operator and the ``to_local`` the layer counts already charge for it,
   0 when not positive. It is host work (DTensor's Python, layout copies), so it is read
   relative to the dispatch like DTensor's other figures, not as measured like the

@@ -5,18 +5,25 @@ collective sweep (`profiles.profiler.comm`) times.
   redistributions, the executor's context- and expert-parallel exchanges): for each op of
   `FUNCTIONAL_OPS`, over every rank at once (wall time) at `FUNCTIONAL_PROBE_BYTES`, the
   functional call and its ``wait_tensor`` against the plain ``torch.distributed`` call the
-  collective sweep times, alternating for `FUNCTIONAL_ROUNDS` rounds (a slow spell of the
-  host then hits both forms); ``functional_<op>`` is each functional sample less the plain
-  call's mean, so its mean is the difference of the two means: what a training step pays
-  per call on top of the plain call's typical cost.
+  collective sweep times, call by call: ``functional_<op>`` is what the functional form
+  costs beyond the plain call, the median over pairs of adjacent calls (`_paired`).
 - DTensor redistributions (tensor and sequence parallelism, `REDISTRIBUTIONS`): a
   ``(1, S, D)`` fp32 DTensor of `FUNCTIONAL_PROBE_BYTES` on a mesh over every rank,
-  redistributed and its local result waited for, alternating with the same op's functional
-  call: ``redistribute_<op>`` is each redistribution less the functional call's mean,
-  what DTensor adds on top (its planning in Python, the layout copies a gather or scatter
-  along the sequence dim needs, the result's ``to_local``). On the 2-core development VM
-  (gloo, 2 ranks, 64 KiB, back to back) a redistribution cost 0.21 ms (all_reduce), 0.28
-  ms (all_gather) and 0.39 ms (reduce_scatter) more than the functional call.
+  redistributed and its local result waited for, paired the same way with the same op's
+  functional call: ``redistribute_<op>`` is what DTensor adds on top (its planning in
+  Python, the layout copies a gather or scatter along the sequence dim needs, the result's
+  ``to_local``). On the 2-core development VM (gloo, 2 ranks, 64 KiB, back to back) a
+  redistribution cost 0.21 ms (all_reduce), 0.28 ms (all_gather) and 0.39 ms
+  (reduce_scatter) more than the functional call.
+
+Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
+whose time moves by more than that with the host's load (spells of other tenants last
+seconds, single preemptions take milliseconds). Means over alternating rounds of samples
+(the earlier method) put the functional all_reduce's extra anywhere from -0.8 to +1.2 ms
+in six back-to-back measurements on the 2-core VM (standard deviation 0.71 ms; all_to_all
+0.27 ms); the median over pairs of adjacent calls gave 0.35 +- 0.09 ms and 0.37 +- 0.05 ms.
+A pair sees one host state, and the median leaves the preemptions, which hit either form,
+to the collective sweep's spread (`costmodel.host_rates`' excess).
 
 Left out on one rank.
 """
@@ -33,7 +40,7 @@ import torch.distributed as dist
 
 from profiles.profiler.comm import collective_call, message_elements
 from profiles.profiler.compute import Runner
-from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
+from profiles.profiler.timing import WALL_CLOCK, OverheadTiming, time_calls
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -43,9 +50,10 @@ FUNCTIONAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 FUNCTIONAL_PROBE_BYTES = 1 << 16
 """Size of the functional-collective probe (nccl-tests convention): small enough that the
 call's host cost, not the wire, dominates, as for the executor's per-layer exchanges."""
-FUNCTIONAL_ROUNDS = 4
-"""Alternating rounds of samples per op: every form's calls have heavy tails on a shared
-host, and their means are what a training step pays."""
+PAIRED_CALLS = 128
+"""Calls of each form per op (`_paired`)."""
+PAIRS_PER_SAMPLE = 16
+"""Consecutive pairs whose median difference makes one sample."""
 REDISTRIBUTIONS = ("all_reduce", "all_gather", "reduce_scatter")
 """Collectives timed as DTensor redistributions: Partial -> Replicate (a row-parallel
 output), Shard(1) -> Replicate (a sequence-parallel block input) and Partial -> Shard(1)
@@ -96,17 +104,30 @@ def _redistribution(
     return call
 
 
-def _alternating(
-    run: Runner, form: Callable[[], object], base: Callable[[], object]
+def _paired(
+    run: Runner,
+    form: Callable[[], object],
+    base: Callable[[], object],
+    sync: Callable[[], object],
 ) -> tuple[float, ...]:
-    """Samples of ``form`` less the mean of ``base``, the two alternating by rounds."""
-    form_s: list[float] = []
-    base_s: list[float] = []
-    for _ in range(FUNCTIONAL_ROUNDS):
-        base_s += run.time(base)
-        form_s += run.time(form)
-    mean = statistics.mean(base_s)
-    return tuple(t - mean for t in form_s)
+    """Samples of ``form`` less ``base``, call by call: `PAIRED_CALLS` pairs of one ``base``
+    then one ``form`` call, each timed from a ``sync`` of the ranks (a barrier: a rank that
+    arrives late then waits in the barrier, not in the timed call); each sample is the
+    median difference of `PAIRS_PER_SAMPLE` consecutive pairs (module doc)."""
+    for _ in range(run.budget.warmup_calls):
+        base()
+        form()
+    diffs = []
+    for _ in range(PAIRED_CALLS):
+        sync()
+        (base_s,) = time_calls(base, inner=1, repeats=1, cuda=run.cuda, clock=run.clock)
+        sync()
+        (form_s,) = time_calls(form, inner=1, repeats=1, cuda=run.cuda, clock=run.clock)
+        diffs.append(form_s - base_s)
+    return tuple(
+        statistics.median(diffs[i : i + PAIRS_PER_SAMPLE])
+        for i in range(0, PAIRED_CALLS, PAIRS_PER_SAMPLE)
+    )
 
 
 def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
@@ -121,19 +142,23 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
     run = dataclasses.replace(run, clock=WALL_CLOCK)
     elements = message_elements(FUNCTIONAL_PROBE_BYTES, world)
     mesh = init_device_mesh(run.device.type, (world,))
+
+    def barrier() -> None:
+        dist.barrier(group)
+
     timings = []
     for op in FUNCTIONAL_OPS:
         plain = collective_call(op, FUNCTIONAL_PROBE_BYTES, group, members, rank, run.device)
         functional = _functional_call(op, elements, group, run)
         timings.append(
-            OverheadTiming(op=f"functional_{op}", times_s=_alternating(run, functional, plain))
+            OverheadTiming(op=f"functional_{op}", times_s=_paired(run, functional, plain, barrier))
         )
         if op in REDISTRIBUTIONS:
             redistribution = _redistribution(op, elements, mesh, run)
             timings.append(
                 OverheadTiming(
                     op=f"redistribute_{op}",
-                    times_s=_alternating(run, redistribution, functional),
+                    times_s=_paired(run, redistribution, functional, barrier),
                 )
             )
     return tuple(timings)

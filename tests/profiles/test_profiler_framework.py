@@ -5,10 +5,15 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+import pytest
 import torch
 import torch.distributed as dist
 
-from profiles.profiler.collective_forms import time_collective_forms
+from profiles.profiler.collective_forms import (
+    PAIRED_CALLS,
+    PAIRS_PER_SAMPLE,
+    time_collective_forms,
+)
 from profiles.profiler.compute import Runner
 from profiles.profiler.framework import (
     time_autograd,
@@ -143,8 +148,8 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
             "redistribute_all_gather",
             "redistribute_reduce_scatter",
         }
-        # four alternating rounds of at least nine samples, each against the simpler mean
-        assert all(len(samples) >= 4 * 9 for samples in found.values())
+        # one sample per block of adjacent pairs
+        assert all(len(samples) == PAIRED_CALLS // PAIRS_PER_SAMPLE for samples in found.values())
         assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
         # Whether a redistribution's mean lies above its functional call's is left to the
         # host: back to back on the 2-core VM the all_reduce figure ranged -0.02 to 0.24 ms
@@ -155,3 +160,31 @@ def test_the_host_probe_is_timed_as_wall_time():
     (record,) = time_host_probe(RUN)
     assert record.quantity == "op_overhead.host_probe"
     assert len(record.times_s) == 9 and all(0 < t < 0.1 for t in record.times_s)
+
+
+def test_paired_samples_are_median_differences_of_adjacent_calls():
+    from profiles.profiler.collective_forms import _paired
+
+    now = [0.0]
+    calls = [0]
+    halfway = RUN.budget.warmup_calls + PAIRED_CALLS // 2  # a block boundary
+
+    def base() -> None:
+        calls[0] += 1
+        # a preemption of 50 ms every seventh call, and a host that slows 1.7x halfway
+        slow = 1.7 if calls[0] > halfway else 1.0
+        now[0] += (1e-3 * slow) + (50e-3 if calls[0] % 7 == 0 else 0.0)
+
+    def form() -> None:
+        slow = 1.7 if calls[0] > halfway else 1.0
+        now[0] += 1.3e-3 * slow
+
+    run = dataclasses.replace(RUN, clock=lambda: now[0])
+    synced: list[float] = []
+    samples = _paired(run, form, base, lambda: synced.append(now[0]))
+    assert len(samples) == PAIRED_CALLS // PAIRS_PER_SAMPLE
+    assert len(synced) == 2 * PAIRED_CALLS  # the ranks meet before every timed call
+    # every block: 0.3 ms (0.51 ms once the host slowed), untouched by the preemptions
+    half = len(samples) // 2
+    assert samples[:half] == pytest.approx([0.3e-3] * half)
+    assert samples[half:] == pytest.approx([0.51e-3] * half)
