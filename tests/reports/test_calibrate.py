@@ -371,14 +371,34 @@ def test_command_refuses_runs_of_different_hardware(base, tmp_path: Path) -> Non
 
 
 def _execute(tmp_path: Path, name: str, plan: ParallelPlan) -> RunDir:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     plan_file = tmp_path / f"{name}.json"
     plan_file.write_text(serde.dumps(_bundle(plan, seq=32)))
     parser = argparse.ArgumentParser(prog="paraplan execute")
     execute_command.add_arguments(parser)
     out = tmp_path / name
-    args = [str(plan_file), "--steps", "8", "--warmup", "1", "--out", str(out)]
+    args = [str(plan_file), "--steps", "8", "--warmup", "1", "--out", str(out), "--host-probe"]
     assert execute_command.run(parser.parse_args(args)) == 0
     return load_run(out)
+
+
+SAME_HOST_SPEED = 1.25
+"""Largest ratio of two runs' host probes (`profiles.host_probe`) read as one host speed."""
+
+
+def _execute_at_one_host_speed(
+    tmp_path: Path, plans: dict[str, ParallelPlan], attempts: int = 3
+) -> list[RunDir]:
+    """The runs of ``plans``, executed again (up to ``attempts`` times) until their host
+    probes agree within `SAME_HOST_SPEED`: the 2-core VM switches between a fast and a slow
+    state (probe about 0.45 or 0.75 ms), and a fit on a run of one state checked on a run
+    of the other tells the host's switch, not the calibration."""
+    for attempt in range(attempts):
+        runs = [_execute(tmp_path / str(attempt), name, plan) for name, plan in plans.items()]
+        probes = [float(r.metrics["host_probe_p50_s"]) for r in runs]
+        if max(probes) / min(probes) <= SAME_HOST_SPEED:
+            return runs
+    pytest.skip(f"the host changed speed between the runs in {attempts} attempts: {probes}")
 
 
 @pytest.mark.slow
@@ -390,10 +410,13 @@ def test_a_profile_fitted_on_one_run_predicts_another_plan_better(base, tmp_path
     # one measurement. Sequences of 32 tokens keep both plans dominated by per-operator
     # framework cost, which the base profile (kernel CPU time) leaves out, so the base
     # error is large, and the ratio of the two runs' times, which host load on this shared
-    # machine moves, stays near the predicted one. Seen over 8 pairs on a loaded 2-core VM:
-    # held-out error -80%..-91% before, -36%..+32% after.
-    fitted = _execute(tmp_path, "pp2", ParallelPlan(pp=2))
-    held = _execute(tmp_path, "dp2", ParallelPlan(dp=2))
+    # machine moves, stays near the predicted one, provided both runs see one host speed
+    # (`_execute_at_one_host_speed`; a pair of a fast and a slow state once gave -52% before
+    # and +54% after). Four pairs at one speed on the 2-core VM: held-out error -56%..-77%
+    # before, -22%..+9% after.
+    fitted, held = _execute_at_one_host_speed(
+        tmp_path, {"pp2": ParallelPlan(pp=2), "dp2": ParallelPlan(dp=2)}
+    )
     # The Megatron-LM model on this CPU profile: kernels only, the framework's per-operator
     # cost left out, i.e. a base that is far off, which is what calibration is for. The
     # executor model (the default on a CPU profile) starts within about 15% on both plans,
