@@ -10,11 +10,14 @@ Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`):
   each module's gradients are reduce-scattered (on gloo an all-reduce underneath; the
   profile's ``reduce_scatter`` fit measures exactly that). Host work per gather: the
   profile's one-tensor module figure (`HostRates.fsdp_gather_s`, measured over the ranks
-  with a collective of `FSDP_PROBE_BYTES` and its waits included) plus
+  with a collective of `FSDP_PROBE_BYTES`, the median of adjacent step pairs: a typical
+  call, without the preemptions a shared host adds now and then), the collective's
+  typical excess (`HostRates.excess_s`, what every waited call pays on average beyond
+  that, as in `_time`), plus
   `HostRates.fsdp_gather_tensor_s` per further tensor, the shards copied in (2·P/n·e) and
   the gathered buffer copied out (2·P·e), and the collective's time beyond the probe's; per
-  reduce-scatter: `HostRates.fsdp_reduce_s` plus `HostRates.fsdp_reduce_tensor_s` per
-  further tensor, the gradients
+  reduce-scatter: `HostRates.fsdp_reduce_s`, the reduce-scatter's typical excess, plus
+  `HostRates.fsdp_reduce_tensor_s` per further tensor, the gradients
   flattened (2·P·e), divided and the shard copied out (4·P/n·e), and the reduce-scatter
   beyond the probe's.
 - otherwise tp = 1: DDP over dp·cp. On the last microbatch each gradient is copied into its
@@ -172,7 +175,8 @@ def fsdp_gather_s(
     n = group.size
     host = rates.fsdp_gather_s + max(tensors - 1, 0) * rates.fsdp_gather_tensor_s
     host += (2 * params / n + 2 * params) * FP32 / rates.bandwidth_Bps
-    return host + _beyond_probe_s(profile, rates, "all_gather", params * FP32, group)
+    waited = rates.excess_s("all_gather", n)
+    return host + waited + _beyond_probe_s(profile, rates, "all_gather", params * FP32, group)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,7 +209,8 @@ def fsdp_reduce(
     return Reduction(
         name=name,
         host_s=host,
-        comm_s=_beyond_probe_s(profile, rates, "reduce_scatter", size, group),
+        comm_s=rates.excess_s("reduce_scatter", n)
+        + _beyond_probe_s(profile, rates, "reduce_scatter", size, group),
         size_bytes=size,
     )
 

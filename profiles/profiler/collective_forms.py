@@ -6,7 +6,7 @@ collective sweep (`profiles.profiler.comm`) times.
   `FUNCTIONAL_OPS`, over every rank at once (wall time) at `FUNCTIONAL_PROBE_BYTES`, the
   functional call and its ``wait_tensor`` against the plain ``torch.distributed`` call the
   collective sweep times, call by call: ``functional_<op>`` is what the functional form
-  costs beyond the plain call, the median over pairs of adjacent calls (`_paired`).
+  costs beyond the plain call, the median over pairs of adjacent calls (`compute.Runner.paired`).
 - DTensor redistributions (tensor and sequence parallelism, `REDISTRIBUTIONS`): a
   ``(1, S, D)`` fp32 DTensor of `FUNCTIONAL_PROBE_BYTES` on a mesh over every rank,
   redistributed and its local result waited for, paired the same way with the same op's
@@ -31,7 +31,6 @@ Left out on one rank.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,7 @@ import torch.distributed as dist
 
 from profiles.profiler.comm import collective_call, message_elements
 from profiles.profiler.compute import Runner
-from profiles.profiler.timing import WALL_CLOCK, OverheadTiming, time_calls
+from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -51,9 +50,10 @@ FUNCTIONAL_PROBE_BYTES = 1 << 16
 """Size of the functional-collective probe (nccl-tests convention): small enough that the
 call's host cost, not the wire, dominates, as for the executor's per-layer exchanges."""
 PAIRED_CALLS = 128
-"""Calls of each form per op (`_paired`)."""
+"""Calls of each form per op (`compute.Runner.paired`)."""
 PAIRS_PER_SAMPLE = 16
 """Consecutive pairs whose median difference makes one sample."""
+PAIRING = {"pairs": PAIRED_CALLS, "per_sample": PAIRS_PER_SAMPLE}
 REDISTRIBUTIONS = ("all_reduce", "all_gather", "reduce_scatter")
 """Collectives timed as DTensor redistributions: Partial -> Replicate (a row-parallel
 output), Shard(1) -> Replicate (a sequence-parallel block input) and Partial -> Shard(1)
@@ -104,32 +104,6 @@ def _redistribution(
     return call
 
 
-def _paired(
-    run: Runner,
-    form: Callable[[], object],
-    base: Callable[[], object],
-    sync: Callable[[], object],
-) -> tuple[float, ...]:
-    """Samples of ``form`` less ``base``, call by call: `PAIRED_CALLS` pairs of one ``base``
-    then one ``form`` call, each timed from a ``sync`` of the ranks (a barrier: a rank that
-    arrives late then waits in the barrier, not in the timed call); each sample is the
-    median difference of `PAIRS_PER_SAMPLE` consecutive pairs (module doc)."""
-    for _ in range(run.budget.warmup_calls):
-        base()
-        form()
-    diffs = []
-    for _ in range(PAIRED_CALLS):
-        sync()
-        (base_s,) = time_calls(base, inner=1, repeats=1, cuda=run.cuda, clock=run.clock)
-        sync()
-        (form_s,) = time_calls(form, inner=1, repeats=1, cuda=run.cuda, clock=run.clock)
-        diffs.append(form_s - base_s)
-    return tuple(
-        statistics.median(diffs[i : i + PAIRS_PER_SAMPLE])
-        for i in range(0, PAIRED_CALLS, PAIRS_PER_SAMPLE)
-    )
-
-
 def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
     """``functional_<op>`` and ``redistribute_<op>`` (module doc); empty without a process
     group of several ranks."""
@@ -151,14 +125,16 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
         plain = collective_call(op, FUNCTIONAL_PROBE_BYTES, group, members, rank, run.device)
         functional = _functional_call(op, elements, group, run)
         timings.append(
-            OverheadTiming(op=f"functional_{op}", times_s=_paired(run, functional, plain, barrier))
+            OverheadTiming(
+                op=f"functional_{op}", times_s=run.paired(functional, plain, barrier, **PAIRING)
+            )
         )
         if op in REDISTRIBUTIONS:
             redistribution = _redistribution(op, elements, mesh, run)
             timings.append(
                 OverheadTiming(
                     op=f"redistribute_{op}",
-                    times_s=_paired(run, redistribution, functional, barrier),
+                    times_s=run.paired(redistribution, functional, barrier, **PAIRING),
                 )
             )
     return tuple(timings)

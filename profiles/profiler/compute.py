@@ -17,6 +17,7 @@ autograd. Bytes moved per memory-bound call, the figure bandwidth is quoted agai
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from profiles.profiler.timing import (
     MemoryTiming,
     OverheadTiming,
     measure,
+    time_calls,
 )
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -88,6 +90,35 @@ class Runner:
     def time(self, fn: Callable[[], object]) -> tuple[float, ...]:
         """Per-call seconds of each sample of ``fn``."""
         return tuple(measure(fn, self.budget, cuda=self.cuda, agree=self.agree, clock=self.clock))
+
+    def paired(
+        self,
+        form: Callable[[], object],
+        base: Callable[[], object],
+        sync: Callable[[], object],
+        *,
+        pairs: int,
+        per_sample: int,
+    ) -> tuple[float, ...]:
+        """What ``form`` costs beyond ``base``, call by call: ``pairs`` pairs of one
+        ``base`` then one ``form`` call, each timed from a ``sync`` of the ranks (a barrier:
+        a rank that arrives late waits in it, not in the timed call); each sample is the
+        median difference of ``per_sample`` consecutive pairs. A pair sees one state of a
+        shared host, and the median leaves out the preemptions that hit either call, so the
+        difference holds where means of separate runs of each form do not."""
+        for _ in range(self.budget.warmup_calls):
+            base()
+            form()
+        diffs = []
+        for _ in range(pairs):
+            sync()
+            (base_s,) = time_calls(base, inner=1, repeats=1, cuda=self.cuda, clock=self.clock)
+            sync()
+            (form_s,) = time_calls(form, inner=1, repeats=1, cuda=self.cuda, clock=self.clock)
+            diffs.append(form_s - base_s)
+        return tuple(
+            statistics.median(diffs[i : i + per_sample]) for i in range(0, pairs, per_sample)
+        )
 
     def randn(self, *shape: int, dtype: str = "fp32", grad: bool = False) -> torch.Tensor:
         """A random tensor on the device."""

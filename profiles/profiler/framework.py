@@ -21,7 +21,10 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
 - FSDP2 (``fully_shard``, the executor's distributed optimizer), on a mesh over every
   rank, as training shards: a root holding `FSDP_BLOCKS` fully-sharded blocks of one
   `FSDP_BLOCK_WIDTH`-square weight each, timed forward and backward (wall clock, every
-  rank at once) against the same blocks unsharded. ``fsdp_gather`` is the cost of one
+  rank at once) against the same blocks unsharded, step by step in adjacent pairs from a
+  barrier (`compute.Runner.paired`: separate runs of each form, a median apart, put
+  ``fsdp_reduce`` anywhere from 0.7 to 3.2 ms over twelve profiles of the 2-core VM).
+  ``fsdp_gather`` is the cost of one
   module's parameter all-gather (copy-in, the collective of `FSDP_PROBE_BYTES` and its
   wait across the ranks, copy-out, hooks; every module gathers in forward and again in
   backward), measured with gradient synchronization off; ``fsdp_reduce`` the extra cost
@@ -73,6 +76,10 @@ FSDP_BLOCK_WIDTH = 8
 FSDP_TENSORS = 9
 """Weights per block of the many-tensor FSDP2 timing (a Llama layer's count: four
 attention and three MLP matrices, two norms)."""
+FSDP_PAIRS = 48
+"""Adjacent (simpler, sharded) step pairs per FSDP2 figure and block count."""
+FSDP_PAIRS_PER_SAMPLE = 8
+"""Pairs whose median difference makes one sample."""
 FSDP_PROBE_BYTES = FSDP_BLOCK_WIDTH * FSDP_BLOCK_WIDTH * 4
 """Bytes one probe module gathers or reduces (fp32): the collective the ``fsdp_gather``
 and ``fsdp_reduce`` figures already hold."""
@@ -195,14 +202,22 @@ def _fsdp_per_module(
     def step(model: torch.nn.Module) -> None:
         model(x).sum().backward()
 
-    base = statistics.median(run.time(lambda: step(plain)))
-    sharded.set_requires_gradient_sync(False)
-    gather_only = run.time(lambda: step(sharded))
-    sharded.set_requires_gradient_sync(True)
-    with_reduce = run.time(lambda: step(sharded))
-    median_gather = statistics.median(gather_only)
-    gather = tuple(max(t - base, 0.0) / (2 * modules) for t in gather_only)
-    reduce = tuple(max(t - median_gather, 0.0) / modules for t in with_reduce)
+    def gather_step() -> None:
+        sharded.set_requires_gradient_sync(False)
+        step(sharded)
+
+    def reduce_step() -> None:
+        sharded.set_requires_gradient_sync(True)
+        step(sharded)
+
+    def barrier() -> None:
+        dist.barrier()
+
+    pairing = {"pairs": FSDP_PAIRS, "per_sample": FSDP_PAIRS_PER_SAMPLE}
+    gather_extra = run.paired(gather_step, lambda: step(plain), barrier, **pairing)
+    reduce_extra = run.paired(reduce_step, gather_step, barrier, **pairing)
+    gather = tuple(max(t, 0.0) / (2 * modules) for t in gather_extra)
+    reduce = tuple(max(t, 0.0) / modules for t in reduce_extra)
     return gather, reduce, sharded
 
 

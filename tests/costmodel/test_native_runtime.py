@@ -24,7 +24,7 @@ from costmodel.native_layers import layer_ops, native_shape
 from costmodel.native_memory import native_memory_per_stage
 from costmodel.native_ops import FP32, host_seconds
 from costmodel.native_sim import native_chunk_costs
-from costmodel.native_sync import fsdp_gather_s, optimizer_s, stage_params
+from costmodel.native_sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_params
 from costmodel.screen import plans_frame, screen_plans
 from costmodel.simulator import blocking_sends, comm_groups, simulate_iteration
 from costmodel.topology import plan_placements
@@ -163,6 +163,15 @@ def test_fsdp_gathers_every_module_every_microbatch():
     # Each further tensor of a module adds the profile's per-tensor figure (fixture: 30 us).
     three = fsdp_gather_s(CPU, RATES, 1000, 3, group)
     assert three - one == pytest.approx(2 * 30e-6)
+    # The module figure is a typical (median) call: a waited gather also pays the sweep's
+    # typical excess of its op, as every waited collective does.
+    waited = dataclasses.replace(RATES, collective_excess=(("all_gather", 2, 0.4e-3),))
+    assert fsdp_gather_s(CPU, waited, 1000, 1, group) == pytest.approx(one + 0.4e-3)
+    waited = dataclasses.replace(RATES, collective_excess=(("reduce_scatter", 2, 1.5e-3),))
+    plain_reduce = fsdp_reduce(CPU, RATES, 1000, 1, group, "r")
+    assert fsdp_reduce(CPU, waited, 1000, 1, group, "r").comm_s == pytest.approx(
+        plain_reduce.comm_s + 1.5e-3
+    )
     piped = chunks(ParallelPlan(pp=2, distributed_optimizer=True, dp=2))
     assert piped[0][0].backward.compute_s == pytest.approx(
         chunks(ParallelPlan(pp=2, dp=2))[0][0].backward.compute_s

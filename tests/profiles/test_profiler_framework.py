@@ -163,8 +163,6 @@ def test_the_host_probe_is_timed_as_wall_time():
 
 
 def test_paired_samples_are_median_differences_of_adjacent_calls():
-    from profiles.profiler.collective_forms import _paired
-
     now = [0.0]
     calls = [0]
     halfway = RUN.budget.warmup_calls + PAIRED_CALLS // 2  # a block boundary
@@ -181,7 +179,9 @@ def test_paired_samples_are_median_differences_of_adjacent_calls():
 
     run = dataclasses.replace(RUN, clock=lambda: now[0])
     synced: list[float] = []
-    samples = _paired(run, form, base, lambda: synced.append(now[0]))
+    samples = run.paired(
+        form, base, lambda: synced.append(now[0]), pairs=PAIRED_CALLS, per_sample=PAIRS_PER_SAMPLE
+    )
     assert len(samples) == PAIRED_CALLS // PAIRS_PER_SAMPLE
     assert len(synced) == 2 * PAIRED_CALLS  # the ranks meet before every timed call
     # every block: 0.3 ms (0.51 ms once the host slowed), untouched by the preemptions
