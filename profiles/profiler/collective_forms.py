@@ -117,16 +117,14 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
     elements = message_elements(FUNCTIONAL_PROBE_BYTES, world)
     mesh = init_device_mesh(run.device.type, (world,))
 
-    def barrier() -> None:
-        dist.barrier(group)
-
     timings = []
     for op in FUNCTIONAL_OPS:
         plain = collective_call(op, FUNCTIONAL_PROBE_BYTES, group, members, rank, run.device)
         functional = _functional_call(op, elements, group, run)
         timings.append(
             OverheadTiming(
-                op=f"functional_{op}", times_s=run.paired(functional, plain, barrier, **PAIRING)
+                op=f"functional_{op}",
+                times_s=run.paired(functional, plain, dist.barrier, **PAIRING),
             )
         )
         if op in REDISTRIBUTIONS:
@@ -134,7 +132,7 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
             timings.append(
                 OverheadTiming(
                     op=f"redistribute_{op}",
-                    times_s=run.paired(redistribution, functional, barrier, **PAIRING),
+                    times_s=run.paired(redistribution, functional, dist.barrier, **PAIRING),
                 )
             )
     return tuple(timings)

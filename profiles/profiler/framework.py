@@ -210,12 +210,9 @@ def _fsdp_per_module(
         sharded.set_requires_gradient_sync(True)
         step(sharded)
 
-    def barrier() -> None:
-        dist.barrier()
-
     pairing = {"pairs": FSDP_PAIRS, "per_sample": FSDP_PAIRS_PER_SAMPLE}
-    gather_extra = run.paired(gather_step, lambda: step(plain), barrier, **pairing)
-    reduce_extra = run.paired(reduce_step, gather_step, barrier, **pairing)
+    gather_extra = run.paired(gather_step, lambda: step(plain), dist.barrier, **pairing)
+    reduce_extra = run.paired(reduce_step, gather_step, dist.barrier, **pairing)
     gather = tuple(max(t, 0.0) / (2 * modules) for t in gather_extra)
     reduce = tuple(max(t, 0.0) / modules for t in reduce_extra)
     return gather, reduce, sharded
