@@ -27,6 +27,10 @@ them, each with a documented fallback for profiles that predate a measurement:
   launch), and the rate of the bytes the cost model counts for it (7·N·e,
   `costmodel.native_ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
   and the streaming bandwidth.
+- transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
+  (``memory.transpose.fp32.<bytes>B``, 2·N·e); ``transpose_Bps`` is 1 / b of the line
+  t = a + b·bytes through those points (the dispatch is counted with the operator).
+  Fallback: ``elementwise_Bps``.
 - FSDP2: the host cost of one module's parameter all-gather and of its gradient reduce-
   scatter (spreads ``op_overhead.fsdp_gather`` and ``fsdp_reduce``, one-tensor modules,
   and ``fsdp_gather_tensor`` and ``fsdp_reduce_tensor`` per further tensor; fallback for
@@ -147,6 +151,8 @@ class HostRates:
     """One element-wise kernel writing a fresh activation-sized output, bytes apart."""
     elementwise_Bps: float
     """Bytes per second of the executor's element-wise kernels."""
+    transpose_Bps: float
+    """Bytes per second of a copy that reads or writes with a stride (a transpose)."""
     dtensor_forward_s: float
     """An element-wise operator on DTensors, recorded by autograd."""
     dtensor_backward_s: float
@@ -269,6 +275,12 @@ def _elementwise(profile: HardwareProfile, scale: float, rate: float) -> tuple[f
     return intercept * scale / RMSNORM_KERNELS, rate * RMSNORM_BYTES_RATIO / slope
 
 
+def _transpose_rate(profile: HardwareProfile, rate: float, fallback_Bps: float) -> float:
+    """Bytes per second of the transposing copies (module doc)."""
+    fit = _line(_sized_points(profile, "transpose", float("inf")), positive_intercept=False)
+    return rate / fit[1] if fit is not None else fallback_Bps
+
+
 def _collective_excess(profile: HardwareProfile) -> tuple[tuple[str, int, float], ...]:
     """Per (op, group size), the median of mean - min over the spread's message sizes."""
     excess: dict[tuple[str, int], list[float]] = {}
@@ -309,6 +321,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         bandwidth_Bps=memory_bandwidth_Bps(profile),
         elementwise_op_s=max(elementwise_s, dispatch),
         elementwise_Bps=elementwise_rate,
+        transpose_Bps=_transpose_rate(profile, rate, elementwise_rate),
         dtensor_forward_s=dtensor["dtensor_forward"],
         dtensor_backward_s=dtensor["dtensor_backward"],
         dtensor_from_local_s=dtensor["dtensor_from_local"],

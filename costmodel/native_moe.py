@@ -19,7 +19,9 @@ received (balanced routing), F_e the expert width:
 - the local experts (`Experts.forward`): each stacked weight is unbound once (one operator
   and L views); per expert three ``.t()`` views, three matmuls over its rows, silu and the
   product; backward three Mm (dgrad and wgrad), three T, Silu and Mul nodes per expert, and
-  per stacked weight one Unbind node that stacks the L gradients (2·L·F_e·D·e).
+  per stacked weight one Unbind node that stacks the L gradients (2·L·F_e·D·e), each the
+  transpose of its product's result (the gradient of ``w[j].t()``), so the stack copies
+  with a stride (`HostOps.transposed_bytes`).
 - expert parallelism (`MoE._dispatch_compute_combine`): the count exchange (an
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
   two all-to-alls backward as well), the regrouping of received rows (arange, repeat,
@@ -97,7 +99,9 @@ def _experts(
     )
     unbind = ModuleOps(
         forward=HostOps(ops=matrices, views=matrices * local),
-        backward=HostOps(ops=matrices, allocs=matrices, bytes=matrices * 2 * stacked * FP32),
+        backward=HostOps(
+            ops=matrices, allocs=matrices, transposed_bytes=matrices * 2 * stacked * FP32
+        ),
     )
     acc = x.accumulate * 3 * matrices * stacked * FP32
     return one.scaled(local).plus(unbind).plus(ModuleOps(backward=HostOps(ops=matrices, bytes=acc)))

@@ -16,6 +16,8 @@ is therefore a list of operators, each costing its host overhead plus its kernel
   operator's dispatch (the difference is added);
 - ``bytes``: read plus written by the element-wise kernels, at `HostRates.elementwise_Bps`
   (both figures measured on the executor's RMSNorm, `costmodel.host_rates`);
+- ``transposed_bytes``: read plus written by copies with a stride on one side (the stack
+  of the experts' transposed weight gradients), at `HostRates.transpose_Bps`;
 - ``kernel_s``: GEMM and attention kernels from the profile's curves, their dispatch taken
   out (it is counted above);
 - DTensor (tensor parallelism): ``dt_ops`` element-wise operators or redistributions,
@@ -57,6 +59,8 @@ class HostOps:
     """Operators and kernels among the above that write a fresh activation-sized tensor."""
     bytes: float = 0.0
     """Bytes moved by element-wise kernels."""
+    transposed_bytes: float = 0.0
+    """Bytes moved by copies that read or write with a stride (stacking transposed tensors)."""
     kernel_s: float = 0.0
     """GEMM and attention kernel seconds (dispatch excluded)."""
     dt_ops: float = 0.0
@@ -100,6 +104,7 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         + (work.views + work.kernels) * rates.dispatch_s
         + work.allocs * max(rates.elementwise_op_s - rates.dispatch_s, 0.0)
         + work.bytes / rates.elementwise_Bps
+        + work.transposed_bytes / rates.transpose_Bps
         + work.kernel_s
         + work.dt_ops * dt_op
         + work.dt_wraps * rates.dtensor_from_local_s

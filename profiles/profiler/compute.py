@@ -7,16 +7,22 @@ include the contention for cores, caches and memory bandwidth that a training st
 
 Operators are issued the way a training step issues them: outputs are freshly allocated
 (``F.linear``, ``x + y``), attention inputs require gradients, the backward runs through
-autograd. Bytes moved per memory-bound call, the figure bandwidth is quoted against:
+autograd, and a GEMM point rotates through operand sets larger than a core's L2
+(`COLD_POOL_BYTES`), because a training step reads a weight again only after the rest of
+the step has passed through the cache. Bytes moved per memory-bound call, the figure
+bandwidth is quoted against:
 - ``copy``: ``dst.copy_(src)``, 2·n·e (read and write n elements of e bytes);
 - ``add``: ``x + y``, 3·n·e;
 - ``rmsnorm``: the executor's ``x · rsqrt(mean(x²) + eps) · w`` over rows of 1024, 2·n·e;
+- ``transpose``: ``x.view(-1, 128).t().contiguous()``, 2·n·e (a copy that reads or writes
+  with a stride: a few times slower than ``copy`` per byte on CPUs);
 - ``adamw``: ``torch.optim.AdamW.step`` over P fp32 parameters, 28·P (reads parameter,
   gradient and both moments, writes parameter and both moments).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +52,16 @@ ADAMW_TENSORS = 16
 """Parameter tensors the optimizer sweep splits its parameters into (a few layers)."""
 CHAIN_LENGTH = 16
 """Operators in the autograd chain that times per-operator forward and backward cost."""
+COLD_POOL_BYTES = 8 << 20
+"""Bytes of GEMM operands a point rotates through: a few times a server core's L2 (1-2 MiB
+on Xeon and EPYC parts), so that small GEMMs are timed with operands that come from
+farther away, as in a training step (a 32x128x128 fp32 product measured 1.5x slower so on
+a 2-core Xeon VM, 512x128x128 1.2x)."""
+MAX_OPERAND_SETS = 256
+"""At most this many operand sets per GEMM point."""
+TRANSPOSE_WIDTH = 128
+"""Row width of the transposing copy (``x.view(-1, W).t().contiguous()``): the executor's
+expert-weight gradients arrive transposed and are stacked so (`executor.moe.Experts`)."""
 
 Tick = Callable[[str], None]
 """Called once per planned point (measured or skipped) with a short label."""
@@ -126,17 +142,33 @@ class Runner:
         return t.requires_grad_(grad)
 
 
+def operand_sets(run: Runner, operand_bytes: int) -> int:
+    """How many operand sets a point rotates through: enough that together they exceed
+    `COLD_POOL_BYTES` (on CUDA, also twice the device's L2), so each call reads its
+    operands from beyond the nearest caches, as in a training step, where the rest of the
+    step passes through the cache between two uses of a weight; capped at `MAX_OPERAND_SETS`."""
+    pool = COLD_POOL_BYTES
+    if run.cuda:
+        pool = max(pool, 2 * torch.cuda.get_device_properties(run.device).L2_cache_size)
+    return max(1, min(MAX_OPERAND_SETS, -(-pool // max(operand_bytes, 1))))
+
+
 def gemm_operands(run: Runner, shape: GemmShape) -> Callable[[], torch.Tensor]:
-    """The call of one GEMM, operands laid out as its pattern has them in training."""
+    """The call of one GEMM, operands laid out as its pattern has them in training; each
+    call takes the next of `operand_sets` sets (module doc)."""
     dtype, m, n, k, pattern = shape
     if pattern == "linear":
-        x, w = run.randn(m, k, dtype=dtype), run.randn(n, k, dtype=dtype)
-        return lambda: F.linear(x, w)
-    if pattern == "dgrad":
-        g, w = run.randn(m, k, dtype=dtype), run.randn(k, n, dtype=dtype)
-        return lambda: torch.matmul(g, w)
-    g, x = run.randn(k, m, dtype=dtype), run.randn(k, n, dtype=dtype)
-    return lambda: torch.matmul(g.t(), x)
+        dims, call = ((m, k), (n, k)), F.linear
+    elif pattern == "dgrad":
+        dims, call = ((m, k), (k, n)), torch.matmul
+    else:
+        dims, call = ((k, m), (k, n)), lambda g, x: torch.matmul(g.t(), x)
+    one_set = (dims[0][0] * dims[0][1] + dims[1][0] * dims[1][1]) * TORCH_DTYPES[dtype].itemsize
+    sets = [
+        tuple(run.randn(*d, dtype=dtype) for d in dims) for _ in range(operand_sets(run, one_set))
+    ]
+    turn = itertools.count()
+    return lambda: call(*sets[next(turn) % len(sets)])
 
 
 def time_gemm(run: Runner, shape: GemmShape) -> GemmTiming:
@@ -175,7 +207,8 @@ def time_attention(run: Runner, shape: AttentionShape) -> tuple[AttentionTiming,
 
 
 def time_memory_ops(run: Runner, elements: int, dtype: str) -> tuple[MemoryTiming, ...]:
-    """copy, add and RMSNorm-like over ``elements`` elements (bytes in the module doc)."""
+    """copy, add, RMSNorm-like and a transposing copy over ``elements`` elements (bytes in
+    the module doc)."""
     e = TORCH_DTYPES[dtype].itemsize
     x, y, dst = (run.randn(elements, dtype=dtype) for _ in range(3))
     rows = x.view(-1, NORM_WIDTH)
@@ -188,6 +221,7 @@ def time_memory_ops(run: Runner, elements: int, dtype: str) -> tuple[MemoryTimin
         ("copy", lambda: dst.copy_(x), 2 * elements * e),
         ("add", lambda: x + y, 3 * elements * e),
         ("rmsnorm", rmsnorm, 2 * elements * e),
+        ("transpose", lambda: x.view(-1, TRANSPOSE_WIDTH).t().contiguous(), 2 * elements * e),
     )
     return tuple(
         MemoryTiming(op=op, dtype=dtype, bytes_moved=nbytes, times_s=run.time(fn))

@@ -87,6 +87,31 @@ def test_elementwise_kernels_are_priced_by_the_executor_rmsnorm():
     assert RATES.elementwise_Bps == pytest.approx(50e9)
 
 
+def test_transposing_copies_have_their_own_rate():
+    # Transpose points on t = 5 µs + bytes / 4 GB/s: the rate is the line's slope; without
+    # points a transpose streams like an element-wise kernel.
+    points = tuple(
+        spread(f"memory.transpose.fp32.{b}B", 5e-6 + b / 4e9) for b in (2**17, 2**19, 2**21)
+    )
+    rates = host_rates(cpu_profile(extra=points))
+    assert rates.transpose_Bps == pytest.approx(4e9)
+    assert RATES.transpose_Bps == RATES.elementwise_Bps
+    work = HostOps(transposed_bytes=8e6)
+    assert host_seconds(work, rates, backward=True) == pytest.approx(8e6 / 4e9)
+
+
+def test_the_expert_gradient_stacks_copy_transposed_tensors():
+    # Three stacked weights of 8 experts x 128 x 128 (tiny-moe): each stack reads and
+    # writes 8·128·128 fp32 values with a stride.
+    block = moe_block(MOE, CPU, ParallelPlan(), shape())
+    assert block.backward.transposed_bytes == pytest.approx(3 * 2 * 8 * 128 * 128 * FP32)
+    slow = dataclasses.replace(RATES, transpose_Bps=RATES.transpose_Bps / 10)
+    extra = host_seconds(block.backward, slow, backward=True) - host_seconds(
+        block.backward, RATES, backward=True
+    )
+    assert extra == pytest.approx(9 * block.backward.transposed_bytes / RATES.transpose_Bps)
+
+
 def test_byte_rates_follow_a_calibrated_bandwidth():
     # The profile's own x + y points stream at exactly its fitted bandwidth (50 GB/s,
     # 3 passes of 4 bytes); halving memory_bandwidth_efficiency halves every byte rate.
