@@ -31,6 +31,11 @@ them, each with a documented fallback for profiles that predate a measurement:
   (``memory.transpose.fp32.<bytes>B``, 2·N·e); ``transpose_Bps`` is 1 / b of the line
   t = a + b·bytes through those points (the dispatch is counted with the operator).
   Fallback: ``elementwise_Bps``.
+- pipelining's P2P posts: ``p2p_post_s`` is the mean of the spread ``op_overhead.p2p_post``
+  (each sample the mean time of posting a send or a receive of 64 KiB in a ring of every
+  rank, `profiles.profiler.collective_forms`), read as measured, like the functional
+  extra: posting waits on the communication library's own threads, whose scheduling on a
+  shared host is not the dispatch's. Fallback: `P2P_POST_FALLBACK_DISPATCHES` dispatches.
 - FSDP2: the host cost of one module's parameter all-gather and of its gradient reduce-
   scatter (spreads ``op_overhead.fsdp_gather`` and ``fsdp_reduce``, one-tensor modules,
   and ``fsdp_gather_tensor`` and ``fsdp_reduce_tensor`` per further tensor; fallback for
@@ -100,6 +105,9 @@ step.item, v.sqrt, div, add_(eps), param.addcdiv_."""
 FSDP_FALLBACK_DISPATCHES = 8
 """Dispatches of one FSDP2 gather or reduce when the profile has no FSDP2 point
 (copy-in, the collective, its wait, copy-out, stream and state handling)."""
+P2P_POST_FALLBACK_DISPATCHES = 3
+"""Dispatches of one pipelining P2P post when the profile has no ``p2p_post`` point (the
+``P2POp``, its isend or irecv, and the batch's bookkeeping)."""
 FSDP_PROBE_BYTES = 8 * 8 * 4
 """Bytes of the module the profiler's FSDP2 figures gather and reduce (one 8 x 8 fp32
 weight, `profiles.profiler.framework.FSDP_PROBE_BYTES`): their collective is already in
@@ -153,6 +161,8 @@ class HostRates:
     """Bytes per second of the executor's element-wise kernels."""
     transpose_Bps: float
     """Bytes per second of a copy that reads or writes with a stride (a transpose)."""
+    p2p_post_s: float
+    """Posting one pipelining P2P operation (its wait apart)."""
     dtensor_forward_s: float
     """An element-wise operator on DTensors, recorded by autograd."""
     dtensor_backward_s: float
@@ -322,6 +332,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         elementwise_op_s=max(elementwise_s, dispatch),
         elementwise_Bps=elementwise_rate,
         transpose_Bps=_transpose_rate(profile, rate, elementwise_rate),
+        p2p_post_s=means.get("op_overhead.p2p_post", P2P_POST_FALLBACK_DISPATCHES * dispatch),
         dtensor_forward_s=dtensor["dtensor_forward"],
         dtensor_backward_s=dtensor["dtensor_backward"],
         dtensor_from_local_s=dtensor["dtensor_from_local"],

@@ -18,6 +18,8 @@ is therefore a list of operators, each costing its host overhead plus its kernel
   (both figures measured on the executor's RMSNorm, `costmodel.host_rates`);
 - ``transposed_bytes``: read plus written by copies with a stride on one side (the stack
   of the experts' transposed weight gradients), at `HostRates.transpose_Bps`;
+- ``p2p_posts``: pipelining's sends and receives, posted one by one, `HostRates.p2p_post_s`
+  each (their transfer is an edge of the schedule, `costmodel.pipeline_sim`);
 - ``kernel_s``: GEMM and attention kernels from the profile's curves, their dispatch taken
   out (it is counted above);
 - DTensor (tensor parallelism): ``dt_ops`` element-wise operators or redistributions,
@@ -61,6 +63,8 @@ class HostOps:
     """Bytes moved by element-wise kernels."""
     transposed_bytes: float = 0.0
     """Bytes moved by copies that read or write with a stride (stacking transposed tensors)."""
+    p2p_posts: float = 0.0
+    """Pipelining P2P operations posted (a send or a receive, waited for elsewhere)."""
     kernel_s: float = 0.0
     """GEMM and attention kernel seconds (dispatch excluded)."""
     dt_ops: float = 0.0
@@ -105,6 +109,7 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         + work.allocs * max(rates.elementwise_op_s - rates.dispatch_s, 0.0)
         + work.bytes / rates.elementwise_Bps
         + work.transposed_bytes / rates.transpose_Bps
+        + work.p2p_posts * rates.p2p_post_s
         + work.kernel_s
         + work.dt_ops * dt_op
         + work.dt_wraps * rates.dtensor_from_local_s

@@ -16,8 +16,10 @@ Per microbatch, outside the layers:
   ``backward()`` call (`HostRates.backward_call_s`);
 - with pipelining (`torch.distributed.pipelining`, 1F1B or interleaved): each forward
   action detaches its received input and re-enables its gradient, and each action posts
-  its receives and sends as P2P operations and waits on them (`PIPELINE_ACTION_DISPATCHES`
-  dispatches in all); each backward action is one ``backward()`` call. The sends of the
+  its receive and its send as P2P operations, one by one, and waits on them
+  (`PIPELINE_ACTION_DISPATCHES` dispatches, and per posted operation `HostRates.p2p_post_s`:
+  a virtual stage receives unless it is the first and sends unless it is the last, in
+  either pass); each backward action is one ``backward()`` call. The sends of the
   schedule are waited for with the next receive, so they block like Megatron's 1F1B sends
   (`costmodel.simulator.blocking_sends`); their time is the profile's ``send_recv`` fit of
   the fp32 activation plus its typical excess. After the last backward the schedule
@@ -58,10 +60,10 @@ SAVED_PER_RECORDED_OP = 38 / 35
 of the executor packs 38 tensors for its 35 recorded operators (traced, torch 2.13)."""
 SDPA_SAVED_TENSORS = 5
 """Tensors SDPA saves for its backward (query, key, value, output, log-sum-exp)."""
-PIPELINE_ACTION_DISPATCHES = 6
-"""Host dispatches the pipelining runtime adds per action (forward_one_chunk's
-``detach`` and ``requires_grad_`` of the received input; the P2P operation, its isend or
-irecv and the wait of ``_batch_p2p``; the output's ``detach`` for the send)."""
+PIPELINE_ACTION_DISPATCHES = 3
+"""Host dispatches the pipelining runtime adds per action besides its P2P posts
+(forward_one_chunk's ``detach`` and ``requires_grad_`` of the received input; the output's
+``detach`` for the send)."""
 
 
 def _lane_group(groups: CommGroups, lane: str, size: int) -> GroupPlacement:
@@ -133,14 +135,12 @@ def pass_cost(
     )
 
 
-def microbatch_overhead(plan: ParallelPlan) -> ModuleOps:
-    """Bookkeeping of one microbatch outside the chunks (module doc); the ``backward()``
-    call is added by `module_costs`."""
+def microbatch_overhead(plan: ParallelPlan, *, first: bool, last: bool) -> ModuleOps:
+    """Bookkeeping of one microbatch outside the chunks of a virtual stage (module doc);
+    the ``backward()`` call is added by `module_costs`."""
     if plan.pp > 1:
-        return ModuleOps(
-            forward=HostOps(views=PIPELINE_ACTION_DISPATCHES),
-            backward=HostOps(views=PIPELINE_ACTION_DISPATCHES),
-        )
+        action = HostOps(views=PIPELINE_ACTION_DISPATCHES, p2p_posts=(not first) + (not last))
+        return ModuleOps(forward=action, backward=action)
     return ModuleOps(forward=HostOps(ops=3, views=3), backward=HostOps(ops=1))
 
 
@@ -184,7 +184,7 @@ def chunk_ops(
         total = total.plus(embedding_ops(model, x, vocab))
     if last:
         total = total.plus(head_ops(model, profile, x, vocab))
-    total = total.plus(microbatch_overhead(plan))
+    total = total.plus(microbatch_overhead(plan, first=first, last=last))
     return total, recompute_ops(model, profile, rates, plan, x, layers, kinds)
 
 

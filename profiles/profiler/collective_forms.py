@@ -16,6 +16,17 @@ collective sweep (`profiles.profiler.comm`) times.
   redistribution cost 0.21 ms (all_reduce), 0.28 ms (all_gather) and 0.39 ms
   (reduce_scatter) more than the functional call.
 
+- pipelining's P2P posts (``torch.distributed.pipelining`` posts each send and each
+  receive as its own ``batch_isend_irecv`` of one operation, and waits for it later):
+  ``p2p_post`` is the mean time of posting one, every rank receiving a
+  `FUNCTIONAL_PROBE_BYTES` message from the previous rank, computing, then sending one to
+  the next, as a middle pipeline stage does; the waits are not timed. The mean, not a
+  median: most posts take tens of microseconds and some take milliseconds, when the
+  library's own thread holds the connection while the peer's message arrives (gloo, 2
+  ranks, 64 KiB on the 2-core VM: median 24-32 us, mean 80-170 us with a compute between
+  the two posts, 23-51 us without; the executor's pipelined steps posted at 70-125 us on
+  average), and a pipeline pays every one of them.
+
 Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
 whose time moves by more than that with the host's load (spells of other tenants last
 seconds, single preemptions take milliseconds). Means over alternating rounds of samples
@@ -54,6 +65,14 @@ PAIRED_CALLS = 128
 PAIRS_PER_SAMPLE = 16
 """Consecutive pairs whose median difference makes one sample."""
 PAIRING = {"pairs": PAIRED_CALLS, "per_sample": PAIRS_PER_SAMPLE}
+P2P_EXCHANGES = 64
+"""Send-and-receive rounds of the P2P posting probe (two timed posts each)."""
+P2P_WORK_GEMMS = 20
+"""Products of two `P2P_WORK_WIDTH` squares between a stage's receive and its send (about
+1 ms on a CPU core); rank r runs r more, so the ranks drift as pipeline stages do."""
+P2P_WORK_WIDTH = 128
+P2P_POSTS_PER_SAMPLE = 16
+"""Posts whose mean makes one sample of ``p2p_post``."""
 REDISTRIBUTIONS = ("all_reduce", "all_gather", "reduce_scatter")
 """Collectives timed as DTensor redistributions: Partial -> Replicate (a row-parallel
 output), Shard(1) -> Replicate (a sequence-parallel block input) and Partial -> Shard(1)
@@ -104,9 +123,40 @@ def _redistribution(
     return call
 
 
+def time_p2p_post(run: Runner) -> OverheadTiming:
+    """``p2p_post``: seconds to post one P2P operation as pipelining does (module doc)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    after, before = (rank + 1) % world, (rank - 1) % world
+    message = torch.zeros(FUNCTIONAL_PROBE_BYTES // 4, device=run.device)
+    inbox = torch.empty_like(message)
+    a, b = run.randn(P2P_WORK_WIDTH, P2P_WORK_WIDTH), run.randn(P2P_WORK_WIDTH, P2P_WORK_WIDTH)
+    posts: list[float] = []
+
+    def post(op: Callable, tensor: torch.Tensor, peer: int) -> list:
+        start = run.clock()
+        works = dist.batch_isend_irecv([dist.P2POp(op, tensor, peer)])
+        posts.append(run.clock() - start)
+        return works
+
+    dist.barrier()
+    for _ in range(run.budget.warmup_calls + P2P_EXCHANGES):
+        works = post(dist.irecv, inbox, before)
+        for _ in range(P2P_WORK_GEMMS + rank):  # the stage's compute, a little unequal
+            a @ b
+        works += post(dist.isend, message, after)
+        for work in works:
+            work.wait()
+    posts = posts[2 * run.budget.warmup_calls :]
+    step = P2P_POSTS_PER_SAMPLE
+    return OverheadTiming(
+        op="p2p_post",
+        times_s=tuple(sum(posts[i : i + step]) / step for i in range(0, len(posts), step)),
+    )
+
+
 def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
-    """``functional_<op>`` and ``redistribute_<op>`` (module doc); empty without a process
-    group of several ranks."""
+    """``functional_<op>``, ``redistribute_<op>`` and ``p2p_post`` (module doc); empty
+    without a process group of several ranks."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return ()
     from torch.distributed.device_mesh import init_device_mesh
@@ -135,4 +185,5 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
                     times_s=run.paired(redistribution, functional, dist.barrier, **PAIRING),
                 )
             )
+    timings.append(time_p2p_post(run))
     return tuple(timings)

@@ -100,6 +100,13 @@ def test_transposing_copies_have_their_own_rate():
     assert host_seconds(work, rates, backward=True) == pytest.approx(8e6 / 4e9)
 
 
+def test_pipelining_p2p_posts_are_priced_as_measured():
+    rates = host_rates(cpu_profile(extra=(spread("op_overhead.p2p_post", 250e-6),)))
+    assert rates.p2p_post_s == 250e-6  # read as measured, not relative to the dispatch
+    assert RATES.p2p_post_s == pytest.approx(3 * RATES.dispatch_s)  # fallback: 3 dispatches
+    assert host_seconds(HostOps(p2p_posts=4), rates, backward=False) == pytest.approx(1e-3)
+
+
 def test_the_expert_gradient_stacks_copy_transposed_tensors():
     # Three stacked weights of 8 experts x 128 x 128 (tiny-moe): each stack reads and
     # writes 8·128·128 fp32 values with a stride.

@@ -23,6 +23,7 @@ from costmodel.host_rates import FSDP_PROBE_BYTES, host_rates
 from costmodel.native_layers import layer_ops, native_shape
 from costmodel.native_memory import native_memory_per_stage
 from costmodel.native_ops import FP32, host_seconds
+from costmodel.native_runtime import microbatch_overhead
 from costmodel.native_sim import native_chunk_costs
 from costmodel.native_sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_params
 from costmodel.screen import plans_frame, screen_plans
@@ -119,6 +120,33 @@ def test_pipeline_sends_block_and_the_gradients_are_divided():
     params = stage_params(TINY, ParallelPlan(pp=2), 0)
     division = (params.dense_tensors) * RATES.dispatch_s + 2 * params.dense * FP32 / 50e9
     assert tail.grads_done_s - tail.pipeline_end_s == pytest.approx(division)
+
+
+def test_each_pipelined_action_posts_its_receive_and_its_send():
+    plan = ParallelPlan(pp=2, vpp=2, schedule="interleaved")
+    posts = [
+        (ops.forward.p2p_posts, ops.backward.p2p_posts)
+        for ops in (
+            microbatch_overhead(plan, first=True, last=False),
+            microbatch_overhead(plan, first=False, last=False),
+            microbatch_overhead(plan, first=False, last=True),
+        )
+    ]
+    assert posts == [(1, 1), (2, 2), (1, 1)]
+    assert microbatch_overhead(ParallelPlan(), first=True, last=True).forward.p2p_posts == 0
+    # a dearer post lengthens the pipelined step, and more so interleaved (more posts)
+    dear = cpu_profile(extra=(spread("op_overhead.p2p_post", 1e-3),))
+
+    def step_s(plan: ParallelPlan, profile) -> float:
+        return simulate_iteration(
+            TINY, JOB, plan, profile, gpus_per_node=4, options=TORCH_NATIVE
+        ).iteration_time_s
+
+    one_f_one_b = ParallelPlan(pp=2)
+    assert step_s(one_f_one_b, dear) > step_s(one_f_one_b, CPU)
+    assert step_s(plan, dear) - step_s(plan, CPU) > step_s(one_f_one_b, dear) - step_s(
+        one_f_one_b, CPU
+    )
 
 
 # ---- data parallelism -----------------------------------------------------------------------

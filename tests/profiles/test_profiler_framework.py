@@ -10,6 +10,8 @@ import torch
 import torch.distributed as dist
 
 from profiles.profiler.collective_forms import (
+    P2P_EXCHANGES,
+    P2P_POSTS_PER_SAMPLE,
     PAIRED_CALLS,
     PAIRS_PER_SAMPLE,
     time_collective_forms,
@@ -147,10 +149,15 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
             "redistribute_all_reduce",
             "redistribute_all_gather",
             "redistribute_reduce_scatter",
+            "p2p_post",
         }
+        posts = found.pop("p2p_post")
         # one sample per block of adjacent pairs
         assert all(len(samples) == PAIRED_CALLS // PAIRS_PER_SAMPLE for samples in found.values())
         assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
+        # a receive and a send posted per exchange, a sample the mean of a block of posts
+        assert len(posts) == 2 * P2P_EXCHANGES // P2P_POSTS_PER_SAMPLE
+        assert all(0 < t < 0.1 for t in posts)
         # Whether a redistribution's mean lies above its functional call's is left to the
         # host: back to back on the 2-core VM the all_reduce figure ranged -0.02 to 0.24 ms
         # over six measurements, so only its form is checked here.
