@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -272,6 +273,8 @@ def measure_rounds(
             where = f"round {k + 1}, {i}/{len(pending)}: {case.name} ({knob_label(case.plan)})"
             try:
                 runs[case.name].append(measure(bundle, folder, settings))
+                if len(runs[case.name]) > 1:
+                    drop_traces(folder)
             except (LaunchError, SpecError) as exc:
                 failed[case.name] = failed.get(case.name, 0) + 1
                 failures.append(
@@ -285,6 +288,12 @@ def measure_rounds(
                 f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
             )
     return {name: done for name, done in runs.items() if done}
+
+
+def drop_traces(folder: Path) -> None:
+    """Remove a repeat run's profiler traces (tens of MiB per rank; a bench keeps every
+    run's metrics, and the traces of each case's first run for its report)."""
+    shutil.rmtree(folder / "traces", ignore_errors=True)
 
 
 def knob_label(plan: ParallelPlan) -> str:

@@ -254,7 +254,7 @@ def _collect(procs: list[Any], tmp: Path, stopped: set[int]) -> dict[int, Any]:
     for rank, proc in enumerate(procs):
         error_file = tmp / f"rank{rank}.error.json"
         if error_file.exists():
-            failures.append(RankFailure(**json.loads(error_file.read_text())))
+            failures.append(_recorded(rank, error_file, proc.exitcode))
         elif proc.exitcode != 0 and rank not in stopped:
             failures.append(_died(rank, proc.exitcode))
     if failures:
@@ -264,6 +264,25 @@ def _collect(procs: list[Any], tmp: Path, stopped: set[int]) -> dict[int, Any]:
         with (tmp / f"rank{rank}.result.pkl").open("rb") as f:
             results[rank] = pickle.load(f)
     return results
+
+
+def _recorded(rank: int, error_file: Path, exitcode: int | None) -> RankFailure:
+    """The failure a rank wrote to ``error_file``; if the file cannot be read back (a full
+    disk leaves it empty), a failure that says so instead of a parse error."""
+    try:
+        return RankFailure(**json.loads(error_file.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        return RankFailure(
+            rank=rank,
+            error_type="UnreadableErrorReport",
+            message=(
+                f"rank {rank} failed (exit code {exitcode}) and its error report "
+                f"{error_file} could not be read back ({type(exc).__name__}: {exc}); "
+                "check that the disk holding the temporary folder is not full"
+            ),
+            traceback="",
+            time_s=time.time(),
+        )
 
 
 def _died(rank: int, exitcode: int | None) -> RankFailure:

@@ -46,7 +46,11 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   ``functional_<op>`` and ``redistribute_<op>``.
 
 - the host probe (`profiles.host_probe`): ``host_probe`` is one call of the probe, every
-  rank at once, the reference the executor's per-run probe is read against.
+  rank at once, the reference the executor's per-run probe is read against. The profiler
+  times it before the compute sweep, here and after the collective sweep and pools the
+  samples (`with_probe_samples`), so that it describes the host over the whole profile: a
+  spell of other load over one window once put a 1-rank profile's probe at 1.65x the
+  2-rank profile's, while its other figures were not slower.
 
 The DTensor, FSDP2 and collective-form points need an initialized process group
 (every rank of a profiling world has one); without it they are left out.
@@ -283,6 +287,18 @@ def time_host_probe(run: Runner) -> tuple[OverheadTiming, ...]:
 
     timed = dataclasses.replace(run, clock=WALL_CLOCK)
     return (OverheadTiming(op="host_probe", times_s=timed.time(host_probe())),)
+
+
+def with_probe_samples(
+    records: list[OverheadTiming], more: tuple[OverheadTiming, ...]
+) -> list[OverheadTiming]:
+    """``records`` with the samples of ``more`` (host probes timed at other moments) added
+    to their ``host_probe`` record."""
+    extra = tuple(t for r in more if r.op == "host_probe" for t in r.times_s)
+    return [
+        dataclasses.replace(r, times_s=r.times_s + extra) if r.op == "host_probe" else r
+        for r in records
+    ]
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:

@@ -1,7 +1,8 @@
 """`profile_machine`: measure this machine (or a torchrun world) into a `HardwareProfile`.
 
 Order of a run: check the world fits the machine; spawn the ranks (or join torchrun's);
-in every rank time the compute sweep, then the collective sweep; gather every rank's
+in every rank time the host probe, the compute sweep, then the collective sweep and the
+host probe again; gather every rank's
 samples on rank 0 and share the merged records; fit and assemble the profile
 (`profiles.profiler.assemble`). Only measuring happens in the ranks: fitting is cheap
 and runs once.
@@ -22,7 +23,11 @@ from profiles.profiler.assemble import RunRecords, fit_profile
 from profiles.profiler.comm import CommContext, comm_point_count, group_layouts, run_comm_sweep
 from profiles.profiler.compute import ComputeResults, Runner, compute_point_count, run_compute_sweep
 from profiles.profiler.device import describe_device, host_memory_bytes
-from profiles.profiler.framework import time_framework_overheads
+from profiles.profiler.framework import (
+    time_framework_overheads,
+    time_host_probe,
+    with_probe_samples,
+)
 from profiles.profiler.shapes import SweepPlan, sweep_plan
 from profiles.profiler.timing import (
     COMM_PASSES,
@@ -133,6 +138,7 @@ def profile_rank(
         cores=available_cpus(),
     )
     runner = Runner(device=device, budget=budget, agree=_max_agree(control), clock=clock)
+    early_probe = time_host_probe(runner)
     compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit)
     compute.overhead.extend(time_framework_overheads(runner))
     comm = CommContext(
@@ -145,6 +151,7 @@ def profile_rank(
         budget=comm_budget,
     )
     collectives = run_comm_sweep(comm, sizes, tick, passes=COMM_PASSES)
+    compute.overhead = with_probe_samples(compute.overhead, early_probe + time_host_probe(runner))
     merged, info = _merge_on_rank0_and_share(env, control, compute, device)
     return RunRecords(
         plan=plan,

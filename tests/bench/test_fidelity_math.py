@@ -363,6 +363,8 @@ def test_rounds_run_every_plan_its_repeats_and_retry_failures(
     def fake_measure(bundle, out, settings):
         name = out.name.split(".r")[0]
         calls.append((name, out.name))
+        (out / "traces").mkdir(parents=True, exist_ok=True)
+        (out / "metrics.json").write_text("{}")
         value = times[name].pop(0) if times[name] else None
         if value is None:
             raise bench.SpecError("rank 0 failed: [/gloo/pair.cc:553] Connection reset")
@@ -393,6 +395,11 @@ def test_rounds_run_every_plan_its_repeats_and_retry_failures(
         f"{d.name}.r1",
         f"{d.name}.r2",
     ]
+    # a case's first run keeps its traces (its report), a repeat keeps only its figures
+    runs_dir = tmp_path / "runs"
+    assert (runs_dir / b.name / "traces").is_dir()
+    assert not (runs_dir / f"{b.name}.r1" / "traces").exists()
+    assert (runs_dir / f"{b.name}.r1" / "metrics.json").exists()
     # round by round: both plans run before either runs again
     assert [name for name, _ in calls][:4] == [a.name, b.name, c.name, d.name]
 

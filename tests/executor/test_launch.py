@@ -21,6 +21,7 @@ from executor.launch import (
     LaunchError,
     RankFailure,
     RankInfo,
+    _recorded,
     backend_for,
     check_world_fits,
     host_capacity,
@@ -196,3 +197,18 @@ def test_torchrun_environment_runs_in_process_and_checks_the_world() -> None:
     assert out.returncode == 0, out.stderr
     assert "{0: {'sum': 0.0" in out.stdout
     assert "SpecError torchrun started 1 ranks but the plan needs tp·pp·cp·dp = 2" in out.stdout
+
+
+def test_an_unreadable_error_report_is_reported_as_such(tmp_path: Path) -> None:
+    # A full disk leaves a rank's error file empty: the launcher says so, it does not
+    # fail on the parse.
+    empty = tmp_path / "rank1.error.json"
+    empty.write_text("")
+    failure = _recorded(1, empty, 1)
+    assert failure.rank == 1 and failure.error_type == "UnreadableErrorReport"
+    assert str(empty) in failure.message and "disk" in failure.message
+    good = tmp_path / "rank0.error.json"
+    good.write_text(
+        '{"rank": 0, "error_type": "ValueError", "message": "m", "traceback": "t", "time_s": 1.0}'
+    )
+    assert _recorded(0, good, 1).error_type == "ValueError"

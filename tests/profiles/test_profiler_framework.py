@@ -24,9 +24,10 @@ from profiles.profiler.framework import (
     time_framework_overheads,
     time_fsdp,
     time_host_probe,
+    with_probe_samples,
 )
 from profiles.profiler.run import _max_agree
-from profiles.profiler.timing import THREAD_CLOCK, Budget, agree_alone
+from profiles.profiler.timing import THREAD_CLOCK, Budget, OverheadTiming, agree_alone
 from tests.executor.spawn_utils import run_world
 
 TINY_BUDGET = Budget(
@@ -167,6 +168,20 @@ def test_the_host_probe_is_timed_as_wall_time():
     (record,) = time_host_probe(RUN)
     assert record.quantity == "op_overhead.host_probe"
     assert len(record.times_s) == 9 and all(0 < t < 0.1 for t in record.times_s)
+
+
+def test_the_host_probe_pools_samples_timed_at_other_moments():
+    records = [
+        OverheadTiming(op="add", times_s=(1.0,)),
+        OverheadTiming(op="host_probe", times_s=(2.0, 3.0)),
+    ]
+    more = (
+        OverheadTiming(op="host_probe", times_s=(4.0,)),
+        OverheadTiming(op="host_probe", times_s=(5.0,)),
+    )
+    pooled = with_probe_samples(records, more)
+    assert pooled[0] == records[0]
+    assert pooled[1].times_s == (2.0, 3.0, 4.0, 5.0)
 
 
 def test_paired_samples_are_median_differences_of_adjacent_calls():
