@@ -24,8 +24,9 @@ collective sweep (`profiles.profiler.comm`) times.
   median: most posts take tens of microseconds and some take milliseconds, when the
   library's own thread holds the connection while the peer's message arrives (gloo, 2
   ranks, 64 KiB on the 2-core VM: median 24-32 us, mean 80-170 us with a compute between
-  the two posts, 23-51 us without; the executor's pipelined steps posted at 70-125 us on
-  average), and a pipeline pays every one of them.
+  the two posts, 23-51 us without; 0.22-0.35 ms in three profiles of that VM; the
+  executor's pipelined steps posted at 70-125 us on average), and a pipeline pays every
+  one of them.
 
 Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
 whose time moves by more than that with the host's load (spells of other tenants last
@@ -71,6 +72,7 @@ P2P_WORK_GEMMS = 20
 """Products of two `P2P_WORK_WIDTH` squares between a stage's receive and its send (about
 1 ms on a CPU core); rank r runs r more, so the ranks drift as pipeline stages do."""
 P2P_WORK_WIDTH = 128
+"""Side of the squares multiplied between the two posts."""
 P2P_POSTS_PER_SAMPLE = 16
 """Posts whose mean makes one sample of ``p2p_post``."""
 REDISTRIBUTIONS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -138,12 +140,16 @@ def time_p2p_post(run: Runner) -> OverheadTiming:
         posts.append(run.clock() - start)
         return works
 
+    receive, send = (dist.irecv, inbox, before), (dist.isend, message, after)
+    # NCCL runs a communicator's P2P operations in order on one stream: there the even
+    # ranks send first, so that every send meets a posted receive.
+    first, second = (send, receive) if run.cuda and rank % 2 == 0 else (receive, send)
     dist.barrier()
     for _ in range(run.budget.warmup_calls + P2P_EXCHANGES):
-        works = post(dist.irecv, inbox, before)
+        works = post(*first)
         for _ in range(P2P_WORK_GEMMS + rank):  # the stage's compute, a little unequal
             a @ b
-        works += post(dist.isend, message, after)
+        works += post(*second)
         for work in works:
             work.wait()
     posts = posts[2 * run.budget.warmup_calls :]

@@ -55,8 +55,8 @@ CHAIN_LENGTH = 16
 COLD_POOL_BYTES = 8 << 20
 """Bytes of GEMM operands a point rotates through: a few times a server core's L2 (1-2 MiB
 on Xeon and EPYC parts), so that small GEMMs are timed with operands that come from
-farther away, as in a training step (a 32x128x128 fp32 product measured 1.5x slower so on
-a 2-core Xeon VM, 512x128x128 1.2x)."""
+farther away, as in a training step (on the 2-core Xeon VM a 32x128x128 fp32 product took
+1.5x as long with rotating operands as with one set, 512x128x128 1.2x)."""
 MAX_OPERAND_SETS = 256
 """At most this many operand sets per GEMM point."""
 TRANSPOSE_WIDTH = 128
