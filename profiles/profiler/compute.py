@@ -163,7 +163,7 @@ def gemm_operands(run: Runner, shape: GemmShape) -> Callable[[], torch.Tensor]:
         dims, call = ((m, k), (k, n)), torch.matmul
     else:
         dims, call = ((k, m), (k, n)), lambda g, x: torch.matmul(g.t(), x)
-    one_set = (dims[0][0] * dims[0][1] + dims[1][0] * dims[1][1]) * TORCH_DTYPES[dtype].itemsize
+    one_set = sum(rows * cols for rows, cols in dims) * TORCH_DTYPES[dtype].itemsize
     sets = [
         tuple(run.randn(*d, dtype=dtype) for d in dims) for _ in range(operand_sets(run, one_set))
     ]

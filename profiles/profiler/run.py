@@ -2,10 +2,9 @@
 
 Order of a run: check the world fits the machine; spawn the ranks (or join torchrun's);
 in every rank time the host probe, the compute sweep, then the collective sweep and the
-host probe again; gather every rank's
-samples on rank 0 and share the merged records; fit and assemble the profile
-(`profiles.profiler.assemble`). Only measuring happens in the ranks: fitting is cheap
-and runs once.
+host probe again; gather every rank's samples on rank 0 and share the merged records; fit
+and assemble the profile (`profiles.profiler.assemble`). Only measuring happens in the
+ranks: fitting is cheap and runs once.
 """
 
 from __future__ import annotations
