@@ -52,6 +52,12 @@ them, each with a documented fallback for profiles that predate a measurement:
   message sizes of the spread's mean less its minimum (the two ranks' scheduling on a
   shared host: one reaches the call later or is woken later), added to every call the
   executor waits for. Fallback: none.
+- collectives reached after host work: ``sync_excess_s`` is the mean of the spread
+  ``op_overhead.sync_wait`` (each sample the mean time of a plain all-to-all that every
+  rank calls after the same ~1 ms of products, less the probe's fastest call,
+  `profiles.profiler.collective_forms`): what the ranks' drift between two collectives
+  adds, read as measured. A layer's collective pays the larger of it and its op's
+  ``collective_excess`` (`HostRates.waited_excess_s`). Fallback: 0 (the excess alone).
 - functional collectives: DTensor's redistributions and the executor's ``funcol`` calls
   (TP, SP, CP, MoE tokens) go through ``torch.distributed._functional_collectives``, whose
   call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
@@ -61,6 +67,12 @@ them, each with a documented fallback for profiles that predate a measurement:
   time, `profiles.profiler.collective_forms`), 0 when not positive;
   a collective's time, it is read as measured, like the fits and the excess, not relative
   to the dispatch. Fallback: none (0).
+- the autograd all-to-all (the executor's MoE token exchange, forward and backward):
+  ``autograd_exchange_s`` is the mean of the spread ``op_overhead.autograd_all_to_all``
+  (each sample the median difference of adjacent exchanges, a forward call and the
+  backward through it, and two plain calls, `profiles.profiler.collective_forms`), 0 when
+  not positive, read as measured like the functional extra. Fallback: twice the functional
+  all-to-all's extra.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
@@ -199,6 +211,10 @@ class HostRates:
     """(op, group size, seconds) a waited-for call costs beyond the α-β fit."""
     functional_extra: tuple[tuple[str, float], ...] = ()
     """(op, seconds) a functional collective call costs beyond the plain one."""
+    sync_excess_s: float = 0.0
+    """What a collective reached after ~1 ms of host work costs beyond its fastest call."""
+    autograd_exchange_s: float = 0.0
+    """What one autograd all-to-all, forward and backward, costs beyond two plain calls."""
     redistribute_extra: tuple[tuple[str, float], ...] = ()
     """(op, seconds) a DTensor redistribution costs beyond its functional call, net of the
     DTensor operator and ``to_local`` counted with the layer."""
@@ -210,6 +226,13 @@ class HostRates:
     def functional_s(self, op: str) -> float:
         """`functional_extra` of ``op`` (0 when the profile did not measure it)."""
         return next((s for o, s in self.functional_extra if o == op), 0.0)
+
+    def waited_excess_s(self, op: str, group_size: int) -> float:
+        """A layer collective's excess: the larger of ``op``'s `excess_s` and the arrival
+        skew after host work, `sync_excess_s` (0 for a single rank)."""
+        if group_size < 2:
+            return 0.0
+        return max(self.excess_s(op, group_size), self.sync_excess_s)
 
     def excess_s(self, op: str, group_size: int) -> float:
         """`collective_excess` of ``op`` at the nearest measured group size (0 without
@@ -354,6 +377,14 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         functional_extra=tuple(
             (op, max(means.get(f"op_overhead.functional_{op}", 0.0), 0.0))
             for op in FUNCTIONAL_COLLECTIVES
+        ),
+        sync_excess_s=max(means.get("op_overhead.sync_wait", 0.0), 0.0),
+        autograd_exchange_s=max(
+            means.get(
+                "op_overhead.autograd_all_to_all",
+                2 * means.get("op_overhead.functional_all_to_all", 0.0),
+            ),
+            0.0,
         ),
         redistribute_extra=_redistribute_extra(
             means, scale, dtensor["dtensor_forward"] + dtensor["dtensor_to_local"]

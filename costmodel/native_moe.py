@@ -24,7 +24,8 @@ received (balanced routing), F_e the expert width:
   with a stride (`HostOps.transposed_bytes`).
 - expert parallelism (`MoE._dispatch_compute_combine`): the count exchange (an
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
-  two all-to-alls backward as well), the regrouping of received rows (arange, repeat,
+  two all-to-alls backward as well, priced by the profile's autograd exchange,
+  `HostRates.autograd_exchange_s`), the regrouping of received rows (arange, repeat,
   repeat_interleave, argsort, two index gathers of 2·R·D·e) and their gradient scatters.
 - the load-balancing counts are all-reduced over the tp·cp group when it has several ranks.
 """
@@ -120,9 +121,11 @@ def _expert_parallel(model: ModelSpec, plan: ParallelPlan, rows: float) -> Modul
             Comm(
                 lane="ep", op="all_to_all", size_bytes=model.num_experts * INT64, functional=False
             ),
-            Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2),
+            Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2, autograd=True),
         ),
-        backward_comms=(Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2),),
+        backward_comms=(
+            Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2, autograd=True),
+        ),
     )
 
 

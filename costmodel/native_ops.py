@@ -135,6 +135,10 @@ class Comm:
     every collective inside the executor's layers is but the MoE count exchange and the
     load-balancing statistics (plain ``torch.distributed`` calls): such a call pays
     `HostRates.functional_s` on top of the profile's fit."""
+    autograd: bool = False
+    """The autograd form of a functional all-to-all (the MoE token exchange): each call,
+    forward or backward, pays half of `HostRates.autograd_exchange_s` instead of the
+    functional extra."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

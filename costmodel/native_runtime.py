@@ -4,11 +4,13 @@ synchronization and AdamW, on a CPU rank (`executor.engine`, `.pipeline`,
 
 Pass costs (`native_pass_costs`) price the operator lists of `costmodel.native_layers`
 with `costmodel.host_rates.HostRates` and time their collectives with the profile's gloo
-fits (`costmodel.collectives`) plus the typical excess of a waited-for call
-(`HostRates.excess_s`), the functional call's extra (`HostRates.functional_s`) and, for
-the ``tp`` lane, whose collectives are DTensor redistributions, their extra
-(`HostRates.redistribute_s`); every collective is exposed, because a rank computes on one
-thread and waits for each functional collective at its next use.
+fits (`costmodel.collectives`) plus the typical excess of a call waited for after a stretch
+of host work (`HostRates.waited_excess_s`: the op's own excess, or the ranks' drift
+between two collectives when larger), the functional call's extra
+(`HostRates.functional_s`) and, for the ``tp`` lane, whose collectives are DTensor
+redistributions, their extra (`HostRates.redistribute_s`); every collective is exposed,
+because a rank computes on one thread and waits for each functional collective at its
+next use.
 
 Per microbatch, outside the layers:
 - without pipelining (`Engine._run_accumulation`): the two row slices, ``loss / count``
@@ -91,7 +93,9 @@ def _comm_pass(
     profile: HardwareProfile, rates: HostRates, comms, groups: CommGroups, tp_cp: int
 ) -> dict[str, tuple[float, float]]:
     """Per lane (seconds, bytes) of a pass's collectives, each at its typical cost (the
-    fit plus `HostRates.excess_s`, `HostRates.functional_s` for a functional call, and
+    fit plus `HostRates.waited_excess_s`, as each follows a stretch of the layer's host
+    work; `HostRates.functional_s` for a functional call or half of
+    `HostRates.autograd_exchange_s` for an autograd all-to-all; and
     `HostRates.redistribute_s` for a ``tp`` one, a DTensor redistribution)."""
     out = {"tp": (0.0, 0.0), "cp": (0.0, 0.0), "ep": (0.0, 0.0)}
     for comm in comms:
@@ -101,9 +105,11 @@ def _comm_pass(
             continue
         one = collective_time_s(profile, comm.op, comm.size_bytes, group)
         extra = rates.functional_s(comm.op) if comm.functional else 0.0
+        if comm.autograd:
+            extra = rates.autograd_exchange_s / 2
         if comm.lane == "tp":  # the executor's TP and SP collectives are DTensor's
             extra += rates.redistribute_s(comm.op)
-        seconds = comm.count * (one + rates.excess_s(comm.op, group.size) + extra)
+        seconds = comm.count * (one + rates.waited_excess_s(comm.op, group.size) + extra)
         s, b = out[comm.lane]
         out[comm.lane] = (s + seconds, b + comm.count * comm.size_bytes)
     return out

@@ -16,6 +16,15 @@ collective sweep (`profiles.profiler.comm`) times.
   redistribution cost 0.21 ms (all_reduce), 0.28 ms (all_gather) and 0.39 ms
   (reduce_scatter) more than the functional call.
 
+- the autograd all-to-all (``all_to_all_single_autograd``, the executor's MoE token
+  exchange): ``autograd_all_to_all`` is what one exchange costs, forward call and
+  ``wait_tensor`` and the backward through it (the gradient's all-to-all inside the
+  autograd engine), beyond two plain calls and the ``backward()`` of a one-node graph,
+  paired the same way at `FUNCTIONAL_PROBE_BYTES`. The autograd form wraps its result in
+  a tensor subclass and its backward waits through the engine: on the 2-core VM (gloo, 2
+  ranks, 128 KiB, back to back) forward 0.87 ms and forward with backward 1.85-1.93 ms,
+  against 0.26 ms for one plain call and 0.78 ms for the functional call without autograd.
+
 - pipelining's P2P posts (``torch.distributed.pipelining`` posts each send and each
   receive as its own ``batch_isend_irecv`` of one operation, and waits for it later):
   ``p2p_post`` is the mean time of posting one, every rank receiving a
@@ -27,6 +36,17 @@ collective sweep (`profiles.profiler.comm`) times.
   the two posts, 23-51 us without; 0.22-0.35 ms in three profiles of that VM; the
   executor's pipelined steps posted at 70-125 us on average), and a pipeline pays every
   one of them.
+
+- the ranks' arrival skew after host work (``sync_wait``): every rank runs the same
+  stretch of small products (`SYNC_WORK_GEMMS`, about 1 ms on a CPU core, as between two
+  of a layer's collectives), then a plain all-to-all of 64 bytes (the MoE count exchange),
+  and times the call; a sample is the mean of `SYNC_CALLS_PER_SAMPLE` calls less the
+  fastest call of the probe. Back to back the calls' mean exceeds their minimum by what
+  ``collective_excess`` reads from the sweep; after host work the ranks drift apart by
+  the host's noise and the first to arrive waits for the other (gloo, 2 ranks, 2-core VM:
+  mean 0.21 ms back to back, 0.6-1.0 ms after 0.2-1.5 ms of products, 1.0-2.3 ms after
+  2-5 ms; in the executor's MoE layer the two ranks reached their all-to-alls 0.3-1.3 ms
+  apart on average).
 
 Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
 whose time moves by more than that with the host's load (spells of other tenants last
@@ -75,6 +95,16 @@ P2P_WORK_WIDTH = 128
 """Side of the squares multiplied between the two posts."""
 P2P_POSTS_PER_SAMPLE = 16
 """Posts whose mean makes one sample of ``p2p_post``."""
+SYNC_WORK_GEMMS = 40
+"""Products of a (32, 128) and a (128, 128) fp32 matrix before each timed ``sync_wait``
+call (about 1 ms on a CPU core; each from the same operands, so no value drifts toward
+denormals)."""
+SYNC_CALLS = 64
+"""Timed calls of the ``sync_wait`` probe."""
+SYNC_CALLS_PER_SAMPLE = 16
+"""Calls whose mean makes one sample of ``sync_wait``."""
+SYNC_MESSAGE_BYTES = 64
+"""The probe's all-to-all: eight int64 expert counts."""
 REDISTRIBUTIONS = ("all_reduce", "all_gather", "reduce_scatter")
 """Collectives timed as DTensor redistributions: Partial -> Replicate (a row-parallel
 output), Shard(1) -> Replicate (a sequence-parallel block input) and Partial -> Shard(1)
@@ -97,6 +127,26 @@ def _functional_call(op: str, elements: int, group: dist.ProcessGroup, run: Runn
     }
     call = calls[op]
     return lambda: funcol.wait_tensor(call())
+
+
+def _autograd_exchange(elements: int, group: dist.ProcessGroup, run: Runner):
+    """One autograd all-to-all over ``elements`` fp32 values, waited for, and the backward
+    through it; and its base: two plain all-to-alls and the backward of a one-node graph."""
+    from torch.distributed import _functional_collectives as funcol
+
+    x = torch.zeros(elements, dtype=torch.float32, device=run.device, requires_grad=True)
+    seed = torch.ones(elements, dtype=torch.float32, device=run.device)
+    src, dst = torch.zeros_like(seed), torch.zeros_like(seed)
+
+    def exchange() -> None:
+        funcol.wait_tensor(funcol.all_to_all_single_autograd(x, None, None, group)).backward(seed)
+
+    def base() -> None:
+        dist.all_to_all_single(dst, src, group=group)
+        dist.all_to_all_single(dst, src, group=group)
+        (x * 1.0).backward(seed)
+
+    return exchange, base
 
 
 def _redistribution(
@@ -160,8 +210,34 @@ def time_p2p_post(run: Runner) -> OverheadTiming:
     )
 
 
+def time_sync_wait(run: Runner) -> OverheadTiming:
+    """``sync_wait``: the mean excess of a collective reached after host work (module doc)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    call = collective_call(
+        "all_to_all", SYNC_MESSAGE_BYTES, dist.group.WORLD, tuple(range(world)), rank, run.device
+    )
+    a, b = run.randn(32, P2P_WORK_WIDTH), run.randn(P2P_WORK_WIDTH, P2P_WORK_WIDTH)
+    calls: list[float] = []
+    dist.barrier()
+    for _ in range(run.budget.warmup_calls + SYNC_CALLS):
+        for _ in range(SYNC_WORK_GEMMS):
+            torch.tanh(a @ b)
+        start = run.clock()
+        call()
+        calls.append(run.clock() - start)
+    calls = calls[run.budget.warmup_calls :]
+    fastest, step = min(calls), SYNC_CALLS_PER_SAMPLE
+    return OverheadTiming(
+        op="sync_wait",
+        times_s=tuple(
+            sum(calls[i : i + step]) / step - fastest for i in range(0, len(calls), step)
+        ),
+    )
+
+
 def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
-    """``functional_<op>``, ``redistribute_<op>`` and ``p2p_post`` (module doc); empty
+    """``functional_<op>``, ``redistribute_<op>``, ``autograd_all_to_all``, ``p2p_post``
+    and ``sync_wait`` (module doc); empty
     without a process group of several ranks."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return ()
@@ -191,5 +267,13 @@ def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
                     times_s=run.paired(redistribution, functional, dist.barrier, **PAIRING),
                 )
             )
+    exchange, base = _autograd_exchange(elements, group, run)
+    timings.append(
+        OverheadTiming(
+            op="autograd_all_to_all",
+            times_s=run.paired(exchange, base, dist.barrier, **PAIRING),
+        )
+    )
     timings.append(time_p2p_post(run))
+    timings.append(time_sync_wait(run))
     return tuple(timings)

@@ -14,6 +14,8 @@ from profiles.profiler.collective_forms import (
     P2P_POSTS_PER_SAMPLE,
     PAIRED_CALLS,
     PAIRS_PER_SAMPLE,
+    SYNC_CALLS,
+    SYNC_CALLS_PER_SAMPLE,
     time_collective_forms,
 )
 from profiles.profiler.compute import Runner
@@ -150,9 +152,15 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
             "redistribute_all_reduce",
             "redistribute_all_gather",
             "redistribute_reduce_scatter",
+            "autograd_all_to_all",
             "p2p_post",
+            "sync_wait",
         }
         posts = found.pop("p2p_post")
+        waits = found.pop("sync_wait")
+        # a sample per block of calls, each the block's mean less the fastest call: >= 0
+        assert len(waits) == SYNC_CALLS // SYNC_CALLS_PER_SAMPLE
+        assert all(0 <= t < 0.1 for t in waits)
         # one sample per block of adjacent pairs
         assert all(len(samples) == PAIRED_CALLS // PAIRS_PER_SAMPLE for samples in found.values())
         assert all(abs(t) < 1.0 for samples in found.values() for t in samples)
