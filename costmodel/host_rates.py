@@ -13,6 +13,9 @@ them, each with a documented fallback for profiles that predate a measurement:
   ``backward()`` call (spreads ``op_overhead.autograd_backward_node`` and
   ``..._call``); fallback: the per-operator figure of one 16-node chain
   (``op_overhead.autograd_backward``, the call cost spread over the nodes) and no call cost.
+- token routing (the MoE layer's index and sort bookkeeping): ``routing_op_s`` per
+  operator of a routing round reached cold (spread ``op_overhead.routing_op``,
+  `profiles.profiler.routing`); fallback ``forward_op_s``.
 - DTensor: per element-wise operator forward and backward, per ``from_local`` and
   ``to_local``, per column-parallel ``F.linear`` forward and backward (spreads
   ``op_overhead.dtensor_*``, `profiles.profiler.framework`). Fallback: the ratios to
@@ -161,6 +164,8 @@ class HostRates:
     """A metadata-only or unrecorded operator."""
     forward_op_s: float
     """An operator recorded by autograd in the forward pass."""
+    routing_op_s: float
+    """One operator of a MoE layer's token-routing bookkeeping (top-k, sorts, indexing)."""
     backward_node_s: float
     """One autograd node run by the backward pass (its first kernel included)."""
     backward_call_s: float
@@ -349,6 +354,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
     return HostRates(
         dispatch_s=dispatch,
         forward_op_s=forward,
+        routing_op_s=get("routing_op", forward),
         backward_node_s=node,
         backward_call_s=call,
         bandwidth_Bps=memory_bandwidth_Bps(profile),

@@ -5,8 +5,9 @@ experts, top-k, L = E / ep local experts, A = k·Tm routing choices (dropless; a
 factor c keeps at most k·Tm·c, capped at k·Tm) and, under expert parallelism, R = A rows
 received (balanced routing), F_e the expert width:
 
-- routing (forward, 28 recorded operators, 12 of them writing activation-sized tensors,
-  and 12 views, from `MoE.forward`): the router
+- routing (forward, 28 recorded operators priced as routing bookkeeping,
+  `HostRates.routing_op_s`, 12 of them writing activation-sized tensors, and 12 views,
+  from `MoE.forward`): the router
   linear, top-k, softmax of the top logits, the keep mask (``ones_like``; the capacity path
   adds a scatter, a top-k and a gather), the token index (arange, repeat_interleave), three
   boolean and three order indexings, argsort, bincount, the token gather (2·A·D·e), the
@@ -26,7 +27,8 @@ received (balanced routing), F_e the expert width:
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
   two all-to-alls backward as well, priced by the profile's autograd exchange,
   `HostRates.autograd_exchange_s`), the regrouping of received rows (arange, repeat,
-  repeat_interleave, argsort, two index gathers of 2·R·D·e) and their gradient scatters.
+  repeat_interleave, argsort, two index gathers of 2·R·D·e; 17 operators with the count
+  sums and ``tolist`` calls, priced as routing bookkeeping) and their gradient scatters.
 - the load-balancing counts are all-reduced over the tp·cp group when it has several ranks.
 """
 
@@ -60,7 +62,7 @@ def _routing(model: ModelSpec, profile: HardwareProfile, x: NativeShape, rows: f
     router_acc = x.accumulate * 3 * e * d * FP32
     return ModuleOps(
         forward=HostOps(
-            ops=28 + capacity_ops, views=12, allocs=12, kernel_s=router_f, bytes=forward
+            routing_ops=28 + capacity_ops, views=12, allocs=12, kernel_s=router_f, bytes=forward
         ),
         backward=HostOps(
             ops=28, kernels=2, allocs=10, kernel_s=router_b, bytes=backward * FP32 + router_acc
@@ -115,7 +117,7 @@ def _expert_parallel(model: ModelSpec, plan: ParallelPlan, rows: float) -> Modul
     d = model.hidden_size
     tokens = rows * d * FP32
     return ModuleOps(
-        forward=HostOps(ops=17, views=4, allocs=6, bytes=4 * rows * d * FP32),
+        forward=HostOps(routing_ops=17, views=4, allocs=6, bytes=4 * rows * d * FP32),
         backward=HostOps(ops=6, allocs=4, bytes=6 * rows * d * FP32),
         forward_comms=(
             Comm(

@@ -7,6 +7,9 @@ is therefore a list of operators, each costing its host overhead plus its kernel
 
 - ``ops``: operators recorded by autograd (forward) or autograd nodes (backward), each
   `HostRates.forward_op_s` or `HostRates.backward_node_s` (a node's first kernel included);
+- ``routing_ops``: forward operators of a MoE layer's token-routing bookkeeping (top-k,
+  sorts, indexing, bincounts, ``index_add``), `HostRates.routing_op_s` each, as the
+  profile times them: reached cold, once per layer;
 - ``views``: metadata-only or no-op dispatches (view, transpose, unsqueeze, chunk, a cast to
   the same dtype): `HostRates.dispatch_s` each;
 - ``kernels``: further kernels inside a backward node (a product's two gradients, the sum
@@ -53,6 +56,8 @@ class HostOps:
 
     ops: float = 0.0
     """Operators recorded by autograd (forward) or autograd nodes (backward)."""
+    routing_ops: float = 0.0
+    """Forward operators of a MoE layer's token routing (priced at `HostRates.routing_op_s`)."""
     views: float = 0.0
     """Metadata-only or no-op dispatches."""
     kernels: float = 0.0
@@ -105,6 +110,7 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         )
     return (
         work.ops * per_op
+        + work.routing_ops * rates.routing_op_s
         + (work.views + work.kernels) * rates.dispatch_s
         + work.allocs * max(rates.elementwise_op_s - rates.dispatch_s, 0.0)
         + work.bytes / rates.elementwise_Bps

@@ -42,6 +42,9 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   multiplication of the chain), the slope between the two chain lengths, and
   ``checkpoint_call`` the cost per checkpointed call, the intercept.
 
+- a mixture-of-experts layer's token routing (`profiles.profiler.routing`): ``routing_op``,
+  per operator of the routing bookkeeping reached cold.
+
 - the functional and DTensor forms of the collectives (`profiles.profiler.collective_forms`):
   ``functional_<op>`` and ``redistribute_<op>``.
 
@@ -67,6 +70,7 @@ import torch.nn.functional as F
 
 from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
+from profiles.profiler.routing import time_routing
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
 SHORT_CHAIN = 16
@@ -302,13 +306,14 @@ def with_probe_samples(
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
-    """The autograd, checkpoint, DTensor, FSDP2, collective-form and host-probe points
-    of the module doc, in that order."""
+    """The autograd, checkpoint, routing, DTensor, FSDP2, collective-form and host-probe
+    points of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
         *autograd,
         *time_checkpoint(run),
+        *time_routing(run),
         *time_dtensor(run, call_s),
         *time_fsdp(run),
         *time_collective_forms(run),

@@ -151,6 +151,35 @@ def test_waited_collectives_pay_their_typical_excess():
     assert rates.excess_s("all_gather", 2) == 0.0 and rates.excess_s("all_reduce", 1) == 0.0
 
 
+def test_layer_collectives_pay_at_least_the_ranks_drift_after_host_work():
+    entries = (
+        spread("all_reduce.intra.2.1024B", 1.5e-3, 0.5e-3),  # excess 1.0 ms
+        spread("all_to_all.intra.2.1024B", 0.5e-3, 0.4e-3),  # excess 0.1 ms
+        spread("op_overhead.sync_wait", 0.6e-3),
+    )
+    rates = host_rates(cpu_profile(extra=entries))
+    assert rates.sync_excess_s == pytest.approx(0.6e-3)  # read as measured
+    assert rates.waited_excess_s("all_reduce", 2) == pytest.approx(1.0e-3)  # its own excess
+    assert rates.waited_excess_s("all_to_all", 2) == pytest.approx(0.6e-3)  # the drift
+    assert rates.waited_excess_s("all_gather", 2) == pytest.approx(0.6e-3)  # no sweep point
+    assert rates.waited_excess_s("all_to_all", 1) == 0.0  # one rank waits for nobody
+    assert rates.excess_s("all_to_all", 2) == pytest.approx(0.1e-3)  # unchanged
+    assert host_rates(cpu_profile()).sync_excess_s == 0.0  # not measured: the excess alone
+
+
+def test_the_autograd_all_to_all_pays_its_measured_exchange():
+    functional = spread("op_overhead.functional_all_to_all", 300e-6)
+    measured = host_rates(
+        cpu_profile(extra=(functional, spread("op_overhead.autograd_all_to_all", 900e-6)))
+    )
+    assert measured.autograd_exchange_s == pytest.approx(900e-6)  # read as measured
+    older = host_rates(cpu_profile(extra=(functional,)))
+    assert older.autograd_exchange_s == pytest.approx(600e-6)  # fallback: two functional calls
+    noise = host_rates(cpu_profile(extra=(spread("op_overhead.autograd_all_to_all", -1e-4),)))
+    assert noise.autograd_exchange_s == 0.0
+    assert host_rates(cpu_profile()).autograd_exchange_s == 0.0
+
+
 def test_functional_collectives_pay_their_measured_extra():
     # op_overhead.add is the profile's dispatch here, so the spreads are read as measured
     entries = (
@@ -194,6 +223,8 @@ def test_only_the_moe_bookkeeping_collectives_are_plain_calls():
     assert plain == [("all_to_all", experts), ("all_reduce", experts)]
     tokens = [c for c in comms if c.op == "all_to_all" and c.functional]
     assert sum(c.count for c in tokens) == 4  # there and back, forward and backward
+    assert all(c.autograd for c in tokens)  # all_to_all_single_autograd
+    assert not any(c.autograd for c in comms if c not in tokens)
     sp = ParallelPlan(tp=2, sequence_parallel=True)
     dense = layer_ops(TINY, CPU, RATES, sp, shape(tp=2, sequence_parallel=True), is_moe=False)
     assert all(c.functional for c in (*dense.forward_comms, *dense.backward_comms))
@@ -312,9 +343,26 @@ def test_moe_layer_scales_with_local_experts_and_adds_all_to_all():
     two = moe_block(MOE, CPU, ParallelPlan(dp=2, ep=2), shape(dp=2, ep=2))
     assert not one.forward_comms
     # Eight experts: three matmuls, silu and product each; four of them under ep = 2.
-    assert one.forward.ops - two.forward.ops == pytest.approx(4 * 5 - 17)
+    assert one.forward.ops - two.forward.ops == pytest.approx(4 * 5)
+    # the routing bookkeeping, and the regrouping of received rows under ep = 2
+    assert (one.forward.routing_ops, two.forward.routing_ops) == (28, 28 + 17)
     assert count(two.forward_comms, "all_to_all") == 3  # counts, dispatch, combine
     assert count(two.backward_comms, "all_to_all") == 2
+
+
+def test_moe_routing_operators_pay_the_measured_cold_routing_cost():
+    # op_overhead.add is the profile's dispatch here: the spread is read at scale 1
+    dear = host_rates(cpu_profile(extra=(spread("op_overhead.routing_op", 20e-6),)))
+    assert dear.routing_op_s == pytest.approx(20e-6)
+    assert RATES.routing_op_s == RATES.forward_op_s  # fallback: a recorded operator
+    assert host_seconds(HostOps(routing_ops=3), dear, backward=False) == pytest.approx(60e-6)
+    plan = ParallelPlan(dp=2, ep=2)
+    ops = moe_block(MOE, CPU, plan, shape(dp=2, ep=2)).forward
+    extra = host_seconds(ops, dear, backward=False) - host_seconds(ops, RATES, backward=False)
+    assert extra == pytest.approx((28 + 17) * (20e-6 - RATES.forward_op_s))
+    # a dense layer has no routing
+    dense = layer_ops(TINY, CPU, RATES, ParallelPlan(), shape(), is_moe=False)
+    assert dense.forward.routing_ops == 0
 
 
 def test_recompute_only_changes_the_attention_block_through_saved_work():

@@ -342,6 +342,39 @@ def test_functional_collectives_pay_the_measured_extra_per_call():
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
 
 
+def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra():
+    plan = ParallelPlan(dp=2, ep=2)
+    functional = cpu_profile(extra=(spread("op_overhead.functional_all_to_all", 300e-6),))
+    autograd = cpu_profile(extra=(spread("op_overhead.autograd_all_to_all", 1e-3),))
+    base = simulate_iteration(MOE, JOB, plan, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    a = simulate_iteration(MOE, JOB, plan, functional, gpus_per_node=4, options=TORCH_NATIVE)
+    b = simulate_iteration(MOE, JOB, plan, autograd, gpus_per_node=4, options=TORCH_NATIVE)
+    per_step = plan.num_microbatches(JOB.global_batch_size) * MOE.num_layers
+    # an older profile: each exchange costs two functional calls (the fallback)
+    assert a.breakdown.ep_exposed_s - base.breakdown.ep_exposed_s == pytest.approx(
+        per_step * 2 * 2 * 300e-6, rel=1e-6
+    )
+    # a measured exchange: half of it in each pass, two exchanges per layer
+    assert b.breakdown.ep_exposed_s - base.breakdown.ep_exposed_s == pytest.approx(
+        per_step * 2 * 1e-3, rel=1e-6
+    )
+
+
+def test_layer_collectives_wait_for_the_ranks_drift_and_ddp_reductions_not():
+    drift = cpu_profile(extra=(spread("op_overhead.sync_wait", 2e-3),))
+    tp = ParallelPlan(tp=2)
+    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    b = simulate_iteration(TINY, JOB, tp, drift, gpus_per_node=4, options=TORCH_NATIVE)
+    # the fixture has no collective sweep points: every layer collective pays the drift;
+    # per microbatch the 30 all-reduces and the head's all-gather above
+    extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
+    assert extra_tp == pytest.approx(8 * (4 * 7 + 2 + 1) * 2e-3, rel=1e-6)
+    dp = ParallelPlan(dp=2)
+    c = simulate_iteration(TINY, JOB, dp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    d = simulate_iteration(TINY, JOB, dp, drift, gpus_per_node=4, options=TORCH_NATIVE)
+    assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
+
+
 def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_parallel_not():
     # op_overhead.add is the profile's dispatch here (scale 1); the DTensor operator and
     # to_local the layers already count are taken out of the measured 400 µs

@@ -72,6 +72,7 @@ def test_dtensor_points_need_a_process_group():
         "autograd_backward_call",
         "checkpoint_tensor",
         "checkpoint_call",
+        "routing_op",
         "host_probe",  # no process group needed
     ]
 
