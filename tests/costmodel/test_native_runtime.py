@@ -327,19 +327,25 @@ def test_pipeline_sends_and_collectives_pay_the_typical_excess():
     assert extra_tp == pytest.approx(8 * per_mb * 1e-3, rel=1e-6)
 
 
+def _tp_extra_and_dp_times(profile) -> tuple[float, float, float]:
+    """tp2's exposed TP time on ``profile`` beyond the fixture's, and dp2's iteration time
+    on the fixture and on ``profile``."""
+
+    def sim(plan: ParallelPlan, hw):
+        return simulate_iteration(TINY, JOB, plan, hw, gpus_per_node=4, options=TORCH_NATIVE)
+
+    tp, dp = ParallelPlan(tp=2), ParallelPlan(dp=2)
+    extra = sim(tp, profile).breakdown.tp_exposed_s - sim(tp, CPU).breakdown.tp_exposed_s
+    return extra, sim(dp, CPU).iteration_time_s, sim(dp, profile).iteration_time_s
+
+
 def test_functional_collectives_pay_the_measured_extra_per_call():
     slower = cpu_profile(extra=(spread("op_overhead.functional_all_reduce", 300e-6),))
-    tp = ParallelPlan(tp=2)
-    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    b = simulate_iteration(TINY, JOB, tp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    extra_tp, dp_base, dp_slower = _tp_extra_and_dp_times(slower)
     # every TP all-reduce is a DTensor redistribution: 30 per microbatch (above), 8 of them
-    extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
     assert extra_tp == pytest.approx(8 * (4 * 7 + 2) * 300e-6, rel=1e-6)
     # DDP's bucket all-reduces are plain calls: no extra
-    dp = ParallelPlan(dp=2)
-    c = simulate_iteration(TINY, JOB, dp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    d = simulate_iteration(TINY, JOB, dp, slower, gpus_per_node=4, options=TORCH_NATIVE)
-    assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
+    assert dp_slower == pytest.approx(dp_base)
 
 
 def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra():
@@ -362,17 +368,11 @@ def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra(
 
 def test_layer_collectives_wait_for_the_ranks_drift_and_ddp_reductions_not():
     drift = cpu_profile(extra=(spread("op_overhead.sync_wait", 2e-3),))
-    tp = ParallelPlan(tp=2)
-    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    b = simulate_iteration(TINY, JOB, tp, drift, gpus_per_node=4, options=TORCH_NATIVE)
+    extra_tp, dp_base, dp_drift = _tp_extra_and_dp_times(drift)
     # the fixture has no collective sweep points: every layer collective pays the drift;
     # per microbatch the 30 all-reduces and the head's all-gather above
-    extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
     assert extra_tp == pytest.approx(8 * (4 * 7 + 2 + 1) * 2e-3, rel=1e-6)
-    dp = ParallelPlan(dp=2)
-    c = simulate_iteration(TINY, JOB, dp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    d = simulate_iteration(TINY, JOB, dp, drift, gpus_per_node=4, options=TORCH_NATIVE)
-    assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
+    assert dp_drift == pytest.approx(dp_base)
 
 
 def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_parallel_not():
