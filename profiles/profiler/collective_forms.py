@@ -45,7 +45,7 @@ collective sweep (`profiles.profiler.comm`) times.
   ``collective_excess`` reads from the sweep; after host work the ranks drift apart by
   the host's noise and the first to arrive waits for the other (gloo, 2 ranks, 2-core VM:
   mean 0.21 ms back to back, 0.6-1.0 ms after 0.2-1.5 ms of products, 1.0-2.3 ms after
-  2-5 ms; in the executor's MoE layer the two ranks reached their all-to-alls 0.3-1.3 ms
+  2-5 ms; in the executor's MoE layer the two ranks reached their all-to-alls 0.2-1.3 ms
   apart on average).
 
 Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
@@ -222,8 +222,12 @@ def time_sync_wait(run: Runner) -> OverheadTiming:
     for _ in range(run.budget.warmup_calls + SYNC_CALLS):
         for _ in range(SYNC_WORK_GEMMS):
             torch.tanh(a @ b)
+        if run.cuda:  # the work done, as a rank's host reaches the call
+            torch.cuda.synchronize()
         start = run.clock()
         call()
+        if run.cuda:
+            torch.cuda.synchronize()
         calls.append(run.clock() - start)
     calls = calls[run.budget.warmup_calls :]
     fastest, step = min(calls), SYNC_CALLS_PER_SAMPLE
