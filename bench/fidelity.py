@@ -2,15 +2,17 @@
 of small-model plans executed on this machine.
 
     .venv/bin/python bench/fidelity.py [--json] [--markdown] [--quick] [--calibrate]
-                                       [--repeats N] [--work DIR]
+                                       [--repeats N] [--draws N] [--work DIR]
                                        [--no-coverage] [--render RESULT.json]
 
 Order of a run:
 
-1. profile this machine (`paraplan profile --quick`) once per world size of the suite:
-   2 ranks into ``WORK/profile.json``, 1 rank into ``WORK/profile-1.json`` (one rank runs
-   both cores' threads, two ranks one thread each), each reused while it was measured on
-   this host;
+1. profile this machine (`paraplan profile --quick`) per world size of the suite, 2 ranks
+   and 1 (one rank runs both cores' threads, two ranks one thread each), ``--draws`` times
+   (3; --quick: 1) spread over the rounds of step 2, into ``WORK/profiles/``; the plans of
+   each world size are predicted on the median of its draws (`fidelity_profiles`,
+   ``WORK/profile.json`` for 2 ranks, ``WORK/profile-1.json`` for 1), each draw reused
+   while it was measured on this host;
 2. execute every plan of `timing_suite` (world sizes 1 and 2: this machine has two cores)
    with the executor, round by round, and predict it with the cost model on the profile
    of its world size;
@@ -33,7 +35,8 @@ Order of a run:
    see the same spells of the host as the suite's), the middle run of each fitted; every
    figure is given again with the calibrated predictions.
 
-``--quick`` measures fewer steps, runs each plan once and skips the coverage plans. The
+``--quick`` measures fewer steps, runs each plan once, profiles once and skips the coverage
+plans. The
 machine may be shared: the load average at the start and the end is part of the output. The
 result is saved as ``WORK/fidelity.json``; ``--render`` prints a saved one again (as tables,
 ``--markdown`` or ``--json``) without running anything. ``--json`` prints the summary keys
@@ -56,6 +59,7 @@ from typing import Any
 
 import torch
 from fidelity_calibration import calibrated_section
+from fidelity_profiles import ProfileDraws, measured_profiles
 from fidelity_suite import (
     CALIBRATION_CASES,
     PICK_CASE,
@@ -65,7 +69,6 @@ from fidelity_suite import (
     case_row,
     coverage_suite,
     measure_rounds,
-    measured_profiles,
     pick_details,
     planner_choice,
     run_case,
@@ -95,6 +98,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=5,
         help="runs per plan, round by round; the middle run counts (5; --quick: 1)",
     )
+    parser.add_argument(
+        "--draws",
+        type=int,
+        default=3,
+        help="profiles per world size across the rounds, predicted on their median (3; --quick: 1)",
+    )
     parser.add_argument("--work", default="runs/fidelity", help="work folder (runs/fidelity)")
     parser.add_argument(
         "--render", metavar="RESULT.json", help="print a saved result (WORK/fidelity.json) again"
@@ -102,8 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.render and not Path(args.render).is_file():
         parser.error(f"--render {args.render}: no such file (a bench writes WORK/fidelity.json)")
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    for name in ("repeats", "draws"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     return args
 
 
@@ -134,13 +144,13 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         warmup=1 if args.quick else 2,
         precision="bf16" if torch.cuda.is_available() else "fp32",
         repeats=1 if args.quick else args.repeats,
+        draws=1 if args.quick else args.draws,
     )
     settings.work.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
     log.print(f"fidelity bench in {settings.work}; load average {load_start}")
     cases, failures = list(timing_suite()), []
-    profiles = measured_profiles(settings, (2, *{c.plan.world_size for c in cases} - {2}), log)
-    hardware, profile = profiles[2]
+    draws = ProfileDraws(settings, (2, *{c.plan.world_size for c in cases} - {2}), log)
     calibration = CALIBRATION_CASES if args.calibrate else ()
     log.print(
         f"timing plans ({len(cases)}, world sizes 1-2)"
@@ -151,7 +161,11 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         )
         + ":"
     )
-    measured = measure_rounds((*cases, *calibration), profiles, settings, log, failures)
+    measured = measure_rounds(
+        (*cases, *calibration), draws.paths(), settings, log, failures, draws.before_round
+    )
+    profiles = draws.merged()
+    hardware, profile = profiles[2]
     rows = [case_row(c, profiles, settings, measured[c.name]) for c in cases if c.name in measured]
 
     def run(case: Case) -> FidelityRow:

@@ -12,10 +12,10 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,7 +23,6 @@ from rich.markup import escape
 from costmodel.estimate import estimate_to_json, simulate_plan
 from executor.launch import LaunchError
 from executor.run import RunConfig, execute
-from paraplan.commands.demo import ensure_profile
 from planner.search import search_plans
 from profiles.host_probe import host_probe
 from profiles.schema import HardwareProfile
@@ -43,6 +42,8 @@ from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.loading import load_model
 from specs.plan import ParallelPlan
+
+T = TypeVar("T")
 
 SEQ_LENGTH = 128
 GLOBAL_BATCH = 8
@@ -159,6 +160,9 @@ class Settings:
     """Job precision: fp32 on CPU ranks, bf16 on GPUs."""
     repeats: int = 1
     """Runs per plan; the measured iteration is that of the middle one (`typical`)."""
+    draws: int = 1
+    """Quick profiles per world size, spread over the rounds; plans are predicted on their
+    median (`fidelity_profiles`)."""
 
 
 def bundle_of(case: Case, hardware: str, precision: str) -> PlanBundle:
@@ -214,8 +218,14 @@ on the profile of its own world size (one rank runs every core's threads, two ra
 thread each, `executor.context.fair_thread_count`)."""
 
 
-def profile_for(profiles: Profiles, case: Case) -> tuple[str, HardwareProfile]:
-    """(path, profile) a case is predicted on: the one measured with its world size."""
+def paths_of(profiles: Profiles) -> dict[int, str]:
+    """Each world size's profile path."""
+    return {world: path for world, (path, _) in profiles.items()}
+
+
+def profile_for(profiles: Mapping[int, T], case: Case) -> T:
+    """The (path, profile) a case is predicted on, the one measured with its world size, or
+    its path alone from `paths_of`."""
     try:
         return profiles[case.plan.world_size]
     except KeyError:
@@ -248,16 +258,19 @@ def typical_index(runs: list[Run], elasticity: float | None = None) -> int:
 
 def measure_rounds(
     cases: tuple[Case, ...],
-    profiles: Profiles,
+    paths: Mapping[int, str],
     settings: Settings,
     log: Console,
     failures: list[dict[str, str]],
+    before_round: Callable[[int], None] | None = None,
 ) -> dict[str, list[Run]]:
     """Every case's `Run`s, ``settings.repeats`` of each, one run of each case per round: a
-    spell of the host lands on different cases in different rounds. Every failed run is
-    listed in ``failures``; a case runs again in a further round until it has failed
-    `MAX_FAILED_RUNS` times (a gloo connection on a loaded host may reset once), and a case
-    without a single good run is left out of the result."""
+    spell of the host lands on different cases in different rounds. ``paths`` names each
+    world size's profile in the plans (`Profiles` paths); ``before_round(k)`` runs before
+    round k (0-based) starts. Every failed run is listed in ``failures``; a case runs again
+    in a further round until it has failed `MAX_FAILED_RUNS` times (a gloo connection on a
+    loaded host may reset once), and a case without a single good run is left out of the
+    result."""
     runs: dict[str, list[Run]] = {c.name: [] for c in cases}
     failed: dict[str, int] = {}
     for k in range(settings.repeats + MAX_FAILED_RUNS):
@@ -266,9 +279,11 @@ def measure_rounds(
             for c in cases
             if failed.get(c.name, 0) < MAX_FAILED_RUNS and len(runs[c.name]) < settings.repeats
         ]
+        if pending and before_round is not None:
+            before_round(k)
         for i, case in enumerate(pending, 1):
             start = time.perf_counter()
-            bundle = bundle_of(case, profile_for(profiles, case)[0], settings.precision)
+            bundle = bundle_of(case, profile_for(paths, case), settings.precision)
             folder = run_folder(settings, case, len(runs[case.name]))
             where = f"round {k + 1}, {i}/{len(pending)}: {case.name} ({knob_label(case.plan)})"
             try:
@@ -318,7 +333,7 @@ def run_case(
     """Execute (`Settings.repeats` runs) and predict one case; its run folder is
     ``WORK/runs/<name>``, its runs join ``measured``. Failed runs are listed in
     ``failures``; raises `SpecError` when none succeeded."""
-    runs = measure_rounds((case,), profiles, settings, log, failures)
+    runs = measure_rounds((case,), paths_of(profiles), settings, log, failures)
     if case.name not in runs:
         raise SpecError(f"executing {case.name} ({case.plan.label()}) failed: {failures[-1]}")
     measured.update(runs)
@@ -363,23 +378,10 @@ def run_suite(
 ) -> list[FidelityRow]:
     """Every case that runs (`measure_rounds`), as rows; a failed run is listed in
     ``failures``."""
-    runs = measure_rounds(cases, profiles, settings, log, failures)
+    runs = measure_rounds(cases, paths_of(profiles), settings, log, failures)
     return [
         case_row(case, profiles, settings, runs[case.name]) for case in cases if case.name in runs
     ]
-
-
-def measured_profiles(settings: Settings, worlds: tuple[int, ...], log: Console) -> Profiles:
-    """A quick profile of this machine per world size (``WORK/profile.json`` for 2 ranks,
-    ``WORK/profile-<n>.json`` otherwise), each reused while it was measured on this host."""
-    profiles: Profiles = {}
-    for world in worlds:
-        path = settings.work / ("profile.json" if world == 2 else f"profile-{world}.json")
-        profile = ensure_profile(path, world, log)
-        if profile is None:
-            raise SystemExit(f"profiling {world} ranks into {path} failed; see above")
-        profiles[world] = (str(path), profile)
-    return profiles
 
 
 def planner_choice(

@@ -45,7 +45,9 @@ def peak_flops(profile: HardwareProfile, dtype: str) -> float:
     return peaks[dtype] * 1e12
 
 
-def _curve_efficiency(points: Sequence[EfficiencyPoint], gflop: float) -> float:
+def curve_efficiency(points: Sequence[EfficiencyPoint], gflop: float) -> float:
+    """A GEMM efficiency curve at ``gflop``: linear in log(gflop) between its points, held
+    at the last, and proportional to the work below the first."""
     first, last = points[0], points[-1]
     if gflop <= first.gflop:
         # Launch- and latency-bound region: time stops shrinking with work.
@@ -74,7 +76,7 @@ def gemm_efficiency(profile: HardwareProfile, m: int, n: int, k: int, dtype: str
             f"profile {profile.name!r} has no {dtype} GEMM efficiency curve; it has "
             f"{', '.join(sorted(curves))}; choose one of those precisions"
         )
-    efficiency = _curve_efficiency(curves[dtype], 2.0 * m * n * k / 1e9)
+    efficiency = curve_efficiency(curves[dtype], 2.0 * m * n * k / 1e9)
     granule = profile.compute.gemm_alignment_elements
     if any(dim % granule for dim in (m, n, k)):
         efficiency *= profile.compute.gemm_misaligned_factor
