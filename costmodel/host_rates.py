@@ -16,6 +16,10 @@ them, each with a documented fallback for profiles that predate a measurement:
 - token routing (the MoE layer's index and sort bookkeeping): ``routing_op_s`` per
   operator of a routing round reached cold (spread ``op_overhead.routing_op``,
   `profiles.profiler.routing`); fallback ``forward_op_s``.
+- a sequence-parallel RMSNorm, per call forward and per call backward, each reached cold
+  (spreads ``op_overhead.dtensor_norm_forward`` and ``..._backward``,
+  `profiles.profiler.dtensor_norm`); fallback 0: `costmodel.native_ops` then counts the
+  norm's DTensor operators.
 - DTensor: per element-wise operator forward and backward, per ``from_local`` and
   ``to_local``, per column-parallel ``F.linear`` forward and backward (spreads
   ``op_overhead.dtensor_*``, `profiles.profiler.framework`). Fallback: the ratios to
@@ -194,6 +198,11 @@ class HostRates:
     dtensor_linear_backward_s: float
     """Host cost of that linear's backward (both gradients, their nodes and gradient
     accumulation), beyond its GEMM kernels."""
+    dtensor_norm_forward_s: float = 0.0
+    """A sequence-parallel RMSNorm's forward (``from_local`` and its operators), reached
+    cold; 0 when the profile did not time it."""
+    dtensor_norm_backward_s: float = 0.0
+    """Its backward, reached cold; 0 when not timed."""
     checkpoint_tensor_s: float
     """Checkpoint hooks of one saved tensor (pack, pack in the rerun, unpack)."""
     checkpoint_call_s: float
@@ -368,6 +377,8 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         dtensor_to_local_s=dtensor["dtensor_to_local"],
         dtensor_linear_forward_s=dtensor["dtensor_linear_forward"],
         dtensor_linear_backward_s=dtensor["dtensor_linear_backward"],
+        dtensor_norm_forward_s=get("dtensor_norm_forward", 0.0),
+        dtensor_norm_backward_s=get("dtensor_norm_backward", 0.0),
         checkpoint_tensor_s=get("checkpoint_tensor", 3 * dispatch),
         checkpoint_call_s=get("checkpoint_call", 0.0),
         fsdp_gather_s=get("fsdp_gather", FSDP_FALLBACK_DISPATCHES * dispatch),

@@ -80,6 +80,10 @@ class HostOps:
     """``DTensor.to_local`` calls (and backward of ``from_local``)."""
     dt_linears: float = 0.0
     """Linears on DTensor weights."""
+    dt_norms: float = 0.0
+    """Sequence-parallel RMSNorm modules, priced whole (`HostRates.dtensor_norm_forward_s`
+    and ``..._backward_s``; without them as `DTENSOR_RMSNORM_FORWARD` and ``_BACKWARD``),
+    their bytes apart."""
 
     def plus(self, other: HostOps) -> HostOps:
         """Field-wise sum."""
@@ -110,6 +114,7 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         )
     return (
         work.ops * per_op
+        + (work.dt_norms * _dtensor_norm_s(rates, backward=backward) if work.dt_norms else 0.0)
         + work.routing_ops * rates.routing_op_s
         + (work.views + work.kernels) * rates.dispatch_s
         + work.allocs * max(rates.elementwise_op_s - rates.dispatch_s, 0.0)
@@ -122,6 +127,22 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         + work.dt_unwraps * rates.dtensor_to_local_s
         + work.dt_linears * dt_linear
     )
+
+
+DTENSOR_RMSNORM_FORWARD = HostOps(dt_ops=6, views=3, allocs=6, dt_wraps=1)
+"""A sequence-parallel RMSNorm's forward counted operator by operator (`rms_norm`): the
+price of `HostOps.dt_norms` when the profile did not time the module."""
+DTENSOR_RMSNORM_BACKWARD = HostOps(dt_ops=7, kernels=5, allocs=11, dt_unwraps=1)
+"""Its backward, counted the same way."""
+
+
+def _dtensor_norm_s(rates: HostRates, *, backward: bool) -> float:
+    """One sequence-parallel RMSNorm pass: the profile's cold figure, else counted."""
+    measured = rates.dtensor_norm_backward_s if backward else rates.dtensor_norm_forward_s
+    if measured > 0:
+        return measured
+    counted = DTENSOR_RMSNORM_BACKWARD if backward else DTENSOR_RMSNORM_FORWARD
+    return host_seconds(counted, rates, backward=backward)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -238,14 +259,16 @@ def rms_norm(rows: float, width: int, *, dtensor: bool = False) -> ModuleOps:
     reductions (over the row for rsqrt, over tokens for the weight) and the sum of x's two
     gradients are 5 more kernels; bytes: each Mul 7N (two products and a sum), Mean 2N,
     Pow 5N, the gradient sum 3N: 24N·e. Under sequence parallelism the module is a
-    ``SequenceParallel`` DTensor module: the six operators run as DTensor operators and the
-    input is wrapped (``from_local``), its gradient unwrapped.
+    ``SequenceParallel`` DTensor module (the input wrapped with ``from_local``, every
+    operator and backward kernel through DTensor's dispatch), priced whole per pass as
+    `HostOps.dt_norms`: the profile times it cold (`profiles.profiler.dtensor_norm`: in the
+    executor's step it cost 4-5x its operators at the hot DTensor chain rate).
     """
     n = rows * width
     if dtensor:
         return ModuleOps(
-            forward=HostOps(dt_ops=6, views=3, allocs=6, bytes=7 * n * FP32, dt_wraps=1),
-            backward=HostOps(dt_ops=7, kernels=5, allocs=11, bytes=24 * n * FP32, dt_unwraps=1),
+            forward=HostOps(dt_norms=1, bytes=7 * n * FP32),
+            backward=HostOps(dt_norms=1, bytes=24 * n * FP32),
         )
     return ModuleOps(
         forward=HostOps(ops=6, views=3, allocs=6, bytes=7 * n * FP32),

@@ -48,7 +48,13 @@ from costmodel.native_layers import (
     layer_ops,
     native_shape,
 )
-from costmodel.native_ops import FP32, HostOps, ModuleOps, host_seconds
+from costmodel.native_ops import (
+    DTENSOR_RMSNORM_FORWARD,
+    FP32,
+    HostOps,
+    ModuleOps,
+    host_seconds,
+)
 from costmodel.schedules import layer_range, virtual_stage
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -227,7 +233,12 @@ def recompute_ops(
     total = ModuleOps(forward=HostOps(kernel_s=groups * rates.checkpoint_call_s))
     for i in redone:
         layer = kinds[mask[i]]
-        saved = SAVED_PER_RECORDED_OP * (layer.forward.ops + layer.forward.dt_ops)
+        recorded = (
+            layer.forward.ops
+            + layer.forward.dt_ops
+            + layer.forward.dt_norms * DTENSOR_RMSNORM_FORWARD.dt_ops
+        )
+        saved = SAVED_PER_RECORDED_OP * recorded
         hooks = HostOps(kernel_s=saved * rates.checkpoint_tensor_s)
         total = total.plus(
             ModuleOps(forward=layer.forward.plus(hooks), forward_comms=layer.forward_comms)

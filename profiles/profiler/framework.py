@@ -18,6 +18,10 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   layout), the backward computing both the input and the weight gradient, net of
   ``autograd_backward_call``.
 
+- a sequence-parallel RMSNorm (`profiles.profiler.dtensor_norm`): ``dtensor_norm_forward``
+  and ``dtensor_norm_backward``, per call of the norm on a sequence-sharded DTensor reached
+  cold.
+
 - FSDP2 (``fully_shard``, the executor's distributed optimizer), on a mesh over every
   rank, as training shards: a root holding `FSDP_BLOCKS` fully-sharded blocks of one
   `FSDP_BLOCK_WIDTH`-square weight each, timed forward and backward (wall clock, every
@@ -55,7 +59,7 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   spell of other load over one window once put a 1-rank profile's probe at 1.65x the
   2-rank profile's, while its other figures were not slower.
 
-The DTensor, FSDP2 and collective-form points need an initialized process group
+The DTensor, DTensor-norm, FSDP2 and collective-form points need an initialized process group
 (every rank of a profiling world has one); without it they are left out.
 """
 
@@ -70,6 +74,7 @@ import torch.nn.functional as F
 
 from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
+from profiles.profiler.dtensor_norm import time_dtensor_norm
 from profiles.profiler.routing import time_routing
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
@@ -306,8 +311,8 @@ def with_probe_samples(
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
-    """The autograd, checkpoint, routing, DTensor, FSDP2, collective-form and host-probe
-    points of the module doc, in that order."""
+    """The autograd, checkpoint, routing, DTensor, DTensor-norm, FSDP2, collective-form and
+    host-probe points of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
@@ -315,6 +320,7 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_checkpoint(run),
         *time_routing(run),
         *time_dtensor(run, call_s),
+        *time_dtensor_norm(run),
         *time_fsdp(run),
         *time_collective_forms(run),
         *time_host_probe(run),

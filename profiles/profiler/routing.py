@@ -22,6 +22,7 @@ operator (13 us without the sweep).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -67,28 +68,40 @@ def _route(x: torch.Tensor, router: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return out, aux, counts
 
 
-def time_routing(run: Runner) -> tuple[OverheadTiming, ...]:
-    """``routing_op``: seconds per operator of a routing round reached cold (module doc)."""
-    x = run.randn(ROUTING_TOKENS, ROUTING_WIDTH)
-    router = run.randn(ROUTING_EXPERTS, ROUTING_WIDTH, grad=True)
+def cold_sweep(run: Runner) -> Callable[[], None]:
+    """Work that evicts a probe's operators from the caches between rounds, as a training
+    step's other work does: a pass over the profiler's cold pool and three unrelated
+    operators (a GEMM, ``layer_norm``, ``softmax``) on `SWEEP_WIDTH`-square operands."""
     pool = torch.zeros(COLD_POOL_BYTES // 4, device=run.device)
     square = run.randn(SWEEP_WIDTH, SWEEP_WIDTH)
 
     def sweep() -> None:
         pool.mul_(1.0)
         F.layer_norm(square @ square, (SWEEP_WIDTH,)).softmax(dim=-1)
+        if run.cuda:
+            torch.cuda.synchronize()
 
+    return sweep
+
+
+def per_sample(rounds: list[float]) -> tuple[float, ...]:
+    """Medians of consecutive blocks of `ROUNDS_PER_SAMPLE` rounds."""
+    step = ROUNDS_PER_SAMPLE
+    return tuple(statistics.median(rounds[i : i + step]) for i in range(0, len(rounds), step))
+
+
+def time_routing(run: Runner) -> tuple[OverheadTiming, ...]:
+    """``routing_op``: seconds per operator of a routing round reached cold (module doc)."""
+    x = run.randn(ROUTING_TOKENS, ROUTING_WIDTH)
+    router = run.randn(ROUTING_EXPERTS, ROUTING_WIDTH, grad=True)
+    sweep = cold_sweep(run)
     rounds = []
     for i in range(run.budget.warmup_calls + ROUTING_ROUNDS):
         sweep()
-        if run.cuda:
-            torch.cuda.synchronize()
         start = run.clock()
         _route(x, router)
         if run.cuda:
             torch.cuda.synchronize()
         if i >= run.budget.warmup_calls:
             rounds.append((run.clock() - start) / ROUTING_OPS)
-    step = ROUNDS_PER_SAMPLE
-    samples = tuple(statistics.median(rounds[i : i + step]) for i in range(0, len(rounds), step))
-    return (OverheadTiming(op="routing_op", times_s=samples),)
+    return (OverheadTiming(op="routing_op", times_s=per_sample(rounds)),)

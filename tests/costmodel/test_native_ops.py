@@ -259,7 +259,8 @@ def test_norm_and_rope_bytes():
     assert norm.forward.ops == 6 and norm.forward.bytes == 7 * n * FP32
     assert norm.backward.ops == 7 and norm.backward.bytes == 24 * n * FP32
     sp = rms_norm(64, 128, dtensor=True)
-    assert sp.forward.dt_ops == 6 and sp.forward.ops == 0 and sp.forward.dt_wraps == 1
+    assert (sp.forward.dt_norms, sp.forward.ops, sp.forward.dt_ops) == (1, 0, 0)
+    assert sp.forward.bytes == 7 * 64 * 128 * FP32
     r = rope(1000)
     assert (r.forward.ops, r.forward.views, r.forward.bytes) == (5, 5, 10 * 1000 * FP32)
     assert r.backward.ops == 6 and r.backward.bytes == 12 * 1000 * FP32
@@ -305,7 +306,37 @@ def test_sequence_parallel_layer_collectives():
     assert count(layer.backward_comms, "reduce_scatter") == 2
     assert count(layer.backward_comms, "all_reduce") == 0
     # Norms run as DTensor modules on the sequence shard.
-    assert layer.forward.dt_ops >= 12
+    assert layer.forward.dt_norms == layer.backward.dt_norms == 2
+
+
+def test_a_sequence_parallel_norm_pays_the_profiled_module_or_its_operators():
+    # Without the probe: the operators at the DTensor chain rate (the counts of rms_norm).
+    sp = rms_norm(64, 128, dtensor=True)
+    counted_fwd = host_seconds(
+        HostOps(dt_ops=6, views=3, allocs=6, dt_wraps=1, bytes=7 * 64 * 128 * FP32),
+        RATES,
+        backward=False,
+    )
+    assert RATES.dtensor_norm_forward_s == 0.0
+    assert host_seconds(sp.forward, RATES, backward=False) == pytest.approx(counted_fwd)
+    # With it: the probe's figure per call (relative to the dispatch, as the other host
+    # rates), the norm's bytes on top.
+    probed = cpu_profile(
+        extra=(
+            spread("op_overhead.dtensor_norm_forward", 400e-6),
+            spread("op_overhead.dtensor_norm_backward", 700e-6),
+        )
+    )
+    rates = host_rates(probed)
+    assert (rates.dtensor_norm_forward_s, rates.dtensor_norm_backward_s) == pytest.approx(
+        (400e-6, 700e-6)
+    )
+    bytes_s = 24 * 64 * 128 * FP32 / rates.elementwise_Bps
+    assert host_seconds(sp.backward, rates, backward=True) == pytest.approx(700e-6 + bytes_s)
+    plain = rms_norm(128, 128)
+    assert host_seconds(plain.forward, rates, backward=False) == pytest.approx(
+        host_seconds(plain.forward, RATES, backward=False)
+    )
 
 
 def test_context_parallel_gathers_keys_and_values():

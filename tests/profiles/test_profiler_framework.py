@@ -19,6 +19,14 @@ from profiles.profiler.collective_forms import (
     time_collective_forms,
 )
 from profiles.profiler.compute import Runner
+from profiles.profiler.dtensor_norm import (
+    NORM_EPS,
+    NORM_ROUNDS,
+    NORM_TOKENS,
+    NORM_WIDTH,
+    rms_norm,
+    time_dtensor_norm,
+)
 from profiles.profiler.framework import (
     time_autograd,
     time_checkpoint,
@@ -28,6 +36,7 @@ from profiles.profiler.framework import (
     time_host_probe,
     with_probe_samples,
 )
+from profiles.profiler.routing import ROUNDS_PER_SAMPLE
 from profiles.profiler.run import _max_agree
 from profiles.profiler.timing import THREAD_CLOCK, Budget, OverheadTiming, agree_alone
 from tests.executor.spawn_utils import run_world
@@ -91,6 +100,31 @@ def test_dtensor_dispatch_costs_more_than_a_plain_operator(one_rank_group):
     plain = sorted(RUN.time(lambda: torch.ones(1) + torch.ones(1)))[1]
     assert median["dtensor_forward"] > plain
     assert median["dtensor_linear_forward"] > median["dtensor_to_local"] > 0
+
+
+def test_a_sequence_parallel_norm_is_timed_per_pass_and_costs_more_than_its_plain_form(
+    one_rank_group,
+):
+    assert {r.op for r in time_framework_overheads(RUN)} >= {
+        "dtensor_norm_forward",
+        "dtensor_norm_backward",
+    }
+    forward, backward = time_dtensor_norm(RUN)
+    assert (forward.op, backward.op) == ("dtensor_norm_forward", "dtensor_norm_backward")
+    assert len(forward.times_s) == len(backward.times_s) == NORM_ROUNDS // ROUNDS_PER_SAMPLE
+    x = RUN.randn(1, NORM_TOKENS, NORM_WIDTH)
+    plain = statistics.median(RUN.time(lambda: rms_norm(x, torch.ones(NORM_WIDTH))))
+    # eight DTensor dispatches and a from_local against eight plain operators
+    assert statistics.median(forward.times_s) > plain
+    assert all(0 < t < 0.1 for t in forward.times_s + backward.times_s)
+
+
+def test_the_probed_norm_computes_the_executor_rms_norm():
+    from executor.model import RMSNorm
+
+    x = torch.randn(2, 3, NORM_WIDTH)
+    norm = RMSNorm(NORM_WIDTH, eps=NORM_EPS)
+    torch.testing.assert_close(rms_norm(x, norm.weight.detach()), norm(x).detach())
 
 
 def test_fsdp_costs_per_module_and_per_further_tensor(one_rank_group):
