@@ -85,7 +85,7 @@ class ProfileDraws:
                 command = "bench/fidelity.py: median of " + ", ".join(
                     str(draw_path(self.settings, world, i)) for i in range(len(draws))
                 )
-                save_profile(median_profile(draws, command=command), path)
+                save_profile(median_profile(draws, command=command, name=path.stem), path)
                 self.log.print(f"  {world}-rank profile: median of {len(draws)} draws, {path}")
             profiles[world] = (str(path), draws[0] if len(draws) == 1 else load_profile(str(path)))
         return profiles

@@ -39,15 +39,20 @@ FREE_FIELDS = ("provenance.date", "provenance.command", "provenance.notes", "nam
 """Fields that may differ between the profiles (the first profile's value is kept)."""
 
 
-def median_profile(profiles: Sequence[HardwareProfile], *, command: str) -> HardwareProfile:
+def median_profile(
+    profiles: Sequence[HardwareProfile], *, command: str, name: str | None = None
+) -> HardwareProfile:
     """The profile whose every figure is the median of ``profiles``' figures (module
-    docstring); its provenance notes the merge and ``command``. Raises `SpecError` for fewer
+    docstring), named ``name`` (default: the first profile's name); its provenance notes
+    the merge and ``command``. Raises `SpecError` for fewer
     than two profiles, or when they differ in anything but their figures (another device,
     another set of measured points: profile them with one paraplan version)."""
     if len(profiles) < 2:
         raise SpecError(f"median_profile needs at least two profiles, got {len(profiles)}")
     trees = [serde.to_dict(p) for p in profiles]
     merged = _merge(trees, "")
+    if name is not None:
+        merged["name"] = name
     provenance = merged["provenance"]
     provenance["command"] = command
     provenance["notes"] = [

@@ -452,6 +452,7 @@ def test_profile_draws_spread_over_the_rounds_and_merge_into_the_median(
         saved = load_profile(profiles[world][0])
         assert saved.compute.op_overhead_s == pytest.approx(2e-6)
         assert "median of 3 profiles" in saved.provenance.notes[-1]
+        assert saved.name == Path(profiles[world][0]).stem
 
 
 def test_one_draw_is_the_profile_itself(

@@ -66,6 +66,8 @@ def test_every_figure_is_the_median_of_the_draws() -> None:
         in (merged.provenance.notes[-1])
     )
     assert merged.provenance.date == draws[0].provenance.date  # the first draw's
+    assert merged.name == draws[0].name
+    assert median_profile(draws, command="x", name="median").name == "median"
     assert {s.num_samples for s in merged.provenance.spread} == {11}
 
 
