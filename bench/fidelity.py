@@ -32,8 +32,10 @@ Order of a run:
    on a 4-rank profile (``WORK/profile-4.json``), summarized separately;
 6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`: other
    plans of the suite's job, not in the suite, run in the suite's rounds (so their runs
-   see the same spells of the host as the suite's), the middle run of each fitted; every
-   figure is given again with the calibrated predictions.
+   see the same spells of the host as the suite's), every run of each brought to their
+   mean host speed by its host probe (``--host-speed`` with the elasticity of those runs;
+   without probes the middle run of each); every figure is given again with the
+   calibrated predictions.
 
 ``--quick`` measures fewer steps, runs each plan once, profiles once and skips the coverage
 plans. The

@@ -42,8 +42,8 @@ from profiles.lookup import host_probe_s
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import time_scaled
-from reports.fidelity import FidelityRow
-from reports.host_speed import at_host_speed, host_elasticity
+from reports.fidelity import FidelityRow, summarize
+from reports.host_speed import at_host_speed, host_elasticity, measured_at_reference
 from specs.errors import SpecError
 
 
@@ -54,9 +54,10 @@ def calibrate_profile(
     log: Console,
     elasticity: float | None = None,
 ) -> Path:
-    """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the middle run
-    (`typical`, at one host speed given the ``elasticity``) of each of `CALIBRATION_CASES`
-    (``runs``: measured in the suite's rounds, `run_bench`)."""
+    """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the runs of
+    `CALIBRATION_CASES` (``runs``: measured in the suite's rounds, `run_bench`): with an
+    ``elasticity``, every run of each, brought to the runs' mean host speed
+    (``--host-speed``); without one, the middle run of each (`typical`)."""
     try:
         command = importlib.import_module("paraplan.commands.calibrate")
     except ModuleNotFoundError as exc:
@@ -70,21 +71,23 @@ def calibrate_profile(
         raise SpecError(f"calibration runs failed ({', '.join(missing)}); see the failures")
     folders = []
     for case in CALIBRATION_CASES:
-        middle = typical_index(runs[case.name], elasticity)
-        chosen = runs[case.name][middle]
-        out = run_folder(settings, case, middle)
-        predict(bundle_of(case, str(profile_path), settings.precision), base, out)
-        log.print(
-            f"  calibration run {case.name} ({case.plan.label()}): {chosen.seconds:.4f} s "
-            f"(middle of {len(runs[case.name])})"
-        )
-        folders.append(str(out))
+        done = runs[case.name]
+        chosen = range(len(done)) if elasticity is not None else [typical_index(done)]
+        for index in chosen:
+            out = run_folder(settings, case, index)
+            predict(bundle_of(case, str(profile_path), settings.precision), base, out)
+            folders.append(str(out))
+        seconds = ", ".join(f"{done[i].seconds:.4f}" for i in chosen)
+        log.print(f"  calibration runs of {case.name} ({case.plan.label()}): {seconds} s")
     path = settings.work / "profile-calibrated.json"
+    argv = [*folders, "-o", str(path), "--hardware", str(profile_path)]
+    if elasticity is not None:
+        argv += ["--host-speed", repr(elasticity)]
     # the command's printout (fitted factors, errors before and after) is progress here
     with contextlib.redirect_stdout(sys.stderr):
-        code = run_command(command, [*folders, "-o", str(path), "--hardware", str(profile_path)])
+        code = run_command(command, argv)
     if code != 0:
-        raise SpecError(f"paraplan calibrate {' '.join(folders)} -o {path} failed (exit {code})")
+        raise SpecError(f"paraplan calibrate {' '.join(argv)} failed (exit {code})")
     return path
 
 
@@ -167,8 +170,10 @@ def host_speed_section(
 ) -> dict[str, Any]:
     """The calibrated rows, each plan measured by its middle run at one host speed
     (`typical` with the ``elasticity``) and predicted at that run's host speed
-    (`reports.host_speed.at_host_speed`) relative to the calibration runs' probe."""
-    references = probe_references(profiles, calibration_probe_s(measured, elasticity))
+    (`reports.host_speed.at_host_speed`) relative to the calibration runs' probe. The pick
+    rule compares the plans' runs brought to the calibration runs' speed
+    (`reports.host_speed.measured_at_reference`)."""
+    references = probe_references(profiles, calibration_probe_s(measured))
     if references is None:
         raise SpecError("host speed: a profile without a host probe; profile again")
     chosen = [typical(measured[r.name], elasticity) for r in cal_rows]
@@ -177,23 +182,24 @@ def host_speed_section(
         for r, run in zip(cal_rows, chosen, strict=True)
     ]
     speed_rows = at_host_speed(rows, references, elasticity)
-    return section(speed_rows, pick) | {
+    # the pick rule compares plans: their runs at one host speed (the calibration runs')
+    one_speed = measured_at_reference(rows, references, elasticity)
+    return section(speed_rows) | {
+        "pick_within_5pct": summarize(one_speed, pick).pick_within_5pct if pick else None,
         "elasticity": elasticity,
         "reference_probe_s": {str(w): s for w, s in references.items()},
-        "pick": pick_details(speed_rows, pick, why),
+        "pick": pick_details(one_speed, pick, why) | {"measured_at": "reference host speed"},
     }
 
 
-def calibration_probe_s(
-    runs: dict[str, list[Run]], elasticity: float | None = None
-) -> float | None:
-    """Geometric mean of the host probes of the calibration runs the fit uses (each case's
-    `typical` at the ``elasticity``): the host speed the calibrated profile describes. None
+def calibration_probe_s(runs: dict[str, list[Run]]) -> float | None:
+    """Geometric mean of the host probes of every calibration run (what `paraplan calibrate
+    --host-speed` brings them to): the host speed the calibrated profile describes. None
     when one lacks it."""
-    probes = [typical(runs[c.name], elasticity).probe_s for c in CALIBRATION_CASES]
+    probes = [r.probe_s for c in CALIBRATION_CASES for r in runs[c.name]]
     if any(p is None or p <= 0 for p in probes):
         return None
-    return statistics.geometric_mean(probes)
+    return statistics.geometric_mean(probes)  # type: ignore[arg-type]
 
 
 def probe_references(profiles: Profiles, calibration_s: float | None) -> dict[int, float] | None:

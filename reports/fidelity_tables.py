@@ -36,6 +36,7 @@ def pick_line(section: dict[str, Any]) -> str:
     return (
         f"planner pick: {pick['plan']} ({pick['measured_s'] * 1e3:.1f} ms measured); fastest "
         f"measured: {pick['best_measured']} ({pick['best_measured_s'] * 1e3:.1f} ms)"
+        + (f", both at the {pick['measured_at']}" if "measured_at" in pick else "")
     )
 
 

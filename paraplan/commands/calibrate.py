@@ -4,7 +4,9 @@ The base profile is ``--hardware``, or else the ``cluster.hardware`` of the runs
 which must then name one profile. The fit is `reports.calibrate.calibrate`; the command
 prints the fitted factors and every run's iteration-time error before and after, and
 writes the calibrated profile. ``--check RUN ...`` adds held-out runs that are evaluated
-but not fitted.
+but not fitted. ``--host-speed ELASTICITY`` first brings every run to one host speed by
+its host probe (`reports.host_speed.runs_at_one_host_speed`; the fitted runs' mean speed,
+held-out runs brought to it too), for runs of a shared machine taken in different spells.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile
 from reports.calibrate import CalibrationResult, calibrate
+from reports.host_speed import runs_at_one_host_speed
 from reports.run_dir import RunDir, load_run
 from specs.errors import SpecError
 
@@ -39,6 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BASE",
         help="profile to start from (stored name or JSON path); default: the plans' "
         "cluster.hardware, which must be the same in every run",
+    )
+    parser.add_argument(
+        "--host-speed",
+        type=float,
+        metavar="ELASTICITY",
+        help="bring every run's step times to one host speed before fitting (the geometric "
+        "mean of the runs' host probes; runs of `paraplan execute --host-probe`): each step "
+        "times (that mean over the run's probe) ** ELASTICITY (1: time follows the probe)",
     )
     parser.add_argument(
         "--check",
@@ -109,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
     command = ["paraplan", "calibrate", *args.runs, "-o", args.output]
     if args.hardware:
         command += ["--hardware", args.hardware]
+    if args.host_speed is not None:
+        command += ["--host-speed", str(args.host_speed)]
+        runs = runs_at_one_host_speed(runs, args.host_speed)
+        probe_s = (runs[0].metrics or {})["host_probe_p50_s"]
+        held_out = runs_at_one_host_speed(held_out, args.host_speed, probe_s)
+        print(f"step times at one host speed: host probe {probe_s * 1e3:.3f} ms")
     if args.check:
         command += ["--check", *args.check]
     result = calibrate(base, runs, held_out=held_out, command=shlex.join(command))

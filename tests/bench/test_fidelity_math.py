@@ -28,6 +28,7 @@ from reports.fidelity import (
     summary_text,
     summary_to_json,
 )
+from reports.fidelity_tables import pick_line
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
 from specs.rules import check_plan
@@ -166,17 +167,18 @@ def test_json_keys() -> None:
     assert r["host_probe_s"] is None
 
 
-def test_the_calibrated_speed_is_the_middle_calibration_runs_probe(bench: SimpleNamespace) -> None:
+def test_the_calibrated_speed_is_the_mean_probe_of_every_calibration_run(
+    bench: SimpleNamespace,
+) -> None:
     first, second, *others = (c.name for c in bench.CALIBRATION_CASES)
     runs = {
-        first: [bench.Run(0.3, 0.01, 9e-3), bench.Run(0.1, 0.01, 5e-3), bench.Run(0.2, 0.01, 1e-3)],
+        first: [bench.Run(0.3, 0.01, 8e-3), bench.Run(0.1, 0.01, 1e-3)],
         second: [bench.Run(0.3, 0.01, 4e-3)],
         **{name: [bench.Run(0.3, 0.01, 2e-3)] for name in others},
     }
-    assert bench.calibration_probe_s(runs) == pytest.approx(2e-3)  # geomean of 1, 4 and 2 ms
-    # at one host speed (elasticity 1: time over probe 33, 20, 200) the middle run is the
-    # one of 9 ms, not the one of 1 ms
-    assert bench.calibration_probe_s(runs, 1.0) == pytest.approx((9e-3 * 4e-3 * 2e-3) ** (1 / 3))
+    # what `paraplan calibrate --host-speed` brings every fitted run to: 8, 1, 4, 2 ms
+    expected = (8e-3 * 1e-3 * 4e-3 * 2e-3 ** len(others)) ** (1 / (3 + len(others)))
+    assert bench.calibration_probe_s(runs) == pytest.approx(expected)
     runs[second].append(bench.Run(0.25, 0.01, None))
     assert bench.calibration_probe_s(runs) is None
 
@@ -228,6 +230,30 @@ def test_host_speed_rows_take_the_run_at_one_host_speed(bench: SimpleNamespace) 
         None,
         "a calibration run without a host probe",
     )
+
+
+def test_the_host_speed_pick_compares_the_plans_at_one_host_speed(
+    bench: SimpleNamespace,
+) -> None:
+    # every calibration run at the reference probe 1 ms: elasticity 1 from spread-out pairs
+    cal = [c.name for c in bench.CALIBRATION_CASES]
+    measured = {name: [bench.Run(0.1 * f, 0.01, 1e-3 * f) for f in (0.5, 1.0, 2.0)] for name in cal}
+    # the pick ran in a slow spell (probe 1.5 ms), the other plan in a fast one (0.5 ms)
+    measured["pick"] = [bench.Run(0.12, 0.01, 1.5e-3)] * 3
+    measured["other"] = [bench.Run(0.06, 0.01, 0.5e-3)] * 3
+    rows = [
+        dataclasses.replace(row("pick", 0.12, 0.08), host_probe_s=1.5e-3),
+        dataclasses.replace(row("other", 0.06, 0.12), host_probe_s=0.5e-3),
+    ]
+    profiles = {2: ("two", _probing(bench, 1e-3))}
+    speed = bench.host_speed_section(profiles, rows, measured, 1.0, "pick", "")
+    # as measured the pick took 2x the other plan; at one host speed 0.08 s against 0.12 s
+    assert speed["pick_within_5pct"] is True
+    assert speed["pick"]["best_measured"] == "pick"
+    assert speed["pick"]["measured_s"] == pytest.approx(0.08)
+    assert speed["pick"]["measured_at"] == "reference host speed"
+    assert [r["measured_iteration_time_s"] for r in speed["rows"]] == [0.12, 0.06]  # as run
+    assert pick_line(speed).endswith("pick (80.0 ms), both at the reference host speed")
 
 
 def test_probe_references_follow_the_profiles_probes(bench: SimpleNamespace) -> None:
@@ -487,9 +513,45 @@ def test_calibration_needs_every_calibration_case_measured(
         )
 
 
+def test_calibration_fits_every_run_at_one_host_speed_or_the_middle_ones(
+    bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
+    module = sys.modules["fidelity_calibration"]
+    calls: list[list[str]] = []
+    monkeypatch.setattr(module, "predict", lambda bundle, profile, out: None)
+    monkeypatch.setattr(module, "run_command", lambda command, argv: calls.append(argv) or 0)
+    settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32")
+    runs = {
+        c.name: [bench.Run(0.3, 0.01, 2e-3), bench.Run(0.1, 0.01, 1e-3), bench.Run(0.2, 0.01, 1e-3)]
+        for c in bench.CALIBRATION_CASES
+    }
+    console = bench.Console(file=io.StringIO())
+    bench.calibrate_profile(stored, runs, settings, console, elasticity=0.75)
+    bench.calibrate_profile(stored, runs, settings, console)
+    with_speed, middle = calls
+    n = len(bench.CALIBRATION_CASES)
+    assert with_speed[-2:] == ["--host-speed", "0.75"]
+    assert len([a for a in with_speed if "/runs/" in a]) == 3 * n  # every run of each case
+    assert "--host-speed" not in middle
+    folders = [a for a in middle if "/runs/" in a]
+    assert len(folders) == n and all(a.endswith(".r2") for a in folders)  # 0.2 s: the middle
+
+
 def test_render_of_a_missing_result_is_a_usage_error(
     bench: SimpleNamespace, tmp_path: Path
 ) -> None:
     with pytest.raises(SystemExit) as stop:
         bench.parse_args(["--render", str(tmp_path / "fidelity.json")])
     assert stop.value.code == 2
+
+
+@pytest.mark.parametrize("flag", ["--repeats", "--draws"])
+def test_counts_below_one_are_usage_errors(
+    bench: SimpleNamespace, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args([flag, "0"])
+    assert stop.value.code == 2
+    assert f"{flag} must be at least 1, got 0" in capsys.readouterr().err
+    assert bench.parse_args([]).draws == 3

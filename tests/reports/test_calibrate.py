@@ -354,6 +354,28 @@ def test_command_writes_the_profile_and_prints_both_errors(base, tmp_path: Path,
     assert profile.name == "cpu-quick-tiny-calibrated"
 
 
+def test_command_fits_runs_of_two_host_speeds_at_one(base, tmp_path: Path, capsys) -> None:
+    plan = _bundle(ParallelPlan())
+    runs = []
+    for name, speed in (("fast", 0.5), ("usual", 1.0)):  # the fast spell: half the time
+        run = _synthetic_run(tmp_path / name, plan, base, base)
+        steps = [t * speed for t in run.metrics["iteration_time_s"]]
+        metrics = {"iteration_time_s": steps, "host_probe_p50_s": 1e-3 * speed}
+        (run.path / "metrics.json").write_text(json.dumps(metrics))
+        runs.append(str(run.path))
+    out = tmp_path / "cal.json"
+    assert _command(*runs, "-o", str(out)) == 0
+    apart = capsys.readouterr().out
+    assert _command(*runs, "-o", str(out), "--host-speed", "1") == 0
+    text = capsys.readouterr().out
+    # both runs at the probes' geometric mean, 0.707 ms: 0.707x the prediction each
+    assert "step times at one host speed: host probe 0.707 ms" in text
+    after = [line.rsplit("(", 1)[1] for line in text.splitlines() if "(fitted)" in line]
+    assert after == ["+0.0%)", "+0.0%)"]
+    assert "+41.4%)" in apart and "-29.3%)" in apart  # one scale cannot fit both speeds
+    assert load_profile(str(out)).provenance.command.endswith("--host-speed 1.0")
+
+
 def test_command_refuses_runs_of_different_hardware(base, tmp_path: Path) -> None:
     run = _synthetic_run(tmp_path / "a", _bundle(ParallelPlan()), base, base)
     other = dataclasses.replace(

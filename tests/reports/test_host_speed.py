@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from reports.calibrate import measured_iteration_s
 from reports.fidelity import FidelityRow
-from reports.host_speed import at_host_speed, host_elasticity, host_typical
+from reports.host_speed import (
+    at_host_speed,
+    host_elasticity,
+    host_typical,
+    measured_at_reference,
+    runs_at_one_host_speed,
+)
+from reports.run_dir import RunDir
 from specs.errors import SpecError
 
 
@@ -55,6 +64,23 @@ def test_elasticity_is_the_within_plan_slope() -> None:
         host_elasticity({"a": [(1.0, 0.0), (1.0, 1e-3)]})
 
 
+def test_measurements_at_the_reference_speed_undo_each_runs_spell() -> None:
+    fast, slow = row("fast", 1.0, 0.8, 0.5e-3), row("slow", 1.5, 0.8, 1.5e-3)
+    one_rank = row("w1", 1.0, 0.8, 1e-3, world=1)
+    out = measured_at_reference([fast, slow, one_rank], {2: 1e-3, 1: 0.5e-3})
+    # a run in a 2x fast spell took half the time the plan takes at the reference speed
+    assert [r.measured_time_s for r in out] == pytest.approx([2.0, 1.0, 0.5])
+    assert [r.predicted_time_s for r in out] == [0.8, 0.8, 0.8]  # predictions untouched
+    root = measured_at_reference([fast], {2: 1e-3}, elasticity=0.5)
+    assert root[0].measured_time_s == pytest.approx(2**0.5)
+    # moving the prediction to the run or the run to the reference: the same error
+    there = at_host_speed([slow], {2: 1e-3})[0]
+    back = measured_at_reference([slow], {2: 1e-3})[0]
+    assert there.time_error == pytest.approx(back.time_error)
+    with pytest.raises(SpecError, match="runs without a host probe: a"):
+        measured_at_reference([row("a", 1.0, 1.0, None)], {2: 1e-3})
+
+
 def test_the_typical_run_is_the_middle_one_at_one_host_speed() -> None:
     # by time the middle run is the 0.3 s one; brought to one speed (elasticity 1) the runs
     # cost 300, 150 and 200: the middle is the 0.2 s run
@@ -82,3 +108,29 @@ def test_elasticity_recovers_any_exact_power_law(
     index = host_typical([t for t, _ in runs["p0"]], probes, slope)
     assert 0 <= index < len(probes)
     assert math.isfinite(runs["p0"][index][0])
+
+
+def _run(path: str, steps: list[float], probe_s: float | None) -> RunDir:
+    metrics = {"iteration_time_s": steps, "timed_steps": list(range(len(steps)))}
+    if probe_s is not None:
+        metrics["host_probe_p50_s"] = probe_s
+    return RunDir(
+        path=Path(path), bundle=None, estimate={}, predicted=None, measured=None,  # type: ignore[arg-type]
+        metrics=metrics, candidates=None,
+    )  # fmt: skip
+
+
+def test_runs_are_brought_to_their_mean_host_speed_before_a_fit() -> None:
+    fast, slow = _run("fast", [0.05, 0.06], 0.5e-3), _run("slow", [0.2, 0.2], 2e-3)
+    out = runs_at_one_host_speed([fast, slow], elasticity=1.0)
+    # geometric mean of the probes: 1 ms; the fast run took half, the slow one twice that
+    assert [measured_iteration_s(r) for r in out] == pytest.approx([0.11, 0.1])
+    assert [r.metrics["host_probe_p50_s"] for r in out] == pytest.approx([1e-3, 1e-3])
+    assert fast.metrics["iteration_time_s"] == [0.05, 0.06]  # the loaded runs untouched
+    held = runs_at_one_host_speed([_run("h", [0.3], 3e-3)], 0.5, reference_s=1e-3)
+    assert measured_iteration_s(held[0]) == pytest.approx(0.3 / 3**0.5)
+    assert runs_at_one_host_speed([], 1.0) == []
+    with pytest.raises(SpecError, match="runs without a host probe: bare"):
+        runs_at_one_host_speed([fast, _run("bare", [0.1], None)], 1.0)
+    with pytest.raises(SpecError, match=r"elasticity 3.0 is outside \[0.0, 2.0\]"):
+        runs_at_one_host_speed([fast], 3.0)
