@@ -24,6 +24,7 @@ tells how fast the host ran. Three uses in the fidelity benchmark, and one in
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -168,7 +169,7 @@ def runs_at_one_host_speed(
     untimed = [str(run.path) for run in runs if not (run.metrics or {}).get("iteration_time_s")]
     if untimed:
         raise SpecError(f"runs without step times in metrics.json: {', '.join(untimed)}")
-    reference = reference_s or math.exp(sum(math.log(p) for p in probes) / len(probes))  # type: ignore[arg-type]
+    reference = reference_s or statistics.geometric_mean(probes)  # type: ignore[arg-type]
     out = []
     for run, probe in zip(runs, probes, strict=True):
         factor = (reference / probe) ** elasticity  # type: ignore[operator]
