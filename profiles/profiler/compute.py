@@ -1,4 +1,4 @@
-"""Compute sweeps of one rank: GEMMs, causal attention, memory-bound operators, the
+"""Compute points of one rank: GEMMs, causal attention, memory-bound operators, the
 optimizer step and the per-operator overhead.
 
 Every rank of a profiling world runs the same sweep at the same time (each with its fair
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from profiles.profiler.shapes import AttentionShape, GemmShape, SweepPlan
+from profiles.profiler.shapes import AttentionShape, GemmShape
 from profiles.profiler.timing import (
     WALL_CLOCK,
     Agree,
@@ -265,87 +265,3 @@ def time_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         OverheadTiming(op="autograd_forward", times_s=tuple(t / CHAIN_LENGTH for t in forward)),
         OverheadTiming(op="autograd_backward", times_s=backward),
     )
-
-
-def compute_point_count(plan: SweepPlan) -> int:
-    """Progress units of `run_compute_sweep` for ``plan``."""
-    return (
-        1
-        + len(plan.gemms)
-        + len(plan.misaligned_gemms)
-        + len(plan.attention)
-        + len(plan.memory_elements)
-        + len(plan.adamw_params)
-    )
-
-
-def run_compute_sweep(
-    plan: SweepPlan, run: Runner, tick: Tick, *, memory_limit_bytes: int
-) -> ComputeResults:
-    """Time every compute point of ``plan`` in order; skips points predicted (from the
-    fastest rate seen so far, agreed over the ranks) to exceed `SweepPlan.max_call_s`
-    and tensors beyond ``memory_limit_bytes``."""
-    results = ComputeResults()
-    results.overhead.extend(time_overheads(run))
-    tick("op overhead")
-    best_flops: dict[str, float] = {}
-    for shape in plan.gemms:
-        _gemm_point(plan, run, shape, best_flops, results)
-        tick(f"gemm {shape[0]} {shape[1]}x{shape[2]}x{shape[3]}")
-    for aligned, misaligned in plan.misaligned_gemms:
-        results.misaligned.append((time_gemm(run, aligned), time_gemm(run, misaligned)))
-        tick("gemm alignment")
-    best_attention: dict[str, float] = {}
-    for shape in plan.attention:
-        _attention_point(plan, run, shape, best_attention, results)
-        tick(f"attention {shape[0]} s{shape[3]} d{shape[4]}")
-    for elements in plan.memory_elements:
-        if 3 * elements * 4 <= memory_limit_bytes:
-            results.memory.extend(time_memory_ops(run, elements, "fp32"))
-        else:
-            results.skipped.append(f"memory-bound ops over {elements} elements (memory)")
-        tick(f"memory {elements * 4 >> 10} KiB")
-    for params in plan.adamw_params:
-        if 5 * params * 4 <= memory_limit_bytes:
-            results.memory.append(time_adamw(run, params))
-        else:
-            results.skipped.append(f"adamw over {params} parameters (memory)")
-        tick(f"adamw {params} params")
-    return results
-
-
-def _too_slow(plan: SweepPlan, run: Runner, flops: float, best: float | None) -> bool:
-    predicted = flops / best if best else 0.0
-    return run.agree(predicted) > plan.max_call_s
-
-
-def _gemm_point(
-    plan: SweepPlan, run: Runner, shape: GemmShape, best: dict[str, float], out: ComputeResults
-) -> None:
-    dtype, m, n, k, _ = shape
-    flops = 2.0 * m * n * k
-    if _too_slow(plan, run, flops, best.get(dtype)):
-        out.skipped.append(f"gemm {dtype} {m}x{n}x{k} (over {plan.max_call_s} s per call)")
-        return
-    timing = time_gemm(run, shape)
-    best[dtype] = max(best.get(dtype, 0.0), flops / min(timing.times_s))
-    out.gemms.append(timing)
-
-
-def _attention_point(
-    plan: SweepPlan,
-    run: Runner,
-    shape: AttentionShape,
-    best: dict[str, float],
-    out: ComputeResults,
-) -> None:
-    dtype, b, h, s, d = shape
-    backward_flops = 5.0 * b * h * s * s * d
-    if _too_slow(plan, run, backward_flops, best.get(dtype)):
-        out.skipped.append(f"attention {dtype} b{b}h{h}s{s}d{d} (over {plan.max_call_s} s)")
-        return
-    pair = time_attention(run, shape)
-    for timing in pair:
-        rate = timing.causal_flops / min(timing.times_s)
-        best[dtype] = max(best.get(dtype, 0.0), rate)
-    out.attention.extend(pair)

@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 from profiles.profiler.assemble import RunRecords, fit_profile
 from profiles.profiler.comm import CommContext, comm_point_count, group_layouts, run_comm_sweep
-from profiles.profiler.compute import ComputeResults, Runner, compute_point_count, run_compute_sweep
+from profiles.profiler.compute import ComputeResults, Runner
+from profiles.profiler.compute_sweep import compute_point_count, run_compute_sweep
 from profiles.profiler.device import describe_device, host_memory_bytes
 from profiles.profiler.framework import (
     time_framework_overheads,

@@ -69,6 +69,19 @@ FULL_BUDGET = Budget(warmup_calls=3, min_repeats=9, max_repeats=41, target_s=0.4
 """Full sweep: more samples per point for tighter spreads."""
 
 
+def per_pass(budget: Budget, passes: int) -> Budget:
+    """The share of ``budget`` one of ``passes`` visits to a point gets: the time target
+    and the sample bounds divided (at least 2 samples a visit), the warm-up kept whole
+    (every visit rebuilds its operands)."""
+    return Budget(
+        warmup_calls=budget.warmup_calls,
+        min_repeats=max(2, math.ceil(budget.min_repeats / passes)),
+        max_repeats=max(2, math.ceil(budget.max_repeats / passes)),
+        target_s=budget.target_s / passes,
+        min_sample_s=budget.min_sample_s,
+    )
+
+
 def repeat_plan(estimate_s: float, budget: Budget) -> tuple[int, int]:
     """(inner calls per sample, samples) for an operator of ``estimate_s`` per call.
 

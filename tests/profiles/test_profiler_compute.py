@@ -1,8 +1,10 @@
-"""The compute sweep's operands: GEMMs rotate through sets beyond a core's L2, and the
-memory sweep times a transposing copy (profiles.profiler.compute)."""
+"""The compute sweep: GEMM operands rotate through sets beyond a core's L2, the memory
+sweep times a transposing copy (profiles.profiler.compute), and every point is visited in
+passes whose samples pool (profiles.profiler.compute_sweep)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from profiles.profiler.compute import (
@@ -13,6 +15,9 @@ from profiles.profiler.compute import (
     operand_sets,
     time_memory_ops,
 )
+from profiles.profiler.compute_sweep import compute_point_count, pooled, run_compute_sweep
+from profiles.profiler.shapes import SweepPlan
+from profiles.profiler.timing import Budget, GemmTiming, per_pass
 from tests.profiles.test_profiler_framework import RUN
 
 
@@ -45,3 +50,53 @@ def test_the_memory_sweep_times_a_transposing_copy():
     assert set(records) == {"copy", "add", "rmsnorm", "transpose"}
     assert records["transpose"].bytes_moved == 2 * elements * 4
     assert all(t > 0 for t in records["transpose"].times_s)
+
+
+def _tiny_plan(**overrides) -> SweepPlan:
+    fields = dict(
+        primary_dtype="fp32",
+        gemms=(("fp32", 32, 32, 32, "linear"), ("fp32", 4096, 4096, 4096, "linear")),
+        misaligned_gemms=((("fp32", 32, 32, 32, "linear"), ("fp32", 33, 32, 32, "linear")),),
+        alignment_elements=32,
+        attention=(("fp32", 1, 2, 32, 16),),
+        memory_elements=(1024, 1 << 40),
+        adamw_params=(256,),
+        message_bytes=(),
+        max_call_s=0.05,
+    )
+    return SweepPlan(**(fields | overrides))
+
+
+def test_every_kept_point_pools_the_samples_of_every_pass():
+    plan = _tiny_plan()
+    labels: list[str] = []
+    results = run_compute_sweep(plan, RUN, labels.append, memory_limit_bytes=1 << 30, passes=3)
+    assert len(labels) == compute_point_count(plan, 3) == 1 + 3 * 7
+    visit = per_pass(RUN.budget, 3)
+    fewest = 3 * visit.min_repeats
+    (gemm,) = results.gemms  # the 4096^3 product is predicted over max_call_s
+    assert (gemm.m, gemm.n, gemm.k) == (32, 32, 32) and len(gemm.times_s) >= fewest
+    assert [(a.m, b.m) for a, b in results.misaligned] == [(32, 33)]
+    assert all(len(r.times_s) >= fewest for pair in results.misaligned for r in pair)
+    assert sorted(r.direction for r in results.attention) == ["backward", "forward"]
+    assert sorted(r.op for r in results.memory) == ["adamw", "add", "copy", "rmsnorm", "transpose"]
+    assert all(len(r.times_s) >= fewest for r in results.attention + results.memory)
+    assert len(results.skipped) == 2, results.skipped
+    assert any("4096x4096x4096" in s and "per call" in s for s in results.skipped)
+    assert any("(memory)" in s for s in results.skipped)
+
+
+def test_a_pass_splits_the_budget_but_keeps_the_warmup():
+    budget = Budget(warmup_calls=2, min_repeats=5, max_repeats=15, target_s=0.06, min_sample_s=1e-3)
+    share = per_pass(budget, 3)
+    assert (share.warmup_calls, share.min_repeats, share.max_repeats) == (2, 2, 5)
+    assert share.target_s == pytest.approx(0.02) and share.min_sample_s == 1e-3
+    assert per_pass(budget, 1) == budget
+
+
+def test_pooling_refuses_records_of_another_point():
+    a = GemmTiming(dtype="fp32", m=8, n=8, k=8, pattern="linear", times_s=(1.0,))
+    b = GemmTiming(dtype="fp32", m=8, n=8, k=16, pattern="linear", times_s=(2.0,))
+    assert pooled((a,), (a,))[0].times_s == (1.0, 1.0)
+    with pytest.raises(ValueError, match="different records"):
+        pooled((a,), (b,))
