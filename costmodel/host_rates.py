@@ -53,12 +53,13 @@ them, each with a documented fallback for profiles that predate a measurement:
 - activation checkpointing (non-reentrant ``torch.utils.checkpoint``): per saved tensor and
   per checkpointed call (spreads ``op_overhead.checkpoint_tensor`` and ``..._call``).
   Fallback: three dispatches per tensor (two pack hooks and an unpack hook), nothing per call.
-- collectives: the profile's α-β fits describe each point's fastest sample (the wire
-  time, `profiles.profiler.timing`); a training step waits for every call, so on average it
-  pays the mean. ``collective_excess`` is, per (op, group size), the median over the
-  message sizes of the spread's mean less its minimum (the two ranks' scheduling on a
-  shared host: one reaches the call later or is woken later), added to every call the
-  executor waits for. Fallback: none.
+- collectives: the profile's α-β fits describe the fast edge of each point's samples
+  (the wire time, `profiles.profiler.timing.typical_s`); a training step waits for every
+  call, so on average it pays the mean. ``collective_excess`` is, per (op, group size), the
+  median over the message sizes of the spread's mean less the fit at that size (the two
+  ranks' scheduling on a shared host: one reaches the call later or is woken later),
+  added to every call the executor waits for; the spread's minimum where the profile has
+  no intra-node fit of that op and size. Fallback: none.
 - collectives reached after host work: ``sync_excess_s`` is the mean of the spread
   ``op_overhead.sync_wait`` (each sample the mean time of a plain all-to-all that every
   rank calls after the same ~1 ms of products, less the probe's fastest call,
@@ -109,7 +110,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from profiles.lookup import memory_bandwidth_Bps
+from profiles.lookup import collective_time_s, memory_bandwidth_Bps
 from profiles.schema import HardwareProfile
 
 ADAMW_SWEEP_TENSORS = 16
@@ -329,13 +330,17 @@ def _transpose_rate(profile: HardwareProfile, rate: float, fallback_Bps: float) 
 
 
 def _collective_excess(profile: HardwareProfile) -> tuple[tuple[str, int, float], ...]:
-    """Per (op, group size), the median of mean - min over the spread's message sizes."""
+    """Per (op, group size), the median over the spread's message sizes of the mean less
+    the profile's fit at that size (module doc)."""
+    fits = {(f.op, f.group_size): f for f in profile.communication.fits if f.placement == "intra"}
     excess: dict[tuple[str, int], list[float]] = {}
     for s in profile.provenance.spread:
         match = re.fullmatch(r"(\w+)\.(intra|inter)\.(\d+)\.(\d+)B", s.quantity)
         if match and match.group(2) == "intra":
             key = (match.group(1), int(match.group(3)))
-            excess.setdefault(key, []).append(max(s.mean - s.min, 0.0))
+            fit = fits.get(key)
+            base = collective_time_s(fit, int(match.group(4))) if fit else s.min
+            excess.setdefault(key, []).append(max(s.mean - base, 0.0))
     return tuple((op, n, statistics.median(v)) for (op, n), v in sorted(excess.items()))
 
 

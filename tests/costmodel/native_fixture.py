@@ -12,6 +12,7 @@ and stream at 50 GB/s.
 
 from __future__ import annotations
 
+from profiles.lookup import collective_time_s
 from profiles.schema import (
     AttentionCurve,
     AttentionPoint,
@@ -123,6 +124,14 @@ def spread(quantity: str, mean: float, minimum: float | None = None) -> Measurem
     return MeasurementSpread(
         quantity=quantity, unit="s", num_samples=10, mean=mean, stdev=0.0, min=low, max=mean
     )
+
+
+def spread_over_fit(op: str, size_bytes: int, excess_s: float, group: int = 2):
+    """A collective's spread whose mean lies ``excess_s`` above the fixture's intra-node fit
+    at that size (what `costmodel.host_rates` reads as the call's excess)."""
+    fit = next(f for f in _fits() if f.op == op and f.group_size == group)
+    mean = collective_time_s(fit, size_bytes) + excess_s
+    return spread(f"{op}.intra.{group}.{size_bytes}B", mean, minimum=mean / 4)
 
 
 def cpu_profile(

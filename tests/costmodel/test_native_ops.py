@@ -27,6 +27,7 @@ from tests.costmodel.native_fixture import (
     OVERHEADS_S,
     cpu_profile,
     spread,
+    spread_over_fit,
 )
 
 CPU = cpu_profile()
@@ -141,9 +142,9 @@ def test_byte_rates_follow_a_calibrated_bandwidth():
 
 def test_waited_collectives_pay_their_typical_excess():
     entries = (
-        spread("all_reduce.intra.2.1024B", 1.5e-3, 0.5e-3),
-        spread("all_reduce.intra.2.4096B", 2.0e-3, 0.6e-3),
-        spread("all_reduce.intra.2.65536B", 1.6e-3, 0.8e-3),
+        spread_over_fit("all_reduce", 1024, 1.0e-3),
+        spread_over_fit("all_reduce", 4096, 1.4e-3),
+        spread_over_fit("all_reduce", 65536, 0.8e-3),
     )
     rates = host_rates(cpu_profile(extra=entries))
     assert rates.excess_s("all_reduce", 2) == pytest.approx(1.0e-3)  # median of 1.0, 1.4, 0.8
@@ -151,10 +152,20 @@ def test_waited_collectives_pay_their_typical_excess():
     assert rates.excess_s("all_gather", 2) == 0.0 and rates.excess_s("all_reduce", 1) == 0.0
 
 
+def test_the_excess_is_read_above_the_fit_and_above_the_minimum_without_one():
+    # the fit describes the fast edge of the samples, not the single fastest one
+    (over,) = (spread_over_fit("all_to_all", 1024, 0.3e-3),)
+    assert over.min < over.mean - 0.3e-3  # a minimum far below the fit is not the base
+    no_fit = spread("all_to_all.intra.3.1024B", 0.9e-3, 0.5e-3)  # no fit of 3 ranks
+    rates = host_rates(cpu_profile(extra=(over, no_fit)))
+    assert rates.excess_s("all_to_all", 2) == pytest.approx(0.3e-3)
+    assert rates.excess_s("all_to_all", 3) == pytest.approx(0.4e-3)
+
+
 def test_layer_collectives_pay_at_least_the_ranks_drift_after_host_work():
     entries = (
-        spread("all_reduce.intra.2.1024B", 1.5e-3, 0.5e-3),  # excess 1.0 ms
-        spread("all_to_all.intra.2.1024B", 0.5e-3, 0.4e-3),  # excess 0.1 ms
+        spread_over_fit("all_reduce", 1024, 1.0e-3),
+        spread_over_fit("all_to_all", 1024, 0.1e-3),
         spread("op_overhead.sync_wait", 0.6e-3),
     )
     rates = host_rates(cpu_profile(extra=entries))

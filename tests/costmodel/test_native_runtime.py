@@ -35,7 +35,7 @@ from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.native_fixture import cpu_profile, spread, spread_over_fit
 
 CPU = cpu_profile()
 RATES = host_rates(CPU)
@@ -306,8 +306,8 @@ def test_the_executor_timeline_all_gathers_context_parallel_keys():
 
 def test_pipeline_sends_and_collectives_pay_the_typical_excess():
     extra = (
-        spread("send_recv.intra.2.65536B", 700e-6, 200e-6),
-        spread("all_reduce.intra.2.65536B", 1400e-6, 400e-6),
+        spread_over_fit("send_recv", 65536, 500e-6),
+        spread_over_fit("all_reduce", 65536, 1000e-6),
     )
     noisy = cpu_profile(extra=extra)
     plain = simulate_iteration(
