@@ -138,11 +138,18 @@ def coverage_section(
     return section(rows)
 
 
+STEPS = 16
+"""Measured steps per run (the last two profiled): 14 timed steps, whose median moves less
+with a shared host's single slow steps than the 6 of an 8-step run (one step of a run moved
+by up to 60% on the 2-core VM; the middle-run spread over five runs, read at one host speed,
+was 7.2% and 8.3% in two benches, 16.7% in a third, with 6 timed steps)."""
+
+
 def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     """Profile, execute, predict and summarize (module docstring); the result as JSON."""
     settings = Settings(
         work=Path(args.work),
-        steps=5 if args.quick else 8,
+        steps=5 if args.quick else STEPS,
         warmup=1 if args.quick else 2,
         precision="bf16" if torch.cuda.is_available() else "fp32",
         repeats=1 if args.quick else args.repeats,

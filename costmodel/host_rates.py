@@ -81,6 +81,10 @@ them, each with a documented fallback for profiles that predate a measurement:
   backward through it, and two plain calls, `profiles.profiler.collective_forms`), 0 when
   not positive, read as measured like the functional extra. Fallback: twice the functional
   all-to-all's extra.
+- a MoE layer's expert-parallel exchanges: ``moe_exchange`` from the probe of the
+  executor's exchange pattern (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
+  ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.moe_exchange`). Fallback: None,
+  each call priced as above.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
@@ -110,6 +114,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from costmodel.moe_exchange import MoeExchange, moe_exchange_rates
 from profiles.lookup import collective_time_s, memory_bandwidth_Bps
 from profiles.schema import HardwareProfile
 
@@ -233,6 +238,9 @@ class HostRates:
     redistribute_extra: tuple[tuple[str, float], ...] = ()
     """(op, seconds) a DTensor redistribution costs beyond its functional call, net of the
     DTensor operator and ``to_local`` counted with the layer."""
+    moe_exchange: MoeExchange | None = None
+    """A MoE layer's expert-parallel exchanges in context (`costmodel.moe_exchange`); None
+    when the profile did not probe them (then priced call by call)."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -411,6 +419,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         redistribute_extra=_redistribute_extra(
             means, scale, dtensor["dtensor_forward"] + dtensor["dtensor_to_local"]
         ),
+        moe_exchange=moe_exchange_rates(means, scale),
     )
 
 

@@ -26,7 +26,8 @@ received (balanced routing), F_e the expert width:
 - expert parallelism (`MoE._dispatch_compute_combine`): the count exchange (an
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
   two all-to-alls backward as well, priced by the profile's autograd exchange,
-  `HostRates.autograd_exchange_s`), the regrouping of received rows (arange, repeat,
+  `HostRates.autograd_exchange_s`; per layer and pass in context instead when the profile
+  probed the pattern, `costmodel.moe_exchange`), the regrouping of received rows (arange, repeat,
   repeat_interleave, argsort, two index gathers of 2·R·D·e; 17 operators with the count
   sums and ``tolist`` calls, priced as routing bookkeeping) and their gradient scatters.
 - the load-balancing counts are all-reduced over the tp·cp group when it has several ranks.
@@ -121,12 +122,20 @@ def _expert_parallel(model: ModelSpec, plan: ParallelPlan, rows: float) -> Modul
         backward=HostOps(ops=6, allocs=4, bytes=6 * rows * d * FP32),
         forward_comms=(
             Comm(
-                lane="ep", op="all_to_all", size_bytes=model.num_experts * INT64, functional=False
+                lane="ep",
+                op="all_to_all",
+                size_bytes=model.num_experts * INT64,
+                functional=False,
+                exchange=True,
             ),
-            Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2, autograd=True),
+            Comm(
+                lane="ep", op="all_to_all", size_bytes=tokens, count=2, autograd=True, exchange=True
+            ),
         ),
         backward_comms=(
-            Comm(lane="ep", op="all_to_all", size_bytes=tokens, count=2, autograd=True),
+            Comm(
+                lane="ep", op="all_to_all", size_bytes=tokens, count=2, autograd=True, exchange=True
+            ),
         ),
     )
 

@@ -166,6 +166,10 @@ class Comm:
     """The autograd form of a functional all-to-all (the MoE token exchange): each call,
     forward or backward, pays half of `HostRates.autograd_exchange_s` instead of the
     functional extra."""
+    exchange: bool = False
+    """One of a MoE layer's expert-parallel exchanges (its count exchange, or its two token
+    exchanges of a pass): priced per layer in context (`costmodel.moe_exchange`) when the
+    profile probed them."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -41,6 +41,7 @@ from __future__ import annotations
 from costmodel.collectives import collective_time_s
 from costmodel.host_rates import HostRates
 from costmodel.layer_costs import ZERO, CommGroups, PassCost
+from costmodel.moe_exchange import PROBE_TOKEN_BYTES
 from costmodel.native_layers import (
     NativeShape,
     embedding_ops,
@@ -51,6 +52,7 @@ from costmodel.native_layers import (
 from costmodel.native_ops import (
     DTENSOR_RMSNORM_FORWARD,
     FP32,
+    Comm,
     HostOps,
     ModuleOps,
     host_seconds,
@@ -68,6 +70,8 @@ SAVED_PER_RECORDED_OP = 38 / 35
 of the executor packs 38 tensors for its 35 recorded operators (traced, torch 2.13)."""
 SDPA_SAVED_TENSORS = 5
 """Tensors SDPA saves for its backward (query, key, value, output, log-sum-exp)."""
+TOKEN_EXCHANGES = 2
+"""Token exchanges of a MoE layer's pass under expert parallelism (there and back)."""
 PIPELINE_ACTION_DISPATCHES = 3
 """Host dispatches the pipelining runtime adds per action besides its P2P posts
 (forward_one_chunk's ``detach`` and ``requires_grad_`` of the received input; the output's
@@ -96,29 +100,68 @@ def _lane_group(groups: CommGroups, lane: str, size: int) -> GroupPlacement:
 
 
 def _comm_pass(
-    profile: HardwareProfile, rates: HostRates, comms, groups: CommGroups, tp_cp: int
+    profile: HardwareProfile,
+    rates: HostRates,
+    comms,
+    groups: CommGroups,
+    tp_cp: int,
+    *,
+    host_s: float,
+    backward: bool,
 ) -> dict[str, tuple[float, float]]:
     """Per lane (seconds, bytes) of a pass's collectives, each at its typical cost (the
     fit plus `HostRates.waited_excess_s`, as each follows a stretch of the layer's host
     work; `HostRates.functional_s` for a functional call or half of
     `HostRates.autograd_exchange_s` for an autograd all-to-all; and
-    `HostRates.redistribute_s` for a ``tp`` one, a DTensor redistribution)."""
+    `HostRates.redistribute_s` for a ``tp`` one, a DTensor redistribution). A MoE layer's
+    exchanges are priced per layer in context when the profile probed them
+    (`_exchange_in_context`), after ``host_s`` (the pass's host work) shared over its
+    exchanging layers."""
     out = {"tp": (0.0, 0.0), "cp": (0.0, 0.0), "ep": (0.0, 0.0)}
+    layers = sum(c.count for c in comms if c.exchange and c.autograd) / TOKEN_EXCHANGES
+    in_context = rates.moe_exchange is not None and layers > 0
     for comm in comms:
         statistic = comm.lane == "ep" and comm.op == "all_reduce"
         group = _lane_group(groups, comm.lane, tp_cp if statistic else 0)
         if group.size < 2:
             continue
         one = collective_time_s(profile, comm.op, comm.size_bytes, group)
-        extra = rates.functional_s(comm.op) if comm.functional else 0.0
-        if comm.autograd:
-            extra = rates.autograd_exchange_s / 2
-        if comm.lane == "tp":  # the executor's TP and SP collectives are DTensor's
-            extra += rates.redistribute_s(comm.op)
-        seconds = comm.count * (one + rates.waited_excess_s(comm.op, group.size) + extra)
+        if in_context and comm.exchange:
+            seconds = _exchange_in_context(
+                profile, rates, comm, group, host_s=host_s / layers, backward=backward
+            )
+        else:
+            extra = rates.functional_s(comm.op) if comm.functional else 0.0
+            if comm.autograd:
+                extra = rates.autograd_exchange_s / 2
+            if comm.lane == "tp":  # the executor's TP and SP collectives are DTensor's
+                extra += rates.redistribute_s(comm.op)
+            seconds = comm.count * (one + rates.waited_excess_s(comm.op, group.size) + extra)
         s, b = out[comm.lane]
         out[comm.lane] = (s + seconds, b + comm.count * comm.size_bytes)
     return out
+
+
+def _exchange_in_context(
+    profile: HardwareProfile,
+    rates: HostRates,
+    comm: Comm,
+    group: GroupPlacement,
+    *,
+    host_s: float,
+    backward: bool,
+) -> float:
+    """A MoE layer's exchanges of one pass from the profile's probe (`costmodel.moe_exchange`):
+    the token exchanges carry the layers' figure at ``host_s`` of host work per layer, plus
+    the all-to-all fit's difference between their size and the probe's; the count exchange
+    is inside that figure."""
+    assert rates.moe_exchange is not None
+    if not comm.autograd:
+        return 0.0
+    probe = collective_time_s(profile, "all_to_all", PROBE_TOKEN_BYTES, group)
+    wire = comm.count * (collective_time_s(profile, comm.op, comm.size_bytes, group) - probe)
+    per_layer = rates.moe_exchange.extra_s(backward=backward, host_s=host_s)
+    return max(comm.count / TOKEN_EXCHANGES * per_layer + wire, 0.0)
 
 
 def pass_cost(
@@ -132,9 +175,10 @@ def pass_cost(
     tp_cp: int = 1,
 ) -> PassCost:
     """A `PassCost` from operators and collectives, all communication exposed."""
-    lanes = _comm_pass(profile, rates, comms, groups, tp_cp)
+    compute_s = host_seconds(work, rates, backward=backward)
+    lanes = _comm_pass(profile, rates, comms, groups, tp_cp, host_s=compute_s, backward=backward)
     return PassCost(
-        compute_s=host_seconds(work, rates, backward=backward),
+        compute_s=compute_s,
         tp_s=lanes["tp"][0],
         tp_exposed_s=lanes["tp"][0],
         tp_bytes=lanes["tp"][1],

@@ -75,6 +75,7 @@ import torch.nn.functional as F
 from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
 from profiles.profiler.dtensor_norm import time_dtensor_norm
+from profiles.profiler.moe_exchange import time_moe_exchange
 from profiles.profiler.routing import time_routing
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
@@ -323,5 +324,6 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_dtensor_norm(run),
         *time_fsdp(run),
         *time_collective_forms(run),
+        *time_moe_exchange(run),
         *time_host_probe(run),
     )
