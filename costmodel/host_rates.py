@@ -81,6 +81,10 @@ them, each with a documented fallback for profiles that predate a measurement:
   backward through it, and two plain calls, `profiles.profiler.collective_forms`), 0 when
   not positive, read as measured like the functional extra. Fallback: twice the functional
   all-to-all's extra.
+- the executor's operator mix: ``dispatch_s``, ``forward_op_s``, ``backward_node_s`` and
+  ``elementwise_op_s`` are multiplied by the ratio of a chain of the executor's residual
+  norm blocks, timed cold (spreads ``op_overhead.op_mix_forward`` and ``_backward``), to
+  what these figures price it at (`costmodel.op_mix`). Fallback: 1.
 - a MoE layer's expert-parallel exchanges: ``moe_exchange`` from the probe of the
   executor's exchange pattern (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
   ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.moe_exchange`). Fallback: None,
@@ -238,6 +242,8 @@ class HostRates:
     redistribute_extra: tuple[tuple[str, float], ...] = ()
     """(op, seconds) a DTensor redistribution costs beyond its functional call, net of the
     DTensor operator and ``to_local`` counted with the layer."""
+    op_mix: float = 1.0
+    """The factor `costmodel.op_mix` applied to the per-operator figures (1: none)."""
     moe_exchange: MoeExchange | None = None
     """A MoE layer's expert-parallel exchanges in context (`costmodel.moe_exchange`); None
     when the profile did not probe them (then priced call by call)."""
@@ -373,7 +379,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
     adamw_tensor, adamw_rate = _adamw_fit(profile, dispatch)
     adamw_tensor *= scale
     elementwise_s, elementwise_rate = _elementwise(profile, scale, rate)
-    return HostRates(
+    rates = HostRates(
         dispatch_s=dispatch,
         forward_op_s=forward,
         routing_op_s=get("routing_op", forward),
@@ -421,6 +427,9 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         ),
         moe_exchange=moe_exchange_rates(means, scale),
     )
+    from costmodel.op_mix import with_op_mix  # it prices with costmodel.native_ops
+
+    return with_op_mix(rates, means, scale)
 
 
 def _redistribute_extra(

@@ -76,6 +76,7 @@ from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
 from profiles.profiler.dtensor_norm import time_dtensor_norm
 from profiles.profiler.moe_exchange import time_moe_exchange
+from profiles.profiler.op_mix import time_op_mix
 from profiles.profiler.routing import time_routing
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
 
@@ -312,8 +313,9 @@ def with_probe_samples(
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
-    """The autograd, checkpoint, routing, DTensor, DTensor-norm, FSDP2, collective-form and
-    host-probe points of the module doc, in that order."""
+    """The autograd, checkpoint, routing, DTensor, DTensor-norm, operator-mix
+    (`op_mix`), FSDP2, collective-form, MoE-exchange (`moe_exchange`) and host-probe points
+    of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
@@ -322,6 +324,7 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_routing(run),
         *time_dtensor(run, call_s),
         *time_dtensor_norm(run),
+        *time_op_mix(run),
         *time_fsdp(run),
         *time_collective_forms(run),
         *time_moe_exchange(run),

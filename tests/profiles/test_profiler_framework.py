@@ -82,7 +82,9 @@ def test_dtensor_points_need_a_process_group():
         "checkpoint_tensor",
         "checkpoint_call",
         "routing_op",
-        "host_probe",  # no process group needed
+        "op_mix_forward",  # no process group needed
+        "op_mix_backward",
+        "host_probe",
     ]
 
 

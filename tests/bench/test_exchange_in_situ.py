@@ -1,0 +1,59 @@
+"""The in-situ exchange bench (`bench/exchange_in_situ.py`, loaded by path): its local
+stand-ins keep the shapes the executor's exchanges produce."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from executor.context_parallel import _gather_sequence
+from tests.executor.spawn_utils import run_world
+
+PATH = Path(__file__).resolve().parents[2] / "bench" / "exchange_in_situ.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("exchange_in_situ", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("exchange_in_situ", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gathers(rank: int, save) -> None:
+    bench = _load()
+    x = torch.randn(1, 2, 8, 4)  # (B, G, S, K)
+    real, local = _gather_sequence(x, dist.group.WORLD), bench._local_gather(x, dist.group.WORLD)
+    save((tuple(real.shape), tuple(local.shape), bool(torch.equal(local[:, :, :8], x))))
+
+
+def test_the_local_gather_has_the_real_gathers_shape():
+    results, error = run_world(2, _gathers)
+    assert error is None, error[-2000:]
+    for real, local, own_first in results:
+        assert real == local == (1, 2, 16, 4)
+        assert own_first
+
+
+def test_the_local_token_exchange_returns_the_rows_the_counts_announce():
+    bench = _load()
+    x = torch.arange(12.0).view(6, 2)
+    out = bench._local_all_to_all(x, [2, 3], [4, 2], None)
+    assert out.shape == (5, 2) and torch.equal(out, x[:5])
+    counts, received = torch.tensor([[1, 2], [3, 4]]), torch.empty(2, 2, dtype=torch.int64)
+    bench._LocalCounts().all_to_all_single(received, counts)
+    assert torch.equal(received, counts)
+    # everything else is torch.distributed's own
+    assert bench._LocalCounts().get_world_size is dist.get_world_size
+
+
+def test_every_case_names_a_lane_the_model_reports():
+    bench = _load()
+    for model, plan, setup, lane in bench.CASES.values():
+        assert model in ("tiny", "tiny-moe")
+        assert lane in ("cp", "ep") and callable(setup)
+        assert getattr(plan, lane) == 2
