@@ -82,9 +82,9 @@ them, each with a documented fallback for profiles that predate a measurement:
   not positive, read as measured like the functional extra. Fallback: twice the functional
   all-to-all's extra.
 - the executor's operator mix: ``dispatch_s``, ``forward_op_s``, ``backward_node_s`` and
-  ``elementwise_op_s`` are multiplied by the ratio of a chain of the executor's residual
-  norm blocks, timed cold (spreads ``op_overhead.op_mix_forward`` and ``_backward``), to
-  what these figures price it at (`costmodel.op_mix`). Fallback: 1.
+  ``elementwise_op_s`` are multiplied by the ratio of a chain of the executor's norm,
+  rotary and residual operators, timed cold (spreads ``op_overhead.op_mix_forward`` and
+  ``_backward``), to what these figures price it at (`costmodel.op_mix`). Fallback: 1.
 - a MoE layer's expert-parallel exchanges: ``moe_exchange`` from the probe of the
   executor's exchange pattern (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
   ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.moe_exchange`). Fallback: None,

@@ -128,7 +128,7 @@ def _comm_pass(
         one = collective_time_s(profile, comm.op, comm.size_bytes, group)
         if in_context and comm.exchange:
             seconds = _exchange_in_context(
-                profile, rates, comm, group, host_s=host_s / layers, backward=backward
+                profile, rates, comm, group, one, host_s=host_s / layers, backward=backward
             )
         else:
             extra = rates.functional_s(comm.op) if comm.functional else 0.0
@@ -147,19 +147,20 @@ def _exchange_in_context(
     rates: HostRates,
     comm: Comm,
     group: GroupPlacement,
+    one_s: float,
     *,
     host_s: float,
     backward: bool,
 ) -> float:
     """A MoE layer's exchanges of one pass from the profile's probe (`costmodel.moe_exchange`):
     the token exchanges carry the layers' figure at ``host_s`` of host work per layer, plus
-    the all-to-all fit's difference between their size and the probe's; the count exchange
-    is inside that figure."""
+    the all-to-all fit's difference between their size (one call: ``one_s``) and the
+    probe's; the count exchange is inside that figure."""
     assert rates.moe_exchange is not None
     if not comm.autograd:
         return 0.0
     probe = collective_time_s(profile, "all_to_all", PROBE_TOKEN_BYTES, group)
-    wire = comm.count * (collective_time_s(profile, comm.op, comm.size_bytes, group) - probe)
+    wire = comm.count * (one_s - probe)
     per_layer = rates.moe_exchange.extra_s(backward=backward, host_s=host_s)
     return max(comm.count / TOKEN_EXCHANGES * per_layer + wire, 0.0)
 
