@@ -50,6 +50,8 @@ from specs.host import (
     RANK_RUNTIME_BYTES,
     available_cpus,
     mem_available_bytes,
+    spawn_environment,
+    spin_wait_env,
     threads_per_rank,
     under_torchrun,
 )
@@ -210,8 +212,10 @@ def launch(
             for rank in range(world_size)
         ]
         try:
-            for proc in procs:
-                proc.start()
+            spin = spin_wait_env(threads, torch.cuda.is_available(), os.environ)
+            with spawn_environment(spin):
+                for proc in procs:
+                    proc.start()
             stopped = _watch(procs, grace_s=grace_s)
         finally:
             _stop(procs)

@@ -47,6 +47,8 @@ from specs.host import (
     RANK_RUNTIME_BYTES,
     available_cpus,
     mem_available_bytes,
+    spawn_environment,
+    spin_wait_env,
     threads_per_rank,
     under_torchrun,
 )
@@ -175,8 +177,10 @@ def run_world(
             for rank in range(nproc)
         ]
         try:
-            for proc in procs:
-                proc.start()
+            spin = spin_wait_env(threads, torch.cuda.is_available(), os.environ)
+            with spawn_environment(spin):
+                for proc in procs:
+                    proc.start()
             stopped = _watch(procs, events, progress, grace_s=grace_s)
         finally:
             _stop(procs)

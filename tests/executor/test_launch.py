@@ -56,6 +56,10 @@ def _sum_ranks(info: RankInfo, scale: int) -> dict[str, object]:
     }
 
 
+def _wait_policy(info: RankInfo) -> tuple[int, str | None]:
+    return torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY")
+
+
 def _rank1_raises(info: RankInfo) -> None:
     if info.rank == 1:
         raise ValueError("bad shard 7 on rank one")
@@ -212,3 +216,20 @@ def test_an_unreadable_error_report_is_reported_as_such(tmp_path: Path) -> None:
         '{"rank": 0, "error_type": "ValueError", "message": "m", "traceback": "t", "time_s": 1.0}'
     )
     assert _recorded(0, good, 1).error_type == "ValueError"
+
+
+def test_cpu_ranks_of_several_threads_spin_their_openmp_workers(monkeypatch) -> None:
+    from specs.host import available_cpus
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    if torch.cuda.is_available() or available_cpus() < 2:
+        pytest.skip("needs a CPU-only machine of at least two cores")
+    ((threads, policy),) = launch(_wait_policy, world_size=1, timeout_s=30).values()
+    assert threads >= 2 and policy == "ACTIVE"
+    assert "OMP_WAIT_POLICY" not in os.environ  # the parent's environment is restored
+    # ranks of one thread keep OpenMP's default; a user's own setting is kept
+    if available_cpus() == 2:
+        assert {p for _, p in launch(_wait_policy, world_size=2, timeout_s=30).values()} == {None}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    ((_, policy),) = launch(_wait_policy, world_size=1, timeout_s=30).values()
+    assert policy == "PASSIVE"
