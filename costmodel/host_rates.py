@@ -89,6 +89,10 @@ them, each with a documented fallback for profiles that predate a measurement:
   executor's exchange pattern (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
   ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.moe_exchange`). Fallback: None,
   each call priced as above.
+- FSDP2's gathers: ``fsdp_context`` from the probe of blocks of a layer's size among layers
+  of host work (spreads ``op_overhead.fsdp_context_<pass>_w<level>`` and
+  ``op_overhead.fsdp_layer_<pass>_w<level>``, `costmodel.fsdp_context`). Fallback: None,
+  each gather priced from the idle module's figures.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
@@ -118,7 +122,9 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from costmodel.moe_exchange import MoeExchange, moe_exchange_rates
+from costmodel.fsdp_context import fsdp_context_rates
+from costmodel.in_context import InContext
+from costmodel.moe_exchange import moe_exchange_rates
 from profiles.lookup import collective_time_s, memory_bandwidth_Bps
 from profiles.schema import HardwareProfile
 
@@ -244,9 +250,12 @@ class HostRates:
     DTensor operator and ``to_local`` counted with the layer."""
     op_mix: float = 1.0
     """The factor `costmodel.op_mix` applied to the per-operator figures (1: none)."""
-    moe_exchange: MoeExchange | None = None
+    moe_exchange: InContext | None = None
     """A MoE layer's expert-parallel exchanges in context (`costmodel.moe_exchange`); None
     when the profile did not probe them (then priced call by call)."""
+    fsdp_context: InContext | None = None
+    """FSDP2's gathers in their chain (`costmodel.fsdp_context`); None when the profile did
+    not probe them (then priced from the idle module's figures)."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -426,6 +435,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
             means, scale, dtensor["dtensor_forward"] + dtensor["dtensor_to_local"]
         ),
         moe_exchange=moe_exchange_rates(means, scale),
+        fsdp_context=fsdp_context_rates(means, scale),
     )
     from costmodel.op_mix import with_op_mix  # it prices with costmodel.native_ops
 

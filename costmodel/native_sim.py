@@ -79,29 +79,32 @@ def _fsdp_pass_s(
     profile: HardwareProfile,
     rates: HostRates,
     placements: PlanPlacements,
-    layers: range,
-    *,
-    first: bool,
-    last: bool,
+    at: ChunkPosition,
+    host_s: tuple[float, float],
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of one microbatch's FSDP2 all-gathers in a chunk."""
+    """(forward, backward) seconds of one microbatch's FSDP2 all-gathers in a chunk whose
+    passes do ``host_s`` (forward, backward) of host work per layer."""
     if not plan.distributed_optimizer or plan.world_size == 1:
         return 0.0, 0.0
-    dense = placements["dp-cp"]
-    forward = backward = 0.0
-    for params, tensors, _ in _fsdp_modules(model, plan, layers, first, last):
-        seconds = fsdp_gather_s(profile, rates, params, tensors, dense)
-        forward += seconds
-        if plan.pp == 1:
-            backward += seconds
+    groups = (placements["dp-cp"], placements["edp"])
+    modules = [
+        (p, t, groups[0]) for p, t, _ in _fsdp_modules(model, plan, at.layers, at.first, at.last)
+    ]
     counts = count_params(model)
     mats = 3 if model.activation == "swiglu" else 2
-    for i in layers:
+    for i in at.layers:
         experts = counts.layers[i].routed_experts / plan.ep
         if experts:
-            seconds = fsdp_gather_s(profile, rates, experts, mats, placements["edp"])
-            forward += seconds
-            backward += seconds if plan.pp == 1 else 0.0
+            modules.append((experts, mats, groups[1]))
+    forward = backward = 0.0
+    for params, tensors, group in modules:
+        forward += fsdp_gather_s(
+            profile, rates, params, tensors, group, host_s=host_s[0], backward=False
+        )
+        if plan.pp == 1:
+            backward += fsdp_gather_s(
+                profile, rates, params, tensors, group, host_s=host_s[1], backward=True
+            )
     return forward, backward
 
 
@@ -120,9 +123,9 @@ def native_chunk_costs(
         fwd, bwd, rec = native_pass_costs(
             model, job, plan, profile, rates, groups, at.stage, at.chunk
         )
-        gather_f, gather_b = _fsdp_pass_s(
-            model, plan, profile, rates, placements, at.layers, first=at.first, last=at.last
-        )
+        per_layer = max(len(at.layers), 1)
+        host_s = (fwd.compute_s / per_layer, bwd.compute_s / per_layer)
+        gather_f, gather_b = _fsdp_pass_s(model, plan, profile, rates, placements, at, host_s)
         dense, expert = _chunk_params(model, plan, at.layers, at.first, at.last)
         return ChunkCost(
             forward=fwd.plus(PassCost(compute_s=gather_f)),

@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.collectives import collective_time_s
+from costmodel.fsdp_context import PROBE_GATHER_BYTES, PROBE_TENSORS
 from costmodel.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
 from costmodel.native_ops import FP32
 from costmodel.topology import GroupPlacement, PlanPlacements
@@ -160,21 +161,48 @@ def _time(
 
 
 def _beyond_probe_s(
-    profile: HardwareProfile, rates: HostRates, op: str, size: float, group: GroupPlacement
+    profile: HardwareProfile,
+    rates: HostRates,
+    op: str,
+    size: float,
+    group: GroupPlacement,
+    probe_bytes: float = FSDP_PROBE_BYTES,
 ) -> float:
-    """A module's collective beyond the one the profile's FSDP2 figure already holds (a
-    module of `FSDP_PROBE_BYTES`, `profiles.profiler.framework`)."""
-    probe = _time(profile, rates, op, FSDP_PROBE_BYTES, group)
+    """A module's collective beyond the one a probe's figure already holds (by default the
+    idle module of `FSDP_PROBE_BYTES`, `profiles.profiler.framework`)."""
+    probe = _time(profile, rates, op, probe_bytes, group)
     return max(_time(profile, rates, op, size, group) - probe, 0.0)
 
 
+def _gather_copies_s(rates: HostRates, params: float, n: int) -> float:
+    """A gather's copies: the shards in (2·P/n·e) and the gathered buffer out (2·P·e)."""
+    return (2 * params / n + 2 * params) * FP32 / rates.bandwidth_Bps
+
+
 def fsdp_gather_s(
-    profile: HardwareProfile, rates: HostRates, params: float, tensors: float, group: GroupPlacement
+    profile: HardwareProfile,
+    rates: HostRates,
+    params: float,
+    tensors: float,
+    group: GroupPlacement,
+    *,
+    host_s: float,
+    backward: bool,
 ) -> float:
-    """One FSDP2 all-gather of a module of ``params`` parameters (module doc)."""
+    """One FSDP2 all-gather of a module of ``params`` parameters in a pass with ``host_s``
+    of host work per layer: from the probe in context (`costmodel.fsdp_context`) when the
+    profile has it, else from the idle module's figures (module doc)."""
     n = group.size
+    if rates.fsdp_context is not None:
+        probe_params = PROBE_GATHER_BYTES / FP32
+        seconds = rates.fsdp_context.extra_s(backward=backward, host_s=host_s)
+        seconds += (tensors - PROBE_TENSORS) * rates.fsdp_gather_tensor_s
+        seconds += _gather_copies_s(rates, params, n) - _gather_copies_s(rates, probe_params, n)
+        wire = _time(profile, rates, "all_gather", params * FP32, group)
+        seconds += wire - _time(profile, rates, "all_gather", PROBE_GATHER_BYTES, group)
+        return max(seconds, 0.0)
     host = rates.fsdp_gather_s + max(tensors - 1, 0) * rates.fsdp_gather_tensor_s
-    host += (2 * params / n + 2 * params) * FP32 / rates.bandwidth_Bps
+    host += _gather_copies_s(rates, params, n)
     waited = rates.excess_s("all_gather", n)
     return host + waited + _beyond_probe_s(profile, rates, "all_gather", params * FP32, group)
 

@@ -37,7 +37,8 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   blocks of `FSDP_TENSORS` weights against blocks of one (copy-in and copy-out, views and
   hooks per tensor). On one rank no collective runs and the figures are host cost alone.
   ``dtensor_adamw`` is `torch.optim.AdamW.step` per parameter tensor of those sharded
-  (DTensor) parameters.
+  (DTensor) parameters. The gathers among layers of host work, at a layer's size:
+  `profiles.profiler.fsdp_context`.
 
 - activation checkpointing (``torch.utils.checkpoint``, non-reentrant: the executor's
   recompute): recorded chains run under a checkpoint against the same chains without, net
@@ -75,6 +76,7 @@ import torch.nn.functional as F
 from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
 from profiles.profiler.dtensor_norm import time_dtensor_norm
+from profiles.profiler.fsdp_context import time_fsdp_context
 from profiles.profiler.moe_exchange import time_moe_exchange
 from profiles.profiler.op_mix import time_op_mix
 from profiles.profiler.routing import time_routing
@@ -314,8 +316,8 @@ def with_probe_samples(
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
     """The autograd, checkpoint, routing, DTensor, DTensor-norm, operator-mix
-    (`op_mix`), FSDP2, collective-form, MoE-exchange (`moe_exchange`) and host-probe points
-    of the module doc, in that order."""
+    (`op_mix`), FSDP2 (alone, then in context: `fsdp_context`), collective-form,
+    MoE-exchange (`moe_exchange`) and host-probe points of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
@@ -326,6 +328,7 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_dtensor_norm(run),
         *time_op_mix(run),
         *time_fsdp(run),
+        *time_fsdp_context(run),
         *time_collective_forms(run),
         *time_moe_exchange(run),
         *time_host_probe(run),

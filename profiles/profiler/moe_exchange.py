@@ -19,16 +19,14 @@ counts) and two ``tolist``, the token exchange (``all_to_all_single_autograd``, 
 for) of A = 2T rows (top-2 routing), an expert product on the received rows in a shuffled
 order, the return exchange and the combine; then the backward through the chain (two
 autograd exchanges per layer). The base is the same chain with each exchange a local copy
-of the same shape. Pairs: the ranks meet at a barrier, run the base's forward and backward,
-meet again, run the exchanged chain's; every pass is timed (wall clock). Two levels of
-host work: none and `WORK_GEMMS` products per layer.
+of the same shape, timed in pairs (`profiles.profiler.in_context`) at two levels of host
+work: none and `WORK_GEMMS` products per layer.
 
-Records (`OverheadTiming`, seconds per layer, each sample the mean of `PAIRS_PER_SAMPLE`
-pairs: a step pays every wait, the long ones too):
+Records (`OverheadTiming`, seconds per layer):
 - ``moe_exchange_<pass>_w<level>``: the exchanged chain's pass less the base's, per layer
   (``pass``: forward, backward; ``level``: 0 without work, 1 with `WORK_GEMMS`);
 - ``moe_layer_<pass>_w<level>``: the base's pass per layer: the host work between two
-  layers' exchanges at that level, which `costmodel.host_rates.MoeExchange` interpolates on.
+  layers' exchanges at that level, which `costmodel.in_context.InContext` interpolates on.
 
 The token exchanges carry `TOKEN_BYTES` each (T = `TOKENS` tokens of D = `WIDTH` fp32 values,
 two choices each: the tiny MoE model at one sequence of 128). Left out on one rank.
@@ -37,12 +35,12 @@ two choices each: the tiny MoE model at one sequence of 128). Left out on one ra
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import torch
 import torch.distributed as dist
 
 from profiles.profiler.compute import Runner
+from profiles.profiler.in_context import time_in_context, timed_passes
 from profiles.profiler.timing import OverheadTiming
 
 TOKENS = 128
@@ -57,11 +55,6 @@ CHAIN_LAYERS = 4
 """Layers chained between two meetings of the ranks (their drift grows over the chain)."""
 WORK_GEMMS = 40
 """Products per layer at the worked level (about 2 ms forward, 4 ms backward on a CPU core)."""
-PAIRS = 24
-"""Timed pairs per level."""
-PAIRS_PER_SAMPLE = 4
-"""Consecutive pairs whose mean makes one sample."""
-PASSES = ("forward", "backward")
 LEVELS = (0, WORK_GEMMS)
 
 
@@ -109,39 +102,14 @@ def _layer(x: torch.Tensor, w: _Weights, work: int, exchanged: bool, group) -> t
 def _chain(run: Runner, w: _Weights, work: int, exchanged: bool, group) -> tuple[float, float]:
     """(forward s, backward s) of one chain of `CHAIN_LAYERS` layers."""
     x = run.randn(TOKENS, WIDTH, grad=True)
-    start = time.perf_counter()
-    h = x
-    for _ in range(CHAIN_LAYERS):
-        h = _layer(h, w, work, exchanged, group)
-    loss = h.sum()
-    if run.cuda:
-        torch.cuda.synchronize()
-    middle = time.perf_counter()
-    loss.backward()
-    if run.cuda:
-        torch.cuda.synchronize()
-    return middle - start, time.perf_counter() - middle
 
+    def forward() -> torch.Tensor:
+        h = x
+        for _ in range(CHAIN_LAYERS):
+            h = _layer(h, w, work, exchanged, group)
+        return h
 
-def _level(run: Runner, w: _Weights, work: int, group) -> dict[str, list[float]]:
-    """Per-layer pass times of the base and the differences, one entry per pair."""
-    out: dict[str, list[float]] = {f"{k}_{p}": [] for k in ("layer", "extra") for p in PASSES}
-    for i in range(run.budget.warmup_calls + PAIRS):
-        dist.barrier()
-        base = _chain(run, w, work, False, group)
-        dist.barrier()
-        real = _chain(run, w, work, True, group)
-        if i < run.budget.warmup_calls:
-            continue
-        for p, b, r in zip(PASSES, base, real, strict=True):
-            out[f"layer_{p}"].append(b / CHAIN_LAYERS)
-            out[f"extra_{p}"].append((r - b) / CHAIN_LAYERS)
-    return out
-
-
-def _samples(values: list[float]) -> tuple[float, ...]:
-    step = PAIRS_PER_SAMPLE
-    return tuple(sum(values[i : i + step]) / step for i in range(0, len(values), step))
+    return timed_passes(run, forward)
 
 
 def time_moe_exchange(run: Runner) -> tuple[OverheadTiming, ...]:
@@ -154,16 +122,10 @@ def time_moe_exchange(run: Runner) -> tuple[OverheadTiming, ...]:
         work=run.randn(WIDTH, WIDTH).mul_(0.05).requires_grad_(),
         expert=run.randn(WIDTH, WIDTH).mul_(0.05).requires_grad_(),
     )
-    records = []
-    for level, work in enumerate(LEVELS):
-        found = _level(run, w, work, group)
-        for p in PASSES:
-            records.append(
-                OverheadTiming(
-                    op=f"moe_exchange_{p}_w{level}", times_s=_samples(found[f"extra_{p}"])
-                )
-            )
-            records.append(
-                OverheadTiming(op=f"moe_layer_{p}_w{level}", times_s=_samples(found[f"layer_{p}"]))
-            )
-    return tuple(records)
+    return time_in_context(
+        run,
+        lambda work, real: _chain(run, w, work, real, group),
+        levels=LEVELS,
+        names=("moe_exchange", "moe_layer"),
+        per=(CHAIN_LAYERS, CHAIN_LAYERS),
+    )

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from costmodel.execution import TORCH_NATIVE
 from costmodel.host_rates import host_rates
-from costmodel.moe_exchange import MoeExchange, moe_exchange_rates
+from costmodel.in_context import InContext
+from costmodel.moe_exchange import moe_exchange_rates
 from costmodel.simulator import simulate_iteration
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -35,7 +36,7 @@ def probe_spreads(levels: dict[str, tuple[tuple[float, float], tuple[float, floa
 @given(h0=seconds, gap=seconds, e0=seconds, e1=seconds, host=st.floats(0.0, 0.2))
 def test_the_extra_interpolates_between_the_levels_and_holds_outside(h0, gap, e0, e1, host):
     h1 = h0 + gap
-    x = MoeExchange(forward=((h0, e0), (h1, e1)), backward=((h0, e1), (h1, e0)))
+    x = InContext(forward=((h0, e0), (h1, e1)), backward=((h0, e1), (h1, e0)))
     got = x.extra_s(backward=False, host_s=host)
     assert got >= 0
     assert min(e0, e1) - 1e-12 <= got <= max(e0, e1) + 1e-12
@@ -50,7 +51,7 @@ def test_the_extra_interpolates_between_the_levels_and_holds_outside(h0, gap, e0
 
 
 def test_a_negative_difference_costs_nothing():
-    x = MoeExchange(forward=((0.0, -1e-3), (1e-3, -2e-3)), backward=((0.0, 0.0), (1.0, 0.0)))
+    x = InContext(forward=((0.0, -1e-3), (1e-3, -2e-3)), backward=((0.0, 0.0), (1.0, 0.0)))
     assert x.extra_s(backward=False, host_s=5e-4) == 0.0
 
 
@@ -58,7 +59,7 @@ def test_rates_need_every_probe_figure_and_scale_the_host_levels_only():
     levels = {"forward": ((1e-3, 2e-3), (4e-3, 3e-3)), "backward": ((1e-3, 1e-3), (5e-3, 2e-3))}
     means = {s.quantity: s.mean for s in probe_spreads(levels)}
     x = moe_exchange_rates(means, scale=2.0)
-    assert x == MoeExchange(
+    assert x == InContext(
         forward=((2e-3, 2e-3), (8e-3, 3e-3)), backward=((2e-3, 1e-3), (10e-3, 2e-3))
     )
     for key in means:

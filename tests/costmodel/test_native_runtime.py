@@ -170,6 +170,11 @@ def test_tensor_parallel_data_parallel_uses_the_bucketed_all_reduce():
     assert tail.dp_events and all("dense" in e[0] for e in tail.dp_events)
 
 
+def idle_gather_s(profile, rates, params, tensors, group):
+    """A gather priced from the idle module's figures (no in-context probe)."""
+    return fsdp_gather_s(profile, rates, params, tensors, group, host_s=0.0, backward=False)
+
+
 def test_fsdp_gathers_every_module_every_microbatch():
     base = chunks(ParallelPlan(dp=2))[0][0]
     fsdp = chunks(ParallelPlan(dp=2, distributed_optimizer=True))[0][0]
@@ -177,24 +182,24 @@ def test_fsdp_gathers_every_module_every_microbatch():
     params = stage_params(TINY, ParallelPlan(dp=2), 0)
     blocks, root = params.blocks[:-1], params.blocks[-1]
     group = placements["dp-cp"]
-    per_block = [fsdp_gather_s(CPU, RATES, p, 9, group) for p in blocks]
-    expected = sum(per_block) + fsdp_gather_s(CPU, RATES, root, 3, group)
+    per_block = [idle_gather_s(CPU, RATES, p, 9, group) for p in blocks]
+    expected = sum(per_block) + idle_gather_s(CPU, RATES, root, 3, group)
     assert fsdp.forward.compute_s - base.forward.compute_s == pytest.approx(expected)
     # pp = 1: every module reshards after forward and gathers again in backward.
     assert fsdp.backward.compute_s - base.backward.compute_s == pytest.approx(expected)
-    one = fsdp_gather_s(CPU, RATES, 1000, 1, group)
+    one = idle_gather_s(CPU, RATES, 1000, 1, group)
     # The profile's module figure already holds a gather of FSDP_PROBE_BYTES (latency
     # included): only the bytes beyond it are added.
     assert one == pytest.approx(
         400e-6 + 3 * 1000 * FP32 / 50e9 + (1000 * FP32 - FSDP_PROBE_BYTES) * 0.5 / 0.8e9
     )
     # Each further tensor of a module adds the profile's per-tensor figure (fixture: 30 us).
-    three = fsdp_gather_s(CPU, RATES, 1000, 3, group)
+    three = idle_gather_s(CPU, RATES, 1000, 3, group)
     assert three - one == pytest.approx(2 * 30e-6)
     # The module figure is a typical (median) call: a waited gather also pays the sweep's
     # typical excess of its op, as every waited collective does.
     waited = dataclasses.replace(RATES, collective_excess=(("all_gather", 2, 0.4e-3),))
-    assert fsdp_gather_s(CPU, waited, 1000, 1, group) == pytest.approx(one + 0.4e-3)
+    assert idle_gather_s(CPU, waited, 1000, 1, group) == pytest.approx(one + 0.4e-3)
     waited = dataclasses.replace(RATES, collective_excess=(("reduce_scatter", 2, 1.5e-3),))
     plain_reduce = fsdp_reduce(CPU, RATES, 1000, 1, group, "r")
     assert fsdp_reduce(CPU, waited, 1000, 1, group, "r").comm_s == pytest.approx(

@@ -7,16 +7,19 @@ import dataclasses
 import torch.distributed as dist
 
 from costmodel import moe_exchange as model
+from profiles.profiler import in_context
 from profiles.profiler import moe_exchange as probe
 from profiles.profiler.run import _max_agree
 from tests.executor.spawn_utils import run_world
 from tests.profiles.test_profiler_framework import RUN
 
+PER_RECORD = in_context.PAIRS // in_context.PAIRS_PER_SAMPLE
+
 
 def test_the_cost_model_reads_the_probe_at_its_size_and_levels():
     assert model.PROBE_TOKEN_BYTES == probe.TOKEN_BYTES
     assert len(probe.LEVELS) == model.LEVELS
-    assert model.PASSES == probe.PASSES
+    assert model.PASSES == in_context.PASSES
 
 
 def _probe_rank(rank: int, save) -> None:
@@ -36,7 +39,7 @@ def test_the_exchange_is_timed_in_its_layer_at_two_levels_of_host_work():
     }
     for found in results:
         assert set(found) == names
-        assert all(len(v) == probe.PAIRS // probe.PAIRS_PER_SAMPLE for v in found.values())
+        assert all(len(v) == PER_RECORD for v in found.values())
         for p in ("forward", "backward"):
             idle, worked = found[f"moe_layer_{p}_w0"], found[f"moe_layer_{p}_w1"]
             # the base chain: host work only, more of it at the worked level

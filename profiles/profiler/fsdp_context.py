@@ -1,0 +1,107 @@
+"""FSDP2's parameter gathers in their chain: what the executor's distributed optimizer
+(`executor.data_parallel.apply_fsdp`, ``reshard_after_forward``) pays per module and pass,
+timed among layers of host work rather than alone.
+
+Why in context: each gather waits for the peer rank, which reaches it after its own layer
+of host work, and its buffers are the size of a layer's weights. The figures of
+`profiles.profiler.framework` (blocks of one 8x8 weight without work between them, plus a
+figure per further tensor and the collective's fit beyond the probe's bytes) priced a
+gather of the tiny model's layer (nine weights, 576 KiB) at 1.7 ms, and dp2-distopt sat
+13-21% below its measurement in seven fidelity benches. On the 2-core development VM (gloo,
+2 ranks) a chain of such blocks doing one product per weight cost 4.0-5.0 ms per block and
+pass beyond its unsharded twin (two probes' means), 5-7 ms after 40 products per block;
+alternating executor runs of dp2 and dp2-distopt on the same host took 140-176 ms per step
+apart (three rounds): 3.5-4.4 ms per gather, forty gathers a step.
+
+Probe: every rank runs a chain of `CHAIN_LAYERS` blocks, each of `TENSORS` weights of
+`WIDTH` x `WIDTH` fp32 (`GATHER_BYTES` per block: the tiny model's layer), doing ``work``
+products of its (`TOKENS`, `WIDTH`) input with its weights in turn, each with a tanh, plus
+the residual (at least one product per weight: every weight gets a gradient, as in
+training); each block ``fully_shard``-ed over every rank and the chain too (its root,
+without weights of its own: the blocks' gathers are what is measured), gradient
+synchronization off (the reduce-scatter of the last microbatch is the ``fsdp_reduce``
+figure). The base is the same chain unsharded. Timed in pairs
+(`profiles.profiler.in_context`) at two levels of host work: `TENSORS` and `WORK_GEMMS`
+products per block.
+
+Records (`OverheadTiming`, seconds per block):
+- ``fsdp_context_<pass>_w<level>``: the sharded chain's pass less the base's (a forward
+  gather, or the backward's gather again);
+- ``fsdp_layer_<pass>_w<level>``: the base's pass: the host work per block at that level.
+
+Left out on one rank (no collective: `framework`'s figures are the host cost alone).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from profiles.profiler.compute import Runner
+from profiles.profiler.in_context import time_in_context, timed_passes
+from profiles.profiler.timing import OverheadTiming
+
+WIDTH = 128
+"""Rows and columns of each weight."""
+TOKENS = 128
+"""Rows of the chain's input."""
+TENSORS = 9
+"""Weights per block (a Llama layer's count: four attention and three MLP matrices, two norms)."""
+GATHER_BYTES = TENSORS * WIDTH * WIDTH * 4
+"""Bytes of one block's gathered parameters (fp32)."""
+CHAIN_LAYERS = 4
+"""Blocks chained between two meetings of the ranks."""
+WORK_GEMMS = 40
+"""Products per block at the worked level (about 7 ms forward on a CPU core); the idle
+level runs one product per weight, so that every weight has a gradient, as in training."""
+LEVELS = (TENSORS, WORK_GEMMS)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, work: int, device: torch.device) -> None:
+        super().__init__()
+        self.work = work
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(WIDTH, WIDTH, device=device) * 0.05)
+            for _ in range(TENSORS)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i in range(self.work):
+            h = torch.tanh(h @ self.weights[i % TENSORS])
+        return h + x
+
+
+def _chains(run: Runner, work: int, mesh) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(unsharded, sharded) chains of the same weights' shapes."""
+    from torch.distributed.fsdp import fully_shard
+
+    plain, sharded = (
+        torch.nn.Sequential(*(_Block(work, run.device) for _ in range(CHAIN_LAYERS)))
+        for _ in range(2)
+    )
+    for block in sharded:
+        fully_shard(block, mesh=mesh, reshard_after_forward=True)
+    fully_shard(sharded, mesh=mesh, reshard_after_forward=True)
+    sharded.set_requires_gradient_sync(False)
+    return plain, sharded
+
+
+def time_fsdp_context(run: Runner) -> tuple[OverheadTiming, ...]:
+    """The ``fsdp_context_*`` and ``fsdp_layer_*`` records of the module doc; empty without a
+    process group of several ranks."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return ()
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(run.device.type, (dist.get_world_size(),))
+    x = run.randn(TOKENS, WIDTH, grad=True)
+    chains = {work: _chains(run, work, mesh) for work in LEVELS}
+    return time_in_context(
+        run,
+        lambda work, real: timed_passes(run, lambda: chains[work][real](x)),
+        levels=LEVELS,
+        names=("fsdp_context", "fsdp_layer"),
+        per=(CHAIN_LAYERS, CHAIN_LAYERS),
+    )
