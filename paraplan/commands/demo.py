@@ -54,6 +54,9 @@ from specs.version import paraplan_version
 NAME = "demo"
 HELP = "profile this machine, plan a small model, execute the plan and write the report"
 
+PROFILE_ATTEMPTS = 2
+"""Tries of the quick profile when a rank crashes in native code (`paraplan profile`'s
+`CRASHED_EXIT`); any other failure stops the demo at once."""
 MAX_CPU_RANKS = 8
 """Most CPU ranks the demo spawns: the tiny model has 4 layers and 4 heads, so wider worlds
 only add data-parallel ranks that share the same cores."""
@@ -118,14 +121,23 @@ def cached_profile(path: Path, nproc: int) -> HardwareProfile | None:
 
 
 def ensure_profile(path: Path, nproc: int, console: Console) -> HardwareProfile | None:
-    """The cached profile of this host at ``path``, or a fresh quick one written there;
-    None when profiling failed (`paraplan profile` has printed why on stderr)."""
+    """The cached profile of this host at ``path``, or a fresh quick one written there
+    (profiled once more, saying so, when a rank crashed in native code); None when
+    profiling failed (`paraplan profile` has printed why on stderr)."""
     profile = cached_profile(path, nproc)
     if profile is not None:
         console.print(f"  reusing {path} (measured on this host, {profile.provenance.date})")
         return profile
-    with _quiet_stdout():
-        code = run_command(profile_command, ["--quick", "--nproc", str(nproc), "--out", str(path)])
+    argv = ["--quick", "--nproc", str(nproc), "--out", str(path)]
+    for attempt in range(1, PROFILE_ATTEMPTS + 1):
+        with _quiet_stdout():
+            code = run_command(profile_command, argv)
+        if code != profile_command.CRASHED_EXIT or attempt == PROFILE_ATTEMPTS:
+            break
+        console.print(
+            f"  a rank crashed in native code (above); profiling again "
+            f"(attempt {attempt + 1} of {PROFILE_ATTEMPTS})"
+        )
     return load_profile(str(path)) if code == 0 else None
 
 

@@ -21,6 +21,9 @@ from specs.errors import SpecError
 from specs.loading import load_model
 
 NAME = "profile"
+CRASHED_EXIT = 3
+"""Exit status when a rank crashed in native code (`profiles.profiler.world.NATIVE_CRASH_SIGNALS`);
+1 for any other failure."""
 HELP = (
     "measure GEMMs, attention, memory bandwidth and collectives on this machine and write "
     "a hardware profile JSON (usable as --hardware)"
@@ -126,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
                 command=_command_line(args),
             )
         except ProfilingError as exc:
-            sys.stderr.write(f"paraplan profile: error: {exc}\n")
-            return 1
+            hint = " (a rank crashed in native code: running again may succeed)"
+            sys.stderr.write(f"paraplan profile: error: {exc}{hint if exc.crashed else ''}\n")
+            return CRASHED_EXIT if exc.crashed else 1
     if not _is_rank_zero():
         return 0
     save_profile(profile, out)

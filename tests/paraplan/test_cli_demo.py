@@ -46,6 +46,45 @@ def test_cached_profile_is_reused_only_when_made_here_for_the_same_world(tmp_pat
     assert demo.cached_profile(older, 8) is None  # another version's probes
 
 
+def _profiler_exiting(codes: list[int], tmp_path: Path):
+    """A stand-in for `paraplan profile` that exits with ``codes`` in turn, writing the
+    profile when it succeeds; the argument lists it was called with."""
+    calls: list[list[str]] = []
+
+    def run_command(module, argv: list[str]) -> int:
+        assert module is demo.profile_command
+        calls.append(argv)
+        code = codes[len(calls) - 1]
+        if code == 0:
+            measured_here(Path(argv[argv.index("--out") + 1]))
+        return code
+
+    return calls, run_command
+
+
+@pytest.mark.parametrize(
+    ("codes", "tries", "ok"),
+    [
+        ([demo.profile_command.CRASHED_EXIT, 0], 2, True),  # a native crash: once more
+        ([demo.profile_command.CRASHED_EXIT] * 2, 2, False),  # twice: give up
+        ([1, 0], 1, False),  # any other failure stops the demo at once
+        ([0], 1, True),
+    ],
+)
+def test_a_native_crash_while_profiling_is_retried_once(tmp_path, monkeypatch, codes, tries, ok):
+    from rich.console import Console
+
+    calls, fake = _profiler_exiting(codes, tmp_path)
+    monkeypatch.setattr(demo, "run_command", fake)
+    console = Console(record=True, width=200)
+    got = demo.ensure_profile(tmp_path / "profile.json", 8, console)
+    assert len(calls) == tries and (got is not None) == ok
+    said = console.export_text()
+    assert ("profiling again (attempt 2 of 2)" in said) == (
+        codes[0] == demo.profile_command.CRASHED_EXIT
+    )
+
+
 def test_summary_lines() -> None:
     comparison = {
         "iteration_time_predicted_s": 0.05,

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from paraplan.commands import profile as profile_command
-from profiles.profiler import ProfilingError, profile_machine
+from profiles.profiler import ProfilingError, profile_machine, world
 from profiles.profiler import run as profiler_run
 from profiles.profiler.world import RankEnv, run_world
 from specs.errors import SpecError
@@ -136,3 +136,20 @@ def test_killing_a_rank_mid_profile_stops_the_run(tmp_path: Path) -> None:
         profile_machine(True, 2, None, kill_rank1)
     assert killed and time.monotonic() - start < 2 * HANG_LIMIT_S
     assert not any(c.name.startswith("paraplan-profile") for c in multiprocessing.active_children())
+
+
+def test_only_a_rank_killed_by_a_native_crash_signal_marks_the_error_as_a_crash() -> None:
+    def died(rank: int, sig: signal.Signals, at: float) -> dict:
+        return world._death(rank, -sig.value) | {"time_s": at}
+
+    python_error = {"rank": 0, "error_type": "RuntimeError", "message": "boom", "time_s": 0.0}
+    # the root is the rank that died without a Python error, whatever its peers raised
+    assert world._crashed([python_error, died(1, signal.SIGABRT, 1.0)])
+    assert world._crashed([died(0, signal.SIGSEGV, 2.0), died(1, signal.SIGKILL, 3.0)])
+    assert not world._crashed([died(1, signal.SIGKILL, 1.0)])  # e.g. the OOM killer
+    assert not world._crashed([python_error])
+    assert not world._crashed([{**died(1, signal.SIGABRT, 1.0), "signal": None}])
+    text = world._failure_message([python_error, died(1, signal.SIGABRT, 1.0)], set())
+    assert text.startswith("profiling failed: rank 1 ProcessDied: rank 1 was killed by SIGABRT")
+    assert text.endswith("then: rank 0 (RuntimeError)")
+    assert world.ProfilingError("x", crashed=True).crashed and not world.ProfilingError("x").crashed
