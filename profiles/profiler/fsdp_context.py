@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from profiles.profiler.compute import Runner
-from profiles.profiler.in_context import time_in_context, timed_passes
+from profiles.profiler.in_context import CHAIN_LAYERS, WORK_GEMMS, time_in_context, timed_passes
 from profiles.profiler.timing import OverheadTiming
 
 WIDTH = 128
@@ -49,11 +49,6 @@ TENSORS = 9
 """Weights per block (a Llama layer's count: four attention and three MLP matrices, two norms)."""
 GATHER_BYTES = TENSORS * WIDTH * WIDTH * 4
 """Bytes of one block's gathered parameters (fp32)."""
-CHAIN_LAYERS = 4
-"""Blocks chained between two meetings of the ranks."""
-WORK_GEMMS = 40
-"""Products per block at the worked level (about 7 ms forward on a CPU core); the idle
-level runs one product per weight, so that every weight has a gradient, as in training."""
 LEVELS = (TENSORS, WORK_GEMMS)
 
 

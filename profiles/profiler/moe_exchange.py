@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from profiles.profiler.compute import Runner
-from profiles.profiler.in_context import time_in_context, timed_passes
+from profiles.profiler.in_context import CHAIN_LAYERS, WORK_GEMMS, time_in_context, timed_passes
 from profiles.profiler.timing import OverheadTiming
 
 TOKENS = 128
@@ -51,10 +51,6 @@ TOP_K = 2
 """Routing choices per token: the exchange carries A = TOP_K·T rows."""
 TOKEN_BYTES = TOP_K * TOKENS * WIDTH * 4
 """Bytes of one token exchange of the probe (fp32)."""
-CHAIN_LAYERS = 4
-"""Layers chained between two meetings of the ranks (their drift grows over the chain)."""
-WORK_GEMMS = 40
-"""Products per layer at the worked level (about 2 ms forward, 4 ms backward on a CPU core)."""
 LEVELS = (0, WORK_GEMMS)
 
 

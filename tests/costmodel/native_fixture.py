@@ -177,3 +177,17 @@ def cpu_profile(
             spread=_spreads(OVERHEADS_S if overheads is None else overheads, adamw) + extra,
         ),
     )
+
+
+def in_context_spreads(
+    extra: str, layer: str, levels: dict[str, tuple[tuple[float, float], ...]]
+) -> tuple[MeasurementSpread, ...]:
+    """Spreads of an in-context probe (`costmodel.in_context`): per pass, (host, extra) at
+    each level in turn, as ``op_overhead.<layer>_<pass>_w<level>`` and
+    ``op_overhead.<extra>_<pass>_w<level>``."""
+    out = []
+    for p, points in levels.items():
+        for level, (host, value) in enumerate(points):
+            out.append(spread(f"op_overhead.{layer}_{p}_w{level}", host))
+            out.append(spread(f"op_overhead.{extra}_{p}_w{level}", value))
+    return tuple(out)

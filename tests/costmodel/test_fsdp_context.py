@@ -17,7 +17,7 @@ from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.native_fixture import cpu_profile, in_context_spreads
 
 TINY = get_preset("tiny")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
@@ -28,12 +28,7 @@ PROBE_PARAMS = PROBE_GATHER_BYTES / FP32
 
 def probe_spreads(levels: dict[str, tuple[tuple[float, float], tuple[float, float]]]):
     """Spreads of the probe: per pass ((host, extra) idle, (host, extra) worked)."""
-    out = []
-    for p, points in levels.items():
-        for level, (host, extra) in enumerate(points):
-            out.append(spread(f"op_overhead.fsdp_layer_{p}_w{level}", host))
-            out.append(spread(f"op_overhead.fsdp_context_{p}_w{level}", extra))
-    return tuple(out)
+    return in_context_spreads("fsdp_context", "fsdp_layer", levels)
 
 
 FLAT = {"forward": ((1.0, 3e-3), (2.0, 5e-3)), "backward": ((1.0, 2e-3), (2.0, 4e-3))}

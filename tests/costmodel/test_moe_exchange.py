@@ -14,7 +14,7 @@ from costmodel.simulator import simulate_iteration
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.native_fixture import cpu_profile, in_context_spreads
 
 MOE = get_preset("tiny-moe")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
@@ -25,12 +25,7 @@ seconds = st.floats(min_value=0.0, max_value=0.05)
 
 def probe_spreads(levels: dict[str, tuple[tuple[float, float], tuple[float, float]]]):
     """Spreads of the probe: per pass ((host, extra) idle, (host, extra) worked)."""
-    out = []
-    for p, points in levels.items():
-        for level, (host, extra) in enumerate(points):
-            out.append(spread(f"op_overhead.moe_layer_{p}_w{level}", host))
-            out.append(spread(f"op_overhead.moe_exchange_{p}_w{level}", extra))
-    return tuple(out)
+    return in_context_spreads("moe_exchange", "moe_layer", levels)
 
 
 @given(h0=seconds, gap=seconds, e0=seconds, e1=seconds, host=st.floats(0.0, 0.2))

@@ -8,9 +8,9 @@ import torch.distributed as dist
 
 from costmodel import fsdp_context as model
 from profiles.profiler import fsdp_context as probe
-from profiles.profiler import in_context
 from profiles.profiler.run import _max_agree
 from tests.executor.spawn_utils import run_world
+from tests.profiles.profiler_in_context import check_records
 from tests.profiles.test_profiler_framework import RUN
 
 
@@ -29,22 +29,5 @@ def test_the_gathers_are_timed_in_their_chain_at_two_levels_of_host_work():
     assert probe.time_fsdp_context(RUN) == ()  # no process group: nothing to time
     results, error = run_world(2, _probe_rank)
     assert error is None, error[-2500:]
-    names = {
-        f"fsdp_{kind}_{p}_w{level}"
-        for kind in ("context", "layer")
-        for p in ("forward", "backward")
-        for level in (0, 1)
-    }
     for found in results:
-        assert set(found) == names
-        per_record = in_context.PAIRS // in_context.PAIRS_PER_SAMPLE
-        assert all(len(v) == per_record for v in found.values())
-        for p in ("forward", "backward"):
-            idle, worked = found[f"fsdp_layer_{p}_w0"], found[f"fsdp_layer_{p}_w1"]
-            # the unsharded chain: host work only, more of it at the worked level (40
-            # products a block against one per weight)
-            assert all(0 < t < 0.5 for t in idle + worked)
-            assert sum(worked) > 2 * sum(idle)
-            # a gather that copies a layer's weights and waits on the peer costs time
-            extras = found[f"fsdp_context_{p}_w0"] + found[f"fsdp_context_{p}_w1"]
-            assert sum(extras) > 0 and all(abs(t) < 0.5 for t in extras)
+        check_records(found, "fsdp_context", "fsdp_layer")

@@ -11,9 +11,8 @@ from profiles.profiler import in_context
 from profiles.profiler import moe_exchange as probe
 from profiles.profiler.run import _max_agree
 from tests.executor.spawn_utils import run_world
+from tests.profiles.profiler_in_context import check_records
 from tests.profiles.test_profiler_framework import RUN
-
-PER_RECORD = in_context.PAIRS // in_context.PAIRS_PER_SAMPLE
 
 
 def test_the_cost_model_reads_the_probe_at_its_size_and_levels():
@@ -31,20 +30,5 @@ def test_the_exchange_is_timed_in_its_layer_at_two_levels_of_host_work():
     assert probe.time_moe_exchange(RUN) == ()  # no process group: nothing to time
     results, error = run_world(2, _probe_rank)
     assert error is None, error[-2500:]
-    names = {
-        f"moe_{kind}_{p}_w{level}"
-        for kind in ("exchange", "layer")
-        for p in ("forward", "backward")
-        for level in (0, 1)
-    }
     for found in results:
-        assert set(found) == names
-        assert all(len(v) == PER_RECORD for v in found.values())
-        for p in ("forward", "backward"):
-            idle, worked = found[f"moe_layer_{p}_w0"], found[f"moe_layer_{p}_w1"]
-            # the base chain: host work only, more of it at the worked level
-            assert all(0 < t < 0.5 for t in idle + worked)
-            assert sum(worked) > 2 * sum(idle)
-            # an exchange that waits on the peer costs more than a local copy on average
-            extras = found[f"moe_exchange_{p}_w0"] + found[f"moe_exchange_{p}_w1"]
-            assert sum(extras) > 0 and all(abs(t) < 0.5 for t in extras)
+        check_records(found, "moe_exchange", "moe_layer")

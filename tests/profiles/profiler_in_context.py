@@ -1,0 +1,26 @@
+"""Checks shared by the tests of the in-context probes (`profiles.profiler.in_context`)."""
+
+from __future__ import annotations
+
+from profiles.profiler import in_context
+
+
+def check_records(found: dict[str, tuple[float, ...]], extra: str, layer: str) -> None:
+    """One rank's records of a probe at two levels: every record, its samples, host work
+    only in the base (more at the worked level), a positive difference on average."""
+    names = {
+        f"{kind}_{p}_w{level}"
+        for kind in (extra, layer)
+        for p in in_context.PASSES
+        for level in (0, 1)
+    }
+    assert set(found) == names
+    per_record = in_context.PAIRS // in_context.PAIRS_PER_SAMPLE
+    assert all(len(v) == per_record for v in found.values())
+    for p in in_context.PASSES:
+        idle, worked = found[f"{layer}_{p}_w0"], found[f"{layer}_{p}_w1"]
+        assert all(0 < t < 0.5 for t in idle + worked)
+        assert sum(worked) > 2 * sum(idle)
+        # the mechanism waits on the peer and moves bytes: it costs time on average
+        extras = found[f"{extra}_{p}_w0"] + found[f"{extra}_{p}_w1"]
+        assert sum(extras) > 0 and all(abs(t) < 0.5 for t in extras)
