@@ -7,7 +7,7 @@ of host work, and its buffers are the size of a layer's weights. The figures of
 `profiles.profiler.framework` (blocks of one 8x8 weight without work between them, plus a
 figure per further tensor and the collective's fit beyond the probe's bytes) priced a
 gather of the tiny model's layer (nine weights, 576 KiB) at 1.7 ms, and dp2-distopt sat
-13-21% below its measurement in seven fidelity benches. On the 2-core development VM (gloo,
+13-21% below its measurement in six of seven fidelity benches. On the 2-core development VM (gloo,
 2 ranks) a chain of such blocks doing one product per weight cost 4.0-5.0 ms per block and
 pass beyond its unsharded twin (two probes' means), 5-7 ms after 40 products per block;
 alternating executor runs of dp2 and dp2-distopt on the same host took 140-176 ms per step

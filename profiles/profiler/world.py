@@ -271,21 +271,20 @@ def _death(rank: int, exitcode: int | None) -> dict[str, Any]:
     }
 
 
-def _root(failures: list[dict[str, Any]]) -> dict[str, Any]:
-    """The root cause: a rank that died without a Python error first, else the earliest
-    error (module doc)."""
-    return min(failures, key=lambda f: (f["error_type"] != "ProcessDied", f["time_s"]))
+def _cause_order(failure: dict[str, Any]) -> tuple[bool, float]:
+    """Failures in causal order: ranks that died without a Python error first, then by
+    time; the first is the root cause (module doc)."""
+    return failure["error_type"] != "ProcessDied", failure["time_s"]
 
 
 def _crashed(failures: list[dict[str, Any]]) -> bool:
     """Whether the root cause is a native crash (`NATIVE_CRASH_SIGNALS`)."""
-    return _root(failures).get("signal") in NATIVE_CRASH_SIGNALS
+    return min(failures, key=_cause_order).get("signal") in NATIVE_CRASH_SIGNALS
 
 
 def _failure_message(failures: list[dict[str, Any]], stopped: set[int]) -> str:
-    root = _root(failures)
-    ordered = [root, *(f for f in failures if f is not root)]
-    ordered[1:] = sorted(ordered[1:], key=lambda f: (f["error_type"] != "ProcessDied", f["time_s"]))
+    ordered = sorted(failures, key=_cause_order)
+    root = ordered[0]
     first_line = (root["message"].strip().splitlines() or [""])[0]
     text = (
         f"profiling failed: rank {root['rank']} {root['error_type']}: {first_line}; "
