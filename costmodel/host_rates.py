@@ -93,6 +93,10 @@ them, each with a documented fallback for profiles that predate a measurement:
   of host work (spreads ``op_overhead.fsdp_context_<pass>_w<level>`` and
   ``op_overhead.fsdp_layer_<pass>_w<level>``, `costmodel.fsdp_context`). Fallback: None,
   each gather priced from the idle module's figures.
+- activation checkpointing: ``checkpoint_context`` from the probe of checkpointed blocks
+  among layers of host work (spreads ``op_overhead.ckpt_full_<pass>_w<level>``,
+  ``ckpt_part_...`` and ``ckpt_layer_...``, `costmodel.checkpoint_context`). Fallback: None,
+  each call priced from ``checkpoint_call_s`` and ``checkpoint_tensor_s``.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
@@ -122,6 +126,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from costmodel.checkpoint_context import CheckpointContext, checkpoint_context_rates
 from costmodel.fsdp_context import fsdp_context_rates
 from costmodel.in_context import InContext
 from costmodel.moe_exchange import moe_exchange_rates
@@ -256,6 +261,10 @@ class HostRates:
     fsdp_context: InContext | None = None
     """FSDP2's gathers in their chain (`costmodel.fsdp_context`); None when the profile did
     not probe them (then priced from the idle module's figures)."""
+    checkpoint_context: CheckpointContext | None = None
+    """Activation checkpointing in its chain (`costmodel.checkpoint_context`); None when the
+    profile did not probe it (then priced from ``checkpoint_call_s`` and
+    ``checkpoint_tensor_s``)."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -436,6 +445,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         ),
         moe_exchange=moe_exchange_rates(means, scale),
         fsdp_context=fsdp_context_rates(means, scale),
+        checkpoint_context=checkpoint_context_rates(means, scale),
     )
     from costmodel.op_mix import with_op_mix  # it prices with costmodel.native_ops
 

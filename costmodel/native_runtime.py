@@ -242,7 +242,69 @@ def chunk_ops(
     if last:
         total = total.plus(head_ops(model, profile, x, vocab))
     total = total.plus(microbatch_overhead(plan, first=first, last=last))
+    hooks = checkpoint_hooks_s(model, rates, plan, layers, kinds, backward=False)
+    total = total.plus(ModuleOps(forward=HostOps(kernel_s=hooks)))
     return total, recompute_ops(model, profile, rates, plan, x, layers, kinds)
+
+
+def _checkpointed_calls(
+    model: ModelSpec, plan: ParallelPlan, layers: range, kinds: dict[bool, ModuleOps]
+) -> list[tuple[list[ModuleOps], float]]:
+    """Each checkpointed call of a chunk: (its layers' operators, tensors it saves): the
+    attention core of every layer under selective recompute (`SDPA_SAVED_TENSORS`), groups
+    of whole layers under full recompute (`SAVED_PER_RECORDED_OP` per recorded operator)."""
+    mask = model.moe_layer_mask()
+    if plan.recompute == "none":
+        return []
+    if plan.recompute == "selective":
+        return [([kinds[mask[i]]], SDPA_SAVED_TENSORS) for i in layers]
+    keys = list(layers)
+    n = plan.recompute_num_layers or (1 if plan.recompute_method == "uniform" else len(keys))
+    if plan.recompute_method == "uniform":
+        groups = [keys[i : i + n] for i in range(0, len(keys), n)]
+    else:
+        groups = [[k] for k in keys[:n]]
+    calls = []
+    for group in groups:
+        members = [kinds[mask[i]] for i in group]
+        recorded = sum(
+            m.forward.ops + m.forward.dt_ops + m.forward.dt_norms * DTENSOR_RMSNORM_FORWARD.dt_ops
+            for m in members
+        )
+        calls.append((members, SAVED_PER_RECORDED_OP * recorded))
+    return calls
+
+
+def checkpoint_hooks_s(
+    model: ModelSpec,
+    rates: HostRates,
+    plan: ParallelPlan,
+    layers: range,
+    kinds: dict[bool, ModuleOps],
+    *,
+    backward: bool,
+) -> float:
+    """The non-reentrant checkpoint's own cost in one pass of a chunk, its rerun apart: in
+    context (`costmodel.checkpoint_context`, per call after its layers' host work per layer
+    of the pass) when the profile probed it; else all in the backward, at
+    `HostRates.checkpoint_call_s` per call and `HostRates.checkpoint_tensor_s` per saved
+    tensor."""
+    calls = _checkpointed_calls(model, plan, layers, kinds)
+    context = rates.checkpoint_context
+    if context is None:
+        if not backward:
+            return 0.0
+        return sum(
+            rates.checkpoint_call_s + saved * rates.checkpoint_tensor_s for _, saved in calls
+        )
+    total = 0.0
+    for members, saved in calls:
+        host_s = sum(
+            host_seconds(m.backward if backward else m.forward, rates, backward=backward)
+            for m in members
+        ) / len(members)
+        total += context.hooks_s(backward=backward, host_s=host_s, saved=saved)
+    return total
 
 
 def recompute_ops(
@@ -257,37 +319,21 @@ def recompute_ops(
     """Forward work the backward reruns (`torch.utils.checkpoint`, non-reentrant): the
     attention core under selective recompute (`Attention.recompute_core`), whole layers
     under full recompute (`DecoderChunk.full_recompute_groups`), plus the checkpoint's
-    hooks: `HostRates.checkpoint_tensor_s` per saved tensor (`SAVED_PER_RECORDED_OP` per
-    recorded operator of the rerun; `SDPA_SAVED_TENSORS` for the core) and
-    `HostRates.checkpoint_call_s` per checkpointed call. Returned as a module whose
-    *forward* is the rerun work."""
+    backward hooks (`checkpoint_hooks_s`). Returned as a module whose *forward* is the
+    rerun work."""
     from costmodel.native_layers import attention_core
 
     if plan.recompute == "none":
         return ModuleOps()
-    mask = model.moe_layer_mask()
+    hooks = HostOps(kernel_s=checkpoint_hooks_s(model, rates, plan, layers, kinds, backward=True))
     if plan.recompute == "selective":
         core = attention_core(model, profile, rates, x)
-        hooks = SDPA_SAVED_TENSORS * rates.checkpoint_tensor_s + rates.checkpoint_call_s
-        rerun = core.forward.plus(HostOps(kernel_s=hooks))
-        return ModuleOps(forward=rerun, forward_comms=core.forward_comms).scaled(len(layers))
-    keys = list(layers)
-    n = plan.recompute_num_layers or (1 if plan.recompute_method == "uniform" else len(keys))
-    redone = keys if plan.recompute_method == "uniform" else keys[:n]
-    groups = -(-len(redone) // n) if plan.recompute_method == "uniform" else len(redone)
-    total = ModuleOps(forward=HostOps(kernel_s=groups * rates.checkpoint_call_s))
-    for i in redone:
-        layer = kinds[mask[i]]
-        recorded = (
-            layer.forward.ops
-            + layer.forward.dt_ops
-            + layer.forward.dt_norms * DTENSOR_RMSNORM_FORWARD.dt_ops
-        )
-        saved = SAVED_PER_RECORDED_OP * recorded
-        hooks = HostOps(kernel_s=saved * rates.checkpoint_tensor_s)
-        total = total.plus(
-            ModuleOps(forward=layer.forward.plus(hooks), forward_comms=layer.forward_comms)
-        )
+        rerun = ModuleOps(forward=core.forward, forward_comms=core.forward_comms)
+        return rerun.scaled(len(layers)).plus(ModuleOps(forward=hooks))
+    total = ModuleOps(forward=hooks)
+    for members, _ in _checkpointed_calls(model, plan, layers, kinds):
+        for layer in members:
+            total = total.plus(ModuleOps(forward=layer.forward, forward_comms=layer.forward_comms))
     return total
 
 

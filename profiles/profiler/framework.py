@@ -45,7 +45,9 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   of the forward the checkpoint reruns; ``checkpoint_tensor`` is the cost per saved tensor
   (a pack hook in forward, another in the rerun, an unpack hook in backward; one tensor per
   multiplication of the chain), the slope between the two chain lengths, and
-  ``checkpoint_call`` the cost per checkpointed call, the intercept.
+  ``checkpoint_call`` the cost per checkpointed call, the intercept. The checkpoint among
+  layers of host work, whole blocks and a block's last product:
+  `profiles.profiler.checkpoint_context`.
 
 - a mixture-of-experts layer's token routing (`profiles.profiler.routing`): ``routing_op``,
   per operator of the routing bookkeeping reached cold.
@@ -73,6 +75,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from profiles.profiler.checkpoint_context import time_checkpoint_context
 from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
 from profiles.profiler.dtensor_norm import time_dtensor_norm
@@ -315,14 +318,16 @@ def with_probe_samples(
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
-    """The autograd, checkpoint, routing, DTensor, DTensor-norm, operator-mix
-    (`op_mix`), FSDP2 (alone, then in context: `fsdp_context`), collective-form,
-    MoE-exchange (`moe_exchange`) and host-probe points of the module doc, in that order."""
+    """The autograd, checkpoint (alone, then in context: `checkpoint_context`), routing,
+    DTensor, DTensor-norm, operator-mix (`op_mix`), FSDP2 (alone, then in context:
+    `fsdp_context`), collective-form, MoE-exchange (`moe_exchange`) and host-probe points
+    of the module doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
         *autograd,
         *time_checkpoint(run),
+        *time_checkpoint_context(run),
         *time_routing(run),
         *time_dtensor(run, call_s),
         *time_dtensor_norm(run),

@@ -95,8 +95,9 @@ def time_fsdp_context(run: Runner) -> tuple[OverheadTiming, ...]:
     chains = {work: _chains(run, work, mesh) for work in LEVELS}
     return time_in_context(
         run,
-        lambda work, real: timed_passes(run, lambda: chains[work][real](x)),
+        lambda work, variant: timed_passes(run, lambda: chains[work][variant](x)),
         levels=LEVELS,
-        names=("fsdp_context", "fsdp_layer"),
+        extras=("fsdp_context",),
+        layer="fsdp_layer",
         per=(CHAIN_LAYERS, CHAIN_LAYERS),
     )

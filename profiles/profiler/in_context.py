@@ -1,15 +1,18 @@
-"""Paired timings of a chain of layers with and without a synchronizing mechanism, at
-levels of host work between the layers: the shared loop of the in-context probes
-(`moe_exchange`: the expert-parallel exchanges; `fsdp_context`: FSDP2's gathers).
+"""Paired timings of a chain of layers with and without a mechanism, at levels of host
+work between the layers: the shared loop of the in-context probes (`moe_exchange`: the
+expert-parallel exchanges; `fsdp_context`: FSDP2's gathers; `checkpoint_context`: activation
+checkpointing).
 
 A mechanism that waits on the peer rank costs more inside a chain of host work than alone:
 each call waits for the rank that reached it later, and the ranks drift apart over the
-work between the calls. So a probe times a chain of layers of the executor's pattern
-against the same chain without the mechanism (its base), in pairs from a barrier (base,
-barrier, real), forward and backward timed apart (wall clock), at each level of host work,
-and records per layer of the chain:
+work between the calls. A mechanism of the host alone (a checkpoint's hooks) costs more
+there too: its code and data are cold after a layer of other work. So a probe times a
+chain of layers of the executor's pattern against the same chain without the mechanism
+(its base), in rounds from a barrier (base, barrier, each variant with the mechanism after
+its own barrier; no barrier on one rank), forward and backward timed apart (wall clock),
+at each level of host work, and records per layer of the chain:
 
-- ``<extra>_<pass>_w<level>``: the real chain's pass less the base's;
+- ``<extra>_<pass>_w<level>``: a variant's pass less the base's (one name per variant);
 - ``<layer>_<pass>_w<level>``: the base's pass: the host work per layer at that level,
   which `costmodel.in_context.InContext` interpolates on.
 
@@ -39,8 +42,9 @@ PAIRS_PER_SAMPLE = 4
 """Consecutive pairs whose mean makes one sample."""
 PASSES = ("forward", "backward")
 
-Chain = Callable[[int, bool], tuple[float, float]]
-"""(host work, real) -> (forward s, backward s) of one chain."""
+Chain = Callable[[int, int], tuple[float, float]]
+"""(host work, variant) -> (forward s, backward s) of one chain; variant 0 is the base,
+1, 2, ... those with the mechanism."""
 
 
 def timed_passes(run: Runner, forward: Callable[[], torch.Tensor]) -> tuple[float, float]:
@@ -61,21 +65,34 @@ def _samples(values: list[float]) -> tuple[float, ...]:
     return tuple(sum(values[i : i + step]) / step for i in range(0, len(values), step))
 
 
-def _level(run: Runner, chain: Chain, work: int, per: tuple[int, int]) -> dict[str, list[float]]:
-    """Per-layer base passes and per-unit differences of one level, one entry per pair;
-    ``per``: (layers, units) of a chain."""
+def _meet() -> None:
+    """Barrier of every rank; nothing on one rank or without a process group."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _level(
+    run: Runner, chain: Chain, work: int, per: tuple[int, int], variants: int
+) -> dict[str, list[float]]:
+    """Per-layer base passes and per-unit differences of each variant at one level
+    (``extra<v>_<pass>``, v from 1), one entry per round; ``per``: (layers, units) of a
+    chain."""
     layers, units = per
-    out: dict[str, list[float]] = {f"{k}_{p}": [] for k in ("layer", "extra") for p in PASSES}
+    out: dict[str, list[float]] = {f"layer_{p}": [] for p in PASSES}
+    out.update({f"extra{v}_{p}": [] for v in range(1, variants + 1) for p in PASSES})
     for i in range(run.budget.warmup_calls + PAIRS):
-        dist.barrier()
-        base = chain(work, False)
-        dist.barrier()
-        real = chain(work, True)
+        _meet()
+        base = chain(work, 0)
+        reals = []
+        for v in range(1, variants + 1):
+            _meet()
+            reals.append(chain(work, v))
         if i < run.budget.warmup_calls:
             continue
-        for p, b, r in zip(PASSES, base, real, strict=True):
-            out[f"layer_{p}"].append(b / layers)
-            out[f"extra_{p}"].append((r - b) / units)
+        for j, p in enumerate(PASSES):
+            out[f"layer_{p}"].append(base[j] / layers)
+            for v, real in enumerate(reals, start=1):
+                out[f"extra{v}_{p}"].append((real[j] - base[j]) / units)
     return out
 
 
@@ -84,19 +101,20 @@ def time_in_context(
     chain: Chain,
     *,
     levels: tuple[int, ...],
-    names: tuple[str, str],
+    extras: tuple[str, ...],
+    layer: str,
     per: tuple[int, int],
 ) -> tuple[OverheadTiming, ...]:
-    """The records of the module doc; ``names``: (extra, layer) prefixes; ``per``: the
-    chain's layers (the base's divisor) and units of the mechanism (the difference's)."""
-    extra, layer = names
+    """The records of the module doc; ``extras``: the variants' prefixes (variant v is
+    ``extras[v - 1]``), ``layer``: the base's; ``per``: the chain's layers (the base's
+    divisor) and units of the mechanism (the differences')."""
     records = []
     for level, work in enumerate(levels):
-        found = _level(run, chain, work, per)
+        found = _level(run, chain, work, per, len(extras))
         for p in PASSES:
-            records.append(
-                OverheadTiming(op=f"{extra}_{p}_w{level}", times_s=_samples(found[f"extra_{p}"]))
-            )
+            for v, extra in enumerate(extras, start=1):
+                samples = _samples(found[f"extra{v}_{p}"])
+                records.append(OverheadTiming(op=f"{extra}_{p}_w{level}", times_s=samples))
             records.append(
                 OverheadTiming(op=f"{layer}_{p}_w{level}", times_s=_samples(found[f"layer_{p}"]))
             )

@@ -120,8 +120,9 @@ def time_moe_exchange(run: Runner) -> tuple[OverheadTiming, ...]:
     )
     return time_in_context(
         run,
-        lambda work, real: _chain(run, w, work, real, group),
+        lambda work, variant: _chain(run, w, work, variant == 1, group),
         levels=LEVELS,
-        names=("moe_exchange", "moe_layer"),
+        extras=("moe_exchange",),
+        layer="moe_layer",
         per=(CHAIN_LAYERS, CHAIN_LAYERS),
     )

@@ -81,6 +81,12 @@ def test_dtensor_points_need_a_process_group():
         "autograd_backward_call",
         "checkpoint_tensor",
         "checkpoint_call",
+        *(  # no process group needed either
+            f"ckpt_{kind}_{p}_w{level}"
+            for level in (0, 1)
+            for p in ("forward", "backward")
+            for kind in ("full", "part", "layer")
+        ),
         "routing_op",
         "op_mix_forward",  # no process group needed
         "op_mix_backward",

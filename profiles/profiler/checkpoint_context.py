@@ -1,0 +1,109 @@
+"""Activation checkpointing in its chain: what the executor's recompute
+(`torch.utils.checkpoint`, non-reentrant) pays per checkpointed call and per saved tensor,
+timed among layers of host work rather than in a loop of checkpoints alone.
+
+Why in context: the figures of `profiles.profiler.framework` (``checkpoint_call``,
+``checkpoint_tensor``: chains of multiplications checkpointed back to back) priced the
+tiny model's checkpointed layer at about 0.85 ms of hooks, where on the 2-core development
+VM (two ranks, one thread each) the executor's layers paid 1.0-1.4 ms per call beyond the
+rerun: a checkpoint of the attention core alone added 0.21-0.34 ms to the forward of its
+layer (70 us in a loop of checkpoints alone), a checkpoint of the whole layer 0.42-0.61 ms.
+
+Probe: every rank runs a chain of `CHAIN_LAYERS` blocks, each of `TENSORS` weights of
+`WIDTH` x `WIDTH` fp32 doing ``work`` products of its (`TOKENS`, `WIDTH`) input with its
+weights in turn, each with a tanh, plus the residual (`SAVED_PER_PRODUCT` tensors saved per
+product: the product's two operands and the tanh's output). Two variants against the
+plain chain, in rounds (`profiles.profiler.in_context`) at two levels of host work
+(`TENSORS` and `WORK_GEMMS` products per block):
+
+- ``ckpt_full``: every block under its own checkpoint (``work`` · `SAVED_PER_PRODUCT`
+  tensors saved per call; the backward reruns the block's forward);
+- ``ckpt_part``: each block's last product and tanh under a checkpoint
+  (`SAVED_PER_PRODUCT` tensors per call; the backward reruns that product).
+
+Records (`OverheadTiming`, seconds per block): ``ckpt_full_<pass>_w<level>`` and
+``ckpt_part_<pass>_w<level>`` (the variant's pass less the plain chain's, the rerun
+included), ``ckpt_layer_<pass>_w<level>`` (the plain chain's pass per block).
+`costmodel.checkpoint_context` turns them into a cost per call and per saved tensor.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from profiles.profiler.compute import Runner
+from profiles.profiler.in_context import CHAIN_LAYERS, WORK_GEMMS, time_in_context, timed_passes
+from profiles.profiler.timing import OverheadTiming
+
+WIDTH = 128
+"""Rows and columns of each weight."""
+TOKENS = 128
+"""Rows of the chain's input."""
+TENSORS = 9
+"""Weights per block (as `profiles.profiler.fsdp_context`: a Llama layer's count)."""
+SAVED_PER_PRODUCT = 3
+"""Tensors autograd saves per product and tanh (both operands of the product, the tanh's
+output)."""
+LEVELS = (TENSORS, WORK_GEMMS)
+VARIANTS = ("plain", "full", "part")
+"""Chains of one round: the base, then the variants recorded as ``ckpt_<variant>``."""
+
+
+def _product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(h @ weight)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, work: int, part: bool, device: torch.device) -> None:
+        super().__init__()
+        self.work = work
+        self.part = part
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(WIDTH, WIDTH, device=device) * 0.05)
+            for _ in range(TENSORS)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        h = x
+        last = self.work - 1
+        for i in range(last):
+            h = _product(h, self.weights[i % TENSORS])
+        weight = self.weights[last % TENSORS]
+        if self.part:
+            h = checkpoint(_product, h, weight, use_reentrant=False)
+        else:
+            h = _product(h, weight)
+        return h + x
+
+
+class _Chain(torch.nn.Module):
+    def __init__(self, work: int, variant: str, device: torch.device) -> None:
+        super().__init__()
+        self.full = variant == "full"
+        self.blocks = torch.nn.ModuleList(
+            _Block(work, variant == "part", device) for _ in range(CHAIN_LAYERS)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.full else block(x)
+        return x
+
+
+def time_checkpoint_context(run: Runner) -> tuple[OverheadTiming, ...]:
+    """The ``ckpt_full_*``, ``ckpt_part_*`` and ``ckpt_layer_*`` records of the module doc
+    (on any number of ranks: on several, every rank runs its chains between barriers)."""
+    x = run.randn(TOKENS, WIDTH, grad=True)
+    chains = {work: [_Chain(work, v, run.device) for v in VARIANTS] for work in LEVELS}
+    return time_in_context(
+        run,
+        lambda work, variant: timed_passes(run, lambda: chains[work][variant](x)),
+        levels=LEVELS,
+        extras=tuple(f"ckpt_{v}" for v in VARIANTS[1:]),
+        layer="ckpt_layer",
+        per=(CHAIN_LAYERS, CHAIN_LAYERS),
+    )
