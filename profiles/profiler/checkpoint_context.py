@@ -32,15 +32,19 @@ from __future__ import annotations
 import torch
 
 from profiles.profiler.compute import Runner
-from profiles.profiler.in_context import CHAIN_LAYERS, WORK_GEMMS, time_in_context, timed_passes
+from profiles.profiler.in_context import (
+    CHAIN_LAYERS,
+    TENSORS,
+    TOKENS,
+    WIDTH,
+    WORK_GEMMS,
+    WorkBlock,
+    product,
+    time_in_context,
+    timed_passes,
+)
 from profiles.profiler.timing import OverheadTiming
 
-WIDTH = 128
-"""Rows and columns of each weight."""
-TOKENS = 128
-"""Rows of the chain's input."""
-TENSORS = 9
-"""Weights per block (as `profiles.profiler.fsdp_context`: a Llama layer's count)."""
 SAVED_PER_PRODUCT = 3
 """Tensors autograd saves per product and tanh (both operands of the product, the tanh's
 output)."""
@@ -49,33 +53,10 @@ VARIANTS = ("plain", "full", "part")
 """Chains of one round: the base, then the variants recorded as ``ckpt_<variant>``."""
 
 
-def _product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return torch.tanh(h @ weight)
+def _checkpointed(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    from torch.utils.checkpoint import checkpoint
 
-
-class _Block(torch.nn.Module):
-    def __init__(self, work: int, part: bool, device: torch.device) -> None:
-        super().__init__()
-        self.work = work
-        self.part = part
-        self.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(torch.randn(WIDTH, WIDTH, device=device) * 0.05)
-            for _ in range(TENSORS)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.utils.checkpoint import checkpoint
-
-        h = x
-        last = self.work - 1
-        for i in range(last):
-            h = _product(h, self.weights[i % TENSORS])
-        weight = self.weights[last % TENSORS]
-        if self.part:
-            h = checkpoint(_product, h, weight, use_reentrant=False)
-        else:
-            h = _product(h, weight)
-        return h + x
+    return checkpoint(product, h, weight, use_reentrant=False)
 
 
 class _Chain(torch.nn.Module):
@@ -83,7 +64,8 @@ class _Chain(torch.nn.Module):
         super().__init__()
         self.full = variant == "full"
         self.blocks = torch.nn.ModuleList(
-            _Block(work, variant == "part", device) for _ in range(CHAIN_LAYERS)
+            WorkBlock(work, device, _checkpointed if variant == "part" else product)
+            for _ in range(CHAIN_LAYERS)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -38,34 +38,21 @@ import torch
 import torch.distributed as dist
 
 from profiles.profiler.compute import Runner
-from profiles.profiler.in_context import CHAIN_LAYERS, WORK_GEMMS, time_in_context, timed_passes
+from profiles.profiler.in_context import (
+    CHAIN_LAYERS,
+    TENSORS,
+    TOKENS,
+    WIDTH,
+    WORK_GEMMS,
+    WorkBlock,
+    time_in_context,
+    timed_passes,
+)
 from profiles.profiler.timing import OverheadTiming
 
-WIDTH = 128
-"""Rows and columns of each weight."""
-TOKENS = 128
-"""Rows of the chain's input."""
-TENSORS = 9
-"""Weights per block (a Llama layer's count: four attention and three MLP matrices, two norms)."""
 GATHER_BYTES = TENSORS * WIDTH * WIDTH * 4
 """Bytes of one block's gathered parameters (fp32)."""
 LEVELS = (TENSORS, WORK_GEMMS)
-
-
-class _Block(torch.nn.Module):
-    def __init__(self, work: int, device: torch.device) -> None:
-        super().__init__()
-        self.work = work
-        self.weights = torch.nn.ParameterList(
-            torch.nn.Parameter(torch.randn(WIDTH, WIDTH, device=device) * 0.05)
-            for _ in range(TENSORS)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i in range(self.work):
-            h = torch.tanh(h @ self.weights[i % TENSORS])
-        return h + x
 
 
 def _chains(run: Runner, work: int, mesh) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -73,7 +60,7 @@ def _chains(run: Runner, work: int, mesh) -> tuple[torch.nn.Module, torch.nn.Mod
     from torch.distributed.fsdp import fully_shard
 
     plain, sharded = (
-        torch.nn.Sequential(*(_Block(work, run.device) for _ in range(CHAIN_LAYERS)))
+        torch.nn.Sequential(*(WorkBlock(work, run.device) for _ in range(CHAIN_LAYERS)))
         for _ in range(2)
     )
     for block in sharded:

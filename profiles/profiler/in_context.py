@@ -42,6 +42,46 @@ PAIRS_PER_SAMPLE = 4
 """Consecutive pairs whose mean makes one sample."""
 PASSES = ("forward", "backward")
 
+WIDTH = 128
+"""Rows and columns of a work block's weights."""
+TOKENS = 128
+"""Rows of a chain's input."""
+TENSORS = 9
+"""Weights per work block (a Llama layer's count: four attention and three MLP matrices,
+two norms)."""
+
+
+def product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """One unit of a block's host work: a product and its tanh."""
+    return torch.tanh(h @ weight)
+
+
+class WorkBlock(torch.nn.Module):
+    """A layer of host work: `TENSORS` weights of `WIDTH` x `WIDTH` fp32, ``work`` products
+    of the input with them in turn (at least one per weight: every weight gets a gradient,
+    as in training), plus the residual; ``last`` (default `product`) runs the last one."""
+
+    def __init__(
+        self,
+        work: int,
+        device: torch.device,
+        last: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = product,
+    ) -> None:
+        super().__init__()
+        self.work = work
+        self.last = last
+        self.weights = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.randn(WIDTH, WIDTH, device=device) * 0.05)
+            for _ in range(TENSORS)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for i in range(self.work - 1):
+            h = product(h, self.weights[i % TENSORS])
+        return self.last(h, self.weights[(self.work - 1) % TENSORS]) + x
+
+
 Chain = Callable[[int, int], tuple[float, float]]
 """(host work, variant) -> (forward s, backward s) of one chain; variant 0 is the base,
 1, 2, ... those with the mechanism."""
