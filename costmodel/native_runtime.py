@@ -28,8 +28,9 @@ Per microbatch, outside the layers:
   divides every gradient by the number of microbatches (one operator and 2 passes per
   parameter tensor).
 
-Recompute (`recompute_ops`) reruns the checkpointed forward in the backward and pays the
-non-reentrant checkpoint's hooks.
+Recompute (`recompute_ops`) reruns the checkpointed forward in the backward; the
+non-reentrant checkpoint's own cost (`checkpoint_hooks_s`) is paid in the forward and the
+backward as the profile's in-context probe measured it (`costmodel.checkpoint_context`).
 
 Not modelled: intra-op threads beyond the profile's (a one-rank run on a 2-core host runs
 two threads; the profile measures one per rank), DDP's per-forward Python bookkeeping,
