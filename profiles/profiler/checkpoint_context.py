@@ -33,11 +33,10 @@ import torch
 
 from profiles.profiler.compute import Runner
 from profiles.profiler.in_context import (
+    BLOCK_LEVELS,
     CHAIN_LAYERS,
-    TENSORS,
     TOKENS,
     WIDTH,
-    WORK_GEMMS,
     WorkBlock,
     product,
     time_in_context,
@@ -48,7 +47,7 @@ from profiles.profiler.timing import OverheadTiming
 SAVED_PER_PRODUCT = 3
 """Tensors autograd saves per product and tanh (both operands of the product, the tanh's
 output)."""
-LEVELS = (TENSORS, WORK_GEMMS)
+LEVELS = BLOCK_LEVELS
 VARIANTS = ("plain", "full", "part")
 """Chains of one round: the base, then the variants recorded as ``ckpt_<variant>``."""
 

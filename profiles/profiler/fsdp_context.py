@@ -39,11 +39,11 @@ import torch.distributed as dist
 
 from profiles.profiler.compute import Runner
 from profiles.profiler.in_context import (
+    BLOCK_LEVELS,
     CHAIN_LAYERS,
     TENSORS,
     TOKENS,
     WIDTH,
-    WORK_GEMMS,
     WorkBlock,
     time_in_context,
     timed_passes,
@@ -52,7 +52,7 @@ from profiles.profiler.timing import OverheadTiming
 
 GATHER_BYTES = TENSORS * WIDTH * WIDTH * 4
 """Bytes of one block's gathered parameters (fp32)."""
-LEVELS = (TENSORS, WORK_GEMMS)
+LEVELS = BLOCK_LEVELS
 
 
 def _chains(run: Runner, work: int, mesh) -> tuple[torch.nn.Module, torch.nn.Module]:

@@ -49,6 +49,9 @@ TOKENS = 128
 TENSORS = 9
 """Weights per work block (a Llama layer's count: four attention and three MLP matrices,
 two norms)."""
+BLOCK_LEVELS = (TENSORS, WORK_GEMMS)
+"""Products per `WorkBlock` at the two levels of host work of the probes built on it: one
+per weight, and `WORK_GEMMS`."""
 
 
 def product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
