@@ -97,6 +97,10 @@ them, each with a documented fallback for profiles that predate a measurement:
   among layers of host work (spreads ``op_overhead.ckpt_full_<pass>_w<level>``,
   ``ckpt_part_...`` and ``ckpt_layer_...``, `costmodel.checkpoint_context`). Fallback: None,
   each call priced from ``checkpoint_call_s`` and ``checkpoint_tensor_s``.
+- DTensor's operators in context: ``dtensor_context`` from the probe of a DTensor linear
+  among layers of host work (spreads ``op_overhead.dtensor_context_<pass>_w<level>`` and
+  ``op_overhead.dtensor_layer_<pass>_w<level>``, `costmodel.dtensor_context`). Fallback:
+  None, the loop figures alone.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
@@ -124,7 +128,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.checkpoint_context import CheckpointContext, checkpoint_context_rates
 from costmodel.fsdp_context import fsdp_context_rates
@@ -265,6 +269,9 @@ class HostRates:
     """Activation checkpointing in its chain (`costmodel.checkpoint_context`); None when the
     profile did not probe it (then priced from ``checkpoint_call_s`` and
     ``checkpoint_tensor_s``)."""
+    dtensor_context: InContext | None = None
+    """A DTensor linear's wrap, operator and unwrap in their chain (`costmodel.dtensor_context`);
+    None when the profile did not probe it (then DTensor operators cost their loop figures)."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -447,8 +454,11 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         fsdp_context=fsdp_context_rates(means, scale),
         checkpoint_context=checkpoint_context_rates(means, scale),
     )
-    from costmodel.op_mix import with_op_mix  # it prices with costmodel.native_ops
+    # both price with costmodel.native_ops, which reads HostRates
+    from costmodel.dtensor_context import dtensor_context_rates
+    from costmodel.op_mix import with_op_mix
 
+    rates = replace(rates, dtensor_context=dtensor_context_rates(means, scale))
     return with_op_mix(rates, means, scale)
 
 

@@ -40,6 +40,7 @@ and the host's other load (time slices lost to other processes lengthen every wa
 from __future__ import annotations
 
 from costmodel.collectives import collective_time_s
+from costmodel.dtensor_context import dtensor_context_s
 from costmodel.host_rates import HostRates
 from costmodel.layer_costs import ZERO, CommGroups, PassCost
 from costmodel.moe_exchange import PROBE_TOKEN_BYTES
@@ -231,7 +232,9 @@ def chunk_ops(
     first: bool,
     last: bool,
 ) -> tuple[ModuleOps, ModuleOps]:
-    """(operators of the chunk's forward and backward, operators a recompute reruns)."""
+    """(operators of the chunk's forward and backward, operators a recompute reruns).
+    DTensor's operators cost their in-context price in each pass
+    (`costmodel.dtensor_context`); a recompute's rerun keeps their loop price."""
     mask = model.moe_layer_mask()
     vocab = padded_vocab_size(model.vocab_size, plan.tp)
     kinds = {k: layer_ops(model, profile, rates, plan, x, is_moe=k) for k in set(mask)}
@@ -243,6 +246,16 @@ def chunk_ops(
     if last:
         total = total.plus(head_ops(model, profile, x, vocab))
     total = total.plus(microbatch_overhead(plan, first=first, last=last))
+    total = total.plus(
+        ModuleOps(
+            forward=HostOps(
+                kernel_s=dtensor_context_s(rates, total.forward, backward=False, layers=len(layers))
+            ),
+            backward=HostOps(
+                kernel_s=dtensor_context_s(rates, total.backward, backward=True, layers=len(layers))
+            ),
+        )
+    )
     hooks = checkpoint_hooks_s(model, rates, plan, layers, kinds, backward=False)
     total = total.plus(ModuleOps(forward=HostOps(kernel_s=hooks)))
     return total, recompute_ops(model, profile, rates, plan, x, layers, kinds)

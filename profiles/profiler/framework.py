@@ -16,7 +16,8 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   ``dtensor_to_local`` per call; ``dtensor_linear_forward`` and ``dtensor_linear_backward``
   per ``F.linear`` of a replicated 3-D input and a row-sharded weight (the column-parallel
   layout), the backward computing both the input and the weight gradient, net of
-  ``autograd_backward_call``.
+  ``autograd_backward_call``. A wrap, linear and unwrap among layers of host work:
+  `profiles.profiler.dtensor_context`.
 
 - a sequence-parallel RMSNorm (`profiles.profiler.dtensor_norm`): ``dtensor_norm_forward``
   and ``dtensor_norm_backward``, per call of the norm on a sequence-sharded DTensor reached
@@ -78,6 +79,7 @@ import torch.nn.functional as F
 from profiles.profiler.checkpoint_context import time_checkpoint_context
 from profiles.profiler.collective_forms import time_collective_forms
 from profiles.profiler.compute import Runner
+from profiles.profiler.dtensor_context import time_dtensor_context
 from profiles.profiler.dtensor_norm import time_dtensor_norm
 from profiles.profiler.fsdp_context import time_fsdp_context
 from profiles.profiler.moe_exchange import time_moe_exchange
@@ -319,9 +321,10 @@ def with_probe_samples(
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
     """The autograd, checkpoint (alone, then in context: `checkpoint_context`), routing,
-    DTensor, DTensor-norm, operator-mix (`op_mix`), FSDP2 (alone, then in context:
-    `fsdp_context`), collective-form, MoE-exchange (`moe_exchange`) and host-probe points
-    of the module doc, in that order."""
+    DTensor (alone, then its linear in context: `dtensor_context`), DTensor-norm,
+    operator-mix (`op_mix`), FSDP2 (alone, then in context: `fsdp_context`),
+    collective-form, MoE-exchange (`moe_exchange`) and host-probe points of the module
+    doc, in that order."""
     autograd = time_autograd(run)
     call_s = statistics.median(autograd[1].times_s)
     return (
@@ -330,6 +333,7 @@ def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         *time_checkpoint_context(run),
         *time_routing(run),
         *time_dtensor(run, call_s),
+        *time_dtensor_context(run),
         *time_dtensor_norm(run),
         *time_op_mix(run),
         *time_fsdp(run),

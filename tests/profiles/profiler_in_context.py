@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from profiles.profiler import in_context
 
 
-def check_records(found: dict[str, tuple[float, ...]], extra: str, layer: str) -> None:
+def check_records(
+    found: dict[str, tuple[float, ...]],
+    extra: str,
+    layer: str,
+    center: Callable[[list[float]], float] = sum,
+) -> None:
     """One rank's records of a probe at two levels: every record, its samples, host work
-    only in the base (more at the worked level), a positive difference on average."""
+    only in the base (more at the worked level), a positive ``center`` of each pass's
+    differences (a mechanism costs time; `statistics.median` for one of a fraction of a
+    block, whose mean a preempted base can turn negative on a loaded host)."""
     names = {
         f"{kind}_{p}_w{level}"
         for kind in (extra, layer)
@@ -21,6 +30,6 @@ def check_records(found: dict[str, tuple[float, ...]], extra: str, layer: str) -
         idle, worked = found[f"{layer}_{p}_w0"], found[f"{layer}_{p}_w1"]
         assert all(0 < t < 0.5 for t in idle + worked)
         assert sum(worked) > 2 * sum(idle)
-        # the mechanism waits on the peer and moves bytes: it costs time on average
+        # the mechanism costs time: its differences sit above zero
         extras = found[f"{extra}_{p}_w0"] + found[f"{extra}_{p}_w1"]
-        assert sum(extras) > 0 and all(abs(t) < 0.5 for t in extras)
+        assert center(list(extras)) > 0 and all(abs(t) < 0.5 for t in extras)
