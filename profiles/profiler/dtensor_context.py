@@ -3,7 +3,7 @@ among layers of host work, rather than in the loops of `profiles.profiler.framew
 (``dtensor_from_local``, ``dtensor_linear_<pass>``, ``dtensor_to_local``).
 
 Why in context: on the 2-core development VM (two gloo ranks, one thread each) a
-column-parallel linear of the tiny model's tensor-parallel layer took 0.25-0.39 ms of its
+column-parallel linear of the tiny model's tensor-parallel layer took 0.24-0.39 ms of its
 forward where the loop figures priced about 0.12 ms beyond the plain product; with the
 wraps and unwraps around it, DTensor's Python (placement checks, sharding propagation,
 pytree walks) runs cold after a layer of other work, as the checkpoint's hooks do
