@@ -30,20 +30,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from profiles.profiler import in_context
 from profiles.profiler.compute import Runner
-from profiles.profiler.in_context import (
-    BLOCK_LEVELS,
-    CHAIN_LAYERS,
-    TOKENS,
-    WIDTH,
-    WorkBlock,
-    product,
-    time_in_context,
-    timed_passes,
-)
 from profiles.profiler.timing import OverheadTiming
 
-LEVELS = BLOCK_LEVELS
+LEVELS = in_context.BLOCK_LEVELS
 EXTRA = "dtensor_context"
 LAYER = "dtensor_layer"
 
@@ -57,7 +48,7 @@ class DTensorLast:
         from torch.distributed.tensor import DTensor, Replicate
 
         self.mesh = mesh
-        local = torch.randn(WIDTH, WIDTH, device=device) * 0.05
+        local = torch.randn(in_context.WIDTH, in_context.WIDTH, device=device) * 0.05
         self.weight = torch.nn.Parameter(
             DTensor.from_local(local, mesh, [Replicate()], run_check=False)
         )
@@ -73,8 +64,10 @@ class DTensorLast:
 def _chain(work: int, mesh, device: torch.device, dtensor: bool) -> torch.nn.Module:
     return torch.nn.Sequential(
         *(
-            WorkBlock(work, device, DTensorLast(mesh, device) if dtensor else product)
-            for _ in range(CHAIN_LAYERS)
+            in_context.WorkBlock(
+                work, device, DTensorLast(mesh, device) if dtensor else in_context.product
+            )
+            for _ in range(in_context.CHAIN_LAYERS)
         )
     )
 
@@ -87,13 +80,13 @@ def time_dtensor_context(run: Runner) -> tuple[OverheadTiming, ...]:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(run.device.type, (dist.get_world_size(),))
-    x = run.randn(TOKENS, WIDTH, grad=True)
+    x = run.randn(in_context.TOKENS, in_context.WIDTH, grad=True)
     chains = {work: [_chain(work, mesh, run.device, d) for d in (False, True)] for work in LEVELS}
-    return time_in_context(
+    return in_context.time_in_context(
         run,
-        lambda work, variant: timed_passes(run, lambda: chains[work][variant](x)),
+        lambda work, variant: in_context.timed_passes(run, lambda: chains[work][variant](x)),
         levels=LEVELS,
         extras=(EXTRA,),
         layer=LAYER,
-        per=(CHAIN_LAYERS, CHAIN_LAYERS),
+        per=(in_context.CHAIN_LAYERS, in_context.CHAIN_LAYERS),
     )
