@@ -49,6 +49,7 @@ from specs.host import (
     MAX_RANKS_PER_CPU,
     RANK_RUNTIME_BYTES,
     available_cpus,
+    exit_now,
     mem_available_bytes,
     spawn_environment,
     spin_wait_env,
@@ -334,18 +335,9 @@ def _spawned_rank(
             pickle.dump(result, f)
     except BaseException as exc:
         _record_error(Path(tmp) / f"rank{rank}.error.json", rank, exc)
-        _exit_now(1)
+        exit_now(1)
     dist.destroy_process_group()
-    _exit_now(0)
-
-
-def _exit_now(code: int) -> None:
-    """End a spawned rank without interpreter teardown: after a failure, atexit hooks and
-    gloo threads can block on dead peers; after success everything is already written,
-    and unloading torch's modules costs a second or two per rank."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(0)
 
 
 def _run_under_torchrun(

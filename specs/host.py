@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -41,6 +42,18 @@ def mem_available_bytes() -> int | None:
     except OSError:
         return None
     return None
+
+
+def exit_now(code: int) -> None:
+    """End a spawned rank without interpreter teardown. After a failure, atexit hooks and
+    gloo threads can block on dead peers; after success everything is already written, and
+    teardown only risks losing it: on CI a gloo rank that had finished its work and
+    destroyed its process group once died in teardown with SIGABRT ("terminate called
+    without an active exception"), and unloading torch's modules costs a second or two per
+    rank."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def threads_per_rank(num_cpus: int, local_world_size: int) -> int:

@@ -27,7 +27,6 @@ import os
 import pickle
 import queue as queue_module
 import signal
-import sys
 import tempfile
 import time
 import traceback
@@ -46,6 +45,7 @@ from specs.host import (
     MAX_RANKS_PER_CPU,
     RANK_RUNTIME_BYTES,
     available_cpus,
+    exit_now,
     mem_available_bytes,
     spawn_environment,
     spin_wait_env,
@@ -354,12 +354,11 @@ def _spawned_rank(
         }
         with contextlib.suppress(OSError):
             (Path(tmp) / f"rank{rank}.error.json").write_text(json.dumps(record))
-        sys.stderr.flush()
-        # Skip interpreter teardown: gloo threads and atexit hooks can block on dead peers.
-        os._exit(1)
+        exit_now(1)
     events.close()
     events.join_thread()
     dist.destroy_process_group()
+    exit_now(0)
 
 
 def _run_under_torchrun(

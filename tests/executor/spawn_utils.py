@@ -3,7 +3,8 @@
 Ranks rendezvous through a FileStore in a temporary directory (no TCP port to race for),
 use one thread each (2 ranks share 2 cores on CI), and get a 60 s process-group timeout so
 a collective mismatch fails instead of hanging. A rank function receives ``(rank, save,
-*args)`` and calls ``save(obj)`` whenever it has results worth keeping; when a rank raises,
+*args)`` and calls ``save(obj)`` whenever it has results worth keeping; a rank that
+returns ends through `specs.host.exit_now`, as the launchers' ranks do; when a rank raises,
 ``torch.multiprocessing.spawn`` stops the others and `run_world` returns what was saved
 together with the error text.
 
@@ -23,6 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from specs.host import exit_now
+
 PG_TIMEOUT = timedelta(seconds=60)
 
 
@@ -39,6 +42,7 @@ def _rank_entry(rank: int, world: int, tmp: str, fn: Callable, args: tuple) -> N
         fn(rank, save, *args)
     finally:
         dist.destroy_process_group()
+    exit_now(0)  # everything is saved: skip the interpreter teardown (`exit_now`)
 
 
 def run_world(world: int, fn: Callable, *args: Any) -> tuple[list[Any], str | None]:
