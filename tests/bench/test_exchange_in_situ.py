@@ -3,25 +3,16 @@ stand-ins keep the shapes the executor's exchanges produce."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import torch
 import torch.distributed as dist
 
 from executor.context_parallel import _gather_sequence
+from tests.bench.bench_loader import load_bench
 from tests.executor.spawn_utils import run_world
-
-PATH = Path(__file__).resolve().parents[2] / "bench" / "exchange_in_situ.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("exchange_in_situ", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("exchange_in_situ", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("exchange_in_situ")
 
 
 def _gathers(rank: int, save) -> None:

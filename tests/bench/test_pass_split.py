@@ -5,24 +5,18 @@ its table compares the two."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 from profiles.store import save_profile
+from tests.bench.bench_loader import load_bench
 from tests.costmodel.native_fixture import cpu_profile
-
-PATH = Path(__file__).resolve().parents[2] / "bench" / "pass_split.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("pass_split", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pass_split", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("pass_split")
 
 
 def _args(tmp_path: Path, **overrides) -> argparse.Namespace:
