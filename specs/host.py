@@ -46,11 +46,11 @@ def mem_available_bytes() -> int | None:
 
 def exit_now(code: int) -> None:
     """End a spawned rank without interpreter teardown. After a failure, atexit hooks and
-    gloo threads can block on dead peers; after success everything is already written, and
-    teardown only risks losing it: on CI a gloo rank that had finished its work and
-    destroyed its process group once died in teardown with SIGABRT ("terminate called
-    without an active exception"), and unloading torch's modules costs a second or two per
-    rank."""
+    gloo threads can block on dead peers. After success everything is already written and
+    teardown can only lose it: gloo's worker threads may still hold work objects while the
+    interpreter finalizes, which can abort the process (SIGABRT, "terminate called without
+    an active exception") and turn a finished rank into a failed one; and unloading torch's
+    modules costs a second or two per rank."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
