@@ -7,7 +7,9 @@ the forward and the backward decides what a recompute, which reruns the forward,
 predicted to add. This benchmark times the split directly.
 
 One process runs the executor's model (`executor.model.build_model`, the engine's
-recompute switches) at one rank's fair share of the cores, round by round: in each round
+recompute switches) at one rank's fair share of the cores and with the OpenMP settings the
+executor gives a rank (the script runs itself again under them when they are missing),
+round by round: in each round
 the plain model, then selective recompute (the attention core checkpointed), then full
 recompute (each layer checkpointed; `executor.model.plan_full_recompute`), each over
 ``--microbatches`` microbatches whose forward (to the loss) and ``backward()`` are timed
