@@ -65,10 +65,15 @@ class Split:
     """The ``backward()`` call, a recompute's rerun included."""
 
 
+def plan_of(args: argparse.Namespace, recompute: str) -> ParallelPlan:
+    """The one-rank plan both sides run with ``recompute``."""
+    return ParallelPlan(micro_batch_size=args.mbs, recompute=recompute)
+
+
 def predicted(args: argparse.Namespace, recompute: str) -> Split:
     """The cost model's split of the plan with ``recompute`` (module doc)."""
     microbatches = args.microbatches
-    plan = ParallelPlan(micro_batch_size=args.mbs, recompute=recompute)
+    plan = plan_of(args, recompute)
     job = TrainingJob(
         seq_length=args.seq_len,
         global_batch_size=args.mbs * microbatches,
@@ -96,8 +101,11 @@ def measured(args: argparse.Namespace) -> dict[str, Split]:
     times: dict[str, tuple[list[float], list[float]]] = {v: ([], []) for v in VARIANTS}
     for round_ in range(args.warmup_rounds + args.rounds):
         for variant in VARIANTS:
+            plan = plan_of(args, variant)
             model.full_recompute_groups = (
-                plan_full_recompute(keys, "uniform", None) if variant == "full" else []
+                plan_full_recompute(keys, plan.recompute_method, plan.recompute_num_layers)
+                if variant == "full"
+                else []
             )
             for attention in cores:
                 attention.recompute_core = variant == "selective"
