@@ -6,9 +6,9 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
 
 - ``autograd_backward_node`` and ``autograd_backward_call``: the backward of recorded
   chains of `SHORT_CHAIN` and `LONG_CHAIN` multiplications; the per-node cost is the
-  slope between the two lengths (each long-chain sample against the short chain's median)
-  and the per-call cost (engine start, graph walk setup) the intercept. The chain of
-  `compute.time_overheads` mixes the two (one call over `compute.CHAIN_LENGTH` nodes).
+  slope between the two lengths (each long-chain backward against the short one timed
+  right before it) and the per-call cost (engine start, graph walk setup) the intercept.
+  The chain of `compute.time_overheads` mixes the two (one call over `compute.CHAIN_LENGTH` nodes).
 - DTensor (torch.distributed.tensor, what tensor parallelism runs on), on a one-dimensional
   mesh over every rank with no communication involved: ``dtensor_forward`` and
   ``dtensor_backward`` per element-wise operator of a recorded chain of replicated
@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -85,7 +86,7 @@ from profiles.profiler.fsdp_context import time_fsdp_context
 from profiles.profiler.moe_exchange import time_moe_exchange
 from profiles.profiler.op_mix import time_op_mix
 from profiles.profiler.routing import time_routing
-from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
+from profiles.profiler.timing import WALL_CLOCK, OverheadTiming, time_calls
 
 SHORT_CHAIN = 16
 """Operators in the shorter recorded chain."""
@@ -118,27 +119,39 @@ def _backward_slope(
     run: Runner, leaf: torch.Tensor, factor: torch.Tensor
 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """Per-sample (forward per op, backward per node, backward per call) of chains built
-    from ``leaf`` and ``factor``. Each sample of the long chain is set against the median of
-    the short one (a median is steadier than a pairing of noisy samples); backward samples
-    are net of the median forward of their length."""
-    forward: dict[int, tuple[float, ...]] = {}
-    backward: dict[int, list[float]] = {}
+    from ``leaf`` and ``factor``. Each forward sample of the long chain is set against the
+    median of the short one (a median is steadier than a pairing of noisy samples). The
+    backwards of the two lengths alternate, one call each, so that each long one is set
+    against a short one of the same state of the host: timed apart, a slow spell over the
+    long chain's samples went into the slope and left the intercept at 0 (on CI, a node
+    median of 6.8 us against a call mean of 0.5 us). Backward samples are net of the median
+    forward of their length."""
+    forward: dict[int, float] = {}
+    per_op: tuple[float, ...] = ()
+    steps: dict[int, Callable[[], None]] = {}
     for length in (SHORT_CHAIN, LONG_CHAIN):
+        samples = run.time(lambda n=length: _chain(leaf, factor, n))
+        forward[length] = statistics.median(samples)
+        per_op = samples  # the long chain's, once the loop ends
         grad = torch.ones_like(_chain(leaf, factor, length))
-        forward[length] = run.time(lambda n=length: _chain(leaf, factor, n))
 
         def step(n: int = length, g: torch.Tensor = grad) -> None:
             torch.autograd.backward(_chain(leaf, factor, n), g)
 
-        median = statistics.median(forward[length])
-        backward[length] = [t - median for t in run.time(step)]
+        steps[length] = step
     span = LONG_CHAIN - SHORT_CHAIN
-    short_forward = statistics.median(forward[SHORT_CHAIN])
-    short_backward = statistics.median(backward[SHORT_CHAIN])
-    per_op = tuple(max(t - short_forward, 0.0) / span for t in forward[LONG_CHAIN])
-    nodes = tuple(max(t - short_backward, 0.0) / span for t in backward[LONG_CHAIN])
+    per_op = tuple(max(t - forward[SHORT_CHAIN], 0.0) / span for t in per_op)
+    for _ in range(run.budget.warmup_calls):
+        steps[SHORT_CHAIN]()
+        steps[LONG_CHAIN]()
+    short, long = [], []
+    for _ in range(len(per_op)):  # as many samples as the ranks agreed on for the forward
+        for length, out in ((SHORT_CHAIN, short), (LONG_CHAIN, long)):
+            (t,) = time_calls(steps[length], inner=1, repeats=1, cuda=run.cuda, clock=run.clock)
+            out.append(t - forward[length])
+    nodes = tuple(max(b - a, 0.0) / span for a, b in zip(short, long, strict=True))
     node = statistics.median(nodes)
-    calls = tuple(max(t - SHORT_CHAIN * node, 0.0) for t in backward[SHORT_CHAIN])
+    calls = tuple(max(t - SHORT_CHAIN * node, 0.0) for t in short)
     return per_op, nodes, calls
 
 
