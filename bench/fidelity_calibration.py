@@ -217,11 +217,18 @@ def probe_references(profiles: Profiles, calibration_s: float | None) -> dict[in
 
 
 def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: str) -> Profiles:
-    """``profiles`` with the 2-rank one replaced by ``calibrated`` and the others scaled by
-    its time scale: the executor model's calibration multiplies every compute time of a profile by
-    one factor (`reports.calibrate_time`), read back as the ratio of the op overheads."""
+    """``profiles`` with the 2-rank one replaced by ``calibrated`` and the others given its
+    backward scale and its time scale: the executor model's calibration multiplies every
+    compute time of a profile by one factor (`reports.calibrate_time`), read back as the
+    ratio of the op overheads."""
     k = calibrated.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s
+    split = calibrated.compute.backward_scale
+
+    def scaled(profile: HardwareProfile) -> HardwareProfile:
+        compute = dataclasses.replace(profile.compute, backward_scale=split)
+        return time_scaled(dataclasses.replace(profile, compute=compute), k)
+
     return {
-        world: (path, calibrated) if world == 2 else (hw, time_scaled(profile, k))
+        world: (path, calibrated) if world == 2 else (hw, scaled(profile))
         for world, (hw, profile) in profiles.items()
     }

@@ -39,6 +39,8 @@ and the host's other load (time slices lost to other processes lengthen every wa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costmodel.collectives import collective_time_s
 from costmodel.dtensor_context import dtensor_context_s
 from costmodel.host_rates import HostRates
@@ -362,7 +364,9 @@ def native_pass_costs(
     chunk: int,
 ) -> tuple[PassCost, PassCost, PassCost]:
     """(forward, backward, recompute) of one chunk and microbatch on one rank; the
-    backward includes the ``backward()`` call of its microbatch."""
+    backward includes the ``backward()`` call of its microbatch, and its compute is
+    multiplied by the profile's ``backward_scale`` (a calibration's fit of the
+    forward/backward split; the recompute, a forward, keeps the forward's price)."""
     m = plan.num_microbatches(job.global_batch_size)
     x = native_shape(plan, job.seq_length, m)
     layers = layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
@@ -372,6 +376,7 @@ def native_pass_costs(
     )
     forward, backward = module_costs(ops, profile, rates, groups, plan)
     backward = backward.plus(PassCost(compute_s=rates.backward_call_s))
+    backward = replace(backward, compute_s=backward.compute_s * profile.compute.backward_scale)
     recompute = ZERO
     if plan.recompute != "none":
         recompute, _ = module_costs(redo, profile, rates, groups, plan)

@@ -221,6 +221,11 @@ class ComputeProfile:
     is not hidden behind device work. Near zero for GPU profiles, where launches run
     ahead of the device; measured by `paraplan profile` on CPU, where it dominates small
     operators."""
+    backward_scale: float = 1.0
+    """Factor on the compute time of every backward pass the executor model prices
+    (`costmodel.native_runtime.native_pass_costs`); a recompute's rerun, a forward, keeps
+    the forward's price. 1 in a measured profile; `paraplan calibrate` fits it on its runs'
+    own forward/backward split (`reports.calibrate_time.fit_backward_scale`)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.op_overhead_s < 1.0:
@@ -230,6 +235,7 @@ class ComputeProfile:
         for dtype, points in self.gemm_efficiency.items():
             _check_gemm_curve(dtype, points)
         require_positive(self, "gemm_alignment_elements")
+        _require_positive_float("ComputeProfile", "backward_scale", self.backward_scale)
         _require_fraction("ComputeProfile", "gemm_misaligned_factor", self.gemm_misaligned_factor)
         _require_fraction(
             "ComputeProfile", "memory_bandwidth_efficiency", self.memory_bandwidth_efficiency

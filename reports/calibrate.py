@@ -70,7 +70,7 @@ from profiles.schema import (
     Provenance,
 )
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
-from reports.calibrate_time import fit_time_scale
+from reports.calibrate_time import backward_factor, fit_backward_scale, fit_time_scale
 from reports.compare import iterations_in, rank_phase_seconds
 from reports.run_dir import RunDir
 from specs.errors import SpecError
@@ -540,14 +540,23 @@ def _calibrate_time(
     command: str,
     options: ExecutionOptions | None,
 ) -> CalibrationResult:
-    """The executor model's calibration: one time scale (`reports.calibrate_time`)."""
+    """The executor model's calibration: the backward scale, then one time scale
+    (`reports.calibrate_time`)."""
     measured = [measured_iteration_s(r) for r in runs]
+    split = split_factors(profile, runs, options)
+    if split:
+        scale = fit_backward_scale(profile.compute.backward_scale, split)
+        profile_split = dataclasses.replace(
+            profile, compute=dataclasses.replace(profile.compute, backward_scale=scale)
+        )
+    else:
+        profile_split = profile
 
     def predicted(candidate: HardwareProfile) -> list[float]:
         return [predict(candidate, r, options)[0] for r in runs]
 
-    k = fit_time_scale(profile, measured, predicted, time_scaled)
-    fitted = time_scaled(profile, k)
+    k = fit_time_scale(profile_split, measured, predicted, time_scaled)
+    fitted = time_scaled(profile_split, k)
     factors = time_factors(profile, k)
     errors = tuple(
         [_run_error(r, profile, fitted, True, options) for r in runs]
@@ -557,6 +566,7 @@ def _calibrate_time(
         f"executor model: every compute time of profile {profile.name!r} x{k:.4g}, "
         "collectives as measured "
         "(reports.calibrate_time, least squares of log iteration-time ratios)",
+        _split_note(profile, fitted, split),
         *_notes(profile, factors, (), errors)[2:],
     )
     provenance = _provenance(profile, runs, command, notes)
@@ -567,6 +577,39 @@ def _calibrate_time(
         factors=factors,
         collectives=(),
         runs=errors,
+    )
+
+
+def split_factors(
+    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions | None
+) -> dict[str, float]:
+    """Per run whose passes hold no layer collective (tp, cp and ep 1), the
+    `reports.calibrate_time.backward_factor` of its measured timeline's phases against
+    its prediction on ``profile``."""
+    out = {}
+    for run in runs:
+        plan = run.bundle.plan
+        if max(plan.tp, plan.cp, plan.ep) > 1 or run.measured is None:
+            continue
+        _, timeline = predict(profile, run, options)
+        out[str(run.path)] = backward_factor(
+            timeline_phases(run.measured), timeline_phases(timeline)
+        )
+    return out
+
+
+def _split_note(base: HardwareProfile, fitted: HardwareProfile, split: dict[str, float]) -> str:
+    """The provenance note of the backward scale."""
+    if not split:
+        return (
+            "backward scale kept at "
+            f"{fitted.compute.backward_scale:.4g}: no run without tensor, context or "
+            "expert parallelism to read the forward/backward split from"
+        )
+    return (
+        f"backward scale {base.compute.backward_scale:.4g} -> "
+        f"{fitted.compute.backward_scale:.4g} from the forward/backward split of "
+        f"{len(split)} run(s) (reports.calibrate_time.fit_backward_scale)"
     )
 
 

@@ -1,4 +1,5 @@
-"""Calibration of the executor model: one compute time scale (`reports.calibrate` for it).
+"""Calibration of the executor model: the split of a microbatch between its forward and
+its backward, then one compute time scale (`reports.calibrate` for it).
 
 On a CPU the compute of a step (operator dispatch, autograd and DTensor bookkeeping,
 kernels, copies) runs on the rank's own core, so when the host runs slower or faster than
@@ -22,16 +23,29 @@ attention rates and memory-bound bandwidth (over k, through
 `reports.calibrate.apply_factors`). `fit_time_scale` minimises the sum of squared
 log-ratios of predicted to measured iteration time over the runs (scipy
 ``minimize_scalar``, bounded to `SCALE_BOUNDS`).
+
+Before k, the split: one scale on every backward pass (`ComputeProfile.backward_scale`),
+from the runs' own timelines rather than their iteration times, which only fix the sum of
+the passes. The profile prices the backward from loops (autograd nodes, GEMMs of the
+forward's layout), which put it at 1.82-1.98 forwards on the reference VM where training
+measured 1.53-1.64 (dp2, micro-batch 1 to 4); a scale on the sum alone then under-priced
+what a recompute adds, since its rerun is a forward (`bench/pass_split.py`). Runs whose
+passes hold layer collectives (tensor, context or expert parallelism) do not inform it:
+the executor's pass ranges enclose those calls, the model lays them out apart. The split
+is a ratio within one run, so k does not move it and it is fitted first
+(`backward_factor`, `fit_backward_scale`).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 
 from scipy.optimize import minimize_scalar
 
 from profiles.schema import HardwareProfile
+from specs.errors import SpecError
 
 SCALE_BOUNDS = (0.2, 5.0)
 """Range of the fitted time scale."""
@@ -53,3 +67,51 @@ def fit_time_scale(
     bounds = (math.log(SCALE_BOUNDS[0]), math.log(SCALE_BOUNDS[1]))
     result = minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": 1e-4})
     return float(math.exp(result.x))
+
+
+BACKWARD_SCALE_BOUNDS = (0.25, 4.0)
+"""Range of the fitted backward scale; outside it the runs' split is not the model's
+passes (a timeline from another plan, or passes that hold their collectives)."""
+
+
+def backward_factor(measured: dict[str, float], predicted: dict[str, float]) -> float:
+    """The factor on a run's predicted backward that gives its measured backward over its
+    measured forward (phase seconds, `reports.calibrate.timeline_phases`):
+
+        β = (B_m / F_m · F_p − R_p) / B_p
+
+    where the measured backward B_m holds the recompute (the executor times the rerun
+    inside its backward) and the predicted recompute R_p, a forward, keeps its price. A
+    ratio of one run's phases, so the profiler's slowdown of the timed step and the host's
+    speed cancel: on the 2-core reference VM the profiled step of dp2 at micro-batch 2 had
+    a backward 1.64 times its forward, the unprofiled one 1.62."""
+    f_m, f_p = measured["forward"], predicted["forward"]
+    b_m = measured["backward"] + measured.get("recompute", 0.0)
+    b_p, r_p = predicted["backward"], predicted.get("recompute", 0.0)
+    if min(f_m, f_p, b_m, b_p) <= 0:
+        return math.nan
+    return (b_m / f_m * f_p - r_p) / b_p
+
+
+def fit_backward_scale(base_scale: float, factors: dict[str, float]) -> float:
+    """The profile's new ``backward_scale``: ``base_scale`` (the one the predictions were
+    made with) times the geometric mean of the runs' `backward_factor` (run name ->
+    factor). Raises `SpecError` for a factor that is not positive or a scale outside
+    `BACKWARD_SCALE_BOUNDS`."""
+    bad = {name: f for name, f in factors.items() if not f > 0}
+    if bad:
+        raise SpecError(
+            f"backward scale: runs {sorted(bad)} give no positive backward factor ({bad}): "
+            "their measured or predicted forward or backward is empty or the predicted "
+            "recompute exceeds the measured backward; calibrate on runs of plain or "
+            "recomputed plans whose timelines hold every pass"
+        )
+    scale = base_scale * statistics.geometric_mean(factors.values())
+    low, high = BACKWARD_SCALE_BOUNDS
+    if not low <= scale <= high:
+        raise SpecError(
+            f"backward scale {scale:.3g} (runs' factors {factors}) is outside [{low}, {high}]: "
+            "the runs' backward over forward is far from the model's; check that each "
+            "folder's measured.json belongs to its plan.json"
+        )
+    return scale
