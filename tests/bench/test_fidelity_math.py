@@ -266,6 +266,22 @@ def test_probe_references_follow_the_profiles_probes(bench: SimpleNamespace) -> 
     assert bench.probe_references({2: ("two", unprobed)}, 1.2e-3) is None  # no probe measured
 
 
+def test_other_world_sizes_take_the_calibrated_split_and_time_scale(
+    bench: SimpleNamespace,
+) -> None:
+    stored = Path(__file__).resolve().parents[2] / "tests" / "reports" / "data"
+    base = bench.load_profile(str(stored / "cpu-quick-tiny.json"))
+    compute = dataclasses.replace(base.compute, backward_scale=0.9)
+    calibrated = bench.time_scaled(dataclasses.replace(base, compute=compute), 1.3)
+    profiles = {2: ("two", base), 1: ("one", base)}
+    out = bench.calibrated_profiles(profiles, calibrated, "cal.json")
+    assert out[2] == ("cal.json", calibrated)
+    one = out[1][1]
+    assert out[1][0] == "one"
+    assert one.compute.backward_scale == 0.9
+    assert one.compute.op_overhead_s == pytest.approx(1.3 * base.compute.op_overhead_s)
+
+
 # ---- the suite of bench/fidelity.py ----------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 from profiles.profiler import in_context
@@ -29,7 +30,8 @@ def check_records(
     for p in in_context.PASSES:
         idle, worked = found[f"{layer}_{p}_w0"], found[f"{layer}_{p}_w1"]
         assert all(0 < t < 0.5 for t in idle + worked)
-        assert sum(worked) > 2 * sum(idle)
+        # medians: one preempted sample of a loaded host must not decide it
+        assert statistics.median(worked) > 2 * statistics.median(idle)
         # the mechanism costs time: its differences sit above zero
         extras = found[f"{extra}_{p}_w0"] + found[f"{extra}_{p}_w1"]
         assert center(list(extras)) > 0 and all(abs(t) < 0.5 for t in extras)

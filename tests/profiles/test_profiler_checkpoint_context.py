@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 from costmodel import checkpoint_context as model
@@ -59,7 +61,7 @@ def test_one_rank_times_both_variants_against_the_plain_chain_at_two_levels():
     for p in in_context.PASSES:
         idle, worked = found[f"ckpt_layer_{p}_w0"], found[f"ckpt_layer_{p}_w1"]
         assert all(0 < t < 0.5 for t in idle + worked)
-        assert sum(worked) > 2 * sum(idle)
+        assert statistics.median(worked) > 2 * statistics.median(idle)  # robust to preemption
     for level in (0, 1):
         forward = sum(found[f"ckpt_layer_forward_w{level}"])
         # the whole block's rerun is in its backward, one product's in the part's
