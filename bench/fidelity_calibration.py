@@ -136,8 +136,14 @@ def calibrated_section(
     cal_rows = repredicted(rows, cases, calibrated, settings)
     result = section(cal_rows, pick) | {
         "profile": str(path),
+        "backward_scale": profile.compute.backward_scale,
+        "time_scale": profile.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s,
         "pick": pick_details(cal_rows, pick, why),
     }
+    log.print(
+        f"  calibrated: backward scale {result['backward_scale']:.3f}, time scale "
+        f"{result['time_scale']:.3f}"
+    )
     if elasticity is None:
         log.print(f"  host speed: section left out ({escape(why_not)})")
         return result

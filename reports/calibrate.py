@@ -51,8 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date
 
@@ -60,21 +59,23 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from costmodel.compute import activation_dtype, gemm_dtype
-from costmodel.estimate import simulate_plan
 from costmodel.execution import ExecutionOptions, resolve_options
 from profiles.schema import (
-    AttentionPoint,
     CollectiveFit,
-    EfficiencyPoint,
     HardwareProfile,
     Provenance,
 )
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
-from reports.calibrate_time import backward_factor, fit_backward_scale, fit_time_scale
-from reports.compare import iterations_in, rank_phase_seconds
+from reports.calibrate_factors import Factors, apply_factors, time_factors, time_scaled
+from reports.calibrate_phases import (
+    measured_iteration_s,
+    predict,
+    split_factors,
+    timeline_phases,
+)
+from reports.calibrate_time import fit_backward_scale, fit_time_scale
 from reports.run_dir import RunDir
 from specs.errors import SpecError
-from specs.timeline import Timeline, TimelineEvent
 
 TARGET_WEIGHTS = {
     "iteration": 2.0,
@@ -100,22 +101,6 @@ FACTOR_NAMES = ("gemm", "attention", "memory", "overhead", "p2p")
 """Stage-2 parameters, in vector order (see `Factors`)."""
 LAYER_COMM_PHASES = ("tp_exposed", "cp_exposed", "ep_exposed")
 """Exposed communication of the layers, inside the executor's forward/backward ranges."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Factors:
-    """Stage-2 factors relative to the base profile (1.0 = unchanged)."""
-
-    gemm_scale: float = 1.0
-    """Multiplier on the GEMM efficiency curve of the runs' GEMM dtypes."""
-    attention_scale: float = 1.0
-    """Multiplier on the attention throughput curves of the runs' activation dtypes."""
-    memory_bandwidth_scale: float = 1.0
-    """Multiplier on `memory_bandwidth_efficiency`."""
-    op_overhead_s: float
-    """The op overhead, seconds (absolute, not a scale)."""
-    p2p_time_scale: float = 1.0
-    """Multiplier on the time of every ``send_recv`` fit (latency x k, busbw / k)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,55 +161,6 @@ class _Case:
 
 
 # ---- measured and predicted targets ---------------------------------------------------
-
-
-def measured_iteration_s(run: RunDir) -> float:
-    """Median of the unprofiled steps (``metrics.json`` ``timed_steps``, else every step);
-    the measured timeline's iteration time without metrics."""
-    metrics = run.metrics or {}
-    steps = metrics.get("iteration_time_s") or []
-    timed = metrics.get("timed_steps")
-    if isinstance(timed, list) and timed and all(isinstance(i, int) for i in timed):
-        steps = [steps[i] for i in timed if 0 <= i < len(steps)]
-    if steps:
-        return float(statistics.median(steps))
-    if run.measured is None or run.measured.iteration_time_s <= 0:
-        raise SpecError(f"{run.path}: no measured iteration time; run `paraplan execute` again")
-    return run.measured.iteration_time_s
-
-
-def _iterations_held(timeline: Timeline) -> int:
-    """Iterations in a timeline: the fewest first forwards (microbatch 0, chunk 0) on a rank."""
-    counts: dict[int, int] = {}
-    for e in timeline.events:
-        if e.kind == "forward" and e.microbatch == 0 and e.chunk in (0, None):
-            counts[e.rank] = counts.get(e.rank, 0) + 1
-    return min(counts.values()) if counts else iterations_in(timeline)
-
-
-def timeline_phases(
-    timeline: Timeline, *, iteration_time_s: float | None = None
-) -> dict[str, float]:
-    """Phase seconds per iteration (`reports.compare.PHASES`), averaged over the ranks.
-
-    ``iteration_time_s`` rescales the phases to that iteration time (a profiled measured
-    step to the unprofiled median); by default the timeline's own iteration is kept.
-    """
-    n = _iterations_held(timeline)
-    span_s = max(e.end_s for e in timeline.events) - min(e.start_s for e in timeline.events)
-    own_s = span_s / n if timeline.source == "measured" else timeline.iteration_time_s
-    by_rank: dict[int, list[TimelineEvent]] = {}
-    for e in timeline.events:
-        by_rank.setdefault(e.rank, []).append(e)
-    totals: dict[str, float] = {}
-    for events in by_rank.values():
-        phases = rank_phase_seconds(events, iteration_time_s=own_s, num_iterations=n)
-        for name, seconds in phases.items():
-            totals[name] = totals.get(name, 0.0) + seconds / len(by_rank)
-    scale = iteration_time_s / own_s if iteration_time_s and own_s > 0 else 1.0
-    return {name: seconds * scale for name, seconds in totals.items()}
-
-
 def targets(phases: dict[str, float], iteration_s: float, run: RunDir) -> dict[str, float]:
     """The fitted quantities of one run (module docstring) from its phase seconds."""
     plan = run.bundle.plan
@@ -239,18 +175,6 @@ def targets(phases: dict[str, float], iteration_s: float, run: RunDir) -> dict[s
     return out
 
 
-def predict(
-    profile: HardwareProfile, run: RunDir, options: ExecutionOptions | None = None
-) -> tuple[float, Timeline]:
-    """Predicted iteration seconds and timeline of the run's plan on ``profile``
-    (``options`` as in `costmodel.estimate.simulate_plan`)."""
-    b = run.bundle
-    estimate, timeline = simulate_plan(b.model, b.cluster, b.job, b.plan, profile, options=options)
-    if timeline is None:
-        raise SpecError("simulate_plan returned no timeline; calibration needs one")
-    return estimate.iteration_time_s, timeline
-
-
 def _case(run: RunDir) -> _Case:
     if run.measured is None or not run.measured.events:
         raise SpecError(
@@ -263,115 +187,6 @@ def _case(run: RunDir) -> _Case:
         run=run,
         targets=targets(phases, iteration_s, run),
         epsilon_s=EPSILON_FRACTION * iteration_s,
-    )
-
-
-# ---- applying factors -------------------------------------------------------------------
-
-
-def _scaled_gemm(
-    curves: dict[str, tuple[EfficiencyPoint, ...]],
-    peaks: dict[str, float],
-    dtype: str,
-    scale: float,
-) -> None:
-    """Scale ``dtype``'s GEMM curve in place, moving efficiency above 1 into its peak."""
-    if dtype not in curves or dtype not in peaks:
-        return
-    shift = max(max(p.efficiency for p in curves[dtype]) * scale, 1.0)
-    curves[dtype] = tuple(
-        EfficiencyPoint(gflop=p.gflop, efficiency=min(1.0, p.efficiency * scale / shift))
-        for p in curves[dtype]
-    )
-    peaks[dtype] *= shift
-
-
-def apply_factors(
-    profile: HardwareProfile,
-    factors: Factors,
-    *,
-    gemm_dtypes: Iterable[str],
-    attention_dtypes: Iterable[str],
-) -> HardwareProfile:
-    """``profile`` with ``factors`` applied (module docstring for the peak rule)."""
-    compute, device = profile.compute, profile.device
-    curves, peaks = dict(compute.gemm_efficiency), dict(device.peak_tflops)
-    for dtype in set(gemm_dtypes):
-        _scaled_gemm(curves, peaks, dtype, factors.gemm_scale)
-    att_dtypes = set(attention_dtypes)
-    attention = tuple(
-        dataclasses.replace(
-            c,
-            points=tuple(
-                AttentionPoint(seq_len=p.seq_len, tflops=p.tflops * factors.attention_scale)
-                for p in c.points
-            ),
-        )
-        if c.dtype in att_dtypes
-        else c
-        for c in compute.attention
-    )
-    scale = factors.memory_bandwidth_scale
-    efficiencies = [
-        compute.memory_bandwidth_efficiency,
-        *(p.efficiency for p in compute.memory_bandwidth_curve),
-    ]
-    hbm_gain = max([1.0, *(e * scale for e in efficiencies)])
-    fits = tuple(
-        _slower_fit(f, factors.p2p_time_scale) if f.op == "send_recv" else f
-        for f in profile.communication.fits
-    )
-    return dataclasses.replace(
-        profile,
-        device=dataclasses.replace(device, peak_tflops=peaks, hbm_GBps=device.hbm_GBps * hbm_gain),
-        compute=dataclasses.replace(
-            compute,
-            gemm_efficiency=curves,
-            attention=attention,
-            memory_bandwidth_efficiency=compute.memory_bandwidth_efficiency * scale / hbm_gain,
-            memory_bandwidth_curve=tuple(
-                dataclasses.replace(p, efficiency=p.efficiency * scale / hbm_gain)
-                for p in compute.memory_bandwidth_curve
-            ),
-            op_overhead_s=factors.op_overhead_s,
-        ),
-        communication=dataclasses.replace(profile.communication, fits=fits),
-    )
-
-
-def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:
-    """``profile`` with every compute time multiplied by ``k`` (`reports.calibrate_time`):
-    the factors of `apply_factors` for every dtype (GEMM and attention rates and
-    memory-bound bandwidth over k, the op overhead and with it every host rate of
-    `costmodel.host_rates` times k, DTensor's redistribution extra among them). The
-    collectives keep their measured costs: the α-β fits, the typical excess of a waited-for
-    call and the functional calls' extra."""
-    compute = profile.compute
-    return apply_factors(
-        profile,
-        time_factors(profile, k),
-        gemm_dtypes=compute.gemm_efficiency,
-        attention_dtypes={c.dtype for c in compute.attention},
-    )
-
-
-def time_factors(profile: HardwareProfile, k: float) -> Factors:
-    """The `Factors` of `time_scaled`."""
-    return Factors(
-        gemm_scale=1 / k,
-        attention_scale=1 / k,
-        memory_bandwidth_scale=1 / k,
-        op_overhead_s=profile.compute.op_overhead_s * k,
-    )
-
-
-def _slower_fit(fit: CollectiveFit, k: float) -> CollectiveFit:
-    """``fit`` k times slower: latency and measured points x k, bus bandwidth / k."""
-    return dataclasses.replace(
-        fit,
-        latency_s=fit.latency_s * k,
-        busbw_GBps=fit.busbw_GBps / k,
-        points=tuple(dataclasses.replace(p, seconds=p.seconds * k) for p in fit.points),
     )
 
 
@@ -578,24 +393,6 @@ def _calibrate_time(
         collectives=(),
         runs=errors,
     )
-
-
-def split_factors(
-    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions | None
-) -> dict[str, float]:
-    """Per run whose passes hold no layer collective (tp, cp and ep 1), the
-    `reports.calibrate_time.backward_factor` of its measured timeline's phases against
-    its prediction on ``profile``."""
-    out = {}
-    for run in runs:
-        plan = run.bundle.plan
-        if max(plan.tp, plan.cp, plan.ep) > 1 or run.measured is None:
-            continue
-        _, timeline = predict(profile, run, options)
-        out[str(run.path)] = backward_factor(
-            timeline_phases(run.measured), timeline_phases(timeline)
-        )
-    return out
 
 
 def _split_note(base: HardwareProfile, fitted: HardwareProfile, split: dict[str, float]) -> str:

@@ -17,10 +17,10 @@ scheduling included). Scaling them with k over-predicted the collective-bound pl
 one bench (k = 1.86) context parallelism came out +54% and tensor parallelism +20%,
 against +22% and +5% with the collectives as measured.
 
-`reports.calibrate.time_scaled` multiplies every compute time of a profile by k: the op
+`reports.calibrate_factors.time_scaled` multiplies every compute time of a profile by k: the op
 overhead (every host rate of `costmodel.host_rates` is read relative to it), GEMM and
 attention rates and memory-bound bandwidth (over k, through
-`reports.calibrate.apply_factors`). `fit_time_scale` minimises the sum of squared
+`reports.calibrate_factors.apply_factors`). `fit_time_scale` minimises the sum of squared
 log-ratios of predicted to measured iteration time over the runs (scipy
 ``minimize_scalar``, bounded to `SCALE_BOUNDS`).
 
@@ -58,7 +58,7 @@ def fit_time_scale(
     scaled: Callable[[HardwareProfile, float], HardwareProfile],
 ) -> float:
     """The k that best maps ``predict_s(scaled(profile, k))`` onto ``measured_s`` (least
-    squares of log-ratios); ``scaled`` is `reports.calibrate.time_scaled`."""
+    squares of log-ratios); ``scaled`` is `reports.calibrate_factors.time_scaled`."""
 
     def loss(log_k: float) -> float:
         predicted = predict_s(scaled(profile, math.exp(log_k)))
@@ -76,7 +76,7 @@ passes (a timeline from another plan, or passes that hold their collectives)."""
 
 def backward_factor(measured: dict[str, float], predicted: dict[str, float]) -> float:
     """The factor on a run's predicted backward that gives its measured backward over its
-    measured forward (phase seconds, `reports.calibrate.timeline_phases`):
+    measured forward (phase seconds, `reports.calibrate_phases.timeline_phases`):
 
         β = (B_m / F_m · F_p − R_p) / B_p
 
