@@ -41,7 +41,7 @@ from paraplan.commands.demo import run_command
 from profiles.lookup import host_probe_s
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
-from reports.calibrate import time_scaled
+from reports.calibrate_factors import time_scaled, with_backward_scale
 from reports.fidelity import FidelityRow, summarize
 from reports.host_speed import at_host_speed, host_elasticity, measured_at_reference
 from specs.errors import SpecError
@@ -137,7 +137,7 @@ def calibrated_section(
     result = section(cal_rows, pick) | {
         "profile": str(path),
         "backward_scale": profile.compute.backward_scale,
-        "time_scale": profile.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s,
+        "time_scale": fitted_time_scale(profiles, profile),
         "pick": pick_details(cal_rows, pick, why),
     }
     log.print(
@@ -227,14 +227,17 @@ def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: s
     backward scale and its time scale: the executor model's calibration multiplies every
     compute time of a profile by one factor (`reports.calibrate_time`), read back as the
     ratio of the op overheads."""
-    k = calibrated.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s
+    k = fitted_time_scale(profiles, calibrated)
     split = calibrated.compute.backward_scale
-
-    def scaled(profile: HardwareProfile) -> HardwareProfile:
-        compute = dataclasses.replace(profile.compute, backward_scale=split)
-        return time_scaled(dataclasses.replace(profile, compute=compute), k)
-
     return {
-        world: (path, calibrated) if world == 2 else (hw, scaled(profile))
+        world: (path, calibrated)
+        if world == 2
+        else (hw, time_scaled(with_backward_scale(profile, split), k))
         for world, (hw, profile) in profiles.items()
     }
+
+
+def fitted_time_scale(profiles: Profiles, calibrated: HardwareProfile) -> float:
+    """The calibration's time scale: the calibrated op overhead over the 2-rank profile's
+    (`reports.calibrate_factors.time_scaled` multiplies it by the scale)."""
+    return calibrated.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s

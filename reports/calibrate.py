@@ -66,7 +66,13 @@ from profiles.schema import (
     Provenance,
 )
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
-from reports.calibrate_factors import Factors, apply_factors, time_factors, time_scaled
+from reports.calibrate_factors import (
+    Factors,
+    apply_factors,
+    time_factors,
+    time_scaled,
+    with_backward_scale,
+)
 from reports.calibrate_phases import (
     measured_iteration_s,
     predict,
@@ -359,13 +365,11 @@ def _calibrate_time(
     (`reports.calibrate_time`)."""
     measured = [measured_iteration_s(r) for r in runs]
     split = split_factors(profile, runs, options)
-    if split:
-        scale = fit_backward_scale(profile.compute.backward_scale, split)
-        profile_split = dataclasses.replace(
-            profile, compute=dataclasses.replace(profile.compute, backward_scale=scale)
-        )
-    else:
-        profile_split = profile
+    profile_split = (
+        with_backward_scale(profile, fit_backward_scale(profile.compute.backward_scale, split))
+        if split
+        else profile
+    )
 
     def predicted(candidate: HardwareProfile) -> list[float]:
         return [predict(candidate, r, options)[0] for r in runs]

@@ -102,6 +102,12 @@ def apply_factors(
     )
 
 
+def with_backward_scale(profile: HardwareProfile, scale: float) -> HardwareProfile:
+    """``profile`` with ``ComputeProfile.backward_scale`` set to ``scale``."""
+    compute = dataclasses.replace(profile.compute, backward_scale=scale)
+    return dataclasses.replace(profile, compute=compute)
+
+
 def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:
     """``profile`` with every compute time multiplied by ``k`` (`reports.calibrate_time`):
     the factors of `apply_factors` for every dtype (GEMM and attention rates and

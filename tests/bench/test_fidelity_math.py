@@ -271,8 +271,7 @@ def test_other_world_sizes_take_the_calibrated_split_and_time_scale(
 ) -> None:
     stored = Path(__file__).resolve().parents[2] / "tests" / "reports" / "data"
     base = bench.load_profile(str(stored / "cpu-quick-tiny.json"))
-    compute = dataclasses.replace(base.compute, backward_scale=0.9)
-    calibrated = bench.time_scaled(dataclasses.replace(base, compute=compute), 1.3)
+    calibrated = bench.time_scaled(bench.with_backward_scale(base, 0.9), 1.3)
     profiles = {2: ("two", base), 1: ("one", base)}
     out = bench.calibrated_profiles(profiles, calibrated, "cal.json")
     assert out[2] == ("cal.json", calibrated)

@@ -15,6 +15,7 @@ from costmodel.execution import TORCH_NATIVE
 from profiles.schema import ComputeProfile, HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import calibrate, time_scaled
+from reports.calibrate_factors import with_backward_scale
 from reports.calibrate_time import BACKWARD_SCALE_BOUNDS, backward_factor, fit_backward_scale
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
@@ -24,12 +25,6 @@ from tests.reports.test_calibrate import PROFILE, _bundle, _synthetic_run
 @pytest.fixture(scope="module")
 def base() -> HardwareProfile:
     return load_profile(str(PROFILE))
-
-
-def _with_backward_scale(profile: HardwareProfile, scale: float) -> HardwareProfile:
-    return dataclasses.replace(
-        profile, compute=dataclasses.replace(profile.compute, backward_scale=scale)
-    )
 
 
 def test_a_stored_profile_without_the_field_has_a_backward_scale_of_one(base) -> None:
@@ -74,7 +69,7 @@ def test_the_backward_scale_prices_the_backward_alone(base) -> None:
         )
         return estimate.breakdown
 
-    one, half = breakdown(base), breakdown(_with_backward_scale(base, 0.5))
+    one, half = breakdown(base), breakdown(with_backward_scale(base, 0.5))
     assert half.compute_backward_s == pytest.approx(0.5 * one.compute_backward_s)
     assert half.compute_forward_s == pytest.approx(one.compute_forward_s)
     assert half.compute_recompute_s == pytest.approx(one.compute_recompute_s)
@@ -82,7 +77,7 @@ def test_the_backward_scale_prices_the_backward_alone(base) -> None:
 
 def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_path: Path) -> None:
     # A host 1.3 times slower whose backwards run at 0.8 of the profile's split.
-    truth = time_scaled(_with_backward_scale(base, 0.8), 1.3)
+    truth = time_scaled(with_backward_scale(base, 0.8), 1.3)
     plans = [
         ParallelPlan(dp=2),
         ParallelPlan(dp=2, recompute="full"),
@@ -107,6 +102,6 @@ def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_pa
 def test_without_a_run_to_read_the_split_from_the_scale_is_kept(base, tmp_path: Path) -> None:
     truth = time_scaled(base, 1.2)
     run = _synthetic_run(tmp_path / "tp", _bundle(ParallelPlan(tp=2)), base, truth, TORCH_NATIVE)
-    result = calibrate(_with_backward_scale(base, 0.9), [run])
+    result = calibrate(with_backward_scale(base, 0.9), [run])
     assert result.profile.compute.backward_scale == 0.9
     assert any("backward scale kept at 0.9" in n for n in result.profile.provenance.notes)
