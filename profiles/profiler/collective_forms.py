@@ -46,7 +46,12 @@ collective sweep (`profiles.profiler.comm`) times.
   the host's noise and the first to arrive waits for the other (gloo, 2 ranks, 2-core VM:
   mean 0.21 ms back to back, 0.6-1.0 ms after 0.2-1.5 ms of products, 1.0-2.3 ms after
   2-5 ms; in the executor's MoE layer the two ranks reached their all-to-alls 0.2-1.3 ms
-  apart on average).
+  apart on average). The figure follows the host's spells: the three 2-rank profile draws
+  of one bench read 0.73, 3.34 and 1.50 ms, while the tensor- and context-parallel runs of
+  that bench waited 0.7-1.3 ms a call beyond the wire time (their profiled steps'
+  collective events). So the profiler times it again before the compute sweep and after
+  the collective sweep (`time_sync_moment`) and pools the three moments' samples
+  (`profiles.profiler.framework.with_moment_samples`), as it does the host probe.
 
 Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
 whose time moves by more than that with the host's load (spells of other tenants last
@@ -239,11 +244,25 @@ def time_sync_wait(run: Runner) -> OverheadTiming:
     )
 
 
+def _distributed() -> bool:
+    """True with an initialized process group of several ranks."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() >= 2
+
+
+def time_sync_moment(run: Runner) -> tuple[OverheadTiming, ...]:
+    """``sync_wait`` alone, wall time, for the moments of the profile it is pooled over
+    (`profiles.profiler.framework.with_moment_samples`); empty without a process group of
+    several ranks."""
+    if not _distributed():
+        return ()
+    return (time_sync_wait(dataclasses.replace(run, clock=WALL_CLOCK)),)
+
+
 def time_collective_forms(run: Runner) -> tuple[OverheadTiming, ...]:
     """``functional_<op>``, ``redistribute_<op>``, ``autograd_all_to_all``, ``p2p_post``
     and ``sync_wait`` (module doc); empty
     without a process group of several ranks."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    if not _distributed():
         return ()
     from torch.distributed.device_mesh import init_device_mesh
 

@@ -59,9 +59,11 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
 - the host probe (`profiles.host_probe`): ``host_probe`` is one call of the probe, every
   rank at once, the reference the executor's per-run probe is read against. The profiler
   times it before the compute sweep, here and after the collective sweep and pools the
-  samples (`with_probe_samples`), so that it describes the host over the whole profile: a
+  samples (`with_moment_samples`), so that it describes the host over the whole profile: a
   spell of other load over one window once put a 1-rank profile's probe at 1.65x the
-  2-rank profile's, while its other figures were not slower.
+  2-rank profile's, while its other figures were not slower. The ranks' arrival skew after
+  host work (``sync_wait``, `profiles.profiler.collective_forms`) is pooled over the same
+  three moments.
 
 The DTensor, DTensor-norm, FSDP2 and collective-form points need an initialized process group
 (every rank of a profiling world has one); without it they are left out.
@@ -320,16 +322,16 @@ def time_host_probe(run: Runner) -> tuple[OverheadTiming, ...]:
     return (OverheadTiming(op="host_probe", times_s=timed.time(host_probe())),)
 
 
-def with_probe_samples(
+def with_moment_samples(
     records: list[OverheadTiming], more: tuple[OverheadTiming, ...]
 ) -> list[OverheadTiming]:
-    """``records`` with the samples of ``more`` (host probes timed at other moments) added
-    to their ``host_probe`` record."""
-    extra = tuple(t for r in more if r.op == "host_probe" for t in r.times_s)
-    return [
-        dataclasses.replace(r, times_s=r.times_s + extra) if r.op == "host_probe" else r
-        for r in records
-    ]
+    """``records`` with the samples of ``more`` (points timed again at other moments of the
+    profile: the host probe, the arrival skew) added to the record of the same point; a
+    point of ``more`` without a record is left out."""
+    extra: dict[str, tuple[float, ...]] = {}
+    for r in more:
+        extra[r.op] = extra.get(r.op, ()) + r.times_s
+    return [dataclasses.replace(r, times_s=r.times_s + extra.get(r.op, ())) for r in records]
 
 
 def time_framework_overheads(run: Runner) -> tuple[OverheadTiming, ...]:

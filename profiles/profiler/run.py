@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from profiles.profiler.assemble import RunRecords, fit_profile
+from profiles.profiler.collective_forms import time_sync_moment
 from profiles.profiler.comm import CommContext, comm_point_count, group_layouts, run_comm_sweep
 from profiles.profiler.compute import ComputeResults, Runner
 from profiles.profiler.compute_sweep import compute_point_count, run_compute_sweep
@@ -26,7 +27,7 @@ from profiles.profiler.device import describe_device, host_memory_bytes
 from profiles.profiler.framework import (
     time_framework_overheads,
     time_host_probe,
-    with_probe_samples,
+    with_moment_samples,
 )
 from profiles.profiler.shapes import SweepPlan, sweep_plan
 from profiles.profiler.timing import (
@@ -138,7 +139,7 @@ def profile_rank(
         cores=available_cpus(),
     )
     runner = Runner(device=device, budget=budget, agree=_max_agree(control), clock=clock)
-    early_probe = time_host_probe(runner)
+    early = (*time_host_probe(runner), *time_sync_moment(runner))
     compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit)
     compute.overhead.extend(time_framework_overheads(runner))
     comm = CommContext(
@@ -151,7 +152,8 @@ def profile_rank(
         budget=comm_budget,
     )
     collectives = run_comm_sweep(comm, sizes, tick, passes=COMM_PASSES)
-    compute.overhead = with_probe_samples(compute.overhead, early_probe + time_host_probe(runner))
+    late = (*time_host_probe(runner), *time_sync_moment(runner))
+    compute.overhead = with_moment_samples(compute.overhead, early + late)
     merged, info = _merge_on_rank0_and_share(env, control, compute, device)
     return RunRecords(
         plan=plan,

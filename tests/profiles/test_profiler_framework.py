@@ -17,6 +17,7 @@ from profiles.profiler.collective_forms import (
     SYNC_CALLS,
     SYNC_CALLS_PER_SAMPLE,
     time_collective_forms,
+    time_sync_moment,
 )
 from profiles.profiler.compute import Runner
 from profiles.profiler.dtensor_norm import (
@@ -34,7 +35,7 @@ from profiles.profiler.framework import (
     time_framework_overheads,
     time_fsdp,
     time_host_probe,
-    with_probe_samples,
+    with_moment_samples,
 )
 from profiles.profiler.routing import ROUNDS_PER_SAMPLE
 from profiles.profiler.run import _max_agree
@@ -179,14 +180,20 @@ def _forms_rank(rank: int, save) -> None:
     # the ranks must agree on every repeat plan, as the profiler's do, or their calls differ
     agree = _max_agree(dist.group.WORLD)
     records = time_collective_forms(dataclasses.replace(RUN, agree=agree))
-    save({r.op: r.times_s for r in records})
+    (moment,) = time_sync_moment(dataclasses.replace(RUN, agree=agree))
+    save({r.op: r.times_s for r in records} | {"moment": (moment.op, moment.times_s)})
 
 
 def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form():
     assert time_collective_forms(RUN) == ()  # no process group: nothing to time
+    assert time_sync_moment(RUN) == ()
     results, error = run_world(2, _forms_rank)
     assert error is None, error[-2500:]
     for found in results:
+        # the skew timed alone, as at the profile's other moments: the same samples
+        op, samples = found.pop("moment")
+        assert op == "sync_wait" and len(samples) == SYNC_CALLS // SYNC_CALLS_PER_SAMPLE
+        assert all(0 <= t < 0.1 for t in samples)
         assert set(found) == {
             "functional_all_reduce",
             "functional_all_gather",
@@ -221,18 +228,23 @@ def test_the_host_probe_is_timed_as_wall_time():
     assert len(record.times_s) == 9 and all(0 < t < 0.1 for t in record.times_s)
 
 
-def test_the_host_probe_pools_samples_timed_at_other_moments():
+def test_points_timed_at_other_moments_pool_their_samples():
     records = [
         OverheadTiming(op="add", times_s=(1.0,)),
         OverheadTiming(op="host_probe", times_s=(2.0, 3.0)),
+        OverheadTiming(op="sync_wait", times_s=(6.0,)),
     ]
     more = (
         OverheadTiming(op="host_probe", times_s=(4.0,)),
+        OverheadTiming(op="sync_wait", times_s=(7.0, 8.0)),
         OverheadTiming(op="host_probe", times_s=(5.0,)),
+        OverheadTiming(op="unrecorded", times_s=(9.0,)),
     )
-    pooled = with_probe_samples(records, more)
+    pooled = with_moment_samples(records, more)
     assert pooled[0] == records[0]
     assert pooled[1].times_s == (2.0, 3.0, 4.0, 5.0)
+    assert pooled[2].times_s == (6.0, 7.0, 8.0)
+    assert [r.op for r in pooled] == ["add", "host_probe", "sync_wait"]
 
 
 def test_paired_samples_are_median_differences_of_adjacent_calls():
