@@ -30,12 +30,13 @@ Order of a run:
 5. unless ``--no-coverage`` or ``--quick``: the world-size-4 plans of `coverage_suite`
    (4 ranks on 2 cores, so their times measure contention as much as the plan), predicted
    on a 4-rank profile (``WORK/profile-4.json``), summarized separately;
-6. with ``--calibrate``: `paraplan calibrate` fits a profile on `CALIBRATION_CASES`: other
-   plans of the suite's job, not in the suite, run in the suite's rounds (so their runs
-   see the same spells of the host as the suite's), every run of each brought to their
-   mean host speed by its host probe (``--host-speed`` with the elasticity of those runs;
-   without probes the middle run of each); every figure is given again with the
-   calibrated predictions.
+6. with ``--calibrate``: `paraplan calibrate` fits a profile per world size on its
+   `CALIBRATION_CASES` (2 ranks and 1; the world-size-4 profile takes the 2-rank fit's
+   scales): other plans of the suite's job, not in the suite, run in the suite's rounds
+   (so their runs see the same spells of the host as the suite's), every run of each
+   brought to their mean host speed by its host probe (``--host-speed`` with the
+   elasticity of the 2-rank runs; without probes the middle run of each); every figure is
+   given again with the calibrated predictions.
 
 ``--quick`` measures fewer steps, runs each plan once, profiles once and skips the coverage
 plans. The

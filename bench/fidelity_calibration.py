@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from fidelity_suite import (
-    CALIBRATION_CASES,
     PICK_CASE,
+    REFERENCE_WORLD,
     Case,
     Profiles,
     Run,
     Settings,
     add_pick,
     bundle_of,
+    calibration_cases,
     pick_details,
     planner_choice,
     predict,
@@ -53,9 +54,11 @@ def calibrate_profile(
     settings: Settings,
     log: Console,
     elasticity: float | None = None,
+    world: int = REFERENCE_WORLD,
 ) -> Path:
-    """Fit ``WORK/profile-calibrated.json`` with `paraplan calibrate` on the runs of
-    `CALIBRATION_CASES` (``runs``: measured in the suite's rounds, `run_bench`): with an
+    """Fit ``WORK/profile-calibrated.json`` (``-w<world>`` for another world size) with
+    `paraplan calibrate` on the runs of the calibration cases of ``world`` ranks
+    (`calibration_cases`; ``runs``: measured in the suite's rounds, `run_bench`): with an
     ``elasticity``, every run of each, brought to the runs' mean host speed
     (``--host-speed``); without one, the middle run of each (`typical`)."""
     try:
@@ -66,11 +69,12 @@ def calibrate_profile(
             "this checkout lacks; run the bench without --calibrate"
         ) from exc
     base = load_profile(str(profile_path))
-    missing = [c.name for c in CALIBRATION_CASES if c.name not in runs]
+    cases = calibration_cases(world)
+    missing = [c.name for c in cases if c.name not in runs]
     if missing:
         raise SpecError(f"calibration runs failed ({', '.join(missing)}); see the failures")
     folders = []
-    for case in CALIBRATION_CASES:
+    for case in cases:
         done = runs[case.name]
         chosen = range(len(done)) if elasticity is not None else [typical_index(done)]
         for index in chosen:
@@ -79,7 +83,7 @@ def calibrate_profile(
             folders.append(str(out))
         seconds = ", ".join(f"{done[i].seconds:.4f}" for i in chosen)
         log.print(f"  calibration runs of {case.name} ({case.plan.label()}): {seconds} s")
-    path = settings.work / "profile-calibrated.json"
+    path = settings.work / _calibrated_name(world)
     argv = [*folders, "-o", str(path), "--hardware", str(profile_path)]
     if elasticity is not None:
         argv += ["--host-speed", repr(elasticity)]
@@ -118,46 +122,74 @@ def calibrated_section(
     run: Callable[[Case], FidelityRow],
     measured: dict[str, list[Run]],
 ) -> dict[str, Any]:
-    """Fit a profile on the calibration runs (2 ranks); the figures of every row predicted
-    with it (the calibrated profile's own pick is executed when it is a new plan). The
-    profiles of other world sizes take the same time scale (`calibrated_profiles`). With
-    host probes in every run, also the host-speed view (`host_speed_section`). ``measured``
-    holds every case's runs (a pick executed here joins it)."""
+    """Fit a profile on the calibration runs of each world size that has them
+    (`calibration_cases`); the figures of every row predicted with them (the calibrated
+    profile's own pick is executed when it is a new plan). The profiles of other world
+    sizes take the 2-rank fit's scales (`calibrated_profiles`). With host probes in every
+    run, also the host-speed view (`host_speed_section`). ``measured`` holds every case's
+    runs (a pick executed here joins it)."""
     log.print("calibration (runs outside the suite):")
     elasticity, why_not = calibration_elasticity(measured)
-    path = calibrate_profile(Path(profiles[2][0]), measured, settings, log, elasticity)
-    calibrated = calibrated_profiles(profiles, load_profile(str(path)), str(path))
-    profile = calibrated[2][1]
+    fitted = {
+        world: load_profile(
+            str(calibrate_profile(Path(hw), measured, settings, log, elasticity, world))
+        )
+        for world, (hw, _) in profiles.items()
+        if calibration_cases(world)
+    }
+    paths = {world: str(settings.work / _calibrated_name(world)) for world in fitted}
+    calibrated = calibrated_profiles(
+        profiles, {world: (paths[world], p) for world, p in fitted.items()}
+    )
+    path, profile = calibrated[REFERENCE_WORLD]
     main_case = next(c for c in cases if c.name == PICK_CASE)
-    plan, why = planner_choice(main_case, profile, str(path), settings.precision)
+    plan, why = planner_choice(main_case, profile, path, settings.precision)
     if plan is None:
         log.print(f"  calibrated planner pick: none ({escape(why)})")
     pick = add_pick(plan, "calibrated-pick", cases, rows, run) if plan else None
     cal_rows = repredicted(rows, cases, calibrated, settings)
-    result = section(cal_rows, pick) | {
-        "profile": str(path),
-        "backward_scale": profile.compute.backward_scale,
-        "time_scale": fitted_time_scale(profiles, profile),
-        "pick": pick_details(cal_rows, pick, why),
+    scales = {
+        str(world): {
+            "profile": paths[world],
+            "backward_scale": p.compute.backward_scale,
+            "time_scale": fitted_time_scale(profiles, p, world),
+        }
+        for world, p in fitted.items()
     }
-    log.print(
-        f"  calibrated: backward scale {result['backward_scale']:.3f}, time scale "
-        f"{result['time_scale']:.3f}"
+    result = (
+        section(cal_rows, pick)
+        | scales[str(REFERENCE_WORLD)]
+        | {
+            "by_world": scales,
+            "pick": pick_details(cal_rows, pick, why),
+        }
     )
+    for world, fit in scales.items():
+        log.print(
+            f"  calibrated ({world} rank(s)): backward scale {fit['backward_scale']:.3f}, "
+            f"time scale {fit['time_scale']:.3f}"
+        )
     if elasticity is None:
         log.print(f"  host speed: section left out ({escape(why_not)})")
         return result
     speed = host_speed_section(profiles, cal_rows, measured, elasticity, pick, why)
     log.print(
         f"  host speed: elasticity {elasticity:.2f}, calibration runs' probe "
-        f"{speed['reference_probe_s']['2'] * 1e3:.3f} ms"
+        f"{speed['reference_probe_s'][str(REFERENCE_WORLD)] * 1e3:.3f} ms"
     )
     return result | {"host_speed": speed}
 
 
+def _calibrated_name(world: int) -> str:
+    """The file `calibrate_profile` writes for ``world`` ranks."""
+    return f"profile-calibrated{'' if world == REFERENCE_WORLD else f'-w{world}'}.json"
+
+
 def calibration_elasticity(measured: dict[str, list[Run]]) -> tuple[float | None, str]:
-    """(`reports.host_speed.host_elasticity` of the calibration runs, "") or (None, why)."""
-    pairs = {c.name: [(r.seconds, r.probe_s) for r in measured[c.name]] for c in CALIBRATION_CASES}
+    """(`reports.host_speed.host_elasticity` of the 2-rank calibration runs, "") or (None,
+    why)."""
+    cases = calibration_cases(REFERENCE_WORLD)
+    pairs = {c.name: [(r.seconds, r.probe_s) for r in measured[c.name]] for c in cases}
     if any(p is None for runs in pairs.values() for _, p in runs):
         return None, "a calibration run without a host probe"
     try:
@@ -179,7 +211,8 @@ def host_speed_section(
     (`reports.host_speed.at_host_speed`) relative to the calibration runs' probe. The pick
     rule compares the plans' runs brought to the calibration runs' speed
     (`reports.host_speed.measured_at_reference`)."""
-    references = probe_references(profiles, calibration_probe_s(measured))
+    own = {world: calibration_probe_s(measured, world) for world in profiles}
+    references = probe_references(profiles, own.pop(REFERENCE_WORLD), own)
     if references is None:
         raise SpecError("host speed: a profile without a host probe; profile again")
     chosen = [typical(measured[r.name], elasticity) for r in cal_rows]
@@ -198,46 +231,60 @@ def host_speed_section(
     }
 
 
-def calibration_probe_s(runs: dict[str, list[Run]]) -> float | None:
-    """Geometric mean of the host probes of every calibration run (what `paraplan calibrate
-    --host-speed` brings them to): the host speed the calibrated profile describes. None
-    when one lacks it."""
-    probes = [r.probe_s for c in CALIBRATION_CASES for r in runs[c.name]]
-    if any(p is None or p <= 0 for p in probes):
+def calibration_probe_s(runs: dict[str, list[Run]], world: int = REFERENCE_WORLD) -> float | None:
+    """Geometric mean of the host probes of every calibration run of ``world`` ranks (what
+    `paraplan calibrate --host-speed` brings them to): the host speed that world size's
+    calibrated profile describes. None without such runs or when one lacks the probe."""
+    probes = [r.probe_s for c in calibration_cases(world) for r in runs.get(c.name, [])]
+    if not probes or any(p is None or p <= 0 for p in probes):
         return None
     return statistics.geometric_mean(probes)  # type: ignore[arg-type]
 
 
-def probe_references(profiles: Profiles, calibration_s: float | None) -> dict[int, float] | None:
-    """Per world size, the host probe a run of that size would take at the calibration
-    runs' host speed: theirs (2 ranks), scaled for other world sizes by the ratio of the
-    profiles' own probes (one rank runs the probe alone, two ranks at once). None when the
-    calibration runs or a profile lack the probe."""
+def probe_references(
+    profiles: Profiles, calibration_s: float | None, own: dict[int, float | None] | None = None
+) -> dict[int, float] | None:
+    """Per world size, the host probe a run of that size would take at the host speed its
+    calibrated profile describes: its own calibration runs' (``own``, `calibration_probe_s`)
+    where it has them, else the 2-rank calibration runs' (``calibration_s``) scaled by the
+    ratio of the profiles' own probes (one rank runs the probe alone, two ranks at once).
+    None when the calibration runs or a profile lack the probe."""
     if calibration_s is None:
         return None
     probes = {world: host_probe_s(profile) for world, (_, profile) in profiles.items()}
-    base = probes.get(2)
+    base = probes.get(REFERENCE_WORLD)
     if base is None or any(p is None for p in probes.values()):
         return None
-    return {world: calibration_s * p / base for world, p in probes.items() if p is not None}
-
-
-def calibrated_profiles(profiles: Profiles, calibrated: HardwareProfile, path: str) -> Profiles:
-    """``profiles`` with the 2-rank one replaced by ``calibrated`` and the others given its
-    backward scale and its time scale: the executor model's calibration multiplies every
-    compute time of a profile by one factor (`reports.calibrate_time`), read back as the
-    ratio of the op overheads."""
-    k = fitted_time_scale(profiles, calibrated)
-    split = calibrated.compute.backward_scale
+    mine = {world: s for world, s in (own or {}).items() if s is not None}
     return {
-        world: (path, calibrated)
-        if world == 2
+        world: mine.get(world, calibration_s * p / base)
+        for world, p in probes.items()
+        if p is not None
+    }
+
+
+def calibrated_profiles(
+    profiles: Profiles, calibrated: dict[int, tuple[str, HardwareProfile]]
+) -> Profiles:
+    """``profiles`` with each world size's own calibrated (path, profile) where it has one
+    (the 2-rank one at least) and the others given the 2-rank fit's backward scale and
+    time scale: the executor model's calibration multiplies every compute time of a
+    profile by one factor (`reports.calibrate_time`), read back as the ratio of the op
+    overheads."""
+    reference = calibrated[REFERENCE_WORLD][1]
+    k = fitted_time_scale(profiles, reference)
+    split = reference.compute.backward_scale
+    return {
+        world: calibrated[world]
+        if world in calibrated
         else (hw, time_scaled(with_backward_scale(profile, split), k))
         for world, (hw, profile) in profiles.items()
     }
 
 
-def fitted_time_scale(profiles: Profiles, calibrated: HardwareProfile) -> float:
-    """The calibration's time scale: the calibrated op overhead over the 2-rank profile's
-    (`reports.calibrate_factors.time_scaled` multiplies it by the scale)."""
-    return calibrated.compute.op_overhead_s / profiles[2][1].compute.op_overhead_s
+def fitted_time_scale(
+    profiles: Profiles, calibrated: HardwareProfile, world: int = REFERENCE_WORLD
+) -> float:
+    """A calibration's time scale: the calibrated op overhead over that of the profile of
+    ``world`` ranks (`reports.calibrate_factors.time_scaled` multiplies it by the scale)."""
+    return calibrated.compute.op_overhead_s / profiles[world][1].compute.op_overhead_s

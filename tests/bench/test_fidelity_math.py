@@ -170,15 +170,20 @@ def test_json_keys() -> None:
 def test_the_calibrated_speed_is_the_mean_probe_of_every_calibration_run(
     bench: SimpleNamespace,
 ) -> None:
-    first, second, *others = (c.name for c in bench.CALIBRATION_CASES)
+    first, second, *others = (c.name for c in bench.calibration_cases(2))
+    one_rank = [c.name for c in bench.calibration_cases(1)]
+    assert one_rank and not set(one_rank) & {first, second, *others}
     runs = {
         first: [bench.Run(0.3, 0.01, 8e-3), bench.Run(0.1, 0.01, 1e-3)],
         second: [bench.Run(0.3, 0.01, 4e-3)],
         **{name: [bench.Run(0.3, 0.01, 2e-3)] for name in others},
+        **{name: [bench.Run(0.3, 0.01, 0.5e-3)] for name in one_rank},
     }
     # what `paraplan calibrate --host-speed` brings every fitted run to: 8, 1, 4, 2 ms
     expected = (8e-3 * 1e-3 * 4e-3 * 2e-3 ** len(others)) ** (1 / (3 + len(others)))
     assert bench.calibration_probe_s(runs) == pytest.approx(expected)
+    assert bench.calibration_probe_s(runs, 1) == pytest.approx(0.5e-3)  # its own runs only
+    assert bench.calibration_probe_s(runs, 4) is None  # no calibration runs of 4 ranks
     runs[second].append(bench.Run(0.25, 0.01, None))
     assert bench.calibration_probe_s(runs) is None
 
@@ -264,6 +269,10 @@ def test_probe_references_follow_the_profiles_probes(bench: SimpleNamespace) -> 
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
     unprobed = bench.load_profile(str(stored))
     assert bench.probe_references({2: ("two", unprobed)}, 1.2e-3) is None  # no probe measured
+    # a world size with calibration runs of its own takes their probe
+    own = bench.probe_references(profiles, 1.2e-3, {1: 0.5e-3})
+    assert own == pytest.approx({2: 1.2e-3, 1: 0.5e-3})
+    assert bench.probe_references(profiles, 1.2e-3, {1: None}) == refs
 
 
 def test_other_world_sizes_take_the_calibrated_split_and_time_scale(
@@ -273,12 +282,18 @@ def test_other_world_sizes_take_the_calibrated_split_and_time_scale(
     base = bench.load_profile(str(stored / "cpu-quick-tiny.json"))
     calibrated = bench.time_scaled(bench.with_backward_scale(base, 0.9), 1.3)
     profiles = {2: ("two", base), 1: ("one", base)}
-    out = bench.calibrated_profiles(profiles, calibrated, "cal.json")
+    out = bench.calibrated_profiles(profiles, {2: ("cal.json", calibrated)})
     assert out[2] == ("cal.json", calibrated)
     one = out[1][1]
     assert out[1][0] == "one"
     assert one.compute.backward_scale == 0.9
     assert one.compute.op_overhead_s == pytest.approx(1.3 * base.compute.op_overhead_s)
+    assert bench.fitted_time_scale(profiles, one, 1) == pytest.approx(1.3)
+    # a world size calibrated on its own runs keeps its own fit
+    own = bench.time_scaled(base, 0.8)
+    out = bench.calibrated_profiles(profiles, {2: ("cal.json", calibrated), 1: ("w1.json", own)})
+    assert out[1] == ("w1.json", own)
+    assert bench.fitted_time_scale(profiles, own, 1) == pytest.approx(0.8)
 
 
 # ---- the suite of bench/fidelity.py ----------------------------------------------------
@@ -544,8 +559,13 @@ def test_calibration_fits_every_run_at_one_host_speed_or_the_middle_ones(
     console = bench.Console(file=io.StringIO())
     bench.calibrate_profile(stored, runs, settings, console, elasticity=0.75)
     bench.calibrate_profile(stored, runs, settings, console)
-    with_speed, middle = calls
-    n = len(bench.CALIBRATION_CASES)
+    bench.calibrate_profile(stored, runs, settings, console, world=1)
+    with_speed, middle, one_rank = calls
+    n = len(bench.calibration_cases(2))
+    assert with_speed[with_speed.index("-o") + 1] == str(tmp_path / "profile-calibrated.json")
+    assert one_rank[one_rank.index("-o") + 1] == str(tmp_path / "profile-calibrated-w1.json")
+    ones = [a for a in one_rank if "/runs/" in a]
+    assert [Path(a).name for a in ones] == [f"{c.name}.r2" for c in bench.calibration_cases(1)]
     assert with_speed[-2:] == ["--host-speed", "0.75"]
     assert len([a for a in with_speed if "/runs/" in a]) == 3 * n  # every run of each case
     assert "--host-speed" not in middle
@@ -570,3 +590,41 @@ def test_counts_below_one_are_usage_errors(
     assert stop.value.code == 2
     assert f"{flag} must be at least 1, got 0" in capsys.readouterr().err
     assert bench.parse_args([]).draws == 3
+
+
+def test_each_world_size_with_calibration_runs_gets_its_own_fit(
+    bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`calibrated_section` fits the 1-rank profile on its own calibration runs (here a
+    stand-in fit: the 2-rank profile x1.25, the 1-rank one x0.8) and predicts the 1-rank
+    plan with it, the 2-rank plans with the 2-rank fit; the JSON carries both scales."""
+    module = sys.modules["fidelity_calibration"]
+    base = cpu_profile()
+    hw = {world: tmp_path / f"profile-{world}.json" for world in (1, 2)}
+    for path in hw.values():
+        bench.save_profile(base, path)
+    scales = {2: 1.25, 1: 0.8}
+
+    def fake_fit(profile_path, runs, settings, log, elasticity=None, world=2):
+        out = settings.work / module._calibrated_name(world)
+        bench.save_profile(bench.time_scaled(load_profile(str(profile_path)), scales[world]), out)
+        return out
+
+    monkeypatch.setattr(module, "calibrate_profile", fake_fit)
+    monkeypatch.setattr(module, "planner_choice", lambda *a: (None, "not searched here"))
+    profiles = {world: (str(path), base) for world, path in hw.items()}
+    cases = [c for c in bench.timing_suite() if c.name in ("w1-mbs2", "dp2")]
+    settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32")
+    rows = bench.repredicted([row(c.name, 0.1, 0.1) for c in cases], cases, profiles, settings)
+    measured = {c.name: [bench.Run(0.1, 0.01, None)] for c in bench.CALIBRATION_CASES}
+    out = bench.calibrated_section(
+        profiles, cases, rows, settings, bench.Console(file=io.StringIO()), None, measured
+    )
+    assert out["time_scale"] == pytest.approx(1.25)
+    assert out["by_world"]["1"]["time_scale"] == pytest.approx(0.8)
+    assert out["by_world"]["1"]["profile"].endswith("profile-calibrated-w1.json")
+    before = {r.name: r.predicted_time_s for r in rows}
+    after = {r["name"]: r["predicted_iteration_time_s"] for r in out["rows"]}
+    assert after["w1-mbs2"] < before["w1-mbs2"]  # its own fit, faster
+    assert after["dp2"] > before["dp2"]  # the 2-rank fit, slower
+    assert "host_speed" not in out  # no probes in these runs
