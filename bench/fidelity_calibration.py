@@ -131,15 +131,12 @@ def calibrated_section(
     log.print("calibration (runs outside the suite):")
     elasticity, why_not = calibration_elasticity(measured)
     fitted = {
-        world: load_profile(
-            str(calibrate_profile(Path(hw), measured, settings, log, elasticity, world))
-        )
+        world: str(calibrate_profile(Path(hw), measured, settings, log, elasticity, world))
         for world, (hw, _) in profiles.items()
         if calibration_cases(world)
     }
-    paths = {world: str(settings.work / _calibrated_name(world)) for world in fitted}
     calibrated = calibrated_profiles(
-        profiles, {world: (paths[world], p) for world, p in fitted.items()}
+        profiles, {world: (path, load_profile(path)) for world, path in fitted.items()}
     )
     path, profile = calibrated[REFERENCE_WORLD]
     main_case = next(c for c in cases if c.name == PICK_CASE)
@@ -150,11 +147,11 @@ def calibrated_section(
     cal_rows = repredicted(rows, cases, calibrated, settings)
     scales = {
         str(world): {
-            "profile": paths[world],
-            "backward_scale": p.compute.backward_scale,
-            "time_scale": fitted_time_scale(profiles, p, world),
+            "profile": calibrated[world][0],
+            "backward_scale": calibrated[world][1].compute.backward_scale,
+            "time_scale": fitted_time_scale(profiles, calibrated[world][1], world),
         }
-        for world, p in fitted.items()
+        for world in fitted
     }
     result = (
         section(cal_rows, pick)
