@@ -21,7 +21,9 @@ Order of a run:
    plans in different rounds. A run's time is the median of its unprofiled timed steps; the
    plan's measured iteration time is that of its middle run
    (`reports.fidelity.median_run`), the measured memory the first run's fullest rank's
-   peak. Rows keep their run count and run-to-run spread;
+   peak. Rows keep their run count and run-to-run spread. A run during which the
+   hypervisor took more than `fidelity_suite.STEAL_LIMIT` of the machine's CPU time is set
+   aside (listed in ``set_aside``) and the plan runs again in a further round;
 3. search the plans of the suite's main group (tiny, 2 ranks, the suite's job) with
    `planner.search.search_plans`; its pick is executed too unless it is one of the suite's
    plans, and the pick rule compares it with the fastest measured plan of the group;
@@ -44,7 +46,8 @@ machine may be shared: the load average at the start and the end is part of the 
 result is saved as ``WORK/fidelity.json``; ``--render`` prints a saved one again (as tables,
 ``--markdown`` or ``--json``) without running anything. ``--json`` prints the summary keys
 of `reports.fidelity.summary_to_json`, ``rows``, ``pick``, ``calibrated`` and ``coverage``
-(each with its own summary keys and rows), ``failures``, ``machine`` and ``load_average``.
+(each with its own summary keys and rows), ``failures``, ``set_aside``, ``machine`` and
+``load_average``.
 Exit code 1 when a run failed (it is listed in ``failures``; the others are still
 summarized).
 """
@@ -129,13 +132,15 @@ def machine_line(profile: HardwareProfile) -> str:
 
 
 def coverage_section(
-    settings: Settings, log: Console, failures: list[dict[str, str]]
+    settings: Settings,
+    log: Console,
+    failures: list[dict[str, str]],
+    set_aside: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The world-size-4 plans on a 4-rank profile."""
     log.print("coverage plans (world size 4 on this machine, reported separately):")
-    rows = run_suite(
-        coverage_suite(), measured_profiles(settings, (4,), log), settings, log, failures
-    )
+    profiles = measured_profiles(settings, (4,), log)
+    rows = run_suite(coverage_suite(), profiles, settings, log, failures, set_aside)
     return section(rows)
 
 
@@ -159,7 +164,7 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     settings.work.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
     log.print(f"fidelity bench in {settings.work}; load average {load_start}")
-    cases, failures = list(timing_suite()), []
+    cases, failures, set_aside = list(timing_suite()), [], []
     draws = ProfileDraws(settings, (2, *{c.plan.world_size for c in cases} - {2}), log)
     calibration = CALIBRATION_CASES if args.calibrate else ()
     log.print(
@@ -172,8 +177,9 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         + ":"
     )
     measured = measure_rounds(
-        (*cases, *calibration), draws.paths(), settings, log, failures, draws.before_round
-    )
+        (*cases, *calibration), draws.paths(), settings, log, failures, draws.before_round,
+        set_aside,
+    )  # fmt: skip
     profiles = draws.merged()
     hardware, profile = profiles[2]
     rows = [case_row(c, profiles, settings, measured[c.name]) for c in cases if c.name in measured]
@@ -181,7 +187,7 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     def run(case: Case) -> FidelityRow:
         log.print(f"  executing the planner's pick {case.plan.label()} (not in the suite)")
         return run_case(
-            case, profiles, settings, log, failures, measured, note="the planner's pick"
+            case, profiles, settings, log, failures, measured, "the planner's pick", set_aside
         )
 
     main_case = next(c for c in cases if c.name == PICK_CASE)
@@ -195,9 +201,10 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
             profiles, cases, rows, settings, log, run, measured
         )
     if not (args.quick or args.no_coverage):
-        extra["coverage"] = coverage_section(settings, log, failures)
+        extra["coverage"] = coverage_section(settings, log, failures, set_aside)
     result = section(rows, pick) | {"pick": pick_details(rows, pick, why)} | extra
     result["failures"] = failures
+    result["set_aside"] = set_aside
     result["machine"] = machine_line(profile)
     result["load_average"] = {"start": load_start, "end": os.getloadavg()}
     (settings.work / "fidelity.json").write_text(json.dumps(result, indent=2) + "\n")

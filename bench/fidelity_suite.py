@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -51,6 +51,14 @@ PICK_CASE = "dp2"
 """The planner searches the problem (model, world, job) of this case."""
 MAX_FAILED_RUNS = 2
 """Failed runs after which a plan is not run again (`measure_rounds`)."""
+STEAL_LIMIT = 0.005
+"""Share of the machine's CPU time the hypervisor may take during a run's timed steps
+(metrics ``host_steal_timed``) before the run is set aside and the plan runs again
+(`measure_rounds`). On the 2-core VM a stolen slice stops one rank while its peer waits in
+a collective, so a little steal costs a collective-bound plan much more: tp2's runs took
+0.59-0.78 s with 0.0-0.1% stolen, 0.81-0.89 s with 0.3-0.5%, 1.02 s with 4.7%."""
+MAX_SET_ASIDE = 2
+"""Runs of one plan set aside for steal; a further stolen run counts as measured."""
 SMALL_BUCKET = 100_000
 """DDP bucket (parameters) small enough to split the tiny model's 0.7M gradients in ~8."""
 
@@ -159,6 +167,14 @@ class Run(NamedTuple):
     """Peak memory of the fullest rank, GiB."""
     probe_s: float | None
     """Median host probe of its timed steps (`profiles.host_probe`); None without one."""
+    steal: float | None = None
+    """Share of the machine's CPU time stolen during its timed steps (`specs.host`); None
+    where the kernel does not report steal."""
+
+    @property
+    def disturbed(self) -> bool:
+        """More than `STEAL_LIMIT` of the machine was stolen during the run."""
+        return self.steal is not None and self.steal > STEAL_LIMIT
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -224,6 +240,7 @@ def measure(bundle: PlanBundle, out: Path, settings: Settings) -> Run:
         seconds=float(metrics["iteration_time_p50_s"]),
         gib=float(max(metrics["peak_memory_gib"])),
         probe_s=metrics.get("host_probe_p50_s"),
+        steal=metrics.get("host_steal_timed"),
     )
 
 
@@ -278,6 +295,7 @@ def measure_rounds(
     log: Console,
     failures: list[dict[str, str]],
     before_round: Callable[[int], None] | None = None,
+    set_aside: list[dict[str, Any]] | None = None,
 ) -> dict[str, list[Run]]:
     """Every case's `Run`s, ``settings.repeats`` of each, one run of each case per round: a
     spell of the host lands on different cases in different rounds. ``paths`` names each
@@ -285,39 +303,79 @@ def measure_rounds(
     round k (0-based) starts. Every failed run is listed in ``failures``; a case runs again
     in a further round until it has failed `MAX_FAILED_RUNS` times (a gloo connection on a
     loaded host may reset once), and a case without a single good run is left out of the
-    result."""
-    runs: dict[str, list[Run]] = {c.name: [] for c in cases}
-    failed: dict[str, int] = {}
-    for k in range(settings.repeats + MAX_FAILED_RUNS):
-        pending = [
-            c
-            for c in cases
-            if failed.get(c.name, 0) < MAX_FAILED_RUNS and len(runs[c.name]) < settings.repeats
-        ]
+    result. A `Run.disturbed` run is moved to ``<folder>.stolen<k>``, listed in
+    ``set_aside`` and run again in a further round, up to `MAX_SET_ASIDE` times a case."""
+    state = _Rounds(paths=paths, settings=settings, log=log, failures=failures, set_aside=set_aside)
+    state.runs = {c.name: [] for c in cases}
+    for k in range(settings.repeats + MAX_FAILED_RUNS + MAX_SET_ASIDE):
+        pending = [c for c in cases if state.pending(c)]
         if pending and before_round is not None:
             before_round(k)
         for i, case in enumerate(pending, 1):
-            start = time.perf_counter()
-            bundle = bundle_of(case, profile_for(paths, case), settings.precision)
-            folder = run_folder(settings, case, len(runs[case.name]))
             where = f"round {k + 1}, {i}/{len(pending)}: {case.name} ({knob_label(case.plan)})"
-            try:
-                runs[case.name].append(measure(bundle, folder, settings))
-                if len(runs[case.name]) > 1:
-                    drop_traces(folder)
-            except (LaunchError, SpecError) as exc:
-                failed[case.name] = failed.get(case.name, 0) + 1
-                failures.append(
-                    {"name": case.name, "plan": case.plan.label(), "round": str(k + 1),
-                     "error": str(exc)}
-                )  # fmt: skip
-                log.print(f"  {where}: FAILED {escape(str(exc)[:300])}")
-                continue
-            log.print(
-                f"  {where}: measured {runs[case.name][-1].seconds:.4f} s  [dim]("
-                f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f})"
+            state.attempt(case, k + 1, where)
+    return {name: done for name, done in state.runs.items() if done}
+
+
+@dataclass(kw_only=True)
+class _Rounds:
+    """What `measure_rounds` keeps between runs."""
+
+    paths: Mapping[int, str]
+    settings: Settings
+    log: Console
+    failures: list[dict[str, str]]
+    set_aside: list[dict[str, Any]] | None = None
+    runs: dict[str, list[Run]] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+    stolen: dict[str, int] = field(default_factory=dict)
+
+    def pending(self, case: Case) -> bool:
+        """Whether ``case`` needs another run and may still have one."""
+        done = len(self.runs[case.name]) >= self.settings.repeats
+        return not done and self.failed.get(case.name, 0) < MAX_FAILED_RUNS
+
+    def attempt(self, case: Case, round_: int, where: str) -> None:
+        """Run ``case`` once: keep the run, list its failure, or set it aside for steal."""
+        start = time.perf_counter()
+        name, settings = case.name, self.settings
+        folder = run_folder(settings, case, len(self.runs[name]))
+        bundle = bundle_of(case, profile_for(self.paths, case), settings.precision)
+        try:
+            run = measure(bundle, folder, settings)
+        except (LaunchError, SpecError) as exc:
+            self.failed[name] = self.failed.get(name, 0) + 1
+            self.failures.append(
+                {"name": name, "plan": case.plan.label(), "round": str(round_), "error": str(exc)}
             )
-    return {name: done for name, done in runs.items() if done}
+            self.log.print(f"  {where}: FAILED {escape(str(exc)[:300])}")
+            return
+        wall_s, load = time.perf_counter() - start, os.getloadavg()[0]
+        took = f"{run.seconds:.4f} s  [dim]({wall_s:.0f} s, load {load:.1f})"
+        if run.disturbed and self.stolen.get(name, 0) < MAX_SET_ASIDE:
+            self.stolen[name] = self.stolen.get(name, 0) + 1
+            aside = set_run_aside(folder, self.stolen[name])
+            if self.set_aside is not None:
+                self.set_aside.append(
+                    {"name": name, "round": round_, "seconds": run.seconds, "steal": run.steal,
+                     "folder": str(aside)}
+                )  # fmt: skip
+            self.log.print(f"  {where}: set aside ({run.steal:.2%} of the CPU stolen), {took}")
+            return
+        self.runs[name].append(run)
+        if len(self.runs[name]) > 1:
+            drop_traces(folder)
+        self.log.print(f"  {where}: measured {took}")
+
+
+def set_run_aside(folder: Path, k: int) -> Path:
+    """Move a disturbed run's folder to ``<folder>.stolen<k>`` (its traces dropped), out
+    of the way of the plan's next run."""
+    aside = folder.with_name(f"{folder.name}.stolen{k}")
+    shutil.rmtree(aside, ignore_errors=True)
+    drop_traces(folder)
+    folder.rename(aside)
+    return aside
 
 
 def drop_traces(folder: Path) -> None:
@@ -344,11 +402,13 @@ def run_case(
     failures: list[dict[str, str]],
     measured: dict[str, list[Run]],
     note: str = "",
+    set_aside: list[dict[str, Any]] | None = None,
 ) -> FidelityRow:
     """Execute (`Settings.repeats` runs) and predict one case; its run folder is
     ``WORK/runs/<name>``, its runs join ``measured``. Failed runs are listed in
-    ``failures``; raises `SpecError` when none succeeded."""
-    runs = measure_rounds((case,), paths_of(profiles), settings, log, failures)
+    ``failures``, stolen ones in ``set_aside`` (`measure_rounds`); raises `SpecError` when
+    none succeeded."""
+    runs = measure_rounds((case,), paths_of(profiles), settings, log, failures, set_aside=set_aside)
     if case.name not in runs:
         raise SpecError(f"executing {case.name} ({case.plan.label()}) failed: {failures[-1]}")
     measured.update(runs)
@@ -390,10 +450,11 @@ def run_suite(
     settings: Settings,
     log: Console,
     failures: list[dict[str, str]],
+    set_aside: list[dict[str, Any]] | None = None,
 ) -> list[FidelityRow]:
     """Every case that runs (`measure_rounds`), as rows; a failed run is listed in
-    ``failures``."""
-    runs = measure_rounds(cases, paths_of(profiles), settings, log, failures)
+    ``failures``, a stolen one in ``set_aside``."""
+    runs = measure_rounds(cases, paths_of(profiles), settings, log, failures, set_aside=set_aside)
     return [
         case_row(case, profiles, settings, runs[case.name]) for case in cases if case.name in runs
     ]

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.distributed as dist
@@ -48,6 +48,7 @@ from executor.peak_memory import MemoryWatch, live_bytes
 from executor.run_folder import RankReport, RunSummary, write_run
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.host import steal_fraction, stolen_cpu_s
 from specs.rules import require_valid_plan
 
 
@@ -202,21 +203,20 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
         # The first step creates optimizer state and gradient buffers: watch its memory.
         warmup_losses.append((memory.profiled(partial(_live, setup), run) if i == 0 else run())[1])
         step += 1
-    times, probes, losses, trace_json = _measured_steps(
-        config, setup, batch, step, device, info, memory
-    )
+    measured = _measured_steps(config, setup, batch, step, device, info, memory)
     step += config.steps
     if config.save_dir is not None:
         _save(config.save_dir, config, setup, source, step)
     report = RankReport(
         rank=info.rank,
-        times_s=tuple(times),
-        probe_s=tuple(probes),
-        losses=tuple(losses),
+        times_s=tuple(measured.times_s),
+        probe_s=tuple(measured.probe_s),
+        steal=tuple(measured.steal),
+        losses=tuple(measured.losses),
         warmup_losses=tuple(warmup_losses),
         peak_memory_bytes=memory.peak_bytes(),
         trace=rank_trace(
-            trace_json,
+            measured.trace_json,
             rank=info.rank,
             flight_records=_flight_records(),
             group_labels=setup.group_labels,
@@ -299,6 +299,22 @@ def _timed_step(
     return time.perf_counter() - start, float(result.loss)
 
 
+class MeasuredSteps(NamedTuple):
+    """One rank's measured steps."""
+
+    times_s: list[float]
+    """Wall seconds of each measured step."""
+    probe_s: list[float]
+    """Host probe after each unprofiled step (`RunConfig.host_probe`; empty without)."""
+    steal: list[float]
+    """Share of the machine's CPU time the hypervisor took during each measured step
+    (`specs.host.steal_fraction`; empty where the kernel does not report steal)."""
+    losses: list[float]
+    """Loss of each measured step."""
+    trace_json: dict[str, Any]
+    """Chrome trace of the profiled steps (empty when none was profiled)."""
+
+
 def _measured_steps(
     config: RunConfig,
     setup: RankSetup,
@@ -307,11 +323,10 @@ def _measured_steps(
     device: torch.device,
     info: RankInfo,
     memory: MemoryWatch,
-) -> tuple[list[float], list[float], dict[str, Any]]:
-    """Time every measured step, profiling the last ones; returns times, host probes (each
-    timed step's, with `RunConfig.host_probe`), losses and the Chrome trace (also written
-    to ``traces/rank{r}.json``)."""
-    times, probes, losses = [], [], []
+) -> MeasuredSteps:
+    """Time every measured step, profiling the last ones (the Chrome trace also written to
+    ``traces/rank{r}.json``)."""
+    times, probes, losses, steal = [], [], [], []
     profiled_from = config.steps - min(config.profile_steps, config.steps)
     profiler = None
     probe = config.host_probe() if config.host_probe is not None else None
@@ -320,8 +335,12 @@ def _measured_steps(
             base_bytes = _live(setup)
             profiler = _trace_profiler(device)
             profiler.start()
+        stolen_before = stolen_cpu_s()
         seconds, loss = _timed_step(setup.trainer, batch(first + i), first + i, device)
+        stolen_after = stolen_cpu_s()
         times.append(seconds)
+        if stolen_before is not None and stolen_after is not None:
+            steal.append(steal_fraction(stolen_after - stolen_before, seconds, os.cpu_count() or 1))
         losses.append(loss)
         if probe is not None and profiler is None:
             probes.append(_probe_s(probe))
@@ -335,7 +354,9 @@ def _measured_steps(
         profiler.export_chrome_trace(str(path))
         trace_json = json.loads(path.read_text())
         memory.note(base_bytes, trace_json)
-    return times, probes, losses, trace_json
+    return MeasuredSteps(
+        times_s=times, probe_s=probes, steal=steal, losses=losses, trace_json=trace_json
+    )
 
 
 def _live(setup: RankSetup) -> int:

@@ -9,7 +9,8 @@ rank), ``memory_source``, ``collectives`` (`executor.measure.collective_ledger`)
 ``profiled_steps`` (indices into ``iteration_time_s``), ``timed_steps`` (the indices the
 statistics use), ``first_step``, ``tokens_per_iteration``, ``world_size``,
 ``model_flops_per_iteration`` and ``peak_flops_per_rank``; with `RunConfig.host_probe`
-also ``host_probe_s`` and ``host_probe_p50_s``.
+also ``host_probe_s`` and ``host_probe_p50_s``; where the kernel reports steal time,
+``host_steal`` (per measured step) and ``host_steal_timed`` (over the timed steps).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class RankReport:
     rank: int
     times_s: tuple[float, ...]
     probe_s: tuple[float, ...]
+    steal: tuple[float, ...]
     losses: tuple[float, ...]
     warmup_losses: tuple[float, ...]
     peak_memory_bytes: int
@@ -103,6 +105,7 @@ def write_run(
         "model_flops_per_iteration": config.model_flops_per_iteration,
         "peak_flops_per_rank": config.peak_flops_per_rank,
         **probe_metrics(reports),
+        **steal_metrics(reports, [per_step[i] for i in timed], timed),
     }
     timeline = build_timeline(
         traces,
@@ -135,3 +138,18 @@ def probe_metrics(reports: list[RankReport]) -> dict[str, Any]:
         statistics.fmean(r.probe_s[i] for r in reports) for i in range(len(reports[0].probe_s))
     ]
     return {"host_probe_s": per_step, "host_probe_p50_s": statistics.median(per_step)}
+
+
+def steal_metrics(
+    reports: list[RankReport], timed_s: list[float], timed: list[int]
+) -> dict[str, Any]:
+    """``host_steal``: per measured step, the largest share of a rank's machine's CPU time
+    the hypervisor took during it (`specs.host.steal_fraction`); ``host_steal_timed``: the
+    same over the timed steps (``timed`` indices, ``timed_s`` their seconds), weighted by
+    their times. Empty when a rank's kernel does not report steal time."""
+    if not all(r.steal and len(r.steal) == len(r.times_s) for r in reports):
+        return {}
+    per_step = [max(r.steal[i] for r in reports) for i in range(len(reports[0].steal))]
+    wall_s = sum(timed_s)
+    stolen = sum(per_step[i] * t for i, t in zip(timed, timed_s, strict=True))
+    return {"host_steal": per_step, "host_steal_timed": stolen / wall_s if wall_s > 0 else 0.0}

@@ -45,8 +45,17 @@ def machine_text(result: dict[str, Any]) -> str:
     load = result["load_average"]
     return (
         f"Machine: {result['machine']}; load average {load['start'][0]:.1f} at the start, "
-        f"{load['end'][0]:.1f} at the end"
+        f"{load['end'][0]:.1f} at the end" + set_aside_text(result.get("set_aside", []))
     )
+
+
+def set_aside_text(set_aside: list[dict[str, Any]]) -> str:
+    """The runs a bench set aside and ran again because the hypervisor took too much of the
+    machine's CPU during them (`bench/fidelity_suite.measure_rounds`), or nothing."""
+    if not set_aside:
+        return ""
+    runs = ", ".join(f"{r['name']} ({r['steal']:.1%} stolen)" for r in set_aside)
+    return f"; {len(set_aside)} run(s) set aside for steal time and run again: {runs}"
 
 
 def print_tables(result: dict[str, Any]) -> None:

@@ -44,6 +44,28 @@ def mem_available_bytes() -> int | None:
     return None
 
 
+def stolen_cpu_s(stat: Path = Path("/proc/stat")) -> float | None:
+    """CPU seconds the hypervisor has run other guests on this virtual machine's CPUs since
+    boot, summed over the CPUs: the ``steal`` column (the eighth) of the ``cpu`` line of
+    ``/proc/stat``, in ``USER_HZ`` ticks (proc(5)). None where the kernel does not report
+    it (not Linux, or a kernel before 2.6.11)."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_fraction(stolen_s: float, wall_s: float, cpus: int) -> float:
+    """Share of the machine's CPU time the hypervisor took over ``wall_s`` seconds in which
+    ``stolen_s`` CPU seconds were stolen from its ``cpus`` CPUs (0 with no wall time)."""
+    if wall_s <= 0.0 or cpus < 1:
+        return 0.0
+    return stolen_s / (wall_s * cpus)
+
+
 def exit_now(code: int) -> None:
     """End a spawned rank without interpreter teardown. After a failure, atexit hooks and
     gloo threads can block on dead peers. After success everything is already written and

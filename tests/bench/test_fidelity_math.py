@@ -4,7 +4,6 @@ suite of `bench/fidelity.py` (loaded by path: bench/ is not a package)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import io
 import sys
 from pathlib import Path
@@ -34,8 +33,6 @@ from specs.plan import ParallelPlan
 from specs.rules import check_plan
 from tests.costmodel.native_fixture import cpu_profile
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 def row(name: str, measured: float, predicted: float | None, group: str = "g") -> FidelityRow:
     return FidelityRow(
@@ -49,33 +46,6 @@ def row(name: str, measured: float, predicted: float | None, group: str = "g") -
         measured_memory_gib=1.0,
         predicted_memory_gib=None if predicted is None else 1.0 + (predicted - measured),
     )
-
-
-def _bench_modules() -> tuple[ModuleType, ...]:
-    """bench/fidelity.py and its sibling files, imported as the interpreter running the
-    script imports them (bench/ first on the path)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        return tuple(
-            importlib.import_module(name)
-            for name in ("fidelity_suite", "fidelity_profiles", "fidelity_calibration", "fidelity")
-        )
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-@pytest.fixture(scope="module")
-def suite() -> ModuleType:
-    return _bench_modules()[0]
-
-
-@pytest.fixture(scope="module")
-def bench() -> SimpleNamespace:
-    """Every name of the four files (the script's own last)."""
-    names: dict[str, object] = {}
-    for module in _bench_modules():
-        names |= vars(module)
-    return SimpleNamespace(**names)
 
 
 # ---- errors and percentiles ------------------------------------------------------------

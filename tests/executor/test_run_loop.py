@@ -22,6 +22,7 @@ from specs import serde
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.host import stolen_cpu_s
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -115,6 +116,10 @@ def test_run_folder_holds_the_metrics_contract(fsdp_runs: dict) -> None:
     # the host probe after each timed step (not the profiled ones), a fraction of a step
     assert len(m["host_probe_s"]) == 2 and all(0 < p < 0.1 for p in m["host_probe_s"])
     assert m["host_probe_p50_s"] == pytest.approx(sum(m["host_probe_s"]) / 2)
+    # the machine's steal time per measured step (Linux reports it), a share of its CPU time
+    if stolen_cpu_s() is not None:
+        assert len(m["host_steal"]) == 4 and all(0.0 <= f <= 1.0 for f in m["host_steal"])
+        assert 0.0 <= m["host_steal_timed"] <= max(m["host_steal"][:2])
     unprobed = json.loads((fsdp_runs["root"] / "b" / "metrics.json").read_text())
     assert "host_probe_s" not in unprobed
     assert serde.load(PlanBundle, out / "plan.json") == bundle(dp=2, distributed_optimizer=True)
