@@ -30,6 +30,7 @@ from fidelity_suite import (
     planner_choice,
     predict,
     profile_for,
+    quiet_indices,
     run_folder,
     section,
     typical,
@@ -59,8 +60,8 @@ def calibrate_profile(
     """Fit ``WORK/profile-calibrated.json`` (``-w<world>`` for another world size) with
     `paraplan calibrate` on the runs of the calibration cases of ``world`` ranks
     (`calibration_cases`; ``runs``: measured in the suite's rounds, `run_bench`): with an
-    ``elasticity``, every run of each, brought to the runs' mean host speed
-    (``--host-speed``); without one, the middle run of each (`typical`)."""
+    ``elasticity``, every quiet run of each (`quiet_indices`), brought to the runs' mean
+    host speed (``--host-speed``); without one, the middle run of each (`typical`)."""
     try:
         command = importlib.import_module("paraplan.commands.calibrate")
     except ModuleNotFoundError as exc:
@@ -76,7 +77,7 @@ def calibrate_profile(
     folders = []
     for case in cases:
         done = runs[case.name]
-        chosen = range(len(done)) if elasticity is not None else [typical_index(done)]
+        chosen = quiet_indices(done) if elasticity is not None else [typical_index(done)]
         for index in chosen:
             out = run_folder(settings, case, index)
             predict(bundle_of(case, str(profile_path), settings.precision), base, out)
@@ -177,6 +178,11 @@ def calibrated_section(
     return result | {"host_speed": speed}
 
 
+def quiet_runs(runs: list[Run]) -> list[Run]:
+    """The runs of `fidelity_suite.quiet_indices`."""
+    return [runs[i] for i in quiet_indices(runs)]
+
+
 def _calibrated_name(world: int) -> str:
     """The file `calibrate_profile` writes for ``world`` ranks."""
     return f"profile-calibrated{'' if world == REFERENCE_WORLD else f'-w{world}'}.json"
@@ -186,7 +192,7 @@ def calibration_elasticity(measured: dict[str, list[Run]]) -> tuple[float | None
     """(`reports.host_speed.host_elasticity` of the 2-rank calibration runs, "") or (None,
     why)."""
     cases = calibration_cases(REFERENCE_WORLD)
-    pairs = {c.name: [(r.seconds, r.probe_s) for r in measured[c.name]] for c in cases}
+    pairs = {c.name: [(r.seconds, r.probe_s) for r in quiet_runs(measured[c.name])] for c in cases}
     if any(p is None for runs in pairs.values() for _, p in runs):
         return None, "a calibration run without a host probe"
     try:
@@ -229,10 +235,10 @@ def host_speed_section(
 
 
 def calibration_probe_s(runs: dict[str, list[Run]], world: int = REFERENCE_WORLD) -> float | None:
-    """Geometric mean of the host probes of every calibration run of ``world`` ranks (what
+    """Geometric mean of the host probes of every quiet calibration run of ``world`` ranks (what
     `paraplan calibrate --host-speed` brings them to): the host speed that world size's
     calibrated profile describes. None without such runs or when one lacks the probe."""
-    probes = [r.probe_s for c in calibration_cases(world) for r in runs.get(c.name, [])]
+    probes = [r.probe_s for c in calibration_cases(world) for r in quiet_runs(runs.get(c.name, []))]
     if not probes or any(p is None or p <= 0 for p in probes):
         return None
     return statistics.geometric_mean(probes)  # type: ignore[arg-type]

@@ -56,7 +56,8 @@ STEAL_LIMIT = 0.005
 (metrics ``host_steal_timed``) before the run is set aside and the plan runs again
 (`measure_rounds`). On the 2-core VM a stolen slice stops one rank while its peer waits in
 a collective, so a little steal costs a collective-bound plan much more: tp2's runs took
-0.59-0.78 s with 0.0-0.1% stolen, 0.81-0.89 s with 0.3-0.5%, 1.02 s with 4.7%."""
+0.59-0.78 s with 0.0-0.1% stolen, 0.81-0.89 s with 0.3-0.5%, 1.02 s with 4.7%, 1.28 s with
+21%."""
 MAX_SET_ASIDE = 2
 """Runs of one plan set aside for steal; a further stolen run counts as measured."""
 SMALL_BUCKET = 100_000
@@ -273,19 +274,30 @@ def run_folder(settings: Settings, case: Case, repeat: int) -> Path:
 
 
 def typical(runs: list[Run], elasticity: float | None = None) -> Run:
-    """The middle run by its median step (`reports.fidelity.median_run`): the plan at the
-    host's usual speed, neither in a fast nor in a slow spell. With an ``elasticity``
-    (`reports.host_speed.host_elasticity`), the middle one at one host speed instead
-    (`reports.host_speed.host_typical`; every run must have probed)."""
+    """The middle run by its median step (`reports.fidelity.median_run`) of the plan's quiet
+    runs (`quiet_indices`): the plan at the host's usual speed, neither in a fast nor in a
+    slow spell. With an ``elasticity`` (`reports.host_speed.host_elasticity`), the middle
+    one at one host speed instead (`reports.host_speed.host_typical`; every run must have
+    probed)."""
     return runs[typical_index(runs, elasticity)]
 
 
 def typical_index(runs: list[Run], elasticity: float | None = None) -> int:
     """Index of `typical`'s run in ``runs`` (its run folder, `run_folder`)."""
+    quiet = quiet_indices(runs)
+    seconds = [runs[i].seconds for i in quiet]
     if elasticity is None:
-        return median_run([r.seconds for r in runs])
-    probes = [r.probe_s if r.probe_s is not None else 0.0 for r in runs]
-    return host_typical([r.seconds for r in runs], probes, elasticity)
+        return quiet[median_run(seconds)]
+    probes = [runs[i].probe_s or 0.0 for i in quiet]
+    return quiet[host_typical(seconds, probes, elasticity)]
+
+
+def quiet_indices(runs: list[Run]) -> list[int]:
+    """Indices of the runs the hypervisor left alone (not `Run.disturbed`), or of every run
+    when it disturbed them all: a run kept once its plan's `MAX_SET_ASIDE` was spent counts
+    only where the plan has no quiet one."""
+    quiet = [i for i, r in enumerate(runs) if not r.disturbed]
+    return quiet or list(range(len(runs)))
 
 
 def measure_rounds(
@@ -365,7 +377,8 @@ class _Rounds:
         self.runs[name].append(run)
         if len(self.runs[name]) > 1:
             drop_traces(folder)
-        self.log.print(f"  {where}: measured {took}")
+        stolen = f", {run.steal:.2%} of the CPU stolen" if run.disturbed else ""
+        self.log.print(f"  {where}: measured {took}{stolen}")
 
 
 def set_run_aside(folder: Path, k: int) -> Path:

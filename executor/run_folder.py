@@ -50,6 +50,9 @@ class RunSummary:
     """Peak allocator memory per rank."""
     next_step: int
     """The step a resumed run would train next."""
+    steal: float | None = None
+    """Share of the machine's CPU time the hypervisor took during the timed steps
+    (`steal_metrics`); None where the kernel does not report steal."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +129,7 @@ def write_run(
         mfu=stats.mfu,
         peak_memory_gib=tuple(peak_gib),
         next_step=next_step,
+        steal=metrics.get("host_steal_timed"),
     )
 
 

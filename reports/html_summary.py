@@ -84,6 +84,9 @@ def summary_rows(
                 rel(probe_reference_s, float(probe_m)) if probe_reference_s else None,
             )
         )
+    steal_m = _measured(metrics, "host_steal_timed")
+    if steal_m is not None:
+        rows.append(("CPU stolen by the hypervisor", "0%", f"{steal_m:.2%}", None))
     return rows
 
 
@@ -124,6 +127,13 @@ def summary_section(
         if metrics and metrics.get("host_probe_p50_s") is not None
         else ""
     )
+    if metrics and metrics.get("host_steal_timed") is not None:
+        probe_note += (
+            '<p class="note">CPU stolen: the share of the machine\'s CPU time the hypervisor '
+            "gave other guests during the timed steps (<code>/proc/stat</code> steal). The "
+            "prediction assumes none; a collective-bound step slows by much more than the "
+            "share, as a stolen slice stops one rank while its peers wait for it.</p>"
+        )
     return (
         '<section id="summary" class="card summary"><h2>Summary</h2>'
         + facts(bundle, microbatches)

@@ -170,4 +170,6 @@ def _print_summary(s: RunSummary) -> None:
     print(f"iteration time p50: {s.iteration_time_p50_s * 1e3:.1f} ms")
     print(f"throughput: {s.tokens_per_s:,.0f} tokens/s, MFU {mfu}")
     print(f"peak memory per rank: {', '.join(f'{g:.3f}' for g in s.peak_memory_gib)} GiB")
+    if s.steal is not None:
+        print(f"CPU stolen by the hypervisor during the timed steps: {s.steal:.2%}")
     print(f"next step (for --resume): {s.next_step}")

@@ -77,6 +77,7 @@ import torch.distributed as dist
 from profiles.profiler.comm import collective_call, message_elements
 from profiles.profiler.compute import Runner
 from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
+from specs.host import stolen_cpu_s
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -216,15 +217,16 @@ def time_p2p_post(run: Runner) -> OverheadTiming:
 
 
 def time_sync_wait(run: Runner) -> OverheadTiming:
-    """``sync_wait``: the mean excess of a collective reached after host work (module doc)."""
+    """``sync_wait``: the mean excess of a collective reached after host work (module doc).
+    A sample during which the hypervisor took the machine's CPU is left out
+    (`unstolen_samples`)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     call = collective_call(
         "all_to_all", SYNC_MESSAGE_BYTES, dist.group.WORLD, tuple(range(world)), rank, run.device
     )
     a, b = run.randn(32, P2P_WORK_WIDTH), run.randn(P2P_WORK_WIDTH, P2P_WORK_WIDTH)
-    calls: list[float] = []
-    dist.barrier()
-    for _ in range(run.budget.warmup_calls + SYNC_CALLS):
+
+    def timed_call() -> float:
         for _ in range(SYNC_WORK_GEMMS):
             torch.tanh(a @ b)
         if run.cuda:  # the work done, as a rank's host reaches the call
@@ -233,15 +235,31 @@ def time_sync_wait(run: Runner) -> OverheadTiming:
         call()
         if run.cuda:
             torch.cuda.synchronize()
-        calls.append(run.clock() - start)
-    calls = calls[run.budget.warmup_calls :]
-    fastest, step = min(calls), SYNC_CALLS_PER_SAMPLE
+        return run.clock() - start
+
+    dist.barrier()
+    for _ in range(run.budget.warmup_calls):
+        timed_call()
+    samples = []
+    for _ in range(SYNC_CALLS // SYNC_CALLS_PER_SAMPLE):
+        before = stolen_cpu_s()
+        calls = [timed_call() for _ in range(SYNC_CALLS_PER_SAMPLE)]
+        after = stolen_cpu_s()
+        samples.append((calls, before is not None and after is not None and after > before))
+    fastest = min(t for calls, _ in samples for t in calls)
     return OverheadTiming(
         op="sync_wait",
-        times_s=tuple(
-            sum(calls[i : i + step]) / step - fastest for i in range(0, len(calls), step)
-        ),
+        times_s=tuple(sum(calls) / len(calls) - fastest for calls in unstolen_samples(samples)),
     )
+
+
+def unstolen_samples(samples: list[tuple[list[float], bool]]) -> list[list[float]]:
+    """The call times of the (calls, stolen) samples during which the hypervisor took none
+    of the machine's CPU (`specs.host.stolen_cpu_s`), or of all when it took some in each:
+    a stolen slice stops one rank while its peer waits in the call, a wait no training step
+    on an undisturbed host pays (the fidelity bench sets runs with steal aside likewise)."""
+    quiet = [calls for calls, stolen in samples if not stolen]
+    return quiet or [calls for calls, _ in samples]
 
 
 def _distributed() -> bool:

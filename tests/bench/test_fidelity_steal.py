@@ -92,3 +92,34 @@ def test_the_tables_name_the_runs_set_aside() -> None:
         "Machine: vm; load average 1.0 at the start, 2.0 at the end; 1 run(s) set aside for "
         "steal time and run again: tp2 (4.7% stolen)"
     )
+
+
+def test_the_middle_run_is_taken_among_the_quiet_runs(bench: SimpleNamespace) -> None:
+    stolen = 2 * bench.STEAL_LIMIT
+    runs = [
+        bench.Run(0.30, 0.01, 2e-3, stolen),  # kept once the plan's set-aside budget was spent
+        bench.Run(0.10, 0.01, 1e-3, 0.0),
+        bench.Run(0.12, 0.01, 1e-3, None),
+        bench.Run(0.11, 0.01, 1e-3, 0.001),
+        bench.Run(0.50, 0.01, 4e-3, stolen),
+    ]
+    assert bench.quiet_indices(runs) == [1, 2, 3]
+    # of all five the middle would be 0.12 s; of the quiet three it is 0.11 s
+    assert bench.typical_index(runs) == 3
+    assert bench.typical(runs, elasticity=1.0).seconds == 0.11
+    all_stolen = [bench.Run(t, 0.01, 1e-3, stolen) for t in (0.3, 0.1, 0.2)]
+    assert bench.quiet_indices(all_stolen) == [0, 1, 2]
+    assert bench.typical(all_stolen).seconds == 0.2
+
+
+def test_calibration_reads_only_the_quiet_calibration_runs(bench: SimpleNamespace) -> None:
+    stolen = 2 * bench.STEAL_LIMIT
+    names = [c.name for c in bench.calibration_cases(bench.REFERENCE_WORLD)]
+    runs = {name: [bench.Run(0.1, 0.01, 1e-3, 0.0)] for name in names}
+    runs[names[0]].append(bench.Run(0.3, 0.01, 9e-3, stolen))
+    assert bench.calibration_probe_s(runs) == pytest.approx(1e-3)
+    runs[names[1]] += [bench.Run(0.2, 0.01, 2e-3, 0.0), bench.Run(0.9, 0.01, 5e-3, stolen)]
+    runs[names[2]].append(bench.Run(0.2, 0.01, 2e-3, None))
+    elasticity, why = bench.calibration_elasticity(runs)
+    # within names[1] and names[2] the quiet runs double both time and probe: slope 1
+    assert why == "" and elasticity == pytest.approx(1.0)

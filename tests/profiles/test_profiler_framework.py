@@ -18,6 +18,7 @@ from profiles.profiler.collective_forms import (
     SYNC_CALLS_PER_SAMPLE,
     time_collective_forms,
     time_sync_moment,
+    unstolen_samples,
 )
 from profiles.profiler.compute import Runner
 from profiles.profiler.dtensor_norm import (
@@ -192,7 +193,8 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
     for found in results:
         # the skew timed alone, as at the profile's other moments: the same samples
         op, samples = found.pop("moment")
-        assert op == "sync_wait" and len(samples) == SYNC_CALLS // SYNC_CALLS_PER_SAMPLE
+        # (a sample the hypervisor stole CPU time in is left out: `unstolen_samples`)
+        assert op == "sync_wait" and 1 <= len(samples) <= SYNC_CALLS // SYNC_CALLS_PER_SAMPLE
         assert all(0 <= t < 0.1 for t in samples)
         assert set(found) == {
             "functional_all_reduce",
@@ -209,7 +211,7 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
         posts = found.pop("p2p_post")
         waits = found.pop("sync_wait")
         # a sample per block of calls, each the block's mean less the fastest call: >= 0
-        assert len(waits) == SYNC_CALLS // SYNC_CALLS_PER_SAMPLE
+        assert 1 <= len(waits) <= SYNC_CALLS // SYNC_CALLS_PER_SAMPLE
         assert all(0 <= t < 0.1 for t in waits)
         # one sample per block of adjacent pairs
         assert all(len(samples) == PAIRED_CALLS // PAIRS_PER_SAMPLE for samples in found.values())
@@ -220,6 +222,13 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
         # Whether a redistribution's mean lies above its functional call's is left to the
         # host: back to back on the 2-core VM the all_reduce figure ranged -0.02 to 0.24 ms
         # over six measurements, so only its form is checked here.
+
+
+def test_sync_wait_leaves_out_the_samples_the_hypervisor_stole_in():
+    samples = [([1.0, 2.0], False), ([9.0, 9.0], True), ([3.0], False)]
+    assert unstolen_samples(samples) == [[1.0, 2.0], [3.0]]
+    # stolen in every sample: all of them, the only figures there are
+    assert unstolen_samples([([4.0], True), ([5.0], True)]) == [[4.0], [5.0]]
 
 
 def test_the_host_probe_is_timed_as_wall_time():

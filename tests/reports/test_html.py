@@ -248,6 +248,17 @@ def test_host_probe_row_compares_the_run_with_the_profile(sample_run: Any) -> No
     assert "host probe" not in full_page(r)  # the run did not probe: no row, no note
 
 
+def test_steal_row_shows_the_cpu_share_the_hypervisor_took(sample_run: Any) -> None:
+    r = sample_run
+    metrics = {**r.metrics, "host_steal_timed": 0.047}
+    page = render_report(r.bundle, r.estimate, r.predicted, r.measured, metrics)
+    assert parse(page).errors == []
+    row = re.search(r"<tr><td>CPU stolen by the hypervisor</td>(.*?)</tr>", page)
+    assert row is not None and "<td>0%</td><td>4.70%</td>" in row.group(1)
+    assert "a stolen slice stops one rank" in page
+    assert "CPU stolen" not in full_page(r)  # no steal figure recorded: no row, no note
+
+
 def test_a_run_without_mfu_still_reports(sample_run: Any) -> None:
     # a run on a host without a device peak records "mfu": null (the fidelity bench's runs)
     r = sample_run
