@@ -65,21 +65,18 @@ from typing import Any
 
 import torch
 from fidelity_calibration import calibrated_section
+from fidelity_pick import add_pick, pick_details, planner_choice, section
 from fidelity_profiles import ProfileDraws, measured_profiles
 from fidelity_suite import (
     CALIBRATION_CASES,
     PICK_CASE,
     Case,
     Settings,
-    add_pick,
     case_row,
     coverage_suite,
     measure_rounds,
-    pick_details,
-    planner_choice,
     run_case,
     run_suite,
-    section,
     timing_suite,
 )
 from rich.console import Console

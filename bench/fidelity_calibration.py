@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fidelity_pick import add_pick, pick_details, planner_choice, section
 from fidelity_suite import (
     PICK_CASE,
     REFERENCE_WORLD,
@@ -23,16 +24,12 @@ from fidelity_suite import (
     Profiles,
     Run,
     Settings,
-    add_pick,
     bundle_of,
     calibration_cases,
-    pick_details,
-    planner_choice,
     predict,
     profile_for,
     quiet_indices,
     run_folder,
-    section,
     typical,
     typical_index,
 )

@@ -1,7 +1,7 @@
 """The fidelity benchmark's plans and runs (`bench/fidelity.py`): the timing, coverage and
 calibration suites, one run of a plan (execute, read its metrics), the rounds that run every
-plan its repeats, a plan's row (its middle run against the cost model's prediction), and
-the planner's pick.
+plan its repeats, and a plan's row (its middle run against the cost model's prediction);
+the planner's pick is in `fidelity_pick`.
 
 bench/ is not a package: `bench/fidelity.py` imports this file as a sibling script does.
 """
@@ -23,16 +23,12 @@ from rich.markup import escape
 from costmodel.estimate import estimate_to_json, simulate_plan
 from executor.launch import LaunchError
 from executor.run import RunConfig, execute
-from planner.search import search_plans
 from profiles.host_probe import host_probe
 from profiles.schema import HardwareProfile
 from reports.fidelity import (
     FidelityRow,
     median_run,
     repeat_spread,
-    row_to_json,
-    summarize,
-    summary_to_json,
 )
 from reports.host_speed import host_typical
 from specs import serde
@@ -471,59 +467,3 @@ def run_suite(
     return [
         case_row(case, profiles, settings, runs[case.name]) for case in cases if case.name in runs
     ]
-
-
-def planner_choice(
-    case: Case, profile: HardwareProfile, hardware: str, precision: str
-) -> tuple[ParallelPlan | None, str]:
-    """`search_plans`' best plan for the problem (model, world, job) of ``case``, or None
-    and the reason."""
-    b = bundle_of(case, hardware, precision)
-    try:
-        result = search_plans(b.model, b.cluster, b.job, profile, top_k=5)
-    except SpecError as exc:
-        return None, f"search_plans failed: {exc}"
-    if result.best is None:
-        return None, "search_plans found no plan that fits"
-    return result.best.plan, ""
-
-
-def add_pick(
-    plan: ParallelPlan,
-    name: str,
-    cases: list[Case],
-    rows: list[FidelityRow],
-    run: Callable[[Case], FidelityRow],
-) -> str:
-    """The row name of ``plan`` in the group of `PICK_CASE`: a measured suite plan, or a new
-    case ``name`` that ``run(case)`` executes and appends to ``cases`` and ``rows``."""
-    main = next(c for c in cases if c.name == PICK_CASE)
-    done = {r.name for r in rows}
-    for case in cases:
-        if case.group == main.group and case.plan == plan and case.name in done:
-            return case.name
-    pick = Case(name=name, model=main.model, plan=plan, covers=("planner-pick",))
-    cases.append(pick)
-    rows.append(run(pick))
-    return name
-
-
-def pick_details(rows: list[FidelityRow], name: str | None, why: str) -> dict[str, Any]:
-    """The pick, the fastest measured plan of its group, and the reason when there is none."""
-    if name is None:
-        return {"row": None, "error": why}
-    chosen = next(r for r in rows if r.name == name)
-    best = min((r for r in rows if r.group == chosen.group), key=lambda r: r.measured_time_s)
-    return {
-        "row": name,
-        "plan": chosen.plan,
-        "group": chosen.group,
-        "measured_s": chosen.measured_time_s,
-        "best_measured": best.name,
-        "best_measured_s": best.measured_time_s,
-    }
-
-
-def section(rows: list[FidelityRow], pick: str | None = None) -> dict[str, Any]:
-    """Summary keys and rows of one section of the result (`reports.fidelity`)."""
-    return {**summary_to_json(summarize(rows, pick)), "rows": [row_to_json(r) for r in rows]}

@@ -19,7 +19,13 @@ def _bench_modules() -> tuple[ModuleType, ...]:
     try:
         return tuple(
             importlib.import_module(name)
-            for name in ("fidelity_suite", "fidelity_profiles", "fidelity_calibration", "fidelity")
+            for name in (
+                "fidelity_suite",
+                "fidelity_pick",
+                "fidelity_profiles",
+                "fidelity_calibration",
+                "fidelity",
+            )
         )
     finally:
         sys.path.remove(str(BENCH))
