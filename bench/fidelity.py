@@ -174,9 +174,14 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
         + ":"
     )
     measured = measure_rounds(
-        (*cases, *calibration), draws.paths(), settings, log, failures, draws.before_round,
-        set_aside,
-    )  # fmt: skip
+        (*cases, *calibration),
+        draws.paths(),
+        settings,
+        log,
+        failures,
+        draws.before_round,
+        set_aside=set_aside,
+    )
     profiles = draws.merged()
     hardware, profile = profiles[2]
     rows = [case_row(c, profiles, settings, measured[c.name]) for c in cases if c.name in measured]

@@ -29,6 +29,7 @@ from fidelity_suite import (
     predict,
     profile_for,
     quiet_indices,
+    quiet_runs,
     run_folder,
     typical,
     typical_index,
@@ -173,11 +174,6 @@ def calibrated_section(
         f"{speed['reference_probe_s'][str(REFERENCE_WORLD)] * 1e3:.3f} ms"
     )
     return result | {"host_speed": speed}
-
-
-def quiet_runs(runs: list[Run]) -> list[Run]:
-    """The runs of `fidelity_suite.quiet_indices`."""
-    return [runs[i] for i in quiet_indices(runs)]
 
 
 def _calibrated_name(world: int) -> str:

@@ -296,6 +296,11 @@ def quiet_indices(runs: list[Run]) -> list[int]:
     return quiet or list(range(len(runs)))
 
 
+def quiet_runs(runs: list[Run]) -> list[Run]:
+    """The runs of `quiet_indices`."""
+    return [runs[i] for i in quiet_indices(runs)]
+
+
 def measure_rounds(
     cases: tuple[Case, ...],
     paths: Mapping[int, str],
