@@ -70,13 +70,13 @@ them, each with a documented fallback for profiles that predate a measurement:
   (TP, SP, CP, MoE tokens) go through ``torch.distributed._functional_collectives``, whose
   call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
   104 KiB, back to back: medians 0.7-1.2 ms against 0.2-0.5 ms). ``functional_extra`` is,
-  per op, the mean of the spread ``op_overhead.functional_<op>`` (each sample the median
+  per op, the median of the spread ``op_overhead.functional_<op>`` (each sample the median
   difference of a few adjacent functional and plain calls, over every rank at once in wall
   time, `profiles.profiler.collective_forms`), 0 when not positive;
   a collective's time, it is read as measured, like the fits and the excess, not relative
   to the dispatch. Fallback: none (0).
 - the autograd all-to-all (the executor's MoE token exchange, forward and backward):
-  ``autograd_exchange_s`` is the mean of the spread ``op_overhead.autograd_all_to_all``
+  ``autograd_exchange_s`` is the median of the spread ``op_overhead.autograd_all_to_all``
   (each sample the median difference of adjacent exchanges, a forward call and the
   backward through it, and two plain calls, `profiles.profiler.collective_forms`), 0 when
   not positive, read as measured like the functional extra. Fallback: twice the functional
@@ -103,7 +103,7 @@ them, each with a documented fallback for profiles that predate a measurement:
   None, the loop figures alone.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
-  `REDISTRIBUTION_COLLECTIVES`, the mean of the spread ``op_overhead.redistribute_<op>``
+  `REDISTRIBUTION_COLLECTIVES`, the median of the spread ``op_overhead.redistribute_<op>``
   (the median differences of adjacent redistributions and functional calls)
   less the DTensor operator and the ``to_local`` the layer counts already charge for it,
   0 when not positive. It is host work (DTensor's Python, layout copies), so it is read
@@ -121,7 +121,14 @@ dispatch measured in the same sweep (``op_overhead.add``) and multiplied by
 (a line through the ``memory.add.fp32.<bytes>B`` points) and multiplied by the profile's
 memory-bound bandwidth: the figures of one sweep share the host's speed, and a calibration
 that rescales ``op_overhead_s`` or ``memory_bandwidth_efficiency`` (`reports.calibrate`)
-rescales them all. The spreads keep the mean of the samples (their median is not stored).
+rescales them all. A spread is read by the mean of its samples, but for the paired
+differences (`PAIRED_QUANTITIES`: the functional, redistribution and autograd exchange
+extras) by their median, the mean where the profile predates it: the median of a few
+adjacent pairs leaves out a preemption inside its window, not a spell that outlasts it:
+on the 2-core development VM (seven probes, eight windows each) single windows of the
+functional all-reduce and reduce-scatter read -0.4 to -1.5 ms against 0.1-0.5 ms in most
+others (spells that slowed the plain call, no steal counted), each enough to move the mean
+of the eight by 0.1-0.2 ms a call.
 """
 
 from __future__ import annotations
@@ -162,6 +169,13 @@ profiler times against the plain call (`profiles.profiler.collective_forms`)."""
 REDISTRIBUTION_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 """Collectives the profiler times as DTensor redistributions against the functional call
 (`profiles.profiler.collective_forms`)."""
+PAIRED_QUANTITIES = (
+    "op_overhead.functional_",
+    "op_overhead.redistribute_",
+    "op_overhead.autograd_all_to_all",
+)
+"""Spreads of paired differences (`profiles.profiler.compute.Runner.paired`), read by their
+median (module doc)."""
 DTENSOR_ADAMW_OPS = 7
 """AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
 counter and its ``item``), for the fallback."""
@@ -298,7 +312,14 @@ class HostRates:
 
 
 def _spread_means(profile: HardwareProfile) -> dict[str, float]:
-    return {s.quantity: s.mean for s in profile.provenance.spread}
+    """Every spread's mean, the median for `PAIRED_QUANTITIES` where the profile has one
+    (module doc)."""
+    return {
+        s.quantity: s.median
+        if s.median is not None and s.quantity.startswith(PAIRED_QUANTITIES)
+        else s.mean
+        for s in profile.provenance.spread
+    }
 
 
 def _adamw_fit(profile: HardwareProfile, dispatch_s: float) -> tuple[float, float]:

@@ -15,7 +15,8 @@ equal neighbours, is read by every profile at the union of their points with
 `profiles.lookup.curve_efficiency`: the median of non-decreasing curves is one), and any
 other value (names, kinds, units, dtypes) must agree, apart from
 the provenance, which names the merged profiles. Medians keep each spread's
-``min <= mean <= max``: the order statistics of per-profile bounds bound those of the means.
+``min <= mean <= max`` (and its median between the bounds): the order statistics of
+per-profile bounds bound those of the means.
 """
 
 from __future__ import annotations

@@ -389,6 +389,8 @@ class MeasurementSpread:
     """Smallest sample."""
     max: float
     """Largest sample."""
+    median: float | None = None
+    """Median of the samples (None in profiles written before it was recorded)."""
 
     def __post_init__(self) -> None:
         require_positive(self, "num_samples")
@@ -396,6 +398,11 @@ class MeasurementSpread:
             raise SpecError(
                 f"MeasurementSpread {self.quantity!r}: need stdev >= 0 and min <= mean <= max, "
                 f"got stdev={self.stdev}, min={self.min}, mean={self.mean}, max={self.max}"
+            )
+        if self.median is not None and not self.min <= self.median <= self.max:
+            raise SpecError(
+                f"MeasurementSpread {self.quantity!r}: need min <= median <= max, got "
+                f"min={self.min}, median={self.median}, max={self.max}"
             )
 
 

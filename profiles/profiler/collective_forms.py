@@ -76,8 +76,7 @@ import torch.distributed as dist
 
 from profiles.profiler.comm import collective_call, message_elements
 from profiles.profiler.compute import Runner
-from profiles.profiler.timing import WALL_CLOCK, OverheadTiming
-from specs.host import stolen_cpu_s
+from profiles.profiler.timing import WALL_CLOCK, OverheadTiming, steal_watched, unstolen
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -219,7 +218,7 @@ def time_p2p_post(run: Runner) -> OverheadTiming:
 def time_sync_wait(run: Runner) -> OverheadTiming:
     """``sync_wait``: the mean excess of a collective reached after host work (module doc).
     A sample during which the hypervisor took the machine's CPU is left out
-    (`unstolen_samples`)."""
+    (`timing.unstolen`)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     call = collective_call(
         "all_to_all", SYNC_MESSAGE_BYTES, dist.group.WORLD, tuple(range(world)), rank, run.device
@@ -240,26 +239,16 @@ def time_sync_wait(run: Runner) -> OverheadTiming:
     dist.barrier()
     for _ in range(run.budget.warmup_calls):
         timed_call()
-    samples = []
-    for _ in range(SYNC_CALLS // SYNC_CALLS_PER_SAMPLE):
-        before = stolen_cpu_s()
-        calls = [timed_call() for _ in range(SYNC_CALLS_PER_SAMPLE)]
-        after = stolen_cpu_s()
-        samples.append((calls, before is not None and after is not None and after > before))
-    fastest = min(t for calls, _ in samples for t in calls)
-    return OverheadTiming(
-        op="sync_wait",
-        times_s=tuple(sum(calls) / len(calls) - fastest for calls in unstolen_samples(samples)),
+    samples = unstolen(
+        [
+            steal_watched(lambda: [timed_call() for _ in range(SYNC_CALLS_PER_SAMPLE)], run.steal)
+            for _ in range(SYNC_CALLS // SYNC_CALLS_PER_SAMPLE)
+        ]
     )
-
-
-def unstolen_samples(samples: list[tuple[list[float], bool]]) -> list[list[float]]:
-    """The call times of the (calls, stolen) samples during which the hypervisor took none
-    of the machine's CPU (`specs.host.stolen_cpu_s`), or of all when it took some in each:
-    a stolen slice stops one rank while its peer waits in the call, a wait no training step
-    on an undisturbed host pays (the fidelity bench sets runs with steal aside likewise)."""
-    quiet = [calls for calls, stolen in samples if not stolen]
-    return quiet or [calls for calls, _ in samples]
+    fastest = min(t for calls in samples for t in calls)
+    return OverheadTiming(
+        op="sync_wait", times_s=tuple(sum(calls) / len(calls) - fastest for calls in samples)
+    )
 
 
 def _distributed() -> bool:

@@ -40,9 +40,13 @@ from profiles.profiler.timing import (
     GemmTiming,
     MemoryTiming,
     OverheadTiming,
+    StealReader,
     measure,
+    steal_watched,
     time_calls,
+    unstolen,
 )
+from specs.host import stolen_cpu_s
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 """Profile dtype keys and the torch dtypes they are measured with."""
@@ -97,6 +101,8 @@ class Runner:
     """Settles estimates across the ranks (max)."""
     clock: Clock = WALL_CLOCK
     """Wall or thread CPU time (`timing.clock_for`)."""
+    steal: StealReader = stolen_cpu_s
+    """The machine's CPU seconds taken by the hypervisor so far (`timing.steal_watched`)."""
 
     @property
     def cuda(self) -> bool:
@@ -121,20 +127,32 @@ class Runner:
         a rank that arrives late waits in it, not in the timed call); each sample is the
         median difference of ``per_sample`` consecutive pairs. A pair sees one state of a
         shared host, and the median leaves out the preemptions that hit either call, so the
-        difference holds where means of separate runs of each form do not."""
+        difference holds where means of separate runs of each form do not. A sample during
+        which the hypervisor took the machine's CPU is left out (`timing.unstolen`), as the
+        fidelity bench sets stolen runs aside. A spell of the host that outlasts a sample
+        still moves it (on the 2-core development VM single windows of the functional
+        all-reduce and reduce-scatter read -0.4 to -1.5 ms against 0.1-0.5 ms in most
+        others, with no steal counted), so the cost model reads these samples by their median
+        (`costmodel.host_rates.PAIRED_QUANTITIES`)."""
         for _ in range(self.budget.warmup_calls):
             base()
             form()
-        diffs = []
-        for _ in range(pairs):
+
+        def difference() -> float:
             sync()
             (base_s,) = time_calls(base, inner=1, repeats=1, cuda=self.cuda, clock=self.clock)
             sync()
             (form_s,) = time_calls(form, inner=1, repeats=1, cuda=self.cuda, clock=self.clock)
-            diffs.append(form_s - base_s)
-        return tuple(
-            statistics.median(diffs[i : i + per_sample]) for i in range(0, pairs, per_sample)
-        )
+            return form_s - base_s
+
+        def window(size: int) -> Callable[[], list[float]]:
+            return lambda: [difference() for _ in range(size)]
+
+        windows = [
+            steal_watched(window(min(per_sample, pairs - i)), self.steal)
+            for i in range(0, pairs, per_sample)
+        ]
+        return tuple(statistics.median(diffs) for diffs in unstolen(windows))
 
     def randn(self, *shape: int, dtype: str = "fp32", grad: bool = False) -> torch.Tensor:
         """A random tensor on the device."""

@@ -17,11 +17,15 @@ at each level of host work, and records per layer of the chain:
   which `costmodel.in_context.InContext` interpolates on.
 
 Each sample is the mean of `PAIRS_PER_SAMPLE` consecutive pairs (a step pays every wait,
-the long ones too).
+the long ones too), of the rounds during which the hypervisor took none of the machine's
+CPU (`profiles.profiler.timing.unstolen`; all rounds when it took some in each): a stolen
+slice stops one rank for milliseconds while its peer waits, which no step of an undisturbed
+host pays (the fidelity bench sets stolen runs aside likewise).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -29,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from profiles.profiler.compute import Runner
-from profiles.profiler.timing import OverheadTiming
+from profiles.profiler.timing import OverheadTiming, steal_watched, unstolen
 
 CHAIN_LAYERS = 4
 """Layers chained between two meetings of the ranks (their drift grows over the chain)."""
@@ -104,8 +108,9 @@ def timed_passes(run: Runner, forward: Callable[[], torch.Tensor]) -> tuple[floa
 
 
 def _samples(values: list[float]) -> tuple[float, ...]:
+    """Means of `PAIRS_PER_SAMPLE` consecutive values (the last of what is left)."""
     step = PAIRS_PER_SAMPLE
-    return tuple(sum(values[i : i + step]) / step for i in range(0, len(values), step))
+    return tuple(statistics.fmean(values[i : i + step]) for i in range(0, len(values), step))
 
 
 def _meet() -> None:
@@ -119,19 +124,25 @@ def _level(
 ) -> dict[str, list[float]]:
     """Per-layer base passes and per-unit differences of each variant at one level
     (``extra<v>_<pass>``, v from 1), one entry per round; ``per``: (layers, units) of a
-    chain."""
+    chain. A round during which the hypervisor took the machine's CPU is left out
+    (`timing.unstolen`)."""
     layers, units = per
-    out: dict[str, list[float]] = {f"layer_{p}": [] for p in PASSES}
-    out.update({f"extra{v}_{p}": [] for v in range(1, variants + 1) for p in PASSES})
-    for i in range(run.budget.warmup_calls + PAIRS):
+
+    def one_round() -> tuple[tuple[float, float], list[tuple[float, float]]]:
         _meet()
         base = chain(work, 0)
         reals = []
         for v in range(1, variants + 1):
             _meet()
             reals.append(chain(work, v))
-        if i < run.budget.warmup_calls:
-            continue
+        return base, reals
+
+    for _ in range(run.budget.warmup_calls):
+        one_round()
+    rounds = unstolen([steal_watched(one_round, run.steal) for _ in range(PAIRS)])
+    out: dict[str, list[float]] = {f"layer_{p}": [] for p in PASSES}
+    out.update({f"extra{v}_{p}": [] for v in range(1, variants + 1) for p in PASSES})
+    for base, reals in rounds:
         for j, p in enumerate(PASSES):
             out[f"layer_{p}"].append(base[j] / layers)
             for v, real in enumerate(reals, start=1):

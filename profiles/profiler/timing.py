@@ -19,10 +19,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from profiles.schema import MeasurementSpread
+from specs.host import stolen_cpu_s
+
+T = TypeVar("T")
+StealReader = Callable[[], float | None]
+"""The machine's CPU seconds taken by the hypervisor so far (`specs.host.stolen_cpu_s`)."""
 
 Agree = Callable[[float], float]
 """Maps this rank's estimate (seconds) to the agreed one (the max over the ranks)."""
@@ -152,6 +158,27 @@ def measure(
     return time_calls(fn, inner=inner, repeats=repeats, cuda=cuda, clock=clock)
 
 
+def steal_watched(fn: Callable[[], T], read: StealReader = stolen_cpu_s) -> tuple[T, bool]:
+    """``fn()`` and whether the hypervisor took CPU time from the machine while it ran (by
+    ``read``: the steal column of ``/proc/stat``, `specs.host.stolen_cpu_s`; False where
+    the kernel does not report it). The column counts in ticks of the kernel's clock
+    (10 ms), so a window of tens of milliseconds reads either nothing or at least a tick."""
+    before = read()
+    out = fn()
+    after = read()
+    return out, before is not None and after is not None and after > before
+
+
+def unstolen(windows: Sequence[tuple[T, bool]]) -> list[T]:
+    """The values of the (value, stolen) windows during which the hypervisor took none of
+    the machine's CPU, or all of them when it took some in each: a stolen slice stops one
+    rank for milliseconds while its peer waits in a call or a timed pass runs on, a cost no
+    step of an undisturbed host pays (the fidelity bench sets stolen runs aside likewise),
+    and on the 2-core development VM steal comes in spells of seconds to minutes."""
+    quiet = [value for value, stolen in windows if not stolen]
+    return quiet or [value for value, _ in windows]
+
+
 def spread(quantity: str, times_s: tuple[float, ...]) -> MeasurementSpread:
     """The `MeasurementSpread` (seconds) of one record's samples."""
     mean = statistics.fmean(times_s)
@@ -164,6 +191,7 @@ def spread(quantity: str, times_s: tuple[float, ...]) -> MeasurementSpread:
         stdev=stdev,
         min=min(min(times_s), mean),
         max=max(max(times_s), mean),
+        median=statistics.median(times_s),
     )
 
 

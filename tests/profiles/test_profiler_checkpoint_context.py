@@ -57,7 +57,10 @@ def test_one_rank_times_both_variants_against_the_plain_chain_at_two_levels():
     assert set(found) == {
         f"{k}_{p}_w{level}" for k in kinds for p in in_context.PASSES for level in (0, 1)
     }
-    assert all(len(v) == in_context.PAIRS // in_context.PAIRS_PER_SAMPLE for v in found.values())
+    # (rounds the hypervisor stole CPU time in are left out, from every record alike)
+    assert all(
+        1 <= len(v) <= in_context.PAIRS // in_context.PAIRS_PER_SAMPLE for v in found.values()
+    )
     for p in in_context.PASSES:
         idle, worked = found[f"ckpt_layer_{p}_w0"], found[f"ckpt_layer_{p}_w1"]
         assert all(0 < t < 0.5 for t in idle + worked)

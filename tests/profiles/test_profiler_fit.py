@@ -36,7 +36,9 @@ from profiles.profiler.timing import (
     MemoryTiming,
     repeat_plan,
     spread,
+    steal_watched,
     typical_s,
+    unstolen,
 )
 from profiles.profiler.world import _failure_message, check_nproc, threads_per_rank
 from profiles.schema import (
@@ -337,7 +339,18 @@ def test_typical_figure_is_the_median_for_compute_and_the_fastest_for_collective
     lucky = (0.2, 3.1, 3.0, 3.3, 5.0, 3.2, 9.0, 3.4, 4.0, 6.0, 3.5)
     assert typical_s(dataclasses.replace(c, times_s=lucky)) == 3.1
     s = spread("q", times)
-    assert (s.num_samples, s.min, s.max, s.mean) == (5, 1.0, 9.0, 4.0)
+    assert (s.num_samples, s.min, s.max, s.mean, s.median) == (5, 1.0, 9.0, 4.0, 3.0)
+
+
+def test_a_window_is_stolen_when_the_steal_counter_moved_during_it() -> None:
+    readings = iter([1.0, 1.0, 1.0, 1.01, None, 2.0])
+    assert steal_watched(lambda: "quiet", readings.__next__) == ("quiet", False)
+    assert steal_watched(lambda: "stolen", readings.__next__) == ("stolen", True)
+    # no steal column (not a Linux guest): never stolen
+    assert steal_watched(lambda: "unknown", readings.__next__) == ("unknown", False)
+    assert unstolen([("a", False), ("b", True), ("c", False)]) == ["a", "c"]
+    # stolen in every window: all of them, the only figures there are
+    assert unstolen([("d", True), ("e", True)]) == ["d", "e"]
 
 
 def test_repeat_plan_loops_tiny_operators_and_caps_large_ones() -> None:

@@ -89,6 +89,28 @@ def test_spreads_pair_by_quantity_and_fits_by_their_keys() -> None:
     assert fit.latency_s == pytest.approx(2 * 450e-6)
 
 
+def _with_medians(profile: HardwareProfile, medians: bool = True) -> HardwareProfile:
+    """Every spread of ``profile`` with its median at its minimum (or none)."""
+    spreads = tuple(
+        dataclasses.replace(s, median=s.min if medians else None) for s in profile.provenance.spread
+    )
+    return dataclasses.replace(
+        profile, provenance=dataclasses.replace(profile.provenance, spread=spreads)
+    )
+
+
+def test_spread_medians_merge_as_the_median_of_the_draws() -> None:
+    draws = [_with_medians(_draw(k)) for k in (3.0, 1.0, 2.0)]
+    merged = median_profile(draws, command="x")
+    wait = next(s for s in merged.provenance.spread if s.quantity == "op_overhead.sync_wait")
+    assert wait.median == pytest.approx(0.8e-3)  # the middle draw's (2 x 0.4 ms)
+    assert wait.min <= wait.median <= wait.max
+    # a draw of an older paraplan, without medians, does not merge with newer ones
+    with pytest.raises(SpecError, match="median is a number in one profile only"):
+        median_profile([*draws[:2], _with_medians(_draw(2.0), False)], command="x")
+    assert median_profile([_draw(1.0), _draw(2.0)], command="x").provenance.spread[0].median is None
+
+
 def test_gemm_curves_with_other_points_merge_at_the_union() -> None:
     curves = (
         ((0.001, 0.2), (0.01, 0.4), (1.0, 0.8)),

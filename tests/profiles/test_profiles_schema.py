@@ -287,3 +287,24 @@ def test_spread_statistics_must_be_consistent() -> None:
         MeasurementSpread(
             quantity="q", unit="s", num_samples=3, mean=5.0, stdev=0.1, min=1.0, max=2.0
         )
+    with pytest.raises(SpecError, match="min <= median <= max"):
+        MeasurementSpread(
+            quantity="q", unit="s", num_samples=3, mean=1.5, stdev=0.1, min=1.0, max=2.0,
+            median=2.5,
+        )  # fmt: skip
+
+
+def test_a_spread_without_a_median_reads_as_none(tmp_path) -> None:
+    with_median = _cpu_profile()
+    spread = dataclasses.replace(with_median.provenance.spread[0], median=0.0108)
+    profile = dataclasses.replace(
+        with_median, provenance=dataclasses.replace(with_median.provenance, spread=(spread,))
+    )
+    path = save_profile(profile, tmp_path / "cpu.json")
+    assert load_profile(str(path)).provenance.spread[0].median == 0.0108
+    # a profile written before the median was recorded
+    text = path.read_text().replace('"median": 0.0108', '"median": null')
+    older = json.loads(text)
+    del older["provenance"]["spread"][0]["median"]
+    path.write_text(json.dumps(older))
+    assert load_profile(str(path)).provenance.spread[0].median is None
