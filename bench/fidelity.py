@@ -67,6 +67,7 @@ import torch
 from fidelity_calibration import calibrated_section
 from fidelity_pick import add_pick, pick_details, planner_choice, section
 from fidelity_profiles import ProfileDraws, measured_profiles
+from fidelity_rounds import measure_rounds, run_case, run_suite
 from fidelity_suite import (
     CALIBRATION_CASES,
     PICK_CASE,
@@ -74,9 +75,6 @@ from fidelity_suite import (
     Settings,
     case_row,
     coverage_suite,
-    measure_rounds,
-    run_case,
-    run_suite,
     timing_suite,
 )
 from rich.console import Console

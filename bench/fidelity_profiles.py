@@ -56,7 +56,7 @@ def measured(path: Path, world: int, log: Console) -> HardwareProfile:
 
 class ProfileDraws:
     """The draws of every world size: `before_round` takes those due before a round (the
-    hook of `fidelity_suite.measure_rounds`), `merged` the rest and returns the medians."""
+    hook of `fidelity_rounds.measure_rounds`), `merged` the rest and returns the medians."""
 
     def __init__(self, settings: Settings, worlds: tuple[int, ...], log: Console) -> None:
         self.settings, self.worlds, self.log = settings, worlds, log

@@ -21,6 +21,7 @@ def _bench_modules() -> tuple[ModuleType, ...]:
             importlib.import_module(name)
             for name in (
                 "fidelity_suite",
+                "fidelity_rounds",
                 "fidelity_pick",
                 "fidelity_profiles",
                 "fidelity_calibration",

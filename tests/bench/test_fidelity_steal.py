@@ -1,5 +1,5 @@
 """Runs of the fidelity benchmark during which the hypervisor took the machine's CPU: read
-from the run's metrics, set aside and run again (`bench/fidelity_suite.measure_rounds`),
+from the run's metrics, set aside and run again (`bench/fidelity_rounds.measure_rounds`),
 and named under the result's tables (`reports.fidelity_tables`)."""
 
 from __future__ import annotations
