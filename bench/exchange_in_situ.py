@@ -9,7 +9,14 @@ every rank before the engine is built):
   (and its reduce-scatter backward) becomes a concatenation of the rank's own shard;
 - ``moe-ep2`` (tiny-moe, dp 2, ep 2): the count exchange and the token exchanges of
   `executor.moe.MoE._dispatch_compute_combine` become copies of the rank's own counts and
-  rows.
+  rows;
+- ``moe-ep2-balanced``: the same, with the real plan's routed rows split evenly over the
+  experts (`even_counts`; the same rows, labelled to other experts), so that both ranks
+  compute the same number of rows, as the local copy does and the cost model assumes. The
+  tiny MoE model's untrained router is far from even (one rank's experts got 41-74% of a
+  layer's rows over four sequences), and its rank with fewer rows waits for its peer in
+  the combine; the difference of the two cases is that wait (on the 2-core development
+  VM, five pairs each on one profile: 164.1 ms a step uneven, 165.9 ms even: none to see).
 
 The exchange's in-situ cost is the median over rounds of (real - local) median steps, each
 pair run back to back so that both see one state of a shared host. The model's figure is the
@@ -90,11 +97,39 @@ def local_moe_setup(bundle, info, seed):
     return engine_setup(bundle, info, seed)
 
 
+def even_counts(counts_E: torch.Tensor, rows: int) -> torch.Tensor:
+    """``rows`` split as evenly as can be over the experts of ``counts_E``."""
+    even = torch.full_like(counts_E, rows // counts_E.numel())
+    even[: rows - int(even.sum())] += 1
+    return even
+
+
+def balanced_moe_setup(bundle, info, seed):
+    """`engine_setup` with every MoE layer's routed rows split evenly over the experts."""
+    import executor.moe as moe
+
+    routed = moe.MoE._dispatch_compute_combine
+
+    def balanced(self, x_AD: torch.Tensor, counts_E: torch.Tensor):
+        return routed(self, x_AD, even_counts(counts_E, x_AD.shape[0]))
+
+    moe.MoE._dispatch_compute_combine = balanced
+    return engine_setup(bundle, info, seed)
+
+
 CASES = {
-    "cp2": ("tiny", ParallelPlan(cp=2), local_cp_setup, "cp"),
-    "moe-ep2": ("tiny-moe", ParallelPlan(dp=2, ep=2), local_moe_setup, "ep"),
+    "cp2": ("tiny", ParallelPlan(cp=2), local_cp_setup, "cp", None),
+    "moe-ep2": ("tiny-moe", ParallelPlan(dp=2, ep=2), local_moe_setup, "ep", None),
+    "moe-ep2-balanced": (
+        "tiny-moe",
+        ParallelPlan(dp=2, ep=2),
+        local_moe_setup,
+        "ep",
+        balanced_moe_setup,
+    ),
 }
-"""name -> (model preset, plan, local setup, the lane its exchanges are priced on)."""
+"""name -> (model preset, plan, local setup, the lane its exchanges are priced on, the real
+run's setup: None for the executor's own)."""
 
 
 def _bundle(model: str, plan: ParallelPlan, profile: str) -> PlanBundle:
@@ -123,11 +158,11 @@ def predicted_exchange_s(bundle: PlanBundle, lane: str, profile_path: str) -> fl
 
 def measure_case(name: str, profile: str, rounds: int, work: Path) -> dict[str, Any]:
     """Alternating real and local runs of one case, and the model's figure."""
-    model, plan, local, lane = CASES[name]
+    model, plan, local, lane, setup = CASES[name]
     bundle = _bundle(model, plan, profile)
     pairs = []
     for k in range(rounds):
-        real = _median_step(bundle, work / f"{name}-real-{k}", None)
+        real = _median_step(bundle, work / f"{name}-real-{k}", setup)
         alone = _median_step(bundle, work / f"{name}-local-{k}", local)
         pairs.append((real, alone))
         print(

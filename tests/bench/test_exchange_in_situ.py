@@ -44,7 +44,16 @@ def test_the_local_token_exchange_returns_the_rows_the_counts_announce():
 
 def test_every_case_names_a_lane_the_model_reports():
     bench = _load()
-    for model, plan, setup, lane in bench.CASES.values():
+    for model, plan, local, lane, real in bench.CASES.values():
         assert model in ("tiny", "tiny-moe")
-        assert lane in ("cp", "ep") and callable(setup)
+        assert lane in ("cp", "ep") and callable(local)
+        assert real is None or callable(real)
         assert getattr(plan, lane) == 2
+
+
+def test_balanced_routing_keeps_the_rows_and_splits_them_evenly():
+    bench = _load()
+    even = bench.even_counts(torch.tensor([21, 30, 30, 35, 36, 37, 34, 33]), 256)
+    assert even.tolist() == [32] * 8
+    uneven = bench.even_counts(torch.tensor([0, 5, 0, 0]), 6)
+    assert uneven.tolist() == [2, 2, 1, 1] and uneven.dtype == torch.int64
