@@ -12,7 +12,9 @@ Order of a run:
    (3; --quick: 1) spread over the rounds of step 2, into ``WORK/profiles/``; the plans of
    each world size are predicted on the median of its draws (`fidelity_profiles`,
    ``WORK/profile.json`` for 2 ranks, ``WORK/profile-1.json`` for 1), each draw reused
-   while it was measured on this host;
+   while it was measured on this host; a draw during which the hypervisor took more than
+   `fidelity_suite.STEAL_LIMIT` of the machine's CPU is set aside (listed in ``set_aside``)
+   and drawn again;
 2. execute every plan of `timing_suite` (world sizes 1 and 2: this machine has two cores)
    with the executor, round by round, and predict it with the cost model on the profile
    of its world size;
@@ -160,7 +162,8 @@ def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:
     load_start = os.getloadavg()
     log.print(f"fidelity bench in {settings.work}; load average {load_start}")
     cases, failures, set_aside = list(timing_suite()), [], []
-    draws = ProfileDraws(settings, (2, *{c.plan.world_size for c in cases} - {2}), log)
+    worlds = (2, *{c.plan.world_size for c in cases} - {2})
+    draws = ProfileDraws(settings, worlds, log, set_aside)
     calibration = CALIBRATION_CASES if args.calibrate else ()
     log.print(
         f"timing plans ({len(cases)}, world sizes 1-2)"

@@ -50,8 +50,9 @@ def machine_text(result: dict[str, Any]) -> str:
 
 
 def set_aside_text(set_aside: list[dict[str, Any]]) -> str:
-    """The runs a bench set aside and ran again because the hypervisor took too much of the
-    machine's CPU during them (`bench/fidelity_suite.measure_rounds`), or nothing."""
+    """The runs and profile draws a bench set aside and took again because the hypervisor
+    took too much of the machine's CPU during them (`bench/fidelity_rounds.measure_rounds`,
+    `bench/fidelity_profiles.ProfileDraws`), or nothing."""
     if not set_aside:
         return ""
     runs = ", ".join(f"{r['name']} ({r['steal']:.1%} stolen)" for r in set_aside)

@@ -458,7 +458,7 @@ def test_profile_draws_spread_over_the_rounds_and_merge_into_the_median(
         work=tmp_path, steps=3, warmup=1, precision="fp32", repeats=3, draws=3
     )
     console = bench.Console(file=io.StringIO())
-    draws = bench.ProfileDraws(settings, (2, 1), console)
+    draws = bench.ProfileDraws(settings, (2, 1), console, steal=lambda: None)
     runs = bench.measure_rounds((w1, w2), draws.paths(), settings, console, [], draws.before_round)
     profiles = draws.merged()
     assert len(runs[w1.name]) == len(runs[w2.name]) == 3
@@ -492,7 +492,8 @@ def test_one_draw_is_the_profile_itself(
 
     monkeypatch.setattr(sys.modules["fidelity_profiles"], "measured", fake_profile)
     settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32", repeats=5)
-    draws = bench.ProfileDraws(settings, (2,), bench.Console(file=io.StringIO()))
+    console = bench.Console(file=io.StringIO())
+    draws = bench.ProfileDraws(settings, (2,), console, steal=lambda: None)
     draws.before_round(0)
     draws.before_round(1)
     profiles = draws.merged()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
 from reports.fidelity_tables import machine_text, set_aside_text
+from tests.costmodel.native_fixture import cpu_profile
 
 
 def test_a_run_is_disturbed_above_the_steal_limit(bench: SimpleNamespace) -> None:
@@ -123,3 +125,56 @@ def test_calibration_reads_only_the_quiet_calibration_runs(bench: SimpleNamespac
     elasticity, why = bench.calibration_elasticity(runs)
     # within names[1] and names[2] the quiet runs double both time and probe: slope 1
     assert why == "" and elasticity == pytest.approx(1.0)
+
+
+def test_a_stolen_profile_draw_is_set_aside_and_drawn_again(
+    bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[str] = []
+
+    def fake_profile(path: Path, world: int, log: object) -> object:
+        drawn.append(path.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return cpu_profile()
+
+    # the steal counter, read before and after each draw: the first draw of draw 1 has a
+    # whole second stolen (far above the limit), everything after none
+    readings = iter([0.0, 1.0] + [1.0] * 20)
+    monkeypatch.setattr(sys.modules["fidelity_profiles"], "measured", fake_profile)
+    settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32", draws=2)
+    aside: list[dict] = []
+    draws = bench.ProfileDraws(
+        settings, (2,), bench.Console(file=io.StringIO()), aside, steal=readings.__next__
+    )
+    draws.merged()
+    assert drawn == ["profile-2.draw1.json"] * 2 + ["profile-2.draw2.json"]
+    (entry,) = aside
+    assert entry["name"] == "profile-2.draw1" and entry["steal"] > bench.STEAL_LIMIT
+    assert Path(entry["folder"]).name == "profile-2.draw1.json.stolen1"
+    assert (
+        Path(entry["folder"]).exists() and (tmp_path / "profiles" / "profile-2.draw1.json").exists()
+    )
+
+
+def test_a_profile_draw_is_drawn_again_at_most_max_set_aside_times(
+    bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: list[str] = []
+
+    def fake_profile(path: Path, world: int, log: object) -> object:
+        drawn.append(path.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return cpu_profile()
+
+    ticks = iter(range(100))  # a whole second stolen during every draw
+    monkeypatch.setattr(sys.modules["fidelity_profiles"], "measured", fake_profile)
+    settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32")
+    aside: list[dict] = []
+    draws = bench.ProfileDraws(
+        settings, (2,), bench.Console(file=io.StringIO()), aside, steal=lambda: next(ticks)
+    )
+    draws.merged()
+    assert len(drawn) == bench.MAX_SET_ASIDE + 1  # the last one is kept
+    assert len(aside) == bench.MAX_SET_ASIDE
