@@ -127,9 +127,9 @@ def test_calibration_reads_only_the_quiet_calibration_runs(bench: SimpleNamespac
     assert why == "" and elasticity == pytest.approx(1.0)
 
 
-def test_a_stolen_profile_draw_is_set_aside_and_drawn_again(
-    bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _fake_draws(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace the bench's profiling with one that writes a file and returns the test
+    profile; the names of the files drawn, in order."""
     drawn: list[str] = []
 
     def fake_profile(path: Path, world: int, log: object) -> object:
@@ -138,10 +138,17 @@ def test_a_stolen_profile_draw_is_set_aside_and_drawn_again(
         path.write_text("{}")
         return cpu_profile()
 
+    monkeypatch.setattr(sys.modules["fidelity_profiles"], "measured", fake_profile)
+    return drawn
+
+
+def test_a_stolen_profile_draw_is_set_aside_and_drawn_again(
+    bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn = _fake_draws(monkeypatch)
     # the steal counter, read before and after each draw: the first draw of draw 1 has a
     # whole second stolen (far above the limit), everything after none
     readings = iter([0.0, 1.0] + [1.0] * 20)
-    monkeypatch.setattr(sys.modules["fidelity_profiles"], "measured", fake_profile)
     settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32", draws=2)
     aside: list[dict] = []
     draws = bench.ProfileDraws(
@@ -160,16 +167,8 @@ def test_a_stolen_profile_draw_is_set_aside_and_drawn_again(
 def test_a_profile_draw_is_drawn_again_at_most_max_set_aside_times(
     bench: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    drawn: list[str] = []
-
-    def fake_profile(path: Path, world: int, log: object) -> object:
-        drawn.append(path.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
-        return cpu_profile()
-
+    drawn = _fake_draws(monkeypatch)
     ticks = iter(range(100))  # a whole second stolen during every draw
-    monkeypatch.setattr(sys.modules["fidelity_profiles"], "measured", fake_profile)
     settings = bench.Settings(work=tmp_path, steps=3, warmup=1, precision="fp32")
     aside: list[dict] = []
     draws = bench.ProfileDraws(
