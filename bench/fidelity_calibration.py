@@ -149,6 +149,7 @@ def calibrated_section(
             "profile": calibrated[world][0],
             "backward_scale": calibrated[world][1].compute.backward_scale,
             "time_scale": fitted_time_scale(profiles, calibrated[world][1], world),
+            "layer_collective_scale": (calibrated[world][1].communication.layer_collective_scale),
         }
         for world in fitted
     }
@@ -163,7 +164,8 @@ def calibrated_section(
     for world, fit in scales.items():
         log.print(
             f"  calibrated ({world} rank(s)): backward scale {fit['backward_scale']:.3f}, "
-            f"time scale {fit['time_scale']:.3f}"
+            f"time scale {fit['time_scale']:.3f}, layer collectives "
+            f"x{fit['layer_collective_scale']:.3f}"
         )
     if elasticity is None:
         log.print(f"  host speed: section left out ({escape(why_not)})")

@@ -125,14 +125,21 @@ CALIBRATION_CASES = (
     Case(name="cal-pp2-mbs2", model="tiny", plan=_p(pp=2, micro_batch_size=2), covers=()),
     Case(name="cal-dp2-mbs2-rc-sel", model="tiny",
          plan=_p(dp=2, micro_batch_size=2, recompute="selective"), covers=()),
+    Case(name="cal-tp2-mbs2", model="tiny", plan=_p(tp=2, micro_batch_size=2), covers=()),
+    Case(name="cal-tp2-sp-mbs2", model="tiny",
+         plan=_p(tp=2, micro_batch_size=2, sequence_parallel=True), covers=()),
     Case(name="cal-w1-mbs4", model="tiny", plan=_p(micro_batch_size=4), covers=()),
 )  # fmt: skip
 """Runs the calibration fits on: the suite's job with plans the suite does not run, as a
 team calibrates on a few short runs of the job it is about to size. Per world size with
-a profile of its own: three of 2 ranks, because one plan's middle run still moves by ~10%
-between benches, and the fitted scale with it; all at micro-batch 2 (pp2 at micro-batch 4
-sat 12% above the others after the fit: the model under-weights larger GEMMs, as with
-sequences of 256, which fitted a scale 12-30% below the suite's). One of one rank: one rank
+a profile of its own: three of 2 ranks without layer collectives for the compute time
+scale, because one plan's middle run still moves by ~10% between benches, and the fitted
+scale with it; all at micro-batch 2 (pp2 at micro-batch 4 sat 12% above the others after
+the fit: the model under-weights larger GEMMs, as with sequences of 256, which fitted a
+scale 12-30% below the suite's). Two of 2 ranks with tensor parallelism, without and
+with sequence parallelism, for the layer collectives' scale (`reports.calibrate_layers`:
+with the profile draws' collective extras alone, tp2 came out between -15% and +37% at
+host speed over fid64-fid73). One of one rank: one rank
 runs two threads, which its profile's loops gain from and a training step does not, so
 the 2-rank fit does not carry over (w1-mbs2 came out below its measurement in 8 of the 10
 benches the README names it in, fid41-fid46, fid54-fid56 and fid60, by 10-27% in 7); at

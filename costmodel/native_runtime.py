@@ -8,9 +8,10 @@ fits (`costmodel.collectives`) plus the typical excess of a call waited for afte
 of host work (`HostRates.waited_excess_s`: the op's own excess, or the ranks' drift
 between two collectives when larger), the functional call's extra
 (`HostRates.functional_s`) and, for the ``tp`` lane, whose collectives are DTensor
-redistributions, their extra (`HostRates.redistribute_s`); every collective is exposed,
-because a rank computes on one thread and waits for each functional collective at its
-next use.
+redistributions, their extra (`HostRates.redistribute_s`), all times the profile's
+`CommunicationProfile.layer_collective_scale` (1 unless calibrated); every collective is
+exposed, because a rank computes on one thread and waits for each functional collective
+at its next use.
 
 Per microbatch, outside the layers:
 - without pipelining (`Engine._run_accumulation`): the two row slices, ``loss / count``
@@ -117,10 +118,11 @@ def _comm_pass(
     fit plus `HostRates.waited_excess_s`, as each follows a stretch of the layer's host
     work; `HostRates.functional_s` for a functional call or half of
     `HostRates.autograd_exchange_s` for an autograd all-to-all; and
-    `HostRates.redistribute_s` for a ``tp`` one, a DTensor redistribution). A MoE layer's
-    exchanges are priced per layer in context when the profile probed them
-    (`_exchange_in_context`), after ``host_s`` (the pass's host work) shared over its
-    exchanging layers."""
+    `HostRates.redistribute_s` for a ``tp`` one, a DTensor redistribution), times
+    `CommunicationProfile.layer_collective_scale`. A MoE layer's exchanges are priced per
+    layer in context when the profile probed them (`_exchange_in_context`, unscaled: the
+    probe times them among a layer's host work), after ``host_s`` (the pass's host work)
+    shared over its exchanging layers."""
     out = {"tp": (0.0, 0.0), "cp": (0.0, 0.0), "ep": (0.0, 0.0)}
     layers = sum(c.count for c in comms if c.exchange and c.autograd) / TOKEN_EXCHANGES
     in_context = rates.moe_exchange is not None and layers > 0
@@ -140,7 +142,8 @@ def _comm_pass(
                 extra = rates.autograd_exchange_s / 2
             if comm.lane == "tp":  # the executor's TP and SP collectives are DTensor's
                 extra += rates.redistribute_s(comm.op)
-            seconds = comm.count * (one + rates.waited_excess_s(comm.op, group.size) + extra)
+            per_call_s = one + rates.waited_excess_s(comm.op, group.size) + extra
+            seconds = comm.count * per_call_s * profile.communication.layer_collective_scale
         s, b = out[comm.lane]
         out[comm.lane] = (s + seconds, b + comm.count * comm.size_bytes)
     return out

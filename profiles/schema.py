@@ -325,8 +325,18 @@ class CommunicationProfile:
     """Collective library the fits describe: ``nccl``, ``rccl`` or ``gloo``."""
     fits: tuple[CollectiveFit, ...]
     """At most one fit per (op, group_size, placement)."""
+    layer_collective_scale: float = 1.0
+    """Factor on the time of every layer collective the executor model prices one by one
+    (tensor-, context- and expert-parallel calls: wire time, waited-for excess and
+    functional extras, `costmodel.native_runtime`). 1 in a measured profile; `paraplan
+    calibrate` fits it on runs with layer collectives
+    (`reports.calibrate_time`), since what a step waits for at each call follows the
+    ranks' scheduling on a shared host more than the profiler's probes of it do."""
 
     def __post_init__(self) -> None:
+        _require_positive_float(
+            "CommunicationProfile", "layer_collective_scale", self.layer_collective_scale
+        )
         if not self.backend:
             raise SpecError("CommunicationProfile.backend must name a library, e.g. nccl")
         keys = [(f.op, f.group_size, f.placement) for f in self.fits]

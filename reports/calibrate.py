@@ -73,6 +73,7 @@ from reports.calibrate_factors import (
     time_scaled,
     with_backward_scale,
 )
+from reports.calibrate_layers import fit_layer_scale, has_layer_collectives, layer_note, predictor
 from reports.calibrate_phases import (
     measured_iteration_s,
     predict,
@@ -361,9 +362,8 @@ def _calibrate_time(
     command: str,
     options: ExecutionOptions | None,
 ) -> CalibrationResult:
-    """The executor model's calibration: the backward scale, then one time scale
-    (`reports.calibrate_time`)."""
-    measured = [measured_iteration_s(r) for r in runs]
+    """The executor model's calibration: the backward scale, one time scale, then the
+    layer collectives' scale (`reports.calibrate_time`)."""
     split = split_factors(profile, runs, options)
     profile_split = (
         with_backward_scale(profile, fit_backward_scale(profile.compute.backward_scale, split))
@@ -371,20 +371,28 @@ def _calibrate_time(
         else profile
     )
 
-    def predicted(candidate: HardwareProfile) -> list[float]:
-        return [predict(candidate, r, options)[0] for r in runs]
-
-    k = fit_time_scale(profile_split, measured, predicted, time_scaled)
+    layered = [r for r in runs if has_layer_collectives(r)]
+    compute_runs = [r for r in runs if not has_layer_collectives(r)]
+    k_runs = compute_runs if compute_runs and layered else list(runs)
+    k = fit_time_scale(
+        profile_split,
+        [measured_iteration_s(r) for r in k_runs],
+        predictor(k_runs, options),
+        time_scaled,
+    )
     fitted = time_scaled(profile_split, k)
+    if compute_runs and layered:
+        fitted = fit_layer_scale(fitted, layered, options)
     factors = time_factors(profile, k)
     errors = tuple(
         [_run_error(r, profile, fitted, True, options) for r in runs]
         + [_run_error(r, profile, fitted, False, options) for r in held_out]
     )
     notes = (
-        f"executor model: every compute time of profile {profile.name!r} x{k:.4g}, "
-        "collectives as measured "
-        "(reports.calibrate_time, least squares of log iteration-time ratios)",
+        f"executor model: every compute time of profile {profile.name!r} x{k:.4g}, fitted "
+        f"on {len(k_runs)} run(s) (reports.calibrate_time, least squares of log "
+        "iteration-time ratios)",
+        layer_note(profile, fitted, len(layered), len(compute_runs)),
         _split_note(profile, fitted, split),
         *_notes(profile, factors, (), errors)[2:],
     )

@@ -108,6 +108,12 @@ def with_backward_scale(profile: HardwareProfile, scale: float) -> HardwareProfi
     return dataclasses.replace(profile, compute=compute)
 
 
+def with_layer_collective_scale(profile: HardwareProfile, scale: float) -> HardwareProfile:
+    """``profile`` with `CommunicationProfile.layer_collective_scale` set to ``scale``."""
+    comm = dataclasses.replace(profile.communication, layer_collective_scale=scale)
+    return dataclasses.replace(profile, communication=comm)
+
+
 def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:
     """``profile`` with every compute time multiplied by ``k`` (`reports.calibrate_time`):
     the factors of `apply_factors` for every dtype (GEMM and attention rates and
