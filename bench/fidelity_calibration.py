@@ -41,7 +41,11 @@ from paraplan.commands.demo import run_command
 from profiles.lookup import host_probe_s
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
-from reports.calibrate_factors import time_scaled, with_backward_scale
+from reports.calibrate_factors import (
+    time_scaled,
+    with_backward_scale,
+    with_layer_collective_scale,
+)
 from reports.fidelity import FidelityRow, summarize
 from reports.host_speed import at_host_speed, host_elasticity, measured_at_reference
 from specs.errors import SpecError
@@ -265,17 +269,23 @@ def calibrated_profiles(
     profiles: Profiles, calibrated: dict[int, tuple[str, HardwareProfile]]
 ) -> Profiles:
     """``profiles`` with each world size's own calibrated (path, profile) where it has one
-    (the 2-rank one at least) and the others given the 2-rank fit's backward scale and
-    time scale: the executor model's calibration multiplies every compute time of a
-    profile by one factor (`reports.calibrate_time`), read back as the ratio of the op
-    overheads."""
+    (the 2-rank one at least) and the others given the 2-rank fit's backward scale, time
+    scale and layer-collective scale: the executor model's calibration multiplies every
+    compute time of a profile by one factor (`reports.calibrate_time`), read back as the
+    ratio of the op overheads, and every layer collective by another
+    (`reports.calibrate_layers`)."""
     reference = calibrated[REFERENCE_WORLD][1]
     k = fitted_time_scale(profiles, reference)
     split = reference.compute.backward_scale
+    layers = reference.communication.layer_collective_scale
+
+    def scaled(profile: HardwareProfile) -> HardwareProfile:
+        return with_layer_collective_scale(
+            time_scaled(with_backward_scale(profile, split), k), layers
+        )
+
     return {
-        world: calibrated[world]
-        if world in calibrated
-        else (hw, time_scaled(with_backward_scale(profile, split), k))
+        world: calibrated[world] if world in calibrated else (hw, scaled(profile))
         for world, (hw, profile) in profiles.items()
     }
 

@@ -434,8 +434,9 @@ def calibrate(
 
     ``held_out`` runs are only evaluated. ``options`` is the framework model every
     prediction uses (`costmodel.estimate.simulate_plan`; None: the profile's own, i.e. the
-    executor model on a CPU profile); the executor model is calibrated by one time scale
-    instead (`reports.calibrate_time`). Raises `SpecError` without runs or for a run
+    executor model on a CPU profile); the executor model is calibrated by a backward scale,
+    one time scale and a layer-collective scale instead (`reports.calibrate_time`,
+    `reports.calibrate_layers`). Raises `SpecError` without runs or for a run
     without a measurement.
     """
     if not runs:

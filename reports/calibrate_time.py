@@ -10,12 +10,13 @@ on the runs' median iteration times, not the five separate factors of the Megatr
 model: those are not identifiable from a few small runs, and the measured phases of a
 profiled CPU step carry the profiler's own per-operator cost.
 
-The collectives keep the profile's measured costs: calibration runs are compute-bound
-(their collectives are a few percent of a step), so k says nothing about them, and the
-profile times every collective the way a step waits for it (its mean, the two ranks'
-scheduling included). Scaling them with k over-predicted the collective-bound plans: on
-one bench (k = 1.86) context parallelism came out +54% and tensor parallelism +20%,
-against +22% and +5% with the collectives as measured.
+The collectives keep the profile's measured costs: k is fitted on runs without layer
+collectives (their collectives are a few percent of a step), so it says nothing about
+them, and the profile times every collective the way a step waits for it (its mean, the
+two ranks' scheduling included). Scaling them with k over-predicted the collective-bound
+plans: on one bench (k = 1.86) context parallelism came out +54% and tensor parallelism
++20%, against +22% and +5% with the collectives as measured. The layer collectives get a
+factor of their own, fitted after k on runs that have them (`reports.calibrate_layers`).
 
 `reports.calibrate_factors.time_scaled` multiplies every compute time of a profile by k: the op
 overhead (every host rate of `costmodel.host_rates` is read relative to it), GEMM and

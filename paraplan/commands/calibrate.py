@@ -87,6 +87,12 @@ def print_result(result: CalibrationResult) -> None:
         f"{base.compute.op_overhead_s * 1e6:.3g} -> {f.op_overhead_s * 1e6:.3g} us, "
         f"send_recv time x{f.p2p_time_scale:.3g}"
     )
+    layers = (base.communication, result.profile.communication)
+    if layers[0].layer_collective_scale != layers[1].layer_collective_scale:
+        print(
+            f"layer collectives (tensor, context, expert parallelism): "
+            f"x{layers[0].layer_collective_scale:.3g} -> x{layers[1].layer_collective_scale:.3g}"
+        )
     for fit in result.collectives:
         try:
             old = collective_fit(base, fit.op, fit.group_size, fit.placement)

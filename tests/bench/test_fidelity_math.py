@@ -250,13 +250,16 @@ def test_other_world_sizes_take_the_calibrated_split_and_time_scale(
 ) -> None:
     stored = Path(__file__).resolve().parents[2] / "tests" / "reports" / "data"
     base = bench.load_profile(str(stored / "cpu-quick-tiny.json"))
-    calibrated = bench.time_scaled(bench.with_backward_scale(base, 0.9), 1.3)
+    calibrated = bench.with_layer_collective_scale(
+        bench.time_scaled(bench.with_backward_scale(base, 0.9), 1.3), 0.6
+    )
     profiles = {2: ("two", base), 1: ("one", base)}
     out = bench.calibrated_profiles(profiles, {2: ("cal.json", calibrated)})
     assert out[2] == ("cal.json", calibrated)
     one = out[1][1]
     assert out[1][0] == "one"
     assert one.compute.backward_scale == 0.9
+    assert one.communication.layer_collective_scale == 0.6
     assert one.compute.op_overhead_s == pytest.approx(1.3 * base.compute.op_overhead_s)
     assert bench.fitted_time_scale(profiles, one, 1) == pytest.approx(1.3)
     # a world size calibrated on its own runs keeps its own fit
@@ -578,7 +581,8 @@ def test_each_world_size_with_calibration_runs_gets_its_own_fit(
 
     def fake_fit(profile_path, runs, settings, log, elasticity=None, world=2):
         out = settings.work / module._calibrated_name(world)
-        bench.save_profile(bench.time_scaled(load_profile(str(profile_path)), scales[world]), out)
+        fitted = bench.time_scaled(load_profile(str(profile_path)), scales[world])
+        bench.save_profile(bench.with_layer_collective_scale(fitted, 0.7), out)
         return out
 
     monkeypatch.setattr(module, "calibrate_profile", fake_fit)
@@ -592,6 +596,7 @@ def test_each_world_size_with_calibration_runs_gets_its_own_fit(
         profiles, cases, rows, settings, bench.Console(file=io.StringIO()), None, measured
     )
     assert out["time_scale"] == pytest.approx(1.25)
+    assert out["layer_collective_scale"] == pytest.approx(0.7)
     assert out["by_world"]["1"]["time_scale"] == pytest.approx(0.8)
     assert out["by_world"]["1"]["profile"].endswith("profile-calibrated-w1.json")
     before = {r.name: r.predicted_time_s for r in rows}
