@@ -1,0 +1,353 @@
+"""One place that turns a row of ``published-runs-dev.csv`` into what `estimate_plan` takes.
+
+A row states a model shape, a cluster, a plan, a precision, an optimizer sharding and a
+recompute setting; `case_for_row` maps exactly those onto `ModelSpec`, `ClusterSpec`,
+`TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`, and raises
+`NotExpressible` with the reason when a field has no counterpart yet (a GPU without a
+stored profile, Megatron-FSDP, NVFP4, hybrid Mamba layers, ...). Once the missing feature
+lands, the row starts to count: nothing here filters rows by name.
+
+Defaults for what a row leaves empty, each the framework's own default (column guide:
+``published-runs-dev.md``):
+- micro-batch size 1 (Megatron-LM ``--micro-batch-size`` default);
+- ffn 4·h for GPT-style rows (Megatron-LM ``--ffn-hidden-size`` default);
+- MHA when ``num_query_groups`` is empty (Megatron-LM without ``--group-query-attention``);
+- no recompute, no sequence parallelism beyond what the row states; Megatron-Bridge and
+  NeMo rows run the distributed optimizer (their performance recipes set
+  ``use_distributed_optimizer``), other rows only when ``fsdp_or_zero`` says so;
+- precision bf16 when the row does not state one; fp16 rows are priced as bf16 (same
+  dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8.
+
+The published figure is turned into seconds per iteration (`published_iteration_time_s`):
+the printed iteration time, else global batch x sequence / (tokens/s/GPU x GPUs), else the
+printed TFLOP/s/GPU through the source's own FLOPs convention.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
+from costmodel.flops import (
+    core_attention_forward_flops_per_token,
+    model_flops_per_iteration,
+    sc21_flops_per_iteration,
+)
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
+"""PyTorch DDP's default 25 MiB bucket (`bucket_cap_mb`), in fp16 gradients."""
+
+PROFILE_BY_GPU = (
+    ("A100-SXM4-40GB", None),
+    ("A100", "a100-sxm-80gb"),
+    ("H800", None),
+    ("H100", "h100-sxm-80gb"),
+    ("GB200", None),
+    ("GB300", None),
+    ("B300", None),
+    ("B200", "b200"),
+)
+"""``gpu_type`` prefix -> stored profile, first match wins; None: no stored profile yet.
+A100 rows that do not print the memory size (MegaScale) use the 80 GB profile."""
+
+GENERATION_BY_GPU = (("A100", "A100"), ("H100", "H100/H800"), ("H800", "H100/H800"))
+"""``gpu_type`` prefix -> GPU generation of the summaries; anything else is Blackwell."""
+
+SC21_ERA_SOURCES = ("SC21-", "MTNLG-", "BLOOM-")
+"""Sources run on 2021-2022 Megatron-LM / Megatron-DeepSpeed: `MEGATRON_2021` options."""
+
+DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
+"""Sources whose recipes run the distributed optimizer when ``fsdp_or_zero`` is empty."""
+
+
+FlopsFormula = Callable[[ModelSpec, int, int], float]
+"""FLOPs of one iteration from (model, sequence length, global batch)."""
+
+
+class NotExpressible(Exception):
+    """A row field that the specs or the stored profiles cannot express yet."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowCase:
+    """One published run as `estimate_plan` inputs."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: TrainingJob
+    plan: ParallelPlan
+    options: ExecutionOptions
+    profile: str
+    """Stored profile name."""
+    generation: str
+    """A100, H100/H800 or Blackwell."""
+
+
+def _text(raw: dict[str, str], key: str) -> str:
+    return (raw.get(key) or "").strip()
+
+
+def _int(raw: dict[str, str], key: str, default: int | None = None) -> int:
+    """An integer column; empty or ``n/a`` gives ``default`` (NotExpressible when None)."""
+    text = _text(raw, key)
+    if text in ("", "n/a"):
+        if default is None:
+            raise NotExpressible(f"{key} not stated")
+        return default
+    if not re.fullmatch(r"\d+", text):
+        raise NotExpressible(f"{key} = {text!r} is not a number")
+    return int(text)
+
+
+def _float(raw: dict[str, str], key: str) -> float | None:
+    text = _text(raw, key)
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def gpu_generation(gpu_type: str) -> str:
+    """A100, H100/H800 or Blackwell, from the ``gpu_type`` column."""
+    return next((g for prefix, g in GENERATION_BY_GPU if gpu_type.startswith(prefix)), "Blackwell")
+
+
+def profile_for(gpu_type: str) -> str:
+    """The stored profile of a ``gpu_type``; NotExpressible when none is stored yet."""
+    for prefix, name in PROFILE_BY_GPU:
+        if gpu_type.startswith(prefix):
+            if name is None:
+                raise NotExpressible(f"no stored profile for {prefix}")
+            return name
+    raise NotExpressible(f"no stored profile for {gpu_type!r}")
+
+
+def precision_for(text: str) -> str:
+    """The job precision of a ``precision`` column (see the module docstring)."""
+    upper = text.upper()
+    if "NVFP4" in upper:
+        raise NotExpressible("NVFP4 precision")
+    if "FP8" in upper or "QUANTIZATION GRANULARITY" in upper:
+        return "fp8"
+    return "bf16"
+
+
+def _architecture(raw: dict[str, str]) -> dict[str, object]:
+    """ModelSpec style fields from ``arch_notes``; NotExpressible for layers not modelled."""
+    notes = _text(raw, "arch_notes").lower()
+    model = _text(raw, "model").lower()
+    for marker, reason in (
+        ("sliding-window", "sliding-window attention"),
+        ("parallel attn", "parallel attention+MLP block"),
+        ("parallel transformer block", "parallel transformer block"),
+    ):
+        if marker in notes:
+            raise NotExpressible(reason)
+    if "nemotron_3" in model:
+        raise NotExpressible("hybrid Mamba layers")
+    if "mla" in notes and "w/o mtp" not in model and "mtp 1 layer" in notes:
+        raise NotExpressible("multi-token-prediction layer")
+    if "relu" in notes and "squared-relu" not in notes:
+        raise NotExpressible("ReLU MLP")
+    gated = any(k in notes for k in ("swiglu", "llama", "experts")) or "mla" in notes
+    if gated:
+        return {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"}
+    if "squared-relu" in notes:
+        # Non-gated two-matrix MLP: the same GEMMs as GELU (`specs.presets` Nemotron-4).
+        return {"activation": "gelu", "normalization": "layernorm", "position_embedding": "rope"}
+    position = "none" if "alibi" in notes else "learned"
+    return {
+        "activation": "gelu",
+        "normalization": "layernorm",
+        "position_embedding": position,
+        "tied_embeddings": "untied" not in notes,
+    }
+
+
+def _mla(raw: dict[str, str]) -> dict[str, object]:
+    """DeepSeek-V3-style MLA and dense-layer fields (deepseek-ai/DeepSeek-V3 config.json)."""
+    notes = _text(raw, "arch_notes").lower()
+    if "mla" not in notes:
+        return {}
+    dense = 3 if "first 3 layers dense" in notes else 1 if "first layer dense" in notes else 0
+    return {
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_head_dim": 128,
+        "qk_pos_emb_head_dim": 64,
+        "v_head_dim": 128,
+        "moe_first_dense_layers": dense,
+    }
+
+
+def model_for(raw: dict[str, str]) -> ModelSpec:
+    """The row's `ModelSpec` from its architecture columns."""
+    hidden = _int(raw, "hidden_size")
+    heads = _int(raw, "num_attention_heads")
+    style = _architecture(raw)
+    kv = re.search(r"kv_channels (\d+)", _text(raw, "arch_notes"))
+    experts = _int(raw, "num_experts", 0)
+    moe: dict[str, object] = {}
+    if experts:
+        moe = {
+            "num_experts": experts,
+            "moe_top_k": _int(raw, "moe_top_k"),
+            "moe_ffn_hidden_size": _int(raw, "moe_ffn_hidden_size"),
+            "moe_shared_expert_size": _int(raw, "moe_shared_expert_ffn", 0),
+        }
+    ffn_default = 4 * hidden if style["activation"] == "gelu" else None
+    if experts:
+        ffn_default = int(moe["moe_ffn_hidden_size"])
+    ffn = _int(raw, "ffn_hidden_size", ffn_default)
+    return ModelSpec(
+        name=_text(raw, "model"),
+        num_layers=_int(raw, "num_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=_int(raw, "num_query_groups", heads),
+        kv_channels=int(kv.group(1)) if kv else None,
+        ffn_hidden_size=ffn,
+        vocab_size=_int(raw, "vocab_size"),
+        max_position_embeddings=_int(raw, "seq_length"),
+        **style,
+        **moe,
+        **_mla(raw),
+    )
+
+
+def _distributed_optimizer(raw: dict[str, str]) -> bool:
+    text = _text(raw, "fsdp_or_zero")
+    lower = text.lower()
+    if "megatron-fsdp" in lower:
+        raise NotExpressible("Megatron-FSDP")
+    if "zero-3" in lower or "fairscale" in lower:
+        raise NotExpressible(f"optimizer sharding {text!r}")
+    if not text:
+        return _text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
+    # ZeRO-1 and FSDP without parameter resharding shard the optimizer state as the
+    # distributed optimizer does.
+    return any(k in lower for k in ("distributed optimizer", "zero-1", "fsdp"))
+
+
+def _recompute(raw: dict[str, str]) -> str:
+    text = _text(raw, "recompute").lower()
+    if text.startswith("full"):
+        return "full"
+    if text.startswith("selective"):
+        return "selective"
+    return "none"
+
+
+def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
+    """The row's `ParallelPlan` (tp pp vpp cp ep dp, mbs, recompute, optimizer sharding)."""
+    if "interleaved" in _text(raw, "vpp"):
+        raise NotExpressible("virtual pipeline degree not stated")
+    tp, pp = _int(raw, "tp", 1), _int(raw, "pp", 1)
+    vpp, cp = _int(raw, "vpp", 1), _int(raw, "cp", 1)
+    ep = _int(raw, "ep", 1) if model.num_experts else 1
+    gpus = _int(raw, "num_gpus")
+    sp_text = _text(raw, "sequence_parallel").lower()
+    fields: dict[str, object] = {
+        "tp": tp,
+        "pp": pp,
+        "vpp": vpp,
+        "cp": cp,
+        "ep": ep,
+        "micro_batch_size": _int(raw, "micro_batch_size", 1),
+        "recompute": _recompute(raw),
+        "distributed_optimizer": _distributed_optimizer(raw),
+        "sequence_parallel": tp > 1 and not sp_text.startswith("no"),
+    }
+    if _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
+        # SC21 run_table_1.sh: ``--DDP-impl torch`` (bucketed, overlapped) for pp = 1 rows,
+        # ``local`` (one reduction after the pipeline) for pipelined rows.
+        fields["overlap_grad_reduce"] = pp == 1
+        if pp == 1:
+            fields["ddp_bucket_size"] = TORCH_DDP_BUCKET_PARAMS
+    else:
+        fields["overlap_grad_reduce"] = True
+        fields["overlap_param_gather"] = bool(fields["distributed_optimizer"])
+    return ParallelPlan.for_world(gpus, **fields)
+
+
+def options_for_row(raw: dict[str, str]) -> ExecutionOptions:
+    """`MEGATRON_2021` for SC21-era sources, Megatron-LM's current defaults otherwise."""
+    if _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
+        return MEGATRON_2021
+    return DEFAULT_OPTIONS
+
+
+def case_for_row(raw: dict[str, str]) -> RowCase:
+    """The `estimate_plan` inputs of one CSV row; NotExpressible names what is missing."""
+    gpu_type = _text(raw, "gpu_type")
+    profile = profile_for(gpu_type)
+    precision = precision_for(_text(raw, "precision"))
+    model = model_for(raw)
+    plan = plan_for(raw, model)
+    job = TrainingJob(
+        seq_length=_int(raw, "seq_length"),
+        global_batch_size=_int(raw, "global_batch_size"),
+        precision=precision,
+    )
+    return RowCase(
+        model=model,
+        cluster=ClusterSpec(hardware=profile, num_gpus=_int(raw, "num_gpus")),
+        job=job,
+        plan=plan,
+        options=options_for_row(raw),
+        profile=profile,
+        generation=gpu_generation(gpu_type),
+    )
+
+
+def noncausal_flops_per_iteration(model: ModelSpec, seq_length: int, batch: int) -> float:
+    """Megatron-LM `num_floating_point_operations` before the causal factor (2024-07):
+    the current count plus the masked half of the attention core, 3 x (forward) per token
+    (published-runs-dev.md, "FLOPs conventions")."""
+    causal_half = core_attention_forward_flops_per_token(model, seq_length)
+    extra = 3 * causal_half * model.num_layers * seq_length * batch
+    return model_flops_per_iteration(model, seq_length, batch) + extra
+
+
+def flops_formula(convention: str) -> FlopsFormula | None:
+    """The FLOPs-per-iteration function of a ``flops_convention`` text, or None when the
+    source's convention is unknown (`FLOPS_CONVENTIONS`)."""
+    lower = convention.lower()
+    return next((f for marker, f in FLOPS_CONVENTIONS if marker in lower), None)
+
+
+FLOPS_CONVENTIONS: tuple[tuple[str, FlopsFormula], ...] = (
+    ("eq.3", sc21_flops_per_iteration),
+    ("as of r0.8.0", noncausal_flops_per_iteration),
+    ("nemo 24.03-era", noncausal_flops_per_iteration),
+    ("palm", noncausal_flops_per_iteration),
+    ("num_floating_point_operations of the commit used", model_flops_per_iteration),
+)
+"""``flops_convention`` marker -> FLOPs per iteration (published-runs-dev.md, "FLOPs
+conventions"): SC21 Eq. 3 (recompute and full attention counted); Megatron-LM's count
+before the causal factor (README 2024, NeMo 24.03; PaLM's 6N + 12·L·H·Q·T also counts the
+full attention matrix); Megatron-LM's current causal count (code from 2025-03)."""
+
+
+def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
+    """Seconds per iteration of the published run, convention-free where the row allows:
+    printed iteration time, else tokens/s/GPU, else TFLOP/s/GPU through the source's FLOPs
+    formula (`flops_formula`). NotExpressible when none applies."""
+    printed = _float(raw, "iteration_time_s")
+    if printed:
+        return printed
+    gpus, seq, batch = case.cluster.num_gpus, case.job.seq_length, case.job.global_batch_size
+    tokens = _float(raw, "tokens_per_sec_per_gpu") or _float(raw, "derived_tokens_per_sec_per_gpu")
+    if tokens:
+        return batch * seq / (tokens * gpus)
+    tflops = _float(raw, "tflops_per_gpu")
+    formula = flops_formula(_text(raw, "flops_convention"))
+    if tflops and formula is not None:
+        return formula(case.model, seq, batch) / (tflops * 1e12 * gpus)
+    raise NotExpressible("no iteration time, tokens/s or known-convention TFLOP/s")

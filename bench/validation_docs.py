@@ -1,0 +1,146 @@
+"""docs/validation.md and docs/validation.png from the published-runs validation's result
+(`bench/validate_published.py`): text and plotting only, no computation of figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from validation_stats import Outcome
+
+COLOURS = {"A100": "tab:blue", "H100/H800": "tab:green", "Blackwell": "tab:red"}
+"""Marker colour per GPU generation in the figure."""
+
+COMMAND = "python bench/validate_published.py --markdown --figure"
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1%}" if value < 0 else f"{value:.1%}"
+
+
+def _summary_line(name: str, figs: dict) -> str:
+    if not figs.get("num_rows"):
+        return f"| {name} | 0 | | | | |"
+    return (
+        f"| {name} | {figs['num_rows']} | {figs['median_abs_error']:.1%} | "
+        f"{figs['signed_median_error']:+.1%} | {figs['p90_abs_error']:.1%} | "
+        f"{figs['fit_fraction']:.0%} |"
+    )
+
+
+def _group_table(title: str, section: dict, loso: dict) -> list[str]:
+    lines = [
+        f"### By {title}",
+        "",
+        "| group | rows | median \\|error\\| | signed median | p90 \\|error\\| | fits | "
+        "LOSO median \\|error\\| |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for group, figs in section.items():
+        out = loso.get(group, {})
+        loso_text = f"{out['median_abs_error']:.1%}" if out.get("num_rows") else ""
+        lines.append(_summary_line(group, figs) + f" {loso_text} |")
+    return [*lines, ""]
+
+
+def markdown(result: dict) -> str:
+    """The validation page as Markdown."""
+    lines = [
+        "# Validation against published Megatron runs",
+        "",
+        "Every trust A and B row of `published-runs-dev.csv` that the specs can express, "
+        "priced by `estimate_plan` with only what the row states (plan, precision, optimizer "
+        "sharding, recompute). Error = (predicted - published) / published seconds per "
+        "iteration. Produced by:",
+        "",
+        f"    {COMMAND}",
+        "",
+        "- **model**: the cost model as users get it; no parameter fitted to these rows.",
+        "- **fitted**: one iteration-time scale per GPU generation fitted on all rows (in sample).",
+        "- **LOSO**: leave one source family out; the scales fitted on the other families "
+        "predict it. These are the out-of-sample figures.",
+        "",
+        "| figures | rows | median \\|error\\| | signed median | p90 \\|error\\| | fits |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        _summary_line("model", result),
+        _summary_line("fitted (in sample)", result["fitted"]),
+        _summary_line("LOSO (out of sample)", result["loso"]),
+        _summary_line("SC21 Table 1 (model)", result["sc21_table1"]),
+        "",
+        f"Kendall tau over strategy groups (model): {result['kendall_tau']:.2f}; "
+        f"LOSO: {result['loso']['kendall_tau']:.2f}.",
+        "",
+        "Fitted time scales (published / predicted, all rows): "
+        + ", ".join(f"{g} {s:.3f}" for g, s in result["fitted"]["time_scales"].items()),
+        "",
+        "![predicted vs published](validation.png)",
+        "",
+    ]
+    for name in ("generation", "precision", "kind", "source"):
+        lines += _group_table(name, result[f"by_{name}"], result["loso"][f"by_{name}"])
+    lines += [
+        "## Rows",
+        "",
+        "| row | source | model | plan | published s | predicted s | error | LOSO error | "
+        "peak GiB | fits |",
+        "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['row_id']} | {r['source_id']} | {r['model']} | {r['plan']} | "
+            f"{r['published_s']:.3f} | {r['predicted_s']:.3f} | {r['error']:+.1%} | "
+            f"{r['loso_error']:+.1%} | {r['peak_memory_gib']:.1f} | "
+            f"{'yes' if r['fits'] else 'no'} |"
+        )
+    lines += ["", "## Rows not expressible yet", "", "| row | source | model | reason |"]
+    lines.append("| ---: | --- | --- | --- |")
+    for r in result["not_expressible"]:
+        lines.append(f"| {r['row_id']} | {r['source_id']} | {r['model']} | {r['reason']} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(result: dict, path: Path) -> None:
+    """Write `markdown` to ``path``."""
+    path.write_text(markdown(result))
+
+
+def write_figure(outcomes: list[Outcome], path: Path) -> None:
+    """Predicted vs published seconds per iteration, log axes, one colour per GPU
+    generation, the identity line and the ±10% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for generation, colour in COLOURS.items():
+        rows = [o for o in outcomes if o.generation == generation]
+        if rows:
+            ax.scatter(
+                [o.published_s for o in rows],
+                [o.predicted_s for o in rows],
+                s=18,
+                color=colour,
+                label=f"{generation} ({len(rows)})",
+            )
+    values = [o.published_s for o in outcomes] + [o.predicted_s for o in outcomes]
+    low, high = min(values) / 1.5, max(values) * 1.5
+    ax.plot([low, high], [low, high], color="black", linewidth=0.8)
+    ax.fill_between(
+        [low, high],
+        [low * 0.9, high * 0.9],
+        [low * 1.1, high * 1.1],
+        color="grey",
+        alpha=0.25,
+        label="±10%",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("published seconds per iteration")
+    ax.set_ylabel("predicted seconds per iteration (estimate_plan)")
+    ax.set_title("paraplan vs published Megatron runs")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
