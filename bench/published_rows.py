@@ -25,6 +25,7 @@ printed TFLOP/s/GPU through the source's own FLOPs convention.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,14 @@ DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
 
 FlopsFormula = Callable[[ModelSpec, int, int], float]
 """FLOPs of one iteration from (model, sequence length, global batch)."""
+
+
+MEGATRON_BRIDGE_PERF = dataclasses.replace(DEFAULT_OPTIONS, main_grad_bytes=2)
+"""Megatron-Bridge's performance scripts (NVIDIA-NeMo/Megatron-Bridge
+``scripts/performance/utils/helpers.py``, ``set_basic_perf_overrides``) set
+``mixed_precision.grad_reduce_in_fp32 = False`` and ``ddp.grad_reduce_in_fp32 = False``:
+bf16 main gradients and bf16 gradient reduction (2 bytes per element). Applied to every
+MBRIDGE release; releases whose helper predates the override ran fp32 gradients."""
 
 
 class NotExpressible(Exception):
@@ -277,9 +286,13 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
 
 
 def options_for_row(raw: dict[str, str]) -> ExecutionOptions:
-    """`MEGATRON_2021` for SC21-era sources, Megatron-LM's current defaults otherwise."""
-    if _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
+    """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
+    rows, Megatron-LM's current defaults otherwise."""
+    source = _text(raw, "source_id")
+    if source.startswith(SC21_ERA_SOURCES):
         return MEGATRON_2021
+    if source.startswith("MBRIDGE-"):
+        return MEGATRON_BRIDGE_PERF
     return DEFAULT_OPTIONS
 
 

@@ -22,8 +22,19 @@ s·b·h·(10 + 24/t). The generalisations:
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
   attention at a time.
 
-Table 2 keeps two 1-byte dropout masks per layer (attention and MLP output); they are kept
-here too, a margin of 2·s·b·h per layer for models trained without dropout.
+Table 2 keeps two 1-byte dropout masks per layer (attention and MLP output) and one for
+the embedding; they are kept only when the run applies hidden dropout (``dropout``, from
+`ExecutionOptions.hidden_dropout`: Megatron-core's bias-dropout-add saves no mask when the
+dropout probability is 0, as in Llama-style recipes).
+
+FP8 (Transformer Engine, `te.pytorch` ``LayerNormLinear``/``Linear``/``GroupedLinear``
+forward: the FP8-cast GEMM input is what is saved for the weight-gradient GEMM): the input
+of every linear layer (the normalized QKV and fc1 input, the attention output before the
+output projection, the activation output before fc2, the expert inputs) is kept as 1-byte
+FP8; the layer-norm input, Q, K, V, the attention output kept by the fused attention
+kernel and the first MLP GEMM's outputs stay in bf16. Under bf16 the attention output is
+one tensor shared by the attention kernel and the output projection; under FP8 the
+projection keeps its own FP8 copy.
 
 Units: bytes per rank. ``e`` is the activation element size (2 for bf16/fp8, 4 for fp32).
 """
@@ -72,15 +83,27 @@ class _Shard:
     """Divisor of activations outside TP regions: tp with sequence parallelism, else 1."""
     element_bytes: int
     """Bytes per stored activation element."""
+    gemm_input_bytes: int
+    """Bytes per element of a saved linear-layer input: 1 under FP8, else element_bytes."""
+    mask_bytes: int
+    """Bytes per element of a hidden-dropout mask: 1 with dropout, 0 without."""
+
+    @property
+    def fp8_copy_bytes(self) -> int:
+        """Bytes of the separate FP8 copy of a tensor another kernel keeps in bf16."""
+        return self.gemm_input_bytes if self.gemm_input_bytes < self.element_bytes else 0
 
 
-def _shard(job: TrainingJob, plan: ParallelPlan) -> _Shard:
+def _shard(job: TrainingJob, plan: ParallelPlan, dropout: bool = True) -> _Shard:
+    element = activation_element_bytes(job)
     return _Shard(
+        gemm_input_bytes=1 if job.precision == "fp8" else element,
+        mask_bytes=MASK_BYTES if dropout else 0,
         tokens=plan.micro_batch_size * job.seq_length / plan.cp,
         seq_length=job.seq_length,
         tp=plan.tp,
         sp=plan.tp if plan.sequence_parallel else 1,
-        element_bytes=activation_element_bytes(job),
+        element_bytes=element,
     )
 
 
@@ -106,17 +129,19 @@ def _attention_bytes(model: ModelSpec, x: _Shard) -> float:
     Q, K, V, the output-projection input and the dropout mask."""
     e, t, n = x.element_bytes, x.tp, x.tokens
     h, a = model.hidden_size, model.num_attention_heads
-    outside = 2 * e * n * h / x.sp + MASK_BYTES * n * h / x.sp  # norm input, QKV input, mask
+    # norm input, QKV GEMM input, dropout mask
+    outside = (e + x.gemm_input_bytes + x.mask_bytes) * n * h / x.sp
     if model.uses_mla:
         d_qk, d_rope, d_v = mla_head_dims(model)
         q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
         latents = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
         heads = e * n * a * (2 * (d_qk + d_rope) + 2 * d_v) / t  # Q, K, V, output
-        return outside + latents + heads
+        return outside + latents + heads + x.fp8_copy_bytes * n * a * d_v / t
     q, g = a * model.head_dim, model.query_groups
     # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
     kv_per_rank = g * model.head_dim / min(t, g)
-    return outside + e * n * (2 * q / t + 2 * kv_per_rank)  # Q, K, V, output-projection input
+    # Q, K, V, attention output (and its FP8 copy for the output projection)
+    return outside + e * n * (2 * q / t + 2 * kv_per_rank) + x.fp8_copy_bytes * n * q / t
 
 
 def _core_attention_bytes(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> float:
@@ -130,9 +155,9 @@ def _core_attention_bytes(model: ModelSpec, x: _Shard, kernel: AttentionKernel) 
 
 def _mlp_bytes(model: ModelSpec, x: _Shard, ffn: int, rows: float, tp: int) -> float:
     """One MLP's inner activations for ``rows`` token rows: first-GEMM output(s) and the
-    activation output, split over ``tp``."""
+    activation output (the second GEMM's input), split over ``tp``."""
     up = 2 if model.activation == "swiglu" else 1
-    return x.element_bytes * rows * (up + 1) * ffn / tp
+    return (x.element_bytes * up + x.gemm_input_bytes) * rows * ffn / tp
 
 
 def _moe_bytes(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> float:
@@ -143,7 +168,7 @@ def _moe_bytes(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> float:
     shared = _mlp_bytes(model, x, model.moe_shared_expert_size, x.tokens, x.tp)
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
     etp = plan.expert_tp
-    expert_input = e * rows * etp * h  # rows gathered over expert TP
+    expert_input = x.gemm_input_bytes * rows * etp * h  # rows gathered over expert TP
     experts = expert_input + _mlp_bytes(model, x, model.expert_ffn_hidden_size, rows * etp, etp)
     dispatch = e * rows * h  # expert outputs kept by the combine (unpermute) for the backward
     return router + shared + experts + dispatch
@@ -156,6 +181,7 @@ def layer_activations(
     layer_index: int,
     *,
     attention: AttentionKernel = "flash",
+    dropout: bool = True,
 ) -> LayerActivations:
     """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring)."""
     if not 0 <= layer_index < model.num_layers:
@@ -164,14 +190,15 @@ def layer_activations(
             f"{model.name!r}; pass a layer of the model"
         )
     is_moe = model.moe_layer_mask()[layer_index]
-    return _layer_activations(model, _shard(job, plan), plan, is_moe, attention)
+    return _layer_activations(model, _shard(job, plan, dropout), plan, is_moe, attention)
 
 
 def _layer_activations(
     model: ModelSpec, x: _Shard, plan: ParallelPlan, is_moe: bool, attention: AttentionKernel
 ) -> LayerActivations:
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
-    mlp_outside = 2 * e * n * h / x.sp + MASK_BYTES * n * h / x.sp  # norm input, MLP input, mask
+    # norm input, fc1 GEMM input, dropout mask
+    mlp_outside = (e + x.gemm_input_bytes + x.mask_bytes) * n * h / x.sp
     if is_moe:
         mlp = mlp_outside + _moe_bytes(model, x, plan)
     else:
@@ -298,10 +325,12 @@ def _output_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> flo
     return inputs + (x.element_bytes + FP32_BYTES) * x.tokens * vocab / x.tp
 
 
-def _embedding_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
+def _embedding_bytes(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, dropout: bool = True
+) -> float:
     """Token ids and the embedding dropout mask of one microbatch."""
-    x = _shard(job, plan)
-    return TOKEN_ID_BYTES * x.tokens + MASK_BYTES * x.tokens * model.hidden_size / x.sp
+    x = _shard(job, plan, dropout)
+    return TOKEN_ID_BYTES * x.tokens + x.mask_bytes * x.tokens * model.hidden_size / x.sp
 
 
 def stage_activations(
@@ -311,11 +340,13 @@ def stage_activations(
     pp_rank: int,
     *,
     attention: AttentionKernel = "flash",
+    dropout: bool = True,
 ) -> StageActivations:
-    """Peak activation bytes of one rank of pipeline stage ``pp_rank``."""
+    """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
+    applies hidden dropout (its masks are kept)."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
-    x, mask = _shard(job, plan), model.moe_layer_mask()
+    x, mask = _shard(job, plan, dropout), model.moe_layer_mask()
     by_kind = {kind: _layer_activations(model, x, plan, kind, attention) for kind in set(mask)}
     per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
     layers_bytes = working = 0.0
@@ -329,6 +360,6 @@ def stage_activations(
         in_flight_microbatches=sum(counts),
         layers_bytes=layers_bytes,
         recompute_working_bytes=working,
-        embedding_bytes=counts[0] * _embedding_bytes(model, job, plan) if first else 0.0,
+        embedding_bytes=counts[0] * _embedding_bytes(model, job, plan, dropout) if first else 0.0,
         output_bytes=counts[-1] * _output_bytes(model, job, plan) if last else 0.0,
     )

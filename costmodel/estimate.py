@@ -124,7 +124,14 @@ def simulate_plan(
 
         stages = native_memory_per_stage(model, job, plan)
     else:
-        stages = memory_per_stage(model, job, plan, attention=options.attention)
+        stages = memory_per_stage(
+            model,
+            job,
+            plan,
+            attention=options.attention,
+            dropout=options.hidden_dropout,
+            main_grad_bytes=options.main_grad_bytes,
+        )
     model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s

@@ -31,7 +31,12 @@ Where this model deliberately differs from `megatron_theoretical_memory` (Megatr
 - no-recompute uses fused (flash) attention and full recompute keeps layer inputs, each
   with the backward's working set; the estimator has one formula for all recompute modes;
 - biases and the learned position table are counted; the logits keep bf16 logits and an
-  fp32 softmax; communication buffers and a framework allowance are added.
+  fp32 softmax; communication buffers and a framework allowance are added;
+- FP8 runs keep the linear layers' FP8-cast inputs (1 byte, Transformer Engine) and runs
+  without hidden dropout keep no masks (`costmodel.activations`); the estimator assumes
+  bf16 and dropout whatever the run;
+- the main-gradient buffer takes the run's element size (``main_grad_bytes``: 2 with
+  ``--grad-reduce-in-bf16``); the estimator always counts 4.
 """
 
 from __future__ import annotations
@@ -200,11 +205,14 @@ def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> t
     )
 
 
-def bytes_per_param(job: TrainingJob) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer-state) bytes per parameter for the job's precision."""
+def bytes_per_param(job: TrainingJob, main_grad_bytes: int = 4) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer-state) bytes per parameter for the job's precision;
+    ``main_grad_bytes``: the main-gradient buffer's element size under mixed precision
+    (`ExecutionOptions.main_grad_bytes`: 4 with Megatron's fp32 gradient reduction, 2 with
+    ``--grad-reduce-in-bf16``; megatron-facts.md §5.2)."""
     if job.precision == "fp32":
         return 4, 4, 8
-    return 2, 4, 12
+    return 2, main_grad_bytes, 12
 
 
 def optimizer_shards(model: ModelSpec, plan: ParallelPlan) -> tuple[int, int]:
@@ -222,7 +230,12 @@ def optimizer_shards(model: ModelSpec, plan: ParallelPlan) -> tuple[int, int]:
 
 
 def _comm_buffers_bytes(
-    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, pp_rank: int, params: StageParams
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    pp_rank: int,
+    params: StageParams,
+    main_grad_bytes: int = 4,
 ) -> float:
     """Communication buffers of one rank (see `StageMemory.comm_buffers_bytes`)."""
     e = activation_element_bytes(job)
@@ -244,15 +257,17 @@ def _comm_buffers_bytes(
     if any(mask[i] for i in stage_layer_indices(model, plan, pp_rank)):
         rows = model.moe_top_k * tokens / sp * (model.moe_capacity_factor or 1.0)
         total += e * rows * model.hidden_size  # permuted tokens before the all-to-all
-    return total + _bucket_padding_bytes(job, plan, params)
+    return total + _bucket_padding_bytes(job, plan, params, main_grad_bytes)
 
 
-def _bucket_padding_bytes(job: TrainingJob, plan: ParallelPlan, params: StageParams) -> float:
+def _bucket_padding_bytes(
+    job: TrainingJob, plan: ParallelPlan, params: StageParams, main_grad_bytes: int = 4
+) -> float:
     """Distributed-optimizer padding: each bucket of the weight and gradient buffers ends on
     a multiple of lcm(dp·cp, 128) elements (megatron-facts.md §5.1)."""
     if not plan.distributed_optimizer:
         return 0.0
-    weight, grad, _ = bytes_per_param(job)
+    weight, grad, _ = bytes_per_param(job, main_grad_bytes)
     bucket = plan.bucket_size_params() if plan.overlap_grad_reduce else params.total
     buckets = math.ceil(params.total / bucket) if params.total else 0
     return buckets * math.lcm(plan.dp * plan.cp, 128) * (weight + grad)
@@ -265,20 +280,23 @@ def memory_per_stage(
     *,
     allowance: FrameworkAllowance | None = None,
     attention: AttentionKernel = "flash",
+    dropout: bool = True,
+    main_grad_bytes: int = 4,
 ) -> tuple[StageMemory, ...]:
-    """Peak bytes per rank of every pipeline stage, stage 0 first.
+    """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout`` and
+    ``main_grad_bytes`` as `ExecutionOptions.hidden_dropout` and ``main_grad_bytes``.
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
     """
     frame = FrameworkAllowance() if allowance is None else allowance
-    weight, grad, state = bytes_per_param(job)
+    weight, grad, state = bytes_per_param(job, main_grad_bytes)
     dense_shards, expert_shards = optimizer_shards(model, plan)
     stages = []
     for rank in range(plan.pp):
         params = stage_params(model, plan, rank)
-        acts = stage_activations(model, job, plan, rank, attention=attention)
-        comm = _comm_buffers_bytes(model, job, plan, rank, params)
+        acts = stage_activations(model, job, plan, rank, attention=attention, dropout=dropout)
+        comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
         dynamic = (
             acts.layers_bytes
@@ -313,9 +331,19 @@ def peak_memory_bytes(
     *,
     allowance: FrameworkAllowance | None = None,
     attention: AttentionKernel = "flash",
+    dropout: bool = True,
+    main_grad_bytes: int = 4,
 ) -> float:
-    """The largest per-rank total over all pipeline stages."""
-    stages = memory_per_stage(model, job, plan, allowance=allowance, attention=attention)
+    """The largest per-rank total over all pipeline stages (arguments as `memory_per_stage`)."""
+    stages = memory_per_stage(
+        model,
+        job,
+        plan,
+        allowance=allowance,
+        attention=attention,
+        dropout=dropout,
+        main_grad_bytes=main_grad_bytes,
+    )
     return max(stage.total_bytes for stage in stages)
 
 

@@ -267,7 +267,7 @@ def _param_columns(model: ModelSpec):
     return fn
 
 
-def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKernel):
+def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKernel, dropout: bool):
     """Per distinct (tp, SP, etp, recompute mode): activation bytes of one sequence
     (micro-batch 1, cp 1; every activation term is linear in tokens per rank)."""
 
@@ -276,7 +276,7 @@ def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKer
         ref_job = TrainingJob(
             seq_length=job.seq_length, global_batch_size=1, precision=job.precision
         )
-        acts = stage_activations(model, ref_job, plan, 0, attention=kernel)
+        acts = stage_activations(model, ref_job, plan, 0, attention=kernel, dropout=dropout)
         return {
             "act_layers": acts.layers_bytes / model.num_layers,
             "act_work": acts.recompute_working_bytes,
@@ -458,9 +458,11 @@ def _tail_s(
     return worst
 
 
-def _memory_bytes(c, model: ModelSpec, job: TrainingJob, m: np.ndarray) -> np.ndarray:
+def _memory_bytes(
+    c, model: ModelSpec, job: TrainingJob, m: np.ndarray, main_grad_bytes: int
+) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form)."""
-    weight, grad, state = bytes_per_param(job)
+    weight, grad, state = bytes_per_param(job, main_grad_bytes)
     frame = FrameworkAllowance()
     pp, vpp = c["pp"], c["vpp"]
     e = ops.element_bytes(job.precision)
@@ -547,7 +549,7 @@ def screen_plans(
                 "recompute_num_layers",
                 "recompute_method",
             ],
-            _activation_columns(model, job, options.attention),
+            _activation_columns(model, job, options.attention, options.hidden_dropout),
         ),
         _per_unique(
             df,
@@ -591,7 +593,9 @@ def screen_plans(
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= model.num_layers % (c["pp"] * c["vpp"]) == 0
     iteration = np.where(ok, iteration, np.inf)
-    peak = np.where(ok, _memory_bytes(c, model, job, np.maximum(m, 1)), np.inf)
+    peak = np.where(
+        ok, _memory_bytes(c, model, job, np.maximum(m, 1), options.main_grad_bytes), np.inf
+    )
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     peak_flops_s = peak_flops(profile, ops.gemm_dtype(job.precision))
     out = df.drop(columns=["bucket"])

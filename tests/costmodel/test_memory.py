@@ -462,3 +462,30 @@ def test_distributed_optimizer_never_raises_optimizer_memory(case) -> None:
     on = memory_per_stage(model, job, plan.replace(distributed_optimizer=True))
     for a, b in zip(off, on, strict=True):
         assert b.optimizer_bytes <= a.optimizer_bytes
+
+
+def test_fp8_layer_keeps_fp8_gemm_inputs_and_no_masks_without_dropout() -> None:
+    # Llama-3-8B shape (h 4096, q 4096, kv 1024, F 14336, 32 heads), tp 1, flash attention,
+    # per token (Transformer Engine saves each linear layer's FP8-cast input; no dropout):
+    # attention: norm input 2h + QKV input h + Q,K,V,O 2·(2q + 2kv) + FP8 copy of O q
+    #            + fp32 log-sum-exp 4·a = 8192 + 4096 + 20480 + 4096 + 128
+    # MLP: norm input 2h + fc1 input h + gate/up 2·2F + fc2 input F = 12288 + 71680
+    model = get_preset("llama3-8b")
+    plan = ParallelPlan(tp=1, dp=8, micro_batch_size=1)
+    job = TrainingJob(seq_length=8192, global_batch_size=8, precision="fp8")
+    layer = layer_activations(model, job, plan, 0, dropout=False)
+    assert layer.full_bytes == 8192 * (8192 + 4096 + 20480 + 4096 + 128 + 12288 + 71680)
+    bf16 = layer_activations(model, dataclasses.replace(job, precision="bf16"), plan, 0)
+    # bf16 with dropout: QKV/fc1/fc2 inputs in 2 bytes, no separate O copy, two 1-byte masks
+    assert bf16.full_bytes - layer.full_bytes == 8192 * (4096 + 4096 + 14336 - 4096 + 2 * 4096)
+
+
+def test_bf16_main_gradients_halve_the_gradient_buffer() -> None:
+    # Megatron --grad-reduce-in-bf16 (megatron-facts.md §5.2): 2-byte main gradients.
+    model = get_preset("llama3-8b")
+    plan = ParallelPlan(tp=1, dp=8, micro_batch_size=1, distributed_optimizer=True)
+    job = TrainingJob(seq_length=4096, global_batch_size=8)
+    (fp32,) = memory_per_stage(model, job, plan)
+    (bf16,) = memory_per_stage(model, job, plan, main_grad_bytes=2)
+    assert bf16.gradients_bytes == pytest.approx(fp32.gradients_bytes / 2)
+    assert bf16.weights_bytes == fp32.weights_bytes
