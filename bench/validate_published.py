@@ -14,9 +14,10 @@ dense/MoE, and the SC21 Table 1 group; Kendall tau over strategy groups.
 
 Three sets of figures:
 - ``model``: `estimate_plan` as it is, no parameter fitted to these rows;
-- ``fitted``: one time scale per GPU generation fitted on all rows (in sample);
-- ``loso``: leave one source family out: the scales fitted on the other families predict
-  it. These are the out-of-sample figures.
+- ``fitted``: per GPU generation, the FP8 GEMM rate factor (fitted on the FP8 rows) and
+  one time scale, fitted on all rows (in sample; `validation_stats.fit_model`);
+- ``loso``: leave one source family out: the parameters fitted on the other families
+  predict it. These are the out-of-sample figures.
 
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]``
 (``--markdown`` writes docs/validation.md, ``--figure`` docs/validation.png).
@@ -26,15 +27,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from published_rows import NotExpressible, case_for_row, published_iteration_time_s
 from validation_stats import (
+    Fp8Grid,
     Outcome,
-    apply_time_scales,
-    fit_time_scales,
+    apply_model,
+    fit_model,
     grouped,
     kendall_tau,
     leave_one_source_out,
@@ -48,6 +51,8 @@ from specs.errors import SpecError
 CSV_NAME = "shared/reference/published-runs-dev.csv"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TRUSTED = ("A", "B")
+FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
+"""Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
 SC21_TABLE1 = "SC21-T1"
 SC21_TARGET = 0.10
 """Median |error| target of the SC21 Table 1 group."""
@@ -73,15 +78,23 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def evaluate_row(raw: dict[str, str]) -> Outcome:
-    """Predict one row; NotExpressible or SpecError when it cannot be priced."""
+def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float]]:
+    """Predict one row, and for FP8 rows its predicted seconds at every `FP8_GRID` factor;
+    NotExpressible or SpecError when it cannot be priced."""
     case = case_for_row(raw)
     published = published_iteration_time_s(raw, case)
     profile = load_profile(case.profile)
     est = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
     )
-    return Outcome(
+    grid: dict[float, float] = {}
+    if case.job.precision == "fp8":
+        for factor in FP8_GRID:
+            options = dataclasses.replace(case.options, fp8_gemm_rate_factor=factor)
+            grid[factor] = estimate_plan(
+                case.model, case.cluster, case.job, case.plan, profile, options=options
+            ).iteration_time_s
+    outcome = Outcome(
         row_id=raw["row_id"],
         source_id=raw["source_id"],
         model=raw["model"],
@@ -98,23 +111,31 @@ def evaluate_row(raw: dict[str, str]) -> Outcome:
         device_memory_gib=profile.device.memory_gib,
         fits=est.fits,
     )
+    return outcome, grid
 
 
-def evaluate(rows: list[dict[str, str]]) -> tuple[list[Outcome], list[dict[str, str]]]:
-    """Outcomes of the trusted rows, and the rows set apart (row, source, model, reason)."""
+def evaluate(
+    rows: list[dict[str, str]],
+) -> tuple[list[Outcome], Fp8Grid, list[dict[str, str]]]:
+    """Outcomes of the trusted rows, the FP8 rows' predictions over `FP8_GRID`, and the rows
+    set apart (row, source, model, reason)."""
     outcomes, apart = [], []
+    grid: Fp8Grid = {}
     for raw in rows:
         if raw["trust"] not in TRUSTED:
             continue
         try:
-            outcomes.append(evaluate_row(raw))
+            outcome, row_grid = evaluate_row(raw)
+            outcomes.append(outcome)
+            if row_grid:
+                grid[outcome.row_id] = row_grid
         except (NotExpressible, SpecError) as err:
             reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
                 | {"reason": reason}
             )
-    return outcomes, apart
+    return outcomes, grid, apart
 
 
 def _rules(err: SpecError) -> str:
@@ -134,10 +155,12 @@ def figures(outcomes: list[Outcome]) -> dict[str, object]:
     return result
 
 
-def report(outcomes: list[Outcome], apart: list[dict[str, str]]) -> dict[str, object]:
+def report(
+    outcomes: list[Outcome], grid: Fp8Grid, apart: list[dict[str, str]]
+) -> dict[str, object]:
     """The bench's JSON: model figures at the top level, ``fitted`` and ``loso``."""
-    scales = fit_time_scales(outcomes)
-    loso, loso_scales = leave_one_source_out(outcomes)
+    fitted = fit_model(outcomes, grid)
+    loso, loso_models = leave_one_source_out(outcomes, grid)
     loso_by_row = {o.row_id: o for o in loso}
     rows = [
         {
@@ -160,8 +183,19 @@ def report(outcomes: list[Outcome], apart: list[dict[str, str]]) -> dict[str, ob
     ]
     return figures(outcomes) | {
         "strategy_groups": kendall_tau(outcomes)["groups"],
-        "fitted": figures(apply_time_scales(outcomes, scales)) | {"time_scales": scales},
-        "loso": figures(loso) | {"time_scales_by_left_out_source": loso_scales},
+        "fitted": figures(apply_model(outcomes, grid, fitted))
+        | {
+            "fp8_gemm_rate_factors": fitted.fp8_factors,
+            "time_scales": fitted.time_scales,
+            "fitted_on": list(fitted.fitted_on),
+        },
+        "loso": figures(loso)
+        | {
+            "models_by_left_out_source": {
+                family: {"fp8_gemm_rate_factors": m.fp8_factors, "time_scales": m.time_scales}
+                for family, m in loso_models.items()
+            }
+        },
         "rows": rows,
         "not_expressible": apart,
     }
@@ -177,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    outcomes, apart = evaluate(read_rows(args.csv))
-    result = report(outcomes, apart)
+    outcomes, grid, apart = evaluate(read_rows(args.csv))
+    result = report(outcomes, grid, apart)
     if args.markdown or args.figure:
         from validation_docs import write_figure, write_markdown
 

@@ -55,8 +55,10 @@ def markdown(result: dict) -> str:
         f"    {COMMAND}",
         "",
         "- **model**: the cost model as users get it; no parameter fitted to these rows.",
-        "- **fitted**: one iteration-time scale per GPU generation fitted on all rows (in sample).",
-        "- **LOSO**: leave one source family out; the scales fitted on the other families "
+        "- **fitted**: per GPU generation, the FP8 GEMM rate factor "
+        "(`ExecutionOptions.fp8_gemm_rate_factor`, fitted on the dense FP8 rows) and one "
+        "iteration-time scale, fitted on all rows below (in sample).",
+        "- **LOSO**: leave one source family out; the parameters fitted on the other families "
         "predict it. These are the out-of-sample figures.",
         "",
         "| figures | rows | median \\|error\\| | signed median | p90 \\|error\\| | fits |",
@@ -69,8 +71,11 @@ def markdown(result: dict) -> str:
         f"Kendall tau over strategy groups (model): {result['kendall_tau']:.2f}; "
         f"LOSO: {result['loso']['kendall_tau']:.2f}.",
         "",
-        "Fitted time scales (published / predicted, all rows): "
-        + ", ".join(f"{g} {s:.3f}" for g, s in result["fitted"]["time_scales"].items()),
+        "Fitted on all rows: FP8 GEMM rate factor "
+        + ", ".join(f"{g} {f:.2f}" for g, f in result["fitted"]["fp8_gemm_rate_factors"].items())
+        + "; time scale (published / predicted) "
+        + ", ".join(f"{g} {s:.3f}" for g, s in result["fitted"]["time_scales"].items())
+        + ".",
         "",
         "![predicted vs published](validation.png)",
         "",

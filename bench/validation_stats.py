@@ -5,9 +5,13 @@ Pure functions over `Outcome` records (one per expressible published run):
 - `kendall_tau`: rank agreement of predicted and published throughput inside strategy
   groups (same model, GPU, sequence length: several published strategies), pooled over the
   groups' pairs (Kendall 1938, tau-a per group, concordant minus discordant over pairs);
-- `fit_time_scales` / `apply_time_scales`: one multiplicative time scale per GPU
-  generation, the geometric median of published / predicted time over the fitting rows;
-- `leave_one_source_out`: for each source family, the scales fitted on every other
+- `fit_model` / `apply_model`: per GPU generation, first the FP8 GEMM rate factor
+  (`ExecutionOptions.fp8_gemm_rate_factor`, chosen from the predictions on a grid of
+  factors to minimise the median |log(predicted / published)| of the generation's dense
+  FP8 rows: MoE rows carry the dispatcher's and grouped GEMMs' errors too), then one
+  multiplicative time scale, the geometric median of published / predicted time over all
+  the generation's rows;
+- `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
 
 Errors are relative: (predicted - published) / published seconds per iteration.
@@ -127,6 +131,71 @@ def kendall_tau(outcomes: list[Outcome]) -> dict[str, object]:
     return {"kendall_tau": tau, "pairs": total_pairs, "groups": per_group}
 
 
+Fp8Grid = dict[str, dict[float, float]]
+"""Row id -> {fp8_gemm_rate_factor: predicted seconds} for the FP8 rows."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FittedModel:
+    """Global parameters, one set per GPU generation, and the rows that fitted them."""
+
+    fp8_factors: dict[str, float]
+    """fp8_gemm_rate_factor per generation (1 where no FP8 row fitted it)."""
+    time_scales: dict[str, float]
+    """Multiplier on predicted time per generation, after the FP8 factor."""
+    fitted_on: tuple[str, ...]
+    """Row ids of the fitting rows."""
+
+
+def _log_median(pairs: list[tuple[float, float]]) -> float:
+    return statistics.median(abs(math.log(pred / pub)) for pred, pub in pairs)
+
+
+def fit_fp8_factors(outcomes: list[Outcome], grid: Fp8Grid) -> dict[str, float]:
+    """Per generation, the grid factor whose predictions minimise the median
+    |log(predicted / published)| over the generation's dense FP8 rows (ties: the larger
+    factor)."""
+    factors: dict[str, float] = {}
+    for generation, rows in grouped(outcomes, lambda o: o.generation).items():
+        fp8 = [o for o in rows if o.row_id in grid and o.kind == "dense"]
+        if not fp8:
+            continue
+        candidates = sorted(grid[fp8[0].row_id], reverse=True)
+        factors[generation] = min(
+            candidates,
+            key=lambda f: _log_median([(grid[o.row_id][f], o.published_s) for o in fp8]),
+        )
+    return factors
+
+
+def apply_fp8_factors(
+    outcomes: list[Outcome], grid: Fp8Grid, factors: dict[str, float]
+) -> list[Outcome]:
+    """FP8 rows re-predicted with their generation's factor; other rows unchanged."""
+    return [
+        dataclasses.replace(o, predicted_s=grid[o.row_id][factors[o.generation]])
+        if o.row_id in grid and o.generation in factors
+        else o
+        for o in outcomes
+    ]
+
+
+def fit_model(outcomes: list[Outcome], grid: Fp8Grid) -> FittedModel:
+    """FP8 factors, then time scales, fitted on ``outcomes``."""
+    factors = fit_fp8_factors(outcomes, grid)
+    scales = fit_time_scales(apply_fp8_factors(outcomes, grid, factors))
+    return FittedModel(
+        fp8_factors=factors, time_scales=scales, fitted_on=tuple(o.row_id for o in outcomes)
+    )
+
+
+def apply_model(outcomes: list[Outcome], grid: Fp8Grid, model: FittedModel) -> list[Outcome]:
+    """``outcomes`` predicted with a fitted model."""
+    return apply_time_scales(
+        apply_fp8_factors(outcomes, grid, model.fp8_factors), model.time_scales
+    )
+
+
 def fit_time_scales(outcomes: list[Outcome]) -> dict[str, float]:
     """Per GPU generation: exp(median(log(published / predicted))) over ``outcomes``."""
     return {
@@ -145,14 +214,16 @@ def apply_time_scales(outcomes: list[Outcome], scales: dict[str, float]) -> list
     ]
 
 
-def leave_one_source_out(outcomes: list[Outcome]) -> tuple[list[Outcome], dict[str, dict]]:
-    """Every outcome predicted with scales fitted on the other source families, and per
-    family the scales used (generations without other rows keep scale 1)."""
+def leave_one_source_out(
+    outcomes: list[Outcome], grid: Fp8Grid
+) -> tuple[list[Outcome], dict[str, FittedModel]]:
+    """Every outcome predicted with the model fitted on the other source families, and per
+    family the model used (generations without other rows keep factor and scale 1)."""
     predicted: list[Outcome] = []
-    scales_by_family: dict[str, dict] = {}
+    models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():
         others = [o for o in outcomes if o.source_family != family]
-        scales = fit_time_scales(others)
-        scales_by_family[family] = scales
-        predicted.extend(apply_time_scales(rows, scales))
-    return predicted, scales_by_family
+        models[family] = fit_model(others, grid)
+        predicted.extend(apply_model(rows, grid, models[family]))
+    order = {o.row_id: i for i, o in enumerate(outcomes)}
+    return sorted(predicted, key=lambda o: order[o.row_id]), models

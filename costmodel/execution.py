@@ -96,6 +96,18 @@ class ExecutionOptions:
     containers on an A100. It scales every cuBLAS GEMM (linear layers, the materialized
     attention's batched GEMMs), not fused attention kernels or memory-bound operators."""
 
+    fp8_gemm_rate_factor: float = 1.0
+    """Multiplier, in (0, 1], on the profile's fp8 GEMM efficiency for GEMMs run through
+    Transformer Engine's FP8 recipes (`framework_profile`). The profile's fp8 curve is the
+    bare cuBLASLt rate on square shapes (MAMF); a training step's FP8 linear layers also
+    cast and transpose their inputs and output gradients, reduce amax and update scales
+    (Transformer Engine ``fp8_autocast`` recipes), which NVIDIA's own guide puts at an
+    end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
+    ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
+    about 1.8x. The value is fitted per GPU generation on published FP8 runs
+    (`bench/validate_published.py`, which lists the rows that fitted it); 1 keeps the bare
+    rate."""
+
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-LM, GPU kernels; the fields above) or
     ``torch_native`` (paraplan's executor on CPU ranks: every operator's host cost, DTensor,
@@ -110,6 +122,11 @@ class ExecutionOptions:
             raise SpecError(
                 f"gemm_rate_factor must be in (0, 1], got {self.gemm_rate_factor!r}; it "
                 "scales the profile's GEMM efficiency down for an older BLAS library"
+            )
+        if not 0.0 < self.fp8_gemm_rate_factor <= 1.0:
+            raise SpecError(
+                f"fp8_gemm_rate_factor must be in (0, 1], got {self.fp8_gemm_rate_factor!r}; "
+                "it scales the profile's fp8 GEMM efficiency down for FP8 recipe overheads"
             )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
@@ -161,14 +178,19 @@ def resolve_options(profile: HardwareProfile, options: ExecutionOptions | None) 
 
 def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
     """``profile`` as the framework's kernels see it: every GEMM efficiency point times
-    ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`); the profile itself
-    when the factor is 1 or the runtime is paraplan's executor (priced from host rates)."""
-    factor = options.gemm_rate_factor
-    if factor == 1.0 or options.runtime == "torch_native":
+    ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
+    ``options.fp8_gemm_rate_factor``; the profile itself when both are 1 or the runtime is
+    paraplan's executor (priced from host rates)."""
+    factor, fp8_factor = options.gemm_rate_factor, options.fp8_gemm_rate_factor
+    if (factor == 1.0 and fp8_factor == 1.0) or options.runtime == "torch_native":
         return profile
     curves = {
         dtype: tuple(
-            EfficiencyPoint(gflop=p.gflop, efficiency=p.efficiency * factor) for p in points
+            EfficiencyPoint(
+                gflop=p.gflop,
+                efficiency=p.efficiency * factor * (fp8_factor if dtype == "fp8" else 1.0),
+            )
+            for p in points
         )
         for dtype, points in profile.compute.gemm_efficiency.items()
     }

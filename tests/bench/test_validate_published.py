@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -149,13 +150,27 @@ def test_leave_one_source_out_never_uses_the_left_out_rows():
         _outcome("2", "A-2", 2.0, 1.0),
         _outcome("3", "B-1", 3.0, 1.0),
     ]
-    predicted, scales = stats.leave_one_source_out(outcomes)
-    assert scales["A"]["H100/H800"] == pytest.approx(3.0)
-    assert scales["B"]["H100/H800"] == pytest.approx(2.0)
+    predicted, models = stats.leave_one_source_out(outcomes, {})
+    assert models["A"].time_scales["H100/H800"] == pytest.approx(3.0)
+    assert models["B"].time_scales["H100/H800"] == pytest.approx(2.0)
+    assert models["A"].fitted_on == ("3",)
     by_row = {o.row_id: o for o in predicted}
     assert by_row["1"].predicted_s == pytest.approx(3.0)
     assert by_row["3"].predicted_s == pytest.approx(2.0)
     assert math.isclose(stats.fit_time_scales(outcomes)["H100/H800"], 2.0)
+
+
+def test_fp8_factor_is_chosen_on_dense_fp8_rows_then_time_scale():
+    dense = _outcome("1", "A-1", 2.0, 1.0)
+    other = _outcome("2", "A-1", 1.0, 1.0)
+    moe = dataclasses.replace(_outcome("3", "A-1", 9.0, 1.0), kind="moe")
+    grid = {"1": {1.0: 1.0, 0.5: 2.0}, "3": {1.0: 1.0, 0.5: 1.5}}
+    model = stats.fit_model([dense, other, moe], grid)
+    assert model.fp8_factors == {"H100/H800": 0.5}  # row 1 matches at 0.5; row 3 not used
+    # after the factor: ratios published/predicted 1, 1, 6 -> geometric median 1
+    assert model.time_scales["H100/H800"] == pytest.approx(1.0)
+    applied = {o.row_id: o.predicted_s for o in stats.apply_model([dense, moe], grid, model)}
+    assert applied == {"1": 2.0, "3": 1.5}
 
 
 def test_sc21_table1_group_within_target():
@@ -165,6 +180,6 @@ def test_sc21_table1_group_within_target():
     if path is None:
         pytest.skip("published-runs-dev.csv not found above the repository")
     rows = [r for r in bench.read_rows(path) if r["source_id"] == "SC21-T1"][:8]
-    outcomes, apart = bench.evaluate(rows)
+    outcomes, _, apart = bench.evaluate(rows)
     assert not apart and len(outcomes) == 8
     assert stats.summary(outcomes)["median_abs_error"] <= bench.SC21_TARGET

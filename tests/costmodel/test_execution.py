@@ -269,3 +269,14 @@ def test_loss_scaling_lengthens_the_optimizer_step():
         SC21_MODEL, SC21_JOB, plan, A100, options=ExecutionOptions(loss_scaling=True)
     )
     assert scaled.breakdown.optimizer_s > plain.breakdown.optimizer_s
+
+
+def test_fp8_gemm_rate_factor_scales_only_the_fp8_curve() -> None:
+    h100 = load_profile("h100-sxm-80gb")
+    options = ExecutionOptions(fp8_gemm_rate_factor=0.5)
+    scaled = framework_profile(h100, options).compute.gemm_efficiency
+    base = h100.compute.gemm_efficiency
+    assert [p.efficiency for p in scaled["fp8"]] == [0.5 * p.efficiency for p in base["fp8"]]
+    assert scaled["bf16"] == base["bf16"]
+    with pytest.raises(SpecError):
+        ExecutionOptions(fp8_gemm_rate_factor=1.5)
