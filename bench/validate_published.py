@@ -32,7 +32,12 @@ import json
 import sys
 from pathlib import Path
 
-from published_rows import NotExpressible, case_for_row, published_iteration_time_s
+from published_rows import (
+    MEGATRON_BRIDGE_PERF,
+    NotExpressible,
+    case_for_row,
+    published_iteration_time_s,
+)
 from validation_stats import (
     Fp8Grid,
     Outcome,
@@ -44,9 +49,15 @@ from validation_stats import (
     summary,
 )
 
-from costmodel.estimate import estimate_plan
+from costmodel.estimate import estimate_plan, stage_memory_parts_gib
+from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.memory import GiB, megatron_theoretical_memory
 from profiles.store import load_profile
+from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
 
 CSV_NAME = "shared/reference/published-runs-dev.csv"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -144,6 +155,38 @@ def _rules(err: SpecError) -> str:
     return "plan rule " + ", ".join(i for i in ids if i) if ids else str(err)
 
 
+def llama3_8b_memory_case() -> dict[str, dict[str, float]]:
+    """Peak GiB per rank of Llama-3-8B, sequence 8192, TP1 PP1, FP8, distributed optimizer,
+    micro-batch 1 on 8 H100 (the recipe of the issue's memory example), under Megatron-LM's
+    default options (fp32 main gradients), under Megatron-Bridge's performance options
+    (bf16 gradient reduction, `MEGATRON_BRIDGE_PERF`), and with CP 2 as Megatron-Bridge's
+    H100 Llama-3-8B performance config sets it; beside Megatron's own estimator
+    (`megatron_theoretical_memory`, stage 0, bf16 assumed)."""
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    job = TrainingJob(seq_length=8192, global_batch_size=128, precision="fp8")
+    profile = load_profile("h100-sxm-80gb")
+    overlap = {"overlap_grad_reduce": True, "overlap_param_gather": True}
+    plan = ParallelPlan.for_world(8, distributed_optimizer=True, **overlap)
+    cp2 = ParallelPlan.for_world(8, cp=2, distributed_optimizer=True, **overlap)
+    cases = {
+        "megatron_defaults": (plan, DEFAULT_OPTIONS),
+        "megatron_bridge_perf": (plan, MEGATRON_BRIDGE_PERF),
+        "megatron_bridge_perf_cp2": (cp2, MEGATRON_BRIDGE_PERF),
+    }
+    result: dict[str, dict[str, float]] = {}
+    for name, (p, options) in cases.items():
+        est = estimate_plan(model, cluster, job, p, profile, options=options)
+        result[name] = {"peak_gib": est.peak_memory_gib} | stage_memory_parts_gib(est.memory[0])
+    weights, activations = megatron_theoretical_memory(model, job, plan)
+    result["megatron_estimator"] = {
+        "peak_gib": (weights + activations) / GiB,
+        "weights_and_optimizer": weights / GiB,
+        "activations": activations / GiB,
+    }
+    return result
+
+
 def figures(outcomes: list[Outcome]) -> dict[str, object]:
     """Overall summary, Kendall tau and per-grouping summaries of ``outcomes``."""
     result: dict[str, object] = dict(summary(outcomes))
@@ -196,6 +239,7 @@ def report(
                 for family, m in loso_models.items()
             }
         },
+        "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
         "rows": rows,
         "not_expressible": apart,
     }
