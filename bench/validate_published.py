@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--markdown", action="store_true", help="write docs/validation.md")
     parser.add_argument("--figure", action="store_true", help="write docs/validation.png")
+    parser.add_argument(
+        "--search", action="store_true", help="add the planner's search sanity (trust A rows)"
+    )
     parser.add_argument("--csv", type=Path, default=default_csv(), help="published-runs CSV")
     args = parser.parse_args(argv)
     if args.csv is None or not args.csv.is_file():
@@ -257,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     outcomes, grid, apart = evaluate(read_rows(args.csv))
     result = report(outcomes, grid, apart)
+    if args.search:
+        from search_sanity import search_sanity
+
+        result["search_sanity"] = search_sanity(read_rows(args.csv))
     if args.markdown or args.figure:
         from validation_docs import write_figure, write_markdown
 
@@ -291,6 +298,17 @@ def print_table(result: dict) -> None:
             f"fit {figs['fit_fraction']:.0%}, Kendall tau {figs['kendall_tau']:.2f}"
         )
     print(f"not expressible yet: {len(result['not_expressible'])} trusted rows")
+    sanity = result.get("search_sanity")
+    if sanity:
+        for r in sanity["rows"]:
+            print(
+                f"search {r['row_id']:>4} {r['model'][:22]:<22} recipe {r['recipe']:<34} "
+                f"pick {r['pick']:<34} speedup {r['claimed_speedup']:.2f}x rank {r['recipe_rank']}"
+            )
+        print(
+            f"search sanity: median claimed speedup {sanity['median_claimed_speedup']:.2f}x, "
+            f"recipe in top 10: {sanity['recipe_in_top10_fraction']:.0%}"
+        )
 
 
 if __name__ == "__main__":

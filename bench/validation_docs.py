@@ -10,7 +10,7 @@ from validation_stats import Outcome
 COLOURS = {"A100": "tab:blue", "H100/H800": "tab:green", "Blackwell": "tab:red"}
 """Marker colour per GPU generation in the figure."""
 
-COMMAND = "python bench/validate_published.py --markdown --figure"
+COMMAND = "python bench/validate_published.py --markdown --figure --search"
 
 
 def _pct(value: float) -> str:
@@ -70,6 +70,27 @@ def _memory_case(case: dict) -> list[str]:
     return lines
 
 
+def _search_sanity(sanity: dict) -> list[str]:
+    lines = [
+        "## Search sanity (trust A rows)",
+        "",
+        "The planner's pick against the published recipe, both priced with Megatron-LM's "
+        "current defaults: claimed speedup = pick tokens/s over recipe tokens/s; rank = "
+        "1 + the planner's simulated plans predicted faster than the recipe. Median claimed "
+        f"speedup {sanity['median_claimed_speedup']:.2f}x; recipe within the top 10: "
+        f"{sanity['recipe_in_top10_fraction']:.0%}.",
+        "",
+        "| row | model | recipe | pick | claimed speedup | recipe rank |",
+        "| ---: | --- | --- | --- | ---: | ---: |",
+    ]
+    for r in sanity["rows"]:
+        lines.append(
+            f"| {r['row_id']} | {r['model']} | {r['recipe']} | {r['pick']} | "
+            f"{r['claimed_speedup']:.2f}x | {r['recipe_rank']} |"
+        )
+    return [*lines, ""]
+
+
 def markdown(result: dict) -> str:
     """The validation page as Markdown."""
     lines = [
@@ -123,6 +144,8 @@ def markdown(result: dict) -> str:
         "",
     ]
     lines += _memory_case(result["memory_case_llama3_8b_h100"])
+    if "search_sanity" in result:
+        lines += _search_sanity(result["search_sanity"])
     for name in ("generation", "precision", "kind", "source"):
         lines += _group_table(name, result[f"by_{name}"], result["loso"][f"by_{name}"])
     lines += [

@@ -183,3 +183,26 @@ def test_sc21_table1_group_within_target():
     outcomes, _, apart = bench.evaluate(rows)
     assert not apart and len(outcomes) == 8
     assert stats.summary(outcomes)["median_abs_error"] <= bench.SC21_TARGET
+
+
+def test_search_sanity_rank_agrees_with_the_claimed_speedup():
+    sanity = load_bench("search_sanity")
+    row = SC21_ROW | {
+        # published-runs-dev.csv row 1 (SC21 Table 1, GPT 1.7B on 32 GPUs)
+        "row_id": "1",
+        "model": "GPT 1.7B",
+        "num_layers": "24",
+        "hidden_size": "2304",
+        "num_attention_heads": "24",
+        "num_query_groups": "24",
+        "ffn_hidden_size": "9216",
+        "num_gpus": "32",
+        "tp": "1",
+        "pp": "1",
+        "micro_batch_size": "16",
+        "global_batch_size": "512",
+    }
+    result = sanity.sanity_row(row)
+    speedup, rank = result["claimed_speedup"], result["recipe_rank"]
+    assert 1 <= rank <= sanity.TOP_K + 1
+    assert (rank == 1) == (speedup <= 1.0)
