@@ -13,9 +13,10 @@ error, the predicted peak memory and whether it fits the device. Summaries
 dense/MoE, and the SC21 Table 1 group; Kendall tau over strategy groups.
 
 Three sets of figures:
-- ``model``: `estimate_plan` as it is, no parameter fitted to these rows;
-- ``fitted``: per GPU generation, the FP8 GEMM rate factor (fitted on the FP8 rows) and
-  one time scale, fitted on all rows (in sample; `validation_stats.fit_model`);
+- ``model``: `estimate_plan` as it is (its default FP8 GEMM rate factor,
+  `costmodel.execution.FP8_GEMM_RATE_FACTOR`, was fitted on the dense FP8 rows here);
+- ``fitted``: one FP8 GEMM rate factor fitted on the dense FP8 rows (in sample;
+  `validation_stats.fit_model`);
 - ``loso``: leave one source family out: the parameters fitted on the other families
   predict it. These are the out-of-sample figures.
 
@@ -227,16 +228,11 @@ def report(
     return figures(outcomes) | {
         "strategy_groups": kendall_tau(outcomes)["groups"],
         "fitted": figures(apply_model(outcomes, grid, fitted))
-        | {
-            "fp8_gemm_rate_factors": fitted.fp8_factors,
-            "time_scales": fitted.time_scales,
-            "fitted_on": list(fitted.fitted_on),
-        },
+        | {"fp8_gemm_rate_factor": fitted.fp8_factor, "fitted_on": list(fitted.fitted_on)},
         "loso": figures(loso)
         | {
-            "models_by_left_out_source": {
-                family: {"fp8_gemm_rate_factors": m.fp8_factors, "time_scales": m.time_scales}
-                for family, m in loso_models.items()
+            "fp8_gemm_rate_factor_by_left_out_source": {
+                family: m.fp8_factor for family, m in loso_models.items()
             }
         },
         "memory_case_llama3_8b_h100": llama3_8b_memory_case(),

@@ -103,10 +103,11 @@ def markdown(result: dict) -> str:
         "",
         f"    {COMMAND}",
         "",
-        "- **model**: the cost model as users get it; no parameter fitted to these rows.",
-        "- **fitted**: per GPU generation, the FP8 GEMM rate factor "
-        "(`ExecutionOptions.fp8_gemm_rate_factor`, fitted on the dense FP8 rows) and one "
-        "iteration-time scale, fitted on all rows below (in sample).",
+        "- **model**: `estimate_plan` as users get it; its one fitted default, the FP8 GEMM "
+        "rate factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`), comes from the dense FP8 "
+        "rows below, so those rows are in sample here.",
+        "- **fitted**: one FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) "
+        "for every GPU generation, fitted on the dense FP8 rows (in sample).",
         "- **LOSO**: leave one source family out; the parameters fitted on the other families "
         "predict it. These are the out-of-sample figures.",
         "",
@@ -120,10 +121,14 @@ def markdown(result: dict) -> str:
         f"Kendall tau over strategy groups (model): {result['kendall_tau']:.2f}; "
         f"LOSO: {result['loso']['kendall_tau']:.2f}.",
         "",
-        "Fitted on all rows: FP8 GEMM rate factor "
-        + ", ".join(f"{g} {f:.2f}" for g, f in result["fitted"]["fp8_gemm_rate_factors"].items())
-        + "; time scale (published / predicted) "
-        + ", ".join(f"{g} {s:.3f}" for g, s in result["fitted"]["time_scales"].items())
+        f"FP8 GEMM rate factor fitted on all dense FP8 rows: "
+        f"{result['fitted']['fp8_gemm_rate_factor']} (rows "
+        + ", ".join(result["fitted"]["fitted_on"])
+        + "); left-one-source-out values: "
+        + ", ".join(
+            f"{family} {factor}"
+            for family, factor in result["loso"]["fp8_gemm_rate_factor_by_left_out_source"].items()
+        )
         + ".",
         "",
         "![predicted vs published](validation.png)",

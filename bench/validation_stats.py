@@ -5,12 +5,11 @@ Pure functions over `Outcome` records (one per expressible published run):
 - `kendall_tau`: rank agreement of predicted and published throughput inside strategy
   groups (same model, GPU, sequence length: several published strategies), pooled over the
   groups' pairs (Kendall 1938, tau-a per group, concordant minus discordant over pairs);
-- `fit_model` / `apply_model`: per GPU generation, first the FP8 GEMM rate factor
-  (`ExecutionOptions.fp8_gemm_rate_factor`, chosen from the predictions on a grid of
-  factors to minimise the median |log(predicted / published)| of the generation's dense
-  FP8 rows: MoE rows carry the dispatcher's and grouped GEMMs' errors too), then one
-  multiplicative time scale, the geometric median of published / predicted time over all
-  the generation's rows;
+- `fit_model` / `apply_model`: one global FP8 GEMM rate factor
+  (`ExecutionOptions.fp8_gemm_rate_factor`), chosen from the predictions on a grid of
+  factors to minimise the median |log(predicted / published)| of the dense FP8 rows. One
+  value for every GPU generation: the dense FP8 rows of each generation come from a single
+  source family, so a per-generation value could never be checked out of sample;
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
 
@@ -137,79 +136,42 @@ Fp8Grid = dict[str, dict[float, float]]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FittedModel:
-    """Global parameters, one set per GPU generation, and the rows that fitted them."""
+    """The fitted global parameter and the rows that fitted it."""
 
-    fp8_factors: dict[str, float]
-    """fp8_gemm_rate_factor per generation (1 where no FP8 row fitted it)."""
-    time_scales: dict[str, float]
-    """Multiplier on predicted time per generation, after the FP8 factor."""
+    fp8_factor: float | None
+    """fp8_gemm_rate_factor for every GPU generation; None when no dense FP8 row fitted it
+    (the predictions keep the factor they were made with)."""
     fitted_on: tuple[str, ...]
-    """Row ids of the fitting rows."""
+    """Row ids of the dense FP8 rows that fitted it."""
 
 
 def _log_median(pairs: list[tuple[float, float]]) -> float:
     return statistics.median(abs(math.log(pred / pub)) for pred, pub in pairs)
 
 
-def fit_fp8_factors(outcomes: list[Outcome], grid: Fp8Grid) -> dict[str, float]:
-    """Per generation, the grid factor whose predictions minimise the median
-    |log(predicted / published)| over the generation's dense FP8 rows (ties: the larger
-    factor)."""
-    factors: dict[str, float] = {}
-    for generation, rows in grouped(outcomes, lambda o: o.generation).items():
-        fp8 = [o for o in rows if o.row_id in grid and o.kind == "dense"]
-        if not fp8:
-            continue
-        candidates = sorted(grid[fp8[0].row_id], reverse=True)
-        factors[generation] = min(
-            candidates,
-            key=lambda f: _log_median([(grid[o.row_id][f], o.published_s) for o in fp8]),
-        )
-    return factors
-
-
-def apply_fp8_factors(
-    outcomes: list[Outcome], grid: Fp8Grid, factors: dict[str, float]
-) -> list[Outcome]:
-    """FP8 rows re-predicted with their generation's factor; other rows unchanged."""
-    return [
-        dataclasses.replace(o, predicted_s=grid[o.row_id][factors[o.generation]])
-        if o.row_id in grid and o.generation in factors
-        else o
-        for o in outcomes
-    ]
-
-
 def fit_model(outcomes: list[Outcome], grid: Fp8Grid) -> FittedModel:
-    """FP8 factors, then time scales, fitted on ``outcomes``."""
-    factors = fit_fp8_factors(outcomes, grid)
-    scales = fit_time_scales(apply_fp8_factors(outcomes, grid, factors))
-    return FittedModel(
-        fp8_factors=factors, time_scales=scales, fitted_on=tuple(o.row_id for o in outcomes)
+    """The grid factor whose predictions minimise the median |log(predicted / published)|
+    over the dense FP8 rows of ``outcomes`` (ties: the larger factor). MoE rows are left
+    out: they carry the token dispatcher's and grouped GEMMs' errors too."""
+    fp8 = [o for o in outcomes if o.row_id in grid and o.kind == "dense"]
+    if not fp8:
+        return FittedModel(fp8_factor=None, fitted_on=())
+    candidates = sorted(grid[fp8[0].row_id], reverse=True)
+    factor = min(
+        candidates,
+        key=lambda f: _log_median([(grid[o.row_id][f], o.published_s) for o in fp8]),
     )
+    return FittedModel(fp8_factor=factor, fitted_on=tuple(o.row_id for o in fp8))
 
 
 def apply_model(outcomes: list[Outcome], grid: Fp8Grid, model: FittedModel) -> list[Outcome]:
-    """``outcomes`` predicted with a fitted model."""
-    return apply_time_scales(
-        apply_fp8_factors(outcomes, grid, model.fp8_factors), model.time_scales
-    )
-
-
-def fit_time_scales(outcomes: list[Outcome]) -> dict[str, float]:
-    """Per GPU generation: exp(median(log(published / predicted))) over ``outcomes``."""
-    return {
-        generation: math.exp(
-            statistics.median(math.log(o.published_s / o.predicted_s) for o in rows)
-        )
-        for generation, rows in grouped(outcomes, lambda o: o.generation).items()
-    }
-
-
-def apply_time_scales(outcomes: list[Outcome], scales: dict[str, float]) -> list[Outcome]:
-    """Outcomes with predicted time times their generation's scale (1 when none fitted)."""
+    """FP8 rows re-predicted with the fitted factor; other rows unchanged."""
+    if model.fp8_factor is None:
+        return list(outcomes)
     return [
-        dataclasses.replace(o, predicted_s=o.predicted_s * scales.get(o.generation, 1.0))
+        dataclasses.replace(o, predicted_s=grid[o.row_id][model.fp8_factor])
+        if o.row_id in grid
+        else o
         for o in outcomes
     ]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
@@ -148,29 +147,30 @@ def test_leave_one_source_out_never_uses_the_left_out_rows():
     outcomes = [
         _outcome("1", "A-1", 2.0, 1.0),
         _outcome("2", "A-2", 2.0, 1.0),
-        _outcome("3", "B-1", 3.0, 1.0),
+        _outcome("3", "B-1", 1.0, 1.0),
     ]
-    predicted, models = stats.leave_one_source_out(outcomes, {})
-    assert models["A"].time_scales["H100/H800"] == pytest.approx(3.0)
-    assert models["B"].time_scales["H100/H800"] == pytest.approx(2.0)
-    assert models["A"].fitted_on == ("3",)
-    by_row = {o.row_id: o for o in predicted}
-    assert by_row["1"].predicted_s == pytest.approx(3.0)
-    assert by_row["3"].predicted_s == pytest.approx(2.0)
-    assert math.isclose(stats.fit_time_scales(outcomes)["H100/H800"], 2.0)
+    grid = {
+        "1": {1.0: 1.0, 0.5: 2.0},
+        "2": {1.0: 1.0, 0.5: 2.0},
+        "3": {1.0: 1.0, 0.5: 2.0},
+    }
+    predicted, models = stats.leave_one_source_out(outcomes, grid)
+    assert models["A"].fp8_factor == 1.0 and models["A"].fitted_on == ("3",)
+    assert models["B"].fp8_factor == 0.5 and models["B"].fitted_on == ("1", "2")
+    by_row = {o.row_id: o.predicted_s for o in predicted}
+    assert by_row == {"1": 1.0, "2": 1.0, "3": 2.0}
 
 
-def test_fp8_factor_is_chosen_on_dense_fp8_rows_then_time_scale():
+def test_fp8_factor_is_chosen_on_dense_fp8_rows_only():
     dense = _outcome("1", "A-1", 2.0, 1.0)
-    other = _outcome("2", "A-1", 1.0, 1.0)
+    bf16 = _outcome("2", "A-1", 1.0, 1.0)
     moe = dataclasses.replace(_outcome("3", "A-1", 9.0, 1.0), kind="moe")
     grid = {"1": {1.0: 1.0, 0.5: 2.0}, "3": {1.0: 1.0, 0.5: 1.5}}
-    model = stats.fit_model([dense, other, moe], grid)
-    assert model.fp8_factors == {"H100/H800": 0.5}  # row 1 matches at 0.5; row 3 not used
-    # after the factor: ratios published/predicted 1, 1, 6 -> geometric median 1
-    assert model.time_scales["H100/H800"] == pytest.approx(1.0)
-    applied = {o.row_id: o.predicted_s for o in stats.apply_model([dense, moe], grid, model)}
-    assert applied == {"1": 2.0, "3": 1.5}
+    model = stats.fit_model([dense, bf16, moe], grid)
+    assert model.fp8_factor == 0.5 and model.fitted_on == ("1",)
+    applied = {o.row_id: o.predicted_s for o in stats.apply_model([dense, bf16, moe], grid, model)}
+    assert applied == {"1": 2.0, "2": 1.0, "3": 1.5}
+    assert stats.fit_model([bf16], {}).fp8_factor is None
 
 
 def test_sc21_table1_group_within_target():
