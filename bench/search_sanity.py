@@ -55,7 +55,9 @@ def search_sanity(rows: list[dict[str, str]]) -> dict[str, object]:
         try:
             results.append(sanity_row(raw))
         except (NotExpressible, SpecError) as err:
-            apart.append({"row_id": raw["row_id"], "reason": str(err).splitlines()[0]})
+            lines = str(err).splitlines()
+            reason = lines[-1].strip(" -") if len(lines) > 1 else lines[0]
+            apart.append({"row_id": raw["row_id"], "reason": reason})
     speedups = [float(r["claimed_speedup"]) for r in results]
     in_top = [int(r["recipe_rank"]) <= TOP_K for r in results]
     return {
