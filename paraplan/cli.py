@@ -3,78 +3,82 @@
 Exit codes: 0 success; 1 the answer is "no" (an invalid plan, nothing fits); 2 bad input
 (unknown model, malformed JSON, a value out of range), reported as one line on stderr,
 never as a traceback.
+
+A subcommand's module (and what it imports: the cost model, torch for `execute` and `demo`)
+is loaded only when that subcommand runs; `paraplan --help` and `paraplan --version` load none.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from paraplan.commands import (
-    calibrate,
-    check,
-    demo,
-    estimate,
-    execute,
-    export,
-    models,
-    plan,
-    profile,
-    report,
-)
+from paraplan.commands import COMMAND_HELP
 from specs.errors import SpecError
+from specs.version import paraplan_version
 
-COMMANDS: tuple[ModuleType, ...] = (
-    demo,
-    models,
-    check,
-    profile,
-    estimate,
-    plan,
-    export,
-    execute,
-    report,
-    calibrate,
-)
-"""Subcommands in the order `paraplan --help` lists them."""
+PROG = "paraplan"
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"paraplan {self.prog.split()[-1]}: error: {message}\n")
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser, one subparser per command module."""
+def command_module(name: str) -> ModuleType:
+    """The module of subcommand ``name`` (one of `COMMAND_HELP`), imported on first use."""
+    return importlib.import_module(f"paraplan.commands.{name}")
+
+
+def selected_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv``: its first argument that is not an option."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMAND_HELP else None
+
+
+def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser; the flags of ``commands`` (default: all) are added, the other
+    subcommands are listed with their help only."""
     parser = _Parser(
-        prog="paraplan",
+        prog=PROG,
         description="Plan, execute and compare parallel transformer training.",
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {paraplan_version() or 'unknown (not installed)'}",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for command in COMMANDS:
-        sp = sub.add_parser(command.NAME, help=command.HELP, description=command.HELP)
-        command.add_arguments(sp)
-        sp.set_defaults(_run=command.run)
+    loaded = COMMAND_HELP if commands is None else commands
+    for name, text in COMMAND_HELP.items():
+        sp = sub.add_parser(name, help=text, description=text)
+        if name in loaded:
+            module = command_module(name)
+            module.add_arguments(sp)
+            sp.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = selected_command(argv)
+    args = build_parser(() if command is None else (command,)).parse_args(argv)
     try:
         return int(args._run(args))
     except SpecError as exc:
-        sys.stderr.write(f"paraplan {args.command}: error: {exc}\n")
+        sys.stderr.write(f"{PROG} {args.command}: error: {exc}\n")
         return 2
     except BrokenPipeError:
         # the reader of our stdout (e.g. `| head`) went away: not an error of ours
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        sys.stderr.write(f"paraplan {args.command}: interrupted\n")
+        sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
         return 130

@@ -143,16 +143,16 @@ def _column_value(name: str, value: Any) -> Any:
 def tp_degrees(
     model: ModelSpec, num_gpus: int, scale_up_domain: int, *, beyond_scale_up: bool = False
 ) -> Iterator[int]:
-    """Tensor-parallel sizes: divisors of the GPU count that divide the heads, split or
-    replicate the query groups (g % tp == 0 or tp % g == 0; MLA has no groups), divide the
-    dense and shared-expert MLP widths, and fit the scale-up domain unless
+    """Tensor-parallel sizes: divisors of the GPU count that divide the heads, divide the
+    query groups (g % tp == 0, Megatron-core's `divide(num_query_groups, tp)`; MLA has no
+    groups), divide the dense and shared-expert MLP widths, and fit the scale-up domain unless
     ``beyond_scale_up`` (Megatron's parallel linears; megatron-facts.md §8.3 rule 4)."""
     groups = model.query_groups
     dense_mlp = model.num_moe_layers < model.num_layers
     for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
         if not beyond_scale_up and tp > scale_up_domain:
             continue
-        if not model.uses_mla and groups % tp and tp % groups:
+        if not model.uses_mla and groups % tp:
             continue
         if dense_mlp and model.ffn_hidden_size % tp:
             continue

@@ -69,8 +69,8 @@ def _sc21_gpt(name: str, num_layers: int, hidden_size: int, heads: int) -> tuple
 
 
 _TINY = (
-    # Small enough that one training step on a CPU takes milliseconds; every degree up to
-    # 4 (tp, pp, ep) divides heads, query groups (tp % g == 0), layers and experts.
+    # Small enough that one training step on a CPU takes milliseconds; tp up to 2 divides
+    # the query groups, and every degree up to 4 (pp, ep) divides the layers and experts.
     _llama_style(
         "tiny",
         num_layers=4,

@@ -92,25 +92,23 @@ def heads_divisible_by_tp(
 
 
 @rule
-def query_groups_compatible_with_tp(
+def query_groups_divisible_by_tp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """g % tp == 0 or tp % g == 0 for grouped-query attention: KV heads are split over tp,
-    or each is replicated on tp / g ranks (megatron-facts.md §8.3 rule 4). Plain multi-head
-    attention (g = a) is covered by `heads_divisible_by_tp`; MLA has no KV groups."""
+    """g % tp == 0 for grouped-query attention: the K/V heads are split over the tp ranks,
+    each rank holding g / tp of them (Megatron-core's attention computes
+    `divide(num_query_groups, tp)`, which asserts exact division; megatron-facts.md §8.3
+    rule 4). Plain multi-head attention (g = a) is covered by `heads_divisible_by_tp`; MLA
+    has no KV groups."""
     groups, tp = model.num_query_groups, plan.tp
-    if groups is None or model.uses_mla or groups % tp == 0 or tp % groups == 0:
+    if groups is None or model.uses_mla or groups % tp == 0:
         return None
     options = degree_choices(
-        model.num_attention_heads,
-        tp,
-        cluster.num_gpus,
-        keep=lambda d: groups % d == 0 or d % groups == 0,
+        model.num_attention_heads, tp, cluster.num_gpus, keep=lambda d: groups % d == 0
     )
     return (
-        f"num_query_groups ({groups}) and tp ({tp}) must divide one another "
-        f"(g % tp == 0 splits KV heads, tp % g == 0 replicates each on tp/g ranks; here "
-        f"{ratio(groups, tp)} KV heads per rank): try tp in {options}"
+        f"num_query_groups ({groups}) must be divisible by tp ({tp}) "
+        f"({ratio(groups, tp)} KV heads per rank): try tp in {options}"
     )
 
 
@@ -277,7 +275,7 @@ def global_batch_divisible_by_mbs_dp(
 RULES: tuple[Rule, ...] = (
     world_size_matches,
     heads_divisible_by_tp,
-    query_groups_compatible_with_tp,
+    query_groups_divisible_by_tp,
     ffn_divisible_by_tp,
     shared_expert_ffn_divisible_by_tp,
     *MOE_RULES,

@@ -15,6 +15,7 @@ import argparse
 import shlex
 from collections.abc import Sequence
 
+from paraplan.commands import COMMAND_HELP
 from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile
@@ -24,10 +25,7 @@ from reports.run_dir import RunDir, load_run
 from specs.errors import SpecError
 
 NAME = "calibrate"
-HELP = (
-    "refit a hardware profile (GEMM, attention, memory bandwidth, op overhead, collectives) "
-    "from executed runs and print the iteration-time error before and after"
-)
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,11 +12,12 @@ from paraplan.args import (
     model_from_args,
     plan_from_args,
 )
+from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json
 from specs.rules import check_plan
 
 NAME = "check"
-HELP = "check a parallel plan against Megatron-LM's argument rules (exit 1 if invalid)"
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

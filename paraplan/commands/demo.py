@@ -33,6 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
+from paraplan.commands import COMMAND_HELP
 from paraplan.commands import execute as execute_command
 from paraplan.commands import profile as profile_command
 from paraplan.commands.plan import write_search_outputs
@@ -52,7 +53,7 @@ from specs.model import ModelSpec
 from specs.version import paraplan_version
 
 NAME = "demo"
-HELP = "profile this machine, plan a small model, execute the plan and write the report"
+HELP = COMMAND_HELP[NAME]
 
 PROFILE_ATTEMPTS = 2
 """Tries of the quick profile when a rank crashes in native code (`paraplan profile`'s

@@ -20,12 +20,13 @@ from paraplan.args import (
     model_from_args,
     plan_from_args,
 )
+from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json, print_table
 from profiles.store import load_profile
 from specs.rules import check_plan
 
 NAME = "estimate"
-HELP = "predict iteration time, tokens/s, MFU/HFU and per-stage memory of one parallel plan"
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

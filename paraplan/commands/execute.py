@@ -24,6 +24,7 @@ from costmodel.estimate import estimate_to_json, simulate_plan
 from costmodel.flops import model_flops_per_iteration
 from executor.launch import LaunchError
 from executor.run import RunConfig, RunSummary, execute
+from paraplan.commands import COMMAND_HELP
 from profiles.host_probe import host_probe
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -34,7 +35,7 @@ from specs.errors import SpecError
 from specs.rules import check_plan
 
 NAME = "execute"
-HELP = "train with a plan on torch.distributed and record the measured timeline and metrics"
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

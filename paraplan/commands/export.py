@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from paraplan.commands import COMMAND_HELP
 from planner.export import TARGETS, export_text
 from profiles import load_profile
 from specs.bundle import PlanBundle
@@ -18,7 +19,7 @@ from specs.rules import check_plan
 from specs.serde import load
 
 NAME = "export"
-HELP = "print the Megatron-LM arguments or torchtitan TOML that run a plan.json"
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

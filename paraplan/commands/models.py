@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from paraplan.commands import COMMAND_HELP
 from paraplan.output import human_count, print_json, print_table
 from specs.params import count_params
 from specs.presets import get_preset, preset_names
 
 NAME = "models"
-HELP = "list the model presets with layers, hidden size, heads, experts and parameters"
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

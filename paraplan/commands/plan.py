@@ -28,6 +28,7 @@ from rich.progress import Progress as RichProgress
 
 from costmodel.estimate import estimate_to_json, simulate_plan
 from paraplan.args import add_problem_args, job_from_args, model_from_args
+from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json, print_table
 from planner.explain import explain
 from planner.search import DEFAULT_HEADROOM, RankedPlan, SearchResult, search_plans
@@ -43,7 +44,7 @@ from specs.model import ModelSpec
 from specs.serde import dumps, to_dict
 
 NAME = "plan"
-HELP = "search the fastest parallel plans that fit, or size the cluster for a token budget"
+HELP = COMMAND_HELP[NAME]
 
 KNOB_FLAGS: dict[str, str] = {
     "tp": "tp",

@@ -16,6 +16,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from paraplan.commands import COMMAND_HELP
 from profiles.store import save_profile
 from specs.errors import SpecError
 from specs.loading import load_model
@@ -24,10 +25,7 @@ NAME = "profile"
 CRASHED_EXIT = 3
 """Exit status when a rank crashed in native code (`profiles.profiler.world.NATIVE_CRASH_SIGNALS`);
 1 for any other failure."""
-HELP = (
-    "measure GEMMs, attention, memory bandwidth and collectives on this machine and write "
-    "a hardware profile JSON (usable as --hardware)"
-)
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

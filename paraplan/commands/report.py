@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from paraplan.commands import COMMAND_HELP
 from profiles.lookup import host_probe_s
 from profiles.store import load_profile
 from reports.compare import compare, comparison_to_json
@@ -15,7 +16,7 @@ from reports.traces import write_traces
 from specs.errors import SpecError
 
 NAME = "report"
-HELP = "compare a run's prediction with its measurement and write a self-contained HTML report"
+HELP = COMMAND_HELP[NAME]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

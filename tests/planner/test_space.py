@@ -32,7 +32,7 @@ from planner.space import (
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
-from specs.presets import get_preset
+from specs.presets import get_preset, preset_names
 from specs.rules import check_plan
 
 MODELS = ("tiny", "tiny-moe", "llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt-1.7b")
@@ -46,11 +46,22 @@ def _violations(model, gpus, job, row):
 def test_tp_degrees_follow_heads_groups_ffn_and_scale_up() -> None:
     llama = get_preset("llama3-8b")  # 32 heads, 8 KV groups, ffn 14336 = 2^11 * 7
     assert list(tp_degrees(llama, 64, 8)) == [1, 2, 4, 8]
-    assert list(tp_degrees(llama, 64, 8, beyond_scale_up=True)) == [1, 2, 4, 8, 16, 32]
+    # beyond the scale-up domain the 8 query groups still cap tp at 8 (g % tp == 0)
+    assert list(tp_degrees(llama, 64, 8, beyond_scale_up=True)) == [1, 2, 4, 8]
     # tp must divide the GPU count too: 24 GPUs allow 1, 2, 4, 8 (3 and 6 fail the heads)
     assert list(tp_degrees(llama, 24, 8)) == [1, 2, 4, 8]
     gpt = get_preset("gpt-1.7b")  # 24 heads, ffn 9216
     assert list(tp_degrees(gpt, 48, 8)) == [1, 2, 3, 4, 6, 8]
+    assert list(tp_degrees(gpt, 48, 8, beyond_scale_up=True)) == [1, 2, 3, 4, 6, 8, 12, 24]
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_tp_degrees_divide_the_query_groups(name: str) -> None:
+    # Megatron-core's attention computes divide(num_query_groups, tp): exact division
+    model = get_preset(name)
+    for tp in tp_degrees(model, 1024, 1024, beyond_scale_up=True):
+        assert model.uses_mla or model.query_groups % tp == 0, (name, tp)
+        assert model.num_attention_heads % tp == 0, (name, tp)
 
 
 def test_pp_vpp_cp_ep_generators() -> None:

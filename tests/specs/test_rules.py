@@ -102,10 +102,11 @@ CASES = [
         ("num_attention_heads (32)", "tp (3)", "10.67"),
     ),
     Case(
-        "query_groups_compatible_with_tp",
-        Change(model={"num_attention_heads": 48, "kv_channels": 128}, plan={"tp": 3}),
-        Change(plan={"tp": 16}),  # tp % g == 0: each KV head replicated on 2 ranks
-        ("num_query_groups (8)", "tp (3)"),
+        "query_groups_divisible_by_tp",
+        # llama3-70b: 64 heads, 8 query groups; Megatron-core asserts g % tp == 0
+        Change(plan={"tp": 16}),
+        Change(plan={"tp": 8}),
+        ("num_query_groups (8)", "tp (16)", "0.50", "{1, 2, 4, 8}"),
     ),
     Case(
         "ffn_divisible_by_tp",
