@@ -1,14 +1,27 @@
-"""Printing helpers shared by the subcommands: JSON to stdout, rich tables for people."""
+"""Printing helpers shared by the subcommands: JSON to stdout, rich tables for people, and a
+progress bar on stderr for the long searches.
+
+Formats: fractions such as MFU and HFU are percentages in tables (`percent`) and plain
+fractions (0 to 1) in JSON. Tables fit the terminal by wrapping cells, never by cutting them;
+when stdout is not a terminal (a pipe, a file) a table takes its natural width.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
+
+PIPED_WIDTH = 10_000
+"""Console width when stdout is not a terminal: wide enough that no table is cut."""
+PROGRESS_DELAY_S = 1.0
+"""A progress bar appears once a task has run this long, so that short ones stay quiet."""
 
 
 def print_json(data: Any) -> None:
@@ -16,15 +29,37 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A rich table on stdout; numbers are right-aligned."""
+def percent(fraction: float) -> str:
+    """A fraction (MFU, HFU, a share) as a table shows it: ``0.4123`` -> ``41.2%``."""
+    return f"{fraction:.1%}"
+
+
+def table_console() -> Console:
+    """The console tables print on: the terminal's width, or `PIPED_WIDTH` when piped."""
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPED_WIDTH)
+
+
+def build_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
+    """A rich table whose cells wrap (overflow ``fold``) instead of being cut; numbers are
+    right-aligned."""
     table = Table(title=title)
     for i, col in enumerate(columns):
         numeric = bool(rows) and isinstance(rows[0][i], int | float)
-        table.add_column(col, justify="right" if numeric else "left")
+        table.add_column(col, justify="right" if numeric else "left", overflow="fold")
     for row in rows:
         table.add_row(*(_cell(v) for v in row))
-    Console(width=max(120, Console().width)).print(table)
+    return table
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    console: Console | None = None,
+) -> None:
+    """Print `build_table` on ``console`` (default `table_console`)."""
+    (console or table_console()).print(build_table(title, columns, rows))
 
 
 def _cell(value: Any) -> str:
@@ -39,3 +74,31 @@ def human_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{unit}"
     return str(int(n))
+
+
+class DeferredProgress:
+    """Progress callback ``(phase, done, total)`` that shows a rich bar on stderr once the
+    task has run `PROGRESS_DELAY_S`, and only when stderr is a terminal (``console``
+    overrides both the stream and that test). Call `close` when the task ends."""
+
+    def __init__(self, console: Console | None = None, delay_s: float = PROGRESS_DELAY_S):
+        self.console = console or Console(stderr=True)
+        self.delay_s = delay_s
+        self.start = time.perf_counter()
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.start < self.delay_s or not self.console.is_terminal:
+                return
+            self.bar = Progress(console=self.console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(phase, total=max(total, 1))
+        self.bar.update(self.task, description=phase, completed=done, total=max(total, 1))
+
+    def close(self) -> None:
+        """Stop the bar (a transient bar leaves no line behind)."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

@@ -241,12 +241,36 @@ def fit_suggestions(
     return list(distinct.values())
 
 
+def no_plan_reason(result: SearchResult) -> str:
+    """Why a search found no plan, in one sentence. When candidates passed the rules, none
+    fits in memory; when none did, the rule that rejected the most candidates is named with
+    its count (a candidate counts once under each rule it breaks) and its first message."""
+    gpus = result.cluster.num_gpus
+    if result.num_valid > 0:
+        return f"No plan fits in {_gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs."
+    ordered = sorted(
+        ((k, v) for k, v in result.rejected.items() if v and k != MEMORY_REJECTION),
+        key=lambda kv: (-kv[1], kv[0]),
+    )
+    if not ordered:
+        return f"No candidate plan exists on {gpus} GPUs for this search space."
+    rule_id, count = ordered[0]
+    share = (
+        "every candidate breaks"
+        if count >= result.num_enumerated
+        else f"{_count(count)} of {_count(result.num_enumerated)} candidates break"
+    )
+    text = f"No plan passes the rules on {gpus} GPUs: {share} {rule_id}"
+    example = result.rule_examples.get(rule_id)
+    return f"{text}: {example}" if example else f"{text}."
+
+
 def no_fit_lines(result: SearchResult, limit: int = 3) -> list[str]:
-    """The closest candidates and what would make them fit."""
+    """The reason nothing was found (`no_plan_reason`), the closest candidates and what would
+    make them fit."""
     cap = result.memory_limit_bytes
-    lines = [f"No plan fits in {_gib(cap)} per GPU."]
+    lines = [no_plan_reason(result)]
     if not result.closest:
-        lines.append("  No candidate passed the rules; see the rejections above.")
         return lines
     lines.append("Closest candidates:")
     for ranked in result.closest[:limit]:
@@ -279,8 +303,8 @@ def explain(result: SearchResult) -> str:
     """The whole explanation of a search, as text."""
     lines = rejection_lines(result)
     if result.best is None:
-        lines += no_fit_lines(result)
-        return "\n".join(lines)
+        reason, *rest = no_fit_lines(result)
+        return "\n".join([reason, *lines, *rest])
     lines.append("Best: " + summary_line(result.best))
     lines += breakdown_lines(result.best.estimate)
     runner_up = runner_up_of(result)

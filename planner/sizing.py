@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.explain import min_gpus_for_model_state
+from planner.explain import min_gpus_for_model_state, no_plan_reason
 from planner.search import DEFAULT_HEADROOM, RankedPlan, memory_limit_bytes, search_plans
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
@@ -40,7 +40,8 @@ PAST_DEADLINE_SIZES = 2
 """Sizes evaluated past the first that meets the deadline, for the table and the plot."""
 
 SizeProgress = Callable[[int, int, int], None]
-"""Progress callback: (num_gpus, sizes done, sizes planned at most)."""
+"""Progress callback: (num_gpus, sizes done, sizes planned at most); called before each size
+and again at every progress step of that size's search."""
 
 
 def training_days(token_budget: float, tokens_per_s: float) -> float:
@@ -81,6 +82,8 @@ class SizingRow:
     """Cluster size."""
     best: RankedPlan | None
     """Best plan found; None when nothing fits."""
+    reason: str | None = None
+    """Why no plan was found on this size (`planner.explain.no_plan_reason`); None with a plan."""
     days: float
     """Training days for the token budget (inf when nothing fits)."""
     gpu_hours: float
@@ -127,6 +130,7 @@ def _row(
         return SizingRow(
             num_gpus=cluster.num_gpus,
             best=None,
+            reason=no_plan_reason(result),
             days=float("inf"),
             gpu_hours=float("inf"),
             cost_usd=None if gpu_hour_usd is None else float("inf"),
@@ -157,6 +161,17 @@ def _goal(
         f"finish {tokens:.3g} tokens fastest on at most {max_gpus} GPUs",
         lambda r: r.best is not None,
     )
+
+
+def _size_step(
+    progress: SizeProgress, gpus: int, done: int, total: int
+) -> Callable[[str, int, int], None]:
+    """A search progress callback that reports the size being searched to ``progress``."""
+
+    def step(phase: str, phase_done: int, phase_total: int) -> None:
+        progress(gpus, done, total)
+
+    return step
 
 
 def size_cluster(
@@ -191,12 +206,17 @@ def size_cluster(
     floor = min_gpus_for_model_state(model, job, limit)
     sizes = cluster_sizes(per_node, floor, max_gpus or DEFAULT_MAX_GPUS)
     text, meets = _goal(job.token_budget, days, max_gpus, budget_usd)
-    search_kw = {"space": space, "top_k": top_k, "memory_headroom": memory_headroom}
+    search_kw: dict[str, Any] = {
+        "space": space,
+        "top_k": top_k,
+        "memory_headroom": memory_headroom,
+    }
     rows: list[SizingRow] = []
     past = 0
     for i, gpus in enumerate(sizes):
         if progress is not None:
             progress(gpus, i, len(sizes))
+            search_kw["progress"] = _size_step(progress, gpus, i, len(sizes))
         cluster = ClusterSpec(hardware=hardware, num_gpus=gpus, gpus_per_node=gpus_per_node)
         row = _row(model, cluster, job, profile, gpu_hour_usd, search_kw)
         rows.append(row)

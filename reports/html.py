@@ -407,22 +407,26 @@ def _run_charts(metrics: Mapping[str, Any], c: Comparison | None) -> str:
     )
 
 
-def _flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in row.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
+CANDIDATE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("plan", "label"),
+    ("iteration (s)", "iteration_time_s"),
+    ("tokens/s", "tokens_per_s"),
+    ("MFU", "mfu"),
+    ("peak memory (GiB)", "peak_memory_gib"),
+    ("fits", "fits"),
+)
+"""(header, key) of the candidates table: keys of one entry of candidates.json's ``plans``
+(`paraplan plan --out DIR`: the plan's fields and ``label`` with the keys of
+`costmodel.estimate.estimate_to_json`)."""
 
 
-def _value(value: Any) -> str:
+def _value(value: Any, key: str = "") -> str:
     if value is None:
         return "–"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if key == "mfu" and isinstance(value, int | float):
+        return f"{value:.1%}"
     if isinstance(value, float):
         return number(value)
     if isinstance(value, list | tuple):
@@ -431,23 +435,25 @@ def _value(value: Any) -> str:
 
 
 def _candidates(candidates: Mapping[str, Any] | Sequence[Any]) -> str:
+    """The candidates section from candidates.json (``{"plans": [...], "explanation": ...}``)
+    or from its list of plans."""
     if isinstance(candidates, Mapping):
-        rows = candidates.get("candidates", [])
+        rows = candidates.get("plans", [])
         explanation = str(candidates.get("explanation", ""))
     elif isinstance(candidates, Sequence) and not isinstance(candidates, str):
         rows, explanation = candidates, ""
     else:
         raise SpecError(
-            "candidates must be an object with 'candidates' and 'explanation' or a list, "
-            f"got {type(candidates).__name__}"
+            "candidates must be an object with 'plans' and 'explanation' (candidates.json of "
+            f"`paraplan plan --out`) or a list of plans, got {type(candidates).__name__}"
         )
-    flat = [_flatten(r) if isinstance(r, Mapping) else {"candidate": r} for r in rows]
-    columns = list(dict.fromkeys(k for r in flat for k in r))
+    if not all(isinstance(r, Mapping) for r in rows):
+        raise SpecError("each entry of candidates 'plans' must be an object (a plan entry)")
     table = table_html(
-        columns,
+        [header for header, _ in CANDIDATE_COLUMNS],
         [
-            tr([td(_value(r.get(k))) for k in columns], "winner" if i == 0 else "")
-            for i, r in enumerate(flat)
+            tr([td(_value(r.get(k), k)) for _, k in CANDIDATE_COLUMNS], "winner" if i == 0 else "")
+            for i, r in enumerate(rows)
         ],
         "candidates",
     )
@@ -456,7 +462,8 @@ def _candidates(candidates: Mapping[str, Any] | Sequence[Any]) -> str:
         '<section id="candidates-section"><h2>Top candidates and why the winner was chosen</h2>'
         + why
         + table
-        + '<p class="note">The first row (highlighted) is the chosen plan.</p></section>'
+        + '<p class="note">The first row (highlighted) is the chosen plan; MFU counts model '
+        "FLOPs.</p></section>"
     )
 
 

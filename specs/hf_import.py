@@ -334,13 +334,22 @@ def model_from_hf_config(
 
 
 def load_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:
-    """Read a Hugging Face config.json; the name defaults to the parent folder's name
-    (the model's repository folder, e.g. ``Meta-Llama-3-8B``)."""
+    """Read a Hugging Face config.json; the name defaults to `default_model_name`."""
     p = Path(path)
     data = read_json(p)
-    return model_from_hf_config(data, name=name or default_model_name(p), source=str(p))
+    return model_from_hf_config(data, name=name or default_model_name(p, data), source=str(p))
 
 
-def default_model_name(path: Path) -> str:
-    """The parent folder name of a config file (the file's stem at the root)."""
-    return path.resolve().parent.name or path.stem
+def default_model_name(path: Path, config: Any) -> str:
+    """A config file's model name, from the config itself: the last part of its
+    ``_name_or_path`` (``meta-llama/Meta-Llama-3-8B`` -> ``Meta-Llama-3-8B``, as
+    `save_pretrained` records it), else the file's stem unless it is the generic ``config``,
+    else its ``model_type``. The folder holding the file is never used: it is often a
+    checkout or download directory, not the model."""
+    if isinstance(config, Mapping):
+        recorded = str(config.get("_name_or_path") or "").strip().rstrip("/")
+        if recorded:
+            return recorded.rsplit("/", 1)[-1]
+    if path.stem != "config" or not isinstance(config, Mapping) or "model_type" not in config:
+        return path.stem
+    return str(config["model_type"])

@@ -40,6 +40,6 @@ def _load_model_file(path: Path) -> ModelSpec:
     does not have), else a ModelSpec JSON."""
     data = read_json(path)
     if isinstance(data, dict) and "model_type" in data:
-        return model_from_hf_config(data, name=default_model_name(path), source=str(path))
+        return model_from_hf_config(data, name=default_model_name(path, data), source=str(path))
     # Same as serde.load, on the JSON already read.
     return from_dict(ModelSpec, data, where=str(path))

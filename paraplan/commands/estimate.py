@@ -21,7 +21,7 @@ from paraplan.args import (
     plan_from_args,
 )
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import print_json, print_table
+from paraplan.output import percent, print_json, print_table
 from profiles.store import load_profile
 from specs.rules import check_plan
 
@@ -78,8 +78,8 @@ def _print_summary(title: str, est: Estimate) -> None:
             ("iteration time (s)", est.iteration_time_s),
             ("tokens/s (whole job)", est.tokens_per_s),
             ("model TFLOP/s per GPU", est.model_tflops_per_gpu),
-            ("MFU (model FLOPs, no recompute)", est.mfu),
-            ("HFU (with recompute)", est.hfu),
+            ("MFU (model FLOPs, no recompute)", percent(est.mfu)),
+            ("HFU (with recompute)", percent(est.hfu)),
             ("model FLOPs per iteration", est.flops_per_iteration),
             ("peak memory (GiB)", est.peak_memory_gib),
             ("fits in device memory", "yes" if est.fits else "NO"),
@@ -89,7 +89,7 @@ def _print_summary(title: str, est: Estimate) -> None:
     print_table(
         f"where the time goes (critical stage {est.critical_stage})",
         ("phase", "seconds", "share"),
-        [(phase, s, f"{s / total:.1%}") for phase, s in est.breakdown.as_dict().items()],
+        [(phase, s, percent(s / total)) for phase, s in est.breakdown.as_dict().items()],
     )
     shown = [p for p in MEMORY_PARTS if any(getattr(s, f"{p}_bytes") for s in est.memory)]
     rows = []

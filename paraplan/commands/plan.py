@@ -18,20 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import Progress as RichProgress
+import pandas as pd
 
 from costmodel.estimate import estimate_to_json, simulate_plan
 from paraplan.args import add_problem_args, job_from_args, model_from_args
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import print_json, print_table
+from paraplan.output import DeferredProgress, percent, print_json, print_table
 from planner.explain import explain
-from planner.search import DEFAULT_HEADROOM, RankedPlan, SearchResult, search_plans
+from planner.search import (
+    DEFAULT_HEADROOM,
+    MEMORY_REJECTION,
+    RankedPlan,
+    SearchResult,
+    search_plans,
+)
 from planner.sizing import SizingResult, SizingRow, scaling_plot, size_cluster
 from planner.space import SearchSpace
 from profiles import load_profile
@@ -65,6 +68,9 @@ KNOB_FLAGS: dict[str, str] = {
     "tp_comm_overlap": "tp_comm_overlap",
 }
 """argparse dest -> `ParallelPlan` field of each knob flag."""
+
+DEFAULT_CANDIDATES_LIMIT = 1000
+"""Screened candidates written to candidates.csv by default (the best by screened tokens/s)."""
 
 
 def add_knob_args(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +117,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tp-beyond-scale-up", action="store_true", help="also try tp beyond the NVLink domain"
     )
     g.add_argument("--out", default=None, help="folder for plan.json and the other results")
+    g.add_argument(
+        "--candidates-limit",
+        type=int,
+        default=DEFAULT_CANDIDATES_LIMIT,
+        metavar="N",
+        help="with --out: candidates.csv keeps the simulated plans, the rule-rejected "
+        f"representatives and the N best screened candidates (default {DEFAULT_CANDIDATES_LIMIT}"
+        "; 0 writes every candidate)",
+    )
     g.add_argument("--json", action="store_true", help='print {"best", "top", "rejected"}')
     s = parser.add_argument_group("cluster sizing (instead of --num-gpus)")
     s.add_argument("--tokens", type=float, default=None, help="token budget of the training run")
@@ -134,28 +149,6 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
     )
 
 
-class _DeferredBar:
-    """Progress callback that shows a rich bar on stderr once a search runs over a second."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.bar: RichProgress | None = None
-        self.task: Any = None
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if self.bar is None:
-            if time.perf_counter() - self.start < 1.0 or not sys.stderr.isatty():
-                return
-            self.bar = RichProgress(console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(phase, total=max(total, 1))
-        self.bar.update(self.task, description=phase, completed=done, total=max(total, 1))
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 def plan_entry(ranked: RankedPlan) -> dict[str, Any]:
     """A plan's knobs (ParallelPlan field names) with the metrics of `estimate --json`."""
     return {**to_dict(ranked.plan), "label": ranked.plan.label()} | estimate_to_json(
@@ -177,6 +170,8 @@ def search_json(result: SearchResult) -> dict[str, Any]:
 
 def _print_top(result: SearchResult, limit: int) -> None:
     shown = result.top[:limit] if result.top else result.closest[:limit]
+    if not shown:
+        return
     columns = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute",
                "dist-opt", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU", "peak GiB"]  # fmt: skip
     rows = []
@@ -192,7 +187,7 @@ def _print_top(result: SearchResult, limit: int) -> None:
             p.dp, p.micro_batch_size,
             "y" if p.sequence_parallel else "-", recompute,
             "y" if p.distributed_optimizer else "-", flags, round(e.iteration_time_s, 4),
-            round(e.tokens_per_s), f"{e.mfu:.1%}", round(e.peak_memory_gib, 1),
+            round(e.tokens_per_s), percent(e.mfu), round(e.peak_memory_gib, 1),
         ])  # fmt: skip
     title = "best plans (MFU: model FLOPs, Megatron-LM convention)"
     if not result.top:
@@ -200,11 +195,37 @@ def _print_top(result: SearchResult, limit: int) -> None:
     print_table(f"{result.model.name} on {result.cluster.num_gpus} GPUs: {title}", columns, rows)
 
 
-def write_search_outputs(result: SearchResult, profile_name: str, out: Path, text: str) -> None:
+def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
+    """The rows of `SearchResult.candidates` that candidates.csv keeps: every simulated plan,
+    every rule-rejected representative, and the ``limit`` other screened candidates with the
+    highest screened tokens/s (fitting ones first); ``limit`` 0 keeps every row. Row order is
+    kept."""
+    if limit <= 0:
+        return frame
+    simulated = frame["simulated_iteration_time_s"].notna()
+    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION])
+    rest = frame[~simulated & ~by_rule]
+    ranked = rest.assign(_over=rest["rejected_by"] == MEMORY_REJECTION).sort_values(
+        ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"
+    )
+    keep = frame.index[simulated | by_rule].union(ranked.index[:limit])
+    return frame.loc[keep.sort_values()]
+
+
+def write_search_outputs(
+    result: SearchResult,
+    profile_name: str,
+    out: Path,
+    text: str,
+    candidates_limit: int = DEFAULT_CANDIDATES_LIMIT,
+) -> None:
     """plan.json, estimate.json, predicted.json, prediction.trace.json and plan.html (the
-    prediction-only report) when a plan fits; candidates.csv and candidates.json always."""
+    prediction-only report) when a plan fits; candidates.csv (`limit_candidates`) and
+    candidates.json always."""
     out.mkdir(parents=True, exist_ok=True)
-    result.candidates.to_csv(out / "candidates.csv", index=False)
+    limit_candidates(result.candidates, candidates_limit).to_csv(
+        out / "candidates.csv", index=False
+    )
     listed = result.top or result.closest
     (out / "candidates.json").write_text(
         json.dumps({"plans": [plan_entry(r) for r in listed], "explanation": text}, indent=2) + "\n"
@@ -241,7 +262,7 @@ def _run_search(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(
         hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
     )
-    bar = _DeferredBar()
+    bar = DeferredProgress()
     try:
         result = search_plans(
             model,
@@ -257,7 +278,7 @@ def _run_search(args: argparse.Namespace) -> int:
         bar.close()
     text = explain(result)
     if args.out:
-        write_search_outputs(result, args.hardware, Path(args.out), text)
+        write_search_outputs(result, args.hardware, Path(args.out), text, args.candidates_limit)
     if args.json:
         print_json(search_json(result))
     else:
@@ -267,10 +288,12 @@ def _run_search(args: argparse.Namespace) -> int:
 
 
 def sizing_row_json(row: SizingRow) -> dict[str, Any]:
-    """One cluster size: GPUs, the best plan (knobs and metrics), days, GPU-hours, cost."""
+    """One cluster size: GPUs, the best plan (knobs and metrics) or the reason there is none,
+    days, GPU-hours, cost (null without a plan)."""
     return {
         "num_gpus": row.num_gpus,
         "plan": plan_entry(row.best) if row.best else None,
+        "reason": row.reason,
         "tokens_per_s": row.tokens_per_s,
         "mfu": row.mfu,
         "days": row.days if row.best else None,
@@ -279,20 +302,24 @@ def sizing_row_json(row: SizingRow) -> dict[str, Any]:
     }
 
 
+def sizing_table_row(row: SizingRow) -> list[Any]:
+    """GPUs, plan (or why none), tokens/s, MFU, days, GPU-hours, cost; "-" without a plan."""
+    if row.best is None:
+        return [row.num_gpus, f"none: {row.reason}", "-", "-", "-", "-", "-"]
+    return [
+        row.num_gpus,
+        row.best.plan.label(),
+        round(row.tokens_per_s),
+        percent(row.mfu),
+        f"{row.days:,.1f}",
+        f"{row.gpu_hours:,.0f}",
+        "-" if row.cost_usd is None else f"{row.cost_usd:,.0f}",
+    ]
+
+
 def _print_sizing(result: SizingResult) -> None:
     columns = ["GPUs", "plan", "tokens/s", "MFU", "days", "GPU-hours", "cost (USD)"]
-    rows = [
-        [
-            r.num_gpus,
-            r.best.plan.label() if r.best else "nothing fits",
-            round(r.tokens_per_s),
-            f"{r.mfu:.1%}",
-            round(r.days, 2),
-            round(r.gpu_hours),
-            "-" if r.cost_usd is None else f"{r.cost_usd:,.0f}",
-        ]
-        for r in result.rows
-    ]
+    rows = [sizing_table_row(r) for r in result.rows]
     print_table(f"cluster sizing: {result.goal}", columns, rows)
     if result.chosen is None:
         print(f"No evaluated cluster size meets the goal ({result.goal}).")
@@ -305,7 +332,28 @@ def _print_sizing(result: SizingResult) -> None:
         )
 
 
+def sizing_csv_row(row: SizingRow) -> dict[str, Any]:
+    """One row of sizing.csv: the columns of the table, empty without a plan, and the reason."""
+    found = row.best is not None
+    return {
+        "num_gpus": row.num_gpus,
+        "plan": row.best.plan.label() if row.best else "",
+        "tokens_per_s": row.tokens_per_s if found else None,
+        "mfu": row.mfu if found else None,
+        "days": row.days if found else None,
+        "gpu_hours": row.gpu_hours if found else None,
+        "cost_usd": row.cost_usd if found else None,
+        "reason": row.reason or "",
+    }
+
+
 def _run_sizing(args: argparse.Namespace) -> int:
+    if args.num_gpus is not None:
+        raise SpecError(
+            f"--num-gpus ({args.num_gpus}) fixes the cluster while --tokens sizes it: give "
+            f"--max-gpus {args.num_gpus} to bound the sizing, or drop --tokens to plan on "
+            f"{args.num_gpus} GPUs"
+        )
     if args.days is None and args.max_gpus is None and args.budget is None:
         raise SpecError("--tokens needs a goal: --days D, --max-gpus N, or --budget USD")
     model = model_from_args(args)
@@ -317,7 +365,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
         token_budget=int(args.tokens),
     )
     profile = load_profile(args.hardware)
-    bar = _DeferredBar()
+    bar = DeferredProgress()
     try:
         result = size_cluster(
             model,
@@ -332,7 +380,9 @@ def _run_sizing(args: argparse.Namespace) -> int:
             space=space_from_args(args),
             top_k=min(args.top, 3),
             memory_headroom=args.memory_headroom,
-            progress=lambda gpus, done, total: bar(f"searching {gpus} GPUs", done, total),
+            progress=lambda gpus, done, total: bar(
+                f"sizing: searching {gpus} GPUs ({done + 1} of at most {total} sizes)", done, total
+            ),
         )
     finally:
         bar.close()
@@ -361,15 +411,7 @@ def _write_sizing_outputs(
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "sizing.json").write_text(json.dumps(data, indent=2) + "\n")
-    lines = ["num_gpus,plan,tokens_per_s,mfu,days,gpu_hours,cost_usd"]
-    for r in result.rows:
-        label = r.best.plan.label() if r.best else ""
-        cost = "" if r.cost_usd is None else f"{r.cost_usd:.2f}"
-        lines.append(
-            f"{r.num_gpus},{label},{r.tokens_per_s:.1f},{r.mfu:.4f},{r.days:.4f},"
-            f"{r.gpu_hours:.1f},{cost}"
-        )
-    (out / "sizing.csv").write_text("\n".join(lines) + "\n")
+    pd.DataFrame([sizing_csv_row(r) for r in result.rows]).to_csv(out / "sizing.csv", index=False)
     scaling_plot(result, out / "scaling.png")
     if result.chosen is not None and result.chosen.best is not None:
         cluster = ClusterSpec(

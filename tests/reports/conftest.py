@@ -227,20 +227,29 @@ def sample_candidates(iteration_s: float) -> dict[str, Any]:
     return {
         "explanation": "tp2 pp2 dp2 wins: fastest plan that fits in 80 GiB; "
         "tp4 pp1 dp2 needs 91 GiB <script>alert(1)</script>",
-        "candidates": [
+        # the shape of candidates.json (`paraplan plan --out`): plan fields, label, estimate keys
+        "plans": [
             {
-                "plan": "tp2 pp2 dp2 mbs1 sp distopt",
-                "knobs": {"tp": 2, "pp": 2, "dp": 2},
-                "metrics": {"iteration_time_s": iteration_s, "mfu": 0.417, "peak_memory_gib": 48.0},
+                "label": "tp2 pp2 dp2 mbs1 sp distopt",
+                "tp": 2,
+                "pp": 2,
+                "dp": 2,
+                "iteration_time_s": iteration_s,
+                "tokens_per_s": 58619.0,
+                "mfu": 0.417,
+                "peak_memory_gib": 48.0,
+                "fits": True,
             },
             {
-                "plan": "tp2 pp4 dp1 mbs1 sp distopt",
-                "knobs": {"tp": 2, "pp": 4, "dp": 1},
-                "metrics": {
-                    "iteration_time_s": iteration_s * 1.12,
-                    "mfu": 0.372,
-                    "peak_memory_gib": 31.5,
-                },
+                "label": "tp2 pp4 dp1 mbs1 sp distopt",
+                "tp": 2,
+                "pp": 4,
+                "dp": 1,
+                "iteration_time_s": iteration_s * 1.12,
+                "tokens_per_s": 52338.0,
+                "mfu": 0.372,
+                "peak_memory_gib": 31.5,
+                "fits": True,
             },
         ],
     }

@@ -112,18 +112,27 @@ def test_there_is_one_fixture_per_supported_family() -> None:
 
 @pytest.mark.parametrize("folder", list(EXPECTED))
 def test_fixture_imports_to_published_fields(folder: str) -> None:
-    assert load_hf_config(fixture(folder)) == EXPECTED[folder]
+    assert load_hf_config(fixture(folder), name=folder) == EXPECTED[folder]
 
 
 @pytest.mark.parametrize(("folder", "preset"), list(MATCHING_PRESET.items()))
 def test_imported_config_equals_preset_apart_from_name(folder: str, preset: str) -> None:
     spec = load_hf_config(fixture(folder))
-    assert spec.name == folder
+    assert spec.name == fixture_dict(folder)["model_type"]  # Hub configs carry no own name
     assert spec.replace(name=preset) == get_preset(preset)
 
 
-def test_name_defaults_to_parent_folder_and_can_be_given() -> None:
-    assert load_hf_config(fixture("Meta-Llama-3-8B")).name == "Meta-Llama-3-8B"
+def test_name_comes_from_the_config_or_the_file_never_the_folder(tmp_path: Path) -> None:
+    llama = fixture_dict("Meta-Llama-3-8B")
+    # a config.json without its own name: its model_type, not the folder "downloads"
+    assert load_hf_config(write_config(tmp_path / "downloads", llama)).name == "llama"
+    # save_pretrained records the source repository in _name_or_path
+    named = {**llama, "_name_or_path": "meta-llama/Meta-Llama-3-8B"}
+    assert load_hf_config(write_config(tmp_path / "a", named)).name == "Meta-Llama-3-8B"
+    # a file named after the model
+    own = tmp_path / "my-llama.json"
+    own.write_text(json.dumps(llama))
+    assert load_hf_config(own).name == "my-llama"
     assert load_hf_config(fixture("Meta-Llama-3-8B"), name="l3").name == "l3"
     assert model_from_hf_config(fixture_dict("gpt2"), name="x").name == "x"
 

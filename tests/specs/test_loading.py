@@ -24,7 +24,7 @@ def test_preset_name(name: str) -> None:
 def test_hf_config_file_and_its_folder() -> None:
     spec = load_model(str(HF_LLAMA))
     assert spec == load_hf_config(HF_LLAMA)
-    assert spec.name == "Meta-Llama-3-8B"
+    assert spec.name == "llama"  # the config's model_type: it records no name of its own
     assert load_model(str(HF_LLAMA.parent)) == spec
 
 
