@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cli import main
+from paraplan.cli import build_parser, main
+from paraplan.commands import COMMAND_HELP
 from specs.presets import preset_names
 
 CHECK = [
@@ -106,3 +108,40 @@ def test_python_dash_m_entry_point() -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("paraplan check: error: unknown model preset 'nope'")
+
+
+def test_version_and_usage_errors_name_the_program(capsys) -> None:
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out.startswith("paraplan ")
+    code, _, err = run_cli(capsys)
+    assert code == 2 and err.startswith("paraplan: error: ")
+    code, _, err = run_cli(capsys, "plan", "--bogus")
+    assert code == 2 and err.startswith("paraplan plan: error: ")
+
+
+def test_commands_without_execution_never_import_torch() -> None:
+    # `--help` builds no subcommand; the planning commands import no torch (execute and
+    # demo load it when they run)
+    names = [n for n in COMMAND_HELP if n not in ("execute", "demo")]
+    script = (
+        "import sys\n"
+        "from paraplan.cli import build_parser, main\n"
+        "build_parser(())\n"
+        f"build_parser({names!r})\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_docs_name_every_command_and_flag() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command_parser in sub.choices.items():
+        assert f"paraplan {name}" in docs, name
+        for action in command_parser._actions:
+            for flag in action.option_strings:
+                if flag.startswith("--") and flag != "--help":
+                    assert f"`{flag}" in docs, (name, flag)

@@ -139,3 +139,66 @@ def test_export_rejects_an_invalid_plan(capsys, tmp_path) -> None:
     bad.write_text(json.dumps(data))
     code, _, err = run_export(capsys, str(bad), "--to", "megatron")
     assert code == 1 and "heads_divisible_by_tp" in err
+
+
+def test_sizing_sizes_without_a_plan_are_rows_that_say_why(capsys, tmp_path) -> None:
+    # 3 GPUs per node: 3, 6 and 12 GPUs all need a dp with a factor 3, which never divides
+    # the global batch of 8 (tiny allows tp <= 2, pp in {1, 2, 4})
+    argv = [*BASE, *FEW, "--gpus-per-node", "3", "--tokens", "1e9", "--max-gpus", "12"]
+    code, out = run_plan(capsys, *argv, "--json", "--out", str(tmp_path))
+    data = json.loads(out)
+    assert code == 1 and data["chosen"] is None
+    assert [r["num_gpus"] for r in data["rows"]] == [3, 6, 12]
+    for row in data["rows"]:
+        assert row["plan"] is None and row["days"] is None
+        assert "global_batch_divisible_by_mbs_dp" in row["reason"]
+    table = pd.read_csv(tmp_path / "sizing.csv")
+    assert table["reason"].str.contains("global_batch_divisible_by_mbs_dp").all()
+    code, out = run_plan(capsys, *argv)
+    assert code == 1 and "none: No plan passes the rules on 6 GPUs" in out
+
+
+def test_num_gpus_beside_tokens_is_refused() -> None:
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    args = parser.parse_args([*BASE, "--num-gpus", "8", "--tokens", "1e9", "--days", "3"])
+    with pytest.raises(SpecError, match="--max-gpus 8"):
+        plan_command.run(args)
+
+
+def test_headline_names_the_rule_when_nothing_is_valid(capsys) -> None:
+    # 6 GPUs: every dp (3 or 6) fails to divide the global batch of 8
+    code, out = run_plan(capsys, *BASE, "--num-gpus", "6", *FEW)
+    first = out.splitlines()[0]
+    assert code == 1
+    assert first.startswith("No plan passes the rules on 6 GPUs: every candidate breaks ")
+    assert "global_batch_divisible_by_mbs_dp" in first and "No plan fits" not in out
+
+
+def test_candidates_csv_is_limited_by_default(capsys, tmp_path) -> None:
+    run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--out", str(tmp_path / "all"),
+             "--candidates-limit", "0")  # fmt: skip
+    full = pd.read_csv(tmp_path / "all" / "candidates.csv", keep_default_na=False)
+    run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--out", str(tmp_path / "few"),
+             "--candidates-limit", "5")  # fmt: skip
+    few = pd.read_csv(tmp_path / "few" / "candidates.csv", keep_default_na=False)
+    simulated = full["simulated_iteration_time_s"] != ""
+    by_rule = ~full["rejected_by"].isin(["", "memory"])
+    assert len(full) > len(few) == int(simulated.sum() + by_rule.sum()) + 5
+    # the screened rows kept are the fastest of those that fit
+    others = few[(few["simulated_iteration_time_s"] == "") & (few["rejected_by"] == "")]
+    pool = full[~simulated & (full["rejected_by"] == "")]
+    assert sorted(others["tokens_per_s"]) == sorted(pool["tokens_per_s"].nlargest(5))
+
+
+def test_plan_html_lists_the_candidates(capsys, tmp_path) -> None:
+    code, _ = run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--top", "3", "--out", str(tmp_path))
+    listed = json.loads((tmp_path / "candidates.json").read_text())["plans"]
+    page = (tmp_path / "plan.html").read_text()
+    table = page[page.index('id="candidates"') :]
+    table = table[: table.index("</table>")]
+    assert code == 0 and len(listed) >= 2
+    assert table.count("<tr") == len(listed) + 1  # header row + one row per plan
+    for entry in listed:
+        assert f"<td>{entry['label']}</td>" in table
+        assert f"{entry['mfu']:.1%}" in table
