@@ -3,6 +3,7 @@ stand-ins keep the shapes the executor's exchanges produce."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -22,6 +23,7 @@ def _gathers(rank: int, save) -> None:
     save((tuple(real.shape), tuple(local.shape), bool(torch.equal(local[:, :, :8], x))))
 
 
+@pytest.mark.slow
 def test_the_local_gather_has_the_real_gathers_shape():
     results, error = run_world(2, _gathers)
     assert error is None, error[-2000:]

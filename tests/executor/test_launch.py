@@ -218,6 +218,7 @@ def test_an_unreadable_error_report_is_reported_as_such(tmp_path: Path) -> None:
     assert _recorded(0, good, 1).error_type == "ValueError"
 
 
+@pytest.mark.slow
 def test_cpu_ranks_of_several_threads_spin_their_openmp_workers(monkeypatch) -> None:
     from specs.host import available_cpus
 

@@ -184,6 +184,7 @@ def _forms_rank(rank: int, save) -> None:
     save({r.op: r.times_s for r in records} | {"moment": (moment.op, moment.times_s)})
 
 
+@pytest.mark.slow
 def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form():
     assert time_collective_forms(RUN) == ()  # no process group: nothing to time
     assert time_sync_moment(RUN) == ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch.distributed as dist
 
 from costmodel import fsdp_context as model
@@ -25,6 +26,7 @@ def _probe_rank(rank: int, save) -> None:
     save({r.op: r.times_s for r in probe.time_fsdp_context(run)})
 
 
+@pytest.mark.slow
 def test_the_gathers_are_timed_in_their_chain_at_two_levels_of_host_work():
     assert probe.time_fsdp_context(RUN) == ()  # no process group: nothing to time
     results, error = run_world(2, _probe_rank)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch.distributed as dist
 
 from costmodel import moe_exchange as model
@@ -26,6 +27,7 @@ def _probe_rank(rank: int, save) -> None:
     save({r.op: r.times_s for r in records})
 
 
+@pytest.mark.slow
 def test_the_exchange_is_timed_in_its_layer_at_two_levels_of_host_work():
     assert probe.time_moe_exchange(RUN) == ()  # no process group: nothing to time
     results, error = run_world(2, _probe_rank)
