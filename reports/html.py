@@ -352,8 +352,8 @@ def _ledger(predicted: Timeline, c: Comparison | None) -> str:
             td(optional(r.predicted_bytes, format_bytes)),
             td(optional(r.measured_bytes, format_bytes)),
             error_cell(r.bytes_error),
-            td(optional(r.predicted_count, "{:.3g}".format)),
-            td(optional(r.measured_count, "{:.3g}".format)),
+            td(optional(r.predicted_count, whole_calls)),
+            td(optional(r.measured_count, whole_calls)),
         ]
         for r in rows
     ]
@@ -372,8 +372,15 @@ def _ledger(predicted: Timeline, c: Comparison | None) -> str:
     return (
         '<section id="collectives"><h2>Collective ledger</h2>'
         + body
-        + '<p class="note">Bytes and calls per rank per iteration.</p></section>'
+        + '<p class="note">Bytes and calls per rank per iteration, averaged over the ranks '
+        "(calls rounded to whole calls); – where a side has no such collective or records no "
+        "sizes for it.</p></section>"
     )
+
+
+def whole_calls(count: float) -> str:
+    """A per-rank call count as a whole number of calls: ``5.5`` -> ``6``."""
+    return f"{round(count):,}"
 
 
 # ---- run charts, candidates, notes ---------------------------------------------------

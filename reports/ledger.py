@@ -25,8 +25,9 @@ NON_COMM_KINDS = ("forward", "backward", "recompute", "optimizer", "bubble")
 """Event kinds that are not communication."""
 _P2P = {"isend": "send", "irecv": "recv"}
 
-Ledger = dict[tuple[str, str], tuple[float, float]]
-"""(op, group) -> (bytes, calls), per rank per iteration."""
+Ledger = dict[tuple[str, str], tuple[float | None, float]]
+"""(op, group) -> (bytes, calls), per rank per iteration; bytes None when the side recorded
+calls of that collective but no sizes (every event or entry of it has 0 bytes)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,9 +39,9 @@ class LedgerRow:
     group: str
     """Process group, e.g. ``tp`` or ``cp-dp``."""
     predicted_bytes: float | None
-    """Predicted bytes; None when the prediction has no such collective."""
+    """Predicted bytes; None when the prediction has no such collective or no sizes for it."""
     measured_bytes: float | None
-    """Measured bytes; None when the measurement has no such collective."""
+    """Measured bytes; None when the measurement has no such collective or no sizes for it."""
     predicted_count: float | None
     """Predicted calls."""
     measured_count: float | None
@@ -91,7 +92,7 @@ def timeline_ledger(timeline: Timeline, *, num_ranks: int, num_iterations: int) 
         entry[0] += e.bytes
         entry[1] += 1
     divisor = num_ranks * num_iterations
-    return {key: (b / divisor, c / divisor) for key, (b, c) in sums.items()}
+    return {key: (b / divisor if b else None, c / divisor) for key, (b, c) in sums.items()}
 
 
 def metrics_ledger(collectives: Sequence[Any]) -> Ledger:
@@ -106,7 +107,7 @@ def metrics_ledger(collectives: Sequence[Any]) -> Ledger:
         key = (normalize_op(str(entry["op"])), normalize_group(str(entry["group"])))
         sums[key][0] += float(entry["bytes"])
         sums[key][1] += float(entry.get("count", 1))
-    return {key: (b, c) for key, (b, c) in sums.items()}
+    return {key: (b if b else None, c) for key, (b, c) in sums.items()}
 
 
 def join_ledgers(predicted: Ledger, measured: Ledger) -> tuple[LedgerRow, ...]:
