@@ -250,10 +250,19 @@ def memory_bars_svg(bars: Sequence[MemoryBar]) -> str:
         y += 8
     x = float(LABEL_W)
     for name in names:
+        item_w = legend_item_width(name)
+        if x > LABEL_W and x + item_w > WIDTH:  # wrap instead of running off the image
+            x, y = float(LABEL_W), y + 16
         body.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="10" height="10" fill="{colors[name]}"/>')
         body.append(_text(x + 14, y + 9, name))
-        x += 24 + 7 * len(name)
+        x += item_w
     return _svg(y + 18, body, "memory per pipeline stage")
+
+
+def legend_item_width(name: str) -> float:
+    """Width of one legend item of the memory chart: swatch, gap and ~7 px per character
+    (the 12 px sans-serif text), plus the gap to the next item."""
+    return 24 + 7 * len(name)
 
 
 # ---- loss curve and iteration times -------------------------------------------------

@@ -12,7 +12,16 @@ import pytest
 
 from reports.compare import compare
 from reports.html import MAX_RANKS_DRAWN, render_report
-from reports.svg import format_bytes, format_seconds, gantt_svg, lanes_used, nice_ticks
+from reports.svg import (
+    MemoryBar,
+    format_bytes,
+    format_seconds,
+    gantt_svg,
+    lanes_used,
+    legend_item_width,
+    memory_bars_svg,
+    nice_ticks,
+)
 from specs.errors import SpecError
 from specs.timeline import Timeline, TimelineEvent
 
@@ -266,3 +275,17 @@ def test_a_run_without_mfu_still_reports(sample_run: Any) -> None:
     page = render_report(r.bundle, r.estimate, r.predicted, r.measured, metrics)
     assert parse(page).errors == []
     assert "MFU (model FLOPs)" in page
+
+
+def test_memory_legend_wraps_inside_the_chart() -> None:
+    names = [f"part number {i} with a long name" for i in range(7)]
+    svg = memory_bars_svg([MemoryBar(label="stage 0", parts=tuple((n, 1.0) for n in names))])
+    height = float(re.search(r'viewBox="0 0 [\d.]+ ([\d.]+)"', svg).group(1))
+    swatches = [
+        (float(x), float(y))
+        for x, y in re.findall(r'<rect x="([\d.]+)" y="([\d.]+)" width="10" height="10"', svg)
+    ]
+    assert len(swatches) == len(names)
+    for (x, y), name in zip(swatches, names, strict=True):
+        assert x + legend_item_width(name) <= 1100 and y + 10 <= height
+    assert len({y for _, y in swatches}) > 1  # more than one legend row
