@@ -10,6 +10,7 @@ recompute not counted); HFU adds recompute. Errors are ``(predicted - measured) 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -124,7 +125,7 @@ def render_report(
     sections = [
         summary_section(bundle, estimate, metrics, comparison, host_probe_reference_s),
         _timelines(predicted, measured, comparison),
-        _phases(estimate, comparison),
+        _phases(estimate, comparison, metrics),
         _memory(estimate, bundle, comparison),
         _ledger(predicted, comparison),
     ]
@@ -255,7 +256,30 @@ def _error_table(c: Comparison) -> str:
     return table_html(headers, cells, "phase-errors")
 
 
-def _phases(estimate: Mapping[str, Any], c: Comparison | None) -> str:
+def profiled_steps_note(c: Comparison, metrics: Mapping[str, Any] | None) -> str:
+    """Which measured steps the per-phase figures come from and how they compare with the
+    median step. The executor profiles the last `Comparison.measured_iterations` of the
+    measured steps (`executor.run`); ``metrics["iteration_time_s"]`` lists every measured
+    step's seconds."""
+    n = c.measured_iterations
+    times = [float(v) for v in (metrics or {}).get("iteration_time_s") or ()]
+    if len(times) < n:
+        return f"Measured phases: {n} profiled step(s)."
+    profiled = times[-n:]
+    mean_s = sum(profiled) / n
+    median_s = statistics.median(times)
+    which = f"step {len(times)}" if n == 1 else f"steps {len(times) - n + 1}-{len(times)}"
+    deviation = (mean_s - median_s) / median_s if median_s else 0.0
+    return (
+        f"Measured phases come from the profiled {which} of {len(times)} measured steps "
+        f"({format_seconds(mean_s)} per step, {deviation:+.1%} from the median step of "
+        f"{format_seconds(median_s)}); the iteration row compares the median step."
+    )
+
+
+def _phases(
+    estimate: Mapping[str, Any], c: Comparison | None, metrics: Mapping[str, Any] | None
+) -> str:
     if c is None:
         return (
             '<section id="phases"><h2>Where the time goes (cost-model estimate)</h2>'
@@ -267,7 +291,9 @@ def _phases(estimate: Mapping[str, Any], c: Comparison | None) -> str:
         + _error_table(c)
         + '<p class="note">Seconds per rank per iteration, averaged over ranks '
         + escape(_ranks_text(c.ranks))
-        + ". Exposed communication is time on a lane not hidden behind compute on the same "
+        + ". "
+        + escape(profiled_steps_note(c, metrics))
+        + " Exposed communication is time on a lane not hidden behind compute on the same "
         "rank; bubble is the time neither compute nor communication runs.</p>"
         "<details><summary>Cost-model breakdown (analytic estimate)</summary>"
         + _breakdown_table(estimate)

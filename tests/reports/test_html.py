@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
+from html import escape
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 
 from reports.compare import compare
-from reports.html import MAX_RANKS_DRAWN, render_report
+from reports.html import MAX_RANKS_DRAWN, profiled_steps_note, render_report
 from reports.svg import (
     MemoryBar,
     format_bytes,
@@ -289,3 +291,23 @@ def test_memory_legend_wraps_inside_the_chart() -> None:
     for (x, y), name in zip(swatches, names, strict=True):
         assert x + legend_item_width(name) <= 1100 and y + 10 <= height
     assert len({y for _, y in swatches}) > 1  # more than one legend row
+
+
+def test_phase_table_says_which_steps_were_profiled(sample_run: Any) -> None:
+    comparison = compare(
+        sample_run.predicted,
+        sample_run.measured,
+        plan=sample_run.bundle.plan,
+        estimate=sample_run.estimate,
+        metrics=sample_run.metrics,
+    )
+    times = [float(t) for t in sample_run.metrics["iteration_time_s"]]
+    n = comparison.measured_iterations
+    note = profiled_steps_note(comparison, sample_run.metrics)
+    profiled = sum(times[-n:]) / n
+    median = statistics.median(times)
+    assert f"of {len(times)} measured steps" in note
+    assert f"{(profiled - median) / median:+.1%} from the median step" in note
+    assert escape(note) in full_page(sample_run)
+    # without the step times the note still names how many steps were profiled
+    assert profiled_steps_note(comparison, None) == f"Measured phases: {n} profiled step(s)."
