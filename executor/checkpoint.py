@@ -20,6 +20,12 @@ The DCP state dict::
     local.<tag>.model/optim.*   entries that differ between ranks holding the same name
                                 (routed experts: tag ``ep<i>``), kept apart per tag
 
+Periodic checkpoints (`save_step_checkpoint`) live in a root folder as ``step_<next step>``
+subfolders. Each is written under a hidden ``.partial-step_<n>`` name and renamed when
+complete (a rename within one file system is atomic), so a crash during a save leaves only
+a partial folder that `latest_checkpoint` ignores, and the previous checkpoint stays usable;
+only the newest ``keep`` complete ones are kept.
+
 Parts are named by the caller with names that identify the same weights on every rank
 and in every run of the plan (for pipelines: the virtual stage index), because DCP treats
 equal keys on different ranks as copies of one tensor. The data position is the step
@@ -29,6 +35,8 @@ number alone: every stream is a pure function of the sample index (`executor.dat
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -46,9 +54,19 @@ from torch.distributed.checkpoint.state_dict import (
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.params import count_params, padded_vocab_size
 
 META_FILE = "paraplan_checkpoint.json"
 """What the checkpoint holds, for checks before launch."""
+STEP_PREFIX = "step_"
+"""Name of a complete periodic checkpoint: ``step_`` and its next step, 8 digits."""
+PARTIAL_PREFIX = ".partial-"
+"""Prefix of a periodic checkpoint still being written."""
+STATE_BYTES_PER_PARAMETER = 12
+"""Checkpointed bytes per parameter: the fp32 weight (`executor.precision`: parameters stay
+fp32 in every mode) and AdamW's two fp32 moments (torch.optim.AdamW ``exp_avg``,
+``exp_avg_sq``)."""
+_STEP_NAME = re.compile(r"step_(\d+)")
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
@@ -140,15 +158,23 @@ def check_resumable(
 ) -> dict[str, Any]:
     """Read `META_FILE` and check it matches this run; raise `SpecError` with the fix if not.
 
-    Returns the saved metadata (``next_step``, ``seed``, ``data``, ``plan``).
+    ``directory`` is a checkpoint or a folder of periodic ones (`latest_checkpoint`).
+    Returns the saved metadata (``next_step``, ``seed``, ``data``, ``plan``) and ``path``,
+    the checkpoint folder chosen.
     """
-    path = Path(directory)
-    meta_path = path / META_FILE
-    if not meta_path.is_file():
+    given = Path(directory)
+    if not given.is_dir():
         raise SpecError(
-            f"--resume {path}: no checkpoint there ({META_FILE} is missing); pass a folder "
-            "written by `paraplan execute ... --save DIR`"
+            f"--resume {given}: not a folder; pass the DIR of `paraplan execute ... --save DIR`"
         )
+    path = latest_checkpoint(given)
+    if path is None:
+        raise SpecError(
+            f"--resume {given}: no complete checkpoint there ({META_FILE} is missing, and "
+            f"no {STEP_PREFIX}* folder holds one); pass a folder written by "
+            "`paraplan execute ... --save DIR`"
+        )
+    meta_path = path / META_FILE
     meta = serde.read_json(meta_path)
     if not isinstance(meta, dict) or not {"next_step", "seed", "data", "plan"} <= meta.keys():
         raise SpecError(f"{meta_path}: malformed checkpoint metadata; save the checkpoint again")
@@ -165,7 +191,7 @@ def check_resumable(
                 f"--resume {path}: the checkpoint was saved with {key} {meta[key]!r}, this run "
                 f"has {value!r}; pass the same --{key} to continue the same stream"
             )
-    return meta
+    return meta | {"path": str(path)}
 
 
 def checkpoint_meta(*, bundle: PlanBundle, seed: int, data: str) -> dict[str, Any]:
@@ -188,3 +214,83 @@ def _restore_rng(state: Mapping[str, torch.Tensor], rank: int) -> None:
     torch.set_rng_state(state[f"cpu.rank{rank}"])
     if f"cuda.rank{rank}" in state:
         torch.cuda.set_rng_state(state[f"cuda.rank{rank}"])
+
+
+def step_folder(root: str | Path, next_step: int) -> Path:
+    """Folder of the periodic checkpoint whose next step is ``next_step``."""
+    return Path(root) / f"{STEP_PREFIX}{next_step:08d}"
+
+
+def save_step_checkpoint(
+    root: str | Path,
+    *,
+    keep: int,
+    parts: Mapping[str, nn.Module],
+    optimizer: torch.optim.Optimizer,
+    next_step: int,
+    meta: Mapping[str, Any],
+    local_keys: LocalKeys | None = None,
+    local_tag: str = "",
+) -> Path:
+    """`save_checkpoint` into `step_folder`, atomically (module doc), then delete all but
+    the newest ``keep`` complete checkpoints; collective over all ranks. Returns the folder.
+    """
+    final = step_folder(root, next_step)
+    partial = final.with_name(PARTIAL_PREFIX + final.name)
+    if _rank() == 0:
+        shutil.rmtree(partial, ignore_errors=True)  # left by a crash during an earlier save
+    if dist.is_initialized():
+        dist.barrier()
+    save_checkpoint(
+        partial,
+        parts=parts,
+        optimizer=optimizer,
+        next_step=next_step,
+        meta=meta,
+        local_keys=local_keys,
+        local_tag=local_tag,
+    )
+    if _rank() == 0:
+        if final.exists():
+            shutil.rmtree(final)
+        partial.rename(final)
+        for old in complete_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+    return final
+
+
+def complete_checkpoints(root: str | Path) -> list[Path]:
+    """The complete periodic checkpoints under ``root``, oldest first."""
+    path = Path(root)
+    if not path.is_dir():
+        return []
+    found = [
+        (int(m.group(1)), child)
+        for child in path.iterdir()
+        if (m := _STEP_NAME.fullmatch(child.name)) and (child / META_FILE).is_file()
+    ]
+    return [child for _, child in sorted(found)]
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The checkpoint ``--resume DIR`` means: DIR itself when it is one (it holds
+    `META_FILE`), else its newest complete ``step_*`` checkpoint; None when there is none."""
+    path = Path(directory)
+    if (path / META_FILE).is_file():
+        return path
+    complete = complete_checkpoints(path)
+    return complete[-1] if complete else None
+
+
+def checkpoint_bytes(bundle: PlanBundle) -> int:
+    """Estimated bytes of one checkpoint of ``bundle`` over all ranks: every parameter of
+    the model (`specs.params.count_params`, with the embedding and output rows of the
+    vocabulary padded for tp, `specs.params.padded_vocab_size`) at
+    `STATE_BYTES_PER_PARAMETER`."""
+    model = bundle.model
+    padding = padded_vocab_size(model.vocab_size, bundle.plan.tp) - model.vocab_size
+    tables = 1 if model.tied_embeddings else 2
+    params = count_params(model).total + padding * model.hidden_size * tables
+    return params * STATE_BYTES_PER_PARAMETER

@@ -3,8 +3,10 @@
 Order of a run (every rank runs `_rank_main`; rank 0 also writes the files):
 
 1. before launch, in the calling process (`prepare`): the plan passes `check_plan`, the
-   machine can host its world, the data source and a resumed checkpoint are valid, so bad
-   input fails with a `SpecError` before any process starts;
+   machine can host its world, the data source and a resumed checkpoint are valid, the run
+   and checkpoint folders are writable folders and the checkpoint folder's disk holds a
+   checkpoint (`executor.checkpoint.checkpoint_bytes`), so bad input fails with a
+   `SpecError` before any process starts;
 2. build this rank's engine (`RankSetup`, by default `engine_setup`: ParallelContext and
    `executor.engine.Engine`), then give every process group the job's timeout;
 3. resume model, optimizer, RNG and step from a checkpoint when asked;
@@ -15,8 +17,15 @@ Order of a run (every rank runs `_rank_main`; rank 0 also writes the files):
    unprofiled steps exist the iteration statistics use only those;
    with `RunConfig.host_probe`, every unprofiled step is followed by the host probe and a
    barrier;
-6. save a checkpoint when asked; each rank reduces its trace to a small
+   after every step (warmup or measured) each rank appends its time and loss to
+   ``steps/rank{r}.jsonl`` in the run folder, and every `RunConfig.save_interval` steps the
+   ranks save a periodic checkpoint (`executor.checkpoint.save_step_checkpoint`);
+6. save a last checkpoint when asked; each rank reduces its trace to a small
    `executor.measure.RankTrace`, which rank 0 gathers and merges.
+
+When a local launch fails, the calling process writes what the ranks left
+(`executor.run_folder.write_failed_run`: ``metrics.json`` with ``status`` ``failed``, the
+steps that ran, ``failure.log``) and raises the `LaunchError`.
 
 Run folder and ``metrics.json``: `executor.run_folder`.
 Peak memory: `executor.peak_memory`.
@@ -24,8 +33,10 @@ Peak memory: `executor.peak_memory`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import statistics
 import time
 from collections import defaultdict
@@ -40,12 +51,31 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from executor.checkpoint import check_resumable, checkpoint_meta, load_checkpoint, save_checkpoint
+from executor.checkpoint import (
+    check_resumable,
+    checkpoint_bytes,
+    checkpoint_meta,
+    load_checkpoint,
+    save_step_checkpoint,
+)
 from executor.data import DataSource, open_stream, rank_batch, resolve_data
-from executor.launch import RankInfo, check_local_launch, launch, set_group_timeouts, under_torchrun
+from executor.launch import (
+    LaunchError,
+    RankInfo,
+    check_local_launch,
+    launch,
+    set_group_timeouts,
+    under_torchrun,
+)
 from executor.measure import group_labels, rank_trace
 from executor.peak_memory import MemoryWatch, live_bytes
-from executor.run_folder import RankReport, RunSummary, write_run
+from executor.run_folder import (
+    RankReport,
+    RunSummary,
+    StepLog,
+    write_failed_run,
+    write_run,
+)
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.host import steal_fraction, stolen_cpu_s
@@ -113,9 +143,16 @@ class RunConfig:
     seed: int = 0
     """Seed of the weights and of the synthetic stream."""
     save_dir: str | None = None
-    """Checkpoint folder written after the last step; None to skip."""
+    """Folder of the checkpoints (``step_<n>`` inside), one written after the last step;
+    None to skip."""
+    save_interval: int | None = None
+    """Also save a checkpoint whenever this many steps (warmup included) have run since
+    step 0; None: only after the last step."""
+    keep: int | None = None
+    """Complete checkpoints kept in ``save_dir`` (the newest); None keeps all."""
     resume_dir: str | None = None
-    """Checkpoint folder to continue from; None to start at step 0."""
+    """Checkpoint to continue from: a checkpoint folder, or a ``save_dir`` whose newest
+    complete checkpoint is taken; None to start at step 0."""
     peak_flops_per_rank: float | None = None
     """Peak FLOP/s of one rank's device, for MFU; None leaves MFU null."""
     model_flops_per_iteration: float | None = None
@@ -137,8 +174,21 @@ class RunConfig:
 # ---- the calling process ---------------------------------------------------------------------
 
 
-def prepare(config: RunConfig) -> DataSource:
-    """Every check that can run before launch; returns the validated data source."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prepared:
+    """What `prepare` checked and resolved."""
+
+    source: DataSource
+    """The validated data source."""
+    config: RunConfig
+    """The run's config with ``resume_dir`` resolved to the chosen checkpoint folder."""
+    first_step: int
+    """The step training starts at (the checkpoint's next step, else 0)."""
+
+
+def prepare(config: RunConfig) -> Prepared:
+    """Every check that can run before launch (module doc, item 1); creates the run folder
+    and the checkpoint folder."""
     b = config.bundle
     require_valid_plan(b.model, b.cluster, b.job, b.plan)
     if config.steps < 1 or config.warmup < 0 or config.profile_steps < 0:
@@ -151,25 +201,79 @@ def prepare(config: RunConfig) -> DataSource:
             f"the host probe runs after unprofiled steps, and all {config.steps} measured steps "
             f"are profiled (profile_steps {config.profile_steps}); measure more steps"
         )
+    for name, value in (("save_interval", config.save_interval), ("keep", config.keep)):
+        if value is not None and value < 1:
+            raise SpecError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if (config.save_interval or config.keep) and config.save_dir is None:
+        raise SpecError("--save-interval and --keep need --save DIR, the checkpoint folder")
     if not under_torchrun(os.environ):
         check_local_launch(b.plan.world_size)
     source = resolve_data(config.data, vocab_size=b.model.vocab_size, seq_length=b.job.seq_length)
+    first_step = 0
     if config.resume_dir is not None:
-        check_resumable(config.resume_dir, bundle=b, seed=config.seed, data=source.describe())
-    return source
+        meta = check_resumable(
+            config.resume_dir, bundle=b, seed=config.seed, data=source.describe()
+        )
+        config = dataclasses.replace(config, resume_dir=meta["path"])
+        first_step = int(meta["next_step"])
+    writable_folder(config.out_dir, "--out")
+    if config.save_dir is not None:
+        writable_folder(config.save_dir, "--save")
+        check_free_disk(config.save_dir, checkpoint_bytes(b))
+    return Prepared(source=source, config=config, first_step=first_step)
 
 
-def execute(config: RunConfig) -> RunSummary | None:
+def writable_folder(path: str, flag: str) -> Path:
+    """Create ``path`` as a folder (with its parents) and prove it takes a file; raise a
+    one-line `SpecError` naming ``flag`` otherwise."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise SpecError(f"{flag} {folder}: exists and is not a folder; pass a folder path")
+    probe = folder / ".paraplan-write-probe"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise SpecError(
+            f"{flag} {folder}: not a writable folder ({exc.strerror or exc}); pass a folder "
+            "on a writable file system"
+        ) from None
+    return folder
+
+
+def check_free_disk(path: str, needed_bytes: int) -> None:
+    """Raise `SpecError` unless the file system of ``path`` has ``needed_bytes`` free."""
+    free = shutil.disk_usage(path).free
+    if free < needed_bytes:
+        raise SpecError(
+            f"--save {path}: a checkpoint of this plan needs about {needed_bytes / 2**30:.2f} "
+            f"GiB (fp32 weights and two AdamW moments) but {free / 2**30:.2f} GiB is free; "
+            "free disk space or save to another disk"
+        )
+
+
+def execute(
+    config: RunConfig, *, announce: Callable[[str], None] | None = None
+) -> RunSummary | None:
     """Run the plan and write the run folder; returns rank 0's summary (None on the other
-    ranks of a torchrun job). Raises `SpecError` before launch, `LaunchError` if a rank fails.
+    ranks of a torchrun job). Raises `SpecError` before launch; if a rank fails, writes the
+    partial run folder (module doc) and raises `LaunchError`. ``announce`` receives a line
+    saying which checkpoint and step a resumed run starts from.
     """
-    source = prepare(config)
-    results = launch(
-        _rank_main,
-        (config, source),
-        world_size=config.bundle.plan.world_size,
-        timeout_s=config.timeout_s,
-    )
+    ready = prepare(config)
+    if announce is not None and ready.config.resume_dir is not None:
+        announce(f"resuming from step {ready.first_step} ({ready.config.resume_dir})")
+    try:
+        results = launch(
+            _rank_main,
+            (ready.config, ready.source),
+            world_size=config.bundle.plan.world_size,
+            timeout_s=config.timeout_s,
+        )
+    except LaunchError as exc:
+        write_failed_run(ready.config, exc, first_step=ready.first_step)
+        raise
     return results.get(0)
 
 
@@ -196,16 +300,28 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
         )
 
     step = first_step = _maybe_resume(config, setup)
+    log = StepLog(config.out_dir, info.rank)
+    saved = {first_step}
+
+    def after_step(done: int, seconds: float, loss: float, phase: str) -> None:
+        log.append(step=done - 1, time_s=seconds, loss=loss, phase=phase)
+        interval = config.save_interval
+        if config.save_dir and interval and done % interval == 0 and done not in saved:
+            _save(config.save_dir, config, setup, source, done)
+            saved.add(done)
+
     warmup_losses = []
     for i in range(config.warmup):
         tokens = batch(step)
         run = partial(_timed_step, setup.trainer, tokens, step, device)
         # The first step creates optimizer state and gradient buffers: watch its memory.
-        warmup_losses.append((memory.profiled(partial(_live, setup), run) if i == 0 else run())[1])
+        seconds, loss = memory.profiled(partial(_live, setup), run) if i == 0 else run()
+        warmup_losses.append(loss)
         step += 1
-    measured = _measured_steps(config, setup, batch, step, device, info, memory)
+        after_step(step, seconds, loss, "warmup")
+    measured = _measured_steps(config, setup, batch, step, device, info, memory, after_step)
     step += config.steps
-    if config.save_dir is not None:
+    if config.save_dir is not None and step not in saved:
         _save(config.save_dir, config, setup, source, step)
     report = RankReport(
         rank=info.rank,
@@ -273,10 +389,11 @@ def _maybe_resume(config: RunConfig, setup: RankSetup) -> int:
 
 
 def _save(
-    directory: str, config: RunConfig, setup: RankSetup, source: DataSource, next_step: int
+    root: str, config: RunConfig, setup: RankSetup, source: DataSource, next_step: int
 ) -> None:
-    save_checkpoint(
-        directory,
+    save_step_checkpoint(
+        root,
+        keep=config.keep or 2**31,
         parts=setup.parts,
         optimizer=setup.trainer.optimizer,
         next_step=next_step,
@@ -323,9 +440,11 @@ def _measured_steps(
     device: torch.device,
     info: RankInfo,
     memory: MemoryWatch,
+    after_step: Callable[[int, float, float, str], None],
 ) -> MeasuredSteps:
     """Time every measured step, profiling the last ones (the Chrome trace also written to
-    ``traces/rank{r}.json``)."""
+    ``traces/rank{r}.json``); ``after_step(steps done, seconds, loss, "measured")`` follows
+    each step, outside its clock."""
     times, probes, losses, steal = [], [], [], []
     profiled_from = config.steps - min(config.profile_steps, config.steps)
     profiler = None
@@ -342,6 +461,7 @@ def _measured_steps(
         if stolen_before is not None and stolen_after is not None:
             steal.append(steal_fraction(stolen_after - stolen_before, seconds, os.cpu_count() or 1))
         losses.append(loss)
+        after_step(first + i + 1, seconds, loss, "measured")
         if probe is not None and profiler is None:
             probes.append(_probe_s(probe))
             if info.world_size > 1:

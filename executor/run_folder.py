@@ -1,8 +1,11 @@
 """The run folder of `paraplan execute` (`executor.run`): the ranks' reports merged on rank 0.
 
 Run folder: ``plan.json`` (the PlanBundle), ``metrics.json``, ``measured.json`` (the
-Timeline of the last profiled step), ``traces/rank{r}.json`` (raw Chrome traces).
-``metrics.json`` keys: ``iteration_time_s`` (every measured step, the slowest rank's time),
+Timeline of the last profiled step), ``traces/rank{r}.json`` (raw Chrome traces),
+``steps/rank{r}.jsonl`` (`StepLog`: each rank's steps as they ran) and, after a failure,
+``failure.log`` (every rank's traceback).
+``metrics.json`` keys: ``status`` (``completed`` or ``failed``), ``iteration_time_s``
+(every measured step, the slowest rank's time),
 ``iteration_time_p50_s``, ``iteration_time_p95_s``, ``tokens_per_s``, ``mfu`` (null without
 a peak or model FLOPs), ``loss`` and ``warmup_loss`` (per step), ``peak_memory_gib`` (per
 rank), ``memory_source``, ``collectives`` (`executor.measure.collective_ledger`),
@@ -11,12 +14,21 @@ statistics use), ``first_step``, ``tokens_per_iteration``, ``world_size``,
 ``model_flops_per_iteration`` and ``peak_flops_per_rank``; with `RunConfig.host_probe`
 also ``host_probe_s`` and ``host_probe_p50_s``; where the kernel reports steal time,
 ``host_steal`` (per measured step) and ``host_steal_timed`` (over the timed steps).
+
+A failed run's ``metrics.json`` (`write_failed_run`) holds what the step logs recorded:
+``status`` ``failed``, ``failure`` (``rank``, ``error_type``, ``cause``: the one-line root
+cause, ``context``: the other ranks' lines, ``log``), ``iteration_time_s`` and ``loss`` of
+the measured steps that every surviving rank finished (the slowest rank's time),
+``warmup_loss``, ``steps`` (their step numbers), ``iteration_time_p50_s`` (null without a
+measured step), ``first_step``, ``next_step`` (the step after the last one that ran),
+``tokens_per_iteration`` and ``world_size``.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +40,87 @@ from specs import serde
 
 if TYPE_CHECKING:
     from executor.run import RunConfig
+    from launch.failures import LaunchError
 
 GIB = 2**30
+FAILURE_LOG = "failure.log"
+"""File of a failed run folder with every rank's traceback."""
+
+
+class StepLog:
+    """One rank's ``steps/rank{r}.jsonl``: a JSON line per finished step (``step``,
+    ``phase`` warmup or measured, ``time_s``, ``loss``), flushed at once, so the steps that
+    ran survive a failure of any rank."""
+
+    def __init__(self, out_dir: str | Path, rank: int) -> None:
+        path = Path(out_dir) / "steps" / f"rank{rank}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("w")
+
+    def append(self, *, step: int, time_s: float, loss: float, phase: str) -> None:
+        """Record one finished step."""
+        record = {"step": step, "phase": phase, "time_s": time_s, "loss": loss}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+
+def read_step_logs(out_dir: str | Path) -> list[list[dict[str, Any]]]:
+    """Every rank's `StepLog` records (a torn last line, from a kill mid-write, is left out)."""
+    logs = []
+    for path in sorted((Path(out_dir) / "steps").glob("rank*.jsonl")):
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                break
+        logs.append(records)
+    return logs
+
+
+def write_failed_run(config: RunConfig, error: LaunchError, *, first_step: int) -> Path:
+    """``plan.json``, ``failure.log`` and the failed run's ``metrics.json`` (module doc)
+    from the step logs the ranks left; returns the metrics path."""
+    b, out = config.bundle, Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / FAILURE_LOG).write_text(error.full_report())
+    logs = read_step_logs(out)
+    times: dict[int, list[float]] = defaultdict(list)
+    losses: dict[int, float] = {}
+    phases: dict[int, str] = {}
+    for records in logs:
+        for r in records:
+            times[r["step"]].append(r["time_s"])
+            losses.setdefault(r["step"], r["loss"])
+            phases[r["step"]] = r["phase"]
+    # A step counts when every rank that logged anything finished it.
+    ranks = max(1, sum(1 for records in logs if records))
+    done = sorted(s for s, ts in times.items() if len(ts) >= ranks)
+    measured = [s for s in done if phases[s] == "measured"]
+    per_step = [max(times[s]) for s in measured]
+    metrics = {
+        "status": "failed",
+        "failure": {
+            "rank": error.original.rank,
+            "error_type": error.original.error_type,
+            "cause": error.headline(),
+            "context": error.context(),
+            "log": FAILURE_LOG,
+        },
+        "iteration_time_s": per_step,
+        "iteration_time_p50_s": statistics.median(per_step) if per_step else None,
+        "loss": [losses[s] for s in measured],
+        "warmup_loss": [losses[s] for s in done if phases[s] == "warmup"],
+        "steps": measured,
+        "first_step": first_step,
+        "next_step": (done[-1] + 1) if done else first_step,
+        "tokens_per_iteration": b.job.tokens_per_iteration,
+        "world_size": b.plan.world_size,
+    }
+    (out / "plan.json").write_text(serde.dumps(b))
+    path = out / "metrics.json"
+    path.write_text(json.dumps(metrics, indent=2) + "\n")
+    return path
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +181,7 @@ def write_run(
     peak_gib = [r.peak_memory_bytes / GIB for r in sorted(reports, key=lambda r: r.rank)]
     cuda = torch.cuda.is_available()
     metrics = {
+        "status": "completed",
         "iteration_time_s": per_step,
         "iteration_time_p50_s": stats.p50_s,
         "iteration_time_p95_s": stats.p95_s,

@@ -82,6 +82,8 @@ td.good{color:#2f855a}td.warn{color:#b7791f}td.bad{color:#c53030;font-weight:600
 vertical-align:-1px}
 figure.gantt{margin:0 0 6px}
 .note{color:#52606d;font-size:12px;margin:6px 0 0}
+section.failure{border-color:#c53030;border-left-width:6px}
+.failure .cause{font-weight:700;color:#c53030;overflow-wrap:anywhere}
 .two{display:grid;grid-template-columns:1fr 1fr;gap:16px;margin:0 0 16px}
 .two section{margin:0}
 details summary{cursor:pointer;color:#52606d;margin:8px 0}
@@ -122,7 +124,11 @@ def render_report(
         bundle.cluster.hardware
     )
     kind = "predicted vs measured" if measured is not None else "prediction"
+    failed = metrics is not None and metrics.get("status") == "failed"
+    if failed:
+        kind += " · the run failed"
     sections = [
+        failure_section(metrics) if failed and metrics is not None else "",
         summary_section(bundle, estimate, metrics, comparison, host_probe_reference_s),
         _timelines(predicted, measured, comparison),
         _phases(estimate, comparison, metrics),
@@ -412,6 +418,26 @@ def whole_calls(count: float) -> str:
 # ---- run charts, candidates, notes ---------------------------------------------------
 
 
+def failure_section(metrics: Mapping[str, Any]) -> str:
+    """The failure of a failed run (``metrics.json`` ``status`` ``failed``,
+    `executor.run_folder` module doc): the cause, the other ranks, what ran."""
+    failure = metrics.get("failure") or {}
+    context = "".join(f"<li>{escape(str(line))}</li>" for line in failure.get("context") or ())
+    steps = metrics.get("steps") or []
+    ran = (
+        f"{len(steps)} measured steps ran (steps {steps[0]}-{steps[-1]})"
+        if steps
+        else "no measured step finished"
+    )
+    return (
+        '<section id="run-failure" class="failure"><h2>The run failed</h2>'
+        f'<p class="cause">{escape(str(failure.get("cause", "cause not recorded")))}</p>'
+        + (f"<ul>{context}</ul>" if context else "")
+        + f'<p class="note">{escape(ran)}; the figures below cover them. Every rank\'s '
+        f"traceback is in {escape(str(failure.get('log', 'failure.log')))}.</p></section>"
+    )
+
+
 def _run_charts(metrics: Mapping[str, Any], c: Comparison | None) -> str:
     loss = [float(v) for v in metrics.get("loss") or ()]
     times = [float(v) for v in metrics.get("iteration_time_s") or ()]
@@ -419,7 +445,7 @@ def _run_charts(metrics: Mapping[str, Any], c: Comparison | None) -> str:
         line_chart_svg(loss, y_label="loss") if loss else '<p class="note">No loss recorded.</p>'
     )
     markers: list[tuple[str, float]] = []
-    if "iteration_time_p50_s" in metrics:
+    if metrics.get("iteration_time_p50_s") is not None:
         markers.append(("median", float(metrics["iteration_time_p50_s"])))
     if c is not None:
         markers.append(("predicted", c.iteration_time_predicted_s))

@@ -7,9 +7,17 @@ profile (``--hardware``, default the plan's ``cluster.hardware``): ``estimate.js
 ``candidates.json`` when the plan came from `paraplan plan --out DIR`. Without a usable profile
 they are skipped with a note, and MFU stays null unless ``--peak-tflops`` is given.
 
+Checkpoints: ``--save DIR`` writes ``DIR/step_<n>`` after the last step and, with
+``--save-interval N``, every N steps, each atomically; ``--keep K`` keeps the newest K.
+``--resume DIR`` continues from the newest complete one and says which step.
+
 Exit codes: 0 the run finished; 1 the plan breaks a rule (the violations are printed, no
-process starts) or a rank failed (its original error is printed); 2 bad input (a missing or
-malformed plan or data file, a world this machine cannot host), raised as `SpecError`.
+process starts) or a rank failed: the first line names the rank and the cause, the other
+ranks' errors follow as context, the tracebacks are in ``RUN/failure.log`` (printed with
+``--verbose``), and ``RUN/metrics.json`` holds the steps that ran with ``status`` ``failed``;
+2 bad input (a missing or malformed plan or data file, an unwritable ``--out`` or
+``--save``, too little disk for a checkpoint, a world this machine cannot host), raised as
+`SpecError` before any process starts.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from costmodel.estimate import estimate_to_json, simulate_plan
 from costmodel.flops import model_flops_per_iteration
 from executor.launch import LaunchError
 from executor.run import RunConfig, RunSummary, execute
+from executor.run_folder import FAILURE_LOG
+from launch.failures import OOM_ERROR_TYPES
 from paraplan.commands import COMMAND_HELP
 from profiles.host_probe import host_probe
 from profiles.lookup import peak_flops
@@ -56,8 +66,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="time a fixed piece of host work after each unprofiled step (metrics.json "
         "host_probe_s): how fast a shared host ran during the run",
     )
-    parser.add_argument("--save", metavar="DIR", help="write a checkpoint here after the last step")
-    parser.add_argument("--resume", metavar="DIR", help="continue from a checkpoint of --save")
+    parser.add_argument(
+        "--save", metavar="DIR", help="checkpoint folder: a checkpoint after the last step"
+    )
+    parser.add_argument(
+        "--save-interval",
+        type=int,
+        metavar="N",
+        help="also checkpoint every N steps (warmup included), atomically",
+    )
+    parser.add_argument(
+        "--keep", type=int, metavar="K", help="keep only the newest K checkpoints (default all)"
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue from the newest complete checkpoint of --save DIR (or that checkpoint)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every rank's traceback when a rank fails (always in RUN/failure.log)",
+    )
     parser.add_argument(
         "--hardware",
         metavar="H",
@@ -90,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         data=args.data,
         seed=args.seed,
         save_dir=args.save,
+        save_interval=args.save_interval,
+        keep=args.keep,
         resume_dir=args.resume,
         host_probe=host_probe if args.host_probe else None,
         peak_flops_per_rank=_peak_flops(bundle, profile, args.peak_tflops),
@@ -98,9 +130,11 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     try:
-        summary = execute(config)
+        summary = execute(config, announce=print)
     except LaunchError as exc:
-        sys.stderr.write(f"paraplan execute: error: {exc}\n")
+        _report_failure(exc, bundle, profile, Path(args.out), verbose=args.verbose)
+        if profile is not None:
+            _write_prediction(bundle, profile, Path(args.out))
         return 2 if exc.original.error_type == "SpecError" else 1
     if summary is not None:
         if profile is not None:
@@ -108,6 +142,39 @@ def run(args: argparse.Namespace) -> int:
         _copy_candidates(Path(args.plan), Path(args.out))
         _print_summary(summary)
     return 0
+
+
+def _report_failure(
+    exc: LaunchError,
+    bundle: PlanBundle,
+    profile: HardwareProfile | None,
+    out: Path,
+    *,
+    verbose: bool,
+) -> None:
+    """The root cause on the first line (with the predicted peak memory after an
+    out-of-memory error), the other ranks as context, where the tracebacks are."""
+    headline = exc.headline()
+    if exc.original.error_type in OOM_ERROR_TYPES and profile is not None:
+        peak = _predicted_peak_gib(bundle, profile)
+        if peak is not None:
+            headline += f"; predicted peak {peak:.1f} GiB"
+    lines = [f"paraplan execute: error: {headline}", *(f"  {c}" for c in exc.context())]
+    if verbose:
+        lines.append(exc.full_report())
+    else:
+        lines.append(f"  tracebacks: {out / FAILURE_LOG} (or run with --verbose)")
+    lines.append(f"  steps that ran: {out / 'metrics.json'} (status: failed)")
+    sys.stderr.write("\n".join(lines) + "\n")
+
+
+def _predicted_peak_gib(bundle: PlanBundle, profile: HardwareProfile) -> float | None:
+    """The cost model's peak memory of the busiest rank, None when it cannot predict."""
+    try:
+        estimate, _ = simulate_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan, profile)
+    except SpecError:
+        return None
+    return float(estimate_to_json(estimate)["peak_memory_gib"])
 
 
 def _profile(hardware: str | None, bundle: PlanBundle) -> HardwareProfile | None:

@@ -106,5 +106,20 @@ def run(args: argparse.Namespace) -> int:
         )
     if summary.get("host_probe_measured_s") is not None:
         print(_probe_line(summary))
+    failure = _failure_line(args.run)
+    if failure:
+        print(failure)
     print(f"report: {out}")
     return 0
+
+
+def _failure_line(run: str | Path) -> str:
+    """``the run failed: <cause>`` for a failed run folder, else empty."""
+    path = Path(run) / "metrics.json"
+    if not path.is_file():
+        return ""
+    metrics = json.loads(path.read_text())
+    if metrics.get("status") != "failed":
+        return ""
+    cause = (metrics.get("failure") or {}).get("cause", "cause not recorded")
+    return f"the run failed: {cause} ({len(metrics.get('loss') or [])} measured steps ran)"

@@ -1,70 +1,55 @@
-"""The profiling world: spawned local ranks, or the ranks torchrun started.
+"""The profiling world: the shared launcher (`launch.world`) with the profiler's rules.
 
-- **Spawned** (no torchrun environment): the parent checks that the machine can host
-  ``nproc`` ranks (`check_nproc`), starts a TCP store, spawns the ranks and watches them.
-  Rank 0 streams progress to the parent through a queue; its result comes back as a file.
-- **torchrun** (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``
-  set, possibly across nodes): this process is one rank and torchrun's agent handles a
-  rank that dies.
-
-In every rank: NCCL with CUDA (one GPU per local rank), gloo otherwise; the fair share of
-the CPU cores as intra-op threads (oversubscribed gloo ranks run 4-8x slower,
-reference/torch-distributed-on-cpu.md §7); one timeout on every process group, so a
-collective that a peer never joins raises instead of hanging.
+`run_world` checks that the machine can host ``nproc`` ranks (`check_nproc`), then runs
+the worker on every rank through `launch.world.launch` (spawned ranks, or the ranks
+torchrun started); rank 0 streams progress to the parent, and its result comes back.
 
 Failure contract: when a rank fails (a Python error, or a death such as SIGKILL) the
-parent gives the others ``grace_s`` to fail on their own, stops the rest and raises
-`ProfilingError` naming the root cause: a rank that died without a Python error first
-(its peers' "connection closed" errors are consequences), else the earliest error.
+launcher gives the others ``grace_s`` to fail on their own, stops the rest and reports the
+failures from root cause to consequence (`launch.failures.cause_order`); `run_world` turns
+that into one-line `ProfilingError`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
+import dataclasses
 import os
-import pickle
-import queue as queue_module
-import signal
-import tempfile
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from launch.failures import LaunchError, RankFailure, cause_order, died, first_line
+from launch.world import Progress, RankInfo, launch
 from specs.errors import SpecError
 from specs.host import (
     MAX_RANKS_PER_CPU,
     RANK_RUNTIME_BYTES,
     available_cpus,
-    exit_now,
     mem_available_bytes,
-    spawn_environment,
-    spin_wait_env,
     threads_per_rank,
     under_torchrun,
 )
 
-PR_SET_PDEATHSIG = 1
-"""prctl option: the signal a child gets when its parent dies (Linux)."""
+__all__ = [
+    "MAX_RANKS_PER_CPU",
+    "NATIVE_CRASH_SIGNALS",
+    "ProfilingError",
+    "Progress",
+    "RankEnv",
+    "check_local_world",
+    "check_nproc",
+    "run_world",
+    "threads_per_rank",
+]
 
-Progress = Callable[[int, int, str], None]
-"""``progress(done, total, label)``, called on the parent (or torchrun rank 0)."""
-
+RankEnv = RankInfo
+"""What a rank knows about itself (the launcher's `launch.world.RankInfo`)."""
 
 NATIVE_CRASH_SIGNALS = frozenset({"SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL"})
 """Signals of a rank that crashed in native code (the C library's heap checks abort; a bad
-access faults): on the 2-core VM a gloo rank aborted now and then with "malloc():
-unaligned tcache chunk detected" (once in three demos' profiles, once in ninety bench
-runs of one day) while the same command succeeded when run again."""
+access faults); such a crash can be transient, so running again may succeed."""
 
 
 class ProfilingError(RuntimeError):
@@ -74,28 +59,6 @@ class ProfilingError(RuntimeError):
     def __init__(self, message: str, *, crashed: bool = False) -> None:
         super().__init__(message)
         self.crashed = crashed
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RankEnv:
-    """What a rank knows about itself."""
-
-    rank: int
-    """Global rank."""
-    world_size: int
-    """Ranks in the world."""
-    local_rank: int
-    """Rank on this node (selects the GPU)."""
-    local_world_size: int
-    """Ranks on this node."""
-    backend: str
-    """``nccl`` or ``gloo``."""
-    device: str
-    """``cuda:<local_rank>`` or ``cpu``."""
-    num_threads: int
-    """Intra-op CPU threads of this rank."""
-    timeout_s: float
-    """Process-group timeout, seconds."""
 
 
 def check_nproc(nproc: int, *, cuda_devices: int, num_cpus: int, mem_bytes: int | None) -> None:
@@ -160,265 +123,76 @@ def run_world(
     Raises `SpecError` before starting anything when the machine cannot host ``nproc``
     ranks (or torchrun's world differs), and `ProfilingError` when a rank fails.
     """
-    if under_torchrun(os.environ):
-        return _run_under_torchrun(
-            worker, args, nproc=nproc, timeout_s=timeout_s, progress=progress
-        )
-    if nproc is None:
-        raise SpecError("--nproc is required outside torchrun, e.g. --nproc 2")
-    check_local_world(nproc)
-    store = dist.TCPStore(
-        "127.0.0.1",
-        0,
-        nproc + 1,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout_s),
-    )
-    ctx = mp.get_context("spawn")
-    events = ctx.Queue()
-    threads = threads_per_rank(available_cpus(), nproc)
-    with tempfile.TemporaryDirectory(prefix="paraplan-profile-") as tmp:
-        procs = [
-            ctx.Process(
-                target=_spawned_rank,
-                args=(worker, args, rank, nproc, store.port, tmp, timeout_s, threads, events),
-                name=f"paraplan-profile-rank{rank}",
-                daemon=True,
+    torchrun = under_torchrun(os.environ)
+    if torchrun:
+        world = int(os.environ["WORLD_SIZE"])
+        if nproc is not None and nproc != world:
+            raise SpecError(
+                f"--nproc {nproc} differs from torchrun's WORLD_SIZE {world}; drop --nproc "
+                "under torchrun (the world is --nnodes x --nproc-per-node)"
             )
-            for rank in range(nproc)
-        ]
-        try:
-            spin = spin_wait_env(threads, torch.cuda.is_available(), os.environ)
-            with spawn_environment(spin):
-                for proc in procs:
-                    proc.start()
-            stopped = _watch(procs, events, progress, grace_s=grace_s)
-        finally:
-            _stop(procs)
-            events.close()
-        return _collect(procs, Path(tmp), stopped)
-
-
-def _drain(events: Any, progress: Progress, wait_s: float) -> None:
+        nproc = world
+    elif nproc is None:
+        raise SpecError("--nproc is required outside torchrun, e.g. --nproc 2")
+    else:
+        check_local_world(nproc)
     try:
-        done, total, label = events.get(timeout=wait_s)
-        progress(done, total, label)
-        while True:
-            done, total, label = events.get_nowait()
-            progress(done, total, label)
-    except queue_module.Empty:
-        return
+        results = launch(
+            _profiling_rank,
+            (worker, args),
+            world_size=nproc,
+            timeout_s=timeout_s,
+            grace_s=grace_s,
+            progress=progress,
+            name="paraplan-profile",
+        )
+    except LaunchError as exc:
+        failures = [dataclasses.asdict(f) for f in exc.failures]
+        raise ProfilingError(
+            _failure_message(failures, set(exc.stopped)), crashed=_crashed(failures)
+        ) from None
+    return next(iter(results.values())) if torchrun else results[0]
 
 
-def _watch(procs: list[Any], events: Any, progress: Progress, *, grace_s: float) -> set[int]:
-    """Relay progress until every rank exits; after a failure give the others
-    ``grace_s`` and return the ranks that had to be stopped."""
-    failed_at: float | None = None
-    while True:
-        _drain(events, progress, 0.05)
-        codes = [p.exitcode for p in procs]
-        if all(c is not None for c in codes):
-            return set()
-        if failed_at is None and any(c not in (None, 0) for c in codes):
-            failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > grace_s:
-            running = {r for r, p in enumerate(procs) if p.exitcode is None}
-            _stop(procs)
-            return running
-
-
-def _stop(procs: list[Any]) -> None:
-    """Terminate the ranks still running; kill those that ignore SIGTERM."""
-    alive = [p for p in procs if p.exitcode is None and p.pid is not None]
-    for proc in alive:
-        proc.terminate()
-    deadline = time.monotonic() + 2.0
-    for proc in alive:
-        proc.join(max(0.0, deadline - time.monotonic()))
-        if proc.exitcode is None:
-            proc.kill()
-            proc.join()
-
-
-def _collect(procs: list[Any], tmp: Path, stopped: set[int]) -> Any:
-    failures = []
-    for rank, proc in enumerate(procs):
-        error_file = tmp / f"rank{rank}.error.json"
-        if error_file.exists():
-            failures.append(json.loads(error_file.read_text()))
-        elif proc.exitcode != 0 and rank not in stopped:
-            failures.append(_death(rank, proc.exitcode))
-    if failures:
-        raise ProfilingError(_failure_message(failures, stopped), crashed=_crashed(failures))
-    with (tmp / "rank0.result.pkl").open("rb") as f:
-        return pickle.load(f)
+def _profiling_rank(env: RankEnv, worker: Worker, args: tuple[Any, ...]) -> Any:
+    """A rank of the profiling world: the worker's result on rank 0, None elsewhere (only
+    rank 0's result travels back)."""
+    result = worker(env, env.emit, *args)
+    return result if env.rank == 0 or under_torchrun(os.environ) else None
 
 
 def _death(rank: int, exitcode: int | None) -> dict[str, Any]:
-    signal_name = None
-    if exitcode is not None and exitcode < 0:
-        signal_name = signal.Signals(-exitcode).name
-        why = f"was killed by {signal_name}"
-    else:
-        why = f"exited with code {exitcode}"
-    return {
-        "rank": rank,
-        "error_type": "ProcessDied",
-        "message": f"rank {rank} {why}",
-        "signal": signal_name,
-        "time_s": time.time(),
-    }
+    """`launch.failures.died` as the dict `_failure_message` reads."""
+    return dataclasses.asdict(died(rank, exitcode, time.time()))
 
 
-def _cause_order(failure: dict[str, Any]) -> tuple[bool, float]:
-    """Failures in causal order: ranks that died without a Python error first, then by
-    time; the first is the root cause (module doc)."""
-    return failure["error_type"] != "ProcessDied", failure["time_s"]
+def _as_failure(record: dict[str, Any]) -> RankFailure:
+    return RankFailure(
+        rank=record["rank"],
+        error_type=record["error_type"],
+        message=record["message"],
+        traceback=record.get("traceback", ""),
+        time_s=record["time_s"],
+        signal=record.get("signal"),
+    )
 
 
 def _crashed(failures: list[dict[str, Any]]) -> bool:
     """Whether the root cause is a native crash (`NATIVE_CRASH_SIGNALS`)."""
-    return min(failures, key=_cause_order).get("signal") in NATIVE_CRASH_SIGNALS
+    root = min(failures, key=lambda r: cause_order(_as_failure(r)))
+    return root.get("signal") in NATIVE_CRASH_SIGNALS
 
 
 def _failure_message(failures: list[dict[str, Any]], stopped: set[int]) -> str:
-    ordered = sorted(failures, key=_cause_order)
+    """One line: the root cause first, then the other failed and stopped ranks."""
+    ordered = sorted(failures, key=lambda r: cause_order(_as_failure(r)))
     root = ordered[0]
-    first_line = (root["message"].strip().splitlines() or [""])[0]
     text = (
-        f"profiling failed: rank {root['rank']} {root['error_type']}: {first_line}; "
-        "no profile was written"
+        f"profiling failed: rank {root['rank']} {root['error_type']}: "
+        f"{first_line(root['message'])}; no profile was written"
     )
     others = [f"rank {f['rank']} ({f['error_type']})" for f in ordered[1:]]
     others += [f"rank {r} (stopped)" for r in sorted(stopped)]
     if others:
         text += f"; then: {', '.join(others)}"
     return text
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank when its parent dies, so no rank outlives a
-    killed profiler; elsewhere the parent's `_stop` is the only guard."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _spawned_rank(
-    worker: Worker,
-    args: tuple[Any, ...],
-    rank: int,
-    world_size: int,
-    port: int,
-    tmp: str,
-    timeout_s: float,
-    threads: int,
-    events: Any,
-) -> None:
-    """Entry point of a spawned rank: set up, run, record the result or the error."""
-    _die_with_parent()
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-
-    def emit(done: int, total: int, label: str) -> None:
-        if rank == 0:
-            events.put((done, total, label))
-
-    try:
-        store = dist.TCPStore(
-            "127.0.0.1",
-            port,
-            world_size + 1,
-            is_master=False,
-            timeout=timedelta(seconds=timeout_s),
-        )
-        env = _init_rank(rank, world_size, rank, world_size, threads, timeout_s, store=store)
-        result = worker(env, emit, *args)
-        if rank == 0:
-            with open(Path(tmp) / "rank0.result.pkl", "wb") as f:
-                pickle.dump(result, f)
-    except BaseException as exc:
-        record = {
-            "rank": rank,
-            "error_type": type(exc).__name__,
-            "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)),
-            "time_s": time.time(),
-        }
-        with contextlib.suppress(OSError):
-            (Path(tmp) / f"rank{rank}.error.json").write_text(json.dumps(record))
-        exit_now(1)
-    events.close()
-    events.join_thread()
-    dist.destroy_process_group()
-    exit_now(0)
-
-
-def _run_under_torchrun(
-    worker: Worker,
-    args: tuple[Any, ...],
-    *,
-    nproc: int | None,
-    timeout_s: float,
-    progress: Progress,
-) -> Any:
-    world = int(os.environ["WORLD_SIZE"])
-    if nproc is not None and nproc != world:
-        raise SpecError(
-            f"--nproc {nproc} differs from torchrun's WORLD_SIZE {world}; drop --nproc under "
-            "torchrun (the world is --nnodes x --nproc-per-node)"
-        )
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    threads = threads_per_rank(available_cpus(), local_world)
-    env = _init_rank(rank, world, local_rank, local_world, threads, timeout_s, store=None)
-
-    def emit(done: int, total: int, label: str) -> None:
-        if rank == 0:
-            progress(done, total, label)
-
-    try:
-        return worker(env, emit, *args)
-    finally:
-        dist.destroy_process_group()
-
-
-def _init_rank(
-    rank: int,
-    world_size: int,
-    local_rank: int,
-    local_world_size: int,
-    threads: int,
-    timeout_s: float,
-    *,
-    store: Any,
-) -> RankEnv:
-    torch.set_num_threads(threads)
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(local_rank)
-    backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(
-        backend,
-        store=store,
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
-    return RankEnv(
-        rank=rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        local_world_size=local_world_size,
-        backend=backend,
-        device=f"cuda:{local_rank}" if cuda else "cpu",
-        num_threads=threads,
-        timeout_s=timeout_s,
-    )

@@ -8,6 +8,7 @@ without spawning.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,16 +21,22 @@ from torch.nn.parallel import DistributedDataParallel
 from executor.checkpoint import (
     META_FILE,
     check_resumable,
+    checkpoint_bytes,
     checkpoint_meta,
+    complete_checkpoints,
+    latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
+    step_folder,
 )
 from executor.launch import RankInfo, launch
+from executor.model import DecoderChunk
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.params import padded_vocab_size
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -160,8 +167,46 @@ def test_resume_refuses_another_plan_seed_or_data(tmp_path: Path) -> None:
 
 
 def test_resume_from_a_folder_without_checkpoint_is_a_spec_error(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="no checkpoint there"):
+    with pytest.raises(SpecError, match="no complete checkpoint there"):
         check_resumable(tmp_path, bundle=_bundle(), seed=0, data="synthetic")
     (tmp_path / META_FILE).write_text("[1, 2]")
     with pytest.raises(SpecError, match="malformed checkpoint metadata"):
         check_resumable(tmp_path, bundle=_bundle(), seed=0, data="synthetic")
+
+
+def test_newest_complete_checkpoint_is_taken_and_partial_ones_ignored(tmp_path: Path) -> None:
+    for step in (4, 8, 12):
+        _write_meta(step_folder(tmp_path, step), _bundle())
+    # A save that crashed: its files under the partial name, and a step folder without META.
+    (tmp_path / ".partial-step_00000016").mkdir()
+    (tmp_path / ".partial-step_00000016" / META_FILE).write_text("{}")
+    step_folder(tmp_path, 20).mkdir()
+    assert [p.name for p in complete_checkpoints(tmp_path)] == [
+        "step_00000004",
+        "step_00000008",
+        "step_00000012",
+    ]
+    assert latest_checkpoint(tmp_path) == step_folder(tmp_path, 12)
+    meta = check_resumable(tmp_path, bundle=_bundle(), seed=0, data="synthetic")
+    assert meta["path"] == str(step_folder(tmp_path, 12))
+    # A checkpoint folder itself is its own latest.
+    assert latest_checkpoint(step_folder(tmp_path, 4)) == step_folder(tmp_path, 4)
+    assert latest_checkpoint(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize(("tp", "vocab"), [(1, 512), (2, 500)])
+def test_checkpoint_size_counts_every_parameter_of_the_live_model(tp: int, vocab: int) -> None:
+    b = _bundle(tp=tp)
+    b = dataclasses.replace(b, model=dataclasses.replace(b.model, vocab_size=vocab))
+    model = b.model
+    with torch.device("meta"):
+        whole = DecoderChunk(
+            model,
+            layer_ids=range(model.num_layers),
+            first=True,
+            last=True,
+            vocab=padded_vocab_size(model.vocab_size, tp),
+        )
+    numel = sum(p.numel() for p in whole.parameters())
+    # fp32 weight + AdamW's exp_avg and exp_avg_sq, 4 bytes each
+    assert checkpoint_bytes(b) == 12 * numel

@@ -21,7 +21,6 @@ from executor.launch import (
     LaunchError,
     RankFailure,
     RankInfo,
-    _recorded,
     backend_for,
     check_world_fits,
     host_capacity,
@@ -30,6 +29,7 @@ from executor.launch import (
     threads_per_rank,
     under_torchrun,
 )
+from launch.world import read_failure
 from specs.errors import SpecError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,8 +118,8 @@ def test_launch_error_reports_the_earliest_error_first() -> None:
     )
     err = LaunchError((late, early))
     assert err.original is early
-    assert str(err).startswith("rank 1 failed: ValueError: bad")
-    assert "then stopped: rank 0 (DistBackendError)" in str(err)
+    assert str(err) == "rank 1: ValueError: bad"
+    assert err.context() == ["then rank 0: DistBackendError: closed"]
 
 
 def test_local_launch_refuses_a_world_the_machine_cannot_host() -> None:
@@ -208,14 +208,14 @@ def test_an_unreadable_error_report_is_reported_as_such(tmp_path: Path) -> None:
     # fail on the parse.
     empty = tmp_path / "rank1.error.json"
     empty.write_text("")
-    failure = _recorded(1, empty, 1)
+    failure = read_failure(1, empty, 1)
     assert failure.rank == 1 and failure.error_type == "UnreadableErrorReport"
     assert str(empty) in failure.message and "disk" in failure.message
     good = tmp_path / "rank0.error.json"
     good.write_text(
         '{"rank": 0, "error_type": "ValueError", "message": "m", "traceback": "t", "time_s": 1.0}'
     )
-    assert _recorded(0, good, 1).error_type == "ValueError"
+    assert read_failure(0, good, 1).error_type == "ValueError"
 
 
 @pytest.mark.slow

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
 
+from executor.checkpoint import checkpoint_bytes
 from executor.run import RunConfig, execute, prepare
 from profiles.host_probe import host_probe
 from specs import serde
@@ -159,5 +161,29 @@ def test_bad_input_fails_before_any_process_starts(tmp_path: Path) -> None:
         prepare(RunConfig(bundle=bundle(dp=2), out_dir=str(tmp_path), steps=0))
     with pytest.raises(SpecError, match="exceeds what this machine can host"):
         prepare(RunConfig(bundle=bundle(global_batch=4096, dp=4096), out_dir=str(tmp_path)))
-    with pytest.raises(SpecError, match="no checkpoint there"):
+    with pytest.raises(SpecError, match="no complete checkpoint there"):
         prepare(RunConfig(bundle=bundle(dp=2), out_dir=str(tmp_path), resume_dir=str(tmp_path)))
+
+
+def test_every_path_is_checked_before_launch(tmp_path: Path, monkeypatch) -> None:
+    b = bundle(dp=2)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(SpecError, match=r"^--out .*a-file: exists and is not a folder"):
+        prepare(RunConfig(bundle=b, out_dir=str(a_file)))
+    with pytest.raises(SpecError, match=r"^--out /proc/x: not a writable folder"):
+        prepare(RunConfig(bundle=b, out_dir="/proc/x"))
+    with pytest.raises(SpecError, match=r"^--save .*: not a writable folder"):
+        prepare(RunConfig(bundle=b, out_dir=str(tmp_path / "run"), save_dir=str(a_file / "c")))
+    with pytest.raises(SpecError, match=r"^--resume .*a-file: not a folder"):
+        prepare(RunConfig(bundle=b, out_dir=str(tmp_path / "run"), resume_dir=str(a_file)))
+    with pytest.raises(SpecError, match="need --save DIR"):
+        prepare(RunConfig(bundle=b, out_dir=str(tmp_path / "run"), save_interval=2))
+    with pytest.raises(SpecError, match="--keep must be >= 1, got 0"):
+        prepare(RunConfig(bundle=b, out_dir=str(tmp_path / "r"), save_dir=str(tmp_path), keep=0))
+    # A disk with less free space than one checkpoint of the plan.
+    full = shutil.disk_usage(tmp_path)._replace(free=checkpoint_bytes(b) - 1)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: full)
+    with pytest.raises(SpecError, match=r"needs about 0\.01 GiB .* but 0\.01 GiB is free"):
+        prepare(RunConfig(bundle=b, out_dir=str(tmp_path / "r"), save_dir=str(tmp_path / "c")))
+    assert not (tmp_path / "c").joinpath(".paraplan-write-probe").exists()
