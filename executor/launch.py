@@ -87,9 +87,15 @@ def launch(
     progress: Progress | None = None,
 ) -> dict[int, Any]:
     """`launch.world.launch` after `check_local_launch` (outside torchrun): a world this
-    machine cannot host is a `SpecError` before any process starts."""
+    machine cannot host, or a torchrun world of another size, is a `SpecError` before any
+    process starts."""
     if not under_torchrun(os.environ):
         check_local_launch(world_size)
+    elif int(os.environ["WORLD_SIZE"]) != world_size:
+        raise SpecError(
+            f"torchrun started {os.environ['WORLD_SIZE']} ranks but the plan needs "
+            f"tp·pp·cp·dp = {world_size}; set --nnodes x --nproc-per-node to {world_size}"
+        )
     return shared.launch(
         fn, args, world_size=world_size, timeout_s=timeout_s, grace_s=grace_s, progress=progress
     )

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = execute(config, announce=print)
     except LaunchError as exc:
-        _report_failure(exc, bundle, profile, Path(args.out), verbose=args.verbose)
+        report_failure(exc, bundle, profile, Path(args.out), verbose=args.verbose)
         if profile is not None:
             _write_prediction(bundle, profile, Path(args.out))
         return 2 if exc.original.error_type == "SpecError" else 1
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_failure(
+def report_failure(
     exc: LaunchError,
     bundle: PlanBundle,
     profile: HardwareProfile | None,

@@ -106,14 +106,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if summary.get("host_probe_measured_s") is not None:
         print(_probe_line(summary))
-    failure = _failure_line(args.run)
+    failure = failure_line(args.run)
     if failure:
         print(failure)
     print(f"report: {out}")
     return 0
 
 
-def _failure_line(run: str | Path) -> str:
+def failure_line(run: str | Path) -> str:
     """``the run failed: <cause>`` for a failed run folder, else empty."""
     path = Path(run) / "metrics.json"
     if not path.is_file():

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from executor.data import write_indexed_dataset
+from launch.failures import LaunchError, RankFailure, died
 from paraplan.commands import execute as command
 from reports.run_dir import load_run
 from specs import serde
@@ -29,16 +30,19 @@ def _run(*argv: str) -> int:
     return command.run(parser.parse_args(list(argv)))
 
 
-def _plan_file(tmp_path: Path, name: str = "plan.json", **plan: object) -> str:
+def _bundle(**plan: object) -> PlanBundle:
     spec = ParallelPlan(**plan)  # type: ignore[arg-type]
-    b = PlanBundle(
+    return PlanBundle(
         model=get_preset("tiny"),
         cluster=ClusterSpec(hardware="cpu", num_gpus=spec.world_size),
         job=TrainingJob(seq_length=32, global_batch_size=4, precision="fp32"),
         plan=spec,
     )
+
+
+def _plan_file(tmp_path: Path, name: str = "plan.json", **plan: object) -> str:
     path = tmp_path / name
-    path.write_text(serde.dumps(b))
+    path.write_text(serde.dumps(_bundle(**plan)))
     return str(path)
 
 
@@ -49,6 +53,7 @@ def test_command_module_shape() -> None:
     args = parser.parse_args(["p.json"])
     assert (args.steps, args.warmup, args.out, args.seed) == (10, 2, "run", 0)
     assert args.data is args.save is args.resume is args.peak_tflops is args.hardware is None
+    assert args.save_interval is args.keep is None and args.verbose is False
 
 
 def test_invalid_plan_prints_violations_and_exits_1(tmp_path: Path, capsys) -> None:
@@ -121,5 +126,30 @@ def test_a_failing_rank_ends_the_job_with_its_error(tmp_path: Path, capsys) -> N
     code = _run(plan, "--steps", "1", "--warmup", "0", "--data", data, "--out", out)
     assert time.monotonic() - start < 60  # the default process-group timeout
     assert code == 2  # the rank's error is a SpecError: bad input
-    err = capsys.readouterr().err
-    assert "rank 1 failed: SpecError" in err and "token id 900" in err
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("paraplan execute: error: rank 1: SpecError:")
+    assert "token id 900" in err[0]
+    assert f"tracebacks: {out}/failure.log (or run with --verbose)" in err[-2]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["loss"] == []
+
+
+def test_failure_report_puts_the_cause_first_and_tracebacks_behind_verbose(capsys) -> None:
+    dead = died(1, -9, 2.0)
+    reset = RankFailure(
+        rank=0,
+        error_type="RuntimeError",
+        message="Connection reset by peer",
+        traceback="TB0",
+        time_s=1.0,
+    )
+    err = LaunchError((reset, dead))
+    command.report_failure(err, _bundle(), None, Path("RUN"), verbose=False)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "paraplan execute: error: rank 1 killed by signal 9 (SIGKILL); " + (
+        "the kernel's out-of-memory killer or a user sends it"
+    )
+    assert lines[1].startswith("  then rank 0: RuntimeError: Connection reset by peer")
+    assert "TB0" not in "\n".join(lines)
+    command.report_failure(err, _bundle(), None, Path("RUN"), verbose=True)
+    assert "TB0" in capsys.readouterr().err

@@ -23,6 +23,10 @@ from typing import Any
 
 import pytest
 
+from executor.run import RunConfig
+from executor.run_folder import write_failed_run
+from launch.failures import LaunchError, RankFailure, died
+from paraplan.commands.report import write_report
 from reports.html import render_report
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -188,3 +192,74 @@ def test_report_renders_in_headless_chromium(tmp_path: Path, sample_run: Any) ->
     assert shot[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", shot[16:24])  # IHDR
     assert width == 1300 and height > 500 and len(shot) > 20_000
+
+
+FAILED_QUERY = """JSON.stringify({
+  first: document.querySelector('main section').id,
+  cause: (document.querySelector('#run-failure .cause') || {}).textContent,
+  context: document.querySelectorAll('#run-failure li').length,
+  sub: document.querySelector('.sub').textContent,
+  charts: document.querySelectorAll('svg').length,
+})"""
+
+
+def _failed_run_folder(folder: Path, sample_run: Any, write_run: Any) -> Path:
+    """The prediction files of the sample plus what `write_failed_run` leaves after rank 1
+    was killed during step 3: step logs of steps 0-2 on both ranks, rank 0 one more."""
+    write_run(folder, sample_run, measured=False)
+    steps = folder / "steps"
+    steps.mkdir()
+    for rank, count in ((0, 4), (1, 3)):
+        lines = [
+            json.dumps({"step": s, "phase": "measured", "time_s": 0.1 + s / 100, "loss": 6 - s})
+            for s in range(count)
+        ]
+        (steps / f"rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+    reset = RankFailure(
+        rank=0,
+        error_type="RuntimeError",
+        message="Connection reset by peer",
+        traceback="tb",
+        time_s=1.0,
+    )
+    config = RunConfig(bundle=sample_run.bundle, out_dir=str(folder))
+    write_failed_run(config, LaunchError((reset, died(1, -9, 2.0))), first_step=0)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="needs /usr/bin/chromium (Debian: apt-get install -y chromium; .ci/run installs it)",
+)
+def test_a_failed_run_renders_with_its_failure_stated(
+    tmp_path: Path, sample_run: Any, write_run: Any
+) -> None:
+    folder = _failed_run_folder(tmp_path / "run", sample_run, write_run)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["steps"] == [0, 1, 2] and metrics["loss"] == [6, 5, 4]  # step 3: rank 0 only
+    page, _ = write_report(folder)
+    with tempfile.TemporaryDirectory() as profile:
+        browser = DevTools(profile)
+        try:
+            target = browser.call("Target.createTarget", url="about:blank")["targetId"]
+            browser.session = browser.call("Target.attachToTarget", targetId=target, flatten=True)[
+                "sessionId"
+            ]
+            for domain in ("Runtime", "Log", "Page"):
+                browser.call(f"{domain}.enable")
+            browser.call("Page.navigate", url=page.as_uri())
+            browser.wait_for(lambda m: m.get("method") == "Page.loadEventFired")
+            dom = json.loads(
+                browser.call("Runtime.evaluate", expression=FAILED_QUERY, returnByValue=True)[
+                    "result"
+                ]["value"]
+            )
+            problems = console_problems(browser.events)
+        finally:
+            browser.close()
+    assert problems == []
+    assert dom["first"] == "run-failure"
+    assert dom["cause"].startswith("rank 1 killed by signal 9 (SIGKILL)")
+    assert dom["context"] == 1 and dom["sub"].startswith("prediction · the run failed")
+    assert dom["charts"] >= 3  # the timeline and the loss and iteration-time charts
