@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         for v in violations:
             print(f"  [{v.rule}] {v.message}")
         return 1
-    profile = _profile(args.hardware, bundle)
+    notes: list[str] = []  # printed after the run's outcome, so an error leads stderr
+    profile = _profile(args.hardware, bundle, notes)
     config = RunConfig(
         bundle=bundle,
         out_dir=args.out,
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         keep=args.keep,
         resume_dir=args.resume,
         host_probe=host_probe if args.host_probe else None,
-        peak_flops_per_rank=_peak_flops(bundle, profile, args.peak_tflops),
+        peak_flops_per_rank=_peak_flops(bundle, profile, args.peak_tflops, notes),
         model_flops_per_iteration=model_flops_per_iteration(
             bundle.model, bundle.job.seq_length, bundle.job.global_batch_size
         ),
@@ -135,7 +136,9 @@ def run(args: argparse.Namespace) -> int:
         report_failure(exc, bundle, profile, Path(args.out), verbose=args.verbose)
         if profile is not None:
             _write_prediction(bundle, profile, Path(args.out))
+        _print_notes(notes)
         return 2 if exc.original.error_type == "SpecError" else 1
+    _print_notes(notes)
     if summary is not None:
         if profile is not None:
             _write_prediction(bundle, profile, Path(args.out))
@@ -177,19 +180,27 @@ def _predicted_peak_gib(bundle: PlanBundle, profile: HardwareProfile) -> float |
     return float(estimate_to_json(estimate)["peak_memory_gib"])
 
 
-def _profile(hardware: str | None, bundle: PlanBundle) -> HardwareProfile | None:
+def _print_notes(notes: list[str]) -> None:
+    for text in notes:
+        _note(text)
+
+
+def _profile(hardware: str | None, bundle: PlanBundle, notes: list[str]) -> HardwareProfile | None:
     """``--hardware`` (a bad one is a `SpecError`), else the plan's own profile if it loads."""
     if hardware is not None:
         return load_profile(hardware)
     try:
         return load_profile(bundle.cluster.hardware)
     except SpecError as exc:
-        _note(f"no hardware profile, so no predicted.json or estimate.json: {exc}")
+        notes.append(f"no hardware profile, so no predicted.json or estimate.json: {exc}")
         return None
 
 
 def _peak_flops(
-    bundle: PlanBundle, profile: HardwareProfile | None, peak_tflops: float | None
+    bundle: PlanBundle,
+    profile: HardwareProfile | None,
+    peak_tflops: float | None,
+    notes: list[str],
 ) -> float | None:
     """Peak FLOP/s per rank: the flag, else the profile's at the job's precision, else None."""
     if peak_tflops is not None:
@@ -201,7 +212,7 @@ def _peak_flops(
     try:
         return peak_flops(profile, bundle.job.precision)
     except SpecError as exc:
-        _note(f"MFU left null: {exc}")
+        notes.append(f"MFU left null: {exc}")
         return None
 
 

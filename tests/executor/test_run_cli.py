@@ -129,7 +129,7 @@ def test_a_failing_rank_ends_the_job_with_its_error(tmp_path: Path, capsys) -> N
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("paraplan execute: error: rank 1: SpecError:")
     assert "token id 900" in err[0]
-    assert f"tracebacks: {out}/failure.log (or run with --verbose)" in err[-2]
+    assert f"  tracebacks: {out}/failure.log (or run with --verbose)" in err
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["status"] == "failed" and metrics["loss"] == []
 
