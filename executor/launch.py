@@ -27,6 +27,17 @@ from specs.host import (
     under_torchrun,
 )
 
+FLIGHT_RECORDER_ENTRIES = 20_000
+"""Collectives the flight recorder keeps per process (a ring buffer of small records)."""
+TRAINING_RANK_ENV = {
+    # Kineto prints profiler_start/stop lines on stderr below this level (reference §6).
+    "KINETO_LOG_LEVEL": "6",
+    # The flight recorder logs each collective's group and sizes (read by executor.measure);
+    # it is sized when the first process group is created.
+    "TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
+}
+"""Environment of a training rank (`launch.world.launch` ``rank_env``)."""
+
 __all__ = [
     "LaunchError",
     "RankFailure",
@@ -97,5 +108,11 @@ def launch(
             f"tp·pp·cp·dp = {world_size}; set --nnodes x --nproc-per-node to {world_size}"
         )
     return shared.launch(
-        fn, args, world_size=world_size, timeout_s=timeout_s, grace_s=grace_s, progress=progress
+        fn,
+        args,
+        world_size=world_size,
+        timeout_s=timeout_s,
+        grace_s=grace_s,
+        progress=progress,
+        rank_env=TRAINING_RANK_ENV,
     )

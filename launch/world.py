@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -57,8 +57,6 @@ from specs.host import (
     under_torchrun,
 )
 
-FLIGHT_RECORDER_ENTRIES = 20_000
-"""Collectives the flight recorder keeps per process (a ring buffer of small records)."""
 PR_SET_PDEATHSIG = 1
 """prctl option: the signal a child gets when its parent dies (Linux)."""
 
@@ -119,17 +117,20 @@ def launch(
     grace_s: float = 2.0,
     progress: Progress | None = None,
     name: str = "paraplan",
+    rank_env: Mapping[str, str] | None = None,
 ) -> dict[int, Any]:
     """Run ``fn(info: RankInfo, *args)`` on every rank; return ``{rank: result}``.
 
     Locally every rank's non-None result comes back (results must pickle); under torchrun
     only this process's. ``fn`` must be importable by name (a module-level function) because
-    ranks are spawned, not forked; processes are named ``{name}-rank{r}``. Raises `SpecError`
+    ranks are spawned, not forked; processes are named ``{name}-rank{r}``. ``rank_env``:
+    environment variables each rank sets (where not set already) before its process group
+    is created. Raises `SpecError`
     when torchrun's world differs from ``world_size``, `LaunchError` when a rank fails.
     """
     if under_torchrun(os.environ):
         return _run_under_torchrun(
-            fn, args, world_size=world_size, timeout_s=timeout_s, progress=progress
+            fn, args, world_size=world_size, timeout_s=timeout_s, progress=progress, env=rank_env
         )
     store = dist.TCPStore(
         "127.0.0.1",
@@ -147,6 +148,7 @@ def launch(
             ctx.Process(
                 target=_spawned_rank,
                 args=(fn, args, rank, world_size, store.port, tmp, timeout_s, threads, events),
+                kwargs={"env": dict(rank_env or {})},
                 name=f"{name}-rank{rank}",
             )
             for rank in range(world_size)
@@ -256,9 +258,13 @@ def _spawned_rank(
     timeout_s: float,
     threads: int,
     events: Any,
+    *,
+    env: Mapping[str, str],
 ) -> None:
     """Entry point of a spawned rank: set up, run ``fn``, record the result or the error."""
     _die_with_parent()
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
@@ -299,16 +305,18 @@ def _run_under_torchrun(
     world_size: int,
     timeout_s: float,
     progress: Progress | None,
+    env: Mapping[str, str] | None,
 ) -> dict[int, Any]:
-    env = os.environ
-    env_world = int(env["WORLD_SIZE"])
+    for key, value in (env or {}).items():
+        os.environ.setdefault(key, value)
+    env_world = int(os.environ["WORLD_SIZE"])
     if env_world != world_size:
         raise SpecError(
             f"torchrun started {env_world} ranks but the job needs {world_size}; set "
             f"--nnodes x --nproc-per-node to {world_size}"
         )
-    rank, local_rank = int(env["RANK"]), int(env["LOCAL_RANK"])
-    local_world = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     threads = threads_per_rank(available_cpus(), local_world)
     emit = progress if progress is not None and rank == 0 else _ignore
     info = _init_rank(rank, world_size, local_rank, local_world, threads, timeout_s, None, emit)
@@ -328,11 +336,6 @@ def _init_rank(
     store: Any,
     emit: Progress,
 ) -> RankInfo:
-    # Kineto prints profiler_start/stop lines on stderr below this level (reference §6).
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    # The flight recorder logs each collective's group and sizes (read by executor.measure);
-    # it is sized when the first process group is created.
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
     torch.set_num_threads(threads)
     cuda = torch.cuda.is_available()
     if cuda:
