@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from costmodel.estimate import simulate_plan
 from executor.data import write_indexed_dataset
 from launch.failures import LaunchError, RankFailure, died
 from paraplan.commands import execute as command
+from profiles.store import load_profile
 from reports.run_dir import load_run
 from specs import serde
 from specs.bundle import PlanBundle
@@ -153,3 +155,22 @@ def test_failure_report_puts_the_cause_first_and_tracebacks_behind_verbose(capsy
     assert "TB0" not in "\n".join(lines)
     command.report_failure(err, _bundle(), None, Path("RUN"), verbose=True)
     assert "TB0" in capsys.readouterr().err
+
+
+def test_out_of_memory_headline_adds_the_predicted_peak(capsys) -> None:
+    message = (
+        "CUDA out of memory. Tried to allocate 2.10 GiB. GPU 0 has a total capacity of "
+        "79.11 GiB of which 812.00 MiB is free. Including non-PyTorch memory, this process "
+        "has 78.30 GiB memory in use."
+    )
+    oom = RankFailure(
+        rank=0, error_type="OutOfMemoryError", message=message, traceback="", time_s=1.0
+    )
+    bundle, profile = _bundle(dp=2), load_profile("h100-sxm-80gb")
+    estimate, _ = simulate_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan, profile)
+    command.report_failure(LaunchError((oom,)), bundle, profile, Path("RUN"), verbose=False)
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (
+        "paraplan execute: error: rank 0: CUDA out of memory: tried to allocate 2.10 GiB with "
+        f"78.30 GiB of 79.11 GiB in use; predicted peak {estimate.peak_memory_gib:.1f} GiB"
+    )
