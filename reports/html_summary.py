@@ -111,7 +111,13 @@ def summary_section(
     keep = 4 if c is not None else 2
     rows = [tr(row[:keep]) for row in cells]
     table = table_html(headers[:keep], rows, "summary-table")
-    if c is None:
+    if c is None and metrics is not None and metrics.get("status") == "failed":
+        ran = len(metrics.get("loss") or [])
+        verdict = (
+            f'<div class="verdict bad"><b>run failed</b>{ran} measured steps ran; '
+            "no measured timeline</div>"
+        )
+    elif c is None:
         verdict = '<div class="verdict"><b>prediction only</b>no measured run yet</div>'
     else:
         cls = {"within 5%": "good", "within 15%": "warn", "off": "bad"}.get(c.verdict, "")

@@ -199,6 +199,7 @@ FAILED_QUERY = """JSON.stringify({
   cause: (document.querySelector('#run-failure .cause') || {}).textContent,
   context: document.querySelectorAll('#run-failure li').length,
   sub: document.querySelector('.sub').textContent,
+  verdict: (document.querySelector('#summary .verdict b') || {}).textContent,
   charts: document.querySelectorAll('svg').length,
 })"""
 
@@ -262,4 +263,5 @@ def test_a_failed_run_renders_with_its_failure_stated(
     assert dom["first"] == "run-failure"
     assert dom["cause"].startswith("rank 1 killed by signal 9 (SIGKILL)")
     assert dom["context"] == 1 and dom["sub"].startswith("prediction · the run failed")
+    assert dom["verdict"] == "run failed"
     assert dom["charts"] >= 3  # the timeline and the loss and iteration-time charts
