@@ -248,7 +248,8 @@ def _qwen3_moe(cfg: _Config, name: str) -> ModelSpec:
 def _deepseek_v3(cfg: _Config, name: str) -> ModelSpec:
     """DeepSeek-V3: multi-latent attention, `n_routed_experts` experts of
     `moe_intermediate_size` plus `n_shared_experts` shared ones of the same size, dense
-    layers of `intermediate_size` before `first_k_dense_replace`.
+    layers of `intermediate_size` before `first_k_dense_replace`, and
+    `num_nextn_predict_layers` multi-token-prediction layers.
 
     transformers makes layer i MoE when i >= first_k_dense_replace and
     i % moe_layer_freq == 0; the first such layer is first_k rounded up to a multiple of
@@ -273,6 +274,7 @@ def _deepseek_v3(cfg: _Config, name: str) -> ModelSpec:
         moe_shared_expert_size=(shared or 0) * expert_ffn,
         moe_layer_freq=freq,
         moe_first_dense_layers=min(math.ceil(first_k / freq) * freq, layers),
+        mtp_num_layers=cfg.optional("num_nextn_predict_layers", 0) or 0,
         q_lora_rank=cfg.optional("q_lora_rank"),
         kv_lora_rank=cfg.required("kv_lora_rank"),
         qk_head_dim=cfg.required("qk_nope_head_dim"),

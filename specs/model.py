@@ -87,6 +87,10 @@ class ModelSpec:
     """MLA: per-head rotary dimension shared by keys."""
     v_head_dim: int | None = None
     """MLA: per-head value dimension."""
+    mtp_num_layers: int = 0
+    """Multi-token-prediction layers after the decoder (Megatron `--mtp-num-layers`,
+    DeepSeek's `num_nextn_predict_layers`); 0 means none. Megatron places them on the last
+    pipeline stage unless a pipeline layout puts them elsewhere (`specs.pipeline_split`)."""
 
     def __post_init__(self) -> None:
         require_positive(
@@ -112,7 +116,11 @@ class ModelSpec:
             "v_head_dim",
         )
         require_non_negative(
-            self, "num_experts", "moe_shared_expert_size", "moe_first_dense_layers"
+            self,
+            "num_experts",
+            "moe_shared_expert_size",
+            "moe_first_dense_layers",
+            "mtp_num_layers",
         )
         require_choice(self, "activation", Activation)
         require_choice(self, "normalization", Normalization)

@@ -71,9 +71,34 @@ class ParallelPlan:
     cp_comm_type: CpCommType = "p2p"
     """Context-parallel K/V exchange: `p2p` (ring, overlapped) or `all_gather`."""
 
+    # ---- uneven pipeline split (Megatron's semantics: `specs.pipeline_split`) ----------
+    decoder_first_pipeline_num_layers: int | None = None
+    """Transformer layers on the first pipeline stage, over all its chunks
+    (`--decoder-first-pipeline-num-layers`); None means the even split."""
+    decoder_last_pipeline_num_layers: int | None = None
+    """Transformer layers on the last pipeline stage, over all its chunks
+    (`--decoder-last-pipeline-num-layers`); None means the even split."""
+    account_for_embedding_in_pipeline_split: bool = False
+    """Count the embedding as one layer of the first chunk in the even split
+    (`--account-for-embedding-in-pipeline-split`)."""
+    account_for_loss_in_pipeline_split: bool = False
+    """Count the output layer and loss as one layer of the last chunk in the even split
+    (`--account-for-loss-in-pipeline-split`)."""
+    pipeline_model_parallel_layout: str | None = None
+    """Explicit layout (`--pipeline-model-parallel-layout`): `E` embedding, `t` transformer
+    layer, `m` MTP layer, `L` loss, `|` between virtual stages (ordered by virtual stage,
+    then rank), `(...)*n` and `x*n` repetition, commas ignored; None means no layout."""
+
     def __post_init__(self) -> None:
         require_positive(self, "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size")
-        require_optional_positive(self, "etp", "recompute_num_layers", "ddp_bucket_size")
+        require_optional_positive(
+            self,
+            "etp",
+            "recompute_num_layers",
+            "ddp_bucket_size",
+            "decoder_first_pipeline_num_layers",
+            "decoder_last_pipeline_num_layers",
+        )
         require_choice(self, "recompute", Recompute)
         require_choice(self, "recompute_method", RecomputeMethod)
         require_choice(self, "schedule", Schedule)
@@ -147,6 +172,36 @@ class ParallelPlan:
             parts.append({"selective": "rc-sel", "full": "rc-full"}[self.recompute])
         if self.distributed_optimizer:
             parts.append("distopt")
+        split = self.split_label()
+        if split:
+            parts.append(split)
+        return " ".join(parts)
+
+    @property
+    def has_uneven_split(self) -> bool:
+        """True when any uneven pipeline split field is set."""
+        return (
+            self.decoder_first_pipeline_num_layers is not None
+            or self.decoder_last_pipeline_num_layers is not None
+            or self.account_for_embedding_in_pipeline_split
+            or self.account_for_loss_in_pipeline_split
+            or self.pipeline_model_parallel_layout is not None
+        )
+
+    def split_label(self) -> str:
+        """The uneven split in `label` form (``first7 last7``, ``acc-emb acc-loss``,
+        ``layout=Et|(tt|)*30mL``); empty for the even split."""
+        parts = []
+        if self.decoder_first_pipeline_num_layers is not None:
+            parts.append(f"first{self.decoder_first_pipeline_num_layers}")
+        if self.decoder_last_pipeline_num_layers is not None:
+            parts.append(f"last{self.decoder_last_pipeline_num_layers}")
+        if self.account_for_embedding_in_pipeline_split:
+            parts.append("acc-emb")
+        if self.account_for_loss_in_pipeline_split:
+            parts.append("acc-loss")
+        if self.pipeline_model_parallel_layout is not None:
+            parts.append(f"layout={self.pipeline_model_parallel_layout}")
         return " ".join(parts)
 
     def replace(self, **changes: object) -> ParallelPlan:

@@ -246,9 +246,8 @@ _MOE = (
         moe_ffn_hidden_size=1536,
     ),
     # deepseek-ai/DeepSeek-V3 config.json: MLA, 256 routed experts (top-8) plus one shared
-    # expert of moe_intermediate_size, the first 3 layers dense. The multi-token-prediction
-    # module (num_nextn_predict_layers 1) is not part of the 671B main model and is left
-    # out.
+    # expert of moe_intermediate_size, the first 3 layers dense, one multi-token-prediction
+    # layer (num_nextn_predict_layers 1; Megatron `--mtp-num-layers 1`).
     _llama_style(
         "deepseek-v3",
         num_layers=61,
@@ -262,6 +261,7 @@ _MOE = (
         moe_ffn_hidden_size=2048,
         moe_shared_expert_size=2048,
         moe_first_dense_layers=3,
+        mtp_num_layers=1,
         q_lora_rank=1536,
         kv_lora_rank=512,
         qk_head_dim=128,

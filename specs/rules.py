@@ -21,6 +21,7 @@ from specs.cluster import ClusterSpec
 from specs.errors import SpecError, unknown_name_message
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.pipeline_split import accounted_layers, even_split_problem, first_last_options
 from specs.plan import ParallelPlan
 from specs.rules_base import (
     MAX_SUGGESTIONS,
@@ -36,6 +37,7 @@ from specs.rules_base import (
 )
 from specs.rules_features import FEATURE_RULES
 from specs.rules_moe import MOE_RULES
+from specs.rules_pipeline import PIPELINE_RULES
 
 __all__ = [
     "RULES",
@@ -152,15 +154,32 @@ def shared_expert_ffn_divisible_by_tp(
 def layers_divisible_by_pp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """num_layers % pp == 0: every stage holds the same number of layers (Megatron's even
-    split without first/last-stage overrides; megatron-facts.md §8.3 rule 5)."""
-    layers = model.num_layers
-    if layers % plan.pp == 0:
+    """(num_layers + account-for flags) % pp == 0: the even split gives every stage the same
+    number of layers, the embedding and loss counted as one layer each when their
+    account-for flag is set (megatron-facts.md §8.3 rule 5). First/last stage counts and a
+    layout replace the even split (`specs.rules_pipeline`)."""
+    problem = even_split_problem(model, plan)
+    if problem is None or problem[0] != "layers_divisible_by_pp":
         return None
+    layers, total, pp = model.num_layers, accounted_layers(model, plan), plan.pp
+    counted = f" + {total - layers} (account-for flags) = {total}" if total != layers else ""
+    fixes = [f"pp in {degree_choices(total, pp, cluster.num_gpus)}"]
+    for extra, flags in (
+        (1, "account_for_embedding_in_pipeline_split"),
+        (2, "both account-for flags"),
+    ):
+        if total == layers and (layers + extra) % pp == 0:
+            fixes.append(f"set {flags}")
+    options = first_last_options(layers, pp, plan.vpp, limit=1)
+    if options and total == layers:
+        x, middle = options[0]
+        fixes.append(
+            f"decoder_first_pipeline_num_layers={x} and decoder_last_pipeline_num_layers={x} "
+            f"({middle} per middle stage)"
+        )
     return (
-        f"num_layers ({layers}) must be divisible by pp ({plan.pp}) "
-        f"({ratio(layers, plan.pp)} layers per stage): "
-        f"try pp in {degree_choices(layers, plan.pp, cluster.num_gpus)}"
+        f"num_layers ({layers}){counted} must be divisible by pp ({pp}) "
+        f"({ratio(total, pp)} layers per stage): try {' or '.join(fixes)}"
     )
 
 
@@ -168,15 +187,17 @@ def layers_divisible_by_pp(
 def layers_per_stage_divisible_by_vpp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """(num_layers / pp) % vpp == 0: each stage splits into vpp equal model chunks
-    (`--num-layers-per-virtual-pipeline-stage` must be whole; megatron-facts.md §8.3 rule 6)."""
-    layers, pp, vpp = model.num_layers, plan.pp, plan.vpp
-    if layers % pp or (layers // pp) % vpp == 0:
+    """((num_layers + account-for flags) / pp) % vpp == 0: each stage splits into vpp equal
+    model chunks (megatron-facts.md §8.3 rule 6)."""
+    problem = even_split_problem(model, plan)
+    if problem is None or problem[0] != "layers_per_stage_divisible_by_vpp":
         return None
-    per_stage = layers // pp
+    layers, total, pp, vpp = model.num_layers, accounted_layers(model, plan), plan.pp, plan.vpp
+    per_stage = total // pp
+    counted = f" + {total - layers} (account-for flags)" if total != layers else ""
     return (
-        f"num_layers ({layers}) / pp ({pp}) = {per_stage} layers per stage must be divisible "
-        f"by vpp ({vpp}) ({ratio(per_stage, vpp)} layers per chunk): "
+        f"num_layers ({layers}){counted} / pp ({pp}) = {per_stage} layers per stage must be "
+        f"divisible by vpp ({vpp}) ({ratio(per_stage, vpp)} layers per chunk): "
         f"try vpp in {fmt_set(nearest(divisors(per_stage), vpp))}"
     )
 
@@ -279,6 +300,7 @@ RULES: tuple[Rule, ...] = (
     ffn_divisible_by_tp,
     shared_expert_ffn_divisible_by_tp,
     *MOE_RULES,
+    *PIPELINE_RULES,
     layers_divisible_by_pp,
     layers_per_stage_divisible_by_vpp,
     schedule_matches_vpp,

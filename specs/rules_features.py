@@ -11,6 +11,7 @@ from __future__ import annotations
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.pipeline_split import pipeline_split, split_problem
 from specs.plan import ParallelPlan
 from specs.rules_base import degree_choices, multiples_around, ratio, rule
 
@@ -134,18 +135,24 @@ def recompute_num_layers_needs_full(
 def recompute_num_layers_within_chunk(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """recompute_num_layers <= the layers of one pipeline chunk, num_layers / (pp·vpp):
-    Megatron counts recomputed layers inside each model chunk (`--recompute-num-layers`)."""
-    count, chunks = plan.recompute_num_layers, plan.pp * plan.vpp
-    if plan.recompute != "full" or count is None or model.num_layers % chunks:
+    """recompute_num_layers <= the layers of the largest pipeline chunk (num_layers / (pp·vpp)
+    for the even split; `specs.pipeline_split` otherwise): Megatron counts recomputed
+    layers inside each model chunk (`--recompute-num-layers`)."""
+    count = plan.recompute_num_layers
+    if plan.recompute != "full" or count is None or split_problem(model, plan) is not None:
         return None
-    per_chunk = model.num_layers // chunks
+    split = pipeline_split(model, plan)
+    per_chunk = max(c.num_layers for rank in split.chunks for c in rank)
     if count <= per_chunk:
         return None
+    where = (
+        f"num_layers ({model.num_layers}) / (pp ({plan.pp}) · vpp ({plan.vpp})) = {per_chunk}"
+        if not plan.has_uneven_split
+        else f"the largest chunk of the uneven split ({plan.split_label()}) holds {per_chunk}"
+    )
     return (
         f"recompute_num_layers ({count}) must not exceed the layers per pipeline chunk, "
-        f"num_layers ({model.num_layers}) / (pp ({plan.pp}) · vpp ({plan.vpp})) = {per_chunk}: "
-        f"set recompute_num_layers <= {per_chunk} (or None for every layer)"
+        f"{where}: set recompute_num_layers <= {per_chunk} (or None for every layer)"
     )
 
 

@@ -57,6 +57,9 @@ PLAN = ParallelPlan(
     overlap_param_gather=True,
 )
 
+# 32 layers in pp4·vpp2 = 8 virtual stages: E + 4 layers, six stages of 4, 4 layers + L.
+LAYOUT_8 = "Et*4|(t*4|)*6t*4L"
+
 Specs = tuple[ModelSpec, ClusterSpec, TrainingJob, ParallelPlan]
 
 
@@ -151,6 +154,93 @@ CASES = [
         Change(model={"num_layers": 30}),
         Change(model={"num_layers": 30}, plan={"pp": 2, "dp": 16}),
         ("num_layers (30)", "pp (4)", "7.50"),
+    ),
+    Case(
+        "layout_parses",
+        Change(plan={"pipeline_model_parallel_layout": "Et*4|(t*4|)*6t*4X"}),
+        Change(plan={"pipeline_model_parallel_layout": LAYOUT_8}),
+        ("'X'", "virtual stage 7"),
+    ),
+    Case(
+        "layout_excludes_other_split_flags",
+        Change(
+            plan={
+                "pipeline_model_parallel_layout": LAYOUT_8,
+                "account_for_loss_in_pipeline_split": True,
+            }
+        ),
+        Change(plan={"pipeline_model_parallel_layout": LAYOUT_8}),
+        ("account_for_loss_in_pipeline_split (True)", LAYOUT_8),
+    ),
+    Case(
+        "uneven_split_excludes_account_flags",
+        Change(
+            plan={
+                "decoder_first_pipeline_num_layers": 6,
+                "account_for_embedding_in_pipeline_split": True,
+            }
+        ),
+        Change(plan={"decoder_first_pipeline_num_layers": 6}),
+        ("decoder_first_pipeline_num_layers (6)", "account_for_embedding_in_pipeline_split (True)"),
+    ),
+    Case(
+        "layout_stages_match_pp_vpp",
+        Change(plan={"pipeline_model_parallel_layout": "Et*8|t*8|t*8|t*8L"}),
+        Change(plan={"pipeline_model_parallel_layout": LAYOUT_8}),
+        ("4 virtual stages", "pp (4)", "vpp (2)", "vpp=1"),
+    ),
+    Case(
+        "layout_embedding_first_loss_last",
+        Change(plan={"pipeline_model_parallel_layout": "t*4|(t*4|)*6t*4L"}),
+        Change(plan={"pipeline_model_parallel_layout": LAYOUT_8}),
+        ("0 E", "1 L", "first 't'"),
+    ),
+    Case(
+        "layout_covers_num_layers",
+        Change(plan={"pipeline_model_parallel_layout": "Ettt|(t*4|)*6tttL"}),
+        Change(
+            model={"num_layers": 30}, plan={"pipeline_model_parallel_layout": "Ettt|(t*4|)*6tttL"}
+        ),
+        ("30 transformer layers", "num_layers is 32", "add 2 t"),
+    ),
+    Case(
+        "layout_places_mtp",
+        Change(plan={"pipeline_model_parallel_layout": "Et*4|(t*4|)*6t*4mL"}),
+        Change(
+            model={"mtp_num_layers": 1},
+            plan={"pipeline_model_parallel_layout": "Et*4|(t*4|)*6t*4mL"},
+        ),
+        ("holds 1 m", "mtp_num_layers is 0"),
+    ),
+    Case(
+        "uneven_layers_cover_model",
+        Change(
+            plan={"decoder_first_pipeline_num_layers": 20, "decoder_last_pipeline_num_layers": 20}
+        ),
+        Change(
+            plan={"decoder_first_pipeline_num_layers": 8, "decoder_last_pipeline_num_layers": 8}
+        ),
+        ("decoder_first_pipeline_num_layers (20)", "leave -8", "2 middle ranks"),
+    ),
+    Case(
+        "uneven_middle_layers_divisible_by_middle_stages",
+        Change(
+            plan={"decoder_first_pipeline_num_layers": 6, "decoder_last_pipeline_num_layers": 7}
+        ),
+        Change(
+            plan={"decoder_first_pipeline_num_layers": 6, "decoder_last_pipeline_num_layers": 6}
+        ),
+        ("num_layers (32)", "(6)", "(7)", "= 19 middle layers", "2 middle ranks"),
+    ),
+    Case(
+        "uneven_stage_layers_divisible_by_vpp",
+        Change(
+            plan={"decoder_first_pipeline_num_layers": 7, "decoder_last_pipeline_num_layers": 7}
+        ),
+        Change(
+            plan={"decoder_first_pipeline_num_layers": 8, "decoder_last_pipeline_num_layers": 8}
+        ),
+        ("vpp (2)", "decoder_first_pipeline_num_layers (7)", "layers per middle rank (9)"),
     ),
     Case(
         "layers_per_stage_divisible_by_vpp",
