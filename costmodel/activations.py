@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.schedules import (
-    layer_range,
+    chunk_layers,
     warmup_microbatches_1f1b,
     warmup_microbatches_interleaved,
 )
@@ -238,9 +238,7 @@ def recomputed_layers(model: ModelSpec, plan: ParallelPlan) -> frozenset[int]:
     chosen: set[int] = set()
     for stage in range(plan.pp):
         for chunk in range(plan.vpp):
-            layers = layer_range(
-                stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers
-            )
+            layers = chunk_layers(model, plan, stage, chunk)
             for group in checkpoint_groups(plan, layers):
                 chosen.update(group)
     return frozenset(chosen)
@@ -351,7 +349,7 @@ def stage_activations(
     per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
     layers_bytes = working = 0.0
     for chunk, count in enumerate(counts):
-        layers = layer_range(pp_rank, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+        layers = chunk_layers(model, plan, pp_rank, chunk)
         stored, chunk_working = _chunk_bytes(per_layer, plan, layers)
         layers_bytes += count * stored
         working = max(working, chunk_working)

@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
-from costmodel.schedules import layer_range
+from costmodel.schedules import chunk_layers
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -198,11 +198,7 @@ def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:
 
 def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> tuple[int, ...]:
     """Layers of every chunk of stage ``pp_rank``, in chunk order."""
-    return tuple(
-        i
-        for chunk in range(plan.vpp)
-        for i in layer_range(pp_rank, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
-    )
+    return tuple(i for chunk in range(plan.vpp) for i in chunk_layers(model, plan, pp_rank, chunk))
 
 
 def bytes_per_param(job: TrainingJob, main_grad_bytes: int = 4) -> tuple[int, int, int]:

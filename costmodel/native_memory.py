@@ -49,7 +49,7 @@ from costmodel.execution import TORCH_NATIVE, executed_job
 from costmodel.memory import StageMemory
 from costmodel.native_ops import FP32
 from costmodel.native_sync import stage_params
-from costmodel.schedules import layer_range, warmup_microbatches_interleaved
+from costmodel.schedules import chunk_layers, warmup_microbatches_interleaved
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import padded_vocab_size
@@ -92,7 +92,7 @@ def layer_activation_elements(
 
 
 def _stage_layers(model: ModelSpec, plan: ParallelPlan, stage: int, chunk: int) -> range:
-    return layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+    return chunk_layers(model, plan, stage, chunk)
 
 
 def _checkpointed(plan: ParallelPlan, layers: range) -> int:

@@ -62,7 +62,7 @@ from costmodel.native_ops import (
     ModuleOps,
     host_seconds,
 )
-from costmodel.schedules import layer_range, virtual_stage
+from costmodel.schedules import chunk_layers, virtual_stage
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -372,7 +372,7 @@ def native_pass_costs(
     forward/backward split; the recompute, a forward, keeps the forward's price)."""
     m = plan.num_microbatches(job.global_batch_size)
     x = native_shape(plan, job.seq_length, m)
-    layers = layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+    layers = chunk_layers(model, plan, stage, chunk)
     v = virtual_stage(stage, chunk, plan.pp)
     ops, redo = chunk_ops(
         model, profile, rates, plan, x, layers, first=v == 0, last=v == plan.pp * plan.vpp - 1

@@ -37,7 +37,7 @@ from costmodel.native_sync import (
     stage_params,
 )
 from costmodel.pipeline_sim import TimedAction
-from costmodel.schedules import ChunkPosition, stage_chunks
+from costmodel.schedules import ChunkPosition, plan_stage_chunks
 from costmodel.simulator import ChunkCost, StageTail, _chunk_params
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
@@ -136,11 +136,7 @@ def native_chunk_costs(
         )
 
     return tuple(
-        tuple(
-            cost(at)
-            for at in stage_chunks(s, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
-        )
-        for s in range(plan.pp)
+        tuple(cost(at) for at in plan_stage_chunks(model, plan, s)) for s in range(plan.pp)
     )
 
 
@@ -157,7 +153,7 @@ def _reductions(
     out: list[Reduction] = []
     dense_group, expert_group = placements["dp-cp"], placements["edp"]
     if plan.distributed_optimizer:
-        for at in stage_chunks(stage, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers):
+        for at in plan_stage_chunks(model, plan, stage):
             mods = _fsdp_modules(model, plan, at.layers, at.first, at.last)
             for j, (p, tensors, _) in enumerate(mods):
                 name = f"dp reduce_scatter c{at.chunk} module {j}"

@@ -107,7 +107,7 @@ def _layer_tensors(model: ModelSpec, is_moe: bool) -> tuple[int, int]:
 def stage_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageParams:
     """The `StageParams` of one rank of ``stage`` (executor layout: KV heads split over
     tp, norms and router replicated, experts split over ep)."""
-    from costmodel.schedules import layer_range
+    from costmodel.schedules import chunk_layers
 
     counts = count_params(model)
     mask = model.moe_layer_mask()
@@ -118,7 +118,7 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageParam
     for chunk in range(plan.vpp):
         root = 0.0
         v = chunk * plan.pp + stage
-        for i in layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers):
+        for i in chunk_layers(model, plan, stage, chunk):
             layer = counts.layers[i]
             own = (layer.attention + layer.mlp) / plan.tp + layer.norms + layer.router
             dense += own

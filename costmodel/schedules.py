@@ -15,10 +15,14 @@ Conventions (Megatron-LM `megatron/core/pipeline_parallel/schedules.py`):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
 from specs.errors import SpecError
+from specs.model import ModelSpec
+from specs.pipeline_split import PipelineSplit, pipeline_split
+from specs.plan import ParallelPlan
 
 Phase = Literal["F", "B"]
 
@@ -97,6 +101,8 @@ class ChunkPosition:
     """True for virtual stage 0 (it holds the embedding)."""
     last: bool
     """True for the last virtual stage (it holds the output layer and the loss)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction layers it holds (`specs.pipeline_split`)."""
 
 
 def stage_chunks(stage: int, *, pp: int, vpp: int, num_layers: int) -> tuple[ChunkPosition, ...]:
@@ -119,6 +125,44 @@ def stage_chunks(stage: int, *, pp: int, vpp: int, num_layers: int) -> tuple[Chu
 def pipeline_chunks(*, pp: int, vpp: int, num_layers: int) -> tuple[tuple[ChunkPosition, ...], ...]:
     """`stage_chunks` of every stage, in stage order."""
     return tuple(stage_chunks(s, pp=pp, vpp=vpp, num_layers=num_layers) for s in range(pp))
+
+
+@functools.lru_cache(maxsize=512)
+def plan_split(model: ModelSpec, plan: ParallelPlan) -> PipelineSplit:
+    """`specs.pipeline_split.pipeline_split`, memoized: the cost model asks for the same
+    split once per chunk and layer."""
+    return pipeline_split(model, plan)
+
+
+def chunk_layers(model: ModelSpec, plan: ParallelPlan, stage: int, chunk: int) -> range:
+    """Layers of chunk ``chunk`` of stage ``stage`` under the plan's pipeline split (even or
+    uneven; `specs.pipeline_split`). Raises `SpecError` naming the rule the split breaks."""
+    return plan_split(model, plan).chunk(stage, chunk).layers
+
+
+def plan_stage_chunks(
+    model: ModelSpec, plan: ParallelPlan, stage: int
+) -> tuple[ChunkPosition, ...]:
+    """The chunks of ``stage`` under the plan's pipeline split, in chunk order."""
+    split = plan_split(model, plan)
+    return tuple(
+        ChunkPosition(
+            stage=stage,
+            chunk=c.chunk,
+            layers=c.layers,
+            first=c.embedding,
+            last=c.loss,
+            mtp_layers=c.mtp_layers,
+        )
+        for c in split.chunks[stage]
+    )
+
+
+def plan_pipeline_chunks(
+    model: ModelSpec, plan: ParallelPlan
+) -> tuple[tuple[ChunkPosition, ...], ...]:
+    """`plan_stage_chunks` of every stage, in stage order."""
+    return tuple(plan_stage_chunks(model, plan, s) for s in range(plan.pp))
 
 
 def warmup_microbatches_1f1b(pp: int, stage: int, m: int) -> int:

@@ -50,6 +50,7 @@ from costmodel.layer_costs import (
 )
 from costmodel.memory import FrameworkAllowance, GiB, bytes_per_param, stage_params
 from costmodel.native_screen import native_screen
+from costmodel.schedules import plan_split
 from costmodel.simulator import ExecutionOptions
 from costmodel.topology import strided_group_placement
 from profiles.lookup import peak_flops
@@ -59,6 +60,7 @@ from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
+from specs.pipeline_split import split_problem
 from specs.plan import ParallelPlan
 
 PLAN_COLUMNS = tuple(f.name for f in fields(ParallelPlan))
@@ -96,19 +98,38 @@ def _normalized(frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
     df["etp"] = df["etp"].where(df["etp"].notna(), df["tp"]).astype(int)
     for name in _OPTIONAL_COUNTS:  # None becomes 0 so that the column can be a merge key
         df[name] = df[name].where(df[name].notna(), 0).astype(int)
+    layout = df["pipeline_model_parallel_layout"]
+    df["pipeline_model_parallel_layout"] = layout.where(layout.notna(), "").astype(str)
     for name in (
         "sequence_parallel",
         "distributed_optimizer",
         "overlap_grad_reduce",
         "overlap_param_gather",
         "tp_comm_overlap",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
     ):
         df[name] = df[name].astype(bool)
     df["sequence_parallel"] &= df["tp"] > 1
     return df
 
 
-_OPTIONAL_COUNTS = ("recompute_num_layers", "ddp_bucket_size")
+_OPTIONAL_COUNTS = (
+    "recompute_num_layers",
+    "ddp_bucket_size",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+)
+SPLIT_COLUMNS = [
+    "pp",
+    "vpp",
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
+    "pipeline_model_parallel_layout",
+]
+"""The columns that decide the pipeline split (`specs.pipeline_split`)."""
 
 
 def _plan(row: pd.Series, **changes: object) -> ParallelPlan:
@@ -117,6 +138,7 @@ def _plan(row: pd.Series, **changes: object) -> ParallelPlan:
     values.update({k: v.item() if hasattr(v, "item") else v for k, v in row.items()})
     for name in _OPTIONAL_COUNTS:
         values[name] = int(values[name]) if values[name] else None
+    values["pipeline_model_parallel_layout"] = values["pipeline_model_parallel_layout"] or None
     values.update(changes)
     return ParallelPlan(**values)
 
@@ -245,17 +267,48 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
     return fn
 
 
+def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
+    """The stages the screen prices (0, the middle stage with the most layers, p-1) and the
+    dense and MoE transformer layers (MTP layers counted as the last layer's kind) of each,
+    from the plan's pipeline split (`specs.pipeline_split`)."""
+    split = plan_split(model, plan)
+    mask = model.moe_layer_mask()
+    middle = range(1, plan.pp - 1)
+    mid = max(middle, key=split.rank_num_layers) if len(middle) else min(1, plan.pp - 1)
+    out: dict[str, int] = {"s1": mid}
+    for tag, stage in (("0", 0), ("1", mid), ("l", plan.pp - 1)):
+        layers = split.rank_layers(stage)
+        moe = sum(mask[i] for i in layers)
+        mtp = split.rank_mtp_layers(stage)
+        out[f"n{tag}d"] = len(layers) - moe + (0 if mask[-1] else mtp)
+        out[f"n{tag}m"] = moe + (mtp if mask[-1] else 0)
+        out[f"mtp{tag}"] = mtp
+    return out
+
+
 def _param_columns(model: ModelSpec):
-    """Per distinct (tp, pp, vpp, ep, etp): parameters of stages 0, 1 and p-1."""
+    """Per distinct (tp, ep, etp and the split): the split's stages and their layers, and
+    the parameters of stages 0, middle and p-1."""
     counts = count_params(model)
     norms = [layer.norms for layer in counts.layers]
 
     def fn(row: pd.Series) -> dict[str, float]:
         plan = _plan(row)
-        out: dict[str, float] = {}
-        if model.num_layers % (plan.pp * plan.vpp):  # no even split: the row is marked invalid
-            plan = plan.replace(pp=1, vpp=1, schedule="1f1b")
-        for tag, stage in (("0", 0), ("1", min(1, plan.pp - 1)), ("l", plan.pp - 1)):
+        out: dict[str, float] = {"split_ok": split_problem(model, plan) is None}
+        if not out["split_ok"]:  # no valid split: the row is marked invalid
+            plan = plan.replace(
+                pp=1,
+                vpp=1,
+                schedule="1f1b",
+                decoder_first_pipeline_num_layers=None,
+                decoder_last_pipeline_num_layers=None,
+                account_for_embedding_in_pipeline_split=False,
+                account_for_loss_in_pipeline_split=False,
+                pipeline_model_parallel_layout=None,
+            )
+        stages = _split_stages(model, plan)
+        out.update(stages)
+        for tag, stage in (("0", 0), ("1", stages["s1"]), ("l", plan.pp - 1)):
             params = stage_params(model, plan, stage)
             out[f"p{tag}d"], out[f"p{tag}e"] = params.dense, params.expert
         vocab = padded_vocab_size(model.vocab_size, plan.tp)
@@ -292,7 +345,7 @@ def _recompute_fraction(model: ModelSpec):
         plan = _plan(row)
         if plan.recompute != "full":
             return {"rc_frac": 1.0 if plan.recompute == "selective" else 0.0}
-        if model.num_layers % (plan.pp * plan.vpp):  # marked invalid by screen_plans
+        if split_problem(model, plan) is not None:  # marked invalid by screen_plans
             return {"rc_frac": 1.0}
         return {"rc_frac": len(recomputed_layers(model, plan)) / model.num_layers}
 
@@ -319,25 +372,31 @@ def _stage_times(c: dict[str, np.ndarray], model: ModelSpec, recompute: np.ndarr
 
     ``accumulate(params)`` is the unfused gradient-accumulation time of that many
     parameters (zero with gradient-accumulation fusion)."""
-    mu = model.num_moe_layers / model.num_layers
-    layers = model.num_layers / c["pp"]
 
-    def mix(name: str) -> np.ndarray:
-        return (1 - mu) * c[f"{name}_d"] + mu * c[f"{name}_m"]
+    def per_stage(tag: str, name: str) -> np.ndarray:
+        return c[f"n{tag}d"] * c[f"{name}_d"] + c[f"n{tag}m"] * c[f"{name}_m"]
 
-    redo = np.where(recompute == "selective", mix("r"), 0.0)
-    redo = np.where(recompute == "full", c["rc_frac"] * mix("f"), redo)
-    redo_c = np.where(recompute == "selective", mix("rc"), 0.0)
-    redo_c = np.where(recompute == "full", c["rc_frac"] * mix("fc"), redo_c)
-    f, b = layers * mix("f"), layers * (mix("b") + redo)
-    compute = layers * (mix("fc") + mix("bc") + redo_c)
+    def stage(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        redo = np.where(recompute == "selective", per_stage(tag, "r"), 0.0)
+        redo = np.where(recompute == "full", c["rc_frac"] * per_stage(tag, "f"), redo)
+        redo_c = np.where(recompute == "selective", per_stage(tag, "rc"), 0.0)
+        redo_c = np.where(recompute == "full", c["rc_frac"] * per_stage(tag, "fc"), redo_c)
+        mtp = c[f"mtp{tag}"]  # each MTP layer has its own output layer and loss
+        f = per_stage(tag, "f") + mtp * c["log_f"]
+        b = per_stage(tag, "b") + redo + mtp * c["log_b"]
+        compute = per_stage(tag, "fc") + per_stage(tag, "bc") + redo_c + mtp * c["log_c"]
+        return f, b, compute
+
+    f, b, compute = stage("0")
+    fm, bm, _ = stage("1")
+    fl, bl, _ = stage("l")
     single = c["pp"] == 1
     f0, b0 = f + c["emb_f"] + np.where(single, c["log_f"], 0.0), b + c["emb_b"]
     b0 = b0 + np.where(single, c["log_b"], 0.0) + accumulate(c["p0d"] + c["p0e"])
-    bm = b + accumulate(c["p1d"] + c["p1e"])
-    fl, bl = f + c["log_f"], b + c["log_b"] + accumulate(c["pld"] + c["ple"])
+    bm = bm + accumulate(c["p1d"] + c["p1e"])
+    fl, bl = fl + c["log_f"], bl + c["log_b"] + accumulate(c["pld"] + c["ple"])
     compute0 = compute + c["emb_c"] + np.where(single, c["log_c"], 0.0)
-    return (f0, b0), (f, bm), (fl, bl), compute0
+    return (f0, b0), (fm, bm), (fl, bl), compute0
 
 
 def _pipeline_s(
@@ -437,12 +496,12 @@ def _tail_s(
     per_tensor = unit[3] - unit[2]
     alpha, beta = (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9
     local_experts = model.num_experts // c["ep"] if model.is_moe else 0
-    tensors = model.num_layers / pp * (8 + 2 * local_experts) + 2
     distopt = c["distributed_optimizer"].astype(bool)
     forward_chunk = f0 / v
     worst = np.zeros(len(v))
     for tag, first_stage in (("0", True), ("l", False)):
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
+        tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
         shard = np.where(distopt, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
         chunk = _affine(c["ag_a"], c["ag_b"], dense / v * weight)
@@ -483,7 +542,7 @@ def _memory_bytes(
     expert_shards = np.where(distopt, c["edp"], 1)
     padding_unit = np.lcm(c["dp"] * c["cp"], 128) * (weight + grad)
     peak = np.zeros(len(pp))
-    for tag, stage in (("0", np.zeros_like(pp)), ("1", np.minimum(1, pp - 1)), ("l", pp - 1)):
+    for tag, stage in (("0", np.zeros_like(pp)), ("1", c["s1"]), ("l", pp - 1)):
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
         params = dense + expert
         model_state = (weight + grad) * params + state * (
@@ -491,7 +550,8 @@ def _memory_bytes(
         )
         first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
         last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
-        layers = total * model.num_layers / (pp * vpp) * c["act_layers"] * scale
+        per_chunk = (c[f"n{tag}d"] + c[f"n{tag}m"]) / vpp
+        layers = total * per_chunk * c["act_layers"] * scale
         acts = layers + c["act_work"] * scale
         acts += np.where(stage == 0, first_chunk * c["act_emb"] * scale, 0.0)
         acts += np.where(stage == pp - 1, last_chunk * c["act_out"] * scale, 0.0)
@@ -538,7 +598,7 @@ def screen_plans(
             ["tp", "cp", "dp", "pp", "ep", "etp", "distributed_optimizer"],
             _group_columns(profile, topo),
         ),
-        _per_unique(df, ["tp", "pp", "vpp", "ep", "etp"], _param_columns(model)),
+        _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
         _per_unique(
             df,
             [
@@ -553,7 +613,7 @@ def screen_plans(
         ),
         _per_unique(
             df,
-            ["pp", "vpp", "recompute", "recompute_num_layers", "recompute_method"],
+            [*SPLIT_COLUMNS, "recompute", "recompute_num_layers", "recompute_method"],
             _recompute_fraction(model),
         ),
     ]
@@ -591,7 +651,7 @@ def screen_plans(
     sync = _gradients_s(c, times, pipeline, float(options.main_grad_bytes))
     iteration = sync + _tail_s(c, times, profile, job, model, options)
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
-    ok &= model.num_layers % (c["pp"] * c["vpp"]) == 0
+    ok &= c["split_ok"].astype(bool)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(
         ok, _memory_bytes(c, model, job, np.maximum(m, 1), options.main_grad_bytes), np.inf

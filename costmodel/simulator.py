@@ -63,8 +63,8 @@ from costmodel.pipeline_sim import PipelineTiming, TimedAction, simulate_pipelin
 from costmodel.schedules import (
     Action,
     ChunkPosition,
-    layer_range,
-    pipeline_chunks,
+    chunk_layers,
+    plan_pipeline_chunks,
     schedule_actions,
     virtual_stage,
 )
@@ -233,6 +233,11 @@ def chunk_costs(
             fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
             if redo is None or i in redo:
                 rec = rec.plus(layer.recompute)
+        for _ in range(at.mtp_layers):  # a decoder layer plus its own output layer and loss
+            layer = kinds[mask[-1]]
+            fwd = fwd.plus(layer.forward).plus(out[0])
+            bwd = bwd.plus(layer.backward).plus(out[1])
+            rec = rec.plus(layer.recompute)
         if at.first:
             fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
         if at.last:
@@ -247,7 +252,7 @@ def chunk_costs(
             forward=fwd, backward=bwd, recompute=rec, dense_params=dense, expert_params=expert
         )
 
-    grid = pipeline_chunks(pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+    grid = plan_pipeline_chunks(model, plan)
     return tuple(tuple(cost(at) for at in row) for row in grid)
 
 
@@ -391,7 +396,7 @@ def _stage_norm_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> floa
     total = sum(
         counts.layers[i].norms
         for chunk in range(plan.vpp)
-        for i in layer_range(stage, chunk, pp=plan.pp, vpp=plan.vpp, num_layers=model.num_layers)
+        for i in chunk_layers(model, plan, stage, chunk)
     )
     return total + (counts.final_norm if stage == plan.pp - 1 else 0)
 
@@ -401,6 +406,7 @@ def _optimizer_s(
     job: TrainingJob,
     plan: ParallelPlan,
     profile: HardwareProfile,
+    stage: int,
     chunks: tuple[ChunkCost, ...],
     placements: PlanPlacements,
     options: ExecutionOptions = DEFAULT_OPTIONS,
@@ -413,7 +419,7 @@ def _optimizer_s(
         shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
     else:
         shard = dense + expert
-    layers = model.num_layers // plan.pp
+    layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
     tensors = layers * (8 + 2 * local_experts) + 2
     return ops.optimizer_step_time_s(
@@ -517,7 +523,7 @@ def _stage_tail(
         pipeline_end_s=pipeline_end,
         grads_done_s=done,
         norm_allreduce_s=norm_s,
-        optimizer_s=_optimizer_s(model, job, plan, profile, chunks, placements, options),
+        optimizer_s=_optimizer_s(model, job, plan, profile, stage, chunks, placements, options),
         param_gather_s=_param_gather_s(job, plan, profile, stage, chunks, placements, row),
         dp_events=tuple(dp_events),
     )
