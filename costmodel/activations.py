@@ -302,7 +302,7 @@ def _chunk_bytes(
         return sum(per_layer[i].full_bytes for i in layers), 0.0
     if plan.recompute == "selective":
         stored = sum(per_layer[i].selective_bytes for i in layers)
-        return stored, max(per_layer[i].core_attention_bytes for i in layers)
+        return stored, max((per_layer[i].core_attention_bytes for i in layers), default=0.0)
     groups = checkpoint_groups(plan, layers)
     checkpointed = {i for group in groups for i in group}
     stored = sum(per_layer[group[0]].input_bytes for group in groups)

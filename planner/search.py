@@ -32,9 +32,11 @@ from costmodel.memory import (
     optimizer_shards,
     stage_params,
 )
+from costmodel.schedules import plan_split
 from costmodel.screen import screen_plans
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.space import PLAN_COLUMNS, SearchSpace, plan_from_row
+from planner.splits import SPLIT_COLUMNS
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -49,7 +51,7 @@ DEFAULT_HEADROOM = 0.05
 CLOSEST_POOL = 2_000
 """When no candidate passes the model-state floor, this many with the smallest floor are
 screened to find the closest ones."""
-_STATE_KEYS = ["tp", "pp", "vpp", "cp", "dp", "ep", "etp", "distributed_optimizer"]
+_STATE_KEYS = ["tp", "pp", "vpp", "cp", "dp", "ep", "etp", "distributed_optimizer", *SPLIT_COLUMNS]
 _PARALLEL_KEYS = ["tp", "pp", "cp", "ep", "etp"]
 
 
@@ -115,12 +117,24 @@ def memory_limit_bytes(profile: HardwareProfile, memory_headroom: float) -> floa
     return profile.device.memory_gib * GiB * (1 - memory_headroom)
 
 
+def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
+    """The first and last stage and, under an uneven split, the middle stage with the most
+    layers: together they hold the most parameters of any stage."""
+    split = plan_split(model, plan)
+    middle = range(1, plan.pp - 1)
+    stages = {0, plan.pp - 1}
+    if len(middle) and not split.is_even:
+        stages.add(max(middle, key=split.rank_num_layers))
+    return stages
+
+
 def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
-    state of the first and the last pipeline stage (`costmodel.memory.stage_params`, the
-    byte counts of `costmodel.memory`) plus the fixed framework allowance. Activations
-    only add to it, so a row whose floor is over the limit cannot fit; the search drops it
-    before the closed-form screen, which is the expensive step."""
+    state of the first, the last and the fullest middle pipeline stage
+    (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`) plus the fixed
+    framework allowance. Activations only add to it, so a row whose floor is over the
+    limit cannot fit; the search drops it before the closed-form screen, which is the
+    expensive step."""
     weight, grad, state = bytes_per_param(job)
     fixed = FrameworkAllowance().fixed_bytes
     unique = table[_STATE_KEYS].drop_duplicates()
@@ -129,7 +143,7 @@ def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFr
         plan = plan_from_row(row | {"micro_batch_size": 1}, model)
         dense_shards, expert_shards = optimizer_shards(model, plan)
         worst = 0.0
-        for stage in {0, plan.pp - 1}:
+        for stage in _floor_stages(model, plan):
             params = stage_params(model, plan, stage)
             sharded = params.dense / dense_shards + params.expert / expert_shards
             worst = max(worst, (weight + grad) * params.total + state * sharded)
@@ -149,7 +163,12 @@ def _screen(
     """The closed-form metrics of every row: iteration_time_s, tokens_per_s, mfu and
     peak_memory_bytes, aligned with ``table`` by position."""
     plans = table.copy()
-    for column in ("recompute_num_layers", "ddp_bucket_size"):  # 0 means None here
+    for column in (
+        "recompute_num_layers",
+        "ddp_bucket_size",
+        "decoder_first_pipeline_num_layers",
+        "decoder_last_pipeline_num_layers",
+    ):  # 0 means None here
         plans[column] = plans[column].where(plans[column] > 0)
     metrics = screen_plans(model, cluster, job, profile, plans)
     return metrics[["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]]
@@ -166,6 +185,12 @@ def _complexity(table: pd.DataFrame) -> pd.Series:
         + (table["ddp_bucket_size"] != 0).astype(int)
         + (table["recompute"] != "none").astype(int)
         + (table["vpp"] > 1).astype(int)
+        + (
+            (table["decoder_first_pipeline_num_layers"] > 0)
+            | table["account_for_embedding_in_pipeline_split"].astype(bool)
+            | table["account_for_loss_in_pipeline_split"].astype(bool)
+            | (table["pipeline_model_parallel_layout"] != "")
+        ).astype(int)
     )
 
 

@@ -36,6 +36,14 @@ from typing import Any
 
 import pandas as pd
 
+from planner.splits import (
+    EVEN_SPLIT,
+    SPLIT_COLUMNS,
+    has_split,
+    split_columns,
+    split_fields,
+    split_options,
+)
 from specs.errors import SpecError, unknown_name_message
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -44,7 +52,7 @@ from specs.rules_base import divisors
 
 CONTEXT_COLUMNS = ("tp", "pp", "vpp", "cp", "dp")
 """Degrees the switches depend on; the key that joins the two tables."""
-DEGREE_COLUMNS = (*CONTEXT_COLUMNS, "ep", "etp", "micro_batch_size")
+DEGREE_COLUMNS = (*CONTEXT_COLUMNS, "ep", "etp", "micro_batch_size", *SPLIT_COLUMNS)
 """Columns of `degree_table`."""
 SWITCH_COLUMNS = (
     "sequence_parallel",
@@ -134,6 +142,10 @@ def _column_value(name: str, value: Any) -> Any:
     """A knob value in table form (None -> 0 for the optional integer knobs)."""
     if name in ("recompute_num_layers", "ddp_bucket_size", "etp") and value is None:
         return 0
+    if name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+        return value or 0
+    if name == "pipeline_model_parallel_layout":
+        return value or ""
     return value
 
 
@@ -162,18 +174,27 @@ def tp_degrees(
 
 
 def pp_degrees(model: ModelSpec, ranks: int) -> Iterator[int]:
-    """Pipeline stages: divisors of the layers that divide the ranks left after tp (an even
-    layer split, Megatron's default; megatron-facts.md §8.3 rule 5)."""
-    yield from (p for p in divisors(model.num_layers) if ranks % p == 0)
+    """Pipeline stages: divisors of the ranks left after tp that have an even or an uneven
+    layer split Megatron accepts (`planner.splits`; megatron-facts.md §8.3 rule 5)."""
+    yield from (p for p in divisors(ranks) if p <= model.num_layers and has_split(model, p))
 
 
 def vpp_degrees(model: ModelSpec, pp: int) -> Iterator[int]:
-    """Model chunks per pipeline rank: 1, and with pp > 1 every divisor of the layers per
-    stage (`--num-layers-per-virtual-pipeline-stage` must be whole; §8.3 rules 6-7)."""
-    if pp == 1 or model.num_layers % pp:
+    """Model chunks per pipeline rank: 1, and with pp > 1 every count that one of the
+    splits of `planner.splits` divides into whole chunks (§8.3 rules 6-7)."""
+    if pp == 1:
         yield 1
         return
-    yield from divisors(model.num_layers // pp)
+    yield from (v for v in range(1, (model.num_layers + 2) // pp + 1) if has_split(model, pp, v))
+
+
+def split_choices(model: ModelSpec, pp: int, vpp: int, space: SearchSpace) -> list[dict[str, Any]]:
+    """The split options of (pp, vpp) (`planner.splits.split_options`); when the user fixed
+    any split knob, that split alone (the other split knobs even)."""
+    fixed = {k: _column_value(k, space.fixed[k]) for k in SPLIT_COLUMNS if space.is_fixed(k)}
+    if fixed:
+        return [EVEN_SPLIT | fixed]
+    return split_options(model, pp, vpp)
 
 
 def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Iterator[int]:
@@ -291,9 +312,12 @@ def degree_table(
             for vpp in space.choices("vpp", vpp_degrees(model, pp)):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
+                splits = split_choices(model, pp, vpp, space)
                 for cp in space.choices("cp", cps):
                     dp = space.choices("dp", (max(1, after_pp // cp),))[0]
-                    rows += _expert_rows(model, job, space, scale_up_domain, (tp, pp, vpp, cp, dp))
+                    context = (tp, pp, vpp, cp, dp)
+                    for row in _expert_rows(model, job, space, scale_up_domain, context):
+                        rows += [(*row, *(split[k] for k in SPLIT_COLUMNS)) for split in splits]
     return pd.DataFrame(rows, columns=list(DEGREE_COLUMNS))
 
 
@@ -434,6 +458,7 @@ def plan_from_row(row: Mapping[str, Any], model: ModelSpec) -> ParallelPlan:
         ddp_bucket_size=int(row.get("ddp_bucket_size", 0)) or None,
         cp_comm_type=str(row.get("cp_comm_type", "p2p")),  # type: ignore[arg-type]
         schedule="interleaved" if vpp > 1 else "1f1b",
+        **split_fields(row),
     )
 
 
@@ -443,4 +468,5 @@ def plan_knobs(plan: ParallelPlan) -> dict[str, Any]:
     row["etp"] = plan.expert_tp
     row["recompute_num_layers"] = plan.recompute_num_layers or 0
     row["ddp_bucket_size"] = plan.ddp_bucket_size or 0
+    row.update(split_columns(plan))
     return row

@@ -407,8 +407,10 @@ def _first_last_fixes(model: ModelSpec, plan: ParallelPlan) -> str:
 
 def first_last_options(num_layers: int, pp: int, vpp: int, limit: int = 3) -> list[tuple[int, int]]:
     """(x, middle) with first = last = x, middle = (L - 2x) / (pp - 2) layers per middle
-    rank, all multiples of vpp and 1 <= x <= middle, the most balanced (x closest to middle)
-    first; at most ``limit``. Empty for pp < 3."""
+    rank, all multiples of vpp and 1 <= x <= middle; those with x closest to middle - 1
+    first (the first and last stages also run the embedding and the output layer, about
+    one layer's work each), the smaller x first among equals; at most ``limit``. Empty for
+    pp < 3."""
     if pp < 3:
         return []
     found = []
@@ -418,7 +420,7 @@ def first_last_options(num_layers: int, pp: int, vpp: int, limit: int = 3) -> li
             middle = rest // (pp - 2)
             if middle % vpp == 0 and x <= middle:
                 found.append((x, middle))
-    return sorted(found, key=lambda o: o[1] - o[0])[:limit]
+    return sorted(found, key=lambda o: (abs(o[1] - o[0] - 1), o[0]))[:limit]
 
 
 SPLIT_CHECKS: tuple[Callable[[ModelSpec, ParallelPlan], str | None], ...] = (

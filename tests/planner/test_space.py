@@ -66,7 +66,8 @@ def test_tp_degrees_divide_the_query_groups(name: str) -> None:
 
 def test_pp_vpp_cp_ep_generators() -> None:
     llama = get_preset("llama3.1-405b")  # 126 layers
-    assert list(pp_degrees(llama, 2048)) == [1, 2]
+    # uneven splits: (126 + 2) / pp for pp in {4, ..., 64}, or first/last counts
+    assert list(pp_degrees(llama, 2048)) == [1, 2, 4, 8, 16, 32, 64]
     assert list(pp_degrees(llama, 18)) == [1, 2, 3, 6, 9, 18]
     assert list(vpp_degrees(llama, 1)) == [1]
     assert list(vpp_degrees(llama, 9)) == [1, 2, 7, 14]  # 14 layers per stage
