@@ -11,8 +11,8 @@ same layers to every chunk:
   middle = (num_layers - 2x) / (pp - 2) >= x layers and middle - x <= 2·vpp
   (`specs.pipeline_split.first_last_options`);
 - for models with MTP layers or leading dense layers, a layout that spreads the embedding,
-  the layers, the MTP layers and the loss as units over the pp·vpp virtual stages as
-  evenly as possible (`balanced_layout`).
+  the layers, the MTP layers and the loss as units evenly over the pp·vpp virtual stages
+  (`balanced_layout`).
 
 Table encoding (plain numpy dtypes, like the other optional knobs): first/last counts 0 for
 None, the layout "" for None.
@@ -83,22 +83,16 @@ def split_columns(plan: ParallelPlan) -> dict[str, Any]:
 
 def balanced_layout(model: ModelSpec, pp: int, vpp: int) -> str | None:
     """A layout that cuts the units E, t·num_layers, m·mtp_num_layers, L into pp·vpp
-    consecutive virtual stages whose sizes differ by at most one, the larger ones in the
-    middle of the pipeline (the first and last stages also run the embedding and the output
-    layer); None when there are fewer units than stages."""
+    consecutive virtual stages of equal size (at least two units each), as Megatron-Bridge's
+    DeepSeek-V3 recipe does (``Et|(tt|)*30mL`` on pp8 vpp4); None when the units do not
+    divide that way. Requiring equal stages keeps the number of layouts (and of vpp values)
+    the search tries small."""
     units = "E" + "t" * model.num_layers + "m" * model.mtp_num_layers + "L"
     stages = pp * vpp
-    if len(units) < stages:
+    size, rest = divmod(len(units), stages)
+    if rest or size < 2:
         return None
-    base, extra = divmod(len(units), stages)
-    centre = (stages - 1) / 2
-    larger = set(sorted(range(stages), key=lambda v: (abs(v - centre), v))[:extra])
-    out, start = [], 0
-    for v in range(stages):
-        size = base + (v in larger)
-        out.append(units[start : start + size])
-        start += size
-    return compress_layout(tuple(out))
+    return compress_layout(tuple(units[v * size : (v + 1) * size] for v in range(stages)))
 
 
 def _candidates(model: ModelSpec, pp: int, vpp: int) -> Iterator[dict[str, Any]]:
