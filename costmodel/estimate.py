@@ -17,6 +17,7 @@ from costmodel.execution import executed_job, resolve_options
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.memory import GiB, StageMemory, memory_per_stage
 from costmodel.predicted_timeline import build_timeline
+from costmodel.schedules import plan_split
 from costmodel.simulator import Breakdown, ExecutionOptions, simulate_iteration
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -51,8 +52,27 @@ JSON_KEYS = (
     "fits",
     "memory",
     "breakdown",
+    "stages",
 )
 """Keys of `estimate_to_json`, in order."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageTime:
+    """The simulated work of one pipeline stage (one rank of it)."""
+
+    pp_rank: int
+    """Pipeline stage."""
+    num_layers: int
+    """Transformer layers it holds over its chunks (`specs.pipeline_split`)."""
+    forward_s: float
+    """Forward seconds of one microbatch through all its chunks."""
+    backward_s: float
+    """Backward seconds (with recompute) of one microbatch through all its chunks."""
+    pipeline_end_s: float
+    """End of its last backward in the iteration."""
+    grads_done_s: float
+    """End of its gradient reduction (its optimizer may start)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,6 +103,8 @@ class Estimate:
     """Memory of one device (the profile's memory_gib)."""
     critical_stage: int
     """Pipeline stage the breakdown is taken on."""
+    stage_times: tuple[StageTime, ...] = ()
+    """Simulated work of every pipeline stage, stage 0 first."""
 
     @property
     def peak_memory_gib(self) -> float:
@@ -150,6 +172,17 @@ def simulate_plan(
         peak_memory_bytes=max(s.total_bytes for s in stages),
         device_memory_bytes=profile.device.memory_gib * GiB,
         critical_stage=sim.critical_stage,
+        stage_times=tuple(
+            StageTime(
+                pp_rank=stage,
+                num_layers=plan_split(model, plan).rank_num_layers(stage),
+                forward_s=sum(c.forward.duration_s for c in sim.chunks[stage]),
+                backward_s=sum(c.backward_with_recompute.duration_s for c in sim.chunks[stage]),
+                pipeline_end_s=sim.tails[stage].pipeline_end_s,
+                grads_done_s=sim.tails[stage].grads_done_s,
+            )
+            for stage in range(plan.pp)
+        ),
     )
     return estimate, build_timeline(sim, plan) if timeline else None
 
@@ -199,4 +232,15 @@ def estimate_to_json(est: Estimate) -> dict[str, Any]:
             for stage in est.memory
         ],
         "breakdown": est.breakdown.as_dict(),
+        "stages": [
+            {
+                "stage": t.pp_rank,
+                "num_layers": t.num_layers,
+                "forward_s": t.forward_s,
+                "backward_s": t.backward_s,
+                "pipeline_end_s": t.pipeline_end_s,
+                "grads_done_s": t.grads_done_s,
+            }
+            for t in est.stage_times
+        ],
     }

@@ -97,6 +97,38 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--overlap-grad-reduce", action="store_true", help="overlap DP grad reduce")
     g.add_argument("--overlap-param-gather", action="store_true", help="overlap param all-gather")
     g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP comm with GEMMs")
+    add_split_args(g, searched=False)
+
+
+def add_split_args(group: argparse._ArgumentGroup, *, searched: bool) -> None:
+    """The uneven pipeline split flags, with Megatron-LM's names (`specs.pipeline_split`);
+    with ``searched`` every flag defaults to None (unset = searched)."""
+    group.add_argument(
+        "--decoder-first-pipeline-num-layers",
+        type=int,
+        default=None,
+        help="transformer layers on the first pipeline stage (default: even split)",
+    )
+    group.add_argument(
+        "--decoder-last-pipeline-num-layers",
+        type=int,
+        default=None,
+        help="transformer layers on the last pipeline stage (default: even split)",
+    )
+    for flag, text in (
+        ("--account-for-embedding-in-pipeline-split", "count the embedding as one layer"),
+        ("--account-for-loss-in-pipeline-split", "count the output layer and loss as one layer"),
+    ):
+        if searched:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            group.add_argument(flag, action="store_true", help=text)
+    group.add_argument(
+        "--pipeline-model-parallel-layout",
+        default=None,
+        help='explicit layout, e.g. "Et|(tt|)*30mL" (E embedding, t layer, m MTP layer, '
+        "L loss, | stage boundary); vpp = stages / pp",
+    )
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -136,5 +168,10 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         "overlap_grad_reduce": args.overlap_grad_reduce,
         "overlap_param_gather": args.overlap_param_gather,
         "tp_comm_overlap": args.tp_comm_overlap,
+        "decoder_first_pipeline_num_layers": args.decoder_first_pipeline_num_layers,
+        "decoder_last_pipeline_num_layers": args.decoder_last_pipeline_num_layers,
+        "account_for_embedding_in_pipeline_split": args.account_for_embedding_in_pipeline_split,
+        "account_for_loss_in_pipeline_split": args.account_for_loss_in_pipeline_split,
+        "pipeline_model_parallel_layout": args.pipeline_model_parallel_layout,
     }
     return ParallelPlan.for_world(args.num_gpus, **degrees)

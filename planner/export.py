@@ -4,7 +4,7 @@ torchtitan TOML file.
 Megatron-LM (flag spellings and validation rules: megatron-facts.md §8, snapshot
 d98e8a64 of NVIDIA/Megatron-LM):
 - VPP is given as `--num-layers-per-virtual-pipeline-stage` = L / (pp·vpp); Megatron has no
-  `--virtual-pipeline-model-parallel-size` flag.
+  `--virtual-pipeline-model-parallel-size` flag. Uneven splits: `planner.export_split`.
 - GQA needs both `--group-query-attention` and `--num-query-groups` (the latter alone is
   ignored, §1.3).
 - `--max-position-embeddings` must be >= `--seq-length`; rope has no table, so the exported
@@ -34,9 +34,11 @@ import math
 import shlex
 from typing import Any, Literal
 
+from planner.export_split import megatron_split_arguments, torchtitan_split
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.model import ModelSpec
+from specs.pipeline_split import pipeline_split
 from specs.plan import ParallelPlan
 
 ExportTarget = Literal["megatron", "torchtitan"]
@@ -99,6 +101,8 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--disable-bias-linear")
     if model.add_qkv_bias:
         args.append("--add-qkv-bias")
+    if model.mtp_num_layers:
+        args += ["--mtp-num-layers", str(model.mtp_num_layers)]
     return args
 
 
@@ -143,9 +147,7 @@ def _parallel_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         "--tensor-model-parallel-size", str(plan.tp),
         "--pipeline-model-parallel-size", str(plan.pp),
     ]  # fmt: skip
-    if plan.vpp > 1:
-        per_chunk = model.num_layers // (plan.pp * plan.vpp)
-        args += ["--num-layers-per-virtual-pipeline-stage", str(per_chunk)]
+    args += megatron_split_arguments(model, plan)
     if plan.cp > 1:
         args += ["--context-parallel-size", str(plan.cp)]
         if plan.cp_comm_type != "p2p":
@@ -165,6 +167,11 @@ def _parallel_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     return args
 
 
+def _largest_chunk(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Transformer layers of the largest model chunk under the plan's split."""
+    return max(c.num_layers for rank in pipeline_split(model, plan).chunks for c in rank)
+
+
 def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     """`--recompute-*` flags: selective takes no method or layer count; full takes both
     (uniform: groups of N layers, N = 1 by default; block: the first N layers of each
@@ -173,7 +180,7 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         return ["--recompute-granularity", "selective"]
     if plan.recompute != "full":
         return []
-    chunk = model.num_layers // (plan.pp * plan.vpp)
+    chunk = _largest_chunk(model, plan)
     default = 1 if plan.recompute_method == "uniform" else chunk
     layers = plan.recompute_num_layers or default
     return [
@@ -248,7 +255,7 @@ def _activation_checkpoint(model: ModelSpec, plan: ParallelPlan) -> dict[str, An
         return {"mode": "none"}
     if plan.recompute == "selective":
         return {"mode": "selective", "selective_ac_option": "op"}
-    chunk = model.num_layers // (plan.pp * plan.vpp)
+    chunk = _largest_chunk(model, plan)
     if plan.recompute_method == "block" and (plan.recompute_num_layers or chunk) < chunk:
         every = max(1, round(chunk / (plan.recompute_num_layers or chunk)))
         return {"mode": "selective", "selective_ac_option": str(every)}
@@ -272,7 +279,7 @@ def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     training: dict[str, Any] = {"global_batch_size": job.global_batch_size}
     if plan.pp > 1:
         parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
-        parallelism["pipeline_parallel_layers_per_stage"] = model.num_layers // (plan.pp * plan.vpp)
+        parallelism.update(torchtitan_split(model, plan)[0])
         parallelism["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
         training["local_batch_size"] = job.global_batch_size // plan.dp
     else:
@@ -309,6 +316,8 @@ def torchtitan_toml(bundle: PlanBundle) -> str:
         f"# torchtitan: {bundle.model.name} on {bundle.cluster.num_gpus} x "
         f"{bundle.cluster.hardware}, plan {bundle.plan.label()}",
     ]
+    if bundle.plan.pp > 1:
+        lines += [f"# {note}" for note in torchtitan_split(bundle.model, bundle.plan)[1]]
     if bundle.model.name not in _TORCHTITAN_FLAVORS:
         lines.append("# no torchtitan flavor is known for this model: set [model] name/flavor")
     for section, values in torchtitan_config(bundle).items():

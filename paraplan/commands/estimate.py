@@ -97,3 +97,11 @@ def _print_summary(title: str, est: Estimate) -> None:
         parts = stage_memory_parts_gib(stage)
         rows.append((stage.pp_rank, stage.total_bytes / 2**30, *(parts[p] for p in shown)))
     print_table("memory per rank (GiB) by pipeline stage", ("stage", "total", *shown), rows)
+    print_table(
+        "time per pipeline stage (one microbatch; seconds)",
+        ("stage", "layers", "forward", "backward", "pipeline end", "grads done"),
+        [
+            (t.pp_rank, t.num_layers, t.forward_s, t.backward_s, t.pipeline_end_s, t.grads_done_s)
+            for t in est.stage_times
+        ],
+    )

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from costmodel.estimate import estimate_to_json, simulate_plan
-from paraplan.args import add_problem_args, job_from_args, model_from_args
+from paraplan.args import add_problem_args, add_split_args, job_from_args, model_from_args
 from paraplan.commands import COMMAND_HELP
 from paraplan.output import DeferredProgress, percent, print_json, print_table
 from planner.explain import explain
@@ -66,6 +66,11 @@ KNOB_FLAGS: dict[str, str] = {
     "overlap_grad_reduce": "overlap_grad_reduce",
     "overlap_param_gather": "overlap_param_gather",
     "tp_comm_overlap": "tp_comm_overlap",
+    "decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split": "account_for_loss_in_pipeline_split",
+    "pipeline_model_parallel_layout": "pipeline_model_parallel_layout",
 }
 """argparse dest -> `ParallelPlan` field of each knob flag."""
 
@@ -98,6 +103,7 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         ("--tp-comm-overlap", "overlap TP communication with GEMMs"),
     ):
         g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+    add_split_args(g, searched=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.pipeline_split import expand_layout
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
@@ -57,7 +58,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
         "--num-layers-per-virtual-pipeline-stage", "--context-parallel-size",
         "--ddp-bucket-size", "--micro-batch-size", "--global-batch-size",
-        "--recompute-num-layers",
+        "--recompute-num-layers", "--mtp-num-layers", "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
     ]  # fmt: skip
     for flag in ints:
         p.add_argument(flag, type=int)
@@ -66,7 +68,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
         "--moe-grouped-gemm", "--sequence-parallel", "--tp-comm-overlap",
         "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-        "--bf16", "--log-throughput",
+        "--bf16", "--log-throughput", "--account-for-embedding-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split",
     ]  # fmt: skip
     for flag in switches:
         p.add_argument(flag, action="store_true")
@@ -84,7 +87,45 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--recompute-method", choices=["uniform", "block"])
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
     p.add_argument("--optimizer", choices=["adam", "sgd"])
+    p.add_argument("--pipeline-model-parallel-layout")
     return p
+
+
+def _megatron_vpp(args: argparse.Namespace, p: int) -> int:
+    """Megatron's pipeline split checks (`validate_args`, `TransformerConfig`; §8.3 rules
+    5-7) written out for the parsed flags; returns the virtual pipeline size."""
+    layers = args.num_layers
+    acc = int(args.account_for_embedding_in_pipeline_split)
+    acc += int(args.account_for_loss_in_pipeline_split)
+    first, last = args.decoder_first_pipeline_num_layers, args.decoder_last_pipeline_num_layers
+    vpp_flags = [
+        args.num_layers_per_virtual_pipeline_stage,
+        args.num_virtual_stages_per_pipeline_rank,
+    ]
+    if args.pipeline_model_parallel_layout:
+        assert first is None and last is None and acc == 0 and vpp_flags == [None, None]
+        stages = len(expand_layout(args.pipeline_model_parallel_layout))
+        assert stages % p == 0
+        return stages // p
+    vpp = 1
+    if args.num_layers_per_virtual_pipeline_stage:
+        assert first is None and last is None  # uneven needs --num-virtual-stages-...
+        assert (layers + acc) % p == 0
+        assert ((layers + acc) // p) % args.num_layers_per_virtual_pipeline_stage == 0
+        vpp = (layers + acc) // p // args.num_layers_per_virtual_pipeline_stage
+    elif args.num_virtual_stages_per_pipeline_rank:
+        vpp = args.num_virtual_stages_per_pipeline_rank
+    if first is not None or last is not None:
+        assert acc == 0
+        middle = layers - (first or 0) - (last or 0)
+        ranks = p - (first is not None) - (last is not None)
+        assert bool(middle) == bool(ranks) and (ranks == 0 or middle % ranks == 0)
+        counts = [c for c in (first, last) if c is not None]
+        counts += [middle // ranks] if ranks else []
+        assert all(c % vpp == 0 for c in counts)
+    else:
+        assert (layers + acc) % p == 0
+    return vpp
 
 
 def assert_megatron_accepts(args: argparse.Namespace, world: int, env: dict[str, str]) -> None:
@@ -107,9 +148,7 @@ def assert_megatron_accepts(args: argparse.Namespace, world: int, env: dict[str,
     assert args.kv_channels or args.hidden_size % a == 0
     assert args.ffn_hidden_size % t == 0 or args.num_experts
     assert bool(args.num_query_groups) == args.group_query_attention  # §1.3: both or none
-    assert args.num_layers % p == 0  # rule 5
-    if args.num_layers_per_virtual_pipeline_stage:  # rules 6, 7
-        assert (args.num_layers // p) % args.num_layers_per_virtual_pipeline_stage == 0
+    if _megatron_vpp(args, p) > 1:  # rules 5-7
         assert p > 1 and m >= p and m % p == 0
     assert c == 1 or args.seq_length % (2 * c) == 0  # rule 8
     if args.overlap_param_gather:  # rule 9
@@ -279,3 +318,52 @@ def test_every_valid_plan_exports_to_accepted_arguments(name, gpus, pick) -> Non
     plan = plan_from_row(table.iloc[pick % len(table)].to_dict(), model)
     bundle = PlanBundle(model=model, cluster=cluster, job=job, plan=plan)
     _parsed(bundle)
+
+
+@pytest.mark.parametrize(
+    ("name", "gpus", "seq", "batch", "plan", "flags"),
+    [
+        (  # Llama 3 405B, arXiv 2407.21783 §3.3.2: TP8 PP16, first and last stage 7 layers
+            "llama3.1-405b", 16384, 8192, 2048,
+            {"tp": 8, "pp": 16, "sequence_parallel": True, "distributed_optimizer": True,
+             "decoder_first_pipeline_num_layers": 7, "decoder_last_pipeline_num_layers": 7},
+            ["--decoder-first-pipeline-num-layers 7", "--decoder-last-pipeline-num-layers 7"],
+        ),
+        (  # Megatron-Bridge Llama 3 405B: TP8 PP8 VPP8 CP2 on 1,024 H100, both account flags
+            "llama3.1-405b", 1024, 8192, 512,
+            {"tp": 8, "pp": 8, "vpp": 8, "cp": 2, "sequence_parallel": True,
+             "distributed_optimizer": True, "account_for_embedding_in_pipeline_split": True,
+             "account_for_loss_in_pipeline_split": True},
+            ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+             "--num-layers-per-virtual-pipeline-stage 2"],
+        ),
+        (  # Megatron-Bridge Qwen3-235B-A22B: TP2 PP8 VPP4 EP32 ETP1 on 256 H100
+            "qwen3-235b-a22b", 256, 4096, 2048,
+            {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1, "sequence_parallel": True,
+             "distributed_optimizer": True, "account_for_embedding_in_pipeline_split": True,
+             "account_for_loss_in_pipeline_split": True},
+            ["--num-layers-per-virtual-pipeline-stage 3"],
+        ),
+        (  # Megatron-Bridge DeepSeek-V3: TP2 PP8 VPP4 EP64 on 1,024 H100 with a layout
+            "deepseek-v3", 1024, 4096, 8192,
+            {"tp": 2, "pp": 8, "vpp": 4, "ep": 64, "sequence_parallel": True,
+             "distributed_optimizer": True, "pipeline_model_parallel_layout": "Et|(tt|)*30mL"},
+            ["--pipeline-model-parallel-layout 'Et|(tt|)*30mL'", "--mtp-num-layers 1"],
+        ),
+    ],
+)  # fmt: skip
+def test_uneven_split_exports_carry_megatrons_flags(name, gpus, seq, batch, plan, flags) -> None:
+    bundle = _bundle(name, gpus, seq, batch, **plan)
+    text = megatron_command(bundle, 8)
+    for flag in flags:
+        assert flag in text
+    assert "--num-virtual-stages-per-pipeline-rank" not in text or "decoder-first" in text
+    _parsed(bundle)  # Megatron's own checks on the parsed flags
+    titan = torchtitan_config(bundle)["parallelism"]
+    parts = titan["module_fqns_per_model_part"]
+    assert len(parts) == bundle.plan.pp * bundle.plan.vpp
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+    layers = [m for part in parts for m in part if m.startswith("layers.")]
+    assert layers == [f"layers.{i}" for i in range(bundle.model.num_layers)]
+    if bundle.model.mtp_num_layers:
+        assert "no multi-token-prediction" in torchtitan_toml(bundle)
