@@ -178,8 +178,9 @@ def _print_top(result: SearchResult, limit: int) -> None:
     shown = result.top[:limit] if result.top else result.closest[:limit]
     if not shown:
         return
-    columns = ["#", "tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "sp", "recompute",
-               "dist-opt", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU", "peak GiB"]  # fmt: skip
+    columns = ["#", "tp", "pp", "vpp", "split", "cp", "ep", "etp", "dp", "mbs", "sp",
+               "recompute", "dist-opt", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU",
+               "peak GiB"]  # fmt: skip
     rows = []
     for i, r in enumerate(shown, 1):
         p, e = r.plan, r.estimate
@@ -189,7 +190,8 @@ def _print_top(result: SearchResult, limit: int) -> None:
         )
         recompute = p.recompute if p.recompute != "full" else f"full:{p.recompute_method}"
         rows.append([
-            i, p.tp, p.pp, p.vpp, p.cp, p.ep, p.expert_tp if result.model.is_moe else "-",
+            i, p.tp, p.pp, p.vpp, p.split_label() or "even", p.cp, p.ep,
+            p.expert_tp if result.model.is_moe else "-",
             p.dp, p.micro_batch_size,
             "y" if p.sequence_parallel else "-", recompute,
             "y" if p.distributed_optimizer else "-", flags, round(e.iteration_time_s, 4),
