@@ -167,3 +167,24 @@ def test_progress_reports_each_phase() -> None:
     seen = []
     _search("tiny", 4, 512, 8, top_k=2, progress=lambda phase, done, total: seen.append(phase))
     assert {"check", "screen", "simulate"} <= set(seen)
+
+
+def test_llama3_405b_on_16384_gpus_finds_uneven_plans() -> None:
+    # 126 layers divide by no pp that leaves a whole dp and fits; the uneven splits do.
+    result = _search("llama3.1-405b", 16384, 8192, 2048, top_k=3)
+    assert result.best is not None and result.best.fits
+    assert all(r.plan.has_uneven_split for r in result.top)
+    assert all(r.plan.pp in (4, 8, 16, 32, 64) for r in result.top)
+
+
+def test_a_pinned_split_is_kept() -> None:
+    fixed = {
+        "tp": 8,
+        "pp": 16,
+        "decoder_first_pipeline_num_layers": 7,
+        "decoder_last_pipeline_num_layers": 7,
+    }
+    result = _search("llama3.1-405b", 16384, 8192, 2048, top_k=2, space=SearchSpace(fixed=fixed))
+    assert result.best is not None
+    assert {r.plan.decoder_first_pipeline_num_layers for r in result.top} == {7}
+    assert not any(r.plan.account_for_embedding_in_pipeline_split for r in result.top)
