@@ -24,12 +24,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from specs.model import ModelSpec
-from specs.pipeline_split import (
-    compress_layout,
-    first_last_options,
-    pipeline_split,
-    split_problem,
-)
+from specs.pipeline_layout import compress_layout
+from specs.pipeline_split import first_last_options, pipeline_split, split_problem
 from specs.plan import ParallelPlan
 
 SPLIT_COLUMNS = (

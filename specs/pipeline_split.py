@@ -28,19 +28,13 @@ plan with the checks below (each named by the rule id that reports it, see
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from specs.errors import SpecError
 from specs.model import ModelSpec
+from specs.pipeline_layout import expand_layout
 from specs.plan import ParallelPlan
-
-LAYOUT_SYMBOLS = {"E": "embedding", "L": "loss", "t": "transformer layer", "m": "MTP layer"}
-"""Megatron's layout characters (`PipelineParallelLayerLayout.parse_str_to_list`)."""
-
-_GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
-_CHAR_REPEAT = re.compile(r"(.)\*(\d+)")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,60 +99,6 @@ class PipelineSplit:
     def is_even(self) -> bool:
         """True when every chunk holds the same number of transformer layers."""
         return len({c.num_layers for rank in self.chunks for c in rank}) == 1
-
-
-# ---- the layout grammar ---------------------------------------------------------------
-
-
-def expand_layout(layout: str) -> tuple[str, ...]:
-    """The virtual stages of a layout string, one string of layout characters each.
-
-    Same expansion as Megatron's `parse_str_to_list`: commas are dropped, then every
-    ``(group)*n`` is repeated (groups do not nest), then every ``x*n``; the result is split
-    at ``|``. Raises `SpecError` for a character outside `LAYOUT_SYMBOLS`.
-    """
-    text = layout.replace(",", "")
-    text = _GROUP_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
-    text = _CHAR_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
-    stages = tuple(text.split("|"))
-    for i, stage in enumerate(stages):
-        bad = [ch for ch in stage if ch not in LAYOUT_SYMBOLS]
-        if bad:
-            known = ", ".join(f"{k} ({v})" for k, v in LAYOUT_SYMBOLS.items())
-            raise SpecError(
-                f"pipeline_model_parallel_layout ({layout!r}): character {bad[0]!r} in virtual "
-                f"stage {i} ({stage!r}) is not a layout symbol: use {known}, '|' between "
-                "stages and (...)*n or x*n to repeat"
-            )
-    return stages
-
-
-def compress_layout(stages: tuple[str, ...]) -> str:
-    """A layout string for ``stages`` that `expand_layout` reads back: runs of equal
-    stages become ``(stage|)*n``, runs of one character inside a stage ``x*n``."""
-
-    def stage_text(stage: str) -> str:
-        out, i = [], 0
-        while i < len(stage):
-            j = i
-            while j < len(stage) and stage[j] == stage[i]:
-                j += 1
-            out.append(stage[i] * (j - i) if j - i <= 3 else f"{stage[i]}*{j - i}")
-            i = j
-        return "".join(out)
-
-    parts, i = [], 0
-    while i < len(stages):
-        j = i
-        while j < len(stages) and stages[j] == stages[i]:
-            j += 1
-        text = stage_text(stages[i])
-        if j - i >= 2 and j < len(stages):  # a repeated run that a later stage closes
-            parts.append(f"({text}|)*{j - i}")
-        else:
-            parts.append(f"{text}|" * (j - i))
-        i = j
-    return "".join(parts)[:-1]
 
 
 def _layout_stages(plan: ParallelPlan) -> tuple[str, ...] | None:

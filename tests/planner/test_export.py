@@ -29,7 +29,7 @@ from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
-from specs.pipeline_split import expand_layout
+from specs.pipeline_layout import expand_layout
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan

@@ -11,13 +11,8 @@ from hypothesis import strategies as st
 from specs import serde
 from specs.errors import SpecError
 from specs.model import ModelSpec
-from specs.pipeline_split import (
-    compress_layout,
-    expand_layout,
-    first_last_options,
-    pipeline_split,
-    split_problem,
-)
+from specs.pipeline_layout import compress_layout, expand_layout
+from specs.pipeline_split import first_last_options, pipeline_split, split_problem
 from specs.plan import ParallelPlan
 
 

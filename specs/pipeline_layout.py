@@ -1,0 +1,71 @@
+"""Megatron-LM's pipeline layout grammar (`PipelineParallelLayerLayout.parse_str_to_list`):
+one string of layer symbols per virtual stage, stages separated by ``|``, in virtual stage
+order (chunk-major: stage ``c·pp + r`` is chunk c of rank r).
+
+Symbols: ``E`` embedding, ``t`` transformer layer, ``m`` MTP layer, ``L`` loss;
+``(group)*n`` and ``x*n`` repeat; commas are cosmetic. Example: ``Et|(tt|)*30mL`` is 32
+stages: E and one layer, thirty stages of two layers, then an MTP layer and the loss.
+"""
+
+from __future__ import annotations
+
+import re
+
+from specs.errors import SpecError
+
+LAYOUT_SYMBOLS = {"E": "embedding", "L": "loss", "t": "transformer layer", "m": "MTP layer"}
+"""Megatron's layout characters (`PipelineParallelLayerLayout.parse_str_to_list`)."""
+
+_GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
+_CHAR_REPEAT = re.compile(r"(.)\*(\d+)")
+
+
+def expand_layout(layout: str) -> tuple[str, ...]:
+    """The virtual stages of a layout string, one string of layout characters each.
+
+    Same expansion as Megatron's `parse_str_to_list`: commas are dropped, then every
+    ``(group)*n`` is repeated (groups do not nest), then every ``x*n``; the result is split
+    at ``|``. Raises `SpecError` for a character outside `LAYOUT_SYMBOLS`.
+    """
+    text = layout.replace(",", "")
+    text = _GROUP_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    text = _CHAR_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    stages = tuple(text.split("|"))
+    for i, stage in enumerate(stages):
+        bad = [ch for ch in stage if ch not in LAYOUT_SYMBOLS]
+        if bad:
+            known = ", ".join(f"{k} ({v})" for k, v in LAYOUT_SYMBOLS.items())
+            raise SpecError(
+                f"pipeline_model_parallel_layout ({layout!r}): character {bad[0]!r} in virtual "
+                f"stage {i} ({stage!r}) is not a layout symbol: use {known}, '|' between "
+                "stages and (...)*n or x*n to repeat"
+            )
+    return stages
+
+
+def compress_layout(stages: tuple[str, ...]) -> str:
+    """A layout string for ``stages`` that `expand_layout` reads back: runs of equal
+    stages become ``(stage|)*n``, runs of one character inside a stage ``x*n``."""
+
+    def stage_text(stage: str) -> str:
+        out, i = [], 0
+        while i < len(stage):
+            j = i
+            while j < len(stage) and stage[j] == stage[i]:
+                j += 1
+            out.append(stage[i] * (j - i) if j - i <= 3 else f"{stage[i]}*{j - i}")
+            i = j
+        return "".join(out)
+
+    parts, i = [], 0
+    while i < len(stages):
+        j = i
+        while j < len(stages) and stages[j] == stages[i]:
+            j += 1
+        text = stage_text(stages[i])
+        if j - i >= 2 and j < len(stages):  # a repeated run that a later stage closes
+            parts.append(f"({text}|)*{j - i}")
+        else:
+            parts.append(f"{text}|" * (j - i))
+        i = j
+    return "".join(parts)[:-1]
