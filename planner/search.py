@@ -17,6 +17,7 @@ The result is a frozen `SearchResult`; nothing is kept between calls.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.estimate import Estimate, estimate_plan
+from costmodel.execution import resolve_options
 from costmodel.memory import (
     FrameworkAllowance,
     GiB,
@@ -371,9 +373,10 @@ def search_plans(
     start = time.perf_counter()
     limit = memory_limit_bytes(profile, memory_headroom)
     scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
-    cands = enumerate_candidates(
-        model, cluster, job, space or SearchSpace(), scale_up, progress=progress
-    )
+    space = space or SearchSpace()
+    if resolve_options(profile, None).runtime == "torch_native":
+        space = dataclasses.replace(space, uneven_splits=False)  # the executor runs even splits
+    cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     if progress is not None:
         progress("screen", 0, len(cands.table))
     screened = screen_candidates(model, cluster, job, profile, cands.table, limit)

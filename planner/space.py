@@ -113,6 +113,9 @@ class SearchSpace:
     block_recompute_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
     """Partial full recompute (`--recompute-method block`): fractions of a model chunk's
     layers that are recomputed, besides uniform recompute of every layer."""
+    uneven_splits: bool = True
+    """Also try the uneven pipeline splits of `planner.splits`; `planner.search` turns this
+    off for paraplan's own executor (the torch runtime), which runs the even split only."""
 
     def __post_init__(self) -> None:
         for name in self.fixed:
@@ -173,17 +176,25 @@ def tp_degrees(
         yield tp
 
 
-def pp_degrees(model: ModelSpec, ranks: int) -> Iterator[int]:
-    """Pipeline stages: divisors of the ranks left after tp that have an even or an uneven
-    layer split Megatron accepts (`planner.splits`; megatron-facts.md §8.3 rule 5)."""
+def pp_degrees(model: ModelSpec, ranks: int, *, uneven: bool = True) -> Iterator[int]:
+    """Pipeline stages: divisors of the ranks left after tp that have an even or (with
+    ``uneven``) an uneven layer split Megatron accepts (`planner.splits`;
+    megatron-facts.md §8.3 rule 5)."""
+    if not uneven:
+        yield from (p for p in divisors(model.num_layers) if ranks % p == 0)
+        return
     yield from (p for p in divisors(ranks) if p <= model.num_layers and has_split(model, p))
 
 
-def vpp_degrees(model: ModelSpec, pp: int) -> Iterator[int]:
-    """Model chunks per pipeline rank: 1, and with pp > 1 every count that one of the
-    splits of `planner.splits` divides into whole chunks (§8.3 rules 6-7)."""
-    if pp == 1:
+def vpp_degrees(model: ModelSpec, pp: int, *, uneven: bool = True) -> Iterator[int]:
+    """Model chunks per pipeline rank: 1, and with pp > 1 every count that the even split
+    or (with ``uneven``) one of the splits of `planner.splits` divides into whole chunks
+    (§8.3 rules 6-7)."""
+    if pp == 1 or (not uneven and model.num_layers % pp):
         yield 1
+        return
+    if not uneven:
+        yield from divisors(model.num_layers // pp)
         return
     yield from (v for v in range(1, (model.num_layers + 2) // pp + 1) if has_split(model, pp, v))
 
@@ -194,7 +205,8 @@ def split_choices(model: ModelSpec, pp: int, vpp: int, space: SearchSpace) -> li
     fixed = {k: _column_value(k, space.fixed[k]) for k in SPLIT_COLUMNS if space.is_fixed(k)}
     if fixed:
         return [EVEN_SPLIT | fixed]
-    return split_options(model, pp, vpp)
+    options = split_options(model, pp, vpp)
+    return options if space.uneven_splits else [o for o in options if o == EVEN_SPLIT]
 
 
 def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Iterator[int]:
@@ -308,11 +320,12 @@ def degree_table(
     tps = space.choices("tp", tp_degrees(model, num_gpus, scale_up_domain, beyond_scale_up=wide))
     for tp in tps:
         after_tp = max(1, num_gpus // tp)
-        for pp in space.choices("pp", pp_degrees(model, after_tp)):
-            for vpp in space.choices("vpp", vpp_degrees(model, pp)):
+        uneven = space.uneven_splits
+        for pp in space.choices("pp", pp_degrees(model, after_tp, uneven=uneven)):
+            for vpp in space.choices("vpp", vpp_degrees(model, pp, uneven=uneven)):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
-                splits = split_choices(model, pp, vpp, space)
+                splits = split_choices(model, pp, vpp, space) or [EVEN_SPLIT]
                 for cp in space.choices("cp", cps):
                     dp = space.choices("dp", (max(1, after_pp // cp),))[0]
                     context = (tp, pp, vpp, cp, dp)

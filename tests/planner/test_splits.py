@@ -51,3 +51,16 @@ def test_every_option_is_a_valid_split(pp: int, vpp: int) -> None:
             row = plan_knobs(plan) | option
             split = pipeline_split(model, plan_from_row(row, model))
             assert sum(split.rank_num_layers(r) for r in range(pp)) == model.num_layers
+
+
+def test_even_only_space_keeps_megatrons_default_split() -> None:
+    from planner.space import SearchSpace, degree_table, pp_degrees
+    from specs.job import TrainingJob
+
+    model = get_preset("llama3.1-405b")
+    assert list(pp_degrees(model, 2048, uneven=False)) == [1, 2]
+    job = TrainingJob(seq_length=8192, global_batch_size=2048)
+    table = degree_table(model, 64, job, SearchSpace(uneven_splits=False), 8)
+    assert len(table) and set(table["pp"]) <= {1, 2}
+    assert not table["account_for_embedding_in_pipeline_split"].any()
+    assert (table["pipeline_model_parallel_layout"] == "").all()
