@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.space import plan_from_row, plan_knobs
+from planner.space import SearchSpace, degree_table, plan_from_row, plan_knobs, pp_degrees
 from planner.splits import EVEN_SPLIT, balanced_layout, split_options
+from specs.job import TrainingJob
 from specs.pipeline_split import pipeline_split
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -54,9 +55,6 @@ def test_every_option_is_a_valid_split(pp: int, vpp: int) -> None:
 
 
 def test_even_only_space_keeps_megatrons_default_split() -> None:
-    from planner.space import SearchSpace, degree_table, pp_degrees
-    from specs.job import TrainingJob
-
     model = get_preset("llama3.1-405b")
     assert list(pp_degrees(model, 2048, uneven=False)) == [1, 2]
     job = TrainingJob(seq_length=8192, global_batch_size=2048)
