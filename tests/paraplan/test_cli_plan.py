@@ -142,20 +142,20 @@ def test_export_rejects_an_invalid_plan(capsys, tmp_path) -> None:
 
 
 def test_sizing_sizes_without_a_plan_are_rows_that_say_why(capsys, tmp_path) -> None:
-    # 3 GPUs per node: 3, 6 and 12 GPUs all need a dp with a factor 3, which never divides
-    # the global batch of 8 (tiny allows tp <= 2, pp in {1, 2, 4})
-    argv = [*BASE, *FEW, "--gpus-per-node", "3", "--tokens", "1e9", "--max-gpus", "12"]
+    # 5 GPUs per node: 5, 10 and 20 GPUs all need a dp with a factor 5, which never divides
+    # the global batch of 8 (tiny allows tp <= 2 and, with its 4 layers, pp <= 4)
+    argv = [*BASE, *FEW, "--gpus-per-node", "5", "--tokens", "1e9", "--max-gpus", "20"]
     code, out = run_plan(capsys, *argv, "--json", "--out", str(tmp_path))
     data = json.loads(out)
     assert code == 1 and data["chosen"] is None
-    assert [r["num_gpus"] for r in data["rows"]] == [3, 6, 12]
+    assert [r["num_gpus"] for r in data["rows"]] == [5, 10, 20]
     for row in data["rows"]:
         assert row["plan"] is None and row["days"] is None
         assert "global_batch_divisible_by_mbs_dp" in row["reason"]
     table = pd.read_csv(tmp_path / "sizing.csv")
     assert table["reason"].str.contains("global_batch_divisible_by_mbs_dp").all()
     code, out = run_plan(capsys, *argv)
-    assert code == 1 and "none: No plan passes the rules on 6 GPUs" in out
+    assert code == 1 and "none: No plan passes the rules on 10 GPUs" in out
 
 
 def test_num_gpus_beside_tokens_is_refused() -> None:
@@ -167,11 +167,11 @@ def test_num_gpus_beside_tokens_is_refused() -> None:
 
 
 def test_headline_names_the_rule_when_nothing_is_valid(capsys) -> None:
-    # 6 GPUs: every dp (3 or 6) fails to divide the global batch of 8
-    code, out = run_plan(capsys, *BASE, "--num-gpus", "6", *FEW)
+    # 5 GPUs: tp 1 and pp 1 (4 layers), so dp 5, which does not divide the global batch of 8
+    code, out = run_plan(capsys, *BASE, "--num-gpus", "5", *FEW)
     first = out.splitlines()[0]
     assert code == 1
-    assert first.startswith("No plan passes the rules on 6 GPUs: every candidate breaks ")
+    assert first.startswith("No plan passes the rules on 5 GPUs: every candidate breaks ")
     assert "global_batch_divisible_by_mbs_dp" in first and "No plan fits" not in out
 
 
