@@ -85,8 +85,8 @@ class StepResult:
 def check_bundle(bundle: PlanBundle, ctx: ParallelContext) -> None:
     """Raise SpecError for a bundle this executor cannot run on ``ctx``: every rule of
     `specs.rules` (Megatron's validation, shared with the planner), then the limits of this
-    executor (no MLA, KV heads split rather than replicated over TP, expert TP 1, SP under
-    TP for MoE, fp8 only with Transformer Engine on CUDA)."""
+    executor (no MLA, expert TP 1, SP under TP for MoE, fp8 only with Transformer Engine on
+    CUDA)."""
     model, plan, job = bundle.model, bundle.plan, bundle.job
     require_valid_plan(model, bundle.cluster, job, plan)
     check_model_supported(model)
@@ -94,12 +94,6 @@ def check_bundle(bundle: PlanBundle, ctx: ParallelContext) -> None:
         raise SpecError(
             f"the parallel context was built for {ctx.plan.label()} but the bundle's plan is "
             f"{plan.label()}; build the context from bundle.plan"
-        )
-    if model.query_groups % plan.tp:
-        raise SpecError(
-            f"num_query_groups ({model.query_groups}) must be divisible by tp ({plan.tp}): the "
-            "executor splits key/value heads over TP and does not replicate them; choose tp "
-            f"among the divisors of {model.query_groups}"
         )
     if model.is_moe and plan.expert_tp != 1:
         raise SpecError(
