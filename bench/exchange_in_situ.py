@@ -41,6 +41,7 @@ import torch
 import torch.distributed
 
 from costmodel.estimate import simulate_plan
+from costmodel.execution import TORCH_OPTIONS
 from executor.run import RunConfig, engine_setup, execute
 from profiles.host_probe import host_probe
 from profiles.store import load_profile
@@ -151,7 +152,13 @@ def predicted_exchange_s(bundle: PlanBundle, lane: str, profile_path: str) -> fl
     """The model's exposed ``lane`` time per step of ``bundle``."""
     b = bundle
     est, _ = simulate_plan(
-        b.model, b.cluster, b.job, b.plan, load_profile(profile_path), timeline=False
+        b.model,
+        b.cluster,
+        b.job,
+        b.plan,
+        load_profile(profile_path),
+        timeline=False,
+        options=TORCH_OPTIONS,
     )
     return getattr(est.breakdown, f"{lane}_exposed_s")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from fidelity_suite import PICK_CASE, Case, bundle_of
 
+from costmodel.execution import TORCH_OPTIONS
 from planner.search import search_plans
 from profiles.schema import HardwareProfile
 from reports.fidelity import FidelityRow, row_to_json, summarize, summary_to_json
@@ -26,7 +27,7 @@ def planner_choice(
     and the reason."""
     b = bundle_of(case, hardware, precision)
     try:
-        result = search_plans(b.model, b.cluster, b.job, profile, top_k=5)
+        result = search_plans(b.model, b.cluster, b.job, profile, top_k=5, options=TORCH_OPTIONS)
     except SpecError as exc:
         return None, f"search_plans failed: {exc}"
     if result.best is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from costmodel.estimate import estimate_to_json, simulate_plan
+from costmodel.execution import TORCH_OPTIONS
 from executor.run import RunConfig, execute
 from profiles.host_probe import host_probe
 from profiles.schema import HardwareProfile
@@ -211,7 +212,13 @@ def predict(
     b = bundle
     try:
         est, timeline = simulate_plan(
-            b.model, b.cluster, b.job, b.plan, profile, timeline=out is not None
+            b.model,
+            b.cluster,
+            b.job,
+            b.plan,
+            profile,
+            timeline=out is not None,
+            options=TORCH_OPTIONS,
         )
     except SpecError as exc:
         return None, None, f"no prediction: {exc}"

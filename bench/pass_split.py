@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from costmodel.estimate import simulate_plan
+from costmodel.execution import TORCH_OPTIONS
 from executor.model import build_model, plan_full_recompute
 from executor.pipeline import lm_loss
 from profiles.store import load_profile
@@ -81,7 +82,13 @@ def predicted(args: argparse.Namespace, recompute: str) -> Split:
     )
     cluster = ClusterSpec(hardware=args.profile, num_gpus=1)
     estimate, _ = simulate_plan(
-        get_preset(args.model), cluster, job, plan, load_profile(args.profile), timeline=False
+        get_preset(args.model),
+        cluster,
+        job,
+        plan,
+        load_profile(args.profile),
+        timeline=False,
+        options=TORCH_OPTIONS,
     )
     b = estimate.breakdown
     return Split(

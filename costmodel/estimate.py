@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.compute import gemm_dtype
-from costmodel.execution import executed_job, resolve_options
+from costmodel.execution import DEFAULT_OPTIONS, executed_job
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.memory import GiB, StageMemory, memory_per_stage
 from costmodel.predicted_timeline import build_timeline
@@ -42,6 +42,7 @@ MEMORY_PARTS = (
 """Memory parts of a stage, in report order (`StageMemory` fields without ``_bytes``)."""
 
 JSON_KEYS = (
+    "runtime",
     "iteration_time_s",
     "tokens_per_s",
     "model_tflops_per_gpu",
@@ -79,6 +80,8 @@ class StageTime:
 class Estimate:
     """The predicted iteration of one plan on one cluster."""
 
+    runtime: str
+    """The runtime the plan was priced for (`costmodel.execution.RUNTIMES`)."""
     iteration_time_s: float
     """Seconds per training iteration."""
     breakdown: Breakdown
@@ -124,24 +127,22 @@ def simulate_plan(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    options: ExecutionOptions | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
     timeline: bool = True,
 ) -> tuple[Estimate, Timeline | None]:
     """The `Estimate` and (with ``timeline``) the predicted `Timeline` of ``plan``.
 
     Raises `SpecError` listing the violated rules when the plan is invalid
-    (`specs.rules.require_valid_plan`). ``options`` describes how the framework runs the
-    plan (attention kernel, gradient-accumulation fusion); None picks it from the profile
-    (`costmodel.execution.options_for`: paraplan's executor on a CPU profile, Megatron-LM's
-    current behaviour otherwise). MFU and HFU divide by the peak of the dtype the framework
+    (`specs.rules.require_valid_plan`). ``options`` names the runtime and how it runs the
+    plan (attention kernel, gradient-accumulation fusion; `costmodel.execution`), Megatron-LM's
+    current defaults unless given. MFU and HFU divide by the peak of the dtype the runtime
     computes in (fp32 for the executor on a CPU).
     """
     require_valid_plan(model, cluster, job, plan)
-    options = resolve_options(profile, options)
     sim = simulate_iteration(
         model, job, plan, profile, gpus_per_node=cluster.gpus_per_node, options=options
     )
-    if options.runtime == "torch_native":
+    if options.runtime == "torch":
         from costmodel.native_memory import native_memory_per_stage
 
         stages = native_memory_per_stage(model, job, plan)
@@ -158,8 +159,9 @@ def simulate_plan(
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s
     gpus = cluster.num_gpus
-    peak = peak_flops(profile, gemm_dtype(executed_job(job, options).precision))
+    peak = peak_flops(profile, gemm_dtype(executed_job(job, options, profile).precision))
     estimate = Estimate(
+        runtime=options.runtime,
         iteration_time_s=seconds,
         breakdown=sim.breakdown,
         tokens_per_s=job.tokens_per_iteration / seconds,
@@ -194,7 +196,7 @@ def estimate_plan(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    options: ExecutionOptions | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
     """The detailed `Estimate` of ``plan`` (event simulator; no timeline built); ``options``
     as in `simulate_plan`.
@@ -215,6 +217,7 @@ def estimate_to_json(est: Estimate) -> dict[str, Any]:
     memory is a list per stage of {"stage", "total_gib", "parts": {part: GiB}} and
     breakdown maps each phase (without ``_s``) to seconds."""
     return {
+        "runtime": est.runtime,
         "iteration_time_s": est.iteration_time_s,
         "tokens_per_s": est.tokens_per_s,
         "model_tflops_per_gpu": est.model_tflops_per_gpu,

@@ -1,12 +1,13 @@
 """How the training framework runs a plan, beyond the plan's own switches.
 
-A `ParallelPlan` says what is split and overlapped; `ExecutionOptions` says which kernels
-and conventions the framework brings to it. The default is Megatron-LM as it runs today
-(Transformer Engine kernels, fused bias epilogues, fp32 main gradients, asynchronous
-interleaved pipeline sends). `TORCH_NATIVE` is paraplan's own executor (`executor/`:
-eager PyTorch, DTensor tensor parallelism, torch.distributed.pipelining, DDP or FSDP2) on
-CPU ranks, priced operator by operator (`costmodel.native_sim`); `options_for` picks it
-for a CPU profile, Megatron-LM's defaults otherwise. `MEGATRON_2021` describes the code
+A `ParallelPlan` says what is split and overlapped; `ExecutionOptions` says which runtime
+runs it and which kernels and conventions that runtime brings. Two runtimes exist
+(`costmodel.runtimes`): ``megatron``, Megatron-core with Transformer Engine (the default:
+fused bias epilogues, fp32 main gradients, asynchronous interleaved pipeline sends), and
+``torch``, paraplan's own executor (`executor/`: eager PyTorch, DTensor tensor
+parallelism, torch.distributed.pipelining, DDP or FSDP2), priced operator by operator.
+The caller names the runtime; nothing is inferred from the profile's device
+(`runtime_options`). `MEGATRON_2021` describes the code
 of Narayanan et al. 2021 (SC21, arXiv 2104.04473) as its reproduction scripts ran it
 (`examples/sc21` of NVIDIA/Megatron-LM: container nvcr.io/nvidia/pytorch:20.12-py3, i.e.
 PyTorch 1.8, and `--fp16 --loss-scale 8192`, no `--accumulate-allreduce-grads-in-fp32`);
@@ -24,7 +25,9 @@ from profiles.schema import EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 from specs.job import TrainingJob
 
-Runtime = Literal["megatron", "torch_native"]
+Runtime = Literal["megatron", "torch"]
+RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
+"""Runtime names, the default first."""
 
 CUDA11_GEMM_RATE_FACTOR = 230.0 / 257.0
 """Sustained fp16 GEMM rate of the CUDA 11 cuBLAS over the one the stored A100 profile is
@@ -116,13 +119,17 @@ class ExecutionOptions:
     bf16 parts of small dense models miss, so it is a fitted figure, not a kernel rate."""
 
     runtime: Runtime = "megatron"
-    """Who runs the step: ``megatron`` (Megatron-LM, GPU kernels; the fields above) or
-    ``torch_native`` (paraplan's executor on CPU ranks: every operator's host cost, DTensor,
-    gloo; `costmodel.native_sim`), for which the fields above are not consulted."""
+    """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
+    above) or ``torch`` (paraplan's executor: every operator's kernel and host cost,
+    DTensor, DDP/FSDP2, torch pipelining; `costmodel.runtimes.torch`), for which the
+    fields above are not consulted."""
 
     def __post_init__(self) -> None:
-        if self.runtime not in ("megatron", "torch_native"):
-            raise SpecError(f"runtime must be 'megatron' or 'torch_native', got {self.runtime!r}")
+        if self.runtime not in RUNTIMES:
+            raise SpecError(
+                f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}; "
+                "megatron for exported Megatron-LM plans, torch for paraplan's executor"
+            )
         if self.attention not in ("flash", "materialized"):
             raise SpecError(f"attention must be 'flash' or 'materialized', got {self.attention!r}")
         if not 0.0 < self.gemm_rate_factor <= 1.0:
@@ -163,24 +170,24 @@ fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss s
 blocking pipeline sends with the scatter/gather optimisation, and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`)."""
 
-TORCH_NATIVE = ExecutionOptions(
-    runtime="torch_native",
+TORCH_OPTIONS = ExecutionOptions(
+    runtime="torch",
     grad_accumulation_fusion=False,
     overlap_p2p=False,
 )
-"""paraplan's executor on CPU ranks (`executor/`): eager fp32 PyTorch, SDPA attention,
-autograd accumulating into ``.grad``, pipelining sends waited with the next receive."""
+"""paraplan's executor (`executor/`): eager PyTorch, SDPA attention, autograd accumulating
+into ``.grad``, pipelining sends waited with the next receive."""
 
 
-def options_for(profile: HardwareProfile) -> ExecutionOptions:
-    """`TORCH_NATIVE` for a CPU profile (on a CPU, paraplan plans for its own executor),
-    else Megatron-LM's defaults."""
-    return TORCH_NATIVE if profile.device.kind == "cpu" else DEFAULT_OPTIONS
-
-
-def resolve_options(profile: HardwareProfile, options: ExecutionOptions | None) -> ExecutionOptions:
-    """``options``, or `options_for` the profile when None."""
-    return options_for(profile) if options is None else options
+def runtime_options(runtime: str) -> ExecutionOptions:
+    """The options of a runtime by name: Megatron-LM's current defaults for ``megatron``,
+    `TORCH_OPTIONS` for ``torch``; another name raises `SpecError`."""
+    if runtime not in RUNTIMES:
+        raise SpecError(
+            f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)} (megatron for "
+            "exported Megatron-LM plans, torch for paraplan's executor)"
+        )
+    return TORCH_OPTIONS if runtime == "torch" else DEFAULT_OPTIONS
 
 
 def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
@@ -188,11 +195,11 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
     ``options.fp8_gemm_rate_factor``; the profile itself when the factors that apply to its
     curves are 1 (the fp8 one only where it has an fp8 curve) or the runtime is paraplan's
-    executor (priced from host rates)."""
+    executor."""
     factor, fp8_factor = options.gemm_rate_factor, options.fp8_gemm_rate_factor
     if "fp8" not in profile.compute.gemm_efficiency:
         fp8_factor = 1.0
-    if (factor == 1.0 and fp8_factor == 1.0) or options.runtime == "torch_native":
+    if (factor == 1.0 and fp8_factor == 1.0) or options.runtime == "torch":
         return profile
     curves = {
         dtype: tuple(
@@ -208,10 +215,13 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     return dataclasses.replace(profile, compute=compute)
 
 
-def executed_job(job: TrainingJob, options: ExecutionOptions) -> TrainingJob:
-    """The job as the framework computes it: the executor keeps CPU runs in fp32 whatever
-    the job precision (`executor.precision`: bf16 matmuls are slow on CPUs and fp8 needs
-    CUDA), so a CPU profile's bf16 curves never price an executor run."""
-    if options.runtime == "torch_native" and job.precision != "fp32":
+def executed_job(
+    job: TrainingJob, options: ExecutionOptions, profile: HardwareProfile
+) -> TrainingJob:
+    """The job as the framework computes it on ``profile``'s device: the executor keeps CPU
+    runs in fp32 whatever the job precision (`executor.precision`: bf16 matmuls are slow on
+    CPUs and fp8 needs CUDA), so a CPU profile's bf16 curves never price an executor run."""
+    cpu = profile.device.kind == "cpu"
+    if options.runtime == "torch" and cpu and job.precision != "fp32":
         return dataclasses.replace(job, precision="fp32")
     return job

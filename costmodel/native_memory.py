@@ -43,9 +43,9 @@ Parts, per rank of a stage (`costmodel.memory.StageMemory`, bytes):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from costmodel.activations import in_flight_chunk_counts
-from costmodel.execution import TORCH_NATIVE, executed_job
 from costmodel.memory import StageMemory
 from costmodel.native_ops import FP32
 from costmodel.native_sync import stage_params
@@ -200,7 +200,7 @@ def native_memory_per_stage(
     model: ModelSpec, job: TrainingJob, plan: ParallelPlan
 ) -> tuple[StageMemory, ...]:
     """`StageMemory` of one rank of every stage of the executor (module doc)."""
-    job = executed_job(job, TORCH_NATIVE)
+    job = replace(job, precision="fp32")
     m = max(plan.num_microbatches(job.global_batch_size), 1)
     vocab = padded_vocab_size(model.vocab_size, plan.tp)
     t = plan.micro_batch_size * job.seq_length / plan.cp

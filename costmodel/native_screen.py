@@ -57,7 +57,7 @@ def native_screen(
     values = np.array(rows, dtype=float).reshape(len(rows), 4)
     iteration, compute, pipeline, peak = values.T
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
-    peak_flops_s = peak_flops(profile, executed_job(job, options).precision)
+    peak_flops_s = peak_flops(profile, executed_job(job, options, profile).precision)
     out = df.copy()
     out["num_microbatches"] = (
         job.global_batch_size // (df["micro_batch_size"] * df["dp"])

@@ -1,5 +1,5 @@
 """The executor model's pieces of the event simulator (`costmodel.simulator`): chunk costs
-and the per-stage work after the pipeline, for `costmodel.execution.TORCH_NATIVE`.
+and the per-stage work after the pipeline, for the ``torch`` runtime.
 
 The schedule itself is timed by the same loop as for Megatron-LM (`costmodel.pipeline_sim`
 over `costmodel.schedules`): torch.distributed.pipelining's 1F1B and interleaved 1F1B run

@@ -86,7 +86,7 @@ def _action_events(
     label = f"mb{a.microbatch} c{a.chunk}"
     sp = plan.sequence_parallel and plan.tp > 1
     # paraplan's executor always all-gathers K/V (`executor.context_parallel`).
-    ring = plan.cp_comm_type == "p2p" and sim.runtime != "torch_native"
+    ring = plan.cp_comm_type == "p2p" and sim.runtime != "torch"
     if a.phase == "F":
         events, clock = _pass_events(
             rank, timed.start_s, cost.forward, "forward", f"F {label}", a, sp, ring

@@ -39,7 +39,7 @@ import pandas as pd
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
-from costmodel.execution import framework_profile, resolve_options
+from costmodel.execution import DEFAULT_OPTIONS, framework_profile
 from costmodel.flops import model_flops_per_iteration
 from costmodel.layer_costs import (
     AttentionKernel,
@@ -570,21 +570,19 @@ def screen_plans(
     profile: HardwareProfile,
     plans: pd.DataFrame,
     *,
-    options: ExecutionOptions | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> pd.DataFrame:
     """Closed-form time and memory of every plan row (see the module docstring).
 
     Rows are not checked against `specs.rules` (the planner generates valid plans); a row
     whose batch gives no microbatch, whose layers do not split over pp·vpp, or an
     interleaved row whose microbatches are not a multiple of pp, gets an infinite
-    iteration time and ``fits`` False. ``options`` None picks the framework from the
-    profile (`costmodel.execution.options_for`); paraplan's executor on a CPU profile is
-    screened by simulating each row (`costmodel.native_screen`).
+    iteration time and ``fits`` False. ``options`` names the runtime; the ``torch``
+    runtime is screened by simulating each row (`costmodel.native_screen`).
     """
-    options = resolve_options(profile, options)
     profile = framework_profile(profile, options)
     df = _normalized(plans, cluster)
-    if options.runtime == "torch_native":
+    if options.runtime == "torch":
         return native_screen(model, cluster, job, profile, df, _plan, options)
     topo = _topology(profile, cluster)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()

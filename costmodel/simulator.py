@@ -26,7 +26,7 @@ Order of work, following Megatron-LM (megatron-facts.md §3, §5):
    the next iteration's forwards (exposed as far as a bucket arrives after the forward
    that needs it).
 
-With `ExecutionOptions.runtime` ``torch_native`` (paraplan's executor on CPU ranks) steps
+With `ExecutionOptions.runtime` ``torch`` (paraplan's executor) steps
 1, 3 and 4 come from `costmodel.native_sim` instead, and the job runs in fp32
 (`costmodel.execution.executed_job`).
 
@@ -610,8 +610,8 @@ def simulate_iteration(
         )
     profile = framework_profile(profile, options)
     placements = plan_placements(profile, plan, gpus_per_node)
-    native = options.runtime == "torch_native"
-    job = executed_job(job, options)
+    native = options.runtime == "torch"
+    job = executed_job(job, options, profile)
     if native:
         from costmodel.native_sim import native_chunk_costs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.loading import load_model
 
@@ -175,3 +176,20 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         "pipeline_model_parallel_layout": args.pipeline_model_parallel_layout,
     }
     return ParallelPlan.for_world(args.num_gpus, **degrees)
+
+
+def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:
+    """--runtime: which runtime model prices the plan (`costmodel.execution.RUNTIMES`)."""
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=default,
+        help="runtime model of the prediction: megatron (Megatron-core with Transformer "
+        "Engine, what exported plans run) or torch (paraplan's executor: DTensor, "
+        f"DDP/FSDP2, torch pipelining); default {default}",
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
+    """The `ExecutionOptions` of ``--runtime``."""
+    return runtime_options(args.runtime)

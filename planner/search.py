@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.estimate import Estimate, estimate_plan
-from costmodel.execution import resolve_options
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import (
     FrameworkAllowance,
     GiB,
@@ -161,6 +161,7 @@ def _screen(
     job: TrainingJob,
     profile: HardwareProfile,
     table: pd.DataFrame,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> pd.DataFrame:
     """The closed-form metrics of every row: iteration_time_s, tokens_per_s, mfu and
     peak_memory_bytes, aligned with ``table`` by position."""
@@ -172,7 +173,7 @@ def _screen(
         "decoder_last_pipeline_num_layers",
     ):  # 0 means None here
         plans[column] = plans[column].where(plans[column] > 0)
-    metrics = screen_plans(model, cluster, job, profile, plans)
+    metrics = screen_plans(model, cluster, job, profile, plans, options=options)
     return metrics[["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]]
 
 
@@ -218,6 +219,7 @@ def _simulate(
     rows: pd.DataFrame,
     limit_bytes: float,
     progress: Progress | None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[list[tuple[int, RankedPlan]], dict[str, int]]:
     """Detailed estimates of ``rows`` (index kept), and rules broken by any of them."""
     done: list[tuple[int, RankedPlan]] = []
@@ -231,7 +233,7 @@ def _simulate(
             for v in violations:
                 broken[v.rule] = broken.get(v.rule, 0) + 1
             continue
-        est = estimate_plan(model, cluster, job, plan, profile)
+        est = estimate_plan(model, cluster, job, plan, profile, options=options)
         ranked = RankedPlan(
             plan=plan,
             estimate=est,
@@ -271,6 +273,7 @@ def _screen_by_micro_batch(
     profile: HardwareProfile,
     rows: pd.DataFrame,
     limit_bytes: float,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> pd.DataFrame:
     """Screened metrics of ``rows`` (index kept), micro-batch size by micro-batch size,
     smallest first; a row is skipped when the same plan with the next smaller micro-batch
@@ -288,7 +291,7 @@ def _screen_by_micro_batch(
             batch = batch[(keep["_merge"] == "left_only").to_numpy()]
         if not len(batch):
             break
-        metrics = _screen(model, cluster, job, profile, batch)
+        metrics = _screen(model, cluster, job, profile, batch, options)
         metrics.index = batch.index
         parts.append(metrics)
         over = (metrics["peak_memory_bytes"] > limit_bytes).to_numpy()
@@ -318,6 +321,7 @@ def screen_candidates(
     profile: HardwareProfile,
     table: pd.DataFrame,
     limit_bytes: float,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> pd.DataFrame:
     """``table`` with ``model_state_floor_bytes``, the screened metrics (NaN where the
     floor alone is over the limit, as those are not screened), ``screened`` and ``fits``.
@@ -335,7 +339,7 @@ def screen_candidates(
     if len(table) and not under.any():
         under = _closest_pool(screened)
     done = _screen_by_micro_batch(
-        model, cluster, job, profile, table[under.to_numpy()], limit_bytes
+        model, cluster, job, profile, table[under.to_numpy()], limit_bytes, options
     )
     screened.loc[done.index, list(done.columns)] = done.to_numpy()
     screened["screened"] = screened.index.isin(done.index)
@@ -365,23 +369,25 @@ def search_plans(
     top_k: int = 10,
     memory_headroom: float = DEFAULT_HEADROOM,
     progress: Progress | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> SearchResult:
     """Search the plans of ``space`` (all knobs searched by default) for the fastest that
-    fits; see the module docstring for the steps."""
+    fits on the runtime ``options`` names (`costmodel.execution`); see the module
+    docstring for the steps."""
     if top_k < 1:
         raise SpecError(f"top_k must be >= 1, got {top_k}; it is how many plans are simulated")
     start = time.perf_counter()
     limit = memory_limit_bytes(profile, memory_headroom)
     scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
     space = space or SearchSpace()
-    if resolve_options(profile, None).runtime == "torch_native":
+    if options.runtime == "torch":
         space = dataclasses.replace(space, uneven_splits=False)  # the executor runs even splits
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     if progress is not None:
         progress("screen", 0, len(cands.table))
-    screened = screen_candidates(model, cluster, job, profile, cands.table, limit)
+    screened = screen_candidates(model, cluster, job, profile, cands.table, limit, options)
     chosen = _to_simulate(screened, top_k)
-    simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress)
+    simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress, options)
     rejected = dict(cands.rejected)
     for rule_id, count in broken.items():
         rejected[rule_id] = rejected.get(rule_id, 0) + count

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from planner.explain import min_gpus_for_model_state, no_plan_reason
 from planner.search import DEFAULT_HEADROOM, RankedPlan, memory_limit_bytes, search_plans
 from planner.space import SearchSpace
@@ -189,6 +190,7 @@ def size_cluster(
     top_k: int = 3,
     memory_headroom: float = DEFAULT_HEADROOM,
     progress: SizeProgress | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> SizingResult:
     """Evaluate cluster sizes for ``job.token_budget`` tokens and pick one (module docstring).
 
@@ -210,6 +212,7 @@ def size_cluster(
         "space": space,
         "top_k": top_k,
         "memory_headroom": memory_headroom,
+        "options": options,
     }
     rows: list[SizingRow] = []
     past = 0

@@ -59,7 +59,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from costmodel.compute import activation_dtype, gemm_dtype
-from costmodel.execution import ExecutionOptions, resolve_options
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from profiles.schema import (
     CollectiveFit,
     HardwareProfile,
@@ -235,7 +235,7 @@ def _residuals(
     factors_at: Callable[[np.ndarray], Factors],
     profile_at: Callable[[Factors], HardwareProfile],
     prior_mask: np.ndarray,
-    options: ExecutionOptions | None,
+    options: ExecutionOptions,
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The weighted log-ratio residuals of every case's targets, then the prior's."""
 
@@ -255,7 +255,7 @@ def _residuals(
 
 
 def fit_factors(
-    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions | None = None
+    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions = DEFAULT_OPTIONS
 ) -> Factors:
     """Stage 2 of the module docstring on ``profile`` (stage-1 fits already applied)."""
     cases = [_case(run) for run in runs]
@@ -294,7 +294,7 @@ def _run_error(
     before: HardwareProfile,
     after: HardwareProfile,
     fitted: bool,
-    options: ExecutionOptions | None,
+    options: ExecutionOptions,
 ) -> RunError:
     return RunError(
         path=str(run.path),
@@ -360,7 +360,7 @@ def _calibrate_time(
     runs: Sequence[RunDir],
     held_out: Sequence[RunDir],
     command: str,
-    options: ExecutionOptions | None,
+    options: ExecutionOptions,
 ) -> CalibrationResult:
     """The executor model's calibration: the backward scale, one time scale, then the
     layer collectives' scale (`reports.calibrate_time`)."""
@@ -428,13 +428,13 @@ def calibrate(
     *,
     held_out: Sequence[RunDir] = (),
     command: str = "reports.calibrate.calibrate",
-    options: ExecutionOptions | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> CalibrationResult:
     """Refit ``profile`` on ``runs`` (method in the module docstring).
 
     ``held_out`` runs are only evaluated. ``options`` is the framework model every
-    prediction uses (`costmodel.estimate.simulate_plan`; None: the profile's own, i.e. the
-    executor model on a CPU profile); the executor model is calibrated by a backward scale,
+    prediction uses (`costmodel.estimate.simulate_plan`): Megatron-LM's defaults unless
+    given; the ``torch`` runtime (paraplan's executor) is calibrated by a backward scale,
     one time scale and a layer-collective scale instead (`reports.calibrate_time`,
     `reports.calibrate_layers`). Raises `SpecError` without runs or for a run
     without a measurement.
@@ -447,7 +447,7 @@ def calibrate(
                 f"{run.path}: no measured.json; calibrate from folders written by "
                 "`paraplan execute PLAN.json --out RUN`"
             )
-    if resolve_options(profile, options).runtime == "torch_native":
+    if options.runtime == "torch":
         return _calibrate_time(profile, runs, held_out, command, options)
     fits = fit_collectives(profile, (s for run in runs for s in comm_samples(run, profile)))
     stage1 = dataclasses.replace(

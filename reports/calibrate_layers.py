@@ -40,7 +40,7 @@ def has_layer_collectives(run: RunDir) -> bool:
 
 
 def predictor(
-    runs: Sequence[RunDir], options: ExecutionOptions | None
+    runs: Sequence[RunDir], options: ExecutionOptions
 ) -> Callable[[HardwareProfile], list[float]]:
     """Predicted iteration seconds of ``runs`` on a candidate profile."""
 
@@ -51,7 +51,7 @@ def predictor(
 
 
 def fit_layer_scale(
-    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions | None
+    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions
 ) -> HardwareProfile:
     """``profile`` (compute already scaled) with the layer-collective scale that best maps
     the ``runs``' predicted iteration times onto their measured ones."""

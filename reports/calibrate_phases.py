@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from profiles.schema import HardwareProfile
 from reports.calibrate_time import backward_factor
 from reports.compare import iterations_in, rank_phase_seconds
@@ -65,7 +65,7 @@ def timeline_phases(
 
 
 def predict(
-    profile: HardwareProfile, run: RunDir, options: ExecutionOptions | None = None
+    profile: HardwareProfile, run: RunDir, options: ExecutionOptions = DEFAULT_OPTIONS
 ) -> tuple[float, Timeline]:
     """Predicted iteration seconds and timeline of the run's plan on ``profile``
     (``options`` as in `costmodel.estimate.simulate_plan`)."""
@@ -77,7 +77,7 @@ def predict(
 
 
 def split_factors(
-    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions | None
+    profile: HardwareProfile, runs: Sequence[RunDir], options: ExecutionOptions
 ) -> dict[str, float]:
     """Per run whose passes hold no layer collective (tp, cp and ep 1), the
     `reports.calibrate_time.backward_factor` of its measured timeline's phases against

@@ -15,6 +15,7 @@ import argparse
 import shlex
 from collections.abc import Sequence
 
+from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
 from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN",
         help="held-out run folders: their error is printed before and after, never fitted",
     )
+    add_runtime_arg(parser, "torch")
 
 
 def base_profile(hardware: str | None, runs: Sequence[RunDir]) -> HardwareProfile:
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     runs = [load_run(path) for path in args.runs]
     held_out = [load_run(path) for path in args.check]
     base = base_profile(args.hardware, runs)
-    command = ["paraplan", "calibrate", *args.runs, "-o", args.output]
+    command = ["paraplan", "calibrate", *args.runs, "-o", args.output, "--runtime", args.runtime]
     if args.hardware:
         command += ["--hardware", args.hardware]
     if args.host_speed is not None:
@@ -132,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"step times at one host speed: host probe {probe_s * 1e3:.3f} ms")
     if args.check:
         command += ["--check", *args.check]
-    result = calibrate(base, runs, held_out=held_out, command=shlex.join(command))
-    print(f"base profile: {base.name}")
+    result = calibrate(
+        base, runs, held_out=held_out, command=shlex.join(command), options=options_from_args(args)
+    )
+    print(f"base profile: {base.name}, runtime {args.runtime}")
     print_result(result)
     out = save_profile(result.profile, args.output)
     print(f"calibrated profile: {out}")

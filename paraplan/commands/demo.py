@@ -33,6 +33,7 @@ from typing import Any
 
 from rich.console import Console
 
+from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
 from paraplan.commands import execute as execute_command
 from paraplan.commands import profile as profile_command
@@ -80,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder for the profile, the plan and the run (default ./paraplan-demo)",
     )
     parser.add_argument("--model", default="tiny", help="model preset or config (default tiny)")
+    add_runtime_arg(parser, "torch")
     parser.add_argument(
         "--nproc",
         type=int,
@@ -175,7 +177,15 @@ def _plan(
     """Search, write the search folder ``out``, and return the best plan (None if none fits)."""
     model, cluster, job = problem
     space = SearchSpace(max_micro_batch_size=2 if args.reduced else 4)
-    result = search_plans(model, cluster, job, profile, space=space, top_k=2 if args.reduced else 5)
+    result = search_plans(
+        model,
+        cluster,
+        job,
+        profile,
+        space=space,
+        top_k=2 if args.reduced else 5,
+        options=options_from_args(args),
+    )
     text = explain(result)
     write_search_outputs(result, cluster.hardware, out, text)
     if result.best is None:
@@ -224,8 +234,8 @@ def run(args: argparse.Namespace) -> int:
     if profile is None:
         return 1
     model, cluster, job = _problem(args, nproc, profile_path)
-    step(2, f"planning {model.name} on {nproc} ranks, seq {job.seq_length}, "
-            f"global batch {job.global_batch_size}, {job.precision}")  # fmt: skip
+    step(2, f"planning {model.name} on {nproc} ranks, seq {job.seq_length}, global batch "
+            f"{job.global_batch_size}, {job.precision}, runtime {args.runtime}")  # fmt: skip
     with console.status("searching plans"):
         bundle = _plan(args, (model, cluster, job), profile, out / "plan", console)
     if bundle is None:
@@ -234,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = out / "run"
     steps, warmup = (4, 1) if args.reduced else (8, 2)
     argv = [str(out / "plan" / "plan.json"), "--steps", str(steps), "--warmup", str(warmup)]
-    argv += ["--out", str(run_dir), "--hardware", cluster.hardware]
+    argv += ["--out", str(run_dir), "--hardware", cluster.hardware, "--runtime", args.runtime]
     with console.status(f"training {steps + warmup} steps on {nproc} ranks"), _quiet_stdout():
         code = run_command(execute_command, argv)
     if code != 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from costmodel.estimate import (
     MEMORY_PARTS,
@@ -11,13 +12,14 @@ from costmodel.estimate import (
     estimate_to_json,
     stage_memory_parts_gib,
 )
-from costmodel.simulator import ExecutionOptions
 from paraplan.args import (
     add_plan_args,
     add_problem_args,
+    add_runtime_arg,
     cluster_from_args,
     job_from_args,
     model_from_args,
+    options_from_args,
     plan_from_args,
 )
 from paraplan.commands import COMMAND_HELP
@@ -32,13 +34,13 @@ HELP = COMMAND_HELP[NAME]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_args(parser)
     add_plan_args(parser)
+    add_runtime_arg(parser, "megatron")
     parser.add_argument(
         "--attention",
         choices=("flash", "materialized"),
         default=None,
-        help="attention kernel model of Megatron-LM: fused flash attention (the default on a "
-        "GPU profile, Megatron with Transformer Engine) or materialized softmax (unfused); "
-        "unset on a CPU profile, paraplan's own executor is modelled",
+        help="attention kernel of the megatron runtime: fused flash attention (the default, "
+        "Transformer Engine) or materialized softmax (unfused)",
     )
     parser.add_argument(
         "--json",
@@ -60,12 +62,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"  [{v.rule}] {v.message}")
         return 1
     profile = load_profile(cluster.hardware)
-    options = None if args.attention is None else ExecutionOptions(attention=args.attention)
+    options = options_from_args(args)
+    if args.attention is not None:
+        options = dataclasses.replace(options, attention=args.attention)
     est = estimate_plan(model, cluster, job, plan, profile, options=options)
     if args.json:
         print_json(estimate_to_json(est))
         return 0
-    title = f"{model.name} on {cluster.num_gpus} x {profile.name}: {plan.label()}"
+    title = (
+        f"{model.name} on {cluster.num_gpus} x {profile.name}: {plan.label()} "
+        f"(runtime {options.runtime})"
+    )
     _print_summary(title, est)
     return 0
 

@@ -29,11 +29,13 @@ import sys
 from pathlib import Path
 
 from costmodel.estimate import estimate_to_json, simulate_plan
+from costmodel.execution import ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
 from executor.launch import LaunchError
 from executor.run import RunConfig, RunSummary, execute
 from executor.run_folder import FAILURE_LOG
 from launch.failures import OOM_ERROR_TYPES
+from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
 from profiles.host_probe import host_probe
 from profiles.lookup import peak_flops
@@ -101,6 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="peak TFLOP/s of one rank's device for MFU (default: the hardware profile's "
         "at the job's precision; MFU is null when neither exists)",
     )
+    add_runtime_arg(parser, "torch")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,13 +138,13 @@ def run(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         report_failure(exc, bundle, profile, Path(args.out), verbose=args.verbose)
         if profile is not None:
-            _write_prediction(bundle, profile, Path(args.out))
+            _write_prediction(bundle, profile, Path(args.out), options_from_args(args))
         _print_notes(notes)
         return 2 if exc.original.error_type == "SpecError" else 1
     _print_notes(notes)
     if summary is not None:
         if profile is not None:
-            _write_prediction(bundle, profile, Path(args.out))
+            _write_prediction(bundle, profile, Path(args.out), options_from_args(args))
         _copy_candidates(Path(args.plan), Path(args.out))
         _print_summary(summary)
     return 0
@@ -216,11 +219,15 @@ def _peak_flops(
         return None
 
 
-def _write_prediction(bundle: PlanBundle, profile: HardwareProfile, out: Path) -> None:
-    """``estimate.json`` and ``predicted.json`` of the cost model for the executed plan."""
+def _write_prediction(
+    bundle: PlanBundle, profile: HardwareProfile, out: Path, options: ExecutionOptions
+) -> None:
+    """``estimate.json`` and ``predicted.json`` of the cost model for the executed plan, on
+    the runtime ``options`` name (``torch``, the executor's own, by default)."""
+    _note(f"predicted with the {options.runtime} runtime")
     try:
         estimate, timeline = simulate_plan(
-            bundle.model, bundle.cluster, bundle.job, bundle.plan, profile
+            bundle.model, bundle.cluster, bundle.job, bundle.plan, profile, options=options
         )
     except SpecError as exc:
         _note(f"the cost model cannot predict this plan on {profile.name}: {exc}")

@@ -24,7 +24,15 @@ from typing import Any
 import pandas as pd
 
 from costmodel.estimate import estimate_to_json, simulate_plan
-from paraplan.args import add_problem_args, add_split_args, job_from_args, model_from_args
+from costmodel.execution import runtime_options
+from paraplan.args import (
+    add_problem_args,
+    add_runtime_arg,
+    add_split_args,
+    job_from_args,
+    model_from_args,
+    options_from_args,
+)
 from paraplan.commands import COMMAND_HELP
 from paraplan.output import DeferredProgress, percent, print_json, print_table
 from planner.explain import explain
@@ -109,6 +117,7 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --num-gpus is optional here: the sizing form (--tokens) searches over GPU counts
     add_problem_args(parser, num_gpus_required=False)
+    add_runtime_arg(parser, "megatron")
     add_knob_args(parser)
     g = parser.add_argument_group("search")
     g.add_argument("--top", type=int, default=5, help="plans simulated and shown (default 5)")
@@ -248,7 +257,12 @@ def write_search_outputs(
         json.dumps(estimate_to_json(result.best.estimate), indent=2) + "\n"
     )
     _, timeline = simulate_plan(
-        bundle.model, bundle.cluster, bundle.job, bundle.plan, load_profile(profile_name)
+        bundle.model,
+        bundle.cluster,
+        bundle.job,
+        bundle.plan,
+        load_profile(profile_name),
+        options=runtime_options(result.best.estimate.runtime),
     )
     if timeline is not None:
         trace = json.dumps(timeline.to_chrome_trace())
@@ -281,6 +295,7 @@ def _run_search(args: argparse.Namespace) -> int:
             top_k=args.top,
             memory_headroom=args.memory_headroom,
             progress=bar,
+            options=options_from_args(args),
         )
     finally:
         bar.close()
@@ -288,8 +303,9 @@ def _run_search(args: argparse.Namespace) -> int:
     if args.out:
         write_search_outputs(result, args.hardware, Path(args.out), text, args.candidates_limit)
     if args.json:
-        print_json(search_json(result))
+        print_json({"runtime": args.runtime, **search_json(result)})
     else:
+        print(f"runtime: {args.runtime}")
         _print_top(result, args.top)
         print(text)
     return 0 if result.best is not None else 1
@@ -391,10 +407,12 @@ def _run_sizing(args: argparse.Namespace) -> int:
             progress=lambda gpus, done, total: bar(
                 f"sizing: searching {gpus} GPUs ({done + 1} of at most {total} sizes)", done, total
             ),
+            options=options_from_args(args),
         )
     finally:
         bar.close()
     data = {
+        "runtime": args.runtime,
         "goal": result.goal,
         "chosen": sizing_row_json(result.chosen) if result.chosen else None,
         "cheapest": sizing_row_json(result.cheapest) if result.cheapest else None,
@@ -405,6 +423,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
     else:
+        print(f"runtime: {args.runtime}")
         _print_sizing(result)
     return 0 if result.chosen is not None else 1
 

@@ -98,6 +98,7 @@ def _probe_line(summary: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     out, summary = write_report(args.run, args.output)
+    print(runtime_line(args.run))
     if summary:
         print(
             f"iteration time: predicted {summary['iteration_time_predicted_s']:.4g} s, "
@@ -123,3 +124,10 @@ def failure_line(run: str | Path) -> str:
         return ""
     cause = (metrics.get("failure") or {}).get("cause", "cause not recorded")
     return f"the run failed: {cause} ({len(metrics.get('loss') or [])} measured steps ran)"
+
+
+def runtime_line(run: str | Path) -> str:
+    """Which runtime model the run's prediction priced (``estimate.json``'s ``runtime``)."""
+    path = Path(run) / "estimate.json"
+    estimate = json.loads(path.read_text()) if path.is_file() else {}
+    return f"prediction: {estimate.get('runtime', 'unrecorded')} runtime"

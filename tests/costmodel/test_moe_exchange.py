@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.execution import TORCH_NATIVE
+from costmodel.execution import TORCH_OPTIONS
 from costmodel.host_rates import host_rates
 from costmodel.in_context import InContext
 from costmodel.moe_exchange import moe_exchange_rates
@@ -62,7 +62,7 @@ def test_rates_need_every_probe_figure_and_scale_the_host_levels_only():
 
 
 def sim(profile, plan=EP):
-    return simulate_iteration(MOE, JOB, plan, profile, gpus_per_node=4, options=TORCH_NATIVE)
+    return simulate_iteration(MOE, JOB, plan, profile, gpus_per_node=4, options=TORCH_OPTIONS)
 
 
 def test_a_probed_profile_prices_each_layer_once_per_pass():

@@ -14,10 +14,9 @@ import pytest
 from costmodel.estimate import estimate_plan, simulate_plan
 from costmodel.execution import (
     DEFAULT_OPTIONS,
-    TORCH_NATIVE,
+    TORCH_OPTIONS,
     executed_job,
-    options_for,
-    resolve_options,
+    runtime_options,
 )
 from costmodel.host_rates import FSDP_PROBE_BYTES, host_rates
 from costmodel.native_layers import layer_ops, native_shape
@@ -31,6 +30,7 @@ from costmodel.simulator import blocking_sends, comm_groups, simulate_iteration
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
+from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -49,7 +49,7 @@ def cluster(n: int) -> ClusterSpec:
 
 
 def sim(plan: ParallelPlan, model=TINY, job=JOB):
-    return simulate_iteration(model, job, plan, CPU, gpus_per_node=4, options=TORCH_NATIVE)
+    return simulate_iteration(model, job, plan, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
 
 
 def chunks(plan: ParallelPlan, model=TINY):
@@ -60,20 +60,25 @@ def chunks(plan: ParallelPlan, model=TINY):
 # ---- which model ------------------------------------------------------------------------
 
 
-def test_a_cpu_profile_selects_the_executor_model():
-    assert options_for(CPU) is TORCH_NATIVE
-    assert options_for(load_profile("h100-sxm-80gb")) is DEFAULT_OPTIONS
-    assert resolve_options(CPU, DEFAULT_OPTIONS) is DEFAULT_OPTIONS
-    assert resolve_options(CPU, None) is TORCH_NATIVE
+def test_the_runtime_is_named_not_inferred_from_the_device():
+    assert runtime_options("torch") is TORCH_OPTIONS
+    assert runtime_options("megatron") is DEFAULT_OPTIONS
+    with pytest.raises(SpecError, match="torch_native"):
+        runtime_options("torch_native")
+    plan = ParallelPlan()
+    a = simulate_plan(TINY, cluster(1), JOB, plan, CPU, timeline=False)[0]
+    b = simulate_plan(TINY, cluster(1), JOB, plan, CPU, options=DEFAULT_OPTIONS, timeline=False)[0]
+    assert a.iteration_time_s == b.iteration_time_s
 
 
 def test_the_executor_computes_in_fp32_whatever_the_job_says():
     bf16 = dataclasses.replace(JOB, precision="bf16")
-    assert executed_job(bf16, TORCH_NATIVE).precision == "fp32"
-    assert executed_job(bf16, DEFAULT_OPTIONS).precision == "bf16"
+    assert executed_job(bf16, TORCH_OPTIONS, CPU).precision == "fp32"
+    assert executed_job(bf16, DEFAULT_OPTIONS, CPU).precision == "bf16"
+    assert executed_job(bf16, TORCH_OPTIONS, load_profile("h100-sxm-80gb")).precision == "bf16"
     plan = ParallelPlan()
-    a, _ = simulate_plan(TINY, cluster(1), bf16, plan, CPU, timeline=False)
-    b, _ = simulate_plan(TINY, cluster(1), JOB, plan, CPU, timeline=False)
+    a, _ = simulate_plan(TINY, cluster(1), bf16, plan, CPU, timeline=False, options=TORCH_OPTIONS)
+    b, _ = simulate_plan(TINY, cluster(1), JOB, plan, CPU, timeline=False, options=TORCH_OPTIONS)
     # The fixture's bf16 curves are 5-10x slower: they must not price the run.
     assert a.iteration_time_s == b.iteration_time_s
     assert a.peak_memory_bytes == b.peak_memory_bytes
@@ -113,7 +118,7 @@ def test_recompute_reruns_the_checkpointed_work_and_its_hooks():
 
 
 def test_pipeline_sends_block_and_the_gradients_are_divided():
-    assert blocking_sends(ParallelPlan(pp=2, vpp=2, schedule="interleaved"), TORCH_NATIVE)
+    assert blocking_sends(ParallelPlan(pp=2, vpp=2, schedule="interleaved"), TORCH_OPTIONS)
     s = sim(ParallelPlan(pp=2))
     assert s.breakdown.pp_exposed_s > 0 and s.breakdown.bubble_s > 0
     tail = s.tails[0]
@@ -139,7 +144,7 @@ def test_each_pipelined_action_posts_its_receive_and_its_send():
 
     def step_s(plan: ParallelPlan, profile) -> float:
         return simulate_iteration(
-            TINY, JOB, plan, profile, gpus_per_node=4, options=TORCH_NATIVE
+            TINY, JOB, plan, profile, gpus_per_node=4, options=TORCH_OPTIONS
         ).iteration_time_s
 
     one_f_one_b = ParallelPlan(pp=2)
@@ -285,16 +290,18 @@ def test_screen_is_the_simulator_on_a_cpu_profile():
     assert len(plans) > 20
     for world in (2, 4):
         chosen = [p for w, p in plans if w == world]
-        screened = screen_plans(TINY, cluster(world), JOB, CPU, plans_frame(chosen))
+        screened = screen_plans(
+            TINY, cluster(world), JOB, CPU, plans_frame(chosen), options=TORCH_OPTIONS
+        )
         for row, plan in zip(screened.itertuples(), chosen, strict=True):
-            est = estimate_plan(TINY, cluster(world), JOB, plan, CPU)
+            est = estimate_plan(TINY, cluster(world), JOB, plan, CPU, options=TORCH_OPTIONS)
             assert row.iteration_time_s == pytest.approx(est.iteration_time_s, rel=1e-12)
             assert row.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-12)
 
 
 def test_screen_marks_impossible_rows():
     frame = pd.DataFrame({"pp": [2, 1], "micro_batch_size": [16, 1], "dp": [1, 2]})
-    out = screen_plans(TINY, cluster(2), JOB, CPU, frame)
+    out = screen_plans(TINY, cluster(2), JOB, CPU, frame, options=TORCH_OPTIONS)
     assert np.isinf(out["iteration_time_s"][0]) and not out["fits"][0]
     assert np.isfinite(out["iteration_time_s"][1])
 
@@ -304,7 +311,7 @@ def test_screen_marks_impossible_rows():
 
 def test_the_executor_timeline_all_gathers_context_parallel_keys():
     plan = ParallelPlan(cp=2, cp_comm_type="p2p")  # the executor gathers whatever the plan says
-    _, timeline = simulate_plan(TINY, cluster(2), JOB, plan, CPU)
+    _, timeline = simulate_plan(TINY, cluster(2), JOB, plan, CPU, options=TORCH_OPTIONS)
     cp = [e for e in timeline.events if e.lane == "cp"]
     assert cp and {e.kind for e in cp} == {"all_gather"}
 
@@ -316,15 +323,15 @@ def test_pipeline_sends_and_collectives_pay_the_typical_excess():
     )
     noisy = cpu_profile(extra=extra)
     plain = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), CPU, gpus_per_node=4, options=TORCH_NATIVE
+        TINY, JOB, ParallelPlan(pp=2), CPU, gpus_per_node=4, options=TORCH_OPTIONS
     )
     waited = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), noisy, gpus_per_node=4, options=TORCH_NATIVE
+        TINY, JOB, ParallelPlan(pp=2), noisy, gpus_per_node=4, options=TORCH_OPTIONS
     )
     assert waited.send_s[0] - plain.send_s[0] == pytest.approx(500e-6)
     tp = ParallelPlan(tp=2)
-    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    b = simulate_iteration(TINY, JOB, tp, noisy, gpus_per_node=4, options=TORCH_NATIVE)
+    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
+    b = simulate_iteration(TINY, JOB, tp, noisy, gpus_per_node=4, options=TORCH_OPTIONS)
     # 2 all-reduces forward and 5 backward per layer, 1 + 1 in embedding and head, per
     # microbatch: each waits 1 ms more.
     per_mb = 4 * 7 + 2
@@ -337,7 +344,7 @@ def _tp_extra_and_dp_times(profile) -> tuple[float, float, float]:
     on the fixture and on ``profile``."""
 
     def sim(plan: ParallelPlan, hw):
-        return simulate_iteration(TINY, JOB, plan, hw, gpus_per_node=4, options=TORCH_NATIVE)
+        return simulate_iteration(TINY, JOB, plan, hw, gpus_per_node=4, options=TORCH_OPTIONS)
 
     tp, dp = ParallelPlan(tp=2), ParallelPlan(dp=2)
     extra = sim(tp, profile).breakdown.tp_exposed_s - sim(tp, CPU).breakdown.tp_exposed_s
@@ -357,9 +364,9 @@ def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra(
     plan = ParallelPlan(dp=2, ep=2)
     functional = cpu_profile(extra=(spread("op_overhead.functional_all_to_all", 300e-6),))
     autograd = cpu_profile(extra=(spread("op_overhead.autograd_all_to_all", 1e-3),))
-    base = simulate_iteration(MOE, JOB, plan, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    a = simulate_iteration(MOE, JOB, plan, functional, gpus_per_node=4, options=TORCH_NATIVE)
-    b = simulate_iteration(MOE, JOB, plan, autograd, gpus_per_node=4, options=TORCH_NATIVE)
+    base = simulate_iteration(MOE, JOB, plan, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
+    a = simulate_iteration(MOE, JOB, plan, functional, gpus_per_node=4, options=TORCH_OPTIONS)
+    b = simulate_iteration(MOE, JOB, plan, autograd, gpus_per_node=4, options=TORCH_OPTIONS)
     per_step = plan.num_microbatches(JOB.global_batch_size) * MOE.num_layers
     # an older profile: each exchange costs two functional calls (the fallback)
     assert a.breakdown.ep_exposed_s - base.breakdown.ep_exposed_s == pytest.approx(
@@ -394,13 +401,13 @@ def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_pa
     assert rates.redistribute_s("all_reduce") == pytest.approx(net)
     assert rates.redistribute_s("all_to_all") == 0.0  # never a redistribution
     tp = ParallelPlan(tp=2)
-    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    b = simulate_iteration(TINY, JOB, tp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
+    b = simulate_iteration(TINY, JOB, tp, slower, gpus_per_node=4, options=TORCH_OPTIONS)
     extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
     # per microbatch the 30 all-reduces above and the head's all-gather of the logits
     assert extra_tp == pytest.approx(8 * (4 * 7 + 2 + 1) * net, rel=1e-6)
     # context parallelism gathers K and V with the executor's own functional calls
     cp = ParallelPlan(cp=2)
-    c = simulate_iteration(TINY, JOB, cp, CPU, gpus_per_node=4, options=TORCH_NATIVE)
-    d = simulate_iteration(TINY, JOB, cp, slower, gpus_per_node=4, options=TORCH_NATIVE)
+    c = simulate_iteration(TINY, JOB, cp, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
+    d = simulate_iteration(TINY, JOB, cp, slower, gpus_per_node=4, options=TORCH_OPTIONS)
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)

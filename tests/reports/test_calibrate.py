@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.estimate import estimate_to_json, simulate_plan
-from costmodel.execution import DEFAULT_OPTIONS, TORCH_NATIVE, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, TORCH_OPTIONS, ExecutionOptions
 from paraplan.commands import calibrate as command
 from paraplan.commands import execute as execute_command
 from profiles.lookup import (
@@ -80,7 +80,7 @@ def _synthetic_run(
     bundle: PlanBundle,
     base: HardwareProfile,
     truth: HardwareProfile,
-    options: ExecutionOptions | None = None,
+    options: ExecutionOptions = TORCH_OPTIONS,
 ) -> RunDir:
     """A run folder whose measurement is the prediction on ``truth`` (``options``: the
     framework model, as in `simulate_plan`)."""
@@ -291,11 +291,12 @@ def test_executor_model_calibration_recovers_one_time_scale(base, tmp_path: Path
     truth = time_scaled(base, 1.4)
     plans = [_bundle(ParallelPlan(dp=2)), _bundle(ParallelPlan(pp=2))]
     runs = [
-        _synthetic_run(tmp_path / str(i), b, base, truth, TORCH_NATIVE) for i, b in enumerate(plans)
+        _synthetic_run(tmp_path / str(i), b, base, truth, TORCH_OPTIONS)
+        for i, b in enumerate(plans)
     ]
     held_bundle = _bundle(ParallelPlan(tp=2, sequence_parallel=True), seq=256)
-    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, TORCH_NATIVE)
-    result = calibrate(base, runs, held_out=[held])  # a CPU profile: the executor model
+    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, TORCH_OPTIONS)
+    result = calibrate(base, runs, held_out=[held], options=TORCH_OPTIONS)
     assert result.factors.op_overhead_s == pytest.approx(1.4 * base.compute.op_overhead_s, rel=1e-3)
     assert result.factors.p2p_time_scale == 1.0  # the collectives keep their measured costs
     assert result.collectives == ()

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_NATIVE
+from costmodel.execution import TORCH_OPTIONS
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile
 from reports.calibrate import calibrate, time_scaled
@@ -29,7 +29,7 @@ def base() -> HardwareProfile:
 def _breakdown(profile: HardwareProfile, plan: ParallelPlan):
     b = _bundle(plan)
     estimate, _ = simulate_plan(
-        b.model, b.cluster, b.job, b.plan, profile, options=TORCH_NATIVE, timeline=False
+        b.model, b.cluster, b.job, b.plan, profile, options=TORCH_OPTIONS, timeline=False
     )
     return estimate.breakdown
 
@@ -75,7 +75,7 @@ def test_plans_without_layer_collectives_do_not_move(base) -> None:
 
 def _runs(tmp_path: Path, base, truth, plans) -> list:
     return [
-        _synthetic_run(tmp_path / f"run{i}", _bundle(p), base, truth, TORCH_NATIVE)
+        _synthetic_run(tmp_path / f"run{i}", _bundle(p), base, truth, TORCH_OPTIONS)
         for i, p in enumerate(plans)
     ]
 
@@ -90,7 +90,7 @@ def test_calibration_recovers_the_compute_and_the_layer_scale(base, tmp_path: Pa
     ]
     runs = _runs(tmp_path, base, truth, [*compute, *layered])
     held = _runs(tmp_path / "held", base, truth, [ParallelPlan(tp=2), ParallelPlan(cp=2)])
-    result = calibrate(base, runs, held_out=held)
+    result = calibrate(base, runs, held_out=held, options=TORCH_OPTIONS)
     fitted = result.profile
     assert fitted.compute.op_overhead_s == pytest.approx(1.3 * base.compute.op_overhead_s, 1e-3)
     assert fitted.communication.layer_collective_scale == pytest.approx(0.6, rel=1e-3)
@@ -110,7 +110,9 @@ def test_runs_of_one_kind_keep_the_layer_scale(base, tmp_path: Path) -> None:
         "with": [ParallelPlan(tp=2)],
     }
     for missing, plans in (("with", cases["without"]), ("without", cases["with"])):
-        result = calibrate(start, _runs(tmp_path / missing, base, truth, plans))
+        result = calibrate(
+            start, _runs(tmp_path / missing, base, truth, plans), options=TORCH_OPTIONS
+        )
         assert result.profile.communication.layer_collective_scale == 0.8
         note = f"layer collectives kept at x0.8: no run {missing} tensor-"
         assert any(n.startswith(note) for n in result.profile.provenance.notes), missing

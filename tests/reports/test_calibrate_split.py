@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_NATIVE
+from costmodel.execution import TORCH_OPTIONS
 from profiles.schema import ComputeProfile, HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import calibrate, time_scaled
@@ -65,7 +65,7 @@ def test_the_backward_scale_prices_the_backward_alone(base) -> None:
 
     def breakdown(profile: HardwareProfile):
         estimate, _ = simulate_plan(
-            b.model, b.cluster, b.job, b.plan, profile, options=TORCH_NATIVE, timeline=False
+            b.model, b.cluster, b.job, b.plan, profile, options=TORCH_OPTIONS, timeline=False
         )
         return estimate.breakdown
 
@@ -85,10 +85,10 @@ def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_pa
         ParallelPlan(tp=2),  # its passes hold collectives: fitted for k, not for the split
     ]
     runs = [
-        _synthetic_run(tmp_path / str(i), _bundle(p), base, truth, TORCH_NATIVE)
+        _synthetic_run(tmp_path / str(i), _bundle(p), base, truth, TORCH_OPTIONS)
         for i, p in enumerate(plans)
     ]
-    result = calibrate(base, runs)
+    result = calibrate(base, runs, options=TORCH_OPTIONS)
     assert result.profile.compute.backward_scale == pytest.approx(0.8, rel=1e-3)
     assert result.profile.compute.op_overhead_s == pytest.approx(
         1.3 * base.compute.op_overhead_s, rel=1e-3
@@ -101,7 +101,7 @@ def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_pa
 
 def test_without_a_run_to_read_the_split_from_the_scale_is_kept(base, tmp_path: Path) -> None:
     truth = time_scaled(base, 1.2)
-    run = _synthetic_run(tmp_path / "tp", _bundle(ParallelPlan(tp=2)), base, truth, TORCH_NATIVE)
-    result = calibrate(with_backward_scale(base, 0.9), [run])
+    run = _synthetic_run(tmp_path / "tp", _bundle(ParallelPlan(tp=2)), base, truth, TORCH_OPTIONS)
+    result = calibrate(with_backward_scale(base, 0.9), [run], options=TORCH_OPTIONS)
     assert result.profile.compute.backward_scale == 0.9
     assert any("backward scale kept at 0.9" in n for n in result.profile.provenance.notes)
