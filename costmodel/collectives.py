@@ -33,11 +33,15 @@ Point-to-point (pipeline sends, the context-parallel ring): α + size / busbw of
 
 from __future__ import annotations
 
+from costmodel.compute import element_bytes
 from costmodel.topology import GroupPlacement
 from profiles.lookup import bus_factor, collective_fit
 from profiles.lookup import collective_time_s as fit_time_s
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """Collectives `collective_time_s` times; send_recv goes through `p2p_time_s`."""
@@ -128,3 +132,18 @@ def ring_exchange_time_s(
     if steps == 0 or group.size < 2:
         return 0.0
     return steps * p2p_time_s(profile, chunk_bytes, intra=group.num_domains == 1)
+
+
+def pipeline_send_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
+    """Bytes of one microbatch's activation a pipeline stage sends to the next: [s/cp
+    (/tp with sequence parallelism), b, h] elements of the job's activation dtype
+    (megatron-facts.md §3.4)."""
+    sp = plan.tp if plan.sequence_parallel and plan.tp > 1 else 1
+    return (
+        plan.micro_batch_size
+        * job.seq_length
+        / plan.cp
+        * model.hidden_size
+        / sp
+        * element_bytes(job.precision)
+    )

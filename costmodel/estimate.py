@@ -1,7 +1,8 @@
 """`Estimate`: the detailed prediction for one plan, and its JSON form.
 
-`estimate_plan` runs the event simulator (`costmodel.simulator`) for time and
-`costmodel.memory` for memory, and reports throughput in two FLOP conventions
+`estimate_plan` runs the event loop (`costmodel.iteration`) for time and the runtime's
+memory model for memory (`costmodel.runtime.RuntimeModel`, chosen by
+`ExecutionOptions.runtime`), and reports throughput in two FLOP conventions
 (DESIGN.md): MFU counts Megatron-LM's model FLOPs (`costmodel.flops`, recompute not
 counted), HFU adds the recomputed forwards. Both divide by the dense peak of the job's GEMM
 dtype (bf16, fp8 or fp32) times the number of GPUs.
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.compute import gemm_dtype
-from costmodel.execution import DEFAULT_OPTIONS, executed_job
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
-from costmodel.memory import GiB, StageMemory, memory_per_stage
+from costmodel.iteration import Breakdown, simulate_iteration
+from costmodel.memory import GiB, StageMemory
 from costmodel.predicted_timeline import build_timeline
+from costmodel.runtimes.registry import runtime_model
 from costmodel.schedules import plan_split
-from costmodel.simulator import Breakdown, ExecutionOptions, simulate_iteration
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -139,27 +141,16 @@ def simulate_plan(
     computes in (fp32 for the executor on a CPU).
     """
     require_valid_plan(model, cluster, job, plan)
+    runtime = runtime_model(options)
     sim = simulate_iteration(
-        model, job, plan, profile, gpus_per_node=cluster.gpus_per_node, options=options
+        model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
     )
-    if options.runtime == "torch":
-        from costmodel.native_memory import native_memory_per_stage
-
-        stages = native_memory_per_stage(model, job, plan)
-    else:
-        stages = memory_per_stage(
-            model,
-            job,
-            plan,
-            attention=options.attention,
-            dropout=options.hidden_dropout,
-            main_grad_bytes=options.main_grad_bytes,
-        )
+    stages = runtime.memory(model, job, plan)
     model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s
     gpus = cluster.num_gpus
-    peak = peak_flops(profile, gemm_dtype(executed_job(job, options, profile).precision))
+    peak = peak_flops(profile, gemm_dtype(runtime.executed_job(job, profile).precision))
     estimate = Estimate(
         runtime=options.runtime,
         iteration_time_s=seconds,
@@ -198,7 +189,7 @@ def estimate_plan(
     *,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> Estimate:
-    """The detailed `Estimate` of ``plan`` (event simulator; no timeline built); ``options``
+    """The detailed `Estimate` of ``plan`` (event loop; no timeline built); ``options``
     as in `simulate_plan`.
 
     Raises `SpecError` when the plan breaks a rule of `specs.rules.check_plan`.

@@ -23,7 +23,6 @@ from typing import Literal
 from costmodel.compute import AttentionKernelName as AttentionKernel
 from profiles.schema import EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
-from specs.job import TrainingJob
 
 Runtime = Literal["megatron", "torch"]
 RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
@@ -170,13 +169,8 @@ fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss s
 blocking pipeline sends with the scatter/gather optimisation, and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`)."""
 
-TORCH_OPTIONS = ExecutionOptions(
-    runtime="torch",
-    grad_accumulation_fusion=False,
-    overlap_p2p=False,
-)
-"""paraplan's executor (`executor/`): eager PyTorch, SDPA attention, autograd accumulating
-into ``.grad``, pipelining sends waited with the next receive."""
+TORCH_OPTIONS = ExecutionOptions(runtime="torch")
+"""paraplan's executor (`executor/`; `costmodel.runtimes.torch`)."""
 
 
 def runtime_options(runtime: str) -> ExecutionOptions:
@@ -213,15 +207,3 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     }
     compute = dataclasses.replace(profile.compute, gemm_efficiency=curves)
     return dataclasses.replace(profile, compute=compute)
-
-
-def executed_job(
-    job: TrainingJob, options: ExecutionOptions, profile: HardwareProfile
-) -> TrainingJob:
-    """The job as the framework computes it on ``profile``'s device: the executor keeps CPU
-    runs in fp32 whatever the job precision (`executor.precision`: bf16 matmuls are slow on
-    CPUs and fp8 needs CUDA), so a CPU profile's bf16 curves never price an executor run."""
-    cpu = profile.device.kind == "cpu"
-    if options.runtime == "torch" and cpu and job.precision != "fp32":
-        return dataclasses.replace(job, precision="fp32")
-    return job

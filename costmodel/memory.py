@@ -42,6 +42,7 @@ Where this model deliberately differs from `megatron_theoretical_memory` (Megatr
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
@@ -168,17 +169,42 @@ class StageParams:
 
 def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StageParams:
     """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix)."""
+    return chunk_params(
+        model,
+        plan,
+        stage_layer_indices(model, plan, pp_rank),
+        first=pp_rank == 0,
+        last=pp_rank == plan.pp - 1,
+    )
+
+
+def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
+    """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
+    replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
+    split over ep·etp. The one per-rank parameter count of the cost model."""
+    layer = count_params(model).layers[index]
+    dense = _attention_per_rank(model, layer.attention, plan.tp)
+    dense += layer.mlp / plan.tp + layer.norms + layer.router
+    return StageParams(dense=dense, expert=layer.routed_experts / (plan.ep * plan.expert_tp))
+
+
+def chunk_params(
+    model: ModelSpec, plan: ParallelPlan, layers: Iterable[int], *, first: bool, last: bool
+) -> StageParams:
+    """Parameters one rank holds of ``layers``, plus the word embedding (and learned
+    positions) when ``first`` (virtual stage 0) and the final norm and the output layer when
+    ``last`` (the last virtual stage; the output layer is the embedding itself when it is
+    tied and one stage holds both)."""
     counts = count_params(model)
     dense = expert = 0.0
-    for layer_index in stage_layer_indices(model, plan, pp_rank):
-        layer = counts.layers[layer_index]
-        dense += _attention_per_rank(model, layer.attention, plan.tp)
-        dense += layer.mlp / plan.tp + layer.norms + layer.router
-        expert += layer.routed_experts / (plan.ep * plan.expert_tp)
+    for index in layers:
+        layer = layer_params_per_rank(model, plan, index)
+        dense += layer.dense
+        expert += layer.expert
     matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
-    if pp_rank == 0:
+    if first:
         dense += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
-    if pp_rank == plan.pp - 1:
+    if last:
         dense += counts.final_norm
         if not model.tied_embeddings or plan.pp > 1:
             dense += matrix

@@ -1,4 +1,4 @@
-"""The predicted `Timeline` of a simulated iteration (`costmodel.simulator`).
+"""The predicted `Timeline` of a simulated iteration (`costmodel.runtimes.megatron.pricing`).
 
 One rank per pipeline stage is shown (tp, cp and dp index 0): every rank of a stage runs
 the same work at the same time in the cost model, so the others are symmetric. Each
@@ -12,10 +12,10 @@ the pipeline.
 
 from __future__ import annotations
 
-from costmodel.layer_costs import PassCost
+from costmodel.iteration import IterationSimulation
 from costmodel.pipeline_sim import TimedAction
+from costmodel.runtimes.megatron.layer_costs import PassCost
 from costmodel.schedules import Action, virtual_stage
-from costmodel.simulator import IterationSimulation
 from specs.plan import ParallelPlan
 from specs.timeline import Timeline, TimelineEvent
 

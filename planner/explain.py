@@ -42,7 +42,8 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "compute": ("compute_forward_s", "compute_backward_s"),
     "optimizer": ("optimizer_s",),
 }
-"""Breakdown fields (`costmodel.simulator.Breakdown`) summed into the compared groups."""
+"""Breakdown fields (`costmodel.runtimes.megatron.pricing.Breakdown`) summed into the compared
+groups."""
 
 MODEL_STATE_BYTES_PER_PARAM = {"bf16": 18, "fp8": 18, "fp32": 16}
 """Weights, gradients and optimizer state per parameter over the whole cluster when nothing

@@ -2,7 +2,8 @@
 
 1. `planner.candidates.enumerate_candidates`: the legal candidates of a `SearchSpace` and
    how many each rule of `specs.rules.check_plan` rejected.
-2. Screen every candidate with the closed-form estimate (`costmodel.screen`, vectorized over
+2. Screen every candidate with the closed-form estimate (`costmodel.runtimes.megatron.screen`,
+vectorized over
    the candidate table); a candidate fits when its peak memory is at most
    (1 - memory_headroom) of the device memory, the headroom covering what no model
    predicts exactly (allocator behaviour, library workspaces).

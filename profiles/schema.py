@@ -223,7 +223,7 @@ class ComputeProfile:
     operators."""
     backward_scale: float = 1.0
     """Factor on the compute time of every backward pass the executor model prices
-    (`costmodel.native_runtime.native_pass_costs`); a recompute's rerun, a forward, keeps
+    (`costmodel.runtimes.torch.passes.native_pass_costs`); a recompute's rerun, a forward, keeps
     the forward's price. 1 in a measured profile; `paraplan calibrate` fits it on its runs'
     own forward/backward split (`reports.calibrate_time.fit_backward_scale`)."""
 
@@ -328,7 +328,7 @@ class CommunicationProfile:
     layer_collective_scale: float = 1.0
     """Factor on the time of every layer collective the executor model prices one by one
     (tensor-, context- and expert-parallel calls: wire time, waited-for excess and
-    functional extras, `costmodel.native_runtime`). 1 in a measured profile; `paraplan
+    functional extras, `costmodel.runtimes.torch.passes`). 1 in a measured profile; `paraplan
     calibrate` fits it on runs with layer collectives
     (`reports.calibrate_time`), since what a step waits for at each call follows the
     ranks' scheduling on a shared host more than the profiler's probes of it do."""

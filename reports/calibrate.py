@@ -338,7 +338,8 @@ def _provenance(
     base: HardwareProfile, runs: Sequence[RunDir], command: str, notes: tuple[str, ...]
 ) -> Provenance:
     """``calibrated`` provenance; the machine fields and the measured spreads stay the base
-    profile's (the executor model reads host costs from the spreads, `costmodel.host_rates`)."""
+    profile's (the executor model reads host costs from the spreads,
+    `costmodel.runtimes.torch.host_rates`)."""
     p = base.provenance
     return Provenance(
         method="calibrated",

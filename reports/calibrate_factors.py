@@ -118,7 +118,7 @@ def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:
     """``profile`` with every compute time multiplied by ``k`` (`reports.calibrate_time`):
     the factors of `apply_factors` for every dtype (GEMM and attention rates and
     memory-bound bandwidth over k, the op overhead and with it every host rate of
-    `costmodel.host_rates` times k, DTensor's redistribution extra among them). The
+    `costmodel.runtimes.torch.host_rates` times k, DTensor's redistribution extra among them). The
     collectives keep their measured costs: the α-β fits, the typical excess of a waited-for
     call and the functional calls' extra."""
     compute = profile.compute

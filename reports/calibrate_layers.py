@@ -4,7 +4,7 @@ time scale of `reports.calibrate_time`.
 
 A tensor-, context- or expert-parallel step on a CPU waits for every one of its layers'
 collectives: the wire time, the ranks' arrival skew after their host work and the
-functional form's extra (`costmodel.native_runtime`). The profile times those with probes
+functional form's extra (`costmodel.runtimes.torch.passes`). The profile times those with probes
 of a few seconds each; what a step pays at each call follows the ranks' scheduling on a
 shared host, which the probes catch only in part. On the 2-core reference VM, quiet
 profile draws put the functional all-reduce's extra at 0.16-0.67 ms and the sweep's

@@ -19,7 +19,7 @@ plans: on one bench (k = 1.86) context parallelism came out +54% and tensor para
 factor of their own, fitted after k on runs that have them (`reports.calibrate_layers`).
 
 `reports.calibrate_factors.time_scaled` multiplies every compute time of a profile by k: the op
-overhead (every host rate of `costmodel.host_rates` is read relative to it), GEMM and
+overhead (every host rate of `costmodel.runtimes.torch.host_rates` is read relative to it), GEMM and
 attention rates and memory-bound bandwidth (over k, through
 `reports.calibrate_factors.apply_factors`). `fit_time_scale` minimises the sum of squared
 log-ratios of predicted to measured iteration time over the runs (scipy

@@ -24,7 +24,7 @@ plain chain, in rounds (`profiles.profiler.in_context`) at two levels of host wo
 Records (`OverheadTiming`, seconds per block): ``ckpt_full_<pass>_w<level>`` and
 ``ckpt_part_<pass>_w<level>`` (the variant's pass less the plain chain's, the rerun
 included), ``ckpt_layer_<pass>_w<level>`` (the plain chain's pass per block).
-`costmodel.checkpoint_context` turns them into a cost per call and per saved tensor.
+`costmodel.runtimes.torch.checkpoint_rates` turns them into a cost per call and per saved tensor.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ seconds, single preemptions take milliseconds). Means over alternating rounds of
 in six back-to-back measurements on the 2-core VM (standard deviation 0.71 ms; all_to_all
 0.27 ms); the median over pairs of adjacent calls gave 0.35 +- 0.09 ms and 0.37 +- 0.05 ms.
 A pair sees one host state, and the median leaves the preemptions, which hit either form,
-to the collective sweep's spread (`costmodel.host_rates`' excess).
+to the collective sweep's spread (`costmodel.runtimes.torch.host_rates`' excess).
 
 Left out on one rank.
 """
@@ -82,7 +82,8 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 FUNCTIONAL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-"""Collectives timed in functional and plain form (`costmodel.host_rates` reads them)."""
+"""Collectives timed in functional and plain form (`costmodel.runtimes.torch.host_rates` reads
+them)."""
 FUNCTIONAL_PROBE_BYTES = 1 << 16
 """Size of the functional-collective probe (nccl-tests convention): small enough that the
 call's host cost, not the wire, dominates, as for the executor's per-layer exchanges."""

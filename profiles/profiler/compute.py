@@ -133,7 +133,7 @@ class Runner:
         still moves it (on the 2-core development VM single windows of the functional
         all-reduce and reduce-scatter read -0.4 to -1.5 ms against 0.1-0.5 ms in most
         others, with no steal counted), so the cost model reads these samples by their median
-        (`costmodel.host_rates.PAIRED_QUANTITIES`)."""
+        (`costmodel.runtimes.torch.host_rates.PAIRED_QUANTITIES`)."""
         for _ in range(self.budget.warmup_calls):
             base()
             form()

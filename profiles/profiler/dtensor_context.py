@@ -19,9 +19,9 @@ in rounds (`profiles.profiler.in_context`).
 
 Records (`OverheadTiming`, seconds per block): ``dtensor_context_<pass>_w<level>`` (the
 variant's pass less the base's: one wrap, linear and unwrap in context) and
-``dtensor_layer_<pass>_w<level>`` (the base's pass per block). `costmodel.dtensor_context`
-turns them into a factor on the loop figures. Nothing without a process group (DTensor
-needs a mesh), like the loop figures.
+``dtensor_layer_<pass>_w<level>`` (the base's pass per block).
+`costmodel.runtimes.torch.dtensor_rates` turns them into a factor on the loop figures. Nothing
+without a process group (DTensor needs a mesh), like the loop figures.
 """
 
 from __future__ import annotations

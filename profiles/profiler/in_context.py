@@ -14,7 +14,7 @@ at each level of host work, and records per layer of the chain:
 
 - ``<extra>_<pass>_w<level>``: a variant's pass less the base's (one name per variant);
 - ``<layer>_<pass>_w<level>``: the base's pass: the host work per layer at that level,
-  which `costmodel.in_context.InContext` interpolates on.
+  which `costmodel.runtimes.torch.in_context_rates.InContext` interpolates on.
 
 Each sample is the mean of `PAIRS_PER_SAMPLE` consecutive pairs (a step pays every wait,
 the long ones too), of the rounds during which the hypervisor took none of the machine's

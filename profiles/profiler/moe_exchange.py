@@ -26,7 +26,8 @@ Records (`OverheadTiming`, seconds per layer):
 - ``moe_exchange_<pass>_w<level>``: the exchanged chain's pass less the base's, per layer
   (``pass``: forward, backward; ``level``: 0 without work, 1 with `WORK_GEMMS`);
 - ``moe_layer_<pass>_w<level>``: the base's pass per layer: the host work between two
-  layers' exchanges at that level, which `costmodel.in_context.InContext` interpolates on.
+  layers' exchanges at that level, which `costmodel.runtimes.torch.in_context_rates.InContext`
+  interpolates on.
 
 The token exchanges carry `TOKEN_BYTES` each (T = `TOKENS` tokens of D = `WIDTH` fp32 values,
 two choices each: the tiny MoE model at one sequence of 128). Left out on one rank.

@@ -16,8 +16,8 @@ element-wise operators, ``h = h + rope(RMSNorm(h))`` (`dtensor_norm.rms_norm` an
 two views split and merge the heads), on a `MIX_TOKENS` x `MIX_WIDTH` fp32 activation, forward and
 backward (one ``backward()`` call), each pass reached after a cold sweep
 (`routing.cold_sweep`); a sample is the median of `routing.ROUNDS_PER_SAMPLE` rounds.
-`costmodel.op_mix` prices the same blocks with the profile's per-operator figures and
-scales those figures by the ratio. On CUDA the executor model is not used: left out.
+`costmodel.runtimes.torch.op_mix_rates` prices the same blocks with the profile's per-operator
+figures and scales those figures by the ratio. On CUDA the executor model is not used: left out.
 """
 
 from __future__ import annotations

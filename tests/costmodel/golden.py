@@ -39,7 +39,7 @@ CPU_PROFILES = ("cpu-quick-tiny", "synthetic-cpu")
 
 RUNTIME_OPTIONS: dict[str, ExecutionOptions] = {
     "megatron": ExecutionOptions(runtime="megatron"),
-    "torch": ExecutionOptions(runtime="torch", grad_accumulation_fusion=False, overlap_p2p=False),
+    "torch": ExecutionOptions(runtime="torch"),
     "megatron-2021": MEGATRON_2021,
 }
 """Execution options by the name the fixture stores."""

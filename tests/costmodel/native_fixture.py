@@ -128,7 +128,7 @@ def spread(quantity: str, mean: float, minimum: float | None = None) -> Measurem
 
 def spread_over_fit(op: str, size_bytes: int, excess_s: float, group: int = 2):
     """A collective's spread whose mean lies ``excess_s`` above the fixture's intra-node fit
-    at that size (what `costmodel.host_rates` reads as the call's excess)."""
+    at that size (what `costmodel.runtimes.torch.host_rates` reads as the call's excess)."""
     fit = next(f for f in _fits() if f.op == op and f.group_size == group)
     mean = collective_time_s(fit, size_bytes) + excess_s
     return spread(f"{op}.intra.{group}.{size_bytes}B", mean, minimum=mean / 4)
@@ -182,8 +182,8 @@ def cpu_profile(
 def in_context_spreads(
     extra: str, layer: str, levels: dict[str, tuple[tuple[float, float], ...]]
 ) -> tuple[MeasurementSpread, ...]:
-    """Spreads of an in-context probe (`costmodel.in_context`): per pass, (host, extra) at
-    each level in turn, as ``op_overhead.<layer>_<pass>_w<level>`` and
+    """Spreads of an in-context probe (`costmodel.runtimes.torch.in_context_rates`): per pass,
+    (host, extra) at each level in turn, as ``op_overhead.<layer>_<pass>_w<level>`` and
     ``op_overhead.<extra>_<pass>_w<level>``."""
     out = []
     for p, points in levels.items():

@@ -1,4 +1,4 @@
-"""Activation checkpointing priced in its chain (`costmodel.checkpoint_context`,
+"""Activation checkpointing priced in its chain (`costmodel.runtimes.torch.checkpoint_rates`,
 `native_runtime.checkpoint_hooks_s`)."""
 
 from __future__ import annotations
@@ -7,23 +7,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.checkpoint_context import (
+from costmodel.passes import comm_groups
+from costmodel.runtimes.torch.checkpoint_rates import (
     PROBE_WORK,
     SAVED_PER_PRODUCT,
     CheckpointContext,
     checkpoint_context_rates,
 )
-from costmodel.host_rates import host_rates
-from costmodel.in_context import InContext
-from costmodel.native_layers import layer_ops, native_shape
-from costmodel.native_ops import host_seconds
-from costmodel.native_runtime import (
+from costmodel.runtimes.torch.host_rates import host_rates
+from costmodel.runtimes.torch.in_context_rates import InContext
+from costmodel.runtimes.torch.layers import layer_ops, native_shape
+from costmodel.runtimes.torch.ops import host_seconds
+from costmodel.runtimes.torch.passes import (
     SAVED_PER_RECORDED_OP,
     SDPA_SAVED_TENSORS,
     checkpoint_hooks_s,
     native_pass_costs,
 )
-from costmodel.simulator import comm_groups
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan

@@ -1,4 +1,4 @@
-"""DTensor's operators priced in their chain (`costmodel.dtensor_context`, applied by
+"""DTensor's operators priced in their chain (`costmodel.runtimes.torch.dtensor_rates`, applied by
 `native_runtime.chunk_ops`)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel import dtensor_context as model
-from costmodel.host_rates import host_rates
-from costmodel.native_ops import HostOps, host_seconds
-from costmodel.native_runtime import native_pass_costs
-from costmodel.simulator import comm_groups
+from costmodel.passes import comm_groups
+from costmodel.runtimes.torch import dtensor_rates as model
+from costmodel.runtimes.torch.host_rates import host_rates
+from costmodel.runtimes.torch.ops import HostOps, host_seconds
+from costmodel.runtimes.torch.passes import native_pass_costs
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan

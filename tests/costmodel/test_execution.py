@@ -15,8 +15,10 @@ from costmodel.execution import (
     framework_profile,
 )
 from costmodel.flops import core_attention_forward_flops_per_token
-from costmodel.layer_costs import layer_cost, logits_cost
-from costmodel.simulator import blocking_sends, pipeline_send_s, simulate_iteration
+from costmodel.iteration import simulate_iteration
+from costmodel.runtimes.megatron.layer_costs import layer_cost, logits_cost
+from costmodel.runtimes.megatron.pricing import blocking_sends, pipeline_send_s
+from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.lookup import gemm_efficiency, memory_bandwidth_Bps
 from profiles.store import load_profile
@@ -68,13 +70,15 @@ def test_gemm_rate_factor_scales_gemms_only():
     # Memory-bound operators and the device peaks are untouched.
     assert memory_bandwidth_Bps(old) == BW
     assert old.device == A100.device and old.communication == A100.communication
-    slow = simulate_iteration(SC21_MODEL, SC21_JOB, _sc21_plan(), A100, options=MEGATRON_2021)
+    slow = simulate_iteration(
+        SC21_MODEL, SC21_JOB, _sc21_plan(), A100, runtime=runtime_model(MEGATRON_2021)
+    )
     fast = simulate_iteration(
         SC21_MODEL,
         SC21_JOB,
         _sc21_plan(),
         A100,
-        options=dataclasses.replace(MEGATRON_2021, gemm_rate_factor=1.0),
+        runtime=runtime_model(dataclasses.replace(MEGATRON_2021, gemm_rate_factor=1.0)),
     )
     assert slow.breakdown.compute_forward_s > fast.breakdown.compute_forward_s
     assert slow.breakdown.optimizer_s == pytest.approx(fast.breakdown.optimizer_s)
@@ -220,9 +224,11 @@ def test_interleaved_sends_block_without_p2p_overlap():
     assert not blocking_sends(plan)
     assert blocking_sends(plan, ExecutionOptions(overlap_p2p=False))
     assert blocking_sends(_sc21_plan(vpp=1))  # 1F1B always blocks
-    overlapped = simulate_iteration(SC21_MODEL, SC21_JOB, plan, A100)
+    overlapped = simulate_iteration(
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(DEFAULT_OPTIONS)
+    )
     blocked = simulate_iteration(
-        SC21_MODEL, SC21_JOB, plan, A100, options=ExecutionOptions(overlap_p2p=False)
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(ExecutionOptions(overlap_p2p=False))
     )
     assert blocked.blocking_sends
     assert blocked.iteration_time_s > overlapped.iteration_time_s
@@ -251,9 +257,11 @@ def test_scatter_gather_sends_a_tp_slice_per_nic():
 
 def test_fp16_main_gradients_halve_the_data_parallel_bytes():
     plan = ParallelPlan.for_world(128, tp=8, pp=2, micro_batch_size=1)
-    fp32 = simulate_iteration(SC21_MODEL, SC21_JOB, plan, A100)
+    fp32 = simulate_iteration(
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(DEFAULT_OPTIONS)
+    )
     fp16 = simulate_iteration(
-        SC21_MODEL, SC21_JOB, plan, A100, options=ExecutionOptions(main_grad_bytes=2)
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(ExecutionOptions(main_grad_bytes=2))
     )
     for a, b in zip(fp32.tails, fp16.tails, strict=True):
         assert sum(ev[3] for ev in b.dp_events) == pytest.approx(
@@ -264,9 +272,11 @@ def test_fp16_main_gradients_halve_the_data_parallel_bytes():
 
 def test_loss_scaling_lengthens_the_optimizer_step():
     plan = ParallelPlan.for_world(8, tp=8, micro_batch_size=1)
-    plain = simulate_iteration(SC21_MODEL, SC21_JOB, plan, A100)
+    plain = simulate_iteration(
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(DEFAULT_OPTIONS)
+    )
     scaled = simulate_iteration(
-        SC21_MODEL, SC21_JOB, plan, A100, options=ExecutionOptions(loss_scaling=True)
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(ExecutionOptions(loss_scaling=True))
     )
     assert scaled.breakdown.optimizer_s > plain.breakdown.optimizer_s
 

@@ -1,4 +1,5 @@
-"""FSDP2's gathers priced in their chain (`costmodel.fsdp_context`, `native_sync.fsdp_gather_s`)."""
+"""FSDP2's gathers priced in their chain (`costmodel.runtimes.torch.fsdp_rates`,
+`native_sync.fsdp_gather_s`)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.fsdp_context import PROBE_GATHER_BYTES, PROBE_TENSORS, fsdp_context_rates
-from costmodel.host_rates import host_rates
-from costmodel.in_context import InContext
-from costmodel.native_ops import FP32
-from costmodel.native_sim import native_chunk_costs
-from costmodel.native_sync import fsdp_gather_s, stage_params
-from costmodel.simulator import comm_groups
+from costmodel.passes import comm_groups
+from costmodel.runtimes.torch.fsdp_rates import (
+    PROBE_GATHER_BYTES,
+    PROBE_TENSORS,
+    fsdp_context_rates,
+)
+from costmodel.runtimes.torch.host_rates import host_rates
+from costmodel.runtimes.torch.in_context_rates import InContext
+from costmodel.runtimes.torch.ops import FP32
+from costmodel.runtimes.torch.pricing import native_chunk_costs
+from costmodel.runtimes.torch.sync import fsdp_gather_s, stage_layout
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -90,7 +95,7 @@ def chunk(profile, plan):
 def test_each_module_gathers_once_per_pass_at_the_passes_host_work():
     profile, rates = probed()
     base, fsdp = chunk(profile, DP), chunk(profile, FSDP)
-    params = stage_params(TINY, DP, 0)
+    params = stage_layout(TINY, DP, 0)
     modules = list(zip(params.blocks[:-1], [9] * TINY.num_layers, strict=True))
     modules.append((params.blocks[-1], 3))  # the root: embedding, final norm, output
     g = group(profile)

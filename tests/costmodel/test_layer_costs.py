@@ -1,11 +1,18 @@
-"""Per-layer, per-microbatch costs with their TP/CP/EP communication (costmodel.layer_costs)."""
+"""Per-layer, per-microbatch costs with their TP/CP/EP communication
+(costmodel.runtimes.megatron.layer_costs)."""
 
 from __future__ import annotations
 
 import pytest
 
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
-from costmodel.layer_costs import CommGroups, PassCost, embedding_cost, layer_cost, logits_cost
+from costmodel.runtimes.megatron.layer_costs import (
+    CommGroups,
+    PassCost,
+    embedding_cost,
+    layer_cost,
+    logits_cost,
+)
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.job import TrainingJob

@@ -1,4 +1,5 @@
-"""The MoE layer's expert-parallel exchanges priced in context (`costmodel.moe_exchange`)."""
+"""The MoE layer's expert-parallel exchanges priced in context
+(`costmodel.runtimes.torch.moe_exchange_rates`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from costmodel.execution import TORCH_OPTIONS
-from costmodel.host_rates import host_rates
-from costmodel.in_context import InContext
-from costmodel.moe_exchange import moe_exchange_rates
-from costmodel.simulator import simulate_iteration
+from costmodel.iteration import simulate_iteration
+from costmodel.runtimes.registry import runtime_model
+from costmodel.runtimes.torch.host_rates import host_rates
+from costmodel.runtimes.torch.in_context_rates import InContext
+from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -62,7 +64,9 @@ def test_rates_need_every_probe_figure_and_scale_the_host_levels_only():
 
 
 def sim(profile, plan=EP):
-    return simulate_iteration(MOE, JOB, plan, profile, gpus_per_node=4, options=TORCH_OPTIONS)
+    return simulate_iteration(
+        MOE, JOB, plan, profile, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
 
 
 def test_a_probed_profile_prices_each_layer_once_per_pass():

@@ -1,4 +1,4 @@
-"""The executor's peak memory per stage (`costmodel.native_memory`): what torch's
+"""The executor's peak memory per stage (`costmodel.runtimes.torch.memory`): what torch's
 interleaved runtime holds at its peak, and a step of one microbatch."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodel.activations import in_flight_chunk_counts
-from costmodel.native_memory import interleaved_runtime_peak, native_memory_per_stage
+from costmodel.runtimes.torch.memory import interleaved_runtime_peak, native_memory_per_stage
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset

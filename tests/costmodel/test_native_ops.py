@@ -1,5 +1,5 @@
-"""Operator counts and host prices of the executor model (costmodel.host_rates,
-costmodel.native_ops, costmodel.native_layers, costmodel.native_moe)."""
+"""Operator counts and host prices of the executor model (costmodel.runtimes.torch.host_rates,
+costmodel.runtimes.torch.ops, costmodel.runtimes.torch.layers, costmodel.runtimes.torch.moe)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from costmodel.compute import gemm_time_s
-from costmodel.host_rates import DTENSOR_FALLBACK_RATIOS, host_rates
-from costmodel.native_layers import (
+from costmodel.runtimes.torch.host_rates import DTENSOR_FALLBACK_RATIOS, host_rates
+from costmodel.runtimes.torch.layers import (
     attention_block,
     attention_core,
     embedding_ops,
@@ -17,8 +17,8 @@ from costmodel.native_layers import (
     layer_ops,
     native_shape,
 )
-from costmodel.native_moe import moe_block
-from costmodel.native_ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
+from costmodel.runtimes.torch.moe import moe_block
+from costmodel.runtimes.torch.ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
 from profiles.schema import MeasurementSpread
 from specs.plan import ParallelPlan
 from specs.presets import get_preset

@@ -15,18 +15,21 @@ from costmodel.estimate import estimate_plan, simulate_plan
 from costmodel.execution import (
     DEFAULT_OPTIONS,
     TORCH_OPTIONS,
-    executed_job,
     runtime_options,
 )
-from costmodel.host_rates import FSDP_PROBE_BYTES, host_rates
-from costmodel.native_layers import layer_ops, native_shape
-from costmodel.native_memory import native_memory_per_stage
-from costmodel.native_ops import FP32, host_seconds
-from costmodel.native_runtime import microbatch_overhead
-from costmodel.native_sim import native_chunk_costs
-from costmodel.native_sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_params
-from costmodel.screen import plans_frame, screen_plans
-from costmodel.simulator import blocking_sends, comm_groups, simulate_iteration
+from costmodel.iteration import simulate_iteration
+from costmodel.passes import comm_groups
+from costmodel.plan_frame import plans_frame
+from costmodel.runtimes.registry import runtime_model
+from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES, host_rates
+from costmodel.runtimes.torch.layers import layer_ops, native_shape
+from costmodel.runtimes.torch.memory import native_memory_per_stage
+from costmodel.runtimes.torch.ops import FP32, host_seconds
+from costmodel.runtimes.torch.passes import microbatch_overhead
+from costmodel.runtimes.torch.pricing import native_chunk_costs
+from costmodel.runtimes.torch.runtime import TorchRuntime
+from costmodel.runtimes.torch.sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_layout
+from costmodel.screen import screen_plans
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
@@ -49,7 +52,9 @@ def cluster(n: int) -> ClusterSpec:
 
 
 def sim(plan: ParallelPlan, model=TINY, job=JOB):
-    return simulate_iteration(model, job, plan, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
+    return simulate_iteration(
+        model, job, plan, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
 
 
 def chunks(plan: ParallelPlan, model=TINY):
@@ -73,9 +78,9 @@ def test_the_runtime_is_named_not_inferred_from_the_device():
 
 def test_the_executor_computes_in_fp32_whatever_the_job_says():
     bf16 = dataclasses.replace(JOB, precision="bf16")
-    assert executed_job(bf16, TORCH_OPTIONS, CPU).precision == "fp32"
-    assert executed_job(bf16, DEFAULT_OPTIONS, CPU).precision == "bf16"
-    assert executed_job(bf16, TORCH_OPTIONS, load_profile("h100-sxm-80gb")).precision == "bf16"
+    assert TorchRuntime().executed_job(bf16, CPU).precision == "fp32"
+    assert runtime_model(DEFAULT_OPTIONS).executed_job(bf16, CPU).precision == "bf16"
+    assert TorchRuntime().executed_job(bf16, load_profile("h100-sxm-80gb")).precision == "bf16"
     plan = ParallelPlan()
     a, _ = simulate_plan(TINY, cluster(1), bf16, plan, CPU, timeline=False, options=TORCH_OPTIONS)
     b, _ = simulate_plan(TINY, cluster(1), JOB, plan, CPU, timeline=False, options=TORCH_OPTIONS)
@@ -118,11 +123,11 @@ def test_recompute_reruns_the_checkpointed_work_and_its_hooks():
 
 
 def test_pipeline_sends_block_and_the_gradients_are_divided():
-    assert blocking_sends(ParallelPlan(pp=2, vpp=2, schedule="interleaved"), TORCH_OPTIONS)
+    assert TorchRuntime().blocking_sends(ParallelPlan(pp=2, vpp=2, schedule="interleaved"))
     s = sim(ParallelPlan(pp=2))
     assert s.breakdown.pp_exposed_s > 0 and s.breakdown.bubble_s > 0
     tail = s.tails[0]
-    params = stage_params(TINY, ParallelPlan(pp=2), 0)
+    params = stage_layout(TINY, ParallelPlan(pp=2), 0)
     division = (params.dense_tensors) * RATES.dispatch_s + 2 * params.dense * FP32 / 50e9
     assert tail.grads_done_s - tail.pipeline_end_s == pytest.approx(division)
 
@@ -144,7 +149,7 @@ def test_each_pipelined_action_posts_its_receive_and_its_send():
 
     def step_s(plan: ParallelPlan, profile) -> float:
         return simulate_iteration(
-            TINY, JOB, plan, profile, gpus_per_node=4, options=TORCH_OPTIONS
+            TINY, JOB, plan, profile, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
         ).iteration_time_s
 
     one_f_one_b = ParallelPlan(pp=2)
@@ -161,7 +166,7 @@ def test_ddp_buckets_start_with_one_mebibyte():
     plan = ParallelPlan(dp=2, ddp_bucket_size=100_000)
     tail = sim(plan).tails[0]
     sizes = [e[3] for e in tail.dp_events]
-    params = stage_params(TINY, plan, 0).dense
+    params = stage_layout(TINY, plan, 0).dense
     assert sizes[0] == 2**20
     assert sizes[1] == 100_000 * FP32
     assert sum(sizes) == pytest.approx(params * FP32)
@@ -184,7 +189,7 @@ def test_fsdp_gathers_every_module_every_microbatch():
     base = chunks(ParallelPlan(dp=2))[0][0]
     fsdp = chunks(ParallelPlan(dp=2, distributed_optimizer=True))[0][0]
     placements = plan_placements(CPU, ParallelPlan(dp=2, distributed_optimizer=True), 4)
-    params = stage_params(TINY, ParallelPlan(dp=2), 0)
+    params = stage_layout(TINY, ParallelPlan(dp=2), 0)
     blocks, root = params.blocks[:-1], params.blocks[-1]
     group = placements["dp-cp"]
     per_block = [idle_gather_s(CPU, RATES, p, 9, group) for p in blocks]
@@ -219,13 +224,13 @@ def test_fsdp_gathers_every_module_every_microbatch():
 def test_optimizer_pays_dtensor_dispatch_and_sequence_parallel_norm_reads():
     plain = ParallelPlan()
     placements = plan_placements(CPU, plain, 4)
-    params = stage_params(TINY, plain, 0)
+    params = stage_layout(TINY, plain, 0)
     tensors = params.dense_tensors
     base = optimizer_s(CPU, RATES, plain, params, placements)
     expected = tensors * (80e-6 + 2e-6) + 28 * params.dense / 10e9
     assert base == pytest.approx(expected)
     tp = ParallelPlan(tp=2)
-    tp_params = stage_params(TINY, tp, 0)
+    tp_params = stage_layout(TINY, tp, 0)
     tp_s = optimizer_s(CPU, RATES, tp, tp_params, plan_placements(CPU, tp, 4))
     sp = ParallelPlan(tp=2, sequence_parallel=True)
     sp_s = optimizer_s(CPU, RATES, sp, tp_params, plan_placements(CPU, sp, 4))
@@ -249,7 +254,7 @@ def test_expert_parallel_exchanges_tokens():
 
 def test_memory_parts_of_one_rank():
     (stage,) = native_memory_per_stage(TINY, JOB, ParallelPlan())
-    params = stage_params(TINY, ParallelPlan(), 0).dense
+    params = stage_layout(TINY, ParallelPlan(), 0).dense
     assert stage.weights_bytes == stage.gradients_bytes == params * FP32
     assert stage.optimizer_bytes == 2 * params * FP32
     assert stage.framework_bytes == 0 and stage.comm_buffers_bytes == 0
@@ -323,15 +328,19 @@ def test_pipeline_sends_and_collectives_pay_the_typical_excess():
     )
     noisy = cpu_profile(extra=extra)
     plain = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), CPU, gpus_per_node=4, options=TORCH_OPTIONS
+        TINY, JOB, ParallelPlan(pp=2), CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
     )
     waited = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), noisy, gpus_per_node=4, options=TORCH_OPTIONS
+        TINY, JOB, ParallelPlan(pp=2), noisy, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
     )
     assert waited.send_s[0] - plain.send_s[0] == pytest.approx(500e-6)
     tp = ParallelPlan(tp=2)
-    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
-    b = simulate_iteration(TINY, JOB, tp, noisy, gpus_per_node=4, options=TORCH_OPTIONS)
+    a = simulate_iteration(
+        TINY, JOB, tp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
+    b = simulate_iteration(
+        TINY, JOB, tp, noisy, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
     # 2 all-reduces forward and 5 backward per layer, 1 + 1 in embedding and head, per
     # microbatch: each waits 1 ms more.
     per_mb = 4 * 7 + 2
@@ -344,7 +353,9 @@ def _tp_extra_and_dp_times(profile) -> tuple[float, float, float]:
     on the fixture and on ``profile``."""
 
     def sim(plan: ParallelPlan, hw):
-        return simulate_iteration(TINY, JOB, plan, hw, gpus_per_node=4, options=TORCH_OPTIONS)
+        return simulate_iteration(
+            TINY, JOB, plan, hw, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        )
 
     tp, dp = ParallelPlan(tp=2), ParallelPlan(dp=2)
     extra = sim(tp, profile).breakdown.tp_exposed_s - sim(tp, CPU).breakdown.tp_exposed_s
@@ -364,9 +375,15 @@ def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra(
     plan = ParallelPlan(dp=2, ep=2)
     functional = cpu_profile(extra=(spread("op_overhead.functional_all_to_all", 300e-6),))
     autograd = cpu_profile(extra=(spread("op_overhead.autograd_all_to_all", 1e-3),))
-    base = simulate_iteration(MOE, JOB, plan, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
-    a = simulate_iteration(MOE, JOB, plan, functional, gpus_per_node=4, options=TORCH_OPTIONS)
-    b = simulate_iteration(MOE, JOB, plan, autograd, gpus_per_node=4, options=TORCH_OPTIONS)
+    base = simulate_iteration(
+        MOE, JOB, plan, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
+    a = simulate_iteration(
+        MOE, JOB, plan, functional, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
+    b = simulate_iteration(
+        MOE, JOB, plan, autograd, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
     per_step = plan.num_microbatches(JOB.global_batch_size) * MOE.num_layers
     # an older profile: each exchange costs two functional calls (the fallback)
     assert a.breakdown.ep_exposed_s - base.breakdown.ep_exposed_s == pytest.approx(
@@ -401,13 +418,21 @@ def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_pa
     assert rates.redistribute_s("all_reduce") == pytest.approx(net)
     assert rates.redistribute_s("all_to_all") == 0.0  # never a redistribution
     tp = ParallelPlan(tp=2)
-    a = simulate_iteration(TINY, JOB, tp, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
-    b = simulate_iteration(TINY, JOB, tp, slower, gpus_per_node=4, options=TORCH_OPTIONS)
+    a = simulate_iteration(
+        TINY, JOB, tp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
+    b = simulate_iteration(
+        TINY, JOB, tp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
     extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
     # per microbatch the 30 all-reduces above and the head's all-gather of the logits
     assert extra_tp == pytest.approx(8 * (4 * 7 + 2 + 1) * net, rel=1e-6)
     # context parallelism gathers K and V with the executor's own functional calls
     cp = ParallelPlan(cp=2)
-    c = simulate_iteration(TINY, JOB, cp, CPU, gpus_per_node=4, options=TORCH_OPTIONS)
-    d = simulate_iteration(TINY, JOB, cp, slower, gpus_per_node=4, options=TORCH_OPTIONS)
+    c = simulate_iteration(
+        TINY, JOB, cp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
+    d = simulate_iteration(
+        TINY, JOB, cp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+    )
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)

@@ -1,4 +1,5 @@
-"""The operator-mix factor on the per-operator host figures (`costmodel.op_mix`)."""
+"""The operator-mix factor on the per-operator host figures
+(`costmodel.runtimes.torch.op_mix_rates`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.host_rates import host_rates
-from costmodel.op_mix import SCALED_FIELDS, _priced_s, op_mix_factor
+from costmodel.runtimes.torch.host_rates import host_rates
+from costmodel.runtimes.torch.op_mix_rates import SCALED_FIELDS, _priced_s, op_mix_factor
 from tests.costmodel.native_fixture import cpu_profile, spread
 
 RATES = host_rates(cpu_profile())

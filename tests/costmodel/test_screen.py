@@ -1,4 +1,4 @@
-"""The closed-form screen against the event simulator (costmodel.screen)."""
+"""The closed-form screen against the event simulator (costmodel.runtimes.megatron.screen)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import MEGATRON_2021
-from costmodel.screen import plans_frame, screen_plans
-from costmodel.simulator import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.plan_frame import plans_frame
+from costmodel.runtimes.megatron.pricing import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.screen import screen_plans
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError

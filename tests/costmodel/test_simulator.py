@@ -1,4 +1,4 @@
-"""The event simulator and `Estimate` (costmodel.simulator, costmodel.estimate)."""
+"""The event simulator and `Estimate` (costmodel.runtimes.megatron.pricing, costmodel.estimate)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodel.estimate import JSON_KEYS, estimate_plan, estimate_to_json, simulate_plan
-from costmodel.simulator import ExecutionOptions, simulate_iteration
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.iteration import simulate_iteration
+from costmodel.runtimes.registry import runtime_model
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -208,13 +210,15 @@ def test_timeline_shows_one_rank_per_stage():
 
 
 def test_unfused_gradient_accumulation_adds_backward_time():
-    fused = simulate_iteration(MODEL_70B, JOB_70B, plan_70b(), H100)
+    fused = simulate_iteration(
+        MODEL_70B, JOB_70B, plan_70b(), H100, runtime=runtime_model(DEFAULT_OPTIONS)
+    )
     unfused = simulate_iteration(
         MODEL_70B,
         JOB_70B,
         plan_70b(),
         H100,
-        options=ExecutionOptions(grad_accumulation_fusion=False),
+        runtime=runtime_model(ExecutionOptions(grad_accumulation_fusion=False)),
     )
     assert unfused.breakdown.compute_backward_s > fused.breakdown.compute_backward_s
 

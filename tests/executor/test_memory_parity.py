@@ -1,4 +1,4 @@
-"""The executor's measured peak memory against the cost model's (`costmodel.native_memory`),
+"""The executor's measured peak memory against the cost model's (`costmodel.runtimes.torch.memory`),
 measured at test time on the tiny models: one rank with a step of one microbatch, whose
 gradients never meet its activations, and of several, whose later microbatches run with the
 gradients held; two ranks of an interleaved pipeline, which holds every send until the step
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.native_memory import native_memory_per_stage
+from costmodel.runtimes.torch.memory import native_memory_per_stage
 from executor.run import RunConfig, execute
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec

@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from costmodel import checkpoint_context as model
+from costmodel.runtimes.torch import checkpoint_rates as model
 from profiles.profiler import checkpoint_context as probe
 from profiles.profiler import in_context
 from tests.profiles.test_profiler_framework import RUN

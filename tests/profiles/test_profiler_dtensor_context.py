@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from costmodel import dtensor_context as model
+from costmodel.runtimes.torch import dtensor_rates as model
 from profiles.profiler import dtensor_context as probe
 from profiles.profiler import in_context
 from tests.profiles.profiler_in_context import check_records

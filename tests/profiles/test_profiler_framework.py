@@ -61,7 +61,7 @@ def test_autograd_backward_splits_into_nodes_and_a_call():
     assert len(node.times_s) == 25 and all(t >= 0 for t in node.times_s + call.times_s)
     # A node costs microseconds; one backward() call costs more than one node. The call is
     # an intercept, so a busy host scatters its samples down to 0: the mean is the figure
-    # the cost model reads (`costmodel.host_rates`), and the one compared.
+    # the cost model reads (`costmodel.runtimes.torch.host_rates`), and the one compared.
     assert 0 < statistics.median(node.times_s) < 1e-3
     assert statistics.mean(call.times_s) > statistics.median(node.times_s)
 
@@ -156,21 +156,21 @@ def test_fsdp_costs_per_module_and_per_further_tensor(one_rank_group):
 
 
 def test_the_cost_model_knows_the_probe_module_size():
-    from costmodel.host_rates import FSDP_PROBE_BYTES as MODEL_BYTES
+    from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES as MODEL_BYTES
     from profiles.profiler.framework import FSDP_PROBE_BYTES
 
     assert MODEL_BYTES == FSDP_PROBE_BYTES
 
 
 def test_the_cost_model_reads_every_functional_collective_the_profiler_times():
-    from costmodel.host_rates import FUNCTIONAL_COLLECTIVES
+    from costmodel.runtimes.torch.host_rates import FUNCTIONAL_COLLECTIVES
     from profiles.profiler.collective_forms import FUNCTIONAL_OPS
 
     assert FUNCTIONAL_COLLECTIVES == FUNCTIONAL_OPS
 
 
 def test_the_cost_model_reads_every_redistribution_the_profiler_times():
-    from costmodel.host_rates import REDISTRIBUTION_COLLECTIVES
+    from costmodel.runtimes.torch.host_rates import REDISTRIBUTION_COLLECTIVES
     from profiles.profiler.collective_forms import REDISTRIBUTIONS
 
     assert REDISTRIBUTION_COLLECTIVES == REDISTRIBUTIONS

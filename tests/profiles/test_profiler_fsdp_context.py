@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch.distributed as dist
 
-from costmodel import fsdp_context as model
+from costmodel.runtimes.torch import fsdp_rates as model
 from profiles.profiler import fsdp_context as probe
 from profiles.profiler.run import _max_agree
 from tests.executor.spawn_utils import run_world

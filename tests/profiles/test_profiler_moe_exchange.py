@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch.distributed as dist
 
-from costmodel import moe_exchange as model
+from costmodel.runtimes.torch import moe_exchange_rates as model
 from profiles.profiler import in_context
 from profiles.profiler import moe_exchange as probe
 from profiles.profiler.run import _max_agree

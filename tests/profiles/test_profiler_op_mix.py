@@ -8,7 +8,7 @@ from tests.profiles.test_profiler_framework import RUN
 def test_the_op_mix_chain_is_timed_per_pass_with_the_executors_operators():
     import torch
 
-    from costmodel import op_mix as mix_model
+    from costmodel.runtimes.torch import op_mix_rates as mix_model
     from executor.model import apply_rope as executor_rope
     from profiles.profiler import op_mix
     from profiles.profiler.routing import ROUNDS_PER_SAMPLE

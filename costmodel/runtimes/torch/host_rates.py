@@ -18,7 +18,7 @@ them, each with a documented fallback for profiles that predate a measurement:
   `profiles.profiler.routing`); fallback ``forward_op_s``.
 - a sequence-parallel RMSNorm, per call forward and per call backward, each reached cold
   (spreads ``op_overhead.dtensor_norm_forward`` and ``..._backward``,
-  `profiles.profiler.dtensor_norm`); fallback 0: `costmodel.native_ops` then counts the
+  `profiles.profiler.dtensor_norm`); fallback 0: `costmodel.runtimes.torch.ops` then counts the
   norm's DTensor operators.
 - DTensor: per element-wise operator forward and backward, per ``from_local`` and
   ``to_local``, per column-parallel ``F.linear`` forward and backward (spreads
@@ -32,7 +32,7 @@ them, each with a documented fallback for profiles that predate a measurement:
   2·N·e). A line t = a + b·bytes through its points up to `RMSNORM_FIT_MAX_BYTES` gives the
   cost of one such kernel, ``elementwise_op_s`` = a / 6 (dispatch, output allocation and
   launch), and the rate of the bytes the cost model counts for it (7·N·e,
-  `costmodel.native_ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
+  `costmodel.runtimes.torch.ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
   and the streaming bandwidth.
 - transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
   (``memory.transpose.fp32.<bytes>B``, 2·N·e); ``transpose_Bps`` is 1 / b of the line
@@ -84,23 +84,24 @@ them, each with a documented fallback for profiles that predate a measurement:
 - the executor's operator mix: ``dispatch_s``, ``forward_op_s``, ``backward_node_s`` and
   ``elementwise_op_s`` are multiplied by the ratio of a chain of the executor's norm,
   rotary and residual operators, timed cold (spreads ``op_overhead.op_mix_forward`` and
-  ``_backward``), to what these figures price it at (`costmodel.op_mix`). Fallback: 1.
+  ``_backward``), to what these figures price it at (`costmodel.runtimes.torch.op_mix_rates`).
+  Fallback: 1.
 - a MoE layer's expert-parallel exchanges: ``moe_exchange`` from the probe of the
   executor's exchange pattern (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
-  ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.moe_exchange`). Fallback: None,
-  each call priced as above.
+  ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.runtimes.torch.moe_exchange_rates`).
+  Fallback: None, each call priced as above.
 - FSDP2's gathers: ``fsdp_context`` from the probe of blocks of a layer's size among layers
   of host work (spreads ``op_overhead.fsdp_context_<pass>_w<level>`` and
-  ``op_overhead.fsdp_layer_<pass>_w<level>``, `costmodel.fsdp_context`). Fallback: None,
-  each gather priced from the idle module's figures.
+  ``op_overhead.fsdp_layer_<pass>_w<level>``, `costmodel.runtimes.torch.fsdp_rates`). Fallback:
+  None, each gather priced from the idle module's figures.
 - activation checkpointing: ``checkpoint_context`` from the probe of checkpointed blocks
   among layers of host work (spreads ``op_overhead.ckpt_full_<pass>_w<level>``,
-  ``ckpt_part_...`` and ``ckpt_layer_...``, `costmodel.checkpoint_context`). Fallback: None,
-  each call priced from ``checkpoint_call_s`` and ``checkpoint_tensor_s``.
+  ``ckpt_part_...`` and ``ckpt_layer_...``, `costmodel.runtimes.torch.checkpoint_rates`). Fallback:
+  None, each call priced from ``checkpoint_call_s`` and ``checkpoint_tensor_s``.
 - DTensor's operators in context: ``dtensor_context`` from the probe of a DTensor linear
   among layers of host work (spreads ``op_overhead.dtensor_context_<pass>_w<level>`` and
-  ``op_overhead.dtensor_layer_<pass>_w<level>``, `costmodel.dtensor_context`). Fallback:
-  None, the loop figures alone.
+  ``op_overhead.dtensor_layer_<pass>_w<level>``, `costmodel.runtimes.torch.dtensor_rates`).
+  Fallback: None, the loop figures alone.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
   `REDISTRIBUTION_COLLECTIVES`, the median of the spread ``op_overhead.redistribute_<op>``
@@ -137,10 +138,10 @@ import re
 import statistics
 from dataclasses import dataclass, replace
 
-from costmodel.checkpoint_context import CheckpointContext, checkpoint_context_rates
-from costmodel.fsdp_context import fsdp_context_rates
-from costmodel.in_context import InContext
-from costmodel.moe_exchange import moe_exchange_rates
+from costmodel.runtimes.torch.checkpoint_rates import CheckpointContext, checkpoint_context_rates
+from costmodel.runtimes.torch.fsdp_rates import fsdp_context_rates
+from costmodel.runtimes.torch.in_context_rates import InContext
+from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
 from profiles.lookup import collective_time_s, memory_bandwidth_Bps
 from profiles.schema import HardwareProfile
 
@@ -272,20 +273,23 @@ class HostRates:
     """(op, seconds) a DTensor redistribution costs beyond its functional call, net of the
     DTensor operator and ``to_local`` counted with the layer."""
     op_mix: float = 1.0
-    """The factor `costmodel.op_mix` applied to the per-operator figures (1: none)."""
+    """The factor `costmodel.runtimes.torch.op_mix_rates` applied to the per-operator figures (1:
+    none)."""
     moe_exchange: InContext | None = None
-    """A MoE layer's expert-parallel exchanges in context (`costmodel.moe_exchange`); None
-    when the profile did not probe them (then priced call by call)."""
+    """A MoE layer's expert-parallel exchanges in context
+    (`costmodel.runtimes.torch.moe_exchange_rates`); None when the profile did not probe them (then
+    priced call by call)."""
     fsdp_context: InContext | None = None
-    """FSDP2's gathers in their chain (`costmodel.fsdp_context`); None when the profile did
-    not probe them (then priced from the idle module's figures)."""
+    """FSDP2's gathers in their chain (`costmodel.runtimes.torch.fsdp_rates`); None when the profile
+    did not probe them (then priced from the idle module's figures)."""
     checkpoint_context: CheckpointContext | None = None
-    """Activation checkpointing in its chain (`costmodel.checkpoint_context`); None when the
-    profile did not probe it (then priced from ``checkpoint_call_s`` and
+    """Activation checkpointing in its chain (`costmodel.runtimes.torch.checkpoint_rates`); None
+    when the profile did not probe it (then priced from ``checkpoint_call_s`` and
     ``checkpoint_tensor_s``)."""
     dtensor_context: InContext | None = None
-    """A DTensor linear's wrap, operator and unwrap in their chain (`costmodel.dtensor_context`);
-    None when the profile did not probe it (then DTensor operators cost their loop figures)."""
+    """A DTensor linear's wrap, operator and unwrap in their chain
+    (`costmodel.runtimes.torch.dtensor_rates`); None when the profile did not probe it (then DTensor
+    operators cost their loop figures)."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -475,9 +479,9 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         fsdp_context=fsdp_context_rates(means, scale),
         checkpoint_context=checkpoint_context_rates(means, scale),
     )
-    # both price with costmodel.native_ops, which reads HostRates
-    from costmodel.dtensor_context import dtensor_context_rates
-    from costmodel.op_mix import with_op_mix
+    # both price with costmodel.runtimes.torch.ops, which reads HostRates
+    from costmodel.runtimes.torch.dtensor_rates import dtensor_context_rates
+    from costmodel.runtimes.torch.op_mix_rates import with_op_mix
 
     rates = replace(rates, dtensor_context=dtensor_context_rates(means, scale))
     return with_op_mix(rates, means, scale)

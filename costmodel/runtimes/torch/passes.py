@@ -2,16 +2,15 @@
 synchronization and AdamW, on a CPU rank (`executor.engine`, `.pipeline`,
 `.data_parallel`).
 
-Pass costs (`native_pass_costs`) price the operator lists of `costmodel.native_layers`
-with `costmodel.host_rates.HostRates` and time their collectives with the profile's gloo
-fits (`costmodel.collectives`) plus the typical excess of a call waited for after a stretch
-of host work (`HostRates.waited_excess_s`: the op's own excess, or the ranks' drift
-between two collectives when larger), the functional call's extra
-(`HostRates.functional_s`) and, for the ``tp`` lane, whose collectives are DTensor
-redistributions, their extra (`HostRates.redistribute_s`), all times the profile's
-`CommunicationProfile.layer_collective_scale` (1 unless calibrated); every collective is
-exposed, because a rank computes on one thread and waits for each functional collective
-at its next use.
+Pass costs (`native_pass_costs`) price the operator lists of `costmodel.runtimes.torch.layers`
+with `costmodel.runtimes.torch.host_rates.HostRates` and time their collectives with the profile's
+gloo fits (`costmodel.collectives`) plus the typical excess of a call waited for after a stretch of
+host work (`HostRates.waited_excess_s`: the op's own excess, or the ranks' drift between two
+collectives when larger), the functional call's extra (`HostRates.functional_s`) and, for the ``tp``
+lane, whose collectives are DTensor redistributions, their extra (`HostRates.redistribute_s`), all
+times the profile's `CommunicationProfile.layer_collective_scale` (1 unless calibrated); every
+collective is exposed, because a rank computes on one thread and waits for each functional
+collective at its next use.
 
 Per microbatch, outside the layers:
 - without pipelining (`Engine._run_accumulation`): the two row slices, ``loss / count``
@@ -24,14 +23,14 @@ Per microbatch, outside the layers:
   a virtual stage receives unless it is the first and sends unless it is the last, in
   either pass); each backward action is one ``backward()`` call. The sends of the
   schedule are waited for with the next receive, so they block like Megatron's 1F1B sends
-  (`costmodel.simulator.blocking_sends`); their time is the profile's ``send_recv`` fit of
-  the fp32 activation plus its typical excess. After the last backward the schedule
-  divides every gradient by the number of microbatches (one operator and 2 passes per
-  parameter tensor).
+  (`costmodel.runtimes.megatron.pricing.blocking_sends`); their time is the profile's ``send_recv``
+  fit of the fp32 activation plus its typical excess. After the last backward the schedule divides
+  every gradient by the number of microbatches (one operator and 2 passes per parameter tensor).
 
 Recompute (`recompute_ops`) reruns the checkpointed forward in the backward; the
 non-reentrant checkpoint's own cost (`checkpoint_hooks_s`) is paid in the forward and the
-backward as the profile's in-context probe measured it (`costmodel.checkpoint_context`).
+backward as the profile's in-context probe measured it
+(`costmodel.runtimes.torch.checkpoint_rates`).
 
 Not modelled: intra-op threads beyond the profile's (a one-rank run on a 2-core host runs
 two threads; the profile measures one per rank), DDP's per-forward Python bookkeeping,
@@ -43,18 +42,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.collectives import collective_time_s
-from costmodel.dtensor_context import dtensor_context_s
-from costmodel.host_rates import HostRates
-from costmodel.layer_costs import ZERO, CommGroups, PassCost
-from costmodel.moe_exchange import PROBE_TOKEN_BYTES
-from costmodel.native_layers import (
+from costmodel.runtimes.megatron.layer_costs import ZERO, CommGroups, PassCost
+from costmodel.runtimes.torch.dtensor_rates import dtensor_context_s
+from costmodel.runtimes.torch.host_rates import HostRates
+from costmodel.runtimes.torch.layers import (
     NativeShape,
     embedding_ops,
     head_ops,
     layer_ops,
     native_shape,
 )
-from costmodel.native_ops import (
+from costmodel.runtimes.torch.moe_exchange_rates import PROBE_TOKEN_BYTES
+from costmodel.runtimes.torch.ops import (
     DTENSOR_RMSNORM_FORWARD,
     FP32,
     Comm,
@@ -159,10 +158,10 @@ def _exchange_in_context(
     host_s: float,
     backward: bool,
 ) -> float:
-    """A MoE layer's exchanges of one pass from the profile's probe (`costmodel.moe_exchange`):
-    the token exchanges carry the layers' figure at ``host_s`` of host work per layer, plus
-    the all-to-all fit's difference between their size (one call: ``one_s``) and the
-    probe's; the count exchange is inside that figure."""
+    """A MoE layer's exchanges of one pass from the profile's probe
+    (`costmodel.runtimes.torch.moe_exchange_rates`): the token exchanges carry the layers' figure at
+    ``host_s`` of host work per layer, plus the all-to-all fit's difference between their size (one
+    call: ``one_s``) and the probe's; the count exchange is inside that figure."""
     assert rates.moe_exchange is not None
     if not comm.autograd:
         return 0.0
@@ -239,7 +238,7 @@ def chunk_ops(
 ) -> tuple[ModuleOps, ModuleOps]:
     """(operators of the chunk's forward and backward, operators a recompute reruns).
     DTensor's operators cost their in-context price in each pass
-    (`costmodel.dtensor_context`); a recompute's rerun keeps their loop price."""
+    (`costmodel.runtimes.torch.dtensor_rates`); a recompute's rerun keeps their loop price."""
     mask = model.moe_layer_mask()
     vocab = padded_vocab_size(model.vocab_size, plan.tp)
     kinds = {k: layer_ops(model, profile, rates, plan, x, is_moe=k) for k in set(mask)}
@@ -304,10 +303,9 @@ def checkpoint_hooks_s(
     backward: bool,
 ) -> float:
     """The non-reentrant checkpoint's own cost in one pass of a chunk, its rerun apart: in
-    context (`costmodel.checkpoint_context`, per call after its layers' host work per layer
-    of the pass) when the profile probed it; else all in the backward, at
-    `HostRates.checkpoint_call_s` per call and `HostRates.checkpoint_tensor_s` per saved
-    tensor."""
+    context (`costmodel.runtimes.torch.checkpoint_rates`, per call after its layers' host work per
+    layer of the pass) when the profile probed it; else all in the backward, at
+    `HostRates.checkpoint_call_s` per call and `HostRates.checkpoint_tensor_s` per saved tensor."""
     calls = _checkpointed_calls(model, plan, layers, kinds)
     context = rates.checkpoint_context
     if context is None:
@@ -340,7 +338,7 @@ def recompute_ops(
     under full recompute (`DecoderChunk.full_recompute_groups`), plus the checkpoint's
     backward hooks (`checkpoint_hooks_s`). Returned as a module whose *forward* is the
     rerun work."""
-    from costmodel.native_layers import attention_core
+    from costmodel.runtimes.torch.layers import attention_core
 
     if plan.recompute == "none":
         return ModuleOps()

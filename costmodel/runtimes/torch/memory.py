@@ -1,7 +1,7 @@
 """Peak memory of one rank of the executor on a CPU (`executor/`, fp32 throughout).
 
 Parts, per rank of a stage (`costmodel.memory.StageMemory`, bytes):
-- weights: the rank's fp32 parameters (`costmodel.native_sync.stage_params`); FSDP2 keeps
+- weights: the rank's fp32 parameters (`costmodel.runtimes.torch.sync.stage_layout`); FSDP2 keeps
   1/n of them (n = dp·cp for dense, expert dp for experts) and gathers one module at a
   time, counted in ``comm_buffers`` (pp > 1 keeps a chunk's modules gathered through its
   microbatch: all of them);
@@ -16,7 +16,7 @@ Parts, per rank of a stage (`costmodel.memory.StageMemory`, bytes):
 - activations: the tensors autograd saves for one microbatch, times the microbatches the
   stage holds at its peak (1 without pipelining, `costmodel.activations.in_flight_chunk_counts`
   with it). Per layer (T tokens, Tn residual tokens, widths Q, KV, F as in
-  `costmodel.native_ops`): each RMSNorm its input, normalized input and output (3·Tn·D;
+  `costmodel.runtimes.torch.ops`): each RMSNorm its input, normalized input and output (3·Tn·D;
   LayerNorm 1·Tn·D plus two per-row statistics) and, under SP, the gathered T·D input of
   the linears; the rotated queries and keys, the values, SDPA's output and the reshaped
   copy (3·T·Q + 2·T·KV; with CP the gathered keys and values, cp times larger); SwiGLU's
@@ -47,8 +47,8 @@ from dataclasses import replace
 
 from costmodel.activations import in_flight_chunk_counts
 from costmodel.memory import StageMemory
-from costmodel.native_ops import FP32
-from costmodel.native_sync import stage_params
+from costmodel.runtimes.torch.ops import FP32
+from costmodel.runtimes.torch.sync import stage_layout
 from costmodel.schedules import chunk_layers, warmup_microbatches_interleaved
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -165,7 +165,7 @@ def interleaved_runtime_peak(
 
 
 def _comm_buffers(model: ModelSpec, plan: ParallelPlan, stage: int) -> float:
-    params = stage_params(model, plan, stage)
+    params = stage_layout(model, plan, stage)
     buffers = 0.0
     if plan.distributed_optimizer and plan.world_size > 1:
         buffers += sum(params.blocks) if plan.pp > 1 else max(params.blocks, default=0.0)
@@ -207,7 +207,7 @@ def native_memory_per_stage(
     boundary = t * model.hidden_size / (plan.tp if plan.sequence_parallel and plan.tp > 1 else 1)
     out = []
     for stage in range(plan.pp):
-        params = stage_params(model, plan, stage)
+        params = stage_layout(model, plan, stage)
         n_dense = plan.dp * plan.cp if plan.distributed_optimizer else 1
         n_expert = (
             max(plan.world_size // (plan.ep * plan.pp), 1) if plan.distributed_optimizer else 1

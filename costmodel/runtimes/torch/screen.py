@@ -1,34 +1,29 @@
-"""The screen (`costmodel.screen.screen_plans`) for paraplan's executor on CPU ranks.
+"""The screen (`costmodel.screen.screen_plans`) of the ``torch`` runtime.
 
-A CPU world has a handful of ranks, so its search space has tens of plans, and the
-executor model's event simulation of a small model takes milliseconds: the screen runs
-the simulator itself on every distinct plan instead of a closed form, which makes it
-agree with `costmodel.estimate` exactly. Rows that give no microbatch, whose layers do not
+The executor runs worlds of a handful of ranks, so its search spaces hold tens of plans,
+and its event simulation of a small model takes milliseconds: the screen runs the event
+loop (`costmodel.iteration`) on every distinct plan instead of a closed form, which makes
+it agree with `costmodel.estimate` exactly. Rows that give no microbatch, whose layers do not
 split over pp·vpp, or that interleave with a microbatch count that is not a multiple of
 pp get an infinite iteration time and ``fits`` False, as in the closed-form screen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pandas as pd
 
-from costmodel.execution import ExecutionOptions, executed_job
 from costmodel.flops import model_flops_per_iteration
+from costmodel.iteration import simulate_iteration
 from costmodel.memory import GiB
-from costmodel.native_memory import native_memory_per_stage
-from costmodel.simulator import simulate_iteration
+from costmodel.plan_frame import row_plan
+from costmodel.runtime import RuntimeModel
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-
-RowPlan = Callable[[pd.Series], ParallelPlan]
-"""Builds the `ParallelPlan` of one normalized screen row."""
 
 
 def _feasible(model: ModelSpec, plan: ParallelPlan, m: int) -> bool:
@@ -37,14 +32,13 @@ def _feasible(model: ModelSpec, plan: ParallelPlan, m: int) -> bool:
     return plan.vpp == 1 or (m >= plan.pp and m % plan.pp == 0)
 
 
-def native_screen(
+def simulated_screen(
     model: ModelSpec,
     cluster: ClusterSpec,
     job: TrainingJob,
     profile: HardwareProfile,
     df: pd.DataFrame,
-    row_plan: RowPlan,
-    options: ExecutionOptions,
+    runtime: RuntimeModel,
 ) -> pd.DataFrame:
     """``df`` (normalized plan rows) with the screen's metric columns, each row simulated."""
     cache: dict[ParallelPlan, tuple[float, float, float, float]] = {}
@@ -52,12 +46,12 @@ def native_screen(
     for _, row in df.iterrows():
         plan = row_plan(row)
         if plan not in cache:
-            cache[plan] = _simulate(model, cluster, job, profile, plan, options)
+            cache[plan] = _simulate(model, cluster, job, profile, plan, runtime)
         rows.append(cache[plan])
     values = np.array(rows, dtype=float).reshape(len(rows), 4)
     iteration, compute, pipeline, peak = values.T
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
-    peak_flops_s = peak_flops(profile, executed_job(job, options, profile).precision)
+    peak_flops_s = peak_flops(profile, runtime.executed_job(job, profile).precision)
     out = df.copy()
     out["num_microbatches"] = (
         job.global_batch_size // (df["micro_batch_size"] * df["dp"])
@@ -79,17 +73,17 @@ def _simulate(
     job: TrainingJob,
     profile: HardwareProfile,
     plan: ParallelPlan,
-    options: ExecutionOptions,
+    runtime: RuntimeModel,
 ) -> tuple[float, float, float, float]:
     """(iteration, compute, pipeline end, peak memory) of one plan, inf when infeasible."""
     m = plan.num_microbatches(job.global_batch_size)
     if not _feasible(model, plan, m):
         return (np.inf, np.inf, np.inf, np.inf)
     sim = simulate_iteration(
-        model, job, plan, profile, gpus_per_node=cluster.gpus_per_node, options=options
+        model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
     )
     b = sim.breakdown
     compute = b.compute_forward_s + b.compute_backward_s + b.compute_recompute_s
     pipeline = max(t.pipeline_end_s for t in sim.tails)
-    peak = max(s.total_bytes for s in native_memory_per_stage(model, job, plan))
+    peak = max(s.total_bytes for s in runtime.memory(model, job, plan))
     return (sim.iteration_time_s, compute, pipeline, peak)

@@ -18,7 +18,7 @@ is therefore a list of operators, each costing its host overhead plus its kernel
   activation-sized tensor, which cost `HostRates.elementwise_op_s` rather than a tiny
   operator's dispatch (the difference is added);
 - ``bytes``: read plus written by the element-wise kernels, at `HostRates.elementwise_Bps`
-  (both figures measured on the executor's RMSNorm, `costmodel.host_rates`);
+  (both figures measured on the executor's RMSNorm, `costmodel.runtimes.torch.host_rates`);
 - ``transposed_bytes``: read plus written by copies with a stride on one side (the stack
   of the experts' transposed weight gradients), at `HostRates.transpose_Bps`;
 - ``p2p_posts``: pipelining's sends and receives, posted one by one, `HostRates.p2p_post_s`
@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from costmodel.compute import gemm_time_s, op_overhead_s
-from costmodel.host_rates import HostRates
+from costmodel.runtimes.torch.host_rates import HostRates
 from profiles.schema import HardwareProfile
 
 FP32 = 4
@@ -168,8 +168,8 @@ class Comm:
     functional extra."""
     exchange: bool = False
     """One of a MoE layer's expert-parallel exchanges (its count exchange, or its two token
-    exchanges of a pass): priced per layer in context (`costmodel.moe_exchange`) when the
-    profile probed them."""
+    exchanges of a pass): priced per layer in context
+    (`costmodel.runtimes.torch.moe_exchange_rates`) when the profile probed them."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

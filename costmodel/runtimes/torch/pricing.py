@@ -1,14 +1,14 @@
-"""The executor model's pieces of the event simulator (`costmodel.simulator`): chunk costs
-and the per-stage work after the pipeline, for the ``torch`` runtime.
+"""The ``torch`` runtime's chunk costs and per-stage work after the pipeline, for the event
+loop (`costmodel.iteration`).
 
 The schedule itself is timed by the same loop as for Megatron-LM (`costmodel.pipeline_sim`
 over `costmodel.schedules`): torch.distributed.pipelining's 1F1B and interleaved 1F1B run
-Megatron's action order. Sends block (`costmodel.native_runtime`).
+Megatron's action order. Sends block (`costmodel.runtimes.torch.passes`).
 
 Chunk costs: the operator lists of the chunk's layers, embedding and head priced on the
-host (`costmodel.native_runtime.native_pass_costs`), plus FSDP2's parameter all-gathers,
+host (`costmodel.runtimes.torch.passes.native_pass_costs`), plus FSDP2's parameter all-gathers,
 which run inside every forward (and, with pp = 1, every backward again, the root module
-included) of every microbatch (`costmodel.native_sync`); they are counted as compute of
+included) of every microbatch (`costmodel.runtimes.torch.sync`); they are counted as compute of
 the pass they block.
 
 Stage tail: from the end of the stage's last backward, in the executor's order, the
@@ -20,25 +20,25 @@ all-reduce), one after the other, then AdamW.
 from __future__ import annotations
 
 from costmodel.collectives import collective_time_s
-from costmodel.host_rates import HostRates, host_rates
-from costmodel.layer_costs import CommGroups, PassCost
-from costmodel.native_ops import FP32
-from costmodel.native_runtime import native_pass_costs, scale_grads_s
-from costmodel.native_sync import (
+from costmodel.memory import chunk_params, layer_params_per_rank
+from costmodel.passes import ChunkCost, CommGroups, PassCost, StageTail
+from costmodel.pipeline_sim import TimedAction
+from costmodel.runtimes.torch.host_rates import HostRates, host_rates
+from costmodel.runtimes.torch.ops import FP32
+from costmodel.runtimes.torch.passes import native_pass_costs, scale_grads_s
+from costmodel.runtimes.torch.sync import (
     Reduction,
-    StageParams,
-    _layer_tensors,
-    _norm_tensors,
+    StageLayout,
     bucketed_reduce,
     ddp_reduce,
     fsdp_gather_s,
     fsdp_reduce,
+    layer_tensors,
+    norm_tensors,
     optimizer_s,
-    stage_params,
+    stage_layout,
 )
-from costmodel.pipeline_sim import TimedAction
 from costmodel.schedules import ChunkPosition, plan_stage_chunks
-from costmodel.simulator import ChunkCost, StageTail, _chunk_params
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -56,16 +56,15 @@ def _fsdp_modules(
     mask = model.moe_layer_mask()
     modules = []
     for i in layers:
-        layer = counts.layers[i]
-        params = (layer.attention + layer.mlp) / plan.tp + layer.norms + layer.router
-        modules.append((params, _layer_tensors(model, mask[i])[0], True))
+        params = layer_params_per_rank(model, plan, i).dense
+        modules.append((params, layer_tensors(model, mask[i])[0], True))
     matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
     root, tensors = 0.0, 0
     if first:
         root, tensors = root + matrix, tensors + 1
     if last:
         root += counts.final_norm
-        tensors += _norm_tensors(model)
+        tensors += norm_tensors(model)
         if not (model.tied_embeddings and first):
             root, tensors = root + matrix, tensors + 1
     if root > 0:
@@ -90,10 +89,9 @@ def _fsdp_pass_s(
     modules = [
         (p, t, groups[0]) for p, t, _ in _fsdp_modules(model, plan, at.layers, at.first, at.last)
     ]
-    counts = count_params(model)
     mats = 3 if model.activation == "swiglu" else 2
     for i in at.layers:
-        experts = counts.layers[i].routed_experts / plan.ep
+        experts = layer_params_per_rank(model, plan, i).expert
         if experts:
             modules.append((experts, mats, groups[1]))
     forward = backward = 0.0
@@ -126,13 +124,13 @@ def native_chunk_costs(
         per_layer = max(len(at.layers), 1)
         host_s = (fwd.compute_s / per_layer, bwd.compute_s / per_layer)
         gather_f, gather_b = _fsdp_pass_s(model, plan, profile, rates, placements, at, host_s)
-        dense, expert = _chunk_params(model, plan, at.layers, at.first, at.last)
+        held = chunk_params(model, plan, at.layers, first=at.first, last=at.last)
         return ChunkCost(
             forward=fwd.plus(PassCost(compute_s=gather_f)),
             backward=bwd.plus(PassCost(compute_s=gather_b)),
             recompute=rec,
-            dense_params=dense,
-            expert_params=expert,
+            dense_params=held.dense,
+            expert_params=held.expert,
         )
 
     return tuple(
@@ -147,7 +145,7 @@ def _reductions(
     rates: HostRates,
     placements: PlanPlacements,
     stage: int,
-    params: StageParams,
+    params: StageLayout,
 ) -> list[Reduction]:
     """The stage's gradient reductions, in order."""
     out: list[Reduction] = []
@@ -213,7 +211,7 @@ def native_stage_tail(
 ) -> StageTail:
     """Gradient division, reductions and AdamW of one rank of ``stage`` (module doc)."""
     rates = host_rates(profile)
-    params = stage_params(model, plan, stage)
+    params = stage_layout(model, plan, stage)
     pipeline_end = row[-1].end_s
     clock = pipeline_end
     if plan.pp > 1:

@@ -16,18 +16,19 @@ and a checkpointed call of the executor that saves ``n`` tensors costs, in each 
 
     call(H) + n · tensor(H)
 
-with both interpolated on H, the pass's host work per layer (`costmodel.in_context`: the
-plain chain's pass per block is each level's H; held at the nearer level outside them,
-never below 0). The forward pass pays its part as the checkpoint runs, the backward its
-part with the rerun (`costmodel.native_runtime.recompute_ops`). Host costs like the others:
-every figure is read relative to the dispatch (times the calibration's ``scale``).
+with both interpolated on H, the pass's host work per layer
+(`costmodel.runtimes.torch.in_context_rates`: the plain chain's pass per block is each level's H;
+held at the nearer level outside them, never below 0). The forward pass pays its part as the
+checkpoint runs, the backward its part with the rerun
+(`costmodel.runtimes.torch.passes.recompute_ops`). Host costs like the others: every figure is read
+relative to the dispatch (times the calibration's ``scale``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.in_context import PASSES, InContext
+from costmodel.runtimes.torch.in_context_rates import PASSES, InContext
 
 PROBE_WORK = (9, 40)
 """Products per block at the probe's levels (`profiles.profiler.checkpoint_context.LEVELS`)."""

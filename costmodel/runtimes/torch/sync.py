@@ -52,9 +52,11 @@ import math
 from dataclasses import dataclass
 
 from costmodel.collectives import collective_time_s
-from costmodel.fsdp_context import PROBE_GATHER_BYTES, PROBE_TENSORS
-from costmodel.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
-from costmodel.native_ops import FP32
+from costmodel.memory import layer_params_per_rank
+from costmodel.runtimes.torch.fsdp_rates import PROBE_GATHER_BYTES, PROBE_TENSORS
+from costmodel.runtimes.torch.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
+from costmodel.runtimes.torch.ops import FP32
+from costmodel.schedules import chunk_layers
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
@@ -69,8 +71,9 @@ operands each redistribute it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StageParams:
-    """Parameters and parameter tensors one rank of a stage holds."""
+class StageLayout:
+    """Parameters and parameter tensors one rank of a stage holds, as the executor groups
+    them (parameter counts from `costmodel.memory.layer_params_per_rank`)."""
 
     dense: float
     """Dense parameters (reduced over dp·cp)."""
@@ -88,27 +91,25 @@ class StageParams:
     """Dense parameters of each FSDP2 module: every block, then the chunk roots."""
 
 
-def _norm_tensors(model: ModelSpec) -> int:
+def norm_tensors(model: ModelSpec) -> int:
     return 1 if model.normalization == "rmsnorm" else 2
 
 
-def _layer_tensors(model: ModelSpec, is_moe: bool) -> tuple[int, int]:
+def layer_tensors(model: ModelSpec, is_moe: bool) -> tuple[int, int]:
     """(dense, expert) parameter tensors of one layer."""
     bias = 2 if model.add_bias_linear else 1
     qkv = 2 if (model.add_bias_linear or model.add_qkv_bias) else 1
     mats = 3 if model.activation == "swiglu" else 2
-    dense = 3 * qkv + bias + 2 * _norm_tensors(model)
+    dense = 3 * qkv + bias + 2 * norm_tensors(model)
     if not is_moe:
         return dense + mats * bias, 0
     shared = mats * bias if model.moe_shared_expert_size else 0
     return dense + 1 + shared, mats
 
 
-def stage_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageParams:
-    """The `StageParams` of one rank of ``stage`` (executor layout: KV heads split over
-    tp, norms and router replicated, experts split over ep)."""
-    from costmodel.schedules import chunk_layers
-
+def stage_layout(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageLayout:
+    """The `StageLayout` of one rank of ``stage``: per chunk its blocks, then the chunk
+    root (embedding on virtual stage 0; final norm and output layer on the last)."""
     counts = count_params(model)
     mask = model.moe_layer_mask()
     dense = expert = norm = 0.0
@@ -120,27 +121,27 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> StageParam
         v = chunk * plan.pp + stage
         for i in chunk_layers(model, plan, stage, chunk):
             layer = counts.layers[i]
-            own = (layer.attention + layer.mlp) / plan.tp + layer.norms + layer.router
-            dense += own
+            held = layer_params_per_rank(model, plan, i)
+            dense += held.dense
             norm += layer.norms
-            blocks.append(own)
-            expert += layer.routed_experts / plan.ep
-            d, e = _layer_tensors(model, mask[i])
-            dense_t, expert_t, norm_t = dense_t + d, expert_t + e, norm_t + 2 * _norm_tensors(model)
+            blocks.append(held.dense)
+            expert += held.expert
+            d, e = layer_tensors(model, mask[i])
+            dense_t, expert_t, norm_t = dense_t + d, expert_t + e, norm_t + 2 * norm_tensors(model)
         if v == 0:
             root += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
             dense_t += 1 + (model.position_embedding == "learned")
         if v == plan.pp * plan.vpp - 1:
             root += counts.final_norm
             norm += counts.final_norm
-            dense_t += _norm_tensors(model)
-            norm_t += _norm_tensors(model)
+            dense_t += norm_tensors(model)
+            norm_t += norm_tensors(model)
             if not (model.tied_embeddings and v == 0):
                 root += matrix
                 dense_t += 1
         dense += root
         blocks.append(root)
-    return StageParams(
+    return StageLayout(
         dense=dense,
         expert=expert,
         dense_tensors=dense_t,
@@ -190,8 +191,8 @@ def fsdp_gather_s(
     backward: bool,
 ) -> float:
     """One FSDP2 all-gather of a module of ``params`` parameters in a pass with ``host_s``
-    of host work per layer: from the probe in context (`costmodel.fsdp_context`) when the
-    profile has it, else from the idle module's figures (module doc)."""
+    of host work per layer: from the probe in context (`costmodel.runtimes.torch.fsdp_rates`) when
+    the profile has it, else from the idle module's figures (module doc)."""
     n = group.size
     if rates.fsdp_context is not None:
         probe_params = PROBE_GATHER_BYTES / FP32
@@ -314,7 +315,7 @@ def optimizer_s(
     profile: HardwareProfile,
     rates: HostRates,
     plan: ParallelPlan,
-    params: StageParams,
+    params: StageLayout,
     placements: PlanPlacements,
 ) -> float:
     """AdamW, ``zero_grad`` and the step-end loss all-reduce of one rank (module doc)."""

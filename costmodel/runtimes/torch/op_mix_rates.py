@@ -6,7 +6,7 @@ The profile times its per-operator figures on the cheapest operator, hot (a disp
 blocks of the executor's element-wise operators, ``h = h + rope(RMSNorm(h))``, on a `MIX_TOKENS` x
 `MIX_WIDTH` activation, each pass reached cold (spreads ``op_overhead.op_mix_forward`` and
 ``op_overhead.op_mix_backward``, one chain each, the backward with its ``backward()``
-call). The cost model prices those blocks as it prices a layer (`costmodel.native_ops`:
+call). The cost model prices those blocks as it prices a layer (`costmodel.runtimes.torch.ops`:
 `rms_norm`, `rope` and `residual_add`), and the per-operator figures `SCALED_FIELDS` are
 multiplied by
 
@@ -15,16 +15,24 @@ multiplied by
 where "priced apart" is what the model charges for those blocks outside the per-operator
 figures (their bytes) plus, in the measured backward, the ``backward()`` call
 (`HostRates.backward_call_s`), so that the scaled figures price the blocks at what they
-measured. Read relative to the dispatch like every host cost (`costmodel.host_rates`).
-Without the two spreads (an earlier or a CUDA profile) k = 1.
+measured. Read relative to the dispatch like every host cost
+(`costmodel.runtimes.torch.host_rates`). Without the two spreads (an earlier or a CUDA profile) k =
+1.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from costmodel.host_rates import HostRates
-from costmodel.native_ops import HostOps, ModuleOps, host_seconds, residual_add, rms_norm, rope
+from costmodel.runtimes.torch.host_rates import HostRates
+from costmodel.runtimes.torch.ops import (
+    HostOps,
+    ModuleOps,
+    host_seconds,
+    residual_add,
+    rms_norm,
+    rope,
+)
 
 MIX_BLOCKS = 8
 """Blocks of the probe's chain (`profiles.profiler.op_mix.MIX_BLOCKS`)."""

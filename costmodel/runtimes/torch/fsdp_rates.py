@@ -7,7 +7,7 @@ the peer in the all-gather, copies the gathered buffer out and runs FSDP2's hook
 reaches it after its own layer of host work. Priced from the figures of an idle 8x8 module
 (`HostRates.fsdp_gather_s`, plus `fsdp_gather_tensor_s` per further tensor and the fit
 beyond the probe's bytes) a gather of the tiny model's layer came to about half of what the
-executor paid (probe's module doc). Per module and pass (`costmodel.native_sync`):
+executor paid (probe's module doc). Per module and pass (`costmodel.runtimes.torch.sync`):
 
     gather = InContext.extra_s(H)                       the probe's block in its chain
            + (tensors - PROBE_TENSORS) · fsdp_gather_tensor_s
@@ -20,7 +20,7 @@ the records keep the idle-module pricing.
 
 from __future__ import annotations
 
-from costmodel.in_context import InContext, in_context_rates
+from costmodel.runtimes.torch.in_context_rates import InContext, in_context_rates
 
 PROBE_TENSORS = 9
 """Weights of the probe's block (`profiles.profiler.fsdp_context.TENSORS`)."""

@@ -1,4 +1,5 @@
-"""The executor's MoE layer (`executor.moe.MoE`) as an operator list (`costmodel.native_ops`).
+"""The executor's MoE layer (`executor.moe.MoE`) as an operator list
+(`costmodel.runtimes.torch.ops`).
 
 Per microbatch and rank, with Tm tokens routed here (the sequence shard under SP), E
 experts, top-k, L = E / ep local experts, A = k·Tm routing choices (dropless; a capacity
@@ -27,9 +28,9 @@ received (balanced routing), F_e the expert width:
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
   two all-to-alls backward as well, priced by the profile's autograd exchange,
   `HostRates.autograd_exchange_s`; per layer and pass in context instead when the profile
-  probed the pattern, `costmodel.moe_exchange`), the regrouping of received rows (arange, repeat,
-  repeat_interleave, argsort, two index gathers of 2·R·D·e; 17 operators with the count
-  sums and ``tolist`` calls, priced as routing bookkeeping) and their gradient scatters.
+  probed the pattern, `costmodel.runtimes.torch.moe_exchange_rates`), the regrouping of received
+  rows (arange, repeat, repeat_interleave, argsort, two index gathers of 2·R·D·e; 17 operators with
+  the count sums and ``tolist`` calls, priced as routing bookkeeping) and their gradient scatters.
 - the load-balancing counts are all-reduced over the tp·cp group when it has several ranks.
 """
 
@@ -37,13 +38,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from costmodel.native_ops import FP32, Comm, HostOps, ModuleOps, gemm_kernel_s, gradient_sum
+from costmodel.runtimes.torch.ops import FP32, Comm, HostOps, ModuleOps, gemm_kernel_s, gradient_sum
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
-    from costmodel.native_layers import NativeShape
+    from costmodel.runtimes.torch.layers import NativeShape
 
 INT64 = 8
 """Bytes of the exchanged expert counts."""
@@ -145,7 +146,7 @@ def moe_block(
 ) -> ModuleOps:
     """The MoE layer on its normalized input, shared expert included, without the residual
     add (counted by the caller)."""
-    from costmodel.native_layers import gather_input, mlp
+    from costmodel.runtimes.torch.layers import gather_input, mlp
 
     rows = model.moe_top_k * x.norm_tokens * min(model.moe_capacity_factor or 1.0, 1.0)
     local = max(model.num_experts // plan.ep, 1)

@@ -8,16 +8,17 @@ peer rank, which reaches it after its own host work; priced one by one (fit, wai
 autograd extra) the exchanges came to about half what making them local saved in the
 executor (module doc of the probe). The probe times a chain of layers of that pattern
 against the same chain with local copies, at two levels of host work between the layers'
-exchanges; per layer and pass the extra is `costmodel.in_context.InContext.extra_s` at the
-pass's host work per exchanging layer (the cost model's compute seconds of the pass over
-its exchanging layers). The probe's difference holds its token exchanges at
-`PROBE_TOKEN_BYTES`; a plan's other size adds the difference of the profile's all-to-all
-fit at the two sizes per token exchange (`costmodel.native_runtime`).
+exchanges; per layer and pass the extra is
+`costmodel.runtimes.torch.in_context_rates.InContext.extra_s` at the pass's host work per exchanging
+layer (the cost model's compute seconds of the pass over its exchanging layers). The probe's
+difference holds its token exchanges at `PROBE_TOKEN_BYTES`; a plan's other size adds the difference
+of the profile's all-to-all fit at the two sizes per token exchange
+(`costmodel.runtimes.torch.passes`).
 """
 
 from __future__ import annotations
 
-from costmodel.in_context import PASSES, InContext, in_context_rates
+from costmodel.runtimes.torch.in_context_rates import PASSES, InContext, in_context_rates
 
 __all__ = ["LEVELS", "PASSES", "PROBE_TOKEN_BYTES", "moe_exchange_rates"]
 

@@ -41,7 +41,7 @@ fused QKV gradient (the backward of ``torch.split``): Megatron-LM `ParallelAtten
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
@@ -50,7 +50,8 @@ from costmodel.flops import (
     attention_projection_forward_flops_per_token,
     core_attention_forward_flops_per_token,
 )
-from costmodel.topology import GroupPlacement, single_rank_placement
+from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -58,54 +59,6 @@ from specs.params import mla_head_dims, padded_vocab_size
 from specs.plan import ParallelPlan
 
 AttentionKernel = ops.AttentionKernelName
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PassCost:
-    """Time of one pass (forward, backward or recompute) of some work on one rank."""
-
-    compute_s: float = 0.0
-    """Kernels on the compute stream."""
-    tp_s: float = 0.0
-    """Tensor-parallel collectives, total (hidden or not)."""
-    tp_exposed_s: float = 0.0
-    """Part of tp_s the compute stream waits for."""
-    tp_bytes: float = 0.0
-    """Bytes the TP collectives carry (nccl-tests sizes, summed)."""
-    cp_s: float = 0.0
-    """Context-parallel K/V exchange, total."""
-    cp_exposed_s: float = 0.0
-    """Part of cp_s not hidden under attention."""
-    cp_bytes: float = 0.0
-    """Bytes the CP exchange carries."""
-    ep_s: float = 0.0
-    """Expert-parallel all-to-all (and expert-TP gathers), total."""
-    ep_exposed_s: float = 0.0
-    """Part of ep_s the compute stream waits for (all of it)."""
-    ep_bytes: float = 0.0
-    """Bytes the EP collectives carry."""
-
-    @property
-    def exposed_comm_s(self) -> float:
-        """Communication the compute stream waits for."""
-        return self.tp_exposed_s + self.cp_exposed_s + self.ep_exposed_s
-
-    @property
-    def duration_s(self) -> float:
-        """Wall time on the compute stream: compute plus exposed communication."""
-        return self.compute_s + self.exposed_comm_s
-
-    def plus(self, other: PassCost) -> PassCost:
-        """Field-wise sum."""
-        return PassCost(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in _F})
-
-    def scaled(self, factor: float) -> PassCost:
-        """Every field times ``factor`` (e.g. a layer repeated over a chunk)."""
-        return PassCost(**{f.name: getattr(self, f.name) * factor for f in _F})
-
-
-_F = fields(PassCost)
-ZERO = PassCost()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -124,20 +77,6 @@ class LayerCost:
     """Input-gradient GEMMs and backward element-wise ops (part of backward.compute_s)."""
     wgrad_s: float
     """Weight-gradient GEMMs (part of backward.compute_s)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CommGroups:
-    """Placements of the groups a layer talks over (one rank per group is enough)."""
-
-    tp: GroupPlacement = field(default_factory=lambda: single_rank_placement("tp"))
-    """Tensor-parallel group."""
-    cp: GroupPlacement = field(default_factory=lambda: single_rank_placement("cp"))
-    """Context-parallel group."""
-    ep: GroupPlacement = field(default_factory=lambda: single_rank_placement("ep"))
-    """Expert-parallel group."""
-    etp: GroupPlacement = field(default_factory=lambda: single_rank_placement("etp"))
-    """Expert tensor-parallel group."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

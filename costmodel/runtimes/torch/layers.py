@@ -1,5 +1,5 @@
 """The executor's transformer layer, embedding and output layer as operator lists
-(`costmodel.native_ops`), with the collectives tensor and context parallelism add.
+(`costmodel.runtimes.torch.ops`), with the collectives tensor and context parallelism add.
 
 Tensor parallelism is DTensor ``parallelize_module`` (`executor.tensor_parallel`), which
 communicates more often than Megatron-LM: every column-parallel linear wraps its
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from costmodel.compute import attention_core_time_s, op_overhead_s
 from costmodel.flops import core_attention_forward_flops_per_token
-from costmodel.host_rates import HostRates
-from costmodel.native_moe import moe_block
-from costmodel.native_ops import (
+from costmodel.runtimes.torch.host_rates import HostRates
+from costmodel.runtimes.torch.moe import moe_block
+from costmodel.runtimes.torch.ops import (
     FP32,
     Comm,
     HostOps,

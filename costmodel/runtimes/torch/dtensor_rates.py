@@ -4,9 +4,9 @@ layers of host work (`profiles.profiler.dtensor_context`) against the loop figur
 
 The probe times, per block and pass, a chain whose blocks end in one wrap, DTensor linear
 and unwrap against the same chain ending in the plain product, at two levels of host work;
-the difference is that pattern's cost in context, E(H) (`costmodel.in_context.InContext`,
-interpolated on H, the plan's host work per layer of the pass). The loop figures price the
-same pattern at
+the difference is that pattern's cost in context, E(H)
+(`costmodel.runtimes.torch.in_context_rates.InContext`, interpolated on H, the plan's host work per
+layer of the pass). The loop figures price the same pattern at
 
     forward:  from_local + linear_forward + to_local
     backward: from_local + linear_backward + to_local   (to_local's backward wraps the
@@ -22,9 +22,9 @@ earlier version) k = 1.
 
 from __future__ import annotations
 
-from costmodel.host_rates import HostRates
-from costmodel.in_context import PASSES, InContext, in_context_rates
-from costmodel.native_ops import HostOps, host_seconds
+from costmodel.runtimes.torch.host_rates import HostRates
+from costmodel.runtimes.torch.in_context_rates import PASSES, InContext, in_context_rates
+from costmodel.runtimes.torch.ops import HostOps, host_seconds
 
 EXTRA = "dtensor_context"
 """The probe's difference records (`profiles.profiler.dtensor_context.EXTRA`)."""

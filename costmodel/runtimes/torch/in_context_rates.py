@@ -1,6 +1,7 @@
 """A mechanism priced in its chain: the (host work per layer, extra per unit) points an
 in-context probe measured (`profiles.profiler.in_context`), read by the MoE exchange
-(`costmodel.moe_exchange`) and FSDP2's gathers (`costmodel.fsdp_context`).
+(`costmodel.runtimes.torch.moe_exchange_rates`) and FSDP2's gathers
+(`costmodel.runtimes.torch.fsdp_rates`).
 
 A probe times a chain of layers with the mechanism against the same chain without it, at
 levels of host work between the layers; per pass:
@@ -10,9 +11,8 @@ levels of host work between the layers; per pass:
 
 where H is the plan's host work per layer of the pass and the levels' own H is the base
 chain's pass per layer. The levels' host work is read relative to the dispatch like every
-host cost (`costmodel.host_rates`), so a calibration that rescales the op overhead moves
-them with the plan's host work; the differences are read as measured, like the
-collectives.
+host cost (`costmodel.runtimes.torch.host_rates`), so a calibration that rescales the op overhead
+moves them with the plan's host work; the differences are read as measured, like the collectives.
 """
 
 from __future__ import annotations

@@ -1,0 +1,325 @@
+"""The ``megatron`` runtime's chunk costs, pipeline sends and per-stage work after the
+pipeline, for the event loop (`costmodel.iteration`). Following Megatron-LM
+(megatron-facts.md §3, §5):
+
+1. Chunk costs: each (stage, chunk) forward/backward per microbatch is the sum of its
+   layers' `costmodel.runtimes.megatron.layer_costs` passes (plus the embedding on virtual
+   stage 0 and the output layer and loss on the last), with recompute added to the
+   backward.
+2. Pipeline sends carry [s/cp (/tp with SP), b, h] activations (§3.4): 1F1B sends are
+   blocking (`batch_isend_irecv`), so they extend the sender's action; interleaved sends
+   are asynchronous (`overlap_p2p_comm`, the default), so they only delay the receiver,
+   unless `ExecutionOptions.overlap_p2p` is off (Megatron-LM 2021: blocking sends,
+   optionally scattered over the tp ranks' NICs).
+3. Gradient reduction per bucket over DP x CP (experts over expert-DP): reduce-scatter with
+   the distributed optimizer, else all-reduce, of the main gradients (fp32 by default,
+   `ExecutionOptions.main_grad_bytes`). With `overlap_grad_reduce` a bucket is launched
+   once the last microbatch's backward has produced it (buckets fill in backward order
+   during that action); Megatron buckets only the first chunk of the first stage and keeps
+   one bucket per chunk elsewhere (§5.1). Without it, everything is reduced after the
+   pipeline. Tied embeddings add the first/last-stage all-reduce; sequence parallelism
+   adds the all-reduce of norm gradients over TP.
+4. The optimizer step runs on each rank's shard; with the distributed optimizer the
+   updated bf16 parameters are all-gathered, after the step or, with
+   `overlap_param_gather`, under the next iteration's forwards (exposed as far as a bucket
+   arrives after the forward that needs it).
+"""
+
+from __future__ import annotations
+
+import math
+
+from costmodel import compute as ops
+from costmodel.activations import recomputed_layers
+from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.memory import chunk_params
+from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
+from costmodel.pipeline_sim import TimedAction
+from costmodel.runtimes.megatron.layer_costs import embedding_cost, layer_cost, logits_cost
+from costmodel.schedules import ChunkPosition, chunk_layers, plan_pipeline_chunks
+from costmodel.topology import GroupPlacement, PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import count_params, padded_vocab_size
+from specs.plan import ParallelPlan
+
+
+def chunk_costs(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    groups: CommGroups,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> tuple[tuple[ChunkCost, ...], ...]:
+    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module)."""
+    grad_bytes = ops.element_bytes(job.precision)
+    kinds = {
+        k: layer_cost(model, job, plan, profile, is_moe=k, groups=groups, options=options)
+        for k in set(model.moe_layer_mask())
+    }
+    emb = embedding_cost(model, job, plan, profile, groups)
+    out = logits_cost(model, job, plan, profile, groups, options)
+    mask = model.moe_layer_mask()
+    redo = recomputed_layers(model, plan) if plan.recompute == "full" else None
+
+    def cost(at: ChunkPosition) -> ChunkCost:
+        fwd = bwd = rec = ZERO
+        for i in at.layers:
+            layer = kinds[mask[i]]
+            fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
+            if redo is None or i in redo:
+                rec = rec.plus(layer.recompute)
+        for _ in range(at.mtp_layers):  # a decoder layer plus its own output layer and loss
+            layer = kinds[mask[-1]]
+            fwd = fwd.plus(layer.forward).plus(out[0])
+            bwd = bwd.plus(layer.backward).plus(out[1])
+            rec = rec.plus(layer.recompute)
+        if at.first:
+            fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
+        if at.last:
+            fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
+        held = chunk_params(model, plan, at.layers, first=at.first, last=at.last)
+        dense, expert = held.dense, held.expert
+        if not options.grad_accumulation_fusion:
+            accumulate = ops.grad_accumulation_time_s(
+                profile, dense + expert, grad_bytes, options.main_grad_bytes
+            )
+            bwd = bwd.plus(PassCost(compute_s=accumulate))
+        return ChunkCost(
+            forward=fwd, backward=bwd, recompute=rec, dense_params=dense, expert_params=expert
+        )
+
+    grid = plan_pipeline_chunks(model, plan)
+    return tuple(tuple(cost(at) for at in row) for row in grid)
+
+
+def pipeline_send_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    placements: PlanPlacements,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> tuple[float, ...]:
+    """Seconds to send one microbatch's activation across each stage boundary (§3.4), the
+    last entry from the last stage back to the first (interleaved schedules).
+
+    With `ExecutionOptions.pipeline_scatter_gather` and no sequence parallelism, each tp
+    rank sends 1/tp of the tensor over its own link and the receiving ranks all-gather it
+    over their tensor-parallel group (Narayanan et al. 2021 §4.1)."""
+    if plan.pp == 1:
+        return (0.0,)
+    size = pipeline_send_bytes(model, job, plan)
+    sp = plan.tp if plan.sequence_parallel and plan.tp > 1 else 1
+    if options.pipeline_scatter_gather and sp == 1 and plan.tp > 1:
+        gather = collective_time_s(profile, "all_gather", size, placements["tp"])
+        return tuple(
+            p2p_time_s(profile, size / plan.tp, intra=intra) + gather
+            for intra in placements.pp_hop_intra
+        )
+    return tuple(p2p_time_s(profile, size, intra=intra) for intra in placements.pp_hop_intra)
+
+
+def blocking_sends(plan: ParallelPlan, options: ExecutionOptions = DEFAULT_OPTIONS) -> bool:
+    """True when pipeline sends extend the sending action: always under 1F1B (blocking
+    `batch_isend_irecv`), and for interleaved schedules without `overlap_p2p`."""
+    return plan.pp > 1 and (plan.vpp == 1 or not options.overlap_p2p)
+
+
+def _group_time(profile: HardwareProfile, op: str, size: float, group: GroupPlacement) -> float:
+    return collective_time_s(profile, op, size, group) if group.size > 1 else 0.0
+
+
+def _buckets(params: float, bucket: float | None) -> list[float]:
+    """Split ``params`` into buckets of ``bucket`` parameters (the last one smaller)."""
+    if params <= 0:
+        return []
+    if bucket is None or bucket >= params:
+        return [params]
+    n = math.ceil(params / bucket)
+    return [bucket] * (n - 1) + [params - bucket * (n - 1)]
+
+
+def _last_backward(row: tuple[TimedAction, ...], chunk: int) -> TimedAction:
+    return next(t for t in reversed(row) if t.action.phase == "B" and t.action.chunk == chunk)
+
+
+def _grad_events(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    stage: int,
+    chunks: tuple[ChunkCost, ...],
+    row: tuple[TimedAction, ...],
+    placements: PlanPlacements,
+    grad_bytes: int,
+) -> list[tuple[float, str, float, float]]:
+    """(ready time, name, duration, bytes) of every gradient bucket of one stage
+    (``grad_bytes`` per element, `ExecutionOptions.main_grad_bytes`)."""
+    op = "reduce_scatter" if plan.distributed_optimizer else "all_reduce"
+    end = row[-1].end_s
+    events = []
+    for chunk, cost in enumerate(chunks):
+        bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
+        bucket = plan.bucket_size_params() if bucketed else None
+        last = _last_backward(row, chunk)
+        for kind, params, group in (
+            ("dense", cost.dense_params, placements["dp-cp"]),
+            ("expert", cost.expert_params, placements["edp"]),
+        ):
+            parts = _buckets(params, bucket) if group.size > 1 else []
+            done = 0.0
+            for j, part in enumerate(parts):
+                done += part
+                ready = last.start_s + (last.end_s - last.start_s) * done / params
+                size = part * grad_bytes
+                events.append(
+                    (
+                        ready if plan.overlap_grad_reduce else end,
+                        f"dp {op} c{chunk} {kind} bucket {j}",
+                        _group_time(profile, op, size, group),
+                        size,
+                    )
+                )
+    return sorted(events, key=lambda e: e[0])
+
+
+def _stage_norm_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> float:
+    """Norm parameters of a stage: replicated over TP, all-reduced there under SP."""
+    counts = count_params(model)
+    total = sum(
+        counts.layers[i].norms
+        for chunk in range(plan.vpp)
+        for i in chunk_layers(model, plan, stage, chunk)
+    )
+    return total + (counts.final_norm if stage == plan.pp - 1 else 0)
+
+
+def _optimizer_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    stage: int,
+    chunks: tuple[ChunkCost, ...],
+    placements: PlanPlacements,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> float:
+    """The optimizer step of one rank of a stage (`costmodel.compute.optimizer_step_time_s`);
+    about 8 parameter tensors per layer (weights, biases, norms) plus 2 per local expert."""
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.expert_params for c in chunks)
+    if plan.distributed_optimizer:
+        shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
+    else:
+        shard = dense + expert
+    layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
+    local_experts = model.num_experts // plan.ep if model.is_moe else 0
+    tensors = layers * (8 + 2 * local_experts) + 2
+    return ops.optimizer_step_time_s(
+        profile,
+        shard_params=shard,
+        local_params=dense + expert,
+        mixed_precision=job.precision != "fp32",
+        num_tensors=tensors,
+        loss_scaling=options.loss_scaling,
+        main_grad_bytes=options.main_grad_bytes,
+    )
+
+
+def _param_gather_s(
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    stage: int,
+    chunks: tuple[ChunkCost, ...],
+    placements: PlanPlacements,
+    row: tuple[TimedAction, ...],
+) -> float:
+    """Exposed all-gather of the updated bf16 parameters (distributed optimizer only).
+
+    Without `overlap_param_gather` every bucket is gathered after the optimizer step. With
+    it, the gathers run in forward order on their own stream from the start of the next
+    iteration (Megatron prefetches chunk 0 and launches chunk k+1 when chunk k starts,
+    megatron-facts.md §5.3), and bucket i is needed when the first forward of its chunk
+    reaches its layers; the exposed time is the largest lateness over the buckets.
+    """
+    if not plan.distributed_optimizer:
+        return 0.0
+    weight_bytes = 4 if job.precision == "fp32" else 2
+    needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
+    for chunk, cost in enumerate(chunks):
+        bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
+        bucket = plan.bucket_size_params() if bucketed else None
+        first = next(t for t in row if t.action.phase == "F" and t.action.chunk == chunk)
+        for params, group in (
+            (cost.dense_params, placements["dp-cp"]),
+            (cost.expert_params, placements["edp"]),
+        ):
+            parts = list(reversed(_buckets(params, bucket))) if group.size > 1 else []
+            done = 0.0
+            for part in parts:
+                needed = first.start_s + (first.end_s - first.start_s) * done / params
+                done += part
+                seconds = _group_time(profile, "all_gather", part * weight_bytes, group)
+                needs.append((needed, seconds))
+    if not plan.overlap_param_gather:
+        return sum(seconds for _, seconds in needs)
+    clock = lateness = 0.0
+    for needed, seconds in sorted(needs):
+        clock += seconds
+        lateness = max(lateness, clock - needed)
+    return lateness
+
+
+def stage_tail(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    placements: PlanPlacements,
+    stage: int,
+    chunks: tuple[ChunkCost, ...],
+    row: tuple[TimedAction, ...],
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> StageTail:
+    """Gradient buckets on the stage's communication stream, then the finalize all-reduces
+    (embedding, SP norms), the optimizer step and the parameter all-gather."""
+    pipeline_end = row[-1].end_s
+    grad_bytes = options.main_grad_bytes
+    clock, dp_events = 0.0, []
+    events = _grad_events(profile, plan, stage, chunks, row, placements, grad_bytes)
+    for ready, name, duration, size in events:
+        start = max(clock, ready)
+        clock = start + duration
+        dp_events.append((name, start, duration, size))
+    done = max(pipeline_end, clock)
+    if model.tied_embeddings and plan.pp > 1 and stage in (0, plan.pp - 1):
+        size = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+        pair = GroupPlacement(
+            axes="embedding",
+            size=2,
+            num_nodes=1 if placements["pp"].num_nodes == 1 else 2,
+            num_domains=1 if placements["pp"].num_domains == 1 else 2,
+            ranks_per_node=1,
+            ranks_per_domain=1,
+            nics_per_node=1,
+        )
+        duration = collective_time_s(profile, "all_reduce", size * grad_bytes, pair)
+        dp_events.append(("embedding all_reduce", done, duration, size * grad_bytes))
+        done += duration
+    norm_s = 0.0
+    if plan.sequence_parallel and plan.tp > 1:
+        size = _stage_norm_params(model, plan, stage) * grad_bytes
+        norm_s = collective_time_s(profile, "all_reduce", size, placements["tp"])
+        done += norm_s
+    return StageTail(
+        pipeline_end_s=pipeline_end,
+        grads_done_s=done,
+        norm_allreduce_s=norm_s,
+        optimizer_s=_optimizer_s(model, job, plan, profile, stage, chunks, placements, options),
+        param_gather_s=_param_gather_s(job, plan, profile, stage, chunks, placements, row),
+        dp_events=tuple(dp_events),
+    )

@@ -1,0 +1,119 @@
+"""`MegatronRuntime`: the ``megatron`` runtime behind `costmodel.runtime.RuntimeModel`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, Runtime, framework_profile
+from costmodel.memory import StageMemory, memory_per_stage
+from costmodel.passes import ChunkCost, StageTail, comm_groups
+from costmodel.pipeline_sim import TimedAction
+from costmodel.runtime import Calibration, ChunkGrid
+from costmodel.runtimes.megatron.pricing import (
+    blocking_sends,
+    chunk_costs,
+    pipeline_send_s,
+    stage_tail,
+)
+from costmodel.runtimes.megatron.screen import closed_form_screen
+from costmodel.topology import PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MegatronRuntime:
+    """Megatron-core with Transformer Engine, under the conventions of ``options``
+    (`costmodel.execution.ExecutionOptions`: attention kernel, fusions, pipeline sends)."""
+
+    options: ExecutionOptions = DEFAULT_OPTIONS
+    """Kernel and communication conventions."""
+
+    @property
+    def name(self) -> Runtime:
+        """``megatron``."""
+        return "megatron"
+
+    @property
+    def calibration(self) -> Calibration:
+        """Collective fits and kernel-efficiency factors (`reports.calibrate_factors`)."""
+        return "kernel_factors"
+
+    def priced_profile(self, profile: HardwareProfile) -> HardwareProfile:
+        """`costmodel.execution.framework_profile`: the GEMM curves of the BLAS it links."""
+        return framework_profile(profile, self.options)
+
+    def executed_job(self, job: TrainingJob, profile: HardwareProfile) -> TrainingJob:
+        """The job unchanged: Megatron computes in the job's precision."""
+        return job
+
+    def chunk_costs(
+        self,
+        model: ModelSpec,
+        job: TrainingJob,
+        plan: ParallelPlan,
+        profile: HardwareProfile,
+        placements: PlanPlacements,
+    ) -> ChunkGrid:
+        """`costmodel.runtimes.megatron.pricing.chunk_costs`."""
+        groups = comm_groups(placements)
+        return chunk_costs(model, job, plan, profile, groups, self.options)
+
+    def send_s(
+        self,
+        model: ModelSpec,
+        job: TrainingJob,
+        plan: ParallelPlan,
+        profile: HardwareProfile,
+        placements: PlanPlacements,
+    ) -> tuple[float, ...]:
+        """`costmodel.runtimes.megatron.pricing.pipeline_send_s`."""
+        return pipeline_send_s(model, job, plan, profile, placements, self.options)
+
+    def blocking_sends(self, plan: ParallelPlan) -> bool:
+        """Blocking under 1F1B, and interleaved without `ExecutionOptions.overlap_p2p`."""
+        return blocking_sends(plan, self.options)
+
+    def stage_tail(
+        self,
+        model: ModelSpec,
+        job: TrainingJob,
+        plan: ParallelPlan,
+        profile: HardwareProfile,
+        placements: PlanPlacements,
+        stage: int,
+        chunks: tuple[ChunkCost, ...],
+        row: tuple[TimedAction, ...],
+    ) -> StageTail:
+        """`costmodel.runtimes.megatron.pricing.stage_tail`."""
+        return stage_tail(model, job, plan, profile, placements, stage, chunks, row, self.options)
+
+    def memory(
+        self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
+    ) -> tuple[StageMemory, ...]:
+        """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
+        dropout and main-gradient element size."""
+        return memory_per_stage(
+            model,
+            job,
+            plan,
+            attention=self.options.attention,
+            dropout=self.options.hidden_dropout,
+            main_grad_bytes=self.options.main_grad_bytes,
+        )
+
+    def screen(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        job: TrainingJob,
+        profile: HardwareProfile,
+        rows: pd.DataFrame,
+    ) -> pd.DataFrame:
+        """`costmodel.runtimes.megatron.screen.closed_form_screen`."""
+        return closed_form_screen(model, cluster, job, profile, rows, self.options)

@@ -1,0 +1,121 @@
+"""`TorchRuntime`: the ``torch`` runtime behind `costmodel.runtime.RuntimeModel`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from costmodel.collectives import p2p_time_s, pipeline_send_bytes
+from costmodel.execution import TORCH_OPTIONS, ExecutionOptions, Runtime
+from costmodel.memory import StageMemory
+from costmodel.passes import ChunkCost, StageTail, comm_groups
+from costmodel.pipeline_sim import TimedAction
+from costmodel.runtime import Calibration, ChunkGrid
+from costmodel.runtimes.torch.host_rates import host_rates
+from costmodel.runtimes.torch.memory import native_memory_per_stage
+from costmodel.runtimes.torch.pricing import native_chunk_costs, native_stage_tail
+from costmodel.runtimes.torch.screen import simulated_screen
+from costmodel.topology import PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TorchRuntime:
+    """paraplan's executor (`executor/`); the Megatron conventions of ``options`` are not
+    consulted."""
+
+    options: ExecutionOptions = TORCH_OPTIONS
+    """The options it was chosen by (``runtime`` ``torch``)."""
+
+    @property
+    def name(self) -> Runtime:
+        """``torch``."""
+        return "torch"
+
+    @property
+    def calibration(self) -> Calibration:
+        """Backward split, time scale and layer-collective scale (`reports.calibrate_time`)."""
+        return "time_scale"
+
+    def priced_profile(self, profile: HardwareProfile) -> HardwareProfile:
+        """The profile as measured: the executor runs the BLAS the profile timed."""
+        return profile
+
+    def executed_job(self, job: TrainingJob, profile: HardwareProfile) -> TrainingJob:
+        """fp32 on a CPU whatever the job says (`executor.precision`: bf16 matmuls are slow
+        on CPUs and fp8 needs CUDA), so a CPU profile's bf16 curves never price a run; the
+        job's precision on a GPU."""
+        if profile.device.kind == "cpu" and job.precision != "fp32":
+            return replace(job, precision="fp32")
+        return job
+
+    def chunk_costs(
+        self,
+        model: ModelSpec,
+        job: TrainingJob,
+        plan: ParallelPlan,
+        profile: HardwareProfile,
+        placements: PlanPlacements,
+    ) -> ChunkGrid:
+        """`costmodel.runtimes.torch.pricing.native_chunk_costs`."""
+        groups = comm_groups(placements)
+        return native_chunk_costs(model, job, plan, profile, groups, placements)
+
+    def send_s(
+        self,
+        model: ModelSpec,
+        job: TrainingJob,
+        plan: ParallelPlan,
+        profile: HardwareProfile,
+        placements: PlanPlacements,
+    ) -> tuple[float, ...]:
+        """The whole activation over each hop (`costmodel.collectives.pipeline_send_bytes`)
+        plus the host excess of a pipelining send/receive pair over the profile's fit
+        (`costmodel.runtimes.torch.host_rates.HostRates.excess_s`)."""
+        if plan.pp == 1:
+            return (0.0,)
+        size = pipeline_send_bytes(model, job, plan)
+        excess = host_rates(profile).excess_s("send_recv", 2)
+        return tuple(
+            p2p_time_s(profile, size, intra=intra) + excess for intra in placements.pp_hop_intra
+        )
+
+    def blocking_sends(self, plan: ParallelPlan) -> bool:
+        """Always with pp > 1: torch pipelining waits every send with the next receive."""
+        return plan.pp > 1
+
+    def stage_tail(
+        self,
+        model: ModelSpec,
+        job: TrainingJob,
+        plan: ParallelPlan,
+        profile: HardwareProfile,
+        placements: PlanPlacements,
+        stage: int,
+        chunks: tuple[ChunkCost, ...],
+        row: tuple[TimedAction, ...],
+    ) -> StageTail:
+        """`costmodel.runtimes.torch.pricing.native_stage_tail`."""
+        return native_stage_tail(model, plan, profile, placements, stage, row)
+
+    def memory(
+        self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
+    ) -> tuple[StageMemory, ...]:
+        """`costmodel.runtimes.torch.memory.native_memory_per_stage`."""
+        return native_memory_per_stage(model, job, plan)
+
+    def screen(
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        job: TrainingJob,
+        profile: HardwareProfile,
+        rows: pd.DataFrame,
+    ) -> pd.DataFrame:
+        """`costmodel.runtimes.torch.screen.simulated_screen`: every distinct plan simulated."""
+        return simulated_screen(model, cluster, job, profile, rows, self)
