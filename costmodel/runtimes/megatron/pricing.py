@@ -1,28 +1,40 @@
-"""The ``megatron`` runtime's chunk costs, pipeline sends and per-stage work after the
-pipeline, for the event loop (`costmodel.iteration`). Following Megatron-LM
-(megatron-facts.md §3, §5):
+"""The ``megatron`` runtime's part of the event simulator (`costmodel.iteration`): one
+training iteration of a plan, rank by rank, phase by phase.
+
+Order of work, following Megatron-LM (megatron-facts.md §3, §5):
 
 1. Chunk costs: each (stage, chunk) forward/backward per microbatch is the sum of its
    layers' `costmodel.runtimes.megatron.layer_costs` passes (plus the embedding on virtual
-   stage 0 and the output layer and loss on the last), with recompute added to the
-   backward.
-2. Pipeline sends carry [s/cp (/tp with SP), b, h] activations (§3.4): 1F1B sends are
-   blocking (`batch_isend_irecv`), so they extend the sender's action; interleaved sends
-   are asynchronous (`overlap_p2p_comm`, the default), so they only delay the receiver,
-   unless `ExecutionOptions.overlap_p2p` is off (Megatron-LM 2021: blocking sends,
-   optionally scattered over the tp ranks' NICs).
+   stage 0 and the output layer and loss on the last), with recompute added to the backward.
+2. The schedule (`costmodel.schedules.schedule_actions`) is timed by
+   `costmodel.pipeline_sim.simulate_pipeline`. Pipeline sends carry [s/cp (/tp with SP),
+   b, h] activations (§3.4): 1F1B sends are blocking (`batch_isend_irecv`), so they extend
+   the sender's action; interleaved sends are asynchronous (`overlap_p2p_comm`, the
+   default), so they only delay the receiver, unless `ExecutionOptions.overlap_p2p` is off
+   (Megatron-LM 2021: blocking sends, optionally scattered over the tp ranks' NICs).
 3. Gradient reduction per bucket over DP x CP (experts over expert-DP): reduce-scatter with
    the distributed optimizer, else all-reduce, of the main gradients (fp32 by default,
-   `ExecutionOptions.main_grad_bytes`). With `overlap_grad_reduce` a bucket is launched
-   once the last microbatch's backward has produced it (buckets fill in backward order
-   during that action); Megatron buckets only the first chunk of the first stage and keeps
-   one bucket per chunk elsewhere (§5.1). Without it, everything is reduced after the
-   pipeline. Tied embeddings add the first/last-stage all-reduce; sequence parallelism
-   adds the all-reduce of norm gradients over TP.
-4. The optimizer step runs on each rank's shard; with the distributed optimizer the
-   updated bf16 parameters are all-gathered, after the step or, with
-   `overlap_param_gather`, under the next iteration's forwards (exposed as far as a bucket
-   arrives after the forward that needs it).
+   `ExecutionOptions.main_grad_bytes`). With
+   `overlap_grad_reduce` a bucket is launched once the last microbatch's backward has
+   produced it (buckets fill in backward order during that action); Megatron buckets only
+   the first chunk of the first stage and keeps one bucket per chunk elsewhere (§5.1).
+   Without it, everything is reduced after the pipeline. Tied embeddings add the
+   first/last-stage all-reduce; sequence parallelism adds the all-reduce of norm gradients
+   over TP.
+4. The optimizer step waits for every stage (the gradient-norm all-reduce for clipping is a
+   barrier), then runs on each rank's shard; with the distributed optimizer the updated
+   bf16 parameters are all-gathered, after the step or, with `overlap_param_gather`, under
+   the next iteration's forwards (exposed as far as a bucket arrives after the forward
+   that needs it).
+
+Steps 1, 3 and 4 are priced here (`chunk_costs`, `pipeline_send_s`, `stage_tail`); the
+event loop (`costmodel.iteration`) times step 2 and takes the breakdown below.
+
+The breakdown is taken on the critical stage (the one that finishes its gradients last):
+compute forward / backward / recompute, exposed TP / CP / EP communication, pipeline
+sends (the delay they add over a run with free sends), the bubble (remaining idle time),
+exposed gradient and parameter communication, and the optimizer step. The phases sum to
+the iteration time.
 """
 
 from __future__ import annotations
