@@ -1,14 +1,18 @@
-"""DESIGN.md's dependency rule, checked by parsing every import of every package.
+"""The import rules of docs/architecture.md, checked by parsing every import of every package.
 
-specs imports nothing of ours (and no torch); the launcher (launch) imports specs only;
-profiles import specs and the launcher, costmodel specs and profiles; the planner adds
-costmodel; the executor imports specs and the launcher; reports import specs, profiles and
-costmodel; the command line may import everything.
+- Rooms: specs imports nothing of ours (and no torch); the launcher (launch) imports specs
+  only; profiles import specs and the launcher, costmodel specs and profiles; the planner
+  adds costmodel; the executor imports specs and the launcher; reports import specs,
+  profiles and costmodel; the command line may import everything.
+- No cycle among our modules, counting imports at module level and inside functions alike
+  (imports under ``if TYPE_CHECKING:`` are for annotations only and do not count).
+- No import of a private (``_name``) name from another module.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +47,128 @@ def package_files(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """Dotted module name of a file under ``root`` (a package's ``__init__`` is the package)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def our_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of our packages under ``root``, by dotted name."""
+    return {
+        module_name(path, root): path
+        for package in sorted(OURS)
+        for path in sorted((root / package).rglob("*.py"))
+    }
+
+
+def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
+    """The absolute module of a (possibly relative) ``from ... import``."""
+    if node.level == 0:
+        return node.module or ""
+    base = importer.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _typing_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under an ``if TYPE_CHECKING:`` block."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return found
+
+
+def imports_of(
+    path: Path, importer: str, modules: dict[str, Path], *, typing: bool = True
+) -> Iterator[tuple[str, str]]:
+    """(imported module, imported name or "") for every import of ours in the file, at any
+    depth (module level, inside functions), and under ``if TYPE_CHECKING`` with ``typing``."""
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = set() if typing else _typing_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in OURS:
+                    yield alias.name, ""
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(node, importer, is_package)
+            if source.split(".")[0] not in OURS:
+                continue
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                yield (submodule, "") if submodule in modules else (source, alias.name)
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports."""
+    modules = our_modules(root)
+    return {
+        name: {
+            target
+            for target, _ in imports_of(path, name, modules, typing=False)
+            if target in modules
+        }
+        - {name}
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """``file: from X import _name`` for every private name imported from another module."""
+    modules = our_modules(root)
+    bad = []
+    for name, path in modules.items():
+        for source, imported in imports_of(path, name, modules):
+            last = imported or source.rsplit(".", 1)[-1]
+            private = last.startswith("_") and not last.startswith("__")
+            if private and source != name:
+                bad.append(f"{path.relative_to(root)}: {source} {imported}".rstrip())
+    return bad
+
+
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_package_imports_follow_the_dependency_rule(package: str) -> None:
     bad = []
@@ -53,7 +179,17 @@ def test_package_imports_follow_the_dependency_rule(package: str) -> None:
             bad.append(f"{path.relative_to(ROOT)} imports {dep}")
         for dep in sorted(roots & FORBIDDEN_THIRD_PARTY.get(package, set())):
             bad.append(f"{path.relative_to(ROOT)} imports {dep}")
-    assert not bad, "dependency rule of DESIGN.md broken:\n" + "\n".join(bad)
+    assert not bad, "dependency rule of docs/architecture.md broken:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_among_our_modules() -> None:
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    bad = private_imports()
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
 
 
 def test_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
@@ -61,3 +197,23 @@ def test_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     f = tmp_path / "x.py"
     f.write_text("import torch\nfrom costmodel.flops import x\nfrom . import y\n")
     assert imported_roots(f) == {"torch", "costmodel"}
+
+
+def test_checker_sees_a_cycle_through_a_function_level_import_and_a_private_name(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "costmodel").mkdir()
+    (tmp_path / "costmodel" / "__init__.py").write_text("")
+    (tmp_path / "costmodel" / "a.py").write_text("from costmodel.b import _hidden\n")
+    (tmp_path / "costmodel" / "b.py").write_text(
+        "def f():\n    from costmodel import a\n    return a\n\n_hidden = 1\n"
+    )
+    (tmp_path / "costmodel" / "c.py").write_text("from . import b\n")
+    (tmp_path / "costmodel" / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel.c import x\n"
+    )
+    graph = import_graph(tmp_path)
+    assert graph["costmodel.c"] == {"costmodel.b"}
+    assert graph["costmodel.d"] == set()
+    assert cycles(graph) == [["costmodel.a", "costmodel.b"]]
+    assert private_imports(tmp_path) == ["costmodel/a.py: costmodel.b _hidden"]

@@ -14,9 +14,8 @@ from costmodel.runtimes.torch.checkpoint_rates import (
     CheckpointContext,
     checkpoint_context_rates,
 )
-from costmodel.runtimes.torch.host_rates import host_rates
 from costmodel.runtimes.torch.in_context_rates import InContext
-from costmodel.runtimes.torch.layers import layer_ops, native_shape
+from costmodel.runtimes.torch.layers import layer_ops
 from costmodel.runtimes.torch.ops import host_seconds
 from costmodel.runtimes.torch.passes import (
     SAVED_PER_RECORDED_OP,
@@ -24,6 +23,8 @@ from costmodel.runtimes.torch.passes import (
     checkpoint_hooks_s,
     native_pass_costs,
 )
+from costmodel.runtimes.torch.rates import host_rates
+from costmodel.runtimes.torch.shapes import native_shape
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from costmodel.passes import comm_groups
 from costmodel.runtimes.torch import dtensor_rates as model
-from costmodel.runtimes.torch.host_rates import host_rates
 from costmodel.runtimes.torch.ops import HostOps, host_seconds
 from costmodel.runtimes.torch.passes import native_pass_costs
+from costmodel.runtimes.torch.rates import host_rates
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan

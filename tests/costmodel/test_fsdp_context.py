@@ -13,10 +13,10 @@ from costmodel.runtimes.torch.fsdp_rates import (
     PROBE_TENSORS,
     fsdp_context_rates,
 )
-from costmodel.runtimes.torch.host_rates import host_rates
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.ops import FP32
 from costmodel.runtimes.torch.pricing import native_chunk_costs
+from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.sync import fsdp_gather_s, stage_layout
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob

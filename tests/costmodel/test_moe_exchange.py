@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from costmodel.execution import TORCH_OPTIONS
 from costmodel.iteration import simulate_iteration
 from costmodel.runtimes.registry import runtime_model
-from costmodel.runtimes.torch.host_rates import host_rates
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
+from costmodel.runtimes.torch.rates import host_rates
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset

@@ -8,17 +8,18 @@ import dataclasses
 import pytest
 
 from costmodel.compute import gemm_time_s
-from costmodel.runtimes.torch.host_rates import DTENSOR_FALLBACK_RATIOS, host_rates
+from costmodel.runtimes.torch.host_rates import DTENSOR_FALLBACK_RATIOS
 from costmodel.runtimes.torch.layers import (
     attention_block,
     attention_core,
     embedding_ops,
     head_ops,
     layer_ops,
-    native_shape,
+    moe_ffn,
 )
-from costmodel.runtimes.torch.moe import moe_block
 from costmodel.runtimes.torch.ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
+from costmodel.runtimes.torch.rates import host_rates
+from costmodel.runtimes.torch.shapes import native_shape
 from profiles.schema import MeasurementSpread
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -143,7 +144,7 @@ def test_paired_differences_are_read_by_their_median_and_the_rest_by_the_mean():
 def test_the_expert_gradient_stacks_copy_transposed_tensors():
     # Three stacked weights of 8 experts x 128 x 128 (tiny-moe): each stack reads and
     # writes 8·128·128 fp32 values with a stride.
-    block = moe_block(MOE, CPU, ParallelPlan(), shape())
+    block = moe_ffn(MOE, CPU, ParallelPlan(), shape())
     assert block.backward.transposed_bytes == pytest.approx(3 * 2 * 8 * 128 * 128 * FP32)
     slow = dataclasses.replace(RATES, transpose_Bps=RATES.transpose_Bps / 10)
     extra = host_seconds(block.backward, slow, backward=True) - host_seconds(
@@ -259,7 +260,7 @@ def test_a_calibrated_host_speed_scales_the_redistribution_extra_not_the_functio
 
 def test_only_the_moe_bookkeeping_collectives_are_plain_calls():
     plan = ParallelPlan(ep=2, dp=2, tp=2)
-    ops = moe_block(MOE, CPU, plan, shape(ep=2, dp=2, tp=2))
+    ops = moe_ffn(MOE, CPU, plan, shape(ep=2, dp=2, tp=2))
     comms = [*ops.forward_comms, *ops.backward_comms]
     plain = [(c.op, c.size_bytes) for c in comms if not c.functional]
     experts = MOE.num_experts * 8
@@ -413,8 +414,8 @@ def test_embedding_and_head():
 
 
 def test_moe_layer_scales_with_local_experts_and_adds_all_to_all():
-    one = moe_block(MOE, CPU, ParallelPlan(), shape())
-    two = moe_block(MOE, CPU, ParallelPlan(dp=2, ep=2), shape(dp=2, ep=2))
+    one = moe_ffn(MOE, CPU, ParallelPlan(), shape())
+    two = moe_ffn(MOE, CPU, ParallelPlan(dp=2, ep=2), shape(dp=2, ep=2))
     assert not one.forward_comms
     # Eight experts: three matmuls, silu and product each; four of them under ep = 2.
     assert one.forward.ops - two.forward.ops == pytest.approx(4 * 5)
@@ -431,7 +432,7 @@ def test_moe_routing_operators_pay_the_measured_cold_routing_cost():
     assert RATES.routing_op_s == RATES.forward_op_s  # fallback: a recorded operator
     assert host_seconds(HostOps(routing_ops=3), dear, backward=False) == pytest.approx(60e-6)
     plan = ParallelPlan(dp=2, ep=2)
-    ops = moe_block(MOE, CPU, plan, shape(dp=2, ep=2)).forward
+    ops = moe_ffn(MOE, CPU, plan, shape(dp=2, ep=2)).forward
     extra = host_seconds(ops, dear, backward=False) - host_seconds(ops, RATES, backward=False)
     assert extra == pytest.approx((28 + 17) * (20e-6 - RATES.forward_op_s))
     # a dense layer has no routing

@@ -21,13 +21,15 @@ from costmodel.iteration import simulate_iteration
 from costmodel.passes import comm_groups
 from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.registry import runtime_model
-from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES, host_rates
-from costmodel.runtimes.torch.layers import layer_ops, native_shape
+from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES
+from costmodel.runtimes.torch.layers import layer_ops
 from costmodel.runtimes.torch.memory import native_memory_per_stage
 from costmodel.runtimes.torch.ops import FP32, host_seconds
 from costmodel.runtimes.torch.passes import microbatch_overhead
 from costmodel.runtimes.torch.pricing import native_chunk_costs
+from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.runtime import TorchRuntime
+from costmodel.runtimes.torch.shapes import native_shape
 from costmodel.runtimes.torch.sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_layout
 from costmodel.screen import screen_plans
 from costmodel.topology import plan_placements

@@ -136,7 +136,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from costmodel.runtimes.torch.checkpoint_rates import CheckpointContext, checkpoint_context_rates
 from costmodel.runtimes.torch.fsdp_rates import fsdp_context_rates
@@ -408,12 +408,20 @@ def _collective_excess(profile: HardwareProfile) -> tuple[tuple[str, int, float]
     return tuple((op, n, statistics.median(v)) for (op, n), v in sorted(excess.items()))
 
 
-def host_rates(profile: HardwareProfile) -> HostRates:
-    """The `HostRates` of ``profile`` (sources and fallbacks in the module doc)."""
+def spread_scale(profile: HardwareProfile) -> tuple[dict[str, float], float]:
+    """(spread means by quantity, the factor that brings the profile's ``op_overhead.*``
+    means to its dispatch cost: op_overhead_s over the plain ``add`` probe, 1 without it)."""
     means = _spread_means(profile)
-    dispatch = profile.compute.op_overhead_s
     plain = means.get("op_overhead.add")
-    scale = dispatch / plain if plain else 1.0
+    return means, profile.compute.op_overhead_s / plain if plain else 1.0
+
+
+def base_host_rates(profile: HardwareProfile) -> HostRates:
+    """The `HostRates` of ``profile`` (sources and fallbacks in the module doc) without
+    the DTensor-context and operator-mix fits, which `costmodel.runtimes.torch.rates`
+    adds."""
+    means, scale = spread_scale(profile)
+    dispatch = profile.compute.op_overhead_s
 
     def get(name: str, fallback: float) -> float:
         value = means.get(f"op_overhead.{name}")
@@ -479,12 +487,7 @@ def host_rates(profile: HardwareProfile) -> HostRates:
         fsdp_context=fsdp_context_rates(means, scale),
         checkpoint_context=checkpoint_context_rates(means, scale),
     )
-    # both price with costmodel.runtimes.torch.ops, which reads HostRates
-    from costmodel.runtimes.torch.dtensor_rates import dtensor_context_rates
-    from costmodel.runtimes.torch.op_mix_rates import with_op_mix
-
-    rates = replace(rates, dtensor_context=dtensor_context_rates(means, scale))
-    return with_op_mix(rates, means, scale)
+    return rates
 
 
 def _redistribute_extra(

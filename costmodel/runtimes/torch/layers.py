@@ -22,8 +22,6 @@ causal-counted work of its share.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from costmodel.compute import attention_core_time_s, op_overhead_s
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.runtimes.torch.host_rates import HostRates
@@ -39,52 +37,10 @@ from costmodel.runtimes.torch.ops import (
     residual_add,
     rope,
 )
+from costmodel.runtimes.torch.shapes import NativeShape
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NativeShape:
-    """What one rank of the executor holds for one microbatch."""
-
-    tokens: float
-    """T: micro_batch · seq / cp."""
-    norm_tokens: float
-    """Tokens of the residual stream: T / tp under sequence parallelism, else T."""
-    micro_batch: int
-    """Sequences per microbatch."""
-    seq: int
-    """Full sequence length."""
-    tp: int
-    """Tensor-parallel size."""
-    cp: int
-    """Context-parallel size."""
-    sp: bool
-    """Sequence parallelism on (tp > 1)."""
-    accumulate: float
-    """Share of microbatches whose weight gradients add into existing ones, (m - 1) / m."""
-
-    @property
-    def dtensor(self) -> bool:
-        """Parameters are DTensors (tp > 1)."""
-        return self.tp > 1
-
-
-def native_shape(plan: ParallelPlan, seq: int, microbatches: int) -> NativeShape:
-    """The `NativeShape` of ``plan`` for sequences of ``seq`` tokens."""
-    tokens = plan.micro_batch_size * seq / plan.cp
-    sp = plan.sequence_parallel and plan.tp > 1
-    return NativeShape(
-        tokens=tokens,
-        norm_tokens=tokens / plan.tp if sp else tokens,
-        micro_batch=plan.micro_batch_size,
-        seq=seq,
-        tp=plan.tp,
-        cp=plan.cp,
-        sp=sp,
-        accumulate=(microbatches - 1) / microbatches if microbatches > 0 else 0.0,
-    )
 
 
 def colwise(
@@ -258,6 +214,17 @@ def mlp(profile: HardwareProfile, model: ModelSpec, x: NativeShape, ffn: int) ->
     return _sum(parts)
 
 
+def moe_ffn(
+    model: ModelSpec, profile: HardwareProfile, plan: ParallelPlan, x: NativeShape
+) -> ModuleOps:
+    """`executor.moe.MoE` on its normalized input (`costmodel.runtimes.torch.moe.moe_block`)
+    with its shared expert's input gather and MLP when the model has one."""
+    shared = model.moe_shared_expert_size
+    d = model.hidden_size
+    expert = [gather_input(x, d), mlp(profile, model, x, shared)] if shared else []
+    return moe_block(model, profile, plan, x, expert)
+
+
 MODULE_CALLS_PER_LAYER = 13
 """``nn.Module`` calls of one dense layer's forward (block, two norms, attention, wq, wk,
 wv, wo, the core, MLP, w1, w3, w2), each priced as one dispatch (``__call__`` and its
@@ -277,7 +244,7 @@ def layer_ops(
     d = model.hidden_size
     ffn_part = [norm(model.normalization, x.norm_tokens, d, dtensor=x.sp)]
     if is_moe:
-        ffn_part.append(moe_block(model, profile, plan, x))
+        ffn_part.append(moe_ffn(model, profile, plan, x))
         ffn_part.append(residual_add(x.norm_tokens, d))
     else:
         ffn_part += [gather_input(x, d), mlp(profile, model, x, model.ffn_hidden_size)]

@@ -36,15 +36,13 @@ received (balanced routing), F_e the expert width:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from costmodel.runtimes.torch.ops import FP32, Comm, HostOps, ModuleOps, gemm_kernel_s, gradient_sum
+from costmodel.runtimes.torch.shapes import NativeShape
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-
-if TYPE_CHECKING:
-    from costmodel.runtimes.torch.layers import NativeShape
 
 INT64 = 8
 """Bytes of the exchanged expert counts."""
@@ -142,12 +140,15 @@ def _expert_parallel(model: ModelSpec, plan: ParallelPlan, rows: float) -> Modul
 
 
 def moe_block(
-    model: ModelSpec, profile: HardwareProfile, plan: ParallelPlan, x: NativeShape
+    model: ModelSpec,
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    x: NativeShape,
+    shared_expert: Sequence[ModuleOps],
 ) -> ModuleOps:
-    """The MoE layer on its normalized input, shared expert included, without the residual
-    add (counted by the caller)."""
-    from costmodel.runtimes.torch.layers import gather_input, mlp
-
+    """The MoE layer on its normalized input, without the residual add (counted by the
+    caller); ``shared_expert`` holds the shared expert's modules (its input gather and MLP,
+    `costmodel.runtimes.torch.layers`), empty without one."""
     rows = model.moe_top_k * x.norm_tokens * min(model.moe_capacity_factor or 1.0, 1.0)
     local = max(model.num_experts // plan.ep, 1)
     parts = [
@@ -156,11 +157,7 @@ def moe_block(
         _expert_parallel(model, plan, rows),
         gradient_sum(x.norm_tokens, model.hidden_size, 3 if model.moe_shared_expert_size else 2),
     ]
-    if model.moe_shared_expert_size:
-        parts += [
-            gather_input(x, model.hidden_size),
-            mlp(profile, model, x, model.moe_shared_expert_size),
-        ]
+    parts += shared_expert
     if plan.tp * plan.cp > 1:
         parts.append(
             ModuleOps(

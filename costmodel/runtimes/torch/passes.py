@@ -46,11 +46,10 @@ from costmodel.runtimes.megatron.layer_costs import ZERO, CommGroups, PassCost
 from costmodel.runtimes.torch.dtensor_rates import dtensor_context_s
 from costmodel.runtimes.torch.host_rates import HostRates
 from costmodel.runtimes.torch.layers import (
-    NativeShape,
+    attention_core,
     embedding_ops,
     head_ops,
     layer_ops,
-    native_shape,
 )
 from costmodel.runtimes.torch.moe_exchange_rates import PROBE_TOKEN_BYTES
 from costmodel.runtimes.torch.ops import (
@@ -61,6 +60,7 @@ from costmodel.runtimes.torch.ops import (
     ModuleOps,
     host_seconds,
 )
+from costmodel.runtimes.torch.shapes import NativeShape, native_shape
 from costmodel.schedules import chunk_layers, virtual_stage
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -338,8 +338,6 @@ def recompute_ops(
     under full recompute (`DecoderChunk.full_recompute_groups`), plus the checkpoint's
     backward hooks (`checkpoint_hooks_s`). Returned as a module whose *forward* is the
     rerun work."""
-    from costmodel.runtimes.torch.layers import attention_core
-
     if plan.recompute == "none":
         return ModuleOps()
     hooks = HostOps(kernel_s=checkpoint_hooks_s(model, rates, plan, layers, kinds, backward=True))

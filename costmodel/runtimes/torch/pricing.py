@@ -23,9 +23,10 @@ from costmodel.collectives import collective_time_s
 from costmodel.memory import chunk_params, layer_params_per_rank
 from costmodel.passes import ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
-from costmodel.runtimes.torch.host_rates import HostRates, host_rates
+from costmodel.runtimes.torch.host_rates import HostRates
 from costmodel.runtimes.torch.ops import FP32
 from costmodel.runtimes.torch.passes import native_pass_costs, scale_grads_s
+from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.sync import (
     Reduction,
     StageLayout,

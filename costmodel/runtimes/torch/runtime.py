@@ -12,9 +12,9 @@ from costmodel.memory import StageMemory
 from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtime import Calibration, ChunkGrid
-from costmodel.runtimes.torch.host_rates import host_rates
 from costmodel.runtimes.torch.memory import native_memory_per_stage
 from costmodel.runtimes.torch.pricing import native_chunk_costs, native_stage_tail
+from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.screen import simulated_screen
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
