@@ -223,7 +223,7 @@ class ComputeProfile:
     operators."""
     backward_scale: float = 1.0
     """Factor on the compute time of every backward pass the executor model prices
-    (`costmodel.runtimes.torch.passes.native_pass_costs`); a recompute's rerun, a forward, keeps
+    (`costmodel.runtimes.torch.passes.executor_pass_costs`); a recompute's rerun, a forward, keeps
     the forward's price. 1 in a measured profile; `paraplan calibrate` fits it on its runs'
     own forward/backward split (`reports.calibrate_time.fit_backward_scale`)."""
 

@@ -31,7 +31,7 @@ from reports.fidelity_tables import pick_line
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
 from specs.rules import check_plan
-from tests.costmodel.native_fixture import cpu_profile
+from tests.costmodel.cpu_fixture import cpu_profile
 
 
 def row(name: str, measured: float, predicted: float | None, group: str = "g") -> FidelityRow:

@@ -13,7 +13,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from reports.fidelity_tables import machine_text, set_aside_text
-from tests.costmodel.native_fixture import cpu_profile
+from tests.costmodel.cpu_fixture import cpu_profile
 
 
 def test_a_run_is_disturbed_above_the_steal_limit(bench: SimpleNamespace) -> None:

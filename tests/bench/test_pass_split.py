@@ -12,7 +12,7 @@ import pytest
 
 from profiles.store import save_profile
 from tests.bench.bench_loader import load_bench
-from tests.costmodel.native_fixture import cpu_profile
+from tests.costmodel.cpu_fixture import cpu_profile
 
 
 def _load():

@@ -3,7 +3,7 @@
 Two groups of plans. Every plan of the CPU fidelity suite (`bench/fidelity_suite.py`:
 timing, coverage and calibration cases, its job of 8 sequences of 128 tokens in fp32) on two
 CPU profiles, the stored ``tests/reports/data/cpu-quick-tiny.json`` and the synthetic
-`tests.costmodel.native_fixture.cpu_profile`, under both runtimes. And Megatron-LM plans on
+`tests.costmodel.cpu_fixture.cpu_profile`, under both runtimes. And Megatron-LM plans on
 the stored GPU profiles (`profiles/data`): dense and MoE models, 1F1B and interleaved
 pipelines, context parallelism, full and selective recompute, the distributed optimizer,
 fp8, and the SC21 framework conventions (`costmodel.execution.MEGATRON_2021`).
@@ -30,7 +30,7 @@ from specs.job import TrainingJob
 from specs.loading import load_model
 from specs.plan import ParallelPlan
 from tests.bench.bench_loader import load_bench
-from tests.costmodel.native_fixture import cpu_profile
+from tests.costmodel.cpu_fixture import cpu_profile
 
 FIXTURE = Path(__file__).parent / "data" / "golden_predictions.json"
 STORED_CPU = Path(__file__).resolve().parents[1] / "reports" / "data" / "cpu-quick-tiny.json"

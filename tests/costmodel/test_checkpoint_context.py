@@ -1,5 +1,5 @@
 """Activation checkpointing priced in its chain (`costmodel.runtimes.torch.checkpoint_rates`,
-`native_runtime.checkpoint_hooks_s`)."""
+`costmodel.runtimes.torch.passes.checkpoint_hooks_s`)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ from costmodel.runtimes.torch.passes import (
     SAVED_PER_RECORDED_OP,
     SDPA_SAVED_TENSORS,
     checkpoint_hooks_s,
-    native_pass_costs,
+    executor_pass_costs,
 )
 from costmodel.runtimes.torch.rates import host_rates
-from costmodel.runtimes.torch.shapes import native_shape
+from costmodel.runtimes.torch.shapes import rank_shape
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.cpu_fixture import cpu_profile, spread
 
 TINY = get_preset("tiny")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
@@ -105,7 +105,7 @@ def test_costs_interpolate_on_the_pass_host_work_and_never_go_negative():
 
 
 def _layer(profile, rates, plan):
-    return layer_ops(TINY, profile, rates, plan, native_shape(plan, 128, 8), is_moe=False)
+    return layer_ops(TINY, profile, rates, plan, rank_shape(plan, 128, 8), is_moe=False)
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -148,7 +148,7 @@ def test_the_forward_pays_its_hooks_and_the_recompute_the_rest():
     groups = comm_groups(plan_placements(profile, ParallelPlan(), 4))
 
     def passes(plan):
-        return native_pass_costs(TINY, JOB, plan, profile, rates, groups, 0, 0)
+        return executor_pass_costs(TINY, JOB, plan, profile, rates, groups, 0, 0)
 
     forward, _, none = passes(ParallelPlan())
     assert none.compute_s == 0.0

@@ -1,5 +1,5 @@
 """DTensor's operators priced in their chain (`costmodel.runtimes.torch.dtensor_rates`, applied by
-`native_runtime.chunk_ops`)."""
+`costmodel.runtimes.torch.passes.chunk_ops`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from costmodel.passes import comm_groups
 from costmodel.runtimes.torch import dtensor_rates as model
 from costmodel.runtimes.torch.ops import HostOps, host_seconds
-from costmodel.runtimes.torch.passes import native_pass_costs
+from costmodel.runtimes.torch.passes import executor_pass_costs
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.cpu_fixture import cpu_profile, spread
 
 TINY = get_preset("tiny")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
@@ -105,7 +105,9 @@ def test_tensor_parallel_passes_carry_the_difference_and_plain_ones_do_not():
         profile, rates = rates_with(extra)
         for plan in (ParallelPlan(tp=2), ParallelPlan(dp=2)):
             groups = comm_groups(plan_placements(profile, plan, 4))
-            forward, backward, _ = native_pass_costs(TINY, JOB, plan, profile, rates, groups, 0, 0)
+            forward, backward, _ = executor_pass_costs(
+                TINY, JOB, plan, profile, rates, groups, 0, 0
+            )
             results[name, plan.tp] = (forward.compute_s, backward.compute_s)
     assert results["cheap", 1] == pytest.approx(results["costly", 1])
     assert results["costly", 2][0] > results["cheap", 2][0]

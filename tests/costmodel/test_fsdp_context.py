@@ -1,5 +1,5 @@
 """FSDP2's gathers priced in their chain (`costmodel.runtimes.torch.fsdp_rates`,
-`native_sync.fsdp_gather_s`)."""
+`costmodel.runtimes.torch.sync.fsdp_gather_s`)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from costmodel.runtimes.torch.fsdp_rates import (
 )
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.ops import FP32
-from costmodel.runtimes.torch.pricing import native_chunk_costs
+from costmodel.runtimes.torch.pricing import executor_chunk_costs
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.sync import fsdp_gather_s, stage_layout
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import cpu_profile, in_context_spreads
+from tests.costmodel.cpu_fixture import cpu_profile, in_context_spreads
 
 TINY = get_preset("tiny")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
@@ -89,7 +89,7 @@ def test_tensors_and_bytes_beyond_the_probes_block_are_added_and_the_total_never
 
 def chunk(profile, plan):
     placements = plan_placements(profile, plan, 4)
-    return native_chunk_costs(TINY, JOB, plan, profile, comm_groups(placements), placements)[0][0]
+    return executor_chunk_costs(TINY, JOB, plan, profile, comm_groups(placements), placements)[0][0]
 
 
 def test_each_module_gathers_once_per_pass_at_the_passes_host_work():

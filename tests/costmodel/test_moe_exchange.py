@@ -16,7 +16,7 @@ from costmodel.runtimes.torch.rates import host_rates
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import cpu_profile, in_context_spreads
+from tests.costmodel.cpu_fixture import cpu_profile, in_context_spreads
 
 MOE = get_preset("tiny-moe")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")

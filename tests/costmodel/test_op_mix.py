@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from costmodel.runtimes.torch.op_mix_rates import SCALED_FIELDS, _priced_s, op_mix_factor
 from costmodel.runtimes.torch.rates import host_rates
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.cpu_fixture import cpu_profile, spread
 
 RATES = host_rates(cpu_profile())
 

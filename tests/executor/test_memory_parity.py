@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.runtimes.torch.memory import native_memory_per_stage
+from costmodel.runtimes.torch.memory import executor_memory_per_stage
 from executor.run import RunConfig, execute
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -35,7 +35,7 @@ def test_peak_memory_matches_the_model(tmp_path: Path, global_batch: int, micro_
     )
     execute(RunConfig(bundle=bundle, out_dir=str(tmp_path), steps=2, warmup=1, profile_steps=1))
     measured = max(json.loads((tmp_path / "metrics.json").read_text())["peak_memory_gib"])
-    (stage,) = native_memory_per_stage(model, job, plan)
+    (stage,) = executor_memory_per_stage(model, job, plan)
     if global_batch == micro_batch:
         assert stage.gradients_bytes == 0 < stage.activations_bytes  # the backward makes them
     else:
@@ -52,7 +52,7 @@ def test_interleaved_pipeline_peak_matches_the_model(tmp_path: Path):
     )
     execute(RunConfig(bundle=bundle, out_dir=str(tmp_path), steps=2, warmup=1, profile_steps=1))
     measured = json.loads((tmp_path / "metrics.json").read_text())["peak_memory_gib"]
-    stages = native_memory_per_stage(model, job, plan)
+    stages = executor_memory_per_stage(model, job, plan)
     for stage, gib in zip(stages, measured, strict=True):  # rank r runs stage r (pp only)
         assert stage.total_bytes / 2**30 == pytest.approx(gib, rel=TOLERANCE)
         assert stage.comm_buffers_bytes > 16 * 128 * model.hidden_size * 4  # 16+ held sends
@@ -81,7 +81,7 @@ def test_peak_memory_of_each_stage_follows_the_executor(tmp_path: Path, case: st
     )
     execute(RunConfig(bundle=bundle, out_dir=str(tmp_path), steps=2, warmup=1, profile_steps=1))
     measured = json.loads((tmp_path / "metrics.json").read_text())["peak_memory_gib"]
-    stages = native_memory_per_stage(model, job, plan)
+    stages = executor_memory_per_stage(model, job, plan)
     assert len(measured) == world
     for rank, gib in enumerate(measured):
         stage = stages[rank if plan.pp > 1 else 0]

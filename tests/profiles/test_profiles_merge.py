@@ -12,7 +12,7 @@ from profiles.lookup import collective_fit, collective_time_s, gemm_efficiency
 from profiles.merge import median_profile
 from profiles.schema import EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
-from tests.costmodel.native_fixture import cpu_profile, spread
+from tests.costmodel.cpu_fixture import cpu_profile, spread
 
 
 def _draw(scale: float, curve: tuple[tuple[float, float], ...] | None = None) -> HardwareProfile:

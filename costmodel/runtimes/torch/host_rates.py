@@ -1,5 +1,5 @@
 """Host-side rates of a CPU profile: what one operator, autograd node, DTensor dispatch or
-AdamW parameter tensor costs on the machine, for the executor model (`costmodel.native`).
+AdamW parameter tensor costs on the machine, for the ``torch`` runtime (`costmodel.runtimes.torch`).
 
 On a CPU every operator is run by the calling thread, so a training step's time is the sum
 of its operators' host costs. `paraplan profile` measures those costs; this module reads

@@ -37,14 +37,14 @@ from costmodel.runtimes.torch.ops import (
     residual_add,
     rope,
 )
-from costmodel.runtimes.torch.shapes import NativeShape
+from costmodel.runtimes.torch.shapes import RankShape
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
 
 def colwise(
-    profile: HardwareProfile, x: NativeShape, out_features: float, in_features: int
+    profile: HardwareProfile, x: RankShape, out_features: float, in_features: int
 ) -> ModuleOps:
     """A column-parallel linear (``ColwiseParallel``): without SP its replicated input is
     wrapped, and the backward redistributes the partial input gradient (an all-reduce)
@@ -67,7 +67,7 @@ def colwise(
 
 
 def rowwise(
-    profile: HardwareProfile, x: NativeShape, out_features: int, in_features: float
+    profile: HardwareProfile, x: RankShape, out_features: int, in_features: float
 ) -> ModuleOps:
     """A row-parallel linear (``RowwiseParallel``): wrap the sharded input, redistribute
     the partial output (all-reduce, or reduce-scatter to the sequence shard with SP) and
@@ -89,7 +89,7 @@ def rowwise(
     )
 
 
-def gather_input(x: NativeShape, width: int) -> ModuleOps:
+def gather_input(x: RankShape, width: int) -> ModuleOps:
     """``PrepareModuleInput(Shard(1) -> Replicate)`` under SP: an all-gather of the block
     input (a reduce-scatter of its gradient)."""
     if not x.sp:
@@ -103,7 +103,7 @@ def gather_input(x: NativeShape, width: int) -> ModuleOps:
     )
 
 
-def input_gradient_sum(x: NativeShape, width: int, uses: int) -> ModuleOps:
+def input_gradient_sum(x: RankShape, width: int, uses: int) -> ModuleOps:
     """Gradients of a block input read by ``uses`` column-parallel linears: plain adds, or
     DTensor adds under SP (the input is then a DTensor)."""
     if x.sp:
@@ -112,7 +112,7 @@ def input_gradient_sum(x: NativeShape, width: int, uses: int) -> ModuleOps:
 
 
 def attention_core(
-    model: ModelSpec, profile: HardwareProfile, rates: HostRates, x: NativeShape
+    model: ModelSpec, profile: HardwareProfile, rates: HostRates, x: RankShape
 ) -> ModuleOps:
     """``F.scaled_dot_product_attention`` (causal), or under CP the K/V all-gather and the
     masked SDPA over all keys (module doc). Kernel times are the profile's fp32 attention
@@ -158,7 +158,7 @@ def attention_core(
 
 
 def attention_block(
-    model: ModelSpec, profile: HardwareProfile, rates: HostRates, x: NativeShape
+    model: ModelSpec, profile: HardwareProfile, rates: HostRates, x: RankShape
 ) -> ModuleOps:
     """``x + Attention(norm(x))`` of `executor.model.TransformerBlock`.
 
@@ -189,7 +189,7 @@ def attention_block(
     return _sum(parts)
 
 
-def mlp(profile: HardwareProfile, model: ModelSpec, x: NativeShape, ffn: int) -> ModuleOps:
+def mlp(profile: HardwareProfile, model: ModelSpec, x: RankShape, ffn: int) -> ModuleOps:
     """`executor.model.MLP` of inner size ``ffn`` (dense or shared expert), its input
     already normalized: SwiGLU w2(silu(w1 x) · w3 x) or GELU w2(gelu(w1 x)).
 
@@ -215,7 +215,7 @@ def mlp(profile: HardwareProfile, model: ModelSpec, x: NativeShape, ffn: int) ->
 
 
 def moe_ffn(
-    model: ModelSpec, profile: HardwareProfile, plan: ParallelPlan, x: NativeShape
+    model: ModelSpec, profile: HardwareProfile, plan: ParallelPlan, x: RankShape
 ) -> ModuleOps:
     """`executor.moe.MoE` on its normalized input (`costmodel.runtimes.torch.moe.moe_block`)
     with its shared expert's input gather and MLP when the model has one."""
@@ -236,7 +236,7 @@ def layer_ops(
     profile: HardwareProfile,
     rates: HostRates,
     plan: ParallelPlan,
-    x: NativeShape,
+    x: RankShape,
     *,
     is_moe: bool,
 ) -> ModuleOps:
@@ -253,7 +253,7 @@ def layer_ops(
     return attention_block(model, profile, rates, x).plus(_sum(ffn_part))
 
 
-def embedding_ops(model: ModelSpec, x: NativeShape, vocab: int) -> ModuleOps:
+def embedding_ops(model: ModelSpec, x: RankShape, vocab: int) -> ModuleOps:
     """`executor.model.Embedding`: the token lookup (2·T·D·e), plus a learned position
     table (arange, a second lookup and an add) when the spec has one. Backward: the dense
     embedding backward zero-fills the (vocab / tp) x D gradient and scatter-adds the
@@ -291,7 +291,7 @@ def embedding_ops(model: ModelSpec, x: NativeShape, vocab: int) -> ModuleOps:
     )
 
 
-def head_ops(model: ModelSpec, profile: HardwareProfile, x: NativeShape, vocab: int) -> ModuleOps:
+def head_ops(model: ModelSpec, profile: HardwareProfile, x: RankShape, vocab: int) -> ModuleOps:
     """Final norm, output layer and `executor.pipeline.lm_loss` of the last chunk.
 
     The loss flattens logits and targets (views) and runs ``F.cross_entropy`` (log_softmax

@@ -196,7 +196,7 @@ def _held(
     return counts, saved, max(w for _, w in chunks), sends * boundary
 
 
-def native_memory_per_stage(
+def executor_memory_per_stage(
     model: ModelSpec, job: TrainingJob, plan: ParallelPlan
 ) -> tuple[StageMemory, ...]:
     """`StageMemory` of one rank of every stage of the executor (module doc)."""

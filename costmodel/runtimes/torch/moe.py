@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from costmodel.runtimes.torch.ops import FP32, Comm, HostOps, ModuleOps, gemm_kernel_s, gradient_sum
-from costmodel.runtimes.torch.shapes import NativeShape
+from costmodel.runtimes.torch.shapes import RankShape
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -48,7 +48,7 @@ INT64 = 8
 """Bytes of the exchanged expert counts."""
 
 
-def _routing(model: ModelSpec, profile: HardwareProfile, x: NativeShape, rows: float) -> ModuleOps:
+def _routing(model: ModelSpec, profile: HardwareProfile, x: RankShape, rows: float) -> ModuleOps:
     """Router, dispatch bookkeeping, combine and load-balancing loss (module doc)."""
     d, e = model.hidden_size, model.num_experts
     tm = x.norm_tokens
@@ -71,7 +71,7 @@ def _routing(model: ModelSpec, profile: HardwareProfile, x: NativeShape, rows: f
 
 
 def _experts(
-    model: ModelSpec, profile: HardwareProfile, x: NativeShape, local: int, rows: float
+    model: ModelSpec, profile: HardwareProfile, x: RankShape, local: int, rows: float
 ) -> ModuleOps:
     """The local experts over ``rows`` routed rows, split evenly (module doc)."""
     d, f = model.hidden_size, model.expert_ffn_hidden_size
@@ -143,7 +143,7 @@ def moe_block(
     model: ModelSpec,
     profile: HardwareProfile,
     plan: ParallelPlan,
-    x: NativeShape,
+    x: RankShape,
     shared_expert: Sequence[ModuleOps],
 ) -> ModuleOps:
     """The MoE layer on its normalized input, without the residual add (counted by the

@@ -2,7 +2,7 @@
 synchronization and AdamW, on a CPU rank (`executor.engine`, `.pipeline`,
 `.data_parallel`).
 
-Pass costs (`native_pass_costs`) price the operator lists of `costmodel.runtimes.torch.layers`
+Pass costs (`executor_pass_costs`) price the operator lists of `costmodel.runtimes.torch.layers`
 with `costmodel.runtimes.torch.host_rates.HostRates` and time their collectives with the profile's
 gloo fits (`costmodel.collectives`) plus the typical excess of a call waited for after a stretch of
 host work (`HostRates.waited_excess_s`: the op's own excess, or the ranks' drift between two
@@ -60,7 +60,7 @@ from costmodel.runtimes.torch.ops import (
     ModuleOps,
     host_seconds,
 )
-from costmodel.runtimes.torch.shapes import NativeShape, native_shape
+from costmodel.runtimes.torch.shapes import RankShape, rank_shape
 from costmodel.schedules import chunk_layers, virtual_stage
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -230,7 +230,7 @@ def chunk_ops(
     profile: HardwareProfile,
     rates: HostRates,
     plan: ParallelPlan,
-    x: NativeShape,
+    x: RankShape,
     layers: range,
     *,
     first: bool,
@@ -329,7 +329,7 @@ def recompute_ops(
     profile: HardwareProfile,
     rates: HostRates,
     plan: ParallelPlan,
-    x: NativeShape,
+    x: RankShape,
     layers: range,
     kinds: dict[bool, ModuleOps],
 ) -> ModuleOps:
@@ -352,7 +352,7 @@ def recompute_ops(
     return total
 
 
-def native_pass_costs(
+def executor_pass_costs(
     model: ModelSpec,
     job: TrainingJob,
     plan: ParallelPlan,
@@ -367,7 +367,7 @@ def native_pass_costs(
     multiplied by the profile's ``backward_scale`` (a calibration's fit of the
     forward/backward split; the recompute, a forward, keeps the forward's price)."""
     m = plan.num_microbatches(job.global_batch_size)
-    x = native_shape(plan, job.seq_length, m)
+    x = rank_shape(plan, job.seq_length, m)
     layers = chunk_layers(model, plan, stage, chunk)
     v = virtual_stage(stage, chunk, plan.pp)
     ops, redo = chunk_ops(

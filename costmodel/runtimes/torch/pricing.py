@@ -6,7 +6,7 @@ over `costmodel.schedules`): torch.distributed.pipelining's 1F1B and interleaved
 Megatron's action order. Sends block (`costmodel.runtimes.torch.passes`).
 
 Chunk costs: the operator lists of the chunk's layers, embedding and head priced on the
-host (`costmodel.runtimes.torch.passes.native_pass_costs`), plus FSDP2's parameter all-gathers,
+host (`costmodel.runtimes.torch.passes.executor_pass_costs`), plus FSDP2's parameter all-gathers,
 which run inside every forward (and, with pp = 1, every backward again, the root module
 included) of every microbatch (`costmodel.runtimes.torch.sync`); they are counted as compute of
 the pass they block.
@@ -25,7 +25,7 @@ from costmodel.passes import ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtimes.torch.host_rates import HostRates
 from costmodel.runtimes.torch.ops import FP32
-from costmodel.runtimes.torch.passes import native_pass_costs, scale_grads_s
+from costmodel.runtimes.torch.passes import executor_pass_costs, scale_grads_s
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.sync import (
     Reduction,
@@ -107,7 +107,7 @@ def _fsdp_pass_s(
     return forward, backward
 
 
-def native_chunk_costs(
+def executor_chunk_costs(
     model: ModelSpec,
     job: TrainingJob,
     plan: ParallelPlan,
@@ -119,7 +119,7 @@ def native_chunk_costs(
     rates = host_rates(profile)
 
     def cost(at: ChunkPosition) -> ChunkCost:
-        fwd, bwd, rec = native_pass_costs(
+        fwd, bwd, rec = executor_pass_costs(
             model, job, plan, profile, rates, groups, at.stage, at.chunk
         )
         per_layer = max(len(at.layers), 1)
@@ -202,7 +202,7 @@ def _reductions(
     return out
 
 
-def native_stage_tail(
+def executor_stage_tail(
     model: ModelSpec,
     plan: ParallelPlan,
     profile: HardwareProfile,

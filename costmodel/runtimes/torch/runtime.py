@@ -12,8 +12,8 @@ from costmodel.memory import StageMemory
 from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtime import Calibration, ChunkGrid
-from costmodel.runtimes.torch.memory import native_memory_per_stage
-from costmodel.runtimes.torch.pricing import native_chunk_costs, native_stage_tail
+from costmodel.runtimes.torch.memory import executor_memory_per_stage
+from costmodel.runtimes.torch.pricing import executor_chunk_costs, executor_stage_tail
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.screen import simulated_screen
 from costmodel.topology import PlanPlacements
@@ -62,9 +62,9 @@ class TorchRuntime:
         profile: HardwareProfile,
         placements: PlanPlacements,
     ) -> ChunkGrid:
-        """`costmodel.runtimes.torch.pricing.native_chunk_costs`."""
+        """`costmodel.runtimes.torch.pricing.executor_chunk_costs`."""
         groups = comm_groups(placements)
-        return native_chunk_costs(model, job, plan, profile, groups, placements)
+        return executor_chunk_costs(model, job, plan, profile, groups, placements)
 
     def send_s(
         self,
@@ -100,14 +100,14 @@ class TorchRuntime:
         chunks: tuple[ChunkCost, ...],
         row: tuple[TimedAction, ...],
     ) -> StageTail:
-        """`costmodel.runtimes.torch.pricing.native_stage_tail`."""
-        return native_stage_tail(model, plan, profile, placements, stage, row)
+        """`costmodel.runtimes.torch.pricing.executor_stage_tail`."""
+        return executor_stage_tail(model, plan, profile, placements, stage, row)
 
     def memory(
         self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
     ) -> tuple[StageMemory, ...]:
-        """`costmodel.runtimes.torch.memory.native_memory_per_stage`."""
-        return native_memory_per_stage(model, job, plan)
+        """`costmodel.runtimes.torch.memory.executor_memory_per_stage`."""
+        return executor_memory_per_stage(model, job, plan)
 
     def screen(
         self,

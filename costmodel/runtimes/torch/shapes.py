@@ -1,4 +1,4 @@
-"""`NativeShape`: what one rank of the executor holds for one microbatch, the shape every
+"""`RankShape`: what one rank of the executor holds for one microbatch, the shape every
 operator list of the ``torch`` runtime is priced on (`costmodel.runtimes.torch.layers`,
 `costmodel.runtimes.torch.moe`)."""
 
@@ -10,7 +10,7 @@ from specs.plan import ParallelPlan
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class NativeShape:
+class RankShape:
     """What one rank of the executor holds for one microbatch."""
 
     tokens: float
@@ -36,11 +36,11 @@ class NativeShape:
         return self.tp > 1
 
 
-def native_shape(plan: ParallelPlan, seq: int, microbatches: int) -> NativeShape:
-    """The `NativeShape` of ``plan`` for sequences of ``seq`` tokens."""
+def rank_shape(plan: ParallelPlan, seq: int, microbatches: int) -> RankShape:
+    """The `RankShape` of ``plan`` for sequences of ``seq`` tokens."""
     tokens = plan.micro_batch_size * seq / plan.cp
     sp = plan.sequence_parallel and plan.tp > 1
-    return NativeShape(
+    return RankShape(
         tokens=tokens,
         norm_tokens=tokens / plan.tp if sp else tokens,
         micro_batch=plan.micro_batch_size,

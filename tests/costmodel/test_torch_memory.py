@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodel.activations import in_flight_chunk_counts
-from costmodel.runtimes.torch.memory import interleaved_runtime_peak, native_memory_per_stage
+from costmodel.runtimes.torch.memory import executor_memory_per_stage, interleaved_runtime_peak
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -58,7 +58,7 @@ def test_interleaved_memory_grows_with_the_microbatches_and_1f1b_does_not():
     def peak(vpp: int, gbs: int) -> float:
         plan = ParallelPlan(pp=2, vpp=vpp, schedule="interleaved" if vpp > 1 else "1f1b")
         job = TrainingJob(seq_length=128, global_batch_size=gbs, precision="fp32")
-        return native_memory_per_stage(TINY, job, plan)[0].total_bytes
+        return executor_memory_per_stage(TINY, job, plan)[0].total_bytes
 
     assert peak(1, 16) == peak(1, 8)
     assert peak(2, 16) > peak(2, 8) > peak(2, 4)
@@ -66,10 +66,10 @@ def test_interleaved_memory_grows_with_the_microbatches_and_1f1b_does_not():
 
 def test_one_microbatch_step_counts_activations_or_gradients_never_both():
     job = TrainingJob(seq_length=128, global_batch_size=4, precision="fp32")
-    (alone,) = native_memory_per_stage(TINY, job, ParallelPlan(micro_batch_size=4))
-    (several,) = native_memory_per_stage(TINY, job, ParallelPlan(micro_batch_size=2))
+    (alone,) = executor_memory_per_stage(TINY, job, ParallelPlan(micro_batch_size=4))
+    (several,) = executor_memory_per_stage(TINY, job, ParallelPlan(micro_batch_size=2))
     assert alone.gradients_bytes == 0 and alone.activations_bytes > 0
     assert several.gradients_bytes == several.weights_bytes
     short = TrainingJob(seq_length=8, global_batch_size=1, precision="fp32")
-    (tiny_acts,) = native_memory_per_stage(TINY, short, ParallelPlan())
+    (tiny_acts,) = executor_memory_per_stage(TINY, short, ParallelPlan())
     assert tiny_acts.activations_bytes == 0 and tiny_acts.gradients_bytes > 0

@@ -19,11 +19,11 @@ from costmodel.runtimes.torch.layers import (
 )
 from costmodel.runtimes.torch.ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
 from costmodel.runtimes.torch.rates import host_rates
-from costmodel.runtimes.torch.shapes import native_shape
+from costmodel.runtimes.torch.shapes import rank_shape
 from profiles.schema import MeasurementSpread
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
-from tests.costmodel.native_fixture import (
+from tests.costmodel.cpu_fixture import (
     ADAMW_BPS,
     ADAMW_TENSOR_S,
     OVERHEADS_S,
@@ -39,7 +39,7 @@ MOE = get_preset("tiny-moe")
 
 
 def shape(**plan):
-    return native_shape(ParallelPlan(**plan), 128, 8)
+    return rank_shape(ParallelPlan(**plan), 128, 8)
 
 
 def count(comms, op):

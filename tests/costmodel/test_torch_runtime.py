@@ -1,6 +1,6 @@
 """The executor model around the layers: choice of model, pipelining, gradient
-synchronization, AdamW, memory and the screen (costmodel.execution, .native_runtime,
-.native_sync, .native_sim, .native_memory, .native_screen)."""
+synchronization, AdamW, memory and the screen (costmodel.execution and
+costmodel.runtimes.torch: passes, sync, pricing, memory, screen)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES
 from costmodel.runtimes.torch.layers import layer_ops
-from costmodel.runtimes.torch.memory import native_memory_per_stage
+from costmodel.runtimes.torch.memory import executor_memory_per_stage
 from costmodel.runtimes.torch.ops import FP32, host_seconds
 from costmodel.runtimes.torch.passes import microbatch_overhead
-from costmodel.runtimes.torch.pricing import native_chunk_costs
+from costmodel.runtimes.torch.pricing import executor_chunk_costs
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.runtime import TorchRuntime
-from costmodel.runtimes.torch.shapes import native_shape
+from costmodel.runtimes.torch.shapes import rank_shape
 from costmodel.runtimes.torch.sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_layout
 from costmodel.screen import screen_plans
 from costmodel.topology import plan_placements
@@ -40,7 +40,7 @@ from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
-from tests.costmodel.native_fixture import cpu_profile, spread, spread_over_fit
+from tests.costmodel.cpu_fixture import cpu_profile, spread, spread_over_fit
 
 CPU = cpu_profile()
 RATES = host_rates(CPU)
@@ -61,7 +61,7 @@ def sim(plan: ParallelPlan, model=TINY, job=JOB):
 
 def chunks(plan: ParallelPlan, model=TINY):
     placements = plan_placements(CPU, plan, 4)
-    return native_chunk_costs(model, JOB, plan, CPU, comm_groups(placements), placements)
+    return executor_chunk_costs(model, JOB, plan, CPU, comm_groups(placements), placements)
 
 
 # ---- which model ------------------------------------------------------------------------
@@ -70,8 +70,8 @@ def chunks(plan: ParallelPlan, model=TINY):
 def test_the_runtime_is_named_not_inferred_from_the_device():
     assert runtime_options("torch") is TORCH_OPTIONS
     assert runtime_options("megatron") is DEFAULT_OPTIONS
-    with pytest.raises(SpecError, match="torch_native"):
-        runtime_options("torch_native")
+    with pytest.raises(SpecError, match="unknown runtime"):
+        runtime_options("native")
     plan = ParallelPlan()
     a = simulate_plan(TINY, cluster(1), JOB, plan, CPU, timeline=False)[0]
     b = simulate_plan(TINY, cluster(1), JOB, plan, CPU, options=DEFAULT_OPTIONS, timeline=False)[0]
@@ -114,7 +114,7 @@ def test_recompute_reruns_the_checkpointed_work_and_its_hooks():
     assert none.recompute.duration_s == 0
     assert 0 < sel.recompute.duration_s < full.recompute.duration_s
     layer = layer_ops(
-        TINY, CPU, RATES, ParallelPlan(), native_shape(ParallelPlan(), 128, 8), is_moe=False
+        TINY, CPU, RATES, ParallelPlan(), rank_shape(ParallelPlan(), 128, 8), is_moe=False
     )
     rerun = 4 * host_seconds(layer.forward, RATES, backward=False)
     # Per layer one checkpointed call (50 µs) and 38 saved tensors (15 µs each).
@@ -255,7 +255,7 @@ def test_expert_parallel_exchanges_tokens():
 
 
 def test_memory_parts_of_one_rank():
-    (stage,) = native_memory_per_stage(TINY, JOB, ParallelPlan())
+    (stage,) = executor_memory_per_stage(TINY, JOB, ParallelPlan())
     params = stage_layout(TINY, ParallelPlan(), 0).dense
     assert stage.weights_bytes == stage.gradients_bytes == params * FP32
     assert stage.optimizer_bytes == 2 * params * FP32
@@ -265,18 +265,20 @@ def test_memory_parts_of_one_rank():
 
 def test_memory_responds_to_recompute_sharding_and_pipelining():
     def total(**plan):
-        return max(s.total_bytes for s in native_memory_per_stage(TINY, JOB, ParallelPlan(**plan)))
+        return max(
+            s.total_bytes for s in executor_memory_per_stage(TINY, JOB, ParallelPlan(**plan))
+        )
 
     def acts(**plan):
-        return native_memory_per_stage(TINY, JOB, ParallelPlan(**plan))[0].activations_bytes
+        return executor_memory_per_stage(TINY, JOB, ParallelPlan(**plan))[0].activations_bytes
 
     assert acts(recompute="full") < acts(recompute="selective") < acts()
-    ddp = native_memory_per_stage(TINY, JOB, ParallelPlan(dp=2))[0]
+    ddp = executor_memory_per_stage(TINY, JOB, ParallelPlan(dp=2))[0]
     assert ddp.comm_buffers_bytes == ddp.gradients_bytes  # DDP's bucket buffers
-    fsdp = native_memory_per_stage(TINY, JOB, ParallelPlan(dp=2, distributed_optimizer=True))[0]
+    fsdp = executor_memory_per_stage(TINY, JOB, ParallelPlan(dp=2, distributed_optimizer=True))[0]
     assert fsdp.weights_bytes == pytest.approx(ddp.weights_bytes / 2)
     assert fsdp.optimizer_bytes == pytest.approx(ddp.optimizer_bytes / 2)
-    first, last = native_memory_per_stage(TINY, JOB, ParallelPlan(pp=2))
+    first, last = executor_memory_per_stage(TINY, JOB, ParallelPlan(pp=2))
     assert first.in_flight_microbatches == 2 and last.in_flight_microbatches == 1
     assert total(micro_batch_size=2) > total()
 
