@@ -305,9 +305,9 @@ def _run_search(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"runtime": args.runtime, **search_json(result)})
     else:
-        print(f"runtime: {args.runtime}")
         _print_top(result, args.top)
         print(text)
+        print(f"runtime: {args.runtime}")
     return 0 if result.best is not None else 1
 
 
@@ -423,8 +423,8 @@ def _run_sizing(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
     else:
-        print(f"runtime: {args.runtime}")
         _print_sizing(result)
+        print(f"runtime: {args.runtime}")
     return 0 if result.chosen is not None else 1
 
 

@@ -69,3 +69,15 @@ def test_bad_hardware_is_a_spec_error():
     args = parser.parse_args([*BASE, "--hardware", "no-such-gpu"])
     with pytest.raises(SpecError, match="unknown hardware profile"):
         estimate.run(args)
+
+
+def test_the_runtime_is_chosen_by_flag_printed_and_in_the_json(capsys):
+    code, out = run(capsys, "--tp", "4", "--json")
+    assert code == 0 and json.loads(out)["runtime"] == "megatron"  # the default
+    code, out = run(capsys, "--tp", "4", "--runtime", "torch", "--json")
+    torch_run = json.loads(out)
+    assert code == 0 and torch_run["runtime"] == "torch"
+    code, out = run(capsys, "--tp", "4", "--runtime", "torch")
+    assert code == 0 and "(runtime torch)" in out
+    with pytest.raises(SystemExit):
+        run(capsys, "--runtime", "torch_native")

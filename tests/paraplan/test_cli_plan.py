@@ -202,3 +202,13 @@ def test_plan_html_lists_the_candidates(capsys, tmp_path) -> None:
     for entry in listed:
         assert f"<td>{entry['label']}</td>" in table
         assert f"{entry['mfu']:.1%}" in table
+
+
+def test_plan_prints_its_runtime_and_takes_the_flag(capsys) -> None:
+    code, out = run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--top", "1")
+    assert out.startswith("runtime: megatron")
+    code, out = run_plan(
+        capsys, *BASE, "--num-gpus", "4", *FEW, "--top", "1", "--runtime", "torch", "--json"
+    )
+    data = json.loads(out)
+    assert data["runtime"] == "torch" and data["best"]["runtime"] == "torch"
