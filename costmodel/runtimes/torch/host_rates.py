@@ -22,10 +22,9 @@ them, each with a documented fallback for profiles that predate a measurement:
   norm's DTensor operators.
 - DTensor: per element-wise operator forward and backward, per ``from_local`` and
   ``to_local``, per column-parallel ``F.linear`` forward and backward (spreads
-  ``op_overhead.dtensor_*``, `profiles.profiler.framework`). Fallback: the ratios to
-  ``forward_op_s`` that the same measurement gave on the 2-core AMD EPYC host the
-  executor model was built on (`DTENSOR_FALLBACK_RATIOS`, 2026-11-29), so that an older CPU
-  profile still charges tensor parallelism for DTensor instead of pricing it like plain
+  ``op_overhead.dtensor_*``, `profiles.profiler.framework`). Fallback: fixed ratios to
+  ``forward_op_s`` (`DTENSOR_FALLBACK_RATIOS`), so that a CPU profile without these
+  spreads still charges tensor parallelism for DTensor instead of pricing it like plain
   operators.
 - element-wise kernels: the profile times the executor's own RMSNorm (six kernels with
   fresh outputs, reductions and broadcasts, ``memory.rmsnorm.fp32.<bytes>B``, nominal bytes
@@ -125,11 +124,8 @@ that rescales ``op_overhead_s`` or ``memory_bandwidth_efficiency`` (`reports.cal
 rescales them all. A spread is read by the mean of its samples, but for the paired
 differences (`PAIRED_QUANTITIES`: the functional, redistribution and autograd exchange
 extras) by their median, the mean where the profile predates it: the median of a few
-adjacent pairs leaves out a preemption inside its window, not a spell that outlasts it:
-on the 2-core development VM (seven probes, eight windows each) single windows of the
-functional all-reduce and reduce-scatter read -0.4 to -1.5 ms against 0.1-0.5 ms in most
-others (spells that slowed the plain call, no steal counted), each enough to move the mean
-of the eight by 0.1-0.2 ms a call.
+adjacent pairs leaves out a preemption inside its window, which a mean over the windows
+would carry into every call.
 """
 
 from __future__ import annotations
@@ -195,9 +191,9 @@ DTENSOR_FALLBACK_RATIOS = {
     "dtensor_linear_forward": 45.0,
     "dtensor_linear_backward": 150.0,
 }
-"""DTensor costs over the autograd forward per-operator cost, measured with
-`profiles.profiler.framework` on the reference host (2 cores, AMD EPYC, torch 2.13;
-medians 39-67 µs, 75 µs, 96-118 µs, 22-28 µs, 170-298 µs, 745 µs against 5 µs)."""
+"""DTensor costs over the autograd forward per-operator cost, as
+`profiles.profiler.framework` measures them on a CPU host (round numbers of its medians);
+the fallback for a profile without the ``op_overhead.dtensor_*`` spreads."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -32,8 +32,8 @@ non-reentrant checkpoint's own cost (`checkpoint_hooks_s`) is paid in the forwar
 backward as the profile's in-context probe measured it
 (`costmodel.runtimes.torch.checkpoint_rates`).
 
-Not modelled: intra-op threads beyond the profile's (a one-rank run on a 2-core host runs
-two threads; the profile measures one per rank), DDP's per-forward Python bookkeeping,
+Not modelled: intra-op threads beyond the profile's (a one-rank run may use every core's
+thread; the profile measures one per rank), DDP's per-forward Python bookkeeping,
 and the host's other load (time slices lost to other processes lengthen every wait).
 """
 
