@@ -60,6 +60,7 @@ from scipy.optimize import least_squares
 
 from costmodel.compute import activation_dtype, gemm_dtype
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.runtimes.registry import runtime_model
 from profiles.schema import (
     CollectiveFit,
     HardwareProfile,
@@ -448,7 +449,7 @@ def calibrate(
                 f"{run.path}: no measured.json; calibrate from folders written by "
                 "`paraplan execute PLAN.json --out RUN`"
             )
-    if options.runtime == "torch":
+    if runtime_model(options).calibration == "time_scale":
         return _calibrate_time(profile, runs, held_out, command, options)
     fits = fit_collectives(profile, (s for run in runs for s in comm_samples(run, profile)))
     stage1 = dataclasses.replace(

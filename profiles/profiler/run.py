@@ -90,6 +90,13 @@ def memory_limit_bytes(device: torch.device, local_world_size: int) -> int:
     return host_memory_bytes() // max(1, local_world_size) // MEMORY_SHARE
 
 
+def runs_framework_probes(device: torch.device) -> bool:
+    """Whether the framework's host-cost probes (`profiles.profiler.framework`) run: on CPU
+    ranks only, where the ``torch`` runtime prices every operator's host cost; on a GPU the
+    host runs ahead of the kernels and the runtime is priced kernel-bound."""
+    return device.type == "cpu"
+
+
 def _max_agree(group: Any) -> Callable[[float], float]:
     def agree(value: float) -> float:
         t = torch.tensor([value], dtype=torch.float64)
@@ -141,7 +148,8 @@ def profile_rank(
     runner = Runner(device=device, budget=budget, agree=_max_agree(control), clock=clock)
     early = (*time_host_probe(runner), *time_sync_moment(runner))
     compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit)
-    compute.overhead.extend(time_framework_overheads(runner))
+    if runs_framework_probes(device):
+        compute.overhead.extend(time_framework_overheads(runner))
     comm = CommContext(
         rank=env.rank,
         world_size=env.world_size,
