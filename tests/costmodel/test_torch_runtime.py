@@ -28,7 +28,7 @@ from costmodel.runtimes.torch.ops import FP32, host_seconds
 from costmodel.runtimes.torch.passes import microbatch_overhead
 from costmodel.runtimes.torch.pricing import executor_chunk_costs
 from costmodel.runtimes.torch.rates import host_rates
-from costmodel.runtimes.torch.runtime import TorchRuntime
+from costmodel.runtimes.torch.runtime import TorchRuntime, kernel_view
 from costmodel.runtimes.torch.shapes import rank_shape
 from costmodel.runtimes.torch.sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_layout
 from costmodel.screen import screen_plans
@@ -440,3 +440,24 @@ def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_pa
         TINY, JOB, cp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
     )
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
+
+
+def test_on_a_gpu_the_executor_runs_its_gemms_and_attention_in_the_jobs_dtype():
+    h100 = load_profile("h100-sxm-80gb")
+    bf16 = dataclasses.replace(JOB, precision="bf16")
+    view = kernel_view(h100, bf16)
+    assert view.device.peak_tflops["fp32"] == h100.device.peak_tflops["bf16"]
+    assert view.compute.gemm_efficiency["fp32"] == h100.compute.gemm_efficiency["bf16"]
+    relabelled = [a for a in view.compute.attention if a.dtype == "fp32"]
+    assert relabelled and all(
+        dataclasses.replace(a, dtype="bf16") in h100.compute.attention for a in relabelled
+    )
+    assert kernel_view(h100, JOB) is h100  # an fp32 job keeps the fp32 curves
+    assert kernel_view(CPU, JOB) is CPU
+    # the torch runtime on a GPU profile: the job's precision prices the run
+    plan = ParallelPlan(tp=2)
+    one = cluster(2)
+    gpu = dataclasses.replace(one, hardware="h100-sxm-80gb")
+    a = estimate_plan(TINY, gpu, bf16, plan, h100, options=TORCH_OPTIONS)
+    b = estimate_plan(TINY, gpu, JOB, plan, h100, options=TORCH_OPTIONS)
+    assert a.runtime == "torch" and a.iteration_time_s != b.iteration_time_s

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from costmodel.collectives import p2p_time_s, pipeline_send_bytes
+from costmodel.compute import activation_dtype, gemm_dtype
 from costmodel.execution import TORCH_OPTIONS, ExecutionOptions, Runtime
 from costmodel.memory import StageMemory
 from costmodel.passes import ChunkCost, StageTail, comm_groups
@@ -22,6 +23,27 @@ from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
+
+
+def kernel_view(profile: HardwareProfile, job: TrainingJob) -> HardwareProfile:
+    """``profile`` as the executor's operator lists read it: they price every GEMM and the
+    attention kernel at the profile's fp32 rates (`costmodel.runtimes.torch.ops`), which is
+    what the executor runs on a CPU. Under autocast on a GPU (`executor.precision`) the
+    GEMMs run in the job's GEMM dtype and attention in its activation dtype
+    (`costmodel.compute.gemm_dtype`, `activation_dtype`), so their curves and peak take the
+    fp32 entries' place; element sizes stay fp32 (parameters, gradients and the
+    element-wise operators the lists count)."""
+    gemm, attention = gemm_dtype(job.precision), activation_dtype(job.precision)
+    if gemm == "fp32":
+        return profile
+    curves = dict(profile.compute.gemm_efficiency)
+    curves["fp32"] = curves[gemm]
+    peak = dict(profile.device.peak_tflops)
+    peak["fp32"] = peak[gemm]
+    kept = tuple(a for a in profile.compute.attention if a.dtype != "fp32")
+    relabelled = tuple(replace(a, dtype="fp32") for a in kept if a.dtype == attention)
+    compute = replace(profile.compute, gemm_efficiency=curves, attention=kept + relabelled)
+    return replace(profile, device=replace(profile.device, peak_tflops=peak), compute=compute)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,9 +84,11 @@ class TorchRuntime:
         profile: HardwareProfile,
         placements: PlanPlacements,
     ) -> ChunkGrid:
-        """`costmodel.runtimes.torch.pricing.executor_chunk_costs`."""
+        """`costmodel.runtimes.torch.pricing.executor_chunk_costs` on the `kernel_view` of
+        the profile."""
         groups = comm_groups(placements)
-        return executor_chunk_costs(model, job, plan, profile, groups, placements)
+        view = kernel_view(profile, job)
+        return executor_chunk_costs(model, job, plan, view, groups, placements)
 
     def send_s(
         self,
