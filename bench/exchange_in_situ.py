@@ -12,11 +12,9 @@ every rank before the engine is built):
   rows;
 - ``moe-ep2-balanced``: the same, with the real plan's routed rows split evenly over the
   experts (`even_counts`; the same rows, labelled to other experts), so that both ranks
-  compute the same number of rows, as the local copy does and the cost model assumes. The
-  tiny MoE model's untrained router is far from even (one rank's experts got 41-74% of a
-  layer's rows over four sequences), and its rank with fewer rows waits for its peer in
-  the combine; the difference of the two cases is that wait (on the 2-core development
-  VM, five pairs each on one profile: 164.1 ms a step uneven, 165.9 ms even: none to see).
+  compute the same number of rows, as the local copy does and the cost model assumes. An
+  untrained router splits a layer's rows unevenly, and the rank with fewer rows waits for
+  its peer in the combine; the difference of the two cases is that wait.
 
 The exchange's in-situ cost is the median over rounds of (real - local) median steps, each
 pair run back to back so that both see one state of a shared host. The model's figure is the

@@ -143,9 +143,7 @@ def coverage_section(
 
 STEPS = 16
 """Measured steps per run (the last two profiled): 14 timed steps, whose median moves less
-with a shared host's single slow steps than the 6 of an 8-step run (one step of a run moved
-by up to 60% on the 2-core VM; the middle-run spread over five runs, read at one host speed,
-was 7.2% and 8.3% in two benches, 16.7% in a third, with 6 timed steps)."""
+with a shared host's single slow steps than the 6 timed steps of an 8-step run."""
 
 
 def run_bench(args: argparse.Namespace, log: Console) -> dict[str, Any]:

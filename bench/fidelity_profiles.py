@@ -1,18 +1,16 @@
 """The fidelity benchmark's profiles (`bench/fidelity.py`): several quick profiles of each
 world size taken across the rounds, and their median.
 
-One quick profile is one draw of a shared host's spells: on the 2-core reference VM four
-profiles of the same code, taken one after another, predicted the suite's 1-rank plan from
--34% to +73% and its tensor-parallel plan from -20% to +8% of what the same runs measured
-(each with the same calibration runs). The median of three draws (`profiles.merge`)
-moved those to -2..+13% and -3..+2%. So the bench takes ``Settings.draws`` profiles of
-every world size it times, spread over the rounds like the runs (before the first round,
-between rounds, after the last), and predicts every plan on their median, written where a
-single profile was (``WORK/profile.json`` for 2 ranks, ``WORK/profile-<n>.json`` otherwise).
+One quick profile is one draw of a shared host's spells: profiles of the same code taken
+one after another on a shared host can move a plan's prediction by tens of percent, and the
+median of several draws (`profiles.merge`) moves far less. So the bench takes
+``Settings.draws`` profiles of every world size it times, spread over the rounds like the
+runs (before the first round, between rounds, after the last), and predicts every plan on
+their median, written where a single profile was (``WORK/profile.json`` for 2 ranks,
+``WORK/profile-<n>.json`` otherwise).
 A draw during which the hypervisor took more than `fidelity_suite.STEAL_LIMIT` of the
-machine's CPU is set aside and drawn again, as a run is: fid71, which set 33 runs aside,
-read the ranks' arrival skew at 1.08-1.77 ms in its three 2-rank draws, where fid69 and
-fid70 read 0.60-0.92 ms in five of six.
+machine's CPU is set aside and drawn again, as a run is: a draw taken in a spell of steal
+reads the ranks' arrival skew (`sync_wait`) and the collective extras high.
 
 bench/ is not a package: `bench/fidelity.py` imports this file as a sibling script does.
 """

@@ -45,10 +45,9 @@ MAX_FAILED_RUNS = 2
 STEAL_LIMIT = 0.005
 """Share of the machine's CPU time the hypervisor may take during a run's timed steps
 (metrics ``host_steal_timed``) before the run is set aside and the plan runs again
-(`fidelity_rounds.measure_rounds`). On the 2-core VM a stolen slice stops one rank while
-its peer waits in a collective, so a little steal costs a collective-bound plan much more:
-tp2's runs took 0.59-0.78 s with 0.0-0.1% stolen, 0.81-0.89 s with 0.3-0.5%, 1.02 s with
-4.7%, 1.28 s with 21%."""
+(`fidelity_rounds.measure_rounds`). On a virtual machine a stolen slice stops one rank
+while its peer waits in a collective, so a little steal costs a collective-bound plan far
+more than the stolen share."""
 MAX_SET_ASIDE = 2
 """Runs of one plan set aside for steal; a further stolen run counts as measured."""
 SMALL_BUCKET = 100_000
@@ -109,7 +108,8 @@ def timing_suite() -> tuple[Case, ...]:
 
 
 def coverage_suite() -> tuple[Case, ...]:
-    """World size 4 on this 2-core machine: coverage of the wider layouts, not timing."""
+    """World size 4: coverage of the wider layouts, not timing (on a 2-core machine four
+    ranks measure contention as much as the plan)."""
     return (
         Case(name="w4-tp2-sp-dp2", model="tiny", plan=_p(tp=2, dp=2, sequence_parallel=True),
              covers=("tp", "sp", "dp")),
@@ -134,19 +134,12 @@ CALIBRATION_CASES = (
 """Runs the calibration fits on: the suite's job with plans the suite does not run, as a
 team calibrates on a few short runs of the job it is about to size. Per world size with
 a profile of its own: three of 2 ranks without layer collectives for the compute time
-scale, because one plan's middle run still moves by ~10% between benches, and the fitted
-scale with it; all at micro-batch 2 (pp2 at micro-batch 4 sat 12% above the others after
-the fit: the model under-weights larger GEMMs, as with sequences of 256, which fitted a
-scale 12-30% below the suite's). Two of 2 ranks with tensor parallelism, without and
-with sequence parallelism, for the layer collectives' scale (`reports.calibrate_layers`:
-with the profile draws' collective extras alone, tp2 came out between -15% and +37% at
-host speed over fid64-fid73). One of one rank: one rank
-runs two threads, which its profile's loops gain from and a training step does not, so
-the 2-rank fit does not carry over (w1-mbs2 came out below its measurement in 8 of the 10
-benches the README names it in, fid41-fid46, fid54-fid56 and fid60, by 10-27% in 7); at
-micro-batch 4, since at micro-batch 1 one rank runs furthest from its profile (fid61, one
-rank: -36.5% uncalibrated at micro-batch 1, -23.4% at 2, -24.6% at 4; a fit on 1 and 4
-put w1-mbs2 at +10.7%, one on 4 alone at +1.6%)."""
+scale (several plans, because one plan's middle run moves between benches and the fitted
+scale with it), all at micro-batch 2, the suite's common size. Two of 2 ranks with tensor
+parallelism, without and with sequence parallelism, for the layer collectives' scale
+(`reports.calibrate_layers`), which the profile's collective extras alone leave loose. One
+of one rank, at micro-batch 4: one rank runs two threads, which its profile's loops gain
+from and a training step does not, so the 2-rank fit does not carry over to it."""
 REFERENCE_WORLD = 2
 """World size of the main calibration: its runs give the host-speed elasticity and its
 fitted scales go to the world sizes without calibration runs of their own."""
