@@ -9,7 +9,8 @@ figure is its own ``metrics.json`` ``tokens_per_s`` (median over its unprofiled 
 steps). Rounds alternate plain / executor so both see the same machine load; the best
 round of each side is compared. Target: executor / plain >= 0.9.
 
-    .venv/bin/python bench/executor_overhead.py [--model tiny] [--seq-len 256] [--batch 8]
+    .venv/bin/python bench/executor_overhead.py [--model tiny] [--seq-len 128] [--batch 4]
+        [--steps 10] [--warmup 3] [--rounds 3]
 """
 
 from __future__ import annotations
