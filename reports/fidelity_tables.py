@@ -1,5 +1,5 @@
 """The fidelity benchmark's result (`bench/fidelity.py`'s ``WORK/fidelity.json``) as rich
-tables on the terminal and as markdown for the README: one table per section (the timing
+tables on the terminal and as markdown for `docs/fidelity.md`: one table per section (the timing
 plans, the same with the calibrated profile, the world-4 coverage plans), each followed by
 its summary (`reports.fidelity.summary_text`) and the planner's pick."""
 
@@ -76,7 +76,7 @@ def print_tables(result: dict[str, Any]) -> None:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """Every section as a markdown table with its summary (for the README)."""
+    """Every section as a markdown table with its summary (for `docs/fidelity.md`)."""
     lines = []
     for title, section in sections(result).items():
         lines += [f"**{title}**", "", "| " + " | ".join(COLUMNS) + " |"]
