@@ -3,7 +3,9 @@
 Graph (networkx, undirected), built from a profile's `Topology`:
 
 - ``("gpu", r)`` for global rank r, with attributes ``node`` (server r // gpus_per_node),
-  ``domain`` (scale-up domain r // scale_up_domain) and ``local`` (index on its node);
+  ``domain`` (scale-up domain r // scale_up_domain) and ``local`` (index on its node); a
+  domain may span servers (NVL72: 72 GPUs in trays of 4), and a group inside one domain
+  is ``intra`` (NVLink-priced) even when it crosses trays;
 - ``("scale_up", d)``: the NVSwitch / xGMI / host fabric of domain d, linked to its GPUs
   with the per-GPU scale-up bandwidth (``GBps``);
 - ``("nic", node, j)``: scale-out NIC j of a server; GPU ``local`` uses rail
@@ -66,13 +68,29 @@ class GroupPlacement:
         return self.num_nodes > 1
 
 
+def scale_up_domain_size(profile: HardwareProfile, gpus_per_node: int | None = None) -> int:
+    """Devices that share one scale-up fabric when servers hold ``gpus_per_node`` devices.
+
+    Without an override this is the profile's domain. A domain that spans several servers
+    (NVL72: 72 GPUs over trays of 4) stays whole under an override that divides it, since
+    the NVLink switch trays, not the server, bound it; otherwise the domain is capped at a
+    server (a cluster spec with fewer devices per server than the profile's node).
+    """
+    topo = profile.topology
+    if not gpus_per_node:
+        return topo.scale_up_domain
+    spans_servers = topo.scale_up_domain > topo.gpus_per_node
+    if spans_servers and topo.scale_up_domain % gpus_per_node == 0:
+        return topo.scale_up_domain
+    return max(min(topo.scale_up_domain, gpus_per_node), 1)
+
+
 def _sizes(profile: HardwareProfile, gpus_per_node: int | None) -> tuple[int, int, int]:
     topo = profile.topology
     per_node = gpus_per_node or topo.gpus_per_node
-    domain = min(topo.scale_up_domain, per_node) if gpus_per_node else topo.scale_up_domain
     if per_node < 1:
         raise SpecError(f"gpus_per_node must be >= 1, got {per_node}")
-    return per_node, max(domain, 1), topo.nics_per_node
+    return per_node, scale_up_domain_size(profile, gpus_per_node), topo.nics_per_node
 
 
 def cluster_graph(
@@ -84,8 +102,8 @@ def cluster_graph(
 ) -> nx.Graph:
     """The cluster graph of the module docstring, for ``ranks`` (default: every rank).
 
-    ``gpus_per_node`` overrides the profile's (a cluster spec may); the scale-up domain is
-    then capped at a server. Raises `SpecError` for a rank outside ``range(num_gpus)``.
+    ``gpus_per_node`` overrides the profile's (a cluster spec may); the scale-up domain
+    follows `scale_up_domain_size`. Raises `SpecError` for a rank outside ``range(num_gpus)``.
     """
     per_node, domain, nics = _sizes(profile, gpus_per_node)
     chosen = range(num_gpus) if ranks is None else sorted(set(ranks))

@@ -17,425 +17,39 @@ Derivation rules (also recorded in each profile's provenance notes):
   (a multiple of 32) ran at full speed, so the granule is 32 elements.
 - Memory-bound bandwidth: 0.90 of HBM peak, Calculon's HBM efficiency at >= 100 MB [S48].
 - Attention: FlashAttention-3 on H100 [S26][S27][S28], FlashAttention-2 on A100 [S25].
-- Collectives: α-β fits per (op, group size, placement); see `_intra_latency_s` and
-  `_inter_latency_s` for α and each device's figures for β.
+- Collectives: α-β fits per (op, group size, placement); the latency models of
+  `profiles.derive_rules` give α, each device's figures β.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiles.schema import (
-    AttentionCurve,
-    AttentionPoint,
-    CollectiveFit,
-    CommunicationProfile,
-    ComputeProfile,
-    DeviceSpec,
-    EfficiencyPoint,
-    HardwareProfile,
-    Provenance,
-    ScaleUpFabric,
-    Topology,
+from profiles.derive_blackwell import B200_LATENCY8_US, B300, GB200_NVL72, GB300_NVL72
+from profiles.derive_rules import (
+    COLLECTIVES,
+    COMMAND,
+    DATA_DIR,
+    H100_NVLS_GBPS,
+    H100_RING_GBPS,
+    INTRA_SIZES,
+    Figures,
+    a100_fa2_curves,
+    build_profile,
+    h100_fa3_curves,
+    log2_interpolated,
+    scaled_from_h100,
+    switch_busbw,
 )
+from profiles.schema import HardwareProfile
 from specs import serde
-
-DERIVED_ON = "2026-11-29"
-"""Date of the derivation; change it when a figure or rule below changes."""
-COMMAND = "python -m profiles.derive --write"
-DATA_DIR = Path(__file__).resolve().parent / "data"
-
-SOURCES: dict[str, str] = {
-    "S1": "stas00/ml-engineering compute/accelerator/README.md @744d01e1 (peaks, MAMF)",
-    "S2": "glennklockwood.com/garden/processors/A100 (NVIDIA A100 datasheet)",
-    "S4": "NVIDIA H100 datasheet table (archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html)",
-    "S5": "glennklockwood.com/garden/processors/h100",
-    "S6": "stas00/ml-engineering network/README.md @744d01e1 (links, nccl-tests runs)",
-    "S7": "H200 specification pages (aiminingco.com/gpu/h200/specs and others)",
-    "S8": "glennklockwood.com/garden/processors/B200 (NVIDIA Blackwell datasheet)",
-    "S14": "yobitel.com/knowledge-base/amd-mi300x (secondary: xGMI, 400 Gb/s scale-out)",
-    "S15": "developer.nvidia.com/blog/defining-ai-innovation-with-dgx-a100",
-    "S16": "docs.nvidia.com/dgx-basepod reference architecture, core components",
-    "S17": "DGX B200 datasheet facts via S1 note 20 and BasePOD S16",
-    "S21": "NVIDIA/nccl#812 (DGX A100 8x200 Gb/s IB: 192 GB/s all_reduce busbw)",
-    "S23": "pyptx.dev/performance (B200 cuBLAS bf16 reference timings)",
-    "S24": "stas00/ml-engineering training/performance/README.md @744d01e1 (d_ff alignment)",
-    "S25": "FlashAttention-2 paper (arXiv 2307.08691) summaries",
-    "S26": "FlashAttention-3 paper (arXiv 2407.08608) abstract",
-    "S27": "FlashAttention-3 paper figure extractions (H100 SXM5 fwd/bwd charts)",
-    "S28": "pytorch/benchmark commit ff65cb6 (PR 2391): FA3 fwd d=128 re-run on H100",
-    "S29": "NVIDIA/nccl-tests doc/PERFORMANCE.md @03a204a (busbw factors)",
-    "S30": "NVIDIA/nccl-tests#212 (H100: ~370 GB/s ring, NVLS ~480)",
-    "S33": "NVIDIA/nccl-tests#267 (CX-7 NDR 48-49 GB/s per NIC)",
-    "S35": "NVIDIA/nccl v2.30 src/graph/tuning.cc (latency and per-link bandwidth model)",
-    "S36": "NVIDIA/nccl#1455 (8xH100: RING 365-370, NVLS 370->480 for 4->8 GPUs)",
-    "S37": "NVIDIA/nccl-tests#290 (H100 NVLS 420/440/460/480 for 5-8 GPUs; NDR 46-48 GB/s)",
-    "S38": "NVIDIA/nccl#1281 (H100 reduce_scatter 360, all_gather 350 GB/s busbw)",
-    "S39": "VIA-Research/vTrain @f8dda84 trace/a100 all_reduce LUTs",
-    "S43": "NVIDIA/nccl-tests#319 (~48 GB/s per CX-7; ~396 GB/s RING over 8 NICs)",
-    "S45": "NVIDIA/nccl#1244 (2x8 H20 small-message all_reduce ~46-48 us)",
-    "S48": "calculon-ai/calculon @caa4b11 systems/a100_80g.json (efficiency tables)",
-    "S55": "H. He, 'Strangely, Matrix Multiplications on GPUs Run Faster When Given "
-    '"Predictable" Data!\' (thonking.ai, 2024): A100 8192^3 16-bit matmul, 295 TFLOP/s on '
-    "zeros vs 257 on torch.randn inputs (power-limited clocks)",
-}
-
-# --- rules shared by every device -------------------------------------------------------
-
-CALCULON_PEAK_TFLOPS = 312.0  # A100 fp16 matrix peak of Calculon's table [S48]
-CALCULON_GEMM_STEPS = ((1.0, 0.6), (16.0, 0.9), (128.0, 0.95))  # (>= GFLOP, eff) [S48]
-ALIGNMENT_ELEMENTS = 32  # d_ff 10848 = 32*339 ran at 395.6 TFLOP/s, full speed [S24]
-MISALIGNED_FACTOR = round(272.7 / 398.4, 4)  # d_ff 10922 vs 10944 on H100 [S24]
-MEMORY_BW_EFFICIENCY = 0.90  # Calculon A100 HBM efficiency at >= 100 MB [S48]
-
-SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
-# Shape of throughput against seq len: FA3 fwd d=128 re-run on H100 [S28]; the Triton FA2
-# run of the same PR (329..477) rises in the same proportions.
-_S28_FA3 = (430.0, 517.0, 566.0, 590.0, 614.0, 621.0)
-SEQ_SHAPE = tuple((v - _S28_FA3[0]) / (_S28_FA3[-1] - _S28_FA3[0]) for v in _S28_FA3)
-
-# NCCL 2.30 latency model, µs [S35]: ring LL base and per-hop latencies.
-NCCL_RING_LL_BASE_US = 6.6
-NCCL_NVLINK_RING_LL_HOP_US = 0.6
-NCCL_NET_RING_LL_HOP_US = 2.7
-NCCL_TREE_LL_BASE_US = 6.8
-NCCL_NET_TREE_LL_HOP_US = 5.0
-INTER_2NODE_LATENCY_US = 47.0  # 2 nodes, small all_reduce ~46-48 µs [S45]
-
-RULE_SOURCES = ("S1", "S24", "S28", "S29", "S35", "S45", "S48", "S55")
-"""Sources of the rules above, cited by every profile."""
-
-INTRA_SIZES = tuple(range(2, 9))
-INTER_SIZES = (*range(2, 9), 16, 32, 64, 128, 256, 512, 1024)
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-
-BusbwTable = dict[str, dict[int, tuple[float, str]]]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Figures:
-    """Transcribed figures of one device and the rules chosen where sources are silent."""
-
-    name: str
-    """Profile name (file stem)."""
-    device_name: str
-    """Marketing name."""
-    vendor: str
-    """Maker."""
-    backend: str
-    """Collective library."""
-    peak_tflops: dict[str, float]
-    """Dense peaks per dtype."""
-    mamf_tflops: dict[str, float]
-    """Measured best GEMM TFLOP/s per dtype (MAMF); other dtypes reuse bf16's fraction."""
-    sustained_tflops: dict[str, float] = field(default_factory=dict)
-    """TFLOP/s a large GEMM sustains on random data at the power limit, per dtype, where a
-    source measured it; it replaces the burst MAMF as the curve's top (others reuse the
-    bf16 sustained fraction)."""
-    memory_gb: float
-    """Vendor memory figure, read as GiB (see `_notes`)."""
-    hbm_tbps: float
-    """HBM bandwidth, TB/s."""
-    fabric: ScaleUpFabric
-    """Scale-up fabric kind."""
-    scale_up_GBps: float
-    """Scale-up GB/s per GPU per direction."""
-    peer_GBps: float | None = None
-    """Per-peer GB/s on a mesh."""
-    nic_Gbps_per_gpu: float
-    """Scale-out NIC line rate per GPU, Gb/s (bits)."""
-    nic_achieved_GBps: float
-    """Busbw a ring reaches through one GPU's NIC, GB/s."""
-    intra_busbw: BusbwTable
-    """Per op, per group size: (busbw GB/s, algorithm)."""
-    p2p_GBps: float
-    """Intra-node send/recv GB/s."""
-    latency8_us: float
-    """Small-message 8-GPU all_reduce time, µs."""
-    attention: tuple[AttentionCurve, ...]
-    """Attention curves."""
-    attention_kernel: str
-    """Kernel the curves describe."""
-    sources: tuple[str, ...]
-    """Source keys used."""
-    notes: tuple[str, ...] = ()
-    """Device-specific assumptions."""
-
-
-def _gemm_curves(fig: Figures) -> dict[str, tuple[EfficiencyPoint, ...]]:
-    tops = fig.sustained_tflops or fig.mamf_tflops
-    bf16_fraction = tops["bf16"] / fig.peak_tflops["bf16"]
-    top = CALCULON_GEMM_STEPS[-1][1]
-    curves = {}
-    for dtype, peak in fig.peak_tflops.items():
-        fraction = tops.get(dtype, bf16_fraction * peak) / peak
-        curves[dtype] = tuple(
-            EfficiencyPoint(
-                gflop=round(g * peak / CALCULON_PEAK_TFLOPS, 6),
-                efficiency=round(e / top * fraction, 4),
-            )
-            for g, e in CALCULON_GEMM_STEPS
-        )
-    return curves
-
-
-def _shaped_points(lo: float, hi: float, seqs: tuple[int, ...]) -> tuple[AttentionPoint, ...]:
-    """Points from ``lo`` at seqs[0] to ``hi`` at seqs[-1] along the [S28] shape."""
-    shape = SEQ_SHAPE[: len(seqs)]
-    span = shape[-1] - shape[0]
-    return tuple(
-        AttentionPoint(seq_len=s, tflops=round(lo + (f - shape[0]) / span * (hi - lo), 1))
-        for s, f in zip(seqs, shape, strict=True)
-    )
-
-
-def _h100_fa3_curves(scale: float) -> tuple[AttentionCurve, ...]:
-    """FA3 on H100 SXM5, FP16 charts [S27] (bf16 runs at the same tensor-core rate).
-
-    Forward: the lower chart of each head dim, the one consistent with a causal mask.
-    Backward: the only chart (mask not stated); d=64 was charted to 2k only and is held
-    beyond. ``scale`` carries the figures to another device (see `_scaled_from_h100`).
-    """
-    endpoints = (  # (direction, head_dim, TFLOP/s at 512, at the last seq, last seq)
-        ("forward", 64, 197.0, 473.0, 16384),
-        ("forward", 128, 292.0, 616.0, 16384),
-        ("forward", 256, 286.0, 642.0, 16384),
-        ("backward", 64, 272.0, 422.0, 2048),
-        ("backward", 128, 316.0, 561.0, 16384),
-    )
-    return tuple(
-        AttentionCurve(
-            direction=direction,
-            dtype=dtype,
-            head_dim=d,
-            points=_shaped_points(lo * scale, hi * scale, tuple(s for s in SEQ_LENS if s <= last)),
-        )
-        for dtype in ("bf16", "fp16")
-        for direction, d, lo, hi, last in endpoints
-    )
-
-
-def _a100_fa2_curves() -> tuple[AttentionCurve, ...]:
-    """FA2 on A100: 50-73% of the 312 TFLOP/s peak over seq 512-16k, head dims 64/128 [S25].
-
-    No per-pass or per-head-dim table was found, so the range is spread over seq len along
-    the [S28] shape and used for both passes (the H100 FA3 charts put backward within
-    0.91-1.08 of the causal forward) and all head dims.
-    """
-    points = _shaped_points(0.50 * 312.0, 0.73 * 312.0, SEQ_LENS)
-    return tuple(
-        AttentionCurve(direction=direction, dtype=dtype, head_dim=128, points=points)
-        for dtype in ("bf16", "fp16")
-        for direction in ("forward", "backward")
-    )
-
-
-H100_BF16_MAMF = 794.5  # [S1]
-
-
-def _scaled_from_h100(mamf_bf16: float) -> tuple[AttentionCurve, ...]:
-    """No attention figures: assume the kernel reaches the same share of the device's
-    achievable GEMM rate (bf16 MAMF) as FA3 does on H100."""
-    return _h100_fa3_curves(mamf_bf16 / H100_BF16_MAMF)
-
-
-def _log2_interpolated(known: dict[int, float], sizes: tuple[int, ...]) -> dict[int, float]:
-    """Fill ``sizes`` from ``known`` group sizes, linearly in log2(n)."""
-    pts = sorted(known.items())
-    out = {}
-    for n in sizes:
-        lo = max((p for p in pts if p[0] <= n), default=pts[0])
-        hi = min((p for p in pts if p[0] >= n), default=pts[-1])
-        t = 0.0 if hi[0] == lo[0] else math.log2(n / lo[0]) / math.log2(hi[0] / lo[0])
-        out[n] = lo[1] + t * (hi[1] - lo[1])
-    return out
-
-
-# NVLS all_reduce busbw on 8xH100 per group size [S36][S37]; sizes <= 4 run at ring rate.
-H100_RING_GBPS = 370.0  # [S30][S36]
-H100_NVLS_GBPS = {5: 420.0, 6: 440.0, 7: 460.0, 8: 480.0}  # [S37]
-
-
-def _switch_busbw(*, ring: float, nvls8: float, ag: float, rs: float, a2a: float) -> BusbwTable:
-    """NVSwitch node: flat ring busbw over 2-8 GPUs (measured flat on H100 [S30]); NVLS
-    all_reduce from 5 GPUs up, rising towards the 8-GPU figure as on H100 [S37]."""
-    table: BusbwTable = {
-        "all_gather": {n: (ag, "ring") for n in INTRA_SIZES},
-        "reduce_scatter": {n: (rs, "ring") for n in INTRA_SIZES},
-        "all_to_all": {n: (a2a, "direct") for n in INTRA_SIZES},
-        "all_reduce": {n: (ring, "ring") for n in INTRA_SIZES},
-    }
-    for n, h100 in H100_NVLS_GBPS.items():
-        share = (h100 - H100_RING_GBPS) / (H100_NVLS_GBPS[8] - H100_RING_GBPS)
-        table["all_reduce"][n] = (round(ring + share * (nvls8 - ring), 2), "nvls")
-    return table
-
-
-def _steps(op: str, n: int) -> int:
-    """Sequential ring steps of ``op`` over n ranks (NCCL: 2(n-1) all_reduce, n-1 others)."""
-    return {"all_reduce": 2 * (n - 1), "send_recv": 1}.get(op, n - 1)
-
-
-def _intra_latency_s(op: str, n: int, latency8_us: float) -> float:
-    """α inside a node: the measured 8-GPU small all_reduce time sets the level (launch
-    and software overhead included), NCCL's LL ring model sets the growth with n [S35]:
-    α = t8 - model(all_reduce, 8) + model(op, n), model = base + steps · NVLink hop."""
-
-    def model(o: str, k: int) -> float:
-        return NCCL_RING_LL_BASE_US + _steps(o, k) * NCCL_NVLINK_RING_LL_HOP_US
-
-    return round((latency8_us - model("all_reduce", 8) + model(op, n)) * 1e-6, 9)
-
-
-def _inter_latency_s(op: str, n: int) -> float:
-    """α with one rank per node: anchored at the 2-node small all_reduce time [S45]; growth
-    from NCCL's network model [S35], the smaller of a ring (steps · NET ring hop) and a
-    log2(n)-depth tree (2 · log2(n) · NET tree hop for all_reduce, log2(n) for the others),
-    since NCCL picks the faster algorithm for small messages."""
-
-    def model(o: str, k: int) -> float:
-        ring = NCCL_RING_LL_BASE_US + _steps(o, k) * NCCL_NET_RING_LL_HOP_US
-        depth = (2 if o == "all_reduce" else 1) * math.log2(k)
-        tree = NCCL_TREE_LL_BASE_US + depth * NCCL_NET_TREE_LL_HOP_US
-        return ring if o in ("send_recv", "all_to_all") else min(ring, tree)
-
-    return round((INTER_2NODE_LATENCY_US - model("all_reduce", 2) + model(op, n)) * 1e-6, 9)
-
-
-def _fits(fig: Figures) -> tuple[CollectiveFit, ...]:
-    fits = []
-    for op in COLLECTIVES:
-        for n, (busbw, algorithm) in sorted(fig.intra_busbw[op].items()):
-            fits.append(
-                CollectiveFit(
-                    op=op,
-                    group_size=n,
-                    placement="intra",
-                    latency_s=_intra_latency_s(op, n, fig.latency8_us),
-                    busbw_GBps=busbw,
-                    algorithm=algorithm,
-                )
-            )
-    fits.append(
-        CollectiveFit(
-            op="send_recv",
-            group_size=2,
-            placement="intra",
-            latency_s=_intra_latency_s("send_recv", 2, fig.latency8_us),
-            busbw_GBps=fig.p2p_GBps,
-            algorithm="p2p",
-        )
-    )
-    for op in (*COLLECTIVES, "send_recv"):
-        for n in INTER_SIZES if op != "send_recv" else (2,):
-            fits.append(
-                CollectiveFit(
-                    op=op,
-                    group_size=n,
-                    placement="inter",
-                    latency_s=_inter_latency_s(op, n),
-                    busbw_GBps=fig.nic_achieved_GBps,
-                    algorithm="p2p" if op == "send_recv" else "ring",
-                )
-            )
-    return tuple(fits)
-
-
-def _top_note(fig: Figures) -> str:
-    """Which measurement sets the top of the GEMM curve, and what the other dtypes reuse."""
-    if fig.sustained_tflops:
-        rates = ", ".join(f"{d} {v:g}" for d, v in fig.sustained_tflops.items())
-        burst = ", ".join(f"{d} {v:g}" for d, v in fig.mamf_tflops.items())
-        head = (
-            f"GEMM top: sustained TFLOP/s on random data ({rates} [S55]) instead of the "
-            f"burst MAMF ({burst} [S1])"
-        )
-        known = fig.sustained_tflops
-    else:
-        head = (
-            "GEMM top: MAMF [S1], a burst figure (fastest of 100 iterations); no sustained "
-            "random-data figure is sourced for this device (on A100 it is 5.2% lower [S55])"
-        )
-        known = fig.mamf_tflops
-    fallback = [d for d in fig.peak_tflops if d not in known]
-    tail = f"; {', '.join(fallback)} reuse the bf16 fraction." if fallback else "."
-    return head + tail
-
-
-def _notes(fig: Figures) -> tuple[str, ...]:
-    return (
-        f"memory_gib reads the vendor's {fig.memory_gb:g} GB as GiB: HBM stacks come in "
-        "binary sizes, and a decimal reading would understate what the runtime exposes; "
-        "the cost model keeps its own reserve.",
-        "GEMM curve: Calculon A100 gflops_efficiency [S48], GFLOP axis scaled by peak/312, "
-        "efficiency scaled so the largest GEMMs reach the top fraction; below 1 GFLOP "
-        "(scaled) time is held constant.",
-        _top_note(fig),
-        f"Misaligned GEMM factor {MISALIGNED_FACTOR} for dims not multiples of "
-        f"{ALIGNMENT_ELEMENTS} (H100 SwiGLU d_ff 10922 vs 10944 [S24]).",
-        "Memory-bound kernels reach 0.90 of HBM peak (Calculon HBM efficiency >= 100 MB [S48]).",
-        "Collectives: time = latency_s + bytes * factor / busbw (nccl-tests factors [S29]); "
-        "intra alpha from the 8-GPU small all_reduce, grown with NCCL's ring LL model [S35]; "
-        "inter alpha anchored at ~47 us for 2 nodes [S45]; inter busbw is the per-GPU NIC "
-        "rate (one rank per node).",
-        *fig.notes,
-    )
-
-
-def build_profile(fig: Figures) -> HardwareProfile:
-    """The stored profile for one device's figures."""
-    return HardwareProfile(
-        name=fig.name,
-        device=DeviceSpec(
-            name=fig.device_name,
-            vendor=fig.vendor,
-            kind="gpu",
-            peak_tflops=dict(fig.peak_tflops),
-            memory_gib=fig.memory_gb,
-            hbm_GBps=round(fig.hbm_tbps * 1000.0, 3),
-        ),
-        compute=ComputeProfile(
-            gemm_efficiency=_gemm_curves(fig),
-            gemm_alignment_elements=ALIGNMENT_ELEMENTS,
-            gemm_misaligned_factor=MISALIGNED_FACTOR,
-            attention=fig.attention,
-            attention_kernel=fig.attention_kernel,
-            memory_bandwidth_efficiency=MEMORY_BW_EFFICIENCY,
-        ),
-        communication=CommunicationProfile(backend=fig.backend, fits=_fits(fig)),
-        topology=Topology(
-            gpus_per_node=8,
-            scale_up_domain=8,
-            scale_up_fabric=fig.fabric,
-            scale_up_GBps_per_gpu=fig.scale_up_GBps,
-            scale_up_peer_GBps=fig.peer_GBps,
-            nics_per_node=8,
-            nic_GBps_per_gpu=fig.nic_Gbps_per_gpu / 8.0,
-        ),
-        provenance=Provenance(
-            method="derived",
-            sources=tuple(
-                f"[{k}] {SOURCES[k]}" for k in sorted({*fig.sources, *RULE_SOURCES}, key=_key_order)
-            ),
-            date=DERIVED_ON,
-            command=COMMAND,
-            notes=_notes(fig),
-        ),
-    )
-
-
-def _key_order(key: str) -> int:
-    return int(key[1:])
-
 
 # --- device figures -----------------------------------------------------------------------
 
 _A100_VTRAIN_TO_16GIB = 234.89 / 229.35  # 8-GPU busbw: nccl-tests 16 GiB [S6] / vTrain 1 GiB [S39]
-_A100_RING = _log2_interpolated(
+_A100_RING = log2_interpolated(
     {
         2: 197.3 * _A100_VTRAIN_TO_16GIB,  # vTrain AR_GPU2 LUT, 1 GiB [S39]
         4: 221.9 * _A100_VTRAIN_TO_16GIB,  # vTrain AR_GPU4 LUT, 1 GiB [S39]
@@ -467,7 +81,7 @@ A100_SXM_80GB = Figures(
     },
     p2p_GBps=274.0,  # p2pBandwidthLatencyTest, NVLink3 [S6]
     latency8_us=43.83,  # 8xA100 nccl-tests all_reduce at 32 KiB [S6]
-    attention=_a100_fa2_curves(),
+    attention=a100_fa2_curves(),
     attention_kernel="FlashAttention-2",
     sources=("S2", "S6", "S15", "S21", "S25", "S30", "S38", "S39"),
     notes=(
@@ -485,7 +99,6 @@ A100_SXM_80GB = Figures(
 # 8-GPU small-message all_reduce times derived from torch-level busbw at 32 KiB [S6]:
 # t = 32768 B * 1.75 / busbw (factor 2(n-1)/n for n = 8).
 _H200_LATENCY8_US = round(32768 * 1.75 / 1.44e9 * 1e6, 2)  # busbw 1.44 GB/s [S6]
-_B200_LATENCY8_US = round(32768 * 1.75 / 1.20e9 * 1e6, 2)  # busbw 1.20 GB/s [S6]
 
 H100_SXM_80GB = Figures(
     name="h100-sxm-80gb",
@@ -501,7 +114,7 @@ H100_SXM_80GB = Figures(
     scale_up_GBps=450.0,  # NVLink4, 18 links, per direction [S6]
     nic_Gbps_per_gpu=400.0,  # DGX H100: 8x ConnectX-7 400G [S16]
     nic_achieved_GBps=48.0,  # CX-7 NDR through NCCL, 46-49 GB/s [S33][S37][S43]
-    intra_busbw=_switch_busbw(
+    intra_busbw=switch_busbw(
         ring=H100_RING_GBPS,  # any collective with RING, 2-8 GPUs [S30][S36]
         nvls8=H100_NVLS_GBPS[8],  # NVLS all_reduce, 8 GPUs [S30][S37]
         ag=350.0,  # all_gather busbw [S38]
@@ -510,7 +123,7 @@ H100_SXM_80GB = Figures(
     ),
     p2p_GBps=376.0,  # p2pBandwidthLatencyTest, NVLink4 [S6]
     latency8_us=_H200_LATENCY8_US,
-    attention=_h100_fa3_curves(1.0),
+    attention=h100_fa3_curves(1.0),
     attention_kernel="FlashAttention-3",
     sources=("S4", "S5", "S6", "S16", "S26", "S27", "S30", "S33", "S36", "S37", "S38", "S43"),
     notes=(
@@ -536,7 +149,7 @@ H200_SXM_141GB = Figures(
     scale_up_GBps=450.0,  # [S6][S7]
     nic_Gbps_per_gpu=400.0,  # 8x ConnectX-7 as DGX H100 [S16]
     nic_achieved_GBps=48.0,  # CX-7 NDR through NCCL [S33][S43]
-    intra_busbw=_switch_busbw(
+    intra_busbw=switch_busbw(
         ring=367.61,  # 8 GPUs, 16 GiB, NCCL_NVLS_ENABLE=0 [S6]
         nvls8=482.26,  # 8 GPUs, 16 GiB, NVLS [S6]
         ag=350.0,  # H100 [S38]
@@ -545,7 +158,7 @@ H200_SXM_141GB = Figures(
     ),
     p2p_GBps=376.0,  # H100 NVLink4 p2p [S6]
     latency8_us=_H200_LATENCY8_US,
-    attention=_h100_fa3_curves(1.0),
+    attention=h100_fa3_curves(1.0),
     attention_kernel="FlashAttention-3",
     sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43"),
     notes=(
@@ -568,7 +181,7 @@ B200 = Figures(
     scale_up_GBps=900.0,  # NVLink5, 18 links, per direction [S6][S17]
     nic_Gbps_per_gpu=400.0,  # DGX B200: 8x ConnectX-7 VPI [S16]
     nic_achieved_GBps=48.0,  # same CX-7 NIC as DGX H100 [S33][S43]
-    intra_busbw=_switch_busbw(
+    intra_busbw=switch_busbw(
         ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
         nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
         ag=round(40.1 * 18, 2),
@@ -576,8 +189,8 @@ B200 = Figures(
         a2a=round(40.1 * 18, 2),
     ),
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
-    latency8_us=_B200_LATENCY8_US,
-    attention=_scaled_from_h100(1745.0),
+    latency8_us=B200_LATENCY8_US,
+    attention=scaled_from_h100(1745.0),
     attention_kernel="FlashAttention-3 figures scaled to B200 (no B200 source)",
     sources=("S6", "S8", "S16", "S17", "S23", "S26", "S27", "S30", "S33", "S37", "S43"),
     notes=(
@@ -596,7 +209,7 @@ B200 = Figures(
 )
 
 _MI300X_LINK_GBPS = 64.0  # one xGMI link per peer, per direction [S6]
-_MI300X_EFF = _log2_interpolated(
+_MI300X_EFF = log2_interpolated(
     {2: 47.7 / _MI300X_LINK_GBPS, 8: 312.9 / (7 * _MI300X_LINK_GBPS)},  # RCCL, 4 GiB [S6]
     INTRA_SIZES,
 )
@@ -622,8 +235,8 @@ MI300X = Figures(
         for op in COLLECTIVES
     },
     p2p_GBps=47.7,  # 2-GPU RCCL all_reduce over the single peer link [S6]
-    latency8_us=_B200_LATENCY8_US,
-    attention=_scaled_from_h100(668.4),
+    latency8_us=B200_LATENCY8_US,
+    attention=scaled_from_h100(668.4),
     attention_kernel="FlashAttention-3 figures scaled to MI300X (no MI300X source)",
     sources=("S6", "S14", "S26", "S27", "S33"),
     notes=(
@@ -631,7 +244,7 @@ MI300X = Figures(
         "between the 2-GPU (47.7/64) and 8-GPU (312.9/448) RCCL all_reduce runs [S6]; every "
         "collective uses it (no per-op source).",
         "Intra alpha: no MI300X small-message figure; the largest sourced 8-GPU figure "
-        f"(B200, {_B200_LATENCY8_US} us [S6]) stands in, with NCCL's NVLink hop for growth.",
+        f"(B200, {B200_LATENCY8_US} us [S6]) stands in, with NCCL's NVLink hop for growth.",
         "Scale-out NIC from a secondary source [S14]; achieved rate assumed 48 GB/s as CX-7.",
         "GEMM: MAMF needs ROCm 6.2+ (about 450 TFLOP/s with ROCm 6.1 [S1]). fp8 reuses the "
         "bf16 fraction. Misalignment factor borrowed from H100 [S24].",
@@ -639,7 +252,16 @@ MI300X = Figures(
     ),
 )
 
-ALL_FIGURES: tuple[Figures, ...] = (A100_SXM_80GB, H100_SXM_80GB, H200_SXM_141GB, B200, MI300X)
+ALL_FIGURES: tuple[Figures, ...] = (
+    A100_SXM_80GB,
+    H100_SXM_80GB,
+    H200_SXM_141GB,
+    B200,
+    MI300X,
+    GB200_NVL72,
+    GB300_NVL72,
+    B300,
+)
 
 
 def derived_profiles() -> dict[str, HardwareProfile]:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from profiles import derive
+from profiles import derive, derive_rules
 from profiles.schema import (
     CollectiveFit,
     CommunicationProfile,
@@ -24,7 +24,16 @@ from profiles.store import load_profile, save_profile, stored_profile_names
 from specs import serde
 from specs.errors import SpecError
 
-STORED = ["a100-sxm-80gb", "b200", "h100-sxm-80gb", "h200-sxm-141gb", "mi300x"]
+STORED = [
+    "a100-sxm-80gb",
+    "b200",
+    "b300",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "h100-sxm-80gb",
+    "h200-sxm-141gb",
+    "mi300x",
+]
 
 # Dense peak TFLOP/s, hardware.yaml / hardware.md §1a.
 SOURCED_PEAKS = {
@@ -33,6 +42,9 @@ SOURCED_PEAKS = {
     "h200-sxm-141gb": {"bf16": 989, "fp16": 989, "fp8": 1979, "fp32": 67},  # [S1][S7]
     "b200": {"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp32": 80},  # [S1][S8]
     "mi300x": {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "fp32": 163.4},  # [S1]
+    "gb200-nvl72": {"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp32": 80},  # [S1][S8]
+    "gb300-nvl72": {"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp32": 80},  # [S1][S9]
+    "b300": {"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp32": 80},  # [S1]
 }
 # (memory GB, HBM GB/s, scale-up GB/s per direction, NIC GB/s per GPU), hardware.yaml.
 SOURCED_DEVICE = {
@@ -41,10 +53,15 @@ SOURCED_DEVICE = {
     "h200-sxm-141gb": (141, 4800, 450, 50.0),  # [S1][S7][S6][S16]
     "b200": (180, 8000, 900, 50.0),  # [S1][S17][S6][S16]
     "mi300x": (192, 5300, 448, 50.0),  # [S1][S14][S6]
+    "gb200-nvl72": (186, 8000, 900, 50.0),  # [S1][S18]: 4x CX-7 400G per 4-GPU tray
+    "gb300-nvl72": (279, 8000, 900, 100.0),  # [S9][S19][S6]: 4x CX-8 800G per tray
+    "b300": (288, 8000, 900, 100.0),  # [S1][S6]: DGX B300 8x CX-8 800G
 }
+# (gpus per node, scale-up domain): hardware.yaml nvswitch_domain; NVL72 trays of 4 [S18].
+NODE_AND_DOMAIN = {"gb200-nvl72": (4, 72), "gb300-nvl72": (4, 72)}
 
 
-def test_stored_names_are_the_five_profiles() -> None:
+def test_stored_names_are_the_eight_profiles() -> None:
     assert stored_profile_names() == STORED
 
 
@@ -81,7 +98,8 @@ def test_peaks_and_device_figures_equal_sources(name: str) -> None:
     assert profile.device.hbm_GBps == pytest.approx(hbm_GBps)
     assert profile.topology.scale_up_GBps_per_gpu == scale_up_GBps
     assert profile.topology.nic_GBps_per_gpu == nic_GBps
-    assert (profile.topology.gpus_per_node, profile.topology.scale_up_domain) == (8, 8)
+    node_domain = (profile.topology.gpus_per_node, profile.topology.scale_up_domain)
+    assert node_domain == NODE_AND_DOMAIN.get(name, (8, 8))
 
 
 def test_fp8_absent_only_where_unsupported() -> None:
@@ -95,7 +113,7 @@ def test_provenance_lists_every_cited_source(name: str) -> None:
     assert prov.method == "derived"
     assert prov.command == "python -m profiles.derive --write"
     listed = {s.split("]")[0] + "]" for s in prov.sources}
-    cited = {f"[{k}]" for note in prov.notes for k in derive.SOURCES if f"[{k}]" in note}
+    cited = {f"[{k}]" for note in prov.notes for k in derive_rules.SOURCES if f"[{k}]" in note}
     assert cited <= listed, f"notes cite sources not listed: {sorted(cited - listed)}"
 
 

@@ -48,7 +48,7 @@ from costmodel.runtimes.megatron.layer_costs import (
     logits_cost,
 )
 from costmodel.schedules import plan_split
-from costmodel.topology import strided_group_placement
+from costmodel.topology import scale_up_domain_size, strided_group_placement
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -593,5 +593,5 @@ def closed_form_screen(
 
 def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> tuple[int, int, int]:
     per_node = cluster.gpus_per_node or profile.topology.gpus_per_node
-    domain = min(profile.topology.scale_up_domain, per_node)
+    domain = scale_up_domain_size(profile, cluster.gpus_per_node)
     return per_node, domain, profile.topology.nics_per_node

@@ -1,0 +1,176 @@
+"""Figures of the Blackwell profiles beyond B200: `gb200-nvl72`, `gb300-nvl72` and `b300`.
+
+Transcribed with their [Sx] keys (`profiles.derive_rules.SOURCES`); `profiles.derive`
+turns them into the stored files. NVL72 racks put 72 GPUs in one NVLink domain built
+from 18 compute trays of 4 GPUs each [S18][S19], so their profiles carry
+``gpus_per_node=4`` and ``scale_up_domain=72`` and store intra-domain collective fits up
+to 72 ranks.
+"""
+
+from __future__ import annotations
+
+from profiles.derive_rules import (
+    COLLECTIVES,
+    NVL72_INTRA_SIZES,
+    BusbwTable,
+    Figures,
+    log2_interpolated,
+    scaled_from_h100,
+    switch_busbw,
+)
+
+# 8-GPU small-message all_reduce time from the torch-level busbw at 32 KiB on 8xB200 [S6]:
+# t = 32768 B * 1.75 / busbw (factor 2(n-1)/n for n = 8).
+B200_LATENCY8_US = round(32768 * 1.75 / 1.20e9 * 1e6, 2)  # busbw 1.20 GB/s [S6]
+
+NVLINK5_RING_GBPS = round(40.1 * 18, 2)  # NCCL sm100 per-link model x 18 links [S35]
+B200_NVLS8_GBPS = 845.67  # 8xB200 all_reduce, 16 GiB [S6]
+NVL72_RING72_GBPS = 680.0  # NVL72 all_reduce without NVLink SHARP (GTC25 slide via [S6])
+NVL72_NVLS72_GBPS = 850.0  # NVL72 all_reduce with NVLink SHARP (GTC25 slide via [S6])
+CX7_ACHIEVED_GBPS = 48.0  # ConnectX-7 NDR 400G through NCCL [S33][S43]
+CX7_LINE_GBPS = 50.0  # 400 Gb/s
+CX8_LINE_GBPS = 100.0  # 800 Gb/s ConnectX-8 [S6]
+CX8_ACHIEVED_GBPS = round(CX8_LINE_GBPS * CX7_ACHIEVED_GBPS / CX7_LINE_GBPS, 2)
+"""No measured ConnectX-8 figure: the CX-7 share of line rate (48/50) applied to 800 Gb/s."""
+
+
+def nvl72_busbw() -> BusbwTable:
+    """Busbw per op and group size inside a 72-GPU NVLink domain.
+
+    2-8 GPUs: the NVLink5 switch table of B200 (`switch_busbw`). Beyond 8 the rates are
+    interpolated in log2(n) towards the 72-GPU all_reduce figures (ring 680, NVLS 850 GB/s
+    [S6]); all_gather, reduce_scatter and all_to_all follow the ring figure.
+    """
+    base = switch_busbw(
+        ring=NVLINK5_RING_GBPS,
+        nvls8=B200_NVLS8_GBPS,
+        ag=NVLINK5_RING_GBPS,
+        rs=NVLINK5_RING_GBPS,
+        a2a=NVLINK5_RING_GBPS,
+    )
+    ring = log2_interpolated({8: NVLINK5_RING_GBPS, 72: NVL72_RING72_GBPS}, NVL72_INTRA_SIZES)
+    nvls = log2_interpolated({8: B200_NVLS8_GBPS, 72: NVL72_NVLS72_GBPS}, NVL72_INTRA_SIZES)
+    for n in NVL72_INTRA_SIZES:
+        if n <= 8:
+            continue
+        for op in COLLECTIVES:
+            if op == "all_reduce":
+                base[op][n] = (round(nvls[n], 2), "nvls")
+            else:
+                base[op][n] = (round(ring[n], 2), "direct" if op == "all_to_all" else "ring")
+    return base
+
+
+_NVL72_NOTES = (
+    "NVL72: 18 compute trays x 4 GPUs in one NVLink domain through 9 NVSwitch trays "
+    "[S18][S19]; gpus_per_node is the tray (4), scale_up_domain 72, one NIC per GPU.",
+    "Intra busbw 2-8 GPUs: B200's NVLink5 table (NCCL sm100 ring model 40.1 GB/s x 18 "
+    "links [S35], 8-GPU all_reduce 845.67 GB/s [S6]); 16-72 GPUs interpolated in log2(n) "
+    "to the 72-GPU all_reduce busbw, 680 GB/s ring and 850 GB/s NVLink SHARP (GTC25 slide "
+    "via [S6]); all_gather, reduce_scatter and all_to_all follow the ring figure.",
+    "Intra alpha: B200's 8-GPU small all_reduce [S6] grown with NCCL's ring LL model [S35] "
+    "(no NVL72 small-message figure).",
+    "send_recv: GB200 NVL4 p2pBandwidthLatencyTest, 746 GB/s [S6].",
+)
+
+GB200_NVL72 = Figures(
+    name="gb200-nvl72",
+    device_name="NVIDIA GB200 NVL72 (per Blackwell GPU)",
+    vendor="NVIDIA",
+    backend="nccl",
+    peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp32": 80.0},  # [S1][S8]
+    mamf_tflops={"bf16": 1822.0, "fp8": 3615.6},  # MAMF, torch 2.10 dev +cu130 [S1]
+    memory_gb=186.0,  # NVIDIA MIG table via [S1]; 192 in early announcements [S8]
+    hbm_tbps=8.0,  # [S1]
+    fabric="nvswitch",  # NVLink switch trays [S18]
+    scale_up_GBps=900.0,  # NVLink5, 1.8 TB/s bidirectional per GPU [S18][S6]
+    nic_Gbps_per_gpu=400.0,  # 4x ConnectX-7 400G per tray of 4 GPUs [S18]
+    nic_achieved_GBps=CX7_ACHIEVED_GBPS,
+    intra_busbw=nvl72_busbw(),
+    p2p_GBps=746.0,  # p2pBandwidthLatencyTest on a GB200 NVL4 tray [S6]
+    latency8_us=B200_LATENCY8_US,
+    attention=scaled_from_h100(1822.0),
+    attention_kernel="FlashAttention-3 figures scaled to GB200 (no GB200 source)",
+    sources=("S6", "S8", "S18", "S19", "S26", "S27", "S33", "S43"),
+    gpus_per_node=4,
+    scale_up_domain=72,
+    notes=(
+        *_NVL72_NOTES,
+        "Conflicts: memory 186 GB [S1] vs 192 GB [S8]; fp32 80 [S1] vs 90 TFLOP/s [S8]. "
+        "The NVIDIA platform figures are used.",
+        "Inter busbw: 48 GB/s per ConnectX-7 NDR as on H100 [S33][S43].",
+        "Attention: no GB200 figure; H100 FA3 curves scaled by the MAMF ratio 1822.0/794.5.",
+    ),
+)
+
+GB300_NVL72 = Figures(
+    name="gb300-nvl72",
+    device_name="NVIDIA GB300 NVL72 (per Blackwell Ultra GPU)",
+    vendor="NVIDIA",
+    backend="nccl",
+    peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp32": 80.0},  # [S1][S9]
+    mamf_tflops={"bf16": 1822.0, "fp8": 3615.6},  # GB200's MAMF [S1]: no GB300 figure
+    memory_gb=279.0,  # per-GPU table [S9]; 288 GB HBM3e per B300 [S56]
+    hbm_tbps=8.0,  # [S9][S56]
+    fabric="nvswitch",  # 9 NVSwitch trays, 130 TB/s [S19]
+    scale_up_GBps=900.0,  # NVLink5, 1.8 TB/s bidirectional [S9]
+    nic_Gbps_per_gpu=800.0,  # 4x ConnectX-8 per tray of 4 GPUs [S19][S56]; CX-8 800 Gb/s [S6]
+    nic_achieved_GBps=CX8_ACHIEVED_GBPS,
+    intra_busbw=nvl72_busbw(),
+    p2p_GBps=746.0,  # GB200 NVL4 p2pBandwidthLatencyTest, same NVLink5 [S6]
+    latency8_us=B200_LATENCY8_US,
+    attention=scaled_from_h100(1822.0),
+    attention_kernel="FlashAttention-3 figures scaled to GB300 (no GB300 source)",
+    sources=("S6", "S9", "S19", "S26", "S27", "S33", "S43", "S56"),
+    gpus_per_node=4,
+    scale_up_domain=72,
+    notes=(
+        *_NVL72_NOTES,
+        "Memory: 279 GB per GPU [S9] (rack 20 TB / 72); 288 GB HBM3e per B300 [S56] is the "
+        "physical figure. The smaller is used.",
+        "GEMM top: no GB300 MAMF; GB300 has GB200's dense bf16/fp8 peaks [S1][S9], so "
+        "GB200's MAMF (1822 / 3615.6 TFLOP/s [S1]) is used.",
+        f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
+        f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU.",
+        "Attention: no GB300 figure; H100 FA3 curves scaled by the MAMF ratio 1822.0/794.5.",
+    ),
+)
+
+B300 = Figures(
+    name="b300",
+    device_name="NVIDIA B300 (HGX/DGX B300)",
+    vendor="NVIDIA",
+    backend="nccl",
+    peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp32": 80.0},  # [S1]
+    mamf_tflops={"bf16": 1769.0, "fp8": 3353.3},  # MAMF, torch 2.9.1+cu130 [S1]
+    memory_gb=288.0,  # HBM3e [S1][S56]; 270 GB per [S9]
+    hbm_tbps=8.0,  # [S1][S56]
+    fabric="nvswitch",  # HGX/DGX B300, NVLink5 switch, 14.4 TB/s per 8 GPUs [S1]
+    scale_up_GBps=900.0,  # NVLink5 [S6]
+    nic_Gbps_per_gpu=800.0,  # DGX B300: 8x ConnectX-8 at 800 Gb/s [S6]
+    nic_achieved_GBps=CX8_ACHIEVED_GBPS,
+    intra_busbw={
+        op: dict(table)
+        for op, table in switch_busbw(
+            ring=NVLINK5_RING_GBPS,
+            nvls8=B200_NVLS8_GBPS,
+            ag=NVLINK5_RING_GBPS,
+            rs=NVLINK5_RING_GBPS,
+            a2a=NVLINK5_RING_GBPS,
+        ).items()
+    },
+    p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
+    latency8_us=B200_LATENCY8_US,
+    attention=scaled_from_h100(1769.0),
+    attention_kernel="FlashAttention-3 figures scaled to B300 (no B300 source)",
+    sources=("S6", "S9", "S26", "S27", "S33", "S35", "S43", "S56"),
+    notes=(
+        "Conflicts: memory 288 GB [S1][S56] vs 270 GB [S9]; fp32 80 [S1] vs 75 TFLOP/s [S9]. "
+        "The [S1] figures are used.",
+        "Intra busbw: B200's NVLink5 table (NCCL sm100 ring model [S35], 8-GPU all_reduce "
+        "845.67 GB/s [S6]); intra alpha B200's 8-GPU small all_reduce [S6].",
+        f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
+        f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU.",
+        "Attention: no B300 figure; H100 FA3 curves scaled by the MAMF ratio 1769.0/794.5.",
+    ),
+)
