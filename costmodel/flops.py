@@ -78,6 +78,31 @@ def core_attention_forward_flops_per_token(model: ModelSpec, seq_length: int) ->
     return FMA_FLOPS * seq_length * a * model.head_dim
 
 
+def attended_keys_per_token(seq_length: int, window: int | None) -> float:
+    """Mean keys a query attends to under the causal mask, optionally windowed.
+
+    Full causal attention: s/2 (Megatron's count, Narayanan et al. 2021, eq. 3). A causal
+    window of w keys (the query's own included, FlashAttention's local attention) gives
+    query i min(i + 1, w) keys: Σ_i min(i + 1, w) / s = (w(w+1)/2 + (s - w)·w) / s for
+    s > w; the full count applies when w >= s.
+    """
+    _require_seq(seq_length)
+    if window is None or window >= seq_length:
+        return seq_length / 2
+    return (window * (window + 1) / 2 + (seq_length - window) * window) / seq_length
+
+
+def layer_core_attention_forward_flops_per_token(
+    model: ModelSpec, layer_index: int, seq_length: int
+) -> float:
+    """`core_attention_forward_flops_per_token` of layer ``layer_index``: scaled by the
+    windowed key count (`attended_keys_per_token`) on a sliding-window layer."""
+    full = core_attention_forward_flops_per_token(model, seq_length)
+    if not model.window_layer_mask()[layer_index]:
+        return full
+    return full * attended_keys_per_token(seq_length, model.sliding_window) / (seq_length / 2)
+
+
 def mlp_forward_flops_per_token(model: ModelSpec, layer_index: int) -> float:
     """Forward FLOPs of layer ``layer_index``'s MLP per token.
 
@@ -127,7 +152,9 @@ def layer_forward_flops_per_token(
     """Forward FLOPs of layer ``layer_index`` per token of a length-``seq_length`` sequence."""
     return LayerForwardFlops(
         attention_projection_flops=attention_projection_forward_flops_per_token(model),
-        core_attention_flops=core_attention_forward_flops_per_token(model, seq_length),
+        core_attention_flops=layer_core_attention_forward_flops_per_token(
+            model, layer_index, seq_length
+        ),
         mlp_flops=mlp_forward_flops_per_token(model, layer_index),
     )
 
@@ -142,9 +169,9 @@ def _layers_forward(model: ModelSpec, layers: Iterable[int], seq_length: int) ->
     """Forward FLOPs per token of the given layers (the MoE mask is read once)."""
     mask = model.moe_layer_mask()
     chosen = list(layers)
-    attention = attention_projection_forward_flops_per_token(model)
-    attention += core_attention_forward_flops_per_token(model, seq_length)
-    return len(chosen) * attention + sum(_mlp_forward(model, mask[i]) for i in chosen)
+    projection = attention_projection_forward_flops_per_token(model)
+    core = sum(layer_core_attention_forward_flops_per_token(model, i, seq_length) for i in chosen)
+    return len(chosen) * projection + core + sum(_mlp_forward(model, mask[i]) for i in chosen)
 
 
 def backward_flops(forward_flops: float) -> float:

@@ -1,7 +1,7 @@
 """Import a Hugging Face `config.json` as a `ModelSpec`.
 
 Supported `model_type`s: gpt2, gpt_neox, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
-deepseek_v3; one small function per family, dispatched by `_FAMILIES`. Each reads the keys
+deepseek_v3, gpt_oss; one small function per family, dispatched by `_FAMILIES`. Each reads the keys
 that decide weight shapes the way that family's transformers code does:
 
 - Sizes (layers, hidden, heads, intermediate sizes, vocabulary, positions, expert counts)
@@ -14,9 +14,11 @@ that decide weight shapes the way that family's transformers code does:
   None when it equals `ffn_hidden_size`; so an imported published config equals its preset
   apart from the name.
 
-Things that change no weight shape are ignored: rotary fraction and theta, sliding
-windows, GPT-NeoX's parallel residual, router scoring, Qwen3's per-head q/k norms (tiny
-vectors ModelSpec has no field for), DeepSeek's multi-token-prediction module.
+GPT-OSS's sliding window and layer pattern are read (they change attention FLOPs); other
+families' sliding windows are ignored. Things that change no weight shape are ignored:
+rotary fraction and theta, GPT-NeoX's parallel residual, router scoring, Qwen3's per-head
+q/k norms (tiny vectors ModelSpec has no field for), DeepSeek's multi-token-prediction
+module.
 """
 
 from __future__ import annotations
@@ -283,6 +285,54 @@ def _deepseek_v3(cfg: _Config, name: str) -> ModelSpec:
     )
 
 
+def _window_every(cfg: _Config, num_layers: int) -> int | None:
+    """`sliding_window_every` for GPT-OSS's `layer_types`: k when layer i is
+    `full_attention` exactly for i % k == k - 1 and `sliding_attention` otherwise; None when
+    every layer is full. transformers' default (absent key) alternates, sliding first."""
+    types = cfg.data.get("layer_types")
+    if types is None:
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise SpecError(f"{cfg.source}: layer_types must list one type per layer ({num_layers})")
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if len(full) == num_layers:
+        return None
+    every = full[0] + 1 if full else num_layers + 1
+    expected = [
+        "full_attention" if i % every == every - 1 else "sliding_attention"
+        for i in range(num_layers)
+    ]
+    if types != expected:
+        raise SpecError(
+            f"{cfg.source}: layer_types is not a repeating run of sliding layers ending in one "
+            "full layer, which is all ModelSpec (sliding_window_every) can express; write a "
+            "paraplan ModelSpec JSON with the closest pattern"
+        )
+    return every
+
+
+def _gpt_oss(cfg: _Config, name: str) -> ModelSpec:
+    """GPT-OSS: every layer MoE with `num_local_experts` SwiGLU experts of
+    `intermediate_size` (biased, as are q/k/v/o under `attention_bias`), top-
+    `num_experts_per_tok` routing, one sink logit per head, and `sliding_window` on the
+    `sliding_attention` layers of `layer_types`. The router's bias (one per expert and
+    layer) has no ModelSpec field and is left out."""
+    fields = _decoder(cfg, head_dim="required")
+    every = _window_every(cfg, fields["num_layers"])
+    window = cfg.required("sliding_window") if every is not None else None
+    return ModelSpec(
+        name=name,
+        **fields,
+        ffn_hidden_size=cfg.required("intermediate_size"),
+        num_experts=cfg.required("num_local_experts"),
+        moe_top_k=cfg.required("num_experts_per_tok"),
+        add_bias_linear=cfg.flag("attention_bias", True),
+        attention_sinks=True,
+        sliding_window=window,
+        sliding_window_every=every or 2,
+    )
+
+
 _FAMILIES: dict[str, Callable[[_Config, str], ModelSpec]] = {
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
@@ -293,6 +343,7 @@ _FAMILIES: dict[str, Callable[[_Config, str], ModelSpec]] = {
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3,
+    "gpt_oss": _gpt_oss,
 }
 
 

@@ -91,6 +91,14 @@ class ModelSpec:
     """Multi-token-prediction layers after the decoder (Megatron `--mtp-num-layers`,
     DeepSeek's `num_nextn_predict_layers`); 0 means none. Megatron places them on the last
     pipeline stage unless a pipeline layout puts them elsewhere (`specs.pipeline_split`)."""
+    sliding_window: int | None = None
+    """Keys a windowed (local) attention layer attends to, the query's own included
+    (Hugging Face `sliding_window`); None when every layer attends to all earlier keys."""
+    sliding_window_every: int = 2
+    """With `sliding_window`: layer i is windowed unless i % every == every - 1 (2: even
+    layers windowed, odd layers full, as GPT-OSS's `layer_types`)."""
+    attention_sinks: bool = False
+    """One learned sink logit per attention head and layer (GPT-OSS)."""
 
     def __post_init__(self) -> None:
         require_positive(
@@ -103,6 +111,7 @@ class ModelSpec:
             "max_position_embeddings",
             "moe_top_k",
             "moe_layer_freq",
+            "sliding_window_every",
         )
         require_optional_positive(
             self,
@@ -114,6 +123,7 @@ class ModelSpec:
             "qk_head_dim",
             "qk_pos_emb_head_dim",
             "v_head_dim",
+            "sliding_window",
         )
         require_non_negative(
             self,
@@ -190,6 +200,12 @@ class ModelSpec:
     def expert_ffn_hidden_size(self) -> int:
         """Inner size of one routed expert."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    def window_layer_mask(self) -> tuple[bool, ...]:
+        """For each layer, True when it uses the sliding window (`sliding_window`)."""
+        every = self.sliding_window_every
+        windowed = self.sliding_window is not None
+        return tuple(windowed and i % every != every - 1 for i in range(self.num_layers))
 
     def moe_layer_mask(self) -> tuple[bool, ...]:
         """For each layer, True when it is an MoE layer (Megatron `--moe-layer-freq`)."""

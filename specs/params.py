@@ -9,6 +9,8 @@ Conventions:
 - Counts use the tokenizer's vocabulary as published, not Megatron's padded vocabulary
   (published parameter counts do the same); `padded_vocab_size` gives the padded size for
   the memory model.
+- Attention sinks (GPT-OSS): one learned logit per head and layer, counted with the
+  attention.
 - Biases are counted when `add_bias_linear` (every linear layer) or `add_qkv_bias` (the
   query/key/value projections only) is set. LayerNorm has a weight and a bias, RMSNorm a
   weight only. SwiGLU MLPs have three matrices (gate, up, down), GELU MLPs two.
@@ -114,7 +116,9 @@ def attention_params(model: ModelSpec) -> int:
     h, d = model.hidden_size, model.head_dim
     q, kv = d * model.num_attention_heads, d * model.query_groups
     qkv_bias = model.add_bias_linear or model.add_qkv_bias
-    return _linear(h, q + 2 * kv, bias=qkv_bias) + _linear(q, h, bias=model.add_bias_linear)
+    sinks = model.num_attention_heads if model.attention_sinks else 0
+    projections = _linear(h, q + 2 * kv, bias=qkv_bias) + _linear(q, h, bias=model.add_bias_linear)
+    return projections + sinks
 
 
 def _mla_params(model: ModelSpec) -> int:

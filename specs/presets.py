@@ -35,8 +35,7 @@ def _llama_style(name: str, **dims: Any) -> tuple[str, Factory]:
         normalization="rmsnorm",
         position_embedding="rope",
         tied_embeddings=False,
-        add_bias_linear=False,
-        **dims,
+        **{"add_bias_linear": False, **dims},
     )
 
 
@@ -270,7 +269,77 @@ _MOE = (
     ),
 )
 
+_RECIPE_MOE = (
+    # openai/gpt-oss-20b and gpt-oss-120b config.json (model_type gpt_oss): head_dim 64,
+    # 8 KV heads, every layer MoE with biased SwiGLU experts of intermediate_size 2880,
+    # top-4, q/k/v/o biases, one sink per head, sliding window 128 on even layers, untied
+    # 201088-token embeddings. The router bias has no field and is left out.
+    *(
+        _llama_style(
+            name,
+            num_layers=layers,
+            hidden_size=2880,
+            num_attention_heads=64,
+            num_query_groups=8,
+            kv_channels=64,
+            ffn_hidden_size=2880,
+            vocab_size=201088,
+            max_position_embeddings=131072,
+            num_experts=experts,
+            moe_top_k=4,
+            add_bias_linear=True,
+            attention_sinks=True,
+            sliding_window=128,
+        )
+        for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))
+    ),
+    # moonshotai/Kimi-K2-Instruct config.json (model_type deepseek_v3): DeepSeek-V3's MLA
+    # with 64 heads, 384 routed experts of 2048 (top-8) plus one shared, only the first
+    # layer dense, 163840-token vocabulary.
+    _llama_style(
+        "kimi-k2",
+        num_layers=61,
+        hidden_size=7168,
+        num_attention_heads=64,
+        ffn_hidden_size=18432,
+        vocab_size=163840,
+        max_position_embeddings=131072,
+        num_experts=384,
+        moe_top_k=8,
+        moe_ffn_hidden_size=2048,
+        moe_shared_expert_size=2048,
+        moe_first_dense_layers=1,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+    ),
+)
+
 _NEMOTRON = (
+    # Nemotron-4 15B paper (arXiv 2402.16819) Table 1 and NeMo's Nemotron4Config15B: as
+    # the 340B below (squared-ReLU modelled as gelu), 32 layers, hidden 6144, 48 heads,
+    # 8 KV heads, ffn 24576.
+    (
+        "nemotron-4-15b",
+        partial(
+            ModelSpec,
+            name="nemotron-4-15b",
+            num_layers=32,
+            hidden_size=6144,
+            num_attention_heads=48,
+            num_query_groups=8,
+            ffn_hidden_size=24576,
+            vocab_size=256000,
+            max_position_embeddings=4096,
+            activation="gelu",
+            normalization="layernorm",
+            position_embedding="rope",
+            tied_embeddings=False,
+            add_bias_linear=False,
+        ),
+    ),
     # NeMo's Nemotron4Config340B: squared-ReLU MLP, which is not among ModelSpec's
     # activations; it is modelled as `gelu`, i.e. the same non-gated two-matrix MLP, so
     # weights and FLOPs are exact and only the element-wise activation differs. LayerNorm,
@@ -296,7 +365,7 @@ _NEMOTRON = (
     ),
 )
 
-PRESETS: dict[str, Factory] = dict((*_TINY, *_SC21_GPT, *_LLAMA, *_MOE, *_NEMOTRON))
+PRESETS: dict[str, Factory] = dict((*_TINY, *_SC21_GPT, *_LLAMA, *_MOE, *_RECIPE_MOE, *_NEMOTRON))
 """Every preset, name -> factory, in registry order."""
 
 

@@ -101,6 +101,7 @@ MATCHING_PRESET = {
     "Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
     "DeepSeek-V3": "deepseek-v3",
+    "gpt-oss-120b": "gpt-oss-120b",
 }
 
 
