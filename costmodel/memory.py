@@ -46,6 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
+from costmodel.megatron_fsdp import fsdp_state_bytes
 from costmodel.schedules import chunk_layers
 from specs.errors import SpecError
 from specs.job import TrainingJob
@@ -320,6 +321,17 @@ def memory_per_stage(
         acts = stage_activations(model, job, plan, rank, attention=attention, dropout=dropout)
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
+        weights_bytes, gradients_bytes = weight * params.total, grad * params.total
+        if plan.use_megatron_fsdp:
+            fsdp = fsdp_state_bytes(
+                model,
+                plan,
+                dense_params=params.dense,
+                expert_params=params.expert,
+                bytes_per_param=(weight, grad, state),
+            )
+            weights_bytes, gradients_bytes = fsdp.weights_bytes, fsdp.gradients_bytes
+            optimizer = fsdp.optimizer_bytes
         dynamic = (
             acts.layers_bytes
             + acts.recompute_working_bytes
@@ -332,8 +344,8 @@ def memory_per_stage(
                 pp_rank=rank,
                 num_layers=len(stage_layer_indices(model, plan, rank)),
                 in_flight_microbatches=acts.in_flight_microbatches,
-                weights_bytes=weight * params.total,
-                gradients_bytes=grad * params.total,
+                weights_bytes=weights_bytes,
+                gradients_bytes=gradients_bytes,
                 optimizer_bytes=optimizer,
                 activations_bytes=acts.layers_bytes,
                 recompute_working_bytes=acts.recompute_working_bytes,

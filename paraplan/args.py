@@ -94,6 +94,17 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="distributed optimizer (shard optimizer state over dp*cp)",
     )
+    g.add_argument(
+        "--use-megatron-fsdp",
+        action="store_true",
+        help="shard over dp*cp with Megatron-FSDP instead of DDP / distributed optimizer",
+    )
+    g.add_argument(
+        "--data-parallel-sharding-strategy",
+        choices=("no_shard", "optim", "optim_grads", "optim_grads_params"),
+        default=None,
+        help="with --use-megatron-fsdp: what is sharded (default optim_grads_params, as Megatron)",
+    )
     g.add_argument("--bucket-size", type=int, default=None, help="gradient bucket in parameters")
     g.add_argument("--overlap-grad-reduce", action="store_true", help="overlap DP grad reduce")
     g.add_argument("--overlap-param-gather", action="store_true", help="overlap param all-gather")
@@ -174,6 +185,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         "account_for_embedding_in_pipeline_split": args.account_for_embedding_in_pipeline_split,
         "account_for_loss_in_pipeline_split": args.account_for_loss_in_pipeline_split,
         "pipeline_model_parallel_layout": args.pipeline_model_parallel_layout,
+        **megatron_fsdp_fields(args),
     }
     return ParallelPlan.for_world(args.num_gpus, **degrees)
 
@@ -193,3 +205,15 @@ def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:
 def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
     """The `ExecutionOptions` of ``--runtime``."""
     return runtime_options(args.runtime)
+
+
+def megatron_fsdp_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """`use_megatron_fsdp` and `data_parallel_sharding_strategy` of the flags; the strategy
+    defaults to Megatron's `optim_grads_params` under --use-megatron-fsdp."""
+    strategy = args.data_parallel_sharding_strategy
+    if strategy is None:
+        strategy = "optim_grads_params" if args.use_megatron_fsdp else "no_shard"
+    return {
+        "use_megatron_fsdp": args.use_megatron_fsdp,
+        "data_parallel_sharding_strategy": strategy,
+    }

@@ -51,6 +51,8 @@ TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
 def megatron_environment(bundle: PlanBundle) -> dict[str, str]:
     """Environment variables the Megatron-LM run needs (megatron-facts.md §8.3 rule 13)."""
     plan = bundle.plan
+    if plan.use_megatron_fsdp:
+        return {}  # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (arguments.py)
     if plan.tp > 1 or plan.cp > 1:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return {}
@@ -158,6 +160,7 @@ def _parallel_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         args.append("--tp-comm-overlap")
     if plan.distributed_optimizer:
         args.append("--use-distributed-optimizer")
+    args += megatron_fsdp_arguments(plan)
     if plan.overlap_grad_reduce:
         args.append("--overlap-grad-reduce")
         if plan.ddp_bucket_size is not None:
@@ -170,6 +173,17 @@ def _parallel_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
 def _largest_chunk(model: ModelSpec, plan: ParallelPlan) -> int:
     """Transformer layers of the largest model chunk under the plan's split."""
     return max(c.num_layers for rank in pipeline_split(model, plan).chunks for c in rank)
+
+
+def megatron_fsdp_arguments(plan: ParallelPlan) -> list[str]:
+    """Megatron-FSDP switches; it needs the `fsdp_dtensor` checkpoint format (arguments.py)."""
+    if not plan.use_megatron_fsdp:
+        return []
+    return [
+        "--use-megatron-fsdp",
+        "--data-parallel-sharding-strategy", plan.data_parallel_sharding_strategy,
+        "--ckpt-format", "fsdp_dtensor",
+    ]  # fmt: skip
 
 
 def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
@@ -266,7 +280,7 @@ def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
     name, flavor = _TORCHTITAN_FLAVORS.get(model.name, ("llama3", model.name))
-    sharded = plan.distributed_optimizer or plan.ep > 1
+    sharded = plan.distributed_optimizer or plan.use_megatron_fsdp or plan.ep > 1
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if sharded else plan.dp,
         "data_parallel_shard_degree": plan.dp if sharded else 1,

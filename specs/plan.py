@@ -18,6 +18,7 @@ Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 Schedule = Literal["1f1b", "interleaved"]
 CpCommType = Literal["p2p", "all_gather"]
+ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket floor: max(40M, 1M x dp·cp) parameters
@@ -70,6 +71,15 @@ class ParallelPlan:
     """Pipeline schedule: `1f1b`, or `interleaved` when vpp > 1."""
     cp_comm_type: CpCommType = "p2p"
     """Context-parallel K/V exchange: `p2p` (ring, overlapped) or `all_gather`."""
+    # ---- Megatron-FSDP ---------------------------------------------------------------
+    use_megatron_fsdp: bool = False
+    """Shard over dp·cp with Megatron-FSDP (`--use-megatron-fsdp`) instead of DDP and the
+    distributed optimizer."""
+    data_parallel_sharding_strategy: ShardingStrategy = "no_shard"
+    """With Megatron-FSDP, what is sharded over dp·cp (`--data-parallel-sharding-strategy`):
+    `no_shard`, `optim` (optimizer state), `optim_grads` (+ gradients) or
+    `optim_grads_params` (+ weights, gathered per layer; Megatron's default under
+    `--use-megatron-fsdp`). Without Megatron-FSDP it stays `no_shard`."""
 
     # ---- uneven pipeline split (Megatron's semantics: `specs.pipeline_split`) ----------
     decoder_first_pipeline_num_layers: int | None = None
@@ -103,6 +113,7 @@ class ParallelPlan:
         require_choice(self, "recompute_method", RecomputeMethod)
         require_choice(self, "schedule", Schedule)
         require_choice(self, "cp_comm_type", CpCommType)
+        require_choice(self, "data_parallel_sharding_strategy", ShardingStrategy)
 
     @classmethod
     def for_world(cls, world_size: int, **degrees: object) -> ParallelPlan:
@@ -172,6 +183,8 @@ class ParallelPlan:
             parts.append({"selective": "rc-sel", "full": "rc-full"}[self.recompute])
         if self.distributed_optimizer:
             parts.append("distopt")
+        if self.use_megatron_fsdp:
+            parts.append(f"fsdp-{self.data_parallel_sharding_strategy}")
         split = self.split_label()
         if split:
             parts.append(split)

@@ -36,6 +36,7 @@ from specs.rules_base import (
     rule,
 )
 from specs.rules_features import FEATURE_RULES
+from specs.rules_fsdp import FSDP_RULES
 from specs.rules_moe import MOE_RULES
 from specs.rules_pipeline import PIPELINE_RULES
 
@@ -308,9 +309,10 @@ RULES: tuple[Rule, ...] = (
     global_batch_divisible_by_mbs_dp,
     interleaved_needs_microbatches_multiple_of_pp,
     *FEATURE_RULES,
+    *FSDP_RULES,
 )
 """Every rule, in check order: world size, model shapes, experts, pipeline, batch,
-sequence, switches."""
+sequence, switches, Megatron-FSDP."""
 
 
 def rule_ids() -> tuple[str, ...]:

@@ -90,14 +90,14 @@ def tp_comm_overlap_needs_sequence_parallel(
 def overlap_param_gather_needs_distributed_optimizer(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """overlap_param_gather needs distributed_optimizer: only a sharded optimizer all-gathers
-    parameters (megatron-facts.md §5.3, §8.3 rule 9)."""
-    if not plan.overlap_param_gather or plan.distributed_optimizer:
+    """overlap_param_gather needs distributed_optimizer or Megatron-FSDP: only a sharded
+    optimizer all-gathers parameters (megatron-facts.md §5.3, §8.3 rule 9)."""
+    if not plan.overlap_param_gather or plan.distributed_optimizer or plan.use_megatron_fsdp:
         return None
     return (
         "overlap_param_gather (True) overlaps the parameter all-gather of the distributed "
-        "optimizer, got distributed_optimizer (False): set distributed_optimizer=True or "
-        "overlap_param_gather=False"
+        "optimizer, got distributed_optimizer (False): set distributed_optimizer=True, "
+        "use_megatron_fsdp=True or overlap_param_gather=False"
     )
 
 

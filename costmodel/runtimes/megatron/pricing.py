@@ -45,6 +45,11 @@ from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.megatron_fsdp import (
+    fsdp_param_gather_exposed_s,
+    grads_reduce_scattered,
+    optimizer_sharded,
+)
 from costmodel.memory import chunk_params
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
@@ -170,7 +175,8 @@ def _grad_events(
 ) -> list[tuple[float, str, float, float]]:
     """(ready time, name, duration, bytes) of every gradient bucket of one stage
     (``grad_bytes`` per element, `ExecutionOptions.main_grad_bytes`)."""
-    op = "reduce_scatter" if plan.distributed_optimizer else "all_reduce"
+    op = "reduce_scatter" if grads_reduce_scattered(plan) else "all_reduce"
+    overlapped = plan.overlap_grad_reduce or plan.use_megatron_fsdp
     end = row[-1].end_s
     events = []
     for chunk, cost in enumerate(chunks):
@@ -189,7 +195,7 @@ def _grad_events(
                 size = part * grad_bytes
                 events.append(
                     (
-                        ready if plan.overlap_grad_reduce else end,
+                        ready if overlapped else end,
                         f"dp {op} c{chunk} {kind} bucket {j}",
                         _group_time(profile, op, size, group),
                         size,
@@ -223,7 +229,7 @@ def _optimizer_s(
     about 8 parameter tensors per layer (weights, biases, norms) plus 2 per local expert."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
-    if plan.distributed_optimizer:
+    if optimizer_sharded(plan):
         shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
     else:
         shard = dense + expert
@@ -249,8 +255,10 @@ def _param_gather_s(
     chunks: tuple[ChunkCost, ...],
     placements: PlanPlacements,
     row: tuple[TimedAction, ...],
+    layers_per_chunk: int = 1,
 ) -> float:
-    """Exposed all-gather of the updated bf16 parameters (distributed optimizer only).
+    """Exposed all-gather of the updated bf16 parameters (distributed optimizer; Megatron-FSDP
+    in `_fsdp_gather_s`).
 
     Without `overlap_param_gather` every bucket is gathered after the optimizer step. With
     it, the gathers run in forward order on their own stream from the start of the next
@@ -258,9 +266,13 @@ def _param_gather_s(
     megatron-facts.md §5.3), and bucket i is needed when the first forward of its chunk
     reaches its layers; the exposed time is the largest lateness over the buckets.
     """
+    weight_bytes = 4 if job.precision == "fp32" else 2
+    if plan.use_megatron_fsdp:
+        return _fsdp_gather_s(
+            plan, profile, chunks, placements, row, weight_bytes, layers_per_chunk
+        )
     if not plan.distributed_optimizer:
         return 0.0
-    weight_bytes = 4 if job.precision == "fp32" else 2
     needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
     for chunk, cost in enumerate(chunks):
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
@@ -284,6 +296,34 @@ def _param_gather_s(
         clock += seconds
         lateness = max(lateness, clock - needed)
     return lateness
+
+
+def _fsdp_gather_s(
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    chunks: tuple[ChunkCost, ...],
+    placements: PlanPlacements,
+    row: tuple[TimedAction, ...],
+    weight_bytes: int,
+    layers_per_chunk: int,
+) -> float:
+    """Megatron-FSDP: per-layer parameter all-gathers in every forward and backward pass
+    under `optim_grads_params` (`costmodel.megatron_fsdp.fsdp_param_gather_exposed_s`);
+    with the other strategies the updated shard is all-gathered once after the step."""
+    gather_s = sum(
+        _group_time(profile, "all_gather", cost.dense_params * weight_bytes, placements["dp-cp"])
+        + _group_time(profile, "all_gather", cost.expert_params * weight_bytes, placements["edp"])
+        for cost in chunks
+    )
+    if plan.data_parallel_sharding_strategy != "optim_grads_params":
+        return gather_s if optimizer_sharded(plan) else 0.0
+    passes = [t for t in row if t.action.phase in ("F", "B")]
+    return fsdp_param_gather_exposed_s(
+        stage_gather_s=gather_s / max(len(chunks), 1),
+        num_layers=layers_per_chunk,
+        num_passes=len(passes),
+        compute_s=sum(t.end_s - t.start_s for t in passes),
+    )
 
 
 def stage_tail(
@@ -332,6 +372,15 @@ def stage_tail(
         grads_done_s=done,
         norm_allreduce_s=norm_s,
         optimizer_s=_optimizer_s(model, job, plan, profile, stage, chunks, placements, options),
-        param_gather_s=_param_gather_s(job, plan, profile, stage, chunks, placements, row),
+        param_gather_s=_param_gather_s(
+            job,
+            plan,
+            profile,
+            stage,
+            chunks,
+            placements,
+            row,
+            layers_per_chunk=max(model.num_layers // (plan.pp * plan.vpp), 1),
+        ),
         dp_events=tuple(dp_events),
     )

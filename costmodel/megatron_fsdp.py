@@ -1,0 +1,109 @@
+"""Per-rank weight, gradient and optimizer bytes under Megatron-FSDP.
+
+Megatron-FSDP shards over the data-parallel group (dp·cp for dense parameters, the
+expert-data-parallel group for routed experts) what `data_parallel_sharding_strategy`
+names, in ZeRO's stages (Rajbhandari et al. 2020, §5: P_os, P_os+g, P_os+g+p):
+
+- `no_shard`: nothing (DDP); `optim`: optimizer state; `optim_grads`: + gradients;
+  `optim_grads_params`: + weights.
+- Sharded weights are all-gathered one layer (module) at a time for forward and again for
+  backward, with the next layer prefetched, so two layers' full (TP/EP-local) weights are
+  resident besides the shard; sharded gradients are reduce-scattered a layer at a time, so
+  two layers' full gradients are resident while they are produced and reduced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specs.model import ModelSpec
+from specs.params import count_params
+from specs.plan import ParallelPlan
+
+GATHERED_LAYERS = 2
+"""Layers whose full weights (and gradients) are resident at once: the one computing and
+the one prefetched (Megatron-FSDP's double buffering)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FsdpStateBytes:
+    """Bytes of one rank's model state under Megatron-FSDP."""
+
+    weights_bytes: float
+    """Weight shard plus the gathered working set when weights are sharded."""
+    gradients_bytes: float
+    """Gradient shard plus the working set when gradients are sharded."""
+    optimizer_bytes: float
+    """Optimizer state (fp32 master weights and Adam moments)."""
+
+
+def largest_layer_params(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Parameters of the largest transformer layer held by one rank: attention and dense
+    MLP over tp, routed experts over ep·etp, norms and router whole."""
+    return max(
+        (layer.attention + layer.mlp) / plan.tp
+        + layer.norms
+        + layer.router
+        + layer.routed_experts / (plan.ep * plan.expert_tp)
+        for layer in count_params(model).layers
+    )
+
+
+def fsdp_state_bytes(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    *,
+    dense_params: float,
+    expert_params: float,
+    bytes_per_param: tuple[int, int, int],
+) -> FsdpStateBytes:
+    """Weight, gradient and optimizer bytes of a rank holding ``dense_params`` dense and
+    ``expert_params`` routed-expert parameters (its TP/EP/PP share), under the plan's
+    sharding strategy. ``bytes_per_param``: (weight, gradient, optimizer) bytes."""
+    weight, grad, state = bytes_per_param
+    strategy = plan.data_parallel_sharding_strategy
+    dense_shards = plan.dp * plan.cp
+    expert_shards = max(plan.expert_dp, 1)
+    total = dense_params + expert_params
+    sharded = dense_params / dense_shards + expert_params / expert_shards
+    working = GATHERED_LAYERS * largest_layer_params(model, plan)
+    optimizer = state * (total if strategy == "no_shard" else sharded)
+    grads_sharded = strategy in ("optim_grads", "optim_grads_params")
+    gradients = grad * (min(sharded + working, total) if grads_sharded else total)
+    params_sharded = strategy == "optim_grads_params"
+    weights = weight * (min(sharded + working, total) if params_sharded else total)
+    return FsdpStateBytes(
+        weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer
+    )
+
+
+def grads_reduce_scattered(plan: ParallelPlan) -> bool:
+    """True when gradients leave the backward by reduce-scatter rather than all-reduce: the
+    distributed optimizer, or Megatron-FSDP sharding gradients (`optim_grads`,
+    `optim_grads_params`)."""
+    sharded = plan.data_parallel_sharding_strategy in ("optim_grads", "optim_grads_params")
+    return plan.distributed_optimizer or (plan.use_megatron_fsdp and sharded)
+
+
+def optimizer_sharded(plan: ParallelPlan) -> bool:
+    """True when the optimizer step runs on a dp·cp shard of the parameters."""
+    strategy_shards = plan.data_parallel_sharding_strategy != "no_shard"
+    return plan.distributed_optimizer or (plan.use_megatron_fsdp and strategy_shards)
+
+
+def fsdp_param_gather_exposed_s(
+    *, stage_gather_s: float, num_layers: int, num_passes: int, compute_s: float
+) -> float:
+    """Exposed seconds of Megatron-FSDP's per-layer parameter all-gathers on one rank.
+
+    Under `optim_grads_params` each forward and each backward pass of a microbatch gathers
+    every layer of the stage again (``num_passes`` = 2 · microbatches · chunks' passes),
+    ``stage_gather_s`` for all of them. Each layer's gather is prefetched while the
+    previous layer computes, so a pass exposes only its first layer's gather, plus whatever
+    the gathers take beyond the compute they hide behind (``compute_s``).
+    """
+    if stage_gather_s <= 0 or num_passes <= 0:
+        return 0.0
+    first_layers_s = num_passes * stage_gather_s / max(num_layers, 1)
+    excess_s = max(num_passes * stage_gather_s - first_layers_s - compute_s, 0.0)
+    return first_layers_s + excess_s
