@@ -50,6 +50,9 @@ MAMF_FRACTION = {
     "h200-sxm-141gb": 794.5 / 989,
     "b200": 1745.0 / 2250,
     "mi300x": 668.4 / 1307.4,
+    "gb200-nvl72": 1822.0 / 2500,
+    "gb300-nvl72": 1822.0 / 2500,  # GB200's MAMF: no GB300 figure (profile notes)
+    "b300": 1769.0 / 2250,
 }
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
@@ -242,7 +245,7 @@ def test_memory_bandwidth_is_90_percent_of_hbm(name: str) -> None:
     # Calculon's HBM efficiency at >= 100 MB [S48]
     profile = PROFILES[name]
     assert memory_bandwidth_Bps(profile) == pytest.approx(0.9 * profile.device.hbm_GBps * 1e9)
-    assert gpus_per_node(profile) == 8
+    assert gpus_per_node(profile) == (4 if name.endswith("nvl72") else 8)  # NVL72 tray [S18]
 
 
 @pytest.mark.parametrize("name", STORED)

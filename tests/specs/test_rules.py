@@ -328,6 +328,24 @@ CASES = [
         Change(model={"position_embedding": "rope", "max_position_embeddings": 2048}),
         ("seq_length (4096)", "max_position_embeddings (2048)"),
     ),
+    Case(
+        "sharding_strategy_needs_megatron_fsdp",
+        Change(plan={"data_parallel_sharding_strategy": "optim"}),
+        Change(
+            plan={
+                "data_parallel_sharding_strategy": "optim",
+                "use_megatron_fsdp": True,
+                "distributed_optimizer": False,
+            }
+        ),
+        ("data_parallel_sharding_strategy (optim)", "use_megatron_fsdp (False)"),
+    ),
+    Case(
+        "megatron_fsdp_excludes_distributed_optimizer",
+        Change(plan={"use_megatron_fsdp": True, "distributed_optimizer": True}),
+        Change(plan={"use_megatron_fsdp": True, "distributed_optimizer": False}),
+        ("use_megatron_fsdp (True)", "distributed_optimizer (True)"),
+    ),
 ]
 
 
