@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.compute import memory_bound_time_s
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     PassCost,
@@ -104,6 +105,22 @@ def test_cp_ring_is_hidden_under_attention_and_all_gather_is_not():
     )
     gathered = cost(plan.replace(cp_comm_type="all_gather"), groups=groups)
     assert gathered.forward.cp_exposed_s == gathered.forward.cp_s > 0
+
+
+def test_cp_ring_merges_each_step_partial_output_in_memory():
+    # Transformer Engine AttnFuncWithCPAndKVP2P: per ring step, the partial output is merged
+    # into the running output (3·T·q·e bytes); backward adds each step's dQ and dK/dV.
+    plan = ParallelPlan(tp=8, cp=4)
+    groups = CommGroups(tp=group(8), cp=group(4, 8))
+    ring = cost(plan, groups=groups)
+    gathered = cost(plan.replace(cp_comm_type="all_gather"), groups=groups)
+    tokens = JOB.seq_length / plan.cp
+    q = LLAMA.hidden_size / plan.tp
+    kv = LLAMA.num_query_groups * LLAMA.hidden_size / LLAMA.num_attention_heads / plan.tp
+    fwd = plan.cp * memory_bound_time_s(H100, 3 * tokens * q * 2)
+    bwd = plan.cp * memory_bound_time_s(H100, 3 * tokens * (q + 2 * kv) * 2)
+    assert ring.forward.compute_s - gathered.forward.compute_s == pytest.approx(fwd)
+    assert ring.backward.compute_s - gathered.backward.compute_s == pytest.approx(bwd)
 
 
 def selective_core_s(plan: ParallelPlan, groups: CommGroups) -> float:

@@ -227,12 +227,42 @@ def _attention(
         ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
+    merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
+    ew_fwd += merge_fwd
+    ew_bwd += merge_bwd
     dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
     wgrad = qkv[2] + proj[2]
     forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)
     backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
     selective = PassCost(compute_s=core["forward"]).plus(cp_f)
     return forward, backward, selective, dgrad, wgrad
+
+
+def _cp_step_merge_s(
+    profile: HardwareProfile, plan: ParallelPlan, x: _Shape, q_width: float, kv_width: float
+) -> tuple[float, float]:
+    """Memory-bound merges of the per-step partial results of ring (``p2p``) context
+    parallelism (forward, backward), in seconds.
+
+    Transformer Engine's `AttnFuncWithCPAndKVP2P`
+    (`transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`) runs
+    the attention of the local queries against each of the cp K/V chunks as a separate
+    kernel and, after each step, merges the step's partial output into the running output
+    with the log-sum-exp correction (`flash_attn_fwd_out_correction`: read the step output
+    and the running output, write the running output: 3·T·q·e bytes per step). Backward
+    accumulates each step's dQ into dQ (3·T·q·e) and each step's dK/dV into the dK/dV that
+    travels the ring (3·T·2·kv·e) per step. T = b·s/cp tokens, q and kv the per-rank query
+    and key/value widths, e the activation element size. The all-gather variant computes
+    one attention over the gathered K/V and has no merges.
+    """
+    if plan.cp < 2 or plan.cp_comm_type != "p2p":
+        return 0.0, 0.0
+    step_fwd_bytes = 3 * x.tokens * q_width * x.elem
+    step_bwd_bytes = 3 * x.tokens * (q_width + 2 * kv_width) * x.elem
+    return (
+        plan.cp * ops.memory_bound_time_s(profile, step_fwd_bytes),
+        plan.cp * ops.memory_bound_time_s(profile, step_bwd_bytes),
+    )
 
 
 def _cp_exchange(
