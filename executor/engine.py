@@ -3,7 +3,7 @@
 `Engine.build` composes the pieces in the order torchtitan applies them, each step
 needing the previous one:
 1. check the bundle against what the executor builds (SpecError with a fix otherwise);
-2. build this rank's pipeline chunks (`executor.pipeline.chunk_layer_ids`) with
+2. build this rank's pipeline chunks (`executor.pipeline.rank_chunks`) with
    context-parallel attention when cp > 1, and seed their weights by full-model name;
 3. tensor/sequence parallelism (DTensor plans must see plain modules);
 4. precision (fp8 swaps linears) and recompute (checkpoint groups);
@@ -60,7 +60,7 @@ from executor.model import (
     plan_full_recompute,
 )
 from executor.moe import DEFAULT_AUX_LOSS_COEFF, MoE
-from executor.pipeline import NamedPipelineStage, build_schedule, chunk_layer_ids, lm_loss
+from executor.pipeline import NamedPipelineStage, build_schedule, lm_loss, rank_chunks
 from executor.precision import check_precision, forward_context, swap_linears_for_fp8
 from executor.tensor_parallel import apply_tensor_parallel
 from specs.bundle import PlanBundle
@@ -119,16 +119,14 @@ def _build_chunks(bundle: PlanBundle, ctx: ParallelContext, seed: int) -> list[D
         def core() -> nn.Module:
             return ContextParallelAttention(group=group, layout=layout)
 
-    pp_rank, num_chunks = ctx.coords["pp"], plan.pp * plan.vpp
     chunks = []
-    for j, layer_ids in enumerate(chunk_layer_ids(model.num_layers, plan.pp, plan.vpp, pp_rank)):
-        stage = j * plan.pp + pp_rank
+    for split in rank_chunks(model, plan, ctx.coords["pp"]):
         with torch.device(ctx.device):
             chunk = DecoderChunk(
                 model,
-                layer_ids=layer_ids,
-                first=stage == 0,
-                last=stage == num_chunks - 1,
+                layer_ids=split.layers,
+                first=split.embedding,
+                last=split.loss,
                 vocab=padded_vocab_size(model.vocab_size, plan.tp),
                 core_factory=core,
                 positions=None if layout is None else layout.positions,

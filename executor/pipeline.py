@@ -1,12 +1,16 @@
 """Pipeline parallelism: Megatron's layer split and ``torch.distributed.pipelining`` schedules.
 
-Layer split (megatron-facts.md §3.3): with L layers, pp ranks and vpp chunks per rank, each
-chunk holds Lc = L / (pp·vpp) consecutive layers, and chunk j of pipeline rank r holds layers
-[(j·pp + r)·Lc, (j·pp + r + 1)·Lc). That chunk is pipeline stage j·pp + r, the loop placement
-``ScheduleInterleaved1F1B`` expects. The embedding lives on stage 0, the final norm and
-output layer on the last stage.
+Layer split: `specs.pipeline_split.pipeline_split`, Megatron's assignment of layers to
+(pipeline rank, chunk) (megatron-facts.md §3.3, §8.2-8.3): the even split, the account-for
+flags, first/last layer counts and layouts. Chunk j of pipeline rank r is pipeline stage
+j·pp + r, the loop placement ``ScheduleInterleaved1F1B`` expects. The embedding lives on
+stage 0, the final norm and output layer with the loss on the last stage, as the split
+places them (Megatron's pre_process / post_process).
 
-Schedules: ``Schedule1F1B`` when vpp = 1, ``ScheduleInterleaved1F1B`` when vpp > 1. Stage
+Schedules (`schedule_name`): ``Schedule1F1B`` when vpp = 1 and there are at least pp
+micro-batches, ``ScheduleGPipe`` when vpp = 1 and there are fewer (torch's 1F1B refuses
+them; Megatron's 1F1B then runs every forward before every backward, which is GPipe's
+order, so the gradients are the same), ``ScheduleInterleaved1F1B`` when vpp > 1. Stage
 shapes are given up front (static metadata), so the stages never run the extra forward and
 backward that torch's dynamic shape inference performs on the first step. Gradients are
 divided by the number of micro-batches (``scale_grads``), so each rank ends with the
@@ -30,26 +34,46 @@ from torch import nn
 from torch.distributed.pipelining import (
     PipelineStage,
     Schedule1F1B,
+    ScheduleGPipe,
     ScheduleInterleaved1F1B,
 )
 from torch.profiler import record_function
 
 from executor.context import ParallelContext
 from specs.errors import SpecError
+from specs.model import ModelSpec
+from specs.pipeline_split import ChunkSplit, pipeline_split
+from specs.plan import ParallelPlan
+
+SCHEDULES = ("1F1B", "GPipe", "Interleaved1F1B")
+"""Pipeline schedules the executor runs (`schedule_name`)."""
 
 
-def chunk_layer_ids(num_layers: int, pp: int, vpp: int, pp_rank: int) -> list[list[int]]:
-    """Global layer indices of each chunk of pipeline rank ``pp_rank``."""
-    if num_layers % (pp * vpp):
-        raise SpecError(
-            f"num_layers ({num_layers}) must be divisible by pp ({pp}) * vpp ({vpp}) = "
-            f"{pp * vpp}; choose pp·vpp among the divisors of {num_layers}"
-        )
-    per_chunk = num_layers // (pp * vpp)
-    return [
-        list(range((j * pp + pp_rank) * per_chunk, (j * pp + pp_rank + 1) * per_chunk))
-        for j in range(vpp)
-    ]
+def rank_chunks(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> tuple[ChunkSplit, ...]:
+    """The chunks of pipeline rank ``pp_rank`` under the plan's split, in chunk order
+    (`specs.pipeline_split.pipeline_split`; SpecError naming the rule it breaks)."""
+    return pipeline_split(model, plan).chunks[pp_rank]
+
+
+def schedule_name(plan: ParallelPlan, num_microbatches: int) -> str | None:
+    """The schedule that runs the plan: None without pipelining (pp = 1), else one of
+    `SCHEDULES` (module docstring)."""
+    if plan.pp == 1:
+        return None
+    if plan.vpp > 1:
+        return "Interleaved1F1B"
+    return "1F1B" if num_microbatches >= plan.pp else "GPipe"
+
+
+def schedule_note(plan: ParallelPlan, num_microbatches: int) -> str | None:
+    """One line saying the executor runs GPipe where Megatron runs 1F1B, else None."""
+    if schedule_name(plan, num_microbatches) != "GPipe":
+        return None
+    return (
+        f"{num_microbatches} micro-batch(es) < pp ({plan.pp}): torch's 1F1B needs at least pp, "
+        "so the pipeline runs GPipe (all forwards, then all backwards: Megatron's 1F1B order "
+        "for this count; same gradients, activations of every micro-batch held)"
+    )
 
 
 def stage_index(pp: int, pp_rank: int, chunk: int) -> int:
@@ -125,8 +149,11 @@ def build_schedule(
                 chunk=j,
             )
         )
+    name = schedule_name(plan, num_microbatches)
     try:
-        if plan.vpp == 1:
+        if name == "GPipe":
+            schedule = ScheduleGPipe(stages[0], num_microbatches, loss_fn=lm_loss)
+        elif name == "1F1B":
             schedule = Schedule1F1B(stages[0], num_microbatches, loss_fn=lm_loss)
         else:
             schedule = ScheduleInterleaved1F1B(stages, num_microbatches, loss_fn=lm_loss)

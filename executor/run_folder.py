@@ -13,7 +13,10 @@ rank), ``memory_source``, ``collectives`` (`executor.measure.collective_ledger`)
 statistics use), ``first_step``, ``tokens_per_iteration``, ``world_size``,
 ``model_flops_per_iteration`` and ``peak_flops_per_rank``; with `RunConfig.host_probe`
 also ``host_probe_s`` and ``host_probe_p50_s``; where the kernel reports steal time,
-``host_steal`` (per measured step) and ``host_steal_timed`` (over the timed steps).
+``host_steal`` (per measured step) and ``host_steal_timed`` (over the timed steps);
+``pipeline_schedule`` (`executor.pipeline.schedule_name`: null without pipelining) and
+``pipeline_schedule_note`` (why it differs from Megatron's, `executor.pipeline.schedule_note`;
+null when it does not).
 
 A failed run's ``metrics.json`` (`write_failed_run`) holds what the step logs recorded:
 ``status`` ``failed``, ``failure`` (``rank``, ``error_type``, ``cause``: the one-line root
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from executor.measure import RankTrace, build_timeline, collective_ledger, step_stats
+from executor.pipeline import schedule_name, schedule_note
 from specs import serde
 
 if TYPE_CHECKING:
@@ -144,6 +148,9 @@ class RunSummary:
     steal: float | None = None
     """Share of the machine's CPU time the hypervisor took during the timed steps
     (`steal_metrics`); None where the kernel does not report steal."""
+    schedule_note: str | None = None
+    """Why the pipeline ran another schedule than Megatron's (`executor.pipeline.schedule_note`);
+    None when it ran the same."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -180,6 +187,7 @@ def write_run(
     profiled_ids = [first_step + config.warmup + i for i in profiled]
     peak_gib = [r.peak_memory_bytes / GIB for r in sorted(reports, key=lambda r: r.rank)]
     cuda = torch.cuda.is_available()
+    microbatches = b.plan.num_microbatches(b.job.global_batch_size)
     metrics = {
         "status": "completed",
         "iteration_time_s": per_step,
@@ -201,6 +209,8 @@ def write_run(
         "peak_flops_per_rank": config.peak_flops_per_rank,
         **probe_metrics(reports),
         **steal_metrics(reports, [per_step[i] for i in timed], timed),
+        "pipeline_schedule": schedule_name(b.plan, microbatches),
+        "pipeline_schedule_note": schedule_note(b.plan, microbatches),
     }
     timeline = build_timeline(
         traces,
@@ -222,6 +232,7 @@ def write_run(
         peak_memory_gib=tuple(peak_gib),
         next_step=next_step,
         steal=metrics.get("host_steal_timed"),
+        schedule_note=metrics["pipeline_schedule_note"],
     )
 
 

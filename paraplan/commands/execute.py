@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
             _write_prediction(bundle, profile, Path(args.out), options_from_args(args))
         _copy_candidates(Path(args.plan), Path(args.out))
         _print_summary(summary)
+        if summary.schedule_note is not None:
+            _note(summary.schedule_note)
     return 0
 
 

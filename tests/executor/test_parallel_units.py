@@ -15,7 +15,7 @@ from executor.context_parallel import SequenceLayout, zigzag_positions, zigzag_s
 from executor.data_parallel import BucketedAllReduce, is_expert_parameter
 from executor.engine import Engine, StepResult, check_bundle
 from executor.model import plan_full_recompute
-from executor.pipeline import chunk_layer_ids, stage_index
+from executor.pipeline import rank_chunks, schedule_name, schedule_note, stage_index
 from executor.precision import check_precision, import_transformer_engine
 from specs import ClusterSpec, ModelSpec, ParallelPlan, PlanBundle, TrainingJob
 from specs.errors import SpecError
@@ -57,14 +57,50 @@ def _ctx(plan: ParallelPlan) -> ParallelContext:
 # ---- pipeline split -------------------------------------------------------------------
 
 
+def _layers(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> list[list[int]]:
+    return [list(c.layers) for c in rank_chunks(model, plan, pp_rank)]
+
+
 def test_chunks_hold_megatrons_interleaved_layers() -> None:
     # megatron-facts.md §3.3: chunk j of rank r holds [(j·p + r)·Lc, (j·p + r + 1)·Lc).
-    assert chunk_layer_ids(8, 2, 2, 0) == [[0, 1], [4, 5]]
-    assert chunk_layer_ids(8, 2, 2, 1) == [[2, 3], [6, 7]]
-    assert chunk_layer_ids(8, 4, 1, 3) == [[6, 7]]
+    eight = _spec(num_layers=8)
+    assert _layers(eight, ParallelPlan(pp=2, vpp=2), 0) == [[0, 1], [4, 5]]
+    assert _layers(eight, ParallelPlan(pp=2, vpp=2), 1) == [[2, 3], [6, 7]]
+    assert _layers(eight, ParallelPlan(pp=4), 3) == [[6, 7]]
     assert [stage_index(2, r, j) for j in range(2) for r in range(2)] == [0, 1, 2, 3]
-    with pytest.raises(SpecError, match="divisible by pp"):
-        chunk_layer_ids(6, 2, 2, 0)
+    with pytest.raises(SpecError, match="divisible"):
+        rank_chunks(_spec(num_layers=6), ParallelPlan(pp=2, vpp=2), 0)
+
+
+def test_uneven_chunks_follow_the_split() -> None:
+    # Hand-worked (megatron-facts.md §8.2-8.3): 6 layers on pp 3 with first/last 1 leave 4
+    # for the middle rank; 6 layers + embedding + loss over pp 4 give 2 per stage, the first
+    # and last stage one layer short; the layout puts E on stage 0 and L on stage 2.
+    six = _spec(num_layers=6)
+    first_last = ParallelPlan(
+        pp=3, decoder_first_pipeline_num_layers=1, decoder_last_pipeline_num_layers=1
+    )
+    assert [_layers(six, first_last, r) for r in range(3)] == [[[0]], [[1, 2, 3, 4]], [[5]]]
+    account = ParallelPlan(
+        pp=4,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
+    assert [_layers(six, account, r) for r in range(4)] == [[[0]], [[1, 2]], [[3, 4]], [[5]]]
+    layout = ParallelPlan(pp=3, pipeline_model_parallel_layout="E|tt|ttttL")
+    assert [_layers(six, layout, r) for r in range(3)] == [[[]], [[0, 1]], [[2, 3, 4, 5]]]
+    ends = [(c.embedding, c.loss) for r in range(3) for c in rank_chunks(six, layout, r)]
+    assert ends == [(True, False), (False, False), (False, True)]
+
+
+def test_schedule_is_gpipe_below_pp_microbatches() -> None:
+    assert schedule_name(ParallelPlan(), 1) is None
+    assert schedule_name(ParallelPlan(pp=2), 2) == "1F1B"
+    assert schedule_name(ParallelPlan(pp=4), 3) == "GPipe"
+    assert schedule_name(ParallelPlan(pp=2, vpp=2), 4) == "Interleaved1F1B"
+    assert schedule_note(ParallelPlan(pp=2), 4) is None
+    note = schedule_note(ParallelPlan(pp=4), 1)
+    assert note is not None and "GPipe" in note and "pp (4)" in note
 
 
 def test_full_recompute_groups_follow_the_method() -> None:

@@ -1,0 +1,75 @@
+"""Parity of uneven pipeline splits (`specs.pipeline_split`) on gloo ranks: first/last layer
+counts, the account-for flags and a layout, interleaved included, and the GPipe schedule
+for fewer micro-batches than stages, each against the single-process losses (3 steps,
+1e-5 abs) and first-step gradients (`parity_cases.check_case`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from specs.plan import ParallelPlan
+from tests.executor.parity_cases import Case, check_case, reference, tiny_model, world_worker
+from tests.executor.spawn_utils import run_world
+
+pytestmark = pytest.mark.slow
+
+UNEVEN_2 = {
+    c.name: c
+    for c in [
+        # 3 layers: rank 0 holds one, rank 1 two.
+        Case(
+            name="pp2_first1",
+            model=tiny_model(num_layers=3),
+            plan=ParallelPlan(pp=2, micro_batch_size=1, decoder_first_pipeline_num_layers=1),
+        ),
+        # 3 layers + the embedding counted as one: 2 per stage, rank 0 one layer short.
+        Case(
+            name="pp2_account_embedding",
+            model=tiny_model(num_layers=3, tied_embeddings=True),
+            plan=ParallelPlan(
+                pp=2, micro_batch_size=1, account_for_embedding_in_pipeline_split=True
+            ),
+        ),
+        # Interleaved: 2 layers + embedding + loss over 4 virtual stages; the first and the
+        # last virtual stage hold no transformer layer.
+        Case(
+            name="pp2_vpp2_account_both",
+            model=tiny_model(num_layers=2),
+            plan=ParallelPlan(
+                pp=2,
+                vpp=2,
+                schedule="interleaved",
+                micro_batch_size=1,
+                account_for_embedding_in_pipeline_split=True,
+                account_for_loss_in_pipeline_split=True,
+            ),
+        ),
+        Case(
+            name="pp2_layout",
+            model=tiny_model(num_layers=3),
+            plan=ParallelPlan(pp=2, micro_batch_size=2, pipeline_model_parallel_layout="Et|ttL"),
+        ),
+        # One micro-batch on two stages: GPipe instead of torch's 1F1B.
+        Case(
+            name="pp2_one_microbatch",
+            model=tiny_model(num_layers=3),
+            plan=ParallelPlan(pp=2, micro_batch_size=4, decoder_last_pipeline_num_layers=1),
+        ),
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def world() -> tuple[list, str | None]:
+    return run_world(2, world_worker, list(UNEVEN_2), UNEVEN_2)
+
+
+@pytest.mark.parametrize("name", list(UNEVEN_2))
+def test_uneven_split_matches_single_process(name: str, world: tuple[list, str | None]) -> None:
+    results, error = world
+    check_case(UNEVEN_2[name], results, error, reference(UNEVEN_2[name]))
