@@ -47,6 +47,19 @@ def is_expert_parameter(name: str) -> bool:
     return ".experts." in name
 
 
+def matching_placements(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """``grad`` laid out as ``param`` is: the vocabulary-parallel embedding's backward
+    yields a replicated gradient of a row-sharded weight, while the output layer's copy of a
+    tied embedding is row-sharded; both ends of the tied sum must hold the same rows."""
+    if (
+        isinstance(grad, DTensor)
+        and isinstance(param, DTensor)
+        and grad.placements != param.placements
+    ):
+        return grad.redistribute(param.device_mesh, param.placements)
+    return grad
+
+
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """The rank-local storage of a tensor or DTensor."""
     return t.to_local() if isinstance(t, DTensor) else t
@@ -184,6 +197,7 @@ class GradientSync:
             for param in self.tied:
                 if param.grad is None:  # both ends must join the collective
                     param.grad = torch.zeros_like(param)
+                param.grad = matching_placements(param.grad, param)
                 dist.all_reduce(local_tensor(param.grad), group=self.embedding_group)
 
 

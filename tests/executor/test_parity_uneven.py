@@ -64,12 +64,42 @@ UNEVEN_2 = {
 }
 
 
+UNEVEN_4 = {
+    c.name: c
+    for c in [
+        # A tied embedding over TP and uneven stages: the vocabulary-parallel embedding and
+        # output layer sum their gradients shard by shard over the embedding group.
+        Case(
+            name="tp2_pp2_tied_last2",
+            model=tiny_model(num_layers=3, tied_embeddings=True),
+            plan=ParallelPlan(tp=2, pp=2, micro_batch_size=1, decoder_last_pipeline_num_layers=2),
+        ),
+        # 6 layers + embedding + loss over 4 stages: 1, 2, 2, 1 layers.
+        Case(
+            name="pp4_account_both",
+            model=tiny_model(num_layers=6),
+            plan=ParallelPlan(
+                pp=4,
+                micro_batch_size=1,
+                account_for_embedding_in_pipeline_split=True,
+                account_for_loss_in_pipeline_split=True,
+            ),
+        ),
+    ]
+}
+WORLDS = {2: UNEVEN_2, 4: UNEVEN_4}
+NAMES = [(size, name) for size, cases in WORLDS.items() for name in cases]
+
+
 @pytest.fixture(scope="module")
-def world() -> tuple[list, str | None]:
-    return run_world(2, world_worker, list(UNEVEN_2), UNEVEN_2)
+def worlds() -> dict[int, tuple[list, str | None]]:
+    return {size: run_world(size, world_worker, list(c), c) for size, c in WORLDS.items()}
 
 
-@pytest.mark.parametrize("name", list(UNEVEN_2))
-def test_uneven_split_matches_single_process(name: str, world: tuple[list, str | None]) -> None:
-    results, error = world
-    check_case(UNEVEN_2[name], results, error, reference(UNEVEN_2[name]))
+@pytest.mark.parametrize(("size", "name"), NAMES)
+def test_uneven_split_matches_single_process(
+    size: int, name: str, worlds: dict[int, tuple[list, str | None]]
+) -> None:
+    results, error = worlds[size]
+    case = WORLDS[size][name]
+    check_case(case, results, error, reference(case))
