@@ -18,7 +18,6 @@ The result is a frozen `SearchResult`; nothing is kept between calls.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -381,8 +380,6 @@ def search_plans(
     limit = memory_limit_bytes(profile, memory_headroom)
     scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
     space = space or SearchSpace()
-    if options.runtime == "torch":
-        space = dataclasses.replace(space, uneven_splits=False)  # the executor runs even splits
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     if progress is not None:
         progress("screen", 0, len(cands.table))

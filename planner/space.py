@@ -114,8 +114,8 @@ class SearchSpace:
     """Partial full recompute (`--recompute-method block`): fractions of a model chunk's
     layers that are recomputed, besides uniform recompute of every layer."""
     uneven_splits: bool = True
-    """Also try the uneven pipeline splits of `planner.splits`; `planner.search` turns this
-    off for paraplan's own executor (the torch runtime), which runs the even split only."""
+    """Also try the uneven pipeline splits of `planner.splits` (Megatron and paraplan's own
+    executor run them all); False keeps Megatron's default even split."""
 
     def __post_init__(self) -> None:
         for name in self.fixed:
