@@ -175,7 +175,6 @@ class GradientSync:
             self.experts = BucketedAllReduce(
                 experts, ctx.group("edp"), bucket_numel=bucket, divide_by=divide
             )
-        self.embedding_group = ctx.group("embedding") if chunks[0].spec.tied_embeddings else None
         self.tied = [
             p
             for chunk in chunks
@@ -185,6 +184,9 @@ class GradientSync:
             )
             if p is not None
         ]
+        # Only the first and the last pipeline stage hold a copy of a tied embedding.
+        tied = chunks[0].spec.tied_embeddings and bool(self.tied)
+        self.embedding_group = ctx.group("embedding") if tied else None
 
     @torch.no_grad()
     def finish(self) -> None:

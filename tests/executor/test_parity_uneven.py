@@ -74,10 +74,11 @@ UNEVEN_4 = {
             model=tiny_model(num_layers=3, tied_embeddings=True),
             plan=ParallelPlan(tp=2, pp=2, micro_batch_size=1, decoder_last_pipeline_num_layers=2),
         ),
-        # 6 layers + embedding + loss over 4 stages: 1, 2, 2, 1 layers.
+        # 6 layers + embedding + loss over 4 stages: 1, 2, 2, 1 layers; the tied embedding
+        # is summed between stages 0 and 3, the middle stages hold no copy.
         Case(
-            name="pp4_account_both",
-            model=tiny_model(num_layers=6),
+            name="pp4_account_both_tied",
+            model=tiny_model(num_layers=6, tied_embeddings=True),
             plan=ParallelPlan(
                 pp=4,
                 micro_batch_size=1,
