@@ -1,6 +1,7 @@
 """The planner–executor invariant: every plan that `paraplan plan` ranks in ``top`` and
 that fits runs one step under `paraplan execute` (tiny random models and jobs on 1-4 gloo
-ranks; pipelines pinned now and then so uneven splits and short pipelines come up)."""
+ranks; pipelines pinned now and then so uneven splits and short pipelines come up), and
+``metrics.json`` names the pipeline schedule it ran."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from executor.pipeline import schedule_name
 from paraplan.cli import main
 from specs import serde
 from specs.model import ModelSpec
@@ -94,3 +96,7 @@ def test_every_fitting_top_plan_runs_one_step(p: dict[str, object]) -> None:
             assert code == 0, f"{label} ({p}) did not run"
             metrics = json.loads((out_dir / "metrics.json").read_text())
             assert len(metrics["loss"]) == 1, label
+            plan = serde.from_dict(ParallelPlan, bundle["plan"])
+            schedule = schedule_name(plan, plan.num_microbatches(int(p["batch"])))
+            assert metrics["pipeline_schedule"] == schedule, label
+            assert (metrics["pipeline_schedule_note"] is not None) == (schedule == "GPipe")
