@@ -453,6 +453,61 @@ class Provenance:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HostTiming:
+    """One host-overhead timing of the torch runtime's model, in seconds. A paired
+    difference (a timing less its baseline, `profiles.profiler.compute`) may be negative."""
+
+    name: str
+    """What was timed, e.g. ``add``, ``autograd_forward`` or ``moe_exchange_forward_w2``
+    (the probe names of `profiles.profiler.timing`)."""
+    num_samples: int
+    """Timed repetitions."""
+    mean_s: float
+    """Mean of the samples."""
+    median_s: float | None = None
+    """Median of the samples (None where it was not recorded)."""
+    min_s: float
+    """Smallest sample."""
+    max_s: float
+    """Largest sample."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("HostTiming.name must not be empty")
+        require_positive(self, "num_samples")
+        middle = (self.mean_s,) if self.median_s is None else (self.mean_s, self.median_s)
+        if any(not self.min_s <= v <= self.max_s for v in middle):
+            raise SpecError(
+                f"HostTiming {self.name!r}: need min_s <= mean_s, median_s <= max_s, got "
+                f"min_s={self.min_s}, mean_s={self.mean_s}, median_s={self.median_s}, "
+                f"max_s={self.max_s}; re-run `paraplan profile` on a CPU"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostOverheads:
+    """Host-side costs of paraplan's own executor, measured by the profiler on CPU ranks
+    and read by the torch runtime (`costmodel.runtimes.torch.host_rates`). Only CPU
+    profiles carry this section; on a GPU profile the runtime has none to read."""
+
+    timings: tuple[HostTiming, ...] = ()
+    """Timings by probe name, each name at most once (`profiles.profiler.timing`)."""
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.timings]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise SpecError(
+                f"HostOverheads: timing names must be unique, repeated: {', '.join(repeated)}; "
+                "keep one timing per probe"
+            )
+
+    def timing(self, name: str) -> HostTiming | None:
+        """The timing named ``name``, None when the profile has none."""
+        return next((t for t in self.timings if t.name == name), None)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class HardwareProfile:
     """Everything the cost model needs to know about one kind of machine."""
 
@@ -470,6 +525,8 @@ class HardwareProfile:
     """Node, scale-up domain and NIC layout."""
     provenance: Provenance
     """How the profile was made."""
+    host: HostOverheads | None = None
+    """Host overheads of the torch runtime (CPU profiles only; None on GPU profiles)."""
 
     def __post_init__(self) -> None:
         if self.schema_version != SCHEMA_VERSION:
@@ -481,6 +538,11 @@ class HardwareProfile:
         if not self.name:
             raise SpecError("HardwareProfile.name must not be empty")
         _check_dtypes_have_peaks(self)
+        if self.host is not None and self.device.kind != "cpu":
+            raise SpecError(
+                f"HardwareProfile {self.name!r}: a {self.device.kind} profile carries a host "
+                "section; only CPU profiles have host overheads, drop the `host` key"
+            )
         for fit in self.communication.fits:
             if fit.placement == "intra" and fit.group_size > self.topology.scale_up_domain:
                 raise SpecError(

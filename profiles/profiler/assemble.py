@@ -5,7 +5,9 @@ that profile's datasheet peaks and HBM bandwidth, and its measured efficiencies 
 relative to them; any other device (every CPU) gets the best measured GEMM rate per dtype
 as its "peak" and the best measured copy rate as ``hbm_GBps``, as the schema prescribes
 for measured CPU profiles. The provenance says which, and carries the spread of every
-measurement and the held-out errors of every fit (`profiles.profiler.fit`).
+measurement and the held-out errors of every fit (`profiles.profiler.fit`). A CPU profile
+also carries the host section (`HardwareProfile.host`), its host-overhead timings in
+seconds (`profiles.lookup.host_from_spread`); a GPU profile has none.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from profiles.lookup import host_from_spread
 from profiles.profiler.compute import ComputeResults
 from profiles.profiler.device import (
     DeviceInfo,
@@ -330,5 +333,6 @@ def fit_profile(
         communication=draft.communication,
         topology=draft.topology,
         provenance=provenance,
+        host=host_from_spread(provenance.spread) if draft.device.kind == "cpu" else None,
     )
     return profile, errors

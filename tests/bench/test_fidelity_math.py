@@ -159,7 +159,8 @@ def test_the_calibrated_speed_is_the_mean_probe_of_every_calibration_run(
 
 
 def _probing(bench: SimpleNamespace, mean_s: float):
-    """The stored A100 profile with a host probe of ``mean_s`` measured."""
+    """The stored A100 profile's figures as a CPU profile (only CPU profiles carry host
+    timings) with a host probe of ``mean_s`` measured."""
     from profiles.schema import MeasurementSpread
 
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
@@ -169,7 +170,9 @@ def _probing(bench: SimpleNamespace, mean_s: float):
         stdev=0.0, min=mean_s, max=mean_s,
     )  # fmt: skip
     return dataclasses.replace(
-        base, provenance=dataclasses.replace(base.provenance, spread=(spread,))
+        base,
+        device=dataclasses.replace(base.device, kind="cpu"),
+        provenance=dataclasses.replace(base.provenance, spread=(spread,)),
     )
 
 

@@ -16,6 +16,7 @@ from profiles.lookup import (
     collective_time_s,
     gemm_efficiency,
     gpus_per_node,
+    host_from_spread,
     host_probe_s,
     memory_bandwidth_Bps,
     peak_flops,
@@ -35,6 +36,7 @@ from profiles.schema import (
 )
 from profiles.store import load_profile, stored_profile_names
 from specs.errors import SpecError
+from tests.costmodel.cpu_fixture import cpu_profile
 
 STORED = stored_profile_names()
 PROFILES = {name: load_profile(name) for name in STORED}
@@ -363,16 +365,22 @@ def test_collective_time_is_alpha_plus_bytes_over_busbw() -> None:
         collective_time_s(fit, -1)
 
 
-def test_host_probe_is_read_from_the_spread_when_timed():
+def test_host_probe_is_read_from_the_host_section_of_a_cpu_profile():
     assert host_probe_s(H100) is None  # a datasheet profile never timed the host
+    cpu = cpu_profile()
 
-    def with_probe(mean: float) -> HardwareProfile:
+    def with_probe(profile: HardwareProfile, mean: float) -> HardwareProfile:
         entry = MeasurementSpread(
             quantity="op_overhead.host_probe", unit="s", num_samples=30, mean=mean,
             stdev=0.0, min=mean, max=mean,
         )  # fmt: skip
-        provenance = dataclasses.replace(H100.provenance, spread=(*H100.provenance.spread, entry))
-        return dataclasses.replace(H100, provenance=provenance)
+        spread = (*profile.provenance.spread, entry)
+        provenance = dataclasses.replace(profile.provenance, spread=spread)
+        return dataclasses.replace(profile, provenance=provenance)
 
-    assert host_probe_s(with_probe(6.3e-4)) == pytest.approx(6.3e-4)
-    assert host_probe_s(with_probe(0.0)) is None
+    assert host_probe_s(with_probe(cpu, 6.3e-4)) == pytest.approx(6.3e-4)
+    assert host_probe_s(with_probe(cpu, 0.0)) is None
+    typed = dataclasses.replace(cpu, host=host_from_spread(with_probe(cpu, 5e-4).provenance.spread))
+    assert host_probe_s(typed) == pytest.approx(5e-4)
+    # A GPU profile has no host section: op_overhead spreads there are not host inputs.
+    assert host_probe_s(with_probe(H100, 6.3e-4)) is None

@@ -138,7 +138,12 @@ from costmodel.runtimes.torch.checkpoint_rates import CheckpointContext, checkpo
 from costmodel.runtimes.torch.fsdp_rates import fsdp_context_rates
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
-from profiles.lookup import collective_time_s, memory_bandwidth_Bps
+from profiles.lookup import (
+    HOST_TIMING_PREFIX,
+    collective_time_s,
+    host_overheads,
+    memory_bandwidth_Bps,
+)
 from profiles.schema import HardwareProfile
 
 ADAMW_SWEEP_TENSORS = 16
@@ -312,14 +317,20 @@ class HostRates:
 
 
 def _spread_means(profile: HardwareProfile) -> dict[str, float]:
-    """Every spread's mean, the median for `PAIRED_QUANTITIES` where the profile has one
-    (module doc)."""
-    return {
-        s.quantity: s.median
-        if s.median is not None and s.quantity.startswith(PAIRED_QUANTITIES)
-        else s.mean
+    """Every measured figure by quantity: the host section's timings (as
+    ``op_overhead.<name>``, their median for `PAIRED_QUANTITIES` where recorded, else their
+    mean; `profiles.lookup.host_overheads`) and the other spreads' means (module doc)."""
+    means = {
+        s.quantity: s.mean
         for s in profile.provenance.spread
+        if not s.quantity.startswith(HOST_TIMING_PREFIX)
     }
+    host = host_overheads(profile)
+    for t in host.timings if host is not None else ():
+        quantity = HOST_TIMING_PREFIX + t.name
+        paired = t.median_s is not None and quantity.startswith(PAIRED_QUANTITIES)
+        means[quantity] = t.median_s if paired and t.median_s is not None else t.mean_s
+    return means
 
 
 def _adamw_fit(profile: HardwareProfile, dispatch_s: float) -> tuple[float, float]:
