@@ -41,6 +41,7 @@ from published_rows import (
 )
 from validation_stats import (
     Fp8Grid,
+    MoeGrid,
     Outcome,
     apply_model,
     fit_model,
@@ -65,6 +66,8 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 TRUSTED = ("A", "B")
 FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
 """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
+HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
+"""Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
 SC21_TABLE1 = "SC21-T1"
 SC21_TARGET = 0.10
 """Median |error| target of the SC21 Table 1 group."""
@@ -90,9 +93,12 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float]]:
-    """Predict one row, and for FP8 rows its predicted seconds at every `FP8_GRID` factor;
-    NotExpressible or SpecError when it cannot be priced."""
+def evaluate_row(
+    raw: dict[str, str],
+) -> tuple[Outcome, dict[float, float], dict[tuple[float, float], float]]:
+    """Predict one row; for FP8 rows its predicted seconds at every `FP8_GRID` factor, for
+    MoE rows at every (factor, `HOST_GRID` launch time); NotExpressible or SpecError when it
+    cannot be priced."""
     case = case_for_row(raw)
     published = published_iteration_time_s(raw, case)
     profile = load_profile(case.profile)
@@ -106,6 +112,17 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float]]:
             grid[factor] = estimate_plan(
                 case.model, case.cluster, case.job, case.plan, profile, options=options
             ).iteration_time_s
+    moe: dict[tuple[float, float], float] = {}
+    if case.model.num_experts:
+        factors = FP8_GRID if case.job.precision == "fp8" else (case.options.fp8_gemm_rate_factor,)
+        for factor in factors:
+            for host in HOST_GRID:
+                options = dataclasses.replace(
+                    case.options, fp8_gemm_rate_factor=factor, moe_host_launch_s=host
+                )
+                moe[(factor, host)] = estimate_plan(
+                    case.model, case.cluster, case.job, case.plan, profile, options=options
+                ).iteration_time_s
     outcome = Outcome(
         row_id=raw["row_id"],
         source_id=raw["source_id"],
@@ -123,31 +140,35 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float]]:
         device_memory_gib=profile.device.memory_gib,
         fits=est.fits,
     )
-    return outcome, grid
+    return outcome, grid, moe
 
 
 def evaluate(
     rows: list[dict[str, str]],
-) -> tuple[list[Outcome], Fp8Grid, list[dict[str, str]]]:
-    """Outcomes of the trusted rows, the FP8 rows' predictions over `FP8_GRID`, and the rows
-    set apart (row, source, model, reason)."""
+) -> tuple[list[Outcome], Fp8Grid, MoeGrid, list[dict[str, str]]]:
+    """Outcomes of the trusted rows, the FP8 rows' predictions over `FP8_GRID`, the MoE
+    rows' over (`FP8_GRID`, `HOST_GRID`), and the rows set apart (row, source, model,
+    reason)."""
     outcomes, apart = [], []
     grid: Fp8Grid = {}
+    moe_grid: MoeGrid = {}
     for raw in rows:
         if raw["trust"] not in TRUSTED:
             continue
         try:
-            outcome, row_grid = evaluate_row(raw)
+            outcome, row_grid, row_moe = evaluate_row(raw)
             outcomes.append(outcome)
             if row_grid:
                 grid[outcome.row_id] = row_grid
+            if row_moe:
+                moe_grid[outcome.row_id] = row_moe
         except (NotExpressible, SpecError) as err:
             reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
                 | {"reason": reason}
             )
-    return outcomes, grid, apart
+    return outcomes, grid, moe_grid, apart
 
 
 def _rules(err: SpecError) -> str:
@@ -200,11 +221,14 @@ def figures(outcomes: list[Outcome]) -> dict[str, object]:
 
 
 def report(
-    outcomes: list[Outcome], grid: Fp8Grid, apart: list[dict[str, str]]
+    outcomes: list[Outcome],
+    grid: Fp8Grid,
+    apart: list[dict[str, str]],
+    moe_grid: MoeGrid | None = None,
 ) -> dict[str, object]:
     """The bench's JSON: model figures at the top level, ``fitted`` and ``loso``."""
-    fitted = fit_model(outcomes, grid)
-    loso, loso_models = leave_one_source_out(outcomes, grid)
+    fitted = fit_model(outcomes, grid, moe_grid)
+    loso, loso_models = leave_one_source_out(outcomes, grid, moe_grid)
     loso_by_row = {o.row_id: o for o in loso}
     rows = [
         {
@@ -227,13 +251,21 @@ def report(
     ]
     return figures(outcomes) | {
         "strategy_groups": kendall_tau(outcomes)["groups"],
-        "fitted": figures(apply_model(outcomes, grid, fitted))
-        | {"fp8_gemm_rate_factor": fitted.fp8_factor, "fitted_on": list(fitted.fitted_on)},
+        "fitted": figures(apply_model(outcomes, grid, fitted, moe_grid))
+        | {
+            "fp8_gemm_rate_factor": fitted.fp8_factor,
+            "fitted_on": list(fitted.fitted_on),
+            "moe_host_launch_s": fitted.moe_host_launch_s,
+            "moe_host_fitted_on": list(fitted.host_fitted_on),
+        },
         "loso": figures(loso)
         | {
             "fp8_gemm_rate_factor_by_left_out_source": {
                 family: m.fp8_factor for family, m in loso_models.items()
-            }
+            },
+            "moe_host_launch_s_by_left_out_source": {
+                family: m.moe_host_launch_s for family, m in loso_models.items()
+            },
         },
         "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
         "rows": rows,
@@ -254,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    outcomes, grid, apart = evaluate(read_rows(args.csv))
-    result = report(outcomes, grid, apart)
+    outcomes, grid, moe_grid, apart = evaluate(read_rows(args.csv))
+    result = report(outcomes, grid, apart, moe_grid)
     if args.search:
         from search_sanity import search_sanity
 

@@ -10,6 +10,11 @@ Pure functions over `Outcome` records (one per expressible published run):
   factors to minimise the median |log(predicted / published)| of the dense FP8 rows. One
   value for every GPU generation: the dense FP8 rows of each generation come from a single
   source family, so a per-generation value could never be checked out of sample;
+- the same fit picks one global MoE host-launch time (`ExecutionOptions.moe_host_launch_s`)
+  from the MoE rows' predictions on a grid of (FP8 factor, launch time), at the FP8 factor
+  the dense rows chose, by the mean (not the median) |log(predicted / published)|: the host
+  floor binds on the few rows with little GPU work per layer, and a median fit would pick
+  the value that moves the majority of rows instead; without MoE rows to fit, 0 (no floor);
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
 
@@ -23,6 +28,8 @@ import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from costmodel.execution import FP8_GEMM_RATE_FACTOR
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,6 +140,10 @@ def kendall_tau(outcomes: list[Outcome]) -> dict[str, object]:
 Fp8Grid = dict[str, dict[float, float]]
 """Row id -> {fp8_gemm_rate_factor: predicted seconds} for the FP8 rows."""
 
+MoeGrid = dict[str, dict[tuple[float, float], float]]
+"""Row id -> {(fp8_gemm_rate_factor, moe_host_launch_s): predicted seconds} for the MoE rows
+(the factor axis holds only the default for bf16 rows)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FittedModel:
@@ -143,49 +154,91 @@ class FittedModel:
     (the predictions keep the factor they were made with)."""
     fitted_on: tuple[str, ...]
     """Row ids of the dense FP8 rows that fitted it."""
+    moe_host_launch_s: float | None = None
+    """moe_host_launch_s for every GPU generation; None when the predictions keep the value
+    they were made with (no MoE grid given)."""
+    host_fitted_on: tuple[str, ...] = ()
+    """Row ids of the MoE rows that fitted it (none: the value is 0)."""
 
 
 def _log_median(pairs: list[tuple[float, float]]) -> float:
     return statistics.median(abs(math.log(pred / pub)) for pred, pub in pairs)
 
 
-def fit_model(outcomes: list[Outcome], grid: Fp8Grid) -> FittedModel:
+def fit_model(
+    outcomes: list[Outcome], grid: Fp8Grid, moe_grid: MoeGrid | None = None
+) -> FittedModel:
     """The grid factor whose predictions minimise the median |log(predicted / published)|
     over the dense FP8 rows of ``outcomes`` (ties: the larger factor). MoE rows are left
-    out: they carry the token dispatcher's and grouped GEMMs' errors too."""
+    out: they carry the token dispatcher's and grouped GEMMs' errors too. With ``moe_grid``,
+    then the MoE host-launch time that minimises the mean |log(predicted / published)| over
+    the MoE rows at that factor (ties: the smaller time); 0 when ``outcomes`` hold no MoE
+    row."""
     fp8 = [o for o in outcomes if o.row_id in grid and o.kind == "dense"]
-    if not fp8:
-        return FittedModel(fp8_factor=None, fitted_on=())
-    candidates = sorted(grid[fp8[0].row_id], reverse=True)
-    factor = min(
-        candidates,
-        key=lambda f: _log_median([(grid[o.row_id][f], o.published_s) for o in fp8]),
+    factor = None
+    if fp8:
+        candidates = sorted(grid[fp8[0].row_id], reverse=True)
+        factor = min(
+            candidates,
+            key=lambda f: _log_median([(grid[o.row_id][f], o.published_s) for o in fp8]),
+        )
+    fitted = FittedModel(fp8_factor=factor, fitted_on=tuple(o.row_id for o in fp8))
+    if moe_grid is None:
+        return fitted
+    moe = [o for o in outcomes if o.row_id in moe_grid]
+    if not moe:
+        return dataclasses.replace(fitted, moe_host_launch_s=0.0)
+    times = sorted({h for o in moe for _, h in moe_grid[o.row_id]})
+    host = min(
+        times,
+        key=lambda h: statistics.fmean(
+            abs(math.log(_moe_prediction(moe_grid, o, fitted, h) / o.published_s)) for o in moe
+        ),
     )
-    return FittedModel(fp8_factor=factor, fitted_on=tuple(o.row_id for o in fp8))
+    return dataclasses.replace(
+        fitted, moe_host_launch_s=host, host_fitted_on=tuple(o.row_id for o in moe)
+    )
 
 
-def apply_model(outcomes: list[Outcome], grid: Fp8Grid, model: FittedModel) -> list[Outcome]:
-    """FP8 rows re-predicted with the fitted factor; other rows unchanged."""
-    if model.fp8_factor is None:
-        return list(outcomes)
-    return [
-        dataclasses.replace(o, predicted_s=grid[o.row_id][model.fp8_factor])
-        if o.row_id in grid
-        else o
-        for o in outcomes
-    ]
+def _moe_prediction(moe_grid: MoeGrid, outcome: Outcome, model: FittedModel, host: float) -> float:
+    """A MoE row's prediction at ``host`` seconds per launch and the model's FP8 factor (the
+    default `FP8_GEMM_RATE_FACTOR` when none was fitted; a bf16 row's grid has one factor)."""
+    row = moe_grid[outcome.row_id]
+    factors = {f for f, _ in row}
+    factor = model.fp8_factor if model.fp8_factor is not None else FP8_GEMM_RATE_FACTOR
+    if len(factors) == 1:
+        (factor,) = factors
+    return row[(factor, host)]
+
+
+def apply_model(
+    outcomes: list[Outcome], grid: Fp8Grid, model: FittedModel, moe_grid: MoeGrid | None = None
+) -> list[Outcome]:
+    """FP8 rows re-predicted with the fitted factor, MoE rows (with ``moe_grid`` and a fitted
+    host-launch time) with the factor and the host-launch time; other rows unchanged."""
+    result = []
+    for o in outcomes:
+        if moe_grid and o.row_id in moe_grid and model.moe_host_launch_s is not None:
+            o = dataclasses.replace(
+                o, predicted_s=_moe_prediction(moe_grid, o, model, model.moe_host_launch_s)
+            )
+        elif model.fp8_factor is not None and o.row_id in grid:
+            o = dataclasses.replace(o, predicted_s=grid[o.row_id][model.fp8_factor])
+        result.append(o)
+    return result
 
 
 def leave_one_source_out(
-    outcomes: list[Outcome], grid: Fp8Grid
+    outcomes: list[Outcome], grid: Fp8Grid, moe_grid: MoeGrid | None = None
 ) -> tuple[list[Outcome], dict[str, FittedModel]]:
     """Every outcome predicted with the model fitted on the other source families, and per
-    family the model used (generations without other rows keep factor and scale 1)."""
+    family the model used (generations without other rows keep factor and scale 1; the MoE
+    host-launch time is 0 when no other family has MoE rows)."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():
         others = [o for o in outcomes if o.source_family != family]
-        models[family] = fit_model(others, grid)
-        predicted.extend(apply_model(rows, grid, models[family]))
+        models[family] = fit_model(others, grid, moe_grid)
+        predicted.extend(apply_model(rows, grid, models[family], moe_grid))
     order = {o.row_id: i for i, o in enumerate(outcomes)}
     return sorted(predicted, key=lambda o: order[o.row_id]), models

@@ -46,6 +46,13 @@ rows 67-75; Megatron-Bridge Llama-3-8B on B200, rows 335, 336, 361, 362), one va
 every GPU generation; each of the two sources left out, the other's fit gives 0.45-0.55."""
 
 
+MOE_HOST_LAUNCH_S = 40e-6
+"""Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py` on
+the MoE rows of ``published-runs-dev.csv`` (Megatron-Bridge Qwen3-30B-A3B on 8 B200), one
+value for every GPU generation; only the micro-batch-1 dropless rows (310, 341) are
+host-bound, so they are what sets it."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutionOptions:
     """Kernel and communication conventions of the training framework."""
@@ -117,6 +124,14 @@ class ExecutionOptions:
     generation (`FP8_GEMM_RATE_FACTOR`); 1 keeps the bare rate. It also absorbs what the
     bf16 parts of small dense models miss, so it is a fitted figure, not a kernel rate."""
 
+    moe_host_launch_s: float = MOE_HOST_LAUNCH_S
+    """Host seconds per kernel launch of a Megatron-core MoE layer run eagerly (Python,
+    PyTorch dispatch, Transformer Engine module logic and the CUDA launch), the price of
+    `costmodel.runtimes.megatron.moe_costs.moe_host_launches`. A MoE layer pass lasts at
+    least its launches' host time (`moe_costs.host_bound_s`), which binds for fine-grained
+    experts at small micro-batches; 0 turns the floor off (a fully graph-captured layer). A
+    fitted figure (`MOE_HOST_LAUNCH_S`), not a measured launch latency."""
+
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
     above) or ``torch`` (paraplan's executor: every operator's kernel and host cost,
@@ -140,6 +155,11 @@ class ExecutionOptions:
             raise SpecError(
                 f"fp8_gemm_rate_factor must be in (0, 1], got {self.fp8_gemm_rate_factor!r}; "
                 "it scales the profile's fp8 GEMM efficiency down for FP8 recipe overheads"
+            )
+        if self.moe_host_launch_s < 0.0:
+            raise SpecError(
+                f"moe_host_launch_s must be >= 0, got {self.moe_host_launch_s!r}; 0 removes "
+                "the host-launch floor of MoE layers"
             )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(

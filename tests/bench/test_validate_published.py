@@ -180,7 +180,7 @@ def test_sc21_table1_group_within_target():
     if path is None:
         pytest.skip("published-runs-dev.csv not found above the repository")
     rows = [r for r in bench.read_rows(path) if r["source_id"] == "SC21-T1"][:8]
-    outcomes, _, apart = bench.evaluate(rows)
+    outcomes, _, _, apart = bench.evaluate(rows)
     assert not apart and len(outcomes) == 8
     assert stats.summary(outcomes)["median_abs_error"] <= bench.SC21_TARGET
 
@@ -206,3 +206,24 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
     speedup, rank = result["claimed_speedup"], result["recipe_rank"]
     assert 1 <= rank <= sanity.TOP_K + 1
     assert (rank == 1) == (speedup <= 1.0)
+
+
+def test_moe_host_launch_is_fitted_on_moe_rows_and_refitted_out_of_sample():
+    # Two MoE rows of family A want 40 us (predictions exact there); family B has no MoE
+    # row. Left out, A is predicted with the value fitted on B alone: 0 (no host floor).
+    moe_a1 = dataclasses.replace(_outcome("1", "A-1", 2.0, 1.0), kind="moe")
+    moe_a2 = dataclasses.replace(_outcome("2", "A-2", 4.0, 2.0), kind="moe")
+    dense_b = _outcome("3", "B-1", 1.0, 1.0)
+    factor = stats.FP8_GEMM_RATE_FACTOR
+    moe_grid = {
+        "1": {(factor, 0.0): 1.0, (factor, 40e-6): 2.0, (factor, 80e-6): 3.0},
+        "2": {(factor, 0.0): 2.0, (factor, 40e-6): 4.0, (factor, 80e-6): 6.0},
+    }
+    outcomes = [moe_a1, moe_a2, dense_b]
+    model = stats.fit_model(outcomes, {}, moe_grid)
+    assert model.moe_host_launch_s == 40e-6 and model.host_fitted_on == ("1", "2")
+    applied = {o.row_id: o.predicted_s for o in stats.apply_model(outcomes, {}, model, moe_grid)}
+    assert applied == {"1": 2.0, "2": 4.0, "3": 1.0}
+    predicted, models = stats.leave_one_source_out(outcomes, {}, moe_grid)
+    assert models["A"].moe_host_launch_s == 0.0 and models["A"].host_fitted_on == ()
+    assert {o.row_id: o.predicted_s for o in predicted} == {"1": 1.0, "2": 2.0, "3": 1.0}

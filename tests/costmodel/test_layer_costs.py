@@ -133,8 +133,10 @@ def test_ep_dispatch_and_combine_each_way():
     c = cost(plan, model=MOE, groups=CommGroups(ep=group(8)))
     rows = MOE.moe_top_k * JOB.seq_length  # top-2 rows of every token on this rank
     a2a = collective_time_s(H100, "all_to_all", rows * MOE.hidden_size * 2, group(8))
-    assert c.forward.ep_s == pytest.approx(2 * a2a)
-    assert c.backward.ep_s == pytest.approx(2 * a2a)
+    probs = collective_time_s(H100, "all_to_all", rows * 4, group(8))  # fp32, one per row
+    counts = collective_time_s(H100, "all_gather", 8 * MOE.num_experts * 8, group(8))
+    assert c.forward.ep_s == pytest.approx(2 * a2a + probs + counts)
+    assert c.backward.ep_s == pytest.approx(2 * a2a + probs)
     assert c.forward.ep_exposed_s == c.forward.ep_s
 
 

@@ -21,9 +21,10 @@ Communication per layer (size S = T·h·e bytes, the full activation):
   dK/dV in backward), all exposed.
 - EP (MoE layers, alltoall dispatcher): dispatch and combine all-to-alls over the EP
   group, forward 2 and backward 2, each of top_k·tokens·h·e bytes per rank (x capacity
-  factor), plus an all-gather / reduce-scatter over expert TP when etp > 1; all exposed.
-  Experts run top_k·tokens/ep rows per local expert group: with balanced routing each rank
-  receives top_k·(its tokens) rows, split over E/ep local experts.
+  factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
+  reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
+  per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`, which also sets the host
+  floor of a MoE layer pass (`ExecutionOptions.moe_host_launch_s`).
 
 Recompute: selective reruns the attention core (and its CP exchange) in backward; full
 reruns the whole layer forward including its collectives.
@@ -51,6 +52,7 @@ from costmodel.flops import (
     core_attention_forward_flops_per_token,
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.runtimes.megatron.moe_costs import host_bound_s, moe_host_launches, routed_experts
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -343,45 +345,6 @@ def _norm_and_residual(
     return fwd, bwd
 
 
-def _routed_experts(
-    model: ModelSpec,
-    plan: ParallelPlan,
-    profile: HardwareProfile,
-    x: _Shape,
-    groups: CommGroups,
-) -> tuple[PassCost, PassCost, float, float]:
-    """Router, dispatch, local experts and combine of one MoE layer."""
-    h, e = model.hidden_size, x.elem
-    gated = model.activation == "swiglu"
-    local_tokens = x.norm_tokens
-    rows = model.moe_top_k * local_tokens * (model.moe_capacity_factor or 1.0)
-    etp = plan.expert_tp
-    local_experts = max(model.num_experts // plan.ep, 1)
-    rows_per_expert = rows * etp / local_experts
-    width = model.expert_ffn_hidden_size / etp
-    router = _gemm3(profile, x, local_tokens, model.num_experts, h)
-    fc1 = _gemm3(profile, x, rows_per_expert, (2 if gated else 1) * width, h)
-    fc2 = _gemm3(profile, x, rows_per_expert, h, width)
-    act_f = ops.activation_time_s(profile, rows * etp, width, e, gated=gated, direction="forward")
-    act_b = ops.activation_time_s(profile, rows * etp, width, e, gated=gated, direction="backward")
-    permute = 2 * ops.memory_bound_time_s(profile, 2 * e * rows * h)  # permute + unpermute
-    size = rows * h * e
-    comm = 2 * collective_time_s(profile, "all_to_all", size, groups.ep)
-    comm += collective_time_s(profile, "all_gather", size * etp, groups.etp)
-    comm += collective_time_s(profile, "reduce_scatter", size * etp, groups.etp)
-    comm_bytes = 2 * size + (2 * size * etp if etp > 1 else 0.0)
-    ep = PassCost(ep_s=comm, ep_exposed_s=comm, ep_bytes=comm_bytes)
-    forward_s = router[0] + local_experts * (fc1[0] + fc2[0]) + act_f + permute
-    dgrad = router[1] + local_experts * (fc1[1] + fc2[1]) + act_b + permute
-    wgrad = router[2] + local_experts * (fc1[2] + fc2[2])
-    return (
-        PassCost(compute_s=forward_s).plus(ep),
-        PassCost(compute_s=dgrad + wgrad).plus(ep),
-        dgrad,
-        wgrad,
-    )
-
-
 def layer_cost(
     model: ModelSpec,
     job: TrainingJob,
@@ -403,7 +366,9 @@ def layer_cost(
     att_f, att_b, selective, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, options)
     extra_f, extra_b = _norm_and_residual(profile, x, model.hidden_size, options)
     if is_moe:
-        mlp_f, mlp_b, mlp_d, mlp_w = _routed_experts(model, plan, profile, x, comm)
+        mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
+            model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm
+        )
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, shared, options)
         mlp_f, mlp_b = mlp_f.plus(sh_f), mlp_b.plus(sh_b)
@@ -413,6 +378,10 @@ def layer_cost(
         mlp_f, mlp_b, mlp_d, mlp_w = _mlp(model, plan, profile, x, comm, ffn, options)
     forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
     backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
+    if is_moe:
+        host_f, host_b = _moe_host_floor(model, plan, x, forward, backward, options)
+        forward, backward = forward.plus(host_f), backward.plus(host_b)
+        extra_b += host_b.compute_s
     recompute = {"none": ZERO, "selective": selective, "full": forward}[plan.recompute]
     return LayerCost(
         forward=forward,
@@ -421,6 +390,30 @@ def layer_cost(
         dgrad_s=dgrad + mlp_d + extra_b,
         wgrad_s=wgrad + mlp_w,
     )
+
+
+def _moe_host_floor(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    x: _Shape,
+    forward: PassCost,
+    backward: PassCost,
+    options: ExecutionOptions,
+) -> tuple[PassCost, PassCost]:
+    """Host-bound time a MoE layer adds per pass (`moe_costs.host_bound_s`): its launches
+    (`moe_costs.moe_host_launches`) at `ExecutionOptions.moe_host_launch_s` each, against the
+    whole layer's kernels and exposed communication. Dropless routing (no capacity factor)
+    also synchronizes the stream once per forward (the token counts the all-to-all splits
+    need), after which the device waits one launch for the next kernel."""
+    launch_s = options.moe_host_launch_s
+    local = max(model.num_experts // plan.ep, 1)
+    fp8 = x.dtype == "fp8"
+    host_f = moe_host_launches(local, fp8, "forward") * launch_s
+    host_b = moe_host_launches(local, fp8, "backward") * launch_s
+    sync_s = launch_s if model.moe_capacity_factor is None else 0.0
+    extra_f = host_bound_s(forward.duration_s, host_f) + sync_s
+    extra_b = host_bound_s(backward.duration_s, host_b)
+    return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
 
 
 def _intra_groups(plan: ParallelPlan) -> CommGroups:

@@ -1,0 +1,221 @@
+"""Per-microbatch costs of the routed experts of one MoE layer on one rank, as Megatron-core
+runs them: router, alltoall token dispatcher, grouped expert MLP, combine.
+
+Source: Megatron-LM `megatron/core/transformer/moe/` (`router.py` `TopKRouter`,
+`token_dispatcher.py` `MoEAlltoAllTokenDispatcher`, `experts.py` `TEGroupedMLP`,
+`moe_utils.py` `permute` / `unpermute` / `sort_chunks_by_idxs`) with Transformer Engine's
+`GroupedLinear` (`transformer_engine/pytorch/module/grouped_linear.py`).
+
+Shapes: T tokens reach the MoE layer of a rank (T/tp with sequence parallelism); each picks
+top_k experts, so the rank dispatches R = top_k·T rows (x the capacity factor when one is
+set) of h elements. With balanced routing every rank receives R rows back from the EP group
+(and etp·R after the expert-TP all-gather), split evenly over its E/ep local experts.
+
+Work per pass, in the order the dispatcher runs it (forward; backward mirrors it):
+1. router: the gating GEMM [T, h] x [h, E] and the fused top-k / score-function / aux-loss
+   kernels over the [T, E] fp32 logits (`router_kernel_bytes`);
+2. dispatch metadata: per-expert token counts all-gathered over the tp x ep group (one
+   latency-bound collective, forward only) and copied to the host;
+3. permutation 1 (tokens grouped by destination rank), the token all-to-all and the probs
+   all-to-all (fp32, one per row), permutation 2 (``sort_chunks_by_idxs``: rows regrouped
+   by local expert, only with more than one local expert); combine runs the inverse
+   permutations around one all-to-all. Each permutation reads and writes R·h·e bytes
+   (`dispatch_copy_bytes`);
+4. experts: FC1, activation, FC2 per local expert, each GEMM timed with the rows its
+   expert gets (small per-expert GEMMs run at the profile's efficiency for their size).
+
+Host side (`moe_host_launches`): the dropless dispatcher copies the split sizes to the host
+and synchronizes the stream once per forward (``_maybe_dtoh_and_synchronize`` at
+``cuda_sync_point``); TE's grouped GEMM launches one cuBLAS GEMM per expert (and, under FP8,
+one quantization per expert input). A layer pass therefore takes at least the host time of
+its launches; `host_bound_s` applies that floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from costmodel import compute as ops
+from costmodel.collectives import collective_time_s
+from costmodel.passes import CommGroups, PassCost
+from profiles.schema import HardwareProfile
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+FP32_BYTES = 4
+ROUTING_MAP_BYTES = 1
+COUNT_BYTES = 8
+"""int64 token counts per expert (`routing_map.sum(dim=0).long()`)."""
+
+FIXED_LAUNCHES = {"forward": 28, "backward": 28}
+"""Kernel launches of one MoE layer pass that do not repeat per expert, counted on the
+dropless alltoall path of `MoEAlltoAllTokenDispatcher` with `--moe-router-fusion` and
+`--moe-permute-fusion`: router (gating GEMM, fused top-k and score function, fused aux
+loss: 4), dispatch metadata (token counts, split sums, the count all-gather, slicing, five
+device-to-host copies and the event: 12), permutation 1 and 2 and their inverses, three
+all-to-alls and the probs (10), the fused weighted activation (2). The backward replays the
+same chain through autograd."""
+
+PER_EXPERT_LAUNCHES = {"forward": 2, "backward": 4}
+"""Launches per local expert and pass without FP8: TE `GroupedLinear` runs one cuBLAS GEMM
+per expert (`general_grouped_gemm`, a loop over experts on several streams) for FC1 and for
+FC2 in forward, and a dgrad and a wgrad GEMM for each in backward."""
+
+PER_EXPERT_FP8_LAUNCHES = {"forward": 2, "backward": 2}
+"""Extra launches per local expert and pass under FP8: one quantization of each expert GEMM
+input (`tex.split_quantize` quantizes every expert's slice separately), FC1 and FC2 in
+forward, and of each output gradient in backward."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MoeShape:
+    """What one rank's routed experts see for one microbatch."""
+
+    tokens: float
+    """Tokens entering the router (T/tp with sequence parallelism)."""
+    rows: float
+    """Rows the rank dispatches: top_k x tokens (x the capacity factor)."""
+    local_experts: int
+    """Experts held by the rank: E / ep."""
+    rows_per_expert: float
+    """Rows each local expert multiplies: rows x etp / local experts (balanced routing)."""
+    width: float
+    """Expert FFN width per rank: moe_ffn_hidden_size / etp."""
+
+
+def moe_shape(model: ModelSpec, plan: ParallelPlan, tokens: float) -> MoeShape:
+    """The routed-expert shape of one microbatch of ``tokens`` router tokens."""
+    rows = model.moe_top_k * tokens * (model.moe_capacity_factor or 1.0)
+    local = max(model.num_experts // plan.ep, 1)
+    return MoeShape(
+        tokens=tokens,
+        rows=rows,
+        local_experts=local,
+        rows_per_expert=rows * plan.expert_tp / local,
+        width=model.expert_ffn_hidden_size / plan.expert_tp,
+    )
+
+
+def dispatch_copy_bytes(shape: MoeShape, hidden: int, elem: int) -> float:
+    """Bytes the dispatcher's permutations move in one pass: permutation 1 and its inverse
+    always, permutation 2 (``sort_chunks_by_idxs``) and its inverse with more than one local
+    expert; each reads and writes rows x h x e (`moe_utils.permute`, `sort_chunks_by_idxs`;
+    the backward runs the same copies on the gradients)."""
+    copies = 2 + (2 if shape.local_experts > 1 else 0)
+    return copies * 2 * shape.rows * hidden * elem
+
+
+def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> float:
+    """Bytes of the fused router kernels over the [tokens, E] fp32 logits
+    (`moe_utils.fused_topk_with_score_function`, `fused_compute_score_for_moe_aux_loss`).
+
+    Forward: top-k with the score function reads the logits and writes the probabilities and
+    the 1-byte routing map (4 + 4 + 1 per element); the aux-loss scores read the logits and
+    write their scores (4 + 4). Backward: each of the two reads its output gradient and saved
+    output and writes the logits gradient (12 per element each)."""
+    per_element = 17 + ROUTING_MAP_BYTES if direction == "forward" else 24
+    return per_element * tokens * num_experts
+
+
+def moe_host_launches(local_experts: int, fp8: bool, direction: str) -> int:
+    """Kernel launches the host issues for one MoE layer pass (`FIXED_LAUNCHES`,
+    `PER_EXPERT_LAUNCHES`, `PER_EXPERT_FP8_LAUNCHES`)."""
+    per_expert = PER_EXPERT_LAUNCHES[direction]
+    if fp8:
+        per_expert += PER_EXPERT_FP8_LAUNCHES[direction]
+    return FIXED_LAUNCHES[direction] + per_expert * local_experts
+
+
+def host_bound_s(gpu_s: float, host_s: float) -> float:
+    """Seconds a layer pass adds when its host launches take longer than its kernels run:
+    max(0, host - GPU). The dropless dispatcher's stream synchronization empties the launch
+    queue once per forward, so the host cannot bank time from earlier layers; layers of one
+    kind repeat, so the same floor holds in backward once the host falls behind."""
+    return max(0.0, host_s - gpu_s)
+
+
+def _collectives(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    shape: MoeShape,
+    model: ModelSpec,
+    elem: int,
+    groups: CommGroups,
+    direction: str,
+) -> PassCost:
+    """Token all-to-alls (dispatch and combine), the probs all-to-all, the expert-TP
+    all-gather / reduce-scatter (etp > 1) and, in forward, the all-gather of every rank's
+    per-expert token counts over the tp x ep group (`preprocess`)."""
+    size = shape.rows * model.hidden_size * elem
+    probs = shape.rows * FP32_BYTES
+    etp = plan.expert_tp
+    seconds = 2 * collective_time_s(profile, "all_to_all", size, groups.ep)
+    seconds += collective_time_s(profile, "all_to_all", probs, groups.ep) if plan.ep > 1 else 0.0
+    seconds += collective_time_s(profile, "all_gather", size * etp, groups.etp)
+    seconds += collective_time_s(profile, "reduce_scatter", size * etp, groups.etp)
+    moved = 2 * size + (probs if plan.ep > 1 else 0.0) + (2 * size * etp if etp > 1 else 0.0)
+    if direction == "forward" and plan.ep * plan.tp > 1:
+        group = groups.ep if plan.ep > 1 else groups.tp
+        counts = COUNT_BYTES * model.num_experts * plan.ep * plan.tp
+        seconds += collective_time_s(profile, "all_gather", counts, group)
+        moved += counts
+    return PassCost(ep_s=seconds, ep_exposed_s=seconds, ep_bytes=moved)
+
+
+def routed_experts(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    tokens: float,
+    elem: int,
+    dtype: str,
+    groups: CommGroups,
+) -> tuple[PassCost, PassCost, float, float]:
+    """(forward, backward, dgrad_s, wgrad_s) of the router, dispatcher and local experts of
+    one MoE layer for one microbatch of ``tokens`` router tokens (module docstring)."""
+    h = model.hidden_size
+    gated = model.activation == "swiglu"
+    shape = moe_shape(model, plan, tokens)
+    m, n1 = _rows(shape.rows_per_expert), _rows((2 if gated else 1) * shape.width)
+    n2 = _rows(shape.width)
+    router = _gemm3(profile, _rows(tokens), model.num_experts, h, dtype)
+    fc1 = _gemm3(profile, m, n1, h, dtype)
+    fc2 = _gemm3(profile, m, h, n2, dtype)
+    expert_rows = shape.rows * plan.expert_tp
+    act = {
+        d: ops.activation_time_s(profile, expert_rows, shape.width, elem, gated=gated, direction=d)
+        for d in ("forward", "backward")
+    }
+    num_copies = 4 if shape.local_experts > 1 else 2
+    copies = ops.memory_bound_time_s(
+        profile, dispatch_copy_bytes(shape, h, elem), num_ops=num_copies
+    )
+    route = {
+        d: ops.memory_bound_time_s(profile, router_kernel_bytes(tokens, model.num_experts, d))
+        for d in ("forward", "backward")
+    }
+    e = shape.local_experts
+    forward_s = router[0] + route["forward"] + e * (fc1[0] + fc2[0]) + act["forward"] + copies
+    dgrad = router[1] + route["backward"] + e * (fc1[1] + fc2[1]) + act["backward"] + copies
+    wgrad = router[2] + e * (fc1[2] + fc2[2])
+    forward = PassCost(compute_s=forward_s).plus(
+        _collectives(profile, plan, shape, model, elem, groups, "forward")
+    )
+    backward = PassCost(compute_s=dgrad + wgrad).plus(
+        _collectives(profile, plan, shape, model, elem, groups, "backward")
+    )
+    return forward, backward, dgrad, wgrad
+
+
+def _rows(value: float) -> int:
+    return max(math.ceil(value), 1)
+
+
+def _gemm3(profile: HardwareProfile, m: int, n: int, k: int, dtype: str) -> tuple[float, ...]:
+    """(forward, dgrad, wgrad) seconds of an (m x k) @ (k x n) GEMM and its gradients."""
+    return (
+        ops.gemm_time_s(profile, m, n, k, dtype),
+        ops.gemm_time_s(profile, m, k, n, dtype),
+        ops.gemm_time_s(profile, k, n, m, dtype),
+    )

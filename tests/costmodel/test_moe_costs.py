@@ -1,0 +1,125 @@
+"""Routed-expert costs of a MoE layer as Megatron-core runs them
+(costmodel.runtimes.megatron.moe_costs) and their host-launch floor in layer_cost."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.collectives import collective_time_s
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
+from costmodel.runtimes.megatron.moe_costs import (
+    FIXED_LAUNCHES,
+    dispatch_copy_bytes,
+    host_bound_s,
+    moe_host_launches,
+    moe_shape,
+    router_kernel_bytes,
+)
+from costmodel.topology import strided_group_placement
+from profiles.store import load_profile
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+
+H100 = load_profile("h100-sxm-80gb")
+QWEN = get_preset("qwen3-30b-a3b")
+JOB = TrainingJob(seq_length=4096, global_batch_size=64)
+NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
+
+
+def ep_group(size: int):
+    return strided_group_placement(size, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
+
+
+def moe_cost(plan: ParallelPlan, options: ExecutionOptions = NO_HOST, job=JOB):
+    groups = CommGroups(ep=ep_group(plan.ep))
+    return layer_cost(QWEN, job, plan, H100, is_moe=True, groups=groups, options=options)
+
+
+def test_shape_splits_rows_over_local_experts():
+    # 128 experts over ep 8: 16 local experts share top-8 x 4096 rows (balanced routing).
+    shape = moe_shape(QWEN, ParallelPlan(dp=8, ep=8), tokens=4096)
+    assert shape.rows == 8 * 4096
+    assert shape.local_experts == 16
+    assert shape.rows_per_expert == 8 * 4096 / 16
+
+
+def test_dispatch_copies_add_the_local_expert_sort():
+    # permute + unpermute always; sort_chunks_by_idxs and its inverse with > 1 local expert;
+    # each copy reads and writes rows x h x e.
+    many = moe_shape(QWEN, ParallelPlan(dp=8, ep=8), tokens=100)
+    one = moe_shape(QWEN.replace(num_experts=8), ParallelPlan(dp=8, ep=8), tokens=100)
+    assert dispatch_copy_bytes(many, 2048, 2) == 4 * 2 * many.rows * 2048 * 2
+    assert dispatch_copy_bytes(one, 2048, 2) == 2 * 2 * one.rows * 2048 * 2
+
+
+def test_router_kernels_scale_with_tokens_and_experts():
+    assert router_kernel_bytes(10, 128, "forward") == 18 * 10 * 128
+    assert router_kernel_bytes(10, 128, "backward") == 24 * 10 * 128
+
+
+def test_launch_counts_grow_per_local_expert():
+    assert moe_host_launches(16, False, "forward") == FIXED_LAUNCHES["forward"] + 2 * 16
+    assert moe_host_launches(16, True, "forward") == FIXED_LAUNCHES["forward"] + 4 * 16
+    assert moe_host_launches(16, True, "backward") == FIXED_LAUNCHES["backward"] + 6 * 16
+    assert moe_host_launches(4, True, "backward") < moe_host_launches(16, True, "backward")
+
+
+def test_host_bound_is_the_excess_over_gpu_time():
+    assert host_bound_s(gpu_s=2.0, host_s=3.5) == 1.5
+    assert host_bound_s(gpu_s=2.0, host_s=1.0) == 0.0
+
+
+def test_ep_collectives_per_pass():
+    # Forward: tokens dispatch + combine, the fp32 probs all-to-all and the all-gather of
+    # int64 per-expert counts; backward: the same all-to-alls, no count gather.
+    plan = ParallelPlan(dp=8, ep=8)
+    rows = QWEN.moe_top_k * JOB.seq_length
+    g = ep_group(8)
+    tokens = collective_time_s(H100, "all_to_all", rows * QWEN.hidden_size * 2, g)
+    probs = collective_time_s(H100, "all_to_all", rows * 4, g)
+    counts = collective_time_s(H100, "all_gather", 8 * QWEN.num_experts * 8, g)
+    c = moe_cost(plan)
+    assert c.forward.ep_s == pytest.approx(2 * tokens + probs + counts)
+    assert c.backward.ep_s == pytest.approx(2 * tokens + probs)
+
+
+def test_host_floor_binds_only_when_launches_outlast_the_kernels():
+    plan = ParallelPlan(dp=8, ep=8)
+    launch_s = 50e-6
+    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
+    small = TrainingJob(seq_length=256, global_batch_size=64)
+    gpu = moe_cost(plan, job=small)
+    host = moe_cost(plan, options, job=small)
+    fwd_host = moe_host_launches(16, False, "forward") * launch_s
+    bwd_host = moe_host_launches(16, False, "backward") * launch_s
+    assert gpu.forward.duration_s < fwd_host  # a short sequence: host-bound
+    # The pass lasts its launches, plus one launch after the dropless synchronization.
+    assert host.forward.duration_s == pytest.approx(fwd_host + launch_s)
+    assert host.backward.duration_s == pytest.approx(max(bwd_host, gpu.backward.duration_s))
+    big = TrainingJob(seq_length=16384, global_batch_size=64)
+    assert moe_cost(plan, options, job=big).backward.duration_s == pytest.approx(
+        moe_cost(plan, job=big).backward.duration_s
+    )
+
+
+def test_capacity_padding_has_no_synchronization_wait():
+    plan = ParallelPlan(dp=8, ep=8)
+    launch_s = 1e-9  # never binds, so only the synchronization wait differs
+    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
+    padded = QWEN.replace(moe_capacity_factor=1.0)
+    groups = CommGroups(ep=ep_group(8))
+    sync = moe_cost(plan, options).forward.compute_s - moe_cost(plan).forward.compute_s
+    padded_cost = layer_cost(padded, JOB, plan, H100, is_moe=True, groups=groups, options=options)
+    padded_gpu = layer_cost(padded, JOB, plan, H100, is_moe=True, groups=groups, options=NO_HOST)
+    assert sync == pytest.approx(launch_s)
+    assert padded_cost.forward.compute_s == pytest.approx(padded_gpu.forward.compute_s)
+
+
+def test_negative_host_launch_is_rejected():
+    with pytest.raises(SpecError, match="moe_host_launch_s"):
+        ExecutionOptions(moe_host_launch_s=-1e-6)
