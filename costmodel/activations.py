@@ -9,8 +9,11 @@ s·b·h·(10 + 24/t). The generalisations:
   tp > g every rank keeps one replicated K/V head.
 - SwiGLU: the first MLP GEMM has two outputs (gate and up), so the MLP keeps 2·s·b·F more.
 - MoE: each token's top-k rows are dispatched to the experts; the experts keep their input
-  rows and inner activations (split by expert TP), the combine keeps the expert outputs
-  (``top_k·tokens·h``, the dispatch buffer), the router keeps fp32 logits and probabilities.
+  rows and inner activations (split by expert TP) and the fp32 routing probability of each
+  row (Megatron-core multiplies it in the expert activation, `TEGroupedMLP`), the router
+  keeps fp32 logits and probabilities. The combine keeps nothing: its unpermutation runs
+  without probabilities (`MoEAlltoAllTokenDispatcher.combine_postprocess`), so its backward
+  is a permutation of the gradient by the saved row map.
 - MLA: the q and kv latents (before and after their norms) replace the QKV input width.
 - CP divides the sequence of every token-linear term; attention scores are s/cp x s.
 - Attention kernel: ``flash`` (fused attention, Megatron's default through Transformer
@@ -161,8 +164,8 @@ def _mlp_bytes(model: ModelSpec, x: _Shard, ffn: int, rows: float, tp: int) -> f
 
 
 def _moe_bytes(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> float:
-    """Router, shared expert(s), routed experts and the dispatch (combine) buffer."""
-    e, h = x.element_bytes, model.hidden_size
+    """Router, shared expert(s) and routed experts (with their rows' probabilities)."""
+    h = model.hidden_size
     routed_tokens = x.tokens / x.sp
     router = 2 * FP32_BYTES * routed_tokens * model.num_experts  # logits and probabilities
     shared = _mlp_bytes(model, x, model.moe_shared_expert_size, x.tokens, x.tp)
@@ -170,8 +173,8 @@ def _moe_bytes(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> float:
     etp = plan.expert_tp
     expert_input = x.gemm_input_bytes * rows * etp * h  # rows gathered over expert TP
     experts = expert_input + _mlp_bytes(model, x, model.expert_ffn_hidden_size, rows * etp, etp)
-    dispatch = e * rows * h  # expert outputs kept by the combine (unpermute) for the backward
-    return router + shared + experts + dispatch
+    row_probs = FP32_BYTES * rows * etp  # saved by the probability-weighted activation
+    return router + shared + experts + row_probs
 
 
 def layer_activations(

@@ -262,16 +262,17 @@ def test_deliberate_differences_from_megatron_estimator() -> None:
     )
 
 
-def test_moe_dispatch_buffer_scales_with_top_k() -> None:
+def test_moe_routed_rows_scale_with_top_k() -> None:
     model = get_preset("tiny-moe")
     job = TrainingJob(seq_length=512, global_batch_size=2)
     plan = ParallelPlan(tp=2, dp=2, ep=2, etp=1, sequence_parallel=True)
     top2 = layer_activations(model, job, plan, 0).full_bytes
     top4 = layer_activations(model.replace(moe_top_k=4), job, plan, 0).full_bytes
     tokens = 512 / 2  # per rank with SP
-    # each extra routed row keeps its input (h) and output (h) plus 3·F_expert of inner
-    # activations (SwiGLU), all bf16
-    per_row = 2 * (128 + 128 + 3 * 128)
+    # each extra routed row keeps its input (h) plus 3·F_expert of inner activations
+    # (SwiGLU), all bf16, and its fp32 routing probability; the combine keeps no copy
+    # (Megatron-core unpermutes without probabilities)
+    per_row = 2 * (128 + 3 * 128) + 4
     assert top4 - top2 == pytest.approx(2 * tokens * per_row)
 
 
