@@ -98,13 +98,32 @@ def _all_to_all_inter_s(
 ) -> float:
     """All-to-all across servers: one NIC per rank for the remote part, NVLink for the rest."""
     n, g = group.size, group.ranks_per_domain
+    return split_all_to_all_time_s(
+        profile, size_bytes * (n - g) / n, size_bytes * (g - 1) / n, group
+    )
+
+
+def split_all_to_all_time_s(
+    profile: HardwareProfile, remote_bytes: float, local_bytes: float, group: GroupPlacement
+) -> float:
+    """An all-to-all whose rank sends ``remote_bytes`` to other scale-up domains (over its
+    NIC share) and ``local_bytes`` to ranks of its own domain (over the scale-up fabric),
+    concurrently: α + max(remote / NIC bus bandwidth, local / scale-up bus bandwidth). A
+    uniform all-to-all of nccl-tests size S sends S·(n-g)/n and S·(g-1)/n; deduplicating
+    dispatchers (DeepEP, HybridEP) send other volumes (`costmodel.runtimes.megatron.moe_costs`).
+    Inside one domain it is the uniform all-to-all that moves ``local_bytes``."""
+    n, g = group.size, group.ranks_per_domain
+    if n < 2 or remote_bytes + local_bytes <= 0:
+        return 0.0
+    if group.num_domains == 1:
+        return collective_time_s(profile, "all_to_all", local_bytes * n / (n - 1), group)
     inter = collective_fit(profile, "all_to_all", n, "inter")
-    remote_s = size_bytes * (n - g) / n / (inter.busbw_GBps * _nic_share(group) * 1e9)
+    remote_s = remote_bytes / (inter.busbw_GBps * _nic_share(group) * 1e9)
     local_s = 0.0
     latency_s = inter.latency_s
     if g > 1:
         intra = collective_fit(profile, "all_to_all", g, "intra")
-        local_s = size_bytes * (g - 1) / n / (intra.busbw_GBps * 1e9)
+        local_s = local_bytes / (intra.busbw_GBps * 1e9)
         latency_s = max(latency_s, intra.latency_s)
     return latency_s + max(remote_s, local_s)
 

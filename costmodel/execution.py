@@ -25,6 +25,9 @@ from profiles.schema import EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]
+MoeDispatcher = Literal["alltoall", "flex"]
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex")
+"""Token dispatchers `costmodel.runtimes.megatron.moe_costs` prices, the default first."""
 RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
 """Runtime names, the default first."""
 
@@ -132,6 +135,12 @@ class ExecutionOptions:
     experts at small micro-batches; 0 turns the floor off (a fully graph-captured layer). A
     fitted figure (`MOE_HOST_LAUNCH_S`), not a measured launch latency."""
 
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """Megatron-core's MoE token dispatcher (`--moe-token-dispatcher-type`): ``alltoall``
+    (permute, NCCL all-to-all of every (token, expert) row, sort by local expert) or
+    ``flex`` (DeepEP / HybridEP: each token sent once per destination rank and, across
+    scale-up domains, once per remote domain; `costmodel.runtimes.megatron.moe_costs`)."""
+
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
     above) or ``torch`` (paraplan's executor: every operator's kernel and host cost,
@@ -155,6 +164,11 @@ class ExecutionOptions:
             raise SpecError(
                 f"fp8_gemm_rate_factor must be in (0, 1], got {self.fp8_gemm_rate_factor!r}; "
                 "it scales the profile's fp8 GEMM efficiency down for FP8 recipe overheads"
+            )
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise SpecError(
+                f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
+                f"{self.moe_dispatcher!r}; flex stands for the DeepEP and HybridEP backends"
             )
         if self.moe_host_launch_s < 0.0:
             raise SpecError(

@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
-from costmodel.collectives import collective_time_s
+from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     FIXED_LAUNCHES,
+    dispatch_copies,
     dispatch_copy_bytes,
+    expected_distinct_groups,
+    flex_rows_per_token,
     host_bound_s,
     moe_host_launches,
     moe_shape,
@@ -118,6 +122,56 @@ def test_capacity_padding_has_no_synchronization_wait():
     padded_gpu = layer_cost(padded, JOB, plan, H100, is_moe=True, groups=groups, options=NO_HOST)
     assert sync == pytest.approx(launch_s)
     assert padded_cost.forward.compute_s == pytest.approx(padded_gpu.forward.compute_s)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "groups"), [(128, 8, 8), (128, 8, 2), (256, 8, 32)])
+def test_distinct_groups_match_the_hypergeometric_count(experts, top_k, groups):
+    # G·(1 - C(E - E/G, k) / C(E, k)): the chance a group holds none of k distinct experts.
+    per = experts // groups
+    expected = groups * (1 - math.comb(experts - per, top_k) / math.comb(experts, top_k))
+    assert expected_distinct_groups(experts, top_k, groups) == pytest.approx(expected)
+    assert expected_distinct_groups(experts, 1, groups) == pytest.approx(1.0)
+    assert expected_distinct_groups(experts, top_k, 1) == 1.0
+
+
+def test_flex_rows_inside_one_domain_are_the_distinct_other_ranks():
+    remote, local = flex_rows_per_token(128, 8, group_size=8, ranks_per_domain=8)
+    assert remote == 0.0
+    assert local == pytest.approx(expected_distinct_groups(128, 8, 8) * 7 / 8)
+    # Across two domains a token crosses the NIC at most once (top-8 of 128 experts hit
+    # the other domain almost surely), not once per expert there (4 on average).
+    remote, _ = flex_rows_per_token(128, 8, group_size=16, ranks_per_domain=8)
+    assert remote == pytest.approx(expected_distinct_groups(128, 8, 2) / 2)
+
+
+def test_split_all_to_all_reduces_to_the_uniform_one():
+    size = 64e6
+    for n in (8, 16, 32):
+        g = ep_group(n)
+        uniform = collective_time_s(H100, "all_to_all", size, g)
+        split = split_all_to_all_time_s(H100, size * (n - 8) / n, size * (min(n, 8) - 1) / n, g)
+        assert split == pytest.approx(uniform)
+
+
+def test_flex_sends_fewer_bytes_and_permutes_less():
+    plan = ParallelPlan(dp=16, ep=16)
+    job = TrainingJob(seq_length=4096, global_batch_size=64)
+    groups = CommGroups(ep=ep_group(16))
+
+    def layer(dispatcher: str):
+        options = dataclasses.replace(NO_HOST, moe_dispatcher=dispatcher)
+        return layer_cost(QWEN, job, plan, H100, is_moe=True, groups=groups, options=options)
+
+    alltoall, flex = layer("alltoall"), layer("flex")
+    assert flex.backward.ep_bytes < alltoall.backward.ep_bytes
+    assert flex.backward.ep_s < alltoall.backward.ep_s
+    shape = moe_shape(QWEN, plan, tokens=4096)
+    assert dispatch_copies(shape, "flex") == 2 and dispatch_copies(shape, "alltoall") == 4
+
+
+def test_unknown_dispatcher_is_rejected():
+    with pytest.raises(SpecError, match="moe_dispatcher"):
+        ExecutionOptions(moe_dispatcher="deepep")
 
 
 def test_negative_host_launch_is_rejected():

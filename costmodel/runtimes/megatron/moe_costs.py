@@ -24,6 +24,12 @@ Work per pass, in the order the dispatcher runs it (forward; backward mirrors it
 4. experts: FC1, activation, FC2 per local expert, each GEMM timed with the rows its
    expert gets (small per-expert GEMMs run at the profile's efficiency for their size).
 
+The flex dispatcher (``--moe-token-dispatcher-type flex``, DeepEP or HybridEP backends:
+`_DeepepManager`, `_HybridEPManager`) sends each token once to every distinct rank that
+holds one of its experts, and across scale-up domains once per distinct remote domain,
+forwarding inside that domain over the scale-up fabric (`flex_rows_per_token`); the
+permutation into expert order and its inverse run on the receiving side only (2 copies).
+
 Host side (`moe_host_launches`): the dropless dispatcher copies the split sizes to the host
 and synchronizes the stream once per forward (``_maybe_dtoh_and_synchronize`` at
 ``cuda_sync_point``); TE's grouped GEMM launches one cuBLAS GEMM per expert (and, under FP8,
@@ -37,7 +43,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel import compute as ops
-from costmodel.collectives import collective_time_s
+from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.passes import CommGroups, PassCost
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
@@ -97,13 +103,56 @@ def moe_shape(model: ModelSpec, plan: ParallelPlan, tokens: float) -> MoeShape:
     )
 
 
-def dispatch_copy_bytes(shape: MoeShape, hidden: int, elem: int) -> float:
-    """Bytes the dispatcher's permutations move in one pass: permutation 1 and its inverse
-    always, permutation 2 (``sort_chunks_by_idxs``) and its inverse with more than one local
-    expert; each reads and writes rows x h x e (`moe_utils.permute`, `sort_chunks_by_idxs`;
-    the backward runs the same copies on the gradients)."""
-    copies = 2 + (2 if shape.local_experts > 1 else 0)
-    return copies * 2 * shape.rows * hidden * elem
+def dispatch_copies(shape: MoeShape, dispatcher: str = "alltoall") -> int:
+    """Permutation copies of rows x h in one pass: alltoall runs permutation 1 and its
+    inverse always, permutation 2 (``sort_chunks_by_idxs``) and its inverse with more than
+    one local expert (`moe_utils.permute`, `sort_chunks_by_idxs`); flex permutes the
+    received tokens into expert order and back (2). The backward runs the same copies on
+    the gradients."""
+    if dispatcher == "flex":
+        return 2
+    return 2 + (2 if shape.local_experts > 1 else 0)
+
+
+def dispatch_copy_bytes(
+    shape: MoeShape, hidden: int, elem: int, dispatcher: str = "alltoall"
+) -> float:
+    """Bytes the dispatcher's permutations move in one pass (`dispatch_copies`); each copy
+    reads and writes rows x h x e."""
+    return dispatch_copies(shape, dispatcher) * 2 * shape.rows * hidden * elem
+
+
+def expected_distinct_groups(num_experts: int, top_k: int, num_groups: int) -> float:
+    """Expected number of distinct groups (ranks, or scale-up domains) a token's top_k
+    experts fall in, when the experts are chosen uniformly without repetition and spread
+    evenly over ``num_groups`` groups: G·(1 - C(E - E/G, k) / C(E, k)). Balanced routing, as
+    the Megatron-Bridge benchmarks force (`moe_router_force_load_balancing`)."""
+    if num_groups <= 1:
+        return float(num_groups)
+    outside = num_experts - num_experts / num_groups
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(outside - i, 0.0) / (num_experts - i)
+    return num_groups * (1.0 - miss)
+
+
+def flex_rows_per_token(
+    num_experts: int, top_k: int, group_size: int, ranks_per_domain: int
+) -> tuple[float, float]:
+    """(remote, local) token copies one token costs a rank in the flex dispatch over an EP
+    group of ``group_size`` ranks, ``ranks_per_domain`` of them per scale-up domain.
+
+    Remote: one copy per distinct other domain, D_dom·(n - g)/n with D_dom the expected
+    distinct domains. Local: one copy per distinct other rank of the own domain,
+    D_rank·(g - 1)/n, plus the forwarding inside remote domains (the ranks hit there beyond
+    the one the copy lands on), (D_rank - D_dom)·(n - g)/n; by symmetry each rank's fabric
+    carries as much forwarding as its own tokens cause."""
+    n, g = group_size, min(ranks_per_domain, group_size)
+    d_rank = expected_distinct_groups(num_experts, top_k, n)
+    d_dom = expected_distinct_groups(num_experts, top_k, max(n // g, 1))
+    remote = d_dom * (n - g) / n
+    local = d_rank * (g - 1) / n + max(d_rank - d_dom, 0.0) * (n - g) / n
+    return remote, local
 
 
 def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> float:
@@ -143,18 +192,32 @@ def _collectives(
     elem: int,
     groups: CommGroups,
     direction: str,
+    dispatcher: str = "alltoall",
 ) -> PassCost:
-    """Token all-to-alls (dispatch and combine), the probs all-to-all, the expert-TP
+    """Token all-to-alls (dispatch and combine; deduplicated under ``flex``,
+    `flex_rows_per_token`), the probs all-to-all (alltoall only), the expert-TP
     all-gather / reduce-scatter (etp > 1) and, in forward, the all-gather of every rank's
     per-expert token counts over the tp x ep group (`preprocess`)."""
     size = shape.rows * model.hidden_size * elem
-    probs = shape.rows * FP32_BYTES
     etp = plan.expert_tp
-    seconds = 2 * collective_time_s(profile, "all_to_all", size, groups.ep)
-    seconds += collective_time_s(profile, "all_to_all", probs, groups.ep) if plan.ep > 1 else 0.0
+    if dispatcher == "flex":
+        ep = groups.ep
+        remote, local = flex_rows_per_token(
+            model.num_experts, model.moe_top_k, ep.size, ep.ranks_per_domain
+        )
+        token_bytes = size / model.moe_top_k
+        seconds = 2 * split_all_to_all_time_s(
+            profile, token_bytes * remote, token_bytes * local, ep
+        )
+        moved = 2 * token_bytes * (remote + local)
+    else:
+        probs = shape.rows * FP32_BYTES if plan.ep > 1 else 0.0
+        seconds = 2 * collective_time_s(profile, "all_to_all", size, groups.ep)
+        seconds += collective_time_s(profile, "all_to_all", probs, groups.ep)
+        moved = 2 * size + probs
     seconds += collective_time_s(profile, "all_gather", size * etp, groups.etp)
     seconds += collective_time_s(profile, "reduce_scatter", size * etp, groups.etp)
-    moved = 2 * size + (probs if plan.ep > 1 else 0.0) + (2 * size * etp if etp > 1 else 0.0)
+    moved += 2 * size * etp if etp > 1 else 0.0
     if direction == "forward" and plan.ep * plan.tp > 1:
         group = groups.ep if plan.ep > 1 else groups.tp
         counts = COUNT_BYTES * model.num_experts * plan.ep * plan.tp
@@ -171,9 +234,11 @@ def routed_experts(
     elem: int,
     dtype: str,
     groups: CommGroups,
+    dispatcher: str = "alltoall",
 ) -> tuple[PassCost, PassCost, float, float]:
-    """(forward, backward, dgrad_s, wgrad_s) of the router, dispatcher and local experts of
-    one MoE layer for one microbatch of ``tokens`` router tokens (module docstring)."""
+    """(forward, backward, dgrad_s, wgrad_s) of the router, ``dispatcher`` (``alltoall`` or
+    ``flex``) and local experts of one MoE layer for one microbatch of ``tokens`` router
+    tokens (module docstring)."""
     h = model.hidden_size
     gated = model.activation == "swiglu"
     shape = moe_shape(model, plan, tokens)
@@ -187,9 +252,10 @@ def routed_experts(
         d: ops.activation_time_s(profile, expert_rows, shape.width, elem, gated=gated, direction=d)
         for d in ("forward", "backward")
     }
-    num_copies = 4 if shape.local_experts > 1 else 2
     copies = ops.memory_bound_time_s(
-        profile, dispatch_copy_bytes(shape, h, elem), num_ops=num_copies
+        profile,
+        dispatch_copy_bytes(shape, h, elem, dispatcher),
+        num_ops=dispatch_copies(shape, dispatcher),
     )
     route = {
         d: ops.memory_bound_time_s(profile, router_kernel_bytes(tokens, model.num_experts, d))
@@ -200,10 +266,10 @@ def routed_experts(
     dgrad = router[1] + route["backward"] + e * (fc1[1] + fc2[1]) + act["backward"] + copies
     wgrad = router[2] + e * (fc1[2] + fc2[2])
     forward = PassCost(compute_s=forward_s).plus(
-        _collectives(profile, plan, shape, model, elem, groups, "forward")
+        _collectives(profile, plan, shape, model, elem, groups, "forward", dispatcher)
     )
     backward = PassCost(compute_s=dgrad + wgrad).plus(
-        _collectives(profile, plan, shape, model, elem, groups, "backward")
+        _collectives(profile, plan, shape, model, elem, groups, "backward", dispatcher)
     )
     return forward, backward, dgrad, wgrad
 
