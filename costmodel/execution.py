@@ -50,10 +50,12 @@ every GPU generation; each of the two sources left out, the other's fit gives 0.
 
 
 MOE_HOST_LAUNCH_S = 40e-6
-"""Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py` on
-the MoE rows of ``published-runs-dev.csv`` (Megatron-Bridge Qwen3-30B-A3B on 8 B200), one
-value for every GPU generation; only the micro-batch-1 dropless rows (310, 341) are
-host-bound, so they are what sets it."""
+"""Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
+(mean |log(predicted / published)| on a 5 us grid) on the MoE rows of
+``published-runs-dev.csv``, Megatron-Bridge Qwen3-30B-A3B on 8 B200 (rows 183, 229, 273,
+310, 341, 367), one value for every GPU generation. The floor binds only on the
+micro-batch-1 rows; the dropless ones (310, 341) set the value. All six come from one
+source family, so the leave-one-source-out check cannot test it (it uses 0 there)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
