@@ -25,8 +25,8 @@ from profiles.schema import EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]
-MoeDispatcher = Literal["alltoall", "flex"]
-MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex")
+MoeDispatcher = Literal["alltoall", "flex", "allgather"]
+MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex", "allgather")
 """Token dispatchers `costmodel.runtimes.megatron.moe_costs` prices, the default first."""
 RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
 """Runtime names, the default first."""
@@ -141,7 +141,9 @@ class ExecutionOptions:
     """Megatron-core's MoE token dispatcher (`--moe-token-dispatcher-type`): ``alltoall``
     (permute, NCCL all-to-all of every (token, expert) row, sort by local expert) or
     ``flex`` (DeepEP / HybridEP: each token sent once per destination rank and, across
-    scale-up domains, once per remote domain; `costmodel.runtimes.megatron.moe_costs`)."""
+    scale-up domains, once per remote domain) or ``allgather`` (every rank gathers all
+    tokens of the EP group and reduce-scatters the combined outputs);
+    `costmodel.runtimes.megatron.moe_costs`."""
 
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields

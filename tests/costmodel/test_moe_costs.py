@@ -13,6 +13,7 @@ from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     FIXED_LAUNCHES,
+    allgather_combine_bytes,
     dispatch_copies,
     dispatch_copy_bytes,
     expected_distinct_groups,
@@ -167,6 +168,24 @@ def test_flex_sends_fewer_bytes_and_permutes_less():
     assert flex.backward.ep_s < alltoall.backward.ep_s
     shape = moe_shape(QWEN, plan, tokens=4096)
     assert dispatch_copies(shape, "flex") == 2 and dispatch_copies(shape, "alltoall") == 4
+
+
+def test_allgather_dispatcher_gathers_tokens_and_scatters_fp32_outputs():
+    # MoEAllGatherTokenDispatcher: all-gather of [T, h] tokens and of the fp32 probs and
+    # 1-byte routing map over the group, reduce-scatter of the [T x ep, h] outputs in fp32.
+    plan = ParallelPlan(dp=8, ep=8)
+    options = dataclasses.replace(NO_HOST, moe_dispatcher="allgather")
+    g = ep_group(8)
+    t, h, e = JOB.seq_length, QWEN.hidden_size, QWEN.num_experts
+    expected = (
+        collective_time_s(H100, "all_gather", t * 8 * h * 2, g)
+        + collective_time_s(H100, "all_gather", t * 8 * e * 5, g)
+        + collective_time_s(H100, "reduce_scatter", t * 8 * h * 4, g)
+    )
+    c = moe_cost(plan, options)
+    assert c.forward.ep_s == pytest.approx(expected)
+    assert c.backward.ep_s == pytest.approx(expected)
+    assert allgather_combine_bytes(t, 8, h, 2) == t * 8 * h * (2 * 2 + 4)
 
 
 def test_unknown_dispatcher_is_rejected():

@@ -30,6 +30,13 @@ holds one of its experts, and across scale-up domains once per distinct remote d
 forwarding inside that domain over the scale-up fabric (`flex_rows_per_token`); the
 permutation into expert order and its inverse run on the receiving side only (2 copies).
 
+The allgather dispatcher (``--moe-token-dispatcher-type allgather``, Megatron-core's
+configuration default; `MoEAllGatherTokenDispatcher`) all-gathers every rank's tokens, fp32
+probabilities and routing map over the EP group, permutes the rows of its local experts
+out of the gathered tokens, and combines by restoring the gathered shape, casting it to
+fp32 and reduce-scattering it (`allgather_combine_bytes`). It is priced over the EP group
+(Megatron spans expert TP x EP; expert TP is not folded in here).
+
 Host side (`moe_host_launches`): the dropless dispatcher copies the split sizes to the host
 and synchronizes the stream once per forward (``_maybe_dtoh_and_synchronize`` at
 ``cuda_sync_point``); TE's grouped GEMM launches one cuBLAS GEMM per expert (and, under FP8,
@@ -106,10 +113,10 @@ def moe_shape(model: ModelSpec, plan: ParallelPlan, tokens: float) -> MoeShape:
 def dispatch_copies(shape: MoeShape, dispatcher: str = "alltoall") -> int:
     """Permutation copies of rows x h in one pass: alltoall runs permutation 1 and its
     inverse always, permutation 2 (``sort_chunks_by_idxs``) and its inverse with more than
-    one local expert (`moe_utils.permute`, `sort_chunks_by_idxs`); flex permutes the
-    received tokens into expert order and back (2). The backward runs the same copies on
-    the gradients."""
-    if dispatcher == "flex":
+    one local expert (`moe_utils.permute`, `sort_chunks_by_idxs`); flex and allgather
+    permute the received tokens into expert order and back (2). The backward runs the same
+    copies on the gradients."""
+    if dispatcher in ("flex", "allgather"):
         return 2
     return 2 + (2 if shape.local_experts > 1 else 0)
 
@@ -120,6 +127,15 @@ def dispatch_copy_bytes(
     """Bytes the dispatcher's permutations move in one pass (`dispatch_copies`); each copy
     reads and writes rows x h x e."""
     return dispatch_copies(shape, dispatcher) * 2 * shape.rows * hidden * elem
+
+
+def allgather_combine_bytes(tokens: float, ep: int, hidden: int, elem: int) -> float:
+    """Bytes the allgather dispatcher's combine moves besides the permutations: the
+    unpermutation writes the whole gathered [tokens x ep, h] tensor and the cast to the fp32
+    probabilities' dtype before the reduce-scatter reads it and writes it in fp32
+    (`MoEAllGatherTokenDispatcher.combine_preprocess`, `token_combine`); the backward moves
+    the same on the gradients."""
+    return tokens * ep * hidden * (2 * elem + FP32_BYTES)
 
 
 def expected_distinct_groups(num_experts: int, top_k: int, num_groups: int) -> float:
@@ -210,6 +226,15 @@ def _collectives(
             profile, token_bytes * remote, token_bytes * local, ep
         )
         moved = 2 * token_bytes * (remote + local)
+    elif dispatcher == "allgather":
+        gathered = shape.tokens * plan.ep
+        hidden_bytes = gathered * model.hidden_size * elem
+        routing = gathered * model.num_experts * (FP32_BYTES + ROUTING_MAP_BYTES)
+        combine = gathered * model.hidden_size * FP32_BYTES  # reduce-scattered in fp32
+        seconds = collective_time_s(profile, "all_gather", hidden_bytes, groups.ep)
+        seconds += collective_time_s(profile, "all_gather", routing, groups.ep)
+        seconds += collective_time_s(profile, "reduce_scatter", combine, groups.ep)
+        moved = hidden_bytes + routing + combine
     else:
         probs = shape.rows * FP32_BYTES if plan.ep > 1 else 0.0
         seconds = 2 * collective_time_s(profile, "all_to_all", size, groups.ep)
@@ -218,7 +243,7 @@ def _collectives(
     seconds += collective_time_s(profile, "all_gather", size * etp, groups.etp)
     seconds += collective_time_s(profile, "reduce_scatter", size * etp, groups.etp)
     moved += 2 * size * etp if etp > 1 else 0.0
-    if direction == "forward" and plan.ep * plan.tp > 1:
+    if direction == "forward" and plan.ep * plan.tp > 1 and dispatcher != "allgather":
         group = groups.ep if plan.ep > 1 else groups.tp
         counts = COUNT_BYTES * model.num_experts * plan.ep * plan.tp
         seconds += collective_time_s(profile, "all_gather", counts, group)
@@ -236,9 +261,9 @@ def routed_experts(
     groups: CommGroups,
     dispatcher: str = "alltoall",
 ) -> tuple[PassCost, PassCost, float, float]:
-    """(forward, backward, dgrad_s, wgrad_s) of the router, ``dispatcher`` (``alltoall`` or
-    ``flex``) and local experts of one MoE layer for one microbatch of ``tokens`` router
-    tokens (module docstring)."""
+    """(forward, backward, dgrad_s, wgrad_s) of the router, ``dispatcher`` (``alltoall``,
+    ``flex`` or ``allgather``) and local experts of one MoE layer for one microbatch of
+    ``tokens`` router tokens (module docstring)."""
     h = model.hidden_size
     gated = model.activation == "swiglu"
     shape = moe_shape(model, plan, tokens)
@@ -257,6 +282,9 @@ def routed_experts(
         dispatch_copy_bytes(shape, h, elem, dispatcher),
         num_ops=dispatch_copies(shape, dispatcher),
     )
+    if dispatcher == "allgather" and plan.ep > 1:
+        combine = allgather_combine_bytes(tokens, plan.ep, h, elem)
+        copies += ops.memory_bound_time_s(profile, combine, num_ops=2)
     route = {
         d: ops.memory_bound_time_s(profile, router_kernel_bytes(tokens, model.num_experts, d))
         for d in ("forward", "backward")
