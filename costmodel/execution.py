@@ -145,6 +145,13 @@ class ExecutionOptions:
     tokens of the EP group and reduce-scatters the combined outputs);
     `costmodel.runtimes.megatron.moe_costs`."""
 
+    moe_load_imbalance: float = 1.0
+    """Tokens the most loaded expert-parallel rank receives over the mean, under dropless
+    routing (>= 1). That rank's experts, permutations and all-to-all set the pace of every
+    MoE layer (`costmodel.runtimes.megatron.moe_costs.moe_shape`); 1 is balanced routing, as
+    the Megatron-Bridge benchmarks force (`moe_router_force_load_balancing`). With a capacity
+    factor (`ModelSpec.moe_capacity_factor`) every expert is priced at capacity instead."""
+
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
     above) or ``torch`` (paraplan's executor: every operator's kernel and host cost,
@@ -173,6 +180,11 @@ class ExecutionOptions:
             raise SpecError(
                 f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
                 f"{self.moe_dispatcher!r}; flex stands for the DeepEP and HybridEP backends"
+            )
+        if self.moe_load_imbalance < 1.0:
+            raise SpecError(
+                f"moe_load_imbalance must be >= 1 (most loaded rank over the mean), got "
+                f"{self.moe_load_imbalance!r}; 1 is balanced routing"
             )
         if self.moe_host_launch_s < 0.0:
             raise SpecError(

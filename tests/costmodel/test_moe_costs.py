@@ -188,6 +188,19 @@ def test_allgather_dispatcher_gathers_tokens_and_scatters_fp32_outputs():
     assert allgather_combine_bytes(t, 8, h, 2) == t * 8 * h * (2 * 2 + 4)
 
 
+def test_the_most_loaded_rank_sets_the_pace_of_dropless_layers():
+    plan = ParallelPlan(dp=8, ep=8)
+    skewed = moe_shape(QWEN, plan, tokens=4096, imbalance=1.5)
+    assert skewed.rows_per_expert == 1.5 * moe_shape(QWEN, plan, tokens=4096).rows_per_expert
+    padded = QWEN.replace(moe_capacity_factor=1.25)
+    assert moe_shape(padded, plan, tokens=4096, imbalance=1.5).rows == 1.25 * 8 * 4096
+    heavy = dataclasses.replace(NO_HOST, moe_load_imbalance=1.5)
+    assert moe_cost(plan, heavy).forward.duration_s > moe_cost(plan).forward.duration_s
+    assert moe_cost(plan, heavy).backward.ep_s > moe_cost(plan).backward.ep_s
+    with pytest.raises(SpecError, match="moe_load_imbalance"):
+        ExecutionOptions(moe_load_imbalance=0.9)
+
+
 def test_unknown_dispatcher_is_rejected():
     with pytest.raises(SpecError, match="moe_dispatcher"):
         ExecutionOptions(moe_dispatcher="deepep")

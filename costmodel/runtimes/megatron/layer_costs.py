@@ -367,7 +367,7 @@ def layer_cost(
     extra_f, extra_b = _norm_and_residual(profile, x, model.hidden_size, options)
     if is_moe:
         mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
-            model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm, options.moe_dispatcher
+            model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm, options
         )
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, shared, options)

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, split_all_to_all_time_s
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import CommGroups, PassCost
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
@@ -88,7 +89,8 @@ class MoeShape:
     tokens: float
     """Tokens entering the router (T/tp with sequence parallelism)."""
     rows: float
-    """Rows the rank dispatches: top_k x tokens (x the capacity factor)."""
+    """Rows the most loaded rank receives: top_k x tokens (x the capacity factor, or x the
+    load imbalance under dropless routing)."""
     local_experts: int
     """Experts held by the rank: E / ep."""
     rows_per_expert: float
@@ -97,9 +99,15 @@ class MoeShape:
     """Expert FFN width per rank: moe_ffn_hidden_size / etp."""
 
 
-def moe_shape(model: ModelSpec, plan: ParallelPlan, tokens: float) -> MoeShape:
-    """The routed-expert shape of one microbatch of ``tokens`` router tokens."""
-    rows = model.moe_top_k * tokens * (model.moe_capacity_factor or 1.0)
+def moe_shape(
+    model: ModelSpec, plan: ParallelPlan, tokens: float, imbalance: float = 1.0
+) -> MoeShape:
+    """The routed-expert shape of one microbatch of ``tokens`` router tokens on the rank
+    that sets the pace. Dropless routing lets the most loaded EP rank receive ``imbalance``
+    times the mean (`ExecutionOptions.moe_load_imbalance`); a capacity factor pads or drops
+    every expert to capacity x the mean (`moe_utils.get_capacity`), whatever the routing."""
+    factor = model.moe_capacity_factor or imbalance
+    rows = model.moe_top_k * tokens * factor
     local = max(model.num_experts // plan.ep, 1)
     return MoeShape(
         tokens=tokens,
@@ -259,14 +267,16 @@ def routed_experts(
     elem: int,
     dtype: str,
     groups: CommGroups,
-    dispatcher: str = "alltoall",
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[PassCost, PassCost, float, float]:
-    """(forward, backward, dgrad_s, wgrad_s) of the router, ``dispatcher`` (``alltoall``,
-    ``flex`` or ``allgather``) and local experts of one MoE layer for one microbatch of
-    ``tokens`` router tokens (module docstring)."""
+    """(forward, backward, dgrad_s, wgrad_s) of the router, the token dispatcher
+    (`ExecutionOptions.moe_dispatcher`) and the local experts of one MoE layer for one
+    microbatch of ``tokens`` router tokens, on the rank with the most rows
+    (`ExecutionOptions.moe_load_imbalance`; module docstring)."""
     h = model.hidden_size
     gated = model.activation == "swiglu"
-    shape = moe_shape(model, plan, tokens)
+    dispatcher = options.moe_dispatcher
+    shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
     m, n1 = _rows(shape.rows_per_expert), _rows((2 if gated else 1) * shape.width)
     n2 = _rows(shape.width)
     router = _gemm3(profile, _rows(tokens), model.num_experts, h, dtype)
