@@ -52,7 +52,12 @@ from costmodel.flops import (
     core_attention_forward_flops_per_token,
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
-from costmodel.runtimes.megatron.moe_costs import host_bound_s, moe_host_launches, routed_experts
+from costmodel.runtimes.megatron.moe_costs import (
+    host_bound_s,
+    moe_host_launches,
+    moe_shape,
+    routed_experts,
+)
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -406,7 +411,7 @@ def _moe_host_floor(
     also synchronizes the stream once per forward (the token counts the all-to-all splits
     need), after which the device waits one launch for the next kernel."""
     launch_s = options.moe_host_launch_s
-    local = max(model.num_experts // plan.ep, 1)
+    local = moe_shape(model, plan, x.norm_tokens).local_experts
     fp8 = x.dtype == "fp8"
     host_f = moe_host_launches(local, fp8, "forward") * launch_s
     host_b = moe_host_launches(local, fp8, "backward") * launch_s
