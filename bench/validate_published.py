@@ -36,6 +36,7 @@ from pathlib import Path
 from published_rows import (
     MEGATRON_BRIDGE_PERF,
     NotExpressible,
+    RowCase,
     case_for_row,
     published_iteration_time_s,
 )
@@ -45,6 +46,7 @@ from validation_stats import (
     Outcome,
     apply_model,
     fit_model,
+    fp8_factors_used,
     grouped,
     kendall_tau,
     leave_one_source_out,
@@ -67,7 +69,8 @@ TRUSTED = ("A", "B")
 FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
 """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
 HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
-"""Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
+"""Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds; the MoE
+rows are priced on them only at the FP8 factors the fits use (`fp8_factors_used`)."""
 SC21_TABLE1 = "SC21-T1"
 SC21_TARGET = 0.10
 """Median |error| target of the SC21 Table 1 group."""
@@ -93,12 +96,9 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def evaluate_row(
-    raw: dict[str, str],
-) -> tuple[Outcome, dict[float, float], dict[tuple[float, float], float]]:
-    """Predict one row; for FP8 rows its predicted seconds at every `FP8_GRID` factor, for
-    MoE rows at every (factor, `HOST_GRID` launch time); NotExpressible or SpecError when it
-    cannot be priced."""
+def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float], RowCase]:
+    """Predict one row, and for FP8 rows its predicted seconds at every `FP8_GRID` factor;
+    with the row's case. NotExpressible or SpecError when it cannot be priced."""
     case = case_for_row(raw)
     published = published_iteration_time_s(raw, case)
     profile = load_profile(case.profile)
@@ -112,17 +112,6 @@ def evaluate_row(
             grid[factor] = estimate_plan(
                 case.model, case.cluster, case.job, case.plan, profile, options=options
             ).iteration_time_s
-    moe: dict[tuple[float, float], float] = {}
-    if case.model.num_experts:
-        factors = FP8_GRID if case.job.precision == "fp8" else (case.options.fp8_gemm_rate_factor,)
-        for factor in factors:
-            for host in HOST_GRID:
-                options = dataclasses.replace(
-                    case.options, fp8_gemm_rate_factor=factor, moe_host_launch_s=host
-                )
-                moe[(factor, host)] = estimate_plan(
-                    case.model, case.cluster, case.job, case.plan, profile, options=options
-                ).iteration_time_s
     outcome = Outcome(
         row_id=raw["row_id"],
         source_id=raw["source_id"],
@@ -140,35 +129,60 @@ def evaluate_row(
         device_memory_gib=profile.device.memory_gib,
         fits=est.fits,
     )
-    return outcome, grid, moe
+    return outcome, grid, case
+
+
+def moe_host_grid(cases: dict[str, RowCase], factors: set[float]) -> MoeGrid:
+    """Predicted seconds of the MoE rows' ``cases`` at every `HOST_GRID` launch time and,
+    for FP8 rows, every FP8 factor of ``factors`` (bf16 rows: their own factor only)."""
+    grid: MoeGrid = {}
+    for row_id, case in cases.items():
+        profile = load_profile(case.profile)
+        own = case.options.fp8_gemm_rate_factor
+        row_factors = sorted(factors | {own}) if case.job.precision == "fp8" else [own]
+        grid[row_id] = {
+            (factor, host): estimate_plan(
+                case.model,
+                case.cluster,
+                case.job,
+                case.plan,
+                profile,
+                options=dataclasses.replace(
+                    case.options, fp8_gemm_rate_factor=factor, moe_host_launch_s=host
+                ),
+            ).iteration_time_s
+            for factor in row_factors
+            for host in HOST_GRID
+        }
+    return grid
 
 
 def evaluate(
     rows: list[dict[str, str]],
-) -> tuple[list[Outcome], Fp8Grid, MoeGrid, list[dict[str, str]]]:
+) -> tuple[list[Outcome], Fp8Grid, dict[str, RowCase], list[dict[str, str]]]:
     """Outcomes of the trusted rows, the FP8 rows' predictions over `FP8_GRID`, the MoE
-    rows' over (`FP8_GRID`, `HOST_GRID`), and the rows set apart (row, source, model,
+    rows' cases (for `moe_host_grid`), and the rows set apart (row, source, model,
     reason)."""
     outcomes, apart = [], []
     grid: Fp8Grid = {}
-    moe_grid: MoeGrid = {}
+    moe_cases: dict[str, RowCase] = {}
     for raw in rows:
         if raw["trust"] not in TRUSTED:
             continue
         try:
-            outcome, row_grid, row_moe = evaluate_row(raw)
+            outcome, row_grid, case = evaluate_row(raw)
             outcomes.append(outcome)
             if row_grid:
                 grid[outcome.row_id] = row_grid
-            if row_moe:
-                moe_grid[outcome.row_id] = row_moe
+            if case.model.num_experts:
+                moe_cases[outcome.row_id] = case
         except (NotExpressible, SpecError) as err:
             reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
                 | {"reason": reason}
             )
-    return outcomes, grid, moe_grid, apart
+    return outcomes, grid, moe_cases, apart
 
 
 def _rules(err: SpecError) -> str:
@@ -286,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    outcomes, grid, moe_grid, apart = evaluate(read_rows(args.csv))
+    outcomes, grid, moe_cases, apart = evaluate(read_rows(args.csv))
+    moe_grid = moe_host_grid(moe_cases, fp8_factors_used(outcomes, grid))
     result = report(outcomes, grid, apart, moe_grid)
     if args.search:
         from search_sanity import search_sanity

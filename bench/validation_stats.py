@@ -228,6 +228,16 @@ def apply_model(
     return result
 
 
+def fp8_factors_used(outcomes: list[Outcome], grid: Fp8Grid) -> set[float]:
+    """The FP8 factors the in-sample fit and every leave-one-source-out fit choose, and the
+    default: the only ones the MoE host-launch grid is needed at."""
+    families = {o.source_family for o in outcomes}
+    models = [fit_model(outcomes, grid)] + [
+        fit_model([o for o in outcomes if o.source_family != f], grid) for f in families
+    ]
+    return {m.fp8_factor for m in models if m.fp8_factor is not None} | {FP8_GEMM_RATE_FACTOR}
+
+
 def leave_one_source_out(
     outcomes: list[Outcome], grid: Fp8Grid, moe_grid: MoeGrid | None = None
 ) -> tuple[list[Outcome], dict[str, FittedModel]]:
