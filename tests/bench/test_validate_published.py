@@ -227,3 +227,13 @@ def test_moe_host_launch_is_fitted_on_moe_rows_and_refitted_out_of_sample():
     predicted, models = stats.leave_one_source_out(outcomes, {}, moe_grid)
     assert models["A"].moe_host_launch_s == 0.0 and models["A"].host_fitted_on == ()
     assert {o.row_id: o.predicted_s for o in predicted} == {"1": 1.0, "2": 2.0, "3": 1.0}
+
+
+def test_fp8_factors_used_are_the_fitted_ones_and_the_default():
+    # Family A's dense FP8 row wants 0.5, family B's wants 1.0: the in-sample fit picks one
+    # of them, each left-out fit the other family's; the default is always included.
+    a = _outcome("1", "A-1", 2.0, 1.0)
+    b = _outcome("2", "B-1", 1.0, 1.0)
+    grid = {"1": {1.0: 1.0, 0.5: 2.0}, "2": {1.0: 1.0, 0.5: 2.0}}
+    used = stats.fp8_factors_used([a, b], grid)
+    assert {0.5, 1.0, stats.FP8_GEMM_RATE_FACTOR} == used
