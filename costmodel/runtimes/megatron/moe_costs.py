@@ -9,7 +9,9 @@ Source: Megatron-LM `megatron/core/transformer/moe/` (`router.py` `TopKRouter`,
 Shapes: T tokens reach the MoE layer of a rank (T/tp with sequence parallelism); each picks
 top_k experts, so the rank dispatches R = top_k·T rows (x the capacity factor when one is
 set) of h elements. With balanced routing every rank receives R rows back from the EP group
-(and etp·R after the expert-TP all-gather), split evenly over its E/ep local experts.
+(and etp·R after the expert-TP all-gather), split evenly over its E/ep local experts; under
+dropless routing the most loaded rank receives `ExecutionOptions.moe_load_imbalance` x R
+and sets the pace (`moe_shape`).
 
 Work per pass, in the order the dispatcher runs it (forward; backward mirrors it):
 1. router: the gating GEMM [T, h] x [h, E] and the fused top-k / score-function / aux-loss
