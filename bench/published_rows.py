@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, ExecutionOptions
 from costmodel.flops import (
     core_attention_forward_flops_per_token,
     model_flops_per_iteration,
@@ -77,6 +77,21 @@ MEGATRON_BRIDGE_PERF = dataclasses.replace(DEFAULT_OPTIONS, main_grad_bytes=2)
 ``mixed_precision.grad_reduce_in_fp32 = False`` and ``ddp.grad_reduce_in_fp32 = False``:
 bf16 main gradients and bf16 gradient reduction (2 bytes per element). Applied to every
 MBRIDGE release; releases whose helper predates the override ran fp32 gradients."""
+
+
+MEGATRON_2023_STACKS = ("Megatron-LM commit 285068c8",)
+"""``source_version`` markers of Megatron-LM of early 2023 (`MEGATRON_2023` options; no
+`--overlap-grad-reduce` yet, so the gradient all-reduce follows the pipeline)."""
+
+PRE_FA3_STACKS = ("NeMo 24.03", "Megatron-Core r0.8.0")
+"""``source_version`` markers of stacks from before FlashAttention-3-class kernels
+(FA3 released 2024-07; Transformer Engine integrated it from v1.11): NeMo 24.03 ships
+Transformer Engine 1.4, Megatron-core r0.8.0 is of 2024-07. Their rows run
+``flash_attention_version = 2`` (`costmodel.execution.ExecutionOptions`)."""
+
+PRE_FA3_SOURCES = ("NEMOTRON4-",)
+"""Sources on a pre-FA3 stack that print no version: the Nemotron-4 reports (2024-02 and
+2024-06, trained before FA3 was released)."""
 
 
 class NotExpressible(Exception):
@@ -273,7 +288,9 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "distributed_optimizer": _distributed_optimizer(raw),
         "sequence_parallel": tp > 1 and not sp_text.startswith("no"),
     }
-    if _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
+    if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
+        fields["overlap_grad_reduce"] = False
+    elif _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
         # SC21 run_table_1.sh: ``--DDP-impl torch`` (bucketed, overlapped) for pp = 1 rows,
         # ``local`` (one reduction after the pipeline) for pipelined rows.
         fields["overlap_grad_reduce"] = pp == 1
@@ -287,12 +304,18 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
 
 def options_for_row(raw: dict[str, str]) -> ExecutionOptions:
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
-    rows, Megatron-LM's current defaults otherwise."""
+    rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
+    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention."""
     source = _text(raw, "source_id")
     if source.startswith(SC21_ERA_SOURCES):
         return MEGATRON_2021
     if source.startswith("MBRIDGE-"):
         return MEGATRON_BRIDGE_PERF
+    version = _text(raw, "source_version")
+    if any(m in version for m in MEGATRON_2023_STACKS):
+        return MEGATRON_2023
+    if source.startswith(PRE_FA3_SOURCES) or any(m in version for m in PRE_FA3_STACKS):
+        return dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2)
     return DEFAULT_OPTIONS
 
 

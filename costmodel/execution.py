@@ -17,11 +17,12 @@ each field's docstring names the code it stands for.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.compute import AttentionKernelName as AttentionKernel
-from profiles.schema import EfficiencyPoint, HardwareProfile
+from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]
@@ -42,11 +43,41 @@ PyTorch and cuBLAS; `profiles/derive.py`). The SC21 runs used an older CUDA 11 s
 nearest sourced stack, so this is if anything an upper bound on their GEMM rate."""
 
 
-FP8_GEMM_RATE_FACTOR = 0.55
+FP8_GEMM_RATE_FACTOR = 0.65
 """Default `ExecutionOptions.fp8_gemm_rate_factor`: fitted by `bench/validate_published.py`
 on the dense FP8 rows of ``published-runs-dev.csv`` (NeMo long-sequence Llama-2-7B on H100,
-rows 67-75; Megatron-Bridge Llama-3-8B on B200, rows 335, 336, 361, 362), one value for
-every GPU generation; each of the two sources left out, the other's fit gives 0.45-0.55."""
+rows 67-75, priced with FlashAttention-2-class attention as their stack ran it; Megatron-
+Bridge Llama-3-8B on B200, rows 335, 336, 361, 362), one value for every GPU generation;
+each of the two sources left out, the other's fit gives 0.55 (B200 rows) or 0.65 (H100
+rows)."""
+
+
+FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
+    "forward": ((512, 191.0 / 292.0), (16384, 335.0 / 616.0)),
+    "backward": ((512, 214.0 / 316.0), (16384, 322.0 / 561.0)),
+}
+"""FlashAttention-2 over FlashAttention-3 throughput on an H100 SXM5, per pass, at the two
+ends of the FA3 paper's sequence sweep (Shah et al. 2024, arXiv 2407.08608, bar charts for
+bf16/fp16, head dim 128, causal mask, batch x sequence = 16k tokens; hardware.md §2b):
+forward FA2 191 -> 335 TFLOP/s against FA3 292 -> 616, backward 214 -> 322 against
+316 -> 561, for sequence 512 -> 16k. `flash_attention_rate` interpolates the ratio linearly in
+log2(sequence) between the ends and holds it outside."""
+
+FA3_CURVE_PREFIX = "FlashAttention-3"
+"""`ComputeProfile.attention_kernel` prefix of profiles whose attention curves are FA3's
+(H100, H200, and the Blackwell profiles scaled from them)."""
+
+
+def flash_attention_rate(direction: str, seq_len: int) -> float:
+    """FA2 throughput over FA3's on Hopper at ``seq_len`` for a ``direction`` pass
+    (`FA2_OVER_FA3_H100`): linear in log2(seq_len) between the measured ends, held outside."""
+    (s0, r0), (s1, r1) = FA2_OVER_FA3_H100[direction]
+    if seq_len <= s0:
+        return r0
+    if seq_len >= s1:
+        return r1
+    t = (math.log2(seq_len) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+    return r0 + (r1 - r0) * t
 
 
 MOE_HOST_LAUNCH_S = 40e-6
@@ -152,6 +183,16 @@ class ExecutionOptions:
     the Megatron-Bridge benchmarks force (`moe_router_force_load_balancing`). With a capacity
     factor (`ModelSpec.moe_capacity_factor`) every expert is priced at capacity instead."""
 
+    flash_attention_version: int = 3
+    """Generation of the fused attention kernels the framework's stack runs. 3: kernels
+    that use Hopper's asynchronous tensor-core pipelines (FlashAttention-3, and the cuDNN
+    fused attention Transformer Engine selects on sm90 from its 2024-10 releases on), the
+    curves of the H100-class profiles as stored. 2: FlashAttention-2-class kernels, which
+    use none of those features; on a profile whose curves are FA3's (`FA3_CURVE_PREFIX`)
+    every attention point is scaled by the FA2/FA3 ratio the FA3 paper measures on H100
+    (`FA2_OVER_FA3_H100`); a profile whose curves are FA2's already (A100) is unchanged.
+    Stacks from before FA3 (released 2024-07) run 2."""
+
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
     above) or ``torch`` (paraplan's executor: every operator's kernel and host cost,
@@ -191,6 +232,11 @@ class ExecutionOptions:
                 f"moe_host_launch_s must be >= 0, got {self.moe_host_launch_s!r}; 0 removes "
                 "the host-launch floor of MoE layers"
             )
+        if self.flash_attention_version not in (2, 3):
+            raise SpecError(
+                f"flash_attention_version must be 2 or 3, got {self.flash_attention_version!r}; "
+                "2 for stacks before FlashAttention-3-class kernels, 3 for current ones"
+            )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
@@ -219,6 +265,24 @@ fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss s
 blocking pipeline sends with the scatter/gather optimisation, and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`)."""
 
+MEGATRON_2023 = ExecutionOptions(
+    bias_fusion=False,
+    two_pass_norm_backward=True,
+    hidden_dropout=True,
+    overlap_p2p=False,
+    pipeline_scatter_gather=True,
+)
+"""Megatron-LM of early 2023 (commit 285068c8 of 2023-01-11, the baseline of Jiang et al.
+2024, MegaScale, arXiv 2402.15627) with bf16: the local transformer (no Transformer Engine:
+`--transformer-impl local` is the default) with the FlashAttention that this commit merges
+(`--use-flash-attn`; the stored A100 curve is FlashAttention-2's, a faster kernel, which
+at sequence 2048 carries a few percent of a layer's time), apex layer norm, hidden dropout 0.1
+(`--hidden-dropout` default), the QKV bias added after ``torch.matmul`` in
+`LinearWithGradAccumulationAndAsyncCommunication`, blocking pipeline sends (no
+`overlap_p2p_comm` yet); gradient-accumulation fusion and fp32 main gradients as today
+(bf16 forces `accumulate_allreduce_grads_in_fp32`). Gradient reduction is not overlapped
+(no `--overlap-grad-reduce` yet): a plan property, set by the caller."""
+
 TORCH_OPTIONS = ExecutionOptions(runtime="torch")
 """paraplan's executor (`executor/`; `costmodel.runtimes.torch`)."""
 
@@ -237,13 +301,18 @@ def runtime_options(runtime: str) -> ExecutionOptions:
 def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
     """``profile`` as the framework's kernels see it: every GEMM efficiency point times
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
-    ``options.fp8_gemm_rate_factor``; the profile itself when the factors that apply to its
-    curves are 1 (the fp8 one only where it has an fp8 curve) or the runtime is paraplan's
-    executor."""
+    ``options.fp8_gemm_rate_factor``, and with ``options.flash_attention_version`` 2 the
+    attention curves of an FA3 profile at FA2's rate (`fa2_attention_curves`); the profile
+    itself when none of these applies to its curves or the runtime is paraplan's executor."""
+    if options.runtime == "torch":
+        return profile
     factor, fp8_factor = options.gemm_rate_factor, options.fp8_gemm_rate_factor
     if "fp8" not in profile.compute.gemm_efficiency:
         fp8_factor = 1.0
-    if (factor == 1.0 and fp8_factor == 1.0) or options.runtime == "torch":
+    fa2 = options.flash_attention_version == 2 and profile.compute.attention_kernel.startswith(
+        FA3_CURVE_PREFIX
+    )
+    if factor == 1.0 and fp8_factor == 1.0 and not fa2:
         return profile
     curves = {
         dtype: tuple(
@@ -255,5 +324,28 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
         )
         for dtype, points in profile.compute.gemm_efficiency.items()
     }
-    compute = dataclasses.replace(profile.compute, gemm_efficiency=curves)
+    attention = fa2_attention_curves(profile.compute.attention) if fa2 else None
+    compute = dataclasses.replace(
+        profile.compute,
+        gemm_efficiency=curves,
+        attention=attention if attention is not None else profile.compute.attention,
+    )
     return dataclasses.replace(profile, compute=compute)
+
+
+def fa2_attention_curves(curves: tuple[AttentionCurve, ...]) -> tuple[AttentionCurve, ...]:
+    """FA3 attention curves at FlashAttention-2's rate: every point's TFLOP/s times
+    `flash_attention_rate` of its pass and sequence length."""
+    return tuple(
+        dataclasses.replace(
+            curve,
+            points=tuple(
+                AttentionPoint(
+                    seq_len=p.seq_len,
+                    tflops=p.tflops * flash_attention_rate(curve.direction, p.seq_len),
+                )
+                for p in curve.points
+            ),
+        )
+        for curve in curves
+    )

@@ -80,6 +80,29 @@ def test_sc21_row_maps_to_its_plan_and_2021_options():
     assert rows_mod.published_iteration_time_s(SC21_ROW, case) == pytest.approx(14.453, rel=1e-3)
 
 
+def test_stack_version_picks_the_era_options():
+    # A row's plan and options follow the stack it names (published-runs-dev.csv columns
+    # source_id and source_version), never the row id.
+    nemo = SC21_ROW | {
+        "source_id": "NEMO-LONGSEQ",
+        "source_version": "NeMo 24.03.01.framework container",
+        "gpu_type": "H100-SXM5-80GB",
+        "precision": "FP8",
+    }
+    options = rows_mod.case_for_row(nemo).options
+    assert options.flash_attention_version == 2 and options.attention == "flash"
+    newer = nemo | {"source_version": "NeMo 25.04.rc2 container"}
+    assert rows_mod.case_for_row(newer).options.flash_attention_version == 3
+    megascale = SC21_ROW | {
+        "source_id": "MEGASCALE-T2",
+        "source_version": "Megatron-LM commit 285068c8 (baseline)",
+    }
+    case = rows_mod.case_for_row(megascale)
+    assert case.options is rows_mod.MEGATRON_2023
+    # No --overlap-grad-reduce in early-2023 Megatron-LM: gradients reduce after the pipeline.
+    assert not case.plan.overlap_grad_reduce
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
