@@ -306,6 +306,10 @@ def options_for_row(raw: dict[str, str]) -> ExecutionOptions:
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
     (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention."""
+    return _era_options(raw)
+
+
+def _era_options(raw: dict[str, str]) -> ExecutionOptions:
     source = _text(raw, "source_id")
     if source.startswith(SC21_ERA_SOURCES):
         return MEGATRON_2021

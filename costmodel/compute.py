@@ -281,6 +281,28 @@ def bias_time_s(
     return memory_bound_time_s(profile, per_element * tokens * width)
 
 
+def fp8_quantize_time_s(
+    profile: HardwareProfile, elements: float, elem: int, *, norm_fused: bool = False
+) -> float:
+    """Quantizing one bf16 GEMM operand of ``elements`` elements to FP8 for a Transformer
+    Engine linear layer: the row-wise copy the GEMM reads and the column-wise (transposed)
+    copy the other GEMM of the pair reads (wgrad for inputs, dgrad for output gradients),
+    one byte each: read e, write 2 per element (TE ``cast_transpose``; MXFP8 computes its
+    32-element block scales in the same pass).
+
+    ``norm_fused``: the input of a ``LayerNormLinear`` comes quantized out of the norm
+    kernel (TE `module/layernorm_linear.py`, ``with_quantized_norm``), which writes one byte
+    per element instead of e, and a transpose adds the column-wise copy (read 1, write 1):
+    net +1 byte per element for e = 2.
+
+    One cost for every recipe: per-tensor current scaling adds an amax scan of the bf16
+    tensor before the cast (TE ``common/recipe/current_scaling.cu``), MXFP8 runs
+    block-scaled GEMMs; neither is counted.
+    """
+    per_element = max(1, 3 - elem) if norm_fused else elem + 2
+    return memory_bound_time_s(profile, per_element * elements)
+
+
 def optimizer_step_time_s(
     profile: HardwareProfile,
     *,

@@ -43,13 +43,14 @@ PyTorch and cuBLAS; `profiles/derive.py`). The SC21 runs used an older CUDA 11 s
 nearest sourced stack, so this is if anything an upper bound on their GEMM rate."""
 
 
-FP8_GEMM_RATE_FACTOR = 0.65
+FP8_GEMM_RATE_FACTOR = 0.7
 """Default `ExecutionOptions.fp8_gemm_rate_factor`: fitted by `bench/validate_published.py`
 on the dense FP8 rows of ``published-runs-dev.csv`` (NeMo long-sequence Llama-2-7B on H100,
 rows 67-75, priced with FlashAttention-2-class attention as their stack ran it; Megatron-
-Bridge Llama-3-8B on B200, rows 335, 336, 361, 362), one value for every GPU generation;
-each of the two sources left out, the other's fit gives 0.55 (B200 rows) or 0.65 (H100
-rows)."""
+Bridge Llama-3-8B on B200, rows 335, 336, 361, 362), with the FP8 quantization kernels
+priced explicitly (`costmodel.compute.fp8_quantize_time_s`); one value for every GPU
+generation. Each of the two sources left out, the other's fit gives 0.55 (the B200 rows)
+or 0.7 (the H100 rows)."""
 
 
 FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
@@ -152,7 +153,8 @@ class ExecutionOptions:
     """Multiplier, in (0, 1], on the profile's fp8 GEMM efficiency for GEMMs run through
     Transformer Engine's FP8 recipes (`framework_profile`). The profile's fp8 curve is the
     bare cuBLASLt rate on square shapes (MAMF); a training step's FP8 linear layers also
-    cast and transpose their inputs and output gradients, reduce amax and update scales
+    cast and transpose their inputs and output gradients (priced apart, as memory-bound
+    kernels: `costmodel.compute.fp8_quantize_time_s`), reduce amax and update scales
     (Transformer Engine ``fp8_autocast`` recipes), which NVIDIA's own guide puts at an
     end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
     ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by

@@ -188,3 +188,12 @@ def test_more_work_never_takes_less_time(m, n, k, scale):
     # aligned 32, which is rightly faster.
     base = ops.gemm_time_s(H100, m, n, k, "bf16")
     assert ops.gemm_time_s(H100, m * scale, n, k, "bf16") >= base * (1 - 1e-12)
+
+
+def test_fp8_quantize_writes_both_copies():
+    # cast_transpose: read the bf16 operand (2 bytes), write the row-wise and the
+    # column-wise fp8 copies (1 + 1); the norm-fused input adds only the transpose's net byte.
+    elements, bw = 4096 * 8192, memory_bandwidth_Bps(H100)
+    assert ops.fp8_quantize_time_s(H100, elements, 2) == pytest.approx(4 * elements / bw)
+    fused = ops.fp8_quantize_time_s(H100, elements, 2, norm_fused=True)
+    assert fused == pytest.approx(elements / bw)

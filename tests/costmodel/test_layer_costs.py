@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
@@ -11,6 +13,7 @@ from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     PassCost,
     embedding_cost,
+    fp8_pair_quantize_s,
     layer_cost,
     logits_cost,
 )
@@ -126,6 +129,51 @@ def test_cp_ring_merges_each_step_partial_output_in_memory():
 def selective_core_s(plan: ParallelPlan, groups: CommGroups) -> float:
     """The attention-core forward time (what selective recompute reruns, minus CP comm)."""
     return cost(plan.replace(recompute="selective"), groups=groups).recompute.compute_s
+
+
+def test_fp8_pair_quantizes_every_linear_operand():
+    # Forward: the QKV (or FC1) input out of the norm kernel (T/tp x h, 1 byte net) and the
+    # projection (or FC2) input (T x width/tp, 4 bytes). Backward: both output gradients,
+    # T x column width/tp and T/tp x h, 4 bytes each.
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+    t, h, tp = 4096, LLAMA.hidden_size, 8
+    column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
+    fwd, bwd = fp8_pair_quantize_s(H100, fp8_job, plan, h, column_out, row_in)
+    want_fwd = memory_bound_time_s(H100, t / tp * h) + memory_bound_time_s(H100, 4 * t * row_in)
+    want_bwd = memory_bound_time_s(H100, 4 * t * column_out)
+    want_bwd += memory_bound_time_s(H100, 4 * t / tp * h)
+    assert (fwd, bwd) == pytest.approx((want_fwd, want_bwd))
+    assert fp8_pair_quantize_s(H100, JOB, plan, h, column_out, row_in) == (0.0, 0.0)
+
+
+def test_fp8_layer_carries_the_quantization_of_both_linear_pairs():
+    # The fp8 layer's element-wise work exceeds the bf16 layer's by exactly the two pairs'
+    # quantization (GEMM times differ too, so compare on a profile whose fp8 GEMMs run at
+    # the bf16 rate: peak and curve copied from bf16).
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+    compute = dataclasses.replace(
+        H100.compute,
+        gemm_efficiency=H100.compute.gemm_efficiency
+        | {"fp8": H100.compute.gemm_efficiency["bf16"]},
+    )
+    device = dataclasses.replace(
+        H100.device, peak_tflops=H100.device.peak_tflops | {"fp8": H100.device.peak_tflops["bf16"]}
+    )
+    same_rate = dataclasses.replace(H100, compute=compute, device=device)
+    bf16 = layer_cost(LLAMA, JOB, plan, same_rate, is_moe=False)
+    fp8 = layer_cost(LLAMA, fp8_job, plan, same_rate, is_moe=False)
+    h, tp = LLAMA.hidden_size, 8
+    q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
+    kv = LLAMA.query_groups // tp * LLAMA.head_dim
+    ffn = LLAMA.ffn_hidden_size / tp
+    att = fp8_pair_quantize_s(same_rate, fp8_job, plan, h, q + 2 * kv, q)
+    mlp = fp8_pair_quantize_s(same_rate, fp8_job, plan, h, 2 * ffn, ffn)
+    extra_fwd = fp8.forward.compute_s - bf16.forward.compute_s
+    extra_bwd = fp8.backward.compute_s - bf16.backward.compute_s
+    assert extra_fwd == pytest.approx(att[0] + mlp[0], rel=1e-9)
+    assert extra_bwd == pytest.approx(att[1] + mlp[1], rel=1e-9)
 
 
 def test_ep_dispatch_and_combine_each_way():

@@ -204,6 +204,7 @@ def _attention(
         width = attention_projection_forward_flops_per_token(model) / (2 * h * x.tp)
         qkv, proj = _gemm3(profile, x, x.tokens, width, h), (0.0, 0.0, 0.0)
     else:
+        width = 0.0
         qkv = _gemm3(profile, x, x.tokens, q + 2 * kv, h)
         proj = _gemm3(profile, x, x.tokens, h, q)
     core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
@@ -232,6 +233,11 @@ def _attention(
         ew_fwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "forward")
         ew_bwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "backward")
         ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    qkv_width = width if model.uses_mla else q + 2 * kv
+    row_in = 0.0 if model.uses_mla else q
+    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in)
+    ew_fwd += fp8_f
+    ew_bwd += fp8_b
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
@@ -243,6 +249,43 @@ def _attention(
     backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
     selective = PassCost(compute_s=core["forward"]).plus(cp_f)
     return forward, backward, selective, dgrad, wgrad
+
+
+def fp8_pair_quantize_s(
+    profile: HardwareProfile,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    h: int,
+    column_out: float,
+    row_in: float,
+) -> tuple[float, float]:
+    """FP8 quantization of one column-parallel / row-parallel linear pair (QKV and output
+    projection, or FC1 and FC2) under Transformer Engine (forward, backward), in seconds;
+    0 unless the job runs fp8 GEMMs.
+
+    Forward quantizes the column-parallel input as the norm kernel writes it
+    (``LayerNormLinear``; with sequence parallelism on T/tp tokens, before the fp8
+    all-gather) and the row-parallel input (T x ``row_in`` per rank). Backward quantizes
+    both output gradients: the column-parallel one (T x ``column_out``) and the row-parallel
+    one (T/tp x h with sequence parallelism); bytes per element in
+    `costmodel.compute.fp8_quantize_time_s`. ``column_out`` and ``row_in`` are per-rank
+    widths. The fp8 weight copies are made once per
+    iteration and the amax bookkeeping is per tensor, not per token: neither is counted."""
+    return _fp8_pair_s(profile, _shape(job, plan), h, column_out, row_in)
+
+
+def _fp8_pair_s(
+    profile: HardwareProfile, x: _Shape, h: int, column_out: float, row_in: float
+) -> tuple[float, float]:
+    if x.dtype != "fp8":
+        return 0.0, 0.0
+    forward = ops.fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem, norm_fused=True)
+    if row_in > 0:
+        forward += ops.fp8_quantize_time_s(profile, x.tokens * row_in, x.elem)
+    backward = ops.fp8_quantize_time_s(profile, x.tokens * column_out, x.elem)
+    if row_in > 0:
+        backward += ops.fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem)
+    return forward, backward
 
 
 def _cp_step_merge_s(
@@ -331,6 +374,8 @@ def _mlp(
         fc1_width = (2 if gated else 1) * width
         act_b += ops.bias_time_s(profile, x.tokens, fc1_width, x.elem, "backward")
         act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width)
+    act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1, fc2)
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
