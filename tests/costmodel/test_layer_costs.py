@@ -12,6 +12,7 @@ from costmodel.compute import memory_bound_time_s
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     PassCost,
+    cp_attention_steps,
     embedding_cost,
     fp8_pair_quantize_s,
     layer_cost,
@@ -113,11 +114,15 @@ def test_cp_ring_is_hidden_under_attention_and_all_gather_is_not():
 def test_cp_ring_merges_each_step_partial_output_in_memory():
     # Transformer Engine AttnFuncWithCPAndKVP2P: per ring step, the partial output is merged
     # into the running output (3·T·q·e bytes); backward adds each step's dQ and dK/dV.
+    # At 128k tokens every ring step's kernel (K/V of 16k or 32k) runs at the top of the
+    # attention curve, as the all-gather variant's single kernel does: only merges differ.
     plan = ParallelPlan(tp=8, cp=4)
     groups = CommGroups(tp=group(8), cp=group(4, 8))
-    ring = cost(plan, groups=groups)
-    gathered = cost(plan.replace(cp_comm_type="all_gather"), groups=groups)
-    tokens = JOB.seq_length / plan.cp
+    job = TrainingJob(seq_length=131072, global_batch_size=8)
+    ring = layer_cost(LLAMA, job, plan, H100, is_moe=False, groups=groups)
+    gather_plan = plan.replace(cp_comm_type="all_gather")
+    gathered = layer_cost(LLAMA, job, gather_plan, H100, is_moe=False, groups=groups)
+    tokens = job.seq_length / plan.cp
     q = LLAMA.hidden_size / plan.tp
     kv = LLAMA.num_query_groups * LLAMA.hidden_size / LLAMA.num_attention_heads / plan.tp
     fwd = plan.cp * memory_bound_time_s(H100, 3 * tokens * q * 2)
@@ -174,6 +179,36 @@ def test_fp8_layer_carries_the_quantization_of_both_linear_pairs():
     extra_bwd = fp8.backward.compute_s - bf16.backward.compute_s
     assert extra_fwd == pytest.approx(att[0] + mlp[0], rel=1e-9)
     assert extra_bwd == pytest.approx(att[1] + mlp[1], rel=1e-9)
+
+
+def test_cp_ring_steps_run_half_chunk_kernels():
+    # TE's load-balanced ring: step 0 causal over s/cp, the other cp-1 steps split evenly
+    # between K/V of s/(2·cp) and of s/cp; every step carries the same work.
+    plan = ParallelPlan.for_world(8, cp=4)
+    steps = cp_attention_steps(plan, 8192)
+    assert steps == ((pytest.approx(0.25 + 0.375), 2048), (pytest.approx(0.375), 1024))
+    assert sum(share for share, _ in steps) == pytest.approx(1.0)
+    gather = ParallelPlan.for_world(8, cp=4, cp_comm_type="all_gather")
+    assert cp_attention_steps(gather, 8192) == ((1.0, 2048),)
+    assert cp_attention_steps(ParallelPlan.for_world(8), 8192) == ((1.0, 8192),)
+
+
+def test_short_cp_chunks_slow_the_attention_core():
+    # At 4k tokens and cp 2 the half-chunk kernels (1k K/V) run at a lower rate than the
+    # 2k kernels, so the ring's attention is slower than the all-gather variant's single
+    # kernel over the same work (communication apart: compare compute only).
+    job = TrainingJob(seq_length=4096, global_batch_size=8)
+    ring = layer_cost(LLAMA, job, ParallelPlan.for_world(8, cp=2), H100, is_moe=False)
+    gather_plan = ParallelPlan.for_world(8, cp=2, cp_comm_type="all_gather")
+    gather = layer_cost(LLAMA, job, gather_plan, H100, is_moe=False)
+    selective = ParallelPlan.for_world(8, cp=2, recompute="selective")
+    selective_gather = ParallelPlan.for_world(
+        8, cp=2, recompute="selective", cp_comm_type="all_gather"
+    )
+    ring_core = layer_cost(LLAMA, job, selective, H100, is_moe=False).recompute.compute_s
+    gather_core = layer_cost(LLAMA, job, selective_gather, H100, is_moe=False).recompute.compute_s
+    assert ring_core > gather_core
+    assert ring.forward.compute_s > gather.forward.compute_s
 
 
 def test_ep_dispatch_and_combine_each_way():

@@ -210,16 +210,19 @@ def _attention(
     core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
     core = {}
     for direction in ("forward", "backward"):
-        core[direction] = ops.attention_core_time_s(
-            profile,
-            causal_forward_flops=core_flops,
-            batch_heads=x.micro_batch * model.num_attention_heads / x.tp,
-            seq_q=x.seq / x.cp,
-            seq_kv=x.seq // x.cp if kernel == "flash" else x.seq,
-            head_dim=head_dim,
-            precision=x.precision,
-            kernel=kernel,
-            direction=direction,
+        core[direction] = sum(
+            ops.attention_core_time_s(
+                profile,
+                causal_forward_flops=core_flops * share,
+                batch_heads=x.micro_batch * model.num_attention_heads / x.tp,
+                seq_q=x.seq / x.cp,
+                seq_kv=seq_kv if kernel == "flash" else x.seq,
+                head_dim=head_dim,
+                precision=x.precision,
+                kernel=kernel,
+                direction=direction,
+            )
+            for share, seq_kv in cp_attention_steps(plan, x.seq)
         )
     rope = model.position_embedding == "rope"
     ew_fwd, ew_bwd = _norm_and_residual(profile, x, h, options)
@@ -286,6 +289,33 @@ def _fp8_pair_s(
     if row_in > 0:
         backward += ops.fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem)
     return forward, backward
+
+
+def cp_attention_steps(plan: ParallelPlan, seq: int) -> tuple[tuple[float, int], ...]:
+    """(share of the rank's causal attention work, K/V length of its kernel) per kind of
+    fused-attention kernel one rank runs for one sequence of length ``seq``.
+
+    Without context parallelism (or with the all-gather exchange, one kernel over the
+    gathered K/V): one kernel, indexed by s/cp. Ring (``p2p``) context parallelism with the
+    causal load balance of Transformer Engine's `AttnFuncWithCPAndKVP2P`
+    (`transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
+    each rank holds chunks r and 2·cp-1-r of 2·cp chunks (s/cp tokens in all) and runs one
+    kernel per ring step, every step the same work. Step 0 is causal over its own K/V
+    (length s/cp); of the other cp-1 steps, those whose K/V come from an earlier rank attend
+    all local queries to the first half of that K/V (length s/(2·cp)), the others attend
+    the second local half of the queries to all of it (length s/cp); over the ranks, half
+    of the steps are of each kind. Each kernel's throughput is read at its K/V length
+    (`costmodel.compute.attention_core_time_s`), so short chunks run at the curve's lower
+    rates.
+    """
+    cp = plan.cp
+    if cp < 2 or plan.cp_comm_type != "p2p":
+        return ((1.0, max(seq // cp, 1)),)
+    rest = (cp - 1) / cp
+    return (
+        (1 / cp + rest / 2, max(seq // cp, 1)),
+        (rest / 2, max(seq // (2 * cp), 1)),
+    )
 
 
 def _cp_step_merge_s(
