@@ -303,6 +303,31 @@ def fp8_quantize_time_s(
     return memory_bound_time_s(profile, per_element * elements)
 
 
+def grad_buffer_passes_time_s(
+    profile: HardwareProfile,
+    params: float,
+    main_grad_bytes: int = FP32_BYTES,
+    *,
+    scale: bool,
+    nan_check: bool,
+) -> float:
+    """Per-iteration passes of Megatron's data-parallel wrapper over a rank's gradient
+    buffer (``params`` elements of ``main_grad_bytes``) before the reduction, on the compute
+    stream.
+
+    ``scale``: the gradients are divided by the data-parallel size in place, a read and a
+    write (Megatron-LM 2021-2023 `DistributedDataParallel.allreduce_gradients`,
+    ``buffer_.data /= get_data_parallel_world_size()``; Megatron-core
+    `_ParamAndGradBucketGroup.start_grad_sync`, ``grad_data *= gradient_scaling_factor``).
+    ``nan_check``: Megatron-core's ``check_for_nan_in_grad`` takes the norm of every bucket
+    first (`check_grads`, on by default: ``--check-for-nan-in-loss-and-grad``), one read.
+    """
+    if params < 0:
+        raise SpecError(f"grad_buffer_passes_time_s: params must be >= 0, got {params}")
+    passes = (2 if scale else 0) + (1 if nan_check else 0)
+    return memory_bound_time_s(profile, passes * main_grad_bytes * params) if passes else 0.0
+
+
 def optimizer_step_time_s(
     profile: HardwareProfile,
     *,

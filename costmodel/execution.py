@@ -185,6 +185,12 @@ class ExecutionOptions:
     the Megatron-Bridge benchmarks force (`moe_router_force_load_balancing`). With a capacity
     factor (`ModelSpec.moe_capacity_factor`) every expert is priced at capacity instead."""
 
+    grad_nan_check: bool = True
+    """Megatron-core checks every gradient bucket for NaN before reducing it (the norm of
+    the bucket: `costmodel.compute.grad_buffer_passes_time_s`), on by default
+    (``--check-for-nan-in-loss-and-grad``); the data-parallel wrappers of 2021-2023 had no
+    such check."""
+
     flash_attention_version: int = 3
     """Generation of the fused attention kernels the framework's stack runs. 3: kernels
     that use Hopper's asynchronous tensor-core pipelines (FlashAttention-3, and the cuDNN
@@ -260,6 +266,7 @@ MEGATRON_2021 = ExecutionOptions(
     overlap_p2p=False,
     pipeline_scatter_gather=True,
     gemm_rate_factor=CUDA11_GEMM_RATE_FACTOR,
+    grad_nan_check=False,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
@@ -273,6 +280,7 @@ MEGATRON_2023 = ExecutionOptions(
     hidden_dropout=True,
     overlap_p2p=False,
     pipeline_scatter_gather=True,
+    grad_nan_check=False,
 )
 """Megatron-LM of early 2023 (commit 285068c8 of 2023-01-11, the baseline of Jiang et al.
 2024, MegaScale, arXiv 2402.15627) with bf16: the local transformer (no Transformer Engine:

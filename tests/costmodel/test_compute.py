@@ -197,3 +197,14 @@ def test_fp8_quantize_writes_both_copies():
     assert ops.fp8_quantize_time_s(H100, elements, 2) == pytest.approx(4 * elements / bw)
     fused = ops.fp8_quantize_time_s(H100, elements, 2, norm_fused=True)
     assert fused == pytest.approx(elements / bw)
+
+
+def test_grad_buffer_passes_divide_and_check_the_fp32_buffer():
+    # Division by the data-parallel size in place (read + write 4 bytes) and the NaN check's
+    # norm (read 4 bytes) per gradient element.
+    params, bw = 1e9, memory_bandwidth_Bps(H100)
+    both = ops.grad_buffer_passes_time_s(H100, params, 4, scale=True, nan_check=True)
+    assert both == pytest.approx(12 * params / bw)
+    scale_only = ops.grad_buffer_passes_time_s(H100, params, 2, scale=True, nan_check=False)
+    assert scale_only == pytest.approx(4 * params / bw)
+    assert ops.grad_buffer_passes_time_s(H100, params, scale=False, nan_check=False) == 0.0

@@ -363,3 +363,6 @@ def test_megatron_2023_preset_describes_the_early_2023_code():
     assert not MEGATRON_2023.overlap_p2p and MEGATRON_2023.two_pass_norm_backward
     assert MEGATRON_2023.main_grad_bytes == 4 and not MEGATRON_2023.loss_scaling
     assert MEGATRON_2023.grad_accumulation_fusion and MEGATRON_2023.attention == "flash"
+    # The NaN check of every gradient bucket came with Megatron-core's DDP (on by default).
+    assert DEFAULT_OPTIONS.grad_nan_check
+    assert not MEGATRON_2023.grad_nan_check and not MEGATRON_2021.grad_nan_check

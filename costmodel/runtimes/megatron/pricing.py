@@ -226,7 +226,12 @@ def _optimizer_s(
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> float:
     """The optimizer step of one rank of a stage (`costmodel.compute.optimizer_step_time_s`);
-    about 8 parameter tensors per layer (weights, biases, norms) plus 2 per local expert."""
+    about 8 parameter tensors per layer (weights, biases, norms) plus 2 per local expert.
+    With it, the data-parallel wrapper's passes over the gradient buffer before its
+    reduction (`costmodel.compute.grad_buffer_passes_time_s`: the division by the
+    data-parallel size when the group has more than one rank, the NaN check with
+    `ExecutionOptions.grad_nan_check`), which occupy the same compute stream once per
+    iteration."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
     if optimizer_sharded(plan):
@@ -236,7 +241,7 @@ def _optimizer_s(
     layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
     tensors = layers * (8 + 2 * local_experts) + 2
-    return ops.optimizer_step_time_s(
+    step_s = ops.optimizer_step_time_s(
         profile,
         shard_params=shard,
         local_params=dense + expert,
@@ -245,6 +250,17 @@ def _optimizer_s(
         loss_scaling=options.loss_scaling,
         main_grad_bytes=options.main_grad_bytes,
     )
+    buffer_s = sum(
+        ops.grad_buffer_passes_time_s(
+            profile,
+            params,
+            options.main_grad_bytes,
+            scale=group.size > 1,
+            nan_check=options.grad_nan_check,
+        )
+        for params, group in ((dense, placements["dp-cp"]), (expert, placements["edp"]))
+    )
+    return step_s + buffer_s
 
 
 def _param_gather_s(

@@ -422,6 +422,15 @@ def _tail_s(
     ]
     per_tensor = unit[3] - unit[2]
     alpha, beta = (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9
+    # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
+    # with the division by the group size (groups of 2+ ranks) and without.
+    scaled, unscaled = (
+        ops.grad_buffer_passes_time_s(
+            profile, 1e9, options.main_grad_bytes, scale=scale, nan_check=options.grad_nan_check
+        )
+        / 1e9
+        for scale in (True, False)
+    )
     local_experts = model.num_experts // c["ep"] if model.is_moe else 0
     distopt = c["distributed_optimizer"].astype(bool)
     forward_chunk = f0 / v
@@ -431,6 +440,8 @@ def _tail_s(
         tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
         shard = np.where(distopt, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
+        optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
+        optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
         chunk = _affine(c["ag_a"], c["ag_b"], dense / v * weight)
         chunk += _affine(c["age_a"], c["age_b"], expert / v * weight)
         nb = c["nb0"] if first_stage else np.ones(len(v))
