@@ -193,13 +193,13 @@ class ExecutionOptions:
 
     flash_attention_version: int = 3
     """Generation of the fused attention kernels the framework's stack runs. 3: kernels
-    that use Hopper's asynchronous tensor-core pipelines (FlashAttention-3, and the cuDNN
-    fused attention Transformer Engine selects on sm90 from its 2024-10 releases on), the
-    curves of the H100-class profiles as stored. 2: FlashAttention-2-class kernels, which
-    use none of those features; on a profile whose curves are FA3's (`FA3_CURVE_PREFIX`)
-    every attention point is scaled by the FA2/FA3 ratio the FA3 paper measures on H100
-    (`FA2_OVER_FA3_H100`); a profile whose curves are FA2's already (A100) is unchanged.
-    Stacks from before FA3 (released 2024-07) run 2."""
+    that use Hopper's asynchronous tensor-core pipelines (FlashAttention-3, which Transformer
+    Engine integrates from v1.11, 2024-10), the curves of the H100-class profiles as stored.
+    2: FlashAttention-2-class kernels, which use none of those features; on a profile whose
+    curves are FA3's (`FA3_CURVE_PREFIX`) every attention point is scaled by the FA2/FA3
+    ratio the FA3 paper measures on H100 (`FA2_OVER_FA3_H100`); a profile whose curves are
+    FA2's already (A100) is unchanged. Stacks from before FA3 (released 2024-07) run 2
+    (docs/cost-model.md states what this assumes for Transformer Engine's cuDNN path)."""
 
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
