@@ -293,13 +293,13 @@ def fp8_quantize_time_s(
     ``norm_fused``: the input of a ``LayerNormLinear`` comes quantized out of the norm
     kernel (TE `module/layernorm_linear.py`, ``with_quantized_norm``), which writes one byte
     per element instead of e, and a transpose adds the column-wise copy (read 1, write 1):
-    net +1 byte per element for e = 2.
+    net 3 - e bytes per element (+1 for e = 2).
 
     One cost for every recipe: per-tensor current scaling adds an amax scan of the bf16
     tensor before the cast (TE ``common/recipe/current_scaling.cu``), MXFP8 runs
     block-scaled GEMMs; neither is counted.
     """
-    per_element = max(1, 3 - elem) if norm_fused else elem + 2
+    per_element = max(0, 3 - elem) if norm_fused else elem + 2
     return memory_bound_time_s(profile, per_element * elements)
 
 
