@@ -185,6 +185,14 @@ class ExecutionOptions:
     the Megatron-Bridge benchmarks force (`moe_router_force_load_balancing`). With a capacity
     factor (`ModelSpec.moe_capacity_factor`) every expert is priced at capacity instead."""
 
+    tp_dgrad_overlap: bool = True
+    """Without `tp_comm_overlap`, the backward reduction of a column-parallel layer's input
+    gradient (reduce-scatter with sequence parallelism, all-reduce without) runs
+    asynchronously under the layer's weight-gradient GEMM (Transformer Engine's linear
+    modules; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication` from 2022).
+    False: Megatron-LM 2021 reduced it synchronously (`mpu/mappings.py` autograd
+    functions, no ``async_op``)."""
+
     grad_nan_check: bool = True
     """Megatron-core checks every gradient bucket for NaN before reducing it (the norm of
     the bucket: `costmodel.compute.grad_buffer_passes_time_s`), on by default
@@ -267,6 +275,7 @@ MEGATRON_2021 = ExecutionOptions(
     pipeline_scatter_gather=True,
     gemm_rate_factor=CUDA11_GEMM_RATE_FACTOR,
     grad_nan_check=False,
+    tp_dgrad_overlap=False,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
-from costmodel.compute import memory_bound_time_s
+from costmodel.compute import gemm_time_s, memory_bound_time_s
+from costmodel.execution import MEGATRON_2021
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     PassCost,
@@ -66,6 +67,30 @@ def test_tp_with_sp_is_two_gathers_and_two_scatters_each_way():
     assert c.forward.tp_s == pytest.approx(expected)
     assert c.backward.tp_s == pytest.approx(expected)
     assert c.forward.tp_bytes == pytest.approx(4 * size)
+
+
+def test_backward_input_gradient_reduction_runs_under_the_wgrad_gemm():
+    # TE "Overlap dgrad-RS/AR with wgrad": the column-parallel input gradient's
+    # reduce-scatter (SP) or all-reduce (no SP) is exposed only beyond the wgrad GEMM; the
+    # row-parallel output gradient's all-gather is not overlapped.
+    for sp in (True, False):
+        plan = ParallelPlan(tp=8, sequence_parallel=sp)
+        overlapped = cost(plan)
+        synchronous = cost(plan, options=MEGATRON_2021)
+        assert synchronous.backward.tp_exposed_s == pytest.approx(synchronous.backward.tp_s)
+        assert overlapped.backward.tp_s == pytest.approx(synchronous.backward.tp_s)
+        assert overlapped.forward.tp_exposed_s == pytest.approx(overlapped.forward.tp_s)
+        assert 0 < overlapped.backward.tp_exposed_s < overlapped.backward.tp_s
+    plan = ParallelPlan(tp=8, sequence_parallel=True)
+    size = activation_bytes(plan)
+    ag = collective_time_s(H100, "all_gather", size, group(8))
+    rs = collective_time_s(H100, "reduce_scatter", size, group(8))
+    # Weight-gradient GEMMs of QKV and FC1: (h x T) @ (T x width/tp).
+    h, t = LLAMA.hidden_size, JOB.seq_length
+    qkv = (LLAMA.num_attention_heads + 2 * LLAMA.query_groups) * LLAMA.head_dim // 8
+    wgrads = [gemm_time_s(H100, h, w, t, "bf16") for w in (qkv, 2 * LLAMA.ffn_hidden_size // 8)]
+    expected = 2 * ag + sum(max(0.0, rs - w) for w in wgrads)
+    assert cost(plan).backward.tp_exposed_s == pytest.approx(expected)
 
 
 def test_tp_comm_overlap_hides_communication_up_to_the_gemm_time():

@@ -141,11 +141,20 @@ def _tp_pair(
     groups: CommGroups,
     first_gemm: tuple[float, ...],
     second_gemm: tuple[float, ...],
+    dgrad_overlap: bool = True,
 ) -> tuple[PassCost, PassCost]:
     """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
     all-reduce each way without SP (after the row-parallel GEMM forward, of the
     column-parallel input gradient backward); with SP an all-gather before the
-    column-parallel GEMM and a reduce-scatter after the row-parallel one, each way."""
+    column-parallel GEMM and a reduce-scatter after the row-parallel one, each way.
+
+    ``dgrad_overlap`` (`ExecutionOptions.tp_dgrad_overlap`): without `tp_comm_overlap`, the
+    backward reduction of the column-parallel input gradient (reduce-scatter with SP,
+    all-reduce without) is launched asynchronously and waited for after the layer's
+    weight-gradient GEMM, so only max(0, comm - wgrad) of it is exposed (Transformer
+    Engine `_LayerNormLinear.backward` and `_Linear.backward`, "Overlap dgrad-RS/AR with
+    wgrad"; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication`); the
+    all-gather of the row-parallel output gradient before its dgrad stays exposed."""
     if x.tp < 2:
         return ZERO, ZERO
     size = x.tokens * h * x.elem
@@ -165,6 +174,8 @@ def _tp_pair(
                 else (sum(second_gemm[1:]), sum(first_gemm[1:]))
             )
             exposed = sum(max(0.0, c - g) for c, g in zip(comms, under, strict=True))
+        elif direction == 1 and dgrad_overlap:
+            exposed = total - comms[-1] + max(0.0, comms[-1] - first_gemm[2])
         else:
             exposed = total
         passes.append(PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size))
@@ -241,7 +252,7 @@ def _attention(
     fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in)
     ew_fwd += fp8_f
     ew_bwd += fp8_b
-    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj)
+    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj, options.tp_dgrad_overlap)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd
@@ -406,7 +417,7 @@ def _mlp(
         act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width)
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
-    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1, fc2)
+    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1, fc2, options.tp_dgrad_overlap)
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
     return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad
