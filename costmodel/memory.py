@@ -47,11 +47,12 @@ from dataclasses import dataclass
 
 from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
 from costmodel.megatron_fsdp import fsdp_state_bytes
-from costmodel.schedules import chunk_layers
+from costmodel.schedules import plan_split
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import (
+    LayerParams,
     ParamCounts,
     attention_params,
     count_params,
@@ -183,7 +184,11 @@ def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> S
     """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
     replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
     split over ep·etp. The one per-rank parameter count of the cost model."""
-    layer = count_params(model).layers[index]
+    return _layer_per_rank(model, plan, count_params(model).layers[index])
+
+
+def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) -> StageParams:
+    """`layer_params_per_rank` of one layer's counts."""
     dense = _attention_per_rank(model, layer.attention, plan.tp)
     dense += layer.mlp / plan.tp + layer.norms + layer.router
     return StageParams(dense=dense, expert=layer.routed_experts / (plan.ep * plan.expert_tp))
@@ -199,7 +204,7 @@ def chunk_params(
     counts = count_params(model)
     dense = expert = 0.0
     for index in layers:
-        layer = layer_params_per_rank(model, plan, index)
+        layer = _layer_per_rank(model, plan, counts.layers[index])
         dense += layer.dense
         expert += layer.expert
     matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
@@ -225,7 +230,7 @@ def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:
 
 def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> tuple[int, ...]:
     """Layers of every chunk of stage ``pp_rank``, in chunk order."""
-    return tuple(i for chunk in range(plan.vpp) for i in chunk_layers(model, plan, pp_rank, chunk))
+    return plan_split(model, plan).rank_layers(pp_rank)
 
 
 def bytes_per_param(job: TrainingJob, main_grad_bytes: int = 4) -> tuple[int, int, int]:

@@ -8,10 +8,12 @@ an event simulation of every distinct plan for ``torch``
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.plan_frame import normalized_frame
+from costmodel.runtimes.megatron.screen import pipeline_lower_bound_s
 from costmodel.runtimes.registry import runtime_model
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -36,3 +38,25 @@ def screen_plans(
     runtime = runtime_model(options)
     rows = normalized_frame(plans, cluster)
     return runtime.screen(model, cluster, job, runtime.priced_profile(profile), rows)
+
+
+def screen_lower_bounds(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    plans: pd.DataFrame,
+    *,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> np.ndarray | None:
+    """Per row of ``plans``, a lower bound of the ``iteration_time_s`` that `screen_plans`
+    gives the row under any recompute mode, optimizer sharding, overlap flag and bucket
+    size (`costmodel.runtimes.megatron.screen.pipeline_lower_bound_s`); None for a runtime
+    without a closed form (``torch``), whose screen cannot be bounded this way."""
+    if options.runtime != "megatron":
+        return None
+    runtime = runtime_model(options)
+    rows = normalized_frame(plans, cluster)
+    return pipeline_lower_bound_s(
+        model, cluster, job, runtime.priced_profile(profile), rows, options
+    )

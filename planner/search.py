@@ -31,13 +31,12 @@ from costmodel.memory import (
     FrameworkAllowance,
     GiB,
     bytes_per_param,
-    optimizer_shards,
     stage_params,
 )
 from costmodel.schedules import plan_split
-from costmodel.screen import screen_plans
+from costmodel.screen import screen_lower_bounds, screen_plans
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
-from planner.space import PLAN_COLUMNS, SearchSpace, plan_from_row
+from planner.space import DEGREE_COLUMNS, PLAN_COLUMNS, SearchSpace, plan_from_row
 from planner.splits import SPLIT_COLUMNS
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -49,12 +48,28 @@ from specs.rules import check_plan
 
 MEMORY_REJECTION = "memory"
 """Key of `SearchResult.rejected` for candidates over the memory limit."""
+BOUND_REJECTION = "slower"
+"""Key of `SearchResult.rejected` for candidates the time bound skipped: a lower bound of
+their screened iteration time is above the ``top_k``-th screened plan's, so they could not
+be among the plans handed to the simulator."""
+FIRST_ROUND_ROWS = 20_000
+"""Candidates screened in the first round of the bounded screen (the groups with the
+smallest time bound); each later round may take four times as many."""
 DEFAULT_HEADROOM = 0.05
 CLOSEST_POOL = 2_000
 """When no candidate passes the model-state floor, this many with the smallest floor are
 screened to find the closest ones."""
-_STATE_KEYS = ["tp", "pp", "vpp", "cp", "dp", "ep", "etp", "distributed_optimizer", *SPLIT_COLUMNS]
+_PARAM_KEYS = ["tp", "pp", "vpp", "ep", "etp", *SPLIT_COLUMNS]
 _PARALLEL_KEYS = ["tp", "pp", "cp", "ep", "etp"]
+_BOUND_GROUP_KEYS = [
+    *(c for c in DEGREE_COLUMNS if c != "micro_batch_size"),
+    "sequence_parallel",
+    "tp_comm_overlap",
+    "cp_comm_type",
+]
+"""What a time bound is computed for (with the micro-batch size): the knobs the pipeline
+phase depends on. A group (these keys, every micro-batch size) is screened whole or not at
+all, so that `_screen_by_micro_batch` sees the smaller micro-batches of every row."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,39 +135,76 @@ def memory_limit_bytes(profile: HardwareProfile, memory_headroom: float) -> floa
 
 
 def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
-    """The first and last stage and, under an uneven split, the middle stage with the most
-    layers: together they hold the most parameters of any stage."""
+    """The first and last stage and the middle stage with the most MoE layers, then the
+    most layers: together they hold the most parameters of any stage."""
     split = plan_split(model, plan)
+    mask = model.moe_layer_mask()
     middle = range(1, plan.pp - 1)
     stages = {0, plan.pp - 1}
-    if len(middle) and not split.is_even:
-        stages.add(max(middle, key=split.rank_num_layers))
+
+    def weight(stage: int) -> tuple[int, int]:
+        layers = split.rank_layers(stage)
+        return sum(mask[i] for i in layers), len(layers)
+
+    if len(middle):
+        stages.add(max(middle, key=weight))
     return stages
+
+
+def row_groups(table: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(first row position of each distinct ``keys`` combination, group of every row), by
+    factorizing each column and `numpy.unique` over the combined codes: a join key for
+    millions of rows without a pandas merge."""
+    code = np.zeros(len(table), dtype=np.int64)
+    for key in keys:
+        values, uniques = pd.factorize(table[key], sort=False)
+        code = code * (len(uniques) + 1) + values
+        if code.max(initial=0) > 2**40:  # keep the mixed-radix code far from overflow
+            code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
+    """Per row of ``rows`` (distinct (tp, pp, vpp, ep, etp, split)): the dense and expert
+    parameters one rank holds on each stage of `_floor_stages`, shape (rows, 2, 3): [:, 0]
+    dense, [:, 1] expert, a repeated stage where fewer than three are distinct."""
+    out = np.zeros((len(rows), 2, 3))
+    for i, row in enumerate(rows.to_dict("records")):
+        plan = plan_from_row(row | {"cp": 1, "dp": 1, "micro_batch_size": 1}, model)
+        stages = sorted(_floor_stages(model, plan))
+        stages += [stages[-1]] * (3 - len(stages))
+        for j, stage in enumerate(stages):
+            held = stage_params(model, plan, stage)
+            out[i, :, j] = held.dense, held.expert
+    return out
 
 
 def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
-    (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`) plus the fixed
-    framework allowance. Activations only add to it, so a row whose floor is over the
-    limit cannot fit; the search drops it before the closed-form screen, which is the
-    expensive step."""
+    (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`, the shards of
+    `costmodel.memory.optimizer_shards`) plus the fixed framework allowance. Activations
+    only add to it, so a row whose floor is over the limit cannot fit; the search drops it
+    before the closed-form screen, which is the expensive step. Stage parameters are
+    counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy
+    arithmetic over the rows."""
     weight, grad, state = bytes_per_param(job)
-    fixed = FrameworkAllowance().fixed_bytes
-    unique = table[_STATE_KEYS].drop_duplicates()
-    floors = []
-    for row in unique.to_dict("records"):
-        plan = plan_from_row(row | {"micro_batch_size": 1}, model)
-        dense_shards, expert_shards = optimizer_shards(model, plan)
-        worst = 0.0
-        for stage in _floor_stages(model, plan):
-            params = stage_params(model, plan, stage)
-            sharded = params.dense / dense_shards + params.expert / expert_shards
-            worst = max(worst, (weight + grad) * params.total + state * sharded)
-        floors.append(worst + fixed)
-    unique = unique.assign(_floor=floors)
-    merged = table[_STATE_KEYS].merge(unique, on=_STATE_KEYS, how="left")
-    return merged["_floor"].to_numpy()
+    first, group = row_groups(table, _PARAM_KEYS)
+    params = _stage_param_table(model, table.iloc[first])[group]
+    distopt = table["distributed_optimizer"].to_numpy(dtype=bool)
+    tp, pp, cp, dp = (table[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
+    expert_dp = np.maximum(tp * pp * cp * dp // (table["etp"] * table["ep"] * pp).to_numpy(), 1)
+    dense_shards = np.where(distopt, dp * cp, 1)
+    expert_shards = np.where(distopt, expert_dp, 1)
+    worst = np.zeros(len(table))
+    for i in range(3):
+        dense, expert = params[:, 0, i], params[:, 1, i]
+        held = (weight + grad) * (dense + expert) + state * (
+            dense / dense_shards + expert / expert_shards
+        )
+        worst = np.maximum(worst, held)
+    return worst + FrameworkAllowance().fixed_bytes
 
 
 def _screen(
@@ -249,7 +301,9 @@ def _candidates_frame(
 ) -> pd.DataFrame:
     """The screened table with simulated columns, then the rule-rejected representatives."""
     frame = screened.copy()
-    frame["rejected_by"] = np.where(frame["fits"], "", MEMORY_REJECTION)
+    frame["rejected_by"] = np.where(
+        frame["fits"], "", np.where(frame["bounded"], BOUND_REJECTION, MEMORY_REJECTION)
+    )
     frame["represents"] = 1
     for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib"):
         frame[f"simulated_{column}"] = np.nan
@@ -314,6 +368,85 @@ def _closest_pool(table: pd.DataFrame) -> pd.Series:
     return pd.Series(table.index.isin(kept), index=table.index)
 
 
+def _group_bounds(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    rows: pd.DataFrame,
+    options: ExecutionOptions,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(time bound of every group of `_BOUND_GROUP_KEYS`, group of every row): the smallest
+    `costmodel.screen.screen_lower_bounds` over the group's micro-batch sizes, computed
+    once per distinct (group, micro-batch size). None when the runtime has no bound."""
+    keys = [*_BOUND_GROUP_KEYS, "micro_batch_size"]
+    first, distinct = row_groups(rows, keys)
+    sample = rows.iloc[first][keys].reset_index(drop=True)
+    for column in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+        sample[column] = sample[column].where(sample[column] > 0)  # 0 means None here
+    bounds = screen_lower_bounds(model, cluster, job, profile, sample, options=options)
+    if bounds is None:
+        return None
+    group_first, group = row_groups(rows, _BOUND_GROUP_KEYS)
+    per_group = np.full(len(group_first), np.inf)
+    np.minimum.at(per_group, group, bounds[distinct])
+    return per_group, group
+
+
+def _threshold_s(rows: pd.DataFrame, done: pd.DataFrame, limit_bytes: float, top_k: int) -> float:
+    """Iteration time of the ``top_k``-th plan `_to_simulate` would pick from the screened
+    rows so far; infinite while fewer than ``top_k`` distinct plans fit."""
+    screened = rows.loc[done.index].assign(**{c: done[c] for c in done.columns})
+    fitting = screened[screened["peak_memory_bytes"] <= limit_bytes]
+    picked = _pick(fitting, ["tokens_per_s", "peak_memory_bytes"], [False, True], top_k)
+    return float(picked["iteration_time_s"].max()) if len(picked) == top_k else np.inf
+
+
+def _screen_bounded(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    rows: pd.DataFrame,
+    limit_bytes: float,
+    top_k: int,
+    options: ExecutionOptions,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Screened metrics of the rows that could be among the ``top_k`` picks, and a mask of
+    the rows skipped by the time bound.
+
+    Groups are screened in rounds, smallest bound first; after each round the threshold is
+    the iteration time of the ``top_k``-th distinct fitting plan (`_pick`), and only groups
+    whose bound is at most the threshold are screened later. A skipped row's screened time
+    is above the threshold, so it sorts after the ``top_k`` picks and never displaces one:
+    the picks, and so the best plan, are those of screening every row (tested against
+    ``prune=False``)."""
+    found = _group_bounds(model, cluster, job, profile, rows, options)
+    if found is None:
+        done = _screen_by_micro_batch(model, cluster, job, profile, rows, limit_bytes, options)
+        return done, np.zeros(len(rows), dtype=bool)
+    bound, group = found
+    order = np.argsort(bound, kind="stable")
+    sizes = np.bincount(group, minlength=len(bound))
+    taken = np.zeros(len(bound), dtype=bool)
+    parts: list[pd.DataFrame] = []
+    threshold, start, budget = np.inf, 0, FIRST_ROUND_ROWS
+    while start < len(order) and bound[order[start]] <= threshold:
+        cumulative = np.cumsum(sizes[order[start:]])
+        stop = start + int(np.searchsorted(cumulative, budget)) + 1
+        stop = min(stop, start + int(np.searchsorted(bound[order[start:]], threshold, "right")))
+        taken[order[start:stop]] = True
+        fresh = np.zeros(len(bound), dtype=bool)
+        fresh[order[start:stop]] = True
+        batch = rows[fresh[group]]
+        parts.append(
+            _screen_by_micro_batch(model, cluster, job, profile, batch, limit_bytes, options)
+        )
+        threshold = _threshold_s(rows, pd.concat(parts), limit_bytes, top_k)
+        start, budget = stop, budget * 4
+    return pd.concat(parts), ~taken[group]
+
+
 def screen_candidates(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -322,12 +455,16 @@ def screen_candidates(
     table: pd.DataFrame,
     limit_bytes: float,
     options: ExecutionOptions = DEFAULT_OPTIONS,
+    top_k: int | None = None,
 ) -> pd.DataFrame:
     """``table`` with ``model_state_floor_bytes``, the screened metrics (NaN where the
-    floor alone is over the limit, as those are not screened), ``screened`` and ``fits``.
+    floor alone is over the limit, or the time bound skipped the row, as those are not
+    screened), ``screened``, ``bounded`` (skipped by the time bound) and ``fits``.
 
-    When no row is under the floor, the `CLOSEST_POOL` rows with the smallest floor are
-    screened anyway, so that the closest candidates can be found.
+    With ``top_k``, only the rows that could be among the ``top_k`` fastest fitting ones are
+    screened (`_screen_bounded`); None screens every row under the floor. When no row is
+    under the floor, the `CLOSEST_POOL` rows with the smallest floor are screened anyway,
+    so that the closest candidates can be found.
     """
     screened = table.copy()
     screened["model_state_floor_bytes"] = (
@@ -337,12 +474,18 @@ def screen_candidates(
         screened[column] = np.nan
     under = screened["model_state_floor_bytes"] <= limit_bytes
     if len(table) and not under.any():
-        under = _closest_pool(screened)
-    done = _screen_by_micro_batch(
-        model, cluster, job, profile, table[under.to_numpy()], limit_bytes, options
-    )
+        under, top_k = _closest_pool(screened), None
+    rows = table[under.to_numpy()]
+    skipped = np.zeros(len(rows), dtype=bool)
+    if top_k is None or not len(rows):
+        done = _screen_by_micro_batch(model, cluster, job, profile, rows, limit_bytes, options)
+    else:
+        done, skipped = _screen_bounded(
+            model, cluster, job, profile, rows, limit_bytes, top_k, options
+        )
     screened.loc[done.index, list(done.columns)] = done.to_numpy()
     screened["screened"] = screened.index.isin(done.index)
+    screened["bounded"] = screened.index.isin(rows.index[skipped])
     screened["fits"] = screened["peak_memory_bytes"] <= limit_bytes
     return screened
 
@@ -370,10 +513,12 @@ def search_plans(
     memory_headroom: float = DEFAULT_HEADROOM,
     progress: Progress | None = None,
     options: ExecutionOptions = DEFAULT_OPTIONS,
+    prune: bool = True,
 ) -> SearchResult:
     """Search the plans of ``space`` (all knobs searched by default) for the fastest that
     fits on the runtime ``options`` names (`costmodel.execution`); see the module
-    docstring for the steps."""
+    docstring for the steps. ``prune`` False screens every candidate under the memory
+    floor instead of skipping those the time bound rules out (same result, slower)."""
     if top_k < 1:
         raise SpecError(f"top_k must be >= 1, got {top_k}; it is how many plans are simulated")
     start = time.perf_counter()
@@ -383,7 +528,9 @@ def search_plans(
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     if progress is not None:
         progress("screen", 0, len(cands.table))
-    screened = screen_candidates(model, cluster, job, profile, cands.table, limit, options)
+    screened = screen_candidates(
+        model, cluster, job, profile, cands.table, limit, options, top_k if prune else None
+    )
     chosen = _to_simulate(screened, top_k)
     simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress, options)
     rejected = dict(cands.rejected)
@@ -391,7 +538,10 @@ def search_plans(
         rejected[rule_id] = rejected.get(rule_id, 0) + count
     # A plan the screen let through but the simulator finds too large is a memory rejection too.
     late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
-    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) + late
+    bounded = int(screened["bounded"].sum())
+    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) - bounded + late
+    if bounded:
+        rejected[BOUND_REJECTION] = bounded
     ranked = [r for _, r in simulated]
     top = sorted(
         (r for r in ranked if r.fits),

@@ -195,13 +195,21 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
 
 
 def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
-    """The stages the screen prices (0, the middle stage with the most layers, p-1) and the
-    dense and MoE transformer layers (MTP layers counted as the last layer's kind) of each,
-    from the plan's pipeline split (`specs.pipeline_split`)."""
+    """The stages the screen prices (0, the heaviest middle stage, p-1) and the dense and
+    MoE transformer layers (MTP layers counted as the last layer's kind) of each, from the
+    plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most
+    MoE layers, then the most layers, then the earliest position (more microbatches in
+    flight): with leading dense layers, a stage with as many layers but some dense ones
+    holds fewer parameters and runs faster."""
     split = plan_split(model, plan)
     mask = model.moe_layer_mask()
     middle = range(1, plan.pp - 1)
-    mid = max(middle, key=split.rank_num_layers) if len(middle) else min(1, plan.pp - 1)
+
+    def weight(stage: int) -> tuple[int, int]:
+        layers = split.rank_layers(stage)
+        return sum(mask[i] for i in layers), len(layers)
+
+    mid = max(middle, key=weight) if len(middle) else min(1, plan.pp - 1)
     out: dict[str, int] = {"s1": mid}
     for tag, stage in (("0", 0), ("1", mid), ("l", plan.pp - 1)):
         layers = split.rank_layers(stage)
@@ -565,20 +573,7 @@ def closed_form_screen(
         return per_param * params
 
     *times, compute0 = _stage_times(c, model, c["recompute"], accumulate)
-    sp_div = np.where(c["sequence_parallel"], c["tp"], 1)
-    send_bytes = (
-        c["micro_batch_size"]
-        * job.seq_length
-        / c["cp"]
-        * model.hidden_size
-        / sp_div
-        * ops.element_bytes(job.precision)
-    )
-    scatter = options.pipeline_scatter_gather & ~c["sequence_parallel"] & (c["tp"] > 1)
-    send = c["send_a"] + c["send_b"] * send_bytes / np.where(scatter, c["tp"], 1)
-    send += np.where(scatter, _affine(c["tpag_a"], c["tpag_b"], send_bytes), 0.0)
-    send = np.where(c["pp"] > 1, send, 0.0)
-    pipeline = _pipeline_s(c, times, send, m, options.overlap_p2p)
+    pipeline = _pipeline_s(c, times, _send_s(c, model, job, options), m, options.overlap_p2p)
     sync = _gradients_s(c, times, pipeline, float(options.main_grad_bytes))
     iteration = sync + _tail_s(c, times, profile, job, model, options)
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
@@ -600,6 +595,66 @@ def closed_form_screen(
     out["peak_memory_gib"] = peak / GiB
     out["fits"] = peak <= profile.device.memory_gib * GiB
     return out
+
+
+def _send_s(
+    c: dict[str, np.ndarray], model: ModelSpec, job: TrainingJob, options: ExecutionOptions
+) -> np.ndarray:
+    """One pipeline send of a microbatch's boundary activation (zero without pipelining);
+    a scattered send moves 1/tp of it and all-gathers it over tp."""
+    sp_div = np.where(c["sequence_parallel"], c["tp"], 1)
+    send_bytes = (
+        c["micro_batch_size"]
+        * job.seq_length
+        / c["cp"]
+        * model.hidden_size
+        / sp_div
+        * ops.element_bytes(job.precision)
+    )
+    scatter = options.pipeline_scatter_gather & ~c["sequence_parallel"] & (c["tp"] > 1)
+    send = c["send_a"] + c["send_b"] * send_bytes / np.where(scatter, c["tp"], 1)
+    send += np.where(scatter, _affine(c["tpag_a"], c["tpag_b"], send_bytes), 0.0)
+    return np.where(c["pp"] > 1, send, 0.0)
+
+
+def pipeline_lower_bound_s(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    df: pd.DataFrame,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> np.ndarray:
+    """Per normalized plan row, a lower bound of its `closed_form_screen` iteration time
+    under every choice of the knobs that only add time: the pipeline phase of the closed
+    form without recompute and with gradient accumulation free.
+
+    Why it bounds: the screened iteration time is the pipeline phase plus the exposed
+    gradient synchronization and the tail (optimizer step, parameter gathers), each at
+    least zero; recompute and unfused gradient accumulation add to the per-microbatch
+    backward, and the pipeline phase never decreases as a stage's per-microbatch time
+    grows (Narayanan et al. 2021 §2.2 in `_pipeline_s`). So the bound holds for every
+    recompute mode, optimizer sharding, overlap flag and bucket size of the row's degrees,
+    split, micro-batch, sequence parallelism, TP communication overlap and CP exchange.
+    Rows the schedule cannot run get a finite bound (their screened time is infinite).
+    """
+    topo = _topology(profile, cluster)
+    m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
+    parts = [
+        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
+        _per_unique(
+            df,
+            ["tp", "cp", "dp", "pp", "ep", "etp", "distributed_optimizer"],
+            _group_columns(profile, topo),
+        ),
+        _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
+    ]
+    c = {k: v.to_numpy() for k, v in pd.concat([df, *parts], axis=1).items()}
+    no_recompute = np.full(len(df), "none")
+    c["rc_frac"] = np.zeros(len(df))
+    *times, _ = _stage_times(c, model, no_recompute, lambda params: np.zeros(len(params)))
+    send = _send_s(c, model, job, options)
+    return _pipeline_s(c, times, send, np.maximum(m, 1), options.overlap_p2p)
 
 
 def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> tuple[int, int, int]:
