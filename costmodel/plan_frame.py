@@ -79,7 +79,8 @@ SPLIT_COLUMNS = [
 
 def row_plan(row: pd.Series, **changes: object) -> ParallelPlan:
     """The `ParallelPlan` of one (partial) row; missing fields take the plan defaults."""
-    values = {name: getattr(ParallelPlan(), name) for name in PLAN_COLUMNS}
+    defaults = ParallelPlan()
+    values = {name: getattr(defaults, name) for name in PLAN_COLUMNS}
     values.update({k: v.item() if hasattr(v, "item") else v for k, v in row.items()})
     for name in _OPTIONAL_COUNTS:
         values[name] = int(values[name]) if values[name] else None

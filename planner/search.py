@@ -299,8 +299,9 @@ def _simulate(
 def _candidates_frame(
     screened: pd.DataFrame, simulated: list[tuple[int, RankedPlan]], cands: CandidateSet
 ) -> pd.DataFrame:
-    """The screened table with simulated columns, then the rule-rejected representatives."""
-    frame = screened.copy()
+    """The screened table (changed in place) with simulated columns, then the rule-rejected
+    representatives."""
+    frame = screened
     frame["rejected_by"] = np.where(
         frame["fits"], "", np.where(frame["bounded"], BOUND_REJECTION, MEMORY_REJECTION)
     )

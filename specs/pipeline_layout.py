@@ -9,6 +9,7 @@ stages: E and one layer, thirty stages of two layers, then an MTP layer and the 
 
 from __future__ import annotations
 
+import functools
 import re
 
 from specs.errors import SpecError
@@ -20,12 +21,15 @@ _GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
 _CHAR_REPEAT = re.compile(r"(.)\*(\d+)")
 
 
+@functools.lru_cache(maxsize=256)
 def expand_layout(layout: str) -> tuple[str, ...]:
     """The virtual stages of a layout string, one string of layout characters each.
 
     Same expansion as Megatron's `parse_str_to_list`: commas are dropped, then every
     ``(group)*n`` is repeated (groups do not nest), then every ``x*n``; the result is split
-    at ``|``. Raises `SpecError` for a character outside `LAYOUT_SYMBOLS`.
+    at ``|``. Raises `SpecError` for a character outside `LAYOUT_SYMBOLS`. Memoized: the
+    split checks of `specs.pipeline_split` read the same few layouts for every candidate
+    plan of a search.
     """
     text = layout.replace(",", "")
     text = _GROUP_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)

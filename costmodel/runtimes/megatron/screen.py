@@ -109,27 +109,40 @@ def _layer_columns(
     options: ExecutionOptions,
 ):
     """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding and
-    the output layer, with compute and exposed communication kept apart."""
+    the output layer, with compute and exposed communication kept apart. The dense layer,
+    the embedding and the output layer do not depend on ep and etp: they are priced once
+    per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange) of one call."""
     kinds = sorted(set(model.moe_layer_mask()))
+    dense_parts: dict[tuple, dict[str, float]] = {}
 
-    def fn(row: pd.Series) -> dict[str, float]:
-        plan = row_plan(row, recompute="selective")
-        groups = _groups(row, *topo)
+    def layer(plan: ParallelPlan, groups: CommGroups, kind: bool) -> dict[str, float]:
+        cost = layer_cost(model, job, plan, profile, is_moe=kind, groups=groups, options=options)
+        tag = "m" if kind else "d"
         out: dict[str, float] = {}
-        for kind in kinds:
-            cost = layer_cost(
-                model, job, plan, profile, is_moe=kind, groups=groups, options=options
-            )
-            tag = "m" if kind else "d"
-            for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
-                out[f"{name}_{tag}"] = p.duration_s
-                out[f"{name}c_{tag}"] = p.compute_s
+        for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
+            out[f"{name}_{tag}"] = p.duration_s
+            out[f"{name}c_{tag}"] = p.compute_s
+        return out
+
+    def dense(plan: ParallelPlan, groups: CommGroups) -> dict[str, float]:
+        out = layer(plan, groups, False) if False in kinds else {}
         for name, (fwd, bwd) in (
             ("emb", embedding_cost(model, job, plan, profile, groups)),
             ("log", logits_cost(model, job, plan, profile, groups, options)),
         ):
             out[f"{name}_f"], out[f"{name}_b"] = fwd.duration_s, bwd.duration_s
             out[f"{name}_c"] = fwd.compute_s + bwd.compute_s
+        return out
+
+    def fn(row: pd.Series) -> dict[str, float]:
+        plan = row_plan(row, recompute="selective")
+        groups = _groups(row, *topo)
+        key = tuple(row[k] for k in _LAYER_KEY if k not in ("ep", "etp"))
+        if key not in dense_parts:
+            dense_parts[key] = dense(plan, groups)
+        out = dict(dense_parts[key])
+        if True in kinds:
+            out.update(layer(plan, groups, True))
         for name in ("f", "fc", "b", "bc", "r", "rc"):  # a model with one kind of layer
             out.setdefault(f"{name}_m", out.get(f"{name}_d"))
             out.setdefault(f"{name}_d", out[f"{name}_m"])
