@@ -1,0 +1,79 @@
+"""The time-bounded screen of `planner.search` returns what screening every candidate
+returns, and the memory floor is computed per distinct degrees as before."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from costmodel.memory import optimizer_shards, stage_params
+from planner import search
+from planner.candidates import enumerate_candidates
+from planner.search import BOUND_REJECTION, model_state_floor_bytes, search_plans
+from planner.space import SearchSpace, plan_from_row
+from profiles import load_profile
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.presets import get_preset
+
+H100 = "h100-sxm-80gb"
+
+
+@functools.cache
+def _profile():
+    return load_profile(H100)
+
+
+def _inputs(name: str, gpus: int, seq: int, batch: int):
+    return (
+        get_preset(name),
+        ClusterSpec(hardware=H100, num_gpus=gpus),
+        TrainingJob(seq_length=seq, global_batch_size=batch),
+    )
+
+
+CASES = [
+    ("tiny-moe", 8, 512, 32, 3),
+    ("tiny", 8, 1024, 64, 5),
+    ("mixtral-8x7b", 32, 4096, 64, 4),
+    ("llama3-8b", 16, 4096, 32, 3),
+]
+
+
+@pytest.mark.parametrize(("name", "gpus", "seq", "batch", "top_k"), CASES)
+def test_bounded_search_returns_the_exhaustive_plans(monkeypatch, name, gpus, seq, batch, top_k):
+    """Small first rounds force several rounds and real skips; the simulated plans, in
+    order, and the best plan are those of screening every candidate."""
+    model, cluster, job = _inputs(name, gpus, seq, batch)
+    monkeypatch.setattr(search, "FIRST_ROUND_ROWS", 50)
+    bounded = search_plans(model, cluster, job, _profile(), top_k=top_k)
+    full = search_plans(model, cluster, job, _profile(), top_k=top_k, prune=False)
+    assert [r.plan for r in bounded.top] == [r.plan for r in full.top]
+    assert [r.plan for r in bounded.closest] == [r.plan for r in full.closest]
+    assert bounded.rejected.get(BOUND_REJECTION, 0) > 0
+    assert bounded.num_screened < full.num_screened
+    assert BOUND_REJECTION not in full.rejected
+    skipped = bounded.candidates["rejected_by"] == BOUND_REJECTION
+    assert int(skipped.sum()) == bounded.rejected[BOUND_REJECTION]
+
+
+def test_model_state_floor_matches_the_per_plan_count():
+    """The vectorized floor equals weights, gradients and optimizer state of the fullest of
+    every stage, counted plan by plan with `costmodel.memory` (plus the fixed allowance)."""
+    model, cluster, job = _inputs("deepseek-v3", 1024, 4096, 8192)
+    table = enumerate_candidates(model, cluster, job, SearchSpace(), 8).table
+    rows = table.sample(n=40, random_state=1)
+    floors = model_state_floor_bytes(model, job, rows)
+    fixed = search.FrameworkAllowance().fixed_bytes
+    for floor, row in zip(floors, rows.to_dict("records"), strict=True):
+        plan = plan_from_row(row, model)
+        dense_shards, expert_shards = optimizer_shards(model, plan)
+        per_stage = []
+        for stage in range(plan.pp):
+            held = stage_params(model, plan, stage)
+            sharded = held.dense / dense_shards + held.expert / expert_shards
+            per_stage.append(4 * held.total + 2 * held.total + 12 * sharded)
+        assert floor == pytest.approx(max(per_stage) + fixed, rel=1e-12)
+    assert np.all(floors > 0)
