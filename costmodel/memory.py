@@ -171,12 +171,14 @@ class StageParams:
 
 def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StageParams:
     """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix)."""
+    split = plan_split(model, plan)
     return chunk_params(
         model,
         plan,
-        stage_layer_indices(model, plan, pp_rank),
+        split.rank_layers(pp_rank),
         first=pp_rank == 0,
         last=pp_rank == plan.pp - 1,
+        mtp_layers=split.rank_mtp_layers(pp_rank),
     )
 
 
@@ -195,18 +197,30 @@ def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) ->
 
 
 def chunk_params(
-    model: ModelSpec, plan: ParallelPlan, layers: Iterable[int], *, first: bool, last: bool
+    model: ModelSpec,
+    plan: ParallelPlan,
+    layers: Iterable[int],
+    *,
+    first: bool,
+    last: bool,
+    mtp_layers: int = 0,
 ) -> StageParams:
     """Parameters one rank holds of ``layers``, plus the word embedding (and learned
     positions) when ``first`` (virtual stage 0) and the final norm and the output layer when
     ``last`` (the last virtual stage; the output layer is the embedding itself when it is
-    tied and one stage holds both)."""
+    tied and one stage holds both), plus ``mtp_layers`` multi-token-prediction depths
+    (`specs.params.MtpParams`: the layer split like the others, the projection over tp,
+    the norms replicated)."""
     counts = count_params(model)
     dense = expert = 0.0
-    for index in layers:
-        layer = _layer_per_rank(model, plan, counts.layers[index])
+    held = [counts.layers[index] for index in layers]
+    held += [depth.layer for depth in counts.mtp_layers[:mtp_layers]]
+    for layer_counts in held:
+        layer = _layer_per_rank(model, plan, layer_counts)
         dense += layer.dense
         expert += layer.expert
+    for depth in counts.mtp_layers[:mtp_layers]:
+        dense += depth.projection / plan.tp + depth.norms
     matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
     if first:
         dense += matrix + (counts.embedding - model.vocab_size * model.hidden_size)

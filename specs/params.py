@@ -20,6 +20,13 @@ Conventions:
   kv norm + ``kv_b`` (kv_lora x a·(d_qk + d_v)); output projection (a·d_v x h).
 - Router: one h x E matrix per MoE layer, no bias (DeepSeek-V3's score-correction bias is
   a buffer, not a trained parameter).
+- Multi-token prediction (Megatron's `MultiTokenPredictionLayer`, DeepSeek-V3 §2.2), per
+  depth: two RMS norms on the inputs (``enorm``, ``hnorm``), the projection ``eh_proj``
+  (2h x h, no bias), one transformer layer of the last decoder layer's kind and its final
+  norm; the embedding and the output layer are shared with the main model. Hugging Face
+  checkpoints store a copy of both per depth (``embed_tokens``, ``shared_head``), which is
+  why the published DeepSeek-V3 total (685B = 671B main + 14B MTP) is larger than the
+  parameters trained.
 """
 
 from __future__ import annotations
@@ -76,10 +83,13 @@ class ParamCounts:
     """Routed experts per MoE layer (0 for a dense model); needed for `active`."""
     moe_top_k: int = 0
     """Experts each token is routed to; needed for `active`."""
+    mtp_layers: tuple[MtpParams, ...] = ()
+    """One entry per multi-token-prediction depth (empty without MTP)."""
 
     @property
-    def total(self) -> int:
-        """Every parameter of the model."""
+    def main_total(self) -> int:
+        """Parameters of the main model: everything but the MTP layers (the figure model
+        cards quote as the model size)."""
         return (
             self.embedding
             + self.output_layer
@@ -88,15 +98,43 @@ class ParamCounts:
         )
 
     @property
+    def mtp(self) -> int:
+        """Parameters of the MTP layers (embedding and output layer shared, not counted)."""
+        return sum(layer.total for layer in self.mtp_layers)
+
+    @property
+    def total(self) -> int:
+        """Every parameter trained: the main model and the MTP layers."""
+        return self.main_total + self.mtp
+
+    @property
     def active(self) -> int:
-        """Parameters one token passes through (MoE: only its top-k routed experts)."""
+        """Parameters of the main model one token passes through (MoE: only its top-k
+        routed experts); the MTP layers are excluded, as in published activated counts."""
         routed = sum(layer.routed_experts for layer in self.layers)
         active_routed = sum(
             layer.routed_experts // self.num_experts * self.moe_top_k
             for layer in self.layers
             if layer.is_moe
         )
-        return self.total - routed + active_routed
+        return self.main_total - routed + active_routed
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MtpParams:
+    """Parameters of one MTP depth (Megatron `MultiTokenPredictionLayer`)."""
+
+    layer: LayerParams
+    """Its transformer layer, of the last decoder layer's kind."""
+    projection: int
+    """``eh_proj``: the concatenated (embedding, hidden) 2h -> h projection, TP-sharded."""
+    norms: int
+    """``enorm``, ``hnorm`` and the final norm: replicated."""
+
+    @property
+    def total(self) -> int:
+        """Every parameter of the depth."""
+        return self.layer.total + self.projection + self.norms
 
 
 def norm_params(model: ModelSpec, width: int) -> int:
@@ -191,14 +229,21 @@ def count_params(model: ModelSpec) -> ParamCounts:
     embedding = model.vocab_size * h
     if model.position_embedding == "learned":
         embedding += model.max_position_embeddings * h
-    by_kind = {kind: _layer_params(model, kind) for kind in set(model.moe_layer_mask())}
+    mask = model.moe_layer_mask()
+    by_kind = {kind: _layer_params(model, kind) for kind in set(mask)}
+    mtp = MtpParams(
+        layer=by_kind[mask[-1]],
+        projection=_linear(2 * h, h, bias=False),
+        norms=3 * norm_params(model, h),
+    )
     return ParamCounts(
         embedding=embedding,
         output_layer=0 if model.tied_embeddings else model.vocab_size * h,
         final_norm=norm_params(model, h),
-        layers=tuple(by_kind[is_moe] for is_moe in model.moe_layer_mask()),
+        layers=tuple(by_kind[is_moe] for is_moe in mask),
         num_experts=model.num_experts,
         moe_top_k=model.moe_top_k if model.is_moe else 0,
+        mtp_layers=(mtp,) * model.mtp_num_layers,
     )
 
 

@@ -70,10 +70,12 @@ def stage0(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> StageMemor
 def test_stage0_weights_and_optimizer_match_megatron(name: str, plan: ParallelPlan) -> None:
     # Megatron's estimator: 18 bytes/param without the distributed optimizer, 6 + 12/dp with
     # it (experts 6 + 12/expert_dp); stage 0 holds L/p layers and the padded embedding. The
-    # one difference: Megatron puts final_norm/p on stage 0, ours keeps it on the last stage.
+    # differences: Megatron puts final_norm/p on stage 0, ours keeps it on the last stage;
+    # ours also holds the MTP layers on the last stage (here stage 0: pp is 1), compared
+    # without them.
     model = get_preset(name)
     job = TrainingJob(seq_length=4096, global_batch_size=256)
-    ours = stage0(model, job, plan).model_state_bytes
+    ours = stage0(model.replace(mtp_num_layers=0), job, plan).model_state_bytes
     megatron, _ = megatron_theoretical_memory(model, job, plan)
     dense_bytes = 6 + 12 / plan.dp if plan.distributed_optimizer else 18
     final_norm = count_params(model).final_norm
@@ -490,3 +492,20 @@ def test_bf16_main_gradients_halve_the_gradient_buffer() -> None:
     (bf16,) = memory_per_stage(model, job, plan, main_grad_bytes=2)
     assert bf16.gradients_bytes == pytest.approx(fp32.gradients_bytes / 2)
     assert bf16.weights_bytes == fp32.weights_bytes
+
+
+def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
+    """DeepSeek-V3's MTP depth (`specs.params.MtpParams`) sits on the last stage: its layer
+    split like the others (routed experts over ep·etp), its projection over tp, its norms
+    replicated."""
+    model = get_preset("deepseek-v3")
+    plan = ParallelPlan(tp=2, pp=4, ep=8, etp=1, dp=16, decoder_last_pipeline_num_layers=13)
+    without = model.replace(mtp_num_layers=0)
+    depth = count_params(model).mtp_layers[0]
+    last, first = stage_params(model, plan, 3), stage_params(model, plan, 0)
+    assert last.expert - stage_params(without, plan, 3).expert == depth.layer.routed_experts / 8
+    extra_dense = last.dense - stage_params(without, plan, 3).dense
+    dense_layer = depth.layer.attention / 2 + depth.layer.mlp / 2 + depth.layer.norms
+    dense_layer += depth.layer.router + depth.projection / 2 + depth.norms
+    assert extra_dense == pytest.approx(dense_layer, rel=1e-12)
+    assert first == stage_params(without, plan, 0)

@@ -31,8 +31,40 @@ PUBLISHED = [
 @pytest.mark.parametrize(("name", "total", "active", "rel"), PUBLISHED)
 def test_published_parameter_counts(name: str, total: float, active: float, rel: float) -> None:
     counts = count_params(get_preset(name))
-    assert counts.total == pytest.approx(total, rel=rel)
+    assert counts.main_total == pytest.approx(total, rel=rel)
     assert counts.active == pytest.approx(active, rel=rel)
+
+
+def test_deepseek_v3_total_with_its_mtp_module() -> None:
+    """DeepSeek-V3's Hugging Face card: "685B, which includes 671B of the Main Model weights
+    and 14B of the Multi-Token Prediction (MTP) Module weights" (deepseek-ai/DeepSeek-V3
+    README). The checkpoint's MTP module (layer 61) stores its own copy of the embedding
+    and the output head, which Megatron shares with the main model; with those copies
+    added, the total and the MTP part are within 0.6B of the published figures, which the
+    card rounds to whole billions."""
+    model = get_preset("deepseek-v3")
+    counts = count_params(model)
+    copies = counts.embedding + counts.output_layer
+    assert model.mtp_num_layers == 1
+    assert counts.main_total / 1e9 == pytest.approx(671, abs=0.5)
+    assert (counts.total + copies) / 1e9 == pytest.approx(685, abs=0.6)
+    assert (counts.mtp + copies) / 1e9 == pytest.approx(14, abs=0.6)
+    assert counts.total == counts.main_total + counts.mtp
+
+
+def test_mtp_depth_is_a_projection_three_norms_and_a_last_kind_layer() -> None:
+    """Megatron's `MultiTokenPredictionLayer`: enorm, hnorm, eh_proj (2h x h), one
+    transformer layer (here the last decoder layer's kind, MoE) and a final norm."""
+    model = get_preset("deepseek-v3")
+    counts = count_params(model)
+    depth = counts.mtp_layers[0]
+    h = model.hidden_size
+    assert depth.projection == 2 * h * h
+    assert depth.norms == 3 * h
+    assert depth.layer == counts.layers[-1] and depth.layer.is_moe
+    deeper = count_params(dataclasses.replace(model, mtp_num_layers=2))
+    assert deeper.mtp == 2 * counts.mtp
+    assert count_params(get_preset("llama3-8b")).mtp_layers == ()
 
 
 def test_llama2_7b_matches_checkpoint_exactly() -> None:

@@ -98,7 +98,9 @@ def chunk_costs(
             fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
         if at.last:
             fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
-        held = chunk_params(model, plan, at.layers, first=at.first, last=at.last)
+        held = chunk_params(
+            model, plan, at.layers, first=at.first, last=at.last, mtp_layers=at.mtp_layers
+        )
         dense, expert = held.dense, held.expert
         if not options.grad_accumulation_fusion:
             accumulate = ops.grad_accumulation_time_s(
