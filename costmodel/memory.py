@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
-from costmodel.megatron_fsdp import fsdp_state_bytes
+from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
 from costmodel.schedules import plan_split
 from specs.errors import SpecError
 from specs.job import TrainingJob

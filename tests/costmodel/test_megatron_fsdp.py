@@ -1,21 +1,29 @@
-"""Megatron-FSDP memory and communication (costmodel.megatron_fsdp and its call sites)."""
+"""Megatron-FSDP memory and communication (`costmodel.runtimes.megatron.megatron_fsdp` and
+its call sites)."""
 
 from __future__ import annotations
 
 import pytest
 
-from costmodel.megatron_fsdp import (
+from costmodel.collectives import collective_time_s
+from costmodel.iteration import simulate_iteration
+from costmodel.memory import memory_per_stage
+from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
+    ChunkGather,
     fsdp_param_gather_exposed_s,
     fsdp_state_bytes,
     largest_layer_params,
 )
-from costmodel.memory import memory_per_stage
+from costmodel.runtimes.megatron.runtime import MegatronRuntime
+from costmodel.topology import plan_placements
+from profiles import load_profile
 from specs.job import TrainingJob
 from specs.params import count_params
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
+H100 = load_profile("h100-sxm-80gb")
 MODEL = get_preset("llama3-8b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
 
@@ -77,16 +85,49 @@ def test_optim_equals_the_distributed_optimizer_memory() -> None:
 
 
 def test_gather_exposure_hand_worked() -> None:
-    # 4 passes over 8 layers, 0.8 s of gathers per pass, 10 s of compute: each pass exposes
-    # its first layer (0.1 s) -> 0.4 s; the rest (2.8 s) hides behind compute.
-    assert fsdp_param_gather_exposed_s(
-        stage_gather_s=0.8, num_layers=8, num_passes=4, compute_s=10.0
-    ) == pytest.approx(0.4)
+    # One chunk, 4 passes over 8 layers, 0.8 s of gathers per pass, 10 s of compute: each
+    # pass exposes its first layer (0.1 s) -> 0.4 s; the rest (2.8 s) hides behind compute.
+    one = [ChunkGather(gather_s=0.8, num_layers=8, num_passes=4)]
+    assert fsdp_param_gather_exposed_s(chunks=one, compute_s=10.0) == pytest.approx(0.4)
     # 1 s of compute: 2.8 - 1.0 = 1.8 s more is exposed.
-    assert fsdp_param_gather_exposed_s(
-        stage_gather_s=0.8, num_layers=8, num_passes=4, compute_s=1.0
-    ) == pytest.approx(2.2)
-    assert (
-        fsdp_param_gather_exposed_s(stage_gather_s=0.0, num_layers=8, num_passes=4, compute_s=1.0)
-        == 0.0
-    )
+    assert fsdp_param_gather_exposed_s(chunks=one, compute_s=1.0) == pytest.approx(2.2)
+    none = [ChunkGather(gather_s=0.0, num_layers=8, num_passes=4)]
+    assert fsdp_param_gather_exposed_s(chunks=none, compute_s=1.0) == 0.0
+
+
+def test_gather_exposure_on_uneven_chunks_hand_worked() -> None:
+    # Two chunks of an uneven split, 4 passes each: 0.7 s over 7 layers exposes 0.1 s per
+    # pass, 0.9 s over 3 layers 0.3 s per pass -> 4 * 0.1 + 4 * 0.3 = 1.6 s; all gathers
+    # (6.4 s) less those 1.6 s hide behind 10 s of compute.
+    chunks = [
+        ChunkGather(gather_s=0.7, num_layers=7, num_passes=4),
+        ChunkGather(gather_s=0.9, num_layers=3, num_passes=4),
+    ]
+    assert fsdp_param_gather_exposed_s(chunks=chunks, compute_s=10.0) == pytest.approx(1.6)
+    # An embedding-only chunk gathers one module.
+    lone = [ChunkGather(gather_s=0.5, num_layers=0, num_passes=2)]
+    assert fsdp_param_gather_exposed_s(chunks=lone, compute_s=10.0) == pytest.approx(1.0)
+
+
+def test_pricing_gathers_each_stage_over_its_own_layer_count() -> None:
+    """llama3-8b (32 layers) on pp4 with first/last stages of 7 layers (middle stages 9):
+    each stage's exposed gather is that of its own layer count, not 32 / 4."""
+    plan = ParallelPlan(
+        pp=4, dp=2, micro_batch_size=1, use_megatron_fsdp=True,
+        data_parallel_sharding_strategy="optim_grads_params",
+        decoder_first_pipeline_num_layers=7, decoder_last_pipeline_num_layers=7,
+    )  # fmt: skip
+    job = TrainingJob(seq_length=4096, global_batch_size=16)
+    runtime = MegatronRuntime()
+    sim = simulate_iteration(MODEL, job, plan, H100, runtime=runtime)
+    priced = runtime.priced_profile(H100)
+    group = plan_placements(priced, plan)["dp-cp"]
+    for stage, layers in enumerate((7, 9, 9, 7)):
+        (chunk,) = sim.chunks[stage]
+        gather_s = collective_time_s(priced, "all_gather", chunk.dense_params * 2, group)
+        passes = [t for t in sim.timing.actions[stage] if t.action.phase in ("F", "B")]
+        expected = fsdp_param_gather_exposed_s(
+            chunks=[ChunkGather(gather_s=gather_s, num_layers=layers, num_passes=len(passes))],
+            compute_s=sum(t.end_s - t.start_s for t in passes),
+        )
+        assert sim.tails[stage].param_gather_s == pytest.approx(expected, rel=1e-12)

@@ -45,16 +45,22 @@ from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.megatron_fsdp import (
-    fsdp_param_gather_exposed_s,
-    grads_reduce_scattered,
-    optimizer_sharded,
-)
 from costmodel.memory import chunk_params
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtimes.megatron.layer_costs import embedding_cost, layer_cost, logits_cost
-from costmodel.schedules import ChunkPosition, chunk_layers, plan_pipeline_chunks
+from costmodel.runtimes.megatron.megatron_fsdp import (
+    ChunkGather,
+    fsdp_param_gather_exposed_s,
+    grads_reduce_scattered,
+    optimizer_sharded,
+)
+from costmodel.schedules import (
+    ChunkPosition,
+    chunk_layers,
+    plan_pipeline_chunks,
+    plan_stage_chunks,
+)
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -273,7 +279,7 @@ def _param_gather_s(
     chunks: tuple[ChunkCost, ...],
     placements: PlanPlacements,
     row: tuple[TimedAction, ...],
-    layers_per_chunk: int = 1,
+    layers_per_chunk: tuple[int, ...],
 ) -> float:
     """Exposed all-gather of the updated bf16 parameters (distributed optimizer; Megatron-FSDP
     in `_fsdp_gather_s`).
@@ -323,24 +329,30 @@ def _fsdp_gather_s(
     placements: PlanPlacements,
     row: tuple[TimedAction, ...],
     weight_bytes: int,
-    layers_per_chunk: int,
+    layers_per_chunk: tuple[int, ...],
 ) -> float:
     """Megatron-FSDP: per-layer parameter all-gathers in every forward and backward pass
-    under `optim_grads_params` (`costmodel.megatron_fsdp.fsdp_param_gather_exposed_s`);
-    with the other strategies the updated shard is all-gathered once after the step."""
-    gather_s = sum(
+    under `optim_grads_params`, chunk by chunk with each chunk's own layer count
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s`); with the
+    other strategies the updated shard is all-gathered once after the step."""
+    gathers = [
         _group_time(profile, "all_gather", cost.dense_params * weight_bytes, placements["dp-cp"])
         + _group_time(profile, "all_gather", cost.expert_params * weight_bytes, placements["edp"])
         for cost in chunks
-    )
+    ]
     if plan.data_parallel_sharding_strategy != "optim_grads_params":
-        return gather_s if optimizer_sharded(plan) else 0.0
+        return sum(gathers) if optimizer_sharded(plan) else 0.0
     passes = [t for t in row if t.action.phase in ("F", "B")]
+    per_chunk = [
+        ChunkGather(
+            gather_s=gather_s,
+            num_layers=layers,
+            num_passes=sum(1 for t in passes if t.action.chunk == chunk),
+        )
+        for chunk, (gather_s, layers) in enumerate(zip(gathers, layers_per_chunk, strict=True))
+    ]
     return fsdp_param_gather_exposed_s(
-        stage_gather_s=gather_s / max(len(chunks), 1),
-        num_layers=layers_per_chunk,
-        num_passes=len(passes),
-        compute_s=sum(t.end_s - t.start_s for t in passes),
+        chunks=per_chunk, compute_s=sum(t.end_s - t.start_s for t in passes)
     )
 
 
@@ -398,7 +410,9 @@ def stage_tail(
             chunks,
             placements,
             row,
-            layers_per_chunk=max(model.num_layers // (plan.pp * plan.vpp), 1),
+            layers_per_chunk=tuple(
+                len(c.layers) + c.mtp_layers for c in plan_stage_chunks(model, plan, stage)
+            ),
         ),
         dp_events=tuple(dp_events),
     )

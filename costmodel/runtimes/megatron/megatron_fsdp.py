@@ -14,6 +14,7 @@ names, in ZeRO's stages (Rajbhandari et al. 2020, §5: P_os, P_os+g, P_os+g+p):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specs.model import ModelSpec
@@ -91,19 +92,33 @@ def optimizer_sharded(plan: ParallelPlan) -> bool:
     return plan.distributed_optimizer or (plan.use_megatron_fsdp and strategy_shards)
 
 
-def fsdp_param_gather_exposed_s(
-    *, stage_gather_s: float, num_layers: int, num_passes: int, compute_s: float
-) -> float:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkGather:
+    """Megatron-FSDP's parameter gathers of one model chunk of a rank."""
+
+    gather_s: float
+    """All-gather of every parameter of the chunk, once."""
+    num_layers: int
+    """Modules it gathers one at a time: its transformer and MTP layers (at least 1: a
+    chunk of only the embedding or the loss gathers one module)."""
+    num_passes: int
+    """Forward and backward passes of the chunk in one iteration (each gathers it again)."""
+
+
+def fsdp_param_gather_exposed_s(*, chunks: Sequence[ChunkGather], compute_s: float) -> float:
     """Exposed seconds of Megatron-FSDP's per-layer parameter all-gathers on one rank.
 
     Under `optim_grads_params` each forward and each backward pass of a microbatch gathers
-    every layer of the stage again (``num_passes`` = 2 · microbatches · chunks' passes),
-    ``stage_gather_s`` for all of them. Each layer's gather is prefetched while the
-    previous layer computes, so a pass exposes only its first layer's gather, plus whatever
-    the gathers take beyond the compute they hide behind (``compute_s``).
+    every layer of its chunk again. Each layer's gather is prefetched while the previous
+    layer computes, so a pass exposes only its first layer's gather (the chunk's gather
+    over its own layer count: chunks of an uneven split have different counts,
+    `specs.pipeline_split`), plus whatever all the gathers take beyond the compute they
+    hide behind (``compute_s``, the rank's forward and backward passes).
     """
-    if stage_gather_s <= 0 or num_passes <= 0:
+    total_s = sum(c.num_passes * c.gather_s for c in chunks if c.gather_s > 0)
+    if total_s <= 0:
         return 0.0
-    first_layers_s = num_passes * stage_gather_s / max(num_layers, 1)
-    excess_s = max(num_passes * stage_gather_s - first_layers_s - compute_s, 0.0)
-    return first_layers_s + excess_s
+    first_layers_s = sum(
+        c.num_passes * c.gather_s / max(c.num_layers, 1) for c in chunks if c.gather_s > 0
+    )
+    return first_layers_s + max(total_s - first_layers_s - compute_s, 0.0)
