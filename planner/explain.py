@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from costmodel.estimate import Estimate
 from costmodel.memory import GiB, peak_memory_bytes
-from planner.search import MEMORY_REJECTION, RankedPlan, SearchResult
+from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
@@ -66,12 +66,14 @@ def _count(n: int) -> str:
 
 def rejection_lines(result: SearchResult) -> list[str]:
     """Candidates enumerated, screened and rejected per rule and by memory."""
-    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0)
+    slower = result.rejected.get(BOUND_REJECTION, 0)
+    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower
     limit = result.memory_limit_bytes
+    skipped = f"{_count(slower)} skipped as slower than the simulated ones, " if slower else ""
     lines = [
         f"Searched {_count(result.num_enumerated)} candidate plans in {result.elapsed_s:.1f} s: "
         f"{_count(result.num_valid)} passed the rules, {_count(max(fitting, 0))} fit in "
-        f"{_gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), "
+        f"{_gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), {skipped}"
         f"{len(result.top) + len(result.closest)} simulated."
     ]
     ordered = sorted(((k, v) for k, v in result.rejected.items() if v), key=lambda kv: -kv[1])

@@ -2,11 +2,15 @@
 
 1. `planner.candidates.enumerate_candidates`: the legal candidates of a `SearchSpace` and
    how many each rule of `specs.rules.check_plan` rejected.
-2. Screen every candidate with the closed-form estimate (`costmodel.runtimes.megatron.screen`,
-vectorized over
-   the candidate table); a candidate fits when its peak memory is at most
-   (1 - memory_headroom) of the device memory, the headroom covering what no model
-   predicts exactly (allocator behaviour, library workspaces).
+2. Drop the candidates whose model state alone (`model_state_floor_bytes`) is over the
+   memory limit, then screen the others with the closed-form estimate
+   (`costmodel.runtimes.megatron.screen`, vectorized over the candidate table); a
+   candidate fits when its peak memory is at most (1 - memory_headroom) of the device
+   memory, the headroom covering what no model predicts exactly (allocator behaviour,
+   library workspaces). The screen runs in rounds, the candidates with the smallest lower
+   bound of iteration time (`costmodel.screen.screen_lower_bounds`) first, and skips those
+   whose bound is above the ``top_k``-th fitting plan screened so far (`_screen_bounded`):
+   they could not be simulated, so the result is that of screening every candidate.
 3. Run the event simulator (`costmodel.estimate.estimate_plan`) on the ``top_k`` fitting
    candidates with the highest screened throughput, each re-checked with `check_plan`.
 4. Rank by the simulator's tokens per second among the plans that still fit.

@@ -37,6 +37,7 @@ from paraplan.commands import COMMAND_HELP
 from paraplan.output import DeferredProgress, percent, print_json, print_table
 from planner.explain import explain
 from planner.search import (
+    BOUND_REJECTION,
     DEFAULT_HEADROOM,
     MEMORY_REJECTION,
     RankedPlan,
@@ -220,9 +221,9 @@ def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     if limit <= 0:
         return frame
     simulated = frame["simulated_iteration_time_s"].notna()
-    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION])
+    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION])
     rest = frame[~simulated & ~by_rule]
-    ranked = rest.assign(_over=rest["rejected_by"] == MEMORY_REJECTION).sort_values(
+    ranked = rest.assign(_over=rest["rejected_by"] != "").sort_values(
         ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"
     )
     keep = frame.index[simulated | by_rule].union(ranked.index[:limit])
