@@ -7,8 +7,9 @@ turns a row back into a plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
+from typing import Any
 
 import pandas as pd
 
@@ -77,7 +78,7 @@ SPLIT_COLUMNS = [
 """The columns that decide the pipeline split (`specs.pipeline_split`)."""
 
 
-def row_plan(row: pd.Series, **changes: object) -> ParallelPlan:
+def row_plan(row: Mapping[str, Any], **changes: object) -> ParallelPlan:
     """The `ParallelPlan` of one (partial) row; missing fields take the plan defaults."""
     defaults = ParallelPlan()
     values = {name: getattr(defaults, name) for name in PLAN_COLUMNS}

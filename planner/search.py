@@ -74,6 +74,8 @@ _BOUND_GROUP_KEYS = [
 """What a time bound is computed for (with the micro-batch size): the knobs the pipeline
 phase depends on. A group (these keys, every micro-batch size) is screened whole or not at
 all, so that `_screen_by_micro_batch` sees the smaller micro-batches of every row."""
+_FINE_KEYS = [*_BOUND_GROUP_KEYS, "micro_batch_size", "distributed_optimizer"]
+"""What the memory floor and the time bound depend on: grouped once over every candidate."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -303,23 +305,27 @@ def _simulate(
 def _candidates_frame(
     screened: pd.DataFrame, simulated: list[tuple[int, RankedPlan]], cands: CandidateSet
 ) -> pd.DataFrame:
-    """The screened table (changed in place) with simulated columns, then the rule-rejected
-    representatives."""
-    frame = screened
-    frame["rejected_by"] = np.where(
-        frame["fits"], "", np.where(frame["bounded"], BOUND_REJECTION, MEMORY_REJECTION)
-    )
-    frame["represents"] = 1
-    for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib"):
-        frame[f"simulated_{column}"] = np.nan
-    for index, ranked in simulated:
+    """The screened table with simulated columns, then the rule-rejected representatives.
+    The new columns are built as arrays and added at once: the table has millions of rows
+    on a large cluster."""
+    fits = screened["fits"].to_numpy(dtype=bool)
+    bounded = screened["bounded"].to_numpy(dtype=bool)
+    codes = np.where(fits, 0, np.where(bounded, 1, 2))
+    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION], dtype=object)
+    columns = {
+        f"simulated_{name}": np.full(len(screened), np.nan)
+        for name in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib")
+    }
+    positions = screened.index.get_indexer([index for index, _ in simulated])
+    for position, (_, ranked) in zip(positions, simulated, strict=True):
         est = ranked.estimate
-        frame.loc[index, "simulated_iteration_time_s"] = est.iteration_time_s
-        frame.loc[index, "simulated_tokens_per_s"] = est.tokens_per_s
-        frame.loc[index, "simulated_mfu"] = est.mfu
-        frame.loc[index, "simulated_peak_memory_gib"] = est.peak_memory_gib
+        columns["simulated_iteration_time_s"][position] = est.iteration_time_s
+        columns["simulated_tokens_per_s"][position] = est.tokens_per_s
+        columns["simulated_mfu"][position] = est.mfu
+        columns["simulated_peak_memory_gib"][position] = est.peak_memory_gib
         if not ranked.fits:
-            frame.loc[index, "rejected_by"] = MEMORY_REJECTION
+            codes[position] = 2
+    frame = screened.assign(rejected_by=reasons[codes], represents=1, **columns)
     if len(cands.rejected_rows):
         frame = pd.concat([frame, cands.rejected_rows], ignore_index=True)
     return frame
@@ -379,23 +385,28 @@ def _group_bounds(
     job: TrainingJob,
     profile: HardwareProfile,
     rows: pd.DataFrame,
+    fine: np.ndarray,
     options: ExecutionOptions,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(time bound of every group of `_BOUND_GROUP_KEYS`, group of every row): the smallest
     `costmodel.screen.screen_lower_bounds` over the group's micro-batch sizes, computed
-    once per distinct (group, micro-batch size). None when the runtime has no bound."""
+    once per distinct (group, micro-batch size). ``fine``: each row's group of
+    `_FINE_KEYS`, so that the groupings are made on one row per fine group. None when the
+    runtime has no bound."""
+    _, first, fine_index = np.unique(fine, return_index=True, return_inverse=True)
+    reps = rows.iloc[first]
     keys = [*_BOUND_GROUP_KEYS, "micro_batch_size"]
-    first, distinct = row_groups(rows, keys)
-    sample = rows.iloc[first][keys].reset_index(drop=True)
+    sample_first, distinct = row_groups(reps, keys)
+    sample = reps.iloc[sample_first][keys].reset_index(drop=True)
     for column in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
         sample[column] = sample[column].where(sample[column] > 0)  # 0 means None here
     bounds = screen_lower_bounds(model, cluster, job, profile, sample, options=options)
     if bounds is None:
         return None
-    group_first, group = row_groups(rows, _BOUND_GROUP_KEYS)
+    group_first, group = row_groups(reps, _BOUND_GROUP_KEYS)
     per_group = np.full(len(group_first), np.inf)
     np.minimum.at(per_group, group, bounds[distinct])
-    return per_group, group
+    return per_group, group[fine_index.reshape(-1)]
 
 
 def _threshold_s(rows: pd.DataFrame, done: pd.DataFrame, limit_bytes: float, top_k: int) -> float:
@@ -413,6 +424,7 @@ def _screen_bounded(
     job: TrainingJob,
     profile: HardwareProfile,
     rows: pd.DataFrame,
+    fine: np.ndarray,
     limit_bytes: float,
     top_k: int,
     options: ExecutionOptions,
@@ -426,7 +438,7 @@ def _screen_bounded(
     is above the threshold, so it sorts after the ``top_k`` picks and never displaces one:
     the picks, and so the best plan, are those of screening every row (tested against
     ``prune=False``)."""
-    found = _group_bounds(model, cluster, job, profile, rows, options)
+    found = _group_bounds(model, cluster, job, profile, rows, fine, options)
     if found is None:
         done = _screen_by_micro_batch(model, cluster, job, profile, rows, limit_bytes, options)
         return done, np.zeros(len(rows), dtype=bool)
@@ -471,9 +483,10 @@ def screen_candidates(
     under the floor, the `CLOSEST_POOL` rows with the smallest floor are screened anyway,
     so that the closest candidates can be found.
     """
-    screened = table.copy()
+    screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
+    first, fine = row_groups(table, _FINE_KEYS)
     screened["model_state_floor_bytes"] = (
-        model_state_floor_bytes(model, job, table) if len(table) else 0.0
+        model_state_floor_bytes(model, job, table.iloc[first])[fine] if len(table) else 0.0
     )
     for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"):
         screened[column] = np.nan
@@ -486,7 +499,7 @@ def screen_candidates(
         done = _screen_by_micro_batch(model, cluster, job, profile, rows, limit_bytes, options)
     else:
         done, skipped = _screen_bounded(
-            model, cluster, job, profile, rows, limit_bytes, top_k, options
+            model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k, options
         )
     screened.loc[done.index, list(done.columns)] = done.to_numpy()
     screened["screened"] = screened.index.isin(done.index)

@@ -30,6 +30,9 @@ with leading dense layers and non-default recompute layer counts use layer avera
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -70,7 +73,7 @@ _LAYER_KEY = [
 ]
 
 
-def _groups(row: pd.Series, per_node: int, domain: int, nics: int) -> CommGroups:
+def _groups(row: Mapping[str, Any], per_node: int, domain: int, nics: int) -> CommGroups:
     def place(axes: str, size: int, stride: int):
         return strided_group_placement(
             int(size),
@@ -91,12 +94,13 @@ def _groups(row: pd.Series, per_node: int, domain: int, nics: int) -> CommGroups
 
 
 def _per_unique(df: pd.DataFrame, keys: list[str], fn) -> pd.DataFrame:
-    """Evaluate ``fn(row) -> dict`` once per distinct ``keys`` and align it to ``df``."""
+    """Evaluate ``fn(row) -> dict`` once per distinct ``keys`` (``row``: a dict of those
+    keys) and align it to ``df``."""
     unique = df[keys].drop_duplicates()
     rows = []
     for values in unique.itertuples(index=False, name=None):
         key = dict(zip(keys, values, strict=True))
-        rows.append(key | fn(pd.Series(key)))
+        rows.append(key | fn(key))
     table = pd.DataFrame(rows)
     return df[keys].merge(table, on=keys, how="left").drop(columns=keys)
 
@@ -134,9 +138,14 @@ def _layer_columns(
             out[f"{name}_c"] = fwd.compute_s + bwd.compute_s
         return out
 
-    def fn(row: pd.Series) -> dict[str, float]:
+    placed: dict[tuple, CommGroups] = {}
+
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row, recompute="selective")
-        groups = _groups(row, *topo)
+        degrees = tuple(row[k] for k in ("tp", "cp", "ep", "etp"))
+        if degrees not in placed:
+            placed[degrees] = _groups(row, *topo)
+        groups = placed[degrees]
         key = tuple(row[k] for k in _LAYER_KEY if k not in ("ep", "etp"))
         if key not in dense_parts:
             dense_parts[key] = dense(plan, groups)
@@ -169,7 +178,7 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
     """Per distinct degrees: affine costs of the gradient, parameter and pipeline groups."""
     per_node, domain, nics = topo
 
-    def fn(row: pd.Series) -> dict[str, float]:
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
         tp, cp, dp, pp, ep, etp = (int(row[k]) for k in ("tp", "cp", "dp", "pp", "ep", "etp"))
         world = tp * cp * dp * pp
         edp = max(world // (etp * ep * pp), 1)
@@ -240,7 +249,7 @@ def _param_columns(model: ModelSpec):
     counts = count_params(model)
     norms = [layer.norms for layer in counts.layers]
 
-    def fn(row: pd.Series) -> dict[str, float]:
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row)
         out: dict[str, float] = {"split_ok": split_problem(model, plan) is None}
         if not out["split_ok"]:  # no valid split: the row is marked invalid
@@ -272,7 +281,7 @@ def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKer
     """Per distinct (tp, SP, etp, recompute mode): activation bytes of one sequence
     (micro-batch 1, cp 1; every activation term is linear in tokens per rank)."""
 
-    def fn(row: pd.Series) -> dict[str, float]:
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
         ref_job = TrainingJob(
             seq_length=job.seq_length, global_batch_size=1, precision=job.precision
@@ -289,7 +298,7 @@ def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKer
 
 
 def _recompute_fraction(model: ModelSpec):
-    def fn(row: pd.Series) -> dict[str, float]:
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row)
         if plan.recompute != "full":
             return {"rc_frac": 1.0 if plan.recompute == "selective" else 0.0}
