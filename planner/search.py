@@ -75,7 +75,9 @@ _BOUND_GROUP_KEYS = [
 phase depends on. A group (these keys, every micro-batch size) is screened whole or not at
 all, so that `_screen_by_micro_batch` sees the smaller micro-batches of every row."""
 _FINE_KEYS = [*_BOUND_GROUP_KEYS, "micro_batch_size", "distributed_optimizer"]
-"""What the memory floor and the time bound depend on: grouped once over every candidate."""
+"""What the memory floor and the time bound depend on: grouped once over every candidate
+(with `_FSDP_KEYS` where the table has them)."""
+_FSDP_KEYS = ["use_megatron_fsdp", "data_parallel_sharding_strategy"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,22 +196,26 @@ def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFr
     only add to it, so a row whose floor is over the limit cannot fit; the search drops it
     before the closed-form screen, which is the expensive step. Stage parameters are
     counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy
-    arithmetic over the rows."""
+    arithmetic over the rows. A row with ``use_megatron_fsdp`` (when the table has that
+    column) is bounded by every byte sharded, which holds for each sharding strategy
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that)."""
     weight, grad, state = bytes_per_param(job)
     first, group = row_groups(table, _PARAM_KEYS)
     params = _stage_param_table(model, table.iloc[first])[group]
     distopt = table["distributed_optimizer"].to_numpy(dtype=bool)
+    fsdp = np.zeros(len(table), dtype=bool)
+    if "use_megatron_fsdp" in table.columns:
+        fsdp = table["use_megatron_fsdp"].to_numpy(dtype=bool)
     tp, pp, cp, dp = (table[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
     expert_dp = np.maximum(tp * pp * cp * dp // (table["etp"] * table["ep"] * pp).to_numpy(), 1)
-    dense_shards = np.where(distopt, dp * cp, 1)
-    expert_shards = np.where(distopt, expert_dp, 1)
+    dense_shards = np.where(distopt | fsdp, dp * cp, 1)
+    expert_shards = np.where(distopt | fsdp, expert_dp, 1)
     worst = np.zeros(len(table))
     for i in range(3):
         dense, expert = params[:, 0, i], params[:, 1, i]
-        held = (weight + grad) * (dense + expert) + state * (
-            dense / dense_shards + expert / expert_shards
-        )
-        worst = np.maximum(worst, held)
+        sharded = dense / dense_shards + expert / expert_shards
+        whole = np.where(fsdp, sharded, dense + expert)
+        worst = np.maximum(worst, (weight + grad) * whole + state * sharded)
     return worst + FrameworkAllowance().fixed_bytes
 
 
@@ -484,7 +490,7 @@ def screen_candidates(
     so that the closest candidates can be found.
     """
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
-    first, fine = row_groups(table, _FINE_KEYS)
+    first, fine = row_groups(table, _FINE_KEYS + [k for k in _FSDP_KEYS if k in table.columns])
     screened["model_state_floor_bytes"] = (
         model_state_floor_bytes(model, job, table.iloc[first])[fine] if len(table) else 0.0
     )

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 import pytest
 
-from costmodel.memory import optimizer_shards, stage_params
+from costmodel.memory import memory_per_stage, optimizer_shards, stage_params
 from planner import search
 from planner.candidates import enumerate_candidates
 from planner.search import BOUND_REJECTION, model_state_floor_bytes, search_plans
@@ -77,3 +77,24 @@ def test_model_state_floor_matches_the_per_plan_count():
             per_stage.append(4 * held.total + 2 * held.total + 12 * sharded)
         assert floor == pytest.approx(max(per_stage) + fixed, rel=1e-12)
     assert np.all(floors > 0)
+
+
+@pytest.mark.parametrize("strategy", ["no_shard", "optim", "optim_grads", "optim_grads_params"])
+def test_model_state_floor_holds_under_megatron_fsdp(strategy):
+    """Rows with ``use_megatron_fsdp`` get a floor below the model state
+    `costmodel.memory.memory_per_stage` gives their plan, whatever the strategy."""
+    model, cluster, job = _inputs("llama3-8b", 8, 4096, 64)
+    table = enumerate_candidates(model, cluster, job, SearchSpace(), 8).table
+    rows = table[~table["distributed_optimizer"]].sample(n=30, random_state=2)
+    rows = rows.assign(use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy)
+    floors = model_state_floor_bytes(model, job, rows)
+    fixed = search.FrameworkAllowance().fixed_bytes
+    for floor, row in zip(floors, rows.to_dict("records"), strict=True):
+        plan = plan_from_row(row, model).replace(
+            use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy
+        )
+        state = max(
+            s.weights_bytes + s.gradients_bytes + s.optimizer_bytes
+            for s in memory_per_stage(model, job, plan)
+        )
+        assert floor <= state + fixed
