@@ -1,5 +1,5 @@
-"""The time-bounded screen of `planner.search` returns what screening every candidate
-returns, and the memory floor is computed per distinct degrees as before."""
+"""`planner.screening`: the time-bounded screen returns what screening every candidate
+returns; the memory floor equals the per-plan count and holds under Megatron-FSDP."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import functools
 import numpy as np
 import pytest
 
-from costmodel.memory import memory_per_stage, optimizer_shards, stage_params
-from planner import search
+from costmodel.memory import FrameworkAllowance, memory_per_stage, optimizer_shards, stage_params
+from planner import screening
 from planner.candidates import enumerate_candidates
-from planner.search import BOUND_REJECTION, model_state_floor_bytes, search_plans
+from planner.screening import model_state_floor_bytes
+from planner.search import BOUND_REJECTION, search_plans
 from planner.space import SearchSpace, plan_from_row
 from profiles import load_profile
 from specs.cluster import ClusterSpec
@@ -47,7 +48,7 @@ def test_bounded_search_returns_the_exhaustive_plans(monkeypatch, name, gpus, se
     """Small first rounds force several rounds and real skips; the simulated plans, in
     order, and the best plan are those of screening every candidate."""
     model, cluster, job = _inputs(name, gpus, seq, batch)
-    monkeypatch.setattr(search, "FIRST_ROUND_ROWS", 50)
+    monkeypatch.setattr(screening, "FIRST_ROUND_ROWS", 50)
     bounded = search_plans(model, cluster, job, _profile(), top_k=top_k)
     full = search_plans(model, cluster, job, _profile(), top_k=top_k, prune=False)
     assert [r.plan for r in bounded.top] == [r.plan for r in full.top]
@@ -66,7 +67,7 @@ def test_model_state_floor_matches_the_per_plan_count():
     table = enumerate_candidates(model, cluster, job, SearchSpace(), 8).table
     rows = table.sample(n=40, random_state=1)
     floors = model_state_floor_bytes(model, job, rows)
-    fixed = search.FrameworkAllowance().fixed_bytes
+    fixed = FrameworkAllowance().fixed_bytes
     for floor, row in zip(floors, rows.to_dict("records"), strict=True):
         plan = plan_from_row(row, model)
         dense_shards, expert_shards = optimizer_shards(model, plan)
@@ -88,7 +89,7 @@ def test_model_state_floor_holds_under_megatron_fsdp(strategy):
     rows = table[~table["distributed_optimizer"]].sample(n=30, random_state=2)
     rows = rows.assign(use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy)
     floors = model_state_floor_bytes(model, job, rows)
-    fixed = search.FrameworkAllowance().fixed_bytes
+    fixed = FrameworkAllowance().fixed_bytes
     for floor, row in zip(floors, rows.to_dict("records"), strict=True):
         plan = plan_from_row(row, model).replace(
             use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy
