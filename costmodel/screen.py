@@ -3,7 +3,9 @@
 `screen_plans` normalizes the plan rows (`costmodel.plan_frame`) and hands them to the
 runtime's screen: a closed form for ``megatron`` (`costmodel.runtimes.megatron.screen`),
 an event simulation of every distinct plan for ``torch``
-(`costmodel.runtimes.torch.screen`).
+(`costmodel.runtimes.torch.screen`). `screen_lower_bounds` bounds the closed form's
+iteration time from below over the knobs that only add time, for the planner to skip
+candidates that cannot be among its best (``megatron`` only).
 """
 
 from __future__ import annotations
