@@ -75,17 +75,27 @@ def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
 
 
 def row_groups(table: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(first row position of each distinct ``keys`` combination, group of every row), by
-    factorizing each column and `numpy.unique` over the combined codes: a join key for
-    millions of rows without a pandas merge."""
+    """(first row position of each distinct ``keys`` combination, group of every row),
+    groups numbered in order of first appearance, by factorizing each column into one
+    mixed-radix code: a join key for millions of rows without a pandas merge."""
     code = np.zeros(len(table), dtype=np.int64)
     for key in keys:
         values, uniques = pd.factorize(table[key], sort=False)
         code = code * (len(uniques) + 1) + values
         if code.max(initial=0) > 2**40:  # keep the mixed-radix code far from overflow
-            code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+            code = pd.factorize(code, sort=False)[0].astype(np.int64)
+    return first_occurrences(code)
+
+
+def first_occurrences(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position of the first occurrence of each distinct value, group of every value),
+    groups numbered in order of first appearance; hashing, not sorting."""
+    group = pd.factorize(values, sort=False)[0]
+    if not len(group):
+        return np.zeros(0, dtype=np.int64), group
+    seen = np.maximum.accumulate(group)
+    first = np.flatnonzero(np.concatenate(([True], group[1:] > seen[:-1])))
+    return first, group
 
 
 def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
@@ -252,7 +262,7 @@ def _group_bounds(
     once per distinct (group, micro-batch size). ``fine``: each row's group of
     `_FINE_KEYS`, so that the groupings are made on one row per fine group. None when the
     runtime has no bound."""
-    _, first, fine_index = np.unique(fine, return_index=True, return_inverse=True)
+    first, fine_index = first_occurrences(fine)
     reps = rows.iloc[first]
     keys = [*_BOUND_GROUP_KEYS, "micro_batch_size"]
     sample_first, distinct = row_groups(reps, keys)
@@ -265,7 +275,7 @@ def _group_bounds(
     group_first, group = row_groups(reps, _BOUND_GROUP_KEYS)
     per_group = np.full(len(group_first), np.inf)
     np.minimum.at(per_group, group, bounds[distinct])
-    return per_group, group[fine_index.reshape(-1)]
+    return per_group, group[fine_index]
 
 
 def _threshold_s(rows: pd.DataFrame, done: pd.DataFrame, limit_bytes: float, top_k: int) -> float:
