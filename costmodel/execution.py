@@ -43,6 +43,36 @@ PyTorch and cuBLAS; `profiles/derive.py`). The SC21 runs used an older CUDA 11 s
 nearest sourced stack, so this is if anything an upper bound on their GEMM rate."""
 
 
+PLAN_FEATURES: frozenset[str] = frozenset(
+    {
+        "sequence_parallel",
+        "tp_comm_overlap",
+        "selective_recompute",
+        "context_parallel",
+        "distributed_optimizer",
+        "uneven_pipeline_split",
+        "interleaved_two_stages",
+        "pipelined_grad_overlap",
+        "ddp_bucket_size",
+    }
+)
+"""Plan features a framework may or may not implement (`ExecutionOptions.plan_features`),
+each with the Megatron-LM argument that brought it:
+- ``sequence_parallel``: ``--sequence-parallel`` (Korthikanti et al. 2022);
+- ``tp_comm_overlap``: ``--tp-comm-overlap`` (Transformer Engine userbuffers);
+- ``selective_recompute``: ``--recompute-granularity selective`` (Korthikanti et al. 2022);
+- ``context_parallel``: ``--context-parallel-size``;
+- ``distributed_optimizer``: ``--use-distributed-optimizer`` (with it
+  ``--overlap-param-gather``);
+- ``uneven_pipeline_split``: ``--decoder-first/last-pipeline-num-layers``, the
+  ``--account-for-*-in-pipeline-split`` flags and ``--pipeline-model-parallel-layout``;
+- ``interleaved_two_stages``: the interleaved schedule with two pipeline stages (allowed only
+  with ``--overlap-p2p-communication``; `validate_args` asks for pp > 2 otherwise);
+- ``pipelined_grad_overlap``: gradient reduction overlapped with the backward when pp > 1
+  (Megatron-core's DDP); Megatron-LM 2021 overlapped it only through PyTorch DDP, whose
+  ``no_sync`` its pipelined schedules never entered, so every microbatch would be reduced;
+- ``ddp_bucket_size``: ``--ddp-bucket-size``."""
+
 FP8_GEMM_RATE_FACTOR = 0.7
 """Default `ExecutionOptions.fp8_gemm_rate_factor`: fitted by `bench/validate_published.py`
 on the dense FP8 rows of ``published-runs-dev.csv`` (NeMo long-sequence Llama-2-7B on H100,
@@ -208,6 +238,10 @@ class ExecutionOptions:
     ratio the FA3 paper measures on H100 (`FA2_OVER_FA3_H100`); a profile whose curves are
     FA2's already (A100) is unchanged. Stacks from before FA3 (released 2024-07) run 2
     (docs/cost-model.md states what this assumes for Transformer Engine's cuDNN path)."""
+    plan_features: frozenset[str] = PLAN_FEATURES
+    """Plan features the framework implements (names in `PLAN_FEATURES`). The planner
+    searches only plans that use these (`planner.space.SearchSpace.features`); the cost of
+    a plan is not affected."""
 
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
@@ -253,6 +287,12 @@ class ExecutionOptions:
                 f"flash_attention_version must be 2 or 3, got {self.flash_attention_version!r}; "
                 "2 for stacks before FlashAttention-3-class kernels, 3 for current ones"
             )
+        unknown = sorted(self.plan_features - PLAN_FEATURES)
+        if unknown:
+            raise SpecError(
+                f"plan_features has unknown names {unknown}; valid: "
+                f"{', '.join(sorted(PLAN_FEATURES))}"
+            )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
@@ -276,12 +316,17 @@ MEGATRON_2021 = ExecutionOptions(
     gemm_rate_factor=CUDA11_GEMM_RATE_FACTOR,
     grad_nan_check=False,
     tp_dgrad_overlap=False,
+    plan_features=frozenset(),
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
 blocking pipeline sends with the scatter/gather optimisation, and the CUDA 11 cuBLAS
-(`CUDA11_GEMM_RATE_FACTOR`)."""
+(`CUDA11_GEMM_RATE_FACTOR`). None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
+at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
+(interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
+layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets) or
+Megatron's local DDP."""
 
 MEGATRON_2023 = ExecutionOptions(
     bias_fusion=False,
@@ -290,6 +335,7 @@ MEGATRON_2023 = ExecutionOptions(
     overlap_p2p=False,
     pipeline_scatter_gather=True,
     grad_nan_check=False,
+    plan_features=frozenset({"sequence_parallel", "selective_recompute", "distributed_optimizer"}),
 )
 """Megatron-LM of early 2023 (commit 285068c8 of 2023-01-11, the baseline of Jiang et al.
 2024, MegaScale, arXiv 2402.15627) with bf16: the local transformer (no Transformer Engine:
@@ -300,7 +346,9 @@ at sequence 2048 carries a few percent of a layer's time), apex layer norm, hidd
 `LinearWithGradAccumulationAndAsyncCommunication`, blocking pipeline sends (no
 `overlap_p2p_comm` yet); gradient-accumulation fusion and fp32 main gradients as today
 (bf16 forces `accumulate_allreduce_grads_in_fp32`). Gradient reduction is not overlapped
-(no `--overlap-grad-reduce` yet): a plan property, set by the caller."""
+(no `--overlap-grad-reduce` yet): a plan property, set by the caller. Of `PLAN_FEATURES`
+that commit's `megatron/arguments.py` has `--sequence-parallel`, `--recompute-granularity`
+(selective) and `--use-distributed-optimizer` only."""
 
 TORCH_OPTIONS = ExecutionOptions(runtime="torch")
 """paraplan's executor (`executor/`; `costmodel.runtimes.torch`)."""

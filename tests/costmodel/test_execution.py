@@ -12,6 +12,7 @@ from costmodel.execution import (
     DEFAULT_OPTIONS,
     MEGATRON_2021,
     MEGATRON_2023,
+    PLAN_FEATURES,
     ExecutionOptions,
     flash_attention_rate,
     framework_profile,
@@ -366,3 +367,15 @@ def test_megatron_2023_preset_describes_the_early_2023_code():
     # The NaN check of every gradient bucket came with Megatron-core's DDP (on by default).
     assert DEFAULT_OPTIONS.grad_nan_check
     assert not MEGATRON_2023.grad_nan_check and not MEGATRON_2021.grad_nan_check
+
+
+def test_plan_features_are_named_and_2021_has_none():
+    assert DEFAULT_OPTIONS.plan_features == PLAN_FEATURES
+    assert MEGATRON_2021.plan_features == frozenset()
+    assert MEGATRON_2023.plan_features == {
+        "sequence_parallel",
+        "selective_recompute",
+        "distributed_optimizer",
+    }
+    with pytest.raises(SpecError, match="plan_features"):
+        ExecutionOptions(plan_features=frozenset({"zero_bubble"}))
