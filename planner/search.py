@@ -188,7 +188,8 @@ def search_plans(
     prune: bool = True,
 ) -> SearchResult:
     """Search the plans of ``space`` (all knobs searched by default) for the fastest that
-    fits on the runtime ``options`` names (`costmodel.execution`); see the module
+    fits on the runtime ``options`` names (`costmodel.execution`), among the plans that use
+    only the features that runtime implements (`SearchSpace.for_runtime`); see the module
     docstring for the steps. ``prune`` False screens every candidate under the memory
     floor instead of skipping those the time bound rules out (same result, slower)."""
     if top_k < 1:
@@ -196,7 +197,7 @@ def search_plans(
     start = time.perf_counter()
     limit = memory_limit_bytes(profile, memory_headroom)
     scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
-    space = space or SearchSpace()
+    space = (space or SearchSpace()).for_runtime(options)
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     if progress is not None:
         progress("screen", 0, len(cands.table))

@@ -11,6 +11,10 @@ optimizer and overlap_grad_reduce. Relations between knobs that no single genera
 (the global batch against mbs·dp, interleaving's microbatches % pp) are left to
 `specs.rules.check_plan`, so the planner can count how many candidates each rule rejects.
 
+Plan features the runtime lacks (`SearchSpace.features`, e.g. sequence parallelism or the
+distributed optimizer under Megatron-LM 2021, `costmodel.execution.MEGATRON_2021`) are
+never generated.
+
 A knob fixed by the user (`SearchSpace.fixed`, keyed by `ParallelPlan` field names) is
 yielded as given, even when it is illegal: the rules then reject it with their id and fix.
 
@@ -28,6 +32,7 @@ dtype; ``etp`` always holds the effective expert tensor-parallel size (tp for de
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -36,6 +41,7 @@ from typing import Any
 
 import pandas as pd
 
+from costmodel.execution import PLAN_FEATURES, ExecutionOptions
 from planner.splits import (
     EVEN_SPLIT,
     SPLIT_COLUMNS,
@@ -116,6 +122,15 @@ class SearchSpace:
     uneven_splits: bool = True
     """Also try the uneven pipeline splits of `planner.splits` (Megatron and paraplan's own
     executor run them all); False keeps Megatron's default even split."""
+    features: frozenset[str] = PLAN_FEATURES
+    """Plan features the generators may use (`costmodel.execution.PLAN_FEATURES`); the
+    search narrows it to what the runtime implements (`for_runtime`). A missing feature
+    removes the values that need it: ``sequence_parallel`` and ``tp_comm_overlap`` their
+    switches, ``selective_recompute`` selective recompute, ``context_parallel`` cp > 1,
+    ``distributed_optimizer`` the distributed optimizer, ``uneven_pipeline_split`` the
+    uneven splits, ``interleaved_two_stages`` vpp > 1 with pp = 2,
+    ``pipelined_grad_overlap`` overlap_grad_reduce with pp > 1, ``ddp_bucket_size`` the
+    bucket sizes besides the default. Knobs the user fixed are yielded as given."""
 
     def __post_init__(self) -> None:
         for name in self.fixed:
@@ -129,6 +144,15 @@ class SearchSpace:
             raise SpecError(
                 f"SearchSpace bucket_factors and block_recompute_fractions must be > 0, got {bad}"
             )
+
+    def has(self, feature: str) -> bool:
+        """True when the generators may use plan feature ``feature``."""
+        return feature in self.features
+
+    def for_runtime(self, options: ExecutionOptions) -> SearchSpace:
+        """This space narrowed to the plan features the runtime implements
+        (`ExecutionOptions.plan_features`)."""
+        return dataclasses.replace(self, features=self.features & options.plan_features)
 
     def is_fixed(self, name: str) -> bool:
         """True when the user fixed knob ``name``."""
@@ -161,11 +185,20 @@ def tp_degrees(
     """Tensor-parallel sizes: divisors of the GPU count that divide the heads, divide the
     query groups (g % tp == 0, Megatron-core's `divide(num_query_groups, tp)`; MLA has no
     groups), divide the dense and shared-expert MLP widths, and fit the scale-up domain unless
-    ``beyond_scale_up`` (Megatron's parallel linears; megatron-facts.md §8.3 rule 4)."""
+    ``beyond_scale_up`` (Megatron's parallel linears; megatron-facts.md §8.3 rule 4).
+
+    A size inside the scale-up domain must also divide it (one beyond it be a multiple of
+    it): TP groups are runs of consecutive ranks (tp-cp-ep-dp-pp order), so tp = 3 on
+    8-GPU servers puts ranks 6, 7, 8 on two servers and that group's collectives, which
+    every layer waits for, cross the NICs. The cost model places the group of rank 0
+    (`costmodel.topology.plan_placements`), which stays inside one server, so such sizes
+    would be priced as if every group did."""
     groups = model.query_groups
     dense_mlp = model.num_moe_layers < model.num_layers
     for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
         if not beyond_scale_up and tp > scale_up_domain:
+            continue
+        if scale_up_domain % tp and tp % scale_up_domain:
             continue
         if not model.uses_mla and groups % tp:
             continue
@@ -206,7 +239,8 @@ def split_choices(model: ModelSpec, pp: int, vpp: int, space: SearchSpace) -> li
     if fixed:
         return [EVEN_SPLIT | fixed]
     options = split_options(model, pp, vpp)
-    return options if space.uneven_splits else [o for o in options if o == EVEN_SPLIT]
+    uneven = space.uneven_splits and space.has("uneven_pipeline_split")
+    return options if uneven else [o for o in options if o == EVEN_SPLIT]
 
 
 def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Iterator[int]:
@@ -318,13 +352,18 @@ def degree_table(
     wide = space.tp_beyond_scale_up
     rows = []
     tps = space.choices("tp", tp_degrees(model, num_gpus, scale_up_domain, beyond_scale_up=wide))
+    uneven = space.uneven_splits and space.has("uneven_pipeline_split")
     for tp in tps:
         after_tp = max(1, num_gpus // tp)
-        uneven = space.uneven_splits
         for pp in space.choices("pp", pp_degrees(model, after_tp, uneven=uneven)):
-            for vpp in space.choices("vpp", vpp_degrees(model, pp, uneven=uneven)):
+            vpps = vpp_degrees(model, pp, uneven=uneven)
+            if pp == 2 and not space.has("interleaved_two_stages"):
+                vpps = iter((1,))
+            for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
+                if not space.has("context_parallel"):
+                    cps = iter((1,))
                 splits = split_choices(model, pp, vpp, space) or [EVEN_SPLIT]
                 for cp in space.choices("cp", cps):
                     dp = space.choices("dp", (max(1, after_pp // cp),))[0]
@@ -374,6 +413,7 @@ def switch_rows(
         [
             {"sequence_parallel": s, "tp_comm_overlap": o}
             for s, o in sequence_parallel_options(tp, job.seq_length, cp)
+            if (space.has("sequence_parallel") or not s) and (space.has("tp_comm_overlap") or not o)
         ],
         space,
     )
@@ -381,12 +421,18 @@ def switch_rows(
         [
             {"recompute": r, "recompute_num_layers": n, "recompute_method": m}
             for r, n, m in recompute_options(chunk_layers, space.block_recompute_fractions)
+            if space.has("selective_recompute") or r != "selective"
         ],
         space,
     )
     opt_opts = []
+    factors = space.bucket_factors if space.has("ddp_bucket_size") else ()
     for d, g, p in optimizer_options():
-        for bucket in bucket_sizes(dp, cp, g, space.bucket_factors):
+        if (d and not space.has("distributed_optimizer")) or (
+            g and pp > 1 and not space.has("pipelined_grad_overlap")
+        ):
+            continue
+        for bucket in bucket_sizes(dp, cp, g, factors):
             opt_opts.append(
                 {
                     "distributed_optimizer": d,

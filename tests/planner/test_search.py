@@ -11,6 +11,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from costmodel.estimate import estimate_plan
+from costmodel.execution import MEGATRON_2021
 from planner.candidates import enumerate_candidates
 from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
 from planner.search import MEMORY_REJECTION, memory_limit_bytes, search_plans
@@ -188,3 +189,23 @@ def test_a_pinned_split_is_kept() -> None:
     assert result.best is not None
     assert {r.plan.decoder_first_pipeline_num_layers for r in result.top} == {7}
     assert not any(r.plan.account_for_embedding_in_pipeline_split for r in result.top)
+
+
+def test_search_keeps_to_the_features_of_the_runtime() -> None:
+    # Megatron-LM 2021 (costmodel.execution.MEGATRON_2021) had none of PLAN_FEATURES.
+    cluster = ClusterSpec(hardware="a100-sxm-80gb", num_gpus=16)
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    result = search_plans(
+        get_preset("gpt-1.7b"),
+        cluster,
+        job,
+        load_profile("a100-sxm-80gb"),
+        top_k=5,
+        options=MEGATRON_2021,
+    )
+    assert result.top
+    for ranked in result.top:
+        plan = ranked.plan
+        assert not (plan.sequence_parallel or plan.distributed_optimizer or plan.tp_comm_overlap)
+        assert plan.recompute != "selective" and plan.cp == 1
+        assert not (plan.overlap_grad_reduce and plan.pp > 1)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, PLAN_FEATURES
 from planner.space import (
     CONTEXT_COLUMNS,
     PLAN_COLUMNS,
@@ -51,8 +52,11 @@ def test_tp_degrees_follow_heads_groups_ffn_and_scale_up() -> None:
     # tp must divide the GPU count too: 24 GPUs allow 1, 2, 4, 8 (3 and 6 fail the heads)
     assert list(tp_degrees(llama, 24, 8)) == [1, 2, 4, 8]
     gpt = get_preset("gpt-1.7b")  # 24 heads, ffn 9216
-    assert list(tp_degrees(gpt, 48, 8)) == [1, 2, 3, 4, 6, 8]
-    assert list(tp_degrees(gpt, 48, 8, beyond_scale_up=True)) == [1, 2, 3, 4, 6, 8, 12, 24]
+    # tp must divide the 8-GPU domain (tp = 3 or 6 would put a group on two servers),
+    # or beyond it be a multiple of it (12 spans 1.5 servers)
+    assert list(tp_degrees(gpt, 48, 8)) == [1, 2, 4, 8]
+    assert list(tp_degrees(gpt, 48, 8, beyond_scale_up=True)) == [1, 2, 4, 8, 24]
+    assert list(tp_degrees(gpt, 48, 6)) == [1, 2, 3, 6]
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -172,3 +176,31 @@ def test_generated_switches_never_break_a_rule(name, gpus, seq, batch, pick) -> 
     context = tuple(row[c] for c in CONTEXT_COLUMNS)
     for switches in switch_rows(model, job, space, context):
         assert _violations(model, gpus, job, row | switches) == []
+
+
+def test_runtime_without_features_generates_only_the_2021_knobs() -> None:
+    # Megatron-LM at the examples/sc21 commit (2021-08): no SP, tp-comm-overlap, selective
+    # recompute, CP, distributed optimizer, uneven splits or bucket sizes; interleaving only
+    # with pp > 2; overlapped (PyTorch DDP) gradient reduction only without pipelining.
+    gpt = get_preset("gpt-1.7b")  # 24 layers, 24 heads
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    space = SearchSpace().for_runtime(MEGATRON_2021)
+    assert space.features == frozenset()
+    degrees = degree_table(gpt, 16, job, space, 8)
+    assert set(degrees["cp"]) == {1}
+    assert set(degrees.loc[degrees["pp"] == 2, "vpp"]) == {1}
+    assert (degrees["vpp"] > 1).any()
+    assert not any(degrees[c].any() for c in ("decoder_first_pipeline_num_layers",))
+    table = expand(degrees, switch_table(gpt, job, space, degrees))
+    assert not table[["sequence_parallel", "tp_comm_overlap", "distributed_optimizer"]].any().any()
+    assert set(table["recompute"]) == {"none", "full"}
+    assert not (table["overlap_grad_reduce"] & (table["pp"] > 1)).any()
+    assert table.loc[table["pp"] == 1, "overlap_grad_reduce"].any()
+    assert set(table["ddp_bucket_size"]) == {0}
+    # today's Megatron-LM keeps every feature
+    full = SearchSpace().for_runtime(DEFAULT_OPTIONS)
+    assert full.features == PLAN_FEATURES
+    rows = switch_rows(gpt, job, full, (2, 2, 1, 1, 4))
+    assert {r["recompute"] for r in rows} == {"none", "selective", "full"}
+    assert any(r["distributed_optimizer"] for r in rows)
+    assert any(r["overlap_grad_reduce"] for r in rows)
