@@ -2,8 +2,11 @@
 with a complete configuration, run the planner (`planner.search.search_plans`, top 10) on
 the same model, cluster, sequence and batch, and compare its pick with the published recipe.
 
-Both are priced by the same cost model with Megatron-LM's current defaults (the planner's
-own options), so the comparison is between plans, not between software stacks:
+Both are priced by the same cost model with the row's execution options
+(`published_rows.options_for_row`: Megatron-LM 2021 for SC21-era sources), and the planner
+searches only the plan features those options implement (`SearchSpace.for_runtime`: no
+sequence parallelism, distributed optimizer or selective recompute in 2021), so the
+comparison is between plans the same software could run:
 - claimed speedup: the pick's predicted tokens/s over the recipe's;
 - recipe rank: 1 + the number of the planner's simulated plans predicted faster than the
   recipe (``top_k + 1`` when it falls behind the whole list).
@@ -29,8 +32,12 @@ def sanity_row(raw: dict[str, str]) -> dict[str, object]:
     """Claimed speedup and recipe rank for one row (see the module docstring)."""
     case = case_for_row(raw)
     profile = load_profile(case.profile)
-    recipe = estimate_plan(case.model, case.cluster, case.job, case.plan, profile)
-    result = search_plans(case.model, case.cluster, case.job, profile, top_k=TOP_K)
+    recipe = estimate_plan(
+        case.model, case.cluster, case.job, case.plan, profile, options=case.options
+    )
+    result = search_plans(
+        case.model, case.cluster, case.job, profile, top_k=TOP_K, options=case.options
+    )
     if result.best is None:
         raise NotExpressible("the planner found no fitting plan")
     faster = sum(1 for r in result.top if r.estimate.tokens_per_s > recipe.tokens_per_s)
