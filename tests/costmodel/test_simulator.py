@@ -124,8 +124,10 @@ def test_overlapping_gradient_reduction_exposes_only_the_tail():
 OVERLAPS = [
     {"overlap_grad_reduce": True},
     {"overlap_grad_reduce": True, "overlap_param_gather": True},
-    {"tp_comm_overlap": True},
 ]
+"""Switches that only move communication under compute. `tp_comm_overlap` is not among
+them: its chunked GEMMs and the SMs its kernels take cost time of their own
+(`costmodel.runtimes.megatron.layer_costs._tp_overlap_pair`)."""
 
 
 @settings(max_examples=40, deadline=None)

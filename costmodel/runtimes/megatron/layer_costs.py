@@ -10,11 +10,11 @@ own shape. GQA keeps max(g/tp, 1) key/value heads per rank.
 
 Communication per layer (size S = T·h·e bytes, the full activation):
 - TP: forward 2 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP;
-  the same in backward (§6). Exposed unless `tp_comm_overlap`, which pipelines each
-  collective with its GEMM (AG with QKV/FC1, RS with the output projection/FC2; backward
-  with the same linears' dgrad+wgrad), leaving max(0, comm - GEMM) per pair. The SP
-  backward re-gather of the column-parallel input runs asynchronously under dgrad in
-  Megatron and is not counted.
+  the same in backward (§6). Exposed unless `tp_comm_overlap`, which runs Transformer
+  Engine's userbuffers overlaps (`_tp_overlap_pair`): the collectives split with their
+  GEMMs into chunks, the GEMM chunks on fewer SMs, the last chunk's reduce-scatter
+  exposed. The SP backward re-gather of the column-parallel input runs asynchronously
+  under dgrad in Megatron and is not counted without the overlap.
 - CP (`cp_comm_type`): ``p2p`` rotates K/V chunks around the ring in cp-1 steps under the
   attention kernel, exposed only beyond the attention time; backward moves K/V and dK/dV
   (twice the bytes). ``all_gather`` gathers K/V before attention (and reduce-scatters
@@ -66,6 +66,38 @@ from specs.params import mla_head_dims, padded_vocab_size
 from specs.plan import ParallelPlan
 
 AttentionKernel = ops.AttentionKernelName
+
+Shape = tuple[float, float, float]
+"""(m, n, k) of an (m x k) @ (k x n) GEMM."""
+
+TP_OVERLAP_COMM_SMS = 16
+"""SMs that Transformer Engine's ``pipeline`` and ``bulk`` userbuffers overlaps give their
+communication kernels, the GEMM running on the others (``initialize_ub`` default config:
+``num_sm`` 16, ``set_sm_margin`` True except for ``ring_exchange``;
+`transformer_engine/pytorch/module/base.py`; ``CommOverlapBase``: ``_math_sms = sm_count -
+num_comm_sm``, `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`)."""
+
+TP_OVERLAP_RS_SPLITS = 4
+"""Chunks of the ``pipeline`` reduce-scatter overlap of the row-parallel forward GEMMs
+(``proj_fprop``, ``fc2_fprop``; ``initialize_ub`` default ``num_splits`` 4)."""
+
+SM_COUNT_BY_DEVICE = (
+    ("A100", 108),
+    ("H100", 132),
+    ("H200", 132),
+    ("B300", 160),
+    ("B200", 148),
+)
+"""Device-name fragment -> streaming multiprocessors (NVIDIA A100 and H100 architecture
+whitepapers: 108 SMs on A100 SXM4, 132 on H100 SXM5 and H200 SXM; Blackwell: 148 on B200
+and GB200, 160 on B300 and GB300, NVIDIA technical blog "Inside NVIDIA Blackwell Ultra");
+first match wins. Devices not listed are priced without the SM margin."""
+
+
+def sm_count(profile: HardwareProfile) -> int | None:
+    """Streaming multiprocessors of the profile's device (`SM_COUNT_BY_DEVICE`), or None."""
+    name = profile.device.name
+    return next((n for fragment, n in SM_COUNT_BY_DEVICE if fragment in name), None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,14 +171,16 @@ def _tp_pair(
     x: _Shape,
     h: int,
     groups: CommGroups,
-    first_gemm: tuple[float, ...],
-    second_gemm: tuple[float, ...],
+    first: Shape,
+    second: Shape | None,
     dgrad_overlap: bool = True,
 ) -> tuple[PassCost, PassCost]:
     """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
     all-reduce each way without SP (after the row-parallel GEMM forward, of the
     column-parallel input gradient backward); with SP an all-gather before the
     column-parallel GEMM and a reduce-scatter after the row-parallel one, each way.
+    ``first`` and ``second`` are the pair's GEMM shapes (``second`` None when the layer
+    has no row-parallel GEMM of its own, MLA here: its reduce-scatter is exposed).
 
     ``dgrad_overlap`` (`ExecutionOptions.tp_dgrad_overlap`): without `tp_comm_overlap`, the
     backward reduction of the column-parallel input gradient (reduce-scatter with SP,
@@ -165,21 +199,75 @@ def _tp_pair(
     else:
         comms = (collective_time_s(profile, "all_reduce", size, groups.tp),)
     total = sum(comms)
-    passes = []
-    for direction in (0, 1):
-        if plan.tp_comm_overlap and x.sp:
-            under = (
-                (first_gemm[0], second_gemm[0])
-                if direction == 0
-                else (sum(second_gemm[1:]), sum(first_gemm[1:]))
-            )
-            exposed = sum(max(0.0, c - g) for c, g in zip(comms, under, strict=True))
-        elif direction == 1 and dgrad_overlap:
-            exposed = total - comms[-1] + max(0.0, comms[-1] - first_gemm[2])
-        else:
-            exposed = total
-        passes.append(PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size))
-    return passes[0], passes[1]
+    if plan.tp_comm_overlap and x.sp:
+        fwd, bwd = _tp_overlap_pair(profile, x, size, groups.tp, first, second)
+    else:
+        fwd = bwd = total
+        if dgrad_overlap:
+            wgrad = _gemm3(profile, x, *first)[2]
+            bwd = total - comms[-1] + max(0.0, comms[-1] - wgrad)
+    return tuple(  # type: ignore[return-value]
+        PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size)
+        for exposed in (fwd, bwd)
+    )
+
+
+def _tp_overlap_pair(
+    profile: HardwareProfile,
+    x: _Shape,
+    size: float,
+    group: GroupPlacement,
+    first: Shape,
+    second: Shape | None,
+) -> tuple[float, float]:
+    """Seconds `--tp-comm-overlap` adds to one GEMM pair beyond its GEMMs (forward,
+    backward), following Transformer Engine's default userbuffers methods
+    (``initialize_ub``, `transformer_engine/pytorch/module/base.py`; kernels in
+    `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`):
+
+    - ``ring_exchange`` (``qkv_fprop``/``fc1_fprop`` forward, ``proj_dgrad``/``fc2_dgrad``
+      backward; ``num_splits`` = tp, no SM margin): the all-gather becomes tp - 1
+      neighbour sends of S/tp bytes, each under the GEMM of the chunk already present;
+      cost tp·g - G + (tp - 1)·max(0, p - g), g the GEMM of T/tp rows, p one send;
+    - ``pipeline`` (``proj_fprop``/``fc2_fprop``; 4 splits, `TP_OVERLAP_COMM_SMS`): each
+      chunk's reduce-scatter runs under the next chunk's GEMM, the last one after it;
+      cost 4·g' - G + r + 3·max(0, r - g'), g' the chunk GEMM on the remaining SMs, r the
+      reduce-scatter of S/4 bytes;
+    - ``bulk`` (``qkv_dgrad``/``fc1_dgrad`` and ``_wgrad``; `TP_OVERLAP_COMM_SMS`): the
+      all-gather of the layer input runs under the dgrad GEMM and the reduce-scatter of
+      its output under the wgrad GEMM, both GEMMs on the remaining SMs; cost
+      (f - 1)·(D + W) + max(0, AG - f·D) + max(0, RS - f·W), f = SMs / (SMs - 16).
+    """
+    sms = sm_count(profile)
+    slow = sms / (sms - TP_OVERLAP_COMM_SMS) if sms else 1.0
+    tp, splits = x.tp, TP_OVERLAP_RS_SPLITS
+
+    def gemm(m: float, n: float, k: float) -> float:
+        return ops.gemm_time_s(profile, _rows(m), _rows(n), _rows(k), x.dtype)
+
+    def ring(m: float, n: float, k: float) -> float:
+        chunk = gemm(m / tp, n, k)
+        send = ring_exchange_time_s(profile, size / tp, 1, group)
+        return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
+
+    m1, n1, k1 = first
+    forward = ring(m1, n1, k1)
+    rs_chunk = collective_time_s(profile, "reduce_scatter", size / splits, group)
+    if second is None:
+        forward += collective_time_s(profile, "reduce_scatter", size, group)
+        backward = collective_time_s(profile, "all_gather", size, group)
+    else:
+        m2, n2, k2 = second
+        chunk = slow * gemm(m2 / splits, n2, k2)
+        forward += splits * chunk - gemm(m2, n2, k2) + rs_chunk
+        forward += (splits - 1) * max(0.0, rs_chunk - chunk)
+        backward = ring(m2, k2, n2)
+    dgrad, wgrad = gemm(m1, k1, n1), gemm(k1, n1, m1)
+    ag = collective_time_s(profile, "all_gather", size, group)
+    rs = collective_time_s(profile, "reduce_scatter", size, group)
+    backward += (slow - 1) * (dgrad + wgrad)
+    backward += max(0.0, ag - slow * dgrad) + max(0.0, rs - slow * wgrad)
+    return max(0.0, forward), max(0.0, backward)
 
 
 def _attention_dims(model: ModelSpec, tp: int) -> tuple[float, float, int]:
@@ -213,11 +301,13 @@ def _attention(
     if model.uses_mla:
         # MLA's chain of small projections, timed as one GEMM of the same FLOPs.
         width = attention_projection_forward_flops_per_token(model) / (2 * h * x.tp)
-        qkv, proj = _gemm3(profile, x, x.tokens, width, h), (0.0, 0.0, 0.0)
+        qkv_shape: Shape = (x.tokens, width, h)
+        proj_shape: Shape | None = None
+        qkv, proj = _gemm3(profile, x, *qkv_shape), (0.0, 0.0, 0.0)
     else:
         width = 0.0
-        qkv = _gemm3(profile, x, x.tokens, q + 2 * kv, h)
-        proj = _gemm3(profile, x, x.tokens, h, q)
+        qkv_shape, proj_shape = (x.tokens, q + 2 * kv, h), (x.tokens, h, q)
+        qkv, proj = _gemm3(profile, x, *qkv_shape), _gemm3(profile, x, *proj_shape)
     core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
     core = {}
     for direction in ("forward", "backward"):
@@ -252,7 +342,9 @@ def _attention(
     fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in)
     ew_fwd += fp8_f
     ew_bwd += fp8_b
-    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv, proj, options.tp_dgrad_overlap)
+    tp_f, tp_b = _tp_pair(
+        profile, plan, x, h, groups, qkv_shape, proj_shape, options.tp_dgrad_overlap
+    )
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd
@@ -403,8 +495,9 @@ def _mlp(
         return ZERO, ZERO, 0.0, 0.0
     h, gated = model.hidden_size, model.activation == "swiglu"
     width = ffn / x.tp
-    fc1 = _gemm3(profile, x, x.tokens, (2 if gated else 1) * width, h)
-    fc2 = _gemm3(profile, x, x.tokens, h, width)
+    fc1_shape: Shape = (x.tokens, (2 if gated else 1) * width, h)
+    fc2_shape: Shape = (x.tokens, h, width)
+    fc1, fc2 = _gemm3(profile, x, *fc1_shape), _gemm3(profile, x, *fc2_shape)
     act_f = ops.activation_time_s(
         profile, x.tokens, width, x.elem, gated=gated, direction="forward"
     )
@@ -417,7 +510,9 @@ def _mlp(
         act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width)
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
-    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1, fc2, options.tp_dgrad_overlap)
+    tp_f, tp_b = _tp_pair(
+        profile, plan, x, h, groups, fc1_shape, fc2_shape, options.tp_dgrad_overlap
+    )
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
     return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad
