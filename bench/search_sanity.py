@@ -9,7 +9,12 @@ sequence parallelism, distributed optimizer or selective recompute in 2021), so 
 comparison is between plans the same software could run:
 - claimed speedup: the pick's predicted tokens/s over the recipe's;
 - recipe rank: 1 + the number of the planner's simulated plans predicted faster than the
-  recipe (``top_k + 1`` when it falls behind the whole list).
+  recipe (``top_k + 1`` when it falls behind the whole list);
+- the same two figures for a search held to the recipe's own recompute setting
+  (``same_recompute_*``), which separates what the pick gains by recomputing less from what
+  it gains by its degrees and micro-batch size;
+- the pick's peak memory and the share of device memory it leaves free, as a pick that
+  fits only within the search's headroom rests on the memory model's last few percent.
 Recipes tuned on the real machines should rank high; a large claimed speedup is more likely
 a cost-model error than a better plan.
 """
@@ -21,40 +26,61 @@ import statistics
 from published_rows import NotExpressible, case_for_row
 
 from costmodel.estimate import estimate_plan
-from planner.search import search_plans
+from planner.search import RankedPlan, SearchResult, search_plans
+from planner.space import SearchSpace
 from profiles.store import load_profile
 from specs.errors import SpecError
 
 TOP_K = 10
 
 
+def _claim(result: SearchResult, recipe_tokens_per_s: float) -> tuple[RankedPlan, float, int]:
+    """(the pick, its tokens/s over the recipe's, the recipe's rank) of one search."""
+    if result.best is None:
+        raise NotExpressible("the planner found no fitting plan")
+    faster = sum(1 for r in result.top if r.estimate.tokens_per_s > recipe_tokens_per_s)
+    return result.best, result.best.estimate.tokens_per_s / recipe_tokens_per_s, faster + 1
+
+
 def sanity_row(raw: dict[str, str]) -> dict[str, object]:
-    """Claimed speedup and recipe rank for one row (see the module docstring)."""
+    """Claimed speedup and recipe rank for one row, over the whole search space and over
+    the recipe's recompute setting (see the module docstring)."""
     case = case_for_row(raw)
     profile = load_profile(case.profile)
     recipe = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
     )
-    result = search_plans(
-        case.model, case.cluster, case.job, profile, top_k=TOP_K, options=case.options
-    )
-    if result.best is None:
-        raise NotExpressible("the planner found no fitting plan")
-    faster = sum(1 for r in result.top if r.estimate.tokens_per_s > recipe.tokens_per_s)
+    args = (case.model, case.cluster, case.job, profile)
+    result = search_plans(*args, top_k=TOP_K, options=case.options)
+    pick, speedup, rank = _claim(result, recipe.tokens_per_s)
+    held = {
+        "recompute": case.plan.recompute,
+        "recompute_num_layers": case.plan.recompute_num_layers,
+        "recompute_method": case.plan.recompute_method,
+    }
+    same = search_plans(*args, space=SearchSpace(fixed=held), top_k=TOP_K, options=case.options)
+    same_pick, same_speedup, same_rank = _claim(same, recipe.tokens_per_s)
+    device_gib = profile.device.memory_gib
     return {
         "row_id": raw["row_id"],
         "model": raw["model"],
         "recipe": case.plan.label(),
-        "pick": result.best.plan.label(),
-        "claimed_speedup": result.best.estimate.tokens_per_s / recipe.tokens_per_s,
-        "recipe_rank": faster + 1,
+        "pick": pick.plan.label(),
+        "claimed_speedup": speedup,
+        "recipe_rank": rank,
         "recipe_fits": recipe.fits,
+        "pick_peak_gib": pick.estimate.peak_memory_gib,
+        "pick_memory_free": 1 - pick.estimate.peak_memory_gib / device_gib,
+        "same_recompute_pick": same_pick.plan.label(),
+        "same_recompute_speedup": same_speedup,
+        "same_recompute_rank": same_rank,
     }
 
 
 def search_sanity(rows: list[dict[str, str]]) -> dict[str, object]:
-    """Per trust A row: claimed speedup and recipe rank; the median speedup and the share
-    of recipes within the planner's top 10."""
+    """Per trust A row: claimed speedup and recipe rank (also held to the recipe's
+    recompute setting); the median speedups and the shares of recipes within the
+    planner's top 10."""
     results, apart = [], []
     for raw in rows:
         if raw["trust"] != "A":
@@ -65,11 +91,20 @@ def search_sanity(rows: list[dict[str, str]]) -> dict[str, object]:
             lines = str(err).splitlines()
             reason = lines[-1].strip(" -") if len(lines) > 1 else lines[0]
             apart.append({"row_id": raw["row_id"], "reason": reason})
-    speedups = [float(r["claimed_speedup"]) for r in results]
-    in_top = [int(r["recipe_rank"]) <= TOP_K for r in results]
+
+    def median(key: str) -> float | None:
+        values = [float(r[key]) for r in results]  # type: ignore[arg-type]
+        return statistics.median(values) if values else None
+
+    def top_share(key: str) -> float | None:
+        in_top = [int(r[key]) <= TOP_K for r in results]  # type: ignore[call-overload]
+        return sum(in_top) / len(in_top) if in_top else None
+
     return {
-        "median_claimed_speedup": statistics.median(speedups) if speedups else None,
-        "recipe_in_top10_fraction": sum(in_top) / len(in_top) if in_top else None,
+        "median_claimed_speedup": median("claimed_speedup"),
+        "recipe_in_top10_fraction": top_share("recipe_rank"),
+        "median_same_recompute_speedup": median("same_recompute_speedup"),
+        "same_recompute_in_top10_fraction": top_share("same_recompute_rank"),
         "rows": results,
         "not_run": apart,
     }

@@ -346,11 +346,15 @@ def print_table(result: dict) -> None:
         for r in sanity["rows"]:
             print(
                 f"search {r['row_id']:>4} {r['model'][:22]:<22} recipe {r['recipe']:<34} "
-                f"pick {r['pick']:<34} speedup {r['claimed_speedup']:.2f}x rank {r['recipe_rank']}"
+                f"pick {r['pick']:<34} speedup {r['claimed_speedup']:.2f}x rank {r['recipe_rank']} "
+                f"free {r['pick_memory_free']:.0%}; same recompute "
+                f"{r['same_recompute_speedup']:.2f}x rank {r['same_recompute_rank']}"
             )
         print(
             f"search sanity: median claimed speedup {sanity['median_claimed_speedup']:.2f}x, "
-            f"recipe in top 10: {sanity['recipe_in_top10_fraction']:.0%}"
+            f"recipe in top 10: {sanity['recipe_in_top10_fraction']:.0%}; held to the "
+            f"recipe's recompute: {sanity['median_same_recompute_speedup']:.2f}x, "
+            f"{sanity['same_recompute_in_top10_fraction']:.0%}"
         )
 
 
