@@ -456,7 +456,12 @@ def _cp_exchange(
     group: GroupPlacement,
     core: dict[str, float],
 ) -> tuple[PassCost, PassCost]:
-    """Context-parallel K/V exchange (forward, backward)."""
+    """Context-parallel K/V exchange (forward, backward).
+
+    ``p2p``: Transformer Engine's `AttnFuncWithCPAndKVP2P` runs cp attention steps, one
+    per K/V chunk; the send of the next chunk runs under the current step's attention, and
+    the next step waits for it. Each of the cp - 1 sends is therefore hidden only by one
+    step's attention (a cp-th of the core time), not by the whole attention."""
     if plan.cp < 2:
         return ZERO, ZERO
     chunk = 2 * x.tokens * kv_width * x.elem  # K and V of this rank's tokens
@@ -464,8 +469,9 @@ def _cp_exchange(
         fwd = ring_exchange_time_s(profile, chunk, plan.cp - 1, group)
         bwd = ring_exchange_time_s(profile, 2 * chunk, plan.cp - 1, group)
         fwd_bytes, bwd_bytes = (plan.cp - 1) * chunk, 2 * (plan.cp - 1) * chunk
-        fwd_exposed = max(0.0, fwd - core["forward"])
-        bwd_exposed = max(0.0, bwd - core["backward"])
+        steps = plan.cp - 1
+        fwd_exposed = steps * max(0.0, fwd / steps - core["forward"] / plan.cp)
+        bwd_exposed = steps * max(0.0, bwd / steps - core["backward"] / plan.cp)
     else:
         total = plan.cp * chunk
         fwd = collective_time_s(profile, "all_gather", total, group)
