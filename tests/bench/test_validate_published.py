@@ -226,9 +226,13 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
         "global_batch_size": "512",
     }
     result = sanity.sanity_row(row)
-    speedup, rank = result["claimed_speedup"], result["recipe_rank"]
-    assert 1 <= rank <= sanity.TOP_K + 1
-    assert (rank == 1) == (speedup <= 1.0)
+    for prefix in ("", "same_recompute_"):
+        speedup = result[f"{prefix}claimed_speedup" if not prefix else f"{prefix}speedup"]
+        rank = result[f"{prefix}recipe_rank" if not prefix else f"{prefix}rank"]
+        assert 1 <= rank <= sanity.TOP_K + 1
+        assert (rank == 1) == (speedup <= 1.0)
+    assert "rc-full" in result["same_recompute_pick"]
+    assert 0.0 < result["pick_memory_free"] < 1.0
 
 
 def test_moe_host_launch_is_fitted_on_moe_rows_and_refitted_out_of_sample():
