@@ -342,9 +342,13 @@ def stage_activations(
     *,
     attention: AttentionKernel = "flash",
     dropout: bool = True,
+    keep_outputs: bool = False,
 ) -> StageActivations:
     """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
-    applies hidden dropout (its masks are kept)."""
+    applies hidden dropout (its masks are kept); ``keep_outputs``: every chunk but the
+    model's last keeps the output it sent, [s/cp, b, h] (/tp with SP), for each in-flight
+    microbatch (`costmodel.execution.ExecutionOptions.deallocate_pipeline_outputs` off),
+    counted with the layer activations."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
     x, mask = _shard(job, plan, dropout), model.moe_layer_mask()
@@ -357,6 +361,9 @@ def stage_activations(
         layers_bytes += count * stored
         working = max(working, chunk_working)
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
+    if keep_outputs and plan.pp > 1:
+        sending = sum(counts) - (counts[-1] if last else 0)
+        layers_bytes += sending * x.element_bytes * x.tokens * model.hidden_size / x.sp
     return StageActivations(
         in_flight_microbatches=sum(counts),
         layers_bytes=layers_bytes,

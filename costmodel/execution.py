@@ -172,6 +172,15 @@ class ExecutionOptions:
     every tp rank sends the whole [s, b, h] tensor (current Megatron without sequence
     parallelism)."""
 
+    deallocate_pipeline_outputs: bool = True
+    """Each pipeline stage frees the data of an output tensor once it is sent (Megatron's
+    ``deallocate_output_tensor``, since 2022-01; `deallocate_pipeline_outputs` is forced
+    on in ``core_transformer_config_from_args``, megatron-facts.md §3.4). False: the stage
+    keeps every in-flight microbatch's output [s/cp, b, h] until its backward (Megatron-LM
+    2021 `megatron/schedules.py`: ``output_tensors.append(output_tensor)``), one more
+    activation per in-flight microbatch-chunk on every chunk but the model's last
+    (`costmodel.activations.stage_activations`)."""
+
     gemm_rate_factor: float = 1.0
     """Multiplier, in (0, 1], on the profile's GEMM efficiency for the BLAS library the
     framework links (`framework_profile`): 1 for the library the profile was measured or
@@ -313,6 +322,7 @@ MEGATRON_2021 = ExecutionOptions(
     loss_scaling=True,
     overlap_p2p=False,
     pipeline_scatter_gather=True,
+    deallocate_pipeline_outputs=False,
     gemm_rate_factor=CUDA11_GEMM_RATE_FACTOR,
     grad_nan_check=False,
     tp_dgrad_overlap=False,
@@ -321,7 +331,8 @@ MEGATRON_2021 = ExecutionOptions(
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
-blocking pipeline sends with the scatter/gather optimisation, and the CUDA 11 cuBLAS
+blocking pipeline sends with the scatter/gather optimisation and the sent outputs kept
+until their backward, and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`). None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
 at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
 (interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),

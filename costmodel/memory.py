@@ -324,9 +324,11 @@ def memory_per_stage(
     attention: AttentionKernel = "flash",
     dropout: bool = True,
     main_grad_bytes: int = 4,
+    keep_outputs: bool = False,
 ) -> tuple[StageMemory, ...]:
-    """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout`` and
-    ``main_grad_bytes`` as `ExecutionOptions.hidden_dropout` and ``main_grad_bytes``.
+    """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
+    ``main_grad_bytes`` and ``keep_outputs`` as `ExecutionOptions.hidden_dropout`,
+    ``main_grad_bytes`` and not ``deallocate_pipeline_outputs``.
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -337,7 +339,9 @@ def memory_per_stage(
     stages = []
     for rank in range(plan.pp):
         params = stage_params(model, plan, rank)
-        acts = stage_activations(model, job, plan, rank, attention=attention, dropout=dropout)
+        acts = stage_activations(
+            model, job, plan, rank, attention=attention, dropout=dropout, keep_outputs=keep_outputs
+        )
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
         weights_bytes, gradients_bytes = weight * params.total, grad * params.total

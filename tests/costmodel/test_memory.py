@@ -509,3 +509,18 @@ def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
     dense_layer += depth.layer.router + depth.projection / 2 + depth.norms
     assert extra_dense == pytest.approx(dense_layer, rel=1e-12)
     assert first == stage_params(without, plan, 0)
+
+
+def test_kept_pipeline_outputs_add_one_activation_per_sending_microbatch() -> None:
+    # Megatron-LM 2021 schedules keep each sent output [s, b, h] until its backward;
+    # current Megatron frees it (deallocate_output_tensor). 1F1B with pp = 4: stage r holds
+    # min(pp - r, m) microbatches; the last stage sends nothing.
+    model = get_preset("gpt-1.7b")
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    plan = ParallelPlan(tp=2, pp=4, micro_batch_size=2)
+    freed = memory_per_stage(model, job, plan)
+    kept = memory_per_stage(model, job, plan, keep_outputs=True)
+    output_bytes = 2 * 2048 * model.hidden_size * 2  # b·s·h bf16, full on every tp rank
+    for stage, (a, b) in enumerate(zip(freed, kept, strict=True)):
+        sending = 0 if stage == plan.pp - 1 else min(plan.pp - stage, 32)
+        assert b.activations_bytes - a.activations_bytes == pytest.approx(sending * output_bytes)

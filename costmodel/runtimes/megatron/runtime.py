@@ -97,7 +97,7 @@ class MegatronRuntime:
         self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
     ) -> tuple[StageMemory, ...]:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
-        dropout and main-gradient element size."""
+        dropout, main-gradient element size and pipeline-output deallocation."""
         return memory_per_stage(
             model,
             job,
@@ -105,6 +105,7 @@ class MegatronRuntime:
             attention=self.options.attention,
             dropout=self.options.hidden_dropout,
             main_grad_bytes=self.options.main_grad_bytes,
+            keep_outputs=not self.options.deallocate_pipeline_outputs,
         )
 
     def screen(

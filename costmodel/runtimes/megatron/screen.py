@@ -486,9 +486,15 @@ def _tail_s(
 
 
 def _memory_bytes(
-    c, model: ModelSpec, job: TrainingJob, m: np.ndarray, main_grad_bytes: int
+    c,
+    model: ModelSpec,
+    job: TrainingJob,
+    m: np.ndarray,
+    main_grad_bytes: int,
+    keep_outputs: bool = False,
 ) -> np.ndarray:
-    """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form)."""
+    """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
+    ``keep_outputs`` as in `costmodel.activations.stage_activations`)."""
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
     frame = FrameworkAllowance()
     pp, vpp = c["pp"], c["vpp"]
@@ -523,6 +529,9 @@ def _memory_bytes(
         acts = layers + c["act_work"] * scale
         acts += np.where(stage == 0, first_chunk * c["act_emb"] * scale, 0.0)
         acts += np.where(stage == pp - 1, last_chunk * c["act_out"] * scale, 0.0)
+        if keep_outputs:
+            sending = total - np.where(stage == pp - 1, last_chunk, 0)
+            acts += np.where(pp > 1, sending * boundary, 0.0)
         directions = np.where(pp == 1, 0, np.where(vpp > 1, 2, (stage > 0) + (stage < pp - 1)))
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
@@ -602,7 +611,16 @@ def closed_form_screen(
     ok &= c["split_ok"].astype(bool)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(
-        ok, _memory_bytes(c, model, job, np.maximum(m, 1), options.main_grad_bytes), np.inf
+        ok,
+        _memory_bytes(
+            c,
+            model,
+            job,
+            np.maximum(m, 1),
+            options.main_grad_bytes,
+            keep_outputs=not options.deallocate_pipeline_outputs,
+        ),
+        np.inf,
     )
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     peak_flops_s = peak_flops(profile, ops.gemm_dtype(job.precision))
