@@ -7,7 +7,9 @@ needing the previous one:
    context-parallel attention when cp > 1, and seed their weights by full-model name;
 3. tensor/sequence parallelism (DTensor plans must see plain modules);
 4. precision (fp8 swaps linears) and recompute (checkpoint groups);
-5. data parallelism (FSDP2 or DDP wraps the parallelized modules);
+5. data parallelism (FSDP2 or DDP wraps the parallelized modules; which one, and FSDP2's
+   ``reshard_after_forward``, is `specs.data_parallel.fsdp2_reshard_after_forward`'s
+   choice: the distributed optimizer and Megatron-FSDP's sharding strategies);
 6. the pipeline schedule over the wrapped chunks, when pp > 1;
 7. AdamW over every local parameter, one group per device mesh (foreach kernels need
    tensors of one kind).
@@ -64,6 +66,7 @@ from executor.pipeline import NamedPipelineStage, build_schedule, lm_loss, rank_
 from executor.precision import check_precision, forward_context, swap_linears_for_fp8
 from executor.tensor_parallel import apply_tensor_parallel
 from specs.bundle import PlanBundle
+from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.errors import SpecError
 from specs.params import padded_vocab_size
 from specs.rules import require_valid_plan
@@ -167,9 +170,10 @@ def _wrap_data_parallel(chunks: list[DecoderChunk], ctx: ParallelContext) -> lis
     plan = ctx.plan
     if ctx.world_size == 1:
         return list(chunks)
-    if plan.distributed_optimizer:
+    reshard = fsdp2_reshard_after_forward(plan)
+    if reshard is not None:
         for chunk in chunks:
-            apply_fsdp(chunk, ctx, reshard_after_forward=plan.pp == 1)
+            apply_fsdp(chunk, ctx, reshard_after_forward=reshard)
         return list(chunks)
     if plan.tp > 1:
         return list(chunks)  # DTensor parameters: reduced by GradientSync's buckets
@@ -231,7 +235,9 @@ class Engine:
         """Parameters of the whole model, counted over all ranks."""
         plan, job = bundle.plan, bundle.job
         self.num_microbatches = plan.num_microbatches(job.global_batch_size)
-        self.grad_sync = GradientSync(chunks, ctx, fsdp=plan.distributed_optimizer)
+        self.grad_sync = GradientSync(
+            chunks, ctx, fsdp=fsdp2_reshard_after_forward(plan) is not None
+        )
         self.schedule = None
         """The pipeline schedule (pp > 1), else None (gradient accumulation)."""
         self.stages: list[NamedPipelineStage] = []
