@@ -54,6 +54,7 @@ def normalized_frame(frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
         "tp_comm_overlap",
         "account_for_embedding_in_pipeline_split",
         "account_for_loss_in_pipeline_split",
+        "use_megatron_fsdp",
     ):
         df[name] = df[name].astype(bool)
     df["sequence_parallel"] &= df["tp"] > 1

@@ -191,6 +191,13 @@ def _variants(
         out.append(("recompute=full", full, gpus))
     if not plan.distributed_optimizer:
         out.append(("distributed_optimizer", plan.replace(distributed_optimizer=True), gpus))
+    if not plan.use_megatron_fsdp and plan.dp * plan.cp > 1:
+        fsdp = plan.replace(
+            use_megatron_fsdp=True,
+            data_parallel_sharding_strategy="optim_grads_params",
+            distributed_optimizer=False,
+        )
+        out.append(("Megatron-FSDP optim_grads_params (weights sharded too)", fsdp, gpus))
     if plan.tp > 1 and not plan.sequence_parallel:
         out.append(("sequence_parallel", plan.replace(sequence_parallel=True), gpus))
     if plan.micro_batch_size > 1:

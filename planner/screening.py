@@ -172,6 +172,7 @@ def _complexity(table: pd.DataFrame) -> pd.Series:
         table["sequence_parallel"].astype(int)
         + table["tp_comm_overlap"].astype(int)
         + table["distributed_optimizer"].astype(int)
+        + table["use_megatron_fsdp"].astype(int)
         + table["overlap_grad_reduce"].astype(int)
         + table["overlap_param_gather"].astype(int)
         + (table["ddp_bucket_size"] != 0).astype(int)

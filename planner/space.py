@@ -7,9 +7,11 @@ and by default stays inside the scale-up domain; pp divides the layers; vpp divi
 layers per stage; cp divides the remaining ranks and seq % (2·cp) == 0; ep divides the
 experts; etp divides the expert width; sequence parallelism only with tp > 1; tp comm
 overlap only with sequence parallelism; overlap_param_gather only with the distributed
-optimizer and overlap_grad_reduce. Relations between knobs that no single generator owns
-(the global batch against mbs·dp, interleaving's microbatches % pp) are left to
-`specs.rules.check_plan`, so the planner can count how many candidates each rule rejects.
+optimizer (or Megatron-FSDP) and overlap_grad_reduce; Megatron-FSDP's sharding
+strategies beside the distributed optimizer when dp·cp > 1. Relations between knobs that
+no single generator owns (the global batch against mbs·dp, interleaving's microbatches %
+pp) are left to `specs.rules.check_plan`, so the planner can count how many candidates
+each rule rejects.
 
 Plan features the runtime lacks (`SearchSpace.features`, e.g. sequence parallelism or the
 distributed optimizer under Megatron-LM 2021, `costmodel.execution.MEGATRON_2021`) are
@@ -21,8 +23,9 @@ yielded as given, even when it is illegal: the rules then reject it with their i
 The space is two tables joined on the *context* (tp, pp, vpp, cp, dp):
 - `degree_table`: one row per (tp, pp, vpp, cp, dp, ep, etp, micro_batch_size);
 - `switch_table`: for each context, every legal combination of the switches (sequence
-  parallel, tp comm overlap, recompute with its layers and method, distributed optimizer,
-  overlap flags, DDP bucket size), which depend on the degrees only through the context;
+  parallel, tp comm overlap, recompute with its layers and method, distributed optimizer
+  or Megatron-FSDP with its sharding strategy, overlap flags, DDP bucket size), which
+  depend on the degrees only through the context;
 - `expand` joins them into one row per candidate plan.
 
 Column conventions: columns are `ParallelPlan` field names; ``recompute_num_layers`` and
@@ -70,6 +73,8 @@ SWITCH_COLUMNS = (
     "overlap_grad_reduce",
     "overlap_param_gather",
     "ddp_bucket_size",
+    "use_megatron_fsdp",
+    "data_parallel_sharding_strategy",
     "cp_comm_type",
 )
 """Columns `switch_table` adds to the context."""
@@ -88,6 +93,8 @@ _NEUTRAL_SWITCHES: dict[str, Any] = {
     "overlap_grad_reduce": False,
     "overlap_param_gather": False,
     "ddp_bucket_size": 0,
+    "use_megatron_fsdp": False,
+    "data_parallel_sharding_strategy": "no_shard",
     "cp_comm_type": "p2p",
 }
 """Switches that no rule rejects: the values degree rows are checked with."""
@@ -119,6 +126,12 @@ class SearchSpace:
     block_recompute_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)
     """Partial full recompute (`--recompute-method block`): fractions of a model chunk's
     layers that are recomputed, besides uniform recompute of every layer."""
+    megatron_fsdp_strategies: tuple[str, ...] = ("optim_grads_params",)
+    """Megatron-FSDP sharding strategies searched beside the distributed optimizer (with
+    dp·cp > 1). By default only `optim_grads_params`, the one that also shards weights and
+    so fits models nothing else fits (`optim` shards what the distributed optimizer does,
+    `no_shard` nothing); each strategy adds a sixth of the candidates to screen. Fixing
+    `data_parallel_sharding_strategy` tries that one alone."""
     uneven_splits: bool = True
     """Also try the uneven pipeline splits of `planner.splits` (Megatron and paraplan's own
     executor run them all); False keeps Megatron's default even split."""
@@ -325,6 +338,25 @@ def optimizer_options() -> Iterator[tuple[bool, bool, bool]]:
             yield dist_opt, grad, True
 
 
+def megatron_fsdp_options(dp: int, cp: int, strategies: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Megatron-FSDP switch settings: for each of ``strategies`` (with dp·cp > 1, where
+    there is something to shard) use_megatron_fsdp with that strategy, the gradient
+    reduce-scatter and parameter gathers overlapped (`--overlap-grad-reduce`,
+    `--overlap-param-gather`, as Megatron-FSDP recipes run it), Megatron's default bucket
+    and no distributed optimizer, which Megatron-FSDP excludes (`specs.rules_fsdp`)."""
+    if dp * cp < 2:
+        return
+    for strategy in strategies:
+        yield {
+            "distributed_optimizer": False,
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": True,
+            "ddp_bucket_size": 0,
+            "use_megatron_fsdp": True,
+            "data_parallel_sharding_strategy": strategy,
+        }
+
+
 def bucket_sizes(
     dp: int, cp: int, overlap_grad_reduce: bool, factors: Sequence[float]
 ) -> Iterator[int]:
@@ -439,8 +471,12 @@ def switch_rows(
                     "overlap_grad_reduce": g,
                     "overlap_param_gather": p,
                     "ddp_bucket_size": bucket,
+                    "use_megatron_fsdp": False,
+                    "data_parallel_sharding_strategy": "no_shard",
                 }
             )
+    strategies = space.choices("data_parallel_sharding_strategy", space.megatron_fsdp_strategies)
+    opt_opts += megatron_fsdp_options(dp, cp, [s for s in strategies if s != "no_shard"])
     opt_opts = _constrained(opt_opts, space)
     cp_comm = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
     base = dict(zip(CONTEXT_COLUMNS, (tp, pp, vpp, cp, dp), strict=True))
@@ -516,6 +552,10 @@ def plan_from_row(row: Mapping[str, Any], model: ModelSpec) -> ParallelPlan:
         overlap_param_gather=bool(row.get("overlap_param_gather", False)),
         ddp_bucket_size=int(row.get("ddp_bucket_size", 0)) or None,
         cp_comm_type=str(row.get("cp_comm_type", "p2p")),  # type: ignore[arg-type]
+        use_megatron_fsdp=bool(row.get("use_megatron_fsdp", False)),
+        data_parallel_sharding_strategy=str(  # type: ignore[arg-type]
+            row.get("data_parallel_sharding_strategy", "no_shard")
+        ),
         schedule="interleaved" if vpp > 1 else "1f1b",
         **split_fields(row),
     )

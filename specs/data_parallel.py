@@ -6,12 +6,13 @@ The executor runs every sharded data-parallel plan with FSDP2 ``fully_shard`` pe
 transformer block and per chunk; what differs between the plan's choices is whether the
 gathered weights are freed after each forward (``reshard_after_forward``):
 
-| plan | executor | reshard_after_forward |
-| --- | --- | --- |
-| ``distributed_optimizer`` | FSDP2 | True with pp = 1, False with pp > 1 |
-| Megatron-FSDP ``optim_grads_params`` | FSDP2 | True: weights gathered per layer in every forward and again in every backward (ZeRO-3) |
-| Megatron-FSDP ``optim``, ``optim_grads`` | FSDP2 | False: weights stay gathered from forward to backward |
-| Megatron-FSDP ``no_shard``, or neither | DDP (tp = 1) or bucketed all-reduce (tp > 1) | - |
+- ``distributed_optimizer``: FSDP2, resharding after forward with pp = 1 only;
+- Megatron-FSDP ``optim_grads_params``: FSDP2, resharding after forward (ZeRO-3: weights
+  gathered per layer in every forward and again in every backward);
+- Megatron-FSDP ``optim`` and ``optim_grads``: FSDP2 without resharding after forward
+  (weights stay gathered from forward to backward);
+- Megatron-FSDP ``no_shard``, or neither: no FSDP2 (DDP with tp = 1, the bucketed
+  all-reduce of `executor.data_parallel` with tp > 1).
 
 FSDP2 always shards the weights it holds between steps, so under ``optim`` and
 ``optim_grads`` the executor shards more than Megatron-FSDP does; the gradient and
@@ -24,7 +25,7 @@ from specs.plan import ParallelPlan
 
 
 def fsdp2_reshard_after_forward(plan: ParallelPlan) -> bool | None:
-    """FSDP2's ``reshard_after_forward`` for ``plan`` (module table), or None when the
+    """FSDP2's ``reshard_after_forward`` for ``plan`` (module list), or None when the
     executor does not use FSDP2 (DDP or the bucketed all-reduce). Independent of the world
     size: on one rank the executor wraps nothing whatever this returns."""
     if plan.use_megatron_fsdp:

@@ -71,6 +71,8 @@ KNOB_FLAGS: dict[str, str] = {
     "recompute_num_layers": "recompute_num_layers",
     "recompute_method": "recompute_method",
     "dist_opt": "distributed_optimizer",
+    "use_megatron_fsdp": "use_megatron_fsdp",
+    "data_parallel_sharding_strategy": "data_parallel_sharding_strategy",
     "bucket_size": "ddp_bucket_size",
     "overlap_grad_reduce": "overlap_grad_reduce",
     "overlap_param_gather": "overlap_param_gather",
@@ -104,9 +106,17 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         g.add_argument(flag, type=int, default=None, help=text)
     g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
     g.add_argument("--recompute-method", choices=("uniform", "block"), default=None)
+    g.add_argument(
+        "--data-parallel-sharding-strategy",
+        choices=("no_shard", "optim", "optim_grads", "optim_grads_params"),
+        default=None,
+        help="Megatron-FSDP sharding strategy (implies --use-megatron-fsdp unless no_shard; "
+        "default: optim_grads_params searched beside the distributed optimizer)",
+    )
     for flag, text in (
         ("--sp", "sequence parallel"),
         ("--dist-opt", "distributed optimizer"),
+        ("--use-megatron-fsdp", "Megatron-FSDP (instead of DDP / distributed optimizer)"),
         ("--overlap-grad-reduce", "overlap DP gradient reduction"),
         ("--overlap-param-gather", "overlap parameter all-gather"),
         ("--tp-comm-overlap", "overlap TP communication with GEMMs"),
@@ -158,6 +168,9 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
         for dest, field in KNOB_FLAGS.items()
         if getattr(args, dest) is not None
     }
+    strategy = fixed.get("data_parallel_sharding_strategy")
+    if strategy not in (None, "no_shard"):
+        fixed.setdefault("use_megatron_fsdp", True)  # the strategy is Megatron-FSDP's
     return SearchSpace(
         fixed=fixed,
         tp_beyond_scale_up=args.tp_beyond_scale_up,

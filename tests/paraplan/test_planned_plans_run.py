@@ -1,6 +1,7 @@
 """The planner–executor invariant: every plan that `paraplan plan` ranks in ``top`` and
 that fits runs one step under `paraplan execute` (tiny random models and jobs on 1-4 gloo
-ranks; pipelines pinned now and then so uneven splits and short pipelines come up), and
+ranks; pipelines pinned now and then so uneven splits and short pipelines come up, and a
+Megatron-FSDP sharding strategy pinned now and then so FSDP plans come up), and
 ``metrics.json`` names the pipeline schedule it ran."""
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def problems(draw: st.DrawFn) -> dict[str, object]:
         "pp": pp,
         "seq": draw(st.sampled_from([16, 32])),
         "batch": draw(st.integers(1, 8)),
+        "sharding": draw(st.sampled_from([None, "optim", "optim_grads", "optim_grads_params"])),
     }
 
 
@@ -65,6 +67,8 @@ def _top_plans(tmp: Path, p: dict[str, object]) -> list[tuple[str, dict]]:
     argv += ["--seq-len", str(p["seq"]), "--global-batch", str(p["batch"]), "--top", "2"]
     if p["pp"] is not None and int(p["pp"]) <= int(p["num_gpus"]):
         argv += ["--pp", str(p["pp"])]
+    if p["sharding"] is not None:
+        argv += ["--data-parallel-sharding-strategy", str(p["sharding"])]
     code, out = _cli(*argv, "--json", "--out", str(tmp / "plan"))
     if code != 0:
         return []  # no plan: nothing ranked
@@ -77,7 +81,7 @@ def _top_plans(tmp: Path, p: dict[str, object]) -> list[tuple[str, dict]]:
 
 
 @settings(
-    max_examples=4,
+    max_examples=6,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -94,6 +98,9 @@ def test_every_fitting_top_plan_runs_one_step(p: dict[str, object]) -> None:
                 "execute", str(path), "--steps", "1", "--warmup", "0", "--out", str(out_dir)
             )
             assert code == 0, f"{label} ({p}) did not run"
+            if p["sharding"] is not None:  # the pin holds: a Megatron-FSDP plan ran
+                assert bundle["plan"]["use_megatron_fsdp"], label
+                assert bundle["plan"]["data_parallel_sharding_strategy"] == p["sharding"]
             metrics = json.loads((out_dir / "metrics.json").read_text())
             assert len(metrics["loss"]) == 1, label
             plan = serde.from_dict(ParallelPlan, bundle["plan"])

@@ -88,6 +88,12 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
     p.add_argument("--optimizer", choices=["adam", "sgd"])
     p.add_argument("--pipeline-model-parallel-layout")
+    p.add_argument("--use-megatron-fsdp", action="store_true")
+    p.add_argument(
+        "--data-parallel-sharding-strategy",
+        choices=["no_shard", "optim", "optim_grads", "optim_grads_params"],
+    )
+    p.add_argument("--ckpt-format", choices=["torch", "torch_dist", "zarr", "fsdp_dtensor"])
     return p
 
 
@@ -152,14 +158,16 @@ def assert_megatron_accepts(args: argparse.Namespace, world: int, env: dict[str,
         assert p > 1 and m >= p and m % p == 0
     assert c == 1 or args.seq_length % (2 * c) == 0  # rule 8
     if args.overlap_param_gather:  # rule 9
-        assert args.use_distributed_optimizer and args.overlap_grad_reduce
+        sharded = args.use_distributed_optimizer or args.use_megatron_fsdp  # (or FSDP)
+        assert sharded and args.overlap_grad_reduce
+    assert not (args.use_megatron_fsdp and args.use_distributed_optimizer)
     assert not args.tp_comm_overlap or args.sequence_parallel  # rule 10
     assert not args.sequence_parallel or t > 1
     if args.recompute_granularity == "full":  # rules 11, 15
         assert args.recompute_method and args.recompute_num_layers
     else:
         assert args.recompute_method is None and args.recompute_num_layers is None
-    if t > 1 or c > 1:  # rule 13
+    if (t > 1 or c > 1) and not args.use_megatron_fsdp:  # rule 13 (not under FSDP)
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     assert args.max_position_embeddings >= args.seq_length
 

@@ -209,3 +209,37 @@ def test_search_keeps_to_the_features_of_the_runtime() -> None:
         assert not (plan.sequence_parallel or plan.distributed_optimizer or plan.tp_comm_overlap)
         assert plan.recompute != "selective" and plan.cp == 1
         assert not (plan.overlap_grad_reduce and plan.pp > 1)
+
+
+def test_megatron_fsdp_is_chosen_where_only_sharded_weights_fit() -> None:
+    # Llama 3 8B on 4 H100, seq 8192, tp = pp = 1: the distributed optimizer keeps the bf16
+    # weights and fp32 main gradients whole (6 bytes x 8.0e9 parameters = 45 GiB) besides a
+    # quarter of the 12-byte optimizer state (22 GiB), over 76 GiB with any activations;
+    # Megatron-FSDP's optim_grads_params shards all 18 bytes (34 GiB).
+    pinned = {"tp": 1, "pp": 1, "cp": 1, "recompute": "full", "recompute_method": "uniform"}
+    without = _search(
+        "llama3-8b", 4, 8192, 64, space=SearchSpace(fixed=pinned, megatron_fsdp_strategies=())
+    )
+    with_fsdp = _search("llama3-8b", 4, 8192, 64, space=SearchSpace(fixed=pinned))
+    assert without.best is None
+    assert with_fsdp.best is not None
+    plan = with_fsdp.best.plan
+    assert plan.use_megatron_fsdp and plan.data_parallel_sharding_strategy == "optim_grads_params"
+    assert not plan.distributed_optimizer
+    assert "fsdp-optim_grads_params" in explain(with_fsdp)
+    # where nothing fits, the suggestions name Megatron-FSDP
+    assert "Megatron-FSDP" in explain(without)
+
+
+def test_a_pinned_sharding_strategy_is_kept() -> None:
+    fixed = {
+        "tp": 2,
+        "pp": 1,
+        "data_parallel_sharding_strategy": "optim",
+        "use_megatron_fsdp": True,
+    }
+    result = _search("tiny", 8, 512, 32, space=SearchSpace(fixed=fixed), top_k=3)
+    assert result.top
+    for ranked in result.top:
+        assert ranked.plan.use_megatron_fsdp
+        assert ranked.plan.data_parallel_sharding_strategy == "optim"

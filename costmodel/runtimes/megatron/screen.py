@@ -41,6 +41,7 @@ from costmodel.activations import recomputed_layers, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
+from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS, largest_layer_params
 from costmodel.memory import FrameworkAllowance, GiB, bytes_per_param, stage_params
 from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
 from costmodel.runtimes.megatron.layer_costs import (
@@ -188,7 +189,7 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
                 size, stride, gpus_per_node=per_node, scale_up_domain=domain, nics_per_node=nics
             )
 
-        grads = "reduce_scatter" if row["distributed_optimizer"] else "all_reduce"
+        grads = "reduce_scatter" if row["grads_sharded"] else "all_reduce"
         dense, expert, tpg = place(cp * dp, tp), place(edp, etp * ep), place(tp, 1)
         stride = tp * cp * dp
         intra = stride < domain  # ranks 0 and stride share domain 0
@@ -268,6 +269,7 @@ def _param_columns(model: ModelSpec):
         for tag, stage in (("0", 0), ("1", stages["s1"]), ("l", plan.pp - 1)):
             params = stage_params(model, plan, stage)
             out[f"p{tag}d"], out[f"p{tag}e"] = params.dense, params.expert
+        out["layer_max"] = largest_layer_params(model, plan)
         vocab = padded_vocab_size(model.vocab_size, plan.tp)
         position = counts.embedding - model.vocab_size * model.hidden_size
         out["emb_params"] = vocab * model.hidden_size / plan.tp + position
@@ -419,6 +421,26 @@ def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarra
     return done
 
 
+def _fsdp_gather_s(
+    c, chunk_gather_s: np.ndarray, stage_times, m: np.ndarray, num_layers: int
+) -> np.ndarray:
+    """Megatron-FSDP's exposed parameter gathers of a stage (`costmodel.runtimes.megatron.
+    pricing`): under `optim_grads_params` the per-layer gathers of each forward and backward
+    pass (2·m·v passes of ``chunk_gather_s`` each;
+    `costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s` in closed form), under `optim` and
+    `optim_grads` one gather of every chunk after the step; zero without Megatron-FSDP."""
+    v = c["vpp"]
+    forward, backward = stage_times
+    passes = 2 * m * v
+    per_layer = chunk_gather_s / np.maximum(num_layers // (c["pp"] * v), 1)
+    first_layers = passes * per_layer
+    excess = np.maximum(passes * chunk_gather_s - first_layers - m * (forward + backward), 0.0)
+    per_pass = np.where(chunk_gather_s > 0, first_layers + excess, 0.0)
+    after_step = np.where(c["optim_sharded"], v * chunk_gather_s, 0.0)
+    strategy = np.where(c["params_sharded"], per_pass, after_step)
+    return np.where(c["use_megatron_fsdp"].astype(bool), strategy, 0.0)
+
+
 def _tail_s(
     c,
     times,
@@ -426,6 +448,7 @@ def _tail_s(
     job: TrainingJob,
     model: ModelSpec,
     options: ExecutionOptions,
+    m: np.ndarray,
 ) -> np.ndarray:
     """Optimizer step plus exposed parameter all-gather, worst of stages 0 and p-1.
 
@@ -468,7 +491,8 @@ def _tail_s(
     for tag, first_stage in (("0", True), ("l", False)):
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
         tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
-        shard = np.where(distopt, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
+        sharded = c["optim_sharded"]
+        shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
@@ -481,6 +505,7 @@ def _tail_s(
         late = np.maximum(first, np.where(v > 1, later_chunks, -np.inf))
         gather = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
         tail = optimizer + np.where(distopt, gather, 0.0)
+        tail += _fsdp_gather_s(c, chunk, times[0 if first_stage else 2], m, model.num_layers)
         worst = np.maximum(worst, tail if first_stage else np.where(pp > 1, tail, 0.0))
     return worst
 
@@ -512,15 +537,21 @@ def _memory_bytes(
         rows = model.moe_top_k * tokens / sp_div * (model.moe_capacity_factor or 1.0)
         extra = extra + e * rows * model.hidden_size
     distopt = c["distributed_optimizer"].astype(bool)
-    dense_shards = np.where(distopt, c["dp"] * c["cp"], 1)
-    expert_shards = np.where(distopt, c["edp"], 1)
+    dense_shards = np.where(c["optim_sharded"], c["dp"] * c["cp"], 1)
+    expert_shards = np.where(c["optim_sharded"], c["edp"], 1)
     padding_unit = np.lcm(c["dp"] * c["cp"], 128) * (weight + grad)
     peak = np.zeros(len(pp))
     for tag, stage in (("0", np.zeros_like(pp)), ("1", c["s1"]), ("l", pp - 1)):
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
         params = dense + expert
-        model_state = (weight + grad) * params + state * (
-            dense / dense_shards + expert / expert_shards
+        # Megatron-FSDP (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`): sharded weights and
+        # gradients keep GATHERED_LAYERS layers whole besides their shard
+        sharded = dense / (c["dp"] * c["cp"]) + expert / np.maximum(c["edp"], 1)
+        resident = np.minimum(sharded + GATHERED_LAYERS * c["layer_max"], params)
+        model_state = (
+            weight * np.where(c["params_sharded"], resident, params)
+            + grad * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params)
+            + state * (dense / dense_shards + expert / expert_shards)
         )
         first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
         last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
@@ -557,6 +588,7 @@ def closed_form_screen(
     iteration time and ``fits`` False.
     """
     topo = _topology(profile, cluster)
+    df = _with_sharding(df)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     df["bucket"] = df["ddp_bucket_size"].where(
         df["ddp_bucket_size"] > 0, np.maximum(40_000_000, 1_000_000 * df["dp"] * df["cp"])
@@ -565,7 +597,7 @@ def closed_form_screen(
         _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
         _per_unique(
             df,
-            ["tp", "cp", "dp", "pp", "ep", "etp", "distributed_optimizer"],
+            ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
             _group_columns(profile, topo),
         ),
         _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
@@ -606,7 +638,7 @@ def closed_form_screen(
     *times, compute0 = _stage_times(c, model, c["recompute"], accumulate)
     pipeline = _pipeline_s(c, times, _send_s(c, model, job, options), m, options.overlap_p2p)
     sync = _gradients_s(c, times, pipeline, float(options.main_grad_bytes))
-    iteration = sync + _tail_s(c, times, profile, job, model, options)
+    iteration = sync + _tail_s(c, times, profile, job, model, options, np.maximum(m, 1))
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)
     iteration = np.where(ok, iteration, np.inf)
@@ -624,7 +656,7 @@ def closed_form_screen(
     )
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     peak_flops_s = peak_flops(profile, ops.gemm_dtype(job.precision))
-    out = df.drop(columns=["bucket"])
+    out = df.drop(columns=["bucket", *_SHARDING_COLUMNS])
     out["num_microbatches"] = m
     out["iteration_time_s"] = iteration
     out["compute_s"] = np.where(ok, m * compute0, np.inf)
@@ -679,13 +711,12 @@ def pipeline_lower_bound_s(
     Rows the schedule cannot run get a finite bound (their screened time is infinite).
     """
     topo = _topology(profile, cluster)
+    df = _with_sharding(df)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     parts = [
         _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
         _per_unique(
-            df,
-            ["tp", "cp", "dp", "pp", "ep", "etp", "distributed_optimizer"],
-            _group_columns(profile, topo),
+            df, ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"], _group_columns(profile, topo)
         ),
         _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
     ]
@@ -695,6 +726,25 @@ def pipeline_lower_bound_s(
     *times, _ = _stage_times(c, model, no_recompute, lambda params: np.zeros(len(params)))
     send = _send_s(c, model, job, options)
     return _pipeline_s(c, times, send, np.maximum(m, 1), options.overlap_p2p)
+
+
+_SHARDING_COLUMNS = ["optim_sharded", "grads_sharded", "params_sharded"]
+
+
+def _with_sharding(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with what each row shards over data parallelism: the optimizer (distributed
+    optimizer, or Megatron-FSDP other than no_shard), gradients (reduce-scattered: the
+    distributed optimizer, or `optim_grads`/`optim_grads_params`) and weights
+    (`optim_grads_params`); `costmodel.runtimes.megatron.megatron_fsdp.optimizer_sharded` and
+    `grads_reduce_scattered` per row."""
+    fsdp = df["use_megatron_fsdp"].astype(bool)
+    strategy = df["data_parallel_sharding_strategy"]
+    distopt = df["distributed_optimizer"].astype(bool)
+    return df.assign(
+        optim_sharded=distopt | (fsdp & (strategy != "no_shard")),
+        grads_sharded=distopt | (fsdp & strategy.isin(["optim_grads", "optim_grads_params"])),
+        params_sharded=fsdp & (strategy == "optim_grads_params"),
+    )
 
 
 def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> tuple[int, int, int]:

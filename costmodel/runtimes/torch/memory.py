@@ -50,6 +50,7 @@ from costmodel.memory import StageMemory
 from costmodel.runtimes.torch.ops import FP32
 from costmodel.runtimes.torch.sync import stage_layout
 from costmodel.schedules import chunk_layers, warmup_microbatches_interleaved
+from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import padded_vocab_size
@@ -167,9 +168,11 @@ def interleaved_runtime_peak(
 def _comm_buffers(model: ModelSpec, plan: ParallelPlan, stage: int) -> float:
     params = stage_layout(model, plan, stage)
     buffers = 0.0
-    if plan.distributed_optimizer and plan.world_size > 1:
-        buffers += sum(params.blocks) if plan.pp > 1 else max(params.blocks, default=0.0)
-        buffers += params.expert if plan.pp > 1 else 0.0
+    reshard = fsdp2_reshard_after_forward(plan)
+    if reshard is not None and plan.world_size > 1:
+        # gathered weights: one module at a time when resharded after forward, else all
+        buffers += max(params.blocks, default=0.0) if reshard else sum(params.blocks)
+        buffers += 0.0 if reshard else params.expert
     elif plan.world_size > 1 and plan.tp == 1 and plan.dp * plan.cp > 1:
         buffers += params.dense  # DDP buckets
     return buffers * FP32
@@ -208,19 +211,18 @@ def executor_memory_per_stage(
     out = []
     for stage in range(plan.pp):
         params = stage_layout(model, plan, stage)
-        n_dense = plan.dp * plan.cp if plan.distributed_optimizer else 1
-        n_expert = (
-            max(plan.world_size // (plan.ep * plan.pp), 1) if plan.distributed_optimizer else 1
-        )
+        sharded = fsdp2_reshard_after_forward(plan) is not None
+        n_dense = plan.dp * plan.cp if sharded else 1
+        n_expert = max(plan.world_size // (plan.ep * plan.pp), 1) if sharded else 1
         shard = params.dense / n_dense + params.expert / n_expert
         counts, saved, working, sent = _held(model, plan, job.seq_length, stage, m, boundary)
         last = stage == plan.pp - 1
         gradients = params.dense + params.expert
-        if plan.distributed_optimizer:
+        if sharded:
             gradients += shard
         receive = 2 * boundary if plan.pp > 1 else 0.0
         output = (counts[-1] + 2) * t * vocab if last else 0.0
-        if m == 1 and plan.pp == 1 and not plan.distributed_optimizer:
+        if m == 1 and plan.pp == 1 and not sharded:
             if gradients >= saved + working + output:
                 saved = working = output = 0.0
             else:

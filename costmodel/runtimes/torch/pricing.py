@@ -7,9 +7,10 @@ Megatron's action order. Sends block (`costmodel.runtimes.torch.passes`).
 
 Chunk costs: the operator lists of the chunk's layers, embedding and head priced on the
 host (`costmodel.runtimes.torch.passes.executor_pass_costs`), plus FSDP2's parameter all-gathers,
-which run inside every forward (and, with pp = 1, every backward again, the root module
-included) of every microbatch (`costmodel.runtimes.torch.sync`); they are counted as compute of
-the pass they block.
+which run inside every forward and, when the modules reshard after forward
+(`specs.data_parallel.fsdp2_reshard_after_forward`), in backwards too, the root module
+included, as often as `costmodel.runtimes.torch.sync.fsdp_gather_shares` counts; they are
+counted as compute of the pass they block.
 
 Stage tail: from the end of the stage's last backward, in the executor's order, the
 pipelining schedule's gradient division, the gradient reductions (FSDP2 reduce-scatters,
@@ -33,6 +34,7 @@ from costmodel.runtimes.torch.sync import (
     bucketed_reduce,
     ddp_reduce,
     fsdp_gather_s,
+    fsdp_gather_shares,
     fsdp_reduce,
     layer_tensors,
     norm_tensors,
@@ -42,6 +44,7 @@ from costmodel.runtimes.torch.sync import (
 from costmodel.schedules import ChunkPosition, plan_stage_chunks
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
+from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
@@ -81,10 +84,13 @@ def _fsdp_pass_s(
     placements: PlanPlacements,
     at: ChunkPosition,
     host_s: tuple[float, float],
+    num_microbatches: int,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one microbatch's FSDP2 all-gathers in a chunk whose
-    passes do ``host_s`` (forward, backward) of host work per layer."""
-    if not plan.distributed_optimizer or plan.world_size == 1:
+    passes do ``host_s`` (forward, backward) of host work per layer: every module's gather
+    times the gathers per microbatch of the chunk (`fsdp_gather_shares`)."""
+    reshard = fsdp2_reshard_after_forward(plan)
+    if reshard is None or plan.world_size == 1:
         return 0.0, 0.0
     groups = (placements["dp-cp"], placements["edp"])
     modules = [
@@ -100,11 +106,12 @@ def _fsdp_pass_s(
         forward += fsdp_gather_s(
             profile, rates, params, tensors, group, host_s=host_s[0], backward=False
         )
-        if plan.pp == 1:
+        if reshard:
             backward += fsdp_gather_s(
                 profile, rates, params, tensors, group, host_s=host_s[1], backward=True
             )
-    return forward, backward
+    shares = fsdp_gather_shares(plan, num_microbatches, at.stage, at.chunk)
+    return forward * shares[0], backward * shares[1]
 
 
 def executor_chunk_costs(
@@ -117,6 +124,7 @@ def executor_chunk_costs(
 ) -> tuple[tuple[ChunkCost, ...], ...]:
     """Per stage, per chunk: one microbatch's costs on a rank of the executor."""
     rates = host_rates(profile)
+    num_microbatches = max(plan.num_microbatches(job.global_batch_size), 1)
 
     def cost(at: ChunkPosition) -> ChunkCost:
         fwd, bwd, rec = executor_pass_costs(
@@ -124,7 +132,9 @@ def executor_chunk_costs(
         )
         per_layer = max(len(at.layers), 1)
         host_s = (fwd.compute_s / per_layer, bwd.compute_s / per_layer)
-        gather_f, gather_b = _fsdp_pass_s(model, plan, profile, rates, placements, at, host_s)
+        gather_f, gather_b = _fsdp_pass_s(
+            model, plan, profile, rates, placements, at, host_s, num_microbatches
+        )
         held = chunk_params(model, plan, at.layers, first=at.first, last=at.last)
         return ChunkCost(
             forward=fwd.plus(PassCost(compute_s=gather_f)),
@@ -151,7 +161,7 @@ def _reductions(
     """The stage's gradient reductions, in order."""
     out: list[Reduction] = []
     dense_group, expert_group = placements["dp-cp"], placements["edp"]
-    if plan.distributed_optimizer:
+    if fsdp2_reshard_after_forward(plan) is not None:
         for at in plan_stage_chunks(model, plan, stage):
             mods = _fsdp_modules(model, plan, at.layers, at.first, at.last)
             for j, (p, tensors, _) in enumerate(mods):

@@ -1,12 +1,15 @@
 """Gradient synchronization, FSDP2 parameter gathers and AdamW of the executor on a CPU
 rank (`executor.data_parallel`, `executor.engine`).
 
-Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`):
-- ``distributed_optimizer``: FSDP2 ``fully_shard`` per transformer block (routed experts
+Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`,
+`specs.data_parallel.fsdp2_reshard_after_forward`):
+- ``distributed_optimizer`` and Megatron-FSDP's ``optim``, ``optim_grads`` and
+  ``optim_grads_params``: FSDP2 ``fully_shard`` per transformer block (routed experts
   on their own expert-data-parallel mesh) and per chunk (the root: embedding, final norm,
-  output). Every forward all-gathers each module's parameters, and with pp = 1 the blocks
-  reshard after forward, so every backward gathers them again (the root too: ten gathers
-  per microbatch for a 4-layer chunk, traced). Only the last microbatch synchronizes:
+  output). Every forward all-gathers each module's parameters; when the modules reshard
+  after forward (the distributed optimizer with pp = 1, ``optim_grads_params``) the
+  backward gathers them again (the root too: ten gathers per microbatch for a 4-layer
+  chunk, traced), as often as `fsdp_gather_shares` counts. Only the last microbatch synchronizes:
   each module's gradients are reduce-scattered (on gloo an all-reduce underneath; the
   profile's ``reduce_scatter`` fit measures exactly that). Host work per gather: the
   profile's one-tensor module figure (`HostRates.fsdp_gather_s`, measured over the ranks
@@ -20,11 +23,11 @@ Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`):
   `HostRates.fsdp_reduce_tensor_s` per further tensor, the gradients
   flattened (2·P·e), divided and the shard copied out (4·P/n·e), and the reduce-scatter
   beyond the probe's.
-- otherwise tp = 1: DDP over dp·cp. On the last microbatch each gradient is copied into its
-  bucket (2·P·e, two dispatches per tensor), each bucket is divided by the group size and
-  all-reduced, and the results are copied back (4·P·e). DDP's first bucket holds 1 MiB,
-  the others the plan's bucket size; from the second step buckets follow gradient-ready
-  order.
+- otherwise (Megatron-FSDP ``no_shard`` included) tp = 1: DDP over dp·cp. On the
+  last microbatch each gradient is copied into its bucket (2·P·e, two dispatches per
+  tensor), each bucket is divided by the group size and all-reduced, and the results are
+  copied back (4·P·e). DDP's first bucket holds 1 MiB, the others the plan's bucket size;
+  from the second step buckets follow gradient-ready order.
 - otherwise tp > 1: the local gradient shards are all-reduced in buckets after the backward
   (`BucketedAllReduce`: per tensor a ``to_local``, a reshape and a copy back; per bucket a
   concatenation, the all-reduce and a division, 6·B·e).
@@ -56,9 +59,11 @@ from costmodel.memory import layer_params_per_rank
 from costmodel.runtimes.torch.fsdp_rates import PROBE_GATHER_BYTES, PROBE_TENSORS
 from costmodel.runtimes.torch.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
 from costmodel.runtimes.torch.ops import FP32
-from costmodel.schedules import chunk_layers
+from costmodel.schedules import chunk_layers, schedule_actions
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
+from specs.data_parallel import fsdp2_reshard_after_forward
+from specs.errors import SpecError
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
 from specs.plan import ParallelPlan
@@ -208,6 +213,41 @@ def fsdp_gather_s(
     return host + waited + _beyond_probe_s(profile, rates, "all_gather", params * FP32, group)
 
 
+def fsdp_gather_shares(
+    plan: ParallelPlan, num_microbatches: int, stage: int, chunk: int
+) -> tuple[float, float]:
+    """(forward, backward) FSDP2 all-gathers of one chunk's modules per microbatch, on
+    average over the step; (0, 0) without FSDP2.
+
+    Without resharding after forward every forward is priced with a gather and no backward
+    is. With it and pp = 1 each forward and each backward gathers (gradient accumulation
+    reshards after every backward). With it and pp > 1, torch pipelining keeps the weights
+    gathered after each backward (``set_reshard_after_backward(False)`` until the step's
+    gradient reduction), so along the chunk's actions in the schedule's order
+    (`costmodel.schedules.schedule_actions`) a pass gathers only when the previous pass of
+    the chunk was a forward (which resharded) or there was none.
+    """
+    reshard = fsdp2_reshard_after_forward(plan)
+    if reshard is None:
+        return 0.0, 0.0
+    if not reshard:
+        return 1.0, 0.0
+    m = max(num_microbatches, 1)
+    if plan.pp == 1:
+        return 1.0, 1.0
+    try:
+        actions = schedule_actions(plan.pp, plan.vpp, m)[stage]
+    except SpecError:  # a schedule Megatron refuses: every pass gathers
+        return 1.0, 1.0
+    gathers = {"F": 0, "B": 0}
+    sharded = True
+    for action in actions:
+        if action.chunk == chunk:
+            gathers[action.phase] += sharded
+            sharded = action.phase == "F"
+    return gathers["F"] / m, gathers["B"] / m
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Reduction:
     """One gradient collective after the backward, and the host work around it."""
@@ -320,11 +360,12 @@ def optimizer_s(
 ) -> float:
     """AdamW, ``zero_grad`` and the step-end loss all-reduce of one rank (module doc)."""
     dense, expert = params.dense, params.expert
-    if plan.distributed_optimizer:
+    sharded = fsdp2_reshard_after_forward(plan) is not None
+    if sharded:
         dense /= placements["dp-cp"].size
         expert /= placements["edp"].size
     tensors = params.dense_tensors + params.expert_tensors
-    dtensor = plan.tp > 1 or (plan.distributed_optimizer and plan.world_size > 1)
+    dtensor = plan.tp > 1 or (sharded and plan.world_size > 1)
     per_tensor = rates.dtensor_adamw_tensor_s if dtensor else rates.adamw_tensor_s
     seconds = tensors * (per_tensor + rates.dispatch_s)
     seconds += ADAMW_BYTES_PER_PARAM * (dense + expert) / rates.adamw_Bps
