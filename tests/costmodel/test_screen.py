@@ -193,3 +193,31 @@ def test_screen_agrees_with_the_simulator_on_uneven_splits():
     # unequal ranks the simulated schedule waits more (pp6 vpp2 first/last 4: 9.3%).
     assert time_err.max() < 0.10
     assert mem_err.max() < 0.01
+
+
+def test_screen_agrees_with_the_simulator_on_megatron_fsdp():
+    # Every sharding strategy on dense and pipelined Llama-3-8B plans: the closed form
+    # prices the sharded state, the per-layer gathers of optim_grads_params and the
+    # post-step gather of optim / optim_grads as the simulator does.
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    job = TrainingJob(seq_length=4096, global_batch_size=64)
+    plans = []
+    for degrees in ({"tp": 1, "pp": 1}, {"tp": 2, "pp": 2}, {"tp": 2, "pp": 2, "vpp": 2}):
+        for strategy in ("no_shard", "optim", "optim_grads", "optim_grads_params"):
+            plan = ParallelPlan.for_world(
+                16,
+                **degrees,
+                schedule="interleaved" if degrees.get("vpp", 1) > 1 else "1f1b",
+                recompute="full",
+                recompute_num_layers=1,
+                use_megatron_fsdp=True,
+                data_parallel_sharding_strategy=strategy,
+                overlap_grad_reduce=True,
+                overlap_param_gather=strategy != "no_shard",
+            )
+            assert check_plan(model, cluster, job, plan) == [], plan.label()
+            plans.append(plan)
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from paraplan.commands import estimate
+from paraplan.commands import estimate, plan
 from planner.export import megatron_arguments, megatron_environment
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -74,3 +74,32 @@ def test_export_carries_megatron_fsdp_flags() -> None:
     assert "--use-distributed-optimizer" not in args
     # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1, even with tp > 1
     assert megatron_environment(bundle) == {}
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    parser = argparse.ArgumentParser(prog="paraplan plan")
+    plan.add_arguments(parser)
+    code = plan.run(parser.parse_args([*argv, "--json"]))
+    return code, json.loads(capsys.readouterr().out)
+
+
+SMALL_PLAN = [
+    "--model", "tiny", "--hardware", "h100-sxm-80gb", "--num-gpus", "8",
+    "--seq-len", "512", "--global-batch", "32", "--tp", "1", "--pp", "1", "--top", "3",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["optim", "optim_grads", "optim_grads_params"])
+def test_plan_pins_the_sharding_strategy(capsys, strategy: str) -> None:
+    code, out = _plan(capsys, *SMALL_PLAN, "--data-parallel-sharding-strategy", strategy)
+    assert code == 0 and out["top"]
+    for entry in out["top"]:
+        assert entry["use_megatron_fsdp"] and not entry["distributed_optimizer"]
+        assert entry["data_parallel_sharding_strategy"] == strategy
+
+
+def test_plan_pins_megatron_fsdp_on_and_off(capsys) -> None:
+    code, on = _plan(capsys, *SMALL_PLAN, "--use-megatron-fsdp")
+    assert code == 0 and all(e["use_megatron_fsdp"] for e in on["top"])
+    code, off = _plan(capsys, *SMALL_PLAN, "--no-use-megatron-fsdp")
+    assert code == 0 and not any(e["use_megatron_fsdp"] for e in off["top"])

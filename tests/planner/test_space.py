@@ -18,6 +18,7 @@ from planner.space import (
     degree_table,
     ep_degrees,
     expand,
+    megatron_fsdp_options,
     micro_batch_sizes,
     neutral_switches,
     optimizer_options,
@@ -204,3 +205,23 @@ def test_runtime_without_features_generates_only_the_2021_knobs() -> None:
     assert {r["recompute"] for r in rows} == {"none", "selective", "full"}
     assert any(r["distributed_optimizer"] for r in rows)
     assert any(r["overlap_grad_reduce"] for r in rows)
+
+
+def test_megatron_fsdp_is_searched_beside_the_distributed_optimizer() -> None:
+    # nothing to shard on one data-parallel rank
+    assert list(megatron_fsdp_options(1, 1, ("optim_grads_params",))) == []
+    (option,) = megatron_fsdp_options(2, 1, ("optim_grads_params",))
+    assert option["use_megatron_fsdp"] and not option["distributed_optimizer"]
+    job = TrainingJob(seq_length=2048, global_batch_size=32)
+    tiny = get_preset("tiny")
+    rows = switch_rows(tiny, job, SearchSpace(), (1, 1, 1, 1, 8))
+    fsdp = {r["data_parallel_sharding_strategy"] for r in rows if r["use_megatron_fsdp"]}
+    assert fsdp == {"optim_grads_params"}
+    assert any(r["distributed_optimizer"] for r in rows)
+    # a pinned strategy is the only sharding tried, with Megatron-FSDP on
+    pinned = SearchSpace(fixed={"data_parallel_sharding_strategy": "optim"})
+    rows = switch_rows(tiny, job, pinned, (1, 1, 1, 1, 8))
+    assert rows and all(r["data_parallel_sharding_strategy"] == "optim" for r in rows)
+    assert all(r["use_megatron_fsdp"] for r in rows)
+    off = SearchSpace(fixed={"use_megatron_fsdp": False})
+    assert not any(r["use_megatron_fsdp"] for r in switch_rows(tiny, job, off, (1, 1, 1, 1, 8)))
