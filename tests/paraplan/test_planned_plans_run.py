@@ -14,7 +14,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from executor.pipeline import schedule_name
@@ -87,6 +87,17 @@ def _top_plans(tmp: Path, p: dict[str, object]) -> list[tuple[str, dict]]:
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(problems())
+@example(  # ZeRO-3-like sharding on a pipeline: dp2 pp2, optim_grads_params
+    {
+        "num_layers": 3,
+        "tied": True,
+        "num_gpus": 4,
+        "pp": 2,
+        "seq": 16,
+        "batch": 8,
+        "sharding": "optim_grads_params",
+    }
+)
 def test_every_fitting_top_plan_runs_one_step(p: dict[str, object]) -> None:
     with TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
