@@ -53,6 +53,7 @@ from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.plan import ParallelPlan
 from specs.serde import dumps, to_dict
 
 NAME = "plan"
@@ -197,12 +198,19 @@ def search_json(result: SearchResult) -> dict[str, Any]:
     return data
 
 
+def _sharding(plan: ParallelPlan) -> str:
+    """What the plan shards over data parallelism: ``distopt``, ``fsdp:<strategy>`` or -."""
+    if plan.use_megatron_fsdp:
+        return f"fsdp:{plan.data_parallel_sharding_strategy}"
+    return "distopt" if plan.distributed_optimizer else "-"
+
+
 def _print_top(result: SearchResult, limit: int) -> None:
     shown = result.top[:limit] if result.top else result.closest[:limit]
     if not shown:
         return
     columns = ["#", "tp", "pp", "vpp", "split", "cp", "ep", "etp", "dp", "mbs", "sp",
-               "recompute", "dist-opt", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU",
+               "recompute", "dp sharding", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU",
                "peak GiB"]  # fmt: skip
     rows = []
     for i, r in enumerate(shown, 1):
@@ -217,7 +225,7 @@ def _print_top(result: SearchResult, limit: int) -> None:
             p.expert_tp if result.model.is_moe else "-",
             p.dp, p.micro_batch_size,
             "y" if p.sequence_parallel else "-", recompute,
-            "y" if p.distributed_optimizer else "-", flags, round(e.iteration_time_s, 4),
+            _sharding(p), flags, round(e.iteration_time_s, 4),
             round(e.tokens_per_s), percent(e.mfu), round(e.peak_memory_gib, 1),
         ])  # fmt: skip
     title = "best plans (MFU: model FLOPs, Megatron-LM convention)"
