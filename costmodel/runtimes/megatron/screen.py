@@ -452,7 +452,8 @@ def _tail_s(
     options: ExecutionOptions,
     m: np.ndarray,
 ) -> np.ndarray:
-    """Optimizer step plus exposed parameter all-gather, worst of stages 0 and p-1.
+    """Optimizer step plus exposed parameter all-gather, worst of stages 0 and p-1 (and of
+    the fullest middle stage under Megatron-FSDP).
 
     With `overlap_param_gather` the gathers run in forward order from the iteration start;
     bucket i of chunk 0 is needed when the first forward reaches it, chunk k when its first
@@ -490,7 +491,10 @@ def _tail_s(
     distopt = c["distributed_optimizer"].astype(bool)
     forward_chunk = f0 / v
     worst = np.zeros(len(v))
-    for tag, first_stage in (("0", True), ("l", False)):
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
+    # parameters), the fullest middle stage
+    for tag, first_stage in (("0", True), ("l", False), ("1", False)):
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
         tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
         sharded = c["optim_sharded"]
@@ -507,8 +511,12 @@ def _tail_s(
         late = np.maximum(first, np.where(v > 1, later_chunks, -np.inf))
         gather = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
         tail = optimizer + np.where(distopt, gather, 0.0)
-        tail += _fsdp_gather_s(c, chunk, times[0 if first_stage else 2], m, model.num_layers)
-        worst = np.maximum(worst, tail if first_stage else np.where(pp > 1, tail, 0.0))
+        stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
+        tail += _fsdp_gather_s(c, chunk, stage_times, m, model.num_layers)
+        counted = pp > 2 if tag == "1" else pp > 1
+        if tag == "1":
+            counted &= fsdp
+        worst = np.maximum(worst, tail if first_stage else np.where(counted, tail, 0.0))
     return worst
 
 
