@@ -71,11 +71,14 @@ def test_model_state_floor_matches_the_per_plan_count():
     for floor, row in zip(floors, rows.to_dict("records"), strict=True):
         plan = plan_from_row(row, model)
         dense_shards, expert_shards = optimizer_shards(model, plan)
+        if plan.use_megatron_fsdp:  # every byte sharded over the data-parallel ranks
+            dense_shards, expert_shards = plan.dp * plan.cp, max(plan.expert_dp, 1)
         per_stage = []
         for stage in range(plan.pp):
             held = stage_params(model, plan, stage)
             sharded = held.dense / dense_shards + held.expert / expert_shards
-            per_stage.append(4 * held.total + 2 * held.total + 12 * sharded)
+            whole = sharded if plan.use_megatron_fsdp else held.total
+            per_stage.append(4 * whole + 2 * whole + 12 * sharded)
         assert floor == pytest.approx(max(per_stage) + fixed, rel=1e-12)
     assert np.all(floors > 0)
 

@@ -43,7 +43,6 @@ from costmodel.activations import recomputed_layers, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
-from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS, largest_layer_params
 from costmodel.memory import FrameworkAllowance, GiB, bytes_per_param, stage_params
 from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
 from costmodel.runtimes.megatron.layer_costs import (
@@ -53,6 +52,7 @@ from costmodel.runtimes.megatron.layer_costs import (
     layer_cost,
     logits_cost,
 )
+from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS, largest_layer_params
 from costmodel.schedules import plan_split
 from costmodel.topology import scale_up_domain_size, strided_group_placement
 from profiles.lookup import peak_flops
@@ -428,8 +428,8 @@ def _fsdp_gather_s(
 ) -> np.ndarray:
     """Megatron-FSDP's exposed parameter gathers of a stage (`costmodel.runtimes.megatron.
     pricing`): under `optim_grads_params` the per-layer gathers of each forward and backward
-    pass (2·m·v passes of ``chunk_gather_s`` each;
-    `costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s` in closed form), under `optim` and
+    pass (2·m·v passes of ``chunk_gather_s`` each; `costmodel.runtimes.megatron.
+    megatron_fsdp.fsdp_param_gather_exposed_s` in closed form), under `optim` and
     `optim_grads` one gather of every chunk after the step; zero without Megatron-FSDP."""
     v = c["vpp"]
     forward, backward = stage_times
@@ -554,8 +554,8 @@ def _memory_bytes(
     for tag, stage in (("0", np.zeros_like(pp)), ("1", c["s1"]), ("l", pp - 1)):
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
         params = dense + expert
-        # Megatron-FSDP (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`): sharded weights and
-        # gradients keep GATHERED_LAYERS layers whole besides their shard
+        # Megatron-FSDP (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`):
+        # sharded weights and gradients keep GATHERED_LAYERS layers whole besides their shard
         sharded = dense / (c["dp"] * c["cp"]) + expert / np.maximum(c["edp"], 1)
         resident = np.minimum(sharded + GATHERED_LAYERS * c["layer_max"], params)
         model_state = (
@@ -726,7 +726,9 @@ def pipeline_lower_bound_s(
     parts = [
         _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
         _per_unique(
-            df, ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"], _group_columns(profile, topo)
+            df,
+            ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
+            _group_columns(profile, topo),
         ),
         _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
     ]
