@@ -54,6 +54,7 @@ PLAN_FEATURES: frozenset[str] = frozenset(
         "interleaved_two_stages",
         "pipelined_grad_overlap",
         "ddp_bucket_size",
+        "megatron_fsdp",
     }
 )
 """Plan features a framework may or may not implement (`ExecutionOptions.plan_features`),
@@ -71,7 +72,9 @@ each with the Megatron-LM argument that brought it:
 - ``pipelined_grad_overlap``: gradient reduction overlapped with the backward when pp > 1
   (Megatron-core's DDP); Megatron-LM 2021 overlapped it only through PyTorch DDP, whose
   ``no_sync`` its pipelined schedules never entered, so every microbatch would be reduced;
-- ``ddp_bucket_size``: ``--ddp-bucket-size``."""
+- ``ddp_bucket_size``: ``--ddp-bucket-size``;
+- ``megatron_fsdp``: ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
+  (Megatron-FSDP)."""
 
 FP8_GEMM_RATE_FACTOR = 0.7
 """Default `ExecutionOptions.fp8_gemm_rate_factor`: fitted by `bench/validate_published.py`

@@ -475,8 +475,11 @@ def switch_rows(
                     "data_parallel_sharding_strategy": "no_shard",
                 }
             )
-    strategies = space.choices("data_parallel_sharding_strategy", space.megatron_fsdp_strategies)
-    opt_opts += megatron_fsdp_options(dp, cp, [s for s in strategies if s != "no_shard"])
+    if space.has("megatron_fsdp"):
+        strategies = space.choices(
+            "data_parallel_sharding_strategy", space.megatron_fsdp_strategies
+        )
+        opt_opts += megatron_fsdp_options(dp, cp, [s for s in strategies if s != "no_shard"])
     opt_opts = _constrained(opt_opts, space)
     cp_comm = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
     base = dict(zip(CONTEXT_COLUMNS, (tp, pp, vpp, cp, dp), strict=True))

@@ -194,6 +194,7 @@ def test_runtime_without_features_generates_only_the_2021_knobs() -> None:
     assert not any(degrees[c].any() for c in ("decoder_first_pipeline_num_layers",))
     table = expand(degrees, switch_table(gpt, job, space, degrees))
     assert not table[["sequence_parallel", "tp_comm_overlap", "distributed_optimizer"]].any().any()
+    assert not table["use_megatron_fsdp"].any()
     assert set(table["recompute"]) == {"none", "full"}
     assert not (table["overlap_grad_reduce"] & (table["pp"] > 1)).any()
     assert table.loc[table["pp"] == 1, "overlap_grad_reduce"].any()
