@@ -3,9 +3,11 @@
 A row states a model shape, a cluster, a plan, a precision, an optimizer sharding and a
 recompute setting; `case_for_row` maps exactly those onto `ModelSpec`, `ClusterSpec`,
 `TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`, and raises
-`NotExpressible` with the reason when a field has no counterpart yet (a GPU without a
-stored profile, Megatron-FSDP, NVFP4, hybrid Mamba layers, ...). Once the missing feature
-lands, the row starts to count: nothing here filters rows by name.
+`NotExpressible` with the reason when a field has no counterpart (NVFP4, hybrid Mamba
+layers, a virtual pipeline degree nobody published, ...). What a row leaves to its recipe
+(uneven pipeline splits, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP and ZeRO-3
+sharding) comes from the recipe files cited in `bench/row_recipes.py`. Nothing here filters
+rows by name.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``):
@@ -30,6 +32,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from row_recipes import (
+    NotExpressible,
+    expert_tp,
+    mtp_layers,
+    pipeline_fields,
+    sharding_fields,
+    sliding_window_fields,
+)
+
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, ExecutionOptions
 from costmodel.flops import (
     core_attention_forward_flops_per_token,
@@ -49,9 +60,9 @@ PROFILE_BY_GPU = (
     ("A100", "a100-sxm-80gb"),
     ("H800", None),
     ("H100", "h100-sxm-80gb"),
-    ("GB200", None),
-    ("GB300", None),
-    ("B300", None),
+    ("GB200", "gb200-nvl72"),
+    ("GB300", "gb300-nvl72"),
+    ("B300", "b300"),
     ("B200", "b200"),
 )
 """``gpu_type`` prefix -> stored profile, first match wins; None: no stored profile yet.
@@ -92,10 +103,6 @@ Transformer Engine 1.4, Megatron-core r0.8.0 is of 2024-07. Their rows run
 PRE_FA3_SOURCES = ("NEMOTRON4-",)
 """Sources on a pre-FA3 stack that print no version: the Nemotron-4 reports (2024-02 and
 2024-06, trained before FA3 was released)."""
-
-
-class NotExpressible(Exception):
-    """A row field that the specs or the stored profiles cannot express yet."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,8 +173,9 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
     """ModelSpec style fields from ``arch_notes``; NotExpressible for layers not modelled."""
     notes = _text(raw, "arch_notes").lower()
     model = _text(raw, "model").lower()
+    if "sliding-window" in notes and not sliding_window_fields(raw):
+        raise NotExpressible("sliding-window attention outside GPT-OSS")
     for marker, reason in (
-        ("sliding-window", "sliding-window attention"),
         ("parallel attn", "parallel attention+MLP block"),
         ("parallel transformer block", "parallel transformer block"),
     ):
@@ -175,8 +183,6 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
             raise NotExpressible(reason)
     if "nemotron_3" in model:
         raise NotExpressible("hybrid Mamba layers")
-    if "mla" in notes and "w/o mtp" not in model and "mtp 1 layer" in notes:
-        raise NotExpressible("multi-token-prediction layer")
     if "relu" in notes and "squared-relu" not in notes:
         raise NotExpressible("ReLU MLP")
     gated = any(k in notes for k in ("swiglu", "llama", "experts")) or "mla" in notes
@@ -240,17 +246,17 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
         vocab_size=_int(raw, "vocab_size"),
         max_position_embeddings=_int(raw, "seq_length"),
         **style,
+        mtp_num_layers=mtp_layers(raw),
         **moe,
         **_mla(raw),
+        **sliding_window_fields(raw),
     )
 
 
 def _distributed_optimizer(raw: dict[str, str]) -> bool:
     text = _text(raw, "fsdp_or_zero")
     lower = text.lower()
-    if "megatron-fsdp" in lower:
-        raise NotExpressible("Megatron-FSDP")
-    if "zero-3" in lower or "fairscale" in lower:
+    if "fairscale" in lower:
         raise NotExpressible(f"optimizer sharding {text!r}")
     if not text:
         return _text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
@@ -270,7 +276,8 @@ def _recompute(raw: dict[str, str]) -> str:
 
 def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     """The row's `ParallelPlan` (tp pp vpp cp ep dp, mbs, recompute, optimizer sharding)."""
-    if "interleaved" in _text(raw, "vpp"):
+    interleaved_note = "interleaved schedule" in _text(raw, "notes").lower()
+    if "interleaved" in _text(raw, "vpp") or (interleaved_note and not _text(raw, "vpp")):
         raise NotExpressible("virtual pipeline degree not stated")
     tp, pp = _int(raw, "tp", 1), _int(raw, "pp", 1)
     vpp, cp = _int(raw, "vpp", 1), _int(raw, "cp", 1)
@@ -287,6 +294,9 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "recompute": _recompute(raw),
         "distributed_optimizer": _distributed_optimizer(raw),
         "sequence_parallel": tp > 1 and not sp_text.startswith("no"),
+        "etp": expert_tp(raw, model) if ep > 1 else None,
+        **pipeline_fields(raw, model, pp, vpp),
+        **(sharding_fields(raw) or {}),
     }
     if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
         fields["overlap_grad_reduce"] = False

@@ -106,9 +106,9 @@ def test_stack_version_picks_the_era_options():
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"gpu_type": "GB200 (NVL72)"}, "no stored profile for GB200"),
+        ({"gpu_type": "A100-SXM4-40GB"}, "no stored profile for A100-SXM4-40GB"),
         ({"precision": "NVFP4"}, "NVFP4 precision"),
-        ({"fsdp_or_zero": "Megatron-FSDP, sharding group = 64"}, "Megatron-FSDP"),
+        ({"fsdp_or_zero": "ZeRO-2 (fairscale)"}, "optimizer sharding"),
         ({"vpp": "interleaved (degree not stated)"}, "virtual pipeline degree not stated"),
         ({"arch_notes": "alternating sliding-window (128) attention"}, "sliding-window attention"),
     ],

@@ -1,0 +1,159 @@
+"""What a published row leaves to its recipe: pipeline splits, expert TP, MTP, sharding.
+
+`bench/published_rows.py` maps what a row of ``published-runs-dev.csv`` states; this module
+adds the settings the row's source ran but did not print, each read from the recipe or the
+launch script of that source (files cited per entry), and the sharding of rows whose
+``fsdp_or_zero`` names Megatron-FSDP or ZeRO-3. Nothing here depends on the row's
+published figure.
+
+Pipeline splits (Megatron semantics in `specs.pipeline_split`):
+- Megatron-Bridge Llama 3.1 405B and Qwen3 235B-A22B, and the Megatron-MoE model zoo's
+  Qwen3 235B-A22B: the embedding and the loss each count as one layer
+  (``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``):
+  NVIDIA-NeMo/Megatron-Bridge ``src/megatron/bridge/recipes/llama/h100/llama3.py``
+  (``llama31_405b_pretrain_256gpu_h100_bf16_config``, the base of every
+  ``perf_recipes/llama/*/llama31.py``) and ``recipes/qwen/h100/qwen3_moe.py``
+  (``qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config``), both flags set since release
+  v0.2.0 (25.11); yanring/Megatron-MoE-ModelZoo ``model_configs/benchmarking/
+  Qwen3-235B-A22B.yaml``.
+- Megatron-Bridge DeepSeek-V3 and Kimi-K2: an explicit layout per (pp, vpp)
+  (``recipes/deepseek/h100/deepseek_v3.py`` ``_get_deepseek_v3_pipeline_layout``,
+  ``recipes/kimi/h100/kimi_k2.py`` ``_get_kimi_k2_pipeline_layout``, and the GB300
+  recipes' ``"Et*4|(t*4|)*14tmL"``). Every entry of those tables has the same shape over
+  S = pp·vpp virtual stages: the embedding plus ceil(L/S) layers on the first stage,
+  ceil(L/S) on each middle stage, the remaining layers with the MTP layers and the loss on
+  the last; `recipe_layout` builds that shape for any S.
+- BLOOM-176B (Megatron-DeepSpeed ``--pp-partition-method 'type:transformer|embedding'``):
+  the tied embedding counts as one layer on the first and on the last stage, which is
+  Megatron's pair of account-for flags.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from specs.model import ModelSpec
+
+
+class NotExpressible(Exception):
+    """A row field that the specs or the stored profiles cannot express yet."""
+
+
+ACCOUNT_FOR_BOTH = (
+    ("MBRIDGE-", "llama3.1_405b"),
+    ("MBRIDGE-", "qwen3_235b"),
+    ("MOEZOO-", "qwen3-235b"),
+    ("BLOOM-", "bloom-176b"),
+)
+"""(source prefix, model prefix) of the rows whose recipe counts the embedding and the loss
+as pipeline layers (module docstring)."""
+
+LAYOUT_MODELS = (("MBRIDGE-", "deepseekv3"), ("MBRIDGE-", "kimi_k2"))
+"""(source prefix, model prefix) of the rows whose recipe gives an explicit layout."""
+
+EXPERT_TP_ONE_SOURCES = ("MBRIDGE-", "MOEZOO-")
+"""Sources whose MoE recipes set ``expert_tensor_parallel_size = 1`` when the row prints no
+ETP: Megatron-Bridge ``recipes/qwen/h100/qwen3_moe.py`` and the DeepSeek-V3 workload
+base config (``BASE_DEEPSEEK_V3_CONFIG``); the model zoo's ``Qwen3-235B-A22B.yaml``
+(``--expert-tensor-parallel-size: 1``)."""
+
+GPT_OSS_FIELDS: dict[str, object] = {
+    "add_bias_linear": True,
+    "attention_sinks": True,
+    "sliding_window_every": 2,
+}
+"""openai/gpt-oss-120b ``config.json`` (as `specs.presets` gpt-oss-120b): biased linear
+layers, one sink logit per head, ``layer_types`` alternating sliding (even layers) and full
+attention. The window itself is read from the row's ``arch_notes``."""
+
+
+def _matches(raw: dict[str, str], table: tuple[tuple[str, str], ...]) -> bool:
+    source = raw.get("source_id", "")
+    model = raw.get("model", "").strip().lower()
+    return any(source.startswith(s) and model.startswith(m) for s, m in table)
+
+
+def recipe_layout(num_layers: int, stages: int, mtp_layers: int) -> str:
+    """Megatron-Bridge's DeepSeek-V3 / Kimi-K2 layout shape over ``stages`` virtual stages
+    (module docstring): ``E`` + ceil(L/S) ``t`` first, ceil(L/S) ``t`` per middle stage,
+    the rest + ``m`` x mtp + ``L`` last (NotExpressible when nothing is left for the last
+    stage: the recipes have no layout for such S). E.g. L=61, S=16, one MTP layer:
+    ``Et*4|(t*4|)*14tmL`` (the GB300 recipe's string)."""
+    per = math.ceil(num_layers / stages)
+    last = num_layers - per * (stages - 1)
+    if last < 1:
+        raise NotExpressible(f"no recipe layout of {num_layers} layers over {stages} stages")
+    middle = "".join("t" * per + "|" for _ in range(stages - 2))
+    return "E" + "t" * per + "|" + middle + "t" * last + "m" * mtp_layers + "L"
+
+
+def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) -> dict[str, object]:
+    """The `ParallelPlan` pipeline-split fields the row's recipe sets (module docstring);
+    empty for pp = 1 and for rows whose recipe splits evenly."""
+    if pp == 1:
+        return {}
+    if _matches(raw, ACCOUNT_FOR_BOTH):
+        return {
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+        }
+    if _matches(raw, LAYOUT_MODELS):
+        layout = recipe_layout(model.num_layers, pp * vpp, model.mtp_num_layers)
+        return {"pipeline_model_parallel_layout": layout}
+    return {}
+
+
+def expert_tp(raw: dict[str, str], model: ModelSpec) -> int | None:
+    """ETP of a MoE row: the printed value, else 1 for `EXPERT_TP_ONE_SOURCES`, else None
+    (Megatron's default: ETP = TP)."""
+    text = (raw.get("etp") or "").strip()
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    if model.num_experts and raw.get("source_id", "").startswith(EXPERT_TP_ONE_SOURCES):
+        return 1
+    return None
+
+
+def mtp_layers(raw: dict[str, str]) -> int:
+    """Multi-token-prediction layers: one for DeepSeek-V3 rows (``arch_notes``: "MTP 1 layer
+    unless stated"; deepseek-ai/DeepSeek-V3 ``num_nextn_predict_layers`` 1), none when the
+    row's model says "w/o MTP"."""
+    notes = (raw.get("arch_notes") or "").lower()
+    model = (raw.get("model") or "").lower()
+    if "mtp 1 layer" not in notes or "w/o mtp" in model:
+        return 0
+    return 1
+
+
+def sliding_window_fields(raw: dict[str, str]) -> dict[str, object]:
+    """GPT-OSS fields of a row whose ``arch_notes`` say "sliding-window (W)" (`GPT_OSS_FIELDS`
+    and the window W); empty for other rows."""
+    notes = (raw.get("arch_notes") or "").lower()
+    found = re.search(r"sliding-window \((\d+)\)", notes)
+    if found is None or "gpt oss" not in (raw.get("model") or "").lower():
+        return {}
+    return {"sliding_window": int(found.group(1)), **GPT_OSS_FIELDS}
+
+
+def sharding_fields(raw: dict[str, str]) -> dict[str, object] | None:
+    """Megatron-FSDP plan fields for a row whose ``fsdp_or_zero`` names Megatron-FSDP or
+    ZeRO-3, None otherwise.
+
+    - Megatron-FSDP (Megatron-Bridge Llama 3 70B / Llama 3.1 405B): parameters, gradients
+      and optimizer state sharded (``cfg.ddp.data_parallel_sharding_strategy =
+      "optim_grads_params"``, ``perf_recipes/llama/gb200/llama3.py``).
+    - DeepSpeed ZeRO-3 (SC21 Table 2): stage 3 partitions the same three over the
+      data-parallel group, gathers each layer's parameters before its forward and backward
+      and reduce-scatters its gradients (Rajbhandari et al., arXiv 1910.02054, Sec. 5.3),
+      which is what ``optim_grads_params`` prices; DeepSpeed's own prefetch and bucket
+      sizes are not modelled.
+    """
+    lower = (raw.get("fsdp_or_zero") or "").lower()
+    if "megatron-fsdp" in lower or "zero-3" in lower:
+        return {
+            "use_megatron_fsdp": True,
+            "data_parallel_sharding_strategy": "optim_grads_params",
+            "distributed_optimizer": False,
+        }
+    return None

@@ -1,0 +1,265 @@
+"""bench/published_rows.py and bench/row_recipes.py: the kinds of rows the recipes open.
+
+Each case is one row of ``published-runs-dev.csv`` (the columns the mapping reads, copied
+from the row named), worked by hand against the recipe file cited in `row_recipes`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specs.pipeline_layout import expand_layout
+from specs.pipeline_split import pipeline_split
+from tests.bench.bench_loader import load_bench
+
+recipes = load_bench("row_recipes")
+rows_mod = load_bench("published_rows")
+
+LLAMA405_GB200 = {
+    # row 119 (MBRIDGE-26.06, Llama 3.1 405B on 256 GB200, FP8).
+    "row_id": "119",
+    "source_id": "MBRIDGE-26.06",
+    "model": "LLAMA3.1_405B",
+    "arch_notes": "SwiGLU, GQA; NeMo Llama31Config405B",
+    "num_layers": "126",
+    "hidden_size": "16384",
+    "num_attention_heads": "128",
+    "num_query_groups": "8",
+    "ffn_hidden_size": "53248",
+    "vocab_size": "128256",
+    "seq_length": "8192",
+    "gpu_type": "GB200 (NVL72)",
+    "num_gpus": "256",
+    "tp": "4",
+    "pp": "16",
+    "vpp": "4",
+    "cp": "1",
+    "ep": "n/a",
+    "micro_batch_size": "1",
+    "global_batch_size": "1536",
+    "precision": "FP8",
+}
+
+DEEPSEEK_GB200 = {
+    # row 103 (MBRIDGE-26.06.01, DeepSeek-V3 on 256 GB200, MXFP8).
+    "row_id": "103",
+    "source_id": "MBRIDGE-26.06.01",
+    "model": "DeepSeekV3",
+    "arch_notes": "MLA (q_lora 1536, kv_lora 512); first 3 layers dense (ffn 18432); "
+    "1 shared expert; MTP 1 layer unless stated",
+    "num_layers": "61",
+    "hidden_size": "7168",
+    "num_attention_heads": "128",
+    "ffn_hidden_size": "18432",
+    "vocab_size": "129280",
+    "seq_length": "4096",
+    "num_experts": "256",
+    "moe_top_k": "8",
+    "moe_ffn_hidden_size": "2048",
+    "moe_shared_expert_ffn": "2048",
+    "gpu_type": "GB200 (NVL72)",
+    "num_gpus": "256",
+    "tp": "1",
+    "pp": "4",
+    "vpp": "4",
+    "cp": "1",
+    "ep": "64",
+    "micro_batch_size": "1",
+    "global_batch_size": "4096",
+    "precision": "MXFP8",
+}
+
+GPT_OSS_B300 = {
+    # row 129 (MBRIDGE-26.06, GPT-OSS 120B on 64 B300, MXFP8).
+    "row_id": "129",
+    "source_id": "MBRIDGE-26.06",
+    "model": "GPT OSS 120B",
+    "arch_notes": "kv_channels 64; alternating sliding-window (128) attention; "
+    "NeMo GPTOSSConfig120B",
+    "num_layers": "36",
+    "hidden_size": "2880",
+    "num_attention_heads": "64",
+    "num_query_groups": "8",
+    "ffn_hidden_size": "2880",
+    "vocab_size": "201088",
+    "seq_length": "4096",
+    "num_experts": "128",
+    "moe_top_k": "4",
+    "moe_ffn_hidden_size": "2880",
+    "gpu_type": "B300",
+    "num_gpus": "64",
+    "tp": "1",
+    "pp": "1",
+    "vpp": "n/a",
+    "cp": "1",
+    "ep": "8",
+    "micro_batch_size": "4",
+    "global_batch_size": "1280",
+    "precision": "MXFP8",
+}
+
+LLAMA70_FSDP = {
+    # row 160 (MBRIDGE-26.04.01, Llama 3 70B with Megatron-FSDP on 64 GB200, FP8).
+    "row_id": "160",
+    "source_id": "MBRIDGE-26.04.01",
+    "model": "LLAMA3_70B",
+    "arch_notes": "SwiGLU, GQA; NeMo Llama3Config70B",
+    "num_layers": "80",
+    "hidden_size": "8192",
+    "num_attention_heads": "64",
+    "num_query_groups": "8",
+    "ffn_hidden_size": "28672",
+    "vocab_size": "128256",
+    "seq_length": "8192",
+    "gpu_type": "GB200 (NVL72)",
+    "num_gpus": "64",
+    "tp": "1",
+    "pp": "1",
+    "vpp": "n/a",
+    "cp": "1",
+    "ep": "n/a",
+    "fsdp_or_zero": "Megatron-FSDP, sharding group = GPUs/(TP*PP)=64",
+    "micro_batch_size": "2",
+    "global_batch_size": "256",
+    "precision": "FP8",
+}
+
+ZERO3_SC21 = {
+    # row 11 (SC21 Table 2, GPT 174.6B with ZeRO-3 on 384 A100).
+    "row_id": "11",
+    "source_id": "SC21-T2",
+    "model": "GPT 174.6B",
+    "arch_notes": "GPT-3-style; 175B = GPT-3 (96 layers, 96 heads, h 12288); 530B = Table 1 config",
+    "num_layers": "96",
+    "hidden_size": "12288",
+    "num_attention_heads": "96",
+    "vocab_size": "51200",
+    "seq_length": "2048",
+    "gpu_type": "A100-SXM4-80GB",
+    "num_gpus": "384",
+    "tp": "1",
+    "pp": "1",
+    "vpp": "",
+    "cp": "1",
+    "fsdp_or_zero": "ZeRO-3 (DeepSpeed), no TP/PP",
+    "micro_batch_size": "4",
+    "global_batch_size": "1536",
+    "precision": "mixed (fp16 per repo scripts)",
+}
+
+
+def _with(row: dict[str, str], **changes: str) -> dict[str, str]:
+    return row | changes
+
+
+def test_blackwell_rows_map_to_their_stored_profiles():
+    assert rows_mod.profile_for("GB200 (NVL72)") == "gb200-nvl72"
+    assert rows_mod.profile_for("GB300 (NVL72)") == "gb300-nvl72"
+    assert rows_mod.profile_for("B300") == "b300"
+    assert rows_mod.profile_for("B200") == "b200"
+    assert rows_mod.gpu_generation("GB300 (NVL72)") == "Blackwell"
+
+
+def test_llama405b_counts_embedding_and_loss_as_layers():
+    case = rows_mod.case_for_row(LLAMA405_GB200)
+    plan = case.plan
+    assert plan.account_for_embedding_in_pipeline_split
+    assert plan.account_for_loss_in_pipeline_split
+    # (126 + 2) / (16 x 4) = 2 per chunk; the embedding's chunk (rank 0, chunk 0) and the
+    # loss's chunk (rank 15, chunk 3) build one transformer layer each.
+    split = pipeline_split(case.model, plan)
+    assert split.chunk(0, 0).num_layers == 1 and split.chunk(15, 3).num_layers == 1
+    assert split.chunk(7, 2).num_layers == 2
+    assert sum(split.rank_num_layers(r) for r in range(16)) == 126
+    assert case.profile == "gb200-nvl72" and case.job.precision == "fp8"
+
+
+def test_deepseek_layout_with_its_mtp_layer():
+    case = rows_mod.case_for_row(DEEPSEEK_GB200)
+    assert case.model.mtp_num_layers == 1
+    # 16 virtual stages: ceil(61 / 16) = 4 layers on each of the first 15 (the embedding
+    # with the first), 61 - 60 = 1 on the last with the MTP layer and the loss: the GB300
+    # recipe's "Et*4|(t*4|)*14tmL".
+    layout = case.plan.pipeline_model_parallel_layout
+    assert expand_layout(layout) == expand_layout("Et*4|(t*4|)*14tmL")
+    split = pipeline_split(case.model, case.plan)
+    assert split.rank_mtp_layers(3) == 1 and split.chunk(3, 3).num_layers == 1
+    assert case.plan.etp == 1
+
+
+def test_deepseek_without_mtp_and_a_stage_count_no_recipe_covers():
+    plain = rows_mod.case_for_row(_with(DEEPSEEK_GB200, model="DeepSeekV3 (w/o MTP)"))
+    assert plain.model.mtp_num_layers == 0
+    assert plain.plan.pipeline_model_parallel_layout.endswith("tL")
+    # 32 stages: ceil(61 / 32) = 2 per stage leaves nothing for the last one.
+    with pytest.raises(rows_mod.NotExpressible, match="no recipe layout"):
+        rows_mod.case_for_row(_with(DEEPSEEK_GB200, pp="8", vpp="4"))
+
+
+def test_gpt_oss_row_has_its_window_sinks_and_biases():
+    model = rows_mod.case_for_row(GPT_OSS_B300).model
+    assert model.sliding_window == 128 and model.sliding_window_every == 2
+    assert model.attention_sinks and model.add_bias_linear
+    # even layers windowed, odd layers full (openai/gpt-oss-120b layer_types)
+    assert model.window_layer_mask()[:4] == (True, False, True, False)
+
+
+def test_megatron_fsdp_row_shards_params_grads_and_optimizer():
+    plan = rows_mod.case_for_row(LLAMA70_FSDP).plan
+    assert plan.use_megatron_fsdp
+    assert plan.data_parallel_sharding_strategy == "optim_grads_params"
+    assert not plan.distributed_optimizer and plan.dp == 64
+
+
+def test_zero3_row_is_expressed_as_full_sharding():
+    case = rows_mod.case_for_row(ZERO3_SC21)
+    assert case.plan.use_megatron_fsdp and case.plan.dp == 384
+    assert case.plan.data_parallel_sharding_strategy == "optim_grads_params"
+    assert case.options is rows_mod.MEGATRON_2021
+
+
+def test_qwen3_expert_tp_is_the_recipes_one():
+    row = _with(
+        GPT_OSS_B300,
+        source_id="MBRIDGE-25.09",
+        model="Qwen3_235B_a22B (tokendrop)",
+        arch_notes="all layers MoE; kv_channels 128; SwiGLU experts",
+        num_layers="94",
+        hidden_size="4096",
+        num_attention_heads="64",
+        num_query_groups="4",
+        ffn_hidden_size="12288",
+        vocab_size="151936",
+        num_experts="128",
+        moe_top_k="8",
+        moe_ffn_hidden_size="1536",
+        tp="2",
+        ep="64",
+    )
+    # row 359: TP2 with EP64 on 64 GPUs is only whole with ETP = 1 (1 x 64 x 1 = 64).
+    plan = rows_mod.case_for_row(row).plan
+    assert (plan.tp, plan.etp, plan.ep, plan.dp) == (2, 1, 64, 32)
+
+
+def test_unstated_interleaving_stays_refused():
+    row = _with(
+        LLAMA405_GB200,
+        source_id="LLAMA3-T4",
+        model="Llama 3 405B",
+        vpp="",
+        notes="Pipeline: interleaved schedule with tunable N, first/last stage have one "
+        "fewer layer",
+    )
+    with pytest.raises(rows_mod.NotExpressible, match="virtual pipeline degree"):
+        rows_mod.case_for_row(row)
+
+
+def test_bloom_partition_counts_the_tied_embedding_twice():
+    fields = recipes.pipeline_fields(
+        {"source_id": "BLOOM-176B", "model": "BLOOM-176B"}, None, pp=12, vpp=1
+    )
+    assert fields == {
+        "account_for_embedding_in_pipeline_split": True,
+        "account_for_loss_in_pipeline_split": True,
+    }
+    assert recipes.pipeline_fields({"source_id": "MBRIDGE-26.06"}, None, pp=1, vpp=1) == {}
