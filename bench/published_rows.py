@@ -5,8 +5,9 @@ recompute setting; `case_for_row` maps exactly those onto `ModelSpec`, `ClusterS
 `TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`, and raises
 `NotExpressible` with the reason when a field has no counterpart (NVFP4, hybrid Mamba
 layers, a virtual pipeline degree nobody published, ...). What a row leaves to its recipe
-(uneven pipeline splits, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP and ZeRO-3
-sharding) comes from the recipe files cited in `bench/row_recipes.py`. Nothing here filters
+(uneven pipeline splits, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding)
+and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the source flags as a
+regression) comes from the recipe files cited in `bench/row_recipes.py`. Nothing here filters
 rows by name.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
@@ -37,6 +38,7 @@ from row_recipes import (
     expert_tp,
     mtp_layers,
     pipeline_fields,
+    refusal,
     sharding_fields,
     sliding_window_fields,
 )
@@ -335,6 +337,9 @@ def _era_options(raw: dict[str, str]) -> ExecutionOptions:
 
 def case_for_row(raw: dict[str, str]) -> RowCase:
     """The `estimate_plan` inputs of one CSV row; NotExpressible names what is missing."""
+    reason = refusal(raw)
+    if reason is not None:
+        raise NotExpressible(reason)
     gpu_type = _text(raw, "gpu_type")
     profile = profile_for(gpu_type)
     precision = precision_for(_text(raw, "precision"))

@@ -137,23 +137,39 @@ def sliding_window_fields(raw: dict[str, str]) -> dict[str, object]:
 
 
 def sharding_fields(raw: dict[str, str]) -> dict[str, object] | None:
-    """Megatron-FSDP plan fields for a row whose ``fsdp_or_zero`` names Megatron-FSDP or
-    ZeRO-3, None otherwise.
-
-    - Megatron-FSDP (Megatron-Bridge Llama 3 70B / Llama 3.1 405B): parameters, gradients
-      and optimizer state sharded (``cfg.ddp.data_parallel_sharding_strategy =
-      "optim_grads_params"``, ``perf_recipes/llama/gb200/llama3.py``).
-    - DeepSpeed ZeRO-3 (SC21 Table 2): stage 3 partitions the same three over the
-      data-parallel group, gathers each layer's parameters before its forward and backward
-      and reduce-scatters its gradients (Rajbhandari et al., arXiv 1910.02054, Sec. 5.3),
-      which is what ``optim_grads_params`` prices; DeepSpeed's own prefetch and bucket
-      sizes are not modelled.
-    """
+    """Megatron-FSDP plan fields for a row whose ``fsdp_or_zero`` names Megatron-FSDP, None
+    otherwise. Megatron-Bridge's Llama 3 70B / Llama 3.1 405B FSDP recipes shard
+    parameters, gradients and optimizer state (``cfg.ddp.data_parallel_sharding_strategy =
+    "optim_grads_params"``, ``perf_recipes/llama/gb200/llama3.py``)."""
     lower = (raw.get("fsdp_or_zero") or "").lower()
-    if "megatron-fsdp" in lower or "zero-3" in lower:
+    if "megatron-fsdp" in lower:
         return {
             "use_megatron_fsdp": True,
             "data_parallel_sharding_strategy": "optim_grads_params",
             "distributed_optimizer": False,
         }
+    return None
+
+
+def refusal(raw: dict[str, str]) -> str | None:
+    """Why a row cannot be priced as what it ran, or None.
+
+    - LoRA fine-tuning: frozen base weights (no weight gradients, no optimizer state for
+      them) and adapter GEMMs; a `TrainingJob` trains every weight.
+    - DeepSpeed ZeRO-3 (SC21 Table 2): it shards what Megatron-FSDP's ``optim_grads_params``
+      shards (Rajbhandari et al., arXiv 1910.02054, Sec. 5.3), but it ran DeepSpeed's
+      stage-3 engine of 2021, whose gather and prefetch schedule is not Megatron-FSDP's, and
+      the row states no recompute although the 175B model's activations without it exceed
+      the 80 GB device many times over.
+    - The source itself flags the figure as a known performance regression (Megatron-Bridge
+      26.06.01 GPT-OSS rows, ``notes``).
+    """
+    task = (raw.get("task") or "").lower()
+    if task.startswith("lora"):
+        return "LoRA fine-tuning (frozen base weights)"
+    if "zero-3" in (raw.get("fsdp_or_zero") or "").lower():
+        return "DeepSpeed ZeRO-3 engine (not Megatron-FSDP) with recompute not stated"
+    notes = (raw.get("notes") or "").lower()
+    if "performance regression" in notes and "known issue" in notes:
+        return "the source flags the figure as a known performance regression"
     return None

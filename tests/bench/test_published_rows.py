@@ -211,11 +211,15 @@ def test_megatron_fsdp_row_shards_params_grads_and_optimizer():
     assert not plan.distributed_optimizer and plan.dp == 64
 
 
-def test_zero3_row_is_expressed_as_full_sharding():
-    case = rows_mod.case_for_row(ZERO3_SC21)
-    assert case.plan.use_megatron_fsdp and case.plan.dp == 384
-    assert case.plan.data_parallel_sharding_strategy == "optim_grads_params"
-    assert case.options is rows_mod.MEGATRON_2021
+def test_zero3_lora_and_flagged_rows_are_set_apart_with_the_reason():
+    with pytest.raises(rows_mod.NotExpressible, match="ZeRO-3"):
+        rows_mod.case_for_row(ZERO3_SC21)
+    with pytest.raises(rows_mod.NotExpressible, match="LoRA"):
+        rows_mod.case_for_row(_with(LLAMA70_FSDP, task="LoRA (fine-tune)"))
+    flagged = "footnote: Performance regression in GPT-OSS 120B pre-training is a known issue"
+    with pytest.raises(rows_mod.NotExpressible, match="regression"):
+        rows_mod.case_for_row(_with(GPT_OSS_B300, notes=flagged))
+    assert rows_mod.case_for_row(_with(LLAMA70_FSDP, task="SFT (fine-tune)")).plan.dp == 64
 
 
 def test_qwen3_expert_tp_is_the_recipes_one():
