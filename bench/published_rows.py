@@ -5,10 +5,10 @@ recompute setting; `case_for_row` maps exactly those onto `ModelSpec`, `ClusterS
 `TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`, and raises
 `NotExpressible` with the reason when a field has no counterpart (NVFP4, hybrid Mamba
 layers, a virtual pipeline degree nobody published, ...). What a row leaves to its recipe
-(uneven pipeline splits, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding)
-and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the source flags as a
-regression) comes from the recipe files cited in `bench/row_recipes.py`. Nothing here filters
-rows by name.
+(uneven pipeline splits, TP overlap, expert TP, MTP layers, GPT-OSS attention,
+Megatron-FSDP sharding) and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the
+source flags as a regression) comes from the recipe files cited in `bench/row_recipes.py`.
+Nothing here filters rows by name.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``):
@@ -41,6 +41,7 @@ from row_recipes import (
     refusal,
     sharding_fields,
     sliding_window_fields,
+    tp_overlap,
 )
 
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, ExecutionOptions
@@ -297,6 +298,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "distributed_optimizer": _distributed_optimizer(raw),
         "sequence_parallel": tp > 1 and not sp_text.startswith("no"),
         "etp": expert_tp(raw, model) if ep > 1 else None,
+        "tp_comm_overlap": tp_overlap(raw, tp, tp > 1 and not sp_text.startswith("no")),
         **pipeline_fields(raw, model, pp, vpp),
         **(sharding_fields(raw) or {}),
     }

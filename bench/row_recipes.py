@@ -104,6 +104,20 @@ def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) ->
     return {}
 
 
+TP_COMM_OVERLAP_MODELS = (("MBRIDGE-", "llama3"),)
+"""(source prefix, model prefix) of the rows whose recipe overlaps TP communication with the
+GEMMs (Megatron-Bridge ``recipes/llama/h100/llama3.py``: ``CommOverlapConfig(
+tp_comm_overlap=True, ...)`` in the Llama 3 70B and Llama 3.1 405B base recipes that the
+``perf_recipes/llama/*`` files start from; ``scripts/performance/configs/llama/
+llama31_llm_pretrain.py`` of release v0.3.0 keeps it on except for NVFP4)."""
+
+
+def tp_overlap(raw: dict[str, str], tp: int, sequence_parallel: bool) -> bool:
+    """True when the row's recipe runs ``--tp-comm-overlap`` (`TP_COMM_OVERLAP_MODELS`;
+    it needs tp > 1 with sequence parallelism)."""
+    return tp > 1 and sequence_parallel and _matches(raw, TP_COMM_OVERLAP_MODELS)
+
+
 def expert_tp(raw: dict[str, str], model: ModelSpec) -> int | None:
     """ETP of a MoE row: the printed value, else 1 for `EXPERT_TP_ONE_SOURCES`, else None
     (Megatron's default: ETP = TP)."""

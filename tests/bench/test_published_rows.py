@@ -172,6 +172,9 @@ def test_llama405b_counts_embedding_and_loss_as_layers():
     assert split.chunk(7, 2).num_layers == 2
     assert sum(split.rank_num_layers(r) for r in range(16)) == 126
     assert case.profile == "gb200-nvl72" and case.job.precision == "fp8"
+    # the 405B base recipe's CommOverlapConfig(tp_comm_overlap=True)
+    assert plan.tp_comm_overlap and plan.sequence_parallel
+    assert not rows_mod.case_for_row(LLAMA70_FSDP).plan.tp_comm_overlap  # tp = 1
 
 
 def test_deepseek_layout_with_its_mtp_layer():
