@@ -12,13 +12,16 @@ error, the predicted peak memory and whether it fits the device. Summaries
 (`bench/validation_stats.py`) over all rows, by source, GPU generation, precision,
 dense/MoE, and the SC21 Table 1 group; Kendall tau over strategy groups.
 
-Three sets of figures:
-- ``model``: `estimate_plan` as it is (its default FP8 GEMM rate factor,
-  `costmodel.execution.FP8_GEMM_RATE_FACTOR`, was fitted on the dense FP8 rows here);
-- ``fitted``: one FP8 GEMM rate factor fitted on the dense FP8 rows (in sample;
-  `validation_stats.fit_model`);
+Four sets of figures:
+- ``model``: `estimate_plan` as it is (its fitted defaults, the FP8 GEMM rate factor
+  `costmodel.execution.FP8_GEMM_RATE_FACTOR` and the MoE host-launch time
+  `MOE_HOST_LAUNCH_S`, were fitted on the rows here);
+- ``fitted``: those parameters fitted jointly on all rows (in sample;
+  `validation_stats.fit_model`, with `PER_GENERATION`);
 - ``loso``: leave one source family out: the parameters fitted on the other families
   predict it. These are the out-of-sample figures.
+- ``per_generation``: the same two fits with the other choice of `PER_GENERATION`, the
+  evidence for that choice.
 
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]``
 (``--markdown`` writes docs/validation.md, ``--figure`` docs/validation.png).
@@ -41,12 +44,11 @@ from published_rows import (
     published_iteration_time_s,
 )
 from validation_stats import (
-    Fp8Grid,
-    MoeGrid,
+    FitGrid,
     Outcome,
+    Predict,
     apply_model,
     fit_model,
-    fp8_factors_used,
     grouped,
     kendall_tau,
     leave_one_source_out,
@@ -69,8 +71,17 @@ TRUSTED = ("A", "B")
 FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
 """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
 HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
-"""Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds; the MoE
-rows are priced on them only at the FP8 factors the fits use (`fp8_factors_used`)."""
+"""Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
+PER_GENERATION = False
+"""Whether the FP8 GEMM rate factor is fitted per GPU generation (`validation_stats.fit_model`)
+rather than once for all. Off: on the rows priced here each generation's FP8 rows come from
+one source family (H100: NeMo long-sequence; Blackwell: Megatron-Bridge), so leaving that
+family out leaves the generation without rows and it takes the shared factor: the
+out-of-sample figures are the same either way, and a parameter leave-one-source-out cannot
+test is not added. The ``per_generation`` block of the JSON shows both fits."""
+FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID)
+"""The grids the fits search (`validation_stats.fit_model`); rows are priced lazily, only
+at the points the coordinate descent visits (`row_predictor`)."""
 SC21_TABLE1 = "SC21-T1"
 SC21_TARGET = 0.10
 """Median |error| target of the SC21 Table 1 group."""
@@ -96,22 +107,15 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float], RowCase]:
-    """Predict one row, and for FP8 rows its predicted seconds at every `FP8_GRID` factor;
-    with the row's case. NotExpressible or SpecError when it cannot be priced."""
+def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
+    """Predict one row; with the row's case. NotExpressible or SpecError when it cannot be
+    priced."""
     case = case_for_row(raw)
     published = published_iteration_time_s(raw, case)
     profile = load_profile(case.profile)
     est = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
     )
-    grid: dict[float, float] = {}
-    if case.job.precision == "fp8":
-        for factor in FP8_GRID:
-            options = dataclasses.replace(case.options, fp8_gemm_rate_factor=factor)
-            grid[factor] = estimate_plan(
-                case.model, case.cluster, case.job, case.plan, profile, options=options
-            ).iteration_time_s
     outcome = Outcome(
         row_id=raw["row_id"],
         source_id=raw["source_id"],
@@ -129,60 +133,64 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, dict[float, float], RowC
         device_memory_gib=profile.device.memory_gib,
         fits=est.fits,
     )
-    return outcome, grid, case
+    return outcome, case
 
 
-def moe_host_grid(cases: dict[str, RowCase], factors: set[float]) -> MoeGrid:
-    """Predicted seconds of the MoE rows' ``cases`` at every `HOST_GRID` launch time and,
-    for FP8 rows, every FP8 factor of ``factors`` (bf16 rows: their own factor only)."""
-    grid: MoeGrid = {}
-    for row_id, case in cases.items():
-        profile = load_profile(case.profile)
-        own = case.options.fp8_gemm_rate_factor
-        row_factors = sorted(factors | {own}) if case.job.precision == "fp8" else [own]
-        grid[row_id] = {
-            (factor, host): estimate_plan(
+def row_predictor(cases: dict[str, RowCase]) -> Predict:
+    """`validation_stats.Predict` over the rows' ``cases``: `estimate_plan` with the row's
+    options and the given FP8 factor (FP8 rows; None keeps the row's own) and MoE
+    host-launch time (MoE rows), each distinct pricing computed once."""
+    memo: dict[tuple[str, float | None, float | None], float] = {}
+
+    def predict(row_id: str, factor: float | None, host_s: float) -> float:
+        case = cases[row_id]
+        key = (
+            row_id,
+            factor if case.job.precision == "fp8" else None,
+            host_s if case.model.num_experts else None,
+        )
+        if key not in memo:
+            options = case.options
+            if key[1] is not None:
+                options = dataclasses.replace(options, fp8_gemm_rate_factor=key[1])
+            if key[2] is not None:
+                options = dataclasses.replace(options, moe_host_launch_s=key[2])
+            memo[key] = estimate_plan(
                 case.model,
                 case.cluster,
                 case.job,
                 case.plan,
-                profile,
-                options=dataclasses.replace(
-                    case.options, fp8_gemm_rate_factor=factor, moe_host_launch_s=host
-                ),
+                load_profile(case.profile),
+                options=options,
             ).iteration_time_s
-            for factor in row_factors
-            for host in HOST_GRID
-        }
-    return grid
+        return memo[key]
+
+    return predict
 
 
 def evaluate(
     rows: list[dict[str, str]],
-) -> tuple[list[Outcome], Fp8Grid, dict[str, RowCase], list[dict[str, str]]]:
-    """Outcomes of the trusted rows, the FP8 rows' predictions over `FP8_GRID`, the MoE
-    rows' cases (for `moe_host_grid`), and the rows set apart (row, source, model,
-    reason)."""
+) -> tuple[list[Outcome], dict[str, RowCase], list[dict[str, str]]]:
+    """Outcomes of the trusted rows, the cases of the FP8 and MoE rows among them (the rows
+    the fitted parameters act on: `row_predictor`), and the rows set apart (row, source,
+    model, reason)."""
     outcomes, apart = [], []
-    grid: Fp8Grid = {}
-    moe_cases: dict[str, RowCase] = {}
+    cases: dict[str, RowCase] = {}
     for raw in rows:
         if raw["trust"] not in TRUSTED:
             continue
         try:
-            outcome, row_grid, case = evaluate_row(raw)
+            outcome, case = evaluate_row(raw)
             outcomes.append(outcome)
-            if row_grid:
-                grid[outcome.row_id] = row_grid
-            if case.model.num_experts:
-                moe_cases[outcome.row_id] = case
+            if case.job.precision == "fp8" or case.model.num_experts:
+                cases[outcome.row_id] = case
         except (NotExpressible, SpecError) as err:
             reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
                 | {"reason": reason}
             )
-    return outcomes, grid, moe_cases, apart
+    return outcomes, cases, apart
 
 
 def _rules(err: SpecError) -> str:
@@ -235,14 +243,14 @@ def figures(outcomes: list[Outcome]) -> dict[str, object]:
 
 
 def report(
-    outcomes: list[Outcome],
-    grid: Fp8Grid,
-    apart: list[dict[str, str]],
-    moe_grid: MoeGrid | None = None,
+    outcomes: list[Outcome], apart: list[dict[str, str]], predict: Predict
 ) -> dict[str, object]:
-    """The bench's JSON: model figures at the top level, ``fitted`` and ``loso``."""
-    fitted = fit_model(outcomes, grid, moe_grid)
-    loso, loso_models = leave_one_source_out(outcomes, grid, moe_grid)
+    """The bench's JSON: model figures at the top level, ``fitted``, ``loso`` and
+    ``loso_one_factor``."""
+    fitted = fit_model(outcomes, predict, FIT_GRID, per_generation=PER_GENERATION)
+    loso, loso_models = leave_one_source_out(
+        outcomes, predict, FIT_GRID, per_generation=PER_GENERATION
+    )
     loso_by_row = {o.row_id: o for o in loso}
     rows = [
         {
@@ -265,25 +273,45 @@ def report(
     ]
     return figures(outcomes) | {
         "strategy_groups": kendall_tau(outcomes)["groups"],
-        "fitted": figures(apply_model(outcomes, grid, fitted, moe_grid))
+        "fitted": figures(apply_model(outcomes, predict, fitted))
         | {
             "fp8_gemm_rate_factor": fitted.fp8_factor,
             "fitted_on": list(fitted.fitted_on),
+            "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
+            "fp8_fitted_on_by_generation": {g: list(r) for g, r in fitted.fp8_fitted_on.items()},
             "moe_host_launch_s": fitted.moe_host_launch_s,
             "moe_host_fitted_on": list(fitted.host_fitted_on),
         },
         "loso": figures(loso)
         | {
             "fp8_gemm_rate_factor_by_left_out_source": {
-                family: m.fp8_factor for family, m in loso_models.items()
+                family: m.fp8_factors | {"shared": m.fp8_factor}
+                for family, m in loso_models.items()
             },
             "moe_host_launch_s_by_left_out_source": {
                 family: m.moe_host_launch_s for family, m in loso_models.items()
             },
         },
+        "per_generation": other_choice(outcomes, predict),
         "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
         "rows": rows,
         "not_expressible": apart,
+    }
+
+
+def other_choice(outcomes: list[Outcome], predict: Predict) -> dict[str, object]:
+    """In-sample and leave-one-source-out figures with `PER_GENERATION` the other way,
+    and the factors of the in-sample fit."""
+    choice = not PER_GENERATION
+    fitted = fit_model(outcomes, predict, FIT_GRID, per_generation=choice)
+    loso, _ = leave_one_source_out(outcomes, predict, FIT_GRID, per_generation=choice)
+    return {
+        "per_generation": choice,
+        "fp8_gemm_rate_factor": fitted.fp8_factor,
+        "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
+        "moe_host_launch_s": fitted.moe_host_launch_s,
+        "fitted": figures(apply_model(outcomes, predict, fitted)),
+        "loso": figures(loso),
     }
 
 
@@ -300,9 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    outcomes, grid, moe_cases, apart = evaluate(read_rows(args.csv))
-    moe_grid = moe_host_grid(moe_cases, fp8_factors_used(outcomes, grid))
-    result = report(outcomes, grid, apart, moe_grid)
+    outcomes, cases, apart = evaluate(read_rows(args.csv))
+    result = report(outcomes, apart, row_predictor(cases))
     if args.search:
         from search_sanity import search_sanity
 

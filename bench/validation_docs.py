@@ -110,11 +110,13 @@ def markdown(result: dict) -> str:
         "",
         f"    {COMMAND}",
         "",
-        "- **model**: `estimate_plan` as users get it; its one fitted default, the FP8 GEMM "
-        "rate factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`), comes from the dense FP8 "
-        "rows below, so those rows are in sample here.",
-        "- **fitted**: one FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) "
-        "for every GPU generation, fitted on the dense FP8 rows (in sample).",
+        "- **model**: `estimate_plan` as users get it; its fitted defaults, the FP8 GEMM "
+        "rate factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`) and the MoE host-launch "
+        "time (`MOE_HOST_LAUNCH_S`), come from the FP8 and MoE rows below, so those rows "
+        "are in sample here.",
+        "- **fitted**: the FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`, "
+        "one value for every GPU generation) and the MoE host-launch time, fitted jointly "
+        "on the FP8 and MoE rows (in sample).",
         "- **LOSO**: leave one source family out; the parameters fitted on the other families "
         "predict it. These are the out-of-sample figures.",
         "",
@@ -128,13 +130,13 @@ def markdown(result: dict) -> str:
         f"Kendall tau over strategy groups (model): {result['kendall_tau']:.2f}; "
         f"LOSO: {result['loso']['kendall_tau']:.2f}.",
         "",
-        f"FP8 GEMM rate factor fitted on all dense FP8 rows: "
+        f"FP8 GEMM rate factor fitted on all FP8 rows: "
         f"{result['fitted']['fp8_gemm_rate_factor']} (rows "
         + ", ".join(result["fitted"]["fitted_on"])
         + "); left-one-source-out values: "
         + ", ".join(
-            f"{family} {factor}"
-            for family, factor in result["loso"]["fp8_gemm_rate_factor_by_left_out_source"].items()
+            f"{family} {factors['shared']}"
+            for family, factors in result["loso"]["fp8_gemm_rate_factor_by_left_out_source"].items()
         )
         + ".",
         "",

@@ -5,16 +5,11 @@ Pure functions over `Outcome` records (one per expressible published run):
 - `kendall_tau`: rank agreement of predicted and published throughput inside strategy
   groups (same model, GPU, sequence length: several published strategies), pooled over the
   groups' pairs (Kendall 1938, tau-a per group, concordant minus discordant over pairs);
-- `fit_model` / `apply_model`: one global FP8 GEMM rate factor
-  (`ExecutionOptions.fp8_gemm_rate_factor`), chosen from the predictions on a grid of
-  factors to minimise the median |log(predicted / published)| of the dense FP8 rows. One
-  value for every GPU generation: the dense FP8 rows of each generation come from a single
-  source family, so a per-generation value could never be checked out of sample;
-- the same fit picks one global MoE host-launch time (`ExecutionOptions.moe_host_launch_s`)
-  from the MoE rows' predictions on a grid of (FP8 factor, launch time), at the FP8 factor
-  the dense rows chose, by the mean (not the median) |log(predicted / published)|: the host
-  floor binds on the few rows with little GPU work per layer, and a median fit would pick
-  the value that moves the majority of rows instead; without MoE rows to fit, 0 (no floor);
+- `fit_model` / `apply_model`: the fitted parameters of the Megatron runtime, fitted jointly
+  by grid coordinate descent on one objective over the rows' predictions (`Predict`): the
+  FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`), one value per GPU
+  generation with FP8 rows and one shared value for the generations without, and the MoE
+  host-launch time (`ExecutionOptions.moe_host_launch_s`), one value for all generations;
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
 
@@ -28,8 +23,6 @@ import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-from costmodel.execution import FP8_GEMM_RATE_FACTOR
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,118 +130,176 @@ def kendall_tau(outcomes: list[Outcome]) -> dict[str, object]:
     return {"kendall_tau": tau, "pairs": total_pairs, "groups": per_group}
 
 
-Fp8Grid = dict[str, dict[float, float]]
-"""Row id -> {fp8_gemm_rate_factor: predicted seconds} for the FP8 rows."""
+Predict = Callable[[str, float | None, float], float]
+"""(row id, fp8_gemm_rate_factor, moe_host_launch_s) -> predicted seconds per iteration of
+that row under those two options; factor None: the row's own. A row ignores an option
+that does not apply to it (a bf16 row the factor, a dense row the launch time)."""
 
-MoeGrid = dict[str, dict[tuple[float, float], float]]
-"""Row id -> {(fp8_gemm_rate_factor, moe_host_launch_s): predicted seconds} for the MoE rows
-(the factor axis holds only the default for bf16 rows)."""
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitGrid:
+    """Candidate values of the fitted parameters."""
+
+    fp8_factors: tuple[float, ...]
+    """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values."""
+    host_launch_s: tuple[float, ...]
+    """Candidate `ExecutionOptions.moe_host_launch_s` values."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FittedModel:
-    """The fitted global parameter and the rows that fitted it."""
+    """The fitted parameters and the rows that fitted each."""
 
     fp8_factor: float | None
-    """fp8_gemm_rate_factor for every GPU generation; None when no dense FP8 row fitted it
-    (the predictions keep the factor they were made with)."""
+    """The FP8 factor fitted with one value shared by every generation (all the FP8 rows
+    together): the value of a generation without FP8 rows of its own. None when no FP8 row
+    fitted it (the predictions keep the factor they were made with)."""
     fitted_on: tuple[str, ...]
-    """Row ids of the dense FP8 rows that fitted it."""
+    """Row ids of the FP8 rows (dense and MoE) that fitted ``fp8_factor``."""
+    fp8_factors: dict[str, float] = dataclasses.field(default_factory=dict)
+    """GPU generation -> its FP8 factor, for the generations with FP8 rows of their own
+    (with ``per_generation`` off: empty, ``fp8_factor`` for every generation)."""
+    fp8_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """GPU generation -> row ids of the FP8 rows that fitted its factor."""
     moe_host_launch_s: float | None = None
-    """moe_host_launch_s for every GPU generation; None when the predictions keep the value
-    they were made with (no MoE grid given)."""
+    """moe_host_launch_s for every GPU generation; 0 when no MoE row fitted it (no floor)."""
     host_fitted_on: tuple[str, ...] = ()
-    """Row ids of the MoE rows that fitted it (none: the value is 0)."""
+    """Row ids of the MoE rows that fitted it."""
+
+    def factor(self, generation: str) -> float | None:
+        """The FP8 factor of ``generation``: its own, else the shared one."""
+        return self.fp8_factors.get(generation, self.fp8_factor)
 
 
-def _log_median(pairs: list[tuple[float, float]]) -> float:
-    return statistics.median(abs(math.log(pred / pub)) for pred, pub in pairs)
+def _log_error(predicted_s: float, outcome: Outcome) -> float:
+    return abs(math.log(predicted_s / outcome.published_s))
+
+
+def _objective(
+    dense: dict[str, list[Outcome]],
+    moe: list[Outcome],
+    predict: Predict,
+    factors: dict[str, float],
+    host: float,
+) -> float:
+    """Sum over generations of the median |log(predicted / published)| of the generation's
+    dense FP8 rows, plus the mean |log(predicted / published)| of the MoE rows."""
+    total = sum(
+        statistics.median(_log_error(predict(o.row_id, factors[g], host), o) for o in rows)
+        for g, rows in dense.items()
+    )
+    if moe:
+        total += statistics.fmean(
+            _log_error(predict(o.row_id, factors.get(o.generation), host), o) for o in moe
+        )
+    return total
+
+
+def _coordinate_descent(
+    dense: dict[str, list[Outcome]],
+    moe: list[Outcome],
+    predict: Predict,
+    grid: FitGrid,
+    keys: dict[str, str],
+) -> tuple[dict[str, float], float]:
+    """Grid coordinate descent on `_objective` from the bare rate (factor 1) and no host
+    floor (launch time 0): each factor, then the launch time, over its whole grid, until a
+    round changes nothing. ``keys`` maps each generation to the factor it uses (several
+    generations share one factor when they map to one key). Ties: the larger factor, the
+    smaller launch time."""
+    values = {k: max(grid.fp8_factors) for k in set(keys.values())}
+    host = min(grid.host_launch_s) if moe else 0.0
+
+    def cost(trial: dict[str, float], launch_s: float) -> float:
+        return _objective(dense, moe, predict, {g: trial[k] for g, k in keys.items()}, launch_s)
+
+    for _ in range(len(grid.fp8_factors) + len(grid.host_launch_s)):
+        before = (dict(values), host)
+        for key in sorted(values):
+            values[key] = min(
+                sorted(grid.fp8_factors, reverse=True),
+                key=lambda f, key=key: cost(values | {key: f}, host),
+            )
+        if moe:
+            host = min(sorted(grid.host_launch_s), key=lambda h: cost(values, h))
+        if (values, host) == before:
+            break
+    return {g: values[k] for g, k in keys.items()}, host
 
 
 def fit_model(
-    outcomes: list[Outcome], grid: Fp8Grid, moe_grid: MoeGrid | None = None
+    outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
 ) -> FittedModel:
-    """The grid factor whose predictions minimise the median |log(predicted / published)|
-    over the dense FP8 rows of ``outcomes`` (ties: the larger factor). MoE rows are left
-    out: they carry the token dispatcher's and grouped GEMMs' errors too. With ``moe_grid``,
-    then the MoE host-launch time that minimises the mean |log(predicted / published)| over
-    the MoE rows at that factor (ties: the smaller time); 0 when ``outcomes`` hold no MoE
-    row."""
-    fp8 = [o for o in outcomes if o.row_id in grid and o.kind == "dense"]
-    factor = None
-    if fp8:
-        candidates = sorted(grid[fp8[0].row_id], reverse=True)
-        factor = min(
-            candidates,
-            key=lambda f: _log_median([(grid[o.row_id][f], o.published_s) for o in fp8]),
+    """The FP8 GEMM rate factors and the MoE host-launch time fitted jointly on
+    ``outcomes`` by grid coordinate descent (`_coordinate_descent`) on one objective: per
+    generation the median |log(predicted / published)| of its dense FP8 rows (robust to
+    the rows' other residuals), plus the mean |log(predicted / published)| of all MoE rows
+    (the host floor binds on the few rows with little GPU work per layer; a median would
+    follow the majority it does not touch). MoE rows inform the factor of their generation
+    only through that mean, the dense FP8 rows carry the median. With ``per_generation``,
+    one factor per generation with FP8 rows, and the shared ``fp8_factor`` (a second fit
+    with one factor for all of them) for the others; without, the shared one alone. No MoE
+    row: launch time 0 (no floor)."""
+    fp8 = [o for o in outcomes if o.precision == "fp8"]
+    dense = grouped((o for o in fp8 if o.kind == "dense"), lambda o: o.generation)
+    moe = [o for o in outcomes if o.kind == "moe"]
+    generations = sorted({o.generation for o in fp8})
+    if not generations:
+        if not moe:
+            return FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=0.0)
+        _, host = _coordinate_descent({}, moe, predict, grid, {})
+        return FittedModel(
+            fp8_factor=None,
+            fitted_on=(),
+            moe_host_launch_s=host,
+            host_fitted_on=tuple(o.row_id for o in moe),
         )
-    fitted = FittedModel(fp8_factor=factor, fitted_on=tuple(o.row_id for o in fp8))
-    if moe_grid is None:
-        return fitted
-    moe = [o for o in outcomes if o.row_id in moe_grid]
-    if not moe:
-        return dataclasses.replace(fitted, moe_host_launch_s=0.0)
-    times = sorted({h for o in moe for _, h in moe_grid[o.row_id]})
-    host = min(
-        times,
-        key=lambda h: statistics.fmean(
-            abs(math.log(_moe_prediction(moe_grid, o, fitted, h) / o.published_s)) for o in moe
-        ),
+    shared, shared_host = _coordinate_descent(
+        dense, moe, predict, grid, {g: "all" for g in generations}
     )
+    model = FittedModel(
+        fp8_factor=shared[generations[0]],
+        fitted_on=tuple(o.row_id for o in fp8),
+        moe_host_launch_s=shared_host if moe else 0.0,
+        host_fitted_on=tuple(o.row_id for o in moe),
+    )
+    if not per_generation:
+        return model
+    factors, host = _coordinate_descent(dense, moe, predict, grid, {g: g for g in generations})
     return dataclasses.replace(
-        fitted, moe_host_launch_s=host, host_fitted_on=tuple(o.row_id for o in moe)
+        model,
+        fp8_factors=factors,
+        fp8_fitted_on={g: tuple(o.row_id for o in fp8 if o.generation == g) for g in generations},
+        moe_host_launch_s=host if moe else 0.0,
     )
 
 
-def _moe_prediction(moe_grid: MoeGrid, outcome: Outcome, model: FittedModel, host: float) -> float:
-    """A MoE row's prediction at ``host`` seconds per launch and the model's FP8 factor (the
-    default `FP8_GEMM_RATE_FACTOR` when none was fitted; a bf16 row's grid has one factor)."""
-    row = moe_grid[outcome.row_id]
-    factors = {f for f, _ in row}
-    factor = model.fp8_factor if model.fp8_factor is not None else FP8_GEMM_RATE_FACTOR
-    if len(factors) == 1:
-        (factor,) = factors
-    return row[(factor, host)]
-
-
-def apply_model(
-    outcomes: list[Outcome], grid: Fp8Grid, model: FittedModel, moe_grid: MoeGrid | None = None
-) -> list[Outcome]:
-    """FP8 rows re-predicted with the fitted factor, MoE rows (with ``moe_grid`` and a fitted
-    host-launch time) with the factor and the host-launch time; other rows unchanged."""
+def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -> list[Outcome]:
+    """FP8 and MoE rows re-predicted with the model's factor of their generation and its
+    host-launch time; other rows, and FP8 rows when no factor was fitted, unchanged."""
     result = []
     for o in outcomes:
-        if moe_grid and o.row_id in moe_grid and model.moe_host_launch_s is not None:
-            o = dataclasses.replace(
-                o, predicted_s=_moe_prediction(moe_grid, o, model, model.moe_host_launch_s)
-            )
-        elif model.fp8_factor is not None and o.row_id in grid:
-            o = dataclasses.replace(o, predicted_s=grid[o.row_id][model.fp8_factor])
+        factor = model.factor(o.generation)
+        fp8 = o.precision == "fp8" and factor is not None
+        if fp8 or (o.kind == "moe" and model.moe_host_launch_s is not None):
+            host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
+            o = dataclasses.replace(o, predicted_s=predict(o.row_id, factor, host))
         result.append(o)
     return result
 
 
-def fp8_factors_used(outcomes: list[Outcome], grid: Fp8Grid) -> set[float]:
-    """The FP8 factors the in-sample fit and every leave-one-source-out fit choose, and the
-    default: the only ones the MoE host-launch grid is needed at."""
-    families = {o.source_family for o in outcomes}
-    models = [fit_model(outcomes, grid)] + [
-        fit_model([o for o in outcomes if o.source_family != f], grid) for f in families
-    ]
-    return {m.fp8_factor for m in models if m.fp8_factor is not None} | {FP8_GEMM_RATE_FACTOR}
-
-
 def leave_one_source_out(
-    outcomes: list[Outcome], grid: Fp8Grid, moe_grid: MoeGrid | None = None
+    outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
 ) -> tuple[list[Outcome], dict[str, FittedModel]]:
-    """Every outcome predicted with the model fitted on the other source families, and per
-    family the model used (generations without other rows keep factor and scale 1; the MoE
-    host-launch time is 0 when no other family has MoE rows)."""
+    """Every outcome predicted with the model fitted (`fit_model`) on the other source
+    families, and per family the model used: every fitted parameter is refitted without
+    the family's rows. A generation left without FP8 rows takes the factor fitted on all
+    remaining FP8 rows together; without remaining MoE rows the launch time is 0."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():
         others = [o for o in outcomes if o.source_family != family]
-        models[family] = fit_model(others, grid, moe_grid)
-        predicted.extend(apply_model(rows, grid, models[family], moe_grid))
+        models[family] = fit_model(others, predict, grid, per_generation=per_generation)
+        predicted.extend(apply_model(rows, predict, models[family]))
     order = {o.row_id: i for i, o in enumerate(outcomes)}
     return sorted(predicted, key=lambda o: order[o.row_id]), models

@@ -166,36 +166,6 @@ def test_kendall_tau_counts_pairs_inside_groups():
     assert result["pairs"] == 3
 
 
-def test_leave_one_source_out_never_uses_the_left_out_rows():
-    outcomes = [
-        _outcome("1", "A-1", 2.0, 1.0),
-        _outcome("2", "A-2", 2.0, 1.0),
-        _outcome("3", "B-1", 1.0, 1.0),
-    ]
-    grid = {
-        "1": {1.0: 1.0, 0.5: 2.0},
-        "2": {1.0: 1.0, 0.5: 2.0},
-        "3": {1.0: 1.0, 0.5: 2.0},
-    }
-    predicted, models = stats.leave_one_source_out(outcomes, grid)
-    assert models["A"].fp8_factor == 1.0 and models["A"].fitted_on == ("3",)
-    assert models["B"].fp8_factor == 0.5 and models["B"].fitted_on == ("1", "2")
-    by_row = {o.row_id: o.predicted_s for o in predicted}
-    assert by_row == {"1": 1.0, "2": 1.0, "3": 2.0}
-
-
-def test_fp8_factor_is_chosen_on_dense_fp8_rows_only():
-    dense = _outcome("1", "A-1", 2.0, 1.0)
-    bf16 = _outcome("2", "A-1", 1.0, 1.0)
-    moe = dataclasses.replace(_outcome("3", "A-1", 9.0, 1.0), kind="moe")
-    grid = {"1": {1.0: 1.0, 0.5: 2.0}, "3": {1.0: 1.0, 0.5: 1.5}}
-    model = stats.fit_model([dense, bf16, moe], grid)
-    assert model.fp8_factor == 0.5 and model.fitted_on == ("1",)
-    applied = {o.row_id: o.predicted_s for o in stats.apply_model([dense, bf16, moe], grid, model)}
-    assert applied == {"1": 2.0, "2": 1.0, "3": 1.5}
-    assert stats.fit_model([bf16], {}).fp8_factor is None
-
-
 def test_sc21_table1_group_within_target():
     # The SC21 Table 1 check (Narayanan et al. 2021, arXiv 2104.04473, Table 1; ten rows of
     # published-runs-dev.csv) stays one row group of the bench, median |error| <= 10%.
@@ -203,7 +173,7 @@ def test_sc21_table1_group_within_target():
     if path is None:
         pytest.skip("published-runs-dev.csv not found above the repository")
     rows = [r for r in bench.read_rows(path) if r["source_id"] == "SC21-T1"][:8]
-    outcomes, _, _, apart = bench.evaluate(rows)
+    outcomes, _, apart = bench.evaluate(rows)
     assert not apart and len(outcomes) == 8
     assert stats.summary(outcomes)["median_abs_error"] <= bench.SC21_TARGET
 
@@ -235,32 +205,99 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
     assert 0.0 < result["pick_memory_free"] < 1.0
 
 
-def test_moe_host_launch_is_fitted_on_moe_rows_and_refitted_out_of_sample():
-    # Two MoE rows of family A want 40 us (predictions exact there); family B has no MoE
-    # row. Left out, A is predicted with the value fitted on B alone: 0 (no host floor).
-    moe_a1 = dataclasses.replace(_outcome("1", "A-1", 2.0, 1.0), kind="moe")
-    moe_a2 = dataclasses.replace(_outcome("2", "A-2", 4.0, 2.0), kind="moe")
-    dense_b = _outcome("3", "B-1", 1.0, 1.0)
-    factor = stats.FP8_GEMM_RATE_FACTOR
-    moe_grid = {
-        "1": {(factor, 0.0): 1.0, (factor, 40e-6): 2.0, (factor, 80e-6): 3.0},
-        "2": {(factor, 0.0): 2.0, (factor, 40e-6): 4.0, (factor, 80e-6): 6.0},
-    }
-    outcomes = [moe_a1, moe_a2, dense_b]
-    model = stats.fit_model(outcomes, {}, moe_grid)
-    assert model.moe_host_launch_s == 40e-6 and model.host_fitted_on == ("1", "2")
-    applied = {o.row_id: o.predicted_s for o in stats.apply_model(outcomes, {}, model, moe_grid)}
-    assert applied == {"1": 2.0, "2": 4.0, "3": 1.0}
-    predicted, models = stats.leave_one_source_out(outcomes, {}, moe_grid)
-    assert models["A"].moe_host_launch_s == 0.0 and models["A"].host_fitted_on == ()
-    assert {o.row_id: o.predicted_s for o in predicted} == {"1": 1.0, "2": 2.0, "3": 1.0}
+# Synthetic rows for the fits: a row's predicted seconds are max(c + w / f, n * h) at FP8
+# factor f and host-launch time h (GPU time with its fp8 GEMM part w slowed by 1 / f, and a
+# host floor of n launches), published seconds those of known (f, h): the fit must recover
+# them. A grid holds them exactly.
+GRID = stats.FitGrid(
+    fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
+    host_launch_s=tuple(round(5e-6 * i, 6) for i in range(13)),
+)
 
 
-def test_fp8_factors_used_are_the_fitted_ones_and_the_default():
-    # Family A's dense FP8 row wants 0.5, family B's wants 1.0: the in-sample fit picks one
-    # of them, each left-out fit the other family's; the default is always included.
-    a = _outcome("1", "A-1", 2.0, 1.0)
-    b = _outcome("2", "B-1", 1.0, 1.0)
-    grid = {"1": {1.0: 1.0, 0.5: 2.0}, "2": {1.0: 1.0, 0.5: 2.0}}
-    used = stats.fp8_factors_used([a, b], grid)
-    assert {0.5, 1.0, stats.FP8_GEMM_RATE_FACTOR} == used
+def _shape(c, w, n=0.0):
+    return lambda f, h: max(c + w / (1.0 if f is None else f), n * h)
+
+
+def _predictor(shapes, calls=None):
+    def predict(row_id, factor, host_s):
+        if calls is not None:
+            calls.append(row_id)
+        return shapes[row_id](factor, host_s)
+
+    return predict
+
+
+def _row(row_id, source, shape, truth, *, generation="H100/H800", kind="dense", fp8=True):
+    return dataclasses.replace(
+        _outcome(row_id, source, shape(*truth), 1.0, generation=generation),
+        precision="fp8" if fp8 else "bf16",
+        kind=kind,
+    )
+
+
+def test_fit_recovers_a_known_fp8_factor_on_dense_fp8_rows():
+    shapes = {"1": _shape(1.0, 2.0), "2": _shape(0.5, 3.0), "3": _shape(2.0, 1.0)}
+    rows = [_row(r, "A-1", s, (0.6, 0.0)) for r, s in shapes.items()]
+    bf16 = _outcome("4", "A-1", 1.0, 1.5)
+    model = stats.fit_model([*rows, bf16], _predictor(shapes), GRID)
+    assert model.fp8_factor == 0.6 and model.fitted_on == ("1", "2", "3")
+    assert model.moe_host_launch_s == 0.0 and model.host_fitted_on == ()
+    applied = stats.apply_model([*rows, bf16], _predictor(shapes), model)
+    assert [o.error for o in applied[:3]] == pytest.approx([0.0] * 3)
+    assert applied[3].predicted_s == 1.5
+    assert stats.fit_model([bf16], _predictor(shapes), GRID).fp8_factor is None
+
+
+def test_per_generation_fit_recovers_each_generation_and_shares_one_for_the_rest():
+    shapes = {"1": _shape(1.0, 2.0), "2": _shape(0.5, 3.0), "3": _shape(1.0, 2.0)}
+    hopper = [_row(r, "A-1", shapes[r], (0.7, 0.0)) for r in ("1", "2")]
+    blackwell = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
+    predict = _predictor(shapes)
+    model = stats.fit_model([*hopper, blackwell], predict, GRID, per_generation=True)
+    assert model.fp8_factors == {"H100/H800": 0.7, "Blackwell": 0.55}
+    assert model.fp8_fitted_on == {"H100/H800": ("1", "2"), "Blackwell": ("3",)}
+    assert model.factor("A100") == model.fp8_factor in (0.7, 0.55)
+    single = stats.fit_model([*hopper, blackwell], predict, GRID)
+    assert single.fp8_factors == {} and single.factor("Blackwell") == single.fp8_factor
+
+
+def test_fp8_factor_and_host_launch_time_are_fitted_jointly_on_moe_rows():
+    # No dense row: the factor and the launch time are both set by the MoE rows, one bound
+    # by its GPU time (wants 0.5), one by its host floor (wants 40 us at that factor).
+    truth = (0.5, 40e-6)
+    shapes = {"1": _shape(1.0, 1.0), "2": _shape(1.0, 1.0, n=1e5), "3": _shape(1.0, 1.0)}
+    moe = [_row(r, "A-1", shapes[r], truth, kind="moe") for r in ("1", "2")]
+    dense_bf16 = _row("3", "A-1", shapes["3"], truth, fp8=False)
+    model = stats.fit_model([*moe, dense_bf16], _predictor(shapes), GRID)
+    assert (model.fp8_factor, model.moe_host_launch_s) == truth
+    assert model.fitted_on == ("1", "2") and model.host_fitted_on == ("1", "2")
+
+
+def test_leave_one_source_out_refits_every_parameter_without_the_left_out_rows():
+    # Family A: an H100 dense FP8 row (wants 0.7) and a host-bound MoE row (wants 40 us);
+    # family B: a Blackwell dense FP8 row (wants 0.55). Left out, each family is predicted
+    # with what the other alone gives: A with 0.55 and no host floor, B with 0.7.
+    # (a bf16 row has no fp8 GEMM part: w = 0)
+    shapes = {"1": _shape(1.0, 2.0), "2": _shape(1.1, 0.0, n=1e5), "3": _shape(1.0, 2.0)}
+    dense_a = _row("1", "A-1", shapes["1"], (0.7, 40e-6))
+    moe_a = _row("2", "A-2", shapes["2"], (0.7, 40e-6), kind="moe", fp8=False)
+    dense_b = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
+    outcomes = [dense_a, moe_a, dense_b]
+    for per_generation in (False, True):
+        calls: list[str] = []
+        predicted, models = stats.leave_one_source_out(
+            outcomes, _predictor(shapes, calls), GRID, per_generation=per_generation
+        )
+        assert models["A"].fitted_on == ("3",) and models["A"].host_fitted_on == ()
+        assert models["A"].factor("H100/H800") == 0.55 and models["A"].moe_host_launch_s == 0.0
+        assert models["B"].fitted_on == ("1",) and models["B"].host_fitted_on == ("2",)
+        assert models["B"].factor("Blackwell") == 0.7
+        assert models["B"].moe_host_launch_s == 40e-6
+        by_row = {o.row_id: o.predicted_s for o in predicted}
+        assert by_row == {
+            "1": shapes["1"](0.55, 0.0),
+            "2": shapes["2"](None, 0.0),
+            "3": shapes["3"](0.7, 40e-6),
+        }
+        assert set(calls) == {"1", "2", "3"}
