@@ -139,8 +139,10 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
 def row_predictor(cases: dict[str, RowCase]) -> Predict:
     """`validation_stats.Predict` over the rows' ``cases``: `estimate_plan` with the row's
     options and the given FP8 factor (FP8 rows; None keeps the row's own) and MoE
-    host-launch time (MoE rows), each distinct pricing computed once."""
+    host-launch time (MoE rows), each distinct pricing computed once (and each profile
+    loaded once)."""
     memo: dict[tuple[str, float | None, float | None], float] = {}
+    profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
 
     def predict(row_id: str, factor: float | None, host_s: float) -> float:
         case = cases[row_id]
@@ -160,7 +162,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
                 case.cluster,
                 case.job,
                 case.plan,
-                load_profile(case.profile),
+                profiles[case.profile],
                 options=options,
             ).iteration_time_s
         return memo[key]
