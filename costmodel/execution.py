@@ -76,20 +76,18 @@ each with the Megatron-LM argument that brought it:
 - ``megatron_fsdp``: ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
   (Megatron-FSDP)."""
 
-FP8_GEMM_RATE_FACTOR = 0.55
+FP8_GEMM_RATE_FACTOR = 0.65
 """Default `ExecutionOptions.fp8_gemm_rate_factor`: fitted by `bench/validate_published.py`
 (`validation_stats.fit_model`) jointly with `MOE_HOST_LAUNCH_S`, by grid coordinate descent
 on one objective: the median |log(predicted / published)| of each GPU generation's dense
 FP8 rows of ``published-runs-dev.csv``, summed over the generations, plus the mean
-|log(predicted / published)| of the MoE rows. Dense FP8 rows: NeMo long-sequence Llama-2-7B
-on H100, rows 67-75, priced with FlashAttention-2-class attention as their stack ran it;
-Megatron-Bridge Llama-3-8B on B200, rows 335, 336, 361, 362. MoE rows: Megatron-Bridge
-Qwen3-30B-A3B on B200 (rows 183, 229, 273, 310, 341, 367). The FP8 quantization kernels
-are priced explicitly (`costmodel.compute.fp8_quantize_time_s`). One value for every GPU
-generation: fitted apart, H100's rows give 0.7 and Blackwell's 0.55, but each generation's
-FP8 rows come from one source family, so leave-one-source-out cannot test a per-generation
-value (its figures are identical either way). Each of the two source families left out,
-the other's rows give 0.55 (Megatron-Bridge) or 0.7 (NeMo)."""
+|log(predicted / published)| of the MoE rows. The rows that fitted it are every priced
+trust A/B FP8 row (NeMo long-sequence Llama-2-7B on H100, priced with FlashAttention-2-class
+attention as their stack ran it; Megatron-Bridge and Megatron-MoE model-zoo rows on B200,
+B300, GB200 and GB300); the bench's ``--json`` lists them (``fitted.fitted_on``). The FP8
+quantization kernels are priced explicitly (`costmodel.compute.fp8_quantize_time_s`). One
+value for every GPU generation: fitted apart, H100's rows give 0.7 and Blackwell's 0.65,
+and leave-one-source-out figures are the same either way (the JSON's ``per_generation``)."""
 
 
 FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
@@ -120,13 +118,13 @@ def flash_attention_rate(direction: str, seq_len: int) -> float:
     return r0 + (r1 - r0) * t
 
 
-MOE_HOST_LAUNCH_S = 40e-6
+MOE_HOST_LAUNCH_S = 55e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
-jointly with `FP8_GEMM_RATE_FACTOR` (the objective in its docstring; 5 us grid) on the MoE
-rows of ``published-runs-dev.csv``, Megatron-Bridge Qwen3-30B-A3B on 8 B200 (rows 183,
-229, 273, 310, 341, 367), one value for every GPU generation. The floor binds only on the
-micro-batch-1 rows; the dropless ones (310, 341) set the value. All six come from one
-source family, so the leave-one-source-out check cannot test it (it uses 0 there)."""
+jointly with `FP8_GEMM_RATE_FACTOR` (the objective in its docstring; 5 us grid) on every
+priced trust A/B MoE row of ``published-runs-dev.csv`` (Megatron-Bridge and Megatron-MoE
+model-zoo recipes; the bench's ``--json`` lists them, ``fitted.moe_host_fitted_on``), one
+value for every GPU generation. The floor binds on rows with little GPU work per MoE layer
+(micro-batch 1, fine-grained experts)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
