@@ -15,16 +15,13 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from executor.checkpoint import check_resumable, checkpoint_bytes
 from executor.data import DataSource, resolve_data
 from executor.launch import check_local_launch, under_torchrun
+from executor.run_config import RunConfig
 from specs.errors import SpecError
 from specs.rules import require_valid_plan
-
-if TYPE_CHECKING:
-    from executor.run import RunConfig
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -40,10 +40,10 @@ import torch
 
 from executor.measure import RankTrace, build_timeline, collective_ledger, step_stats
 from executor.pipeline import schedule_name, schedule_note
+from executor.run_config import RunConfig
 from specs import serde
 
 if TYPE_CHECKING:
-    from executor.run import RunConfig
     from launch.failures import LaunchError
 
 GIB = 2**30

@@ -4,8 +4,9 @@
   only; profiles import specs and the launcher, costmodel specs and profiles; the planner
   adds costmodel; the executor imports specs and the launcher; reports import specs,
   profiles and costmodel; the command line may import everything.
-- No cycle among our modules, counting imports at module level and inside functions alike
-  (imports under ``if TYPE_CHECKING:`` are for annotations only and do not count).
+- No cycle among our modules, counting imports at module level, inside functions and under
+  ``if TYPE_CHECKING:`` alike: an import for annotations only still ties the two modules'
+  designs together, so a type both need lives where both can import it.
 - No import of a private (``_name``) name from another module.
 """
 
@@ -74,26 +75,12 @@ def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _typing_only(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under an ``if TYPE_CHECKING:`` block."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            found |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return found
-
-
-def imports_of(
-    path: Path, importer: str, modules: dict[str, Path], *, typing: bool = True
-) -> Iterator[tuple[str, str]]:
+def imports_of(path: Path, importer: str, modules: dict[str, Path]) -> Iterator[tuple[str, str]]:
     """(imported module, imported name or "") for every import of ours in the file, at any
-    depth (module level, inside functions), and under ``if TYPE_CHECKING`` with ``typing``."""
+    depth (module level, inside functions, under ``if TYPE_CHECKING:``)."""
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(), filename=str(path))
-    skip = set() if typing else _typing_only(tree)
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in OURS:
@@ -111,11 +98,7 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Module -> the modules of ours it imports."""
     modules = our_modules(root)
     return {
-        name: {
-            target
-            for target, _ in imports_of(path, name, modules, typing=False)
-            if target in modules
-        }
+        name: {target for target, _ in imports_of(path, name, modules) if target in modules}
         - {name}
         for name, path in modules.items()
     }
@@ -199,7 +182,7 @@ def test_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert imported_roots(f) == {"torch", "costmodel"}
 
 
-def test_checker_sees_a_cycle_through_a_function_level_import_and_a_private_name(
+def test_checker_sees_cycles_through_function_level_and_annotation_only_imports(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "costmodel").mkdir()
@@ -210,10 +193,11 @@ def test_checker_sees_a_cycle_through_a_function_level_import_and_a_private_name
     )
     (tmp_path / "costmodel" / "c.py").write_text("from . import b\n")
     (tmp_path / "costmodel" / "d.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel.c import x\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from costmodel.e import x\n"
     )
+    (tmp_path / "costmodel" / "e.py").write_text("from costmodel import d\n")
     graph = import_graph(tmp_path)
     assert graph["costmodel.c"] == {"costmodel.b"}
-    assert graph["costmodel.d"] == set()
-    assert cycles(graph) == [["costmodel.a", "costmodel.b"]]
+    assert graph["costmodel.d"] == {"costmodel.e"}
+    assert cycles(graph) == [["costmodel.a", "costmodel.b"], ["costmodel.d", "costmodel.e"]]
     assert private_imports(tmp_path) == ["costmodel/a.py: costmodel.b _hidden"]
