@@ -26,6 +26,7 @@ import time
 from planner.search import search_plans
 from profiles import load_profile
 from specs.cluster import ClusterSpec
+from specs.formats import percent
 from specs.job import TrainingJob
 from specs.presets import get_preset
 
@@ -59,7 +60,7 @@ def run_case(name: str, hardware: str, gpus: int, seq: int, batch: int, top_k: i
         est = result.best.estimate
         print(
             f"  best {result.best.plan.label()}: {est.tokens_per_s:,.0f} tokens/s, "
-            f"MFU {est.mfu:.1%}, peak {est.peak_memory_gib:.1f} GiB"
+            f"MFU {percent(est.mfu)}, peak {est.peak_memory_gib:.1f} GiB"
         )
     else:
         closest = result.closest[0] if result.closest else None

@@ -1,9 +1,10 @@
 """Printing helpers shared by the subcommands: JSON to stdout, rich tables for people, and a
 progress bar on stderr for the long searches.
 
-Formats: fractions such as MFU and HFU are percentages in tables (`percent`) and plain
-fractions (0 to 1) in JSON. Tables fit the terminal by wrapping cells, never by cutting them;
-when stdout is not a terminal (a pipe, a file) a table takes its natural width.
+Formats: fractions such as MFU and HFU are percentages in tables and text
+(`specs.formats.percent`) and plain fractions (0 to 1) in JSON. Tables fit the terminal by
+wrapping cells, never by cutting them; when stdout is not a terminal (a pipe, a file) a table
+takes its natural width.
 """
 
 from __future__ import annotations
@@ -27,11 +28,6 @@ PROGRESS_DELAY_S = 1.0
 def print_json(data: Any) -> None:
     """Machine-readable output: indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
-def percent(fraction: float) -> str:
-    """A fraction (MFU, HFU, a share) as a table shows it: ``0.4123`` -> ``41.2%``."""
-    return f"{fraction:.1%}"
 
 
 def table_console() -> Console:

@@ -22,6 +22,7 @@ from costmodel.memory import GiB, peak_memory_bytes
 from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
+from specs.formats import percent
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params
@@ -99,7 +100,8 @@ def summary_line(ranked: RankedPlan) -> str:
     est = ranked.estimate
     return (
         f"{ranked.plan.label()}: {est.iteration_time_s:.3g} s/iteration, "
-        f"{est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%}, peak {_gib(est.peak_memory_bytes)}"
+        f"{est.tokens_per_s:,.0f} tokens/s, MFU {percent(est.mfu)}, "
+        f"peak {_gib(est.peak_memory_bytes)}"
     )
 
 

@@ -31,6 +31,7 @@ from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
+from planner.defaults import DEFAULT_HEADROOM
 from planner.screening import rows_to_simulate, screen_candidates
 from planner.space import SearchSpace, plan_from_row
 from profiles.schema import HardwareProfile
@@ -47,7 +48,6 @@ BOUND_REJECTION = "slower"
 """Key of `SearchResult.rejected` for candidates the time bound skipped: a lower bound of
 their screened iteration time is above the ``top_k``-th screened plan's, so they could not
 be among the plans handed to the simulator."""
-DEFAULT_HEADROOM = 0.05
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from planner.defaults import DEFAULT_HEADROOM
 from planner.explain import min_gpus_for_model_state, no_plan_reason
-from planner.search import DEFAULT_HEADROOM, RankedPlan, memory_limit_bytes, search_plans
+from planner.search import RankedPlan, memory_limit_bytes, search_plans
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec

@@ -45,6 +45,7 @@ from typing import Any
 import pandas as pd
 
 from costmodel.execution import PLAN_FEATURES, ExecutionOptions
+from planner.defaults import DEFAULT_MAX_MICRO_BATCH_SIZE
 from planner.splits import (
     EVEN_SPLIT,
     SPLIT_COLUMNS,
@@ -110,7 +111,7 @@ class SearchSpace:
     tp_beyond_scale_up: bool = False
     """Also try tp larger than the scale-up (NVLink) domain; off by default because TP
     collectives run on every layer and crossing the NICs makes them many times slower."""
-    max_micro_batch_size: int = 8
+    max_micro_batch_size: int = DEFAULT_MAX_MICRO_BATCH_SIZE
     """Largest micro-batch size tried (sequences)."""
     bucket_factors: tuple[float, ...] = (0.5, 2.0)
     """DDP bucket sizes tried besides Megatron's default max(40M, 1M·dp·cp) parameters, as

@@ -34,6 +34,7 @@ from reports.svg import (
 )
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.formats import percent
 from specs.timeline import Timeline, TimelineEvent
 
 MAX_RANKS_DRAWN = 16
@@ -485,7 +486,7 @@ def _value(value: Any, key: str = "") -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key == "mfu" and isinstance(value, int | float):
-        return f"{value:.1%}"
+        return percent(value)
     if isinstance(value, float):
         return number(value)
     if isinstance(value, list | tuple):

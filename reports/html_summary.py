@@ -12,6 +12,7 @@ from reports.compare import Comparison
 from reports.html_cells import error_cell, number, optional, pct, table_html, td, tr
 from reports.svg import format_seconds
 from specs.bundle import PlanBundle
+from specs.formats import percent
 
 
 def facts(bundle: PlanBundle, microbatches: int) -> str:
@@ -58,11 +59,9 @@ def summary_rows(
     rows.append(("tokens/s", number(tokens_p), optional(tokens_m, number), rel(tokens_p, tokens_m)))
     mfu_p = float(estimate["mfu"])
     mfu_m = _measured(metrics, "mfu")
-    rows.append(
-        ("MFU (model FLOPs)", f"{mfu_p:.1%}", optional(mfu_m, "{:.1%}".format), rel(mfu_p, mfu_m))
-    )
+    rows.append(("MFU (model FLOPs)", percent(mfu_p), optional(mfu_m, percent), rel(mfu_p, mfu_m)))
     if "hfu" in estimate:
-        rows.append(("HFU (with recompute)", f"{float(estimate['hfu']):.1%}", "–", None))
+        rows.append(("HFU (with recompute)", percent(float(estimate["hfu"])), "–", None))
     peak_p = float(estimate["peak_memory_gib"])
     peak_m = c.peak_memory_measured_gib if c else None
     fits = "" if estimate.get("fits", True) else " (does not fit)"

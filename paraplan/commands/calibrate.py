@@ -7,6 +7,9 @@ writes the calibrated profile. ``--check RUN ...`` adds held-out runs that are e
 but not fitted. ``--host-speed ELASTICITY`` first brings every run to one host speed by
 its host probe (`reports.host_speed.runs_at_one_host_speed`; the fitted runs' mean speed,
 held-out runs brought to it too), for runs of a shared machine taken in different spells.
+
+The fit (numpy, scipy, the cost model) is imported once the runs and the base profile have
+been read: ``--help`` and bad input answer without loading it.
 """
 
 from __future__ import annotations
@@ -14,16 +17,18 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
 from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile
-from reports.calibrate import CalibrationResult, calibrate
-from reports.host_speed import runs_at_one_host_speed
 from reports.run_dir import RunDir, load_run
 from specs.errors import SpecError
+
+if TYPE_CHECKING:
+    from reports.calibrate import CalibrationResult
 
 NAME = "calibrate"
 HELP = COMMAND_HELP[NAME]
@@ -123,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
     runs = [load_run(path) for path in args.runs]
     held_out = [load_run(path) for path in args.check]
     base = base_profile(args.hardware, runs)
+    from reports.calibrate import calibrate
+    from reports.host_speed import runs_at_one_host_speed
+
     command = ["paraplan", "calibrate", *args.runs, "-o", args.output, "--runtime", args.runtime]
     if args.hardware:
         command += ["--hardware", args.hardware]

@@ -15,7 +15,8 @@ The job is sized for a quick run: sequences of 256 tokens (128 with ``--reduced`
 sequences per rank per iteration, bf16 on GPUs and fp32 on CPUs (CPU ranks compute in
 fp32). ``--reduced`` also measures fewer steps and simulates fewer candidates; the profile
 sweep is the quick one either way. Progress goes to stderr; the report's path and the
-three-line summary (iteration time, MFU, verdict) go to stdout.
+three-line summary (iteration time, MFU, verdict) go to stdout. The search and the executor
+(pandas, torch) are imported when their step starts.
 """
 
 from __future__ import annotations
@@ -39,14 +40,12 @@ from paraplan.commands import execute as execute_command
 from paraplan.commands import profile as profile_command
 from paraplan.commands.plan import write_search_outputs
 from paraplan.commands.report import write_report
-from planner.explain import explain
-from planner.search import search_plans
-from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.formats import percent
 from specs.host import available_cpus
 from specs.job import TrainingJob
 from specs.loading import load_model
@@ -175,6 +174,10 @@ def _plan(
     console: Console,
 ) -> PlanBundle | None:
     """Search, write the search folder ``out``, and return the best plan (None if none fits)."""
+    from planner.explain import explain
+    from planner.search import search_plans
+    from planner.space import SearchSpace
+
     model, cluster, job = problem
     space = SearchSpace(max_micro_batch_size=2 if args.reduced else 4)
     result = search_plans(
@@ -194,7 +197,7 @@ def _plan(
     est = result.best.estimate
     console.print(
         f"  {result.num_valid} valid plans, best {result.best.plan.label()}: predicted "
-        f"{est.iteration_time_s * 1e3:.1f} ms/iteration, MFU {est.mfu:.1%}"
+        f"{est.iteration_time_s * 1e3:.1f} ms/iteration, MFU {percent(est.mfu)}"
     )
     return PlanBundle(model=model, cluster=cluster, job=job, plan=result.best.plan)
 
@@ -209,11 +212,11 @@ def summary_lines(
     )
     error = comparison["iteration_time_error"]
     mfu_measured = metrics.get("mfu")
-    measured_mfu = "n/a" if mfu_measured is None else f"{mfu_measured:.1%}"
+    measured_mfu = "n/a" if mfu_measured is None else percent(mfu_measured)
     return [
         f"iteration time: predicted {predicted * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "
         f"({'n/a' if error is None else f'{error:+.1%}'})",
-        f"MFU (model FLOPs): predicted {estimate['mfu']:.1%}, measured {measured_mfu}",
+        f"MFU (model FLOPs): predicted {percent(estimate['mfu'])}, measured {measured_mfu}",
         f"verdict: {comparison['verdict']}",
     ]
 

@@ -1,17 +1,15 @@
-"""`paraplan estimate`: predict one plan's iteration time, throughput, MFU and memory."""
+"""`paraplan estimate`: predict one plan's iteration time, throughput, MFU and memory.
+
+The cost model (pandas, networkx) is imported once the plan has passed its rules, so that
+``--help``, bad input and an invalid plan answer without loading it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from typing import TYPE_CHECKING
 
-from costmodel.estimate import (
-    MEMORY_PARTS,
-    Estimate,
-    estimate_plan,
-    estimate_to_json,
-    stage_memory_parts_gib,
-)
 from paraplan.args import (
     add_plan_args,
     add_problem_args,
@@ -23,9 +21,13 @@ from paraplan.args import (
     plan_from_args,
 )
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import percent, print_json, print_table
+from paraplan.output import print_json, print_table
 from profiles.store import load_profile
+from specs.formats import percent
 from specs.rules import check_plan
+
+if TYPE_CHECKING:
+    from costmodel.estimate import Estimate
 
 NAME = "estimate"
 HELP = COMMAND_HELP[NAME]
@@ -65,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     if args.attention is not None:
         options = dataclasses.replace(options, attention=args.attention)
+    from costmodel.estimate import estimate_plan, estimate_to_json
+
     est = estimate_plan(model, cluster, job, plan, profile, options=options)
     if args.json:
         print_json(estimate_to_json(est))
@@ -78,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(title: str, est: Estimate) -> None:
+    from costmodel.estimate import MEMORY_PARTS, stage_memory_parts_gib
+
     print_table(
         title,
         ("quantity", "value"),

@@ -18,6 +18,9 @@ ranks' errors follow as context, the tracebacks are in ``RUN/failure.log`` (prin
 2 bad input (a missing or malformed plan or data file, an unwritable ``--out`` or
 ``--save``, too little disk for a checkpoint, a world this machine cannot host), raised as
 `SpecError` before any process starts.
+
+The executor (torch) and the cost model are imported once the plan has passed its rules:
+``--help`` and an invalid plan answer without loading them.
 """
 
 from __future__ import annotations
@@ -27,24 +30,24 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from costmodel.estimate import estimate_to_json, simulate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
-from executor.launch import LaunchError
-from executor.run import RunConfig, RunSummary, execute
-from executor.run_folder import FAILURE_LOG
-from launch.failures import OOM_ERROR_TYPES
+from launch.failures import OOM_ERROR_TYPES, LaunchError
 from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
-from profiles.host_probe import host_probe
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.formats import percent
 from specs.rules import check_plan
+
+if TYPE_CHECKING:
+    from executor.run_folder import RunSummary
 
 NAME = "execute"
 HELP = COMMAND_HELP[NAME]
@@ -116,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     notes: list[str] = []  # printed after the run's outcome, so an error leads stderr
     profile = _profile(args.hardware, bundle, notes)
+    from executor.run import RunConfig, execute
+    from profiles.host_probe import host_probe
+
     config = RunConfig(
         bundle=bundle,
         out_dir=args.out,
@@ -162,6 +168,8 @@ def report_failure(
 ) -> None:
     """The root cause on the first line (with the predicted peak memory after an
     out-of-memory error), the other ranks as context, where the tracebacks are."""
+    from executor.run_folder import FAILURE_LOG
+
     headline = exc.headline()
     if exc.original.error_type in OOM_ERROR_TYPES and profile is not None:
         peak = _predicted_peak_gib(bundle, profile)
@@ -178,6 +186,8 @@ def report_failure(
 
 def _predicted_peak_gib(bundle: PlanBundle, profile: HardwareProfile) -> float | None:
     """The cost model's peak memory of the busiest rank, None when it cannot predict."""
+    from costmodel.estimate import estimate_to_json, simulate_plan
+
     try:
         estimate, _ = simulate_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan, profile)
     except SpecError:
@@ -226,6 +236,8 @@ def _write_prediction(
 ) -> None:
     """``estimate.json`` and ``predicted.json`` of the cost model for the executed plan, on
     the runtime ``options`` name (``torch``, the executor's own, by default)."""
+    from costmodel.estimate import estimate_to_json, simulate_plan
+
     _note(f"predicted with the {options.runtime} runtime")
     try:
         estimate, timeline = simulate_plan(
@@ -252,7 +264,7 @@ def _note(text: str) -> None:
 
 
 def _print_summary(s: RunSummary) -> None:
-    mfu = "n/a" if s.mfu is None else f"{100 * s.mfu:.3g}%"
+    mfu = "n/a" if s.mfu is None else percent(s.mfu)
     print(f"run folder: {s.out_dir}")
     print(f"loss: {s.loss[0]:.4f} -> {s.loss[-1]:.4f} over {len(s.loss)} measured steps")
     print(f"iteration time p50: {s.iteration_time_p50_s * 1e3:.1f} ms")

@@ -12,6 +12,9 @@ Two forms:
 Every plan flag is optional: a flag given fixes that knob, the others are searched.
 Exit codes: 0 a plan (or a cluster size) was found; 1 nothing fits or meets the goal;
 2 bad input.
+
+The search (`planner`, the cost model, pandas, networkx) is imported where it starts, after
+the model, job and profile have been read: ``--help`` and bad input answer without loading it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from costmodel.estimate import estimate_to_json, simulate_plan
 from costmodel.execution import runtime_options
 from paraplan.args import (
     add_problem_args,
@@ -34,27 +34,25 @@ from paraplan.args import (
     options_from_args,
 )
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import DeferredProgress, percent, print_json, print_table
-from planner.explain import explain
-from planner.search import (
-    BOUND_REJECTION,
-    DEFAULT_HEADROOM,
-    MEMORY_REJECTION,
-    RankedPlan,
-    SearchResult,
-    search_plans,
-)
-from planner.sizing import SizingResult, SizingRow, scaling_plot, size_cluster
-from planner.space import SearchSpace
+from paraplan.output import DeferredProgress, print_json, print_table
+from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
 from reports.html import render_report
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.formats import percent
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.serde import dumps, to_dict
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from planner.search import RankedPlan, SearchResult
+    from planner.sizing import SizingResult, SizingRow
+    from planner.space import SearchSpace
 
 NAME = "plan"
 HELP = COMMAND_HELP[NAME]
@@ -137,9 +135,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--memory-headroom",
         type=float,
         default=DEFAULT_HEADROOM,
-        help="fraction of device memory kept free (default 0.05)",
+        help=f"fraction of device memory kept free (default {DEFAULT_HEADROOM})",
     )
-    g.add_argument("--max-mbs", type=int, default=8, help="largest micro-batch tried (8)")
+    g.add_argument(
+        "--max-mbs",
+        type=int,
+        default=DEFAULT_MAX_MICRO_BATCH_SIZE,
+        help=f"largest micro-batch tried (default {DEFAULT_MAX_MICRO_BATCH_SIZE})",
+    )
     g.add_argument(
         "--tp-beyond-scale-up", action="store_true", help="also try tp beyond the NVLink domain"
     )
@@ -164,6 +167,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def space_from_args(args: argparse.Namespace) -> SearchSpace:
     """The search space: fixed knobs from the flags that were given."""
+    from planner.space import SearchSpace
+
     fixed = {
         field: getattr(args, dest)
         for dest, field in KNOB_FLAGS.items()
@@ -181,6 +186,8 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
 
 def plan_entry(ranked: RankedPlan) -> dict[str, Any]:
     """A plan's knobs (ParallelPlan field names) with the metrics of `estimate --json`."""
+    from costmodel.estimate import estimate_to_json
+
     return {**to_dict(ranked.plan), "label": ranked.plan.label()} | estimate_to_json(
         ranked.estimate
     )
@@ -239,6 +246,8 @@ def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     every rule-rejected representative, and the ``limit`` other screened candidates with the
     highest screened tokens/s (fitting ones first); ``limit`` 0 keeps every row. Row order is
     kept."""
+    from planner.search import BOUND_REJECTION, MEMORY_REJECTION
+
     if limit <= 0:
         return frame
     simulated = frame["simulated_iteration_time_s"].notna()
@@ -261,6 +270,8 @@ def write_search_outputs(
     """plan.json, estimate.json, predicted.json, prediction.trace.json and plan.html (the
     prediction-only report) when a plan fits; candidates.csv (`limit_candidates`) and
     candidates.json always."""
+    from costmodel.estimate import estimate_to_json, simulate_plan
+
     out.mkdir(parents=True, exist_ok=True)
     limit_candidates(result.candidates, candidates_limit).to_csv(
         out / "candidates.csv", index=False
@@ -306,6 +317,10 @@ def _run_search(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(
         hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
     )
+    space = space_from_args(args)
+    from planner.explain import explain
+    from planner.search import search_plans
+
     bar = DeferredProgress()
     try:
         result = search_plans(
@@ -313,7 +328,7 @@ def _run_search(args: argparse.Namespace) -> int:
             cluster,
             job,
             profile,
-            space=space_from_args(args),
+            space=space,
             top_k=args.top,
             memory_headroom=args.memory_headroom,
             progress=bar,
@@ -411,6 +426,9 @@ def _run_sizing(args: argparse.Namespace) -> int:
         token_budget=int(args.tokens),
     )
     profile = load_profile(args.hardware)
+    space = space_from_args(args)
+    from planner.sizing import size_cluster
+
     bar = DeferredProgress()
     try:
         result = size_cluster(
@@ -423,7 +441,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
             budget_usd=args.budget,
             gpu_hour_usd=args.gpu_hour_usd,
             gpus_per_node=args.gpus_per_node,
-            space=space_from_args(args),
+            space=space,
             top_k=min(args.top, 3),
             memory_headroom=args.memory_headroom,
             progress=lambda gpus, done, total: bar(
@@ -458,6 +476,10 @@ def _write_sizing_outputs(
     args: argparse.Namespace,
     out: Path,
 ) -> None:
+    import pandas as pd
+
+    from planner.sizing import scaling_plot
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "sizing.json").write_text(json.dumps(data, indent=2) + "\n")
     pd.DataFrame([sizing_csv_row(r) for r in result.rows]).to_csv(out / "sizing.csv", index=False)

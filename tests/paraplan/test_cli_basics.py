@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from paraplan.cli import build_parser, main
-from paraplan.commands import COMMAND_HELP
 from specs.presets import preset_names
 
 CHECK = [
@@ -117,22 +116,6 @@ def test_version_and_usage_errors_name_the_program(capsys) -> None:
     assert code == 2 and err.startswith("paraplan: error: ")
     code, _, err = run_cli(capsys, "plan", "--bogus")
     assert code == 2 and err.startswith("paraplan plan: error: ")
-
-
-def test_commands_without_execution_never_import_torch() -> None:
-    # `--help` builds no subcommand; the planning commands import no torch (execute and
-    # demo load it when they run)
-    names = [n for n in COMMAND_HELP if n not in ("execute", "demo")]
-    script = (
-        "import sys\n"
-        "from paraplan.cli import build_parser, main\n"
-        "build_parser(())\n"
-        f"build_parser({names!r})\n"
-        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
 
 
 def test_docs_name_every_command_and_flag() -> None:

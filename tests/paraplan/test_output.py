@@ -1,5 +1,5 @@
-"""Printing helpers: tables wrap instead of cutting cells, fractions print as percentages,
-and the progress bar shows only on a terminal and only after its delay."""
+"""Printing helpers: tables wrap instead of cutting cells, and the progress bar shows only on
+a terminal and only after its delay."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ import re
 
 from rich.console import Console
 
-from paraplan.output import DeferredProgress, build_table, percent, table_console
+from paraplan.output import DeferredProgress, build_table, table_console
+from specs.formats import percent
 
 COLUMNS = ["tp", "recompute", "tokens/s", "MFU", "peak GiB"]
 ROWS = [[8, "full:uniform", 1527305, percent(0.677), 61.2]]
-
-
-def test_percent_is_the_table_format_of_fractions() -> None:
-    assert percent(0.4123) == "41.2%" and percent(1.0) == "100.0%"
 
 
 def test_narrow_terminal_wraps_and_never_cuts() -> None:

@@ -1,0 +1,61 @@
+"""One format for MFU and HFU: `specs.formats.percent` (one decimal) in tables and text,
+fractions in JSON; no other code formats them by hand."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from specs.formats import percent
+
+ROOT = Path(__file__).resolve().parents[2]
+PRINTING_ROOMS = ("paraplan", "planner", "reports", "costmodel", "executor", "profiles", "bench")
+
+
+def test_percent_has_one_decimal() -> None:
+    assert percent(0.4123) == "41.2%"
+    assert percent(1.0) == "100.0%"
+    assert percent(0.00049) == "0.0%"
+
+
+def hand_formatted_mfu(source: str, filename: str) -> list[int]:
+    """Lines where an MFU or HFU value gets a format spec of its own: ``f"{mfu:.1%}"``,
+    ``"{:.1%}".format`` beside an MFU, ``f"{100 * mfu:.3g}%"``."""
+    found = []
+    tree = ast.parse(source, filename=filename)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
+            if any(k in ast.unparse(node.value).lower() for k in ("mfu", "hfu")):
+                found.append(node.lineno)
+        elif isinstance(node, ast.Call) and any(
+            k in ast.unparse(node).lower() for k in ("mfu", "hfu")
+        ):
+            for inner in ast.walk(node):
+                constant = getattr(inner, "value", None)
+                is_format = isinstance(inner, ast.Attribute) and inner.attr == "format"
+                if is_format and isinstance(constant, ast.Constant) and "%}" in str(constant.value):
+                    found.append(node.lineno)
+    return sorted(set(found))
+
+
+def test_no_mfu_is_formatted_by_hand() -> None:
+    bad = []
+    for room in PRINTING_ROOMS:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            lines = hand_formatted_mfu(path.read_text(), str(path))
+            bad += [f"{path.relative_to(ROOT)}:{n}" for n in lines]
+    assert not bad, "MFU/HFU formatted without specs.formats.percent:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'x = f"MFU {est.mfu:.1%}"',
+        'x = f"MFU {100 * s.mfu:.3g}%"',
+        'row = ("MFU", optional(mfu_m, "{:.1%}".format))',
+    ],
+)
+def test_the_scan_sees_a_hand_format(source: str) -> None:
+    assert hand_formatted_mfu(source, "case.py") == [1]
