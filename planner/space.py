@@ -83,6 +83,8 @@ PLAN_COLUMNS = (*DEGREE_COLUMNS, *SWITCH_COLUMNS, "schedule")
 """Every column of an expanded candidate table, in `ParallelPlan` field names."""
 KNOBS = tuple(c for c in PLAN_COLUMNS if c != "schedule")
 """Knobs a user may fix; the schedule follows vpp."""
+OPTIONAL_INT_KNOBS = ("recompute_num_layers", "ddp_bucket_size", "etp")
+"""Knobs whose None (Megatron's default) is 0 in the tables."""
 
 _NEUTRAL_SWITCHES: dict[str, Any] = {
     "sequence_parallel": False,
@@ -150,6 +152,17 @@ class SearchSpace:
         for name in self.fixed:
             if name not in KNOBS:
                 raise SpecError("SearchSpace.fixed: " + unknown_name_message("knob", name, KNOBS))
+        as_plan = {  # table form: 0 stands for None (Megatron's default)
+            name: None if name in OPTIONAL_INT_KNOBS and value == 0 else value
+            for name, value in self.fixed.items()
+        }
+        try:  # a fixed value obeys the field checks of ParallelPlan (degrees >= 1, ...)
+            ParallelPlan(**as_plan)
+        except SpecError as exc:
+            raise SpecError(
+                f"fixed knob out of range: {exc}; fix the value, or leave the knob unset to "
+                "search it"
+            ) from None
         for name in ("max_micro_batch_size", "min_tokens_per_cp_rank"):
             if getattr(self, name) < 1:
                 raise SpecError(f"SearchSpace.{name} must be >= 1, got {getattr(self, name)}")
@@ -181,7 +194,7 @@ class SearchSpace:
 
 def _column_value(name: str, value: Any) -> Any:
     """A knob value in table form (None -> 0 for the optional integer knobs)."""
-    if name in ("recompute_num_layers", "ddp_bucket_size", "etp") and value is None:
+    if name in OPTIONAL_INT_KNOBS and value is None:
         return 0
     if name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
         return value or 0

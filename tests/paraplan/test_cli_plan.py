@@ -129,6 +129,9 @@ def test_input_errors() -> None:
         plan_command.run(parser.parse_args([*BASE, "--tokens", "1e9"]))
     fixed = plan_command.space_from_args(parser.parse_args([*BASE, "--num-gpus", "4", "--tp", "2"]))
     assert dict(fixed.fixed) == {"tp": 2}
+    # a degree of 0 is refused as input, not divided by
+    with pytest.raises(SpecError, match=r"ParallelPlan\.tp must be a positive integer, got 0"):
+        plan_command.run(parser.parse_args([*BASE, "--num-gpus", "4", "--tp", "0"]))
 
 
 def test_export_rejects_an_invalid_plan(capsys, tmp_path) -> None:

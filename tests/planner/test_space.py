@@ -124,6 +124,18 @@ def test_unknown_knob_is_rejected_with_the_valid_names() -> None:
         SearchSpace(fixed={"mbs": 2})
 
 
+@pytest.mark.parametrize(
+    "fixed", [{"tp": 0}, {"micro_batch_size": -1}, {"recompute": "all"}, {"etp": -2}]
+)
+def test_fixed_values_out_of_range_are_rejected(fixed: dict[str, object]) -> None:
+    # a degree of 0 once reached the degree generators and divided by zero
+    name = next(iter(fixed))
+    with pytest.raises(SpecError, match=f"fixed knob out of range: ParallelPlan.{name} "):
+        SearchSpace(fixed=fixed)
+    # 0 is the tables' None (Megatron's default) for the optional integer knobs
+    assert SearchSpace(fixed={"ddp_bucket_size": 0, "recompute_num_layers": 0}).fixed
+
+
 def test_expand_is_the_product_per_context() -> None:
     model = get_preset("tiny-moe")
     job = TrainingJob(seq_length=256, global_batch_size=16)
