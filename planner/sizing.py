@@ -204,6 +204,19 @@ def size_cluster(
         raise SpecError("cluster sizing needs a goal: days, max_gpus, or budget_usd")
     if budget_usd is not None and gpu_hour_usd is None:
         raise SpecError("a budget needs a price: give gpu_hour_usd (USD per GPU-hour)")
+    given = {
+        "days": days,
+        "max_gpus": max_gpus,
+        "budget_usd": budget_usd,
+        "gpu_hour_usd": gpu_hour_usd,
+        "gpus_per_node": gpus_per_node,
+    }
+    for name, value in given.items():
+        if value is not None and not value > 0:  # `not >` also refuses NaN
+            raise SpecError(
+                f"cluster sizing: {name} must be > 0, got {value}; give a positive value, or "
+                "leave it unset"
+            )
     per_node = gpus_per_node or profile.topology.gpus_per_node
     limit = memory_limit_bytes(profile, memory_headroom)
     floor = min_gpus_for_model_state(model, job, limit)

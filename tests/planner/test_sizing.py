@@ -118,6 +118,23 @@ def test_goals_are_validated() -> None:
         size_cluster(model, H100, no_budget, _profile(), days=1.0)
 
 
+@pytest.mark.parametrize(
+    "goal",
+    [
+        {"days": 0.0},
+        {"days": float("nan")},
+        {"max_gpus": 0},
+        {"budget_usd": -1.0, "gpu_hour_usd": 2.0},
+        {"days": 10.0, "gpus_per_node": 0},
+    ],
+)
+def test_goals_out_of_range_are_refused(goal: dict[str, float]) -> None:
+    # max_gpus=0 and gpus_per_node=0 once fell back silently to the defaults
+    name = next(k for k, v in goal.items() if not v > 0)
+    with pytest.raises(SpecError, match=f"cluster sizing: {name} must be > 0"):
+        size_cluster(get_preset("tiny"), H100, _job(), _profile(), **goal)
+
+
 def test_ladder_starts_where_the_model_state_fits() -> None:
     # llama3-70b: 70.6e9 params x 18 bytes = 1.27 TB > 8 x 76 GiB, so one node is skipped
     result = size_cluster(
