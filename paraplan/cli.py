@@ -15,10 +15,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from paraplan.commands import COMMAND_HELP
 from specs.errors import SpecError
-from specs.version import paraplan_version
 
 PROG = "paraplan"
 
@@ -29,6 +29,21 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: looks the installed version up only when asked (the lookup scans the
+    installed distributions, which every other command can skip)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the installed version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from specs.version import paraplan_version
+
+        sys.stdout.write(f"{PROG} {paraplan_version() or 'unknown (not installed)'}\n")
+        parser.exit()
 
 
 def command_module(name: str) -> ModuleType:
@@ -49,11 +64,7 @@ def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentPars
         prog=PROG,
         description="Plan, execute and compare parallel transformer training.",
     )
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"{PROG} {paraplan_version() or 'unknown (not installed)'}",
-    )
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     loaded = COMMAND_HELP if commands is None else commands
     for name, text in COMMAND_HELP.items():
