@@ -102,12 +102,16 @@ def collective_call(
     if op == "all_reduce":
         t = zeros(elements)
         return lambda: dist.all_reduce(t, group=group)
+    # torch 2.13 renamed all_gather_into_tensor and reduce_scatter_tensor to *_single; the
+    # old names warn (a FutureWarning on the user's terminal) and add a call to every timing
     if op == "all_gather":
         part, whole = zeros(elements // g), zeros(elements)
-        return lambda: dist.all_gather_into_tensor(whole, part, group=group)
+        all_gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+        return lambda: all_gather(whole, part, group=group)
     if op == "reduce_scatter":
         whole, part = zeros(elements), zeros(elements // g)
-        return lambda: dist.reduce_scatter_tensor(part, whole, group=group)
+        reduce_scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+        return lambda: reduce_scatter(part, whole, group=group)
     if op == "all_to_all":
         src, dst = zeros(elements), zeros(elements)
         return lambda: dist.all_to_all_single(dst, src, group=group)
