@@ -80,7 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = selected_command(argv)
-    args = build_parser(() if command is None else (command,)).parse_args(argv)
+    args, unknown = build_parser(() if command is None else (command,)).parse_known_args(argv)
+    if unknown:  # argparse would blame the top-level parser: name the command and its help
+        sys.stderr.write(
+            f"{PROG} {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
+            f"(`{PROG} {args.command} --help` lists the flags)\n"
+        )
+        return 2
     try:
         return int(args._run(args))
     except SpecError as exc:

@@ -118,6 +118,14 @@ def test_version_and_usage_errors_name_the_program(capsys) -> None:
     assert code == 2 and err.startswith("paraplan plan: error: ")
 
 
+def test_an_unknown_flag_names_the_command(capsys) -> None:
+    # argparse blamed `paraplan:` for a flag that the subcommand does not take
+    code, _, err = run_cli(capsys, "models", "--json-lines")
+    assert code == 2
+    assert err.startswith("paraplan models: error: unrecognized arguments: --json-lines")
+    assert "`paraplan models --help`" in err
+
+
 def test_docs_name_every_command_and_flag() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
     parser = build_parser()
