@@ -18,11 +18,11 @@ import math
 from dataclasses import dataclass
 
 from costmodel.estimate import Estimate
-from costmodel.memory import GiB, peak_memory_bytes
+from costmodel.memory import peak_memory_bytes
 from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
-from specs.formats import percent
+from specs.formats import gib, percent
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params
@@ -57,10 +57,6 @@ def min_gpus_for_model_state(model: ModelSpec, job: TrainingJob, limit_bytes: fl
     return max(1, math.ceil(total / limit_bytes))
 
 
-def _gib(value: float) -> str:
-    return f"{value / GiB:.1f} GiB"
-
-
 def _count(n: int) -> str:
     return f"{n:,}"
 
@@ -74,7 +70,7 @@ def rejection_lines(result: SearchResult) -> list[str]:
     lines = [
         f"Searched {_count(result.num_enumerated)} candidate plans in {result.elapsed_s:.1f} s: "
         f"{_count(result.num_valid)} passed the rules, {_count(max(fitting, 0))} fit in "
-        f"{_gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), {skipped}"
+        f"{gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), {skipped}"
         f"{len(result.top) + len(result.closest)} simulated."
     ]
     ordered = sorted(((k, v) for k, v in result.rejected.items() if v), key=lambda kv: -kv[1])
@@ -101,7 +97,7 @@ def summary_line(ranked: RankedPlan) -> str:
     return (
         f"{ranked.plan.label()}: {est.iteration_time_s:.3g} s/iteration, "
         f"{est.tokens_per_s:,.0f} tokens/s, MFU {percent(est.mfu)}, "
-        f"peak {_gib(est.peak_memory_bytes)}"
+        f"peak {gib(est.peak_memory_bytes)}"
     )
 
 
@@ -144,7 +140,7 @@ def comparison_lines(winner: RankedPlan, runner_up: RankedPlan, limit: int = 3) 
         + ("; ".join(parts) if parts else "identical breakdowns")
     ]
     ma, mb = winner.estimate.peak_memory_bytes, runner_up.estimate.peak_memory_bytes
-    lines.append(f"  peak memory {_gib(ma)} vs {_gib(mb)} ({(ma - mb) / GiB:+.1f} GiB)")
+    lines.append(f"  peak memory {gib(ma)} vs {gib(mb)} ({gib(ma - mb, signed=True)})")
     knobs = knob_differences(winner.plan, runner_up.plan)
     if knobs:
         lines.append("  knobs: " + ", ".join(knobs))
@@ -259,7 +255,7 @@ def no_plan_reason(result: SearchResult) -> str:
     its count (a candidate counts once under each rule it breaks) and its first message."""
     gpus = result.cluster.num_gpus
     if result.num_valid > 0:
-        return f"No plan fits in {_gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs."
+        return f"No plan fits in {gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs."
     ordered = sorted(
         ((k, v) for k, v in result.rejected.items() if v and k != MEMORY_REJECTION),
         key=lambda kv: (-kv[1], kv[0]),
@@ -287,11 +283,11 @@ def no_fit_lines(result: SearchResult, limit: int = 3) -> list[str]:
     lines.append("Closest candidates:")
     for ranked in result.closest[:limit]:
         peak = ranked.estimate.peak_memory_bytes
-        lines.append(f"  {ranked.plan.label()}: {_gib(peak)} ({(peak - cap) / GiB:.1f} GiB over)")
+        lines.append(f"  {ranked.plan.label()}: {gib(peak)} ({gib(peak - cap)} over)")
         suggestions = fit_suggestions(result.model, result.cluster, result.job, ranked.plan, cap)
         for s in suggestions[:4]:
             verdict = "fits" if s.fits else "still over"
-            lines.append(f"    - {s.change}: {_gib(s.peak_memory_bytes)} ({verdict})")
+            lines.append(f"    - {s.change}: {gib(s.peak_memory_bytes)} ({verdict})")
     floor = min_gpus_for_model_state(result.model, result.job, cap)
     if floor > result.cluster.num_gpus:
         lines.append(

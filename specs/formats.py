@@ -1,7 +1,8 @@
 """How figures are written for people, in one place for every room.
 
 MFU, HFU and other shares are fractions (0 to 1) in every JSON file and JSON output, and
-percentages with one decimal in tables and text (`percent`).
+percentages with one decimal in tables and text (`percent`). Memory sizes are bytes in JSON
+(or GiB in keys ending ``_gib``) and GiB with three significant digits in text (`gib`).
 """
 
 from __future__ import annotations
@@ -11,3 +12,16 @@ def percent(fraction: float) -> str:
     """A fraction (MFU, HFU, a share of the iteration) as tables and text show it:
     ``0.4123`` -> ``"41.2%"``."""
     return f"{fraction:.1%}"
+
+
+GIB_BYTES = 2**30
+"""Bytes in one GiB."""
+
+
+def gib(value_bytes: float, *, signed: bool = False) -> str:
+    """A memory size in text: GiB with one decimal from 10 GiB up, three significant digits
+    below (``0.0237 GiB`` for a small model, not ``0.0 GiB``); ``signed`` prefixes + or -."""
+    value = value_bytes / GIB_BYTES
+    sign = "+" if signed else ""
+    spec = f"{sign}.1f" if abs(value) >= 10 else f"{sign}.3g"
+    return f"{value:{spec}} GiB"

@@ -1,5 +1,5 @@
 """One format for MFU and HFU: `specs.formats.percent` (one decimal) in tables and text,
-fractions in JSON; no other code formats them by hand."""
+fractions in JSON; no other code formats them by hand. Memory sizes in text: `gib`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specs.formats import percent
+from specs.formats import GIB_BYTES, gib, percent
 
 ROOT = Path(__file__).resolve().parents[2]
 PRINTING_ROOMS = ("paraplan", "planner", "reports", "costmodel", "executor", "profiles", "bench")
@@ -18,6 +18,15 @@ def test_percent_has_one_decimal() -> None:
     assert percent(0.4123) == "41.2%"
     assert percent(1.0) == "100.0%"
     assert percent(0.00049) == "0.0%"
+
+
+def test_gib_keeps_small_sizes_visible() -> None:
+    # a tiny model's peak once printed as "0.0 GiB"
+    assert gib(0.02372 * GIB_BYTES) == "0.0237 GiB"
+    assert gib(5.234 * GIB_BYTES) == "5.23 GiB"
+    assert gib(53.64 * GIB_BYTES) == "53.6 GiB"
+    assert gib(-0.3 * GIB_BYTES, signed=True) == "-0.3 GiB"
+    assert gib(12.0 * GIB_BYTES, signed=True) == "+12.0 GiB"
 
 
 def hand_formatted_mfu(source: str, filename: str) -> list[int]:
