@@ -21,6 +21,7 @@ from specs import serde
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.formats import percent
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -96,6 +97,8 @@ def test_text_data_run_with_mfu_then_checked_resume(tmp_path: Path, capsys) -> N
         share = metrics["host_steal_timed"]
         assert f"CPU stolen by the hypervisor during the timed steps: {share:.2%}" in printed
     assert metrics["mfu"] is not None and metrics["mfu"] > 0
+    # the summary prints MFU as every command does: a percentage with one decimal
+    assert f"tokens/s, MFU {percent(metrics['mfu'])}\n" in printed
     assert metrics["peak_flops_per_rank"] == pytest.approx(0.05e12)
     assert metrics["model_flops_per_iteration"] > 0
     # The cost model's view of the same plan sits beside the measurement, for the report.
