@@ -23,6 +23,7 @@ from paraplan.args import (
 from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json, print_table
 from profiles.store import load_profile
+from specs.errors import SpecError
 from specs.formats import percent
 from specs.rules import check_plan
 
@@ -53,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.attention is not None and args.runtime != "megatron":
+        raise SpecError(
+            f"--attention {args.attention} chooses the attention kernel of the megatron "
+            f"runtime; the {args.runtime} runtime prices its own executor's attention: drop "
+            "--attention, or give --runtime megatron"
+        )
     model = model_from_args(args)
     cluster = cluster_from_args(args)
     job = job_from_args(args)

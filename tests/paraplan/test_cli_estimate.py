@@ -57,6 +57,12 @@ def test_materialized_attention_is_slower(capsys):
     assert json.loads(unfused)["iteration_time_s"] > json.loads(flash)["iteration_time_s"]
 
 
+def test_attention_beside_the_torch_runtime_is_refused(capsys):
+    # the torch runtime ignored --attention without a word
+    with pytest.raises(SpecError, match="--attention materialized chooses the attention"):
+        run(capsys, "--attention", "materialized", "--runtime", "torch")
+
+
 def test_invalid_plan_prints_violations_and_exits_1(capsys):
     code, out = run(capsys, "--tp", "3")
     assert code == 1
