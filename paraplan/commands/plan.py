@@ -495,6 +495,11 @@ def _write_sizing_outputs(
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.candidates_limit < 0:
+        raise SpecError(
+            f"--candidates-limit must be >= 0, got {args.candidates_limit}; 0 writes every "
+            "candidate to candidates.csv"
+        )
     if args.tokens is not None:
         return _run_sizing(args)
     if args.num_gpus is None:

@@ -127,6 +127,8 @@ def test_input_errors() -> None:
         plan_command.run(parser.parse_args(BASE))
     with pytest.raises(SpecError, match="goal"):
         plan_command.run(parser.parse_args([*BASE, "--tokens", "1e9"]))
+    with pytest.raises(SpecError, match="--candidates-limit must be >= 0, got -5"):
+        plan_command.run(parser.parse_args([*BASE, "--num-gpus", "4", "--candidates-limit", "-5"]))
     with pytest.raises(SpecError, match="max_gpus must be > 0, got 0"):
         plan_command.run(parser.parse_args([*BASE, "--tokens", "1e9", "--max-gpus", "0"]))
     fixed = plan_command.space_from_args(parser.parse_args([*BASE, "--num-gpus", "4", "--tp", "2"]))
