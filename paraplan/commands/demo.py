@@ -151,12 +151,11 @@ def run_command(module: ModuleType, argv: list[str]) -> int:
 
 
 def _problem(
-    args: argparse.Namespace, nproc: int, profile_path: Path
+    args: argparse.Namespace, model: ModelSpec, nproc: int, profile_path: Path
 ) -> tuple[ModelSpec, ClusterSpec, TrainingJob]:
     """The demo's model, cluster (this machine's profile) and job."""
     import torch
 
-    model = load_model(args.model)
     cluster = ClusterSpec(hardware=str(profile_path.resolve()), num_gpus=nproc)
     job = TrainingJob(
         seq_length=128 if args.reduced else 256,
@@ -222,6 +221,10 @@ def summary_lines(
 
 
 def run(args: argparse.Namespace) -> int:
+    # input first: a bad --model or --nproc must not wait for the minutes of profiling
+    if args.nproc is not None and args.nproc < 1:
+        raise SpecError(f"--nproc must be >= 1, got {args.nproc}; omit it for the default")
+    model = load_model(args.model)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -236,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     profile = ensure_profile(profile_path, nproc, console)
     if profile is None:
         return 1
-    model, cluster, job = _problem(args, nproc, profile_path)
+    model, cluster, job = _problem(args, model, nproc, profile_path)
     step(2, f"planning {model.name} on {nproc} ranks, seq {job.seq_length}, global batch "
             f"{job.global_batch_size}, {job.precision}, runtime {args.runtime}")  # fmt: skip
     with console.status("searching plans"):

@@ -15,6 +15,7 @@ import pytest
 
 from paraplan.commands import demo
 from profiles.store import load_profile, save_profile
+from specs.errors import SpecError
 
 
 def measured_here(path: Path, *, host: str | None = None, version: str | None = None) -> Path:
@@ -83,6 +84,22 @@ def test_a_native_crash_while_profiling_is_retried_once(tmp_path, monkeypatch, c
     assert ("profiling again (attempt 2 of 2)" in said) == (
         codes[0] == demo.profile_command.CRASHED_EXIT
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "no-such-model"], "unknown model preset 'no-such-model'"),
+        (["--nproc", "0"], "--nproc must be >= 1, got 0"),
+    ],
+)
+def test_bad_input_fails_before_profiling(tmp_path, monkeypatch, argv, message) -> None:
+    # a bad --model once failed after minutes of profiling; --nproc 0 meant the default
+    monkeypatch.setattr(demo, "ensure_profile", lambda *a: pytest.fail("profiling started"))
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    with pytest.raises(SpecError, match=message):
+        demo.run(parser.parse_args([*argv, "--out", str(tmp_path / "demo")]))
 
 
 def test_summary_lines() -> None:
