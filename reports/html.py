@@ -189,7 +189,11 @@ def _timelines(predicted: Timeline, measured: Timeline | None, c: Comparison | N
             ({e.rank for e in measured.events} | set(measured.ranks_shown)) - set(c.ranks)
         )
         if only:
-            notes.append(f"Measured only, not predicted: ranks {_ranks_text(only)}.")
+            notes.append(
+                f"Measured only: {_ranks_text(only, noun=True)}. The prediction draws one rank "
+                "per pipeline stage (tp, cp and dp index 0); the other ranks of a stage do the "
+                "same work."
+            )
     header = (
         "Predicted above measured on one time axis; dashed lines mark each side's iteration "
         "time. Hover a bar for its name, microbatch, duration and bytes."
@@ -207,8 +211,12 @@ def _timelines(predicted: Timeline, measured: Timeline | None, c: Comparison | N
     )
 
 
-def _ranks_text(ranks: Sequence[int]) -> str:
-    return ", ".join(str(r) for r in ranks[:20]) + (" …" if len(ranks) > 20 else "")
+def _ranks_text(ranks: Sequence[int], *, noun: bool = False) -> str:
+    """``1, 2, 3``; with ``noun``, ``rank 1`` or ``ranks 1, 2, 3``. At most 20 are listed."""
+    listed = ", ".join(str(r) for r in ranks[:20]) + (" …" if len(ranks) > 20 else "")
+    if not noun:
+        return listed
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {listed}"
 
 
 # ---- phases, memory, collectives -----------------------------------------------------
@@ -296,9 +304,9 @@ def _phases(
     return (
         '<section id="phases"><h2>Per-phase error</h2>'
         + _error_table(c)
-        + '<p class="note">Seconds per rank per iteration, averaged over ranks '
-        + escape(_ranks_text(c.ranks))
-        + ". "
+        + '<p class="note">Seconds per iteration, averaged over the predicted '
+        + escape(_ranks_text(c.ranks, noun=True))
+        + " (one per pipeline stage). "
         + escape(profiled_steps_note(c, metrics))
         + " Exposed communication is time on a lane not hidden behind compute on the same "
         "rank; bubble is the time neither compute nor communication runs.</p>"

@@ -97,7 +97,8 @@ def test_full_report_has_every_section(sample_run: Any) -> None:
         ("0", "predicted measured"),
         ("4", "predicted measured"),
     ]
-    assert "Measured only, not predicted: ranks 1, 2, 3, 5, 6, 7." in page
+    assert "Measured only: ranks 1, 2, 3, 5, 6, 7. The prediction draws one rank" in page
+    assert "averaged over the predicted ranks 0, 4 (one per pipeline stage)" in page
     for label in ("forward", "backward", "DP exposed", "bubble (idle)", "optimizer", "iteration"):
         assert f"<td>{label}</td>" in page
     assert "within 15%" in page  # the sample is ~8% slower than predicted
