@@ -66,6 +66,9 @@ def test_help_loads_no_heavy_library(argv: list[str]) -> None:
         (["plan", *PROBLEM, "--hardware", "no-such-profile"], 2),
         (["plan", *PROBLEM[:2], "--seq-len", "4096", "--global-batch", "64"], 2),
         (["execute", "no-such-plan.json"], 2),
+        (["report", "no-such-run"], 2),
+        (["calibrate", "no-such-run", "-o", "calibrated.json"], 2),
+        (["demo", "--model", "no-such-model"], 2),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
 )
