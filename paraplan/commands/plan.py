@@ -100,7 +100,7 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         ("--etp", "expert tensor-parallel size"),
         ("--mbs", "micro-batch size (sequences)"),
         ("--recompute-num-layers", "layers per chunk recomputed (full recompute)"),
-        ("--bucket-size", "DDP gradient bucket (parameters)"),
+        ("--bucket-size", "DDP gradient bucket (parameters; 0: Megatron's default)"),
     ):
         g.add_argument(flag, type=int, default=None, help=text)
     g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
