@@ -36,10 +36,7 @@ from rich.console import Console
 
 from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
-from paraplan.commands import execute as execute_command
 from paraplan.commands import profile as profile_command
-from paraplan.commands.plan import write_search_outputs
-from paraplan.commands.report import write_report
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs.bundle import PlanBundle
@@ -173,6 +170,7 @@ def _plan(
     console: Console,
 ) -> PlanBundle | None:
     """Search, write the search folder ``out``, and return the best plan (None if none fits)."""
+    from paraplan.commands.plan import write_search_outputs
     from planner.explain import explain
     from planner.search import search_plans
     from planner.space import SearchSpace
@@ -246,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
         bundle = _plan(args, (model, cluster, job), profile, out / "plan", console)
     if bundle is None:
         return 1
+    from paraplan.commands import execute as execute_command
+    from paraplan.commands.report import write_report
+
     step(3, f"executing {bundle.plan.label()}")
     run_dir = out / "run"
     steps, warmup = (4, 1) if args.reduced else (8, 2)
