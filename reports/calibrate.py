@@ -81,7 +81,7 @@ from reports.calibrate_phases import (
     split_factors,
     timeline_phases,
 )
-from reports.calibrate_time import fit_backward_scale, fit_time_scale
+from reports.calibrate_time import fit_backward_scale, fit_time_scale, scale_at_bound
 from reports.run_dir import RunDir
 from specs.errors import SpecError
 
@@ -154,6 +154,8 @@ class CalibrationResult:
     collectives)."""
     runs: tuple[RunError, ...]
     """Fitted runs first, then held-out runs, in the order given."""
+    warnings: tuple[str, ...] = ()
+    """What limited the fit (`reports.calibrate_time.scale_at_bound`), for the user."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -398,7 +400,9 @@ def _calibrate_time(
         _split_note(profile, fitted, split),
         *_notes(profile, factors, (), errors)[2:],
     )
-    provenance = _provenance(profile, runs, command, notes)
+    bound = scale_at_bound(k)
+    warnings = () if bound is None else (bound,)
+    provenance = _provenance(profile, runs, command, (*notes, *warnings))
     name = profile.name if profile.name.endswith("-calibrated") else f"{profile.name}-calibrated"
     return CalibrationResult(
         profile=dataclasses.replace(fitted, name=name, provenance=provenance),
@@ -406,6 +410,7 @@ def _calibrate_time(
         factors=factors,
         collectives=(),
         runs=errors,
+        warnings=warnings,
     )
 
 

@@ -70,6 +70,21 @@ def fit_time_scale(
     return float(math.exp(result.x))
 
 
+def scale_at_bound(k: float) -> str | None:
+    """A warning when the fitted time scale ``k`` sits on a bound of `SCALE_BOUNDS` (within
+    0.1%): the runs ask for more than the fit may give, so the calibrated profile still
+    predicts them too fast or too slow; None inside the range."""
+    for bound in SCALE_BOUNDS:
+        if abs(math.log(k / bound)) < 1e-3:
+            return (
+                f"the compute time scale stopped at its bound x{bound:g} (range "
+                f"x{SCALE_BOUNDS[0]:g} to x{SCALE_BOUNDS[1]:g}): the runs are further from the "
+                "profile than calibration corrects; profile this machine again (`paraplan "
+                "profile`), or bring runs of different spells to one host speed (--host-speed)"
+            )
+    return None
+
+
 BACKWARD_SCALE_BOUNDS = (0.25, 4.0)
 """Range of the fitted backward scale; outside it the runs' split is not the model's
 passes (a timeline from another plan, or passes that hold their collectives)."""

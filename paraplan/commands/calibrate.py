@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -147,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"base profile: {base.name}, runtime {args.runtime}")
     print_result(result)
+    for warning in result.warnings:
+        sys.stderr.write(f"paraplan calibrate: warning: {warning}\n")
     out = save_profile(result.profile, args.output)
     print(f"calibrated profile: {out}")
     return 0

@@ -16,7 +16,13 @@ from profiles.schema import ComputeProfile, HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import calibrate, time_scaled
 from reports.calibrate_factors import with_backward_scale
-from reports.calibrate_time import BACKWARD_SCALE_BOUNDS, backward_factor, fit_backward_scale
+from reports.calibrate_time import (
+    BACKWARD_SCALE_BOUNDS,
+    SCALE_BOUNDS,
+    backward_factor,
+    fit_backward_scale,
+    scale_at_bound,
+)
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
 from tests.reports.test_calibrate import PROFILE, _bundle, _synthetic_run
@@ -105,3 +111,17 @@ def test_without_a_run_to_read_the_split_from_the_scale_is_kept(base, tmp_path: 
     result = calibrate(with_backward_scale(base, 0.9), [run], options=TORCH_OPTIONS)
     assert result.profile.compute.backward_scale == 0.9
     assert any("backward scale kept at 0.9" in n for n in result.profile.provenance.notes)
+
+
+def test_a_time_scale_stopped_at_its_bound_is_said(base, tmp_path: Path) -> None:
+    # a host 8 times slower than its profile: k stops at 5 and the fit once said nothing
+    truth = time_scaled(base, 8.0)
+    run = _synthetic_run(tmp_path / "dp", _bundle(ParallelPlan(dp=2)), base, truth, TORCH_OPTIONS)
+    result = calibrate(base, [run], options=TORCH_OPTIONS)
+    assert len(result.warnings) == 1 and "stopped at its bound x5" in result.warnings[0]
+    assert result.warnings[0] in result.profile.provenance.notes
+    inside = _synthetic_run(
+        tmp_path / "ok", _bundle(ParallelPlan(dp=2)), base, time_scaled(base, 1.5), TORCH_OPTIONS
+    )
+    assert calibrate(base, [inside], options=TORCH_OPTIONS).warnings == ()
+    assert scale_at_bound(SCALE_BOUNDS[0]) is not None and scale_at_bound(1.0) is None
