@@ -37,6 +37,7 @@ from fidelity_suite import (
 from rich.console import Console
 from rich.markup import escape
 
+from costmodel.runtimes.torch.host_rates import backward_scale, layer_collective_scale
 from paraplan.commands.demo import run_command
 from profiles.lookup import host_probe_s
 from profiles.schema import HardwareProfile
@@ -151,9 +152,9 @@ def calibrated_section(
     scales = {
         str(world): {
             "profile": calibrated[world][0],
-            "backward_scale": calibrated[world][1].compute.backward_scale,
+            "backward_scale": backward_scale(calibrated[world][1]),
             "time_scale": fitted_time_scale(profiles, calibrated[world][1], world),
-            "layer_collective_scale": (calibrated[world][1].communication.layer_collective_scale),
+            "layer_collective_scale": layer_collective_scale(calibrated[world][1]),
         }
         for world in fitted
     }
@@ -276,8 +277,8 @@ def calibrated_profiles(
     (`reports.calibrate_layers`)."""
     reference = calibrated[REFERENCE_WORLD][1]
     k = fitted_time_scale(profiles, reference)
-    split = reference.compute.backward_scale
-    layers = reference.communication.layer_collective_scale
+    split = backward_scale(reference)
+    layers = layer_collective_scale(reference)
 
     def scaled(profile: HardwareProfile) -> HardwareProfile:
         return with_layer_collective_scale(

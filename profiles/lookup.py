@@ -26,9 +26,6 @@ from profiles.schema import (
     CollectiveFit,
     EfficiencyPoint,
     HardwareProfile,
-    HostOverheads,
-    HostTiming,
-    MeasurementSpread,
 )
 from specs.errors import SpecError
 
@@ -267,48 +264,12 @@ def collective_fit(
     return _interpolate_fits(fits[i - 1], fits[i], group_size)
 
 
-HOST_TIMING_PREFIX = "op_overhead."
-"""Prefix of the provenance spreads that profiles written before the typed host section
-carry in place of `HardwareProfile.host` (converted by `host_from_spread`)."""
-
 HOST_PROBE_TIMING = "host_probe"
 """Host-section timing of the profiler's host probe (`profiles.host_probe`)."""
 
 
-def host_from_spread(spread: Sequence[MeasurementSpread]) -> HostOverheads | None:
-    """The host section held by ``op_overhead.<name>`` spreads (seconds), None without any.
-
-    The one conversion of the string-keyed host costs of older CPU profiles into
-    `HostOverheads`; the spreads' statistics are carried over unchanged."""
-    timings = tuple(
-        HostTiming(
-            name=s.quantity.removeprefix(HOST_TIMING_PREFIX),
-            num_samples=s.num_samples,
-            mean_s=s.mean,
-            median_s=s.median,
-            min_s=s.min,
-            max_s=s.max,
-        )
-        for s in spread
-        if s.quantity.startswith(HOST_TIMING_PREFIX)
-    )
-    return HostOverheads(timings=timings) if timings else None
-
-
-def host_overheads(profile: HardwareProfile) -> HostOverheads | None:
-    """The profile's host section: `HardwareProfile.host`, or for a CPU profile without one
-    its ``op_overhead.*`` spreads (`host_from_spread`); None for a GPU profile, whose host
-    costs the torch runtime then takes as absent."""
-    if profile.host is not None:
-        return profile.host
-    if profile.device.kind != "cpu":
-        return None
-    return host_from_spread(profile.provenance.spread)
-
-
 def host_probe_s(profile: HardwareProfile) -> float | None:
     """Mean seconds of one call of the host probe while the profile was measured (every
-    rank at once); None when the profile did not time it."""
-    host = host_overheads(profile)
-    found = host.timing(HOST_PROBE_TIMING) if host is not None else None
+    rank at once); None when the profile has no host section or did not time it."""
+    found = profile.host.timing(HOST_PROBE_TIMING) if profile.host is not None else None
     return found.mean_s if found is not None and found.mean_s > 0 else None

@@ -1,13 +1,16 @@
 """`HardwareProfile`: what one device computes and how the machines that hold it talk.
 
-A profile has five parts, kept apart because they vary with different things (vidur's
+A profile has these parts, kept apart because they vary with different things (vidur's
 split of compute profiles per device from network profiles per topology):
 
 - `device`: the datasheet figures of one accelerator (or of the CPU of a gloo machine);
 - `compute`: how close real kernels come to those figures, as a function of shape;
 - `communication`: α-β fits of every collective per group size and placement;
 - `topology`: how many devices share a node and a scale-up domain, and the NICs;
-- `provenance`: whether the numbers were derived from published sources or measured.
+- `provenance`: whether the numbers were derived from published sources or measured,
+  and the spread of every measurement (a record, never a model input);
+- `host` (CPU profiles only): the host cost of paraplan's own executor per operator, per
+  streamed byte and per waited-for collective, read by the torch runtime.
 
 The same schema holds a profile derived from sources (`profiles.derive`) and one that
 `paraplan profile` measures (on GPUs with NCCL, or on a CPU with gloo, where device
@@ -221,11 +224,6 @@ class ComputeProfile:
     is not hidden behind device work. Near zero for GPU profiles, where launches run
     ahead of the device; measured by `paraplan profile` on CPU, where it dominates small
     operators."""
-    backward_scale: float = 1.0
-    """Factor on the compute time of every backward pass the executor model prices
-    (`costmodel.runtimes.torch.passes.executor_pass_costs`); a recompute's rerun, a forward, keeps
-    the forward's price. 1 in a measured profile; `paraplan calibrate` fits it on its runs'
-    own forward/backward split (`reports.calibrate_time.fit_backward_scale`)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.op_overhead_s < 1.0:
@@ -235,7 +233,6 @@ class ComputeProfile:
         for dtype, points in self.gemm_efficiency.items():
             _check_gemm_curve(dtype, points)
         require_positive(self, "gemm_alignment_elements")
-        _require_positive_float("ComputeProfile", "backward_scale", self.backward_scale)
         _require_fraction("ComputeProfile", "gemm_misaligned_factor", self.gemm_misaligned_factor)
         _require_fraction(
             "ComputeProfile", "memory_bandwidth_efficiency", self.memory_bandwidth_efficiency
@@ -325,18 +322,8 @@ class CommunicationProfile:
     """Collective library the fits describe: ``nccl``, ``rccl`` or ``gloo``."""
     fits: tuple[CollectiveFit, ...]
     """At most one fit per (op, group_size, placement)."""
-    layer_collective_scale: float = 1.0
-    """Factor on the time of every layer collective the executor model prices one by one
-    (tensor-, context- and expert-parallel calls: wire time, waited-for excess and
-    functional extras, `costmodel.runtimes.torch.passes`). 1 in a measured profile; `paraplan
-    calibrate` fits it on runs with layer collectives
-    (`reports.calibrate_time`), since what a step waits for at each call follows the
-    ranks' scheduling on a shared host more than the profiler's probes of it do."""
 
     def __post_init__(self) -> None:
-        _require_positive_float(
-            "CommunicationProfile", "layer_collective_scale", self.layer_collective_scale
-        )
         if not self.backend:
             raise SpecError("CommunicationProfile.backend must name a library, e.g. nccl")
         keys = [(f.op, f.group_size, f.placement) for f in self.fits]
@@ -383,7 +370,9 @@ class Topology:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MeasurementSpread:
-    """Spread of repeated timings behind one measured figure."""
+    """Spread of repeated timings behind one measured figure: a record of the measurement
+    in the provenance, which no cost model reads (the host costs they fed are the typed
+    `HostOverheads` section)."""
 
     quantity: str
     """What was measured, e.g. ``gemm.bf16.4096x4096x4096`` or ``all_reduce.intra.8``."""
@@ -442,7 +431,7 @@ class Provenance:
     notes: tuple[str, ...] = ()
     """Free-text notes: assumptions, conflicts between sources, caveats."""
     spread: tuple[MeasurementSpread, ...] = ()
-    """Per-measurement spread of a measured profile."""
+    """Per-measurement spread of a measured profile (a record, not a model input)."""
 
     def __post_init__(self) -> None:
         require_choice(self, "method", ProvenanceMethod)
@@ -452,55 +441,150 @@ class Provenance:
             raise SpecError(f"Provenance.date must be an ISO date YYYY-MM-DD, got {self.date!r}")
 
 
+def _check_host_stats(owner: str, obj: HostTiming | HostStream | HostCollective) -> None:
+    """A host row's statistics: at least one sample, mean and median within min and max."""
+    require_positive(obj, "num_samples")
+    middle = (obj.mean_s,) if obj.median_s is None else (obj.mean_s, obj.median_s)
+    if any(not obj.min_s <= v <= obj.max_s for v in middle):
+        raise SpecError(
+            f"{owner}: need min_s <= mean_s, median_s <= max_s, got min_s={obj.min_s}, "
+            f"mean_s={obj.mean_s}, median_s={obj.median_s}, max_s={obj.max_s}; re-run "
+            "`paraplan profile` on a CPU"
+        )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostTiming:
-    """One host-overhead timing of the torch runtime's model, in seconds. A paired
-    difference (a timing less its baseline, `profiles.profiler.compute`) may be negative."""
+    """One host-cost probe of the torch runtime's model: seconds per call (or per operator,
+    node or tensor, as the probe defines it). A paired difference (a timing less its
+    baseline, `profiles.profiler.compute.Runner.paired`) may be negative."""
 
     name: str
-    """What was timed, e.g. ``add``, ``autograd_forward`` or ``moe_exchange_forward_w2``
-    (the probe names of `profiles.profiler.timing`)."""
+    """The probe, e.g. ``add`` (plain dispatch), ``autograd_forward`` or
+    ``moe_exchange_forward_w1`` (`profiles.profiler.timing.OverheadTiming.op`)."""
     num_samples: int
-    """Timed repetitions."""
+    """Timed samples."""
     mean_s: float
-    """Mean of the samples."""
+    """Mean of the samples, seconds."""
     median_s: float | None = None
-    """Median of the samples (None where it was not recorded)."""
+    """Median of the samples, seconds (None where it was not recorded)."""
     min_s: float
-    """Smallest sample."""
+    """Smallest sample, seconds."""
     max_s: float
-    """Largest sample."""
+    """Largest sample, seconds."""
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise SpecError("HostTiming.name must not be empty")
-        require_positive(self, "num_samples")
-        middle = (self.mean_s,) if self.median_s is None else (self.mean_s, self.median_s)
-        if any(not self.min_s <= v <= self.max_s for v in middle):
-            raise SpecError(
-                f"HostTiming {self.name!r}: need min_s <= mean_s, median_s <= max_s, got "
-                f"min_s={self.min_s}, mean_s={self.mean_s}, median_s={self.median_s}, "
-                f"max_s={self.max_s}; re-run `paraplan profile` on a CPU"
-            )
+            raise SpecError("HostTiming.name must not be empty; name the probe, e.g. add")
+        _check_host_stats(f"HostTiming {self.name!r}", self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostStream:
+    """One memory-bound operator timed at one size on a CPU rank: the points the torch
+    runtime fits its element-wise, transpose and AdamW rates through
+    (`costmodel.runtimes.torch.host_rates`); bytes as `profiles.profiler.compute` counts
+    them per operator."""
+
+    op: str
+    """``copy``, ``add``, ``rmsnorm``, ``transpose`` or ``adamw``
+    (`profiles.profiler.timing.MemoryTiming.op`)."""
+    dtype: str
+    """dtype key of the tensors."""
+    bytes_moved: int
+    """Bytes the operator reads and writes per call."""
+    num_samples: int
+    """Timed samples."""
+    mean_s: float
+    """Mean seconds per call."""
+    median_s: float | None = None
+    """Median seconds per call (None where it was not recorded)."""
+    min_s: float
+    """Fastest call, seconds."""
+    max_s: float
+    """Slowest call, seconds."""
+
+    def __post_init__(self) -> None:
+        if not self.op:
+            raise SpecError("HostStream.op must name the operator, e.g. add")
+        _require_dtype(f"HostStream {self.op!r}", self.dtype)
+        require_positive(self, "bytes_moved")
+        _check_host_stats(f"HostStream {self.op}/{self.bytes_moved}B", self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostCollective:
+    """One collective within a host, timed at one message size as a step waits for it: its
+    mean over the α-β fit's fast edge is what a waited-for call costs beyond the fit
+    (`costmodel.runtimes.torch.host_rates`)."""
+
+    op: CollectiveOp
+    """The collective."""
+    group_size: int
+    """Ranks in the group (all on one host)."""
+    size_bytes: int
+    """Message size in the nccl-tests convention of `CollectiveFit`."""
+    num_samples: int
+    """Timed samples (each the slowest rank's)."""
+    mean_s: float
+    """Mean seconds per call."""
+    median_s: float | None = None
+    """Median seconds per call (None where it was not recorded)."""
+    min_s: float
+    """Fastest call, seconds."""
+    max_s: float
+    """Slowest call, seconds."""
+
+    def __post_init__(self) -> None:
+        require_choice(self, "op", CollectiveOp)
+        require_positive(self, "group_size", "size_bytes")
+        _check_host_stats(f"HostCollective {self.op}/{self.group_size}/{self.size_bytes}B", self)
+
+
+def _require_unique(owner: str, keys: list[tuple]) -> None:
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise SpecError(f"HostOverheads.{owner}: repeated keys {repeated}; keep one row per key")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostOverheads:
-    """Host-side costs of paraplan's own executor, measured by the profiler on CPU ranks
-    and read by the torch runtime (`costmodel.runtimes.torch.host_rates`). Only CPU
-    profiles carry this section; on a GPU profile the runtime has none to read."""
+    """Host-side costs of paraplan's own executor on CPU ranks, measured by the profiler
+    (`profiles.profiler.assemble`) and read by the torch runtime
+    (`costmodel.runtimes.torch.host_rates`), with that runtime's two calibration scales
+    (`reports.calibrate`). Only CPU profiles carry this section: on a GPU the host issues
+    kernels ahead of the device, and the torch runtime prices a profile without the section
+    kernel-bound (no host cost)."""
 
     timings: tuple[HostTiming, ...] = ()
-    """Timings by probe name, each name at most once (`profiles.profiler.timing`)."""
+    """Host-cost probes, each name at most once (`profiles.profiler.framework`,
+    `profiles.profiler.collective_forms` and the in-context probes)."""
+    streams: tuple[HostStream, ...] = ()
+    """Memory-bound operators by size, at most one row per (op, dtype, bytes_moved)."""
+    collective_calls: tuple[HostCollective, ...] = ()
+    """Collectives within the host by size, at most one row per (op, group_size,
+    size_bytes)."""
+    backward_scale: float = 1.0
+    """Factor on the compute time of every backward pass the torch runtime prices
+    (`costmodel.runtimes.torch.passes.executor_pass_costs`); a recompute's rerun, a forward,
+    keeps the forward's price. 1 as measured; `paraplan calibrate` fits it on its runs'
+    forward/backward split (`reports.calibrate_time.fit_backward_scale`)."""
+    layer_collective_scale: float = 1.0
+    """Factor on the time of every layer collective the torch runtime prices one by one
+    (tensor-, context- and expert-parallel calls: wire time, waited-for excess and
+    functional extras, `costmodel.runtimes.torch.passes`). 1 as measured; `paraplan
+    calibrate` fits it on runs with layer collectives (`reports.calibrate_layers`)."""
 
     def __post_init__(self) -> None:
-        names = [t.name for t in self.timings]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise SpecError(
-                f"HostOverheads: timing names must be unique, repeated: {', '.join(repeated)}; "
-                "keep one timing per probe"
-            )
+        _require_unique("timings", [(t.name,) for t in self.timings])
+        _require_unique("streams", [(s.op, s.dtype, s.bytes_moved) for s in self.streams])
+        _require_unique(
+            "collective_calls", [(c.op, c.group_size, c.size_bytes) for c in self.collective_calls]
+        )
+        _require_positive_float("HostOverheads", "backward_scale", self.backward_scale)
+        _require_positive_float(
+            "HostOverheads", "layer_collective_scale", self.layer_collective_scale
+        )
 
     def timing(self, name: str) -> HostTiming | None:
         """The timing named ``name``, None when the profile has none."""
@@ -526,7 +610,8 @@ class HardwareProfile:
     provenance: Provenance
     """How the profile was made."""
     host: HostOverheads | None = None
-    """Host overheads of the torch runtime (CPU profiles only; None on GPU profiles)."""
+    """Host costs of the torch runtime: CPU profiles only; None on a GPU profile, which
+    the torch runtime prices kernel-bound."""
 
     def __post_init__(self) -> None:
         if self.schema_version != SCHEMA_VERSION:

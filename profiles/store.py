@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from profiles.legacy import upgrade_profile_data
 from profiles.schema import SCHEMA_VERSION, HardwareProfile
 from specs import serde
 from specs.errors import SpecError, did_you_mean
@@ -53,9 +54,10 @@ def _check_version(data: Any, where: str) -> None:
 
 
 def profile_from_data(data: Any, where: str) -> HardwareProfile:
-    """Build a profile from parsed JSON, checking the schema version first."""
+    """Build a profile from parsed JSON, checking the schema version first; a profile
+    written before the typed host section is read through `profiles.legacy`."""
     _check_version(data, where)
-    return serde.from_dict(HardwareProfile, data, where=where)
+    return serde.from_dict(HardwareProfile, upgrade_profile_data(data, where), where=where)
 
 
 def load_profile(name_or_path: str) -> HardwareProfile:

@@ -61,6 +61,7 @@ from scipy.optimize import least_squares
 from costmodel.compute import activation_dtype, gemm_dtype
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.runtimes.registry import runtime_model
+from costmodel.runtimes.torch.host_rates import backward_scale
 from profiles.schema import (
     CollectiveFit,
     HardwareProfile,
@@ -367,16 +368,19 @@ def _calibrate_time(
     options: ExecutionOptions,
 ) -> CalibrationResult:
     """The executor model's calibration: the backward scale, one time scale, then the
-    layer collectives' scale (`reports.calibrate_time`)."""
-    split = split_factors(profile, runs, options)
+    layer collectives' scale (`reports.calibrate_time`); the two scales go into the host
+    section, so a profile without one (a GPU's, priced kernel-bound) gets the time scale
+    alone."""
+    host = profile.host is not None
+    split = split_factors(profile, runs, options) if host else {}
     profile_split = (
-        with_backward_scale(profile, fit_backward_scale(profile.compute.backward_scale, split))
+        with_backward_scale(profile, fit_backward_scale(backward_scale(profile), split))
         if split
         else profile
     )
 
-    layered = [r for r in runs if has_layer_collectives(r)]
-    compute_runs = [r for r in runs if not has_layer_collectives(r)]
+    layered = [r for r in runs if has_layer_collectives(r)] if host else []
+    compute_runs = [r for r in runs if not has_layer_collectives(r)] if host else []
     k_runs = compute_runs if compute_runs and layered else list(runs)
     k = fit_time_scale(
         profile_split,
@@ -396,8 +400,14 @@ def _calibrate_time(
         f"executor model: every compute time of profile {profile.name!r} x{k:.4g}, fitted "
         f"on {len(k_runs)} run(s) (reports.calibrate_time, least squares of log "
         "iteration-time ratios)",
-        layer_note(profile, fitted, len(layered), len(compute_runs)),
-        _split_note(profile, fitted, split),
+        *(
+            (
+                layer_note(profile, fitted, len(layered), len(compute_runs)),
+                _split_note(profile, fitted, split),
+            )
+            if host
+            else (NO_HOST_NOTE,)
+        ),
         *_notes(profile, factors, (), errors)[2:],
     )
     bound = scale_at_bound(k)
@@ -414,17 +424,24 @@ def _calibrate_time(
     )
 
 
+NO_HOST_NOTE = (
+    "backward and layer-collective scales not fitted: the profile has no host section "
+    "(a GPU profile, whose torch runtime is priced kernel-bound)"
+)
+"""The provenance note of an executor calibration on a profile without a host section."""
+
+
 def _split_note(base: HardwareProfile, fitted: HardwareProfile, split: dict[str, float]) -> str:
     """The provenance note of the backward scale."""
     if not split:
         return (
             "backward scale kept at "
-            f"{fitted.compute.backward_scale:.4g}: no run without tensor, context or "
+            f"{backward_scale(fitted):.4g}: no run without tensor, context or "
             "expert parallelism to read the forward/backward split from"
         )
     return (
-        f"backward scale {base.compute.backward_scale:.4g} -> "
-        f"{fitted.compute.backward_scale:.4g} from the forward/backward split of "
+        f"backward scale {backward_scale(base):.4g} -> "
+        f"{backward_scale(fitted):.4g} from the forward/backward split of "
         f"{len(split)} run(s) (reports.calibrate_time.fit_backward_scale)"
     )
 

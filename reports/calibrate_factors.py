@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from profiles.schema import AttentionPoint, CollectiveFit, EfficiencyPoint, HardwareProfile
+from specs.errors import SpecError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,16 +103,26 @@ def apply_factors(
     )
 
 
+def _with_host(profile: HardwareProfile, field: str, scale: float) -> HardwareProfile:
+    if profile.host is None:
+        raise SpecError(
+            f"profile {profile.name!r} has no host section, so its {field} cannot be set; "
+            "only CPU profiles carry one: calibrate the torch runtime on a CPU profile"
+        )
+    host = dataclasses.replace(profile.host, **{field: scale})
+    return dataclasses.replace(profile, host=host)
+
+
 def with_backward_scale(profile: HardwareProfile, scale: float) -> HardwareProfile:
-    """``profile`` with ``ComputeProfile.backward_scale`` set to ``scale``."""
-    compute = dataclasses.replace(profile.compute, backward_scale=scale)
-    return dataclasses.replace(profile, compute=compute)
+    """``profile`` with the host section's `HostOverheads.backward_scale` set to ``scale``;
+    `SpecError` for a profile without a host section (a GPU's)."""
+    return _with_host(profile, "backward_scale", scale)
 
 
 def with_layer_collective_scale(profile: HardwareProfile, scale: float) -> HardwareProfile:
-    """``profile`` with `CommunicationProfile.layer_collective_scale` set to ``scale``."""
-    comm = dataclasses.replace(profile.communication, layer_collective_scale=scale)
-    return dataclasses.replace(profile, communication=comm)
+    """``profile`` with the host section's `HostOverheads.layer_collective_scale` set to
+    ``scale``; `SpecError` for a profile without a host section (a GPU's)."""
+    return _with_host(profile, "layer_collective_scale", scale)
 
 
 def time_scaled(profile: HardwareProfile, k: float) -> HardwareProfile:

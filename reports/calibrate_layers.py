@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from costmodel.execution import ExecutionOptions
+from costmodel.runtimes.torch.host_rates import layer_collective_scale
 from profiles.schema import HardwareProfile
 from reports.calibrate_factors import with_layer_collective_scale
 from reports.calibrate_phases import measured_iteration_s, predict
@@ -55,7 +56,7 @@ def fit_layer_scale(
 ) -> HardwareProfile:
     """``profile`` (compute already scaled) with the layer-collective scale that best maps
     the ``runs``' predicted iteration times onto their measured ones."""
-    base_scale = profile.communication.layer_collective_scale
+    base_scale = layer_collective_scale(profile)
     c = fit_time_scale(
         profile,
         [measured_iteration_s(r) for r in runs],
@@ -67,8 +68,8 @@ def fit_layer_scale(
 
 def layer_note(base: HardwareProfile, fitted: HardwareProfile, layered: int, rest: int) -> str:
     """The provenance note of the layer-collective scale."""
-    old = base.communication.layer_collective_scale
-    new = fitted.communication.layer_collective_scale
+    old = layer_collective_scale(base)
+    new = layer_collective_scale(fitted)
     if layered and rest:
         return (
             f"layer collectives x{old:.4g} -> x{new:.4g}, fitted on {layered} run(s) with "

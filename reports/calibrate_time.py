@@ -25,7 +25,7 @@ attention rates and memory-bound bandwidth (over k, through
 log-ratios of predicted to measured iteration time over the runs (scipy
 ``minimize_scalar``, bounded to `SCALE_BOUNDS`).
 
-Before k, the split: one scale on every backward pass (`ComputeProfile.backward_scale`),
+Before k, the split: one scale on every backward pass (`HostOverheads.backward_scale`),
 from the runs' own timelines rather than their iteration times, which only fix the sum of
 the passes. The profile prices the backward from loops (autograd nodes, GEMMs of the
 forward's layout), which put it at 1.82-1.98 forwards on the reference VM where training

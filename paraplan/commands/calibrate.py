@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from costmodel.runtimes.torch.host_rates import layer_collective_scale
 from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
 from profiles.lookup import collective_fit
@@ -93,11 +94,11 @@ def print_result(result: CalibrationResult) -> None:
         f"{base.compute.op_overhead_s * 1e6:.3g} -> {f.op_overhead_s * 1e6:.3g} us, "
         f"send_recv time x{f.p2p_time_scale:.3g}"
     )
-    layers = (base.communication, result.profile.communication)
-    if layers[0].layer_collective_scale != layers[1].layer_collective_scale:
+    layers = (layer_collective_scale(base), layer_collective_scale(result.profile))
+    if layers[0] != layers[1]:
         print(
             f"layer collectives (tensor, context, expert parallelism): "
-            f"x{layers[0].layer_collective_scale:.3g} -> x{layers[1].layer_collective_scale:.3g}"
+            f"x{layers[0]:.3g} -> x{layers[1]:.3g}"
         )
     for fit in result.collectives:
         try:

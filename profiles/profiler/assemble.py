@@ -5,9 +5,12 @@ that profile's datasheet peaks and HBM bandwidth, and its measured efficiencies 
 relative to them; any other device (every CPU) gets the best measured GEMM rate per dtype
 as its "peak" and the best measured copy rate as ``hbm_GBps``, as the schema prescribes
 for measured CPU profiles. The provenance says which, and carries the spread of every
-measurement and the held-out errors of every fit (`profiles.profiler.fit`). A CPU profile
-also carries the host section (`HardwareProfile.host`), its host-overhead timings in
-seconds (`profiles.lookup.host_from_spread`); a GPU profile has none.
+measurement and the held-out errors of every fit (`profiles.profiler.fit`), as a record.
+
+A CPU profile also carries the host section (`HardwareProfile.host`, `host_section`): the
+host-cost probes, the memory-bound operators by size and the collectives within the host by
+size, each with the statistics of its samples, which the torch runtime reads; a GPU
+profile has none (its host runs ahead of the kernels).
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import datetime
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from profiles.lookup import host_from_spread
 from profiles.profiler.compute import ComputeResults
 from profiles.profiler.device import (
     DeviceInfo,
@@ -52,6 +55,10 @@ from profiles.schema import (
     ComputeProfile,
     DeviceSpec,
     HardwareProfile,
+    HostCollective,
+    HostOverheads,
+    HostStream,
+    HostTiming,
     MeasurementSpread,
     Provenance,
     Topology,
@@ -217,6 +224,45 @@ def _spreads(records: RunRecords) -> tuple[MeasurementSpread, ...]:
     return tuple(seen.values())
 
 
+def _stats(record: Any) -> dict[str, Any]:
+    """The statistics of a record's host row: those of its provenance spread."""
+    s = spread(record.quantity, record.times_s)
+    return {
+        "num_samples": s.num_samples,
+        "mean_s": s.mean,
+        "median_s": s.median,
+        "min_s": s.min,
+        "max_s": s.max,
+    }
+
+
+def host_section(records: RunRecords) -> HostOverheads:
+    """The host section of a CPU profile from its records (module docstring): every
+    host-cost probe by name, every memory-bound operator by (op, dtype, bytes) and every
+    collective within one host by (op, group size, bytes); a point recorded twice keeps its
+    first record, as the provenance does (`_spreads`)."""
+    c = records.compute
+    timings: dict[str, HostTiming] = {}
+    for r in c.overhead:
+        timings.setdefault(r.op, HostTiming(name=r.op, **_stats(r)))
+    streams: dict[tuple[str, str, int], HostStream] = {}
+    for m in c.memory:
+        row = HostStream(op=m.op, dtype=m.dtype, bytes_moved=m.bytes_moved, **_stats(m))
+        streams.setdefault((m.op, m.dtype, m.bytes_moved), row)
+    calls: dict[tuple[str, int, int], HostCollective] = {}
+    for t in records.collectives:
+        if t.placement == "intra":
+            row = HostCollective(
+                op=t.op, group_size=t.group_size, size_bytes=t.size_bytes, **_stats(t)
+            )
+            calls.setdefault((t.op, t.group_size, t.size_bytes), row)
+    return HostOverheads(
+        timings=tuple(timings.values()),
+        streams=tuple(streams.values()),
+        collective_calls=tuple(calls.values()),
+    )
+
+
 def _notes(
     records: RunRecords, fitted: _Compute, model: ModelSpec | None, summary: list[str]
 ) -> tuple[str, ...]:
@@ -237,9 +283,14 @@ def _notes(
         "operators (bytes / (hbm_GBps x the efficiency of memory_bandwidth_curve at that size)); "
         "collectives t = "
         "latency_s + size x bus_factor / busbw_GBps.",
-        f"op_overhead_s is the dispatch of a tiny x + y; under autograd an operator costs "
-        f"{overheads.get('autograd_forward', 0):.3g} s in forward and "
-        f"{overheads.get('autograd_backward', 0):.3g} s per operator in backward.",
+        "op_overhead_s is the dispatch of a tiny x + y"
+        + (
+            f"; under autograd an operator costs {overheads['autograd_forward']:.3g} s in "
+            f"forward and {overheads['autograd_backward']:.3g} s per operator in backward; "
+            "the host section holds every host-cost probe the torch runtime reads."
+            if "autograd_forward" in overheads and "autograd_backward" in overheads
+            else "; host-cost probes run on CPU ranks only (no host section)."
+        ),
         "Collectives: every disjoint group of a size ran at once (as all TP or DP groups of "
         "a step do); each sample is the slowest rank's; send_recv is half a ping-pong.",
         *summary,
@@ -333,6 +384,6 @@ def fit_profile(
         communication=draft.communication,
         topology=draft.topology,
         provenance=provenance,
-        host=host_from_spread(provenance.spread) if draft.device.kind == "cpu" else None,
+        host=host_section(records) if draft.device.kind == "cpu" else None,
     )
     return profile, errors

@@ -260,10 +260,11 @@ def time_adamw(run: Runner, params: int) -> MemoryTiming:
     )
 
 
-def time_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
+def time_overheads(run: Runner, *, autograd: bool = True) -> tuple[OverheadTiming, ...]:
     """Host time per call of a tiny operator: plain dispatch (``x + y`` on one-element
-    tensors, the `op_overhead_s` figure), and per operator of an autograd chain, forward
-    and backward, which a training step pays on top of dispatch."""
+    tensors, the `op_overhead_s` figure), and with ``autograd`` (CPU ranks) per operator of
+    an autograd chain, forward and backward, which a training step pays on top of
+    dispatch."""
     x, y = run.randn(1), run.randn(1)
     leaf = run.randn(1, grad=True)
 
@@ -274,6 +275,8 @@ def time_overheads(run: Runner) -> tuple[OverheadTiming, ...]:
         return z
 
     plain = run.time(lambda: x + y)
+    if not autograd:
+        return (OverheadTiming(op="add", times_s=plain),)
     forward = run.time(chain)
     both = run.time(lambda: chain().backward())
     fwd_median = sorted(forward)[len(forward) // 2]

@@ -119,10 +119,12 @@ def run_compute_sweep(
     *,
     memory_limit_bytes: int,
     passes: int = COMPUTE_PASSES,
+    host_probes: bool = True,
 ) -> ComputeResults:
-    """Time every compute point of ``plan`` in ``passes`` passes (module doc)."""
+    """Time every compute point of ``plan`` in ``passes`` passes (module doc); the
+    autograd chain's host costs only with ``host_probes`` (CPU ranks)."""
     results = ComputeResults()
-    results.overhead.extend(time_overheads(run))
+    results.overhead.extend(time_overheads(run, autograd=host_probes))
     tick("op overhead")
     visit = replace(run, budget=per_pass(run.budget, passes))
     points = plan_points(plan)

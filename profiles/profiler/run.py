@@ -1,8 +1,9 @@
 """`profile_machine`: measure this machine (or a torchrun world) into a `HardwareProfile`.
 
 Order of a run: check the world fits the machine; spawn the ranks (or join torchrun's);
-in every rank time the host probe, the compute sweep, then the collective sweep and the
-host probe again; gather every rank's samples on rank 0 and share the merged records; fit
+in every rank time the host probe, the compute sweep, the framework's host costs, then the
+collective sweep and the host probe again (the host probes on CPU ranks only,
+`runs_host_probes`); gather every rank's samples on rank 0 and share the merged records; fit
 and assemble the profile (`profiles.profiler.assemble`). Only measuring happens in the
 ranks: fitting is cheap and runs once.
 """
@@ -90,10 +91,11 @@ def memory_limit_bytes(device: torch.device, local_world_size: int) -> int:
     return host_memory_bytes() // max(1, local_world_size) // MEMORY_SHARE
 
 
-def runs_framework_probes(device: torch.device) -> bool:
-    """Whether the framework's host-cost probes (`profiles.profiler.framework`) run: on CPU
-    ranks only, where the ``torch`` runtime prices every operator's host cost; on a GPU the
-    host runs ahead of the kernels and the runtime is priced kernel-bound."""
+def runs_host_probes(device: torch.device) -> bool:
+    """Whether the host-cost probes run (the host probe, the ranks' arrival skew, the
+    autograd chain and the framework's probes of `profiles.profiler.framework`): on CPU
+    ranks only, whose profile carries the host section the ``torch`` runtime reads; on a
+    GPU the host runs ahead of the kernels and the runtime is priced kernel-bound."""
     return device.type == "cpu"
 
 
@@ -146,9 +148,10 @@ def profile_rank(
         cores=available_cpus(),
     )
     runner = Runner(device=device, budget=budget, agree=_max_agree(control), clock=clock)
-    early = (*time_host_probe(runner), *time_sync_moment(runner))
-    compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit)
-    if runs_framework_probes(device):
+    host = runs_host_probes(device)
+    early = (*time_host_probe(runner), *time_sync_moment(runner)) if host else ()
+    compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit, host_probes=host)
+    if host:
         compute.overhead.extend(time_framework_overheads(runner))
     comm = CommContext(
         rank=env.rank,
@@ -160,7 +163,7 @@ def profile_rank(
         budget=comm_budget,
     )
     collectives = run_comm_sweep(comm, sizes, tick, passes=COMM_PASSES)
-    late = (*time_host_probe(runner), *time_sync_moment(runner))
+    late = (*time_host_probe(runner), *time_sync_moment(runner)) if host else ()
     compute.overhead = with_moment_samples(compute.overhead, early + late)
     merged, info = _merge_on_rank0_and_share(env, control, compute, device)
     return RunRecords(

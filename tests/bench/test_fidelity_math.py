@@ -161,18 +161,15 @@ def test_the_calibrated_speed_is_the_mean_probe_of_every_calibration_run(
 def _probing(bench: SimpleNamespace, mean_s: float):
     """The stored A100 profile's figures as a CPU profile (only CPU profiles carry host
     timings) with a host probe of ``mean_s`` measured."""
-    from profiles.schema import MeasurementSpread
+    from profiles.schema import HostOverheads, HostTiming
 
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
     base = bench.load_profile(str(stored))
-    spread = MeasurementSpread(
-        quantity="op_overhead.host_probe", unit="s", num_samples=9, mean=mean_s,
-        stdev=0.0, min=mean_s, max=mean_s,
-    )  # fmt: skip
+    probe = HostTiming(name="host_probe", num_samples=9, mean_s=mean_s, min_s=mean_s, max_s=mean_s)
     return dataclasses.replace(
         base,
         device=dataclasses.replace(base.device, kind="cpu"),
-        provenance=dataclasses.replace(base.provenance, spread=(spread,)),
+        host=HostOverheads(timings=(probe,)),
     )
 
 
@@ -261,8 +258,8 @@ def test_other_world_sizes_take_the_calibrated_split_and_time_scale(
     assert out[2] == ("cal.json", calibrated)
     one = out[1][1]
     assert out[1][0] == "one"
-    assert one.compute.backward_scale == 0.9
-    assert one.communication.layer_collective_scale == 0.6
+    assert one.host.backward_scale == 0.9
+    assert one.host.layer_collective_scale == 0.6
     assert one.compute.op_overhead_s == pytest.approx(1.3 * base.compute.op_overhead_s)
     assert bench.fitted_time_scale(profiles, one, 1) == pytest.approx(1.3)
     # a world size calibrated on its own runs keeps its own fit

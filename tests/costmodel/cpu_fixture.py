@@ -2,16 +2,19 @@
 
 Rates (so tests can compute expected seconds by hand): fp32 GEMMs at 0.1 TFLOP/s x the
 curve (0.5 below 1 MFLOP... see ``gemm_efficiency``), memory 50 GB/s (100 GB/s x 0.5),
-dispatch 2 µs; spreads: autograd forward 5 µs per operator, backward 8 µs per node and
+dispatch 2 µs; host timings: autograd forward 5 µs per operator, backward 8 µs per node and
 100 µs per call, DTensor 40/40/100/20/250/600 µs, FSDP2 gather 400 µs and reduce 300 µs
 per module, 700 µs per DTensor AdamW tensor, checkpoints 15 µs per saved tensor and 50 µs
 per call, AdamW points on a line of 80 µs per tensor
 (16 tensors each) plus 10 GB/s. No RMSNorm points: element-wise kernels cost one dispatch
-and stream at 50 GB/s.
+and stream at 50 GB/s. Host figures are written as the profiler's spreads (names of
+`profiles.profiler.timing`) and carried into the typed host section by
+`profiles.legacy.host_from_spread`; the spreads stay in the provenance as its record.
 """
 
 from __future__ import annotations
 
+from profiles.legacy import host_from_spread
 from profiles.lookup import collective_time_s
 from profiles.schema import (
     AttentionCurve,
@@ -46,7 +49,7 @@ OVERHEADS_S = {
     "fsdp_reduce_tensor": 20e-6,
     "dtensor_adamw": 700e-6,
 }
-"""Spread means of ``op_overhead.<name>`` in `cpu_profile`."""
+"""Host timings (mean seconds) by probe name in `cpu_profile`."""
 ADAMW_TENSOR_S = 80e-6
 ADAMW_BPS = 10e9
 
@@ -142,7 +145,8 @@ def cpu_profile(
     name: str = "cpu-test",
 ) -> HardwareProfile:
     """A measured-looking 4-process gloo CPU profile (rates in the module doc), with
-    ``extra`` spread entries appended."""
+    ``extra`` spread entries appended (and in the host section)."""
+    spreads = _spreads(OVERHEADS_S if overheads is None else overheads, adamw) + extra
     flat = (
         EfficiencyPoint(gflop=0.001, efficiency=0.5),
         EfficiencyPoint(gflop=1.0, efficiency=0.5),
@@ -174,8 +178,9 @@ def cpu_profile(
             method="measured",
             date="2026-11-29",
             command="paraplan profile --quick --nproc 4",
-            spread=_spreads(OVERHEADS_S if overheads is None else overheads, adamw) + extra,
+            spread=spreads,
         ),
+        host=host_from_spread(spreads),
     )
 
 

@@ -1,20 +1,29 @@
-"""The typed host section of CPU profiles (`profiles.schema.HostOverheads`) and its
-conversion from the ``op_overhead.*`` spreads of older profiles (`profiles.lookup`)."""
+"""The typed host section of CPU profiles (`profiles.schema.HostOverheads`): what the
+profiler writes (`profiles.profiler.assemble.host_section`), its validation and JSON round
+trip, and the one reader of profiles written before it (`profiles.legacy`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from costmodel.runtimes.torch.host_rates import spread_scale
-from profiles.lookup import host_from_spread, host_overheads
-from profiles.schema import HostOverheads, HostTiming, MeasurementSpread
-from profiles.store import load_profile, save_profile, stored_profile_names
+from profiles.legacy import host_from_spread, upgrade_profile_data
+from profiles.profiler.assemble import host_section
+from profiles.profiler.compute import ComputeResults
+from profiles.profiler.timing import CollectiveTiming, MemoryTiming, OverheadTiming, spread
+from profiles.schema import (
+    HostCollective,
+    HostOverheads,
+    HostStream,
+    HostTiming,
+    MeasurementSpread,
+)
+from profiles.store import load_profile, profile_from_data, save_profile, stored_profile_names
 from specs.errors import SpecError
-from tests.costmodel.cpu_fixture import cpu_profile
 
 STORED_CPU = Path(__file__).parents[1] / "reports" / "data" / "cpu-quick-tiny.json"
 
@@ -27,60 +36,128 @@ def _timing(name: str, mean_s: float, median_s: float | None = None) -> HostTimi
     )
 
 
-def test_conversion_carries_every_op_overhead_spread_and_nothing_else() -> None:
-    spread = (
-        MeasurementSpread(
-            quantity="op_overhead.add", unit="s", num_samples=4, mean=2e-6, stdev=1e-7,
-            min=1.8e-6, max=2.3e-6, median=1.9e-6,
+def _records() -> SimpleNamespace:
+    """Profiler records of every kind the host section holds, and some it does not."""
+    compute = ComputeResults(
+        overhead=[
+            OverheadTiming(op="add", times_s=(2e-6, 3e-6, 2.5e-6)),
+            OverheadTiming(op="functional_all_reduce", times_s=(-1e-5, 2e-5, 4e-5)),
+        ],
+        memory=[
+            MemoryTiming(op="add", dtype="fp32", bytes_moved=12288, times_s=(4e-6, 5e-6)),
+            MemoryTiming(op="adamw", dtype="fp32", bytes_moved=28672, times_s=(9e-5,)),
+        ],
+    )
+    calls = (
+        CollectiveTiming(
+            op="all_reduce", group_size=2, placement="intra", size_bytes=4096,
+            concurrent_groups=1, times_s=(3e-4, 5e-4, 4e-4),
         ),
-        MeasurementSpread(
-            quantity="memory.add.fp32.4096B", unit="s", num_samples=4, mean=3e-6, stdev=0.0,
-            min=3e-6, max=3e-6,
+        CollectiveTiming(
+            op="all_reduce", group_size=4, placement="inter", size_bytes=4096,
+            concurrent_groups=1, times_s=(9e-4,),
         ),
     )  # fmt: skip
-    host = host_from_spread(spread)
-    assert host == HostOverheads(
-        timings=(
-            HostTiming(
-                name="add", num_samples=4, mean_s=2e-6, median_s=1.9e-6, min_s=1.8e-6,
-                max_s=2.3e-6,
-            ),
+    return SimpleNamespace(compute=compute, collectives=calls)
+
+
+def test_the_profiler_writes_every_host_row_from_its_records() -> None:
+    host = host_section(_records())
+    assert [t.name for t in host.timings] == ["add", "functional_all_reduce"]
+    add = host.timing("add")
+    assert add is not None and add.mean_s == pytest.approx(2.5e-6) and add.num_samples == 3
+    assert add.median_s == pytest.approx(2.5e-6) and add.min_s == 2e-6 and add.max_s == 3e-6
+    paired = host.timing("functional_all_reduce")
+    assert paired is not None and paired.min_s < 0  # a paired difference may be negative
+    assert [(s.op, s.bytes_moved) for s in host.streams] == [("add", 12288), ("adamw", 28672)]
+    # Only the calls within one host: the executor's layer collectives never leave it.
+    assert [(c.op, c.group_size, c.size_bytes) for c in host.collective_calls] == [
+        ("all_reduce", 2, 4096)
+    ]
+    assert host.backward_scale == host.layer_collective_scale == 1.0
+
+
+def test_the_profiler_and_the_reader_of_old_profiles_agree() -> None:
+    records = _records()
+    c = records.compute
+    spreads = [
+        spread(r.quantity, r.times_s) for r in (*c.overhead, *c.memory, *records.collectives)
+    ]
+    assert host_from_spread(spreads) == host_section(records)
+
+
+def test_conversion_keeps_every_host_spread_and_nothing_else() -> None:
+    def entry(quantity: str, mean: float) -> MeasurementSpread:
+        return MeasurementSpread(
+            quantity=quantity, unit="s", num_samples=4, mean=mean, stdev=0.0, min=mean, max=mean
         )
+
+    spreads = (
+        entry("op_overhead.sync_wait", 2e-4),
+        entry("memory.rmsnorm.fp32.8192B", 3e-6),
+        entry("reduce_scatter.intra.4.65536B", 7e-4),
+        entry("gemm.fp32.linear.64x64x64", 1e-5),
+        entry("attention.fp32.forward.b1h2s32d16", 2e-5),
+    )
+    host = host_from_spread(spreads, backward_scale=0.8)
+    assert host.timings == (
+        HostTiming(name="sync_wait", num_samples=4, mean_s=2e-4, min_s=2e-4, max_s=2e-4),
+    )
+    assert host.streams == (
+        HostStream(op="rmsnorm", dtype="fp32", bytes_moved=8192, num_samples=4, mean_s=3e-6,
+                   min_s=3e-6, max_s=3e-6),
     )  # fmt: skip
-    assert host_from_spread(spread[1:]) is None
+    assert host.collective_calls == (
+        HostCollective(op="reduce_scatter", group_size=4, size_bytes=65536, num_samples=4,
+                       mean_s=7e-4, min_s=7e-4, max_s=7e-4),
+    )  # fmt: skip
+    assert host.backward_scale == 0.8 and host.layer_collective_scale == 1.0
 
 
-def test_typed_section_and_spreads_give_the_same_host_inputs() -> None:
-    old = cpu_profile()
-    assert old.host is None
-    typed = dataclasses.replace(old, host=host_from_spread(old.provenance.spread))
-    assert typed.host is not None and typed.host.timing("autograd_forward") is not None
-    assert spread_scale(typed) == spread_scale(old)
-    # The runtime reads the section, not the spreads, once the profile has one.
-    faster = HostOverheads(
-        timings=tuple(dataclasses.replace(t, mean_s=t.mean_s / 2, min_s=t.min_s / 2)
-                      for t in typed.host.timings if t.median_s is None)
-    )  # fmt: skip
-    means, _ = spread_scale(dataclasses.replace(old, host=faster))
-    first = faster.timings[0]
-    assert means["op_overhead." + first.name] == pytest.approx(first.mean_s)
+def _stored_cpu_data() -> dict:
+    return json.loads(STORED_CPU.read_text())
+
+
+def test_a_cpu_profile_of_the_older_layout_reads_as_the_typed_one() -> None:
+    current = load_profile(str(STORED_CPU))
+    assert current.host is not None and current.host.timing("add") is not None
+    old = _stored_cpu_data()
+    del old["host"]  # the host figures then live only in the provenance spreads
+    old["compute"]["backward_scale"] = 0.9
+    old["communication"]["layer_collective_scale"] = 0.7
+    read = profile_from_data(old, "old")
+    assert read.host == dataclasses.replace(
+        current.host, backward_scale=0.9, layer_collective_scale=0.7
+    )
+    assert read == dataclasses.replace(current, host=read.host)
+    # A section of timings alone gains the streams and calls its spreads hold.
+    partial = _stored_cpu_data()
+    partial["host"] = {"timings": partial["host"]["timings"]}
+    assert profile_from_data(partial, "partial") == current
+    assert upgrade_profile_data(_stored_cpu_data(), "now") == _stored_cpu_data()
+
+
+def test_gpu_profiles_carry_no_host_fields_and_drop_old_unit_scales() -> None:
+    for name in stored_profile_names():
+        gpu = load_profile(name)
+        assert gpu.host is None
+        path = Path(__file__).parents[2] / "profiles" / "data" / f"{name}.json"
+        text = path.read_text()
+        assert "backward_scale" not in text and "layer_collective_scale" not in text
+    data = json.loads(path.read_text())
+    data["compute"]["backward_scale"] = 1.0
+    assert profile_from_data(data, "old gpu") == gpu
+    data["communication"]["layer_collective_scale"] = 0.5
+    with pytest.raises(SpecError, match="GPU profile has no host section"):
+        profile_from_data(data, "old gpu")
 
 
 def test_section_round_trips_through_json(tmp_path) -> None:
-    old = cpu_profile()
-    typed = dataclasses.replace(old, host=host_from_spread(old.provenance.spread))
-    path = save_profile(typed, tmp_path / "cpu.json")
-    assert json.loads(path.read_text())["host"]["timings"][0]["mean_s"] > 0
-    assert load_profile(str(path)) == typed
-
-
-def test_stored_cpu_profile_converts_on_read_and_gpu_profiles_have_no_section() -> None:
     cpu = load_profile(str(STORED_CPU))
-    host = host_overheads(cpu)
-    assert host is not None and host.timing("add") is not None
-    for name in stored_profile_names():
-        gpu = load_profile(name)
-        assert gpu.host is None and host_overheads(gpu) is None
+    scaled = dataclasses.replace(cpu, host=dataclasses.replace(cpu.host, backward_scale=0.75))
+    path = save_profile(scaled, tmp_path / "cpu.json")
+    assert json.loads(path.read_text())["host"]["backward_scale"] == 0.75
+    assert load_profile(str(path)) == scaled
 
 
 def test_gpu_profile_refuses_a_section() -> None:
@@ -89,12 +166,18 @@ def test_gpu_profile_refuses_a_section() -> None:
         dataclasses.replace(gpu, host=HostOverheads(timings=(_timing("add", 1e-6),)))
 
 
-def test_timings_are_validated() -> None:
-    with pytest.raises(SpecError, match="repeated: add"):
+def test_rows_are_validated() -> None:
+    with pytest.raises(SpecError, match="repeated keys"):
         HostOverheads(timings=(_timing("add", 1e-6), _timing("add", 2e-6)))
     with pytest.raises(SpecError, match="min_s <= mean_s"):
         HostTiming(name="add", num_samples=3, mean_s=1e-6, min_s=2e-6, max_s=3e-6)
     with pytest.raises(SpecError, match="name must not be empty"):
         _timing("", 1e-6)
-    # A paired difference may be negative.
-    assert _timing("functional_all_reduce", -1e-5, -2e-5).min_s == -2e-5
+    with pytest.raises(SpecError, match="must be one of"):
+        HostCollective(op="gather", group_size=2, size_bytes=8, num_samples=1, mean_s=1.0,
+                       min_s=1.0, max_s=1.0)  # fmt: skip
+    with pytest.raises(SpecError, match="unknown dtype"):
+        HostStream(op="add", dtype="int8", bytes_moved=8, num_samples=1, mean_s=1.0, min_s=1.0,
+                   max_s=1.0)  # fmt: skip
+    with pytest.raises(SpecError, match="backward_scale must be > 0"):
+        HostOverheads(backward_scale=0.0)

@@ -149,6 +149,6 @@ def test_held_out_check_names_each_kind_that_misses() -> None:
     assert [m.split(":")[0] for m in _held_out_misses(good)] == ["collective"]  # none measured
 
 
-def test_the_framework_host_probes_run_on_cpu_ranks_only() -> None:
-    assert profiler_run.runs_framework_probes(torch.device("cpu"))
-    assert not profiler_run.runs_framework_probes(torch.device("cuda", 0))
+def test_the_host_probes_run_on_cpu_ranks_only() -> None:
+    assert profiler_run.runs_host_probes(torch.device("cpu"))
+    assert not profiler_run.runs_host_probes(torch.device("cuda", 0))

@@ -16,7 +16,6 @@ from profiles.lookup import (
     collective_time_s,
     gemm_efficiency,
     gpus_per_node,
-    host_from_spread,
     host_probe_s,
     memory_bandwidth_Bps,
     peak_flops,
@@ -29,6 +28,7 @@ from profiles.schema import (
     DeviceSpec,
     EfficiencyPoint,
     HardwareProfile,
+    HostTiming,
     MeasurementSpread,
     Provenance,
     TimePoint,
@@ -370,17 +370,19 @@ def test_host_probe_is_read_from_the_host_section_of_a_cpu_profile():
     cpu = cpu_profile()
 
     def with_probe(profile: HardwareProfile, mean: float) -> HardwareProfile:
-        entry = MeasurementSpread(
-            quantity="op_overhead.host_probe", unit="s", num_samples=30, mean=mean,
-            stdev=0.0, min=mean, max=mean,
-        )  # fmt: skip
-        spread = (*profile.provenance.spread, entry)
-        provenance = dataclasses.replace(profile.provenance, spread=spread)
-        return dataclasses.replace(profile, provenance=provenance)
+        probe = HostTiming(name="host_probe", num_samples=30, mean_s=mean, min_s=mean, max_s=mean)
+        assert profile.host is not None
+        return dataclasses.replace(
+            profile, host=dataclasses.replace(profile.host, timings=(*profile.host.timings, probe))
+        )
 
+    assert host_probe_s(cpu) is None
     assert host_probe_s(with_probe(cpu, 6.3e-4)) == pytest.approx(6.3e-4)
     assert host_probe_s(with_probe(cpu, 0.0)) is None
-    typed = dataclasses.replace(cpu, host=host_from_spread(with_probe(cpu, 5e-4).provenance.spread))
-    assert host_probe_s(typed) == pytest.approx(5e-4)
-    # A GPU profile has no host section: op_overhead spreads there are not host inputs.
-    assert host_probe_s(with_probe(H100, 6.3e-4)) is None
+    # The provenance spreads are a record only: a probe there is not read.
+    entry = MeasurementSpread(
+        quantity="op_overhead.host_probe", unit="s", num_samples=30, mean=5e-4,
+        stdev=0.0, min=5e-4, max=5e-4,
+    )  # fmt: skip
+    provenance = dataclasses.replace(cpu.provenance, spread=(*cpu.provenance.spread, entry))
+    assert host_probe_s(dataclasses.replace(cpu, provenance=provenance)) is None

@@ -1,4 +1,4 @@
-"""The executor model's layer-collective scale (`CommunicationProfile.layer_collective_scale`,
+"""The executor model's layer-collective scale (`HostOverheads.layer_collective_scale`,
 `reports.calibrate_layers`): what it multiplies, and its fit after the compute time scale."""
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ def _breakdown(profile: HardwareProfile, plan: ParallelPlan):
 def test_a_stored_profile_has_a_scale_of_one_and_a_saved_one_keeps_its_own(
     base, tmp_path: Path
 ) -> None:
-    assert "layer_collective_scale" not in PROFILE.read_text()
-    assert base.communication.layer_collective_scale == 1.0
+    assert base.host is not None and base.host.layer_collective_scale == 1.0
     for bad in (0.0, -0.5):
         with pytest.raises(SpecError, match="layer_collective_scale must be > 0"):
-            dataclasses.replace(base.communication, layer_collective_scale=bad)
+            dataclasses.replace(base.host, layer_collective_scale=bad)
     path = save_profile(with_layer_collective_scale(base, 0.625), tmp_path / "p.json")
-    assert load_profile(str(path)).communication.layer_collective_scale == 0.625
+    assert load_profile(str(path)).host.layer_collective_scale == 0.625
 
 
 @pytest.mark.parametrize(
@@ -93,7 +92,7 @@ def test_calibration_recovers_the_compute_and_the_layer_scale(base, tmp_path: Pa
     result = calibrate(base, runs, held_out=held, options=TORCH_OPTIONS)
     fitted = result.profile
     assert fitted.compute.op_overhead_s == pytest.approx(1.3 * base.compute.op_overhead_s, 1e-3)
-    assert fitted.communication.layer_collective_scale == pytest.approx(0.6, rel=1e-3)
+    assert fitted.host.layer_collective_scale == pytest.approx(0.6, rel=1e-3)
     for e in result.runs:
         assert abs(e.error_after) < 0.005, e
     assert any(abs(e.error_before) > 0.1 for e in result.runs if not e.fitted)
@@ -113,7 +112,7 @@ def test_runs_of_one_kind_keep_the_layer_scale(base, tmp_path: Path) -> None:
         result = calibrate(
             start, _runs(tmp_path / missing, base, truth, plans), options=TORCH_OPTIONS
         )
-        assert result.profile.communication.layer_collective_scale == 0.8
+        assert result.profile.host.layer_collective_scale == 0.8
         note = f"layer collectives kept at x0.8: no run {missing} tensor-"
         assert any(n.startswith(note) for n in result.profile.provenance.notes), missing
 

@@ -1,6 +1,6 @@
 """The executor model's calibration of the forward/backward split
 (`reports.calibrate_time.backward_factor`, `fit_backward_scale`) and the cost model's use of
-the fitted `ComputeProfile.backward_scale`."""
+the fitted `HostOverheads.backward_scale` of the host section."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from costmodel.estimate import simulate_plan
 from costmodel.execution import TORCH_OPTIONS
-from profiles.schema import ComputeProfile, HardwareProfile
+from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import calibrate, time_scaled
 from reports.calibrate_factors import with_backward_scale
@@ -33,13 +33,14 @@ def base() -> HardwareProfile:
     return load_profile(str(PROFILE))
 
 
-def test_a_stored_profile_without_the_field_has_a_backward_scale_of_one(base) -> None:
-    assert "backward_scale" not in PROFILE.read_text()
-    assert base.compute.backward_scale == 1.0
+def test_a_measured_profile_has_a_backward_scale_of_one_in_its_host_section(base) -> None:
+    assert base.host is not None and base.host.backward_scale == 1.0
     for bad in (0.0, -1.0):
         with pytest.raises(SpecError, match="backward_scale must be > 0"):
-            dataclasses.replace(base.compute, backward_scale=bad)
-    assert isinstance(base.compute, ComputeProfile)
+            dataclasses.replace(base.host, backward_scale=bad)
+    gpu = load_profile("h100-sxm-80gb")
+    with pytest.raises(SpecError, match="has no host section"):
+        with_backward_scale(gpu, 0.9)
 
 
 def test_the_backward_factor_keeps_the_rerun_at_the_forward_price() -> None:
@@ -95,7 +96,7 @@ def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_pa
         for i, p in enumerate(plans)
     ]
     result = calibrate(base, runs, options=TORCH_OPTIONS)
-    assert result.profile.compute.backward_scale == pytest.approx(0.8, rel=1e-3)
+    assert result.profile.host.backward_scale == pytest.approx(0.8, rel=1e-3)
     assert result.profile.compute.op_overhead_s == pytest.approx(
         1.3 * base.compute.op_overhead_s, rel=1e-3
     )
@@ -109,7 +110,7 @@ def test_without_a_run_to_read_the_split_from_the_scale_is_kept(base, tmp_path: 
     truth = time_scaled(base, 1.2)
     run = _synthetic_run(tmp_path / "tp", _bundle(ParallelPlan(tp=2)), base, truth, TORCH_OPTIONS)
     result = calibrate(with_backward_scale(base, 0.9), [run], options=TORCH_OPTIONS)
-    assert result.profile.compute.backward_scale == 0.9
+    assert result.profile.host.backward_scale == 0.9
     assert any("backward scale kept at 0.9" in n for n in result.profile.provenance.notes)
 
 

@@ -57,7 +57,7 @@ def _level_point(
 ) -> tuple[float, float, float] | None:
     """(host, call, tensor) of one level and pass; None when a record is missing."""
     names = ("ckpt_layer_forward", f"ckpt_layer_{p}", f"ckpt_full_{p}", f"ckpt_part_{p}")
-    found = [means.get(f"op_overhead.{name}_w{level}") for name in names]
+    found = [means.get(f"{name}_w{level}") for name in names]
     if any(v is None for v in found):
         return None
     forward, host, full, part = (v * scale for v in found)  # type: ignore[operator]
@@ -69,7 +69,7 @@ def _level_point(
 
 
 def checkpoint_context_rates(means: dict[str, float], scale: float) -> CheckpointContext | None:
-    """The `CheckpointContext` of a profile's spread means (``op_overhead.ckpt_full_*``,
+    """The `CheckpointContext` of a profile's host timings (``ckpt_full_*``,
     ``ckpt_part_*`` and ``ckpt_layer_*`` at each level); ``scale``: the profile's dispatch
     over its sweep's plain one. None when a record is missing (a profile of an earlier
     version)."""

@@ -35,7 +35,7 @@ LEVELS = 2
 
 
 def dtensor_context_rates(means: dict[str, float], scale: float) -> InContext | None:
-    """The pattern's in-context cost from a profile's spread means, host levels and
+    """The pattern's in-context cost from a profile's host timings, host levels and
     differences both times ``scale``; None when a record is missing."""
     found = in_context_rates(means, scale, extra=EXTRA, layer=LAYER, levels=LEVELS)
     if found is None:

@@ -31,6 +31,6 @@ LEVELS = 2
 
 
 def fsdp_context_rates(means: dict[str, float], scale: float) -> InContext | None:
-    """The gathers' `InContext` (spreads ``op_overhead.fsdp_context_<pass>_w<level>`` and
-    ``op_overhead.fsdp_layer_<pass>_w<level>``); None when one is missing."""
+    """The gathers' `InContext` (timings ``fsdp_context_<pass>_w<level>`` and
+    ``fsdp_layer_<pass>_w<level>``); None when one is missing."""
     return in_context_rates(means, scale, extra="fsdp_context", layer="fsdp_layer", levels=LEVELS)

@@ -2,108 +2,111 @@
 AdamW parameter tensor costs on the machine, for the ``torch`` runtime (`costmodel.runtimes.torch`).
 
 On a CPU every operator is run by the calling thread, so a training step's time is the sum
-of its operators' host costs. `paraplan profile` measures those costs; this module reads
-them, each with a documented fallback for profiles that predate a measurement:
+of its operators' host costs. `paraplan profile` measures those costs into the profile's
+host section (`profiles.schema.HostOverheads`: timings by probe name, streams by operator
+and size, collective calls by size); this module reads them, each with a documented
+fallback for a section without that probe. A profile without a host section (a GPU's) has
+no host cost (`kernel_bound_rates`):
 
 - ``dispatch_s``: `ComputeProfile.op_overhead_s`, a plain ``x + y`` on tiny tensors (what a
   metadata-only operator such as ``view`` or ``transpose`` costs at most).
 - ``forward_op_s``: an operator recorded by autograd, per operator of a chain
-  (spread ``op_overhead.autograd_forward``); fallback ``dispatch_s``.
+  (timing ``autograd_forward``); fallback ``dispatch_s``.
 - ``backward_node_s`` and ``backward_call_s``: the autograd engine per node and per
-  ``backward()`` call (spreads ``op_overhead.autograd_backward_node`` and
+  ``backward()`` call (timings ``autograd_backward_node`` and
   ``..._call``); fallback: the per-operator figure of one 16-node chain
-  (``op_overhead.autograd_backward``, the call cost spread over the nodes) and no call cost.
+  (``autograd_backward``, the call cost spread over the nodes) and no call cost.
 - token routing (the MoE layer's index and sort bookkeeping): ``routing_op_s`` per
-  operator of a routing round reached cold (spread ``op_overhead.routing_op``,
+  operator of a routing round reached cold (timing ``routing_op``,
   `profiles.profiler.routing`); fallback ``forward_op_s``.
 - a sequence-parallel RMSNorm, per call forward and per call backward, each reached cold
-  (spreads ``op_overhead.dtensor_norm_forward`` and ``..._backward``,
+  (timings ``dtensor_norm_forward`` and ``..._backward``,
   `profiles.profiler.dtensor_norm`); fallback 0: `costmodel.runtimes.torch.ops` then counts the
   norm's DTensor operators.
 - DTensor: per element-wise operator forward and backward, per ``from_local`` and
-  ``to_local``, per column-parallel ``F.linear`` forward and backward (spreads
-  ``op_overhead.dtensor_*``, `profiles.profiler.framework`). Fallback: fixed ratios to
+  ``to_local``, per column-parallel ``F.linear`` forward and backward (timings
+  ``dtensor_*``, `profiles.profiler.framework`). Fallback: fixed ratios to
   ``forward_op_s`` (`DTENSOR_FALLBACK_RATIOS`), so that a CPU profile without these
-  spreads still charges tensor parallelism for DTensor instead of pricing it like plain
+  timings still charges tensor parallelism for DTensor instead of pricing it like plain
   operators.
 - element-wise kernels: the profile times the executor's own RMSNorm (six kernels with
-  fresh outputs, reductions and broadcasts, ``memory.rmsnorm.fp32.<bytes>B``, nominal bytes
+  fresh outputs, reductions and broadcasts, the fp32 ``rmsnorm`` streams, nominal bytes
   2·N·e). A line t = a + b·bytes through its points up to `RMSNORM_FIT_MAX_BYTES` gives the
   cost of one such kernel, ``elementwise_op_s`` = a / 6 (dispatch, output allocation and
   launch), and the rate of the bytes the cost model counts for it (7·N·e,
   `costmodel.runtimes.torch.ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
   and the streaming bandwidth.
 - transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
-  (``memory.transpose.fp32.<bytes>B``, 2·N·e); ``transpose_Bps`` is 1 / b of the line
+  (the fp32 ``transpose`` streams, 2·N·e); ``transpose_Bps`` is 1 / b of the line
   t = a + b·bytes through those points (the dispatch is counted with the operator).
   Fallback: ``elementwise_Bps``.
-- pipelining's P2P posts: ``p2p_post_s`` is the mean of the spread ``op_overhead.p2p_post``
+- pipelining's P2P posts: ``p2p_post_s`` is the mean of the timing ``p2p_post``
   (each sample the mean time of posting a send or a receive of 64 KiB in a ring of every
   rank, `profiles.profiler.collective_forms`), read as measured, like the functional
   extra: posting waits on the communication library's own threads, whose scheduling on a
   shared host is not the dispatch's. Fallback: `P2P_POST_FALLBACK_DISPATCHES` dispatches.
 - FSDP2: the host cost of one module's parameter all-gather and of its gradient reduce-
-  scatter (spreads ``op_overhead.fsdp_gather`` and ``fsdp_reduce``, one-tensor modules,
+  scatter (timings ``fsdp_gather`` and ``fsdp_reduce``, one-tensor modules,
   and ``fsdp_gather_tensor`` and ``fsdp_reduce_tensor`` per further tensor; fallback for
   those two: two dispatches, and a DTensor ``from_local``), and AdamW per sharded DTensor
-  parameter (``op_overhead.dtensor_adamw``). Fallback: `FSDP_FALLBACK_DISPATCHES`
+  parameter (``dtensor_adamw``). Fallback: `FSDP_FALLBACK_DISPATCHES`
   dispatches per gather or reduce, and the plain AdamW tensor plus `DTENSOR_ADAMW_OPS`
   DTensor operators.
 - activation checkpointing (non-reentrant ``torch.utils.checkpoint``): per saved tensor and
-  per checkpointed call (spreads ``op_overhead.checkpoint_tensor`` and ``..._call``).
+  per checkpointed call (timings ``checkpoint_tensor`` and ``..._call``).
   Fallback: three dispatches per tensor (two pack hooks and an unpack hook), nothing per call.
 - collectives: the profile's α-β fits describe the fast edge of each point's samples
   (the wire time, `profiles.profiler.timing.typical_s`); a training step waits for every
   call, so on average it pays the mean. ``collective_excess`` is, per (op, group size), the
-  median over the message sizes of the spread's mean less the fit at that size (the two
+  median over the message sizes of the collective call's mean less the fit at that size (the two
   ranks' scheduling on a shared host: one reaches the call later or is woken later),
-  added to every call the executor waits for; the spread's minimum where the profile has
+  added to every call the executor waits for; the call's minimum where the profile has
   no intra-node fit of that op and size. Fallback: none.
-- collectives reached after host work: ``sync_excess_s`` is the mean of the spread
-  ``op_overhead.sync_wait`` (each sample the mean time of a plain all-to-all that every
+- collectives reached after host work: ``sync_excess_s`` is the mean of the timing
+  ``sync_wait`` (each sample the mean time of a plain all-to-all that every
   rank calls after the same ~1 ms of products, less the probe's fastest call,
   `profiles.profiler.collective_forms`): what the ranks' drift between two collectives
   adds, read as measured. A layer's collective pays the larger of it and its op's
   ``collective_excess`` (`HostRates.waited_excess_s`). Fallback: 0 (the excess alone).
 - functional collectives: DTensor's redistributions and the executor's ``funcol`` calls
   (TP, SP, CP, MoE tokens) go through ``torch.distributed._functional_collectives``, whose
-  call and ``wait_tensor`` cost more than the plain call the α-β fits time (gloo, 2 ranks,
-  104 KiB, back to back: medians 0.7-1.2 ms against 0.2-0.5 ms). ``functional_extra`` is,
-  per op, the median of the spread ``op_overhead.functional_<op>`` (each sample the median
+  call and ``wait_tensor`` cost more than the plain call the α-β fits time.
+  ``functional_extra`` is,
+  per op, the median of the timing ``functional_<op>`` (each sample the median
   difference of a few adjacent functional and plain calls, over every rank at once in wall
   time, `profiles.profiler.collective_forms`), 0 when not positive;
   a collective's time, it is read as measured, like the fits and the excess, not relative
   to the dispatch. Fallback: none (0).
 - the autograd all-to-all (the executor's MoE token exchange, forward and backward):
-  ``autograd_exchange_s`` is the median of the spread ``op_overhead.autograd_all_to_all``
+  ``autograd_exchange_s`` is the median of the timing ``autograd_all_to_all``
   (each sample the median difference of adjacent exchanges, a forward call and the
   backward through it, and two plain calls, `profiles.profiler.collective_forms`), 0 when
   not positive, read as measured like the functional extra. Fallback: twice the functional
   all-to-all's extra.
 - the executor's operator mix: ``dispatch_s``, ``forward_op_s``, ``backward_node_s`` and
   ``elementwise_op_s`` are multiplied by the ratio of a chain of the executor's norm,
-  rotary and residual operators, timed cold (spreads ``op_overhead.op_mix_forward`` and
+  rotary and residual operators, timed cold (timings ``op_mix_forward`` and
   ``_backward``), to what these figures price it at (`costmodel.runtimes.torch.op_mix_rates`).
   Fallback: 1.
 - a MoE layer's expert-parallel exchanges: ``moe_exchange`` from the probe of the
-  executor's exchange pattern (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
-  ``op_overhead.moe_layer_<pass>_w<level>``, `costmodel.runtimes.torch.moe_exchange_rates`).
+  executor's exchange pattern (timings ``moe_exchange_<pass>_w<level>`` and
+  ``moe_layer_<pass>_w<level>``, `costmodel.runtimes.torch.moe_exchange_rates`).
   Fallback: None, each call priced as above.
 - FSDP2's gathers: ``fsdp_context`` from the probe of blocks of a layer's size among layers
-  of host work (spreads ``op_overhead.fsdp_context_<pass>_w<level>`` and
-  ``op_overhead.fsdp_layer_<pass>_w<level>``, `costmodel.runtimes.torch.fsdp_rates`). Fallback:
+  of host work (timings ``fsdp_context_<pass>_w<level>`` and
+  ``fsdp_layer_<pass>_w<level>``, `costmodel.runtimes.torch.fsdp_rates`). Fallback:
   None, each gather priced from the idle module's figures.
 - activation checkpointing: ``checkpoint_context`` from the probe of checkpointed blocks
-  among layers of host work (spreads ``op_overhead.ckpt_full_<pass>_w<level>``,
+  among layers of host work (timings ``ckpt_full_<pass>_w<level>``,
   ``ckpt_part_...`` and ``ckpt_layer_...``, `costmodel.runtimes.torch.checkpoint_rates`). Fallback:
   None, each call priced from ``checkpoint_call_s`` and ``checkpoint_tensor_s``.
 - DTensor's operators in context: ``dtensor_context`` from the probe of a DTensor linear
-  among layers of host work (spreads ``op_overhead.dtensor_context_<pass>_w<level>`` and
-  ``op_overhead.dtensor_layer_<pass>_w<level>``, `costmodel.runtimes.torch.dtensor_rates`).
+  among layers of host work (timings ``dtensor_context_<pass>_w<level>`` and
+  ``dtensor_layer_<pass>_w<level>``, `costmodel.runtimes.torch.dtensor_rates`).
   Fallback: None, the loop figures alone.
 - DTensor redistributions (the executor's tensor and sequence parallelism issue every
   ``tp`` collective through one): ``redistribute_extra`` is, per op of
-  `REDISTRIBUTION_COLLECTIVES`, the median of the spread ``op_overhead.redistribute_<op>``
+  `REDISTRIBUTION_COLLECTIVES`, the median of the timing ``redistribute_<op>``
   (the median differences of adjacent redistributions and functional calls)
   less the DTensor operator and the ``to_local`` the layer counts already charge for it,
   0 when not positive. It is host work (DTensor's Python, layout copies), so it is read
@@ -111,18 +114,18 @@ them, each with a documented fallback for profiles that predate a measurement:
   functional extra. Fallback: none (0).
 - AdamW: `torch.optim.AdamW.step` over parameter tensors is linear in the tensor count
   and the bytes: t = tensors·per_tensor + bytes / rate, fitted by least squares through the
-  profile's ``memory.adamw.fp32.<bytes>B`` points (each over `ADAMW_SWEEP_TENSORS`
+  profile's fp32 ``adamw`` streams (each over `ADAMW_SWEEP_TENSORS`
   tensors; 28 bytes per parameter). Fallback: `ADAMW_OPS_PER_TENSOR` operators of
   ``dispatch_s`` per tensor and the memory-bound bandwidth.
 
-Every host cost read from a spread (the collectives' apart) is taken relative to the plain
-dispatch measured in the same sweep (``op_overhead.add``) and multiplied by
+Every host timing (the collectives' apart) is taken relative to the plain
+dispatch measured in the same sweep (``add``) and multiplied by
 ``op_overhead_s``, and every byte rate relative to the streaming ``x + y`` of the same sweep
-(a line through the ``memory.add.fp32.<bytes>B`` points) and multiplied by the profile's
+(a line through the fp32 ``add`` streams) and multiplied by the profile's
 memory-bound bandwidth: the figures of one sweep share the host's speed, and a calibration
 that rescales ``op_overhead_s`` or ``memory_bandwidth_efficiency`` (`reports.calibrate`)
-rescales them all. A spread is read by the mean of its samples, but for the paired
-differences (`PAIRED_QUANTITIES`: the functional, redistribution and autograd exchange
+rescales them all. A timing is read by the mean of its samples, but for the paired
+differences (`PAIRED_TIMINGS`: the functional, redistribution and autograd exchange
 extras) by their median, the mean where the profile predates it: the median of a few
 adjacent pairs leaves out a preemption inside its window, which a mean over the windows
 would carry into every call.
@@ -130,7 +133,6 @@ would carry into every call.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 
@@ -138,13 +140,8 @@ from costmodel.runtimes.torch.checkpoint_rates import CheckpointContext, checkpo
 from costmodel.runtimes.torch.fsdp_rates import fsdp_context_rates
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
-from profiles.lookup import (
-    HOST_TIMING_PREFIX,
-    collective_time_s,
-    host_overheads,
-    memory_bandwidth_Bps,
-)
-from profiles.schema import HardwareProfile
+from profiles.lookup import collective_time_s, memory_bandwidth_Bps
+from profiles.schema import HardwareProfile, HostOverheads
 
 ADAMW_SWEEP_TENSORS = 16
 """Parameter tensors of each AdamW point of the profile (`profiles.profiler.compute`'s
@@ -171,13 +168,9 @@ profiler times against the plain call (`profiles.profiler.collective_forms`)."""
 REDISTRIBUTION_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 """Collectives the profiler times as DTensor redistributions against the functional call
 (`profiles.profiler.collective_forms`)."""
-PAIRED_QUANTITIES = (
-    "op_overhead.functional_",
-    "op_overhead.redistribute_",
-    "op_overhead.autograd_all_to_all",
-)
-"""Spreads of paired differences (`profiles.profiler.compute.Runner.paired`), read by their
-median (module doc)."""
+PAIRED_TIMINGS = ("functional_", "redistribute_", "autograd_all_to_all")
+"""Host timings (by name prefix) of paired differences
+(`profiles.profiler.compute.Runner.paired`), read by their median (module doc)."""
 DTENSOR_ADAMW_OPS = 7
 """AdamW operators per DTensor parameter that go through DTensor dispatch (all but the step
 counter and its ``item``), for the fallback."""
@@ -198,7 +191,7 @@ DTENSOR_FALLBACK_RATIOS = {
 }
 """DTensor costs over the autograd forward per-operator cost, as
 `profiles.profiler.framework` measures them on a CPU host (round numbers of its medians);
-the fallback for a profile without the ``op_overhead.dtensor_*`` spreads."""
+the fallback for a host section without the ``dtensor_*`` timings."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -316,26 +309,21 @@ class HostRates:
         return min(known)[1] if known else 0.0
 
 
-def _spread_means(profile: HardwareProfile) -> dict[str, float]:
-    """Every measured figure by quantity: the host section's timings (as
-    ``op_overhead.<name>``, their median for `PAIRED_QUANTITIES` where recorded, else their
-    mean; `profiles.lookup.host_overheads`) and the other spreads' means (module doc)."""
-    means = {
-        s.quantity: s.mean
-        for s in profile.provenance.spread
-        if not s.quantity.startswith(HOST_TIMING_PREFIX)
-    }
-    host = host_overheads(profile)
-    for t in host.timings if host is not None else ():
-        quantity = HOST_TIMING_PREFIX + t.name
-        paired = t.median_s is not None and quantity.startswith(PAIRED_QUANTITIES)
-        means[quantity] = t.median_s if paired and t.median_s is not None else t.mean_s
-    return means
+def host_values(host: HostOverheads) -> dict[str, float]:
+    """Every host timing's figure by name, seconds: the median for `PAIRED_TIMINGS` where
+    recorded, else the mean (module doc)."""
+    values = {}
+    for t in host.timings:
+        paired = t.median_s is not None and t.name.startswith(PAIRED_TIMINGS)
+        values[t.name] = t.median_s if paired and t.median_s is not None else t.mean_s
+    return values
 
 
-def _adamw_fit(profile: HardwareProfile, dispatch_s: float) -> tuple[float, float]:
+def _adamw_fit(
+    profile: HardwareProfile, host: HostOverheads, dispatch_s: float
+) -> tuple[float, float]:
     """(seconds per tensor, bytes per second) of the AdamW points (module doc)."""
-    fit = _line(_sized_points(profile, "adamw", float("inf")))
+    fit = _line(_sized_points(host, "adamw", float("inf")))
     if fit is None:
         return ADAMW_OPS_PER_TENSOR * dispatch_s, memory_bandwidth_Bps(profile)
     intercept, slope = fit
@@ -363,21 +351,21 @@ def _line(
     return intercept, slope
 
 
-def _sized_points(profile: HardwareProfile, op: str, max_bytes: float) -> list[tuple[float, float]]:
-    points = []
-    for s in profile.provenance.spread:
-        match = re.fullmatch(rf"memory\.{op}\.fp32\.(\d+)B", s.quantity)
-        if match and float(match.group(1)) <= max_bytes:
-            points.append((float(match.group(1)), s.mean))
-    return points
+def _sized_points(host: HostOverheads, op: str, max_bytes: float) -> list[tuple[float, float]]:
+    """(bytes, mean seconds) of the host section's fp32 ``op`` streams up to ``max_bytes``."""
+    return [
+        (float(s.bytes_moved), s.mean_s)
+        for s in host.streams
+        if s.op == op and s.dtype == "fp32" and s.bytes_moved <= max_bytes
+    ]
 
 
-def _rate_scale(profile: HardwareProfile, dispatch_s: float) -> float:
+def _rate_scale(profile: HardwareProfile, host: HostOverheads, dispatch_s: float) -> float:
     """The profile's memory-bound bandwidth over the streaming rate of its own ``x + y``
     points (1 without them): carries a calibrated bandwidth to the other byte rates. The
     rate is the profiler's own estimator (`profiles.profiler.fit.fit_memory`: relative least
-    squares of t = overhead + bytes·c) on the spread means."""
-    points = _sized_points(profile, "add", float("inf"))
+    squares of t = overhead + bytes·c) on the streams' means."""
+    points = _sized_points(host, "add", float("inf"))
     num = sum(b * (t - dispatch_s) / t**2 for b, t in points)
     den = sum((b / t) ** 2 for b, t in points)
     if not points or num <= 0:
@@ -385,65 +373,102 @@ def _rate_scale(profile: HardwareProfile, dispatch_s: float) -> float:
     return memory_bandwidth_Bps(profile) * num / den
 
 
-def _elementwise(profile: HardwareProfile, scale: float, rate: float) -> tuple[float, float]:
+def _elementwise(
+    profile: HardwareProfile, host: HostOverheads, scale: float, rate: float
+) -> tuple[float, float]:
     """(seconds per kernel, bytes per second) of the RMSNorm fit (module doc)."""
-    fit = _line(_sized_points(profile, "rmsnorm", RMSNORM_FIT_MAX_BYTES))
+    fit = _line(_sized_points(host, "rmsnorm", RMSNORM_FIT_MAX_BYTES))
     if fit is None:
         return profile.compute.op_overhead_s, memory_bandwidth_Bps(profile)
     intercept, slope = fit
     return intercept * scale / RMSNORM_KERNELS, rate * RMSNORM_BYTES_RATIO / slope
 
 
-def _transpose_rate(profile: HardwareProfile, rate: float, fallback_Bps: float) -> float:
+def _transpose_rate(host: HostOverheads, rate: float, fallback_Bps: float) -> float:
     """Bytes per second of the transposing copies (module doc)."""
-    fit = _line(_sized_points(profile, "transpose", float("inf")), positive_intercept=False)
+    fit = _line(_sized_points(host, "transpose", float("inf")), positive_intercept=False)
     return rate / fit[1] if fit is not None else fallback_Bps
 
 
-def _collective_excess(profile: HardwareProfile) -> tuple[tuple[str, int, float], ...]:
-    """Per (op, group size), the median over the spread's message sizes of the mean less
-    the profile's fit at that size (module doc)."""
+def _collective_excess(
+    profile: HardwareProfile, host: HostOverheads
+) -> tuple[tuple[str, int, float], ...]:
+    """Per (op, group size), the median over the host section's message sizes of the mean
+    less the profile's fit at that size (module doc)."""
     fits = {(f.op, f.group_size): f for f in profile.communication.fits if f.placement == "intra"}
     excess: dict[tuple[str, int], list[float]] = {}
-    for s in profile.provenance.spread:
-        match = re.fullmatch(r"(\w+)\.(intra|inter)\.(\d+)\.(\d+)B", s.quantity)
-        if match and match.group(2) == "intra":
-            key = (match.group(1), int(match.group(3)))
-            fit = fits.get(key)
-            base = collective_time_s(fit, int(match.group(4))) if fit else s.min
-            excess.setdefault(key, []).append(max(s.mean - base, 0.0))
+    for call in host.collective_calls:
+        key = (call.op, call.group_size)
+        fit = fits.get(key)
+        base = collective_time_s(fit, call.size_bytes) if fit else call.min_s
+        excess.setdefault(key, []).append(max(call.mean_s - base, 0.0))
     return tuple((op, n, statistics.median(v)) for (op, n), v in sorted(excess.items()))
 
 
-def spread_scale(profile: HardwareProfile) -> tuple[dict[str, float], float]:
-    """(spread means by quantity, the factor that brings the profile's ``op_overhead.*``
-    means to its dispatch cost: op_overhead_s over the plain ``add`` probe, 1 without it)."""
-    means = _spread_means(profile)
-    plain = means.get("op_overhead.add")
-    return means, profile.compute.op_overhead_s / plain if plain else 1.0
+def host_figures(host: HostOverheads, dispatch_s: float) -> tuple[dict[str, float], float]:
+    """(host timings' figures by name, the factor that brings them to the profile's
+    dispatch cost: ``dispatch_s`` over the plain ``add`` timing, 1 without it)."""
+    values = host_values(host)
+    plain = values.get("add")
+    return values, dispatch_s / plain if plain else 1.0
+
+
+def kernel_bound_rates(profile: HardwareProfile) -> HostRates:
+    """The `HostRates` of a profile without a host section (a GPU's): no host cost at all,
+    every byte rate the profile's memory-bound bandwidth. The host issues operators ahead of
+    the device, so a step is priced by its kernels alone."""
+    bandwidth = memory_bandwidth_Bps(profile)
+    return HostRates(
+        dispatch_s=0.0,
+        forward_op_s=0.0,
+        routing_op_s=0.0,
+        backward_node_s=0.0,
+        backward_call_s=0.0,
+        bandwidth_Bps=bandwidth,
+        elementwise_op_s=0.0,
+        elementwise_Bps=bandwidth,
+        transpose_Bps=bandwidth,
+        p2p_post_s=0.0,
+        dtensor_forward_s=0.0,
+        dtensor_backward_s=0.0,
+        dtensor_from_local_s=0.0,
+        dtensor_to_local_s=0.0,
+        dtensor_linear_forward_s=0.0,
+        dtensor_linear_backward_s=0.0,
+        checkpoint_tensor_s=0.0,
+        checkpoint_call_s=0.0,
+        fsdp_gather_s=0.0,
+        fsdp_reduce_s=0.0,
+        fsdp_gather_tensor_s=0.0,
+        fsdp_reduce_tensor_s=0.0,
+        adamw_tensor_s=0.0,
+        dtensor_adamw_tensor_s=0.0,
+        adamw_Bps=bandwidth,
+    )
 
 
 def base_host_rates(profile: HardwareProfile) -> HostRates:
     """The `HostRates` of ``profile`` (sources and fallbacks in the module doc) without
     the DTensor-context and operator-mix fits, which `costmodel.runtimes.torch.rates`
-    adds."""
-    means, scale = spread_scale(profile)
+    adds; `kernel_bound_rates` for a profile without a host section."""
+    host = profile.host
+    if host is None:
+        return kernel_bound_rates(profile)
     dispatch = profile.compute.op_overhead_s
+    means, scale = host_figures(host, dispatch)
 
     def get(name: str, fallback: float) -> float:
-        value = means.get(f"op_overhead.{name}")
+        value = means.get(name)
         return value * scale if value is not None and value > 0 else fallback
 
     forward = get("autograd_forward", dispatch)
     node = get("autograd_backward_node", get("autograd_backward", dispatch))
-    call = (
-        get("autograd_backward_call", 0.0) if "op_overhead.autograd_backward_node" in means else 0.0
-    )
+    call = get("autograd_backward_call", 0.0) if "autograd_backward_node" in means else 0.0
     dtensor = {name: get(name, ratio * forward) for name, ratio in DTENSOR_FALLBACK_RATIOS.items()}
-    rate = _rate_scale(profile, dispatch)
-    adamw_tensor, adamw_rate = _adamw_fit(profile, dispatch)
+    rate = _rate_scale(profile, host, dispatch)
+    adamw_tensor, adamw_rate = _adamw_fit(profile, host, dispatch)
     adamw_tensor *= scale
-    elementwise_s, elementwise_rate = _elementwise(profile, scale, rate)
+    elementwise_s, elementwise_rate = _elementwise(profile, host, scale, rate)
     rates = HostRates(
         dispatch_s=dispatch,
         forward_op_s=forward,
@@ -453,8 +478,8 @@ def base_host_rates(profile: HardwareProfile) -> HostRates:
         bandwidth_Bps=memory_bandwidth_Bps(profile),
         elementwise_op_s=max(elementwise_s, dispatch),
         elementwise_Bps=elementwise_rate,
-        transpose_Bps=_transpose_rate(profile, rate, elementwise_rate),
-        p2p_post_s=means.get("op_overhead.p2p_post", P2P_POST_FALLBACK_DISPATCHES * dispatch),
+        transpose_Bps=_transpose_rate(host, rate, elementwise_rate),
+        p2p_post_s=means.get("p2p_post", P2P_POST_FALLBACK_DISPATCHES * dispatch),
         dtensor_forward_s=dtensor["dtensor_forward"],
         dtensor_backward_s=dtensor["dtensor_backward"],
         dtensor_from_local_s=dtensor["dtensor_from_local"],
@@ -474,16 +499,15 @@ def base_host_rates(profile: HardwareProfile) -> HostRates:
             "dtensor_adamw", adamw_tensor + DTENSOR_ADAMW_OPS * dtensor["dtensor_forward"]
         ),
         adamw_Bps=adamw_rate * rate,
-        collective_excess=_collective_excess(profile),
+        collective_excess=_collective_excess(profile, host),
         functional_extra=tuple(
-            (op, max(means.get(f"op_overhead.functional_{op}", 0.0), 0.0))
-            for op in FUNCTIONAL_COLLECTIVES
+            (op, max(means.get(f"functional_{op}", 0.0), 0.0)) for op in FUNCTIONAL_COLLECTIVES
         ),
-        sync_excess_s=max(means.get("op_overhead.sync_wait", 0.0), 0.0),
+        sync_excess_s=max(means.get("sync_wait", 0.0), 0.0),
         autograd_exchange_s=max(
             means.get(
-                "op_overhead.autograd_all_to_all",
-                2 * means.get("op_overhead.functional_all_to_all", 0.0),
+                "autograd_all_to_all",
+                2 * means.get("functional_all_to_all", 0.0),
             ),
             0.0,
         ),
@@ -504,7 +528,17 @@ def _redistribute_extra(
     other host costs) less ``counted_s`` (module doc); ops the profile did not time are
     left out."""
     return tuple(
-        (op, max(means[f"op_overhead.redistribute_{op}"] * scale - counted_s, 0.0))
+        (op, max(means[f"redistribute_{op}"] * scale - counted_s, 0.0))
         for op in REDISTRIBUTION_COLLECTIVES
-        if f"op_overhead.redistribute_{op}" in means
+        if f"redistribute_{op}" in means
     )
+
+
+def backward_scale(profile: HardwareProfile) -> float:
+    """`HostOverheads.backward_scale` of the profile's host section; 1 without one."""
+    return profile.host.backward_scale if profile.host is not None else 1.0
+
+
+def layer_collective_scale(profile: HardwareProfile) -> float:
+    """`HostOverheads.layer_collective_scale` of the profile's host section; 1 without one."""
+    return profile.host.layer_collective_scale if profile.host is not None else 1.0

@@ -45,16 +45,16 @@ class InContext:
 def in_context_rates(
     means: dict[str, float], scale: float, *, extra: str, layer: str, levels: int
 ) -> InContext | None:
-    """The `InContext` of a profile's spread means (``op_overhead.<extra>_<pass>_w<level>``
-    and ``op_overhead.<layer>_<pass>_w<level>``); the host levels times ``scale`` (the
+    """The `InContext` of a profile's host timings (``<extra>_<pass>_w<level>``
+    and ``<layer>_<pass>_w<level>``); the host levels times ``scale`` (the
     profile's dispatch over its sweep's plain one). None when one is missing (a profile of
     one rank, or of an earlier version)."""
     found: dict[str, list[tuple[float, float]]] = {}
     for p in PASSES:
         points = []
         for level in range(levels):
-            host = means.get(f"op_overhead.{layer}_{p}_w{level}")
-            value = means.get(f"op_overhead.{extra}_{p}_w{level}")
+            host = means.get(f"{layer}_{p}_w{level}")
+            value = means.get(f"{extra}_{p}_w{level}")
             if host is None or value is None:
                 return None
             points.append((host * scale, value))

@@ -29,6 +29,6 @@ LEVELS = 2
 
 
 def moe_exchange_rates(means: dict[str, float], scale: float) -> InContext | None:
-    """The exchange's `InContext` (spreads ``op_overhead.moe_exchange_<pass>_w<level>`` and
-    ``op_overhead.moe_layer_<pass>_w<level>``); None when one is missing."""
+    """The exchange's `InContext` (timings ``moe_exchange_<pass>_w<level>`` and
+    ``moe_layer_<pass>_w<level>``); None when one is missing."""
     return in_context_rates(means, scale, extra="moe_exchange", layer="moe_layer", levels=LEVELS)

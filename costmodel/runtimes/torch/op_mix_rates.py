@@ -4,8 +4,8 @@ the per-operator host figures (`profiles.profiler.op_mix`).
 The profile times its per-operator figures on the cheapest operator, hot (a dispatch of
 ``x + y``; chains of one multiplication recorded by autograd). It also times `MIX_BLOCKS`
 blocks of the executor's element-wise operators, ``h = h + rope(RMSNorm(h))``, on a `MIX_TOKENS` x
-`MIX_WIDTH` activation, each pass reached cold (spreads ``op_overhead.op_mix_forward`` and
-``op_overhead.op_mix_backward``, one chain each, the backward with its ``backward()``
+`MIX_WIDTH` activation, each pass reached cold (timings ``op_mix_forward`` and
+``op_mix_backward``, one chain each, the backward with its ``backward()``
 call). The cost model prices those blocks as it prices a layer (`costmodel.runtimes.torch.ops`:
 `rms_norm`, `rope` and `residual_add`), and the per-operator figures `SCALED_FIELDS` are
 multiplied by
@@ -16,8 +16,8 @@ where "priced apart" is what the model charges for those blocks outside the per-
 figures (their bytes) plus, in the measured backward, the ``backward()`` call
 (`HostRates.backward_call_s`), so that the scaled figures price the blocks at what they
 measured. Read relative to the dispatch like every host cost
-(`costmodel.runtimes.torch.host_rates`). Without the two spreads (an earlier or a CUDA profile) k =
-1.
+(`costmodel.runtimes.torch.host_rates`). Without the two timings (an earlier profile, or
+none on a GPU) k = 1.
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def op_mix_factor(rates: HostRates, forward_s: float, backward_s: float) -> floa
 
 
 def with_op_mix(rates: HostRates, means: dict[str, float], scale: float) -> HostRates:
-    """``rates`` with `SCALED_FIELDS` times `op_mix_factor` of the profile's spread means
+    """``rates`` with `SCALED_FIELDS` times `op_mix_factor` of the profile's host timings
     (times ``scale``, the profile's dispatch over its sweep's plain one); unchanged without
     them."""
-    forward = means.get("op_overhead.op_mix_forward")
-    backward = means.get("op_overhead.op_mix_backward")
+    forward = means.get("op_mix_forward")
+    backward = means.get("op_mix_backward")
     if forward is None or backward is None:
         return rates
     k = op_mix_factor(rates, forward * scale, backward * scale)

@@ -8,7 +8,7 @@ gloo fits (`costmodel.collectives`) plus the typical excess of a call waited for
 host work (`HostRates.waited_excess_s`: the op's own excess, or the ranks' drift between two
 collectives when larger), the functional call's extra (`HostRates.functional_s`) and, for the ``tp``
 lane, whose collectives are DTensor redistributions, their extra (`HostRates.redistribute_s`), all
-times the profile's `CommunicationProfile.layer_collective_scale` (1 unless calibrated); every
+times the host section's `HostOverheads.layer_collective_scale` (1 unless calibrated); every
 collective is exposed, because a rank computes on one thread and waits for each functional
 collective at its next use.
 
@@ -44,7 +44,7 @@ from dataclasses import replace
 from costmodel.collectives import collective_time_s
 from costmodel.runtimes.megatron.layer_costs import ZERO, CommGroups, PassCost
 from costmodel.runtimes.torch.dtensor_rates import dtensor_context_s
-from costmodel.runtimes.torch.host_rates import HostRates
+from costmodel.runtimes.torch.host_rates import HostRates, backward_scale, layer_collective_scale
 from costmodel.runtimes.torch.layers import (
     attention_core,
     embedding_ops,
@@ -118,7 +118,7 @@ def _comm_pass(
     work; `HostRates.functional_s` for a functional call or half of
     `HostRates.autograd_exchange_s` for an autograd all-to-all; and
     `HostRates.redistribute_s` for a ``tp`` one, a DTensor redistribution), times
-    `CommunicationProfile.layer_collective_scale`. A MoE layer's exchanges are priced per
+    `HostOverheads.layer_collective_scale`. A MoE layer's exchanges are priced per
     layer in context when the profile probed them (`_exchange_in_context`, unscaled: the
     probe times them among a layer's host work), after ``host_s`` (the pass's host work)
     shared over its exchanging layers."""
@@ -142,7 +142,7 @@ def _comm_pass(
             if comm.lane == "tp":  # the executor's TP and SP collectives are DTensor's
                 extra += rates.redistribute_s(comm.op)
             per_call_s = one + rates.waited_excess_s(comm.op, group.size) + extra
-            seconds = comm.count * per_call_s * profile.communication.layer_collective_scale
+            seconds = comm.count * per_call_s * layer_collective_scale(profile)
         s, b = out[comm.lane]
         out[comm.lane] = (s + seconds, b + comm.count * comm.size_bytes)
     return out
@@ -364,7 +364,7 @@ def executor_pass_costs(
 ) -> tuple[PassCost, PassCost, PassCost]:
     """(forward, backward, recompute) of one chunk and microbatch on one rank; the
     backward includes the ``backward()`` call of its microbatch, and its compute is
-    multiplied by the profile's ``backward_scale`` (a calibration's fit of the
+    multiplied by the host section's ``backward_scale`` (a calibration's fit of the
     forward/backward split; the recompute, a forward, keeps the forward's price)."""
     m = plan.num_microbatches(job.global_batch_size)
     x = rank_shape(plan, job.seq_length, m)
@@ -375,7 +375,7 @@ def executor_pass_costs(
     )
     forward, backward = module_costs(ops, profile, rates, groups, plan)
     backward = backward.plus(PassCost(compute_s=rates.backward_call_s))
-    backward = replace(backward, compute_s=backward.compute_s * profile.compute.backward_scale)
+    backward = replace(backward, compute_s=backward.compute_s * backward_scale(profile))
     recompute = ZERO
     if plan.recompute != "none":
         recompute, _ = module_costs(redo, profile, rates, groups, plan)
