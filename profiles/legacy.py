@@ -8,8 +8,8 @@ runtime's host costs as provenance spreads named as the profiler names its recor
 scales as ``compute.backward_scale`` and ``communication.layer_collective_scale``.
 
 `upgrade_profile_data` rewrites such a profile's JSON form before it is parsed
-(`profiles.store.profile_from_data`): a CPU profile gains the section built from those
-spreads (`host_from_spread`) and the two scales, whose old keys it drops; a GPU profile
+(`profiles.store.profile_from_data`): a CPU profile without a ``host`` key (or with a
+section of timings alone) gains the section built from those spreads (`host_from_spread`) and the two scales, whose old keys it drops; a GPU profile
 drops the two keys, which only the CPU executor's model read. The spreads themselves stay
 in the provenance as the record of the measurement.
 """
@@ -115,7 +115,8 @@ def upgrade_profile_data(data: Any, where: str) -> Any:
             )
         return out
     host = out.get("host")
-    if isinstance(host, dict) and "streams" in host and not scales:
+    current = "host" in out and (host is None or "streams" in host)
+    if current and not scales:
         return out
     provenance = out.get("provenance")
     items = provenance.get("spread", []) if isinstance(provenance, dict) else []

@@ -1,16 +1,15 @@
 """The median of several measured profiles of one machine: every figure its median.
 
-A quick profile of a shared virtual machine is one draw of the host's spells: on the
-2-core reference VM the same probe came out 1.3-1.5 us in some profiles and 2.7-3.6 us
-in others, and a profile's collective figures moved a tensor-parallel plan's predicted
-step by 40% (586-841 ms across five profiles of one code). Profiles taken minutes apart
-fall in different spells; the median of each figure over three or more of them stands for
-the machine the way the middle run stands for a plan.
+A quick profile of a shared host is one draw of the host's changing speed: other tenants
+take time slices for seconds to minutes, so profiles taken minutes apart can differ in a
+probe by a factor of two and in the collective figures that price a tensor-parallel step.
+The median of each figure over three or more profiles stands for the machine the way the
+middle run stands for a plan.
 
 `median_profile` works on the profiles' JSON form (`specs.serde.to_dict`): every number
 becomes the median of its values at the same place, lists pair their items by position
-(measurement spreads by ``quantity`` and collective fits by op, group and placement, since
-those are keyed; a GEMM efficiency curve, whose points differ where a profile merged
+(measurement spreads by ``quantity``, collective fits by op, group and placement, and the
+host section's rows by their keys, since those are keyed; a GEMM efficiency curve, whose points differ where a profile merged
 equal neighbours, is read by every profile at the union of their points with
 `profiles.lookup.curve_efficiency`: the median of non-decreasing curves is one), and any
 other value (names, kinds, units, dtypes) must agree, apart from
@@ -34,6 +33,9 @@ from specs.errors import SpecError
 KEYED_LISTS = {
     "spread": ("quantity",),
     "fits": ("op", "group_size", "placement"),
+    "timings": ("name",),
+    "streams": ("op", "dtype", "bytes_moved"),
+    "collective_calls": ("op", "group_size", "size_bytes"),
 }
 """Lists whose items pair by these keys rather than by position."""
 FREE_FIELDS = ("provenance.date", "provenance.command", "provenance.notes", "name")

@@ -14,6 +14,7 @@ from profiles.profiler.compute import (
     gemm_operands,
     operand_sets,
     time_memory_ops,
+    time_overheads,
 )
 from profiles.profiler.compute_sweep import compute_point_count, pooled, run_compute_sweep
 from profiles.profiler.shapes import SweepPlan
@@ -100,3 +101,9 @@ def test_pooling_refuses_records_of_another_point():
     assert pooled((a,), (a,))[0].times_s == (1.0, 1.0)
     with pytest.raises(ValueError, match="different records"):
         pooled((a,), (b,))
+
+
+def test_the_autograd_host_probes_run_only_where_asked() -> None:
+    with_chain = [r.op for r in time_overheads(RUN)]
+    assert with_chain == ["add", "autograd_forward", "autograd_backward"]
+    assert [r.op for r in time_overheads(RUN, autograd=False)] == ["add"]  # a GPU rank's
