@@ -9,9 +9,10 @@ scales as ``compute.backward_scale`` and ``communication.layer_collective_scale`
 
 `upgrade_profile_data` rewrites such a profile's JSON form before it is parsed
 (`profiles.store.profile_from_data`): a CPU profile without a ``host`` key (or with a
-section of timings alone) gains the section built from those spreads (`host_from_spread`) and the two scales, whose old keys it drops; a GPU profile
-drops the two keys, which only the CPU executor's model read. The spreads themselves stay
-in the provenance as the record of the measurement.
+section of timings alone) gains the section built from those spreads
+(`host_from_spread`) and the two scales, whose old keys it drops; a GPU profile drops the
+two keys, which only the CPU executor's model read. The spreads themselves stay in the
+provenance as the record of the measurement.
 """
 
 from __future__ import annotations

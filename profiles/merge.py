@@ -9,11 +9,11 @@ middle run stands for a plan.
 `median_profile` works on the profiles' JSON form (`specs.serde.to_dict`): every number
 becomes the median of its values at the same place, lists pair their items by position
 (measurement spreads by ``quantity``, collective fits by op, group and placement, and the
-host section's rows by their keys, since those are keyed; a GEMM efficiency curve, whose points differ where a profile merged
-equal neighbours, is read by every profile at the union of their points with
-`profiles.lookup.curve_efficiency`: the median of non-decreasing curves is one), and any
-other value (names, kinds, units, dtypes) must agree, apart from
-the provenance, which names the merged profiles. Medians keep each spread's
+host section's rows by their keys, since those are keyed; a GEMM efficiency curve, whose
+points differ where a profile merged equal neighbours, is read by every profile at the
+union of their points with `profiles.lookup.curve_efficiency`: the median of
+non-decreasing curves is one), and any other value (names, kinds, units, dtypes) must
+agree, apart from the provenance, which names the merged profiles. Medians keep each spread's
 ``min <= mean <= max`` (and its median between the bounds): the order statistics of
 per-profile bounds bound those of the means.
 """
