@@ -341,9 +341,9 @@ def _notes(
 def _provenance(
     base: HardwareProfile, runs: Sequence[RunDir], command: str, notes: tuple[str, ...]
 ) -> Provenance:
-    """``calibrated`` provenance; the machine fields and the measured spreads stay the base
-    profile's (the executor model reads host costs from the spreads,
-    `costmodel.runtimes.torch.host_rates`)."""
+    """``calibrated`` provenance; the machine fields and the measured spreads, the record of
+    the base profile's measurement, stay the base profile's (what a calibration fits goes
+    into the profile's figures and its host section)."""
     p = base.provenance
     return Provenance(
         method="calibrated",
