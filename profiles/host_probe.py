@@ -1,19 +1,19 @@
 """A fixed piece of host work that tells how fast this host runs right now.
 
-On a shared host the same step runs at different speeds from one moment to the next: other
-tenants take time slices for tens of seconds (on the 2-core reference VM a 256 x 256 GEMM
-loop varied 42-69 ms per 200 calls with no steal time shown), so a run measured in a slow
-spell and a profile measured in a fast one disagree by the spell, not by the model. The
-probe is the same work everywhere it runs: the profiler times it with every rank at once
-(spread ``op_overhead.host_probe``), and the executor, when handed this module's
-`host_probe` (`executor.run.RunConfig.host_probe`), after each unprofiled step, every rank
-at once. A run's probe over a reference (in the fidelity bench, the calibration runs'
-probe; for another world size scaled by the ratio of the profiles' own probes) is the
-host's speed during that run relative to the reference (`reports.fidelity.at_host_speed`).
+On a shared host the same step runs at different speeds from one moment to the next (other
+tenants take time slices for seconds at a time, often with no steal time shown), so a run
+measured in a slow spell and a profile measured in a fast one disagree by the spell, not by
+the model. The probe is the same work everywhere it runs: the profiler times it with every
+rank at once (the host section's timing ``host_probe``, `profiles.lookup.host_probe_s`), and
+the executor, when handed this module's `host_probe` (`executor.run.RunConfig.host_probe`),
+after each unprofiled step, every rank at once. A run's probe over a reference (in the
+fidelity bench, the calibration runs' probe; for another world size scaled by the ratio of
+the profiles' own probes) is the host's speed during that run relative to the reference
+(`reports.fidelity.at_host_speed`).
 
 The work mixes what a CPU training step spends its time on: `PROBE_OPS` dispatch-bound
 element-wise operators on a small tensor and `PROBE_GEMMS` GEMMs of `PROBE_GEMM_SIZE`
-(about 0.5 ms in all on one thread of the reference host).
+(well under a millisecond per call on one thread of a server core).
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """The executor model's scale on its layer collectives (`reports.calibrate`'s last step
-for a CPU profile): `CommunicationProfile.layer_collective_scale`, fitted after the compute
-time scale of `reports.calibrate_time`.
+for a CPU profile): `HostOverheads.layer_collective_scale` of the host section, fitted
+after the compute time scale of `reports.calibrate_time`.
 
 A tensor-, context- or expert-parallel step on a CPU waits for every one of its layers'
 collectives: the wire time, the ranks' arrival skew after their host work and the
 functional form's extra (`costmodel.runtimes.torch.passes`). The profile times those with probes
 of a few seconds each; what a step pays at each call follows the ranks' scheduling on a
-shared host, which the probes catch only in part. On the 2-core reference VM, quiet
-profile draws put the functional all-reduce's extra at 0.16-0.67 ms and the sweep's
-excess at 1.1-1.4 ms, while tensor-parallel steps of one plan paid 0.8-1.6 ms a call from
-one bench to the next; tp2 came out between -15% and +37% at host speed (fid64-fid73),
-and tp2 with sequence parallelism moved with it in every bench.
+shared host, which the probes catch only in part, so the same plan's wait per call moves
+from one set of runs to the next by more than the probes' figures do.
 
 So when the runs hold both kinds, the compute time scale k is fitted on the runs without
 layer collectives alone (their collectives are a few percent of a step), and then one
@@ -35,7 +32,7 @@ from reports.run_dir import RunDir
 
 def has_layer_collectives(run: RunDir) -> bool:
     """The run's plan issues collectives inside its layers (tensor, context or expert
-    parallelism), which `CommunicationProfile.layer_collective_scale` prices."""
+    parallelism), which `HostOverheads.layer_collective_scale` prices."""
     plan = run.bundle.plan
     return max(plan.tp, plan.cp, plan.ep) > 1
 

@@ -13,10 +13,8 @@ profiled CPU step carry the profiler's own per-operator cost.
 The collectives keep the profile's measured costs: k is fitted on runs without layer
 collectives (their collectives are a few percent of a step), so it says nothing about
 them, and the profile times every collective the way a step waits for it (its mean, the
-two ranks' scheduling included). Scaling them with k over-predicted the collective-bound
-plans: on one bench (k = 1.86) context parallelism came out +54% and tensor parallelism
-+20%, against +22% and +5% with the collectives as measured. The layer collectives get a
-factor of their own, fitted after k on runs that have them (`reports.calibrate_layers`).
+two ranks' scheduling included); scaling them with k would carry the compute's drift into
+the collective-bound plans. The layer collectives get a factor of their own, fitted after k on runs that have them (`reports.calibrate_layers`).
 
 `reports.calibrate_factors.time_scaled` multiplies every compute time of a profile by k: the op
 overhead (every host rate of `costmodel.runtimes.torch.host_rates` is read relative to it), GEMM and
@@ -28,9 +26,8 @@ log-ratios of predicted to measured iteration time over the runs (scipy
 Before k, the split: one scale on every backward pass (`HostOverheads.backward_scale`),
 from the runs' own timelines rather than their iteration times, which only fix the sum of
 the passes. The profile prices the backward from loops (autograd nodes, GEMMs of the
-forward's layout), which put it at 1.82-1.98 forwards on the reference VM where training
-measured 1.53-1.64 (dp2, micro-batch 1 to 4); a scale on the sum alone then under-priced
-what a recompute adds, since its rerun is a forward (`bench/pass_split.py`). Runs whose
+forward's layout), whose ratio to the forward need not be a training step's; a scale on
+the sum alone then misprices what a recompute adds, since its rerun is a forward (`bench/pass_split.py`). Runs whose
 passes hold layer collectives (tensor, context or expert parallelism) do not inform it:
 the executor's pass ranges enclose those calls, the model lays them out apart. The split
 is a ratio within one run, so k does not move it and it is fitted first
@@ -99,8 +96,7 @@ def backward_factor(measured: dict[str, float], predicted: dict[str, float]) -> 
     where the measured backward B_m holds the recompute (the executor times the rerun
     inside its backward) and the predicted recompute R_p, a forward, keeps its price. A
     ratio of one run's phases, so the profiler's slowdown of the timed step and the host's
-    speed cancel: on the 2-core reference VM the profiled step of dp2 at micro-batch 2 had
-    a backward 1.64 times its forward, the unprofiled one 1.62."""
+    speed cancel."""
     f_m, f_p = measured["forward"], predicted["forward"]
     b_m = measured["backward"] + measured.get("recompute", 0.0)
     b_p, r_p = predicted["backward"], predicted.get("recompute", 0.0)

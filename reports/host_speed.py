@@ -8,9 +8,8 @@ tells how fast the host ran. Three uses in the fidelity benchmark, and one in
 
 - `host_elasticity`: how a plan's iteration time follows the probe, fitted on repeated
   runs of the same plans (the calibration runs: fitting on the runs being judged is not
-  allowed). On the 2-core reference VM, 430 runs of 18 plans over five benches gave a
-  slope of 0.83 for two ranks: the probe (dispatch and small GEMMs) slows more than a
-  training step, whose collectives wait partly on the peer rather than the host.
+  allowed). The slope is below 1 where the probe (dispatch and small GEMMs) slows more
+  than a training step, whose collectives wait partly on the peer rather than the host.
 - `host_typical`: the middle run of a plan once each run's time is brought to one host
   speed (time over probe to the elasticity): the run that stands for the plan, chosen by
   the plan's own cost rather than by the spell its run fell in.

@@ -3,11 +3,10 @@
 timed among layers of host work rather than in a loop of checkpoints alone.
 
 Why in context: the figures of `profiles.profiler.framework` (``checkpoint_call``,
-``checkpoint_tensor``: chains of multiplications checkpointed back to back) priced the
-tiny model's checkpointed layer at about 0.85 ms of hooks, where on the 2-core development
-VM (two ranks, one thread each) the executor's layers paid 1.0-1.4 ms per call beyond the
-rerun: a checkpoint of the attention core alone added 0.21-0.34 ms to the forward of its
-layer (70 us in a loop of checkpoints alone), a checkpoint of the whole layer 0.42-0.61 ms.
+``checkpoint_tensor``: chains of multiplications checkpointed back to back) time the hooks
+with their data hot in the caches and the allocator warm; between layers of host work a
+checkpointed call finds neither, and costs several times its loop figure per call beyond
+the rerun.
 
 Probe: every rank runs a chain of `CHAIN_LAYERS` blocks, each of `TENSORS` weights of
 `WIDTH` x `WIDTH` fp32 doing ``work`` products of its (`TOKENS`, `WIDTH`) input with its

@@ -12,18 +12,15 @@ collective sweep (`profiles.profiler.comm`) times.
   redistributed and its local result waited for, paired the same way with the same op's
   functional call: ``redistribute_<op>`` is what DTensor adds on top (its planning in
   Python, the layout copies a gather or scatter along the sequence dim needs, the result's
-  ``to_local``). On the 2-core development VM (gloo, 2 ranks, 64 KiB, back to back) a
-  redistribution cost 0.21 ms (all_reduce), 0.28 ms (all_gather) and 0.39 ms
-  (reduce_scatter) more than the functional call.
+  ``to_local``).
 
 - the autograd all-to-all (``all_to_all_single_autograd``, the executor's MoE token
   exchange): ``autograd_all_to_all`` is what one exchange costs, forward call and
   ``wait_tensor`` and the backward through it (the gradient's all-to-all inside the
   autograd engine), beyond two plain calls and the ``backward()`` of a one-node graph,
   paired the same way at `FUNCTIONAL_PROBE_BYTES`. The autograd form wraps its result in
-  a tensor subclass and its backward waits through the engine: on the 2-core VM (gloo, 2
-  ranks, 128 KiB, back to back) forward 0.87 ms and forward with backward 1.85-1.93 ms,
-  against 0.26 ms for one plain call and 0.78 ms for the functional call without autograd.
+  a tensor subclass and its backward waits through the engine, so one exchange costs
+  several plain calls.
 
 - pipelining's P2P posts (``torch.distributed.pipelining`` posts each send and each
   receive as its own ``batch_isend_irecv`` of one operation, and waits for it later):
@@ -31,11 +28,8 @@ collective sweep (`profiles.profiler.comm`) times.
   `FUNCTIONAL_PROBE_BYTES` message from the previous rank, computing, then sending one to
   the next, as a middle pipeline stage does; the waits are not timed. The mean, not a
   median: most posts take tens of microseconds and some take milliseconds, when the
-  library's own thread holds the connection while the peer's message arrives (gloo, 2
-  ranks, 64 KiB on the 2-core VM: median 24-32 us, mean 80-170 us with a compute between
-  the two posts, 23-51 us without; 0.22-0.35 ms in three profiles of that VM; the
-  executor's pipelined steps posted at 70-125 us on average), and a pipeline pays every
-  one of them.
+  library's own thread holds the connection while the peer's message arrives, and a
+  pipeline pays every one of them.
 
 - the ranks' arrival skew after host work (``sync_wait``): every rank runs the same
   stretch of small products (`SYNC_WORK_GEMMS`, about 1 ms on a CPU core, as between two
@@ -43,24 +37,19 @@ collective sweep (`profiles.profiler.comm`) times.
   and times the call; a sample is the mean of `SYNC_CALLS_PER_SAMPLE` calls less the
   fastest call of the probe. Back to back the calls' mean exceeds their minimum by what
   ``collective_excess`` reads from the sweep; after host work the ranks drift apart by
-  the host's noise and the first to arrive waits for the other (gloo, 2 ranks, 2-core VM:
-  mean 0.21 ms back to back, 0.6-1.0 ms after 0.2-1.5 ms of products, 1.0-2.3 ms after
-  2-5 ms; in the executor's MoE layer the two ranks reached their all-to-alls 0.2-1.3 ms
-  apart on average). The figure follows the host's spells: the three 2-rank profile draws
-  of one bench read 0.73, 3.34 and 1.50 ms, while the tensor- and context-parallel runs of
-  that bench waited 0.7-1.3 ms a call beyond the wire time (their profiled steps'
-  collective events). So the profiler times it again before the compute sweep and after
-  the collective sweep (`time_sync_moment`) and pools the three moments' samples
-  (`profiles.profiler.framework.with_moment_samples`), as it does the host probe.
+  the host's noise and the first to arrive waits for the other, by more the longer the
+  host work. The figure follows the host's spells of other load, so the profiler times it
+  again before the compute sweep and after the collective sweep (`time_sync_moment`) and
+  pools the three moments' samples (`profiles.profiler.framework.with_moment_samples`), as
+  it does the host probe.
 
 Why pairs and medians: the extra is host work of a few hundred microseconds beside calls
 whose time moves by more than that with the host's load (spells of other tenants last
-seconds, single preemptions take milliseconds). Means over alternating rounds of samples
-(the earlier method) put the functional all_reduce's extra anywhere from -0.8 to +1.2 ms
-in six back-to-back measurements on the 2-core VM (standard deviation 0.71 ms; all_to_all
-0.27 ms); the median over pairs of adjacent calls gave 0.35 +- 0.09 ms and 0.37 +- 0.05 ms.
-A pair sees one host state, and the median leaves the preemptions, which hit either form,
-to the collective sweep's spread (`costmodel.runtimes.torch.host_rates`' excess).
+seconds, single preemptions take milliseconds). A mean over alternating rounds of each
+form carries the load of every round into the difference, which can then come out
+negative; a pair sees one host state, and the median over pairs leaves the preemptions,
+which hit either form, to the collective calls' excess
+(`costmodel.runtimes.torch.host_rates`).
 
 Left out on one rank.
 """

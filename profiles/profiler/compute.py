@@ -59,8 +59,8 @@ CHAIN_LENGTH = 16
 COLD_POOL_BYTES = 8 << 20
 """Bytes of GEMM operands a point rotates through: a few times a server core's L2 (1-2 MiB
 on Xeon and EPYC parts), so that small GEMMs are timed with operands that come from
-farther away, as in a training step (on the 2-core Xeon VM a 32x128x128 fp32 product took
-1.5x as long with rotating operands as with one set, 512x128x128 1.2x)."""
+farther away, as in a training step; with one operand set a small GEMM runs from L1/L2
+and reads faster than the same product in a step."""
 MAX_OPERAND_SETS = 256
 """At most this many operand sets per GEMM point."""
 TRANSPOSE_WIDTH = 128
@@ -130,10 +130,8 @@ class Runner:
         difference holds where means of separate runs of each form do not. A sample during
         which the hypervisor took the machine's CPU is left out (`timing.unstolen`), as the
         fidelity bench sets stolen runs aside. A spell of the host that outlasts a sample
-        still moves it (on the 2-core development VM single windows of the functional
-        all-reduce and reduce-scatter read -0.4 to -1.5 ms against 0.1-0.5 ms in most
-        others, with no steal counted), so the cost model reads these samples by their median
-        (`costmodel.runtimes.torch.host_rates.PAIRED_QUANTITIES`)."""
+        still moves it, even without counted steal, so the cost model reads these samples
+        by their median (`costmodel.runtimes.torch.host_rates.PAIRED_TIMINGS`)."""
         for _ in range(self.budget.warmup_calls):
             base()
             form()

@@ -4,9 +4,7 @@ A point's samples are taken in `COMPUTE_PASSES` separate visits, each with a sha
 point's budget (`timing.per_pass`), and pooled; the fit reads their median. A burst of
 other load on a shared host (another process's copies evicting the caches, a scheduler
 storm) then lands on a few samples of many points instead of on every sample of the
-points that happened to run during it, where it bent the curve: with two other processes
-streaming through memory on the 2-core VM, the held-out GEMMs of one pass missed their
-curve by 14% (median), against 8% on a quiet host.
+points that happened to run during it, where it would bend the fitted curve.
 
 The first pass decides which points are measured at all: GEMMs and attention predicted
 (from the fastest rate seen so far, agreed over the ranks) to exceed `SweepPlan.max_call_s`

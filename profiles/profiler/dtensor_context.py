@@ -2,12 +2,11 @@
 among layers of host work, rather than in the loops of `profiles.profiler.framework`
 (``dtensor_from_local``, ``dtensor_linear_<pass>``, ``dtensor_to_local``).
 
-Why in context: on the 2-core development VM (two gloo ranks, one thread each) a
-column-parallel linear of the tiny model's tensor-parallel layer took 0.24-0.39 ms of its
-forward where the loop figures priced about 0.12 ms beyond the plain product; with the
-wraps and unwraps around it, DTensor's Python (placement checks, sharding propagation,
-pytree walks) runs cold after a layer of other work, as the checkpoint's hooks do
-(`profiles.profiler.checkpoint_context`).
+Why in context: in a training step a column-parallel linear, with the wraps and unwraps
+around it, runs DTensor's Python (placement checks, sharding propagation, pytree walks)
+cold after a layer of other work, as the checkpoint's hooks do
+(`profiles.profiler.checkpoint_context`), and costs several times what the hot loop
+figures price beyond the plain product.
 
 Probe: every rank runs a chain of `CHAIN_LAYERS` work blocks (`in_context.WorkBlock`) whose
 last product is either plain (the base) or DTensor's (``dtensor``): the block's activation

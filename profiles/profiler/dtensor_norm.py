@@ -5,11 +5,9 @@ DTensor modules (``SequenceParallel``): ``from_local`` of the shard, then every 
 `executor.model.RMSNorm` (``float``, ``pow``, ``mean``, ``add``, ``rsqrt``, two ``mul``,
 ``type_as``) through DTensor's dispatch, and in backward each of their nodes' kernels
 through it again. Counted as DTensor element-wise operators at the profile's chain rate
-(``dtensor_forward``, a hot loop of one replicated multiplication) such a norm came to
-0.13 ms forward and 0.14 ms backward on the 2-core VM (2 ranks, 64 x 128 shard); in the
-executor's step it took 0.63-0.73 ms forward and 0.66-0.72 ms backward (module hooks,
-unprofiled), in a tight loop 0.29-0.36 and 0.54-0.65 ms, and after a cold sweep
-(`routing.cold_sweep`) 0.41-0.51 and 0.66-0.84 ms.
+(``dtensor_forward``, a hot loop of one replicated multiplication) such a norm is priced
+at a fraction of what it costs in a step, where it runs cold, with module hooks, after
+other work; timed after a cold sweep (`routing.cold_sweep`) it comes close to that.
 
 ``dtensor_norm_forward`` and ``dtensor_norm_backward`` are those two passes per call,
 each reached after a cold sweep, on a ``NORM_TOKENS`` x ``NORM_WIDTH`` shard (small: the

@@ -27,9 +27,8 @@ Every quantity is per operator (or per call) of a tiny tensor, so the work is ne
   rank, as training shards: a root holding `FSDP_BLOCKS` fully-sharded blocks of one
   `FSDP_BLOCK_WIDTH`-square weight each, timed forward and backward (wall clock, every
   rank at once) against the same blocks unsharded, step by step in adjacent pairs from a
-  barrier (`compute.Runner.paired`: separate runs of each form, a median apart, put
-  ``fsdp_reduce`` anywhere from 0.7 to 3.2 ms over twelve profiles of the 2-core VM).
-  ``fsdp_gather`` is the cost of one
+  barrier (`compute.Runner.paired`: separate runs of each form, a median apart, leave the
+  difference to the host's changing load). ``fsdp_gather`` is the cost of one
   module's parameter all-gather (copy-in, the collective of `FSDP_PROBE_BYTES` and its
   wait across the ranks, copy-out, hooks; every module gathers in forward and again in
   backward), measured with gradient synchronization off; ``fsdp_reduce`` the extra cost
@@ -125,9 +124,8 @@ def _backward_slope(
     median of the short one (a median is steadier than a pairing of noisy samples). The
     backwards of the two lengths alternate, one call each, so that each long one is set
     against a short one of the same state of the host: timed apart, a slow spell over the
-    long chain's samples went into the slope and left the intercept at 0 (on CI, a node
-    median of 6.8 us against a call mean of 0.5 us). Backward samples are net of the median
-    forward of their length."""
+    long chain's samples would go into the slope and leave the intercept near 0. Backward
+    samples are net of the median forward of their length."""
     forward: dict[int, float] = {}
     per_op: tuple[float, ...] = ()
     steps: dict[int, Callable[[], None]] = {}

@@ -5,13 +5,9 @@ timed among layers of host work rather than alone.
 Why in context: each gather waits for the peer rank, which reaches it after its own layer
 of host work, and its buffers are the size of a layer's weights. The figures of
 `profiles.profiler.framework` (blocks of one 8x8 weight without work between them, plus a
-figure per further tensor and the collective's fit beyond the probe's bytes) priced a
-gather of the tiny model's layer (nine weights, 576 KiB) at 1.7 ms, and dp2-distopt sat
-13-21% below its measurement in six of seven fidelity benches. On the 2-core development VM (gloo,
-2 ranks) a chain of such blocks doing one product per weight cost 4.0-5.0 ms per block and
-pass beyond its unsharded twin (two probes' means), 5-7 ms after 40 products per block;
-alternating executor runs of dp2 and dp2-distopt on the same host took 140-176 ms per step
-apart (three rounds): 3.5-4.4 ms per gather, forty gathers a step.
+figure per further tensor and the collective's fit beyond the probe's bytes) time an idle
+gather; in a chain of layers a gather also pays the peer's drift and buffers of a layer's
+size, and grows with the host work between the gathers.
 
 Probe: every rank runs a chain of `CHAIN_LAYERS` blocks, each of `TENSORS` weights of
 `WIDTH` x `WIDTH` fp32 (`GATHER_BYTES` per block: the tiny model's layer), doing ``work``

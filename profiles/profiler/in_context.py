@@ -39,7 +39,7 @@ CHAIN_LAYERS = 4
 """Layers chained between two meetings of the ranks (their drift grows over the chain)."""
 WORK_GEMMS = 40
 """Products of a (128, 128) activation by a 128 x 128 weight, each with a tanh, per layer at
-a probe's worked level (4-7 ms forward on a core of the 2-core development VM)."""
+a probe's worked level (milliseconds of forward work on one CPU core)."""
 PAIRS = 24
 """Timed pairs per level."""
 PAIRS_PER_SAMPLE = 4

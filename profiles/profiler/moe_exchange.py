@@ -4,13 +4,9 @@ in the pattern the layer issues them rather than call by call.
 
 Why in context: in the executor's MoE layer every exchange waits for the peer, which
 reaches it after its own stretch of host work, and a pass's backward waits inside the
-autograd engine. Pricing each call from the collective sweep, the functional and autograd
-forms and the drift after 1 ms of products (`collective_forms`) left the exchanges at
-about half their cost: on the 2-core development VM (gloo, 2 ranks, the tiny MoE model,
-4 layers, 4 microbatches) making the token exchanges local copies of the same shape saved
-90-142 ms per step (median 126 ms), against 77-98 ms priced call by call, and a layer
-chain built as this probe is cost 5.2 ms per layer more than its local copy without host
-work between the exchanges, 6.0 ms after 10 products per layer and 7.2 ms after 40.
+autograd engine. Priced call by call from the collective sweep, the functional and autograd
+forms and the drift after host work (`collective_forms`), the exchanges miss the waits
+that the layer's pattern adds, which grow with the host work between the exchanges.
 
 Probe: every rank runs a chain of `CHAIN_LAYERS` layers, each: ``work`` products of a
 (T, D) by (D, D) fp32 matrix with a tanh (the layer's attention and routing: host work

@@ -5,10 +5,8 @@ The profile's per-operator figures (``add``: a plain dispatch; ``autograd_forwar
 ``autograd_backward_node``: the slope of a chain of one multiplication repeated) time the
 cheapest operator hot. A training step runs a mix of operators (norms, residual adds,
 activations, their backward nodes with several kernels each), each reached after different
-work: on the 2-core development VM a chain of seventeen different element-wise operators
-took 6-9 us per operator forward and 11-16 us per backward node, against 2.5 and 3.4 us
-for the profile's chains, and the cost model's mbs-1 plans came out 5-12 points further
-below their measurement than its mbs-4 plan in four benches.
+work, and a chain of different element-wise operators costs several times the per-operator
+figures of the profile's single-operator chains.
 
 ``op_mix_forward`` and ``op_mix_backward`` time `MIX_BLOCKS` blocks of the executor's
 element-wise operators, ``h = h + rope(RMSNorm(h))`` (`dtensor_norm.rms_norm` and

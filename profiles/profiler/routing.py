@@ -5,18 +5,14 @@ index and sort operators: top-k and softmax of the router logits, the keep mask,
 index (``arange``, ``repeat_interleave``), boolean and order indexings, ``argsort``,
 ``bincount``, the token gather, the weighted combine with ``index_add`` and the
 load-balancing statistics. Each runs once per layer between very different work
-(attention, the experts' GEMMs, other layers), so it pays more than one dispatch: in the
-layer (2-core VM, one rank, T = 128 tokens, E = 8, k = 2) the routing took 0.56-0.62 ms,
-about 20 us per operator, against 1.5-3 us for the profile's ``x + y`` dispatch; the same
-operators in a tight loop took 1.8-16 us each (top-k 7.6 us, ``argsort`` 7.4 us,
-``index_add`` 16 us).
+(attention, the experts' GEMMs, other layers), so it pays several times the profile's
+``x + y`` dispatch per operator, and more than the same operators in a tight loop.
 
 ``routing_op`` is the time of `ROUTING_OPS` such operators in the executor's order over
 `ROUTING_TOKENS` tokens of width `ROUTING_WIDTH` (small, so their bytes, which the cost
 model counts apart, stay negligible), recorded by autograd, each round after a sweep over
 the profiler's cold pool and a few unrelated operators, divided by the operator count; a
-sample is the median of `ROUNDS_PER_SAMPLE` rounds. On the VM the probe read 20-21 us per
-operator (13 us without the sweep).
+sample is the median of `ROUNDS_PER_SAMPLE` rounds.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ every sample of a few."""
 QUICK_BUDGET = Budget(
     warmup_calls=2, min_repeats=5, max_repeats=15, target_s=0.06, min_sample_s=4e-4
 )
-"""`--quick`: enough samples for a stable median on a 2-core machine within 2 minutes."""
+"""`--quick`: enough samples for a stable median within 2 minutes on a host of two cores."""
 FULL_BUDGET = Budget(warmup_calls=3, min_repeats=9, max_repeats=41, target_s=0.4, min_sample_s=1e-3)
 """Full sweep: more samples per point for tighter spreads."""
 
@@ -173,8 +173,8 @@ def unstolen(windows: Sequence[tuple[T, bool]]) -> list[T]:
     """The values of the (value, stolen) windows during which the hypervisor took none of
     the machine's CPU, or all of them when it took some in each: a stolen slice stops one
     rank for milliseconds while its peer waits in a call or a timed pass runs on, a cost no
-    step of an undisturbed host pays (the fidelity bench sets stolen runs aside likewise),
-    and on the 2-core development VM steal comes in spells of seconds to minutes."""
+    step of an undisturbed host pays (the fidelity bench sets stolen runs aside likewise);
+    on a shared virtual machine steal comes in spells of seconds to minutes."""
     quiet = [value for value, stolen in windows if not stolen]
     return quiet or [value for value, _ in windows]
 
@@ -338,10 +338,9 @@ def typical_s(record: GemmTiming | AttentionTiming | MemoryTiming | CollectiveTi
     of the samples (`COLLECTIVE_QUANTILE`), because they are wall-clock timings of several
     processes that each need a core at the right moment, and other load on a host only
     ever adds time, often to most samples of a point (Python's `timeit` reads the minimum
-    for the same reason). The single fastest sample is a rare extreme on a contended host:
-    on the 2-core VM, with 2 ranks and their communication threads, the held-out points of
-    three quick profiles missed their α-β lines by 20.9%, 7.9% and 16.2% (median) read at
-    the fastest sample, 11.4%, 7.6% and 11.6% read at the fifth.
+    for the same reason). The single fastest sample is a rare extreme on a contended host,
+    and a line through such extremes misses the held-out points by more than one through
+    the edge of the fastest fifth.
     """
     if isinstance(record, CollectiveTiming):
         return low_quantile(record.times_s, COLLECTIVE_QUANTILE)
