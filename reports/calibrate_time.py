@@ -14,7 +14,8 @@ The collectives keep the profile's measured costs: k is fitted on runs without l
 collectives (their collectives are a few percent of a step), so it says nothing about
 them, and the profile times every collective the way a step waits for it (its mean, the
 two ranks' scheduling included); scaling them with k would carry the compute's drift into
-the collective-bound plans. The layer collectives get a factor of their own, fitted after k on runs that have them (`reports.calibrate_layers`).
+the collective-bound plans. The layer collectives get a factor of their own, fitted after
+k on runs that have them (`reports.calibrate_layers`).
 
 `reports.calibrate_factors.time_scaled` multiplies every compute time of a profile by k: the op
 overhead (every host rate of `costmodel.runtimes.torch.host_rates` is read relative to it), GEMM and
@@ -27,8 +28,8 @@ Before k, the split: one scale on every backward pass (`HostOverheads.backward_s
 from the runs' own timelines rather than their iteration times, which only fix the sum of
 the passes. The profile prices the backward from loops (autograd nodes, GEMMs of the
 forward's layout), whose ratio to the forward need not be a training step's; a scale on
-the sum alone then misprices what a recompute adds, since its rerun is a forward (`bench/pass_split.py`). Runs whose
-passes hold layer collectives (tensor, context or expert parallelism) do not inform it:
+the sum alone then misprices what a recompute adds, since its rerun is a forward
+(`bench/pass_split.py`). Runs whose passes hold layer collectives (tensor, context or expert parallelism) do not inform it:
 the executor's pass ranges enclose those calls, the model lays them out apart. The split
 is a ratio within one run, so k does not move it and it is fitted first
 (`backward_factor`, `fit_backward_scale`).
