@@ -29,10 +29,10 @@ from the runs' own timelines rather than their iteration times, which only fix t
 the passes. The profile prices the backward from loops (autograd nodes, GEMMs of the
 forward's layout), whose ratio to the forward need not be a training step's; a scale on
 the sum alone then misprices what a recompute adds, since its rerun is a forward
-(`bench/pass_split.py`). Runs whose passes hold layer collectives (tensor, context or expert parallelism) do not inform it:
-the executor's pass ranges enclose those calls, the model lays them out apart. The split
-is a ratio within one run, so k does not move it and it is fitted first
-(`backward_factor`, `fit_backward_scale`).
+(`bench/pass_split.py`). Runs whose passes hold layer collectives (tensor, context or
+expert parallelism) do not inform it: the executor's pass ranges enclose those calls, the
+model lays them out apart. The split is a ratio within one run, so k does not move it and
+it is fitted first (`backward_factor`, `fit_backward_scale`).
 """
 
 from __future__ import annotations
