@@ -17,6 +17,7 @@ from profiles.profiler.compute import (
     time_overheads,
 )
 from profiles.profiler.compute_sweep import compute_point_count, pooled, run_compute_sweep
+from profiles.profiler.run import runs_host_probes
 from profiles.profiler.shapes import SweepPlan
 from profiles.profiler.timing import Budget, GemmTiming, per_pass
 from tests.profiles.test_profiler_framework import RUN
@@ -101,6 +102,11 @@ def test_pooling_refuses_records_of_another_point():
     assert pooled((a,), (a,))[0].times_s == (1.0, 1.0)
     with pytest.raises(ValueError, match="different records"):
         pooled((a,), (b,))
+
+
+def test_the_host_probes_run_on_cpu_ranks_only() -> None:
+    assert runs_host_probes(torch.device("cpu"))
+    assert not runs_host_probes(torch.device("cuda", 0))
 
 
 def test_the_autograd_host_probes_run_only_where_asked() -> None:

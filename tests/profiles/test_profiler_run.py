@@ -13,7 +13,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import torch
 
 from paraplan.commands import profile as profile_command
 from profiles.lookup import (
@@ -147,8 +146,3 @@ def test_held_out_check_names_each_kind_that_misses() -> None:
     misses = _held_out_misses([*good, *points("collective", 10, 1.2)])
     assert len(misses) == 1 and misses[0].startswith("collective:")
     assert [m.split(":")[0] for m in _held_out_misses(good)] == ["collective"]  # none measured
-
-
-def test_the_host_probes_run_on_cpu_ranks_only() -> None:
-    assert profiler_run.runs_host_probes(torch.device("cpu"))
-    assert not profiler_run.runs_host_probes(torch.device("cuda", 0))
