@@ -233,6 +233,52 @@ def llama3_8b_memory_case() -> dict[str, dict[str, float]]:
     return result
 
 
+def select_rows(rows: list[dict[str, str]], texts: str) -> list[dict[str, str]]:
+    """The ``rows`` whose ``row_id``, ``source_id`` or ``model`` contains one of the
+    comma-separated ``texts`` (case-insensitive); every row when ``texts`` is empty."""
+    wanted = [t.strip().lower() for t in texts.split(",") if t.strip()]
+    if not wanted:
+        return rows
+    return [
+        raw
+        for raw in rows
+        if any(
+            w == raw["row_id"] or w in raw["source_id"].lower() or w in raw["model"].lower()
+            for w in wanted
+        )
+    ]
+
+
+def defaults_report(outcomes: list[Outcome], apart: list[dict[str, str]]) -> dict[str, object]:
+    """The figures and rows at the shipped defaults, without the fitted and
+    leave-one-source-out sections (``--no-fit``)."""
+    return figures(outcomes) | {
+        "strategy_groups": kendall_tau(outcomes)["groups"],
+        "rows": [outcome_row(o, o.error) for o in outcomes],
+        "not_expressible": apart,
+    }
+
+
+def outcome_row(o: Outcome, loso_error: float) -> dict[str, object]:
+    """One row of the bench's JSON."""
+    return {
+        "row_id": o.row_id,
+        "source_id": o.source_id,
+        "model": o.model,
+        "plan": o.plan,
+        "generation": o.generation,
+        "precision": o.precision,
+        "kind": o.kind,
+        "published_s": o.published_s,
+        "predicted_s": o.predicted_s,
+        "error": o.error,
+        "loso_error": loso_error,
+        "peak_memory_gib": o.peak_memory_gib,
+        "device_memory_gib": o.device_memory_gib,
+        "fits": o.fits,
+    }
+
+
 def figures(outcomes: list[Outcome]) -> dict[str, object]:
     """Overall summary, Kendall tau and per-grouping summaries of ``outcomes``."""
     result: dict[str, object] = dict(summary(outcomes))
@@ -254,25 +300,7 @@ def report(
         outcomes, predict, FIT_GRID, per_generation=PER_GENERATION
     )
     loso_by_row = {o.row_id: o for o in loso}
-    rows = [
-        {
-            "row_id": o.row_id,
-            "source_id": o.source_id,
-            "model": o.model,
-            "plan": o.plan,
-            "generation": o.generation,
-            "precision": o.precision,
-            "kind": o.kind,
-            "published_s": o.published_s,
-            "predicted_s": o.predicted_s,
-            "error": o.error,
-            "loso_error": loso_by_row[o.row_id].error,
-            "peak_memory_gib": o.peak_memory_gib,
-            "device_memory_gib": o.device_memory_gib,
-            "fits": o.fits,
-        }
-        for o in outcomes
-    ]
+    rows = [outcome_row(o, loso_by_row[o.row_id].error) for o in outcomes]
     return figures(outcomes) | {
         "strategy_groups": kendall_tau(outcomes)["groups"],
         "fitted": figures(apply_model(outcomes, predict, fitted))
@@ -326,12 +354,27 @@ def main(argv: list[str] | None = None) -> int:
         "--search", action="store_true", help="add the planner's search sanity (trust A rows)"
     )
     parser.add_argument("--csv", type=Path, default=default_csv(), help="published-runs CSV")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="only the rows whose source id, model or row id contains one of these "
+        "comma-separated texts (case-insensitive)",
+    )
+    parser.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="price the rows with the shipped defaults only: no fitted or leave-one-source-out "
+        "sections (a quick look at a change)",
+    )
     args = parser.parse_args(argv)
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    outcomes, cases, apart = evaluate(read_rows(args.csv))
-    result = report(outcomes, apart, row_predictor(cases))
+    outcomes, cases, apart = evaluate(select_rows(read_rows(args.csv), args.rows))
+    if args.no_fit:
+        result = defaults_report(outcomes, apart)
+    else:
+        result = report(outcomes, apart, row_predictor(cases))
     if args.search:
         from search_sanity import search_sanity
 
@@ -363,6 +406,8 @@ def print_table(result: dict) -> None:
             f"{r['loso_error']:>+7.1%} {r['peak_memory_gib']:>5.0f} {r['fits']}"
         )
     for name in ("model", "fitted", "loso"):
+        if name != "model" and name not in result:
+            continue
         figs = result if name == "model" else result[name]
         print(
             f"{name:>6}: rows {figs['num_rows']}, median |error| {figs['median_abs_error']:.1%}, "
