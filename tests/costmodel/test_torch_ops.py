@@ -90,6 +90,29 @@ def test_elementwise_kernels_are_priced_by_the_executor_rmsnorm():
     assert RATES.elementwise_Bps == pytest.approx(50e9)
 
 
+def test_a_convex_rmsnorm_curve_keeps_its_slope():
+    # Points that bend upwards past the per-core cache: t = bytes / 5 GB/s up to 1 MiB,
+    # twice that per byte beyond. The least-squares line has a negative intercept; its slope
+    # still prices the element-wise bytes, not the streaming bandwidth of x + y (50 GB/s).
+    sizes = (2**17, 2**18, 2**19, 2**20, 2**21, 2**22)
+    points = tuple(
+        spread(f"memory.rmsnorm.fp32.{b}B", b / 5e9 if b <= 2**20 else (2 * b - 2**20) / 5e9)
+        for b in sizes
+    )
+    rates = host_rates(cpu_profile(extra=points))
+    n = len(sizes)
+    xs = [float(b) for b in sizes]
+    ys = [b / 5e9 if b <= 2**20 else (2 * b - 2**20) / 5e9 for b in sizes]
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
+    assert my - slope * mx < 0  # the fixture's line is degenerate for a positive-intercept fit
+    assert rates.elementwise_Bps == pytest.approx(7 / 2 / slope)
+    assert rates.elementwise_Bps < 50e9 / 2
+    assert rates.elementwise_op_s == rates.dispatch_s  # no kernel cost beyond the dispatch
+
+
 def test_transposing_copies_have_their_own_rate():
     # Transpose points on t = 5 µs + bytes / 4 GB/s: the rate is the line's slope; without
     # points a transpose streams like an element-wise kernel.

@@ -10,7 +10,9 @@ import torch
 from profiles.profiler.compute import (
     COLD_POOL_BYTES,
     MAX_OPERAND_SETS,
+    NORM_WIDTH,
     TRANSPOSE_WIDTH,
+    cold_rmsnorm,
     gemm_operands,
     operand_sets,
     time_memory_ops,
@@ -52,6 +54,23 @@ def test_the_memory_sweep_times_a_transposing_copy():
     assert set(records) == {"copy", "add", "rmsnorm", "transpose"}
     assert records["transpose"].bytes_moved == 2 * elements * 4
     assert all(t > 0 for t in records["transpose"].times_s)
+
+
+def test_the_rmsnorm_point_reads_cold_inputs_and_writes_fresh_outputs():
+    # A step's element-wise operators read activations written operators earlier and write
+    # fresh ones that are held for the backward: the point rotates its inputs over the cold
+    # pool and holds each output for a whole turn, so no call reuses the block just freed.
+    elements = 16 * NORM_WIDTH
+    sets = operand_sets(RUN, elements * 4)
+    assert sets > 1
+    call = cold_rmsnorm(RUN, elements, "fp32")
+    # The test keeps no output: only the point's own hold keeps the blocks apart.
+    addresses = [call().data_ptr() for _ in range(2 * sets)]
+    assert len(set(addresses[:sets])) == sets
+    values = [call() for _ in range(sets + 1)]
+    assert not torch.equal(values[0], values[1])  # a different input each call
+    assert torch.equal(values[sets], values[0])  # back to the first after a full turn
+    assert values[0].shape == (16, NORM_WIDTH)
 
 
 def _tiny_plan(**overrides) -> SweepPlan:

@@ -31,11 +31,14 @@ no host cost (`kernel_bound_rates`):
   operators.
 - element-wise kernels: the profile times the executor's own RMSNorm (six kernels with
   fresh outputs, reductions and broadcasts, the fp32 ``rmsnorm`` streams, nominal bytes
-  2·N·e). A line t = a + b·bytes through its points up to `RMSNORM_FIT_MAX_BYTES` gives the
-  cost of one such kernel, ``elementwise_op_s`` = a / 6 (dispatch, output allocation and
-  launch), and the rate of the bytes the cost model counts for it (7·N·e,
-  `costmodel.runtimes.torch.ops.rms_norm`), ``elementwise_Bps`` = 7 / (2·b). Fallback: one dispatch
-  and the streaming bandwidth.
+  2·N·e, timed with inputs and outputs beyond the per-core caches as in a step,
+  `profiles.profiler.compute.cold_rmsnorm`). A line t = a + b·bytes through its points up to
+  `RMSNORM_FIT_MAX_BYTES` gives the cost of one such kernel, ``elementwise_op_s`` = a / 6
+  (dispatch, output allocation and launch; at least one dispatch, and no more than that when
+  a < 0, the points bending upwards past the per-core cache), and the rate of the bytes the
+  cost model counts for it (7·N·e, `costmodel.runtimes.torch.ops.rms_norm`),
+  ``elementwise_Bps`` = 7 / (2·b). Fallback (fewer than two points): one dispatch and the
+  streaming bandwidth.
 - transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
   (the fp32 ``transpose`` streams, 2·N·e); ``transpose_Bps`` is 1 / b of the line
   t = a + b·bytes through those points (the dispatch is counted with the operator).
@@ -376,12 +379,15 @@ def _rate_scale(profile: HardwareProfile, host: HostOverheads, dispatch_s: float
 def _elementwise(
     profile: HardwareProfile, host: HostOverheads, scale: float, rate: float
 ) -> tuple[float, float]:
-    """(seconds per kernel, bytes per second) of the RMSNorm fit (module doc)."""
-    fit = _line(_sized_points(host, "rmsnorm", RMSNORM_FIT_MAX_BYTES))
+    """(seconds per kernel, bytes per second) of the RMSNorm fit (module doc). A line with a
+    negative intercept (points convex over the fit's range: the time per byte grows past the
+    per-core cache) keeps its slope, the mean cost per byte over the executor's sizes, and no
+    cost per kernel (the caller prices a kernel at one dispatch at least)."""
+    fit = _line(_sized_points(host, "rmsnorm", RMSNORM_FIT_MAX_BYTES), positive_intercept=False)
     if fit is None:
         return profile.compute.op_overhead_s, memory_bandwidth_Bps(profile)
     intercept, slope = fit
-    return intercept * scale / RMSNORM_KERNELS, rate * RMSNORM_BYTES_RATIO / slope
+    return max(intercept, 0.0) * scale / RMSNORM_KERNELS, rate * RMSNORM_BYTES_RATIO / slope
 
 
 def _transpose_rate(host: HostOverheads, rate: float, fallback_Bps: float) -> float:
