@@ -41,16 +41,6 @@ LEGACY_SCALES = (("compute", "backward_scale"), ("communication", "layer_collect
 """(section, key) of the calibration scales that moved into the host section."""
 
 
-def _stats(s: MeasurementSpread) -> dict[str, Any]:
-    return {
-        "num_samples": s.num_samples,
-        "mean_s": s.mean,
-        "median_s": s.median,
-        "min_s": s.min,
-        "max_s": s.max,
-    }
-
-
 def host_from_spread(
     spread: Sequence[MeasurementSpread],
     *,
@@ -64,14 +54,18 @@ def host_from_spread(
         stream = STREAM_QUANTITY.fullmatch(s.quantity)
         call = COLLECTIVE_QUANTITY.fullmatch(s.quantity)
         if s.quantity.startswith(TIMING_PREFIX):
-            timings.append(HostTiming(name=s.quantity.removeprefix(TIMING_PREFIX), **_stats(s)))
+            timings.append(
+                HostTiming(name=s.quantity.removeprefix(TIMING_PREFIX), **s.host_stats())
+            )
         elif stream:
             op, dtype, nbytes = stream.groups()
-            streams.append(HostStream(op=op, dtype=dtype, bytes_moved=int(nbytes), **_stats(s)))
+            streams.append(
+                HostStream(op=op, dtype=dtype, bytes_moved=int(nbytes), **s.host_stats())
+            )
         elif call:
             op, group, size = call.groups()
             calls.append(
-                HostCollective(op=op, group_size=int(group), size_bytes=int(size), **_stats(s))
+                HostCollective(op=op, group_size=int(group), size_bytes=int(size), **s.host_stats())
             )
     return HostOverheads(
         timings=tuple(timings),

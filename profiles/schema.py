@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from specs.errors import SpecError
 from specs.fieldcheck import require_choice, require_non_negative, require_positive
@@ -403,6 +403,18 @@ class MeasurementSpread:
                 f"MeasurementSpread {self.quantity!r}: need min <= median <= max, got "
                 f"min={self.min}, median={self.median}, max={self.max}"
             )
+
+    def host_stats(self) -> dict[str, Any]:
+        """The statistics a host-section row (`HostTiming`, `HostStream`, `HostCollective`)
+        carries, keyed by its field names: sample count and mean, median, min and max in
+        seconds (the spread's unit for host timings)."""
+        return {
+            "num_samples": self.num_samples,
+            "mean_s": self.mean,
+            "median_s": self.median,
+            "min_s": self.min,
+            "max_s": self.max,
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -225,15 +225,9 @@ def _spreads(records: RunRecords) -> tuple[MeasurementSpread, ...]:
 
 
 def _stats(record: Any) -> dict[str, Any]:
-    """The statistics of a record's host row: those of its provenance spread."""
-    s = spread(record.quantity, record.times_s)
-    return {
-        "num_samples": s.num_samples,
-        "mean_s": s.mean,
-        "median_s": s.median,
-        "min_s": s.min,
-        "max_s": s.max,
-    }
+    """The statistics of a record's host row: those of its provenance spread
+    (`MeasurementSpread.host_stats`)."""
+    return spread(record.quantity, record.times_s).host_stats()
 
 
 def host_section(records: RunRecords) -> HostOverheads:

@@ -181,3 +181,30 @@ def test_rows_are_validated() -> None:
                    max_s=1.0)  # fmt: skip
     with pytest.raises(SpecError, match="backward_scale must be > 0"):
         HostOverheads(backward_scale=0.0)
+
+
+def test_a_spread_gives_each_host_row_its_statistics():
+    s = MeasurementSpread(
+        quantity="op_overhead.add",
+        unit="s",
+        num_samples=7,
+        mean=2e-6,
+        stdev=1e-7,
+        min=1.5e-6,
+        max=3e-6,
+        median=1.9e-6,
+    )
+    stats = s.host_stats()
+    for row in (
+        HostTiming(name="add", **stats),
+        HostStream(op="add", dtype="fp32", bytes_moved=4096, **stats),
+        HostCollective(op="all_reduce", group_size=2, size_bytes=1024, **stats),
+    ):
+        assert (row.num_samples, row.mean_s, row.median_s, row.min_s, row.max_s) == (
+            7,
+            2e-6,
+            1.9e-6,
+            1.5e-6,
+            3e-6,
+        )
+    assert set(stats) == {"num_samples", "mean_s", "median_s", "min_s", "max_s"}
