@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import costmodel.runtimes.megatron.screen as megatron_screen
 from costmodel.estimate import estimate_plan
 from costmodel.execution import TORCH_OPTIONS
 from costmodel.plan_frame import plans_frame
@@ -77,3 +78,23 @@ def test_screen_prices_the_middle_stage_with_the_most_moe_layers():
     simulated = estimate_plan(model, cluster, job, plan, H100)
     assert abs(screened["peak_memory_bytes"][0] / simulated.peak_memory_bytes - 1) < 0.01
     assert abs(screened["iteration_time_s"][0] / simulated.iteration_time_s - 1) < 0.05
+
+
+def test_screen_and_bound_read_one_set_of_priced_parts(monkeypatch):
+    """The screen and its bound take their layer, group and parameter columns from one
+    function, so that a change to how a part is priced moves both."""
+    model, cluster, job, rows = _candidate_rows("tiny", 8, 512, 32)
+    rows = rows.head(50)
+    seen = []
+    shared = megatron_screen.priced_parts
+
+    def counted(*args, **kwargs):
+        parts = shared(*args, **kwargs)
+        seen.append([sorted(p.columns) for p in parts])
+        return parts
+
+    monkeypatch.setattr(megatron_screen, "priced_parts", counted)
+    screen_plans(model, cluster, job, H100, rows)
+    screen_lower_bounds(model, cluster, job, H100, rows)
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert any("f_d" in columns for columns in seen[0])  # the dense layer's forward

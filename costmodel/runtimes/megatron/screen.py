@@ -301,6 +301,31 @@ def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKer
     return fn
 
 
+def priced_parts(
+    model: ModelSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    df: pd.DataFrame,
+    topo: tuple[int, int, int],
+    options: ExecutionOptions,
+) -> list[pd.DataFrame]:
+    """The priced columns that `closed_form_screen` and `pipeline_lower_bound_s` both read,
+    aligned to the rows of ``df`` (normalized, with its sharding columns): per distinct
+    layer shape the layer, embedding and output costs (`_layer_columns`), per distinct
+    degrees the affine costs of the gradient, parameter and pipeline groups
+    (`_group_columns`), and per distinct split the stages' layers and parameters
+    (`_param_columns`)."""
+    return [
+        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
+        _per_unique(
+            df,
+            ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
+            _group_columns(profile, topo),
+        ),
+        _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
+    ]
+
+
 def _recompute_fraction(model: ModelSpec):
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row)
@@ -604,13 +629,7 @@ def closed_form_screen(
         df["ddp_bucket_size"] > 0, np.maximum(40_000_000, 1_000_000 * df["dp"] * df["cp"])
     )
     parts = [
-        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
-        _per_unique(
-            df,
-            ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
-            _group_columns(profile, topo),
-        ),
-        _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
+        *priced_parts(model, job, profile, df, topo, options),
         _per_unique(
             df,
             [
@@ -723,15 +742,7 @@ def pipeline_lower_bound_s(
     topo = _topology(profile, cluster)
     df = _with_sharding(df)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
-    parts = [
-        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
-        _per_unique(
-            df,
-            ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
-            _group_columns(profile, topo),
-        ),
-        _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
-    ]
+    parts = priced_parts(model, job, profile, df, topo, options)
     c = {k: v.to_numpy() for k, v in pd.concat([df, *parts], axis=1).items()}
     no_recompute = np.full(len(df), "none")
     c["rc_frac"] = np.zeros(len(df))
