@@ -112,10 +112,18 @@ def breakdown_lines(estimate: Estimate) -> list[str]:
     return ["  breakdown: " + ", ".join(parts)]
 
 
-def knob_differences(a: ParallelPlan, b: ParallelPlan) -> list[str]:
-    """``knob A vs B`` for every knob the two plans set differently."""
+EXPERT_KNOBS = ("ep", "etp")
+"""Knobs that only shape expert layers: a dense model has none, and its expert tensor
+parallelism would merely echo tp."""
+
+
+def knob_differences(a: ParallelPlan, b: ParallelPlan, *, experts: bool = True) -> list[str]:
+    """``knob A vs B`` for every knob the two plans set differently; without ``experts``
+    (a dense model) the `EXPERT_KNOBS` are left out."""
     out = []
     for name in KNOBS:
+        if not experts and name in EXPERT_KNOBS:
+            continue
         va = a.expert_tp if name == "etp" else getattr(a, name)
         vb = b.expert_tp if name == "etp" else getattr(b, name)
         if va != vb:
@@ -123,8 +131,11 @@ def knob_differences(a: ParallelPlan, b: ParallelPlan) -> list[str]:
     return out
 
 
-def comparison_lines(winner: RankedPlan, runner_up: RankedPlan, limit: int = 3) -> list[str]:
-    """Why ``winner`` beats ``runner_up``: the largest breakdown differences, memory, knobs."""
+def comparison_lines(
+    winner: RankedPlan, runner_up: RankedPlan, limit: int = 3, *, experts: bool = True
+) -> list[str]:
+    """Why ``winner`` beats ``runner_up``: the largest breakdown differences, memory, knobs
+    (the expert knobs only with ``experts``, a MoE model)."""
     a, b = group_seconds(winner.estimate), group_seconds(runner_up.estimate)
     diffs = sorted(((a[g] - b[g], g) for g in a), key=lambda d: -abs(d[0]))
     faster = winner.estimate.tokens_per_s / runner_up.estimate.tokens_per_s - 1
@@ -141,7 +152,7 @@ def comparison_lines(winner: RankedPlan, runner_up: RankedPlan, limit: int = 3) 
     ]
     ma, mb = winner.estimate.peak_memory_bytes, runner_up.estimate.peak_memory_bytes
     lines.append(f"  peak memory {gib(ma)} vs {gib(mb)} ({gib(ma - mb, signed=True)})")
-    knobs = knob_differences(winner.plan, runner_up.plan)
+    knobs = knob_differences(winner.plan, runner_up.plan, experts=experts)
     if knobs:
         lines.append("  knobs: " + ", ".join(knobs))
     return lines
@@ -317,5 +328,5 @@ def explain(result: SearchResult) -> str:
     lines += breakdown_lines(result.best.estimate)
     runner_up = runner_up_of(result)
     if runner_up is not None:
-        lines += comparison_lines(result.best, runner_up)
+        lines += comparison_lines(result.best, runner_up, experts=result.model.is_moe)
     return "\n".join(lines)
