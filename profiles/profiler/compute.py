@@ -7,10 +7,10 @@ include the contention for cores, caches and memory bandwidth that a training st
 
 Operators are issued the way a training step issues them: outputs are freshly allocated
 (``F.linear``, ``x + y``), attention inputs require gradients, the backward runs through
-autograd, and a GEMM point rotates through operand sets larger than a core's L2
-(`COLD_POOL_BYTES`), because a training step reads a weight again only after the rest of
-the step has passed through the cache. Bytes moved per memory-bound call, the figure
-bandwidth is quoted against:
+autograd, and a GEMM or attention point rotates through operand sets larger than a core's
+L2 (`COLD_POOL_BYTES`), because a training step reads a weight or an activation again only
+after the rest of the step has passed through the cache. Bytes moved per memory-bound
+call, the figure bandwidth is quoted against:
 - ``copy``: ``dst.copy_(src)``, 2·n·e (read and write n elements of e bytes);
 - ``add``: ``x + y``, 3·n·e;
 - ``rmsnorm``: the executor's ``x · rsqrt(mean(x²) + eps) · w`` over rows of 1024, 2·n·e,
@@ -197,18 +197,29 @@ def time_gemm(run: Runner, shape: GemmShape) -> GemmTiming:
 
 
 def time_attention(run: Runner, shape: AttentionShape) -> tuple[AttentionTiming, ...]:
-    """Causal SDPA forward (autograd recording, as in training) and backward."""
+    """Causal SDPA forward (autograd recording, as in training) and backward; each call
+    takes the next of `operand_sets` sets of q, k and v (and, backward, of the output's
+    graph and gradient), so that small shapes read their operands from beyond the nearest
+    caches, as the GEMM points do."""
     dtype, b, h, s, d = shape
-    q, k, v = (run.randn(b, h, s, d, dtype=dtype, grad=True) for _ in range(3))
+    sets = operand_sets(run, 3 * b * h * s * d * TORCH_DTYPES[dtype].itemsize)
+    qkv = [
+        tuple(run.randn(b, h, s, d, dtype=dtype, grad=True) for _ in range(3)) for _ in range(sets)
+    ]
+    forward_turn, backward_turn = itertools.count(), itertools.count()
 
     def forward() -> torch.Tensor:
+        q, k, v = qkv[next(forward_turn) % sets]
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    out = forward()
-    grad_out = torch.randn_like(out)
-    backward_times = run.time(
-        lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
-    )
+    outs = [forward() for _ in range(sets)]
+    grads = [torch.randn_like(out) for out in outs]
+
+    def backward() -> tuple[torch.Tensor, ...]:
+        i = next(backward_turn) % sets
+        return torch.autograd.grad(outs[i], qkv[i], grads[i], retain_graph=True)
+
+    backward_times = run.time(backward)
     forward_times = run.time(forward)
     return tuple(
         AttentionTiming(

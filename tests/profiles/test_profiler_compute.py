@@ -15,6 +15,7 @@ from profiles.profiler.compute import (
     cold_rmsnorm,
     gemm_operands,
     operand_sets,
+    time_attention,
     time_memory_ops,
     time_overheads,
 )
@@ -71,6 +72,23 @@ def test_the_rmsnorm_point_reads_cold_inputs_and_writes_fresh_outputs():
     assert not torch.equal(values[0], values[1])  # a different input each call
     assert torch.equal(values[sets], values[0])  # back to the first after a full turn
     assert values[0].shape == (16, NORM_WIDTH)
+
+
+def test_attention_points_rotate_through_operand_sets(monkeypatch):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    queries = []
+
+    def recorded(q, *args, **kwargs):
+        queries.append(q.data_ptr())
+        return sdpa(q, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recorded)
+    forward, backward = time_attention(RUN, ("fp32", 1, 2, 32, 16))
+    sets = operand_sets(RUN, 3 * 2 * 32 * 16 * 4)
+    assert sets > 1
+    assert len(set(queries)) == sets  # every set is used, none beyond them
+    assert forward.direction == "forward" and backward.direction == "backward"
+    assert all(t > 0 for t in forward.times_s + backward.times_s)
 
 
 def _tiny_plan(**overrides) -> SweepPlan:
