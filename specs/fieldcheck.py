@@ -46,3 +46,21 @@ def require_choice(obj: Any, name: str, literal: Any) -> None:
     if value not in allowed:
         choices = ", ".join(repr(a) for a in allowed)
         raise SpecError(f"{type(obj).__name__}.{name} must be one of {choices}, got {value!r}")
+
+
+def require_choices(obj: Any, name: str, literal: Any) -> None:
+    """The named field must be None or a tuple of distinct values of a `Literal` type."""
+    value = getattr(obj, name)
+    if value is None:
+        return
+    allowed = get_args(literal)
+    if not isinstance(value, tuple):
+        raise SpecError(f"{type(obj).__name__}.{name} must be a tuple, got {value!r}")
+    bad = [v for v in value if v not in allowed]
+    if bad or len(set(value)) != len(value):
+        choices = ", ".join(repr(a) for a in allowed)
+        problem = f"unknown {bad[0]!r}" if bad else "a repeated entry"
+        raise SpecError(
+            f"{type(obj).__name__}.{name} has {problem} in {value!r}: use distinct values of "
+            f"{choices}"
+        )

@@ -12,13 +12,29 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specs.errors import SpecError
-from specs.fieldcheck import require_choice, require_optional_positive, require_positive
+from specs.fieldcheck import (
+    require_choice,
+    require_choices,
+    require_non_negative,
+    require_optional_positive,
+    require_positive,
+)
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 Schedule = Literal["1f1b", "interleaved"]
 CpCommType = Literal["p2p", "all_gather"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
+RecomputeModule = Literal[
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"
+]
+"""Megatron-core's selective-recompute modules (``TransformerConfig.recompute_modules``,
+`megatron/core/transformer/transformer_config.py`)."""
+OffloadModule = Literal[
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"
+]
+"""Megatron-core's fine-grained activation-offloading modules, each offloading its input
+(``TransformerConfig.offload_modules``, `megatron/core/transformer/transformer_config.py`)."""
 
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
 """Megatron's default gradient bucket floor: max(40M, 1M x dp·cp) parameters
@@ -99,6 +115,20 @@ class ParallelPlan:
     layer, `m` MTP layer, `L` loss, `|` between virtual stages (ordered by virtual stage,
     then rank), `(...)*n` and `x*n` repetition, commas ignored; None means no layout."""
 
+    # ---- per-module recompute and CPU activation offloading ------------------------------
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    """With selective recompute, the Megatron-core modules recomputed in backward
+    (`--recompute-modules`): `core_attn`, `moe_act`, `layernorm`, `mla_up_proj`, `mlp`,
+    `moe`, `shared_experts`; None means Megatron's default, `core_attn` alone; an empty
+    tuple recomputes nothing."""
+    cpu_offloading_num_layers: int = 0
+    """Layers whose activations are offloaded to host memory during forward and reloaded
+    in backward (`--cpu-offloading` with `--cpu-offloading-num-layers`); 0 means off."""
+    offload_modules: tuple[OffloadModule, ...] = ()
+    """Fine-grained activation offloading (`--fine-grained-activation-offloading` with
+    `--offload-modules`): the modules whose input is offloaded to host memory, in every
+    layer; empty means off."""
+
     def __post_init__(self) -> None:
         require_positive(self, "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch_size")
         require_optional_positive(
@@ -114,6 +144,9 @@ class ParallelPlan:
         require_choice(self, "schedule", Schedule)
         require_choice(self, "cp_comm_type", CpCommType)
         require_choice(self, "data_parallel_sharding_strategy", ShardingStrategy)
+        require_non_negative(self, "cpu_offloading_num_layers")
+        require_choices(self, "recompute_modules", RecomputeModule)
+        require_choices(self, "offload_modules", OffloadModule)
 
     @classmethod
     def for_world(cls, world_size: int, **degrees: object) -> ParallelPlan:
@@ -181,6 +214,9 @@ class ParallelPlan:
             parts.append("sp")
         if self.recompute != "none":
             parts.append({"selective": "rc-sel", "full": "rc-full"}[self.recompute])
+        saver = self.saver_label()
+        if saver:
+            parts.append(saver)
         if self.distributed_optimizer:
             parts.append("distopt")
         if self.use_megatron_fsdp:
@@ -215,6 +251,31 @@ class ParallelPlan:
             parts.append("acc-loss")
         if self.pipeline_model_parallel_layout is not None:
             parts.append(f"layout={self.pipeline_model_parallel_layout}")
+        return " ".join(parts)
+
+    @property
+    def selective_modules(self) -> tuple[str, ...]:
+        """The modules selective recompute reruns: `recompute_modules`, or Megatron's
+        default ``("core_attn",)`` when it is None; empty unless recompute is selective."""
+        if self.recompute != "selective":
+            return ()
+        return ("core_attn",) if self.recompute_modules is None else self.recompute_modules
+
+    @property
+    def offloads_activations(self) -> bool:
+        """True when layer-level or fine-grained activation offloading is on."""
+        return self.cpu_offloading_num_layers > 0 or bool(self.offload_modules)
+
+    def saver_label(self) -> str:
+        """Per-module recompute and offloading in `label` form (``rc=mla_up_proj+mlp``,
+        ``offload20``, ``offload=core_attn+attn_proj``); empty when neither is set."""
+        parts = []
+        if self.recompute == "selective" and self.recompute_modules is not None:
+            parts.append("rc=" + ("+".join(self.recompute_modules) or "-"))
+        if self.cpu_offloading_num_layers:
+            parts.append(f"offload{self.cpu_offloading_num_layers}")
+        if self.offload_modules:
+            parts.append("offload=" + "+".join(self.offload_modules))
         return " ".join(parts)
 
     def replace(self, **changes: object) -> ParallelPlan:

@@ -39,6 +39,7 @@ from specs.rules_features import FEATURE_RULES
 from specs.rules_fsdp import FSDP_RULES
 from specs.rules_moe import MOE_RULES
 from specs.rules_pipeline import PIPELINE_RULES
+from specs.rules_savers import SAVER_RULES
 
 __all__ = [
     "RULES",
@@ -310,9 +311,10 @@ RULES: tuple[Rule, ...] = (
     interleaved_needs_microbatches_multiple_of_pp,
     *FEATURE_RULES,
     *FSDP_RULES,
+    *SAVER_RULES,
 )
 """Every rule, in check order: world size, model shapes, experts, pipeline, batch,
-sequence, switches, Megatron-FSDP."""
+sequence, switches, Megatron-FSDP, per-module recompute and activation offloading."""
 
 
 def rule_ids() -> tuple[str, ...]:

@@ -346,6 +346,36 @@ CASES = [
         Change(plan={"use_megatron_fsdp": True, "distributed_optimizer": False}),
         ("use_megatron_fsdp (True)", "distributed_optimizer (True)"),
     ),
+    Case(
+        "recompute_modules_need_selective",
+        Change(plan={"recompute_modules": ("mlp",)}),
+        Change(plan={"recompute_modules": ("mlp",), "recompute": "selective"}),
+        ("recompute_modules (mlp)", "recompute ('none')"),
+    ),
+    Case(
+        "recompute_modules_match_model",
+        Change(plan={"recompute": "selective", "recompute_modules": ("moe_act", "mlp")}),
+        Change(plan={"recompute": "selective", "recompute_modules": ("moe_act",)}, base=MIXTRAL),
+        ("moe_act (no MoE layers)",),
+    ),
+    Case(
+        "cpu_offloading_layers_below_num_layers",
+        Change(plan={"cpu_offloading_num_layers": 32, "pp": 1, "vpp": 1, "dp": 32}),
+        Change(plan={"cpu_offloading_num_layers": 31, "pp": 1, "vpp": 1, "dp": 32}),
+        ("cpu_offloading_num_layers (32)", "num_layers (32)", "at most 31"),
+    ),
+    Case(
+        "cpu_offloading_without_pipeline_or_recompute",
+        Change(plan={"cpu_offloading_num_layers": 8}),
+        Change(plan={"cpu_offloading_num_layers": 8, "pp": 1, "vpp": 1, "dp": 32}),
+        ("cpu_offloading_num_layers (8)", "pp (4)", "recompute ('none')"),
+    ),
+    Case(
+        "offload_modules_valid",
+        Change(plan={"offload_modules": ("attn_proj",)}),
+        Change(plan={"offload_modules": ("core_attn", "attn_proj")}),
+        ("offload_modules (attn_proj)", "add core_attn"),
+    ),
 ]
 
 

@@ -1,0 +1,126 @@
+"""Plan rules for the memory savers Megatron-core states per module: selective recompute of
+named modules (`ParallelPlan.recompute_modules`) and CPU activation offloading, layer-level
+(`ParallelPlan.cpu_offloading_num_layers`) or fine-grained (`ParallelPlan.offload_modules`).
+
+The checks are Megatron-core's own (`TransformerConfig.__post_init__`,
+`megatron/core/transformer/transformer_config.py`): module names that need MLA or MoE
+layers, layer-level offloading only without pipelining and without recompute, and the two
+offloading forms not together. Each rule follows `specs.rules_base` conventions.
+"""
+
+from __future__ import annotations
+
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+from specs.rules_base import rule
+
+MOE_RECOMPUTE_MODULES = ("moe_act", "moe", "shared_experts")
+"""Recompute modules that exist only in MoE layers."""
+MOE_OFFLOAD_MODULES = ("expert_fc1", "moe_act")
+"""Offload modules that exist only in MoE layers."""
+
+
+@rule
+def recompute_modules_need_selective(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """recompute_modules applies to selective recompute only (Megatron-core reads
+    ``recompute_modules`` under ``recompute_granularity == "selective"``)."""
+    if plan.recompute_modules is None or plan.recompute == "selective":
+        return None
+    return (
+        f"recompute_modules ({','.join(plan.recompute_modules)}) applies only to selective "
+        f"recompute, got recompute ('{plan.recompute}'): set recompute='selective' or drop "
+        "recompute_modules"
+    )
+
+
+@rule
+def recompute_modules_match_model(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """``mla_up_proj`` needs multi-latent attention, ``moe_act``/``moe``/``shared_experts``
+    MoE layers (``shared_experts`` a shared expert), ``mlp`` dense layers (Megatron-core
+    raises for the first two; the others would recompute nothing)."""
+    wrong = []
+    for module in plan.selective_modules:
+        if module == "mla_up_proj" and not model.uses_mla:
+            wrong.append(f"{module} (no MLA)")
+        elif module in MOE_RECOMPUTE_MODULES and not model.is_moe:
+            wrong.append(f"{module} (no MoE layers)")
+        elif module == "shared_experts" and not model.moe_shared_expert_size:
+            wrong.append(f"{module} (no shared expert)")
+        elif module == "mlp" and all(model.moe_layer_mask()):
+            wrong.append(f"{module} (no dense layers)")
+    if not wrong:
+        return None
+    return (
+        f"recompute_modules name modules model {model.name!r} lacks: {', '.join(wrong)}: "
+        "drop them from recompute_modules"
+    )
+
+
+@rule
+def cpu_offloading_layers_below_num_layers(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """cpu_offloading_num_layers < num_layers (Megatron-core: "CPU offloading can be done
+    only for layers less than num_layers")."""
+    n = plan.cpu_offloading_num_layers
+    if n < model.num_layers:
+        return None
+    return (
+        f"cpu_offloading_num_layers ({n}) must be below num_layers ({model.num_layers}): "
+        f"set it to at most {model.num_layers - 1}"
+    )
+
+
+@rule
+def cpu_offloading_without_pipeline_or_recompute(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Layer-level CPU offloading needs pp == 1 and no recompute (Megatron-core: "no support
+    for Pipeline parallelism with CPU offloading", "CPU offloading does not work when
+    activation recomputation is enabled")."""
+    if plan.cpu_offloading_num_layers == 0 or (plan.pp == 1 and plan.recompute == "none"):
+        return None
+    return (
+        f"cpu_offloading_num_layers ({plan.cpu_offloading_num_layers}) needs pp = 1 and "
+        f"recompute 'none', got pp ({plan.pp}) and recompute ('{plan.recompute}'): set "
+        "cpu_offloading_num_layers=0, or pp=1 and recompute='none'"
+    )
+
+
+@rule
+def offload_modules_valid(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Fine-grained offloading: not together with layer-level offloading, ``attn_proj`` only
+    with ``core_attn``, ``expert_fc1``/``moe_act`` only with MoE layers (Megatron-core
+    asserts the first two)."""
+    modules = plan.offload_modules
+    if not modules:
+        return None
+    if plan.cpu_offloading_num_layers:
+        problem = f"cpu_offloading_num_layers ({plan.cpu_offloading_num_layers}) is also set"
+        fix = "use one form of offloading"
+    elif "attn_proj" in modules and "core_attn" not in modules:
+        problem, fix = "attn_proj is offloaded without core_attn", "add core_attn"
+    elif not model.is_moe and any(m in MOE_OFFLOAD_MODULES for m in modules):
+        problem = f"model {model.name!r} has no MoE layers"
+        fix = f"drop {', '.join(m for m in modules if m in MOE_OFFLOAD_MODULES)}"
+    else:
+        return None
+    return f"offload_modules ({','.join(modules)}): {problem}: {fix}"
+
+
+SAVER_RULES = (
+    recompute_modules_need_selective,
+    recompute_modules_match_model,
+    cpu_offloading_layers_below_num_layers,
+    cpu_offloading_without_pipeline_or_recompute,
+    offload_modules_valid,
+)
+"""The memory-saver rules in check order."""
