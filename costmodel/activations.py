@@ -20,6 +20,10 @@ s·b·h·(10 + 24/t). The generalisations:
   Engine) keeps only fp32 log-sum-exp statistics (4·b·a·s/(t·cp) bytes) besides Q, K, V
   and the output; ``materialized`` keeps Table 2's 5·a·s²·b term (softmax output, dropout
   mask and dropout output). Selective recompute drops exactly that core-attention part.
+- Per-module selective recompute (`ParallelPlan.recompute_modules`) drops the saved tensors
+  of the named modules and CPU activation offloading moves the tensors it offloads to host
+  memory, one offloaded layer staying on the device in flight
+  (`costmodel.activation_savers`).
 - Full recompute keeps only each checkpoint's input (2·s·b·h, /t with SP) and rebuilds one
   checkpoint at a time in the backward pass; that rebuilt group is the recompute working
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
@@ -47,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
 from costmodel.schedules import (
     chunk_layers,
     warmup_microbatches_1f1b,
@@ -120,6 +125,9 @@ class LayerActivations:
     """The part selective recompute drops: softmax statistics (flash) or scores (materialized)."""
     input_bytes: float
     """The layer input: all a full-recompute checkpoint keeps."""
+    tensors: tuple[tuple[str, float], ...] = ()
+    """The saved tensors by name (`costmodel.activation_savers.SAVED_TENSORS`), summing to
+    full_bytes: what per-module recompute and activation offloading act on."""
 
     @property
     def selective_bytes(self) -> float:
@@ -127,24 +135,31 @@ class LayerActivations:
         return self.full_bytes - self.core_attention_bytes
 
 
-def _attention_bytes(model: ModelSpec, x: _Shard) -> float:
-    """Attention block without the core-attention scores: norm and projection inputs,
-    Q, K, V, the output-projection input and the dropout mask."""
+def _attention_tensors(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> dict[str, float]:
+    """Attention block: norm input, QKV GEMM input (the norm output), dropout mask, the
+    projected heads (Q, K, V; MLA: with its latents), the core's own saved tensors, and
+    the attention output (with its FP8 copy for the output projection)."""
     e, t, n = x.element_bytes, x.tp, x.tokens
     h, a = model.hidden_size, model.num_attention_heads
-    # norm input, QKV GEMM input, dropout mask
-    outside = (e + x.gemm_input_bytes + x.mask_bytes) * n * h / x.sp
+    out: dict[str, float] = {
+        "attn_norm_input": e * n * h / x.sp,
+        "qkv_input": x.gemm_input_bytes * n * h / x.sp,
+        "attn_mask": x.mask_bytes * n * h / x.sp,
+        "core_attention": _core_attention_bytes(model, x, kernel),
+    }
     if model.uses_mla:
         d_qk, d_rope, d_v = mla_head_dims(model)
         q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
-        latents = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
-        heads = e * n * a * (2 * (d_qk + d_rope) + 2 * d_v) / t  # Q, K, V, output
-        return outside + latents + heads + x.fp8_copy_bytes * n * a * d_v / t
+        out["mla_latents"] = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
+        out["qkv_heads"] = e * n * a * (2 * (d_qk + d_rope) + d_v) / t
+        out["attn_output"] = (e + x.fp8_copy_bytes) * n * a * d_v / t
+        return out
     q, g = a * model.head_dim, model.query_groups
     # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
     kv_per_rank = g * model.head_dim / min(t, g)
-    # Q, K, V, attention output (and its FP8 copy for the output projection)
-    return outside + e * n * (2 * q / t + 2 * kv_per_rank) + x.fp8_copy_bytes * n * q / t
+    out["qkv_heads"] = e * n * (q / t + 2 * kv_per_rank)
+    out["attn_output"] = (e + x.fp8_copy_bytes) * n * q / t
+    return out
 
 
 def _core_attention_bytes(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> float:
@@ -156,25 +171,33 @@ def _core_attention_bytes(model: ModelSpec, x: _Shard, kernel: AttentionKernel) 
     return (2 * x.element_bytes + MASK_BYTES) * scores
 
 
-def _mlp_bytes(model: ModelSpec, x: _Shard, ffn: int, rows: float, tp: int) -> float:
-    """One MLP's inner activations for ``rows`` token rows: first-GEMM output(s) and the
-    activation output (the second GEMM's input), split over ``tp``."""
+def _mlp_tensors(
+    model: ModelSpec, x: _Shard, ffn: int, rows: float, tp: int, prefix: str
+) -> dict[str, float]:
+    """One MLP's inner activations for ``rows`` token rows, split over ``tp``: the first
+    GEMM's output(s) (``<prefix>fc1_output``) and the activation output, the second GEMM's
+    input (``<prefix>act_output``)."""
     up = 2 if model.activation == "swiglu" else 1
-    return (x.element_bytes * up + x.gemm_input_bytes) * rows * ffn / tp
+    return {
+        f"{prefix}fc1_output": x.element_bytes * up * rows * ffn / tp,
+        f"{prefix}act_output": x.gemm_input_bytes * rows * ffn / tp,
+    }
 
 
-def _moe_bytes(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> float:
+def _moe_tensors(model: ModelSpec, x: _Shard, plan: ParallelPlan) -> dict[str, float]:
     """Router, shared expert(s) and routed experts (with their rows' probabilities)."""
     h = model.hidden_size
     routed_tokens = x.tokens / x.sp
-    router = 2 * FP32_BYTES * routed_tokens * model.num_experts  # logits and probabilities
-    shared = _mlp_bytes(model, x, model.moe_shared_expert_size, x.tokens, x.tp)
+    shared = _mlp_tensors(model, x, model.moe_shared_expert_size, x.tokens, x.tp, "shared_")
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
     etp = plan.expert_tp
-    expert_input = x.gemm_input_bytes * rows * etp * h  # rows gathered over expert TP
-    experts = expert_input + _mlp_bytes(model, x, model.expert_ffn_hidden_size, rows * etp, etp)
-    row_probs = FP32_BYTES * rows * etp  # saved by the probability-weighted activation
-    return router + shared + experts + row_probs
+    return {
+        "router": 2 * FP32_BYTES * routed_tokens * model.num_experts,  # logits, probabilities
+        **shared,
+        "expert_input": x.gemm_input_bytes * rows * etp * h,  # rows gathered over expert TP
+        **_mlp_tensors(model, x, model.expert_ffn_hidden_size, rows * etp, etp, "expert_"),
+        "expert_row_probs": FP32_BYTES * rows * etp,  # the probability-weighted activation
+    }
 
 
 def layer_activations(
@@ -200,17 +223,19 @@ def _layer_activations(
     model: ModelSpec, x: _Shard, plan: ParallelPlan, is_moe: bool, attention: AttentionKernel
 ) -> LayerActivations:
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
-    # norm input, fc1 GEMM input, dropout mask
-    mlp_outside = (e + x.gemm_input_bytes + x.mask_bytes) * n * h / x.sp
+    tensors = _attention_tensors(model, x, attention)
+    tensors["mlp_norm_input"] = e * n * h / x.sp
+    tensors["fc1_input"] = x.gemm_input_bytes * n * h / x.sp
+    tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
     if is_moe:
-        mlp = mlp_outside + _moe_bytes(model, x, plan)
+        tensors.update(_moe_tensors(model, x, plan))
     else:
-        mlp = mlp_outside + _mlp_bytes(model, x, model.ffn_hidden_size, n, x.tp)
-    core = _core_attention_bytes(model, x, attention)
+        tensors.update(_mlp_tensors(model, x, model.ffn_hidden_size, n, x.tp, ""))
     return LayerActivations(
-        full_bytes=_attention_bytes(model, x) + core + mlp,
-        core_attention_bytes=core,
+        full_bytes=sum(tensors.values()),
+        core_attention_bytes=tensors["core_attention"],
         input_bytes=e * n * h / x.sp,
+        tensors=tuple(tensors.items()),
     )
 
 
@@ -295,6 +320,9 @@ class StageActivations:
     output_bytes: float
     """Last stage: final-norm and output-layer inputs, bf16 logits and fp32 softmax of the
     cross entropy for the in-flight microbatches of the last chunk."""
+    offloaded_bytes: float = 0.0
+    """Layer activations held in host memory at the peak (CPU activation offloading); not
+    part of layers_bytes, which keeps one offloaded layer in flight on the device."""
 
 
 def _chunk_bytes(
@@ -304,8 +332,10 @@ def _chunk_bytes(
     if plan.recompute == "none":
         return sum(per_layer[i].full_bytes for i in layers), 0.0
     if plan.recompute == "selective":
-        stored = sum(per_layer[i].selective_bytes for i in layers)
-        return stored, max((per_layer[i].core_attention_bytes for i in layers), default=0.0)
+        modules = plan.selective_modules
+        freed = {i: recomputed_bytes(per_layer[i].tensors, modules) for i in layers}
+        stored = sum(per_layer[i].full_bytes - freed[i] for i in layers)
+        return stored, max(freed.values(), default=0.0)
     groups = checkpoint_groups(plan, layers)
     checkpointed = {i for group in groups for i in group}
     stored = sum(per_layer[group[0]].input_bytes for group in groups)
@@ -354,12 +384,17 @@ def stage_activations(
     x, mask = _shard(job, plan, dropout), model.moe_layer_mask()
     by_kind = {kind: _layer_activations(model, x, plan, kind, attention) for kind in set(mask)}
     per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
-    layers_bytes = working = 0.0
+    layers_bytes = working = offloaded = in_flight = 0.0
     for chunk, count in enumerate(counts):
         layers = chunk_layers(model, plan, pp_rank, chunk)
         stored, chunk_working = _chunk_bytes(per_layer, plan, layers)
+        moved = [_offloaded_layer_bytes(per_layer[i], plan, i) for i in layers]
         layers_bytes += count * stored
+        offloaded += count * sum(moved)
+        in_flight = max(in_flight, max(moved, default=0.0) if count else 0.0)
         working = max(working, chunk_working)
+    # the offloaded activations leave the device except one layer's, the copy in flight
+    layers_bytes += in_flight - offloaded
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
     if keep_outputs and plan.pp > 1:
         sending = sum(counts) - (counts[-1] if last else 0)
@@ -370,4 +405,18 @@ def stage_activations(
         recompute_working_bytes=working,
         embedding_bytes=counts[0] * _embedding_bytes(model, job, plan, dropout) if first else 0.0,
         output_bytes=counts[-1] * _output_bytes(model, job, plan) if last else 0.0,
+        offloaded_bytes=max(offloaded - in_flight, 0.0),
     )
+
+
+def _offloaded_layer_bytes(layer: LayerActivations, plan: ParallelPlan, index: int) -> float:
+    """Bytes of one stored layer that CPU activation offloading moves to host memory:
+    every saved tensor of the first ``cpu_offloading_num_layers`` layers (Transformer
+    Engine's ``get_cpu_offload_context`` offloads layers in forward order and keeps the
+    last ones, whose backward comes first), or the inputs of ``offload_modules`` not
+    already recomputed (`costmodel.activation_savers`)."""
+    if plan.cpu_offloading_num_layers:
+        return layer.full_bytes if index < plan.cpu_offloading_num_layers else 0.0
+    if not plan.offload_modules:
+        return 0.0
+    return offloaded_bytes(layer.tensors, plan.offload_modules, plan.selective_modules)

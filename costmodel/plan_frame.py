@@ -17,9 +17,13 @@ from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
 
-PLAN_COLUMNS = tuple(f.name for f in fields(ParallelPlan))
-"""Accepted columns: `ParallelPlan` field names. Missing ones take the plan defaults;
-dp, when missing, is derived as num_gpus / (tp·pp·cp)."""
+SAVER_FIELDS = ("recompute_modules", "cpu_offloading_num_layers", "offload_modules")
+"""`ParallelPlan` fields the screen does not price (per-module recompute and activation
+offloading): its rows keep the plan defaults, Megatron's default selective recompute and
+no offloading; `costmodel.estimate` prices them."""
+PLAN_COLUMNS = tuple(f.name for f in fields(ParallelPlan) if f.name not in SAVER_FIELDS)
+"""Accepted columns: `ParallelPlan` field names but `SAVER_FIELDS`. Missing ones take the
+plan defaults; dp, when missing, is derived as num_gpus / (tp·pp·cp)."""
 
 
 def plans_frame(plans: Iterable[ParallelPlan]) -> pd.DataFrame:

@@ -26,8 +26,10 @@ Communication per layer (size S = T·h·e bytes, the full activation):
   per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`, which also sets the host
   floor of a MoE layer pass (`ExecutionOptions.moe_host_launch_s`).
 
-Recompute: selective reruns the attention core (and its CP exchange) in backward; full
-reruns the whole layer forward including its collectives.
+Recompute: selective reruns the forward of its modules in backward (the attention core and
+its CP exchange by default; per module: `costmodel.runtimes.megatron.saver_costs`); full
+reruns the whole layer forward including its collectives. CPU activation offloading adds
+the copy time its layer's compute does not hide (`saver_costs.offload_exposed_s`).
 
 Framework conventions come from `costmodel.execution.ExecutionOptions`: the attention
 kernel, and whether linear biases ride in the GEMM epilogues (``bias_fusion``; without it
@@ -45,6 +47,8 @@ import math
 from dataclasses import dataclass
 
 from costmodel import compute as ops
+from costmodel.activation_savers import offloaded_bytes
+from costmodel.activations import layer_activations
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import (
@@ -57,6 +61,12 @@ from costmodel.runtimes.megatron.moe_costs import (
     moe_host_launches,
     moe_shape,
     routed_experts,
+)
+from costmodel.runtimes.megatron.saver_costs import (
+    elementwise_recompute_s,
+    mla_up_projection_share,
+    offload_exposed_s,
+    selective_recompute,
 )
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -294,7 +304,8 @@ def _attention(
     groups: CommGroups,
     options: ExecutionOptions,
 ) -> tuple[PassCost, PassCost, PassCost, float, float]:
-    """Attention block: (forward, backward, selective-recompute pass, dgrad_s, wgrad_s)."""
+    """Attention block: (forward, backward, rerun forward of its recompute modules
+    ``core_attn`` and ``mla_up_proj``, dgrad_s, wgrad_s)."""
     kernel = options.attention
     h = model.hidden_size
     q, kv, head_dim = _attention_dims(model, x.tp)
@@ -353,8 +364,14 @@ def _attention(
     wgrad = qkv[2] + proj[2]
     forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)
     backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
-    selective = PassCost(compute_s=core["forward"]).plus(cp_f)
-    return forward, backward, selective, dgrad, wgrad
+    rerun = {
+        "core_attn": PassCost(compute_s=core["forward"]).plus(cp_f),
+        "mla_up_proj": PassCost(
+            compute_s=mla_up_projection_share(model) * qkv[0]
+            + (ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "forward") if rope else 0)
+        ),
+    }
+    return forward, backward, rerun, dgrad, wgrad
 
 
 def fp8_pair_quantize_s(
@@ -555,7 +572,7 @@ def layer_cost(
     """
     comm = groups or _intra_groups(plan)
     x = _shape(job, plan)
-    att_f, att_b, selective, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, options)
+    att_f, att_b, rerun, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, options)
     extra_f, extra_b = _norm_and_residual(profile, x, model.hidden_size, options)
     if is_moe:
         mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
@@ -563,18 +580,27 @@ def layer_cost(
         )
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, shared, options)
+        rerun["shared_experts"] = sh_f
         mlp_f, mlp_b = mlp_f.plus(sh_f), mlp_b.plus(sh_b)
         mlp_d, mlp_w = mlp_d + sh_d, mlp_w + sh_w
+        rerun["moe"] = mlp_f
     else:
         ffn = model.ffn_hidden_size
         mlp_f, mlp_b, mlp_d, mlp_w = _mlp(model, plan, profile, x, comm, ffn, options)
+        rerun["mlp"] = mlp_f
     forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
     backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
     if is_moe:
         host_f, host_b = _moe_host_floor(model, plan, x, forward, backward, options)
         forward, backward = forward.plus(host_f), backward.plus(host_b)
         extra_b += host_b.compute_s
-    recompute = {"none": ZERO, "selective": selective, "full": forward}[plan.recompute]
+    recompute = ZERO if plan.recompute == "none" else forward
+    if plan.recompute == "selective":
+        recompute = _selective_rerun(model, job, plan, profile, x, is_moe, rerun)
+    if plan.offloads_activations:
+        off_f, off_b = _offload_exposed(model, job, plan, profile, is_moe, forward, backward)
+        forward = forward.plus(PassCost(compute_s=off_f))
+        backward = backward.plus(PassCost(compute_s=off_b))
     return LayerCost(
         forward=forward,
         backward=backward,
@@ -582,6 +608,59 @@ def layer_cost(
         dgrad_s=dgrad + mlp_d + extra_b,
         wgrad_s=wgrad + mlp_w,
     )
+
+
+def _selective_rerun(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: _Shape,
+    is_moe: bool,
+    rerun: dict[str, PassCost],
+) -> PassCost:
+    """The forward work selective recompute reruns for ``plan.selective_modules``
+    (`saver_costs`): the passes in ``rerun`` plus the memory-bound norm and expert
+    activation reruns."""
+    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
+    tensors = dict(layer.tensors)
+    act_bytes = tensors.get("expert_fc1_output", 0.0) + tensors.get("expert_act_output", 0.0)
+    elementwise = elementwise_recompute_s(
+        profile,
+        norm_tokens=x.norm_tokens,
+        hidden=model.hidden_size,
+        elem=x.elem,
+        expert_act_bytes=act_bytes if is_moe else 0.0,
+    )
+    parts = dict(rerun)
+    for module, seconds in elementwise.items():
+        parts.setdefault(module, PassCost(compute_s=seconds))
+    if not is_moe:
+        parts.pop("moe_act", None)
+    return selective_recompute(parts, plan.selective_modules)
+
+
+def _offload_exposed(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    is_moe: bool,
+    forward: PassCost,
+    backward: PassCost,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of offload copies not hidden under this layer's compute
+    (`saver_costs.offload_exposed_s`); layer-level offloading moves every saved tensor of
+    the first ``cpu_offloading_num_layers`` layers, priced here as that fraction of each
+    layer's copies."""
+    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
+    if plan.cpu_offloading_num_layers:
+        moved, share = layer.full_bytes, plan.cpu_offloading_num_layers / model.num_layers
+    else:
+        moved = offloaded_bytes(layer.tensors, plan.offload_modules, plan.selective_modules)
+        share = 1.0
+    off_f, off_b = offload_exposed_s(profile, moved, forward.compute_s, backward.compute_s)
+    return share * off_f, share * off_b
 
 
 def _moe_host_floor(

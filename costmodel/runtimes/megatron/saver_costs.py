@@ -1,0 +1,85 @@
+"""Time of per-module selective recompute and of CPU activation offloading in a
+Megatron-core layer, one microbatch on one rank.
+
+Recompute (`ParallelPlan.recompute_modules`, Megatron-core ``recompute_modules``): the
+backward pass reruns the forward of each named module (`costmodel.activation_savers`
+lists what each frees): ``core_attn`` the attention core (with its CP exchange), ``mlp``
+the dense MLP block and ``moe`` the MoE block (with their collectives), ``shared_experts``
+the shared expert, ``layernorm`` the two pre-norms, ``moe_act`` the experts' activation
+function (read the FC1 output, write its activation: memory-bound), ``mla_up_proj`` MLA's
+query and key/value up projections (their share of the projection FLOPs, timed at the
+projections' rate) and RoPE.
+
+Offloading (`ParallelPlan.cpu_offloading_num_layers`, `ParallelPlan.offload_modules`):
+each offloaded byte crosses the host link twice, device to host in forward and host to
+device in backward (`costmodel.host_link`), on its own stream, overlapped with the
+layer's compute (Transformer Engine ``get_cpu_offload_context``; Megatron-core
+``fine_grained_activation_offload.py``: a D2H stream and an H2D stream beside the compute
+stream); only the copy time beyond the layer's compute in that pass is exposed.
+"""
+
+from __future__ import annotations
+
+from costmodel import compute as ops
+from costmodel.flops import FMA_FLOPS, attention_projection_forward_flops_per_token
+from costmodel.host_link import host_link_Bps
+from costmodel.passes import ZERO, PassCost
+from profiles.schema import HardwareProfile
+from specs.model import ModelSpec
+from specs.params import mla_head_dims
+
+
+def mla_up_projection_share(model: ModelSpec) -> float:
+    """MLA's query and key/value up projections over all its projection FLOPs per token
+    (`costmodel.flops.attention_projection_forward_flops_per_token` terms: q_lora·a·(d_qk +
+    d_rope) with query compression, kv_lora·a·(d_qk + d_v)); 0 without MLA."""
+    if not model.uses_mla:
+        return 0.0
+    d_qk, d_rope, d_v = mla_head_dims(model)
+    a = model.num_attention_heads
+    q_up = (model.q_lora_rank or 0) * a * (d_qk + d_rope)
+    kv_up = (model.kv_lora_rank or 0) * a * (d_qk + d_v)
+    return FMA_FLOPS * (q_up + kv_up) / attention_projection_forward_flops_per_token(model)
+
+
+def selective_recompute(parts: dict[str, PassCost], modules: tuple[str, ...]) -> PassCost:
+    """The rerun forward of the recomputed ``modules``: the sum of their entries in
+    ``parts`` (module -> forward pass; modules absent from ``parts`` have no work in this
+    layer). ``moe`` covers ``moe_act`` and ``shared_experts``."""
+    chosen = set(modules)
+    if "moe" in chosen:
+        chosen -= {"moe_act", "shared_experts"}
+    total = ZERO
+    for module in sorted(chosen):
+        total = total.plus(parts.get(module, ZERO))
+    return total
+
+
+def elementwise_recompute_s(
+    profile: HardwareProfile,
+    *,
+    norm_tokens: float,
+    hidden: int,
+    elem: int,
+    expert_act_bytes: float,
+) -> dict[str, float]:
+    """Seconds of the memory-bound reruns: ``layernorm`` (the two pre-norms forward) and
+    ``moe_act`` (read and write ``expert_act_bytes``, the experts' FC1 output and
+    activation output)."""
+    norm = ops.norm_time_s(profile, norm_tokens, hidden, elem, "forward")
+    return {
+        "layernorm": 2 * norm,
+        "moe_act": ops.memory_bound_time_s(profile, expert_act_bytes) if expert_act_bytes else 0.0,
+    }
+
+
+def offload_exposed_s(
+    profile: HardwareProfile, offloaded_bytes: float, forward_s: float, backward_s: float
+) -> tuple[float, float]:
+    """(forward, backward) seconds the compute stream waits for the offload copies of one
+    layer: ``offloaded_bytes`` over the host link each way, less the layer's compute in
+    that pass."""
+    if offloaded_bytes <= 0:
+        return 0.0, 0.0
+    copy_s = offloaded_bytes / host_link_Bps(profile)
+    return max(copy_s - forward_s, 0.0), max(copy_s - backward_s, 0.0)
