@@ -39,6 +39,7 @@ from row_recipes import (
     mtp_layers,
     pipeline_fields,
     refusal,
+    saver_fields,
     sharding_fields,
     sliding_window_fields,
     tp_overlap,
@@ -302,6 +303,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         **pipeline_fields(raw, model, pp, vpp),
         **(sharding_fields(raw) or {}),
     }
+    fields.update(saver_fields(raw, pp, bool(fields.get("use_megatron_fsdp"))))
     if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
         fields["overlap_grad_reduce"] = False
     elif _text(raw, "source_id").startswith(SC21_ERA_SOURCES):

@@ -187,3 +187,66 @@ def refusal(raw: dict[str, str]) -> str | None:
     if "performance regression" in notes and "known issue" in notes:
         return "the source flags the figure as a known performance regression"
     return None
+
+
+CPU_OFFLOAD_LAYERS = (
+    ("llama3_70b", "GB300", 20),
+    ("llama3_70b", "GB200", 40),
+    ("llama3_70b", "B200", 5),
+    ("llama3.1_405b", "GB200", 95),
+)
+"""(model prefix, GPU prefix, layers) of the Megatron-Bridge FP8 Megatron-FSDP rows that
+offload activations to host memory (``cpu_offloading_num_layers``): Llama 3 70B on
+GB300 20, GB200 40, B200 5 (``scripts/performance/configs/llama/
+llama3_workload_base_configs.py`` ``*_FP8_CS_V1``, releases v0.2.0-v0.5.0, and
+``src/megatron/bridge/perf_recipes/llama/{gb200,gb300}/llama3.py``); Llama 3.1 405B on
+GB200 95 (``scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml``
+``fp8_cs``, release v0.1.0rc4, NeMo 25.09)."""
+
+DEEPSEEK_RECOMPUTE_MODULES = (
+    ("GB300", "BF16", ("moe_act",)),
+    ("GB300", "", ("mla_up_proj",)),
+    ("GB200", "BF16", ("mla_up_proj",)),
+    ("GB200", "", ("mlp",)),
+    ("H100", "", ("mla_up_proj", "mlp")),
+    ("B", "", ("mla_up_proj",)),
+)
+"""(GPU prefix, precision prefix or "" for any, modules), first match wins: the selective
+recompute of Megatron-Bridge's DeepSeek-V3 rows (``recompute_granularity = "selective"``
+in ``scripts/performance/configs/deepseek/deepseek_llm_pretrain.py``; the modules per
+system in ``deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_*_V1``,
+releases v0.3.0-v0.5.0, and ``src/megatron/bridge/perf_recipes/deepseek/*/deepseek_v3.py``):
+GB300 ``mla_up_proj`` (BF16 ``moe_act``), GB200 ``mlp`` (BF16 ``mla_up_proj``), B200 and
+B300 ``mla_up_proj``, H100 ``mla_up_proj`` and ``mlp``."""
+
+MOEZOO_QWEN3_SAVERS: dict[str, object] = {
+    "recompute": "selective",
+    "recompute_modules": ("moe_act", "layernorm"),
+    "offload_modules": ("expert_fc1", "moe_act"),
+}
+"""The Megatron-MoE model zoo's Qwen3-235B-A22B MXFP8 GB200 command
+(``best_practice/qwen3/readme.md``: ``--recompute-granularity selective
+--recompute-modules moe_act layernorm --fine-grained-activation-offloading
+--offload-modules expert_fc1 moe_act``; "MXFP8 config requires the activation offloading
+feature")."""
+
+
+def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
+    """Per-module recompute and activation-offloading fields the row's recipe sets
+    (`CPU_OFFLOAD_LAYERS`, `DEEPSEEK_RECOMPUTE_MODULES`, `MOEZOO_QWEN3_SAVERS`); empty for
+    rows whose recipe sets none."""
+    source = raw.get("source_id", "")
+    model = (raw.get("model") or "").strip().lower()
+    gpu = (raw.get("gpu_type") or "").strip().upper()
+    precision = (raw.get("precision") or "").strip().upper()
+    if source.startswith("MBRIDGE-") and fsdp and pp == 1 and not precision.startswith("BF16"):
+        for prefix, gpu_prefix, layers in CPU_OFFLOAD_LAYERS:
+            if model.startswith(prefix) and gpu.startswith(gpu_prefix):
+                return {"cpu_offloading_num_layers": layers}
+    if source.startswith("MBRIDGE-") and model.startswith("deepseekv3"):
+        for gpu_prefix, precision_prefix, modules in DEEPSEEK_RECOMPUTE_MODULES:
+            if gpu.startswith(gpu_prefix) and precision.startswith(precision_prefix):
+                return {"recompute": "selective", "recompute_modules": modules}
+    if source.startswith("MOEZOO-QWEN3-GB200") and precision.startswith("MXFP8"):
+        return dict(MOEZOO_QWEN3_SAVERS)
+    return {}
