@@ -1,11 +1,12 @@
 """Checks before launch for `executor.run.execute`: every input a run needs, so bad input
 fails with a one-line `SpecError` before any process starts.
 
-Checked: the plan's rules; steps, warmup, profiling and checkpoint counts; that the machine
-can host the world (outside torchrun); the data source; a checkpoint to resume (this plan,
-seed and data; the newest complete one of a folder, `executor.checkpoint.latest_checkpoint`);
-the run folder and the checkpoint folder, created and written to; free disk for one
-checkpoint (`executor.checkpoint.checkpoint_bytes`).
+Checked: the plan's rules; that it asks for no memory saver the executor lacks
+(`specs.rules_savers.executor_saver_refusal`); steps, warmup, profiling and checkpoint
+counts; that the machine can host the world (outside torchrun); the data source; a
+checkpoint to resume (this plan, seed and data; the newest complete one of a folder,
+`executor.checkpoint.latest_checkpoint`); the run folder and the checkpoint folder, created
+and written to; free disk for one checkpoint (`executor.checkpoint.checkpoint_bytes`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from executor.launch import check_local_launch, under_torchrun
 from executor.run_config import RunConfig
 from specs.errors import SpecError
 from specs.rules import require_valid_plan
+from specs.rules_savers import executor_saver_refusal
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +43,9 @@ def prepare(config: RunConfig) -> Prepared:
     and the checkpoint folder."""
     b = config.bundle
     require_valid_plan(b.model, b.cluster, b.job, b.plan)
+    refusal = executor_saver_refusal(b.plan)
+    if refusal is not None:
+        raise SpecError(refusal)
     if config.steps < 1 or config.warmup < 0 or config.profile_steps < 0:
         raise SpecError(
             f"steps ({config.steps}) must be >= 1, warmup ({config.warmup}) and profile_steps "

@@ -89,6 +89,25 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         help="with --recompute full: layers per stage recomputed (default all)",
     )
     g.add_argument(
+        "--recompute-modules",
+        default=None,
+        help="with --recompute selective: comma-separated Megatron-core modules "
+        "(core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; default "
+        "core_attn; 'none': no module)",
+    )
+    g.add_argument(
+        "--cpu-offloading-num-layers",
+        type=int,
+        default=0,
+        help="layers whose activations are offloaded to host memory (default 0: off)",
+    )
+    g.add_argument(
+        "--offload-modules",
+        default=None,
+        help="fine-grained activation offloading: comma-separated modules whose input is "
+        "offloaded (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act)",
+    )
+    g.add_argument(
         "--dist-opt",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -175,6 +194,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         "sequence_parallel": args.sp,
         "recompute": args.recompute,
         "recompute_num_layers": args.recompute_num_layers,
+        **saver_fields(args),
         "distributed_optimizer": args.dist_opt,
         "ddp_bucket_size": args.bucket_size,
         "overlap_grad_reduce": args.overlap_grad_reduce,
@@ -188,6 +208,25 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         **megatron_fsdp_fields(args),
     }
     return ParallelPlan.for_world(args.num_gpus, **degrees)
+
+
+def module_list(text: str | None) -> tuple[str, ...] | None:
+    """A comma-separated module list of --recompute-modules / --offload-modules as a tuple;
+    None when not given, an empty tuple for 'none'."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return ()
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def saver_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The per-module recompute and activation-offloading plan fields of the flags."""
+    return {
+        "recompute_modules": module_list(args.recompute_modules),
+        "cpu_offloading_num_layers": args.cpu_offloading_num_layers,
+        "offload_modules": module_list(args.offload_modules) or (),
+    }
 
 
 def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:

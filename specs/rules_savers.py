@@ -124,3 +124,23 @@ SAVER_RULES = (
     offload_modules_valid,
 )
 """The memory-saver rules in check order."""
+
+
+def executor_saver_refusal(plan: ParallelPlan) -> str | None:
+    """Why paraplan's own executor (and the torch runtime that prices it) cannot run the
+    plan's memory savers, or None: it recomputes the attention core alone under selective
+    recompute and offloads nothing."""
+    modules = plan.recompute_modules
+    if modules is not None and tuple(modules) != ("core_attn",):
+        return (
+            f"recompute_modules ({','.join(modules) or 'none'}): paraplan's executor "
+            "recomputes core_attn alone under selective recompute: drop recompute_modules "
+            "or price the plan with the megatron runtime"
+        )
+    if plan.offloads_activations:
+        return (
+            f"activation offloading (cpu_offloading_num_layers {plan.cpu_offloading_num_layers},"
+            f" offload_modules {','.join(plan.offload_modules) or '-'}): paraplan's executor "
+            "does not offload: drop it or price the plan with the megatron runtime"
+        )
+    return None

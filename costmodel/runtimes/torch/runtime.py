@@ -20,9 +20,11 @@ from costmodel.runtimes.torch.screen import simulated_screen
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
+from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
+from specs.rules_savers import executor_saver_refusal
 
 
 def kernel_view(profile: HardwareProfile, job: TrainingJob) -> HardwareProfile:
@@ -85,7 +87,9 @@ class TorchRuntime:
         placements: PlanPlacements,
     ) -> ChunkGrid:
         """`costmodel.runtimes.torch.pricing.executor_chunk_costs` on the `kernel_view` of
-        the profile."""
+        the profile; SpecError for memory savers the executor does not run
+        (`specs.rules_savers.executor_saver_refusal`)."""
+        _refuse_savers(plan)
         groups = comm_groups(placements)
         view = kernel_view(profile, job)
         return executor_chunk_costs(model, job, plan, view, groups, placements)
@@ -131,6 +135,7 @@ class TorchRuntime:
         self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
     ) -> tuple[StageMemory, ...]:
         """`costmodel.runtimes.torch.memory.executor_memory_per_stage`."""
+        _refuse_savers(plan)
         return executor_memory_per_stage(model, job, plan)
 
     def screen(
@@ -143,3 +148,10 @@ class TorchRuntime:
     ) -> pd.DataFrame:
         """`costmodel.runtimes.torch.screen.simulated_screen`: every distinct plan simulated."""
         return simulated_screen(model, cluster, job, profile, rows, self)
+
+
+def _refuse_savers(plan: ParallelPlan) -> None:
+    """SpecError when the plan asks for a memory saver paraplan's executor does not run."""
+    refusal = executor_saver_refusal(plan)
+    if refusal is not None:
+        raise SpecError(refusal)
