@@ -8,7 +8,8 @@
   plus their peak memory and the knobs that differ.
 - When nothing fits: the closest candidates, how far over the limit they are, and which
   changes would make them fit (full recompute, distributed optimizer, sequence parallel,
-  a smaller micro-batch, a wider tp, more pipeline stages on the same or on more GPUs), each with
+  a smaller micro-batch, CPU activation offloading of half the layers or of the attention
+  inputs, a wider tp, more pipeline stages on the same or on more GPUs), each with
   the peak memory `costmodel.memory` predicts for it.
 """
 
@@ -211,6 +212,14 @@ def _variants(
         out.append(("sequence_parallel", plan.replace(sequence_parallel=True), gpus))
     if plan.micro_batch_size > 1:
         out.append(("micro_batch_size=1", plan.replace(micro_batch_size=1), gpus))
+    if not plan.offloads_activations:
+        if plan.pp == 1 and plan.recompute == "none":
+            layers = num_layers // 2
+            offload = plan.replace(cpu_offloading_num_layers=layers)
+            out.append((f"cpu_offloading_num_layers={layers} (to host memory)", offload, gpus))
+        modules = ("core_attn", "attn_proj")
+        offload = plan.replace(offload_modules=modules)
+        out.append(("offload_modules=core_attn,attn_proj (to host memory)", offload, gpus))
     if plan.dp % 2 == 0:
         wider = plan.replace(tp=plan.tp * 2, dp=plan.dp // 2)
         out.append((f"tp={plan.tp * 2} (may leave the NVLink domain)", wider, gpus))
