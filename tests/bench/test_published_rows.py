@@ -270,3 +270,41 @@ def test_bloom_partition_counts_the_tied_embedding_twice():
         "account_for_loss_in_pipeline_split": True,
     }
     assert recipes.pipeline_fields({"source_id": "MBRIDGE-26.06"}, None, pp=1, vpp=1) == {}
+
+
+def test_llama_fsdp_rows_offload_the_recipes_layer_count():
+    # GB200 FP8: llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V1,
+    # cpu_offloading_num_layers=40; GB300 FP8: 20.
+    gb200 = rows_mod.case_for_row(LLAMA70_FSDP).plan
+    gb300 = rows_mod.case_for_row(_with(LLAMA70_FSDP, gpu_type="GB300 (NVL72)")).plan
+    assert (gb200.cpu_offloading_num_layers, gb300.cpu_offloading_num_layers) == (40, 20)
+    assert gb200.recompute == "none" and gb200.offload_modules == ()
+    # the BF16 recipes differ (GB200 20 at mbs 1): a BF16 row is not given the FP8 count
+    bf16 = rows_mod.case_for_row(_with(LLAMA70_FSDP, precision="BF16")).plan
+    assert bf16.cpu_offloading_num_layers == 0
+    assert rows_mod.case_for_row(LLAMA405_GB200).plan.cpu_offloading_num_layers == 0
+
+
+def test_deepseek_rows_recompute_the_recipes_modules():
+    # deepseek_workload_base_configs.py: GB200 "mlp" (BF16 "mla_up_proj"), B200 "mla_up_proj"
+    gb200 = rows_mod.case_for_row(DEEPSEEK_GB200).plan
+    assert gb200.recompute == "selective" and gb200.recompute_modules == ("mlp",)
+    bf16 = rows_mod.case_for_row(_with(DEEPSEEK_GB200, precision="BF16")).plan
+    assert bf16.recompute_modules == ("mla_up_proj",)
+    b200 = rows_mod.case_for_row(_with(DEEPSEEK_GB200, gpu_type="B200")).plan
+    assert b200.recompute_modules == ("mla_up_proj",)
+    assert "rc=mla_up_proj" in b200.label()
+
+
+def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
+    fields = recipes.saver_fields(
+        {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B", "precision": "MXFP8"},
+        pp=4,
+        fsdp=False,
+    )
+    # best_practice/qwen3/readme.md: --recompute-modules moe_act layernorm
+    # --offload-modules expert_fc1 moe_act
+    assert fields["recompute_modules"] == ("moe_act", "layernorm")
+    assert fields["offload_modules"] == ("expert_fc1", "moe_act")
+    bf16 = {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B", "precision": "BF16"}
+    assert recipes.saver_fields(bf16, pp=8, fsdp=False) == {}
