@@ -22,8 +22,12 @@ s·b·h·(10 + 24/t). The generalisations:
   mask and dropout output). Selective recompute drops exactly that core-attention part.
 - Per-module selective recompute (`ParallelPlan.recompute_modules`) drops the saved tensors
   of the named modules and CPU activation offloading moves the tensors it offloads to host
-  memory, one offloaded layer staying on the device in flight
-  (`costmodel.activation_savers`).
+  memory (`costmodel.activation_savers`). Layer-level offloading leaves (L - N) layers'
+  activations on the device, as Transformer Engine's default schedule guarantees
+  (``get_cpu_offload_context`` docstring, `transformer_engine/pytorch/cpu_offload.py`);
+  fine-grained offloading keeps one layer's offloaded inputs on the device (Megatron-core
+  leaves the last offload group of a step on the device to avoid a reload stall:
+  `docs/user-guide/features/fine_grained_activation_offloading.md`).
 - Full recompute keeps only each checkpoint's input (2·s·b·h, /t with SP) and rebuilds one
   checkpoint at a time in the backward pass; that rebuilt group is the recompute working
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
@@ -322,7 +326,8 @@ class StageActivations:
     cross entropy for the in-flight microbatches of the last chunk."""
     offloaded_bytes: float = 0.0
     """Layer activations held in host memory at the peak (CPU activation offloading); not
-    part of layers_bytes, which keeps one offloaded layer in flight on the device."""
+    part of layers_bytes, which under fine-grained offloading keeps one offloaded layer in
+    flight on the device."""
 
 
 def _chunk_bytes(
@@ -391,9 +396,10 @@ def stage_activations(
         moved = [_offloaded_layer_bytes(per_layer[i], plan, i) for i in layers]
         layers_bytes += count * stored
         offloaded += count * sum(moved)
-        in_flight = max(in_flight, max(moved, default=0.0) if count else 0.0)
+        if count and plan.offload_modules:
+            in_flight = max(in_flight, max(moved, default=0.0))
         working = max(working, chunk_working)
-    # the offloaded activations leave the device except one layer's, the copy in flight
+    # the offloaded activations leave the device (fine-grained: but one layer's, in flight)
     layers_bytes += in_flight - offloaded
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
     if keep_outputs and plan.pp > 1:

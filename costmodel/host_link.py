@@ -3,13 +3,14 @@
 Rates by device-name fragment (first match wins), GB/s (1e9 bytes/s) per GPU per
 direction:
 
-- GB200 and GB300 (Grace Blackwell superchips): NVLink-C2C, 900 GB/s bidirectional
-  between the Grace CPU and its GPUs (NVIDIA GB200 NVL72 and GB300 NVL72 product pages,
-  "NVLink-C2C 900 GB/s"); one Grace serves two Blackwell GPUs, so each GPU is priced at a
-  quarter, 225 GB/s per direction.
-- B200, B300, H100, H200 and MI300X: PCIe Gen5 x16, 128 GB/s duplex, 64 GB/s per
-  direction (`/work/shared/reference/hardware.yaml` ``pcie_gen: 5``, [S4] [S6] there).
-- A100: PCIe Gen4 x16, 64 GB/s bidirectional, 32 GB/s per direction (same file, [S11]).
+- GB200 and GB300 (Grace Blackwell superchips): NVLink-C2C, 900 GB/s bidirectional per
+  link, one link per GPU, 450 GB/s per direction (Transformer Engine
+  `docs/features/other_optimizations/cpu_offloading/cpu_offloading.rst`: "With NVLink-C2C
+  (GB200), bandwidth jumps to 900 GB/s bidirectional per link"; GB300 keeps NVLink-C2C).
+- B200, B300, H100, H200 and MI300X: PCIe Gen5 x16, 128 GB/s bidirectional, 64 GB/s per
+  direction (the same document; `shared/reference/hardware.yaml` ``pcie_gen: 5``).
+- A100: PCIe Gen4 x16, 64 GB/s bidirectional, 32 GB/s per direction
+  (`shared/reference/hardware.yaml`, [S11] there).
 
 The copies are priced at the link's peak rate.
 """
@@ -20,8 +21,8 @@ from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 
 HOST_LINK_GBPS_BY_DEVICE = (
-    ("GB200", 225.0),
-    ("GB300", 225.0),
+    ("GB200", 450.0),
+    ("GB300", 450.0),
     ("B200", 64.0),
     ("B300", 64.0),
     ("H100", 64.0),
