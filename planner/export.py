@@ -12,7 +12,11 @@ d98e8a64 of NVIDIA/Megatron-LM):
 - Leading dense layers (DeepSeek's `first_k_dense_replace`) become a `--moe-layer-freq`
   pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
 - Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
-  selective carries neither (§8.3 rules 11, 15).
+  selective carries neither (§8.3 rules 11, 15), and `--recompute-modules` when the plan
+  names its modules. CPU activation offloading: `--cpu-offloading-num-layers`, or
+  `--fine-grained-activation-offloading --offload-modules` with ``NVTE_CPU_OFFLOAD_V1=1``
+  (Megatron-LM `megatron/training/arguments.py`; the flags are generated from
+  `TransformerConfig`).
 - `CUDA_DEVICE_MAX_CONNECTIONS=1` is required when tp > 1 or cp > 1 on GPUs before
   Blackwell (§8.3 rule 13); it is exported whenever tp > 1 or cp > 1, where it is harmless.
 
@@ -51,11 +55,15 @@ TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
 def megatron_environment(bundle: PlanBundle) -> dict[str, str]:
     """Environment variables the Megatron-LM run needs (megatron-facts.md §8.3 rule 13)."""
     plan = bundle.plan
+    env = {}
+    if plan.offload_modules:
+        # fine-grained offloading with Transformer Engine >= 2.10 (arguments.py asserts it)
+        env["NVTE_CPU_OFFLOAD_V1"] = "1"
     if plan.use_megatron_fsdp:
-        return {}  # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (arguments.py)
+        return env  # Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 (arguments.py)
     if plan.tp > 1 or plan.cp > 1:
-        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    return {}
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
 
 
 def moe_layer_freq_argument(model: ModelSpec) -> str:
@@ -191,7 +199,9 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     (uniform: groups of N layers, N = 1 by default; block: the first N layers of each
     chunk, all of them by default)."""
     if plan.recompute == "selective":
-        return ["--recompute-granularity", "selective"]
+        modules = plan.recompute_modules
+        listed = [] if modules is None else ["--recompute-modules", *modules]
+        return ["--recompute-granularity", "selective", *listed]
     if plan.recompute != "full":
         return []
     chunk = _largest_chunk(model, plan)
@@ -202,6 +212,17 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         "--recompute-method", plan.recompute_method,
         "--recompute-num-layers", str(layers),
     ]  # fmt: skip
+
+
+def offload_arguments(plan: ParallelPlan) -> list[str]:
+    """CPU activation offloading: `--cpu-offloading-num-layers N` (Megatron sets
+    ``cpu_offloading`` when N > 0, arguments.py) or `--fine-grained-activation-offloading`
+    with `--offload-modules`."""
+    if plan.cpu_offloading_num_layers:
+        return ["--cpu-offloading-num-layers", str(plan.cpu_offloading_num_layers)]
+    if plan.offload_modules:
+        return ["--fine-grained-activation-offloading", "--offload-modules", *plan.offload_modules]
+    return []
 
 
 def megatron_arguments(bundle: PlanBundle) -> list[str]:
@@ -219,6 +240,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
         "--global-batch-size", str(job.global_batch_size),
     ]  # fmt: skip
     args += recompute_arguments(model, plan)
+    args += offload_arguments(plan)
     if job.precision == "bf16":
         args.append("--bf16")
     elif job.precision == "fp8":

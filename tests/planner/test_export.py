@@ -8,6 +8,7 @@ import argparse
 import ast
 import functools
 import tomllib
+from typing import get_args
 
 import pandas as pd
 import pytest
@@ -30,7 +31,7 @@ from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.pipeline_layout import expand_layout
-from specs.plan import ParallelPlan
+from specs.plan import OffloadModule, ParallelPlan, RecomputeModule
 from specs.presets import get_preset
 from specs.rules import check_plan
 
@@ -85,6 +86,11 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-comm-type", choices=["p2p", "a2a", "all_gather", "a2a+p2p"])
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--recompute-method", choices=["uniform", "block"])
+    # Megatron-core TransformerConfig choices (transformer_config.py)
+    p.add_argument("--recompute-modules", nargs="*", choices=list(get_args(RecomputeModule)))
+    p.add_argument("--cpu-offloading-num-layers", type=int, default=0)
+    p.add_argument("--fine-grained-activation-offloading", action="store_true")
+    p.add_argument("--offload-modules", nargs="*", choices=list(get_args(OffloadModule)))
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
     p.add_argument("--optimizer", choices=["adam", "sgd"])
     p.add_argument("--pipeline-model-parallel-layout")
@@ -375,3 +381,22 @@ def test_uneven_split_exports_carry_megatrons_flags(name, gpus, seq, batch, plan
     assert layers == [f"layers.{i}" for i in range(bundle.model.num_layers)]
     if bundle.model.mtp_num_layers:
         assert "no multi-token-prediction" in torchtitan_toml(bundle)
+
+
+def test_memory_savers_export_with_megatron_core_names() -> None:
+    bundle = _bundle(
+        "llama3-8b", 8, 8192, 64, recompute="selective", recompute_modules=("layernorm", "mlp")
+    )
+    args = _parsed(bundle)
+    assert args.recompute_granularity == "selective"
+    assert args.recompute_modules == ["layernorm", "mlp"]
+    assert "--recompute-modules" not in megatron_arguments(
+        _bundle("llama3-8b", 8, 8192, 64, recompute="selective")
+    )
+    layers = _parsed(_bundle("llama3-8b", 8, 8192, 64, cpu_offloading_num_layers=12))
+    assert layers.cpu_offloading_num_layers == 12 and not layers.fine_grained_activation_offloading
+    fine = _bundle("llama3-8b", 8, 8192, 64, offload_modules=("core_attn", "attn_proj"))
+    parsed = _parsed(fine)
+    assert parsed.fine_grained_activation_offloading
+    assert parsed.offload_modules == ["core_attn", "attn_proj"]
+    assert megatron_environment(fine)["NVTE_CPU_OFFLOAD_V1"] == "1"
