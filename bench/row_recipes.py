@@ -203,21 +203,33 @@ llama3_workload_base_configs.py`` ``*_FP8_CS_V1``, releases v0.2.0-v0.5.0, and
 GB200 95 (``scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml``
 ``fp8_cs``, release v0.1.0rc4, NeMo 25.09)."""
 
-DEEPSEEK_RECOMPUTE_MODULES = (
-    ("GB300", "BF16", ("moe_act",)),
-    ("GB300", "", ("mla_up_proj",)),
-    ("GB200", "BF16", ("mla_up_proj",)),
-    ("GB200", "", ("mlp",)),
-    ("H100", "", ("mla_up_proj", "mlp")),
-    ("B", "", ("mla_up_proj",)),
+ALL_RELEASES = ("25.09", "25.11", "26.02", "26.04", "26.06")
+"""Megatron-Bridge releases of the dev set's rows (NeMo containers), oldest first."""
+
+DEEPSEEK_RECOMPUTE_MODULES: tuple[tuple[tuple[str, ...], str, str, tuple[str, ...] | None], ...] = (
+    (("25.09",), "", "", None),
+    (("25.11",), "GB300", "", ("moe_act",)),
+    (ALL_RELEASES, "GB300", "BF16", ("moe_act",)),
+    (("26.06",), "GB300", "MXFP8", ()),
+    (ALL_RELEASES, "GB300", "", ("mla_up_proj",)),
+    (("25.11", "26.02"), "GB200", "", ("mla_up_proj",)),
+    (ALL_RELEASES, "GB200", "BF16", ("mla_up_proj",)),
+    (("26.06",), "GB200", "MXFP8", ("mla_up_proj",)),
+    (ALL_RELEASES, "GB200", "", ("mlp",)),
+    (ALL_RELEASES, "H100", "", ("mla_up_proj", "mlp")),
+    (ALL_RELEASES, "B", "", ("mla_up_proj",)),
 )
-"""(GPU prefix, precision prefix or "" for any, modules), first match wins: the selective
-recompute of Megatron-Bridge's DeepSeek-V3 rows (``recompute_granularity = "selective"``
-in ``scripts/performance/configs/deepseek/deepseek_llm_pretrain.py``; the modules per
-system in ``deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_*_V1``,
-releases v0.3.0-v0.5.0, and ``src/megatron/bridge/perf_recipes/deepseek/*/deepseek_v3.py``):
-GB300 ``mla_up_proj`` (BF16 ``moe_act``), GB200 ``mlp`` (BF16 ``mla_up_proj``), B200 and
-B300 ``mla_up_proj``, H100 ``mla_up_proj`` and ``mlp``."""
+"""(releases, GPU prefix, precision prefix or "" for any, modules), first match wins: the
+selective recompute of Megatron-Bridge's DeepSeek-V3 rows per release (container 25.09 =
+tag v0.1.0rc4, 25.11 = v0.2.x, 26.02 = v0.3.x, 26.04 = v0.4.x, 26.06 = v0.5.x). Every
+release sets ``recompute_granularity: selective`` (25.09 ``scripts/performance/configs/
+deepseek/deepseek_v3_llm_pretrain.yaml``, no modules: Megatron's default ``core_attn``;
+later ``deepseek_llm_pretrain.py``); the modules come from ``workload_base_configs.py``
+(25.11: GB300 ``moe_act``, GB200/B200 ``mla_up_proj``, H100 ``mla_up_proj`` + ``mlp``)
+and ``deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_*_V1`` (26.02: GB300
+``mla_up_proj``, its BF16 ``moe_act``, GB200 ``mla_up_proj``; 26.04: GB200 ``mlp``, its
+BF16 ``mla_up_proj``; 26.06: GB300 MXFP8 none, GB200 MXFP8 ``mla_up_proj``; B200/B300
+``mla_up_proj`` throughout)."""
 
 MOEZOO_QWEN3_SAVERS: dict[str, object] = {
     "recompute": "selective",
@@ -244,8 +256,13 @@ def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
             if model.startswith(prefix) and gpu.startswith(gpu_prefix):
                 return {"cpu_offloading_num_layers": layers}
     if source.startswith("MBRIDGE-") and model.startswith("deepseekv3"):
-        for gpu_prefix, precision_prefix, modules in DEEPSEEK_RECOMPUTE_MODULES:
-            if gpu.startswith(gpu_prefix) and precision.startswith(precision_prefix):
+        release = source.removeprefix("MBRIDGE-")[:5]
+        for releases, gpu_prefix, precision_prefix, modules in DEEPSEEK_RECOMPUTE_MODULES:
+            if (
+                release in releases
+                and gpu.startswith(gpu_prefix)
+                and precision.startswith(precision_prefix)
+            ):
                 return {"recompute": "selective", "recompute_modules": modules}
     if source.startswith("MOEZOO-QWEN3-GB200") and precision.startswith("MXFP8"):
         return dict(MOEZOO_QWEN3_SAVERS)

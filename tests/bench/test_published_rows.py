@@ -286,14 +286,22 @@ def test_llama_fsdp_rows_offload_the_recipes_layer_count():
 
 
 def test_deepseek_rows_recompute_the_recipes_modules():
-    # deepseek_workload_base_configs.py: GB200 "mlp" (BF16 "mla_up_proj"), B200 "mla_up_proj"
+    # 26.06 (v0.5.x) deepseek_workload_base_configs.py: GB200 MXFP8 "mla_up_proj"; 26.04
+    # (v0.4.x): GB200 "mlp", BF16 "mla_up_proj"; B200 "mla_up_proj"; GB300 MXFP8 none in 26.06
     gb200 = rows_mod.case_for_row(DEEPSEEK_GB200).plan
-    assert gb200.recompute == "selective" and gb200.recompute_modules == ("mlp",)
-    bf16 = rows_mod.case_for_row(_with(DEEPSEEK_GB200, precision="BF16")).plan
+    assert gb200.recompute == "selective" and gb200.recompute_modules == ("mla_up_proj",)
+    older = _with(DEEPSEEK_GB200, source_id="MBRIDGE-26.04.01")
+    assert rows_mod.case_for_row(older).plan.recompute_modules == ("mlp",)
+    bf16 = rows_mod.case_for_row(_with(older, precision="BF16")).plan
     assert bf16.recompute_modules == ("mla_up_proj",)
     b200 = rows_mod.case_for_row(_with(DEEPSEEK_GB200, gpu_type="B200")).plan
     assert b200.recompute_modules == ("mla_up_proj",)
     assert "rc=mla_up_proj" in b200.label()
+    gb300 = _with(DEEPSEEK_GB200, gpu_type="GB300 (NVL72)", pp="2", vpp="8", ep="32")
+    assert "rc=-" in rows_mod.case_for_row(gb300).plan.label()
+    # 25.09 (v0.1.0rc4 yaml): selective with Megatron's default module, core_attn
+    first = rows_mod.case_for_row(_with(DEEPSEEK_GB200, source_id="MBRIDGE-25.09")).plan
+    assert first.recompute == "selective" and first.recompute_modules is None
 
 
 def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
