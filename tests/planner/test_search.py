@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import MEGATRON_2021
+from costmodel.memory import peak_memory_bytes
 from planner.candidates import enumerate_candidates
 from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
 from planner.search import MEMORY_REJECTION, memory_limit_bytes, search_plans
@@ -20,6 +21,7 @@ from profiles import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
 
@@ -243,3 +245,23 @@ def test_a_pinned_sharding_strategy_is_kept() -> None:
     for ranked in result.top:
         assert ranked.plan.use_megatron_fsdp
         assert ranked.plan.data_parallel_sharding_strategy == "optim"
+
+
+def test_fit_suggestions_offer_cpu_activation_offloading() -> None:
+    # Llama 3 70B, tp1 pp1, 8192 tokens on 64 GB200 with Megatron-FSDP: the activations,
+    # not the sharded model state, overflow the device; offloading half the layers to host
+    # memory is among the suggestions, priced by costmodel.memory.
+    model = get_preset("llama3-70b")
+    cluster = ClusterSpec(hardware="gb200-nvl72", num_gpus=64)
+    job = TrainingJob(seq_length=8192, global_batch_size=256)
+    plan = ParallelPlan(
+        dp=64,
+        micro_batch_size=2,
+        use_megatron_fsdp=True,
+        data_parallel_sharding_strategy="optim_grads_params",
+    )
+    found = {s.change: s for s in fit_suggestions(model, cluster, job, plan, 180 * 2**30)}
+    layers = found["cpu_offloading_num_layers=40 (to host memory)"]
+    assert layers.plan.cpu_offloading_num_layers == 40
+    assert layers.peak_memory_bytes < peak_memory_bytes(model, job, plan)
+    assert "offload_modules=core_attn,attn_proj (to host memory)" in found
