@@ -47,8 +47,6 @@ import math
 from dataclasses import dataclass
 
 from costmodel import compute as ops
-from costmodel.activation_savers import offloaded_bytes
-from costmodel.activations import layer_activations
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import (
@@ -63,10 +61,9 @@ from costmodel.runtimes.megatron.moe_costs import (
     routed_experts,
 )
 from costmodel.runtimes.megatron.saver_costs import (
-    elementwise_recompute_s,
+    layer_offload_exposed_s,
     mla_up_projection_share,
-    offload_exposed_s,
-    selective_recompute,
+    selective_rerun,
 )
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -596,9 +593,20 @@ def layer_cost(
         extra_b += host_b.compute_s
     recompute = ZERO if plan.recompute == "none" else forward
     if plan.recompute == "selective":
-        recompute = _selective_rerun(model, job, plan, profile, x, is_moe, rerun)
+        recompute = selective_rerun(
+            model,
+            job,
+            plan,
+            profile,
+            is_moe=is_moe,
+            rerun=rerun,
+            norm_tokens=x.norm_tokens,
+            elem=x.elem,
+        )
     if plan.offloads_activations:
-        off_f, off_b = _offload_exposed(model, job, plan, profile, is_moe, forward, backward)
+        off_f, off_b = layer_offload_exposed_s(
+            model, job, plan, profile, is_moe=is_moe, forward=forward, backward=backward
+        )
         forward = forward.plus(PassCost(compute_s=off_f))
         backward = backward.plus(PassCost(compute_s=off_b))
     return LayerCost(
@@ -608,59 +616,6 @@ def layer_cost(
         dgrad_s=dgrad + mlp_d + extra_b,
         wgrad_s=wgrad + mlp_w,
     )
-
-
-def _selective_rerun(
-    model: ModelSpec,
-    job: TrainingJob,
-    plan: ParallelPlan,
-    profile: HardwareProfile,
-    x: _Shape,
-    is_moe: bool,
-    rerun: dict[str, PassCost],
-) -> PassCost:
-    """The forward work selective recompute reruns for ``plan.selective_modules``
-    (`saver_costs`): the passes in ``rerun`` plus the memory-bound norm and expert
-    activation reruns."""
-    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
-    tensors = dict(layer.tensors)
-    act_bytes = tensors.get("expert_fc1_output", 0.0) + tensors.get("expert_act_output", 0.0)
-    elementwise = elementwise_recompute_s(
-        profile,
-        norm_tokens=x.norm_tokens,
-        hidden=model.hidden_size,
-        elem=x.elem,
-        expert_act_bytes=act_bytes if is_moe else 0.0,
-    )
-    parts = dict(rerun)
-    for module, seconds in elementwise.items():
-        parts.setdefault(module, PassCost(compute_s=seconds))
-    if not is_moe:
-        parts.pop("moe_act", None)
-    return selective_recompute(parts, plan.selective_modules)
-
-
-def _offload_exposed(
-    model: ModelSpec,
-    job: TrainingJob,
-    plan: ParallelPlan,
-    profile: HardwareProfile,
-    is_moe: bool,
-    forward: PassCost,
-    backward: PassCost,
-) -> tuple[float, float]:
-    """(forward, backward) seconds of offload copies not hidden under this layer's compute
-    (`saver_costs.offload_exposed_s`); layer-level offloading moves every saved tensor of
-    the first ``cpu_offloading_num_layers`` layers, priced here as that fraction of each
-    layer's copies."""
-    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
-    if plan.cpu_offloading_num_layers:
-        moved, share = layer.full_bytes, plan.cpu_offloading_num_layers / model.num_layers
-    else:
-        moved = offloaded_bytes(layer.tensors, plan.offload_modules, plan.selective_modules)
-        share = 1.0
-    off_f, off_b = offload_exposed_s(profile, moved, forward.compute_s, backward.compute_s)
-    return share * off_f, share * off_b
 
 
 def _moe_host_floor(

@@ -21,12 +21,16 @@ stream); only the copy time beyond the layer's compute in that pass is exposed.
 from __future__ import annotations
 
 from costmodel import compute as ops
+from costmodel.activation_savers import offloaded_bytes
+from costmodel.activations import layer_activations
 from costmodel.flops import FMA_FLOPS, attention_projection_forward_flops_per_token
 from costmodel.host_link import host_link_Bps
 from costmodel.passes import ZERO, PassCost
 from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import mla_head_dims
+from specs.plan import ParallelPlan
 
 
 def mla_up_projection_share(model: ModelSpec) -> float:
@@ -83,3 +87,60 @@ def offload_exposed_s(
         return 0.0, 0.0
     copy_s = offloaded_bytes / host_link_Bps(profile)
     return max(copy_s - forward_s, 0.0), max(copy_s - backward_s, 0.0)
+
+
+def selective_rerun(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    *,
+    is_moe: bool,
+    rerun: dict[str, PassCost],
+    norm_tokens: float,
+    elem: int,
+) -> PassCost:
+    """The forward work selective recompute reruns for ``plan.selective_modules`` in one
+    dense or MoE layer: the layer's module passes in ``rerun`` (`layer_costs`) plus the
+    memory-bound norm and expert-activation reruns on ``norm_tokens`` rows of ``elem``-byte
+    elements."""
+    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
+    tensors = dict(layer.tensors)
+    act_bytes = tensors.get("expert_fc1_output", 0.0) + tensors.get("expert_act_output", 0.0)
+    elementwise = elementwise_recompute_s(
+        profile,
+        norm_tokens=norm_tokens,
+        hidden=model.hidden_size,
+        elem=elem,
+        expert_act_bytes=act_bytes if is_moe else 0.0,
+    )
+    parts = dict(rerun)
+    for module, seconds in elementwise.items():
+        parts.setdefault(module, PassCost(compute_s=seconds))
+    if not is_moe:
+        parts.pop("moe_act", None)
+    return selective_recompute(parts, plan.selective_modules)
+
+
+def layer_offload_exposed_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    *,
+    is_moe: bool,
+    forward: PassCost,
+    backward: PassCost,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's offload copies not hidden under its
+    compute (`offload_exposed_s`); layer-level offloading moves every saved tensor of the
+    first ``cpu_offloading_num_layers`` layers, priced as that fraction of each layer's
+    copies."""
+    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
+    if plan.cpu_offloading_num_layers:
+        moved, share = layer.full_bytes, plan.cpu_offloading_num_layers / model.num_layers
+    else:
+        moved = offloaded_bytes(layer.tensors, plan.offload_modules, plan.selective_modules)
+        share = 1.0
+    off_f, off_b = offload_exposed_s(profile, moved, forward.compute_s, backward.compute_s)
+    return share * off_f, share * off_b
