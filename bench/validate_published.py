@@ -132,6 +132,8 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         peak_memory_gib=est.peak_memory_gib,
         device_memory_gib=profile.device.memory_gib,
         fits=est.fits,
+        global_batch_size=case.job.global_batch_size,
+        precision_text=raw.get("precision", ""),
     )
     return outcome, case
 
@@ -252,10 +254,32 @@ def select_rows(rows: list[dict[str, str]], texts: str) -> list[dict[str, str]]:
 def defaults_report(outcomes: list[Outcome], apart: list[dict[str, str]]) -> dict[str, object]:
     """The figures and rows at the shipped defaults, without the fitted and
     leave-one-source-out sections (``--no-fit``)."""
-    return figures(outcomes) | {
-        "strategy_groups": kendall_tau(outcomes)["groups"],
-        "rows": [outcome_row(o, o.error) for o in outcomes],
-        "not_expressible": apart,
+    return (
+        figures(outcomes)
+        | strategy_report(outcomes)
+        | {
+            "rows": [outcome_row(o, o.error) for o in outcomes],
+            "not_expressible": apart,
+        }
+    )
+
+
+def strategy_report(outcomes: list[Outcome]) -> dict[str, object]:
+    """``strategy_groups`` (group -> Kendall tau), ``strategy_pairs`` (pairs over all
+    groups) and ``strategy_rates`` (group -> strategy -> published and predicted tokens/s
+    per GPU) of `validation_stats.kendall_tau`."""
+    tau = kendall_tau(outcomes)
+    rates = {
+        group: {
+            name: {"published_tokens_per_s_per_gpu": pub, "predicted_tokens_per_s_per_gpu": pred}
+            for name, (pub, pred) in strategies.items()
+        }
+        for group, strategies in tau["strategies"].items()  # type: ignore[union-attr]
+    }
+    return {
+        "strategy_groups": tau["groups"],
+        "strategy_pairs": tau["pairs"],
+        "strategy_rates": rates,
     }
 
 
@@ -301,32 +325,37 @@ def report(
     )
     loso_by_row = {o.row_id: o for o in loso}
     rows = [outcome_row(o, loso_by_row[o.row_id].error) for o in outcomes]
-    return figures(outcomes) | {
-        "strategy_groups": kendall_tau(outcomes)["groups"],
-        "fitted": figures(apply_model(outcomes, predict, fitted))
+    return (
+        figures(outcomes)
+        | strategy_report(outcomes)
         | {
-            "fp8_gemm_rate_factor": fitted.fp8_factor,
-            "fitted_on": list(fitted.fitted_on),
-            "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
-            "fp8_fitted_on_by_generation": {g: list(r) for g, r in fitted.fp8_fitted_on.items()},
-            "moe_host_launch_s": fitted.moe_host_launch_s,
-            "moe_host_fitted_on": list(fitted.host_fitted_on),
-        },
-        "loso": figures(loso)
-        | {
-            "fp8_gemm_rate_factor_by_left_out_source": {
-                family: m.fp8_factors | {"shared": m.fp8_factor}
-                for family, m in loso_models.items()
+            "fitted": figures(apply_model(outcomes, predict, fitted))
+            | {
+                "fp8_gemm_rate_factor": fitted.fp8_factor,
+                "fitted_on": list(fitted.fitted_on),
+                "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
+                "fp8_fitted_on_by_generation": {
+                    g: list(r) for g, r in fitted.fp8_fitted_on.items()
+                },
+                "moe_host_launch_s": fitted.moe_host_launch_s,
+                "moe_host_fitted_on": list(fitted.host_fitted_on),
             },
-            "moe_host_launch_s_by_left_out_source": {
-                family: m.moe_host_launch_s for family, m in loso_models.items()
+            "loso": figures(loso)
+            | {
+                "fp8_gemm_rate_factor_by_left_out_source": {
+                    family: m.fp8_factors | {"shared": m.fp8_factor}
+                    for family, m in loso_models.items()
+                },
+                "moe_host_launch_s_by_left_out_source": {
+                    family: m.moe_host_launch_s for family, m in loso_models.items()
+                },
             },
-        },
-        "per_generation": other_choice(outcomes, predict),
-        "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
-        "rows": rows,
-        "not_expressible": apart,
-    }
+            "per_generation": other_choice(outcomes, predict),
+            "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
+            "rows": rows,
+            "not_expressible": apart,
+        }
+    )
 
 
 def other_choice(outcomes: list[Outcome], predict: Predict) -> dict[str, object]:

@@ -3,8 +3,9 @@
 Pure functions over `Outcome` records (one per expressible published run):
 - `summary`: median |error|, signed median, p90 |error|, fit fraction, row count;
 - `kendall_tau`: rank agreement of predicted and published throughput inside strategy
-  groups (same model, GPU, sequence length: several published strategies), pooled over the
-  groups' pairs (Kendall 1938, tau-a per group, concordant minus discordant over pairs);
+  groups (`strategy_key`: one source release, model, cluster, sequence length and printed
+  precision, two or more different strategies), pooled over the groups' pairs (Kendall
+  1938, tau-a per group, concordant minus discordant over pairs);
 - `fit_model` / `apply_model`: the fitted parameters of the Megatron runtime, fitted jointly
   by grid coordinate descent on one objective over the rows' predictions (`Predict`): the
   FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`), one value per GPU
@@ -49,6 +50,12 @@ class Outcome:
     peak_memory_gib: float
     device_memory_gib: float
     fits: bool
+    global_batch_size: int | None = None
+    """Sequences per iteration of the published run; None: not known (a group's strategies
+    are then compared by seconds per iteration, as if they processed the same tokens)."""
+    precision_text: str = ""
+    """The row's precision as the source printed it (``FP8``, ``MXFP8``, ...): FP8 recipes
+    that `precision` prices alike are different software. Empty: `precision`."""
 
     @property
     def error(self) -> float:
@@ -98,14 +105,48 @@ def grouped(outcomes: Iterable[Outcome], key: Callable[[Outcome], str]) -> dict[
 
 
 def strategy_key(outcome: Outcome) -> str:
-    """Same model, GPU type and sequence length: the strategies a team chose between."""
-    return f"{outcome.model} | {outcome.gpu_type} | seq {outcome.seq_length}"
+    """The strategy group of ``outcome``: several strategies for the same model on the same
+    cluster (issue 33, Build 6), run by the same software. One source release (the
+    ``source_id``: a Megatron-Bridge release is its own source), model, GPU type, number of
+    GPUs, sequence length and printed precision (an FP8 recipe, per-tensor current scaling
+    or MXFP8, is software too). Rows that differ in any of these differ by more than their
+    plan, and their published order is not the plan's to explain."""
+    precision = outcome.precision_text or outcome.precision
+    return (
+        f"{outcome.source_id} | {outcome.model} | {outcome.gpu_type} x{outcome.num_gpus} | "
+        f"seq {outcome.seq_length} | {precision}"
+    )
 
 
-def concordance(outcomes: list[Outcome]) -> tuple[int, int, int]:
-    """(concordant, discordant, pairs) of predicted vs published tokens/s per GPU; pairs
-    tied in either order count in neither."""
-    rates = [(1 / (o.published_s * o.num_gpus), 1 / (o.predicted_s * o.num_gpus)) for o in outcomes]
+def strategy_of(outcome: Outcome) -> str:
+    """What a team chose inside a strategy group: the plan and the global batch."""
+    return f"{outcome.plan} | gbs {outcome.global_batch_size}"
+
+
+def tokens_per_s_per_gpu(outcome: Outcome) -> tuple[float, float]:
+    """(published, predicted) tokens per second per GPU: global batch x sequence / (seconds
+    per iteration x GPUs); without a known global batch, one sequence per iteration."""
+    tokens = (outcome.global_batch_size or 1) * outcome.seq_length
+    gpus = outcome.num_gpus
+    return tokens / (outcome.published_s * gpus), tokens / (outcome.predicted_s * gpus)
+
+
+def strategy_rates(outcomes: list[Outcome]) -> dict[str, tuple[float, float]]:
+    """Strategy (`strategy_of`) -> (published, predicted) tokens/s per GPU of one group's
+    ``outcomes``. Rows with an identical strategy are one strategy: their rates are
+    averaged (the prediction is the same; the published figures are repeat measurements)."""
+    rates: dict[str, list[tuple[float, float]]] = {}
+    for outcome in outcomes:
+        rates.setdefault(strategy_of(outcome), []).append(tokens_per_s_per_gpu(outcome))
+    return {
+        name: (statistics.fmean(p for p, _ in pairs), statistics.fmean(q for _, q in pairs))
+        for name, pairs in sorted(rates.items())
+    }
+
+
+def concordance(rates: list[tuple[float, float]]) -> tuple[int, int, int]:
+    """(concordant, discordant, pairs) of (published, predicted) rates; pairs tied in
+    either order count in neither."""
     concordant = discordant = pairs = 0
     for i, (pub_i, pred_i) in enumerate(rates):
         for pub_j, pred_j in rates[i + 1 :]:
@@ -117,17 +158,23 @@ def concordance(outcomes: list[Outcome]) -> tuple[int, int, int]:
 
 
 def kendall_tau(outcomes: list[Outcome]) -> dict[str, object]:
-    """Pooled Kendall tau over the strategy groups with two or more rows, and per group."""
+    """Pooled Kendall tau over the strategy groups (`strategy_key`) with two or more
+    different strategies (`strategy_rates`), and per group; NaN when no group has two.
+    ``strategies`` gives each such group's (published, predicted) tokens/s per GPU by
+    strategy."""
     per_group: dict[str, float] = {}
+    strategies: dict[str, dict[str, tuple[float, float]]] = {}
     total_c = total_d = total_pairs = 0
     for name, members in grouped(outcomes, strategy_key).items():
-        if len(members) < 2:
+        rates = strategy_rates(members)
+        if len(rates) < 2:
             continue
-        c, d, pairs = concordance(members)
+        c, d, pairs = concordance(list(rates.values()))
         per_group[name] = (c - d) / pairs
+        strategies[name] = rates
         total_c, total_d, total_pairs = total_c + c, total_d + d, total_pairs + pairs
     tau = (total_c - total_d) / total_pairs if total_pairs else float("nan")
-    return {"kendall_tau": tau, "pairs": total_pairs, "groups": per_group}
+    return {"kendall_tau": tau, "pairs": total_pairs, "groups": per_group, "strategies": strategies}
 
 
 Predict = Callable[[str, float | None, float], float]

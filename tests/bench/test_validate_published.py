@@ -47,12 +47,23 @@ SC21_ROW = {
 }
 
 
-def _outcome(row_id, source, published, predicted, generation="H100/H800", model="m", gpus=8):
+def _outcome(
+    row_id,
+    source,
+    published,
+    predicted,
+    generation="H100/H800",
+    model="m",
+    gpus=8,
+    plan=None,
+    gbs=None,
+    precision_text="",
+):
     return stats.Outcome(
         row_id=row_id,
         source_id=source,
         model=model,
-        plan="p",
+        plan=f"plan {row_id}" if plan is None else plan,
         generation=generation,
         precision="bf16",
         kind="dense",
@@ -64,6 +75,8 @@ def _outcome(row_id, source, published, predicted, generation="H100/H800", model
         peak_memory_gib=10.0,
         device_memory_gib=80.0,
         fits=True,
+        global_batch_size=gbs,
+        precision_text=precision_text,
     )
 
 
@@ -164,6 +177,49 @@ def test_kendall_tau_counts_pairs_inside_groups():
     result = stats.kendall_tau(same + other)
     assert result["kendall_tau"] == pytest.approx(1 / 3)
     assert result["pairs"] == 3
+    assert list(result["groups"]) == [stats.strategy_key(same[0])]
+
+
+def test_strategy_groups_split_release_gpu_count_and_printed_precision():
+    # Each row differs from the first in one of source release, GPU count and printed FP8
+    # recipe only, and is ordered against it the wrong way: no group holds two strategies.
+    base = _outcome("1", "MBRIDGE-26.04", 1.0, 2.0)
+    others = [
+        _outcome("2", "MBRIDGE-26.06", 2.0, 1.0),
+        _outcome("3", "MBRIDGE-26.04", 2.0, 1.0, gpus=16),
+        _outcome("4", "MBRIDGE-26.04", 2.0, 1.0, precision_text="MXFP8"),
+    ]
+    result = stats.kendall_tau([base, *others])
+    assert result["pairs"] == 0 and result["groups"] == {}
+    assert len({stats.strategy_key(o) for o in [base, *others]}) == 4
+
+
+def test_identical_strategies_are_one_averaged_strategy():
+    # Plan "a" published twice (1 s and 3 s: mean rate (1 + 1/3) / 2 = 2/3 of 1 s), plan "b"
+    # once at 1.2 s (rate 5/6): b is faster on the published average, slower predicted.
+    rows = [
+        _outcome("1", "S", 1.0, 1.0, plan="a"),
+        _outcome("2", "S", 3.0, 1.0, plan="a"),
+        _outcome("3", "S", 1.2, 2.0, plan="b"),
+    ]
+    result = stats.kendall_tau(rows)
+    assert result["pairs"] == 1
+    assert result["kendall_tau"] == pytest.approx(-1.0)
+    rates = stats.strategy_rates(rows)
+    tokens = 4096 / 8  # one sequence of 4096 tokens per iteration, 8 GPUs
+    assert rates["a | gbs None"][0] == pytest.approx(tokens * 2 / 3)
+    assert rates["b | gbs None"][0] == pytest.approx(tokens / 1.2)
+
+
+def test_global_batch_enters_the_throughput():
+    # Same plan at 2 and 1 sequences per iteration: 1.5 s vs 1 s published (4/3 vs 1
+    # sequence per second), 1.9 s vs 1 s predicted (1.05 vs 1): the same order.
+    rows = [
+        _outcome("1", "S", 1.5, 1.9, plan="a", gbs=2),
+        _outcome("2", "S", 1.0, 1.0, plan="a", gbs=1),
+    ]
+    result = stats.kendall_tau(rows)
+    assert result["pairs"] == 1 and result["kendall_tau"] == pytest.approx(1.0)
 
 
 def test_sc21_table1_group_within_target():
