@@ -14,7 +14,10 @@ comparison is between plans the same software could run:
   (``same_recompute_*``), which separates what the pick gains by recomputing less from what
   it gains by its degrees and micro-batch size;
 - the pick's peak memory and the share of device memory it leaves free, as a pick that
-  fits only within the search's headroom rests on the memory model's last few percent.
+  fits only within the search's headroom rests on the memory model's last few percent;
+- the predicted breakdowns (`costmodel.iteration.Breakdown`, seconds per phase on the
+  critical stage) of the recipe, the pick and the held pick, which say where a claimed
+  speedup comes from (recompute, bubble, exposed TP, PP or DP communication).
 Recipes tuned on the real machines should rank high; a large claimed speedup is more likely
 a cost-model error than a better plan.
 """
@@ -74,6 +77,10 @@ def sanity_row(raw: dict[str, str]) -> dict[str, object]:
         "same_recompute_pick": same_pick.plan.label(),
         "same_recompute_speedup": same_speedup,
         "same_recompute_rank": same_rank,
+        "recipe_peak_gib": recipe.peak_memory_gib,
+        "recipe_breakdown": recipe.breakdown.as_dict(),
+        "pick_breakdown": pick.estimate.breakdown.as_dict(),
+        "same_recompute_breakdown": same_pick.estimate.breakdown.as_dict(),
     }
 
 

@@ -128,7 +128,9 @@ def markdown(result: dict) -> str:
         _summary_line("SC21 Table 1 (model)", result["sc21_table1"]),
         "",
         f"Kendall tau over strategy groups (model): {result['kendall_tau']:.2f}; "
-        f"LOSO: {result['loso']['kendall_tau']:.2f}.",
+        f"LOSO: {result['loso']['kendall_tau']:.2f}; over {result['strategy_pairs']} pairs of "
+        f"strategies in {len(result['strategy_groups'])} groups (one source release, model, "
+        "cluster, sequence length and printed precision).",
         "",
         f"FP8 GEMM rate factor fitted on all FP8 rows: "
         f"{result['fitted']['fp8_gemm_rate_factor']} (rows "

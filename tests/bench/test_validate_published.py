@@ -259,6 +259,15 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
         assert (rank == 1) == (speedup <= 1.0)
     assert "rc-full" in result["same_recompute_pick"]
     assert 0.0 < result["pick_memory_free"] < 1.0
+    # The breakdowns are the estimates' phases: iteration seconds in the speedup's ratio
+    # (one global batch for both), and recompute only where the plan recomputes.
+    recipe_s = sum(result["recipe_breakdown"].values())
+    pick_s = sum(result["pick_breakdown"].values())
+    assert recipe_s / pick_s == pytest.approx(result["claimed_speedup"], rel=1e-9)
+    held_s = sum(result["same_recompute_breakdown"].values())
+    assert recipe_s / held_s == pytest.approx(result["same_recompute_speedup"], rel=1e-9)
+    assert result["same_recompute_breakdown"]["compute_recompute"] > 0
+    assert ("rc-" in result["pick"]) == (result["pick_breakdown"]["compute_recompute"] > 0)
 
 
 # Synthetic rows for the fits: a row's predicted seconds are max(c + w / f, n * h) at FP8
