@@ -265,6 +265,16 @@ class ExecutionOptions:
     above) or ``torch`` (paraplan's executor: every operator's kernel and host cost,
     DTensor, DDP/FSDP2, torch pipelining; `costmodel.runtimes.torch`), for which the
     fields above are not consulted."""
+    ddp_gradient_copy: bool = False
+    """Overlapped gradient reduction (`ParallelPlan.overlap_grad_reduce`) runs through
+    PyTorch's DistributedDataParallel, whose reducer keeps its own bucket copy of every
+    gradient beside ``param.grad``: one more gradient buffer of `main_grad_bytes` per
+    parameter on every rank (`costmodel.memory.memory_per_stage`). PyTorch documents the
+    copy under ``gradient_as_bucket_view`` (default False: "the saved memory size will be
+    equal to the total gradients size" when True). Megatron-LM 2021 with ``--DDP-impl
+    torch`` wraps the model in ``torch.nn.parallel.DistributedDataParallel`` without that
+    argument (`megatron/training.py`, ``get_model``, at the ``examples/sc21`` commit
+    de7dc40); Megatron-core's own DDP reduces its contiguous buffer in place (False)."""
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
@@ -335,6 +345,7 @@ MEGATRON_2021 = ExecutionOptions(
     grad_nan_check=False,
     tp_dgrad_overlap=False,
     plan_features=frozenset(),
+    ddp_gradient_copy=True,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
@@ -344,8 +355,8 @@ until their backward, and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`). None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
 at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
 (interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
-layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets) or
-Megatron's local DDP."""
+layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets, with its
+bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP."""
 
 MEGATRON_2023 = ExecutionOptions(
     bias_fusion=False,

@@ -110,7 +110,8 @@ class StageMemory:
     weights_bytes: float
     """Model weights (bf16, or fp32 for fp32 runs)."""
     gradients_bytes: float
-    """Main gradients (fp32), full size on every rank."""
+    """Main gradients (fp32), full size on every rank; twice that under PyTorch DDP's
+    bucket copy (`ExecutionOptions.ddp_gradient_copy`)."""
     optimizer_bytes: float
     """fp32 master weights (mixed precision only) and Adam m, v; sharded by the
     distributed optimizer."""
@@ -325,10 +326,13 @@ def memory_per_stage(
     dropout: bool = True,
     main_grad_bytes: int = 4,
     keep_outputs: bool = False,
+    ddp_gradient_copy: bool = False,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
-    ``main_grad_bytes`` and ``keep_outputs`` as `ExecutionOptions.hidden_dropout`,
-    ``main_grad_bytes`` and not ``deallocate_pipeline_outputs``.
+    ``main_grad_bytes``, ``keep_outputs`` and ``ddp_gradient_copy`` as
+    `ExecutionOptions.hidden_dropout`, ``main_grad_bytes``, not
+    ``deallocate_pipeline_outputs`` and ``ddp_gradient_copy`` (with overlapped gradient
+    reduction, twice the gradient bytes).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -345,6 +349,8 @@ def memory_per_stage(
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
         weights_bytes, gradients_bytes = weight * params.total, grad * params.total
+        if ddp_gradient_copy and plan.overlap_grad_reduce:
+            gradients_bytes *= 2
         if plan.use_megatron_fsdp:
             fsdp = fsdp_state_bytes(
                 model,

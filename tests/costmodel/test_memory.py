@@ -524,3 +524,25 @@ def test_kept_pipeline_outputs_add_one_activation_per_sending_microbatch() -> No
     for stage, (a, b) in enumerate(zip(freed, kept, strict=True)):
         sending = 0 if stage == plan.pp - 1 else min(plan.pp - stage, 32)
         assert b.activations_bytes - a.activations_bytes == pytest.approx(sending * output_bytes)
+
+
+def test_pytorch_ddp_keeps_a_bucket_copy_of_the_gradients() -> None:
+    # PyTorch DistributedDataParallel without gradient_as_bucket_view (its default, and
+    # Megatron-LM 2021's `--DDP-impl torch`, megatron/training.py at the examples/sc21
+    # commit) copies every gradient into its buckets: "the saved memory size will be equal
+    # to the total gradients size" (PyTorch DDP documentation). SC21 Table 1, GPT 1.7B.
+    model = get_preset("gpt-1.7b")
+    job = TrainingJob(seq_length=2048, global_batch_size=512)
+    torch_ddp = ParallelPlan.for_world(32, micro_batch_size=16, overlap_grad_reduce=True)
+    local_ddp = dataclasses.replace(torch_ddp, overlap_grad_reduce=False)
+    params = stage_params(model, torch_ddp, 0).total
+
+    def stage(plan: ParallelPlan, copy: bool) -> StageMemory:
+        return memory_per_stage(model, job, plan, main_grad_bytes=2, ddp_gradient_copy=copy)[0]
+
+    copied = stage(torch_ddp, True)
+    assert copied.gradients_bytes == pytest.approx(2 * 2 * params)
+    assert stage(torch_ddp, False).gradients_bytes == pytest.approx(2 * params)
+    assert stage(local_ddp, True).gradients_bytes == pytest.approx(2 * params)
+    # a long-lived buffer: no fragmentation allowance on it
+    assert copied.total_bytes - stage(torch_ddp, False).total_bytes == pytest.approx(2 * params)

@@ -97,7 +97,8 @@ class MegatronRuntime:
         self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
     ) -> tuple[StageMemory, ...]:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
-        dropout, main-gradient element size and pipeline-output deallocation."""
+        dropout, main-gradient element size, pipeline-output deallocation and DDP gradient
+        copy."""
         return memory_per_stage(
             model,
             job,
@@ -106,6 +107,7 @@ class MegatronRuntime:
             dropout=self.options.hidden_dropout,
             main_grad_bytes=self.options.main_grad_bytes,
             keep_outputs=not self.options.deallocate_pipeline_outputs,
+            ddp_gradient_copy=self.options.ddp_gradient_copy,
         )
 
     def screen(

@@ -552,10 +552,14 @@ def _memory_bytes(
     m: np.ndarray,
     main_grad_bytes: int,
     keep_outputs: bool = False,
+    ddp_gradient_copy: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
-    ``keep_outputs`` as in `costmodel.activations.stage_activations`)."""
+    ``keep_outputs`` as in `costmodel.activations.stage_activations`, ``ddp_gradient_copy``
+    as in `costmodel.memory.memory_per_stage`)."""
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
+    ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
+    grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
     frame = FrameworkAllowance()
     pp, vpp = c["pp"], c["vpp"]
     e = ops.element_bytes(job.precision)
@@ -585,7 +589,8 @@ def _memory_bytes(
         resident = np.minimum(sharded + GATHERED_LAYERS * c["layer_max"], params)
         model_state = (
             weight * np.where(c["params_sharded"], resident, params)
-            + grad * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params)
+            + grad
+            * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params * grad_copies)
             + state * (dense / dense_shards + expert / expert_shards)
         )
         first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
@@ -680,6 +685,7 @@ def closed_form_screen(
             np.maximum(m, 1),
             options.main_grad_bytes,
             keep_outputs=not options.deallocate_pipeline_outputs,
+            ddp_gradient_copy=options.ddp_gradient_copy,
         ),
         np.inf,
     )
