@@ -106,21 +106,24 @@ def grouped(outcomes: Iterable[Outcome], key: Callable[[Outcome], str]) -> dict[
 
 def strategy_key(outcome: Outcome) -> str:
     """The strategy group of ``outcome``: several strategies for the same model on the same
-    cluster (issue 33, Build 6), run by the same software. One source release (the
-    ``source_id``: a Megatron-Bridge release is its own source), model, GPU type, number of
-    GPUs, sequence length and printed precision (an FP8 recipe, per-tensor current scaling
-    or MXFP8, is software too). Rows that differ in any of these differ by more than their
-    plan, and their published order is not the plan's to explain."""
+    kind of cluster (issue 33, Build 6), run by the same software. One source release (the
+    ``source_id``: a Megatron-Bridge release is its own source), model, GPU type, sequence
+    length and printed precision (an FP8 recipe, per-tensor current scaling or MXFP8, is
+    software too). The number of GPUs is part of the strategy, not of the group: the issue's
+    own groups (MegaScale's Table 2, SC21's Table 2) compare the same model at several
+    data-parallel sizes by throughput per GPU. Rows that differ in any of the key's fields
+    differ by more than their plan, and their published order is not the plan's to explain."""
     precision = outcome.precision_text or outcome.precision
     return (
-        f"{outcome.source_id} | {outcome.model} | {outcome.gpu_type} x{outcome.num_gpus} | "
+        f"{outcome.source_id} | {outcome.model} | {outcome.gpu_type} | "
         f"seq {outcome.seq_length} | {precision}"
     )
 
 
 def strategy_of(outcome: Outcome) -> str:
-    """What a team chose inside a strategy group: the plan and the global batch."""
-    return f"{outcome.plan} | gbs {outcome.global_batch_size}"
+    """What a team chose inside a strategy group: the number of GPUs, the plan and the
+    global batch."""
+    return f"{outcome.num_gpus} GPUs | {outcome.plan} | gbs {outcome.global_batch_size}"
 
 
 def tokens_per_s_per_gpu(outcome: Outcome) -> tuple[float, float]:

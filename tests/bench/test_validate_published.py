@@ -180,18 +180,27 @@ def test_kendall_tau_counts_pairs_inside_groups():
     assert list(result["groups"]) == [stats.strategy_key(same[0])]
 
 
-def test_strategy_groups_split_release_gpu_count_and_printed_precision():
-    # Each row differs from the first in one of source release, GPU count and printed FP8
-    # recipe only, and is ordered against it the wrong way: no group holds two strategies.
+def test_strategy_groups_split_release_and_printed_precision():
+    # Each row differs from the first in source release or printed FP8 recipe only, and is
+    # ordered against it the wrong way: no group holds two strategies.
     base = _outcome("1", "MBRIDGE-26.04", 1.0, 2.0)
     others = [
         _outcome("2", "MBRIDGE-26.06", 2.0, 1.0),
-        _outcome("3", "MBRIDGE-26.04", 2.0, 1.0, gpus=16),
         _outcome("4", "MBRIDGE-26.04", 2.0, 1.0, precision_text="MXFP8"),
     ]
     result = stats.kendall_tau([base, *others])
     assert result["pairs"] == 0 and result["groups"] == {}
-    assert len({stats.strategy_key(o) for o in [base, *others]}) == 4
+    assert len({stats.strategy_key(o) for o in [base, *others]}) == 3
+
+
+def test_gpu_count_is_a_strategy_within_a_group():
+    # The same model at two data-parallel sizes (MegaScale's and SC21's Table 2 groups):
+    # one group, two strategies compared by tokens/s per GPU.
+    small = _outcome("1", "MBRIDGE-26.04", 1.0, 2.0)
+    large = _outcome("3", "MBRIDGE-26.04", 2.0, 1.0, gpus=16)
+    assert stats.strategy_key(small) == stats.strategy_key(large)
+    assert stats.strategy_of(small) != stats.strategy_of(large)
+    assert stats.kendall_tau([small, large])["pairs"] == 1
 
 
 def test_identical_strategies_are_one_averaged_strategy():
@@ -207,8 +216,8 @@ def test_identical_strategies_are_one_averaged_strategy():
     assert result["kendall_tau"] == pytest.approx(-1.0)
     rates = stats.strategy_rates(rows)
     tokens = 4096 / 8  # one sequence of 4096 tokens per iteration, 8 GPUs
-    assert rates["a | gbs None"][0] == pytest.approx(tokens * 2 / 3)
-    assert rates["b | gbs None"][0] == pytest.approx(tokens / 1.2)
+    assert rates["8 GPUs | a | gbs None"][0] == pytest.approx(tokens * 2 / 3)
+    assert rates["8 GPUs | b | gbs None"][0] == pytest.approx(tokens / 1.2)
 
 
 def test_global_batch_enters_the_throughput():
