@@ -12,6 +12,7 @@ from costmodel.compute import gemm_time_s, memory_bound_time_s
 from costmodel.execution import MEGATRON_2021
 from costmodel.runtimes.megatron.layer_costs import (
     TP_OVERLAP_COMM_SMS,
+    USERBUFFERS_STEP_LATENCY_S,
     CommGroups,
     PassCost,
     cp_attention_steps,
@@ -20,6 +21,7 @@ from costmodel.runtimes.megatron.layer_costs import (
     layer_cost,
     logits_cost,
     sm_count,
+    userbuffers_step_time_s,
 )
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
@@ -113,6 +115,22 @@ def test_tp_comm_overlap_costs_its_sm_margin_where_there_is_little_to_hide():
     margin = (132 / (132 - TP_OVERLAP_COMM_SMS) - 1) * plain.backward.compute_s
     assert overlapped.backward.tp_exposed_s > plain.backward.tp_exposed_s
     assert overlapped.backward.tp_exposed_s < plain.backward.tp_exposed_s + margin
+
+
+def test_userbuffers_ring_step_pays_one_nvlink_hop_not_an_nccl_call():
+    # Transformer Engine's ring_exchange steps are copy-engine sends (initialize_ub use_ce
+    # True): NCCL's NVLink hop latency (3.4 us, tuning.cc) plus the bytes at the profile's
+    # intra-domain send_recv bus bandwidth (H100 profile: 376 GB/s, hardware.md §2g).
+    chunk = activation_bytes(ParallelPlan(tp=8)) / 8
+    step = userbuffers_step_time_s(H100, chunk, group(8))
+    assert step == pytest.approx(USERBUFFERS_STEP_LATENCY_S + chunk / 376e9)
+    assert step < ring_exchange_time_s(H100, chunk, 1, group(8))
+    # A group across scale-up domains runs at the inter-domain send rate.
+    across = group(8, stride=8)
+    assert userbuffers_step_time_s(H100, chunk, across) == pytest.approx(
+        ring_exchange_time_s(H100, chunk, 1, across)
+    )
+    assert userbuffers_step_time_s(H100, chunk, group(1)) == 0.0
 
 
 def test_no_tp_no_tp_communication():

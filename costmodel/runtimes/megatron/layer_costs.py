@@ -66,6 +66,7 @@ from costmodel.runtimes.megatron.saver_costs import (
     selective_rerun,
 )
 from costmodel.topology import GroupPlacement
+from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -87,6 +88,31 @@ num_comm_sm``, `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cp
 TP_OVERLAP_RS_SPLITS = 4
 """Chunks of the ``pipeline`` reduce-scatter overlap of the row-parallel forward GEMMs
 (``proj_fprop``, ``fc2_fprop``; ``initialize_ub`` default ``num_splits`` 4)."""
+
+USERBUFFERS_STEP_LATENCY_S = 3.4e-6
+"""Latency of one ``ring_exchange`` step of Transformer Engine's userbuffers inside a
+scale-up domain. The step is a copy-engine transfer to the neighbour's registered buffer
+(``initialize_ub`` default ``use_ce`` True; ``userbuffers_send`` in
+`transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`), not an NCCL call, so it
+pays one NVLink hop rather than the whole-call latency of the profile's ``send_recv`` fit:
+NCCL's own model puts an NVLink hop at 3.4 us (Simple protocol, ring; NCCL
+`src/graph/tuning.cc`, reference/hardware.md §2f)."""
+
+
+def userbuffers_step_time_s(
+    profile: HardwareProfile, chunk_bytes: float, group: GroupPlacement
+) -> float:
+    """Seconds of one userbuffers ring-exchange step that sends ``chunk_bytes`` to the next
+    rank: `USERBUFFERS_STEP_LATENCY_S` plus the bytes at the profile's intra-domain
+    point-to-point bus bandwidth (``send_recv`` fit); a group that spans scale-up domains
+    runs at the inter-domain send rate (`costmodel.collectives.ring_exchange_time_s`)."""
+    if group.size < 2 or chunk_bytes <= 0:
+        return 0.0
+    if group.num_domains > 1:
+        return ring_exchange_time_s(profile, chunk_bytes, 1, group)
+    fit = collective_fit(profile, "send_recv", 2, "intra")
+    return USERBUFFERS_STEP_LATENCY_S + chunk_bytes / (fit.busbw_GBps * 1e9)
+
 
 SM_COUNT_BY_DEVICE = (
     ("A100", 108),
@@ -235,7 +261,8 @@ def _tp_overlap_pair(
     - ``ring_exchange`` (``qkv_fprop``/``fc1_fprop`` forward, ``proj_dgrad``/``fc2_dgrad``
       backward; ``num_splits`` = tp, no SM margin): the all-gather becomes tp - 1
       neighbour sends of S/tp bytes, each under the GEMM of the chunk already present;
-      cost tp·g - G + (tp - 1)·max(0, p - g), g the GEMM of T/tp rows, p one send;
+      cost tp·g - G + (tp - 1)·max(0, p - g), g the GEMM of T/tp rows, p one send
+      (`userbuffers_step_time_s`);
     - ``pipeline`` (``proj_fprop``/``fc2_fprop``; 4 splits, `TP_OVERLAP_COMM_SMS`): each
       chunk's reduce-scatter runs under the next chunk's GEMM, the last one after it;
       cost 4·g' - G + r + 3·max(0, r - g'), g' the chunk GEMM on the remaining SMs, r the
@@ -254,7 +281,7 @@ def _tp_overlap_pair(
 
     def ring(m: float, n: float, k: float) -> float:
         chunk = gemm(m / tp, n, k)
-        send = ring_exchange_time_s(profile, size / tp, 1, group)
+        send = userbuffers_step_time_s(profile, size / tp, group)
         return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
 
     m1, n1, k1 = first
