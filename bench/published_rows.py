@@ -43,6 +43,7 @@ from row_recipes import (
     sharding_fields,
     sliding_window_fields,
     tp_overlap,
+    untied_embeddings,
 )
 
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, ExecutionOptions
@@ -200,7 +201,7 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
         "activation": "gelu",
         "normalization": "layernorm",
         "position_embedding": position,
-        "tied_embeddings": "untied" not in notes,
+        "tied_embeddings": not untied_embeddings(raw),
     }
 
 

@@ -112,10 +112,35 @@ tp_comm_overlap=True, ...)`` in the Llama 3 70B and Llama 3.1 405B base recipes 
 llama31_llm_pretrain.py`` of release v0.3.0 keeps it on except for NVFP4)."""
 
 
+TP_COMM_OVERLAP_FLAG = "--tp-comm-overlap"
+"""The Megatron-LM flag as a row's ``notes`` quote it from the source. The Megatron-LM
+README's 2024 H100 table (NVIDIA/Megatron-LM ``README.md`` at f2e5db402c, "Training Speed
+and Scalability") states "tensor-parallel (`--tp-comm-overlap`)" overlap for every run."""
+
+
 def tp_overlap(raw: dict[str, str], tp: int, sequence_parallel: bool) -> bool:
-    """True when the row's recipe runs ``--tp-comm-overlap`` (`TP_COMM_OVERLAP_MODELS`;
-    it needs tp > 1 with sequence parallelism)."""
-    return tp > 1 and sequence_parallel and _matches(raw, TP_COMM_OVERLAP_MODELS)
+    """True when the row's recipe runs ``--tp-comm-overlap`` (`TP_COMM_OVERLAP_MODELS`) or
+    its ``notes`` quote the flag as on (`TP_COMM_OVERLAP_FLAG`); it needs tp > 1 with
+    sequence parallelism (Megatron-LM ``validate_args``)."""
+    notes = raw.get("notes") or ""
+    stated = TP_COMM_OVERLAP_FLAG in notes
+    return tp > 1 and sequence_parallel and (stated or _matches(raw, TP_COMM_OVERLAP_MODELS))
+
+
+UNTIED_MODELS = (("MLM-README-", "gpt "),)
+"""(source prefix, model prefix) of the rows whose models have separate input embedding and
+output weights (Megatron-LM ``--untie-embeddings-and-output-weights``) though ``arch_notes``
+do not say so. Megatron-LM README 2024 table (``images/model_table.png``, f2e5db402c): each
+model's name is its parameter count, and only the untied count matches it, e.g. GPT 1.7B:
+24·12·2048² + 2·131072·2048 = 1.74e9 (tied: 1.48e9); GPT 7.1B: 30·12·4096² + 2·131072·4096
+= 7.11e9 (tied: 6.58e9); GPT 32B: 48·12·7168² + 2·131072·7168 = 31.5e9 (tied: 30.5e9)."""
+
+
+def untied_embeddings(raw: dict[str, str]) -> bool:
+    """True when the row's model unties the embedding and output weights: ``arch_notes``
+    say "untied", or the row is in `UNTIED_MODELS`."""
+    notes = (raw.get("arch_notes") or "").lower()
+    return "untied" in notes or _matches(raw, UNTIED_MODELS)
 
 
 def expert_tp(raw: dict[str, str], model: ModelSpec) -> int | None:

@@ -316,3 +316,39 @@ def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
     assert fields["offload_modules"] == ("expert_fc1", "moe_act")
     bf16 = {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B", "precision": "BF16"}
     assert recipes.saver_fields(bf16, pp=8, fsdp=False) == {}
+
+
+MLM_README_32B = {
+    # row 41 (MLM-README-2024, GPT 32B on 384 H100).
+    "row_id": "41",
+    "source_id": "MLM-README-2024",
+    "model": "GPT 32B",
+    "arch_notes": "GPT-style; 'Varied hidden size, attention heads, and layers'; ffn size / "
+    "GQA / activation not stated",
+    "num_layers": "48",
+    "hidden_size": "7168",
+    "num_attention_heads": "56",
+    "vocab_size": "131072",
+    "seq_length": "4096",
+    "gpu_type": "H100",
+    "num_gpus": "384",
+    "tp": "8",
+    "pp": "1",
+    "global_batch_size": "192",
+    "fsdp_or_zero": "distributed optimizer implied by --overlap-param-gather (not stated "
+    "explicitly)",
+    "source_version": "Megatron-Core r0.8.0 (per figure legend)",
+    "notes": "Comm overlap on: --overlap-grad-reduce --overlap-param-gather "
+    "--tp-comm-overlap, PP overlap default. MBS, VPP, recompute, SP not published.",
+}
+
+
+def test_megatron_readme_rows_run_the_stated_tp_overlap_with_untied_embeddings():
+    # README 2024: "--tp-comm-overlap" for every run; "GPT 32B" is the untied count
+    # 48·12·7168² + 2·131072·7168 = 31.5e9 (tied: 30.5e9).
+    case = rows_mod.case_for_row(MLM_README_32B)
+    assert case.plan.tp_comm_overlap and case.plan.sequence_parallel
+    assert not case.model.tied_embeddings
+    unstated = dict(MLM_README_32B, notes="", source_id="OTHER", model="GPT 32B")
+    other = rows_mod.case_for_row(unstated)
+    assert not other.plan.tp_comm_overlap and other.model.tied_embeddings
