@@ -28,6 +28,14 @@ from specs.errors import SpecError
 Runtime = Literal["megatron", "torch"]
 MoeDispatcher = Literal["alltoall", "flex", "allgather"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex", "allgather")
+
+CUDA_GRAPH_SCOPES: frozenset[str] = frozenset(
+    ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "layer", "full_iteration")
+)
+"""Names of `ExecutionOptions.cuda_graph_scopes`: Megatron-core's ``cuda_graph_modules``
+(formerly ``cuda_graph_scope``; megatron/core/transformer/transformer_config.py) plus
+``layer`` (its empty list: the whole transformer layer) and ``full_iteration``
+(``cuda_graph_impl="full_iteration"``: the whole step)."""
 """Token dispatchers `costmodel.runtimes.megatron.moe_costs` prices, the default first."""
 RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
 """Runtime names, the default first."""
@@ -276,6 +284,14 @@ class ExecutionOptions:
     argument (`megatron/training.py`, ``get_model``, at the ``examples/sc21`` commit
     de7dc40); Megatron-core's own DDP reduces its contiguous buffer in place (False)."""
 
+    cuda_graph_scopes: frozenset[str] = frozenset()
+    """Parts of each layer captured in CUDA graphs (names in `CUDA_GRAPH_SCOPES`;
+    Megatron-core ``--cuda-graph-impl transformer_engine|local`` with ``--cuda-graph-scope``).
+    A captured part is replayed as one graph launch, forward and backward, so its kernels
+    cost no host launch time: the MoE host-launch floor loses the launches of the captured
+    scopes (`costmodel.runtimes.megatron.moe_costs.captured_moe_launches`). Kernel times are
+    unchanged. Empty: eager execution."""
+
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise SpecError(
@@ -303,6 +319,12 @@ class ExecutionOptions:
             raise SpecError(
                 f"moe_load_imbalance must be >= 1 (most loaded rank over the mean), got "
                 f"{self.moe_load_imbalance!r}; 1 is balanced routing"
+            )
+        unknown_scopes = sorted(self.cuda_graph_scopes - CUDA_GRAPH_SCOPES)
+        if unknown_scopes:
+            raise SpecError(
+                f"cuda_graph_scopes has unknown names {unknown_scopes}; valid: "
+                f"{', '.join(sorted(CUDA_GRAPH_SCOPES))}"
             )
         if self.moe_host_launch_s < 0.0:
             raise SpecError(

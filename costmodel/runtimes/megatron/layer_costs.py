@@ -55,6 +55,8 @@ from costmodel.flops import (
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_costs import (
+    WHOLE_MOE_SCOPES,
+    captured_moe_launches,
     host_bound_s,
     moe_host_launches,
     moe_shape,
@@ -657,13 +659,19 @@ def _moe_host_floor(
     (`moe_costs.moe_host_launches`) at `ExecutionOptions.moe_host_launch_s` each, against the
     whole layer's kernels and exposed communication. Dropless routing (no capacity factor)
     also synchronizes the stream once per forward (the token counts the all-to-all splits
-    need), after which the device waits one launch for the next kernel."""
+    need), after which the device waits one launch for the next kernel. Launches inside
+    CUDA-graph-captured scopes (`ExecutionOptions.cuda_graph_scopes`,
+    `moe_costs.captured_moe_launches`) cost no host time."""
     launch_s = options.moe_host_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
     fp8 = x.dtype == "fp8"
-    host_f = moe_host_launches(local, fp8, "forward") * launch_s
-    host_b = moe_host_launches(local, fp8, "backward") * launch_s
-    sync_s = launch_s if model.moe_capacity_factor is None else 0.0
+    scopes = options.cuda_graph_scopes
+    launches_f = moe_host_launches(local, fp8, "forward")
+    launches_b = moe_host_launches(local, fp8, "backward")
+    host_f = (launches_f - captured_moe_launches(scopes, launches_f)) * launch_s
+    host_b = (launches_b - captured_moe_launches(scopes, launches_b)) * launch_s
+    dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
+    sync_s = launch_s if dropless else 0.0
     extra_f = host_bound_s(forward.duration_s, host_f) + sync_s
     extra_b = host_bound_s(backward.duration_s, host_b)
     return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)

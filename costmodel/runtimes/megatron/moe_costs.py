@@ -202,6 +202,37 @@ def moe_host_launches(local_experts: int, fp8: bool, direction: str) -> int:
     return FIXED_LAUNCHES[direction] + per_expert * local_experts
 
 
+ROUTER_LAUNCHES = 4
+"""Launches of `FIXED_LAUNCHES` in the router (gating GEMM, fused top-k and score function,
+fused aux loss), captured by the ``moe_router`` CUDA graph scope
+(megatron/core/transformer/transformer_config.py, ``cuda_graph_modules``)."""
+
+PREPROCESS_LAUNCHES = 12
+"""Launches of `FIXED_LAUNCHES` in the dispatch metadata (``MoELayer.preprocess``: token
+counts, split sums, the count all-gather, slicing, device-to-host copies), captured by the
+``moe_preprocess`` CUDA graph scope (same source; valid only with ``moe_router``)."""
+
+WHOLE_MOE_SCOPES = frozenset(("moe", "layer", "full_iteration"))
+"""CUDA graph scopes that capture a MoE layer's whole pass (``moe``: all of
+``TransformerLayer._forward_mlp``; ``layer``: the transformer layer; ``full_iteration``)."""
+
+
+def captured_moe_launches(scopes: frozenset[str], launches: int) -> int:
+    """Of a MoE layer pass's `launches`, those a CUDA graph replays (no host launch time):
+    all under `WHOLE_MOE_SCOPES`, else `ROUTER_LAUNCHES` under ``moe_router`` plus
+    `PREPROCESS_LAUNCHES` under ``moe_preprocess`` (Megatron-core accepts it only together
+    with ``moe_router``). The expert GEMMs stay eager: their token counts are known only
+    after the dispatch."""
+    if scopes & WHOLE_MOE_SCOPES:
+        return launches
+    captured = 0
+    if "moe_router" in scopes:
+        captured += ROUTER_LAUNCHES
+        if "moe_preprocess" in scopes:
+            captured += PREPROCESS_LAUNCHES
+    return min(captured, launches)
+
+
 def host_bound_s(gpu_s: float, host_s: float) -> float:
     """Seconds a layer pass adds when its host launches take longer than its kernels run:
     max(0, host - GPU). The dropless dispatcher's stream synchronization empties the launch
