@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from moe_recipes import moe_runtime_fields, token_drop_capacity
 from row_recipes import (
     NotExpressible,
     expert_tp,
@@ -235,6 +236,7 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
             "moe_top_k": _int(raw, "moe_top_k"),
             "moe_ffn_hidden_size": _int(raw, "moe_ffn_hidden_size"),
             "moe_shared_expert_size": _int(raw, "moe_shared_expert_ffn", 0),
+            "moe_capacity_factor": token_drop_capacity(raw),
         }
     ffn_default = 4 * hidden if style["activation"] == "gelu" else None
     if experts:
@@ -322,8 +324,11 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
 def options_for_row(raw: dict[str, str]) -> ExecutionOptions:
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
-    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention."""
-    return _era_options(raw)
+    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
+    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`)."""
+    options = _era_options(raw)
+    fields = moe_runtime_fields(raw)
+    return dataclasses.replace(options, **fields) if fields else options
 
 
 def _era_options(raw: dict[str, str]) -> ExecutionOptions:

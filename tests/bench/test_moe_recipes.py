@@ -1,0 +1,65 @@
+"""bench/moe_recipes.py: the CUDA graph scopes, MoE dispatcher and token dropping each
+Megatron-Bridge row carries, checked against the recipe files its module docstring cites
+(rows named by their ``published-runs-dev.csv`` ids)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.bench_loader import load_bench
+
+moe = load_bench("moe_recipes")
+rows_mod = load_bench("published_rows")
+
+ROUTER = frozenset({"moe_router", "moe_preprocess"})
+
+
+def row(source: str, model: str, gpu: str, precision: str = "MXFP8") -> dict[str, str]:
+    return {"source_id": source, "model": model, "gpu_type": gpu, "precision": precision}
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # row 310: 26.02 tag v0.3.0, B200 at micro-batch 1, alltoall.
+        (row("MBRIDGE-26.02", "Qwen3_30B_a3B", "B200"), ("alltoall", ROUTER)),
+        # row 273: 26.02.01 (branch r0.3.0), B200 at micro-batch 4 with HybridEP.
+        (row("MBRIDGE-26.02.01", "Qwen3_30B_a3B", "B200", "BF16"), ("flex", ROUTER | {"attn"})),
+        # row 308: GB200 MXFP8, HybridEP, router and preprocess captured.
+        (row("MBRIDGE-26.02", "Qwen3_30B_a3B", "GB200 (NVL72)"), ("flex", ROUTER)),
+        # row 106: 26.06.01 GB300.
+        (row("MBRIDGE-26.06.01", "Qwen3_30B_a3B", "GB300 (NVL72)"), ("flex", ROUTER)),
+    ],
+)
+def test_qwen3_30b_rows_carry_their_recipes_graphs_and_dispatcher(raw, expected):
+    fields = moe.moe_runtime_fields(raw)
+    assert (fields["moe_dispatcher"], fields["cuda_graph_scopes"]) == expected
+
+
+def test_25_09_rows_capture_whole_layers_where_the_yaml_enables_graphs():
+    whole = {"cuda_graph_scopes": frozenset({"layer"})}
+    assert (
+        moe.moe_runtime_fields(row("MBRIDGE-25.09", "Qwen3_30B_a3B (tokendrop)", "B200")) == whole
+    )
+    gb200_235b = row("MBRIDGE-25.09", "Qwen3_235B_a22B (tokendrop)", "GB200 (NVL72)")
+    assert moe.moe_runtime_fields(gb200_235b) == whole
+    # B200 235B and DeepSeek-V3 ran with cuda_graphs: false.
+    assert moe.moe_runtime_fields(row("MBRIDGE-25.09", "Qwen3_235B_a22B (tokendrop)", "B200")) == {}
+    assert moe.moe_runtime_fields(row("MBRIDGE-25.09", "DeepSeekV3 (tokendrop)", "B200")) == {}
+
+
+def test_rows_no_recipe_covers_keep_the_defaults():
+    assert moe.moe_runtime_fields(row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)")) == {}
+    assert moe.moe_runtime_fields(row("MOEZOO-QWEN3-GB200", "Qwen3_30B_a3B", "GB200")) == {}
+
+
+def test_tokendrop_rows_run_at_capacity_factor_one():
+    assert moe.token_drop_capacity(row("MBRIDGE-25.09", "DeepSeekV3 (tokendrop)", "B200")) == 1.0
+    assert moe.token_drop_capacity(row("MBRIDGE-26.02", "Qwen3_30B_a3B", "B200")) is None
+
+
+def test_row_options_and_model_carry_the_recipe():
+    raw = row("MBRIDGE-25.09", "Qwen3_30B_a3B (tokendrop)", "B200")
+    options = rows_mod.options_for_row(raw)
+    assert options.cuda_graph_scopes == frozenset({"layer"})
+    assert options.main_grad_bytes == rows_mod.MEGATRON_BRIDGE_PERF.main_grad_bytes
