@@ -164,16 +164,17 @@ def test_each_pipelined_action_posts_its_receive_and_its_send():
 # ---- data parallelism -----------------------------------------------------------------------
 
 
-def test_ddp_buckets_start_with_one_mebibyte():
+def test_ddp_buckets_all_hold_the_plans_bucket_size():
+    # The executor passes bucket_cap_mb, so torch 2.13's BucketCapacityConfig caps the first
+    # bucket at bucket_cap_mb too (the 1 MiB first bucket only applies when it is unset).
     plan = ParallelPlan(dp=2, ddp_bucket_size=100_000)
     tail = sim(plan).tails[0]
     sizes = [e[3] for e in tail.dp_events]
     params = stage_layout(TINY, plan, 0).dense
-    assert sizes[0] == 2**20
-    assert sizes[1] == 100_000 * FP32
+    assert sizes[0] == sizes[1] == 100_000 * FP32
     assert sum(sizes) == pytest.approx(params * FP32)
     one = sim(ParallelPlan(dp=2)).tails[0]
-    assert len(one.dp_events) == 2  # 1 MiB, then the rest under the 40M default
+    assert len(one.dp_events) == 1  # the whole model fits under the 40M default
 
 
 def test_tensor_parallel_data_parallel_uses_the_bucketed_all_reduce():

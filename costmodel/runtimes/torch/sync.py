@@ -26,8 +26,11 @@ Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`,
 - otherwise (Megatron-FSDP ``no_shard`` included) tp = 1: DDP over dp·cp. On the
   last microbatch each gradient is copied into its bucket (2·P·e, two dispatches per
   tensor), each bucket is divided by the group size and all-reduced, and the results are
-  copied back (4·P·e). DDP's first bucket holds 1 MiB, the others the plan's bucket size;
-  from the second step buckets follow gradient-ready order.
+  copied back (4·P·e). Every bucket, the first included, holds the plan's bucket size: the
+  executor passes ``bucket_cap_mb``, and torch keeps the 1 MiB first bucket
+  (``dist._DEFAULT_FIRST_BUCKET_BYTES``) only when ``bucket_cap_mb`` is left unset
+  (torch 2.13 ``torch/nn/parallel/distributed.py``, ``BucketCapacityConfig``); from the
+  second step buckets follow gradient-ready order.
 - otherwise tp > 1: the local gradient shards are all-reduced in buckets after the backward
   (`BucketedAllReduce`: per tensor a ``to_local``, a reshape and a copy back; per bucket a
   concatenation, the all-reduce and a division, 6·B·e).
@@ -68,8 +71,6 @@ from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
 from specs.plan import ParallelPlan
 
-DDP_FIRST_BUCKET_BYTES = 2**20
-"""DDP's first bucket (torch ``dist._DEFAULT_FIRST_BUCKET_BYTES``)."""
 SP_NORM_GRAD_READS = 3
 """All-reduces of a partial norm-weight gradient per AdamW step (lerp_ and addcmul_'s two
 operands each redistribute it)."""
@@ -306,7 +307,7 @@ def ddp_reduce(
 ) -> list[Reduction]:
     """DDP's reduction on the last microbatch, bucket by bucket (module doc)."""
     bucket = plan.bucket_size_params()
-    sizes = _buckets(params, DDP_FIRST_BUCKET_BYTES / FP32, bucket)
+    sizes = _buckets(params, bucket, bucket)
     out = []
     for j, size in enumerate(sizes):
         share = size / params
