@@ -126,7 +126,7 @@ def flash_attention_rate(direction: str, seq_len: int) -> float:
     return r0 + (r1 - r0) * t
 
 
-MOE_HOST_LAUNCH_S = 55e-6
+MOE_HOST_LAUNCH_S = 60e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
 jointly with `FP8_GEMM_RATE_FACTOR` (the objective in its docstring; 5 us grid) on every
 priced trust A/B MoE row of ``published-runs-dev.csv`` (Megatron-Bridge and Megatron-MoE
