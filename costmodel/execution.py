@@ -27,6 +27,10 @@ from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]
 MoeDispatcher = Literal["alltoall", "flex", "allgather"]
+TpOverlapRsMethod = Literal["pipeline", "ring_exchange"]
+TP_OVERLAP_RS_METHODS: tuple[TpOverlapRsMethod, ...] = ("pipeline", "ring_exchange")
+"""Userbuffers methods of the row-parallel forward reduce-scatter
+(`ExecutionOptions.tp_overlap_rs_method`), Transformer Engine's default first."""
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex", "allgather")
 
 CUDA_GRAPH_SCOPES: frozenset[str] = frozenset(
@@ -292,6 +296,26 @@ class ExecutionOptions:
     scopes (`costmodel.runtimes.megatron.moe_costs.captured_moe_launches`). Kernel times are
     unchanged. Empty: eager execution."""
 
+    tp_overlap_rs_method: TpOverlapRsMethod = "pipeline"
+    """Transformer Engine userbuffers method of the reduce-scatter after the row-parallel
+    forward GEMMs (``proj_fprop``, ``fc2_fprop``) under `ParallelPlan.tp_comm_overlap`
+    (`costmodel.runtimes.megatron.userbuffers.tp_overlap_pair_s`). ``pipeline``:
+    ``initialize_ub``'s default (4 GEMM chunks on SMs - 16, each chunk's NCCL-style
+    reduce-scatter under the next, the last one exposed). ``ring_exchange``: tp GEMM chunks,
+    each partial output sent to its owner by a copy-engine step under the next chunk, then
+    one reduction kernel; what every FP8 Llama configuration of Megatron-Bridge sets
+    (``RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True)`` for both GEMMs in
+    ``userbuffers_fp8_*`` of ``src/megatron/bridge/training/comm_overlap.py``)."""
+    tp_overlap_bulk_sm_margin: bool = True
+    """Whether the ``bulk`` userbuffers overlaps (the all-gather under ``qkv_dgrad`` /
+    ``fc1_dgrad``, the reduce-scatter under ``qkv_wgrad`` / ``fc1_wgrad``) reserve their
+    communication SMs for the whole GEMM (``set_sm_margin``; ``initialize_ub`` default True:
+    the GEMM runs on SMs - num_sm, ``_math_sms`` in
+    `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`). False: the GEMM is
+    launched on every SM and the communication kernel shares them only while it runs; every
+    Llama configuration of Megatron-Bridge sets ``BulkOverlapCfg(..., set_sm_margin=False)``
+    (``src/megatron/bridge/training/comm_overlap.py``)."""
+
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise SpecError(
@@ -314,6 +338,11 @@ class ExecutionOptions:
             raise SpecError(
                 f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
                 f"{self.moe_dispatcher!r}; flex stands for the DeepEP and HybridEP backends"
+            )
+        if self.tp_overlap_rs_method not in TP_OVERLAP_RS_METHODS:
+            raise SpecError(
+                f"tp_overlap_rs_method must be one of {', '.join(TP_OVERLAP_RS_METHODS)}, got "
+                f"{self.tp_overlap_rs_method!r}; pipeline is Transformer Engine's default"
             )
         if self.moe_load_imbalance < 1.0:
             raise SpecError(

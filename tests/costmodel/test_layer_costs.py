@@ -11,8 +11,6 @@ from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
 from costmodel.execution import MEGATRON_2021
 from costmodel.runtimes.megatron.layer_costs import (
-    TP_OVERLAP_COMM_SMS,
-    USERBUFFERS_STEP_LATENCY_S,
     CommGroups,
     PassCost,
     cp_attention_steps,
@@ -20,6 +18,10 @@ from costmodel.runtimes.megatron.layer_costs import (
     fp8_pair_quantize_s,
     layer_cost,
     logits_cost,
+)
+from costmodel.runtimes.megatron.userbuffers import (
+    TP_OVERLAP_COMM_SMS,
+    USERBUFFERS_STEP_LATENCY_S,
     sm_count,
     userbuffers_step_time_s,
 )

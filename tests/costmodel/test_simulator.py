@@ -127,7 +127,7 @@ OVERLAPS = [
 ]
 """Switches that only move communication under compute. `tp_comm_overlap` is not among
 them: its chunked GEMMs and the SMs its kernels take cost time of their own
-(`costmodel.runtimes.megatron.layer_costs._tp_overlap_pair`)."""
+(`costmodel.runtimes.megatron.userbuffers.tp_overlap_pair_s`)."""
 
 
 @settings(max_examples=40, deadline=None)

@@ -11,10 +11,11 @@ own shape. GQA keeps max(g/tp, 1) key/value heads per rank.
 Communication per layer (size S = T·h·e bytes, the full activation):
 - TP: forward 2 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP;
   the same in backward (§6). Exposed unless `tp_comm_overlap`, which runs Transformer
-  Engine's userbuffers overlaps (`_tp_overlap_pair`): the collectives split with their
-  GEMMs into chunks, the GEMM chunks on fewer SMs, the last chunk's reduce-scatter
-  exposed. The SP backward re-gather of the column-parallel input runs asynchronously
-  under dgrad in Megatron and is not counted without the overlap.
+  Engine's userbuffers overlaps (`costmodel.runtimes.megatron.userbuffers`): the
+  collectives split with their GEMMs into chunks, priced per the framework's userbuffers
+  methods (`ExecutionOptions.tp_overlap_rs_method`, ``tp_overlap_bulk_sm_margin``). The
+  SP backward re-gather of the column-parallel input runs asynchronously under dgrad in
+  Megatron and is not counted without the overlap.
 - CP (`cp_comm_type`): ``p2p`` rotates K/V chunks around the ring in cp-1 steps under the
   attention kernel, exposed only beyond the attention time; backward moves K/V and dK/dV
   (twice the bytes). ``all_gather`` gathers K/V before attention (and reduce-scatters
@@ -67,8 +68,8 @@ from costmodel.runtimes.megatron.saver_costs import (
     mla_up_projection_share,
     selective_rerun,
 )
+from costmodel.runtimes.megatron.userbuffers import Shape, tp_overlap_pair_s
 from costmodel.topology import GroupPlacement
-from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -76,63 +77,6 @@ from specs.params import mla_head_dims, padded_vocab_size
 from specs.plan import ParallelPlan
 
 AttentionKernel = ops.AttentionKernelName
-
-Shape = tuple[float, float, float]
-"""(m, n, k) of an (m x k) @ (k x n) GEMM."""
-
-TP_OVERLAP_COMM_SMS = 16
-"""SMs that Transformer Engine's ``pipeline`` and ``bulk`` userbuffers overlaps give their
-communication kernels, the GEMM running on the others (``initialize_ub`` default config:
-``num_sm`` 16, ``set_sm_margin`` True except for ``ring_exchange``;
-`transformer_engine/pytorch/module/base.py`; ``CommOverlapBase``: ``_math_sms = sm_count -
-num_comm_sm``, `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`)."""
-
-TP_OVERLAP_RS_SPLITS = 4
-"""Chunks of the ``pipeline`` reduce-scatter overlap of the row-parallel forward GEMMs
-(``proj_fprop``, ``fc2_fprop``; ``initialize_ub`` default ``num_splits`` 4)."""
-
-USERBUFFERS_STEP_LATENCY_S = 3.4e-6
-"""Latency of one ``ring_exchange`` step of Transformer Engine's userbuffers inside a
-scale-up domain. The step is a copy-engine transfer to the neighbour's registered buffer
-(``initialize_ub`` default ``use_ce`` True; ``userbuffers_send`` in
-`transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`), not an NCCL call, so it
-pays one NVLink hop rather than the whole-call latency of the profile's ``send_recv`` fit:
-NCCL's own model puts an NVLink hop at 3.4 us (Simple protocol, ring; NCCL
-`src/graph/tuning.cc`, reference/hardware.md §2f)."""
-
-
-def userbuffers_step_time_s(
-    profile: HardwareProfile, chunk_bytes: float, group: GroupPlacement
-) -> float:
-    """Seconds of one userbuffers ring-exchange step that sends ``chunk_bytes`` to the next
-    rank: `USERBUFFERS_STEP_LATENCY_S` plus the bytes at the profile's intra-domain
-    point-to-point bus bandwidth (``send_recv`` fit); a group that spans scale-up domains
-    runs at the inter-domain send rate (`costmodel.collectives.ring_exchange_time_s`)."""
-    if group.size < 2 or chunk_bytes <= 0:
-        return 0.0
-    if group.num_domains > 1:
-        return ring_exchange_time_s(profile, chunk_bytes, 1, group)
-    fit = collective_fit(profile, "send_recv", 2, "intra")
-    return USERBUFFERS_STEP_LATENCY_S + chunk_bytes / (fit.busbw_GBps * 1e9)
-
-
-SM_COUNT_BY_DEVICE = (
-    ("A100", 108),
-    ("H100", 132),
-    ("H200", 132),
-    ("B300", 160),
-    ("B200", 148),
-)
-"""Device-name fragment -> streaming multiprocessors (NVIDIA A100 and H100 architecture
-whitepapers: 108 SMs on A100 SXM4, 132 on H100 SXM5 and H200 SXM; Blackwell: 148 on B200
-and GB200, 160 on B300 and GB300, NVIDIA technical blog "Inside NVIDIA Blackwell Ultra");
-first match wins. Devices not listed are priced without the SM margin."""
-
-
-def sm_count(profile: HardwareProfile) -> int | None:
-    """Streaming multiprocessors of the profile's device (`SM_COUNT_BY_DEVICE`), or None."""
-    name = profile.device.name
-    return next((n for fragment, n in SM_COUNT_BY_DEVICE if fragment in name), None)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -208,7 +152,7 @@ def _tp_pair(
     groups: CommGroups,
     first: Shape,
     second: Shape | None,
-    dgrad_overlap: bool = True,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[PassCost, PassCost]:
     """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
     all-reduce each way without SP (after the row-parallel GEMM forward, of the
@@ -217,7 +161,7 @@ def _tp_pair(
     ``first`` and ``second`` are the pair's GEMM shapes (``second`` None when the layer
     has no row-parallel GEMM of its own, MLA here: its reduce-scatter is exposed).
 
-    ``dgrad_overlap`` (`ExecutionOptions.tp_dgrad_overlap`): without `tp_comm_overlap`, the
+    `ExecutionOptions.tp_dgrad_overlap` of ``options``: without `tp_comm_overlap`, the
     backward reduction of the column-parallel input gradient (reduce-scatter with SP,
     all-reduce without) is launched asynchronously and waited for after the layer's
     weight-gradient GEMM, so only max(0, comm - wgrad) of it is exposed (Transformer
@@ -235,75 +179,18 @@ def _tp_pair(
         comms = (collective_time_s(profile, "all_reduce", size, groups.tp),)
     total = sum(comms)
     if plan.tp_comm_overlap and x.sp:
-        fwd, bwd = _tp_overlap_pair(profile, x, size, groups.tp, first, second)
+        fwd, bwd = tp_overlap_pair_s(
+            profile, x.tp, x.dtype, size, groups.tp, first, second, options=options
+        )
     else:
         fwd = bwd = total
-        if dgrad_overlap:
+        if options.tp_dgrad_overlap:
             wgrad = _gemm3(profile, x, *first)[2]
             bwd = total - comms[-1] + max(0.0, comms[-1] - wgrad)
     return tuple(  # type: ignore[return-value]
         PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size)
         for exposed in (fwd, bwd)
     )
-
-
-def _tp_overlap_pair(
-    profile: HardwareProfile,
-    x: _Shape,
-    size: float,
-    group: GroupPlacement,
-    first: Shape,
-    second: Shape | None,
-) -> tuple[float, float]:
-    """Seconds `--tp-comm-overlap` adds to one GEMM pair beyond its GEMMs (forward,
-    backward), following Transformer Engine's default userbuffers methods
-    (``initialize_ub``, `transformer_engine/pytorch/module/base.py`; kernels in
-    `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`):
-
-    - ``ring_exchange`` (``qkv_fprop``/``fc1_fprop`` forward, ``proj_dgrad``/``fc2_dgrad``
-      backward; ``num_splits`` = tp, no SM margin): the all-gather becomes tp - 1
-      neighbour sends of S/tp bytes, each under the GEMM of the chunk already present;
-      cost tp·g - G + (tp - 1)·max(0, p - g), g the GEMM of T/tp rows, p one send
-      (`userbuffers_step_time_s`);
-    - ``pipeline`` (``proj_fprop``/``fc2_fprop``; 4 splits, `TP_OVERLAP_COMM_SMS`): each
-      chunk's reduce-scatter runs under the next chunk's GEMM, the last one after it;
-      cost 4·g' - G + r + 3·max(0, r - g'), g' the chunk GEMM on the remaining SMs, r the
-      reduce-scatter of S/4 bytes;
-    - ``bulk`` (``qkv_dgrad``/``fc1_dgrad`` and ``_wgrad``; `TP_OVERLAP_COMM_SMS`): the
-      all-gather of the layer input runs under the dgrad GEMM and the reduce-scatter of
-      its output under the wgrad GEMM, both GEMMs on the remaining SMs; cost
-      (f - 1)·(D + W) + max(0, AG - f·D) + max(0, RS - f·W), f = SMs / (SMs - 16).
-    """
-    sms = sm_count(profile)
-    slow = sms / (sms - TP_OVERLAP_COMM_SMS) if sms else 1.0
-    tp, splits = x.tp, TP_OVERLAP_RS_SPLITS
-
-    def gemm(m: float, n: float, k: float) -> float:
-        return ops.gemm_time_s(profile, _rows(m), _rows(n), _rows(k), x.dtype)
-
-    def ring(m: float, n: float, k: float) -> float:
-        chunk = gemm(m / tp, n, k)
-        send = userbuffers_step_time_s(profile, size / tp, group)
-        return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
-
-    m1, n1, k1 = first
-    forward = ring(m1, n1, k1)
-    rs_chunk = collective_time_s(profile, "reduce_scatter", size / splits, group)
-    if second is None:
-        forward += collective_time_s(profile, "reduce_scatter", size, group)
-        backward = collective_time_s(profile, "all_gather", size, group)
-    else:
-        m2, n2, k2 = second
-        chunk = slow * gemm(m2 / splits, n2, k2)
-        forward += splits * chunk - gemm(m2, n2, k2) + rs_chunk
-        forward += (splits - 1) * max(0.0, rs_chunk - chunk)
-        backward = ring(m2, k2, n2)
-    dgrad, wgrad = gemm(m1, k1, n1), gemm(k1, n1, m1)
-    ag = collective_time_s(profile, "all_gather", size, group)
-    rs = collective_time_s(profile, "reduce_scatter", size, group)
-    backward += (slow - 1) * (dgrad + wgrad)
-    backward += max(0.0, ag - slow * dgrad) + max(0.0, rs - slow * wgrad)
-    return max(0.0, forward), max(0.0, backward)
 
 
 def _attention_dims(model: ModelSpec, tp: int) -> tuple[float, float, int]:
@@ -379,9 +266,7 @@ def _attention(
     fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in)
     ew_fwd += fp8_f
     ew_bwd += fp8_b
-    tp_f, tp_b = _tp_pair(
-        profile, plan, x, h, groups, qkv_shape, proj_shape, options.tp_dgrad_overlap
-    )
+    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd
@@ -559,9 +444,7 @@ def _mlp(
         act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width)
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
-    tp_f, tp_b = _tp_pair(
-        profile, plan, x, h, groups, fc1_shape, fc2_shape, options.tp_dgrad_overlap
-    )
+    tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1_shape, fc2_shape, options)
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
     return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad

@@ -1,0 +1,180 @@
+"""Transformer Engine's userbuffers overlap of tensor-parallel communication with the GEMMs
+(Megatron-LM ``--tp-comm-overlap``, with sequence parallelism), priced per column-parallel /
+row-parallel GEMM pair of a layer.
+
+TE (``initialize_ub`` in `transformer_engine/pytorch/module/base.py`; kernels in
+`transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`) names each overlapped
+GEMM and gives it one method:
+
+- ``ring_exchange``: the all-gather before a column-parallel GEMM (``qkv_fprop``,
+  ``fc1_fprop``) or before a row-parallel dgrad (``proj_dgrad``, ``fc2_dgrad``) becomes tp-1
+  copy-engine sends of S/tp bytes to the next rank, each under the GEMM of the chunk already
+  present; as the reduce-scatter of a row-parallel forward GEMM (``proj_fprop``,
+  ``fc2_fprop`` when `ExecutionOptions.tp_overlap_rs_method` is ``ring_exchange``,
+  ``CommOverlapP2PBase::split_overlap_rs``), tp GEMM chunks each produce one rank's partial
+  output, sent under the next chunk, and one kernel sums the tp partials
+  (``reduce_bf16``);
+- ``pipeline`` (TE's default for ``proj_fprop``/``fc2_fprop``): 4 GEMM chunks on SMs - 16,
+  each chunk's reduce-scatter under the next chunk, the last one after it;
+- ``bulk``: the all-gather of the layer input under ``qkv_dgrad``/``fc1_dgrad`` and the
+  reduce-scatter of its gradient under ``qkv_wgrad``/``fc1_wgrad``; with ``set_sm_margin``
+  (TE's default, `ExecutionOptions.tp_overlap_bulk_sm_margin`) the GEMMs run on SMs - 16
+  throughout, without it they keep every SM and lose the communication kernel's share only
+  while it runs.
+
+S is the full activation of one microbatch on a rank (tokens x hidden x element bytes).
+"""
+
+from __future__ import annotations
+
+import math
+
+from costmodel import compute as ops
+from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.topology import GroupPlacement
+from profiles.lookup import collective_fit
+from profiles.schema import HardwareProfile
+
+Shape = tuple[float, float, float]
+"""(m, n, k) of an (m x k) @ (k x n) GEMM."""
+
+TP_OVERLAP_COMM_SMS = 16
+"""SMs that Transformer Engine's ``pipeline`` and ``bulk`` userbuffers overlaps give their
+communication kernels, the GEMM running on the others (``initialize_ub`` default config:
+``num_sm`` 16, ``set_sm_margin`` True except for ``ring_exchange``;
+`transformer_engine/pytorch/module/base.py`; ``CommOverlapBase``: ``_math_sms = sm_count -
+num_comm_sm``, `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`)."""
+
+TP_OVERLAP_RS_SPLITS = 4
+"""Chunks of the ``pipeline`` reduce-scatter overlap of the row-parallel forward GEMMs
+(``proj_fprop``, ``fc2_fprop``; ``initialize_ub`` default ``num_splits`` 4)."""
+
+USERBUFFERS_STEP_LATENCY_S = 3.4e-6
+"""Latency of one ``ring_exchange`` step of Transformer Engine's userbuffers inside a
+scale-up domain. The step is a copy-engine transfer to the neighbour's registered buffer
+(``initialize_ub`` default ``use_ce`` True; ``userbuffers_send`` in
+`transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`), not an NCCL call, so it
+pays one NVLink hop rather than the whole-call latency of the profile's ``send_recv`` fit:
+NCCL's own model puts an NVLink hop at 3.4 us (Simple protocol, ring; NCCL
+`src/graph/tuning.cc`, reference/hardware.md §2f)."""
+
+SM_COUNT_BY_DEVICE = (
+    ("A100", 108),
+    ("H100", 132),
+    ("H200", 132),
+    ("B300", 160),
+    ("B200", 148),
+)
+"""Device-name fragment -> streaming multiprocessors (NVIDIA A100 and H100 architecture
+whitepapers: 108 SMs on A100 SXM4, 132 on H100 SXM5 and H200 SXM; Blackwell: 148 on B200
+and GB200, 160 on B300 and GB300, NVIDIA technical blog "Inside NVIDIA Blackwell Ultra");
+first match wins. Devices not listed are priced without the SM margin."""
+
+
+def sm_count(profile: HardwareProfile) -> int | None:
+    """Streaming multiprocessors of the profile's device (`SM_COUNT_BY_DEVICE`), or None."""
+    name = profile.device.name
+    return next((n for fragment, n in SM_COUNT_BY_DEVICE if fragment in name), None)
+
+
+def userbuffers_step_time_s(
+    profile: HardwareProfile, chunk_bytes: float, group: GroupPlacement
+) -> float:
+    """Seconds of one userbuffers ring-exchange step that sends ``chunk_bytes`` to the next
+    rank: `USERBUFFERS_STEP_LATENCY_S` plus the bytes at the profile's intra-domain
+    point-to-point bus bandwidth (``send_recv`` fit); a group that spans scale-up domains
+    runs at the inter-domain send rate (`costmodel.collectives.ring_exchange_time_s`)."""
+    if group.size < 2 or chunk_bytes <= 0:
+        return 0.0
+    if group.num_domains > 1:
+        return ring_exchange_time_s(profile, chunk_bytes, 1, group)
+    fit = collective_fit(profile, "send_recv", 2, "intra")
+    return USERBUFFERS_STEP_LATENCY_S + chunk_bytes / (fit.busbw_GBps * 1e9)
+
+
+def ring_reduce_time_s(profile: HardwareProfile, size_bytes: float, tp: int) -> float:
+    """The kernel that ends a ``ring_exchange`` reduce-scatter: it reads the tp partial
+    outputs of S/tp bytes each and writes their sum, (tp + 1)·S/tp bytes, memory-bound
+    (``reduce_bf16`` after the GEMM chunks in ``CommOverlapP2PBase::split_overlap_rs``)."""
+    return ops.memory_bound_time_s(profile, (tp + 1) * size_bytes / tp)
+
+
+def tp_overlap_pair_s(
+    profile: HardwareProfile,
+    tp: int,
+    dtype: str,
+    size_bytes: float,
+    group: GroupPlacement,
+    first: Shape,
+    second: Shape | None,
+    *,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> tuple[float, float]:
+    """Seconds `--tp-comm-overlap` adds to one GEMM pair beyond its GEMMs (forward,
+    backward). ``first`` is the column-parallel GEMM, ``second`` the row-parallel one (None
+    for a layer without its own, MLA here: its reduce-scatter and the backward all-gather
+    are then exposed); g is a GEMM of T/tp rows, G the whole GEMM, p one send of S/tp
+    (`userbuffers_step_time_s`):
+
+    - ``ring_exchange`` all-gather (``first`` forward, ``second`` dgrad): tp·g - G +
+      (tp - 1)·max(0, p - g);
+    - row-parallel forward reduce-scatter (`ExecutionOptions.tp_overlap_rs_method`):
+      ``ring_exchange``, the same plus the reduction of the tp partials
+      (`ring_reduce_time_s`); ``pipeline``, 4·g' - G + r + 3·max(0, r - g'), g' a quarter
+      of the rows on SMs - 16, r the reduce-scatter of S/4;
+    - ``bulk``: with the SM margin (f = SMs / (SMs - 16)), (f - 1)·(D + W) + max(0, AG -
+      f·D) + max(0, RS - f·W) for the first GEMM's dgrad D and wgrad W; without it,
+      max(0, AG - D) + max(0, RS - W) + (f - 1)·(min(AG, D) + min(RS, W)).
+    """
+    sms = sm_count(profile)
+    slow = sms / (sms - TP_OVERLAP_COMM_SMS) if sms else 1.0
+    splits = TP_OVERLAP_RS_SPLITS
+
+    def gemm(m: float, n: float, k: float) -> float:
+        return ops.gemm_time_s(profile, _rows(m), _rows(n), _rows(k), dtype)
+
+    def ring(m: float, n: float, k: float) -> float:
+        chunk = gemm(m / tp, n, k)
+        send = userbuffers_step_time_s(profile, size_bytes / tp, group)
+        return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
+
+    forward = ring(*first)
+    if second is None:
+        forward += collective_time_s(profile, "reduce_scatter", size_bytes, group)
+        backward = collective_time_s(profile, "all_gather", size_bytes, group)
+    else:
+        m2, n2, k2 = second
+        if options.tp_overlap_rs_method == "ring_exchange":
+            forward += ring(m2, n2, k2) + ring_reduce_time_s(profile, size_bytes, tp)
+        else:
+            rs_chunk = collective_time_s(profile, "reduce_scatter", size_bytes / splits, group)
+            chunk = slow * gemm(m2 / splits, n2, k2)
+            forward += splits * chunk - gemm(m2, n2, k2) + rs_chunk
+            forward += (splits - 1) * max(0.0, rs_chunk - chunk)
+        backward = ring(m2, k2, n2)
+    m1, n1, k1 = first
+    backward += _bulk_s(
+        dgrad_s=gemm(m1, k1, n1),
+        wgrad_s=gemm(k1, n1, m1),
+        ag_s=collective_time_s(profile, "all_gather", size_bytes, group),
+        rs_s=collective_time_s(profile, "reduce_scatter", size_bytes, group),
+        slow=slow,
+        sm_margin=options.tp_overlap_bulk_sm_margin,
+    )
+    return max(0.0, forward), max(0.0, backward)
+
+
+def _bulk_s(
+    *, dgrad_s: float, wgrad_s: float, ag_s: float, rs_s: float, slow: float, sm_margin: bool
+) -> float:
+    """What the ``bulk`` overlaps add to a backward (`tp_overlap_pair_s`)."""
+    if sm_margin:
+        hidden = max(0.0, ag_s - slow * dgrad_s) + max(0.0, rs_s - slow * wgrad_s)
+        return (slow - 1) * (dgrad_s + wgrad_s) + hidden
+    shared = (slow - 1) * (min(ag_s, dgrad_s) + min(rs_s, wgrad_s))
+    return max(0.0, ag_s - dgrad_s) + max(0.0, rs_s - wgrad_s) + shared
+
+
+def _rows(value: float) -> int:
+    return max(math.ceil(value), 1)

@@ -1,0 +1,117 @@
+"""Transformer Engine userbuffers TP overlap per the framework's configuration
+(costmodel.runtimes.megatron.userbuffers)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.collectives import collective_time_s
+from costmodel.compute import gemm_time_s, memory_bound_time_s
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.userbuffers import (
+    TP_OVERLAP_COMM_SMS,
+    ring_reduce_time_s,
+    sm_count,
+    tp_overlap_pair_s,
+    userbuffers_step_time_s,
+)
+from costmodel.topology import strided_group_placement
+from profiles.store import load_profile
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+
+GB300 = load_profile("gb300-nvl72")
+H100 = load_profile("h100-sxm-80gb")
+LLAMA405 = get_preset("llama3.1-405b")
+JOB = TrainingJob(seq_length=8192, global_batch_size=64, precision="fp8")
+PLAN = ParallelPlan(tp=4, sequence_parallel=True, tp_comm_overlap=True)
+RING = dataclasses.replace(DEFAULT_OPTIONS, tp_overlap_rs_method="ring_exchange")
+NO_MARGIN = dataclasses.replace(DEFAULT_OPTIONS, tp_overlap_bulk_sm_margin=False)
+BRIDGE_FP8 = dataclasses.replace(RING, tp_overlap_bulk_sm_margin=False)
+"""The userbuffers configuration of Megatron-Bridge's FP8 Llama recipes
+(``userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192``)."""
+
+
+def tp4():
+    return strided_group_placement(4, 1, gpus_per_node=4, scale_up_domain=72, nics_per_node=4)
+
+
+def mlp_pair(tp: int = 4):
+    """(size S, FC1 shape, FC2 shape) of the 405B MLP at micro-batch 1, sequence 8192."""
+    tokens, h, ffn = 8192, LLAMA405.hidden_size, LLAMA405.ffn_hidden_size // tp
+    return tokens * h * 2, (tokens, 2 * ffn, h), (tokens, h, ffn)
+
+
+def layer(options: ExecutionOptions, plan: ParallelPlan = PLAN, profile=GB300):
+    return layer_cost(LLAMA405, JOB, plan, profile, is_moe=False, options=options)
+
+
+def test_defaults_are_transformer_engine_initialize_ub_defaults():
+    assert DEFAULT_OPTIONS.tp_overlap_rs_method == "pipeline"
+    assert DEFAULT_OPTIONS.tp_overlap_bulk_sm_margin is True
+    with pytest.raises(SpecError, match="tp_overlap_rs_method"):
+        ExecutionOptions(tp_overlap_rs_method="bulk")  # type: ignore[arg-type]
+
+
+def ring_s(size: float, m: float, n: float, k: float) -> float:
+    """A ring_exchange overlap of tp = 4 on GB300: tp·g - G + (tp - 1)·max(0, p - g)."""
+    chunk = gemm_time_s(GB300, int(m) // 4, int(n), int(k), "fp8")
+    send = userbuffers_step_time_s(GB300, size / 4, tp4())
+    whole = gemm_time_s(GB300, int(m), int(n), int(k), "fp8")
+    return 4 * chunk - whole + 3 * max(0.0, send - chunk)
+
+
+def test_ring_exchange_reduce_scatter_is_chunked_gemms_sends_and_one_reduction():
+    # CommOverlapP2PBase::split_overlap_rs: tp GEMM chunks of T/tp rows, tp - 1 sends of
+    # S/tp under the next chunk, then reduce_bf16 over the tp partials.
+    size, fc1, fc2 = mlp_pair()
+    ring_fwd, _ = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2, options=RING)
+    pipe_fwd, _ = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2)
+    reduce_s = memory_bound_time_s(GB300, 5 * size / 4)
+    assert ring_reduce_time_s(GB300, size, 4) == pytest.approx(reduce_s)
+    assert ring_fwd == pytest.approx(ring_s(size, *fc1) + ring_s(size, *fc2) + reduce_s)
+    # The pipeline method leaves its last reduce-scatter chunk exposed and slows its GEMM
+    # chunks by the 16-SM margin; the ring method does neither.
+    last_chunk = collective_time_s(GB300, "reduce_scatter", size / 4, tp4())
+    assert pipe_fwd > ring_s(size, *fc1) + last_chunk
+    assert ring_fwd < pipe_fwd
+
+
+def test_bulk_without_sm_margin_slows_the_gemm_only_while_the_comm_runs():
+    size, fc1, fc2 = mlp_pair()
+    _, margin = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2)
+    _, shared = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2, options=NO_MARGIN)
+    m, n, k = fc1
+    dgrad, wgrad = gemm_time_s(GB300, m, k, n, "fp8"), gemm_time_s(GB300, k, n, m, "fp8")
+    ag = collective_time_s(GB300, "all_gather", size, tp4())
+    rs = collective_time_s(GB300, "reduce_scatter", size, tp4())
+    slow = sm_count(GB300) / (sm_count(GB300) - TP_OVERLAP_COMM_SMS)
+    fc2_dgrad_ring = ring_s(size, fc2[0], fc2[2], fc2[1])
+    with_margin = (slow - 1) * (dgrad + wgrad)
+    with_margin += max(0.0, ag - slow * dgrad) + max(0.0, rs - slow * wgrad)
+    without = max(0.0, ag - dgrad) + max(0.0, rs - wgrad)
+    without += (slow - 1) * (min(ag, dgrad) + min(rs, wgrad))
+    assert margin == pytest.approx(fc2_dgrad_ring + with_margin)
+    assert shared == pytest.approx(fc2_dgrad_ring + without)
+    assert shared < margin
+
+
+def test_recipe_configuration_moves_only_the_overlapped_tp_time():
+    base, bridge = layer(DEFAULT_OPTIONS), layer(BRIDGE_FP8)
+    assert bridge.forward.compute_s == pytest.approx(base.forward.compute_s)
+    assert bridge.backward.compute_s == pytest.approx(base.backward.compute_s)
+    assert bridge.forward.tp_s == pytest.approx(base.forward.tp_s)
+    assert bridge.forward.tp_exposed_s < base.forward.tp_exposed_s
+    assert bridge.backward.tp_exposed_s < base.backward.tp_exposed_s
+
+
+def test_userbuffers_options_do_not_touch_plans_without_tp_comm_overlap():
+    plain = ParallelPlan(tp=4, sequence_parallel=True)
+    base, bridge = layer(DEFAULT_OPTIONS, plain), layer(BRIDGE_FP8, plain)
+    assert bridge.forward.tp_exposed_s == base.forward.tp_exposed_s
+    assert bridge.backward.tp_exposed_s == base.backward.tp_exposed_s
