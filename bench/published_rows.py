@@ -45,6 +45,7 @@ from row_recipes import (
     sliding_window_fields,
     tp_overlap,
     untied_embeddings,
+    userbuffers_fields,
 )
 
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, ExecutionOptions
@@ -321,13 +322,16 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     return ParallelPlan.for_world(gpus, **fields)
 
 
-def options_for_row(raw: dict[str, str]) -> ExecutionOptions:
+def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> ExecutionOptions:
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
     (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
-    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`)."""
+    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`) and, for a
+    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`)."""
     options = _era_options(raw)
     fields = moe_runtime_fields(raw)
+    if plan is not None:
+        fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
     return dataclasses.replace(options, **fields) if fields else options
 
 
@@ -365,7 +369,7 @@ def case_for_row(raw: dict[str, str]) -> RowCase:
         cluster=ClusterSpec(hardware=profile, num_gpus=_int(raw, "num_gpus")),
         job=job,
         plan=plan,
-        options=options_for_row(raw),
+        options=options_for_row(raw, plan),
         profile=profile,
         generation=gpu_generation(gpu_type),
     )

@@ -127,6 +127,25 @@ def tp_overlap(raw: dict[str, str], tp: int, sequence_parallel: bool) -> bool:
     return tp > 1 and sequence_parallel and (stated or _matches(raw, TP_COMM_OVERLAP_MODELS))
 
 
+def userbuffers_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, object]:
+    """`ExecutionOptions` userbuffers fields of a row whose recipe overlaps TP communication
+    through a Megatron-Bridge ``TransformerLayerTPOverlapCfg``
+    (`TP_COMM_OVERLAP_MODELS`; ``src/megatron/bridge/training/comm_overlap.py``): every
+    such configuration runs its ``bulk`` overlaps without an SM margin
+    (``BulkOverlapCfg(..., set_sm_margin=False)``), and every FP8 Llama one
+    (``userbuffers_fp8_h100_h8192_tp4_*``, ``userbuffers_fp8_b200_h8192_tp2_*``,
+    ``userbuffers_fp8_h100_h16384_tp8_cp2_*``, ``userbuffers_fp8_b200_h16384_tp4_cp2_*``,
+    the ones ``perf_recipes/llama/*/llama3.py`` and ``llama31.py`` pass) reduce-scatters
+    the row-parallel forward GEMMs by ``ring_exchange``. Empty for other rows (Transformer
+    Engine's defaults)."""
+    if not tp_comm_overlap or not _matches(raw, TP_COMM_OVERLAP_MODELS):
+        return {}
+    fields: dict[str, object] = {"tp_overlap_bulk_sm_margin": False}
+    if "FP8" in (raw.get("precision") or "").upper():
+        fields["tp_overlap_rs_method"] = "ring_exchange"
+    return fields
+
+
 UNTIED_MODELS = (("MLM-README-", "gpt "),)
 """(source prefix, model prefix) of the rows whose models have separate input embedding and
 output weights (Megatron-LM ``--untie-embeddings-and-output-weights``) though ``arch_notes``

@@ -352,3 +352,20 @@ def test_megatron_readme_rows_run_the_stated_tp_overlap_with_untied_embeddings()
     unstated = dict(MLM_README_32B, notes="", source_id="OTHER", model="GPT 32B")
     other = rows_mod.case_for_row(unstated)
     assert not other.plan.tp_comm_overlap and other.model.tied_embeddings
+
+
+def test_megatron_bridge_llama_rows_run_the_recipes_userbuffers_methods():
+    # Megatron-Bridge comm_overlap.py: userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192
+    # reduce-scatters proj_fprop / fc2_fprop by ring_exchange; every BulkOverlapCfg there has
+    # set_sm_margin=False. BF16 configurations keep the pipeline reduce-scatter.
+    fp8 = rows_mod.case_for_row(LLAMA405_GB200).options
+    assert fp8.tp_overlap_rs_method == "ring_exchange"
+    assert fp8.tp_overlap_bulk_sm_margin is False
+    bf16 = rows_mod.case_for_row(dict(LLAMA405_GB200, precision="BF16")).options
+    assert bf16.tp_overlap_rs_method == "pipeline"
+    assert bf16.tp_overlap_bulk_sm_margin is False
+    # No TP overlap (tp = 1), or a source whose recipe is not Megatron-Bridge's: TE defaults.
+    for raw in (LLAMA70_FSDP, MLM_README_32B):
+        options = rows_mod.case_for_row(raw).options
+        assert options.tp_overlap_rs_method == "pipeline"
+        assert options.tp_overlap_bulk_sm_margin is True
