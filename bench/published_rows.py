@@ -89,12 +89,22 @@ FlopsFormula = Callable[[ModelSpec, int, int], float]
 """FLOPs of one iteration from (model, sequence length, global batch)."""
 
 
-MEGATRON_BRIDGE_PERF = dataclasses.replace(DEFAULT_OPTIONS, main_grad_bytes=2)
+MEGATRON_BRIDGE_PERF = dataclasses.replace(
+    DEFAULT_OPTIONS, main_grad_bytes=2, cross_entropy_fusion="te"
+)
 """Megatron-Bridge's performance scripts (NVIDIA-NeMo/Megatron-Bridge
 ``scripts/performance/utils/helpers.py``, ``set_basic_perf_overrides``) set
 ``mixed_precision.grad_reduce_in_fp32 = False`` and ``ddp.grad_reduce_in_fp32 = False``:
 bf16 main gradients and bf16 gradient reduction (2 bytes per element). Applied to every
-MBRIDGE release; releases whose helper predates the override ran fp32 gradients."""
+MBRIDGE release; releases whose helper predates the override ran fp32 gradients. The loss
+runs Transformer Engine's fused cross entropy (`ExecutionOptions.cross_entropy_fusion`
+``te``) in every release: ``GPTProvider.cross_entropy_loss_fusion = True``
+(``src/megatron/bridge/models/gpt_provider.py``) with ``cross_entropy_fusion_impl: "te"``
+in the 25.09 performance configs (tag v0.1.0rc4, ``scripts/performance/configs/*/
+*_llm_pretrain.yaml``) and in the common performance overrides from 25.11 on
+(``utils/helpers.py`` at v0.2.x, ``utils/overrides.py`` ``_set_common_perf_overrides``
+from v0.3.0); the containers of those releases ship Transformer Engine before v2.18
+(v0.2.0 pins ``>=2.9.0a0,<2.10.0``, v0.3.0 ``<2.13.0``; v2.18 is of 2026-08)."""
 
 
 MEGATRON_2023_STACKS = ("Megatron-LM commit 285068c8",)

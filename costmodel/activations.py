@@ -32,6 +32,10 @@ s·b·h·(10 + 24/t). The generalisations:
   checkpoint at a time in the backward pass; that rebuilt group is the recompute working
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
   attention at a time.
+- The loss keeps per in-flight microbatch what its cross-entropy implementation saves of
+  the logits: an fp32 softmax (Megatron-core's own implementations) or the logits
+  themselves with the gradient written into them (Transformer Engine up to v2.17);
+  `logits_element_bytes`.
 
 Table 2 keeps two 1-byte dropout masks per layer (attention and MLP output) and one for
 the embedding; they are kept only when the run applies hidden dropout (``dropout``, from
@@ -68,6 +72,10 @@ from specs.params import mla_head_dims, padded_vocab_size
 from specs.plan import ParallelPlan
 
 AttentionKernel = Literal["flash", "materialized"]
+CrossEntropyFusion = Literal["unfused", "native", "te", "te_fp32_grad"]
+CROSS_ENTROPY_FUSIONS: tuple[CrossEntropyFusion, ...] = ("unfused", "native", "te", "te_fp32_grad")
+"""Cross-entropy implementations of the loss (`logits_element_bytes`), Megatron-core's
+default first."""
 
 TOKEN_ID_BYTES = 8
 """Token ids are int64 (Megatron's estimator: 8·s·b for the embedding input)."""
@@ -322,8 +330,9 @@ class StageActivations:
     embedding_bytes: float
     """First stage: token ids and the embedding dropout mask of each in-flight microbatch."""
     output_bytes: float
-    """Last stage: final-norm and output-layer inputs, bf16 logits and fp32 softmax of the
-    cross entropy for the in-flight microbatches of the last chunk."""
+    """Last stage: final-norm and output-layer inputs and what the loss keeps of the logits
+    for the in-flight microbatches of the last chunk, plus the loss's transient logits bytes
+    of one microbatch (`output_microbatch_bytes`)."""
     offloaded_bytes: float = 0.0
     """Layer activations held in host memory at the peak (CPU activation offloading); not
     part of layers_bytes, which under fine-grained offloading keeps one offloaded layer in
@@ -352,13 +361,62 @@ def _chunk_bytes(
     return stored, working
 
 
-def _output_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
-    """Final-norm input, output-layer input, bf16 logits and the fp32 cross-entropy softmax
-    of one microbatch (padded vocabulary, split over TP)."""
+def logits_element_bytes(fusion: CrossEntropyFusion, element_bytes: int) -> tuple[int, int]:
+    """(kept, transient) bytes per logits element of one microbatch under the loss's
+    cross-entropy implementation ``fusion``, for logits of ``element_bytes`` (the output
+    layer's dtype). Kept: what the loss saves for its backward, per in-flight microbatch.
+    Transient: what exists beside it only while one microbatch's loss runs (forward or
+    backward), counted once per stage.
+
+    - ``unfused`` (``tensor_parallel.vocab_parallel_cross_entropy``, Megatron-core's default
+      ``cross_entropy_loss_fusion=False``) and ``native`` (``fused_vocab_parallel_cross_
+      entropy``): ``calculate_logits_max`` casts the logits to fp32 (``.float()``, a copy
+      unless they are fp32), exp and the softmax division run in place on that copy, which
+      is saved (``ctx.save_for_backward(exp_logits, ...)``); the backward writes the
+      gradient into it and casts it back to the logits' dtype. Kept 4; transient: the
+      logits' own storage beside the fp32 copy (0 for fp32 logits). Sources:
+      NVIDIA/Megatron-LM ``megatron/core/tensor_parallel/cross_entropy.py`` and
+      ``megatron/core/fusions/fused_cross_entropy.py``.
+    - ``te`` (Transformer Engine ``parallel_cross_entropy``, v2.2 to v2.17): the Triton
+      kernel writes the gradient into the logits' own storage and saves that tensor
+      (``cross_entropy_forward`` returns ``_input``), so no fp32 copy exists. Kept: the
+      logits' element size; no transient. Source: NVIDIA/TransformerEngine
+      ``transformer_engine/pytorch/triton/cross_entropy.py`` at v2.17.
+    - ``te_fp32_grad`` (Transformer Engine from v2.18, commit 01bbe3eea "Fix the numerical
+      issue with the Fused CE loss"): the gradient goes to a new fp32 buffer
+      (``torch.empty_like(_input, dtype=torch.float32)``), which is saved. Kept 4;
+      transient: the logits, alive while that buffer is written.
+    """
+    if fusion == "te":
+        return element_bytes, 0
+    if fusion == "te_fp32_grad":
+        return FP32_BYTES, element_bytes
+    if fusion in ("unfused", "native"):
+        return FP32_BYTES, 0 if element_bytes == FP32_BYTES else element_bytes
+    raise SpecError(
+        f"cross-entropy fusion must be one of {', '.join(CROSS_ENTROPY_FUSIONS)}, got "
+        f"{fusion!r}; te for Transformer Engine's parallel_cross_entropy"
+    )
+
+
+def output_microbatch_bytes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    cross_entropy: CrossEntropyFusion = "unfused",
+) -> tuple[float, float]:
+    """(kept, transient) bytes of the output layer and loss for one microbatch on the last
+    stage: kept, the final-norm input, the output-layer input and what the loss saves of the
+    logits; transient, the logits bytes that exist only while one microbatch's loss runs
+    (`logits_element_bytes`). The logits are in the activation dtype (Megatron-core's output
+    layer is a bf16 ``ColumnParallelLinear``, never FP8), over the padded vocabulary split
+    over TP."""
     x = _shard(job, plan)
     vocab = padded_vocab_size(model.vocab_size, plan.tp)
     inputs = 2 * x.element_bytes * x.tokens * model.hidden_size / x.sp
-    return inputs + (x.element_bytes + FP32_BYTES) * x.tokens * vocab / x.tp
+    logits = x.tokens * vocab / x.tp
+    kept, transient = logits_element_bytes(cross_entropy, x.element_bytes)
+    return inputs + kept * logits, transient * logits
 
 
 def _embedding_bytes(
@@ -378,12 +436,14 @@ def stage_activations(
     attention: AttentionKernel = "flash",
     dropout: bool = True,
     keep_outputs: bool = False,
+    cross_entropy: CrossEntropyFusion = "unfused",
 ) -> StageActivations:
     """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
     applies hidden dropout (its masks are kept); ``keep_outputs``: every chunk but the
     model's last keeps the output it sent, [s/cp, b, h] (/tp with SP), for each in-flight
     microbatch (`costmodel.execution.ExecutionOptions.deallocate_pipeline_outputs` off),
-    counted with the layer activations."""
+    counted with the layer activations; ``cross_entropy``: the loss's implementation
+    (`output_microbatch_bytes`)."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
     x, mask = _shard(job, plan, dropout), model.moe_layer_mask()
@@ -402,6 +462,7 @@ def stage_activations(
     # the offloaded activations leave the device (fine-grained: but one layer's, in flight)
     layers_bytes += in_flight - offloaded
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
+    kept, transient = output_microbatch_bytes(model, job, plan, cross_entropy)
     if keep_outputs and plan.pp > 1:
         sending = sum(counts) - (counts[-1] if last else 0)
         layers_bytes += sending * x.element_bytes * x.tokens * model.hidden_size / x.sp
@@ -410,7 +471,7 @@ def stage_activations(
         layers_bytes=layers_bytes,
         recompute_working_bytes=working,
         embedding_bytes=counts[0] * _embedding_bytes(model, job, plan, dropout) if first else 0.0,
-        output_bytes=counts[-1] * _output_bytes(model, job, plan) if last else 0.0,
+        output_bytes=counts[-1] * kept + transient if last and counts[-1] else 0.0,
         offloaded_bytes=max(offloaded - in_flight, 0.0),
     )
 

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from costmodel.activations import CROSS_ENTROPY_FUSIONS, CrossEntropyFusion
 from costmodel.compute import AttentionKernelName as AttentionKernel
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
@@ -316,6 +317,20 @@ class ExecutionOptions:
     Llama configuration of Megatron-Bridge sets ``BulkOverlapCfg(..., set_sm_margin=False)``
     (``src/megatron/bridge/training/comm_overlap.py``)."""
 
+    cross_entropy_fusion: CrossEntropyFusion = "unfused"
+    """The loss's cross-entropy implementation, which sets what the last stage keeps of the
+    logits (`costmodel.activations.logits_element_bytes`; memory only). ``unfused``:
+    Megatron-core's default (``cross_entropy_loss_fusion = False`` in
+    ``megatron/core/model_parallel_config.py``), an fp32 softmax per in-flight microbatch,
+    as in Megatron-LM 2021 (``output.float()`` before ``vocab_parallel_cross_entropy``);
+    ``native``: ``--cross-entropy-loss-fusion`` with ``--cross-entropy-fusion-impl native``,
+    the same saved tensors; ``te``: ``--cross-entropy-fusion-impl te`` with Transformer
+    Engine v2.2-v2.17, the gradient written into the bf16 logits, no fp32 copy (the
+    Megatron-Bridge performance scripts set it: ``cross_entropy_fusion_impl = "te"`` with
+    ``GPTProvider.cross_entropy_loss_fusion = True``; Megatron-LM's training arguments
+    reject it since 2026-06, "disabled due to stability issues"); ``te_fp32_grad``: the same
+    with Transformer Engine from v2.18, which keeps an fp32 gradient."""
+
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise SpecError(
@@ -364,6 +379,11 @@ class ExecutionOptions:
             raise SpecError(
                 f"flash_attention_version must be 2 or 3, got {self.flash_attention_version!r}; "
                 "2 for stacks before FlashAttention-3-class kernels, 3 for current ones"
+            )
+        if self.cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
+            raise SpecError(
+                f"cross_entropy_fusion must be one of {', '.join(CROSS_ENTROPY_FUSIONS)}, got "
+                f"{self.cross_entropy_fusion!r}; te for Transformer Engine's fused loss"
             )
         unknown = sorted(self.plan_features - PLAN_FEATURES)
         if unknown:

@@ -30,8 +30,10 @@ Where this model deliberately differs from `megatron_theoretical_memory` (Megatr
   first-GEMM outputs (the estimator uses 4·F/h for every MLP);
 - no-recompute uses fused (flash) attention and full recompute keeps layer inputs, each
   with the backward's working set; the estimator has one formula for all recompute modes;
-- biases and the learned position table are counted; the logits keep bf16 logits and an
-  fp32 softmax; communication buffers and a framework allowance are added;
+- biases and the learned position table are counted; the loss keeps what its
+  cross-entropy implementation saves (`costmodel.activations.logits_element_bytes`: an
+  fp32 softmax, or the bf16 logits under Transformer Engine's fused loss); communication
+  buffers and a framework allowance are added;
 - FP8 runs keep the linear layers' FP8-cast inputs (1 byte, Transformer Engine) and runs
   without hidden dropout keep no masks (`costmodel.activations`); the estimator assumes
   bf16 and dropout whatever the run;
@@ -45,7 +47,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from costmodel.activations import AttentionKernel, activation_element_bytes, stage_activations
+from costmodel.activations import (
+    AttentionKernel,
+    CrossEntropyFusion,
+    activation_element_bytes,
+    stage_activations,
+)
 from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
 from costmodel.schedules import plan_split
 from specs.errors import SpecError
@@ -327,12 +334,13 @@ def memory_per_stage(
     main_grad_bytes: int = 4,
     keep_outputs: bool = False,
     ddp_gradient_copy: bool = False,
+    cross_entropy: CrossEntropyFusion = "unfused",
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
-    ``main_grad_bytes``, ``keep_outputs`` and ``ddp_gradient_copy`` as
+    ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy`` and ``cross_entropy`` as
     `ExecutionOptions.hidden_dropout`, ``main_grad_bytes``, not
-    ``deallocate_pipeline_outputs`` and ``ddp_gradient_copy`` (with overlapped gradient
-    reduction, twice the gradient bytes).
+    ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with overlapped gradient
+    reduction, twice the gradient bytes) and ``cross_entropy_fusion``.
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -344,7 +352,14 @@ def memory_per_stage(
     for rank in range(plan.pp):
         params = stage_params(model, plan, rank)
         acts = stage_activations(
-            model, job, plan, rank, attention=attention, dropout=dropout, keep_outputs=keep_outputs
+            model,
+            job,
+            plan,
+            rank,
+            attention=attention,
+            dropout=dropout,
+            keep_outputs=keep_outputs,
+            cross_entropy=cross_entropy,
         )
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)

@@ -97,8 +97,8 @@ class MegatronRuntime:
         self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
     ) -> tuple[StageMemory, ...]:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
-        dropout, main-gradient element size, pipeline-output deallocation and DDP gradient
-        copy."""
+        dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
+        copy and cross-entropy implementation."""
         return memory_per_stage(
             model,
             job,
@@ -108,6 +108,7 @@ class MegatronRuntime:
             main_grad_bytes=self.options.main_grad_bytes,
             keep_outputs=not self.options.deallocate_pipeline_outputs,
             ddp_gradient_copy=self.options.ddp_gradient_copy,
+            cross_entropy=self.options.cross_entropy_fusion,
         )
 
     def screen(

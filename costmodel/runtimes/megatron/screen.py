@@ -39,7 +39,12 @@ import numpy as np
 import pandas as pd
 
 from costmodel import compute as ops
-from costmodel.activations import recomputed_layers, stage_activations
+from costmodel.activations import (
+    CrossEntropyFusion,
+    output_microbatch_bytes,
+    recomputed_layers,
+    stage_activations,
+)
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
@@ -281,9 +286,17 @@ def _param_columns(model: ModelSpec):
     return fn
 
 
-def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKernel, dropout: bool):
+def _activation_columns(
+    model: ModelSpec,
+    job: TrainingJob,
+    kernel: AttentionKernel,
+    dropout: bool,
+    cross_entropy: CrossEntropyFusion = "unfused",
+):
     """Per distinct (tp, SP, etp, recompute mode): activation bytes of one sequence
-    (micro-batch 1, cp 1; every activation term is linear in tokens per rank)."""
+    (micro-batch 1, cp 1; every activation term is linear in tokens per rank); the output
+    part kept per in-flight microbatch and the loss's transient part apart
+    (`costmodel.activations.output_microbatch_bytes`)."""
 
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
@@ -291,11 +304,13 @@ def _activation_columns(model: ModelSpec, job: TrainingJob, kernel: AttentionKer
             seq_length=job.seq_length, global_batch_size=1, precision=job.precision
         )
         acts = stage_activations(model, ref_job, plan, 0, attention=kernel, dropout=dropout)
+        kept, transient = output_microbatch_bytes(model, ref_job, plan, cross_entropy)
         return {
             "act_layers": acts.layers_bytes / model.num_layers,
             "act_work": acts.recompute_working_bytes,
             "act_emb": acts.embedding_bytes,
-            "act_out": acts.output_bytes,
+            "act_out": kept,
+            "act_out_once": transient,
         }
 
     return fn
@@ -599,7 +614,8 @@ def _memory_bytes(
         layers = total * per_chunk * c["act_layers"] * scale
         acts = layers + c["act_work"] * scale
         acts += np.where(stage == 0, first_chunk * c["act_emb"] * scale, 0.0)
-        acts += np.where(stage == pp - 1, last_chunk * c["act_out"] * scale, 0.0)
+        loss = last_chunk * c["act_out"] + np.where(last_chunk > 0, c["act_out_once"], 0.0)
+        acts += np.where(stage == pp - 1, loss * scale, 0.0)
         if keep_outputs:
             sending = total - np.where(stage == pp - 1, last_chunk, 0)
             acts += np.where(pp > 1, sending * boundary, 0.0)
@@ -645,7 +661,9 @@ def closed_form_screen(
                 "recompute_num_layers",
                 "recompute_method",
             ],
-            _activation_columns(model, job, options.attention, options.hidden_dropout),
+            _activation_columns(
+                model, job, options.attention, options.hidden_dropout, options.cross_entropy_fusion
+            ),
         ),
         _per_unique(
             df,
