@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from row_recipes import (
     NotExpressible,
+    expandable_segments,
     expert_tp,
     mtp_layers,
     pipeline_fields,
@@ -336,12 +337,15 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
     (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
-    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`) and, for a
-    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`)."""
+    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`), for a
+    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), and
+    its allocator's expandable segments (`row_recipes.expandable_segments`)."""
     options = _era_options(raw)
     fields = moe_runtime_fields(raw)
     if plan is not None:
         fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
+    if expandable_segments(raw):
+        fields["expandable_segments"] = True
     return dataclasses.replace(options, **fields) if fields else options
 
 

@@ -311,3 +311,58 @@ def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
     if source.startswith("MOEZOO-QWEN3-GB200") and precision.startswith("MXFP8"):
         return dict(MOEZOO_QWEN3_SAVERS)
     return {}
+
+
+EXPANDABLE_SEGMENTS_RECIPES: tuple[tuple[tuple[str, ...], str, tuple[str, ...], str], ...] = (
+    (("25.09", "25.11", "26.02", "26.04"), "llama3.1_405b", ("GB200",), "FP8"),
+    (("26.04",), "llama3.1_405b", ("GB300",), "FP8"),
+    (("26.04",), "deepseekv3", ("H100", "GB200"), ""),
+)
+"""(releases, model prefix, GPU prefixes, precision requirement) of the Megatron-Bridge rows
+before 26.06 whose launch sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
+(`ExecutionOptions.expandable_segments`); "FP8" matches the FP8 recipes (current scaling or
+MXFP8, not NVFP4 or BF16), "" any. 25.09 (tag v0.1.0rc4): ``scripts/performance/
+setup_experiment.py`` for Llama 3.1 405B on GB200 with ``fp8_recipe`` cs or mx (and
+DeepSeek-V3 GB200 BF16 without token drop, which no row runs); 25.11 (v0.2.x) and 26.02
+(v0.3.x): ``perf_plugins.py`` ``_set_model_specific_environment_variables`` for
+``llama31_405b`` on GB200 with ``fp8_cs``/``fp8_mx`` (26.02 also DeepSeek-V3 on H100, which
+no row runs); 26.04 (v0.4.x): the same for GB200 and GB300, and DeepSeek-V3 on H100 and
+GB200. From 26.06 (v0.5.0) ``utils/executors.py`` ``PERF_ENV_VARS`` sets it for every run
+and ``perf_plugins.py`` removes it for recipes with ``nccl_ub`` or Llama with
+Megatron-FSDP (`expandable_segments`)."""
+
+
+def _release(source: str) -> str:
+    """``25.09`` of ``MBRIDGE-25.09``; ``26.04`` of ``MBRIDGE-26.04.01``."""
+    return source.removeprefix("MBRIDGE-")[:5]
+
+
+def _is_fp8(precision: str) -> bool:
+    """FP8 current scaling or MXFP8 as the rows print them (25.09: "not stated" with
+    current scaling as the main value, or the "alternative quantization granularity")."""
+    upper = precision.upper()
+    if upper.startswith(("NVFP4", "BF16")):
+        return False
+    return "FP8" in upper or upper.startswith(("NOT STATED", "ALTERNATIVE"))
+
+
+def expandable_segments(raw: dict[str, str]) -> bool:
+    """True when the row's Megatron-Bridge launch sets expandable allocator segments
+    (`EXPANDABLE_SEGMENTS_RECIPES`; from 26.06 every run but Llama with Megatron-FSDP, the
+    only recipes with ``nccl_ub``)."""
+    source = raw.get("source_id", "")
+    if not source.startswith("MBRIDGE-"):
+        return False
+    model = (raw.get("model") or "").strip().lower()
+    gpu = (raw.get("gpu_type") or "").strip().upper()
+    precision = (raw.get("precision") or "").strip()
+    release = _release(source)
+    if release >= "26.06":
+        return not (model.startswith("llama") and sharding_fields(raw) is not None)
+    return any(
+        release in releases
+        and model.startswith(prefix)
+        and gpu.startswith(gpus)
+        and (needs != "FP8" or _is_fp8(precision))
+        for releases, prefix, gpus, needs in EXPANDABLE_SEGMENTS_RECIPES
+    )

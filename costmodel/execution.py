@@ -331,6 +331,12 @@ class ExecutionOptions:
     reject it since 2026-06, "disabled due to stability issues"); ``te_fp32_grad``: the same
     with Transformer Engine from v2.18, which keeps an fp32 gradient."""
 
+    expandable_segments: bool = False
+    """The run sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (PyTorch's default is
+    False): the caching allocator grows one virtual segment per stream and can unmap free
+    physical pages at an out-of-memory retry, so it fragments less
+    (`costmodel.memory.FrameworkAllowance.fragmentation`; memory only)."""
+
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise SpecError(

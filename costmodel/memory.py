@@ -73,34 +73,62 @@ GiB = 1024**3
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FrameworkAllowance:
-    """Memory outside the model's tensors: a fixed part plus a fraction of the dynamic part.
+    """Memory outside the model's tensors: a fixed part plus the caching allocator's
+    fragmentation, a fraction of the dynamic (activation and communication) bytes.
 
-    Defaults (rough, meant to be refit by calibration against measured peaks):
-    - fixed 1.5 GiB: the CUDA context with PyTorch, cuBLAS and Transformer Engine kernels
-      loaded and their GEMM workspaces (about 0.5-0.8 GiB on Hopper), plus NCCL's per-peer
-      channel buffers for the TP, DP, PP, CP and EP communicators (NCCL_BUFFSIZE 4 MiB per
-      channel; a few hundred MiB for several communicators);
-    - fraction 0.10 of activations and communication buffers: PyTorch caching-allocator
-      fragmentation (reserved minus allocated), which in practice is 5-15% and comes from
-      the many short-lived, variably sized activation blocks; weights, gradients and
-      optimizer state are few large, long-lived buffers in Megatron and fragment little.
+    - ``fixed_bytes`` 1.5 GiB, an estimate of two things that exist on every rank but
+      whose size no source states per GPU: the CUDA context with the kernel images of
+      PyTorch, cuBLAS, cuDNN and Transformer Engine and their GEMM workspaces (a guess), and
+      NCCL's per-channel, per-peer buffers of the TP, DP, PP, CP and EP communicators, each
+      NCCL_BUFFSIZE (default 4 MiB, NCCL documentation, "Environment Variables") for the
+      Simple protocol plus the LL and LL128 buffers. NVLink SHARP buffers are not counted:
+      the Megatron-Bridge performance scripts run with ``NCCL_NVLS_ENABLE=0`` "to save
+      memory" (``scripts/performance/utils/executors.py``).
+    - ``fraction`` 0.10 (a guess): fragmentation of PyTorch's caching allocator with its
+      default ``cudaMalloc`` segments. Blocks of different segments never merge, so the free
+      tails of partly used segments cannot serve a larger request, and at an out-of-memory
+      retry the allocator can return only unsplit cached segments to CUDA
+      (``c10/cuda/CUDACachingAllocator.cpp``, header comment and Note [Expandable Segments];
+      PyTorch devlog "When does fragmentation occur in the CUDA caching allocator?",
+      2026-06). It comes from the many short-lived, variably sized activation blocks;
+      weights, gradients and optimizer state are few large, long-lived buffers in Megatron.
+    - ``expandable_fraction`` 0.05 (a guess, half of ``fraction``): the same with
+      ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, where each stream's pool is one
+      virtual range backed by 20 MiB physical pages, so free blocks merge across what would
+      have been segment boundaries, and at an out-of-memory retry the allocator unmaps
+      every physical page no live block touches (Note [Expandable Segments]). Live blocks
+      still pin the splits between them (the devlog), so the remainder is not zero; no
+      source measures it.
     """
 
     fixed_bytes: float = 1.5 * GiB
     """Per-rank bytes independent of the plan."""
     fraction: float = 0.10
-    """Share of the dynamic (activation and communication) bytes added for fragmentation."""
+    """Share of the dynamic bytes added for fragmentation with ``cudaMalloc`` segments."""
+    expandable_fraction: float = 0.05
+    """Share of the dynamic bytes added for fragmentation with expandable segments."""
 
     def __post_init__(self) -> None:
-        if self.fixed_bytes < 0 or not 0 <= self.fraction < 1:
+        if (
+            self.fixed_bytes < 0
+            or not 0 <= self.fraction < 1
+            or not 0 <= self.expandable_fraction < 1
+        ):
             raise SpecError(
-                f"FrameworkAllowance needs fixed_bytes >= 0 and 0 <= fraction < 1, got "
-                f"fixed_bytes={self.fixed_bytes}, fraction={self.fraction}; use e.g. "
-                "FrameworkAllowance(fixed_bytes=0, fraction=0) for no allowance"
+                f"FrameworkAllowance needs fixed_bytes >= 0 and fractions in [0, 1), got "
+                f"fixed_bytes={self.fixed_bytes}, fraction={self.fraction}, "
+                f"expandable_fraction={self.expandable_fraction}; use e.g. "
+                "FrameworkAllowance(fixed_bytes=0, fraction=0, expandable_fraction=0) for "
+                "no allowance"
             )
 
+    def fragmentation(self, expandable_segments: bool) -> float:
+        """The fragmentation share for the allocator mode
+        (`ExecutionOptions.expandable_segments`)."""
+        return self.expandable_fraction if expandable_segments else self.fraction
 
-NO_ALLOWANCE = FrameworkAllowance(fixed_bytes=0.0, fraction=0.0)
+
+NO_ALLOWANCE = FrameworkAllowance(fixed_bytes=0.0, fraction=0.0, expandable_fraction=0.0)
 """For tensor-only comparisons (formulas, CPU runs)."""
 
 
@@ -335,17 +363,20 @@ def memory_per_stage(
     keep_outputs: bool = False,
     ddp_gradient_copy: bool = False,
     cross_entropy: CrossEntropyFusion = "unfused",
+    expandable_segments: bool = False,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
-    ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy`` and ``cross_entropy`` as
-    `ExecutionOptions.hidden_dropout`, ``main_grad_bytes``, not
+    ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy`` and
+    ``expandable_segments`` as `ExecutionOptions.hidden_dropout`, ``main_grad_bytes``, not
     ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with overlapped gradient
-    reduction, twice the gradient bytes) and ``cross_entropy_fusion``.
+    reduction, twice the gradient bytes), ``cross_entropy_fusion`` and
+    ``expandable_segments`` (`FrameworkAllowance.fragmentation`).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
     """
     frame = FrameworkAllowance() if allowance is None else allowance
+    fragmentation = frame.fragmentation(expandable_segments)
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
     dense_shards, expert_shards = optimizer_shards(model, plan)
     stages = []
@@ -396,7 +427,7 @@ def memory_per_stage(
                 embedding_activations_bytes=acts.embedding_bytes,
                 output_activations_bytes=acts.output_bytes,
                 comm_buffers_bytes=comm,
-                framework_bytes=frame.fixed_bytes + frame.fraction * dynamic,
+                framework_bytes=frame.fixed_bytes + fragmentation * dynamic,
             )
         )
     return tuple(stages)

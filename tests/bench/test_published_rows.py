@@ -369,3 +369,28 @@ def test_megatron_bridge_llama_rows_run_the_recipes_userbuffers_methods():
         options = rows_mod.case_for_row(raw).options
         assert options.tp_overlap_rs_method == "pipeline"
         assert options.tp_overlap_bulk_sm_margin is True
+
+
+def test_memory_options_follow_the_release_launch_scripts():
+    # every release: TE's fused loss (cross_entropy_fusion_impl "te")
+    options = rows_mod.case_for_row(LLAMA405_GB200).options
+    assert options.cross_entropy_fusion == "te"
+    # 405B GB200 FP8: expandable segments in every release (setup_experiment.py 25.09,
+    # perf_plugins.py 25.11-26.04, executors.py PERF_ENV_VARS 26.06)
+    assert options.expandable_segments
+    for release in ("25.09", "25.11", "26.02.01", "26.04.01"):
+        row = _with(LLAMA405_GB200, source_id=f"MBRIDGE-{release}")
+        assert recipes.expandable_segments(row), release
+    # before 26.06 not for NVFP4, nor for GB300 before 26.04
+    nvfp4 = _with(LLAMA405_GB200, source_id="MBRIDGE-26.04", precision="NVFP4")
+    assert not recipes.expandable_segments(nvfp4)
+    gb300 = _with(LLAMA405_GB200, source_id="MBRIDGE-26.02", gpu_type="GB300 (NVL72)")
+    assert not recipes.expandable_segments(gb300)
+    # Llama with Megatron-FSDP: never set before 26.06, removed by perf_plugins.py in 26.06
+    for release in ("26.04.01", "26.06"):
+        fsdp = _with(LLAMA70_FSDP, source_id=f"MBRIDGE-{release}")
+        assert not recipes.expandable_segments(fsdp), release
+    # DeepSeek-V3 on GB200: 26.04 and 26.06, not 26.02
+    assert rows_mod.case_for_row(DEEPSEEK_GB200).options.expandable_segments
+    older = _with(DEEPSEEK_GB200, source_id="MBRIDGE-26.02")
+    assert not recipes.expandable_segments(older)

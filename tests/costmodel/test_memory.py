@@ -546,3 +546,19 @@ def test_pytorch_ddp_keeps_a_bucket_copy_of_the_gradients() -> None:
     assert stage(local_ddp, True).gradients_bytes == pytest.approx(2 * params)
     # a long-lived buffer: no fragmentation allowance on it
     assert copied.total_bytes - stage(torch_ddp, False).total_bytes == pytest.approx(2 * params)
+
+
+def test_expandable_segments_take_their_own_fragmentation_share() -> None:
+    model = get_preset("tiny")
+    job = TrainingJob(seq_length=256, global_batch_size=4)
+    plan = ParallelPlan()
+    allowance = FrameworkAllowance(fixed_bytes=GiB, fraction=0.2, expandable_fraction=0.1)
+    bare = stage0(model, job, plan)
+    dynamic = bare.activation_total_bytes + bare.comm_buffers_bytes
+    (expandable,) = memory_per_stage(
+        model, job, plan, allowance=allowance, expandable_segments=True
+    )
+    assert expandable.framework_bytes == pytest.approx(GiB + 0.1 * dynamic)
+    assert allowance.fragmentation(False) == 0.2
+    with pytest.raises(SpecError, match="expandable_fraction"):
+        FrameworkAllowance(expandable_fraction=-0.1)

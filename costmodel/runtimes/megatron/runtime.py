@@ -98,7 +98,7 @@ class MegatronRuntime:
     ) -> tuple[StageMemory, ...]:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
-        copy and cross-entropy implementation."""
+        copy, cross-entropy implementation and allocator segments."""
         return memory_per_stage(
             model,
             job,
@@ -109,6 +109,7 @@ class MegatronRuntime:
             keep_outputs=not self.options.deallocate_pipeline_outputs,
             ddp_gradient_copy=self.options.ddp_gradient_copy,
             cross_entropy=self.options.cross_entropy_fusion,
+            expandable_segments=self.options.expandable_segments,
         )
 
     def screen(

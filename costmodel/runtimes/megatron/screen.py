@@ -40,7 +40,6 @@ import pandas as pd
 
 from costmodel import compute as ops
 from costmodel.activations import (
-    CrossEntropyFusion,
     output_microbatch_bytes,
     recomputed_layers,
     stage_activations,
@@ -51,7 +50,6 @@ from costmodel.flops import model_flops_per_iteration
 from costmodel.memory import FrameworkAllowance, GiB, bytes_per_param, stage_params
 from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
 from costmodel.runtimes.megatron.layer_costs import (
-    AttentionKernel,
     CommGroups,
     embedding_cost,
     layer_cost,
@@ -286,17 +284,12 @@ def _param_columns(model: ModelSpec):
     return fn
 
 
-def _activation_columns(
-    model: ModelSpec,
-    job: TrainingJob,
-    kernel: AttentionKernel,
-    dropout: bool,
-    cross_entropy: CrossEntropyFusion = "unfused",
-):
+def _activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOptions):
     """Per distinct (tp, SP, etp, recompute mode): activation bytes of one sequence
-    (micro-batch 1, cp 1; every activation term is linear in tokens per rank); the output
-    part kept per in-flight microbatch and the loss's transient part apart
-    (`costmodel.activations.output_microbatch_bytes`)."""
+    (micro-batch 1, cp 1; every activation term is linear in tokens per rank) under the
+    options' attention kernel, dropout and loss; the output part kept per in-flight
+    microbatch and the loss's transient part apart (`output_microbatch_bytes`)."""
+    kernel, dropout = options.attention, options.hidden_dropout
 
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
@@ -304,7 +297,9 @@ def _activation_columns(
             seq_length=job.seq_length, global_batch_size=1, precision=job.precision
         )
         acts = stage_activations(model, ref_job, plan, 0, attention=kernel, dropout=dropout)
-        kept, transient = output_microbatch_bytes(model, ref_job, plan, cross_entropy)
+        kept, transient = output_microbatch_bytes(
+            model, ref_job, plan, options.cross_entropy_fusion
+        )
         return {
             "act_layers": acts.layers_bytes / model.num_layers,
             "act_work": acts.recompute_working_bytes,
@@ -568,10 +563,11 @@ def _memory_bytes(
     main_grad_bytes: int,
     keep_outputs: bool = False,
     ddp_gradient_copy: bool = False,
+    expandable_segments: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, ``ddp_gradient_copy``
-    as in `costmodel.memory.memory_per_stage`)."""
+    and ``expandable_segments`` as in `costmodel.memory.memory_per_stage`)."""
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
     grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
@@ -622,7 +618,8 @@ def _memory_bytes(
         directions = np.where(pp == 1, 0, np.where(vpp > 1, 2, (stage > 0) + (stage < pp - 1)))
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
-        total_bytes = model_state + acts + comm + frame.fixed_bytes + frame.fraction * (acts + comm)
+        fragmentation = frame.fragmentation(expandable_segments) * (acts + comm)
+        total_bytes = model_state + acts + comm + frame.fixed_bytes + fragmentation
         peak = np.maximum(peak, total_bytes)
     return peak
 
@@ -661,9 +658,7 @@ def closed_form_screen(
                 "recompute_num_layers",
                 "recompute_method",
             ],
-            _activation_columns(
-                model, job, options.attention, options.hidden_dropout, options.cross_entropy_fusion
-            ),
+            _activation_columns(model, job, options),
         ),
         _per_unique(
             df,
@@ -704,6 +699,7 @@ def closed_form_screen(
             options.main_grad_bytes,
             keep_outputs=not options.deallocate_pipeline_outputs,
             ddp_gradient_copy=options.ddp_gradient_copy,
+            expandable_segments=options.expandable_segments,
         ),
         np.inf,
     )

@@ -1,5 +1,7 @@
-"""What the loss keeps of the logits under each cross-entropy implementation
-(costmodel.activations.logits_element_bytes, ExecutionOptions.cross_entropy_fusion)."""
+"""Memory of the framework's conventions: what the loss keeps of the logits under each
+cross-entropy implementation (costmodel.activations.logits_element_bytes,
+ExecutionOptions.cross_entropy_fusion) and the allocator's expandable segments
+(ExecutionOptions.expandable_segments)."""
 
 from __future__ import annotations
 
@@ -99,5 +101,23 @@ def test_screen_memory_follows_the_loss_implementation() -> None:
     te = dataclasses.replace(DEFAULT_OPTIONS, cross_entropy_fusion="te")
     screened = screen_plans(model, cluster, job, profile, plans_frame(plans), options=te)
     simulated = [estimate_plan(model, cluster, job, p, profile, options=te) for p in plans]
+    error = screened["peak_memory_bytes"].to_numpy() / [e.peak_memory_bytes for e in simulated]
+    assert np.allclose(error, 1.0, rtol=1e-3)
+
+
+def test_runtime_and_screen_price_expandable_segments() -> None:
+    plan = ParallelPlan(dp=8)
+    expandable = dataclasses.replace(DEFAULT_OPTIONS, expandable_segments=True)
+    (default,) = MegatronRuntime(options=DEFAULT_OPTIONS).memory(LLAMA, JOB, plan)
+    (fewer,) = MegatronRuntime(options=expandable).memory(LLAMA, JOB, plan)
+    assert fewer.framework_bytes < default.framework_bytes
+    assert (
+        fewer.total_bytes - fewer.framework_bytes == default.total_bytes - default.framework_bytes
+    )
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    profile = load_profile("h100-sxm-80gb")
+    plans = [ParallelPlan.for_world(16, pp=4, vpp=2), ParallelPlan.for_world(16, tp=2, pp=2)]
+    screened = screen_plans(LLAMA, cluster, JOB, profile, plans_frame(plans), options=expandable)
+    simulated = [estimate_plan(LLAMA, cluster, JOB, p, profile, options=expandable) for p in plans]
     error = screened["peak_memory_bytes"].to_numpy() / [e.peak_memory_bytes for e in simulated]
     assert np.allclose(error, 1.0, rtol=1e-3)
