@@ -26,7 +26,7 @@ from costmodel.memory import (
     peak_memory_bytes,
     stage_params,
 )
-from costmodel.schedules import max_in_flight, schedule_actions
+from costmodel.schedules import chunk_layers, max_in_flight, schedule_actions
 from specs import ModelSpec, ParallelPlan, SpecError, TrainingJob
 from specs.params import count_params, padded_vocab_size
 from specs.presets import get_preset
@@ -562,3 +562,36 @@ def test_expandable_segments_take_their_own_fragmentation_share() -> None:
     assert allowance.fragmentation(False) == 0.2
     with pytest.raises(SpecError, match="expandable_fraction"):
         FrameworkAllowance(expandable_fraction=-0.1)
+
+
+def test_interleaved_peak_stage_holds_megatrons_warmup_and_estimator_count() -> None:
+    """Llama 3.1 405B, tp4 pp16 vpp4, embedding and loss counted as layers (the
+    Megatron-Bridge GB200 recipe): rank 0's first chunk holds the embedding and one layer,
+    so rank 1 peaks. It holds Megatron's interleaved warm-up, (p - r - 1)·2 + (v - 1)·p,
+    plus the microbatch of its first steady forward (``get_pp_rank_microbatches`` and
+    ``max_outstanding_backprops = num_warmup_microbatches + 1`` in
+    megatron/core/pipeline_parallel/schedules.py), and its layer-microbatches are within 2%
+    of what `theoretical_memory_usage` assumes for stage 0: L/p layers times p microbatches
+    times (1 + (p - 1)/(p·v)) (megatron/training/theoretical_memory_usage.py)."""
+    model = get_preset("llama3.1-405b")
+    job = TrainingJob(seq_length=8192, global_batch_size=1536, precision="fp8")
+    plan = ParallelPlan.for_world(
+        256,
+        tp=4,
+        pp=16,
+        vpp=4,
+        sequence_parallel=True,
+        distributed_optimizer=True,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
+    stages = memory_per_stage(model, job, plan, allowance=NO_ALLOWANCE)
+    peak = max(stages, key=lambda stage: stage.total_bytes)
+    p, v, r = 16, 4, peak.pp_rank
+    assert r == 1
+    assert peak.in_flight_microbatches == (p - r - 1) * 2 + (v - 1) * p + 1
+    m = plan.num_microbatches(job.global_batch_size)
+    counts = in_flight_chunk_counts(p, v, r, m)
+    held = sum(n * len(chunk_layers(model, plan, r, c)) for c, n in enumerate(counts))
+    estimator = model.num_layers / p * p * (1 + (p - 1) / (p * v))
+    assert held / estimator == pytest.approx(1.0, abs=0.02)
