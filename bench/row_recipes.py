@@ -366,3 +366,49 @@ def expandable_segments(raw: dict[str, str]) -> bool:
         and (needs != "FP8" or _is_fp8(precision))
         for releases, prefix, gpus, needs in EXPANDABLE_SEGMENTS_RECIPES
     )
+
+
+PRINTED_NOT_RECIPE: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "MBRIDGE-26.02.01",
+        "llama3_70b",
+        "GB300",
+        "MXFP8",
+        "printed pp4 without vpp at micro-batch 2; the release's recipe runs pp4 vpp5 at "
+        "micro-batch 1 (scripts/performance/configs/llama/llama3_workload_base_configs.py "
+        "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2, tags v0.3.0 and v0.3.1), as the 26.02 "
+        "and 26.04 rows of the same recipe print",
+    ),
+    (
+        "MBRIDGE-25.09",
+        "llama3_70b",
+        "GB200",
+        "ALTERNATIVE",
+        "printed micro-batch 2 beside the parenthesised MXFP8 layout tp2 pp4 vpp5; the "
+        "release's recipe runs that layout at micro-batch 1 (scripts/performance/configs/"
+        "llama3/llama3_70b_llm_pretrain.yaml, gb200 fp8_mx mbs 1, tag v0.1.0rc4); micro-batch "
+        "2 is the recipe's value for the FP8-CS Megatron-FSDP alternative",
+    ),
+)
+"""(source, model prefix, GPU prefix, printed precision prefix, reason) of the rows whose
+printed parallel configuration differs from the recipe their release ships. They are
+priced as printed (a row's stated plan is what the bench prices); the reason is given when
+such a row is predicted not to fit (`recipe_mismatch`)."""
+
+
+def recipe_mismatch(raw: dict[str, str]) -> str | None:
+    """Why the row's printed configuration is not its release's recipe
+    (`PRINTED_NOT_RECIPE`), or None."""
+    source = raw.get("source_id", "")
+    model = (raw.get("model") or "").strip().lower()
+    gpu = (raw.get("gpu_type") or "").strip().upper()
+    precision = (raw.get("precision") or "").strip().upper()
+    for row_source, prefix, gpu_prefix, printed, reason in PRINTED_NOT_RECIPE:
+        if (
+            source == row_source
+            and model.startswith(prefix)
+            and gpu.startswith(gpu_prefix)
+            and precision.startswith(printed)
+        ):
+            return reason
+    return None

@@ -43,6 +43,7 @@ from published_rows import (
     case_for_row,
     published_iteration_time_s,
 )
+from row_recipes import recipe_mismatch
 from validation_stats import (
     FitGrid,
     Outcome,
@@ -134,6 +135,7 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         fits=est.fits,
         global_batch_size=case.job.global_batch_size,
         precision_text=raw.get("precision", ""),
+        not_fit_reason="" if est.fits else recipe_mismatch(raw) or "",
     )
     return outcome, case
 
@@ -300,7 +302,7 @@ def outcome_row(o: Outcome, loso_error: float) -> dict[str, object]:
         "peak_memory_gib": o.peak_memory_gib,
         "device_memory_gib": o.device_memory_gib,
         "fits": o.fits,
-    }
+    } | ({"not_fit_reason": o.not_fit_reason} if o.not_fit_reason else {})
 
 
 def figures(outcomes: list[Outcome]) -> dict[str, object]:

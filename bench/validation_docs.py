@@ -176,7 +176,7 @@ def markdown(result: dict) -> str:
             f"| {r['row_id']} | {r['source_id']} | {r['model']} | {r['plan']} | "
             f"{r['published_s']:.3f} | {r['predicted_s']:.3f} | {r['error']:+.1%} | "
             f"{r['loso_error']:+.1%} | {r['peak_memory_gib']:.1f} | "
-            f"{'yes' if r['fits'] else 'no'} |"
+            f"{'yes' if r['fits'] else 'no'}{_not_fit_note(r)} |"
         )
     lines += ["", "## Rows not expressible yet", "", "| row | source | model | reason |"]
     lines.append("| ---: | --- | --- | --- |")
@@ -231,3 +231,9 @@ def write_figure(outcomes: list[Outcome], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _not_fit_note(row: dict) -> str:
+    """`` (why)`` after a non-fitting row whose printed configuration is not its recipe."""
+    reason = row.get("not_fit_reason")
+    return f" ({reason})" if reason else ""

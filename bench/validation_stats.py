@@ -56,6 +56,9 @@ class Outcome:
     precision_text: str = ""
     """The row's precision as the source printed it (``FP8``, ``MXFP8``, ...): FP8 recipes
     that `precision` prices alike are different software. Empty: `precision`."""
+    not_fit_reason: str = ""
+    """Why a row predicted not to fit may not have run as printed (its printed
+    configuration differs from its release's recipe); empty when none is known."""
 
     @property
     def error(self) -> float:

@@ -394,3 +394,27 @@ def test_memory_options_follow_the_release_launch_scripts():
     assert rows_mod.case_for_row(DEEPSEEK_GB200).options.expandable_segments
     older = _with(DEEPSEEK_GB200, source_id="MBRIDGE-26.02")
     assert not recipes.expandable_segments(older)
+
+
+def test_rows_printed_unlike_their_recipe_carry_the_reason():
+    # row 250: 26.02.01 GB300 MXFP8 printed pp4, no vpp, mbs 2; recipe pp4 vpp5 mbs 1
+    row_250 = _with(
+        LLAMA70_FSDP,
+        source_id="MBRIDGE-26.02.01",
+        gpu_type="GB300 (NVL72)",
+        precision="MXFP8",
+        pp="4",
+        fsdp_or_zero="DDP + distributed optimizer (FSDP=0)",
+    )
+    assert "vpp5" in recipes.recipe_mismatch(row_250)
+    # the 26.02 row of the same recipe prints it as the recipe runs it
+    assert recipes.recipe_mismatch(_with(row_250, source_id="MBRIDGE-26.02")) is None
+    # row 352: 25.09 GB200, the parenthesised MXFP8 layout printed at micro-batch 2
+    row_352 = _with(
+        row_250,
+        source_id="MBRIDGE-25.09",
+        gpu_type="GB200 (NVL72)",
+        precision="alternative quantization granularity (GB200/B200: MXFP8 32x32)",
+    )
+    assert "micro-batch 1" in recipes.recipe_mismatch(row_352)
+    assert recipes.recipe_mismatch(LLAMA405_GB200) is None

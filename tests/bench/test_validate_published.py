@@ -375,3 +375,11 @@ def test_leave_one_source_out_refits_every_parameter_without_the_left_out_rows()
             "3": shapes["3"](0.7, 40e-6),
         }
         assert set(calls) == {"1", "2", "3"}
+
+
+def test_json_rows_carry_a_not_fit_reason_only_when_one_is_known():
+    plain = _outcome("1", "MBRIDGE-26.02.01", 1.0, 1.0)
+    assert "not_fit_reason" not in bench.outcome_row(plain, 0.0)
+    flagged = dataclasses.replace(plain, fits=False, not_fit_reason="printed unlike the recipe")
+    row = bench.outcome_row(flagged, 0.0)
+    assert row["not_fit_reason"] == "printed unlike the recipe" and row["fits"] is False
