@@ -105,7 +105,8 @@ in the 25.09 performance configs (tag v0.1.0rc4, ``scripts/performance/configs/*
 *_llm_pretrain.yaml``) and in the common performance overrides from 25.11 on
 (``utils/helpers.py`` at v0.2.x, ``utils/overrides.py`` ``_set_common_perf_overrides``
 from v0.3.0); the containers of those releases ship Transformer Engine before v2.18
-(v0.2.0 pins ``>=2.9.0a0,<2.10.0``, v0.3.0 ``<2.13.0``; v2.18 is of 2026-08)."""
+(v0.2.0 pins ``>=2.9.0a0,<2.10.0``, v0.3.0 ``<2.13.0``; v2.18 was tagged after v0.5.0,
+the 26.06 release)."""
 
 
 MEGATRON_2023_STACKS = ("Megatron-LM commit 285068c8",)

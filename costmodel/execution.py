@@ -328,8 +328,9 @@ class ExecutionOptions:
     Engine v2.2-v2.17, the gradient written into the bf16 logits, no fp32 copy (the
     Megatron-Bridge performance scripts set it: ``cross_entropy_fusion_impl = "te"`` with
     ``GPTProvider.cross_entropy_loss_fusion = True``; Megatron-LM's training arguments
-    reject it since 2026-06, "disabled due to stability issues"); ``te_fp32_grad``: the same
-    with Transformer Engine from v2.18, which keeps an fp32 gradient."""
+    now reject it, "disabled due to stability issues", commit 168cb15d70);
+    ``te_fp32_grad``: the same with Transformer Engine from v2.18, which keeps an fp32
+    gradient."""
 
     expandable_segments: bool = False
     """The run sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (PyTorch's default is

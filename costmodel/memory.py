@@ -89,8 +89,8 @@ class FrameworkAllowance:
       tails of partly used segments cannot serve a larger request, and at an out-of-memory
       retry the allocator can return only unsplit cached segments to CUDA
       (``c10/cuda/CUDACachingAllocator.cpp``, header comment and Note [Expandable Segments];
-      PyTorch devlog "When does fragmentation occur in the CUDA caching allocator?",
-      2026-06). It comes from the many short-lived, variably sized activation blocks;
+      PyTorch devlog "When does fragmentation occur in the CUDA caching allocator?").
+      It comes from the many short-lived, variably sized activation blocks;
       weights, gradients and optimizer state are few large, long-lived buffers in Megatron.
     - ``expandable_fraction`` 0.05 (a guess, half of ``fraction``): the same with
       ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, where each stream's pool is one
