@@ -25,7 +25,8 @@ Communication per layer (size S = T·h·e bytes, the full activation):
   factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
   reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
   per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`, which also sets the host
-  floor of a MoE layer pass (`ExecutionOptions.moe_host_launch_s`).
+  floor of a MoE layer pass (`ExecutionOptions.moe_host_launch_s`) and, with
+  `ExecutionOptions.moe_a2a_overlap`, the part of the EP time the 1F1B overlap leaves exposed.
 
 Recompute: selective reruns the forward of its modules in backward (the attention core and
 its CP exchange by default; per module: `costmodel.runtimes.megatron.saver_costs`); full
@@ -57,6 +58,9 @@ from costmodel.flops import (
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_costs import (
     WHOLE_MOE_SCOPES,
+    a2a_overlap_applies,
+    a2a_overlapped_passes,
+    a2a_paired_fraction,
     captured_moe_launches,
     host_bound_s,
     moe_host_launches,
@@ -499,6 +503,12 @@ def layer_cost(
         rerun["mlp"] = mlp_f
     forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
     backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
+    if is_moe and a2a_overlap_applies(plan, options):
+        paired = a2a_paired_fraction(
+            plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
+        )
+        experts = (mlp_f, mlp_b, mlp_w)
+        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired)
     if is_moe:
         host_f, host_b = _moe_host_floor(model, plan, x, forward, backward, options)
         forward, backward = forward.plus(host_f), backward.plus(host_b)
