@@ -21,6 +21,29 @@ Sources (NVIDIA-NeMo/Megatron-Bridge; release branch of each NeMo container):
 - NeMo 26.02.01 onwards (branch ``r0.3.0`` and later, ``r0.4.0``, ``r0.5.0``, then
   ``src/megatron/bridge/perf_recipes/qwen/*/qwen3_moe.py``): B200 too runs HybridEP at
   micro-batch 4 with ``attn``, ``moe_router`` and ``moe_preprocess`` captured.
+
+DeepSeek-V3 and Qwen3 235B-A22B dropless rows (`LARGE_MOE_RULES`), from the workload base
+configs of each release (``scripts/performance/configs/deepseek/workload_base_configs.py``
+at v0.2.0, ``deepseek_workload_base_configs.py`` from v0.3.0;
+``configs/qwen3/workload_base_configs.py`` at v0.2.0, ``configs/qwen/
+qwen3_workload_base_configs.py`` from v0.3.0). ``moe_flex_dispatcher_backend`` "hybridep" or
+"deepep" becomes the flex dispatcher (``apply_flex_dispatcher_backend``); ``moe_a2a_overlap``
+sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
+(``utils/overrides.py`` ``_set_moe_a2a_overlap_overrides``), `ExecutionOptions.moe_a2a_overlap`.
+- DeepSeek-V3: HybridEP on GB200 and GB300 from 25.11 (v0.2.0; graphs ``moe_router``,
+  ``moe_preprocess``, plus ``attn`` on GB300), on every GPU from 26.02 (v0.3.0: GB200 captures
+  ``attn``, ``moe_router``, ``moe_preprocess``; GB300's micro-batch-2 config none); B200 at
+  25.11 sets no backend (alltoall). 26.04.01 (branch ``llmb-r0.4.1``) B200 MXFP8
+  (``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``, pp 8, vpp 2, ep 32): DeepEP with the
+  all-to-all overlap and ``attn``, ``moe_router``, ``moe_preprocess`` graphs. 26.06 (v0.5.0)
+  GB300 and GB200 MXFP8 (``*_FP8_MX_V1``): the all-to-all overlap under
+  ``cuda_graph_impl="full_iteration"``.
+- Qwen3 235B-A22B: HybridEP on GB200 and GB300 in every release from 25.11 (graphs
+  ``moe_router``, ``moe_preprocess``, plus ``attn`` on GB200 and, from v0.3.0's V2
+  configs, on GB300); the all-to-all overlap with the alltoall dispatcher on B200 at 25.11
+  and B300 at 26.02; HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
+  GB300 and GB200 MXFP8 (``*_FP8_MX_V2``): the all-to-all overlap under
+  ``full_iteration`` graphs.
 """
 
 from __future__ import annotations
@@ -36,6 +59,74 @@ WHOLE_LAYER_25_09 = (("qwen3_30b_a3b", ("B200", "GB200")), ("qwen3_235b_a22b", (
 
 B200_ALLTOALL_RELEASES = ("MBRIDGE-25.11", "MBRIDGE-26.02")
 """Source ids (exact) whose Qwen3 30B-A3B B200 recipe keeps the alltoall dispatcher."""
+
+
+FLEX: dict[str, object] = {"moe_dispatcher": "flex"}
+ALLTOALL: dict[str, object] = {"moe_dispatcher": "alltoall"}
+ATTN_ROUTER = ROUTER_SCOPES | {"attn"}
+WHOLE_STEP = frozenset({"full_iteration"})
+
+LARGE_MOE_RULES: tuple[
+    tuple[str, tuple[str, ...], tuple[str, ...], str, dict[str, object]], ...
+] = (
+    (
+        "deepseekv3",
+        ("26.06",),
+        ("GB300", "GB200"),
+        "MXFP8",
+        FLEX | {"moe_a2a_overlap": True} | {"cuda_graph_scopes": WHOLE_STEP},
+    ),
+    (
+        "deepseekv3",
+        ("26.04.01",),
+        ("B200",),
+        "MXFP8",
+        FLEX | {"moe_a2a_overlap": True} | {"cuda_graph_scopes": ATTN_ROUTER},
+    ),
+    ("deepseekv3", ("25.11",), ("GB300",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
+    ("deepseekv3", ("25.11",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ROUTER_SCOPES}),
+    ("deepseekv3", ("25.11",), ("B200", "B300", "H100"), "", ALLTOALL),
+    ("deepseekv3", ("",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
+    ("deepseekv3", ("",), ("GB300", "B200", "B300"), "", FLEX),
+    (
+        "qwen3_235b",
+        ("26.06",),
+        ("GB300", "GB200"),
+        "MXFP8",
+        FLEX | {"moe_a2a_overlap": True} | {"cuda_graph_scopes": WHOLE_STEP},
+    ),
+    ("qwen3_235b", ("25.11",), ("GB300",), "", FLEX | {"cuda_graph_scopes": ROUTER_SCOPES}),
+    ("qwen3_235b", ("",), ("GB300", "GB200"), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
+    ("qwen3_235b", ("25.11",), ("B200",), "", ALLTOALL | {"moe_a2a_overlap": True}),
+    ("qwen3_235b", ("26.02",), ("B300",), "", ALLTOALL | {"moe_a2a_overlap": True}),
+    ("qwen3_235b", ("26.04.01", "26.06"), ("B300",), "", FLEX),
+)
+"""(model prefix, release prefixes ("" for any from 25.11), GPU types, precision prefix or ""
+for any, `ExecutionOptions` fields), first match wins: the dropless Megatron-Bridge
+DeepSeek-V3 and Qwen3 235B-A22B rows (module docstring). Rows no rule covers keep the
+defaults (alltoall, eager)."""
+
+
+def large_moe_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`LARGE_MOE_RULES` fields of a dropless Megatron-Bridge DeepSeek-V3 or Qwen3 235B row
+    from 25.11 on; empty otherwise."""
+    source = raw["source_id"].strip()
+    model, gpu = _model(raw), _gpu(raw)
+    if not source.startswith("MBRIDGE-") or token_drop_capacity(raw) is not None:
+        return {}
+    release = source.removeprefix("MBRIDGE-")
+    if release.startswith("25.09"):
+        return {}
+    precision = raw["precision"].strip().upper()
+    for prefix, releases, gpus, precision_prefix, fields in LARGE_MOE_RULES:
+        if (
+            model.startswith(prefix)
+            and any(release.startswith(r) for r in releases)
+            and gpu in gpus
+            and precision.startswith(precision_prefix)
+        ):
+            return dict(fields)
+    return {}
 
 
 def _model(raw: dict[str, str]) -> str:
@@ -55,7 +146,8 @@ def token_drop_capacity(raw: dict[str, str]) -> float | None:
 
 
 def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
-    """`ExecutionOptions` fields (``cuda_graph_scopes``, ``moe_dispatcher``) a Megatron-Bridge
+    """`ExecutionOptions` fields (``cuda_graph_scopes``, ``moe_dispatcher``,
+    ``moe_a2a_overlap``) a Megatron-Bridge
     MoE row's recipe sets (module docstring); empty when the recipe sets none of them or the
     row is not covered."""
     source = raw["source_id"].strip()
@@ -66,7 +158,7 @@ def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
                 return {"cuda_graph_scopes": frozenset({"layer"})}
         return {}
     if not source.startswith("MBRIDGE-") or not model.startswith("qwen3_30b_a3b"):
-        return {}
+        return large_moe_fields(raw)
     scopes = ROUTER_SCOPES
     if gpu == "B200" and source in B200_ALLTOALL_RELEASES:
         return {"cuda_graph_scopes": scopes, "moe_dispatcher": "alltoall"}

@@ -49,8 +49,54 @@ def test_25_09_rows_capture_whole_layers_where_the_yaml_enables_graphs():
 
 
 def test_rows_no_recipe_covers_keep_the_defaults():
-    assert moe.moe_runtime_fields(row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)")) == {}
     assert moe.moe_runtime_fields(row("MOEZOO-QWEN3-GB200", "Qwen3_30B_a3B", "GB200")) == {}
+    # 26.04 (v0.4.0) B300 Qwen3 235B: no backend, no overlap.
+    assert moe.moe_runtime_fields(row("MBRIDGE-26.04", "Qwen3_235B_a22B", "B300")) == {}
+
+
+WHOLE = frozenset({"full_iteration"})
+ATTN = ROUTER | {"attn"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "dispatcher", "overlap", "scopes"),
+    [
+        # row 174: llmb-r0.4.1 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP, A2A overlap).
+        (row("MBRIDGE-26.04.01", "DeepSeekV3", "B200"), "flex", True, ATTN),
+        # rows 124 and 125: v0.5.0 GB300 / GB200 FP8_MX_V1 (full_iteration graphs, overlap).
+        (row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)"), "flex", True, WHOLE),
+        (row("MBRIDGE-26.06.01", "DeepSeekV3", "GB200 (NVL72)"), "flex", True, WHOLE),
+        # row 220: 26.04 B200 (v0.4.0 B200_V1: HybridEP, no overlap, eager).
+        (row("MBRIDGE-26.04", "DeepSeekV3", "B200"), "flex", None, None),
+        # row 262: 26.02.01 GB200: HybridEP with attn / router / preprocess graphs.
+        (row("MBRIDGE-26.02.01", "DeepSeekV3", "GB200 (NVL72)"), "flex", None, ATTN),
+        # row 330: 25.11 GB200 (v0.2.0: router and preprocess captured).
+        (row("MBRIDGE-25.11", "DeepSeekV3 (w/o MTP)", "GB200 (NVL72)"), "flex", None, ROUTER),
+        # row 339: 25.11 B200 sets no flex backend.
+        (row("MBRIDGE-25.11", "DeepSeekV3 (w/ MTP)", "B200"), "alltoall", None, None),
+        # rows 134 and 186: Qwen3 235B GB300 26.06 FP8_MX_V2, GB200 26.04.01.
+        (row("MBRIDGE-26.06", "Qwen3_235B_a22B", "GB300 (NVL72)"), "flex", True, WHOLE),
+        (row("MBRIDGE-26.04.01", "Qwen3_235B_a22B", "GB200 (NVL72)"), "flex", None, ATTN),
+        # rows 342 and 314: B200 at 25.11 and B300 at 26.02 overlap the alltoall dispatcher.
+        (row("MBRIDGE-25.11", "Qwen3_235B_a22B", "B200"), "alltoall", True, None),
+        (row("MBRIDGE-26.02", "Qwen3_235B_a22B", "B300"), "alltoall", True, None),
+        # row 187: llmb-r0.4.1 B300 HybridEP.
+        (row("MBRIDGE-26.04.01", "Qwen3_235B_a22B", "B300"), "flex", None, None),
+    ],
+)
+def test_large_moe_rows_carry_their_releases_dispatcher_overlap_and_graphs(
+    raw, dispatcher, overlap, scopes
+):
+    fields = moe.moe_runtime_fields(raw)
+    assert fields["moe_dispatcher"] == dispatcher
+    assert fields.get("moe_a2a_overlap") == overlap
+    assert fields.get("cuda_graph_scopes") == scopes
+
+
+def test_tokendrop_large_moe_rows_keep_the_alltoall_dispatcher():
+    assert moe.moe_runtime_fields(row("MBRIDGE-25.09", "DeepSeekV3 (tokendrop)", "GB200")) == {}
+    options = rows_mod.options_for_row(row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)"))
+    assert options.moe_a2a_overlap and options.moe_dispatcher == "flex"
 
 
 def test_tokendrop_rows_run_at_capacity_factor_one():
