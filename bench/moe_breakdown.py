@@ -1,0 +1,148 @@
+"""Per-part breakdown of published MoE rows, side by side: where the predicted iteration of a
+Megatron-core MoE plan goes.
+
+For each row (``--rows``, matched like `bench/validate_published.py`): the published and
+predicted seconds, the iteration `costmodel.iteration.Breakdown` of the critical stage, the
+per-stage forward / backward seconds of one microbatch (with each stage's layer count), and
+one MoE layer's microbatch passes split into attention and the rest of the layer, the
+router, the expert GEMMs, the dispatcher's permutations, the EP communication (total and
+exposed) and the host-launch floor (`costmodel.runtimes.megatron.moe_costs`).
+
+Usage: ``python bench/moe_breakdown.py --rows 174,124,134``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+
+from published_rows import case_for_row, published_iteration_time_s
+from validate_published import default_csv, read_rows
+
+from costmodel import compute as ops
+from costmodel.estimate import estimate_plan
+from costmodel.passes import comm_groups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.moe_costs import (
+    dispatch_copies,
+    dispatch_copy_bytes,
+    moe_shape,
+    routed_experts,
+)
+from costmodel.runtimes.registry import runtime_model
+from costmodel.topology import plan_placements
+from profiles.store import load_profile
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:9.3f}"
+
+
+def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
+    """(forward, backward) milliseconds of one MoE layer's parts for one microbatch."""
+    runtime = runtime_model(case.options)
+    profile = runtime.priced_profile(load_profile(case.profile))
+    plan, model, job, options = case.plan, case.model, case.job, case.options
+    groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
+    tokens = job.seq_length * plan.micro_batch_size / plan.cp
+    tokens = tokens / plan.tp if plan.sequence_parallel else tokens
+    elem = ops.element_bytes(job.precision)
+    dtype = ops.gemm_dtype(job.precision)
+    layer = layer_cost(model, job, plan, profile, is_moe=True, groups=groups, options=options)
+    bare = dataclasses.replace(options, moe_host_launch_s=0.0)
+    no_host = layer_cost(model, job, plan, profile, is_moe=True, groups=groups, options=bare)
+    fwd, bwd, dgrad, wgrad = routed_experts(
+        model, plan, profile, tokens, elem, dtype, groups, options
+    )
+    shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
+    m = max(math.ceil(shape.rows_per_expert), 1)
+    gated = 2 if model.activation == "swiglu" else 1
+    n1, n2 = math.ceil(gated * shape.width), math.ceil(shape.width)
+    h = model.hidden_size
+    e = shape.local_experts
+    gemm_f = e * (
+        ops.gemm_time_s(profile, m, n1, h, dtype) + ops.gemm_time_s(profile, m, h, n2, dtype)
+    )
+    gemm_b = e * (
+        ops.gemm_time_s(profile, m, h, n1, dtype)
+        + ops.gemm_time_s(profile, h, n1, m, dtype)
+        + ops.gemm_time_s(profile, m, n2, h, dtype)
+        + ops.gemm_time_s(profile, n2, h, m, dtype)
+    )
+    copies = ops.memory_bound_time_s(
+        profile,
+        dispatch_copy_bytes(shape, h, elem, options.moe_dispatcher),
+        num_ops=dispatch_copies(shape, options.moe_dispatcher),
+    )
+    return {
+        "layer (all)": (layer.forward.duration_s, layer.backward.duration_s),
+        "host floor": (
+            layer.forward.duration_s - no_host.forward.duration_s,
+            layer.backward.duration_s - no_host.backward.duration_s,
+        ),
+        "routed (all)": (fwd.duration_s, bwd.duration_s),
+        "expert GEMMs": (gemm_f, gemm_b),
+        "permute copies": (copies, copies),
+        "ep comm": (fwd.ep_s, bwd.ep_s),
+        "ep exposed": (fwd.ep_exposed_s, bwd.ep_exposed_s),
+        "dgrad / wgrad": (dgrad, wgrad),
+        "rest of layer": (
+            no_host.forward.duration_s - fwd.duration_s,
+            no_host.backward.duration_s - fwd.duration_s * 0 - bwd.duration_s,
+        ),
+    }
+
+
+def report(raw: dict[str, str]) -> str:
+    """The breakdown of one row as text."""
+    case = case_for_row(raw)
+    est = estimate_plan(
+        case.model,
+        case.cluster,
+        case.job,
+        case.plan,
+        load_profile(case.profile),
+        options=case.options,
+    )
+    published = published_iteration_time_s(raw, case)
+    plan = case.plan
+    lines = [
+        f"row {raw['row_id']} {raw['source_id']} {raw['model']} {raw['gpu_type']}: {plan.label()}",
+        f"  layout {plan.pipeline_model_parallel_layout or '-'}  microbatches "
+        f"{plan.num_microbatches(case.job.global_batch_size)}  dispatcher "
+        f"{case.options.moe_dispatcher}  graphs {sorted(case.options.cuda_graph_scopes)}",
+        f"  published {published:.3f} s  predicted {est.iteration_time_s:.3f} s  "
+        f"({est.iteration_time_s / published - 1:+.1%})  critical stage {est.critical_stage}",
+        "  breakdown (s): "
+        + "  ".join(f"{k} {v:.3f}" for k, v in est.breakdown.as_dict().items() if v > 1e-4),
+        "  stage  layers  fwd ms/mb  bwd ms/mb",
+    ]
+    for st in est.stage_times:
+        lines.append(
+            f"  {st.pp_rank:5d}  {st.num_layers:6d}  {_ms(st.forward_s)}  {_ms(st.backward_s)}"
+        )
+    lines.append("  one MoE layer, one microbatch:      fwd ms    bwd ms")
+    for name, (f, b) in moe_layer_parts(case).items():
+        lines.append(f"    {name:28s}{_ms(f)} {_ms(b)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", required=True, help="comma-separated row ids")
+    args = parser.parse_args(argv)
+    path = default_csv()
+    if path is None:
+        print("published-runs-dev.csv not found", file=sys.stderr)
+        return 1
+    wanted = {r.strip() for r in args.rows.split(",")}
+    for raw in read_rows(path):
+        if raw["row_id"] in wanted:
+            print(report(raw))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
