@@ -6,7 +6,9 @@ predicted seconds, the iteration `costmodel.iteration.Breakdown` of the critical
 per-stage forward / backward seconds of one microbatch (with each stage's layer count), and
 one MoE layer's microbatch passes split into attention and the rest of the layer, the
 router, the expert GEMMs, the dispatcher's permutations, the EP communication (total and
-exposed) and the host-launch floor (`costmodel.runtimes.megatron.moe_costs`).
+exposed, eager and in the layer with `ExecutionOptions.moe_a2a_overlap`) and the host-launch
+floor (`costmodel.runtimes.megatron.moe_costs`); "rest of layer" is the layer without its
+host floor minus the routed experts' kernels and the layer's exposed EP time.
 
 Usage: ``python bench/moe_breakdown.py --rows 174,124,134``
 """
@@ -86,11 +88,12 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
         "expert GEMMs": (gemm_f, gemm_b),
         "permute copies": (copies, copies),
         "ep comm": (fwd.ep_s, bwd.ep_s),
-        "ep exposed": (fwd.ep_exposed_s, bwd.ep_exposed_s),
+        "ep exposed (eager)": (fwd.ep_exposed_s, bwd.ep_exposed_s),
         "dgrad / wgrad": (dgrad, wgrad),
+        "layer ep exposed": (layer.forward.ep_exposed_s, layer.backward.ep_exposed_s),
         "rest of layer": (
-            no_host.forward.duration_s - fwd.duration_s,
-            no_host.backward.duration_s - fwd.duration_s * 0 - bwd.duration_s,
+            no_host.forward.duration_s - fwd.compute_s - layer.forward.ep_exposed_s,
+            no_host.backward.duration_s - bwd.compute_s - layer.backward.ep_exposed_s,
         ),
     }
 
