@@ -251,6 +251,7 @@ ALL_RELEASES = ("25.09", "25.11", "26.02", "26.04", "26.06")
 """Megatron-Bridge releases of the dev set's rows (NeMo containers), oldest first."""
 
 DEEPSEEK_RECOMPUTE_MODULES: tuple[tuple[tuple[str, ...], str, str, tuple[str, ...] | None], ...] = (
+    (("26.04.01",), "B200", "MXFP8", ("mla_up_proj", "mlp")),
     (("25.09",), "", "", None),
     (("25.11",), "GB300", "", ("moe_act",)),
     (ALL_RELEASES, "GB300", "BF16", ("moe_act",)),
@@ -273,7 +274,9 @@ later ``deepseek_llm_pretrain.py``); the modules come from ``workload_base_confi
 and ``deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_*_V1`` (26.02: GB300
 ``mla_up_proj``, its BF16 ``moe_act``, GB200 ``mla_up_proj``; 26.04: GB200 ``mlp``, its
 BF16 ``mla_up_proj``; 26.06: GB300 MXFP8 none, GB200 MXFP8 ``mla_up_proj``; B200/B300
-``mla_up_proj`` throughout)."""
+``mla_up_proj`` throughout), except 26.04.01 (branch ``llmb-r0.4.1``) B200 MXFP8,
+``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``: ``mla_up_proj`` and ``mlp``. An entry's
+releases match the container's first five characters or its whole name."""
 
 MOEZOO_QWEN3_SAVERS: dict[str, object] = {
     "recompute": "selective",
@@ -300,10 +303,11 @@ def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
             if model.startswith(prefix) and gpu.startswith(gpu_prefix):
                 return {"cpu_offloading_num_layers": layers}
     if source.startswith("MBRIDGE-") and model.startswith("deepseekv3"):
-        release = source.removeprefix("MBRIDGE-")[:5]
+        container = source.removeprefix("MBRIDGE-")
+        release = container[:5]
         for releases, gpu_prefix, precision_prefix, modules in DEEPSEEK_RECOMPUTE_MODULES:
             if (
-                release in releases
+                (release in releases or container in releases)
                 and gpu.startswith(gpu_prefix)
                 and precision.startswith(precision_prefix)
             ):

@@ -297,6 +297,12 @@ def test_deepseek_rows_recompute_the_recipes_modules():
     b200 = rows_mod.case_for_row(_with(DEEPSEEK_GB200, gpu_type="B200")).plan
     assert b200.recompute_modules == ("mla_up_proj",)
     assert "rc=mla_up_proj" in b200.label()
+    # 26.04.01 (llmb-r0.4.1 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2, row 174): + "mlp";
+    # 26.04 (v0.4.0 B200_V1, row 220) keeps "mla_up_proj" alone.
+    llmb = _with(DEEPSEEK_GB200, gpu_type="B200", source_id="MBRIDGE-26.04.01")
+    assert rows_mod.case_for_row(llmb).plan.recompute_modules == ("mla_up_proj", "mlp")
+    v040 = _with(llmb, source_id="MBRIDGE-26.04")
+    assert rows_mod.case_for_row(v040).plan.recompute_modules == ("mla_up_proj",)
     gb300 = _with(DEEPSEEK_GB200, gpu_type="GB300 (NVL72)", pp="2", vpp="8", ep="32")
     assert "rc=-" in rows_mod.case_for_row(gb300).plan.label()
     # 25.09 (v0.1.0rc4 yaml): selective with Megatron's default module, core_attn
