@@ -12,10 +12,12 @@ import pytest
 from costmodel.execution import DEFAULT_OPTIONS
 from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
+    FLEX_COMM_SMS,
     LayerStreams,
     a2a_exposed_s,
     a2a_overlap_applies,
     a2a_paired_fraction,
+    flex_comm_sm_share,
     overlapped_pair_s,
 )
 from costmodel.topology import strided_group_placement
@@ -112,3 +114,14 @@ def test_overlap_is_not_applied_where_megatron_refuses_it(plan):
     assert not a2a_overlap_applies(plan, OVERLAP)
     assert moe_cost(plan, OVERLAP) == moe_cost(plan, EAGER)
     assert not a2a_overlap_applies(plan, dataclasses.replace(OVERLAP, moe_dispatcher="allgather"))
+
+
+def test_flex_kernels_take_their_sms_from_the_overlapped_computation():
+    # Balanced step: nothing waits, 4 s of all-to-all run beside the computation, which
+    # loses a 0.1 share of the SMs meanwhile: 0.4 s, split by communication (2 s and 2 s).
+    f, b = streams(1, 1, 1), streams(1, 1, 1, wgrad=1)
+    assert a2a_exposed_s(f, b, paired=1.0, comm_sm_share=0.1) == pytest.approx((0.2, 0.2))
+    flex = dataclasses.replace(OVERLAP, moe_dispatcher="flex")
+    assert flex_comm_sm_share(148, flex) == pytest.approx(FLEX_COMM_SMS / 148)
+    assert flex_comm_sm_share(148, OVERLAP) == 0.0  # NCCL's all-to-all: not priced
+    assert flex_comm_sm_share(None, flex) == 0.0

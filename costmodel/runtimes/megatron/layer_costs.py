@@ -62,6 +62,7 @@ from costmodel.runtimes.megatron.moe_costs import (
     a2a_overlapped_passes,
     a2a_paired_fraction,
     captured_moe_launches,
+    flex_comm_sm_share,
     host_bound_s,
     moe_host_launches,
     moe_shape,
@@ -72,7 +73,7 @@ from costmodel.runtimes.megatron.saver_costs import (
     mla_up_projection_share,
     selective_rerun,
 )
-from costmodel.runtimes.megatron.userbuffers import Shape, tp_overlap_pair_s
+from costmodel.runtimes.megatron.userbuffers import Shape, sm_count, tp_overlap_pair_s
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -507,8 +508,8 @@ def layer_cost(
         paired = a2a_paired_fraction(
             plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
         )
-        experts = (mlp_f, mlp_b, mlp_w)
-        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired)
+        experts, share = (mlp_f, mlp_b, mlp_w), flex_comm_sm_share(sm_count(profile), options)
+        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
     if is_moe:
         host_f, host_b = _moe_host_floor(model, plan, x, forward, backward, options)
         forward, backward = forward.plus(host_f), backward.plus(host_b)

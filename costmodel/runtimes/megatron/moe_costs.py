@@ -422,6 +422,15 @@ def a2a_paired_fraction(pp: int, vpp: int, num_microbatches: int) -> float:
     return sum(shares) / pp
 
 
+def flex_comm_sm_share(sms: int | None, options: ExecutionOptions) -> float:
+    """Share of a device's ``sms`` streaming multiprocessors the flex dispatcher's kernels
+    take (`FLEX_COMM_SMS`); 0 for NCCL's all-to-all (the alltoall dispatcher, whose channel
+    count NCCL chooses at run time) and for devices of unknown SM count."""
+    if options.moe_dispatcher != "flex" or not sms:
+        return 0.0
+    return min(FLEX_COMM_SMS / sms, 1.0)
+
+
 def a2a_overlap_applies(plan: ParallelPlan, options: ExecutionOptions) -> bool:
     """True when `ExecutionOptions.moe_a2a_overlap` acts on ``plan``: Megatron-core accepts
     it with ep > 1, the alltoall or flex dispatcher, no full recompute, and an interleaved
@@ -436,19 +445,30 @@ def a2a_overlap_applies(plan: ParallelPlan, options: ExecutionOptions) -> bool:
     )
 
 
+FLEX_COMM_SMS = 20
+"""SMs the DeepEP / HybridEP dispatch and combine kernels occupy while they run (Megatron-core
+``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms``: "historical default 20",
+megatron/core/transformer/transformer_config.py; HybridEP takes DeepEP's default when
+``moe_hybridep_num_sms`` is unset). Under the 1F1B all-to-all overlap the computation that
+runs beside them has the other SMs (`a2a_exposed_s`)."""
+
+
 def a2a_exposed_s(
-    forward: LayerStreams, backward: LayerStreams, paired: float
+    forward: LayerStreams, backward: LayerStreams, paired: float, comm_sm_share: float = 0.0
 ) -> tuple[float, float]:
     """(forward, backward) exposed EP seconds of one MoE layer per microbatch under the 1F1B
     all-to-all overlap: merged passes (share ``paired``, `a2a_paired_fraction`) expose what
-    their merged step (`overlapped_pair_s`) lasts beyond its computation, split over the two
+    their merged step (`overlapped_pair_s`) lasts beyond its computation, plus the
+    computation the communication kernels displace while they run beside it (their share of
+    the SMs, ``comm_sm_share``, times the communication that overlaps), split over the two
     passes in proportion to their communication; the others expose all of it."""
     comm_f = forward.dispatch_s + forward.combine_s
     comm_b = backward.dispatch_s + backward.combine_s
     if comm_f + comm_b <= 0.0:
         return 0.0, 0.0
     compute = forward.pre_s + forward.mlp_s + backward.pre_s + backward.mlp_s + backward.wgrad_s
-    hidden = max(0.0, overlapped_pair_s(forward, backward) - compute)
+    waited = max(0.0, overlapped_pair_s(forward, backward) - compute)
+    hidden = waited + comm_sm_share * max(0.0, comm_f + comm_b - waited)
     share_f = comm_f / (comm_f + comm_b)
     exposed_f = paired * hidden * share_f + (1.0 - paired) * comm_f
     exposed_b = paired * hidden * (1.0 - share_f) + (1.0 - paired) * comm_b
@@ -460,11 +480,13 @@ def a2a_overlapped_passes(
     backward: PassCost,
     experts: tuple[PassCost, PassCost, float],
     paired: float,
+    comm_sm_share: float = 0.0,
 ) -> tuple[PassCost, PassCost]:
     """A MoE layer's (forward, backward) with the EP exposure of the 1F1B all-to-all overlap
     (`a2a_exposed_s`). ``experts`` is the experts' part of the layer (forward, backward,
     weight-gradient seconds of the routed and shared experts); the rest of each pass is its
-    ``pre_dispatch_computation``. Dispatch and combine each take half of the pass's EP time."""
+    ``pre_dispatch_computation``. Dispatch and combine each take half of the pass's EP time;
+    ``comm_sm_share`` as in `a2a_exposed_s`."""
     mlp_f, mlp_b, wgrad_s = experts
 
     def streams(whole: PassCost, part: PassCost, wgrad: float) -> LayerStreams:
@@ -478,7 +500,7 @@ def a2a_overlapped_passes(
         )
 
     exposed_f, exposed_b = a2a_exposed_s(
-        streams(forward, mlp_f, 0.0), streams(backward, mlp_b, wgrad_s), paired
+        streams(forward, mlp_f, 0.0), streams(backward, mlp_b, wgrad_s), paired, comm_sm_share
     )
     return (
         dataclasses.replace(forward, ep_exposed_s=exposed_f),
