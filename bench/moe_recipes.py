@@ -44,6 +44,8 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   and B300 at 26.02; HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
   GB300 and GB200 MXFP8 (``*_FP8_MX_V2``): the all-to-all overlap under
   ``full_iteration`` graphs.
+- Kimi-K2 GB300 (26.02.01 to 26.06; ``configs/kimi/kimi_workload_base_configs.py``
+  ``KIMI_K2_PRETRAIN_CONFIG_GB300``): HybridEP, no graphs, no overlap.
 """
 
 from __future__ import annotations
@@ -100,16 +102,17 @@ LARGE_MOE_RULES: tuple[
     ("qwen3_235b", ("25.11",), ("B200",), "", ALLTOALL | {"moe_a2a_overlap": True}),
     ("qwen3_235b", ("26.02",), ("B300",), "", ALLTOALL | {"moe_a2a_overlap": True}),
     ("qwen3_235b", ("26.04.01", "26.06"), ("B300",), "", FLEX),
+    ("kimi_k2", ("",), ("GB300",), "", FLEX),
 )
 """(model prefix, release prefixes ("" for any from 25.11), GPU types, precision prefix or ""
 for any, `ExecutionOptions` fields), first match wins: the dropless Megatron-Bridge
-DeepSeek-V3 and Qwen3 235B-A22B rows (module docstring). Rows no rule covers keep the
+DeepSeek-V3, Qwen3 235B-A22B and Kimi-K2 rows (module docstring). Rows no rule covers keep the
 defaults (alltoall, eager)."""
 
 
 def large_moe_fields(raw: dict[str, str]) -> dict[str, object]:
-    """`LARGE_MOE_RULES` fields of a dropless Megatron-Bridge DeepSeek-V3 or Qwen3 235B row
-    from 25.11 on; empty otherwise."""
+    """`LARGE_MOE_RULES` fields of a dropless Megatron-Bridge DeepSeek-V3, Qwen3 235B or
+    Kimi-K2 row from 25.11 on; empty otherwise."""
     source = raw["source_id"].strip()
     model, gpu = _model(raw), _gpu(raw)
     if not source.startswith("MBRIDGE-") or token_drop_capacity(raw) is not None:

@@ -278,6 +278,15 @@ BF16 ``mla_up_proj``; 26.06: GB300 MXFP8 none, GB200 MXFP8 ``mla_up_proj``; B200
 ``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``: ``mla_up_proj`` and ``mlp``. An entry's
 releases match the container's first five characters or its whole name."""
 
+KIMI_K2_GB300_SAVERS: dict[str, object] = {
+    "recompute": "selective",
+    "recompute_modules": ("mla_up_proj",),
+}
+"""Megatron-Bridge's Kimi-K2 GB300 rows (26.02.01 to 26.06): ``recompute_granularity =
+"selective"`` (``scripts/performance/configs/kimi/kimi_llm_pretrain.py``) with
+``recompute_modules=["mla_up_proj"]`` (``kimi_workload_base_configs.py``
+``KIMI_K2_PRETRAIN_CONFIG_GB300``, branches r0.3.0, v0.4.0, llmb-r0.4.1, v0.5.0)."""
+
 MOEZOO_QWEN3_SAVERS: dict[str, object] = {
     "recompute": "selective",
     "recompute_modules": ("moe_act", "layernorm"),
@@ -292,7 +301,8 @@ feature")."""
 
 def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
     """Per-module recompute and activation-offloading fields the row's recipe sets
-    (`CPU_OFFLOAD_LAYERS`, `DEEPSEEK_RECOMPUTE_MODULES`, `MOEZOO_QWEN3_SAVERS`); empty for
+    (`CPU_OFFLOAD_LAYERS`, `DEEPSEEK_RECOMPUTE_MODULES`, `KIMI_K2_GB300_SAVERS`,
+    `MOEZOO_QWEN3_SAVERS`); empty for
     rows whose recipe sets none."""
     source = raw.get("source_id", "")
     model = (raw.get("model") or "").strip().lower()
@@ -312,6 +322,8 @@ def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
                 and precision.startswith(precision_prefix)
             ):
                 return {"recompute": "selective", "recompute_modules": modules}
+    if source.startswith("MBRIDGE-") and model.startswith("kimi_k2") and gpu.startswith("GB300"):
+        return dict(KIMI_K2_GB300_SAVERS)
     if source.startswith("MOEZOO-QWEN3-GB200") and precision.startswith("MXFP8"):
         return dict(MOEZOO_QWEN3_SAVERS)
     return {}

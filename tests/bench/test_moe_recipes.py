@@ -82,6 +82,8 @@ ATTN = ROUTER | {"attn"}
         (row("MBRIDGE-26.02", "Qwen3_235B_a22B", "B300"), "alltoall", True, None),
         # row 187: llmb-r0.4.1 B300 HybridEP.
         (row("MBRIDGE-26.04.01", "Qwen3_235B_a22B", "B300"), "flex", None, None),
+        # row 136: Kimi-K2 GB300, KIMI_K2_PRETRAIN_CONFIG_GB300 (HybridEP, no graphs).
+        (row("MBRIDGE-26.06", "Kimi_K2", "GB300 (NVL72)"), "flex", None, None),
     ],
 )
 def test_large_moe_rows_carry_their_releases_dispatcher_overlap_and_graphs(

@@ -310,6 +310,14 @@ def test_deepseek_rows_recompute_the_recipes_modules():
     assert first.recompute == "selective" and first.recompute_modules is None
 
 
+def test_kimi_k2_gb300_rows_recompute_the_mla_up_projection():
+    raw = {"source_id": "MBRIDGE-26.06", "model": "Kimi_K2", "gpu_type": "GB300 (NVL72)"}
+    fields = recipes.saver_fields(raw | {"precision": "MXFP8"}, pp=4, fsdp=False)
+    assert fields == {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}
+    b200 = raw | {"gpu_type": "B200", "precision": "MXFP8"}
+    assert recipes.saver_fields(b200, pp=4, fsdp=False) == {}
+
+
 def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
     fields = recipes.saver_fields(
         {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B", "precision": "MXFP8"},
