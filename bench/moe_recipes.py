@@ -37,7 +37,9 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   (``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``, pp 8, vpp 2, ep 32): DeepEP with the
   all-to-all overlap and ``attn``, ``moe_router``, ``moe_preprocess`` graphs. 26.06 (v0.5.0)
   GB300 and GB200 MXFP8 (``*_FP8_MX_V1``): the all-to-all overlap under
-  ``cuda_graph_impl="full_iteration"``.
+  ``cuda_graph_impl="full_iteration"``. B300 at 26.04.01 and 26.06
+  (``DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V2``, pp 8, micro-batch 2, ``llmb-r0.4.1`` and v0.5.0):
+  HybridEP with ``attn``, ``moe_router``, ``moe_preprocess`` graphs.
 - Qwen3 235B-A22B: HybridEP on GB200 and GB300 in every release from 25.11 (graphs
   ``moe_router``, ``moe_preprocess``, plus ``attn`` on GB200 and, from v0.3.0's V2
   configs, on GB300); the all-to-all overlap with the alltoall dispatcher on B200 at 25.11
@@ -88,6 +90,7 @@ LARGE_MOE_RULES: tuple[
     ("deepseekv3", ("25.11",), ("GB300",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("25.11",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ROUTER_SCOPES}),
     ("deepseekv3", ("25.11",), ("B200", "B300", "H100"), "", ALLTOALL),
+    ("deepseekv3", ("26.04.01", "26.06"), ("B300",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("",), ("GB300", "B200", "B300"), "", FLEX),
     (

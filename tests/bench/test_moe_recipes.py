@@ -68,6 +68,8 @@ ATTN = ROUTER | {"attn"}
         (row("MBRIDGE-26.06.01", "DeepSeekV3", "GB200 (NVL72)"), "flex", True, WHOLE),
         # row 220: 26.04 B200 (v0.4.0 B200_V1: HybridEP, no overlap, eager).
         (row("MBRIDGE-26.04", "DeepSeekV3", "B200"), "flex", None, None),
+        # row 173: 26.04.01 B300 (llmb-r0.4.1 B300_V2, pp 8, mbs 2): graphs as GB200's.
+        (row("MBRIDGE-26.04.01", "DeepSeekV3", "B300"), "flex", None, ATTN),
         # row 262: 26.02.01 GB200: HybridEP with attn / router / preprocess graphs.
         (row("MBRIDGE-26.02.01", "DeepSeekV3", "GB200 (NVL72)"), "flex", None, ATTN),
         # row 330: 25.11 GB200 (v0.2.0: router and preprocess captured).
