@@ -316,17 +316,6 @@ class ExecutionOptions:
     launched on every SM and the communication kernel shares them only while it runs; every
     Llama configuration of Megatron-Bridge sets ``BulkOverlapCfg(..., set_sm_margin=False)``
     (``src/megatron/bridge/training/comm_overlap.py``)."""
-    moe_a2a_overlap: bool = False
-    """Megatron-core's 1F1B all-to-all overlap (``--overlap-moe-expert-parallel-comm`` with
-    ``--delay-wgrad-compute``; megatron/core/pipeline_parallel/combined_1f1b.py,
-    megatron/core/models/common/model_chunk_schedule_plan.py
-    ``TransformerLayerSchedulePlan.run``): in the steady 1F1B phase the forward of one
-    microbatch and the backward of another run layer by layer as one step, the EP dispatch
-    and combine of each on a communication stream under the other's attention and expert
-    computation. It prices a MoE layer's exposed EP time by that two-stream step
-    (`costmodel.runtimes.megatron.moe_costs.a2a_overlapped_passes`). Megatron-core accepts it
-    with ep > 1, the alltoall or flex dispatcher, no full recompute and, for pp > 1, an
-    interleaved schedule; elsewhere it is not applied. Off: Megatron-core's default."""
 
     cross_entropy_fusion: CrossEntropyFusion = "unfused"
     """The loss's cross-entropy implementation, which sets what the last stage keeps of the
@@ -348,6 +337,18 @@ class ExecutionOptions:
     False): the caching allocator grows one virtual segment per stream and can unmap free
     physical pages at an out-of-memory retry, so it fragments less
     (`costmodel.memory.FrameworkAllowance.fragmentation`; memory only)."""
+
+    moe_a2a_overlap: bool = False
+    """Megatron-core's 1F1B all-to-all overlap (``--overlap-moe-expert-parallel-comm`` with
+    ``--delay-wgrad-compute``; megatron/core/pipeline_parallel/combined_1f1b.py,
+    megatron/core/models/common/model_chunk_schedule_plan.py
+    ``TransformerLayerSchedulePlan.run``): in the steady 1F1B phase the forward of one
+    microbatch and the backward of another run layer by layer as one step, the EP dispatch
+    and combine of each on a communication stream under the other's attention and expert
+    computation. It prices a MoE layer's exposed EP time by that two-stream step
+    (`costmodel.runtimes.megatron.moe_costs.a2a_overlapped_passes`). Megatron-core accepts it
+    with ep > 1, the alltoall or flex dispatcher, no full recompute and, for pp > 1, an
+    interleaved schedule; elsewhere it is not applied. Off: Megatron-core's default."""
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
