@@ -23,6 +23,7 @@ from typing import Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS, CrossEntropyFusion
 from costmodel.compute import AttentionKernelName as AttentionKernel
+from costmodel.sustained import SUSTAINED_DTYPES, sustained_gemm_rate_factor
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
@@ -350,6 +351,14 @@ class ExecutionOptions:
     with ep > 1, the alltoall or flex dispatcher, no full recompute and, for pp > 1, an
     interleaved schedule; elsewhere it is not applied. Off: Megatron-core's default."""
 
+    sustained_gemm_rate_factor: float | None = None
+    """Multiplier, in (0, 1], on the profile's bf16 and fp16 GEMM efficiency for running
+    them in a training step at full load rather than alone in a benchmark (power-limited
+    clocks, communication kernels sharing the SMs; `costmodel.sustained`), applied on top
+    of `gemm_rate_factor`; fp8 curves are not touched. None: the fitted default of the
+    profile's GPU generation (`costmodel.sustained.sustained_gemm_rate_factor`); 1 keeps
+    the benchmark rate."""
+
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise SpecError(
@@ -367,6 +376,12 @@ class ExecutionOptions:
             raise SpecError(
                 f"fp8_gemm_rate_factor must be in (0, 1], got {self.fp8_gemm_rate_factor!r}; "
                 "it scales the profile's fp8 GEMM efficiency down for FP8 recipe overheads"
+            )
+        sustained = self.sustained_gemm_rate_factor
+        if sustained is not None and not 0.0 < sustained <= 1.0:
+            raise SpecError(
+                f"sustained_gemm_rate_factor must be in (0, 1] or None, got {sustained!r}; "
+                "None takes the fitted default of the profile's GPU generation"
             )
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise SpecError(
@@ -488,25 +503,27 @@ def runtime_options(runtime: str) -> ExecutionOptions:
 def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
     """``profile`` as the framework's kernels see it: every GEMM efficiency point times
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
-    ``options.fp8_gemm_rate_factor``, and with ``options.flash_attention_version`` 2 the
-    attention curves of an FA3 profile at FA2's rate (`fa2_attention_curves`); the profile
-    itself when none of these applies to its curves or the runtime is paraplan's executor."""
+    ``options.fp8_gemm_rate_factor``, bf16 and fp16 points also times the sustained rate
+    factor (`costmodel.sustained.sustained_gemm_rate_factor`), and with
+    ``options.flash_attention_version`` 2 the attention curves of an FA3 profile at FA2's
+    rate (`fa2_attention_curves`); the profile itself when none of these applies to its
+    curves or the runtime is paraplan's executor."""
     if options.runtime == "torch":
         return profile
-    factor, fp8_factor = options.gemm_rate_factor, options.fp8_gemm_rate_factor
-    if "fp8" not in profile.compute.gemm_efficiency:
-        fp8_factor = 1.0
+    factor = options.gemm_rate_factor
+    by_dtype = dict.fromkeys(profile.compute.gemm_efficiency, 1.0)
+    if "fp8" in by_dtype:
+        by_dtype["fp8"] = options.fp8_gemm_rate_factor
+    sustained = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)
+    by_dtype.update({d: sustained for d in SUSTAINED_DTYPES if d in by_dtype})
     fa2 = options.flash_attention_version == 2 and profile.compute.attention_kernel.startswith(
         FA3_CURVE_PREFIX
     )
-    if factor == 1.0 and fp8_factor == 1.0 and not fa2:
+    if factor == 1.0 and set(by_dtype.values()) <= {1.0} and not fa2:
         return profile
     curves = {
         dtype: tuple(
-            EfficiencyPoint(
-                gflop=p.gflop,
-                efficiency=p.efficiency * factor * (fp8_factor if dtype == "fp8" else 1.0),
-            )
+            EfficiencyPoint(gflop=p.gflop, efficiency=p.efficiency * factor * by_dtype[dtype])
             for p in points
         )
         for dtype, points in profile.compute.gemm_efficiency.items()

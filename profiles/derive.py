@@ -60,6 +60,7 @@ _A100_RING = log2_interpolated(
 
 A100_SXM_80GB = Figures(
     name="a100-sxm-80gb",
+    generation="ampere",
     device_name="NVIDIA A100 SXM4 80GB",
     vendor="NVIDIA",
     backend="nccl",
@@ -102,6 +103,7 @@ _H200_LATENCY8_US = round(32768 * 1.75 / 1.44e9 * 1e6, 2)  # busbw 1.44 GB/s [S6
 
 H100_SXM_80GB = Figures(
     name="h100-sxm-80gb",
+    generation="hopper",
     device_name="NVIDIA H100 SXM5 80GB",
     vendor="NVIDIA",
     backend="nccl",
@@ -138,6 +140,7 @@ H100_SXM_80GB = Figures(
 
 H200_SXM_141GB = Figures(
     name="h200-sxm-141gb",
+    generation="hopper",
     device_name="NVIDIA H200 SXM 141GB",
     vendor="NVIDIA",
     backend="nccl",
@@ -170,6 +173,7 @@ H200_SXM_141GB = Figures(
 
 B200 = Figures(
     name="b200",
+    generation="blackwell",
     device_name="NVIDIA B200 (HGX/DGX B200)",
     vendor="NVIDIA",
     backend="nccl",
@@ -218,6 +222,7 @@ _MI300X_BUSBW = {n: round((n - 1) * _MI300X_LINK_GBPS * eff, 2) for n, eff in _M
 
 MI300X = Figures(
     name="mi300x",
+    generation="cdna3",
     device_name="AMD Instinct MI300X",
     vendor="AMD",
     backend="rccl",

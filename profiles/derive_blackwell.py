@@ -75,6 +75,7 @@ _NVL72_NOTES = (
 
 GB200_NVL72 = Figures(
     name="gb200-nvl72",
+    generation="blackwell",
     device_name="NVIDIA GB200 NVL72 (per Blackwell GPU)",
     vendor="NVIDIA",
     backend="nccl",
@@ -105,6 +106,7 @@ GB200_NVL72 = Figures(
 
 GB300_NVL72 = Figures(
     name="gb300-nvl72",
+    generation="blackwell",
     device_name="NVIDIA GB300 NVL72 (per Blackwell Ultra GPU)",
     vendor="NVIDIA",
     backend="nccl",
@@ -138,6 +140,7 @@ GB300_NVL72 = Figures(
 
 B300 = Figures(
     name="b300",
+    generation="blackwell",
     device_name="NVIDIA B300 (HGX/DGX B300)",
     vendor="NVIDIA",
     backend="nccl",

@@ -155,6 +155,8 @@ class Figures:
     """Devices per server (a compute tray on NVL72)."""
     scale_up_domain: int = 8
     """Devices in one NVLink domain (72 on NVL72: 18 trays of 4)."""
+    generation: str
+    """Architecture generation (`profiles.schema.GENERATIONS`)."""
 
 
 def _gemm_curves(fig: Figures) -> dict[str, tuple[EfficiencyPoint, ...]]:
@@ -388,6 +390,7 @@ def build_profile(fig: Figures) -> HardwareProfile:
             peak_tflops=dict(fig.peak_tflops),
             memory_gib=fig.memory_gb,
             hbm_GBps=round(fig.hbm_tbps * 1000.0, 3),
+            generation=fig.generation,
         ),
         compute=ComputeProfile(
             gemm_efficiency=_gemm_curves(fig),

@@ -45,6 +45,10 @@ SCHEMA_VERSION = 1
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 """Valid dtype keys of `peak_tflops`, `gemm_efficiency` and attention curves."""
 
+GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "cdna3")
+"""Valid `DeviceSpec.generation` names: NVIDIA Ampere (A100), Hopper (H100, H200, H800),
+Blackwell (B200, B300, GB200, GB300) and AMD CDNA 3 (MI300X)."""
+
 DeviceKind = Literal["gpu", "cpu"]
 Direction = Literal["forward", "backward"]
 CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
@@ -95,6 +99,11 @@ class DeviceSpec:
     hbm_GBps: float
     """Peak device-memory bandwidth, GB/s (HBM on GPUs; DRAM on a CPU profile, where a
     measured profile stores the best measured copy rate)."""
+    generation: str = ""
+    """Architecture generation of the device (`GENERATIONS`: ``ampere``, ``hopper``,
+    ``blackwell``, ``cdna3``), the key of the cost model's per-generation tables
+    (`costmodel.sustained.sustained_gemm_rate_factor`); empty when not known (a CPU, or a
+    measured GPU that matches no stored profile)."""
 
     def __post_init__(self) -> None:
         owner = f"DeviceSpec {self.name!r}"
@@ -106,6 +115,11 @@ class DeviceSpec:
             _require_positive_float(owner, f"peak_tflops[{dtype}]", tflops)
         _require_positive_float(owner, "memory_gib", self.memory_gib)
         _require_positive_float(owner, "hbm_GBps", self.hbm_GBps)
+        if self.generation and self.generation not in GENERATIONS:
+            raise SpecError(
+                f"{owner}.generation must be one of {', '.join(GENERATIONS)} or empty, got "
+                f"{self.generation!r}; leave it empty for a device of another generation"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

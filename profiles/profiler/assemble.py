@@ -192,6 +192,7 @@ def _device_spec(records: RunRecords, fitted: _Compute) -> DeviceSpec:
         peak_tflops=fitted.peaks_tflops,
         memory_gib=_sig(per_device / 2**30, 4),
         hbm_GBps=fitted.hbm_GBps,
+        generation=fitted.datasheet.device.generation if fitted.datasheet else "",
     )
 
 
