@@ -14,8 +14,9 @@ dense/MoE, and the SC21 Table 1 group; Kendall tau over strategy groups.
 
 Four sets of figures:
 - ``model``: `estimate_plan` as it is (its fitted defaults, the FP8 GEMM rate factor
-  `costmodel.execution.FP8_GEMM_RATE_FACTOR` and the MoE host-launch time
-  `MOE_HOST_LAUNCH_S`, were fitted on the rows here);
+  `costmodel.execution.FP8_GEMM_RATE_FACTOR`, the MoE host-launch time
+  `MOE_HOST_LAUNCH_S` and the sustained 16-bit GEMM rate factors
+  `costmodel.sustained.SUSTAINED_GEMM_RATE_FACTORS`, were fitted on the rows here);
 - ``fitted``: those parameters fitted jointly on all rows (in sample;
   `validation_stats.fit_model`, with `PER_GENERATION`);
 - ``loso``: leave one source family out: the parameters fitted on the other families
@@ -34,6 +35,7 @@ import csv
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from published_rows import (
@@ -46,6 +48,7 @@ from published_rows import (
 from row_recipes import recipe_mismatch
 from validation_stats import (
     FitGrid,
+    FittedModel,
     Outcome,
     Predict,
     apply_model,
@@ -57,7 +60,7 @@ from validation_stats import (
 )
 
 from costmodel.estimate import estimate_plan, stage_memory_parts_gib
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import GiB, megatron_theoretical_memory
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
@@ -73,6 +76,8 @@ FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
 """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
 HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
 """Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
+SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
+"""Candidate `ExecutionOptions.sustained_gemm_rate_factor` values, 1.0 down to 0.6."""
 PER_GENERATION = False
 """Whether the FP8 GEMM rate factor is fitted per GPU generation (`validation_stats.fit_model`)
 rather than once for all. Off: on the rows priced here each generation's FP8 rows come from
@@ -80,7 +85,7 @@ one source family (H100: NeMo long-sequence; Blackwell: Megatron-Bridge), so lea
 family out leaves the generation without rows and it takes the shared factor: the
 out-of-sample figures are the same either way, and a parameter leave-one-source-out cannot
 test is not added. The ``per_generation`` block of the JSON shows both fits."""
-FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID)
+FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID, sustained_factors=SUSTAINED_GRID)
 """The grids the fits search (`validation_stats.fit_model`); rows are priced lazily, only
 at the points the coordinate descent visits (`row_predictor`)."""
 SC21_TABLE1 = "SC21-T1"
@@ -142,18 +147,35 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
 
 def row_predictor(cases: dict[str, RowCase]) -> Predict:
     """`validation_stats.Predict` over the rows' ``cases``: `estimate_plan` with the row's
-    options and the given FP8 factor (FP8 rows; None keeps the row's own) and MoE
-    host-launch time (MoE rows), each distinct pricing computed once (and each profile
+    options and the given FP8 factor (FP8 rows; None keeps the row's own), MoE host-launch
+    time (MoE rows) and sustained 16-bit factor (rows that price GEMMs on the 16-bit
+    curves: every bf16/fp16 row, and an FP8 row only if its prediction moves with the
+    factor, `prices_16bit_gemms`), each distinct pricing computed once (and each profile
     loaded once)."""
-    memo: dict[tuple[str, float | None, float | None], float] = {}
+    memo: dict[tuple[str, float | None, float | None, float | None], float] = {}
     profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
 
-    def predict(row_id: str, factor: float | None, host_s: float) -> float:
+    def price(case: RowCase, options: ExecutionOptions) -> float:
+        est = estimate_plan(
+            case.model, case.cluster, case.job, case.plan, profiles[case.profile], options=options
+        )
+        return est.iteration_time_s
+
+    sixteen: dict[str, bool] = {}
+
+    def uses_sustained(row_id: str) -> bool:
+        if row_id not in sixteen:
+            case = cases[row_id]
+            sixteen[row_id] = case.job.precision != "fp8" or prices_16bit_gemms(case, price)
+        return sixteen[row_id]
+
+    def predict(row_id: str, factor: float | None, host_s: float, sustained: float | None) -> float:
         case = cases[row_id]
         key = (
             row_id,
             factor if case.job.precision == "fp8" else None,
             host_s if case.model.num_experts else None,
+            sustained if sustained is not None and uses_sustained(row_id) else None,
         )
         if key not in memo:
             options = case.options
@@ -161,25 +183,30 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
                 options = dataclasses.replace(options, fp8_gemm_rate_factor=key[1])
             if key[2] is not None:
                 options = dataclasses.replace(options, moe_host_launch_s=key[2])
-            memo[key] = estimate_plan(
-                case.model,
-                case.cluster,
-                case.job,
-                case.plan,
-                profiles[case.profile],
-                options=options,
-            ).iteration_time_s
+            if key[3] is not None:
+                options = dataclasses.replace(options, sustained_gemm_rate_factor=key[3])
+            memo[key] = price(case, options)
         return memo[key]
 
     return predict
 
 
+def prices_16bit_gemms(case: RowCase, price: Callable[[RowCase, ExecutionOptions], float]) -> bool:
+    """Whether ``case``'s prediction moves with the sustained 16-bit GEMM rate factor
+    (priced at the two ends of `SUSTAINED_GRID`): an FP8 run prices its linear layers on
+    the fp8 curve, so only GEMMs the cost model keeps in 16 bits could move it."""
+    ends = (max(SUSTAINED_GRID), min(SUSTAINED_GRID))
+    times = [
+        price(case, dataclasses.replace(case.options, sustained_gemm_rate_factor=f)) for f in ends
+    ]
+    return times[0] != times[1]
+
+
 def evaluate(
     rows: list[dict[str, str]],
 ) -> tuple[list[Outcome], dict[str, RowCase], list[dict[str, str]]]:
-    """Outcomes of the trusted rows, the cases of the FP8 and MoE rows among them (the rows
-    the fitted parameters act on: `row_predictor`), and the rows set apart (row, source,
-    model, reason)."""
+    """Outcomes of the trusted rows, their cases (the fitted parameters act on every row:
+    `row_predictor`), and the rows set apart (row, source, model, reason)."""
     outcomes, apart = [], []
     cases: dict[str, RowCase] = {}
     for raw in rows:
@@ -188,8 +215,7 @@ def evaluate(
         try:
             outcome, case = evaluate_row(raw)
             outcomes.append(outcome)
-            if case.job.precision == "fp8" or case.model.num_experts:
-                cases[outcome.row_id] = case
+            cases[outcome.row_id] = case
         except (NotExpressible, SpecError) as err:
             reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
             apart.append(
@@ -341,7 +367,8 @@ def report(
                 },
                 "moe_host_launch_s": fitted.moe_host_launch_s,
                 "moe_host_fitted_on": list(fitted.host_fitted_on),
-            },
+            }
+            | sustained_report(fitted),
             "loso": figures(loso)
             | {
                 "fp8_gemm_rate_factor_by_left_out_source": {
@@ -351,6 +378,10 @@ def report(
                 "moe_host_launch_s_by_left_out_source": {
                     family: m.moe_host_launch_s for family, m in loso_models.items()
                 },
+                "sustained_gemm_rate_factor_by_left_out_source": {
+                    family: m.sustained_factors | {"shared": m.sustained_factor}
+                    for family, m in loso_models.items()
+                },
             },
             "per_generation": other_choice(outcomes, predict),
             "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
@@ -358,6 +389,18 @@ def report(
             "not_expressible": apart,
         }
     )
+
+
+def sustained_report(fitted: FittedModel) -> dict[str, object]:
+    """The fitted sustained 16-bit GEMM rate factors (per generation with dense 16-bit
+    rows, and the shared one of the other generations) and the rows that fitted them."""
+    return {
+        "sustained_gemm_rate_factor_by_generation": fitted.sustained_factors,
+        "sustained_gemm_rate_factor_shared": fitted.sustained_factor,
+        "sustained_fitted_on_by_generation": {
+            g: list(r) for g, r in fitted.sustained_fitted_on.items()
+        },
+    }
 
 
 def other_choice(outcomes: list[Outcome], predict: Predict) -> dict[str, object]:
@@ -371,6 +414,7 @@ def other_choice(outcomes: list[Outcome], predict: Predict) -> dict[str, object]
         "fp8_gemm_rate_factor": fitted.fp8_factor,
         "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
         "moe_host_launch_s": fitted.moe_host_launch_s,
+        "sustained_gemm_rate_factor_by_generation": fitted.sustained_factors,
         "fitted": figures(apply_model(outcomes, predict, fitted)),
         "loso": figures(loso),
     }

@@ -9,7 +9,9 @@ Pure functions over `Outcome` records (one per expressible published run):
 - `fit_model` / `apply_model`: the fitted parameters of the Megatron runtime, fitted jointly
   by grid coordinate descent on one objective over the rows' predictions (`Predict`): the
   FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`), one value per GPU
-  generation with FP8 rows and one shared value for the generations without, and the MoE
+  generation with FP8 rows and one shared value for the generations without; the sustained
+  16-bit GEMM rate factor (`ExecutionOptions.sustained_gemm_rate_factor`), one value per
+  generation with dense 16-bit rows and one shared value for the others; and the MoE
   host-launch time (`ExecutionOptions.moe_host_launch_s`), one value for all generations;
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
@@ -183,10 +185,14 @@ def kendall_tau(outcomes: list[Outcome]) -> dict[str, object]:
     return {"kendall_tau": tau, "pairs": total_pairs, "groups": per_group, "strategies": strategies}
 
 
-Predict = Callable[[str, float | None, float], float]
-"""(row id, fp8_gemm_rate_factor, moe_host_launch_s) -> predicted seconds per iteration of
-that row under those two options; factor None: the row's own. A row ignores an option
-that does not apply to it (a bf16 row the factor, a dense row the launch time)."""
+Predict = Callable[[str, float | None, float, float | None], float]
+"""(row id, fp8_gemm_rate_factor, moe_host_launch_s, sustained_gemm_rate_factor) ->
+predicted seconds per iteration of that row under those options; a factor None: the row's
+own. A row ignores an option that does not apply to it (a bf16 row the FP8 factor, a dense
+row the launch time, a row without 16-bit GEMMs the sustained factor)."""
+
+FP8, SUSTAINED = "fp8", "sustained"
+"""The two kinds of fitted factor: FP8 GEMM rate, sustained 16-bit GEMM rate."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,6 +203,8 @@ class FitGrid:
     """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values."""
     host_launch_s: tuple[float, ...]
     """Candidate `ExecutionOptions.moe_host_launch_s` values."""
+    sustained_factors: tuple[float, ...] = (1.0,)
+    """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,126 +226,188 @@ class FittedModel:
     """moe_host_launch_s for every GPU generation; 0 when no MoE row fitted it (no floor)."""
     host_fitted_on: tuple[str, ...] = ()
     """Row ids of the MoE rows that fitted it."""
+    sustained_factor: float | None = None
+    """The sustained 16-bit factor fitted with one value for every generation (all the
+    dense 16-bit rows together): the value of a generation without dense 16-bit rows of its
+    own. None when no dense 16-bit row fitted it (the predictions keep their own)."""
+    sustained_factors: dict[str, float] = dataclasses.field(default_factory=dict)
+    """GPU generation -> its sustained factor, for the generations with dense 16-bit rows."""
+    sustained_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """GPU generation -> row ids of the dense 16-bit rows that fitted its sustained factor;
+    ``shared``: every dense 16-bit row (those that fitted ``sustained_factor``)."""
 
     def factor(self, generation: str) -> float | None:
         """The FP8 factor of ``generation``: its own, else the shared one."""
         return self.fp8_factors.get(generation, self.fp8_factor)
+
+    def sustained(self, generation: str) -> float | None:
+        """The sustained 16-bit factor of ``generation``: its own, else the shared one."""
+        return self.sustained_factors.get(generation, self.sustained_factor)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitRows:
+    """The rows of each term of the fit's objective (`_objective`)."""
+
+    fp8: dict[str, list[Outcome]]
+    """GPU generation -> its dense FP8 rows."""
+    sixteen: dict[str, list[Outcome]]
+    """GPU generation -> its dense 16-bit rows."""
+    moe: list[Outcome]
+    """Every MoE row."""
+
+
+Point = dict[tuple[str, str], float]
+"""A point of the fit: (FP8 or SUSTAINED, generation) -> factor."""
 
 
 def _log_error(predicted_s: float, outcome: Outcome) -> float:
     return abs(math.log(predicted_s / outcome.published_s))
 
 
-def _objective(
-    dense: dict[str, list[Outcome]],
-    moe: list[Outcome],
-    predict: Predict,
-    factors: dict[str, float],
-    host: float,
-) -> float:
+def _row_error(o: Outcome, predict: Predict, point: Point, host: float) -> float:
+    g = o.generation
+    return _log_error(predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g))), o)
+
+
+def _objective(rows: FitRows, predict: Predict, point: Point, host: float) -> float:
     """Sum over generations of the median |log(predicted / published)| of the generation's
-    dense FP8 rows, plus the mean |log(predicted / published)| of the MoE rows."""
+    dense FP8 rows and of its dense 16-bit rows, plus the mean |log(predicted / published)|
+    of the MoE rows."""
     total = sum(
-        statistics.median(_log_error(predict(o.row_id, factors[g], host), o) for o in rows)
-        for g, rows in dense.items()
+        statistics.median(_row_error(o, predict, point, host) for o in members)
+        for by_generation in (rows.fp8, rows.sixteen)
+        for members in by_generation.values()
     )
-    if moe:
-        total += statistics.fmean(
-            _log_error(predict(o.row_id, factors.get(o.generation), host), o) for o in moe
-        )
+    if rows.moe:
+        total += statistics.fmean(_row_error(o, predict, point, host) for o in rows.moe)
     return total
 
 
 def _coordinate_descent(
-    dense: dict[str, list[Outcome]],
-    moe: list[Outcome],
+    rows: FitRows,
     predict: Predict,
     grid: FitGrid,
-    keys: dict[str, str],
-) -> tuple[dict[str, float], float]:
-    """Grid coordinate descent on `_objective` from the bare rate (factor 1) and no host
+    keys: dict[tuple[str, str], str],
+    fixed: Point | None = None,
+) -> tuple[Point, float]:
+    """Grid coordinate descent on `_objective` from the bare rates (factors 1) and no host
     floor (launch time 0): each factor, then the launch time, over its whole grid, until a
-    round changes nothing. ``keys`` maps each generation to the factor it uses (several
-    generations share one factor when they map to one key). Ties: the larger factor, the
-    smaller launch time."""
-    values = {k: max(grid.fp8_factors) for k in set(keys.values())}
-    host = min(grid.host_launch_s) if moe else 0.0
+    round changes nothing. ``keys`` maps each (kind, generation) to the fitted value it
+    uses (several generations share one value when they map to one key); ``fixed`` holds
+    (kind, generation) values that are not fitted. Ties: the larger factor, the smaller
+    launch time."""
+    candidates = {FP8: grid.fp8_factors, SUSTAINED: grid.sustained_factors}
+    values = {(kind, k): max(candidates[kind]) for (kind, _), k in keys.items()}
+    host = min(grid.host_launch_s) if rows.moe else 0.0
 
-    def cost(trial: dict[str, float], launch_s: float) -> float:
-        return _objective(dense, moe, predict, {g: trial[k] for g, k in keys.items()}, launch_s)
+    def point(trial: dict[tuple[str, str], float]) -> Point:
+        return (fixed or {}) | {(kind, g): trial[kind, k] for (kind, g), k in keys.items()}
 
-    for _ in range(len(grid.fp8_factors) + len(grid.host_launch_s)):
+    for _ in range(sum(map(len, candidates.values())) + len(grid.host_launch_s)):
         before = (dict(values), host)
         for key in sorted(values):
             values[key] = min(
-                sorted(grid.fp8_factors, reverse=True),
-                key=lambda f, key=key: cost(values | {key: f}, host),
+                sorted(candidates[key[0]], reverse=True),
+                key=lambda f, key=key: _objective(rows, predict, point(values | {key: f}), host),
             )
-        if moe:
-            host = min(sorted(grid.host_launch_s), key=lambda h: cost(values, h))
+        if rows.moe:
+            host = min(
+                sorted(grid.host_launch_s),
+                key=lambda h: _objective(rows, predict, point(values), h),
+            )
         if (values, host) == before:
             break
-    return {g: values[k] for g, k in keys.items()}, host
+    return point(values), host
+
+
+def _fit_rows(outcomes: list[Outcome]) -> FitRows:
+    dense = [o for o in outcomes if o.kind == "dense"]
+    return FitRows(
+        fp8=grouped((o for o in dense if o.precision == "fp8"), lambda o: o.generation),
+        sixteen=grouped((o for o in dense if o.precision in SIXTEEN_BIT), lambda o: o.generation),
+        moe=[o for o in outcomes if o.kind == "moe"],
+    )
+
+
+SIXTEEN_BIT = ("bf16", "fp16")
+"""Job precisions whose GEMMs run on the 16-bit curves the sustained factor scales."""
 
 
 def fit_model(
     outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
 ) -> FittedModel:
-    """The FP8 GEMM rate factors and the MoE host-launch time fitted jointly on
-    ``outcomes`` by grid coordinate descent (`_coordinate_descent`) on one objective: per
-    generation the median |log(predicted / published)| of its dense FP8 rows (robust to
-    the rows' other residuals), plus the mean |log(predicted / published)| of all MoE rows
-    (the host floor binds on the few rows with little GPU work per layer; a median would
-    follow the majority it does not touch). MoE rows inform the factor of their generation
-    only through that mean, the dense FP8 rows carry the median. With ``per_generation``,
-    one factor per generation with FP8 rows, and the shared ``fp8_factor`` (a second fit
-    with one factor for all of them) for the others; without, the shared one alone. No MoE
-    row: launch time 0 (no floor)."""
-    fp8 = [o for o in outcomes if o.precision == "fp8"]
-    dense = grouped((o for o in fp8 if o.kind == "dense"), lambda o: o.generation)
-    moe = [o for o in outcomes if o.kind == "moe"]
-    generations = sorted({o.generation for o in fp8})
-    if not generations:
-        if not moe:
+    """The FP8 GEMM rate factors, the sustained 16-bit GEMM rate factors and the MoE
+    host-launch time fitted jointly on ``outcomes`` by grid coordinate descent
+    (`_coordinate_descent`) on one objective: per generation the median
+    |log(predicted / published)| of its dense FP8 rows and that of its dense 16-bit rows
+    (robust to the rows' other residuals), plus the mean |log(predicted / published)| of
+    all MoE rows (the host floor binds on the few rows with little GPU work per layer; a
+    median would follow the majority it does not touch). MoE rows inform the factors of
+    their generation only through that mean; the dense rows carry the medians.
+
+    Two descents. The first fits one FP8 factor and one sustained factor for every
+    generation (the shared values). The second fits the sustained factor per generation
+    with dense 16-bit rows, the other generations held at the shared value, and the FP8
+    factor per generation with FP8 rows when ``per_generation`` (else one for all); its
+    launch time is the model's. No MoE row: launch time 0 (no floor)."""
+    rows = _fit_rows(outcomes)
+    fp8_rows = [o for o in outcomes if o.precision == "fp8"]
+    fp8_gens = sorted({o.generation for o in fp8_rows})
+    every = sorted({o.generation for o in outcomes})
+    if not fp8_gens and not rows.sixteen:
+        if not rows.moe:
             return FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=0.0)
-        _, host = _coordinate_descent({}, moe, predict, grid, {})
+        _, host = _coordinate_descent(rows, predict, grid, {})
         return FittedModel(
             fp8_factor=None,
             fitted_on=(),
             moe_host_launch_s=host,
-            host_fitted_on=tuple(o.row_id for o in moe),
+            host_fitted_on=tuple(o.row_id for o in rows.moe),
         )
-    shared, shared_host = _coordinate_descent(
-        dense, moe, predict, grid, {g: "all" for g in generations}
+    sustained_keys = {(SUSTAINED, g): "all" for g in every} if rows.sixteen else {}
+    shared, _ = _coordinate_descent(
+        rows, predict, grid, {(FP8, g): "all" for g in fp8_gens} | sustained_keys
     )
-    model = FittedModel(
-        fp8_factor=shared[generations[0]],
-        fitted_on=tuple(o.row_id for o in fp8),
-        moe_host_launch_s=shared_host if moe else 0.0,
-        host_fitted_on=tuple(o.row_id for o in moe),
+    fp8_key = (lambda g: g) if per_generation else (lambda g: "all")
+    own = {(SUSTAINED, g): g for g in rows.sixteen}
+    fixed = {k: v for k, v in shared.items() if k[0] == SUSTAINED and k not in own}
+    point, host = _coordinate_descent(
+        rows, predict, grid, {(FP8, g): fp8_key(g) for g in fp8_gens} | own, fixed
     )
-    if not per_generation:
-        return model
-    factors, host = _coordinate_descent(dense, moe, predict, grid, {g: g for g in generations})
-    return dataclasses.replace(
-        model,
-        fp8_factors=factors,
-        fp8_fitted_on={g: tuple(o.row_id for o in fp8 if o.generation == g) for g in generations},
-        moe_host_launch_s=host if moe else 0.0,
+    fp8_shared = shared.get((FP8, fp8_gens[0])) if fp8_gens else None
+    sixteen_ids = {g: tuple(o.row_id for o in members) for g, members in rows.sixteen.items()}
+    return FittedModel(
+        fp8_factor=fp8_shared if per_generation or not fp8_gens else point[FP8, fp8_gens[0]],
+        fitted_on=tuple(o.row_id for o in fp8_rows),
+        fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_generation else {},
+        fp8_fitted_on=(
+            {g: tuple(o.row_id for o in fp8_rows if o.generation == g) for g in fp8_gens}
+            if per_generation
+            else {}
+        ),
+        moe_host_launch_s=host if rows.moe else 0.0,
+        host_fitted_on=tuple(o.row_id for o in rows.moe),
+        sustained_factor=shared[SUSTAINED, every[0]] if rows.sixteen else None,
+        sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
+        sustained_fitted_on=sixteen_ids
+        | (
+            {"shared": tuple(i for ids in sixteen_ids.values() for i in ids)} if sixteen_ids else {}
+        ),
     )
 
 
 def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -> list[Outcome]:
-    """FP8 and MoE rows re-predicted with the model's factor of their generation and its
-    host-launch time; other rows, and FP8 rows when no factor was fitted, unchanged."""
+    """Every row re-predicted with the model's FP8 and sustained factors of its generation
+    and its host-launch time (a row ignores what does not apply to it); a factor the model
+    did not fit (None) keeps the row's own."""
     result = []
     for o in outcomes:
-        factor = model.factor(o.generation)
-        fp8 = o.precision == "fp8" and factor is not None
-        if fp8 or (o.kind == "moe" and model.moe_host_launch_s is not None):
-            host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
-            o = dataclasses.replace(o, predicted_s=predict(o.row_id, factor, host))
-        result.append(o)
+        factor, sustained = model.factor(o.generation), model.sustained(o.generation)
+        host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
+        result.append(
+            dataclasses.replace(o, predicted_s=predict(o.row_id, factor, host, sustained))
+        )
     return result
 
 
@@ -346,8 +416,9 @@ def leave_one_source_out(
 ) -> tuple[list[Outcome], dict[str, FittedModel]]:
     """Every outcome predicted with the model fitted (`fit_model`) on the other source
     families, and per family the model used: every fitted parameter is refitted without
-    the family's rows. A generation left without FP8 rows takes the factor fitted on all
-    remaining FP8 rows together; without remaining MoE rows the launch time is 0."""
+    the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
+    (sustained) factor fitted on all remaining such rows together; without remaining MoE
+    rows the launch time is 0."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():

@@ -294,7 +294,8 @@ def _shape(c, w, n=0.0):
 
 
 def _predictor(shapes, calls=None):
-    def predict(row_id, factor, host_s):
+    # These rows have no 16-bit GEMM part: the sustained factor does not move them.
+    def predict(row_id, factor, host_s, sustained=None):
         if calls is not None:
             calls.append(row_id)
         return shapes[row_id](factor, host_s)
@@ -314,6 +315,7 @@ def test_fit_recovers_a_known_fp8_factor_on_dense_fp8_rows():
     shapes = {"1": _shape(1.0, 2.0), "2": _shape(0.5, 3.0), "3": _shape(2.0, 1.0)}
     rows = [_row(r, "A-1", s, (0.6, 0.0)) for r, s in shapes.items()]
     bf16 = _outcome("4", "A-1", 1.0, 1.5)
+    shapes["4"] = _shape(1.5, 0.0)
     model = stats.fit_model([*rows, bf16], _predictor(shapes), GRID)
     assert model.fp8_factor == 0.6 and model.fitted_on == ("1", "2", "3")
     assert model.moe_host_launch_s == 0.0 and model.host_fitted_on == ()

@@ -34,6 +34,8 @@ A100 = load_profile("a100-sxm-80gb")
 BW = memory_bandwidth_Bps(A100)
 GPT = get_preset("gpt-7.5b")  # Megatron GPT: biases on every linear, LayerNorm, GELU
 LLAMA = get_preset("llama3-8b")  # no biases
+BARE = dataclasses.replace(DEFAULT_OPTIONS, sustained_gemm_rate_factor=1.0)
+"""Megatron's defaults at the profile's benchmark GEMM rates (no sustained factor)."""
 JOB = TrainingJob(seq_length=2048, global_batch_size=64)
 
 
@@ -62,8 +64,8 @@ def test_megatron_2021_preset_describes_the_sc21_code():
 
 
 def test_gemm_rate_factor_scales_gemms_only():
-    old = framework_profile(A100, MEGATRON_2021)
-    assert framework_profile(A100, DEFAULT_OPTIONS) is A100
+    old = framework_profile(A100, dataclasses.replace(MEGATRON_2021, sustained_gemm_rate_factor=1))
+    assert framework_profile(A100, BARE) is A100
     # 8192³ fp16: the profile's sustained 257 TFLOP/s becomes the CUDA 11 era's 230.
     n = 8192
     assert 312 * gemm_efficiency(A100, n, n, n, "fp16") == pytest.approx(257, abs=0.5)
@@ -286,7 +288,7 @@ def test_loss_scaling_lengthens_the_optimizer_step():
 
 def test_fp8_gemm_rate_factor_scales_only_the_fp8_curve() -> None:
     h100 = load_profile("h100-sxm-80gb")
-    options = ExecutionOptions(fp8_gemm_rate_factor=0.5)
+    options = ExecutionOptions(fp8_gemm_rate_factor=0.5, sustained_gemm_rate_factor=1.0)
     scaled = framework_profile(h100, options).compute.gemm_efficiency
     base = h100.compute.gemm_efficiency
     assert [p.efficiency for p in scaled["fp8"]] == [0.5 * p.efficiency for p in base["fp8"]]
@@ -309,7 +311,7 @@ def test_flash_attention_version_is_validated():
 def test_fa2_rate_matches_the_fa3_paper_ends_on_an_fa3_profile():
     # FA3 paper (arXiv 2407.08608), H100, head dim 128, causal, 16k tokens: FA2 forward
     # 335 TFLOP/s and backward 322 at sequence 16k against FA3's 616 and 561 (hardware.md §2b).
-    fa2 = framework_profile(H100, dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2))
+    fa2 = framework_profile(H100, dataclasses.replace(BARE, flash_attention_version=2))
     for direction, fa3_tflops, fa2_tflops in (
         ("forward", 616.0, 335.0),
         ("backward", 561.0, 322.0),
@@ -330,7 +332,7 @@ def test_fa2_rate_matches_the_fa3_paper_ends_on_an_fa3_profile():
 
 def test_fa2_option_leaves_an_fa2_profile_and_the_torch_runtime_alone():
     # The A100 profile's attention curves are FlashAttention-2's already.
-    old = dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2)
+    old = dataclasses.replace(BARE, flash_attention_version=2)
     assert A100.compute.attention_kernel == "FlashAttention-2"
     assert framework_profile(A100, old) is A100
     torch_fa2 = dataclasses.replace(old, runtime="torch")
@@ -340,7 +342,7 @@ def test_fa2_option_leaves_an_fa2_profile_and_the_torch_runtime_alone():
 def test_fa2_attention_slows_a_long_sequence_layer():
     job = TrainingJob(seq_length=32768, global_batch_size=8, precision="bf16")
     plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
-    old = dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2)
+    old = dataclasses.replace(BARE, flash_attention_version=2)
     new_layer = layer_cost(LLAMA, job, plan, H100, is_moe=False)
     old_layer = layer_cost(LLAMA, job, plan, framework_profile(H100, old), is_moe=False)
     core_fwd_s = _core_forward_s(LLAMA, job, plan)
