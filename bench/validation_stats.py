@@ -346,55 +346,61 @@ def fit_model(
     median would follow the majority it does not touch). MoE rows inform the factors of
     their generation only through that mean; the dense rows carry the medians.
 
-    Two descents. The first fits one FP8 factor and one sustained factor for every
-    generation (the shared values). The second fits the sustained factor per generation
-    with dense 16-bit rows, the other generations held at the shared value, and the FP8
-    factor per generation with FP8 rows when ``per_generation`` (else one for all); its
-    launch time is the model's. No MoE row: launch time 0 (no floor)."""
+    The sustained factor of a generation without dense 16-bit rows is the shared one,
+    fitted first on every dense 16-bit row together (`_shared_sustained`; MoE rows do not
+    move it: their residuals are the MoE layer's). Then one descent fits the sustained
+    factor of each generation with dense 16-bit rows, the FP8 factor (per generation with
+    FP8 rows when ``per_generation``, else one for all) and the launch time; with
+    ``per_generation`` a second descent with one FP8 factor for all gives the shared
+    ``fp8_factor``. No MoE row: launch time 0 (no floor)."""
     rows = _fit_rows(outcomes)
     fp8_rows = [o for o in outcomes if o.precision == "fp8"]
     fp8_gens = sorted({o.generation for o in fp8_rows})
-    every = sorted({o.generation for o in outcomes})
-    if not fp8_gens and not rows.sixteen:
-        if not rows.moe:
-            return FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=0.0)
-        _, host = _coordinate_descent(rows, predict, grid, {})
-        return FittedModel(
-            fp8_factor=None,
-            fitted_on=(),
-            moe_host_launch_s=host,
-            host_fitted_on=tuple(o.row_id for o in rows.moe),
-        )
-    sustained_keys = {(SUSTAINED, g): "all" for g in every} if rows.sixteen else {}
-    shared, _ = _coordinate_descent(
-        rows, predict, grid, {(FP8, g): "all" for g in fp8_gens} | sustained_keys
-    )
-    fp8_key = (lambda g: g) if per_generation else (lambda g: "all")
+    shared = _shared_sustained(rows, predict, grid)
     own = {(SUSTAINED, g): g for g in rows.sixteen}
-    fixed = {k: v for k, v in shared.items() if k[0] == SUSTAINED and k not in own}
-    point, host = _coordinate_descent(
-        rows, predict, grid, {(FP8, g): fp8_key(g) for g in fp8_gens} | own, fixed
-    )
-    fp8_shared = shared.get((FP8, fp8_gens[0])) if fp8_gens else None
+    fixed = {
+        (SUSTAINED, g): shared
+        for g in {o.generation for o in outcomes} - set(rows.sixteen)
+        if shared is not None
+    }
+    fp8_keys = {(FP8, g): g if per_generation else "all" for g in fp8_gens}
+    point, host = _coordinate_descent(rows, predict, grid, fp8_keys | own, fixed)
+    fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
+    if per_generation and fp8_gens:
+        all_keys = {(FP8, g): "all" for g in fp8_gens}
+        fp8_factor = _coordinate_descent(rows, predict, grid, all_keys | own, fixed)[0][
+            FP8, fp8_gens[0]
+        ]
     sixteen_ids = {g: tuple(o.row_id for o in members) for g, members in rows.sixteen.items()}
+    if sixteen_ids:
+        sixteen_ids["shared"] = tuple(i for ids in sixteen_ids.values() for i in ids)
+    per_gen = per_generation and bool(fp8_gens)
     return FittedModel(
-        fp8_factor=fp8_shared if per_generation or not fp8_gens else point[FP8, fp8_gens[0]],
+        fp8_factor=fp8_factor,
         fitted_on=tuple(o.row_id for o in fp8_rows),
-        fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_generation else {},
+        fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_gen else {},
         fp8_fitted_on=(
             {g: tuple(o.row_id for o in fp8_rows if o.generation == g) for g in fp8_gens}
-            if per_generation
+            if per_gen
             else {}
         ),
         moe_host_launch_s=host if rows.moe else 0.0,
         host_fitted_on=tuple(o.row_id for o in rows.moe),
-        sustained_factor=shared[SUSTAINED, every[0]] if rows.sixteen else None,
+        sustained_factor=shared,
         sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
-        sustained_fitted_on=sixteen_ids
-        | (
-            {"shared": tuple(i for ids in sixteen_ids.values() for i in ids)} if sixteen_ids else {}
-        ),
+        sustained_fitted_on=sixteen_ids,
     )
+
+
+def _shared_sustained(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:
+    """One sustained factor for every generation, fitted on the dense 16-bit rows alone
+    (`_objective` over them); None without such rows."""
+    if not rows.sixteen:
+        return None
+    sixteen = FitRows(fp8={}, sixteen=rows.sixteen, moe=[])
+    keys = {(SUSTAINED, g): "all" for g in rows.sixteen}
+    point, _ = _coordinate_descent(sixteen, predict, grid, keys)
+    return point[SUSTAINED, min(rows.sixteen)]
 
 
 def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -> list[Outcome]:
