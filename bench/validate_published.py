@@ -141,6 +141,7 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         global_batch_size=case.job.global_batch_size,
         precision_text=raw.get("precision", ""),
         not_fit_reason="" if est.fits else recipe_mismatch(raw) or "",
+        sustained_fixed=case.options.sustained_gemm_rate_factor is not None,
     )
     return outcome, case
 
@@ -148,10 +149,10 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
 def row_predictor(cases: dict[str, RowCase]) -> Predict:
     """`validation_stats.Predict` over the rows' ``cases``: `estimate_plan` with the row's
     options and the given FP8 factor (FP8 rows; None keeps the row's own), MoE host-launch
-    time (MoE rows) and sustained 16-bit factor (rows that price GEMMs on the 16-bit
-    curves: every bf16/fp16 row, and an FP8 row only if its prediction moves with the
-    factor, `prices_16bit_gemms`), each distinct pricing computed once (and each profile
-    loaded once)."""
+    time (MoE rows) and sustained 16-bit factor (rows whose options leave it to the
+    fitted default and that price GEMMs on the 16-bit curves: every bf16/fp16 row, and an
+    FP8 row only if its prediction moves with the factor, `prices_16bit_gemms`), each
+    distinct pricing computed once (and each profile loaded once)."""
     memo: dict[tuple[str, float | None, float | None, float | None], float] = {}
     profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
 
@@ -166,7 +167,9 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
     def uses_sustained(row_id: str) -> bool:
         if row_id not in sixteen:
             case = cases[row_id]
-            sixteen[row_id] = case.job.precision != "fp8" or prices_16bit_gemms(case, price)
+            sixteen[row_id] = case.options.sustained_gemm_rate_factor is None and (
+                case.job.precision != "fp8" or prices_16bit_gemms(case, price)
+            )
         return sixteen[row_id]
 
     def predict(row_id: str, factor: float | None, host_s: float, sustained: float | None) -> float:

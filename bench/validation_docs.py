@@ -98,6 +98,25 @@ def _search_sanity(sanity: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _sustained_line(result: dict) -> str:
+    """The fitted sustained 16-bit GEMM rate factors (`costmodel.sustained`), in sample and
+    per left-out source family."""
+    fitted = result["fitted"]
+    own = fitted.get("sustained_gemm_rate_factor_by_generation", {})
+    loso = result["loso"].get("sustained_gemm_rate_factor_by_left_out_source", {})
+    return (
+        "Sustained 16-bit GEMM rate factor fitted on the dense bf16/fp16 rows: "
+        + ", ".join(f"{g} {f}" for g, f in own.items())
+        + f", shared (other generations) {fitted.get('sustained_gemm_rate_factor_shared')}; "
+        "left-one-source-out values: "
+        + "; ".join(
+            f"{family} " + ", ".join(f"{g} {f}" for g, f in factors.items())
+            for family, factors in loso.items()
+        )
+        + "."
+    )
+
+
 def markdown(result: dict) -> str:
     """The validation page as Markdown."""
     lines = [
@@ -111,12 +130,14 @@ def markdown(result: dict) -> str:
         f"    {COMMAND}",
         "",
         "- **model**: `estimate_plan` as users get it; its fitted defaults, the FP8 GEMM "
-        "rate factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`) and the MoE host-launch "
-        "time (`MOE_HOST_LAUNCH_S`), come from the FP8 and MoE rows below, so those rows "
-        "are in sample here.",
+        "rate factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`), the MoE host-launch "
+        "time (`MOE_HOST_LAUNCH_S`) and the sustained 16-bit GEMM rate factors "
+        "(`costmodel.sustained`), come from the rows below, so those rows are in sample "
+        "here.",
         "- **fitted**: the FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`, "
-        "one value for every GPU generation) and the MoE host-launch time, fitted jointly "
-        "on the FP8 and MoE rows (in sample).",
+        "one value for every GPU generation), the sustained 16-bit GEMM rate factor (one "
+        "value per generation with dense bf16/fp16 rows, one shared by the others) and the "
+        "MoE host-launch time, fitted jointly (in sample).",
         "- **LOSO**: leave one source family out; the parameters fitted on the other families "
         "predict it. These are the out-of-sample figures.",
         "",
@@ -141,6 +162,8 @@ def markdown(result: dict) -> str:
             for family, factors in result["loso"]["fp8_gemm_rate_factor_by_left_out_source"].items()
         )
         + ".",
+        "",
+        _sustained_line(result),
         "",
         "![predicted vs published](validation.png)",
         "",

@@ -61,6 +61,10 @@ class Outcome:
     not_fit_reason: str = ""
     """Why a row predicted not to fit may not have run as printed (its printed
     configuration differs from its release's recipe); empty when none is known."""
+    sustained_fixed: bool = False
+    """The row's execution options fix the sustained 16-bit GEMM rate factor (the 2021
+    option set, `costmodel.execution.MEGATRON_2021`): the fit neither uses the row for it
+    nor moves the row with it."""
 
     @property
     def error(self) -> float:
@@ -325,7 +329,10 @@ def _fit_rows(outcomes: list[Outcome]) -> FitRows:
     dense = [o for o in outcomes if o.kind == "dense"]
     return FitRows(
         fp8=grouped((o for o in dense if o.precision == "fp8"), lambda o: o.generation),
-        sixteen=grouped((o for o in dense if o.precision in SIXTEEN_BIT), lambda o: o.generation),
+        sixteen=grouped(
+            (o for o in dense if o.precision in SIXTEEN_BIT and not o.sustained_fixed),
+            lambda o: o.generation,
+        ),
         moe=[o for o in outcomes if o.kind == "moe"],
     )
 

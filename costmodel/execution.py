@@ -451,13 +451,16 @@ MEGATRON_2021 = ExecutionOptions(
     tp_dgrad_overlap=False,
     plan_features=frozenset(),
     ddp_gradient_copy=True,
+    sustained_gemm_rate_factor=1.0,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
 blocking pipeline sends with the scatter/gather optimisation and the sent outputs kept
 until their backward, and the CUDA 11 cuBLAS
-(`CUDA11_GEMM_RATE_FACTOR`). None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
+(`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
+(`costmodel.sustained`) does not multiply it (`sustained_gemm_rate_factor` 1).
+None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
 at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
 (interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
 layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets, with its

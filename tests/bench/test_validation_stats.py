@@ -3,6 +3,8 @@ leave-one-source-out."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.bench.bench_loader import load_bench
@@ -112,3 +114,18 @@ def test_leave_one_source_out_refits_the_sustained_factor_without_the_left_out_r
     by_row = {o.row_id: o.predicted_s for o in predicted}
     assert by_row["h1"] == SHAPES["h1"](None, 20e-6, models["MLM"].sustained("H100/H800"))
     assert models["MLM"].sustained_fitted_on["H100/H800"] == ("h2",)
+
+
+def test_rows_whose_options_fix_the_factor_neither_fit_nor_move():
+    # A 2021-option A100 row (the factor fixed by its options) beside a current-stack one:
+    # the A100 factor is the current row's alone, and the fixed row is predicted as before.
+    fixed = dataclasses.replace(
+        _row("a1", "SC21-T1", SHAPES["a1"], (None, 1.0, 0.0), "A100"), sustained_fixed=True
+    )
+    current = _row("a2", "MEGASCALE-T2", SHAPES["a2"], (None, 0.7, 0.0), "A100")
+    shapes = dict(SHAPES, a1=lambda f, h, s: SHAPES["a1"](f, h, None))
+    model = stats.fit_model([fixed, current], _predictor(shapes), GRID)
+    assert model.sustained_factors == {"A100": 0.7}
+    assert model.sustained_fitted_on["A100"] == ("a2",)
+    applied = stats.apply_model([fixed, current], _predictor(shapes), model)
+    assert [o.error for o in applied] == pytest.approx([0.0, 0.0])

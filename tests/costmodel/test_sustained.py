@@ -108,3 +108,11 @@ def test_a_bf16_step_moves_with_the_factor_and_an_fp8_step_does_not():
 
     assert step_s("bf16", 0.7) > step_s("bf16", 1.0)
     assert step_s("fp8", 0.7) == step_s("fp8", 1.0)
+
+
+def test_the_2021_option_set_keeps_its_sourced_cublas_factor_alone():
+    assert MEGATRON_2021.sustained_gemm_rate_factor == 1.0
+    scaled = framework_profile(A100, MEGATRON_2021)
+    assert _efficiencies(scaled, "fp16") == pytest.approx(
+        [CUDA11_GEMM_RATE_FACTOR * e for e in _efficiencies(A100, "fp16")]
+    )
