@@ -22,10 +22,13 @@ and one value fitted on all those runs together for the other GPU generations
 (`SUSTAINED_GEMM_RATE_SHARED`). It multiplies the bf16 and fp16 curves only: FP8 GEMMs keep
 their own fitted factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`), so the two stay
 separable, and fp32 curves have no published runs to fit. It composes with
-`ExecutionOptions.gemm_rate_factor` by multiplication: that factor is the sourced rate of
-an older cuBLAS on the same benchmark (`CUDA11_GEMM_RATE_FACTOR`), this one the distance
-from a benchmark to a training step, so a 2021 run gets both. The torch runtime (paraplan's
-executor) never gets it, nor does a CPU profile (`costmodel.execution.framework_profile`).
+`ExecutionOptions.gemm_rate_factor` by multiplication where both apply. The 2021 option set
+(`costmodel.execution.MEGATRON_2021`) fixes this one at 1 and keeps its sourced rate of the
+CUDA 11 cuBLAS (`CUDA11_GEMM_RATE_FACTOR`) alone: a fitted value on top would have to be
+fitted on the 2021 rows themselves, and one fitted on the other A100 rows (a newer stack at
+another base rate) does not carry over to them (docs/cost-model.md gives the
+leave-one-source-out evidence). The torch runtime (paraplan's executor) never gets it, nor
+does a CPU profile (`costmodel.execution.framework_profile`).
 """
 
 from __future__ import annotations
