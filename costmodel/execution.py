@@ -23,6 +23,7 @@ from typing import Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS, CrossEntropyFusion
 from costmodel.compute import AttentionKernelName as AttentionKernel
+from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
 from costmodel.sustained import SUSTAINED_DTYPES, sustained_gemm_rate_factor
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
@@ -359,7 +360,38 @@ class ExecutionOptions:
     profile's GPU generation (`costmodel.sustained.sustained_gemm_rate_factor`); 1 keeps
     the benchmark rate."""
 
+    fp8_recipe: Fp8Recipe = "delayed"
+    """Transformer Engine's FP8 scaling recipe in fp8 runs (Megatron-core ``--fp8-recipe``,
+    default ``delayed``): ``delayed`` and ``tensorwise`` (current) keep one scale per
+    tensor, ``mxfp8`` one per 32 elements. Sets the bytes of TE's FP8 copy of each linear
+    weight (`costmodel.memory.Fp8WeightStorage`; memory and the parameter all-gather)."""
+
+    fp8_param: bool = False
+    """Megatron-core ``--fp8-param-gather`` (Megatron-Bridge ``fp8_param_gather``; default
+    False): the linear weights are FP8 parameters built under TE's ``fp8_model_init``, the
+    fp32 master copy lives in the optimizer and the data-parallel all-gather moves FP8
+    bytes (`costmodel.memory.Fp8WeightStorage`). False: bf16 parameters, with TE's FP8 copy
+    of each cached across microbatches."""
+
+    fp8_tn_gemm_only: bool = True
+    """The device's FP8 GEMMs take only the TN layout, so TE keeps a transposed copy of each
+    per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability
+    9.0, the default profile's), False on Blackwell (10.x; TE
+    ``is_non_tn_fp8_gemm_supported``). Memory only."""
+
+    @property
+    def fp8_weight_storage(self) -> Fp8WeightStorage:
+        """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`."""
+        return Fp8WeightStorage(
+            recipe=self.fp8_recipe, fp8_param=self.fp8_param, tn_gemm_only=self.fp8_tn_gemm_only
+        )
+
     def __post_init__(self) -> None:
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise SpecError(
+                f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}; "
+                "delayed is Megatron-core's default"
+            )
         if self.runtime not in RUNTIMES:
             raise SpecError(
                 f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}; "

@@ -9,7 +9,9 @@ Byte counts per parameter (megatron-facts.md §2.1, §5.4; Megatron's distribute
 docs):
 - bf16/fp8 mixed precision: 2 (bf16 weight) + 4 (fp32 main gradient) + 12 (fp32 master
   copy, Adam m and v) = 18; the distributed optimizer shards the 12 over d ranks:
-  6 + 12/d. fp8 runs keep bf16 weights (no fp8 parameter gather).
+  6 + 12/d. In fp8 runs the weights of Transformer Engine's linear layers take what
+  `Fp8WeightStorage` counts instead of 2: a bf16 weight plus TE's cached FP8 copy, or,
+  with FP8 parameters (``--fp8-param-gather``), the FP8 storage alone.
 - fp32: 4 + 4 + 8 (Adam m, v; no master copy) = 16, or 8 + 8/d.
 - d = dp·cp for dense parameters (Megatron reduces and shards them over the DP x CP group)
   and expert_dp for routed experts.
@@ -46,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from costmodel.activations import (
     AttentionKernel,
@@ -132,6 +135,108 @@ NO_ALLOWANCE = FrameworkAllowance(fixed_bytes=0.0, fraction=0.0, expandable_frac
 """For tensor-only comparisons (formulas, CPU runs)."""
 
 
+Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
+FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
+"""Megatron-core ``--fp8-recipe`` values whose weight storage `Fp8WeightStorage` counts,
+Megatron's default first: per-tensor delayed and current (``tensorwise``) scaling, and
+MXFP8 (one scale per 32 elements)."""
+
+MXFP8_BLOCK_ELEMENTS = 32
+"""Elements per MXFP8 scale (one E8M0 byte each, along rows and along columns; TE
+``MXFP8Tensor`` ``rowwise_scale_inv`` / ``columnwise_scale_inv``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fp8WeightStorage:
+    """How a rank keeps the weights of Transformer Engine's linear layers in an fp8 run
+    (`ExecutionOptions.fp8_recipe`, ``fp8_param``, ``fp8_tn_gemm_only``).
+
+    TE's FP8 copy of a weight (bytes per element, `quantized_bytes`):
+    - per-tensor scaling (``delayed``, ``tensorwise``; TE ``Float8Tensor``): the row-wise
+      data, 1 byte, for the forward GEMM, plus its transpose, 1 byte, for the dgrad GEMM
+      where FP8 GEMMs take only the TN layout (``fp8_tn_gemm_only``: TE
+      ``is_non_tn_fp8_gemm_supported`` is False below compute capability 10.0, Hopper;
+      ``Float8Quantizer`` in ``transformer_engine/pytorch/csrc/quantizer.cpp`` allocates
+      ``_transpose`` only then); 1 or 2 bytes; scales are one fp32 per tensor.
+    - ``mxfp8`` (TE ``MXFP8Tensor``): row-wise and column-wise data, 1 byte each, and one
+      E8M0 scale byte per 32 elements for each, 2 + 2/32 bytes on every device.
+
+    Without FP8 parameters (Megatron-core's default, ``fp8_param_gather = False``) the
+    weight is a bf16 parameter, 2 bytes, and TE keeps its FP8 copy across microbatches and
+    iterations: Megatron-core's TE wrappers pass ``is_first_microbatch`` unless
+    ``disable_parameter_transpose_cache`` (default False;
+    ``megatron/core/extensions/transformer_engine.py``), so TE stores the copy in the
+    module's ``_fp8_workspaces`` (``quantize_weight`` with ``cache``, TE
+    ``pytorch/module/base.py``, ``linear.py``, ``layernorm_linear.py``,
+    ``layernorm_mlp.py``, ``grouped_linear.py``; TE 1.x: the ``weight1_fp8`` /
+    ``weight1_t_fp8`` buffers of ``set_fp8_weights``). With FP8 parameters (Megatron-core
+    ``--fp8-param-gather``: the model is built under TE's ``fp8_model_init``) the FP8
+    storage is the parameter itself: the distributed optimizer's parameter buffer is
+    ``torch.uint8`` (``group_params_for_buffers``, ``megatron/core/distributed/
+    param_and_grad_buffer.py``), Megatron-FSDP's model-weight buffer too (plus a
+    column-wise buffer for MXFP8, ``megatron_fsdp/param_and_grad_buffer.py``), and the
+    fp32 master copy stays in the optimizer.
+
+    The parameter all-gather (`gather_bytes`) moves 1 byte per element for per-tensor FP8
+    parameters; MXFP8 parameters are gathered in bf16 through the gradient buffer under
+    the distributed optimizer (``reuse_grad_buf_for_mxfp8_param_ag``: the buffer has the
+    gradient dtype, then ``copy_tensors_to_quantized_params``) and as row-wise plus
+    column-wise bytes under Megatron-FSDP, 2 bytes either way.
+
+    Counted per linear-layer parameter (`StageParams.linear`), biases included (TE keeps
+    them in bf16; at most one row of each matrix).
+    """
+
+    recipe: Fp8Recipe = "delayed"
+    """Megatron-core ``--fp8-recipe`` (`FP8_RECIPES`)."""
+    fp8_param: bool = False
+    """Megatron-core ``--fp8-param-gather``: the linear weights are FP8 parameters."""
+    tn_gemm_only: bool = True
+    """The device's FP8 GEMMs take only the TN layout (Hopper; False on Blackwell)."""
+
+    def __post_init__(self) -> None:
+        if self.recipe not in FP8_RECIPES:
+            raise SpecError(
+                f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.recipe!r}; "
+                "delayed is Megatron-core's default"
+            )
+
+    def quantized_bytes(self) -> float:
+        """Bytes per element of TE's FP8 copy of a weight (class docstring)."""
+        if self.recipe == "mxfp8":
+            return 2.0 * (1.0 + 1.0 / MXFP8_BLOCK_ELEMENTS)
+        return 2.0 if self.tn_gemm_only else 1.0
+
+    def param_bytes(self, job: TrainingJob) -> float:
+        """Bytes per element of a linear-layer parameter: the FP8 storage with FP8
+        parameters in an fp8 run, else the job's weight size."""
+        if job.precision == "fp8" and self.fp8_param:
+            return self.quantized_bytes()
+        return float(bytes_per_param(job)[0])
+
+    def cache_bytes(self, job: TrainingJob) -> float:
+        """Bytes per element of TE's cached FP8 copy of a bf16 linear-layer parameter, held
+        for the whole (gathered) weight: zero outside fp8 runs and with FP8 parameters."""
+        if job.precision != "fp8" or self.fp8_param:
+            return 0.0
+        return self.quantized_bytes()
+
+    def linear_bytes(self, job: TrainingJob) -> float:
+        """Bytes per element a rank keeps of a linear-layer weight it holds whole."""
+        return self.param_bytes(job) + self.cache_bytes(job)
+
+    def gather_bytes(self, job: TrainingJob) -> float:
+        """Bytes per linear-layer element of the data-parallel parameter all-gather."""
+        weight = bytes_per_param(job)[0]
+        if job.precision == "fp8" and self.fp8_param and self.recipe != "mxfp8":
+            return 1.0
+        return float(weight)
+
+
+BF16_WEIGHTS = Fp8WeightStorage()
+"""Megatron-core's defaults: delayed scaling, bf16 parameters, a Hopper-class device."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StageMemory:
     """Peak memory of one rank of one pipeline stage, by part (bytes)."""
@@ -198,6 +303,10 @@ class StageParams:
     """TP-sharded and replicated parameters (sharded over dp·cp by the distributed optimizer)."""
     expert: float
     """Routed-expert parameters (sharded over expert_dp by the distributed optimizer)."""
+    linear: float = 0.0
+    """Of ``dense + expert``, the weights (and biases) of the transformer layers' linear
+    layers, which Transformer Engine runs: attention projections, MLP or shared experts,
+    routed experts (`Fp8WeightStorage`); not norms, router, embedding or output layer."""
 
     @property
     def total(self) -> float:
@@ -227,9 +336,11 @@ def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> S
 
 def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) -> StageParams:
     """`layer_params_per_rank` of one layer's counts."""
-    dense = _attention_per_rank(model, layer.attention, plan.tp)
-    dense += layer.mlp / plan.tp + layer.norms + layer.router
-    return StageParams(dense=dense, expert=layer.routed_experts / (plan.ep * plan.expert_tp))
+    linear = _attention_per_rank(model, layer.attention, plan.tp) + layer.mlp / plan.tp
+    expert = layer.routed_experts / (plan.ep * plan.expert_tp)
+    return StageParams(
+        dense=linear + layer.norms + layer.router, expert=expert, linear=linear + expert
+    )
 
 
 def chunk_params(
@@ -248,13 +359,14 @@ def chunk_params(
     (`specs.params.MtpParams`: the layer split like the others, the projection over tp,
     the norms replicated)."""
     counts = count_params(model)
-    dense = expert = 0.0
+    dense = expert = linear = 0.0
     held = [counts.layers[index] for index in layers]
     held += [depth.layer for depth in counts.mtp_layers[:mtp_layers]]
     for layer_counts in held:
         layer = _layer_per_rank(model, plan, layer_counts)
         dense += layer.dense
         expert += layer.expert
+        linear += layer.linear
     for depth in counts.mtp_layers[:mtp_layers]:
         dense += depth.projection / plan.tp + depth.norms
     matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
@@ -264,7 +376,7 @@ def chunk_params(
         dense += counts.final_norm
         if not model.tied_embeddings or plan.pp > 1:
             dense += matrix
-    return StageParams(dense=dense, expert=expert)
+    return StageParams(dense=dense, expert=expert, linear=linear)
 
 
 def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:
@@ -364,13 +476,15 @@ def memory_per_stage(
     ddp_gradient_copy: bool = False,
     cross_entropy: CrossEntropyFusion = "unfused",
     expandable_segments: bool = False,
+    fp8_weights: Fp8WeightStorage = BF16_WEIGHTS,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
-    ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy`` and
-    ``expandable_segments`` as `ExecutionOptions.hidden_dropout`, ``main_grad_bytes``, not
-    ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with overlapped gradient
-    reduction, twice the gradient bytes), ``cross_entropy_fusion`` and
-    ``expandable_segments`` (`FrameworkAllowance.fragmentation`).
+    ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
+    ``expandable_segments`` and ``fp8_weights`` as `ExecutionOptions.hidden_dropout`,
+    ``main_grad_bytes``, not ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with
+    overlapped gradient reduction, twice the gradient bytes), ``cross_entropy_fusion``,
+    ``expandable_segments`` (`FrameworkAllowance.fragmentation`) and the FP8 weight fields
+    (`ExecutionOptions.fp8_weight_storage`).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -394,7 +508,9 @@ def memory_per_stage(
         )
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
-        weights_bytes, gradients_bytes = weight * params.total, grad * params.total
+        linear_bytes = fp8_weights.linear_bytes(job) * params.linear
+        weights_bytes = weight * (params.total - params.linear) + linear_bytes
+        gradients_bytes = grad * params.total
         if ddp_gradient_copy and plan.overlap_grad_reduce:
             gradients_bytes *= 2
         if plan.use_megatron_fsdp:
@@ -404,8 +520,12 @@ def memory_per_stage(
                 dense_params=params.dense,
                 expert_params=params.expert,
                 bytes_per_param=(weight, grad, state),
+                linear_params=params.linear,
+                linear_param_bytes=fp8_weights.param_bytes(job),
             )
-            weights_bytes, gradients_bytes = fsdp.weights_bytes, fsdp.gradients_bytes
+            fsdp_cache = fp8_weights.cache_bytes(job) * params.linear
+            weights_bytes = fsdp.weights_bytes + fsdp_cache
+            gradients_bytes = fsdp.gradients_bytes
             optimizer = fsdp.optimizer_bytes
         dynamic = (
             acts.layers_bytes

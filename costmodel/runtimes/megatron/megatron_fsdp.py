@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
+
 from specs.model import ModelSpec
 from specs.params import count_params
 from specs.plan import ParallelPlan
@@ -50,6 +53,23 @@ def largest_layer_params(model: ModelSpec, plan: ParallelPlan) -> float:
     )
 
 
+def largest_layer_weight_bytes(
+    model: ModelSpec, plan: ParallelPlan, weight_bytes: float, linear_bytes: float
+) -> float:
+    """Weight bytes of the largest transformer layer held by one rank, its linear layers
+    at ``linear_bytes`` per parameter (FP8 parameters: `costmodel.memory.Fp8WeightStorage`)
+    and its norms and router at ``weight_bytes``."""
+    return max(
+        linear_bytes
+        * (
+            (layer.attention + layer.mlp) / plan.tp
+            + layer.routed_experts / (plan.ep * plan.expert_tp)
+        )
+        + weight_bytes * (layer.norms + layer.router)
+        for layer in count_params(model).layers
+    )
+
+
 def fsdp_state_bytes(
     model: ModelSpec,
     plan: ParallelPlan,
@@ -57,11 +77,17 @@ def fsdp_state_bytes(
     dense_params: float,
     expert_params: float,
     bytes_per_param: tuple[int, int, int],
+    linear_params: float = 0.0,
+    linear_param_bytes: float | None = None,
 ) -> FsdpStateBytes:
     """Weight, gradient and optimizer bytes of a rank holding ``dense_params`` dense and
     ``expert_params`` routed-expert parameters (its TP/EP/PP share), under the plan's
-    sharding strategy. ``bytes_per_param``: (weight, gradient, optimizer) bytes."""
+    sharding strategy. ``bytes_per_param``: (weight, gradient, optimizer) bytes;
+    ``linear_params`` of them (the transformer layers' linear layers) are stored at
+    ``linear_param_bytes`` each (FP8 parameters; the weight bytes when None): the shard at
+    the rank's mean bytes per parameter, the gathered layers at their own."""
     weight, grad, state = bytes_per_param
+    linear_weight = weight if linear_param_bytes is None else linear_param_bytes
     strategy = plan.data_parallel_sharding_strategy
     dense_shards = plan.dp * plan.cp
     expert_shards = max(plan.expert_dp, 1)
@@ -71,8 +97,15 @@ def fsdp_state_bytes(
     optimizer = state * (total if strategy == "no_shard" else sharded)
     grads_sharded = strategy in ("optim_grads", "optim_grads_params")
     gradients = grad * (min(sharded + working, total) if grads_sharded else total)
-    params_sharded = strategy == "optim_grads_params"
-    weights = weight * (min(sharded + working, total) if params_sharded else total)
+    whole_bytes = weight * (total - linear_params) + linear_weight * linear_params
+    if strategy == "optim_grads_params":
+        mean = whole_bytes / total if total else float(weight)
+        layers_bytes = GATHERED_LAYERS * largest_layer_weight_bytes(
+            model, plan, weight, linear_weight
+        )
+        weights = min(mean * sharded + layers_bytes, whole_bytes)
+    else:
+        weights = whole_bytes
     return FsdpStateBytes(
         weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer
     )
@@ -122,3 +155,44 @@ def fsdp_param_gather_exposed_s(*, chunks: Sequence[ChunkGather], compute_s: flo
         c.num_passes * c.gather_s / max(c.num_layers, 1) for c in chunks if c.gather_s > 0
     )
     return first_layers_s + max(total_s - first_layers_s - compute_s, 0.0)
+
+
+def closed_form_fsdp_gather_s(
+    c, chunk_gather_s: np.ndarray, stage_times, m: np.ndarray, num_layers: int
+) -> np.ndarray:
+    """Megatron-FSDP's exposed parameter gathers of a stage in the closed-form screen
+    (`costmodel.runtimes.megatron.screen`, whose per-plan columns ``c`` are): under
+    `optim_grads_params` the per-layer gathers of each forward and backward pass (2·m·v
+    passes of ``chunk_gather_s`` each; `fsdp_param_gather_exposed_s` in closed form),
+    under `optim` and `optim_grads` one gather of every chunk after the step; zero
+    without Megatron-FSDP."""
+    v = c["vpp"]
+    forward, backward = stage_times
+    passes = 2 * m * v
+    per_layer = chunk_gather_s / np.maximum(num_layers // (c["pp"] * v), 1)
+    first_layers = passes * per_layer
+    excess = np.maximum(passes * chunk_gather_s - first_layers - m * (forward + backward), 0.0)
+    per_pass = np.where(chunk_gather_s > 0, first_layers + excess, 0.0)
+    after_step = np.where(c["optim_sharded"], v * chunk_gather_s, 0.0)
+    strategy = np.where(c["params_sharded"], per_pass, after_step)
+    return np.where(c["use_megatron_fsdp"].astype(bool), strategy, 0.0)
+
+
+SHARDING_COLUMNS = ["optim_sharded", "grads_sharded", "params_sharded"]
+"""Columns `with_sharding` adds to a plan frame."""
+
+
+def with_sharding(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with what each row shards over data parallelism: the optimizer (distributed
+    optimizer, or Megatron-FSDP other than no_shard), gradients (reduce-scattered: the
+    distributed optimizer, or `optim_grads`/`optim_grads_params`) and weights
+    (`optim_grads_params`); `costmodel.runtimes.megatron.megatron_fsdp.optimizer_sharded` and
+    `grads_reduce_scattered` per row."""
+    fsdp = df["use_megatron_fsdp"].astype(bool)
+    strategy = df["data_parallel_sharding_strategy"]
+    distopt = df["distributed_optimizer"].astype(bool)
+    return df.assign(
+        optim_sharded=distopt | (fsdp & (strategy != "no_shard")),
+        grads_sharded=distopt | (fsdp & strategy.isin(["optim_grads", "optim_grads_params"])),
+        params_sharded=fsdp & (strategy == "optim_grads_params"),
+    )

@@ -271,6 +271,35 @@ def _optimizer_s(
     return step_s + buffer_s
 
 
+def _gather_bytes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    stage: int,
+    options: ExecutionOptions,
+) -> tuple[tuple[float, float], ...]:
+    """Mean bytes per (dense, expert) parameter of each chunk of ``stage`` in the
+    parameter all-gather: the linear layers' weights at
+    `costmodel.memory.Fp8WeightStorage.gather_bytes` (FP8 parameters), the rest (norms,
+    router, embedding, output layer) at the job's weight size; routed experts are linear."""
+    weight = 4.0 if job.precision == "fp32" else 2.0
+    linear_bytes = options.fp8_weight_storage.gather_bytes(job)
+    chunks = plan_stage_chunks(model, plan, stage)
+    if linear_bytes == weight:
+        return tuple((weight, weight) for _ in chunks)
+    out = []
+    for at in chunks:
+        held = chunk_params(
+            model, plan, at.layers, first=at.first, last=at.last, mtp_layers=at.mtp_layers
+        )
+        dense_linear = held.linear - held.expert
+        dense = (weight * (held.dense - dense_linear) + linear_bytes * dense_linear) / max(
+            held.dense, 1.0
+        )
+        out.append((dense, linear_bytes))
+    return tuple(out)
+
+
 def _param_gather_s(
     job: TrainingJob,
     plan: ParallelPlan,
@@ -280,9 +309,11 @@ def _param_gather_s(
     placements: PlanPlacements,
     row: tuple[TimedAction, ...],
     layers_per_chunk: tuple[int, ...],
+    gather_bytes: tuple[tuple[float, float], ...],
 ) -> float:
-    """Exposed all-gather of the updated bf16 parameters (distributed optimizer; Megatron-FSDP
-    in `_fsdp_gather_s`).
+    """Exposed all-gather of the updated parameters (distributed optimizer; Megatron-FSDP
+    in `_fsdp_gather_s`), ``gather_bytes`` per (dense, expert) parameter of each chunk
+    (`_gather_bytes`: bf16, or FP8 parameters).
 
     Without `overlap_param_gather` every bucket is gathered after the optimizer step. With
     it, the gathers run in forward order on their own stream from the start of the next
@@ -290,10 +321,9 @@ def _param_gather_s(
     megatron-facts.md §5.3), and bucket i is needed when the first forward of its chunk
     reaches its layers; the exposed time is the largest lateness over the buckets.
     """
-    weight_bytes = 4 if job.precision == "fp32" else 2
     if plan.use_megatron_fsdp:
         return _fsdp_gather_s(
-            plan, profile, chunks, placements, row, weight_bytes, layers_per_chunk
+            plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk
         )
     if not plan.distributed_optimizer:
         return 0.0
@@ -302,9 +332,10 @@ def _param_gather_s(
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
         bucket = plan.bucket_size_params() if bucketed else None
         first = next(t for t in row if t.action.phase == "F" and t.action.chunk == chunk)
-        for params, group in (
-            (cost.dense_params, placements["dp-cp"]),
-            (cost.expert_params, placements["edp"]),
+        dense_bytes, expert_bytes = gather_bytes[chunk]
+        for params, group, weight_bytes in (
+            (cost.dense_params, placements["dp-cp"], dense_bytes),
+            (cost.expert_params, placements["edp"], expert_bytes),
         ):
             parts = list(reversed(_buckets(params, bucket))) if group.size > 1 else []
             done = 0.0
@@ -328,7 +359,7 @@ def _fsdp_gather_s(
     chunks: tuple[ChunkCost, ...],
     placements: PlanPlacements,
     row: tuple[TimedAction, ...],
-    weight_bytes: int,
+    gather_bytes: tuple[tuple[float, float], ...],
     layers_per_chunk: tuple[int, ...],
 ) -> float:
     """Megatron-FSDP: per-layer parameter all-gathers in every forward and backward pass
@@ -336,9 +367,9 @@ def _fsdp_gather_s(
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s`); with the
     other strategies the updated shard is all-gathered once after the step."""
     gathers = [
-        _group_time(profile, "all_gather", cost.dense_params * weight_bytes, placements["dp-cp"])
-        + _group_time(profile, "all_gather", cost.expert_params * weight_bytes, placements["edp"])
-        for cost in chunks
+        _group_time(profile, "all_gather", cost.dense_params * dense_bytes, placements["dp-cp"])
+        + _group_time(profile, "all_gather", cost.expert_params * expert_bytes, placements["edp"])
+        for cost, (dense_bytes, expert_bytes) in zip(chunks, gather_bytes, strict=True)
     ]
     if plan.data_parallel_sharding_strategy != "optim_grads_params":
         return sum(gathers) if optimizer_sharded(plan) else 0.0
@@ -413,6 +444,7 @@ def stage_tail(
             layers_per_chunk=tuple(
                 len(c.layers) + c.mtp_layers for c in plan_stage_chunks(model, plan, stage)
             ),
+            gather_bytes=_gather_bytes(model, job, plan, stage, options),
         ),
         dp_events=tuple(dp_events),
     )

@@ -47,7 +47,13 @@ from costmodel.activations import (
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
-from costmodel.memory import FrameworkAllowance, GiB, bytes_per_param, stage_params
+from costmodel.memory import (
+    Fp8WeightStorage,
+    FrameworkAllowance,
+    GiB,
+    bytes_per_param,
+    stage_params,
+)
 from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
@@ -55,7 +61,14 @@ from costmodel.runtimes.megatron.layer_costs import (
     layer_cost,
     logits_cost,
 )
-from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS, largest_layer_params
+from costmodel.runtimes.megatron.megatron_fsdp import (
+    GATHERED_LAYERS,
+    SHARDING_COLUMNS,
+    closed_form_fsdp_gather_s,
+    largest_layer_params,
+    largest_layer_weight_bytes,
+    with_sharding,
+)
 from costmodel.schedules import plan_split
 from costmodel.topology import scale_up_domain_size, strided_group_placement
 from profiles.lookup import peak_flops
@@ -274,7 +287,10 @@ def _param_columns(model: ModelSpec):
         for tag, stage in (("0", 0), ("1", stages["s1"]), ("l", plan.pp - 1)):
             params = stage_params(model, plan, stage)
             out[f"p{tag}d"], out[f"p{tag}e"] = params.dense, params.expert
+            out[f"p{tag}l"] = params.linear
         out["layer_max"] = largest_layer_params(model, plan)
+        out["layer_lin"] = largest_layer_weight_bytes(model, plan, 0.0, 1.0)
+        out["layer_other"] = largest_layer_weight_bytes(model, plan, 1.0, 0.0)
         vocab = padded_vocab_size(model.vocab_size, plan.tp)
         position = counts.embedding - model.vocab_size * model.hidden_size
         out["emb_params"] = vocab * model.hidden_size / plan.tp + position
@@ -458,26 +474,6 @@ def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarra
     return done
 
 
-def _fsdp_gather_s(
-    c, chunk_gather_s: np.ndarray, stage_times, m: np.ndarray, num_layers: int
-) -> np.ndarray:
-    """Megatron-FSDP's exposed parameter gathers of a stage (`costmodel.runtimes.megatron.
-    pricing`): under `optim_grads_params` the per-layer gathers of each forward and backward
-    pass (2·m·v passes of ``chunk_gather_s`` each; `costmodel.runtimes.megatron.
-    megatron_fsdp.fsdp_param_gather_exposed_s` in closed form), under `optim` and
-    `optim_grads` one gather of every chunk after the step; zero without Megatron-FSDP."""
-    v = c["vpp"]
-    forward, backward = stage_times
-    passes = 2 * m * v
-    per_layer = chunk_gather_s / np.maximum(num_layers // (c["pp"] * v), 1)
-    first_layers = passes * per_layer
-    excess = np.maximum(passes * chunk_gather_s - first_layers - m * (forward + backward), 0.0)
-    per_pass = np.where(chunk_gather_s > 0, first_layers + excess, 0.0)
-    after_step = np.where(c["optim_sharded"], v * chunk_gather_s, 0.0)
-    strategy = np.where(c["params_sharded"], per_pass, after_step)
-    return np.where(c["use_megatron_fsdp"].astype(bool), strategy, 0.0)
-
-
 def _tail_s(
     c,
     times,
@@ -498,6 +494,7 @@ def _tail_s(
     (f0, _), _, _ = times
     v, pp = c["vpp"], c["pp"]
     weight = 4 if job.precision == "fp32" else 2
+    gather = options.fp8_weight_storage.gather_bytes(job)
     mixed = job.precision != "fp32"
     unit = [
         ops.optimizer_step_time_s(
@@ -537,8 +534,10 @@ def _tail_s(
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
-        chunk = _affine(c["ag_a"], c["ag_b"], dense / v * weight)
-        chunk += _affine(c["age_a"], c["age_b"], expert / v * weight)
+        dense_linear = c[f"p{tag}l"] - expert
+        dense_bytes = (dense - dense_linear) * weight + dense_linear * gather
+        chunk = _affine(c["ag_a"], c["ag_b"], dense_bytes / v)
+        chunk += _affine(c["age_a"], c["age_b"], expert / v * gather)
         nb = c["nb0"] if first_stage else np.ones(len(v))
         start = 0.0 if first_stage else (pp - 1) * forward_chunk
         first = np.maximum(chunk / nb, chunk - forward_chunk * (nb - 1) / nb) - start
@@ -547,7 +546,7 @@ def _tail_s(
         gather = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
         tail = optimizer + np.where(distopt, gather, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
-        tail += _fsdp_gather_s(c, chunk, stage_times, m, model.num_layers)
+        tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers)
         counted = pp > 2 if tag == "1" else pp > 1
         if tag == "1":
             counted &= fsdp
@@ -561,14 +560,16 @@ def _memory_bytes(
     job: TrainingJob,
     m: np.ndarray,
     main_grad_bytes: int,
+    fp8_weights: Fp8WeightStorage,
     keep_outputs: bool = False,
     ddp_gradient_copy: bool = False,
     expandable_segments: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
-    ``keep_outputs`` as in `costmodel.activations.stage_activations`, ``ddp_gradient_copy``
-    and ``expandable_segments`` as in `costmodel.memory.memory_per_stage`)."""
+    ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
+    `costmodel.memory.memory_per_stage`)."""
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
+    linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
     grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
     frame = FrameworkAllowance()
@@ -598,8 +599,13 @@ def _memory_bytes(
         # sharded weights and gradients keep GATHERED_LAYERS layers whole besides their shard
         sharded = dense / (c["dp"] * c["cp"]) + expert / np.maximum(c["edp"], 1)
         resident = np.minimum(sharded + GATHERED_LAYERS * c["layer_max"], params)
+        linear = c[f"p{tag}l"]  # linear layers' weights at `Fp8WeightStorage` bytes
+        whole = weight * (params - linear) + linear_param * linear
+        layer = linear_param * c["layer_lin"] + weight * c["layer_other"]
+        gathered = np.minimum(whole / params * sharded + GATHERED_LAYERS * layer, whole)
         model_state = (
-            weight * np.where(c["params_sharded"], resident, params)
+            np.where(c["params_sharded"], gathered, whole)
+            + linear_cache * linear
             + grad
             * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params * grad_copies)
             + state * (dense / dense_shards + expert / expert_shards)
@@ -641,7 +647,7 @@ def closed_form_screen(
     iteration time and ``fits`` False.
     """
     topo = _topology(profile, cluster)
-    df = _with_sharding(df)
+    df = with_sharding(df)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     df["bucket"] = df["ddp_bucket_size"].where(
         df["ddp_bucket_size"] > 0, np.maximum(40_000_000, 1_000_000 * df["dp"] * df["cp"])
@@ -700,12 +706,13 @@ def closed_form_screen(
             keep_outputs=not options.deallocate_pipeline_outputs,
             ddp_gradient_copy=options.ddp_gradient_copy,
             expandable_segments=options.expandable_segments,
+            fp8_weights=options.fp8_weight_storage,
         ),
         np.inf,
     )
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
     peak_flops_s = peak_flops(profile, ops.gemm_dtype(job.precision))
-    out = df.drop(columns=["bucket", *_SHARDING_COLUMNS])
+    out = df.drop(columns=["bucket", *SHARDING_COLUMNS])
     out["num_microbatches"] = m
     out["iteration_time_s"] = iteration
     out["compute_s"] = np.where(ok, m * compute0, np.inf)
@@ -760,7 +767,7 @@ def pipeline_lower_bound_s(
     Rows the schedule cannot run get a finite bound (their screened time is infinite).
     """
     topo = _topology(profile, cluster)
-    df = _with_sharding(df)
+    df = with_sharding(df)
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     parts = priced_parts(model, job, profile, df, topo, options)
     c = {k: v.to_numpy() for k, v in pd.concat([df, *parts], axis=1).items()}
@@ -769,25 +776,6 @@ def pipeline_lower_bound_s(
     *times, _ = _stage_times(c, model, no_recompute, lambda params: np.zeros(len(params)))
     send = _send_s(c, model, job, options)
     return _pipeline_s(c, times, send, np.maximum(m, 1), options.overlap_p2p)
-
-
-_SHARDING_COLUMNS = ["optim_sharded", "grads_sharded", "params_sharded"]
-
-
-def _with_sharding(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with what each row shards over data parallelism: the optimizer (distributed
-    optimizer, or Megatron-FSDP other than no_shard), gradients (reduce-scattered: the
-    distributed optimizer, or `optim_grads`/`optim_grads_params`) and weights
-    (`optim_grads_params`); `costmodel.runtimes.megatron.megatron_fsdp.optimizer_sharded` and
-    `grads_reduce_scattered` per row."""
-    fsdp = df["use_megatron_fsdp"].astype(bool)
-    strategy = df["data_parallel_sharding_strategy"]
-    distopt = df["distributed_optimizer"].astype(bool)
-    return df.assign(
-        optim_sharded=distopt | (fsdp & (strategy != "no_shard")),
-        grads_sharded=distopt | (fsdp & strategy.isin(["optim_grads", "optim_grads_params"])),
-        params_sharded=fsdp & (strategy == "optim_grads_params"),
-    )
 
 
 def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> tuple[int, int, int]:

@@ -1,0 +1,112 @@
+"""FP8 weight storage (costmodel.memory.Fp8WeightStorage) in memory and the parameter
+all-gather.
+
+Byte counts per linear-layer weight element, worked from Transformer Engine's tensor
+classes (``Float8Tensor``: 1-byte data, plus a 1-byte transpose where FP8 GEMMs are TN only;
+``MXFP8Tensor``: row-wise and column-wise bytes with one scale byte per 32 elements each)
+and Megatron-core's buffers (``param_and_grad_buffer.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel.estimate import estimate_plan
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.memory import Fp8WeightStorage, memory_per_stage, stage_params
+from profiles.store import load_profile
+from specs.cluster import ClusterSpec
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.params import count_params
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+
+MODEL = get_preset("llama3-8b")
+FP8 = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+BF16 = dataclasses.replace(FP8, precision="bf16")
+
+
+@pytest.mark.parametrize(
+    ("storage", "param_bytes", "cache_bytes", "gather_bytes"),
+    [
+        # bf16 parameter + cached FP8 data and transpose (Hopper)
+        (Fp8WeightStorage(), 2.0, 2.0, 2.0),
+        # Blackwell: no transpose
+        (Fp8WeightStorage(tn_gemm_only=False), 2.0, 1.0, 2.0),
+        # FP8 parameters, per-tensor scaling: uint8 parameter buffer, FP8 all-gather
+        (Fp8WeightStorage(recipe="tensorwise", fp8_param=True, tn_gemm_only=False), 1.0, 0, 1),
+        (Fp8WeightStorage(recipe="delayed", fp8_param=True), 2.0, 0.0, 1.0),
+        # MXFP8 parameters: 2 + 2/32 bytes kept, gathered in bf16 through the grad buffer
+        (Fp8WeightStorage(recipe="mxfp8", fp8_param=True), 2.0625, 0.0, 2.0),
+        (Fp8WeightStorage(recipe="mxfp8"), 2.0, 2.0625, 2.0),
+    ],
+)
+def test_bytes_per_linear_weight_element(storage, param_bytes, cache_bytes, gather_bytes):
+    assert storage.param_bytes(FP8) == param_bytes
+    assert storage.cache_bytes(FP8) == cache_bytes
+    assert storage.gather_bytes(FP8) == gather_bytes
+    # bf16 runs keep bf16 weights whatever the FP8 fields say
+    assert (storage.linear_bytes(BF16), storage.gather_bytes(BF16)) == (2.0, 2.0)
+
+
+def test_linear_params_are_the_layers_projections():
+    plan = ParallelPlan.for_world(8, tp=2, pp=1)
+    params = stage_params(MODEL, plan, 0)
+    counts = count_params(MODEL)
+    per_layer = counts.layers[0]
+    assert params.linear == pytest.approx(
+        MODEL.num_layers * (per_layer.attention + per_layer.mlp) / 2
+    )
+    assert params.linear < params.total
+
+
+def test_default_fp8_run_keeps_the_cached_copy_and_fp8_params_drop_the_bf16_weight():
+    plan = ParallelPlan.for_world(8, tp=1, distributed_optimizer=True)
+    linear = stage_params(MODEL, plan, 0).linear
+    (bf16,) = memory_per_stage(MODEL, BF16, plan)
+    (cached,) = memory_per_stage(MODEL, FP8, plan)
+    assert cached.weights_bytes - bf16.weights_bytes == pytest.approx(2.0 * linear)
+    storage = Fp8WeightStorage(recipe="tensorwise", fp8_param=True, tn_gemm_only=False)
+    (fp8_params,) = memory_per_stage(MODEL, FP8, plan, fp8_weights=storage)
+    assert bf16.weights_bytes - fp8_params.weights_bytes == pytest.approx(linear)
+
+
+def test_megatron_fsdp_shards_and_gathers_fp8_parameters():
+    plan = ParallelPlan.for_world(
+        64,
+        tp=1,
+        use_megatron_fsdp=True,
+        data_parallel_sharding_strategy="optim_grads_params",
+        distributed_optimizer=False,
+    )
+    storage = Fp8WeightStorage(recipe="tensorwise", fp8_param=True, tn_gemm_only=False)
+    (bf16,) = memory_per_stage(MODEL, FP8, plan, fp8_weights=Fp8WeightStorage(fp8_param=False))
+    (fp8,) = memory_per_stage(MODEL, FP8, plan, fp8_weights=storage)
+    linear = stage_params(MODEL, plan, 0).linear
+    # without FP8 parameters TE caches every gathered weight whole: 2 bytes per element
+    assert bf16.weights_bytes > 2.0 * linear
+    # with them the shard and the two gathered layers are about half the bf16 ones
+    assert fp8.weights_bytes < 0.6 * (bf16.weights_bytes - 2.0 * linear)
+
+
+def test_fp8_parameters_shorten_the_parameter_all_gather():
+    model = MODEL
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
+    plan = ParallelPlan.for_world(
+        64, tp=1, distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=False
+    )
+    profile = load_profile("h100-sxm-80gb")
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    base = estimate_plan(model, cluster, FP8, plan, profile, options=options)
+    fp8 = estimate_plan(
+        model, cluster, FP8, plan, profile, options=dataclasses.replace(options, fp8_param=True)
+    )
+    assert 0 < fp8.breakdown.dp_exposed_s < base.breakdown.dp_exposed_s
+
+
+def test_unknown_recipe_is_refused():
+    with pytest.raises(SpecError, match="fp8_recipe"):
+        ExecutionOptions(fp8_recipe="nvfp4")
