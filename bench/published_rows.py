@@ -38,6 +38,7 @@ from row_recipes import (
     NotExpressible,
     expandable_segments,
     expert_tp,
+    fp8_weight_fields,
     mtp_layers,
     pipeline_fields,
     refusal,
@@ -339,14 +340,20 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
     (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`), for a
-    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), and
-    its allocator's expandable segments (`row_recipes.expandable_segments`)."""
+    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
+    allocator's expandable segments (`row_recipes.expandable_segments`) and FP8 weights
+    (`row_recipes.fp8_weight_fields`); Blackwell rows run FP8 GEMMs in any layout
+    (``fp8_tn_gemm_only`` False: TE ``is_non_tn_fp8_gemm_supported`` from compute
+    capability 10.0)."""
     options = _era_options(raw)
     fields = moe_runtime_fields(raw)
     if plan is not None:
         fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
     if expandable_segments(raw):
         fields["expandable_segments"] = True
+    fields.update(fp8_weight_fields(raw))
+    if gpu_generation(_text(raw, "gpu_type")) == "Blackwell":
+        fields["fp8_tn_gemm_only"] = False
     return dataclasses.replace(options, **fields) if fields else options
 
 

@@ -428,3 +428,36 @@ def recipe_mismatch(raw: dict[str, str]) -> str | None:
         ):
             return reason
     return None
+
+
+FP8_PARAM_OFF: tuple[tuple[str, str], ...] = (("MBRIDGE-26.06", "gpt oss"),)
+"""(source prefix, model prefix) of FP8 rows whose recipe turns FP8 parameters off:
+Megatron-Bridge v0.5.0 (26.06) builds every GPT-OSS precision config through
+``get_gpt_oss_20b_precision_config`` (``scripts/performance/configs/gpt_oss/
+gpt_oss_llm_pretrain.py``: ``fp8_param = fp8_param_gather = False``)."""
+
+
+def fp8_weight_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ExecutionOptions` FP8 weight fields of an FP8 row's recipe; empty for other rows.
+
+    - Megatron-Bridge: every release's FP8 precision configs (``bf16_with_fp8_delayed_
+      scaling_mixed``, ``bf16_with_fp8_current_scaling_mixed``, ``bf16_with_mxfp8_mixed`` in
+      ``src/megatron/bridge/training/mixed_precision.py``, tags v0.1.0rc4 to v0.5.x, used by
+      ``get_precision_config`` and ``_perf_precision``) set ``fp8_param_gather = True``
+      (MXFP8 with ``reuse_grad_buf_for_mxfp8_param_ag``), except `FP8_PARAM_OFF`. The
+      recipe is MXFP8 for rows printed MXFP8, FP8-MX or with the "alternative quantization
+      granularity" (MXFP8 on GB200/B200), per-tensor current scaling otherwise (FP8,
+      FP8-CS, and the 25.09 "not stated" main value).
+    - Megatron-MoE model zoo: ``sbatch_benchmarking.sh`` runs ``--fp8-recipe mxfp8
+      --fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag`` without optimizer offload.
+    """
+    source = raw.get("source_id", "")
+    precision = (raw.get("precision") or "").strip().upper()
+    if not source.startswith(("MBRIDGE-", "MOEZOO-")) or not _is_fp8(precision):
+        return {}
+    mxfp8 = precision.startswith(("MXFP8", "FP8-MX", "ALTERNATIVE"))
+    fields: dict[str, object] = {
+        "fp8_recipe": "mxfp8" if mxfp8 else "tensorwise",
+        "fp8_param": not _matches(raw, FP8_PARAM_OFF),
+    }
+    return fields

@@ -432,3 +432,25 @@ def test_rows_printed_unlike_their_recipe_carry_the_reason():
     )
     assert "micro-batch 1" in recipes.recipe_mismatch(row_352)
     assert recipes.recipe_mismatch(LLAMA405_GB200) is None
+
+
+def test_fp8_rows_keep_the_recipes_fp8_parameters():
+    # Megatron-Bridge FP8 current scaling (mixed_precision.py, every release): FP8
+    # parameters, per-tensor scales; GB200 runs FP8 GEMMs in any layout
+    options = rows_mod.case_for_row(LLAMA70_FSDP).options
+    assert (options.fp8_param, options.fp8_recipe) == (True, "tensorwise")
+    assert not options.fp8_tn_gemm_only
+    for release in ("25.09", "25.11", "26.02", "26.06"):
+        row = _with(LLAMA70_FSDP, source_id=f"MBRIDGE-{release}")
+        assert recipes.fp8_weight_fields(row)["fp8_param"], release
+    # MXFP8 (bf16_with_mxfp8_mixed) and its 25.09 "alternative" rows
+    mx = _with(LLAMA405_GB200, precision="MXFP8")
+    assert recipes.fp8_weight_fields(mx) == {"fp8_recipe": "mxfp8", "fp8_param": True}
+    alternative = _with(LLAMA405_GB200, precision="alternative quantization granularity (GB)")
+    assert recipes.fp8_weight_fields(alternative)["fp8_recipe"] == "mxfp8"
+    # GPT-OSS in 26.06: get_gpt_oss_20b_precision_config turns FP8 parameters off
+    assert rows_mod.case_for_row(GPT_OSS_B300).options.fp8_param is False
+    # BF16 rows and other sources keep Megatron-core's defaults
+    assert recipes.fp8_weight_fields(_with(LLAMA405_GB200, precision="BF16")) == {}
+    nemo = _with(LLAMA405_GB200, source_id="NEMO-LONGSEQ")
+    assert recipes.fp8_weight_fields(nemo) == {}
