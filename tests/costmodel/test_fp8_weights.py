@@ -16,6 +16,8 @@ import pytest
 from costmodel.estimate import estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import Fp8WeightStorage, memory_per_stage, stage_params
+from costmodel.plan_frame import plans_frame
+from costmodel.screen import screen_plans
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -105,8 +107,48 @@ def test_fp8_parameters_shorten_the_parameter_all_gather():
         model, cluster, FP8, plan, profile, options=dataclasses.replace(options, fp8_param=True)
     )
     assert 0 < fp8.breakdown.dp_exposed_s < base.breakdown.dp_exposed_s
+    # the closed-form screen gathers the same bytes: it moves by the simulator's change
+    fp8_options = dataclasses.replace(options, fp8_param=True)
+    screened = [
+        screen_plans(model, cluster, FP8, profile, plans_frame([plan]), options=o)
+        for o in (options, fp8_options)
+    ]
+    moved = screened[0]["iteration_time_s"][0] - screened[1]["iteration_time_s"][0]
+    assert moved == pytest.approx(base.iteration_time_s - fp8.iteration_time_s, rel=0.1)
 
 
 def test_unknown_recipe_is_refused():
     with pytest.raises(SpecError, match="fp8_recipe"):
         ExecutionOptions(fp8_recipe="nvfp4")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        DEFAULT_OPTIONS,
+        dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise", fp8_param=True),
+        dataclasses.replace(
+            DEFAULT_OPTIONS, fp8_recipe="mxfp8", fp8_param=True, fp8_tn_gemm_only=False
+        ),
+    ],
+)
+def test_screen_counts_fp8_weights_as_the_simulator(options):
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
+    fsdp = {
+        "use_megatron_fsdp": True,
+        "data_parallel_sharding_strategy": "optim_grads_params",
+        "distributed_optimizer": False,
+    }
+    plans = [
+        ParallelPlan.for_world(64, tp=1, pp=1, distributed_optimizer=True),
+        ParallelPlan.for_world(64, tp=2, pp=4, vpp=2, distributed_optimizer=True),
+        ParallelPlan.for_world(64, tp=1, pp=1, overlap_grad_reduce=True, **fsdp),
+        ParallelPlan.for_world(64, tp=2, pp=2, overlap_grad_reduce=True, **fsdp),
+    ]
+    profile = load_profile("h100-sxm-80gb")
+    screened = screen_plans(MODEL, cluster, FP8, profile, plans_frame(plans), options=options)
+    simulated = [estimate_plan(MODEL, cluster, FP8, p, profile, options=options) for p in plans]
+    for got, want in zip(screened["peak_memory_bytes"], simulated, strict=True):
+        assert got == pytest.approx(want.peak_memory_bytes, rel=0.01)
+    for got, want in zip(screened["iteration_time_s"], simulated, strict=True):
+        assert got == pytest.approx(want.iteration_time_s, rel=0.05)
