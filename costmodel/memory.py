@@ -248,7 +248,8 @@ class StageMemory:
     in_flight_microbatches: int
     """Microbatch-chunks whose activations the stage holds at its peak."""
     weights_bytes: float
-    """Model weights (bf16, or fp32 for fp32 runs)."""
+    """Model weights (bf16, or fp32 for fp32 runs); in fp8 runs the linear layers' weights
+    as `Fp8WeightStorage` keeps them (with TE's cached FP8 copy, or as FP8 parameters)."""
     gradients_bytes: float
     """Main gradients (fp32), full size on every rank; twice that under PyTorch DDP's
     bucket copy (`ExecutionOptions.ddp_gradient_copy`)."""
