@@ -214,6 +214,15 @@ class Fp8WeightStorage:
             return self.quantized_bytes()
         return float(bytes_per_param(job)[0])
 
+    def shard_bytes(self, job: TrainingJob) -> float:
+        """Bytes per element of a Megatron-FSDP shard of a linear-layer parameter: the
+        row-wise data alone for per-tensor FP8 parameters (the transpose is made after
+        the gather; a transposed buffer exists only for MXFP8, ``fp8_need_transpose_data``
+        in ``megatron_fsdp/mixed_precision.py``), else `param_bytes`."""
+        if job.precision == "fp8" and self.fp8_param and self.recipe != "mxfp8":
+            return 1.0
+        return self.param_bytes(job)
+
     def cache_bytes(self, job: TrainingJob) -> float:
         """Bytes per element of TE's cached FP8 copy of a bf16 linear-layer parameter, held
         for the whole (gathered) weight: zero outside fp8 runs and with FP8 parameters."""
@@ -523,6 +532,7 @@ def memory_per_stage(
                 bytes_per_param=(weight, grad, state),
                 linear_params=params.linear,
                 linear_param_bytes=fp8_weights.param_bytes(job),
+                linear_shard_bytes=fp8_weights.shard_bytes(job),
             )
             fsdp_cache = fp8_weights.cache_bytes(job) * params.linear
             weights_bytes = fsdp.weights_bytes + fsdp_cache

@@ -152,3 +152,11 @@ def test_screen_counts_fp8_weights_as_the_simulator(options):
         assert got == pytest.approx(want.peak_memory_bytes, rel=0.01)
     for got, want in zip(screened["iteration_time_s"], simulated, strict=True):
         assert got == pytest.approx(want.iteration_time_s, rel=0.05)
+
+
+def test_megatron_fsdp_shards_keep_row_wise_data_only_for_per_tensor_fp8():
+    # Megatron-FSDP builds a transposed weight buffer only for MXFP8
+    # (fp8_need_transpose_data); per-tensor shards are uint8 row-wise data
+    assert Fp8WeightStorage(recipe="delayed", fp8_param=True).shard_bytes(FP8) == 1.0
+    assert Fp8WeightStorage(recipe="mxfp8", fp8_param=True).shard_bytes(FP8) == 2.0625
+    assert Fp8WeightStorage().shard_bytes(FP8) == 2.0

@@ -79,15 +79,18 @@ def fsdp_state_bytes(
     bytes_per_param: tuple[int, int, int],
     linear_params: float = 0.0,
     linear_param_bytes: float | None = None,
+    linear_shard_bytes: float | None = None,
 ) -> FsdpStateBytes:
     """Weight, gradient and optimizer bytes of a rank holding ``dense_params`` dense and
     ``expert_params`` routed-expert parameters (its TP/EP/PP share), under the plan's
     sharding strategy. ``bytes_per_param``: (weight, gradient, optimizer) bytes;
     ``linear_params`` of them (the transformer layers' linear layers) are stored at
-    ``linear_param_bytes`` each (FP8 parameters; the weight bytes when None): the shard at
-    the rank's mean bytes per parameter, the gathered layers at their own."""
+    ``linear_param_bytes`` each whole or gathered and ``linear_shard_bytes`` each in the
+    shard (FP8 parameters, `costmodel.memory.Fp8WeightStorage`; the weight bytes when
+    None), the shard at the rank's mean bytes per parameter."""
     weight, grad, state = bytes_per_param
     linear_weight = weight if linear_param_bytes is None else linear_param_bytes
+    shard_weight = linear_weight if linear_shard_bytes is None else linear_shard_bytes
     strategy = plan.data_parallel_sharding_strategy
     dense_shards = plan.dp * plan.cp
     expert_shards = max(plan.expert_dp, 1)
@@ -99,7 +102,8 @@ def fsdp_state_bytes(
     gradients = grad * (min(sharded + working, total) if grads_sharded else total)
     whole_bytes = weight * (total - linear_params) + linear_weight * linear_params
     if strategy == "optim_grads_params":
-        mean = whole_bytes / total if total else float(weight)
+        shard_bytes = weight * (total - linear_params) + shard_weight * linear_params
+        mean = shard_bytes / total if total else float(weight)
         layers_bytes = GATHERED_LAYERS * largest_layer_weight_bytes(
             model, plan, weight, linear_weight
         )

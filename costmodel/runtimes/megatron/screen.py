@@ -570,6 +570,7 @@ def _memory_bytes(
     `costmodel.memory.memory_per_stage`)."""
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
+    linear_shard = fp8_weights.shard_bytes(job)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
     grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
     frame = FrameworkAllowance()
@@ -602,7 +603,8 @@ def _memory_bytes(
         linear = c[f"p{tag}l"]  # linear layers' weights at `Fp8WeightStorage` bytes
         whole = weight * (params - linear) + linear_param * linear
         layer = linear_param * c["layer_lin"] + weight * c["layer_other"]
-        gathered = np.minimum(whole / params * sharded + GATHERED_LAYERS * layer, whole)
+        shard = (weight * (params - linear) + linear_shard * linear) / params * sharded
+        gathered = np.minimum(shard + GATHERED_LAYERS * layer, whole)
         model_state = (
             np.where(c["params_sharded"], gathered, whole)
             + linear_cache * linear
