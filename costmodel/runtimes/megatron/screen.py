@@ -63,10 +63,12 @@ from costmodel.runtimes.megatron.layer_costs import (
 )
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
-    SHARDING_COLUMNS,
-    closed_form_fsdp_gather_s,
     largest_layer_params,
     largest_layer_weight_bytes,
+)
+from costmodel.runtimes.megatron.screen_sharding import (
+    SHARDING_COLUMNS,
+    closed_form_fsdp_gather_s,
     with_sharding,
 )
 from costmodel.schedules import plan_split
