@@ -362,16 +362,17 @@ class ExecutionOptions:
 
     fp8_recipe: Fp8Recipe = "delayed"
     """Transformer Engine's FP8 scaling recipe in fp8 runs (Megatron-core ``--fp8-recipe``,
-    default ``delayed``): ``delayed`` and ``tensorwise`` (current) keep one scale per
-    tensor, ``mxfp8`` one per 32 elements. Sets the bytes of TE's FP8 copy of each linear
-    weight (`costmodel.memory.Fp8WeightStorage`; memory and the parameter all-gather)."""
+    ``TransformerConfig.fp8_recipe``, default ``delayed``): ``delayed`` and ``tensorwise``
+    (current) keep one scale per tensor, ``mxfp8`` one per 32 elements. Sets the bytes of
+    TE's FP8 copy of each linear weight (`costmodel.memory.Fp8WeightStorage`; memory and
+    the parameter all-gather)."""
 
     fp8_param: bool = False
-    """Megatron-core ``--fp8-param-gather`` (Megatron-Bridge ``fp8_param_gather``; default
-    False): the linear weights are FP8 parameters built under TE's ``fp8_model_init``, the
-    fp32 master copy lives in the optimizer and the data-parallel all-gather moves FP8
-    bytes (`costmodel.memory.Fp8WeightStorage`). False: bf16 parameters, with TE's FP8 copy
-    of each cached across microbatches."""
+    """Megatron-core ``--fp8-param-gather`` (``TransformerConfig.fp8_param``, Megatron-Bridge
+    ``fp8_param_gather``; default False): the linear weights are FP8 parameters built
+    under TE's ``fp8_model_init``, the fp32 master copy lives in the optimizer and the
+    data-parallel all-gather moves FP8 bytes (`costmodel.memory.Fp8WeightStorage`).
+    False: bf16 parameters, with TE's FP8 copy of each cached across microbatches."""
 
     fp8_tn_gemm_only: bool = True
     """The device's FP8 GEMMs take only the TN layout, so TE keeps a transposed copy of each
