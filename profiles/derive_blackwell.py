@@ -106,7 +106,7 @@ GB200_NVL72 = Figures(
 
 GB300_NVL72 = Figures(
     name="gb300-nvl72",
-    generation="blackwell",
+    generation="blackwell_ultra",
     device_name="NVIDIA GB300 NVL72 (per Blackwell Ultra GPU)",
     vendor="NVIDIA",
     backend="nccl",
@@ -135,12 +135,18 @@ GB300_NVL72 = Figures(
         f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
         f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU.",
         "Attention: no GB300 figure; H100 FA3 curves scaled by the MAMF ratio 1822.0/794.5.",
+        "Generation blackwell_ultra, not blackwell: Blackwell Ultra is its own chip "
+        "(compute capability sm_103 vs sm_100 for B200/GB200: Transformer Engine "
+        "transformer_engine/common/CMakeLists.txt builds 103a beside 100a; per-GPU TDP, "
+        "SFU exponential rate differ [S9]). Its published training rate is not explained "
+        "by any microbenchmark in these sources, so the peaks stay and the cost model's "
+        "fitted factors take their own blackwell_ultra values.",
     ),
 )
 
 B300 = Figures(
     name="b300",
-    generation="blackwell",
+    generation="blackwell_ultra",
     device_name="NVIDIA B300 (HGX/DGX B300)",
     vendor="NVIDIA",
     backend="nccl",
@@ -175,5 +181,11 @@ B300 = Figures(
         f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
         f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU.",
         "Attention: no B300 figure; H100 FA3 curves scaled by the MAMF ratio 1769.0/794.5.",
+        "Generation blackwell_ultra, not blackwell: Blackwell Ultra is its own chip "
+        "(compute capability sm_103 vs sm_100 for B200/GB200: Transformer Engine "
+        "transformer_engine/common/CMakeLists.txt builds 103a beside 100a; per-GPU TDP, "
+        "SFU exponential rate differ [S9]). Its published training rate is not explained "
+        "by any microbenchmark in these sources, so the peaks stay and the cost model's "
+        "fitted factors take their own blackwell_ultra values.",
     ),
 )

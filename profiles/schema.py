@@ -45,9 +45,11 @@ SCHEMA_VERSION = 1
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
 """Valid dtype keys of `peak_tflops`, `gemm_efficiency` and attention curves."""
 
-GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "cdna3")
+GENERATIONS: tuple[str, ...] = ("ampere", "hopper", "blackwell", "blackwell_ultra", "cdna3")
 """Valid `DeviceSpec.generation` names: NVIDIA Ampere (A100), Hopper (H100, H200, H800),
-Blackwell (B200, B300, GB200, GB300) and AMD CDNA 3 (MI300X)."""
+Blackwell (B200, GB200; compute capability sm_100), Blackwell Ultra (B300, GB300; sm_103, a
+distinct chip: its own key in the cost model's fitted per-generation tables) and AMD CDNA 3
+(MI300X)."""
 
 DeviceKind = Literal["gpu", "cpu"]
 Direction = Literal["forward", "backward"]
@@ -101,7 +103,7 @@ class DeviceSpec:
     measured profile stores the best measured copy rate)."""
     generation: str = ""
     """Architecture generation of the device (`GENERATIONS`: ``ampere``, ``hopper``,
-    ``blackwell``, ``cdna3``), the key of the cost model's per-generation tables
+    ``blackwell``, ``blackwell_ultra``, ``cdna3``), the key of the cost model's per-generation tables
     (`costmodel.sustained.sustained_gemm_rate_factor`); empty when not known (a CPU, or a
     measured GPU that matches no stored profile)."""
 
