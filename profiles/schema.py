@@ -103,8 +103,9 @@ class DeviceSpec:
     measured profile stores the best measured copy rate)."""
     generation: str = ""
     """Architecture generation of the device (`GENERATIONS`: ``ampere``, ``hopper``,
-    ``blackwell``, ``blackwell_ultra``, ``cdna3``), the key of the cost model's per-generation tables
-    (`costmodel.sustained.sustained_gemm_rate_factor`); empty when not known (a CPU, or a
+    ``blackwell``, ``blackwell_ultra``, ``cdna3``), the key of the cost model's
+    per-generation tables (`costmodel.sustained.sustained_gemm_rate_factor`,
+    `costmodel.execution.fp8_gemm_rate_factor`); empty when not known (a CPU, or a
     measured GPU that matches no stored profile)."""
 
     def __post_init__(self) -> None:
