@@ -91,18 +91,46 @@ each with the Megatron-LM argument that brought it:
 - ``megatron_fsdp``: ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
   (Megatron-FSDP)."""
 
+FP8_GEMM_RATE_FACTORS: dict[str, float] = {
+    "hopper": 0.65,
+    "blackwell": 0.65,
+    "blackwell_ultra": 0.65,
+}
+"""Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
+`profiles.schema.DeviceSpec.generation`, for the generations with published FP8 runs of
+their own: fitted by `bench/validate_published.py` (`validation_stats.fit_model` with
+``per_generation``) jointly with `MOE_HOST_LAUNCH_S` and the sustained 16-bit factors
+(`costmodel.sustained`), by grid coordinate descent on one objective: the median
+|log(predicted / published)| of each GPU generation's dense FP8 rows of
+``published-runs-dev.csv``, summed over the generations, plus the mean
+|log(predicted / published)| of the MoE rows. The rows that fitted each generation's value
+are listed by the bench's ``--json`` (``fitted.fp8_fitted_on_by_generation``): hopper by the
+NeMo long-sequence Llama-2-7B rows on H100 (priced with FlashAttention-2-class attention as
+their stack ran it), blackwell by the Megatron-Bridge and Megatron-MoE model-zoo rows on B200
+and GB200, blackwell_ultra by the Megatron-Bridge rows on B300 and GB300. Blackwell Ultra
+has its own value because same-recipe Megatron-Bridge runs publish a higher rate per GPU on
+GB300 than on GB200 (the bench's ``same_recipe_ratios``) that the profiles' peaks, copied
+from GB200's MAMF for want of a GB300 figure, do not carry. Each generation's FP8 rows come
+from one source family, so leaving it out leaves the generation to the shared value
+(`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
+(`costmodel.compute.fp8_quantize_time_s`)."""
+
 FP8_GEMM_RATE_FACTOR = 0.65
-"""Default `ExecutionOptions.fp8_gemm_rate_factor`: fitted by `bench/validate_published.py`
-(`validation_stats.fit_model`) jointly with `MOE_HOST_LAUNCH_S`, by grid coordinate descent
-on one objective: the median |log(predicted / published)| of each GPU generation's dense
-FP8 rows of ``published-runs-dev.csv``, summed over the generations, plus the mean
-|log(predicted / published)| of the MoE rows. The rows that fitted it are every priced
-trust A/B FP8 row (NeMo long-sequence Llama-2-7B on H100, priced with FlashAttention-2-class
-attention as their stack ran it; Megatron-Bridge and Megatron-MoE model-zoo rows on B200,
-B300, GB200 and GB300); the bench's ``--json`` lists them (``fitted.fitted_on``). The FP8
-quantization kernels are priced explicitly (`costmodel.compute.fp8_quantize_time_s`). One
-value for every GPU generation: fitted apart, H100's rows give 0.7 and Blackwell's 0.65,
-and leave-one-source-out figures are the same either way (the JSON's ``per_generation``)."""
+"""Default FP8 GEMM rate factor of a GPU generation without its own entry in
+`FP8_GEMM_RATE_FACTORS` (Ampere, whose published runs are 16-bit; CDNA 3; a measured GPU of
+unknown generation): one value fitted on every FP8 row together, the same objective as
+`FP8_GEMM_RATE_FACTORS` with one factor for all generations (``fitted.fp8_gemm_rate_factor``
+of the bench's ``--json``, whose ``fitted_on`` lists the rows)."""
+
+
+def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
+    """Multiplier, in (0, 1], on ``profile``'s fp8 GEMM efficiency for a Megatron-core
+    training step with Transformer Engine FP8: ``override`` when given
+    (`ExecutionOptions.fp8_gemm_rate_factor`), else the value of the profile's generation
+    (`FP8_GEMM_RATE_FACTORS`; `FP8_GEMM_RATE_FACTOR` for the others)."""
+    if override is not None:
+        return override
+    return FP8_GEMM_RATE_FACTORS.get(profile.device.generation, FP8_GEMM_RATE_FACTOR)
 
 
 FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
@@ -135,7 +163,7 @@ def flash_attention_rate(direction: str, seq_len: int) -> float:
 
 MOE_HOST_LAUNCH_S = 60e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
-jointly with `FP8_GEMM_RATE_FACTOR` (the objective in its docstring; 5 us grid) on every
+jointly with `FP8_GEMM_RATE_FACTORS` (the objective in its docstring; 5 us grid) on every
 priced trust A/B MoE row of ``published-runs-dev.csv`` (Megatron-Bridge and Megatron-MoE
 model-zoo recipes; the bench's ``--json`` lists them, ``fitted.moe_host_fitted_on``), one
 value for every GPU generation. The floor binds on rows with little GPU work per MoE layer
@@ -210,7 +238,7 @@ class ExecutionOptions:
     containers on an A100. It scales every cuBLAS GEMM (linear layers, the materialized
     attention's batched GEMMs), not fused attention kernels or memory-bound operators."""
 
-    fp8_gemm_rate_factor: float = FP8_GEMM_RATE_FACTOR
+    fp8_gemm_rate_factor: float | None = None
     """Multiplier, in (0, 1], on the profile's fp8 GEMM efficiency for GEMMs run through
     Transformer Engine's FP8 recipes (`framework_profile`). The profile's fp8 curve is the
     bare cuBLASLt rate on square shapes (MAMF); a training step's FP8 linear layers also
@@ -219,9 +247,10 @@ class ExecutionOptions:
     (Transformer Engine ``fp8_autocast`` recipes), which NVIDIA's own guide puts at an
     end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
     ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
-    about 1.8x. The default is fitted on published FP8 runs jointly with
-    `moe_host_launch_s`, one value for every GPU generation (`FP8_GEMM_RATE_FACTOR`); 1
-    keeps the bare rate. It also absorbs what the
+    about 1.8x. None (the default) takes the value fitted on published FP8 runs for the
+    profile's GPU generation (`fp8_gemm_rate_factor`: `FP8_GEMM_RATE_FACTORS`, else
+    `FP8_GEMM_RATE_FACTOR`); a number overrides it for every generation; 1 keeps the bare
+    rate. It also absorbs what the
     bf16 parts of small dense models miss, so it is a fitted figure, not a kernel rate."""
 
     moe_host_launch_s: float = MOE_HOST_LAUNCH_S
@@ -405,10 +434,12 @@ class ExecutionOptions:
                 f"gemm_rate_factor must be in (0, 1], got {self.gemm_rate_factor!r}; it "
                 "scales the profile's GEMM efficiency down for an older BLAS library"
             )
-        if not 0.0 < self.fp8_gemm_rate_factor <= 1.0:
+        fp8 = self.fp8_gemm_rate_factor
+        if fp8 is not None and not 0.0 < fp8 <= 1.0:
             raise SpecError(
-                f"fp8_gemm_rate_factor must be in (0, 1], got {self.fp8_gemm_rate_factor!r}; "
-                "it scales the profile's fp8 GEMM efficiency down for FP8 recipe overheads"
+                f"fp8_gemm_rate_factor must be in (0, 1] or None, got {fp8!r}; it scales the "
+                "profile's fp8 GEMM efficiency down for FP8 recipe overheads, None takes the "
+                "fitted default of the profile's GPU generation"
             )
         sustained = self.sustained_gemm_rate_factor
         if sustained is not None and not 0.0 < sustained <= 1.0:
@@ -539,7 +570,8 @@ def runtime_options(runtime: str) -> ExecutionOptions:
 def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
     """``profile`` as the framework's kernels see it: every GEMM efficiency point times
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
-    ``options.fp8_gemm_rate_factor``, bf16 and fp16 points also times the sustained rate
+    the FP8 rate factor of the profile's generation or ``options.fp8_gemm_rate_factor``
+    (`fp8_gemm_rate_factor`), bf16 and fp16 points also times the sustained rate
     factor (`costmodel.sustained.sustained_gemm_rate_factor`), and with
     ``options.flash_attention_version`` 2 the attention curves of an FA3 profile at FA2's
     rate (`fa2_attention_curves`); the profile itself when none of these applies to its
@@ -549,7 +581,7 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     factor = options.gemm_rate_factor
     by_dtype = dict.fromkeys(profile.compute.gemm_efficiency, 1.0)
     if "fp8" in by_dtype:
-        by_dtype["fp8"] = options.fp8_gemm_rate_factor
+        by_dtype["fp8"] = fp8_gemm_rate_factor(profile, options.fp8_gemm_rate_factor)
     sustained = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)
     by_dtype.update({d: sustained for d in SUSTAINED_DTYPES if d in by_dtype})
     fa2 = options.flash_attention_version == 2 and profile.compute.attention_kernel.startswith(
