@@ -24,6 +24,13 @@ Four sets of figures:
 - ``per_generation``: the same two fits with the other choice of `PER_GENERATION`, the
   evidence for that choice.
 
+The fits key their per-generation factors by the profile's `DeviceSpec.generation`
+(``fit_generation`` of each row), while the summaries group by the issue's generations
+(A100, H100/H800, Blackwell with B300 and GB300). ``same_recipe_ratios``
+(`bench/same_recipe.py`) gives the published tokens/s per GPU ratio of identical recipes on
+two GPU types, over every row of the CSV that prints that rate (``--rows`` does not filter
+it).
+
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]``
 (``--markdown`` writes docs/validation.md, ``--figure`` docs/validation.png).
 """
@@ -46,6 +53,7 @@ from published_rows import (
     published_iteration_time_s,
 )
 from row_recipes import recipe_mismatch
+from same_recipe import same_recipe_ratios
 from validation_stats import (
     FitGrid,
     FittedModel,
@@ -78,13 +86,16 @@ HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
 """Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
 SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
 """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values, 1.0 down to 0.6."""
-PER_GENERATION = False
-"""Whether the FP8 GEMM rate factor is fitted per GPU generation (`validation_stats.fit_model`)
-rather than once for all. Off: on the rows priced here each generation's FP8 rows come from
-one source family (H100: NeMo long-sequence; Blackwell: Megatron-Bridge), so leaving that
-family out leaves the generation without rows and it takes the shared factor: the
-out-of-sample figures are the same either way, and a parameter leave-one-source-out cannot
-test is not added. The ``per_generation`` block of the JSON shows both fits."""
+PER_GENERATION = True
+"""Whether the FP8 GEMM rate factor is fitted per GPU generation (`validation_stats.fit_model`,
+keyed by the profile's `DeviceSpec.generation`: `Outcome.fit_key`) rather than once for
+all. On: Blackwell Ultra (B300, GB300) publishes a higher training rate than Blackwell on
+identical recipes (``same_recipe_ratios``: GB300 over GB200 about 1.2) that its profiles'
+peaks do not carry (GB300 has no MAMF of its own), so its FP8 rows fit their own factor
+(`costmodel.execution.FP8_GEMM_RATE_FACTORS`). Each generation's FP8 rows come from one
+source family (H100: NeMo long-sequence; Blackwell and Blackwell Ultra: Megatron-Bridge,
+with the MoE model zoo on Blackwell), so leaving that family out leaves the generation to
+the shared factor. The ``per_generation`` block of the JSON shows the single-factor fit."""
 FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID, sustained_factors=SUSTAINED_GRID)
 """The grids the fits search (`validation_stats.fit_model`); rows are priced lazily, only
 at the points the coordinate descent visits (`row_predictor`)."""
@@ -142,6 +153,7 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         precision_text=raw.get("precision", ""),
         not_fit_reason="" if est.fits else recipe_mismatch(raw) or "",
         sustained_fixed=case.options.sustained_gemm_rate_factor is not None,
+        fit_generation=profile.device.generation,
     )
     return outcome, case
 
@@ -331,6 +343,7 @@ def outcome_row(o: Outcome, loso_error: float) -> dict[str, object]:
         "peak_memory_gib": o.peak_memory_gib,
         "device_memory_gib": o.device_memory_gib,
         "fits": o.fits,
+        "fit_generation": o.fit_key,
     } | ({"not_fit_reason": o.not_fit_reason} if o.not_fit_reason else {})
 
 
@@ -453,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         result = defaults_report(outcomes, apart)
     else:
         result = report(outcomes, apart, row_predictor(cases))
+    result["same_recipe_ratios"] = same_recipe_ratios(read_rows(args.csv))
     if args.search:
         from search_sanity import search_sanity
 

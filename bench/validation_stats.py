@@ -16,6 +16,11 @@ Pure functions over `Outcome` records (one per expressible published run):
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
 
+The fits key their per-generation factors by `Outcome.fit_generation` (the profile's
+`profiles.schema.DeviceSpec.generation`, the key of the cost model's tables), not by the
+reporting `Outcome.generation`: Blackwell Ultra rows (B300, GB300) report as Blackwell and
+fit their own factors.
+
 Errors are relative: (predicted - published) / published seconds per iteration.
 """
 
@@ -37,7 +42,7 @@ class Outcome:
     model: str
     plan: str
     generation: str
-    """A100, H100/H800 or Blackwell."""
+    """A100, H100/H800 or Blackwell: the reporting group (issue 33's summaries)."""
     precision: str
     """Job precision as priced (bf16 or fp8)."""
     kind: str
@@ -65,6 +70,16 @@ class Outcome:
     """The row's execution options fix the sustained 16-bit GEMM rate factor (the 2021
     option set, `costmodel.execution.MEGATRON_2021`): the fit neither uses the row for it
     nor moves the row with it."""
+    fit_generation: str = ""
+    """The profile's `profiles.schema.DeviceSpec.generation` (``ampere``, ``hopper``,
+    ``blackwell``, ``blackwell_ultra``, ...), the key of the per-generation fitted factors
+    (`fit_key`); empty: `generation`."""
+
+    @property
+    def fit_key(self) -> str:
+        """The generation whose fitted factors the row fits and takes: `fit_generation`,
+        else `generation`."""
+        return self.fit_generation or self.generation
 
     @property
     def error(self) -> float:
@@ -254,9 +269,9 @@ class FitRows:
     """The rows of each term of the fit's objective (`_objective`)."""
 
     fp8: dict[str, list[Outcome]]
-    """GPU generation -> its dense FP8 rows."""
+    """GPU generation (`Outcome.fit_key`) -> its dense FP8 rows."""
     sixteen: dict[str, list[Outcome]]
-    """GPU generation -> its dense 16-bit rows."""
+    """GPU generation (`Outcome.fit_key`) -> its dense 16-bit rows."""
     moe: list[Outcome]
     """Every MoE row."""
 
@@ -270,7 +285,7 @@ def _log_error(predicted_s: float, outcome: Outcome) -> float:
 
 
 def _row_error(o: Outcome, predict: Predict, point: Point, host: float) -> float:
-    g = o.generation
+    g = o.fit_key
     return _log_error(predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g))), o)
 
 
@@ -328,10 +343,10 @@ def _coordinate_descent(
 def _fit_rows(outcomes: list[Outcome]) -> FitRows:
     dense = [o for o in outcomes if o.kind == "dense"]
     return FitRows(
-        fp8=grouped((o for o in dense if o.precision == "fp8"), lambda o: o.generation),
+        fp8=grouped((o for o in dense if o.precision == "fp8"), lambda o: o.fit_key),
         sixteen=grouped(
             (o for o in dense if o.precision in SIXTEEN_BIT and not o.sustained_fixed),
-            lambda o: o.generation,
+            lambda o: o.fit_key,
         ),
         moe=[o for o in outcomes if o.kind == "moe"],
     )
@@ -362,12 +377,12 @@ def fit_model(
     ``fp8_factor``. No MoE row: launch time 0 (no floor)."""
     rows = _fit_rows(outcomes)
     fp8_rows = [o for o in outcomes if o.precision == "fp8"]
-    fp8_gens = sorted({o.generation for o in fp8_rows})
+    fp8_gens = sorted({o.fit_key for o in fp8_rows})
     shared = _shared_sustained(rows, predict, grid)
     own = {(SUSTAINED, g): g for g in rows.sixteen}
     fixed = {
         (SUSTAINED, g): shared
-        for g in {o.generation for o in outcomes} - set(rows.sixteen)
+        for g in {o.fit_key for o in outcomes} - set(rows.sixteen)
         if shared is not None
     }
     fp8_keys = {(FP8, g): g if per_generation else "all" for g in fp8_gens}
@@ -387,7 +402,7 @@ def fit_model(
         fitted_on=tuple(o.row_id for o in fp8_rows),
         fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_gen else {},
         fp8_fitted_on=(
-            {g: tuple(o.row_id for o in fp8_rows if o.generation == g) for g in fp8_gens}
+            {g: tuple(o.row_id for o in fp8_rows if o.fit_key == g) for g in fp8_gens}
             if per_gen
             else {}
         ),
@@ -416,7 +431,7 @@ def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -
     did not fit (None) keeps the row's own."""
     result = []
     for o in outcomes:
-        factor, sustained = model.factor(o.generation), model.sustained(o.generation)
+        factor, sustained = model.factor(o.fit_key), model.sustained(o.fit_key)
         host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
         result.append(
             dataclasses.replace(o, predicted_s=predict(o.row_id, factor, host, sustained))

@@ -1,0 +1,97 @@
+"""bench/validation_stats.py: per-generation FP8 factors keyed by the profile's generation
+(`Outcome.fit_generation`), apart from the reporting generation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.bench_loader import load_bench
+
+stats = load_bench("validation_stats")
+
+GRID = stats.FitGrid(
+    fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
+    host_launch_s=(0.0,),
+)
+
+# Synthetic dense FP8 rows: predicted seconds c + w / f at FP8 factor f; published seconds
+# those of a known f on the grid, one per profile generation: the fit must recover each.
+SHAPES = {"b1": (1.0, 2.0), "b2": (0.5, 3.0), "u1": (1.0, 2.0), "u2": (2.0, 1.0)}
+TRUTH = {"blackwell": 0.6, "blackwell_ultra": 0.8}
+
+
+def _seconds(row_id, factor):
+    c, w = SHAPES[row_id]
+    return c + w / (1.0 if factor is None else factor)
+
+
+def _predict(row_id, factor, host_s, sustained):
+    return _seconds(row_id, factor)
+
+
+def _row(row_id, source, fit_generation):
+    return stats.Outcome(
+        row_id=row_id,
+        source_id=source,
+        model="m",
+        plan=f"plan {row_id}",
+        generation="Blackwell",
+        precision="fp8",
+        kind="dense",
+        gpu_type="x",
+        num_gpus=8,
+        seq_length=4096,
+        published_s=_seconds(row_id, TRUTH[fit_generation]),
+        predicted_s=_seconds(row_id, None),
+        peak_memory_gib=1.0,
+        device_memory_gib=180.0,
+        fits=True,
+        fit_generation=fit_generation,
+    )
+
+
+def _rows():
+    return [
+        _row("b1", "MBRIDGE-25.09", "blackwell"),
+        _row("b2", "MOEZOO-1", "blackwell"),
+        _row("u1", "MBRIDGE-25.09", "blackwell_ultra"),
+        _row("u2", "MBRIDGE-26.02", "blackwell_ultra"),
+    ]
+
+
+def test_fit_key_is_the_profile_generation_else_the_reporting_one():
+    row = _row("b1", "S-1", "blackwell_ultra")
+    assert row.fit_key == "blackwell_ultra" and row.generation == "Blackwell"
+    bare = stats.Outcome(
+        **{f: getattr(row, f) for f in row.__dataclass_fields__ if f != "fit_generation"}
+    )
+    assert bare.fit_key == "Blackwell"
+
+
+def test_per_generation_fit_recovers_two_factors_within_one_reporting_generation():
+    model = stats.fit_model(_rows(), _predict, GRID, per_generation=True)
+    assert model.fp8_factors == TRUTH
+    assert model.fp8_fitted_on == {"blackwell": ("b1", "b2"), "blackwell_ultra": ("u1", "u2")}
+    applied = stats.apply_model(_rows(), _predict, model)
+    assert [o.error for o in applied] == pytest.approx([0.0] * 4)
+    assert model.factor("hopper") == model.fp8_factor in (0.6, 0.65, 0.7, 0.75, 0.8)
+
+
+def test_one_factor_for_all_cannot_fit_both():
+    model = stats.fit_model(_rows(), _predict, GRID)
+    assert model.fp8_factors == {}
+    applied = stats.apply_model(_rows(), _predict, model)
+    assert max(abs(o.error) for o in applied) > 0.05
+
+
+def test_leave_one_source_out_leaves_a_generation_without_rows_to_the_shared_factor():
+    rows = _rows()
+    rows[1] = _row("b2", "MBRIDGE-26.02", "blackwell")
+    rows[0] = _row("b1", "MOEZOO-1", "blackwell")
+    rows[3] = _row("u2", "MBRIDGE-26.02", "blackwell_ultra")
+    _, models = stats.leave_one_source_out(rows, _predict, GRID, per_generation=True)
+    without_zoo = models["MOEZOO"]
+    assert without_zoo.fp8_factors["blackwell_ultra"] == TRUTH["blackwell_ultra"]
+    without_bridge = models["MBRIDGE"]
+    assert set(without_bridge.fp8_factors) == {"blackwell"}
+    assert without_bridge.factor("blackwell_ultra") == without_bridge.fp8_factor
