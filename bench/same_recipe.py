@@ -96,3 +96,26 @@ def same_recipe_ratios(rows: Iterable[dict[str, str]]) -> dict[str, dict[str, ob
             "rows": [list(p) for p in pairs],
         }
     return result
+
+
+def with_predictions(
+    ratios: dict[str, dict[str, object]], predicted_s: dict[str, float]
+) -> dict[str, dict[str, object]]:
+    """``ratios`` (`same_recipe_ratios`) with the cost model's own ratio beside each: per
+    pair of GPU types the median predicted tokens/s per GPU ratio (``predicted_median``)
+    over the recipe pairs whose rows were all priced (``predicted_pairs``), from the
+    predicted seconds per iteration by row id (an identical recipe processes the same
+    tokens on the same GPU count, so the rate ratio is the inverse time ratio)."""
+    result: dict[str, dict[str, object]] = {}
+    for name, entry in ratios.items():
+        predicted = [
+            statistics.fmean(predicted_s[i] for i in bottom)
+            / statistics.fmean(predicted_s[i] for i in top)
+            for top, bottom, _ in entry["rows"]  # type: ignore[union-attr]
+            if all(i in predicted_s for i in (*top, *bottom))
+        ]
+        result[name] = entry | {
+            "predicted_pairs": len(predicted),
+            "predicted_median": statistics.median(predicted) if predicted else None,
+        }
+    return result

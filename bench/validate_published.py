@@ -29,7 +29,7 @@ The fits key their per-generation factors by the profile's `DeviceSpec.generatio
 (A100, H100/H800, Blackwell with B300 and GB300). ``same_recipe_ratios``
 (`bench/same_recipe.py`) gives the published tokens/s per GPU ratio of identical recipes on
 two GPU types, over every row of the CSV that prints that rate (``--rows`` does not filter
-it).
+it), and the cost model's ratio at the shipped defaults on the pairs it prices.
 
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]``
 (``--markdown`` writes docs/validation.md, ``--figure`` docs/validation.png).
@@ -53,7 +53,7 @@ from published_rows import (
     published_iteration_time_s,
 )
 from row_recipes import recipe_mismatch
-from same_recipe import same_recipe_ratios
+from same_recipe import same_recipe_ratios, with_predictions
 from validation_stats import (
     FitGrid,
     FittedModel,
@@ -466,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         result = defaults_report(outcomes, apart)
     else:
         result = report(outcomes, apart, row_predictor(cases))
-    result["same_recipe_ratios"] = same_recipe_ratios(read_rows(args.csv))
+    result["same_recipe_ratios"] = with_predictions(
+        same_recipe_ratios(read_rows(args.csv)), {o.row_id: o.predicted_s for o in outcomes}
+    )
     if args.search:
         from search_sanity import search_sanity
 

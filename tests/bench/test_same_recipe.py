@@ -58,3 +58,15 @@ def test_pairs_without_a_shared_recipe_are_left_out():
     ratios = same.same_recipe_ratios(ROWS[:2])
     assert list(ratios) == ["GB300/GB200"]
     assert same.same_recipe_ratios(ROWS[7:9]) == {}
+
+
+def test_predicted_ratio_is_the_inverse_time_ratio_over_priced_pairs():
+    ratios = same.same_recipe_ratios(ROWS)
+    predicted = {"1": 1.0, "2": 1.1, "3": 2.0, "5": 2.0, "7": 2.0, "6": 2.4}
+    result = same.with_predictions(ratios, predicted)
+    ultra = result["GB300/GB200"]
+    assert ultra["predicted_pairs"] == 1  # row 4 was not priced
+    assert ultra["predicted_median"] == pytest.approx(1.1)
+    assert ultra["median"] == ratios["GB300/GB200"]["median"]
+    assert result["B300/B200"]["predicted_median"] == pytest.approx(1.2)
+    assert same.with_predictions(ratios, {})["GB200/B200"]["predicted_median"] is None
