@@ -20,7 +20,7 @@ Neither effect has a published per-generation figure, so the factor is fitted
 GPU generation (`profiles.schema.DeviceSpec.generation`) with published dense 16-bit runs,
 and one value fitted on all those runs together for the other GPU generations
 (`SUSTAINED_GEMM_RATE_SHARED`). It multiplies the bf16 and fp16 curves only: FP8 GEMMs keep
-their own fitted factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`), so the two stay
+their own fitted factors (`costmodel.execution.FP8_GEMM_RATE_FACTORS`), so the two stay
 separable, and fp32 curves have no published runs to fit. It composes with
 `ExecutionOptions.gemm_rate_factor` by multiplication where both apply. The 2021 option set
 (`costmodel.execution.MEGATRON_2021`) fixes this one at 1 and keeps its sourced rate of the
@@ -42,10 +42,10 @@ SUSTAINED_GEMM_RATE_FACTORS: dict[str, float] = {"ampere": 0.7, "hopper": 0.9}
 """Default sustained 16-bit GEMM rate factor by `DeviceSpec.generation`, for the
 generations with published dense 16-bit runs of their own: fitted by
 `bench/validate_published.py` (`validation_stats.fit_model`, grid 1.0 down to 0.6 in steps
-of 0.05) jointly with `FP8_GEMM_RATE_FACTOR` and `MOE_HOST_LAUNCH_S`, on the median
+of 0.05) jointly with `FP8_GEMM_RATE_FACTORS` and `MOE_HOST_LAUNCH_S`, on the median
 |log(predicted / published)| of each generation's dense bf16/fp16 rows of
 ``published-runs-dev.csv`` whose execution options leave the factor to this default. The
-bench generations map to these keys as A100 -> ampere, H100/H800 -> hopper; the rows that
+bench fits by the profile's generation (its rows' ``fit_generation``); the rows that
 fitted each are listed by the bench's ``--json``
 (``fitted.sustained_fitted_on_by_generation``): ampere by the MegaScale Table 2 Megatron-LM
 baseline rows (the SC21 and BLOOM rows keep the 2021 option set's sourced cuBLAS factor
@@ -56,11 +56,11 @@ shared value; without the README rows, hopper's refit is 1.0."""
 
 SUSTAINED_GEMM_RATE_SHARED = 0.75
 """Default sustained 16-bit GEMM rate factor of a GPU generation without its own entry in
-`SUSTAINED_GEMM_RATE_FACTORS` (Blackwell, whose published 16-bit runs are all MoE; CDNA 3;
-a measured GPU of unknown generation): one value fitted on every dense 16-bit row of the
-ampere and hopper fits together, the sum of the two generations' median
-|log(predicted / published)| (``fitted.sustained_gemm_rate_factor_shared`` of the bench's
-``--json``); MoE rows do not move it."""
+`SUSTAINED_GEMM_RATE_FACTORS` (Blackwell and Blackwell Ultra, whose published 16-bit runs
+are all MoE; CDNA 3; a measured GPU of unknown generation): one value fitted on every
+dense 16-bit row of the ampere and hopper fits together, the sum of the two generations'
+median |log(predicted / published)| (``fitted.sustained_gemm_rate_factor_shared`` of the
+bench's ``--json``); MoE rows do not move it."""
 
 
 def sustained_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
