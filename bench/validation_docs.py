@@ -98,6 +98,45 @@ def _search_sanity(sanity: dict) -> list[str]:
     return [*lines, ""]
 
 
+def fp8_line(result: dict) -> str:
+    """The fitted FP8 GEMM rate factors (`costmodel.execution.FP8_GEMM_RATE_FACTORS`) by
+    profile generation with their rows, the shared one, and per left-out source family."""
+    fitted = result["fitted"]
+    own = fitted.get("fp8_gemm_rate_factor_by_generation", {})
+    rows = fitted.get("fp8_fitted_on_by_generation", {})
+    loso = result["loso"]["fp8_gemm_rate_factor_by_left_out_source"]
+    return (
+        "FP8 GEMM rate factor fitted per profile generation: "
+        + "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
+        + f"; shared (one factor on all FP8 rows) {fitted['fp8_gemm_rate_factor']}; "
+        "left-one-source-out values: "
+        + "; ".join(
+            f"{family} " + ", ".join(f"{g} {f}" for g, f in factors.items())
+            for family, factors in loso.items()
+        )
+        + "."
+    )
+
+
+def same_recipe_line(result: dict) -> str:
+    """Published (and predicted) tokens/s per GPU ratios of identical recipes on two GPU
+    types (`bench/same_recipe.py`)."""
+    ratios = result.get("same_recipe_ratios", {})
+    return "Same recipe on two GPU types, tokens/s per GPU ratio (published; predicted): " + (
+        "; ".join(
+            f"{name} {r['median']:.2f} over {r['pairs']} recipes "
+            f"({r['min']:.2f}-{r['max']:.2f}); "
+            + (
+                f"{r['predicted_median']:.2f}"
+                if r.get("predicted_median") is not None
+                else "not priced"
+            )
+            for name, r in ratios.items()
+        )
+        + "."
+    )
+
+
 def _sustained_line(result: dict) -> str:
     """The fitted sustained 16-bit GEMM rate factors (`costmodel.sustained`), in sample and
     per left-out source family."""
@@ -130,12 +169,13 @@ def markdown(result: dict) -> str:
         f"    {COMMAND}",
         "",
         "- **model**: `estimate_plan` as users get it; its fitted defaults, the FP8 GEMM "
-        "rate factor (`costmodel.execution.FP8_GEMM_RATE_FACTOR`), the MoE host-launch "
+        "rate factors (`costmodel.execution.FP8_GEMM_RATE_FACTORS`), the MoE host-launch "
         "time (`MOE_HOST_LAUNCH_S`) and the sustained 16-bit GEMM rate factors "
         "(`costmodel.sustained`), come from the rows below, so those rows are in sample "
         "here.",
         "- **fitted**: the FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`, "
-        "one value for every GPU generation), the sustained 16-bit GEMM rate factor (one "
+        "one value per GPU generation of the profiles with FP8 rows, one shared by the "
+        "others), the sustained 16-bit GEMM rate factor (one "
         "value per generation with dense bf16/fp16 rows, one shared by the others) and the "
         "MoE host-launch time, fitted jointly (in sample).",
         "- **LOSO**: leave one source family out; the parameters fitted on the other families "
@@ -153,17 +193,11 @@ def markdown(result: dict) -> str:
         f"strategies in {len(result['strategy_groups'])} groups (one source release, model, "
         "cluster, sequence length and printed precision).",
         "",
-        f"FP8 GEMM rate factor fitted on all FP8 rows: "
-        f"{result['fitted']['fp8_gemm_rate_factor']} (rows "
-        + ", ".join(result["fitted"]["fitted_on"])
-        + "); left-one-source-out values: "
-        + ", ".join(
-            f"{family} {factors['shared']}"
-            for family, factors in result["loso"]["fp8_gemm_rate_factor_by_left_out_source"].items()
-        )
-        + ".",
+        fp8_line(result),
         "",
         _sustained_line(result),
+        "",
+        same_recipe_line(result),
         "",
         "![predicted vs published](validation.png)",
         "",
