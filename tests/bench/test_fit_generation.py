@@ -95,3 +95,20 @@ def test_leave_one_source_out_leaves_a_generation_without_rows_to_the_shared_fac
     without_bridge = models["MBRIDGE"]
     assert set(without_bridge.fp8_factors) == {"blackwell"}
     assert without_bridge.factor("blackwell_ultra") == without_bridge.fp8_factor
+
+
+def test_bench_json_lists_the_per_generation_factors_and_their_rows():
+    vp = load_bench("validate_published")
+    assert vp.PER_GENERATION
+    rows = [vp.Outcome(**{f: getattr(o, f) for f in o.__dataclass_fields__}) for o in _rows()]
+    result = vp.report(rows, [], _predict)
+    fitted = result["fitted"]
+    assert fitted["fp8_gemm_rate_factor_by_generation"] == TRUTH
+    assert fitted["fp8_fitted_on_by_generation"] == {
+        "blackwell": ["b1", "b2"],
+        "blackwell_ultra": ["u1", "u2"],
+    }
+    assert fitted["median_abs_error"] == pytest.approx(0.0)
+    assert list(result["by_generation"]) == ["Blackwell"]
+    assert {r["fit_generation"] for r in result["rows"]} == set(TRUTH)
+    assert result["per_generation"]["per_generation"] is False
