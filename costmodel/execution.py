@@ -63,6 +63,7 @@ PLAN_FEATURES: frozenset[str] = frozenset(
         "sequence_parallel",
         "tp_comm_overlap",
         "selective_recompute",
+        "recompute_modules",
         "context_parallel",
         "distributed_optimizer",
         "uneven_pipeline_split",
@@ -77,6 +78,8 @@ each with the Megatron-LM argument that brought it:
 - ``sequence_parallel``: ``--sequence-parallel`` (Korthikanti et al. 2022);
 - ``tp_comm_overlap``: ``--tp-comm-overlap`` (Transformer Engine userbuffers);
 - ``selective_recompute``: ``--recompute-granularity selective`` (Korthikanti et al. 2022);
+- ``recompute_modules``: selective recompute of named modules, ``--recompute-modules``
+  (Megatron-core ``TransformerConfig.recompute_modules``);
 - ``context_parallel``: ``--context-parallel-size``;
 - ``distributed_optimizer``: ``--use-distributed-optimizer`` (with it
   ``--overlap-param-gather``);

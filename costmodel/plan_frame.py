@@ -17,18 +17,50 @@ from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
 
-SAVER_FIELDS = ("recompute_modules", "cpu_offloading_num_layers", "offload_modules")
-"""`ParallelPlan` fields the screen does not price (per-module recompute and activation
-offloading): its rows keep the plan defaults, Megatron's default selective recompute and
-no offloading; `costmodel.estimate` prices them."""
-PLAN_COLUMNS = tuple(f.name for f in fields(ParallelPlan) if f.name not in SAVER_FIELDS)
-"""Accepted columns: `ParallelPlan` field names but `SAVER_FIELDS`. Missing ones take the
-plan defaults; dp, when missing, is derived as num_gpus / (tp·pp·cp)."""
+MODULE_COLUMNS = ("recompute_modules", "offload_modules")
+"""`ParallelPlan` module-tuple fields, kept in a frame as one string each
+(`modules_column`), so that every column can be a merge and grouping key."""
+DEFAULT_MODULES = ""
+"""Table form of ``recompute_modules`` None (Megatron's default, ``core_attn``) and of an
+empty ``offload_modules``."""
+NO_MODULES = "none"
+"""Table form of an empty ``recompute_modules`` (selective recompute of no module)."""
+PLAN_COLUMNS = tuple(f.name for f in fields(ParallelPlan))
+"""Accepted columns: `ParallelPlan` field names. Missing ones take the plan defaults; dp,
+when missing, is derived as num_gpus / (tp·pp·cp); `MODULE_COLUMNS` in table form."""
+
+
+def modules_column(modules: tuple[str, ...] | None) -> str:
+    """A module tuple in table form: comma-joined names; `DEFAULT_MODULES` for None,
+    `NO_MODULES` for an empty tuple."""
+    if modules is None:
+        return DEFAULT_MODULES
+    return ",".join(modules) if modules else NO_MODULES
+
+
+def modules_from_column(text: str, name: str) -> tuple[str, ...] | None:
+    """The `ParallelPlan` value of module column ``name`` (`MODULE_COLUMNS`) from its table
+    form (inverse of `modules_column`; ``offload_modules`` has no None: empty instead)."""
+    if text == NO_MODULES:
+        return ()
+    if text == DEFAULT_MODULES:
+        return None if name == "recompute_modules" else ()
+    return tuple(text.split(","))
 
 
 def plans_frame(plans: Iterable[ParallelPlan]) -> pd.DataFrame:
-    """One row per plan, one column per `ParallelPlan` field."""
-    return pd.DataFrame([{name: getattr(p, name) for name in PLAN_COLUMNS} for p in plans])
+    """One row per plan, one column per `ParallelPlan` field (`MODULE_COLUMNS` in table
+    form)."""
+    rows = [{name: getattr(p, name) for name in PLAN_COLUMNS} | module_cells(p) for p in plans]
+    return pd.DataFrame(rows)
+
+
+def module_cells(plan: ParallelPlan) -> dict[str, str]:
+    """The plan's `MODULE_COLUMNS` in table form."""
+    return {
+        "recompute_modules": modules_column(plan.recompute_modules),
+        "offload_modules": modules_column(plan.offload_modules or None),
+    }
 
 
 def normalized_frame(frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
@@ -41,7 +73,9 @@ def normalized_frame(frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
     df = frame.reset_index(drop=True).copy()
     defaults = ParallelPlan()
     for name in PLAN_COLUMNS:
-        if name not in df.columns:
+        if name in MODULE_COLUMNS:
+            df[name] = _module_column(df[name], name) if name in df.columns else DEFAULT_MODULES
+        elif name not in df.columns:
             df[name] = getattr(defaults, name)
     if "dp" not in frame.columns:
         df["dp"] = cluster.num_gpus // (df["tp"] * df["pp"] * df["cp"])
@@ -63,6 +97,21 @@ def normalized_frame(frame: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
         df[name] = df[name].astype(bool)
     df["sequence_parallel"] &= df["tp"] > 1
     return df
+
+
+def _module_column(values: pd.Series, name: str) -> pd.Series:
+    """Module column ``name`` in table form: strings kept, tuples and missing values
+    converted (`modules_column`)."""
+    if pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return values
+
+    def cell(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        modules = tuple(value) if isinstance(value, (tuple, list)) else None
+        return modules_column(modules if name == "recompute_modules" else modules or None)
+
+    return values.map(cell)
 
 
 _OPTIONAL_COUNTS = (
@@ -91,5 +140,9 @@ def row_plan(row: Mapping[str, Any], **changes: object) -> ParallelPlan:
     for name in _OPTIONAL_COUNTS:
         values[name] = int(values[name]) if values[name] else None
     values["pipeline_model_parallel_layout"] = values["pipeline_model_parallel_layout"] or None
+    for name in MODULE_COLUMNS:
+        if isinstance(values[name], str):
+            values[name] = modules_from_column(values[name], name)
+    values["cpu_offloading_num_layers"] = int(values["cpu_offloading_num_layers"])
     values.update(changes)
     return ParallelPlan(**values)

@@ -7,7 +7,8 @@ normalized by `costmodel.plan_frame.normalized_frame`. Output: the same rows wit
 
 How it stays fast and consistent with the event simulator (`costmodel.runtimes.megatron.pricing`):
 per-layer costs come from the same `costmodel.runtimes.megatron.layer_costs` functions, evaluated
-once per distinct layer shape (tp, cp, micro-batch, SP, EP, ETP, overlap, CP exchange); group
+once per distinct layer shape (tp, cp, micro-batch, SP, EP, ETP, overlap, CP exchange, and the
+per-module recompute set and activation offloading of `ParallelPlan`); group
 placements come from `costmodel.topology.strided_group_placement`; collective times are linear in
 bytes for a fixed group, so one (latency, seconds per byte) pair per distinct group serves every
 row. Everything else is numpy arithmetic over the rows:
@@ -27,7 +28,8 @@ row. Everything else is numpy arithmetic over the rows:
   parameter gathers (per layer and pass under `optim_grads_params`).
 
 Agreement with the simulator is within 5% on uniform dense models (tested); MoE models
-with leading dense layers and non-default recompute layer counts use layer averages.
+with leading dense layers and non-default recompute layer counts use layer averages, and
+fine-grained activation offloading's one layer kept in flight is averaged over the layers.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ from specs.params import count_params, padded_vocab_size
 from specs.pipeline_split import split_problem
 from specs.plan import ParallelPlan
 
+_SAVER_KEY = ["recompute_modules", "cpu_offloading_num_layers", "offload_modules"]
+"""The memory savers a layer's selective rerun, its activations and its offload copies
+depend on (`costmodel.runtimes.megatron.saver_costs`, `costmodel.activation_savers`)."""
 _LAYER_KEY = [
     "tp",
     "cp",
@@ -91,6 +96,7 @@ _LAYER_KEY = [
     "etp",
     "tp_comm_overlap",
     "cp_comm_type",
+    *_SAVER_KEY,
 ]
 
 
@@ -136,7 +142,8 @@ def _layer_columns(
     """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding and
     the output layer, with compute and exposed communication kept apart. The dense layer,
     the embedding and the output layer do not depend on ep and etp: they are priced once
-    per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange) of one call."""
+    per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange, memory savers) of one
+    call."""
     kinds = sorted(set(model.moe_layer_mask()))
     dense_parts: dict[tuple, dict[str, float]] = {}
 
@@ -303,7 +310,8 @@ def _param_columns(model: ModelSpec):
 
 
 def _activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOptions):
-    """Per distinct (tp, SP, etp, recompute mode): activation bytes of one sequence
+    """Per distinct (tp, SP, etp, recompute mode, memory savers): activation bytes of one
+    sequence
     (micro-batch 1, cp 1; every activation term is linear in tokens per rank) under the
     options' attention kernel, dropout and loss; the output part kept per in-flight
     microbatch and the loss's transient part apart (`output_microbatch_bytes`)."""
@@ -667,6 +675,7 @@ def closed_form_screen(
                 "recompute",
                 "recompute_num_layers",
                 "recompute_method",
+                *_SAVER_KEY,
             ],
             _activation_columns(model, job, options),
         ),
