@@ -20,7 +20,13 @@ from dataclasses import dataclass
 
 from costmodel.estimate import Estimate
 from costmodel.memory import peak_memory_bytes
-from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
+from planner.search import (
+    BOUND_REJECTION,
+    MEMORY_REJECTION,
+    SET_REJECTION,
+    RankedPlan,
+    SearchResult,
+)
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
 from specs.formats import gib, percent
@@ -63,9 +69,11 @@ def _count(n: int) -> str:
 
 
 def rejection_lines(result: SearchResult) -> list[str]:
-    """Candidates enumerated, screened and rejected per rule and by memory."""
+    """Candidates enumerated, screened and rejected per rule, by memory, by the time bound
+    and as per-module recompute sets not needed (their plan fits without recompute)."""
     slower = result.rejected.get(BOUND_REJECTION, 0)
-    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower
+    unneeded = result.rejected.get(SET_REJECTION, 0)
+    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower - unneeded
     limit = result.memory_limit_bytes
     skipped = f"{_count(slower)} skipped as slower than the simulated ones, " if slower else ""
     lines = [

@@ -4,8 +4,10 @@ screen in time-bounded rounds, and the rows handed to the event simulator.
 - `model_state_floor_bytes`: a lower bound of each candidate's peak memory (its model
   state); candidates over the limit are not screened.
 - `screen_candidates`: the closed-form metrics (`costmodel.screen.screen_plans`) of the
-  others, micro-batch size by micro-batch size, in rounds ordered by a lower bound of
-  iteration time (`costmodel.screen.screen_lower_bounds`); a round's threshold is the
+  others, micro-batch size by micro-batch size (a candidate with a per-module recompute
+  set only where the same plan without recompute does not fit: memory binds), in rounds
+  ordered by a lower bound of iteration time (`costmodel.screen.screen_lower_bounds`); a
+  round's threshold is the
   ``top_k``-th distinct fitting plan so far, and candidates whose bound is above it are
   skipped: they could not be among the plans simulated, so the simulated plans are those
   of screening every candidate.
@@ -23,6 +25,7 @@ import pandas as pd
 
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
+from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.schedules import plan_split
 from costmodel.screen import screen_lower_bounds, screen_plans
 from planner.space import DEGREE_COLUMNS, PLAN_COLUMNS, plan_from_row
@@ -55,6 +58,9 @@ _FINE_KEYS = [*_BOUND_GROUP_KEYS, "micro_batch_size", "distributed_optimizer"]
 """What the memory floor and the time bound depend on: grouped once over every candidate
 (with `_FSDP_KEYS` where the table has them)."""
 _FSDP_KEYS = ["use_megatron_fsdp", "data_parallel_sharding_strategy"]
+_RECOMPUTE_KEYS = ["recompute", "recompute_num_layers", "recompute_method", "recompute_modules"]
+"""The knobs of a recompute choice; a per-module set is compared with the same plan without
+recompute (`_sets_needed`)."""
 
 
 def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
@@ -177,6 +183,9 @@ def _complexity(table: pd.DataFrame) -> pd.Series:
         + table["overlap_param_gather"].astype(int)
         + (table["ddp_bucket_size"] != 0).astype(int)
         + (table["recompute"] != "none").astype(int)
+        + (table["recompute_modules"] != DEFAULT_MODULES).astype(int)
+        + (table["cpu_offloading_num_layers"] > 0).astype(int)
+        + (table["offload_modules"] != DEFAULT_MODULES).astype(int)
         + (table["vpp"] > 1).astype(int)
         + (
             (table["decoder_first_pipeline_num_layers"] > 0)
@@ -209,15 +218,18 @@ def _screen_by_micro_batch(
     rows: pd.DataFrame,
     limit_bytes: float,
     options: ExecutionOptions = DEFAULT_OPTIONS,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, pd.Index]:
     """Screened metrics of ``rows`` (index kept), micro-batch size by micro-batch size,
-    smallest first; a row is skipped when the same plan with the next smaller micro-batch
-    does not fit. Peak memory never falls as the micro-batch grows: activations,
-    recompute working set and communication buffers scale with it, and the microbatches
-    in flight shrink at most in proportion (a stage holds min(pp - stage, m) microbatches
+    smallest first, and the index of the rows with a per-module recompute set skipped as
+        not needed: the same plan without recompute fits (`_sets_needed`); a row is
+    skipped when the same plan with the next smaller micro-batch does not fit. Peak memory
+    never falls as the micro-batch grows: activations, recompute working set and
+    communication buffers scale with it, and the microbatches in flight shrink at most in
+    proportion (a stage holds min(pp - stage, m) microbatches
     of b sequences, m = global / (b·dp); megatron-facts.md §3.2-3.3)."""
     others = [c for c in rows.columns if c != "micro_batch_size"]
     parts = []
+    dominated: list[pd.Index] = []
     failed = None
     for mbs in sorted(rows["micro_batch_size"].unique()):
         batch = rows[rows["micro_batch_size"] == mbs]
@@ -226,16 +238,44 @@ def _screen_by_micro_batch(
             batch = batch[(keep["_merge"] == "left_only").to_numpy()]
         if not len(batch):
             break
-        metrics = _screen(model, cluster, job, profile, batch, options)
-        metrics.index = batch.index
+        with_set = _has_module_set(batch)
+        metrics = _screen(model, cluster, job, profile, batch[~with_set], options)
+        metrics.index = batch.index[~with_set]
+        needed = _sets_needed(batch[with_set], batch[~with_set], metrics, limit_bytes)
+        dominated.append(batch.index[with_set][~needed])
+        if needed.any():
+            extra = _screen(model, cluster, job, profile, batch[with_set][needed], options)
+            extra.index = batch.index[with_set][needed]
+            metrics = pd.concat([metrics, extra])
         parts.append(metrics)
         over = (metrics["peak_memory_bytes"] > limit_bytes).to_numpy()
-        failed = batch.loc[over, others].drop_duplicates()
+        failed = batch.loc[metrics.index[over], others].drop_duplicates()
+    skipped = dominated[0].append(dominated[1:]) if dominated else pd.Index([])
     if not parts:
-        return pd.DataFrame(
-            columns=["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
-        )
-    return pd.concat(parts)
+        columns = ["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
+        return pd.DataFrame(columns=columns), skipped
+    return pd.concat(parts), skipped
+
+
+def _has_module_set(rows: pd.DataFrame) -> np.ndarray:
+    """Rows with a per-module recompute set (not Megatron's default modules)."""
+    return (rows["recompute_modules"] != DEFAULT_MODULES).to_numpy()
+
+
+def _sets_needed(
+    with_set: pd.DataFrame, plain: pd.DataFrame, metrics: pd.DataFrame, limit_bytes: float
+) -> np.ndarray:
+    """Per row of ``with_set`` (rows with a per-module recompute set): False when the same
+    plan without recompute is among ``plain`` (screened, ``metrics``) and fits. Such a row
+    cannot be faster: recompute only adds to a stage's backward
+    (`costmodel.runtimes.megatron.screen`), so the set is tried only where memory binds."""
+    if not len(with_set):
+        return np.zeros(0, dtype=bool)
+    keys = [c for c in plain.columns if c not in _RECOMPUTE_KEYS]
+    fits = (metrics["peak_memory_bytes"] <= limit_bytes).to_numpy()
+    fitting = plain[fits & (plain["recompute"] == "none").to_numpy()][keys].drop_duplicates()
+    twin = with_set[keys].merge(fitting, on=keys, how="left", indicator=True)
+    return (twin["_merge"] == "left_only").to_numpy()
 
 
 def _closest_pool(table: pd.DataFrame) -> pd.Series:
@@ -298,9 +338,10 @@ def _screen_bounded(
     limit_bytes: float,
     top_k: int,
     options: ExecutionOptions,
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """Screened metrics of the rows that could be among the ``top_k`` picks, and a mask of
-    the rows skipped by the time bound.
+) -> tuple[pd.DataFrame, np.ndarray, pd.Index]:
+    """Screened metrics of the rows that could be among the ``top_k`` picks, a mask of the
+    rows skipped by the time bound, and the index of the rows with a per-module recompute
+    set skipped as not needed (`_sets_needed`).
 
     Groups are screened in rounds, smallest bound first; after each round the threshold is
     the iteration time of the ``top_k``-th distinct fitting plan (`_pick`), and only groups
@@ -310,13 +351,16 @@ def _screen_bounded(
     ``prune=False``)."""
     found = _group_bounds(model, cluster, job, profile, rows, fine, options)
     if found is None:
-        done = _screen_by_micro_batch(model, cluster, job, profile, rows, limit_bytes, options)
-        return done, np.zeros(len(rows), dtype=bool)
+        done, unneeded = _screen_by_micro_batch(
+            model, cluster, job, profile, rows, limit_bytes, options
+        )
+        return done, np.zeros(len(rows), dtype=bool), unneeded
     bound, group = found
     order = np.argsort(bound, kind="stable")
     sizes = np.bincount(group, minlength=len(bound))
     taken = np.zeros(len(bound), dtype=bool)
     parts: list[pd.DataFrame] = []
+    unneeded = pd.Index([])
     threshold, start, budget = np.inf, 0, FIRST_ROUND_ROWS
     while start < len(order) and bound[order[start]] <= threshold:
         cumulative = np.cumsum(sizes[order[start:]])
@@ -326,12 +370,14 @@ def _screen_bounded(
         fresh = np.zeros(len(bound), dtype=bool)
         fresh[order[start:stop]] = True
         batch = rows[fresh[group]]
-        parts.append(
-            _screen_by_micro_batch(model, cluster, job, profile, batch, limit_bytes, options)
+        done, skipped = _screen_by_micro_batch(
+            model, cluster, job, profile, batch, limit_bytes, options
         )
+        parts.append(done)
+        unneeded = unneeded.append(skipped)
         threshold = _threshold_s(rows, pd.concat(parts), limit_bytes, top_k)
         start, budget = stop, budget * 4
-    return pd.concat(parts), ~taken[group]
+    return pd.concat(parts), ~taken[group], unneeded
 
 
 def screen_candidates(
@@ -345,13 +391,15 @@ def screen_candidates(
     top_k: int | None = None,
 ) -> pd.DataFrame:
     """``table`` with ``model_state_floor_bytes``, the screened metrics (NaN where the
-    floor alone is over the limit, or the time bound skipped the row, as those are not
-    screened), ``screened``, ``bounded`` (skipped by the time bound) and ``fits``.
+    floor alone is over the limit, or the row was skipped, as those are not screened),
+    ``screened``, ``bounded`` (skipped by the time bound), ``unneeded_set`` (a per-module
+    recompute set skipped because the same plan without recompute fits: `_sets_needed`)
+    and ``fits``.
 
     With ``top_k``, only the rows that could be among the ``top_k`` fastest fitting ones are
-    screened (`_screen_bounded`); None screens every row under the floor. When no row is
-    under the floor, the `CLOSEST_POOL` rows with the smallest floor are screened anyway,
-    so that the closest candidates can be found.
+    screened (`_screen_bounded`, `_sets_needed`); None screens every row under the floor.
+    When no row is under the floor, the `CLOSEST_POOL` rows with the smallest floor are
+    screened anyway, so that the closest candidates can be found.
     """
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
     first, fine = row_groups(table, _FINE_KEYS + [k for k in _FSDP_KEYS if k in table.columns])
@@ -364,16 +412,19 @@ def screen_candidates(
     if len(table) and not under.any():
         under, top_k = _closest_pool(screened), None
     rows = table[under.to_numpy()]
-    skipped = np.zeros(len(rows), dtype=bool)
     if top_k is None or not len(rows):
-        done = _screen_by_micro_batch(model, cluster, job, profile, rows, limit_bytes, options)
+        done, unneeded = _screen_by_micro_batch(
+            model, cluster, job, profile, rows, limit_bytes, options
+        )
+        skipped = np.zeros(len(rows), dtype=bool)
     else:
-        done, skipped = _screen_bounded(
+        done, skipped, unneeded = _screen_bounded(
             model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k, options
         )
     screened.loc[done.index, list(done.columns)] = done.to_numpy()
     screened["screened"] = screened.index.isin(done.index)
     screened["bounded"] = screened.index.isin(rows.index[skipped])
+    screened["unneeded_set"] = screened.index.isin(unneeded)
     screened["fits"] = screened["peak_memory_bytes"] <= limit_bytes
     return screened
 

@@ -48,6 +48,9 @@ BOUND_REJECTION = "slower"
 """Key of `SearchResult.rejected` for candidates the time bound skipped: a lower bound of
 their screened iteration time is above the ``top_k``-th screened plan's, so they could not
 be among the plans handed to the simulator."""
+SET_REJECTION = "recompute_set_not_needed"
+"""Key of `SearchResult.rejected` for candidates with a per-module recompute set whose plan
+fits without recompute (`planner.screening`): the set is tried only where memory binds."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -153,8 +156,9 @@ def _candidates_frame(
     on a large cluster."""
     fits = screened["fits"].to_numpy(dtype=bool)
     bounded = screened["bounded"].to_numpy(dtype=bool)
-    codes = np.where(fits, 0, np.where(bounded, 1, 2))
-    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION], dtype=object)
+    unneeded = screened["unneeded_set"].to_numpy(dtype=bool)
+    codes = np.where(fits, 0, np.where(bounded, 1, np.where(unneeded, 3, 2)))
+    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION, SET_REJECTION], dtype=object)
     columns = {
         f"simulated_{name}": np.full(len(screened), np.nan)
         for name in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib")
@@ -212,9 +216,12 @@ def search_plans(
     # A plan the screen let through but the simulator finds too large is a memory rejection too.
     late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
     bounded = int(screened["bounded"].sum())
-    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) - bounded + late
+    unneeded = int(screened["unneeded_set"].sum())
+    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) - bounded - unneeded + late
     if bounded:
         rejected[BOUND_REJECTION] = bounded
+    if unneeded:
+        rejected[SET_REJECTION] = unneeded
     ranked = [r for _, r in simulated]
     top = sorted(
         (r for r in ranked if r.fits),

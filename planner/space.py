@@ -30,7 +30,14 @@ The space is two tables joined on the *context* (tp, pp, vpp, cp, dp):
 
 Column conventions: columns are `ParallelPlan` field names; ``recompute_num_layers`` and
 ``ddp_bucket_size`` use 0 for None (Megatron's default), so every column is a plain numpy
-dtype; ``etp`` always holds the effective expert tensor-parallel size (tp for dense models).
+dtype; ``etp`` always holds the effective expert tensor-parallel size (tp for dense models);
+``recompute_modules`` and ``offload_modules`` hold comma-joined names
+(`costmodel.plan_frame.modules_column`: "" for Megatron's default).
+
+Memory savers: per-module selective recompute sets (`RECOMPUTE_MODULE_SETS`) are searched
+beside the recompute modes; CPU activation offloading (``cpu_offloading_num_layers``,
+``offload_modules``) is only fixed, never searched, and fixing layer-level offloading keeps
+pp = 1 and recompute none, as Megatron-core requires.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from typing import Any
 import pandas as pd
 
 from costmodel.execution import PLAN_FEATURES, ExecutionOptions
+from costmodel.plan_frame import DEFAULT_MODULES, modules_column, modules_from_column
 from planner.defaults import DEFAULT_MAX_MICRO_BATCH_SIZE
 from planner.splits import (
     EVEN_SPLIT,
@@ -59,6 +67,24 @@ from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import MEGATRON_MIN_BUCKET_PARAMS, ParallelPlan
 from specs.rules_base import divisors
+from specs.rules_savers import missing_recompute_modules
+
+RECOMPUTE_MODULE_SETS: tuple[tuple[str, ...], ...] = (
+    ("core_attn",),
+    ("layernorm", "moe_act"),
+    ("core_attn", "layernorm", "moe_act"),
+    ("mla_up_proj",),
+    ("moe",),
+)
+"""Per-module selective recompute sets the search tries (`--recompute-modules`), each where
+the model has every module (`specs.rules_savers.recompute_modules_match_model`):
+``core_attn`` is Megatron-core's default (the plain selective candidate); ``layernorm`` with
+``moe_act`` the narrow MoE set of the Megatron-MoE model zoo's Qwen3 recipes
+(`best_practice/qwen3/run_235b.sh`) and Megatron-Bridge's MoE example
+(`docs/training/activation-recomputation.md`), with ``core_attn`` added; ``mla_up_proj`` the
+first MLA candidate (Megatron-Bridge's module table; the model zoo's DeepSeek-V3 recipes,
+`best_practice/deepseek-v3/run_deepseek_v3_h100.sh`); ``moe`` the whole MoE block (model
+zoo `best_practice/qwen3/run_235b.sh`)."""
 
 CONTEXT_COLUMNS = ("tp", "pp", "vpp", "cp", "dp")
 """Degrees the switches depend on; the key that joins the two tables."""
@@ -77,6 +103,9 @@ SWITCH_COLUMNS = (
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",
     "cp_comm_type",
+    "recompute_modules",
+    "cpu_offloading_num_layers",
+    "offload_modules",
 )
 """Columns `switch_table` adds to the context."""
 PLAN_COLUMNS = (*DEGREE_COLUMNS, *SWITCH_COLUMNS, "schedule")
@@ -99,6 +128,9 @@ _NEUTRAL_SWITCHES: dict[str, Any] = {
     "use_megatron_fsdp": False,
     "data_parallel_sharding_strategy": "no_shard",
     "cp_comm_type": "p2p",
+    "recompute_modules": DEFAULT_MODULES,
+    "cpu_offloading_num_layers": 0,
+    "offload_modules": DEFAULT_MODULES,
 }
 """Switches that no rule rejects: the values degree rows are checked with."""
 
@@ -138,6 +170,11 @@ class SearchSpace:
     uneven_splits: bool = True
     """Also try the uneven pipeline splits of `planner.splits` (Megatron and paraplan's own
     executor run them all); False keeps Megatron's default even split."""
+    recompute_module_sets: tuple[tuple[str, ...], ...] = RECOMPUTE_MODULE_SETS
+    """Per-module selective recompute sets tried besides Megatron's default (``core_attn``
+    alone, which the plain selective candidate already is), each only for models that have
+    every module of it and only where memory binds: the screen skips a candidate with a set
+    when the same candidate without recompute fits (`planner.screening`)."""
     features: frozenset[str] = PLAN_FEATURES
     """Plan features the generators may use (`costmodel.execution.PLAN_FEATURES`); the
     search narrows it to what the runtime implements (`for_runtime`). A missing feature
@@ -146,7 +183,9 @@ class SearchSpace:
     ``distributed_optimizer`` the distributed optimizer, ``uneven_pipeline_split`` the
     uneven splits, ``interleaved_two_stages`` vpp > 1 with pp = 2,
     ``pipelined_grad_overlap`` overlap_grad_reduce with pp > 1, ``ddp_bucket_size`` the
-    bucket sizes besides the default. Knobs the user fixed are yielded as given."""
+    bucket sizes besides the default, ``recompute_modules`` the per-module recompute sets.
+    Knobs the user fixed are yielded as given. CPU activation offloading is never searched,
+    only fixed."""
 
     def __post_init__(self) -> None:
         for name in self.fixed:
@@ -163,6 +202,8 @@ class SearchSpace:
                 f"fixed knob out of range: {exc}; fix the value, or leave the knob unset to "
                 "search it"
             ) from None
+        for modules in self.recompute_module_sets:
+            ParallelPlan(recompute="selective", recompute_modules=modules)  # known names
         for name in ("max_micro_batch_size", "min_tokens_per_cp_rank"):
             if getattr(self, name) < 1:
                 raise SpecError(f"SearchSpace.{name} must be >= 1, got {getattr(self, name)}")
@@ -193,9 +234,14 @@ class SearchSpace:
 
 
 def _column_value(name: str, value: Any) -> Any:
-    """A knob value in table form (None -> 0 for the optional integer knobs)."""
+    """A knob value in table form (None -> 0 for the optional integer knobs, module tuples
+    as `costmodel.plan_frame.modules_column` strings)."""
     if name in OPTIONAL_INT_KNOBS and value is None:
         return 0
+    if name == "recompute_modules":
+        return value if isinstance(value, str) else modules_column(value)
+    if name == "offload_modules":
+        return value if isinstance(value, str) else modules_column(tuple(value) or None)
     if name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
         return value or 0
     if name == "pipeline_model_parallel_layout":
@@ -330,17 +376,41 @@ def sequence_parallel_options(tp: int, seq_length: int, cp: int) -> Iterator[tup
 
 
 def recompute_options(
-    layers_per_chunk: int, fractions: Sequence[float]
-) -> Iterator[tuple[str, int, str]]:
-    """(recompute, recompute_num_layers, recompute_method) triples: none; selective (the
-    attention core); full with every layer its own checkpoint (uniform, 1 layer); and full
-    for the first n layers of each chunk (block), n a fraction of the chunk (Megatron
-    `--recompute-*`; megatron-facts.md §8.3 rule 11)."""
-    yield "none", 0, "uniform"
-    yield "selective", 0, "uniform"
-    yield "full", 1, "uniform"
+    layers_per_chunk: int,
+    fractions: Sequence[float],
+    module_sets: Sequence[str] = (),
+) -> Iterator[tuple[str, int, str, str]]:
+    """(recompute, recompute_num_layers, recompute_method, recompute_modules) tuples: none;
+    selective (the attention core, Megatron's default modules) and selective of each of
+    ``module_sets`` (table form, `costmodel.plan_frame.modules_column`); full with every
+    layer its own checkpoint (uniform, 1 layer); and full for the first n layers of each
+    chunk (block), n a fraction of the chunk (Megatron `--recompute-*`; megatron-facts.md
+    §8.3 rule 11)."""
+    yield "none", 0, "uniform", DEFAULT_MODULES
+    yield "selective", 0, "uniform", DEFAULT_MODULES
+    yield from (("selective", 0, "uniform", s) for s in module_sets if s != DEFAULT_MODULES)
+    yield "full", 1, "uniform", DEFAULT_MODULES
     blocks = {round(f * layers_per_chunk) for f in fractions}
-    yield from (("full", n, "block") for n in sorted(blocks) if 1 <= n < layers_per_chunk)
+    yield from (
+        ("full", n, "block", DEFAULT_MODULES) for n in sorted(blocks) if 1 <= n < layers_per_chunk
+    )
+
+
+def recompute_module_sets(model: ModelSpec, space: SearchSpace) -> tuple[str, ...]:
+    """The per-module recompute sets of ``space`` to try on ``model``, in table form: the
+    fixed one alone, else (with the ``recompute_modules`` feature) each of
+    `SearchSpace.recompute_module_sets` whose modules the model has
+    (`specs.rules_savers.missing_recompute_modules`, the rule ``recompute_modules_match_model``)
+    and that differs from Megatron's default (``core_attn`` alone)."""
+    if space.is_fixed("recompute_modules"):
+        return (_column_value("recompute_modules", space.fixed["recompute_modules"]),)
+    if not space.has("recompute_modules"):
+        return ()
+    return tuple(
+        modules_column(tuple(modules))
+        for modules in space.recompute_module_sets
+        if tuple(modules) != ("core_attn",) and not missing_recompute_modules(model, modules)
+    )
 
 
 def optimizer_options() -> Iterator[tuple[bool, bool, bool]]:
@@ -401,7 +471,10 @@ def degree_table(
     uneven = space.uneven_splits and space.has("uneven_pipeline_split")
     for tp in tps:
         after_tp = max(1, num_gpus // tp)
-        for pp in space.choices("pp", pp_degrees(model, after_tp, uneven=uneven)):
+        pps = pp_degrees(model, after_tp, uneven=uneven)
+        if _offloads_layers(space):  # layer-level offloading runs without pipelining
+            pps = iter((1,))
+        for pp in space.choices("pp", pps):
             vpps = vpp_degrees(model, pp, uneven=uneven)
             if pp == 2 and not space.has("interleaved_two_stages"):
                 vpps = iter((1,))
@@ -465,9 +538,17 @@ def switch_rows(
     )
     rc_opts = _constrained(
         [
-            {"recompute": r, "recompute_num_layers": n, "recompute_method": m}
-            for r, n, m in recompute_options(chunk_layers, space.block_recompute_fractions)
-            if space.has("selective_recompute") or r != "selective"
+            {
+                "recompute": r,
+                "recompute_num_layers": n,
+                "recompute_method": m,
+                "recompute_modules": s,
+            }
+            for r, n, m, s in recompute_options(
+                chunk_layers, space.block_recompute_fractions, recompute_module_sets(model, space)
+            )
+            if (space.has("selective_recompute") or r != "selective")
+            and (r == "none" or not _offloads_layers(space))
         ],
         space,
     )
@@ -495,11 +576,17 @@ def switch_rows(
         )
         opt_opts += megatron_fsdp_options(dp, cp, [s for s in strategies if s != "no_shard"])
     opt_opts = _constrained(opt_opts, space)
-    cp_comm = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
+    fixed = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
+    for name in ("cpu_offloading_num_layers", "offload_modules"):  # fixed only, never searched
+        fixed[name] = space.choices(name, (_NEUTRAL_SWITCHES[name],))[0]
     base = dict(zip(CONTEXT_COLUMNS, (tp, pp, vpp, cp, dp), strict=True))
-    return [
-        base | s | r | o | cp_comm for s, r, o in itertools.product(seq_opts, rc_opts, opt_opts)
-    ]
+    return [base | s | r | o | fixed for s, r, o in itertools.product(seq_opts, rc_opts, opt_opts)]
+
+
+def _offloads_layers(space: SearchSpace) -> bool:
+    """True when the user fixed layer-level CPU offloading on, which Megatron-core runs only
+    without recompute (`specs.rules_savers.cpu_offloading_without_pipeline_or_recompute`)."""
+    return bool(space.fixed.get("cpu_offloading_num_layers", 0))
 
 
 def _constrained(options: list[dict[str, Any]], space: SearchSpace) -> list[dict[str, Any]]:
@@ -514,6 +601,8 @@ def _constrained(options: list[dict[str, Any]], space: SearchSpace) -> list[dict
     if kept:
         return kept
     wanted = {k: _NEUTRAL_SWITCHES[k] for k in keys} | fixed
+    if "recompute_modules" in fixed and "recompute" not in space.fixed:
+        wanted["recompute"] = "selective"  # the modules are selective recompute's
     if wanted.get("recompute") == "full" and not wanted["recompute_num_layers"]:
         wanted["recompute_num_layers"] = 1
     return [wanted]
@@ -574,6 +663,13 @@ def plan_from_row(row: Mapping[str, Any], model: ModelSpec) -> ParallelPlan:
             row.get("data_parallel_sharding_strategy", "no_shard")
         ),
         schedule="interleaved" if vpp > 1 else "1f1b",
+        recompute_modules=modules_from_column(  # type: ignore[arg-type]
+            str(row.get("recompute_modules", DEFAULT_MODULES)), "recompute_modules"
+        ),
+        cpu_offloading_num_layers=int(row.get("cpu_offloading_num_layers", 0)),
+        offload_modules=modules_from_column(  # type: ignore[arg-type]
+            str(row.get("offload_modules", DEFAULT_MODULES)), "offload_modules"
+        ),
         **split_fields(row),
     )
 
@@ -584,5 +680,7 @@ def plan_knobs(plan: ParallelPlan) -> dict[str, Any]:
     row["etp"] = plan.expert_tp
     row["recompute_num_layers"] = plan.recompute_num_layers or 0
     row["ddp_bucket_size"] = plan.ddp_bucket_size or 0
+    row["recompute_modules"] = _column_value("recompute_modules", plan.recompute_modules)
+    row["offload_modules"] = _column_value("offload_modules", plan.offload_modules)
     row.update(split_columns(plan))
     return row

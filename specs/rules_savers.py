@@ -37,15 +37,12 @@ def recompute_modules_need_selective(
     )
 
 
-@rule
-def recompute_modules_match_model(
-    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
-) -> str | None:
-    """``mla_up_proj`` needs multi-latent attention, ``moe_act``/``moe``/``shared_experts``
-    MoE layers (``shared_experts`` a shared expert), ``mlp`` dense layers (Megatron-core
-    raises for the first two; the others would recompute nothing)."""
+def missing_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> list[str]:
+    """The recompute ``modules`` that ``model`` lacks, each with the reason: ``mla_up_proj``
+    needs multi-latent attention, ``moe_act``/``moe``/``shared_experts`` MoE layers
+    (``shared_experts`` a shared expert), ``mlp`` dense layers."""
     wrong = []
-    for module in plan.selective_modules:
+    for module in modules:
         if module == "mla_up_proj" and not model.uses_mla:
             wrong.append(f"{module} (no MLA)")
         elif module in MOE_RECOMPUTE_MODULES and not model.is_moe:
@@ -54,6 +51,17 @@ def recompute_modules_match_model(
             wrong.append(f"{module} (no shared expert)")
         elif module == "mlp" and all(model.moe_layer_mask()):
             wrong.append(f"{module} (no dense layers)")
+    return wrong
+
+
+@rule
+def recompute_modules_match_model(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Every recompute module exists in the model (`missing_recompute_modules`; Megatron-core
+    raises for ``mla_up_proj`` without MLA and ``moe_act`` without MoE, the others would
+    recompute nothing)."""
+    wrong = missing_recompute_modules(model, plan.selective_modules)
     if not wrong:
         return None
     return (

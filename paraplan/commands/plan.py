@@ -31,6 +31,7 @@ from paraplan.args import (
     add_split_args,
     job_from_args,
     model_from_args,
+    module_list,
     options_from_args,
 )
 from paraplan.commands import COMMAND_HELP
@@ -81,8 +82,13 @@ KNOB_FLAGS: dict[str, str] = {
     "account_for_embedding_in_pipeline_split": "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split": "account_for_loss_in_pipeline_split",
     "pipeline_model_parallel_layout": "pipeline_model_parallel_layout",
+    "recompute_modules": "recompute_modules",
+    "cpu_offloading_num_layers": "cpu_offloading_num_layers",
+    "offload_modules": "offload_modules",
 }
 """argparse dest -> `ParallelPlan` field of each knob flag."""
+MODULE_FLAGS = ("recompute_modules", "offload_modules")
+"""Knob flags whose comma-separated text is a module tuple (`paraplan.args.module_list`)."""
 
 DEFAULT_CANDIDATES_LIMIT = 1000
 """Screened candidates written to candidates.csv by default (the best by screened tokens/s)."""
@@ -100,11 +106,30 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         ("--etp", "expert tensor-parallel size"),
         ("--mbs", "micro-batch size (sequences)"),
         ("--recompute-num-layers", "layers per chunk recomputed (full recompute)"),
+        (
+            "--cpu-offloading-num-layers",
+            "layers whose activations are offloaded to host memory (pp 1, no recompute; "
+            "never searched: default 0, off)",
+        ),
         ("--bucket-size", "DDP gradient bucket (parameters; 0: Megatron's default)"),
     ):
         g.add_argument(flag, type=int, default=None, help=text)
     g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
     g.add_argument("--recompute-method", choices=("uniform", "block"), default=None)
+    g.add_argument(
+        "--recompute-modules",
+        default=None,
+        help="selective recompute of these comma-separated Megatron-core modules (core_attn, "
+        "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; 'none': no module); "
+        "implies --recompute selective (default: searched where memory binds)",
+    )
+    g.add_argument(
+        "--offload-modules",
+        default=None,
+        help="fine-grained activation offloading of these comma-separated modules' inputs "
+        "(attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act; never "
+        "searched: default off)",
+    )
     g.add_argument(
         "--data-parallel-sharding-strategy",
         choices=("no_shard", "optim", "optim_grads", "optim_grads_params"),
@@ -174,9 +199,14 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
         for dest, field in KNOB_FLAGS.items()
         if getattr(args, dest) is not None
     }
+    for name in MODULE_FLAGS:
+        if name in fixed:
+            fixed[name] = module_list(fixed[name])
     strategy = fixed.get("data_parallel_sharding_strategy")
     if strategy not in (None, "no_shard"):
         fixed.setdefault("use_megatron_fsdp", True)  # the strategy is Megatron-FSDP's
+    if "recompute_modules" in fixed:
+        fixed.setdefault("recompute", "selective")  # the modules are selective recompute's
     return SearchSpace(
         fixed=fixed,
         tp_beyond_scale_up=args.tp_beyond_scale_up,
@@ -212,6 +242,17 @@ def _sharding(plan: ParallelPlan) -> str:
     return "distopt" if plan.distributed_optimizer else "-"
 
 
+def recompute_cell(plan: ParallelPlan) -> str:
+    """The recompute column of the plan table: ``none``, ``selective`` (with
+    ``:module+module`` for a per-module set), ``full:<method>``, then the offloading
+    (`ParallelPlan.saver_label` form: ``offload<N>``, ``offload=<modules>``)."""
+    cell = plan.recompute if plan.recompute != "full" else f"full:{plan.recompute_method}"
+    if plan.recompute == "selective" and plan.recompute_modules is not None:
+        cell += ":" + ("+".join(plan.recompute_modules) or "-")
+    offload = [p for p in plan.saver_label().split() if p.startswith("offload")]
+    return " ".join([cell, *offload])
+
+
 def _print_top(result: SearchResult, limit: int) -> None:
     shown = result.top[:limit] if result.top else result.closest[:limit]
     if not shown:
@@ -226,7 +267,7 @@ def _print_top(result: SearchResult, limit: int) -> None:
             "y" if f else "-"
             for f in (p.overlap_grad_reduce, p.overlap_param_gather, p.tp_comm_overlap)
         )
-        recompute = p.recompute if p.recompute != "full" else f"full:{p.recompute_method}"
+        recompute = recompute_cell(p)
         rows.append([
             i, p.tp, p.pp, p.vpp, p.split_label() or "even", p.cp, p.ep,
             p.expert_tp if result.model.is_moe else "-",
@@ -246,12 +287,12 @@ def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     every rule-rejected representative, and the ``limit`` other screened candidates with the
     highest screened tokens/s (fitting ones first); ``limit`` 0 keeps every row. Row order is
     kept."""
-    from planner.search import BOUND_REJECTION, MEMORY_REJECTION
+    from planner.search import BOUND_REJECTION, MEMORY_REJECTION, SET_REJECTION
 
     if limit <= 0:
         return frame
     simulated = frame["simulated_iteration_time_s"].notna()
-    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION])
+    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION, SET_REJECTION])
     rest = frame[~simulated & ~by_rule]
     ranked = rest.assign(_over=rest["rejected_by"] != "").sort_values(
         ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"

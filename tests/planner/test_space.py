@@ -84,10 +84,12 @@ def test_pp_vpp_cp_ep_generators() -> None:
 
 
 def test_switch_generators() -> None:
-    assert ("none", 0, "uniform") in list(recompute_options(8, (0.25, 0.5, 0.75)))
-    blocks = [n for r, n, m in recompute_options(8, (0.25, 0.5, 0.75)) if m == "block"]
+    assert ("none", 0, "uniform", "") in list(recompute_options(8, (0.25, 0.5, 0.75)))
+    blocks = [n for r, n, m, _ in recompute_options(8, (0.25, 0.5, 0.75)) if m == "block"]
     assert blocks == [2, 4, 6]
-    assert [m for _, _, m in recompute_options(1, (0.5,))] == ["uniform"] * 3
+    assert [m for _, _, m, _ in recompute_options(1, (0.5,))] == ["uniform"] * 3
+    sets = [s for r, _, _, s in recompute_options(1, (), ("moe", "")) if r == "selective"]
+    assert sets == ["", "moe"]  # the default modules once, then each set
     triples = list(optimizer_options())
     assert len(triples) == 5 and all(d and g for d, g, p in triples if p)
     # Megatron's default bucket is max(40M, 1M * dp * cp) parameters
