@@ -168,8 +168,11 @@ def _screen(
         "decoder_last_pipeline_num_layers",
     ):  # 0 means None here
         plans[column] = plans[column].where(plans[column] > 0)
+    columns = ["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
+    if not len(plans):
+        return pd.DataFrame(columns=columns, dtype=float)
     metrics = screen_plans(model, cluster, job, profile, plans, options=options)
-    return metrics[["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]]
+    return metrics[columns]
 
 
 def _complexity(table: pd.DataFrame) -> pd.Series:
