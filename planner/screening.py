@@ -224,40 +224,53 @@ def _screen_by_micro_batch(
 ) -> tuple[pd.DataFrame, pd.Index]:
     """Screened metrics of ``rows`` (index kept), micro-batch size by micro-batch size,
     smallest first, and the index of the rows with a per-module recompute set skipped as
-        not needed: the same plan without recompute fits (`_sets_needed`); a row is
-    skipped when the same plan with the next smaller micro-batch does not fit. Peak memory
-    never falls as the micro-batch grows: activations, recompute working set and
-    communication buffers scale with it, and the microbatches in flight shrink at most in
-    proportion (a stage holds min(pp - stage, m) microbatches
-    of b sequences, m = global / (b·dp); megatron-facts.md §3.2-3.3)."""
+    not needed: the same plan without recompute fits (`_sets_needed`). A row is skipped when
+    the same plan with the next smaller micro-batch does not fit. Peak memory never falls as
+    the micro-batch grows: activations, recompute working set and communication buffers
+    scale with it, and the microbatches in flight shrink at most in proportion (a stage
+    holds min(pp - stage, m) microbatches of b sequences, m = global / (b·dp);
+    megatron-facts.md §3.2-3.3).
+
+    The rows with a set of one micro-batch size are decided once the rows without a set of
+    that size are screened, and screened with the next size's rows: one screen call per
+    size, plus one for the largest size's sets."""
     others = [c for c in rows.columns if c != "micro_batch_size"]
-    parts = []
-    dominated: list[pd.Index] = []
-    failed = None
+    parts: list[pd.DataFrame] = []
+    unneeded: list[pd.Index] = []
+    failed = pending = rows.iloc[:0]
     for mbs in sorted(rows["micro_batch_size"].unique()):
         batch = rows[rows["micro_batch_size"] == mbs]
-        if failed is not None and len(failed):
-            keep = batch[others].merge(failed, on=others, how="left", indicator=True)
-            batch = batch[(keep["_merge"] == "left_only").to_numpy()]
-        if not len(batch):
-            break
         with_set = _has_module_set(batch)
-        metrics = _screen(model, cluster, job, profile, batch[~with_set], options)
-        metrics.index = batch.index[~with_set]
-        needed = _sets_needed(batch[with_set], batch[~with_set], metrics, limit_bytes)
-        dominated.append(batch.index[with_set][~needed])
-        if needed.any():
-            extra = _screen(model, cluster, job, profile, batch[with_set][needed], options)
-            extra.index = batch.index[with_set][needed]
-            metrics = pd.concat([metrics, extra])
+        plain, sets = _without(batch[~with_set], failed, others), batch[with_set]
+        if not len(plain) and not len(sets) and not len(pending):
+            break
+        todo = pd.concat([plain, pending])
+        metrics = _screen(model, cluster, job, profile, todo, options)
+        metrics.index = todo.index
         parts.append(metrics)
-        over = (metrics["peak_memory_bytes"] > limit_bytes).to_numpy()
-        failed = batch.loc[metrics.index[over], others].drop_duplicates()
-    skipped = dominated[0].append(dominated[1:]) if dominated else pd.Index([])
+        over = metrics.index[(metrics["peak_memory_bytes"] > limit_bytes).to_numpy()]
+        failed = plain.loc[plain.index.intersection(over), others].drop_duplicates()
+        sets = _without(sets, pending.loc[pending.index.intersection(over), others], others)
+        needed = _sets_needed(sets, plain, metrics.loc[plain.index], limit_bytes)
+        unneeded.append(sets.index[~needed])
+        pending = sets[needed]
+    if len(pending):
+        metrics = _screen(model, cluster, job, profile, pending, options)
+        metrics.index = pending.index
+        parts.append(metrics)
+    skipped = unneeded[0].append(unneeded[1:]) if unneeded else pd.Index([])
     if not parts:
         columns = ["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
         return pd.DataFrame(columns=columns), skipped
     return pd.concat(parts), skipped
+
+
+def _without(rows: pd.DataFrame, failed: pd.DataFrame, others: list[str]) -> pd.DataFrame:
+    """``rows`` less those whose ``others`` columns match a row of ``failed``."""
+    if not len(failed) or not len(rows):
+        return rows
+    keep = rows[others].merge(failed, on=others, how="left", indicator=True)
+    return rows[(keep["_merge"] == "left_only").to_numpy()]
 
 
 def _has_module_set(rows: pd.DataFrame) -> np.ndarray:
