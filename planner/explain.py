@@ -20,13 +20,7 @@ from dataclasses import dataclass
 
 from costmodel.estimate import Estimate
 from costmodel.memory import peak_memory_bytes
-from planner.search import (
-    BOUND_REJECTION,
-    MEMORY_REJECTION,
-    SET_REJECTION,
-    RankedPlan,
-    SearchResult,
-)
+from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
 from specs.formats import gib, percent
@@ -69,11 +63,9 @@ def _count(n: int) -> str:
 
 
 def rejection_lines(result: SearchResult) -> list[str]:
-    """Candidates enumerated, screened and rejected per rule, by memory, by the time bound
-    and as per-module recompute sets not needed (their plan fits without recompute)."""
+    """Candidates enumerated, screened and rejected per rule and by memory."""
     slower = result.rejected.get(BOUND_REJECTION, 0)
-    unneeded = result.rejected.get(SET_REJECTION, 0)
-    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower - unneeded
+    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower
     limit = result.memory_limit_bytes
     skipped = f"{_count(slower)} skipped as slower than the simulated ones, " if slower else ""
     lines = [

@@ -4,8 +4,9 @@ screen in time-bounded rounds, and the rows handed to the event simulator.
 - `model_state_floor_bytes`: a lower bound of each candidate's peak memory (its model
   state); candidates over the limit are not screened.
 - `screen_candidates`: the closed-form metrics (`costmodel.screen.screen_plans`) of the
-  others, micro-batch size by micro-batch size (a candidate with a per-module recompute
-  set only where the same plan without recompute does not fit: memory binds), in rounds
+  others, micro-batch size by micro-batch size (candidates with the searched per-module
+  recompute sets derived from the selective ones whose plan without recompute does not
+  fit: where memory binds), in rounds
   ordered by a lower bound of iteration time (`costmodel.screen.screen_lower_bounds`); a
   round's threshold is the
   ``top_k``-th distinct fitting plan so far, and candidates whose bound is above it are
@@ -59,8 +60,8 @@ _FINE_KEYS = [*_BOUND_GROUP_KEYS, "micro_batch_size", "distributed_optimizer"]
 (with `_FSDP_KEYS` where the table has them)."""
 _FSDP_KEYS = ["use_megatron_fsdp", "data_parallel_sharding_strategy"]
 _RECOMPUTE_KEYS = ["recompute", "recompute_num_layers", "recompute_method", "recompute_modules"]
-"""The knobs of a recompute choice; a per-module set is compared with the same plan without
-recompute (`_sets_needed`)."""
+"""The knobs of a recompute choice; a per-module set is derived from a plan whose twin
+without recompute does not fit (`_derive_sets`)."""
 
 
 def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
@@ -221,48 +222,52 @@ def _screen_by_micro_batch(
     rows: pd.DataFrame,
     limit_bytes: float,
     options: ExecutionOptions = DEFAULT_OPTIONS,
-) -> tuple[pd.DataFrame, pd.Index]:
-    """Screened metrics of ``rows`` (index kept), micro-batch size by micro-batch size,
-    smallest first, and the index of the rows with a per-module recompute set skipped as
-    not needed: the same plan without recompute fits (`_sets_needed`). A row is skipped when
-    the same plan with the next smaller micro-batch does not fit. Peak memory never falls as
-    the micro-batch grows: activations, recompute working set and communication buffers
-    scale with it, and the microbatches in flight shrink at most in proportion (a stage
-    holds min(pp - stage, m) microbatches of b sequences, m = global / (b·dp);
+    sets: tuple[str, ...] = (),
+    first_label: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Screened metrics of ``rows`` and of the rows derived from them with a per-module
+    recompute set of ``sets`` (`_derive_sets`, labelled from ``first_label`` up), and the
+    derived rows, micro-batch size by micro-batch size, smallest first. A row is skipped
+    when the same plan with the next smaller micro-batch does not fit. Peak memory never
+    falls as the micro-batch grows: activations, recompute working set and communication
+    buffers scale with it, and the microbatches in flight shrink at most in proportion (a
+    stage holds min(pp - stage, m) microbatches of b sequences, m = global / (b·dp);
     megatron-facts.md §3.2-3.3).
 
-    The rows with a set of one micro-batch size are decided once the rows without a set of
-    that size are screened, and screened with the next size's rows: one screen call per
-    size, plus one for the largest size's sets."""
+    The rows derived at one micro-batch size are screened with the next size's rows: one
+    screen call per size, plus one for the largest size's derived rows."""
     others = [c for c in rows.columns if c != "micro_batch_size"]
     parts: list[pd.DataFrame] = []
-    unneeded: list[pd.Index] = []
+    derived: list[pd.DataFrame] = []
     failed = pending = rows.iloc[:0]
+    label = first_label
     for mbs in sorted(rows["micro_batch_size"].unique()):
-        batch = rows[rows["micro_batch_size"] == mbs]
-        with_set = _has_module_set(batch)
-        plain, sets = _without(batch[~with_set], failed, others), batch[with_set]
-        if not len(plain) and not len(sets) and not len(pending):
+        size = rows[rows["micro_batch_size"] == mbs]
+        batch = _without(size, failed, others)
+        if not len(batch) and not len(pending):
             break
-        todo = pd.concat([plain, pending])
+        todo = pd.concat([batch, pending])
         metrics = _screen(model, cluster, job, profile, todo, options)
         metrics.index = todo.index
         parts.append(metrics)
         over = metrics.index[(metrics["peak_memory_bytes"] > limit_bytes).to_numpy()]
-        failed = plain.loc[plain.index.intersection(over), others].drop_duplicates()
-        sets = _without(sets, pending.loc[pending.index.intersection(over), others], others)
-        needed = _sets_needed(sets, plain, metrics.loc[plain.index], limit_bytes)
-        unneeded.append(sets.index[~needed])
-        pending = sets[needed]
+        failed = batch.loc[batch.index.intersection(over), others].drop_duplicates()
+        pending = _derive_sets(size, batch, metrics.loc[batch.index], limit_bytes, sets, label)
+        label += len(pending)  # before filtering: labels stay unique
+        # a set whose plan did not fit at the smaller micro-batch is not tried again
+        failed_sets = derived[-1].loc[derived[-1].index.intersection(over)] if derived else None
+        if failed_sets is not None and len(failed_sets):
+            pending = _without(pending, failed_sets[others].drop_duplicates(), others)
+        derived.append(pending)
     if len(pending):
         metrics = _screen(model, cluster, job, profile, pending, options)
         metrics.index = pending.index
         parts.append(metrics)
-    skipped = unneeded[0].append(unneeded[1:]) if unneeded else pd.Index([])
+    made = pd.concat(derived) if derived else rows.iloc[:0]
     if not parts:
         columns = ["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
-        return pd.DataFrame(columns=columns), skipped
-    return pd.concat(parts), skipped
+        return pd.DataFrame(columns=columns), made
+    return pd.concat(parts), made
 
 
 def _without(rows: pd.DataFrame, failed: pd.DataFrame, others: list[str]) -> pd.DataFrame:
@@ -273,25 +278,31 @@ def _without(rows: pd.DataFrame, failed: pd.DataFrame, others: list[str]) -> pd.
     return rows[(keep["_merge"] == "left_only").to_numpy()]
 
 
-def _has_module_set(rows: pd.DataFrame) -> np.ndarray:
-    """Rows with a per-module recompute set (not Megatron's default modules)."""
-    return (rows["recompute_modules"] != DEFAULT_MODULES).to_numpy()
-
-
-def _sets_needed(
-    with_set: pd.DataFrame, plain: pd.DataFrame, metrics: pd.DataFrame, limit_bytes: float
-) -> np.ndarray:
-    """Per row of ``with_set`` (rows with a per-module recompute set): False when the same
-    plan without recompute is among ``plain`` (screened, ``metrics``) and fits. Such a row
+def _derive_sets(
+    rows: pd.DataFrame,
+    screened: pd.DataFrame,
+    metrics: pd.DataFrame,
+    limit_bytes: float,
+    sets: tuple[str, ...],
+    first_label: int,
+) -> pd.DataFrame:
+    """Rows with a per-module recompute set where memory binds: for each row of ``rows``
+    with selective recompute of Megatron's default modules whose plan without recompute is
+    not among the ``screened`` rows or does not fit (``metrics``), one copy per set of
+    ``sets`` (table form), labelled from ``first_label`` up. Where that plan fits, a set
     cannot be faster: recompute only adds to a stage's backward
-    (`costmodel.runtimes.megatron.screen`), so the set is tried only where memory binds."""
-    if not len(with_set):
-        return np.zeros(0, dtype=bool)
-    keys = [c for c in plain.columns if c not in _RECOMPUTE_KEYS]
+    (`costmodel.runtimes.megatron.screen`)."""
+    if not sets or not len(rows):
+        return rows.iloc[:0]
+    keys = [c for c in rows.columns if c not in _RECOMPUTE_KEYS]
     fits = (metrics["peak_memory_bytes"] <= limit_bytes).to_numpy()
-    fitting = plain[fits & (plain["recompute"] == "none").to_numpy()][keys].drop_duplicates()
-    twin = with_set[keys].merge(fitting, on=keys, how="left", indicator=True)
-    return (twin["_merge"] == "left_only").to_numpy()
+    none = (screened["recompute"] == "none").to_numpy()
+    fitting = screened[fits & none][keys].drop_duplicates()
+    plain = (rows["recompute"] == "selective") & (rows["recompute_modules"] == DEFAULT_MODULES)
+    base = _without(rows[plain.to_numpy()], fitting, keys)
+    out = pd.concat([base.assign(recompute_modules=s) for s in sets], ignore_index=True)
+    out.index = pd.RangeIndex(first_label, first_label + len(out))
+    return out
 
 
 def _closest_pool(table: pd.DataFrame) -> pd.Series:
@@ -354,29 +365,33 @@ def _screen_bounded(
     limit_bytes: float,
     top_k: int,
     options: ExecutionOptions,
-) -> tuple[pd.DataFrame, np.ndarray, pd.Index]:
-    """Screened metrics of the rows that could be among the ``top_k`` picks, a mask of the
-    rows skipped by the time bound, and the index of the rows with a per-module recompute
-    set skipped as not needed (`_sets_needed`).
+    sets: tuple[str, ...] = (),
+    first_label: int = 0,
+) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """Screened metrics of the rows that could be among the ``top_k`` picks (and of the
+    rows derived with recompute sets, `_screen_by_micro_batch`), a mask of the rows skipped
+    by the time bound, and the derived rows.
 
     Groups are screened in rounds, smallest bound first; after each round the threshold is
     the iteration time of the ``top_k``-th distinct fitting plan (`_pick`), and only groups
     whose bound is at most the threshold are screened later. A skipped row's screened time
     is above the threshold, so it sorts after the ``top_k`` picks and never displaces one:
     the picks, and so the best plan, are those of screening every row (tested against
-    ``prune=False``)."""
+    ``prune=False``). The bound of a group holds for the rows derived from it: recompute
+    only adds time."""
     found = _group_bounds(model, cluster, job, profile, rows, fine, options)
     if found is None:
-        done, unneeded = _screen_by_micro_batch(
-            model, cluster, job, profile, rows, limit_bytes, options
+        done, derived = _screen_by_micro_batch(
+            model, cluster, job, profile, rows, limit_bytes, options, sets, first_label
         )
-        return done, np.zeros(len(rows), dtype=bool), unneeded
+        return done, np.zeros(len(rows), dtype=bool), derived
     bound, group = found
     order = np.argsort(bound, kind="stable")
     sizes = np.bincount(group, minlength=len(bound))
     taken = np.zeros(len(bound), dtype=bool)
     parts: list[pd.DataFrame] = []
-    unneeded = pd.Index([])
+    seen: list[pd.DataFrame] = []
+    made: list[pd.DataFrame] = []
     threshold, start, budget = np.inf, 0, FIRST_ROUND_ROWS
     while start < len(order) and bound[order[start]] <= threshold:
         cumulative = np.cumsum(sizes[order[start:]])
@@ -386,14 +401,18 @@ def _screen_bounded(
         fresh = np.zeros(len(bound), dtype=bool)
         fresh[order[start:stop]] = True
         batch = rows[fresh[group]]
-        done, skipped = _screen_by_micro_batch(
-            model, cluster, job, profile, batch, limit_bytes, options
+        done, derived = _screen_by_micro_batch(
+            model, cluster, job, profile, batch, limit_bytes, options, sets, first_label
+        )
+        first_label = (
+            max(first_label, int(derived.index.max()) + 1) if len(derived) else first_label
         )
         parts.append(done)
-        unneeded = unneeded.append(skipped)
-        threshold = _threshold_s(rows, pd.concat(parts), limit_bytes, top_k)
+        seen += [batch, derived]
+        made.append(derived)
+        threshold = _threshold_s(pd.concat(seen), pd.concat(parts), limit_bytes, top_k)
         start, budget = stop, budget * 4
-    return pd.concat(parts), ~taken[group], unneeded
+    return pd.concat(parts), ~taken[group], pd.concat(made) if made else rows.iloc[:0]
 
 
 def screen_candidates(
@@ -405,20 +424,21 @@ def screen_candidates(
     limit_bytes: float,
     options: ExecutionOptions = DEFAULT_OPTIONS,
     top_k: int | None = None,
+    sets: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """``table`` with ``model_state_floor_bytes``, the screened metrics (NaN where the
-    floor alone is over the limit, or the row was skipped, as those are not screened),
-    ``screened``, ``bounded`` (skipped by the time bound), ``unneeded_set`` (a per-module
-    recompute set skipped because the same plan without recompute fits: `_sets_needed`)
-    and ``fits``.
+    """``table``, then the rows derived from it with the per-module recompute ``sets``
+    (table form) where memory binds (`_derive_sets`), with ``model_state_floor_bytes``, the
+    screened metrics (NaN where the floor alone is over the limit, or the time bound
+    skipped the row, as those are not screened), ``screened``, ``bounded`` (skipped by the
+    time bound) and ``fits``.
 
     With ``top_k``, only the rows that could be among the ``top_k`` fastest fitting ones are
-    screened (`_screen_bounded`, `_sets_needed`); None screens every row under the floor.
-    When no row is under the floor, the `CLOSEST_POOL` rows with the smallest floor are
-    screened anyway, so that the closest candidates can be found.
+    screened (`_screen_bounded`); None screens every row under the floor. When no row is
+    under the floor, the `CLOSEST_POOL` rows with the smallest floor are screened anyway,
+    so that the closest candidates can be found.
     """
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
-    first, fine = row_groups(table, _FINE_KEYS + [k for k in _FSDP_KEYS if k in table.columns])
+    first, fine = row_groups(table, _fine_keys(table))
     screened["model_state_floor_bytes"] = (
         model_state_floor_bytes(model, job, table.iloc[first])[fine] if len(table) else 0.0
     )
@@ -428,21 +448,37 @@ def screen_candidates(
     if len(table) and not under.any():
         under, top_k = _closest_pool(screened), None
     rows = table[under.to_numpy()]
+    label = int(table.index.max()) + 1 if len(table) else 0
     if top_k is None or not len(rows):
-        done, unneeded = _screen_by_micro_batch(
-            model, cluster, job, profile, rows, limit_bytes, options
+        done, derived = _screen_by_micro_batch(
+            model, cluster, job, profile, rows, limit_bytes, options, sets, label
         )
         skipped = np.zeros(len(rows), dtype=bool)
     else:
-        done, skipped, unneeded = _screen_bounded(
-            model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k, options
-        )
+        done, skipped, derived = _screen_bounded(
+            model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
+            options, sets, label,
+        )  # fmt: skip
+    if len(derived):
+        extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived))
+        screened = pd.concat([screened, extra])
     screened.loc[done.index, list(done.columns)] = done.to_numpy()
     screened["screened"] = screened.index.isin(done.index)
     screened["bounded"] = screened.index.isin(rows.index[skipped])
-    screened["unneeded_set"] = screened.index.isin(unneeded)
     screened["fits"] = screened["peak_memory_bytes"] <= limit_bytes
     return screened
+
+
+def _fine_keys(table: pd.DataFrame) -> list[str]:
+    return _FINE_KEYS + [k for k in _FSDP_KEYS if k in table.columns]
+
+
+def _floor(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray | float:
+    """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group."""
+    if not len(table):
+        return 0.0
+    first, fine = row_groups(table, _fine_keys(table))
+    return model_state_floor_bytes(model, job, table.iloc[first])[fine]
 
 
 def rows_to_simulate(screened: pd.DataFrame, top_k: int) -> pd.DataFrame:

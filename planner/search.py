@@ -8,7 +8,9 @@
    those a lower bound of iteration time shows slower than the ``top_k``-th fitting plan
    screened; a candidate fits when its peak memory is at most (1 - memory_headroom) of the
    device memory, the headroom covering what no model predicts exactly (allocator
-   behaviour, library workspaces).
+   behaviour, library workspaces). Where a selective-recompute candidate's plan without
+   recompute does not fit, the screen adds it with each per-module recompute set of the
+   space (`planner.space.recompute_module_sets`).
 3. Run the event simulator (`costmodel.estimate.estimate_plan`) on the ``top_k`` fitting
    candidates with the highest screened throughput, each re-checked with `check_plan`.
 4. Rank by the simulator's tokens per second among the plans that still fit.
@@ -33,7 +35,7 @@ from costmodel.memory import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
 from planner.screening import rows_to_simulate, screen_candidates
-from planner.space import SearchSpace, plan_from_row
+from planner.space import SearchSpace, plan_from_row, recompute_module_sets
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -48,9 +50,6 @@ BOUND_REJECTION = "slower"
 """Key of `SearchResult.rejected` for candidates the time bound skipped: a lower bound of
 their screened iteration time is above the ``top_k``-th screened plan's, so they could not
 be among the plans handed to the simulator."""
-SET_REJECTION = "recompute_set_not_needed"
-"""Key of `SearchResult.rejected` for candidates with a per-module recompute set whose plan
-fits without recompute (`planner.screening`): the set is tried only where memory binds."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,9 +91,10 @@ class SearchResult:
     ``simulated_*`` columns for the simulated ones), then one representative row per
     rule-rejected group (``rejected_by`` = rule ids, ``represents`` = candidates)."""
     num_enumerated: int
-    """Candidates before any check."""
+    """Candidates before any check, and those the screen derived with per-module recompute
+    sets where memory binds (`planner.screening`)."""
     num_valid: int
-    """Candidates that passed the rules."""
+    """Candidates that passed the rules (the derived ones included)."""
     num_screened: int
     """Candidates the closed-form estimate evaluated (valid ones under the model-state
     floor, less the larger micro-batches of plans that did not fit)."""
@@ -156,9 +156,8 @@ def _candidates_frame(
     on a large cluster."""
     fits = screened["fits"].to_numpy(dtype=bool)
     bounded = screened["bounded"].to_numpy(dtype=bool)
-    unneeded = screened["unneeded_set"].to_numpy(dtype=bool)
-    codes = np.where(fits, 0, np.where(bounded, 1, np.where(unneeded, 3, 2)))
-    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION, SET_REJECTION], dtype=object)
+    codes = np.where(fits, 0, np.where(bounded, 1, 2))
+    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION], dtype=object)
     columns = {
         f"simulated_{name}": np.full(len(screened), np.nan)
         for name in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib")
@@ -205,8 +204,9 @@ def search_plans(
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     if progress is not None:
         progress("screen", 0, len(cands.table))
+    sets = () if space.is_fixed("recompute_modules") else recompute_module_sets(model, space)
     screened = screen_candidates(
-        model, cluster, job, profile, cands.table, limit, options, top_k if prune else None
+        model, cluster, job, profile, cands.table, limit, options, top_k if prune else None, sets
     )
     chosen = rows_to_simulate(screened, top_k)
     simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress, options)
@@ -216,12 +216,9 @@ def search_plans(
     # A plan the screen let through but the simulator finds too large is a memory rejection too.
     late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
     bounded = int(screened["bounded"].sum())
-    unneeded = int(screened["unneeded_set"].sum())
-    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) - bounded - unneeded + late
+    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) - bounded + late
     if bounded:
         rejected[BOUND_REJECTION] = bounded
-    if unneeded:
-        rejected[SET_REJECTION] = unneeded
     ranked = [r for _, r in simulated]
     top = sorted(
         (r for r in ranked if r.fits),
@@ -238,7 +235,7 @@ def search_plans(
         rejected=rejected,
         rule_examples=dict(cands.examples),
         candidates=_candidates_frame(screened, simulated, cands),
-        num_enumerated=cands.num_enumerated,
+        num_enumerated=cands.num_enumerated + len(screened) - len(cands.table),
         num_valid=len(screened),
         num_screened=int(screened["screened"].sum()),
         memory_limit_bytes=limit,

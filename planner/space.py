@@ -35,9 +35,10 @@ dtype; ``etp`` always holds the effective expert tensor-parallel size (tp for de
 (`costmodel.plan_frame.modules_column`: "" for Megatron's default).
 
 Memory savers: per-module selective recompute sets (`RECOMPUTE_MODULE_SETS`) are searched
-beside the recompute modes; CPU activation offloading (``cpu_offloading_num_layers``,
-``offload_modules``) is only fixed, never searched, and fixing layer-level offloading keeps
-pp = 1 and recompute none, as Megatron-core requires.
+by the screen where memory binds (`planner.screening`), a fixed one is a switch value; CPU
+activation offloading (``cpu_offloading_num_layers``, ``offload_modules``) is only fixed,
+never searched, and fixing layer-level offloading keeps pp = 1 and recompute none, as
+Megatron-core requires.
 """
 
 from __future__ import annotations
@@ -173,8 +174,9 @@ class SearchSpace:
     recompute_module_sets: tuple[tuple[str, ...], ...] = RECOMPUTE_MODULE_SETS
     """Per-module selective recompute sets tried besides Megatron's default (``core_attn``
     alone, which the plain selective candidate already is), each only for models that have
-    every module of it and only where memory binds: the screen skips a candidate with a set
-    when the same candidate without recompute fits (`planner.screening`)."""
+    every module of it and only where memory binds: the screen derives a candidate with a
+    set from a selective candidate whose plan without recompute does not fit
+    (`planner.screening`); they are not rows of the enumerated tables."""
     features: frozenset[str] = PLAN_FEATURES
     """Plan features the generators may use (`costmodel.execution.PLAN_FEATURES`); the
     search narrows it to what the runtime implements (`for_runtime`). A missing feature
@@ -536,6 +538,8 @@ def switch_rows(
         ],
         space,
     )
+    # searched recompute sets are derived by the screen where memory binds (planner.screening)
+    pinned = recompute_module_sets(model, space) if space.is_fixed("recompute_modules") else ()
     rc_opts = _constrained(
         [
             {
@@ -545,7 +549,7 @@ def switch_rows(
                 "recompute_modules": s,
             }
             for r, n, m, s in recompute_options(
-                chunk_layers, space.block_recompute_fractions, recompute_module_sets(model, space)
+                chunk_layers, space.block_recompute_fractions, pinned
             )
             if (space.has("selective_recompute") or r != "selective")
             and (r == "none" or not _offloads_layers(space))

@@ -287,12 +287,12 @@ def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     every rule-rejected representative, and the ``limit`` other screened candidates with the
     highest screened tokens/s (fitting ones first); ``limit`` 0 keeps every row. Row order is
     kept."""
-    from planner.search import BOUND_REJECTION, MEMORY_REJECTION, SET_REJECTION
+    from planner.search import BOUND_REJECTION, MEMORY_REJECTION
 
     if limit <= 0:
         return frame
     simulated = frame["simulated_iteration_time_s"].notna()
-    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION, SET_REJECTION])
+    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION])
     rest = frame[~simulated & ~by_rule]
     ranked = rest.assign(_over=rest["rejected_by"] != "").sort_values(
         ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"

@@ -11,7 +11,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from costmodel.estimate import estimate_plan
-from planner.search import SET_REJECTION, search_plans
+from planner.search import search_plans
 from planner.space import SearchSpace, plan_from_row, recompute_module_sets
 from profiles import load_profile
 from specs.cluster import ClusterSpec
@@ -69,10 +69,12 @@ def test_a_plan_that_fits_only_with_a_module_set_is_found() -> None:
     assert est.peak_memory_bytes > found.memory_limit_bytes
 
 
-def test_sets_are_skipped_where_the_plan_fits_without_recompute() -> None:
-    result = _search("tiny-moe", 8, 512, 32, SearchSpace(max_micro_batch_size=2))
-    assert result.rejected.get(SET_REJECTION, 0) > 0
-    assert all(r.plan.recompute_modules is None for r in result.top)
+def test_sets_are_tried_only_where_the_plan_without_recompute_does_not_fit() -> None:
+    fits = _search("tiny-moe", 8, 512, 32, SearchSpace(max_micro_batch_size=2))
+    assert (fits.candidates["recompute_modules"].fillna("") == "").all()
+    bound = _search("mixtral-8x7b", 16, 8192, 64, SearchSpace(fixed=MIXTRAL_BOUND))
+    frame = bound.candidates[bound.candidates["recompute_modules"].fillna("") != ""]
+    assert len(frame) and (frame["recompute"] == "selective").all()
 
 
 @pytest.mark.parametrize(
