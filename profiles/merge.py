@@ -36,6 +36,7 @@ KEYED_LISTS = {
     "timings": ("name",),
     "streams": ("op", "dtype", "bytes_moved"),
     "collective_calls": ("op", "group_size", "size_bytes"),
+    "transcendental": ("op", "elements"),
 }
 """Lists whose items pair by these keys rather than by position."""
 FREE_FIELDS = ("provenance.date", "provenance.command", "provenance.notes", "name")

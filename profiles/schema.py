@@ -470,7 +470,9 @@ class Provenance:
             raise SpecError(f"Provenance.date must be an ISO date YYYY-MM-DD, got {self.date!r}")
 
 
-def _check_host_stats(owner: str, obj: HostTiming | HostStream | HostCollective) -> None:
+def _check_host_stats(
+    owner: str, obj: HostTiming | HostStream | HostCollective | HostTranscendental
+) -> None:
     """A host row's statistics: at least one sample, mean and median within min and max."""
     require_positive(obj, "num_samples")
     middle = (obj.mean_s,) if obj.median_s is None else (obj.mean_s, obj.median_s)
@@ -541,6 +543,46 @@ class HostStream:
         _check_host_stats(f"HostStream {self.op}/{self.bytes_moved}B", self)
 
 
+TRANSCENDENTAL_OPS: tuple[str, ...] = (
+    "silu",
+    "silu_backward",
+    "log_softmax",
+    "log_softmax_backward",
+)
+"""Kernels of the transcendental probe (`profiles.profiler.transcendental`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostTranscendental:
+    """One transcendental element-wise kernel timed at one size on a CPU rank, its fp32
+    inputs and outputs cold (`profiles.profiler.transcendental`): the points the torch
+    runtime fits its per-element rates through (`costmodel.runtimes.torch.transcendental_rates`)."""
+
+    op: str
+    """One of `TRANSCENDENTAL_OPS`."""
+    elements: int
+    """Elements of the kernel's output per call."""
+    num_samples: int
+    """Timed samples."""
+    mean_s: float
+    """Mean seconds per call."""
+    median_s: float | None = None
+    """Median seconds per call (None where it was not recorded)."""
+    min_s: float
+    """Fastest call, seconds."""
+    max_s: float
+    """Slowest call, seconds."""
+
+    def __post_init__(self) -> None:
+        if self.op not in TRANSCENDENTAL_OPS:
+            raise SpecError(
+                f"HostTranscendental.op {self.op!r} is not a probed kernel; use one of "
+                f"{', '.join(TRANSCENDENTAL_OPS)}"
+            )
+        require_positive(self, "elements")
+        _check_host_stats(f"HostTranscendental {self.op}/{self.elements}", self)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HostCollective:
     """One collective within a host, timed at one message size as a step waits for it: its
@@ -603,6 +645,10 @@ class HostOverheads:
     (tensor-, context- and expert-parallel calls: wire time, waited-for excess and
     functional extras, `costmodel.runtimes.torch.passes`). 1 as measured; `paraplan
     calibrate` fits it on runs with layer collectives (`reports.calibrate_layers`)."""
+    transcendental: tuple[HostTranscendental, ...] = ()
+    """Transcendental element-wise kernels by size, at most one row per (op, elements);
+    empty in profiles measured before the probe existed, whose transcendental kernels the
+    torch runtime prices per byte like every element-wise kernel."""
 
     def __post_init__(self) -> None:
         _require_unique("timings", [(t.name,) for t in self.timings])
@@ -610,6 +656,7 @@ class HostOverheads:
         _require_unique(
             "collective_calls", [(c.op, c.group_size, c.size_bytes) for c in self.collective_calls]
         )
+        _require_unique("transcendental", [(t.op, t.elements) for t in self.transcendental])
         _require_positive_float("HostOverheads", "backward_scale", self.backward_scale)
         _require_positive_float(
             "HostOverheads", "layer_collective_scale", self.layer_collective_scale

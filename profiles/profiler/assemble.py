@@ -8,9 +8,10 @@ for measured CPU profiles. The provenance says which, and carries the spread of 
 measurement and the held-out errors of every fit (`profiles.profiler.fit`), as a record.
 
 A CPU profile also carries the host section (`HardwareProfile.host`, `host_section`): the
-host-cost probes, the memory-bound operators by size and the collectives within the host by
-size, each with the statistics of its samples, which the torch runtime reads; a GPU
-profile has none (its host runs ahead of the kernels).
+host-cost probes, the memory-bound operators by size, the transcendental element-wise
+kernels by size and the collectives within the host by size, each with the statistics of
+its samples, which the torch runtime reads; a GPU profile has none (its host runs ahead of
+the kernels).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from profiles.schema import (
     HostOverheads,
     HostStream,
     HostTiming,
+    HostTranscendental,
     MeasurementSpread,
     Provenance,
     Topology,
@@ -218,7 +220,7 @@ def _topology(records: RunRecords) -> Topology:
 def _spreads(records: RunRecords) -> tuple[MeasurementSpread, ...]:
     c = records.compute
     items = [*c.overhead, *c.gemms, *(g for pair in c.misaligned for g in pair)]
-    items += [*c.attention, *c.memory, *records.collectives]
+    items += [*c.attention, *c.memory, *c.transcendental, *records.collectives]
     seen: dict[str, MeasurementSpread] = {}
     for r in items:
         seen.setdefault(r.quantity, spread(r.quantity, r.times_s))
@@ -233,9 +235,10 @@ def _stats(record: Any) -> dict[str, Any]:
 
 def host_section(records: RunRecords) -> HostOverheads:
     """The host section of a CPU profile from its records (module docstring): every
-    host-cost probe by name, every memory-bound operator by (op, dtype, bytes) and every
-    collective within one host by (op, group size, bytes); a point recorded twice keeps its
-    first record, as the provenance does (`_spreads`)."""
+    host-cost probe by name, every memory-bound operator by (op, dtype, bytes), every
+    transcendental kernel by (op, elements) and every collective within one host by (op,
+    group size, bytes); a point recorded twice keeps its first record, as the provenance
+    does (`_spreads`)."""
     c = records.compute
     timings: dict[str, HostTiming] = {}
     for r in c.overhead:
@@ -244,6 +247,11 @@ def host_section(records: RunRecords) -> HostOverheads:
     for m in c.memory:
         row = HostStream(op=m.op, dtype=m.dtype, bytes_moved=m.bytes_moved, **_stats(m))
         streams.setdefault((m.op, m.dtype, m.bytes_moved), row)
+    kernels: dict[tuple[str, int], HostTranscendental] = {}
+    for k in c.transcendental:
+        kernels.setdefault(
+            (k.op, k.elements), HostTranscendental(op=k.op, elements=k.elements, **_stats(k))
+        )
     calls: dict[tuple[str, int, int], HostCollective] = {}
     for t in records.collectives:
         if t.placement == "intra":
@@ -255,6 +263,7 @@ def host_section(records: RunRecords) -> HostOverheads:
         timings=tuple(timings.values()),
         streams=tuple(streams.values()),
         collective_calls=tuple(calls.values()),
+        transcendental=tuple(kernels.values()),
     )
 
 

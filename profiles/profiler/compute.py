@@ -43,6 +43,7 @@ from profiles.profiler.timing import (
     MemoryTiming,
     OverheadTiming,
     StealReader,
+    TranscendentalTiming,
     measure,
     steal_watched,
     time_calls,
@@ -87,6 +88,8 @@ class ComputeResults:
     """Memory-bound operators and optimizer steps."""
     overhead: list[OverheadTiming] = field(default_factory=list)
     """Tiny-operator host times."""
+    transcendental: list[TranscendentalTiming] = field(default_factory=list)
+    """Transcendental element-wise kernels (CPU ranks, `profiles.profiler.transcendental`)."""
     skipped: list[str] = field(default_factory=list)
     """Points left out because they would exceed the per-call time limit."""
 

@@ -27,12 +27,19 @@ from profiles.profiler.compute import (
     time_overheads,
 )
 from profiles.profiler.shapes import SweepPlan
-from profiles.profiler.timing import AttentionTiming, GemmTiming, MemoryTiming, per_pass
+from profiles.profiler.timing import (
+    AttentionTiming,
+    GemmTiming,
+    MemoryTiming,
+    TranscendentalTiming,
+    per_pass,
+)
+from profiles.profiler.transcendental import TRANSCENDENTAL_ELEMENTS, time_transcendental
 
 COMPUTE_PASSES = 3
 """Visits per compute point (module doc)."""
 
-Record = GemmTiming | AttentionTiming | MemoryTiming
+Record = GemmTiming | AttentionTiming | MemoryTiming | TranscendentalTiming
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,7 +49,8 @@ class Point:
     label: str
     """Progress label."""
     kind: str
-    """`gemm`, `misaligned`, `attention` or `memory`: the `ComputeResults` list."""
+    """`gemm`, `misaligned`, `attention`, `memory` or `transcendental`: the
+    `ComputeResults` list."""
     time: Callable[[Runner], tuple[Record, ...]]
     """Times the point once, returning its records in a fixed order."""
     dtype: str = "fp32"
@@ -53,8 +61,9 @@ class Point:
     """Bytes of tensors the point allocates, for the memory limit."""
 
 
-def plan_points(plan: SweepPlan) -> list[Point]:
-    """Every compute point of ``plan`` in sweep order."""
+def plan_points(plan: SweepPlan, *, host_probes: bool = True) -> list[Point]:
+    """Every compute point of ``plan`` in sweep order; the transcendental kernels
+    (`profiles.profiler.transcendental`) only with ``host_probes`` (CPU ranks)."""
     points = [
         Point(
             label=f"gemm {d} {m}x{n}x{k}",
@@ -103,13 +112,26 @@ def plan_points(plan: SweepPlan) -> list[Point]:
         )
         for n in plan.adamw_params
     ]
+    if host_probes:
+        points += [
+            Point(
+                label=f"transcendental {n} elements",
+                kind="transcendental",
+                time=lambda run, n=n: time_transcendental(run, n),
+                # two input sets and the held outputs (one set each beyond the cold pool)
+                memory_bytes=3 * n * 4,
+            )
+            for n in TRANSCENDENTAL_ELEMENTS
+        ]
     return points
 
 
-def compute_point_count(plan: SweepPlan, passes: int = COMPUTE_PASSES) -> int:
+def compute_point_count(
+    plan: SweepPlan, passes: int = COMPUTE_PASSES, *, host_probes: bool = True
+) -> int:
     """Progress units of `run_compute_sweep` for ``plan``: the overhead chain, then every
     point once per pass (skipped points included)."""
-    return 1 + passes * len(plan_points(plan))
+    return 1 + passes * len(plan_points(plan, host_probes=host_probes))
 
 
 def run_compute_sweep(
@@ -122,12 +144,13 @@ def run_compute_sweep(
     host_probes: bool = True,
 ) -> ComputeResults:
     """Time every compute point of ``plan`` in ``passes`` passes (module doc); the
-    autograd chain's host costs only with ``host_probes`` (CPU ranks)."""
+    autograd chain's host costs and the transcendental kernels only with ``host_probes``
+    (CPU ranks)."""
     results = ComputeResults()
     results.overhead.extend(time_overheads(run, autograd=host_probes))
     tick("op overhead")
     visit = replace(run, budget=per_pass(run.budget, passes))
-    points = plan_points(plan)
+    points = plan_points(plan, host_probes=host_probes)
     kept: list[tuple[Point, tuple[Record, ...]]] = []
     best: dict[str, float] = {}
     for point in points:
@@ -191,5 +214,7 @@ def _store(results: ComputeResults, kind: str, records: tuple[Record, ...]) -> N
         results.misaligned.append(records)  # type: ignore[arg-type]
     elif kind == "attention":
         results.attention.extend(records)  # type: ignore[arg-type]
+    elif kind == "transcendental":
+        results.transcendental.extend(records)  # type: ignore[arg-type]
     else:
         results.memory.extend(records)  # type: ignore[arg-type]

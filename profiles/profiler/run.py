@@ -79,6 +79,9 @@ def merge_compute(per_rank: list[ComputeResults]) -> ComputeResults:
         attention=[_pool(list(rs)) for rs in zip(*(r.attention for r in per_rank), strict=True)],
         memory=[_pool(list(rs)) for rs in zip(*(r.memory for r in per_rank), strict=True)],
         overhead=[_pool(list(rs)) for rs in zip(*(r.overhead for r in per_rank), strict=True)],
+        transcendental=[
+            _pool(list(rs)) for rs in zip(*(r.transcendental for r in per_rank), strict=True)
+        ],
         skipped=list(first.skipped),
     )
 
@@ -133,7 +136,10 @@ def profile_rank(
     limit = memory_limit_bytes(device, env.local_world_size)
     sizes = tuple(s for s in plan.message_bytes if 3 * s <= limit)
     layouts = group_layouts(env.world_size, env.local_world_size)
-    total = compute_point_count(plan) + comm_point_count(layouts, sizes, COMM_PASSES)
+    host = runs_host_probes(device)
+    total = compute_point_count(plan, host_probes=host) + comm_point_count(
+        layouts, sizes, COMM_PASSES
+    )
     done = 0
 
     def tick(label: str) -> None:
@@ -148,7 +154,6 @@ def profile_rank(
         cores=available_cpus(),
     )
     runner = Runner(device=device, budget=budget, agree=_max_agree(control), clock=clock)
-    host = runs_host_probes(device)
     early = (*time_host_probe(runner), *time_sync_moment(runner)) if host else ()
     compute = run_compute_sweep(plan, runner, tick, memory_limit_bytes=limit, host_probes=host)
     if host:

@@ -283,6 +283,24 @@ class MemoryTiming:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TranscendentalTiming:
+    """A timed transcendental element-wise kernel over one tensor size
+    (`profiles.profiler.transcendental`)."""
+
+    op: str
+    """One of `profiles.schema.TRANSCENDENTAL_OPS`."""
+    elements: int
+    """Elements of the kernel's output per call."""
+    times_s: tuple[float, ...]
+    """Per-call seconds of each sample."""
+
+    @property
+    def quantity(self) -> str:
+        """Name in the provenance spread."""
+        return f"transcendental.{self.op}.{self.elements}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class OverheadTiming:
     """Host time per call of a tiny operator (work negligible)."""
 

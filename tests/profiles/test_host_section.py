@@ -14,12 +14,19 @@ import pytest
 from profiles.legacy import host_from_spread, upgrade_profile_data
 from profiles.profiler.assemble import host_section
 from profiles.profiler.compute import ComputeResults
-from profiles.profiler.timing import CollectiveTiming, MemoryTiming, OverheadTiming, spread
+from profiles.profiler.timing import (
+    CollectiveTiming,
+    MemoryTiming,
+    OverheadTiming,
+    TranscendentalTiming,
+    spread,
+)
 from profiles.schema import (
     HostCollective,
     HostOverheads,
     HostStream,
     HostTiming,
+    HostTranscendental,
     MeasurementSpread,
 )
 from profiles.store import load_profile, profile_from_data, save_profile, stored_profile_names
@@ -208,3 +215,35 @@ def test_a_spread_gives_each_host_row_its_statistics():
             3e-6,
         )
     assert set(stats) == {"num_samples", "mean_s", "median_s", "min_s", "max_s"}
+
+
+def _kernel(op: str, elements: int, mean_s: float) -> HostTranscendental:
+    return HostTranscendental(
+        op=op, elements=elements, num_samples=3, mean_s=mean_s, min_s=mean_s, max_s=mean_s
+    )
+
+
+def test_transcendental_rows_are_written_validated_and_round_trip(tmp_path) -> None:
+    records = _records()
+    records.compute.transcendental = [
+        TranscendentalTiming(op="silu", elements=32768, times_s=(3e-5, 4e-5, 3.5e-5))
+    ]
+    (row,) = host_section(records).transcendental
+    assert (row.op, row.elements, row.num_samples) == ("silu", 32768, 3)
+    assert row.mean_s == pytest.approx(3.5e-5)
+    cpu = load_profile(str(STORED_CPU))
+    assert cpu.host.transcendental == ()  # measured before the probe: per-byte pricing
+    probed = dataclasses.replace(
+        cpu, host=dataclasses.replace(cpu.host, transcendental=(row, _kernel("silu", 2**17, 1e-4)))
+    )
+    assert load_profile(str(save_profile(probed, tmp_path / "cpu.json"))) == probed
+    with pytest.raises(SpecError, match="not a probed kernel"):
+        _kernel("exp", 1024, 1e-6)
+    with pytest.raises(SpecError, match="repeated keys"):
+        HostOverheads(transcendental=(_kernel("silu", 1024, 1e-6), _kernel("silu", 1024, 2e-6)))
+
+
+def test_no_stored_gpu_profile_carries_transcendental_rows() -> None:
+    for name in stored_profile_names():
+        profile = load_profile(name)
+        assert profile.device.kind != "gpu" or profile.host is None

@@ -4,6 +4,8 @@ passes whose samples pool (profiles.profiler.compute_sweep)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -22,7 +24,14 @@ from profiles.profiler.compute import (
 from profiles.profiler.compute_sweep import compute_point_count, pooled, run_compute_sweep
 from profiles.profiler.run import runs_host_probes
 from profiles.profiler.shapes import SweepPlan
-from profiles.profiler.timing import Budget, GemmTiming, per_pass
+from profiles.profiler.timing import WALL_CLOCK, Budget, GemmTiming, per_pass
+from profiles.profiler.transcendental import (
+    KERNELS,
+    TRANSCENDENTAL_ELEMENTS,
+    cold_transcendental,
+    time_transcendental,
+)
+from profiles.schema import TRANSCENDENTAL_OPS
 from tests.profiles.test_profiler_framework import RUN
 
 
@@ -110,7 +119,8 @@ def test_every_kept_point_pools_the_samples_of_every_pass():
     plan = _tiny_plan()
     labels: list[str] = []
     results = run_compute_sweep(plan, RUN, labels.append, memory_limit_bytes=1 << 30, passes=3)
-    assert len(labels) == compute_point_count(plan, 3) == 1 + 3 * 7
+    # 7 points of the plan and the transcendental kernels at their 3 sizes (a CPU rank's)
+    assert len(labels) == compute_point_count(plan, 3) == 1 + 3 * (7 + 3)
     visit = per_pass(RUN.budget, 3)
     fewest = 3 * visit.min_repeats
     (gemm,) = results.gemms  # the 4096^3 product is predicted over max_call_s
@@ -120,6 +130,8 @@ def test_every_kept_point_pools_the_samples_of_every_pass():
     assert sorted(r.direction for r in results.attention) == ["backward", "forward"]
     assert sorted(r.op for r in results.memory) == ["adamw", "add", "copy", "rmsnorm", "transpose"]
     assert all(len(r.times_s) >= fewest for r in results.attention + results.memory)
+    assert len(results.transcendental) == 3 * len(TRANSCENDENTAL_OPS)
+    assert all(len(r.times_s) >= fewest for r in results.transcendental)
     assert len(results.skipped) == 2, results.skipped
     assert any("4096x4096x4096" in s and "per call" in s for s in results.skipped)
     assert any("(memory)" in s for s in results.skipped)
@@ -150,3 +162,45 @@ def test_the_autograd_host_probes_run_only_where_asked() -> None:
     with_chain = [r.op for r in time_overheads(RUN)]
     assert with_chain == ["add", "autograd_forward", "autograd_backward"]
     assert [r.op for r in time_overheads(RUN, autograd=False)] == ["add"]  # a GPU rank's
+
+
+def test_a_gpu_rank_times_no_transcendental_kernels():
+    plan = _tiny_plan()
+    assert compute_point_count(plan, 1, host_probes=False) == 1 + 7
+    results = run_compute_sweep(
+        plan, RUN, lambda _: None, memory_limit_bytes=1 << 30, passes=1, host_probes=False
+    )
+    assert results.transcendental == []
+
+
+def test_the_transcendental_kernels_are_those_autograd_runs():
+    # The probe's kernels compute what the executor's silu and loss run forward and backward.
+    x = torch.randn(4, NORM_WIDTH, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(4, NORM_WIDTH, dtype=torch.float64)
+    assert tuple(KERNELS) == TRANSCENDENTAL_OPS
+    for op, fn in (("silu", torch.nn.functional.silu), ("log_softmax", torch.log_softmax)):
+        y = fn(x, dim=-1) if op == "log_softmax" else fn(x)
+        (dx,) = torch.autograd.grad(y, x, dy)
+        assert torch.allclose(KERNELS[op](x.detach(), dy), y)
+        source = y.detach() if op == "log_softmax" else x.detach()
+        assert torch.allclose(KERNELS[f"{op}_backward"](source, dy), dx)
+
+
+def test_the_transcendental_probe_reads_cold_inputs_and_returns_sane_figures():
+    elements = 16 * NORM_WIDTH
+    sets = operand_sets(RUN, 2 * elements * 4)
+    assert sets > 1
+    call = cold_transcendental(RUN, "silu", elements)
+    addresses = [call().data_ptr() for _ in range(sets)]
+    assert len(set(addresses)) == sets  # fresh outputs, held for a whole turn
+    small, large = TRANSCENDENTAL_ELEMENTS[0], TRANSCENDENTAL_ELEMENTS[-1]
+    for records in (time_transcendental(RUN, small), time_transcendental(RUN, large)):
+        assert tuple(r.op for r in records) == TRANSCENDENTAL_OPS
+        # positive, and below 100 ns per element (a CPU core runs ~1 ns per element)
+        assert all(0 < t < 100e-9 * r.elements + 1e-3 for r in records for t in r.times_s)
+    # 16x the elements cost more: fastest samples of wall time (a thread's CPU clock may
+    # tick too coarsely on a virtual machine for a test's short samples)
+    wall = dataclasses.replace(RUN, clock=WALL_CLOCK)
+    fast = {r.op: min(r.times_s) for r in time_transcendental(wall, small)}
+    slow = {r.op: min(r.times_s) for r in time_transcendental(wall, large)}
+    assert all(slow[op] > fast[op] for op in TRANSCENDENTAL_OPS)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from profiles.lookup import collective_fit, collective_time_s, gemm_efficiency
 from profiles.merge import median_profile
-from profiles.schema import EfficiencyPoint, HardwareProfile
+from profiles.schema import EfficiencyPoint, HardwareProfile, HostTranscendental
 from specs.errors import SpecError
 from tests.costmodel.cpu_fixture import cpu_profile, spread
 
@@ -152,3 +152,26 @@ def test_profiles_of_other_machines_do_not_merge() -> None:
         median_profile([a, fewer], command="x")
     with pytest.raises(SpecError, match="at least two profiles"):
         median_profile([a], command="x")
+
+
+def test_transcendental_rows_pair_by_kernel_and_size() -> None:
+    def with_rows(scale: float, order: slice) -> HardwareProfile:
+        base = _draw(scale)
+        rows = tuple(
+            HostTranscendental(op="silu", elements=n, num_samples=3, mean_s=m, min_s=m, max_s=m)
+            for n, m in ((1024, 1e-6 * scale), (4096, 4e-6 * scale))
+        )[order]
+        return dataclasses.replace(base, host=dataclasses.replace(base.host, transcendental=rows))
+
+    merged = median_profile(
+        [
+            with_rows(1.0, slice(None)),
+            with_rows(2.0, slice(None, None, -1)),
+            with_rows(3.0, slice(None)),
+        ],
+        command="test",
+    )
+    assert [(r.elements, r.mean_s) for r in merged.host.transcendental] == [
+        (1024, pytest.approx(2e-6)),
+        (4096, pytest.approx(8e-6)),
+    ]
