@@ -20,7 +20,8 @@ from costmodel.runtimes.torch.layers import (
 from costmodel.runtimes.torch.ops import FP32, HostOps, host_seconds, linear, rms_norm, rope
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.shapes import rank_shape
-from profiles.schema import MeasurementSpread
+from costmodel.runtimes.torch.transcendental_rates import NO_TRANSCENDENTAL
+from profiles.schema import TRANSCENDENTAL_OPS, HostTranscendental, MeasurementSpread
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from tests.costmodel.cpu_fixture import (
@@ -467,3 +468,78 @@ def test_recompute_only_changes_the_attention_block_through_saved_work():
     a = attention_block(TINY, CPU, RATES, shape())
     b = attention_block(TINY, CPU, RATES, shape(recompute="selective"))
     assert a.forward == b.forward
+
+
+# ---- transcendental kernels --------------------------------------------------------------
+
+RMSNORM_POINTS = tuple(
+    spread(f"memory.rmsnorm.fp32.{b}B", 60e-6 + b / 20e9) for b in (2**17, 2**19, 2**21)
+)
+"""RMSNorm points on t = 60 µs + bytes / 20 GB/s: element-wise bytes at 70 GB/s (7/2 x 20)."""
+SLOW_PER_ELEMENT_S = 4e-9
+"""Slope of the synthetic transcendental rows below: far above the per-byte price."""
+
+
+def with_transcendental(per_element_s: float, overheads: dict[str, float] | None = None):
+    """The fixture with the RMSNorm points and every probed kernel on t = 3 µs + n·slope."""
+    profile = cpu_profile(extra=RMSNORM_POINTS, overheads=overheads)
+    rows = tuple(
+        HostTranscendental(
+            op=op, elements=n, num_samples=5, mean_s=3e-6 + n * per_element_s, min_s=0.0, max_s=1.0
+        )
+        for op in TRANSCENDENTAL_OPS
+        for n in (2**15, 2**17, 2**19)
+    )
+    return dataclasses.replace(profile, host=dataclasses.replace(profile.host, transcendental=rows))
+
+
+def test_transcendental_kernels_pay_their_slope_beyond_the_counted_bytes():
+    rates = host_rates(with_transcendental(SLOW_PER_ELEMENT_S))
+    byte_s = 1 / 70e9  # the RMSNorm rate, in the sweep's own units (no add points: scale 1)
+    got = rates.transcendental
+    assert got.activation_forward_s == pytest.approx(SLOW_PER_ELEMENT_S - 8 * byte_s)
+    assert got.activation_backward_s == pytest.approx(SLOW_PER_ELEMENT_S - 12 * byte_s)
+    assert got.softmax_forward_s == pytest.approx(SLOW_PER_ELEMENT_S - 12 * byte_s)
+    assert got.softmax_backward_s == got.softmax_forward_s
+    # a kernel no slower than its bytes costs nothing more
+    assert host_rates(with_transcendental(1e-12)).transcendental == NO_TRANSCENDENTAL
+    # a calibrated host speed (the profile's dispatch over the sweep's add) rescales it
+    faster = host_rates(with_transcendental(SLOW_PER_ELEMENT_S, {**OVERHEADS_S, "add": 4e-6}))
+    assert faster.transcendental.activation_forward_s == pytest.approx(got.activation_forward_s / 2)
+
+
+def test_a_slow_transcendental_rate_predicts_a_slower_forward():
+    plan, x = ParallelPlan(), shape()
+    slow = host_rates(with_transcendental(SLOW_PER_ELEMENT_S))
+    base = host_rates(cpu_profile(extra=RMSNORM_POINTS))
+    layer = layer_ops(TINY, CPU, base, plan, x, is_moe=False)
+    head = head_ops(TINY, CPU, x, 512)
+    n_act, n_loss = 128 * TINY.ffn_hidden_size, 128 * 512  # T·F silu, T·V log_softmax
+    assert layer.forward.activation_elements == layer.backward.activation_elements == n_act
+    assert head.forward.softmax_elements == head.backward.softmax_elements == n_loss
+    for work, n, price in (
+        (layer.forward, n_act, slow.transcendental.activation_forward_s),
+        (head.forward, n_loss, slow.transcendental.softmax_forward_s),
+    ):
+        extra = host_seconds(work, slow, backward=False) - host_seconds(work, base, backward=False)
+        assert price > 0 and extra == pytest.approx(n * price)
+
+
+def test_a_profile_without_the_probe_prices_transcendental_kernels_per_byte():
+    assert RATES.transcendental == NO_TRANSCENDENTAL
+    work = head_ops(TINY, CPU, shape(), 512).forward
+    per_byte = dataclasses.replace(work, activation_elements=0.0, softmax_elements=0.0)
+    assert host_seconds(work, RATES, backward=False) == host_seconds(
+        per_byte, RATES, backward=False
+    )
+
+
+def test_moe_layers_count_the_experts_activation_and_the_router_softmaxes():
+    ops = moe_ffn(MOE, CPU, ParallelPlan(dp=2, ep=2), shape(dp=2, ep=2))
+    routed = MOE.moe_top_k * 128  # k·T rows over the local experts
+    shared = 128 * MOE.moe_shared_expert_size
+    assert ops.forward.activation_elements == pytest.approx(
+        routed * MOE.expert_ffn_hidden_size + shared
+    )
+    assert ops.forward.softmax_elements == 128 * (MOE.moe_top_k + MOE.num_experts)
+    assert ops.backward.softmax_elements == ops.forward.softmax_elements

@@ -39,6 +39,11 @@ no host cost (`kernel_bound_rates`):
   cost model counts for it (7·N·e, `costmodel.runtimes.torch.ops.rms_norm`),
   ``elementwise_Bps`` = 7 / (2·b). Fallback (fewer than two points): one dispatch and the
   streaming bandwidth.
+- transcendental element-wise kernels (SiLU and GELU, ``log_softmax`` and ``softmax``,
+  forward and backward): ``transcendental``, seconds per element beyond the kernel's
+  counted bytes, from the host section's cold kernel rows (`profiles.schema.HostTranscendental`,
+  `costmodel.runtimes.torch.transcendental_rates`), the bytes priced at the sweep's own
+  element-wise rate. Fallback (a profile measured before the probe): 0, the bytes alone.
 - transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
   (the fp32 ``transpose`` streams, 2·N·e); ``transpose_Bps`` is 1 / b of the line
   t = a + b·bytes through those points (the dispatch is counted with the operator).
@@ -143,6 +148,11 @@ from costmodel.runtimes.torch.checkpoint_rates import CheckpointContext, checkpo
 from costmodel.runtimes.torch.fsdp_rates import fsdp_context_rates
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
+from costmodel.runtimes.torch.transcendental_rates import (
+    NO_TRANSCENDENTAL,
+    TranscendentalRates,
+    transcendental_rates,
+)
 from profiles.lookup import collective_time_s, memory_bandwidth_Bps
 from profiles.schema import HardwareProfile, HostOverheads
 
@@ -287,6 +297,9 @@ class HostRates:
     """A DTensor linear's wrap, operator and unwrap in their chain
     (`costmodel.runtimes.torch.dtensor_rates`); None when the profile did not probe it (then DTensor
     operators cost their loop figures)."""
+    transcendental: TranscendentalRates = NO_TRANSCENDENTAL
+    """Per-element prices of transcendental element-wise kernels beyond their bytes
+    (`costmodel.runtimes.torch.transcendental_rates`); 0 when the profile did not probe them."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -523,6 +536,9 @@ def base_host_rates(profile: HardwareProfile) -> HostRates:
         moe_exchange=moe_exchange_rates(means, scale),
         fsdp_context=fsdp_context_rates(means, scale),
         checkpoint_context=checkpoint_context_rates(means, scale),
+        transcendental=transcendental_rates(
+            host, raw_byte_price_s=rate / elementwise_rate, scale=scale
+        ),
     )
     return rates
 

@@ -19,6 +19,10 @@ is therefore a list of operators, each costing its host overhead plus its kernel
   operator's dispatch (the difference is added);
 - ``bytes``: read plus written by the element-wise kernels, at `HostRates.elementwise_Bps`
   (both figures measured on the executor's RMSNorm, `costmodel.runtimes.torch.host_rates`);
+- ``activation_elements`` and ``softmax_elements``: elements of the transcendental kernels
+  among them (SiLU or GELU; ``log_softmax`` or ``softmax``), each at the per-element price
+  of `HostRates.transcendental` on top of its bytes, forward or backward
+  (`costmodel.runtimes.torch.transcendental_rates`);
 - ``transposed_bytes``: read plus written by copies with a stride on one side (the stack
   of the experts' transposed weight gradients), at `HostRates.transpose_Bps`;
 - ``p2p_posts``: pipelining's sends and receives, posted one by one, `HostRates.p2p_post_s`
@@ -84,6 +88,10 @@ class HostOps:
     """Sequence-parallel RMSNorm modules, priced whole (`HostRates.dtensor_norm_forward_s`
     and ``..._backward_s``; without them as `DTENSOR_RMSNORM_FORWARD` and ``_BACKWARD``),
     their bytes apart."""
+    activation_elements: float = 0.0
+    """Elements of SiLU or GELU kernels (their bytes counted in ``bytes`` as well)."""
+    softmax_elements: float = 0.0
+    """Elements of ``log_softmax`` or ``softmax`` kernels (bytes in ``bytes`` as well)."""
 
     def plus(self, other: HostOps) -> HostOps:
         """Field-wise sum."""
@@ -100,18 +108,21 @@ NONE = HostOps()
 
 def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
     """Seconds of ``work`` on one rank (prices in the module doc)."""
+    math = rates.transcendental
     if backward:
         per_op, dt_op, dt_linear = (
             rates.backward_node_s,
             rates.dtensor_backward_s,
             rates.dtensor_linear_backward_s,
         )
+        activation_s, softmax_s = math.activation_backward_s, math.softmax_backward_s
     else:
         per_op, dt_op, dt_linear = (
             rates.forward_op_s,
             rates.dtensor_forward_s,
             rates.dtensor_linear_forward_s,
         )
+        activation_s, softmax_s = math.activation_forward_s, math.softmax_forward_s
     return (
         work.ops * per_op
         + (work.dt_norms * _dtensor_norm_s(rates, backward=backward) if work.dt_norms else 0.0)
@@ -126,6 +137,8 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         + work.dt_wraps * rates.dtensor_from_local_s
         + work.dt_unwraps * rates.dtensor_to_local_s
         + work.dt_linears * dt_linear
+        + work.activation_elements * activation_s
+        + work.softmax_elements * softmax_s
     )
 
 
