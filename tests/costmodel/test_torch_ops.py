@@ -475,9 +475,10 @@ def test_recompute_only_changes_the_attention_block_through_saved_work():
 RMSNORM_POINTS = tuple(
     spread(f"memory.rmsnorm.fp32.{b}B", 60e-6 + b / 20e9) for b in (2**17, 2**19, 2**21)
 )
-"""RMSNorm points on t = 60 µs + bytes / 20 GB/s: element-wise bytes at 70 GB/s (7/2 x 20)."""
+"""RMSNorm points on t = 60 µs + bytes / 20 GB/s: element-wise kernels cost 10 µs (60 / 6)
+and their counted bytes stream at 70 GB/s (7/2 x 20)."""
 SLOW_PER_ELEMENT_S = 4e-9
-"""Slope of the synthetic transcendental rows below: far above the per-byte price."""
+"""Slope of the synthetic transcendental rows: far above the per-byte price."""
 
 
 def with_transcendental(per_element_s: float, overheads: dict[str, float] | None = None):
@@ -493,19 +494,26 @@ def with_transcendental(per_element_s: float, overheads: dict[str, float] | None
     return dataclasses.replace(profile, host=dataclasses.replace(profile.host, transcendental=rows))
 
 
-def test_transcendental_kernels_pay_their_slope_beyond_the_counted_bytes():
+def test_transcendental_kernels_are_priced_by_the_probe_line_instead_of_their_bytes():
     rates = host_rates(with_transcendental(SLOW_PER_ELEMENT_S))
-    byte_s = 1 / 70e9  # the RMSNorm rate, in the sweep's own units (no add points: scale 1)
-    got = rates.transcendental
-    assert got.activation_forward_s == pytest.approx(SLOW_PER_ELEMENT_S - 8 * byte_s)
-    assert got.activation_backward_s == pytest.approx(SLOW_PER_ELEMENT_S - 12 * byte_s)
-    assert got.softmax_forward_s == pytest.approx(SLOW_PER_ELEMENT_S - 12 * byte_s)
-    assert got.softmax_backward_s == got.softmax_forward_s
-    # a kernel no slower than its bytes costs nothing more
-    assert host_rates(with_transcendental(1e-12)).transcendental == NO_TRANSCENDENTAL
-    # a calibrated host speed (the profile's dispatch over the sweep's add) rescales it
+    assert rates.elementwise_op_s == pytest.approx(10e-6)
+    silu = rates.transcendental.activation_forward
+    assert silu.kernel_s == pytest.approx(3e-6 - 10e-6)  # the line's call less the counted one
+    assert silu.element_s == pytest.approx(SLOW_PER_ELEMENT_S - 8 / 70e9)
+    backward = rates.transcendental.log_softmax_backward
+    assert backward.element_s == pytest.approx(SLOW_PER_ELEMENT_S - 12 / 70e9)
+    # one SiLU forward as the layers count it costs its recorded operator's host work and
+    # the probe's line: 3 µs + n·slope
+    n = 50_000
+    work = HostOps(ops=1, allocs=1, bytes=8 * n, activation_kernels=1, activation_elements=n)
+    assert host_seconds(work, rates, backward=False) == pytest.approx(
+        rates.forward_op_s - rates.dispatch_s + 3e-6 + n * SLOW_PER_ELEMENT_S
+    )
+    # a calibrated host speed (the profile's dispatch over the sweep's add) rescales the line
     faster = host_rates(with_transcendental(SLOW_PER_ELEMENT_S, {**OVERHEADS_S, "add": 4e-6}))
-    assert faster.transcendental.activation_forward_s == pytest.approx(got.activation_forward_s / 2)
+    assert faster.transcendental.activation_forward.element_s == pytest.approx(
+        SLOW_PER_ELEMENT_S / 2 - 8 / 70e9
+    )
 
 
 def test_a_slow_transcendental_rate_predicts_a_slower_forward():
@@ -516,30 +524,34 @@ def test_a_slow_transcendental_rate_predicts_a_slower_forward():
     head = head_ops(TINY, CPU, x, 512)
     n_act, n_loss = 128 * TINY.ffn_hidden_size, 128 * 512  # T·F silu, T·V log_softmax
     assert layer.forward.activation_elements == layer.backward.activation_elements == n_act
-    assert head.forward.softmax_elements == head.backward.softmax_elements == n_loss
+    assert layer.forward.activation_kernels == 1
+    assert head.forward.log_softmax_elements == head.backward.log_softmax_elements == n_loss
     for work, n, price in (
-        (layer.forward, n_act, slow.transcendental.activation_forward_s),
-        (head.forward, n_loss, slow.transcendental.softmax_forward_s),
+        (layer.forward, n_act, slow.transcendental.activation_forward),
+        (head.forward, n_loss, slow.transcendental.log_softmax_forward),
     ):
         extra = host_seconds(work, slow, backward=False) - host_seconds(work, base, backward=False)
-        assert price > 0 and extra == pytest.approx(n * price)
+        assert extra > 0 and extra == pytest.approx(price.extra_s(1, n))
 
 
 def test_a_profile_without_the_probe_prices_transcendental_kernels_per_byte():
     assert RATES.transcendental == NO_TRANSCENDENTAL
     work = head_ops(TINY, CPU, shape(), 512).forward
-    per_byte = dataclasses.replace(work, activation_elements=0.0, softmax_elements=0.0)
+    per_byte = dataclasses.replace(work, log_softmax_kernels=0.0, log_softmax_elements=0.0)
     assert host_seconds(work, RATES, backward=False) == host_seconds(
         per_byte, RATES, backward=False
     )
+    # rows whose time falls with the size give no line: nothing priced
+    assert host_rates(with_transcendental(-1e-12)).transcendental == NO_TRANSCENDENTAL
 
 
-def test_moe_layers_count_the_experts_activation_and_the_router_softmaxes():
+def test_moe_experts_count_their_activation_and_the_router_none():
     ops = moe_ffn(MOE, CPU, ParallelPlan(dp=2, ep=2), shape(dp=2, ep=2))
     routed = MOE.moe_top_k * 128  # k·T rows over the local experts
     shared = 128 * MOE.moe_shared_expert_size
     assert ops.forward.activation_elements == pytest.approx(
         routed * MOE.expert_ffn_hidden_size + shared
     )
-    assert ops.forward.softmax_elements == 128 * (MOE.moe_top_k + MOE.num_experts)
-    assert ops.backward.softmax_elements == ops.forward.softmax_elements
+    assert ops.forward.activation_kernels == MOE.num_experts // 2 + 1  # local experts, shared
+    # the router's softmaxes are routing bookkeeping, timed whole by the routing probe
+    assert ops.forward.log_softmax_kernels == 0

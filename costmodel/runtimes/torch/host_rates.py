@@ -39,11 +39,11 @@ no host cost (`kernel_bound_rates`):
   cost model counts for it (7·N·e, `costmodel.runtimes.torch.ops.rms_norm`),
   ``elementwise_Bps`` = 7 / (2·b). Fallback (fewer than two points): one dispatch and the
   streaming bandwidth.
-- transcendental element-wise kernels (SiLU and GELU, ``log_softmax`` and ``softmax``,
-  forward and backward): ``transcendental``, seconds per element beyond the kernel's
-  counted bytes, from the host section's cold kernel rows (`profiles.schema.HostTranscendental`,
-  `costmodel.runtimes.torch.transcendental_rates`), the bytes priced at the sweep's own
-  element-wise rate. Fallback (a profile measured before the probe): 0, the bytes alone.
+- transcendental element-wise kernels (SiLU and GELU, the loss's ``log_softmax``, forward
+  and backward): ``transcendental``, what each call and element costs beyond its operator
+  counts' price, from a line through the host section's cold kernel rows
+  (`profiles.schema.HostTranscendental`, `costmodel.runtimes.torch.transcendental_rates`).
+  Fallback (a profile measured before the probe): nothing, the bytes alone.
 - transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
   (the fp32 ``transpose`` streams, 2·N·e); ``transpose_Bps`` is 1 / b of the line
   t = a + b·bytes through those points (the dispatch is counted with the operator).
@@ -298,8 +298,9 @@ class HostRates:
     (`costmodel.runtimes.torch.dtensor_rates`); None when the profile did not probe it (then DTensor
     operators cost their loop figures)."""
     transcendental: TranscendentalRates = NO_TRANSCENDENTAL
-    """Per-element prices of transcendental element-wise kernels beyond their bytes
-    (`costmodel.runtimes.torch.transcendental_rates`); 0 when the profile did not probe them."""
+    """Prices of transcendental element-wise kernels beyond their operator counts' price
+    (`costmodel.runtimes.torch.transcendental_rates`); nothing when the profile did not
+    probe them."""
 
     def redistribute_s(self, op: str) -> float:
         """`redistribute_extra` of ``op`` (0 when the profile did not measure it)."""
@@ -537,7 +538,10 @@ def base_host_rates(profile: HardwareProfile) -> HostRates:
         fsdp_context=fsdp_context_rates(means, scale),
         checkpoint_context=checkpoint_context_rates(means, scale),
         transcendental=transcendental_rates(
-            host, raw_byte_price_s=rate / elementwise_rate, scale=scale
+            host,
+            scale=scale,
+            elementwise_op_s=max(elementwise_s, dispatch),
+            elementwise_Bps=elementwise_rate,
         ),
     )
     return rates

@@ -193,17 +193,18 @@ def mlp(profile: HardwareProfile, model: ModelSpec, x: RankShape, ffn: int) -> M
     """`executor.model.MLP` of inner size ``ffn`` (dense or shared expert), its input
     already normalized: SwiGLU w2(silu(w1 x) · w3 x) or GELU w2(gelu(w1 x)).
 
-    silu/gelu: 2·T·F·e forward, a node of 3·T·F·e backward, T·F transcendental elements
-    each way; the product: 3·T·F·e forward, a node with two gradient kernels (6·T·F·e)
+    silu/gelu: 2·T·F·e forward, a node of 3·T·F·e backward, one transcendental kernel of
+    T·F elements each way; the product: 3·T·F·e forward, a node with two gradient kernels (6·T·F·e)
     backward."""
     if ffn == 0:
         return ModuleOps()
     d, width = model.hidden_size, ffn / x.tp
     gated = model.activation == "swiglu"
     n = x.tokens * width
+    transcendental = {"activation_kernels": 1, "activation_elements": n}
     act = ModuleOps(
-        forward=HostOps(ops=1, allocs=1, bytes=2 * n * FP32, activation_elements=n),
-        backward=HostOps(ops=1, allocs=1, bytes=3 * n * FP32, activation_elements=n),
+        forward=HostOps(ops=1, allocs=1, bytes=2 * n * FP32, **transcendental),
+        backward=HostOps(ops=1, allocs=1, bytes=3 * n * FP32, **transcendental),
     )
     parts = [colwise(profile, x, width, d), act, rowwise(profile, x, d, width)]
     if gated:
@@ -297,17 +298,18 @@ def head_ops(model: ModelSpec, profile: HardwareProfile, x: RankShape, vocab: in
 
     The loss flattens logits and targets (views) and runs ``F.cross_entropy`` (log_softmax
     reading the logits twice and writing them once, then nll_loss: 3·T·V·e); backward the
-    View, LogSoftmax (3·T·V·e) and NllLoss (a zero-filled T·V gradient) nodes; the
-    log_softmax kernels count T·V transcendental elements each way. Under TP the
+    View, LogSoftmax (3·T·V·e) and NllLoss (a zero-filled T·V gradient) nodes; log_softmax
+    is one transcendental kernel of T·V elements each way. Under TP the
     logits are all-gathered to the whole vocabulary (so the loss is not split), the input
     is wrapped (all-gathered from the sequence shard with SP) and its partial gradient
     all-reduced (reduce-scattered with SP)."""
     d = model.hidden_size
     out = linear(profile, x.tokens, vocab / x.tp, d, dtensor=x.dtensor, accumulate=x.accumulate)
     n = x.tokens * vocab
+    log_softmax = {"log_softmax_kernels": 1, "log_softmax_elements": n}
     loss = ModuleOps(
-        forward=HostOps(ops=2, views=3, allocs=2, bytes=3 * n * FP32, softmax_elements=n),
-        backward=HostOps(ops=3, allocs=2, bytes=4 * n * FP32, softmax_elements=n),
+        forward=HostOps(ops=2, views=3, allocs=2, bytes=3 * n * FP32, **log_softmax),
+        backward=HostOps(ops=3, allocs=2, bytes=4 * n * FP32, **log_softmax),
     )
     parts = [norm(model.normalization, x.norm_tokens, d, dtensor=x.sp), out, loss]
     if x.dtensor:

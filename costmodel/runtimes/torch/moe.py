@@ -14,17 +14,16 @@ received (balanced routing), F_e the expert width:
   boolean and three order indexings, argsort, bincount, the token gather (2·A·D·e), the
   weighted outputs (3·A·D·e), ``zeros_like`` (T·D·e) and ``index_add`` (3·A·D·e), the
   shared-expert add and the load-balancing loss (softmax over E, bincount, cast, two sums,
-  two products, its autograd function); the two softmaxes count T·(k + E) transcendental
-  elements each way. Backward: 28 nodes, among them Topk and the token
+  two products, its autograd function). Backward: 28 nodes, among them Topk and the token
   gather (zero-filled T·E and T·D gradients), the weighted product (two gradients,
   6·A·D·e), index_add's (2·A·D·e), the experts' split (a concatenation, 2·A·D·e) and the
   AccumulateGrad of the router and of the three stacked expert weights.
 - the local experts (`Experts.forward`): each stacked weight is unbound once (one operator
-  and L views); per expert three ``.t()`` views, three matmuls over its rows, silu (its
-  rows x F_e transcendental elements each way) and the product; backward three Mm (dgrad
-  and wgrad), three T, Silu and Mul nodes per expert, and per stacked weight one Unbind
-  node that stacks the L gradients (2·L·F_e·D·e), each the transpose of its product's
-  result (the gradient of ``w[j].t()``), so the stack copies with a stride
+  and L views); per expert three ``.t()`` views, three matmuls over its rows, silu (one
+  transcendental kernel of its rows x F_e elements each way) and the product; backward
+  three Mm (dgrad and wgrad), three T, Silu and Mul nodes per expert, and per stacked
+  weight one Unbind node that stacks the L gradients (2·L·F_e·D·e), each the transpose of
+  its product's result (the gradient of ``w[j].t()``), so the stack copies with a stride
   (`HostOps.transposed_bytes`).
 - expert parallelism (`MoE._dispatch_compute_combine`): the count exchange (an
   all-to-all of E int64), the token all-to-all there and back (functional, with autograd:
@@ -62,23 +61,12 @@ def _routing(model: ModelSpec, profile: HardwareProfile, x: RankShape, rows: flo
     # top-k and softmax gradients, token-gather scatter, product, index_add, split
     backward = 2 * tm * e + tm * d + 2 * rows * d + 6 * rows * d + 2 * rows * d + 2 * rows * d
     router_acc = x.accumulate * 3 * e * d * FP32
-    softmax = tm * (model.moe_top_k + e)  # the top-k weights and the balancing probabilities
     return ModuleOps(
         forward=HostOps(
-            routing_ops=28 + capacity_ops,
-            views=12,
-            allocs=12,
-            kernel_s=router_f,
-            bytes=forward,
-            softmax_elements=softmax,
+            routing_ops=28 + capacity_ops, views=12, allocs=12, kernel_s=router_f, bytes=forward
         ),
         backward=HostOps(
-            ops=28,
-            kernels=2,
-            allocs=10,
-            kernel_s=router_b,
-            bytes=backward * FP32 + router_acc,
-            softmax_elements=softmax,
+            ops=28, kernels=2, allocs=10, kernel_s=router_b, bytes=backward * FP32 + router_acc
         ),
     )
 
@@ -104,6 +92,7 @@ def _experts(
             allocs=1 + gated,
             kernel_s=fwd_k,
             bytes=act_f * FP32,
+            activation_kernels=1,
             activation_elements=per * f,
         ),
         backward=HostOps(
@@ -112,6 +101,7 @@ def _experts(
             allocs=matrices + 1 + 2 * gated,
             kernel_s=bwd_k,
             bytes=act_b * FP32,
+            activation_kernels=1,
             activation_elements=per * f,
         ),
     )

@@ -19,10 +19,11 @@ is therefore a list of operators, each costing its host overhead plus its kernel
   operator's dispatch (the difference is added);
 - ``bytes``: read plus written by the element-wise kernels, at `HostRates.elementwise_Bps`
   (both figures measured on the executor's RMSNorm, `costmodel.runtimes.torch.host_rates`);
-- ``activation_elements`` and ``softmax_elements``: elements of the transcendental kernels
-  among them (SiLU or GELU; ``log_softmax`` or ``softmax``), each at the per-element price
-  of `HostRates.transcendental` on top of its bytes, forward or backward
-  (`costmodel.runtimes.torch.transcendental_rates`);
+- ``activation_kernels`` and ``activation_elements``, ``log_softmax_kernels`` and
+  ``log_softmax_elements``: the transcendental kernels among them (SiLU or GELU; the loss's
+  ``log_softmax``) and their elements, which pay `HostRates.transcendental` on top
+  of their operator counts, forward or backward (the probe's line in place of the per-byte
+  price, `costmodel.runtimes.torch.transcendental_rates`);
 - ``transposed_bytes``: read plus written by copies with a stride on one side (the stack
   of the experts' transposed weight gradients), at `HostRates.transpose_Bps`;
 - ``p2p_posts``: pipelining's sends and receives, posted one by one, `HostRates.p2p_post_s`
@@ -88,10 +89,14 @@ class HostOps:
     """Sequence-parallel RMSNorm modules, priced whole (`HostRates.dtensor_norm_forward_s`
     and ``..._backward_s``; without them as `DTENSOR_RMSNORM_FORWARD` and ``_BACKWARD``),
     their bytes apart."""
+    activation_kernels: float = 0.0
+    """SiLU or GELU kernels (each also counted as an operator or kernel, with its bytes)."""
     activation_elements: float = 0.0
-    """Elements of SiLU or GELU kernels (their bytes counted in ``bytes`` as well)."""
-    softmax_elements: float = 0.0
-    """Elements of ``log_softmax`` or ``softmax`` kernels (bytes in ``bytes`` as well)."""
+    """Their elements."""
+    log_softmax_kernels: float = 0.0
+    """``log_softmax`` kernels (each also counted as an operator, with its bytes)."""
+    log_softmax_elements: float = 0.0
+    """Their elements."""
 
     def plus(self, other: HostOps) -> HostOps:
         """Field-wise sum."""
@@ -115,14 +120,14 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
             rates.dtensor_backward_s,
             rates.dtensor_linear_backward_s,
         )
-        activation_s, softmax_s = math.activation_backward_s, math.softmax_backward_s
+        activation, log_softmax = math.activation_backward, math.log_softmax_backward
     else:
         per_op, dt_op, dt_linear = (
             rates.forward_op_s,
             rates.dtensor_forward_s,
             rates.dtensor_linear_forward_s,
         )
-        activation_s, softmax_s = math.activation_forward_s, math.softmax_forward_s
+        activation, log_softmax = math.activation_forward, math.log_softmax_forward
     return (
         work.ops * per_op
         + (work.dt_norms * _dtensor_norm_s(rates, backward=backward) if work.dt_norms else 0.0)
@@ -137,8 +142,8 @@ def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
         + work.dt_wraps * rates.dtensor_from_local_s
         + work.dt_unwraps * rates.dtensor_to_local_s
         + work.dt_linears * dt_linear
-        + work.activation_elements * activation_s
-        + work.softmax_elements * softmax_s
+        + activation.extra_s(work.activation_kernels, work.activation_elements)
+        + log_softmax.extra_s(work.log_softmax_kernels, work.log_softmax_elements)
     )
 
 

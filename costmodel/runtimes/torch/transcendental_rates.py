@@ -1,34 +1,38 @@
-"""Per-element prices of the executor's transcendental element-wise kernels on a CPU.
+"""Prices of the executor's transcendental element-wise kernels on a CPU, from their probe.
 
 `costmodel.runtimes.torch.ops` prices an element-wise kernel by its dispatch and output
-allocation plus its counted bytes at `HostRates.elementwise_Bps`, the executor's RMSNorm
-rate. The activation (``silu``, ``gelu``) and the softmaxes (the loss's ``log_softmax``,
-the MoE router's ``softmax``) evaluate an exponential per element, and their kernels cost
-more than that price. The profile times four such kernels cold at a few sizes
-(`profiles.profiler.transcendental`, rows `profiles.schema.HostTranscendental`); per
-kernel a least-squares line t = a + b·n through (elements, mean seconds) gives b, the
-seconds per element, and the price per element on top of the bytes is
+allocation (`HostRates.elementwise_op_s`) plus its counted bytes at
+`HostRates.elementwise_Bps`, the executor's RMSNorm rate. The activation (``silu``; ``gelu``)
+and the loss's ``log_softmax`` evaluate an exponential (``erf`` for GELU) per element, which
+that price does not see. The profile times four such kernels cold at a few sizes
+(`profiles.profiler.transcendental`, rows `profiles.schema.HostTranscendental`); per kernel a
+line t = a + b·n through (elements, mean seconds), fitted by relative least squares (each
+point's error relative to its time, as `profiles.profiler.fit.fit_memory` fits the memory
+curves, so the line holds at the small sizes as well as the large), prices one call: a for
+the call (dispatch, allocation, the kernel's fixed work), b per element. The kernels are
+priced by that line instead of per byte: each pays, on top of what the operator counts
+already charge for it,
 
-    b - bytes_per_element · raw_byte_price_s,
+    kernel_s  = a · scale - elementwise_op_s          per kernel,
+    element_s = b · scale - bytes_per_element / elementwise_Bps   per element,
 
-(0 when not positive), where ``bytes_per_element`` is what the cost model counts for that
-kernel (`COUNTED_BYTES_PER_ELEMENT`) and ``raw_byte_price_s`` the element-wise price of one
-byte in the sweep's own units (before a calibrated bandwidth rescales it): the line's
-intercept, the dispatch and allocation, is already priced per operator. Like the other host
-timings the result is multiplied by the factor that brings the sweep's dispatch to the
-profile's ``op_overhead_s`` (`costmodel.runtimes.torch.host_rates.host_figures`), so a
-calibrated host speed rescales it.
+either of which may be negative (the call, not each term, is what the line prices), where
+``bytes_per_element`` is what the cost model counts for that kernel
+(`COUNTED_BYTES_PER_ELEMENT`) and ``scale`` brings the sweep's dispatch to the profile's
+``op_overhead_s`` (`costmodel.runtimes.torch.host_rates.host_figures`), so a calibrated host
+speed rescales the line like every host timing. A line without a positive slope, or fitted
+through fewer than two sizes, prices nothing; a negative intercept counts as 0.
 
-Kinds: ``activation`` (SiLU, priced from ``silu`` forward and ``silu_backward``; GELU,
-which evaluates ``erf`` per element, at the same rates) and ``softmax`` (``log_softmax``
-forward and ``log_softmax_backward``; a plain softmax, one exponential per element as
-well, at the same rates). A profile without the rows (measured before the probe existed,
-or a GPU's) has all four prices 0: its transcendental kernels are priced per byte only.
+Kinds: ``activation`` (SiLU from ``silu`` and ``silu_backward``; GELU at the same prices)
+and ``log_softmax`` (``log_softmax`` and ``log_softmax_backward``). The MoE router's
+softmaxes run inside the routing bookkeeping, which the profile times whole
+(`HostRates.routing_op_s`), and are not counted here. A profile without the rows (measured
+before the probe existed, or a GPU's) prices nothing extra: its transcendental kernels
+cost their bytes like every element-wise kernel.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from profiles.schema import HostOverheads
@@ -46,49 +50,81 @@ writes dx (3·T·F·e); ``log_softmax`` reads the logits twice and writes once (
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TranscendentalRates:
-    """Seconds per element of a transcendental kernel beyond its counted bytes (module doc)."""
+class KernelPrice:
+    """What one kind of transcendental kernel costs beyond its operator counts' price."""
 
-    activation_forward_s: float = 0.0
-    """SiLU or GELU forward, per output element."""
-    activation_backward_s: float = 0.0
-    """Their backward kernel, per element."""
-    softmax_forward_s: float = 0.0
-    """``log_softmax`` or ``softmax`` forward, per element."""
-    softmax_backward_s: float = 0.0
-    """Their backward kernel, per element."""
+    kernel_s: float = 0.0
+    """Seconds per kernel call (may be negative, module doc)."""
+    element_s: float = 0.0
+    """Seconds per element (may be negative, module doc)."""
+
+    def extra_s(self, kernels: float, elements: float) -> float:
+        """Seconds of ``kernels`` calls over ``elements`` elements in all."""
+        return kernels * self.kernel_s + elements * self.element_s
+
+
+NO_PRICE = KernelPrice()
+"""Nothing beyond the per-byte price."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TranscendentalRates:
+    """Prices of the transcendental kernels by kind and pass (module doc)."""
+
+    activation_forward: KernelPrice = NO_PRICE
+    """SiLU or GELU forward."""
+    activation_backward: KernelPrice = NO_PRICE
+    """Their backward kernel."""
+    log_softmax_forward: KernelPrice = NO_PRICE
+    """``log_softmax`` forward."""
+    log_softmax_backward: KernelPrice = NO_PRICE
+    """Its backward kernel."""
 
 
 NO_TRANSCENDENTAL = TranscendentalRates()
 """Per-byte pricing only (a profile without the probe's rows)."""
 
 
-def per_element_s(host: HostOverheads, op: str) -> float | None:
-    """Seconds per element of kernel ``op``: the slope of the least-squares line through
-    its rows' (elements, mean seconds); None with fewer than two sizes."""
+def kernel_line(host: HostOverheads, op: str) -> tuple[float, float] | None:
+    """(a seconds per call, b seconds per element) of kernel ``op``: the relative
+    least-squares line through its rows (module doc), the intercept not below 0; None with
+    fewer than two sizes or without a positive slope."""
     points = [(float(r.elements), r.mean_s) for r in host.transcendental if r.op == op]
-    if len({x for x, _ in points}) < 2:
+    if len({x for x, _ in points}) < 2 or any(t <= 0 for _, t in points):
         return None
-    xs, ys = zip(*points, strict=True)
-    return statistics.linear_regression(xs, ys).slope
+    # minimise sum((a + b·x - t) / t)^2: normal equations in u = 1/t, v = x/t
+    suu = sum(1 / t**2 for _, t in points)
+    suv = sum(x / t**2 for x, t in points)
+    svv = sum((x / t) ** 2 for x, t in points)
+    su = sum(1 / t for _, t in points)
+    sv = sum(x / t for x, t in points)
+    det = suu * svv - suv**2
+    if det <= 0:
+        return None
+    a = (su * svv - sv * suv) / det
+    b = (suu * sv - suv * su) / det
+    return (max(a, 0.0), b) if b > 0 else None
 
 
 def transcendental_rates(
-    host: HostOverheads, *, raw_byte_price_s: float, scale: float
+    host: HostOverheads, *, scale: float, elementwise_op_s: float, elementwise_Bps: float
 ) -> TranscendentalRates:
-    """The `TranscendentalRates` of ``host`` (module doc): per kernel, its per-element slope
-    less ``raw_byte_price_s`` times its counted bytes, not below 0, times ``scale``; 0 for a
-    kernel without two sizes."""
+    """The `TranscendentalRates` of ``host`` (module doc), against the per-kernel and
+    per-byte prices of `HostRates` the operator counts already charge."""
 
-    def extra(op: str) -> float:
-        slope = per_element_s(host, op)
-        if slope is None:
-            return 0.0
-        return max(slope - COUNTED_BYTES_PER_ELEMENT[op] * raw_byte_price_s, 0.0) * scale
+    def price(op: str) -> KernelPrice:
+        line = kernel_line(host, op)
+        if line is None:
+            return NO_PRICE
+        a, b = line
+        return KernelPrice(
+            kernel_s=a * scale - elementwise_op_s,
+            element_s=b * scale - COUNTED_BYTES_PER_ELEMENT[op] / elementwise_Bps,
+        )
 
     return TranscendentalRates(
-        activation_forward_s=extra("silu"),
-        activation_backward_s=extra("silu_backward"),
-        softmax_forward_s=extra("log_softmax"),
-        softmax_backward_s=extra("log_softmax_backward"),
+        activation_forward=price("silu"),
+        activation_backward=price("silu_backward"),
+        log_softmax_forward=price("log_softmax"),
+        log_softmax_backward=price("log_softmax_backward"),
     )
