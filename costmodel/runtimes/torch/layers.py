@@ -38,6 +38,7 @@ from costmodel.runtimes.torch.ops import (
     rope,
 )
 from costmodel.runtimes.torch.shapes import RankShape
+from costmodel.runtimes.torch.transcendental_rates import COUNTED_BYTES_PER_ELEMENT as BYTES
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -203,8 +204,8 @@ def mlp(profile: HardwareProfile, model: ModelSpec, x: RankShape, ffn: int) -> M
     n = x.tokens * width
     transcendental = {"activation_kernels": 1, "activation_elements": n}
     act = ModuleOps(
-        forward=HostOps(ops=1, allocs=1, bytes=2 * n * FP32, **transcendental),
-        backward=HostOps(ops=1, allocs=1, bytes=3 * n * FP32, **transcendental),
+        forward=HostOps(ops=1, allocs=1, bytes=n * BYTES["silu"], **transcendental),
+        backward=HostOps(ops=1, allocs=1, bytes=n * BYTES["silu_backward"], **transcendental),
     )
     parts = [colwise(profile, x, width, d), act, rowwise(profile, x, d, width)]
     if gated:
@@ -308,8 +309,10 @@ def head_ops(model: ModelSpec, profile: HardwareProfile, x: RankShape, vocab: in
     n = x.tokens * vocab
     log_softmax = {"log_softmax_kernels": 1, "log_softmax_elements": n}
     loss = ModuleOps(
-        forward=HostOps(ops=2, views=3, allocs=2, bytes=3 * n * FP32, **log_softmax),
-        backward=HostOps(ops=3, allocs=2, bytes=4 * n * FP32, **log_softmax),
+        forward=HostOps(ops=2, views=3, allocs=2, bytes=n * BYTES["log_softmax"], **log_softmax),
+        backward=HostOps(
+            ops=3, allocs=2, bytes=n * (BYTES["log_softmax_backward"] + FP32), **log_softmax
+        ),
     )
     parts = [norm(model.normalization, x.norm_tokens, d, dtensor=x.sp), out, loss]
     if x.dtensor:
