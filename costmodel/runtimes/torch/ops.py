@@ -113,21 +113,21 @@ NONE = HostOps()
 
 def host_seconds(work: HostOps, rates: HostRates, *, backward: bool) -> float:
     """Seconds of ``work`` on one rank (prices in the module doc)."""
-    math = rates.transcendental
+    priced = rates.transcendental
     if backward:
         per_op, dt_op, dt_linear = (
             rates.backward_node_s,
             rates.dtensor_backward_s,
             rates.dtensor_linear_backward_s,
         )
-        activation, log_softmax = math.activation_backward, math.log_softmax_backward
+        activation, log_softmax = priced.activation_backward, priced.log_softmax_backward
     else:
         per_op, dt_op, dt_linear = (
             rates.forward_op_s,
             rates.dtensor_forward_s,
             rates.dtensor_linear_forward_s,
         )
-        activation, log_softmax = math.activation_forward, math.log_softmax_forward
+        activation, log_softmax = priced.activation_forward, priced.log_softmax_forward
     return (
         work.ops * per_op
         + (work.dt_norms * _dtensor_norm_s(rates, backward=backward) if work.dt_norms else 0.0)
