@@ -8,6 +8,9 @@ import dataclasses
 import pytest
 
 from costmodel.compute import gemm_time_s
+from costmodel.estimate import estimate_plan
+from costmodel.execution import TORCH_OPTIONS
+from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.torch.host_rates import DTENSOR_FALLBACK_RATIOS
 from costmodel.runtimes.torch.layers import (
     attention_block,
@@ -21,7 +24,10 @@ from costmodel.runtimes.torch.ops import FP32, HostOps, host_seconds, linear, rm
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.shapes import rank_shape
 from costmodel.runtimes.torch.transcendental_rates import NO_TRANSCENDENTAL
+from costmodel.screen import screen_plans
 from profiles.schema import TRANSCENDENTAL_OPS, HostTranscendental, MeasurementSpread
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from tests.costmodel.cpu_fixture import (
@@ -555,3 +561,17 @@ def test_moe_experts_count_their_activation_and_the_router_none():
     assert ops.forward.activation_kernels == MOE.num_experts // 2 + 1  # local experts, shared
     # the router's softmaxes are routing bookkeeping, timed whole by the routing probe
     assert ops.forward.log_softmax_kernels == 0
+
+
+def test_a_plan_on_a_slow_transcendental_profile_is_predicted_slower_and_screened_alike():
+    job = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
+    cluster = ClusterSpec(hardware="cpu-test", num_gpus=2, gpus_per_node=4)
+    plan = ParallelPlan(dp=2)
+    slow, base = with_transcendental(SLOW_PER_ELEMENT_S), cpu_profile(extra=RMSNORM_POINTS)
+    times = [
+        estimate_plan(TINY, cluster, job, plan, p, options=TORCH_OPTIONS).iteration_time_s
+        for p in (base, slow)
+    ]
+    assert times[1] > times[0]
+    screened = screen_plans(TINY, cluster, job, slow, plans_frame([plan]), options=TORCH_OPTIONS)
+    assert screened["iteration_time_s"][0] == pytest.approx(times[1], rel=1e-12)
