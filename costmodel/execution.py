@@ -95,9 +95,9 @@ each with the Megatron-LM argument that brought it:
   (Megatron-FSDP)."""
 
 FP8_GEMM_RATE_FACTORS: dict[str, float] = {
-    "hopper": 0.65,
-    "blackwell": 0.65,
-    "blackwell_ultra": 0.65,
+    "hopper": 0.7,
+    "blackwell": 0.6,
+    "blackwell_ultra": 0.8,
 }
 """Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
 `profiles.schema.DeviceSpec.generation`, for the generations with published FP8 runs of
@@ -118,7 +118,7 @@ from one source family, so leaving it out leaves the generation to the shared va
 (`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
 (`costmodel.compute.fp8_quantize_time_s`)."""
 
-FP8_GEMM_RATE_FACTOR = 0.65
+FP8_GEMM_RATE_FACTOR = 0.7
 """Default FP8 GEMM rate factor of a GPU generation without its own entry in
 `FP8_GEMM_RATE_FACTORS` (Ampere, whose published runs are 16-bit; CDNA 3; a measured GPU of
 unknown generation): one value fitted on every FP8 row together, the same objective as
