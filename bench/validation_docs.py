@@ -98,6 +98,18 @@ def _search_sanity(sanity: dict) -> list[str]:
     return [*lines, ""]
 
 
+def _left_out_values(loso: dict[str, dict[str, float]]) -> str:
+    """Per left-out source family, its refitted factors by generation, as one sentence."""
+    return (
+        "left-one-source-out values: "
+        + "; ".join(
+            f"{family} " + ", ".join(f"{g} {f}" for g, f in factors.items())
+            for family, factors in loso.items()
+        )
+        + "."
+    )
+
+
 def fp8_line(result: dict) -> str:
     """The fitted FP8 GEMM rate factors (`costmodel.execution.FP8_GEMM_RATE_FACTORS`) by
     profile generation with their rows, the shared one, and per left-out source family."""
@@ -109,12 +121,7 @@ def fp8_line(result: dict) -> str:
         "FP8 GEMM rate factor fitted per profile generation: "
         + "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
         + f"; shared (one factor on all FP8 rows) {fitted['fp8_gemm_rate_factor']}; "
-        "left-one-source-out values: "
-        + "; ".join(
-            f"{family} " + ", ".join(f"{g} {f}" for g, f in factors.items())
-            for family, factors in loso.items()
-        )
-        + "."
+        + _left_out_values(loso)
     )
 
 
@@ -147,12 +154,7 @@ def _sustained_line(result: dict) -> str:
         "Sustained 16-bit GEMM rate factor fitted on the dense bf16/fp16 rows: "
         + ", ".join(f"{g} {f}" for g, f in own.items())
         + f", shared (other generations) {fitted.get('sustained_gemm_rate_factor_shared')}; "
-        "left-one-source-out values: "
-        + "; ".join(
-            f"{family} " + ", ".join(f"{g} {f}" for g, f in factors.items())
-            for family, factors in loso.items()
-        )
-        + "."
+        + _left_out_values(loso)
     )
 
 
