@@ -470,29 +470,12 @@ class Provenance:
             raise SpecError(f"Provenance.date must be an ISO date YYYY-MM-DD, got {self.date!r}")
 
 
-def _check_host_stats(
-    owner: str, obj: HostTiming | HostStream | HostCollective | HostTranscendental
-) -> None:
-    """A host row's statistics: at least one sample, mean and median within min and max."""
-    require_positive(obj, "num_samples")
-    middle = (obj.mean_s,) if obj.median_s is None else (obj.mean_s, obj.median_s)
-    if any(not obj.min_s <= v <= obj.max_s for v in middle):
-        raise SpecError(
-            f"{owner}: need min_s <= mean_s, median_s <= max_s, got min_s={obj.min_s}, "
-            f"mean_s={obj.mean_s}, median_s={obj.median_s}, max_s={obj.max_s}; re-run "
-            "`paraplan profile` on a CPU"
-        )
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
-class HostTiming:
-    """One host-cost probe of the torch runtime's model: seconds per call (or per operator,
-    node or tensor, as the probe defines it). A paired difference (a timing less its
-    baseline, `profiles.profiler.compute.Runner.paired`) may be negative."""
+class HostSamples:
+    """The statistics every host row carries: timed samples of one probe, seconds per call
+    (or per operator, node or tensor, as the probe defines it); for a collective each sample
+    is the slowest rank's."""
 
-    name: str
-    """The probe, e.g. ``add`` (plain dispatch), ``autograd_forward`` or
-    ``moe_exchange_forward_w1`` (`profiles.profiler.timing.OverheadTiming.op`)."""
     num_samples: int
     """Timed samples."""
     mean_s: float
@@ -504,14 +487,36 @@ class HostTiming:
     max_s: float
     """Largest sample, seconds."""
 
-    def __post_init__(self) -> None:
-        if not self.name:
-            raise SpecError("HostTiming.name must not be empty; name the probe, e.g. add")
-        _check_host_stats(f"HostTiming {self.name!r}", self)
+    def check_samples(self, owner: str) -> None:
+        """At least one sample, mean and median within min and max."""
+        require_positive(self, "num_samples")
+        middle = (self.mean_s,) if self.median_s is None else (self.mean_s, self.median_s)
+        if any(not self.min_s <= v <= self.max_s for v in middle):
+            raise SpecError(
+                f"{owner}: need min_s <= mean_s, median_s <= max_s, got min_s={self.min_s}, "
+                f"mean_s={self.mean_s}, median_s={self.median_s}, max_s={self.max_s}; re-run "
+                "`paraplan profile` on a CPU"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class HostStream:
+class HostTiming(HostSamples):
+    """One host-cost probe of the torch runtime's model: seconds per call (or per operator,
+    node or tensor, as the probe defines it). A paired difference (a timing less its
+    baseline, `profiles.profiler.compute.Runner.paired`) may be negative."""
+
+    name: str
+    """The probe, e.g. ``add`` (plain dispatch), ``autograd_forward`` or
+    ``moe_exchange_forward_w1`` (`profiles.profiler.timing.OverheadTiming.op`)."""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise SpecError("HostTiming.name must not be empty; name the probe, e.g. add")
+        self.check_samples(f"HostTiming {self.name!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostStream(HostSamples):
     """One memory-bound operator timed at one size on a CPU rank: the points the torch
     runtime fits its element-wise, transpose and AdamW rates through
     (`costmodel.runtimes.torch.host_rates`); bytes as `profiles.profiler.compute` counts
@@ -524,23 +529,13 @@ class HostStream:
     """dtype key of the tensors."""
     bytes_moved: int
     """Bytes the operator reads and writes per call."""
-    num_samples: int
-    """Timed samples."""
-    mean_s: float
-    """Mean seconds per call."""
-    median_s: float | None = None
-    """Median seconds per call (None where it was not recorded)."""
-    min_s: float
-    """Fastest call, seconds."""
-    max_s: float
-    """Slowest call, seconds."""
 
     def __post_init__(self) -> None:
         if not self.op:
             raise SpecError("HostStream.op must name the operator, e.g. add")
         _require_dtype(f"HostStream {self.op!r}", self.dtype)
         require_positive(self, "bytes_moved")
-        _check_host_stats(f"HostStream {self.op}/{self.bytes_moved}B", self)
+        self.check_samples(f"HostStream {self.op}/{self.bytes_moved}B")
 
 
 TRANSCENDENTAL_OPS: tuple[str, ...] = (
@@ -553,7 +548,7 @@ TRANSCENDENTAL_OPS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class HostTranscendental:
+class HostTranscendental(HostSamples):
     """One transcendental element-wise kernel timed at one size on a CPU rank, its fp32
     inputs and outputs cold (`profiles.profiler.transcendental`): the points the torch
     runtime fits its per-element rates through (`costmodel.runtimes.torch.transcendental_rates`)."""
@@ -562,16 +557,6 @@ class HostTranscendental:
     """One of `TRANSCENDENTAL_OPS`."""
     elements: int
     """Elements of the kernel's output per call."""
-    num_samples: int
-    """Timed samples."""
-    mean_s: float
-    """Mean seconds per call."""
-    median_s: float | None = None
-    """Median seconds per call (None where it was not recorded)."""
-    min_s: float
-    """Fastest call, seconds."""
-    max_s: float
-    """Slowest call, seconds."""
 
     def __post_init__(self) -> None:
         if self.op not in TRANSCENDENTAL_OPS:
@@ -580,11 +565,11 @@ class HostTranscendental:
                 f"{', '.join(TRANSCENDENTAL_OPS)}"
             )
         require_positive(self, "elements")
-        _check_host_stats(f"HostTranscendental {self.op}/{self.elements}", self)
+        self.check_samples(f"HostTranscendental {self.op}/{self.elements}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class HostCollective:
+class HostCollective(HostSamples):
     """One collective within a host, timed at one message size as a step waits for it: its
     mean over the α-β fit's fast edge is what a waited-for call costs beyond the fit
     (`costmodel.runtimes.torch.host_rates`)."""
@@ -595,21 +580,11 @@ class HostCollective:
     """Ranks in the group (all on one host)."""
     size_bytes: int
     """Message size in the nccl-tests convention of `CollectiveFit`."""
-    num_samples: int
-    """Timed samples (each the slowest rank's)."""
-    mean_s: float
-    """Mean seconds per call."""
-    median_s: float | None = None
-    """Median seconds per call (None where it was not recorded)."""
-    min_s: float
-    """Fastest call, seconds."""
-    max_s: float
-    """Slowest call, seconds."""
 
     def __post_init__(self) -> None:
         require_choice(self, "op", CollectiveOp)
         require_positive(self, "group_size", "size_bytes")
-        _check_host_stats(f"HostCollective {self.op}/{self.group_size}/{self.size_bytes}B", self)
+        self.check_samples(f"HostCollective {self.op}/{self.group_size}/{self.size_bytes}B")
 
 
 def _require_unique(owner: str, keys: list[tuple]) -> None:
