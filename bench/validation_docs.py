@@ -205,17 +205,25 @@ def markdown(result: dict) -> str:
         "",
         "What the residuals point at (per-group tables below):",
         "",
-        "- FP8 dense rows: priced at the bare FP8 GEMM rate, FP8 steps come out about 1.5x "
-        "faster than the same steps in bf16, while the published FP8 runs sit close to the "
-        "bf16 prediction; the fitted FP8 GEMM rate factor absorbs Transformer Engine's cast, "
-        "transpose and scaling work and the bf16 parts' own error.",
-        "- MoE rows (Qwen3-30B-A3B on B200): the same recipe at micro-batch 1 runs far slower "
-        "than at micro-batch 4; the token dispatcher, permutation and grouped-GEMM efficiency "
-        "at a few tokens per expert are not yet priced as Megatron-core runs them.",
-        "- Long-sequence rows with context parallelism: the H100 attention rates are "
-        "FlashAttention-3's; Transformer Engine's fused attention per CP chunk is slower.",
-        "- A100 rows: SC21 (2021 execution options) are within target; the MegaScale "
-        "Megatron-LM baseline rows state no recompute or micro-batch details.",
+        "- GPT-OSS 120B (Megatron-Bridge, B200/B300/GB200/GB300): every row predicted too "
+        "fast, by about half; the same recipe publishes up to 1.6x apart between releases; "
+        "attention sinks with a sliding window, the clamped GEGLU and the 201k vocabulary at "
+        "hidden 2880 are priced as fused kernels, and what makes these runs slow is not found.",
+        "- Qwen3 30B-A3B and 235B-A22B: releases of one recipe publish 1.5x apart (26.02-26.04 "
+        "against 26.06); the MoE host-launch floor, charged per expert launch, binds on the "
+        "B200/B300 rows with 16 to 32 local experts; HybridEP's kernel throughput and the "
+        "fused grouped MLP of the latest recipes are not priced.",
+        "- FP8: one fitted factor per GPU generation absorbs Transformer Engine's cast, "
+        "transpose and scaling work; Blackwell Ultra (B300, GB300) publishes faster than "
+        "Blackwell on the same recipe (the same-recipe line above), which only the fitted "
+        "factors carry.",
+        "- Dense bf16 rows: the sustained 16-bit factor (A100 0.7 from the MegaScale rows, H100 "
+        "0.9) is fitted; out of sample the MegaScale rows fall back to the other families' value "
+        "and are 18% too fast.",
+        "- Memory: the six Llama 3 70B Megatron-FSDP rows with 40 layers offloaded exceed 186 "
+        "GiB by 0.2 GiB, within the guessed fragmentation share; rows 250 and 352 print a "
+        "configuration unlike their release's recipe; row 67 (NeMo, TE 1.4) counts TE's cached "
+        "FP8 weight copies, which its recipe may have avoided with FP8 parameters.",
         "",
     ]
     lines += _memory_case(result["memory_case_llama3_8b_h100"])
