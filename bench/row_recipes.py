@@ -305,9 +305,7 @@ def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
     `MOEZOO_QWEN3_SAVERS`); empty for
     rows whose recipe sets none."""
     source = raw.get("source_id", "")
-    model = (raw.get("model") or "").strip().lower()
-    gpu = (raw.get("gpu_type") or "").strip().upper()
-    precision = (raw.get("precision") or "").strip().upper()
+    model, gpu, precision = _row_keys(raw)
     if source.startswith("MBRIDGE-") and fsdp and pp == 1 and not precision.startswith("BF16"):
         for prefix, gpu_prefix, layers in CPU_OFFLOAD_LAYERS:
             if model.startswith(prefix) and gpu.startswith(gpu_prefix):
@@ -348,6 +346,16 @@ and ``perf_plugins.py`` removes it for recipes with ``nccl_ub`` or Llama with
 Megatron-FSDP (`expandable_segments`)."""
 
 
+def _row_keys(raw: dict[str, str]) -> tuple[str, str, str]:
+    """(model in lower case, GPU type and printed precision in upper case) of a CSV row, the
+    keys its recipe tables match by prefix."""
+    return (
+        (raw.get("model") or "").strip().lower(),
+        (raw.get("gpu_type") or "").strip().upper(),
+        (raw.get("precision") or "").strip().upper(),
+    )
+
+
 def _release(source: str) -> str:
     """``25.09`` of ``MBRIDGE-25.09``; ``26.04`` of ``MBRIDGE-26.04.01``."""
     return source.removeprefix("MBRIDGE-")[:5]
@@ -369,9 +377,7 @@ def expandable_segments(raw: dict[str, str]) -> bool:
     source = raw.get("source_id", "")
     if not source.startswith("MBRIDGE-"):
         return False
-    model = (raw.get("model") or "").strip().lower()
-    gpu = (raw.get("gpu_type") or "").strip().upper()
-    precision = (raw.get("precision") or "").strip()
+    model, gpu, precision = _row_keys(raw)
     release = _release(source)
     if release >= "26.06":
         return not (model.startswith("llama") and sharding_fields(raw) is not None)
@@ -416,9 +422,7 @@ def recipe_mismatch(raw: dict[str, str]) -> str | None:
     """Why the row's printed configuration is not its release's recipe
     (`PRINTED_NOT_RECIPE`), or None."""
     source = raw.get("source_id", "")
-    model = (raw.get("model") or "").strip().lower()
-    gpu = (raw.get("gpu_type") or "").strip().upper()
-    precision = (raw.get("precision") or "").strip().upper()
+    model, gpu, precision = _row_keys(raw)
     for row_source, prefix, gpu_prefix, printed, reason in PRINTED_NOT_RECIPE:
         if (
             source == row_source
@@ -456,8 +460,7 @@ def fp8_weight_fields(raw: dict[str, str]) -> dict[str, object]:
     if not source.startswith(("MBRIDGE-", "MOEZOO-")) or not _is_fp8(precision):
         return {}
     mxfp8 = precision.startswith(("MXFP8", "FP8-MX", "ALTERNATIVE"))
-    fields: dict[str, object] = {
+    return {
         "fp8_recipe": "mxfp8" if mxfp8 else "tensorwise",
         "fp8_param": not _matches(raw, FP8_PARAM_OFF),
     }
-    return fields

@@ -61,6 +61,20 @@ def nvl72_busbw() -> BusbwTable:
     return base
 
 
+_CX8_NOTE = (
+    f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
+    f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU."
+)
+
+_BLACKWELL_ULTRA_NOTE = (
+    "Generation blackwell_ultra, not blackwell: Blackwell Ultra is its own chip "
+    "(compute capability sm_103 vs sm_100 for B200/GB200: Transformer Engine "
+    "transformer_engine/common/CMakeLists.txt builds 103a beside 100a; per-GPU TDP, "
+    "SFU exponential rate differ [S9]). Its published training rate is not explained "
+    "by any microbenchmark in these sources, so the peaks stay and the cost model's "
+    "fitted factors take their own blackwell_ultra values."
+)
+
 _NVL72_NOTES = (
     "NVL72: 18 compute trays x 4 GPUs in one NVLink domain through 9 NVSwitch trays "
     "[S18][S19]; gpus_per_node is the tray (4), scale_up_domain 72, one NIC per GPU.",
@@ -132,15 +146,9 @@ GB300_NVL72 = Figures(
         "physical figure. The smaller is used.",
         "GEMM top: no GB300 MAMF; GB300 has GB200's dense bf16/fp8 peaks [S1][S9], so "
         "GB200's MAMF (1822 / 3615.6 TFLOP/s [S1]) is used.",
-        f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
-        f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU.",
+        _CX8_NOTE,
         "Attention: no GB300 figure; H100 FA3 curves scaled by the MAMF ratio 1822.0/794.5.",
-        "Generation blackwell_ultra, not blackwell: Blackwell Ultra is its own chip "
-        "(compute capability sm_103 vs sm_100 for B200/GB200: Transformer Engine "
-        "transformer_engine/common/CMakeLists.txt builds 103a beside 100a; per-GPU TDP, "
-        "SFU exponential rate differ [S9]). Its published training rate is not explained "
-        "by any microbenchmark in these sources, so the peaks stay and the cost model's "
-        "fitted factors take their own blackwell_ultra values.",
+        _BLACKWELL_ULTRA_NOTE,
     ),
 )
 
@@ -178,14 +186,8 @@ B300 = Figures(
         "The [S1] figures are used.",
         "Intra busbw: B200's NVLink5 table (NCCL sm100 ring model [S35], 8-GPU all_reduce "
         "845.67 GB/s [S6]); intra alpha B200's 8-GPU small all_reduce [S6].",
-        f"Inter busbw: no ConnectX-8 measurement; the CX-7 share of line rate (48 of 50 GB/s "
-        f"[S33][S43]) applied to 800 Gb/s gives {CX8_ACHIEVED_GBPS} GB/s per GPU.",
+        _CX8_NOTE,
         "Attention: no B300 figure; H100 FA3 curves scaled by the MAMF ratio 1769.0/794.5.",
-        "Generation blackwell_ultra, not blackwell: Blackwell Ultra is its own chip "
-        "(compute capability sm_103 vs sm_100 for B200/GB200: Transformer Engine "
-        "transformer_engine/common/CMakeLists.txt builds 103a beside 100a; per-GPU TDP, "
-        "SFU exponential rate differ [S9]). Its published training rate is not explained "
-        "by any microbenchmark in these sources, so the peaks stay and the cost model's "
-        "fitted factors take their own blackwell_ultra values.",
+        _BLACKWELL_ULTRA_NOTE,
     ),
 )
