@@ -412,6 +412,20 @@ class ExecutionOptions:
     9.0, the default profile's), False on Blackwell (10.x; TE
     ``is_non_tn_fp8_gemm_supported``). Memory only."""
 
+    moe_fused_grouped_mlp: bool = False
+    """The routed experts run as Transformer Engine's fused grouped MLP (Megatron-core
+    ``use_transformer_engine_op_fuser`` with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``, MXFP8 on
+    compute capability 10.x: `transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py`
+    and ``backward_grouped_mlp.py`` from TE v2.16; Megatron-Bridge
+    ``cutedsl_fused_grouped_mlp``): one grouped GEMM kernel per projection over every local
+    expert, the SwiGLU and the quantization of FC2's input in FC1's epilogue, the SwiGLU
+    backward and the quantization of FC1's output gradient in FC2's dgrad epilogue, and the
+    split sizes read on the device. It removes the per-expert launches and quantization
+    kernels and the activation passes
+    (`costmodel.runtimes.megatron.moe_experts.expert_fp8_quantize_s`,
+    `costmodel.runtimes.megatron.moe_experts.expert_launches`). False: TE ``GroupedLinear``,
+    one cuBLAS GEMM and one quantization per expert."""
+
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`."""

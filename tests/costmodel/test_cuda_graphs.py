@@ -57,8 +57,11 @@ def test_captured_launches_leave_the_host_floor_of_a_host_bound_pass():
     eager = cost(SHORT, frozenset())
     graphed = cost(SHORT, scopes)
     removed = (ROUTER_LAUNCHES + PREPROCESS_LAUNCHES) * LAUNCH_S
-    assert graphed.forward.duration_s == pytest.approx(eager.forward.duration_s - removed)
     assert graphed.backward.duration_s == pytest.approx(eager.backward.duration_s - removed)
+    # The captured launches precede the dropless synchronization; the launches after it
+    # still bind against the routed experts' kernels, so the forward saves at most them.
+    assert eager.forward.duration_s - removed - 1e-12 <= graphed.forward.duration_s
+    assert graphed.forward.duration_s < eager.forward.duration_s
 
 
 def test_a_whole_layer_graph_prices_the_kernels_alone():

@@ -57,6 +57,8 @@ from costmodel.flops import (
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_costs import (
+    PREPROCESS_LAUNCHES,
+    ROUTER_LAUNCHES,
     WHOLE_MOE_SCOPES,
     a2a_overlap_applies,
     a2a_overlapped_passes,
@@ -68,6 +70,7 @@ from costmodel.runtimes.megatron.moe_costs import (
     moe_shape,
     routed_experts,
 )
+from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s
 from costmodel.runtimes.megatron.saver_costs import (
     layer_offload_exposed_s,
     mla_up_projection_share,
@@ -492,6 +495,7 @@ def layer_cost(
         mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
             model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm, options
         )
+        routed_forward_s = mlp_f.duration_s
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = _mlp(model, plan, profile, x, comm, shared, options)
         rerun["shared_experts"] = sh_f
@@ -511,7 +515,9 @@ def layer_cost(
         experts, share = (mlp_f, mlp_b, mlp_w), flex_comm_sm_share(sm_count(profile), options)
         forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
     if is_moe:
-        host_f, host_b = _moe_host_floor(model, plan, x, forward, backward, options)
+        host_f, host_b = _moe_host_floor(
+            model, plan, x, forward, backward, options, routed_forward_s
+        )
         forward, backward = forward.plus(host_f), backward.plus(host_b)
         extra_b += host_b.compute_s
     recompute = ZERO if plan.recompute == "none" else forward
@@ -548,25 +554,39 @@ def _moe_host_floor(
     forward: PassCost,
     backward: PassCost,
     options: ExecutionOptions,
+    routed_forward_s: float,
 ) -> tuple[PassCost, PassCost]:
-    """Host-bound time a MoE layer adds per pass (`moe_costs.host_bound_s`): its launches
+    """Host-bound time a MoE layer adds per pass: its launches
     (`moe_costs.moe_host_launches`) at `ExecutionOptions.moe_host_launch_s` each, against the
-    whole layer's kernels and exposed communication. Dropless routing (no capacity factor)
-    also synchronizes the stream once per forward (the token counts the all-to-all splits
-    need), after which the device waits one launch for the next kernel. Launches inside
-    CUDA-graph-captured scopes (`ExecutionOptions.cuda_graph_scopes`,
-    `moe_costs.captured_moe_launches`) cost no host time."""
+    whole layer's kernels and exposed communication. Launches inside CUDA-graph-captured
+    scopes (`ExecutionOptions.cuda_graph_scopes`, `moe_costs.captured_moe_launches`) cost no
+    host time. Dropless routing (no capacity factor) synchronizes the stream once per
+    forward on the received token counts: the device then waits one launch for the next
+    kernel, and the launches after the router and the dispatch preprocessing hide only
+    behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
+    combine; its router kernels, which run before the synchronization, are a small part:
+    `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
+    does not synchronize (`moe_costs.host_bound_s`)."""
     launch_s = options.moe_host_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
     fp8 = x.dtype == "fp8"
+    fused = options.moe_fused_grouped_mlp
     scopes = options.cuda_graph_scopes
-    launches_f = moe_host_launches(local, fp8, "forward")
-    launches_b = moe_host_launches(local, fp8, "backward")
+    launches_f = moe_host_launches(local, fp8, "forward", fused_mlp=fused)
+    launches_b = moe_host_launches(local, fp8, "backward", fused_mlp=fused)
     host_f = (launches_f - captured_moe_launches(scopes, launches_f)) * launch_s
     host_b = (launches_b - captured_moe_launches(scopes, launches_b)) * launch_s
     dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
-    sync_s = launch_s if dropless else 0.0
-    extra_f = host_bound_s(forward.duration_s, host_f) + sync_s
+    extra_f = host_bound_s(forward.duration_s, host_f)
+    if dropless:
+        post_sync = max(launches_f - ROUTER_LAUNCHES - PREPROCESS_LAUNCHES, 0) * launch_s
+        extra_f = forward_host_floor_s(
+            layer_gpu_s=forward.duration_s,
+            post_sync_gpu_s=min(routed_forward_s, forward.duration_s),
+            host_s=host_f,
+            post_sync_host_s=post_sync,
+        )
+        extra_f += launch_s
     extra_b = host_bound_s(backward.duration_s, host_b)
     return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
 

@@ -43,7 +43,9 @@ Host side (`moe_host_launches`): the dropless dispatcher copies the split sizes 
 and synchronizes the stream once per forward (``_maybe_dtoh_and_synchronize`` at
 ``cuda_sync_point``); TE's grouped GEMM launches one cuBLAS GEMM per expert (and, under FP8,
 one quantization per expert input). A layer pass therefore takes at least the host time of
-its launches; `host_bound_s` applies that floor.
+its launches; `host_bound_s` applies that floor. The per-expert launches, the FP8
+quantization of the expert operands and TE's fused grouped MLP are in
+`costmodel.runtimes.megatron.moe_experts`.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import CommGroups, PassCost
+from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s, expert_launches
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -73,16 +76,6 @@ loss: 4), dispatch metadata (token counts, split sums, the count all-gather, sli
 device-to-host copies and the event: 12), permutation 1 and 2 and their inverses, three
 all-to-alls and the probs (10), the fused weighted activation (2). The backward replays the
 same chain through autograd."""
-
-PER_EXPERT_LAUNCHES = {"forward": 2, "backward": 4}
-"""Launches per local expert and pass without FP8: TE `GroupedLinear` runs one cuBLAS GEMM
-per expert (`general_grouped_gemm`, a loop over experts on several streams) for FC1 and for
-FC2 in forward, and a dgrad and a wgrad GEMM for each in backward."""
-
-PER_EXPERT_FP8_LAUNCHES = {"forward": 2, "backward": 2}
-"""Extra launches per local expert and pass under FP8: one quantization of each expert GEMM
-input (`tex.split_quantize` quantizes every expert's slice separately), FC1 and FC2 in
-forward, and of each output gradient in backward."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -194,13 +187,14 @@ def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> floa
     return per_element * tokens * num_experts
 
 
-def moe_host_launches(local_experts: int, fp8: bool, direction: str) -> int:
-    """Kernel launches the host issues for one MoE layer pass (`FIXED_LAUNCHES`,
-    `PER_EXPERT_LAUNCHES`, `PER_EXPERT_FP8_LAUNCHES`)."""
-    per_expert = PER_EXPERT_LAUNCHES[direction]
-    if fp8:
-        per_expert += PER_EXPERT_FP8_LAUNCHES[direction]
-    return FIXED_LAUNCHES[direction] + per_expert * local_experts
+def moe_host_launches(
+    local_experts: int, fp8: bool, direction: str, *, fused_mlp: bool = False
+) -> int:
+    """Kernel launches the host issues for one MoE layer pass: `FIXED_LAUNCHES` plus the
+    experts' MLP (`moe_experts.expert_launches`: per local expert with TE
+    ``GroupedLinear``, a fixed few with the fused grouped MLP)."""
+    experts = expert_launches(local_experts, fp8, direction, fused=fused_mlp)
+    return FIXED_LAUNCHES[direction] + experts
 
 
 ROUTER_LAUNCHES = 4
@@ -306,7 +300,10 @@ def routed_experts(
     """(forward, backward, dgrad_s, wgrad_s) of the router, the token dispatcher
     (`ExecutionOptions.moe_dispatcher`) and the local experts of one MoE layer for one
     microbatch of ``tokens`` router tokens, on the rank with the most rows
-    (`ExecutionOptions.moe_load_imbalance`; module docstring)."""
+    (`ExecutionOptions.moe_load_imbalance`; module docstring). FP8 runs add the
+    quantization of the expert GEMM operands (`moe_experts.expert_fp8_quantize_s`); the
+    fused grouped MLP (`ExecutionOptions.moe_fused_grouped_mlp`) runs the activation in
+    GEMM epilogues, so no activation pass is priced."""
     h = model.hidden_size
     gated = model.activation == "swiglu"
     dispatcher = options.moe_dispatcher
@@ -317,10 +314,27 @@ def routed_experts(
     fc1 = _gemm3(profile, m, n1, h, dtype)
     fc2 = _gemm3(profile, m, h, n2, dtype)
     expert_rows = shape.rows * plan.expert_tp
+    fused = options.moe_fused_grouped_mlp
     act = {
-        d: ops.activation_time_s(profile, expert_rows, shape.width, elem, gated=gated, direction=d)
+        d: 0.0
+        if fused
+        else ops.activation_time_s(
+            profile, expert_rows, shape.width, elem, gated=gated, direction=d
+        )
         for d in ("forward", "backward")
     }
+    if dtype == "fp8":
+        quant_f, quant_b = expert_fp8_quantize_s(
+            profile,
+            rows=expert_rows,
+            hidden=h,
+            width=shape.width,
+            gated=gated,
+            elem=elem,
+            local_experts=shape.local_experts,
+            fused=fused,
+        )
+        act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(
         profile,
         dispatch_copy_bytes(shape, h, elem, dispatcher),

@@ -1,0 +1,115 @@
+"""How Transformer Engine runs the routed experts of one MoE layer on one rank, beyond
+their GEMMs: the FP8 quantization of the expert GEMM operands, the kernel launches that
+repeat per local expert, and the host-launch floor of a forward pass that synchronizes on
+the dispatched token counts.
+
+Two implementations (`ExecutionOptions.moe_fused_grouped_mlp`):
+
+- TE ``GroupedLinear`` (Megatron-core ``TEGroupedMLP``; TE v2.x
+  `transformer_engine/pytorch/module/grouped_linear.py`): each projection quantizes its
+  input with ``tex.split_quantize`` (forward) and its output gradient the same way
+  (backward), one quantization kernel per expert for MXFP8 and the current-scaling
+  recipes (`transformer_engine/pytorch/csrc/extensions/cast.cpp`, ``split_quantize``: only
+  delayed scaling has the fused multi-tensor kernel), then ``general_grouped_gemm`` issues
+  one cuBLASLt GEMM per expert, round-robin over four compute streams
+  (`transformer_engine/common/gemm/cublaslt_gemm.cu`, ``multi_stream_cublas_gemm``;
+  `common/util/multi_stream.cpp`, ``num_compute_streams = 4``). The expert GEMMs take
+  their split sizes as a host list, so the dispatcher copies the received token counts to
+  the host before them.
+- TE's fused grouped MLP (TE v2.16 `transformer_engine/pytorch/ops/fused/
+  forward_grouped_mlp.py`, ``ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8``, and
+  ``backward_grouped_mlp.py``): forward quantizes FC1's input with one ``group_quantize``,
+  runs FC1 as one grouped GEMM whose epilogue applies the SwiGLU and writes FC2's input
+  already quantized, then FC2 as one grouped GEMM; backward quantizes FC2's output
+  gradient with one ``group_quantize``, runs FC2's dgrad with the SwiGLU backward and the
+  quantization of FC1's output gradient in its epilogue, FC1's dgrad and the two weight
+  gradients as grouped GEMMs. Split sizes stay on the device.
+
+Quantizing one operand reads it in bf16 and writes the row-wise and column-wise FP8
+copies (`costmodel.compute.fp8_quantize_time_s`).
+"""
+
+from __future__ import annotations
+
+from costmodel import compute as ops
+from profiles.schema import HardwareProfile
+
+UNFUSED_EXPERT_LAUNCHES = {"forward": 2, "backward": 4}
+"""Launches per local expert and pass of TE ``GroupedLinear`` without FP8: one cuBLASLt
+GEMM per expert for FC1 and FC2 in forward, a dgrad and a wgrad GEMM for each in backward
+(module docstring)."""
+
+UNFUSED_EXPERT_FP8_LAUNCHES = {"forward": 2, "backward": 2}
+"""Extra launches per local expert and pass under FP8 with ``GroupedLinear``: one
+quantization of each expert's slice of FC1's and FC2's input in forward, of FC2's and
+FC1's output gradient in backward (``tex.split_quantize``)."""
+
+FUSED_MLP_LAUNCHES = {"forward": 4, "backward": 5}
+"""Launches of the fused grouped MLP per pass, whatever the number of experts: forward
+``splits_to_offsets``, the ``group_quantize`` of FC1's input, the FC1 GEMM-SwiGLU kernel
+and the FC2 GEMM kernel; backward the ``group_quantize`` of FC2's output gradient, the FC2
+dgrad-dSwiGLU kernel, FC1's dgrad and the two weight-gradient grouped GEMMs (module
+docstring)."""
+
+
+def expert_launches(local_experts: int, fp8: bool, direction: str, *, fused: bool) -> int:
+    """Kernel launches of the local experts' MLP in one pass (`UNFUSED_EXPERT_LAUNCHES`,
+    `UNFUSED_EXPERT_FP8_LAUNCHES`, `FUSED_MLP_LAUNCHES`)."""
+    if fused:
+        return FUSED_MLP_LAUNCHES[direction]
+    per_expert = UNFUSED_EXPERT_LAUNCHES[direction]
+    if fp8:
+        per_expert += UNFUSED_EXPERT_FP8_LAUNCHES[direction]
+    return per_expert * local_experts
+
+
+def expert_fp8_quantize_s(
+    profile: HardwareProfile,
+    *,
+    rows: float,
+    hidden: int,
+    width: float,
+    gated: bool,
+    elem: int,
+    local_experts: int,
+    fused: bool,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of quantizing the expert GEMM operands of one pass over
+    ``rows`` routed rows (all local experts together) of an FP8 run.
+
+    ``GroupedLinear``: forward FC1's input (rows x hidden) and FC2's input (rows x width),
+    backward FC2's output gradient (rows x hidden) and FC1's (rows x 2·width gated, else
+    width), each split into one kernel per expert, so each kernel moves 1/local_experts of
+    the bytes. Fused grouped MLP: only FC1's input (forward) and FC2's output gradient
+    (backward), one kernel each; the other two are written by GEMM epilogues (module
+    docstring)."""
+    if fused:
+        one = ops.fp8_quantize_time_s(profile, rows * hidden, elem)
+        return one, one
+    fc1_out = (2 if gated else 1) * width
+    kernels = max(local_experts, 1)
+
+    def split(elements: float) -> float:
+        return kernels * ops.fp8_quantize_time_s(profile, elements / kernels, elem)
+
+    forward = split(rows * hidden) + split(rows * width)
+    backward = split(rows * hidden) + split(rows * fc1_out)
+    return forward, backward
+
+
+def forward_host_floor_s(
+    *, layer_gpu_s: float, post_sync_gpu_s: float, host_s: float, post_sync_host_s: float
+) -> float:
+    """Seconds a MoE layer's forward pass adds when the host issues its launches slower
+    than the device runs them, with one stream synchronization inside the pass.
+
+    The dropless dispatcher copies the received token counts to the host before it
+    launches the token exchange and the experts (Megatron-core
+    `megatron/core/transformer/moe/token_dispatcher.py`: ``_maybe_dtoh_and_synchronize``
+    of the alltoall dispatcher; `fused_a2a.py` ``HybridEPDispatch``, blocking unless
+    ``num_permuted_tokens`` is known). The device runs everything launched before that
+    point first, so the launches after it (``post_sync_host_s``: the dispatch, the experts,
+    the combine) can hide only behind the device work after it (``post_sync_gpu_s``), not
+    behind the attention of the layer: max(0, host - GPU of the layer, post-sync host -
+    post-sync GPU)."""
+    return max(0.0, host_s - layer_gpu_s, post_sync_host_s - post_sync_gpu_s)

@@ -1,0 +1,153 @@
+"""How Transformer Engine runs the routed experts (costmodel.runtimes.megatron.moe_experts):
+per-expert launches and FP8 quantization of TE ``GroupedLinear`` against the fused grouped
+MLP, and the forward host floor around the dropless synchronization."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from costmodel import compute as ops
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.passes import CommGroups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.moe_costs import (
+    FIXED_LAUNCHES,
+    PREPROCESS_LAUNCHES,
+    ROUTER_LAUNCHES,
+    moe_host_launches,
+    routed_experts,
+)
+from costmodel.runtimes.megatron.moe_experts import (
+    FUSED_MLP_LAUNCHES,
+    expert_fp8_quantize_s,
+    expert_launches,
+    forward_host_floor_s,
+)
+from costmodel.topology import strided_group_placement
+from profiles.store import load_profile
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+
+B200 = load_profile("b200")
+QWEN = get_preset("qwen3-30b-a3b")
+PLAN = ParallelPlan(dp=8, ep=8)
+EP = strided_group_placement(8, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
+GROUPS = CommGroups(ep=EP)
+FUSED = dataclasses.replace(DEFAULT_OPTIONS, moe_fused_grouped_mlp=True)
+
+
+def test_grouped_linear_launches_repeat_per_expert_and_the_fused_mlp_does_not():
+    # GroupedLinear: FC1 and FC2 GEMM per expert (forward), dgrad and wgrad for each
+    # (backward); FP8 adds one split_quantize kernel per expert and operand.
+    assert expert_launches(16, False, "forward", fused=False) == 2 * 16
+    assert expert_launches(16, True, "forward", fused=False) == 4 * 16
+    assert expert_launches(16, True, "backward", fused=False) == 6 * 16
+    for local in (4, 16, 64):
+        assert expert_launches(local, True, "backward", fused=True) == 5
+    assert moe_host_launches(16, True, "forward", fused_mlp=True) == (
+        FIXED_LAUNCHES["forward"] + FUSED_MLP_LAUNCHES["forward"]
+    )
+
+
+def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
+    rows, h, w = 65536.0, 2048, 768.0
+    forward, backward = expert_fp8_quantize_s(
+        B200, rows=rows, hidden=h, width=w, gated=True, elem=2, local_experts=16, fused=False
+    )
+
+    def split(elements: float) -> float:
+        return 16 * ops.fp8_quantize_time_s(B200, elements / 16, 2)
+
+    assert forward == pytest.approx(split(rows * h) + split(rows * w))
+    assert backward == pytest.approx(split(rows * h) + split(rows * 2 * w))
+
+
+def test_fused_mlp_quantizes_only_fc1_input_and_fc2_output_gradient():
+    rows, h = 65536.0, 2048
+    forward, backward = expert_fp8_quantize_s(
+        B200, rows=rows, hidden=h, width=768.0, gated=True, elem=2, local_experts=16, fused=True
+    )
+    one = ops.fp8_quantize_time_s(B200, rows * h, 2)
+    assert forward == pytest.approx(one)
+    assert backward == pytest.approx(one)
+
+
+def experts(job: TrainingJob, options: ExecutionOptions, precision: str = "fp8"):
+    tokens = float(job.seq_length)
+    dtype = "fp8" if precision == "fp8" else "bf16"
+    return routed_experts(QWEN, PLAN, B200, tokens, 2, dtype, GROUPS, options)
+
+
+def test_fp8_routed_experts_carry_the_quantization_and_fused_mlp_drops_the_activation():
+    job = TrainingJob(seq_length=4096, global_batch_size=64)
+    rows = QWEN.moe_top_k * 4096.0
+    width = float(QWEN.expert_ffn_hidden_size)
+    quant_f, quant_b = expert_fp8_quantize_s(
+        B200, rows=rows, hidden=QWEN.hidden_size, width=width, gated=True, elem=2,
+        local_experts=16, fused=False,
+    )  # fmt: skip
+    fused_f, fused_b = expert_fp8_quantize_s(
+        B200, rows=rows, hidden=QWEN.hidden_size, width=width, gated=True, elem=2,
+        local_experts=16, fused=True,
+    )  # fmt: skip
+    act_f = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="forward")
+    act_b = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="backward")
+    unfused = experts(job, DEFAULT_OPTIONS)
+    fused = experts(job, FUSED)
+    assert unfused[0].compute_s - fused[0].compute_s == pytest.approx(act_f + quant_f - fused_f)
+    assert unfused[1].compute_s - fused[1].compute_s == pytest.approx(act_b + quant_b - fused_b)
+    # bf16 experts quantize nothing: only the activation differs.
+    bf16 = experts(job, DEFAULT_OPTIONS, "bf16")
+    bf16_fused = experts(job, FUSED, "bf16")
+    assert bf16[0].compute_s - bf16_fused[0].compute_s == pytest.approx(act_f)
+
+
+def test_forward_floor_takes_the_larger_excess():
+    # Post-sync launches against the experts' own kernels bind before the layer's total.
+    assert forward_host_floor_s(
+        layer_gpu_s=5.0, post_sync_gpu_s=2.0, host_s=4.0, post_sync_host_s=3.5
+    ) == pytest.approx(1.5)
+    # Launches before the synchronization (ungraphed router) can set the floor instead.
+    assert forward_host_floor_s(
+        layer_gpu_s=1.0, post_sync_gpu_s=0.8, host_s=3.0, post_sync_host_s=1.5
+    ) == pytest.approx(2.0)
+    assert forward_host_floor_s(
+        layer_gpu_s=5.0, post_sync_gpu_s=4.0, host_s=4.0, post_sync_host_s=3.5
+    ) == pytest.approx(0.0)
+
+
+def layer(job: TrainingJob, options: ExecutionOptions):
+    return layer_cost(QWEN, job, PLAN, B200, is_moe=True, groups=GROUPS, options=options)
+
+
+def test_launches_after_the_synchronization_hide_only_behind_the_routed_experts():
+    # A layer whose kernels outlast its launches but whose routed experts do not: the
+    # attention cannot hide the expert launches issued after the token-count copy.
+    launch_s = 50e-6
+    scopes = frozenset({"attn", "moe_router", "moe_preprocess"})
+    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
+    options = dataclasses.replace(options, cuda_graph_scopes=scopes)
+    kernels_only = dataclasses.replace(options, moe_host_launch_s=0.0)
+    job = TrainingJob(seq_length=16384, global_batch_size=64, precision="fp8")
+    gpu = layer(job, kernels_only)
+    routed_f = routed_experts(QWEN, PLAN, B200, 16384.0, 2, "fp8", GROUPS, kernels_only)[0]
+    launches = moe_host_launches(16, True, "forward")
+    post_host = (launches - ROUTER_LAUNCHES - PREPROCESS_LAUNCHES) * launch_s
+    assert post_host < gpu.forward.duration_s  # the whole-layer floor would not bind
+    assert post_host > routed_f.duration_s
+    expected = gpu.forward.duration_s + post_host - routed_f.duration_s + launch_s
+    assert layer(job, options).forward.duration_s == pytest.approx(expected)
+
+
+def test_fused_mlp_leaves_no_per_expert_host_floor():
+    launch_s = 30e-6
+    options = dataclasses.replace(FUSED, moe_host_launch_s=launch_s)
+    kernels_only = dataclasses.replace(FUSED, moe_host_launch_s=0.0)
+    job = TrainingJob(seq_length=8192, global_batch_size=64, precision="fp8")
+    host_b = moe_host_launches(16, True, "backward", fused_mlp=True) * launch_s
+    gpu = layer(job, kernels_only)
+    assert host_b < gpu.backward.duration_s
+    assert layer(job, options).backward.duration_s == pytest.approx(gpu.backward.duration_s)
