@@ -21,6 +21,14 @@ Sources (NVIDIA-NeMo/Megatron-Bridge; release branch of each NeMo container):
 - NeMo 26.02.01 onwards (branch ``r0.3.0`` and later, ``r0.4.0``, ``r0.5.0``, then
   ``src/megatron/bridge/perf_recipes/qwen/*/qwen3_moe.py``): B200 too runs HybridEP at
   micro-batch 4 with ``attn``, ``moe_router`` and ``moe_preprocess`` captured.
+- NeMo 26.06 (tag ``v0.5.0``, ``configs/qwen/qwen3_workload_base_configs.py``,
+  ``QWEN3_30B_A3B_PRETRAIN_CONFIG_{GB300,GB200,B300}_FP8_MX_V1``): the MXFP8 recipes set
+  ``moe_a2a_overlap``, ``cuda_graph_impl="full_iteration"``, ``cutedsl_fused_grouped_mlp``
+  and ``fp8_dot_product_attention``. ``utils/overrides.py`` ``set_workload_base_configs``
+  turns ``cutedsl_fused_grouped_mlp`` into ``use_transformer_engine_op_fuser`` and
+  ``perf_plugins.py`` sets ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``: TE's fused grouped MLP
+  (`ExecutionOptions.moe_fused_grouped_mlp`). FP8 attention is not priced (no sourced
+  rate for it on Blackwell).
 
 DeepSeek-V3 and Qwen3 235B-A22B dropless rows (`LARGE_MOE_RULES`), from the workload base
 configs of each release (``scripts/performance/configs/deepseek/workload_base_configs.py``
@@ -37,7 +45,7 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   (``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``, pp 8, vpp 2, ep 32): DeepEP with the
   all-to-all overlap and ``attn``, ``moe_router``, ``moe_preprocess`` graphs. 26.06 (v0.5.0)
   GB300 and GB200 MXFP8 (``*_FP8_MX_V1``): the all-to-all overlap under
-  ``cuda_graph_impl="full_iteration"``. B300 at 26.04.01 and 26.06
+  ``cuda_graph_impl="full_iteration"`` with the fused grouped MLP. B300 at 26.04.01 and 26.06
   (``DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V2``, pp 8, micro-batch 2, ``llmb-r0.4.1`` and v0.5.0):
   HybridEP with ``attn``, ``moe_router``, ``moe_preprocess`` graphs.
 - Qwen3 235B-A22B: HybridEP on GB200 and GB300 in every release from 25.11 (graphs
@@ -45,7 +53,7 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   configs, on GB300); the all-to-all overlap with the alltoall dispatcher on B200 at 25.11
   and B300 at 26.02; HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
   GB300 and GB200 MXFP8 (``*_FP8_MX_V2``): the all-to-all overlap under
-  ``full_iteration`` graphs.
+  ``full_iteration`` graphs with the fused grouped MLP.
 - Kimi-K2 GB300 (26.02.01 to 26.06; ``configs/kimi/kimi_workload_base_configs.py``
   ``KIMI_K2_PRETRAIN_CONFIG_GB300``): HybridEP, no graphs, no overlap.
 """
@@ -70,6 +78,18 @@ ALLTOALL: dict[str, object] = {"moe_dispatcher": "alltoall"}
 ATTN_ROUTER = ROUTER_SCOPES | {"attn"}
 WHOLE_STEP = frozenset({"full_iteration"})
 
+FUSED_MLP_RELEASE = "26.06"
+"""Release prefix of the MXFP8 recipes with TE's fused grouped MLP (v0.5.0)."""
+FUSED_MLP_30B_GPUS = ("GB300", "GB200", "B300")
+"""GPU types of the 26.06 Qwen3 30B-A3B MXFP8 recipes with the fused grouped MLP."""
+FUSED_MLP_STEP: dict[str, object] = FLEX | {
+    "moe_a2a_overlap": True,
+    "cuda_graph_scopes": WHOLE_STEP,
+    "moe_fused_grouped_mlp": True,
+}
+"""`ExecutionOptions` fields of a 26.06 MXFP8 recipe with ``cutedsl_fused_grouped_mlp``
+(module docstring)."""
+
 LARGE_MOE_RULES: tuple[
     tuple[str, tuple[str, ...], tuple[str, ...], str, dict[str, object]], ...
 ] = (
@@ -78,7 +98,7 @@ LARGE_MOE_RULES: tuple[
         ("26.06",),
         ("GB300", "GB200"),
         "MXFP8",
-        FLEX | {"moe_a2a_overlap": True} | {"cuda_graph_scopes": WHOLE_STEP},
+        FUSED_MLP_STEP,
     ),
     (
         "deepseekv3",
@@ -98,7 +118,7 @@ LARGE_MOE_RULES: tuple[
         ("26.06",),
         ("GB300", "GB200"),
         "MXFP8",
-        FLEX | {"moe_a2a_overlap": True} | {"cuda_graph_scopes": WHOLE_STEP},
+        FUSED_MLP_STEP,
     ),
     ("qwen3_235b", ("25.11",), ("GB300",), "", FLEX | {"cuda_graph_scopes": ROUTER_SCOPES}),
     ("qwen3_235b", ("",), ("GB300", "GB200"), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
@@ -165,6 +185,12 @@ def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
         return {}
     if not source.startswith("MBRIDGE-") or not model.startswith("qwen3_30b_a3b"):
         return large_moe_fields(raw)
+    if (
+        source.removeprefix("MBRIDGE-").startswith(FUSED_MLP_RELEASE)
+        and gpu in FUSED_MLP_30B_GPUS
+        and "MX" in raw["precision"].upper()
+    ):
+        return dict(FUSED_MLP_STEP)
     scopes = ROUTER_SCOPES
     if gpu == "B200" and source in B200_ALLTOALL_RELEASES:
         return {"cuda_graph_scopes": scopes, "moe_dispatcher": "alltoall"}

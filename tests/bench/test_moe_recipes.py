@@ -27,8 +27,13 @@ def row(source: str, model: str, gpu: str, precision: str = "MXFP8") -> dict[str
         (row("MBRIDGE-26.02.01", "Qwen3_30B_a3B", "B200", "BF16"), ("flex", ROUTER | {"attn"})),
         # row 308: GB200 MXFP8, HybridEP, router and preprocess captured.
         (row("MBRIDGE-26.02", "Qwen3_30B_a3B", "GB200 (NVL72)"), ("flex", ROUTER)),
-        # row 106: 26.06.01 GB300.
-        (row("MBRIDGE-26.06.01", "Qwen3_30B_a3B", "GB300 (NVL72)"), ("flex", ROUTER)),
+        # row 229: 26.04 B200 MXFP8, HybridEP, router and preprocess captured.
+        (row("MBRIDGE-26.04", "Qwen3_30B_a3B", "B200"), ("flex", ROUTER)),
+        # row 106: 26.06.01 GB300, v0.5.0 QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1.
+        (
+            row("MBRIDGE-26.06.01", "Qwen3_30B_a3B", "GB300 (NVL72)"),
+            ("flex", frozenset({"full_iteration"})),
+        ),
     ],
 )
 def test_qwen3_30b_rows_carry_their_recipes_graphs_and_dispatcher(raw, expected):
@@ -113,3 +118,32 @@ def test_row_options_and_model_carry_the_recipe():
     options = rows_mod.options_for_row(raw)
     assert options.cuda_graph_scopes == frozenset({"layer"})
     assert options.main_grad_bytes == rows_mod.MEGATRON_BRIDGE_PERF.main_grad_bytes
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # rows 130-132: v0.5.0 QWEN3_30B_A3B_PRETRAIN_CONFIG_{GB300,GB200,B300}_FP8_MX_V1.
+        row("MBRIDGE-26.06", "Qwen3_30B_a3B", "GB300 (NVL72)"),
+        row("MBRIDGE-26.06", "Qwen3_30B_a3B", "GB200 (NVL72)"),
+        row("MBRIDGE-26.06", "Qwen3_30B_a3B", "B300"),
+        # rows 123 and 135: DeepSeek-V3 GB300 FP8_MX_V1, Qwen3 235B GB200 FP8_MX_V2.
+        row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)"),
+        row("MBRIDGE-26.06", "Qwen3_235B_a22B", "GB200 (NVL72)"),
+    ],
+)
+def test_26_06_mxfp8_recipes_run_the_fused_grouped_mlp(raw):
+    fields = moe.moe_runtime_fields(raw)
+    assert fields["moe_fused_grouped_mlp"] is True
+    assert fields["moe_a2a_overlap"] is True
+    assert fields["cuda_graph_scopes"] == WHOLE
+    assert rows_mod.options_for_row(raw).moe_fused_grouped_mlp
+
+
+def test_earlier_releases_keep_te_grouped_linear():
+    for source in ("MBRIDGE-26.04", "MBRIDGE-26.04.01", "MBRIDGE-26.02"):
+        fields = moe.moe_runtime_fields(row(source, "Qwen3_30B_a3B", "GB300 (NVL72)"))
+        assert "moe_fused_grouped_mlp" not in fields
+    # 26.06 BF16 recipes do not set cutedsl_fused_grouped_mlp.
+    bf16 = moe.moe_runtime_fields(row("MBRIDGE-26.06", "Qwen3_30B_a3B", "GB300 (NVL72)", "BF16"))
+    assert "moe_fused_grouped_mlp" not in bf16
