@@ -260,9 +260,12 @@ class ExecutionOptions:
     """Host seconds per kernel launch of a Megatron-core MoE layer run eagerly (Python,
     PyTorch dispatch, Transformer Engine module logic and the CUDA launch), the price of
     `costmodel.runtimes.megatron.moe_costs.moe_host_launches`. A MoE layer pass lasts at
-    least its launches' host time (`moe_costs.host_bound_s`), which binds for fine-grained
-    experts at small micro-batches; 0 turns the floor off (a fully graph-captured layer). A
-    fitted figure (`MOE_HOST_LAUNCH_S`), not a measured launch latency."""
+    least its launches' host time (`moe_costs.host_bound_s`; in a dropless forward, the
+    launches after the token-count synchronization against the routed experts' kernels:
+    `costmodel.runtimes.megatron.moe_experts.forward_host_floor_s`), which binds for
+    fine-grained experts at small micro-batches; 0 turns the floor off (a fully
+    graph-captured layer). A fitted figure (`MOE_HOST_LAUNCH_S`), not a measured launch
+    latency."""
 
     moe_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-core's MoE token dispatcher (`--moe-token-dispatcher-type`): ``alltoall``
