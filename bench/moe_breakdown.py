@@ -5,10 +5,12 @@ For each row (``--rows``, matched like `bench/validate_published.py`): the publi
 predicted seconds, the iteration `costmodel.iteration.Breakdown` of the critical stage, the
 per-stage forward / backward seconds of one microbatch (with each stage's layer count), and
 one MoE layer's microbatch passes split into attention and the rest of the layer, the
-router, the expert GEMMs, the dispatcher's permutations, the EP communication (total and
-exposed, eager and in the layer with `ExecutionOptions.moe_a2a_overlap`) and the host-launch
-floor (`costmodel.runtimes.megatron.moe_costs`); "rest of layer" is the layer without its
-host floor minus the routed experts' kernels and the layer's exposed EP time.
+router, the expert GEMMs, the FP8 quantization of their operands
+(`costmodel.runtimes.megatron.moe_experts`), the dispatcher's permutations, the EP
+communication (total and exposed, eager and in the layer with
+`ExecutionOptions.moe_a2a_overlap`) and the host-launch floor
+(`costmodel.runtimes.megatron.moe_costs`); "rest of layer" is the layer without its host
+floor minus the routed experts' kernels and the layer's exposed EP time.
 
 Usage: ``python bench/moe_breakdown.py --rows 174,124,134``
 """
@@ -33,6 +35,7 @@ from costmodel.runtimes.megatron.moe_costs import (
     moe_shape,
     routed_experts,
 )
+from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
@@ -73,6 +76,18 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
         + ops.gemm_time_s(profile, m, n2, h, dtype)
         + ops.gemm_time_s(profile, n2, h, m, dtype)
     )
+    quant = (0.0, 0.0)
+    if dtype == "fp8":
+        quant = expert_fp8_quantize_s(
+            profile,
+            rows=shape.rows * plan.expert_tp,
+            hidden=h,
+            width=shape.width,
+            gated=gated == 2,
+            elem=elem,
+            local_experts=e,
+            fused=options.moe_fused_grouped_mlp,
+        )
     copies = ops.memory_bound_time_s(
         profile,
         dispatch_copy_bytes(shape, h, elem, options.moe_dispatcher),
@@ -86,6 +101,7 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
         ),
         "routed (all)": (fwd.duration_s, bwd.duration_s),
         "expert GEMMs": (gemm_f, gemm_b),
+        "expert fp8 quantize": quant,
         "permute copies": (copies, copies),
         "ep comm": (fwd.ep_s, bwd.ep_s),
         "ep exposed (eager)": (fwd.ep_exposed_s, bwd.ep_exposed_s),

@@ -24,6 +24,8 @@ def test_layer_parts_split_the_moe_layer(row_174):
     parts = breakdown.moe_layer_parts(rows_mod.case_for_row(row_174))
     for direction in (0, 1):
         assert parts["expert GEMMs"][direction] > 0.0
+        # row 174 is MXFP8: the expert operands are quantized, inside the routed experts
+        assert 0.0 < parts["expert fp8 quantize"][direction] < parts["routed (all)"][direction]
         # the overlap hides part of the all-to-all, never more than all of it
         assert 0.0 <= parts["layer ep exposed"][direction] < parts["ep comm"][direction]
         assert (
