@@ -240,7 +240,7 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
     """The row's `ModelSpec` from its architecture columns."""
     hidden = _int(raw, "hidden_size")
     heads = _int(raw, "num_attention_heads")
-    style = _architecture(raw)
+    style = {**_architecture(raw), **sliding_window_fields(raw)}
     kv = re.search(r"kv_channels (\d+)", _text(raw, "arch_notes"))
     experts = _int(raw, "num_experts", 0)
     moe: dict[str, object] = {}
@@ -270,7 +270,6 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
         mtp_num_layers=mtp_layers(raw),
         **moe,
         **_mla(raw),
-        **sliding_window_fields(raw),
     )
 
 

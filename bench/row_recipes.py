@@ -59,13 +59,23 @@ base config (``BASE_DEEPSEEK_V3_CONFIG``); the model zoo's ``Qwen3-235B-A22B.yam
 (``--expert-tensor-parallel-size: 1``)."""
 
 GPT_OSS_FIELDS: dict[str, object] = {
+    "activation": "swiglu",
+    "normalization": "rmsnorm",
+    "position_embedding": "rope",
+    "tied_embeddings": False,
     "add_bias_linear": True,
     "attention_sinks": True,
     "sliding_window_every": 2,
 }
 """openai/gpt-oss-120b ``config.json`` (as `specs.presets` gpt-oss-120b): biased linear
 layers, one sink logit per head, ``layer_types`` alternating sliding (even layers) and full
-attention. The window itself is read from the row's ``arch_notes``."""
+attention. The window itself is read from the row's ``arch_notes``. Megatron-Bridge's
+``GPTOSSProvider`` (``src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py``, tags v0.2.0
+to v0.5.0) builds the experts gated (``gated_linear_unit = True``: FC1 of width
+2·``moe_ffn_hidden_size``, three weight matrices as `ModelSpec` ``swiglu`` counts them; the
+activation is the clamped quick-GELU GLU, priced as the same fused element-wise kernel),
+with ``normalization = "RMSNorm"``, rotary positions (``position_embedding_type = "yarn"``)
+and ``share_embeddings_and_output_weights = False``."""
 
 
 def _matches(raw: dict[str, str], table: tuple[tuple[str, str], ...]) -> bool:

@@ -207,6 +207,15 @@ def test_gpt_oss_row_has_its_window_sinks_and_biases():
     assert model.window_layer_mask()[:4] == (True, False, True, False)
 
 
+def test_gpt_oss_row_is_gated_rmsnorm_rope_and_untied():
+    # Megatron-Bridge GPTOSSProvider: gated_linear_unit, RMSNorm, yarn rotary positions,
+    # share_embeddings_and_output_weights False; the notes name none of them.
+    model = rows_mod.case_for_row(GPT_OSS_B300).model
+    assert model.activation == "swiglu"
+    assert model.normalization == "rmsnorm" and model.position_embedding == "rope"
+    assert not model.tied_embeddings
+
+
 def test_megatron_fsdp_row_shards_params_grads_and_optimizer():
     plan = rows_mod.case_for_row(LLAMA70_FSDP).plan
     assert plan.use_megatron_fsdp
