@@ -426,8 +426,17 @@ class ExecutionOptions:
     split sizes read on the device. It removes the per-expert launches and quantization
     kernels and the activation passes
     (`costmodel.runtimes.megatron.moe_experts.expert_fp8_quantize_s`,
-    `costmodel.runtimes.megatron.moe_experts.expert_launches`). False: TE ``GroupedLinear``,
-    one cuBLAS GEMM and one quantization per expert."""
+    `costmodel.runtimes.megatron.moe_experts.expert_launches`), and, for biased experts,
+    ``TEGroupedMLP``'s expert-by-expert FC2 bias
+    (`costmodel.runtimes.megatron.unfused_costs.expert_fc2_bias_time_s`). False: TE
+    ``GroupedLinear``, one cuBLAS GEMM and one quantization per expert."""
+
+    rope_fusion: bool = True
+    """Rotary embeddings run Transformer Engine's fused kernel (Megatron-core
+    ``apply_rope_fusion``). False: Megatron-core's unfused PyTorch chain, which it takes
+    whenever the YaRN attention factor is not 1 even with the fusion requested (GPT-OSS:
+    megatron/core/models/common/embeddings/rope_utils.py ``apply_rotary_pos_emb``); priced
+    by `costmodel.runtimes.megatron.unfused_costs.rope_time_s`."""
 
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:

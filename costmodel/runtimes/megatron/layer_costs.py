@@ -34,7 +34,9 @@ reruns the whole layer forward including its collectives. CPU activation offload
 the copy time its layer's compute does not hide (`saver_costs.offload_exposed_s`).
 
 Framework conventions come from `costmodel.execution.ExecutionOptions`: the attention
-kernel, and whether linear biases ride in the GEMM epilogues (``bias_fusion``; without it
+kernel, the fused or unfused rotary embedding (``rope_fusion``,
+`costmodel.runtimes.megatron.unfused_costs`), and whether linear biases ride in the GEMM
+epilogues (``bias_fusion``; without it
 the QKV bias is a separate add and every bias gradient a separate reduction,
 `costmodel.compute.bias_time_s`). The materialized attention path also copies its
 context layer from [b, heads, s, d] back to [s, b, heads·d] (``.permute().contiguous()``,
@@ -76,6 +78,7 @@ from costmodel.runtimes.megatron.saver_costs import (
     mla_up_projection_share,
     selective_rerun,
 )
+from costmodel.runtimes.megatron.unfused_costs import rope_time_s
 from costmodel.runtimes.megatron.userbuffers import Shape, sm_count, tp_overlap_pair_s
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -260,8 +263,9 @@ def _attention(
     rope = model.position_embedding == "rope"
     ew_fwd, ew_bwd = _norm_and_residual(profile, x, h, options)
     if rope:
-        ew_fwd += ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "forward")
-        ew_bwd += ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "backward")
+        fused = options.rope_fusion
+        ew_fwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=fused)
+        ew_bwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "backward", fused=fused)
     if kernel == "materialized":
         ew_fwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * q)
         ew_bwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * (q + 2 * kv))
@@ -287,7 +291,11 @@ def _attention(
         "core_attn": PassCost(compute_s=core["forward"]).plus(cp_f),
         "mla_up_proj": PassCost(
             compute_s=mla_up_projection_share(model) * qkv[0]
-            + (ops.rope_time_s(profile, x.tokens, int(q + kv), x.elem, "forward") if rope else 0)
+            + (
+                rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=options.rope_fusion)
+                if rope
+                else 0
+            )
         ),
     }
     return forward, backward, rerun, dgrad, wgrad

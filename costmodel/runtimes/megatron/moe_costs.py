@@ -24,7 +24,9 @@ Work per pass, in the order the dispatcher runs it (forward; backward mirrors it
    permutations around one all-to-all. Each permutation reads and writes R·h·e bytes
    (`dispatch_copy_bytes`);
 4. experts: FC1, activation, FC2 per local expert, each GEMM timed with the rows its
-   expert gets (small per-expert GEMMs run at the profile's efficiency for their size).
+   expert gets (small per-expert GEMMs run at the profile's efficiency for their size);
+   with biased experts, the FC2 bias added expert by expert
+   (`costmodel.runtimes.megatron.unfused_costs.expert_fc2_bias_time_s`).
 
 The flex dispatcher (``--moe-token-dispatcher-type flex``, DeepEP or HybridEP backends:
 `_DeepepManager`, `_HybridEPManager`) sends each token once to every distinct rank that
@@ -59,6 +61,7 @@ from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s, expert_launches
+from costmodel.runtimes.megatron.unfused_costs import expert_fc2_bias_time_s
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -348,8 +351,13 @@ def routed_experts(
         for d in ("forward", "backward")
     }
     e = shape.local_experts
+    bias = {d: 0.0 for d in ("forward", "backward")}
+    if model.add_bias_linear and not fused:
+        bias = {d: expert_fc2_bias_time_s(profile, expert_rows, h, elem, e, d) for d in bias}
     forward_s = router[0] + route["forward"] + e * (fc1[0] + fc2[0]) + act["forward"] + copies
+    forward_s += bias["forward"]
     dgrad = router[1] + route["backward"] + e * (fc1[1] + fc2[1]) + act["backward"] + copies
+    dgrad += bias["backward"]
     wgrad = router[2] + e * (fc1[2] + fc2[2])
     forward = PassCost(compute_s=forward_s).plus(
         _collectives(profile, plan, shape, model, elem, groups, "forward", dispatcher)
