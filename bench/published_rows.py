@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from row_recipes import (
     NotExpressible,
@@ -320,6 +321,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         **(sharding_fields(raw) or {}),
     }
     fields.update(saver_fields(raw, pp, bool(fields.get("use_megatron_fsdp"))))
+    fields.update(gpt_oss_saver_fields(raw))
     if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
         fields["overlap_grad_reduce"] = False
     elif _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
@@ -338,14 +340,15 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
     (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
-    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`), for a
+    CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
+    `gpt_oss_recipes`), for a
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
     allocator's expandable segments (`row_recipes.expandable_segments`) and FP8 weights
     (`row_recipes.fp8_weight_fields`); Blackwell rows run FP8 GEMMs in any layout
     (``fp8_tn_gemm_only`` False: TE ``is_non_tn_fp8_gemm_supported`` from compute
     capability 10.0)."""
     options = _era_options(raw)
-    fields = moe_runtime_fields(raw)
+    fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw)
     if plan is not None:
         fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
     if expandable_segments(raw):

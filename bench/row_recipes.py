@@ -421,6 +421,16 @@ PRINTED_NOT_RECIPE: tuple[tuple[str, str, str, str, str], ...] = (
         "llama3/llama3_70b_llm_pretrain.yaml, gb200 fp8_mx mbs 1, tag v0.1.0rc4); micro-batch "
         "2 is the recipe's value for the FP8-CS Megatron-FSDP alternative",
     ),
+    (
+        "MBRIDGE-25.11",
+        "gpt oss",
+        "B200",
+        "BF16",
+        "printed EP 8; the release's recipe runs EP 64 (scripts/performance/configs/gpt_oss/"
+        "workload_base_configs.py GPT_OSS_120B_B200_BF16_BASE_CONFIG, tag v0.2.0), and the "
+        "published 3.99 s over 2 microbatches is 2.00 s per microbatch, as the 26.02 EP 64 "
+        "B200 row's 10.18 s over 5 (2.04 s), against 1.19 s for 26.02.01's EP 8",
+    ),
 )
 """(source, model prefix, GPU prefix, printed precision prefix, reason) of the rows whose
 printed parallel configuration differs from the recipe their release ships. They are
