@@ -23,9 +23,12 @@ global batch 1280, except 25.11):
 - 26.06 (v0.5.0) MXFP8: GB300 and GB200 (``*_FP8_MX_V2``) run ``cuda_graph_impl=
   "full_iteration"``, HybridEP, ``moe_a2a_overlap`` and ``cutedsl_fused_grouped_mlp``
   (``use_transformer_engine_op_fuser``), GB200 with ``recompute_modules=[]``; B300's MXFP8
-  config is its BF16 V2 config (graphs as above, HybridEP). Not priced: the full-iteration
-  graphs' padding of every expert to 1.5x its rank's mean rows
-  (``set_full_iter_cg_configs``: ``moe_expert_rank_capacity_factor = 1.5``).
+  config is its BF16 V2 config (graphs as above, HybridEP). The full-iteration recipe's
+  per-rank capacity of 1.5x the mean rows (``set_full_iter_cg_configs``:
+  ``moe_expert_rank_capacity_factor = 1.5``) sizes the dispatch buffers and drops nothing
+  under forced balance; the fused expert MLP multiplies only the routed rows (the
+  per-expert counts go to the fused ops as a device tensor, ``TEGroupedMLP`` in the
+  Megatron-core v0.5.0 pins), so it adds no time.
 - every release: ``GPTOSSProvider`` uses YaRN rotary embeddings without ``yarn_mscale``
   (``src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py``), for which Megatron-core
   runs the unfused RoPE although the performance overrides set ``apply_rope_fusion``
