@@ -61,7 +61,7 @@ FULL_ITERATION_MXFP8: dict[str, object] = {
     "cuda_graph_scopes": frozenset({"full_iteration"}),
     "moe_dispatcher": "flex",
     "moe_a2a_overlap": True,
-    "moe_te_op_fuser": True,
+    "moe_fused_grouped_mlp": True,
 }
 """26.06's GB300 and GB200 MXFP8 recipes (module docstring)."""
 

@@ -50,7 +50,7 @@ def row(source: str, gpu: str, precision: str = "BF16") -> dict[str, str]:
                 "cuda_graph_scopes": frozenset({"full_iteration"}),
                 "moe_dispatcher": "flex",
                 "moe_a2a_overlap": True,
-                "moe_te_op_fuser": True,
+                "moe_fused_grouped_mlp": True,
             },
         ),
         # row 129: B300's MXFP8 config is its BF16 V2 config.
