@@ -49,7 +49,9 @@ output projection, the activation output before fc2, the expert inputs) is kept 
 FP8; the layer-norm input, Q, K, V, the attention output kept by the fused attention
 kernel and the first MLP GEMM's outputs stay in bf16. Under bf16 the attention output is
 one tensor shared by the attention kernel and the output projection; under FP8 the
-projection keeps its own FP8 copy.
+projection keeps its own FP8 copy, except where it saves its original input
+(`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
+tensor the attention kernel keeps.
 
 Units: bytes per rank. ``e`` is the activation element size (2 for bf16/fp8, 4 for fp32).
 """
@@ -107,14 +109,42 @@ class _Shard:
     """Bytes per element of a saved linear-layer input: 1 under FP8, else element_bytes."""
     mask_bytes: int
     """Bytes per element of a hidden-dropout mask: 1 with dropout, 0 without."""
+    proj_saves_input: bool = False
+    """The attention output projection saves its original (bf16) input, the tensor the
+    attention kernel keeps, instead of an FP8 copy (`projection_saves_original_input`)."""
 
     @property
     def fp8_copy_bytes(self) -> int:
         """Bytes of the separate FP8 copy of a tensor another kernel keeps in bf16."""
         return self.gemm_input_bytes if self.gemm_input_bytes < self.element_bytes else 0
 
+    @property
+    def proj_copy_bytes(self) -> int:
+        """Bytes per element the output projection keeps beside the attention output."""
+        return 0 if self.proj_saves_input else self.fp8_copy_bytes
 
-def _shard(job: TrainingJob, plan: ParallelPlan, dropout: bool = True) -> _Shard:
+
+def projection_saves_original_input(fp8_recipe: str) -> bool:
+    """True when, in an fp8 run with Transformer Engine's ``fp8_recipe``, Megatron-core's
+    attention output projection saves its original input rather than the FP8-cast copy.
+
+    Megatron-core calls ``set_save_original_input(self.linear_proj)`` when ``config.fp8``,
+    ``fp8_recipe != 'delayed'`` and Transformer Engine is at least 2.6
+    (``megatron/core/transformer/attention.py``, ``Attention.__init__``, from core_v0.14.0;
+    ``megatron/core/extensions/transformer_engine.py`` ``set_save_original_input``): "the
+    output of the fused core_attn is saved by itself, and linear_proj also saves the
+    quantized tensor of this output". TE's ``Linear`` with ``save_original_input`` saves
+    ``inp`` and quantizes it again in the backward (TE v2.6+,
+    ``transformer_engine/pytorch/module/linear.py``; not supported with delayed scaling).
+    Current scaling (``tensorwise``) and ``mxfp8`` therefore keep no FP8 copy of the
+    attention output; ``delayed`` keeps it.
+    """
+    return fp8_recipe != "delayed"
+
+
+def _shard(
+    job: TrainingJob, plan: ParallelPlan, dropout: bool = True, proj_saves_input: bool = False
+) -> _Shard:
     element = activation_element_bytes(job)
     return _Shard(
         gemm_input_bytes=1 if job.precision == "fp8" else element,
@@ -124,6 +154,7 @@ def _shard(job: TrainingJob, plan: ParallelPlan, dropout: bool = True) -> _Shard
         tp=plan.tp,
         sp=plan.tp if plan.sequence_parallel else 1,
         element_bytes=element,
+        proj_saves_input=proj_saves_input,
     )
 
 
@@ -164,13 +195,13 @@ def _attention_tensors(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> 
         q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
         out["mla_latents"] = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
         out["qkv_heads"] = e * n * a * (2 * (d_qk + d_rope) + d_v) / t
-        out["attn_output"] = (e + x.fp8_copy_bytes) * n * a * d_v / t
+        out["attn_output"] = (e + x.proj_copy_bytes) * n * a * d_v / t
         return out
     q, g = a * model.head_dim, model.query_groups
     # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
     kv_per_rank = g * model.head_dim / min(t, g)
     out["qkv_heads"] = e * n * (q / t + 2 * kv_per_rank)
-    out["attn_output"] = (e + x.fp8_copy_bytes) * n * q / t
+    out["attn_output"] = (e + x.proj_copy_bytes) * n * q / t
     return out
 
 
@@ -220,15 +251,18 @@ def layer_activations(
     *,
     attention: AttentionKernel = "flash",
     dropout: bool = True,
+    proj_saves_input: bool = False,
 ) -> LayerActivations:
-    """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring)."""
+    """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring);
+    ``proj_saves_input``: `projection_saves_original_input` of the run's FP8 recipe."""
     if not 0 <= layer_index < model.num_layers:
         raise SpecError(
             f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
             f"{model.name!r}; pass a layer of the model"
         )
     is_moe = model.moe_layer_mask()[layer_index]
-    return _layer_activations(model, _shard(job, plan, dropout), plan, is_moe, attention)
+    x = _shard(job, plan, dropout, proj_saves_input)
+    return _layer_activations(model, x, plan, is_moe, attention)
 
 
 def _layer_activations(
@@ -437,16 +471,18 @@ def stage_activations(
     dropout: bool = True,
     keep_outputs: bool = False,
     cross_entropy: CrossEntropyFusion = "unfused",
+    proj_saves_input: bool = False,
 ) -> StageActivations:
     """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
     applies hidden dropout (its masks are kept); ``keep_outputs``: every chunk but the
     model's last keeps the output it sent, [s/cp, b, h] (/tp with SP), for each in-flight
     microbatch (`costmodel.execution.ExecutionOptions.deallocate_pipeline_outputs` off),
     counted with the layer activations; ``cross_entropy``: the loss's implementation
-    (`output_microbatch_bytes`)."""
+    (`output_microbatch_bytes`); ``proj_saves_input``: the attention output projection keeps
+    no FP8 copy of its input (`projection_saves_original_input`)."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
-    x, mask = _shard(job, plan, dropout), model.moe_layer_mask()
+    x, mask = _shard(job, plan, dropout, proj_saves_input), model.moe_layer_mask()
     by_kind = {kind: _layer_activations(model, x, plan, kind, attention) for kind in set(mask)}
     per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
     layers_bytes = working = offloaded = in_flight = 0.0

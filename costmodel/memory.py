@@ -36,8 +36,10 @@ Where this model deliberately differs from `megatron_theoretical_memory` (Megatr
   cross-entropy implementation saves (`costmodel.activations.logits_element_bytes`: an
   fp32 softmax, or the bf16 logits under Transformer Engine's fused loss); communication
   buffers and a framework allowance are added;
-- FP8 runs keep the linear layers' FP8-cast inputs (1 byte, Transformer Engine) and runs
-  without hidden dropout keep no masks (`costmodel.activations`); the estimator assumes
+- FP8 runs keep the linear layers' FP8-cast inputs (1 byte, Transformer Engine; the
+  attention output projection keeps none under current scaling and MXFP8,
+  `costmodel.activations.projection_saves_original_input`) and runs without hidden
+  dropout keep no masks (`costmodel.activations`); the estimator assumes
   bf16 and dropout whatever the run;
 - the main-gradient buffer takes the run's element size (``main_grad_bytes``: 2 with
   ``--grad-reduce-in-bf16``); the estimator always counts 4.
@@ -54,6 +56,7 @@ from costmodel.activations import (
     AttentionKernel,
     CrossEntropyFusion,
     activation_element_bytes,
+    projection_saves_original_input,
     stage_activations,
 )
 from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
@@ -494,7 +497,8 @@ def memory_per_stage(
     ``main_grad_bytes``, not ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with
     overlapped gradient reduction, twice the gradient bytes), ``cross_entropy_fusion``,
     ``expandable_segments`` (`FrameworkAllowance.fragmentation`) and the FP8 weight fields
-    (`ExecutionOptions.fp8_weight_storage`).
+    (`ExecutionOptions.fp8_weight_storage`; its recipe also sets whether the attention output
+    projection keeps an FP8 copy of its input, `projection_saves_original_input`).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -515,6 +519,7 @@ def memory_per_stage(
             dropout=dropout,
             keep_outputs=keep_outputs,
             cross_entropy=cross_entropy,
+            proj_saves_input=projection_saves_original_input(fp8_weights.recipe),
         )
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)

@@ -542,7 +542,14 @@ def layer_cost(
         )
     if plan.offloads_activations:
         off_f, off_b = layer_offload_exposed_s(
-            model, job, plan, profile, is_moe=is_moe, forward=forward, backward=backward
+            model,
+            job,
+            plan,
+            profile,
+            is_moe=is_moe,
+            forward=forward,
+            backward=backward,
+            fp8_recipe=options.fp8_recipe,
         )
         forward = forward.plus(PassCost(compute_s=off_f))
         backward = backward.plus(PassCost(compute_s=off_b))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from costmodel import compute as ops
 from costmodel.activation_savers import offloaded_bytes
-from costmodel.activations import layer_activations
+from costmodel.activations import layer_activations, projection_saves_original_input
 from costmodel.flops import FMA_FLOPS, attention_projection_forward_flops_per_token
 from costmodel.host_link import host_link_Bps
 from costmodel.passes import ZERO, PassCost
@@ -131,12 +131,20 @@ def layer_offload_exposed_s(
     is_moe: bool,
     forward: PassCost,
     backward: PassCost,
+    fp8_recipe: str = "delayed",
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's offload copies not hidden under its
     compute (`offload_exposed_s`); layer-level offloading moves every saved tensor of the
     first ``cpu_offloading_num_layers`` layers, priced as that fraction of each layer's
-    copies."""
-    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
+    copies. ``fp8_recipe``: the run's FP8 recipe, which sets whether the attention output
+    projection saves an FP8 copy (`projection_saves_original_input`)."""
+    layer = layer_activations(
+        model,
+        job,
+        plan,
+        model.moe_layer_mask().index(is_moe),
+        proj_saves_input=projection_saves_original_input(fp8_recipe),
+    )
     if plan.cpu_offloading_num_layers:
         moved, share = layer.full_bytes, plan.cpu_offloading_num_layers / model.num_layers
     else:

@@ -43,6 +43,7 @@ import pandas as pd
 from costmodel import compute as ops
 from costmodel.activations import (
     output_microbatch_bytes,
+    projection_saves_original_input,
     recomputed_layers,
     stage_activations,
 )
@@ -322,7 +323,15 @@ def _activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOp
         ref_job = TrainingJob(
             seq_length=job.seq_length, global_batch_size=1, precision=job.precision
         )
-        acts = stage_activations(model, ref_job, plan, 0, attention=kernel, dropout=dropout)
+        acts = stage_activations(
+            model,
+            ref_job,
+            plan,
+            0,
+            attention=kernel,
+            dropout=dropout,
+            proj_saves_input=projection_saves_original_input(options.fp8_recipe),
+        )
         kept, transient = output_microbatch_bytes(
             model, ref_job, plan, options.cross_entropy_fusion
         )
