@@ -10,7 +10,9 @@ Per row: predicted and published seconds per iteration (convention-free: the pri
 time, tokens/s/GPU, or TFLOP/s/GPU through the source's own FLOPs formula), the signed
 error, the predicted peak memory and whether it fits the device. Summaries
 (`bench/validation_stats.py`) over all rows, by source, GPU generation, precision,
-dense/MoE, and the SC21 Table 1 group; Kendall tau over strategy groups.
+dense/MoE, and the SC21 Table 1 group; Kendall tau over strategy groups. Rows predicted
+not to fit are listed apart (``not_fitting``), those printed unlike the recipe their
+release ships with the reason, and ``fit_fraction_as_run`` leaves the latter out.
 
 Four sets of figures:
 - ``model``: `estimate_plan` as it is (its fitted defaults, the FP8 GEMM rate factor
@@ -300,11 +302,39 @@ def defaults_report(outcomes: list[Outcome], apart: list[dict[str, str]]) -> dic
     return (
         figures(outcomes)
         | strategy_report(outcomes)
+        | not_fitting_report(outcomes)
         | {
             "rows": [outcome_row(o, o.error) for o in outcomes],
             "not_expressible": apart,
         }
     )
+
+
+def not_fitting_report(outcomes: list[Outcome]) -> dict[str, object]:
+    """``not_fitting``: every row predicted not to fit its device, with its peak and device
+    memory and, for a row printed unlike the recipe its release ships
+    (`row_recipes.recipe_mismatch`), the reason; ``fit_fraction_as_run``: the fit fraction
+    over the rows whose printed configuration is the one that ran (those printed unlike
+    their recipe reported apart, in ``not_fitting`` with their reason)."""
+    as_run = [o for o in outcomes if not o.not_fit_reason]
+    return {
+        "not_fitting": [
+            {
+                "row_id": o.row_id,
+                "source_id": o.source_id,
+                "model": o.model,
+                "plan": o.plan,
+                "peak_memory_gib": o.peak_memory_gib,
+                "device_memory_gib": o.device_memory_gib,
+                "printed_not_recipe": o.not_fit_reason,
+            }
+            for o in outcomes
+            if not o.fits
+        ],
+        "fit_fraction_as_run": (
+            sum(o.fits for o in as_run) / len(as_run) if as_run else float("nan")
+        ),
+    }
 
 
 def strategy_report(outcomes: list[Outcome]) -> dict[str, object]:
@@ -372,6 +402,7 @@ def report(
     return (
         figures(outcomes)
         | strategy_report(outcomes)
+        | not_fitting_report(outcomes)
         | {
             "fitted": figures(apply_model(outcomes, predict, fitted))
             | {
@@ -508,6 +539,14 @@ def print_table(result: dict) -> None:
             f"signed median {figs['signed_median_error']:+.1%}, p90 {figs['p90_abs_error']:.1%}, "
             f"fit {figs['fit_fraction']:.0%}, Kendall tau {figs['kendall_tau']:.2f}"
         )
+    for r in result["not_fitting"]:
+        reason = r["printed_not_recipe"]
+        print(
+            f"not fitting: row {r['row_id']} {r['model'][:22]} {r['plan']}: "
+            f"{r['peak_memory_gib']:.1f} of {r['device_memory_gib']:.1f} GiB"
+            + (f"; printed unlike its recipe: {reason}" if reason else "")
+        )
+    print(f"fit fraction of the rows printed as run: {result['fit_fraction_as_run']:.0%}")
     print(f"not expressible yet: {len(result['not_expressible'])} trusted rows")
     sanity = result.get("search_sanity")
     if sanity:

@@ -385,3 +385,31 @@ def test_json_rows_carry_a_not_fit_reason_only_when_one_is_known():
     flagged = dataclasses.replace(plain, fits=False, not_fit_reason="printed unlike the recipe")
     row = bench.outcome_row(flagged, 0.0)
     assert row["not_fit_reason"] == "printed unlike the recipe" and row["fits"] is False
+
+
+def test_not_fitting_rows_are_reported_apart_with_their_reason():
+    fits = _outcome("1", "MBRIDGE-26.02", 1.0, 1.0)
+    printed = dataclasses.replace(
+        _outcome("2", "MBRIDGE-26.02.01", 1.0, 1.0), fits=False, not_fit_reason="printed pp4"
+    )
+    over = dataclasses.replace(_outcome("3", "NEMO-LONGSEQ", 1.0, 1.0), fits=False)
+    report = bench.not_fitting_report([fits, printed, over])
+    listed = {r["row_id"]: r["printed_not_recipe"] for r in report["not_fitting"]}
+    assert listed == {"2": "printed pp4", "3": ""}
+    # the row printed unlike its recipe is left out of the as-run fraction, the other counts
+    assert report["fit_fraction_as_run"] == pytest.approx(1 / 2)
+    assert stats.summary([fits, printed, over])["fit_fraction"] == pytest.approx(1 / 3)
+
+
+def test_llama3_70b_megatron_fsdp_offload_recipe_fits_gb200():
+    # published-runs-dev.csv row 351: Megatron-Bridge 25.09 Llama 3 70B FP8 current scaling
+    # on 64 GB200, Megatron-FSDP optim_grads_params, 40 of 80 layers' activations offloaded
+    # (scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml, gb200 fp8_cs, tag
+    # v0.1.0rc4). The run completed, so the recipe fits the device.
+    path = bench.default_csv()
+    if path is None:
+        pytest.skip("published-runs-dev.csv not found above the repository")
+    raw = next(r for r in bench.read_rows(path) if r["row_id"] == "351")
+    outcome, case = bench.evaluate_row(raw)
+    assert case.plan.use_megatron_fsdp and case.plan.cpu_offloading_num_layers == 40
+    assert outcome.fits
