@@ -340,6 +340,20 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StagePar
     )
 
 
+def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float:
+    """Parameters one rank of stage ``pp_rank`` holds outside its transformer layers (and
+    the transformer layers of its MTP depths): the word embedding and learned positions on
+    the first stage, the final norm and the output layer on the last, each MTP depth's
+    projection and norms. Megatron-FSDP's unit modules are the transformer layers
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`); these are the rest."""
+    split = plan_split(model, plan)
+    counts = count_params(model)
+    layers = [counts.layers[i] for i in split.rank_layers(pp_rank)]
+    layers += [depth.layer for depth in counts.mtp_layers[: split.rank_mtp_layers(pp_rank)]]
+    in_units = sum(_layer_per_rank(model, plan, layer).dense for layer in layers)
+    return stage_params(model, plan, pp_rank).dense - in_units
+
+
 def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
     """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
     replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
@@ -538,6 +552,7 @@ def memory_per_stage(
                 linear_params=params.linear,
                 linear_param_bytes=fp8_weights.param_bytes(job),
                 linear_shard_bytes=fp8_weights.shard_bytes(job),
+                non_unit_params=non_unit_params(model, plan, rank),
             )
             fsdp_cache = fp8_weights.cache_bytes(job) * params.linear
             weights_bytes = fsdp.weights_bytes + fsdp_cache

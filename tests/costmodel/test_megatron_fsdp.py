@@ -7,7 +7,7 @@ import pytest
 
 from costmodel.collectives import collective_time_s
 from costmodel.iteration import simulate_iteration
-from costmodel.memory import memory_per_stage
+from costmodel.memory import memory_per_stage, non_unit_params
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
     ChunkGather,
@@ -46,12 +46,24 @@ def test_state_memory_falls_with_dp_under_optim_grads_params() -> None:
 def test_zero3_formula_plus_the_gathered_layers() -> None:
     # ZeRO stage 3 (Rajbhandari et al. 2020, §5.1): (2 + 2 + K)·Ψ / N_d with K = 12 for
     # mixed-precision Adam; paraplan keeps fp32 main gradients (4 bytes), so (2 + 4 + 12),
-    # plus two layers' gathered weights and gradients.
+    # plus two layers' gathered weights and gradients, plus the modules outside the FSDP
+    # units (embedding, final norm, output layer) gathered whole in bf16 for the passes.
     psi = count_params(MODEL).total
     dp = 16
     working = GATHERED_LAYERS * largest_layer_params(MODEL, _fsdp(dp))
-    expected = (2 + 4 + 12) * psi / dp + (2 + 4) * working
+    outside = non_unit_params(MODEL, _fsdp(dp), 0)
+    expected = (2 + 4 + 12) * psi / dp + (2 + 4) * working + 2 * outside * (1 - 1 / dp)
     assert _state_bytes(_fsdp(dp)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_modules_outside_the_units_are_the_embedding_norm_and_output_layer() -> None:
+    # Megatron-FSDP's units are the transformer layers (mcore_fsdp_adapter.py); the rest of
+    # a single-stage Llama 3 8B is its untied word embedding and output layer (vocabulary
+    # padded to a multiple of 128) and the final RMSNorm
+    plan = _fsdp(8)
+    vocab = -(-MODEL.vocab_size // 128) * 128
+    expected = 2 * vocab * MODEL.hidden_size + MODEL.hidden_size
+    assert non_unit_params(MODEL, plan, 0) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,14 @@ names, in ZeRO's stages (Rajbhandari et al. 2020, §5: P_os, P_os+g, P_os+g+p):
   backward, with the next layer prefetched, so two layers' full (TP/EP-local) weights are
   resident besides the shard; sharded gradients are reduce-scattered a layer at a time, so
   two layers' full gradients are resident while they are produced and reduced.
+- The unit modules are the transformer layers (Megatron-core's Megatron-FSDP adapter:
+  ``fsdp_unit_modules = [TransformerLayer]``, ``megatron/core/distributed/fsdp/
+  mcore_fsdp_adapter.py``). The other modules (word embedding, final norm, output layer:
+  `costmodel.memory.non_unit_params`) are gathered by their forward pre-hook and released
+  neither after their forward nor after their backward (only unit modules register
+  ``_post_forward`` and the post-backward release, ``megatron_fsdp/megatron_fsdp.py``
+  from core_v0.14.0), so under `optim_grads_params` their whole weights are resident
+  through the forward and backward passes.
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ def fsdp_state_bytes(
     linear_params: float = 0.0,
     linear_param_bytes: float | None = None,
     linear_shard_bytes: float | None = None,
+    non_unit_params: float = 0.0,
 ) -> FsdpStateBytes:
     """Weight, gradient and optimizer bytes of a rank holding ``dense_params`` dense and
     ``expert_params`` routed-expert parameters (its TP/EP/PP share), under the plan's
@@ -84,7 +93,9 @@ def fsdp_state_bytes(
     ``linear_params`` of them (the transformer layers' linear layers) are stored at
     ``linear_param_bytes`` each whole or gathered and ``linear_shard_bytes`` each in the
     shard (FP8 parameters, `costmodel.memory.Fp8WeightStorage`; the weight bytes when
-    None), the shard at the rank's mean bytes per parameter."""
+    None), the shard at the rank's mean bytes per parameter; ``non_unit_params`` of the dense
+    ones (outside the unit modules) are held whole at the weight bytes under
+    `optim_grads_params` (module docstring)."""
     weight, grad, state = bytes_per_param
     linear_weight = weight if linear_param_bytes is None else linear_param_bytes
     shard_weight = linear_weight if linear_shard_bytes is None else linear_shard_bytes
@@ -104,7 +115,8 @@ def fsdp_state_bytes(
         layers_bytes = GATHERED_LAYERS * largest_layer_weight_bytes(
             model, plan, weight, linear_weight
         )
-        weights = min(mean * sharded + layers_bytes, whole_bytes)
+        non_unit_bytes = weight * non_unit_params * (1.0 - 1.0 / dense_shards)
+        weights = min(mean * sharded + layers_bytes + non_unit_bytes, whole_bytes)
     else:
         weights = whole_bytes
     return FsdpStateBytes(

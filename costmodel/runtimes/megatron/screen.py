@@ -55,6 +55,7 @@ from costmodel.memory import (
     FrameworkAllowance,
     GiB,
     bytes_per_param,
+    non_unit_params,
     stage_params,
 )
 from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
@@ -298,6 +299,7 @@ def _param_columns(model: ModelSpec):
             params = stage_params(model, plan, stage)
             out[f"p{tag}d"], out[f"p{tag}e"] = params.dense, params.expert
             out[f"p{tag}l"] = params.linear
+            out[f"p{tag}u"] = non_unit_params(model, plan, stage)
         out["layer_max"] = largest_layer_params(model, plan)
         out["layer_lin"] = largest_layer_weight_bytes(model, plan, 0.0, 1.0)
         out["layer_other"] = largest_layer_weight_bytes(model, plan, 1.0, 0.0)
@@ -616,14 +618,16 @@ def _memory_bytes(
         dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
         params = dense + expert
         # Megatron-FSDP (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`):
-        # sharded weights and gradients keep GATHERED_LAYERS layers whole besides their shard
+        # sharded weights and gradients keep GATHERED_LAYERS layers whole besides their
+        # shard; sharded weights keep the modules outside the units whole
         sharded = dense / (c["dp"] * c["cp"]) + expert / np.maximum(c["edp"], 1)
+        non_unit = weight * c[f"p{tag}u"] * (1.0 - 1.0 / (c["dp"] * c["cp"]))
         resident = np.minimum(sharded + GATHERED_LAYERS * c["layer_max"], params)
         linear = c[f"p{tag}l"]  # linear layers' weights at `Fp8WeightStorage` bytes
         whole = weight * (params - linear) + linear_param * linear
         layer = linear_param * c["layer_lin"] + weight * c["layer_other"]
         shard = (weight * (params - linear) + linear_shard * linear) / params * sharded
-        gathered = np.minimum(shard + GATHERED_LAYERS * layer, whole)
+        gathered = np.minimum(shard + GATHERED_LAYERS * layer + non_unit, whole)
         model_state = (
             np.where(c["params_sharded"], gathered, whole)
             + linear_cache * linear
