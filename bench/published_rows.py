@@ -40,6 +40,7 @@ from row_recipes import (
     expandable_segments,
     expert_tp,
     fp8_weight_fields,
+    grad_sync_fields,
     mtp_layers,
     pipeline_fields,
     refusal,
@@ -343,8 +344,9 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
     `gpt_oss_recipes`), for a
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
-    allocator's expandable segments (`row_recipes.expandable_segments`) and FP8 weights
-    (`row_recipes.fp8_weight_fields`); Blackwell rows run FP8 GEMMs in any layout
+    allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
+    (`row_recipes.fp8_weight_fields`) and gradient-reduction element size
+    (`row_recipes.grad_sync_fields`); Blackwell rows run FP8 GEMMs in any layout
     (``fp8_tn_gemm_only`` False: TE ``is_non_tn_fp8_gemm_supported`` from compute
     capability 10.0)."""
     options = _era_options(raw)
@@ -354,6 +356,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     if expandable_segments(raw):
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
+    fields.update(grad_sync_fields(raw))
     if gpu_generation(_text(raw, "gpu_type")) == "Blackwell":
         fields["fp8_tn_gemm_only"] = False
     return dataclasses.replace(options, **fields) if fields else options

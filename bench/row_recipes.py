@@ -484,3 +484,25 @@ def fp8_weight_fields(raw: dict[str, str]) -> dict[str, object]:
         "fp8_recipe": "mxfp8" if mxfp8 else "tensorwise",
         "fp8_param": not _matches(raw, FP8_PARAM_OFF),
     }
+
+
+BF16_GRAD_SYNC: tuple[tuple[str, str], ...] = (("NEMO-LONGSEQ", "llama2"),)
+"""(source prefix, model prefix) of NeMo 1.x FP8 rows whose launch reduces gradients in
+bf16: the NeMo-Framework-Launcher H100 FP8 example for Llama 2 7B
+(``examples/training/llama/h100/llama2_7b_fp8.sh``, commit 7d6e2df) runs
+``training=llama/llama2_7b`` (``launcher_scripts/conf/training/llama/llama2_7b.yaml``:
+``optim.name: distributed_fused_adam``, ``megatron_amp_O2: true``,
+``contiguous_grad_buffer: true``) with ``+training.model.optim.grad_sync_dtype=bf16``.
+NeMo's ``MegatronDistributedFusedAdam`` (``nemo/core/optim/distributed_adam.py``) is Apex's
+``DistributedFusedAdam``, whose contiguous gradient buffer has ``grad_sync_dtype``
+elements (``apex/contrib/optimizers/distributed_fused_adam.py`` ``_init_grad_buffer``):
+2 bytes per gradient element (`costmodel.execution.ExecutionOptions.main_grad_bytes`).
+The NeMo long-sequence page (NeMo 24.03.01 container) prints no optimizer settings; its
+LLAMA2-7B FP8 rows take that example's."""
+
+
+def grad_sync_fields(raw: dict[str, str]) -> dict[str, object]:
+    """``main_grad_bytes`` 2 for the FP8 rows of `BF16_GRAD_SYNC`; empty for other rows."""
+    if not _is_fp8(raw.get("precision") or "") or not _matches(raw, BF16_GRAD_SYNC):
+        return {}
+    return {"main_grad_bytes": 2}

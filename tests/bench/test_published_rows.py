@@ -463,3 +463,39 @@ def test_fp8_rows_keep_the_recipes_fp8_parameters():
     assert recipes.fp8_weight_fields(_with(LLAMA405_GB200, precision="BF16")) == {}
     nemo = _with(LLAMA405_GB200, source_id="NEMO-LONGSEQ")
     assert recipes.fp8_weight_fields(nemo) == {}
+
+
+LLAMA2_LONGSEQ = {
+    # row 67 (NEMO-LONGSEQ, NeMo 24.03.01, LLAMA2-7B FP8 on 4 H100, seq 4096).
+    "row_id": "67",
+    "source_id": "NEMO-LONGSEQ",
+    "source_version": "NeMo 24.03.01.framework container",
+    "trust": "B",
+    "model": "LLAMA2-7B",
+    "arch_notes": "SwiGLU; NeMo Llama2Config7B",
+    "num_layers": "32",
+    "hidden_size": "4096",
+    "num_attention_heads": "32",
+    "num_query_groups": "32",
+    "ffn_hidden_size": "11008",
+    "vocab_size": "32000",
+    "seq_length": "4096",
+    "gpu_type": "H100-SXM5-80GB",
+    "num_gpus": "4",
+    "tp": "1",
+    "pp": "1",
+    "cp": "1",
+    "dp": "4",
+    "global_batch_size": "1024",
+    "precision": "FP8",
+    "tflops_per_gpu": "768",
+}
+
+
+def test_nemo_llama2_fp8_rows_reduce_gradients_in_bf16():
+    # NeMo-Framework-Launcher examples/training/llama/h100/llama2_7b_fp8.sh: Apex
+    # DistributedFusedAdam with grad_sync_dtype=bf16, a 2-byte contiguous gradient buffer
+    assert rows_mod.case_for_row(LLAMA2_LONGSEQ).options.main_grad_bytes == 2
+    # the same model in bf16, and other sources, keep Megatron-core's fp32 main gradients
+    assert recipes.grad_sync_fields(_with(LLAMA2_LONGSEQ, precision="BF16")) == {}
+    assert recipes.grad_sync_fields(_with(LLAMA2_LONGSEQ, source_id="NEMOTRON4-15B")) == {}
