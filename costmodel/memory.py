@@ -346,12 +346,12 @@ def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float
     the first stage, the final norm and the output layer on the last, each MTP depth's
     projection and norms. Megatron-FSDP's unit modules are the transformer layers
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`); these are the rest."""
-    split = plan_split(model, plan)
-    counts = count_params(model)
-    layers = [counts.layers[i] for i in split.rank_layers(pp_rank)]
-    layers += [depth.layer for depth in counts.mtp_layers[: split.rank_mtp_layers(pp_rank)]]
-    in_units = sum(_layer_per_rank(model, plan, layer).dense for layer in layers)
-    return stage_params(model, plan, pp_rank).dense - in_units
+    mtp = plan_split(model, plan).rank_mtp_layers(pp_rank)
+    outside = chunk_params(
+        model, plan, (), first=pp_rank == 0, last=pp_rank == plan.pp - 1, mtp_layers=mtp
+    )
+    depths = count_params(model).mtp_layers[:mtp]
+    return outside.dense - sum(_layer_per_rank(model, plan, d.layer).dense for d in depths)
 
 
 def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:

@@ -66,6 +66,17 @@ def test_modules_outside_the_units_are_the_embedding_norm_and_output_layer() -> 
     assert non_unit_params(MODEL, plan, 0) == pytest.approx(expected)
 
 
+def test_an_mtp_depth_adds_its_projection_and_norms_outside_the_units() -> None:
+    # MultiTokenPredictionLayer wraps a TransformerLayer (a unit) with its eh_proj and
+    # enorm/hnorm/final norm, which are not
+    model = get_preset("deepseek-v3")
+    plan = ParallelPlan(tp=8, ep=8, dp=8, use_megatron_fsdp=True)
+    depth = count_params(model).mtp_layers[0]
+    without = model.replace(mtp_num_layers=0)
+    extra = non_unit_params(model, plan, 0) - non_unit_params(without, plan, 0)
+    assert extra == pytest.approx(depth.projection / plan.tp + depth.norms)
+
+
 @pytest.mark.parametrize(
     ("strategy", "sharded"),
     [
