@@ -438,6 +438,12 @@ class ExecutionOptions:
     megatron/core/models/common/embeddings/rope_utils.py ``apply_rotary_pos_emb``); priced
     by `costmodel.runtimes.megatron.unfused_costs.rope_time_s`."""
 
+    allocator_fragmentation: float | None = None
+    """Share of the dynamic (activation and communication) bytes added for the caching
+    allocator's fragmentation, replacing `costmodel.memory.FrameworkAllowance.fragmentation`
+    of the allocator mode; None keeps that default. `MEGATRON_2021` sets
+    `MEGATRON_2021_FRAGMENTATION`. Memory only."""
+
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`."""
@@ -518,6 +524,12 @@ class ExecutionOptions:
                 f"plan_features has unknown names {unknown}; valid: "
                 f"{', '.join(sorted(PLAN_FEATURES))}"
             )
+        frag = self.allocator_fragmentation
+        if frag is not None and not 0.0 <= frag < 1.0:
+            raise SpecError(
+                f"allocator_fragmentation must be in [0, 1) or None, got {frag!r}; None keeps "
+                "the allocator mode's default share"
+            )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
@@ -527,6 +539,27 @@ class ExecutionOptions:
 
 DEFAULT_OPTIONS = ExecutionOptions()
 """Megatron-LM's current defaults."""
+
+MEGATRON_2021_FRAGMENTATION = 0.36
+"""Allocator fragmentation share of the dynamic bytes for `MEGATRON_2021`
+(`ExecutionOptions.allocator_fragmentation`): the smallest share, to 0.01, with which the
+memory model reproduces what Narayanan et al. 2021 (arXiv 2104.04473, §5.9 and Figure 17)
+report of the run without activation recomputation, a 145B GPT (80 layers, hidden 12288, 96
+heads, sequence 2048) on 128 A100 80GB at tp 8, pp 16, micro-batch 1, 1F1B, global batch
+1 to 256 (``examples/academic_paper_scripts/sc21/run_figure_17.sh``): activation
+recomputation "is needed to support larger batch sizes", and the best run without it is at
+a smaller batch than the runs with it. Under 1F1B the first stage holds min(pp, m)
+microbatches, so every batch from 16 up has the same footprint as 16: the run without
+recomputation did not fit at batch 16. Its stored activations follow Korthikanti et al.
+2022 (Table 2: 34·s·b·h + 5·a·s²·b per layer without tensor parallelism) and the rest of
+`costmodel.memory` for this stack, which puts that run at 64.2 GiB before fragmentation with
+44.3 GiB of dynamic bytes; exceeding the 80 GiB device takes a share above 0.356. The
+mechanism is the PyTorch 1.8 caching allocator (no ``max_split_size_mb``, no expandable
+segments) splitting the large blocks of the materialized attention, scores, softmax output,
+dropout mask and output of a·s²·b/t elements each, for smaller requests, so that a freed
+score block no longer serves the next one (``c10/cuda/CUDACachingAllocator.cpp``). One
+inequality bounds it from below; no source measures it. Stacks with fused attention keep
+`costmodel.memory.FrameworkAllowance.fraction`."""
 
 MEGATRON_2021 = ExecutionOptions(
     attention="materialized",
@@ -545,12 +578,14 @@ MEGATRON_2021 = ExecutionOptions(
     plan_features=frozenset(),
     ddp_gradient_copy=True,
     sustained_gemm_rate_factor=1.0,
+    allocator_fragmentation=MEGATRON_2021_FRAGMENTATION,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
 blocking pipeline sends with the scatter/gather optimisation and the sent outputs kept
-until their backward, and the CUDA 11 cuBLAS
+until their backward, the allocator fragmentation its published runs imply
+(`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
 (`costmodel.sustained`) does not multiply it (`sustained_gemm_rate_factor` 1).
 None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM

@@ -504,6 +504,7 @@ def memory_per_stage(
     cross_entropy: CrossEntropyFusion = "unfused",
     expandable_segments: bool = False,
     fp8_weights: Fp8WeightStorage = BF16_WEIGHTS,
+    fragmentation: float | None = None,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -512,13 +513,16 @@ def memory_per_stage(
     overlapped gradient reduction, twice the gradient bytes), ``cross_entropy_fusion``,
     ``expandable_segments`` (`FrameworkAllowance.fragmentation`) and the FP8 weight fields
     (`ExecutionOptions.fp8_weight_storage`; its recipe also sets whether the attention output
-    projection keeps an FP8 copy of its input, `projection_saves_original_input`).
+    projection keeps an FP8 copy of its input, `projection_saves_original_input`);
+    ``fragmentation``, when given, replaces the allowance's share for the allocator mode
+    (`ExecutionOptions.allocator_fragmentation`).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
     """
     frame = FrameworkAllowance() if allowance is None else allowance
-    fragmentation = frame.fragmentation(expandable_segments)
+    if fragmentation is None:
+        fragmentation = frame.fragmentation(expandable_segments)
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
     dense_shards, expert_shards = optimizer_shards(model, plan)
     stages = []

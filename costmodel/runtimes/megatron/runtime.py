@@ -98,7 +98,8 @@ class MegatronRuntime:
     ) -> tuple[StageMemory, ...]:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
-        copy, cross-entropy implementation, allocator segments and FP8 weight storage."""
+        copy, cross-entropy implementation, allocator segments and fragmentation, and FP8
+        weight storage."""
         return memory_per_stage(
             model,
             job,
@@ -111,6 +112,7 @@ class MegatronRuntime:
             cross_entropy=self.options.cross_entropy_fusion,
             expandable_segments=self.options.expandable_segments,
             fp8_weights=self.options.fp8_weight_storage,
+            fragmentation=self.options.allocator_fragmentation,
         )
 
     def screen(

@@ -585,6 +585,7 @@ def _memory_bytes(
     keep_outputs: bool = False,
     ddp_gradient_copy: bool = False,
     expandable_segments: bool = False,
+    fragmentation: float | None = None,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
@@ -595,6 +596,7 @@ def _memory_bytes(
     ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
     grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
     frame = FrameworkAllowance()
+    share = frame.fragmentation(expandable_segments) if fragmentation is None else fragmentation
     pp, vpp = c["pp"], c["vpp"]
     e = ops.element_bytes(job.precision)
     tokens = c["micro_batch_size"] * job.seq_length / c["cp"]
@@ -649,8 +651,8 @@ def _memory_bytes(
         directions = np.where(pp == 1, 0, np.where(vpp > 1, 2, (stage > 0) + (stage < pp - 1)))
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
-        fragmentation = frame.fragmentation(expandable_segments) * (acts + comm)
-        total_bytes = model_state + acts + comm + frame.fixed_bytes + fragmentation
+        lost = share * (acts + comm)
+        total_bytes = model_state + acts + comm + frame.fixed_bytes + lost
         peak = np.maximum(peak, total_bytes)
     return peak
 
@@ -733,6 +735,7 @@ def closed_form_screen(
             ddp_gradient_copy=options.ddp_gradient_copy,
             expandable_segments=options.expandable_segments,
             fp8_weights=options.fp8_weight_storage,
+            fragmentation=options.allocator_fragmentation,
         ),
         np.inf,
     )
