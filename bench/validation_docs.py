@@ -84,18 +84,36 @@ def _search_sanity(sanity: dict) -> list[str]:
         f"{sanity['median_same_recompute_speedup']:.2f}x and "
         f"{sanity['same_recompute_in_top10_fraction']:.0%}.",
         "",
-        "| row | model | recipe | pick | claimed speedup | recipe rank | pick memory free "
-        "| same recompute: pick | speedup | rank |",
+        _tie_sentence(sanity),
+        "",
+        "| row | model | recipe | pick | claimed speedup | recipe rank (within error) "
+        "| pick memory free | same recompute: pick | speedup | rank (within error) |",
         "| ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for r in sanity["rows"]:
         lines.append(
             f"| {r['row_id']} | {r['model']} | {r['recipe']} | {r['pick']} | "
-            f"{r['claimed_speedup']:.2f}x | {r['recipe_rank']} | {r['pick_memory_free']:.0%} | "
+            f"{r['claimed_speedup']:.2f}x | {r['recipe_rank']} "
+            f"({r.get('recipe_rank_within_error', '-')}) | {r['pick_memory_free']:.0%} | "
             f"{r['same_recompute_pick']} | {r['same_recompute_speedup']:.2f}x | "
-            f"{r['same_recompute_rank']} |"
+            f"{r['same_recompute_rank']} ({r.get('same_recompute_rank_within_error', '-')}) |"
         )
     return [*lines, ""]
+
+
+def _tie_sentence(sanity: dict) -> str:
+    """The ranks that count only plans beyond the tie band (`search_sanity.TIE_TOLERANCE`),
+    next to the plain ones above."""
+    band = sanity.get("tie_tolerance")
+    if band is None:
+        return "Ranks within the model's error were not computed for this table."
+    return (
+        f"Rank within error (in brackets) counts only the plans predicted more than "
+        f"{band:.0%} faster than the recipe, a gain inside the cost model's own error on "
+        "one plan against another not being a claim: recipe within the top 10 "
+        f"{sanity['recipe_in_top10_within_error_fraction']:.0%}, held to its recompute "
+        f"setting {sanity['same_recompute_in_top10_within_error_fraction']:.0%}."
+    )
 
 
 def _left_out_values(loso: dict[str, dict[str, float]]) -> str:

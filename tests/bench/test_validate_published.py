@@ -266,6 +266,12 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
         rank = result[f"{prefix}recipe_rank" if not prefix else f"{prefix}rank"]
         assert 1 <= rank <= sanity.TOP_K + 1
         assert (rank == 1) == (speedup <= 1.0)
+        # within the tie band a plan does not outrank the recipe; beyond it, it still does
+        tied = result[
+            f"{prefix}recipe_rank_within_error" if not prefix else f"{prefix}rank_within_error"
+        ]
+        assert 1 <= tied <= rank
+        assert (tied == 1) == (speedup <= 1.0 + sanity.TIE_TOLERANCE)
     assert "rc-full" in result["same_recompute_pick"]
     assert 0.0 < result["pick_memory_free"] < 1.0
     # The breakdowns are the estimates' phases: iteration seconds in the speedup's ratio
