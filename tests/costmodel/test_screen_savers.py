@@ -46,3 +46,16 @@ def test_screen_prices_the_savers_as_the_simulator() -> None:
         times.append(row["iteration_time_s"])
     # the sets are priced apart: each frees memory and reruns work of its own
     assert len(set(peaks[:4])) == 4 and len(set(times[:4])) == 4
+
+
+def test_screening_the_sets_together_prices_each_as_alone() -> None:
+    # The screen prices a layer's passes once for every recompute set of the same shape
+    # and adds each set's rerun: the same figures as screening each plan on its own.
+    model, profile = get_preset("mixtral-8x7b"), load_profile(H100)
+    cluster = ClusterSpec(hardware=H100, num_gpus=32)
+    job = TrainingJob(seq_length=4096, global_batch_size=256)
+    together = screen_plans(model, cluster, job, profile, plans_frame(PLANS))
+    columns = ["iteration_time_s", "peak_memory_bytes", "tokens_per_s"]
+    for position, plan in enumerate(PLANS):
+        alone = screen_plans(model, cluster, job, profile, plans_frame([plan]))
+        assert alone[columns].iloc[0].tolist() == together[columns].iloc[position].tolist()

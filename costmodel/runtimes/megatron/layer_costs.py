@@ -479,7 +479,29 @@ def _norm_and_residual(
     return fwd, bwd
 
 
-def layer_cost(
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerPasses:
+    """One layer's forward and backward on one rank for one microbatch, before the plan's
+    recompute and activation offloading are applied: what every per-module recompute set
+    of the same layer shares (`layer_cost_from_passes` adds each set's rerun)."""
+
+    forward: PassCost
+    """Forward pass."""
+    backward: PassCost
+    """Backward pass without recompute."""
+    rerun: dict[str, PassCost]
+    """Forward passes of the modules selective recompute can rerun, by module name."""
+    dgrad_s: float
+    """As `LayerCost.dgrad_s`."""
+    wgrad_s: float
+    """As `LayerCost.wgrad_s`."""
+    norm_tokens: float
+    """Token rows of the layer's norms and element-wise ops on this rank."""
+    elem: int
+    """Bytes per activation element."""
+
+
+def layer_passes(
     model: ModelSpec,
     job: TrainingJob,
     plan: ParallelPlan,
@@ -488,13 +510,9 @@ def layer_cost(
     is_moe: bool,
     groups: CommGroups | None = None,
     options: ExecutionOptions = DEFAULT_OPTIONS,
-) -> LayerCost:
-    """Costs of one dense (``is_moe=False``) or MoE layer for one microbatch on one rank.
-
-    ``groups`` places the TP/CP/EP groups (default: every group inside one scale-up
-    domain); ``options`` are the framework's kernels (attention implementation, bias
-    fusion: `costmodel.execution`).
-    """
+) -> LayerPasses:
+    """The passes of one dense (``is_moe=False``) or MoE layer (`layer_cost` without the
+    recompute and offloading terms); none of them depends on ``plan.recompute_modules``."""
     comm = groups or _intra_groups(plan)
     x = _shape(job, plan)
     att_f, att_b, rerun, dgrad, wgrad = _attention(model, job, plan, profile, x, comm, options)
@@ -528,6 +546,31 @@ def layer_cost(
         )
         forward, backward = forward.plus(host_f), backward.plus(host_b)
         extra_b += host_b.compute_s
+    return LayerPasses(
+        forward=forward,
+        backward=backward,
+        rerun=rerun,
+        dgrad_s=dgrad + mlp_d + extra_b,
+        wgrad_s=wgrad + mlp_w,
+        norm_tokens=x.norm_tokens,
+        elem=x.elem,
+    )
+
+
+def layer_cost_from_passes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    passes: LayerPasses,
+    *,
+    is_moe: bool,
+) -> LayerCost:
+    """`LayerCost` of a layer from its `layer_passes`: the rerun of the plan's recompute
+    mode (selective: its modules, `saver_costs.selective_rerun`; full: the whole forward)
+    and the copy time activation offloading leaves exposed
+    (`saver_costs.layer_offload_exposed_s`)."""
+    forward, backward = passes.forward, passes.backward
     recompute = ZERO if plan.recompute == "none" else forward
     if plan.recompute == "selective":
         recompute = selective_rerun(
@@ -536,9 +579,9 @@ def layer_cost(
             plan,
             profile,
             is_moe=is_moe,
-            rerun=rerun,
-            norm_tokens=x.norm_tokens,
-            elem=x.elem,
+            rerun=passes.rerun,
+            norm_tokens=passes.norm_tokens,
+            elem=passes.elem,
         )
     if plan.offloads_activations:
         off_f, off_b = layer_offload_exposed_s(
@@ -557,9 +600,29 @@ def layer_cost(
         forward=forward,
         backward=backward,
         recompute=recompute,
-        dgrad_s=dgrad + mlp_d + extra_b,
-        wgrad_s=wgrad + mlp_w,
+        dgrad_s=passes.dgrad_s,
+        wgrad_s=passes.wgrad_s,
     )
+
+
+def layer_cost(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    *,
+    is_moe: bool,
+    groups: CommGroups | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> LayerCost:
+    """Costs of one dense (``is_moe=False``) or MoE layer for one microbatch on one rank.
+
+    ``groups`` places the TP/CP/EP groups (default: every group inside one scale-up
+    domain); ``options`` are the framework's kernels (attention implementation, bias
+    fusion: `costmodel.execution`).
+    """
+    passes = layer_passes(model, job, plan, profile, is_moe=is_moe, groups=groups, options=options)
+    return layer_cost_from_passes(model, job, plan, profile, passes, is_moe=is_moe)
 
 
 def _moe_host_floor(

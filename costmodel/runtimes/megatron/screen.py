@@ -61,8 +61,10 @@ from costmodel.memory import (
 from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
+    LayerPasses,
     embedding_cost,
-    layer_cost,
+    layer_cost_from_passes,
+    layer_passes,
     logits_cost,
 )
 from costmodel.runtimes.megatron.megatron_fsdp import (
@@ -148,9 +150,16 @@ def _layer_columns(
     call."""
     kinds = sorted(set(model.moe_layer_mask()))
     dense_parts: dict[tuple, dict[str, float]] = {}
+    passes: dict[tuple, LayerPasses] = {}
 
     def layer(plan: ParallelPlan, groups: CommGroups, kind: bool) -> dict[str, float]:
-        cost = layer_cost(model, job, plan, profile, is_moe=kind, groups=groups, options=options)
+        # the passes do not depend on the recompute modules: priced once for every set
+        key = (kind, *(getattr(plan, k) for k in _LAYER_KEY if k != "recompute_modules"))
+        if key not in passes:
+            passes[key] = layer_passes(
+                model, job, plan, profile, is_moe=kind, groups=groups, options=options
+            )
+        cost = layer_cost_from_passes(model, job, plan, profile, passes[key], is_moe=kind)
         tag = "m" if kind else "d"
         out: dict[str, float] = {}
         for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
