@@ -425,12 +425,13 @@ def screen_candidates(
     options: ExecutionOptions = DEFAULT_OPTIONS,
     top_k: int | None = None,
     sets: tuple[str, ...] = (),
-) -> pd.DataFrame:
-    """``table``, then the rows derived from it with the per-module recompute ``sets``
-    (table form) where memory binds (`_derive_sets`), with ``model_state_floor_bytes``, the
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(``table``, the rows derived from it with the per-module recompute ``sets`` (table
+    form) where memory binds, `_derive_sets`), each with ``model_state_floor_bytes``, the
     screened metrics (NaN where the floor alone is over the limit, or the time bound
     skipped the row, as those are not screened), ``screened``, ``bounded`` (skipped by the
-    time bound) and ``fits``.
+    time bound) and ``fits``. The two are returned apart so that the caller joins them
+    with its own rows in one copy (`planner.search`); their labels do not overlap.
 
     With ``top_k``, only the rows that could be among the ``top_k`` fastest fitting ones are
     screened (`_screen_bounded`); None screens every row under the floor. When no row is
@@ -442,8 +443,6 @@ def screen_candidates(
     screened["model_state_floor_bytes"] = (
         model_state_floor_bytes(model, job, table.iloc[first])[fine] if len(table) else 0.0
     )
-    for column in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"):
-        screened[column] = np.nan
     under = screened["model_state_floor_bytes"] <= limit_bytes
     if len(table) and not under.any():
         under, top_k = _closest_pool(screened), None
@@ -459,14 +458,36 @@ def screen_candidates(
             model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
             options, sets, label,
         )  # fmt: skip
-    if len(derived):
-        extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived))
-        screened = pd.concat([screened, extra])
-    screened.loc[done.index, list(done.columns)] = done.to_numpy()
-    screened["screened"] = screened.index.isin(done.index)
-    screened["bounded"] = screened.index.isin(rows.index[skipped])
-    screened["fits"] = screened["peak_memory_bytes"] <= limit_bytes
-    return screened
+    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived))
+    bounded = rows.index[skipped]
+    return (
+        _with_metrics(screened, done, bounded, limit_bytes),
+        _with_metrics(extra, done, bounded, limit_bytes),
+    )
+
+
+METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes")
+"""The screened metrics `screen_candidates` adds."""
+
+
+def _with_metrics(
+    rows: pd.DataFrame, done: pd.DataFrame, bounded: pd.Index, limit_bytes: float
+) -> pd.DataFrame:
+    """``rows`` with the metrics of those among ``done`` (NaN for the others), ``screened``,
+    ``bounded`` (labels in ``bounded``) and ``fits``, built as arrays and added at once."""
+    positions = rows.index.get_indexer(done.index)
+    hit = positions >= 0
+    columns: dict[str, object] = {}
+    for name in METRIC_COLUMNS:
+        values = np.full(len(rows), np.nan)
+        values[positions[hit]] = done[name].to_numpy(dtype=float)[hit]
+        columns[name] = values
+    screened = np.zeros(len(rows), dtype=bool)
+    screened[positions[hit]] = True
+    columns["screened"] = screened
+    columns["bounded"] = rows.index.isin(bounded)
+    columns["fits"] = columns["peak_memory_bytes"] <= limit_bytes  # type: ignore[operator]
+    return rows.assign(**columns)
 
 
 def _fine_keys(table: pd.DataFrame) -> list[str]:

@@ -148,12 +148,12 @@ def _simulate(
     return done, broken
 
 
-def _candidates_frame(
-    screened: pd.DataFrame, simulated: list[tuple[int, RankedPlan]], cands: CandidateSet
+def _with_simulated(
+    screened: pd.DataFrame, simulated: list[tuple[int, RankedPlan]]
 ) -> pd.DataFrame:
-    """The screened table with simulated columns, then the rule-rejected representatives.
-    The new columns are built as arrays and added at once: the table has millions of rows
-    on a large cluster."""
+    """``screened`` with ``rejected_by``, ``represents`` and the simulated columns of the
+    plans of ``simulated`` among its rows. The new columns are built as arrays and added at
+    once: the table has millions of rows on a large cluster."""
     fits = screened["fits"].to_numpy(dtype=bool)
     bounded = screened["bounded"].to_numpy(dtype=bool)
     codes = np.where(fits, 0, np.where(bounded, 1, 2))
@@ -164,6 +164,8 @@ def _candidates_frame(
     }
     positions = screened.index.get_indexer([index for index, _ in simulated])
     for position, (_, ranked) in zip(positions, simulated, strict=True):
+        if position < 0:  # a row of the other part
+            continue
         est = ranked.estimate
         columns["simulated_iteration_time_s"][position] = est.iteration_time_s
         columns["simulated_tokens_per_s"][position] = est.tokens_per_s
@@ -171,10 +173,22 @@ def _candidates_frame(
         columns["simulated_peak_memory_gib"][position] = est.peak_memory_gib
         if not ranked.fits:
             codes[position] = 2
-    frame = screened.assign(rejected_by=reasons[codes], represents=1, **columns)
-    if len(cands.rejected_rows):
-        frame = pd.concat([frame, cands.rejected_rows], ignore_index=True)
-    return frame
+    return screened.assign(rejected_by=reasons[codes], represents=1, **columns)
+
+
+def _candidates_frame(
+    parts: tuple[pd.DataFrame, pd.DataFrame],
+    simulated: list[tuple[int, RankedPlan]],
+    cands: CandidateSet,
+) -> pd.DataFrame:
+    """The screened table and the rows derived from it, with simulated columns, then the
+    rule-rejected representatives, joined in one copy."""
+    table, derived = (_with_simulated(part, simulated) for part in parts)
+    rejected = cands.rejected_rows
+    if not len(derived) and not len(rejected):
+        return table
+    joined = pd.concat([table, *([derived] if len(derived) else []), rejected])
+    return joined.reset_index(drop=True) if len(rejected) else joined
 
 
 def search_plans(
@@ -205,9 +219,11 @@ def search_plans(
     if progress is not None:
         progress("screen", 0, len(cands.table))
     sets = () if space.is_fixed("recompute_modules") else recompute_module_sets(model, space)
-    screened = screen_candidates(
+    parts = screen_candidates(
         model, cluster, job, profile, cands.table, limit, options, top_k if prune else None, sets
     )
+    # only screened rows can be simulated: the rest of the table is not copied here
+    screened = pd.concat([p[p["screened"].to_numpy()] for p in parts])
     chosen = rows_to_simulate(screened, top_k)
     simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress, options)
     rejected = dict(cands.rejected)
@@ -215,8 +231,9 @@ def search_plans(
         rejected[rule_id] = rejected.get(rule_id, 0) + count
     # A plan the screen let through but the simulator finds too large is a memory rejection too.
     late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
-    bounded = int(screened["bounded"].sum())
-    rejected[MEMORY_REJECTION] = int((~screened["fits"]).sum()) - bounded + late
+    bounded = sum(int(p["bounded"].sum()) for p in parts)
+    over = sum(int((~p["fits"]).sum()) for p in parts)
+    rejected[MEMORY_REJECTION] = over - bounded + late
     if bounded:
         rejected[BOUND_REJECTION] = bounded
     ranked = [r for _, r in simulated]
@@ -234,10 +251,10 @@ def search_plans(
         closest=closest,
         rejected=rejected,
         rule_examples=dict(cands.examples),
-        candidates=_candidates_frame(screened, simulated, cands),
-        num_enumerated=cands.num_enumerated + len(screened) - len(cands.table),
-        num_valid=len(screened),
-        num_screened=int(screened["screened"].sum()),
+        candidates=_candidates_frame(parts, simulated, cands),
+        num_enumerated=cands.num_enumerated + len(parts[1]),
+        num_valid=len(parts[0]) + len(parts[1]),
+        num_screened=len(screened),
         memory_limit_bytes=limit,
         memory_headroom=memory_headroom,
         elapsed_s=time.perf_counter() - start,
