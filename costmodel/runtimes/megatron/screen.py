@@ -126,14 +126,17 @@ def _groups(row: Mapping[str, Any], per_node: int, domain: int, nics: int) -> Co
 
 def _per_unique(df: pd.DataFrame, keys: list[str], fn) -> pd.DataFrame:
     """Evaluate ``fn(row) -> dict`` once per distinct ``keys`` (``row``: a dict of those
-    keys) and align it to ``df``."""
-    unique = df[keys].drop_duplicates()
-    rows = []
-    for values in unique.itertuples(index=False, name=None):
-        key = dict(zip(keys, values, strict=True))
-        rows.append(key | fn(key))
-    table = pd.DataFrame(rows)
-    return df[keys].merge(table, on=keys, how="left").drop(columns=keys)
+    keys, distinct rows in order of first appearance) and align it to ``df`` by position
+    (a frame with a fresh range index): each row takes its group's result by one take,
+    not by a join on the keys."""
+    group = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(group, return_index=True)[1]
+    unique = df[keys].iloc[first]
+    rows = [
+        fn(dict(zip(keys, values, strict=True)))
+        for values in unique.itertuples(index=False, name=None)
+    ]
+    return pd.DataFrame(rows).iloc[group].reset_index(drop=True)
 
 
 def _layer_columns(
