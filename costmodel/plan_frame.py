@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from specs.cluster import ClusterSpec
@@ -146,3 +147,18 @@ def row_plan(row: Mapping[str, Any], **changes: object) -> ParallelPlan:
     values["cpu_offloading_num_layers"] = int(values["cpu_offloading_num_layers"])
     values.update(changes)
     return ParallelPlan(**values)
+
+
+def per_distinct_row(df: pd.DataFrame, keys: list[str], fn) -> pd.DataFrame:
+    """Evaluate ``fn(row) -> dict`` once per distinct ``keys`` of ``df`` (``row``: a dict of
+    those keys, distinct rows in order of first appearance) and align the results to
+    ``df`` by position, in a frame with a fresh range index: each row takes its group's
+    result by one take, not by a join on the keys."""
+    group = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(group, return_index=True)[1]
+    unique = df[keys].iloc[first]
+    rows = [
+        fn(dict(zip(keys, values, strict=True)))
+        for values in unique.itertuples(index=False, name=None)
+    ]
+    return pd.DataFrame(rows).iloc[group].reset_index(drop=True)

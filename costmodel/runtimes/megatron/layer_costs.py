@@ -565,6 +565,7 @@ def layer_cost_from_passes(
     passes: LayerPasses,
     *,
     is_moe: bool,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> LayerCost:
     """`LayerCost` of a layer from its `layer_passes`: the rerun of the plan's recompute
     mode (selective: its modules, `saver_costs.selective_rerun`; full: the whole forward)
@@ -622,7 +623,7 @@ def layer_cost(
     fusion: `costmodel.execution`).
     """
     passes = layer_passes(model, job, plan, profile, is_moe=is_moe, groups=groups, options=options)
-    return layer_cost_from_passes(model, job, plan, profile, passes, is_moe=is_moe)
+    return layer_cost_from_passes(model, job, plan, profile, passes, is_moe=is_moe, options=options)
 
 
 def _moe_host_floor(

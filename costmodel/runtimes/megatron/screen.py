@@ -58,7 +58,7 @@ from costmodel.memory import (
     non_unit_params,
     stage_params,
 )
-from costmodel.plan_frame import SPLIT_COLUMNS, row_plan
+from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     LayerPasses,
@@ -124,21 +124,6 @@ def _groups(row: Mapping[str, Any], per_node: int, domain: int, nics: int) -> Co
     )
 
 
-def _per_unique(df: pd.DataFrame, keys: list[str], fn) -> pd.DataFrame:
-    """Evaluate ``fn(row) -> dict`` once per distinct ``keys`` (``row``: a dict of those
-    keys, distinct rows in order of first appearance) and align it to ``df`` by position
-    (a frame with a fresh range index): each row takes its group's result by one take,
-    not by a join on the keys."""
-    group = df.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
-    first = np.unique(group, return_index=True)[1]
-    unique = df[keys].iloc[first]
-    rows = [
-        fn(dict(zip(keys, values, strict=True)))
-        for values in unique.itertuples(index=False, name=None)
-    ]
-    return pd.DataFrame(rows).iloc[group].reset_index(drop=True)
-
-
 def _layer_columns(
     model: ModelSpec,
     job: TrainingJob,
@@ -156,13 +141,14 @@ def _layer_columns(
     passes: dict[tuple, LayerPasses] = {}
 
     def layer(plan: ParallelPlan, groups: CommGroups, kind: bool) -> dict[str, float]:
-        # the passes do not depend on the recompute modules: priced once for every set
         key = (kind, *(getattr(plan, k) for k in _LAYER_KEY if k != "recompute_modules"))
         if key not in passes:
             passes[key] = layer_passes(
                 model, job, plan, profile, is_moe=kind, groups=groups, options=options
             )
-        cost = layer_cost_from_passes(model, job, plan, profile, passes[key], is_moe=kind)
+        cost = layer_cost_from_passes(
+            model, job, plan, profile, passes[key], is_moe=kind, options=options
+        )
         tag = "m" if kind else "d"
         out: dict[str, float] = {}
         for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
@@ -375,13 +361,13 @@ def priced_parts(
     (`_group_columns`), and per distinct split the stages' layers and parameters
     (`_param_columns`)."""
     return [
-        _per_unique(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
-        _per_unique(
+        per_distinct_row(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
+        per_distinct_row(
             df,
             ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
             _group_columns(profile, topo),
         ),
-        _per_unique(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
+        per_distinct_row(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
     ]
 
 
@@ -663,8 +649,7 @@ def _memory_bytes(
         directions = np.where(pp == 1, 0, np.where(vpp > 1, 2, (stage > 0) + (stage < pp - 1)))
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
-        lost = share * (acts + comm)
-        total_bytes = model_state + acts + comm + frame.fixed_bytes + lost
+        total_bytes = model_state + acts + comm + frame.fixed_bytes + share * (acts + comm)
         peak = np.maximum(peak, total_bytes)
     return peak
 
@@ -693,7 +678,7 @@ def closed_form_screen(
     )
     parts = [
         *priced_parts(model, job, profile, df, topo, options),
-        _per_unique(
+        per_distinct_row(
             df,
             [
                 "tp",
@@ -706,7 +691,7 @@ def closed_form_screen(
             ],
             _activation_columns(model, job, options),
         ),
-        _per_unique(
+        per_distinct_row(
             df,
             [*SPLIT_COLUMNS, "recompute", "recompute_num_layers", "recompute_method"],
             _recompute_fraction(model),
