@@ -59,8 +59,6 @@ from costmodel.flops import (
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_costs import (
-    PREPROCESS_LAUNCHES,
-    ROUTER_LAUNCHES,
     WHOLE_MOE_SCOPES,
     a2a_overlap_applies,
     a2a_overlapped_passes,
@@ -70,6 +68,7 @@ from costmodel.runtimes.megatron.moe_costs import (
     host_bound_s,
     moe_host_launches,
     moe_shape,
+    pre_sync_launches,
     routed_experts,
 )
 from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s
@@ -641,7 +640,8 @@ def _moe_host_floor(
     scopes (`ExecutionOptions.cuda_graph_scopes`, `moe_costs.captured_moe_launches`) cost no
     host time. Dropless routing (no capacity factor) synchronizes the stream once per
     forward on the received token counts: the device then waits one launch for the next
-    kernel, and the launches after the router and the dispatch preprocessing hide only
+    kernel, and the launches after the router and the dispatch preprocessing
+    (`moe_costs.pre_sync_launches`, by `ExecutionOptions.moe_dispatcher`) hide only
     behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
     combine; its router kernels, which run before the synchronization, are a small part:
     `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
@@ -651,14 +651,15 @@ def _moe_host_floor(
     fp8 = x.dtype == "fp8"
     fused = options.moe_fused_grouped_mlp
     scopes = options.cuda_graph_scopes
-    launches_f = moe_host_launches(local, fp8, "forward", fused_mlp=fused)
-    launches_b = moe_host_launches(local, fp8, "backward", fused_mlp=fused)
-    host_f = (launches_f - captured_moe_launches(scopes, launches_f)) * launch_s
-    host_b = (launches_b - captured_moe_launches(scopes, launches_b)) * launch_s
+    disp = options.moe_dispatcher
+    launches_f = moe_host_launches(local, fp8, "forward", fused_mlp=fused, dispatcher=disp)
+    launches_b = moe_host_launches(local, fp8, "backward", fused_mlp=fused, dispatcher=disp)
+    host_f = (launches_f - captured_moe_launches(scopes, launches_f, disp)) * launch_s
+    host_b = (launches_b - captured_moe_launches(scopes, launches_b, disp)) * launch_s
     dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
     extra_f = host_bound_s(forward.duration_s, host_f)
     if dropless:
-        post_sync = max(launches_f - ROUTER_LAUNCHES - PREPROCESS_LAUNCHES, 0) * launch_s
+        post_sync = max(launches_f - pre_sync_launches(disp), 0) * launch_s
         extra_f = forward_host_floor_s(
             layer_gpu_s=forward.duration_s,
             post_sync_gpu_s=min(routed_forward_s, forward.duration_s),

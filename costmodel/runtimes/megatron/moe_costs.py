@@ -44,9 +44,11 @@ fp32 and reduce-scattering it (`allgather_combine_bytes`). It is priced over the
 Host side (`moe_host_launches`): the dropless dispatcher copies the split sizes to the host
 and synchronizes the stream once per forward (``_maybe_dtoh_and_synchronize`` at
 ``cuda_sync_point``); TE's grouped GEMM launches one cuBLAS GEMM per expert (and, under FP8,
-one quantization per expert input). A layer pass therefore takes at least the host time of
-its launches; `host_bound_s` applies that floor. The per-expert launches, the FP8
-quantization of the expert operands and TE's fused grouped MLP are in
+one quantization per expert input). The flex dispatcher fuses its permutations into the
+exchange and launches fewer kernels that do not repeat per expert
+(`costmodel.runtimes.megatron.moe_flex_launches`). A layer pass therefore takes at least
+the host time of its launches; `host_bound_s` applies that floor. The per-expert launches,
+the FP8 quantization of the expert operands and TE's fused grouped MLP are in
 `costmodel.runtimes.megatron.moe_experts`.
 """
 
@@ -61,6 +63,12 @@ from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s, expert_launches
+from costmodel.runtimes.megatron.moe_flex_launches import (
+    FLEX_FIXED_LAUNCHES,
+    FLEX_PRE_SYNC_LAUNCHES,
+    FLEX_PREPROCESS_LAUNCHES,
+    uses_flex_launches,
+)
 from costmodel.runtimes.megatron.unfused_costs import expert_fc2_bias_time_s
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
@@ -191,13 +199,20 @@ def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> floa
 
 
 def moe_host_launches(
-    local_experts: int, fp8: bool, direction: str, *, fused_mlp: bool = False
+    local_experts: int,
+    fp8: bool,
+    direction: str,
+    *,
+    fused_mlp: bool = False,
+    dispatcher: str = "alltoall",
 ) -> int:
-    """Kernel launches the host issues for one MoE layer pass: `FIXED_LAUNCHES` plus the
-    experts' MLP (`moe_experts.expert_launches`: per local expert with TE
-    ``GroupedLinear``, a fixed few with the fused grouped MLP)."""
+    """Kernel launches the host issues for one MoE layer pass: the dispatcher's launches
+    that do not repeat per expert (`FIXED_LAUNCHES`; `moe_flex_launches.FLEX_FIXED_LAUNCHES`
+    for ``flex``) plus the experts' MLP (`moe_experts.expert_launches`: per local expert
+    with TE ``GroupedLinear``, a fixed few with the fused grouped MLP)."""
     experts = expert_launches(local_experts, fp8, direction, fused=fused_mlp)
-    return FIXED_LAUNCHES[direction] + experts
+    fixed = FLEX_FIXED_LAUNCHES if uses_flex_launches(dispatcher) else FIXED_LAUNCHES
+    return fixed[direction] + experts
 
 
 ROUTER_LAUNCHES = 4
@@ -215,19 +230,33 @@ WHOLE_MOE_SCOPES = frozenset(("moe", "layer", "full_iteration"))
 ``TransformerLayer._forward_mlp``; ``layer``: the transformer layer; ``full_iteration``)."""
 
 
-def captured_moe_launches(scopes: frozenset[str], launches: int) -> int:
+def pre_sync_launches(dispatcher: str = "alltoall") -> int:
+    """Forward launches of a dropless MoE layer issued before its stream synchronization on
+    the token counts: the router and the dispatch metadata (`ROUTER_LAUNCHES` +
+    `PREPROCESS_LAUNCHES`), or the flex dispatcher's
+    (`moe_flex_launches.FLEX_PRE_SYNC_LAUNCHES`)."""
+    if uses_flex_launches(dispatcher):
+        return FLEX_PRE_SYNC_LAUNCHES
+    return ROUTER_LAUNCHES + PREPROCESS_LAUNCHES
+
+
+def captured_moe_launches(
+    scopes: frozenset[str], launches: int, dispatcher: str = "alltoall"
+) -> int:
     """Of a MoE layer pass's `launches`, those a CUDA graph replays (no host launch time):
     all under `WHOLE_MOE_SCOPES`, else `ROUTER_LAUNCHES` under ``moe_router`` plus
     `PREPROCESS_LAUNCHES` under ``moe_preprocess`` (Megatron-core accepts it only together
-    with ``moe_router``). The expert GEMMs stay eager: their token counts are known only
-    after the dispatch."""
+    with ``moe_router``; the flex ``dispatcher``'s preprocessing is
+    `moe_flex_launches.FLEX_PREPROCESS_LAUNCHES`). The expert GEMMs stay eager: their token
+    counts are known only after the dispatch."""
     if scopes & WHOLE_MOE_SCOPES:
         return launches
     captured = 0
     if "moe_router" in scopes:
         captured += ROUTER_LAUNCHES
         if "moe_preprocess" in scopes:
-            captured += PREPROCESS_LAUNCHES
+            flex = uses_flex_launches(dispatcher)
+            captured += FLEX_PREPROCESS_LAUNCHES if flex else PREPROCESS_LAUNCHES
     return min(captured, launches)
 
 
