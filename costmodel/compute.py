@@ -31,6 +31,7 @@ from typing import Literal
 
 from profiles.lookup import (
     attention_tflops,
+    gemm_depth_factor,
     gemm_efficiency,
     memory_bandwidth_Bps,
     peak_flops,
@@ -97,7 +98,9 @@ def batched_gemm_time_s(
     Roofline of two limits, plus one op overhead:
     - compute: batch·2·m·n·k FLOP at peak x the profile's efficiency, looked up for the
       total work with the per-matrix alignment (one batched kernel tiles all matrices at
-      once; `gemm_efficiency`);
+      once; `gemm_efficiency`), times the depth factor of k (`gemm_depth_factor`: every
+      output tile pays a fixed part of its K loop, so a shallow GEMM runs below a deep one
+      of the same work);
     - memory: reading both inputs and writing the output once, batch·(m·k + k·n)·in +
       batch·m·n·out bytes at the achievable bandwidth. It binds for thin GEMMs such as
       attention's QKᵀ over a head dimension of 64-128, whose arithmetic intensity (about
@@ -105,7 +108,8 @@ def batched_gemm_time_s(
     """
     _require_positive(batch=batch)
     flops = 2.0 * batch * m * n * k
-    rate = peak_flops(profile, dtype) * gemm_efficiency(profile, batch * m, n, k, dtype)
+    efficiency = gemm_efficiency(profile, batch * m, n, k, dtype) * gemm_depth_factor(profile, k)
+    rate = peak_flops(profile, dtype) * efficiency
     elem_in = DTYPE_BYTES.get(dtype, 2)
     elem_out = 4 if dtype == "fp32" else 2
     moved = batch * ((m * k + k * n) * elem_in + m * n * elem_out)

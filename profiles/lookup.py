@@ -4,7 +4,8 @@ Interpolation rules (each documented where it is applied):
 - GEMM efficiency: linear in log(GFLOP) between curve points; below the first point the
   time is held at the first point's, so efficiency falls in proportion to work; above the
   last point it stays at the last point's. A misaligned dimension multiplies the result
-  by `gemm_misaligned_factor` once.
+  by `gemm_misaligned_factor` once. A GEMM shallower than its generation's reference depth
+  runs below the curve by `gemm_depth_factor` (applied by the cost model's GEMM times).
 - Attention: the curve of the nearest stored head dim (distance in log2), then linear in
   log2(seq_len) between points, held constant outside the measured range.
 - Collectives: an exact (op, group size, placement) fit if stored; between two stored
@@ -19,6 +20,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from profiles.schema import (
     AttentionCurve,
@@ -81,6 +83,53 @@ def gemm_efficiency(profile: HardwareProfile, m: int, n: int, k: int, dtype: str
     if any(dim % granule for dim in (m, n, k)):
         efficiency *= profile.compute.gemm_misaligned_factor
     return efficiency
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GemmDepth:
+    """Short-K cost of the GEMM kernels of one GPU generation (`gemm_depth_factor`)."""
+
+    fill_k: float
+    """K0: the per-output-tile work that does not shrink with K (pipeline fill and drain,
+    epilogue), in elements of the K loop; a GEMM of depth K runs at K / (K + K0) of its
+    long-K rate."""
+    reference_k: int
+    """Depth of the shape at which the generation's efficiency curves top out (the MAMF best
+    shape of hardware.md §2a [S1]); the curves are read as the rate at this depth."""
+
+
+GEMM_DEPTH: dict[str, GemmDepth] = {
+    "hopper": GemmDepth(fill_k=130.0, reference_k=13312),
+    "blackwell": GemmDepth(fill_k=140.0, reference_k=3072),
+    "blackwell_ultra": GemmDepth(fill_k=140.0, reference_k=3072),
+}
+"""`GemmDepth` by `DeviceSpec.generation`. K0 is fitted, one value per generation, to
+cuBLAS GEMM rates at equal FLOPs and different K (OpenXLA's default matmul performance
+table, ``xla/service/gpu/model/matmul_interpolator_data.h``, ``kDefaultMatmulPTable``):
+hopper to the ``sm_90`` bf16 entries (K 256-4096, b·m·n up to 4·4096·4096; 130, rms 0.6%),
+blackwell to the ``sm_100_B200`` bf16 and fp8 (e4m3 x e4m3 -> bf16) entries with
+m = 4096, N >= 512 (140, rms 2.6%; narrower N is slower still and not covered). One K0
+fits both dtypes: the fixed part scales with the tensor-core rate, not with the bytes of
+the output. Blackwell Ultra has no table of its own and takes Blackwell's values. The
+reference depth is the K of the MAMF best shape of the generation's sourced device
+(H100 SXM bf16 2048x2048x13312; B200 bf16 1792x16128x3072). Generations without a
+table (Ampere, CDNA 3) and CPU profiles keep the FLOP-only curve."""
+
+
+def gemm_depth_factor(profile: HardwareProfile, k: int) -> float:
+    """Multiplier, in (0, 1], on ``profile``'s GEMM efficiency for a GEMM of depth ``k``
+    (the reduction dimension): (k / (k + K0)) / (K_ref / (K_ref + K0)), at most 1, with the
+    `GEMM_DEPTH` values of the profile's generation; 1 for a CPU profile or a generation
+    without values. Every output tile pays about K0 elements' worth of loop time
+    (`GemmDepth.fill_k`) besides its k, so a shallow GEMM (an expert FC2 over a narrow
+    expert width, a row-parallel GEMM at high TP) runs below the FLOP-only curve."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise SpecError(f"gemm_depth_factor: k must be a positive integer, got {k!r}")
+    depth = GEMM_DEPTH.get(profile.device.generation) if profile.device.kind == "gpu" else None
+    if depth is None:
+        return 1.0
+    k0 = depth.fill_k
+    return min(1.0, k / (k + k0) * (1.0 + k0 / depth.reference_k))
 
 
 def _nearest_head_dim_curve(curves: list[AttentionCurve], head_dim: int) -> AttentionCurve:

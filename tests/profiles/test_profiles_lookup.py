@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles.lookup import (
+    GEMM_DEPTH,
     attention_tflops,
     bus_factor,
     collective_fit,
     collective_time_s,
+    gemm_depth_factor,
     gemm_efficiency,
     gpus_per_node,
     host_probe_s,
@@ -386,3 +388,31 @@ def test_host_probe_is_read_from_the_host_section_of_a_cpu_profile():
     )  # fmt: skip
     provenance = dataclasses.replace(cpu.provenance, spread=(*cpu.provenance.spread, entry))
     assert host_probe_s(dataclasses.replace(cpu, provenance=provenance)) is None
+
+
+@pytest.mark.parametrize("name", ["h100-sxm-80gb", "b200", "b300", "gb200-nvl72"])
+def test_depth_factor_penalises_only_gemms_shallower_than_the_reference(name: str) -> None:
+    profile = PROFILES[name]
+    depth = GEMM_DEPTH[profile.device.generation]
+    assert gemm_depth_factor(profile, depth.reference_k) == pytest.approx(1.0)
+    assert gemm_depth_factor(profile, 4 * depth.reference_k) == 1.0
+    factors = [gemm_depth_factor(profile, k) for k in (256, 512, 768, 1024, 2048)]
+    assert all(0.0 < f < 1.0 for f in factors)
+    assert factors == sorted(factors)
+    # K0 of the generation: at k = K0 half the loop is the fixed part (module docstring).
+    k0 = round(depth.fill_k)
+    expected = 0.5 * (1 + depth.fill_k / depth.reference_k)
+    assert gemm_depth_factor(profile, k0) == pytest.approx(expected, rel=1e-2)
+
+
+def test_depth_factor_is_one_without_a_sourced_generation() -> None:
+    # Ampere has no table in GEMM_DEPTH, a CPU profile keeps the FLOP-only curve.
+    assert A100.device.generation not in GEMM_DEPTH
+    assert gemm_depth_factor(A100, 128) == 1.0
+    assert gemm_depth_factor(cpu_profile(), 64) == 1.0
+
+
+def test_depth_factor_rejects_a_bad_depth() -> None:
+    for k in (0, -4, 1.5, True):
+        with pytest.raises(SpecError, match="gemm_depth_factor"):
+            gemm_depth_factor(H100, k)
