@@ -105,7 +105,8 @@ GEMM_DEPTH: dict[str, GemmDepth] = {
 }
 """`GemmDepth` by `DeviceSpec.generation`. K0 is fitted, one value per generation, to
 cuBLAS GEMM rates at equal FLOPs and different K (OpenXLA's default matmul performance
-table, ``xla/service/gpu/model/matmul_interpolator_data.h``, ``kDefaultMatmulPTable``):
+table, openxla/xla ``xla/service/gpu/model/matmul_interpolator_data.h``,
+``kDefaultMatmulPTable``; `tests/costmodel/test_gemm_depth.py` lists the points):
 hopper to the ``sm_90`` bf16 entries (K 256-4096, b·m·n up to 4·4096·4096; 130, rms 0.6%),
 blackwell to the ``sm_100_B200`` bf16 and fp8 (e4m3 x e4m3 -> bf16) entries with
 m = 4096, N >= 512 (140, rms 2.6%; narrower N is slower still and not covered). One K0

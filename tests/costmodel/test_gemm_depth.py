@@ -3,7 +3,9 @@
 Source of every rate below: OpenXLA's default matmul performance table,
 ``xla/service/gpu/model/matmul_interpolator_data.h`` (``kDefaultMatmulPTable``), in TFLOP/s
 (the table's FLOP/s / 1e12, rounded to 0.1): the ``sm_100_B200`` entries (bf16 x bf16 ->
-bf16 and f8e4m3fn x f8e4m3fn -> bf16) and the ``sm_90`` bf16 entries. Each group holds shapes
+bf16 and f8e4m3fn x f8e4m3fn -> bf16; ROCm/xla mirror at 63ce2981) and the ``sm_90`` bf16
+entries (tensorflow/tensorflow ``third_party/xla`` at 372d578b and 9bebee8e, the mean where
+both regenerations list a shape), priced on the B200 and H100 SXM profiles. Each group holds shapes
 of the same batch·2·m·n·k FLOPs; the FLOP-only curve prices them alike, the measured rates
 differ by up to 1.5x, the shallow ones (small k) slowest. `gemm_depth_factor`
 (`profiles.lookup.GEMM_DEPTH`) was fitted to these groups; the test checks that the GEMM
