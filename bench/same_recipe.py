@@ -7,7 +7,7 @@ GPU and its system. `same_recipe_ratios` pairs such rows and summarises the publ
 tokens/s per GPU ratio for each pair of GPU types (`GPU_PAIRS`). The bench prints it
 (``same_recipe_ratios`` of `bench/validate_published.py`'s JSON) beside the cost model's
 own ratio, which follows the profiles' peaks and the fitted factors of each generation
-(`costmodel.execution.FP8_GEMM_RATE_FACTORS`).
+(`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`).
 """
 
 from __future__ import annotations

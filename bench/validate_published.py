@@ -16,9 +16,9 @@ release ships with the reason, and ``fit_fraction_as_run`` leaves the latter out
 
 Four sets of figures:
 - ``model``: `estimate_plan` as it is (its fitted defaults, the FP8 GEMM rate factor
-  `costmodel.execution.FP8_GEMM_RATE_FACTOR`, the MoE host-launch time
+  `costmodel.fitted_rates.FP8_GEMM_RATE_FACTOR`, the MoE host-launch time
   `MOE_HOST_LAUNCH_S` and the sustained 16-bit GEMM rate factors
-  `costmodel.sustained.SUSTAINED_GEMM_RATE_FACTORS`, were fitted on the rows here);
+  `costmodel.fitted_rates.SUSTAINED_GEMM_RATE_FACTORS`, were fitted on the rows here);
 - ``fitted``: those parameters fitted jointly on all rows (in sample;
   `validation_stats.fit_model`, with `PER_GENERATION`);
 - ``loso``: leave one source family out: the parameters fitted on the other families
@@ -94,7 +94,7 @@ keyed by the profile's `DeviceSpec.generation`: `Outcome.fit_key`) rather than o
 all. On: Blackwell Ultra (B300, GB300) publishes a higher training rate than Blackwell on
 identical recipes (``same_recipe_ratios``: GB300 over GB200 about 1.2) that its profiles'
 peaks do not carry (GB300 has no MAMF of its own), so its FP8 rows fit their own factor
-(`costmodel.execution.FP8_GEMM_RATE_FACTORS`). Each generation's FP8 rows come from one
+(`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`). Each generation's FP8 rows come from one
 source family (H100: NeMo long-sequence; Blackwell and Blackwell Ultra: Megatron-Bridge,
 with the MoE model zoo on Blackwell), so leaving that family out leaves the generation to
 the shared factor. The ``per_generation`` block of the JSON shows the single-factor fit."""

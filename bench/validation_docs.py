@@ -129,7 +129,7 @@ def _left_out_values(loso: dict[str, dict[str, float]]) -> str:
 
 
 def fp8_line(result: dict) -> str:
-    """The fitted FP8 GEMM rate factors (`costmodel.execution.FP8_GEMM_RATE_FACTORS`) by
+    """The fitted FP8 GEMM rate factors (`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`) by
     profile generation with their rows, the shared one, and per left-out source family."""
     fitted = result["fitted"]
     own = fitted.get("fp8_gemm_rate_factor_by_generation", {})
@@ -163,7 +163,7 @@ def same_recipe_line(result: dict) -> str:
 
 
 def _sustained_line(result: dict) -> str:
-    """The fitted sustained 16-bit GEMM rate factors (`costmodel.sustained`), in sample and
+    """The fitted sustained 16-bit GEMM rate factors (`costmodel.fitted_rates`), in sample and
     per left-out source family."""
     fitted = result["fitted"]
     own = fitted.get("sustained_gemm_rate_factor_by_generation", {})
@@ -189,9 +189,9 @@ def markdown(result: dict) -> str:
         f"    {COMMAND}",
         "",
         "- **model**: `estimate_plan` as users get it; its fitted defaults, the FP8 GEMM "
-        "rate factors (`costmodel.execution.FP8_GEMM_RATE_FACTORS`), the MoE host-launch "
+        "rate factors (`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`), the MoE host-launch "
         "time (`MOE_HOST_LAUNCH_S`) and the sustained 16-bit GEMM rate factors "
-        "(`costmodel.sustained`), come from the rows below, so those rows are in sample "
+        "(`costmodel.fitted_rates`), come from the rows below, so those rows are in sample "
         "here.",
         "- **fitted**: the FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`, "
         "one value per GPU generation of the profiles with FP8 rows, one shared by the "

@@ -23,8 +23,12 @@ from typing import Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS, CrossEntropyFusion
 from costmodel.compute import AttentionKernelName as AttentionKernel
+from costmodel.fitted_rates import (
+    SUSTAINED_DTYPES,
+    fp8_gemm_rate_factor,
+    sustained_gemm_rate_factor,
+)
 from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
-from costmodel.sustained import SUSTAINED_DTYPES, sustained_gemm_rate_factor
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
@@ -94,48 +98,6 @@ each with the Megatron-LM argument that brought it:
 - ``megatron_fsdp``: ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
   (Megatron-FSDP)."""
 
-FP8_GEMM_RATE_FACTORS: dict[str, float] = {
-    "hopper": 0.7,
-    "blackwell": 0.6,
-    "blackwell_ultra": 0.8,
-}
-"""Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
-`profiles.schema.DeviceSpec.generation`, for the generations with published FP8 runs of
-their own: fitted by `bench/validate_published.py` (`validation_stats.fit_model` with
-``per_generation``) jointly with `MOE_HOST_LAUNCH_S` and the sustained 16-bit factors
-(`costmodel.sustained`), by grid coordinate descent on one objective: the median
-|log(predicted / published)| of each GPU generation's dense FP8 rows of
-``published-runs-dev.csv``, summed over the generations, plus the mean
-|log(predicted / published)| of the MoE rows. The rows that fitted each generation's value
-are listed by the bench's ``--json`` (``fitted.fp8_fitted_on_by_generation``): hopper by the
-NeMo long-sequence Llama-2-7B rows on H100 (priced with FlashAttention-2-class attention as
-their stack ran it), blackwell by the Megatron-Bridge and Megatron-MoE model-zoo rows on B200
-and GB200, blackwell_ultra by the Megatron-Bridge rows on B300 and GB300. Blackwell Ultra
-has its own value because same-recipe Megatron-Bridge runs publish a higher rate per GPU on
-GB300 than on GB200 (the bench's ``same_recipe_ratios``) that the profiles' peaks, copied
-from GB200's MAMF for want of a GB300 figure, do not carry. Each generation's FP8 rows come
-from one source family, so leaving it out leaves the generation to the shared value
-(`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
-(`costmodel.compute.fp8_quantize_time_s`)."""
-
-FP8_GEMM_RATE_FACTOR = 0.7
-"""Default FP8 GEMM rate factor of a GPU generation without its own entry in
-`FP8_GEMM_RATE_FACTORS` (Ampere, whose published runs are 16-bit; CDNA 3; a measured GPU of
-unknown generation): one value fitted on every FP8 row together, the same objective as
-`FP8_GEMM_RATE_FACTORS` with one factor for all generations (``fitted.fp8_gemm_rate_factor``
-of the bench's ``--json``, whose ``fitted_on`` lists the rows)."""
-
-
-def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
-    """Multiplier, in (0, 1], on ``profile``'s fp8 GEMM efficiency for a Megatron-core
-    training step with Transformer Engine FP8: ``override`` when given
-    (`ExecutionOptions.fp8_gemm_rate_factor`), else the value of the profile's generation
-    (`FP8_GEMM_RATE_FACTORS`; `FP8_GEMM_RATE_FACTOR` for the others)."""
-    if override is not None:
-        return override
-    return FP8_GEMM_RATE_FACTORS.get(profile.device.generation, FP8_GEMM_RATE_FACTOR)
-
-
 FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
     "forward": ((512, 191.0 / 292.0), (16384, 335.0 / 616.0)),
     "backward": ((512, 214.0 / 316.0), (16384, 322.0 / 561.0)),
@@ -166,10 +128,11 @@ def flash_attention_rate(direction: str, seq_len: int) -> float:
 
 MOE_HOST_LAUNCH_S = 60e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
-jointly with `FP8_GEMM_RATE_FACTORS` (the objective in its docstring; 5 us grid) on every
-priced trust A/B MoE row of ``published-runs-dev.csv`` (Megatron-Bridge and Megatron-MoE
-model-zoo recipes; the bench's ``--json`` lists them, ``fitted.moe_host_fitted_on``), one
-value for every GPU generation. The floor binds on rows with little GPU work per MoE layer
+jointly with `costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS` (the objective in its docstring;
+5 us grid) on every priced trust A/B MoE row of ``published-runs-dev.csv``
+(Megatron-Bridge and Megatron-MoE model-zoo recipes; the bench's ``--json`` lists them,
+``fitted.moe_host_fitted_on``), one value for every GPU generation.
+The floor binds on rows with little GPU work per MoE layer
 (micro-batch 1, fine-grained experts)."""
 
 
@@ -251,8 +214,9 @@ class ExecutionOptions:
     end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
     ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
     about 1.8x. None (the default) takes the value fitted on published FP8 runs for the
-    profile's GPU generation (`fp8_gemm_rate_factor`: `FP8_GEMM_RATE_FACTORS`, else
-    `FP8_GEMM_RATE_FACTOR`); a number overrides it for every generation; 1 keeps the bare
+    profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
+    `FP8_GEMM_RATE_FACTORS`, else `FP8_GEMM_RATE_FACTOR`); a number overrides it for every
+    generation; 1 keeps the bare
     rate. It also absorbs what the
     bf16 parts of small dense models miss, so it is a fitted figure, not a kernel rate."""
 
@@ -390,9 +354,9 @@ class ExecutionOptions:
     sustained_gemm_rate_factor: float | None = None
     """Multiplier, in (0, 1], on the profile's bf16 and fp16 GEMM efficiency for running
     them in a training step at full load rather than alone in a benchmark (power-limited
-    clocks, communication kernels sharing the SMs; `costmodel.sustained`), applied on top
+    clocks, communication kernels sharing the SMs; `costmodel.fitted_rates`), applied on top
     of `gemm_rate_factor`; fp8 curves are not touched. None: the fitted default of the
-    profile's GPU generation (`costmodel.sustained.sustained_gemm_rate_factor`); 1 keeps
+    profile's GPU generation (`costmodel.fitted_rates.sustained_gemm_rate_factor`); 1 keeps
     the benchmark rate."""
 
     fp8_recipe: Fp8Recipe = "delayed"
@@ -587,7 +551,7 @@ blocking pipeline sends with the scatter/gather optimisation and the sent output
 until their backward, the allocator fragmentation its published runs imply
 (`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
-(`costmodel.sustained`) does not multiply it (`sustained_gemm_rate_factor` 1).
+(`costmodel.fitted_rates`) does not multiply it (`sustained_gemm_rate_factor` 1).
 None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
 at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
 (interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
@@ -635,8 +599,8 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     """``profile`` as the framework's kernels see it: every GEMM efficiency point times
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
     the FP8 rate factor of the profile's generation or ``options.fp8_gemm_rate_factor``
-    (`fp8_gemm_rate_factor`), bf16 and fp16 points also times the sustained rate
-    factor (`costmodel.sustained.sustained_gemm_rate_factor`), and with
+    (`costmodel.fitted_rates.fp8_gemm_rate_factor`), bf16 and fp16 points also times the
+    sustained rate factor (`costmodel.fitted_rates.sustained_gemm_rate_factor`), and with
     ``options.flash_attention_version`` 2 the attention curves of an FA3 profile at FA2's
     rate (`fa2_attention_curves`); the profile itself when none of these applies to its
     curves or the runtime is paraplan's executor."""

@@ -104,8 +104,8 @@ class DeviceSpec:
     generation: str = ""
     """Architecture generation of the device (`GENERATIONS`: ``ampere``, ``hopper``,
     ``blackwell``, ``blackwell_ultra``, ``cdna3``), the key of the cost model's
-    per-generation tables (`costmodel.sustained.sustained_gemm_rate_factor`,
-    `costmodel.execution.fp8_gemm_rate_factor`); empty when not known (a CPU, or a
+    per-generation tables (`costmodel.fitted_rates.sustained_gemm_rate_factor`,
+    `costmodel.fitted_rates.fp8_gemm_rate_factor`); empty when not known (a CPU, or a
     measured GPU that matches no stored profile)."""
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The FP8 GEMM rate factor by GPU generation (costmodel.execution) and its override."""
+"""The FP8 GEMM rate factor by GPU generation (costmodel.fitted_rates) and its override."""
 
 from __future__ import annotations
 
@@ -6,13 +6,11 @@ import dataclasses
 
 import pytest
 
-from costmodel.execution import (
+from costmodel.execution import TORCH_OPTIONS, ExecutionOptions, framework_profile
+from costmodel.fitted_rates import (
     FP8_GEMM_RATE_FACTOR,
     FP8_GEMM_RATE_FACTORS,
-    TORCH_OPTIONS,
-    ExecutionOptions,
     fp8_gemm_rate_factor,
-    framework_profile,
 )
 from profiles.schema import GENERATIONS
 from profiles.store import load_profile, stored_profile_names
@@ -54,7 +52,7 @@ def test_each_stored_gpu_profile_takes_its_generation_value() -> None:
 
 def test_a_blackwell_ultra_profile_gets_its_own_factor(monkeypatch) -> None:
     table = FP8_GEMM_RATE_FACTORS | {"blackwell": 0.6, "blackwell_ultra": 0.8}
-    monkeypatch.setattr("costmodel.execution.FP8_GEMM_RATE_FACTORS", table)
+    monkeypatch.setattr("costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS", table)
     assert fp8_gemm_rate_factor(B300) == 0.8
     assert fp8_gemm_rate_factor(GB200) == 0.6
     scaled = framework_profile(B300, ExecutionOptions(sustained_gemm_rate_factor=1.0))
@@ -62,7 +60,7 @@ def test_a_blackwell_ultra_profile_gets_its_own_factor(monkeypatch) -> None:
 
 
 def test_a_generation_without_its_own_entry_takes_the_shared_value(monkeypatch) -> None:
-    monkeypatch.setattr("costmodel.execution.FP8_GEMM_RATE_FACTOR", 0.55)
+    monkeypatch.setattr("costmodel.fitted_rates.FP8_GEMM_RATE_FACTOR", 0.55)
     assert fp8_gemm_rate_factor(_with_generation(B300, "cdna3")) == 0.55
     assert fp8_gemm_rate_factor(_with_generation(B300, "")) == 0.55
 

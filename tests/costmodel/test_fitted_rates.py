@@ -1,4 +1,5 @@
-"""The sustained 16-bit GEMM rate factor (costmodel.sustained) and its option."""
+"""The fitted GEMM rate factors (costmodel.fitted_rates): the shared lookup, the
+sustained 16-bit factor and its option."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from costmodel.execution import (
     ExecutionOptions,
     framework_profile,
 )
-from costmodel.sustained import (
+from costmodel.fitted_rates import (
     SUSTAINED_DTYPES,
     SUSTAINED_GEMM_RATE_FACTORS,
     SUSTAINED_GEMM_RATE_SHARED,
+    generation_rate_factor,
     sustained_gemm_rate_factor,
 )
 from profiles.schema import GENERATIONS
@@ -116,3 +118,17 @@ def test_the_2021_option_set_keeps_its_sourced_cublas_factor_alone():
     assert _efficiencies(scaled, "fp16") == pytest.approx(
         [CUDA11_GEMM_RATE_FACTOR * e for e in _efficiencies(A100, "fp16")]
     )
+
+
+def test_generation_rate_factor_table_shared_override_and_cpu() -> None:
+    h100 = H100
+    table = {h100.device.generation: 0.9}
+    kwargs = {"by_generation": table, "shared": 0.6, "override": None}
+    assert generation_rate_factor(h100, bare_on_cpu=True, **kwargs) == 0.9
+    other = dataclasses.replace(h100, device=dataclasses.replace(h100.device, generation="cdna3"))
+    assert generation_rate_factor(other, bare_on_cpu=False, **kwargs) == 0.6
+    cpu = dataclasses.replace(h100, device=dataclasses.replace(h100.device, kind="cpu"))
+    assert generation_rate_factor(cpu, bare_on_cpu=True, **kwargs) == 1.0
+    assert generation_rate_factor(cpu, bare_on_cpu=False, **kwargs) == 0.9
+    kwargs["override"] = 0.5
+    assert generation_rate_factor(cpu, bare_on_cpu=True, **kwargs) == 0.5

@@ -1,0 +1,158 @@
+"""Fitted per-generation GEMM rate factors of a Megatron-core training step.
+
+Two multipliers on a profile's GEMM efficiency curves are fitted on the published runs
+(``published-runs-dev.csv``) rather than sourced, one value per GPU generation
+(`profiles.schema.DeviceSpec.generation`) that has published runs of its own and one shared
+value for the other generations: the sustained 16-bit GEMM rate (`SUSTAINED_GEMM_RATE_FACTORS`,
+`SUSTAINED_GEMM_RATE_SHARED`) and the FP8 GEMM rate (`FP8_GEMM_RATE_FACTORS`,
+`FP8_GEMM_RATE_FACTOR`). Both are looked up by `generation_rate_factor` and applied by
+`costmodel.execution.framework_profile`; `bench/validate_published.py`
+(`validation_stats.fit_model`) refits them jointly with `costmodel.execution.MOE_HOST_LAUNCH_S`
+and passes each candidate through the `ExecutionOptions` overrides
+(``sustained_gemm_rate_factor``, ``fp8_gemm_rate_factor``), so the defaults here are the
+values its last fit printed.
+
+Sustained 16-bit GEMM rate. A profile's GEMM efficiency curves come from single-kernel
+benchmarks: each shape timed alone on an idle GPU, the fastest of many repetitions (the MAMF
+figures of hardware.md [S1]; the A100 curve's top is a sustained square GEMM on random data,
+[S55] in
+`profiles.derive`). A training step at full load runs its GEMMs below those rates:
+
+- under the power limit the firmware lowers the SM clock, and GEMMs on random operands
+  draw the most power (a continuous matmul loop runs power-capped: NVIDIA developer
+  forum, "About GPU peak performance", topic 264462);
+- communication kernels run concurrently on the same SMs (NCCL's collectives under
+  Megatron-core's overlapped gradient reduction, parameter gathering and tensor-parallel
+  overlap): a GEMM sized to one wave over all SMs spills into a second wave when a
+  concurrent ``ncclAllGather`` holds 24 of an H100's 132 SMs (NVIDIA developer forum,
+  "Compute-communication overlap causes severe GEMM performance degradation because of
+  tail effect", topic 337991).
+
+Neither effect has a published per-generation figure, so the factor is fitted
+(`bench/validate_published.py`, `validation_stats.fit_model`), not sourced: one value per
+GPU generation (`profiles.schema.DeviceSpec.generation`) with published dense 16-bit runs,
+and one value fitted on all those runs together for the other GPU generations
+(`SUSTAINED_GEMM_RATE_SHARED`). It multiplies the bf16 and fp16 curves only: FP8 GEMMs keep
+their own fitted factors (`FP8_GEMM_RATE_FACTORS`), so the two stay
+separable, and fp32 curves have no published runs to fit. It composes with
+`ExecutionOptions.gemm_rate_factor` by multiplication where both apply. The 2021 option set
+(`costmodel.execution.MEGATRON_2021`) fixes this one at 1 and keeps its sourced rate of the
+CUDA 11 cuBLAS (`costmodel.execution.CUDA11_GEMM_RATE_FACTOR`) alone: a fitted value on top
+would have to be fitted on the 2021 rows themselves, and one fitted on the other A100 rows
+(a newer stack at another base rate) does not carry over to them (docs/cost-model.md gives
+the leave-one-source-out evidence). The torch runtime (paraplan's executor) never gets it, nor
+does a CPU profile (`costmodel.execution.framework_profile`).
+
+FP8 GEMM rate. Transformer Engine's FP8 GEMMs in a training step run below the
+profile's fp8 curve as well; the factor multiplies the fp8 curve only, on any device kind
+(`FP8_GEMM_RATE_FACTORS` names the rows that fit each generation).
+"""
+
+from __future__ import annotations
+
+from profiles.schema import HardwareProfile
+
+SUSTAINED_DTYPES: tuple[str, ...] = ("bf16", "fp16")
+"""The GEMM curves the sustained rate factor multiplies."""
+
+SUSTAINED_GEMM_RATE_FACTORS: dict[str, float] = {"ampere": 0.7, "hopper": 0.9}
+"""Default sustained 16-bit GEMM rate factor by `DeviceSpec.generation`, for the
+generations with published dense 16-bit runs of their own: fitted by
+`bench/validate_published.py` (`validation_stats.fit_model`, grid 1.0 down to 0.6 in steps
+of 0.05) jointly with `FP8_GEMM_RATE_FACTORS` and `costmodel.execution.MOE_HOST_LAUNCH_S`,
+on the median |log(predicted / published)| of each generation's dense bf16/fp16 rows of
+``published-runs-dev.csv`` whose execution options leave the factor to this default. The
+bench fits by the profile's generation (its rows' ``fit_generation``); the rows that
+fitted each are listed by the bench's ``--json``
+(``fitted.sustained_fitted_on_by_generation``): ampere by the MegaScale Table 2 Megatron-LM
+baseline rows (the SC21 and BLOOM rows keep the 2021 option set's sourced cuBLAS factor
+alone, `costmodel.execution.MEGATRON_2021`), hopper by the Megatron-LM README (2024) and
+Nemotron-4 15B rows. Each generation's value rests on one or two source families, so
+leave-one-source-out can barely test it: without MegaScale, ampere falls back to the
+shared value; without the README rows, hopper's refit is 1.0."""
+
+SUSTAINED_GEMM_RATE_SHARED = 0.75
+"""Default sustained 16-bit GEMM rate factor of a GPU generation without its own entry in
+`SUSTAINED_GEMM_RATE_FACTORS` (Blackwell and Blackwell Ultra, whose published 16-bit runs
+are all MoE; CDNA 3; a measured GPU of unknown generation): one value fitted on every
+dense 16-bit row of the ampere and hopper fits together, the sum of the two generations'
+median |log(predicted / published)| (``fitted.sustained_gemm_rate_factor_shared`` of the
+bench's ``--json``); MoE rows do not move it."""
+
+FP8_GEMM_RATE_FACTORS: dict[str, float] = {
+    "hopper": 0.7,
+    "blackwell": 0.6,
+    "blackwell_ultra": 0.8,
+}
+"""Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
+`profiles.schema.DeviceSpec.generation`, for the generations with published FP8 runs of
+their own: fitted by `bench/validate_published.py` (`validation_stats.fit_model` with
+``per_generation``) jointly with `costmodel.execution.MOE_HOST_LAUNCH_S` and the sustained
+16-bit factors (`SUSTAINED_GEMM_RATE_FACTORS`), by grid coordinate descent on one objective:
+the median |log(predicted / published)| of each GPU generation's dense FP8 rows of
+``published-runs-dev.csv``, summed over the generations, plus the mean
+|log(predicted / published)| of the MoE rows. The rows that fitted each generation's value
+are listed by the bench's ``--json`` (``fitted.fp8_fitted_on_by_generation``): hopper by the
+NeMo long-sequence Llama-2-7B rows on H100 (priced with FlashAttention-2-class attention as
+their stack ran it), blackwell by the Megatron-Bridge and Megatron-MoE model-zoo rows on B200
+and GB200, blackwell_ultra by the Megatron-Bridge rows on B300 and GB300. Blackwell Ultra
+has its own value because same-recipe Megatron-Bridge runs publish a higher rate per GPU on
+GB300 than on GB200 (the bench's ``same_recipe_ratios``) that the profiles' peaks, copied
+from GB200's MAMF for want of a GB300 figure, do not carry. Each generation's FP8 rows come
+from one source family, so leaving it out leaves the generation to the shared value
+(`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
+(`costmodel.compute.fp8_quantize_time_s`)."""
+
+FP8_GEMM_RATE_FACTOR = 0.7
+"""Default FP8 GEMM rate factor of a GPU generation without its own entry in
+`FP8_GEMM_RATE_FACTORS` (Ampere, whose published runs are 16-bit; CDNA 3; a measured GPU of
+unknown generation): one value fitted on every FP8 row together, the same objective as
+`FP8_GEMM_RATE_FACTORS` with one factor for all generations (``fitted.fp8_gemm_rate_factor``
+of the bench's ``--json``, whose ``fitted_on`` lists the rows)."""
+
+
+def generation_rate_factor(
+    profile: HardwareProfile,
+    *,
+    by_generation: dict[str, float],
+    shared: float,
+    override: float | None,
+    bare_on_cpu: bool,
+) -> float:
+    """Fitted rate factor, in (0, 1], of ``profile``: ``override`` when given, 1 on a CPU
+    profile when ``bare_on_cpu``, else ``by_generation`` at the profile's
+    `DeviceSpec.generation`, ``shared`` for a generation without its own entry."""
+    if override is not None:
+        return override
+    if bare_on_cpu and profile.device.kind != "gpu":
+        return 1.0
+    return by_generation.get(profile.device.generation, shared)
+
+
+def sustained_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
+    """Multiplier, in (0, 1], on ``profile``'s bf16 and fp16 GEMM efficiency for a
+    Megatron-core training step: ``override`` when given
+    (`ExecutionOptions.sustained_gemm_rate_factor`), 1 on a CPU profile, else the value of
+    the profile's generation (`SUSTAINED_GEMM_RATE_FACTORS`, `SUSTAINED_GEMM_RATE_SHARED`
+    for the others)."""
+    return generation_rate_factor(
+        profile,
+        by_generation=SUSTAINED_GEMM_RATE_FACTORS,
+        shared=SUSTAINED_GEMM_RATE_SHARED,
+        override=override,
+        bare_on_cpu=True,
+    )
+
+
+def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
+    """Multiplier, in (0, 1], on ``profile``'s fp8 GEMM efficiency for a Megatron-core
+    training step with Transformer Engine FP8: ``override`` when given
+    (`ExecutionOptions.fp8_gemm_rate_factor`), else the value of the profile's generation
+    (`FP8_GEMM_RATE_FACTORS`; `FP8_GEMM_RATE_FACTOR` for the others), on any device kind."""
+    return generation_rate_factor(
+        profile,
+        by_generation=FP8_GEMM_RATE_FACTORS,
+        shared=FP8_GEMM_RATE_FACTOR,
+        override=override,
+        bare_on_cpu=False,
+    )
