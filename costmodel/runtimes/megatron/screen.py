@@ -42,12 +42,8 @@ import pandas as pd
 
 from costmodel import compute as ops
 from costmodel.activations import (
-    output_microbatch_bytes,
-    projection_saves_original_input,
     recomputed_layers,
-    stage_activations,
 )
-from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
 from costmodel.memory import (
@@ -55,320 +51,29 @@ from costmodel.memory import (
     FrameworkAllowance,
     GiB,
     bytes_per_param,
-    non_unit_params,
-    stage_params,
 )
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
-from costmodel.runtimes.megatron.layer_costs import (
-    CommGroups,
-    LayerPasses,
-    embedding_cost,
-    layer_cost_from_passes,
-    layer_passes,
-    logits_cost,
-)
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
-    largest_layer_params,
-    largest_layer_weight_bytes,
+)
+from costmodel.runtimes.megatron.screen_parts import (
+    SAVER_KEY,
+    activation_columns,
+    affine_s,
+    priced_parts,
 )
 from costmodel.runtimes.megatron.screen_sharding import (
     SHARDING_COLUMNS,
     closed_form_fsdp_gather_s,
     with_sharding,
 )
-from costmodel.schedules import plan_split
-from costmodel.topology import scale_up_domain_size, strided_group_placement
+from costmodel.topology import scale_up_domain_size
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import count_params, padded_vocab_size
 from specs.pipeline_split import split_problem
-from specs.plan import ParallelPlan
-
-_SAVER_KEY = ["recompute_modules", "cpu_offloading_num_layers", "offload_modules"]
-"""The memory savers a layer's selective rerun, its activations and its offload copies
-depend on (`costmodel.runtimes.megatron.saver_costs`, `costmodel.activation_savers`)."""
-_LAYER_KEY = [
-    "tp",
-    "cp",
-    "micro_batch_size",
-    "sequence_parallel",
-    "ep",
-    "etp",
-    "tp_comm_overlap",
-    "cp_comm_type",
-    *_SAVER_KEY,
-]
-
-
-def _groups(row: Mapping[str, Any], per_node: int, domain: int, nics: int) -> CommGroups:
-    def place(axes: str, size: int, stride: int):
-        return strided_group_placement(
-            int(size),
-            int(stride),
-            gpus_per_node=per_node,
-            scale_up_domain=domain,
-            nics_per_node=nics,
-            axes=axes,
-        )
-
-    tp, etp = int(row["tp"]), int(row["etp"])
-    return CommGroups(
-        tp=place("tp", tp, 1),
-        cp=place("cp", row["cp"], tp),
-        ep=place("ep", row["ep"], etp),
-        etp=place("etp", etp, 1),
-    )
-
-
-def _layer_columns(
-    model: ModelSpec,
-    job: TrainingJob,
-    profile: HardwareProfile,
-    topo: tuple[int, int, int],
-    options: ExecutionOptions,
-):
-    """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding and
-    the output layer, with compute and exposed communication kept apart. The dense layer,
-    the embedding and the output layer do not depend on ep and etp: they are priced once
-    per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange, memory savers) of one
-    call."""
-    kinds = sorted(set(model.moe_layer_mask()))
-    dense_parts: dict[tuple, dict[str, float]] = {}
-    passes: dict[tuple, LayerPasses] = {}
-
-    def layer(plan: ParallelPlan, groups: CommGroups, kind: bool) -> dict[str, float]:
-        key = (kind, *(getattr(plan, k) for k in _LAYER_KEY if k != "recompute_modules"))
-        if key not in passes:
-            passes[key] = layer_passes(
-                model, job, plan, profile, is_moe=kind, groups=groups, options=options
-            )
-        cost = layer_cost_from_passes(
-            model, job, plan, profile, passes[key], is_moe=kind, options=options
-        )
-        tag = "m" if kind else "d"
-        out: dict[str, float] = {}
-        for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
-            out[f"{name}_{tag}"] = p.duration_s
-            out[f"{name}c_{tag}"] = p.compute_s
-        return out
-
-    def dense(plan: ParallelPlan, groups: CommGroups) -> dict[str, float]:
-        out = layer(plan, groups, False) if False in kinds else {}
-        for name, (fwd, bwd) in (
-            ("emb", embedding_cost(model, job, plan, profile, groups)),
-            ("log", logits_cost(model, job, plan, profile, groups, options)),
-        ):
-            out[f"{name}_f"], out[f"{name}_b"] = fwd.duration_s, bwd.duration_s
-            out[f"{name}_c"] = fwd.compute_s + bwd.compute_s
-        return out
-
-    placed: dict[tuple, CommGroups] = {}
-
-    def fn(row: Mapping[str, Any]) -> dict[str, float]:
-        plan = row_plan(row, recompute="selective")
-        degrees = tuple(row[k] for k in ("tp", "cp", "ep", "etp"))
-        if degrees not in placed:
-            placed[degrees] = _groups(row, *topo)
-        groups = placed[degrees]
-        key = tuple(row[k] for k in _LAYER_KEY if k not in ("ep", "etp"))
-        if key not in dense_parts:
-            dense_parts[key] = dense(plan, groups)
-        out = dict(dense_parts[key])
-        if True in kinds:
-            out.update(layer(plan, groups, True))
-        for name in ("f", "fc", "b", "bc", "r", "rc"):  # a model with one kind of layer
-            out.setdefault(f"{name}_m", out.get(f"{name}_d"))
-            out.setdefault(f"{name}_d", out[f"{name}_m"])
-        return out
-
-    return fn
-
-
-def _linear_cost(profile: HardwareProfile, op: str, group) -> tuple[float, float]:
-    """(latency, seconds per byte) of ``op`` over ``group``: collective times are affine in
-    bytes for a fixed group (`costmodel.collectives`)."""
-    if group.size < 2:
-        return 0.0, 0.0
-    one, two = (collective_time_s(profile, op, size, group) for size in (1e9, 2e9))
-    per_byte = (two - one) / 1e9
-    return one - per_byte * 1e9, per_byte
-
-
-def _affine(a: np.ndarray, b: np.ndarray, size: np.ndarray) -> np.ndarray:
-    return np.where(size > 0, a + b * size, 0.0)
-
-
-def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
-    """Per distinct degrees: affine costs of the gradient, parameter and pipeline groups."""
-    per_node, domain, nics = topo
-
-    def fn(row: Mapping[str, Any]) -> dict[str, float]:
-        tp, cp, dp, pp, ep, etp = (int(row[k]) for k in ("tp", "cp", "dp", "pp", "ep", "etp"))
-        world = tp * cp * dp * pp
-        edp = max(world // (etp * ep * pp), 1)
-
-        def place(size: int, stride: int):
-            return strided_group_placement(
-                size, stride, gpus_per_node=per_node, scale_up_domain=domain, nics_per_node=nics
-            )
-
-        grads = "reduce_scatter" if row["grads_sharded"] else "all_reduce"
-        dense, expert, tpg = place(cp * dp, tp), place(edp, etp * ep), place(tp, 1)
-        stride = tp * cp * dp
-        intra = stride < domain  # ranks 0 and stride share domain 0
-        out = {"edp": edp, "pp_intra": intra}
-        for tag, op, group in (
-            ("g", grads, dense),
-            ("ge", grads, expert),
-            ("ag", "all_gather", dense),
-            ("age", "all_gather", expert),
-            ("norm", "all_reduce", tpg),
-            ("tpag", "all_gather", tpg),
-        ):
-            out[f"{tag}_a"], out[f"{tag}_b"] = _linear_cost(profile, op, group)
-        if pp == 1:
-            # one stage holds both embeddings and sends nothing: no tie all-reduce, no P2P
-            out.update(tie_a=0.0, tie_b=0.0, send_a=0.0, send_b=0.0)
-            return out
-        pair = place(2, stride * (pp - 1))
-        out["tie_a"], out["tie_b"] = _linear_cost(profile, "all_reduce", pair)
-        one, two = (p2p_time_s(profile, size, intra=intra) for size in (1e9, 2e9))
-        out["send_b"] = (two - one) / 1e9
-        out["send_a"] = one - out["send_b"] * 1e9
-        return out
-
-    return fn
-
-
-def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
-    """The stages the screen prices (0, the heaviest middle stage, p-1) and the dense and
-    MoE transformer layers (MTP layers counted as the last layer's kind) of each, from the
-    plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most
-    MoE layers, then the most layers, then the earliest position (more microbatches in
-    flight): with leading dense layers, a stage with as many layers but some dense ones
-    holds fewer parameters and runs faster."""
-    split = plan_split(model, plan)
-    mask = model.moe_layer_mask()
-    middle = range(1, plan.pp - 1)
-
-    def weight(stage: int) -> tuple[int, int]:
-        layers = split.rank_layers(stage)
-        return sum(mask[i] for i in layers), len(layers)
-
-    mid = max(middle, key=weight) if len(middle) else min(1, plan.pp - 1)
-    out: dict[str, int] = {"s1": mid}
-    for tag, stage in (("0", 0), ("1", mid), ("l", plan.pp - 1)):
-        layers = split.rank_layers(stage)
-        moe = sum(mask[i] for i in layers)
-        mtp = split.rank_mtp_layers(stage)
-        out[f"n{tag}d"] = len(layers) - moe + (0 if mask[-1] else mtp)
-        out[f"n{tag}m"] = moe + (mtp if mask[-1] else 0)
-        out[f"mtp{tag}"] = mtp
-    return out
-
-
-def _param_columns(model: ModelSpec):
-    """Per distinct (tp, ep, etp and the split): the split's stages and their layers, and
-    the parameters of stages 0, middle and p-1."""
-    counts = count_params(model)
-    norms = [layer.norms for layer in counts.layers]
-
-    def fn(row: Mapping[str, Any]) -> dict[str, float]:
-        plan = row_plan(row)
-        out: dict[str, float] = {"split_ok": split_problem(model, plan) is None}
-        if not out["split_ok"]:  # no valid split: the row is marked invalid
-            plan = plan.replace(
-                pp=1,
-                vpp=1,
-                schedule="1f1b",
-                decoder_first_pipeline_num_layers=None,
-                decoder_last_pipeline_num_layers=None,
-                account_for_embedding_in_pipeline_split=False,
-                account_for_loss_in_pipeline_split=False,
-                pipeline_model_parallel_layout=None,
-            )
-        stages = _split_stages(model, plan)
-        out.update(stages)
-        for tag, stage in (("0", 0), ("1", stages["s1"]), ("l", plan.pp - 1)):
-            params = stage_params(model, plan, stage)
-            out[f"p{tag}d"], out[f"p{tag}e"] = params.dense, params.expert
-            out[f"p{tag}l"] = params.linear
-            out[f"p{tag}u"] = non_unit_params(model, plan, stage)
-        out["layer_max"] = largest_layer_params(model, plan)
-        out["layer_lin"] = largest_layer_weight_bytes(model, plan, 0.0, 1.0)
-        out["layer_other"] = largest_layer_weight_bytes(model, plan, 1.0, 0.0)
-        vocab = padded_vocab_size(model.vocab_size, plan.tp)
-        position = counts.embedding - model.vocab_size * model.hidden_size
-        out["emb_params"] = vocab * model.hidden_size / plan.tp + position
-        out["norm_params"] = sum(norms) / plan.pp + counts.final_norm
-        return out
-
-    return fn
-
-
-def _activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOptions):
-    """Per distinct (tp, SP, etp, recompute mode, memory savers): activation bytes of one
-    sequence
-    (micro-batch 1, cp 1; every activation term is linear in tokens per rank) under the
-    options' attention kernel, dropout and loss; the output part kept per in-flight
-    microbatch and the loss's transient part apart (`output_microbatch_bytes`)."""
-    kernel, dropout = options.attention, options.hidden_dropout
-
-    def fn(row: Mapping[str, Any]) -> dict[str, float]:
-        plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
-        ref_job = TrainingJob(
-            seq_length=job.seq_length, global_batch_size=1, precision=job.precision
-        )
-        acts = stage_activations(
-            model,
-            ref_job,
-            plan,
-            0,
-            attention=kernel,
-            dropout=dropout,
-            proj_saves_input=projection_saves_original_input(options.fp8_recipe),
-        )
-        kept, transient = output_microbatch_bytes(
-            model, ref_job, plan, options.cross_entropy_fusion
-        )
-        return {
-            "act_layers": acts.layers_bytes / model.num_layers,
-            "act_work": acts.recompute_working_bytes,
-            "act_emb": acts.embedding_bytes,
-            "act_out": kept,
-            "act_out_once": transient,
-        }
-
-    return fn
-
-
-def priced_parts(
-    model: ModelSpec,
-    job: TrainingJob,
-    profile: HardwareProfile,
-    df: pd.DataFrame,
-    topo: tuple[int, int, int],
-    options: ExecutionOptions,
-) -> list[pd.DataFrame]:
-    """The priced columns that `closed_form_screen` and `pipeline_lower_bound_s` both read,
-    aligned to the rows of ``df`` (normalized, with its sharding columns): per distinct
-    layer shape the layer, embedding and output costs (`_layer_columns`), per distinct
-    degrees the affine costs of the gradient, parameter and pipeline groups
-    (`_group_columns`), and per distinct split the stages' layers and parameters
-    (`_param_columns`)."""
-    return [
-        per_distinct_row(df, _LAYER_KEY, _layer_columns(model, job, profile, topo, options)),
-        per_distinct_row(
-            df,
-            ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
-            _group_columns(profile, topo),
-        ),
-        per_distinct_row(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
-    ]
 
 
 def _recompute_fraction(model: ModelSpec):
@@ -470,7 +175,7 @@ def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarra
     v, pp, nb = c["vpp"], c["pp"], c["nb0"]
 
     def t(tag: str, params: np.ndarray) -> np.ndarray:
-        return _affine(c[f"{tag}_a"], c[f"{tag}_b"], params * grad_bytes)
+        return affine_s(c[f"{tag}_a"], c[f"{tag}_b"], params * grad_bytes)
 
     overlap = c["overlap_grad_reduce"].astype(bool)
     rest = c["chunk0"] - (nb - 1) * c["bucket"]
@@ -555,8 +260,8 @@ def _tail_s(
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
         dense_linear = c[f"p{tag}l"] - expert
         dense_bytes = (dense - dense_linear) * weight + dense_linear * gather
-        chunk = _affine(c["ag_a"], c["ag_b"], dense_bytes / v)
-        chunk += _affine(c["age_a"], c["age_b"], expert / v * gather)
+        chunk = affine_s(c["ag_a"], c["ag_b"], dense_bytes / v)
+        chunk += affine_s(c["age_a"], c["age_b"], expert / v * gather)
         nb = c["nb0"] if first_stage else np.ones(len(v))
         start = 0.0 if first_stage else (pp - 1) * forward_chunk
         first = np.maximum(chunk / nb, chunk - forward_chunk * (nb - 1) / nb) - start
@@ -687,9 +392,9 @@ def closed_form_screen(
                 "recompute",
                 "recompute_num_layers",
                 "recompute_method",
-                *_SAVER_KEY,
+                *SAVER_KEY,
             ],
-            _activation_columns(model, job, options),
+            activation_columns(model, job, options),
         ),
         per_distinct_row(
             df,
@@ -767,7 +472,7 @@ def _send_s(
     )
     scatter = options.pipeline_scatter_gather & ~c["sequence_parallel"] & (c["tp"] > 1)
     send = c["send_a"] + c["send_b"] * send_bytes / np.where(scatter, c["tp"], 1)
-    send += np.where(scatter, _affine(c["tpag_a"], c["tpag_b"], send_bytes), 0.0)
+    send += np.where(scatter, affine_s(c["tpag_a"], c["tpag_b"], send_bytes), 0.0)
     return np.where(c["pp"] > 1, send, 0.0)
 
 
