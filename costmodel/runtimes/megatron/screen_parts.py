@@ -158,6 +158,8 @@ def _linear_cost(profile: HardwareProfile, op: str, group) -> tuple[float, float
 
 
 def affine_s(a: np.ndarray, b: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Seconds of a collective of ``size`` bytes per row from its group's (latency ``a``,
+    seconds per byte ``b``) pair; 0 where nothing is moved."""
     return np.where(size > 0, a + b * size, 0.0)
 
 
