@@ -73,3 +73,22 @@ def compress_layout(stages: tuple[str, ...]) -> str:
             parts.append(f"{text}|" * (j - i))
         i = j
     return "".join(parts)[:-1]
+
+
+def balanced_layout(num_layers: int, mtp_layers: int, pp: int, vpp: int) -> str | None:
+    """A layout string that spreads ``num_layers`` transformer layers over the pp·vpp
+    virtual stages as evenly as Megatron's grammar allows: every stage holds
+    floor(L / (pp·vpp)) layers and the first L mod (pp·vpp) stages one more, so the last
+    stages, which also carry the MTP layers and the loss, are the lighter ones (the same
+    placement as Megatron-Bridge's DeepSeek-V3 layouts, `recipes/deepseek/deepseek_v3.py`,
+    with the remainder spread instead of left on the last stage). `E` opens the first stage;
+    ``mtp_layers`` `m` and the `L` close the last. None when a stage would hold no layer."""
+    stages = pp * vpp
+    base, extra = divmod(num_layers, stages)
+    if base == 0:
+        return None
+    counts = [base + (1 if s < extra else 0) for s in range(stages)]
+    text = ["t" * n for n in counts]
+    text[0] = "E" + text[0]
+    text[-1] += "m" * mtp_layers + "L"
+    return compress_layout(tuple(text))

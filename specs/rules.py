@@ -21,6 +21,7 @@ from specs.cluster import ClusterSpec
 from specs.errors import SpecError, unknown_name_message
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.pipeline_layout import balanced_layout
 from specs.pipeline_split import accounted_layers, even_split_problem, first_last_options
 from specs.plan import ParallelPlan
 from specs.rules_base import (
@@ -159,7 +160,8 @@ def layers_divisible_by_pp(
     """(num_layers + account-for flags) % pp == 0: the even split gives every stage the same
     number of layers, the embedding and loss counted as one layer each when their
     account-for flag is set (megatron-facts.md §8.3 rule 5). First/last stage counts and a
-    layout replace the even split (`specs.rules_pipeline`)."""
+    layout replace the even split (`specs.rules_pipeline`); the fix offers equal first/last
+    counts, else a `balanced_layout` when no equal counts leave whole chunks."""
     problem = even_split_problem(model, plan)
     if problem is None or problem[0] != "layers_divisible_by_pp":
         return None
@@ -173,11 +175,16 @@ def layers_divisible_by_pp(
         if total == layers and (layers + extra) % pp == 0:
             fixes.append(f"set {flags}")
     options = first_last_options(layers, pp, plan.vpp, limit=1)
+    layout = balanced_layout(layers, model.mtp_num_layers, pp, plan.vpp)
     if options and total == layers:
         x, middle = options[0]
         fixes.append(
             f"decoder_first_pipeline_num_layers={x} and decoder_last_pipeline_num_layers={x} "
             f"({middle} per middle stage)"
+        )
+    elif layout is not None:
+        fixes.append(
+            f"pipeline_model_parallel_layout={layout!r} (--pipeline-model-parallel-layout)"
         )
     return (
         f"num_layers ({layers}){counted} must be divisible by pp ({pp}) "

@@ -487,6 +487,21 @@ def test_message_details(change: Change, rule: str, expected: str) -> None:
     assert expected in violation.message
 
 
+def test_layers_divisible_by_pp_suggests_a_layout_that_passes_every_rule() -> None:
+    # 61 layers (DeepSeek-V3 shape) on pp4 vpp4: no pp > 1 divides 61 and no equal
+    # first/last count leaves whole chunks, so the fix is an explicit layout (the
+    # Megatron-Bridge DeepSeek-V3 GB200 recipe runs pp4 vpp4 with one).
+    model = MIXTRAL.replace(num_layers=61, mtp_num_layers=1)
+    plan = PLAN.replace(tp=1, pp=4, vpp=4, dp=16, tp_comm_overlap=False, sequence_parallel=False)
+    job = TrainingJob(seq_length=4096, global_batch_size=256)
+    violation = rule_by_id("layers_divisible_by_pp")(model, CLUSTER, job, plan)
+    assert violation is not None
+    found = re.search(r"pipeline_model_parallel_layout='([^']+)'", violation.message)
+    assert found is not None, violation.message
+    fixed = plan.replace(pipeline_model_parallel_layout=found.group(1))
+    assert check_plan(model, CLUSTER, job, fixed) == []
+
+
 def test_one_f_one_b_accepts_fewer_microbatches_than_stages() -> None:
     # Megatron's non-interleaved 1F1B runs with m < pp (all warmup), so no rule fires.
     specs = Change(plan={"vpp": 1, "schedule": "1f1b"}, job={"global_batch_size": 16}).specs()
