@@ -102,13 +102,25 @@ def summary_line(ranked: RankedPlan) -> str:
     )
 
 
+ROUNDING_FRACTION = 1e-9
+"""Share of the iteration time below which a phase's seconds are floating-point rounding
+of the schedule's sums and differences (a bubble of 1e-14 s), shown as 0 and left out."""
+
+
+def seconds_text(seconds: float, iteration_s: float) -> str:
+    """``seconds`` to three significant digits, 0 when within `ROUNDING_FRACTION` of the
+    iteration time ``iteration_s``."""
+    return "0" if abs(seconds) <= ROUNDING_FRACTION * iteration_s else f"{seconds:.3g}"
+
+
 def breakdown_lines(estimate: Estimate) -> list[str]:
-    """Each non-zero phase with seconds and share of the iteration."""
+    """Each phase above rounding (`ROUNDING_FRACTION`) with seconds and share of the
+    iteration."""
     total = estimate.iteration_time_s
     parts = [
         f"{name} {seconds:.3g} s ({seconds / total:.0%})"
         for name, seconds in estimate.breakdown.as_dict().items()
-        if seconds > 0
+        if seconds > ROUNDING_FRACTION * total
     ]
     return ["  breakdown: " + ", ".join(parts)]
 
@@ -142,8 +154,10 @@ def comparison_lines(
     faster = winner.estimate.tokens_per_s / runner_up.estimate.tokens_per_s - 1
     # Differences below 0.01% of the iteration are rounding, not a reason.
     noise = 1e-4 * winner.estimate.iteration_time_s
+    scale = winner.estimate.iteration_time_s
     parts = [
-        f"{group} {a[group]:.3g} s vs {b[group]:.3g} s ({delta:+.3g} s)"
+        f"{group} {seconds_text(a[group], scale)} s vs {seconds_text(b[group], scale)} s "
+        f"({delta:+.3g} s)"
         for delta, group in diffs[:limit]
         if abs(delta) > noise
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from planner.explain import explain, knob_differences
+from planner.explain import breakdown_lines, comparison_lines, explain, knob_differences
 from planner.search import search_plans
 from planner.space import SearchSpace
 from profiles import load_profile
@@ -46,3 +46,20 @@ def test_a_moe_model_compares_its_expert_tensor_parallelism():
     assert "etp 2 vs 1" in knob_differences(a, b)
     assert "etp 2 vs 1" not in knob_differences(a, b, experts=False)
     assert "tp 2 vs 1" in knob_differences(a, b, experts=False)
+
+
+def test_rounding_residues_of_the_schedule_print_as_zero():
+    # A pipeline-free plan's bubble can come out of the schedule's sums as ~1e-14 s.
+    result = _with_winner_and_runner_up_of_different_tp("tiny")
+
+    def with_bubble(ranked, bubble_s):
+        breakdown = dataclasses.replace(ranked.estimate.breakdown, bubble_s=bubble_s)
+        return dataclasses.replace(
+            ranked, estimate=dataclasses.replace(ranked.estimate, breakdown=breakdown)
+        )
+
+    winner = with_bubble(result.top[0], 8.88e-15)
+    runner_up = with_bubble(result.top[1], result.top[1].estimate.iteration_time_s)
+    assert "bubble" not in breakdown_lines(winner.estimate)[0]
+    compared = comparison_lines(winner, runner_up)[0]
+    assert "bubble 0 s vs" in compared and "e-15" not in compared
