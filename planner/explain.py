@@ -23,7 +23,7 @@ from costmodel.memory import peak_memory_bytes
 from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
-from specs.formats import gib, percent
+from specs.formats import ROUNDING_FRACTION, gib, percent, shown_seconds
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params
@@ -102,17 +102,6 @@ def summary_line(ranked: RankedPlan) -> str:
     )
 
 
-ROUNDING_FRACTION = 1e-9
-"""Share of the iteration time below which a phase's seconds are floating-point rounding
-of the schedule's sums and differences (a bubble of 1e-14 s), shown as 0 and left out."""
-
-
-def seconds_text(seconds: float, iteration_s: float) -> str:
-    """``seconds`` to three significant digits, 0 when within `ROUNDING_FRACTION` of the
-    iteration time ``iteration_s``."""
-    return "0" if abs(seconds) <= ROUNDING_FRACTION * iteration_s else f"{seconds:.3g}"
-
-
 def breakdown_lines(estimate: Estimate) -> list[str]:
     """Each phase above rounding (`ROUNDING_FRACTION`) with seconds and share of the
     iteration."""
@@ -156,7 +145,7 @@ def comparison_lines(
     noise = 1e-4 * winner.estimate.iteration_time_s
     scale = winner.estimate.iteration_time_s
     parts = [
-        f"{group} {seconds_text(a[group], scale)} s vs {seconds_text(b[group], scale)} s "
+        f"{group} {shown_seconds(a[group], scale):.3g} s vs {shown_seconds(b[group], scale):.3g} s "
         f"({delta:+.3g} s)"
         for delta, group in diffs[:limit]
         if abs(delta) > noise

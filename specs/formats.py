@@ -25,3 +25,14 @@ def gib(value_bytes: float, *, signed: bool = False) -> str:
     sign = "+" if signed else ""
     spec = f"{sign}.1f" if abs(value) >= 10 else f"{sign}.3g"
     return f"{value:{spec}} GiB"
+
+
+ROUNDING_FRACTION = 1e-9
+"""Share of the iteration time below which a phase's seconds are floating-point rounding
+of the schedule's sums and differences (a bubble of 1e-14 s), shown as 0."""
+
+
+def shown_seconds(seconds: float, iteration_s: float) -> float:
+    """``seconds`` as tables and text show a phase of an ``iteration_s`` iteration: 0.0 when
+    within `ROUNDING_FRACTION` of the iteration time, else unchanged (JSON keeps the value)."""
+    return 0.0 if abs(seconds) <= ROUNDING_FRACTION * iteration_s else seconds

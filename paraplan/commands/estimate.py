@@ -24,7 +24,7 @@ from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json, print_table
 from profiles.store import load_profile
 from specs.errors import SpecError
-from specs.formats import percent
+from specs.formats import percent, shown_seconds
 from specs.rules import check_plan
 
 if TYPE_CHECKING:
@@ -109,7 +109,10 @@ def _print_summary(title: str, est: Estimate) -> None:
     print_table(
         f"where the time goes (critical stage {est.critical_stage})",
         ("phase", "seconds", "share"),
-        [(phase, s, percent(s / total)) for phase, s in est.breakdown.as_dict().items()],
+        [
+            (phase, shown_seconds(s, total), percent(shown_seconds(s, total) / total))
+            for phase, s in est.breakdown.as_dict().items()
+        ],
     )
     shown = [p for p in MEMORY_PARTS if any(getattr(s, f"{p}_bytes") for s in est.memory)]
     rows = []

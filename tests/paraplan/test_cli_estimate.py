@@ -87,3 +87,21 @@ def test_the_runtime_is_chosen_by_flag_printed_and_in_the_json(capsys):
     assert code == 0 and "(runtime torch)" in out
     with pytest.raises(SystemExit):
         run(capsys, "--runtime", "torch_native")
+
+
+def test_schedule_rounding_residues_print_as_zero(capsys):
+    # DeepSeek-V3 on pp 1 with Megatron-FSDP: the schedule's sums leave a bubble of a few
+    # 1e-15 s, which the JSON keeps and the table shows as 0.
+    argv = [
+        *("--model", "deepseek-v3", "--hardware", "gb200-nvl72", "--num-gpus", "256"),
+        *("--seq-len", "4096", "--global-batch", "4096", "--ep", "64", "--use-megatron-fsdp"),
+        *("--recompute", "selective", "--recompute-modules", "mla_up_proj"),
+    ]
+    parser = argparse.ArgumentParser(prog="paraplan estimate")
+    estimate.add_arguments(parser)
+    assert estimate.run(parser.parse_args([*argv, "--json"])) == 0
+    bubble = json.loads(capsys.readouterr().out)["breakdown"]["bubble"]
+    assert abs(bubble) < 1e-9
+    assert estimate.run(parser.parse_args(argv)) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "bubble" in line)
+    assert "e-" not in row and " 0 " in row

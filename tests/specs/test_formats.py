@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specs.formats import GIB_BYTES, gib, percent
+from specs.formats import GIB_BYTES, gib, percent, shown_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 PRINTING_ROOMS = ("paraplan", "planner", "reports", "costmodel", "executor", "profiles", "bench")
@@ -68,3 +68,9 @@ def test_no_mfu_is_formatted_by_hand() -> None:
 )
 def test_the_scan_sees_a_hand_format(source: str) -> None:
     assert hand_formatted_mfu(source, "case.py") == [1]
+
+
+def test_shown_seconds_drops_rounding_residues_only() -> None:
+    assert shown_seconds(8.88e-15, 15.9) == 0.0
+    assert shown_seconds(-3e-15, 15.9) == 0.0
+    assert shown_seconds(0.0288, 15.9) == 0.0288
