@@ -9,6 +9,8 @@ d98e8a64 of NVIDIA/Megatron-LM):
   ignored, §1.3).
 - `--max-position-embeddings` must be >= `--seq-length`; rope has no table, so the exported
   value is max(model value, seq length).
+- Sliding-window layers and attention sinks: `--window-size`, `--window-attn-skip-freq`,
+  `--softmax-type learnable` (`window_arguments`), so the run attends as the estimate priced.
 - Leading dense layers (DeepSeek's `first_k_dense_replace`) become a `--moe-layer-freq`
   pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
 - Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
@@ -113,6 +115,24 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--add-qkv-bias")
     if model.mtp_num_layers:
         args += ["--mtp-num-layers", str(model.mtp_num_layers)]
+    return args + window_arguments(model)
+
+
+def window_arguments(model: ModelSpec) -> list[str]:
+    """Sliding-window attention and attention sinks: `--window-size W-1,0` (Megatron's
+    window counts the keys left of the query, Hugging Face's `sliding_window` includes the
+    query), `--window-attn-skip-freq N` (layer n, 1-based, is windowed iff n % N != 0,
+    `is_layer_window_attention` in megatron/core/transformer/utils.py, the same layers as
+    `ModelSpec.sliding_window_every`), `--softmax-type learnable` for per-head sink logits
+    (Megatron-LM examples/gptoss/02_train.sh; Megatron-Bridge gpt_oss_bridge.py)."""
+    args = []
+    if model.sliding_window is not None:
+        args += [
+            "--window-size", f"{model.sliding_window - 1},0",
+            "--window-attn-skip-freq", str(model.sliding_window_every),
+        ]  # fmt: skip
+    if model.attention_sinks:
+        args += ["--softmax-type", "learnable"]
     return args
 
 

@@ -81,6 +81,10 @@ def megatron_parser() -> argparse.ArgumentParser:
         default="learned_absolute",
     )  # fmt: skip
     p.add_argument("--moe-layer-freq", type=_moe_freq, default=1)
+    # tuple_type and moe_freq_type of arguments.py; softmax_type of TransformerConfig
+    p.add_argument("--window-size", type=lambda x: tuple(int(i) for i in x.strip("()").split(",")))
+    p.add_argument("--window-attn-skip-freq", type=_moe_freq)
+    p.add_argument("--softmax-type", choices=["vanilla", "off-by-one", "learnable"])
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
     p.add_argument("--moe-expert-capacity-factor", type=float)
     p.add_argument("--cp-comm-type", choices=["p2p", "a2a", "all_gather", "a2a+p2p"])
@@ -258,6 +262,19 @@ def test_golden_deepseek_leading_dense_layers() -> None:
     assert args.moe_shared_expert_intermediate_size == 2048
     assert (args.recompute_method, args.recompute_num_layers) == ("block", 30)
     assert "--group-query-attention" not in megatron_arguments(bundle)  # MLA has no groups
+
+
+def test_golden_gpt_oss_sliding_window_and_sinks() -> None:
+    # GPT-OSS: sliding_window 128 on even layers, full attention on odd ones, learned sinks
+    # (Hugging Face config; Megatron-LM examples/gptoss/02_train.sh: --window-size 127,0
+    # --window-attn-skip-freq 2 --softmax-type learnable).
+    bundle = _bundle("gpt-oss-120b", 64, 8192, 512, ep=8, distributed_optimizer=True)
+    args = _parsed(bundle)
+    assert args.window_size == (127, 0) and args.window_attn_skip_freq == 2
+    assert args.softmax_type == "learnable"
+    windowed = [n % args.window_attn_skip_freq != 0 for n in range(1, args.num_layers + 1)]
+    assert windowed == list(bundle.model.window_layer_mask())
+    assert "--window-size" not in megatron_arguments(_bundle("llama3-8b", 8, 4096, 64))
 
 
 def test_moe_layer_freq_with_stride_and_prefix() -> None:
