@@ -161,7 +161,7 @@ def layers_divisible_by_pp(
     number of layers, the embedding and loss counted as one layer each when their
     account-for flag is set (megatron-facts.md §8.3 rule 5). First/last stage counts and a
     layout replace the even split (`specs.rules_pipeline`); the fix offers equal first/last
-    counts, else a `balanced_layout` when no equal counts leave whole chunks."""
+    counts, else, when neither they nor the account-for flags divide, a `balanced_layout`."""
     problem = even_split_problem(model, plan)
     if problem is None or problem[0] != "layers_divisible_by_pp":
         return None
@@ -182,7 +182,7 @@ def layers_divisible_by_pp(
             f"decoder_first_pipeline_num_layers={x} and decoder_last_pipeline_num_layers={x} "
             f"({middle} per middle stage)"
         )
-    elif layout is not None:
+    if len(fixes) == 1 and layout is not None:  # nothing but another pp
         fixes.append(
             f"pipeline_model_parallel_layout={layout!r} (--pipeline-model-parallel-layout)"
         )
