@@ -535,6 +535,26 @@ def _write_sizing_outputs(
         (out / "plan.json").write_text(dumps(bundle) + "\n")
 
 
+SIZING_FLAGS = ("days", "max_gpus", "budget", "gpu_hour_usd")
+"""The goal and price flags of the sizing form; they mean nothing without ``--tokens``."""
+
+
+def refuse_sizing_flags_without_tokens(args: argparse.Namespace) -> None:
+    """SpecError naming the sizing flags given without ``--tokens`` (a search on a fixed
+    ``--num-gpus`` would otherwise ignore them)."""
+    given = [
+        f"--{name.replace('_', '-')} {getattr(args, name):g}"
+        for name in SIZING_FLAGS
+        if getattr(args, name) is not None
+    ]
+    if given:
+        raise SpecError(
+            f"{', '.join(given)} only apply to cluster sizing: add --tokens T (the token "
+            "budget) and drop --num-gpus to size the cluster, or drop them to search plans on "
+            "--num-gpus N"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.candidates_limit < 0:
         raise SpecError(
@@ -543,6 +563,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.tokens is not None:
         return _run_sizing(args)
+    refuse_sizing_flags_without_tokens(args)
     if args.num_gpus is None:
         raise SpecError("give --num-gpus N, or --tokens T with --days, --max-gpus or --budget")
     return _run_search(args)

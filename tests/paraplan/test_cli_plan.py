@@ -219,3 +219,15 @@ def test_plan_prints_its_runtime_and_takes_the_flag(capsys) -> None:
     )
     data = json.loads(out)
     assert code == 0 and data["runtime"] == "torch" and data["best"]["runtime"] == "torch"
+
+
+@pytest.mark.parametrize(
+    "goal", [["--days", "3"], ["--budget", "1000", "--gpu-hour-usd", "2"], ["--max-gpus", "64"]]
+)
+def test_sizing_goals_without_tokens_are_refused_not_ignored(goal: list[str]) -> None:
+    # A search on a fixed --num-gpus has no use for a deadline, a budget or a price.
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    args = parser.parse_args([*BASE, "--num-gpus", "8", *goal])
+    with pytest.raises(SpecError, match=f"{goal[0]} .*only apply to cluster sizing: add --tokens"):
+        plan_command.run(args)
