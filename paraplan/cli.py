@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from paraplan.commands import COMMAND_HELP
+from paraplan.flags import name_flags
 from specs.errors import SpecError
 
 PROG = "paraplan"
@@ -90,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except SpecError as exc:
-        sys.stderr.write(f"{PROG} {args.command}: error: {exc}\n")
+        sys.stderr.write(f"{PROG} {args.command}: error: {name_flags(str(exc), args)}\n")
         return 2
     except BrokenPipeError:
         # the reader of our stdout (e.g. `| head`) went away: not an error of ours

@@ -79,8 +79,8 @@ def test_check_readable_output(capsys) -> None:
     ("argv", "needle"),
     [
         (["check", "--model", "llama9-1b", *CHECK[3:]], "unknown model preset 'llama9-1b'"),
-        ([*CHECK, "--tp", "-2"], "tp must be a positive integer"),
-        ([*CHECK[:-2], "--global-batch", "0"], "global_batch_size must be a positive integer"),
+        ([*CHECK, "--tp", "-2"], "must be a positive integer, got -2"),
+        ([*CHECK[:-2], "--global-batch", "0"], "global_batch_size) must be a positive integer"),
         ([*CHECK, "--tp", "two"], "invalid int value"),
     ],
 )
@@ -89,6 +89,20 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], needle: str) 
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        ([*CHECK, "--tp", "-2"], "--tp (ParallelPlan.tp)"),
+        ([*CHECK[:-2], "--global-batch", "0"], "--global-batch (TrainingJob.global_batch_size)"),
+        ([*CHECK[:-4], "--seq-len", "0", *CHECK[-2:]], "--seq-len (TrainingJob.seq_length)"),
+        ([*CHECK, "--mbs", "0"], "--mbs (ParallelPlan.micro_batch_size)"),
+    ],
+)
+def test_out_of_range_values_name_their_flag(capsys, argv: list[str], flag: str) -> None:
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and flag in err
 
 
 def test_malformed_model_json_is_exit_2(capsys, tmp_path: Path) -> None:

@@ -1,0 +1,43 @@
+"""The command-line flag behind each spec field, so that an out-of-range value is reported
+with the flag the user typed (``--seq-len (TrainingJob.seq_length) must be a positive
+integer, got 0``) instead of only the spec field.
+
+Imports nothing beyond the standard library: `paraplan.cli` uses it for every error line and
+stays light for ``--help`` and input errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+FIELD_DESTS: dict[str, str] = {
+    "TrainingJob.seq_length": "seq_len",
+    "TrainingJob.global_batch_size": "global_batch",
+    "ClusterSpec.num_gpus": "num_gpus",
+    "ClusterSpec.gpus_per_node": "gpus_per_node",
+    "ParallelPlan.tp": "tp",
+    "ParallelPlan.pp": "pp",
+    "ParallelPlan.vpp": "vpp",
+    "ParallelPlan.cp": "cp",
+    "ParallelPlan.ep": "ep",
+    "ParallelPlan.etp": "etp",
+    "ParallelPlan.micro_batch_size": "mbs",
+    "ParallelPlan.recompute_num_layers": "recompute_num_layers",
+    "ParallelPlan.ddp_bucket_size": "bucket_size",
+    "ParallelPlan.cpu_offloading_num_layers": "cpu_offloading_num_layers",
+    "ParallelPlan.decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
+    "ParallelPlan.decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
+    "SearchSpace.max_micro_batch_size": "max_mbs",
+}
+"""Spec field (``Class.field``, as `SpecError` messages name it) -> argparse dest of the flag
+that sets it in `check`, `estimate` and `plan`."""
+
+
+def name_flags(message: str, args: argparse.Namespace) -> str:
+    """``message`` with every spec field that a flag of this command set prefixed by that
+    flag; fields the command read from a file (`export`, `execute`) stay as they are."""
+    for field, dest in FIELD_DESTS.items():
+        if field in message and getattr(args, dest, None) is not None:
+            flag = "--" + dest.replace("_", "-")
+            message = message.replace(field, f"{flag} ({field})", 1)
+    return message
