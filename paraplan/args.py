@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
+from paraplan.flags import spellings
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.loading import load_model
 
@@ -52,9 +53,12 @@ def add_problem_args(
     g.add_argument(
         "--gpus-per-node", type=int, default=None, help="GPUs per node (default: the profile's)"
     )
-    g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
+    g.add_argument(*spellings("--seq-len"), type=int, required=True, help="tokens per sequence")
     g.add_argument(
-        "--global-batch", type=int, required=True, help="sequences per iteration (whole job)"
+        *spellings("--global-batch"),
+        type=int,
+        required=True,
+        help="sequences per iteration (whole job)",
     )
     g.add_argument(
         "--precision", choices=("bf16", "fp8", "fp32"), default="bf16", help="default: bf16"
@@ -64,23 +68,35 @@ def add_problem_args(
 def add_plan_args(parser: argparse.ArgumentParser) -> None:
     """The parallel plan knobs; dp is derived as num_gpus / (tp·pp·cp)."""
     g = parser.add_argument_group("parallel plan (dp = num_gpus / (tp*pp*cp))")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
-    g.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1)")
+    g.add_argument(*spellings("--tp"), type=int, default=1, help="tensor-parallel size (default 1)")
+    g.add_argument(*spellings("--pp"), type=int, default=1, help="pipeline stages (default 1)")
     g.add_argument(
-        "--vpp", type=int, default=1, help="model chunks per pipeline rank; >1 = interleaved"
+        *spellings("--vpp"),
+        type=int,
+        default=1,
+        help="model chunks per pipeline rank; >1 = interleaved",
     )
-    g.add_argument("--cp", type=int, default=1, help="context-parallel size (default 1)")
-    g.add_argument("--ep", type=int, default=1, help="expert-parallel size (default 1)")
-    g.add_argument("--etp", type=int, default=None, help="expert tensor-parallel size (default tp)")
-    g.add_argument("--mbs", type=int, default=1, help="micro-batch size in sequences (default 1)")
     g.add_argument(
-        "--sp",
+        *spellings("--cp"), type=int, default=1, help="context-parallel size (default 1)"
+    )
+    g.add_argument(*spellings("--ep"), type=int, default=1, help="expert-parallel size (default 1)")
+    g.add_argument(
+        *spellings("--etp"), type=int, default=None, help="expert tensor-parallel size (default tp)"
+    )
+    g.add_argument(
+        *spellings("--mbs"), type=int, default=1, help="micro-batch size in sequences (default 1)"
+    )
+    g.add_argument(
+        *spellings("--sp"),
         action=argparse.BooleanOptionalAction,
         default=False,
         help="Megatron sequence parallel over the TP group (default off, as in Megatron)",
     )
     g.add_argument(
-        "--recompute", choices=("none", "selective", "full"), default="none", help="default none"
+        *spellings("--recompute"),
+        choices=("none", "selective", "full"),
+        default="none",
+        help="default none",
     )
     g.add_argument(
         "--recompute-num-layers",
@@ -108,7 +124,7 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         "offloaded (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act)",
     )
     g.add_argument(
-        "--dist-opt",
+        *spellings("--dist-opt"),
         action=argparse.BooleanOptionalAction,
         default=False,
         help="distributed optimizer (shard optimizer state over dp*cp)",
@@ -124,7 +140,9 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --use-megatron-fsdp: what is sharded (default optim_grads_params, as Megatron)",
     )
-    g.add_argument("--bucket-size", type=int, default=None, help="gradient bucket in parameters")
+    g.add_argument(
+        *spellings("--bucket-size"), type=int, default=None, help="gradient bucket in parameters"
+    )
     g.add_argument("--overlap-grad-reduce", action="store_true", help="overlap DP grad reduce")
     g.add_argument("--overlap-param-gather", action="store_true", help="overlap param all-gather")
     g.add_argument("--tp-comm-overlap", action="store_true", help="overlap TP comm with GEMMs")

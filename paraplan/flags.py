@@ -41,3 +41,29 @@ def name_flags(message: str, args: argparse.Namespace) -> str:
             flag = "--" + dest.replace("_", "-")
             message = message.replace(field, f"{flag} ({field})", 1)
     return message
+
+
+MEGATRON_SPELLINGS: dict[str, str] = {
+    "--seq-len": "--seq-length",
+    "--global-batch": "--global-batch-size",
+    "--tp": "--tensor-model-parallel-size",
+    "--pp": "--pipeline-model-parallel-size",
+    "--vpp": "--num-virtual-stages-per-pipeline-rank",
+    "--cp": "--context-parallel-size",
+    "--ep": "--expert-model-parallel-size",
+    "--etp": "--expert-tensor-parallel-size",
+    "--mbs": "--micro-batch-size",
+    "--sp": "--sequence-parallel",
+    "--dist-opt": "--use-distributed-optimizer",
+    "--bucket-size": "--ddp-bucket-size",
+    "--recompute": "--recompute-granularity",
+}
+"""paraplan's short flag -> the Megatron-LM argument of the same meaning
+(`megatron/training/arguments.py`), accepted as an alias by `check`, `estimate` and `plan`
+so that a Megatron launch line's parallel arguments can be pasted as they are."""
+
+
+def spellings(flag: str) -> tuple[str, ...]:
+    """``flag`` and, when it has one, its Megatron-LM alias (`MEGATRON_SPELLINGS`)."""
+    alias = MEGATRON_SPELLINGS.get(flag)
+    return (flag,) if alias is None else (flag, alias)

@@ -35,6 +35,7 @@ from paraplan.args import (
     options_from_args,
 )
 from paraplan.commands import COMMAND_HELP
+from paraplan.flags import spellings
 from paraplan.output import DeferredProgress, print_json, print_table
 from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
@@ -113,8 +114,8 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         ),
         ("--bucket-size", "DDP gradient bucket (parameters; 0: Megatron's default)"),
     ):
-        g.add_argument(flag, type=int, default=None, help=text)
-    g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+        g.add_argument(*spellings(flag), type=int, default=None, help=text)
+    g.add_argument(*spellings("--recompute"), choices=("none", "selective", "full"), default=None)
     g.add_argument("--recompute-method", choices=("uniform", "block"), default=None)
     g.add_argument(
         "--recompute-modules",
@@ -145,7 +146,9 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         ("--overlap-param-gather", "overlap parameter all-gather"),
         ("--tp-comm-overlap", "overlap TP communication with GEMMs"),
     ):
-        g.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        g.add_argument(
+            *spellings(flag), action=argparse.BooleanOptionalAction, default=None, help=text
+        )
     add_split_args(g, searched=True)
 
 

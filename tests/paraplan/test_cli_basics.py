@@ -152,3 +152,23 @@ def test_docs_name_every_command_and_flag() -> None:
                     # a switch's --no- form is documented with the switch ("each with its
                     # `--no-` form")
                     assert f"`--{flag.removeprefix('--').removeprefix('no-')}" in docs, (name, flag)
+
+
+def test_megatron_spellings_are_aliases_of_the_plan_flags(capsys) -> None:
+    # The parallel arguments of a Megatron-LM launch line (arguments.py spellings).
+    megatron = [
+        *("estimate", "--model", "llama3-70b", "--num-gpus", "64", "--seq-length", "8192"),
+        *("--global-batch-size", "128", "--tensor-model-parallel-size", "4"),
+        *("--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank", "2"),
+        *("--micro-batch-size", "1", "--sequence-parallel", "--use-distributed-optimizer"),
+        *("--recompute-granularity", "selective", "--json"),
+    ]
+    short = [
+        *("estimate", "--model", "llama3-70b", "--num-gpus", "64", "--seq-len", "8192"),
+        *("--global-batch", "128", "--tp", "4", "--pp", "4", "--vpp", "2", "--mbs", "1"),
+        *("--sp", "--dist-opt", "--recompute", "selective", "--json"),
+    ]
+    code, out, err = run_cli(capsys, *megatron)
+    assert code == 0, err
+    code_short, out_short, _ = run_cli(capsys, *short)
+    assert code_short == 0 and out == out_short
