@@ -26,7 +26,7 @@ def test_narrow_terminal_wraps_and_never_cuts() -> None:
     body = [line for line in lines if line.startswith("│")]
     columns = zip(*(b.split("│")[1:-1] for b in body), strict=True)
     cells = ["".join(parts).replace(" ", "") for parts in columns]
-    assert cells == ["8", "full:uniform", "1527305", "67.7%", "61.2"]
+    assert cells == ["8", "full:uniform", "1,527,305", "67.7%", "61.2"]
 
 
 def test_piped_table_takes_its_natural_width(capsys) -> None:
@@ -34,7 +34,7 @@ def test_piped_table_takes_its_natural_width(capsys) -> None:
     assert not console.is_terminal or console.width >= 120
     console.print(build_table("t", COLUMNS, ROWS))
     out = capsys.readouterr().out
-    assert "tokens/s" in out and "full:uniform" in out and "1527305" in out and "…" not in out
+    assert "tokens/s" in out and "full:uniform" in out and "1,527,305" in out and "…" not in out
 
 
 def test_progress_shows_on_a_terminal_after_the_delay() -> None:
