@@ -91,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
 def _print_summary(title: str, est: Estimate) -> None:
     from costmodel.estimate import MEMORY_PARTS, stage_memory_parts_gib
 
+    # The plan line is printed whole (a table title would wrap it at the table's width).
+    print(title)
     print_table(
-        title,
+        "",
         ("quantity", "value"),
         [
             ("iteration time (s)", est.iteration_time_s),

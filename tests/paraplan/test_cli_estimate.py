@@ -49,6 +49,10 @@ def test_readable_summary(capsys):
     code, out = run(capsys, "--tp", "2", "--pp", "2", "--vpp", "2", "--recompute", "selective")
     assert code == 0
     assert "iteration time" in out and "where the time goes" in out and "memory per rank" in out
+    # the plan line is one line, never wrapped at the summary table's width
+    assert out.splitlines()[0] == (
+        "llama3-8b on 16 x h100-sxm-80gb: tp2 pp2 vpp2 dp4 mbs1 rc-sel (runtime megatron)"
+    )
 
 
 def test_materialized_attention_is_slower(capsys):
