@@ -12,6 +12,7 @@ from typing import Any
 
 from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
 from paraplan.flags import spellings
+from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.loading import load_model
 
@@ -40,8 +41,8 @@ def add_problem_args(
         "--hardware",
         required=hardware_required,
         default=None if hardware_required else DEFAULT_HARDWARE,
-        help="stored hardware profile name or a path to a profile JSON"
-        + ("" if hardware_required else f" (default: {DEFAULT_HARDWARE})"),
+        help=f"stored hardware profile name ({', '.join(stored_profile_names())}) or a path "
+        "to a profile JSON" + ("" if hardware_required else f" (default: {DEFAULT_HARDWARE})"),
     )
     g.add_argument(
         "--num-gpus",

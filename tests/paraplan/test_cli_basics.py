@@ -172,3 +172,14 @@ def test_megatron_spellings_are_aliases_of_the_plan_flags(capsys) -> None:
     assert code == 0, err
     code_short, out_short, _ = run_cli(capsys, *short)
     assert code_short == 0 and out == out_short
+
+
+def test_hardware_help_lists_the_stored_profiles() -> None:
+    # There is no `profiles` command: the --hardware help is where the names are found.
+    from profiles.store import stored_profile_names
+
+    parser = build_parser(("estimate",))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    text = " ".join(sub.choices["estimate"].format_help().split())
+    names = stored_profile_names()
+    assert "gb200-nvl72" in names and all(name in text for name in names)
