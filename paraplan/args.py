@@ -103,7 +103,8 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         "--recompute-num-layers",
         type=int,
         default=None,
-        help="with --recompute full: layers per stage recomputed (default all)",
+        help="with --recompute full: layers per pipeline chunk (block) or per recompute group "
+        "(uniform), as Megatron's --recompute-num-layers (default: every layer)",
     )
     g.add_argument(
         "--recompute-modules",

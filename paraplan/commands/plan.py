@@ -106,7 +106,11 @@ def add_knob_args(parser: argparse.ArgumentParser) -> None:
         ("--ep", "expert-parallel size"),
         ("--etp", "expert tensor-parallel size"),
         ("--mbs", "micro-batch size (sequences)"),
-        ("--recompute-num-layers", "layers per chunk recomputed (full recompute)"),
+        (
+            "--recompute-num-layers",
+            "with full recompute: layers per pipeline chunk (block) or per recompute group "
+            "(uniform), as Megatron's --recompute-num-layers",
+        ),
         (
             "--cpu-offloading-num-layers",
             "layers whose activations are offloaded to host memory (pp 1, no recompute; "

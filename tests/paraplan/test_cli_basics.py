@@ -183,3 +183,14 @@ def test_hardware_help_lists_the_stored_profiles() -> None:
     text = " ".join(sub.choices["estimate"].format_help().split())
     names = stored_profile_names()
     assert "gb200-nvl72" in names and all(name in text for name in names)
+
+
+def test_recompute_num_layers_help_agrees_between_estimate_and_plan() -> None:
+    # Megatron counts --recompute-num-layers per model chunk (block) or per group (uniform),
+    # which is what the rule recompute_num_layers_within_chunk checks; never "per stage".
+    parser = build_parser(("estimate", "plan"))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("estimate", "plan"):
+        text = " ".join(sub.choices[name].format_help().split())
+        help_text = text[text.index("--recompute-num-layers RECOMPUTE_NUM_LAYERS with") :][:200]
+        assert "per pipeline chunk (block) or per recompute group (uniform)" in help_text, name
