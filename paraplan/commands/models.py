@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
+    # multi-latent attention has one compressed KV latent, no KV groups
     columns = ("model", "layers", "hidden", "heads", "kv groups", "experts", "total", "active")
     table = [
         (
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             r["num_layers"],
             r["hidden_size"],
             r["num_attention_heads"],
-            r["num_query_groups"],
+            "MLA" if get_preset(r["name"]).uses_mla else r["num_query_groups"],
             f"{r['num_experts']} (top {r['moe_top_k']})" if r["num_experts"] else "-",
             human_count(r["params_total"]),
             human_count(r["params_active"]),

@@ -50,6 +50,13 @@ def test_models_json_lists_every_preset(capsys) -> None:
 def test_models_table(capsys) -> None:
     code, out, _ = run_cli(capsys, "models")
     assert code == 0 and "llama3.1-405b" in out and "deepseek-v3" in out
+    # DeepSeek-V3 and Kimi-K2 use multi-latent attention: no KV groups to show (config.json)
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[5].strip()
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+    assert rows["deepseek-v3"] == "MLA" and rows["kimi-k2"] == "MLA" and rows["llama3-8b"] == "8"
 
 
 def test_check_valid_plan(capsys) -> None:
