@@ -229,7 +229,12 @@ def markdown(result: dict) -> str:
         "published figures show no per-iteration fixed cost (the 25.11 B200 row runs at its "
         "recipe's EP 64 time per microbatch, not its printed EP 8's), and what is left grows "
         "with the microbatches and most where the recipe runs attention and router eagerly "
-        "(GB200 publishes 1.23x GB300's time on the same plan, the model 1.01x).",
+        "(GB200 publishes 1.23x GB300's time on the same plan, the model 1.01x). Not the "
+        "attention backend (Transformer Engine's unfused fallback would hold 860-1,710 GiB "
+        "per GPU, the cuDNN kernel with sinks runs them), nor the eager attention block's "
+        "host launches (0.1 s at most, on one row), nor the attention core (priced at full "
+        "causal cost on the windowed layers too, 2 ms of one layer's 17 ms per microbatch: "
+        "`bench/gpt_oss_attention.py`).",
         "- Qwen3 30B-A3B and 235B-A22B: with TE's per-expert quantization, the fused grouped "
         "MLP of the 26.06 recipes and the forward host floor after the dropless token-count "
         "synchronization priced, the 30B rows on Blackwell Ultra (B300, GB300, micro-batch 8) "
