@@ -8,8 +8,10 @@ searches only the plan features those options implement (`SearchSpace.for_runtim
 sequence parallelism, distributed optimizer or selective recompute in 2021), so the
 comparison is between plans the same software could run:
 - claimed speedup: the pick's predicted tokens/s over the recipe's;
-- recipe rank: 1 + the number of the planner's simulated plans predicted faster than the
-  recipe (``top_k + 1`` when it falls behind the whole list);
+- recipe rank: the recipe's place when it is put into the planner's own order of its
+  simulated plans (`planner.ranking.order_plans`: fastest first, the simpler plan first
+  among plans within `RANK_TOLERANCE` of each other; ``top_k + 1`` when it falls behind the
+  whole list);
 - the same rank counting only the plans predicted more than `TIE_TOLERANCE` faster
   (``*_rank_within_error``): a plan within the cost model's own error of the recipe is not
   shown to be faster, so it ties with the recipe; the plain rank stays beside it;
@@ -31,30 +33,40 @@ import statistics
 
 from published_rows import NotExpressible, case_for_row
 
-from costmodel.estimate import estimate_plan
+from costmodel.estimate import Estimate, estimate_plan
+from planner.ranking import RANK_TOLERANCE, order_plans
 from planner.search import RankedPlan, SearchResult, search_plans
 from planner.space import SearchSpace
 from profiles.store import load_profile
 from specs.errors import SpecError
+from specs.plan import ParallelPlan
 
 TOP_K = 10
-TIE_TOLERANCE = 0.02
+TIE_TOLERANCE = RANK_TOLERANCE
 """Predicted speedup over the recipe up to which a plan ties with it in the
-``*_rank_within_error`` ranks. The cost model's signed errors on the SC21 rows, which
-differ only in their plans, spread over about ten percentage points (docs/validation.md,
-per-row table), so a predicted gain of 2% or less is not evidence that a plan is faster
-than the recipe; the band is the narrowest of those figures, not a fit."""
+``*_rank_within_error`` ranks: the planner's own tie band (`planner.ranking.RANK_TOLERANCE`,
+which gives its evidence)."""
 
 
-def _claim(result: SearchResult, recipe_tokens_per_s: float) -> tuple[RankedPlan, float, int, int]:
-    """(the pick, its tokens/s over the recipe's, the recipe's rank, its rank counting only
-    plans more than `TIE_TOLERANCE` faster) of one search."""
+def _claim(
+    result: SearchResult, recipe_plan: ParallelPlan, recipe: Estimate
+) -> tuple[RankedPlan, float, int, int]:
+    """(the pick, its tokens/s over the recipe's, the recipe's place in the planner's order,
+    its rank counting only plans more than `TIE_TOLERANCE` faster) of one search."""
     if result.best is None:
         raise NotExpressible("the planner found no fitting plan")
-    speedups = [r.estimate.tokens_per_s / recipe_tokens_per_s for r in result.top]
-    faster = sum(1 for x in speedups if x > 1)
+    entries: list[tuple[ParallelPlan, Estimate]] = [(recipe_plan, recipe)]
+    entries += [(r.plan, r.estimate) for r in result.top]
+    ordered = order_plans(
+        entries,
+        plan=lambda e: e[0],
+        tokens_per_s=lambda e: e[1].tokens_per_s,
+        peak_memory_bytes=lambda e: e[1].peak_memory_bytes,
+    )
+    rank = next(i for i, e in enumerate(ordered) if e is entries[0]) + 1
+    speedups = [r.estimate.tokens_per_s / recipe.tokens_per_s for r in result.top]
     beyond = sum(1 for x in speedups if x > 1 + TIE_TOLERANCE)
-    return result.best, speedups[0], faster + 1, beyond + 1
+    return result.best, speedups[0], rank, beyond + 1
 
 
 def sanity_row(raw: dict[str, str]) -> dict[str, object]:
@@ -67,14 +79,14 @@ def sanity_row(raw: dict[str, str]) -> dict[str, object]:
     )
     args = (case.model, case.cluster, case.job, profile)
     result = search_plans(*args, top_k=TOP_K, options=case.options)
-    pick, speedup, rank, rank_tied = _claim(result, recipe.tokens_per_s)
+    pick, speedup, rank, rank_tied = _claim(result, case.plan, recipe)
     held = {
         "recompute": case.plan.recompute,
         "recompute_num_layers": case.plan.recompute_num_layers,
         "recompute_method": case.plan.recompute_method,
     }
     same = search_plans(*args, space=SearchSpace(fixed=held), top_k=TOP_K, options=case.options)
-    same_pick, same_speedup, same_rank, same_rank_tied = _claim(same, recipe.tokens_per_s)
+    same_pick, same_speedup, same_rank, same_rank_tied = _claim(same, case.plan, recipe)
     device_gib = profile.device.memory_gib
     return {
         "row_id": raw["row_id"],

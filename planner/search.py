@@ -13,7 +13,8 @@
    space (`planner.space.recompute_module_sets`).
 3. Run the event simulator (`costmodel.estimate.estimate_plan`) on the ``top_k`` fitting
    candidates with the highest screened throughput, each re-checked with `check_plan`.
-4. Rank by the simulator's tokens per second among the plans that still fit.
+4. Order the plans that still fit by the simulator's tokens per second, the simpler plan
+   first among those within the model's resolution of each other (`planner.ranking`).
 
 When nothing fits, the ``top_k`` candidates closest to fitting (smallest screened peak
 memory) are simulated instead, for `planner.explain` to say what would make them fit.
@@ -34,6 +35,7 @@ from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
+from planner.ranking import order_plans
 from planner.screening import rows_to_simulate, screen_candidates
 from planner.space import SearchSpace, plan_from_row, recompute_module_sets
 from profiles.schema import HardwareProfile
@@ -237,9 +239,11 @@ def search_plans(
     if bounded:
         rejected[BOUND_REJECTION] = bounded
     ranked = [r for _, r in simulated]
-    top = sorted(
-        (r for r in ranked if r.fits),
-        key=lambda r: (-r.estimate.tokens_per_s, r.estimate.peak_memory_bytes),
+    top = order_plans(
+        [r for r in ranked if r.fits],
+        plan=lambda r: r.plan,
+        tokens_per_s=lambda r: r.estimate.tokens_per_s,
+        peak_memory_bytes=lambda r: r.estimate.peak_memory_bytes,
     )
     closest = () if top else tuple(sorted(ranked, key=lambda r: r.estimate.peak_memory_bytes))
     return SearchResult(
