@@ -265,8 +265,9 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
         speedup = result[f"{prefix}claimed_speedup" if not prefix else f"{prefix}speedup"]
         rank = result[f"{prefix}recipe_rank" if not prefix else f"{prefix}rank"]
         assert 1 <= rank <= sanity.TOP_K + 1
-        assert (rank == 1) == (speedup <= 1.0)
-        # within the tie band a plan does not outrank the recipe; beyond it, it still does
+        # within the tie band a plan does not outrank the recipe; beyond it, it still does;
+        # the plain rank is the recipe's place in the planner's order, where every plan
+        # beyond the band precedes it
         tied = result[
             f"{prefix}recipe_rank_within_error" if not prefix else f"{prefix}rank_within_error"
         ]
