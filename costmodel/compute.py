@@ -396,7 +396,8 @@ def attention_core_time_s(
     flash: time = FLOPs of the pass (backward 2.5 x forward) / the profile's throughput at
     ``seq_kv`` (per-chunk length under context parallelism) and ``head_dim``. When the
     profile has no attention curve for the dtype (a CPU profile, say), the causal FLOPs run
-    at the GEMM efficiency of the QKᵀ shape instead.
+    at the GEMM efficiency of the QKᵀ shape instead. The pass takes at least the
+    exponential time of `flash_exp_time_s` on profiles with an SFU rate.
 
     materialized: forward runs two batched GEMMs over the full ``seq_q x seq_kv`` square
     (the causal mask is applied to the scores, so no work is saved) and the
@@ -410,9 +411,10 @@ def attention_core_time_s(
     att_dtype = activation_dtype(precision)
     ratio = 1.0 if direction == "forward" else ATTENTION_BACKWARD_FLOPS_RATIO
     if kernel == "flash":
-        return _flash_time_s(
+        tensor_s = _flash_time_s(
             profile, causal_forward_flops * ratio, seq_kv, head_dim, att_dtype, direction
         )
+        return max(tensor_s, flash_exp_time_s(profile, causal_forward_flops, head_dim))
     dtype = gemm_dtype(att_dtype)
     batch = max(round(batch_heads), 1)
     q, kv, d = max(round(seq_q), 1), max(int(seq_kv), 1), head_dim
@@ -423,6 +425,30 @@ def attention_core_time_s(
     gemm_s = sum(batched_gemm_time_s(profile, batch, *shape, dtype) for shape in shapes)
     scores = batch_heads * seq_q * seq_kv
     return gemm_s + softmax_dropout_time_s(profile, scores, element_bytes(precision), direction)
+
+
+FLASH_FORWARD_FLOPS_PER_SCORE_HEAD_DIM = 4.0
+"""Forward tensor FLOPs of a fused-attention kernel per score element and per unit of head
+dimension: QKᵀ and P·V, 2·d each (the FlashAttention FLOP convention,
+`profiles.lookup.attention_tflops`)."""
+
+
+def flash_exp_time_s(profile: HardwareProfile, causal_forward_flops: float, head_dim: int) -> float:
+    """Seconds the special function units need for one pass of a fused-attention kernel:
+    one exponential per (causally counted) score element, forward P = exp(S - m) and
+    backward the recomputed P = exp(S - lse), at `ComputeProfile.exp_per_s`; 0 without
+    that figure.
+
+    Score elements = ``causal_forward_flops`` / (4·d). FlashAttention-4 (together.ai/blog/
+    flashattention-4) overlaps the exponentials with the MMAs in a ping-pong pipeline, so
+    `attention_core_time_s` takes the larger of this and the tensor time, not their sum;
+    the MUFU unit does 16 exponentials per clock per SM on Hopper and Blackwell alike
+    (same source), which caps a d = 64 forward on B200 near 5e12·256 = 1.28 PFLOP/s.
+    """
+    if profile.compute.exp_per_s <= 0.0 or head_dim < 1:
+        return 0.0
+    scores = causal_forward_flops / (FLASH_FORWARD_FLOPS_PER_SCORE_HEAD_DIM * head_dim)
+    return scores / profile.compute.exp_per_s
 
 
 def _flash_time_s(

@@ -196,6 +196,7 @@ B200 = Figures(
     latency8_us=B200_LATENCY8_US,
     attention=scaled_from_h100(1745.0),
     attention_kernel="FlashAttention-3 figures scaled to B200 (no B200 source)",
+    exp_per_s=5.0e12,  # SFU exponentials per second [S9]
     sources=("S6", "S8", "S16", "S17", "S23", "S26", "S27", "S30", "S33", "S37", "S43"),
     notes=(
         "Conflicts: memory 180 GB [S1][S17] vs 192 GB [S8]; HBM 8.0 vs 7.7 TB/s; fp32 80 [S1] "

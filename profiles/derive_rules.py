@@ -157,6 +157,8 @@ class Figures:
     """Devices in one NVLink domain (72 on NVL72: 18 trays of 4)."""
     generation: str
     """Architecture generation (`profiles.schema.GENERATIONS`)."""
+    exp_per_s: float = 0.0
+    """SFU exponentials per second of the device, 0 without a source."""
 
 
 def _gemm_curves(fig: Figures) -> dict[str, tuple[EfficiencyPoint, ...]]:
@@ -399,6 +401,7 @@ def build_profile(fig: Figures) -> HardwareProfile:
             attention=fig.attention,
             attention_kernel=fig.attention_kernel,
             memory_bandwidth_efficiency=MEMORY_BW_EFFICIENCY,
+            exp_per_s=fig.exp_per_s,
         ),
         communication=CommunicationProfile(backend=fig.backend, fits=_fits(fig)),
         topology=Topology(

@@ -241,8 +241,17 @@ class ComputeProfile:
     is not hidden behind device work. Near zero for GPU profiles, where launches run
     ahead of the device; measured by `paraplan profile` on CPU, where it dominates small
     operators."""
+    exp_per_s: float = 0.0
+    """Hardware exponentials per second of the special function units (MUFU) of the whole
+    device; 0 when no source gives it. Bounds the fused-attention kernel, which takes one
+    exponential per score element (`costmodel.compute.attention_core_time_s`). Blackwell
+    B200/GB200 5e12, Blackwell Ultra B300/GB300 10.7e12 (hardware.md [S9], per-GPU table)."""
 
     def __post_init__(self) -> None:
+        if self.exp_per_s < 0.0:
+            raise SpecError(
+                f"ComputeProfile.exp_per_s must be >= 0 (0: no figure), got {self.exp_per_s}"
+            )
         if not 0.0 <= self.op_overhead_s < 1.0:
             raise SpecError(
                 f"ComputeProfile.op_overhead_s must be in [0, 1) seconds, got {self.op_overhead_s}"
