@@ -15,6 +15,7 @@ from specs.errors import SpecError
 
 A100 = load_profile("a100-sxm-80gb")
 H100 = load_profile("h100-sxm-80gb")
+B200 = load_profile("b200")
 
 
 def with_overhead(profile, seconds: float):
@@ -152,6 +153,58 @@ def test_attention_without_a_curve_falls_back_to_gemm_efficiency():
     )
     rate = 312e12 * gemm_efficiency(A100, 4096, 4096, 128, "bf16")
     assert t == pytest.approx(1e12 / rate)
+
+
+def _flash(profile, head_dim: int, direction: str, precision: str = "bf16") -> float:
+    return ops.attention_core_time_s(
+        profile,
+        causal_forward_flops=1e12,
+        batch_heads=32,
+        seq_q=4096,
+        seq_kv=4096,
+        head_dim=head_dim,
+        precision=precision,
+        kernel="flash",
+        direction=direction,
+    )
+
+
+def _with_exp_rate(profile, exp_per_s: float):
+    return dataclasses.replace(
+        profile, compute=dataclasses.replace(profile.compute, exp_per_s=exp_per_s)
+    )
+
+
+def test_flash_exponentials_count_one_per_causal_score():
+    # B200 SFU: 5e12 exponentials/s (hardware.md [S9]); 1 TFLOP of causal forward
+    # attention at head dim 64 holds 1e12 / (4 * 64) scores (QK^T and PV, 2d FLOPs each).
+    assert B200.compute.exp_per_s == 5.0e12
+    assert ops.flash_exp_time_s(B200, 1e12, 64) == pytest.approx(1e12 / 256 / 5.0e12)
+    assert ops.flash_exp_time_s(B200, 1e12, 128) == pytest.approx(1e12 / 512 / 5.0e12)
+    assert ops.flash_exp_time_s(H100, 1e12, 64) == 0.0  # no sourced SFU figure
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_flash_attention_takes_the_larger_of_tensor_and_exponential_time(direction, head_dim):
+    tensor_s = _flash(_with_exp_rate(B200, 0.0), head_dim, direction)
+    exp_s = ops.flash_exp_time_s(B200, 1e12, head_dim)
+    assert _flash(B200, head_dim, direction) == pytest.approx(max(tensor_s, exp_s))
+    slow_sfu = _with_exp_rate(B200, 1e11)  # far below any tensor rate: the SFU binds
+    assert _flash(slow_sfu, head_dim, direction) == pytest.approx(
+        ops.flash_exp_time_s(slow_sfu, 1e12, head_dim)
+    )
+
+
+def test_profiles_without_an_sfu_figure_keep_their_attention_curve():
+    assert _flash(H100, 128, "forward") == pytest.approx(
+        1e12 / (attention_tflops(H100, "forward", 4096, 128, "bf16") * 1e12)
+    )
+
+
+def test_negative_exp_rate_is_rejected():
+    with pytest.raises(SpecError, match="exp_per_s"):
+        _with_exp_rate(B200, -1.0)
 
 
 def test_bad_inputs_raise_spec_error():
