@@ -1,0 +1,121 @@
+"""How much of a published MoE row's prediction the host-launch floor carries, and what its
+device work alone leaves unexplained.
+
+For each row (``--rows``, matched like `bench/validate_published.py`), at the shipped
+defaults: the published and predicted seconds, the prediction with the floor off
+(`ExecutionOptions.moe_host_launch_s` = 0: kernels, exposed communication and the pipeline
+only, "device only"), the share of the prediction the floor adds, and the published time the
+device-only prediction leaves unexplained per token and layer of the critical stage,
+(published - device only) / (microbatches x tokens of one microbatch on a rank x layers), in
+nanoseconds.
+
+Rows of one model whose device-only predictions leave the same time per token unexplained
+at every micro-batch size, while only some of them are host-bound in the prediction, are
+priced right there because the fitted launch time stands in for device work the model
+lacks, not because their host is the bottleneck. A layer captured whole in CUDA graphs
+(``--cuda-graph-scope`` of the whole layer, or ``full_iteration``) has no floor: its
+prediction is device-only.
+
+Usage: ``python bench/moe_host_share.py --rows 307,308,324,333,367``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from published_rows import case_for_row, published_iteration_time_s
+from validate_published import default_csv, read_rows
+
+from costmodel.estimate import estimate_plan
+from profiles.store import load_profile
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class HostShare:
+    """One row's prediction with and without the MoE host-launch floor (seconds)."""
+
+    row_id: str
+    label: str
+    published_s: float
+    predicted_s: float
+    device_only_s: float
+    microbatches: int
+    tokens_per_microbatch: float
+    stage_layers: int
+
+    @property
+    def floor_share(self) -> float:
+        """Share of the prediction the host-launch floor adds."""
+        return 1.0 - self.device_only_s / self.predicted_s
+
+    @property
+    def unexplained_ns_per_token_layer(self) -> float:
+        """Published time the device-only prediction does not reach, per token of a
+        microbatch on one rank and per layer of the critical stage, in nanoseconds."""
+        work = self.microbatches * self.tokens_per_microbatch * self.stage_layers
+        return (self.published_s - self.device_only_s) / work * 1e9
+
+
+def host_share(raw: dict[str, str]) -> HostShare:
+    """`HostShare` of one CSV row priced as `bench/validate_published.py` prices it."""
+    case = case_for_row(raw)
+    profile = load_profile(case.profile)
+
+    def estimate(options):
+        return estimate_plan(
+            case.model, case.cluster, case.job, case.plan, profile, options=options
+        )
+
+    full = estimate(case.options)
+    bare = estimate(dataclasses.replace(case.options, moe_host_launch_s=0.0))
+    plan = case.plan
+    return HostShare(
+        row_id=raw["row_id"],
+        label=f"{raw['model']} {raw['gpu_type'].split(' ')[0]} {raw['source_id']} {plan.label()}",
+        published_s=published_iteration_time_s(raw, case),
+        predicted_s=full.iteration_time_s,
+        device_only_s=bare.iteration_time_s,
+        microbatches=plan.num_microbatches(case.job.global_batch_size),
+        tokens_per_microbatch=case.job.seq_length * plan.micro_batch_size / plan.cp,
+        stage_layers=full.stage_times[full.critical_stage].num_layers,
+    )
+
+
+def report(shares: list[HostShare]) -> str:
+    """The rows as a text table."""
+    lines = [
+        "  row  published  predicted    error  device only    error  floor share  "
+        "unexplained ns/token/layer  row"
+    ]
+    for s in shares:
+        lines.append(
+            f"{s.row_id:>5}  {s.published_s:9.3f}  {s.predicted_s:9.3f}  "
+            f"{s.predicted_s / s.published_s - 1:+7.1%}  {s.device_only_s:11.3f}  "
+            f"{s.device_only_s / s.published_s - 1:+7.1%}  {s.floor_share:11.1%}  "
+            f"{s.unexplained_ns_per_token_layer:26.0f}  {s.label}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", required=True, help="comma-separated row ids")
+    args = parser.parse_args(argv)
+    path = default_csv()
+    if path is None:
+        print("published-runs-dev.csv not found", file=sys.stderr)
+        return 1
+    wanted = [r.strip() for r in args.rows.split(",")]
+    by_id = {raw["row_id"]: raw for raw in read_rows(path)}
+    missing = [r for r in wanted if r not in by_id]
+    if missing:
+        print(f"rows not in {path}: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    print(report([host_share(by_id[r]) for r in wanted]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
