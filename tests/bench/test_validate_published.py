@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
+from costmodel.execution import MOE_HOST_LAUNCH_S
 from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
@@ -461,3 +463,17 @@ def test_llama3_70b_megatron_fsdp_offload_recipe_fits_gb200():
     outcome, case = bench.evaluate_row(raw)
     assert case.plan.use_megatron_fsdp and case.plan.cpu_offloading_num_layers == 40
     assert outcome.fits
+
+
+def test_host_launch_flag_prices_a_host_bound_moe_row_at_the_given_time(capsys):
+    # published-runs-dev.csv row 183 (Megatron-Bridge 26.04.01, Qwen3 30B-A3B on 8 B200,
+    # micro-batch 4, EP 8): its MoE layers' host floor binds at the shipped launch time.
+    def predicted_s(*extra: str) -> float:
+        assert bench.main(["--no-fit", "--json", "--rows", "183", *extra]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        assert row["row_id"] == "183" and row["kind"] == "moe"
+        return row["predicted_s"]
+
+    shipped = predicted_s()
+    assert predicted_s("--host-launch-us", str(MOE_HOST_LAUNCH_S * 1e6)) == pytest.approx(shipped)
+    assert predicted_s("--host-launch-us", "0") < shipped
