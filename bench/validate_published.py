@@ -33,8 +33,10 @@ The fits key their per-generation factors by the profile's `DeviceSpec.generatio
 two GPU types, over every row of the CSV that prints that rate (``--rows`` does not filter
 it), and the cost model's ratio at the shipped defaults on the pairs it prices.
 
-Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]``
-(``--markdown`` writes docs/validation.md, ``--figure`` docs/validation.png).
+Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]
+[--host-launch-us US]`` (``--markdown`` writes docs/validation.md, ``--figure``
+docs/validation.png; ``--host-launch-us`` fixes the MoE host-launch time instead of fitting
+it, `fit_grid`).
 """
 
 from __future__ import annotations
@@ -101,6 +103,16 @@ the shared factor. The ``per_generation`` block of the JSON shows the single-fac
 FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID, sustained_factors=SUSTAINED_GRID)
 """The grids the fits search (`validation_stats.fit_model`); rows are priced lazily, only
 at the points the coordinate descent visits (`row_predictor`)."""
+
+
+def fit_grid(host_launch_s: float | None = None) -> FitGrid:
+    """`FIT_GRID`, or with the MoE host-launch time fixed at ``host_launch_s`` seconds (a
+    fixed input of every fit, not fitted: `validation_stats.FitGrid.host_launch_fixed`)."""
+    if host_launch_s is None:
+        return FIT_GRID
+    return dataclasses.replace(FIT_GRID, host_launch_s=(host_launch_s,))
+
+
 SC21_TABLE1 = "SC21-T1"
 SC21_TARGET = 0.10
 """Median |error| target of the SC21 Table 1 group."""
@@ -310,6 +322,16 @@ def defaults_report(outcomes: list[Outcome], apart: list[dict[str, str]]) -> dic
     )
 
 
+def at_host_launch(outcomes: list[Outcome], predict: Predict, host_s: float) -> list[Outcome]:
+    """``outcomes`` with the MoE rows re-priced at a host-launch time of ``host_s`` seconds
+    and every other option as the row has it (`validation_stats.apply_model` with no factor
+    fitted)."""
+    model = FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=host_s)
+    moe = [o for o in outcomes if o.kind == "moe"]
+    repriced = {o.row_id: o for o in apply_model(moe, predict, model)}
+    return [repriced.get(o.row_id, o) for o in outcomes]
+
+
 def not_fitting_report(outcomes: list[Outcome]) -> dict[str, object]:
     """``not_fitting``: every row predicted not to fit its device, with its peak and device
     memory and, for a row printed unlike the recipe its release ships
@@ -389,14 +411,15 @@ def figures(outcomes: list[Outcome]) -> dict[str, object]:
 
 
 def report(
-    outcomes: list[Outcome], apart: list[dict[str, str]], predict: Predict
+    outcomes: list[Outcome],
+    apart: list[dict[str, str]],
+    predict: Predict,
+    grid: FitGrid = FIT_GRID,
 ) -> dict[str, object]:
     """The bench's JSON: model figures at the top level, ``fitted``, ``loso`` and
-    ``loso_one_factor``."""
-    fitted = fit_model(outcomes, predict, FIT_GRID, per_generation=PER_GENERATION)
-    loso, loso_models = leave_one_source_out(
-        outcomes, predict, FIT_GRID, per_generation=PER_GENERATION
-    )
+    ``per_generation``, the fits searching ``grid``."""
+    fitted = fit_model(outcomes, predict, grid, per_generation=PER_GENERATION)
+    loso, loso_models = leave_one_source_out(outcomes, predict, grid, per_generation=PER_GENERATION)
     loso_by_row = {o.row_id: o for o in loso}
     rows = [outcome_row(o, loso_by_row[o.row_id].error) for o in outcomes]
     return (
@@ -430,7 +453,7 @@ def report(
                     for family, m in loso_models.items()
                 },
             },
-            "per_generation": other_choice(outcomes, predict),
+            "per_generation": other_choice(outcomes, predict, grid),
             "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
             "rows": rows,
             "not_expressible": apart,
@@ -450,12 +473,14 @@ def sustained_report(fitted: FittedModel) -> dict[str, object]:
     }
 
 
-def other_choice(outcomes: list[Outcome], predict: Predict) -> dict[str, object]:
+def other_choice(
+    outcomes: list[Outcome], predict: Predict, grid: FitGrid = FIT_GRID
+) -> dict[str, object]:
     """In-sample and leave-one-source-out figures with `PER_GENERATION` the other way,
     and the factors of the in-sample fit."""
     choice = not PER_GENERATION
-    fitted = fit_model(outcomes, predict, FIT_GRID, per_generation=choice)
-    loso, _ = leave_one_source_out(outcomes, predict, FIT_GRID, per_generation=choice)
+    fitted = fit_model(outcomes, predict, grid, per_generation=choice)
+    loso, _ = leave_one_source_out(outcomes, predict, grid, per_generation=choice)
     return {
         "per_generation": choice,
         "fp8_gemm_rate_factor": fitted.fp8_factor,
@@ -488,15 +513,25 @@ def main(argv: list[str] | None = None) -> int:
         help="price the rows with the shipped defaults only: no fitted or leave-one-source-out "
         "sections (a quick look at a change)",
     )
+    parser.add_argument(
+        "--host-launch-us",
+        type=float,
+        default=None,
+        help="fix the MoE host-launch time at this many microseconds: --no-fit prices the MoE "
+        "rows with it, the fits take it as an input instead of fitting it",
+    )
     args = parser.parse_args(argv)
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
     outcomes, cases, apart = evaluate(select_rows(read_rows(args.csv), args.rows))
+    host_s = None if args.host_launch_us is None else args.host_launch_us * 1e-6
     if args.no_fit:
+        if host_s is not None:
+            outcomes = at_host_launch(outcomes, row_predictor(cases), host_s)
         result = defaults_report(outcomes, apart)
     else:
-        result = report(outcomes, apart, row_predictor(cases))
+        result = report(outcomes, apart, row_predictor(cases), fit_grid(host_s))
     result["same_recipe_ratios"] = with_predictions(
         same_recipe_ratios(read_rows(args.csv)), {o.row_id: o.predicted_s for o in outcomes}
     )

@@ -221,9 +221,16 @@ class FitGrid:
     fp8_factors: tuple[float, ...]
     """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values."""
     host_launch_s: tuple[float, ...]
-    """Candidate `ExecutionOptions.moe_host_launch_s` values."""
+    """Candidate `ExecutionOptions.moe_host_launch_s` values. One value is a fixed input,
+    not a fitted one (`host_launch_fixed`): every fit prices the MoE rows with it, with or
+    without MoE rows of its own, and none is listed as fitting it."""
     sustained_factors: tuple[float, ...] = (1.0,)
     """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values."""
+
+    @property
+    def host_launch_fixed(self) -> bool:
+        """Whether the launch time is a fixed input (one candidate)."""
+        return len(self.host_launch_s) == 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -242,7 +249,8 @@ class FittedModel:
     fp8_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     """GPU generation -> row ids of the FP8 rows that fitted its factor."""
     moe_host_launch_s: float | None = None
-    """moe_host_launch_s for every GPU generation; 0 when no MoE row fitted it (no floor)."""
+    """moe_host_launch_s for every GPU generation; 0 when no MoE row fitted it (no floor);
+    the grid's one value when the grid fixes it (`FitGrid.host_launch_fixed`)."""
     host_fitted_on: tuple[str, ...] = ()
     """Row ids of the MoE rows that fitted it."""
     sustained_factor: float | None = None
@@ -374,7 +382,8 @@ def fit_model(
     factor of each generation with dense 16-bit rows, the FP8 factor (per generation with
     FP8 rows when ``per_generation``, else one for all) and the launch time; with
     ``per_generation`` a second descent with one FP8 factor for all gives the shared
-    ``fp8_factor``. No MoE row: launch time 0 (no floor)."""
+    ``fp8_factor``. No MoE row: launch time 0 (no floor). A one-value
+    ``grid.host_launch_s`` fixes the launch time (`FitGrid.host_launch_fixed`)."""
     rows = _fit_rows(outcomes)
     fp8_rows = [o for o in outcomes if o.precision == "fp8"]
     fp8_gens = sorted({o.fit_key for o in fp8_rows})
@@ -406,8 +415,10 @@ def fit_model(
             if per_gen
             else {}
         ),
-        moe_host_launch_s=host if rows.moe else 0.0,
-        host_fitted_on=tuple(o.row_id for o in rows.moe),
+        moe_host_launch_s=grid.host_launch_s[0]
+        if grid.host_launch_fixed
+        else (host if rows.moe else 0.0),
+        host_fitted_on=() if grid.host_launch_fixed else tuple(o.row_id for o in rows.moe),
         sustained_factor=shared,
         sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
         sustained_fitted_on=sixteen_ids,
@@ -446,7 +457,7 @@ def leave_one_source_out(
     families, and per family the model used: every fitted parameter is refitted without
     the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
     (sustained) factor fitted on all remaining such rows together; without remaining MoE
-    rows the launch time is 0."""
+    rows the launch time is 0, unless the grid fixes it (`FitGrid.host_launch_fixed`)."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():

@@ -133,7 +133,11 @@ jointly with `costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS` (the objective in it
 (Megatron-Bridge and Megatron-MoE model-zoo recipes; the bench's ``--json`` lists them,
 ``fitted.moe_host_fitted_on``), one value for every GPU generation.
 The floor binds on rows with little GPU work per MoE layer
-(micro-batch 1, fine-grained experts)."""
+(micro-batch 1, fine-grained experts). Fitted, not sourced: the published eager host-cost
+figures price a Python-level module call on one host CPU and software release (Transformer
+Engine issue 2053: one Linear forward on Xeon and Grace hosts), not the launch count's mix
+of Python-level ops and C++-issued per-expert launches (docs/cost-model.md, "Host floor");
+`bench/validate_published.py --host-launch-us` fixes it instead of fitting it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

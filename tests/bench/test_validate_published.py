@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
+from costmodel.execution import MOE_HOST_LAUNCH_S
 from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
@@ -386,6 +388,47 @@ def test_leave_one_source_out_refits_every_parameter_without_the_left_out_rows()
         assert set(calls) == {"1", "2", "3"}
 
 
+def test_a_fixed_host_launch_time_is_an_input_of_every_fit_not_fitted():
+    # The rows of the test above with the launch time fixed at 25 us, away from the 40 us
+    # the MoE row wants: no fit moves it, and family A, left without MoE rows to fit it,
+    # still prices its MoE row with it (a fitted launch time would be 0 there).
+    shapes = {"1": _shape(1.0, 2.0), "2": _shape(1.1, 0.0, n=1e5), "3": _shape(1.0, 2.0)}
+    dense_a = _row("1", "A-1", shapes["1"], (0.7, 40e-6))
+    moe_a = _row("2", "A-2", shapes["2"], (0.7, 40e-6), kind="moe", fp8=False)
+    dense_b = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
+    outcomes = [dense_a, moe_a, dense_b]
+    fixed = dataclasses.replace(GRID, host_launch_s=(25e-6,))
+    assert fixed.host_launch_fixed and not GRID.host_launch_fixed
+    model = stats.fit_model(outcomes, _predictor(shapes), fixed)
+    assert model.moe_host_launch_s == 25e-6 and model.host_fitted_on == ()
+    predicted, models = stats.leave_one_source_out(outcomes, _predictor(shapes), fixed)
+    assert {f: m.moe_host_launch_s for f, m in models.items()} == {"A": 25e-6, "B": 25e-6}
+    assert models["B"].factor("Blackwell") == 0.7
+    by_row = {o.row_id: o.predicted_s for o in predicted}
+    assert by_row["2"] == shapes["2"](None, 25e-6) == pytest.approx(2.5)
+
+
+def test_fit_grid_fixes_only_the_host_launch_time():
+    assert bench.fit_grid() is bench.FIT_GRID and not bench.FIT_GRID.host_launch_fixed
+    grid = bench.fit_grid(12e-6)
+    assert grid.host_launch_s == (12e-6,) and grid.host_launch_fixed
+    assert (grid.fp8_factors, grid.sustained_factors) == (
+        bench.FIT_GRID.fp8_factors,
+        bench.FIT_GRID.sustained_factors,
+    )
+
+
+def test_no_fit_host_launch_time_reprices_only_the_moe_rows():
+    shapes = {"1": _shape(1.0, 0.0, n=1e5), "2": _shape(1.0, 0.0, n=1e5)}
+    moe = _row("1", "A-1", shapes["1"], (None, 40e-6), kind="moe", fp8=False)
+    dense = _row("2", "A-1", shapes["2"], (None, 40e-6), fp8=False)
+    calls: list[str] = []
+    repriced = bench.at_host_launch([moe, dense], _predictor(shapes, calls), 30e-6)
+    assert calls == ["1"]
+    assert [o.predicted_s for o in repriced] == pytest.approx([3.0, dense.predicted_s])
+    assert repriced[0].error == pytest.approx(3.0 / 4.0 - 1.0)
+
+
 def test_json_rows_carry_a_not_fit_reason_only_when_one_is_known():
     plain = _outcome("1", "MBRIDGE-26.02.01", 1.0, 1.0)
     assert "not_fit_reason" not in bench.outcome_row(plain, 0.0)
@@ -420,3 +463,17 @@ def test_llama3_70b_megatron_fsdp_offload_recipe_fits_gb200():
     outcome, case = bench.evaluate_row(raw)
     assert case.plan.use_megatron_fsdp and case.plan.cpu_offloading_num_layers == 40
     assert outcome.fits
+
+
+def test_host_launch_flag_prices_a_host_bound_moe_row_at_the_given_time(capsys):
+    # published-runs-dev.csv row 183 (Megatron-Bridge 26.04.01, Qwen3 30B-A3B on 8 B200,
+    # micro-batch 4, EP 8): its MoE layers' host floor binds at the shipped launch time.
+    def predicted_s(*extra: str) -> float:
+        assert bench.main(["--no-fit", "--json", "--rows", "183", *extra]) == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        assert row["row_id"] == "183" and row["kind"] == "moe"
+        return row["predicted_s"]
+
+    shipped = predicted_s()
+    assert predicted_s("--host-launch-us", str(MOE_HOST_LAUNCH_S * 1e6)) == pytest.approx(shipped)
+    assert predicted_s("--host-launch-us", "0") < shipped
