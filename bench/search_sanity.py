@@ -94,12 +94,17 @@ def gain_by_phase(recipe: dict[str, float], pick: dict[str, float]) -> dict[str,
 def overflow_fragmentation(estimate: Estimate, allowance: FrameworkAllowance) -> float:
     """The allocator fragmentation share (`FrameworkAllowance.fraction`, a share of the
     dynamic bytes: activations, recompute working set, communication buffers) at which the
-    first stage of ``estimate`` exceeds device memory, with ``allowance``'s fixed bytes; the
-    smallest over the stages. Infinite when no stage has dynamic bytes."""
+    first stage of ``estimate`` exceeds device memory during the backward, with
+    ``allowance``'s fixed bytes; the smallest over the stages. 0 when a stage's optimizer
+    step alone exceeds the device (`costmodel.memory.StageMemory.optimizer_step_bytes`,
+    which no share changes); infinite when no stage has dynamic bytes."""
     shares = []
     for stage in estimate.memory:
+        if stage.optimizer_step_bytes and stage.total_bytes > estimate.device_memory_bytes:
+            return 0.0
         dynamic = stage.activation_total_bytes + stage.comm_buffers_bytes
-        static = stage.total_bytes - stage.framework_bytes + allowance.fixed_bytes
+        backward = stage.total_bytes - stage.optimizer_step_bytes
+        static = backward - stage.framework_bytes + allowance.fixed_bytes
         if dynamic > 0:
             shares.append((estimate.device_memory_bytes - static) / dynamic)
     return min(shares, default=float("inf"))
