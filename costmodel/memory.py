@@ -15,6 +15,9 @@ docs):
 - fp32: 4 + 4 + 8 (Adam m, v; no master copy) = 16, or 8 + 8/d.
 - d = dp·cp for dense parameters (Megatron reduces and shards them over the DP x CP group)
   and expert_dp for routed experts.
+- Megatron-LM 2021's optimizer step adds an fp32 copy of its fp16 gradients, 4 per stepped
+  parameter, after the backward has freed the activations: a second peak of the rank
+  (`step_peak_bytes`, `ExecutionOptions.step_gradient_copy`).
 
 Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 1)·Lc),
 Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
