@@ -4,6 +4,7 @@ not fitting."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -100,3 +101,15 @@ def test_recipe_vpp_interleaves_only_pipelined_recipes_published_without_it():
     assert sanity.with_recipe_vpp(case, 1) is case
     unpipelined = rows_mod.case_for_row(ROW_1)
     assert sanity.with_recipe_vpp(unpipelined, 4) is unpipelined
+
+
+def test_command_prints_one_row_as_json(capsys):
+    # published-runs-dev.csv row 1 alone ("1.7B" matches no other model or source id).
+    if load_bench("validate_published").default_csv() is None:
+        pytest.skip("published-runs-dev.csv not found above the repository")
+    assert sanity.main(["--rows", "1.7B", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (row,) = result["rows"]
+    assert row["row_id"] == "1"
+    assert sum(row["pick_gain_by_phase"].values()) == pytest.approx(1 - 1 / row["claimed_speedup"])
+    assert row["pick_overflow_fragmentation"] > row["assumed_fragmentation"]
