@@ -22,18 +22,32 @@ comparison is between plans the same software could run:
   fits only within the search's headroom rests on the memory model's last few percent;
 - the predicted breakdowns (`costmodel.iteration.Breakdown`, seconds per phase on the
   critical stage) of the recipe, the pick and the held pick, which say where a claimed
-  speedup comes from (recompute, bubble, exposed TP, PP or DP communication).
+  speedup comes from (recompute, bubble, exposed TP, PP or DP communication), and the same
+  as shares of the recipe's iteration (`gain_by_phase`);
+- the allocator fragmentation share at which the pick would no longer fit
+  (`overflow_fragmentation`), against the share the row's execution options assume
+  (`costmodel.execution.MEGATRON_2021_FRAGMENTATION` for SC21 rows): how far a claim that
+  rests on a larger memory footprint is from not fitting.
 Recipes tuned on the real machines should rank high; a large claimed speedup is more likely
 a cost-model error than a better plan.
+
+Run alone (``python bench/search_sanity.py --help``) it prints these figures per row, or
+JSON with ``--json``; ``--recipe-vpp`` prices recipes published without interleaving with a
+given virtual pipeline degree instead (what the claim would be had the recipe interleaved).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import statistics
+import sys
 
-from published_rows import NotExpressible, case_for_row
+from published_rows import NotExpressible, RowCase, case_for_row
 
 from costmodel.estimate import Estimate, estimate_plan
+from costmodel.memory import FrameworkAllowance
 from planner.ranking import RANK_TOLERANCE, order_plans
 from planner.search import RankedPlan, SearchResult, search_plans
 from planner.space import SearchSpace
@@ -69,10 +83,49 @@ def _claim(
     return result.best, speedups[0], rank, beyond + 1
 
 
-def sanity_row(raw: dict[str, str]) -> dict[str, object]:
+def gain_by_phase(recipe: dict[str, float], pick: dict[str, float]) -> dict[str, float]:
+    """Seconds the pick saves in each phase of `costmodel.iteration.Breakdown` (critical
+    stage), as shares of the recipe's iteration; negative where the pick spends more. The
+    shares sum to 1 - 1 / claimed speedup, both plans running one global batch."""
+    total_s = sum(recipe.values())
+    return {phase: (recipe[phase] - pick[phase]) / total_s for phase in recipe}
+
+
+def overflow_fragmentation(estimate: Estimate, allowance: FrameworkAllowance) -> float:
+    """The allocator fragmentation share (`FrameworkAllowance.fraction`, a share of the
+    dynamic bytes: activations, recompute working set, communication buffers) at which the
+    first stage of ``estimate`` exceeds device memory during the backward, with
+    ``allowance``'s fixed bytes; the smallest over the stages. 0 when a stage's optimizer
+    step alone exceeds the device (`costmodel.memory.StageMemory.optimizer_step_bytes`,
+    which no share changes); infinite when no stage has dynamic bytes."""
+    shares = []
+    for stage in estimate.memory:
+        if stage.optimizer_step_bytes and stage.total_bytes > estimate.device_memory_bytes:
+            return 0.0
+        dynamic = stage.activation_total_bytes + stage.comm_buffers_bytes
+        backward = stage.total_bytes - stage.optimizer_step_bytes
+        static = backward - stage.framework_bytes + allowance.fixed_bytes
+        if dynamic > 0:
+            shares.append((estimate.device_memory_bytes - static) / dynamic)
+    return min(shares, default=float("inf"))
+
+
+def with_recipe_vpp(case: RowCase, vpp: int) -> RowCase:
+    """``case`` with its recipe on the interleaved schedule at ``vpp`` model chunks per
+    pipeline rank, when it is pipelined and published without interleaving; else as is."""
+    plan = case.plan
+    if vpp <= 1 or plan.pp == 1 or plan.vpp > 1:
+        return case
+    return dataclasses.replace(
+        case, plan=dataclasses.replace(plan, vpp=vpp, schedule="interleaved")
+    )
+
+
+def sanity_row(raw: dict[str, str], recipe_vpp: int = 1) -> dict[str, object]:
     """Claimed speedup and recipe rank for one row, over the whole search space and over
-    the recipe's recompute setting (see the module docstring)."""
-    case = case_for_row(raw)
+    the recipe's recompute setting (see the module docstring); ``recipe_vpp`` as
+    `with_recipe_vpp`."""
+    case = with_recipe_vpp(case_for_row(raw), recipe_vpp)
     profile = load_profile(case.profile)
     recipe = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
@@ -88,6 +141,12 @@ def sanity_row(raw: dict[str, str]) -> dict[str, object]:
     same = search_plans(*args, space=SearchSpace(fixed=held), top_k=TOP_K, options=case.options)
     same_pick, same_speedup, same_rank, same_rank_tied = _claim(same, case.plan, recipe)
     device_gib = profile.device.memory_gib
+    allowance = FrameworkAllowance()
+    breakdowns = {
+        "recipe_breakdown": recipe.breakdown.as_dict(),
+        "pick_breakdown": pick.estimate.breakdown.as_dict(),
+        "same_recompute_breakdown": same_pick.estimate.breakdown.as_dict(),
+    }
     return {
         "row_id": raw["row_id"],
         "model": raw["model"],
@@ -104,22 +163,33 @@ def sanity_row(raw: dict[str, str]) -> dict[str, object]:
         "recipe_rank_within_error": rank_tied,
         "same_recompute_rank_within_error": same_rank_tied,
         "recipe_peak_gib": recipe.peak_memory_gib,
-        "recipe_breakdown": recipe.breakdown.as_dict(),
-        "pick_breakdown": pick.estimate.breakdown.as_dict(),
-        "same_recompute_breakdown": same_pick.estimate.breakdown.as_dict(),
+        **breakdowns,
+        "pick_gain_by_phase": gain_by_phase(
+            breakdowns["recipe_breakdown"], breakdowns["pick_breakdown"]
+        ),
+        "same_recompute_gain_by_phase": gain_by_phase(
+            breakdowns["recipe_breakdown"], breakdowns["same_recompute_breakdown"]
+        ),
+        "pick_overflow_fragmentation": overflow_fragmentation(pick.estimate, allowance),
+        "assumed_fragmentation": (
+            case.options.allocator_fragmentation
+            if case.options.allocator_fragmentation is not None
+            else allowance.fragmentation(case.options.expandable_segments)
+        ),
     }
 
 
-def search_sanity(rows: list[dict[str, str]]) -> dict[str, object]:
+def search_sanity(rows: list[dict[str, str]], recipe_vpp: int = 1) -> dict[str, object]:
     """Per trust A row: claimed speedup and recipe rank (also held to the recipe's
     recompute setting, and counting only plans beyond `TIE_TOLERANCE`); the median
-    speedups and the shares of recipes within the planner's top 10."""
+    speedups and the shares of recipes within the planner's top 10; ``recipe_vpp`` as
+    `with_recipe_vpp`."""
     results, apart = [], []
     for raw in rows:
         if raw["trust"] != "A":
             continue
         try:
-            results.append(sanity_row(raw))
+            results.append(sanity_row(raw, recipe_vpp))
         except (NotExpressible, SpecError) as err:
             lines = str(err).splitlines()
             reason = lines[-1].strip(" -") if len(lines) > 1 else lines[0]
@@ -146,3 +216,59 @@ def search_sanity(rows: list[dict[str, str]]) -> dict[str, object]:
         "rows": results,
         "not_run": apart,
     }
+
+
+def main_phases(gains: dict[str, float], count: int = 3) -> str:
+    """The ``count`` phases with the largest shares of `gain_by_phase`, as text."""
+    top = sorted(gains.items(), key=lambda kv: -abs(kv[1]))[:count]
+    return ", ".join(f"{phase} {share:+.0%}" for phase, share in top if share)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from validate_published import default_csv, read_rows, select_rows
+
+    parser = argparse.ArgumentParser(
+        description="Search sanity: the planner's pick against every trust A published recipe."
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="only the rows whose source id, model or row id contains one of these "
+        "comma-separated texts (case-insensitive); trust A rows only either way",
+    )
+    parser.add_argument(
+        "--recipe-vpp",
+        type=int,
+        default=1,
+        help="price pipelined recipes published without interleaving with this many model "
+        "chunks per pipeline rank (1: as published)",
+    )
+    args = parser.parse_args(argv)
+    path = default_csv()
+    if path is None:
+        print("published-runs CSV not found", file=sys.stderr)
+        return 2
+    result = search_sanity(select_rows(read_rows(path), args.rows), args.recipe_vpp)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for r in result["rows"]:
+        print(
+            f"{r['row_id']:>4} {r['recipe']:<32} pick {r['pick']:<34} "
+            f"{r['claimed_speedup']:.2f}x rank {r['recipe_rank']:>2} "
+            f"free {r['pick_memory_free']:.0%} overflow at fragmentation "
+            f"{r['pick_overflow_fragmentation']:.0%} ({r['assumed_fragmentation']:.0%} assumed); "
+            f"gain: {main_phases(r['pick_gain_by_phase'])}"
+        )
+    print(
+        f"median claimed speedup {result['median_claimed_speedup']:.2f}x, recipe in top 10 "
+        f"{result['recipe_in_top10_fraction']:.0%}; held to the recipe's recompute "
+        f"{result['median_same_recompute_speedup']:.2f}x, "
+        f"{result['same_recompute_in_top10_fraction']:.0%}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

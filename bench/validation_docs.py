@@ -99,7 +99,38 @@ def _search_sanity(sanity: dict) -> list[str]:
             f"{r['same_recompute_pick']} | {r['same_recompute_speedup']:.2f}x | "
             f"{r['same_recompute_rank']} ({r.get('same_recompute_rank_within_error', '-')}) |"
         )
+    claims = claim_lines(sanity)
+    if claims:
+        lines += [
+            "",
+            "Where the claims of the recipes outside the top 10 come from (share of the "
+            "recipe's predicted iteration the pick saves, by phase of the critical stage) and "
+            "the allocator fragmentation share at which the pick would stop fitting, against "
+            "the share the row's options assume (docs/planner.md, search sanity):",
+            "",
+            *claims,
+        ]
     return [*lines, ""]
+
+
+def claim_lines(sanity: dict, count: int = 3) -> list[str]:
+    """One bullet per row whose recipe falls behind the planner's whole list: the ``count``
+    phases that carry most of the claim (`search_sanity.gain_by_phase`) and the pick's
+    overflow fragmentation (`search_sanity.overflow_fragmentation`); rows of a result
+    without these keys are skipped."""
+    out = []
+    for r in sanity["rows"]:
+        gains = r.get("pick_gain_by_phase")
+        if gains is None or r["recipe_rank"] <= 10:
+            continue
+        top = sorted(gains.items(), key=lambda kv: -abs(kv[1]))[:count]
+        phases = ", ".join(f"{phase} {share:+.1%}" for phase, share in top if share)
+        out.append(
+            f"- row {r['row_id']} ({r['model']}, {r['claimed_speedup']:.2f}x): {phases}; "
+            f"stops fitting above {r['pick_overflow_fragmentation']:.0%} fragmentation "
+            f"({r['assumed_fragmentation']:.0%} assumed)"
+        )
+    return out
 
 
 def _tie_sentence(sanity: dict) -> str:

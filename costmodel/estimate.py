@@ -40,8 +40,11 @@ MEMORY_PARTS = (
     "output_activations",
     "comm_buffers",
     "framework",
+    "optimizer_step",
 )
-"""Memory parts of a stage, in report order (`StageMemory` fields without ``_bytes``)."""
+"""Memory parts of a stage, in report order (`StageMemory` fields without ``_bytes``).
+``optimizer_step`` is nonzero only where the optimizer step sets the stage's peak
+(`StageMemory.optimizer_step_bytes`); `estimate_to_json` leaves it out where it is 0."""
 
 JSON_KEYS = (
     "runtime",
@@ -205,8 +208,9 @@ def stage_memory_parts_gib(stage: StageMemory) -> dict[str, float]:
 
 def estimate_to_json(est: Estimate) -> dict[str, Any]:
     """JSON-ready dict with exactly the keys of `JSON_KEYS`:
-    memory is a list per stage of {"stage", "total_gib", "parts": {part: GiB}} and
-    breakdown maps each phase (without ``_s``) to seconds."""
+    memory is a list per stage of {"stage", "total_gib", "parts": {part: GiB}} (the parts
+    sum to the total; ``optimizer_step`` only where nonzero) and breakdown maps each phase
+    (without ``_s``) to seconds."""
     return {
         "runtime": est.runtime,
         "iteration_time_s": est.iteration_time_s,
@@ -221,7 +225,11 @@ def estimate_to_json(est: Estimate) -> dict[str, Any]:
             {
                 "stage": stage.pp_rank,
                 "total_gib": stage.total_bytes / GiB,
-                "parts": stage_memory_parts_gib(stage),
+                "parts": {
+                    name: gib
+                    for name, gib in stage_memory_parts_gib(stage).items()
+                    if gib or name != "optimizer_step"
+                },
             }
             for stage in est.memory
         ],

@@ -412,6 +412,20 @@ class ExecutionOptions:
     of the allocator mode; None keeps that default. `MEGATRON_2021` sets
     `MEGATRON_2021_FRAGMENTATION`. Memory only."""
 
+    step_gradient_copy: bool = False
+    """The optimizer step first copies every 16-bit main gradient of the rank into a new
+    fp32 tensor, which lives until the next iteration's ``zero_grad``: Megatron-LM 2021's
+    ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads`` sets
+    ``main_param.grad = model_param.main_grad.float()`` (local DDP) or
+    ``model_param.grad.float()`` (PyTorch DDP), and ``zero_grad(set_to_none=True)`` runs at
+    the start of ``train_step`` (``megatron/optimizer/optimizer.py``,
+    ``megatron/training.py`` at the ``examples/sc21`` commit de7dc40). The copy exists
+    after the backward has freed the activations, so it sets a second peak of the rank:
+    weights, gradients, optimizer state, 4 bytes per locally stepped parameter and the
+    fixed allowance (`costmodel.memory.step_peak_bytes`); with fp32 main gradients
+    ``.float()`` returns the tensor itself and nothing is copied. False: not counted.
+    `MEGATRON_2021` sets it. Memory only."""
+
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`."""
@@ -547,13 +561,15 @@ MEGATRON_2021 = ExecutionOptions(
     ddp_gradient_copy=True,
     sustained_gemm_rate_factor=1.0,
     allocator_fragmentation=MEGATRON_2021_FRAGMENTATION,
+    step_gradient_copy=True,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
 the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
 fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
 blocking pipeline sends with the scatter/gather optimisation and the sent outputs kept
-until their backward, the allocator fragmentation its published runs imply
-(`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
+until their backward, the fp32 gradient copy of its optimizer step
+(`ExecutionOptions.step_gradient_copy`), the allocator fragmentation its published runs
+imply (`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
 (`costmodel.fitted_rates`) does not multiply it (`sustained_gemm_rate_factor` 1).
 None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM

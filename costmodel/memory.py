@@ -15,6 +15,9 @@ docs):
 - fp32: 4 + 4 + 8 (Adam m, v; no master copy) = 16, or 8 + 8/d.
 - d = dp·cp for dense parameters (Megatron reduces and shards them over the DP x CP group)
   and expert_dp for routed experts.
+- Megatron-LM 2021's optimizer step adds an fp32 copy of its fp16 gradients, 4 per stepped
+  parameter, after the backward has freed the activations: a second peak of the rank
+  (`step_peak_bytes`, `ExecutionOptions.step_gradient_copy`).
 
 Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 1)·Lc),
 Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
@@ -53,6 +56,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.activations import (
+    FP32_BYTES,
     AttentionKernel,
     CrossEntropyFusion,
     activation_element_bytes,
@@ -281,6 +285,11 @@ class StageMemory:
     userbuffers), the MoE all-to-all staging buffer and distributed-optimizer bucket padding."""
     framework_bytes: float
     """`FrameworkAllowance`: CUDA context, NCCL buffers, allocator fragmentation."""
+    optimizer_step_bytes: float = 0.0
+    """What the optimizer step holds beyond the sum of the other parts, where it makes an
+    fp32 copy of the gradients after the activations are freed
+    (`ExecutionOptions.step_gradient_copy`, `step_peak_bytes`); 0 where the backward's
+    peak is the larger or no copy is made."""
 
     @property
     def model_state_bytes(self) -> float:
@@ -305,6 +314,7 @@ class StageMemory:
             + self.activation_total_bytes
             + self.comm_buffers_bytes
             + self.framework_bytes
+            + self.optimizer_step_bytes
         )
 
 
@@ -432,6 +442,27 @@ def bytes_per_param(job: TrainingJob, main_grad_bytes: int = 4) -> tuple[int, in
     return 2, main_grad_bytes, 12
 
 
+def step_peak_bytes(
+    job: TrainingJob,
+    model_state_bytes: float,
+    stepped_params: float,
+    main_grad_bytes: int,
+    fixed_bytes: float,
+) -> float:
+    """Bytes of one rank during an optimizer step that first copies its 16-bit main
+    gradients to fp32 (`ExecutionOptions.step_gradient_copy`): weights, gradients and
+    optimizer state (``model_state_bytes``), 4 bytes per parameter the rank steps
+    (``stepped_params``: its optimizer shard) and the allowance's fixed bytes; the
+    activations are freed by then. Source: Megatron-LM 2021
+    ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads``
+    (``main_param.grad = model_param.main_grad.float()``), at the ``examples/sc21`` commit
+    de7dc40. 0 when the gradients are already fp32 (``.float()`` copies nothing) or the
+    run is fp32."""
+    if job.precision == "fp32" or main_grad_bytes >= FP32_BYTES:
+        return 0.0
+    return model_state_bytes + FP32_BYTES * stepped_params + fixed_bytes
+
+
 def optimizer_shards(model: ModelSpec, plan: ParallelPlan) -> tuple[int, int]:
     """(dense, expert) ranks the optimizer state is sharded over: (dp·cp, expert_dp) with
     the distributed optimizer, (1, 1) without."""
@@ -505,6 +536,7 @@ def memory_per_stage(
     expandable_segments: bool = False,
     fp8_weights: Fp8WeightStorage = BF16_WEIGHTS,
     fragmentation: float | None = None,
+    step_gradient_copy: bool = False,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -515,7 +547,9 @@ def memory_per_stage(
     (`ExecutionOptions.fp8_weight_storage`; its recipe also sets whether the attention output
     projection keeps an FP8 copy of its input, `projection_saves_original_input`);
     ``fragmentation``, when given, replaces the allowance's share for the allocator mode
-    (`ExecutionOptions.allocator_fragmentation`).
+    (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
+    step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
+    `step_peak_bytes`).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -569,6 +603,13 @@ def memory_per_stage(
             + acts.output_bytes
             + comm
         )
+        state_bytes = weights_bytes + gradients_bytes + optimizer
+        framework = frame.fixed_bytes + fragmentation * dynamic
+        step = 0.0
+        if step_gradient_copy:
+            stepped = params.dense / dense_shards + params.expert / expert_shards
+            peak = step_peak_bytes(job, state_bytes, stepped, main_grad_bytes, frame.fixed_bytes)
+            step = max(0.0, peak - (state_bytes + dynamic + framework))
         stages.append(
             StageMemory(
                 pp_rank=rank,
@@ -582,7 +623,8 @@ def memory_per_stage(
                 embedding_activations_bytes=acts.embedding_bytes,
                 output_activations_bytes=acts.output_bytes,
                 comm_buffers_bytes=comm,
-                framework_bytes=frame.fixed_bytes + fragmentation * dynamic,
+                framework_bytes=framework,
+                optimizer_step_bytes=step,
             )
         )
     return tuple(stages)

@@ -42,3 +42,23 @@ def test_same_recipe_line_gives_published_and_predicted_ratios():
     line = docs.same_recipe_line(RESULT)
     assert "GB300/GB200 1.25 over 2 recipes (1.20-1.30); 1.00" in line
     assert "B300/B200 1.10 over 1 recipes (1.10-1.10); not priced" in line
+
+
+def test_claim_lines_name_the_phases_and_the_overflow_share_of_recipes_behind_the_list():
+    gains = {"compute_recompute": 0.25, "tp_exposed": 0.01, "bubble": -0.02, "pp_exposed": 0.0}
+    row = {
+        "row_id": "1",
+        "model": "GPT 1.7B",
+        "claimed_speedup": 1.30,
+        "recipe_rank": 11,
+        "pick_gain_by_phase": gains,
+        "pick_overflow_fragmentation": 0.65,
+        "assumed_fragmentation": 0.36,
+    }
+    ranked = row | {"row_id": "9", "recipe_rank": 1}
+    older = {k: v for k, v in row.items() if k != "pick_gain_by_phase"} | {"row_id": "5"}
+    lines = docs.claim_lines({"rows": [row, ranked, older]})
+    assert lines == [
+        "- row 1 (GPT 1.7B, 1.30x): compute_recompute +25.0%, bubble -2.0%, tp_exposed +1.0%; "
+        "stops fitting above 65% fragmentation (36% assumed)"
+    ]

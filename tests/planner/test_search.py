@@ -15,6 +15,7 @@ from costmodel.execution import MEGATRON_2021
 from costmodel.memory import peak_memory_bytes
 from planner.candidates import enumerate_candidates
 from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
+from planner.ranking import RANK_TOLERANCE
 from planner.search import MEMORY_REJECTION, memory_limit_bytes, search_plans
 from planner.space import SearchSpace, plan_from_row
 from profiles import load_profile
@@ -65,8 +66,11 @@ def test_every_returned_plan_passes_the_rules_and_fits(name, gpus, seq, batch, h
         assert ranked.fits and ranked.estimate.peak_memory_bytes <= limit
     if result.best is not None:
         assert result.best is result.top[0]
+        # The planner's order (`planner.ranking.order_plans`): fastest first, except that a
+        # simpler plan within the tie band may precede a faster one.
         rates = [r.estimate.tokens_per_s for r in result.top]
-        assert rates == sorted(rates, reverse=True)
+        for i, earlier in enumerate(rates):
+            assert all(later <= earlier * (1 + RANK_TOLERANCE) for later in rates[i + 1 :])
     else:
         assert result.top == ()
 

@@ -98,8 +98,8 @@ class MegatronRuntime:
     ) -> tuple[StageMemory, ...]:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
-        copy, cross-entropy implementation, allocator segments and fragmentation, and FP8
-        weight storage."""
+        copy, cross-entropy implementation, allocator segments and fragmentation, FP8
+        weight storage and the optimizer step's gradient copy."""
         return memory_per_stage(
             model,
             job,
@@ -113,6 +113,7 @@ class MegatronRuntime:
             expandable_segments=self.options.expandable_segments,
             fp8_weights=self.options.fp8_weight_storage,
             fragmentation=self.options.allocator_fragmentation,
+            step_gradient_copy=self.options.step_gradient_copy,
         )
 
     def screen(

@@ -51,6 +51,7 @@ from costmodel.memory import (
     FrameworkAllowance,
     GiB,
     bytes_per_param,
+    step_peak_bytes,
 )
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
@@ -289,6 +290,7 @@ def _memory_bytes(
     ddp_gradient_copy: bool = False,
     expandable_segments: bool = False,
     fragmentation: float | None = None,
+    step_gradient_copy: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
@@ -355,6 +357,10 @@ def _memory_bytes(
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
         total_bytes = model_state + acts + comm + frame.fixed_bytes + share * (acts + comm)
+        if step_gradient_copy:
+            stepped = dense / dense_shards + expert / expert_shards
+            step = step_peak_bytes(job, model_state, stepped, main_grad_bytes, frame.fixed_bytes)
+            total_bytes = np.maximum(total_bytes, step)
         peak = np.maximum(peak, total_bytes)
     return peak
 
@@ -438,6 +444,7 @@ def closed_form_screen(
             expandable_segments=options.expandable_segments,
             fp8_weights=options.fp8_weight_storage,
             fragmentation=options.allocator_fragmentation,
+            step_gradient_copy=options.step_gradient_copy,
         ),
         np.inf,
     )
