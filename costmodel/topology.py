@@ -251,3 +251,30 @@ def plan_placements(
         for a, b in zip(stages, (*stages[1:], stages[0]), strict=True)
     ]
     return PlanPlacements(groups=placements, pp_hop_intra=tuple(hops))
+
+
+def world_placement(
+    profile: HardwareProfile, placements: PlanPlacements, world: int
+) -> GroupPlacement:
+    """The placement of the whole world, composed from the groups of one rank.
+
+    In Megatron rank order (tp fastest, then cp-ep-dp, then pp; `specs.layout`) the world
+    is ``pp`` strided copies of one stage's contiguous block of tp x dp-cp ranks, so the
+    servers (and scale-up domains) it spans are the product of those spanned by the tp,
+    dp-cp and pp groups of one rank; every server of the world holds the same number of
+    ranks and uses every NIC its ranks reach (`cluster_graph`). Agrees with `place_group`
+    over every rank (tested) without building the graph of the whole cluster.
+    """
+    groups = (placements["tp"], placements["dp-cp"], placements["pp"])
+    num_nodes = math.prod(g.num_nodes for g in groups)
+    num_domains = math.prod(g.num_domains for g in groups)
+    per_node = max(world // num_nodes, 1)
+    return GroupPlacement(
+        axes="world",
+        size=world,
+        num_nodes=num_nodes,
+        num_domains=num_domains,
+        ranks_per_node=per_node,
+        ranks_per_domain=max(world // num_domains, 1),
+        nics_per_node=min(profile.topology.nics_per_node, per_node) if num_nodes > 1 else 0,
+    )

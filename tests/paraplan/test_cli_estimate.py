@@ -109,3 +109,11 @@ def test_schedule_rounding_residues_print_as_zero(capsys):
     assert estimate.run(parser.parse_args(argv)) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "bubble" in line)
     assert "e-" not in row and " 0 " in row
+
+
+@pytest.mark.parametrize("shape", [("--pp", "2"), ("--pp", "4"), ("--tp", "2", "--pp", "2")])
+def test_torch_runtime_prices_pipelines_that_span_servers(capsys, shape):
+    """16 ranks over two 8-GPU servers: the step-end loss all-reduce spans both."""
+    code, out = run(capsys, "--runtime", "torch", *shape, "--json")
+    assert code == 0
+    assert json.loads(out)["iteration_time_s"] > 0
