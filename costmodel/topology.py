@@ -253,28 +253,35 @@ def plan_placements(
     return PlanPlacements(groups=placements, pp_hop_intra=tuple(hops))
 
 
-def world_placement(
-    profile: HardwareProfile, placements: PlanPlacements, world: int
+def product_placement(
+    profile: HardwareProfile, parts: tuple[GroupPlacement, ...], axes: str
 ) -> GroupPlacement:
-    """The placement of the whole world, composed from the groups of one rank.
+    """The placement of the group spanned by ``parts``: groups of one rank over adjacent
+    axes of Megatron rank order (`specs.layout`: tp, cp, ep, dp, pp), e.g. tp and cp for the
+    tp·cp block, or tp, dp-cp and pp for the whole world.
 
-    In Megatron rank order (tp fastest, then cp-ep-dp, then pp; `specs.layout`) the world
-    is ``pp`` strided copies of one stage's contiguous block of tp x dp-cp ranks, so the
-    servers (and scale-up domains) it spans are the product of those spanned by the tp,
-    dp-cp and pp groups of one rank; every server of the world holds the same number of
-    ranks and uses every NIC its ranks reach (`cluster_graph`). Agrees with `place_group`
-    over every rank (tested) without building the graph of the whole cluster.
+    Each axis strides by the product of the faster ones, so the servers (and scale-up
+    domains) the combined group spans are the product of those its parts span; every server
+    holds the same number of its ranks and uses every NIC they reach (`cluster_graph`).
+    Agrees with `place_group` over the combined ranks (tested) without building their graph.
     """
-    groups = (placements["tp"], placements["dp-cp"], placements["pp"])
-    num_nodes = math.prod(g.num_nodes for g in groups)
-    num_domains = math.prod(g.num_domains for g in groups)
-    per_node = max(world // num_nodes, 1)
+    size = math.prod(p.size for p in parts)
+    num_nodes = math.prod(p.num_nodes for p in parts)
+    num_domains = math.prod(p.num_domains for p in parts)
+    per_node = max(size // num_nodes, 1)
     return GroupPlacement(
-        axes="world",
-        size=world,
+        axes=axes,
+        size=size,
         num_nodes=num_nodes,
         num_domains=num_domains,
         ranks_per_node=per_node,
-        ranks_per_domain=max(world // num_domains, 1),
+        ranks_per_domain=max(size // num_domains, 1),
         nics_per_node=min(profile.topology.nics_per_node, per_node) if num_nodes > 1 else 0,
     )
+
+
+def world_placement(profile: HardwareProfile, placements: PlanPlacements) -> GroupPlacement:
+    """The placement of every rank of the plan: one stage's tp x dp-cp block times the
+    pipeline (`product_placement`)."""
+    parts = (placements["tp"], placements["dp-cp"], placements["pp"])
+    return product_placement(profile, parts, "world")

@@ -8,6 +8,7 @@ from costmodel.topology import (
     cluster_graph,
     place_group,
     plan_placements,
+    product_placement,
     strided_group_placement,
     world_placement,
 )
@@ -112,6 +113,7 @@ def test_placing_a_rank_outside_the_graph_raises():
         ("h100-sxm-80gb", 4, ParallelPlan(pp=2, dp=2)),
         ("gb200-nvl72", 144, ParallelPlan(tp=4, pp=4, dp=9)),
         ("gb200-nvl72", 32, ParallelPlan(pp=2, dp=16)),
+        ("h100-sxm-80gb", 32, ParallelPlan(tp=2, pp=2, dp=8, ep=4)),
     ],
 )
 def test_world_placement_is_the_placement_of_every_rank(profile, num_gpus, plan):
@@ -120,4 +122,21 @@ def test_world_placement_is_the_placement_of_every_rank(profile, num_gpus, plan)
     placements = plan_placements(hw, plan)
     graph = cluster_graph(hw, num_gpus)
     expected = place_group(graph, range(num_gpus), "world")
-    assert world_placement(hw, placements, num_gpus) == expected
+    assert world_placement(hw, placements) == expected
+
+
+@pytest.mark.parametrize(
+    ("num_gpus", "plan"),
+    [
+        (16, ParallelPlan(tp=8, cp=2)),
+        (32, ParallelPlan(tp=8, cp=2, dp=2)),
+        (32, ParallelPlan(tp=4, cp=4, dp=2)),
+        (16, ParallelPlan(tp=2, cp=2, dp=4)),
+    ],
+)
+def test_tp_cp_block_is_the_placement_of_its_ranks(num_gpus, plan):
+    """tp x cp ranks of rank 0 are 0 .. tp·cp - 1 (`specs.layout` order)."""
+    placements = plan_placements(H100, plan)
+    block = product_placement(H100, (placements["tp"], placements["cp"]), "tp-cp")
+    graph = cluster_graph(H100, num_gpus)
+    assert block == place_group(graph, range(plan.tp * plan.cp), "tp-cp")

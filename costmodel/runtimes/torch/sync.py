@@ -376,7 +376,5 @@ def optimizer_s(
         seconds += SP_NORM_GRAD_READS * params.norm_tensors * per
     world = plan.world_size
     if world > 1:
-        seconds += _time(
-            profile, rates, "all_reduce", FP32, world_placement(profile, placements, world)
-        )
+        seconds += _time(profile, rates, "all_reduce", FP32, world_placement(profile, placements))
     return seconds
