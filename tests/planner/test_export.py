@@ -417,3 +417,28 @@ def test_memory_savers_export_with_megatron_core_names() -> None:
     assert parsed.fine_grained_activation_offloading
     assert parsed.offload_modules == ["core_attn", "attn_proj"]
     assert megatron_environment(fine)["NVTE_CPU_OFFLOAD_V1"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "flavor"),
+    [
+        # torchtitan/models/<family>/__init__.py registries: qwen3_configs, gptoss_configs
+        ("qwen3-235b-a22b", "qwen3", "235B-A22B"),
+        ("qwen3-30b-a3b", "qwen3", "30B-A3B"),
+        ("gpt-oss-120b", "gpt_oss", "120b"),
+        ("gpt-oss-20b", "gpt_oss", "20b"),
+        ("deepseek-v3", "deepseek_v3", "671B"),
+    ],
+)
+def test_torchtitan_names_the_models_family(name, family, flavor) -> None:
+    bundle = _bundle(name, 64, 4096, 64, ep=8, distributed_optimizer=True)
+    assert torchtitan_config(bundle)["model"] == {"name": family, "flavor": flavor}
+    assert "has no flavor" not in torchtitan_toml(bundle)
+
+
+def test_torchtitan_flavor_outside_the_registry_is_named_and_unsupported_refused() -> None:
+    text = torchtitan_toml(_bundle("kimi-k2", 64, 4096, 64, ep=8, distributed_optimizer=True))
+    assert tomllib.loads(text)["model"]["name"] == "deepseek_v3"
+    assert "has no flavor 'kimi-k2'" in text
+    with pytest.raises(SpecError, match=r"\[torchtitan_model\].*mixtral-8x7b"):
+        torchtitan_toml(_bundle("mixtral-8x7b", 16, 4096, 64, ep=8))
