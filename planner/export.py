@@ -104,7 +104,7 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
     if model.normalization == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
     if model.position_embedding == "rope":
-        args += ["--position-embedding-type", "rope"]
+        args += ["--position-embedding-type", "rope", "--rotary-base", str(model.rotary_base)]
     elif model.position_embedding == "none":
         args += ["--position-embedding-type", "none"]
     if not model.tied_embeddings:
@@ -113,6 +113,8 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--disable-bias-linear")
     if model.add_qkv_bias:
         args.append("--add-qkv-bias")
+    if model.qk_layernorm:
+        args.append("--qk-layernorm")
     if model.mtp_num_layers:
         args += ["--mtp-num-layers", str(model.mtp_num_layers)]
     return args + window_arguments(model)
