@@ -84,9 +84,10 @@ class DeferredProgress:
     """Progress callback ``(phase, done, total)`` that shows a rich bar on stderr once the
     task has run `PROGRESS_DELAY_S` when stderr is a terminal. Otherwise (a batch job's
     log) it writes a plain line (phase, done of total, seconds elapsed) at each new phase
-    after `PROGRESS_DELAY_S` and, from a background thread, every `PROGRESS_LINE_S` with the latest state, so that a
-    long phase that reports nothing still shows it is alive. ``console`` overrides the
-    stream and the terminal test. Call `close` when the task ends."""
+    after `PROGRESS_DELAY_S` and, from a background thread, every `PROGRESS_LINE_S` with
+    the latest state, so that a long phase that reports nothing still shows it is alive.
+    ``console`` overrides the stream and the terminal test. Call `close` when the task
+    ends."""
 
     def __init__(
         self,
