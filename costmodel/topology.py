@@ -251,3 +251,37 @@ def plan_placements(
         for a, b in zip(stages, (*stages[1:], stages[0]), strict=True)
     ]
     return PlanPlacements(groups=placements, pp_hop_intra=tuple(hops))
+
+
+def product_placement(
+    profile: HardwareProfile, parts: tuple[GroupPlacement, ...], axes: str
+) -> GroupPlacement:
+    """The placement of the group spanned by ``parts``: groups of one rank over adjacent
+    axes of Megatron rank order (`specs.layout`: tp, cp, ep, dp, pp), e.g. tp and cp for the
+    tp·cp block, or tp, dp-cp and pp for the whole world.
+
+    Each axis strides by the product of the faster ones, so the servers (and scale-up
+    domains) the combined group spans are the product of those its parts span; every server
+    holds the same number of its ranks and uses every NIC they reach (`cluster_graph`).
+    Agrees with `place_group` over the combined ranks (tested) without building their graph.
+    """
+    size = math.prod(p.size for p in parts)
+    num_nodes = math.prod(p.num_nodes for p in parts)
+    num_domains = math.prod(p.num_domains for p in parts)
+    per_node = max(size // num_nodes, 1)
+    return GroupPlacement(
+        axes=axes,
+        size=size,
+        num_nodes=num_nodes,
+        num_domains=num_domains,
+        ranks_per_node=per_node,
+        ranks_per_domain=max(size // num_domains, 1),
+        nics_per_node=min(profile.topology.nics_per_node, per_node) if num_nodes > 1 else 0,
+    )
+
+
+def world_placement(profile: HardwareProfile, placements: PlanPlacements) -> GroupPlacement:
+    """The placement of every rank of the plan: one stage's tp x dp-cp block times the
+    pipeline (`product_placement`)."""
+    parts = (placements["tp"], placements["dp-cp"], placements["pp"])
+    return product_placement(profile, parts, "world")

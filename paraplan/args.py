@@ -8,9 +8,11 @@ plan rules' (`specs.rules.check_plan`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
+from costmodel.memory import FP8_RECIPES
 from paraplan.flags import spellings
 from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
@@ -261,9 +263,43 @@ def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def add_recipe_args(parser: argparse.ArgumentParser) -> None:
+    """Launch settings of a Megatron recipe that move memory and time but are not plan
+    degrees: the FP8 recipe, FP8 parameters and the gradient dtype (`ExecutionOptions`)."""
+    group = parser.add_argument_group("recipe settings (megatron runtime)")
+    group.add_argument(
+        "--fp8-recipe",
+        choices=FP8_RECIPES,
+        default=None,
+        help="Transformer Engine FP8 scaling recipe with --precision fp8 (Megatron "
+        "--fp8-recipe): delayed (default), tensorwise (current scaling) or mxfp8",
+    )
+    group.add_argument(
+        "--fp8-param-gather",
+        action="store_true",
+        help="FP8 linear weights (Megatron --fp8-param-gather; Megatron-Bridge FP8 recipes "
+        "set it): no bf16 weight copy, FP8 parameter all-gather",
+    )
+    group.add_argument(
+        "--grad-reduce-in-bf16",
+        action="store_true",
+        help="bf16 main gradients and gradient reduction (Megatron --grad-reduce-in-bf16) "
+        "instead of the default fp32 ones",
+    )
+
+
 def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
-    """The `ExecutionOptions` of ``--runtime``."""
-    return runtime_options(args.runtime)
+    """The `ExecutionOptions` of ``--runtime`` with the recipe settings of
+    `add_recipe_args` where the command has them."""
+    options = runtime_options(args.runtime)
+    changes: dict[str, Any] = {}
+    if getattr(args, "fp8_recipe", None) is not None:
+        changes["fp8_recipe"] = args.fp8_recipe
+    if getattr(args, "fp8_param_gather", False):
+        changes["fp8_param"] = True
+    if getattr(args, "grad_reduce_in_bf16", False):
+        changes["main_grad_bytes"] = 2
+    return dataclasses.replace(options, **changes) if changes else options
 
 
 def megatron_fsdp_fields(args: argparse.Namespace) -> dict[str, Any]:

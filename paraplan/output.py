@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,9 @@ PIPED_WIDTH = 10_000
 """Console width when stdout is not a terminal: wide enough that no table is cut."""
 PROGRESS_DELAY_S = 1.0
 """A progress bar appears once a task has run this long, so that short ones stay quiet."""
+PROGRESS_LINE_S = 5.0
+"""When stderr is not a terminal (a batch job's log), a plain progress line is written this
+often, and at every change of phase."""
 
 
 def print_json(data: Any) -> None:
@@ -78,27 +82,73 @@ def human_count(n: float) -> str:
 
 class DeferredProgress:
     """Progress callback ``(phase, done, total)`` that shows a rich bar on stderr once the
-    task has run `PROGRESS_DELAY_S`, and only when stderr is a terminal (``console``
-    overrides both the stream and that test). Call `close` when the task ends."""
+    task has run `PROGRESS_DELAY_S` when stderr is a terminal. Otherwise (a batch job's
+    log) it writes a plain line (phase, done of total, seconds elapsed) at each new phase
+    after `PROGRESS_DELAY_S` and, from a background thread, every `PROGRESS_LINE_S` with
+    the latest state, so that a long phase that reports nothing still shows it is alive.
+    ``console`` overrides the stream and the terminal test. Call `close` when the task
+    ends."""
 
-    def __init__(self, console: Console | None = None, delay_s: float = PROGRESS_DELAY_S):
+    def __init__(
+        self,
+        console: Console | None = None,
+        delay_s: float = PROGRESS_DELAY_S,
+        line_s: float = PROGRESS_LINE_S,
+    ):
         self.console = console or Console(stderr=True)
         self.delay_s = delay_s
+        self.line_s = line_s
         self.start = time.perf_counter()
         self.bar: Progress | None = None
         self.task: Any = None
+        self.state: tuple[str, int, int] | None = None
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.beat: threading.Thread | None = None
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if self.bar is None:
-            if time.perf_counter() - self.start < self.delay_s or not self.console.is_terminal:
+            if not self.console.is_terminal:
+                self._record(phase, done, total)
+                return
+            if time.perf_counter() - self.start < self.delay_s:
                 return
             self.bar = Progress(console=self.console, transient=True)
             self.bar.start()
             self.task = self.bar.add_task(phase, total=max(total, 1))
         self.bar.update(self.task, description=phase, completed=done, total=max(total, 1))
 
+    def _record(self, phase: str, done: int, total: int) -> None:
+        with self.lock:
+            new_phase = self.state is None or self.state[0] != phase
+            self.state = (phase, done, total)
+        if new_phase and time.perf_counter() - self.start >= self.delay_s:
+            self._write()
+        if self.beat is None:
+            self.beat = threading.Thread(target=self._heartbeat, daemon=True)
+            self.beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self.stop.wait(self.line_s):
+            self._write()
+
+    def _write(self) -> None:
+        with self.lock:
+            if self.state is None or self.stop.is_set():
+                return
+            phase, done, total = self.state
+            elapsed = time.perf_counter() - self.start
+            self.console.file.write(
+                f"progress: {phase} {done:,} of {total:,}, {elapsed:.0f} s elapsed\n"
+            )
+            self.console.file.flush()
+
     def close(self) -> None:
-        """Stop the bar (a transient bar leaves no line behind)."""
+        """Stop the bar (a transient bar leaves no line behind) or the line writer."""
+        self.stop.set()
+        if self.beat is not None:
+            self.beat.join()
+            self.beat = None
         if self.bar is not None:
             self.bar.stop()
             self.bar = None

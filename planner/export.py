@@ -104,7 +104,7 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
     if model.normalization == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
     if model.position_embedding == "rope":
-        args += ["--position-embedding-type", "rope"]
+        args += ["--position-embedding-type", "rope", "--rotary-base", str(model.rotary_base)]
     elif model.position_embedding == "none":
         args += ["--position-embedding-type", "none"]
     if not model.tied_embeddings:
@@ -113,6 +113,8 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--disable-bias-linear")
     if model.add_qkv_bias:
         args.append("--add-qkv-bias")
+    if model.qk_layernorm:
+        args.append("--qk-layernorm")
     if model.mtp_num_layers:
         args += ["--mtp-num-layers", str(model.mtp_num_layers)]
     return args + window_arguments(model)
@@ -300,8 +302,48 @@ _TORCHTITAN_FLAVORS = {
     "llama3-70b": ("llama3", "70B"),
     "llama3.1-405b": ("llama3", "405B"),
     "deepseek-v3": ("deepseek_v3", "671B"),
+    "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+    "gpt-oss-20b": ("gpt_oss", "20b"),
+    "gpt-oss-120b": ("gpt_oss", "120b"),
 }
-"""Presets with a torchtitan model of the same architecture (torchtitan's model registry)."""
+"""Presets with a torchtitan model of the same architecture and size: (model name, flavor)
+of torchtitan's model registry (``torchtitan/models/<name>/__init__.py``: llama3 8B/70B/
+405B, deepseek_v3 671B, qwen3 30B-A3B/235B-A22B, gpt_oss 20b/120b)."""
+
+
+def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
+    """(torchtitan model name, flavor, known) for ``model``.
+
+    A preset of `_TORCHTITAN_FLAVORS` maps to its flavor (known). Otherwise the torchtitan
+    family of the same architecture is named with the preset's name as flavor (not known:
+    the user adds that flavor): multi-latent attention is deepseek_v3, attention sinks
+    gpt_oss, and a dense pre-norm SwiGLU/RMSNorm/RoPE decoder without biases llama3.
+    Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
+    MoE without qk-norm, GELU or biased layers).
+    """
+    if model.name in _TORCHTITAN_FLAVORS:
+        return (*_TORCHTITAN_FLAVORS[model.name], True)
+    if model.kv_lora_rank is not None:
+        return "deepseek_v3", model.name, False
+    if model.attention_sinks:
+        return "gpt_oss", model.name, False
+    llama_like = (
+        model.activation == "swiglu"
+        and model.normalization == "rmsnorm"
+        and model.position_embedding == "rope"
+        and not model.add_bias_linear
+        and not model.add_qkv_bias
+        and model.sliding_window is None
+    )
+    if llama_like and not model.is_moe:
+        return "llama3", model.name, False
+    raise SpecError(
+        f"[torchtitan_model] torchtitan has no model with the architecture of "
+        f"{model.name!r} (activation {model.activation}, num_experts {model.num_experts}, "
+        f"add_bias_linear {model.add_bias_linear}); its registry holds llama3, deepseek_v3, "
+        "qwen3 and gpt_oss: export --to megatron, or add the model to torchtitan"
+    )
 
 
 def _activation_checkpoint(model: ModelSpec, plan: ParallelPlan) -> dict[str, Any]:
@@ -321,7 +363,7 @@ def _activation_checkpoint(model: ModelSpec, plan: ParallelPlan) -> dict[str, An
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
-    name, flavor = _TORCHTITAN_FLAVORS.get(model.name, ("llama3", model.name))
+    name, flavor, _ = torchtitan_model(model)
     sharded = plan.distributed_optimizer or plan.use_megatron_fsdp or plan.ep > 1
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if sharded else plan.dp,
@@ -374,8 +416,11 @@ def torchtitan_toml(bundle: PlanBundle) -> str:
     ]
     if bundle.plan.pp > 1:
         lines += [f"# {note}" for note in torchtitan_split(bundle.model, bundle.plan)[1]]
-    if bundle.model.name not in _TORCHTITAN_FLAVORS:
-        lines.append("# no torchtitan flavor is known for this model: set [model] name/flavor")
+    name, flavor, known = torchtitan_model(bundle.model)
+    if not known:
+        lines.append(
+            f"# torchtitan's {name} has no flavor {flavor!r}: add one with this model's sizes"
+        )
     for section, values in torchtitan_config(bundle).items():
         lines.append(f"\n[{section}]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]

@@ -15,10 +15,10 @@ that decide weight shapes the way that family's transformers code does:
   apart from the name.
 
 GPT-OSS's sliding window and layer pattern are read (they change attention FLOPs); other
-families' sliding windows are ignored. Things that change no weight shape are ignored:
-rotary fraction and theta, GPT-NeoX's parallel residual, router scoring, Qwen3's per-head
-q/k norms (tiny vectors ModelSpec has no field for), DeepSeek's multi-token-prediction
-module.
+families' sliding windows are ignored. `rope_theta` (`rotary_base`) and Qwen3's per-head
+q/k norms (`qk_layernorm`) are read for the export. Other things that change no weight
+shape are ignored: rotary fraction and scaling, GPT-NeoX's parallel residual, router
+scoring, DeepSeek's multi-token-prediction module.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ def _decoder(cfg: _Config, *, head_dim: HeadDimRule = "optional") -> dict[str, A
         "vocab_size": cfg.required("vocab_size"),
         "max_position_embeddings": cfg.required("max_position_embeddings"),
         "tied_embeddings": cfg.flag("tie_word_embeddings", False),
+        "rotary_base": cfg.optional("rope_theta", 10000),
     }
 
 
@@ -185,11 +186,13 @@ def _qwen2(cfg: _Config, name: str) -> ModelSpec:
 
 def _qwen3(cfg: _Config, name: str) -> ModelSpec:
     """Qwen3: Llama-style with an explicit `head_dim` (required: the transformers default
-    has changed between releases, and published configs always state it)."""
+    has changed between releases, and published configs always state it) and an RMSNorm
+    on each head's query and key (Qwen3Attention's q_norm/k_norm, always present)."""
     return ModelSpec(
         name=name,
         **_decoder(cfg, head_dim="required"),
         ffn_hidden_size=cfg.required("intermediate_size"),
+        qk_layernorm=True,
         **_llama_biases(cfg),
     )
 
@@ -243,6 +246,7 @@ def _qwen3_moe(cfg: _Config, name: str) -> ModelSpec:
         moe_ffn_hidden_size=None if expert_ffn == ffn else expert_ffn,
         moe_first_dense_layers=first_dense,
         moe_layer_freq=freq,
+        qk_layernorm=True,
         **_llama_biases(cfg),
     )
 

@@ -99,6 +99,13 @@ class ModelSpec:
     layers windowed, odd layers full, as GPT-OSS's `layer_types`)."""
     attention_sinks: bool = False
     """One learned sink logit per attention head and layer (GPT-OSS)."""
+    rotary_base: int = 10000
+    """RoPE base θ (Megatron `--rotary-base`, default 10000; Hugging Face `rope_theta`).
+    Changes no cost; an export carries it so the launched model is the published one."""
+    qk_layernorm: bool = False
+    """A norm over each head's query and key before RoPE (Qwen3; Megatron `--qk-layernorm`,
+    `TransformerConfig.qk_layernorm`). Its 2·d weights per layer are left out of the
+    parameter count; an export carries it."""
 
     def __post_init__(self) -> None:
         require_positive(
@@ -112,6 +119,7 @@ class ModelSpec:
             "moe_top_k",
             "moe_layer_freq",
             "sliding_window_every",
+            "rotary_base",
         )
         require_optional_positive(
             self,

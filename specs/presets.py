@@ -150,7 +150,7 @@ _LLAMA = (
         vocab_size=32000,
         max_position_embeddings=4096,
     ),
-    # meta-llama/Meta-Llama-3-{8B,70B} and Llama-3.1-405B config.json.
+    # meta-llama/Meta-Llama-3-{8B,70B} and Llama-3.1-405B config.json (rope_theta 500000).
     _llama_style(
         "llama3-8b",
         num_layers=32,
@@ -160,6 +160,7 @@ _LLAMA = (
         ffn_hidden_size=14336,
         vocab_size=128256,
         max_position_embeddings=8192,
+        rotary_base=500000,
     ),
     _llama_style(
         "llama3-70b",
@@ -170,6 +171,7 @@ _LLAMA = (
         ffn_hidden_size=28672,
         vocab_size=128256,
         max_position_embeddings=8192,
+        rotary_base=500000,
     ),
     _llama_style(
         "llama3.1-405b",
@@ -180,13 +182,14 @@ _LLAMA = (
         ffn_hidden_size=53248,
         vocab_size=128256,
         max_position_embeddings=131072,
+        rotary_base=500000,
     ),
 )
 
 _MOE = (
     # mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1 config.json: every layer is MoE,
     # so ffn_hidden_size is the expert size. 8x22B's base release uses the 32000-token
-    # tokenizer (its Instruct release has 32768).
+    # tokenizer (its Instruct release has 32768). Both have rope_theta 1000000.
     _llama_style(
         "mixtral-8x7b",
         num_layers=32,
@@ -198,6 +201,7 @@ _MOE = (
         max_position_embeddings=32768,
         num_experts=8,
         moe_top_k=2,
+        rotary_base=1000000,
     ),
     _llama_style(
         "mixtral-8x22b",
@@ -210,10 +214,11 @@ _MOE = (
         max_position_embeddings=65536,
         num_experts=8,
         moe_top_k=2,
+        rotary_base=1000000,
     ),
     # Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B config.json. head_dim is 128 whatever
-    # hidden / heads is, hence kv_channels; the per-head q/k RMSNorm weights (2 x 128 per
-    # layer) have no ModelSpec field and are left out. Every layer is MoE
+    # hidden / heads is, hence kv_channels; rope_theta 1000000; the per-head q/k RMSNorm
+    # (qk_layernorm; its 2 x 128 weights per layer are left out of the count). Every layer is MoE
     # (decoder_sparse_step 1, no mlp_only_layers); the dense intermediate_size is kept as
     # ffn_hidden_size as published although no layer uses it.
     _llama_style(
@@ -229,6 +234,8 @@ _MOE = (
         num_experts=128,
         moe_top_k=8,
         moe_ffn_hidden_size=768,
+        rotary_base=1000000,
+        qk_layernorm=True,
     ),
     _llama_style(
         "qwen3-235b-a22b",
@@ -243,6 +250,8 @@ _MOE = (
         num_experts=128,
         moe_top_k=8,
         moe_ffn_hidden_size=1536,
+        rotary_base=1000000,
+        qk_layernorm=True,
     ),
     # deepseek-ai/DeepSeek-V3 config.json: MLA, 256 routed experts (top-8) plus one shared
     # expert of moe_intermediate_size, the first 3 layers dense, one multi-token-prediction
@@ -273,7 +282,7 @@ _RECIPE_MOE = (
     # openai/gpt-oss-20b and gpt-oss-120b config.json (model_type gpt_oss): head_dim 64,
     # 8 KV heads, every layer MoE with biased SwiGLU experts of intermediate_size 2880,
     # top-4, q/k/v/o biases, one sink per head, sliding window 128 on even layers, untied
-    # 201088-token embeddings. The router bias has no field and is left out.
+    # 201088-token embeddings, rope_theta 150000. The router bias has no field and is left out.
     *(
         _llama_style(
             name,
@@ -290,12 +299,13 @@ _RECIPE_MOE = (
             add_bias_linear=True,
             attention_sinks=True,
             sliding_window=128,
+            rotary_base=150000,
         )
         for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))
     ),
     # moonshotai/Kimi-K2-Instruct config.json (model_type deepseek_v3): DeepSeek-V3's MLA
     # with 64 heads, 384 routed experts of 2048 (top-8) plus one shared, only the first
-    # layer dense, 163840-token vocabulary.
+    # layer dense, 163840-token vocabulary, rope_theta 50000.
     _llama_style(
         "kimi-k2",
         num_layers=61,
@@ -314,6 +324,7 @@ _RECIPE_MOE = (
         qk_head_dim=128,
         qk_pos_emb_head_dim=64,
         v_head_dim=128,
+        rotary_base=50000,
     ),
 )
 

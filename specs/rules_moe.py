@@ -31,6 +31,22 @@ def ep_needs_moe(
 
 
 @rule
+def etp_needs_moe(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """An expert tensor-parallel size other than tp needs routed experts: etp only shapes
+    the expert grid (Megatron `ModelParallelConfig.expert_tensor_parallel_size`, defaulting
+    to tp; `initialize_model_parallel` builds expert groups that a dense model never uses),
+    so on a dense model it would change nothing that was asked for."""
+    if plan.etp is None or plan.etp == plan.tp or model.is_moe:
+        return None
+    return (
+        f"etp ({plan.etp}) differs from tp ({plan.tp}), but model {model.name!r} has "
+        f"num_experts (0) and no expert layers to split: drop etp (--etp) or set it to tp"
+    )
+
+
+@rule
 def experts_divisible_by_ep(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
@@ -98,6 +114,7 @@ def expert_grid_divides_world(
 
 MOE_RULES = (
     ep_needs_moe,
+    etp_needs_moe,
     experts_divisible_by_ep,
     expert_ffn_divisible_by_etp,
     expert_grid_divides_world,

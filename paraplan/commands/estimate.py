@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from paraplan.args import (
     add_plan_args,
     add_problem_args,
+    add_recipe_args,
     add_runtime_arg,
     cluster_from_args,
     job_from_args,
@@ -29,6 +30,8 @@ from specs.rules import check_plan
 
 if TYPE_CHECKING:
     from costmodel.estimate import Estimate
+    from costmodel.execution import ExecutionOptions
+    from specs.job import TrainingJob
 
 NAME = "estimate"
 HELP = COMMAND_HELP[NAME]
@@ -38,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_args(parser)
     add_plan_args(parser)
     add_runtime_arg(parser, "megatron")
+    add_recipe_args(parser)
     parser.add_argument(
         "--attention",
         choices=("flash", "materialized"),
@@ -85,7 +89,31 @@ def run(args: argparse.Namespace) -> int:
         f"(runtime {options.runtime})"
     )
     _print_summary(title, est)
+    for line in memory_assumptions(job, options):
+        print(line)
     return 0
+
+
+def memory_assumptions(job: TrainingJob, options: ExecutionOptions) -> list[str]:
+    """Lines naming the launch settings the megatron runtime's memory assumes and the flag
+    that changes each (`add_recipe_args`); empty for other runtimes."""
+    if options.runtime != "megatron":
+        return []
+    lines = ["memory assumes:"]
+    if options.main_grad_bytes == 4:
+        lines.append("  fp32 main gradients; add --grad-reduce-in-bf16 for bf16 ones")
+    else:
+        lines.append(f"  {options.main_grad_bytes}-byte main gradients (--grad-reduce-in-bf16)")
+    if job.precision == "fp8":
+        if options.fp8_param:
+            lines.append(f"  FP8 parameters, {options.fp8_recipe} scaling (--fp8-param-gather)")
+        else:
+            lines.append(
+                f"  bf16 weights plus Transformer Engine's FP8 copies ({options.fp8_recipe} "
+                "scaling); add --fp8-param-gather for FP8 parameters as Megatron-Bridge's "
+                "FP8 recipes, --fp8-recipe to change the scaling"
+            )
+    return lines
 
 
 def _print_summary(title: str, est: Estimate) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from costmodel.execution import runtime_options
 from paraplan.args import (
     add_problem_args,
+    add_recipe_args,
     add_runtime_arg,
     add_split_args,
     job_from_args,
@@ -160,6 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --num-gpus is optional here: the sizing form (--tokens) searches over GPU counts
     add_problem_args(parser, num_gpus_required=False)
     add_runtime_arg(parser, "megatron")
+    add_recipe_args(parser)
     add_knob_args(parser)
     g = parser.add_argument_group("search")
     g.add_argument("--top", type=int, default=5, help="plans simulated and shown (default 5)")

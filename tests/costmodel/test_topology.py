@@ -8,7 +8,9 @@ from costmodel.topology import (
     cluster_graph,
     place_group,
     plan_placements,
+    product_placement,
     strided_group_placement,
+    world_placement,
 )
 from profiles.store import load_profile
 from specs.errors import SpecError
@@ -98,3 +100,43 @@ def test_placing_a_rank_outside_the_graph_raises():
         place_group(graph, [0, 9])
     with pytest.raises(SpecError, match="outside"):
         cluster_graph(H100, 16, ranks=[16])
+
+
+@pytest.mark.parametrize(
+    ("profile", "num_gpus", "plan"),
+    [
+        ("h100-sxm-80gb", 16, ParallelPlan(pp=2, dp=8)),
+        ("h100-sxm-80gb", 16, ParallelPlan(pp=4, dp=4)),
+        ("h100-sxm-80gb", 16, ParallelPlan(tp=2, pp=2, dp=4)),
+        ("h100-sxm-80gb", 32, ParallelPlan(tp=2, cp=2, pp=2, dp=4)),
+        ("h100-sxm-80gb", 32, ParallelPlan(tp=16, dp=2)),
+        ("h100-sxm-80gb", 4, ParallelPlan(pp=2, dp=2)),
+        ("gb200-nvl72", 144, ParallelPlan(tp=4, pp=4, dp=9)),
+        ("gb200-nvl72", 32, ParallelPlan(pp=2, dp=16)),
+        ("h100-sxm-80gb", 32, ParallelPlan(tp=2, pp=2, dp=8, ep=4)),
+    ],
+)
+def test_world_placement_is_the_placement_of_every_rank(profile, num_gpus, plan):
+    """The world composed from one rank's groups equals `place_group` over all ranks."""
+    hw = load_profile(profile)
+    placements = plan_placements(hw, plan)
+    graph = cluster_graph(hw, num_gpus)
+    expected = place_group(graph, range(num_gpus), "world")
+    assert world_placement(hw, placements) == expected
+
+
+@pytest.mark.parametrize(
+    ("num_gpus", "plan"),
+    [
+        (16, ParallelPlan(tp=8, cp=2)),
+        (32, ParallelPlan(tp=8, cp=2, dp=2)),
+        (32, ParallelPlan(tp=4, cp=4, dp=2)),
+        (16, ParallelPlan(tp=2, cp=2, dp=4)),
+    ],
+)
+def test_tp_cp_block_is_the_placement_of_its_ranks(num_gpus, plan):
+    """tp x cp ranks of rank 0 are 0 .. tp·cp - 1 (`specs.layout` order)."""
+    placements = plan_placements(H100, plan)
+    block = product_placement(H100, (placements["tp"], placements["cp"]), "tp-cp")
+    graph = cluster_graph(H100, num_gpus)
+    assert block == place_group(graph, range(plan.tp * plan.cp), "tp-cp")

@@ -462,3 +462,13 @@ def test_on_a_gpu_the_executor_runs_its_gemms_and_attention_in_the_jobs_dtype():
     a = estimate_plan(TINY, gpu, bf16, plan, h100, options=TORCH_OPTIONS)
     b = estimate_plan(TINY, gpu, JOB, plan, h100, options=TORCH_OPTIONS)
     assert a.runtime == "torch" and a.iteration_time_s != b.iteration_time_s
+
+
+def test_moe_statistic_all_reduce_over_a_tp_cp_block_spanning_servers():
+    """tp 8 x cp 2 on 8-GPU servers: the tp·cp block spans two servers."""
+    h100 = load_profile("h100-sxm-80gb")
+    plan = ParallelPlan(tp=8, cp=2, sequence_parallel=True)
+    job = TrainingJob(seq_length=2048, global_batch_size=8, precision="bf16")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    est = estimate_plan(get_preset("mixtral-8x7b"), cluster, job, plan, h100, options=TORCH_OPTIONS)
+    assert est.iteration_time_s > 0

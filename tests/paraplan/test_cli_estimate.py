@@ -109,3 +109,39 @@ def test_schedule_rounding_residues_print_as_zero(capsys):
     assert estimate.run(parser.parse_args(argv)) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "bubble" in line)
     assert "e-" not in row and " 0 " in row
+
+
+@pytest.mark.parametrize("shape", [("--pp", "2"), ("--pp", "4"), ("--tp", "2", "--pp", "2")])
+def test_torch_runtime_prices_pipelines_that_span_servers(capsys, shape):
+    """16 ranks over two 8-GPU servers: the step-end loss all-reduce spans both."""
+    code, out = run(capsys, "--runtime", "torch", *shape, "--json")
+    assert code == 0
+    assert json.loads(out)["iteration_time_s"] > 0
+
+
+def test_recipe_flags_move_memory_and_the_summary_names_them(capsys):
+    """Llama 3.1 405B tp4 pp8 vpp8 cp2 fp8 on 128 B200 (published-runs row 337 shape): the
+    Megatron-Bridge FP8 recipe's FP8 parameters and bf16 gradients are flags."""
+    argv = [
+        "--model", "llama3.1-405b", "--hardware", "b200", "--num-gpus", "128",
+        "--seq-len", "8192", "--global-batch", "64", "--precision", "fp8", "--tp", "4",
+        "--pp", "8", "--vpp", "8", "--cp", "2", "--sp", "--dist-opt",
+        "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+    ]  # fmt: skip
+    parser = argparse.ArgumentParser(prog="paraplan estimate")
+    estimate.add_arguments(parser)
+
+    def peak(*extra: str) -> float:
+        estimate.run(parser.parse_args([*argv, *extra, "--json"]))
+        return json.loads(capsys.readouterr().out)["peak_memory_gib"]
+
+    default = peak()
+    fp8_params = peak("--fp8-recipe", "tensorwise", "--fp8-param-gather")
+    bf16_grads = peak("--fp8-recipe", "tensorwise", "--fp8-param-gather", "--grad-reduce-in-bf16")
+    assert bf16_grads < fp8_params < default
+    estimate.run(parser.parse_args(argv))
+    out = capsys.readouterr().out
+    assert "add --grad-reduce-in-bf16" in out and "add --fp8-param-gather" in out
+    estimate.run(parser.parse_args([*argv, "--fp8-param-gather", "--grad-reduce-in-bf16"]))
+    out = capsys.readouterr().out
+    assert "add --grad-reduce-in-bf16" not in out and "FP8 parameters" in out

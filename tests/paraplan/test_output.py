@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 from rich.console import Console
 
@@ -50,3 +51,29 @@ def test_progress_shows_on_a_terminal_after_the_delay() -> None:
     piped = DeferredProgress(Console(file=io.StringIO(), force_terminal=False), delay_s=0.0)
     piped("screen", 0, 10)
     assert piped.bar is None
+
+
+def test_progress_writes_lines_when_stderr_is_not_a_terminal() -> None:
+    """A batch job's log gets a line per phase, and a line per interval within a phase
+    that reports nothing (the heartbeat), none after `close`."""
+    log = io.StringIO()
+    lines = DeferredProgress(Console(file=log, force_terminal=False), delay_s=0.0, line_s=3600)
+    lines("check", 0, 280)
+    lines("check", 100, 280)  # same phase, within the interval: no line
+    lines("simulate", 2, 12_000)
+    lines.close()
+    assert lines.bar is None
+    written = log.getvalue().splitlines()
+    assert len(written) == 2
+    assert written[0].startswith("progress: check 0 of 280, ")
+    assert written[1].startswith("progress: simulate 2 of 12,000, ")
+    assert written[1].endswith(" s elapsed")
+    beat_log = io.StringIO()
+    beat = DeferredProgress(Console(file=beat_log, force_terminal=False), delay_s=0.0, line_s=0.01)
+    beat("screen", 0, 29_919)
+    time.sleep(0.2)
+    beat.close()
+    count = beat_log.getvalue().count("progress: screen 0 of 29,919")
+    assert count >= 3
+    time.sleep(0.05)
+    assert beat_log.getvalue().count("progress: screen") == count

@@ -57,7 +57,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
         "--expert-model-parallel-size", "--expert-tensor-parallel-size",
         "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-        "--num-layers-per-virtual-pipeline-stage", "--context-parallel-size",
+        "--num-layers-per-virtual-pipeline-stage", "--context-parallel-size", "--rotary-base",
         "--ddp-bucket-size", "--micro-batch-size", "--global-batch-size",
         "--recompute-num-layers", "--mtp-num-layers", "--decoder-first-pipeline-num-layers",
         "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
@@ -70,7 +70,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--moe-grouped-gemm", "--sequence-parallel", "--tp-comm-overlap",
         "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
         "--bf16", "--log-throughput", "--account-for-embedding-in-pipeline-split",
-        "--account-for-loss-in-pipeline-split",
+        "--account-for-loss-in-pipeline-split", "--qk-layernorm",
     ]  # fmt: skip
     for flag in switches:
         p.add_argument(flag, action="store_true")
@@ -417,3 +417,46 @@ def test_memory_savers_export_with_megatron_core_names() -> None:
     assert parsed.fine_grained_activation_offloading
     assert parsed.offload_modules == ["core_attn", "attn_proj"]
     assert megatron_environment(fine)["NVTE_CPU_OFFLOAD_V1"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "flavor"),
+    [
+        # torchtitan/models/<family>/__init__.py registries: qwen3_configs, gptoss_configs
+        ("qwen3-235b-a22b", "qwen3", "235B-A22B"),
+        ("qwen3-30b-a3b", "qwen3", "30B-A3B"),
+        ("gpt-oss-120b", "gpt_oss", "120b"),
+        ("gpt-oss-20b", "gpt_oss", "20b"),
+        ("deepseek-v3", "deepseek_v3", "671B"),
+    ],
+)
+def test_torchtitan_names_the_models_family(name, family, flavor) -> None:
+    bundle = _bundle(name, 64, 4096, 64, ep=8, distributed_optimizer=True)
+    assert torchtitan_config(bundle)["model"] == {"name": family, "flavor": flavor}
+    assert "has no flavor" not in torchtitan_toml(bundle)
+
+
+def test_torchtitan_flavor_outside_the_registry_is_named_and_unsupported_refused() -> None:
+    text = torchtitan_toml(_bundle("kimi-k2", 64, 4096, 64, ep=8, distributed_optimizer=True))
+    assert tomllib.loads(text)["model"]["name"] == "deepseek_v3"
+    assert "has no flavor 'kimi-k2'" in text
+    with pytest.raises(SpecError, match=r"\[torchtitan_model\].*mixtral-8x7b"):
+        torchtitan_toml(_bundle("mixtral-8x7b", 16, 4096, 64, ep=8))
+
+
+@pytest.mark.parametrize(
+    ("name", "base", "qk_norm"),
+    [
+        # rope_theta and q/k norms of the published config.json (specs.presets)
+        ("llama3.1-405b", 500000, False),
+        ("qwen3-235b-a22b", 1000000, True),
+        ("gpt-oss-120b", 150000, False),
+        ("deepseek-v3", 10000, False),
+    ],
+)
+def test_megatron_export_carries_rotary_base_and_qk_layernorm(name, base, qk_norm) -> None:
+    model = get_preset(name)
+    bundle = _bundle(name, 64, 4096, 64, ep=8 if model.is_moe else 1)
+    args = _parsed(bundle)
+    assert args.rotary_base == base
+    assert args.qk_layernorm is qk_norm

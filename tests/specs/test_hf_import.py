@@ -82,6 +82,7 @@ EXPECTED = {
         vocab_size=152064,
         max_position_embeddings=32768,
         add_qkv_bias=True,
+        rotary_base=1000000,
     ),
     "Qwen3-8B": ModelSpec(
         name="Qwen3-8B",
@@ -92,6 +93,8 @@ EXPECTED = {
         ffn_hidden_size=12288,
         vocab_size=151936,
         max_position_embeddings=40960,
+        rotary_base=1000000,
+        qk_layernorm=True,
     ),
 }
 

@@ -67,6 +67,7 @@ def _public_gpt_oss_20b(**changes) -> dict:
         "num_experts_per_tok": 4,
         "vocab_size": 201088,
         "max_position_embeddings": 131072,
+        "rope_theta": 150000,
         "sliding_window": 128,
         "attention_bias": True,
         "tie_word_embeddings": False,

@@ -131,6 +131,12 @@ CASES = [
         ("ep (2)", "num_experts (0)"),
     ),
     Case(
+        "etp_needs_moe",
+        Change(plan={"etp": 4}),
+        Change(base=MIXTRAL, plan={"etp": 4}),
+        ("etp (4)", "tp (2)", "num_experts (0)", "drop etp"),
+    ),
+    Case(
         "experts_divisible_by_ep",
         Change(base=MIXTRAL, plan={"ep": 3}),
         Change(base=MIXTRAL, plan={"ep": 4}),

@@ -62,7 +62,7 @@ from costmodel.runtimes.torch.ops import (
 )
 from costmodel.runtimes.torch.shapes import RankShape, rank_shape
 from costmodel.schedules import chunk_layers, virtual_stage
-from costmodel.topology import GroupPlacement
+from costmodel.topology import GroupPlacement, product_placement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -82,25 +82,18 @@ PIPELINE_ACTION_DISPATCHES = 3
 ``detach`` for the send)."""
 
 
-def _lane_group(groups: CommGroups, lane: str, size: int) -> GroupPlacement:
-    """The group a lane's collectives run over; the MoE statistic all-reduce runs over tp·cp
-    ranks of one host (``size``)."""
+def _lane_group(
+    profile: HardwareProfile, groups: CommGroups, lane: str, statistic: bool
+) -> GroupPlacement:
+    """The group a lane's collectives run over; the MoE statistic all-reduce (``statistic``)
+    runs over the tp·cp ranks (`costmodel.topology.product_placement`)."""
     if lane == "tp":
         return groups.tp
     if lane == "cp":
         return groups.cp
-    if lane == "ep" and size == 0:
+    if lane == "ep" and not statistic:
         return groups.ep
-    base = groups.tp if groups.tp.size > 1 else groups.cp
-    return GroupPlacement(
-        axes="tp-cp",
-        size=size,
-        num_nodes=base.num_nodes,
-        num_domains=base.num_domains,
-        ranks_per_node=size,
-        ranks_per_domain=size,
-        nics_per_node=base.nics_per_node,
-    )
+    return product_placement(profile, (groups.tp, groups.cp), "tp-cp")
 
 
 def _comm_pass(
@@ -108,7 +101,6 @@ def _comm_pass(
     rates: HostRates,
     comms,
     groups: CommGroups,
-    tp_cp: int,
     *,
     host_s: float,
     backward: bool,
@@ -127,7 +119,7 @@ def _comm_pass(
     in_context = rates.moe_exchange is not None and layers > 0
     for comm in comms:
         statistic = comm.lane == "ep" and comm.op == "all_reduce"
-        group = _lane_group(groups, comm.lane, tp_cp if statistic else 0)
+        group = _lane_group(profile, groups, comm.lane, statistic)
         if group.size < 2:
             continue
         one = collective_time_s(profile, comm.op, comm.size_bytes, group)
@@ -179,11 +171,10 @@ def pass_cost(
     groups: CommGroups,
     *,
     backward: bool,
-    tp_cp: int = 1,
 ) -> PassCost:
     """A `PassCost` from operators and collectives, all communication exposed."""
     compute_s = host_seconds(work, rates, backward=backward)
-    lanes = _comm_pass(profile, rates, comms, groups, tp_cp, host_s=compute_s, backward=backward)
+    lanes = _comm_pass(profile, rates, comms, groups, host_s=compute_s, backward=backward)
     return PassCost(
         compute_s=compute_s,
         tp_s=lanes["tp"][0],
@@ -212,16 +203,10 @@ def module_costs(
     profile: HardwareProfile,
     rates: HostRates,
     groups: CommGroups,
-    plan: ParallelPlan,
 ) -> tuple[PassCost, PassCost]:
     """(forward, backward) `PassCost` of a module's operators and collectives."""
-    tp_cp = plan.tp * plan.cp
-    forward = pass_cost(
-        ops.forward, ops.forward_comms, profile, rates, groups, backward=False, tp_cp=tp_cp
-    )
-    backward = pass_cost(
-        ops.backward, ops.backward_comms, profile, rates, groups, backward=True, tp_cp=tp_cp
-    )
+    forward = pass_cost(ops.forward, ops.forward_comms, profile, rates, groups, backward=False)
+    backward = pass_cost(ops.backward, ops.backward_comms, profile, rates, groups, backward=True)
     return forward, backward
 
 
@@ -373,12 +358,12 @@ def executor_pass_costs(
     ops, redo = chunk_ops(
         model, profile, rates, plan, x, layers, first=v == 0, last=v == plan.pp * plan.vpp - 1
     )
-    forward, backward = module_costs(ops, profile, rates, groups, plan)
+    forward, backward = module_costs(ops, profile, rates, groups)
     backward = backward.plus(PassCost(compute_s=rates.backward_call_s))
     backward = replace(backward, compute_s=backward.compute_s * backward_scale(profile))
     recompute = ZERO
     if plan.recompute != "none":
-        recompute, _ = module_costs(redo, profile, rates, groups, plan)
+        recompute, _ = module_costs(redo, profile, rates, groups)
     return forward, backward, recompute
 
 

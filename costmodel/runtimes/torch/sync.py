@@ -63,7 +63,7 @@ from costmodel.runtimes.torch.fsdp_rates import PROBE_GATHER_BYTES, PROBE_TENSOR
 from costmodel.runtimes.torch.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
 from costmodel.runtimes.torch.ops import FP32
 from costmodel.schedules import chunk_layers, schedule_actions
-from costmodel.topology import GroupPlacement, PlanPlacements
+from costmodel.topology import GroupPlacement, PlanPlacements, world_placement
 from profiles.schema import HardwareProfile
 from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.errors import SpecError
@@ -376,18 +376,5 @@ def optimizer_s(
         seconds += SP_NORM_GRAD_READS * params.norm_tensors * per
     world = plan.world_size
     if world > 1:
-        seconds += _time(profile, rates, "all_reduce", FP32, _world_group(placements, world))
+        seconds += _time(profile, rates, "all_reduce", FP32, world_placement(profile, placements))
     return seconds
-
-
-def _world_group(placements: PlanPlacements, world: int) -> GroupPlacement:
-    base = placements["dp-cp"] if placements["dp-cp"].size > 1 else placements["tp"]
-    return GroupPlacement(
-        axes="world",
-        size=world,
-        num_nodes=base.num_nodes,
-        num_domains=base.num_domains,
-        ranks_per_node=world // max(base.num_nodes, 1),
-        ranks_per_domain=world // max(base.num_domains, 1),
-        nics_per_node=base.nics_per_node,
-    )
