@@ -12,27 +12,10 @@ from costmodel.estimate import estimate_plan
 from costmodel.memory import FrameworkAllowance, memory_per_stage
 from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
-from tests.bench.test_validate_published import SC21_ROW
+from tests.bench.test_validate_published import ROW_1, SC21_ROW
 
 rows_mod = load_bench("published_rows")
 sanity = load_bench("search_sanity")
-
-ROW_1 = SC21_ROW | {
-    # published-runs-dev.csv row 1 (SC21 Table 1, GPT 1.7B on 32 GPUs, torch DDP)
-    "row_id": "1",
-    "model": "GPT 1.7B",
-    "num_layers": "24",
-    "hidden_size": "2304",
-    "num_attention_heads": "24",
-    "num_query_groups": "24",
-    "ffn_hidden_size": "9216",
-    "num_gpus": "32",
-    "tp": "1",
-    "pp": "1",
-    "fsdp_or_zero": "none (plain DP; DDP impl=torch)",
-    "micro_batch_size": "16",
-    "global_batch_size": "512",
-}
 
 ROW_17 = SC21_ROW | {
     # published-runs-dev.csv row 17 (SC21 Table 2, GPT 174.6B on 384 GPUs, VPP not stated)

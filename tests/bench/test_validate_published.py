@@ -48,6 +48,23 @@ SC21_ROW = {
     "derived_tokens_per_sec_per_gpu": "425.1",
 }
 
+ROW_1 = SC21_ROW | {
+    # published-runs-dev.csv row 1 (SC21 Table 1, GPT 1.7B on 32 GPUs, torch DDP)
+    "row_id": "1",
+    "model": "GPT 1.7B",
+    "num_layers": "24",
+    "hidden_size": "2304",
+    "num_attention_heads": "24",
+    "num_query_groups": "24",
+    "ffn_hidden_size": "9216",
+    "num_gpus": "32",
+    "tp": "1",
+    "pp": "1",
+    "fsdp_or_zero": "none (plain DP; DDP impl=torch)",
+    "micro_batch_size": "16",
+    "global_batch_size": "512",
+}
+
 
 def _outcome(
     row_id,
@@ -247,21 +264,7 @@ def test_sc21_table1_group_within_target():
 
 def test_search_sanity_rank_agrees_with_the_claimed_speedup():
     sanity = load_bench("search_sanity")
-    row = SC21_ROW | {
-        # published-runs-dev.csv row 1 (SC21 Table 1, GPT 1.7B on 32 GPUs)
-        "row_id": "1",
-        "model": "GPT 1.7B",
-        "num_layers": "24",
-        "hidden_size": "2304",
-        "num_attention_heads": "24",
-        "num_query_groups": "24",
-        "ffn_hidden_size": "9216",
-        "num_gpus": "32",
-        "tp": "1",
-        "pp": "1",
-        "micro_batch_size": "16",
-        "global_batch_size": "512",
-    }
+    row = ROW_1
     result = sanity.sanity_row(row)
     for prefix in ("", "same_recompute_"):
         speedup = result[f"{prefix}claimed_speedup" if not prefix else f"{prefix}speedup"]
