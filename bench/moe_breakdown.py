@@ -23,7 +23,7 @@ import math
 import sys
 
 from published_rows import case_for_row, published_iteration_time_s
-from validate_published import default_csv, read_rows
+from validate_published import rows_by_ids
 
 from costmodel import compute as ops
 from costmodel.estimate import estimate_plan
@@ -152,14 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", required=True, help="comma-separated row ids")
     args = parser.parse_args(argv)
-    path = default_csv()
-    if path is None:
-        print("published-runs-dev.csv not found", file=sys.stderr)
+    rows, error = rows_by_ids(args.rows)
+    if error is not None:
+        print(error, file=sys.stderr)
         return 1
-    wanted = {r.strip() for r in args.rows.split(",")}
-    for raw in read_rows(path):
-        if raw["row_id"] in wanted:
-            print(report(raw))
+    for raw in rows:
+        print(report(raw))
     return 0
 
 

@@ -26,7 +26,7 @@ import dataclasses
 import sys
 
 from published_rows import case_for_row, published_iteration_time_s
-from validate_published import default_csv, read_rows
+from validate_published import rows_by_ids
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
@@ -103,17 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", required=True, help="comma-separated row ids")
     args = parser.parse_args(argv)
-    path = default_csv()
-    if path is None:
-        print("published-runs-dev.csv not found", file=sys.stderr)
+    rows, error = rows_by_ids(args.rows)
+    if error is not None:
+        print(error, file=sys.stderr)
         return 1
-    wanted = [r.strip() for r in args.rows.split(",")]
-    by_id = {raw["row_id"]: raw for raw in read_rows(path)}
-    missing = [r for r in wanted if r not in by_id]
-    if missing:
-        print(f"rows not in {path}: {', '.join(missing)}", file=sys.stderr)
-        return 1
-    print(report([host_share(by_id[r]) for r in wanted]))
+    print(report([host_share(raw) for raw in rows]))
     return 0
 
 

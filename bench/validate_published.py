@@ -138,6 +138,20 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def rows_by_ids(ids_text: str) -> tuple[list[dict[str, str]], str | None]:
+    """The dev set's rows named in ``ids_text`` (comma-separated row ids), in that order, or
+    an error line naming the missing CSV or the ids it lacks."""
+    path = default_csv()
+    if path is None:
+        return [], f"{CSV_NAME} not found above {Path(__file__).parent}"
+    wanted = [r.strip() for r in ids_text.split(",") if r.strip()]
+    by_id = {raw["row_id"]: raw for raw in read_rows(path)}
+    missing = [r for r in wanted if r not in by_id]
+    if missing:
+        return [], f"rows not in {path}: {', '.join(missing)}"
+    return [by_id[r] for r in wanted], None
+
+
 def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
     """Predict one row; with the row's case. NotExpressible or SpecError when it cannot be
     priced."""

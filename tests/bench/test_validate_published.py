@@ -480,3 +480,11 @@ def test_host_launch_flag_prices_a_host_bound_moe_row_at_the_given_time(capsys):
     shipped = predicted_s()
     assert predicted_s("--host-launch-us", str(MOE_HOST_LAUNCH_S * 1e6)) == pytest.approx(shipped)
     assert predicted_s("--host-launch-us", "0") < shipped
+
+
+def test_rows_by_ids_keeps_the_order_asked_and_names_missing_ids():
+    rows, error = bench.rows_by_ids("17, 1")
+    assert error is None
+    assert [r["row_id"] for r in rows] == ["17", "1"]
+    rows, error = bench.rows_by_ids("1,no-such-row")
+    assert rows == [] and "no-such-row" in error
