@@ -14,10 +14,10 @@ rows_mod = load_bench("published_rows")
 
 @pytest.fixture(scope="module")
 def row_174() -> dict[str, str]:
-    path = breakdown.default_csv()
-    if path is None:
-        pytest.skip("published-runs-dev.csv not found")
-    return next(r for r in breakdown.read_rows(path) if r["row_id"] == "174")
+    rows, error = breakdown.rows_by_ids("174")
+    if error is not None:
+        pytest.skip(error)
+    return rows[0]
 
 
 def test_layer_parts_split_the_moe_layer(row_174):
