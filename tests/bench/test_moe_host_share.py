@@ -14,10 +14,10 @@ share = load_bench("moe_host_share")
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict[str, str]]:
-    path = share.default_csv()
-    if path is None:
-        pytest.skip("published-runs-dev.csv not found")
-    return {r["row_id"]: r for r in share.read_rows(path) if r["row_id"] in ("308", "367")}
+    found, error = share.rows_by_ids("308,367")
+    if error is not None:
+        pytest.skip(error)
+    return {r["row_id"]: r for r in found}
 
 
 def test_a_layer_captured_whole_has_no_floor(rows):
