@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 
+from costmodel.activations import FP32_BYTES
 from costmodel.estimate import estimate_plan
 from costmodel.execution import MEGATRON_2021
 from costmodel.memory import FrameworkAllowance, stage_params, step_peak_bytes
@@ -35,7 +36,6 @@ TP4 = ParallelPlan(
     schedule="interleaved",
     overlap_grad_reduce=False,
 )
-FP32_BYTES = 4
 
 
 def test_step_peak_is_model_state_the_fp32_copy_and_the_fixed_bytes() -> None:
