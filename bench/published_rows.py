@@ -346,9 +346,9 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
     (`row_recipes.fp8_weight_fields`) and gradient-reduction element size
-    (`row_recipes.grad_sync_fields`); Blackwell rows run FP8 GEMMs in any layout
-    (``fp8_tn_gemm_only`` False: TE ``is_non_tn_fp8_gemm_supported`` from compute
-    capability 10.0)."""
+    (`row_recipes.grad_sync_fields`). Whether FP8 GEMMs take only the TN layout is the
+    device's (``fp8_tn_gemm_only`` None: `costmodel.execution.device_options` resolves it
+    from the row's profile, as for every `estimate_plan` caller)."""
     options = _era_options(raw)
     fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw)
     if plan is not None:
@@ -357,8 +357,6 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
     fields.update(grad_sync_fields(raw))
-    if gpu_generation(_text(raw, "gpu_type")) == "Blackwell":
-        fields["fp8_tn_gemm_only"] = False
     return dataclasses.replace(options, **fields) if fields else options
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.compute import gemm_dtype
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.iteration import Breakdown, simulate_iteration
 from costmodel.memory import GiB, StageMemory
@@ -141,10 +141,11 @@ def simulate_plan(
     (`specs.rules.require_valid_plan`). ``options`` names the runtime and how it runs the
     plan (attention kernel, gradient-accumulation fusion; `costmodel.execution`), Megatron-LM's
     current defaults unless given. MFU and HFU divide by the peak of the dtype the runtime
-    computes in (fp32 for the executor on a CPU).
+    computes in (fp32 for the executor on a CPU). Fields of ``options`` left to the device
+    are resolved for ``profile`` (`costmodel.execution.device_options`).
     """
     require_valid_plan(model, cluster, job, plan)
-    runtime = runtime_model(options)
+    runtime = runtime_model(device_options(options, profile))
     sim = simulate_iteration(
         model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
     )

@@ -377,11 +377,12 @@ class ExecutionOptions:
     data-parallel all-gather moves FP8 bytes (`costmodel.memory.Fp8WeightStorage`).
     False: bf16 parameters, with TE's FP8 copy of each cached across microbatches."""
 
-    fp8_tn_gemm_only: bool = True
+    fp8_tn_gemm_only: bool | None = None
     """The device's FP8 GEMMs take only the TN layout, so TE keeps a transposed copy of each
     per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability
-    9.0, the default profile's), False on Blackwell (10.x; TE
-    ``is_non_tn_fp8_gemm_supported``). Memory only."""
+    9.0), False on Blackwell and Blackwell Ultra (10.x; TE ``is_non_tn_fp8_gemm_supported``).
+    None (the default): the priced device's (`device_options`, which `estimate_plan` and the
+    screen apply); a bool overrides it. Memory only."""
 
     moe_fused_grouped_mlp: bool = False
     """The routed experts run as Transformer Engine's fused grouped MLP (Megatron-core
@@ -428,9 +429,12 @@ class ExecutionOptions:
 
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
-        """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`."""
+        """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`; an unresolved
+        ``fp8_tn_gemm_only`` (None, before `device_options`) keeps the TN-only layout."""
         return Fp8WeightStorage(
-            recipe=self.fp8_recipe, fp8_param=self.fp8_param, tn_gemm_only=self.fp8_tn_gemm_only
+            recipe=self.fp8_recipe,
+            fp8_param=self.fp8_param,
+            tn_gemm_only=self.fp8_tn_gemm_only is not False,
         )
 
     def __post_init__(self) -> None:
@@ -613,6 +617,23 @@ def runtime_options(runtime: str) -> ExecutionOptions:
             "exported Megatron-LM plans, torch for paraplan's executor)"
         )
     return TORCH_OPTIONS if runtime == "torch" else DEFAULT_OPTIONS
+
+
+NON_TN_FP8_GENERATIONS: frozenset[str] = frozenset(("blackwell", "blackwell_ultra"))
+"""`DeviceSpec.generation` names whose FP8 GEMMs take any layout: Transformer Engine's
+``is_non_tn_fp8_gemm_supported`` (``transformer_engine/pytorch/utils.py``) is True for
+compute capability 10.x (B200 and GB200 10.0, B300 and GB300 10.3) and from 13.0, False on
+Hopper (9.0) and Ada (8.9)."""
+
+
+def device_options(options: ExecutionOptions, profile: HardwareProfile) -> ExecutionOptions:
+    """``options`` with the fields left to the device resolved for ``profile``:
+    ``fp8_tn_gemm_only`` (when None) is False on the `NON_TN_FP8_GENERATIONS`, True on every
+    other device (a device of unknown generation keeps Hopper's layout)."""
+    if options.fp8_tn_gemm_only is not None:
+        return options
+    tn_only = profile.device.generation not in NON_TN_FP8_GENERATIONS
+    return dataclasses.replace(options, fp8_tn_gemm_only=tn_only)
 
 
 def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
 from costmodel.plan_frame import normalized_frame
 from costmodel.runtimes.megatron.screen import pipeline_lower_bound_s
 from costmodel.runtimes.registry import runtime_model
@@ -36,8 +36,9 @@ def screen_plans(
     ``num_microbatches``, ``iteration_time_s``, ``compute_s``, ``pipeline_s``,
     ``tokens_per_s``, ``mfu``, ``peak_memory_bytes``, ``peak_memory_gib`` and ``fits``, on
     the runtime ``options`` names. Rows the schedule cannot run get an infinite iteration
-    time and ``fits`` False; unknown columns raise `SpecError`."""
-    runtime = runtime_model(options)
+    time and ``fits`` False; unknown columns raise `SpecError`. Fields of ``options`` left
+    to the device are resolved for ``profile`` (`costmodel.execution.device_options`)."""
+    runtime = runtime_model(device_options(options, profile))
     rows = normalized_frame(plans, cluster)
     return runtime.screen(model, cluster, job, runtime.priced_profile(profile), rows)
 
@@ -57,6 +58,7 @@ def screen_lower_bounds(
     without a closed form (``torch``), whose screen cannot be bounded this way."""
     if options.runtime != "megatron":
         return None
+    options = device_options(options, profile)
     runtime = runtime_model(options)
     rows = normalized_frame(plans, cluster)
     return pipeline_lower_bound_s(

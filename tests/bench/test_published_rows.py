@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel.execution import device_options
+from profiles.store import load_profile
 from specs.pipeline_layout import expand_layout
 from specs.pipeline_split import pipeline_split
 from tests.bench.bench_loader import load_bench
@@ -445,10 +447,12 @@ def test_rows_printed_unlike_their_recipe_carry_the_reason():
 
 def test_fp8_rows_keep_the_recipes_fp8_parameters():
     # Megatron-Bridge FP8 current scaling (mixed_precision.py, every release): FP8
-    # parameters, per-tensor scales; GB200 runs FP8 GEMMs in any layout
-    options = rows_mod.case_for_row(LLAMA70_FSDP).options
+    # parameters, per-tensor scales; GB200 runs FP8 GEMMs in any layout (the profile's)
+    case = rows_mod.case_for_row(LLAMA70_FSDP)
+    options = case.options
     assert (options.fp8_param, options.fp8_recipe) == (True, "tensorwise")
-    assert not options.fp8_tn_gemm_only
+    assert options.fp8_tn_gemm_only is None
+    assert not device_options(options, load_profile(case.profile)).fp8_tn_gemm_only
     for release in ("25.09", "25.11", "26.02", "26.06"):
         row = _with(LLAMA70_FSDP, source_id=f"MBRIDGE-{release}")
         assert recipes.fp8_weight_fields(row)["fp8_param"], release
