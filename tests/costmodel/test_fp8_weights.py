@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
 from costmodel.memory import (
     Fp8WeightStorage,
     memory_per_stage,
@@ -167,3 +167,34 @@ def test_megatron_fsdp_shards_keep_row_wise_data_only_for_per_tensor_fp8():
     assert Fp8WeightStorage(recipe="delayed", fp8_param=True).shard_bytes(FP8) == 1.0
     assert Fp8WeightStorage(recipe="mxfp8", fp8_param=True).shard_bytes(FP8) == 2.0625
     assert Fp8WeightStorage().shard_bytes(FP8) == 2.0
+
+
+@pytest.mark.parametrize(
+    ("hardware", "tn_only"),
+    [("h100-sxm-80gb", True), ("b200", False), ("gb300-nvl72", False), ("a100-sxm-80gb", True)],
+)
+def test_the_device_decides_whether_fp8_weights_keep_a_transpose(hardware, tn_only):
+    # TE is_non_tn_fp8_gemm_supported: compute capability 10.x (Blackwell, Blackwell
+    # Ultra) runs FP8 GEMMs in any layout; Hopper takes only TN
+    profile = load_profile(hardware)
+    assert device_options(DEFAULT_OPTIONS, profile).fp8_tn_gemm_only is tn_only
+    # an explicit value is kept on every device
+    forced = dataclasses.replace(DEFAULT_OPTIONS, fp8_tn_gemm_only=not tn_only)
+    assert device_options(forced, profile).fp8_tn_gemm_only is not tn_only
+
+
+def test_estimate_and_screen_drop_the_transpose_on_blackwell():
+    # per-tensor FP8 parameters: 1 byte per linear element on B200, 2 where only TN runs
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise", fp8_param=True)
+    cluster = ClusterSpec(hardware="b200", num_gpus=8)
+    plan = ParallelPlan.for_world(8, tp=1, pp=1, distributed_optimizer=True)
+    profile = load_profile("b200")
+    linear = stage_params(MODEL, plan, 0).linear
+    weights = {}
+    for tn_only in (None, True):
+        o = dataclasses.replace(options, fp8_tn_gemm_only=tn_only)
+        est = estimate_plan(MODEL, cluster, FP8, plan, profile, options=o)
+        screened = screen_plans(MODEL, cluster, FP8, profile, plans_frame([plan]), options=o)
+        assert screened["peak_memory_bytes"][0] == pytest.approx(est.peak_memory_bytes, rel=0.01)
+        weights[tn_only] = est.memory[0].weights_bytes
+    assert weights[True] - weights[None] == pytest.approx(linear, rel=1e-9)
