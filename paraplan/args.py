@@ -16,9 +16,15 @@ from costmodel.memory import FP8_RECIPES
 from paraplan.flags import spellings
 from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
+from specs.errors import SpecError
 from specs.loading import load_model
 
 DEFAULT_HARDWARE = "h100-sxm-80gb"
+
+CROSS_ENTROPY_IMPLS = ("native", "te", "te_fp32_grad")
+"""Choices of ``--cross-entropy-fusion-impl``: Megatron-core's ``cross_entropy_fusion_impl``
+(``native``, ``te``) with ``te`` split by the Transformer Engine release
+(`costmodel.activations.logits_element_bytes`)."""
 
 
 def add_problem_args(
@@ -286,6 +292,27 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
         help="bf16 main gradients and gradient reduction (Megatron --grad-reduce-in-bf16) "
         "instead of the default fp32 ones",
     )
+    group.add_argument(
+        "--cross-entropy-loss-fusion",
+        action="store_true",
+        help="fused cross entropy in the loss (Megatron --cross-entropy-loss-fusion; "
+        "default off: an fp32 copy of the logits per in-flight microbatch)",
+    )
+    group.add_argument(
+        "--cross-entropy-fusion-impl",
+        choices=CROSS_ENTROPY_IMPLS,
+        default=None,
+        help="with --cross-entropy-loss-fusion (Megatron --cross-entropy-fusion-impl): native "
+        "(default; keeps the fp32 copy), te (Transformer Engine 2.2-2.17: gradient in the bf16 "
+        "logits, no fp32 copy; Megatron-Bridge sets it) or te_fp32_grad (Transformer Engine "
+        "2.18 and later: an fp32 gradient buffer)",
+    )
+    group.add_argument(
+        "--expandable-segments",
+        action="store_true",
+        help="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (half the caching "
+        "allocator's fragmentation allowance)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
@@ -299,7 +326,27 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
         changes["fp8_param"] = True
     if getattr(args, "grad_reduce_in_bf16", False):
         changes["main_grad_bytes"] = 2
+    fusion = cross_entropy_fusion(args)
+    if fusion is not None:
+        changes["cross_entropy_fusion"] = fusion
+    if getattr(args, "expandable_segments", False):
+        changes["expandable_segments"] = True
     return dataclasses.replace(options, **changes) if changes else options
+
+
+def cross_entropy_fusion(args: argparse.Namespace) -> str | None:
+    """`ExecutionOptions.cross_entropy_fusion` of ``--cross-entropy-loss-fusion`` and
+    ``--cross-entropy-fusion-impl``, or None where the command has neither flag set;
+    `SpecError` for an implementation given without the fusion."""
+    impl = getattr(args, "cross_entropy_fusion_impl", None)
+    if not getattr(args, "cross_entropy_loss_fusion", False):
+        if impl is not None:
+            raise SpecError(
+                f"--cross-entropy-fusion-impl {impl} chooses the fused loss's kernel; add "
+                "--cross-entropy-loss-fusion (without it Megatron-core runs the unfused loss)"
+            )
+        return None
+    return impl or "native"
 
 
 def megatron_fsdp_fields(args: argparse.Namespace) -> dict[str, Any]:

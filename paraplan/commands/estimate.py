@@ -10,6 +10,8 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING
 
+from costmodel.execution import device_options
+from costmodel.memory import FrameworkAllowance
 from paraplan.args import (
     add_plan_args,
     add_problem_args,
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  [{v.rule}] {v.message}")
         return 1
     profile = load_profile(cluster.hardware)
-    options = options_from_args(args)
+    options = device_options(options_from_args(args), profile)
     if args.attention is not None:
         options = dataclasses.replace(options, attention=args.attention)
     from costmodel.estimate import estimate_plan, estimate_to_json
@@ -89,17 +91,19 @@ def run(args: argparse.Namespace) -> int:
         f"(runtime {options.runtime})"
     )
     _print_summary(title, est)
-    for line in memory_assumptions(job, options):
+    for line in memory_assumptions(job, options, profile.device.name):
         print(line)
     return 0
 
 
-def memory_assumptions(job: TrainingJob, options: ExecutionOptions) -> list[str]:
+def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str) -> list[str]:
     """Lines naming the launch settings the megatron runtime's memory assumes and the flag
-    that changes each (`add_recipe_args`); empty for other runtimes."""
+    that changes each (`add_recipe_args`), Megatron-core's defaults unless a flag is given;
+    ``options`` resolved for the ``device`` (`costmodel.execution.device_options`). Empty
+    for other runtimes."""
     if options.runtime != "megatron":
         return []
-    lines = ["memory assumes:"]
+    lines = ["memory assumes (Megatron-core's defaults where no flag is given):"]
     if options.main_grad_bytes == 4:
         lines.append("  fp32 main gradients; add --grad-reduce-in-bf16 for bf16 ones")
     else:
@@ -113,7 +117,53 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions) -> list[str]
                 "scaling); add --fp8-param-gather for FP8 parameters as Megatron-Bridge's "
                 "FP8 recipes, --fp8-recipe to change the scaling"
             )
+        if options.fp8_recipe != "mxfp8":
+            lines.append(fp8_layout_line(options, device))
+    lines.append(cross_entropy_line(options))
+    lines.append(allocator_line(options))
     return lines
+
+
+def fp8_layout_line(options: ExecutionOptions, device: str) -> str:
+    """Whether per-tensor FP8 weights keep a transposed copy on ``device``
+    (`ExecutionOptions.fp8_tn_gemm_only`, decided by the device)."""
+    if options.fp8_tn_gemm_only is False:
+        return f"  no FP8 weight transposes: the {device} runs FP8 GEMMs in any layout"
+    return f"  FP8 weights with their transposes: the {device}'s FP8 GEMMs take only TN"
+
+
+def cross_entropy_line(options: ExecutionOptions) -> str:
+    """What the loss keeps of the logits (`ExecutionOptions.cross_entropy_fusion`)."""
+    fusion = options.cross_entropy_fusion
+    if fusion == "te":
+        return (
+            "  Transformer Engine's fused cross entropy, no fp32 logits copy "
+            "(--cross-entropy-fusion-impl te)"
+        )
+    flag = "" if fusion == "unfused" else f" ({fusion} fused cross entropy)"
+    return (
+        f"  an fp32 copy of the logits per in-flight microbatch{flag}; add "
+        "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te for Transformer Engine's "
+        "fused loss (Megatron-Bridge's recipes)"
+    )
+
+
+def allocator_line(options: ExecutionOptions) -> str:
+    """The caching allocator's fragmentation share (`costmodel.memory.FrameworkAllowance`)
+    and the flag that halves it."""
+    allowance = FrameworkAllowance()
+    share = options.allocator_fragmentation
+    if share is None:
+        share = allowance.fragmentation(options.expandable_segments)
+    if options.expandable_segments:
+        return (
+            f"  expandable allocator segments: {percent(share)} of activation and buffer "
+            "bytes for fragmentation (--expandable-segments)"
+        )
+    return (
+        f"  {percent(share)} of activation and buffer bytes for allocator fragmentation; add "
+        f"--expandable-segments for {percent(allowance.fragmentation(True))}"
+    )
 
 
 def _print_summary(title: str, est: Estimate) -> None:

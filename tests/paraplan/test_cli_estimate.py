@@ -145,3 +145,48 @@ def test_recipe_flags_move_memory_and_the_summary_names_them(capsys):
     estimate.run(parser.parse_args([*argv, "--fp8-param-gather", "--grad-reduce-in-bf16"]))
     out = capsys.readouterr().out
     assert "add --grad-reduce-in-bf16" not in out and "FP8 parameters" in out
+
+
+def test_loss_and_allocator_flags_move_memory_and_the_summary_names_them(capsys):
+    """Transformer Engine's fused cross entropy keeps no fp32 logits on the last stage;
+    expandable segments halve the fragmentation allowance (`FrameworkAllowance`)."""
+    argv = ["--tp", "2", "--pp", "2", "--sp", "--dist-opt"]
+
+    def stages(*extra: str) -> list[dict]:
+        code, out = run(capsys, *argv, *extra, "--json")
+        assert code == 0
+        return json.loads(out)["memory"]
+
+    default = stages()
+    fused = stages("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te")
+    native = stages("--cross-entropy-loss-fusion")
+    expandable = stages("--expandable-segments")
+    last = default[-1]["parts"]["output_activations"]
+    assert fused[-1]["parts"]["output_activations"] < last
+    assert native[-1]["parts"]["output_activations"] == last
+    assert fused[0]["total_gib"] == default[0]["total_gib"]
+    for got, want in zip(expandable, default, strict=True):
+        assert got["parts"]["framework"] < want["parts"]["framework"]
+    _, out = run(capsys, *argv)
+    assert "add --cross-entropy-loss-fusion" in out and "add --expandable-segments" in out
+    _, out = run(
+        capsys,
+        *argv,
+        "--cross-entropy-loss-fusion",
+        "--cross-entropy-fusion-impl",
+        "te",
+        "--expandable-segments",
+    )
+    assert "add --cross-entropy-loss-fusion" not in out and "add --expandable-segments" not in out
+
+
+def test_fused_loss_kernel_without_the_fusion_is_refused(capsys):
+    with pytest.raises(SpecError, match="--cross-entropy-loss-fusion"):
+        run(capsys, "--cross-entropy-fusion-impl", "te")
+
+
+def test_fp8_summary_says_which_device_keeps_weight_transposes(capsys):
+    fp8 = ["--precision", "fp8", "--fp8-recipe", "tensorwise", "--fp8-param-gather"]
+    _, hopper = run(capsys, *fp8)
+    _, blackwell = run(capsys, *fp8, "--hardware", "b200")
+    assert "take only TN" in hopper and "no FP8 weight transposes" in blackwell
