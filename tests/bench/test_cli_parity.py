@@ -1,0 +1,63 @@
+"""bench/cli_parity.py: each published row's `paraplan estimate` command line, what it
+cannot state, and the CLI's memory against the bench's."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from tests.bench.bench_loader import load_bench
+
+cli_parity = load_bench("cli_parity")
+validate = load_bench("validate_published")
+
+
+def one_row(row_id: str) -> dict[str, str]:
+    (raw,), error = validate.rows_by_ids(row_id)
+    assert error is None, error
+    return raw
+
+
+@pytest.mark.parametrize(
+    "row_id",
+    [
+        "337",  # Llama 3.1 405B FP8-CS B200: split flags, TP overlap, fused loss
+        "353",  # Llama 3.1 405B FP8 GB200: Megatron-FSDP with 95 offloaded layers
+        "109",  # Qwen3 235B-A22B MXFP8 GB200: ep32 etp1 pp8 vpp3, expandable segments
+        "172",  # DeepSeek-V3 FP8 B200: explicit layout, selective recompute of mlp
+    ],
+)
+def test_the_command_line_states_the_row_and_prices_it_as_the_bench(tmp_path, row_id):
+    result = cli_parity.row_parity(one_row(row_id), tmp_path)
+    assert result["unexpressed_memory"] == []
+    assert result["max_stage_gap_gib"] <= cli_parity.TOLERANCE_GIB
+    assert result["cli_peak_gib"] == pytest.approx(result["bench_peak_gib"], abs=0.1)
+    assert result["command"].startswith("paraplan estimate --model ")
+
+
+def test_recipe_flags_follow_the_rows_options(tmp_path):
+    command = shlex.split(cli_parity.row_parity(one_row("337"), tmp_path)["command"])
+    for flag in ("--grad-reduce-in-bf16", "--fp8-param-gather", "--cross-entropy-loss-fusion"):
+        assert flag in command
+    assert command[command.index("--fp8-recipe") + 1] == "tensorwise"
+    assert command[command.index("--cross-entropy-fusion-impl") + 1] == "te"
+    fsdp = shlex.split(cli_parity.row_parity(one_row("353"), tmp_path)["command"])
+    assert fsdp[fsdp.index("--cpu-offloading-num-layers") + 1] == "95"
+    assert fsdp[fsdp.index("--data-parallel-sharding-strategy") + 1] == "optim_grads_params"
+
+
+def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
+    # SC21 Table 1 row 1 runs Megatron-LM 2021 (`MEGATRON_2021`): hidden dropout masks,
+    # kept pipeline outputs, PyTorch DDP's bucket copy, the step's fp32 gradient copy and
+    # its allocator fragmentation have no flag
+    result = cli_parity.row_parity(one_row("1"), tmp_path)
+    assert set(result["unexpressed_memory"]) == {
+        "options.hidden_dropout",
+        "options.deallocate_pipeline_outputs",
+        "options.ddp_gradient_copy",
+        "options.allocator_fragmentation",
+        "options.step_gradient_copy",
+    }
+    assert "cli_peak_gib" not in result
+    assert "options.loss_scaling" in result["unexpressed_time"]
