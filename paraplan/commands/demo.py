@@ -177,6 +177,7 @@ def _plan(
 
     model, cluster, job = problem
     space = SearchSpace(max_micro_batch_size=2 if args.reduced else 4)
+    options = options_from_args(args)
     result = search_plans(
         model,
         cluster,
@@ -184,10 +185,10 @@ def _plan(
         profile,
         space=space,
         top_k=2 if args.reduced else 5,
-        options=options_from_args(args),
+        options=options,
     )
     text = explain(result)
-    write_search_outputs(result, cluster.hardware, out, text)
+    write_search_outputs(result, cluster.hardware, out, text, options=options)
     if result.best is None:
         console.print(text)
         return None

@@ -11,7 +11,6 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from costmodel.execution import device_options
-from costmodel.memory import FrameworkAllowance
 from paraplan.args import (
     add_plan_args,
     add_problem_args,
@@ -23,6 +22,7 @@ from paraplan.args import (
     options_from_args,
     plan_from_args,
 )
+from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json, print_table
 from profiles.store import load_profile
@@ -32,8 +32,6 @@ from specs.rules import check_plan
 
 if TYPE_CHECKING:
     from costmodel.estimate import Estimate
-    from costmodel.execution import ExecutionOptions
-    from specs.job import TrainingJob
 
 NAME = "estimate"
 HELP = COMMAND_HELP[NAME]
@@ -94,76 +92,6 @@ def run(args: argparse.Namespace) -> int:
     for line in memory_assumptions(job, options, profile.device.name):
         print(line)
     return 0
-
-
-def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str) -> list[str]:
-    """Lines naming the launch settings the megatron runtime's memory assumes and the flag
-    that changes each (`add_recipe_args`), Megatron-core's defaults unless a flag is given;
-    ``options`` resolved for the ``device`` (`costmodel.execution.device_options`). Empty
-    for other runtimes."""
-    if options.runtime != "megatron":
-        return []
-    lines = ["memory assumes (Megatron-core's defaults where no flag is given):"]
-    if options.main_grad_bytes == 4:
-        lines.append("  fp32 main gradients; add --grad-reduce-in-bf16 for bf16 ones")
-    else:
-        lines.append(f"  {options.main_grad_bytes}-byte main gradients (--grad-reduce-in-bf16)")
-    if job.precision == "fp8":
-        if options.fp8_param:
-            lines.append(f"  FP8 parameters, {options.fp8_recipe} scaling (--fp8-param-gather)")
-        else:
-            lines.append(
-                f"  bf16 weights plus Transformer Engine's FP8 copies ({options.fp8_recipe} "
-                "scaling); add --fp8-param-gather for FP8 parameters as Megatron-Bridge's "
-                "FP8 recipes, --fp8-recipe to change the scaling"
-            )
-        if options.fp8_recipe != "mxfp8":
-            lines.append(fp8_layout_line(options, device))
-    lines.append(cross_entropy_line(options))
-    lines.append(allocator_line(options))
-    return lines
-
-
-def fp8_layout_line(options: ExecutionOptions, device: str) -> str:
-    """Whether per-tensor FP8 weights keep a transposed copy on ``device``
-    (`ExecutionOptions.fp8_tn_gemm_only`, decided by the device)."""
-    if options.fp8_tn_gemm_only is False:
-        return f"  no FP8 weight transposes: the {device} runs FP8 GEMMs in any layout"
-    return f"  FP8 weights with their transposes: the {device}'s FP8 GEMMs take only TN"
-
-
-def cross_entropy_line(options: ExecutionOptions) -> str:
-    """What the loss keeps of the logits (`ExecutionOptions.cross_entropy_fusion`)."""
-    fusion = options.cross_entropy_fusion
-    if fusion == "te":
-        return (
-            "  Transformer Engine's fused cross entropy, no fp32 logits copy "
-            "(--cross-entropy-fusion-impl te)"
-        )
-    flag = "" if fusion == "unfused" else f" ({fusion} fused cross entropy)"
-    return (
-        f"  an fp32 copy of the logits per in-flight microbatch{flag}; add "
-        "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te for Transformer Engine's "
-        "fused loss (Megatron-Bridge's recipes)"
-    )
-
-
-def allocator_line(options: ExecutionOptions) -> str:
-    """The caching allocator's fragmentation share (`costmodel.memory.FrameworkAllowance`)
-    and the flag that halves it."""
-    allowance = FrameworkAllowance()
-    share = options.allocator_fragmentation
-    if share is None:
-        share = allowance.fragmentation(options.expandable_segments)
-    if options.expandable_segments:
-        return (
-            f"  expandable allocator segments: {percent(share)} of activation and buffer "
-            "bytes for fragmentation (--expandable-segments)"
-        )
-    return (
-        f"  {percent(share)} of activation and buffer bytes for allocator fragmentation; add "
-        f"--expandable-segments for {percent(allowance.fragmentation(True))}"
-    )
 
 
 def _print_summary(title: str, est: Estimate) -> None:

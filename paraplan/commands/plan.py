@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from costmodel.execution import runtime_options
+from costmodel.execution import ExecutionOptions, device_options
 from paraplan.args import (
     add_problem_args,
     add_recipe_args,
@@ -35,6 +35,7 @@ from paraplan.args import (
     module_list,
     options_from_args,
 )
+from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.flags import spellings
 from paraplan.output import DeferredProgress, print_json, print_table
@@ -316,10 +317,13 @@ def write_search_outputs(
     out: Path,
     text: str,
     candidates_limit: int = DEFAULT_CANDIDATES_LIMIT,
+    *,
+    options: ExecutionOptions,
 ) -> None:
     """plan.json, estimate.json, predicted.json, prediction.trace.json and plan.html (the
     prediction-only report) when a plan fits; candidates.csv (`limit_candidates`) and
-    candidates.json always."""
+    candidates.json always. The timeline is simulated with the ``options`` the search
+    priced with (runtime and recipe settings)."""
     from costmodel.estimate import estimate_to_json, simulate_plan
 
     out.mkdir(parents=True, exist_ok=True)
@@ -345,7 +349,7 @@ def write_search_outputs(
         bundle.job,
         bundle.plan,
         load_profile(profile_name),
-        options=runtime_options(result.best.estimate.runtime),
+        options=options,
     )
     if timeline is not None:
         trace = json.dumps(timeline.to_chrome_trace())
@@ -371,6 +375,7 @@ def _run_search(args: argparse.Namespace) -> int:
     from planner.explain import explain
     from planner.search import search_plans
 
+    options = options_from_args(args)
     bar = DeferredProgress()
     try:
         result = search_plans(
@@ -382,18 +387,23 @@ def _run_search(args: argparse.Namespace) -> int:
             top_k=args.top,
             memory_headroom=args.memory_headroom,
             progress=bar,
-            options=options_from_args(args),
+            options=options,
         )
     finally:
         bar.close()
     text = explain(result)
     if args.out:
-        write_search_outputs(result, args.hardware, Path(args.out), text, args.candidates_limit)
+        write_search_outputs(
+            result, args.hardware, Path(args.out), text, args.candidates_limit, options=options
+        )
     if args.json:
         print_json({"runtime": args.runtime, **search_json(result)})
     else:
         _print_top(result, args.top)
         print(text)
+        device_opts = device_options(options, profile)
+        for line in memory_assumptions(job, device_opts, profile.device.name):
+            print(line)
         print(f"runtime: {args.runtime}")
     return 0 if result.best is not None else 1
 

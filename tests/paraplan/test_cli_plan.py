@@ -231,3 +231,25 @@ def test_sizing_goals_without_tokens_are_refused_not_ignored(goal: list[str]) ->
     args = parser.parse_args([*BASE, "--num-gpus", "8", *goal])
     with pytest.raises(SpecError, match=f"{goal[0]} .*only apply to cluster sizing: add --tokens"):
         plan_command.run(args)
+
+
+def test_plan_names_its_memory_assumptions_before_the_runtime(capsys) -> None:
+    code, out = run_plan(capsys, *BASE, "--num-gpus", "4", *FEW, "--top", "1")
+    lines = out.splitlines()
+    assert code == 0 and lines[-1] == "runtime: megatron"
+    assert "add --grad-reduce-in-bf16" in out and "add --expandable-segments" in out
+    code, out = run_plan(
+        capsys, *BASE, "--num-gpus", "4", *FEW, "--top", "1", "--grad-reduce-in-bf16"
+    )
+    assert code == 0 and "add --grad-reduce-in-bf16" not in out
+
+
+def test_plan_out_simulates_the_timeline_with_the_recipe_settings(capsys, tmp_path) -> None:
+    # bf16 gradient reduction moves the data-parallel time: the written timeline is the
+    # written estimate's, both priced with the search's options
+    argv = [*BASE, "--num-gpus", "4", *FEW, "--top", "1", "--out", str(tmp_path)]
+    code, _ = run_plan(capsys, *argv, "--grad-reduce-in-bf16")
+    timeline = json.loads((tmp_path / "predicted.json").read_text())
+    written = json.loads((tmp_path / "estimate.json").read_text())
+    assert code == 0
+    assert timeline["iteration_time_s"] == pytest.approx(written["iteration_time_s"], rel=1e-9)

@@ -1,0 +1,80 @@
+"""The memory assumptions `paraplan estimate` and `paraplan plan` print: each launch setting
+the megatron runtime's memory depends on, its value in force and the flag that changes it
+(`paraplan.args.add_recipe_args`)."""
+
+from __future__ import annotations
+
+from costmodel.execution import ExecutionOptions
+from costmodel.memory import FrameworkAllowance
+from specs.formats import percent
+from specs.job import TrainingJob
+
+
+def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str) -> list[str]:
+    """Lines naming the launch settings the megatron runtime's memory assumes and the flag
+    that changes each, Megatron-core's defaults unless a flag is given; ``options``
+    resolved for the ``device`` (`costmodel.execution.device_options`). Empty for other
+    runtimes."""
+    if options.runtime != "megatron":
+        return []
+    lines = ["memory assumes (Megatron-core's defaults where no flag is given):"]
+    if options.main_grad_bytes == 4:
+        lines.append("  fp32 main gradients; add --grad-reduce-in-bf16 for bf16 ones")
+    else:
+        lines.append(f"  {options.main_grad_bytes}-byte main gradients (--grad-reduce-in-bf16)")
+    if job.precision == "fp8":
+        if options.fp8_param:
+            lines.append(f"  FP8 parameters, {options.fp8_recipe} scaling (--fp8-param-gather)")
+        else:
+            lines.append(
+                f"  bf16 weights plus Transformer Engine's FP8 copies ({options.fp8_recipe} "
+                "scaling); add --fp8-param-gather for FP8 parameters as Megatron-Bridge's "
+                "FP8 recipes, --fp8-recipe to change the scaling"
+            )
+        if options.fp8_recipe != "mxfp8":
+            lines.append(fp8_layout_line(options, device))
+    lines.append(cross_entropy_line(options))
+    lines.append(allocator_line(options))
+    return lines
+
+
+def fp8_layout_line(options: ExecutionOptions, device: str) -> str:
+    """Whether per-tensor FP8 weights keep a transposed copy on ``device``
+    (`ExecutionOptions.fp8_tn_gemm_only`, decided by the device)."""
+    if options.fp8_tn_gemm_only is False:
+        return f"  no FP8 weight transposes: the {device} runs FP8 GEMMs in any layout"
+    return f"  FP8 weights with their transposes: the {device}'s FP8 GEMMs take only TN"
+
+
+def cross_entropy_line(options: ExecutionOptions) -> str:
+    """What the loss keeps of the logits (`ExecutionOptions.cross_entropy_fusion`)."""
+    fusion = options.cross_entropy_fusion
+    if fusion == "te":
+        return (
+            "  Transformer Engine's fused cross entropy, no fp32 logits copy "
+            "(--cross-entropy-fusion-impl te)"
+        )
+    flag = "" if fusion == "unfused" else f" ({fusion} fused cross entropy)"
+    return (
+        f"  an fp32 copy of the logits per in-flight microbatch{flag}; add "
+        "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te for Transformer Engine's "
+        "fused loss (Megatron-Bridge's recipes)"
+    )
+
+
+def allocator_line(options: ExecutionOptions) -> str:
+    """The caching allocator's fragmentation share (`costmodel.memory.FrameworkAllowance`)
+    and the flag that halves it."""
+    allowance = FrameworkAllowance()
+    share = options.allocator_fragmentation
+    if share is None:
+        share = allowance.fragmentation(options.expandable_segments)
+    if options.expandable_segments:
+        return (
+            f"  expandable allocator segments: {percent(share)} of activation and buffer "
+            "bytes for fragmentation (--expandable-segments)"
+        )
+    return (
+        f"  {percent(share)} of activation and buffer bytes for allocator fragmentation; add "
+        f"--expandable-segments for {percent(allowance.fragmentation(True))}"
+    )
