@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
+from costmodel.compute import FP32_BYTES, MASK_BYTES
 from costmodel.schedules import (
     chunk_layers,
     warmup_microbatches_1f1b,
@@ -81,8 +82,6 @@ default first."""
 
 TOKEN_ID_BYTES = 8
 """Token ids are int64 (Megatron's estimator: 8·s·b for the embedding input)."""
-FP32_BYTES = 4
-MASK_BYTES = 1
 
 
 def activation_element_bytes(job: TrainingJob) -> int:

@@ -46,7 +46,9 @@ ATTENTION_BACKWARD_FLOPS_RATIO = 2.5
 """Fused attention backward FLOPs over forward FLOPs: dQ, dK, dV plus the recomputed
 scores (FlashAttention-2 paper, arXiv 2307.08691, benchmark convention)."""
 FP32_BYTES = 4
+"""Bytes of one fp32 element: the one definition for the cost model."""
 MASK_BYTES = 1
+"""Bytes of one boolean mask element (torch.bool)."""
 
 
 def _require_positive(**values: float) -> None:
@@ -81,7 +83,7 @@ def op_overhead_s(profile: HardwareProfile) -> float:
 # ---- GEMMs ----------------------------------------------------------------------------
 
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": FP32_BYTES}
 """Bytes per element of GEMM inputs; outputs are written in bf16 (fp32 for fp32 GEMMs)."""
 
 

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from costmodel.activations import FP32_BYTES
+from costmodel.compute import FP32_BYTES
 from costmodel.estimate import estimate_plan
 from costmodel.execution import MEGATRON_2021
 from costmodel.memory import FrameworkAllowance, stage_params, step_peak_bytes

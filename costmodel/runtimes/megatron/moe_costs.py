@@ -60,6 +60,7 @@ from dataclasses import dataclass
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, split_all_to_all_time_s
+from costmodel.compute import FP32_BYTES
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s, expert_launches
@@ -74,7 +75,6 @@ from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
-FP32_BYTES = 4
 ROUTING_MAP_BYTES = 1
 COUNT_BYTES = 8
 """int64 token counts per expert (`routing_map.sum(dim=0).long()`)."""
