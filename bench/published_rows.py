@@ -238,6 +238,17 @@ def _mla(raw: dict[str, str]) -> dict[str, object]:
     }
 
 
+QK_LAYERNORM_FAMILIES = ("qwen3",)
+"""Model names (lower case, prefix) whose architecture normalizes each head's query and
+key: Qwen3 dense and MoE (Megatron-Bridge ``models/qwen/qwen3_bridge.py`` and
+``qwen3_moe_bridge.py`` set ``provider.qk_layernorm = True``)."""
+
+
+def uses_qk_layernorm(raw: dict[str, str]) -> bool:
+    """Whether the row's model has query/key norms (`QK_LAYERNORM_FAMILIES`)."""
+    return _text(raw, "model").lower().startswith(QK_LAYERNORM_FAMILIES)
+
+
 def model_for(raw: dict[str, str]) -> ModelSpec:
     """The row's `ModelSpec` from its architecture columns."""
     hidden = _int(raw, "hidden_size")
@@ -270,6 +281,7 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
         max_position_embeddings=_int(raw, "seq_length"),
         **style,
         mtp_num_layers=mtp_layers(raw),
+        qk_layernorm=uses_qk_layernorm(raw),
         **moe,
         **_mla(raw),
     )

@@ -200,8 +200,27 @@ def _attention_tensors(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> 
     # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
     kv_per_rank = g * model.head_dim / min(t, g)
     out["qkv_heads"] = e * n * (q / t + 2 * kv_per_rank)
+    if model.qk_layernorm:
+        out["qk_norm_input"] = qk_norm_saved_bytes(model, x)
     out["attn_output"] = (e + x.proj_copy_bytes) * n * q / t
     return out
+
+
+def qk_norm_saved_bytes(model: ModelSpec, x: _Shard) -> float:
+    """Bytes the query and key norms (``ModelSpec.qk_layernorm``) keep for backward: their
+    inputs, the query and key heads before the norm, in the activation dtype, and one fp32
+    reciprocal RMS per head and token.
+
+    Source: Transformer Engine's RMSNorm (``transformer_engine/pytorch/ops/basic/rmsnorm.py``)
+    saves ``input_.contiguous()`` and ``rstdevs``; Megatron-core's query is a reshaped copy
+    and its key a view of the fused QKV output (``attention.py``,
+    ``get_query_key_value_tensors``), so both saved inputs are tensors of their own. The
+    normed heads go through RoPE into the attention core, which saves its own Q and K
+    (``qkv_heads``). No recompute module drops them."""
+    t, n, d = x.tp, x.tokens, model.head_dim
+    heads = model.num_attention_heads / t
+    groups = model.query_groups / min(t, model.query_groups)
+    return (x.element_bytes * d + FP32_BYTES) * n * (heads + groups)
 
 
 def _core_attention_bytes(model: ModelSpec, x: _Shard, kernel: AttentionKernel) -> float:

@@ -104,8 +104,9 @@ class ModelSpec:
     Changes no cost; an export carries it so the launched model is the published one."""
     qk_layernorm: bool = False
     """A norm over each head's query and key before RoPE (Qwen3; Megatron `--qk-layernorm`,
-    `TransformerConfig.qk_layernorm`). Its 2·d weights per layer are left out of the
-    parameter count; an export carries it."""
+    `TransformerConfig.qk_layernorm`). The Megatron runtime prices the two norms' kernels
+    and saved inputs; their 2·d weights per layer are left out of the parameter count; an
+    export carries it."""
 
     def __post_init__(self) -> None:
         require_positive(

@@ -503,3 +503,15 @@ def test_nemo_llama2_fp8_rows_reduce_gradients_in_bf16():
     # the same model in bf16, and other sources, keep Megatron-core's fp32 main gradients
     assert recipes.grad_sync_fields(_with(LLAMA2_LONGSEQ, precision="BF16")) == {}
     assert recipes.grad_sync_fields(_with(LLAMA2_LONGSEQ, source_id="NEMOTRON4-15B")) == {}
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"), [("Qwen3_30B_a3B", True), ("Qwen3-235B-A22B", True)]
+)
+def test_qwen3_rows_normalize_query_and_key(model: str, expected: bool) -> None:
+    assert rows_mod.uses_qk_layernorm({"model": model}) is expected
+
+
+def test_other_rows_have_no_query_key_norms() -> None:
+    assert not rows_mod.case_for_row(LLAMA405_GB200).model.qk_layernorm
+    assert not rows_mod.case_for_row(GPT_OSS_B300).model.qk_layernorm

@@ -265,6 +265,9 @@ def _attention(
         fused = options.rope_fusion
         ew_fwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=fused)
         ew_bwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "backward", fused=fused)
+    if model.qk_layernorm and not model.uses_mla:
+        qk_f, qk_b = qk_norm_time_s(profile, x.tokens, q + kv, x.elem)
+        ew_fwd, ew_bwd = ew_fwd + qk_f, ew_bwd + qk_b
     if kernel == "materialized":
         ew_fwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * q)
         ew_bwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * (q + 2 * kv))
@@ -463,6 +466,22 @@ def _mlp(
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
     return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad
+
+
+def qk_norm_time_s(
+    profile: HardwareProfile, tokens: float, qk_width: float, elem: int
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the query and key norms (``ModelSpec.qk_layernorm``)
+    over ``tokens`` rows of the rank's ``qk_width`` = query plus key width.
+
+    Megatron-core applies ``q_layernorm`` and ``k_layernorm`` (Transformer Engine RMSNorm,
+    ``TENorm``, over each head's ``head_dim``) to the split query and key before RoPE
+    (``megatron/core/transformer/attention.py``, ``get_query_key_value_tensors``); each is
+    one norm kernel per pass (`costmodel.compute.norm_time_s`)."""
+    return (
+        ops.norm_time_s(profile, tokens, qk_width, elem, "forward"),
+        ops.norm_time_s(profile, tokens, qk_width, elem, "backward"),
+    )
 
 
 def _norm_and_residual(
