@@ -220,13 +220,19 @@ def chunk_ops(
     *,
     first: bool,
     last: bool,
+    layer_kinds: dict[bool, ModuleOps] | None = None,
 ) -> tuple[ModuleOps, ModuleOps]:
     """(operators of the chunk's forward and backward, operators a recompute reruns).
     DTensor's operators cost their in-context price in each pass
-    (`costmodel.runtimes.torch.dtensor_rates`); a recompute's rerun keeps their loop price."""
+    (`costmodel.runtimes.torch.dtensor_rates`); a recompute's rerun keeps their loop price.
+    ``layer_kinds``: `layer_ops` by ``is_moe`` for this (model, profile, rates, plan, x),
+    filled here where missing; a caller pricing several chunks of one plan passes one dict
+    so that each layer kind is priced once (same arguments, same result)."""
     mask = model.moe_layer_mask()
     vocab = padded_vocab_size(model.vocab_size, plan.tp)
-    kinds = {k: layer_ops(model, profile, rates, plan, x, is_moe=k) for k in set(mask)}
+    kinds = {} if layer_kinds is None else layer_kinds
+    for k in set(mask) - kinds.keys():
+        kinds[k] = layer_ops(model, profile, rates, plan, x, is_moe=k)
     total = ModuleOps()
     for i in layers:
         total = total.plus(kinds[mask[i]])
@@ -346,17 +352,27 @@ def executor_pass_costs(
     groups: CommGroups,
     stage: int,
     chunk: int,
+    layer_kinds: dict[bool, ModuleOps] | None = None,
 ) -> tuple[PassCost, PassCost, PassCost]:
     """(forward, backward, recompute) of one chunk and microbatch on one rank; the
     backward includes the ``backward()`` call of its microbatch, and its compute is
     multiplied by the host section's ``backward_scale`` (a calibration's fit of the
-    forward/backward split; the recompute, a forward, keeps the forward's price)."""
+    forward/backward split; the recompute, a forward, keeps the forward's price).
+    ``layer_kinds``: a cache of `layer_ops` shared by the chunks of one plan (`chunk_ops`)."""
     m = plan.num_microbatches(job.global_batch_size)
     x = rank_shape(plan, job.seq_length, m)
     layers = chunk_layers(model, plan, stage, chunk)
     v = virtual_stage(stage, chunk, plan.pp)
     ops, redo = chunk_ops(
-        model, profile, rates, plan, x, layers, first=v == 0, last=v == plan.pp * plan.vpp - 1
+        model,
+        profile,
+        rates,
+        plan,
+        x,
+        layers,
+        first=v == 0,
+        last=v == plan.pp * plan.vpp - 1,
+        layer_kinds=layer_kinds,
     )
     forward, backward = module_costs(ops, profile, rates, groups)
     backward = backward.plus(PassCost(compute_s=rates.backward_call_s))

@@ -25,7 +25,7 @@ from costmodel.memory import chunk_params, layer_params_per_rank
 from costmodel.passes import ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtimes.torch.host_rates import HostRates
-from costmodel.runtimes.torch.ops import FP32
+from costmodel.runtimes.torch.ops import FP32, ModuleOps
 from costmodel.runtimes.torch.passes import executor_pass_costs, scale_grads_s
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.sync import (
@@ -125,10 +125,12 @@ def executor_chunk_costs(
     """Per stage, per chunk: one microbatch's costs on a rank of the executor."""
     rates = host_rates(profile)
     num_microbatches = max(plan.num_microbatches(job.global_batch_size), 1)
+    # every chunk of the plan has the same rank shape: each layer kind is priced once
+    layer_kinds: dict[bool, ModuleOps] = {}
 
     def cost(at: ChunkPosition) -> ChunkCost:
         fwd, bwd, rec = executor_pass_costs(
-            model, job, plan, profile, rates, groups, at.stage, at.chunk
+            model, job, plan, profile, rates, groups, at.stage, at.chunk, layer_kinds
         )
         per_layer = max(len(at.layers), 1)
         host_s = (fwd.compute_s / per_layer, bwd.compute_s / per_layer)
