@@ -32,6 +32,7 @@ Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from specs.errors import SpecError
 from specs.model import ModelSpec
@@ -223,8 +224,11 @@ def _layer_params(model: ModelSpec, is_moe: bool) -> LayerParams:
     )
 
 
+@lru_cache(maxsize=64)
 def count_params(model: ModelSpec) -> ParamCounts:
-    """Parameter counts of ``model`` by part and layer (unpadded vocabulary)."""
+    """Parameter counts of ``model`` by part and layer (unpadded vocabulary). Cached on the
+    frozen ``model``: the result is frozen, and a plan search asks for it once per rank
+    layout of every candidate."""
     h = model.hidden_size
     embedding = model.vocab_size * h
     if model.position_embedding == "learned":
