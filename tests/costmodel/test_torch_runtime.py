@@ -316,6 +316,27 @@ def test_screen_marks_impossible_rows():
     assert np.isfinite(out["iteration_time_s"][1])
 
 
+def test_screen_prices_memory_first_and_does_not_time_plans_over_memory():
+    """A plan whose peak exceeds the device's memory keeps its priced peak and gets no
+    time; a plan that fits is timed as `estimate_plan` times it."""
+    h100 = load_profile("h100-sxm-80gb")
+    llama = get_preset("llama3-8b")
+    job = TrainingJob(seq_length=4096, global_batch_size=16, precision="bf16")
+    over, fits = ParallelPlan(dp=8), ParallelPlan(tp=2, pp=2, dp=2)
+    out = screen_plans(
+        llama, cluster(8), job, h100, plans_frame([over, fits]), options=TORCH_OPTIONS
+    )
+    for row, plan in zip(out.itertuples(), (over, fits), strict=True):
+        est = estimate_plan(llama, cluster(8), job, plan, h100, options=TORCH_OPTIONS)
+        assert row.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-12)
+        assert row.fits == (est.peak_memory_bytes <= h100.device.memory_gib * 2**30)
+        if row.fits:
+            assert row.iteration_time_s == pytest.approx(est.iteration_time_s, rel=1e-12)
+        else:
+            assert np.isinf(row.iteration_time_s)
+    assert not out["fits"][0] and out["fits"][1]
+
+
 # ---- timeline and waited-for collectives ---------------------------------------------------
 
 

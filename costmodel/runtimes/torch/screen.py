@@ -5,7 +5,10 @@ and its event simulation of a small model takes milliseconds: the screen runs th
 loop (`costmodel.iteration`) on every distinct plan instead of a closed form, which makes
 it agree with `costmodel.estimate` exactly. Rows that give no microbatch, whose layers do not
 split over pp·vpp, or that interleave with a microbatch count that is not a multiple of
-pp get an infinite iteration time and ``fits`` False, as in the closed-form screen.
+pp get an infinite iteration time and ``fits`` False, as in the closed-form screen. Memory
+comes first: a plan whose peak exceeds the device's memory is not simulated (its time is
+infinite, its peak the priced one), since the search can never pick it; a search space of a
+large GPU cluster holds tens of thousands of plans, most of them over memory.
 """
 
 from __future__ import annotations
@@ -75,15 +78,18 @@ def _simulate(
     plan: ParallelPlan,
     runtime: RuntimeModel,
 ) -> tuple[float, float, float, float]:
-    """(iteration, compute, pipeline end, peak memory) of one plan, inf when infeasible."""
+    """(iteration, compute, pipeline end, peak memory) of one plan: all inf when the
+    schedule cannot run it, the times inf when it does not fit in the device's memory."""
     m = plan.num_microbatches(job.global_batch_size)
     if not _feasible(model, plan, m):
         return (np.inf, np.inf, np.inf, np.inf)
+    peak = max(s.total_bytes for s in runtime.memory(model, job, plan))
+    if peak > profile.device.memory_gib * GiB:
+        return (np.inf, np.inf, np.inf, peak)
     sim = simulate_iteration(
         model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
     )
     b = sim.breakdown
     compute = b.compute_forward_s + b.compute_backward_s + b.compute_recompute_s
     pipeline = max(t.pipeline_end_s for t in sim.tails)
-    peak = max(s.total_bytes for s in runtime.memory(model, job, plan))
     return (sim.iteration_time_s, compute, pipeline, peak)
