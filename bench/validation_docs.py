@@ -268,9 +268,9 @@ def markdown(result: dict) -> str:
         "causal cost on the windowed layers too, 2 ms of one layer's 17 ms per microbatch: "
         "`bench/gpt_oss_attention.py`).",
         "- Qwen3 30B-A3B and 235B-A22B: priced without the host-launch floor "
-        "(`bench/moe_host_share.py`), the 30B rows are 25-29% too fast at micro-batch 1 "
+        "(`bench/moe_host_share.py`), the 30B rows are 24-28% too fast at micro-batch 1 "
         "(whole layer in CUDA graphs), 4 and 8 (26.02-26.04 recipes), on Blackwell "
-        "and Blackwell Ultra alike (about 200-290 ns per token and layer unexplained; 66-116 "
+        "and Blackwell Ultra alike (about 190-280 ns per token and layer unexplained; 60-110 "
         "ns in the 26.06 recipes). The micro-batch 4 rows land within a few percent only "
         "because the fitted launch time makes them host-bound in the prediction, which the "
         "published GB300/GB200 ratio of the same recipe contradicts (1.22, both racks run "
