@@ -13,6 +13,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
     ChunkGather,
     fsdp_param_gather_exposed_s,
     fsdp_state_bytes,
+    grads_reduced_every_backward,
     largest_layer_params,
 )
 from costmodel.runtimes.megatron.runtime import MegatronRuntime
@@ -149,8 +150,60 @@ def test_pricing_gathers_each_stage_over_its_own_layer_count() -> None:
         (chunk,) = sim.chunks[stage]
         gather_s = collective_time_s(priced, "all_gather", chunk.dense_params * 2, group)
         passes = [t for t in sim.timing.actions[stage] if t.action.phase in ("F", "B")]
+        reduce_s = sum(event[2] for event in sim.tails[stage].dp_events)
         expected = fsdp_param_gather_exposed_s(
             chunks=[ChunkGather(gather_s=gather_s, num_layers=layers, num_passes=len(passes))],
-            compute_s=sum(t.end_s - t.start_s for t in passes),
+            compute_s=sum(t.end_s - t.start_s for t in passes) - reduce_s,
         )
         assert sim.tails[stage].param_gather_s == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "every"),
+    [("no_shard", False), ("optim", False), ("optim_grads", True), ("optim_grads_params", True)],
+)
+def test_sharded_gradients_are_reduced_in_every_backward(strategy: str, every: bool) -> None:
+    """Megatron-FSDP's ``grad_reduce_every_bprop`` (optim_grads, optim_grads_params): each
+    of the m backward passes reduce-scatters every layer's gradients, m times the bytes of
+    one reduction; the other strategies and the distributed optimizer reduce once."""
+    job = TrainingJob(seq_length=4096, global_batch_size=8)
+    plan = ParallelPlan(
+        dp=2, micro_batch_size=1, use_megatron_fsdp=True,
+        data_parallel_sharding_strategy=strategy, overlap_grad_reduce=True,
+    )  # fmt: skip
+    assert grads_reduced_every_backward(plan) is every
+    sim = simulate_iteration(MODEL, job, plan, H100, runtime=MegatronRuntime())
+    (chunk,) = sim.chunks[0]
+    events = sim.tails[0].dp_events
+    microbatches = 4 if every else 1
+    assert sum(e[3] for e in events) == pytest.approx(microbatches * chunk.dense_params * 4)
+    if every:
+        assert len(events) == microbatches * MODEL.num_layers
+    distopt = ParallelPlan(dp=2, micro_batch_size=1, distributed_optimizer=True)
+    assert not grads_reduced_every_backward(distopt)
+
+
+def test_per_backward_reductions_and_gathers_share_the_links() -> None:
+    """Llama-3-70B at tp 2 over 4 H100 servers (dp 16, four ranks of the group per server):
+    each microbatch all-gathers the rank's weights twice and reduce-scatters its fp32
+    gradients once over four NICs per server, more network time than its compute, so the
+    iteration lasts at least the group's network time."""
+    model = get_preset("llama3-70b")
+    plan = ParallelPlan.for_world(
+        32, tp=2, micro_batch_size=1, recompute="full", use_megatron_fsdp=True,
+        data_parallel_sharding_strategy="optim_grads_params",
+        overlap_grad_reduce=True, overlap_param_gather=True,
+    )  # fmt: skip
+    job = TrainingJob(seq_length=2048, global_batch_size=128)
+    runtime = MegatronRuntime()
+    sim = simulate_iteration(model, job, plan, H100, runtime=runtime)
+    group = plan_placements(runtime.priced_profile(H100), plan)["dp-cp"]
+    (chunk,) = sim.chunks[0]
+    passes = [t for t in sim.timing.actions[0] if t.action.phase in ("F", "B")]
+    gathers_s = len(passes) * collective_time_s(
+        runtime.priced_profile(H100), "all_gather", chunk.dense_params * 2, group
+    )
+    reduces_s = sum(e[2] for e in sim.tails[0].dp_events)
+    compute_s = sum(t.end_s - t.start_s for t in passes)
+    assert gathers_s + reduces_s > compute_s
+    assert sim.iteration_time_s >= gathers_s + reduces_s

@@ -221,3 +221,31 @@ def test_screen_agrees_with_the_simulator_on_megatron_fsdp():
     time_err, mem_err = compare(model, cluster, job, plans)
     assert time_err.max() < 0.05
     assert mem_err.max() < 0.01
+
+
+def test_screen_agrees_when_megatron_fsdp_is_network_bound():
+    # Llama-3-70B at tp 2 on H100 servers: the per-layer gathers and the per-backward
+    # reduce-scatters of Megatron-FSDP take longer than the compute of every microbatch at
+    # tp 2 (four ranks of the group per server) and not at tp 1 (eight).
+    model = get_preset("llama3-70b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
+    job = TrainingJob(seq_length=2048, global_batch_size=256)
+    plans = [
+        ParallelPlan.for_world(
+            64,
+            tp=tp,
+            pp=pp,
+            micro_batch_size=1,
+            recompute="full",
+            use_megatron_fsdp=True,
+            data_parallel_sharding_strategy=strategy,
+            overlap_grad_reduce=True,
+            overlap_param_gather=True,
+        )  # fmt: skip
+        for tp in (1, 2)
+        for pp in (1, 2)
+        for strategy in ("optim_grads", "optim_grads_params")
+    ]
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01

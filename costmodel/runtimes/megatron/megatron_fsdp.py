@@ -9,7 +9,9 @@ names, in ZeRO's stages (Rajbhandari et al. 2020, §5: P_os, P_os+g, P_os+g+p):
 - Sharded weights are all-gathered one layer (module) at a time for forward and again for
   backward, with the next layer prefetched, so two layers' full (TP/EP-local) weights are
   resident besides the shard; sharded gradients are reduce-scattered a layer at a time, so
-  two layers' full gradients are resident while they are produced and reduced.
+  two layers' full gradients are resident while they are produced and reduced, and they
+  are reduced in every backward pass, not once per iteration
+  (`grads_reduced_every_backward`).
 - The unit modules are the transformer layers (Megatron-core's Megatron-FSDP adapter:
   ``fsdp_unit_modules = [TransformerLayer]``, ``megatron/core/distributed/fsdp/
   mcore_fsdp_adapter.py``). The other modules (word embedding, final norm, output layer:
@@ -130,6 +132,17 @@ def grads_reduce_scattered(plan: ParallelPlan) -> bool:
     `optim_grads_params`)."""
     sharded = plan.data_parallel_sharding_strategy in ("optim_grads", "optim_grads_params")
     return plan.distributed_optimizer or (plan.use_megatron_fsdp and sharded)
+
+
+def grads_reduced_every_backward(plan: ParallelPlan) -> bool:
+    """True when gradients are reduce-scattered in every backward pass, not once after the
+    last microbatch: Megatron-FSDP sharding gradients (`optim_grads`, `optim_grads_params`)
+    keeps only the gradient shard, so each backward reduces its layers' gradients as they
+    are produced whatever the gradient-accumulation step (``grad_reduce_every_bprop`` in
+    ``megatron_fsdp/megatron_fsdp.py``; its ``no_sync`` does not stop them). The
+    distributed optimizer and the other strategies reduce once per iteration."""
+    sharded = plan.data_parallel_sharding_strategy in ("optim_grads", "optim_grads_params")
+    return plan.use_megatron_fsdp and sharded
 
 
 def optimizer_sharded(plan: ParallelPlan) -> bool:

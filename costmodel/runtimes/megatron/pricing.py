@@ -53,6 +53,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
     ChunkGather,
     fsdp_param_gather_exposed_s,
     grads_reduce_scattered,
+    grads_reduced_every_backward,
     optimizer_sharded,
 )
 from costmodel.schedules import (
@@ -180,9 +181,13 @@ def _grad_events(
     row: tuple[TimedAction, ...],
     placements: PlanPlacements,
     grad_bytes: int,
+    layers_per_chunk: tuple[int, ...],
 ) -> list[tuple[float, str, float, float]]:
     """(ready time, name, duration, bytes) of every gradient bucket of one stage
-    (``grad_bytes`` per element, `ExecutionOptions.main_grad_bytes`)."""
+    (``grad_bytes`` per element, `ExecutionOptions.main_grad_bytes`); Megatron-FSDP's
+    per-backward reductions in `_fsdp_grad_events`."""
+    if grads_reduced_every_backward(plan):
+        return _fsdp_grad_events(profile, chunks, row, placements, grad_bytes, layers_per_chunk)
     op = "reduce_scatter" if grads_reduce_scattered(plan) else "all_reduce"
     overlapped = plan.overlap_grad_reduce or plan.use_megatron_fsdp
     end = row[-1].end_s
@@ -209,6 +214,39 @@ def _grad_events(
                         size,
                     )
                 )
+    return sorted(events, key=lambda e: e[0])
+
+
+def _fsdp_grad_events(
+    profile: HardwareProfile,
+    chunks: tuple[ChunkCost, ...],
+    row: tuple[TimedAction, ...],
+    placements: PlanPlacements,
+    grad_bytes: int,
+    layers_per_chunk: tuple[int, ...],
+) -> list[tuple[float, str, float, float]]:
+    """Megatron-FSDP sharding gradients (`megatron_fsdp.grads_reduced_every_backward`):
+    every backward pass of a chunk reduce-scatters its gradients one unit module (layer) at
+    a time, each as that layer's share of the backward ends (layers in equal shares of the
+    chunk's parameters and of the pass)."""
+    events = []
+    for chunk, cost in enumerate(chunks):
+        pieces = max(layers_per_chunk[chunk], 1)
+        backwards = [t for t in row if t.action.phase == "B" and t.action.chunk == chunk]
+        for kind, params, group in (
+            ("dense", cost.dense_params, placements["dp-cp"]),
+            ("expert", cost.expert_params, placements["edp"]),
+        ):
+            if params <= 0 or group.size < 2:
+                continue
+            size = params / pieces * grad_bytes
+            seconds = _group_time(profile, "reduce_scatter", size, group)
+            for t in backwards:
+                mb = t.action.microbatch
+                for j in range(pieces):
+                    ready = t.start_s + (t.end_s - t.start_s) * (j + 1) / pieces
+                    name = f"dp reduce_scatter c{chunk} mb{mb} {kind} layer {j}"
+                    events.append((ready, name, seconds, size))
     return sorted(events, key=lambda e: e[0])
 
 
@@ -310,10 +348,12 @@ def _param_gather_s(
     row: tuple[TimedAction, ...],
     layers_per_chunk: tuple[int, ...],
     gather_bytes: tuple[tuple[float, float], ...],
+    reduce_s: float = 0.0,
 ) -> float:
     """Exposed all-gather of the updated parameters (distributed optimizer; Megatron-FSDP
-    in `_fsdp_gather_s`), ``gather_bytes`` per (dense, expert) parameter of each chunk
-    (`_gather_bytes`: bf16, or FP8 parameters).
+    in `_fsdp_gather_s`, whose per-layer gathers share the group's links with ``reduce_s``
+    seconds of per-backward gradient reduce-scatters), ``gather_bytes`` per (dense,
+    expert) parameter of each chunk (`_gather_bytes`: bf16, or FP8 parameters).
 
     Without `overlap_param_gather` every bucket is gathered after the optimizer step. With
     it, the gathers run in forward order on their own stream from the start of the next
@@ -323,7 +363,7 @@ def _param_gather_s(
     """
     if plan.use_megatron_fsdp:
         return _fsdp_gather_s(
-            plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk
+            plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk, reduce_s
         )
     if not plan.distributed_optimizer:
         return 0.0
@@ -361,11 +401,14 @@ def _fsdp_gather_s(
     row: tuple[TimedAction, ...],
     gather_bytes: tuple[tuple[float, float], ...],
     layers_per_chunk: tuple[int, ...],
+    reduce_s: float = 0.0,
 ) -> float:
     """Megatron-FSDP: per-layer parameter all-gathers in every forward and backward pass
     under `optim_grads_params`, chunk by chunk with each chunk's own layer count
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s`); with the
-    other strategies the updated shard is all-gathered once after the step."""
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s`); they hide
+    behind the passes' compute less the ``reduce_s`` seconds the same group's links spend
+    on the per-backward gradient reduce-scatters. With the other strategies the updated
+    shard is all-gathered once after the step."""
     gathers = [
         _group_time(profile, "all_gather", cost.dense_params * dense_bytes, placements["dp-cp"])
         + _group_time(profile, "all_gather", cost.expert_params * expert_bytes, placements["edp"])
@@ -382,9 +425,8 @@ def _fsdp_gather_s(
         )
         for chunk, (gather_s, layers) in enumerate(zip(gathers, layers_per_chunk, strict=True))
     ]
-    return fsdp_param_gather_exposed_s(
-        chunks=per_chunk, compute_s=sum(t.end_s - t.start_s for t in passes)
-    )
+    compute_s = sum(t.end_s - t.start_s for t in passes)
+    return fsdp_param_gather_exposed_s(chunks=per_chunk, compute_s=max(compute_s - reduce_s, 0.0))
 
 
 def stage_tail(
@@ -402,8 +444,13 @@ def stage_tail(
     (embedding, SP norms), the optimizer step and the parameter all-gather."""
     pipeline_end = row[-1].end_s
     grad_bytes = options.main_grad_bytes
+    layers_per_chunk = tuple(
+        len(c.layers) + c.mtp_layers for c in plan_stage_chunks(model, plan, stage)
+    )
     clock, dp_events = 0.0, []
-    events = _grad_events(profile, plan, stage, chunks, row, placements, grad_bytes)
+    events = _grad_events(
+        profile, plan, stage, chunks, row, placements, grad_bytes, layers_per_chunk
+    )
     for ready, name, duration, size in events:
         start = max(clock, ready)
         clock = start + duration
@@ -441,10 +488,9 @@ def stage_tail(
             chunks,
             placements,
             row,
-            layers_per_chunk=tuple(
-                len(c.layers) + c.mtp_layers for c in plan_stage_chunks(model, plan, stage)
-            ),
+            layers_per_chunk=layers_per_chunk,
             gather_bytes=_gather_bytes(model, job, plan, stage, options),
+            reduce_s=sum(e[2] for e in events) if grads_reduced_every_backward(plan) else 0.0,
         ),
         dp_events=tuple(dp_events),
     )

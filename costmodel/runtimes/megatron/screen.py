@@ -66,6 +66,8 @@ from costmodel.runtimes.megatron.screen_parts import (
 from costmodel.runtimes.megatron.screen_sharding import (
     SHARDING_COLUMNS,
     closed_form_fsdp_gather_s,
+    fsdp_reduce_exposed_s,
+    fsdp_reduce_per_microbatch_s,
     with_sharding,
 )
 from costmodel.topology import scale_up_domain_size
@@ -164,16 +166,23 @@ def _earlier_chunks_s(per_chunk: np.ndarray, v: np.ndarray, spacing: np.ndarray)
     return np.where(v > 1, behind, -np.inf)
 
 
-def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarray:
+def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float, m: np.ndarray) -> np.ndarray:
     """When the last stage has its gradients reduced (the optimizer's start).
 
     Stage 0: chunks v-1..1 reduce as single buckets during the cooldown (their last
     backwards end pp chunk-backwards apart), then chunk 0's buckets, which fill during its
     last backward. Stages 1 and p-1 reduce one bucket per chunk and finish their pipeline
-    s chunk-backwards before stage 0.
+    s chunk-backwards before stage 0. Megatron-FSDP sharding gradients reduces every
+    microbatch's (`screen_sharding.fsdp_reduce_exposed_s`).
     """
     (_, b0), (_, bm), _ = times
     v, pp, nb = c["vpp"], c["pp"], c["nb0"]
+    m = np.maximum(m, 1)
+    every = c["use_megatron_fsdp"].astype(bool) & c["grads_sharded"].astype(bool)
+
+    def fsdp_exposed(tag: str, stage_times) -> np.ndarray:
+        reduce_s = fsdp_reduce_per_microbatch_s(c, tag, grad_bytes)
+        return fsdp_reduce_exposed_s(c, tag, reduce_s, stage_times, m)
 
     def t(tag: str, params: np.ndarray) -> np.ndarray:
         return affine_s(c[f"{tag}_a"], c[f"{tag}_b"], params * grad_bytes)
@@ -186,6 +195,7 @@ def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarra
     lagged = np.maximum(t("g", rest), total0 - (b0 / v) * (nb - 1) / nb)
     lagged = np.maximum(lagged, backlog + total0)
     exposed0 = np.where(overlap, lagged, v * t("g", c["p0d"] / v) + v * t("ge", c["p0e"] / v))
+    exposed0 = np.where(every, fsdp_exposed("0", times[0]), exposed0)
     tie = np.where(c["tied"] & (pp > 1), t("tie", c["emb_params"]), 0.0)
     norm = np.where(c["sequence_parallel"], t("norm", c["norm_params"]), 0.0)
     done = pipeline + exposed0 + tie + norm
@@ -193,6 +203,7 @@ def _gradients_s(c, times, pipeline: np.ndarray, grad_bytes: float) -> np.ndarra
         per_chunk = t("g", c[f"p{tag}d"] / v) + t("ge", c[f"p{tag}e"] / v)
         queued = np.maximum(per_chunk, _earlier_chunks_s(per_chunk, v, pp * bm / v) + per_chunk)
         exposed = np.where(overlap, queued, v * per_chunk)
+        exposed = np.where(every, fsdp_exposed(tag, times[1 if tag == "1" else 2]), exposed)
         head_start = stage * bm / v
         later = np.maximum(done, pipeline - head_start + exposed + extra + norm)
         done = np.where((pp > 1) & (pp > stage), later, done)
@@ -271,7 +282,8 @@ def _tail_s(
         gather = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
         tail = optimizer + np.where(distopt, gather, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
-        tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers)
+        reduce_s = fsdp_reduce_per_microbatch_s(c, tag, float(options.main_grad_bytes))
+        tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers, reduce_s)
         counted = pp > 2 if tag == "1" else pp > 1
         if tag == "1":
             counted &= fsdp
@@ -426,7 +438,7 @@ def closed_form_screen(
 
     *times, compute0 = _stage_times(c, model, c["recompute"], accumulate)
     pipeline = _pipeline_s(c, times, _send_s(c, model, job, options), m, options.overlap_p2p)
-    sync = _gradients_s(c, times, pipeline, float(options.main_grad_bytes))
+    sync = _gradients_s(c, times, pipeline, float(options.main_grad_bytes), m)
     iteration = sync + _tail_s(c, times, profile, job, model, options, np.maximum(m, 1))
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)

@@ -8,23 +8,62 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from costmodel.runtimes.megatron.screen_parts import affine_s
+
+
+def fsdp_reduce_per_microbatch_s(c, tag: str, grad_bytes: float) -> np.ndarray:
+    """Seconds of one microbatch's gradient reduce-scatters on the screen's stage ``tag``
+    (``0``, ``1``, ``l``) where Megatron-FSDP reduces in every backward
+    (`costmodel.runtimes.megatron.megatron_fsdp.grads_reduced_every_backward`): one
+    reduce-scatter per layer, of the layer's share of the stage's dense and expert
+    parameters (``grad_bytes`` each); zero for the other rows."""
+    layers = np.maximum(c[f"n{tag}d"] + c[f"n{tag}m"] + c[f"mtp{tag}"], 1)
+    dense = layers * affine_s(c["g_a"], c["g_b"], c[f"p{tag}d"] * grad_bytes / layers)
+    expert = layers * affine_s(c["ge_a"], c["ge_b"], c[f"p{tag}e"] * grad_bytes / layers)
+    every = c["use_megatron_fsdp"].astype(bool) & c["grads_sharded"].astype(bool)
+    return np.where(every, dense + expert, 0.0)
+
+
+def fsdp_reduce_exposed_s(
+    c, tag: str, reduce_s: np.ndarray, stage_times, m: np.ndarray
+) -> np.ndarray:
+    """How long after its last backward the stage ``tag``'s per-backward reduce-scatters
+    (``reduce_s`` per microbatch, `fsdp_reduce_per_microbatch_s`) still run: the last
+    layer's, the part of the last microbatch's that its backward (``stage_times``'s) could
+    not hide, or the backlog of every microbatch's beyond the forward and backward time
+    they run under, whichever is longest (the simulator's queue of per-layer reductions,
+    `costmodel.runtimes.megatron.pricing`)."""
+    forward, backward = stage_times
+    layers = np.maximum(c[f"n{tag}d"] + c[f"n{tag}m"] + c[f"mtp{tag}"], 1)
+    last = reduce_s / layers
+    within = reduce_s - backward * (layers - 1) / layers
+    backlog = m * reduce_s - (m * backward + (m - 1) * forward)
+    return np.maximum(np.maximum(last, within), backlog)
+
 
 def closed_form_fsdp_gather_s(
-    c, chunk_gather_s: np.ndarray, stage_times, m: np.ndarray, num_layers: int
+    c,
+    chunk_gather_s: np.ndarray,
+    stage_times,
+    m: np.ndarray,
+    num_layers: int,
+    reduce_s: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """Megatron-FSDP's exposed parameter gathers of a stage in the closed-form screen
     (`costmodel.runtimes.megatron.screen`, whose per-plan columns ``c`` are): under
     `optim_grads_params` the per-layer gathers of each forward and backward pass (2·m·v
     passes of ``chunk_gather_s`` each; `costmodel.runtimes.megatron.megatron_fsdp.
-    fsdp_param_gather_exposed_s` in closed form),
-    under `optim` and `optim_grads` one gather of every chunk after the step; zero
-    without Megatron-FSDP."""
+    fsdp_param_gather_exposed_s` in closed form), hidden behind the passes' compute less
+    the stage's per-backward gradient reduce-scatters (``reduce_s`` per microbatch, which
+    share the group's links); under `optim` and `optim_grads` one gather of every chunk
+    after the step; zero without Megatron-FSDP."""
     v = c["vpp"]
     forward, backward = stage_times
     passes = 2 * m * v
     per_layer = chunk_gather_s / np.maximum(num_layers // (c["pp"] * v), 1)
     first_layers = passes * per_layer
-    excess = np.maximum(passes * chunk_gather_s - first_layers - m * (forward + backward), 0.0)
+    hidden = np.maximum(m * (forward + backward - reduce_s), 0.0)
+    excess = np.maximum(passes * chunk_gather_s - first_layers - hidden, 0.0)
     per_pass = np.where(chunk_gather_s > 0, first_layers + excess, 0.0)
     after_step = np.where(c["optim_sharded"], v * chunk_gather_s, 0.0)
     strategy = np.where(c["params_sharded"], per_pass, after_step)
