@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from costmodel.estimate import Estimate
 from costmodel.memory import peak_memory_bytes
+from planner.ranking import RANK_TOLERANCE
 from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
@@ -150,10 +151,16 @@ def comparison_lines(
         for delta, group in diffs[:limit]
         if abs(delta) > noise
     ]
-    lines = [
-        f"Beats the runner-up ({runner_up.plan.label()}) by {faster:.1%} tokens/s: "
-        + ("; ".join(parts) if parts else "identical breakdowns")
-    ]
+    reasons = "; ".join(parts) if parts else "identical breakdowns"
+    if faster >= 0:
+        head = f"Beats the runner-up ({runner_up.plan.label()}) by {faster:.1%} tokens/s: "
+    else:
+        head = (
+            f"Ranks above the runner-up ({runner_up.plan.label()}), {-faster:.1%} fewer "
+            f"tokens/s, as the simpler plan within the {RANK_TOLERANCE:.0%} tie band "
+            f"(planner.ranking): "
+        )
+    lines = [head + reasons]
     ma, mb = winner.estimate.peak_memory_bytes, runner_up.estimate.peak_memory_bytes
     lines.append(f"  peak memory {gib(ma)} vs {gib(mb)} ({gib(ma - mb, signed=True)})")
     knobs = knob_differences(winner.plan, runner_up.plan, experts=experts)

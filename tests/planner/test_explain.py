@@ -63,3 +63,21 @@ def test_rounding_residues_of_the_schedule_print_as_zero():
     assert "bubble" not in breakdown_lines(winner.estimate)[0]
     compared = comparison_lines(winner, runner_up)[0]
     assert "bubble 0 s vs" in compared and "e-15" not in compared
+
+
+def test_a_simpler_winner_in_the_tie_band_is_not_said_to_beat_a_faster_runner_up():
+    # The planner ranks the simpler of two plans within RANK_TOLERANCE first even when it
+    # is predicted slower; the comparison must say so, not print a negative "beats by".
+    result = _with_winner_and_runner_up_of_different_tp("tiny")
+    winner, runner_up = result.top[0], result.top[1]
+    slower = dataclasses.replace(
+        winner.estimate, tokens_per_s=runner_up.estimate.tokens_per_s * 0.99
+    )
+    line = comparison_lines(dataclasses.replace(winner, estimate=slower), runner_up)[0]
+    assert line.startswith("Ranks above the runner-up") and "1.0% fewer tokens/s" in line
+    assert "by -" not in line
+    faster = dataclasses.replace(
+        winner.estimate, tokens_per_s=runner_up.estimate.tokens_per_s * 1.05
+    )
+    line = comparison_lines(dataclasses.replace(winner, estimate=faster), runner_up)[0]
+    assert line.startswith("Beats the runner-up") and "by 5.0% tokens/s" in line
