@@ -70,10 +70,12 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         "mlp, moe, moe_router, moe_preprocess; default: the whole layer",
     )
     group.add_argument(
-        "--no-rope-fusion",
-        action="store_true",
-        help="unfused rotary embeddings (Megatron --no-rope-fusion; Megatron-core also takes "
-        "this path for YaRN without mscale, as GPT-OSS); default: TE's fused kernel",
+        "--rope-fusion",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--no-rope-fusion: unfused rotary embeddings (Megatron --no-rope-fusion; "
+        "Megatron-core also takes this path for YaRN without mscale, as GPT-OSS); default: "
+        "TE's fused kernel",
     )
     group.add_argument(
         "--cutedsl-fused-grouped-mlp",
@@ -100,11 +102,13 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         "(TE's default) or ring_exchange (Megatron-Bridge's FP8 Llama configurations)",
     )
     group.add_argument(
-        "--no-tp-comm-overlap-bulk-sm-margin",
-        action="store_true",
-        help="with --tp-comm-overlap: the bulk overlaps (qkv/fc1 dgrad and wgrad) keep "
-        "every SM for the GEMM (set_sm_margin False in --tp-comm-overlap-cfg, as every "
-        "Megatron-Bridge configuration); default: TE's SM margin",
+        "--tp-comm-overlap-bulk-sm-margin",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --tp-comm-overlap: whether the bulk overlaps (qkv/fc1 dgrad and wgrad) "
+        "reserve their communication SMs for the whole GEMM (set_sm_margin in "
+        "--tp-comm-overlap-cfg; default yes, as TE); --no-tp-comm-overlap-bulk-sm-margin: "
+        "the GEMM keeps every SM, as every Megatron-Bridge configuration",
     )
 
 
@@ -121,8 +125,8 @@ def time_option_fields(args: argparse.Namespace) -> dict[str, Any]:
     scopes = cuda_graph_scopes(args)
     if scopes is not None:
         fields["cuda_graph_scopes"] = scopes
-    if getattr(args, "no_rope_fusion", False):
-        fields["rope_fusion"] = False
+    if getattr(args, "rope_fusion", None) is not None:
+        fields["rope_fusion"] = args.rope_fusion
     if getattr(args, "cutedsl_fused_grouped_mlp", False):
         fields["moe_fused_grouped_mlp"] = True
     if getattr(args, "flash_attention_version", None) is not None:
@@ -166,12 +170,12 @@ def userbuffers_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if getattr(args, "tp_comm_overlap_rs_method", None) is not None:
         fields["tp_overlap_rs_method"] = args.tp_comm_overlap_rs_method
-    if getattr(args, "no_tp_comm_overlap_bulk_sm_margin", False):
-        fields["tp_overlap_bulk_sm_margin"] = False
+    if getattr(args, "tp_comm_overlap_bulk_sm_margin", None) is not None:
+        fields["tp_overlap_bulk_sm_margin"] = args.tp_comm_overlap_bulk_sm_margin
     if fields and getattr(args, "tp_comm_overlap", None) is False:
         flags = {
             "tp_overlap_rs_method": "--tp-comm-overlap-rs-method",
-            "tp_overlap_bulk_sm_margin": "--no-tp-comm-overlap-bulk-sm-margin",
+            "tp_overlap_bulk_sm_margin": "--[no-]tp-comm-overlap-bulk-sm-margin",
         }
         raise SpecError(
             f"{' and '.join(flags[f] for f in fields)} set how Transformer Engine's "
