@@ -40,7 +40,7 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         choices=MOE_DISPATCHERS,
         default=None,
         help="MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall (default), "
-        "flex (DeepEP or HybridEP, what Megatron-Bridge's --moe-flex-dispatcher-backend "
+        "flex (DeepEP or HybridEP, what Megatron-Bridge's moe_flex_dispatcher_backend "
         "deepep|hybridep selects; both priced alike) or allgather",
     )
     group.add_argument(
@@ -67,7 +67,8 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         metavar="SCOPE",
         help="with --cuda-graph-impl local|transformer_engine: the captured parts, space- or "
         "comma-separated (Megatron --cuda-graph-scope, later --cuda-graph-modules): attn, "
-        "mlp, moe, moe_router, moe_preprocess; default: the whole layer",
+        "mlp, moe, moe_router, moe_preprocess, or full_iteration alone; default: the whole "
+        "layer",
     )
     group.add_argument(
         "--rope-fusion",
