@@ -1,13 +1,16 @@
 """The `paraplan estimate` command line of each published row, and whether it prices the
-row's memory as `bench/validate_published.py` does.
+row's memory and iteration time as `bench/validate_published.py` does.
 
 For every trusted row the bench prices (`published_rows.case_for_row`), `cli_argv` writes
 the command a user would type: the row's `ModelSpec` as a JSON file (``--model PATH``), its
-cluster, job and plan flags, and the recipe flags of `paraplan.args.add_recipe_args`.
-Parsed back by `paraplan.args`, that line must give the row's own `ParallelPlan` and, for
-every option memory depends on (`MEMORY_OPTION_FIELDS`), the row's value; `row_parity`
-names what it cannot express. Where it can, the CLI's memory per pipeline stage, run
-through `paraplan.cli.main`, must equal the bench's (`validate_published.evaluate_row`).
+cluster, job and plan flags, and the recipe flags of `paraplan.args.add_recipe_args`
+(memory settings, and the time-only ones of `paraplan.time_args`). Parsed back by
+`paraplan.args`, that line must give the row's own `ParallelPlan` and `ExecutionOptions`;
+`row_parity` names each field it cannot express, as memory (`MEMORY_OPTION_FIELDS` and the
+plan) or time only. Where it expresses every memory field, the CLI's memory per pipeline
+stage, run through `paraplan.cli.main`, must equal the bench's
+(`validate_published.evaluate_row`); where it expresses every field, its iteration time too
+(`TIME_TOLERANCE`).
 
 Usage: ``python bench/cli_parity.py [--rows TEXT,...] [--json]``
 """
@@ -29,9 +32,10 @@ from published_rows import NotExpressible, RowCase
 from validate_published import TRUSTED, default_csv, evaluate_row, read_rows, select_rows
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import ExecutionOptions, device_options
+from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
 from paraplan.args import options_from_args, plan_from_args
 from paraplan.cli import build_parser, main
+from paraplan.time_args import WHOLE_LAYER_SCOPE, WHOLE_STEP_SCOPE
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
@@ -56,6 +60,11 @@ MEMORY_OPTION_FIELDS = (
 
 TOLERANCE_GIB = 0.1
 """Largest per-stage difference, GiB, counted as equal."""
+
+TIME_TOLERANCE = 1e-6
+"""Largest relative difference of the iteration times counted as equal: the CLI and the
+bench run the same `estimate_plan` on the same inputs, so only a different input moves it;
+the margin covers nothing but float formatting."""
 
 
 def plan_flags(plan: ParallelPlan) -> list[str]:
@@ -95,7 +104,8 @@ def plan_flags(plan: ParallelPlan) -> list[str]:
 
 def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
     """The flags of `paraplan.args.add_recipe_args` (and ``--attention``) that state the
-    memory-relevant fields of ``options`` in a ``precision`` run."""
+    fields of ``options`` in a ``precision`` run: the memory-relevant ones and the
+    time-only ones of `paraplan.time_args` (`time_recipe_flags`)."""
     flags = [] if options.attention == "flash" else ["--attention", options.attention]
     if precision == "fp8":
         flags += ["--fp8-recipe", options.fp8_recipe]
@@ -104,7 +114,41 @@ def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
     if options.cross_entropy_fusion != "unfused":
         impl = options.cross_entropy_fusion
         flags += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", impl]
-    return flags + (["--expandable-segments"] if options.expandable_segments else [])
+    flags += ["--expandable-segments"] if options.expandable_segments else []
+    return flags + time_recipe_flags(options)
+
+
+def time_recipe_flags(options: ExecutionOptions) -> list[str]:
+    """The flags of `paraplan.time_args` that state the time-only fields of ``options``
+    where they differ from Megatron-core's defaults."""
+    flags = []
+    if options.moe_dispatcher != DEFAULT_OPTIONS.moe_dispatcher:
+        flags += ["--moe-token-dispatcher-type", options.moe_dispatcher]
+    flags += ["--overlap-moe-expert-parallel-comm"] if options.moe_a2a_overlap else []
+    flags += cuda_graph_flags(options.cuda_graph_scopes)
+    flags += [] if options.rope_fusion else ["--no-rope-fusion"]
+    flags += ["--cutedsl-fused-grouped-mlp"] if options.moe_fused_grouped_mlp else []
+    if options.flash_attention_version != DEFAULT_OPTIONS.flash_attention_version:
+        flags += ["--flash-attention-version", str(options.flash_attention_version)]
+    if options.tp_overlap_rs_method != DEFAULT_OPTIONS.tp_overlap_rs_method:
+        flags += ["--tp-comm-overlap-rs-method", options.tp_overlap_rs_method]
+    if not options.tp_overlap_bulk_sm_margin:
+        flags += ["--no-tp-comm-overlap-bulk-sm-margin"]
+    return flags
+
+
+def cuda_graph_flags(scopes: frozenset[str]) -> list[str]:
+    """``--cuda-graph-impl`` and ``--cuda-graph-scope`` of `ExecutionOptions.cuda_graph_scopes`:
+    none when eager, Megatron-core's ``local`` graphs of whole layers (the 25.09 recipes'
+    ``enable_cuda_graph``), ``full_iteration``, else Transformer Engine's graphs of the
+    named parts (the recipes' ``cuda_graph_impl="transformer_engine"``)."""
+    if not scopes:
+        return []
+    if scopes == {WHOLE_LAYER_SCOPE}:
+        return ["--cuda-graph-impl", "local"]
+    if scopes == {WHOLE_STEP_SCOPE}:
+        return ["--cuda-graph-impl", WHOLE_STEP_SCOPE]
+    return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", *sorted(scopes)]
 
 
 def cli_argv(case: RowCase, model_path: Path) -> list[str]:
@@ -142,19 +186,21 @@ def unexpressed(case: RowCase, argv: list[str]) -> tuple[list[str], list[str]]:
     return memory, time_only
 
 
-def cli_stage_gib(argv: list[str]) -> list[float]:
-    """Memory per pipeline stage, GiB, of ``paraplan estimate ARGV --json``."""
+def cli_estimate(argv: list[str]) -> dict[str, Any]:
+    """The JSON of ``paraplan estimate ARGV --json``, as the command line prints it."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["estimate", *argv, "--json"])
     if code != 0:
         raise SpecError(f"paraplan estimate exited {code}")
-    return [s["total_gib"] for s in json.loads(out.getvalue())["memory"]]
+    return json.loads(out.getvalue())
 
 
 def row_parity(raw: dict[str, str], folder: Path) -> dict[str, Any]:
     """The row's command line, what it cannot express, and (where it expresses every
-    memory field) the CLI's and the bench's peak memory and largest per-stage difference."""
+    memory field) the CLI's and the bench's peak memory and largest per-stage difference;
+    where it expresses every field, also both iteration times and their relative
+    difference."""
     outcome, case = evaluate_row(raw)
     model_path = folder / f"row-{raw['row_id']}.json"
     model_path.write_text(dumps(case.model))
@@ -174,9 +220,18 @@ def row_parity(raw: dict[str, str], folder: Path) -> dict[str, Any]:
         options=case.options,
     )  # fmt: skip
     want = [s.total_bytes / 2**30 for s in bench.memory]
-    got = cli_stage_gib(argv)
+    cli = cli_estimate(argv)
+    got = [s["total_gib"] for s in cli["memory"]]
     gap = max(abs(g - w) for g, w in zip(got, want, strict=True))
-    return result | {"cli_peak_gib": max(got), "max_stage_gap_gib": gap}
+    result |= {"cli_peak_gib": max(got), "max_stage_gap_gib": gap}
+    if time_only:
+        return result
+    cli_s, bench_s = cli["iteration_time_s"], bench.iteration_time_s
+    return result | {
+        "cli_iteration_time_s": cli_s,
+        "bench_iteration_time_s": bench_s,
+        "time_relative_gap": abs(cli_s - bench_s) / bench_s,
+    }
 
 
 def parity(rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -193,17 +248,26 @@ def parity(rows: list[dict[str, str]]) -> dict[str, Any]:
             except (NotExpressible, SpecError):
                 continue
     expressed = [r for r in results if not r["unexpressed_memory"]]
-    missing: dict[str, int] = {}
-    for r in results:
-        for name in r["unexpressed_memory"]:
-            missing[name] = missing.get(name, 0) + 1
+    timed = [r for r in results if "time_relative_gap" in r]
     return {
         "rows": len(results),
         "expressed": len(expressed),
         "equal": sum(r["max_stage_gap_gib"] <= TOLERANCE_GIB for r in expressed),
-        "unexpressed_memory_fields": dict(sorted(missing.items())),
+        "time_expressed": len(timed),
+        "time_equal": sum(r["time_relative_gap"] <= TIME_TOLERANCE for r in timed),
+        "unexpressed_memory_fields": field_counts(results, "unexpressed_memory"),
+        "unexpressed_time_fields": field_counts(results, "unexpressed_time"),
         "by_row": results,
     }
+
+
+def field_counts(results: list[dict[str, Any]], key: str) -> dict[str, int]:
+    """Rows per field name of the ``key`` lists of ``results``, most rows first."""
+    counts: dict[str, int] = {}
+    for r in results:
+        for name in r[key]:
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def main_cli(argv: list[str] | None = None) -> int:
@@ -229,6 +293,19 @@ def main_cli(argv: list[str] | None = None) -> int:
     for r in result["by_row"]:
         if not r["unexpressed_memory"] and r["max_stage_gap_gib"] > TOLERANCE_GIB:
             print(f"  row {r['row_id']} differs by {r['max_stage_gap_gib']:.2f} GiB")
+    print(
+        f"the CLI states every setting, time too, of {result['time_expressed']} rows, and "
+        f"prices the iteration time of {result['time_equal']} of them as the bench "
+        f"(relative difference within {TIME_TOLERANCE:g})"
+    )
+    for name, count in result["unexpressed_time_fields"].items():
+        print(f"  not expressed (time only): {name} ({count} rows)")
+    for r in result["by_row"]:
+        if r.get("time_relative_gap", 0.0) > TIME_TOLERANCE:
+            print(
+                f"  row {r['row_id']}: CLI {r['cli_iteration_time_s']:.6g} s, bench "
+                f"{r['bench_iteration_time_s']:.6g} s"
+            )
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
 from costmodel.memory import FP8_RECIPES
 from paraplan.flags import spellings
+from paraplan.time_args import add_time_recipe_args, time_option_fields
 from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.errors import SpecError
@@ -270,8 +271,10 @@ def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:
 
 
 def add_recipe_args(parser: argparse.ArgumentParser) -> None:
-    """Launch settings of a Megatron recipe that move memory and time but are not plan
-    degrees: the FP8 recipe, FP8 parameters and the gradient dtype (`ExecutionOptions`)."""
+    """Launch settings of a Megatron recipe that are not plan degrees (`ExecutionOptions`):
+    those that move memory and time (the FP8 recipe, FP8 parameters, the gradient dtype,
+    the fused loss, the allocator mode) and those that move time only
+    (`paraplan.time_args.add_time_recipe_args`)."""
     group = parser.add_argument_group("recipe settings (megatron runtime)")
     group.add_argument(
         "--fp8-recipe",
@@ -313,11 +316,12 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
         help="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (half the caching "
         "allocator's fragmentation allowance)",
     )
+    add_time_recipe_args(group)
 
 
 def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
     """The `ExecutionOptions` of ``--runtime`` with the recipe settings of
-    `add_recipe_args` where the command has them."""
+    `add_recipe_args` where the command has them (`ExecutionOptions` checks their values)."""
     options = runtime_options(args.runtime)
     changes: dict[str, Any] = {}
     if getattr(args, "fp8_recipe", None) is not None:
@@ -331,6 +335,7 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
         changes["cross_entropy_fusion"] = fusion
     if getattr(args, "expandable_segments", False):
         changes["expandable_segments"] = True
+    changes.update(time_option_fields(args))
     return dataclasses.replace(options, **changes) if changes else options
 
 

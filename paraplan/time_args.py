@@ -1,0 +1,186 @@
+"""Recipe flags that move a Megatron-core step's time, not its memory: the MoE token
+dispatcher and its all-to-all overlap, CUDA graph capture, the fused rotary embedding,
+Transformer Engine's fused grouped MLP, the FlashAttention generation and the userbuffers
+methods of TP overlap (`costmodel.execution.ExecutionOptions`, each field's docstring).
+
+Each flag keeps the Megatron-LM argument's name where Megatron-LM has one
+(`megatron/training/arguments.py`) and Megatron-Bridge's where only the recipe does.
+Conversion only maps flags to fields; the values are checked by `ExecutionOptions`
+(`SpecError` with the rule and the valid names). A flag left out keeps the default of
+Megatron-core and Transformer Engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from costmodel.execution import MOE_DISPATCHERS, TP_OVERLAP_RS_METHODS
+from specs.errors import SpecError
+
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+"""Choices of ``--cuda-graph-impl``: Megatron-LM's ``--cuda-graph-impl`` (``none``, its
+default; ``local``, Megatron-core's graph manager; ``transformer_engine``, TE's
+``make_graphed_callables``; ``full_iteration``, the whole forward-backward step)."""
+
+WHOLE_LAYER_SCOPE = "layer"
+"""`ExecutionOptions.cuda_graph_scopes` name of Megatron-core's empty ``--cuda-graph-scope``
+list: every transformer layer captured whole."""
+
+WHOLE_STEP_SCOPE = "full_iteration"
+"""`ExecutionOptions.cuda_graph_scopes` name of a captured forward-backward step:
+``--cuda-graph-impl full_iteration``, or ``--cuda-graph-scope full_iteration`` of the
+Megatron-core releases that spelled it as a scope."""
+
+
+def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
+    """The time-only recipe flags, added to the recipe settings ``group``."""
+    group.add_argument(
+        "--moe-token-dispatcher-type",
+        choices=MOE_DISPATCHERS,
+        default=None,
+        help="MoE token dispatcher (Megatron --moe-token-dispatcher-type): alltoall (default), "
+        "flex (DeepEP or HybridEP, what Megatron-Bridge's moe_flex_dispatcher_backend "
+        "deepep|hybridep selects; both priced alike) or allgather",
+    )
+    group.add_argument(
+        "--overlap-moe-expert-parallel-comm",
+        action="store_true",
+        help="overlap the EP dispatch and combine of one microbatch with another's compute "
+        "in the 1F1B steady state (Megatron --overlap-moe-expert-parallel-comm, with "
+        "--delay-wgrad-compute; Megatron-Bridge moe_a2a_overlap); applied with ep > 1, the "
+        "alltoall or flex dispatcher, no full recompute and, for pp > 1, vpp > 1",
+    )
+    group.add_argument(
+        "--cuda-graph-impl",
+        choices=CUDA_GRAPH_IMPLS,
+        default=None,
+        help="CUDA graph capture (Megatron --cuda-graph-impl): none (default, eager), local "
+        "or transformer_engine (each captured part replays without host launches), "
+        "full_iteration (the whole step)",
+    )
+    group.add_argument(
+        "--cuda-graph-scope",
+        "--cuda-graph-modules",
+        nargs="+",
+        default=None,
+        metavar="SCOPE",
+        help="with --cuda-graph-impl local|transformer_engine: the captured parts, space- or "
+        "comma-separated (Megatron --cuda-graph-scope, later --cuda-graph-modules): attn, "
+        "mlp, moe, moe_router, moe_preprocess, or full_iteration alone; default: the whole "
+        "layer",
+    )
+    group.add_argument(
+        "--rope-fusion",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--no-rope-fusion: unfused rotary embeddings (Megatron --no-rope-fusion; "
+        "Megatron-core also takes this path for YaRN without mscale, as GPT-OSS); default: "
+        "TE's fused kernel",
+    )
+    group.add_argument(
+        "--cutedsl-fused-grouped-mlp",
+        action="store_true",
+        help="routed experts as Transformer Engine's fused grouped MLP (Megatron-Bridge "
+        "cutedsl_fused_grouped_mlp: Megatron --use-transformer-engine-op-fuser with "
+        "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, MXFP8 on Blackwell, TE 2.16+); default: TE "
+        "GroupedLinear, one GEMM and quantization per expert",
+    )
+    group.add_argument(
+        "--flash-attention-version",
+        type=int,
+        choices=(2, 3),
+        default=None,
+        help="generation of the fused attention kernels: 3 (default; FlashAttention-3-class, "
+        "TE from v1.11) or 2 (stacks before FA3, 2024-07: FA3 curves scaled to FA2's rate)",
+    )
+    group.add_argument(
+        "--tp-comm-overlap-rs-method",
+        choices=TP_OVERLAP_RS_METHODS,
+        default=None,
+        help="with --tp-comm-overlap: userbuffers method of the row-parallel forward "
+        "reduce-scatter (proj_fprop, fc2_fprop; Megatron --tp-comm-overlap-cfg): pipeline "
+        "(TE's default) or ring_exchange (Megatron-Bridge's FP8 Llama configurations)",
+    )
+    group.add_argument(
+        "--tp-comm-overlap-bulk-sm-margin",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --tp-comm-overlap: whether the bulk overlaps (qkv/fc1 dgrad and wgrad) "
+        "reserve their communication SMs for the whole GEMM (set_sm_margin in "
+        "--tp-comm-overlap-cfg; default yes, as TE); --no-tp-comm-overlap-bulk-sm-margin: "
+        "the GEMM keeps every SM, as every Megatron-Bridge configuration",
+    )
+
+
+def time_option_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The `ExecutionOptions` fields the time-only recipe flags of ``args`` set; empty
+    where none is given (a command without these flags included). `SpecError` for a
+    CUDA graph scope without an implementation, and for a userbuffers method without
+    ``--tp-comm-overlap``."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "moe_token_dispatcher_type", None) is not None:
+        fields["moe_dispatcher"] = args.moe_token_dispatcher_type
+    if getattr(args, "overlap_moe_expert_parallel_comm", False):
+        fields["moe_a2a_overlap"] = True
+    scopes = cuda_graph_scopes(args)
+    if scopes is not None:
+        fields["cuda_graph_scopes"] = scopes
+    if getattr(args, "rope_fusion", None) is not None:
+        fields["rope_fusion"] = args.rope_fusion
+    if getattr(args, "cutedsl_fused_grouped_mlp", False):
+        fields["moe_fused_grouped_mlp"] = True
+    if getattr(args, "flash_attention_version", None) is not None:
+        fields["flash_attention_version"] = args.flash_attention_version
+    return fields | userbuffers_fields(args)
+
+
+def cuda_graph_scopes(args: argparse.Namespace) -> frozenset[str] | None:
+    """`ExecutionOptions.cuda_graph_scopes` of ``--cuda-graph-impl`` and
+    ``--cuda-graph-scope``, or None where neither is given. Megatron-core's empty scope list
+    is the whole layer (`WHOLE_LAYER_SCOPE`); ``full_iteration``, as an implementation or a
+    scope, is the whole step and stands alone."""
+    impl = getattr(args, "cuda_graph_impl", None)
+    given = getattr(args, "cuda_graph_scope", None)
+    names = frozenset(
+        part.strip() for item in given or () for part in item.split(",") if part.strip()
+    )
+    if given is not None and impl in (None, "none", "full_iteration"):
+        raise SpecError(
+            f"--cuda-graph-scope {' '.join(sorted(names))} names the parts that "
+            f"--cuda-graph-impl local|transformer_engine captures, got --cuda-graph-impl "
+            f"{impl or 'none'}; add --cuda-graph-impl transformer_engine (or local), or drop "
+            "--cuda-graph-scope"
+        )
+    if impl is None or impl == "none":
+        return None if impl is None else frozenset()
+    if impl == WHOLE_STEP_SCOPE:
+        return frozenset({WHOLE_STEP_SCOPE})
+    if WHOLE_STEP_SCOPE in names and len(names) > 1:
+        raise SpecError(
+            f"--cuda-graph-scope {WHOLE_STEP_SCOPE} captures the whole step, so it stands "
+            f"alone; got {', '.join(sorted(names))}: drop the other scopes"
+        )
+    return names or frozenset({WHOLE_LAYER_SCOPE})
+
+
+def userbuffers_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """`ExecutionOptions.tp_overlap_rs_method` and ``tp_overlap_bulk_sm_margin`` of their
+    flags; `SpecError` where a plan flag turns TP overlap off (``args.tp_comm_overlap``
+    False; None, searched by `paraplan plan`, accepts them)."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "tp_comm_overlap_rs_method", None) is not None:
+        fields["tp_overlap_rs_method"] = args.tp_comm_overlap_rs_method
+    if getattr(args, "tp_comm_overlap_bulk_sm_margin", None) is not None:
+        fields["tp_overlap_bulk_sm_margin"] = args.tp_comm_overlap_bulk_sm_margin
+    if fields and getattr(args, "tp_comm_overlap", None) is False:
+        flags = {
+            "tp_overlap_rs_method": "--tp-comm-overlap-rs-method",
+            "tp_overlap_bulk_sm_margin": "--[no-]tp-comm-overlap-bulk-sm-margin",
+        }
+        raise SpecError(
+            f"{' and '.join(flags[f] for f in fields)} set how Transformer Engine's "
+            "userbuffers overlap TP communication; add --tp-comm-overlap (without it no "
+            "userbuffers run)"
+        )
+    return fields
