@@ -25,6 +25,7 @@ from paraplan.args import (
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.output import print_json, print_table
+from paraplan.time_args import a2a_overlap_violations
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent, shown_seconds
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     plan = plan_from_args(args)
     violations = check_plan(model, cluster, job, plan)
+    violations += a2a_overlap_violations(plan, options_from_args(args))
     if violations:
         print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
         for v in violations:

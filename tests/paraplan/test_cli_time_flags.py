@@ -180,3 +180,27 @@ def test_plan_takes_the_time_flags(capsys):
     graphs = parser.parse_args([*base, "--cuda-graph-impl", "local", "--no-rope-fusion"])
     options = options_from_args(graphs)
     assert options.cuda_graph_scopes == {"layer"} and not options.rope_fusion
+
+
+def test_estimate_refuses_the_a2a_overlap_where_megatron_core_asserts(capsys):
+    # TransformerConfig.__post_init__ asserts ep > 1 and, for pp > 1, a virtual pipeline
+    # under overlap_moe_expert_parallel_comm; estimate lists each unmet requirement.
+    code = main(
+        [
+            "estimate", "--model", "mixtral-8x7b", "--num-gpus", "16", "--seq-len", "4096",
+            "--global-batch", "64", "--tp", "2", "--pp", "2",
+            "--overlap-moe-expert-parallel-comm",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "needs expert parallelism, got ep=1" in out
+    assert "needs a virtual pipeline when pp > 1, got pp=2 vpp=1" in out
+    ok = main(
+        [
+            "estimate", "--model", "mixtral-8x7b", "--num-gpus", "16", "--seq-len", "4096",
+            "--global-batch", "64", "--tp", "2", "--ep", "4",
+            "--overlap-moe-expert-parallel-comm",
+        ]
+    )  # fmt: skip
+    assert ok == 0
