@@ -71,11 +71,16 @@ class SearchPace:
         """``count`` more candidates to screen (rows derived during the screen)."""
         self.total += count
 
-    def advance(self, count: int) -> None:
-        """``count`` more candidates dealt with; reports ("screen", done, total)."""
-        self.done += count
+    def report(self) -> None:
+        """Reports ("screen", done, total) to ``progress``."""
         if self.progress is not None:
             self.progress("screen", self.done, self.total)
+
+    def advance(self, count: int) -> None:
+        """``count`` more candidates dealt with; reports them when ``count`` > 0."""
+        self.done += count
+        if count > 0:
+            self.report()
 
     def elapsed_s(self) -> float:
         """Seconds since the search started, on ``clock``."""

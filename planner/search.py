@@ -259,7 +259,7 @@ def search_plans(
     space = (space or SearchSpace()).for_runtime(options)
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     pace.add(len(cands.table))
-    pace.advance(0)
+    pace.report()
     sets = () if space.is_fixed("recompute_modules") else recompute_module_sets(model, space)
     parts = screen_candidates(
         model, cluster, job, profile, cands.table, limit, options, top_k if prune else None,
