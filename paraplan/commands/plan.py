@@ -324,15 +324,16 @@ def _print_top(result: SearchResult, limit: int) -> None:
 
 def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     """The rows of `SearchResult.candidates` that candidates.csv keeps: every simulated plan,
-    every rule-rejected representative, and the ``limit`` other screened candidates with the
-    highest screened tokens/s (fitting ones first); ``limit`` 0 keeps every row. Row order is
-    kept."""
-    from planner.search import BOUND_REJECTION, MEMORY_REJECTION
+    every rule-rejected representative, and the ``limit`` other candidates with the highest
+    screened tokens/s (fitting ones first, those never screened last); ``limit`` 0 keeps
+    every row. Row order is kept."""
+    from planner.search import BOUND_REJECTION, MEMORY_REJECTION, TIME_LIMIT_REJECTION
 
     if limit <= 0:
         return frame
     simulated = frame["simulated_iteration_time_s"].notna()
-    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION])
+    not_rules = ["", MEMORY_REJECTION, BOUND_REJECTION, TIME_LIMIT_REJECTION]
+    by_rule = ~frame["rejected_by"].isin(not_rules)
     rest = frame[~simulated & ~by_rule]
     ranked = rest.assign(_over=rest["rejected_by"] != "").sort_values(
         ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"

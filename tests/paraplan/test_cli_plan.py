@@ -255,7 +255,7 @@ def test_plan_out_simulates_the_timeline_with_the_recipe_settings(capsys, tmp_pa
     assert timeline["iteration_time_s"] == pytest.approx(written["iteration_time_s"], rel=1e-9)
 
 
-def test_time_limit_is_reported_in_json_and_text(capsys, monkeypatch) -> None:
+def test_time_limit_is_reported_in_json_and_text(capsys, monkeypatch, tmp_path) -> None:
     from planner import screening
     from planner.pacing import MIN_PACED_ROUND_ROWS
 
@@ -274,6 +274,13 @@ def test_time_limit_is_reported_in_json_and_text(capsys, monkeypatch) -> None:
     assert limit["note"].startswith("Time limit of 1e-09 s reached: ")
     code, out = run_plan(capsys, *torch, "--time-limit", "1e-9")
     assert code == 0 and "the plans ranked are the best of those screened" in out
+    # candidates.csv names the unscreened rows; a limited one keeps the screened first
+    for candidates_limit, unscreened in (("0", limit["not_reached"]), ("3", 0)):
+        out_dir = tmp_path / candidates_limit
+        cut = ["--time-limit", "1e-9", "--candidates-limit", candidates_limit]
+        code, _ = run_plan(capsys, *torch, *cut, "--out", str(out_dir))
+        frame = pd.read_csv(out_dir / "candidates.csv", keep_default_na=False)
+        assert code == 0 and (frame["rejected_by"] == "time_limit").sum() == unscreened
 
 
 @pytest.mark.parametrize(
