@@ -90,10 +90,18 @@ def rejection_lines(result: SearchResult) -> list[str]:
 def time_limit_note(result: SearchResult) -> str:
     """One sentence on a search the time limit cut short: candidates screened of the valid
     ones, those never reached, picks left unsimulated, and what the ranked plans are the
-    best of; empty when the limit was not reached or not set."""
+    best of (the simulated ones only, when the screen had finished); empty when the limit
+    was not reached or not set."""
     if not result.time_limit_reached:
         return ""
     limit = f"{result.time_limit_s:g} s" if result.time_limit_s is not None else "-"
+    if not result.num_unvisited:
+        return (
+            f"Time limit of {limit} reached after the screen: "
+            f"{_count(result.num_unsimulated)} of the plans picked for simulation not "
+            "simulated; the plans ranked are the best of those simulated (raise the time "
+            "limit to simulate them all)."
+        )
     unsimulated = (
         f", {_count(result.num_unsimulated)} of the plans picked for simulation not simulated"
         if result.num_unsimulated

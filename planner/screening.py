@@ -437,11 +437,11 @@ def _screen_rounds(
             max(first_label, int(derived.index.max()) + 1) if len(derived) else first_label
         )
         parts.append(done)
-        seen += [batch, derived]
         made.append(derived)
         pace.add(len(derived))
         pace.advance(len(batch) + len(derived))
         if is_bound and top_k is not None:
+            seen += [batch, derived]
             threshold = _threshold_s(pd.concat(seen), pd.concat(parts), limit_bytes, top_k)
         start = stop
         budget = budget * 4 if is_bound else next_round_rows(len(batch), pace.clock() - began)

@@ -189,3 +189,12 @@ def test_round_rows_follow_the_rate() -> None:
     assert next_round_rows(100, 0.01) == 400  # at most four times the last round
     assert next_round_rows(100, 100.0) == MIN_PACED_ROUND_ROWS
     assert next_round_rows(100, 0.0) == 400
+
+
+def test_a_limit_reached_after_the_screen_says_what_was_left() -> None:
+    """A limit that passes during the simulation leaves the screen whole: the note says
+    only picks were left (the counts set by hand, as the simulation of `FEW` is quick)."""
+    whole = dataclasses.replace(_search(), time_limit_s=5.0, num_unsimulated=2)
+    note = explain(whole)
+    assert "Time limit of 5 s reached after the screen: 2 of the plans picked" in note
+    assert "best of those simulated" in note and "not reached" not in note
