@@ -2,6 +2,8 @@
 
 - What was pruned: candidates enumerated, rejected per rule (with one message and its fix)
   and by the memory limit.
+- A search the time limit cut short: candidates screened of the valid ones and those not
+  reached; the plans ranked are the best of those screened (`time_limit_note`).
 - The winner: its iteration time, throughput, MFU, peak memory and per-phase breakdown.
 - Why it beats the runner-up: the largest differences between their breakdowns, grouped as
   bubble, exposed communication (TP, CP, EP, PP, DP), recompute, compute and optimizer,
@@ -66,7 +68,9 @@ def _count(n: int) -> str:
 def rejection_lines(result: SearchResult) -> list[str]:
     """Candidates enumerated, screened and rejected per rule and by memory."""
     slower = result.rejected.get(BOUND_REJECTION, 0)
-    fitting = result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower
+    fitting = (
+        result.num_valid - result.rejected.get(MEMORY_REJECTION, 0) - slower - result.num_unvisited
+    )
     limit = result.memory_limit_bytes
     skipped = f"{_count(slower)} skipped as slower than the simulated ones, " if slower else ""
     lines = [
@@ -82,6 +86,41 @@ def rejection_lines(result: SearchResult) -> list[str]:
             if rule_id in result.rule_examples:
                 lines.append(f"  e.g. {rule_id}: {result.rule_examples[rule_id]}")
     return lines
+
+
+def time_limit_note(result: SearchResult) -> str:
+    """One sentence on a search the time limit cut short: candidates screened of the valid
+    ones, those never reached, picks left unsimulated, and what the ranked plans are the
+    best of (the simulated ones only, when the screen had finished); empty when the limit
+    was not reached or not set."""
+    if not result.time_limit_reached:
+        return ""
+    limit = f"{result.time_limit_s:g} s" if result.time_limit_s is not None else "-"
+    if not result.num_unvisited:
+        return (
+            f"Time limit of {limit} reached after the screen: "
+            f"{_count(result.num_unsimulated)} of the plans picked for simulation not "
+            "simulated; the plans ranked are the best of those simulated (raise the time "
+            "limit to simulate them all)."
+        )
+    unsimulated = (
+        f", {_count(result.num_unsimulated)} of the plans picked for simulation not simulated"
+        if result.num_unsimulated
+        else ""
+    )
+    return (
+        f"Time limit of {limit} reached: {_count(result.num_screened)} of "
+        f"{_count(result.num_valid)} valid candidates screened, "
+        f"{_count(result.num_unvisited)} not reached{unsimulated}; the plans ranked are the "
+        "best of those screened, not of the whole space (raise the time limit, or fix knobs "
+        "to narrow the space)."
+    )
+
+
+def time_limit_lines(result: SearchResult) -> list[str]:
+    """`time_limit_note` as a list of zero or one line."""
+    note = time_limit_note(result)
+    return [note] if note else []
 
 
 def group_seconds(estimate: Estimate) -> dict[str, float]:
@@ -282,8 +321,17 @@ def fit_suggestions(
 def no_plan_reason(result: SearchResult) -> str:
     """Why a search found no plan, in one sentence. When candidates passed the rules, none
     fits in memory; when none did, the rule that rejected the most candidates is named with
-    its count (a candidate counts once under each rule it breaks) and its first message."""
+    its count (a candidate counts once under each rule it breaks) and its first message.
+    When the time limit cut the screen short, the sentence says so with the counts and the
+    fix, as the candidates not reached might fit."""
     gpus = result.cluster.num_gpus
+    if result.num_valid > 0 and result.time_limit_reached:
+        return (
+            f"No plan found within the time limit of {result.time_limit_s:g} s: none of the "
+            f"{_count(result.num_screened)} candidates screened (of {_count(result.num_valid)} "
+            f"valid) fits in {gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs; raise "
+            "the time limit, or fix knobs to narrow the space."
+        )
     if result.num_valid > 0:
         return f"No plan fits in {gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs."
     ordered = sorted(
@@ -343,6 +391,7 @@ def explain(result: SearchResult) -> str:
     if result.best is None:
         reason, *rest = no_fit_lines(result)
         return "\n".join([reason, *lines, *rest])
+    lines += time_limit_lines(result)
     lines.append("Best: " + summary_line(result.best))
     lines += breakdown_lines(result.best.estimate)
     runner_up = runner_up_of(result)

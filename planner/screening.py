@@ -1,17 +1,18 @@
-"""Screening for the plan search (`planner.search`): the memory floor, the closed-form
-screen in time-bounded rounds, and the rows handed to the event simulator.
+"""Screening for the plan search (`planner.search`): the memory floor, the screen in
+rounds, and the rows handed to the event simulator.
 
 - `model_state_floor_bytes`: a lower bound of each candidate's peak memory (its model
   state); candidates over the limit are not screened.
-- `screen_candidates`: the closed-form metrics (`costmodel.screen.screen_plans`) of the
+- `screen_candidates`: the runtime's screen (`costmodel.screen.screen_plans`) of the
   others, micro-batch size by micro-batch size (candidates with the searched per-module
   recompute sets derived from the selective ones whose plan without recompute does not
-  fit: where memory binds), in rounds
-  ordered by a lower bound of iteration time (`costmodel.screen.screen_lower_bounds`); a
-  round's threshold is the
-  ``top_k``-th distinct fitting plan so far, and candidates whose bound is above it are
-  skipped: they could not be among the plans simulated, so the simulated plans are those
-  of screening every candidate.
+  fit: where memory binds), in rounds of whole groups. On the megatron runtime the rounds
+  follow a lower bound of iteration time (`costmodel.screen.screen_lower_bounds`); a
+  round's threshold is the ``top_k``-th distinct fitting plan so far, and candidates whose
+  bound is above it are skipped: they could not be among the plans simulated, so the
+  simulated plans are those of screening every candidate. Without a bound (the torch
+  runtime) the groups are visited in a seeded random order. After each round the search's
+  `planner.pacing.SearchPace` reports progress and may stop the screen at its time limit.
 - `rows_to_simulate`: the ``top_k`` distinct fitting rows with the highest screened
   throughput, or the closest to fitting when none fits.
 
@@ -29,6 +30,7 @@ from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.schedules import plan_split
 from costmodel.screen import screen_lower_bounds, screen_plans
+from planner.pacing import FIRST_PACED_ROUND_ROWS, SearchPace, next_round_rows
 from planner.space import DEGREE_COLUMNS, PLAN_COLUMNS, plan_from_row
 from planner.splits import SPLIT_COLUMNS
 from profiles.schema import HardwareProfile
@@ -40,6 +42,9 @@ from specs.plan import ParallelPlan
 FIRST_ROUND_ROWS = 20_000
 """Candidates screened in the first round of the bounded screen (the groups with the
 smallest time bound); each later round may take four times as many."""
+
+VISIT_SEED = 0
+"""Seed of the order in which a screen without a time bound visits its groups."""
 
 CLOSEST_POOL = 2_000
 """When no candidate passes the model-state floor, this many with the smallest floor are
@@ -355,7 +360,30 @@ def _threshold_s(rows: pd.DataFrame, done: pd.DataFrame, limit_bytes: float, top
     return float(picked["iteration_time_s"].max()) if len(picked) == top_k else np.inf
 
 
-def _screen_bounded(
+def _visit_order(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    rows: pd.DataFrame,
+    fine: np.ndarray,
+    options: ExecutionOptions,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(key of every group of `_BOUND_GROUP_KEYS`, group of every row, whether the key is a
+    time bound). On a runtime with a bound (megatron) the key is the group's lower bound of
+    iteration time (`_group_bounds`): groups are visited smallest bound first, the most
+    promising first. Otherwise (torch) it is a seeded random permutation of the groups
+    (`VISIT_SEED`): a screen cut short by the time limit has priced a uniform sample of the
+    groups, every degree combination alike, and the same one on every run."""
+    found = _group_bounds(model, cluster, job, profile, rows, fine, options) if len(rows) else None
+    if found is not None:
+        return (*found, True)
+    first, group = row_groups(rows, _BOUND_GROUP_KEYS)
+    rank = np.random.default_rng(VISIT_SEED).permutation(len(first)).astype(float)
+    return rank, group, False
+
+
+def _screen_rounds(
     model: ModelSpec,
     cluster: ClusterSpec,
     job: TrainingJob,
@@ -363,42 +391,43 @@ def _screen_bounded(
     rows: pd.DataFrame,
     fine: np.ndarray,
     limit_bytes: float,
-    top_k: int,
+    top_k: int | None,
     options: ExecutionOptions,
-    sets: tuple[str, ...] = (),
-    first_label: int = 0,
-) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
-    """Screened metrics of the rows that could be among the ``top_k`` picks (and of the
-    rows derived with recompute sets, `_screen_by_micro_batch`), a mask of the rows skipped
-    by the time bound, and the derived rows.
+    sets: tuple[str, ...],
+    first_label: int,
+    pace: SearchPace,
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, pd.DataFrame]:
+    """Screened metrics of the rows visited (and of the rows derived from them with
+    recompute sets, `_screen_by_micro_batch`), a mask of the rows skipped by the time bound,
+    a mask of the rows the time limit left unvisited, and the derived rows.
 
-    Groups are screened in rounds, smallest bound first; after each round the threshold is
-    the iteration time of the ``top_k``-th distinct fitting plan (`_pick`), and only groups
-    whose bound is at most the threshold are screened later. A skipped row's screened time
-    is above the threshold, so it sorts after the ``top_k`` picks and never displaces one:
-    the picks, and so the best plan, are those of screening every row (tested against
-    ``prune=False``). The bound of a group holds for the rows derived from it: recompute
-    only adds time."""
-    found = _group_bounds(model, cluster, job, profile, rows, fine, options)
-    if found is None:
-        done, derived = _screen_by_micro_batch(
-            model, cluster, job, profile, rows, limit_bytes, options, sets, first_label
-        )
-        return done, np.zeros(len(rows), dtype=bool), derived
-    bound, group = found
-    order = np.argsort(bound, kind="stable")
-    sizes = np.bincount(group, minlength=len(bound))
-    taken = np.zeros(len(bound), dtype=bool)
+    Groups are screened whole, in rounds, in the order of `_visit_order`. With ``top_k`` and
+    a time bound, after each round the threshold is the iteration time of the ``top_k``-th
+    distinct fitting plan (`_pick`), and only groups whose bound is at most the threshold
+    are screened later. A skipped row's screened time is above the threshold, so it sorts
+    after the ``top_k`` picks and never displaces one: the picks, and so the best plan, are
+    those of screening every row (tested against ``prune=False``). The bound of a group
+    holds for the rows derived from it: recompute only adds time. Round sizes: see
+    `planner.pacing`. Once ``pace`` says the time limit has passed, no round starts; the
+    first always runs."""
+    key, group, is_bound = _visit_order(model, cluster, job, profile, rows, fine, options)
+    order = np.argsort(key, kind="stable")
+    sizes = np.bincount(group, minlength=len(key))
+    taken = np.zeros(len(key), dtype=bool)
     parts: list[pd.DataFrame] = []
     seen: list[pd.DataFrame] = []
     made: list[pd.DataFrame] = []
-    threshold, start, budget = np.inf, 0, FIRST_ROUND_ROWS
-    while start < len(order) and bound[order[start]] <= threshold:
+    threshold, start = np.inf, 0
+    budget = FIRST_ROUND_ROWS if is_bound else FIRST_PACED_ROUND_ROWS
+    while start < len(order) and key[order[start]] <= threshold:
+        if start and pace.expired():
+            break
+        began = pace.clock()
         cumulative = np.cumsum(sizes[order[start:]])
         stop = start + int(np.searchsorted(cumulative, budget)) + 1
-        stop = min(stop, start + int(np.searchsorted(bound[order[start:]], threshold, "right")))
+        stop = min(stop, start + int(np.searchsorted(key[order[start:]], threshold, "right")))
         taken[order[start:stop]] = True
-        fresh = np.zeros(len(bound), dtype=bool)
+        fresh = np.zeros(len(key), dtype=bool)
         fresh[order[start:stop]] = True
         batch = rows[fresh[group]]
         done, derived = _screen_by_micro_batch(
@@ -408,11 +437,19 @@ def _screen_bounded(
             max(first_label, int(derived.index.max()) + 1) if len(derived) else first_label
         )
         parts.append(done)
-        seen += [batch, derived]
         made.append(derived)
-        threshold = _threshold_s(pd.concat(seen), pd.concat(parts), limit_bytes, top_k)
-        start, budget = stop, budget * 4
-    return pd.concat(parts), ~taken[group], pd.concat(made) if made else rows.iloc[:0]
+        pace.add(len(derived))
+        pace.advance(len(batch) + len(derived))
+        if is_bound and top_k is not None:
+            seen += [batch, derived]
+            threshold = _threshold_s(pd.concat(seen), pd.concat(parts), limit_bytes, top_k)
+        start = stop
+        budget = budget * 4 if is_bound else next_round_rows(len(batch), pace.clock() - began)
+    out = ~taken & (key > threshold)
+    unvisited = ~taken & ~out
+    pace.advance(int(sizes[out].sum()))
+    done = pd.concat(parts) if parts else pd.DataFrame(columns=list(METRIC_COLUMNS))
+    return done, out[group], unvisited[group], pd.concat(made) if made else rows.iloc[:0]
 
 
 def screen_candidates(
@@ -425,19 +462,23 @@ def screen_candidates(
     options: ExecutionOptions = DEFAULT_OPTIONS,
     top_k: int | None = None,
     sets: tuple[str, ...] = (),
+    pace: SearchPace | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(``table``, the rows derived from it with the per-module recompute ``sets`` (table
     form) where memory binds, `_derive_sets`), each with ``model_state_floor_bytes``, the
-    screened metrics (NaN where the floor alone is over the limit, or the time bound
-    skipped the row, as those are not screened), ``screened``, ``bounded`` (skipped by the
-    time bound) and ``fits``. The two are returned apart so that the caller joins them
-    with its own rows in one copy (`planner.search`); their labels do not overlap.
+    screened metrics (NaN where the floor alone is over the limit, the time bound skipped
+    the row or the time limit left it unvisited, as those are not screened), ``screened``,
+    ``bounded`` (skipped by the time bound), ``unvisited`` (left by the time limit) and
+    ``fits``. The two are returned apart so that the caller joins them with its own rows
+    in one copy (`planner.search`); their labels do not overlap.
 
     With ``top_k``, only the rows that could be among the ``top_k`` fastest fitting ones are
-    screened (`_screen_bounded`); None screens every row under the floor. When no row is
+    screened (`_screen_rounds`); None screens every row under the floor. When no row is
     under the floor, the `CLOSEST_POOL` rows with the smallest floor are screened anyway,
-    so that the closest candidates can be found.
+    so that the closest candidates can be found. ``pace`` (default: no limit, no report)
+    counts the rows dealt with and stops the screen at its time limit.
     """
+    pace = pace if pace is not None else SearchPace()
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
     first, fine = row_groups(table, _fine_keys(table))
     screened["model_state_floor_bytes"] = (
@@ -447,22 +488,17 @@ def screen_candidates(
     if len(table) and not under.any():
         under, top_k = _closest_pool(screened), None
     rows = table[under.to_numpy()]
+    pace.advance(len(table) - len(rows))
     label = int(table.index.max()) + 1 if len(table) else 0
-    if top_k is None or not len(rows):
-        done, derived = _screen_by_micro_batch(
-            model, cluster, job, profile, rows, limit_bytes, options, sets, label
-        )
-        skipped = np.zeros(len(rows), dtype=bool)
-    else:
-        done, skipped, derived = _screen_bounded(
-            model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
-            options, sets, label,
-        )  # fmt: skip
+    done, skipped, unvisited, derived = _screen_rounds(
+        model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
+        options, sets, label, pace,
+    )  # fmt: skip
     extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived))
-    bounded = rows.index[skipped]
+    bounded, left = rows.index[skipped], rows.index[unvisited]
     return (
-        _with_metrics(screened, done, bounded, limit_bytes),
-        _with_metrics(extra, done, bounded, limit_bytes),
+        _with_metrics(screened, done, bounded, left, limit_bytes),
+        _with_metrics(extra, done, bounded, left, limit_bytes),
     )
 
 
@@ -471,10 +507,15 @@ METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"
 
 
 def _with_metrics(
-    rows: pd.DataFrame, done: pd.DataFrame, bounded: pd.Index, limit_bytes: float
+    rows: pd.DataFrame,
+    done: pd.DataFrame,
+    bounded: pd.Index,
+    unvisited: pd.Index,
+    limit_bytes: float,
 ) -> pd.DataFrame:
     """``rows`` with the metrics of those among ``done`` (NaN for the others), ``screened``,
-    ``bounded`` (labels in ``bounded``) and ``fits``, built as arrays and added at once."""
+    ``bounded`` (labels in ``bounded``), ``unvisited`` (labels in ``unvisited``) and
+    ``fits``, built as arrays and added at once."""
     positions = rows.index.get_indexer(done.index)
     hit = positions >= 0
     columns: dict[str, object] = {}
@@ -486,6 +527,7 @@ def _with_metrics(
     screened[positions[hit]] = True
     columns["screened"] = screened
     columns["bounded"] = rows.index.isin(bounded)
+    columns["unvisited"] = rows.index.isin(unvisited)
     columns["fits"] = columns["peak_memory_bytes"] <= limit_bytes  # type: ignore[operator]
     return rows.assign(**columns)
 

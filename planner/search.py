@@ -19,6 +19,13 @@
 When nothing fits, the ``top_k`` candidates closest to fitting (smallest screened peak
 memory) are simulated instead, for `planner.explain` to say what would make them fit.
 The result is a frozen `SearchResult`; nothing is kept between calls.
+
+A time limit (``time_limit_s``) stops step 2 between rounds and step 3 after its first
+fitting plan (`planner.pacing`); the result then says how many candidates were left
+unscreened and ranks the best of those priced. The screen visits candidates in rounds of
+whole groups: on the megatron runtime smallest lower bound of time first, on the torch
+runtime in a seeded random order (`planner.screening`), so that a search cut short has
+seen the most promising groups, or a uniform sample of them.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
+from planner.pacing import Clock, SearchPace
 from planner.ranking import order_plans
 from planner.screening import rows_to_simulate, screen_candidates
 from planner.space import SearchSpace, plan_from_row, recompute_module_sets
@@ -52,6 +60,9 @@ BOUND_REJECTION = "slower"
 """Key of `SearchResult.rejected` for candidates the time bound skipped: a lower bound of
 their screened iteration time is above the ``top_k``-th screened plan's, so they could not
 be among the plans handed to the simulator."""
+TIME_LIMIT_REJECTION = "time_limit"
+"""``rejected_by`` of the candidates the time limit left unscreened (not a rejection: they
+were never priced; `SearchResult.num_unvisited` counts them)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,6 +117,19 @@ class SearchResult:
     """Fraction of device memory kept free."""
     elapsed_s: float
     """Wall time of the search."""
+    time_limit_s: float | None = None
+    """The search's time limit, seconds; None: none was set."""
+    num_unvisited: int = 0
+    """Valid candidates the screen never reached because the time limit passed (0 when it
+    ran to the end): the plans found are the best of the others only."""
+    num_unsimulated: int = 0
+    """Plans picked for the event simulator that the time limit left unsimulated."""
+
+    @property
+    def time_limit_reached(self) -> bool:
+        """Whether the time limit cut the search short (candidates left unscreened or picks
+        left unsimulated)."""
+        return self.num_unvisited > 0 or self.num_unsimulated > 0
 
 
 def memory_limit_bytes(profile: HardwareProfile, memory_headroom: float) -> float:
@@ -124,15 +148,20 @@ def _simulate(
     profile: HardwareProfile,
     rows: pd.DataFrame,
     limit_bytes: float,
-    progress: Progress | None,
+    pace: SearchPace,
     options: ExecutionOptions = DEFAULT_OPTIONS,
-) -> tuple[list[tuple[int, RankedPlan]], dict[str, int]]:
-    """Detailed estimates of ``rows`` (index kept), and rules broken by any of them."""
+) -> tuple[list[tuple[int, RankedPlan]], dict[str, int], int]:
+    """Detailed estimates of ``rows`` (index kept), rules broken by any of them, and the
+    rows left unsimulated. Once the time limit of ``pace`` has passed, the rows left are
+    simulated only until one plan fits, so that a search cut short still ranks a plan
+    when a priced one fits."""
     done: list[tuple[int, RankedPlan]] = []
     broken: dict[str, int] = {}
     for i, (index, row) in enumerate(rows.iterrows()):
-        if progress is not None:
-            progress("simulate", i, len(rows))
+        if pace.expired() and any(ranked.fits for _, ranked in done):
+            return done, broken, len(rows) - i
+        if pace.progress is not None:
+            pace.progress("simulate", i, len(rows))
         plan = plan_from_row(row, model)
         violations = check_plan(model, cluster, job, plan)
         if violations:
@@ -147,7 +176,7 @@ def _simulate(
             fits=est.peak_memory_bytes <= limit_bytes,
         )
         done.append((int(index), ranked))
-    return done, broken
+    return done, broken, 0
 
 
 def _with_simulated(
@@ -158,8 +187,9 @@ def _with_simulated(
     once: the table has millions of rows on a large cluster."""
     fits = screened["fits"].to_numpy(dtype=bool)
     bounded = screened["bounded"].to_numpy(dtype=bool)
-    codes = np.where(fits, 0, np.where(bounded, 1, 2))
-    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION], dtype=object)
+    unvisited = screened["unvisited"].to_numpy(dtype=bool)
+    codes = np.where(fits, 0, np.where(bounded, 1, np.where(unvisited, 3, 2)))
+    reasons = np.array(["", BOUND_REJECTION, MEMORY_REJECTION, TIME_LIMIT_REJECTION], dtype=object)
     columns = {
         f"simulated_{name}": np.full(len(screened), np.nan)
         for name in ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_gib")
@@ -205,37 +235,51 @@ def search_plans(
     progress: Progress | None = None,
     options: ExecutionOptions = DEFAULT_OPTIONS,
     prune: bool = True,
+    time_limit_s: float | None = None,
+    clock: Clock = time.perf_counter,
 ) -> SearchResult:
     """Search the plans of ``space`` (all knobs searched by default) for the fastest that
     fits on the runtime ``options`` names (`costmodel.execution`), among the plans that use
     only the features that runtime implements (`SearchSpace.for_runtime`); see the module
     docstring for the steps. ``prune`` False screens every candidate under the memory
-    floor instead of skipping those the time bound rules out (same result, slower)."""
+    floor instead of skipping those the time bound rules out (same result, slower).
+
+    ``time_limit_s`` bounds the search's wall time on ``clock``: once it has passed, the
+    screen starts no new round and the simulator no new plan after the first that fits
+    (`planner.pacing`); the result ranks what was priced and counts what was not
+    (`SearchResult.num_unvisited`, `SearchResult.num_unsimulated`). Enumeration, the rule
+    check and the first round of the screen always run, so the limit can be overrun by
+    them and by one round."""
     if top_k < 1:
         raise SpecError(f"top_k must be >= 1, got {top_k}; it is how many plans are simulated")
     start = time.perf_counter()
+    pace = SearchPace(progress=progress, time_limit_s=time_limit_s, clock=clock)
     limit = memory_limit_bytes(profile, memory_headroom)
     scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
     space = (space or SearchSpace()).for_runtime(options)
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
-    if progress is not None:
-        progress("screen", 0, len(cands.table))
+    pace.add(len(cands.table))
+    pace.report()
     sets = () if space.is_fixed("recompute_modules") else recompute_module_sets(model, space)
     parts = screen_candidates(
-        model, cluster, job, profile, cands.table, limit, options, top_k if prune else None, sets
-    )
+        model, cluster, job, profile, cands.table, limit, options, top_k if prune else None,
+        sets, pace,
+    )  # fmt: skip
     # only screened rows can be simulated: the rest of the table is not copied here
     screened = pd.concat([p[p["screened"].to_numpy()] for p in parts])
     chosen = rows_to_simulate(screened, top_k)
-    simulated, broken = _simulate(model, cluster, job, profile, chosen, limit, progress, options)
+    simulated, broken, unsimulated = _simulate(
+        model, cluster, job, profile, chosen, limit, pace, options
+    )
     rejected = dict(cands.rejected)
     for rule_id, count in broken.items():
         rejected[rule_id] = rejected.get(rule_id, 0) + count
     # A plan the screen let through but the simulator finds too large is a memory rejection too.
     late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
     bounded = sum(int(p["bounded"].sum()) for p in parts)
+    unvisited = sum(int(p["unvisited"].sum()) for p in parts)
     over = sum(int((~p["fits"]).sum()) for p in parts)
-    rejected[MEMORY_REJECTION] = over - bounded + late
+    rejected[MEMORY_REJECTION] = over - bounded - unvisited + late
     if bounded:
         rejected[BOUND_REJECTION] = bounded
     ranked = [r for _, r in simulated]
@@ -262,4 +306,7 @@ def search_plans(
         memory_limit_bytes=limit,
         memory_headroom=memory_headroom,
         elapsed_s=time.perf_counter() - start,
+        time_limit_s=time_limit_s,
+        num_unvisited=unvisited,
+        num_unsimulated=unsimulated,
     )

@@ -10,6 +10,8 @@ Two forms:
   sizing.json, scaling.png and plan.json of the chosen size.
 
 Every plan flag is optional: a flag given fixes that knob, the others are searched.
+``--time-limit S`` bounds the search on N GPUs: past S seconds it ranks the best of the
+candidates priced so far and says how many of how many those are (text and ``--json``).
 Exit codes: 0 a plan (or a cluster size) was found; 1 nothing fits or meets the goal;
 2 bad input.
 
@@ -191,6 +193,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"representatives and the N best screened candidates (default {DEFAULT_CANDIDATES_LIMIT}"
         "; 0 writes every candidate)",
     )
+    g.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop screening new candidates after this many seconds and rank the best of "
+        "those priced; the output says how many were (default: no limit)",
+    )
     g.add_argument("--json", action="store_true", help='print {"best", "top", "rejected"}')
     s = parser.add_argument_group("cluster sizing (instead of --num-gpus)")
     s.add_argument("--tokens", type=float, default=None, help="token budget of the training run")
@@ -233,8 +243,26 @@ def plan_entry(ranked: RankedPlan) -> dict[str, Any]:
     )
 
 
+def time_limit_json(result: SearchResult) -> dict[str, Any]:
+    """The ``time_limit`` entry of `search_json`: the limit, whether it cut the search short,
+    the valid candidates, those screened and those not reached, the picks not simulated,
+    and the explanation's sentence (empty when not reached)."""
+    from planner.explain import time_limit_note
+
+    return {
+        "limit_s": result.time_limit_s,
+        "reached": result.time_limit_reached,
+        "valid": result.num_valid,
+        "screened": result.num_screened,
+        "not_reached": result.num_unvisited,
+        "not_simulated": result.num_unsimulated,
+        "note": time_limit_note(result),
+    }
+
+
 def search_json(result: SearchResult) -> dict[str, Any]:
-    """``{"best", "top", "rejected"}`` (and ``closest`` when nothing fits)."""
+    """``{"best", "top", "rejected"}``, ``closest`` when nothing fits, and ``time_limit``
+    (`time_limit_json`) when the search had one."""
     data: dict[str, Any] = {
         "best": plan_entry(result.best) if result.best else None,
         "top": [plan_entry(r) for r in result.top],
@@ -242,6 +270,8 @@ def search_json(result: SearchResult) -> dict[str, Any]:
     }
     if result.best is None:
         data["closest"] = [plan_entry(r) for r in result.closest]
+    if result.time_limit_s is not None:
+        data["time_limit"] = time_limit_json(result)
     return data
 
 
@@ -294,15 +324,16 @@ def _print_top(result: SearchResult, limit: int) -> None:
 
 def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     """The rows of `SearchResult.candidates` that candidates.csv keeps: every simulated plan,
-    every rule-rejected representative, and the ``limit`` other screened candidates with the
-    highest screened tokens/s (fitting ones first); ``limit`` 0 keeps every row. Row order is
-    kept."""
-    from planner.search import BOUND_REJECTION, MEMORY_REJECTION
+    every rule-rejected representative, and the ``limit`` other candidates with the highest
+    screened tokens/s (fitting ones first, those never screened last); ``limit`` 0 keeps
+    every row. Row order is kept."""
+    from planner.search import BOUND_REJECTION, MEMORY_REJECTION, TIME_LIMIT_REJECTION
 
     if limit <= 0:
         return frame
     simulated = frame["simulated_iteration_time_s"].notna()
-    by_rule = ~frame["rejected_by"].isin(["", MEMORY_REJECTION, BOUND_REJECTION])
+    not_rules = ["", MEMORY_REJECTION, BOUND_REJECTION, TIME_LIMIT_REJECTION]
+    by_rule = ~frame["rejected_by"].isin(not_rules)
     rest = frame[~simulated & ~by_rule]
     ranked = rest.assign(_over=rest["rejected_by"] != "").sort_values(
         ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"
@@ -388,6 +419,7 @@ def _run_search(args: argparse.Namespace) -> int:
             memory_headroom=args.memory_headroom,
             progress=bar,
             options=options,
+            time_limit_s=args.time_limit,
         )
     finally:
         bar.close()
@@ -574,12 +606,30 @@ def refuse_sizing_flags_without_tokens(args: argparse.Namespace) -> None:
         )
 
 
+def check_time_limit(args: argparse.Namespace) -> None:
+    """SpecError for a ``--time-limit`` that is not a positive number of seconds, or that is
+    given to the sizing form (one search per cluster size, none of them bounded)."""
+    if args.time_limit is None:
+        return
+    if not args.time_limit > 0:
+        raise SpecError(
+            f"--time-limit must be > 0 seconds, got {args.time_limit:g}; drop it for no limit"
+        )
+    if args.tokens is not None:
+        raise SpecError(
+            f"--time-limit {args.time_limit:g} bounds one search on --num-gpus, while --tokens "
+            "sizes the cluster with one search per size: drop --time-limit, or drop --tokens "
+            "and give --num-gpus N"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.candidates_limit < 0:
         raise SpecError(
             f"--candidates-limit must be >= 0, got {args.candidates_limit}; 0 writes every "
             "candidate to candidates.csv"
         )
+    check_time_limit(args)
     if args.tokens is not None:
         return _run_sizing(args)
     refuse_sizing_flags_without_tokens(args)

@@ -253,3 +253,48 @@ def test_plan_out_simulates_the_timeline_with_the_recipe_settings(capsys, tmp_pa
     written = json.loads((tmp_path / "estimate.json").read_text())
     assert code == 0
     assert timeline["iteration_time_s"] == pytest.approx(written["iteration_time_s"], rel=1e-9)
+
+
+def test_time_limit_is_reported_in_json_and_text(capsys, monkeypatch, tmp_path) -> None:
+    from planner import screening
+    from planner.pacing import MIN_PACED_ROUND_ROWS
+
+    torch = [*BASE, "--num-gpus", "4", *FEW, "--top", "2", "--runtime", "torch"]
+    code, out = run_plan(capsys, *torch, "--time-limit", "3600", "--json")
+    limit = json.loads(out)["time_limit"]
+    assert code == 0 and limit["reached"] is False and limit["not_reached"] == 0
+    assert limit["limit_s"] == 3600 and limit["note"] == ""
+    # small rounds and a limit that has passed when the first round ends
+    monkeypatch.setattr(screening, "FIRST_PACED_ROUND_ROWS", MIN_PACED_ROUND_ROWS)
+    code, out = run_plan(capsys, *torch, "--time-limit", "1e-9", "--json")
+    data = json.loads(out)
+    limit = data["time_limit"]
+    assert code == 0 and data["best"] is not None and limit["reached"] is True
+    assert 0 < limit["screened"] < limit["valid"] and limit["not_reached"] > 0
+    assert limit["note"].startswith("Time limit of 1e-09 s reached: ")
+    code, out = run_plan(capsys, *torch, "--time-limit", "1e-9")
+    assert code == 0 and "the plans ranked are the best of those screened" in out
+    # candidates.csv names the unscreened rows; a limited one keeps the screened first
+    for candidates_limit, unscreened in (("0", limit["not_reached"]), ("3", 0)):
+        out_dir = tmp_path / candidates_limit
+        cut = ["--time-limit", "1e-9", "--candidates-limit", candidates_limit]
+        code, _ = run_plan(capsys, *torch, *cut, "--out", str(out_dir))
+        frame = pd.read_csv(out_dir / "candidates.csv", keep_default_na=False)
+        assert code == 0 and (frame["rejected_by"] == "time_limit").sum() == unscreened
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--num-gpus", "4", "--time-limit", "0"], "--time-limit must be > 0 seconds, got 0"),
+        (
+            ["--tokens", "1e9", "--max-gpus", "8", "--time-limit", "60"],
+            "--time-limit 60 bounds one search on --num-gpus",
+        ),
+    ],
+)
+def test_time_limit_refusals(extra: list[str], match: str) -> None:
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    with pytest.raises(SpecError, match=match):
+        plan_command.run(parser.parse_args([*BASE, *extra]))
