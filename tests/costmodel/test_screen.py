@@ -230,18 +230,15 @@ def test_screen_agrees_when_megatron_fsdp_is_network_bound():
     model = get_preset("llama3-70b")
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
     job = TrainingJob(seq_length=2048, global_batch_size=256)
+    knobs = {
+        "micro_batch_size": 1,
+        "recompute": "full",
+        "use_megatron_fsdp": True,
+        "overlap_grad_reduce": True,
+        "overlap_param_gather": True,
+    }
     plans = [
-        ParallelPlan.for_world(
-            64,
-            tp=tp,
-            pp=pp,
-            micro_batch_size=1,
-            recompute="full",
-            use_megatron_fsdp=True,
-            data_parallel_sharding_strategy=strategy,
-            overlap_grad_reduce=True,
-            overlap_param_gather=True,
-        )  # fmt: skip
+        ParallelPlan.for_world(64, tp=tp, pp=pp, data_parallel_sharding_strategy=strategy, **knobs)
         for tp in (1, 2)
         for pp in (1, 2)
         for strategy in ("optim_grads", "optim_grads_params")
