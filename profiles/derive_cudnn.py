@@ -137,7 +137,9 @@ GB200 and GB300, cuDNN 9.22.0 [S58]."""
 
 
 def _ratio_at(num: SdpaSeries, den: SdpaSeries, direction: str, seq: int) -> float:
-    """Converted ``num`` over ``den`` at ``seq``, held at the nearer end outside their seqs."""
+    """Converted ``num`` over ``den`` at ``seq``, held at the nearer end outside their seqs;
+    inside, ``seq`` must be one of them (both series share `_RESULT_SEQS`, a subset of the
+    [S57] lengths the curves are built on)."""
     seqs = num.seq_lens
     i = seqs.index(min(max(seq, seqs[0]), seqs[-1]))
     return converted_tflops(num, direction, i) / converted_tflops(den, direction, i)
