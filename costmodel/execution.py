@@ -111,7 +111,8 @@ log2(sequence) between the ends and holds it outside."""
 
 FA3_CURVE_PREFIX = "FlashAttention-3"
 """`ComputeProfile.attention_kernel` prefix of profiles whose attention curves are FA3's
-(H100, H200, and the Blackwell profiles scaled from them)."""
+(H100, H200, and MI300X scaled from them; the Blackwell profiles carry measured cuDNN
+curves, `profiles.derive_cudnn`, which FA2 scaling leaves alone)."""
 
 
 def flash_attention_rate(direction: str, seq_len: int) -> float:

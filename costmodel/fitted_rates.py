@@ -103,7 +103,7 @@ from one source family, so leaving it out leaves the generation to the shared va
 (`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
 (`costmodel.compute.fp8_quantize_time_s`)."""
 
-FP8_GEMM_RATE_FACTOR = 0.7
+FP8_GEMM_RATE_FACTOR = 0.65
 """Default FP8 GEMM rate factor of a GPU generation without its own entry in
 `FP8_GEMM_RATE_FACTORS` (Ampere, whose published runs are 16-bit; CDNA 3; a measured GPU of
 unknown generation): one value fitted on every FP8 row together, the same objective as

@@ -16,7 +16,9 @@ Derivation rules (also recorded in each profile's provenance notes):
 - Misaligned GEMMs: 272.7 / 398.4 TFLOP/s for d_ff 10922 vs 10944 on H100 [S24]; 10848
   (a multiple of 32) ran at full speed, so the granule is 32 elements.
 - Memory-bound bandwidth: 0.90 of HBM peak, Calculon's HBM efficiency at >= 100 MB [S48].
-- Attention: FlashAttention-3 on H100 [S26][S27][S28], FlashAttention-2 on A100 [S25].
+- Attention: FlashAttention-3 on H100 [S26][S27][S28], FlashAttention-2 on A100 [S25],
+  cuDNN fused attention measured on GB200 and GB300 for the Blackwell profiles [S57][S58]
+  (`profiles.derive_cudnn`).
 - Collectives: α-β fits per (op, group size, placement); the latency models of
   `profiles.derive_rules` give α, each device's figures β.
 """
@@ -28,6 +30,13 @@ import sys
 from pathlib import Path
 
 from profiles.derive_blackwell import B200_LATENCY8_US, B300, GB200_NVL72, GB300_NVL72
+from profiles.derive_cudnn import (
+    B200_ATTENTION_SCALE,
+    CUDNN_KERNEL,
+    CUDNN_NOTE,
+    cudnn_curves,
+    sibling_note,
+)
 from profiles.derive_rules import (
     COLLECTIVES,
     COMMAND,
@@ -194,10 +203,24 @@ B200 = Figures(
     ),
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
-    attention=scaled_from_h100(1745.0),
-    attention_kernel="FlashAttention-3 figures scaled to B200 (no B200 source)",
+    attention=cudnn_curves("GB200", scale=B200_ATTENTION_SCALE),
+    attention_kernel=f"{CUDNN_KERNEL}; GB200's figures scaled to B200 (no B200 run)",
     exp_per_s=5.0e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S8", "S16", "S17", "S23", "S26", "S27", "S30", "S33", "S37", "S43"),
+    sources=(
+        "S6",
+        "S8",
+        "S16",
+        "S17",
+        "S23",
+        "S27",
+        "S30",
+        "S33",
+        "S37",
+        "S43",
+        "S57",
+        "S58",
+        "S59",
+    ),
     notes=(
         "Conflicts: memory 180 GB [S1][S17] vs 192 GB [S8]; HBM 8.0 vs 7.7 TB/s; fp32 80 [S1] "
         "vs 75 TFLOP/s. The NVIDIA platform figures are used.",
@@ -205,8 +228,8 @@ B200 = Figures(
         "figure); all_reduce 8 GPUs 845.67 GB/s at 16 GiB [S6] treated as NVLS.",
         "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
         "GB/s per GPU [S6].",
-        "Attention: no B200 figure; H100 FA3 curves scaled by the MAMF ratio 1745.0/794.5 "
-        "(same share of achievable GEMM rate).",
+        CUDNN_NOTE,
+        sibling_note("B200", "GB200", 1745.0, B200_ATTENTION_SCALE),
         "GEMM check against B200 cuBLAS timings [S23]: the curve gives 1275 vs 1006 TFLOP/s "
         "measured for 2048^3 and 1661 vs 1532 for 4096^3; the Calculon-based curve is "
         "optimistic for GEMMs shorter than about 50 us.",

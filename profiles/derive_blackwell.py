@@ -9,13 +9,19 @@ to 72 ranks.
 
 from __future__ import annotations
 
+from profiles.derive_cudnn import (
+    B300_ATTENTION_SCALE,
+    CUDNN_KERNEL,
+    CUDNN_NOTE,
+    cudnn_curves,
+    sibling_note,
+)
 from profiles.derive_rules import (
     COLLECTIVES,
     NVL72_INTRA_SIZES,
     BusbwTable,
     Figures,
     log2_interpolated,
-    scaled_from_h100,
     switch_busbw,
 )
 
@@ -104,10 +110,10 @@ GB200_NVL72 = Figures(
     intra_busbw=nvl72_busbw(),
     p2p_GBps=746.0,  # p2pBandwidthLatencyTest on a GB200 NVL4 tray [S6]
     latency8_us=B200_LATENCY8_US,
-    attention=scaled_from_h100(1822.0),
-    attention_kernel="FlashAttention-3 figures scaled to GB200 (no GB200 source)",
+    attention=cudnn_curves("GB200"),
+    attention_kernel=CUDNN_KERNEL,
     exp_per_s=5.0e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S8", "S18", "S19", "S26", "S27", "S33", "S43"),
+    sources=("S6", "S8", "S18", "S19", "S27", "S33", "S43", "S57", "S58"),
     gpus_per_node=4,
     scale_up_domain=72,
     notes=(
@@ -115,7 +121,7 @@ GB200_NVL72 = Figures(
         "Conflicts: memory 186 GB [S1] vs 192 GB [S8]; fp32 80 [S1] vs 90 TFLOP/s [S8]. "
         "The NVIDIA platform figures are used.",
         "Inter busbw: 48 GB/s per ConnectX-7 NDR as on H100 [S33][S43].",
-        "Attention: no GB200 figure; H100 FA3 curves scaled by the MAMF ratio 1822.0/794.5.",
+        CUDNN_NOTE,
     ),
 )
 
@@ -136,10 +142,10 @@ GB300_NVL72 = Figures(
     intra_busbw=nvl72_busbw(),
     p2p_GBps=746.0,  # GB200 NVL4 p2pBandwidthLatencyTest, same NVLink5 [S6]
     latency8_us=B200_LATENCY8_US,
-    attention=scaled_from_h100(1822.0),
-    attention_kernel="FlashAttention-3 figures scaled to GB300 (no GB300 source)",
+    attention=cudnn_curves("GB300"),
+    attention_kernel=CUDNN_KERNEL,
     exp_per_s=10.7e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S9", "S18", "S19", "S26", "S27", "S33", "S43", "S56"),
+    sources=("S6", "S9", "S18", "S19", "S27", "S33", "S43", "S56", "S57", "S58"),
     gpus_per_node=4,
     scale_up_domain=72,
     notes=(
@@ -149,7 +155,7 @@ GB300_NVL72 = Figures(
         "GEMM top: no GB300 MAMF; GB300 has GB200's dense bf16/fp8 peaks [S1][S9], so "
         "GB200's MAMF (1822 / 3615.6 TFLOP/s [S1]) is used.",
         _CX8_NOTE,
-        "Attention: no GB300 figure; H100 FA3 curves scaled by the MAMF ratio 1822.0/794.5.",
+        CUDNN_NOTE,
         _BLACKWELL_ULTRA_NOTE,
     ),
 )
@@ -180,17 +186,18 @@ B300 = Figures(
     },
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
-    attention=scaled_from_h100(1769.0),
-    attention_kernel="FlashAttention-3 figures scaled to B300 (no B300 source)",
+    attention=cudnn_curves("GB300", scale=B300_ATTENTION_SCALE),
+    attention_kernel=f"{CUDNN_KERNEL}; GB300's figures scaled to B300 (no B300 run)",
     exp_per_s=10.7e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S9", "S26", "S27", "S33", "S35", "S43", "S56"),
+    sources=("S6", "S9", "S27", "S33", "S35", "S43", "S56", "S57", "S58", "S59"),
     notes=(
         "Conflicts: memory 288 GB [S1][S56] vs 270 GB [S9]; fp32 80 [S1] vs 75 TFLOP/s [S9]. "
         "The [S1] figures are used.",
         "Intra busbw: B200's NVLink5 table (NCCL sm100 ring model [S35], 8-GPU all_reduce "
         "845.67 GB/s [S6]); intra alpha B200's 8-GPU small all_reduce [S6].",
         _CX8_NOTE,
-        "Attention: no B300 figure; H100 FA3 curves scaled by the MAMF ratio 1769.0/794.5.",
+        CUDNN_NOTE,
+        sibling_note("B300", "GB300", 1769.0, B300_ATTENTION_SCALE),
         _BLACKWELL_ULTRA_NOTE,
     ),
 )

@@ -23,7 +23,7 @@ from profiles.schema import (
     Topology,
 )
 
-DERIVED_ON = "2026-11-29"
+DERIVED_ON = "2026-12-05"
 """Date of the derivation; change it when a figure or rule below changes."""
 COMMAND = "python -m profiles.derive --write"
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -67,6 +67,13 @@ SOURCES: dict[str, str] = {
     "S55": "H. He, 'Strangely, Matrix Multiplications on GPUs Run Faster When Given "
     '"Predictable" Data!\' (thonking.ai, 2024): A100 8192^3 16-bit matmul, 295 TFLOP/s on '
     "zeros vs 257 on torch.randn inputs (power-limited clocks)",
+    "S57": "NVIDIA/cudnn-frontend @b372d39 benchmark/sdpa_benchmark_training/artifacts/"
+    "sdpa_bf16_benchmark_results_NVIDIA_{GB200,GB300}.csv (cudnn_fe, cuDNN 9.17.0, "
+    "frontend 1.16.0, torch nv25.11; Llama-3.1-405B attention, causal, seq 512-131072)",
+    "S58": "NVIDIA/cudnn-frontend @3929da2 benchmark/sdpa_benchmark_training/results/"
+    "{llama3.1,dsv3,qwen35}/{gb200,gb300}/*_20260424_*.csv (cuDNN 9.22.0, frontend 1.21.1)",
+    "S59": "NVIDIA/cudnn-frontend @0b1577c benchmark/sdpa_benchmark_training/artifacts/"
+    "sdpa_bf16_benchmark_results_NVIDIA_{B200,GB300}.csv (pyt_cudnn, cuDNN 9.13.0)",
 }
 
 # --- rules shared by every device -------------------------------------------------------
