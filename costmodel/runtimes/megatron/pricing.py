@@ -173,6 +173,17 @@ def _last_backward(row: tuple[TimedAction, ...], chunk: int) -> TimedAction:
     return next(t for t in reversed(row) if t.action.phase == "B" and t.action.chunk == chunk)
 
 
+def _dp_groups(
+    cost: ChunkCost, placements: PlanPlacements
+) -> tuple[tuple[str, float, GroupPlacement], ...]:
+    """(kind, parameters, group) of a chunk's data-parallel reductions: its dense
+    parameters over dp·cp, its routed experts over expert-DP."""
+    return (
+        ("dense", cost.dense_params, placements["dp-cp"]),
+        ("expert", cost.expert_params, placements["edp"]),
+    )
+
+
 def _grad_events(
     profile: HardwareProfile,
     plan: ParallelPlan,
@@ -196,10 +207,7 @@ def _grad_events(
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
         bucket = plan.bucket_size_params() if bucketed else None
         last = _last_backward(row, chunk)
-        for kind, params, group in (
-            ("dense", cost.dense_params, placements["dp-cp"]),
-            ("expert", cost.expert_params, placements["edp"]),
-        ):
+        for kind, params, group in _dp_groups(cost, placements):
             parts = _buckets(params, bucket) if group.size > 1 else []
             done = 0.0
             for j, part in enumerate(parts):
@@ -233,10 +241,7 @@ def _fsdp_grad_events(
     for chunk, cost in enumerate(chunks):
         pieces = max(layers_per_chunk[chunk], 1)
         backwards = [t for t in row if t.action.phase == "B" and t.action.chunk == chunk]
-        for kind, params, group in (
-            ("dense", cost.dense_params, placements["dp-cp"]),
-            ("expert", cost.expert_params, placements["edp"]),
-        ):
+        for kind, params, group in _dp_groups(cost, placements):
             if params <= 0 or group.size < 2:
                 continue
             size = params / pieces * grad_bytes
