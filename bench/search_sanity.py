@@ -61,7 +61,7 @@ from sanity_problems import (
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.memory import FrameworkAllowance
 from planner.ranking import RANK_TOLERANCE, order_plans
-from planner.search import RankedPlan, SearchResult, search_plans
+from planner.search import RankedPlan, search_plans
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
@@ -76,14 +76,15 @@ which gives its evidence)."""
 
 
 def _claim(
-    result: SearchResult, recipe_plan: ParallelPlan, recipe: Estimate
+    top: tuple[RankedPlan, ...], recipe_plan: ParallelPlan, recipe: Estimate
 ) -> tuple[RankedPlan, float, int, int]:
     """(the pick, its tokens/s over the recipe's, the recipe's place in the planner's order,
-    its rank counting only plans more than `TIE_TOLERANCE` faster) of one search."""
-    if result.best is None:
+    its rank counting only plans more than `TIE_TOLERANCE` faster) of one search's ``top``
+    plans (`SearchResult.top`, in the planner's order)."""
+    if not top:
         raise NotExpressible("the planner found no fitting plan")
     entries: list[tuple[ParallelPlan, Estimate]] = [(recipe_plan, recipe)]
-    entries += [(r.plan, r.estimate) for r in result.top]
+    entries += [(r.plan, r.estimate) for r in top]
     ordered = order_plans(
         entries,
         plan=lambda e: e[0],
@@ -91,9 +92,9 @@ def _claim(
         peak_memory_bytes=lambda e: e[1].peak_memory_bytes,
     )
     rank = next(i for i, e in enumerate(ordered) if e is entries[0]) + 1
-    speedups = [r.estimate.tokens_per_s / recipe.tokens_per_s for r in result.top]
+    speedups = [r.estimate.tokens_per_s / recipe.tokens_per_s for r in top]
     beyond = sum(1 for x in speedups if x > 1 + TIE_TOLERANCE)
-    return result.best, speedups[0], rank, beyond + 1
+    return top[0], speedups[0], rank, beyond + 1
 
 
 def gain_by_phase(recipe: dict[str, float], pick: dict[str, float]) -> dict[str, float]:
@@ -142,10 +143,12 @@ def cached_search(
     case: RowCase,
     profile: HardwareProfile,
     fixed: dict[str, object],
-    searches: dict[SearchKey, SearchResult],
-) -> SearchResult:
-    """`search_plans` (top `TOP_K`, the case's options) over the case's problem with the
-    knobs ``fixed``, run once per problem and knobs: ``searches`` keeps the results."""
+    searches: dict[SearchKey, tuple[RankedPlan, ...]],
+) -> tuple[RankedPlan, ...]:
+    """The fitting plans of `search_plans` (top `TOP_K`, the case's options, in the
+    planner's order) over the case's problem with the knobs ``fixed``, searched once per
+    problem and knobs: ``searches`` keeps them (only them: a MoE search's candidate table
+    holds millions of rows)."""
     key = (problem_key(case), tuple(sorted(fixed.items())))
     if key not in searches:
         space = SearchSpace(fixed=fixed) if fixed else None
@@ -157,12 +160,12 @@ def cached_search(
             space=space,
             top_k=TOP_K,
             options=case.options,
-        )
+        ).top
     return searches[key]
 
 
 def sanity_case(
-    case: RowCase, searches: dict[SearchKey, SearchResult] | None = None
+    case: RowCase, searches: dict[SearchKey, tuple[RankedPlan, ...]] | None = None
 ) -> dict[str, object]:
     """Claimed speedup and recipe rank for one recipe, over the whole search space and over
     the recipe's recompute setting (see the module docstring); ``searches`` as
@@ -219,7 +222,9 @@ def sanity_case(
 
 
 def sanity_recipe(
-    recipe: Recipe, recipe_vpp: int = 1, searches: dict[SearchKey, SearchResult] | None = None
+    recipe: Recipe,
+    recipe_vpp: int = 1,
+    searches: dict[SearchKey, tuple[RankedPlan, ...]] | None = None,
 ) -> dict[str, object]:
     """`sanity_case` of a recipe (its plan as `with_recipe_vpp`), with the recipe's rows
     (``row_id``: the first; ``row_ids``: all), model, trust, dense/MoE kind, GPU generation,
@@ -263,7 +268,7 @@ def search_sanity(
     ``progress`` prints one line per recipe to stderr (its index, rows, seconds)."""
     recipes, apart = recipes_of(rows, trusts, kind)
     recipes = first_problems(recipes, limit)
-    searches: dict[SearchKey, SearchResult] = {}
+    searches: dict[SearchKey, tuple[RankedPlan, ...]] = {}
     results = []
     start = time.perf_counter()
     for i, recipe in enumerate(recipes, 1):
