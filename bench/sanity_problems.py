@@ -32,8 +32,8 @@ from specs.errors import SpecError
 KINDS = ("dense", "moe", "all")
 """Values of ``--kinds``: rows of dense models, of MoE models, or both."""
 
-SUMMARY_GROUPS = ("kind", "generation", "hardware")
-"""Result keys the summaries are grouped by: dense/MoE, GPU generation
+SUMMARY_GROUPS = ("trust", "kind", "generation", "hardware")
+"""Result keys the summaries are grouped by: trust level, dense/MoE, GPU generation
 (`published_rows.gpu_generation`: A100, H100/H800, Blackwell) and stored profile."""
 
 ProblemKey = tuple[object, ...]
@@ -160,11 +160,11 @@ def summary(results: Sequence[dict[str, object]], top_k: int) -> dict[str, objec
 
 def summaries(results: Sequence[dict[str, object]], top_k: int) -> dict[str, dict[str, object]]:
     """`summary` per value of each of `SUMMARY_GROUPS` (``"kind=moe"``,
-    ``"generation=Blackwell"``, ``"hardware=b200"``, ...), and per kind and generation
-    together (``"moe, Blackwell"``)."""
+    ``"generation=Blackwell"``, ``"hardware=b200"``, ...), and per trust, kind and
+    generation together (``"B: moe, Blackwell"``)."""
     groups: dict[str, list[dict[str, object]]] = {}
     for r in results:
         for name in SUMMARY_GROUPS:
             groups.setdefault(f"{name}={r[name]}", []).append(r)
-        groups.setdefault(f"{r['kind']}, {r['generation']}", []).append(r)
+        groups.setdefault(f"{r['trust']}: {r['kind']}, {r['generation']}", []).append(r)
     return {name: summary(members, top_k) for name, members in sorted(groups.items())}

@@ -79,9 +79,10 @@ def test_trusts_and_limit_parse_and_check():
         problems.first_problems(recipes, 0)
 
 
-def test_summaries_group_by_kind_generation_and_profile():
+def test_summaries_group_by_trust_kind_generation_and_profile():
     def result(kind, generation, hardware, speedup, rank):
         return {
+            "trust": "A" if generation == "A100" else "B",
             "kind": kind,
             "generation": generation,
             "hardware": hardware,
@@ -104,7 +105,8 @@ def test_summaries_group_by_kind_generation_and_profile():
     assert groups["kind=moe"]["recipe_in_top10_fraction"] == 0
     assert groups["generation=Blackwell"]["num_recipes"] == 3
     assert groups["hardware=b200"]["recipe_in_top10_fraction"] == 0.5
-    assert groups["dense, A100"]["median_claimed_speedup"] == pytest.approx(1.1)
+    assert groups["A: dense, A100"]["median_claimed_speedup"] == pytest.approx(1.1)
+    assert groups["trust=B"]["num_recipes"] == 3
     assert problems.summary([], top_k=10)["median_claimed_speedup"] is None
 
 
