@@ -139,6 +139,38 @@ SearchKey = tuple[ProblemKey, tuple[tuple[str, object], ...]]
 """One search: the problem (`sanity_problems.problem_key`) and the knobs held fixed."""
 
 
+def recipe_features(plan: ParallelPlan) -> frozenset[str]:
+    """The plan features (`costmodel.execution.PLAN_FEATURES`) that ``plan`` uses, but
+    ``ddp_bucket_size``: a recipe's bucket is its framework's fixed default (PyTorch DDP's
+    25 MB on the SC21 rows), not a searched ``--ddp-bucket-size``."""
+    used = {
+        "sequence_parallel": plan.sequence_parallel,
+        "tp_comm_overlap": plan.tp_comm_overlap,
+        "selective_recompute": plan.recompute == "selective",
+        "recompute_modules": plan.recompute == "selective" and plan.recompute_modules is not None,
+        "context_parallel": plan.cp > 1,
+        "distributed_optimizer": plan.distributed_optimizer,
+        "uneven_pipeline_split": plan.has_uneven_split,
+        "interleaved_two_stages": plan.pp == 2 and plan.vpp > 1,
+        "pipelined_grad_overlap": plan.overlap_grad_reduce and plan.pp > 1,
+        "megatron_fsdp": plan.use_megatron_fsdp,
+    }
+    return frozenset(name for name, on in used.items() if on)
+
+
+def searched_case(case: RowCase) -> RowCase:
+    """``case`` with the plan features of its options widened by those its recipe uses
+    (`recipe_features`), so that the search may use what the recipe's software ran: BLOOM's
+    Megatron-DeepSpeed is priced as Megatron-LM 2021 (no distributed optimizer, even
+    splits) but ran ZeRO-1 and an embedding-aware split. Plan features steer the search
+    only; no price reads them (`ExecutionOptions.plan_features`)."""
+    features = case.options.plan_features | recipe_features(case.plan)
+    if features == case.options.plan_features:
+        return case
+    options = dataclasses.replace(case.options, plan_features=features)
+    return dataclasses.replace(case, options=options)
+
+
 def cached_search(
     case: RowCase,
     profile: HardwareProfile,
@@ -175,14 +207,15 @@ def sanity_case(
     recipe = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
     )
-    result = cached_search(case, profile, {}, searches)
+    searched = searched_case(case)
+    result = cached_search(searched, profile, {}, searches)
     pick, speedup, rank, rank_tied = _claim(result, case.plan, recipe)
     held: dict[str, object] = {
         "recompute": case.plan.recompute,
         "recompute_num_layers": case.plan.recompute_num_layers,
         "recompute_method": case.plan.recompute_method,
     }
-    same = cached_search(case, profile, held, searches)
+    same = cached_search(searched, profile, held, searches)
     same_pick, same_speedup, same_rank, same_rank_tied = _claim(same, case.plan, recipe)
     device_gib = profile.device.memory_gib
     allowance = FrameworkAllowance()

@@ -135,3 +135,25 @@ def test_each_problem_is_searched_once(monkeypatch):
     assert result["num_recipes"] == 3
     assert result["by_group"]["kind=dense"]["num_recipes"] == 3
     assert result["not_run"] == [{"row_id": "905", "reason": "vocab_size not stated"}]
+
+
+def test_search_may_use_the_features_its_recipe_runs():
+    # Row 1 (SC21, Megatron-LM 2021: no plan feature) uses none beyond its options, its
+    # PyTorch DDP bucket not counted: searched as priced. The same row with ZeRO-1 and an
+    # embedding-aware split (BLOOM's Megatron-DeepSpeed, row 430) widens the search by both.
+    case = load_bench("published_rows").case_for_row(ROW_1)
+    assert case.plan.ddp_bucket_size is not None
+    assert sanity.searched_case(case) is case
+    plan = case.plan.__class__.for_world(
+        32, distributed_optimizer=True, account_for_embedding_in_pipeline_split=True, pp=2
+    )
+    zero1 = sanity.searched_case(case.__class__(**{**_fields(case), "plan": plan}))
+    assert zero1.options.plan_features - case.options.plan_features == {
+        "distributed_optimizer",
+        "uneven_pipeline_split",
+    }
+    assert sanity.recipe_features(plan) == {"distributed_optimizer", "uneven_pipeline_split"}
+
+
+def _fields(case):
+    return {name: getattr(case, name) for name in case.__slots__}
