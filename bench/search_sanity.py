@@ -41,16 +41,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import sys
+import time
 
 from published_rows import NotExpressible, RowCase, case_for_row
+from sanity_problems import (
+    KINDS,
+    ProblemKey,
+    Recipe,
+    failure_reason,
+    first_problems,
+    parse_trusts,
+    problem_key,
+    recipes_of,
+    summaries,
+    summary,
+)
 
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.memory import FrameworkAllowance
 from planner.ranking import RANK_TOLERANCE, order_plans
-from planner.search import RankedPlan, SearchResult, search_plans
+from planner.search import RankedPlan, search_plans
 from planner.space import SearchSpace
+from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
@@ -63,14 +76,15 @@ which gives its evidence)."""
 
 
 def _claim(
-    result: SearchResult, recipe_plan: ParallelPlan, recipe: Estimate
+    top: tuple[RankedPlan, ...], recipe_plan: ParallelPlan, recipe: Estimate
 ) -> tuple[RankedPlan, float, int, int]:
     """(the pick, its tokens/s over the recipe's, the recipe's place in the planner's order,
-    its rank counting only plans more than `TIE_TOLERANCE` faster) of one search."""
-    if result.best is None:
+    its rank counting only plans more than `TIE_TOLERANCE` faster) of one search's ``top``
+    plans (`SearchResult.top`, in the planner's order)."""
+    if not top:
         raise NotExpressible("the planner found no fitting plan")
     entries: list[tuple[ParallelPlan, Estimate]] = [(recipe_plan, recipe)]
-    entries += [(r.plan, r.estimate) for r in result.top]
+    entries += [(r.plan, r.estimate) for r in top]
     ordered = order_plans(
         entries,
         plan=lambda e: e[0],
@@ -78,9 +92,9 @@ def _claim(
         peak_memory_bytes=lambda e: e[1].peak_memory_bytes,
     )
     rank = next(i for i, e in enumerate(ordered) if e is entries[0]) + 1
-    speedups = [r.estimate.tokens_per_s / recipe.tokens_per_s for r in result.top]
+    speedups = [r.estimate.tokens_per_s / recipe.tokens_per_s for r in top]
     beyond = sum(1 for x in speedups if x > 1 + TIE_TOLERANCE)
-    return result.best, speedups[0], rank, beyond + 1
+    return top[0], speedups[0], rank, beyond + 1
 
 
 def gain_by_phase(recipe: dict[str, float], pick: dict[str, float]) -> dict[str, float]:
@@ -121,24 +135,87 @@ def with_recipe_vpp(case: RowCase, vpp: int) -> RowCase:
     )
 
 
-def sanity_row(raw: dict[str, str], recipe_vpp: int = 1) -> dict[str, object]:
-    """Claimed speedup and recipe rank for one row, over the whole search space and over
-    the recipe's recompute setting (see the module docstring); ``recipe_vpp`` as
-    `with_recipe_vpp`."""
-    case = with_recipe_vpp(case_for_row(raw), recipe_vpp)
+SearchKey = tuple[ProblemKey, tuple[tuple[str, object], ...]]
+"""One search: the problem (`sanity_problems.problem_key`) and the knobs held fixed."""
+
+
+def recipe_features(plan: ParallelPlan) -> frozenset[str]:
+    """The plan features (`costmodel.execution.PLAN_FEATURES`) that ``plan`` uses, but
+    ``ddp_bucket_size``: a recipe's bucket is its framework's fixed default (PyTorch DDP's
+    25 MB on the SC21 rows), not a searched ``--ddp-bucket-size``."""
+    used = {
+        "sequence_parallel": plan.sequence_parallel,
+        "tp_comm_overlap": plan.tp_comm_overlap,
+        "selective_recompute": plan.recompute == "selective",
+        "recompute_modules": plan.recompute == "selective" and plan.recompute_modules is not None,
+        "context_parallel": plan.cp > 1,
+        "distributed_optimizer": plan.distributed_optimizer,
+        "uneven_pipeline_split": plan.has_uneven_split,
+        "interleaved_two_stages": plan.pp == 2 and plan.vpp > 1,
+        "pipelined_grad_overlap": plan.overlap_grad_reduce and plan.pp > 1,
+        "megatron_fsdp": plan.use_megatron_fsdp,
+    }
+    return frozenset(name for name, on in used.items() if on)
+
+
+def searched_case(case: RowCase) -> RowCase:
+    """``case`` with the plan features of its options widened by those its recipe uses
+    (`recipe_features`), so that the search may use what the recipe's software ran: BLOOM's
+    Megatron-DeepSpeed is priced as Megatron-LM 2021 (no distributed optimizer, even
+    splits) but ran ZeRO-1 and an embedding-aware split. Plan features steer the search
+    only; no price reads them (`ExecutionOptions.plan_features`)."""
+    features = case.options.plan_features | recipe_features(case.plan)
+    if features == case.options.plan_features:
+        return case
+    options = dataclasses.replace(case.options, plan_features=features)
+    return dataclasses.replace(case, options=options)
+
+
+def cached_search(
+    case: RowCase,
+    profile: HardwareProfile,
+    fixed: dict[str, object],
+    searches: dict[SearchKey, tuple[RankedPlan, ...]],
+) -> tuple[RankedPlan, ...]:
+    """The fitting plans of `search_plans` (top `TOP_K`, the case's options, in the
+    planner's order) over the case's problem with the knobs ``fixed``, searched once per
+    problem and knobs: ``searches`` keeps them (only them: a MoE search's candidate table
+    holds millions of rows)."""
+    key = (problem_key(case), tuple(sorted(fixed.items())))
+    if key not in searches:
+        space = SearchSpace(fixed=fixed) if fixed else None
+        searches[key] = search_plans(
+            case.model,
+            case.cluster,
+            case.job,
+            profile,
+            space=space,
+            top_k=TOP_K,
+            options=case.options,
+        ).top
+    return searches[key]
+
+
+def sanity_case(
+    case: RowCase, searches: dict[SearchKey, tuple[RankedPlan, ...]] | None = None
+) -> dict[str, object]:
+    """Claimed speedup and recipe rank for one recipe, over the whole search space and over
+    the recipe's recompute setting (see the module docstring); ``searches`` as
+    `cached_search` (a fresh one when None)."""
+    searches = {} if searches is None else searches
     profile = load_profile(case.profile)
     recipe = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
     )
-    args = (case.model, case.cluster, case.job, profile)
-    result = search_plans(*args, top_k=TOP_K, options=case.options)
+    searched = searched_case(case)
+    result = cached_search(searched, profile, {}, searches)
     pick, speedup, rank, rank_tied = _claim(result, case.plan, recipe)
-    held = {
+    held: dict[str, object] = {
         "recompute": case.plan.recompute,
         "recompute_num_layers": case.plan.recompute_num_layers,
         "recompute_method": case.plan.recompute_method,
     }
-    same = search_plans(*args, space=SearchSpace(fixed=held), top_k=TOP_K, options=case.options)
+    same = cached_search(searched, profile, held, searches)
     same_pick, same_speedup, same_rank, same_rank_tied = _claim(same, case.plan, recipe)
     device_gib = profile.device.memory_gib
     allowance = FrameworkAllowance()
@@ -148,8 +225,6 @@ def sanity_row(raw: dict[str, str], recipe_vpp: int = 1) -> dict[str, object]:
         "same_recompute_breakdown": same_pick.estimate.breakdown.as_dict(),
     }
     return {
-        "row_id": raw["row_id"],
-        "model": raw["model"],
         "recipe": case.plan.label(),
         "pick": pick.plan.label(),
         "claimed_speedup": speedup,
@@ -179,40 +254,77 @@ def sanity_row(raw: dict[str, str], recipe_vpp: int = 1) -> dict[str, object]:
     }
 
 
-def search_sanity(rows: list[dict[str, str]], recipe_vpp: int = 1) -> dict[str, object]:
-    """Per trust A row: claimed speedup and recipe rank (also held to the recipe's
-    recompute setting, and counting only plans beyond `TIE_TOLERANCE`); the median
-    speedups and the shares of recipes within the planner's top 10; ``recipe_vpp`` as
-    `with_recipe_vpp`."""
-    results, apart = [], []
-    for raw in rows:
-        if raw["trust"] != "A":
-            continue
-        try:
-            results.append(sanity_row(raw, recipe_vpp))
-        except (NotExpressible, SpecError) as err:
-            lines = str(err).splitlines()
-            reason = lines[-1].strip(" -") if len(lines) > 1 else lines[0]
-            apart.append({"row_id": raw["row_id"], "reason": reason})
-
-    def median(key: str) -> float | None:
-        values = [float(r[key]) for r in results]  # type: ignore[arg-type]
-        return statistics.median(values) if values else None
-
-    def top_share(key: str) -> float | None:
-        in_top = [int(r[key]) <= TOP_K for r in results]  # type: ignore[call-overload]
-        return sum(in_top) / len(in_top) if in_top else None
-
+def sanity_recipe(
+    recipe: Recipe,
+    recipe_vpp: int = 1,
+    searches: dict[SearchKey, tuple[RankedPlan, ...]] | None = None,
+) -> dict[str, object]:
+    """`sanity_case` of a recipe (its plan as `with_recipe_vpp`), with the recipe's rows
+    (``row_id``: the first; ``row_ids``: all), model, trust, dense/MoE kind, GPU generation,
+    stored profile and GPU count, and its problem's index."""
+    case = with_recipe_vpp(recipe.case, recipe_vpp)
+    first = recipe.rows[0]
     return {
-        "median_claimed_speedup": median("claimed_speedup"),
-        "recipe_in_top10_fraction": top_share("recipe_rank"),
-        "median_same_recompute_speedup": median("same_recompute_speedup"),
-        "same_recompute_in_top10_fraction": top_share("same_recompute_rank"),
+        "row_id": first["row_id"],
+        "row_ids": list(recipe.row_ids),
+        "model": first["model"],
+        "trust": first["trust"],
+        "kind": recipe.kind,
+        "generation": case.generation,
+        "hardware": case.profile,
+        "num_gpus": case.cluster.num_gpus,
+        "problem": recipe.problem,
+        **sanity_case(case, searches),
+    }
+
+
+def sanity_row(raw: dict[str, str], recipe_vpp: int = 1) -> dict[str, object]:
+    """`sanity_recipe` of one row alone."""
+    return sanity_recipe(Recipe(case=case_for_row(raw), rows=(raw,), problem=0), recipe_vpp)
+
+
+def search_sanity(
+    rows: list[dict[str, str]],
+    recipe_vpp: int = 1,
+    *,
+    trusts: tuple[str, ...] = ("A",),
+    kind: str = "all",
+    limit: int | None = None,
+    progress: bool = False,
+) -> dict[str, object]:
+    """Per distinct recipe of the rows of the ``trusts`` levels and model ``kind`` with a
+    complete configuration (`sanity_problems.recipes_of`; the first ``limit`` problems):
+    claimed speedup and recipe rank (also held to the recipe's recompute setting, and
+    counting only plans beyond `TIE_TOLERANCE`), each problem searched once; the median
+    speedups and the shares of recipes within the planner's top 10, over all recipes and
+    per group (`sanity_problems.summaries`); ``recipe_vpp`` as `with_recipe_vpp`;
+    ``progress`` prints one line per recipe to stderr (its index, rows, seconds)."""
+    recipes, apart = recipes_of(rows, trusts, kind)
+    recipes = first_problems(recipes, limit)
+    searches: dict[SearchKey, tuple[RankedPlan, ...]] = {}
+    results = []
+    start = time.perf_counter()
+    for i, recipe in enumerate(recipes, 1):
+        tick = time.perf_counter()
+        try:
+            results.append(sanity_recipe(recipe, recipe_vpp, searches))
+        except (NotExpressible, SpecError) as err:
+            apart += [{"row_id": rid, "reason": failure_reason(err)} for rid in recipe.row_ids]
+        if progress:
+            print(
+                f"recipe {i} of {len(recipes)} (rows {','.join(recipe.row_ids)}, "
+                f"problem {recipe.problem + 1}): {time.perf_counter() - tick:.1f} s, "
+                f"{time.perf_counter() - start:.0f} s in all",
+                file=sys.stderr,
+                flush=True,
+            )
+    return {
+        **summary(results, TOP_K),
         "tie_tolerance": TIE_TOLERANCE,
-        "recipe_in_top10_within_error_fraction": top_share("recipe_rank_within_error"),
-        "same_recompute_in_top10_within_error_fraction": top_share(
-            "same_recompute_rank_within_error"
-        ),
+        "trusts": list(trusts),
+        "num_problems": len({r.problem for r in recipes}),
+        "num_searches": len(searches),
+        "by_group": summaries(results, TOP_K),
         "rows": results,
         "not_run": apart,
     }
@@ -224,18 +336,33 @@ def main_phases(gains: dict[str, float], count: int = 3) -> str:
     return ", ".join(f"{phase} {share:+.0%}" for phase, share in top if share)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from validate_published import default_csv, read_rows, select_rows
+CLAIM_DETAIL = 1.10
+"""Claimed speedup above which the text output lists every phase of `gain_by_phase`."""
 
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="Search sanity: the planner's pick against every trust A published recipe."
+        description="Search sanity: the planner's pick against every published recipe of the "
+        "chosen trust levels with a complete configuration, each distinct problem searched once."
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
         "--rows",
         default="",
         help="only the rows whose source id, model or row id contains one of these "
-        "comma-separated texts (case-insensitive); trust A rows only either way",
+        "comma-separated texts (case-insensitive); rows of the --trust levels only either way",
+    )
+    parser.add_argument(
+        "--trust",
+        default="A",
+        help="trust levels of the rows, comma-separated (default A: the SC21 rows; A,B adds "
+        "the production recipes)",
+    )
+    parser.add_argument(
+        "--kinds", choices=KINDS, default="all", help="rows of dense models, MoE models or both"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="search only the first N distinct problems"
     )
     parser.add_argument(
         "--recipe-vpp",
@@ -244,29 +371,74 @@ def main(argv: list[str] | None = None) -> int:
         help="price pipelined recipes published without interleaving with this many model "
         "chunks per pipeline rank (1: as published)",
     )
+    return parser
+
+
+def _print_recipe(r: dict) -> None:
+    print(
+        f"{','.join(r['row_ids'])} {r['model']} on {r['num_gpus']} {r['hardware']}: "
+        f"{r['claimed_speedup']:.2f}x rank {r['recipe_rank']} ({r['recipe_rank_within_error']} "
+        f"within error); held to its recompute {r['same_recompute_speedup']:.2f}x rank "
+        f"{r['same_recompute_rank']} ({r['same_recompute_rank_within_error']})\n"
+        f"    recipe {r['recipe']}\n    pick   {r['pick']}\n"
+        f"    free {r['pick_memory_free']:.0%}, overflow at fragmentation "
+        f"{r['pick_overflow_fragmentation']:.0%} ({r['assumed_fragmentation']:.0%} assumed); "
+        f"gain: {main_phases(r['pick_gain_by_phase'])}"
+    )
+    if r["claimed_speedup"] > CLAIM_DETAIL:
+        print(f"    gain by phase: {main_phases(r['pick_gain_by_phase'], count=99)}")
+
+
+def _summary_line(name: str, s: dict) -> str:
+    return (
+        f"{name}: {s['num_recipes']} recipes, median claimed speedup "
+        f"{s['median_claimed_speedup']:.2f}x, recipe in top 10 {s['recipe_in_top10_fraction']:.0%} "
+        f"({s['recipe_in_top10_within_error_fraction']:.0%} within error); held to the "
+        f"recipe's recompute {s['median_same_recompute_speedup']:.2f}x, "
+        f"{s['same_recompute_in_top10_fraction']:.0%}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from validate_published import default_csv, read_rows, select_rows
+
+    parser = _parser()
     args = parser.parse_args(argv)
+    try:
+        trusts = parse_trusts(args.trust)
+    except SpecError as err:
+        parser.error(str(err))
     path = default_csv()
     if path is None:
         print("published-runs CSV not found", file=sys.stderr)
         return 2
-    result = search_sanity(select_rows(read_rows(path), args.rows), args.recipe_vpp)
+    rows = select_rows(read_rows(path), args.rows)
+    try:
+        result = search_sanity(
+            rows,
+            args.recipe_vpp,
+            trusts=trusts,
+            kind=args.kinds,
+            limit=args.limit,
+            progress=True,
+        )
+    except SpecError as err:
+        parser.error(str(err))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     for r in result["rows"]:
-        print(
-            f"{r['row_id']:>4} {r['recipe']:<32} pick {r['pick']:<34} "
-            f"{r['claimed_speedup']:.2f}x rank {r['recipe_rank']:>2} "
-            f"free {r['pick_memory_free']:.0%} overflow at fragmentation "
-            f"{r['pick_overflow_fragmentation']:.0%} ({r['assumed_fragmentation']:.0%} assumed); "
-            f"gain: {main_phases(r['pick_gain_by_phase'])}"
-        )
+        _print_recipe(r)
+    if not result["rows"]:
+        print("no recipe with a complete configuration among the selected rows")
+        return 0
     print(
-        f"median claimed speedup {result['median_claimed_speedup']:.2f}x, recipe in top 10 "
-        f"{result['recipe_in_top10_fraction']:.0%}; held to the recipe's recompute "
-        f"{result['median_same_recompute_speedup']:.2f}x, "
-        f"{result['same_recompute_in_top10_fraction']:.0%}"
+        f"{len(result['rows'])} recipes of {result['num_problems']} distinct problems, "
+        f"{result['num_searches']} searches"
     )
+    print(_summary_line("all", result))
+    for name, group in result["by_group"].items():
+        print(_summary_line(name, group))
     return 0
 
 
