@@ -29,13 +29,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from profiles.derive_blackwell import B200_LATENCY8_US, B300, GB200_NVL72, GB300_NVL72
+from profiles.derive_blackwell import (
+    B200_LATENCY8_US,
+    B300,
+    GB200_BF16_MAMF,
+    GB200_NVL72,
+    GB300_NVL72,
+)
 from profiles.derive_cudnn import (
-    B200_ATTENTION_SCALE,
     CUDNN_KERNEL,
     CUDNN_NOTE,
     cudnn_curves,
     sibling_note,
+    sibling_scale,
 )
 from profiles.derive_rules import (
     COLLECTIVES,
@@ -180,6 +186,9 @@ H200_SXM_141GB = Figures(
     ),
 )
 
+B200_BF16_MAMF = 1745.0
+"""B200's bf16 MAMF, TFLOP/s (torch 2.7.1+cu128) [S1]."""
+
 B200 = Figures(
     name="b200",
     generation="blackwell",
@@ -187,7 +196,7 @@ B200 = Figures(
     vendor="NVIDIA",
     backend="nccl",
     peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp32": 80.0},  # [S1][S8]
-    mamf_tflops={"bf16": 1745.0, "fp8": 3432.5},  # MAMF, torch 2.7.1+cu128 [S1]
+    mamf_tflops={"bf16": B200_BF16_MAMF, "fp8": 3432.5},  # MAMF, torch 2.7.1+cu128 [S1]
     memory_gb=180.0,  # DGX B200 1,440 GB / 8 [S1][S17]
     hbm_tbps=8.0,  # DGX B200 64 TB/s / 8 [S1][S17]
     fabric="nvswitch",  # DGX B200, 2 NVSwitch chips [S17]
@@ -203,7 +212,7 @@ B200 = Figures(
     ),
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
-    attention=cudnn_curves("GB200", scale=B200_ATTENTION_SCALE),
+    attention=cudnn_curves("GB200", scale=sibling_scale(B200_BF16_MAMF, GB200_BF16_MAMF)),
     attention_kernel=f"{CUDNN_KERNEL}; GB200's figures scaled to B200 (no B200 run)",
     exp_per_s=5.0e12,  # SFU exponentials per second [S9]
     sources=(
@@ -229,7 +238,7 @@ B200 = Figures(
         "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
         "GB/s per GPU [S6].",
         CUDNN_NOTE,
-        sibling_note("B200", "GB200", 1745.0, B200_ATTENTION_SCALE),
+        sibling_note("B200", "GB200", B200_BF16_MAMF, GB200_BF16_MAMF),
         "GEMM check against B200 cuBLAS timings [S23]: the curve gives 1275 vs 1006 TFLOP/s "
         "measured for 2048^3 and 1661 vs 1532 for 4096^3; the Calculon-based curve is "
         "optimistic for GEMMs shorter than about 50 us.",

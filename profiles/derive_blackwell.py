@@ -10,11 +10,11 @@ to 72 ranks.
 from __future__ import annotations
 
 from profiles.derive_cudnn import (
-    B300_ATTENTION_SCALE,
     CUDNN_KERNEL,
     CUDNN_NOTE,
     cudnn_curves,
     sibling_note,
+    sibling_scale,
 )
 from profiles.derive_rules import (
     COLLECTIVES,
@@ -93,6 +93,13 @@ _NVL72_NOTES = (
     "send_recv: GB200 NVL4 p2pBandwidthLatencyTest, 746 GB/s [S6].",
 )
 
+GB200_BF16_MAMF = 1822.0
+"""GB200's bf16 MAMF, TFLOP/s (torch 2.10 dev +cu130) [S1]; GB300 has no figure and uses it."""
+
+B300_BF16_MAMF = 1769.0
+"""B300's bf16 MAMF, TFLOP/s (torch 2.9.1+cu130) [S1]."""
+
+
 GB200_NVL72 = Figures(
     name="gb200-nvl72",
     generation="blackwell",
@@ -100,7 +107,7 @@ GB200_NVL72 = Figures(
     vendor="NVIDIA",
     backend="nccl",
     peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp32": 80.0},  # [S1][S8]
-    mamf_tflops={"bf16": 1822.0, "fp8": 3615.6},  # MAMF, torch 2.10 dev +cu130 [S1]
+    mamf_tflops={"bf16": GB200_BF16_MAMF, "fp8": 3615.6},  # MAMF, torch 2.10 dev +cu130 [S1]
     memory_gb=186.0,  # NVIDIA MIG table via [S1]; 192 in early announcements [S8]
     hbm_tbps=8.0,  # [S1]
     fabric="nvswitch",  # NVLink switch trays [S18]
@@ -132,7 +139,7 @@ GB300_NVL72 = Figures(
     vendor="NVIDIA",
     backend="nccl",
     peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp32": 80.0},  # [S1][S9]
-    mamf_tflops={"bf16": 1822.0, "fp8": 3615.6},  # GB200's MAMF [S1]: no GB300 figure
+    mamf_tflops={"bf16": GB200_BF16_MAMF, "fp8": 3615.6},  # GB200's MAMF [S1]: no GB300 figure
     memory_gb=279.0,  # per-GPU table [S9]; 288 GB HBM3e per B300 [S56]
     hbm_tbps=8.0,  # [S9][S56]
     fabric="nvswitch",  # 9 NVSwitch trays, 130 TB/s [S19]
@@ -167,7 +174,7 @@ B300 = Figures(
     vendor="NVIDIA",
     backend="nccl",
     peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp32": 80.0},  # [S1]
-    mamf_tflops={"bf16": 1769.0, "fp8": 3353.3},  # MAMF, torch 2.9.1+cu130 [S1]
+    mamf_tflops={"bf16": B300_BF16_MAMF, "fp8": 3353.3},  # MAMF, torch 2.9.1+cu130 [S1]
     memory_gb=288.0,  # HBM3e [S1][S56]; 270 GB per [S9]
     hbm_tbps=8.0,  # [S1][S56]
     fabric="nvswitch",  # HGX/DGX B300, NVLink5 switch, 14.4 TB/s per 8 GPUs [S1]
@@ -186,7 +193,7 @@ B300 = Figures(
     },
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
-    attention=cudnn_curves("GB300", scale=B300_ATTENTION_SCALE),
+    attention=cudnn_curves("GB300", scale=sibling_scale(B300_BF16_MAMF, GB200_BF16_MAMF)),
     attention_kernel=f"{CUDNN_KERNEL}; GB300's figures scaled to B300 (no B300 run)",
     exp_per_s=10.7e12,  # SFU exponentials per second [S9]
     sources=("S6", "S9", "S27", "S33", "S35", "S43", "S56", "S57", "S58", "S59"),
@@ -197,7 +204,7 @@ B300 = Figures(
         "845.67 GB/s [S6]); intra alpha B200's 8-GPU small all_reduce [S6].",
         _CX8_NOTE,
         CUDNN_NOTE,
-        sibling_note("B300", "GB300", 1769.0, B300_ATTENTION_SCALE),
+        sibling_note("B300", "GB300", B300_BF16_MAMF, GB200_BF16_MAMF),
         _BLACKWELL_ULTRA_NOTE,
     ),
 )

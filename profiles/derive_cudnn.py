@@ -210,16 +210,20 @@ CUDNN_NOTE = (
 )
 """Provenance note shared by the Blackwell profiles."""
 
-GB200_BF16_MAMF = 1822.0  # [S1]; GB300 has no MAMF figure and uses GB200's
-B200_ATTENTION_SCALE = round(1745.0 / GB200_BF16_MAMF, 4)  # B200 MAMF [S1]
-B300_ATTENTION_SCALE = round(1769.0 / GB200_BF16_MAMF, 4)  # B300 MAMF [S1]
+
+def sibling_scale(mamf_bf16: float, sibling_mamf_bf16: float) -> float:
+    """Factor on the curves of a device priced with its NVL72 sibling's: the ratio of their
+    bf16 MAMF figures [S1] (the same share of the achievable GEMM rate), to 4 places."""
+    return round(mamf_bf16 / sibling_mamf_bf16, 4)
 
 
-def sibling_note(device: str, sibling: str, mamf: float, scale: float) -> str:
-    """Provenance note of a device priced with its NVL72 sibling's cuDNN curves."""
+def sibling_note(device: str, sibling: str, mamf: float, sibling_mamf: float) -> str:
+    """Provenance note of a device priced with its NVL72 sibling's cuDNN curves
+    (`sibling_scale`)."""
+    scale = sibling_scale(mamf, sibling_mamf)
     return (
         f"Attention on {device}: no cudnn_fe run on {device}; {sibling}'s curves of the same "
-        f"chip times the bf16 MAMF ratio {mamf:g}/{GB200_BF16_MAMF:g} = {scale} [S1]. The only "
+        f"chip times the bf16 MAMF ratio {mamf:g}/{sibling_mamf:g} = {scale} [S1]. The only "
         "B200 runs [S59] use PyTorch's cuDNN backend (cuDNN 9.13.0, host-side time floor at "
         "short seq); at seq 32768 B200/GB300 there times GB300/GB200 cudnn_fe [S57] gives "
         "0.94 forward, 0.90 backward against the 0.958 B200 scale."

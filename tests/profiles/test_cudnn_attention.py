@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 from costmodel.compute import attention_core_time_s
-from profiles.derive_cudnn import B200_ATTENTION_SCALE, B300_ATTENTION_SCALE
+from profiles.derive import B200_BF16_MAMF
+from profiles.derive_blackwell import B300_BF16_MAMF, GB200_BF16_MAMF
+from profiles.derive_cudnn import sibling_scale
 from profiles.lookup import attention_tflops
 from profiles.store import load_profile
 
@@ -79,15 +81,16 @@ def test_mla_head_dim_carries_the_dsv3_ratio_and_backward_convention() -> None:
 
 
 def test_siblings_scale_the_nvl72_curves_by_mamf() -> None:
+    b200_scale = sibling_scale(B200_BF16_MAMF, GB200_BF16_MAMF)
     for sibling, source, scale in (
-        (B200, GB200, B200_ATTENTION_SCALE),
-        (B300, GB300, B300_ATTENTION_SCALE),
+        (B200, GB200, b200_scale),
+        (B300, GB300, sibling_scale(B300_BF16_MAMF, GB200_BF16_MAMF)),
     ):
         for direction in ("forward", "backward"):
             ours = attention_tflops(sibling, direction, 8192, 128, "bf16")
             theirs = attention_tflops(source, direction, 8192, 128, "bf16")
             assert ours == pytest.approx(theirs * scale, abs=0.1)
-    assert abs(B200_ATTENTION_SCALE - 1745.0 / 1822.0) < 1e-4  # MAMF [S1]
+    assert abs(b200_scale - 1745.0 / 1822.0) < 1e-4  # MAMF [S1]
 
 
 def test_profiles_cite_the_cudnn_sources() -> None:
