@@ -11,13 +11,18 @@ import pandas as pd
 from costmodel.runtimes.megatron.screen_parts import affine_s
 
 
+def _stage_layers(c, tag: str) -> np.ndarray:
+    """Unit modules (transformer and MTP layers, at least 1) of the screen's stage ``tag``."""
+    return np.maximum(c[f"n{tag}d"] + c[f"n{tag}m"] + c[f"mtp{tag}"], 1)
+
+
 def fsdp_reduce_per_microbatch_s(c, tag: str, grad_bytes: float) -> np.ndarray:
     """Seconds of one microbatch's gradient reduce-scatters on the screen's stage ``tag``
     (``0``, ``1``, ``l``) where Megatron-FSDP reduces in every backward
     (`costmodel.runtimes.megatron.megatron_fsdp.grads_reduced_every_backward`): one
     reduce-scatter per layer, of the layer's share of the stage's dense and expert
     parameters (``grad_bytes`` each); zero for the other rows."""
-    layers = np.maximum(c[f"n{tag}d"] + c[f"n{tag}m"] + c[f"mtp{tag}"], 1)
+    layers = _stage_layers(c, tag)
     dense = layers * affine_s(c["g_a"], c["g_b"], c[f"p{tag}d"] * grad_bytes / layers)
     expert = layers * affine_s(c["ge_a"], c["ge_b"], c[f"p{tag}e"] * grad_bytes / layers)
     every = c["use_megatron_fsdp"].astype(bool) & c["grads_sharded"].astype(bool)
@@ -34,7 +39,7 @@ def fsdp_reduce_exposed_s(
     they run under, whichever is longest (the simulator's queue of per-layer reductions,
     `costmodel.runtimes.megatron.pricing`)."""
     forward, backward = stage_times
-    layers = np.maximum(c[f"n{tag}d"] + c[f"n{tag}m"] + c[f"mtp{tag}"], 1)
+    layers = _stage_layers(c, tag)
     last = reduce_s / layers
     within = reduce_s - backward * (layers - 1) / layers
     backlog = m * reduce_s - (m * backward + (m - 1) * forward)
