@@ -192,30 +192,32 @@ A2A_OVERLAP_RULE = "overlap_moe_expert_parallel_comm_requirements"
 """`Violation.rule` of `a2a_overlap_violations`."""
 
 
+A2A_OVERLAP_FIXES = {
+    "ep": "raise --ep",
+    "dispatcher": "give --moe-token-dispatcher-type alltoall|flex",
+    "recompute": "change --recompute",
+    "vpp": "give --vpp 2 or more",
+}
+"""How to meet each requirement of `costmodel.runtimes.megatron.moe_costs.a2a_overlap_unmet`
+on the command line."""
+
+
 def a2a_overlap_violations(plan: ParallelPlan, options: ExecutionOptions) -> list[Violation]:
     """What Megatron-core refuses when ``--overlap-moe-expert-parallel-comm`` is set
-    (`ExecutionOptions.moe_a2a_overlap`) for ``plan``: expert parallelism, the alltoall or
-    flex dispatcher, no full recompute, and a virtual pipeline when pp > 1 (assertions of
-    ``TransformerConfig.__post_init__``, megatron/core/transformer/transformer_config.py).
-    The cost model would not apply the overlap there
-    (`costmodel.runtimes.megatron.moe_costs.a2a_overlap_applies`), so `paraplan estimate`
-    reports these as plan violations instead of pricing the plan without it."""
+    (`ExecutionOptions.moe_a2a_overlap`) for ``plan``
+    (`costmodel.runtimes.megatron.moe_costs.a2a_overlap_unmet`). The cost model would not
+    apply the overlap there, so `paraplan estimate` reports these as plan violations
+    instead of pricing the plan without it."""
     if not options.moe_a2a_overlap:
         return []
+    # the megatron runtime (networkx) is imported only when the flag is given: start-up stays light
+    from costmodel.runtimes.megatron.moe_costs import a2a_overlap_unmet
+
     flag = "--overlap-moe-expert-parallel-comm"
-    unmet = []
-    if plan.ep < 2:
-        unmet.append(f"needs expert parallelism, got ep={plan.ep}: raise --ep or drop {flag}")
-    if options.moe_dispatcher not in ("alltoall", "flex"):
-        unmet.append(
-            f"needs the alltoall or flex dispatcher, got {options.moe_dispatcher}: give "
-            f"--moe-token-dispatcher-type alltoall|flex or drop {flag}"
+    return [
+        Violation(
+            rule=A2A_OVERLAP_RULE,
+            message=f"{flag} needs {found}: {A2A_OVERLAP_FIXES[key]}, or drop {flag}",
         )
-    if plan.recompute == "full":
-        unmet.append(f"runs without full recompute, got --recompute full: change it or drop {flag}")
-    if plan.pp > 1 and plan.vpp < 2:
-        unmet.append(
-            f"needs a virtual pipeline when pp > 1, got pp={plan.pp} vpp={plan.vpp}: give "
-            f"--vpp 2 or more, or drop {flag}"
-        )
-    return [Violation(rule=A2A_OVERLAP_RULE, message=f"{flag} {m}") for m in unmet]
+        for key, found in a2a_overlap_unmet(plan, options).items()
+    ]

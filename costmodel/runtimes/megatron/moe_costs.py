@@ -482,18 +482,29 @@ def flex_comm_sm_share(sms: int | None, options: ExecutionOptions) -> float:
     return min(FLEX_COMM_SMS / sms, 1.0)
 
 
+def a2a_overlap_unmet(plan: ParallelPlan, options: ExecutionOptions) -> dict[str, str]:
+    """The requirements of `ExecutionOptions.moe_a2a_overlap` that ``plan`` under
+    ``options`` does not meet, keyed ``ep``, ``dispatcher``, ``recompute`` or ``vpp``, each
+    with what was found: Megatron-core asserts ep > 1, the alltoall or flex dispatcher, no
+    full recompute, and an interleaved schedule when pp > 1
+    (megatron/core/transformer/transformer_config.py, ``__post_init__`` under
+    ``overlap_moe_expert_parallel_comm``)."""
+    unmet = {}
+    if plan.ep < 2:
+        unmet["ep"] = f"expert parallelism, got ep={plan.ep}"
+    if options.moe_dispatcher not in ("alltoall", "flex"):
+        unmet["dispatcher"] = f"the alltoall or flex dispatcher, got {options.moe_dispatcher}"
+    if plan.recompute == "full":
+        unmet["recompute"] = "no full recompute, got recompute full"
+    if plan.pp > 1 and plan.vpp < 2:
+        unmet["vpp"] = f"a virtual pipeline when pp > 1, got pp={plan.pp} vpp={plan.vpp}"
+    return unmet
+
+
 def a2a_overlap_applies(plan: ParallelPlan, options: ExecutionOptions) -> bool:
-    """True when `ExecutionOptions.moe_a2a_overlap` acts on ``plan``: Megatron-core accepts
-    it with ep > 1, the alltoall or flex dispatcher, no full recompute, and an interleaved
-    schedule when pp > 1 (megatron/core/transformer/transformer_config.py,
-    ``__post_init__`` under ``overlap_moe_expert_parallel_comm``)."""
-    return (
-        options.moe_a2a_overlap
-        and plan.ep > 1
-        and options.moe_dispatcher in ("alltoall", "flex")
-        and plan.recompute != "full"
-        and (plan.pp == 1 or plan.vpp > 1)
-    )
+    """True when `ExecutionOptions.moe_a2a_overlap` acts on ``plan``: it is set and
+    `a2a_overlap_unmet` finds nothing."""
+    return options.moe_a2a_overlap and not a2a_overlap_unmet(plan, options)
 
 
 FLEX_COMM_SMS = 20
