@@ -308,11 +308,48 @@ def _recompute(raw: dict[str, str]) -> str:
     return "none"
 
 
+VPP_NOT_STATED = "virtual pipeline degree not stated"
+"""The `NotExpressible` reason of a row that runs the interleaved schedule without printing
+its degree (`vpp_stated`); `bench/unstated_vpp.py` prices such rows at every degree."""
+
+ONE_FEWER_LAYER_NOTE = "first/last stage have one fewer layer"
+"""A ``notes`` statement (Llama 3, arXiv 2407.21783 Sec. 3.3: one transformer layer fewer
+on the first and on the last pipeline stage): the split of Megatron's two account-for flags,
+(L + 2) / (pp·vpp) layers per virtual stage with the first and the last one building one
+layer fewer (`specs.pipeline_split`). Equal first/last counts (L + 2) / pp - 1 would put
+the missing layer on the whole first and last rank and admit no vpp > 1 for 126 layers over
+16 ranks (7 per end rank is a multiple of no degree that also divides the middle ranks' 8)."""
+
+ALL_GATHER_CP_NOTE = "cp is all-gather based"
+"""A ``notes`` statement (Llama 3): context parallelism gathers K and V across the group
+instead of passing them round a ring (`ParallelPlan.cp_comm_type` ``all_gather``)."""
+
+
+def vpp_stated(raw: dict[str, str]) -> bool:
+    """False when the row runs the interleaved schedule without printing its degree: ``vpp``
+    reads "interleaved ...", or is empty while ``notes`` name an interleaved schedule."""
+    vpp = _text(raw, "vpp")
+    interleaved_note = "interleaved schedule" in _text(raw, "notes").lower()
+    return "interleaved" not in vpp and not (interleaved_note and not vpp)
+
+
+def stated_note_fields(raw: dict[str, str], pp: int, cp: int) -> dict[str, object]:
+    """Plan fields the row's ``notes`` state (`ONE_FEWER_LAYER_NOTE`,
+    `ALL_GATHER_CP_NOTE`); empty for rows without those statements."""
+    notes = _text(raw, "notes").lower()
+    fields: dict[str, object] = {}
+    if ONE_FEWER_LAYER_NOTE in notes and pp > 1:
+        fields["account_for_embedding_in_pipeline_split"] = True
+        fields["account_for_loss_in_pipeline_split"] = True
+    if ALL_GATHER_CP_NOTE in notes and cp > 1:
+        fields["cp_comm_type"] = "all_gather"
+    return fields
+
+
 def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     """The row's `ParallelPlan` (tp pp vpp cp ep dp, mbs, recompute, optimizer sharding)."""
-    interleaved_note = "interleaved schedule" in _text(raw, "notes").lower()
-    if "interleaved" in _text(raw, "vpp") or (interleaved_note and not _text(raw, "vpp")):
-        raise NotExpressible("virtual pipeline degree not stated")
+    if not vpp_stated(raw):
+        raise NotExpressible(VPP_NOT_STATED)
     tp, pp = _int(raw, "tp", 1), _int(raw, "pp", 1)
     vpp, cp = _int(raw, "vpp", 1), _int(raw, "cp", 1)
     ep = _int(raw, "ep", 1) if model.num_experts else 1
@@ -332,6 +369,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "tp_comm_overlap": tp_overlap(raw, tp, tp > 1 and not sp_text.startswith("no")),
         **pipeline_fields(raw, model, pp, vpp),
         **(sharding_fields(raw) or {}),
+        **stated_note_fields(raw, pp, cp),
     }
     fields.update(saver_fields(raw, pp, bool(fields.get("use_megatron_fsdp"))))
     fields.update(gpt_oss_saver_fields(raw))

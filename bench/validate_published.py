@@ -32,6 +32,8 @@ The fits key their per-generation factors by the profile's `DeviceSpec.generatio
 (`bench/same_recipe.py`) gives the published tokens/s per GPU ratio of identical recipes on
 two GPU types, over every row of the CSV that prints that rate (``--rows`` does not filter
 it), and the cost model's ratio at the shipped defaults on the pairs it prices.
+``unstated_vpp`` (`bench/unstated_vpp.py`) prices the rows whose only gap is the
+virtual-pipeline degree at every degree Megatron admits, apart from every statistic above.
 
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]
 [--host-launch-us US]`` (``--markdown`` writes docs/validation.md, ``--figure``
@@ -58,6 +60,7 @@ from published_rows import (
 )
 from row_recipes import recipe_mismatch
 from same_recipe import same_recipe_ratios, with_predictions
+from unstated_vpp import print_unstated_vpp, unstated_vpp_report
 from validation_stats import (
     FitGrid,
     FittedModel,
@@ -538,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    outcomes, cases, apart = evaluate(select_rows(read_rows(args.csv), args.rows))
+    selected = select_rows(read_rows(args.csv), args.rows)
+    outcomes, cases, apart = evaluate(selected)
     host_s = None if args.host_launch_us is None else args.host_launch_us * 1e-6
     if args.no_fit:
         if host_s is not None:
@@ -549,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     result["same_recipe_ratios"] = with_predictions(
         same_recipe_ratios(read_rows(args.csv)), {o.row_id: o.predicted_s for o in outcomes}
     )
+    result["unstated_vpp"] = unstated_vpp_report(selected)
     if args.search:
         from search_sanity import search_sanity
 
@@ -597,6 +602,7 @@ def print_table(result: dict) -> None:
         )
     print(f"fit fraction of the rows printed as run: {result['fit_fraction_as_run']:.0%}")
     print(f"not expressible yet: {len(result['not_expressible'])} trusted rows")
+    print_unstated_vpp(result.get("unstated_vpp", []))
     sanity = result.get("search_sanity")
     if sanity:
         for r in sanity["rows"]:
