@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from validation_stats import Outcome
@@ -320,7 +321,55 @@ def markdown(result: dict) -> str:
     lines.append("| ---: | --- | --- | --- |")
     for r in result["not_expressible"]:
         lines.append(f"| {r['row_id']} | {r['source_id']} | {r['model']} | {r['reason']} |")
+    if "unstated_vpp" in result:
+        lines += ["", *unstated_vpp_lines(result["unstated_vpp"])]
     return "\n".join(lines) + "\n"
+
+
+def unstated_vpp_lines(entries: list[dict]) -> list[str]:
+    """The section of the rows whose only gap is the virtual-pipeline degree
+    (`bench/unstated_vpp.py`): one table line per row and sharding, each degree's predicted
+    seconds, signed error and peak GiB in one cell."""
+    lines = [
+        "## Rows whose only gap is the virtual-pipeline degree",
+        "",
+        "These rows run the interleaved schedule without printing its degree, so they are "
+        "in none of the figures above. Each is priced at every vpp > 1 that Megatron's rules "
+        "admit for it (`specs.rules.check_plan`) with everything else as the row states it "
+        "(micro-batch 1 where the row prints none: marked *mbs not stated*); a row that states "
+        "optimizer state and gradients sharded with parameters kept after forward "
+        "(Llama 3's FSDP) is priced with the distributed optimizer and with Megatron-FSDP "
+        "`optim_grads`, and its one layer fewer on the first and last stage as Megatron's "
+        "two account-for flags. Cells: vpp: predicted s (signed error), peak GiB.",
+        "",
+        "| row | model | plan | published s | sharding | per vpp | error band | any fits |",
+        "| ---: | --- | --- | ---: | --- | --- | --- | --- |",
+    ]
+    for e in entries:
+        if "not_priced" in e:
+            lines.append(
+                f"| {e['row_id']} | {e['model']} | | | | not priced: {e['not_priced']} | | |"
+            )
+            continue
+        mbs = "" if e["micro_batch_size_stated"] else " (mbs not stated)"
+        for sharding, figs in e["by_sharding"].items():
+            results = [r for r in e["results"] if r["sharding"] == sharding]
+            cells = "; ".join(
+                f"{r['vpp']}: {r['predicted_s']:.2f} ({r['error']:+.1%}), "
+                f"{r['peak_memory_gib']:.0f}"
+                for r in results
+            )
+            plan = re.sub(r" vpp\d+", "", results[0]["plan"])
+            lines.append(
+                f"| {e['row_id']} | {e['model']} | {plan}{mbs} | {e['published_s']:.2f} | "
+                f"{sharding} | {cells} | {figs['min_error']:+.1%} to {figs['max_error']:+.1%} | "
+                f"{'yes' if figs['any_fits'] else 'no'} |"
+            )
+    device = {e.get("device_memory_gib") for e in entries if "device_memory_gib" in e}
+    if device:
+        sizes = ", ".join(f"{d:.1f}" for d in sorted(device))
+        lines += ["", f"Device memory: {sizes} GiB."]
+    return [*lines, ""]
 
 
 def write_markdown(result: dict, path: Path) -> None:
