@@ -4,11 +4,13 @@ A row states a model shape, a cluster, a plan, a precision, an optimizer shardin
 recompute setting; `case_for_row` maps exactly those onto `ModelSpec`, `ClusterSpec`,
 `TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`, and raises
 `NotExpressible` with the reason when a field has no counterpart (NVFP4, hybrid Mamba
-layers, a virtual pipeline degree nobody published, ...). What a row leaves to its recipe
-(uneven pipeline splits, TP overlap, expert TP, MTP layers, GPT-OSS attention,
-Megatron-FSDP sharding) and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the
-source flags as a regression) comes from the recipe files cited in `bench/row_recipes.py`.
-Nothing here filters rows by name.
+layers, a virtual pipeline degree nobody published (such rows are priced apart at every
+admitted degree, `bench/unstated_vpp.py`), ...). Plan settings a row states only in its
+``notes`` (an uneven first/last stage, all-gather context parallelism) are read from them
+(`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits, TP
+overlap, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no plan
+expresses (LoRA, DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the
+recipe files cited in `bench/row_recipes.py`. Nothing here filters rows by name.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``):
