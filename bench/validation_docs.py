@@ -340,7 +340,11 @@ def unstated_vpp_lines(entries: list[dict]) -> list[str]:
         "optimizer state and gradients sharded with parameters kept after forward "
         "(Llama 3's FSDP) is priced with the distributed optimizer and with Megatron-FSDP "
         "`optim_grads`, and its one layer fewer on the first and last stage as Megatron's "
-        "two account-for flags. Cells: vpp: predicted s (signed error), peak GiB.",
+        "two account-for flags. Published seconds come as for every row; Llama 3's from "
+        "TFLOP/s per GPU under the PaLM convention, which counts the whole attention "
+        "matrix, so at sequence 131072 (row 397), where attention is most of the count, a "
+        "causal count would give a shorter published time. Cells: vpp: predicted s (signed "
+        "error), peak GiB.",
         "",
         "| row | model | plan | published s | sharding | per vpp | error band | any fits |",
         "| ---: | --- | --- | ---: | --- | --- | --- | --- |",
