@@ -8,7 +8,8 @@ any runtime (`costmodel.runtime.RuntimeModel`).
    torch.distributed.pipelining's 1F1B and interleaved 1F1B share) is timed by
    `costmodel.pipeline_sim.simulate_pipeline`, twice: with the sends and with free sends.
    Blocking sends extend the sending action; asynchronous ones only delay the receiver
-   (the runtime says which, `RuntimeModel.blocking_sends`).
+   (the runtime says which, `RuntimeModel.blocking_sends`), and an interleaved schedule's
+   warmup and cooldown sends may hold the sender as well (`RuntimeModel.blocking_flush_sends`).
 3. After the pipeline, the runtime prices each stage's tail (`costmodel.passes.StageTail`):
    gradient reductions, the finalize all-reduces, the optimizer step and any exposed
    parameter all-gather.
@@ -30,7 +31,7 @@ from dataclasses import dataclass, fields
 from costmodel.passes import ZERO, ChunkCost, PassCost, StageTail
 from costmodel.pipeline_sim import PipelineTiming, TimedAction, simulate_pipeline
 from costmodel.runtime import RuntimeModel
-from costmodel.schedules import Action, schedule_actions, virtual_stage
+from costmodel.schedules import Action, flush_actions, schedule_actions, virtual_stage
 from costmodel.topology import plan_placements
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
@@ -97,6 +98,10 @@ class IterationSimulation:
     blocking_sends: bool
     """True when sends extend the sender's action (1F1B, or interleaved without
     `ExecutionOptions.overlap_p2p`)."""
+    blocking_flush_sends: bool = False
+    """True when the sends of an interleaved schedule's warmup forwards and cooldown
+    backwards hold the sender until they complete (Megatron-core's default; the steady
+    state's sends stay asynchronous)."""
     runtime: str = "megatron"
     """Name of the runtime the iteration was simulated for (`costmodel.execution.RUNTIMES`)."""
 
@@ -109,11 +114,14 @@ def _time_schedule(
     *,
     with_sends: bool,
     blocking: bool,
+    flush_blocking: bool = False,
 ) -> PipelineTiming:
     """Time the schedule. Blocking sends extend the sending action: a forward sends to the
     next virtual stage (none from the last), a backward to the previous one (none from
     virtual stage 0), the wrap-around hop being send_s[pp - 1]. Asynchronous sends only
-    delay the receiver."""
+    delay the receiver. With ``flush_blocking`` (interleaved schedules only) the sends of
+    the warmup forwards and cooldown backwards are asynchronous for the receiver but hold
+    the sender's stage until they complete (`RuntimeModel.blocking_flush_sends`)."""
     schedule = schedule_actions(plan.pp, plan.vpp, m)
     last_virtual = plan.pp * plan.vpp - 1
     durations: dict[tuple[int, int, str], float] = {}  # (stage, chunk, phase) -> seconds
@@ -135,7 +143,19 @@ def _time_schedule(
             return 0.0
         return send_s[min(src, dst) % plan.pp]
 
-    return simulate_pipeline(schedule, compute_s, p2p_s)
+    if not (with_sends and flush_blocking and not blocking and plan.pp > 1 and plan.vpp > 1):
+        return simulate_pipeline(schedule, compute_s, p2p_s)
+    flush = set(flush_actions(schedule, plan.pp, plan.vpp, m))
+
+    def hold_s(action: Action) -> float:
+        if action not in flush:
+            return 0.0
+        v = virtual_stage(action.stage, action.chunk, plan.pp)
+        if action.phase == "F":
+            return send_s[action.stage] if v < last_virtual else 0.0
+        return send_s[(action.stage - 1) % plan.pp] if v > 0 else 0.0
+
+    return simulate_pipeline(schedule, compute_s, p2p_s, hold_s)
 
 
 def _stage_sums(
@@ -210,7 +230,10 @@ def simulate_iteration(
     chunks = runtime.chunk_costs(model, job, plan, profile, placements)
     send_s = runtime.send_s(model, job, plan, profile, placements)
     blocking = runtime.blocking_sends(plan)
-    timed = _time_schedule(plan, chunks, send_s, m, with_sends=True, blocking=blocking)
+    flush_blocking = runtime.blocking_flush_sends(plan)
+    timed = _time_schedule(
+        plan, chunks, send_s, m, with_sends=True, blocking=blocking, flush_blocking=flush_blocking
+    )
     free = (
         _time_schedule(plan, chunks, send_s, m, with_sends=False, blocking=blocking)
         if any(send_s)
@@ -234,5 +257,6 @@ def simulate_iteration(
         sync_s=sync_s,
         send_s=send_s,
         blocking_sends=blocking,
+        blocking_flush_sends=flush_blocking,
         runtime=runtime.name,
     )

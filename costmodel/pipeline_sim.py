@@ -7,6 +7,10 @@ when its stage is free and its dependencies have ended (plus the P2P transfer ti
 - B of virtual stage k, microbatch j waits for B of virtual stage k + 1, microbatch j and for
   F of virtual stage k, microbatch j (same stage, no transfer).
 
+An optional hold keeps a stage busy for some seconds after an action ends without delaying
+the actions that depend on it: a blocking send, whose transfer the receiver waits for
+through the P2P time while the sender waits for it on its own stream.
+
 Virtual stage k = chunk·pp + stage (Megatron-LM). Times are in seconds from the start of
 the schedule (the first forward of virtual stage 0 starts at 0). Durations come from the
 caller, so the same loop times uniform textbook costs, cost-model estimates or measurements.
@@ -110,7 +114,7 @@ def _checked_s(value: float, source: str, action: Action) -> float:
     (this runs for every action, and formatting the action dominated the loop)."""
     if math.isfinite(value) and value >= 0:
         return value
-    what = f"p2p_s into {action}" if source == "p2p" else f"compute_s({action})"
+    what = f"p2p_s into {action}" if source == "p2p" else f"{source}_s({action})"
     raise SpecError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
 
 
@@ -135,10 +139,22 @@ def _positions(schedule: PipelineSchedule) -> dict[_Key, tuple[int, int]]:
     return positions
 
 
+def no_hold_s(action: Action) -> float:
+    """Hold model without blocking sends: a stage is free as soon as its action ends."""
+    return 0.0
+
+
 def simulate_pipeline(
-    schedule: PipelineSchedule, compute_s: ComputeTime, p2p_s: P2PTime = free_p2p_s
+    schedule: PipelineSchedule,
+    compute_s: ComputeTime,
+    p2p_s: P2PTime = free_p2p_s,
+    hold_s: ComputeTime = no_hold_s,
 ) -> PipelineTiming:
     """Time ``schedule`` with per-action ``compute_s`` and inter-stage ``p2p_s``.
+
+    ``hold_s`` gives the seconds a stage stays busy after an action's end before its next
+    action may start (the stage is idle then: the time counts in ``stage_idle_s``, not in
+    ``stage_busy_s``); actions on other stages still see the action's end.
 
     A heap of action end times drives the loop (vidur-style): when an action ends, its
     stage tries its next action and any stage blocked on it is retried. An action's start
@@ -179,8 +195,10 @@ def simulate_pipeline(
         end_s, _, stage = heapq.heappop(heap)
         key = _key(schedule[stage][cursor[stage]], pp)
         end_of[key] = end_s
+        free_at[stage] = end_s + _checked_s(
+            hold_s(schedule[stage][cursor[stage]]), "hold", schedule[stage][cursor[stage]]
+        )
         cursor[stage] += 1
-        free_at[stage] = end_s
         try_start(stage)
         for waiter in waiting.pop(key, []):
             try_start(waiter)

@@ -8,7 +8,7 @@ the timeline) is the same for both; a runtime supplies:
 
 - how it sees the profile and the job (`priced_profile`, `executed_job`);
 - the per-microbatch cost of every model chunk and the pipeline sends (`chunk_costs`,
-  `send_s`, `blocking_sends`);
+  `send_s`, `blocking_sends`, `blocking_flush_sends`);
 - the work of a stage after its last backward (`stage_tail`);
 - the memory of every stage (`memory`);
 - the planner's fast screen over many plans (`screen`);
@@ -95,6 +95,12 @@ class RuntimeModel(Protocol):
 
     def blocking_sends(self, plan: ParallelPlan) -> bool:
         """True when a pipeline send extends the sending action."""
+        ...
+
+    def blocking_flush_sends(self, plan: ParallelPlan) -> bool:
+        """True when, with asynchronous sends (`blocking_sends` False), the sends of an
+        interleaved schedule's warmup forwards and cooldown backwards still hold the
+        sending stage until they complete."""
         ...
 
     def stage_tail(

@@ -270,6 +270,19 @@ def interleaved(pp: int, vpp: int, m: int) -> PipelineSchedule:
     return tuple(schedule)
 
 
+def flush_actions(schedule: PipelineSchedule, pp: int, vpp: int, m: int) -> tuple[Action, ...]:
+    """The warmup forwards and the cooldown backwards of every stage of `interleaved` (pp,
+    vpp, m): the first and the last `warmup_microbatches_interleaved` actions of each
+    stage's list, stage by stage. Megatron-core runs them in its warmup and cooldown loops
+    (`forward_backward_pipelining_with_interleaving`), whose pipeline sends block."""
+    out: list[Action] = []
+    for stage, actions in enumerate(schedule):
+        warmup = warmup_microbatches_interleaved(pp, vpp, stage, m)
+        out += actions[:warmup]
+        out += actions[len(actions) - warmup :]
+    return tuple(out)
+
+
 def no_pipelining(vpp: int, m: int) -> PipelineSchedule:
     """One stage: each microbatch runs forward through every chunk, then backward.
 

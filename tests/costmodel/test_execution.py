@@ -20,7 +20,11 @@ from costmodel.execution import (
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.iteration import simulate_iteration
 from costmodel.runtimes.megatron.layer_costs import layer_cost, logits_cost
-from costmodel.runtimes.megatron.pricing import blocking_sends, pipeline_send_s
+from costmodel.runtimes.megatron.pricing import (
+    blocking_flush_sends,
+    blocking_sends,
+    pipeline_send_s,
+)
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.lookup import attention_tflops, gemm_efficiency, memory_bandwidth_Bps
@@ -240,6 +244,23 @@ def test_interleaved_sends_block_without_p2p_overlap():
     first = blocked.timing.actions[0][0]  # stage 0, chunk 0 forward of microbatch 0
     compute = blocked.chunks[0][0].forward.duration_s
     assert first.end_s - first.start_s == pytest.approx(compute + blocked.send_s[0])
+
+
+def test_interleaved_warmup_and_cooldown_sends_hold_the_sender():
+    # Megatron-core sends the warmup forwards' and cooldown backwards' activations with
+    # blocking calls even with overlap_p2p_comm; the steady state's sends stay asynchronous.
+    plan = _sc21_plan()
+    assert blocking_flush_sends(plan)
+    assert not blocking_flush_sends(plan, ExecutionOptions(overlap_p2p=False))  # all block
+    assert not blocking_flush_sends(_sc21_plan(vpp=1))
+    sim = simulate_iteration(
+        SC21_MODEL, SC21_JOB, plan, A100, runtime=runtime_model(DEFAULT_OPTIONS)
+    )
+    assert sim.blocking_flush_sends and not sim.blocking_sends
+    row = sim.timing.actions[0]
+    # Stage 0's second forward (chunk 0, microbatch 1) needs no input: it starts when the
+    # first one's send to stage 1 is done.
+    assert row[1].start_s == pytest.approx(row[0].end_s + sim.send_s[0])
 
 
 def test_scatter_gather_sends_a_tp_slice_per_nic():

@@ -195,3 +195,32 @@ def test_more_microbatches_never_raise_1f1b_bubble_share(pp, m, extra, forward_s
     fewer = simulate_pipeline(one_f_one_b(pp, m), compute_s).bubble_ratio
     more = simulate_pipeline(one_f_one_b(pp, m + extra), compute_s).bubble_ratio
     assert more <= fewer + 1e-9
+
+
+def test_a_hold_keeps_the_sender_busy_but_not_its_receiver():
+    # 1F1B, pp=2, m=2, forward 1 s, backward 2 s, transfers 0.5 s. Stage 0 runs F0 F1 B0 B1,
+    # stage 1 F0 B0 F1 B1. Holding stage 0 for 0.5 s after each forward (a blocking send)
+    # moves its F1 from 1.0 to 1.5 s; stage 1 still starts F0 at 1.0 + 0.5 = 1.5 s, and
+    # the backwards (stage 0 B0 at 4.5 + 0.5 = 5, B1 at 7.5 + 0.5 = 8) end at 10 s either way.
+    schedule = one_f_one_b(2, 2)
+    compute = _uniform(1.0, 2.0)
+
+    def p2p(src, dst, phase):
+        return 0.5
+
+    def hold(action):
+        return 0.5 if action.stage == 0 and action.phase == "F" else 0.0
+
+    free = simulate_pipeline(schedule, compute, p2p)
+    held = simulate_pipeline(schedule, compute, p2p, hold)
+    assert [t.start_s for t in free.actions[0]] == [0.0, 1.0, 5.0, 8.0]
+    assert [t.start_s for t in held.actions[0]] == [0.0, 1.5, 5.0, 8.0]
+    assert [t.start_s for t in held.actions[1]] == [t.start_s for t in free.actions[1]]
+    assert held.actions[1][0].start_s == 1.5
+    assert held.makespan_s == free.makespan_s == 10.0
+    assert held.stage_busy_s == free.stage_busy_s == (6.0, 6.0)
+
+
+def test_a_negative_hold_is_refused():
+    with pytest.raises(SpecError, match="hold_s"):
+        simulate_pipeline(one_f_one_b(2, 2), _uniform(1.0, 2.0), hold_s=lambda a: -1.0)

@@ -8,6 +8,7 @@ import pytest
 
 from costmodel.schedules import (
     Action,
+    flush_actions,
     interleaved,
     layer_range,
     max_in_flight,
@@ -217,3 +218,15 @@ def test_pipeline_chunks_cover_every_layer_once_in_virtual_order(pp: int, vpp: i
         for at in row:
             expected = layer_range(at.stage, at.chunk, pp=pp, vpp=vpp, num_layers=num_layers)
             assert at.layers == expected
+
+
+def test_flush_actions_are_each_stages_warmup_forwards_and_cooldown_backwards():
+    # pp=2, vpp=2, m=2: stage 0 warms up with min(2·1 + 1·2, 4) = 4 forwards (all of
+    # them), stage 1 with min(0 + 2, 4) = 2 (Megatron get_pp_rank_microbatches).
+    schedule = interleaved(2, 2, 2)
+    flush = flush_actions(schedule, 2, 2, 2)
+    assert flush[:8] == schedule[0]
+    stage1 = schedule[1]
+    assert flush[8:] == stage1[:2] + stage1[-2:]
+    assert all(a.phase == "F" for a in stage1[:2]) and all(a.phase == "B" for a in stage1[-2:])
+    assert set(stage1[2:-2]).isdisjoint(flush)

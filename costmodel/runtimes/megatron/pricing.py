@@ -11,7 +11,9 @@ Order of work, following Megatron-LM (megatron-facts.md §3, §5):
    b, h] activations (§3.4): 1F1B sends are blocking (`batch_isend_irecv`), so they extend
    the sender's action; interleaved sends are asynchronous (`overlap_p2p_comm`, the
    default), so they only delay the receiver, unless `ExecutionOptions.overlap_p2p` is off
-   (Megatron-LM 2021: blocking sends, optionally scattered over the tp ranks' NICs).
+   (Megatron-LM 2021: blocking sends, optionally scattered over the tp ranks' NICs); the
+   warmup forwards and cooldown backwards of an interleaved schedule send with blocking
+   calls even then (`blocking_flush_sends`).
 3. Gradient reduction per bucket over DP x CP (experts over expert-DP): reduce-scatter with
    the distributed optimizer, else all-reduce, of the main gradients (fp32 by default,
    `ExecutionOptions.main_grad_bytes`). With
@@ -27,7 +29,8 @@ Order of work, following Megatron-LM (megatron-facts.md §3, §5):
    the next iteration's forwards (exposed as far as a bucket arrives after the forward
    that needs it).
 
-Steps 1, 3 and 4 are priced here (`chunk_costs`, `pipeline_send_s`, `stage_tail`); the
+Steps 1, 3 and 4 are priced here (`chunk_costs`, `pipeline_send_s`, `blocking_sends`,
+`blocking_flush_sends`, `stage_tail`); the
 event loop (`costmodel.iteration`) times step 2 and takes the breakdown below.
 
 The breakdown is taken on the critical stage (the one that finishes its gradients last):
@@ -153,6 +156,21 @@ def blocking_sends(plan: ParallelPlan, options: ExecutionOptions = DEFAULT_OPTIO
     """True when pipeline sends extend the sending action: always under 1F1B (blocking
     `batch_isend_irecv`), and for interleaved schedules without `overlap_p2p`."""
     return plan.pp > 1 and (plan.vpp == 1 or not options.overlap_p2p)
+
+
+def blocking_flush_sends(plan: ParallelPlan, options: ExecutionOptions = DEFAULT_OPTIONS) -> bool:
+    """True for interleaved schedules with asynchronous sends (`overlap_p2p`): their warmup
+    forwards and cooldown backwards still send with blocking calls.
+
+    Megatron-core `forward_backward_pipelining_with_interleaving` overlaps the pipeline
+    sends of the steady state only: unless ``overlap_p2p_comm_warmup_flush`` is set (default
+    False, ``--overlap-p2p-communication-warmup-flush``), each warmup forward ends with a
+    blocking ``send_forward_recv_forward`` and each cooldown backward with a blocking
+    ``send_backward_recv_backward``, so the sending stage waits for the transfer. Releases
+    before the tunable schedule of 2024-11 (core_r0.8.0) send the cooldown the same way and
+    post each warmup send asynchronously but wait for it at the top of the next warmup
+    iteration, before its forward: the stage is held just as long."""
+    return plan.pp > 1 and plan.vpp > 1 and options.overlap_p2p
 
 
 def _group_time(profile: HardwareProfile, op: str, size: float, group: GroupPlacement) -> float:

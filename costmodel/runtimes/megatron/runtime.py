@@ -12,6 +12,7 @@ from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtime import Calibration, ChunkGrid
 from costmodel.runtimes.megatron.pricing import (
+    blocking_flush_sends,
     blocking_sends,
     chunk_costs,
     pipeline_send_s,
@@ -78,6 +79,11 @@ class MegatronRuntime:
     def blocking_sends(self, plan: ParallelPlan) -> bool:
         """Blocking under 1F1B, and interleaved without `ExecutionOptions.overlap_p2p`."""
         return blocking_sends(plan, self.options)
+
+    def blocking_flush_sends(self, plan: ParallelPlan) -> bool:
+        """`costmodel.runtimes.megatron.pricing.blocking_flush_sends`: interleaved warmup and
+        cooldown sends block even with `ExecutionOptions.overlap_p2p`."""
+        return blocking_flush_sends(plan, self.options)
 
     def stage_tail(
         self,

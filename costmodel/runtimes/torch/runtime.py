@@ -117,6 +117,10 @@ class TorchRuntime:
         """Always with pp > 1: torch pipelining waits every send with the next receive."""
         return plan.pp > 1
 
+    def blocking_flush_sends(self, plan: ParallelPlan) -> bool:
+        """Never needed: every send blocks already (`blocking_sends`)."""
+        return False
+
     def stage_tail(
         self,
         model: ModelSpec,
