@@ -234,7 +234,8 @@ def sizing_time_limit_note(result: SizingResult) -> str:
     parts = [f"searched {_sizes_text(searched)}"]
     if cut:
         parts.append(
-            f"the search on {_sizes_text(cut)} cut short (the best of the candidates it priced)"
+            f"cut short: {_sizes_text(cut)} (the plan of each is the best of the candidates "
+            "its search priced)"
         )
     if result.not_searched:
         parts.append(f"not searched: {_sizes_text(result.not_searched)}")
