@@ -14,9 +14,9 @@ candidate) each round is sized from the last one's rate to take about `ROUND_TAR
 (`next_round_rows`): the progress moves about once a second and the time limit is overrun
 by about one round.
 
-Past the limit the simulator still simulates `SIMULATED_PAST_LIMIT` fitting plans (fewer
-when fewer were picked), so that a search cut short ranks a best plan and a runner-up to
-compare it with.
+Past the limit the simulator still simulates the picks in order until fitting plans of
+`SIMULATED_PAST_LIMIT` distinct labels are simulated (or the picks run out), so that a search
+cut short ranks a best plan and a runner-up that differs from it to compare it with.
 """
 
 from __future__ import annotations
@@ -41,9 +41,12 @@ MIN_PACED_ROUND_ROWS = 16
 """Fewest candidates a later round of such a screen asks for (it takes whole groups, so it
 may hold more)."""
 SIMULATED_PAST_LIMIT = 2
-"""Fitting plans the event simulator prices even once the time limit has passed: the best
-and a runner-up for `planner.explain` to compare. Each costs one simulation (seconds on a
-model of hundreds of layers on thousands of GPUs), which the limit may be overrun by."""
+"""Distinct labels (`ParallelPlan.label`: degrees, micro-batch, sequence parallelism,
+recompute, optimizer sharding) of the fitting plans the event simulator prices even once
+the time limit has passed: the best and a runner-up that differs from it, for
+`planner.explain` to compare (two picks that differ only in a switch such as the bucket
+size compare as identical breakdowns). Each costs one simulation (seconds on a model of
+hundreds of layers on thousands of GPUs), which the limit may be overrun by."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -20,8 +20,9 @@ When nothing fits, the ``top_k`` candidates closest to fitting (smallest screene
 memory) are simulated instead, for `planner.explain` to say what would make them fit.
 The result is a frozen `SearchResult`; nothing is kept between calls.
 
-A time limit (``time_limit_s``) stops step 2 between rounds and step 3 once
-`planner.pacing.SIMULATED_PAST_LIMIT` plans fit (a best and a runner-up); the result then
+A time limit (``time_limit_s``) stops step 2 between rounds and step 3 once fitting plans
+of `planner.pacing.SIMULATED_PAST_LIMIT` distinct labels have been simulated (a best and a
+runner-up that differs from it); the result then
 says how many candidates were left unscreened and how many picks unsimulated, and ranks the
 best of those priced. The screen visits candidates in rounds of
 whole groups: on the megatron runtime smallest lower bound of time first, on the torch
@@ -156,13 +157,15 @@ def _simulate(
 ) -> tuple[list[tuple[int, RankedPlan]], dict[str, int], int]:
     """Detailed estimates of ``rows`` (index kept), rules broken by any of them, and the
     rows left unsimulated. Once the time limit of ``pace`` has passed, the rows left are
-    simulated only until `SIMULATED_PAST_LIMIT` plans fit, so that a search cut short
-    still ranks a best plan and a runner-up when the priced ones allow."""
+    simulated only until fitting plans of `SIMULATED_PAST_LIMIT` distinct labels
+    (`ParallelPlan.label`) are simulated, so that a search cut short still ranks a best plan
+    and a runner-up that differs from it (`planner.explain.runner_up_of`) when the priced
+    ones allow."""
     done: list[tuple[int, RankedPlan]] = []
     broken: dict[str, int] = {}
     for i, (index, row) in enumerate(rows.iterrows()):
-        fitting = sum(ranked.fits for _, ranked in done)
-        if pace.expired() and fitting >= SIMULATED_PAST_LIMIT:
+        labels = {ranked.plan.label() for _, ranked in done if ranked.fits}
+        if pace.expired() and len(labels) >= SIMULATED_PAST_LIMIT:
             return done, broken, len(rows) - i
         if pace.progress is not None:
             pace.progress("simulate", i, len(rows))
@@ -249,9 +252,10 @@ def search_plans(
     floor instead of skipping those the time bound rules out (same result, slower).
 
     ``time_limit_s`` bounds the search's wall time on ``clock``: once it has passed, the
-    screen starts no new round and the simulator no new plan once
-    `planner.pacing.SIMULATED_PAST_LIMIT` fit; the result ranks what was priced and counts
-    what was not (`SearchResult.num_unvisited`, `SearchResult.num_unsimulated`).
+    screen starts no new round and the simulator no new plan once fitting plans of
+    `planner.pacing.SIMULATED_PAST_LIMIT` distinct labels are simulated; the result ranks what
+    was priced and counts what was not (`SearchResult.num_unvisited`,
+    `SearchResult.num_unsimulated`).
     Enumeration, the rule check and the first round of the screen always run, so the limit
     can be overrun by them, by one round and by those simulations. A limit that is not
     > 0 is a SpecError (`planner.pacing.SearchPace`)."""

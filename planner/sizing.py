@@ -214,9 +214,10 @@ def size_time_limit_s(pace: SearchPace, sizes_left: int, first: bool) -> float |
     return left / sizes_left
 
 
-def _sizes_text(sizes: tuple[int, ...]) -> str:
-    """``8, 16 and 32 GPUs`` for up to three sizes, else ``64 to 131,072 GPUs (12 sizes)``."""
-    if len(sizes) > 3:
+def _sizes_text(sizes: tuple[int, ...], *, ladder: bool = True) -> str:
+    """``8, 16 and 32 GPUs``; with ``ladder`` (consecutive sizes of the ladder) and more
+    than three, ``64 to 131,072 GPUs (12 sizes)``."""
+    if ladder and len(sizes) > 3:
         return f"{sizes[0]:,} to {sizes[-1]:,} GPUs ({len(sizes)} sizes)"
     named = [f"{n:,}" for n in sizes]
     listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
@@ -234,8 +235,8 @@ def sizing_time_limit_note(result: SizingResult) -> str:
     parts = [f"searched {_sizes_text(searched)}"]
     if cut:
         parts.append(
-            f"cut short: {_sizes_text(cut)} (the plan of each is the best of the candidates "
-            "its search priced)"
+            f"cut short: {_sizes_text(cut, ladder=False)} (the plan of each is the best of "
+            "the candidates its search priced)"
         )
     if result.not_searched:
         parts.append(f"not searched: {_sizes_text(result.not_searched)}")
@@ -245,6 +246,37 @@ def sizing_time_limit_note(result: SizingResult) -> str:
         "is judged on the sizes searched (raise the time limit, or lower the largest size "
         "searched)."
     )
+
+
+def _check_goal(
+    job: TrainingJob,
+    days: float | None,
+    max_gpus: int | None,
+    budget_usd: float | None,
+    gpu_hour_usd: float | None,
+    gpus_per_node: int | None,
+) -> None:
+    """SpecError unless the job has a token budget and one goal is given, a budget with a
+    price, every value given > 0."""
+    if not job.token_budget:
+        raise SpecError("cluster sizing needs a token budget: set TrainingJob.token_budget")
+    if days is None and budget_usd is None and max_gpus is None:
+        raise SpecError("cluster sizing needs a goal: days, max_gpus, or budget_usd")
+    if budget_usd is not None and gpu_hour_usd is None:
+        raise SpecError("a budget needs a price: give gpu_hour_usd (USD per GPU-hour)")
+    given = {
+        "days": days,
+        "max_gpus": max_gpus,
+        "budget_usd": budget_usd,
+        "gpu_hour_usd": gpu_hour_usd,
+        "gpus_per_node": gpus_per_node,
+    }
+    for name, value in given.items():
+        if value is not None and not value > 0:  # `not >` also refuses NaN
+            raise SpecError(
+                f"cluster sizing: {name} must be > 0, got {value}; give a positive value, or "
+                "leave it unset"
+            )
 
 
 def size_cluster(
@@ -274,25 +306,7 @@ def size_cluster(
     (`planner.pacing.SearchPace`).
     """
     pace = SearchPace(time_limit_s=time_limit_s, clock=clock)
-    if not job.token_budget:
-        raise SpecError("cluster sizing needs a token budget: set TrainingJob.token_budget")
-    if days is None and budget_usd is None and max_gpus is None:
-        raise SpecError("cluster sizing needs a goal: days, max_gpus, or budget_usd")
-    if budget_usd is not None and gpu_hour_usd is None:
-        raise SpecError("a budget needs a price: give gpu_hour_usd (USD per GPU-hour)")
-    given = {
-        "days": days,
-        "max_gpus": max_gpus,
-        "budget_usd": budget_usd,
-        "gpu_hour_usd": gpu_hour_usd,
-        "gpus_per_node": gpus_per_node,
-    }
-    for name, value in given.items():
-        if value is not None and not value > 0:  # `not >` also refuses NaN
-            raise SpecError(
-                f"cluster sizing: {name} must be > 0, got {value}; give a positive value, or "
-                "leave it unset"
-            )
+    _check_goal(job, days, max_gpus, budget_usd, gpu_hour_usd, gpus_per_node)
     per_node = gpus_per_node or profile.topology.gpus_per_node
     limit = memory_limit_bytes(profile, memory_headroom)
     floor = min_gpus_for_model_state(model, job, limit)
@@ -309,10 +323,13 @@ def size_cluster(
     not_searched: tuple[int, ...] = ()
     past = 0
     for i, gpus in enumerate(sizes):
+        # a deadline met already leaves only the sizes up to PAST_DEADLINE_SIZES past it
+        left = len(sizes) - i if days is None or not past else PAST_DEADLINE_SIZES + 1 - past
+        ladder = sizes[i : i + left]
         if rows and pace.expired():
-            not_searched = tuple(sizes[i:])
+            not_searched = tuple(ladder)
             break
-        search_kw["time_limit_s"] = size_time_limit_s(pace, len(sizes) - i, first=not rows)
+        search_kw["time_limit_s"] = size_time_limit_s(pace, len(ladder), first=not rows)
         if progress is not None:
             progress(gpus, i, len(sizes))
             search_kw["progress"] = _size_step(progress, gpus, i, len(sizes))

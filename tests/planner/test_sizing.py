@@ -241,3 +241,17 @@ def test_a_limit_not_reached_leaves_the_sizing_unchanged() -> None:
 def test_sizing_refuses_a_limit_that_is_not_positive(limit: float) -> None:
     with pytest.raises(SpecError, match=r"SearchPace.time_limit_s must be > 0 seconds"):
         size_cluster(get_preset("tiny"), H100, _job(), _profile(), days=1.0, time_limit_s=limit)
+
+
+def test_a_deadline_met_leaves_only_the_sizes_past_it_to_share_the_limit() -> None:
+    # the deadline is met at 8 GPUs: two sizes past it remain of the ladder's eight, so the
+    # 16-GPU search gets the 5 s left over 2, and only 32 GPUs is left unsearched
+    clock = SizeClock(10.0)
+    result = size_cluster(
+        get_preset("llama3-8b"), H100, _job(), _profile(), days=1e9, max_gpus=1024,
+        space=NARROW, top_k=1, time_limit_s=15.0, clock=clock, progress=clock.progress,
+    )  # fmt: skip
+    assert [r.num_gpus for r in result.rows] == [8, 16]
+    assert [r.time_limit_s for r in result.rows] == [15.0 / 8, 2.5]
+    assert result.not_searched == (32,)
+    assert result.chosen is not None and result.chosen.num_gpus == 8
