@@ -28,6 +28,7 @@ FIELD_DESTS: dict[str, str] = {
     "ParallelPlan.decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
     "ParallelPlan.decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
     "SearchSpace.max_micro_batch_size": "max_mbs",
+    "SearchPace.time_limit_s": "time_limit",
 }
 """Spec field (``Class.field``, as `SpecError` messages name it) -> argparse dest of the flag
 that sets it in `check`, `estimate` and `plan`."""

@@ -88,32 +88,39 @@ def rejection_lines(result: SearchResult) -> list[str]:
     return lines
 
 
+def simulated_note(result: SearchResult) -> str:
+    """How many of the plans picked for simulation were simulated and how many the time
+    limit cut (``2 of the 5 plans picked for simulation simulated, the other 3 cut by the
+    limit``), or ``all N ... simulated`` when it cut none."""
+    picked = result.num_simulated + result.num_unsimulated
+    if not result.num_unsimulated:
+        return f"all {_count(picked)} plans picked for simulation simulated"
+    return (
+        f"{_count(result.num_simulated)} of the {_count(picked)} plans picked for simulation "
+        f"simulated, the other {_count(result.num_unsimulated)} cut by the limit"
+    )
+
+
 def time_limit_note(result: SearchResult) -> str:
     """One sentence on a search the time limit cut short: candidates screened of the valid
-    ones, those never reached, picks left unsimulated, and what the ranked plans are the
-    best of (the simulated ones only, when the screen had finished); empty when the limit
-    was not reached or not set."""
+    ones, those never reached, the plans picked for simulation simulated and those cut
+    (`simulated_note`), and what the ranked plans are the best of (the simulated ones
+    only, when the screen had finished); empty when the limit was not reached or not set."""
     if not result.time_limit_reached:
         return ""
     limit = f"{result.time_limit_s:g} s" if result.time_limit_s is not None else "-"
     if not result.num_unvisited:
         return (
-            f"Time limit of {limit} reached after the screen: "
-            f"{_count(result.num_unsimulated)} of the plans picked for simulation not "
-            "simulated; the plans ranked are the best of those simulated (raise the time "
-            "limit to simulate them all)."
+            f"Time limit of {limit} reached after the screen: {simulated_note(result)}; the "
+            "plans ranked are the best of those simulated (raise the time limit to simulate "
+            "them all)."
         )
-    unsimulated = (
-        f", {_count(result.num_unsimulated)} of the plans picked for simulation not simulated"
-        if result.num_unsimulated
-        else ""
-    )
     return (
         f"Time limit of {limit} reached: {_count(result.num_screened)} of "
         f"{_count(result.num_valid)} valid candidates screened, "
-        f"{_count(result.num_unvisited)} not reached{unsimulated}; the plans ranked are the "
-        "best of those screened, not of the whole space (raise the time limit, or fix knobs "
-        "to narrow the space)."
+        f"{_count(result.num_unvisited)} not reached; {simulated_note(result)}; the plans "
+        "ranked are the best of those screened, not of the whole space (raise the time "
+        "limit, or fix knobs to narrow the space)."
     )
 
 

@@ -13,6 +13,10 @@ rounds before it together. On a runtime without one (torch, an event simulation 
 candidate) each round is sized from the last one's rate to take about `ROUND_TARGET_S`
 (`next_round_rows`): the progress moves about once a second and the time limit is overrun
 by about one round.
+
+Past the limit the simulator still simulates the picks in order until fitting plans of
+`SIMULATED_PAST_LIMIT` distinct labels are simulated (or the picks run out), so that a search
+cut short ranks a best plan and a runner-up that differs from it to compare it with.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ runtime's screen on an 8B model)."""
 MIN_PACED_ROUND_ROWS = 16
 """Fewest candidates a later round of such a screen asks for (it takes whole groups, so it
 may hold more)."""
+SIMULATED_PAST_LIMIT = 2
+"""Distinct labels (`ParallelPlan.label`: degrees, micro-batch, sequence parallelism,
+recompute, optimizer sharding) of the fitting plans the event simulator prices even once
+the time limit has passed: the best and a runner-up that differs from it, for
+`planner.explain` to compare (two picks that differ only in a switch such as the bucket
+size compare as identical breakdowns). Each costs one simulation (seconds on a model of
+hundreds of layers on thousands of GPUs), which the limit may be overrun by."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -60,9 +71,9 @@ class SearchPace:
     """Clock reading when the search started (set on creation)."""
 
     def __post_init__(self) -> None:
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
+        if self.time_limit_s is not None and not self.time_limit_s > 0:  # `not >`: NaN too
             raise SpecError(
-                f"time_limit_s must be > 0 seconds, got {self.time_limit_s:g}; "
+                f"SearchPace.time_limit_s must be > 0 seconds, got {self.time_limit_s:g}; "
                 "leave it unset for no limit"
             )
         self.start_s = self.clock()
@@ -89,6 +100,13 @@ class SearchPace:
     def expired(self) -> bool:
         """Whether the time limit has passed (never without a limit)."""
         return self.time_limit_s is not None and self.elapsed_s() >= self.time_limit_s
+
+    def remaining_s(self) -> float:
+        """Seconds left before the time limit (negative once overrun); infinite without a
+        limit."""
+        if self.time_limit_s is None:
+            return math.inf
+        return self.time_limit_s - self.elapsed_s()
 
 
 def next_round_rows(rows: int, elapsed_s: float) -> int:

@@ -1,22 +1,22 @@
-"""Screening for the plan search (`planner.search`): the memory floor, the screen in
-rounds, and the rows handed to the event simulator.
+"""Screening for the plan search (`planner.search`): the screen in rounds, and the rows
+handed to the event simulator.
 
-- `model_state_floor_bytes`: a lower bound of each candidate's peak memory (its model
-  state); candidates over the limit are not screened.
-- `screen_candidates`: the runtime's screen (`costmodel.screen.screen_plans`) of the
-  others, micro-batch size by micro-batch size (candidates with the searched per-module
+- `screen_candidates`: drop the candidates whose model-state floor
+  (`planner.memory_floor.model_state_floor_bytes`) is over the limit, then the runtime's
+  screen of the others in rounds of whole groups, each round micro-batch size by
+  micro-batch size (`planner.micro_batch_screen`: candidates with the searched per-module
   recompute sets derived from the selective ones whose plan without recompute does not
-  fit: where memory binds), in rounds of whole groups. On the megatron runtime the rounds
-  follow a lower bound of iteration time (`costmodel.screen.screen_lower_bounds`); a
-  round's threshold is the ``top_k``-th distinct fitting plan so far, and candidates whose
-  bound is above it are skipped: they could not be among the plans simulated, so the
-  simulated plans are those of screening every candidate. Without a bound (the torch
-  runtime) the groups are visited in a seeded random order. After each round the search's
+  fit, where memory binds). On the megatron runtime the rounds follow a lower bound of
+  iteration time (`costmodel.screen.screen_lower_bounds`); a round's threshold is the
+  ``top_k``-th distinct fitting plan so far, and candidates whose bound is above it are
+  skipped: they could not be among the plans simulated, so the simulated plans are those
+  of screening every candidate. Without a bound (the torch runtime) the groups are
+  visited in a seeded random order. After each round the search's
   `planner.pacing.SearchPace` reports progress and may stop the screen at its time limit.
 - `rows_to_simulate`: the ``top_k`` distinct fitting rows with the highest screened
   throughput, or the closest to fitting when none fits.
 
-Groupings over millions of rows use `row_groups` (factorized columns and `numpy.unique`)
+Groupings over millions of rows use `planner.row_groups` (factorized columns and hashing)
 rather than pandas merges.
 """
 
@@ -26,18 +26,17 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
 from costmodel.plan_frame import DEFAULT_MODULES
-from costmodel.schedules import plan_split
-from costmodel.screen import screen_lower_bounds, screen_plans
+from costmodel.screen import screen_lower_bounds
+from planner.memory_floor import model_state_floor_bytes
+from planner.micro_batch_screen import METRIC_COLUMNS, screen_by_micro_batch
 from planner.pacing import FIRST_PACED_ROUND_ROWS, SearchPace, next_round_rows
-from planner.space import DEGREE_COLUMNS, PLAN_COLUMNS, plan_from_row
-from planner.splits import SPLIT_COLUMNS
+from planner.row_groups import first_occurrences, row_groups
+from planner.space import DEGREE_COLUMNS, PLAN_COLUMNS
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.plan import ParallelPlan
 
 FIRST_ROUND_ROWS = 20_000
 """Candidates screened in the first round of the bounded screen (the groups with the
@@ -49,7 +48,7 @@ VISIT_SEED = 0
 CLOSEST_POOL = 2_000
 """When no candidate passes the model-state floor, this many with the smallest floor are
 screened to find the closest ones."""
-_PARAM_KEYS = ["tp", "pp", "vpp", "ep", "etp", *SPLIT_COLUMNS]
+
 _PARALLEL_KEYS = ["tp", "pp", "cp", "ep", "etp"]
 _BOUND_GROUP_KEYS = [
     *(c for c in DEGREE_COLUMNS if c != "micro_batch_size"),
@@ -59,126 +58,12 @@ _BOUND_GROUP_KEYS = [
 ]
 """What a time bound is computed for (with the micro-batch size): the knobs the pipeline
 phase depends on. A group (these keys, every micro-batch size) is screened whole or not at
-all, so that `_screen_by_micro_batch` sees the smaller micro-batches of every row."""
+all, so that `planner.micro_batch_screen.screen_by_micro_batch` sees the smaller
+micro-batches of every row."""
 _FINE_KEYS = [*_BOUND_GROUP_KEYS, "micro_batch_size", "distributed_optimizer"]
 """What the memory floor and the time bound depend on: grouped once over every candidate
 (with `_FSDP_KEYS` where the table has them)."""
 _FSDP_KEYS = ["use_megatron_fsdp", "data_parallel_sharding_strategy"]
-_RECOMPUTE_KEYS = ["recompute", "recompute_num_layers", "recompute_method", "recompute_modules"]
-"""The knobs of a recompute choice; a per-module set is derived from a plan whose twin
-without recompute does not fit (`_derive_sets`)."""
-
-
-def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
-    """The first and last stage and the middle stage with the most MoE layers, then the
-    most layers: together they hold the most parameters of any stage."""
-    split = plan_split(model, plan)
-    mask = model.moe_layer_mask()
-    middle = range(1, plan.pp - 1)
-    stages = {0, plan.pp - 1}
-
-    def weight(stage: int) -> tuple[int, int]:
-        layers = split.rank_layers(stage)
-        return sum(mask[i] for i in layers), len(layers)
-
-    if len(middle):
-        stages.add(max(middle, key=weight))
-    return stages
-
-
-def row_groups(table: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(first row position of each distinct ``keys`` combination, group of every row),
-    groups numbered in order of first appearance, by factorizing each column into one
-    mixed-radix code: a join key for millions of rows without a pandas merge."""
-    code = np.zeros(len(table), dtype=np.int64)
-    for key in keys:
-        values, uniques = pd.factorize(table[key], sort=False)
-        code = code * (len(uniques) + 1) + values
-        if code.max(initial=0) > 2**40:  # keep the mixed-radix code far from overflow
-            code = pd.factorize(code, sort=False)[0].astype(np.int64)
-    return first_occurrences(code)
-
-
-def first_occurrences(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(position of the first occurrence of each distinct value, group of every value),
-    groups numbered in order of first appearance; hashing, not sorting."""
-    group = pd.factorize(values, sort=False)[0]
-    if not len(group):
-        return np.zeros(0, dtype=np.int64), group
-    seen = np.maximum.accumulate(group)
-    first = np.flatnonzero(np.concatenate(([True], group[1:] > seen[:-1])))
-    return first, group
-
-
-def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
-    """Per row of ``rows`` (distinct (tp, pp, vpp, ep, etp, split)): the dense and expert
-    parameters one rank holds on each stage of `_floor_stages`, shape (rows, 2, 3): [:, 0]
-    dense, [:, 1] expert, a repeated stage where fewer than three are distinct."""
-    out = np.zeros((len(rows), 2, 3))
-    for i, row in enumerate(rows.to_dict("records")):
-        plan = plan_from_row(row | {"cp": 1, "dp": 1, "micro_batch_size": 1}, model)
-        stages = sorted(_floor_stages(model, plan))
-        stages += [stages[-1]] * (3 - len(stages))
-        for j, stage in enumerate(stages):
-            held = stage_params(model, plan, stage)
-            out[i, :, j] = held.dense, held.expert
-    return out
-
-
-def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
-    """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
-    state of the first, the last and the fullest middle pipeline stage
-    (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`, the shards of
-    `costmodel.memory.optimizer_shards`) plus the fixed framework allowance. Activations
-    only add to it, so a row whose floor is over the limit cannot fit; the search drops it
-    before the closed-form screen, which is the expensive step. Stage parameters are
-    counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy
-    arithmetic over the rows. A row with ``use_megatron_fsdp`` (when the table has that
-    column) is bounded by every byte sharded, which holds for each sharding strategy
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that)."""
-    weight, grad, state = bytes_per_param(job)
-    first, group = row_groups(table, _PARAM_KEYS)
-    params = _stage_param_table(model, table.iloc[first])[group]
-    distopt = table["distributed_optimizer"].to_numpy(dtype=bool)
-    fsdp = np.zeros(len(table), dtype=bool)
-    if "use_megatron_fsdp" in table.columns:
-        fsdp = table["use_megatron_fsdp"].to_numpy(dtype=bool)
-    tp, pp, cp, dp = (table[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
-    expert_dp = np.maximum(tp * pp * cp * dp // (table["etp"] * table["ep"] * pp).to_numpy(), 1)
-    dense_shards = np.where(distopt | fsdp, dp * cp, 1)
-    expert_shards = np.where(distopt | fsdp, expert_dp, 1)
-    worst = np.zeros(len(table))
-    for i in range(3):
-        dense, expert = params[:, 0, i], params[:, 1, i]
-        sharded = dense / dense_shards + expert / expert_shards
-        whole = np.where(fsdp, sharded, dense + expert)
-        worst = np.maximum(worst, (weight + grad) * whole + state * sharded)
-    return worst + FrameworkAllowance().fixed_bytes
-
-
-def _screen(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    job: TrainingJob,
-    profile: HardwareProfile,
-    table: pd.DataFrame,
-    options: ExecutionOptions = DEFAULT_OPTIONS,
-) -> pd.DataFrame:
-    """The closed-form metrics of every row: iteration_time_s, tokens_per_s, mfu and
-    peak_memory_bytes, aligned with ``table`` by position."""
-    plans = table.copy()
-    for column in (
-        "recompute_num_layers",
-        "ddp_bucket_size",
-        "decoder_first_pipeline_num_layers",
-        "decoder_last_pipeline_num_layers",
-    ):  # 0 means None here
-        plans[column] = plans[column].where(plans[column] > 0)
-    columns = ["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
-    if not len(plans):
-        return pd.DataFrame(columns=columns, dtype=float)
-    metrics = screen_plans(model, cluster, job, profile, plans, options=options)
-    return metrics[columns]
 
 
 def _complexity(table: pd.DataFrame) -> pd.Series:
@@ -217,97 +102,6 @@ def _pick(table: pd.DataFrame, by: list[str], ascending: list[bool], top_k: int)
         ["iteration_time_s", "peak_memory_bytes"]
     )
     return distinct.head(top_k).drop(columns="_complexity")
-
-
-def _screen_by_micro_batch(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    job: TrainingJob,
-    profile: HardwareProfile,
-    rows: pd.DataFrame,
-    limit_bytes: float,
-    options: ExecutionOptions = DEFAULT_OPTIONS,
-    sets: tuple[str, ...] = (),
-    first_label: int = 0,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Screened metrics of ``rows`` and of the rows derived from them with a per-module
-    recompute set of ``sets`` (`_derive_sets`, labelled from ``first_label`` up), and the
-    derived rows, micro-batch size by micro-batch size, smallest first. A row is skipped
-    when the same plan with the next smaller micro-batch does not fit. Peak memory never
-    falls as the micro-batch grows: activations, recompute working set and communication
-    buffers scale with it, and the microbatches in flight shrink at most in proportion (a
-    stage holds min(pp - stage, m) microbatches of b sequences, m = global / (b·dp);
-    megatron-facts.md §3.2-3.3).
-
-    The rows derived at one micro-batch size are screened with the next size's rows: one
-    screen call per size, plus one for the largest size's derived rows."""
-    others = [c for c in rows.columns if c != "micro_batch_size"]
-    parts: list[pd.DataFrame] = []
-    derived: list[pd.DataFrame] = []
-    failed = pending = rows.iloc[:0]
-    label = first_label
-    for mbs in sorted(rows["micro_batch_size"].unique()):
-        size = rows[rows["micro_batch_size"] == mbs]
-        batch = _without(size, failed, others)
-        if not len(batch) and not len(pending):
-            break
-        todo = pd.concat([batch, pending])
-        metrics = _screen(model, cluster, job, profile, todo, options)
-        metrics.index = todo.index
-        parts.append(metrics)
-        over = metrics.index[(metrics["peak_memory_bytes"] > limit_bytes).to_numpy()]
-        failed = batch.loc[batch.index.intersection(over), others].drop_duplicates()
-        pending = _derive_sets(size, batch, metrics.loc[batch.index], limit_bytes, sets, label)
-        label += len(pending)  # before filtering: labels stay unique
-        # a set whose plan did not fit at the smaller micro-batch is not tried again
-        failed_sets = derived[-1].loc[derived[-1].index.intersection(over)] if derived else None
-        if failed_sets is not None and len(failed_sets):
-            pending = _without(pending, failed_sets[others].drop_duplicates(), others)
-        derived.append(pending)
-    if len(pending):
-        metrics = _screen(model, cluster, job, profile, pending, options)
-        metrics.index = pending.index
-        parts.append(metrics)
-    made = pd.concat(derived) if derived else rows.iloc[:0]
-    if not parts:
-        columns = ["iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes"]
-        return pd.DataFrame(columns=columns), made
-    return pd.concat(parts), made
-
-
-def _without(rows: pd.DataFrame, failed: pd.DataFrame, others: list[str]) -> pd.DataFrame:
-    """``rows`` less those whose ``others`` columns match a row of ``failed``."""
-    if not len(failed) or not len(rows):
-        return rows
-    keep = rows[others].merge(failed, on=others, how="left", indicator=True)
-    return rows[(keep["_merge"] == "left_only").to_numpy()]
-
-
-def _derive_sets(
-    rows: pd.DataFrame,
-    screened: pd.DataFrame,
-    metrics: pd.DataFrame,
-    limit_bytes: float,
-    sets: tuple[str, ...],
-    first_label: int,
-) -> pd.DataFrame:
-    """Rows with a per-module recompute set where memory binds: for each row of ``rows``
-    with selective recompute of Megatron's default modules whose plan without recompute is
-    not among the ``screened`` rows or does not fit (``metrics``), one copy per set of
-    ``sets`` (table form), labelled from ``first_label`` up. Where that plan fits, a set
-    cannot be faster: recompute only adds to a stage's backward
-    (`costmodel.runtimes.megatron.screen`)."""
-    if not sets or not len(rows):
-        return rows.iloc[:0]
-    keys = [c for c in rows.columns if c not in _RECOMPUTE_KEYS]
-    fits = (metrics["peak_memory_bytes"] <= limit_bytes).to_numpy()
-    none = (screened["recompute"] == "none").to_numpy()
-    fitting = screened[fits & none][keys].drop_duplicates()
-    plain = (rows["recompute"] == "selective") & (rows["recompute_modules"] == DEFAULT_MODULES)
-    base = _without(rows[plain.to_numpy()], fitting, keys)
-    out = pd.concat([base.assign(recompute_modules=s) for s in sets], ignore_index=True)
-    out.index = pd.RangeIndex(first_label, first_label + len(out))
-    return out
 
 
 def _closest_pool(table: pd.DataFrame) -> pd.Series:
@@ -398,8 +192,9 @@ def _screen_rounds(
     pace: SearchPace,
 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, pd.DataFrame]:
     """Screened metrics of the rows visited (and of the rows derived from them with
-    recompute sets, `_screen_by_micro_batch`), a mask of the rows skipped by the time bound,
-    a mask of the rows the time limit left unvisited, and the derived rows.
+    recompute sets, `planner.micro_batch_screen.screen_by_micro_batch`), a mask of the rows
+    skipped by the time bound, a mask of the rows the time limit left unvisited, and the
+    derived rows.
 
     Groups are screened whole, in rounds, in the order of `_visit_order`. With ``top_k`` and
     a time bound, after each round the threshold is the iteration time of the ``top_k``-th
@@ -430,7 +225,7 @@ def _screen_rounds(
         fresh = np.zeros(len(key), dtype=bool)
         fresh[order[start:stop]] = True
         batch = rows[fresh[group]]
-        done, derived = _screen_by_micro_batch(
+        done, derived = screen_by_micro_batch(
             model, cluster, job, profile, batch, limit_bytes, options, sets, first_label
         )
         first_label = (
@@ -465,12 +260,12 @@ def screen_candidates(
     pace: SearchPace | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(``table``, the rows derived from it with the per-module recompute ``sets`` (table
-    form) where memory binds, `_derive_sets`), each with ``model_state_floor_bytes``, the
-    screened metrics (NaN where the floor alone is over the limit, the time bound skipped
-    the row or the time limit left it unvisited, as those are not screened), ``screened``,
-    ``bounded`` (skipped by the time bound), ``unvisited`` (left by the time limit) and
-    ``fits``. The two are returned apart so that the caller joins them with its own rows
-    in one copy (`planner.search`); their labels do not overlap.
+    form) where memory binds, `planner.micro_batch_screen`), each with
+    ``model_state_floor_bytes``, the screened metrics (NaN where the floor alone is over the
+    limit, the time bound skipped the row or the time limit left it unvisited, as those are
+    not screened), ``screened``, ``bounded`` (skipped by the time bound), ``unvisited``
+    (left by the time limit) and ``fits``. The two are returned apart so that the caller
+    joins them with its own rows in one copy (`planner.search`); their labels do not overlap.
 
     With ``top_k``, only the rows that could be among the ``top_k`` fastest fitting ones are
     screened (`_screen_rounds`); None screens every row under the floor. When no row is
@@ -500,10 +295,6 @@ def screen_candidates(
         _with_metrics(screened, done, bounded, left, limit_bytes),
         _with_metrics(extra, done, bounded, left, limit_bytes),
     )
-
-
-METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes")
-"""The screened metrics `screen_candidates` adds."""
 
 
 def _with_metrics(

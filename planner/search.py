@@ -20,9 +20,11 @@ When nothing fits, the ``top_k`` candidates closest to fitting (smallest screene
 memory) are simulated instead, for `planner.explain` to say what would make them fit.
 The result is a frozen `SearchResult`; nothing is kept between calls.
 
-A time limit (``time_limit_s``) stops step 2 between rounds and step 3 after its first
-fitting plan (`planner.pacing`); the result then says how many candidates were left
-unscreened and ranks the best of those priced. The screen visits candidates in rounds of
+A time limit (``time_limit_s``) stops step 2 between rounds and step 3 once fitting plans
+of `planner.pacing.SIMULATED_PAST_LIMIT` distinct labels have been simulated (a best and a
+runner-up that differs from it); the result then
+says how many candidates were left unscreened and how many picks unsimulated, and ranks the
+best of those priced. The screen visits candidates in rounds of
 whole groups: on the megatron runtime smallest lower bound of time first, on the torch
 runtime in a seeded random order (`planner.screening`), so that a search cut short has
 seen the most promising groups, or a uniform sample of them.
@@ -42,7 +44,7 @@ from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
-from planner.pacing import Clock, SearchPace
+from planner.pacing import SIMULATED_PAST_LIMIT, Clock, SearchPace
 from planner.ranking import order_plans
 from planner.screening import rows_to_simulate, screen_candidates
 from planner.space import SearchSpace, plan_from_row, recompute_module_sets
@@ -122,6 +124,8 @@ class SearchResult:
     num_unvisited: int = 0
     """Valid candidates the screen never reached because the time limit passed (0 when it
     ran to the end): the plans found are the best of the others only."""
+    num_simulated: int = 0
+    """Plans the event simulator priced (those that passed the rule re-check)."""
     num_unsimulated: int = 0
     """Plans picked for the event simulator that the time limit left unsimulated."""
 
@@ -153,12 +157,15 @@ def _simulate(
 ) -> tuple[list[tuple[int, RankedPlan]], dict[str, int], int]:
     """Detailed estimates of ``rows`` (index kept), rules broken by any of them, and the
     rows left unsimulated. Once the time limit of ``pace`` has passed, the rows left are
-    simulated only until one plan fits, so that a search cut short still ranks a plan
-    when a priced one fits."""
+    simulated only until fitting plans of `SIMULATED_PAST_LIMIT` distinct labels
+    (`ParallelPlan.label`) are simulated, so that a search cut short still ranks a best plan
+    and a runner-up that differs from it (`planner.explain.runner_up_of`) when the priced
+    ones allow."""
     done: list[tuple[int, RankedPlan]] = []
     broken: dict[str, int] = {}
     for i, (index, row) in enumerate(rows.iterrows()):
-        if pace.expired() and any(ranked.fits for _, ranked in done):
+        labels = {ranked.plan.label() for _, ranked in done if ranked.fits}
+        if pace.expired() and len(labels) >= SIMULATED_PAST_LIMIT:
             return done, broken, len(rows) - i
         if pace.progress is not None:
             pace.progress("simulate", i, len(rows))
@@ -245,11 +252,13 @@ def search_plans(
     floor instead of skipping those the time bound rules out (same result, slower).
 
     ``time_limit_s`` bounds the search's wall time on ``clock``: once it has passed, the
-    screen starts no new round and the simulator no new plan after the first that fits
-    (`planner.pacing`); the result ranks what was priced and counts what was not
-    (`SearchResult.num_unvisited`, `SearchResult.num_unsimulated`). Enumeration, the rule
-    check and the first round of the screen always run, so the limit can be overrun by
-    them and by one round."""
+    screen starts no new round and the simulator no new plan once fitting plans of
+    `planner.pacing.SIMULATED_PAST_LIMIT` distinct labels are simulated; the result ranks what
+    was priced and counts what was not (`SearchResult.num_unvisited`,
+    `SearchResult.num_unsimulated`).
+    Enumeration, the rule check and the first round of the screen always run, so the limit
+    can be overrun by them, by one round and by those simulations. A limit that is not
+    > 0 is a SpecError (`planner.pacing.SearchPace`)."""
     if top_k < 1:
         raise SpecError(f"top_k must be >= 1, got {top_k}; it is how many plans are simulated")
     start = time.perf_counter()
@@ -308,5 +317,6 @@ def search_plans(
         elapsed_s=time.perf_counter() - start,
         time_limit_s=time_limit_s,
         num_unvisited=unvisited,
+        num_simulated=len(simulated),
         num_unsimulated=unsimulated,
     )

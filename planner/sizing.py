@@ -15,10 +15,19 @@ The ladder starts at the first size that can hold the model state at all
   the fastest wins;
 - ``budget_usd`` with ``gpu_hour_usd``: sizes until the cost exceeds the budget; the
   fastest within budget wins.
+
+A time limit (``time_limit_s``) bounds the whole sizing run: each size's search gets the
+seconds left divided by the sizes left to search at most (`size_time_limit_s`), so the time
+a quick search leaves goes to the sizes after it and a search that overruns its share
+takes from them. Once the limit has passed no further size is searched; the result lists
+the sizes searched, those whose search the limit cut short (their plans are the best of
+the candidates they priced) and those not searched (`sizing_time_limit_note`), and the
+goal is judged on the sizes searched only.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +36,7 @@ from typing import Any
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from planner.defaults import DEFAULT_HEADROOM
 from planner.explain import min_gpus_for_model_state, no_plan_reason
+from planner.pacing import Clock, SearchPace
 from planner.search import RankedPlan, memory_limit_bytes, search_plans
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
@@ -92,6 +102,10 @@ class SizingRow:
     """GPUs x days x 24 (inf when nothing fits)."""
     cost_usd: float | None
     """GPU-hours x price; None without a price."""
+    time_limit_s: float | None = None
+    """This size's share of the sizing run's time limit, seconds; None: no limit."""
+    time_limit_reached: bool = False
+    """Whether the time limit cut this size's search short (`SearchResult.time_limit_reached`)."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -116,6 +130,16 @@ class SizingResult:
     """Among the sizes meeting the goal, the fewest GPU-hours; None if none does."""
     goal: str
     """The goal in words, e.g. ``finish 15e12 tokens within 90 days``."""
+    time_limit_s: float | None = None
+    """The sizing run's time limit, seconds; None: none was set."""
+    not_searched: tuple[int, ...] = ()
+    """Cluster sizes the ladder would still have searched when the time limit passed."""
+
+    @property
+    def time_limit_reached(self) -> bool:
+        """Whether the time limit cut the run short: sizes not searched, or a size's search
+        cut short."""
+        return bool(self.not_searched) or any(r.time_limit_reached for r in self.rows)
 
 
 def _row(
@@ -136,6 +160,8 @@ def _row(
             days=float("inf"),
             gpu_hours=float("inf"),
             cost_usd=None if gpu_hour_usd is None else float("inf"),
+            time_limit_s=result.time_limit_s,
+            time_limit_reached=result.time_limit_reached,
         )
     days = training_days(tokens, result.best.estimate.tokens_per_s)
     hours = gpu_hours(cluster.num_gpus, days)
@@ -145,6 +171,8 @@ def _row(
         days=days,
         gpu_hours=hours,
         cost_usd=None if gpu_hour_usd is None else hours * gpu_hour_usd,
+        time_limit_s=result.time_limit_s,
+        time_limit_reached=result.time_limit_reached,
     )
 
 
@@ -176,28 +204,60 @@ def _size_step(
     return step
 
 
-def size_cluster(
-    model: ModelSpec,
-    hardware: str,
-    job: TrainingJob,
-    profile: HardwareProfile,
-    *,
-    days: float | None = None,
-    max_gpus: int | None = None,
-    budget_usd: float | None = None,
-    gpu_hour_usd: float | None = None,
-    gpus_per_node: int | None = None,
-    space: SearchSpace | None = None,
-    top_k: int = 3,
-    memory_headroom: float = DEFAULT_HEADROOM,
-    progress: SizeProgress | None = None,
-    options: ExecutionOptions = DEFAULT_OPTIONS,
-) -> SizingResult:
-    """Evaluate cluster sizes for ``job.token_budget`` tokens and pick one (module docstring).
+def size_time_limit_s(pace: SearchPace, sizes_left: int, first: bool) -> float | None:
+    """One size's share of the sizing run's time limit: the seconds left on ``pace``
+    divided by ``sizes_left``, the sizes the ladder may still search (the ``first`` size
+    gets the whole limit divided so); None without a limit."""
+    if pace.time_limit_s is None:
+        return None
+    left = pace.time_limit_s if first else pace.remaining_s()
+    return left / sizes_left
 
-    Exactly one goal is needed: ``days``, ``max_gpus``, or ``budget_usd`` (which needs
-    ``gpu_hour_usd``); ``max_gpus`` may also bound the other two.
-    """
+
+def _sizes_text(sizes: tuple[int, ...], *, ladder: bool = True) -> str:
+    """``8, 16 and 32 GPUs``; with ``ladder`` (consecutive sizes of the ladder) and more
+    than three, ``64 to 131,072 GPUs (12 sizes)``."""
+    if ladder and len(sizes) > 3:
+        return f"{sizes[0]:,} to {sizes[-1]:,} GPUs ({len(sizes)} sizes)"
+    named = [f"{n:,}" for n in sizes]
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+    return f"{listed} GPUs"
+
+
+def sizing_time_limit_note(result: SizingResult) -> str:
+    """One sentence on a sizing run the time limit cut short: the sizes searched, those
+    whose search was cut short and those not searched; empty when the limit was not
+    reached or not set."""
+    if not result.time_limit_reached:
+        return ""
+    searched = tuple(r.num_gpus for r in result.rows)
+    cut = tuple(r.num_gpus for r in result.rows if r.time_limit_reached)
+    parts = [f"searched {_sizes_text(searched)}"]
+    if cut:
+        parts.append(
+            f"cut short: {_sizes_text(cut, ladder=False)} (the plan of each is the best of "
+            "the candidates its search priced)"
+        )
+    if result.not_searched:
+        parts.append(f"not searched: {_sizes_text(result.not_searched)}")
+    return (
+        f"Time limit of {result.time_limit_s:g} s reached over the sizing run (each size "
+        f"searched for the seconds left over the sizes left): {'; '.join(parts)}; the goal "
+        "is judged on the sizes searched (raise the time limit, or lower the largest size "
+        "searched)."
+    )
+
+
+def _check_goal(
+    job: TrainingJob,
+    days: float | None,
+    max_gpus: int | None,
+    budget_usd: float | None,
+    gpu_hour_usd: float | None,
+    gpus_per_node: int | None,
+) -> None:
+    """SpecError unless the job has a token budget and one goal is given, a budget with a
+    price, every value given > 0."""
     if not job.token_budget:
         raise SpecError("cluster sizing needs a token budget: set TrainingJob.token_budget")
     if days is None and budget_usd is None and max_gpus is None:
@@ -217,6 +277,36 @@ def size_cluster(
                 f"cluster sizing: {name} must be > 0, got {value}; give a positive value, or "
                 "leave it unset"
             )
+
+
+def size_cluster(
+    model: ModelSpec,
+    hardware: str,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    *,
+    days: float | None = None,
+    max_gpus: int | None = None,
+    budget_usd: float | None = None,
+    gpu_hour_usd: float | None = None,
+    gpus_per_node: int | None = None,
+    space: SearchSpace | None = None,
+    top_k: int = 3,
+    memory_headroom: float = DEFAULT_HEADROOM,
+    progress: SizeProgress | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+    time_limit_s: float | None = None,
+    clock: Clock = time.perf_counter,
+) -> SizingResult:
+    """Evaluate cluster sizes for ``job.token_budget`` tokens and pick one (module docstring).
+
+    Exactly one goal is needed: ``days``, ``max_gpus``, or ``budget_usd`` (which needs
+    ``gpu_hour_usd``); ``max_gpus`` may also bound the other two. ``time_limit_s`` bounds
+    the whole run on ``clock`` (module docstring); not > 0 is a SpecError
+    (`planner.pacing.SearchPace`).
+    """
+    pace = SearchPace(time_limit_s=time_limit_s, clock=clock)
+    _check_goal(job, days, max_gpus, budget_usd, gpu_hour_usd, gpus_per_node)
     per_node = gpus_per_node or profile.topology.gpus_per_node
     limit = memory_limit_bytes(profile, memory_headroom)
     floor = min_gpus_for_model_state(model, job, limit)
@@ -227,10 +317,19 @@ def size_cluster(
         "top_k": top_k,
         "memory_headroom": memory_headroom,
         "options": options,
+        "clock": clock,
     }
     rows: list[SizingRow] = []
+    not_searched: tuple[int, ...] = ()
     past = 0
     for i, gpus in enumerate(sizes):
+        # a deadline met already leaves only the sizes up to PAST_DEADLINE_SIZES past it
+        left = len(sizes) - i if days is None or not past else PAST_DEADLINE_SIZES + 1 - past
+        ladder = sizes[i : i + left]
+        if rows and pace.expired():
+            not_searched = tuple(ladder)
+            break
+        search_kw["time_limit_s"] = size_time_limit_s(pace, len(ladder), first=not rows)
         if progress is not None:
             progress(gpus, i, len(sizes))
             search_kw["progress"] = _size_step(progress, gpus, i, len(sizes))
@@ -250,7 +349,14 @@ def size_cluster(
     else:
         chosen = min(passing, key=lambda r: (r.days, r.num_gpus), default=None)
     cheapest = min(passing, key=lambda r: (r.gpu_hours, r.num_gpus), default=None)
-    return SizingResult(rows=tuple(rows), chosen=chosen, cheapest=cheapest, goal=text)
+    return SizingResult(
+        rows=tuple(rows),
+        chosen=chosen,
+        cheapest=cheapest,
+        goal=text,
+        time_limit_s=time_limit_s,
+        not_searched=not_searched,
+    )
 
 
 def scaling_plot(result: SizingResult, path: str | Path) -> Path:

@@ -12,6 +12,8 @@ Two forms:
 Every plan flag is optional: a flag given fixes that knob, the others are searched.
 ``--time-limit S`` bounds the search on N GPUs: past S seconds it ranks the best of the
 candidates priced so far and says how many of how many those are (text and ``--json``).
+With ``--tokens`` it bounds the whole sizing run, split over the cluster sizes, and says
+which sizes were searched, cut short or not searched.
 Exit codes: 0 a plan (or a cluster size) was found; 1 nothing fits or meets the goal;
 2 bad input.
 
@@ -199,7 +201,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="stop screening new candidates after this many seconds and rank the best of "
-        "those priced; the output says how many were (default: no limit)",
+        "those priced; the output says how many were (with --tokens: over the whole sizing "
+        "run; default: no limit)",
     )
     g.add_argument("--json", action="store_true", help='print {"best", "top", "rejected"}')
     s = parser.add_argument_group("cluster sizing (instead of --num-gpus)")
@@ -245,8 +248,8 @@ def plan_entry(ranked: RankedPlan) -> dict[str, Any]:
 
 def time_limit_json(result: SearchResult) -> dict[str, Any]:
     """The ``time_limit`` entry of `search_json`: the limit, whether it cut the search short,
-    the valid candidates, those screened and those not reached, the picks not simulated,
-    and the explanation's sentence (empty when not reached)."""
+    the valid candidates, those screened and those not reached, the picks simulated and
+    those not, and the explanation's sentence (empty when not reached)."""
     from planner.explain import time_limit_note
 
     return {
@@ -255,6 +258,7 @@ def time_limit_json(result: SearchResult) -> dict[str, Any]:
         "valid": result.num_valid,
         "screened": result.num_screened,
         "not_reached": result.num_unvisited,
+        "simulated": result.num_simulated,
         "not_simulated": result.num_unsimulated,
         "note": time_limit_note(result),
     }
@@ -470,10 +474,31 @@ def sizing_table_row(row: SizingRow) -> list[Any]:
     ]
 
 
+def sizing_time_limit_json(result: SizingResult) -> dict[str, Any]:
+    """The ``time_limit`` entry of the sizing JSON: the limit, whether it cut the run short,
+    the sizes searched, those whose search it cut short, those not searched, and the
+    sentence of the text output (empty when not reached)."""
+    from planner.sizing import sizing_time_limit_note
+
+    return {
+        "limit_s": result.time_limit_s,
+        "reached": result.time_limit_reached,
+        "searched": [r.num_gpus for r in result.rows],
+        "cut_short": [r.num_gpus for r in result.rows if r.time_limit_reached],
+        "not_searched": list(result.not_searched),
+        "note": sizing_time_limit_note(result),
+    }
+
+
 def _print_sizing(result: SizingResult) -> None:
+    from planner.sizing import sizing_time_limit_note
+
     columns = ["GPUs", "plan", "tokens/s", "MFU", "days", "GPU-hours", "cost (USD)"]
     rows = [sizing_table_row(r) for r in result.rows]
     print_table(f"cluster sizing: {result.goal}", columns, rows)
+    note = sizing_time_limit_note(result)
+    if note:
+        print(note)
     if result.chosen is None:
         print(f"No evaluated cluster size meets the goal ({result.goal}).")
         return
@@ -540,6 +565,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
                 f"sizing: searching {gpus} GPUs ({done + 1} of at most {total} sizes)", done, total
             ),
             options=options_from_args(args),
+            time_limit_s=args.time_limit,
         )
     finally:
         bar.close()
@@ -550,6 +576,8 @@ def _run_sizing(args: argparse.Namespace) -> int:
         "cheapest": sizing_row_json(result.cheapest) if result.cheapest else None,
         "rows": [sizing_row_json(r) for r in result.rows],
     }
+    if result.time_limit_s is not None:
+        data["time_limit"] = sizing_time_limit_json(result)
     if args.out:
         _write_sizing_outputs(result, data, model, job, args, Path(args.out))
     if args.json:
@@ -606,30 +634,12 @@ def refuse_sizing_flags_without_tokens(args: argparse.Namespace) -> None:
         )
 
 
-def check_time_limit(args: argparse.Namespace) -> None:
-    """SpecError for a ``--time-limit`` that is not a positive number of seconds, or that is
-    given to the sizing form (one search per cluster size, none of them bounded)."""
-    if args.time_limit is None:
-        return
-    if not args.time_limit > 0:
-        raise SpecError(
-            f"--time-limit must be > 0 seconds, got {args.time_limit:g}; drop it for no limit"
-        )
-    if args.tokens is not None:
-        raise SpecError(
-            f"--time-limit {args.time_limit:g} bounds one search on --num-gpus, while --tokens "
-            "sizes the cluster with one search per size: drop --time-limit, or drop --tokens "
-            "and give --num-gpus N"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     if args.candidates_limit < 0:
         raise SpecError(
             f"--candidates-limit must be >= 0, got {args.candidates_limit}; 0 writes every "
             "candidate to candidates.csv"
         )
-    check_time_limit(args)
     if args.tokens is not None:
         return _run_sizing(args)
     refuse_sizing_flags_without_tokens(args)

@@ -272,6 +272,7 @@ def test_time_limit_is_reported_in_json_and_text(capsys, monkeypatch, tmp_path) 
     assert code == 0 and data["best"] is not None and limit["reached"] is True
     assert 0 < limit["screened"] < limit["valid"] and limit["not_reached"] > 0
     assert limit["note"].startswith("Time limit of 1e-09 s reached: ")
+    assert limit["simulated"] == len(data["top"]) == 2 and limit["not_simulated"] == 0
     code, out = run_plan(capsys, *torch, "--time-limit", "1e-9")
     assert code == 0 and "the plans ranked are the best of those screened" in out
     # candidates.csv names the unscreened rows; a limited one keeps the screened first
@@ -283,18 +284,32 @@ def test_time_limit_is_reported_in_json_and_text(capsys, monkeypatch, tmp_path) 
         assert code == 0 and (frame["rejected_by"] == "time_limit").sum() == unscreened
 
 
-@pytest.mark.parametrize(
-    ("extra", "match"),
-    [
-        (["--num-gpus", "4", "--time-limit", "0"], "--time-limit must be > 0 seconds, got 0"),
-        (
-            ["--tokens", "1e9", "--max-gpus", "8", "--time-limit", "60"],
-            "--time-limit 60 bounds one search on --num-gpus",
-        ),
-    ],
-)
-def test_time_limit_refusals(extra: list[str], match: str) -> None:
-    parser = argparse.ArgumentParser()
-    plan_command.add_arguments(parser)
-    with pytest.raises(SpecError, match=match):
-        plan_command.run(parser.parse_args([*BASE, *extra]))
+@pytest.mark.parametrize("limit", ["0", "-1", "nan"])
+@pytest.mark.parametrize("form", [["--num-gpus", "4"], ["--tokens", "1e9", "--max-gpus", "8"]])
+def test_time_limit_not_positive_is_refused_with_its_flag(capsys, form, limit) -> None:
+    """One rule (`planner.pacing.SearchPace`), worded with the flag by `paraplan.cli`."""
+    from paraplan.cli import main
+
+    code = main(["plan", *BASE, *form, "--time-limit", limit])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"--time-limit (SearchPace.time_limit_s) must be > 0 seconds, got {limit}" in err
+    assert "leave it unset for no limit" in err
+
+
+def test_time_limit_bounds_the_sizing_run(capsys) -> None:
+    argv = [*BASE, *FEW, "--tokens", "1e9", "--max-gpus", "16"]
+    code, out = run_plan(capsys, *argv, "--time-limit", "3600", "--json")
+    limit = json.loads(out)["time_limit"]
+    assert code == 0 and limit["reached"] is False and limit["note"] == ""
+    assert limit["searched"] == [8, 16] and limit["not_searched"] == []
+    # a limit that has passed once the first size is searched: the second is not
+    code, out = run_plan(capsys, *argv, "--time-limit", "1e-9", "--json")
+    data = json.loads(out)
+    limit = data["time_limit"]
+    assert code == 0 and [r["num_gpus"] for r in data["rows"]] == [8]
+    assert limit["reached"] is True and limit["searched"] == [8]
+    assert limit["not_searched"] == [16] and data["chosen"]["num_gpus"] == 8
+    assert limit["note"].startswith("Time limit of 1e-09 s reached over the sizing run")
+    code, out = run_plan(capsys, *argv, "--time-limit", "1e-9")
+    assert code == 0 and "not searched: 16 GPUs" in out and "Chosen: 8 GPUs" in out

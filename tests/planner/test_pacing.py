@@ -11,8 +11,13 @@ import pytest
 
 from costmodel.execution import runtime_options
 from planner import screening
-from planner.explain import explain, no_plan_reason
-from planner.pacing import MIN_PACED_ROUND_ROWS, SearchPace, next_round_rows
+from planner.explain import explain, no_plan_reason, runner_up_of
+from planner.pacing import (
+    MIN_PACED_ROUND_ROWS,
+    SIMULATED_PAST_LIMIT,
+    SearchPace,
+    next_round_rows,
+)
 from planner.ranking import RANK_TOLERANCE
 from planner.search import TIME_LIMIT_REJECTION, SearchResult, search_plans
 from planner.space import SearchSpace
@@ -146,6 +151,34 @@ def test_time_limit_stops_the_screen_and_says_so(monkeypatch) -> None:
     assert "best of those screened, not of the whole space" in text
 
 
+def test_a_limit_passed_still_simulates_a_runner_up(monkeypatch) -> None:
+    """The limit has passed when the simulation starts: the first picks are simulated until
+    fitting plans of `SIMULATED_PAST_LIMIT` labels have been, the rest are cut, and the
+    explanation compares the best with a runner-up of another label and counts them."""
+    monkeypatch.setattr(screening, "FIRST_PACED_ROUND_ROWS", MIN_PACED_ROUND_ROWS)
+    monkeypatch.setattr(screening, "next_round_rows", lambda rows, elapsed_s: 1)
+    clock = TickClock()
+    result = _search(time_limit_s=3.0, clock=clock, progress=clock.progress)
+    picked = result.num_simulated + result.num_unsimulated
+    assert result.num_unvisited > 0 and picked == 3  # top_k picks, the screen cut too
+    assert len({r.plan.label() for r in result.top}) == SIMULATED_PAST_LIMIT
+    assert len(result.top) == result.num_simulated < picked
+    # the simulated ones are the first picks: the highest screened throughput
+    frame = result.candidates
+    fitting = frame[frame["fits"] & frame["tokens_per_s"].notna()]
+    simulated = fitting[fitting["simulated_tokens_per_s"].notna()]
+    first = fitting["tokens_per_s"].drop_duplicates().nlargest(result.num_simulated)
+    assert sorted(simulated["tokens_per_s"]) == sorted(first)
+    runner_up = runner_up_of(result)
+    assert runner_up is not None and runner_up.plan.label() != result.best.plan.label()
+    text = explain(result)
+    assert f"the runner-up ({runner_up.plan.label()})" in text
+    assert (
+        f"{result.num_simulated} of the 3 plans picked for simulation simulated, the other "
+        f"{result.num_unsimulated} cut by the limit"
+    ) in text
+
+
 def test_a_limit_not_reached_changes_nothing() -> None:
     result = _search(time_limit_s=3600.0)
     plain = _search()
@@ -163,6 +196,7 @@ def test_a_tiny_limit_screens_one_round_on_megatron(monkeypatch) -> None:
     assert result.time_limit_reached and result.num_unvisited > 0
     assert result.num_screened < full.num_screened
     assert result.best is not None
+    assert len({r.plan.label() for r in result.top}) == SIMULATED_PAST_LIMIT
     unvisited = result.candidates["rejected_by"] == TIME_LIMIT_REJECTION
     assert int(unvisited.sum()) == result.num_unvisited
 
@@ -180,8 +214,9 @@ def test_nothing_priced_that_fits_is_a_clear_error(monkeypatch) -> None:
 
 
 def test_pace_refuses_a_limit_that_is_not_positive() -> None:
-    with pytest.raises(SpecError, match="time_limit_s must be > 0 seconds, got 0"):
-        SearchPace(time_limit_s=0.0)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(SpecError, match=r"SearchPace.time_limit_s must be > 0 seconds"):
+            SearchPace(time_limit_s=bad)
 
 
 def test_round_rows_follow_the_rate() -> None:
@@ -194,7 +229,11 @@ def test_round_rows_follow_the_rate() -> None:
 def test_a_limit_reached_after_the_screen_says_what_was_left() -> None:
     """A limit that passes during the simulation leaves the screen whole: the note says
     only picks were left (the counts set by hand, as the simulation of `FEW` is quick)."""
-    whole = dataclasses.replace(_search(), time_limit_s=5.0, num_unsimulated=2)
+    whole = dataclasses.replace(_search(), time_limit_s=5.0, num_simulated=2, num_unsimulated=3)
     note = explain(whole)
-    assert "Time limit of 5 s reached after the screen: 2 of the plans picked" in note
+    assert (
+        "Time limit of 5 s reached after the screen: 2 of the 5 plans picked for simulation "
+        "simulated, the other 3 cut by the limit; the plans ranked are the best of those "
+        "simulated"
+    ) in note
     assert "best of those simulated" in note and "not reached" not in note

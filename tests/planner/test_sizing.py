@@ -1,5 +1,6 @@
 """Tests of `planner.sizing`: the arithmetic of days, GPU-hours and cost; the ladder of
-cluster sizes; the choice for each goal; monotone days as the cluster grows; the plot."""
+cluster sizes; the choice for each goal; monotone days as the cluster grows; the plot; the
+time limit over a sizing run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from planner.sizing import (
     gpu_hours,
     scaling_plot,
     size_cluster,
+    sizing_time_limit_note,
     training_days,
 )
 from planner.space import SearchSpace
@@ -166,3 +168,90 @@ def test_scaling_plot_writes_a_png(tmp_path) -> None:
     )
     path = scaling_plot(result, tmp_path / "scaling.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class SizeClock:
+    """A clock that advances ``step_s`` seconds when the sizing run moves to a new size, and
+    ``search_step_s`` at every progress step of a size's search."""
+
+    def __init__(self, step_s: float, search_step_s: float = 0.0) -> None:
+        self.now = 0.0
+        self.step_s, self.search_step_s = step_s, search_step_s
+        self.sizes: list[int] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def progress(self, gpus: int, done: int, total: int) -> None:
+        if not self.sizes or self.sizes[-1] != gpus:
+            self.sizes.append(gpus)
+            self.now += self.step_s
+        else:
+            self.now += self.search_step_s
+
+
+def test_time_limit_is_split_over_the_sizes_and_stops_the_ladder() -> None:
+    # 25 s over at most 4 sizes, 10 s per size: 25/4, then 15/3, then 5/2 s each; the
+    # fourth size starts past the limit and is not searched
+    clock = SizeClock(10.0)
+    kw = {"max_gpus": 64, "space": NARROW, "top_k": 2}
+    result = size_cluster(
+        get_preset("llama3-8b"), H100, _job(), _profile(), **kw,
+        time_limit_s=25.0, clock=clock, progress=clock.progress,
+    )  # fmt: skip
+    assert [r.num_gpus for r in result.rows] == [8, 16, 32]
+    assert [r.time_limit_s for r in result.rows] == [6.25, 5.0, 2.5]
+    assert result.not_searched == (64,) and result.time_limit_reached
+    assert not any(r.time_limit_reached for r in result.rows)
+    assert result.chosen is not None and result.chosen.num_gpus == 32  # fastest searched
+    note = sizing_time_limit_note(result)
+    assert "Time limit of 25 s reached over the sizing run" in note
+    assert "searched 8, 16 and 32 GPUs; not searched: 64 GPUs" in note
+    assert "cut short" not in note
+
+
+def test_a_size_cut_short_is_named(monkeypatch) -> None:
+    from planner import screening
+
+    monkeypatch.setattr(screening, "FIRST_ROUND_ROWS", 1)  # one group per round
+    clock = SizeClock(0.0, search_step_s=1.0)
+    result = size_cluster(
+        get_preset("llama3-8b"), H100, _job(), _profile(), max_gpus=64, space=NARROW,
+        time_limit_s=4.0, clock=clock, progress=clock.progress,
+    )  # fmt: skip
+    first = result.rows[0]
+    assert first.time_limit_reached and first.best is not None and first.time_limit_s == 1.0
+    searched = [r.num_gpus for r in result.rows]
+    assert searched + list(result.not_searched) == [8, 16, 32, 64] and result.not_searched
+    assert "cut short: 8 GPUs (the plan of each is the best of the candidates its search" in (
+        sizing_time_limit_note(result)
+    )
+
+
+def test_a_limit_not_reached_leaves_the_sizing_unchanged() -> None:
+    kw = {"max_gpus": 32, "space": NARROW, "top_k": 1}
+    model = get_preset("llama3-8b")
+    plain = size_cluster(model, H100, _job(), _profile(), **kw)
+    limited = size_cluster(model, H100, _job(), _profile(), **kw, time_limit_s=3600.0)
+    assert [r.best.plan for r in limited.rows] == [r.best.plan for r in plain.rows]
+    assert not limited.time_limit_reached and sizing_time_limit_note(limited) == ""
+
+
+@pytest.mark.parametrize("limit", [0.0, -5.0, float("nan")])
+def test_sizing_refuses_a_limit_that_is_not_positive(limit: float) -> None:
+    with pytest.raises(SpecError, match=r"SearchPace.time_limit_s must be > 0 seconds"):
+        size_cluster(get_preset("tiny"), H100, _job(), _profile(), days=1.0, time_limit_s=limit)
+
+
+def test_a_deadline_met_leaves_only_the_sizes_past_it_to_share_the_limit() -> None:
+    # the deadline is met at 8 GPUs: two sizes past it remain of the ladder's eight, so the
+    # 16-GPU search gets the 5 s left over 2, and only 32 GPUs is left unsearched
+    clock = SizeClock(10.0)
+    result = size_cluster(
+        get_preset("llama3-8b"), H100, _job(), _profile(), days=1e9, max_gpus=1024,
+        space=NARROW, top_k=1, time_limit_s=15.0, clock=clock, progress=clock.progress,
+    )  # fmt: skip
+    assert [r.num_gpus for r in result.rows] == [8, 16]
+    assert [r.time_limit_s for r in result.rows] == [15.0 / 8, 2.5]
+    assert result.not_searched == (32,)
+    assert result.chosen is not None and result.chosen.num_gpus == 8

@@ -1,0 +1,85 @@
+"""The model-state memory floor of candidate plans: a lower bound of each candidate's peak
+memory per rank, from its weights, gradients and optimizer state alone. The search
+(`planner.screening`) drops the candidates whose floor is over the memory limit before the
+closed-form screen, which is the expensive step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
+from costmodel.schedules import plan_split
+from planner.row_groups import row_groups
+from planner.space import plan_from_row
+from planner.splits import SPLIT_COLUMNS
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+_PARAM_KEYS = ["tp", "pp", "vpp", "ep", "etp", *SPLIT_COLUMNS]
+"""What the parameters a rank holds on a stage depend on."""
+
+
+def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
+    """The first and last stage and the middle stage with the most MoE layers, then the
+    most layers: together they hold the most parameters of any stage."""
+    split = plan_split(model, plan)
+    mask = model.moe_layer_mask()
+    middle = range(1, plan.pp - 1)
+    stages = {0, plan.pp - 1}
+
+    def weight(stage: int) -> tuple[int, int]:
+        layers = split.rank_layers(stage)
+        return sum(mask[i] for i in layers), len(layers)
+
+    if len(middle):
+        stages.add(max(middle, key=weight))
+    return stages
+
+
+def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
+    """Per row of ``rows`` (distinct (tp, pp, vpp, ep, etp, split)): the dense and expert
+    parameters one rank holds on each stage of `_floor_stages`, shape (rows, 2, 3): [:, 0]
+    dense, [:, 1] expert, a repeated stage where fewer than three are distinct."""
+    out = np.zeros((len(rows), 2, 3))
+    for i, row in enumerate(rows.to_dict("records")):
+        plan = plan_from_row(row | {"cp": 1, "dp": 1, "micro_batch_size": 1}, model)
+        stages = sorted(_floor_stages(model, plan))
+        stages += [stages[-1]] * (3 - len(stages))
+        for j, stage in enumerate(stages):
+            held = stage_params(model, plan, stage)
+            out[i, :, j] = held.dense, held.expert
+    return out
+
+
+def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
+    """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
+    state of the first, the last and the fullest middle pipeline stage
+    (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`, the shards of
+    `costmodel.memory.optimizer_shards`) plus the fixed framework allowance. Activations
+    only add to it, so a row whose floor is over the limit cannot fit; the search drops it
+    before the closed-form screen, which is the expensive step. Stage parameters are
+    counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy
+    arithmetic over the rows. A row with ``use_megatron_fsdp`` (when the table has that
+    column) is bounded by every byte sharded, which holds for each sharding strategy
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that)."""
+    weight, grad, state = bytes_per_param(job)
+    first, group = row_groups(table, _PARAM_KEYS)
+    params = _stage_param_table(model, table.iloc[first])[group]
+    distopt = table["distributed_optimizer"].to_numpy(dtype=bool)
+    fsdp = np.zeros(len(table), dtype=bool)
+    if "use_megatron_fsdp" in table.columns:
+        fsdp = table["use_megatron_fsdp"].to_numpy(dtype=bool)
+    tp, pp, cp, dp = (table[k].to_numpy() for k in ("tp", "pp", "cp", "dp"))
+    expert_dp = np.maximum(tp * pp * cp * dp // (table["etp"] * table["ep"] * pp).to_numpy(), 1)
+    dense_shards = np.where(distopt | fsdp, dp * cp, 1)
+    expert_shards = np.where(distopt | fsdp, expert_dp, 1)
+    worst = np.zeros(len(table))
+    for i in range(3):
+        dense, expert = params[:, 0, i], params[:, 1, i]
+        sharded = dense / dense_shards + expert / expert_shards
+        whole = np.where(fsdp, sharded, dense + expert)
+        worst = np.maximum(worst, (weight + grad) * whole + state * sharded)
+    return worst + FrameworkAllowance().fixed_bytes
