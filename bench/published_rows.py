@@ -126,6 +126,19 @@ PRE_FA3_SOURCES = ("NEMOTRON4-",)
 """Sources on a pre-FA3 stack that print no version: the Nemotron-4 reports (2024-02 and
 2024-06, trained before FA3 was released)."""
 
+TE1_DEFAULT_UB_STACKS = ("Megatron-Core r0.8.0",)
+"""``source_version`` markers of Megatron-LM stacks that overlap TP communication with
+Transformer Engine 1.x's default userbuffers configuration: Megatron-LM r0.8.0 passes
+``ub_cfgs = {}`` to ``initialize_ub`` without ``--tp-comm-overlap-cfg``
+(``megatron/training/initialize.py``, ``_initialize_tp_communicators``), and TE before
+v2.0 (2025-02) then registers every method with ``set_sm_margin`` 0 (``add_ub`` default,
+``transformer_engine/pytorch/module/base.py`` v1.7 to v1.13): the ``bulk`` and
+``pipeline`` GEMMs keep every SM (`PRE_TE2_USERBUFFERS`). NeMo stacks pass their own
+userbuffers configurations and are not listed."""
+
+PRE_TE2_USERBUFFERS = {"tp_overlap_bulk_sm_margin": False, "tp_overlap_pipeline_sm_margin": False}
+"""`ExecutionOptions` userbuffers fields of `TE1_DEFAULT_UB_STACKS`."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RowCase:
@@ -352,7 +365,8 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
 def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> ExecutionOptions:
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
-    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
+    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention (and, for
+    `TE1_DEFAULT_UB_STACKS`, Transformer Engine 1.x's userbuffers defaults); plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
     `gpt_oss_recipes`), for a
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
@@ -382,7 +396,8 @@ def _era_options(raw: dict[str, str]) -> ExecutionOptions:
     if any(m in version for m in MEGATRON_2023_STACKS):
         return MEGATRON_2023
     if source.startswith(PRE_FA3_SOURCES) or any(m in version for m in PRE_FA3_STACKS):
-        return dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2)
+        fields = PRE_TE2_USERBUFFERS if any(m in version for m in TE1_DEFAULT_UB_STACKS) else {}
+        return dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2, **fields)
     return DEFAULT_OPTIONS
 
 
