@@ -365,11 +365,11 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
 def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> ExecutionOptions:
     """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
     rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
-    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention (and, for
-    `TE1_DEFAULT_UB_STACKS`, Transformer Engine 1.x's userbuffers defaults); plus the
+    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
     `gpt_oss_recipes`), for a
-    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
+    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
+    1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
     (`row_recipes.fp8_weight_fields`) and gradient-reduction element size
     (`row_recipes.grad_sync_fields`). Whether FP8 GEMMs take only the TN layout is the
@@ -379,11 +379,17 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw)
     if plan is not None:
         fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
+        if plan.tp_comm_overlap and _te1_default_userbuffers(raw):
+            fields = {**fields, **PRE_TE2_USERBUFFERS}
     if expandable_segments(raw):
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
     fields.update(grad_sync_fields(raw))
     return dataclasses.replace(options, **fields) if fields else options
+
+
+def _te1_default_userbuffers(raw: dict[str, str]) -> bool:
+    return any(m in _text(raw, "source_version") for m in TE1_DEFAULT_UB_STACKS)
 
 
 def _era_options(raw: dict[str, str]) -> ExecutionOptions:
@@ -396,8 +402,7 @@ def _era_options(raw: dict[str, str]) -> ExecutionOptions:
     if any(m in version for m in MEGATRON_2023_STACKS):
         return MEGATRON_2023
     if source.startswith(PRE_FA3_SOURCES) or any(m in version for m in PRE_FA3_STACKS):
-        fields = PRE_TE2_USERBUFFERS if any(m in version for m in TE1_DEFAULT_UB_STACKS) else {}
-        return dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2, **fields)
+        return dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2)
     return DEFAULT_OPTIONS
 
 

@@ -253,11 +253,43 @@ def embedding_time_s(
 ) -> float:
     """Word-embedding lookup of ``tokens`` rows of ``width``.
 
-    Forward gathers rows and writes them (2·e). Backward scatter-adds the output gradient
-    into the fp32 gradient rows (read dy: e; read-modify-write fp32: 8).
+    Forward gathers rows and writes them (2·e). Backward sums the output gradient of the
+    tokens into their rows of the weight's dense gradient (``F.embedding`` backward,
+    PyTorch ``aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu``: ``compute_grad_weight``
+    reads dy and writes fp32 partial sums per sorted segment, ``sum_and_scatter`` reads them
+    and writes the rows: 2·e + 8); the dense gradient's allocation and its accumulation into
+    the main gradient are `embedding_weight_grad_time_s`.
     """
-    per_element = 2 * elem if direction == "forward" else elem + 2 * FP32_BYTES
+    per_element = 2 * elem if direction == "forward" else 2 * elem + 2 * FP32_BYTES
     return memory_bound_time_s(profile, per_element * tokens * width)
+
+
+def embedding_weight_grad_time_s(
+    profile: HardwareProfile,
+    rows: float,
+    width: int,
+    elem: int,
+    main_grad_bytes: int = FP32_BYTES,
+) -> float:
+    """Per backward pass, the passes over a ``rows`` x ``width`` embedding slice that its
+    dense gradient costs beyond the token rows (`embedding_time_s`).
+
+    Megatron's `VocabParallelEmbedding` looks rows up with ``F.embedding`` (non-sparse), whose
+    backward returns a dense gradient of the whole vocabulary slice: zero-filled first
+    (write e per element), then the data-parallel wrapper's gradient hook adds it into the
+    main gradient (``param.main_grad.add_(param.grad.data)``: read e, read and write
+    ``main_grad_bytes``), since the embedding has no fused weight-gradient accumulation.
+    Sources: NVIDIA/Megatron-LM ``megatron/core/tensor_parallel/layers.py``
+    (``VocabParallelEmbedding.forward``) and
+    ``megatron/core/distributed/distributed_data_parallel.py`` (``_make_param_hook``),
+    core_r0.8.0; the 2021 ``megatron/model/distributed.py`` hook is the same add.
+    """
+    if rows < 0 or width < 0:
+        raise SpecError(
+            f"embedding_weight_grad_time_s: rows ({rows}) and width ({width}) must be >= 0"
+        )
+    per_element = 2 * elem + 2 * main_grad_bytes
+    return memory_bound_time_s(profile, per_element * rows * width, num_ops=2)
 
 
 def grad_accumulation_time_s(
