@@ -380,17 +380,21 @@ def optimizer_step_time_s(
 
     Per parameter of the rank's optimizer shard: read the fp32 gradient (4), read and write
     Adam m and v (16), read and write the fp32 master weight (8) and, under mixed precision,
-    write the bf16 copy (2); an fp32 run updates the weight in place (8, no copy). Per local
-    parameter (the full gradient buffer): the gradient-norm pass for clipping reads it
-    (``main_grad_bytes``) and zeroing it for the next iteration writes it (the same). Source:
+    write the bf16 copy (2); an fp32 run updates the weight in place (8, no copy); the
+    gradient-norm pass for clipping reads the shard's main gradients (4 once they are fp32
+    copies, else ``main_grad_bytes``): Megatron-core's ``get_main_grads_for_grad_norm``
+    takes the gradients of the optimizer's own parameters, which the distributed optimizer
+    limits to its shard (``shard_main_param.grad``). Per local parameter (the full gradient
+    buffer): zeroing it for the next iteration writes it (``main_grad_bytes``). Source:
     Megatron-LM `DistributedOptimizer.step` (copy-to-main-grad, clip, inner step,
-    copy-main-to-model). Each of the four passes launches about one kernel per parameter
-    tensor.
+    copy-main-to-model; megatron/core/optimizer/optimizer.py and distrib_optimizer.py,
+    core_r0.8.0). Each of the four passes launches about one kernel per parameter tensor.
 
-    ``loss_scaling`` (fp16, Megatron `FP16OptimizerWithFP16Params`): the fp16 gradients are
-    first copied into fp32 main gradients (read ``main_grad_bytes``, write 4) and unscaled
-    with an inf/NaN check (read and write 4), per shard parameter, two more passes; the
-    gradient norm then reads the fp32 copies (4 per local parameter).
+    A 16-bit gradient buffer (``main_grad_bytes`` 2) under mixed precision is copied into
+    fp32 main gradients first (``shard_main_param.grad = shard_model_grad.float()``: read 2,
+    write 4 per shard parameter, one more pass). ``loss_scaling`` (fp16, Megatron
+    `FP16OptimizerWithFP16Params`): the same copy plus the unscale with an inf/NaN check
+    (read and write 4), two more passes.
     """
     if shard_params < 0 or local_params < 0:
         raise SpecError(
@@ -399,11 +403,15 @@ def optimizer_step_time_s(
         )
     per_shard = 4 + 16 + 8 + (2 if mixed_precision else 0)
     passes = 4
+    copied = loss_scaling or (mixed_precision and main_grad_bytes != FP32_BYTES)
+    if copied:
+        per_shard += main_grad_bytes + FP32_BYTES
+        passes += 1
     if loss_scaling:
-        per_shard += main_grad_bytes + 4 + 8
-        passes += 2
-    norm_read = FP32_BYTES if loss_scaling else main_grad_bytes  # norm of the fp32 copies
-    bytes_moved = per_shard * shard_params + (norm_read + main_grad_bytes) * local_params
+        per_shard += 8
+        passes += 1
+    per_shard += FP32_BYTES if copied else main_grad_bytes  # the norm of the main gradients
+    bytes_moved = per_shard * shard_params + main_grad_bytes * local_params
     return memory_bound_time_s(profile, bytes_moved, num_ops=passes * max(num_tensors, 1))
 
 

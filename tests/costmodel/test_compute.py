@@ -84,17 +84,29 @@ def test_memory_bound_ops_move_the_documented_bytes():
 
 
 def test_optimizer_step_bytes():
-    # Adam with fp32 master weights: 30 bytes per shard parameter, 8 per local parameter
-    # (gradient-norm read and zeroing of the fp32 gradient buffer).
+    # Adam with fp32 master weights: 30 bytes per shard parameter plus the gradient-norm
+    # read of the shard's fp32 main gradients (4; Megatron-core get_main_grads_for_grad_norm
+    # over the optimizer's shard parameters), 4 per local parameter (zeroing the buffer).
     bw = memory_bandwidth_Bps(H100)
     t = ops.optimizer_step_time_s(
         H100, shard_params=1e9, local_params=4e9, mixed_precision=True, num_tensors=10
     )
-    assert t == pytest.approx((30e9 + 32e9) / bw)
+    assert t == pytest.approx((34e9 + 16e9) / bw)
+    # A bf16 gradient buffer is copied to fp32 main gradients (read 2, write 4) that the
+    # norm then reads (4); zeroing writes 2 per local parameter.
+    bf16 = ops.optimizer_step_time_s(
+        H100,
+        shard_params=1e9,
+        local_params=4e9,
+        mixed_precision=True,
+        num_tensors=10,
+        main_grad_bytes=2,
+    )
+    assert bf16 == pytest.approx((40e9 + 8e9) / bw)
     fp32 = ops.optimizer_step_time_s(
         H100, shard_params=1e9, local_params=0, mixed_precision=False, num_tensors=10
     )
-    assert fp32 == pytest.approx(28e9 / bw)
+    assert fp32 == pytest.approx((28e9 + 4e9) / bw)  # in-place update, norm of the shard
 
 
 def test_flash_attention_uses_the_profile_throughput():
