@@ -134,6 +134,8 @@ def time_recipe_flags(options: ExecutionOptions) -> list[str]:
         flags += ["--tp-comm-overlap-rs-method", options.tp_overlap_rs_method]
     if not options.tp_overlap_bulk_sm_margin:
         flags += ["--no-tp-comm-overlap-bulk-sm-margin"]
+    if not options.tp_overlap_pipeline_sm_margin:
+        flags += ["--no-tp-comm-overlap-pipeline-sm-margin"]
     return flags
 
 

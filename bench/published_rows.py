@@ -128,6 +128,19 @@ PRE_FA3_SOURCES = ("NEMOTRON4-",)
 """Sources on a pre-FA3 stack that print no version: the Nemotron-4 reports (2024-02 and
 2024-06, trained before FA3 was released)."""
 
+TE1_DEFAULT_UB_STACKS = ("Megatron-Core r0.8.0",)
+"""``source_version`` markers of Megatron-LM stacks that overlap TP communication with
+Transformer Engine 1.x's default userbuffers configuration: Megatron-LM r0.8.0 passes
+``ub_cfgs = {}`` to ``initialize_ub`` without ``--tp-comm-overlap-cfg``
+(``megatron/training/initialize.py``, ``_initialize_tp_communicators``), and TE before
+v2.0 (2025-02) then registers every method with ``set_sm_margin`` 0 (``add_ub`` default,
+``transformer_engine/pytorch/module/base.py`` v1.7 to v1.13): the ``bulk`` and
+``pipeline`` GEMMs keep every SM (`PRE_TE2_USERBUFFERS`). NeMo stacks pass their own
+userbuffers configurations and are not listed."""
+
+PRE_TE2_USERBUFFERS = {"tp_overlap_bulk_sm_margin": False, "tp_overlap_pipeline_sm_margin": False}
+"""`ExecutionOptions` userbuffers fields of `TE1_DEFAULT_UB_STACKS`."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RowCase:
@@ -395,7 +408,8 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
     `gpt_oss_recipes`), for a
-    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`), its
+    ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
+    1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
     (`row_recipes.fp8_weight_fields`) and gradient-reduction element size
     (`row_recipes.grad_sync_fields`). Whether FP8 GEMMs take only the TN layout is the
@@ -405,11 +419,17 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw)
     if plan is not None:
         fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
+        if plan.tp_comm_overlap and _te1_default_userbuffers(raw):
+            fields = {**fields, **PRE_TE2_USERBUFFERS}
     if expandable_segments(raw):
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
     fields.update(grad_sync_fields(raw))
     return dataclasses.replace(options, **fields) if fields else options
+
+
+def _te1_default_userbuffers(raw: dict[str, str]) -> bool:
+    return any(m in _text(raw, "source_version") for m in TE1_DEFAULT_UB_STACKS)
 
 
 def _era_options(raw: dict[str, str]) -> ExecutionOptions:

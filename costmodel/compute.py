@@ -253,11 +253,43 @@ def embedding_time_s(
 ) -> float:
     """Word-embedding lookup of ``tokens`` rows of ``width``.
 
-    Forward gathers rows and writes them (2·e). Backward scatter-adds the output gradient
-    into the fp32 gradient rows (read dy: e; read-modify-write fp32: 8).
+    Forward gathers rows and writes them (2·e). Backward sums the output gradient of the
+    tokens into their rows of the weight's dense gradient (``F.embedding`` backward,
+    PyTorch ``aten/src/ATen/native/cuda/EmbeddingBackwardKernel.cu``: ``compute_grad_weight``
+    reads dy and writes fp32 partial sums per sorted segment, ``sum_and_scatter`` reads them
+    and writes the rows: 2·e + 8); the dense gradient's allocation and its accumulation into
+    the main gradient are `embedding_weight_grad_time_s`.
     """
-    per_element = 2 * elem if direction == "forward" else elem + 2 * FP32_BYTES
+    per_element = 2 * elem if direction == "forward" else 2 * elem + 2 * FP32_BYTES
     return memory_bound_time_s(profile, per_element * tokens * width)
+
+
+def embedding_weight_grad_time_s(
+    profile: HardwareProfile,
+    rows: float,
+    width: int,
+    elem: int,
+    main_grad_bytes: int = FP32_BYTES,
+) -> float:
+    """Per backward pass, the passes over a ``rows`` x ``width`` embedding slice that its
+    dense gradient costs beyond the token rows (`embedding_time_s`).
+
+    Megatron's `VocabParallelEmbedding` looks rows up with ``F.embedding`` (non-sparse), whose
+    backward returns a dense gradient of the whole vocabulary slice: zero-filled first
+    (write e per element), then the data-parallel wrapper's gradient hook adds it into the
+    main gradient (``param.main_grad.add_(param.grad.data)``: read e, read and write
+    ``main_grad_bytes``), since the embedding has no fused weight-gradient accumulation.
+    Sources: NVIDIA/Megatron-LM ``megatron/core/tensor_parallel/layers.py``
+    (``VocabParallelEmbedding.forward``) and
+    ``megatron/core/distributed/distributed_data_parallel.py`` (``_make_param_hook``),
+    core_r0.8.0; the 2021 ``megatron/model/distributed.py`` hook is the same add.
+    """
+    if rows < 0 or width < 0:
+        raise SpecError(
+            f"embedding_weight_grad_time_s: rows ({rows}) and width ({width}) must be >= 0"
+        )
+    per_element = 2 * elem + 2 * main_grad_bytes
+    return memory_bound_time_s(profile, per_element * rows * width, num_ops=2)
 
 
 def grad_accumulation_time_s(
@@ -348,17 +380,21 @@ def optimizer_step_time_s(
 
     Per parameter of the rank's optimizer shard: read the fp32 gradient (4), read and write
     Adam m and v (16), read and write the fp32 master weight (8) and, under mixed precision,
-    write the bf16 copy (2); an fp32 run updates the weight in place (8, no copy). Per local
-    parameter (the full gradient buffer): the gradient-norm pass for clipping reads it
-    (``main_grad_bytes``) and zeroing it for the next iteration writes it (the same). Source:
+    write the bf16 copy (2); an fp32 run updates the weight in place (8, no copy); the
+    gradient-norm pass for clipping reads the shard's main gradients (4 once they are fp32
+    copies, else ``main_grad_bytes``): Megatron-core's ``get_main_grads_for_grad_norm``
+    takes the gradients of the optimizer's own parameters, which the distributed optimizer
+    limits to its shard (``shard_main_param.grad``). Per local parameter (the full gradient
+    buffer): zeroing it for the next iteration writes it (``main_grad_bytes``). Source:
     Megatron-LM `DistributedOptimizer.step` (copy-to-main-grad, clip, inner step,
-    copy-main-to-model). Each of the four passes launches about one kernel per parameter
-    tensor.
+    copy-main-to-model; megatron/core/optimizer/optimizer.py and distrib_optimizer.py,
+    core_r0.8.0). Each of the four passes launches about one kernel per parameter tensor.
 
-    ``loss_scaling`` (fp16, Megatron `FP16OptimizerWithFP16Params`): the fp16 gradients are
-    first copied into fp32 main gradients (read ``main_grad_bytes``, write 4) and unscaled
-    with an inf/NaN check (read and write 4), per shard parameter, two more passes; the
-    gradient norm then reads the fp32 copies (4 per local parameter).
+    A 16-bit gradient buffer (``main_grad_bytes`` 2) under mixed precision is copied into
+    fp32 main gradients first (``shard_main_param.grad = shard_model_grad.float()``: read 2,
+    write 4 per shard parameter, one more pass). ``loss_scaling`` (fp16, Megatron
+    `FP16OptimizerWithFP16Params`): the same copy plus the unscale with an inf/NaN check
+    (read and write 4), two more passes.
     """
     if shard_params < 0 or local_params < 0:
         raise SpecError(
@@ -367,11 +403,15 @@ def optimizer_step_time_s(
         )
     per_shard = 4 + 16 + 8 + (2 if mixed_precision else 0)
     passes = 4
+    copied = loss_scaling or (mixed_precision and main_grad_bytes != FP32_BYTES)
+    if copied:
+        per_shard += main_grad_bytes + FP32_BYTES
+        passes += 1
     if loss_scaling:
-        per_shard += main_grad_bytes + 4 + 8
-        passes += 2
-    norm_read = FP32_BYTES if loss_scaling else main_grad_bytes  # norm of the fp32 copies
-    bytes_moved = per_shard * shard_params + (norm_read + main_grad_bytes) * local_params
+        per_shard += 8
+        passes += 1
+    per_shard += FP32_BYTES if copied else main_grad_bytes  # the norm of the main gradients
+    bytes_moved = per_shard * shard_params + main_grad_bytes * local_params
     return memory_bound_time_s(profile, bytes_moved, num_ops=passes * max(num_tensors, 1))
 
 

@@ -321,7 +321,19 @@ class ExecutionOptions:
     `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`). False: the GEMM is
     launched on every SM and the communication kernel shares them only while it runs; every
     Llama configuration of Megatron-Bridge sets ``BulkOverlapCfg(..., set_sm_margin=False)``
-    (``src/megatron/bridge/training/comm_overlap.py``)."""
+    (``src/megatron/bridge/training/comm_overlap.py``). Transformer Engine before v2.0
+    (2025-02) registered every method without the margin (``add_ub(..., set_sm_margin=0)``
+    and ``ub_cfg.get("set_sm_margin", 0)`` in ``initialize_ub``,
+    `transformer_engine/pytorch/module/base.py` v1.7 to v1.13); v2.0 made it
+    ``not method == "ring_exchange"``."""
+
+    tp_overlap_pipeline_sm_margin: bool = True
+    """Whether the ``pipeline`` reduce-scatter overlap of the row-parallel forward GEMMs
+    (``proj_fprop``, ``fc2_fprop``) runs its GEMM chunks on SMs - num_sm (``set_sm_margin``;
+    ``initialize_ub`` default True from Transformer Engine v2.0, False before it: v1.7 to
+    v1.13 register every method with ``set_sm_margin=0``). False: the chunks keep every SM
+    and share them with the reduce-scatter kernel only while it runs
+    (`costmodel.runtimes.megatron.userbuffers.tp_overlap_pair_s`)."""
 
     cross_entropy_fusion: CrossEntropyFusion = "unfused"
     """The loss's cross-entropy implementation, which sets what the last stage keeps of the

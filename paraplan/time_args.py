@@ -113,6 +113,14 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         "--tp-comm-overlap-cfg; default yes, as TE); --no-tp-comm-overlap-bulk-sm-margin: "
         "the GEMM keeps every SM, as every Megatron-Bridge configuration",
     )
+    group.add_argument(
+        "--tp-comm-overlap-pipeline-sm-margin",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --tp-comm-overlap: whether the pipeline reduce-scatter overlap (proj/fc2 "
+        "forward) runs its GEMM chunks on SMs - 16 (set_sm_margin; default yes, as TE from "
+        "v2.0); --no-tp-comm-overlap-pipeline-sm-margin: every SM, as TE 1.x's defaults",
+    )
 
 
 def time_option_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,7 +175,8 @@ def cuda_graph_scopes(args: argparse.Namespace) -> frozenset[str] | None:
 
 
 def userbuffers_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """`ExecutionOptions.tp_overlap_rs_method` and ``tp_overlap_bulk_sm_margin`` of their
+    """`ExecutionOptions.tp_overlap_rs_method`, ``tp_overlap_bulk_sm_margin`` and
+    ``tp_overlap_pipeline_sm_margin`` of their
     flags; `SpecError` where a plan flag turns TP overlap off (``args.tp_comm_overlap``
     False; None, searched by `paraplan plan`, accepts them)."""
     fields: dict[str, Any] = {}
@@ -175,10 +184,13 @@ def userbuffers_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["tp_overlap_rs_method"] = args.tp_comm_overlap_rs_method
     if getattr(args, "tp_comm_overlap_bulk_sm_margin", None) is not None:
         fields["tp_overlap_bulk_sm_margin"] = args.tp_comm_overlap_bulk_sm_margin
+    if getattr(args, "tp_comm_overlap_pipeline_sm_margin", None) is not None:
+        fields["tp_overlap_pipeline_sm_margin"] = args.tp_comm_overlap_pipeline_sm_margin
     if fields and getattr(args, "tp_comm_overlap", None) is False:
         flags = {
             "tp_overlap_rs_method": "--tp-comm-overlap-rs-method",
             "tp_overlap_bulk_sm_margin": "--[no-]tp-comm-overlap-bulk-sm-margin",
+            "tp_overlap_pipeline_sm_margin": "--[no-]tp-comm-overlap-pipeline-sm-margin",
         }
         raise SpecError(
             f"{' and '.join(flags[f] for f in fields)} set how Transformer Engine's "

@@ -393,7 +393,15 @@ def test_megatron_bridge_llama_rows_run_the_recipes_userbuffers_methods():
     for raw in (LLAMA70_FSDP, MLM_README_32B):
         options = rows_mod.case_for_row(raw).options
         assert options.tp_overlap_rs_method == "pipeline"
-        assert options.tp_overlap_bulk_sm_margin is True
+    assert rows_mod.case_for_row(LLAMA70_FSDP).options.tp_overlap_bulk_sm_margin is True
+
+
+def test_megatron_lm_r080_rows_run_transformer_engine_1x_userbuffers_defaults():
+    # r0.8.0 passes ub_cfgs = {} to initialize_ub; TE 1.x registers every method with
+    # set_sm_margin 0 (transformer_engine/pytorch/module/base.py v1.8, add_ub).
+    options = rows_mod.case_for_row(MLM_README_32B).options
+    assert options.tp_overlap_bulk_sm_margin is False
+    assert options.tp_overlap_pipeline_sm_margin is False
 
 
 def test_memory_options_follow_the_release_launch_scripts():

@@ -84,17 +84,29 @@ def test_memory_bound_ops_move_the_documented_bytes():
 
 
 def test_optimizer_step_bytes():
-    # Adam with fp32 master weights: 30 bytes per shard parameter, 8 per local parameter
-    # (gradient-norm read and zeroing of the fp32 gradient buffer).
+    # Adam with fp32 master weights: 30 bytes per shard parameter plus the gradient-norm
+    # read of the shard's fp32 main gradients (4; Megatron-core get_main_grads_for_grad_norm
+    # over the optimizer's shard parameters), 4 per local parameter (zeroing the buffer).
     bw = memory_bandwidth_Bps(H100)
     t = ops.optimizer_step_time_s(
         H100, shard_params=1e9, local_params=4e9, mixed_precision=True, num_tensors=10
     )
-    assert t == pytest.approx((30e9 + 32e9) / bw)
+    assert t == pytest.approx((34e9 + 16e9) / bw)
+    # A bf16 gradient buffer is copied to fp32 main gradients (read 2, write 4) that the
+    # norm then reads (4); zeroing writes 2 per local parameter.
+    bf16 = ops.optimizer_step_time_s(
+        H100,
+        shard_params=1e9,
+        local_params=4e9,
+        mixed_precision=True,
+        num_tensors=10,
+        main_grad_bytes=2,
+    )
+    assert bf16 == pytest.approx((40e9 + 8e9) / bw)
     fp32 = ops.optimizer_step_time_s(
         H100, shard_params=1e9, local_params=0, mixed_precision=False, num_tensors=10
     )
-    assert fp32 == pytest.approx(28e9 / bw)
+    assert fp32 == pytest.approx((28e9 + 4e9) / bw)  # in-place update, norm of the shard
 
 
 def test_flash_attention_uses_the_profile_throughput():
@@ -261,3 +273,21 @@ def test_grad_buffer_passes_divide_and_check_the_fp32_buffer():
     scale_only = ops.grad_buffer_passes_time_s(H100, params, 2, scale=True, nan_check=False)
     assert scale_only == pytest.approx(4 * params / bw)
     assert ops.grad_buffer_passes_time_s(H100, params, scale=False, nan_check=False) == 0.0
+
+
+def test_embedding_weight_grad_is_a_dense_zero_fill_and_a_main_grad_add():
+    # Megatron-LM README 2024 GPT 1.7B at tp 1: vocab 131072 x hidden 2048 in bf16, fp32 main
+    # gradient. F.embedding's backward zero-fills the dense bf16 gradient (2 bytes per
+    # element), the DDP hook's main_grad.add_ reads it (2) and reads and writes fp32 (8):
+    # 12 bytes x 268,435,456 elements = 3.22 GB, 1.07 ms at the H100's 3.35 TB/s x 0.9.
+    rows, width = 131072, 2048
+    t = ops.embedding_weight_grad_time_s(H100, rows, width, 2)
+    moved = 12 * rows * width
+    assert moved == 3_221_225_472
+    assert t == pytest.approx(moved / memory_bandwidth_Bps(H100, moved / 2), rel=1e-9)
+    assert t == pytest.approx(1.07e-3, rel=0.01)
+    # bf16 main gradients (Megatron-Bridge's grad_reduce_in_fp32 False) move 8 bytes.
+    bf16 = ops.embedding_weight_grad_time_s(H100, rows, width, 2, main_grad_bytes=2)
+    assert bf16 == pytest.approx(t * 8 / 12, rel=1e-9)
+    with pytest.raises(SpecError, match="embedding_weight_grad_time_s"):
+        ops.embedding_weight_grad_time_s(H100, -1, width, 2)

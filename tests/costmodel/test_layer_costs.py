@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
+from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     PassCost,
@@ -28,6 +29,7 @@ from costmodel.runtimes.megatron.userbuffers import (
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.params import padded_vocab_size
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -301,6 +303,19 @@ def test_embedding_and_logits():
     assert emb_f.tp_s > 0 and emb_b.tp_s > 0  # reduce-scatter out, all-gather back
     assert log_b.compute_s > log_f.compute_s > emb_f.compute_s
     assert log_f.tp_s > 0 and log_b.tp_s > 0
+
+
+def test_embedding_backward_builds_the_dense_gradient_of_the_rank_vocab_slice():
+    plan = ParallelPlan(tp=8, sequence_parallel=True)
+    _, emb_b = embedding_cost(LLAMA, JOB, plan, H100)
+    tokens = JOB.seq_length * plan.micro_batch_size
+    rows = padded_vocab_size(LLAMA.vocab_size, 8) / 8
+    scatter = ops.embedding_time_s(H100, tokens, LLAMA.hidden_size, 2, "backward")
+    dense = ops.embedding_weight_grad_time_s(H100, rows, LLAMA.hidden_size, 2)
+    assert emb_b.compute_s == pytest.approx(scatter + dense, rel=1e-12)
+    bf16_grads = dataclasses.replace(DEFAULT_OPTIONS, main_grad_bytes=2)
+    _, lighter = embedding_cost(LLAMA, JOB, plan, H100, options=bf16_grads)
+    assert lighter.compute_s < emb_b.compute_s
 
 
 def test_pass_cost_arithmetic():

@@ -22,6 +22,7 @@ from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -54,6 +55,7 @@ def layer(options: ExecutionOptions, plan: ParallelPlan = PLAN, profile=GB300):
 def test_defaults_are_transformer_engine_initialize_ub_defaults():
     assert DEFAULT_OPTIONS.tp_overlap_rs_method == "pipeline"
     assert DEFAULT_OPTIONS.tp_overlap_bulk_sm_margin is True
+    assert DEFAULT_OPTIONS.tp_overlap_pipeline_sm_margin is True
     with pytest.raises(SpecError, match="tp_overlap_rs_method"):
         ExecutionOptions(tp_overlap_rs_method="bulk")  # type: ignore[arg-type]
 
@@ -99,6 +101,50 @@ def test_bulk_without_sm_margin_slows_the_gemm_only_while_the_comm_runs():
     assert margin == pytest.approx(fc2_dgrad_ring + with_margin)
     assert shared == pytest.approx(fc2_dgrad_ring + without)
     assert shared < margin
+
+
+TE1_DEFAULTS = dataclasses.replace(
+    DEFAULT_OPTIONS, tp_overlap_bulk_sm_margin=False, tp_overlap_pipeline_sm_margin=False
+)
+"""Transformer Engine 1.x ``initialize_ub`` defaults: every method with ``set_sm_margin`` 0
+(``add_ub``, transformer_engine/pytorch/module/base.py v1.7 to v1.13)."""
+
+
+def test_pipeline_without_sm_margin_keeps_every_sm_but_shares_them_under_the_comm():
+    # CommOverlapBase (TE v1.8 comm_gemm_overlap.h): _math_sms = set_sm_margin ? SMs - 16 : SMs.
+    size, fc1, fc2 = mlp_pair()
+    margin, _ = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2)
+    shared, _ = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2, options=TE1_DEFAULTS)
+    m, n, k = fc2
+    whole = gemm_time_s(GB300, m, n, k, "fp8")
+    chunk = gemm_time_s(GB300, m // 4, n, k, "fp8")
+    rs = collective_time_s(GB300, "reduce_scatter", size / 4, tp4())
+    slow = sm_count(GB300) / (sm_count(GB300) - TP_OVERLAP_COMM_SMS)
+    with_margin = 4 * slow * chunk - whole + rs + 3 * max(0.0, rs - slow * chunk)
+    without = 4 * chunk - whole + rs + 3 * max(0.0, rs - chunk) + 3 * (slow - 1) * min(rs, chunk)
+    assert margin == pytest.approx(ring_s(size, *fc1) + with_margin)
+    assert shared == pytest.approx(ring_s(size, *fc1) + without)
+    assert shared < margin
+
+
+def test_te1_defaults_shorten_the_exposed_tp_time_of_a_bf16_layer_on_h100():
+    # The Megatron-LM README 2024 GPT 7.1B layer (tp 2, h 4096, s 4096), r0.8.0 on TE 1.x.
+    model = ModelSpec(
+        name="gpt-7.1b",
+        num_layers=30,
+        hidden_size=4096,
+        num_attention_heads=32,
+        ffn_hidden_size=4 * 4096,
+        vocab_size=131072,
+        activation="gelu",
+    )
+    job = TrainingJob(seq_length=4096, global_batch_size=192, precision="bf16")
+    plan = ParallelPlan(tp=2, sequence_parallel=True, tp_comm_overlap=True)
+    new = layer_cost(model, job, plan, H100, is_moe=False, options=DEFAULT_OPTIONS)
+    old = layer_cost(model, job, plan, H100, is_moe=False, options=TE1_DEFAULTS)
+    assert old.forward.compute_s == pytest.approx(new.forward.compute_s)
+    assert old.forward.tp_exposed_s < new.forward.tp_exposed_s
+    assert old.backward.tp_exposed_s < new.backward.tp_exposed_s
 
 
 def test_recipe_configuration_moves_only_the_overlapped_tp_time():

@@ -56,6 +56,11 @@ def estimate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
             "tp_overlap_bulk_sm_margin",
             False,
         ),
+        (
+            ("--tp", "2", "--sp", "--tp-comm-overlap", "--no-tp-comm-overlap-pipeline-sm-margin"),
+            "tp_overlap_pipeline_sm_margin",
+            False,
+        ),
     ],
 )
 def test_each_flag_sets_its_option(argv, field, value):

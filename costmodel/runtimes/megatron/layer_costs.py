@@ -716,15 +716,21 @@ def embedding_cost(
     plan: ParallelPlan,
     profile: HardwareProfile,
     groups: CommGroups | None = None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[PassCost, PassCost]:
     """(forward, backward) of the vocab-parallel word embedding for one microbatch: the
     lookup, then an all-reduce (no SP) or reduce-scatter (SP) of its output over TP;
-    backward scatter-adds the gradient (and all-gathers it first with SP)."""
+    backward sums the gradient into the token rows (after all-gathering it with SP), and
+    builds the dense gradient of the rank's vocabulary slice and adds it into the main
+    gradient (`costmodel.compute.embedding_weight_grad_time_s`, ``options.main_grad_bytes``)."""
     comm = groups or _intra_groups(plan)
     x = _shape(job, plan)
     h = model.hidden_size
+    rows = padded_vocab_size(model.vocab_size, plan.tp) / plan.tp
     fwd = PassCost(compute_s=ops.embedding_time_s(profile, x.tokens, h, x.elem, "forward"))
-    bwd = PassCost(compute_s=ops.embedding_time_s(profile, x.tokens, h, x.elem, "backward"))
+    bwd_s = ops.embedding_time_s(profile, x.tokens, h, x.elem, "backward")
+    bwd_s += ops.embedding_weight_grad_time_s(profile, rows, h, x.elem, options.main_grad_bytes)
+    bwd = PassCost(compute_s=bwd_s)
     if x.tp > 1:
         size = x.tokens * h * x.elem
         op = "reduce_scatter" if x.sp else "all_reduce"

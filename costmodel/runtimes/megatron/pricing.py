@@ -87,7 +87,7 @@ def chunk_costs(
         k: layer_cost(model, job, plan, profile, is_moe=k, groups=groups, options=options)
         for k in set(model.moe_layer_mask())
     }
-    emb = embedding_cost(model, job, plan, profile, groups)
+    emb = embedding_cost(model, job, plan, profile, groups, options)
     out = logits_cost(model, job, plan, profile, groups, options)
     mask = model.moe_layer_mask()
     redo = recomputed_layers(model, plan) if plan.recompute == "full" else None

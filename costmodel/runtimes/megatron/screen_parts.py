@@ -118,7 +118,7 @@ def _layer_columns(
     def dense(plan: ParallelPlan, groups: CommGroups) -> dict[str, float]:
         out = layer(plan, groups, False) if False in kinds else {}
         for name, (fwd, bwd) in (
-            ("emb", embedding_cost(model, job, plan, profile, groups)),
+            ("emb", embedding_cost(model, job, plan, profile, groups, options)),
             ("log", logits_cost(model, job, plan, profile, groups, options)),
         ):
             out[f"{name}_f"], out[f"{name}_b"] = fwd.duration_s, bwd.duration_s

@@ -14,8 +14,11 @@ GEMM and gives it one method:
   ``CommOverlapP2PBase::split_overlap_rs``), tp GEMM chunks each produce one rank's partial
   output, sent under the next chunk, and one kernel sums the tp partials
   (``reduce_bf16``);
-- ``pipeline`` (TE's default for ``proj_fprop``/``fc2_fprop``): 4 GEMM chunks on SMs - 16,
-  each chunk's reduce-scatter under the next chunk, the last one after it;
+- ``pipeline`` (TE's default for ``proj_fprop``/``fc2_fprop``): 4 GEMM chunks, each chunk's
+  reduce-scatter under the next chunk, the last one after it; with ``set_sm_margin`` (TE's
+  default from v2.0, `ExecutionOptions.tp_overlap_pipeline_sm_margin`) the chunks run on
+  SMs - 16, without it (TE before v2.0) on every SM, sharing them while a reduce-scatter
+  runs;
 - ``bulk``: the all-gather of the layer input under ``qkv_dgrad``/``fc1_dgrad`` and the
   reduce-scatter of its gradient under ``qkv_wgrad``/``fc1_wgrad``; with ``set_sm_margin``
   (TE's default, `ExecutionOptions.tp_overlap_bulk_sm_margin`) the GEMMs run on SMs - 16
@@ -122,7 +125,9 @@ def tp_overlap_pair_s(
     - row-parallel forward reduce-scatter (`ExecutionOptions.tp_overlap_rs_method`):
       ``ring_exchange``, the same plus the reduction of the tp partials
       (`ring_reduce_time_s`); ``pipeline``, 4·g' - G + r + 3·max(0, r - g'), g' a quarter
-      of the rows on SMs - 16, r the reduce-scatter of S/4;
+      of the rows on SMs - 16, r the reduce-scatter of S/4; without the pipeline SM margin
+      g' runs on every SM and each of the 3 overlapped chunks pays (f - 1)·min(r, g')
+      while the reduce-scatter shares its SMs (the ``bulk`` rule below);
     - ``bulk``: with the SM margin (f = SMs / (SMs - 16)), (f - 1)·(D + W) + max(0, AG -
       f·D) + max(0, RS - f·W) for the first GEMM's dgrad D and wgrad W; without it,
       max(0, AG - D) + max(0, RS - W) + (f - 1)·(min(AG, D) + min(RS, W)).
@@ -148,10 +153,13 @@ def tp_overlap_pair_s(
         if options.tp_overlap_rs_method == "ring_exchange":
             forward += ring(m2, n2, k2) + ring_reduce_time_s(profile, size_bytes, tp)
         else:
-            rs_chunk = collective_time_s(profile, "reduce_scatter", size_bytes / splits, group)
-            chunk = slow * gemm(m2 / splits, n2, k2)
-            forward += splits * chunk - gemm(m2, n2, k2) + rs_chunk
-            forward += (splits - 1) * max(0.0, rs_chunk - chunk)
+            forward += _pipeline_rs_s(
+                gemm_s=gemm(m2, n2, k2),
+                chunk_s=gemm(m2 / splits, n2, k2),
+                rs_chunk_s=collective_time_s(profile, "reduce_scatter", size_bytes / splits, group),
+                slow=slow,
+                sm_margin=options.tp_overlap_pipeline_sm_margin,
+            )
         backward = ring(m2, k2, n2)
     m1, n1, k1 = first
     backward += _bulk_s(
@@ -163,6 +171,21 @@ def tp_overlap_pair_s(
         sm_margin=options.tp_overlap_bulk_sm_margin,
     )
     return max(0.0, forward), max(0.0, backward)
+
+
+def _pipeline_rs_s(
+    *, gemm_s: float, chunk_s: float, rs_chunk_s: float, slow: float, sm_margin: bool
+) -> float:
+    """What the ``pipeline`` reduce-scatter overlap adds to a row-parallel forward GEMM of
+    ``gemm_s`` split into `TP_OVERLAP_RS_SPLITS` chunks of ``chunk_s`` on every SM
+    (`tp_overlap_pair_s`)."""
+    splits = TP_OVERLAP_RS_SPLITS
+    if sm_margin:
+        chunk = slow * chunk_s
+        return splits * chunk - gemm_s + rs_chunk_s + (splits - 1) * max(0.0, rs_chunk_s - chunk)
+    shared = (splits - 1) * (slow - 1) * min(rs_chunk_s, chunk_s)
+    exposed = (splits - 1) * max(0.0, rs_chunk_s - chunk_s)
+    return splits * chunk_s - gemm_s + rs_chunk_s + exposed + shared
 
 
 def _bulk_s(
