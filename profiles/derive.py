@@ -20,7 +20,9 @@ Derivation rules (also recorded in each profile's provenance notes):
   cuDNN fused attention measured on GB200 and GB300 for the Blackwell profiles [S57][S58]
   (`profiles.derive_cudnn`).
 - Collectives: α-β fits per (op, group size, placement); the latency models of
-  `profiles.derive_rules` give α, each device's figures β.
+  `profiles.derive_rules` give α, each device's figures β. Where a source traced a
+  collective over a range of sizes (A100 all_reduce on 2, 4 and 8 GPUs [S39]), those
+  times ride on the fit as measured points that the lookup scales the line to.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from profiles.derive_rules import (
     scaled_from_h100,
     switch_busbw,
 )
-from profiles.schema import HardwareProfile
+from profiles.schema import HardwareProfile, TimePoint
 from specs import serde
 
 # --- device figures -----------------------------------------------------------------------
@@ -72,6 +74,34 @@ _A100_RING = log2_interpolated(
     },
     INTRA_SIZES,
 )
+
+_A100_TRACE_MIB = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 1024)
+"""Sizes (MiB, nccl-tests convention) of `_A100_ALL_REDUCE_TRACE_NS`: powers of two and
+the 1.5x steps between them, where NCCL's protocol choice makes the trace non-monotone."""
+# fmt: off
+_A100_ALL_REDUCE_TRACE_NS = {
+    2: (44210, 53430, 61180, 86900, 109100, 131900, 176500, 230000, 313000, 404700, 572000,
+        763600, 1104700, 1455800, 5442800),
+    4: (51400, 55740, 77320, 116800, 139200, 179600, 220200, 284200, 396400, 543800, 762700,
+        998600, 1442300, 1929000, 7259400),
+    8: (92790, 93250, 95800, 134300, 175700, 232400, 265300, 358100, 439400, 579900, 828500,
+        1162000, 1610200, 2162300, 8193000),
+}
+# fmt: on
+"""A100 NVSwitch all_reduce times (ns) measured by NCCL traces at `_A100_TRACE_MIB`:
+vTrain ``trace/a100/AR_GPU{n}_1M_1024M_LUT``, first time column [S39]. The α-β line runs
+4-12% below them at the 24-192 MiB of tensor-parallel layers and up to 1.8x at 1 MiB."""
+
+
+def _a100_all_reduce_points() -> dict[tuple[str, int], tuple[TimePoint, ...]]:
+    return {
+        ("all_reduce", n): tuple(
+            TimePoint(size_bytes=float(size * 2**20), seconds=ns * 1e-9)
+            for size, ns in zip(_A100_TRACE_MIB, times, strict=True)
+        )
+        for n, times in _A100_ALL_REDUCE_TRACE_NS.items()
+    }
+
 
 A100_SXM_80GB = Figures(
     name="a100-sxm-80gb",
@@ -95,6 +125,7 @@ A100_SXM_80GB = Figures(
         }
         for op in COLLECTIVES
     },
+    intra_points=_a100_all_reduce_points(),
     p2p_GBps=274.0,  # p2pBandwidthLatencyTest, NVLink3 [S6]
     latency8_us=43.83,  # 8xA100 nccl-tests all_reduce at 32 KiB [S6]
     attention=a100_fa2_curves(),
@@ -105,6 +136,10 @@ A100_SXM_80GB = Figures(
         "234.89/229.35 to the 16 GiB nccl-tests figure [S6]; 3 and 5-7 GPUs interpolated in "
         "log2(n). all_gather, reduce_scatter and all_to_all have no A100 source and use the "
         "ring all_reduce busbw (on H100 they are within 6% of it [S30][S38]).",
+        "Intra all_reduce on 2, 4 and 8 GPUs carries vTrain's traced times at 1 MiB-1 GiB "
+        "[S39] as measured points: 4-12% above the α-β line at 24-192 MiB, up to 1.8x at "
+        "1 MiB; beyond 1 GiB the 1 GiB ratio (1.02) holds. all_gather and reduce_scatter "
+        "have no A100 trace and keep the line.",
         "Inter busbw: DGX A100 all_reduce busbw 192 GB/s over 8x 200 Gb/s HDR [S21], 24 GB/s "
         "per GPU.",
         "Attention: FA2 reaches 50-73% of peak over seq 512-16k [S25]; no per-pass or "

@@ -20,6 +20,7 @@ from profiles.schema import (
     HardwareProfile,
     Provenance,
     ScaleUpFabric,
+    TimePoint,
     Topology,
 )
 
@@ -146,6 +147,10 @@ class Figures:
     """Busbw a ring reaches through one GPU's NIC, GB/s."""
     intra_busbw: BusbwTable
     """Per op, per group size: (busbw GB/s, algorithm)."""
+    intra_points: dict[tuple[str, int], tuple[TimePoint, ...]] = field(default_factory=dict)
+    """Measured times of an intra fit, by (op, group size), where a source traced the
+    collective over a range of sizes: `profiles.lookup.collective_time_s` scales the α-β
+    line by their measured-to-line ratio. Empty: the line alone."""
     p2p_GBps: float
     """Intra-node send/recv GB/s."""
     latency8_us: float
@@ -320,6 +325,7 @@ def _fits(fig: Figures) -> tuple[CollectiveFit, ...]:
                     latency_s=_intra_latency_s(op, n, fig.latency8_us),
                     busbw_GBps=busbw,
                     algorithm=algorithm,
+                    points=fig.intra_points.get((op, n), ()),
                 )
             )
     fits.append(
