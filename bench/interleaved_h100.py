@@ -45,7 +45,8 @@ from costmodel.schedules import Action, schedule_actions
 from profiles.store import load_profile
 
 FACTORS = (0.7, 0.75, 0.8, 0.85, 0.9)
-"""Sustained 16-bit GEMM rate factors tried (`costmodel.fitted_rates.SUSTAINED_GEMM_RATE_FACTORS` holds the shipped Hopper value)."""
+"""Sustained 16-bit GEMM rate factors tried (the shipped Hopper value is
+`costmodel.fitted_rates.SUSTAINED_GEMM_RATE_FACTORS`)."""
 VPPS = (1, 2, 4, 8)
 """Virtual pipeline degrees tried on the rows that state interleaving without a degree."""
 HOPPER_FIT_ROWS = "38,39,40,41,42,43,44,45,46,424,425,426"
