@@ -1,5 +1,7 @@
 """One module per subcommand. Each exposes ``NAME``, ``HELP``, ``add_arguments(parser)``
-and ``run(args) -> int`` (the exit code).
+and ``run(args) -> int`` (the exit code). A command too large for one module keeps its flags
+and ``run`` there and moves parts into modules named after it (``plan_results``: the search's
+JSON and files; ``plan_sizing``: cluster sizing), which are no subcommands.
 
 ``COMMAND_HELP`` lists the subcommands in the order `paraplan --help` shows them, with their
 one-line help. `paraplan.cli` imports a command's module only when that command runs, so

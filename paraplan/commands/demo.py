@@ -170,7 +170,7 @@ def _plan(
     console: Console,
 ) -> PlanBundle | None:
     """Search, write the search folder ``out``, and return the best plan (None if none fits)."""
-    from paraplan.commands.plan import write_search_outputs
+    from paraplan.commands.plan_results import write_search_outputs
     from planner.explain import explain
     from planner.search import search_plans
     from planner.space import SearchSpace

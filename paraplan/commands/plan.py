@@ -9,6 +9,10 @@ Two forms:
   cluster sizing (`planner.sizing.size_cluster`); ``--out DIR`` writes sizing.csv,
   sizing.json, scaling.png and plan.json of the chosen size.
 
+This module defines and checks the flags and builds the problem of either form; the search's
+JSON and files are `paraplan.commands.plan_results`, the sizing run with its table, JSON
+and files `paraplan.commands.plan_sizing`.
+
 Every plan flag is optional: a flag given fixes that knob, the others are searched.
 ``--time-limit S`` bounds the search on N GPUs: past S seconds it ranks the best of the
 candidates priced so far and says how many of how many those are (text and ``--json``).
@@ -24,11 +28,10 @@ the model, job and profile have been read: ``--help`` and bad input answer witho
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from costmodel.execution import ExecutionOptions, device_options
+from costmodel.execution import device_options
 from paraplan.args import (
     add_problem_args,
     add_recipe_args,
@@ -41,25 +44,24 @@ from paraplan.args import (
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
+from paraplan.commands.plan_results import (
+    DEFAULT_CANDIDATES_LIMIT,
+    search_json,
+    write_search_outputs,
+)
+from paraplan.commands.plan_sizing import run_sizing
 from paraplan.flags import spellings
 from paraplan.output import DeferredProgress, print_json, print_table
 from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
-from reports.html import render_report
-from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.formats import percent
 from specs.job import TrainingJob
-from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-from specs.serde import dumps, to_dict
 
 if TYPE_CHECKING:
-    import pandas as pd
-
-    from planner.search import RankedPlan, SearchResult
-    from planner.sizing import SizingResult, SizingRow
+    from planner.search import SearchResult
     from planner.space import SearchSpace
 
 NAME = "plan"
@@ -96,9 +98,6 @@ KNOB_FLAGS: dict[str, str] = {
 """argparse dest -> `ParallelPlan` field of each knob flag."""
 MODULE_FLAGS = ("recompute_modules", "offload_modules")
 """Knob flags whose comma-separated text is a module tuple (`paraplan.args.module_list`)."""
-
-DEFAULT_CANDIDATES_LIMIT = 1000
-"""Screened candidates written to candidates.csv by default (the best by screened tokens/s)."""
 
 
 def add_knob_args(parser: argparse.ArgumentParser) -> None:
@@ -237,48 +236,6 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
     )
 
 
-def plan_entry(ranked: RankedPlan) -> dict[str, Any]:
-    """A plan's knobs (ParallelPlan field names) with the metrics of `estimate --json`."""
-    from costmodel.estimate import estimate_to_json
-
-    return {**to_dict(ranked.plan), "label": ranked.plan.label()} | estimate_to_json(
-        ranked.estimate
-    )
-
-
-def time_limit_json(result: SearchResult) -> dict[str, Any]:
-    """The ``time_limit`` entry of `search_json`: the limit, whether it cut the search short,
-    the valid candidates, those screened and those not reached, the picks simulated and
-    those not, and the explanation's sentence (empty when not reached)."""
-    from planner.explain import time_limit_note
-
-    return {
-        "limit_s": result.time_limit_s,
-        "reached": result.time_limit_reached,
-        "valid": result.num_valid,
-        "screened": result.num_screened,
-        "not_reached": result.num_unvisited,
-        "simulated": result.num_simulated,
-        "not_simulated": result.num_unsimulated,
-        "note": time_limit_note(result),
-    }
-
-
-def search_json(result: SearchResult) -> dict[str, Any]:
-    """``{"best", "top", "rejected"}``, ``closest`` when nothing fits, and ``time_limit``
-    (`time_limit_json`) when the search had one."""
-    data: dict[str, Any] = {
-        "best": plan_entry(result.best) if result.best else None,
-        "top": [plan_entry(r) for r in result.top],
-        "rejected": dict(result.rejected),
-    }
-    if result.best is None:
-        data["closest"] = [plan_entry(r) for r in result.closest]
-    if result.time_limit_s is not None:
-        data["time_limit"] = time_limit_json(result)
-    return data
-
-
 def _sharding(plan: ParallelPlan) -> str:
     """What the plan shards over data parallelism: ``distopt``, ``fsdp:<strategy>`` or -."""
     if plan.use_megatron_fsdp:
@@ -326,79 +283,6 @@ def _print_top(result: SearchResult, limit: int) -> None:
     print_table(f"{result.model.name} on {result.cluster.num_gpus} GPUs: {title}", columns, rows)
 
 
-def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
-    """The rows of `SearchResult.candidates` that candidates.csv keeps: every simulated plan,
-    every rule-rejected representative, and the ``limit`` other candidates with the highest
-    screened tokens/s (fitting ones first, those never screened last); ``limit`` 0 keeps
-    every row. Row order is kept."""
-    from planner.search import BOUND_REJECTION, MEMORY_REJECTION, TIME_LIMIT_REJECTION
-
-    if limit <= 0:
-        return frame
-    simulated = frame["simulated_iteration_time_s"].notna()
-    not_rules = ["", MEMORY_REJECTION, BOUND_REJECTION, TIME_LIMIT_REJECTION]
-    by_rule = ~frame["rejected_by"].isin(not_rules)
-    rest = frame[~simulated & ~by_rule]
-    ranked = rest.assign(_over=rest["rejected_by"] != "").sort_values(
-        ["_over", "tokens_per_s"], ascending=[True, False], kind="stable"
-    )
-    keep = frame.index[simulated | by_rule].union(ranked.index[:limit])
-    return frame.loc[keep.sort_values()]
-
-
-def write_search_outputs(
-    result: SearchResult,
-    profile_name: str,
-    out: Path,
-    text: str,
-    candidates_limit: int = DEFAULT_CANDIDATES_LIMIT,
-    *,
-    options: ExecutionOptions,
-) -> None:
-    """plan.json, estimate.json, predicted.json, prediction.trace.json and plan.html (the
-    prediction-only report) when a plan fits; candidates.csv (`limit_candidates`) and
-    candidates.json always. The timeline is simulated with the ``options`` the search
-    priced with (runtime and recipe settings)."""
-    from costmodel.estimate import estimate_to_json, simulate_plan
-
-    out.mkdir(parents=True, exist_ok=True)
-    limit_candidates(result.candidates, candidates_limit).to_csv(
-        out / "candidates.csv", index=False
-    )
-    listed = result.top or result.closest
-    (out / "candidates.json").write_text(
-        json.dumps({"plans": [plan_entry(r) for r in listed], "explanation": text}, indent=2) + "\n"
-    )
-    if result.best is None:
-        return
-    bundle = PlanBundle(
-        model=result.model, cluster=result.cluster, job=result.job, plan=result.best.plan
-    )
-    (out / "plan.json").write_text(dumps(bundle) + "\n")
-    (out / "estimate.json").write_text(
-        json.dumps(estimate_to_json(result.best.estimate), indent=2) + "\n"
-    )
-    _, timeline = simulate_plan(
-        bundle.model,
-        bundle.cluster,
-        bundle.job,
-        bundle.plan,
-        load_profile(profile_name),
-        options=options,
-    )
-    if timeline is not None:
-        trace = json.dumps(timeline.to_chrome_trace())
-        (out / "prediction.trace.json").write_text(trace + "\n")
-        (out / "predicted.json").write_text(dumps(timeline))
-        page = render_report(
-            bundle,
-            estimate_to_json(result.best.estimate),
-            timeline,
-            candidates={"plans": [plan_entry(r) for r in listed], "explanation": text},
-        )
-        (out / "plan.html").write_text(page)
-
-
 def _run_search(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     job = job_from_args(args)
@@ -444,88 +328,9 @@ def _run_search(args: argparse.Namespace) -> int:
     return 0 if result.best is not None else 1
 
 
-def sizing_row_json(row: SizingRow) -> dict[str, Any]:
-    """One cluster size: GPUs, the best plan (knobs and metrics) or the reason there is none,
-    days, GPU-hours, cost (null without a plan)."""
-    return {
-        "num_gpus": row.num_gpus,
-        "plan": plan_entry(row.best) if row.best else None,
-        "reason": row.reason,
-        "tokens_per_s": row.tokens_per_s,
-        "mfu": row.mfu,
-        "days": row.days if row.best else None,
-        "gpu_hours": row.gpu_hours if row.best else None,
-        "cost_usd": row.cost_usd if row.best else None,
-    }
-
-
-def sizing_table_row(row: SizingRow) -> list[Any]:
-    """GPUs, plan (or why none), tokens/s, MFU, days, GPU-hours, cost; "-" without a plan."""
-    if row.best is None:
-        return [row.num_gpus, f"none: {row.reason}", "-", "-", "-", "-", "-"]
-    return [
-        row.num_gpus,
-        row.best.plan.label(),
-        round(row.tokens_per_s),
-        percent(row.mfu),
-        f"{row.days:,.1f}",
-        f"{row.gpu_hours:,.0f}",
-        "-" if row.cost_usd is None else f"{row.cost_usd:,.0f}",
-    ]
-
-
-def sizing_time_limit_json(result: SizingResult) -> dict[str, Any]:
-    """The ``time_limit`` entry of the sizing JSON: the limit, whether it cut the run short,
-    the sizes searched, those whose search it cut short, those not searched, and the
-    sentence of the text output (empty when not reached)."""
-    from planner.sizing import sizing_time_limit_note
-
-    return {
-        "limit_s": result.time_limit_s,
-        "reached": result.time_limit_reached,
-        "searched": [r.num_gpus for r in result.rows],
-        "cut_short": [r.num_gpus for r in result.rows if r.time_limit_reached],
-        "not_searched": list(result.not_searched),
-        "note": sizing_time_limit_note(result),
-    }
-
-
-def _print_sizing(result: SizingResult) -> None:
-    from planner.sizing import sizing_time_limit_note
-
-    columns = ["GPUs", "plan", "tokens/s", "MFU", "days", "GPU-hours", "cost (USD)"]
-    rows = [sizing_table_row(r) for r in result.rows]
-    print_table(f"cluster sizing: {result.goal}", columns, rows)
-    note = sizing_time_limit_note(result)
-    if note:
-        print(note)
-    if result.chosen is None:
-        print(f"No evaluated cluster size meets the goal ({result.goal}).")
-        return
-    print(f"Chosen: {result.chosen.num_gpus} GPUs, {result.chosen.days:.1f} days.")
-    if result.cheapest is not None and result.cheapest is not result.chosen:
-        print(
-            f"Cheapest meeting the goal: {result.cheapest.num_gpus} GPUs, "
-            f"{result.cheapest.gpu_hours:,.0f} GPU-hours."
-        )
-
-
-def sizing_csv_row(row: SizingRow) -> dict[str, Any]:
-    """One row of sizing.csv: the columns of the table, empty without a plan, and the reason."""
-    found = row.best is not None
-    return {
-        "num_gpus": row.num_gpus,
-        "plan": row.best.plan.label() if row.best else "",
-        "tokens_per_s": row.tokens_per_s if found else None,
-        "mfu": row.mfu if found else None,
-        "days": row.days if found else None,
-        "gpu_hours": row.gpu_hours if found else None,
-        "cost_usd": row.cost_usd if found else None,
-        "reason": row.reason or "",
-    }
-
-
 def _run_sizing(args: argparse.Namespace) -> int:
+    """Check the sizing flags, build the problem with the token budget in the job, and size
+    the cluster (`paraplan.commands.plan_sizing.run_sizing`)."""
     if args.num_gpus is not None:
         raise SpecError(
             f"--num-gpus ({args.num_gpus}) fixes the cluster while --tokens sizes it: give "
@@ -544,74 +349,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
     )
     profile = load_profile(args.hardware)
     space = space_from_args(args)
-    from planner.sizing import size_cluster
-
-    bar = DeferredProgress()
-    try:
-        result = size_cluster(
-            model,
-            args.hardware,
-            job,
-            profile,
-            days=args.days,
-            max_gpus=args.max_gpus,
-            budget_usd=args.budget,
-            gpu_hour_usd=args.gpu_hour_usd,
-            gpus_per_node=args.gpus_per_node,
-            space=space,
-            top_k=min(args.top, 3),
-            memory_headroom=args.memory_headroom,
-            progress=lambda gpus, done, total: bar(
-                f"sizing: searching {gpus} GPUs ({done + 1} of at most {total} sizes)", done, total
-            ),
-            options=options_from_args(args),
-            time_limit_s=args.time_limit,
-        )
-    finally:
-        bar.close()
-    data = {
-        "runtime": args.runtime,
-        "goal": result.goal,
-        "chosen": sizing_row_json(result.chosen) if result.chosen else None,
-        "cheapest": sizing_row_json(result.cheapest) if result.cheapest else None,
-        "rows": [sizing_row_json(r) for r in result.rows],
-    }
-    if result.time_limit_s is not None:
-        data["time_limit"] = sizing_time_limit_json(result)
-    if args.out:
-        _write_sizing_outputs(result, data, model, job, args, Path(args.out))
-    if args.json:
-        print_json(data)
-    else:
-        _print_sizing(result)
-        print(f"runtime: {args.runtime}")
-    return 0 if result.chosen is not None else 1
-
-
-def _write_sizing_outputs(
-    result: SizingResult,
-    data: dict[str, Any],
-    model: ModelSpec,
-    job: TrainingJob,
-    args: argparse.Namespace,
-    out: Path,
-) -> None:
-    import pandas as pd
-
-    from planner.sizing import scaling_plot
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sizing.json").write_text(json.dumps(data, indent=2) + "\n")
-    pd.DataFrame([sizing_csv_row(r) for r in result.rows]).to_csv(out / "sizing.csv", index=False)
-    scaling_plot(result, out / "scaling.png")
-    if result.chosen is not None and result.chosen.best is not None:
-        cluster = ClusterSpec(
-            hardware=args.hardware,
-            num_gpus=result.chosen.num_gpus,
-            gpus_per_node=args.gpus_per_node,
-        )
-        bundle = PlanBundle(model=model, cluster=cluster, job=job, plan=result.chosen.best.plan)
-        (out / "plan.json").write_text(dumps(bundle) + "\n")
+    return run_sizing(args, model=model, job=job, profile=profile, space=space)
 
 
 SIZING_FLAGS = ("days", "max_gpus", "budget", "gpu_hour_usd")
