@@ -37,6 +37,7 @@ import statistics
 import sys
 
 from published_rows import RowCase, case_for_row, published_iteration_time_s
+from unstated_vpp import with_vpp
 from validate_published import rows_by_ids
 
 from costmodel.estimate import estimate_plan
@@ -60,20 +61,10 @@ LLAMA3_405B_ROWS = "395,396"
 
 
 def row_case(raw: dict[str, str], vpp: int) -> RowCase:
-    """The row's `RowCase` at ``vpp``; a pipeline whose stages do not split the layers
-    evenly takes Megatron's account-for-embedding and account-for-loss split (Llama 3 405B:
-    126 layers over 16 stages, the first and last one layer short)."""
-    case = case_for_row({**raw, "vpp": "1"})
-    plan = case.plan
-    uneven = plan.pp > 1 and case.model.num_layers % plan.pp != 0
-    plan = dataclasses.replace(
-        plan,
-        vpp=vpp,
-        schedule="interleaved" if vpp > 1 else plan.schedule,
-        account_for_embedding_in_pipeline_split=uneven,
-        account_for_loss_in_pipeline_split=uneven,
-    )
-    return dataclasses.replace(case, plan=plan)
+    """The row's `RowCase` at ``vpp`` (`unstated_vpp.with_vpp`): what the row states, the
+    Llama 3 rows' one layer fewer on the first and last stage included
+    (`published_rows.stated_note_fields`)."""
+    return case_for_row(with_vpp(raw, vpp))
 
 
 def predicted_s(case: RowCase, factor: float | None) -> float:

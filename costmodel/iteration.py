@@ -124,14 +124,22 @@ def _time_schedule(
     the sender's stage until they complete (`RuntimeModel.blocking_flush_sends`)."""
     schedule = schedule_actions(plan.pp, plan.vpp, m)
     last_virtual = plan.pp * plan.vpp - 1
+
+    def outgoing_s(stage: int, chunk: int, phase: str) -> float:
+        """The send an action ends with: a forward to the next virtual stage, a backward
+        to the previous one."""
+        v = virtual_stage(stage, chunk, plan.pp)
+        if phase == "F":
+            return send_s[stage] if v < last_virtual else 0.0
+        return send_s[(stage - 1) % plan.pp] if v > 0 else 0.0
+
     durations: dict[tuple[int, int, str], float] = {}  # (stage, chunk, phase) -> seconds
     for stage, row in enumerate(chunks):
         for chunk, cost in enumerate(row):
             forward, backward = cost.forward.duration_s, cost.backward_with_recompute.duration_s
             if with_sends and blocking:
-                v = virtual_stage(stage, chunk, plan.pp)
-                forward += send_s[stage] if v < last_virtual else 0.0
-                backward += send_s[(stage - 1) % plan.pp] if v > 0 else 0.0
+                forward += outgoing_s(stage, chunk, "F")
+                backward += outgoing_s(stage, chunk, "B")
             durations[stage, chunk, "F"] = forward
             durations[stage, chunk, "B"] = backward
 
@@ -150,10 +158,7 @@ def _time_schedule(
     def hold_s(action: Action) -> float:
         if action not in flush:
             return 0.0
-        v = virtual_stage(action.stage, action.chunk, plan.pp)
-        if action.phase == "F":
-            return send_s[action.stage] if v < last_virtual else 0.0
-        return send_s[(action.stage - 1) % plan.pp] if v > 0 else 0.0
+        return outgoing_s(action.stage, action.chunk, action.phase)
 
     return simulate_pipeline(schedule, compute_s, p2p_s, hold_s)
 

@@ -180,12 +180,10 @@ def _pipeline_rs_s(
     ``gemm_s`` split into `TP_OVERLAP_RS_SPLITS` chunks of ``chunk_s`` on every SM
     (`tp_overlap_pair_s`)."""
     splits = TP_OVERLAP_RS_SPLITS
-    if sm_margin:
-        chunk = slow * chunk_s
-        return splits * chunk - gemm_s + rs_chunk_s + (splits - 1) * max(0.0, rs_chunk_s - chunk)
-    shared = (splits - 1) * (slow - 1) * min(rs_chunk_s, chunk_s)
-    exposed = (splits - 1) * max(0.0, rs_chunk_s - chunk_s)
-    return splits * chunk_s - gemm_s + rs_chunk_s + exposed + shared
+    chunk = slow * chunk_s if sm_margin else chunk_s
+    shared = 0.0 if sm_margin else (splits - 1) * (slow - 1) * min(rs_chunk_s, chunk_s)
+    exposed = (splits - 1) * max(0.0, rs_chunk_s - chunk)
+    return splits * chunk - gemm_s + rs_chunk_s + exposed + shared
 
 
 def _bulk_s(
