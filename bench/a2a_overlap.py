@@ -6,13 +6,10 @@ Cases (each priced as its command runs, then again with `ExecutionOptions.moe_a2
 off, nothing else changed):
 
 - ``h100_ablation``: the Megatron-MoE model zoo's Qwen3 235B-A22B runs on 256 H100
-  (yanring/Megatron-MoE-ModelZoo ``best_practice/qwen3/readme.md`` at e8650517, "H100" table,
-  "Cross-node EP strategy"): DeepEP, BF16, sequence 4096, tp 2, ep 32, etp 1, pp 8, vpp 4,
-  dp 16, micro-batch 1, global batch 2048, selective recompute of the norms and the MoE
-  activation; 19.7 s per step, and 17.6 s with "+1f1b overlap". The command
-  (``best_practice/qwen3/run_h100_235b.sh``) captures ``moe_router`` and ``moe_preprocess``
-  in CUDA graphs. It is the only published pair that differs in the overlap alone; it is not
-  a row of ``published-runs-dev.csv`` and no fit sees it.
+  (`zoo_h100`: "Cross-node EP strategy", DeepEP, BF16, tp 2, ep 32, pp 8, vpp 4, dp 16);
+  19.7 s per step, and 17.6 s with "+1f1b overlap". It is the only published pair that
+  differs in the overlap alone; it is not a row of ``published-runs-dev.csv`` and no fit
+  sees it.
 - ``zoo_rows``: the dev set's model zoo rows whose command sets ``A2A_OVERLAP=1`` (391: GB200,
   MXFP8, pp 4 vpp 6, ep 64; 393: GB300, MXFP8, pp 1, ep 64); only the overlapped time is
   published.
@@ -36,64 +33,22 @@ import sys
 
 from published_rows import RowCase, case_for_row, published_iteration_time_s
 from validate_published import rows_by_ids
+from zoo_h100 import RUNS, zoo_run_case
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
 
+CROSS_NODE, CROSS_NODE_OVERLAP = RUNS[0], RUNS[1]
+"""The H100 table's pair that differs in the overlap alone (module docstring)."""
+
 ZOO_OVERLAP_ROWS = "391,393"
 """Dev-set rows whose model zoo command sets ``A2A_OVERLAP=1`` (`moe_recipes.moezoo_fields`)."""
 
-H100_BASE_ROW = "390"
-"""The dev-set row (the model zoo's Qwen3 235B-A22B on GB200) whose model columns the H100
-ablation shares; its plan, cluster and batch columns are replaced by `H100_ABLATION`."""
-
-H100_ABLATION: dict[str, str] = {
-    "source_id": "MOEZOO-QWEN3-H100",
-    "gpu_type": "H100",
-    "system": "DGX H100, NVLink 4, InfiniBand 8x50 GB/s",
-    "num_gpus": "256",
-    "tp": "2",
-    "pp": "8",
-    "vpp": "4",
-    "ep": "32",
-    "etp": "1",
-    "dp": "16",
-    "micro_batch_size": "1",
-    "global_batch_size": "2048",
-    "sequence_parallel": "yes",
-    "precision": "BF16",
-    "iteration_time_s": "19.7",
-    "tflops_per_gpu": "",
-    "derived_fields": "",
-}
-"""The H100 table's row without the overlap, in ``published-runs-dev.csv`` columns (module
-docstring)."""
-
-H100_OVERLAPPED_S = 17.6
-"""The same table's "+1f1b overlap" step time, seconds."""
-
-H100_OPTIONS: dict[str, object] = {
-    "moe_dispatcher": "flex",
-    "cuda_graph_scopes": frozenset({"moe_router", "moe_preprocess"}),
-}
-"""`ExecutionOptions` fields of ``run_h100_235b.sh`` (``DISPATCHER=deepep``, the flex
-dispatcher; ``--cuda-graph-scope moe_router moe_preprocess``)."""
-
-H100_RECOMPUTE_MODULES = ("layernorm", "moe_act")
-"""The table's "norm, act" selective recompute (``--recompute-modules moe_act layernorm``)."""
-
 
 def h100_case() -> RowCase:
-    """The H100 ablation's `RowCase` without the overlap (module docstring)."""
-    rows, error = rows_by_ids(H100_BASE_ROW)
-    if error is not None:
-        raise SystemExit(error)
-    case = case_for_row(rows[0] | H100_ABLATION)
-    plan = dataclasses.replace(
-        case.plan, recompute="selective", recompute_modules=H100_RECOMPUTE_MODULES
-    )
-    options = dataclasses.replace(case.options, moe_a2a_overlap=False, **H100_OPTIONS)
-    return dataclasses.replace(case, plan=plan, options=options)
+    """The H100 ablation's `RowCase` without the overlap (`zoo_h100.RUNS`' cross-node run,
+    as `zoo_h100.zoo_run_case` builds it)."""
+    return zoo_run_case(CROSS_NODE)
 
 
 def predicted_s(case: RowCase, overlap: bool) -> float:
@@ -124,13 +79,8 @@ def overlap_entry(name: str, case: RowCase, published: dict[str, float]) -> dict
 def overlap_report() -> list[dict[str, object]]:
     """Every case of the module docstring."""
     h100 = h100_case()
-    out = [
-        overlap_entry(
-            "h100_ablation",
-            h100,
-            {"no_overlap": float(H100_ABLATION["iteration_time_s"]), "overlap": H100_OVERLAPPED_S},
-        )
-    ]
+    published = {"no_overlap": CROSS_NODE.step_s, "overlap": CROSS_NODE_OVERLAP.step_s}
+    out = [overlap_entry("h100_ablation", h100, published)]
     rows, error = rows_by_ids(ZOO_OVERLAP_ROWS)
     if error is not None:
         raise SystemExit(error)

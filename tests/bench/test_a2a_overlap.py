@@ -11,31 +11,23 @@ bench = load_bench("a2a_overlap")
 
 
 def _skip_without_rows() -> None:
-    _, error = bench.rows_by_ids(f"{bench.H100_BASE_ROW},{bench.ZOO_OVERLAP_ROWS}")
+    _, error = bench.rows_by_ids(f"390,{bench.ZOO_OVERLAP_ROWS}")
     if error is not None:
         pytest.skip(error)
 
 
-def test_h100_ablation_runs_the_tables_plan_and_command():
-    _skip_without_rows()
-    case = bench.h100_case()
-    plan = case.plan
-    assert (plan.tp, plan.pp, plan.vpp, plan.ep, plan.expert_tp, plan.dp) == (2, 8, 4, 32, 1, 16)
-    assert plan.micro_batch_size == 1 and plan.sequence_parallel
-    assert plan.recompute == "selective"
-    assert set(plan.recompute_modules) == {"layernorm", "moe_act"}
-    assert case.job.global_batch_size == 2048 and case.job.seq_length == 4096
-    assert case.job.precision == "bf16"
-    assert case.cluster.num_gpus == 256
-    assert case.profile.startswith("h100")
-    assert case.options.moe_dispatcher == "flex"
-    assert case.options.cuda_graph_scopes == {"moe_router", "moe_preprocess"}
-    assert case.options.moe_a2a_overlap is False
+def test_the_ablation_pair_differs_in_the_overlap_alone():
+    pair = (bench.CROSS_NODE, bench.CROSS_NODE_OVERLAP)
+    assert [run.a2a_overlap for run in pair] == [False, True]
+    assert [run.step_s for run in pair] == [19.7, 17.6]
+    plain, overlapped = (vars(run) | {"name": "", "step_s": 0, "a2a_overlap": 0} for run in pair)
+    assert plain == overlapped
 
 
 def test_overlap_entry_sets_both_ratios_only_where_both_times_are_known():
     _skip_without_rows()
     case = bench.h100_case()
+    assert case.options.moe_a2a_overlap is False
     entry = bench.overlap_entry("x", case, {"no_overlap": 20.0, "overlap": 15.0})
     pred = entry["predicted_s"]
     assert entry["predicted_ratio"] == pytest.approx(pred["overlap"] / pred["no_overlap"])
