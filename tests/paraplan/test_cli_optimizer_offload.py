@@ -88,3 +88,11 @@ def test_plan_searches_distributed_optimizer_plans_only(capsys):
     assert top and all(plan["distributed_optimizer"] for plan in top)
     assert main([*base, "--no-dist-opt"]) == 2
     assert "needs the distributed optimizer" in capsys.readouterr().err
+
+
+def test_table_form_names_the_offloaded_share(capsys):
+    argv = ["estimate", *BASE, *PLAN, "--optimizer-cpu-offload", "--optimizer-offload-fraction"]
+    assert main([*argv, "0.5"]) == 0
+    assert "50.0% of each rank's optimizer state" in capsys.readouterr().out
+    assert main(["estimate", *BASE, *PLAN]) == 0
+    assert "optimizer state" not in capsys.readouterr().out
