@@ -162,3 +162,15 @@ def test_offload_needs_the_distributed_optimizer():
 def test_a_device_without_a_stated_host_is_refused():
     with pytest.raises(SpecError, match="no host memory bandwidth"):
         host_memory_Bps(load_profile("a100-sxm-80gb"))
+
+
+def test_grace_host_over_nvlink_c2c():
+    """GB200, N = 1e9: each copy 4e9 B / 450e9 B/s (NVLink-C2C per direction) = 0.008889 s,
+    the host AdamW 28e9 B / 256e9 B/s (one Grace, 512 GB/s, per two GPUs) = 0.109375 s; in
+    series 0.127153 s, overlapped 0.109375 s."""
+    gb200 = load_profile("gb200-nvl72")
+    assert host_memory_Bps(gb200) == 256e9
+    assert host_optimizer_step_s(gb200, 1e9, overlap=False) == pytest.approx(
+        2 * 4 / 450 + 28 / 256, rel=1e-12
+    )
+    assert host_optimizer_step_s(gb200, 1e9, overlap=True) == pytest.approx(28 / 256, rel=1e-12)
