@@ -115,7 +115,19 @@ def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
         impl = options.cross_entropy_fusion
         flags += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", impl]
     flags += ["--expandable-segments"] if options.expandable_segments else []
-    return flags + time_recipe_flags(options)
+    return flags + offload_flags(options) + time_recipe_flags(options)
+
+
+def offload_flags(options: ExecutionOptions) -> list[str]:
+    """The flags of `paraplan.optimizer_args` that state the optimizer CPU offload fields of
+    ``options``; none without offload."""
+    fraction = options.optimizer_cpu_offload_fraction
+    if fraction == 0:
+        return []
+    flags = ["--optimizer-cpu-offload", "--optimizer-offload-fraction", repr(fraction)]
+    return flags + (
+        ["--overlap-cpu-optimizer-d2h-h2d"] if options.overlap_cpu_optimizer_d2h_h2d else []
+    )
 
 
 def time_recipe_flags(options: ExecutionOptions) -> list[str]:

@@ -375,6 +375,7 @@ def optimizer_step_time_s(
     num_tensors: int,
     loss_scaling: bool = False,
     main_grad_bytes: int = FP32_BYTES,
+    offloaded_params: float = 0.0,
 ) -> float:
     """One Adam step on one rank, memory-bound (fused multi-tensor kernels).
 
@@ -395,13 +396,20 @@ def optimizer_step_time_s(
     write 4 per shard parameter, one more pass). ``loss_scaling`` (fp16, Megatron
     `FP16OptimizerWithFP16Params`): the same copy plus the unscale with an inf/NaN check
     (read and write 4), two more passes.
+
+    ``offloaded_params`` of the shard take their Adam step on the host (optimizer CPU
+    offload, `costmodel.optimizer_offload`): the device no longer reads their gradient, m,
+    v and master weight nor writes the 16-bit copy (28, or 30 with it, fewer per
+    parameter); the norm and the zeroing still cover the whole shard.
     """
-    if shard_params < 0 or local_params < 0:
+    if shard_params < 0 or local_params < 0 or not 0 <= offloaded_params <= shard_params:
         raise SpecError(
             f"optimizer_step_time_s: shard_params ({shard_params}) and local_params "
-            f"({local_params}) must be >= 0"
+            f"({local_params}) must be >= 0 and offloaded_params ({offloaded_params}) in "
+            "[0, shard_params]"
         )
-    per_shard = 4 + 16 + 8 + (2 if mixed_precision else 0)
+    adam = 4 + 16 + 8 + (2 if mixed_precision else 0)
+    per_shard = adam
     passes = 4
     copied = loss_scaling or (mixed_precision and main_grad_bytes != FP32_BYTES)
     if copied:
@@ -412,6 +420,7 @@ def optimizer_step_time_s(
         passes += 1
     per_shard += FP32_BYTES if copied else main_grad_bytes  # the norm of the main gradients
     bytes_moved = per_shard * shard_params + main_grad_bytes * local_params
+    bytes_moved -= adam * offloaded_params
     return memory_bound_time_s(profile, bytes_moved, num_ops=passes * max(num_tensors, 1))
 
 

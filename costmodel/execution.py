@@ -29,6 +29,7 @@ from costmodel.fitted_rates import (
     sustained_gemm_rate_factor,
 )
 from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
+from costmodel.optimizer_offload import check_offload_fields
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
@@ -440,6 +441,23 @@ class ExecutionOptions:
     ``.float()`` returns the tensor itself and nothing is copied. False: not counted.
     `MEGATRON_2021` sets it. Memory only."""
 
+    # ---- optimizer CPU offload (`costmodel.optimizer_offload`) ----
+    optimizer_cpu_offload_fraction: float = 0.0
+    """Share, in [0, 1], of each rank's optimizer shard whose fp32 master weights and Adam
+    m and v live in host memory and whose Adam step runs on the host (Megatron-core
+    ``--optimizer-cpu-offload`` with ``--optimizer-offload-fraction``, whose default is 1;
+    ``HybridDeviceOptimizer``). That share of the optimizer-state bytes leaves the device
+    (`costmodel.memory.memory_per_stage`); the step adds the gradient and parameter copies
+    over the host link and the host's Adam (`costmodel.optimizer_offload`). 0: off,
+    Megatron-core's default. Needs the distributed optimizer
+    (`costmodel.optimizer_offload.offload_violations`) and, with FP8 parameters, the
+    ``delayed`` recipe."""
+    overlap_cpu_optimizer_d2h_h2d: bool = False
+    """Megatron-core ``--overlap-cpu-optimizer-d2h-h2d``: with CPU offload, one host
+    optimizer per parameter and the copies on their own streams, so the copies overlap the
+    host's Adam parameter by parameter (`costmodel.optimizer_offload.host_optimizer_step_s`).
+    False: copy, step, copy in series. No effect without offload."""
+
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`; an unresolved
@@ -529,6 +547,12 @@ class ExecutionOptions:
                 f"allocator_fragmentation must be in [0, 1) or None, got {frag!r}; None keeps "
                 "the allocator mode's default share"
             )
+        check_offload_fields(
+            self.optimizer_cpu_offload_fraction,
+            runtime=self.runtime,
+            fp8_param=self.fp8_param,
+            fp8_recipe=self.fp8_recipe,
+        )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from costmodel.activations import (
     FP32_BYTES,
@@ -442,6 +442,20 @@ def bytes_per_param(job: TrainingJob, main_grad_bytes: int = 4) -> tuple[int, in
     return 2, main_grad_bytes, 12
 
 
+Bytes = TypeVar("Bytes")
+"""A byte count: a float, or a numpy array of them in the closed-form screen."""
+
+
+def device_optimizer_bytes(optimizer_bytes: Bytes, offload_fraction: float) -> Bytes:
+    """The optimizer-state bytes (a float or an array) that stay on the device when
+    ``offload_fraction`` of the rank's shard is offloaded to the host
+    (`ExecutionOptions.optimizer_cpu_offload_fraction`): ``optimizer_bytes · (1 - f)``.
+    Megatron-core moves whole parameters until their elements reach ``f`` of the shard's
+    (``HybridDeviceOptimizer._get_sub_optimizer_param_groups``), which this takes as
+    exactly ``f``; the memory model and the screen both count through here."""
+    return optimizer_bytes * (1.0 - offload_fraction)  # type: ignore[operator]
+
+
 def step_peak_bytes(
     job: TrainingJob,
     model_state_bytes: float,
@@ -537,6 +551,7 @@ def memory_per_stage(
     fp8_weights: Fp8WeightStorage = BF16_WEIGHTS,
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
+    optimizer_offload_fraction: float = 0.0,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -549,7 +564,8 @@ def memory_per_stage(
     ``fragmentation``, when given, replaces the allowance's share for the allocator mode
     (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
     step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
-    `step_peak_bytes`).
+    `step_peak_bytes`); ``optimizer_offload_fraction`` of the optimizer state lives in host
+    memory (`device_optimizer_bytes`).
 
     Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
     no microbatch.
@@ -596,6 +612,7 @@ def memory_per_stage(
             weights_bytes = fsdp.weights_bytes + fsdp_cache
             gradients_bytes = fsdp.gradients_bytes
             optimizer = fsdp.optimizer_bytes
+        optimizer = device_optimizer_bytes(optimizer, optimizer_offload_fraction)
         dynamic = (
             acts.layers_bytes
             + acts.recompute_working_bytes

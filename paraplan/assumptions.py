@@ -33,6 +33,12 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             )
         if options.fp8_recipe != "mxfp8":
             lines.append(fp8_layout_line(options, device))
+    if options.optimizer_cpu_offload_fraction > 0:
+        share = percent(options.optimizer_cpu_offload_fraction)
+        lines.append(
+            f"  {share} of each rank's optimizer state (fp32 master, Adam m and v) in host "
+            "memory (--optimizer-cpu-offload)"
+        )
     lines.append(cross_entropy_line(options))
     lines.append(allocator_line(options))
     return lines

@@ -9,7 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
+from costmodel.memory import (
+    FrameworkAllowance,
+    bytes_per_param,
+    device_optimizer_bytes,
+    stage_params,
+)
 from costmodel.schedules import plan_split
 from planner.row_groups import row_groups
 from planner.space import plan_from_row
@@ -54,7 +59,9 @@ def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
+def model_state_floor_bytes(
+    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, optimizer_offload_fraction: float = 0.0
+) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
     (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`, the shards of
@@ -64,7 +71,9 @@ def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFr
     counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy
     arithmetic over the rows. A row with ``use_megatron_fsdp`` (when the table has that
     column) is bounded by every byte sharded, which holds for each sharding strategy
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that)."""
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
+    ``optimizer_offload_fraction`` of the optimizer state is on the host
+    (`costmodel.memory.device_optimizer_bytes`)."""
     weight, grad, state = bytes_per_param(job)
     first, group = row_groups(table, _PARAM_KEYS)
     params = _stage_param_table(model, table.iloc[first])[group]
@@ -81,5 +90,6 @@ def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFr
         dense, expert = params[:, 0, i], params[:, 1, i]
         sharded = dense / dense_shards + expert / expert_shards
         whole = np.where(fsdp, sharded, dense + expert)
-        worst = np.maximum(worst, (weight + grad) * whole + state * sharded)
+        optimizer = device_optimizer_bytes(state * sharded, optimizer_offload_fraction)
+        worst = np.maximum(worst, (weight + grad) * whole + optimizer)
     return worst + FrameworkAllowance().fixed_bytes

@@ -277,7 +277,11 @@ def screen_candidates(
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
     first, fine = row_groups(table, _fine_keys(table))
     screened["model_state_floor_bytes"] = (
-        model_state_floor_bytes(model, job, table.iloc[first])[fine] if len(table) else 0.0
+        model_state_floor_bytes(
+            model, job, table.iloc[first], options.optimizer_cpu_offload_fraction
+        )[fine]
+        if len(table)
+        else 0.0
     )
     under = screened["model_state_floor_bytes"] <= limit_bytes
     if len(table) and not under.any():
@@ -289,7 +293,9 @@ def screen_candidates(
         model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
         options, sets, label, pace,
     )  # fmt: skip
-    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived))
+    extra = derived.assign(
+        model_state_floor_bytes=_floor(model, job, derived, options.optimizer_cpu_offload_fraction)
+    )
     bounded, left = rows.index[skipped], rows.index[unvisited]
     return (
         _with_metrics(screened, done, bounded, left, limit_bytes),
@@ -327,12 +333,15 @@ def _fine_keys(table: pd.DataFrame) -> list[str]:
     return _FINE_KEYS + [k for k in _FSDP_KEYS if k in table.columns]
 
 
-def _floor(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray | float:
-    """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group."""
+def _floor(
+    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, offload_fraction: float
+) -> np.ndarray | float:
+    """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group, with
+    ``offload_fraction`` of the optimizer state on the host."""
     if not len(table):
         return 0.0
     first, fine = row_groups(table, _fine_keys(table))
-    return model_state_floor_bytes(model, job, table.iloc[first])[fine]
+    return model_state_floor_bytes(model, job, table.iloc[first], offload_fraction)[fine]
 
 
 def rows_to_simulate(screened: pd.DataFrame, top_k: int) -> pd.DataFrame:

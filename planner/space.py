@@ -221,8 +221,22 @@ class SearchSpace:
 
     def for_runtime(self, options: ExecutionOptions) -> SearchSpace:
         """This space narrowed to the plan features the runtime implements
-        (`ExecutionOptions.plan_features`)."""
-        return dataclasses.replace(self, features=self.features & options.plan_features)
+        (`ExecutionOptions.plan_features`) and, with optimizer CPU offload
+        (`ExecutionOptions.optimizer_cpu_offload_fraction`), to the distributed optimizer,
+        which Megatron-core's offload needs (`costmodel.optimizer_offload.offload_violations`);
+        `SpecError` where the distributed optimizer is fixed off."""
+        features = self.features & options.plan_features
+        fixed = self.fixed
+        if options.optimizer_cpu_offload_fraction > 0:
+            if fixed.get("distributed_optimizer", True) is not True:
+                raise SpecError(
+                    "optimizer CPU offload needs the distributed optimizer, got "
+                    "distributed_optimizer fixed to False: drop --no-dist-opt, or drop "
+                    "--optimizer-cpu-offload"
+                )
+            fixed = {**fixed, "distributed_optimizer": True}
+            features = features - {"megatron_fsdp"}
+        return dataclasses.replace(self, features=features, fixed=fixed)
 
     def is_fixed(self, name: str) -> bool:
         """True when the user fixed knob ``name``."""

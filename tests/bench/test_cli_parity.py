@@ -3,10 +3,15 @@ cannot state, and the CLI's memory against the bench's."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import shlex
 
 import pytest
 
+from costmodel.execution import DEFAULT_OPTIONS
+from paraplan.args import options_from_args
+from paraplan.commands import estimate
 from tests.bench.bench_loader import load_bench
 
 cli_parity = load_bench("cli_parity")
@@ -61,3 +66,18 @@ def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
     }
     assert "cli_peak_gib" not in result
     assert "options.loss_scaling" in result["unexpressed_time"]
+
+
+@pytest.mark.parametrize(("fraction", "overlap"), [(1.0, True), (0.25, False)])
+def test_offload_flags_state_the_offload_fields(fraction, overlap):
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS,
+        optimizer_cpu_offload_fraction=fraction,
+        overlap_cpu_optimizer_d2h_h2d=overlap,
+    )
+    parser = argparse.ArgumentParser()
+    estimate.add_arguments(parser)
+    base = ["--model", "tiny", "--num-gpus", "4", "--seq-len", "512", "--global-batch", "8"]
+    args = parser.parse_args([*base, *cli_parity.recipe_flags(options, "bf16")])
+    assert options_from_args(args) == options
+    assert cli_parity.offload_flags(DEFAULT_OPTIONS) == []

@@ -4,6 +4,8 @@ full product of legal switches per context."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -240,3 +242,20 @@ def test_megatron_fsdp_is_searched_beside_the_distributed_optimizer() -> None:
     assert all(r["use_megatron_fsdp"] for r in rows)
     off = SearchSpace(fixed={"use_megatron_fsdp": False})
     assert not any(r["use_megatron_fsdp"] for r in switch_rows(tiny, job, off, (1, 1, 1, 1, 8)))
+
+
+def test_optimizer_cpu_offload_searches_the_distributed_optimizer_only() -> None:
+    # Megatron-core's offload needs the precision-aware optimizer, which needs the
+    # distributed optimizer; Megatron-FSDP refuses it.
+    gpt = get_preset("gpt-1.7b")
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    options = dataclasses.replace(DEFAULT_OPTIONS, optimizer_cpu_offload_fraction=1.0)
+    space = SearchSpace().for_runtime(options)
+    assert space.fixed["distributed_optimizer"] is True
+    assert "megatron_fsdp" not in space.features
+    rows = switch_rows(gpt, job, space, (2, 2, 1, 1, 4))
+    assert rows and all(r["distributed_optimizer"] for r in rows)
+    assert not any(r["use_megatron_fsdp"] for r in rows)
+    pinned_off = SearchSpace(fixed={"distributed_optimizer": False})
+    with pytest.raises(SpecError, match="needs the distributed optimizer"):
+        pinned_off.for_runtime(options)

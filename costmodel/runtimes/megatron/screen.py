@@ -51,8 +51,10 @@ from costmodel.memory import (
     FrameworkAllowance,
     GiB,
     bytes_per_param,
+    device_optimizer_bytes,
     step_peak_bytes,
 )
+from costmodel.optimizer_offload import host_optimizer_step_s
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
@@ -232,6 +234,7 @@ def _tail_s(
     weight = 4 if job.precision == "fp32" else 2
     gather = options.fp8_weight_storage.gather_bytes(job)
     mixed = job.precision != "fp32"
+    offload = options.optimizer_cpu_offload_fraction
     unit = [
         ops.optimizer_step_time_s(
             profile,
@@ -241,11 +244,17 @@ def _tail_s(
             num_tensors=n,
             loss_scaling=options.loss_scaling,
             main_grad_bytes=options.main_grad_bytes,
+            offloaded_params=offload * s,
         )
         for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
     ]
     per_tensor = unit[3] - unit[2]
     alpha, beta = (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9
+    # the host's part of an offloaded step (pricing._optimizer_s), per shard parameter
+    host = (
+        host_optimizer_step_s(profile, offload * 1e9, overlap=options.overlap_cpu_optimizer_d2h_h2d)
+        / 1e9
+    )
     # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
     # with the division by the group size (groups of 2+ ranks) and without.
     scaled, unscaled = (
@@ -268,6 +277,7 @@ def _tail_s(
         sharded = c["optim_sharded"]
         shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
+        optimizer = np.maximum(optimizer, host * shard)  # offloaded_step_s
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
         dense_linear = c[f"p{tag}l"] - expert
@@ -303,6 +313,7 @@ def _memory_bytes(
     expandable_segments: bool = False,
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
+    optimizer_offload_fraction: float = 0.0,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
@@ -352,7 +363,9 @@ def _memory_bytes(
             + linear_cache * linear
             + grad
             * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params * grad_copies)
-            + state * (dense / dense_shards + expert / expert_shards)
+            + device_optimizer_bytes(
+                state * (dense / dense_shards + expert / expert_shards), optimizer_offload_fraction
+            )
         )
         first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
         last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
@@ -457,6 +470,7 @@ def closed_form_screen(
             fp8_weights=options.fp8_weight_storage,
             fragmentation=options.allocator_fragmentation,
             step_gradient_copy=options.step_gradient_copy,
+            optimizer_offload_fraction=options.optimizer_cpu_offload_fraction,
         ),
         np.inf,
     )
