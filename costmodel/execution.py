@@ -440,6 +440,24 @@ class ExecutionOptions:
     ``.float()`` returns the tensor itself and nothing is copied. False: not counted.
     `MEGATRON_2021` sets it. Memory only."""
 
+    stale_main_grad: bool = False
+    """Gradient reduction without overlap (`ParallelPlan.overlap_grad_reduce` False) runs
+    through Megatron-LM 2021's local DDP without contiguous buffers, which keeps the
+    previous iteration's 16-bit gradients alive through the next forward and backward: one
+    more gradient of `main_grad_bytes` per parameter on every rank while the activations
+    are held (`costmodel.memory.memory_per_stage`). ``allreduce_gradients`` points
+    ``param.main_grad = param.grad`` for every parameter (``megatron/model/distributed.py``,
+    the branch without ``_grad_buffers``); the next ``train_step`` starts with
+    ``optimizer.zero_grad()``, whose ``set_to_none`` sets ``param.grad = None`` only
+    (``_zero_grad_group_helper``, ``megatron/optimizer/optimizer.py``), so the old tensor
+    stays referenced by ``param.main_grad`` while the backward allocates new ``param.grad``
+    tensors, until ``allreduce_gradients`` points ``main_grad`` at them after the pipeline
+    flush. The optimizer step therefore sees one 16-bit copy (`costmodel.memory.
+    step_peak_bytes`). Source: NVIDIA/Megatron-LM at the ``examples/sc21`` commit de7dc40
+    (tag v2.5), whose ``--use-contiguous-buffers-in-ddp`` is off by default and unset by
+    the SC21 scripts (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the
+    default for local DDP. `MEGATRON_2021` sets it. Memory only."""
+
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`; an unresolved
@@ -579,12 +597,13 @@ MEGATRON_2021 = ExecutionOptions(
     sustained_gemm_rate_factor=1.0,
     allocator_fragmentation=MEGATRON_2021_FRAGMENTATION,
     step_gradient_copy=True,
+    stale_main_grad=True,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
-the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
-fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
-blocking pipeline sends with the scatter/gather optimisation and the sent outputs kept
-until their backward, the fp32 gradient copy of its optimizer step
+the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into the
+fp16 ``param.grad`` by autograd (local DDP without contiguous buffers), unfused QKV bias,
+fp16 loss scaling, blocking pipeline sends with the scatter/gather optimisation and the
+sent outputs kept until their backward, the fp32 gradient copy of its optimizer step
 (`ExecutionOptions.step_gradient_copy`), the allocator fragmentation its published runs
 imply (`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
@@ -593,7 +612,9 @@ None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
 at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
 (interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
 layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets, with its
-bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP."""
+bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP
+(with the previous iteration's gradients held until the pipeline flush:
+`ExecutionOptions.stale_main_grad`)."""
 
 MEGATRON_2023 = ExecutionOptions(
     bias_fusion=False,
