@@ -557,7 +557,7 @@ class ExecutionOptions:
 DEFAULT_OPTIONS = ExecutionOptions()
 """Megatron-LM's current defaults."""
 
-MEGATRON_2021_FRAGMENTATION = 0.36
+MEGATRON_2021_FRAGMENTATION = 0.31
 """Allocator fragmentation share of the dynamic bytes for `MEGATRON_2021`
 (`ExecutionOptions.allocator_fragmentation`): the smallest share, to 0.01, with which the
 memory model reproduces what Narayanan et al. 2021 (arXiv 2104.04473, §5.9 and Figure 17)
@@ -569,8 +569,9 @@ a smaller batch than the runs with it. Under 1F1B the first stage holds min(pp, 
 microbatches, so every batch from 16 up has the same footprint as 16: the run without
 recomputation did not fit at batch 16. Its stored activations follow Korthikanti et al.
 2022 (Table 2: 34·s·b·h + 5·a·s²·b per layer without tensor parallelism) and the rest of
-`costmodel.memory` for this stack, which puts that run at 64.2 GiB before fragmentation with
-44.3 GiB of dynamic bytes; exceeding the 80 GiB device takes a share above 0.356. The
+`costmodel.memory` for this stack, local DDP's gradients of the previous iteration included
+(`ExecutionOptions.stale_main_grad`), which puts that run at 66.5 GiB before fragmentation
+with 44.3 GiB of dynamic bytes; exceeding the 80 GiB device takes a share above 0.304. The
 mechanism is the PyTorch 1.8 caching allocator (no ``max_split_size_mb``, no expandable
 segments) splitting the large blocks of the materialized attention, scores, softmax output,
 dropout mask and output of a·s²·b/t elements each, for smaller requests, so that a freed
