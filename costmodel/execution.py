@@ -445,7 +445,8 @@ class ExecutionOptions:
     through Megatron-LM 2021's local DDP without contiguous buffers, which keeps the
     previous iteration's 16-bit gradients alive through the next forward and backward: one
     more gradient of `main_grad_bytes` per parameter on every rank while the activations
-    are held (`costmodel.memory.memory_per_stage`). ``allreduce_gradients`` points
+    are held (`costmodel.memory.held_gradient_copies`; not with sharded optimizer state,
+    which that code did not have). ``allreduce_gradients`` points
     ``param.main_grad = param.grad`` for every parameter (``megatron/model/distributed.py``,
     the branch without ``_grad_buffers``); the next ``train_step`` starts with
     ``optimizer.zero_grad()``, whose ``set_to_none`` sets ``param.grad = None`` only

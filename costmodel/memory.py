@@ -455,13 +455,18 @@ def held_gradient_copies(
     referenced (`ExecutionOptions.stale_main_grad`: Megatron-LM 2021's local DDP keeps
     them in ``param.main_grad`` until ``allreduce_gradients`` after the pipeline flush);
     else 1 and 1. Megatron-FSDP plans keep their own gradient buffers
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`)."""
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`). Plans with sharded
+    optimizer state hold no old gradients: that local DDP had no distributed optimizer, and
+    where a row of that era shards it, DeepSpeed's ZeRO engine owns the gradients and the
+    model is never wrapped in local DDP (Megatron-DeepSpeed ``get_model`` returns before
+    the wrapping under ``--deepspeed``, ``megatron/training.py``,
+    bigscience-workshop/Megatron-DeepSpeed at 0035f06a)."""
     if plan.use_megatron_fsdp:
         return 1, 1
     if plan.overlap_grad_reduce:
         copies = 2 if ddp_gradient_copy else 1
         return copies, copies
-    return 1, 2 if stale_main_grad else 1
+    return 1, 2 if stale_main_grad and not plan.distributed_optimizer else 1
 
 
 def step_peak_bytes(

@@ -70,24 +70,30 @@ def test_pytorch_ddp_keeps_its_bucket_copy_and_no_held_gradients() -> None:
 
 
 @pytest.mark.parametrize(
-    ("overlap", "ddp_copy", "stale", "expected"),
+    ("overlap", "distopt", "ddp_copy", "stale", "expected"),
     [
-        (False, True, True, (1, 2)),
-        (False, True, False, (1, 1)),
-        (True, True, True, (2, 2)),
-        (True, False, True, (1, 1)),
+        (False, False, True, True, (1, 2)),
+        (False, False, True, False, (1, 1)),
+        # sharded optimizer state in a 2021-era row is DeepSpeed ZeRO: no local DDP
+        (False, True, True, True, (1, 1)),
+        (True, False, True, True, (2, 2)),
+        (True, False, False, True, (1, 1)),
     ],
 )
 def test_gradient_copies_at_the_step_and_in_the_backward(
-    overlap: bool, ddp_copy: bool, stale: bool, expected: tuple[int, int]
+    overlap: bool, distopt: bool, ddp_copy: bool, stale: bool, expected: tuple[int, int]
 ) -> None:
-    plan = dataclasses.replace(LOCAL, overlap_grad_reduce=overlap)
+    plan = dataclasses.replace(LOCAL, overlap_grad_reduce=overlap, distributed_optimizer=distopt)
     assert held_gradient_copies(plan, ddp_gradient_copy=ddp_copy, stale_main_grad=stale) == (
         expected
     )
 
 
-@pytest.mark.parametrize("plan", [LOCAL, TORCH], ids=["local", "torch"])
+@pytest.mark.parametrize(
+    "plan",
+    [LOCAL, TORCH, dataclasses.replace(LOCAL, distributed_optimizer=True)],
+    ids=["local", "torch", "zero"],
+)
 def test_screen_agrees_with_the_simulator(plan: ParallelPlan) -> None:
     est = estimate_plan(MODEL, CLUSTER, JOB, plan, PROFILE, options=MEGATRON_2021)
     screened = screen_plans(

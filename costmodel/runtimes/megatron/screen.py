@@ -314,7 +314,9 @@ def _memory_bytes(
     # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
     fsdp = c["use_megatron_fsdp"].astype(bool)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~fsdp
-    local = ~c["overlap_grad_reduce"].astype(bool) & ~fsdp
+    local = (
+        ~c["overlap_grad_reduce"].astype(bool) & ~fsdp & ~c["distributed_optimizer"].astype(bool)
+    )
     step_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
     grad_copies = np.where(local & stale_main_grad, 2, step_copies)
     frame = FrameworkAllowance()
