@@ -54,6 +54,7 @@ MEMORY_OPTION_FIELDS = (
     "fp8_tn_gemm_only",
     "allocator_fragmentation",
     "step_gradient_copy",
+    "stale_main_grad",
 )
 """The `ExecutionOptions` fields the megatron runtime's memory reads
 (`costmodel.runtimes.megatron.runtime.MegatronRuntime.memory`); the others move time only."""

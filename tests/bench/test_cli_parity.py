@@ -54,8 +54,8 @@ def test_recipe_flags_follow_the_rows_options(tmp_path):
 
 def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
     # SC21 Table 1 row 1 runs Megatron-LM 2021 (`MEGATRON_2021`): hidden dropout masks,
-    # kept pipeline outputs, PyTorch DDP's bucket copy, the step's fp32 gradient copy and
-    # its allocator fragmentation have no flag
+    # kept pipeline outputs, PyTorch DDP's bucket copy, the step's fp32 gradient copy, local
+    # DDP's held gradients and its allocator fragmentation have no flag
     result = cli_parity.row_parity(one_row("1"), tmp_path)
     assert set(result["unexpressed_memory"]) == {
         "options.hidden_dropout",
@@ -63,6 +63,7 @@ def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
         "options.ddp_gradient_copy",
         "options.allocator_fragmentation",
         "options.step_gradient_copy",
+        "options.stale_main_grad",
     }
     assert "cli_peak_gib" not in result
     assert "options.loss_scaling" in result["unexpressed_time"]

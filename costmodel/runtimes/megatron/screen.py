@@ -314,6 +314,7 @@ def _memory_bytes(
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
     optimizer_offload_fraction: float = 0.0,
+    stale_main_grad: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
@@ -321,8 +322,14 @@ def _memory_bytes(
     weight, grad, state = bytes_per_param(job, main_grad_bytes)
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
-    ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
-    grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
+    # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    ddp = c["overlap_grad_reduce"].astype(bool) & ~fsdp
+    local = (
+        ~c["overlap_grad_reduce"].astype(bool) & ~fsdp & ~c["distributed_optimizer"].astype(bool)
+    )
+    step_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
+    grad_copies = np.where(local & stale_main_grad, 2, step_copies)
     frame = FrameworkAllowance()
     share = frame.fragmentation(expandable_segments) if fragmentation is None else fragmentation
     pp, vpp = c["pp"], c["vpp"]
@@ -384,7 +391,8 @@ def _memory_bytes(
         total_bytes = model_state + acts + comm + frame.fixed_bytes + share * (acts + comm)
         if step_gradient_copy:
             stepped = dense / dense_shards + expert / expert_shards
-            step = step_peak_bytes(job, model_state, stepped, main_grad_bytes, frame.fixed_bytes)
+            step_state = model_state - (grad_copies - step_copies) * grad * params
+            step = step_peak_bytes(job, step_state, stepped, main_grad_bytes, frame.fixed_bytes)
             total_bytes = np.maximum(total_bytes, step)
         peak = np.maximum(peak, total_bytes)
     return peak
@@ -471,6 +479,7 @@ def closed_form_screen(
             fragmentation=options.allocator_fragmentation,
             step_gradient_copy=options.step_gradient_copy,
             optimizer_offload_fraction=options.optimizer_cpu_offload_fraction,
+            stale_main_grad=options.stale_main_grad,
         ),
         np.inf,
     )
