@@ -171,7 +171,7 @@ def fp8_line(result: dict) -> str:
     return (
         "FP8 GEMM rate factor fitted per profile generation: "
         + "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
-        + f"; shared (one factor on all FP8 rows) {fitted['fp8_gemm_rate_factor']}; "
+        + f"; shared (one factor on all dense FP8 rows) {fitted['fp8_gemm_rate_factor']}; "
         + _left_out_values(loso)
     )
 

@@ -107,12 +107,12 @@ from one source family, so leaving it out leaves the generation to the shared va
 (`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
 (`costmodel.compute.fp8_quantize_time_s`)."""
 
-FP8_GEMM_RATE_FACTOR = 0.65
+FP8_GEMM_RATE_FACTOR = 0.7
 """Default FP8 GEMM rate factor of a GPU generation without its own entry in
 `FP8_GEMM_RATE_FACTORS` (Ampere, whose published runs are 16-bit; CDNA 3; a measured GPU of
-unknown generation): one value fitted on every FP8 row together, the same objective as
-`FP8_GEMM_RATE_FACTORS` with one factor for all generations (``fitted.fp8_gemm_rate_factor``
-of the bench's ``--json``, whose ``fitted_on`` lists the rows)."""
+unknown generation): one value fitted on every dense FP8 row together, the same objective as
+`FP8_GEMM_RATE_FACTORS` over those rows (``fitted.fp8_gemm_rate_factor`` of the bench's
+``--json``, whose ``fitted_on`` lists the rows; MoE rows do not set it)."""
 
 
 def generation_rate_factor(

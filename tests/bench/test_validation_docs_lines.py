@@ -34,7 +34,7 @@ def test_fp8_line_lists_each_generation_its_rows_and_the_left_out_refits():
     line = docs.fp8_line(RESULT)
     assert "blackwell 0.6 (rows 1, 2)" in line
     assert "blackwell_ultra 0.8 (rows 3)" in line
-    assert "shared (one factor on all FP8 rows) 0.65" in line
+    assert "shared (one factor on all dense FP8 rows) 0.65" in line
     assert "MBRIDGE blackwell 0.55, shared 0.55" in line
 
 
