@@ -29,6 +29,7 @@ from costmodel.fitted_rates import (
     sustained_gemm_rate_factor,
 )
 from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
+from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
@@ -440,6 +441,35 @@ class ExecutionOptions:
     ``.float()`` returns the tensor itself and nothing is copied. False: not counted.
     `MEGATRON_2021` sets it. Memory only."""
 
+    precision_aware_optimizer: bool = False
+    """Megatron-LM ``--use-precision-aware-optimizer``: Transformer Engine's ``FusedAdam``
+    keeps Adam's state in the dtypes below, fewer bytes per parameter in memory and in the
+    optimizer step (`costmodel.optimizer_state`: its table of bytes per parameter and
+    sources). Megatron-core accepts it only with the distributed optimizer or Megatron-FSDP
+    (`costmodel.optimizer_state.precision_aware_unmet`); `costmodel.memory` raises for
+    another plan. Off: Megatron-core's default. Megatron runtime only."""
+    exp_avg_dtype: OptimizerDtype = "fp32"
+    """Megatron-LM ``--exp-avg-dtype``: storage of Adam's first moment (fp32, fp16, bf16,
+    fp8); other than fp32 only with `precision_aware_optimizer`."""
+    exp_avg_sq_dtype: OptimizerDtype = "fp32"
+    """Megatron-LM ``--exp-avg-sq-dtype``: storage of Adam's second moment (as
+    `exp_avg_dtype`)."""
+    main_params_dtype: OptimizerDtype = "fp32"
+    """Megatron-LM ``--main-params-dtype``: storage of the master weights (fp32 or fp16;
+    fp32 master weights of bf16 parameters are kept as 16-bit remainders); other than
+    fp32 only with `precision_aware_optimizer`. Megatron-LM's ``--main-grads-dtype bf16``
+    is `main_grad_bytes` 2."""
+
+    @property
+    def optimizer_precision(self) -> OptimizerPrecision:
+        """The optimizer state fields as `costmodel.optimizer_state.OptimizerPrecision`."""
+        return OptimizerPrecision(
+            precision_aware=self.precision_aware_optimizer,
+            exp_avg_dtype=self.exp_avg_dtype,
+            exp_avg_sq_dtype=self.exp_avg_sq_dtype,
+            main_params_dtype=self.main_params_dtype,
+        )
+
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`; an unresolved
@@ -533,6 +563,13 @@ class ExecutionOptions:
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
                 f"{self.main_grad_bytes!r}"
+            )
+        self.optimizer_precision  # noqa: B018 (its __post_init__ checks the dtypes)
+        if self.precision_aware_optimizer and self.runtime != "megatron":
+            raise SpecError(
+                f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
+                f"the {self.runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
+                "precision_aware_optimizer"
             )
 
 

@@ -33,9 +33,26 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             )
         if options.fp8_recipe != "mxfp8":
             lines.append(fp8_layout_line(options, device))
+    lines.append(optimizer_state_line(options))
     lines.append(cross_entropy_line(options))
     lines.append(allocator_line(options))
     return lines
+
+
+def optimizer_state_line(options: ExecutionOptions) -> str:
+    """The dtypes of Adam's state (`ExecutionOptions.precision_aware_optimizer`,
+    `costmodel.optimizer_state`)."""
+    if not options.precision_aware_optimizer:
+        return (
+            "  fp32 Adam state (master weights, both moments); add "
+            "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+            "for bf16 moments"
+        )
+    return (
+        f"  precision-aware Adam state: {options.exp_avg_dtype} first and "
+        f"{options.exp_avg_sq_dtype} second moments, {options.main_params_dtype} master "
+        "weights (--use-precision-aware-optimizer)"
+    )
 
 
 def fp8_layout_line(options: ExecutionOptions, device: str) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from costmodel.execution import ExecutionOptions
 from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
+from costmodel.optimizer_state import adam_state_bytes
 from costmodel.schedules import plan_split
 from planner.row_groups import row_groups
 from planner.space import plan_from_row
@@ -54,7 +56,25 @@ def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray:
+def smallest_adam_state_bytes(job: TrainingJob, options: ExecutionOptions) -> int:
+    """The fewest bytes per parameter Adam's state takes under ``options`` on any plan:
+    the smaller of `costmodel.optimizer_state.adam_state_bytes` without and with
+    Megatron-FSDP (which keeps fp32 main weights)."""
+    return min(
+        adam_state_bytes(
+            job.precision,
+            options.optimizer_precision,
+            fp8_recipe=options.fp8_recipe,
+            fp8_param=options.fp8_param,
+            megatron_fsdp=fsdp,
+        ).total_bytes
+        for fsdp in (False, True)
+    )
+
+
+def model_state_floor_bytes(
+    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, state_bytes: int | None = None
+) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
     (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`, the shards of
@@ -64,8 +84,11 @@ def model_state_floor_bytes(model: ModelSpec, job: TrainingJob, table: pd.DataFr
     counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy
     arithmetic over the rows. A row with ``use_megatron_fsdp`` (when the table has that
     column) is bounded by every byte sharded, which holds for each sharding strategy
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that)."""
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
+    ``state_bytes``: Adam's state per parameter (`smallest_adam_state_bytes`; None: the
+    default fp32 state)."""
     weight, grad, state = bytes_per_param(job)
+    state = state if state_bytes is None else state_bytes
     first, group = row_groups(table, _PARAM_KEYS)
     params = _stage_param_table(model, table.iloc[first])[group]
     distopt = table["distributed_optimizer"].to_numpy(dtype=bool)

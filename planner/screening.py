@@ -28,7 +28,7 @@ import pandas as pd
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.screen import screen_lower_bounds
-from planner.memory_floor import model_state_floor_bytes
+from planner.memory_floor import model_state_floor_bytes, smallest_adam_state_bytes
 from planner.micro_batch_screen import METRIC_COLUMNS, screen_by_micro_batch
 from planner.pacing import FIRST_PACED_ROUND_ROWS, SearchPace, next_round_rows
 from planner.row_groups import first_occurrences, row_groups
@@ -276,8 +276,9 @@ def screen_candidates(
     pace = pace if pace is not None else SearchPace()
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
     first, fine = row_groups(table, _fine_keys(table))
+    state = smallest_adam_state_bytes(job, options)
     screened["model_state_floor_bytes"] = (
-        model_state_floor_bytes(model, job, table.iloc[first])[fine] if len(table) else 0.0
+        model_state_floor_bytes(model, job, table.iloc[first], state)[fine] if len(table) else 0.0
     )
     under = screened["model_state_floor_bytes"] <= limit_bytes
     if len(table) and not under.any():
@@ -289,7 +290,7 @@ def screen_candidates(
         model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
         options, sets, label, pace,
     )  # fmt: skip
-    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived))
+    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived, state))
     bounded, left = rows.index[skipped], rows.index[unvisited]
     return (
         _with_metrics(screened, done, bounded, left, limit_bytes),
@@ -327,12 +328,14 @@ def _fine_keys(table: pd.DataFrame) -> list[str]:
     return _FINE_KEYS + [k for k in _FSDP_KEYS if k in table.columns]
 
 
-def _floor(model: ModelSpec, job: TrainingJob, table: pd.DataFrame) -> np.ndarray | float:
+def _floor(
+    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, state_bytes: int
+) -> np.ndarray | float:
     """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group."""
     if not len(table):
         return 0.0
     first, fine = row_groups(table, _fine_keys(table))
-    return model_state_floor_bytes(model, job, table.iloc[first])[fine]
+    return model_state_floor_bytes(model, job, table.iloc[first], state_bytes)[fine]
 
 
 def rows_to_simulate(screened: pd.DataFrame, top_k: int) -> pd.DataFrame:

@@ -189,6 +189,11 @@ class SearchSpace:
     Knobs the user fixed are yielded as given. CPU activation offloading is never searched,
     only fixed."""
 
+    sharded_optimizer_only: bool = False
+    """Only plans with the distributed optimizer or Megatron-FSDP: Megatron-core runs the
+    precision-aware optimizer with nothing else
+    (`costmodel.optimizer_state.precision_aware_unmet`; `for_runtime` sets it)."""
+
     def __post_init__(self) -> None:
         for name in self.fixed:
             if name not in KNOBS:
@@ -221,8 +226,21 @@ class SearchSpace:
 
     def for_runtime(self, options: ExecutionOptions) -> SearchSpace:
         """This space narrowed to the plan features the runtime implements
-        (`ExecutionOptions.plan_features`)."""
-        return dataclasses.replace(self, features=self.features & options.plan_features)
+        (`ExecutionOptions.plan_features`) and, with the precision-aware optimizer, to plans
+        that shard the optimizer (`sharded_optimizer_only`). `SpecError` when the
+        precision-aware optimizer meets a framework with neither feature."""
+        sharding = {"distributed_optimizer", "megatron_fsdp"} & options.plan_features
+        if options.precision_aware_optimizer and not sharding:
+            raise SpecError(
+                "precision_aware_optimizer needs the distributed optimizer or Megatron-FSDP, "
+                "and the options' plan_features have neither; add distributed_optimizer to "
+                "plan_features, or drop precision_aware_optimizer"
+            )
+        return dataclasses.replace(
+            self,
+            features=self.features & options.plan_features,
+            sharded_optimizer_only=self.sharded_optimizer_only or options.precision_aware_optimizer,
+        )
 
     def is_fixed(self, name: str) -> bool:
         """True when the user fixed knob ``name``."""
@@ -559,8 +577,10 @@ def switch_rows(
     opt_opts = []
     factors = space.bucket_factors if space.has("ddp_bucket_size") else ()
     for d, g, p in optimizer_options():
-        if (d and not space.has("distributed_optimizer")) or (
-            g and pp > 1 and not space.has("pipelined_grad_overlap")
+        if (
+            (d and not space.has("distributed_optimizer"))
+            or (g and pp > 1 and not space.has("pipelined_grad_overlap"))
+            or (not d and space.sharded_optimizer_only)
         ):
             continue
         for bucket in bucket_sizes(dp, cp, g, factors):

@@ -21,6 +21,7 @@ from paraplan.args import (
     model_from_args,
     options_from_args,
     plan_from_args,
+    precision_aware_violations,
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     violations = check_plan(model, cluster, job, plan)
     violations += a2a_overlap_violations(plan, options_from_args(args))
+    violations += precision_aware_violations(plan, options_from_args(args))
     if violations:
         print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
         for v in violations:

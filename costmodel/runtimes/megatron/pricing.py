@@ -48,7 +48,7 @@ from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.memory import chunk_params
+from costmodel.memory import chunk_params, plan_adam_state
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtimes.megatron.layer_costs import embedding_cost, layer_cost, logits_cost
@@ -300,7 +300,7 @@ def _optimizer_s(
     reduction (`costmodel.compute.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
     `ExecutionOptions.grad_nan_check`), which occupy the same compute stream once per
-    iteration."""
+    iteration. Adam's state is the options' (`costmodel.memory.plan_adam_state`)."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
     if optimizer_sharded(plan):
@@ -318,6 +318,7 @@ def _optimizer_s(
         num_tensors=tensors,
         loss_scaling=options.loss_scaling,
         main_grad_bytes=options.main_grad_bytes,
+        state=plan_adam_state(job, plan, options.optimizer_precision, options.fp8_weight_storage),
     )
     buffer_s = sum(
         ops.grad_buffer_passes_time_s(

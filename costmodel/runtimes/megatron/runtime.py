@@ -105,7 +105,7 @@ class MegatronRuntime:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
         copy, cross-entropy implementation, allocator segments and fragmentation, FP8
-        weight storage and the optimizer step's gradient copy."""
+        weight storage, the optimizer step's gradient copy and Adam's state dtypes."""
         return memory_per_stage(
             model,
             job,
@@ -120,6 +120,7 @@ class MegatronRuntime:
             fp8_weights=self.options.fp8_weight_storage,
             fragmentation=self.options.allocator_fragmentation,
             step_gradient_copy=self.options.step_gradient_copy,
+            optimizer=self.options.optimizer_precision,
         )
 
     def screen(

@@ -53,6 +53,12 @@ from costmodel.memory import (
     bytes_per_param,
     step_peak_bytes,
 )
+from costmodel.optimizer_state import (
+    DEFAULT_PRECISION,
+    OptimizerPrecision,
+    adam_state_bytes,
+    precision_aware_unmet,
+)
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
@@ -231,21 +237,10 @@ def _tail_s(
     v, pp = c["vpp"], c["pp"]
     weight = 4 if job.precision == "fp32" else 2
     gather = options.fp8_weight_storage.gather_bytes(job)
-    mixed = job.precision != "fp32"
-    unit = [
-        ops.optimizer_step_time_s(
-            profile,
-            shard_params=s,
-            local_params=lp,
-            mixed_precision=mixed,
-            num_tensors=n,
-            loss_scaling=options.loss_scaling,
-            main_grad_bytes=options.main_grad_bytes,
-        )
-        for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
-    ]
-    per_tensor = unit[3] - unit[2]
-    alpha, beta = (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    # the optimizer step's affine form per Adam state: without and with Megatron-FSDP
+    units = np.array([_optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
+    alpha, beta, per_tensor, base = (np.where(fsdp, units[1, i], units[0, i]) for i in range(4))
     # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
     # with the division by the group size (groups of 2+ ranks) and without.
     scaled, unscaled = (
@@ -259,7 +254,6 @@ def _tail_s(
     distopt = c["distributed_optimizer"].astype(bool)
     forward_chunk = f0 / v
     worst = np.zeros(len(v))
-    fsdp = c["use_megatron_fsdp"].astype(bool)
     # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
     # parameters), the fullest middle stage
     for tag, first_stage in (("0", True), ("l", False), ("1", False)):
@@ -267,7 +261,7 @@ def _tail_s(
         tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
         sharded = c["optim_sharded"]
         shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
-        optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
+        optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + base
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
         dense_linear = c[f"p{tag}l"] - expert
@@ -291,6 +285,57 @@ def _tail_s(
     return worst
 
 
+def precision_aware_allowed(c, options: ExecutionOptions) -> np.ndarray:
+    """Per row, whether Megatron-core runs the options' precision-aware optimizer with the
+    row's sharding (`costmodel.optimizer_state.precision_aware_unmet`); a row where it
+    does not gets an infinite time and does not fit."""
+    distopt = c["distributed_optimizer"].astype(bool)
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    allowed = {
+        (d, f): precision_aware_unmet(
+            options.optimizer_precision, distributed_optimizer=d, megatron_fsdp=f
+        )
+        is None
+        for d in (False, True)
+        for f in (False, True)
+    }
+    return np.select(
+        [distopt & fsdp, distopt & ~fsdp, ~distopt & fsdp],
+        [allowed[True, True], allowed[True, False], allowed[False, True]],
+        default=allowed[False, False],
+    )
+
+
+def _optimizer_units(
+    profile: HardwareProfile, job: TrainingJob, options: ExecutionOptions, megatron_fsdp: bool
+) -> tuple[float, float, float, float]:
+    """`costmodel.compute.optimizer_step_time_s` as an affine form (seconds per shard
+    parameter, per local parameter, per tensor beyond the first, and for one tensor) with
+    the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
+    without or with Megatron-FSDP."""
+    state = adam_state_bytes(
+        job.precision,
+        options.optimizer_precision,
+        fp8_recipe=options.fp8_recipe,
+        fp8_param=options.fp8_param,
+        megatron_fsdp=megatron_fsdp,
+    )
+    unit = [
+        ops.optimizer_step_time_s(
+            profile,
+            shard_params=s,
+            local_params=lp,
+            mixed_precision=job.precision != "fp32",
+            num_tensors=n,
+            loss_scaling=options.loss_scaling,
+            main_grad_bytes=options.main_grad_bytes,
+            state=state,
+        )
+        for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
+    ]
+    return (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9, unit[3] - unit[2], unit[2]
+
+
 def _memory_bytes(
     c,
     model: ModelSpec,
@@ -303,11 +348,25 @@ def _memory_bytes(
     expandable_segments: bool = False,
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
+    optimizer: OptimizerPrecision = DEFAULT_PRECISION,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
     `costmodel.memory.memory_per_stage`)."""
-    weight, grad, state = bytes_per_param(job, main_grad_bytes)
+    weight, grad, _ = bytes_per_param(job, main_grad_bytes)
+    state = np.where(
+        c["use_megatron_fsdp"].astype(bool),
+        *(
+            adam_state_bytes(
+                job.precision,
+                optimizer,
+                fp8_recipe=fp8_weights.recipe,
+                fp8_param=fp8_weights.fp8_param,
+                megatron_fsdp=under_fsdp,
+            ).total_bytes
+            for under_fsdp in (True, False)
+        ),
+    )
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
@@ -442,6 +501,7 @@ def closed_form_screen(
     iteration = sync + _tail_s(c, times, profile, job, model, options, np.maximum(m, 1))
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)
+    ok &= precision_aware_allowed(c, options)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(
         ok,
@@ -457,6 +517,7 @@ def closed_form_screen(
             fp8_weights=options.fp8_weight_storage,
             fragmentation=options.allocator_fragmentation,
             step_gradient_copy=options.step_gradient_copy,
+            optimizer=options.optimizer_precision,
         ),
         np.inf,
     )
