@@ -4,6 +4,8 @@ full product of legal switches per context."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -240,3 +242,19 @@ def test_megatron_fsdp_is_searched_beside_the_distributed_optimizer() -> None:
     assert all(r["use_megatron_fsdp"] for r in rows)
     off = SearchSpace(fixed={"use_megatron_fsdp": False})
     assert not any(r["use_megatron_fsdp"] for r in switch_rows(tiny, job, off, (1, 1, 1, 1, 8)))
+
+
+def test_the_precision_aware_optimizer_searches_only_sharded_optimizers() -> None:
+    # Megatron-core: "--use-precision-aware-optimizer only supported with distributed
+    # optimizer" (Megatron-FSDP turns the distributed optimizer on)
+    aware = dataclasses.replace(DEFAULT_OPTIONS, precision_aware_optimizer=True)
+    space = SearchSpace().for_runtime(aware)
+    assert space.sharded_optimizer_only
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    rows = switch_rows(get_preset("tiny"), job, space, (1, 1, 1, 1, 8))
+    assert rows and all(r["distributed_optimizer"] or r["use_megatron_fsdp"] for r in rows)
+    plain = switch_rows(get_preset("tiny"), job, SearchSpace(), (1, 1, 1, 1, 8))
+    assert any(not (r["distributed_optimizer"] or r["use_megatron_fsdp"]) for r in plain)
+    none_sharded = dataclasses.replace(aware, plan_features=frozenset())
+    with pytest.raises(SpecError, match="plan_features have neither"):
+        SearchSpace().for_runtime(none_sharded)
