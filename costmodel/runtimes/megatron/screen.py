@@ -53,12 +53,7 @@ from costmodel.memory import (
     bytes_per_param,
     step_peak_bytes,
 )
-from costmodel.optimizer_state import (
-    DEFAULT_PRECISION,
-    OptimizerPrecision,
-    adam_state_bytes,
-    precision_aware_unmet,
-)
+from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
@@ -71,9 +66,12 @@ from costmodel.runtimes.megatron.screen_parts import (
 )
 from costmodel.runtimes.megatron.screen_sharding import (
     SHARDING_COLUMNS,
+    adam_state_per_row,
     closed_form_fsdp_gather_s,
     fsdp_reduce_exposed_s,
     fsdp_reduce_per_microbatch_s,
+    optimizer_units,
+    precision_aware_allowed,
     with_sharding,
 )
 from costmodel.topology import scale_up_domain_size
@@ -239,7 +237,7 @@ def _tail_s(
     gather = options.fp8_weight_storage.gather_bytes(job)
     fsdp = c["use_megatron_fsdp"].astype(bool)
     # the optimizer step's affine form per Adam state: without and with Megatron-FSDP
-    units = np.array([_optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
+    units = np.array([optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
     alpha, beta, per_tensor, base = (np.where(fsdp, units[1, i], units[0, i]) for i in range(4))
     # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
     # with the division by the group size (groups of 2+ ranks) and without.
@@ -285,57 +283,6 @@ def _tail_s(
     return worst
 
 
-def precision_aware_allowed(c, options: ExecutionOptions) -> np.ndarray:
-    """Per row, whether Megatron-core runs the options' precision-aware optimizer with the
-    row's sharding (`costmodel.optimizer_state.precision_aware_unmet`); a row where it
-    does not gets an infinite time and does not fit."""
-    distopt = c["distributed_optimizer"].astype(bool)
-    fsdp = c["use_megatron_fsdp"].astype(bool)
-    allowed = {
-        (d, f): precision_aware_unmet(
-            options.optimizer_precision, distributed_optimizer=d, megatron_fsdp=f
-        )
-        is None
-        for d in (False, True)
-        for f in (False, True)
-    }
-    return np.select(
-        [distopt & fsdp, distopt & ~fsdp, ~distopt & fsdp],
-        [allowed[True, True], allowed[True, False], allowed[False, True]],
-        default=allowed[False, False],
-    )
-
-
-def _optimizer_units(
-    profile: HardwareProfile, job: TrainingJob, options: ExecutionOptions, megatron_fsdp: bool
-) -> tuple[float, float, float, float]:
-    """`costmodel.compute.optimizer_step_time_s` as an affine form (seconds per shard
-    parameter, per local parameter, per tensor beyond the first, and for one tensor) with
-    the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
-    without or with Megatron-FSDP."""
-    state = adam_state_bytes(
-        job.precision,
-        options.optimizer_precision,
-        fp8_recipe=options.fp8_recipe,
-        fp8_param=options.fp8_param,
-        megatron_fsdp=megatron_fsdp,
-    )
-    unit = [
-        ops.optimizer_step_time_s(
-            profile,
-            shard_params=s,
-            local_params=lp,
-            mixed_precision=job.precision != "fp32",
-            num_tensors=n,
-            loss_scaling=options.loss_scaling,
-            main_grad_bytes=options.main_grad_bytes,
-            state=state,
-        )
-        for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
-    ]
-    return (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9, unit[3] - unit[2], unit[2]
-
-
 def _memory_bytes(
     c,
     model: ModelSpec,
@@ -354,19 +301,7 @@ def _memory_bytes(
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
     `costmodel.memory.memory_per_stage`)."""
     weight, grad, _ = bytes_per_param(job, main_grad_bytes)
-    state = np.where(
-        c["use_megatron_fsdp"].astype(bool),
-        *(
-            adam_state_bytes(
-                job.precision,
-                optimizer,
-                fp8_recipe=fp8_weights.recipe,
-                fp8_param=fp8_weights.fp8_param,
-                megatron_fsdp=under_fsdp,
-            ).total_bytes
-            for under_fsdp in (True, False)
-        ),
-    )
+    state = adam_state_per_row(c, job, optimizer, fp8_weights)
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
