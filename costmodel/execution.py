@@ -564,8 +564,8 @@ class ExecutionOptions:
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
                 f"{self.main_grad_bytes!r}"
             )
-        self.optimizer_precision  # noqa: B018 (its __post_init__ checks the dtypes)
-        if self.precision_aware_optimizer and self.runtime != "megatron":
+        optimizer = self.optimizer_precision  # OptimizerPrecision checks the dtype rules
+        if optimizer.precision_aware and self.runtime != "megatron":
             raise SpecError(
                 f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
                 f"the {self.runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
