@@ -58,6 +58,7 @@ MEMORY_OPTION_FIELDS = (
     "exp_avg_dtype",
     "exp_avg_sq_dtype",
     "main_params_dtype",
+    "stale_main_grad",
 )
 """The `ExecutionOptions` fields the megatron runtime's memory reads
 (`costmodel.runtimes.megatron.runtime.MegatronRuntime.memory`); the others move time only."""
@@ -119,7 +120,12 @@ def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
         impl = options.cross_entropy_fusion
         flags += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", impl]
     flags += ["--expandable-segments"] if options.expandable_segments else []
-    return flags + optimizer_precision_flags(options) + time_recipe_flags(options)
+    return (
+        flags
+        + optimizer_precision_flags(options)
+        + offload_flags(options)
+        + time_recipe_flags(options)
+    )
 
 
 def optimizer_precision_flags(options: ExecutionOptions) -> list[str]:
@@ -132,6 +138,18 @@ def optimizer_precision_flags(options: ExecutionOptions) -> list[str]:
         if getattr(options, name) != "fp32":
             flags += ["--" + name.replace("_", "-"), getattr(options, name)]
     return flags
+
+
+def offload_flags(options: ExecutionOptions) -> list[str]:
+    """The flags of `paraplan.optimizer_args` that state the optimizer CPU offload fields of
+    ``options``; none without offload."""
+    fraction = options.optimizer_cpu_offload_fraction
+    if fraction == 0:
+        return []
+    flags = ["--optimizer-cpu-offload", "--optimizer-offload-fraction", repr(fraction)]
+    return flags + (
+        ["--overlap-cpu-optimizer-d2h-h2d"] if options.overlap_cpu_optimizer_d2h_h2d else []
+    )
 
 
 def time_recipe_flags(options: ExecutionOptions) -> list[str]:

@@ -1,6 +1,6 @@
-"""What a Megatron-Bridge MoE row's recipe ran beyond its printed plan: CUDA graph capture,
-the token dispatcher and token dropping, per release (`moe_runtime_fields`,
-`token_drop_capacity`).
+"""What a Megatron-Bridge or Megatron-MoE model zoo row's recipe ran beyond its printed plan:
+CUDA graph capture, the token dispatcher and token dropping, per release
+(`moe_runtime_fields`, `token_drop_capacity`).
 
 Sources (NVIDIA-NeMo/Megatron-Bridge; release branch of each NeMo container):
 - NeMo 25.09 (``r0.1.0``): ``scripts/performance/run_script.py`` applies
@@ -56,6 +56,15 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   ``full_iteration`` graphs with the fused grouped MLP.
 - Kimi-K2 GB300 (26.02.01 to 26.06; ``configs/kimi/kimi_workload_base_configs.py``
   ``KIMI_K2_PRETRAIN_CONFIG_GB300``): HybridEP, no graphs, no overlap.
+
+Megatron-MoE model zoo Qwen3 235B-A22B rows (`moezoo_fields`; yanring/Megatron-MoE-ModelZoo
+``best_practice/qwen3/readme.md`` at e8650517, GB200 and GB300 sections, and
+``sbatch_benchmarking.sh``): every command sets ``DISPATCHER=hybridep``, which the script
+turns into ``--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep``; the
+sequence-4096 commands capture ``--cuda-graph-scope attn moe_router moe_preprocess`` and the
+128K long-context command captures none; ``A2A_OVERLAP=1`` (``--overlap-moe-expert-parallel-comm
+--delay-wgrad-compute``) in the MXFP8 sequence-4096 commands (GB200 and GB300), ``0`` in the
+BF16 and long-context ones.
 """
 
 from __future__ import annotations
@@ -133,6 +142,24 @@ DeepSeek-V3, Qwen3 235B-A22B and Kimi-K2 rows (module docstring). Rows no rule c
 defaults (alltoall, eager)."""
 
 
+MOEZOO_SHORT_SEQUENCE = 4096
+"""Sequence length of the model zoo's Qwen3 235B-A22B commands with CUDA graphs (module
+docstring); its long-context command runs 131072 without them."""
+
+
+def moezoo_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ExecutionOptions` fields of a Megatron-MoE model zoo row's command (module docstring):
+    the flex dispatcher always; ``attn``, ``moe_router`` and ``moe_preprocess`` graphs at
+    sequence 4096; the all-to-all overlap in the MXFP8 commands at that sequence."""
+    fields: dict[str, object] = dict(FLEX)
+    if int(raw["seq_length"]) != MOEZOO_SHORT_SEQUENCE:
+        return fields
+    fields["cuda_graph_scopes"] = ATTN_ROUTER
+    if raw["precision"].strip().upper().startswith("MXFP8"):
+        fields["moe_a2a_overlap"] = True
+    return fields
+
+
 def large_moe_fields(raw: dict[str, str]) -> dict[str, object]:
     """`LARGE_MOE_RULES` fields of a dropless Megatron-Bridge DeepSeek-V3, Qwen3 235B or
     Kimi-K2 row from 25.11 on; empty otherwise."""
@@ -173,11 +200,13 @@ def token_drop_capacity(raw: dict[str, str]) -> float | None:
 
 def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
     """`ExecutionOptions` fields (``cuda_graph_scopes``, ``moe_dispatcher``,
-    ``moe_a2a_overlap``) a Megatron-Bridge
+    ``moe_a2a_overlap``) a Megatron-Bridge or model zoo
     MoE row's recipe sets (module docstring); empty when the recipe sets none of them or the
     row is not covered."""
     source = raw["source_id"].strip()
     model, gpu = _model(raw), _gpu(raw)
+    if source.startswith("MOEZOO-"):
+        return moezoo_fields(raw)
     if source == "MBRIDGE-25.09":
         for prefix, gpus in WHOLE_LAYER_25_09:
             if model.startswith(prefix) and gpu in gpus:

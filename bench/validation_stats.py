@@ -238,16 +238,18 @@ class FittedModel:
     """The fitted parameters and the rows that fitted each."""
 
     fp8_factor: float | None
-    """The FP8 factor fitted with one value shared by every generation (all the FP8 rows
-    together): the value of a generation without FP8 rows of its own. None when no FP8 row
-    fitted it (the predictions keep the factor they were made with)."""
+    """The FP8 factor fitted with one value shared by every generation (per generation: on
+    the dense FP8 rows together, `_shared_fp8`): the value of a generation without dense FP8
+    rows of its own. None when no FP8 row fitted it (the predictions keep the factor they
+    were made with)."""
     fitted_on: tuple[str, ...]
-    """Row ids of the FP8 rows (dense and MoE) that fitted ``fp8_factor``."""
+    """Row ids of the FP8 rows that fitted ``fp8_factor``."""
     fp8_factors: dict[str, float] = dataclasses.field(default_factory=dict)
     """GPU generation -> its FP8 factor, for the generations with FP8 rows of their own
     (with ``per_generation`` off: empty, ``fp8_factor`` for every generation)."""
     fp8_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    """GPU generation -> row ids of the FP8 rows that fitted its factor."""
+    """GPU generation -> row ids of the FP8 rows that fitted its factor (the dense FP8 rows
+    of every generation where it takes the shared one)."""
     moe_host_launch_s: float | None = None
     """moe_host_launch_s for every GPU generation; 0 when no MoE row fitted it (no floor);
     the grid's one value when the grid fixes it (`FitGrid.host_launch_fixed`)."""
@@ -378,26 +380,37 @@ def fit_model(
 
     The sustained factor of a generation without dense 16-bit rows is the shared one,
     fitted first on every dense 16-bit row together (`_shared_sustained`; MoE rows do not
-    move it: their residuals are the MoE layer's). Then one descent fits the sustained
-    factor of each generation with dense 16-bit rows, the FP8 factor (per generation with
-    FP8 rows when ``per_generation``, else one for all) and the launch time; with
-    ``per_generation`` a second descent with one FP8 factor for all gives the shared
-    ``fp8_factor``. No MoE row: launch time 0 (no floor). A one-value
-    ``grid.host_launch_s`` fixes the launch time (`FitGrid.host_launch_fixed`)."""
+    move it: their residuals are the MoE layer's). With ``per_generation`` the FP8 factor
+    follows the same rule: a generation whose FP8 rows are all MoE rows takes the shared
+    FP8 factor, fitted on every dense FP8 row together (`_shared_fp8`), so that MoE
+    residuals (the all-to-all overlap, the device time per token that docs/cost-model.md
+    names) never set a GEMM rate alone; without dense FP8 rows at all, the MoE rows fit it
+    as one factor. Then one descent fits the sustained factor of each generation with
+    dense 16-bit rows, the FP8 factor (per generation with dense FP8 rows when
+    ``per_generation``, else one for all) and the launch time. No MoE row: launch time 0
+    (no floor). A one-value ``grid.host_launch_s`` fixes the launch time
+    (`FitGrid.host_launch_fixed`)."""
     rows = _fit_rows(outcomes)
     fp8_rows = [o for o in outcomes if o.precision == "fp8"]
     fp8_gens = sorted({o.fit_key for o in fp8_rows})
     shared = _shared_sustained(rows, predict, grid)
+    shared_fp8 = _shared_fp8(rows, predict, grid)
     own = {(SUSTAINED, g): g for g in rows.sixteen}
     fixed = {
         (SUSTAINED, g): shared
         for g in {o.fit_key for o in outcomes} - set(rows.sixteen)
         if shared is not None
     }
-    fp8_keys = {(FP8, g): g if per_generation else "all" for g in fp8_gens}
+    own_fp8 = fp8_gens
+    if per_generation and shared_fp8 is not None:
+        own_fp8 = [g for g in fp8_gens if g in rows.fp8]
+        fixed |= {(FP8, g): shared_fp8 for g in fp8_gens if g not in own_fp8}
+    fp8_keys = {(FP8, g): g if per_generation else "all" for g in own_fp8}
     point, host = _coordinate_descent(rows, predict, grid, fp8_keys | own, fixed)
     fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
-    if per_generation and fp8_gens:
+    if per_generation and shared_fp8 is not None:
+        fp8_factor = shared_fp8
+    elif per_generation and fp8_gens:
         all_keys = {(FP8, g): "all" for g in fp8_gens}
         fp8_factor = _coordinate_descent(rows, predict, grid, all_keys | own, fixed)[0][
             FP8, fp8_gens[0]
@@ -406,12 +419,20 @@ def fit_model(
     if sixteen_ids:
         sixteen_ids["shared"] = tuple(i for ids in sixteen_ids.values() for i in ids)
     per_gen = per_generation and bool(fp8_gens)
+    dense_fp8_ids = tuple(o.row_id for members in rows.fp8.values() for o in members)
     return FittedModel(
         fp8_factor=fp8_factor,
-        fitted_on=tuple(o.row_id for o in fp8_rows),
+        fitted_on=dense_fp8_ids
+        if per_gen and shared_fp8 is not None
+        else tuple(o.row_id for o in fp8_rows),
         fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_gen else {},
         fp8_fitted_on=(
-            {g: tuple(o.row_id for o in fp8_rows if o.fit_key == g) for g in fp8_gens}
+            {
+                g: tuple(o.row_id for o in fp8_rows if o.fit_key == g)
+                if g in own_fp8
+                else dense_fp8_ids
+                for g in fp8_gens
+            }
             if per_gen
             else {}
         ),
@@ -423,6 +444,17 @@ def fit_model(
         sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
         sustained_fitted_on=sixteen_ids,
     )
+
+
+def _shared_fp8(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:
+    """One FP8 factor for every generation, fitted on the dense FP8 rows alone (`_objective`
+    over them, each generation's rows a median term); None without such rows."""
+    if not rows.fp8:
+        return None
+    dense = FitRows(fp8=rows.fp8, sixteen={}, moe=[])
+    keys = {(FP8, g): "all" for g in rows.fp8}
+    point, _ = _coordinate_descent(dense, predict, grid, keys)
+    return point[FP8, min(rows.fp8)]
 
 
 def _shared_sustained(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:

@@ -29,6 +29,7 @@ from costmodel.fitted_rates import (
     sustained_gemm_rate_factor,
 )
 from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
+from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
@@ -460,6 +461,44 @@ class ExecutionOptions:
     fp32 only with `precision_aware_optimizer`. Megatron-LM's ``--main-grads-dtype bf16``
     is `main_grad_bytes` 2."""
 
+    # ---- optimizer CPU offload (`costmodel.optimizer_offload`) ----
+    optimizer_cpu_offload_fraction: float = 0.0
+    """Share, in [0, 1], of each rank's optimizer shard whose fp32 master weights and Adam
+    m and v live in host memory and whose Adam step runs on the host (Megatron-core
+    ``--optimizer-cpu-offload`` with ``--optimizer-offload-fraction``, whose default is 1;
+    ``HybridDeviceOptimizer``). That share of the optimizer-state bytes leaves the device
+    (`costmodel.memory.memory_per_stage`); the step adds the gradient and parameter copies
+    over the host link and the host's Adam (`costmodel.optimizer_offload`). 0: off,
+    Megatron-core's default. Needs `precision_aware_optimizer` (Megatron-LM
+    ``arguments.py``; `costmodel.optimizer_offload.check_offload_fields`), hence the
+    distributed optimizer (`costmodel.optimizer_offload.offload_violations`), and, with FP8
+    parameters, the ``delayed`` recipe. Under offload Adam's state is fp32 on the device
+    and on the host whatever `exp_avg_dtype`, `exp_avg_sq_dtype` and `main_params_dtype`
+    say (`costmodel.optimizer_state.adam_state_bytes`)."""
+    overlap_cpu_optimizer_d2h_h2d: bool = False
+    """Megatron-core ``--overlap-cpu-optimizer-d2h-h2d``: with CPU offload, one host
+    optimizer per parameter and the copies on their own streams, so the copies overlap the
+    host's Adam parameter by parameter (`costmodel.optimizer_offload.host_optimizer_step_s`).
+    False: copy, step, copy in series. No effect without offload."""
+    stale_main_grad: bool = False
+    """Gradient reduction without overlap (`ParallelPlan.overlap_grad_reduce` False) runs
+    through Megatron-LM 2021's local DDP without contiguous buffers, which keeps the
+    previous iteration's 16-bit gradients alive through the next forward and backward: one
+    more gradient of `main_grad_bytes` per parameter on every rank while the activations
+    are held (`costmodel.memory.held_gradient_copies`; not with sharded optimizer state,
+    which that code did not have). ``allreduce_gradients`` points
+    ``param.main_grad = param.grad`` for every parameter (``megatron/model/distributed.py``,
+    the branch without ``_grad_buffers``); the next ``train_step`` starts with
+    ``optimizer.zero_grad()``, whose ``set_to_none`` sets ``param.grad = None`` only
+    (``_zero_grad_group_helper``, ``megatron/optimizer/optimizer.py``), so the old tensor
+    stays referenced by ``param.main_grad`` while the backward allocates new ``param.grad``
+    tensors, until ``allreduce_gradients`` points ``main_grad`` at them after the pipeline
+    flush. The optimizer step therefore sees one 16-bit copy (`costmodel.memory.
+    step_peak_bytes`). Source: NVIDIA/Megatron-LM at the ``examples/sc21`` commit de7dc40
+    (tag v2.5), whose ``--use-contiguous-buffers-in-ddp`` is off by default and unset by
+    the SC21 scripts (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the
+    default for local DDP. `MEGATRON_2021` sets it. Memory only."""
+
     @property
     def optimizer_precision(self) -> OptimizerPrecision:
         """The optimizer state fields as `costmodel.optimizer_state.OptimizerPrecision`."""
@@ -468,6 +507,7 @@ class ExecutionOptions:
             exp_avg_dtype=self.exp_avg_dtype,
             exp_avg_sq_dtype=self.exp_avg_sq_dtype,
             main_params_dtype=self.main_params_dtype,
+            cpu_offload=self.optimizer_cpu_offload_fraction > 0,
         )
 
     @property
@@ -559,6 +599,13 @@ class ExecutionOptions:
                 f"allocator_fragmentation must be in [0, 1) or None, got {frag!r}; None keeps "
                 "the allocator mode's default share"
             )
+        check_offload_fields(
+            self.optimizer_cpu_offload_fraction,
+            runtime=self.runtime,
+            fp8_param=self.fp8_param,
+            fp8_recipe=self.fp8_recipe,
+            precision_aware=self.precision_aware_optimizer,
+        )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
@@ -576,7 +623,7 @@ class ExecutionOptions:
 DEFAULT_OPTIONS = ExecutionOptions()
 """Megatron-LM's current defaults."""
 
-MEGATRON_2021_FRAGMENTATION = 0.36
+MEGATRON_2021_FRAGMENTATION = 0.31
 """Allocator fragmentation share of the dynamic bytes for `MEGATRON_2021`
 (`ExecutionOptions.allocator_fragmentation`): the smallest share, to 0.01, with which the
 memory model reproduces what Narayanan et al. 2021 (arXiv 2104.04473, §5.9 and Figure 17)
@@ -588,8 +635,9 @@ a smaller batch than the runs with it. Under 1F1B the first stage holds min(pp, 
 microbatches, so every batch from 16 up has the same footprint as 16: the run without
 recomputation did not fit at batch 16. Its stored activations follow Korthikanti et al.
 2022 (Table 2: 34·s·b·h + 5·a·s²·b per layer without tensor parallelism) and the rest of
-`costmodel.memory` for this stack, which puts that run at 64.2 GiB before fragmentation with
-44.3 GiB of dynamic bytes; exceeding the 80 GiB device takes a share above 0.356. The
+`costmodel.memory` for this stack, local DDP's gradients of the previous iteration included
+(`ExecutionOptions.stale_main_grad`), which puts that run at 66.5 GiB before fragmentation
+with 44.3 GiB of dynamic bytes; exceeding the 80 GiB device takes a share above 0.304. The
 mechanism is the PyTorch 1.8 caching allocator (no ``max_split_size_mb``, no expandable
 segments) splitting the large blocks of the materialized attention, scores, softmax output,
 dropout mask and output of a·s²·b/t elements each, for smaller requests, so that a freed
@@ -616,12 +664,13 @@ MEGATRON_2021 = ExecutionOptions(
     sustained_gemm_rate_factor=1.0,
     allocator_fragmentation=MEGATRON_2021_FRAGMENTATION,
     step_gradient_copy=True,
+    stale_main_grad=True,
 )
 """Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
-the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into an
-fp16 main-gradient buffer by a per-parameter hook, unfused QKV bias, fp16 loss scaling,
-blocking pipeline sends with the scatter/gather optimisation and the sent outputs kept
-until their backward, the fp32 gradient copy of its optimizer step
+the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into the
+fp16 ``param.grad`` by autograd (local DDP without contiguous buffers), unfused QKV bias,
+fp16 loss scaling, blocking pipeline sends with the scatter/gather optimisation and the
+sent outputs kept until their backward, the fp32 gradient copy of its optimizer step
 (`ExecutionOptions.step_gradient_copy`), the allocator fragmentation its published runs
 imply (`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
 (`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
@@ -630,7 +679,9 @@ None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
 at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
 (interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
 layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets, with its
-bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP."""
+bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP
+(with the previous iteration's gradients held until the pipeline flush:
+`ExecutionOptions.stale_main_grad`)."""
 
 MEGATRON_2023 = ExecutionOptions(
     bias_fusion=False,

@@ -19,7 +19,9 @@ docs):
   and expert_dp for routed experts.
 - Megatron-LM 2021's optimizer step adds an fp32 copy of its fp16 gradients, 4 per stepped
   parameter, after the backward has freed the activations: a second peak of the rank
-  (`step_peak_bytes`, `ExecutionOptions.step_gradient_copy`).
+  (`step_peak_bytes`, `ExecutionOptions.step_gradient_copy`). Its local DDP keeps the
+  previous iteration's fp16 gradients through the forward and backward, 2 more per
+  parameter there but not at the step (`ExecutionOptions.stale_main_grad`).
 
 Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 1)·Lc),
 Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
@@ -55,7 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from costmodel.activations import (
     FP32_BYTES,
@@ -72,6 +74,7 @@ from costmodel.optimizer_state import (
     OptimizerPrecision,
     adam_state_bytes,
     precision_aware_unmet,
+    with_offload,
 )
 from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
 from costmodel.schedules import plan_split
@@ -278,7 +281,8 @@ class StageMemory:
     as `Fp8WeightStorage` keeps them (with TE's cached FP8 copy, or as FP8 parameters)."""
     gradients_bytes: float
     """Main gradients (fp32), full size on every rank; twice that under PyTorch DDP's
-    bucket copy (`ExecutionOptions.ddp_gradient_copy`)."""
+    bucket copy (`ExecutionOptions.ddp_gradient_copy`) or with the previous iteration's
+    gradients still held (`ExecutionOptions.stale_main_grad`)."""
     optimizer_bytes: float
     """fp32 master weights (mixed precision only) and Adam m, v; sharded by the
     distributed optimizer."""
@@ -484,6 +488,44 @@ def plan_adam_state(
     )
 
 
+Bytes = TypeVar("Bytes")
+"""A byte count: a float, or a numpy array of them in the closed-form screen."""
+
+
+def device_optimizer_bytes(optimizer_bytes: Bytes, offload_fraction: float) -> Bytes:
+    """The optimizer-state bytes (a float or an array) that stay on the device when
+    ``offload_fraction`` of the rank's shard is offloaded to the host
+    (`ExecutionOptions.optimizer_cpu_offload_fraction`): ``optimizer_bytes · (1 - f)``.
+    Megatron-core moves whole parameters until their elements reach ``f`` of the shard's
+    (``HybridDeviceOptimizer._get_sub_optimizer_param_groups``), which this takes as
+    exactly ``f``; the memory model and the screen both count through here."""
+    return optimizer_bytes * (1.0 - offload_fraction)  # type: ignore[operator]
+
+
+def held_gradient_copies(
+    plan: ParallelPlan, *, ddp_gradient_copy: bool, stale_main_grad: bool
+) -> tuple[int, int]:
+    """(at the optimizer step, during the forward and backward) gradient buffers per
+    parameter of a rank: 2 under PyTorch DDP's bucket copy with overlapped reduction
+    (`ExecutionOptions.ddp_gradient_copy`); without overlapped reduction, 1 at the step and
+    2 during the forward and backward when the previous iteration's gradients are still
+    referenced (`ExecutionOptions.stale_main_grad`: Megatron-LM 2021's local DDP keeps
+    them in ``param.main_grad`` until ``allreduce_gradients`` after the pipeline flush);
+    else 1 and 1. Megatron-FSDP plans keep their own gradient buffers
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`). Plans with sharded
+    optimizer state hold no old gradients: that local DDP had no distributed optimizer, and
+    where a row of that era shards it, DeepSpeed's ZeRO engine owns the gradients and the
+    model is never wrapped in local DDP (Megatron-DeepSpeed ``get_model`` returns before
+    the wrapping under ``--deepspeed``, ``megatron/training.py``,
+    bigscience-workshop/Megatron-DeepSpeed at 0035f06a)."""
+    if plan.use_megatron_fsdp:
+        return 1, 1
+    if plan.overlap_grad_reduce:
+        copies = 2 if ddp_gradient_copy else 1
+        return copies, copies
+    return 1, 2 if stale_main_grad and not plan.distributed_optimizer else 1
+
+
 def step_peak_bytes(
     job: TrainingJob,
     model_state_bytes: float,
@@ -580,6 +622,8 @@ def memory_per_stage(
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
     optimizer: OptimizerPrecision = DEFAULT_PRECISION,
+    optimizer_offload_fraction: float = 0.0,
+    stale_main_grad: bool = False,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -593,7 +637,11 @@ def memory_per_stage(
     (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
     step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
     `step_peak_bytes`); ``optimizer``: the dtypes of Adam's state
-    (`ExecutionOptions.optimizer_precision`, `plan_adam_state`).
+    (`ExecutionOptions.optimizer_precision`, `plan_adam_state`; the default fp32 state under
+    CPU offload); ``optimizer_offload_fraction`` of that state lives in host memory
+    (`device_optimizer_bytes`); ``stale_main_grad`` adds, without overlapped gradient
+    reduction, one more gradient buffer to the forward and backward but not to the step
+    (`ExecutionOptions.stale_main_grad`, `held_gradient_copies`).
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
     no microbatch, or the plan cannot run the precision-aware optimizer.
@@ -601,6 +649,7 @@ def memory_per_stage(
     frame = FrameworkAllowance() if allowance is None else allowance
     if fragmentation is None:
         fragmentation = frame.fragmentation(expandable_segments)
+    optimizer = with_offload(optimizer, optimizer_offload_fraction)
     adam = plan_adam_state(job, plan, optimizer, fp8_weights)
     weight, grad, state = bytes_per_param(job, main_grad_bytes, adam)
     dense_shards, expert_shards = optimizer_shards(model, plan)
@@ -622,9 +671,10 @@ def memory_per_stage(
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
         linear_bytes = fp8_weights.linear_bytes(job) * params.linear
         weights_bytes = weight * (params.total - params.linear) + linear_bytes
-        gradients_bytes = grad * params.total
-        if ddp_gradient_copy and plan.overlap_grad_reduce:
-            gradients_bytes *= 2
+        step_copies, held_copies = held_gradient_copies(
+            plan, ddp_gradient_copy=ddp_gradient_copy, stale_main_grad=stale_main_grad
+        )
+        gradients_bytes = held_copies * grad * params.total
         if plan.use_megatron_fsdp:
             fsdp = fsdp_state_bytes(
                 model,
@@ -641,6 +691,7 @@ def memory_per_stage(
             weights_bytes = fsdp.weights_bytes + fsdp_cache
             gradients_bytes = fsdp.gradients_bytes
             optimizer = fsdp.optimizer_bytes
+        optimizer = device_optimizer_bytes(optimizer, optimizer_offload_fraction)
         dynamic = (
             acts.layers_bytes
             + acts.recompute_working_bytes
@@ -653,7 +704,8 @@ def memory_per_stage(
         step = 0.0
         if step_gradient_copy:
             stepped = params.dense / dense_shards + params.expert / expert_shards
-            peak = step_peak_bytes(job, state_bytes, stepped, main_grad_bytes, frame.fixed_bytes)
+            step_state = state_bytes - (held_copies - step_copies) * grad * params.total
+            peak = step_peak_bytes(job, step_state, stepped, main_grad_bytes, frame.fixed_bytes)
             step = max(0.0, peak - (state_bytes + dynamic + framework))
         stages.append(
             StageMemory(

@@ -47,11 +47,23 @@ Bytes per parameter of the optimizer shard (`adam_state_bytes`: master + m + v):
 
 Under Megatron-FSDP the main weights are Megatron-FSDP's own fp32 buffer
 (``--megatron-fsdp-main-params-dtype``, which replaces ``--main-params-dtype``), 4 bytes.
+
+Under optimizer CPU offload (``--optimizer-cpu-offload``, which Megatron-LM accepts only
+with ``--use-precision-aware-optimizer``: ``arguments.py`` L1884-1888) the state is the
+default one, 12 bytes (8 in an fp32 run), on the device and on the host, whatever
+``--exp-avg-dtype``, ``--exp-avg-sq-dtype`` and ``--main-params-dtype`` say; Megatron-core
+does not refuse those flags, it does not read them: ``get_megatron_optimizer`` builds
+``HybridDeviceOptimizer`` with only lr, weight decay, betas, eps, bias correction and
+``fused`` (``megatron/core/optimizer/__init__.py`` L504-545), so the device's Transformer
+Engine ``FusedAdam`` and the host's ``torch.optim.AdamW`` keep fp32 m and v, and
+``param_update_in_fp32=True`` gives every non-fp32 parameter a whole fp32 copy, on the
+device or pinned on the host (``hybrid_optimizer.py`` ``_get_sub_optimizer_param_groups``),
+stepped from ``grad.to(float32)`` (``_set_sub_optimizer_grads``); no remainders.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from specs.errors import SpecError
@@ -83,6 +95,10 @@ class OptimizerPrecision:
     """``--exp-avg-sq-dtype``: storage of Adam's second moment."""
     main_params_dtype: OptimizerDtype = "fp32"
     """``--main-params-dtype``: storage of the master weights (fp32 or fp16)."""
+    cpu_offload: bool = False
+    """``--optimizer-cpu-offload``: Megatron-core's ``HybridDeviceOptimizer`` steps the
+    shard, whose device and host Adam keep fp32 state whatever the dtypes above say
+    (`adam_state_bytes`)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -107,6 +123,14 @@ class OptimizerPrecision:
 
 DEFAULT_PRECISION = OptimizerPrecision()
 """Megatron-core's default: fp32 master weights and moments."""
+
+
+def with_offload(optimizer: OptimizerPrecision, offload_fraction: float) -> OptimizerPrecision:
+    """``optimizer`` with `OptimizerPrecision.cpu_offload` set where ``offload_fraction``
+    (`ExecutionOptions.optimizer_cpu_offload_fraction`) of the shard is offloaded."""
+    if offload_fraction > 0 and not optimizer.cpu_offload:
+        return replace(optimizer, cpu_offload=True)
+    return optimizer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,12 +173,18 @@ def adam_state_bytes(
     with ``optimizer``'s dtypes; ``fp8_recipe`` and ``fp8_param`` as
     `ExecutionOptions.fp8_recipe` and ``fp8_param`` (read for fp8 runs only),
     ``megatron_fsdp`` for a Megatron-FSDP plan. The table and its sources are in the module
-    docstring."""
+    docstring; under ``optimizer.cpu_offload`` the default state, whatever the dtypes."""
     moments = {
         "exp_avg_dtype": optimizer.exp_avg_dtype,
         "exp_avg_sq_dtype": optimizer.exp_avg_sq_dtype,
     }
     mcore = {"te_master": False, "param_remainders": False, "master_dtype": "fp32"}
+    if optimizer.cpu_offload:  # HybridDeviceOptimizer: fp32 state on device and host
+        fp32: OptimizerDtype = "fp32"
+        master = 0 if precision == "fp32" else 4
+        return AdamStateBytes(
+            master_bytes=master, exp_avg_dtype=fp32, exp_avg_sq_dtype=fp32, **mcore
+        )
     if not optimizer.precision_aware or megatron_fsdp:
         master = 0 if precision == "fp32" else 4
         return AdamStateBytes(master_bytes=master, **moments, **mcore)

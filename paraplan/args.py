@@ -21,6 +21,7 @@ from costmodel.optimizer_state import (
     precision_aware_unmet,
 )
 from paraplan.flags import spellings
+from paraplan.optimizer_args import add_optimizer_offload_args, optimizer_offload_fields
 from paraplan.time_args import add_time_recipe_args, time_option_fields
 from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
@@ -325,6 +326,7 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
         help="the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (half the caching "
         "allocator's fragmentation allowance)",
     )
+    add_optimizer_offload_args(group)
     add_time_recipe_args(group)
 
 
@@ -345,6 +347,7 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
         changes["cross_entropy_fusion"] = fusion
     if getattr(args, "expandable_segments", False):
         changes["expandable_segments"] = True
+    changes.update(optimizer_offload_fields(args))
     changes.update(time_option_fields(args))
     return dataclasses.replace(options, **changes) if changes else options
 

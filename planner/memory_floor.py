@@ -10,7 +10,12 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import FrameworkAllowance, bytes_per_param, stage_params
+from costmodel.memory import (
+    FrameworkAllowance,
+    bytes_per_param,
+    device_optimizer_bytes,
+    stage_params,
+)
 from costmodel.optimizer_state import adam_state_bytes
 from costmodel.schedules import plan_split
 from planner.row_groups import row_groups
@@ -73,7 +78,11 @@ def smallest_adam_state_bytes(job: TrainingJob, options: ExecutionOptions) -> in
 
 
 def model_state_floor_bytes(
-    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, state_bytes: int | None = None
+    model: ModelSpec,
+    job: TrainingJob,
+    table: pd.DataFrame,
+    state_bytes: int | None = None,
+    optimizer_offload_fraction: float = 0.0,
 ) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
@@ -86,7 +95,8 @@ def model_state_floor_bytes(
     column) is bounded by every byte sharded, which holds for each sharding strategy
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
     ``state_bytes``: Adam's state per parameter (`smallest_adam_state_bytes`; None: the
-    default fp32 state)."""
+    default fp32 state); ``optimizer_offload_fraction`` of the optimizer state is on the
+    host (`costmodel.memory.device_optimizer_bytes`)."""
     weight, grad, state = bytes_per_param(job)
     state = state if state_bytes is None else state_bytes
     first, group = row_groups(table, _PARAM_KEYS)
@@ -104,5 +114,6 @@ def model_state_floor_bytes(
         dense, expert = params[:, 0, i], params[:, 1, i]
         sharded = dense / dense_shards + expert / expert_shards
         whole = np.where(fsdp, sharded, dense + expert)
-        worst = np.maximum(worst, (weight + grad) * whole + state * sharded)
+        optimizer = device_optimizer_bytes(state * sharded, optimizer_offload_fraction)
+        worst = np.maximum(worst, (weight + grad) * whole + optimizer)
     return worst + FrameworkAllowance().fixed_bytes

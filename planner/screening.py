@@ -277,8 +277,11 @@ def screen_candidates(
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
     first, fine = row_groups(table, _fine_keys(table))
     state = smallest_adam_state_bytes(job, options)
+    offload = options.optimizer_cpu_offload_fraction
     screened["model_state_floor_bytes"] = (
-        model_state_floor_bytes(model, job, table.iloc[first], state)[fine] if len(table) else 0.0
+        model_state_floor_bytes(model, job, table.iloc[first], state, offload)[fine]
+        if len(table)
+        else 0.0
     )
     under = screened["model_state_floor_bytes"] <= limit_bytes
     if len(table) and not under.any():
@@ -290,7 +293,7 @@ def screen_candidates(
         model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
         options, sets, label, pace,
     )  # fmt: skip
-    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived, state))
+    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived, state, offload))
     bounded, left = rows.index[skipped], rows.index[unvisited]
     return (
         _with_metrics(screened, done, bounded, left, limit_bytes),
@@ -329,13 +332,21 @@ def _fine_keys(table: pd.DataFrame) -> list[str]:
 
 
 def _floor(
-    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, state_bytes: int
+    model: ModelSpec,
+    job: TrainingJob,
+    table: pd.DataFrame,
+    state_bytes: int,
+    offload_fraction: float,
 ) -> np.ndarray | float:
-    """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group."""
+    """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group, with
+    ``state_bytes`` of Adam's state per parameter and ``offload_fraction`` of it on the
+    host."""
     if not len(table):
         return 0.0
     first, fine = row_groups(table, _fine_keys(table))
-    return model_state_floor_bytes(model, job, table.iloc[first], state_bytes)[fine]
+    return model_state_floor_bytes(model, job, table.iloc[first], state_bytes, offload_fraction)[
+        fine
+    ]
 
 
 def rows_to_simulate(screened: pd.DataFrame, top_k: int) -> pd.DataFrame:

@@ -226,9 +226,13 @@ class SearchSpace:
 
     def for_runtime(self, options: ExecutionOptions) -> SearchSpace:
         """This space narrowed to the plan features the runtime implements
-        (`ExecutionOptions.plan_features`) and, with the precision-aware optimizer, to plans
-        that shard the optimizer (`sharded_optimizer_only`). `SpecError` when the
-        precision-aware optimizer meets a framework with neither feature."""
+        (`ExecutionOptions.plan_features`); with the precision-aware optimizer, to plans
+        that shard the optimizer (`sharded_optimizer_only`); with optimizer CPU offload
+        (`ExecutionOptions.optimizer_cpu_offload_fraction`, which needs the precision-aware
+        optimizer), to the distributed optimizer without Megatron-FSDP, which refuses the
+        offload (`costmodel.optimizer_offload.offload_violations`). `SpecError` when the
+        precision-aware optimizer meets a framework with neither sharding feature, or the
+        offload a distributed optimizer fixed off."""
         sharding = {"distributed_optimizer", "megatron_fsdp"} & options.plan_features
         if options.precision_aware_optimizer and not sharding:
             raise SpecError(
@@ -236,9 +240,21 @@ class SearchSpace:
                 "and the options' plan_features have neither; add distributed_optimizer to "
                 "plan_features, or drop precision_aware_optimizer"
             )
+        features = self.features & options.plan_features
+        fixed = self.fixed
+        if options.optimizer_cpu_offload_fraction > 0:
+            if fixed.get("distributed_optimizer", True) is not True:
+                raise SpecError(
+                    "optimizer CPU offload needs the distributed optimizer, got "
+                    "distributed_optimizer fixed to False: drop --no-dist-opt, or drop "
+                    "--optimizer-cpu-offload"
+                )
+            fixed = {**fixed, "distributed_optimizer": True}
+            features = features - {"megatron_fsdp"}
         return dataclasses.replace(
             self,
-            features=self.features & options.plan_features,
+            features=features,
+            fixed=fixed,
             sharded_optimizer_only=self.sharded_optimizer_only or options.precision_aware_optimizer,
         )
 

@@ -11,6 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from costmodel.execution import device_options
+from costmodel.optimizer_offload import offload_violations
 from paraplan.args import (
     add_plan_args,
     add_problem_args,
@@ -71,15 +72,18 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     plan = plan_from_args(args)
     violations = check_plan(model, cluster, job, plan)
-    violations += a2a_overlap_violations(plan, options_from_args(args))
-    violations += precision_aware_violations(plan, options_from_args(args))
+    options = options_from_args(args)
+    violations += a2a_overlap_violations(plan, options)
+    # offload needs the precision-aware optimizer: one violation where both need dist-opt
+    aware = precision_aware_violations(plan, options)
+    violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
     if violations:
         print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
         for v in violations:
             print(f"  [{v.rule}] {v.message}")
         return 1
     profile = load_profile(cluster.hardware)
-    options = device_options(options_from_args(args), profile)
+    options = device_options(options, profile)
     if args.attention is not None:
         options = dataclasses.replace(options, attention=args.attention)
     from costmodel.estimate import estimate_plan, estimate_to_json

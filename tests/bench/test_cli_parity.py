@@ -3,10 +3,15 @@ cannot state, and the CLI's memory against the bench's."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import shlex
 
 import pytest
 
+from costmodel.execution import DEFAULT_OPTIONS
+from paraplan.args import options_from_args
+from paraplan.commands import estimate
 from tests.bench.bench_loader import load_bench
 
 cli_parity = load_bench("cli_parity")
@@ -55,8 +60,8 @@ def test_recipe_flags_follow_the_rows_options(tmp_path):
 
 def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
     # SC21 Table 1 row 1 runs Megatron-LM 2021 (`MEGATRON_2021`): hidden dropout masks,
-    # kept pipeline outputs, PyTorch DDP's bucket copy, the step's fp32 gradient copy and
-    # its allocator fragmentation have no flag
+    # kept pipeline outputs, PyTorch DDP's bucket copy, the step's fp32 gradient copy, local
+    # DDP's held gradients and its allocator fragmentation have no flag
     result = cli_parity.row_parity(one_row("1"), tmp_path)
     assert set(result["unexpressed_memory"]) == {
         "options.hidden_dropout",
@@ -64,6 +69,23 @@ def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
         "options.ddp_gradient_copy",
         "options.allocator_fragmentation",
         "options.step_gradient_copy",
+        "options.stale_main_grad",
     }
     assert "cli_peak_gib" not in result
     assert "options.loss_scaling" in result["unexpressed_time"]
+
+
+@pytest.mark.parametrize(("fraction", "overlap"), [(1.0, True), (0.25, False)])
+def test_offload_flags_state_the_offload_fields(fraction, overlap):
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS,
+        precision_aware_optimizer=True,
+        optimizer_cpu_offload_fraction=fraction,
+        overlap_cpu_optimizer_d2h_h2d=overlap,
+    )
+    parser = argparse.ArgumentParser()
+    estimate.add_arguments(parser)
+    base = ["--model", "tiny", "--num-gpus", "4", "--seq-len", "512", "--global-batch", "8"]
+    args = parser.parse_args([*base, *cli_parity.recipe_flags(options, "bf16")])
+    assert options_from_args(args) == options
+    assert cli_parity.offload_flags(DEFAULT_OPTIONS) == []

@@ -112,3 +112,33 @@ def test_bench_json_lists_the_per_generation_factors_and_their_rows():
     assert list(result["by_generation"]) == ["Blackwell"]
     assert {r["fit_generation"] for r in result["rows"]} == set(TRUTH)
     assert result["per_generation"]["per_generation"] is False
+
+
+def test_a_generation_with_only_moe_fp8_rows_takes_the_shared_dense_factor():
+    # m1's published time implies factor 0.4 on its own; with no dense FP8 row of its
+    # generation it takes the factor the dense FP8 rows fit together (b1, b2: 0.6).
+    SHAPES["m1"] = (1.0, 2.0)
+    moe = stats.Outcome(
+        **{f: getattr(_row("b1", "MOEZOO-1", "blackwell"), f) for f in ("model", "plan")},
+        row_id="m1",
+        source_id="MOEZOO-1",
+        generation="Blackwell",
+        precision="fp8",
+        kind="moe",
+        gpu_type="x",
+        num_gpus=8,
+        seq_length=4096,
+        published_s=_seconds("m1", 0.4),
+        predicted_s=_seconds("m1", None),
+        peak_memory_gib=1.0,
+        device_memory_gib=180.0,
+        fits=True,
+        fit_generation="blackwell_ultra",
+    )
+    rows = [_row("b1", "MBRIDGE-25.09", "blackwell"), _row("b2", "MBRIDGE-26.02", "blackwell")]
+    model = stats.fit_model([*rows, moe], _predict, GRID, per_generation=True)
+    assert model.fp8_factor == TRUTH["blackwell"]
+    assert model.fp8_factors == {"blackwell": 0.6, "blackwell_ultra": 0.6}
+    assert model.fp8_fitted_on["blackwell_ultra"] == ("b1", "b2")
+    single = stats.fit_model([*rows, moe], _predict, GRID)
+    assert single.fitted_on == ("b1", "b2", "m1")  # one factor for all: every FP8 row

@@ -54,7 +54,6 @@ def test_25_09_rows_capture_whole_layers_where_the_yaml_enables_graphs():
 
 
 def test_rows_no_recipe_covers_keep_the_defaults():
-    assert moe.moe_runtime_fields(row("MOEZOO-QWEN3-GB200", "Qwen3_30B_a3B", "GB200")) == {}
     # 26.04 (v0.4.0) B300 Qwen3 235B: no backend, no overlap.
     assert moe.moe_runtime_fields(row("MBRIDGE-26.04", "Qwen3_235B_a22B", "B300")) == {}
 
@@ -147,3 +146,27 @@ def test_earlier_releases_keep_te_grouped_linear():
     # 26.06 BF16 recipes do not set cutedsl_fused_grouped_mlp.
     bf16 = moe.moe_runtime_fields(row("MBRIDGE-26.06", "Qwen3_30B_a3B", "GB300 (NVL72)", "BF16"))
     assert "moe_fused_grouped_mlp" not in bf16
+
+
+def zoo(gpu: str, precision: str, seq: int) -> dict[str, str]:
+    return row("MOEZOO-QWEN3-GB200", "Qwen3-235B-A22B", gpu, precision) | {"seq_length": str(seq)}
+
+
+@pytest.mark.parametrize(
+    ("raw", "graphs", "overlap"),
+    [
+        # row 390: Command (BF16): DISPATCHER=hybridep A2A_OVERLAP=0, attn moe_router moe_preprocess
+        (zoo("GB200 (NVL72)", "BF16", 4096), ROUTER | {"attn"}, False),
+        # row 391: Command (MXFP8): A2A_OVERLAP=1, the same graph scopes
+        (zoo("GB200 (NVL72)", "MXFP8", 4096), ROUTER | {"attn"}, True),
+        # row 392: Command (MXFP8, 128k long context): A2A_OVERLAP=0, no --cuda-graph-scope
+        (zoo("GB200 (NVL72)", "MXFP8", 131072), None, False),
+        # row 393: GB300 command: A2A_OVERLAP=1, attn moe_router moe_preprocess
+        (zoo("GB300 (NVL72)", "MXFP8", 4096), ROUTER | {"attn"}, True),
+    ],
+)
+def test_model_zoo_rows_carry_their_commands_dispatcher_graphs_and_overlap(raw, graphs, overlap):
+    fields = moe.moe_runtime_fields(raw)
+    assert fields["moe_dispatcher"] == "flex"  # DISPATCHER=hybridep -> flex
+    assert fields.get("cuda_graph_scopes") == graphs
+    assert fields.get("moe_a2a_overlap", False) is overlap

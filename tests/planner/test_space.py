@@ -258,3 +258,22 @@ def test_the_precision_aware_optimizer_searches_only_sharded_optimizers() -> Non
     none_sharded = dataclasses.replace(aware, plan_features=frozenset())
     with pytest.raises(SpecError, match="plan_features have neither"):
         SearchSpace().for_runtime(none_sharded)
+
+
+def test_optimizer_cpu_offload_searches_the_distributed_optimizer_only() -> None:
+    # Megatron-core's offload needs the precision-aware optimizer, which needs the
+    # distributed optimizer; Megatron-FSDP refuses it.
+    gpt = get_preset("gpt-1.7b")
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, precision_aware_optimizer=True, optimizer_cpu_offload_fraction=1.0
+    )
+    space = SearchSpace().for_runtime(options)
+    assert space.fixed["distributed_optimizer"] is True
+    assert "megatron_fsdp" not in space.features
+    rows = switch_rows(gpt, job, space, (2, 2, 1, 1, 4))
+    assert rows and all(r["distributed_optimizer"] for r in rows)
+    assert not any(r["use_megatron_fsdp"] for r in rows)
+    pinned_off = SearchSpace(fixed={"distributed_optimizer": False})
+    with pytest.raises(SpecError, match="needs the distributed optimizer"):
+        pinned_off.for_runtime(options)

@@ -105,7 +105,9 @@ class MegatronRuntime:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
         copy, cross-entropy implementation, allocator segments and fragmentation, FP8
-        weight storage, the optimizer step's gradient copy and Adam's state dtypes."""
+        weight storage, the optimizer step's gradient copy, Adam's state dtypes, the
+        optimizer state offloaded to the host and the previous iteration's gradients held
+        by local DDP."""
         return memory_per_stage(
             model,
             job,
@@ -121,6 +123,8 @@ class MegatronRuntime:
             fragmentation=self.options.allocator_fragmentation,
             step_gradient_copy=self.options.step_gradient_copy,
             optimizer=self.options.optimizer_precision,
+            optimizer_offload_fraction=self.options.optimizer_cpu_offload_fraction,
+            stale_main_grad=self.options.stale_main_grad,
         )
 
     def screen(

@@ -51,9 +51,11 @@ from costmodel.memory import (
     FrameworkAllowance,
     GiB,
     bytes_per_param,
+    device_optimizer_bytes,
     step_peak_bytes,
 )
-from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision
+from costmodel.optimizer_offload import host_optimizer_step_s
+from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision, with_offload
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
@@ -239,6 +241,12 @@ def _tail_s(
     # the optimizer step's affine form per Adam state: without and with Megatron-FSDP
     units = np.array([optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
     alpha, beta, per_tensor, base = (np.where(fsdp, units[1, i], units[0, i]) for i in range(4))
+    # the host's part of an offloaded step (pricing._optimizer_s), per shard parameter
+    offload = options.optimizer_cpu_offload_fraction
+    host = (
+        host_optimizer_step_s(profile, offload * 1e9, overlap=options.overlap_cpu_optimizer_d2h_h2d)
+        / 1e9
+    )
     # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
     # with the division by the group size (groups of 2+ ranks) and without.
     scaled, unscaled = (
@@ -260,6 +268,7 @@ def _tail_s(
         sharded = c["optim_sharded"]
         shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + base
+        optimizer = np.maximum(optimizer, host * shard)  # offloaded_step_s
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
         dense_linear = c[f"p{tag}l"] - expert
@@ -296,16 +305,26 @@ def _memory_bytes(
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
     optimizer: OptimizerPrecision = DEFAULT_PRECISION,
+    optimizer_offload_fraction: float = 0.0,
+    stale_main_grad: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
     `costmodel.memory.memory_per_stage`)."""
     weight, grad, _ = bytes_per_param(job, main_grad_bytes)
-    state = adam_state_per_row(c, job, optimizer, fp8_weights)
+    state = adam_state_per_row(
+        c, job, with_offload(optimizer, optimizer_offload_fraction), fp8_weights
+    )
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
-    ddp = c["overlap_grad_reduce"].astype(bool) & ~c["use_megatron_fsdp"].astype(bool)
-    grad_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
+    # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    ddp = c["overlap_grad_reduce"].astype(bool) & ~fsdp
+    local = (
+        ~c["overlap_grad_reduce"].astype(bool) & ~fsdp & ~c["distributed_optimizer"].astype(bool)
+    )
+    step_copies = np.where(ddp & ddp_gradient_copy, 2, 1)
+    grad_copies = np.where(local & stale_main_grad, 2, step_copies)
     frame = FrameworkAllowance()
     share = frame.fragmentation(expandable_segments) if fragmentation is None else fragmentation
     pp, vpp = c["pp"], c["vpp"]
@@ -346,7 +365,9 @@ def _memory_bytes(
             + linear_cache * linear
             + grad
             * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params * grad_copies)
-            + state * (dense / dense_shards + expert / expert_shards)
+            + device_optimizer_bytes(
+                state * (dense / dense_shards + expert / expert_shards), optimizer_offload_fraction
+            )
         )
         first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
         last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
@@ -365,7 +386,8 @@ def _memory_bytes(
         total_bytes = model_state + acts + comm + frame.fixed_bytes + share * (acts + comm)
         if step_gradient_copy:
             stepped = dense / dense_shards + expert / expert_shards
-            step = step_peak_bytes(job, model_state, stepped, main_grad_bytes, frame.fixed_bytes)
+            step_state = model_state - (grad_copies - step_copies) * grad * params
+            step = step_peak_bytes(job, step_state, stepped, main_grad_bytes, frame.fixed_bytes)
             total_bytes = np.maximum(total_bytes, step)
         peak = np.maximum(peak, total_bytes)
     return peak
@@ -453,6 +475,8 @@ def closed_form_screen(
             fragmentation=options.allocator_fragmentation,
             step_gradient_copy=options.step_gradient_copy,
             optimizer=options.optimizer_precision,
+            optimizer_offload_fraction=options.optimizer_cpu_offload_fraction,
+            stale_main_grad=options.stale_main_grad,
         ),
         np.inf,
     )

@@ -130,7 +130,8 @@ def optimizer_units(
     """`costmodel.compute.optimizer_step_time_s` as an affine form (seconds per shard
     parameter, per local parameter, per tensor beyond the first, and for one tensor) with
     the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
-    without or with Megatron-FSDP."""
+    without or with Megatron-FSDP; the device's part only under optimizer CPU offload
+    (`ExecutionOptions.optimizer_cpu_offload_fraction` of the shard off the device)."""
     state = adam_state_bytes(
         job.precision,
         options.optimizer_precision,
@@ -148,6 +149,7 @@ def optimizer_units(
             loss_scaling=options.loss_scaling,
             main_grad_bytes=options.main_grad_bytes,
             state=state,
+            offloaded_params=options.optimizer_cpu_offload_fraction * s,
         )
         for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
     ]
