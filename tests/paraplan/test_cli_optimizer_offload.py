@@ -111,3 +111,12 @@ def test_table_form_names_the_offloaded_share(capsys):
     assert "50.0% of each rank's optimizer state" in capsys.readouterr().out
     assert main(["estimate", *BASE, *PLAN]) == 0
     assert "optimizer state" not in capsys.readouterr().out
+
+
+def test_table_form_says_the_offloaded_state_stays_fp32(capsys):
+    moments = ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    assert main(["estimate", *BASE, *PLAN, *OFFLOAD, *moments]) == 0
+    out = capsys.readouterr().out
+    assert "fp32 Adam state (master weights, both moments) on the device and the host" in out
+    assert main(["estimate", *BASE, *PLAN, "--use-precision-aware-optimizer", *moments]) == 0
+    assert "bf16 first and bf16 second moments" in capsys.readouterr().out
