@@ -54,6 +54,10 @@ MEMORY_OPTION_FIELDS = (
     "fp8_tn_gemm_only",
     "allocator_fragmentation",
     "step_gradient_copy",
+    "precision_aware_optimizer",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
+    "main_params_dtype",
     "stale_main_grad",
 )
 """The `ExecutionOptions` fields the megatron runtime's memory reads
@@ -116,7 +120,24 @@ def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
         impl = options.cross_entropy_fusion
         flags += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", impl]
     flags += ["--expandable-segments"] if options.expandable_segments else []
-    return flags + offload_flags(options) + time_recipe_flags(options)
+    return (
+        flags
+        + optimizer_precision_flags(options)
+        + offload_flags(options)
+        + time_recipe_flags(options)
+    )
+
+
+def optimizer_precision_flags(options: ExecutionOptions) -> list[str]:
+    """Megatron-LM's precision-aware optimizer flags of ``options``
+    (`paraplan.args.add_optimizer_precision_args`), each dtype where it is not fp32."""
+    if not options.precision_aware_optimizer:
+        return []
+    flags = ["--use-precision-aware-optimizer"]
+    for name in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
+        if getattr(options, name) != "fp32":
+            flags += ["--" + name.replace("_", "-"), getattr(options, name)]
+    return flags
 
 
 def offload_flags(options: ExecutionOptions) -> list[str]:

@@ -44,6 +44,7 @@ from row_recipes import (
     fp8_weight_fields,
     grad_sync_fields,
     mtp_layers,
+    optimizer_precision_fields,
     pipeline_fields,
     refusal,
     saver_fields,
@@ -411,8 +412,9 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
-    (`row_recipes.fp8_weight_fields`) and gradient-reduction element size
-    (`row_recipes.grad_sync_fields`). Whether FP8 GEMMs take only the TN layout is the
+    (`row_recipes.fp8_weight_fields`), gradient-reduction element size
+    (`row_recipes.grad_sync_fields`) and Adam state dtypes
+    (`row_recipes.optimizer_precision_fields`). Whether FP8 GEMMs take only the TN layout is the
     device's (``fp8_tn_gemm_only`` None: `costmodel.execution.device_options` resolves it
     from the row's profile, as for every `estimate_plan` caller)."""
     options = _era_options(raw)
@@ -425,6 +427,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
     fields.update(grad_sync_fields(raw))
+    fields.update(optimizer_precision_fields(raw))
     return dataclasses.replace(options, **fields) if fields else options
 
 

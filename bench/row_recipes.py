@@ -506,3 +506,26 @@ def grad_sync_fields(raw: dict[str, str]) -> dict[str, object]:
     if not _is_fp8(raw.get("precision") or "") or not _matches(raw, BF16_GRAD_SYNC):
         return {}
     return {"main_grad_bytes": 2}
+
+
+PRECISION_AWARE_OPTIMIZER: dict[str, object] = {
+    "precision_aware_optimizer": True,
+    "exp_avg_dtype": "bf16",
+    "exp_avg_sq_dtype": "bf16",
+}
+"""The Megatron-MoE model zoo's FP8 and MXFP8 runs: ``sbatch_benchmarking.sh`` (yanring/
+Megatron-MoE-ModelZoo @ e8650517) adds ``--use-precision-aware-optimizer --main-grads-dtype
+fp32 --main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`` for
+``PR=fp8`` (line 90) and ``PR=mxfp8`` (line 105), not for ``PR=bf16`` (lines 94-96); fp32
+main gradients and main params are the defaults (`costmodel.execution.ExecutionOptions`
+``precision_aware_optimizer``, ``exp_avg_dtype``, ``exp_avg_sq_dtype``)."""
+
+
+def optimizer_precision_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`PRECISION_AWARE_OPTIMIZER` for the model zoo's FP8 and MXFP8 rows; empty for other
+    rows."""
+    if not raw.get("source_id", "").startswith("MOEZOO-"):
+        return {}
+    if not _is_fp8(raw.get("precision") or ""):
+        return {}
+    return dict(PRECISION_AWARE_OPTIMIZER)

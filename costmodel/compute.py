@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from costmodel.optimizer_state import AdamStateBytes, adam_step_state_bytes
 from profiles.lookup import (
     attention_tflops,
     gemm_depth_factor,
@@ -375,6 +376,7 @@ def optimizer_step_time_s(
     num_tensors: int,
     loss_scaling: bool = False,
     main_grad_bytes: int = FP32_BYTES,
+    state: AdamStateBytes | None = None,
     offloaded_params: float = 0.0,
 ) -> float:
     """One Adam step on one rank, memory-bound (fused multi-tensor kernels).
@@ -397,10 +399,20 @@ def optimizer_step_time_s(
     `FP16OptimizerWithFP16Params`): the same copy plus the unscale with an inf/NaN check
     (read and write 4), two more passes.
 
+    ``state``: Adam's state under Megatron-LM's precision-aware optimizer
+    (`costmodel.optimizer_state.adam_state_bytes`; None: the default fp32 state). Its
+    weight and moment traffic is `costmodel.optimizer_state.adam_step_state_bytes`; where
+    Transformer Engine holds the master weights (``te_master``) the kernel reads the
+    gradient buffer's shard at ``main_grad_bytes`` with no fp32 copy
+    (``shard_main_param.decoupled_grad = shard_model_grad``, Megatron-core
+    ``distrib_optimizer.py`` ``_copy_model_grads_to_main_grads``, snapshot d98e8a64).
+
     ``offloaded_params`` of the shard take their Adam step on the host (optimizer CPU
-    offload, `costmodel.optimizer_offload`): the device no longer reads their gradient, m,
-    v and master weight nor writes the 16-bit copy (28, or 30 with it, fewer per
-    parameter); the norm and the zeroing still cover the whole shard.
+    offload, `costmodel.optimizer_offload`): the device no longer reads their gradient nor
+    moves their ``state``'s weight and moment bytes (28, or 30 with the 16-bit copy, fewer
+    per parameter with the default state, which is the state under offload:
+    `costmodel.optimizer_state.adam_state_bytes`); the norm, the zeroing and the gradient
+    copy still cover the whole shard.
     """
     if shard_params < 0 or local_params < 0 or not 0 <= offloaded_params <= shard_params:
         raise SpecError(
@@ -408,10 +420,17 @@ def optimizer_step_time_s(
             f"({local_params}) must be >= 0 and offloaded_params ({offloaded_params}) in "
             "[0, shard_params]"
         )
-    adam = 4 + 16 + 8 + (2 if mixed_precision else 0)
+    te_master = state is not None and state.te_master
+    if state is None:
+        weights_and_moments, state_passes = 16 + 8 + (2 if mixed_precision else 0), 0
+    else:
+        weights_and_moments, state_passes = adam_step_state_bytes(
+            state, mixed_precision=mixed_precision
+        )
+    copied = loss_scaling or (mixed_precision and main_grad_bytes != FP32_BYTES and not te_master)
+    adam = (main_grad_bytes if te_master else FP32_BYTES) + weights_and_moments
     per_shard = adam
-    passes = 4
-    copied = loss_scaling or (mixed_precision and main_grad_bytes != FP32_BYTES)
+    passes = 4 + state_passes
     if copied:
         per_shard += main_grad_bytes + FP32_BYTES
         passes += 1

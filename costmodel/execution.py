@@ -30,6 +30,7 @@ from costmodel.fitted_rates import (
 )
 from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
+from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
 from specs.errors import SpecError
 
@@ -441,6 +442,25 @@ class ExecutionOptions:
     ``.float()`` returns the tensor itself and nothing is copied. False: not counted.
     `MEGATRON_2021` sets it. Memory only."""
 
+    precision_aware_optimizer: bool = False
+    """Megatron-LM ``--use-precision-aware-optimizer``: Transformer Engine's ``FusedAdam``
+    keeps Adam's state in the dtypes below, fewer bytes per parameter in memory and in the
+    optimizer step (`costmodel.optimizer_state`: its table of bytes per parameter and
+    sources). Megatron-core accepts it only with the distributed optimizer or Megatron-FSDP
+    (`costmodel.optimizer_state.precision_aware_unmet`); `costmodel.memory` raises for
+    another plan. Off: Megatron-core's default. Megatron runtime only."""
+    exp_avg_dtype: OptimizerDtype = "fp32"
+    """Megatron-LM ``--exp-avg-dtype``: storage of Adam's first moment (fp32, fp16, bf16,
+    fp8); other than fp32 only with `precision_aware_optimizer`."""
+    exp_avg_sq_dtype: OptimizerDtype = "fp32"
+    """Megatron-LM ``--exp-avg-sq-dtype``: storage of Adam's second moment (as
+    `exp_avg_dtype`)."""
+    main_params_dtype: OptimizerDtype = "fp32"
+    """Megatron-LM ``--main-params-dtype``: storage of the master weights (fp32 or fp16;
+    fp32 master weights of bf16 parameters are kept as 16-bit remainders); other than
+    fp32 only with `precision_aware_optimizer`. Megatron-LM's ``--main-grads-dtype bf16``
+    is `main_grad_bytes` 2."""
+
     # ---- optimizer CPU offload (`costmodel.optimizer_offload`) ----
     optimizer_cpu_offload_fraction: float = 0.0
     """Share, in [0, 1], of each rank's optimizer shard whose fp32 master weights and Adam
@@ -449,9 +469,12 @@ class ExecutionOptions:
     ``HybridDeviceOptimizer``). That share of the optimizer-state bytes leaves the device
     (`costmodel.memory.memory_per_stage`); the step adds the gradient and parameter copies
     over the host link and the host's Adam (`costmodel.optimizer_offload`). 0: off,
-    Megatron-core's default. Needs the distributed optimizer
-    (`costmodel.optimizer_offload.offload_violations`) and, with FP8 parameters, the
-    ``delayed`` recipe."""
+    Megatron-core's default. Needs `precision_aware_optimizer` (Megatron-LM
+    ``arguments.py``; `costmodel.optimizer_offload.check_offload_fields`), hence the
+    distributed optimizer (`costmodel.optimizer_offload.offload_violations`), and, with FP8
+    parameters, the ``delayed`` recipe. Under offload Adam's state is fp32 on the device
+    and on the host whatever `exp_avg_dtype`, `exp_avg_sq_dtype` and `main_params_dtype`
+    say (`costmodel.optimizer_state.adam_state_bytes`)."""
     overlap_cpu_optimizer_d2h_h2d: bool = False
     """Megatron-core ``--overlap-cpu-optimizer-d2h-h2d``: with CPU offload, one host
     optimizer per parameter and the copies on their own streams, so the copies overlap the
@@ -475,6 +498,17 @@ class ExecutionOptions:
     (tag v2.5), whose ``--use-contiguous-buffers-in-ddp`` is off by default and unset by
     the SC21 scripts (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the
     default for local DDP. `MEGATRON_2021` sets it. Memory only."""
+
+    @property
+    def optimizer_precision(self) -> OptimizerPrecision:
+        """The optimizer state fields as `costmodel.optimizer_state.OptimizerPrecision`."""
+        return OptimizerPrecision(
+            precision_aware=self.precision_aware_optimizer,
+            exp_avg_dtype=self.exp_avg_dtype,
+            exp_avg_sq_dtype=self.exp_avg_sq_dtype,
+            main_params_dtype=self.main_params_dtype,
+            cpu_offload=self.optimizer_cpu_offload_fraction > 0,
+        )
 
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
@@ -570,11 +604,19 @@ class ExecutionOptions:
             runtime=self.runtime,
             fp8_param=self.fp8_param,
             fp8_recipe=self.fp8_recipe,
+            precision_aware=self.precision_aware_optimizer,
         )
         if self.main_grad_bytes not in (2, 4):
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
                 f"{self.main_grad_bytes!r}"
+            )
+        optimizer = self.optimizer_precision  # OptimizerPrecision checks the dtype rules
+        if optimizer.precision_aware and self.runtime != "megatron":
+            raise SpecError(
+                f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
+                f"the {self.runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
+                "precision_aware_optimizer"
             )
 
 

@@ -9,7 +9,9 @@ Byte counts per parameter (megatron-facts.md §2.1, §5.4; Megatron's distribute
 docs):
 - bf16/fp8 mixed precision: 2 (bf16 weight) + 4 (fp32 main gradient) + 12 (fp32 master
   copy, Adam m and v) = 18; the distributed optimizer shards the 12 over d ranks:
-  6 + 12/d. In fp8 runs the weights of Transformer Engine's linear layers take what
+  6 + 12/d. Megatron-LM's precision-aware optimizer stores the 12 in fewer bytes (6 with
+  bf16 moments and bf16 weights; `costmodel.optimizer_state.adam_state_bytes`, the one
+  count of Adam's state). In fp8 runs the weights of Transformer Engine's linear layers take what
   `Fp8WeightStorage` counts instead of 2: a bf16 weight plus TE's cached FP8 copy, or,
   with FP8 parameters (``--fp8-param-gather``), the FP8 storage alone.
 - fp32: 4 + 4 + 8 (Adam m, v; no master copy) = 16, or 8 + 8/d.
@@ -64,6 +66,15 @@ from costmodel.activations import (
     activation_element_bytes,
     projection_saves_original_input,
     stage_activations,
+)
+from costmodel.optimizer_state import (
+    DEFAULT_PRECISION,
+    PRECISION_AWARE_RULE,
+    AdamStateBytes,
+    OptimizerPrecision,
+    adam_state_bytes,
+    precision_aware_unmet,
+    with_offload,
 )
 from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
 from costmodel.schedules import plan_split
@@ -435,14 +446,46 @@ def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> t
     return plan_split(model, plan).rank_layers(pp_rank)
 
 
-def bytes_per_param(job: TrainingJob, main_grad_bytes: int = 4) -> tuple[int, int, int]:
+def bytes_per_param(
+    job: TrainingJob, main_grad_bytes: int = 4, state: AdamStateBytes | None = None
+) -> tuple[int, int, int]:
     """(weight, gradient, optimizer-state) bytes per parameter for the job's precision;
     ``main_grad_bytes``: the main-gradient buffer's element size under mixed precision
     (`ExecutionOptions.main_grad_bytes`: 4 with Megatron's fp32 gradient reduction, 2 with
-    ``--grad-reduce-in-bf16``; megatron-facts.md §5.2)."""
+    ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16``; megatron-facts.md §5.2);
+    ``state``: Adam's state (`costmodel.optimizer_state.adam_state_bytes`; None: the
+    default fp32 state of the job's precision, 12 or 8)."""
+    adam = adam_state_bytes(job.precision) if state is None else state
     if job.precision == "fp32":
-        return 4, 4, 8
-    return 2, main_grad_bytes, 12
+        return 4, 4, adam.total_bytes
+    return 2, main_grad_bytes, adam.total_bytes
+
+
+def plan_adam_state(
+    job: TrainingJob,
+    plan: ParallelPlan,
+    optimizer: OptimizerPrecision = DEFAULT_PRECISION,
+    fp8_weights: Fp8WeightStorage | None = None,
+) -> AdamStateBytes:
+    """Adam's state per parameter of ``plan`` (`costmodel.optimizer_state.adam_state_bytes`
+    with the FP8 weight fields and the plan's Megatron-FSDP). Raises `SpecError` where
+    Megatron-core refuses the precision-aware optimizer for the plan
+    (`costmodel.optimizer_state.precision_aware_unmet`)."""
+    unmet = precision_aware_unmet(
+        optimizer,
+        distributed_optimizer=plan.distributed_optimizer,
+        megatron_fsdp=plan.use_megatron_fsdp,
+    )
+    if unmet is not None:
+        raise SpecError(f"[{PRECISION_AWARE_RULE}] {unmet}")
+    weights = BF16_WEIGHTS if fp8_weights is None else fp8_weights
+    return adam_state_bytes(
+        job.precision,
+        optimizer,
+        fp8_recipe=weights.recipe,
+        fp8_param=weights.fp8_param,
+        megatron_fsdp=plan.use_megatron_fsdp,
+    )
 
 
 Bytes = TypeVar("Bytes")
@@ -578,6 +621,7 @@ def memory_per_stage(
     fp8_weights: Fp8WeightStorage = BF16_WEIGHTS,
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
+    optimizer: OptimizerPrecision = DEFAULT_PRECISION,
     optimizer_offload_fraction: float = 0.0,
     stale_main_grad: bool = False,
 ) -> tuple[StageMemory, ...]:
@@ -592,18 +636,22 @@ def memory_per_stage(
     ``fragmentation``, when given, replaces the allowance's share for the allocator mode
     (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
     step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
-    `step_peak_bytes`); ``optimizer_offload_fraction`` of the optimizer state lives in host
-    memory (`device_optimizer_bytes`); ``stale_main_grad`` adds, without overlapped gradient
+    `step_peak_bytes`); ``optimizer``: the dtypes of Adam's state
+    (`ExecutionOptions.optimizer_precision`, `plan_adam_state`; the default fp32 state under
+    CPU offload); ``optimizer_offload_fraction`` of that state lives in host memory
+    (`device_optimizer_bytes`); ``stale_main_grad`` adds, without overlapped gradient
     reduction, one more gradient buffer to the forward and backward but not to the step
     (`ExecutionOptions.stale_main_grad`, `held_gradient_copies`).
 
-    Raises `SpecError` when the layers do not split over pp·vpp or the global batch gives
-    no microbatch.
+    Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
+    no microbatch, or the plan cannot run the precision-aware optimizer.
     """
     frame = FrameworkAllowance() if allowance is None else allowance
     if fragmentation is None:
         fragmentation = frame.fragmentation(expandable_segments)
-    weight, grad, state = bytes_per_param(job, main_grad_bytes)
+    optimizer = with_offload(optimizer, optimizer_offload_fraction)
+    adam = plan_adam_state(job, plan, optimizer, fp8_weights)
+    weight, grad, state = bytes_per_param(job, main_grad_bytes, adam)
     dense_shards, expert_shards = optimizer_shards(model, plan)
     stages = []
     for rank in range(plan.pp):

@@ -33,7 +33,9 @@ What Megatron-core does (NVIDIA/Megatron-LM, commit d98e8a64, 2026-08):
   (decoupled weight decay) only (``__init__.py`` L510-512).
 
 What paraplan prices: the offloaded fraction of the optimizer state's bytes leaves the
-device (`costmodel.memory.memory_per_stage`); of the shard's Adam step, the device keeps
+device (`costmodel.memory.memory_per_stage`), the state being fp32 master, m and v whatever
+the precision-aware optimizer's dtypes (`costmodel.optimizer_state.adam_state_bytes` with
+``cpu_offload``); of the shard's Adam step, the device keeps
 the gradient norm, the zeroing and its own share (`costmodel.compute.optimizer_step_time_s`
 with ``offloaded_params``), the host runs the rest (`host_optimizer_step_s`) beside it, and
 the slower of the two is the step (`offloaded_step_s`). Bandwidths are peak figures, so the
@@ -147,11 +149,20 @@ def offload_violations(plan: ParallelPlan, fraction: float) -> list[Violation]:
     ]
 
 
+OFFLOAD_NEEDS_PRECISION_AWARE = (
+    "optimizer CPU offload needs the precision-aware optimizer (Megatron-LM arguments.py: "
+    '"The optimizer cpu offload must be used in conjunction with '
+    '`--use-precision-aware-optimizer`")'
+)
+"""The rule `check_offload_fields` states when the precision-aware optimizer is off."""
+
+
 def check_offload_fields(
-    fraction: float, *, runtime: str, fp8_param: bool, fp8_recipe: str
+    fraction: float, *, runtime: str, fp8_param: bool, fp8_recipe: str, precision_aware: bool
 ) -> None:
     """The `ExecutionOptions` rules of optimizer CPU offload; `SpecError` with the rule,
-    the values and the fix."""
+    the values and the fix. ``precision_aware``: `ExecutionOptions.precision_aware_optimizer`,
+    which Megatron-LM requires with the offload (``arguments.py`` L1884-1888)."""
     if not 0.0 <= fraction <= 1.0:
         raise SpecError(
             f"optimizer_cpu_offload_fraction must be in [0, 1], got {fraction!r}; it is the "
@@ -163,6 +174,12 @@ def check_offload_fields(
         raise SpecError(
             f"optimizer CPU offload is Megatron-core's HybridDeviceOptimizer; the {runtime} "
             "runtime has none: give --runtime megatron, or drop the offload"
+        )
+    if not precision_aware:
+        raise SpecError(
+            f"{OFFLOAD_NEEDS_PRECISION_AWARE}; got optimizer_cpu_offload_fraction {fraction} "
+            "with precision_aware_optimizer False: give --use-precision-aware-optimizer, or "
+            "drop --optimizer-cpu-offload"
         )
     if fp8_param and fp8_recipe != "delayed":
         raise SpecError(

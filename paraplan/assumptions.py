@@ -33,6 +33,7 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             )
         if options.fp8_recipe != "mxfp8":
             lines.append(fp8_layout_line(options, device))
+    lines.append(optimizer_state_line(options))
     if options.optimizer_cpu_offload_fraction > 0:
         share = percent(options.optimizer_cpu_offload_fraction)
         lines.append(
@@ -42,6 +43,28 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
     lines.append(cross_entropy_line(options))
     lines.append(allocator_line(options))
     return lines
+
+
+def optimizer_state_line(options: ExecutionOptions) -> str:
+    """The dtypes of Adam's state (`ExecutionOptions.precision_aware_optimizer`,
+    `costmodel.optimizer_state`)."""
+    if not options.precision_aware_optimizer:
+        return (
+            "  fp32 Adam state (master weights, both moments); add "
+            "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+            "for bf16 moments"
+        )
+    if options.optimizer_cpu_offload_fraction > 0:
+        return (
+            "  fp32 Adam state (master weights, both moments) on the device and the host: "
+            "Megatron-core's CPU offload optimizer does not read --exp-avg-dtype, "
+            "--exp-avg-sq-dtype nor --main-params-dtype"
+        )
+    return (
+        f"  precision-aware Adam state: {options.exp_avg_dtype} first and "
+        f"{options.exp_avg_sq_dtype} second moments, {options.main_params_dtype} master "
+        "weights (--use-precision-aware-optimizer)"
+    )
 
 
 def fp8_layout_line(options: ExecutionOptions, device: str) -> str:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from costmodel.execution import ExecutionOptions
 from costmodel.memory import (
     FrameworkAllowance,
     bytes_per_param,
     device_optimizer_bytes,
     stage_params,
 )
+from costmodel.optimizer_state import adam_state_bytes
 from costmodel.schedules import plan_split
 from planner.row_groups import row_groups
 from planner.space import plan_from_row
@@ -59,8 +61,28 @@ def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def smallest_adam_state_bytes(job: TrainingJob, options: ExecutionOptions) -> int:
+    """The fewest bytes per parameter Adam's state takes under ``options`` on any plan:
+    the smaller of `costmodel.optimizer_state.adam_state_bytes` without and with
+    Megatron-FSDP (which keeps fp32 main weights)."""
+    return min(
+        adam_state_bytes(
+            job.precision,
+            options.optimizer_precision,
+            fp8_recipe=options.fp8_recipe,
+            fp8_param=options.fp8_param,
+            megatron_fsdp=fsdp,
+        ).total_bytes
+        for fsdp in (False, True)
+    )
+
+
 def model_state_floor_bytes(
-    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, optimizer_offload_fraction: float = 0.0
+    model: ModelSpec,
+    job: TrainingJob,
+    table: pd.DataFrame,
+    state_bytes: int | None = None,
+    optimizer_offload_fraction: float = 0.0,
 ) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
@@ -72,9 +94,11 @@ def model_state_floor_bytes(
     arithmetic over the rows. A row with ``use_megatron_fsdp`` (when the table has that
     column) is bounded by every byte sharded, which holds for each sharding strategy
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
-    ``optimizer_offload_fraction`` of the optimizer state is on the host
-    (`costmodel.memory.device_optimizer_bytes`)."""
+    ``state_bytes``: Adam's state per parameter (`smallest_adam_state_bytes`; None: the
+    default fp32 state); ``optimizer_offload_fraction`` of the optimizer state is on the
+    host (`costmodel.memory.device_optimizer_bytes`)."""
     weight, grad, state = bytes_per_param(job)
+    state = state if state_bytes is None else state_bytes
     first, group = row_groups(table, _PARAM_KEYS)
     params = _stage_param_table(model, table.iloc[first])[group]
     distopt = table["distributed_optimizer"].to_numpy(dtype=bool)

@@ -28,7 +28,7 @@ import pandas as pd
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.screen import screen_lower_bounds
-from planner.memory_floor import model_state_floor_bytes
+from planner.memory_floor import model_state_floor_bytes, smallest_adam_state_bytes
 from planner.micro_batch_screen import METRIC_COLUMNS, screen_by_micro_batch
 from planner.pacing import FIRST_PACED_ROUND_ROWS, SearchPace, next_round_rows
 from planner.row_groups import first_occurrences, row_groups
@@ -276,10 +276,10 @@ def screen_candidates(
     pace = pace if pace is not None else SearchPace()
     screened = table.copy(deep=False)  # copy-on-write: the columns added here stay here
     first, fine = row_groups(table, _fine_keys(table))
+    state = smallest_adam_state_bytes(job, options)
+    offload = options.optimizer_cpu_offload_fraction
     screened["model_state_floor_bytes"] = (
-        model_state_floor_bytes(
-            model, job, table.iloc[first], options.optimizer_cpu_offload_fraction
-        )[fine]
+        model_state_floor_bytes(model, job, table.iloc[first], state, offload)[fine]
         if len(table)
         else 0.0
     )
@@ -293,9 +293,7 @@ def screen_candidates(
         model, cluster, job, profile, rows, fine[under.to_numpy()], limit_bytes, top_k,
         options, sets, label, pace,
     )  # fmt: skip
-    extra = derived.assign(
-        model_state_floor_bytes=_floor(model, job, derived, options.optimizer_cpu_offload_fraction)
-    )
+    extra = derived.assign(model_state_floor_bytes=_floor(model, job, derived, state, offload))
     bounded, left = rows.index[skipped], rows.index[unvisited]
     return (
         _with_metrics(screened, done, bounded, left, limit_bytes),
@@ -334,14 +332,21 @@ def _fine_keys(table: pd.DataFrame) -> list[str]:
 
 
 def _floor(
-    model: ModelSpec, job: TrainingJob, table: pd.DataFrame, offload_fraction: float
+    model: ModelSpec,
+    job: TrainingJob,
+    table: pd.DataFrame,
+    state_bytes: int,
+    offload_fraction: float,
 ) -> np.ndarray | float:
     """`model_state_floor_bytes` of every row, computed once per `_FINE_KEYS` group, with
-    ``offload_fraction`` of the optimizer state on the host."""
+    ``state_bytes`` of Adam's state per parameter and ``offload_fraction`` of it on the
+    host."""
     if not len(table):
         return 0.0
     first, fine = row_groups(table, _fine_keys(table))
-    return model_state_floor_bytes(model, job, table.iloc[first], offload_fraction)[fine]
+    return model_state_floor_bytes(model, job, table.iloc[first], state_bytes, offload_fraction)[
+        fine
+    ]
 
 
 def rows_to_simulate(screened: pd.DataFrame, top_k: int) -> pd.DataFrame:

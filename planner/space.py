@@ -189,6 +189,11 @@ class SearchSpace:
     Knobs the user fixed are yielded as given. CPU activation offloading is never searched,
     only fixed."""
 
+    sharded_optimizer_only: bool = False
+    """Only plans with the distributed optimizer or Megatron-FSDP: Megatron-core runs the
+    precision-aware optimizer with nothing else
+    (`costmodel.optimizer_state.precision_aware_unmet`; `for_runtime` sets it)."""
+
     def __post_init__(self) -> None:
         for name in self.fixed:
             if name not in KNOBS:
@@ -221,10 +226,20 @@ class SearchSpace:
 
     def for_runtime(self, options: ExecutionOptions) -> SearchSpace:
         """This space narrowed to the plan features the runtime implements
-        (`ExecutionOptions.plan_features`) and, with optimizer CPU offload
-        (`ExecutionOptions.optimizer_cpu_offload_fraction`), to the distributed optimizer,
-        which Megatron-core's offload needs (`costmodel.optimizer_offload.offload_violations`);
-        `SpecError` where the distributed optimizer is fixed off."""
+        (`ExecutionOptions.plan_features`); with the precision-aware optimizer, to plans
+        that shard the optimizer (`sharded_optimizer_only`); with optimizer CPU offload
+        (`ExecutionOptions.optimizer_cpu_offload_fraction`, which needs the precision-aware
+        optimizer), to the distributed optimizer without Megatron-FSDP, which refuses the
+        offload (`costmodel.optimizer_offload.offload_violations`). `SpecError` when the
+        precision-aware optimizer meets a framework with neither sharding feature, or the
+        offload a distributed optimizer fixed off."""
+        sharding = {"distributed_optimizer", "megatron_fsdp"} & options.plan_features
+        if options.precision_aware_optimizer and not sharding:
+            raise SpecError(
+                "precision_aware_optimizer needs the distributed optimizer or Megatron-FSDP, "
+                "and the options' plan_features have neither; add distributed_optimizer to "
+                "plan_features, or drop precision_aware_optimizer"
+            )
         features = self.features & options.plan_features
         fixed = self.fixed
         if options.optimizer_cpu_offload_fraction > 0:
@@ -236,7 +251,12 @@ class SearchSpace:
                 )
             fixed = {**fixed, "distributed_optimizer": True}
             features = features - {"megatron_fsdp"}
-        return dataclasses.replace(self, features=features, fixed=fixed)
+        return dataclasses.replace(
+            self,
+            features=features,
+            fixed=fixed,
+            sharded_optimizer_only=self.sharded_optimizer_only or options.precision_aware_optimizer,
+        )
 
     def is_fixed(self, name: str) -> bool:
         """True when the user fixed knob ``name``."""
@@ -573,8 +593,10 @@ def switch_rows(
     opt_opts = []
     factors = space.bucket_factors if space.has("ddp_bucket_size") else ()
     for d, g, p in optimizer_options():
-        if (d and not space.has("distributed_optimizer")) or (
-            g and pp > 1 and not space.has("pipelined_grad_overlap")
+        if (
+            (d and not space.has("distributed_optimizer"))
+            or (g and pp > 1 and not space.has("pipelined_grad_overlap"))
+            or (not d and space.sharded_optimizer_only)
         ):
             continue
         for bucket in bucket_sizes(dp, cp, g, factors):

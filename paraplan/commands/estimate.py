@@ -22,6 +22,7 @@ from paraplan.args import (
     model_from_args,
     options_from_args,
     plan_from_args,
+    precision_aware_violations,
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
@@ -73,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     violations = check_plan(model, cluster, job, plan)
     options = options_from_args(args)
     violations += a2a_overlap_violations(plan, options)
-    violations += offload_violations(plan, options.optimizer_cpu_offload_fraction)
+    # offload needs the precision-aware optimizer: one violation where both need dist-opt
+    aware = precision_aware_violations(plan, options)
+    violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
     if violations:
         print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
         for v in violations:

@@ -31,6 +31,7 @@ def one_row(row_id: str) -> dict[str, str]:
         "353",  # Llama 3.1 405B FP8 GB200: Megatron-FSDP with 95 offloaded layers
         "109",  # Qwen3 235B-A22B MXFP8 GB200: ep32 etp1 pp8 vpp3, expandable segments
         "172",  # DeepSeek-V3 FP8 B200: explicit layout, selective recompute of mlp
+        "391",  # Qwen3 235B-A22B MXFP8 GB200 (model zoo): precision-aware optimizer
     ],
 )
 def test_the_command_line_states_the_row_and_prices_it_as_the_bench(tmp_path, row_id):
@@ -47,6 +48,11 @@ def test_recipe_flags_follow_the_rows_options(tmp_path):
         assert flag in command
     assert command[command.index("--fp8-recipe") + 1] == "tensorwise"
     assert command[command.index("--cross-entropy-fusion-impl") + 1] == "te"
+    zoo = shlex.split(cli_parity.row_parity(one_row("391"), tmp_path)["command"])
+    assert "--use-precision-aware-optimizer" in zoo
+    assert (
+        zoo[zoo.index("--exp-avg-dtype") + 1] == zoo[zoo.index("--exp-avg-sq-dtype") + 1] == "bf16"
+    )
     fsdp = shlex.split(cli_parity.row_parity(one_row("353"), tmp_path)["command"])
     assert fsdp[fsdp.index("--cpu-offloading-num-layers") + 1] == "95"
     assert fsdp[fsdp.index("--data-parallel-sharding-strategy") + 1] == "optim_grads_params"
@@ -73,6 +79,7 @@ def test_the_2021_framework_settings_are_named_not_priced(tmp_path):
 def test_offload_flags_state_the_offload_fields(fraction, overlap):
     options = dataclasses.replace(
         DEFAULT_OPTIONS,
+        precision_aware_optimizer=True,
         optimizer_cpu_offload_fraction=fraction,
         overlap_cpu_optimizer_d2h_h2d=overlap,
     )

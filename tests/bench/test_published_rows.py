@@ -343,6 +343,22 @@ def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
     assert recipes.saver_fields(bf16, pp=8, fsdp=False) == {}
 
 
+def test_moe_zoo_fp8_rows_run_the_precision_aware_optimizer():
+    # sbatch_benchmarking.sh @ e8650517, lines 90 (PR=fp8) and 105 (PR=mxfp8):
+    # --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16;
+    # PR=bf16 does not add it
+    zoo = {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B"}
+    fields = recipes.optimizer_precision_fields(zoo | {"precision": "MXFP8"})
+    assert fields == {
+        "precision_aware_optimizer": True,
+        "exp_avg_dtype": "bf16",
+        "exp_avg_sq_dtype": "bf16",
+    }
+    assert recipes.optimizer_precision_fields(zoo | {"precision": "BF16"}) == {}
+    bridge = {"source_id": "MBRIDGE-26.06", "model": "Qwen3-235B-A22B", "precision": "MXFP8"}
+    assert recipes.optimizer_precision_fields(bridge) == {}
+
+
 MLM_README_32B = {
     # row 41 (MLM-README-2024, GPT 32B on 384 H100).
     "row_id": "41",

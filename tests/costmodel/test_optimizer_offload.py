@@ -22,6 +22,7 @@ from costmodel.optimizer_offload import (
     host_optimizer_step_s,
     offload_violations,
 )
+from costmodel.optimizer_state import adam_state_bytes
 from costmodel.plan_frame import plans_frame
 from costmodel.screen import screen_plans
 from profiles.store import load_profile
@@ -40,6 +41,7 @@ PLAN = ParallelPlan(tp=1, pp=1, dp=8, micro_batch_size=1, distributed_optimizer=
 def offload(fraction: float, overlap: bool = False) -> ExecutionOptions:
     return dataclasses.replace(
         DEFAULT_OPTIONS,
+        precision_aware_optimizer=True,
         optimizer_cpu_offload_fraction=fraction,
         overlap_cpu_optimizer_d2h_h2d=overlap,
     )
@@ -47,7 +49,7 @@ def offload(fraction: float, overlap: bool = False) -> ExecutionOptions:
 
 @pytest.mark.parametrize(
     ("fraction", "expected"),
-    [(0.0, 12_045_391_872.0), (0.5, 6_022_695_936.0), (1.0, 0.0)],
+    [(0.5, 6_022_695_936.0), (1.0, 0.0)],
 )
 def test_offloaded_share_of_the_optimizer_state_leaves_the_device(fraction, expected):
     """Llama 3 8B holds 8,030,261,248 parameters: embedding and output layer 2 x 128256 x
@@ -59,6 +61,7 @@ def test_offloaded_share_of_the_optimizer_state_leaves_the_device(fraction, expe
     parameter) and fp32 gradients (4) stay whole."""
     base = estimate_plan(MODEL, CLUSTER, JOB, PLAN, H100).memory[0]
     stage = estimate_plan(MODEL, CLUSTER, JOB, PLAN, H100, options=offload(fraction)).memory[0]
+    assert base.optimizer_bytes == 12_045_391_872.0
     assert stage.optimizer_bytes == pytest.approx(expected, rel=1e-12)
     assert stage.weights_bytes == base.weights_bytes == 2 * 8_030_261_248
     assert stage.gradients_bytes == base.gradients_bytes == 4 * 8_030_261_248
@@ -115,7 +118,65 @@ def test_step_is_the_slower_of_the_device_and_the_host():
     assert base.breakdown.optimizer_s < est.breakdown.optimizer_s
 
 
-@pytest.mark.parametrize("options", [offload(0.5), offload(1.0, overlap=True)])
+def bf16_moments_offload(fraction: float) -> ExecutionOptions:
+    """The precision-aware optimizer with bf16 moments, ``fraction`` of the shard offloaded."""
+    return dataclasses.replace(offload(fraction), exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+
+
+def test_offloaded_state_is_fp32_whatever_the_moment_dtypes():
+    """Megatron-core's HybridDeviceOptimizer keeps fp32 master, m and v on the device and
+    the host whatever --exp-avg-dtype and --exp-avg-sq-dtype say. The 8B shard over dp 8,
+    N = 1,003,782,656: bf16 moments without offload hold 2 (int16 remainders) + 2 + 2 = 6
+    bytes, 6,022,695,936; with a quarter offloaded the device keeps 12 x (1 - 0.25) = 9
+    bytes, 9,034,043,904 (not 6 x 0.75 = 4,517,021,952)."""
+    aware = dataclasses.replace(bf16_moments_offload(0.0))
+    stage = estimate_plan(MODEL, CLUSTER, JOB, PLAN, H100, options=aware).memory[0]
+    assert stage.optimizer_bytes == 6_022_695_936.0
+    composed = bf16_moments_offload(0.25)
+    stage = estimate_plan(MODEL, CLUSTER, JOB, PLAN, H100, options=composed).memory[0]
+    assert stage.optimizer_bytes == 9_034_043_904.0
+
+
+def test_offloaded_step_prices_the_fp32_state_on_the_device():
+    """shard 1e9, local 8e9, bf16, one tensor, fp32 main gradients, a quarter offloaded:
+    the device's Adam over the fp32 state reads the gradient (4), m and v (16), the master
+    (8) and writes the bf16 copy (2), 30 per parameter less the offloaded 0.25e9's, plus
+    the norm (4 per shard parameter) and the zeroing (4 per local one): 34e9 + 32e9 - 7.5e9
+    = 58.5e9 bytes in 4 passes. The same bf16 moments without offload (Transformer
+    Engine's FusedAdam, remainders, no fp32 gradient copy): 4 + 8 + 8 + 4 = 24 per shard
+    parameter, 24e9 + 32e9 = 56e9 bytes."""
+    shard, local = 1e9, 8e9
+    composed = bf16_moments_offload(0.25).optimizer_precision
+    state = adam_state_bytes("bf16", composed)
+    assert state == adam_state_bytes("bf16") and state.total_bytes == 12
+    step = optimizer_step_time_s(
+        H100, shard_params=shard, local_params=local, mixed_precision=True, num_tensors=1,
+        state=state, offloaded_params=0.25 * shard,
+    )  # fmt: skip
+    assert step == pytest.approx(memory_bound_time_s(H100, 58.5e9, num_ops=4), rel=1e-12)
+    aware = bf16_moments_offload(0.0).optimizer_precision
+    unloaded = optimizer_step_time_s(
+        H100, shard_params=shard, local_params=local, mixed_precision=True, num_tensors=1,
+        state=adam_state_bytes("bf16", aware),
+    )  # fmt: skip
+    assert unloaded == pytest.approx(memory_bound_time_s(H100, 56e9, num_ops=4), rel=1e-12)
+
+
+def test_composed_step_is_the_host_part_where_it_is_slower():
+    """The 8B shard over dp 8 with bf16 moments and a quarter offloaded, in series: the
+    host's 0.25 x 1,003,782,656 = 250,945,664 parameters take 2 x 4 B over PCIe Gen5
+    (64e9 B/s) and 28 B at 76.8e9 B/s, 0.0314 + 0.0915 = 0.1229 s, more than the device's
+    passes; the step is that plus the gradient-buffer passes."""
+    n = 8_030_261_248 / 8 * 0.25
+    buffer_s = grad_buffer_passes_time_s(H100, 8_030_261_248, 4, scale=True, nan_check=True)
+    est = estimate_plan(MODEL, CLUSTER, JOB, PLAN, H100, options=bf16_moments_offload(0.25))
+    host_s = 2 * 4 * n / 64e9 + 28 * n / 76.8e9
+    assert est.breakdown.optimizer_s == pytest.approx(host_s + buffer_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "options", [offload(0.5), offload(1.0, overlap=True), bf16_moments_offload(0.25)]
+)
 def test_screen_agrees_with_the_simulator(options):
     plans = [PLAN, dataclasses.replace(PLAN, tp=2, dp=4)]
     screened = screen_plans(MODEL, CLUSTER, JOB, H100, plans_frame(plans), options=options)
@@ -136,8 +197,18 @@ def test_screen_agrees_with_the_simulator(options):
         ({"optimizer_cpu_offload_fraction": -0.1}, r"in \[0, 1\]"),
         ({"optimizer_cpu_offload_fraction": 1.0, "runtime": "torch"}, "runtime megatron"),
         (
-            {"optimizer_cpu_offload_fraction": 1.0, "fp8_param": True, "fp8_recipe": "mxfp8"},
+            {
+                "optimizer_cpu_offload_fraction": 1.0,
+                "precision_aware_optimizer": True,
+                "fp8_param": True,
+                "fp8_recipe": "mxfp8",
+            },
             "fp8_recipe 'delayed'",
+        ),
+        (
+            {"optimizer_cpu_offload_fraction": 0.5},
+            r"needs the precision-aware optimizer .*optimizer_cpu_offload_fraction 0\.5 with "
+            r"precision_aware_optimizer False: give --use-precision-aware-optimizer",
         ),
     ],
 )
@@ -147,7 +218,12 @@ def test_options_refuse_what_megatron_core_refuses(fields, match):
 
 
 def test_fp8_parameters_with_delayed_scaling_are_accepted():
-    ExecutionOptions(optimizer_cpu_offload_fraction=1.0, fp8_param=True, fp8_recipe="delayed")
+    ExecutionOptions(
+        optimizer_cpu_offload_fraction=1.0,
+        precision_aware_optimizer=True,
+        fp8_param=True,
+        fp8_recipe="delayed",
+    )
 
 
 def test_offload_needs_the_distributed_optimizer():

@@ -11,6 +11,7 @@ import pytest
 
 from costmodel.execution import DEFAULT_OPTIONS
 from costmodel.optimizer_offload import OFFLOAD_RULE
+from costmodel.optimizer_state import PRECISION_AWARE_RULE
 from paraplan.args import options_from_args
 from paraplan.cli import main
 from paraplan.commands import estimate
@@ -18,6 +19,7 @@ from specs.errors import SpecError
 
 BASE = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
 PLAN = ["--tp", "1", "--pp", "1", "--dist-opt"]
+OFFLOAD = ("--use-precision-aware-optimizer", "--optimizer-cpu-offload")
 
 
 def estimate_args(*argv: str) -> argparse.Namespace:
@@ -29,9 +31,9 @@ def estimate_args(*argv: str) -> argparse.Namespace:
 @pytest.mark.parametrize(
     ("argv", "fraction", "overlap"),
     [
-        (("--optimizer-cpu-offload",), 1.0, False),
-        (("--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5"), 0.5, False),
-        (("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d"), 1.0, True),
+        (OFFLOAD, 1.0, False),
+        ((*OFFLOAD, "--optimizer-offload-fraction", "0.5"), 0.5, False),
+        ((*OFFLOAD, "--overlap-cpu-optimizer-d2h-h2d"), 1.0, True),
     ],
 )
 def test_flags_set_the_offload_fields(argv, fraction, overlap):
@@ -46,10 +48,11 @@ def test_flags_set_the_offload_fields(argv, fraction, overlap):
     [
         (("--optimizer-offload-fraction", "0.5"), "--optimizer-offload-fraction set how"),
         (("--overlap-cpu-optimizer-d2h-h2d",), "--overlap-cpu-optimizer-d2h-h2d set how"),
-        (("--optimizer-cpu-offload", "--optimizer-offload-fraction", "2"), r"in \[0, 1\]"),
+        ((*OFFLOAD, "--optimizer-offload-fraction", "2"), r"in \[0, 1\]"),
+        ((*OFFLOAD, "--runtime", "torch"), "the torch runtime has none"),
         (
-            ("--optimizer-cpu-offload", "--runtime", "torch"),
-            "the torch runtime has none",
+            ("--optimizer-cpu-offload",),
+            "needs the precision-aware optimizer .* give --use-precision-aware-optimizer",
         ),
     ],
 )
@@ -63,15 +66,27 @@ def test_refused_combination_exits_2(capsys):
     assert "add --optimizer-cpu-offload" in capsys.readouterr().err
 
 
-def test_estimate_without_the_distributed_optimizer_is_a_plan_violation(capsys):
-    code = main(["estimate", *BASE, "--tp", "1", "--optimizer-cpu-offload"])
-    assert code == 1
-    assert OFFLOAD_RULE in capsys.readouterr().out
+def test_offload_without_the_precision_aware_optimizer_exits_2(capsys):
+    # Megatron-LM arguments.py: the offload "must be used in conjunction with
+    # `--use-precision-aware-optimizer`"
+    assert main(["estimate", *BASE, *PLAN, "--optimizer-cpu-offload"]) == 2
+    err = capsys.readouterr().err
+    assert "optimizer CPU offload needs the precision-aware optimizer" in err
+    assert "optimizer_cpu_offload_fraction 1.0 with precision_aware_optimizer False" in err
+    assert "give --use-precision-aware-optimizer, or drop --optimizer-cpu-offload" in err
+    assert "Traceback" not in err
+
+
+def test_estimate_without_the_distributed_optimizer_is_one_plan_violation(capsys):
+    # the precision-aware optimizer's rule covers the offload's: reported once
+    assert main(["estimate", *BASE, "--tp", "1", *OFFLOAD]) == 1
+    out = capsys.readouterr().out
+    assert PRECISION_AWARE_RULE in out and OFFLOAD_RULE not in out
 
 
 def test_offload_lowers_peak_memory_and_lengthens_the_step(capsys):
     runs = {}
-    for name, extra in (("base", []), ("offload", ["--optimizer-cpu-offload"])):
+    for name, extra in (("base", []), ("offload", [*OFFLOAD])):
         assert main(["estimate", *BASE, *PLAN, *extra, "--json"]) == 0
         runs[name] = json.loads(capsys.readouterr().out)
     # 12 bytes of each of the 8,030,261,248 parameters over dp 8 leave the device
@@ -82,7 +97,7 @@ def test_offload_lowers_peak_memory_and_lengthens_the_step(capsys):
 
 def test_plan_searches_distributed_optimizer_plans_only(capsys):
     base = ["plan", "--model", "tiny", "--num-gpus", "4", "--seq-len", "512"]
-    base += ["--global-batch", "8", "--optimizer-cpu-offload", "--json"]
+    base += ["--global-batch", "8", *OFFLOAD, "--json"]
     assert main(base) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     assert top and all(plan["distributed_optimizer"] for plan in top)
@@ -91,8 +106,17 @@ def test_plan_searches_distributed_optimizer_plans_only(capsys):
 
 
 def test_table_form_names_the_offloaded_share(capsys):
-    argv = ["estimate", *BASE, *PLAN, "--optimizer-cpu-offload", "--optimizer-offload-fraction"]
+    argv = ["estimate", *BASE, *PLAN, *OFFLOAD, "--optimizer-offload-fraction"]
     assert main([*argv, "0.5"]) == 0
     assert "50.0% of each rank's optimizer state" in capsys.readouterr().out
     assert main(["estimate", *BASE, *PLAN]) == 0
     assert "optimizer state" not in capsys.readouterr().out
+
+
+def test_table_form_says_the_offloaded_state_stays_fp32(capsys):
+    moments = ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    assert main(["estimate", *BASE, *PLAN, *OFFLOAD, *moments]) == 0
+    out = capsys.readouterr().out
+    assert "fp32 Adam state (master weights, both moments) on the device and the host" in out
+    assert main(["estimate", *BASE, *PLAN, "--use-precision-aware-optimizer", *moments]) == 0
+    assert "bf16 first and bf16 second moments" in capsys.readouterr().out

@@ -244,12 +244,30 @@ def test_megatron_fsdp_is_searched_beside_the_distributed_optimizer() -> None:
     assert not any(r["use_megatron_fsdp"] for r in switch_rows(tiny, job, off, (1, 1, 1, 1, 8)))
 
 
+def test_the_precision_aware_optimizer_searches_only_sharded_optimizers() -> None:
+    # Megatron-core: "--use-precision-aware-optimizer only supported with distributed
+    # optimizer" (Megatron-FSDP turns the distributed optimizer on)
+    aware = dataclasses.replace(DEFAULT_OPTIONS, precision_aware_optimizer=True)
+    space = SearchSpace().for_runtime(aware)
+    assert space.sharded_optimizer_only
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    rows = switch_rows(get_preset("tiny"), job, space, (1, 1, 1, 1, 8))
+    assert rows and all(r["distributed_optimizer"] or r["use_megatron_fsdp"] for r in rows)
+    plain = switch_rows(get_preset("tiny"), job, SearchSpace(), (1, 1, 1, 1, 8))
+    assert any(not (r["distributed_optimizer"] or r["use_megatron_fsdp"]) for r in plain)
+    none_sharded = dataclasses.replace(aware, plan_features=frozenset())
+    with pytest.raises(SpecError, match="plan_features have neither"):
+        SearchSpace().for_runtime(none_sharded)
+
+
 def test_optimizer_cpu_offload_searches_the_distributed_optimizer_only() -> None:
     # Megatron-core's offload needs the precision-aware optimizer, which needs the
     # distributed optimizer; Megatron-FSDP refuses it.
     gpt = get_preset("gpt-1.7b")
     job = TrainingJob(seq_length=2048, global_batch_size=64)
-    options = dataclasses.replace(DEFAULT_OPTIONS, optimizer_cpu_offload_fraction=1.0)
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, precision_aware_optimizer=True, optimizer_cpu_offload_fraction=1.0
+    )
     space = SearchSpace().for_runtime(options)
     assert space.fixed["distributed_optimizer"] is True
     assert "megatron_fsdp" not in space.features

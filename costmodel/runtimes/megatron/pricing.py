@@ -48,7 +48,7 @@ from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.memory import chunk_params
+from costmodel.memory import chunk_params, plan_adam_state
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
@@ -301,9 +301,10 @@ def _optimizer_s(
     reduction (`costmodel.compute.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
     `ExecutionOptions.grad_nan_check`), which occupy the same compute stream once per
-    iteration. With optimizer CPU offload (`ExecutionOptions.optimizer_cpu_offload_fraction`)
-    the offloaded share of the shard steps on the host beside the device's passes
-    (`costmodel.optimizer_offload`)."""
+    iteration. Adam's state is the options' (`costmodel.memory.plan_adam_state`: the
+    default fp32 state under CPU offload). With optimizer CPU offload
+    (`ExecutionOptions.optimizer_cpu_offload_fraction`) the offloaded share of the shard
+    steps on the host beside the device's passes (`costmodel.optimizer_offload`)."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
     if optimizer_sharded(plan):
@@ -322,6 +323,7 @@ def _optimizer_s(
         num_tensors=tensors,
         loss_scaling=options.loss_scaling,
         main_grad_bytes=options.main_grad_bytes,
+        state=plan_adam_state(job, plan, options.optimizer_precision, options.fp8_weight_storage),
         offloaded_params=offloaded,
     )
     if offloaded > 0:

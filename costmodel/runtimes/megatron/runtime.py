@@ -105,8 +105,9 @@ class MegatronRuntime:
         """`costmodel.memory.memory_per_stage` with the options' attention kernel, hidden
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
         copy, cross-entropy implementation, allocator segments and fragmentation, FP8
-        weight storage, the optimizer step's gradient copy, the optimizer state offloaded
-        to the host and the previous iteration's gradients held by local DDP."""
+        weight storage, the optimizer step's gradient copy, Adam's state dtypes, the
+        optimizer state offloaded to the host and the previous iteration's gradients held
+        by local DDP."""
         return memory_per_stage(
             model,
             job,
@@ -121,6 +122,7 @@ class MegatronRuntime:
             fp8_weights=self.options.fp8_weight_storage,
             fragmentation=self.options.allocator_fragmentation,
             step_gradient_copy=self.options.step_gradient_copy,
+            optimizer=self.options.optimizer_precision,
             optimizer_offload_fraction=self.options.optimizer_cpu_offload_fraction,
             stale_main_grad=self.options.stale_main_grad,
         )

@@ -55,6 +55,7 @@ from costmodel.memory import (
     step_peak_bytes,
 )
 from costmodel.optimizer_offload import host_optimizer_step_s
+from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision, with_offload
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
@@ -67,9 +68,12 @@ from costmodel.runtimes.megatron.screen_parts import (
 )
 from costmodel.runtimes.megatron.screen_sharding import (
     SHARDING_COLUMNS,
+    adam_state_per_row,
     closed_form_fsdp_gather_s,
     fsdp_reduce_exposed_s,
     fsdp_reduce_per_microbatch_s,
+    optimizer_units,
+    precision_aware_allowed,
     with_sharding,
 )
 from costmodel.topology import scale_up_domain_size
@@ -233,24 +237,12 @@ def _tail_s(
     v, pp = c["vpp"], c["pp"]
     weight = 4 if job.precision == "fp32" else 2
     gather = options.fp8_weight_storage.gather_bytes(job)
-    mixed = job.precision != "fp32"
-    offload = options.optimizer_cpu_offload_fraction
-    unit = [
-        ops.optimizer_step_time_s(
-            profile,
-            shard_params=s,
-            local_params=lp,
-            mixed_precision=mixed,
-            num_tensors=n,
-            loss_scaling=options.loss_scaling,
-            main_grad_bytes=options.main_grad_bytes,
-            offloaded_params=offload * s,
-        )
-        for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
-    ]
-    per_tensor = unit[3] - unit[2]
-    alpha, beta = (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    # the optimizer step's affine form per Adam state: without and with Megatron-FSDP
+    units = np.array([optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
+    alpha, beta, per_tensor, base = (np.where(fsdp, units[1, i], units[0, i]) for i in range(4))
     # the host's part of an offloaded step (pricing._optimizer_s), per shard parameter
+    offload = options.optimizer_cpu_offload_fraction
     host = (
         host_optimizer_step_s(profile, offload * 1e9, overlap=options.overlap_cpu_optimizer_d2h_h2d)
         / 1e9
@@ -268,7 +260,6 @@ def _tail_s(
     distopt = c["distributed_optimizer"].astype(bool)
     forward_chunk = f0 / v
     worst = np.zeros(len(v))
-    fsdp = c["use_megatron_fsdp"].astype(bool)
     # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
     # parameters), the fullest middle stage
     for tag, first_stage in (("0", True), ("l", False), ("1", False)):
@@ -276,7 +267,7 @@ def _tail_s(
         tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
         sharded = c["optim_sharded"]
         shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
-        optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + unit[2]
+        optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + base
         optimizer = np.maximum(optimizer, host * shard)  # offloaded_step_s
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
@@ -313,13 +304,17 @@ def _memory_bytes(
     expandable_segments: bool = False,
     fragmentation: float | None = None,
     step_gradient_copy: bool = False,
+    optimizer: OptimizerPrecision = DEFAULT_PRECISION,
     optimizer_offload_fraction: float = 0.0,
     stale_main_grad: bool = False,
 ) -> np.ndarray:
     """Peak bytes per rank over stages 0, 1 and p-1 (`costmodel.memory` in closed form;
     ``keep_outputs`` as in `costmodel.activations.stage_activations`, the rest as in
     `costmodel.memory.memory_per_stage`)."""
-    weight, grad, state = bytes_per_param(job, main_grad_bytes)
+    weight, grad, _ = bytes_per_param(job, main_grad_bytes)
+    state = adam_state_per_row(
+        c, job, with_offload(optimizer, optimizer_offload_fraction), fp8_weights
+    )
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
     # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
@@ -463,6 +458,7 @@ def closed_form_screen(
     iteration = sync + _tail_s(c, times, profile, job, model, options, np.maximum(m, 1))
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)
+    ok &= precision_aware_allowed(c, options)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(
         ok,
@@ -478,6 +474,7 @@ def closed_form_screen(
             fp8_weights=options.fp8_weight_storage,
             fragmentation=options.allocator_fragmentation,
             step_gradient_copy=options.step_gradient_copy,
+            optimizer=options.optimizer_precision,
             optimizer_offload_fraction=options.optimizer_cpu_offload_fraction,
             stale_main_grad=options.stale_main_grad,
         ),

@@ -1,6 +1,8 @@
 """Megatron-FSDP and distributed-optimizer sharding in the closed-form screen
 (`costmodel.runtimes.megatron.screen`): which plan rows shard what, and the exposed
-parameter gathers of Megatron-FSDP, over the screen's per-plan columns (numpy arrays).
+parameter gathers of Megatron-FSDP, the optimizer step and Adam's state per sharding (the
+precision-aware optimizer's rule and its Megatron-FSDP main weights), over the screen's
+per-plan columns (numpy arrays).
 The per-plan semantics are `costmodel.runtimes.megatron.megatron_fsdp`'s."""
 
 from __future__ import annotations
@@ -8,7 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from costmodel import compute as ops
+from costmodel.execution import ExecutionOptions
+from costmodel.memory import Fp8WeightStorage
+from costmodel.optimizer_state import OptimizerPrecision, adam_state_bytes, precision_aware_unmet
 from costmodel.runtimes.megatron.screen_parts import affine_s
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
 
 
 def _stage_layers(c, tag: str) -> np.ndarray:
@@ -93,3 +101,75 @@ def with_sharding(df: pd.DataFrame) -> pd.DataFrame:
         grads_sharded=distopt | (fsdp & strategy.isin(["optim_grads", "optim_grads_params"])),
         params_sharded=fsdp & (strategy == "optim_grads_params"),
     )
+
+
+def precision_aware_allowed(c, options: ExecutionOptions) -> np.ndarray:
+    """Per row, whether Megatron-core runs the options' precision-aware optimizer with the
+    row's sharding (`costmodel.optimizer_state.precision_aware_unmet`); a row where it
+    does not gets an infinite time and does not fit."""
+    distopt = c["distributed_optimizer"].astype(bool)
+    fsdp = c["use_megatron_fsdp"].astype(bool)
+    allowed = {
+        (d, f): precision_aware_unmet(
+            options.optimizer_precision, distributed_optimizer=d, megatron_fsdp=f
+        )
+        is None
+        for d in (False, True)
+        for f in (False, True)
+    }
+    return np.select(
+        [distopt & fsdp, distopt & ~fsdp, ~distopt & fsdp],
+        [allowed[True, True], allowed[True, False], allowed[False, True]],
+        default=allowed[False, False],
+    )
+
+
+def optimizer_units(
+    profile: HardwareProfile, job: TrainingJob, options: ExecutionOptions, megatron_fsdp: bool
+) -> tuple[float, float, float, float]:
+    """`costmodel.compute.optimizer_step_time_s` as an affine form (seconds per shard
+    parameter, per local parameter, per tensor beyond the first, and for one tensor) with
+    the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
+    without or with Megatron-FSDP; the device's part only under optimizer CPU offload
+    (`ExecutionOptions.optimizer_cpu_offload_fraction` of the shard off the device)."""
+    state = adam_state_bytes(
+        job.precision,
+        options.optimizer_precision,
+        fp8_recipe=options.fp8_recipe,
+        fp8_param=options.fp8_param,
+        megatron_fsdp=megatron_fsdp,
+    )
+    unit = [
+        ops.optimizer_step_time_s(
+            profile,
+            shard_params=s,
+            local_params=lp,
+            mixed_precision=job.precision != "fp32",
+            num_tensors=n,
+            loss_scaling=options.loss_scaling,
+            main_grad_bytes=options.main_grad_bytes,
+            state=state,
+            offloaded_params=options.optimizer_cpu_offload_fraction * s,
+        )
+        for s, lp, n in ((1e9, 0, 1), (0, 1e9, 1), (0, 0, 1), (0, 0, 2))
+    ]
+    return (unit[0] - unit[2]) / 1e9, (unit[1] - unit[2]) / 1e9, unit[3] - unit[2], unit[2]
+
+
+def adam_state_per_row(
+    c, job: TrainingJob, optimizer: OptimizerPrecision, fp8_weights: Fp8WeightStorage
+) -> np.ndarray:
+    """Adam's state bytes per parameter of every row (`costmodel.memory.plan_adam_state`
+    without the rule, which `precision_aware_allowed` applies): Megatron-FSDP rows keep its
+    fp32 main-weight buffer."""
+    by_fsdp = [
+        adam_state_bytes(
+            job.precision,
+            optimizer,
+            fp8_recipe=fp8_weights.recipe,
+            fp8_param=fp8_weights.fp8_param,
+            megatron_fsdp=under_fsdp,
+        ).total_bytes
+        for under_fsdp in (False, True)
+    ]
+    return np.where(c["use_megatron_fsdp"].astype(bool), by_fsdp[1], by_fsdp[0])
