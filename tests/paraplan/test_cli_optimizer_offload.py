@@ -14,8 +14,8 @@ from costmodel.optimizer_offload import OFFLOAD_RULE
 from costmodel.optimizer_state import PRECISION_AWARE_RULE
 from paraplan.args import options_from_args
 from paraplan.cli import main
-from paraplan.commands import estimate
 from specs.errors import SpecError
+from tests.paraplan.cli_helpers import parse_estimate
 
 BASE = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
 PLAN = ["--tp", "1", "--pp", "1", "--dist-opt"]
@@ -23,9 +23,7 @@ OFFLOAD = ("--use-precision-aware-optimizer", "--optimizer-cpu-offload")
 
 
 def estimate_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="paraplan estimate")
-    estimate.add_arguments(parser)
-    return parser.parse_args([*BASE, *argv])
+    return parse_estimate(BASE, *argv)
 
 
 @pytest.mark.parametrize(

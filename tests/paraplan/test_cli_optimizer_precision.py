@@ -16,20 +16,18 @@ from paraplan.cli import main
 from paraplan.commands import estimate
 from paraplan.commands import plan as plan_command
 from specs.errors import SpecError
+from tests.paraplan.cli_helpers import parse_estimate, run_estimate_json
 
 BASE = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
 AWARE = ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
 
 
 def estimate_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="paraplan estimate")
-    estimate.add_arguments(parser)
-    return parser.parse_args([*BASE, *argv])
+    return parse_estimate(BASE, *argv)
 
 
 def estimate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert estimate.run(estimate_args(*argv, "--json")) == 0
-    return json.loads(capsys.readouterr().out)
+    return run_estimate_json(capsys, BASE, *argv)
 
 
 @pytest.mark.parametrize(

@@ -15,19 +15,17 @@ from paraplan.cli import main
 from paraplan.commands import estimate
 from paraplan.commands import plan as plan_command
 from specs.errors import SpecError
+from tests.paraplan.cli_helpers import parse_estimate, run_estimate_json
 
 BASE = ["--model", "llama3-8b", "--num-gpus", "16", "--seq-len", "8192", "--global-batch", "64"]
 
 
 def estimate_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="paraplan estimate")
-    estimate.add_arguments(parser)
-    return parser.parse_args([*BASE, *argv])
+    return parse_estimate(BASE, *argv)
 
 
 def estimate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert estimate.run(estimate_args(*argv, "--json")) == 0
-    return json.loads(capsys.readouterr().out)
+    return run_estimate_json(capsys, BASE, *argv)
 
 
 @pytest.mark.parametrize(
