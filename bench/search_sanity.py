@@ -59,7 +59,7 @@ from sanity_problems import (
 )
 
 from costmodel.estimate import Estimate, estimate_plan
-from costmodel.memory import FrameworkAllowance
+from costmodel.memory_allowances import FrameworkAllowance
 from planner.ranking import RANK_TOLERANCE, order_plans
 from planner.search import RankedPlan, search_plans
 from planner.space import SearchSpace

@@ -76,7 +76,8 @@ from validation_stats import (
 
 from costmodel.estimate import estimate_plan, stage_memory_parts_gib
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.memory import GiB, megatron_theoretical_memory
+from costmodel.megatron_estimator import megatron_theoretical_memory
+from costmodel.memory_allowances import GiB
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError

@@ -17,7 +17,8 @@ from costmodel.compute import gemm_dtype
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.iteration import Breakdown, simulate_iteration
-from costmodel.memory import GiB, StageMemory
+from costmodel.memory import StageMemory
+from costmodel.memory_allowances import GiB
 from costmodel.predicted_timeline import build_timeline
 from costmodel.runtimes.registry import runtime_model
 from costmodel.schedules import plan_split

@@ -28,7 +28,7 @@ from costmodel.fitted_rates import (
     fp8_gemm_rate_factor,
     sustained_gemm_rate_factor,
 )
-from costmodel.memory import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
+from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
 from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
@@ -356,7 +356,7 @@ class ExecutionOptions:
     """The run sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (PyTorch's default is
     False): the caching allocator grows one virtual segment per stream and can unmap free
     physical pages at an out-of-memory retry, so it fragments less
-    (`costmodel.memory.FrameworkAllowance.fragmentation`; memory only)."""
+    (`costmodel.memory_allowances.FrameworkAllowance.fragmentation`; memory only)."""
 
     moe_a2a_overlap: bool = False
     """Megatron-core's 1F1B all-to-all overlap (``--overlap-moe-expert-parallel-comm`` with
@@ -382,14 +382,14 @@ class ExecutionOptions:
     """Transformer Engine's FP8 scaling recipe in fp8 runs (Megatron-core ``--fp8-recipe``,
     ``TransformerConfig.fp8_recipe``, default ``delayed``): ``delayed`` and ``tensorwise``
     (current) keep one scale per tensor, ``mxfp8`` one per 32 elements. Sets the bytes of
-    TE's FP8 copy of each linear weight (`costmodel.memory.Fp8WeightStorage`; memory and
+    TE's FP8 copy of each linear weight (`costmodel.memory_allowances.Fp8WeightStorage`; memory and
     the parameter all-gather)."""
 
     fp8_param: bool = False
     """Megatron-core ``--fp8-param-gather`` (``TransformerConfig.fp8_param``, Megatron-Bridge
     ``fp8_param_gather``; default False): the linear weights are FP8 parameters built
     under TE's ``fp8_model_init``, the fp32 master copy lives in the optimizer and the
-    data-parallel all-gather moves FP8 bytes (`costmodel.memory.Fp8WeightStorage`).
+    data-parallel all-gather moves FP8 bytes (`costmodel.memory_allowances.Fp8WeightStorage`).
     False: bf16 parameters, with TE's FP8 copy of each cached across microbatches."""
 
     fp8_tn_gemm_only: bool | None = None
@@ -424,7 +424,8 @@ class ExecutionOptions:
 
     allocator_fragmentation: float | None = None
     """Share of the dynamic (activation and communication) bytes added for the caching
-    allocator's fragmentation, replacing `costmodel.memory.FrameworkAllowance.fragmentation`
+    allocator's fragmentation, replacing
+    `costmodel.memory_allowances.FrameworkAllowance.fragmentation`
     of the allocator mode; None keeps that default. `MEGATRON_2021` sets
     `MEGATRON_2021_FRAGMENTATION`. Memory only."""
 
@@ -512,7 +513,7 @@ class ExecutionOptions:
 
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
-        """The FP8 weight fields as `costmodel.memory.Fp8WeightStorage`; an unresolved
+        """The FP8 weight fields as `costmodel.memory_allowances.Fp8WeightStorage`; an unresolved
         ``fp8_tn_gemm_only`` (None, before `device_options`) keeps the TN-only layout."""
         return Fp8WeightStorage(
             recipe=self.fp8_recipe,
@@ -643,7 +644,7 @@ segments) splitting the large blocks of the materialized attention, scores, soft
 dropout mask and output of a·s²·b/t elements each, for smaller requests, so that a freed
 score block no longer serves the next one (``c10/cuda/CUDACachingAllocator.cpp``). One
 inequality bounds it from below; no source measures it. Stacks with fused attention keep
-`costmodel.memory.FrameworkAllowance.fraction`."""
+`costmodel.memory_allowances.FrameworkAllowance.fraction`."""
 
 MEGATRON_2021 = ExecutionOptions(
     attention="materialized",

@@ -1,9 +1,10 @@
-"""Memory per rank for every pipeline stage, and Megatron-LM's own estimator for comparison.
+"""Memory per rank for every pipeline stage.
 
 `memory_per_stage` gives one `StageMemory` per pipeline stage (all ranks of a stage hold the
-same amount): weights, gradients and optimizer state of the layers the stage holds,
-activations of its in-flight microbatches (`costmodel.activations`), communication buffers
-and a framework allowance.
+same amount): weights, gradients and optimizer state of the layers the stage holds
+(`costmodel.rank_params` places and counts them), activations of its in-flight microbatches
+(`costmodel.activations`), communication buffers and a framework allowance
+(`costmodel.memory_allowances`, with the FP8 weight storage).
 
 Byte counts per parameter (megatron-facts.md §2.1, §5.4; Megatron's distributed-optimizer
 docs):
@@ -23,14 +24,8 @@ docs):
   previous iteration's fp16 gradients through the forward and backward, 2 more per
   parameter there but not at the step (`ExecutionOptions.stale_main_grad`).
 
-Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 1)·Lc),
-Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
-embedding (and the learned position table), the last stage the final norm and the output
-layer; with tied embeddings and pp > 1 the last stage holds its own copy of the embedding
-matrix (Megatron keeps both in sync by an all-reduce). Both use the vocabulary padded to a
-multiple of 128·tp.
-
-Where this model deliberately differs from `megatron_theoretical_memory` (Megatron's
+Where this model deliberately differs from
+`costmodel.megatron_estimator.megatron_theoretical_memory` (Megatron's
 `theoretical_memory_usage.py`, which models stage 0 only):
 - every stage is modelled, with its own in-flight microbatches, embedding or output layer;
 - the distributed optimizer shards over dp·cp (Megatron's estimator uses dp only);
@@ -55,9 +50,8 @@ Where this model deliberately differs from `megatron_theoretical_memory` (Megatr
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from costmodel.activations import (
     FP32_BYTES,
@@ -66,6 +60,12 @@ from costmodel.activations import (
     activation_element_bytes,
     projection_saves_original_input,
     stage_activations,
+)
+from costmodel.memory_allowances import (
+    BF16_WEIGHTS,
+    Fp8WeightStorage,
+    FrameworkAllowance,
+    model_weight_bytes,
 )
 from costmodel.optimizer_state import (
     DEFAULT_PRECISION,
@@ -76,194 +76,18 @@ from costmodel.optimizer_state import (
     precision_aware_unmet,
     with_offload,
 )
+from costmodel.rank_params import (
+    StageParams,
+    non_unit_params,
+    optimizer_shards,
+    stage_layer_indices,
+    stage_params,
+)
 from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
-from costmodel.schedules import plan_split
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import (
-    LayerParams,
-    ParamCounts,
-    attention_params,
-    count_params,
-    norm_params,
-    padded_vocab_size,
-)
 from specs.plan import ParallelPlan
-
-GiB = 1024**3
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FrameworkAllowance:
-    """Memory outside the model's tensors: a fixed part plus the caching allocator's
-    fragmentation, a fraction of the dynamic (activation and communication) bytes.
-
-    - ``fixed_bytes`` 1.5 GiB, an estimate of two things that exist on every rank but
-      whose size no source states per GPU: the CUDA context with the kernel images of
-      PyTorch, cuBLAS, cuDNN and Transformer Engine and their GEMM workspaces (a guess), and
-      NCCL's per-channel, per-peer buffers of the TP, DP, PP, CP and EP communicators, each
-      NCCL_BUFFSIZE (default 4 MiB, NCCL documentation, "Environment Variables") for the
-      Simple protocol plus the LL and LL128 buffers. NVLink SHARP buffers are not counted:
-      the Megatron-Bridge performance scripts run with ``NCCL_NVLS_ENABLE=0`` "to save
-      memory" (``scripts/performance/utils/executors.py``).
-    - ``fraction`` 0.10 (a guess): fragmentation of PyTorch's caching allocator with its
-      default ``cudaMalloc`` segments. Blocks of different segments never merge, so the free
-      tails of partly used segments cannot serve a larger request, and at an out-of-memory
-      retry the allocator can return only unsplit cached segments to CUDA
-      (``c10/cuda/CUDACachingAllocator.cpp``, header comment and Note [Expandable Segments];
-      PyTorch devlog "When does fragmentation occur in the CUDA caching allocator?").
-      It comes from the many short-lived, variably sized activation blocks;
-      weights, gradients and optimizer state are few large, long-lived buffers in Megatron.
-    - ``expandable_fraction`` 0.05 (a guess, half of ``fraction``): the same with
-      ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, where each stream's pool is one
-      virtual range backed by 20 MiB physical pages, so free blocks merge across what would
-      have been segment boundaries, and at an out-of-memory retry the allocator unmaps
-      every physical page no live block touches (Note [Expandable Segments]). Live blocks
-      still pin the splits between them (the devlog), so the remainder is not zero; no
-      source measures it.
-    """
-
-    fixed_bytes: float = 1.5 * GiB
-    """Per-rank bytes independent of the plan."""
-    fraction: float = 0.10
-    """Share of the dynamic bytes added for fragmentation with ``cudaMalloc`` segments."""
-    expandable_fraction: float = 0.05
-    """Share of the dynamic bytes added for fragmentation with expandable segments."""
-
-    def __post_init__(self) -> None:
-        if (
-            self.fixed_bytes < 0
-            or not 0 <= self.fraction < 1
-            or not 0 <= self.expandable_fraction < 1
-        ):
-            raise SpecError(
-                f"FrameworkAllowance needs fixed_bytes >= 0 and fractions in [0, 1), got "
-                f"fixed_bytes={self.fixed_bytes}, fraction={self.fraction}, "
-                f"expandable_fraction={self.expandable_fraction}; use e.g. "
-                "FrameworkAllowance(fixed_bytes=0, fraction=0, expandable_fraction=0) for "
-                "no allowance"
-            )
-
-    def fragmentation(self, expandable_segments: bool) -> float:
-        """The fragmentation share for the allocator mode
-        (`ExecutionOptions.expandable_segments`)."""
-        return self.expandable_fraction if expandable_segments else self.fraction
-
-
-NO_ALLOWANCE = FrameworkAllowance(fixed_bytes=0.0, fraction=0.0, expandable_fraction=0.0)
-"""For tensor-only comparisons (formulas, CPU runs)."""
-
-
-Fp8Recipe = Literal["delayed", "tensorwise", "mxfp8"]
-FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
-"""Megatron-core ``--fp8-recipe`` values whose weight storage `Fp8WeightStorage` counts,
-Megatron's default first: per-tensor delayed and current (``tensorwise``) scaling, and
-MXFP8 (one scale per 32 elements)."""
-
-MXFP8_BLOCK_ELEMENTS = 32
-"""Elements per MXFP8 scale (one E8M0 byte each, along rows and along columns; TE
-``MXFP8Tensor`` ``rowwise_scale_inv`` / ``columnwise_scale_inv``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Fp8WeightStorage:
-    """How a rank keeps the weights of Transformer Engine's linear layers in an fp8 run
-    (`ExecutionOptions.fp8_recipe`, ``fp8_param``, ``fp8_tn_gemm_only``).
-
-    TE's FP8 copy of a weight (bytes per element, `quantized_bytes`):
-    - per-tensor scaling (``delayed``, ``tensorwise``; TE ``Float8Tensor``): the row-wise
-      data, 1 byte, for the forward GEMM, plus its transpose, 1 byte, for the dgrad GEMM
-      where FP8 GEMMs take only the TN layout (``fp8_tn_gemm_only``: TE
-      ``is_non_tn_fp8_gemm_supported`` is False below compute capability 10.0, Hopper;
-      ``Float8Quantizer`` in ``transformer_engine/pytorch/csrc/quantizer.cpp`` allocates
-      ``_transpose`` only then); 1 or 2 bytes; scales are one fp32 per tensor.
-    - ``mxfp8`` (TE ``MXFP8Tensor``): row-wise and column-wise data, 1 byte each, and one
-      E8M0 scale byte per 32 elements for each, 2 + 2/32 bytes on every device.
-
-    Without FP8 parameters (Megatron-core's default, ``fp8_param_gather = False``) the
-    weight is a bf16 parameter, 2 bytes, and TE keeps its FP8 copy across microbatches and
-    iterations: Megatron-core's TE wrappers pass ``is_first_microbatch`` unless
-    ``disable_parameter_transpose_cache`` (default False;
-    ``megatron/core/extensions/transformer_engine.py``), so TE stores the copy in the
-    module's ``_fp8_workspaces`` (``quantize_weight`` with ``cache``, TE
-    ``pytorch/module/base.py``, ``linear.py``, ``layernorm_linear.py``,
-    ``layernorm_mlp.py``, ``grouped_linear.py``; TE 1.x: the ``weight1_fp8`` /
-    ``weight1_t_fp8`` buffers of ``set_fp8_weights``). With FP8 parameters (Megatron-core
-    ``--fp8-param-gather``: the model is built under TE's ``fp8_model_init``) the FP8
-    storage is the parameter itself: the distributed optimizer's parameter buffer is
-    ``torch.uint8`` (``group_params_for_buffers``, ``megatron/core/distributed/
-    param_and_grad_buffer.py``), Megatron-FSDP's model-weight buffer too (plus a
-    column-wise buffer for MXFP8, ``megatron_fsdp/param_and_grad_buffer.py``), and the
-    fp32 master copy stays in the optimizer.
-
-    The parameter all-gather (`gather_bytes`) moves 1 byte per element for per-tensor FP8
-    parameters; MXFP8 parameters are gathered in bf16 through the gradient buffer under
-    the distributed optimizer (``reuse_grad_buf_for_mxfp8_param_ag``: the buffer has the
-    gradient dtype, then ``copy_tensors_to_quantized_params``) and as row-wise plus
-    column-wise bytes under Megatron-FSDP, 2 bytes either way.
-
-    Counted per linear-layer parameter (`StageParams.linear`), biases included (TE keeps
-    them in bf16; at most one row of each matrix).
-    """
-
-    recipe: Fp8Recipe = "delayed"
-    """Megatron-core ``--fp8-recipe`` (`FP8_RECIPES`)."""
-    fp8_param: bool = False
-    """Megatron-core ``--fp8-param-gather``: the linear weights are FP8 parameters."""
-    tn_gemm_only: bool = True
-    """The device's FP8 GEMMs take only the TN layout (Hopper; False on Blackwell)."""
-
-    def __post_init__(self) -> None:
-        if self.recipe not in FP8_RECIPES:
-            raise SpecError(
-                f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.recipe!r}; "
-                "delayed is Megatron-core's default"
-            )
-
-    def quantized_bytes(self) -> float:
-        """Bytes per element of TE's FP8 copy of a weight (class docstring)."""
-        if self.recipe == "mxfp8":
-            return 2.0 * (1.0 + 1.0 / MXFP8_BLOCK_ELEMENTS)
-        return 2.0 if self.tn_gemm_only else 1.0
-
-    def param_bytes(self, job: TrainingJob) -> float:
-        """Bytes per element of a linear-layer parameter: the FP8 storage with FP8
-        parameters in an fp8 run, else the job's weight size."""
-        if job.precision == "fp8" and self.fp8_param:
-            return self.quantized_bytes()
-        return float(bytes_per_param(job)[0])
-
-    def shard_bytes(self, job: TrainingJob) -> float:
-        """Bytes per element of a Megatron-FSDP shard of a linear-layer parameter: the
-        row-wise data alone for per-tensor FP8 parameters (the transpose is made after
-        the gather; a transposed buffer exists only for MXFP8, ``fp8_need_transpose_data``
-        in ``megatron_fsdp/mixed_precision.py``), else `param_bytes`."""
-        if job.precision == "fp8" and self.fp8_param and self.recipe != "mxfp8":
-            return 1.0
-        return self.param_bytes(job)
-
-    def cache_bytes(self, job: TrainingJob) -> float:
-        """Bytes per element of TE's cached FP8 copy of a bf16 linear-layer parameter, held
-        for the whole (gathered) weight: zero outside fp8 runs and with FP8 parameters."""
-        if job.precision != "fp8" or self.fp8_param:
-            return 0.0
-        return self.quantized_bytes()
-
-    def linear_bytes(self, job: TrainingJob) -> float:
-        """Bytes per element a rank keeps of a linear-layer weight it holds whole."""
-        return self.param_bytes(job) + self.cache_bytes(job)
-
-    def gather_bytes(self, job: TrainingJob) -> float:
-        """Bytes per linear-layer element of the data-parallel parameter all-gather."""
-        weight = bytes_per_param(job)[0]
-        if job.precision == "fp8" and self.fp8_param and self.recipe != "mxfp8":
-            return 1.0
-        return float(weight)
-
-
-BF16_WEIGHTS = Fp8WeightStorage()
-"""Megatron-core's defaults: delayed scaling, bf16 parameters, a Hopper-class device."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -332,120 +156,6 @@ class StageMemory:
         )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StageParams:
-    """Parameters one rank of a pipeline stage holds, by how the optimizer shards them."""
-
-    dense: float
-    """TP-sharded and replicated parameters (sharded over dp·cp by the distributed optimizer)."""
-    expert: float
-    """Routed-expert parameters (sharded over expert_dp by the distributed optimizer)."""
-    linear: float = 0.0
-    """Of ``dense + expert``, the weights (and biases) of the transformer layers' linear
-    layers, which Transformer Engine runs: attention projections, MLP or shared experts,
-    routed experts (`Fp8WeightStorage`); not norms, router, embedding or output layer."""
-
-    @property
-    def total(self) -> float:
-        """All parameters on the rank."""
-        return self.dense + self.expert
-
-
-def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StageParams:
-    """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix)."""
-    split = plan_split(model, plan)
-    return chunk_params(
-        model,
-        plan,
-        split.rank_layers(pp_rank),
-        first=pp_rank == 0,
-        last=pp_rank == plan.pp - 1,
-        mtp_layers=split.rank_mtp_layers(pp_rank),
-    )
-
-
-def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float:
-    """Parameters one rank of stage ``pp_rank`` holds outside its transformer layers (and
-    the transformer layers of its MTP depths): the word embedding and learned positions on
-    the first stage, the final norm and the output layer on the last, each MTP depth's
-    projection and norms. Megatron-FSDP's unit modules are the transformer layers
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`); these are the rest."""
-    mtp = plan_split(model, plan).rank_mtp_layers(pp_rank)
-    outside = chunk_params(
-        model, plan, (), first=pp_rank == 0, last=pp_rank == plan.pp - 1, mtp_layers=mtp
-    )
-    depths = count_params(model).mtp_layers[:mtp]
-    return outside.dense - sum(_layer_per_rank(model, plan, d.layer).dense for d in depths)
-
-
-def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
-    """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
-    replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
-    split over ep·etp. The one per-rank parameter count of the cost model."""
-    return _layer_per_rank(model, plan, count_params(model).layers[index])
-
-
-def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) -> StageParams:
-    """`layer_params_per_rank` of one layer's counts."""
-    linear = _attention_per_rank(model, layer.attention, plan.tp) + layer.mlp / plan.tp
-    expert = layer.routed_experts / (plan.ep * plan.expert_tp)
-    return StageParams(
-        dense=linear + layer.norms + layer.router, expert=expert, linear=linear + expert
-    )
-
-
-def chunk_params(
-    model: ModelSpec,
-    plan: ParallelPlan,
-    layers: Iterable[int],
-    *,
-    first: bool,
-    last: bool,
-    mtp_layers: int = 0,
-) -> StageParams:
-    """Parameters one rank holds of ``layers``, plus the word embedding (and learned
-    positions) when ``first`` (virtual stage 0) and the final norm and the output layer when
-    ``last`` (the last virtual stage; the output layer is the embedding itself when it is
-    tied and one stage holds both), plus ``mtp_layers`` multi-token-prediction depths
-    (`specs.params.MtpParams`: the layer split like the others, the projection over tp,
-    the norms replicated)."""
-    counts = count_params(model)
-    dense = expert = linear = 0.0
-    held = [counts.layers[index] for index in layers]
-    held += [depth.layer for depth in counts.mtp_layers[:mtp_layers]]
-    for layer_counts in held:
-        layer = _layer_per_rank(model, plan, layer_counts)
-        dense += layer.dense
-        expert += layer.expert
-        linear += layer.linear
-    for depth in counts.mtp_layers[:mtp_layers]:
-        dense += depth.projection / plan.tp + depth.norms
-    matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
-    if first:
-        dense += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
-    if last:
-        dense += counts.final_norm
-        if not model.tied_embeddings or plan.pp > 1:
-            dense += matrix
-    return StageParams(dense=dense, expert=expert, linear=linear)
-
-
-def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:
-    """Attention parameters on one TP rank. K/V projections split over min(tp, g) ranks:
-    with tp > g (Megatron allows tp % g == 0) each rank holds a replica of one K/V head."""
-    if model.uses_mla:
-        return attention / tp
-    g = model.query_groups
-    bias = model.add_bias_linear or model.add_qkv_bias
-    key_value = 2 * g * model.head_dim * (model.hidden_size + (1 if bias else 0))
-    return (attention - key_value) / tp + key_value / min(tp, g)
-
-
-def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> tuple[int, ...]:
-    """Layers of every chunk of stage ``pp_rank``, in chunk order."""
-    return plan_split(model, plan).rank_layers(pp_rank)
-
-
 def bytes_per_param(
     job: TrainingJob, main_grad_bytes: int = 4, state: AdamStateBytes | None = None
 ) -> tuple[int, int, int]:
@@ -456,9 +166,8 @@ def bytes_per_param(
     ``state``: Adam's state (`costmodel.optimizer_state.adam_state_bytes`; None: the
     default fp32 state of the job's precision, 12 or 8)."""
     adam = adam_state_bytes(job.precision) if state is None else state
-    if job.precision == "fp32":
-        return 4, 4, adam.total_bytes
-    return 2, main_grad_bytes, adam.total_bytes
+    grad = 4 if job.precision == "fp32" else main_grad_bytes
+    return model_weight_bytes(job), grad, adam.total_bytes
 
 
 def plan_adam_state(
@@ -545,20 +254,6 @@ def step_peak_bytes(
     if job.precision == "fp32" or main_grad_bytes >= FP32_BYTES:
         return 0.0
     return model_state_bytes + FP32_BYTES * stepped_params + fixed_bytes
-
-
-def optimizer_shards(model: ModelSpec, plan: ParallelPlan) -> tuple[int, int]:
-    """(dense, expert) ranks the optimizer state is sharded over: (dp·cp, expert_dp) with
-    the distributed optimizer, (1, 1) without."""
-    if not plan.distributed_optimizer:
-        return 1, 1
-    expert = plan.expert_dp
-    if model.is_moe and expert < 1:
-        raise SpecError(
-            f"expert_dp is not whole: world ({plan.world_size}) must be divisible by "
-            f"etp ({plan.expert_tp}) * ep ({plan.ep}) * pp ({plan.pp}); change ep or etp"
-        )
-    return plan.dp * plan.cp, max(expert, 1)
 
 
 def _comm_buffers_bytes(
@@ -748,82 +443,3 @@ def peak_memory_bytes(
         main_grad_bytes=main_grad_bytes,
     )
     return max(stage.total_bytes for stage in stages)
-
-
-# ---- Megatron-LM's estimator (stage 0 only) --------------------------------------------------
-
-
-def megatron_theoretical_memory(
-    model: ModelSpec, job: TrainingJob, plan: ParallelPlan
-) -> tuple[float, float]:
-    """(weight_and_optimizer_bytes, activation_bytes) of pipeline stage 0 as Megatron-LM's
-    `report_theoretical_memory` computes them (megatron-facts.md §2).
-
-    Parameters ignore biases; bf16 mixed precision is assumed whatever the job's precision
-    (18 or 6 + 12/d bytes per parameter, d = dp for dense and expert_dp for expert
-    parameters). Activations use the SP + selective formula when both are on, else the
-    formula without SP. MLA attention uses `specs.params` counts without biases.
-    """
-    weights_and_optimizer = _megatron_weight_and_optimizer_bytes(model, plan)
-    return weights_and_optimizer, _megatron_activation_bytes(model, job, plan)
-
-
-def _megatron_param_totals(model: ModelSpec, counts: ParamCounts) -> tuple[float, float, float]:
-    """(TP-sharded, replicated, expert) parameters of all layers, biases ignored."""
-    h = model.hidden_size
-    gated = 1.5 if model.activation == "swiglu" else 1.0
-    if model.uses_mla:
-        attention = float(
-            attention_params(model.replace(add_bias_linear=False, add_qkv_bias=False))
-        )
-    else:
-        q = model.head_dim * model.num_attention_heads
-        attention = 2 * h * q * (1 + model.query_groups / model.num_attention_heads)
-    sharded = replicated = expert = 0.0
-    for layer in counts.layers:
-        sharded += attention
-        replicated += layer.norms
-        if layer.is_moe:
-            sharded += 2 * h * model.moe_shared_expert_size * gated
-            expert += 2 * h * model.expert_ffn_hidden_size * model.num_experts * gated
-            replicated += h * model.num_experts
-        else:
-            sharded += 2 * h * model.ffn_hidden_size * gated
-    return sharded, replicated + norm_params(model, h), expert
-
-
-def _megatron_weight_and_optimizer_bytes(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Megatron's `compute_weight_and_optimizer_memory` for the most loaded shard (stage 0)."""
-    sharded, replicated, expert = _megatron_param_totals(model, count_params(model))
-    p, t = plan.pp, plan.tp
-    embedding = model.hidden_size * padded_vocab_size(model.vocab_size, t)
-    dense = (sharded / p + embedding) / t + replicated / p
-    if not model.tied_embeddings and p == 1:
-        dense += embedding / t
-    expert_shard = expert / p / (plan.expert_tp * plan.ep)
-    if not plan.distributed_optimizer:
-        return 18 * (dense + expert_shard)
-    expert_dp = max(plan.expert_dp, 1)
-    return (6 + 12 / plan.dp) * dense + (6 + 12 / expert_dp) * expert_shard
-
-
-def _megatron_activation_bytes(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
-    """Megatron's `compute_activation_memory` (SP + selective) or its `_without_sp` variant."""
-    s, b, h = job.seq_length, plan.micro_batch_size, model.hidden_size
-    p, t, v = plan.pp, plan.tp, plan.vpp
-    vocab = padded_vocab_size(model.vocab_size, t)
-    m = plan.num_microbatches(job.global_batch_size)
-    with_sp = plan.sequence_parallel and plan.recompute == "selective"
-    per_layer = s * b * h * ((18 + 4 * model.ffn_hidden_size / h) if with_sp else (10 + 24 / t))
-    total = per_layer * model.num_layers + 8 * s * b * p + s * b * h * p
-    if v > 1:
-        total *= 1 + (p - 1) / (p * v)
-    elif p > 1:
-        total *= min(1.0, m / p)
-    if with_sp:
-        if p == 1:
-            total += 4 * s * b * h * (1 + vocab / h)
-        return total / t
-    if p == 1:
-        total += 2 * (s * b * vocab / t + s * b * h)
-    return total * 1.05

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
-from costmodel.memory import FP8_RECIPES
+from costmodel.memory_allowances import FP8_RECIPES
 from costmodel.optimizer_state import (
     MAIN_GRADS_DTYPES,
     MAIN_PARAMS_DTYPES,

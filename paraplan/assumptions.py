@@ -5,7 +5,7 @@ the megatron runtime's memory depends on, its value in force and the flag that c
 from __future__ import annotations
 
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import FrameworkAllowance
+from costmodel.memory_allowances import FrameworkAllowance
 from specs.formats import percent
 from specs.job import TrainingJob
 
@@ -92,8 +92,8 @@ def cross_entropy_line(options: ExecutionOptions) -> str:
 
 
 def allocator_line(options: ExecutionOptions) -> str:
-    """The caching allocator's fragmentation share (`costmodel.memory.FrameworkAllowance`)
-    and the flag that halves it."""
+    """The caching allocator's fragmentation share
+    (`costmodel.memory_allowances.FrameworkAllowance`) and the flag that halves it."""
     allowance = FrameworkAllowance()
     share = options.allocator_fragmentation
     if share is None:

@@ -10,13 +10,10 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import (
-    FrameworkAllowance,
-    bytes_per_param,
-    device_optimizer_bytes,
-    stage_params,
-)
+from costmodel.memory import bytes_per_param, device_optimizer_bytes
+from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.optimizer_state import adam_state_bytes
+from costmodel.rank_params import stage_params
 from costmodel.schedules import plan_split
 from planner.row_groups import row_groups
 from planner.space import plan_from_row
@@ -86,8 +83,8 @@ def model_state_floor_bytes(
 ) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
-    (`costmodel.memory.stage_params`, the byte counts of `costmodel.memory`, the shards of
-    `costmodel.memory.optimizer_shards`) plus the fixed framework allowance. Activations
+    (`costmodel.rank_params.stage_params`, the byte counts of `costmodel.memory`, the shards of
+    `costmodel.rank_params.optimizer_shards`) plus the fixed framework allowance. Activations
     only add to it, so a row whose floor is over the limit cannot fit; the search drops it
     before the closed-form screen, which is the expensive step. Stage parameters are
     counted once per distinct (tp, pp, vpp, ep, etp, split); the sharding is numpy

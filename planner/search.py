@@ -41,7 +41,7 @@ import pandas as pd
 
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.memory import GiB
+from costmodel.memory_allowances import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
 from planner.pacing import SIMULATED_PAST_LIMIT, Clock, SearchPace

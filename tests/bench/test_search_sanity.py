@@ -9,7 +9,8 @@ import json
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.memory import FrameworkAllowance, memory_per_stage
+from costmodel.memory import memory_per_stage
+from costmodel.memory_allowances import FrameworkAllowance
 from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
 from tests.bench.test_validate_published import ROW_1, SC21_ROW

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from costmodel.activations import layer_activations, projection_saves_original_input
-from costmodel.memory import Fp8WeightStorage, memory_per_stage
+from costmodel.memory import memory_per_stage
+from costmodel.memory_allowances import Fp8WeightStorage
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset

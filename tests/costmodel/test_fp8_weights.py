@@ -1,4 +1,4 @@
-"""FP8 weight storage (costmodel.memory.Fp8WeightStorage) in memory and the parameter
+"""FP8 weight storage (costmodel.memory_allowances.Fp8WeightStorage) in memory and the parameter
 all-gather.
 
 Byte counts per linear-layer weight element, worked from Transformer Engine's tensor
@@ -15,13 +15,10 @@ import pytest
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
-from costmodel.memory import (
-    Fp8WeightStorage,
-    memory_per_stage,
-    non_unit_params,
-    stage_params,
-)
+from costmodel.memory import memory_per_stage
+from costmodel.memory_allowances import Fp8WeightStorage
 from costmodel.plan_frame import plans_frame
+from costmodel.rank_params import non_unit_params, stage_params
 from costmodel.screen import screen_plans
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec

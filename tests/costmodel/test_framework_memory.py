@@ -18,7 +18,8 @@ from costmodel.activations import (
 )
 from costmodel.estimate import estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
-from costmodel.memory import NO_ALLOWANCE, memory_per_stage
+from costmodel.memory import memory_per_stage
+from costmodel.memory_allowances import NO_ALLOWANCE
 from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.megatron.runtime import MegatronRuntime
 from costmodel.screen import screen_plans

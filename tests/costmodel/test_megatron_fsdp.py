@@ -7,7 +7,8 @@ import pytest
 
 from costmodel.collectives import collective_time_s
 from costmodel.iteration import simulate_iteration
-from costmodel.memory import memory_per_stage, non_unit_params
+from costmodel.memory import memory_per_stage
+from costmodel.rank_params import non_unit_params
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
     ChunkGather,

@@ -16,16 +16,10 @@ from costmodel.activations import (
     layer_activations,
     recomputed_layers,
 )
-from costmodel.memory import (
-    NO_ALLOWANCE,
-    FrameworkAllowance,
-    GiB,
-    StageMemory,
-    megatron_theoretical_memory,
-    memory_per_stage,
-    peak_memory_bytes,
-    stage_params,
-)
+from costmodel.megatron_estimator import megatron_theoretical_memory
+from costmodel.memory import StageMemory, memory_per_stage, peak_memory_bytes
+from costmodel.memory_allowances import NO_ALLOWANCE, FrameworkAllowance, GiB
+from costmodel.rank_params import stage_params
 from costmodel.schedules import chunk_layers, max_in_flight, schedule_actions
 from specs import ModelSpec, ParallelPlan, SpecError, TrainingJob
 from specs.params import count_params, padded_vocab_size

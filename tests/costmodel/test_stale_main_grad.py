@@ -13,13 +13,10 @@ import pytest
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import MEGATRON_2021
-from costmodel.memory import (
-    FrameworkAllowance,
-    held_gradient_copies,
-    stage_params,
-    step_peak_bytes,
-)
+from costmodel.memory import held_gradient_copies, step_peak_bytes
+from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.plan_frame import plans_frame
+from costmodel.rank_params import stage_params
 from costmodel.screen import screen_plans
 from profiles.store import load_profile
 from specs import ParallelPlan, TrainingJob

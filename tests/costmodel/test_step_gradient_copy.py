@@ -14,8 +14,10 @@ import pytest
 from costmodel.compute import FP32_BYTES
 from costmodel.estimate import estimate_plan
 from costmodel.execution import MEGATRON_2021
-from costmodel.memory import FrameworkAllowance, stage_params, step_peak_bytes
+from costmodel.memory import step_peak_bytes
+from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.plan_frame import plans_frame
+from costmodel.rank_params import stage_params
 from costmodel.screen import screen_plans
 from profiles.store import load_profile
 from specs import ParallelPlan, TrainingJob

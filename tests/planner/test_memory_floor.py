@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel.memory import FrameworkAllowance, memory_per_stage, optimizer_shards, stage_params
+from costmodel.memory import memory_per_stage
+from costmodel.memory_allowances import FrameworkAllowance
+from costmodel.rank_params import optimizer_shards, stage_params
 from planner.candidates import enumerate_candidates
 from planner.memory_floor import model_state_floor_bytes
 from planner.space import SearchSpace, plan_from_row

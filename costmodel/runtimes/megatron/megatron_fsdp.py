@@ -15,7 +15,7 @@ names, in ZeRO's stages (Rajbhandari et al. 2020, §5: P_os, P_os+g, P_os+g+p):
 - The unit modules are the transformer layers (Megatron-core's Megatron-FSDP adapter:
   ``fsdp_unit_modules = [TransformerLayer]``, ``megatron/core/distributed/fsdp/
   mcore_fsdp_adapter.py``). The other modules (word embedding, final norm, output layer:
-  `costmodel.memory.non_unit_params`) are gathered by their forward pre-hook and released
+  `costmodel.rank_params.non_unit_params`) are gathered by their forward pre-hook and released
   neither after their forward nor after their backward (only unit modules register
   ``_post_forward`` and the post-backward release, ``megatron_fsdp/megatron_fsdp.py``
   from core_v0.14.0), so under `optim_grads_params` their whole weights are resident
@@ -64,7 +64,8 @@ def largest_layer_weight_bytes(
     model: ModelSpec, plan: ParallelPlan, weight_bytes: float, linear_bytes: float
 ) -> float:
     """Weight bytes of the largest transformer layer held by one rank, its linear layers
-    at ``linear_bytes`` per parameter (FP8 parameters: `costmodel.memory.Fp8WeightStorage`)
+    at ``linear_bytes`` per parameter (FP8 parameters:
+    `costmodel.memory_allowances.Fp8WeightStorage`)
     and its norms and router at ``weight_bytes``."""
     return max(
         linear_bytes
@@ -94,7 +95,7 @@ def fsdp_state_bytes(
     sharding strategy. ``bytes_per_param``: (weight, gradient, optimizer) bytes;
     ``linear_params`` of them (the transformer layers' linear layers) are stored at
     ``linear_param_bytes`` each whole or gathered and ``linear_shard_bytes`` each in the
-    shard (FP8 parameters, `costmodel.memory.Fp8WeightStorage`; the weight bytes when
+    shard (FP8 parameters, `costmodel.memory_allowances.Fp8WeightStorage`; the weight bytes when
     None), the shard at the rank's mean bytes per parameter; ``non_unit_params`` of the dense
     ones (outside the unit modules) are held whole at the weight bytes under
     `optim_grads_params` (module docstring)."""

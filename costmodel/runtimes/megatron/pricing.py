@@ -48,10 +48,11 @@ from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.memory import chunk_params, plan_adam_state
+from costmodel.memory import plan_adam_state
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
+from costmodel.rank_params import chunk_params
 from costmodel.runtimes.megatron.layer_costs import embedding_cost, layer_cost, logits_cost
 from costmodel.runtimes.megatron.megatron_fsdp import (
     ChunkGather,
@@ -353,7 +354,7 @@ def _gather_bytes(
 ) -> tuple[tuple[float, float], ...]:
     """Mean bytes per (dense, expert) parameter of each chunk of ``stage`` in the
     parameter all-gather: the linear layers' weights at
-    `costmodel.memory.Fp8WeightStorage.gather_bytes` (FP8 parameters), the rest (norms,
+    `costmodel.memory_allowances.Fp8WeightStorage.gather_bytes` (FP8 parameters), the rest (norms,
     router, embedding, output layer) at the job's weight size; routed experts are linear."""
     weight = 4.0 if job.precision == "fp32" else 2.0
     linear_bytes = options.fp8_weight_storage.gather_bytes(job)

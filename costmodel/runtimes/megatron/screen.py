@@ -46,14 +46,8 @@ from costmodel.activations import (
 )
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.flops import model_flops_per_iteration
-from costmodel.memory import (
-    Fp8WeightStorage,
-    FrameworkAllowance,
-    GiB,
-    bytes_per_param,
-    device_optimizer_bytes,
-    step_peak_bytes,
-)
+from costmodel.memory import bytes_per_param, device_optimizer_bytes, step_peak_bytes
+from costmodel.memory_allowances import Fp8WeightStorage, FrameworkAllowance, GiB
 from costmodel.optimizer_offload import host_optimizer_step_s
 from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision, with_offload
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan

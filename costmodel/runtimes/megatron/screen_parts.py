@@ -21,11 +21,8 @@ from costmodel.activations import (
 )
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import (
-    non_unit_params,
-    stage_params,
-)
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
+from costmodel.rank_params import non_unit_params, stage_params
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     LayerPasses,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from costmodel import compute as ops
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import Fp8WeightStorage
+from costmodel.memory_allowances import Fp8WeightStorage
 from costmodel.optimizer_state import OptimizerPrecision, adam_state_bytes, precision_aware_unmet
 from costmodel.runtimes.megatron.screen_parts import affine_s
 from profiles.schema import HardwareProfile

@@ -21,9 +21,9 @@ all-reduce), one after the other, then AdamW.
 from __future__ import annotations
 
 from costmodel.collectives import collective_time_s
-from costmodel.memory import chunk_params, layer_params_per_rank
 from costmodel.passes import ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
+from costmodel.rank_params import chunk_params, layer_params_per_rank
 from costmodel.runtimes.torch.host_rates import HostRates
 from costmodel.runtimes.torch.ops import FP32, ModuleOps
 from costmodel.runtimes.torch.passes import executor_pass_costs, scale_grads_s

@@ -18,7 +18,7 @@ import pandas as pd
 
 from costmodel.flops import model_flops_per_iteration
 from costmodel.iteration import simulate_iteration
-from costmodel.memory import GiB
+from costmodel.memory_allowances import GiB
 from costmodel.plan_frame import row_plan
 from costmodel.runtime import RuntimeModel
 from profiles.lookup import peak_flops

@@ -58,7 +58,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.collectives import collective_time_s
-from costmodel.memory import layer_params_per_rank
+from costmodel.rank_params import layer_params_per_rank
 from costmodel.runtimes.torch.fsdp_rates import PROBE_GATHER_BYTES, PROBE_TENSORS
 from costmodel.runtimes.torch.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
 from costmodel.runtimes.torch.ops import FP32
@@ -79,7 +79,7 @@ operands each redistribute it)."""
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StageLayout:
     """Parameters and parameter tensors one rank of a stage holds, as the executor groups
-    them (parameter counts from `costmodel.memory.layer_params_per_rank`)."""
+    them (parameter counts from `costmodel.rank_params.layer_params_per_rank`)."""
 
     dense: float
     """Dense parameters (reduced over dp·cp)."""

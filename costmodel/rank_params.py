@@ -1,0 +1,150 @@
+"""Parameters one rank holds: per layer, per chunk of layers and per pipeline stage, split
+by how the distributed optimizer shards them (dense over dp·cp, routed experts over
+expert_dp). The one per-rank parameter count of the cost model: memory
+(`costmodel.memory`), the optimizer step and the screens count through here.
+
+Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 1)·Lc),
+Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
+embedding (and the learned position table), the last stage the final norm and the output
+layer; with tied embeddings and pp > 1 the last stage holds its own copy of the embedding
+matrix (Megatron keeps both in sync by an all-reduce). Both use the vocabulary padded to a
+multiple of 128·tp."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from costmodel.schedules import plan_split
+from specs.errors import SpecError
+from specs.model import ModelSpec
+from specs.params import LayerParams, count_params, padded_vocab_size
+from specs.plan import ParallelPlan
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageParams:
+    """Parameters one rank of a pipeline stage holds, by how the optimizer shards them."""
+
+    dense: float
+    """TP-sharded and replicated parameters (sharded over dp·cp by the distributed optimizer)."""
+    expert: float
+    """Routed-expert parameters (sharded over expert_dp by the distributed optimizer)."""
+    linear: float = 0.0
+    """Of ``dense + expert``, the weights (and biases) of the transformer layers' linear
+    layers, which Transformer Engine runs: attention projections, MLP or shared experts,
+    routed experts (`Fp8WeightStorage`); not norms, router, embedding or output layer."""
+
+    @property
+    def total(self) -> float:
+        """All parameters on the rank."""
+        return self.dense + self.expert
+
+
+def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StageParams:
+    """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix)."""
+    split = plan_split(model, plan)
+    return chunk_params(
+        model,
+        plan,
+        split.rank_layers(pp_rank),
+        first=pp_rank == 0,
+        last=pp_rank == plan.pp - 1,
+        mtp_layers=split.rank_mtp_layers(pp_rank),
+    )
+
+
+def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float:
+    """Parameters one rank of stage ``pp_rank`` holds outside its transformer layers (and
+    the transformer layers of its MTP depths): the word embedding and learned positions on
+    the first stage, the final norm and the output layer on the last, each MTP depth's
+    projection and norms. Megatron-FSDP's unit modules are the transformer layers
+    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`); these are the rest."""
+    mtp = plan_split(model, plan).rank_mtp_layers(pp_rank)
+    outside = chunk_params(
+        model, plan, (), first=pp_rank == 0, last=pp_rank == plan.pp - 1, mtp_layers=mtp
+    )
+    depths = count_params(model).mtp_layers[:mtp]
+    return outside.dense - sum(_layer_per_rank(model, plan, d.layer).dense for d in depths)
+
+
+def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
+    """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
+    replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
+    split over ep·etp. The one per-rank parameter count of the cost model."""
+    return _layer_per_rank(model, plan, count_params(model).layers[index])
+
+
+def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) -> StageParams:
+    """`layer_params_per_rank` of one layer's counts."""
+    linear = _attention_per_rank(model, layer.attention, plan.tp) + layer.mlp / plan.tp
+    expert = layer.routed_experts / (plan.ep * plan.expert_tp)
+    return StageParams(
+        dense=linear + layer.norms + layer.router, expert=expert, linear=linear + expert
+    )
+
+
+def chunk_params(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    layers: Iterable[int],
+    *,
+    first: bool,
+    last: bool,
+    mtp_layers: int = 0,
+) -> StageParams:
+    """Parameters one rank holds of ``layers``, plus the word embedding (and learned
+    positions) when ``first`` (virtual stage 0) and the final norm and the output layer when
+    ``last`` (the last virtual stage; the output layer is the embedding itself when it is
+    tied and one stage holds both), plus ``mtp_layers`` multi-token-prediction depths
+    (`specs.params.MtpParams`: the layer split like the others, the projection over tp,
+    the norms replicated)."""
+    counts = count_params(model)
+    dense = expert = linear = 0.0
+    held = [counts.layers[index] for index in layers]
+    held += [depth.layer for depth in counts.mtp_layers[:mtp_layers]]
+    for layer_counts in held:
+        layer = _layer_per_rank(model, plan, layer_counts)
+        dense += layer.dense
+        expert += layer.expert
+        linear += layer.linear
+    for depth in counts.mtp_layers[:mtp_layers]:
+        dense += depth.projection / plan.tp + depth.norms
+    matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+    if first:
+        dense += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
+    if last:
+        dense += counts.final_norm
+        if not model.tied_embeddings or plan.pp > 1:
+            dense += matrix
+    return StageParams(dense=dense, expert=expert, linear=linear)
+
+
+def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:
+    """Attention parameters on one TP rank. K/V projections split over min(tp, g) ranks:
+    with tp > g (Megatron allows tp % g == 0) each rank holds a replica of one K/V head."""
+    if model.uses_mla:
+        return attention / tp
+    g = model.query_groups
+    bias = model.add_bias_linear or model.add_qkv_bias
+    key_value = 2 * g * model.head_dim * (model.hidden_size + (1 if bias else 0))
+    return (attention - key_value) / tp + key_value / min(tp, g)
+
+
+def stage_layer_indices(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> tuple[int, ...]:
+    """Layers of every chunk of stage ``pp_rank``, in chunk order."""
+    return plan_split(model, plan).rank_layers(pp_rank)
+
+
+def optimizer_shards(model: ModelSpec, plan: ParallelPlan) -> tuple[int, int]:
+    """(dense, expert) ranks the optimizer state is sharded over: (dp·cp, expert_dp) with
+    the distributed optimizer, (1, 1) without."""
+    if not plan.distributed_optimizer:
+        return 1, 1
+    expert = plan.expert_dp
+    if model.is_moe and expert < 1:
+        raise SpecError(
+            f"expert_dp is not whole: world ({plan.world_size}) must be divisible by "
+            f"etp ({plan.expert_tp}) * ep ({plan.ep}) * pp ({plan.pp}); change ep or etp"
+        )
+    return plan.dp * plan.cp, max(expert, 1)
