@@ -61,88 +61,43 @@ NORM_ACT = ("layernorm", "moe_act")
 
 @dataclass(frozen=True, kw_only=True)
 class ZooRun:
-    """One run of the H100 table."""
+    """One run of the H100 table; the defaults are the values most of its rows share."""
 
     name: str
-    tp: int
-    pp: int
-    vpp: int
-    ep: int
-    dp: int
-    micro_batch_size: int
-    dispatcher: str
-    """``flex`` (DeepEP) or ``alltoall`` (A2A)."""
-    recompute: str
-    """``selective`` ("norm, act"), ``full`` or ``none``."""
     step_s: float
     """Published step time, seconds."""
+    tp: int = 2
+    pp: int = 8
+    vpp: int = 4
+    ep: int = 8
+    dp: int
+    micro_batch_size: int = 1
+    dispatcher: str = "flex"
+    """``flex`` (DeepEP) or ``alltoall`` (A2A)."""
+    recompute: str = "selective"
+    """``selective`` ("norm, act"), ``full`` or ``none``."""
     a2a_overlap: bool = False
     megatron_fsdp: bool = False
 
 
+CROSS_NODE = ZooRun(name="cross-node ep32", ep=32, dp=16, step_s=19.7)
 RUNS = (
-    ZooRun(
-        name="cross-node ep32",
-        tp=2,
-        pp=8,
-        vpp=4,
-        ep=32,
-        dp=16,
-        micro_batch_size=1,
-        dispatcher="flex",
-        recompute="selective",
-        step_s=19.7,
-    ),
-    ZooRun(
-        name="cross-node ep32 +1f1b overlap",
-        tp=2,
-        pp=8,
-        vpp=4,
-        ep=32,
-        dp=16,
-        micro_batch_size=1,
-        dispatcher="flex",
-        recompute="selective",
-        step_s=17.6,
-        a2a_overlap=True,
+    CROSS_NODE,
+    dataclasses.replace(
+        CROSS_NODE, name="cross-node ep32 +1f1b overlap", step_s=17.6, a2a_overlap=True
     ),
     ZooRun(
         name="intra-node ep8 fsdp",
-        tp=2,
         pp=1,
         vpp=1,
-        ep=8,
         dp=128,
         micro_batch_size=4,
-        dispatcher="flex",
         recompute="full",
         step_s=17.6,
         megatron_fsdp=True,
     ),
-    ZooRun(
-        name="intra-node ep8 a2a pp32",
-        tp=2,
-        pp=32,
-        vpp=3,
-        ep=8,
-        dp=4,
-        micro_batch_size=1,
-        dispatcher="alltoall",
-        recompute="selective",
-        step_s=24.2,
-    ),
-    ZooRun(
-        name="intra-node ep8 tp4",
-        tp=4,
-        pp=8,
-        vpp=4,
-        ep=8,
-        dp=8,
-        micro_batch_size=1,
-        dispatcher="flex",
-        recompute="none",
-        step_s=29.0,
-    ),
+    ZooRun(name="intra-node ep8 a2a pp32", pp=32, vpp=3, dp=4, dispatcher="alltoall", step_s=24.2),
+    ZooRun(name="intra-node ep8 tp4", tp=4, dp=8, recompute="none", step_s=29.0),
 )
 """The table's Qwen3 235B-A22B rows, in its order (module docstring)."""
 

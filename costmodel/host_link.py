@@ -33,15 +33,26 @@ HOST_LINK_GBPS_BY_DEVICE = (
 """Device-name fragment -> host-link GB/s per GPU per direction (module docstring)."""
 
 
+def device_rate_Bps(
+    profile: HardwareProfile, table: tuple[tuple[str, float], ...], what: str, fix: str
+) -> float:
+    """Bytes per second of the first ``table`` row (device-name fragment, GB/s) whose
+    fragment is in ``profile``'s device name; SpecError naming ``what`` is missing and
+    ``fix`` for a device the table does not state."""
+    name = profile.device.name
+    for fragment, gbps in table:
+        if fragment in name:
+            return gbps * 1e9
+    known = ", ".join(f for f, _ in table)
+    raise SpecError(f"{what} for device {name!r} (known: {known}); {fix}")
+
+
 def host_link_Bps(profile: HardwareProfile) -> float:
     """Bytes per second per direction between one device of ``profile`` and host memory;
     SpecError for a device without a stated link."""
-    name = profile.device.name
-    for fragment, gbps in HOST_LINK_GBPS_BY_DEVICE:
-        if fragment in name:
-            return gbps * 1e9
-    known = ", ".join(f for f, _ in HOST_LINK_GBPS_BY_DEVICE)
-    raise SpecError(
-        f"host_link: no device-to-host bandwidth for device {name!r} (known: {known}); "
-        "plan without CPU activation offloading"
+    return device_rate_Bps(
+        profile,
+        HOST_LINK_GBPS_BY_DEVICE,
+        "host_link: no device-to-host bandwidth",
+        "plan without CPU activation offloading",
     )

@@ -44,7 +44,7 @@ host time is a lower bound.
 
 from __future__ import annotations
 
-from costmodel.host_link import host_link_Bps
+from costmodel.host_link import device_rate_Bps, host_link_Bps
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
@@ -83,14 +83,11 @@ Other devices have no stated host memory and are refused."""
 def host_memory_Bps(profile: HardwareProfile) -> float:
     """Host memory bytes per second available to one device's rank of ``profile``
     (`HOST_MEMORY_GBPS_PER_GPU_BY_DEVICE`); `SpecError` for a device without a stated host."""
-    name = profile.device.name
-    for fragment, gbps in HOST_MEMORY_GBPS_PER_GPU_BY_DEVICE:
-        if fragment in name:
-            return gbps * 1e9
-    known = ", ".join(f for f, _ in HOST_MEMORY_GBPS_PER_GPU_BY_DEVICE)
-    raise SpecError(
-        f"optimizer CPU offload: no host memory bandwidth for device {name!r} (known: "
-        f"{known}); plan without --optimizer-cpu-offload"
+    return device_rate_Bps(
+        profile,
+        HOST_MEMORY_GBPS_PER_GPU_BY_DEVICE,
+        "optimizer CPU offload: no host memory bandwidth",
+        "plan without --optimizer-cpu-offload",
     )
 
 
