@@ -70,7 +70,7 @@ TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
 """PyTorch DDP's default 25 MiB bucket (`bucket_cap_mb`), in fp16 gradients."""
 
 PROFILE_BY_GPU = (
-    ("A100-SXM4-40GB", None),
+    ("A100-SXM4-40GB", "a100-sxm-40gb"),
     ("A100", "a100-sxm-80gb"),
     ("H800", None),
     ("H100", "h100-sxm-80gb"),

@@ -28,6 +28,7 @@ Derivation rules (also recorded in each profile's provenance notes):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -146,6 +147,23 @@ A100_SXM_80GB = Figures(
         "per-head-dim table was found, so one curve (head_dim 128) serves both passes.",
     ),
 )
+
+A100_SXM_40GB = dataclasses.replace(
+    A100_SXM_80GB,
+    name="a100-sxm-40gb",
+    device_name="NVIDIA A100 SXM4 40GB",
+    memory_gb=40.0,  # HBM2 [S2][S3]
+    hbm_tbps=1.555,  # [S2][S3]
+    sources=(*A100_SXM_80GB.sources, "S3"),
+    notes=(
+        "The 80 GB part's figures except the memory: the same peaks [S1][S2], NVLink3 and "
+        "NVSwitch [S6], DGX A100 NICs [S21]; its MAMF and collective sources do not name the "
+        "memory variant, and none is memory-bound.",
+        *A100_SXM_80GB.notes,
+    ),
+)
+"""The A100 SXM4 40GB (HBM2, 40 GB, 1.555 TB/s [S2][S3]): the A100 80 GB figures with its
+memory size and bandwidth."""
 
 # 8-GPU small-message all_reduce times derived from torch-level busbw at 32 KiB [S6]:
 # t = 32768 B * 1.75 / busbw (factor 2(n-1)/n for n = 8).
@@ -327,6 +345,7 @@ MI300X = Figures(
 
 ALL_FIGURES: tuple[Figures, ...] = (
     A100_SXM_80GB,
+    A100_SXM_40GB,
     H100_SXM_80GB,
     H200_SXM_141GB,
     B200,

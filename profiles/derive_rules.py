@@ -32,6 +32,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 SOURCES: dict[str, str] = {
     "S1": "stas00/ml-engineering compute/accelerator/README.md @744d01e1 (peaks, MAMF)",
     "S2": "glennklockwood.com/garden/processors/A100 (NVIDIA A100 datasheet)",
+    "S3": "thundercompute.com/blog/nvidia-a100-specs-full-guide; upb-pc2 A100 page",
     "S4": "NVIDIA H100 datasheet table (archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html)",
     "S5": "glennklockwood.com/garden/processors/h100",
     "S6": "stas00/ml-engineering network/README.md @744d01e1 (links, nccl-tests runs)",

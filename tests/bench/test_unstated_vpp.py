@@ -138,9 +138,9 @@ def test_llama3_entry_prices_both_shardings_at_every_degree():
 
 
 def test_a_row_with_another_gap_is_listed_with_its_reason_and_no_results():
-    other = NEMOTRON_ROW | {"gpu_type": "A100-SXM4-40GB"}
+    other = NEMOTRON_ROW | {"gpu_type": "H800"}
     (entry,) = unstated.unstated_vpp_report([other])
-    assert entry["not_priced"] == "no stored profile for A100-SXM4-40GB"
+    assert entry["not_priced"] == "no stored profile for H800"
     assert entry["results"] == []
 
 

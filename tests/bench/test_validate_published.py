@@ -138,7 +138,7 @@ def test_stack_version_picks_the_era_options():
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"gpu_type": "A100-SXM4-40GB"}, "no stored profile for A100-SXM4-40GB"),
+        ({"gpu_type": "H800"}, "no stored profile for H800"),
         ({"precision": "NVFP4"}, "NVFP4 precision"),
         ({"fsdp_or_zero": "ZeRO-2 (fairscale)"}, "optimizer sharding"),
         ({"vpp": "interleaved (degree not stated)"}, "virtual pipeline degree not stated"),

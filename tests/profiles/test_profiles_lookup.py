@@ -49,6 +49,7 @@ A100 = PROFILES["a100-sxm-80gb"]
 # sustained random-data rate is sourced (A100: 257 TFLOP/s at 8192^3, H. He 2024 [S55],
 # 5.2% under the burst MAMF of 271.2).
 MAMF_FRACTION = {
+    "a100-sxm-40gb": 257.0 / 312,  # the 80 GB part's sustained rate: same compute
     "a100-sxm-80gb": 257.0 / 312,
     "h100-sxm-80gb": 794.5 / 989.4,
     "h200-sxm-141gb": 794.5 / 989,

@@ -25,6 +25,7 @@ from specs import serde
 from specs.errors import SpecError
 
 STORED = [
+    "a100-sxm-40gb",
     "a100-sxm-80gb",
     "b200",
     "b300",
@@ -37,6 +38,7 @@ STORED = [
 
 # Dense peak TFLOP/s, hardware.yaml / hardware.md §1a.
 SOURCED_PEAKS = {
+    "a100-sxm-40gb": {"bf16": 312, "fp16": 312, "fp32": 19.5},  # [S1][S2]
     "a100-sxm-80gb": {"bf16": 312, "fp16": 312, "fp32": 19.5},  # [S1][S2]
     "h100-sxm-80gb": {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "fp32": 66.9},  # [S4][S5]
     "h200-sxm-141gb": {"bf16": 989, "fp16": 989, "fp8": 1979, "fp32": 67},  # [S1][S7]
@@ -48,6 +50,7 @@ SOURCED_PEAKS = {
 }
 # (memory GB, HBM GB/s, scale-up GB/s per direction, NIC GB/s per GPU), hardware.yaml.
 SOURCED_DEVICE = {
+    "a100-sxm-40gb": (40, 1555, 300, 25.0),  # [S2][S3][S6][S21]
     "a100-sxm-80gb": (80, 2039, 300, 25.0),  # [S2][S6][S21]: 200 Gb/s NIC
     "h100-sxm-80gb": (80, 3350, 450, 50.0),  # [S4][S6][S16]: 400 Gb/s NIC
     "h200-sxm-141gb": (141, 4800, 450, 50.0),  # [S1][S7][S6][S16]
@@ -103,8 +106,9 @@ def test_peaks_and_device_figures_equal_sources(name: str) -> None:
 
 
 def test_fp8_absent_only_where_unsupported() -> None:
-    assert "fp8" not in load_profile("a100-sxm-80gb").device.peak_tflops
-    assert all("fp8" in load_profile(n).device.peak_tflops for n in STORED[1:])
+    ampere = [n for n in STORED if n.startswith("a100")]
+    assert all("fp8" not in load_profile(n).device.peak_tflops for n in ampere)
+    assert all("fp8" in load_profile(n).device.peak_tflops for n in STORED if n not in ampere)
 
 
 @pytest.mark.parametrize("name", STORED)
