@@ -48,11 +48,14 @@ from typing import Any, Literal
 
 from costmodel.execution import ExecutionOptions
 from planner.export_options import (
+    TP_OVERLAP_CFG_FILE,
     bundle_options,
     megatron_option_arguments,
     megatron_option_environment,
     megatron_option_notes,
     torchtitan_option_config,
+    userbuffers_config,
+    userbuffers_yaml,
 )
 from planner.export_split import megatron_split_arguments, torchtitan_split
 from specs.bundle import PlanBundle
@@ -291,8 +294,9 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 
 
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
-    """A shell snippet: the environment and a `torchrun pretrain_gpt.py` line with every
-    argument, one flag per line."""
+    """A shell snippet: the environment, the userbuffers YAML file when the options set one
+    (`planner.export_options.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
+    with every argument, one flag per line."""
     num_gpus = bundle.cluster.num_gpus
     per_node = min(gpus_per_node, num_gpus)
     nodes = math.ceil(num_gpus / per_node)
@@ -303,8 +307,11 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
     ]
     lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
     lines += [f"export {k}={v}" for k, v in megatron_environment(bundle).items()]
-    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} pretrain_gpt.py"
     args = megatron_arguments(bundle)
+    if TP_OVERLAP_CFG_FILE in args:
+        config = userbuffers_config(bundle_options(bundle))
+        lines += [f"cat > {TP_OVERLAP_CFG_FILE} <<'EOF'", *userbuffers_yaml(config), "EOF"]
+    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} pretrain_gpt.py"
     flags: list[str] = []
     for token in args:
         if token.startswith("--"):

@@ -13,12 +13,14 @@ checks cover the dataclass:
   command line takes the same spellings for the fields it sets (`paraplan.args`,
   `paraplan.time_args`, `paraplan.optimizer_args`), and `bench/cli_parity.py` writes its
   command lines with the functions below, so the names live here once. Two fields become
-  environment variables of the launch (`megatron_option_environment`).
+  environment variables of the launch (`megatron_option_environment`); the userbuffers
+  settings become a YAML file that the launch snippet writes for ``--tp-comm-overlap-cfg``
+  (`userbuffers_config`).
 - **pricing only** (`PRICING_FIELDS`): fitted factors and descriptions of the hardware,
   the software stack or the data, which no training argument sets; the export leaves them
   out (the plan's header comment names a non-default FlashAttention generation).
-- **not expressible** (`MEGATRON_UNEXPRESSIBLE`): behaviour of older Megatron-LM code, of
-  paraplan's own executor, or of settings Megatron-LM reads only from a file; a plan priced
+- **not expressible** (`MEGATRON_UNEXPRESSIBLE`): behaviour of older Megatron-LM code or of
+  paraplan's own executor; a plan priced
   with one of them is refused (`SpecError` naming the field, its value, why and the fix),
   never exported as something else. So are value combinations Megatron-LM rejects
   (`megatron_option_refusals`).
@@ -85,13 +87,6 @@ MEGATRON_UNEXPRESSIBLE: dict[str, str] = {
     "no argument: price with the current defaults",
     "stale_main_grad": "local DDP without contiguous buffers (Megatron-LM 2021) has no "
     "argument: price with the current defaults",
-    "tp_overlap_rs_method": "Megatron-LM takes userbuffers methods only from a YAML file "
-    "(--tp-comm-overlap-cfg), which this export does not write: re-plan without it, or "
-    "write the file and add the flag yourself",
-    "tp_overlap_bulk_sm_margin": "Megatron-LM takes set_sm_margin only from a YAML file "
-    "(--tp-comm-overlap-cfg): re-plan without it, or write the file and add the flag",
-    "tp_overlap_pipeline_sm_margin": "Megatron-LM takes set_sm_margin only from a YAML file "
-    "(--tp-comm-overlap-cfg): re-plan without it, or write the file and add the flag",
 }
 """ExecutionOptions fields no current Megatron-LM argument sets, with why and the fix; a
 plan priced with one of them at another value than the default is refused."""
@@ -119,6 +114,9 @@ MEGATRON_EXPORTED: frozenset[str] = frozenset(
         "main_params_dtype",
         "optimizer_cpu_offload_fraction",
         "overlap_cpu_optimizer_d2h_h2d",
+        "tp_overlap_rs_method",
+        "tp_overlap_bulk_sm_margin",
+        "tp_overlap_pipeline_sm_margin",
     }
 )
 """ExecutionOptions fields with a Megatron-LM argument or launch environment variable."""
@@ -300,6 +298,58 @@ def moe_option_arguments(options: ExecutionOptions) -> list[str]:
     return args
 
 
+TP_OVERLAP_CFG_FILE = "tp_comm_overlap_cfg.yaml"
+"""File the launch snippet writes for ``--tp-comm-overlap-cfg`` (`userbuffers_config`)."""
+
+ROW_PARALLEL_FPROP = ("proj_fprop", "fc2_fprop")
+"""Userbuffers names of the row-parallel forward GEMMs (reduce-scatter overlap)."""
+
+BULK_OVERLAPS = ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")
+"""Userbuffers names of Transformer Engine's ``bulk`` overlaps."""
+
+
+def userbuffers_config(options: ExecutionOptions) -> dict[str, dict[str, Any]]:
+    """Transformer Engine ``initialize_ub`` settings by GEMM name that state the userbuffers
+    fields of ``options``; Megatron-LM reads them from the YAML file of
+    ``--tp-comm-overlap-cfg``, and TE updates its default config of each named GEMM with
+    them (`transformer_engine/pytorch/module/base.py`). ``ring_exchange`` for the
+    row-parallel forward GEMMs is Megatron-Bridge's ``RingExchangeOverlapCfg(num_sm=1,
+    set_sm_margin=True)`` (``src/megatron/bridge/training/comm_overlap.py``), the
+    configuration `ExecutionOptions.tp_overlap_rs_method` names; the SM margins are
+    ``set_sm_margin: false``. Empty at TE's defaults."""
+    config: dict[str, dict[str, Any]] = {}
+    if options.tp_overlap_rs_method == "ring_exchange":
+        ring = {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": True}
+        config |= {name: dict(ring) for name in ROW_PARALLEL_FPROP}
+    elif not options.tp_overlap_pipeline_sm_margin:
+        config |= {name: {"set_sm_margin": False} for name in ROW_PARALLEL_FPROP}
+    if not options.tp_overlap_bulk_sm_margin:
+        config |= {name: {"set_sm_margin": False} for name in BULK_OVERLAPS}
+    return config
+
+
+def userbuffers_yaml(config: dict[str, dict[str, Any]]) -> list[str]:
+    """``config`` as the lines of a YAML mapping of mappings (scalars only)."""
+
+    def scalar(value: Any) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+    lines = []
+    for name, settings in config.items():
+        lines.append(f"{name}:")
+        lines += [f"  {key}: {scalar(value)}" for key, value in settings.items()]
+    return lines
+
+
+def userbuffers_arguments(options: ExecutionOptions, plan: ParallelPlan) -> list[str]:
+    """``--tp-comm-overlap-cfg`` `TP_OVERLAP_CFG_FILE` when the plan overlaps TP
+    communication and `userbuffers_config` is not empty; without ``--tp-comm-overlap``
+    the settings priced nothing and none is written."""
+    if not plan.tp_comm_overlap or not userbuffers_config(options):
+        return []
+    return ["--tp-comm-overlap-cfg", TP_OVERLAP_CFG_FILE]
+
+
 def megatron_option_arguments(
     options: ExecutionOptions, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
 ) -> list[str]:
@@ -312,6 +362,7 @@ def megatron_option_arguments(
     args += optimizer_precision_arguments(options) + optimizer_offload_arguments(options)
     args += cross_entropy_arguments(options) + moe_option_arguments(options)
     args += cuda_graph_arguments(options.cuda_graph_scopes)
+    args += userbuffers_arguments(options, plan)
     if "full_iteration" in options.cuda_graph_scopes and options.grad_nan_check:
         args.append("--no-check-for-nan-in-loss-and-grad")  # arguments.py asserts it
     return args

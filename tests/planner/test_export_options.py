@@ -88,6 +88,7 @@ def option_parser() -> argparse.ArgumentParser:
     for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
         p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"], default="fp32")
     p.add_argument("--optimizer-offload-fraction", type=float, default=1.0)
+    p.add_argument("--tp-comm-overlap-cfg", type=str)
     p.add_argument("--cross-entropy-fusion-impl", choices=["native", "te"], default="native")
     p.add_argument(
         "--cuda-graph-impl", choices=["none", "local", "transformer_engine", "full_iteration"],
@@ -253,6 +254,16 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         {"moe_token_dispatcher_type": "flex", "overlap_moe_expert_parallel_comm": True,
          "delay_wgrad_compute": True, "use_transformer_engine_op_fuser": True},
     ),
+    (
+        {"tp_overlap_rs_method": "ring_exchange", "tp_overlap_bulk_sm_margin": False},
+        {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True},
+        {"tp_comm_overlap": True, "tp_comm_overlap_cfg": "tp_comm_overlap_cfg.yaml"},
+    ),
+    (
+        {"tp_overlap_pipeline_sm_margin": False},
+        {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True},
+        {"tp_comm_overlap_cfg": "tp_comm_overlap_cfg.yaml"},
+    ),
 ]  # fmt: skip
 
 
@@ -293,7 +304,6 @@ def test_launch_environment_and_notes_of_the_options() -> None:
              "deallocate_pipeline_outputs", "tp_dgrad_overlap", "ddp_gradient_copy",
              "step_gradient_copy", "stale_main_grad"],
         ),
-        ({"tp_overlap_rs_method": "ring_exchange"}, {}, ["tp_overlap_rs_method"]),
         ({"cross_entropy_fusion": "te"}, {}, ["cross_entropy_fusion"]),
         ({"cross_entropy_fusion": "te_fp32_grad"}, {}, ["cross_entropy_fusion"]),
         (FP8_RECIPE_FLAGS, {"precision": "bf16"}, ["fp8_recipe", "fp8_param"]),
@@ -338,3 +348,25 @@ def test_torchtitan_takes_fp8_options_and_refuses_the_rest() -> None:
     mx = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
     with pytest.raises(SpecError, match=r"fp8_recipe='mxfp8'"):
         torchtitan_config(priced_bundle(mx, precision="fp8"))
+
+
+def test_userbuffers_settings_become_the_tp_comm_overlap_yaml() -> None:
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, tp_overlap_rs_method="ring_exchange", tp_overlap_bulk_sm_margin=False
+    )
+    bundle = priced_bundle(options, tp=2, sequence_parallel=True, tp_comm_overlap=True)
+    text = megatron_command(bundle, 8)
+    head, launch = text.split("torchrun ")
+    block = head[head.index("cat > tp_comm_overlap_cfg.yaml <<'EOF'\n") :].splitlines()
+    # Megatron-Bridge RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True) for the
+    # row-parallel forward GEMMs, BulkOverlapCfg(..., set_sm_margin=False) for the bulk ones
+    ring = ["  method: ring_exchange", "  num_sm: 1", "  set_sm_margin: true"]
+    bulk = ["  set_sm_margin: false"]
+    assert block[1:-1] == [
+        "proj_fprop:", *ring, "fc2_fprop:", *ring,
+        "qkv_dgrad:", *bulk, "qkv_wgrad:", *bulk, "fc1_dgrad:", *bulk, "fc1_wgrad:", *bulk,
+    ]  # fmt: skip
+    assert block[-1] == "EOF" and "--tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml" in launch
+    # without TP overlap the settings priced nothing, and no file is written
+    plain = priced_bundle(options, tp=2, sequence_parallel=True)
+    assert "tp-comm-overlap-cfg" not in megatron_command(plain, 8)
