@@ -48,16 +48,14 @@ from typing import Any, Literal
 
 from costmodel.execution import ExecutionOptions
 from planner.export_options import (
-    TP_OVERLAP_CFG_FILE,
     bundle_options,
     megatron_option_arguments,
     megatron_option_environment,
     megatron_option_notes,
     torchtitan_option_config,
-    userbuffers_config,
-    userbuffers_yaml,
 )
 from planner.export_split import megatron_split_arguments, torchtitan_split
+from planner.export_userbuffers import TP_OVERLAP_CFG_FILE, userbuffers_config, userbuffers_yaml
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.model import ModelSpec
@@ -295,7 +293,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
     """A shell snippet: the environment, the userbuffers YAML file when the options set one
-    (`planner.export_options.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
+    (`planner.export_userbuffers.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
     with every argument, one flag per line."""
     num_gpus = bundle.cluster.num_gpus
     per_node = min(gpus_per_node, num_gpus)
