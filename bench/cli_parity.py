@@ -35,7 +35,14 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
 from paraplan.args import options_from_args, plan_from_args
 from paraplan.cli import build_parser, main
-from paraplan.time_args import WHOLE_LAYER_SCOPE, WHOLE_STEP_SCOPE
+from planner.export_options import (
+    cross_entropy_arguments,
+    cuda_graph_arguments,
+    fp8_arguments,
+    gradient_arguments,
+    optimizer_offload_arguments,
+    optimizer_precision_arguments,
+)
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
@@ -110,45 +117,18 @@ def plan_flags(plan: ParallelPlan) -> list[str]:
 def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
     """The flags of `paraplan.args.add_recipe_args` (and ``--attention``) that state the
     fields of ``options`` in a ``precision`` run: the memory-relevant ones and the
-    time-only ones of `paraplan.time_args` (`time_recipe_flags`)."""
+    time-only ones of `paraplan.time_args` (`time_recipe_flags`). Where the command line
+    takes Megatron-LM's spelling, the flags are the export's (`planner.export_options`),
+    so both name them in one place."""
     flags = [] if options.attention == "flash" else ["--attention", options.attention]
-    if precision == "fp8":
-        flags += ["--fp8-recipe", options.fp8_recipe]
-        flags += ["--fp8-param-gather"] if options.fp8_param else []
-    flags += ["--grad-reduce-in-bf16"] if options.main_grad_bytes == 2 else []
-    if options.cross_entropy_fusion != "unfused":
-        impl = options.cross_entropy_fusion
-        flags += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", impl]
+    flags += fp8_arguments(options) if precision == "fp8" else []
+    flags += gradient_arguments(options) + cross_entropy_arguments(options)
     flags += ["--expandable-segments"] if options.expandable_segments else []
     return (
         flags
-        + optimizer_precision_flags(options)
-        + offload_flags(options)
+        + optimizer_precision_arguments(options)
+        + optimizer_offload_arguments(options)
         + time_recipe_flags(options)
-    )
-
-
-def optimizer_precision_flags(options: ExecutionOptions) -> list[str]:
-    """Megatron-LM's precision-aware optimizer flags of ``options``
-    (`paraplan.args.add_optimizer_precision_args`), each dtype where it is not fp32."""
-    if not options.precision_aware_optimizer:
-        return []
-    flags = ["--use-precision-aware-optimizer"]
-    for name in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
-        if getattr(options, name) != "fp32":
-            flags += ["--" + name.replace("_", "-"), getattr(options, name)]
-    return flags
-
-
-def offload_flags(options: ExecutionOptions) -> list[str]:
-    """The flags of `paraplan.optimizer_args` that state the optimizer CPU offload fields of
-    ``options``; none without offload."""
-    fraction = options.optimizer_cpu_offload_fraction
-    if fraction == 0:
-        return []
-    flags = ["--optimizer-cpu-offload", "--optimizer-offload-fraction", repr(fraction)]
-    return flags + (
-        ["--overlap-cpu-optimizer-d2h-h2d"] if options.overlap_cpu_optimizer_d2h_h2d else []
     )
 
 
@@ -159,7 +139,7 @@ def time_recipe_flags(options: ExecutionOptions) -> list[str]:
     if options.moe_dispatcher != DEFAULT_OPTIONS.moe_dispatcher:
         flags += ["--moe-token-dispatcher-type", options.moe_dispatcher]
     flags += ["--overlap-moe-expert-parallel-comm"] if options.moe_a2a_overlap else []
-    flags += cuda_graph_flags(options.cuda_graph_scopes)
+    flags += cuda_graph_arguments(options.cuda_graph_scopes)
     flags += [] if options.rope_fusion else ["--no-rope-fusion"]
     flags += ["--cutedsl-fused-grouped-mlp"] if options.moe_fused_grouped_mlp else []
     if options.flash_attention_version != DEFAULT_OPTIONS.flash_attention_version:
@@ -171,20 +151,6 @@ def time_recipe_flags(options: ExecutionOptions) -> list[str]:
     if not options.tp_overlap_pipeline_sm_margin:
         flags += ["--no-tp-comm-overlap-pipeline-sm-margin"]
     return flags
-
-
-def cuda_graph_flags(scopes: frozenset[str]) -> list[str]:
-    """``--cuda-graph-impl`` and ``--cuda-graph-scope`` of `ExecutionOptions.cuda_graph_scopes`:
-    none when eager, Megatron-core's ``local`` graphs of whole layers (the 25.09 recipes'
-    ``enable_cuda_graph``), ``full_iteration``, else Transformer Engine's graphs of the
-    named parts (the recipes' ``cuda_graph_impl="transformer_engine"``)."""
-    if not scopes:
-        return []
-    if scopes == {WHOLE_LAYER_SCOPE}:
-        return ["--cuda-graph-impl", "local"]
-    if scopes == {WHOLE_STEP_SCOPE}:
-        return ["--cuda-graph-impl", WHOLE_STEP_SCOPE]
-    return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", *sorted(scopes)]
 
 
 def cli_argv(case: RowCase, model_path: Path) -> list[str]:

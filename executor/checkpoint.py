@@ -34,6 +34,7 @@ number alone: every stream is a pure function of the sample index (`executor.dat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -179,7 +180,8 @@ def check_resumable(
     if not isinstance(meta, dict) or not {"next_step", "seed", "data", "plan"} <= meta.keys():
         raise SpecError(f"{meta_path}: malformed checkpoint metadata; save the checkpoint again")
     saved = serde.from_dict(PlanBundle, meta["plan"], where=str(meta_path))
-    if saved != bundle:
+    # the execution options record how the plan was priced; training does not read them
+    if dataclasses.replace(saved, execution={}) != dataclasses.replace(bundle, execution={}):
         raise SpecError(
             f"--resume {path}: the checkpoint was saved with plan {saved.plan.label()!r} of "
             f"model {saved.model.name!r}, not this plan ({bundle.plan.label()!r} of "

@@ -21,6 +21,10 @@ d98e8a64 of NVIDIA/Megatron-LM):
   `TransformerConfig`).
 - `CUDA_DEVICE_MAX_CONNECTIONS=1` is required when tp > 1 or cp > 1 on GPUs before
   Blackwell (§8.3 rule 13); it is exported whenever tp > 1 or cp > 1, where it is harmless.
+- The execution options the plan was priced with (`PlanBundle.execution`: FP8 recipe and
+  parameters, optimizer state dtypes and offload, gradient dtype, fused loss, MoE
+  dispatcher and overlap, CUDA graphs, ...) become their Megatron-LM arguments, or are
+  refused with the reason (`planner.export_options`).
 
 torchtitan (keys of `torchtitan/config/job_config.py` and its integration-test
 `base_config.toml`): `[parallelism]` data_parallel_replicate_degree,
@@ -31,7 +35,9 @@ expert_tensor_parallel_degree; `[training]` local_batch_size, global_batch_size,
 `[activation_checkpoint]` mode, selective_ac_option. torchtitan has no DDP-with-sharded-
 optimizer mode: the distributed optimizer maps onto FSDP (data_parallel_shard_degree = dp),
 plain data parallelism onto DDP (data_parallel_replicate_degree = dp); TP in torchtitan
-always shards norms along the sequence (Megatron's sequence parallelism).
+always shards norms along the sequence (Megatron's sequence parallelism). Execution
+options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
+(`planner.export_options.torchtitan_option_config`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,16 @@ import math
 import shlex
 from typing import Any, Literal
 
+from costmodel.execution import ExecutionOptions
+from planner.export_options import (
+    bundle_options,
+    megatron_option_arguments,
+    megatron_option_environment,
+    megatron_option_notes,
+    torchtitan_option_config,
+)
 from planner.export_split import megatron_split_arguments, torchtitan_split
+from planner.export_userbuffers import TP_OVERLAP_CFG_FILE, userbuffers_config, userbuffers_yaml
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.model import ModelSpec
@@ -55,9 +70,10 @@ TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
 
 
 def megatron_environment(bundle: PlanBundle) -> dict[str, str]:
-    """Environment variables the Megatron-LM run needs (megatron-facts.md §8.3 rule 13)."""
+    """Environment variables the Megatron-LM run needs (megatron-facts.md §8.3 rule 13),
+    with those of the priced execution options (`megatron_option_environment`)."""
     plan = bundle.plan
-    env = {}
+    env = megatron_option_environment(bundle_options(bundle))
     if plan.offload_modules:
         # fine-grained offloading with Transformer Engine >= 2.10 (arguments.py asserts it)
         env["NVTE_CPU_OFFLOAD_V1"] = "1"
@@ -152,8 +168,8 @@ def _mla_arguments(model: ModelSpec) -> list[str]:
     return args
 
 
-def _moe_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
-    """Expert flags; empty for dense models."""
+def _moe_arguments(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptions) -> list[str]:
+    """Expert flags, with the priced token dispatcher; empty for dense models."""
     if not model.is_moe:
         return []
     args = [
@@ -161,7 +177,7 @@ def _moe_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         "--moe-router-topk", str(model.moe_top_k),
         "--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size),
         "--moe-layer-freq", moe_layer_freq_argument(model),
-        "--moe-token-dispatcher-type", "alltoall",
+        "--moe-token-dispatcher-type", options.moe_dispatcher,
         "--moe-grouped-gemm",
         "--expert-model-parallel-size", str(plan.ep),
         "--expert-tensor-parallel-size", str(plan.expert_tp),
@@ -252,10 +268,13 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 
     Data, tokenizer files, learning rate and iteration counts are the user's to add; the
     NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
+    The execution options the plan was priced with follow the precision flags
+    (`planner.export_options`); `SpecError` when Megatron-LM cannot take one of them.
     """
     model, job, plan = bundle.model, bundle.job, bundle.plan
+    options = bundle_options(bundle)
     args = _model_arguments(model, job.seq_length)
-    args += _moe_arguments(model, plan)
+    args += _moe_arguments(model, plan, options)
     args += _parallel_arguments(model, plan)
     args += [
         "--micro-batch-size", str(plan.micro_batch_size),
@@ -267,13 +286,15 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
         args.append("--bf16")
     elif job.precision == "fp8":
         args += ["--bf16", "--fp8-format", "hybrid"]
+    args += megatron_option_arguments(options, model, job, plan)
     args += ["--optimizer", "adam", "--log-throughput"]
     return args
 
 
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
-    """A shell snippet: the environment and a `torchrun pretrain_gpt.py` line with every
-    argument, one flag per line."""
+    """A shell snippet: the environment, the userbuffers YAML file when the options set one
+    (`planner.export_userbuffers.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
+    with every argument, one flag per line."""
     num_gpus = bundle.cluster.num_gpus
     per_node = min(gpus_per_node, num_gpus)
     nodes = math.ceil(num_gpus / per_node)
@@ -282,9 +303,13 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
         f"plan {bundle.plan.label()}",
         "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
     ]
+    lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
     lines += [f"export {k}={v}" for k, v in megatron_environment(bundle).items()]
-    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} pretrain_gpt.py"
     args = megatron_arguments(bundle)
+    if TP_OVERLAP_CFG_FILE in args:
+        config = userbuffers_config(bundle_options(bundle))
+        lines += [f"cat > {TP_OVERLAP_CFG_FILE} <<'EOF'", *userbuffers_yaml(config), "EOF"]
+    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} pretrain_gpt.py"
     flags: list[str] = []
     for token in args:
         if token.startswith("--"):
@@ -393,7 +418,7 @@ def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     }
     if job.precision == "fp8":
         config["model"]["converters"] = ["quantize.linear.float8"]
-    return config
+    return config | torchtitan_option_config(bundle_options(bundle), job, fsdp=sharded)
 
 
 def _toml_value(value: Any) -> str:

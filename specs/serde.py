@@ -3,7 +3,8 @@
 `to_dict` turns a spec into plain JSON types; `from_dict` rebuilds it, checking every
 key against the dataclass fields (unknown keys are rejected with the list of valid ones)
 and every value against the field's type annotation (int, float, bool, str, `Literal`,
-`X | None`, `tuple[X, ...]`, `dict[str, X]`, nested spec dataclasses). Field-local value
+`X | None`, `tuple[X, ...]`, `frozenset[X]` (written as a sorted list), `dict[str, X]`,
+nested spec dataclasses). Field-local value
 checks live in each class's ``__post_init__``; this module only checks shape and type.
 """
 
@@ -31,6 +32,8 @@ def _encode(value: Any) -> Any:
         return to_dict(value)
     if isinstance(value, tuple | list):
         return [_encode(v) for v in value]
+    if isinstance(value, frozenset | set):
+        return sorted(_encode(v) for v in value)
     if isinstance(value, dict):
         return {str(k): _encode(v) for k, v in value.items()}
     return value
@@ -92,6 +95,11 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
             raise SpecError(f"{where}: expected a list, got {type(value).__name__}")
         item_tp = get_args(tp)[0]
         return tuple(_decode(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is frozenset:
+        if not isinstance(value, list | tuple):
+            raise SpecError(f"{where}: expected a list, got {type(value).__name__}")
+        item_tp = get_args(tp)[0]
+        return frozenset(_decode(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise SpecError(f"{where}: expected a JSON object, got {type(value).__name__}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_record import record_options
 from profiles import load_profile
 from reports.html import render_report
 from specs.bundle import PlanBundle
@@ -98,10 +99,11 @@ def write_search_outputs(
     *,
     options: ExecutionOptions,
 ) -> None:
-    """plan.json, estimate.json, predicted.json, prediction.trace.json and plan.html (the
-    prediction-only report) when a plan fits; candidates.csv (`limit_candidates`) and
-    candidates.json always. The timeline is simulated with the ``options`` the search
-    priced with (runtime and recipe settings)."""
+    """plan.json (with the ``options`` the search priced with:
+    `costmodel.execution_record.record_options`), estimate.json, predicted.json,
+    prediction.trace.json and plan.html (the prediction-only report) when a plan fits;
+    candidates.csv (`limit_candidates`) and candidates.json always. The timeline is
+    simulated with the ``options`` the search priced with (runtime and recipe settings)."""
     from costmodel.estimate import estimate_to_json, simulate_plan
 
     out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +117,11 @@ def write_search_outputs(
     if result.best is None:
         return
     bundle = PlanBundle(
-        model=result.model, cluster=result.cluster, job=result.job, plan=result.best.plan
+        model=result.model,
+        cluster=result.cluster,
+        job=result.job,
+        plan=result.best.plan,
+        execution=record_options(options),
     )
     (out / "plan.json").write_text(dumps(bundle) + "\n")
     (out / "estimate.json").write_text(

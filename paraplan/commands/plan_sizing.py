@@ -5,7 +5,8 @@ its token budget), the profile and the search space; `run_sizing` sizes the clus
 (`planner.sizing.size_cluster`) under ``--days``, ``--max-gpus`` or ``--budget`` (with
 ``--gpu-hour-usd``), prints the table of cluster sizes or the JSON (``--json``), says how
 ``--time-limit`` cut the run, and with ``--out DIR`` writes sizing.json, sizing.csv,
-scaling.png and plan.json of the chosen size. The planner and pandas are imported inside the
+scaling.png and plan.json of the chosen size (with the execution options it was priced
+with, `costmodel.execution_record`). The planner and pandas are imported inside the
 functions, so importing this module loads neither.
 """
 
@@ -16,6 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from costmodel.execution_record import record_options
 from paraplan.args import options_from_args
 from paraplan.commands.plan_results import plan_entry
 from paraplan.output import DeferredProgress, print_json, print_table
@@ -211,5 +213,11 @@ def _write_sizing_outputs(
             num_gpus=result.chosen.num_gpus,
             gpus_per_node=args.gpus_per_node,
         )
-        bundle = PlanBundle(model=model, cluster=cluster, job=job, plan=result.chosen.best.plan)
+        bundle = PlanBundle(
+            model=model,
+            cluster=cluster,
+            job=job,
+            plan=result.chosen.best.plan,
+            execution=record_options(options_from_args(args)),
+        )
         (out / "plan.json").write_text(dumps(bundle) + "\n")

@@ -88,4 +88,4 @@ def test_offload_flags_state_the_offload_fields(fraction, overlap):
     base = ["--model", "tiny", "--num-gpus", "4", "--seq-len", "512", "--global-batch", "8"]
     args = parser.parse_args([*base, *cli_parity.recipe_flags(options, "bf16")])
     assert options_from_args(args) == options
-    assert cli_parity.offload_flags(DEFAULT_OPTIONS) == []
+    assert cli_parity.optimizer_offload_arguments(DEFAULT_OPTIONS) == []

@@ -156,6 +156,15 @@ def test_matching_checkpoint_is_resumable(tmp_path: Path) -> None:
     assert serde.from_dict(PlanBundle, meta["plan"]) == _bundle()
 
 
+def test_resume_ignores_the_pricing_options_of_the_plan_file(tmp_path: Path) -> None:
+    # a checkpoint saved from a plan file without execution options (or other ones)
+    # resumes under the same plan: training does not read them
+    _write_meta(tmp_path / "c", _bundle())
+    priced = dataclasses.replace(_bundle(), execution={"fp8_recipe": "tensorwise"})
+    meta = check_resumable(tmp_path / "c", bundle=priced, seed=0, data="synthetic")
+    assert meta["next_step"] == 6
+
+
 def test_resume_refuses_another_plan_seed_or_data(tmp_path: Path) -> None:
     _write_meta(tmp_path / "c", _bundle())
     with pytest.raises(SpecError, match="saved with plan 'tp1 pp1 dp2 mbs1'"):

@@ -93,3 +93,26 @@ def test_json_is_plain() -> None:
     data = json.loads(dumps(BUNDLE))
     assert data["plan"]["tp"] == 2 and data["plan"]["schedule"] == "interleaved"
     assert data["plan"]["dp"] == 2
+
+
+def test_frozensets_are_sorted_lists() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True, kw_only=True, slots=True)
+    class Scopes:
+        names: frozenset[str] = frozenset()
+
+    spec = Scopes(names=frozenset({"mlp", "attn"}))
+    assert to_dict(spec) == {"names": ["attn", "mlp"]}
+    assert from_dict(Scopes, {"names": ["mlp", "attn"]}) == spec
+    with pytest.raises(SpecError, match=r"Scopes.names: expected a list, got str"):
+        from_dict(Scopes, {"names": "attn"})
+    with pytest.raises(SpecError, match=r"Scopes.names\[1\]: expected a string, got 3"):
+        from_dict(Scopes, {"names": ["attn", 3]})
+
+
+def test_bundle_execution_record_defaults_to_empty() -> None:
+    data = to_dict(BUNDLE)
+    assert data["execution"] == {}
+    del data["execution"]  # a plan file written before the record existed
+    assert from_dict(PlanBundle, data) == BUNDLE
