@@ -204,7 +204,12 @@ def megatron_option_refusals(
 
 
 def kernel_arguments(options: ExecutionOptions) -> list[str]:
-    """Attention backend, fusions, dropout, pipeline-send overlap and the NaN check."""
+    """Attention backend, fusions, dropout, pipeline-send overlap and the NaN check.
+
+    Dropout is always stated: Megatron-LM's ``--hidden-dropout`` and ``--attention-dropout``
+    default to 0.1 (`megatron/training/arguments.py`), while the estimate prices the
+    residual dropout only where `ExecutionOptions.hidden_dropout` is set and attention
+    dropout nowhere; without dropout both are exported as 0."""
     args = []
     if options.attention == "materialized":
         args += ["--attention-backend", "unfused"]
@@ -214,6 +219,9 @@ def kernel_arguments(options: ExecutionOptions) -> list[str]:
         args.append("--no-rope-fusion")
     if options.hidden_dropout:
         args += ["--hidden-dropout", "0.1"]  # Megatron-LM's default rate
+    else:
+        # Megatron-LM applies 0.1 to both unless told otherwise; the estimate priced none.
+        args += ["--hidden-dropout", "0.0", "--attention-dropout", "0.0"]
     if not options.overlap_p2p:
         args.append("--no-overlap-p2p-communication")
     if not options.grad_nan_check:

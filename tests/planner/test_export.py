@@ -95,6 +95,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-offloading-num-layers", type=int, default=0)
     p.add_argument("--fine-grained-activation-offloading", action="store_true")
     p.add_argument("--offload-modules", nargs="*", choices=list(get_args(OffloadModule)))
+    p.add_argument("--hidden-dropout", type=float, default=0.1)  # TransformerConfig
+    p.add_argument("--attention-dropout", type=float, default=0.1)  # TransformerConfig
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
     p.add_argument("--optimizer", choices=["adam", "sgd"])
     p.add_argument("--pipeline-model-parallel-layout")

@@ -70,7 +70,6 @@ def option_parser() -> argparse.ArgumentParser:
         ("--no-check-for-nan-in-loss-and-grad", "check_for_nan_in_loss_and_grad"),
     ):
         p.add_argument(flag, action="store_false", dest=dest)
-    p.add_argument("--hidden-dropout", type=float, default=0.1)  # TransformerConfig
     p.add_argument(
         "--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
         default="delayed",
@@ -206,6 +205,7 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
     ({"attention": "materialized"}, {}, {"attention_backend": "unfused"}),
     ({"grad_accumulation_fusion": False}, {}, {"gradient_accumulation_fusion": False}),
     ({"hidden_dropout": True}, {}, {"hidden_dropout": 0.1}),
+    ({"hidden_dropout": False}, {}, {"hidden_dropout": 0.0, "attention_dropout": 0.0}),
     ({"overlap_p2p": False}, {}, {"overlap_p2p_comm": False}),
     ({"grad_nan_check": False}, {}, {"check_for_nan_in_loss_and_grad": False}),
     ({"rope_fusion": False}, {}, {"apply_rope_fusion": False}),
