@@ -1,7 +1,8 @@
 """What a NeMo 2.0 performance-recipe row ran beyond its printed plan, per NeMo container.
 
 A row of ``published-runs-dev.csv`` is a NeMo 2.0 performance-recipe row when its
-``source_version`` reads "NeMo YY.MM[...] container" with YY.MM at or after 25.02
+``source_version`` reads "NeMo YY.MM[...] container" (or starts "NeMo YY.MM") with YY.MM at
+or after 25.02
 (`FIRST_RELEASE`, the first container with NeMo 2.0's performance scripts) and its source is
 not Megatron-Bridge (``MBRIDGE-`` rows run Megatron-Bridge's scripts, `bench/row_recipes.py`
 and `bench/moe_recipes.py`). NeMo 1.x rows (``NEMO-LONGSEQ``, "NeMo 24.03.01.framework
@@ -74,7 +75,7 @@ added on 2025-01-01, after v2.1.0)."""
 RELEASE_TAGS = {"25.02": "v2.2.0", "25.04": "v2.3.0", "25.07": "v2.4.0", "25.09": "v2.5.0rc0"}
 """NeMo container -> NVIDIA/NeMo tag whose performance scripts it ships (module docstring)."""
 
-_VERSION = re.compile(r"^\s*NeMo\s+(\d{2})\.(\d{2})(?:\.\d+)*\b.*\bcontainer", re.IGNORECASE)
+_VERSION = re.compile(r"^\s*NeMo\s+(\d{2})\.(\d{2})\b", re.IGNORECASE)
 
 
 def nemo_release(raw: dict[str, str]) -> str | None:
