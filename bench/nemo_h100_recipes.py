@@ -202,19 +202,15 @@ MIXTRAL_8X22B = {
 """The ``mixtral-8x22b`` preset's shape over the Mixtral 8x7B row (same 8 experts, top 2,
 8 KV groups, 32000 vocabulary)."""
 
-MTP_NOTE = "; MTP 1 layer unless stated"
-
 
 def arch_columns(model: str) -> dict[str, str]:
-    """The architecture columns of ``model`` (`ARCH_ROWS`); DeepSeek-V3 without its MTP
-    note (NeMo's ``DeepSeekV3Config`` builds no MTP layer)."""
+    """The architecture columns of ``model`` (`ARCH_ROWS`)."""
     rows, error = rows_by_ids(ARCH_ROWS[model])
     if error is not None:
         raise SystemExit(error)
     columns = {k: rows[0][k] for k in ARCH_COLUMNS}
     if model == "Mixtral 8x22B":
         columns |= MIXTRAL_8X22B
-    columns["arch_notes"] = columns["arch_notes"].replace(MTP_NOTE, "")
     return columns
 
 

@@ -75,7 +75,7 @@ added on 2025-01-01, after v2.1.0)."""
 RELEASE_TAGS = {"25.02": "v2.2.0", "25.04": "v2.3.0", "25.07": "v2.4.0", "25.09": "v2.5.0rc0"}
 """NeMo container -> NVIDIA/NeMo tag whose performance scripts it ships (module docstring)."""
 
-_VERSION = re.compile(r"^\s*NeMo\s+(\d{2})\.(\d{2})\b", re.IGNORECASE)
+_VERSION = re.compile(r"^\s*NeMo\s+(?:Framework\s+)?(\d{2})\.(\d{2})\b", re.IGNORECASE)
 
 
 def nemo_release(raw: dict[str, str]) -> str | None:
@@ -97,6 +97,11 @@ def model_family(raw: dict[str, str]) -> str:
 
 def _fp8(raw: dict[str, str]) -> bool:
     return "FP8" in (raw.get("precision") or "").upper()
+
+
+def _h100(raw: dict[str, str]) -> bool:
+    """The row runs on H100 (the scripts' ``--gpu h100`` branches)."""
+    return "H100" in (raw.get("gpu_type") or "").upper()
 
 
 BF16_GRAD_FAMILIES: tuple[tuple[str, str], ...] = (
@@ -151,9 +156,7 @@ UB_H100_FAMILIES = ("llama370b", "llama3170b", "llama31405b", "llama3405b", "gpt
 
 def userbuffers_fields(raw: dict[str, str], release: str) -> dict[str, object]:
     """TP-overlap userbuffers fields of `UB_H100_FAMILIES` rows on H100 (module docstring)."""
-    family = model_family(raw)
-    gpu = (raw.get("gpu_type") or "").upper()
-    if not gpu.startswith("H100") or not family.startswith(UB_H100_FAMILIES):
+    if not _h100(raw) or not model_family(raw).startswith(UB_H100_FAMILIES):
         return {}
     fields: dict[str, object] = {"tp_overlap_bulk_sm_margin": False}
     if _fp8(raw) and release >= "25.04":
@@ -181,8 +184,7 @@ def nemo_option_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, 
         fields["grad_accumulation_fusion"] = False
     if tp_comm_overlap:
         fields.update(userbuffers_fields(raw, release))
-    family, gpu = model_family(raw), (raw.get("gpu_type") or "").upper()
-    if family.startswith("deepseekv3") and gpu.startswith("H100") and release >= "25.07":
+    if model_family(raw).startswith("deepseekv3") and _h100(raw) and release >= "25.07":
         fields["moe_dispatcher"] = "flex"
     return fields
 
@@ -203,10 +205,25 @@ TP_OVERLAP_FAMILIES: tuple[tuple[str, str], ...] = (
 ``pretrain_qwen3_235b_a22b.py`` (v2.4.0 on). Llama 3 8B (``tp_comm_overlap=False``),
 Mixtral and DeepSeek-V3 (``tp_comm_overlap=False``) do not."""
 
+DEFER_WGRAD_FAMILIES = (
+    "llama370b",
+    "llama3170b",
+    "llama31405b",
+    "llama3405b",
+    "gpt3",
+    "nemotron4340b",
+)
+"""Model family prefixes whose performance recipe defers the embedding's weight gradient
+(``defer_embedding_wgrad_compute=True`` in ``recipes/llama3_70b.py``, ``llama31_70b.py``,
+``llama31_405b.py``, ``gpt3_175b.py``, ``nemotron4_340b.py`` at v2.3.0). Under
+Megatron-FSDP, 25.04's ``set_primary_perf_configs`` turns that deferral off and, with
+tp > 1, TP overlap too ("TP overlap performance is poor when FSDP is used"); 25.07's
+``set_mcore_fsdp_configs`` keeps TP overlap."""
+
 TOKEN_DROP: tuple[tuple[str, str, str], ...] = (
     ("qwen3", "25.07", "99.99"),
     ("mixtral8x22b", "25.04", "99.99"),
-    ("deepseekv3", "25.04", "25.04"),
+    ("deepseekv3", "25.04", "99.99"),
 )
 """(model family prefix, first release, last release) whose scripts drop tokens with
 ``MegatronTokenDropCallback`` (``moe_expert_capacity_factor = 1.0``, inputs padded to
@@ -221,21 +238,21 @@ TOKEN_DROP_CAPACITY = 1.0
 
 def nemo_model_fields(raw: dict[str, str]) -> dict[str, object]:
     """`ModelSpec` fields of a NeMo 2.0 performance-recipe row: the token-drop capacity
-    (`TOKEN_DROP`) and no MTP layers (``DeepSeekV3Config.mtp_num_layers = None``,
-    ``nemo/collections/llm/gpt/model/deepseek.py`` v2.3.0 to v2.5.0rc0); empty for other
-    rows."""
+    (`TOKEN_DROP`) and DeepSeek-V3's one MTP layer (``recipes/deepseek_v3.py``
+    ``pretrain_recipe(use_mtp=True)`` builds ``DeepSeekV3Config(mtp_num_layers=1)``, v2.3.0
+    to v2.5.0rc0, and ``pretrain_deepseek_v3.py`` does not change it), none when the row's
+    model says "w/o MTP"; empty for other rows."""
     release = nemo_release(raw)
     if release is None:
         return {}
     family = model_family(raw)
     fields: dict[str, object] = {}
     if family.startswith("deepseekv3"):
-        fields["mtp_num_layers"] = 0
+        fields["mtp_num_layers"] = 0 if "w/o mtp" in (raw.get("model") or "").lower() else 1
+    deep_ep = family.startswith("deepseekv3") and release >= "25.07" and _h100(raw)
     for prefix, first, last in TOKEN_DROP:
-        if family.startswith(prefix) and first <= release <= last:
-            gpu = (raw.get("gpu_type") or "").upper()
-            if prefix != "deepseekv3" or release < "25.07" or not gpu.startswith("H100"):
-                fields["moe_capacity_factor"] = TOKEN_DROP_CAPACITY
+        if family.startswith(prefix) and first <= release <= last and not deep_ep:
+            fields["moe_capacity_factor"] = TOKEN_DROP_CAPACITY
     return fields
 
 
@@ -249,22 +266,30 @@ pre-train configs (``model_configs_h100.csv`` ``recompute_modules``: v2.3.0
 ``mla_up_proj``, v2.4.0 ``mla_up_proj/mlp``, v2.5.0rc0 ``mla_up_proj/mlp/moe``), for a row
 that prints no recompute."""
 
-_FSDP_ON = re.compile(r"megatron-fsdp|mcore[ -]fsdp|custom fsdp|fsdp\s*[=:]?\s*(1|yes|on|true)\b")
+_FSDP_ON = re.compile(
+    r"megatron[ -]fsdp|mcore[ -]fsdp|custom fsdp|fsdp\s*[=:]?\s*(1|yes|on|true)\b|^(1|yes|true|on)$"
+)
 
 
 def fsdp_stated(raw: dict[str, str]) -> bool:
     """True when ``fsdp_or_zero`` states Megatron-FSDP ("Megatron-FSDP", "FSDP=1", "FSDP:
-    yes", ...); NeMo's ``use_mcore_fsdp`` runs ``set_mcore_fsdp_configs``: parameters,
-    gradients and optimizer state sharded (``optim_grads_params``)."""
-    return _FSDP_ON.search((raw.get("fsdp_or_zero") or "").lower()) is not None
+    yes", or the table's flag alone, "1" / "yes"); NeMo's ``use_mcore_fsdp`` runs
+    ``set_mcore_fsdp_configs``: parameters, gradients and optimizer state sharded
+    (``optim_grads_params``)."""
+    return _FSDP_ON.search((raw.get("fsdp_or_zero") or "").strip().lower()) is not None
 
 
-def deepseek_pipeline_fields(release: str, pp: int, vpp: int, layers: int) -> dict[str, object]:
+def deepseek_pipeline_fields(
+    release: str, pp: int, vpp: int, layers: int, mtp: int
+) -> dict[str, object]:
     """DeepSeek-V3's pipeline split (``pretrain_deepseek_v3.py``): 25.04 puts
     64/pp - 1 layers on the first stage and 64/pp - 2 on the last; from 25.07 an explicit
-    layout per (pp, vpp), the embedding plus ceil(L/S) layers first, ceil(L/S) per middle
-    stage, the rest with the loss last over S = pp·vpp stages (`row_recipes.recipe_layout`,
-    no MTP)."""
+    layout per (pp, vpp) (``map_pp_vp_to_layout``), the embedding plus ceil(L/S) layers
+    first, ceil(L/S) per middle stage, the rest with the loss last over S = pp·vpp stages
+    (`row_recipes.recipe_layout`). The map names no MTP layer: Megatron-core of mid-2025
+    builds the MTP block on the last pipeline stage (its layout parser refused ``mtp``
+    entries, ``pipeline_parallel_layer_layout.py`` at 77732c3628, 2025-06), so the layout
+    priced puts the ``mtp`` layers before the loss."""
     if pp == 1:
         return {}
     if release < "25.07":
@@ -273,7 +298,7 @@ def deepseek_pipeline_fields(release: str, pp: int, vpp: int, layers: int) -> di
             "decoder_first_pipeline_num_layers": middle - 1,
             "decoder_last_pipeline_num_layers": middle - 2,
         }
-    return {"pipeline_model_parallel_layout": recipe_layout(layers, pp * vpp, 0)}
+    return {"pipeline_model_parallel_layout": recipe_layout(layers, pp * vpp, mtp)}
 
 
 ACCOUNT_FOR_BOTH: tuple[tuple[str, str], ...] = (
@@ -320,6 +345,8 @@ def nemo_plan_fields(
     tp, pp, vpp = (int(plan_fields[k]) for k in ("tp", "pp", "vpp"))  # type: ignore[call-overload]
     overlap = any(family.startswith(p) and release >= first for p, first in TP_OVERLAP_FAMILIES)
     on = overlap and tp > 1 and bool(plan_fields["sequence_parallel"])
+    if fsdp_stated(raw) and release == "25.04" and family.startswith(DEFER_WGRAD_FAMILIES):
+        on = False
     fields: dict[str, object] = {"tp_comm_overlap": on or bool(plan_fields["tp_comm_overlap"])}
     if fsdp_stated(raw):
         fields["use_megatron_fsdp"] = True
@@ -330,7 +357,8 @@ def nemo_plan_fields(
         fields["account_for_embedding_in_pipeline_split"] = True
         fields["account_for_loss_in_pipeline_split"] = True
     if family.startswith("deepseekv3"):
-        fields.update(deepseek_pipeline_fields(release, pp, vpp, model.num_layers))
+        mtp = int(nemo_model_fields(raw).get("mtp_num_layers", 0))  # type: ignore[call-overload]
+        fields.update(deepseek_pipeline_fields(release, pp, vpp, model.num_layers, mtp))
         if not (raw.get("recompute") or "").strip():
             modules = next(
                 m for first, m in DEEPSEEK_RECOMPUTE if release >= first or first == "25.04"

@@ -45,10 +45,12 @@ def test_table_row_states_the_columns_a_performance_table_prints():
     assert raw["fsdp_or_zero"] == "Megatron-FSDP" and raw["dp"] == "8"
 
 
-def test_deepseek_row_drops_the_mtp_note():
+def test_deepseek_rows_build_one_mtp_layer_on_the_last_stage():
     _skip_without_dev_rows()
-    notes = bench.arch_columns("DeepSeek V3")["arch_notes"].lower()
-    assert "mtp" not in notes and "mla" in notes
+    config = next(c for c in bench.CONFIGS if c.model == "DeepSeek V3" and "25.09" in c.releases)
+    case = bench.case_for_row(bench.table_row(config, "25.09"))
+    assert case.model.mtp_num_layers == 1
+    assert case.plan.pipeline_model_parallel_layout.endswith("|tmL")
 
 
 def test_priced_configs_report_memory_time_and_options():

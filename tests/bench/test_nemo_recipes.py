@@ -50,7 +50,7 @@ def _row(**columns: str) -> dict[str, str]:
         ("X", "NeMo 25.09.01 container", "25.09"),
         ("X", "NeMo 25.04.rc2 container", "25.04"),
         ("X", "NeMo 25.07", "25.07"),
-        ("X", "NeMo Framework 25.07", None),
+        ("X", "NeMo Framework 25.07", "25.07"),
         ("NEMO-LONGSEQ", "NeMo 24.03.01.framework container", None),
         ("NEMO-PERF-24.12", "NeMo 24.12 container", None),
         ("MBRIDGE-25.11", "NeMo 25.11 container", None),
@@ -128,6 +128,16 @@ def test_fsdp_column_turns_on_megatron_fsdp_without_gradient_fusion():
     assert case.plan.data_parallel_sharding_strategy == "optim_grads_params"
     assert not case.options.grad_accumulation_fusion
     assert not rules.fsdp_stated({"fsdp_or_zero": "DDP + distributed optimizer (FSDP=0)"})
+    assert rules.fsdp_stated({"fsdp_or_zero": "Megatron FSDP"})
+    assert rules.fsdp_stated({"fsdp_or_zero": "1"})
+    assert not rules.fsdp_stated({"fsdp_or_zero": "0"})
+
+
+def test_fsdp_turns_tp_overlap_off_in_25_04_only():
+    fsdp = _row(fsdp_or_zero="Megatron-FSDP")
+    assert rows.case_for_row(fsdp).plan.tp_comm_overlap
+    early = fsdp | {"source_version": "NeMo 25.04 container"}
+    assert not rows.case_for_row(early).plan.tp_comm_overlap
 
 
 def test_405b_counts_embedding_and_loss_from_25_04_only():
@@ -142,13 +152,13 @@ def test_405b_counts_embedding_and_loss_from_25_04_only():
 
 
 def test_deepseek_pipeline_split_per_release():
-    assert rules.deepseek_pipeline_fields("25.04", 16, 1, 61) == {
+    assert rules.deepseek_pipeline_fields("25.04", 16, 1, 61, 1) == {
         "decoder_first_pipeline_num_layers": 3,
         "decoder_last_pipeline_num_layers": 2,
     }
-    layout = rules.deepseek_pipeline_fields("25.07", 16, 1, 61)["pipeline_model_parallel_layout"]
+    layout = rules.deepseek_pipeline_fields("25.07", 16, 1, 61, 1)["pipeline_model_parallel_layout"]
     stages = layout.split("|")
-    assert len(stages) == 16 and stages[0] == "Etttt" and stages[-1] == "tL"
+    assert len(stages) == 16 and stages[0] == "Etttt" and stages[-1] == "tmL"
     assert sum(s.count("t") for s in stages) == 61
 
 
@@ -162,18 +172,14 @@ def test_recompute_modules_read_from_the_column_and_checked():
         rules.recompute_modules_stated({"recompute": "selective (warp_drive)"})
 
 
-def test_token_drop_and_no_mtp_for_moe_recipes():
+def test_token_drop_and_one_mtp_layer_for_moe_recipes():
     qwen = _row(model="Qwen3 235B-A22B")
     assert rules.nemo_model_fields(qwen) == {"moe_capacity_factor": 1.0}
-    assert (
-        rules.nemo_model_fields(
-            _row(model="Qwen3 235B-A22B", source_version="NeMo 25.04 container")
-        )
-        == {}
-    )
-    deepseek = rules.nemo_model_fields(_row(model="DeepSeek V3"))
-    assert deepseek == {"mtp_num_layers": 0}  # H100 from 25.07: DeepEP, dropless
-    early = rules.nemo_model_fields(
-        _row(model="DeepSeek V3", source_version="NeMo 25.04 container")
-    )
-    assert early == {"mtp_num_layers": 0, "moe_capacity_factor": 1.0}
+    early_qwen = qwen | {"source_version": "NeMo 25.04 container"}
+    assert rules.nemo_model_fields(early_qwen) == {}
+    deepseek = _row(model="DeepSeek V3")
+    assert rules.nemo_model_fields(deepseek) == {"mtp_num_layers": 1}  # H100: DeepEP, dropless
+    early = deepseek | {"source_version": "NeMo 25.04 container"}
+    assert rules.nemo_model_fields(early) == {"mtp_num_layers": 1, "moe_capacity_factor": 1.0}
+    b200 = _row(model="DeepSeek V3 (w/o MTP)", gpu_type="B200")
+    assert rules.nemo_model_fields(b200) == {"mtp_num_layers": 0, "moe_capacity_factor": 1.0}
