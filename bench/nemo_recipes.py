@@ -317,10 +317,11 @@ split evenly over its 63 virtual stages; 25.02 rows are priced without them."""
 
 
 def recompute_modules_stated(raw: dict[str, str]) -> tuple[str, ...] | None:
-    """Modules a ``recompute`` column names in parentheses ("selective (mla_up_proj, mlp)"),
-    None when it names none."""
-    found = re.search(r"\(([^)]*)\)", raw.get("recompute") or "")
-    if found is None:
+    """Modules a selective ``recompute`` column names in parentheses ("selective
+    (mla_up_proj, mlp)"), None when it names none or the recompute is not selective."""
+    text = (raw.get("recompute") or "").strip()
+    found = re.search(r"\(([^)]*)\)", text)
+    if found is None or not text.lower().startswith("selective"):
         return None
     names = tuple(n for n in re.split(r"[\s,/]+", found.group(1)) if n)
     unknown = [n for n in names if n not in RECOMPUTE_MODULES]
@@ -332,7 +333,10 @@ def recompute_modules_stated(raw: dict[str, str]) -> tuple[str, ...] | None:
 def nemo_plan_fields(
     raw: dict[str, str], model: ModelSpec, plan_fields: dict[str, object]
 ) -> dict[str, object]:
-    """`ParallelPlan` fields of a NeMo 2.0 performance-recipe row: TP overlap
+    """`ParallelPlan` fields of a NeMo 2.0 performance-recipe row: the distributed optimizer
+    (every pre-train recipe's ``distributed_fused_adam_with_cosine_annealing``:
+    ``OptimizerConfig(use_distributed_optimizer=True)``, ``recipes/optim/adam.py``) whatever
+    the source id, TP overlap
     (`TP_OVERLAP_FAMILIES`, with tp > 1 and sequence parallelism), Megatron-FSDP
     (`fsdp_stated`), the embedding and loss as pipeline layers (`ACCOUNT_FOR_BOTH`),
     DeepSeek-V3's pipeline split and recompute modules
@@ -352,6 +356,8 @@ def nemo_plan_fields(
         fields["use_megatron_fsdp"] = True
         fields["data_parallel_sharding_strategy"] = "optim_grads_params"
         fields["distributed_optimizer"] = False
+    else:
+        fields["distributed_optimizer"] = True
     modules = recompute_modules_stated(raw)
     if pp > 1 and any(family.startswith(p) and release >= r for p, r in ACCOUNT_FOR_BOTH):
         fields["account_for_embedding_in_pipeline_split"] = True

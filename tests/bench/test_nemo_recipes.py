@@ -168,6 +168,7 @@ def test_recompute_modules_read_from_the_column_and_checked():
         "mlp",
     )
     assert rules.recompute_modules_stated({"recompute": "full"}) is None
+    assert rules.recompute_modules_stated({"recompute": "full (uniform, 1 layer)"}) is None
     with pytest.raises(rules.NotExpressible, match="warp_drive"):
         rules.recompute_modules_stated({"recompute": "selective (warp_drive)"})
 
@@ -183,3 +184,8 @@ def test_token_drop_and_one_mtp_layer_for_moe_recipes():
     assert rules.nemo_model_fields(early) == {"mtp_num_layers": 1, "moe_capacity_factor": 1.0}
     b200 = _row(model="DeepSeek V3 (w/o MTP)", gpu_type="B200")
     assert rules.nemo_model_fields(b200) == {"mtp_num_layers": 0, "moe_capacity_factor": 1.0}
+
+
+def test_distributed_optimizer_whatever_the_source_id():
+    raw = _row(source_id="SOME-TABLE", fsdp_or_zero="")
+    assert rows.case_for_row(raw).plan.distributed_optimizer
