@@ -11,7 +11,8 @@ through the path of a dev-set row (`published_rows.case_for_row`, then `estimate
 with the recipe rules of `bench/nemo_recipes.py`. No published figure is read: the report
 gives predicted peak memory, whether it fits the 80 GB device, the predicted iteration time,
 model TFLOP/s per GPU and MFU (`costmodel.estimate.Estimate.mfu`: model FLOP/s per GPU over
-the dense peak of the GEMM dtype, fp8 for FP8 rows), and the options the rules applied.
+the dense peak of the GEMM dtype, fp8 for FP8 rows), the options the rules applied, and the
+peak of the same row priced without them (`without_rules`).
 
 Each model's architecture columns come from a dev-set row of the same model (`ARCH_ROWS`;
 Mixtral 8x22B from the ``mixtral-8x22b`` preset over the Mixtral 8x7B row). Configurations of
@@ -34,7 +35,7 @@ from nemo_recipes import RELEASE_TAGS
 from published_rows import NotExpressible, RowCase, case_for_row
 from validate_published import rows_by_ids
 
-from costmodel.estimate import estimate_plan
+from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS
 from profiles.store import load_profile
 from specs.errors import SpecError
@@ -267,18 +268,40 @@ def applied_options(case: RowCase) -> dict[str, object]:
     return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in options.items()} | applied
 
 
+def _estimate(raw: dict[str, str]) -> tuple[RowCase, Estimate]:
+    case = case_for_row(raw)
+    profile = load_profile(case.profile)
+    est = estimate_plan(
+        case.model, case.cluster, case.job, case.plan, profile, options=case.options
+    )
+    return case, est
+
+
+UNSTATED_VERSION = "not stated"
+"""The ``source_version`` of the comparison pricing (`without_rules`): no NeMo release, so
+none of `nemo_recipes`' rules apply (Megatron-LM's defaults, the distributed optimizer of
+NEMO- sources)."""
+
+
+def without_rules(raw: dict[str, str]) -> dict[str, object]:
+    """Peak GiB and fit of the row priced without the NeMo 2.0 rules (`UNSTATED_VERSION`),
+    or why it cannot be priced so: what the rules change in memory."""
+    try:
+        _, est = _estimate(raw | {"source_version": UNSTATED_VERSION})
+    except (NotExpressible, SpecError) as err:
+        return {"error": str(err).splitlines()[-1].strip(" -")}
+    return {"peak_gib": round(est.peak_memory_gib, 2), "fits": est.fits}
+
+
 def price(config: NemoConfig, release: str) -> dict[str, object]:
-    """One configuration of one release: plan, peak GiB, fits, seconds, MFU, options; or the
-    reason it cannot be priced."""
+    """One configuration of one release: plan, peak GiB, fits, seconds, MFU, options, and
+    the same row without the NeMo rules (`without_rules`); or the reason it cannot be
+    priced."""
     raw = table_row(config, release)
     head = {"release": release, "model": config.model, "precision": config.precision}
     head |= {"gpus": config.gpus, "seq": config.seq}
     try:
-        case = case_for_row(raw)
-        profile = load_profile(case.profile)
-        est = estimate_plan(
-            case.model, case.cluster, case.job, case.plan, profile, options=case.options
-        )
+        case, est = _estimate(raw)
     except (NotExpressible, SpecError) as err:
         return head | {"error": str(err)}
     return head | {
@@ -289,6 +312,7 @@ def price(config: NemoConfig, release: str) -> dict[str, object]:
         "model_tflops_per_gpu": round(est.model_tflops_per_gpu, 1),
         "mfu": round(est.mfu, 4),
         "options": applied_options(case),
+        "without_rules": without_rules(raw),
     }
 
 
@@ -316,9 +340,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}  not priced: {p['error']}")
             continue
         fits = "fits" if p["fits"] else "DOES NOT FIT"
+        bare = p["without_rules"]
+        if "error" in bare:
+            bare_text = "not priced"
+        else:
+            bare_text = f"{bare['peak_gib']:.1f} GiB" + ("" if bare["fits"] else " (no fit)")
         print(
             f"{name}  {p['plan']:<44} peak {p['peak_gib']:6.1f} GiB {fits:<12} "
-            f"{p['iteration_s']:8.3f} s  MFU {100 * p['mfu']:5.1f}%"
+            f"{p['iteration_s']:8.3f} s  MFU {100 * p['mfu']:5.1f}%  without rules: {bare_text}"
         )
     for n in report["not_priced"]:
         print(f"not priced: {n['configs']} ({n['releases']}): {n['reason']}")
