@@ -2,11 +2,10 @@
 
 A row of ``published-runs-dev.csv`` is a NeMo 2.0 performance-recipe row when its
 ``source_version`` reads "NeMo YY.MM[...] container" (or starts "NeMo YY.MM") with YY.MM at
-or after 25.02
-(`FIRST_RELEASE`, the first container with NeMo 2.0's performance scripts) and its source is
-not Megatron-Bridge (``MBRIDGE-`` rows run Megatron-Bridge's scripts, `bench/row_recipes.py`
-and `bench/moe_recipes.py`). NeMo 1.x rows (``NEMO-LONGSEQ``, "NeMo 24.03.01.framework
-container") are left as they are.
+or after 25.02 (`FIRST_RELEASE`, the first container with NeMo 2.0's performance scripts)
+and its source is not Megatron-Bridge (``MBRIDGE-`` rows run Megatron-Bridge's scripts,
+`bench/row_recipes.py` and `bench/moe_recipes.py`). NeMo 1.x rows (``NEMO-LONGSEQ``, "NeMo
+24.03.01.framework container") are left as they are.
 
 Sources: NVIDIA/NeMo, the performance scripts (``scripts/llm/performance/`` at v2.2.0,
 ``scripts/performance/`` later: ``utils.py``, ``helpers.py``, ``llm/pretrain_*.py``,
@@ -15,8 +14,9 @@ Sources: NVIDIA/NeMo, the performance scripts (``scripts/llm/performance/`` at v
 ``recipes/precision/mixed_precision.py``, ``recipes/tp_overlap_configs/userbuffers.py``).
 Containers by tag (`RELEASE_TAGS`): 25.02 = v2.2.0 (tagged 2025-03-12; its README runs
 ``nvcr.io/nvidia/nemo:25.02``), 25.04 = v2.3.0 (2025-05-08), 25.07 = v2.4.0 (2025-07-25),
-25.09 = v2.5.0rc0 (2025-08-01; ``nemo/package_info.py`` 2.5.0); a later container takes
-the latest tag's rules.
+25.09 = v2.5.0rc0 (2025-08-01, ``nemo/package_info.py`` 2.5.0rc0: the last tag of the
+2.5 line in the mirror; its scripts differ from v2.4.0 only in DeepSeek-V3's recompute
+modules); a later container takes the latest tag's rules.
 
 Execution options (`nemo_option_fields`):
 - gradient reduction (``main_grad_bytes``): 25.07 on, ``helpers.py``
@@ -49,10 +49,13 @@ Execution options (`nemo_option_fields`):
 - DeepSeek-V3 on H100 from 25.07: ``moe_token_dispatcher_type = "flex"`` with DeepEP and
   ``moe_router_force_load_balancing`` (``pretrain_deepseek_v3.py``).
 
-Plan and model fields (`nemo_plan_fields`, `nemo_model_fields`) are listed at
-`TP_OVERLAP_FAMILIES`, `TOKEN_DROP`, `DEEPSEEK_RECOMPUTE`, `fsdp_stated` and
-`deepseek_pipeline_fields`. CUDA graphs (``cuda_graphs`` 1) are set on H100 only for
-Nemotron-H and Llama 4, which no row expresses (hybrid Mamba layers; no preset).
+Plan and model fields (`nemo_plan_fields`, `nemo_model_fields`): the distributed optimizer
+of every recipe, TP overlap (`TP_OVERLAP_FAMILIES`, off under Megatron-FSDP in 25.04:
+`DEFER_WGRAD_FAMILIES`), Megatron-FSDP (`fsdp_stated`), the embedding and loss as pipeline
+layers (`ACCOUNT_FOR_BOTH`), token drop (`TOKEN_DROP`), DeepSeek-V3's MTP layer, pipeline
+split and recompute (`deepseek_pipeline_fields`, `DEEPSEEK_RECOMPUTE`). CUDA graphs
+(``cuda_graphs`` 1) are set on H100 only for Nemotron-H and Llama 4, which no row
+expresses (hybrid Mamba layers; no preset).
 """
 
 from __future__ import annotations
