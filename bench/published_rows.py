@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
+from nemo_recipes import nemo_model_fields, nemo_option_fields, nemo_plan_fields
 from row_recipes import (
     NotExpressible,
     expandable_segments,
@@ -285,7 +286,7 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
     if experts:
         ffn_default = int(moe["moe_ffn_hidden_size"])
     ffn = _int(raw, "ffn_hidden_size", ffn_default)
-    return ModelSpec(
+    spec = ModelSpec(
         name=_text(raw, "model"),
         num_layers=_int(raw, "num_layers"),
         hidden_size=hidden,
@@ -301,6 +302,10 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
         **moe,
         **_mla(raw),
     )
+    nemo = nemo_model_fields(raw)
+    if not experts:
+        nemo.pop("moe_capacity_factor", None)
+    return dataclasses.replace(spec, **nemo) if nemo else spec
 
 
 def _distributed_optimizer(raw: dict[str, str]) -> bool:
@@ -389,6 +394,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     }
     fields.update(saver_fields(raw, pp, bool(fields.get("use_megatron_fsdp"))))
     fields.update(gpt_oss_saver_fields(raw))
+    fields.update(nemo_plan_fields(raw, model, fields))
     if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
         fields["overlap_grad_reduce"] = False
     elif _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
@@ -428,6 +434,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     fields.update(fp8_weight_fields(raw))
     fields.update(grad_sync_fields(raw))
     fields.update(optimizer_precision_fields(raw))
+    fields.update(nemo_option_fields(raw, plan is not None and plan.tp_comm_overlap))
     return dataclasses.replace(options, **fields) if fields else options
 
 
