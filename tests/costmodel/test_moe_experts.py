@@ -55,11 +55,19 @@ def test_grouped_linear_launches_repeat_per_expert_and_the_fused_mlp_does_not():
 def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
     rows, h, w = 65536.0, 2048, 768.0
     forward, backward = expert_fp8_quantize_s(
-        B200, rows=rows, hidden=h, width=w, gated=True, elem=2, local_experts=16, fused=False
+        B200,
+        rows=rows,
+        hidden=h,
+        width=w,
+        gated=True,
+        elem=2,
+        local_experts=16,
+        fused=False,
+        recipe="delayed",
     )
 
     def split(elements: float) -> float:
-        return 16 * ops.fp8_quantize_time_s(B200, elements / 16, 2)
+        return 16 * ops.fp8_quantize_time_s(B200, elements / 16, 2, recipe="delayed")
 
     assert forward == pytest.approx(split(rows * h) + split(rows * w))
     assert backward == pytest.approx(split(rows * h) + split(rows * 2 * w))
@@ -68,9 +76,17 @@ def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
 def test_fused_mlp_quantizes_only_fc1_input_and_fc2_output_gradient():
     rows, h = 65536.0, 2048
     forward, backward = expert_fp8_quantize_s(
-        B200, rows=rows, hidden=h, width=768.0, gated=True, elem=2, local_experts=16, fused=True
+        B200,
+        rows=rows,
+        hidden=h,
+        width=768.0,
+        gated=True,
+        elem=2,
+        local_experts=16,
+        fused=True,
+        recipe="delayed",
     )
-    one = ops.fp8_quantize_time_s(B200, rows * h, 2)
+    one = ops.fp8_quantize_time_s(B200, rows * h, 2, recipe="delayed")
     assert forward == pytest.approx(one)
     assert backward == pytest.approx(one)
 
@@ -87,11 +103,11 @@ def test_fp8_routed_experts_carry_the_quantization_and_fused_mlp_drops_the_activ
     width = float(QWEN.expert_ffn_hidden_size)
     quant_f, quant_b = expert_fp8_quantize_s(
         B200, rows=rows, hidden=QWEN.hidden_size, width=width, gated=True, elem=2,
-        local_experts=16, fused=False,
+        local_experts=16, fused=False, recipe="delayed",
     )  # fmt: skip
     fused_f, fused_b = expert_fp8_quantize_s(
         B200, rows=rows, hidden=QWEN.hidden_size, width=width, gated=True, elem=2,
-        local_experts=16, fused=True,
+        local_experts=16, fused=True, recipe="delayed",
     )  # fmt: skip
     act_f = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="forward")
     act_b = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="backward")
