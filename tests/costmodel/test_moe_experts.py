@@ -26,6 +26,7 @@ from costmodel.runtimes.megatron.moe_experts import (
     forward_host_floor_s,
 )
 from costmodel.topology import strided_group_placement
+from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -71,6 +72,19 @@ def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
 
     assert forward == pytest.approx(split(rows * h) + split(rows * w))
     assert backward == pytest.approx(split(rows * h) + split(rows * 2 * w))
+
+
+def test_current_scaling_reads_each_expert_operand_once_more():
+    # Float8CurrentScalingQuantizer::quantize per expert slice: the amax kernel reads the
+    # bf16 slice (2 bytes per element) before the cast; no TP amax reduction for experts.
+    rows, h, w = 65536.0, 2048, 768.0
+    shape = dict(rows=rows, hidden=h, width=w, gated=True, elem=2, local_experts=16, fused=False)
+    delayed = expert_fp8_quantize_s(B200, **shape, recipe="delayed")
+    current = expert_fp8_quantize_s(B200, **shape, recipe="tensorwise")
+    bw = memory_bandwidth_Bps(B200)
+    assert current[0] - delayed[0] == pytest.approx(2 * rows * (h + w) / bw)
+    assert current[1] - delayed[1] == pytest.approx(2 * rows * (h + 2 * w) / bw)
+    assert expert_fp8_quantize_s(B200, **shape, recipe="mxfp8") == delayed
 
 
 def test_fused_mlp_quantizes_only_fc1_input_and_fc2_output_gradient():

@@ -88,8 +88,10 @@ def expert_fp8_quantize_s(
     launches are not added to `UNFUSED_EXPERT_FP8_LAUNCHES`: they are C++ calls inside one
     quantization, not the Python-level launches `ExecutionOptions.moe_host_launch_s`
     prices. Fused grouped MLP: only FC1's input (forward) and FC2's output gradient
-    (backward), one quantization each; the other two are written by GEMM epilogues (module
-    docstring)."""
+    (backward), one quantization each (under current scaling one grouped amax pass first:
+    ``compute_grouped_fp8_current_scaling_amax_and_scale`` in TE
+    `pytorch/csrc/extensions/cast.cpp`); the other two are written by GEMM epilogues
+    (module docstring)."""
 
     def quantize(elements: float) -> float:
         return ops.fp8_quantize_time_s(profile, elements, elem, recipe=recipe)
