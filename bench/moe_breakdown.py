@@ -87,6 +87,7 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
             elem=elem,
             local_experts=e,
             fused=options.moe_fused_grouped_mlp,
+            recipe=options.fp8_recipe,
         )
     copies = ops.memory_bound_time_s(
         profile,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe
 from costmodel.optimizer_state import AdamStateBytes, adam_step_state_bytes
 from profiles.lookup import (
     attention_tflops,
@@ -321,25 +322,85 @@ def bias_time_s(
 
 
 def fp8_quantize_time_s(
-    profile: HardwareProfile, elements: float, elem: int, *, norm_fused: bool = False
+    profile: HardwareProfile,
+    elements: float,
+    elem: int,
+    *,
+    recipe: Fp8Recipe,
+    norm_fused: bool = False,
 ) -> float:
     """Quantizing one bf16 GEMM operand of ``elements`` elements to FP8 for a Transformer
-    Engine linear layer: the row-wise copy the GEMM reads and the column-wise (transposed)
-    copy the other GEMM of the pair reads (wgrad for inputs, dgrad for output gradients),
-    one byte each: read e, write 2 per element (TE ``cast_transpose``; MXFP8 computes its
-    32-element block scales in the same pass).
+    Engine linear layer under the FP8 ``recipe``: the cast (`fp8_cast_bytes_per_element`)
+    plus, for per-tensor current scaling, the amax pass before it (`fp8_amax_time_s`).
 
-    ``norm_fused``: the input of a ``LayerNormLinear`` comes quantized out of the norm
-    kernel (TE `module/layernorm_linear.py`, ``with_quantized_norm``), which writes one byte
-    per element instead of e, and a transpose adds the column-wise copy (read 1, write 1):
-    net 3 - e bytes per element (+1 for e = 2).
+    The cast writes the row-wise copy the GEMM reads and the column-wise (transposed) copy
+    the other GEMM of the pair reads (wgrad for inputs, dgrad for output gradients), one
+    byte each (TE ``cast_transpose``). Delayed scaling takes its scale from the amax
+    history and records the new amax inside the cast (one kernel); MXFP8 computes its
+    32-element block scales inside the cast (``MXFP8Quantizer::quantize``, one
+    ``nvte_quantize_v2``; TE ``common/cast/mxfp8/quantize_mxfp8.cuh``), no extra pass.
 
-    One cost for every recipe: per-tensor current scaling adds an amax scan of the bf16
-    tensor before the cast (TE ``common/recipe/current_scaling.cu``), MXFP8 runs
-    block-scaled GEMMs; neither is counted.
+    ``norm_fused``: the operand is the output of the norm of a ``LayerNormLinear`` (TE
+    `module/layernorm_linear.py`, ``with_quantized_norm``), priced beyond the bf16 norm.
     """
-    per_element = max(0, 3 - elem) if norm_fused else elem + 2
-    return memory_bound_time_s(profile, per_element * elements)
+    if elements < 0:
+        raise SpecError(f"fp8_quantize_time_s: elements must be >= 0, got {elements}")
+    per_element = fp8_cast_bytes_per_element(elem, recipe=recipe, norm_fused=norm_fused)
+    cast = memory_bound_time_s(profile, per_element * elements)
+    return cast + fp8_amax_time_s(profile, elements, elem, recipe=recipe, norm_fused=norm_fused)
+
+
+def fp8_cast_bytes_per_element(elem: int, *, recipe: Fp8Recipe, norm_fused: bool) -> int:
+    """Bytes per element the FP8 cast of one GEMM operand moves, beyond what the bf16 run
+    moves (``elem`` = e, the activation element size).
+
+    Plain operand, every recipe: read e, write the two FP8 copies, e + 2.
+
+    Norm output (``norm_fused``): with delayed scaling the norm kernel writes the FP8 copy
+    itself, one byte per element instead of e, and a transpose adds the column-wise copy
+    (read 1, write 1): net 3 - e. MXFP8 is priced the same, which holds with
+    ``NVTE_NORM_FWD_USE_CUDNN=1`` (cuDNN's fused MXFP8 norm; Megatron-Bridge's DeepSeek-V3
+    GB200 and B300 recipes set it); TE's default runs the MXFP8 norm unfused, a bf16 norm
+    then the cast (e + 2), which is not priced. Current scaling (``tensorwise``) cannot
+    write FP8 out of the norm, its scale waits for the whole tensor's amax: the norm writes
+    bf16 and its amax (TE >= 2.7
+    ``Impl::FUSED_NORM_AMAX_FP8``), then a separate cast reads it, e + 2 (TE
+    `pytorch/csrc/extensions/normalization.cpp` ``layernorm_fwd`` / ``rmsnorm_fwd``,
+    ``Float8CurrentScalingQuantizer::quantize_with_amax``).
+    """
+    if recipe not in FP8_RECIPES:
+        raise SpecError(
+            f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}; "
+            "delayed is Megatron-core's default"
+        )
+    if norm_fused and recipe != "tensorwise":
+        return max(0, 3 - elem)
+    return elem + 2
+
+
+def fp8_amax_time_s(
+    profile: HardwareProfile, elements: float, elem: int, *, recipe: Fp8Recipe, norm_fused: bool
+) -> float:
+    """Seconds of the amax and scale kernels that per-tensor current scaling
+    (``tensorwise``) runs before the cast of an operand of ``elements`` elements; 0 for the
+    other recipes (delayed and MXFP8 scales come with the cast: `fp8_quantize_time_s`).
+
+    ``Float8CurrentScalingQuantizer::quantize`` (TE `pytorch/csrc/quantizer.cpp`) launches
+    ``nvte_compute_amax`` (TE `common/recipe/current_scaling.cu`: ``zero_amax_kernel``, then
+    ``amax_kernel`` reading the bf16 tensor, e per element), then
+    ``nvte_compute_scale_from_amax`` (one single-thread kernel), then the cast: three
+    kernels and e bytes per element before the cast. A norm output gets its amax from the
+    norm kernel (`fp8_cast_bytes_per_element`): the zero-filled amax buffer
+    (``create_unquantized_tensor_with_amax``) and the scale kernel remain, no read. The
+    single-element kernels move no bytes that count; each costs the profile's launch
+    overhead (0 on GPU profiles).
+    """
+    if recipe != "tensorwise":
+        return 0.0
+    bookkeeping = memory_bound_time_s(profile, 0.0, num_ops=2)
+    if norm_fused:
+        return bookkeeping
+    return memory_bound_time_s(profile, elem * elements) + bookkeeping
 
 
 def grad_buffer_passes_time_s(

@@ -216,16 +216,16 @@ class ExecutionOptions:
     Transformer Engine's FP8 recipes (`framework_profile`). The profile's fp8 curve is the
     bare cuBLASLt rate on square shapes (MAMF); a training step's FP8 linear layers also
     cast and transpose their inputs and output gradients (priced apart, as memory-bound
-    kernels: `costmodel.compute.fp8_quantize_time_s`), reduce amax and update scales
-    (Transformer Engine ``fp8_autocast`` recipes), which NVIDIA's own guide puts at an
-    end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
-    ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
-    about 1.8x. None (the default) takes the value fitted on published FP8 runs for the
-    profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
+    kernels, with current scaling's amax pass and TP amax all-reduce:
+    `costmodel.compute.fp8_quantize_time_s`, `costmodel.runtimes.megatron.fp8_scaling`),
+    reduce amax and update scales (delayed scaling's ``fp8_autocast`` exit), which
+    NVIDIA's own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16
+    (Megatron-Bridge ``docs/performance-guide.md``, "Low Precision Training") where the bare
+    rates differ by about 1.8x. None (the default) takes the value fitted on published FP8
+    runs for the profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
     `FP8_GEMM_RATE_FACTORS`, else `FP8_GEMM_RATE_FACTOR`); a number overrides it for every
-    generation; 1 keeps the bare
-    rate. It also absorbs what the
-    bf16 parts of small dense models miss, so it is a fitted figure, not a kernel rate."""
+    generation; 1 keeps the bare rate. It also absorbs what the bf16 parts of small dense
+    models miss, so it is a fitted figure, not a kernel rate."""
 
     moe_host_launch_s: float = MOE_HOST_LAUNCH_S
     """Host seconds per kernel launch of a Megatron-core MoE layer run eagerly (Python,
@@ -383,7 +383,9 @@ class ExecutionOptions:
     ``TransformerConfig.fp8_recipe``, default ``delayed``): ``delayed`` and ``tensorwise``
     (current) keep one scale per tensor, ``mxfp8`` one per 32 elements. Sets the bytes of
     TE's FP8 copy of each linear weight (`costmodel.memory_allowances.Fp8WeightStorage`; memory and
-    the parameter all-gather)."""
+    the parameter all-gather) and the quantization of the GEMM operands: current scaling's
+    amax pass (`costmodel.compute.fp8_quantize_time_s`) and, with sequence parallelism,
+    its TP amax all-reduce (`costmodel.runtimes.megatron.fp8_scaling`)."""
 
     fp8_param: bool = False
     """Megatron-core ``--fp8-param-gather`` (``TransformerConfig.fp8_param``, Megatron-Bridge

@@ -259,9 +259,54 @@ def test_fp8_quantize_writes_both_copies():
     # cast_transpose: read the bf16 operand (2 bytes), write the row-wise and the
     # column-wise fp8 copies (1 + 1); the norm-fused input adds only the transpose's net byte.
     elements, bw = 4096 * 8192, memory_bandwidth_Bps(H100)
-    assert ops.fp8_quantize_time_s(H100, elements, 2) == pytest.approx(4 * elements / bw)
-    fused = ops.fp8_quantize_time_s(H100, elements, 2, norm_fused=True)
+    assert ops.fp8_quantize_time_s(H100, elements, 2, recipe="delayed") == pytest.approx(
+        4 * elements / bw
+    )
+    fused = ops.fp8_quantize_time_s(H100, elements, 2, recipe="delayed", norm_fused=True)
     assert fused == pytest.approx(elements / bw)
+
+
+def test_current_scaling_quantize_adds_the_amax_read():
+    # TE current_scaling.cu: amax_kernel reads the bf16 operand once (e bytes per element)
+    # before the cast; delayed and MXFP8 scales come with the cast, no extra pass.
+    elements, bw = 4096 * 8192, memory_bandwidth_Bps(H100)
+    delayed = ops.fp8_quantize_time_s(H100, elements, 2, recipe="delayed")
+    tensorwise = ops.fp8_quantize_time_s(H100, elements, 2, recipe="tensorwise")
+    mxfp8 = ops.fp8_quantize_time_s(H100, elements, 2, recipe="mxfp8")
+    assert tensorwise - delayed == pytest.approx(2 * elements / bw)
+    assert mxfp8 == delayed == pytest.approx(4 * elements / bw)
+
+
+def test_current_scaling_norm_output_is_cast_apart_from_the_norm():
+    # The norm writes bf16 and its amax (FUSED_NORM_AMAX_FP8), a cast then reads e and
+    # writes both copies (e + 2 = 4 bytes) where delayed scaling's norm writes fp8 (3 - e).
+    elements, bw = 4096 * 8192, memory_bandwidth_Bps(H100)
+    fused = {
+        recipe: ops.fp8_quantize_time_s(H100, elements, 2, recipe=recipe, norm_fused=True)
+        for recipe in ("delayed", "tensorwise", "mxfp8")
+    }
+    assert fused["tensorwise"] == pytest.approx(4 * elements / bw)
+    assert fused["tensorwise"] - fused["delayed"] == pytest.approx(3 * elements / bw)
+    assert fused["mxfp8"] == fused["delayed"]
+
+
+def test_current_scaling_launches_the_amax_and_scale_kernels():
+    # zero_amax_kernel + amax_kernel + compute_scale_from_amax_kernel before the cast; the
+    # norm-fused path keeps the amax zero-fill and the scale kernel.
+    launch = 1e-5
+    cpu = dataclasses.replace(H100, compute=dataclasses.replace(H100.compute, op_overhead_s=launch))
+    elements = 1024.0
+    plain = ops.fp8_amax_time_s(cpu, elements, 2, recipe="tensorwise", norm_fused=False)
+    read = ops.memory_bound_time_s(cpu, 2 * elements)
+    assert plain == pytest.approx(read + 2 * launch)
+    norm = ops.fp8_amax_time_s(cpu, elements, 2, recipe="tensorwise", norm_fused=True)
+    assert norm == pytest.approx(2 * launch)
+    assert ops.fp8_amax_time_s(cpu, elements, 2, recipe="delayed", norm_fused=False) == 0.0
+
+
+def test_fp8_quantize_refuses_an_unknown_recipe():
+    with pytest.raises(SpecError, match="fp8 recipe must be one of"):
+        ops.fp8_quantize_time_s(H100, 1024.0, 2, recipe="blockwise")  # type: ignore[arg-type]
 
 
 def test_grad_buffer_passes_divide_and_check_the_fp32_buffer():

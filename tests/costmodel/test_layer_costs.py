@@ -27,6 +27,7 @@ from costmodel.runtimes.megatron.userbuffers import (
     userbuffers_step_time_s,
 )
 from costmodel.topology import strided_group_placement
+from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.job import TrainingJob
 from specs.params import padded_vocab_size
@@ -207,12 +208,15 @@ def test_fp8_pair_quantizes_every_linear_operand():
     fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
     t, h, tp = 4096, LLAMA.hidden_size, 8
     column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
-    fwd, bwd = fp8_pair_quantize_s(H100, fp8_job, plan, h, column_out, row_in)
+    fwd, bwd = fp8_pair_quantize_s(H100, fp8_job, plan, h, column_out, row_in, recipe="delayed")
     want_fwd = memory_bound_time_s(H100, t / tp * h) + memory_bound_time_s(H100, 4 * t * row_in)
     want_bwd = memory_bound_time_s(H100, 4 * t * column_out)
     want_bwd += memory_bound_time_s(H100, 4 * t / tp * h)
     assert (fwd, bwd) == pytest.approx((want_fwd, want_bwd))
-    assert fp8_pair_quantize_s(H100, JOB, plan, h, column_out, row_in) == (0.0, 0.0)
+    assert fp8_pair_quantize_s(H100, JOB, plan, h, column_out, row_in, recipe="delayed") == (
+        0.0,
+        0.0,
+    )
 
 
 def test_fp8_layer_carries_the_quantization_of_both_linear_pairs():
@@ -236,12 +240,39 @@ def test_fp8_layer_carries_the_quantization_of_both_linear_pairs():
     q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
     kv = LLAMA.query_groups // tp * LLAMA.head_dim
     ffn = LLAMA.ffn_hidden_size / tp
-    att = fp8_pair_quantize_s(same_rate, fp8_job, plan, h, q + 2 * kv, q)
-    mlp = fp8_pair_quantize_s(same_rate, fp8_job, plan, h, 2 * ffn, ffn)
+    att = fp8_pair_quantize_s(same_rate, fp8_job, plan, h, q + 2 * kv, q, recipe="delayed")
+    mlp = fp8_pair_quantize_s(same_rate, fp8_job, plan, h, 2 * ffn, ffn, recipe="delayed")
     extra_fwd = fp8.forward.compute_s - bf16.forward.compute_s
     extra_bwd = fp8.backward.compute_s - bf16.backward.compute_s
     assert extra_fwd == pytest.approx(att[0] + mlp[0], rel=1e-9)
     assert extra_bwd == pytest.approx(att[1] + mlp[1], rel=1e-9)
+
+
+def test_current_scaling_layer_adds_the_amax_bytes_and_tp_reductions():
+    # Over delayed scaling, per linear pair: forward the norm output's separate cast
+    # (2e - 1 = 3 bytes per T/tp x h element) and the amax read of the row-parallel input
+    # (e = 2 bytes per T x width element); backward the amax read of both output gradients
+    # (2 bytes per element); and one 4-byte TP all-reduce of the amax each way (SP).
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+    tensorwise = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    delayed = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False)
+    current = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=tensorwise)
+    t, h, tp = 4096, LLAMA.hidden_size, 8
+    q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
+    kv = LLAMA.query_groups // tp * LLAMA.head_dim
+    ffn = LLAMA.ffn_hidden_size / tp
+    fwd_bytes = 2 * 3 * t / tp * h + 2 * t * (q + ffn)
+    bwd_bytes = 2 * t * (q + 2 * kv + 2 * ffn) + 2 * 2 * t / tp * h
+    bw = memory_bandwidth_Bps(H100)
+    assert current.forward.compute_s - delayed.forward.compute_s == pytest.approx(fwd_bytes / bw)
+    assert current.backward.compute_s - delayed.backward.compute_s == pytest.approx(bwd_bytes / bw)
+    amax = collective_time_s(H100, "all_reduce", 4, group(8))
+    assert amax > 0
+    assert current.forward.tp_s - delayed.forward.tp_s == pytest.approx(2 * amax)
+    assert current.backward.tp_exposed_s - delayed.backward.tp_exposed_s == pytest.approx(2 * amax)
+    mxfp8 = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
+    assert layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=mxfp8) == delayed
 
 
 def test_cp_ring_steps_run_half_chunk_kernels():

@@ -26,6 +26,7 @@ from costmodel.runtimes.megatron.moe_experts import (
     forward_host_floor_s,
 )
 from costmodel.topology import strided_group_placement
+from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -55,22 +56,51 @@ def test_grouped_linear_launches_repeat_per_expert_and_the_fused_mlp_does_not():
 def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
     rows, h, w = 65536.0, 2048, 768.0
     forward, backward = expert_fp8_quantize_s(
-        B200, rows=rows, hidden=h, width=w, gated=True, elem=2, local_experts=16, fused=False
+        B200,
+        rows=rows,
+        hidden=h,
+        width=w,
+        gated=True,
+        elem=2,
+        local_experts=16,
+        fused=False,
+        recipe="delayed",
     )
 
     def split(elements: float) -> float:
-        return 16 * ops.fp8_quantize_time_s(B200, elements / 16, 2)
+        return 16 * ops.fp8_quantize_time_s(B200, elements / 16, 2, recipe="delayed")
 
     assert forward == pytest.approx(split(rows * h) + split(rows * w))
     assert backward == pytest.approx(split(rows * h) + split(rows * 2 * w))
 
 
+def test_current_scaling_reads_each_expert_operand_once_more():
+    # Float8CurrentScalingQuantizer::quantize per expert slice: the amax kernel reads the
+    # bf16 slice (2 bytes per element) before the cast; no TP amax reduction for experts.
+    rows, h, w = 65536.0, 2048, 768.0
+    shape = dict(rows=rows, hidden=h, width=w, gated=True, elem=2, local_experts=16, fused=False)
+    delayed = expert_fp8_quantize_s(B200, **shape, recipe="delayed")
+    current = expert_fp8_quantize_s(B200, **shape, recipe="tensorwise")
+    bw = memory_bandwidth_Bps(B200)
+    assert current[0] - delayed[0] == pytest.approx(2 * rows * (h + w) / bw)
+    assert current[1] - delayed[1] == pytest.approx(2 * rows * (h + 2 * w) / bw)
+    assert expert_fp8_quantize_s(B200, **shape, recipe="mxfp8") == delayed
+
+
 def test_fused_mlp_quantizes_only_fc1_input_and_fc2_output_gradient():
     rows, h = 65536.0, 2048
     forward, backward = expert_fp8_quantize_s(
-        B200, rows=rows, hidden=h, width=768.0, gated=True, elem=2, local_experts=16, fused=True
+        B200,
+        rows=rows,
+        hidden=h,
+        width=768.0,
+        gated=True,
+        elem=2,
+        local_experts=16,
+        fused=True,
+        recipe="delayed",
     )
-    one = ops.fp8_quantize_time_s(B200, rows * h, 2)
+    one = ops.fp8_quantize_time_s(B200, rows * h, 2, recipe="delayed")
     assert forward == pytest.approx(one)
     assert backward == pytest.approx(one)
 
@@ -87,11 +117,11 @@ def test_fp8_routed_experts_carry_the_quantization_and_fused_mlp_drops_the_activ
     width = float(QWEN.expert_ffn_hidden_size)
     quant_f, quant_b = expert_fp8_quantize_s(
         B200, rows=rows, hidden=QWEN.hidden_size, width=width, gated=True, elem=2,
-        local_experts=16, fused=False,
+        local_experts=16, fused=False, recipe="delayed",
     )  # fmt: skip
     fused_f, fused_b = expert_fp8_quantize_s(
         B200, rows=rows, hidden=QWEN.hidden_size, width=width, gated=True, elem=2,
-        local_experts=16, fused=True,
+        local_experts=16, fused=True, recipe="delayed",
     )  # fmt: skip
     act_f = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="forward")
     act_b = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="backward")

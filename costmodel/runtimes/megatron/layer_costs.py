@@ -57,7 +57,9 @@ from costmodel.flops import (
     attention_projection_forward_flops_per_token,
     core_attention_forward_flops_per_token,
 )
+from costmodel.memory_allowances import Fp8Recipe
 from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.runtimes.megatron.fp8_scaling import amax_reduction_pair
 from costmodel.runtimes.megatron.moe_costs import (
     WHOLE_MOE_SCOPES,
     a2a_overlap_applies,
@@ -277,10 +279,12 @@ def _attention(
         ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     qkv_width = width if model.uses_mla else q + 2 * kv
     row_in = 0.0 if model.uses_mla else q
-    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in)
+    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in, options.fp8_recipe)
     ew_fwd += fp8_f
     ew_bwd += fp8_b
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options)
+    amax_f, amax_b = _fp8_amax_pair(profile, x, groups, options.fp8_recipe, row_in)
+    tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd
@@ -310,34 +314,58 @@ def fp8_pair_quantize_s(
     h: int,
     column_out: float,
     row_in: float,
+    *,
+    recipe: Fp8Recipe,
 ) -> tuple[float, float]:
     """FP8 quantization of one column-parallel / row-parallel linear pair (QKV and output
-    projection, or FC1 and FC2) under Transformer Engine (forward, backward), in seconds;
-    0 unless the job runs fp8 GEMMs.
+    projection, or FC1 and FC2) under Transformer Engine's ``recipe`` (forward, backward),
+    in seconds; 0 unless the job runs fp8 GEMMs.
 
     Forward quantizes the column-parallel input as the norm kernel writes it
     (``LayerNormLinear``; with sequence parallelism on T/tp tokens, before the fp8
     all-gather) and the row-parallel input (T x ``row_in`` per rank). Backward quantizes
     both output gradients: the column-parallel one (T x ``column_out``) and the row-parallel
-    one (T/tp x h with sequence parallelism); bytes per element in
-    `costmodel.compute.fp8_quantize_time_s`. ``column_out`` and ``row_in`` are per-rank
-    widths. The fp8 weight copies are made once per
-    iteration and the amax bookkeeping is per tensor, not per token: neither is counted."""
-    return _fp8_pair_s(profile, _shape(job, plan), h, column_out, row_in)
+    one (T/tp x h with sequence parallelism); bytes per element and the current-scaling
+    amax pass in `costmodel.compute.fp8_quantize_time_s`, the current-scaling amax
+    all-reduce in `costmodel.runtimes.megatron.fp8_scaling`. ``column_out`` and ``row_in``
+    are per-rank widths. The fp8 weight copies (and their amax) are made on the first
+    microbatch of an iteration (TE ``is_first_microbatch``, the cached weight workspace)
+    or after the optimizer step (``fp8_param``): not counted."""
+    return _fp8_pair_s(profile, _shape(job, plan), h, column_out, row_in, recipe)
 
 
 def _fp8_pair_s(
-    profile: HardwareProfile, x: _Shape, h: int, column_out: float, row_in: float
+    profile: HardwareProfile,
+    x: _Shape,
+    h: int,
+    column_out: float,
+    row_in: float,
+    recipe: Fp8Recipe,
 ) -> tuple[float, float]:
     if x.dtype != "fp8":
         return 0.0, 0.0
-    forward = ops.fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem, norm_fused=True)
+
+    def quantize(elements: float, norm_fused: bool = False) -> float:
+        return ops.fp8_quantize_time_s(
+            profile, elements, x.elem, recipe=recipe, norm_fused=norm_fused
+        )
+
+    forward = quantize(x.norm_tokens * h, norm_fused=True)
+    backward = quantize(x.tokens * column_out)
     if row_in > 0:
-        forward += ops.fp8_quantize_time_s(profile, x.tokens * row_in, x.elem)
-    backward = ops.fp8_quantize_time_s(profile, x.tokens * column_out, x.elem)
-    if row_in > 0:
-        backward += ops.fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem)
+        forward += quantize(x.tokens * row_in)
+        backward += quantize(x.norm_tokens * h)
     return forward, backward
+
+
+def _fp8_amax_pair(
+    profile: HardwareProfile, x: _Shape, groups: CommGroups, recipe: Fp8Recipe, row_in: float
+) -> tuple[PassCost, PassCost]:
+    if x.dtype != "fp8":
+        return ZERO, ZERO
+    return amax_reduction_pair(
+        profile, recipe=recipe, sequence_parallel=x.sp, tp_group=groups.tp, row_parallel=row_in > 0
+    )
 
 
 def cp_attention_steps(plan: ParallelPlan, seq: int) -> tuple[tuple[float, int], ...]:
@@ -460,9 +488,12 @@ def _mlp(
         fc1_width = (2 if gated else 1) * width
         act_b += ops.bias_time_s(profile, x.tokens, fc1_width, x.elem, "backward")
         act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
-    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width)
+    recipe = options.fp8_recipe
+    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width, recipe)
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1_shape, fc2_shape, options)
+    amax_f, amax_b = _fp8_amax_pair(profile, x, groups, recipe, width)
+    tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
     forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
     return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad

@@ -365,6 +365,7 @@ def routed_experts(
             elem=elem,
             local_experts=shape.local_experts,
             fused=fused,
+            recipe=options.fp8_recipe,
         )
         act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(

@@ -32,6 +32,7 @@ copies (`costmodel.compute.fp8_quantize_time_s`).
 from __future__ import annotations
 
 from costmodel import compute as ops
+from costmodel.memory_allowances import Fp8Recipe
 from profiles.schema import HardwareProfile
 
 UNFUSED_EXPERT_LAUNCHES = {"forward": 2, "backward": 4}
@@ -73,24 +74,36 @@ def expert_fp8_quantize_s(
     elem: int,
     local_experts: int,
     fused: bool,
+    recipe: Fp8Recipe,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing the expert GEMM operands of one pass over
-    ``rows`` routed rows (all local experts together) of an FP8 run.
+    ``rows`` routed rows (all local experts together) of an FP8 run under ``recipe``.
 
     ``GroupedLinear``: forward FC1's input (rows x hidden) and FC2's input (rows x width),
     backward FC2's output gradient (rows x hidden) and FC1's (rows x 2·width gated, else
-    width), each split into one kernel per expert, so each kernel moves 1/local_experts of
-    the bytes. Fused grouped MLP: only FC1's input (forward) and FC2's output gradient
-    (backward), one kernel each; the other two are written by GEMM epilogues (module
-    docstring)."""
+    width), each split into one quantization per expert, so each moves 1/local_experts of
+    the bytes; per-tensor current scaling adds each expert slice's own amax and scale
+    kernels (``multi_tensor_quantize_impl`` calls ``Float8CurrentScalingQuantizer::
+    quantize`` per slice; no TP amax reduction in ``grouped_linear.py``). Their host
+    launches are not added to `UNFUSED_EXPERT_FP8_LAUNCHES`: they are C++ calls inside one
+    quantization, not the Python-level launches `ExecutionOptions.moe_host_launch_s`
+    prices. Fused grouped MLP: only FC1's input (forward) and FC2's output gradient
+    (backward), one quantization each (under current scaling one grouped amax pass first:
+    ``compute_grouped_fp8_current_scaling_amax_and_scale`` in TE
+    `pytorch/csrc/extensions/cast.cpp`); the other two are written by GEMM epilogues
+    (module docstring)."""
+
+    def quantize(elements: float) -> float:
+        return ops.fp8_quantize_time_s(profile, elements, elem, recipe=recipe)
+
     if fused:
-        one = ops.fp8_quantize_time_s(profile, rows * hidden, elem)
+        one = quantize(rows * hidden)
         return one, one
     fc1_out = (2 if gated else 1) * width
     kernels = max(local_experts, 1)
 
     def split(elements: float) -> float:
-        return kernels * ops.fp8_quantize_time_s(profile, elements / kernels, elem)
+        return kernels * quantize(elements / kernels)
 
     forward = split(rows * hidden) + split(rows * width)
     backward = split(rows * hidden) + split(rows * fc1_out)
