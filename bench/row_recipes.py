@@ -98,6 +98,27 @@ def recipe_layout(num_layers: int, stages: int, mtp_layers: int) -> str:
     return "E" + "t" * per + "|" + middle + "t" * last + "m" * mtp_layers + "L"
 
 
+THIRTY_TWO_STAGE_LAYOUT = "Et|(tt|)*30{mtp}L"
+"""Megatron-Bridge's layout of the 61-layer DeepSeek-V3 and Kimi-K2 over 32 virtual stages,
+where `recipe_layout`'s shape leaves the last stage no layer: the embedding and one layer
+first, two layers on each of the 30 middle stages, the MTP layers (``{mtp}``) and the loss
+alone last. DeepSeek-V3 H100 pp 8 vpp 4: ``"Et|(tt|)*30mL"`` (tag v0.1.0rc4
+``scripts/performance/run_script.py``; v0.3.0 to v0.5.0 ``scripts/performance/configs/
+deepseek/deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_H100_*``
+``pp_layout``; HEAD ``src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py``);
+Kimi-K2 H100 pp 16 vpp 2: ``"Et|(tt|)*30L"`` (v0.4.0, v0.5.0 ``configs/kimi/
+kimi_workload_base_configs.py`` ``KIMI_K2_PRETRAIN_CONFIG_H100``; HEAD
+``perf_recipes/kimi/h100/kimi_k2.py``)."""
+
+
+def layout_for(num_layers: int, stages: int, mtp_layers: int) -> str:
+    """The recipes' layout over ``stages`` virtual stages: `THIRTY_TWO_STAGE_LAYOUT` for 61
+    layers over 32 stages, `recipe_layout`'s shape otherwise."""
+    if (num_layers, stages) == (61, 32):
+        return THIRTY_TWO_STAGE_LAYOUT.format(mtp="m" * mtp_layers)
+    return recipe_layout(num_layers, stages, mtp_layers)
+
+
 def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) -> dict[str, object]:
     """The `ParallelPlan` pipeline-split fields the row's recipe sets (module docstring);
     empty for pp = 1 and for rows whose recipe splits evenly."""
@@ -109,7 +130,7 @@ def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) ->
             "account_for_loss_in_pipeline_split": True,
         }
     if _matches(raw, LAYOUT_MODELS):
-        layout = recipe_layout(model.num_layers, pp * vpp, model.mtp_num_layers)
+        layout = layout_for(model.num_layers, pp * vpp, model.mtp_num_layers)
         return {"pipeline_model_parallel_layout": layout}
     return {}
 
