@@ -190,14 +190,14 @@ def recipe_report(recipe: H100Recipe, release: str, base: dict[str, str]) -> dic
 
 def qwen3_30b_ratio(entries: list[dict[str, object]]) -> list[dict[str, object]]:
     """Predicted iteration-time ratio of the EP 16 Qwen3 30B-A3B recipe (HEAD) over the
-    PP 2 VPP 12 EP 8 one (25.11 and 26.02 configs), per precision both recipes exist for,
-    with each pricing (row path, full settings); both run global batch 1024 only at 26.02,
-    so the 25.11 pair is scaled to the same tokens."""
+    PP 2 VPP 12 EP 8 one (25.09, 25.11 and 26.02 configs), per precision both recipes exist
+    for, with each pricing (row path, full settings), per token: 25.09 and 25.11 run global
+    batch 512, the others 1024."""
     by_key = {(e["key"], e["release"]): e for e in entries if "row" in e}
     ratios = []
     for precision in ("bf16", "fp8cs"):
         new = by_key.get((f"qwen3-30b-a3b-{precision}-head", "26.08"))
-        for release, tokens in (("25.11", 2.0), ("26.02", 1.0)):
+        for release, tokens in (("25.09", 2.0), ("25.11", 2.0), ("26.02", 1.0)):
             old = by_key.get((f"qwen3-30b-a3b-{precision}-{release}", release))
             if new is None or old is None:
                 continue
@@ -259,8 +259,8 @@ def print_report(report: dict[str, object]) -> None:
     )
     for r in report["qwen3_30b_ratio"]:
         print(
-            f"Qwen3 30B-A3B {r['precision']}: EP16 (26.08) / PP2 VPP12 EP8 ({r['old_release']}) "
-            f"time per token {r['row']:.2f} (row path), {r['recipe']:.2f} (full settings)"
+            f"Qwen3 30B-A3B {r['precision']}: time per token of EP16 (26.08) over PP2 VPP12 EP8 "
+            f"({r['old_release']}): {r['row']:.2f} (row path), {r['recipe']:.2f} (full settings)"
         )
     for n in report["not_expressible"]:
         print(f"not expressible: {n['model']} ({n['configs']}): {n['reason']}")
