@@ -129,7 +129,10 @@ RECIPES: tuple[H100Recipe, ...] = (
         precision="fp8_cs",
         megatron_fsdp=True,
         plan_fields=NONE,
-        unmodelled=("NCCL user buffers (nccl_ub) for the FSDP collectives",),
+        unmodelled=(
+            "NCCL user buffers (nccl_ub) for the FSDP collectives",
+            "keep_fp8_transpose_cache_when_using_custom_fsdp (FP8 transpose caches kept)",
+        ),
         **LLAMA3_8B,
     ),
     H100Recipe(

@@ -12,10 +12,11 @@ is priced again with the recipe's full settings (`full_settings_case`: recompute
 graphs, dispatcher, all-to-all overlap, pipeline layout), and every field where the two
 differ is listed (``differences``): a rule that does not cover the H100 recipe.
 
-Per row: predicted peak GiB, whether it fits the 80 GB H100 SXM, iteration time and MFU,
-for both pricings. No published throughput is read or printed. ``qwen3_30b_ratio`` gives
-the predicted time ratio of the two 16-GPU Qwen3 30B-A3B layouts (EP 16 against PP 2 VPP
-12 EP 8) at the same precision.
+Per row: predicted peak GiB, whether it fits the H100 SXM profile's 80 GiB, iteration
+time, model TFLOP/s per GPU and MFU (against the profile's dense peak of the job's
+precision: FP8 rows against the FP8 peak), for both pricings. No published throughput is
+read or printed. ``qwen3_30b_ratio`` gives the predicted time-per-token ratio of the two
+16-GPU Qwen3 30B-A3B layouts (EP 16 against PP 2 VPP 12 EP 8) at the same precision.
 
 Usage: ``python bench/h100_recipes.py [--json]``
 """
@@ -164,6 +165,7 @@ def price(case: RowCase) -> dict[str, object]:
         "device_gib": profile.device.memory_gib,
         "fits": est.fits,
         "iteration_s": est.iteration_time_s,
+        "model_tflops_per_gpu": est.model_tflops_per_gpu,
         "mfu": est.mfu,
     }
 
