@@ -496,11 +496,15 @@ RECIPES: tuple[H100Recipe, ...] = (
             releases=("26.04", "26.06", "26.08"),
             cites=f"v0.4.0, v0.5.0 {V3}/kimi/kimi_workload_base_configs.py "
             f"KIMI_K2_PRETRAIN_CONFIG_H100_{p.upper()}; HEAD {HEAD}/kimi/h100/kimi_k2.py "
-            f"kimi_k2_pretrain_1024gpu_h100_{p.replace('_', '')}_config",
+            f"kimi_k2_pretrain_1024gpu_h100_{p.replace('_', '')}_config; kimi_llm_pretrain.py "
+            "kimi_k2_pretrain_config_h100: optimizer_type muon, overlap_grad_reduce False",
             precision=p,
             global_batch_size=8192,
-            plan_fields=MLA_MLP | KIMI_LAYOUT,
+            plan_fields=MLA_MLP | KIMI_LAYOUT | NO_GRAD_OVERLAP,
             option_fields={"moe_dispatcher": "alltoall"},
+            unmodelled=(
+                "Muon optimizer (the H100 config's default optimizer_type), priced as Adam",
+            ),
             **KIMI,
         )
         for p in ("bf16", "fp8_cs")

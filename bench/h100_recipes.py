@@ -255,6 +255,8 @@ def print_report(report: dict[str, object]) -> None:
         )
         for diff in e["differences"]:
             print(f"    row path differs: {diff}")
+        for note in e["unmodelled"]:
+            print(f"    not modelled: {note}")
     print(
         f"priced {report['num_priced']}: fit as rows {report['row_path_fits']}, "
         f"with the recipes' full settings {report['recipe_fits']}"

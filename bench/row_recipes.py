@@ -162,13 +162,17 @@ def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) ->
 
 GRAD_REDUCE_NOT_OVERLAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("deepseekv3", "H100", ("25.09", "26.08")),
+    ("kimi_k2", "H100", ("26.04", "26.06", "26.08")),
 )
 """(model prefix, GPU prefix, releases) of the Megatron-Bridge rows whose recipe reduces
 gradients after the backward pass (``overlap_grad_reduce = False``): DeepSeek-V3 on H100 at
 25.09 (tag v0.1.0rc4 ``scripts/performance/run_script.py``:
 ``recipe.comm_overlap.overlap_grad_reduce = False`` for ``h100``) and HEAD
 (``src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py``: ``cfg.ddp.
-overlap_grad_reduce = False``). Megatron-core then gathers parameters unoverlapped too
+overlap_grad_reduce = False``); Kimi-K2 on H100 from 26.04 (v0.4.0, v0.5.0 ``scripts/
+performance/configs/kimi/kimi_llm_pretrain.py`` ``kimi_k2_pretrain_config_h100``:
+``cfg.comm_overlap.overlap_grad_reduce = False``; HEAD ``perf_recipes/kimi/h100/
+kimi_k2.py``). Megatron-core then gathers parameters unoverlapped too
 (``overlap_param_gather`` needs ``overlap_grad_reduce``)."""
 
 
