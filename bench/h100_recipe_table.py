@@ -146,6 +146,22 @@ RECIPES: tuple[H100Recipe, ...] = (
         plan_fields=FULL_5,
         **LLAMA3_8B,
     ),
+    *(
+        H100Recipe(
+            key=f"llama3-8b-{p.replace('_', '')}-64gpu",
+            releases=("26.08",),
+            cites=f"HEAD {HEAD}/llama/h100/llama3.py llama3_8b_pretrain_64gpu_h100_"
+            f"{p.replace('_', '')}_config (the 8-GPU recipe at global batch 1024)",
+            precision=p,
+            model="LLAMA3_8B",
+            num_gpus=64,
+            seq_length=8192,
+            global_batch_size=1024,
+            cp=cp,
+            plan_fields=fields,
+        )
+        for p, cp, fields in (("bf16", 2, NONE), ("fp8_cs", 1, FULL_5))
+    ),
     # ---- Llama 3 70B -----------------------------------------------------------------
     H100Recipe(
         key="llama3-70b-bf16",
@@ -302,6 +318,41 @@ RECIPES: tuple[H100Recipe, ...] = (
         unmodelled=BLOCKWISE,
         **DSV3,
     ),
+    H100Recipe(
+        key="deepseek-v3-fp8sc-large-scale",
+        releases=("26.04", "26.06"),
+        cites="v0.4.0, v0.5.0 DEEPSEEK_V3_PRETRAIN_CONFIG_H100_FP8_SC_LARGE_SCALE (vp 2, no "
+        "layout, global batch 1024)",
+        precision="fp8_sc",
+        vpp=2,
+        global_batch_size=1024,
+        plan_fields=MLA_MLP,
+        option_fields={"moe_dispatcher": "flex", "moe_a2a_overlap": False},
+        unmodelled=BLOCKWISE,
+        **DSV3,
+    ),
+    *(
+        H100Recipe(
+            key=f"deepseek-v3-fp8sc-vp2-{suffix}",
+            releases=("26.08",),
+            cites=f"HEAD {HEAD}/deepseek/h100/deepseek_v3.py {name} (the fp8cs recipe at vp 2 "
+            "with the (8, 2) layout of recipes/deepseek/h100/deepseek_v3.py)",
+            precision="fp8_sc",
+            vpp=2,
+            global_batch_size=gbs,
+            plan_fields=MLA_MLP | NO_GRAD_OVERLAP,
+            unmodelled=(*BLOCKWISE, "token dispatcher: the base recipe's (not read)"),
+            **DSV3,
+        )
+        for suffix, name, gbs in (
+            ("head", "deepseek_v3_pretrain_1024gpu_h100_fp8sc_config", 16384),
+            (
+                "large-scale-head",
+                "deepseek_v3_pretrain_1024gpu_h100_fp8sc_large_scale_config",
+                1024,
+            ),
+        )
+    ),
     *(
         H100Recipe(
             key=f"deepseek-v3-{p.replace('_', '')}-head",
@@ -449,6 +500,16 @@ RECIPES: tuple[H100Recipe, ...] = (
             ),
         )
     ),
+    H100Recipe(
+        key="qwen3-235b-a22b-fp8cs-gbs512",
+        releases=LATER,
+        cites="v0.3.0-v0.5.0 QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_LARGE_SCALE",
+        precision="fp8_cs",
+        global_batch_size=512,
+        plan_fields=NONE,
+        option_fields={"moe_dispatcher": "alltoall", "moe_a2a_overlap": True},
+        **QWEN3_235B,
+    ),
     # ---- GPT-OSS 120B ----------------------------------------------------------------
     *(
         H100Recipe(
@@ -534,6 +595,12 @@ NOT_EXPRESSIBLE: tuple[tuple[str, str, str], ...] = (
         "DeepSeek sparse attention (no preset)",
     ),
     (
+        "DeepSeek-V3 on 64 H100",
+        "HEAD perf_recipes/deepseek/h100/deepseek_v3.py deepseek_v3_pretrain_64gpu_h100_*_config",
+        "tp 2, pp 8 and ep 64 need at least 512 GPUs (64 / (pp 8 x ep 64) < 1 expert data-"
+        "parallel rank); the recipe keeps the 1024-GPU layout under a 64-GPU name",
+    ),
+    (
         "GPT-OSS 120B FP8-MX",
         "v0.4.0 GPT_OSS_120B_PRETRAIN_CONFIG_H100_FP8_MX_*",
         "MXFP8 on H100 (no MXFP8 tensor cores on Hopper; not priced)",
@@ -545,6 +612,7 @@ SKIPPED = (
     "SFT and LoRA (llama3 *_H100_SFT_* / *_LORA_*, perf_recipes llama3_*_sft_* / *_peft_*)",
     "vision-language (qwen_vl: Qwen3-VL, Qwen3.5-VL)",
     "diffusion (wan: WAN_14B_PRETRAIN_CONFIG_H100_BF16_V1, perf_recipes/wan/h100)",
-    "DeepSeek-V3 *_LARGE_SCALE and HEAD 64-GPU configs (global batch variants of the above)",
+    "DeepSeek-V3 FP8-SC large-scale config of v0.3.0 (the vp 4 layout at global batch 1024: "
+    "the FP8-CS V1 layout priced above)",
 )
 """Recipes left out by the brief's scope: pretraining only."""
