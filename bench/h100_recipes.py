@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 
@@ -154,8 +155,10 @@ def _show(value: object) -> str:
     return str(value)
 
 
+@functools.cache
 def price(case: RowCase) -> dict[str, object]:
-    """Peak GiB, fits, iteration seconds and MFU of ``case``."""
+    """Peak GiB, fits, iteration seconds, model TFLOP/s per GPU and MFU of ``case`` (each
+    distinct case priced once: releases that ship one configuration give equal cases)."""
     profile = load_profile(case.profile)
     est = estimate_plan(
         case.model, case.cluster, case.job, case.plan, profile, options=case.options
@@ -185,7 +188,7 @@ def recipe_report(recipe: H100Recipe, release: str, base: dict[str, str]) -> dic
     except (NotExpressible, SpecError) as err:
         return entry | {"row_path_error": str(err).splitlines()[0]}
     full = full_settings_case(case, recipe)
-    entry |= {"plan": case.plan.label(), "row": price(case), "recipe": price(full)}
+    entry |= {"plan": case.plan.label(), "row": dict(price(case)), "recipe": dict(price(full))}
     entry |= {"differences": differences(case, recipe), "unmodelled": list(recipe.unmodelled)}
     return entry
 
