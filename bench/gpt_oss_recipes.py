@@ -8,8 +8,8 @@ Sources (NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/configs/gpt_oss/``:
 with ``gpt_oss_llm_pretrain.py`` beside them; the printed rows run the ``*_V2`` configs,
 global batch 1280, except 25.11):
 - every GPU and release: ``GB300`` and ``B300`` capture ``attn``, ``moe_router`` and
-  ``moe_preprocess`` with ``cuda_graph_impl="transformer_engine"``; ``GB200`` and ``B200``
-  recompute ``layernorm`` and ``moe_act`` (``recompute_modules``, which
+  ``moe_preprocess`` with ``cuda_graph_impl="transformer_engine"``; ``GB200``, ``B200`` and
+  ``H100`` recompute ``layernorm`` and ``moe_act`` (``recompute_modules``, which
   ``_set_recompute_overrides`` turns into ``recompute_granularity="selective"``). 25.11
   (v0.2.0) sets the same per GPU, although its printed plans (sequence 8192 on GB200/GB300,
   EP 8 on B200) are not that release's configs (`row_recipes.PRINTED_NOT_RECIPE`).
@@ -99,9 +99,9 @@ def gpt_oss_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
 
 def gpt_oss_saver_fields(raw: dict[str, str]) -> dict[str, object]:
     """`ParallelPlan` recompute fields of a Megatron-Bridge GPT-OSS row's recipe: selective
-    ``layernorm`` and ``moe_act`` on GB200 and B200 except under 26.06's full-iteration
+    ``layernorm`` and ``moe_act`` on GB200, B200 and H100 except under 26.06's full-iteration
     MXFP8 recipe; empty otherwise."""
     keys = _keys(raw)
     if keys is None or _full_iteration(*keys):
         return {}
-    return dict(SELECTIVE_LAYERNORM_MOE_ACT) if keys[1] in ("GB200", "B200") else {}
+    return dict(SELECTIVE_LAYERNORM_MOE_ACT) if keys[1] in ("GB200", "B200", "H100") else {}

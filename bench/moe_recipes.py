@@ -54,6 +54,15 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   and B300 at 26.02; HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
   GB300 and GB200 MXFP8 (``*_FP8_MX_V2``): the all-to-all overlap under
   ``full_iteration`` graphs with the fused grouped MLP.
+- H100 (``*_H100_*`` configs of every release; HEAD ``src/megatron/bridge/perf_recipes/
+  {deepseek,qwen}/h100/``): DeepSeek-V3 at 25.11 DeepEP with the all-to-all overlap
+  (``DEEPSEEK_V3_H100_BASE_CONFIG``: ``moe_flex_dispatcher_backend="deepep"``,
+  ``moe_a2a_overlap``), 26.02 to 26.06 HybridEP without it (``DEEPSEEK_V3_PRETRAIN_CONFIG_
+  H100_*``; HEAD's H100 recipe leaves the dispatcher to its base recipe, not covered);
+  Qwen3 235B-A22B the alltoall dispatcher with the all-to-all overlap in every release from
+  25.11 (``QWEN3_235B_A22B_H100_*``: ``moe_a2a_overlap``, no backend; HEAD
+  ``qwen3_235b_a22b_pretrain_256gpu_h100_*_config``: ``moe_token_dispatcher_type="alltoall"``,
+  ``overlap_moe_expert_parallel_comm``).
 - Kimi-K2 GB300 (26.02.01 to 26.06; ``configs/kimi/kimi_workload_base_configs.py``
   ``KIMI_K2_PRETRAIN_CONFIG_GB300``): HybridEP, no graphs, no overlap.
 
@@ -118,7 +127,9 @@ LARGE_MOE_RULES: tuple[
     ),
     ("deepseekv3", ("25.11",), ("GB300",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("25.11",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ROUTER_SCOPES}),
-    ("deepseekv3", ("25.11",), ("B200", "B300", "H100"), "", ALLTOALL),
+    ("deepseekv3", ("25.11",), ("H100",), "", FLEX | {"moe_a2a_overlap": True}),
+    ("deepseekv3", ("25.11",), ("B200", "B300"), "", ALLTOALL),
+    ("deepseekv3", ("26.02", "26.04", "26.06"), ("H100",), "", FLEX),
     ("deepseekv3", ("26.04.01", "26.06"), ("B300",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("",), ("GB300", "B200", "B300"), "", FLEX),
@@ -134,12 +145,51 @@ LARGE_MOE_RULES: tuple[
     ("qwen3_235b", ("25.11",), ("B200",), "", ALLTOALL | {"moe_a2a_overlap": True}),
     ("qwen3_235b", ("26.02",), ("B300",), "", ALLTOALL | {"moe_a2a_overlap": True}),
     ("qwen3_235b", ("26.04.01", "26.06"), ("B300",), "", FLEX),
+    ("qwen3_235b", ("",), ("H100",), "", ALLTOALL | {"moe_a2a_overlap": True}),
     ("kimi_k2", ("",), ("GB300",), "", FLEX),
 )
 """(model prefix, release prefixes ("" for any from 25.11), GPU types, precision prefix or ""
 for any, `ExecutionOptions` fields), first match wins: the dropless Megatron-Bridge
 DeepSeek-V3, Qwen3 235B-A22B and Kimi-K2 rows (module docstring). Rows no rule covers keep the
 defaults (alltoall, eager)."""
+
+
+DEEPSEEK_H100_25_09: dict[str, object] = FLEX | {"moe_a2a_overlap": True}
+"""25.09 (tag v0.1.0rc4) ``scripts/performance/run_script.py``: DeepSeek-V3 on H100 runs
+DeepEP (``enable_deepep``, dropless) with the all-to-all overlap (``A2A_1F1B``:
+``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``)."""
+
+QWEN3_30B_H100_RULES: tuple[tuple[str, str, dict[str, object]], ...] = (
+    ("25.11", "", ALLTOALL | {"moe_a2a_overlap": True}),
+    ("26.02", "", FLEX | {"moe_a2a_overlap": True}),
+    ("26.08", "BF16", FLEX | {"moe_a2a_overlap": True}),
+    ("26.08", "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
+    ("", "", FLEX),
+)
+"""(release prefix, precision prefix or "" for any, `ExecutionOptions` fields), first match
+wins: Megatron-Bridge's Qwen3 30B-A3B H100 recipes from 25.11 (16 GPUs). 25.11 (v0.2.0
+``configs/qwen3/workload_base_configs.py`` ``QWEN3_30B_A3B_H100_*_BASE_CONFIG``): pp 2 vpp
+12 ep 8, ``moe_a2a_overlap``, no dispatcher backend (alltoall); 26.02 (v0.3.0
+``configs/qwen/qwen3_workload_base_configs.py`` ``QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1``):
+the same with DeepEP; 26.04 and 26.06 (v0.4.0, v0.5.0): ep 16, HybridEP, no overlap; 26.08
+(HEAD ``src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py``): BF16 HybridEP with
+``overlap_moe_expert_parallel_comm``, FP8 HybridEP with ``attn``, ``moe_router`` and
+``moe_preprocess`` graphs. Where a rule names no scopes, the BF16 recipes capture
+``moe_router`` and ``moe_preprocess`` (``cuda_graph_impl="transformer_engine"``; HEAD's
+base recipe ``recipes/qwen/h100/qwen3_moe.py``) and the FP8 ones none."""
+
+
+def qwen3_30b_h100_fields(release: str, precision: str) -> dict[str, object]:
+    """`QWEN3_30B_H100_RULES` fields of a Qwen3 30B-A3B H100 row of ``release`` (container
+    id) printed with ``precision`` (upper case)."""
+    for prefix, printed, rule in QWEN3_30B_H100_RULES:
+        if release.startswith(prefix) and precision.startswith(printed):
+            fields = dict(rule)
+            if "cuda_graph_scopes" not in fields:
+                bf16 = precision.startswith("BF16")
+                fields["cuda_graph_scopes"] = ROUTER_SCOPES if bf16 else frozenset()
+            return fields
+    return {}
 
 
 MOEZOO_SHORT_SEQUENCE = 4096
@@ -208,12 +258,16 @@ def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
     if source.startswith("MOEZOO-"):
         return moezoo_fields(raw)
     if source == "MBRIDGE-25.09":
+        if model.startswith("deepseekv3") and gpu == "H100":
+            return dict(DEEPSEEK_H100_25_09)
         for prefix, gpus in WHOLE_LAYER_25_09:
             if model.startswith(prefix) and gpu in gpus:
                 return {"cuda_graph_scopes": frozenset({"layer"})}
         return {}
     if not source.startswith("MBRIDGE-") or not model.startswith("qwen3_30b_a3b"):
         return large_moe_fields(raw)
+    if gpu == "H100":
+        return qwen3_30b_h100_fields(source.removeprefix("MBRIDGE-"), raw["precision"].upper())
     if (
         source.removeprefix("MBRIDGE-").startswith(FUSED_MLP_RELEASE)
         and gpu in FUSED_MLP_30B_GPUS

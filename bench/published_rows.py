@@ -43,6 +43,7 @@ from row_recipes import (
     expandable_segments,
     expert_tp,
     fp8_weight_fields,
+    grad_reduce_overlapped,
     grad_sync_fields,
     mtp_layers,
     optimizer_precision_fields,
@@ -404,8 +405,9 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         if pp == 1:
             fields["ddp_bucket_size"] = TORCH_DDP_BUCKET_PARAMS
     else:
-        fields["overlap_grad_reduce"] = True
-        fields["overlap_param_gather"] = bool(fields["distributed_optimizer"])
+        overlapped = grad_reduce_overlapped(raw)
+        fields["overlap_grad_reduce"] = overlapped
+        fields["overlap_param_gather"] = overlapped and bool(fields["distributed_optimizer"])
     return ParallelPlan.for_world(gpus, **fields)
 
 

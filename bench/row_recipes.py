@@ -98,6 +98,49 @@ def recipe_layout(num_layers: int, stages: int, mtp_layers: int) -> str:
     return "E" + "t" * per + "|" + middle + "t" * last + "m" * mtp_layers + "L"
 
 
+THIRTY_TWO_STAGE_LAYOUT = "Et|(tt|)*30{mtp}L"
+"""Megatron-Bridge's layout of the 61-layer DeepSeek-V3 and Kimi-K2 over 32 virtual stages,
+where `recipe_layout`'s shape leaves the last stage no layer: the embedding and one layer
+first, two layers on each of the 30 middle stages, the MTP layers (``{mtp}``) and the loss
+alone last. DeepSeek-V3 H100 pp 8 vpp 4: ``"Et|(tt|)*30mL"`` (tag v0.1.0rc4
+``scripts/performance/run_script.py``; v0.3.0 to v0.5.0 ``scripts/performance/configs/
+deepseek/deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_H100_*``
+``pp_layout``; HEAD ``src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py``);
+Kimi-K2 H100 pp 16 vpp 2: ``"Et|(tt|)*30L"`` (v0.4.0, v0.5.0 ``configs/kimi/
+kimi_workload_base_configs.py`` ``KIMI_K2_PRETRAIN_CONFIG_H100``; HEAD
+``perf_recipes/kimi/h100/kimi_k2.py``)."""
+
+
+def layout_for(num_layers: int, stages: int, mtp_layers: int, gpu: str) -> str:
+    """The recipes' layout over ``stages`` virtual stages: `THIRTY_TWO_STAGE_LAYOUT` for 61
+    layers over 32 stages on H100 (the GPU of the recipes that set it; a row of another GPU
+    printed with 32 stages runs no recipe of its release and stays unpriced),
+    `recipe_layout`'s shape otherwise."""
+    if (num_layers, stages) == (61, 32) and gpu.startswith("H100"):
+        return THIRTY_TWO_STAGE_LAYOUT.format(mtp="m" * mtp_layers)
+    return recipe_layout(num_layers, stages, mtp_layers)
+
+
+LLAMA3_70B_H100_FP8_LAYOUT = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
+"""Megatron-Bridge HEAD's Llama 3 70B H100 FP8 recipe at pp 8 vpp 5 (``src/megatron/bridge/
+perf_recipes/llama/h100/llama3.py`` ``llama3_70b_pretrain_64gpu_h100_fp8cs_config``,
+``pipeline_model_parallel_layout``): the embedding with two layers first, three layers on
+the 36th virtual stage, one with the loss last; 26.06 and earlier split evenly."""
+
+
+def _llama3_70b_h100_fp8_head(raw: dict[str, str], pp: int, vpp: int) -> bool:
+    model, gpu, precision = _row_keys(raw)
+    source = raw.get("source_id", "")
+    return (
+        source.startswith("MBRIDGE-")
+        and _release(source) > ALL_RELEASES[-1]
+        and model.startswith("llama3_70b")
+        and gpu.startswith("H100")
+        and _is_fp8(precision)
+        and (pp, vpp) == (8, 5)
+    )
+
+
 def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) -> dict[str, object]:
     """The `ParallelPlan` pipeline-split fields the row's recipe sets (module docstring);
     empty for pp = 1 and for rows whose recipe splits evenly."""
@@ -109,9 +152,41 @@ def pipeline_fields(raw: dict[str, str], model: ModelSpec, pp: int, vpp: int) ->
             "account_for_loss_in_pipeline_split": True,
         }
     if _matches(raw, LAYOUT_MODELS):
-        layout = recipe_layout(model.num_layers, pp * vpp, model.mtp_num_layers)
+        gpu = (raw.get("gpu_type") or "").strip().upper()
+        layout = layout_for(model.num_layers, pp * vpp, model.mtp_num_layers, gpu)
         return {"pipeline_model_parallel_layout": layout}
+    if _llama3_70b_h100_fp8_head(raw, pp, vpp):
+        return {"pipeline_model_parallel_layout": LLAMA3_70B_H100_FP8_LAYOUT}
     return {}
+
+
+GRAD_REDUCE_NOT_OVERLAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("deepseekv3", "H100", ("25.09", "26.08")),
+    ("kimi_k2", "H100", ("26.04", "26.06", "26.08")),
+)
+"""(model prefix, GPU prefix, releases) of the Megatron-Bridge rows whose recipe reduces
+gradients after the backward pass (``overlap_grad_reduce = False``): DeepSeek-V3 on H100 at
+25.09 (tag v0.1.0rc4 ``scripts/performance/run_script.py``:
+``recipe.comm_overlap.overlap_grad_reduce = False`` for ``h100``) and HEAD
+(``src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py``: ``cfg.ddp.
+overlap_grad_reduce = False``); Kimi-K2 on H100 from 26.04 (v0.4.0, v0.5.0 ``scripts/
+performance/configs/kimi/kimi_llm_pretrain.py`` ``kimi_k2_pretrain_config_h100``:
+``cfg.comm_overlap.overlap_grad_reduce = False``; HEAD ``perf_recipes/kimi/h100/
+kimi_k2.py``). Megatron-core then gathers parameters unoverlapped too
+(``overlap_param_gather`` needs ``overlap_grad_reduce``)."""
+
+
+def grad_reduce_overlapped(raw: dict[str, str]) -> bool:
+    """False for the rows of `GRAD_REDUCE_NOT_OVERLAPPED`, True otherwise."""
+    source = raw.get("source_id", "")
+    if not source.startswith("MBRIDGE-"):
+        return True
+    model, gpu, _ = _row_keys(raw)
+    release = _release(source)
+    return not any(
+        model.startswith(prefix) and gpu.startswith(gpu_prefix) and release in releases
+        for prefix, gpu_prefix, releases in GRAD_REDUCE_NOT_OVERLAPPED
+    )
 
 
 TP_COMM_OVERLAP_MODELS = (("MBRIDGE-", "llama3"),)
@@ -260,8 +335,14 @@ GB200 95 (``scripts/performance/configs/llama31/llama31_405b_llm_pretrain.yaml``
 ALL_RELEASES = ("25.09", "25.11", "26.02", "26.04", "26.06")
 """Megatron-Bridge releases of the dev set's rows (NeMo containers), oldest first."""
 
+H100_RELEASES = (*ALL_RELEASES, "26.08")
+"""The releases of Megatron-Bridge's H100 recipes: `ALL_RELEASES` and HEAD (067f987d, tag
+v0.6.0, ``src/megatron/bridge/perf_recipes/*/h100/``), whose model verification cards
+(``examples/model_verification_cards/*/card.yaml``) name 26.08 containers."""
+
 DEEPSEEK_RECOMPUTE_MODULES: tuple[tuple[tuple[str, ...], str, str, tuple[str, ...] | None], ...] = (
     (("26.04.01",), "B200", "MXFP8", ("mla_up_proj", "mlp")),
+    (("25.09",), "H100", "", ("mla_up_proj", "mlp")),
     (("25.09",), "", "", None),
     (("25.11",), "GB300", "", ("moe_act",)),
     (ALL_RELEASES, "GB300", "BF16", ("moe_act",)),
@@ -271,20 +352,24 @@ DEEPSEEK_RECOMPUTE_MODULES: tuple[tuple[tuple[str, ...], str, str, tuple[str, ..
     (ALL_RELEASES, "GB200", "BF16", ("mla_up_proj",)),
     (("26.06",), "GB200", "MXFP8", ("mla_up_proj",)),
     (ALL_RELEASES, "GB200", "", ("mlp",)),
-    (ALL_RELEASES, "H100", "", ("mla_up_proj", "mlp")),
+    (H100_RELEASES, "H100", "", ("mla_up_proj", "mlp")),
     (ALL_RELEASES, "B", "", ("mla_up_proj",)),
 )
 """(releases, GPU prefix, precision prefix or "" for any, modules), first match wins: the
 selective recompute of Megatron-Bridge's DeepSeek-V3 rows per release (container 25.09 =
-tag v0.1.0rc4, 25.11 = v0.2.x, 26.02 = v0.3.x, 26.04 = v0.4.x, 26.06 = v0.5.x). Every
-release sets ``recompute_granularity: selective`` (25.09 ``scripts/performance/configs/
-deepseek/deepseek_v3_llm_pretrain.yaml``, no modules: Megatron's default ``core_attn``;
-later ``deepseek_llm_pretrain.py``); the modules come from ``workload_base_configs.py``
+tag v0.1.0rc4, 25.11 = v0.2.x, 26.02 = v0.3.x, 26.04 = v0.4.x, 26.06 = v0.5.x, 26.08 =
+HEAD, `H100_RELEASES`). Every release sets ``recompute_granularity: selective`` (25.09
+``scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.yaml``, no modules:
+Megatron's default ``core_attn``, except on H100, where ``scripts/performance/
+run_script.py`` sets ``mla_up_proj`` and ``mlp``; later ``deepseek_llm_pretrain.py``); the
+modules come from ``workload_base_configs.py``
 (25.11: GB300 ``moe_act``, GB200/B200 ``mla_up_proj``, H100 ``mla_up_proj`` + ``mlp``)
 and ``deepseek_workload_base_configs.py`` ``DEEPSEEK_V3_PRETRAIN_CONFIG_*_V1`` (26.02: GB300
 ``mla_up_proj``, its BF16 ``moe_act``, GB200 ``mla_up_proj``; 26.04: GB200 ``mlp``, its
 BF16 ``mla_up_proj``; 26.06: GB300 MXFP8 none, GB200 MXFP8 ``mla_up_proj``; B200/B300
-``mla_up_proj`` throughout), except 26.04.01 (branch ``llmb-r0.4.1``) B200 MXFP8,
+``mla_up_proj`` throughout; H100 ``mla_up_proj`` and ``mlp`` in every release, HEAD's
+``perf_recipes/deepseek/h100/deepseek_v3.py`` too), except 26.04.01 (branch
+``llmb-r0.4.1``) B200 MXFP8,
 ``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``: ``mla_up_proj`` and ``mlp``. An entry's
 releases match the container's first five characters or its whole name."""
 
@@ -309,10 +394,35 @@ MOEZOO_QWEN3_SAVERS: dict[str, object] = {
 feature")."""
 
 
+KIMI_K2_H100_SAVERS: dict[str, object] = {
+    "recompute": "selective",
+    "recompute_modules": ("mla_up_proj", "mlp"),
+}
+"""Megatron-Bridge's Kimi-K2 H100 recipes: ``recompute_modules=["mla_up_proj", "mlp"]``
+(v0.4.0, v0.5.0 ``scripts/performance/configs/kimi/kimi_workload_base_configs.py``
+``KIMI_K2_PRETRAIN_CONFIG_H100``, under ``kimi_llm_pretrain.py``'s selective granularity;
+HEAD ``src/megatron/bridge/perf_recipes/kimi/h100/kimi_k2.py``)."""
+
+LLAMA3_8B_H100_FP8_RECOMPUTE: dict[str, object] = {
+    "recompute": "full",
+    "recompute_method": "block",
+    "recompute_num_layers": 5,
+}
+"""Megatron-Bridge's Llama 3 8B H100 FP8 current-scaling recipe from 25.11: full recompute
+of 5 layers by block (v0.2.0 ``scripts/performance/configs/llama3/workload_base_configs.py``
+``LLAMA3_8B_H100_FP8_CS_BASE_CONFIG``, ``recompute_num_layers=5``, which
+``utils/helpers.py`` (``utils/overrides.py`` from v0.3.0) turns into
+``recompute_granularity="full"``, ``recompute_method="block"``; v0.3.0 to v0.5.0
+``llama3_workload_base_configs.py`` ``LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1``; HEAD
+``perf_recipes/llama/h100/llama3.py`` ``llama3_8b_pretrain_8gpu_h100_fp8cs_config``).
+25.09's H100 FP8 recipe runs Megatron-FSDP without recompute
+(``llama3_8b_llm_pretrain.yaml``), which this leaves out."""
+
+
 def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
     """Per-module recompute and activation-offloading fields the row's recipe sets
     (`CPU_OFFLOAD_LAYERS`, `DEEPSEEK_RECOMPUTE_MODULES`, `KIMI_K2_GB300_SAVERS`,
-    `MOEZOO_QWEN3_SAVERS`); empty for
+    `KIMI_K2_H100_SAVERS`, `LLAMA3_8B_H100_FP8_RECOMPUTE`, `MOEZOO_QWEN3_SAVERS`); empty for
     rows whose recipe sets none."""
     source = raw.get("source_id", "")
     model, gpu, precision = _row_keys(raw)
@@ -332,6 +442,17 @@ def saver_fields(raw: dict[str, str], pp: int, fsdp: bool) -> dict[str, object]:
                 return {"recompute": "selective", "recompute_modules": modules}
     if source.startswith("MBRIDGE-") and model.startswith("kimi_k2") and gpu.startswith("GB300"):
         return dict(KIMI_K2_GB300_SAVERS)
+    if source.startswith("MBRIDGE-") and model.startswith("kimi_k2") and gpu.startswith("H100"):
+        return dict(KIMI_K2_H100_SAVERS)
+    if (
+        source.startswith("MBRIDGE-")
+        and _release(source) >= "25.11"
+        and model.startswith("llama3_8b")
+        and gpu.startswith("H100")
+        and _is_fp8(precision)
+        and not fsdp
+    ):
+        return dict(LLAMA3_8B_H100_FP8_RECOMPUTE)
     if source.startswith("MOEZOO-QWEN3-GB200") and precision.startswith("MXFP8"):
         return dict(MOEZOO_QWEN3_SAVERS)
     return {}

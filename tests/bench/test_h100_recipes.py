@@ -1,0 +1,79 @@
+"""bench/h100_recipes.py: Megatron-Bridge's H100 recipes priced through the bench's row path."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.bench_loader import load_bench
+
+bench = load_bench("h100_recipes")
+table = load_bench("h100_recipe_table")
+
+
+def _bases() -> dict[str, dict[str, str]]:
+    rows, error = bench.rows_by_ids(",".join(bench.MODEL_ROWS.values()))
+    if error is not None:
+        pytest.skip(error)
+    return dict(zip(bench.MODEL_ROWS, rows, strict=True))
+
+
+def test_recipe_keys_are_unique_and_releases_known():
+    keys = [r.key for r in table.RECIPES]
+    assert len(keys) == len(set(keys))
+    for recipe in table.RECIPES:
+        assert set(recipe.releases) <= set(table.RELEASE_TAGS), recipe.key
+        assert recipe.model in bench.MODEL_ROWS, recipe.key
+
+
+def test_recipes_fill_their_gpus():
+    for r in table.RECIPES:
+        model_parallel = r.tp * r.pp * r.cp
+        assert r.num_gpus % model_parallel == 0, r.key
+        dp = r.num_gpus // model_parallel
+        assert r.global_batch_size % (r.micro_batch_size * dp) == 0, r.key
+
+
+def test_row_prints_the_table_columns():
+    bases = _bases()
+    recipe = next(r for r in table.RECIPES if r.key == "qwen3-30b-a3b-fp8cs-25.09")
+    row = bench.recipe_row(recipe, "25.09", bases[recipe.model])
+    assert row["model"] == "Qwen3_30B_a3B (tokendrop)"
+    assert row["precision"].startswith("not stated")
+    assert (row["pp"], row["vpp"], row["ep"], row["micro_batch_size"]) == ("2", "12", "8", "2")
+    assert row["tokens_per_sec_per_gpu"] == "" and row["tflops_per_gpu"] == ""
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, object]:
+    _bases()
+    return bench.h100_report()
+
+
+def test_every_priced_recipe_fits_with_its_full_settings(report):
+    unpriced = [e["key"] for e in report["recipes"] if "row" not in e]
+    assert not unpriced
+    not_fitting = [(e["key"], e["release"]) for e in report["recipes"] if not e["recipe"]["fits"]]
+    assert not not_fitting
+
+
+def test_row_path_meets_the_recipes_settings(report):
+    left = {
+        (e["key"], e["release"]): e["differences"] for e in report["recipes"] if e["differences"]
+    }
+    assert not left
+
+
+def test_qwen3_30b_ratio_is_per_token_at_one_precision(report):
+    ratios = report["qwen3_30b_ratio"]
+    assert {(r["precision"], r["old_release"]) for r in ratios} == {
+        (p, release) for p in ("bf16", "fp8cs") for release in ("25.09", "25.11", "26.02")
+    }
+    assert all(r["row"] > 0 and r["recipe"] > 0 for r in ratios)
+
+
+def test_thirty_two_stage_layout_only_on_h100():
+    row_recipes = load_bench("row_recipes")
+    assert row_recipes.layout_for(61, 32, 1, "H100") == "Et|(tt|)*30mL"
+    assert row_recipes.layout_for(61, 32, 0, "H100") == "Et|(tt|)*30L"
+    with pytest.raises(row_recipes.NotExpressible):
+        row_recipes.layout_for(61, 32, 0, "GB200 (NVL72)")
