@@ -23,6 +23,14 @@ Defaults for what a row leaves empty, each the framework's own default (column g
 - precision bf16 when the row does not state one; fp16 rows are priced as bf16 (same
   dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8.
 
+The execution options are those of the row's software era (`row_era`, `bench/row_era.py`):
+dated from the stack versions, arXiv identifier or year the row states, `MEGATRON_2021`
+before FlashAttention reached Megatron-LM (2023-01), FlashAttention-2-class attention before
+Transformer Engine v1.11 brought FlashAttention-3 (2024-10), Megatron-LM's current defaults
+after it or without a date; Megatron-Bridge rows, NeMo 2.0 rules and `MEGATRON_2023_STACKS`
+are more specific and come first, and `ERA_BY_SOURCE` names the sources whose text does not
+date their stack.
+
 The published figure is turned into seconds per iteration (`published_iteration_time_s`):
 the printed iteration time, else global batch x sequence / (tokens/s/GPU x GPUs), else the
 printed TFLOP/s/GPU through the source's own FLOPs convention.
@@ -86,12 +94,16 @@ GENERATION_BY_GPU = (("A100", "A100"), ("H100", "H100/H800"), ("H800", "H100/H80
 
 ERA_BY_SOURCE: tuple[tuple[str, Era], ...] = (("BLOOM-", "megatron_2021"), ("LLAMA3-", "current"))
 """``source_id`` prefix -> era (`bench/row_era.py`), for the sources whose own text does not
-date their stack: BLOOM-176B prints no date (its ``source``, ``source_locator`` and
-``source_version`` name repository paths only) and ran Megatron-DeepSpeed without
-FlashAttention (`MEGATRON_2021`); the Llama 3 paper (arXiv 2407.21783, 2024-07) ran Meta's
-own training stack, not Megatron-LM or Transformer Engine, whose release dates the
-FlashAttention thresholds are, and states no attention kernel: it keeps the current
-defaults it has always been priced with. Every other row's era is its date's (`row_era`)."""
+date their stack:
+- BLOOM-176B prints no date (its ``source``, ``source_locator`` and ``source_version`` name
+  repository paths only; its notes, a Megatron-DeepSpeed fork): the 2021 options it has
+  always been priced with;
+- Llama 3 (arXiv 2407.21783, 2024-07) ran Meta's own stack (the rows' notes: NCCLX
+  collectives, all-gather context parallelism), not a Megatron-LM, NeMo or Transformer
+  Engine release, whose dates the FlashAttention thresholds are: it keeps the current
+  defaults it was validated with. Its date would select FlashAttention-2-class attention,
+  which moves its unstated-vpp errors (`bench/unstated_vpp.py`) by +1 to +23 points.
+Every other row's era is its date's (`row_era`)."""
 
 DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
 """Sources whose recipes run the distributed optimizer when ``fsdp_or_zero`` is empty."""

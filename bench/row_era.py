@@ -136,22 +136,25 @@ def _release(table: dict[tuple[int, int], Month], product: str) -> Callable[[re.
 
 
 STACK_PATTERNS = (
-    (re.compile(r"\bNeMo (\d{2})\.(\d{2})\b"), _container),
+    (re.compile(r"\bNeMo(?: Framework)?[ :](\d{2})\.(\d{2})\b", re.IGNORECASE), _container),
     (re.compile(r"\bpytorch[: ](\d{2})\.(\d{2})\b", re.IGNORECASE), _container),
     (
-        re.compile(r"(?:\bMegatron-Core |\bMCore |\bcore_)[rv]?(\d+)\.(\d+)", re.IGNORECASE),
+        re.compile(r"(?:\bMegatron[- ]Core[ =]*|\bMCore |\bcore_)[rv]?(\d+)\.(\d+)", re.IGNORECASE),
         _release(MEGATRON_CORE_RELEASES, "Megatron-Core"),
     ),
     (re.compile(r"\bMegatron-LM v(\d+)\.(\d+)"), _release(MEGATRON_LM_RELEASES, "Megatron-LM")),
     (
-        re.compile(r"(?:\bTE|\bTransformer Engine) v?(\d+)\.(\d+)"),
+        re.compile(r"(?:\bTE |(?i:\bTransformer[ _]Engine)[ =]*)v?(\d+)\.(\d+)"),
         _release(TRANSFORMER_ENGINE_RELEASES, "Transformer Engine"),
     ),
 )
-"""``source_version`` patterns -> month of the version each names (module docstring)."""
+"""``source_version`` patterns -> month of the version each names (module docstring; also
+the ``nvcr.io/nvidia/nemo:YY.MM`` container and the pip pins ``megatron-core==X.Y.Z``,
+``transformer_engine==X.Y``)."""
 
-ARXIV_ID = re.compile(r"\barXiv[: ]*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
-"""An arXiv identifier of the YYMM.NNNNN form (from 2007-04)."""
+ARXIV_ID = re.compile(r"\barXiv(?:[: ]*|\.org/(?:abs|pdf)/)(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
+"""An arXiv identifier of the YYMM.NNNNN form (from 2007-04): ``arXiv 2104.04473``,
+``arXiv:2104.04473``, ``arxiv.org/abs/2104.04473``."""
 
 YEAR = re.compile(r"(?<![\w./-])(20[0-3]\d)(?![\w/-]|\.\d)")
 """A year 2000 to 2039 standing alone (not part of a version, path or date)."""

@@ -22,6 +22,10 @@ def _month(date: object) -> tuple[int, int] | None:
     [
         ("NeMo 24.03.01.framework container", (2024, 3)),
         ("NeMo 25.04.rc2 container", (2025, 4)),
+        ("NeMo Framework 24.07", (2024, 7)),
+        ("nvcr.io/nvidia/nemo:24.12", (2024, 12)),
+        ("megatron-core==0.7.0", (2024, 5)),
+        ("transformer_engine==1.8", (2024, 7)),
         ("container nvcr.io/nvidia/pytorch:22.05-py3", (2022, 5)),
         ("PyTorch 23.10 container", (2023, 10)),
         ("Megatron-Core r0.9.0", (2024, 10)),
@@ -59,6 +63,7 @@ def test_versions_outside_the_release_table() -> None:
     [
         ("Doe et al. (arXiv 2205.01068), Sec 2.4", (2022, 5)),
         ("arXiv:2301.00001v2", (2023, 1)),
+        ("https://arxiv.org/abs/2310.00001", (2023, 10)),
         ("cites arXiv 2104.04473; reports arXiv 2402.15627", (2024, 2)),
         ("no identifier here", None),
     ],
