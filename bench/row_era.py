@@ -115,18 +115,20 @@ def _container(match: re.Match[str]) -> Month:
     return (2000 + int(match.group(1)), int(match.group(2)))
 
 
-def _release(table: dict[tuple[int, int], Month], product: str) -> Callable[[re.Match[str]], Month]:
-    """A lookup of the release month of the (major, minor) version a pattern matches."""
+def _release(
+    table: dict[tuple[int, int], Month], product: str, *, open_ended: bool
+) -> Callable[[re.Match[str]], Month]:
+    """A lookup of the release month of the (major, minor) version a pattern matches. With
+    ``open_ended`` a version newer than the table's newest dates to at least that one's
+    month (Megatron-Core and Transformer Engine, whose newest tabled releases are later
+    than every threshold); any other version missing from the table is NotExpressible."""
 
     def lookup(match: re.Match[str]) -> Month:
         version = (int(match.group(1)), int(match.group(2)))
         if version in table:
             return table[version]
-        newest = max(table)
-        if version > newest:
-            # Released after the newest tag in the table: at least that tag's month, which
-            # is later than every threshold.
-            return table[newest]
+        if open_ended and version > max(table):
+            return table[max(table)]
         raise NotExpressible(
             f"{product} {version[0]}.{version[1]} has no release date in "
             "bench/release_dates.py; add the month of its tag there"
@@ -135,17 +137,27 @@ def _release(table: dict[tuple[int, int], Month], product: str) -> Callable[[re.
     return lookup
 
 
+_core_release = _release(MEGATRON_CORE_RELEASES, "Megatron-Core", open_ended=True)
+_lm_release = _release(MEGATRON_LM_RELEASES, "Megatron-LM", open_ended=False)
+
+
+def _megatron_lm_release(match: re.Match[str]) -> Month:
+    """Megatron-LM ``vX.Y``: its own releases for X >= 1, Megatron-Core's numbering for
+    0.Y (the repository tags ``v0.11.0`` and ``v0.15.3`` are Megatron-Core releases)."""
+    return _core_release(match) if int(match.group(1)) == 0 else _lm_release(match)
+
+
 STACK_PATTERNS = (
     (re.compile(r"\bNeMo(?: Framework)?[ :](\d{2})\.(\d{2})\b", re.IGNORECASE), _container),
     (re.compile(r"\bpytorch[: ](\d{2})\.(\d{2})\b", re.IGNORECASE), _container),
     (
         re.compile(r"(?:\bMegatron[- ]Core[ =]*|\bMCore |\bcore_)[rv]?(\d+)\.(\d+)", re.IGNORECASE),
-        _release(MEGATRON_CORE_RELEASES, "Megatron-Core"),
+        _core_release,
     ),
-    (re.compile(r"\bMegatron-LM v(\d+)\.(\d+)"), _release(MEGATRON_LM_RELEASES, "Megatron-LM")),
+    (re.compile(r"\bMegatron-LM v(\d+)\.(\d+)"), _megatron_lm_release),
     (
         re.compile(r"(?:\bTE |(?i:\bTransformer[ _]Engine)[ =]*)v?(\d+)\.(\d+)"),
-        _release(TRANSFORMER_ENGINE_RELEASES, "Transformer Engine"),
+        _release(TRANSFORMER_ENGINE_RELEASES, "Transformer Engine", open_ended=True),
     ),
 )
 """``source_version`` patterns -> month of the version each names (module docstring; also

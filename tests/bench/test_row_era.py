@@ -33,6 +33,7 @@ def _month(date: object) -> tuple[int, int] | None:
         ("built from core_r0.10.0", (2025, 2)),
         ("core_v0.12.1", (2025, 5)),
         ("Megatron-LM v2.5", (2021, 8)),
+        ("Megatron-LM v0.11.0", (2025, 3)),
         ("TE 1.4", (2024, 3)),
         ("Transformer Engine v2.0", (2025, 2)),
         ("NeMo 2.0 with no container", None),
@@ -54,6 +55,8 @@ def test_versions_outside_the_release_table() -> None:
     assert era.stack_date("Megatron-Core r0.99.0").month_key == newest
     with pytest.raises(era.NotExpressible, match="no release date"):
         era.stack_date("Megatron-Core r0.2.0")
+    with pytest.raises(era.NotExpressible, match=r"Megatron-LM 3\.0 has no release date"):
+        era.stack_date("Megatron-LM v3.0")
     with pytest.raises(era.NotExpressible, match="months run 1 to 12"):
         era.stack_date("NeMo 24.13 container")
 
