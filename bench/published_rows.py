@@ -23,6 +23,14 @@ Defaults for what a row leaves empty, each the framework's own default (column g
 - precision bf16 when the row does not state one; fp16 rows are priced as bf16 (same
   dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8.
 
+The execution options are those of the row's software era (`row_era`, `bench/row_era.py`):
+dated from the stack versions, arXiv identifier or year the row states, `MEGATRON_2021`
+before FlashAttention reached Megatron-LM (2023-01), FlashAttention-2-class attention before
+Transformer Engine v1.11 brought FlashAttention-3 (2024-10), Megatron-LM's current defaults
+after it or without a date; Megatron-Bridge rows, NeMo 2.0 rules and `MEGATRON_2023_STACKS`
+are more specific and come first, and `ERA_BY_SOURCE` names the sources whose text does not
+date their stack.
+
 The published figure is turned into seconds per iteration (`published_iteration_time_s`):
 the printed iteration time, else global batch x sequence / (tokens/s/GPU x GPUs), else the
 printed TFLOP/s/GPU through the source's own FLOPs convention.
@@ -38,6 +46,7 @@ from dataclasses import dataclass
 from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from nemo_recipes import nemo_model_fields, nemo_option_fields, nemo_plan_fields
+from row_era import Era, RowDate, era_for, era_options, era_plan_fields, row_date
 from row_recipes import (
     NotExpressible,
     expandable_segments,
@@ -57,7 +66,7 @@ from row_recipes import (
     userbuffers_fields,
 )
 
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, ExecutionOptions
+from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2023, ExecutionOptions
 from costmodel.flops import (
     core_attention_forward_flops_per_token,
     model_flops_per_iteration,
@@ -67,9 +76,6 @@ from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-
-TORCH_DDP_BUCKET_PARAMS = 25 * 2**20 // 2
-"""PyTorch DDP's default 25 MiB bucket (`bucket_cap_mb`), in fp16 gradients."""
 
 PROFILE_BY_GPU = (
     ("A100-SXM4-40GB", "a100-sxm-40gb"),
@@ -87,8 +93,18 @@ A100 rows that do not print the memory size (MegaScale) use the 80 GB profile.""
 GENERATION_BY_GPU = (("A100", "A100"), ("H100", "H100/H800"), ("H800", "H100/H800"))
 """``gpu_type`` prefix -> GPU generation of the summaries; anything else is Blackwell."""
 
-SC21_ERA_SOURCES = ("SC21-", "MTNLG-", "BLOOM-")
-"""Sources run on 2021-2022 Megatron-LM / Megatron-DeepSpeed: `MEGATRON_2021` options."""
+ERA_BY_SOURCE: tuple[tuple[str, Era], ...] = (("BLOOM-", "megatron_2021"), ("LLAMA3-", "current"))
+"""``source_id`` prefix -> era (`bench/row_era.py`), for the sources whose own text does not
+date their stack:
+- BLOOM-176B prints no date (its ``source``, ``source_locator`` and ``source_version`` name
+  repository paths only; its notes, a Megatron-DeepSpeed fork): the 2021 options it has
+  always been priced with;
+- Llama 3 (arXiv 2407.21783, 2024-07) ran Meta's own stack (the rows' notes: NCCLX
+  collectives, all-gather context parallelism), not a Megatron-LM, NeMo or Transformer
+  Engine release, whose dates the FlashAttention thresholds are: it keeps the current
+  defaults it was validated with. Its date would select FlashAttention-2-class attention,
+  which moves its unstated-vpp errors (`bench/unstated_vpp.py`) by +1 to +23 points.
+Every other row's era is its date's (`row_era`)."""
 
 DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
 """Sources whose recipes run the distributed optimizer when ``fsdp_or_zero`` is empty."""
@@ -121,15 +137,6 @@ MEGATRON_2023_STACKS = ("Megatron-LM commit 285068c8",)
 """``source_version`` markers of Megatron-LM of early 2023 (`MEGATRON_2023` options; no
 `--overlap-grad-reduce` yet, so the gradient all-reduce follows the pipeline)."""
 
-PRE_FA3_STACKS = ("NeMo 24.03", "Megatron-Core r0.8.0")
-"""``source_version`` markers of stacks from before FlashAttention-3-class kernels
-(FA3 released 2024-07; Transformer Engine integrated it from v1.11): NeMo 24.03 ships
-Transformer Engine 1.4, Megatron-core r0.8.0 is of 2024-07. Their rows run
-``flash_attention_version = 2`` (`costmodel.execution.ExecutionOptions`)."""
-
-PRE_FA3_SOURCES = ("NEMOTRON4-",)
-"""Sources on a pre-FA3 stack that print no version: the Nemotron-4 reports (2024-02 and
-2024-06, trained before FA3 was released)."""
 
 TE1_DEFAULT_UB_STACKS = ("Megatron-Core r0.8.0",)
 """``source_version`` markers of Megatron-LM stacks that overlap TP communication with
@@ -398,23 +405,20 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     fields.update(nemo_plan_fields(raw, model, fields))
     if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
         fields["overlap_grad_reduce"] = False
-    elif _text(raw, "source_id").startswith(SC21_ERA_SOURCES):
-        # SC21 run_table_1.sh: ``--DDP-impl torch`` (bucketed, overlapped) for pp = 1 rows,
-        # ``local`` (one reduction after the pipeline) for pipelined rows.
-        fields["overlap_grad_reduce"] = pp == 1
-        if pp == 1:
-            fields["ddp_bucket_size"] = TORCH_DDP_BUCKET_PARAMS
     else:
-        overlapped = grad_reduce_overlapped(raw)
-        fields["overlap_grad_reduce"] = overlapped
-        fields["overlap_param_gather"] = overlapped and bool(fields["distributed_optimizer"])
+        era, date = row_era(raw)
+        fields.update(era_plan_fields(era, date, pp, bool(fields["distributed_optimizer"])))
+        if not grad_reduce_overlapped(raw):
+            fields["overlap_grad_reduce"] = False
+            fields["overlap_param_gather"] = False
     return ParallelPlan.for_world(gpus, **fields)
 
 
 def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> ExecutionOptions:
-    """`MEGATRON_2021` for SC21-era sources, `MEGATRON_BRIDGE_PERF` for Megatron-Bridge
-    rows, Megatron-LM's current defaults otherwise; rows of a pre-FA3 stack
-    (`PRE_FA3_STACKS`, `PRE_FA3_SOURCES`) with FlashAttention-2-class attention; plus the
+    """`MEGATRON_BRIDGE_PERF` for Megatron-Bridge rows, `MEGATRON_2023` for
+    `MEGATRON_2023_STACKS`, otherwise the options of the row's era (`row_era`:
+    `MEGATRON_2021` before FlashAttention, FlashAttention-2-class attention before
+    FlashAttention-3, Megatron-LM's current defaults after it or without a date); plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
     `gpt_oss_recipes`), for a
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
@@ -444,18 +448,23 @@ def _te1_default_userbuffers(raw: dict[str, str]) -> bool:
     return any(m in _text(raw, "source_version") for m in TE1_DEFAULT_UB_STACKS)
 
 
-def _era_options(raw: dict[str, str]) -> ExecutionOptions:
+def row_era(raw: dict[str, str]) -> tuple[Era, RowDate | None]:
+    """The row's era and the date it follows from: `ERA_BY_SOURCE` for the sources listed
+    there (no date), else `row_era.era_for` of `row_era.row_date`."""
     source = _text(raw, "source_id")
-    if source.startswith(SC21_ERA_SOURCES):
-        return MEGATRON_2021
-    if source.startswith("MBRIDGE-"):
+    for prefix, era in ERA_BY_SOURCE:
+        if source.startswith(prefix):
+            return era, None
+    date = row_date(raw)
+    return era_for(date), date
+
+
+def _era_options(raw: dict[str, str]) -> ExecutionOptions:
+    if _text(raw, "source_id").startswith("MBRIDGE-"):
         return MEGATRON_BRIDGE_PERF
-    version = _text(raw, "source_version")
-    if any(m in version for m in MEGATRON_2023_STACKS):
+    if any(m in _text(raw, "source_version") for m in MEGATRON_2023_STACKS):
         return MEGATRON_2023
-    if source.startswith(PRE_FA3_SOURCES) or any(m in version for m in PRE_FA3_STACKS):
-        return dataclasses.replace(DEFAULT_OPTIONS, flash_attention_version=2)
-    return DEFAULT_OPTIONS
+    return era_options(*row_era(raw))
 
 
 def case_for_row(raw: dict[str, str]) -> RowCase:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from costmodel.execution import MOE_HOST_LAUNCH_S
+from costmodel.execution import MEGATRON_2021, MOE_HOST_LAUNCH_S
 from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
@@ -18,6 +18,8 @@ SC21_ROW = {
     # published-runs-dev.csv row 5 (SC21 Table 1, GPT 39.1B), the columns the mapping reads.
     "row_id": "5",
     "source_id": "SC21-T1",
+    "source": "Narayanan et al. 2021, (SC21, arXiv 2104.04473), Table 1",
+    "source_version": "Megatron-LM commit 6985e589, container nvcr.io/nvidia/pytorch:20.12-py3",
     "trust": "A",
     "model": "GPT 39.1B",
     "arch_notes": "GPT-2/3-style decoder, GeLU MLP, ffn=4h, learned pos-emb, tied embeddings",
@@ -105,7 +107,7 @@ def test_sc21_row_maps_to_its_plan_and_2021_options():
     assert (plan.tp, plan.pp, plan.dp, plan.micro_batch_size) == (8, 2, 32, 4)
     assert plan.recompute == "full" and not plan.sequence_parallel
     assert not plan.distributed_optimizer and not plan.overlap_grad_reduce
-    assert case.options is rows_mod.MEGATRON_2021
+    assert case.options is MEGATRON_2021
     assert case.profile == "a100-sxm-80gb" and case.generation == "A100"
     assert case.model.activation == "gelu" and case.model.tied_embeddings
     # 1536 sequences x 2048 tokens / (425.1 tokens/s/GPU x 512 GPUs) = 14.45 s
