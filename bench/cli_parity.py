@@ -142,6 +142,7 @@ def time_recipe_flags(options: ExecutionOptions) -> list[str]:
     flags += cuda_graph_arguments(options.cuda_graph_scopes)
     flags += [] if options.rope_fusion else ["--no-rope-fusion"]
     flags += ["--cutedsl-fused-grouped-mlp"] if options.moe_fused_grouped_mlp else []
+    flags += ["--cudnn-norm"] if options.cudnn_norm else []
     if options.flash_attention_version != DEFAULT_OPTIONS.flash_attention_version:
         flags += ["--flash-attention-version", str(options.flash_attention_version)]
     if options.tp_overlap_rs_method != DEFAULT_OPTIONS.tp_overlap_rs_method:

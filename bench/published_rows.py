@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from nemo_recipes import nemo_model_fields, nemo_option_fields, nemo_plan_fields
+from norm_recipes import norm_backend_fields
 from row_era import Era, RowDate, era_for, era_options, era_plan_fields, row_date
 from row_recipes import (
     NotExpressible,
@@ -425,8 +426,9 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
     (`row_recipes.fp8_weight_fields`), gradient-reduction element size
-    (`row_recipes.grad_sync_fields`) and Adam state dtypes
-    (`row_recipes.optimizer_precision_fields`). Whether FP8 GEMMs take only the TN layout is the
+    (`row_recipes.grad_sync_fields`), Adam state dtypes
+    (`row_recipes.optimizer_precision_fields`) and norm backend
+    (`norm_recipes.norm_backend_fields`). Whether FP8 GEMMs take only the TN layout is the
     device's (``fp8_tn_gemm_only`` None: `costmodel.execution.device_options` resolves it
     from the row's profile, as for every `estimate_plan` caller)."""
     options = _era_options(raw)
@@ -441,6 +443,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     fields.update(grad_sync_fields(raw))
     fields.update(optimizer_precision_fields(raw))
     fields.update(nemo_option_fields(raw, plan is not None and plan.tp_comm_overlap))
+    fields.update(norm_backend_fields(raw))
     return dataclasses.replace(options, **fields) if fields else options
 
 

@@ -401,6 +401,18 @@ class ExecutionOptions:
     None (the default): the priced device's (`device_options`, which `estimate_plan` and the
     screen apply); a bool overrides it. Memory only."""
 
+    cudnn_norm: bool = False
+    """Transformer Engine's norm kernels run on cuDNN: the launch sets
+    ``NVTE_NORM_FWD_USE_CUDNN=1`` and ``NVTE_NORM_BWD_USE_CUDNN=1`` (Megatron-Bridge's
+    performance scripts set both in ``scripts/performance/utils/executors.py``
+    ``PERF_ENV_VARS``, tags v0.1.0rc4 to v0.5.x, and keep them for some recipes only:
+    `bench/norm_recipes.py`). In fp8 runs it changes how TE quantizes the norm output of a
+    ``LayerNormLinear`` (`costmodel.compute.norm_quantization`, TE v2.8 to v2.18
+    ``pytorch/csrc/extensions/normalization.cpp``): MXFP8 gets the fused norm + quantize
+    kernel, current scaling loses the norm's amax output and runs a full amax pass; delayed
+    scaling is fused either way. Time only: what is saved for backward does not change.
+    False: TE's own norm kernels (its default). Megatron runtime only."""
+
     moe_fused_grouped_mlp: bool = False
     """The routed experts run as Transformer Engine's fused grouped MLP (Megatron-core
     ``use_transformer_engine_op_fuser`` with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``, MXFP8 on
@@ -613,6 +625,12 @@ class ExecutionOptions:
             raise SpecError(
                 f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
                 f"{self.main_grad_bytes!r}"
+            )
+        if self.cudnn_norm and self.runtime != "megatron":
+            raise SpecError(
+                f"cudnn_norm selects Transformer Engine's cuDNN norm kernels; the "
+                f"{self.runtime} runtime runs PyTorch's norms: use runtime megatron, or drop "
+                "cudnn_norm"
             )
         optimizer = self.optimizer_precision  # OptimizerPrecision checks the dtype rules
         if optimizer.precision_aware and self.runtime != "megatron":

@@ -89,6 +89,14 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         "GroupedLinear, one GEMM and quantization per expert",
     )
     group.add_argument(
+        "--cudnn-norm",
+        action="store_true",
+        help="Transformer Engine's norms on cuDNN (the launch sets NVTE_NORM_FWD_USE_CUDNN=1 "
+        "and NVTE_NORM_BWD_USE_CUDNN=1, as Megatron-Bridge keeps for some recipes): with "
+        "--precision fp8, MXFP8 fuses the norm-output quantization into the norm and current "
+        "scaling loses the norm's amax (a full amax pass); default TE's own norms",
+    )
+    group.add_argument(
         "--flash-attention-version",
         type=int,
         choices=(2, 3),
@@ -140,6 +148,8 @@ def time_option_fields(args: argparse.Namespace) -> dict[str, Any]:
         fields["rope_fusion"] = args.rope_fusion
     if getattr(args, "cutedsl_fused_grouped_mlp", False):
         fields["moe_fused_grouped_mlp"] = True
+    if getattr(args, "cudnn_norm", False):
+        fields["cudnn_norm"] = True
     if getattr(args, "flash_attention_version", None) is not None:
         fields["flash_attention_version"] = args.flash_attention_version
     return fields | userbuffers_fields(args)

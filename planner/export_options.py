@@ -12,7 +12,7 @@ checks cover the dataclass:
   ``--field-name``, ``--no-field-name`` for a bool that defaults to True). The paraplan
   command line takes the same spellings for the fields it sets (`paraplan.args`,
   `paraplan.time_args`, `paraplan.optimizer_args`), and `bench/cli_parity.py` writes its
-  command lines with the functions below, so the names live here once. Two fields become
+  command lines with the functions below, so the names live here once. Three fields become
   environment variables of the launch (`megatron_option_environment`); the userbuffers
   settings become a YAML file that the launch snippet writes for ``--tp-comm-overlap-cfg``
   (`planner.export_userbuffers`).
@@ -106,6 +106,7 @@ MEGATRON_EXPORTED: frozenset[str] = frozenset(
         "cuda_graph_scopes",
         "cross_entropy_fusion",
         "expandable_segments",
+        "cudnn_norm",
         "fp8_recipe",
         "fp8_param",
         "rope_fusion",
@@ -326,13 +327,18 @@ def megatron_option_arguments(
 
 
 def megatron_option_environment(options: ExecutionOptions) -> dict[str, str]:
-    """Environment of the launch: PyTorch's expandable segments, and Transformer Engine's
-    switch of the fused grouped MLP (read when TE is imported)."""
+    """Environment of the launch: PyTorch's expandable segments, Transformer Engine's switch
+    of the fused grouped MLP (read when TE is imported) and its cuDNN norm backend, forward
+    and backward (`ExecutionOptions.cudnn_norm`; TE ``common/normalization/common.cpp``
+    reads ``NVTE_NORM_FWD_USE_CUDNN`` and ``NVTE_NORM_BWD_USE_CUDNN`` once per process)."""
     env = {}
     if options.expandable_segments:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if options.moe_fused_grouped_mlp:
         env["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "1"
+    if options.cudnn_norm:
+        env["NVTE_NORM_FWD_USE_CUDNN"] = "1"
+        env["NVTE_NORM_BWD_USE_CUDNN"] = "1"
     return env
 
 

@@ -50,7 +50,8 @@ CASES: dict[str, list[str]] = {
         "--cutedsl-fused-grouped-mlp",
     ],
     # Row 172 (DeepSeek-V3 MXFP8 on 256 GB200, 26.04.01): the recipe's layout and
-    # selective recompute of the MLP, HybridEP with attention and router graphs
+    # selective recompute of the MLP, HybridEP with attention and router graphs, and the
+    # cuDNN norms that perf_plugins.py keeps for DeepSeek MXFP8 on GB200 (`norm_recipes`)
     "172": [
         "--model", "deepseek-v3", "--hardware", "gb200-nvl72", "--num-gpus", "256",
         "--seq-len", "4096", "--global-batch", "4096", "--pp", "4", "--vpp", "4",
@@ -61,7 +62,7 @@ CASES: dict[str, list[str]] = {
         "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te",
         "--expandable-segments", "--moe-token-dispatcher-type", "flex",
         "--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn", "moe_router",
-        "moe_preprocess",
+        "moe_preprocess", "--cudnn-norm",
     ],
 }  # fmt: skip
 

@@ -402,3 +402,10 @@ def test_plan_features_are_named_and_2021_has_none():
     }
     with pytest.raises(SpecError, match="plan_features"):
         ExecutionOptions(plan_features=frozenset({"zero_bubble"}))
+
+
+def test_cudnn_norm_is_a_megatron_runtime_option():
+    # Transformer Engine's norm backend: the torch runtime runs PyTorch's norms.
+    assert ExecutionOptions(cudnn_norm=True).cudnn_norm
+    with pytest.raises(SpecError, match="cudnn_norm selects Transformer Engine's cuDNN norm"):
+        ExecutionOptions(runtime="torch", cudnn_norm=True)

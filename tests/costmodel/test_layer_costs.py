@@ -271,8 +271,56 @@ def test_current_scaling_layer_adds_the_amax_bytes_and_tp_reductions():
     assert amax > 0
     assert current.forward.tp_s - delayed.forward.tp_s == pytest.approx(2 * amax)
     assert current.backward.tp_exposed_s - delayed.backward.tp_exposed_s == pytest.approx(2 * amax)
-    mxfp8 = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
-    assert layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=mxfp8) == delayed
+
+
+@pytest.mark.parametrize(
+    ("recipe", "cudnn_norm", "net_bytes"),
+    [
+        ("delayed", True, 0),  # fused on either backend
+        ("mxfp8", False, 3),  # TE's default: bf16 norm + MXFP8 cast, e + 2 = 4 over 3 - e = 1
+        ("mxfp8", True, -1),  # cuDNN writes both MXFP8 copies: 2 - e = 0
+    ],
+)
+def test_norm_backend_moves_only_the_norm_output_quantization(recipe, cudnn_norm, net_bytes):
+    # Against delayed scaling on TE's norm, per linear pair (QKV, FC1): the forward
+    # quantization of the T/tp x h norm output changes by ``net_bytes`` per element;
+    # nothing else in the layer moves (the MXFP8 scales come with the cast, no amax).
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe=recipe, cudnn_norm=cudnn_norm)
+    delayed = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False)
+    other = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=options)
+    t, h, tp = 4096, LLAMA.hidden_size, 8
+    bw = memory_bandwidth_Bps(H100)
+    extra = other.forward.compute_s - delayed.forward.compute_s
+    assert extra == pytest.approx(2 * net_bytes * t / tp * h / bw, abs=1e-12)
+    assert other.backward == delayed.backward
+
+
+def test_cudnn_norm_gives_current_scaling_the_full_amax_pass():
+    # With NVTE_NORM_FWD_USE_CUDNN TE runs the current-scaling norm UNFUSED: the amax pass
+    # reads the norm's bf16 output again (e = 2 bytes per T/tp x h element, both pairs).
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+    te_norm = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    cudnn = dataclasses.replace(te_norm, cudnn_norm=True)
+    plain = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=te_norm)
+    fused = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=cudnn)
+    t, h, tp = 4096, LLAMA.hidden_size, 8
+    extra = fused.forward.compute_s - plain.forward.compute_s
+    assert extra == pytest.approx(2 * 2 * t / tp * h / memory_bandwidth_Bps(H100))
+    assert fused.backward == plain.backward
+    # bf16 layers have no quantization: the backend does not move them.
+    bf16 = layer_cost(LLAMA, JOB, plan, H100, is_moe=False)
+    bf16_cudnn = layer_cost(
+        LLAMA,
+        JOB,
+        plan,
+        H100,
+        is_moe=False,
+        options=dataclasses.replace(DEFAULT_OPTIONS, cudnn_norm=True),
+    )
+    assert bf16_cudnn == bf16
 
 
 def test_cp_ring_steps_run_half_chunk_kernels():

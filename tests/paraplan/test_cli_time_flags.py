@@ -36,6 +36,7 @@ def estimate_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
         (("--overlap-moe-expert-parallel-comm",), "moe_a2a_overlap", True),
         (("--no-rope-fusion",), "rope_fusion", False),
         (("--cutedsl-fused-grouped-mlp",), "moe_fused_grouped_mlp", True),
+        (("--cudnn-norm",), "cudnn_norm", True),
         (("--flash-attention-version", "2"), "flash_attention_version", 2),
         (
             (
@@ -207,3 +208,18 @@ def test_estimate_refuses_the_a2a_overlap_where_megatron_core_asserts(capsys):
         ]
     )  # fmt: skip
     assert ok == 0
+
+
+def test_cudnn_norm_moves_an_fp8_step_by_recipe(capsys):
+    """MXFP8's norm output is quantized inside cuDNN's norm (faster step); current scaling
+    loses the norm's amax (slower); memory stays."""
+    fp8 = ["--hardware", "b200", "--precision", "fp8", "--tp", "2", "--sp"]
+
+    def run(recipe: str, *extra: str) -> dict:
+        return estimate_json(capsys, *fp8, "--fp8-recipe", recipe, *extra)
+
+    mxfp8, mxfp8_cudnn = run("mxfp8"), run("mxfp8", "--cudnn-norm")
+    current, current_cudnn = run("tensorwise"), run("tensorwise", "--cudnn-norm")
+    assert mxfp8_cudnn["iteration_time_s"] < mxfp8["iteration_time_s"]
+    assert current_cudnn["iteration_time_s"] > current["iteration_time_s"]
+    assert mxfp8_cudnn["memory"] == mxfp8["memory"]

@@ -237,6 +237,7 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "native"},
     ),
     ({"expandable_segments": True}, {}, {}),
+    ({"cudnn_norm": True}, {}, {}),
     ({"cuda_graph_scopes": frozenset({"layer"})}, {}, {"cuda_graph_impl": "local"}),
     (
         {"cuda_graph_scopes": frozenset({"full_iteration"})}, {},
@@ -283,13 +284,16 @@ def test_launch_environment_and_notes_of_the_options() -> None:
     options = dataclasses.replace(
         DEFAULT_OPTIONS, expandable_segments=True, moe_fused_grouped_mlp=True,
         flash_attention_version=2, cuda_graph_scopes=frozenset({"full_iteration"}),
+        cudnn_norm=True,
     )  # fmt: skip
     bundle = priced_bundle(options, "mixtral-8x7b", ep=8)
     env = megatron_environment(bundle)
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert env["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] == "1"
+    assert env["NVTE_NORM_FWD_USE_CUDNN"] == env["NVTE_NORM_BWD_USE_CUDNN"] == "1"
     text = megatron_command(bundle, 8)
     assert "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in text
+    assert "export NVTE_NORM_FWD_USE_CUDNN=1" in text
     assert "# priced with FlashAttention-2-class" in text
     assert "# --cuda-graph-impl full_iteration needs --no-check-for-nan-in-loss-and-grad" in text
 

@@ -279,7 +279,9 @@ def _attention(
         ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     qkv_width = width if model.uses_mla else q + 2 * kv
     row_in = 0.0 if model.uses_mla else q
-    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, qkv_width, row_in, options.fp8_recipe)
+    fp8_f, fp8_b = _fp8_pair_s(
+        profile, x, h, qkv_width, row_in, options.fp8_recipe, options.cudnn_norm
+    )
     ew_fwd += fp8_f
     ew_bwd += fp8_b
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options)
@@ -316,14 +318,17 @@ def fp8_pair_quantize_s(
     row_in: float,
     *,
     recipe: Fp8Recipe,
+    cudnn_norm: bool = False,
 ) -> tuple[float, float]:
     """FP8 quantization of one column-parallel / row-parallel linear pair (QKV and output
     projection, or FC1 and FC2) under Transformer Engine's ``recipe`` (forward, backward),
     in seconds; 0 unless the job runs fp8 GEMMs.
 
-    Forward quantizes the column-parallel input as the norm kernel writes it
-    (``LayerNormLinear``; with sequence parallelism on T/tp tokens, before the fp8
-    all-gather) and the row-parallel input (T x ``row_in`` per rank). Backward quantizes
+    Forward quantizes the column-parallel input where the norm of the ``LayerNormLinear``
+    writes it (with sequence parallelism on T/tp tokens, before the fp8 all-gather), on the
+    path `costmodel.compute.norm_quantization` gives for the recipe and the norm backend
+    (``cudnn_norm``: `ExecutionOptions.cudnn_norm`), and the row-parallel input (T x
+    ``row_in`` per rank). Backward quantizes
     both output gradients: the column-parallel one (T x ``column_out``) and the row-parallel
     one (T/tp x h with sequence parallelism); bytes per element and the current-scaling
     amax pass in `costmodel.compute.fp8_quantize_time_s`, the current-scaling amax
@@ -331,7 +336,8 @@ def fp8_pair_quantize_s(
     are per-rank widths. The fp8 weight copies (and their amax) are made on the first
     microbatch of an iteration (TE ``is_first_microbatch``, the cached weight workspace)
     or after the optimizer step (``fp8_param``): not counted."""
-    return _fp8_pair_s(profile, _shape(job, plan), h, column_out, row_in, recipe)
+    x = _shape(job, plan)
+    return _fp8_pair_s(profile, x, h, column_out, row_in, recipe, cudnn_norm)
 
 
 def _fp8_pair_s(
@@ -341,16 +347,16 @@ def _fp8_pair_s(
     column_out: float,
     row_in: float,
     recipe: Fp8Recipe,
+    cudnn_norm: bool,
 ) -> tuple[float, float]:
     if x.dtype != "fp8":
         return 0.0, 0.0
 
-    def quantize(elements: float, norm_fused: bool = False) -> float:
-        return ops.fp8_quantize_time_s(
-            profile, elements, x.elem, recipe=recipe, norm_fused=norm_fused
-        )
+    def quantize(elements: float, norm: ops.NormQuantization | None = None) -> float:
+        return ops.fp8_quantize_time_s(profile, elements, x.elem, recipe=recipe, norm=norm)
 
-    forward = quantize(x.norm_tokens * h, norm_fused=True)
+    path = ops.norm_quantization(recipe, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
+    forward = quantize(x.norm_tokens * h, norm=path)
     backward = quantize(x.tokens * column_out)
     if row_in > 0:
         forward += quantize(x.tokens * row_in)
@@ -489,7 +495,9 @@ def _mlp(
         act_b += ops.bias_time_s(profile, x.tokens, fc1_width, x.elem, "backward")
         act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
     recipe = options.fp8_recipe
-    fp8_f, fp8_b = _fp8_pair_s(profile, x, h, (2 if gated else 1) * width, width, recipe)
+    fp8_f, fp8_b = _fp8_pair_s(
+        profile, x, h, (2 if gated else 1) * width, width, recipe, options.cudnn_norm
+    )
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = _tp_pair(profile, plan, x, h, groups, fc1_shape, fc2_shape, options)
     amax_f, amax_b = _fp8_amax_pair(profile, x, groups, recipe, width)
