@@ -46,25 +46,21 @@ from dataclasses import dataclass
 from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from nemo_recipes import nemo_model_fields, nemo_option_fields, nemo_plan_fields
+from overlap_recipes import grad_reduce_overlapped, tp_overlap, userbuffers_fields
+from pipeline_recipes import pipeline_fields
+from precision_recipes import fp8_weight_fields, grad_sync_fields, optimizer_precision_fields
+from recipe_keys import NotExpressible
 from row_era import Era, RowDate, era_for, era_options, era_plan_fields, row_date
 from row_recipes import (
-    NotExpressible,
     expandable_segments,
     expert_tp,
-    fp8_weight_fields,
-    grad_reduce_overlapped,
-    grad_sync_fields,
     mtp_layers,
-    optimizer_precision_fields,
-    pipeline_fields,
     refusal,
-    saver_fields,
     sharding_fields,
     sliding_window_fields,
-    tp_overlap,
     untied_embeddings,
-    userbuffers_fields,
 )
+from saver_recipes import saver_fields
 
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2023, ExecutionOptions
 from costmodel.flops import (
