@@ -37,7 +37,7 @@ import dataclasses
 import sys
 
 from published_rows import RowCase, case_for_row, published_iteration_time_s
-from row_recipes import NotExpressible
+from recipe_keys import NotExpressible
 from validate_published import default_csv, read_rows, select_rows
 
 from costmodel import compute as ops

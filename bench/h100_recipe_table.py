@@ -14,7 +14,7 @@ perf_recipes/*/h100/*.py``, functions ``*_pretrain_*gpu_h100_*_config``; its mod
 verification cards name 26.08 containers).
 
 Common to every release (`published_rows.MEGATRON_BRIDGE_PERF` and the FP8 weight rule
-`row_recipes.fp8_weight_fields`): distributed optimizer, overlapped gradient reduction and
+`precision_recipes.fp8_weight_fields`): distributed optimizer, overlapped gradient reduction and
 parameter gather, bf16 gradient reduction, TE cross entropy; FP8 current scaling with FP8
 parameter gather (``_perf_precision("fp8_cs")``, ``mixed_precision.py``).
 

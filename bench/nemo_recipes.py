@@ -63,7 +63,8 @@ from __future__ import annotations
 import re
 from typing import get_args
 
-from row_recipes import NotExpressible, recipe_layout
+from pipeline_recipes import recipe_layout
+from recipe_keys import NotExpressible
 
 from specs.model import ModelSpec
 from specs.plan import RecomputeModule
@@ -289,7 +290,7 @@ def deepseek_pipeline_fields(
     64/pp - 1 layers on the first stage and 64/pp - 2 on the last; from 25.07 an explicit
     layout per (pp, vpp) (``map_pp_vp_to_layout``), the embedding plus ceil(L/S) layers
     first, ceil(L/S) per middle stage, the rest with the loss last over S = pp·vpp stages
-    (`row_recipes.recipe_layout`). The map names no MTP layer: Megatron-core of mid-2025
+    (`pipeline_recipes.recipe_layout`). The map names no MTP layer: Megatron-core of mid-2025
     builds the MTP block on the last pipeline stage (its layout parser refused ``mtp``
     entries, ``pipeline_parallel_layer_layout.py`` at 77732c3628, 2025-06), so the layout
     priced puts the ``mtp`` layers before the loss."""

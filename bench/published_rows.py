@@ -47,25 +47,21 @@ from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from nemo_recipes import nemo_model_fields, nemo_option_fields, nemo_plan_fields
 from norm_recipes import norm_backend_fields
+from overlap_recipes import grad_reduce_overlapped, tp_overlap, userbuffers_fields
+from pipeline_recipes import pipeline_fields
+from precision_recipes import fp8_weight_fields, grad_sync_fields, optimizer_precision_fields
+from recipe_keys import NotExpressible
 from row_era import Era, RowDate, era_for, era_options, era_plan_fields, row_date
 from row_recipes import (
-    NotExpressible,
     expandable_segments,
     expert_tp,
-    fp8_weight_fields,
-    grad_reduce_overlapped,
-    grad_sync_fields,
     mtp_layers,
-    optimizer_precision_fields,
-    pipeline_fields,
     refusal,
-    saver_fields,
     sharding_fields,
     sliding_window_fields,
-    tp_overlap,
     untied_embeddings,
-    userbuffers_fields,
 )
+from saver_recipes import saver_fields
 
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2023, ExecutionOptions
 from costmodel.flops import (
@@ -425,9 +421,9 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
-    (`row_recipes.fp8_weight_fields`), gradient-reduction element size
-    (`row_recipes.grad_sync_fields`), Adam state dtypes
-    (`row_recipes.optimizer_precision_fields`) and norm backend
+    (`precision_recipes.fp8_weight_fields`), gradient-reduction element size
+    (`precision_recipes.grad_sync_fields`), Adam state dtypes
+    (`precision_recipes.optimizer_precision_fields`) and norm backend
     (`norm_recipes.norm_backend_fields`). Whether FP8 GEMMs take only the TN layout is the
     device's (``fp8_tn_gemm_only`` None: `costmodel.execution.device_options` resolves it
     from the row's profile, as for every `estimate_plan` caller)."""

@@ -45,12 +45,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from recipe_keys import NotExpressible
 from release_dates import (
     MEGATRON_CORE_RELEASES,
     MEGATRON_LM_RELEASES,
     TRANSFORMER_ENGINE_RELEASES,
 )
-from row_recipes import NotExpressible
 
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
 

@@ -1,9 +1,9 @@
 """`paraplan estimate` prices published rows' memory as `bench/validate_published.py` does.
 
 Each case is the command line a user writes for one row of ``published-runs-dev.csv`` from
-its printed configuration and its recipe's settings (the sources `bench/row_recipes.py` and
-`bench/published_rows.py` cite): the model preset, the plan, and the recipe flags of
-`paraplan.args.add_recipe_args`. The CLI's memory per pipeline stage must equal the bench's
+its printed configuration and its recipe's settings (the sources the `bench/*_recipes.py`
+modules and `bench/published_rows.py` cite): the model preset, the plan, and the recipe
+flags of `paraplan.args.add_recipe_args`. The CLI's memory per pipeline stage must equal the bench's
 for the same row (`validate_published.evaluate_row`, the bench's own path).
 """
 
@@ -35,13 +35,13 @@ LLAMA405_B200 = [
     "--account-for-loss-in-pipeline-split",
 ]  # fmt: skip
 """Row 337 (Megatron-Bridge 25.11, Llama 3.1 405B FP8-CS on 128 B200): the printed plan
-with the recipe's pipeline split and TP overlap (`row_recipes.ACCOUNT_FOR_BOTH`,
-`row_recipes.TP_COMM_OVERLAP_MODELS`)."""
+with the recipe's pipeline split and TP overlap (`pipeline_recipes.ACCOUNT_FOR_BOTH`,
+`overlap_recipes.TP_COMM_OVERLAP_MODELS`)."""
 
 CASES: dict[str, list[str]] = {
     "337": [*LLAMA405_B200, *MEGATRON_BRIDGE_FP8_CS],
     # Row 69 (NeMo long-sequence, Llama 2 7B FP8 on 16 H100, seq 16K): delayed scaling,
-    # bf16 parameters, gradients reduced in bf16 (`row_recipes.BF16_GRAD_SYNC`)
+    # bf16 parameters, gradients reduced in bf16 (`precision_recipes.BF16_GRAD_SYNC`)
     "69": [
         "--model", "llama2-7b", "--hardware", "h100-sxm-80gb", "--num-gpus", "16",
         "--seq-len", "16384", "--global-batch", "256", "--tp", "2", "--sp", "--dist-opt",

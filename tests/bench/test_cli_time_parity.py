@@ -3,9 +3,9 @@
 
 Each case is the command line a user writes for one row of ``published-runs-dev.csv``: the
 model preset, the printed plan, and the recipe's settings as flags, the time-only ones of
-`paraplan.time_args` included (the sources `bench/moe_recipes.py`, `bench/gpt_oss_recipes.py`
-and `bench/row_recipes.py` cite). Both sides run the same `estimate_plan` on the same inputs,
-so the times must agree to `cli_parity.TIME_TOLERANCE`.
+`paraplan.time_args` included (the sources the `bench/*_recipes.py` modules cite). Both
+sides run the same `estimate_plan` on the same inputs, so the times must agree to
+`cli_parity.TIME_TOLERANCE`.
 """
 
 from __future__ import annotations

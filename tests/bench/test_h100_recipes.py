@@ -72,8 +72,8 @@ def test_qwen3_30b_ratio_is_per_token_at_one_precision(report):
 
 
 def test_thirty_two_stage_layout_only_on_h100():
-    row_recipes = load_bench("row_recipes")
-    assert row_recipes.layout_for(61, 32, 1, "H100") == "Et|(tt|)*30mL"
-    assert row_recipes.layout_for(61, 32, 0, "H100") == "Et|(tt|)*30L"
-    with pytest.raises(row_recipes.NotExpressible):
-        row_recipes.layout_for(61, 32, 0, "GB200 (NVL72)")
+    pipeline = load_bench("pipeline_recipes")
+    assert pipeline.layout_for(61, 32, 1, "H100") == "Et|(tt|)*30mL"
+    assert pipeline.layout_for(61, 32, 0, "H100") == "Et|(tt|)*30L"
+    with pytest.raises(pipeline.NotExpressible):
+        pipeline.layout_for(61, 32, 0, "GB200 (NVL72)")

@@ -1,7 +1,8 @@
-"""bench/published_rows.py and bench/row_recipes.py: the kinds of rows the recipes open.
+"""bench/published_rows.py and the recipe modules: the kinds of rows the recipes open.
 
 Each case is one row of ``published-runs-dev.csv`` (the columns the mapping reads, copied
-from the row named), worked by hand against the recipe file cited in `row_recipes`.
+from the row named), worked by hand against the recipe file cited in `row_recipes`,
+`pipeline_recipes`, `saver_recipes` or `precision_recipes`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from specs.pipeline_split import pipeline_split
 from tests.bench.bench_loader import load_bench
 
 recipes = load_bench("row_recipes")
+pipeline = load_bench("pipeline_recipes")
+savers = load_bench("saver_recipes")
+precision = load_bench("precision_recipes")
 rows_mod = load_bench("published_rows")
 
 LLAMA405_GB200 = {
@@ -273,14 +277,14 @@ def test_unstated_interleaving_stays_refused():
 
 
 def test_bloom_partition_counts_the_tied_embedding_twice():
-    fields = recipes.pipeline_fields(
+    fields = pipeline.pipeline_fields(
         {"source_id": "BLOOM-176B", "model": "BLOOM-176B"}, None, pp=12, vpp=1
     )
     assert fields == {
         "account_for_embedding_in_pipeline_split": True,
         "account_for_loss_in_pipeline_split": True,
     }
-    assert recipes.pipeline_fields({"source_id": "MBRIDGE-26.06"}, None, pp=1, vpp=1) == {}
+    assert pipeline.pipeline_fields({"source_id": "MBRIDGE-26.06"}, None, pp=1, vpp=1) == {}
 
 
 def test_llama_fsdp_rows_offload_the_recipes_layer_count():
@@ -323,14 +327,14 @@ def test_deepseek_rows_recompute_the_recipes_modules():
 
 def test_kimi_k2_gb300_rows_recompute_the_mla_up_projection():
     raw = {"source_id": "MBRIDGE-26.06", "model": "Kimi_K2", "gpu_type": "GB300 (NVL72)"}
-    fields = recipes.saver_fields(raw | {"precision": "MXFP8"}, pp=4, fsdp=False)
+    fields = savers.saver_fields(raw | {"precision": "MXFP8"}, pp=4, fsdp=False)
     assert fields == {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}
     b200 = raw | {"gpu_type": "B200", "precision": "MXFP8"}
-    assert recipes.saver_fields(b200, pp=4, fsdp=False) == {}
+    assert savers.saver_fields(b200, pp=4, fsdp=False) == {}
 
 
 def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
-    fields = recipes.saver_fields(
+    fields = savers.saver_fields(
         {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B", "precision": "MXFP8"},
         pp=4,
         fsdp=False,
@@ -340,7 +344,7 @@ def test_moe_zoo_qwen3_mxfp8_row_recomputes_and_offloads():
     assert fields["recompute_modules"] == ("moe_act", "layernorm")
     assert fields["offload_modules"] == ("expert_fc1", "moe_act")
     bf16 = {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B", "precision": "BF16"}
-    assert recipes.saver_fields(bf16, pp=8, fsdp=False) == {}
+    assert savers.saver_fields(bf16, pp=8, fsdp=False) == {}
 
 
 def test_moe_zoo_fp8_rows_run_the_precision_aware_optimizer():
@@ -348,15 +352,15 @@ def test_moe_zoo_fp8_rows_run_the_precision_aware_optimizer():
     # --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16;
     # PR=bf16 does not add it
     zoo = {"source_id": "MOEZOO-QWEN3-GB200", "model": "Qwen3-235B-A22B"}
-    fields = recipes.optimizer_precision_fields(zoo | {"precision": "MXFP8"})
+    fields = precision.optimizer_precision_fields(zoo | {"precision": "MXFP8"})
     assert fields == {
         "precision_aware_optimizer": True,
         "exp_avg_dtype": "bf16",
         "exp_avg_sq_dtype": "bf16",
     }
-    assert recipes.optimizer_precision_fields(zoo | {"precision": "BF16"}) == {}
+    assert precision.optimizer_precision_fields(zoo | {"precision": "BF16"}) == {}
     bridge = {"source_id": "MBRIDGE-26.06", "model": "Qwen3-235B-A22B", "precision": "MXFP8"}
-    assert recipes.optimizer_precision_fields(bridge) == {}
+    assert precision.optimizer_precision_fields(bridge) == {}
 
 
 MLM_README_32B = {
@@ -479,18 +483,18 @@ def test_fp8_rows_keep_the_recipes_fp8_parameters():
     assert not device_options(options, load_profile(case.profile)).fp8_tn_gemm_only
     for release in ("25.09", "25.11", "26.02", "26.06"):
         row = _with(LLAMA70_FSDP, source_id=f"MBRIDGE-{release}")
-        assert recipes.fp8_weight_fields(row)["fp8_param"], release
+        assert precision.fp8_weight_fields(row)["fp8_param"], release
     # MXFP8 (bf16_with_mxfp8_mixed) and its 25.09 "alternative" rows
     mx = _with(LLAMA405_GB200, precision="MXFP8")
-    assert recipes.fp8_weight_fields(mx) == {"fp8_recipe": "mxfp8", "fp8_param": True}
+    assert precision.fp8_weight_fields(mx) == {"fp8_recipe": "mxfp8", "fp8_param": True}
     alternative = _with(LLAMA405_GB200, precision="alternative quantization granularity (GB)")
-    assert recipes.fp8_weight_fields(alternative)["fp8_recipe"] == "mxfp8"
+    assert precision.fp8_weight_fields(alternative)["fp8_recipe"] == "mxfp8"
     # GPT-OSS in 26.06: get_gpt_oss_20b_precision_config turns FP8 parameters off
     assert rows_mod.case_for_row(GPT_OSS_B300).options.fp8_param is False
     # BF16 rows and other sources keep Megatron-core's defaults
-    assert recipes.fp8_weight_fields(_with(LLAMA405_GB200, precision="BF16")) == {}
+    assert precision.fp8_weight_fields(_with(LLAMA405_GB200, precision="BF16")) == {}
     nemo = _with(LLAMA405_GB200, source_id="NEMO-LONGSEQ")
-    assert recipes.fp8_weight_fields(nemo) == {}
+    assert precision.fp8_weight_fields(nemo) == {}
 
 
 LLAMA2_LONGSEQ = {
@@ -525,8 +529,8 @@ def test_nemo_llama2_fp8_rows_reduce_gradients_in_bf16():
     # DistributedFusedAdam with grad_sync_dtype=bf16, a 2-byte contiguous gradient buffer
     assert rows_mod.case_for_row(LLAMA2_LONGSEQ).options.main_grad_bytes == 2
     # the same model in bf16, and other sources, keep Megatron-core's fp32 main gradients
-    assert recipes.grad_sync_fields(_with(LLAMA2_LONGSEQ, precision="BF16")) == {}
-    assert recipes.grad_sync_fields(_with(LLAMA2_LONGSEQ, source_id="NEMOTRON4-15B")) == {}
+    assert precision.grad_sync_fields(_with(LLAMA2_LONGSEQ, precision="BF16")) == {}
+    assert precision.grad_sync_fields(_with(LLAMA2_LONGSEQ, source_id="NEMOTRON4-15B")) == {}
 
 
 @pytest.mark.parametrize(

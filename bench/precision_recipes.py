@@ -1,0 +1,86 @@
+"""The precision settings a published row leaves to its recipe: FP8 weights, gradients, Adam.
+
+FP8 weight storage and gathers, the element size of the gradient reduction and the dtypes
+of Adam's state, each read from the recipe or the launch script of the row's source (files
+cited per entry). Nothing here depends on the row's published figure.
+"""
+
+from __future__ import annotations
+
+from recipe_keys import is_fp8, matches
+
+FP8_PARAM_OFF: tuple[tuple[str, str], ...] = (("MBRIDGE-26.06", "gpt oss"),)
+"""(source prefix, model prefix) of FP8 rows whose recipe turns FP8 parameters off:
+Megatron-Bridge v0.5.0 (26.06) builds every GPT-OSS precision config through
+``get_gpt_oss_20b_precision_config`` (``scripts/performance/configs/gpt_oss/
+gpt_oss_llm_pretrain.py``: ``fp8_param = fp8_param_gather = False``)."""
+
+
+def fp8_weight_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ExecutionOptions` FP8 weight fields of an FP8 row's recipe; empty for other rows.
+
+    - Megatron-Bridge: every release's FP8 precision configs (``bf16_with_fp8_delayed_
+      scaling_mixed``, ``bf16_with_fp8_current_scaling_mixed``, ``bf16_with_mxfp8_mixed`` in
+      ``src/megatron/bridge/training/mixed_precision.py``, tags v0.1.0rc4 to v0.5.x, used by
+      ``get_precision_config`` and ``_perf_precision``) set ``fp8_param_gather = True``
+      (MXFP8 with ``reuse_grad_buf_for_mxfp8_param_ag``), except `FP8_PARAM_OFF`. The
+      recipe is MXFP8 for rows printed MXFP8, FP8-MX or with the "alternative quantization
+      granularity" (MXFP8 on GB200/B200), per-tensor current scaling otherwise (FP8,
+      FP8-CS, and the 25.09 "not stated" main value).
+    - Megatron-MoE model zoo: ``sbatch_benchmarking.sh`` runs ``--fp8-recipe mxfp8
+      --fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag`` without optimizer offload.
+    """
+    source = raw.get("source_id", "")
+    precision = (raw.get("precision") or "").strip().upper()
+    if not source.startswith(("MBRIDGE-", "MOEZOO-")) or not is_fp8(precision):
+        return {}
+    mxfp8 = precision.startswith(("MXFP8", "FP8-MX", "ALTERNATIVE"))
+    return {
+        "fp8_recipe": "mxfp8" if mxfp8 else "tensorwise",
+        "fp8_param": not matches(raw, FP8_PARAM_OFF),
+    }
+
+
+BF16_GRAD_SYNC: tuple[tuple[str, str], ...] = (("NEMO-LONGSEQ", "llama2"),)
+"""(source prefix, model prefix) of NeMo 1.x FP8 rows whose launch reduces gradients in
+bf16: the NeMo-Framework-Launcher H100 FP8 example for Llama 2 7B
+(``examples/training/llama/h100/llama2_7b_fp8.sh``, commit 7d6e2df) runs
+``training=llama/llama2_7b`` (``launcher_scripts/conf/training/llama/llama2_7b.yaml``:
+``optim.name: distributed_fused_adam``, ``megatron_amp_O2: true``,
+``contiguous_grad_buffer: true``) with ``+training.model.optim.grad_sync_dtype=bf16``.
+NeMo's ``MegatronDistributedFusedAdam`` (``nemo/core/optim/distributed_adam.py``) is Apex's
+``DistributedFusedAdam``, whose contiguous gradient buffer has ``grad_sync_dtype``
+elements (``apex/contrib/optimizers/distributed_fused_adam.py`` ``_init_grad_buffer``):
+2 bytes per gradient element (`costmodel.execution.ExecutionOptions.main_grad_bytes`).
+The NeMo long-sequence page (NeMo 24.03.01 container) prints no optimizer settings; its
+LLAMA2-7B FP8 rows take that example's."""
+
+
+def grad_sync_fields(raw: dict[str, str]) -> dict[str, object]:
+    """``main_grad_bytes`` 2 for the FP8 rows of `BF16_GRAD_SYNC`; empty for other rows."""
+    if not is_fp8(raw.get("precision") or "") or not matches(raw, BF16_GRAD_SYNC):
+        return {}
+    return {"main_grad_bytes": 2}
+
+
+PRECISION_AWARE_OPTIMIZER: dict[str, object] = {
+    "precision_aware_optimizer": True,
+    "exp_avg_dtype": "bf16",
+    "exp_avg_sq_dtype": "bf16",
+}
+"""The Megatron-MoE model zoo's FP8 and MXFP8 runs: ``sbatch_benchmarking.sh`` (yanring/
+Megatron-MoE-ModelZoo @ e8650517) adds ``--use-precision-aware-optimizer --main-grads-dtype
+fp32 --main-params-dtype fp32 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`` for
+``PR=fp8`` (line 90) and ``PR=mxfp8`` (line 105), not for ``PR=bf16`` (lines 94-96); fp32
+main gradients and main params are the defaults (`costmodel.execution.ExecutionOptions`
+``precision_aware_optimizer``, ``exp_avg_dtype``, ``exp_avg_sq_dtype``)."""
+
+
+def optimizer_precision_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`PRECISION_AWARE_OPTIMIZER` for the model zoo's FP8 and MXFP8 rows; empty for other
+    rows."""
+    if not raw.get("source_id", "").startswith("MOEZOO-"):
+        return {}
+    if not is_fp8(raw.get("precision") or ""):
+        return {}
+    return dict(PRECISION_AWARE_OPTIMIZER)
