@@ -36,6 +36,7 @@ from validate_published import rows_by_ids
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
 from specs.errors import SpecError
+from specs.formats import percent
 
 MODEL_ROWS = {
     "LLAMA3_8B": "317",
@@ -253,8 +254,9 @@ def print_report(report: dict[str, object]) -> None:
         row, full = e["row"], e["recipe"]
         print(
             f"{e['key']:<30} {e['release']:<5} {e['plan'][:44]:<44} {row['peak_gib']:7.1f} "
-            f"{'yes' if row['fits'] else 'NO ':<3} {row['mfu']:5.1%}  {full['peak_gib']:10.1f} "
-            f"{'yes' if full['fits'] else 'NO ':<3} {full['mfu']:5.1%}"
+            f"{'yes' if row['fits'] else 'NO ':<3} {percent(row['mfu']):>5}  "
+            f"{full['peak_gib']:10.1f} "
+            f"{'yes' if full['fits'] else 'NO ':<3} {percent(full['mfu']):>5}"
         )
         for diff in e["differences"]:
             print(f"    row path differs: {diff}")

@@ -39,6 +39,7 @@ from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS
 from profiles.store import load_profile
 from specs.errors import SpecError
+from specs.formats import percent
 
 ALL = tuple(RELEASE_TAGS)
 FROM_25_04 = ("25.04", "25.07", "25.09")
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             bare_text = f"{bare['peak_gib']:.1f} GiB" + ("" if bare["fits"] else " (no fit)")
         print(
             f"{name}  {p['plan']:<44} peak {p['peak_gib']:6.1f} GiB {fits:<12} "
-            f"{p['iteration_s']:8.3f} s  MFU {100 * p['mfu']:5.1f}%  without rules: {bare_text}"
+            f"{p['iteration_s']:8.3f} s  MFU {percent(p['mfu']):>6}  without rules: {bare_text}"
         )
     for n in report["not_priced"]:
         print(f"not priced: {n['configs']} ({n['releases']}): {n['reason']}")
