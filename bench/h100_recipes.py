@@ -244,19 +244,20 @@ def h100_report() -> dict[str, object]:
 def print_report(report: dict[str, object]) -> None:
     """The report as text lines."""
     print(
-        f"{'recipe':<30} {'rel':<5} {'plan':<44} {'row GiB':>7} fit {'MFU':>5}  "
-        f"{'recipe GiB':>10} fit {'MFU':>5}"
+        f"{'recipe':<30} {'rel':<5} {'plan':<44} {'row GiB':>7} fit   MFU  "
+        f"{'recipe GiB':>10} fit   MFU"
     )
     for e in report["recipes"]:
         if "row" not in e:
             print(f"{e['key']:<30} {e['release']:<5} not priced: {e['row_path_error']}")
             continue
         row, full = e["row"], e["recipe"]
+        row_rate, full_rate = percent(row["mfu"]), percent(full["mfu"])
         print(
             f"{e['key']:<30} {e['release']:<5} {e['plan'][:44]:<44} {row['peak_gib']:7.1f} "
-            f"{'yes' if row['fits'] else 'NO ':<3} {percent(row['mfu']):>5}  "
+            f"{'yes' if row['fits'] else 'NO ':<3} {row_rate:>5}  "
             f"{full['peak_gib']:10.1f} "
-            f"{'yes' if full['fits'] else 'NO ':<3} {percent(full['mfu']):>5}"
+            f"{'yes' if full['fits'] else 'NO ':<3} {full_rate:>5}"
         )
         for diff in e["differences"]:
             print(f"    row path differs: {diff}")

@@ -346,9 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             bare_text = "not priced"
         else:
             bare_text = f"{bare['peak_gib']:.1f} GiB" + ("" if bare["fits"] else " (no fit)")
+        rate = percent(p["mfu"])
         print(
             f"{name}  {p['plan']:<44} peak {p['peak_gib']:6.1f} GiB {fits:<12} "
-            f"{p['iteration_s']:8.3f} s  MFU {percent(p['mfu']):>6}  without rules: {bare_text}"
+            f"{p['iteration_s']:8.3f} s  MFU {rate:>6}  without rules: {bare_text}"
         )
     for n in report["not_priced"]:
         print(f"not priced: {n['configs']} ({n['releases']}): {n['reason']}")
