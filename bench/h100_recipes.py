@@ -30,7 +30,7 @@ import json
 import sys
 
 from h100_recipe_table import NOT_EXPRESSIBLE, RECIPES, SKIPPED, H100Recipe
-from published_rows import NotExpressible, RowCase, case_for_row
+from published_rows import ARCHITECTURE_COLUMNS, NotExpressible, RowCase, case_for_row
 from validate_published import rows_by_ids
 
 from costmodel.estimate import estimate_plan
@@ -49,20 +49,6 @@ MODEL_ROWS = {
     "Kimi_K2": "136",
 }
 """Dev-set Megatron-Bridge row whose architecture columns each model's rows share."""
-
-ARCHITECTURE_COLUMNS = (
-    "arch_notes",
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_query_groups",
-    "ffn_hidden_size",
-    "vocab_size",
-    "num_experts",
-    "moe_top_k",
-    "moe_ffn_hidden_size",
-    "moe_shared_expert_ffn",
-)
 
 PRECISION_25_09 = {
     "bf16": "BF16",

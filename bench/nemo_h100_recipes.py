@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass
 
 from nemo_recipes import RELEASE_TAGS
-from published_rows import NotExpressible, RowCase, case_for_row
+from published_rows import ARCHITECTURE_COLUMNS, NotExpressible, RowCase, case_for_row
 from validate_published import rows_by_ids
 
 from costmodel.estimate import Estimate, estimate_plan
@@ -165,20 +165,6 @@ NO_PRESET: tuple[tuple[str, str, str], ...] = (
 )
 """(configs, containers, reason) of the H100 ``pre_train`` rows not priced."""
 
-ARCH_COLUMNS = (
-    "arch_notes",
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_query_groups",
-    "ffn_hidden_size",
-    "vocab_size",
-    "num_experts",
-    "moe_top_k",
-    "moe_ffn_hidden_size",
-    "moe_shared_expert_ffn",
-)
-
 ARCH_ROWS = {
     "GPT3 175B": "11",
     "Llama3.1 405B": "116",
@@ -192,7 +178,7 @@ ARCH_ROWS = {
     "Qwen3 30B-A3B": "106",
     "Qwen3 235B-A22B": "108",
 }
-"""Model -> dev-set row whose architecture columns it takes (`ARCH_COLUMNS`)."""
+"""Model -> dev-set row whose architecture columns it takes (`ARCHITECTURE_COLUMNS`)."""
 
 MIXTRAL_8X22B = {
     "num_layers": "56",
@@ -210,7 +196,7 @@ def arch_columns(model: str) -> dict[str, str]:
     rows, error = rows_by_ids(ARCH_ROWS[model])
     if error is not None:
         raise SystemExit(error)
-    columns = {k: rows[0][k] for k in ARCH_COLUMNS}
+    columns = {k: rows[0][k] for k in ARCHITECTURE_COLUMNS}
     if model == "Mixtral 8x22B":
         columns |= MIXTRAL_8X22B
     return columns

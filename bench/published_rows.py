@@ -103,6 +103,22 @@ date their stack:
   which moves its unstated-vpp errors (`bench/unstated_vpp.py`) by +1 to +23 points.
 Every other row's era is its date's (`row_era`)."""
 
+ARCHITECTURE_COLUMNS = (
+    "arch_notes",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "ffn_hidden_size",
+    "vocab_size",
+    "num_experts",
+    "moe_top_k",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_ffn",
+)
+"""Columns of ``published-runs-dev.csv`` that describe the model (what `model_for` reads):
+a row built for a recipe copies them from a dev-set row of the same model."""
+
 DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
 """Sources whose recipes run the distributed optimizer when ``fsdp_or_zero`` is empty."""
 
