@@ -32,7 +32,8 @@ from published_rows import NotExpressible, RowCase
 from validate_published import TRUSTED, default_csv, evaluate_row, read_rows, select_rows
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from paraplan.args import options_from_args, plan_from_args
 from paraplan.cli import build_parser, main
 from planner.export_options import (

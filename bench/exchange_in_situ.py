@@ -39,7 +39,7 @@ import torch
 import torch.distributed
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from executor.run import RunConfig, engine_setup, execute
 from profiles.host_probe import host_probe
 from profiles.store import load_profile

@@ -12,7 +12,7 @@ from typing import Any
 
 from fidelity_suite import PICK_CASE, Case, bundle_of
 
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from planner.search import search_plans
 from profiles.schema import HardwareProfile
 from reports.fidelity import FidelityRow, row_to_json, summarize, summary_to_json

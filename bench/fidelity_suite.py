@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from costmodel.estimate import estimate_to_json, simulate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from executor.run import RunConfig, execute
 from profiles.host_probe import host_probe
 from profiles.schema import HardwareProfile

@@ -36,7 +36,7 @@ from published_rows import ARCHITECTURE_COLUMNS, NotExpressible, RowCase, case_f
 from validate_published import rows_by_ids
 
 from costmodel.estimate import Estimate, estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent

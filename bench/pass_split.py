@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from executor.model import build_model, plan_full_recompute
 from executor.pipeline import lm_loss
 from profiles.store import load_profile

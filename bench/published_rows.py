@@ -63,7 +63,8 @@ from row_recipes import (
 )
 from saver_recipes import saver_fields
 
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2023, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2023
 from costmodel.flops import (
     core_attention_forward_flops_per_token,
     model_flops_per_iteration,
@@ -441,7 +442,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     (`precision_recipes.grad_sync_fields`), Adam state dtypes
     (`precision_recipes.optimizer_precision_fields`) and norm backend
     (`norm_recipes.norm_backend_fields`). Whether FP8 GEMMs take only the TN layout is the
-    device's (``fp8_tn_gemm_only`` None: `costmodel.execution.device_options` resolves it
+    device's (``fp8_tn_gemm_only`` None: `costmodel.execution_presets.device_options` resolves it
     from the row's profile, as for every `estimate_plan` caller)."""
     options = _era_options(raw)
     fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw)

@@ -30,7 +30,7 @@ Within the FlashAttention-2 era, gradient reduction is overlapped only from
 `OVERLAP_GRAD_REDUCE_IN_MEGATRON` and the parameter all-gather only from
 `OVERLAP_PARAM_GATHER_IN_MEGATRON` (`era_plan_fields`).
 
-A 2023 date alone does not select `costmodel.execution.MEGATRON_2023`: those options are
+A 2023 date alone does not select `costmodel.execution_presets.MEGATRON_2023`: those options are
 one commit's code (``285068c8``, the MegaScale baseline) run with its local transformer
 (``--transformer-impl local``, apex layer norm, unfused bias), while Megatron-LM from
 Transformer Engine's integration on ran TE layers; a row selects them by naming that
@@ -52,7 +52,8 @@ from release_dates import (
     TRANSFORMER_ENGINE_RELEASES,
 )
 
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 
 Era = Literal["megatron_2021", "flash_attention_2", "current"]
 """Execution era of a row: pre-FlashAttention Megatron-LM, FlashAttention-2-class

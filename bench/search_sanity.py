@@ -26,7 +26,7 @@ comparison is between plans the same software could run:
   as shares of the recipe's iteration (`gain_by_phase`);
 - the allocator fragmentation share at which the pick would no longer fit
   (`overflow_fragmentation`), against the share the row's execution options assume
-  (`costmodel.execution.MEGATRON_2021_FRAGMENTATION` for SC21 rows): how far a claim that
+  (`costmodel.execution_presets.MEGATRON_2021_FRAGMENTATION` for SC21 rows): how far a claim that
   rests on a larger memory footprint is from not fitting.
 Recipes tuned on the real machines should rank high; a large claimed speedup is more likely
 a cost-model error than a better plan.
@@ -140,7 +140,7 @@ SearchKey = tuple[ProblemKey, tuple[tuple[str, object], ...]]
 
 
 def recipe_features(plan: ParallelPlan) -> frozenset[str]:
-    """The plan features (`costmodel.execution.PLAN_FEATURES`) that ``plan`` uses, but
+    """The plan features (`costmodel.execution_rules.PLAN_FEATURES`) that ``plan`` uses, but
     ``ddp_bucket_size``: a recipe's bucket is its framework's fixed default (PyTorch DDP's
     25 MB on the SC21 rows), not a searched ``--ddp-bucket-size``."""
     used = {

@@ -75,7 +75,8 @@ from validation_stats import (
 )
 
 from costmodel.estimate import estimate_plan, stage_memory_parts_gib
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.megatron_estimator import megatron_theoretical_memory
 from costmodel.memory_allowances import GiB
 from profiles.store import load_profile

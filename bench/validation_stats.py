@@ -68,7 +68,7 @@ class Outcome:
     configuration differs from its release's recipe); empty when none is known."""
     sustained_fixed: bool = False
     """The row's execution options fix the sustained 16-bit GEMM rate factor (the 2021
-    option set, `costmodel.execution.MEGATRON_2021`): the fit neither uses the row for it
+    option set, `costmodel.execution_presets.MEGATRON_2021`): the fit neither uses the row for it
     nor moves the row with it."""
     fit_generation: str = ""
     """The profile's `profiles.schema.DeviceSpec.generation` (``ampere``, ``hopper``,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.compute import gemm_dtype
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
 from costmodel.iteration import Breakdown, simulate_iteration
 from costmodel.memory import StageMemory
@@ -87,7 +88,7 @@ class Estimate:
     """The predicted iteration of one plan on one cluster."""
 
     runtime: str
-    """The runtime the plan was priced for (`costmodel.execution.RUNTIMES`)."""
+    """The runtime the plan was priced for (`costmodel.execution_rules.RUNTIMES`)."""
     iteration_time_s: float
     """Seconds per training iteration."""
     breakdown: Breakdown
@@ -143,7 +144,7 @@ def simulate_plan(
     plan (attention kernel, gradient-accumulation fusion; `costmodel.execution`), Megatron-LM's
     current defaults unless given. MFU and HFU divide by the peak of the dtype the runtime
     computes in (fp32 for the executor on a CPU). Fields of ``options`` left to the device
-    are resolved for ``profile`` (`costmodel.execution.device_options`).
+    are resolved for ``profile`` (`costmodel.execution_presets.device_options`).
     """
     require_valid_plan(model, cluster, job, plan)
     runtime = runtime_model(device_options(options, profile))

@@ -6,128 +6,31 @@ runs it and which kernels and conventions that runtime brings. Two runtimes exis
 fused bias epilogues, fp32 main gradients, asynchronous interleaved pipeline sends), and
 ``torch``, paraplan's own executor (`executor/`: eager PyTorch, DTensor tensor
 parallelism, torch.distributed.pipelining, DDP or FSDP2), priced operator by operator.
-The caller names the runtime; nothing is inferred from the profile's device
-(`runtime_options`). `MEGATRON_2021` describes the code
-of Narayanan et al. 2021 (SC21, arXiv 2104.04473) as its reproduction scripts ran it
-(`examples/sc21` of NVIDIA/Megatron-LM: container nvcr.io/nvidia/pytorch:20.12-py3, i.e.
-PyTorch 1.8, and `--fp16 --loss-scale 8192`, no `--accumulate-allreduce-grads-in-fp32`);
-each field's docstring names the code it stands for.
+The options of named stacks (Megatron-LM today, in 2021 and in 2023, the executor) are in
+`costmodel.execution_presets`; the valid field values and rules in
+`costmodel.execution_rules`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Literal
 
-from costmodel.activations import CROSS_ENTROPY_FUSIONS, CrossEntropyFusion
+from costmodel.activations import CrossEntropyFusion
 from costmodel.compute import AttentionKernelName as AttentionKernel
-from costmodel.fitted_rates import (
-    SUSTAINED_DTYPES,
-    fp8_gemm_rate_factor,
-    sustained_gemm_rate_factor,
+from costmodel.execution_rules import (
+    PLAN_FEATURES,
+    MoeDispatcher,
+    Runtime,
+    TpOverlapRsMethod,
+    check_kernel_fields,
+    check_megatron_only,
+    check_moe_and_overlap_fields,
+    check_plan_features,
+    check_rate_fields,
 )
-from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
+from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
-from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
-from specs.errors import SpecError
-
-Runtime = Literal["megatron", "torch"]
-MoeDispatcher = Literal["alltoall", "flex", "allgather"]
-TpOverlapRsMethod = Literal["pipeline", "ring_exchange"]
-TP_OVERLAP_RS_METHODS: tuple[TpOverlapRsMethod, ...] = ("pipeline", "ring_exchange")
-"""Userbuffers methods of the row-parallel forward reduce-scatter
-(`ExecutionOptions.tp_overlap_rs_method`), Transformer Engine's default first."""
-MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex", "allgather")
-
-CUDA_GRAPH_SCOPES: frozenset[str] = frozenset(
-    ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "layer", "full_iteration")
-)
-"""Names of `ExecutionOptions.cuda_graph_scopes`: Megatron-core's ``cuda_graph_modules``
-(formerly ``cuda_graph_scope``; megatron/core/transformer/transformer_config.py) plus
-``layer`` (its empty list: the whole transformer layer) and ``full_iteration``
-(``cuda_graph_impl="full_iteration"``: the whole step)."""
-"""Token dispatchers `costmodel.runtimes.megatron.moe_costs` prices, the default first."""
-RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
-"""Runtime names, the default first."""
-
-CUDA11_GEMM_RATE_FACTOR = 230.0 / 257.0
-"""Sustained fp16 GEMM rate of the CUDA 11 cuBLAS over the one the stored A100 profile is
-built on (about 0.895), for the same benchmark: a square 8192³ fp16 ``a @ b`` on
-``torch.randn`` inputs on an A100 SXM4 80GB. CUDA 11 era: 230 TFLOP/s (mli/transformers-
-benchmarks, README "MatMul FP16" for A100 80GB, `micro_bench.ipynb`, PyTorch container
-22.07, CUDA 11.7). The profile's top: 257 TFLOP/s (hardware.md [S55], H. He 2024, current
-PyTorch and cuBLAS; `profiles/derive.py`). The SC21 runs used an older CUDA 11 still
-(container 20.12: CUDA 11.1, cuBLAS 11.3), for which no figure was found; 11.7 is the
-nearest sourced stack, so this is if anything an upper bound on their GEMM rate."""
-
-
-PLAN_FEATURES: frozenset[str] = frozenset(
-    {
-        "sequence_parallel",
-        "tp_comm_overlap",
-        "selective_recompute",
-        "recompute_modules",
-        "context_parallel",
-        "distributed_optimizer",
-        "uneven_pipeline_split",
-        "interleaved_two_stages",
-        "pipelined_grad_overlap",
-        "ddp_bucket_size",
-        "megatron_fsdp",
-    }
-)
-"""Plan features a framework may or may not implement (`ExecutionOptions.plan_features`),
-each with the Megatron-LM argument that brought it:
-- ``sequence_parallel``: ``--sequence-parallel`` (Korthikanti et al. 2022);
-- ``tp_comm_overlap``: ``--tp-comm-overlap`` (Transformer Engine userbuffers);
-- ``selective_recompute``: ``--recompute-granularity selective`` (Korthikanti et al. 2022);
-- ``recompute_modules``: selective recompute of named modules, ``--recompute-modules``
-  (Megatron-core ``TransformerConfig.recompute_modules``);
-- ``context_parallel``: ``--context-parallel-size``;
-- ``distributed_optimizer``: ``--use-distributed-optimizer`` (with it
-  ``--overlap-param-gather``);
-- ``uneven_pipeline_split``: ``--decoder-first/last-pipeline-num-layers``, the
-  ``--account-for-*-in-pipeline-split`` flags and ``--pipeline-model-parallel-layout``;
-- ``interleaved_two_stages``: the interleaved schedule with two pipeline stages (allowed only
-  with ``--overlap-p2p-communication``; `validate_args` asks for pp > 2 otherwise);
-- ``pipelined_grad_overlap``: gradient reduction overlapped with the backward when pp > 1
-  (Megatron-core's DDP); Megatron-LM 2021 overlapped it only through PyTorch DDP, whose
-  ``no_sync`` its pipelined schedules never entered, so every microbatch would be reduced;
-- ``ddp_bucket_size``: ``--ddp-bucket-size``;
-- ``megatron_fsdp``: ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
-  (Megatron-FSDP)."""
-
-FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
-    "forward": ((512, 191.0 / 292.0), (16384, 335.0 / 616.0)),
-    "backward": ((512, 214.0 / 316.0), (16384, 322.0 / 561.0)),
-}
-"""FlashAttention-2 over FlashAttention-3 throughput on an H100 SXM5, per pass, at the two
-ends of the FA3 paper's sequence sweep (Shah et al. 2024, arXiv 2407.08608, bar charts for
-bf16/fp16, head dim 128, causal mask, batch x sequence = 16k tokens; hardware.md §2b):
-forward FA2 191 -> 335 TFLOP/s against FA3 292 -> 616, backward 214 -> 322 against
-316 -> 561, for sequence 512 -> 16k. `flash_attention_rate` interpolates the ratio linearly in
-log2(sequence) between the ends and holds it outside."""
-
-FA3_CURVE_PREFIX = "FlashAttention-3"
-"""`ComputeProfile.attention_kernel` prefix of profiles whose attention curves are FA3's
-(H100, H200, and MI300X scaled from them; the Blackwell profiles carry measured cuDNN
-curves, `profiles.derive_cudnn`, which FA2 scaling leaves alone)."""
-
-
-def flash_attention_rate(direction: str, seq_len: int) -> float:
-    """FA2 throughput over FA3's on Hopper at ``seq_len`` for a ``direction`` pass
-    (`FA2_OVER_FA3_H100`): linear in log2(seq_len) between the measured ends, held outside."""
-    (s0, r0), (s1, r1) = FA2_OVER_FA3_H100[direction]
-    if seq_len <= s0:
-        return r0
-    if seq_len >= s1:
-        return r1
-    t = (math.log2(seq_len) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
-    return r0 + (r1 - r0) * t
-
 
 MOE_HOST_LAUNCH_S = 60e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
@@ -206,23 +109,25 @@ class ExecutionOptions:
 
     gemm_rate_factor: float = 1.0
     """Multiplier, in (0, 1], on the profile's GEMM efficiency for the BLAS library the
-    framework links (`framework_profile`): 1 for the library the profile was measured or
-    derived with, `CUDA11_GEMM_RATE_FACTOR` for the CUDA 11 cuBLAS of the 2020-2022 PyTorch
-    containers on an A100. It scales every cuBLAS GEMM (linear layers, the materialized
-    attention's batched GEMMs), not fused attention kernels or memory-bound operators."""
+    framework links (`costmodel.execution_presets.framework_profile`): 1 for the library the
+    profile was measured or derived with,
+    `costmodel.execution_presets.CUDA11_GEMM_RATE_FACTOR` for the CUDA 11 cuBLAS of the
+    2020-2022 PyTorch containers on an A100. It scales every cuBLAS GEMM (linear layers, the
+    materialized attention's batched GEMMs), not fused attention kernels or memory-bound
+    operators."""
 
     fp8_gemm_rate_factor: float | None = None
     """Multiplier, in (0, 1], on the profile's fp8 GEMM efficiency for GEMMs run through
-    Transformer Engine's FP8 recipes (`framework_profile`). The profile's fp8 curve is the
-    bare cuBLASLt rate on square shapes (MAMF); a training step's FP8 linear layers also
-    cast and transpose their inputs and output gradients (priced apart, as memory-bound
-    kernels, with current scaling's amax pass and TP amax all-reduce:
+    Transformer Engine's FP8 recipes (`costmodel.execution_presets.framework_profile`). The
+    profile's fp8 curve is the bare cuBLASLt rate on square shapes (MAMF); a training step's
+    FP8 linear layers also cast and transpose their inputs and output gradients (priced apart,
+    as memory-bound kernels, with current scaling's amax pass and TP amax all-reduce:
     `costmodel.compute.fp8_quantize_time_s`, `costmodel.runtimes.megatron.fp8_scaling`),
-    reduce amax and update scales (delayed scaling's ``fp8_autocast`` exit), which
-    NVIDIA's own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16
-    (Megatron-Bridge ``docs/performance-guide.md``, "Low Precision Training") where the bare
-    rates differ by about 1.8x. None (the default) takes the value fitted on published FP8
-    runs for the profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
+    reduce amax and update scales (delayed scaling's ``fp8_autocast`` exit), which NVIDIA's
+    own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
+    ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
+    about 1.8x. None (the default) takes the value fitted on published FP8 runs for the
+    profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
     `FP8_GEMM_RATE_FACTORS`, else `FP8_GEMM_RATE_FACTOR`); a number overrides it for every
     generation; 1 keeps the bare rate. It also absorbs what the bf16 parts of small dense
     models miss, so it is a fitted figure, not a kernel rate."""
@@ -268,18 +173,19 @@ class ExecutionOptions:
     such check."""
 
     flash_attention_version: int = 3
-    """Generation of the fused attention kernels the framework's stack runs. 3: kernels
-    that use Hopper's asynchronous tensor-core pipelines (FlashAttention-3, which Transformer
+    """Generation of the fused attention kernels the framework's stack runs. 3: kernels that
+    use Hopper's asynchronous tensor-core pipelines (FlashAttention-3, which Transformer
     Engine integrates from v1.11, 2024-10), the curves of the H100-class profiles as stored.
     2: FlashAttention-2-class kernels, which use none of those features; on a profile whose
-    curves are FA3's (`FA3_CURVE_PREFIX`) every attention point is scaled by the FA2/FA3
-    ratio the FA3 paper measures on H100 (`FA2_OVER_FA3_H100`); a profile whose curves are
-    FA2's already (A100) is unchanged. Stacks from before FA3 (released 2024-07) run 2
-    (docs/cost-model.md states what this assumes for Transformer Engine's cuDNN path)."""
+    curves are FA3's (`costmodel.flash_attention2.FA3_CURVE_PREFIX`) every attention point is
+    scaled by the FA2/FA3 ratio the FA3 paper measures on H100
+    (`costmodel.flash_attention2.FA2_OVER_FA3_H100`); a profile whose curves are FA2's already
+    (A100) is unchanged. Stacks from before FA3 (released 2024-07) run 2 (docs/cost-model.md
+    states what this assumes for Transformer Engine's cuDNN path)."""
     plan_features: frozenset[str] = PLAN_FEATURES
-    """Plan features the framework implements (names in `PLAN_FEATURES`). The planner
-    searches only plans that use these (`planner.space.SearchSpace.features`); the cost of
-    a plan is not affected."""
+    """Plan features the framework implements (names in
+    `costmodel.execution_rules.PLAN_FEATURES`). The planner searches only plans that use these
+    (`planner.space.SearchSpace.features`); the cost of a plan is not affected."""
 
     runtime: Runtime = "megatron"
     """Who runs the step: ``megatron`` (Megatron-core with Transformer Engine; the fields
@@ -298,11 +204,12 @@ class ExecutionOptions:
     de7dc40); Megatron-core's own DDP reduces its contiguous buffer in place (False)."""
 
     cuda_graph_scopes: frozenset[str] = frozenset()
-    """Parts of each layer captured in CUDA graphs (names in `CUDA_GRAPH_SCOPES`;
-    Megatron-core ``--cuda-graph-impl transformer_engine|local`` with ``--cuda-graph-scope``).
-    A captured part is replayed as one graph launch, forward and backward, so its kernels
-    cost no host launch time: the MoE host-launch floor loses the launches of the captured
-    scopes (`costmodel.runtimes.megatron.moe_costs.captured_moe_launches`). Kernel times are
+    """Parts of each layer captured in CUDA graphs (names in
+    `costmodel.execution_rules.CUDA_GRAPH_SCOPES`; Megatron-core ``--cuda-graph-impl
+    transformer_engine|local`` with ``--cuda-graph-scope``). A captured part is replayed as
+    one graph launch, forward and backward, so its kernels cost no host launch time: the MoE
+    host-launch floor loses the launches of the captured scopes
+    (`costmodel.runtimes.megatron.moe_costs.captured_moe_launches`). Kernel times are
     unchanged. Empty: eager execution."""
 
     tp_overlap_rs_method: TpOverlapRsMethod = "pipeline"
@@ -396,10 +303,10 @@ class ExecutionOptions:
 
     fp8_tn_gemm_only: bool | None = None
     """The device's FP8 GEMMs take only the TN layout, so TE keeps a transposed copy of each
-    per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability
-    9.0), False on Blackwell and Blackwell Ultra (10.x; TE ``is_non_tn_fp8_gemm_supported``).
-    None (the default): the priced device's (`device_options`, which `estimate_plan` and the
-    screen apply); a bool overrides it. Memory only."""
+    per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability 9.0),
+    False on Blackwell and Blackwell Ultra (10.x; TE ``is_non_tn_fp8_gemm_supported``). None
+    (the default): the priced device's (`costmodel.execution_presets.device_options`, which
+    `estimate_plan` and the screen apply); a bool overrides it. Memory only."""
 
     cudnn_norm: bool = False
     """Transformer Engine's norm kernels run on cuDNN: the launch sets
@@ -439,23 +346,23 @@ class ExecutionOptions:
     allocator_fragmentation: float | None = None
     """Share of the dynamic (activation and communication) bytes added for the caching
     allocator's fragmentation, replacing
-    `costmodel.memory_allowances.FrameworkAllowance.fragmentation`
-    of the allocator mode; None keeps that default. `MEGATRON_2021` sets
-    `MEGATRON_2021_FRAGMENTATION`. Memory only."""
+    `costmodel.memory_allowances.FrameworkAllowance.fragmentation` of the allocator mode; None
+    keeps that default. `costmodel.execution_presets.MEGATRON_2021` sets
+    `costmodel.execution_presets.MEGATRON_2021_FRAGMENTATION`. Memory only."""
 
     step_gradient_copy: bool = False
-    """The optimizer step first copies every 16-bit main gradient of the rank into a new
-    fp32 tensor, which lives until the next iteration's ``zero_grad``: Megatron-LM 2021's
+    """The optimizer step first copies every 16-bit main gradient of the rank into a new fp32
+    tensor, which lives until the next iteration's ``zero_grad``: Megatron-LM 2021's
     ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads`` sets
     ``main_param.grad = model_param.main_grad.float()`` (local DDP) or
     ``model_param.grad.float()`` (PyTorch DDP), and ``zero_grad(set_to_none=True)`` runs at
-    the start of ``train_step`` (``megatron/optimizer/optimizer.py``,
-    ``megatron/training.py`` at the ``examples/sc21`` commit de7dc40). The copy exists
-    after the backward has freed the activations, so it sets a second peak of the rank:
-    weights, gradients, optimizer state, 4 bytes per locally stepped parameter and the
-    fixed allowance (`costmodel.memory.step_peak_bytes`); with fp32 main gradients
-    ``.float()`` returns the tensor itself and nothing is copied. False: not counted.
-    `MEGATRON_2021` sets it. Memory only."""
+    the start of ``train_step`` (``megatron/optimizer/optimizer.py``, ``megatron/training.py``
+    at the ``examples/sc21`` commit de7dc40). The copy exists after the backward has freed the
+    activations, so it sets a second peak of the rank: weights, gradients, optimizer state, 4
+    bytes per locally stepped parameter and the fixed allowance
+    (`costmodel.memory.step_peak_bytes`); with fp32 main gradients ``.float()`` returns the
+    tensor itself and nothing is copied. False: not counted.
+    `costmodel.execution_presets.MEGATRON_2021` sets it. Memory only."""
 
     precision_aware_optimizer: bool = False
     """Megatron-LM ``--use-precision-aware-optimizer``: Transformer Engine's ``FusedAdam``
@@ -497,22 +404,22 @@ class ExecutionOptions:
     False: copy, step, copy in series. No effect without offload."""
     stale_main_grad: bool = False
     """Gradient reduction without overlap (`ParallelPlan.overlap_grad_reduce` False) runs
-    through Megatron-LM 2021's local DDP without contiguous buffers, which keeps the
-    previous iteration's 16-bit gradients alive through the next forward and backward: one
-    more gradient of `main_grad_bytes` per parameter on every rank while the activations
-    are held (`costmodel.memory.held_gradient_copies`; not with sharded optimizer state,
-    which that code did not have). ``allreduce_gradients`` points
-    ``param.main_grad = param.grad`` for every parameter (``megatron/model/distributed.py``,
-    the branch without ``_grad_buffers``); the next ``train_step`` starts with
-    ``optimizer.zero_grad()``, whose ``set_to_none`` sets ``param.grad = None`` only
-    (``_zero_grad_group_helper``, ``megatron/optimizer/optimizer.py``), so the old tensor
-    stays referenced by ``param.main_grad`` while the backward allocates new ``param.grad``
-    tensors, until ``allreduce_gradients`` points ``main_grad`` at them after the pipeline
-    flush. The optimizer step therefore sees one 16-bit copy (`costmodel.memory.
-    step_peak_bytes`). Source: NVIDIA/Megatron-LM at the ``examples/sc21`` commit de7dc40
-    (tag v2.5), whose ``--use-contiguous-buffers-in-ddp`` is off by default and unset by
-    the SC21 scripts (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the
-    default for local DDP. `MEGATRON_2021` sets it. Memory only."""
+    through Megatron-LM 2021's local DDP without contiguous buffers, which keeps the previous
+    iteration's 16-bit gradients alive through the next forward and backward: one more
+    gradient of `main_grad_bytes` per parameter on every rank while the activations are held
+    (`costmodel.memory.held_gradient_copies`; not with sharded optimizer state, which that
+    code did not have). ``allreduce_gradients`` points ``param.main_grad = param.grad`` for
+    every parameter (``megatron/model/distributed.py``, the branch without ``_grad_buffers``);
+    the next ``train_step`` starts with ``optimizer.zero_grad()``, whose ``set_to_none`` sets
+    ``param.grad = None`` only (``_zero_grad_group_helper``,
+    ``megatron/optimizer/optimizer.py``), so the old tensor stays referenced by
+    ``param.main_grad`` while the backward allocates new ``param.grad`` tensors, until
+    ``allreduce_gradients`` points ``main_grad`` at them after the pipeline flush. The
+    optimizer step therefore sees one 16-bit copy (`costmodel.memory. step_peak_bytes`).
+    Source: NVIDIA/Megatron-LM at the ``examples/sc21`` commit de7dc40 (tag v2.5), whose
+    ``--use-contiguous-buffers-in-ddp`` is off by default and unset by the SC21 scripts
+    (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the default for local DDP.
+    `costmodel.execution_presets.MEGATRON_2021` sets it. Memory only."""
 
     @property
     def optimizer_precision(self) -> OptimizerPrecision:
@@ -527,8 +434,9 @@ class ExecutionOptions:
 
     @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
-        """The FP8 weight fields as `costmodel.memory_allowances.Fp8WeightStorage`; an unresolved
-        ``fp8_tn_gemm_only`` (None, before `device_options`) keeps the TN-only layout."""
+        """The FP8 weight fields as `costmodel.memory_allowances.Fp8WeightStorage`; an
+        unresolved ``fp8_tn_gemm_only`` (None, before
+        `costmodel.execution_presets.device_options`) keeps the TN-only layout."""
         return Fp8WeightStorage(
             recipe=self.fp8_recipe,
             fp8_param=self.fp8_param,
@@ -536,84 +444,28 @@ class ExecutionOptions:
         )
 
     def __post_init__(self) -> None:
-        if self.fp8_recipe not in FP8_RECIPES:
-            raise SpecError(
-                f"fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}; "
-                "delayed is Megatron-core's default"
-            )
-        if self.runtime not in RUNTIMES:
-            raise SpecError(
-                f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}; "
-                "megatron for exported Megatron-LM plans, torch for paraplan's executor"
-            )
-        if self.attention not in ("flash", "materialized"):
-            raise SpecError(f"attention must be 'flash' or 'materialized', got {self.attention!r}")
-        if not 0.0 < self.gemm_rate_factor <= 1.0:
-            raise SpecError(
-                f"gemm_rate_factor must be in (0, 1], got {self.gemm_rate_factor!r}; it "
-                "scales the profile's GEMM efficiency down for an older BLAS library"
-            )
-        fp8 = self.fp8_gemm_rate_factor
-        if fp8 is not None and not 0.0 < fp8 <= 1.0:
-            raise SpecError(
-                f"fp8_gemm_rate_factor must be in (0, 1] or None, got {fp8!r}; it scales the "
-                "profile's fp8 GEMM efficiency down for FP8 recipe overheads, None takes the "
-                "fitted default of the profile's GPU generation"
-            )
-        sustained = self.sustained_gemm_rate_factor
-        if sustained is not None and not 0.0 < sustained <= 1.0:
-            raise SpecError(
-                f"sustained_gemm_rate_factor must be in (0, 1] or None, got {sustained!r}; "
-                "None takes the fitted default of the profile's GPU generation"
-            )
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise SpecError(
-                f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got "
-                f"{self.moe_dispatcher!r}; flex stands for the DeepEP and HybridEP backends"
-            )
-        if self.tp_overlap_rs_method not in TP_OVERLAP_RS_METHODS:
-            raise SpecError(
-                f"tp_overlap_rs_method must be one of {', '.join(TP_OVERLAP_RS_METHODS)}, got "
-                f"{self.tp_overlap_rs_method!r}; pipeline is Transformer Engine's default"
-            )
-        if self.moe_load_imbalance < 1.0:
-            raise SpecError(
-                f"moe_load_imbalance must be >= 1 (most loaded rank over the mean), got "
-                f"{self.moe_load_imbalance!r}; 1 is balanced routing"
-            )
-        unknown_scopes = sorted(self.cuda_graph_scopes - CUDA_GRAPH_SCOPES)
-        if unknown_scopes:
-            raise SpecError(
-                f"cuda_graph_scopes has unknown names {unknown_scopes}; valid: "
-                f"{', '.join(sorted(CUDA_GRAPH_SCOPES))}"
-            )
-        if self.moe_host_launch_s < 0.0:
-            raise SpecError(
-                f"moe_host_launch_s must be >= 0, got {self.moe_host_launch_s!r}; 0 removes "
-                "the host-launch floor of MoE layers"
-            )
-        if self.flash_attention_version not in (2, 3):
-            raise SpecError(
-                f"flash_attention_version must be 2 or 3, got {self.flash_attention_version!r}; "
-                "2 for stacks before FlashAttention-3-class kernels, 3 for current ones"
-            )
-        if self.cross_entropy_fusion not in CROSS_ENTROPY_FUSIONS:
-            raise SpecError(
-                f"cross_entropy_fusion must be one of {', '.join(CROSS_ENTROPY_FUSIONS)}, got "
-                f"{self.cross_entropy_fusion!r}; te for Transformer Engine's fused loss"
-            )
-        unknown = sorted(self.plan_features - PLAN_FEATURES)
-        if unknown:
-            raise SpecError(
-                f"plan_features has unknown names {unknown}; valid: "
-                f"{', '.join(sorted(PLAN_FEATURES))}"
-            )
-        frag = self.allocator_fragmentation
-        if frag is not None and not 0.0 <= frag < 1.0:
-            raise SpecError(
-                f"allocator_fragmentation must be in [0, 1) or None, got {frag!r}; None keeps "
-                "the allocator mode's default share"
-            )
+        check_kernel_fields(
+            fp8_recipe=self.fp8_recipe,
+            runtime=self.runtime,
+            attention=self.attention,
+            flash_attention_version=self.flash_attention_version,
+            cross_entropy_fusion=self.cross_entropy_fusion,
+            main_grad_bytes=self.main_grad_bytes,
+        )
+        check_rate_fields(
+            gemm_rate_factor=self.gemm_rate_factor,
+            fp8_gemm_rate_factor=self.fp8_gemm_rate_factor,
+            sustained_gemm_rate_factor=self.sustained_gemm_rate_factor,
+            allocator_fragmentation=self.allocator_fragmentation,
+        )
+        check_moe_and_overlap_fields(
+            moe_dispatcher=self.moe_dispatcher,
+            tp_overlap_rs_method=self.tp_overlap_rs_method,
+            moe_load_imbalance=self.moe_load_imbalance,
+            moe_host_launch_s=self.moe_host_launch_s,
+            cuda_graph_scopes=self.cuda_graph_scopes,
+        )
+        check_plan_features(self.plan_features)
         check_offload_fields(
             self.optimizer_cpu_offload_fraction,
             runtime=self.runtime,
@@ -621,194 +473,9 @@ class ExecutionOptions:
             fp8_recipe=self.fp8_recipe,
             precision_aware=self.precision_aware_optimizer,
         )
-        if self.main_grad_bytes not in (2, 4):
-            raise SpecError(
-                f"main_grad_bytes must be 2 (fp16/bf16 buffer) or 4 (fp32), got "
-                f"{self.main_grad_bytes!r}"
-            )
-        if self.cudnn_norm and self.runtime != "megatron":
-            raise SpecError(
-                f"cudnn_norm selects Transformer Engine's cuDNN norm kernels; the "
-                f"{self.runtime} runtime runs PyTorch's norms: use runtime megatron, or drop "
-                "cudnn_norm"
-            )
         optimizer = self.optimizer_precision  # OptimizerPrecision checks the dtype rules
-        if optimizer.precision_aware and self.runtime != "megatron":
-            raise SpecError(
-                f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
-                f"the {self.runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
-                "precision_aware_optimizer"
-            )
-
-
-DEFAULT_OPTIONS = ExecutionOptions()
-"""Megatron-LM's current defaults."""
-
-MEGATRON_2021_FRAGMENTATION = 0.31
-"""Allocator fragmentation share of the dynamic bytes for `MEGATRON_2021`
-(`ExecutionOptions.allocator_fragmentation`): the smallest share, to 0.01, with which the
-memory model reproduces what Narayanan et al. 2021 (arXiv 2104.04473, §5.9 and Figure 17)
-report of the run without activation recomputation, a 145B GPT (80 layers, hidden 12288, 96
-heads, sequence 2048) on 128 A100 80GB at tp 8, pp 16, micro-batch 1, 1F1B, global batch
-1 to 256 (``examples/academic_paper_scripts/sc21/run_figure_17.sh``): activation
-recomputation "is needed to support larger batch sizes", and the best run without it is at
-a smaller batch than the runs with it. Under 1F1B the first stage holds min(pp, m)
-microbatches, so every batch from 16 up has the same footprint as 16: the run without
-recomputation did not fit at batch 16. Its stored activations follow Korthikanti et al.
-2022 (Table 2: 34·s·b·h + 5·a·s²·b per layer without tensor parallelism) and the rest of
-`costmodel.memory` for this stack, local DDP's gradients of the previous iteration included
-(`ExecutionOptions.stale_main_grad`), which puts that run at 66.5 GiB before fragmentation
-with 44.3 GiB of dynamic bytes; exceeding the 80 GiB device takes a share above 0.304. The
-mechanism is the PyTorch 1.8 caching allocator (no ``max_split_size_mb``, no expandable
-segments) splitting the large blocks of the materialized attention, scores, softmax output,
-dropout mask and output of a·s²·b/t elements each, for smaller requests, so that a freed
-score block no longer serves the next one (``c10/cuda/CUDACachingAllocator.cpp``). One
-inequality bounds it from below; no source measures it. Stacks with fused attention keep
-`costmodel.memory_allowances.FrameworkAllowance.fraction`."""
-
-MEGATRON_2021 = ExecutionOptions(
-    attention="materialized",
-    grad_accumulation_fusion=False,
-    bias_fusion=False,
-    two_pass_norm_backward=True,
-    hidden_dropout=True,
-    main_grad_bytes=2,
-    loss_scaling=True,
-    overlap_p2p=False,
-    pipeline_scatter_gather=True,
-    deallocate_pipeline_outputs=False,
-    gemm_rate_factor=CUDA11_GEMM_RATE_FACTOR,
-    grad_nan_check=False,
-    tp_dgrad_overlap=False,
-    plan_features=frozenset(),
-    ddp_gradient_copy=True,
-    sustained_gemm_rate_factor=1.0,
-    allocator_fragmentation=MEGATRON_2021_FRAGMENTATION,
-    step_gradient_copy=True,
-    stale_main_grad=True,
-)
-"""Megatron-LM as the SC21 runs used it (see the module docstring): unfused attention with
-the fused scale-mask-softmax, apex layer norm, hidden dropout 0.1, gradients added into the
-fp16 ``param.grad`` by autograd (local DDP without contiguous buffers), unfused QKV bias,
-fp16 loss scaling, blocking pipeline sends with the scatter/gather optimisation and the
-sent outputs kept until their backward, the fp32 gradient copy of its optimizer step
-(`ExecutionOptions.step_gradient_copy`), the allocator fragmentation its published runs
-imply (`MEGATRON_2021_FRAGMENTATION`), and the CUDA 11 cuBLAS
-(`CUDA11_GEMM_RATE_FACTOR`), whose sourced rate stands alone: the fitted sustained factor
-(`costmodel.fitted_rates`) does not multiply it (`sustained_gemm_rate_factor` 1).
-None of `PLAN_FEATURES` existed in that code (NVIDIA/Megatron-LM
-at the ``examples/sc21`` commit, 2021-08, `megatron/arguments.py`): tensor, pipeline
-(interleaved with pp > 2) and data parallelism, full recompute (``uniform`` or ``block``),
-layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB buckets, with its
-bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP
-(with the previous iteration's gradients held until the pipeline flush:
-`ExecutionOptions.stale_main_grad`)."""
-
-MEGATRON_2023 = ExecutionOptions(
-    bias_fusion=False,
-    two_pass_norm_backward=True,
-    hidden_dropout=True,
-    overlap_p2p=False,
-    pipeline_scatter_gather=True,
-    grad_nan_check=False,
-    plan_features=frozenset({"sequence_parallel", "selective_recompute", "distributed_optimizer"}),
-)
-"""Megatron-LM of early 2023 (commit 285068c8 of 2023-01-11, the baseline of Jiang et al.
-2024, MegaScale, arXiv 2402.15627) with bf16: the local transformer (no Transformer Engine:
-`--transformer-impl local` is the default) with the FlashAttention that this commit merges
-(`--use-flash-attn`; the stored A100 curve is FlashAttention-2's, a faster kernel, which
-at sequence 2048 carries a few percent of a layer's time), apex layer norm, hidden dropout 0.1
-(`--hidden-dropout` default), the QKV bias added after ``torch.matmul`` in
-`LinearWithGradAccumulationAndAsyncCommunication`, blocking pipeline sends (no
-`overlap_p2p_comm` yet); gradient-accumulation fusion and fp32 main gradients as today
-(bf16 forces `accumulate_allreduce_grads_in_fp32`). Gradient reduction is not overlapped
-(no `--overlap-grad-reduce` yet): a plan property, set by the caller. Of `PLAN_FEATURES`
-that commit's `megatron/arguments.py` has `--sequence-parallel`, `--recompute-granularity`
-(selective) and `--use-distributed-optimizer` only."""
-
-TORCH_OPTIONS = ExecutionOptions(runtime="torch")
-"""paraplan's executor (`executor/`; `costmodel.runtimes.torch`)."""
-
-
-def runtime_options(runtime: str) -> ExecutionOptions:
-    """The options of a runtime by name: Megatron-LM's current defaults for ``megatron``,
-    `TORCH_OPTIONS` for ``torch``; another name raises `SpecError`."""
-    if runtime not in RUNTIMES:
-        raise SpecError(
-            f"unknown runtime {runtime!r}; valid: {', '.join(RUNTIMES)} (megatron for "
-            "exported Megatron-LM plans, torch for paraplan's executor)"
+        check_megatron_only(
+            runtime=self.runtime,
+            cudnn_norm=self.cudnn_norm,
+            precision_aware=optimizer.precision_aware,
         )
-    return TORCH_OPTIONS if runtime == "torch" else DEFAULT_OPTIONS
-
-
-NON_TN_FP8_GENERATIONS: frozenset[str] = frozenset(("blackwell", "blackwell_ultra"))
-"""`DeviceSpec.generation` names whose FP8 GEMMs take any layout: Transformer Engine's
-``is_non_tn_fp8_gemm_supported`` (``transformer_engine/pytorch/utils.py``) is True for
-compute capability 10.x (B200 and GB200 10.0, B300 and GB300 10.3) and from 13.0, False on
-Hopper (9.0) and Ada (8.9)."""
-
-
-def device_options(options: ExecutionOptions, profile: HardwareProfile) -> ExecutionOptions:
-    """``options`` with the fields left to the device resolved for ``profile``:
-    ``fp8_tn_gemm_only`` (when None) is False on the `NON_TN_FP8_GENERATIONS`, True on every
-    other device (a device of unknown generation keeps Hopper's layout)."""
-    if options.fp8_tn_gemm_only is not None:
-        return options
-    tn_only = profile.device.generation not in NON_TN_FP8_GENERATIONS
-    return dataclasses.replace(options, fp8_tn_gemm_only=tn_only)
-
-
-def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> HardwareProfile:
-    """``profile`` as the framework's kernels see it: every GEMM efficiency point times
-    ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
-    the FP8 rate factor of the profile's generation or ``options.fp8_gemm_rate_factor``
-    (`costmodel.fitted_rates.fp8_gemm_rate_factor`), bf16 and fp16 points also times the
-    sustained rate factor (`costmodel.fitted_rates.sustained_gemm_rate_factor`), and with
-    ``options.flash_attention_version`` 2 the attention curves of an FA3 profile at FA2's
-    rate (`fa2_attention_curves`); the profile itself when none of these applies to its
-    curves or the runtime is paraplan's executor."""
-    if options.runtime == "torch":
-        return profile
-    factor = options.gemm_rate_factor
-    by_dtype = dict.fromkeys(profile.compute.gemm_efficiency, 1.0)
-    if "fp8" in by_dtype:
-        by_dtype["fp8"] = fp8_gemm_rate_factor(profile, options.fp8_gemm_rate_factor)
-    sustained = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)
-    by_dtype.update({d: sustained for d in SUSTAINED_DTYPES if d in by_dtype})
-    fa2 = options.flash_attention_version == 2 and profile.compute.attention_kernel.startswith(
-        FA3_CURVE_PREFIX
-    )
-    if factor == 1.0 and set(by_dtype.values()) <= {1.0} and not fa2:
-        return profile
-    curves = {
-        dtype: tuple(
-            EfficiencyPoint(gflop=p.gflop, efficiency=p.efficiency * factor * by_dtype[dtype])
-            for p in points
-        )
-        for dtype, points in profile.compute.gemm_efficiency.items()
-    }
-    attention = fa2_attention_curves(profile.compute.attention) if fa2 else None
-    compute = dataclasses.replace(
-        profile.compute,
-        gemm_efficiency=curves,
-        attention=attention if attention is not None else profile.compute.attention,
-    )
-    return dataclasses.replace(profile, compute=compute)
-
-
-def fa2_attention_curves(curves: tuple[AttentionCurve, ...]) -> tuple[AttentionCurve, ...]:
-    """FA3 attention curves at FlashAttention-2's rate: every point's TFLOP/s times
-    `flash_attention_rate` of its pass and sequence length."""
-    return tuple(
-        dataclasses.replace(
-            curve,
-            points=tuple(
-                AttentionPoint(
-                    seq_len=p.seq_len,
-                    tflops=p.tflops * flash_attention_rate(curve.direction, p.seq_len),
-                )
-                for p in curve.points
-            ),
-        )
-        for curve in curves
-    )

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from specs.errors import SpecError, did_you_mean
 from specs.serde import from_dict, to_dict
 

@@ -6,7 +6,7 @@ Two multipliers on a profile's GEMM efficiency curves are fitted on the publishe
 value for the other generations: the sustained 16-bit GEMM rate (`SUSTAINED_GEMM_RATE_FACTORS`,
 `SUSTAINED_GEMM_RATE_SHARED`) and the FP8 GEMM rate (`FP8_GEMM_RATE_FACTORS`,
 `FP8_GEMM_RATE_FACTOR`). Both are looked up by `generation_rate_factor` and applied by
-`costmodel.execution.framework_profile`; `bench/validate_published.py`
+`costmodel.execution_presets.framework_profile`; `bench/validate_published.py`
 (`validation_stats.fit_model`) refits them jointly with `costmodel.execution.MOE_HOST_LAUNCH_S`
 and passes each candidate through the `ExecutionOptions` overrides
 (``sustained_gemm_rate_factor``, ``fp8_gemm_rate_factor``), so the defaults here are the
@@ -36,12 +36,12 @@ and one value fitted on all those runs together for the other GPU generations
 their own fitted factors (`FP8_GEMM_RATE_FACTORS`), so the two stay
 separable, and fp32 curves have no published runs to fit. It composes with
 `ExecutionOptions.gemm_rate_factor` by multiplication where both apply. The 2021 option set
-(`costmodel.execution.MEGATRON_2021`) fixes this one at 1 and keeps its sourced rate of the
-CUDA 11 cuBLAS (`costmodel.execution.CUDA11_GEMM_RATE_FACTOR`) alone: a fitted value on top
+(`costmodel.execution_presets.MEGATRON_2021`) fixes this one at 1 and keeps its sourced rate of the
+CUDA 11 cuBLAS (`costmodel.execution_presets.CUDA11_GEMM_RATE_FACTOR`) alone: a fitted value on top
 would have to be fitted on the 2021 rows themselves, and one fitted on the other A100 rows
 (a newer stack at another base rate) does not carry over to them (docs/cost-model.md gives
 the leave-one-source-out evidence). The torch runtime (paraplan's executor) never gets it, nor
-does a CPU profile (`costmodel.execution.framework_profile`).
+does a CPU profile (`costmodel.execution_presets.framework_profile`).
 
 FP8 GEMM rate. Transformer Engine's FP8 GEMMs in a training step run below the
 profile's fp8 curve as well; the factor multiplies the fp8 curve only, on any device kind
@@ -66,7 +66,7 @@ bench fits by the profile's generation (its rows' ``fit_generation``); the rows 
 fitted each are listed by the bench's ``--json``
 (``fitted.sustained_fitted_on_by_generation``): ampere by the MegaScale Table 2 Megatron-LM
 baseline rows (the SC21 and BLOOM rows keep the 2021 option set's sourced cuBLAS factor
-alone, `costmodel.execution.MEGATRON_2021`), hopper by the Megatron-LM README (2024) and
+alone, `costmodel.execution_presets.MEGATRON_2021`), hopper by the Megatron-LM README (2024) and
 Nemotron-4 15B rows. Each generation's value rests on one or two source families, so
 leave-one-source-out can barely test it: without MegaScale, ampere falls back to the
 shared value; without the README rows, hopper's refit is 1.0. The README rows with pipelines

@@ -103,7 +103,8 @@ class IterationSimulation:
     backwards hold the sender until they complete (Megatron-core's default; the steady
     state's sends stay asynchronous)."""
     runtime: str = "megatron"
-    """Name of the runtime the iteration was simulated for (`costmodel.execution.RUNTIMES`)."""
+    """Name of the runtime the iteration was simulated for
+    (`costmodel.execution_rules.RUNTIMES`)."""
 
 
 def _time_schedule(

@@ -23,7 +23,8 @@ from typing import Literal, Protocol
 
 import pandas as pd
 
-from costmodel.execution import ExecutionOptions, Runtime
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_rules import Runtime
 from costmodel.memory import StageMemory
 from costmodel.passes import ChunkCost, StageTail
 from costmodel.pipeline_sim import TimedAction
@@ -49,7 +50,7 @@ class RuntimeModel(Protocol):
 
     @property
     def name(self) -> Runtime:
-        """The runtime's name (`costmodel.execution.RUNTIMES`)."""
+        """The runtime's name (`costmodel.execution_rules.RUNTIMES`)."""
         ...
 
     @property

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from costmodel.plan_frame import normalized_frame
 from costmodel.runtimes.megatron.screen import pipeline_lower_bound_s
 from costmodel.runtimes.registry import runtime_model
@@ -37,7 +38,7 @@ def screen_plans(
     ``tokens_per_s``, ``mfu``, ``peak_memory_bytes``, ``peak_memory_gib`` and ``fits``, on
     the runtime ``options`` names. Rows the schedule cannot run get an infinite iteration
     time and ``fits`` False; unknown columns raise `SpecError`. Fields of ``options`` left
-    to the device are resolved for ``profile`` (`costmodel.execution.device_options`)."""
+    to the device are resolved for ``profile`` (`costmodel.execution_presets.device_options`)."""
     runtime = runtime_model(device_options(options, profile))
     rows = normalized_frame(plans, cluster)
     return runtime.screen(model, cluster, job, runtime.priced_profile(profile), rows)

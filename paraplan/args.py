@@ -11,7 +11,9 @@ import argparse
 import dataclasses
 from typing import Any
 
-from costmodel.execution import RUNTIMES, ExecutionOptions, runtime_options
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import runtime_options
+from costmodel.execution_rules import RUNTIMES
 from costmodel.memory_allowances import FP8_RECIPES
 from costmodel.optimizer_state import (
     MAIN_GRADS_DTYPES,
@@ -268,7 +270,7 @@ def saver_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:
-    """--runtime: which runtime model prices the plan (`costmodel.execution.RUNTIMES`)."""
+    """--runtime: which runtime model prices the plan (`costmodel.execution_rules.RUNTIMES`)."""
     parser.add_argument(
         "--runtime",
         choices=RUNTIMES,

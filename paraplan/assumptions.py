@@ -13,7 +13,7 @@ from specs.job import TrainingJob
 def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str) -> list[str]:
     """Lines naming the launch settings the megatron runtime's memory assumes and the flag
     that changes each, Megatron-core's defaults unless a flag is given; ``options``
-    resolved for the ``device`` (`costmodel.execution.device_options`). Empty for other
+    resolved for the ``device`` (`costmodel.execution_presets.device_options`). Empty for other
     runtimes."""
     if options.runtime != "megatron":
         return []

@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from costmodel.execution import MOE_DISPATCHERS, TP_OVERLAP_RS_METHODS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_rules import MOE_DISPATCHERS, TP_OVERLAP_RS_METHODS
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
 from specs.rules_base import Violation

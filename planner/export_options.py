@@ -42,7 +42,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.execution_record import RECORD_KEY, options_from_record
 from planner.export_userbuffers import userbuffers_arguments
 from specs.bundle import PlanBundle

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.screen import screen_plans
 from profiles.schema import HardwareProfile

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.screen import screen_lower_bounds
 from planner.memory_floor import model_state_floor_bytes, smallest_adam_state_bytes

@@ -40,7 +40,8 @@ import numpy as np
 import pandas as pd
 
 from costmodel.estimate import Estimate, estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory_allowances import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from planner.defaults import DEFAULT_HEADROOM
 from planner.explain import min_gpus_for_model_state, no_plan_reason
 from planner.pacing import Clock, SearchPace

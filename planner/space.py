@@ -14,7 +14,7 @@ pp) are left to `specs.rules.check_plan`, so the planner can count how many cand
 each rule rejects.
 
 Plan features the runtime lacks (`SearchSpace.features`, e.g. sequence parallelism or the
-distributed optimizer under Megatron-LM 2021, `costmodel.execution.MEGATRON_2021`) are
+distributed optimizer under Megatron-LM 2021, `costmodel.execution_presets.MEGATRON_2021`) are
 never generated.
 
 A knob fixed by the user (`SearchSpace.fixed`, keyed by `ParallelPlan` field names) is
@@ -52,7 +52,8 @@ from typing import Any
 
 import pandas as pd
 
-from costmodel.execution import PLAN_FEATURES, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_rules import PLAN_FEATURES
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column, modules_from_column
 from planner.defaults import DEFAULT_MAX_MICRO_BATCH_SIZE
 from planner.splits import (
@@ -178,7 +179,7 @@ class SearchSpace:
     set from a selective candidate whose plan without recompute does not fit
     (`planner.screening`); they are not rows of the enumerated tables."""
     features: frozenset[str] = PLAN_FEATURES
-    """Plan features the generators may use (`costmodel.execution.PLAN_FEATURES`); the
+    """Plan features the generators may use (`costmodel.execution_rules.PLAN_FEATURES`); the
     search narrows it to what the runtime implements (`for_runtime`). A missing feature
     removes the values that need it: ``sequence_parallel`` and ``tp_comm_overlap`` their
     switches, ``selective_recompute`` selective recompute, ``context_parallel`` cp > 1,

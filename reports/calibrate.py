@@ -59,7 +59,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from costmodel.compute import activation_dtype, gemm_dtype
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.host_rates import backward_scale
 from profiles.schema import (

@@ -8,7 +8,8 @@ import statistics
 from collections.abc import Sequence
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from profiles.schema import HardwareProfile
 from reports.calibrate_time import backward_factor
 from reports.compare import iterations_in, rank_phase_seconds

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING
 
-from costmodel.execution import device_options
+from costmodel.execution_presets import device_options
 from costmodel.optimizer_offload import offload_violations
 from paraplan.args import (
     add_plan_args,

@@ -31,7 +31,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from costmodel.execution import device_options
+from costmodel.execution_presets import device_options
 from paraplan.args import (
     add_problem_args,
     add_recipe_args,

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from paraplan.args import options_from_args
 from paraplan.commands import estimate
 from tests.bench.bench_loader import load_bench

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.execution import device_options
+from costmodel.execution_presets import device_options
 from profiles.store import load_profile
 from specs.pipeline_layout import expand_layout
 from specs.pipeline_split import pipeline_split

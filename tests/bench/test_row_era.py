@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from tests.bench.bench_loader import load_bench
 
 era = load_bench("row_era")

@@ -6,7 +6,7 @@ CPU profiles, the stored ``tests/reports/data/cpu-quick-tiny.json`` and the synt
 `tests.costmodel.cpu_fixture.cpu_profile`, under both runtimes. And Megatron-LM plans on
 the stored GPU profiles (`profiles/data`): dense and MoE models, 1F1B and interleaved
 pipelines, context parallelism, full and selective recompute, the distributed optimizer,
-fp8, and the SC21 framework conventions (`costmodel.execution.MEGATRON_2021`).
+fp8, and the SC21 framework conventions (`costmodel.execution_presets.MEGATRON_2021`).
 
 The fixture ``data/golden_predictions.json`` holds, per plan, the iteration time, the
 breakdown and every stage's memory parts as the cost model computed them when it was
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.estimate import estimate_plan, estimate_to_json
-from costmodel.execution import MEGATRON_2021, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import MEGATRON_2021
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs import serde

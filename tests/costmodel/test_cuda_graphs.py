@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     PREPROCESS_LAUNCHES,

@@ -7,16 +7,16 @@ import dataclasses
 import pytest
 
 from costmodel import compute as ops
-from costmodel.execution import (
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import (
     CUDA11_GEMM_RATE_FACTOR,
     DEFAULT_OPTIONS,
     MEGATRON_2021,
     MEGATRON_2023,
-    PLAN_FEATURES,
-    ExecutionOptions,
-    flash_attention_rate,
     framework_profile,
 )
+from costmodel.execution_rules import PLAN_FEATURES
+from costmodel.flash_attention2 import flash_attention_rate
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.iteration import simulate_iteration
 from costmodel.runtimes.megatron.layer_costs import layer_cost, logits_cost

@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import (
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import (
     CUDA11_GEMM_RATE_FACTOR,
     DEFAULT_OPTIONS,
     MEGATRON_2021,
     TORCH_OPTIONS,
-    ExecutionOptions,
     framework_profile,
 )
 from costmodel.fitted_rates import (

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from costmodel.execution import TORCH_OPTIONS, ExecutionOptions, framework_profile
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import TORCH_OPTIONS, framework_profile
 from costmodel.fitted_rates import (
     FP8_GEMM_RATE_FACTOR,
     FP8_GEMM_RATE_FACTORS,

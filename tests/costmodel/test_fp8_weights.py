@@ -14,7 +14,8 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, device_options
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from costmodel.memory import memory_per_stage
 from costmodel.memory_allowances import Fp8WeightStorage
 from costmodel.plan_frame import plans_frame

@@ -17,7 +17,8 @@ from costmodel.activations import (
     stage_activations,
 )
 from costmodel.estimate import estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.memory import memory_per_stage
 from costmodel.memory_allowances import NO_ALLOWANCE
 from costmodel.plan_frame import plans_frame

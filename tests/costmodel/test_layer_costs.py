@@ -10,7 +10,7 @@ import pytest
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.runtimes.megatron.layer_costs import (
     CommGroups,
     PassCost,

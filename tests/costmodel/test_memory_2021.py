@@ -4,7 +4,7 @@ run_figure_17.sh``): a 145B GPT on 128 A100 80GB at tp 8, pp 16, micro-batch 1, 
 (priced as bf16: the same element sizes), ``--DDP-impl local``, global batch 1 to 256,
 with and without activation recomputation. Without it the run fits only at small batches
 (recomputation "is needed to support larger batch sizes"); with it every batch runs.
-`costmodel.execution.MEGATRON_2021_FRAGMENTATION`."""
+`costmodel.execution_presets.MEGATRON_2021_FRAGMENTATION`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import MEGATRON_2021
 from costmodel.plan_frame import plans_frame
 from costmodel.screen import screen_plans
 from profiles.store import load_profile

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from costmodel.iteration import simulate_iteration
 from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.in_context_rates import InContext

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     FLEX_COMM_SMS,

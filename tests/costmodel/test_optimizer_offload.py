@@ -15,7 +15,8 @@ from costmodel.compute import (
     optimizer_step_time_s,
 )
 from costmodel.estimate import estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.optimizer_offload import (
     OFFLOAD_RULE,
     host_memory_Bps,

@@ -10,7 +10,8 @@ import pytest
 
 from costmodel.compute import memory_bound_time_s, optimizer_step_time_s
 from costmodel.estimate import estimate_plan
-from costmodel.execution import DEFAULT_OPTIONS, TORCH_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
 from costmodel.memory import memory_per_stage
 from costmodel.optimizer_state import (
     PRECISION_AWARE_RULE,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from costmodel.activations import layer_activations
 from costmodel.compute import norm_time_s
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from profiles.store import load_profile
 from specs.job import TrainingJob

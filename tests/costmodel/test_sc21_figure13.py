@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021
 from profiles.store import load_profile
 from specs import ParallelPlan, TrainingJob
 from specs.cluster import ClusterSpec

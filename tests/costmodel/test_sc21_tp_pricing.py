@@ -25,7 +25,7 @@ import pytest
 
 from costmodel.collectives import collective_time_s
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021
 from costmodel.runtimes.megatron.layer_costs import layer_passes
 from costmodel.topology import plan_placements
 from profiles.store import load_profile

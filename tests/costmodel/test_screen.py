@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021
 from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.megatron.pricing import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.screen import screen_plans
@@ -93,7 +93,7 @@ def test_screen_agrees_on_other_uniform_models(preset):
 
 def test_screen_agrees_under_the_2021_conventions():
     # Blocking interleaved sends, scattered over the tp NICs, fp16 gradients, unfused
-    # biases, apex norms and loss scaling (costmodel.execution.MEGATRON_2021).
+    # biases, apex norms and loss scaling (costmodel.execution_presets.MEGATRON_2021).
     model = get_preset("gpt-18.4b")
     cluster = ClusterSpec(hardware="a100-sxm-80gb", num_gpus=64)
     job = TrainingJob(seq_length=2048, global_batch_size=128)

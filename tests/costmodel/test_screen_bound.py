@@ -7,7 +7,7 @@ import numpy as np
 
 import costmodel.runtimes.megatron.screen as megatron_screen
 from costmodel.estimate import estimate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from costmodel.plan_frame import plans_frame
 from costmodel.screen import screen_lower_bounds, screen_plans
 from planner.candidates import enumerate_candidates

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodel.estimate import JSON_KEYS, estimate_plan, estimate_to_json, simulate_plan
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.iteration import simulate_iteration
 from costmodel.runtimes.registry import runtime_model
 from profiles.store import load_profile

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021
 from costmodel.memory import held_gradient_copies, step_peak_bytes
 from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.plan_frame import plans_frame

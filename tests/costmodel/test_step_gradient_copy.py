@@ -13,7 +13,7 @@ import pytest
 
 from costmodel.compute import FP32_BYTES
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021
 from costmodel.memory import step_peak_bytes
 from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.plan_frame import plans_frame

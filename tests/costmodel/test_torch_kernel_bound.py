@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from costmodel.runtimes.torch.host_rates import kernel_bound_rates
 from costmodel.runtimes.torch.rates import host_rates
 from profiles.lookup import memory_bandwidth_Bps

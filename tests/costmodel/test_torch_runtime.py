@@ -12,11 +12,7 @@ import pandas as pd
 import pytest
 
 from costmodel.estimate import estimate_plan, simulate_plan
-from costmodel.execution import (
-    DEFAULT_OPTIONS,
-    TORCH_OPTIONS,
-    runtime_options,
-)
+from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS, runtime_options
 from costmodel.iteration import simulate_iteration
 from costmodel.passes import comm_groups
 from costmodel.plan_frame import plans_frame

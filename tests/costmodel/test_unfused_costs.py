@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from costmodel import compute as ops
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
 from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
 from costmodel.runtimes.megatron.unfused_costs import (

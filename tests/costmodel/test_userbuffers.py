@@ -9,7 +9,8 @@ import pytest
 
 from costmodel.collectives import collective_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.userbuffers import (
     TP_OVERLAP_COMM_SMS,

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from paraplan.args import options_from_args
 from paraplan.cli import main
 from planner.export_options import (

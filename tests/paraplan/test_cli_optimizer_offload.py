@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.optimizer_offload import OFFLOAD_RULE
 from costmodel.optimizer_state import PRECISION_AWARE_RULE
 from paraplan.args import options_from_args

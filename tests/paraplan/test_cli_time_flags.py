@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from costmodel.execution import DEFAULT_OPTIONS
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from paraplan.args import options_from_args
 from paraplan.cli import main
 from paraplan.commands import estimate

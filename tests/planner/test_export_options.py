@@ -14,13 +14,8 @@ from typing import Any
 
 import pytest
 
-from costmodel.execution import (
-    DEFAULT_OPTIONS,
-    MEGATRON_2021,
-    MEGATRON_2023,
-    TORCH_OPTIONS,
-    ExecutionOptions,
-)
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021, MEGATRON_2023, TORCH_OPTIONS
 from costmodel.execution_record import options_from_record, record_options
 from planner.export import (
     megatron_arguments,

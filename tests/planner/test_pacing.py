@@ -9,7 +9,7 @@ import functools
 
 import pytest
 
-from costmodel.execution import runtime_options
+from costmodel.execution_presets import runtime_options
 from planner import screening
 from planner.explain import explain, no_plan_reason, runner_up_of
 from planner.pacing import (

@@ -11,7 +11,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021
 from costmodel.memory import peak_memory_bytes
 from planner.candidates import enumerate_candidates
 from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
@@ -198,7 +198,7 @@ def test_a_pinned_split_is_kept() -> None:
 
 
 def test_search_keeps_to_the_features_of_the_runtime() -> None:
-    # Megatron-LM 2021 (costmodel.execution.MEGATRON_2021) had none of PLAN_FEATURES.
+    # Megatron-LM 2021 (costmodel.execution_presets.MEGATRON_2021) had none of PLAN_FEATURES.
     cluster = ClusterSpec(hardware="a100-sxm-80gb", num_gpus=16)
     job = TrainingJob(seq_length=2048, global_batch_size=64)
     result = search_plans(

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021, PLAN_FEATURES
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
+from costmodel.execution_rules import PLAN_FEATURES
 from planner.space import (
     CONTEXT_COLUMNS,
     PLAN_COLUMNS,

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from costmodel.estimate import estimate_to_json, simulate_plan
-from costmodel.execution import DEFAULT_OPTIONS, TORCH_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
 from paraplan.commands import calibrate as command
 from paraplan.commands import execute as execute_command
 from profiles.lookup import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from profiles.store import load_profile, save_profile
 from reports.calibrate import NO_HOST_NOTE, calibrate, time_scaled
 from reports.calibrate_factors import with_backward_scale, with_layer_collective_scale

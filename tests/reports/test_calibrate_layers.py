@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile
 from reports.calibrate import calibrate, time_scaled

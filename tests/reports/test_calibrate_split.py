@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.estimate import simulate_plan
-from costmodel.execution import TORCH_OPTIONS
+from costmodel.execution_presets import TORCH_OPTIONS
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from reports.calibrate import calibrate, time_scaled

@@ -52,7 +52,8 @@ from dataclasses import dataclass
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import (
     attention_projection_forward_flops_per_token,
     core_attention_forward_flops_per_token,

@@ -61,7 +61,8 @@ from dataclasses import dataclass
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.compute import FP32_BYTES
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s, expert_launches
 from costmodel.runtimes.megatron.moe_flex_launches import (

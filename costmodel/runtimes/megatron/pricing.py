@@ -47,7 +47,8 @@ import math
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory import plan_adam_state
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions, Runtime, framework_profile
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, framework_profile
+from costmodel.execution_rules import Runtime
 from costmodel.memory import StageMemory, memory_per_stage
 from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
@@ -46,7 +48,7 @@ class MegatronRuntime:
         return "kernel_factors"
 
     def priced_profile(self, profile: HardwareProfile) -> HardwareProfile:
-        """`costmodel.execution.framework_profile`: the GEMM curves of the BLAS it links."""
+        """`costmodel.execution_presets.framework_profile`: the GEMM curves of the BLAS it links."""
         return framework_profile(profile, self.options)
 
     def executed_job(self, job: TrainingJob, profile: HardwareProfile) -> TrainingJob:

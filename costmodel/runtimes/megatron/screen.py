@@ -44,7 +44,8 @@ from costmodel import compute as ops
 from costmodel.activations import (
     recomputed_layers,
 )
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import model_flops_per_iteration
 from costmodel.memory import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.memory_allowances import Fp8WeightStorage, FrameworkAllowance, GiB

@@ -34,7 +34,8 @@ import math
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
-from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.topology import GroupPlacement
 from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile

@@ -8,7 +8,9 @@ import pandas as pd
 
 from costmodel.collectives import p2p_time_s, pipeline_send_bytes
 from costmodel.compute import activation_dtype, gemm_dtype
-from costmodel.execution import TORCH_OPTIONS, ExecutionOptions, Runtime
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import TORCH_OPTIONS
+from costmodel.execution_rules import Runtime
 from costmodel.memory import StageMemory
 from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
