@@ -31,7 +31,8 @@ from costmodel.fitted_rates import (
 from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
-from profiles.schema import AttentionCurve, AttentionPoint, EfficiencyPoint, HardwareProfile
+from profiles.schema import HardwareProfile
+from profiles.schema_device import AttentionCurve, AttentionPoint, EfficiencyPoint
 from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]

@@ -62,11 +62,9 @@ from costmodel.compute import activation_dtype, gemm_dtype
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.host_rates import backward_scale
-from profiles.schema import (
-    CollectiveFit,
-    HardwareProfile,
-    Provenance,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_network import CollectiveFit
+from profiles.schema_provenance import Provenance
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
 from reports.calibrate_factors import (
     Factors,
