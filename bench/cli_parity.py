@@ -9,7 +9,7 @@ cluster, job and plan flags, and the recipe flags of `paraplan.args.add_recipe_a
 `row_parity` names each field it cannot express, as memory (`MEMORY_OPTION_FIELDS` and the
 plan) or time only. Where it expresses every memory field, the CLI's memory per pipeline
 stage, run through `paraplan.cli.main`, must equal the bench's
-(`validate_published.evaluate_row`); where it expresses every field, its iteration time too
+(`row_pricing.evaluate_row`); where it expresses every field, its iteration time too
 (`TIME_TOLERANCE`).
 
 Usage: ``python bench/cli_parity.py [--rows TEXT,...] [--json]``
@@ -28,8 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from published_csv import default_csv, read_rows, select_rows
 from published_rows import NotExpressible, RowCase
-from validate_published import TRUSTED, default_csv, evaluate_row, read_rows, select_rows
+from row_pricing import TRUSTED, evaluate_row
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions

@@ -36,9 +36,9 @@ import argparse
 import dataclasses
 import sys
 
+from published_csv import default_csv, read_rows, select_rows
 from published_rows import RowCase, case_for_row, published_iteration_time_s
 from recipe_keys import NotExpressible
-from validate_published import default_csv, read_rows, select_rows
 
 from costmodel import compute as ops
 from costmodel.estimate import Estimate, estimate_plan

@@ -5,7 +5,7 @@ Megatron-Bridge performance table of that release would print (`recipe_row`: the
 of ``published-runs-dev.csv`` it prints, spelled as the dev set's Megatron-Bridge rows, the
 model's architecture columns taken from a dev row of the same model, every figure and
 unprinted field empty). That row goes through the bench's own path,
-`published_rows.case_for_row` and `estimate_plan` (what `validate_published.evaluate_row`
+`published_rows.case_for_row` and `estimate_plan` (what `row_pricing.evaluate_row`
 prices, without a published figure), so the recipe rules of `row_recipes`,
 `moe_recipes` and `gpt_oss_recipes` apply as they would to a held-out row. The same row
 is priced again with the recipe's full settings (`full_settings_case`: recompute, CUDA
@@ -30,8 +30,8 @@ import json
 import sys
 
 from h100_recipe_table import NOT_EXPRESSIBLE, RECIPES, SKIPPED, H100Recipe
+from published_csv import rows_by_ids
 from published_rows import ARCHITECTURE_COLUMNS, NotExpressible, RowCase, case_for_row
-from validate_published import rows_by_ids
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile

@@ -36,9 +36,9 @@ import math
 import statistics
 import sys
 
+from published_csv import rows_by_ids
 from published_rows import RowCase, case_for_row, published_iteration_time_s
 from unstated_vpp import with_vpp
-from validate_published import rows_by_ids
 
 from costmodel.estimate import estimate_plan
 from costmodel.pipeline_sim import simulate_pipeline

@@ -22,8 +22,8 @@ import dataclasses
 import math
 import sys
 
+from published_csv import rows_by_ids
 from published_rows import case_for_row, published_iteration_time_s
-from validate_published import rows_by_ids
 
 from costmodel import compute as ops
 from costmodel.estimate import estimate_plan

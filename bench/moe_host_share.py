@@ -25,8 +25,8 @@ import argparse
 import dataclasses
 import sys
 
+from published_csv import rows_by_ids
 from published_rows import case_for_row, published_iteration_time_s
-from validate_published import rows_by_ids
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile

@@ -400,7 +400,7 @@ def _summary_line(name: str, s: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from validate_published import default_csv, read_rows, select_rows
+    from published_csv import default_csv, read_rows, select_rows
 
     parser = _parser()
     args = parser.parse_args(argv)

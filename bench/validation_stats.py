@@ -17,7 +17,7 @@ Pure functions over `Outcome` records (one per expressible published run):
   family, applied to that family's rows; the errors of those rows are out of sample.
 
 The fits key their per-generation factors by `Outcome.fit_generation` (the profile's
-`profiles.schema.DeviceSpec.generation`, the key of the cost model's tables), not by the
+`profiles.schema_device.DeviceSpec.generation`, the key of the cost model's tables), not by the
 reporting `Outcome.generation`: Blackwell Ultra rows (B300, GB300) report as Blackwell and
 fit their own factors.
 
@@ -71,7 +71,7 @@ class Outcome:
     option set, `costmodel.execution_presets.MEGATRON_2021`): the fit neither uses the row for it
     nor moves the row with it."""
     fit_generation: str = ""
-    """The profile's `profiles.schema.DeviceSpec.generation` (``ampere``, ``hopper``,
+    """The profile's `profiles.schema_device.DeviceSpec.generation` (``ampere``, ``hopper``,
     ``blackwell``, ``blackwell_ultra``, ...), the key of the per-generation fitted factors
     (`fit_key`); empty: `generation`."""
 

@@ -32,8 +32,8 @@ import statistics
 import sys
 from dataclasses import dataclass
 
+from published_csv import rows_by_ids
 from published_rows import RowCase, case_for_row
-from validate_published import rows_by_ids
 from validation_stats import concordance
 
 from costmodel.estimate import estimate_plan

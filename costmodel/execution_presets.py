@@ -24,7 +24,8 @@ from costmodel.fitted_rates import (
     sustained_gemm_rate_factor,
 )
 from costmodel.flash_attention2 import FA3_CURVE_PREFIX, fa2_attention_curves
-from profiles.schema import EfficiencyPoint, HardwareProfile
+from profiles.schema import HardwareProfile
+from profiles.schema_device import EfficiencyPoint
 from specs.errors import SpecError
 
 CUDA11_GEMM_RATE_FACTOR = 230.0 / 257.0

@@ -2,7 +2,7 @@
 
 Two multipliers on a profile's GEMM efficiency curves are fitted on the published runs
 (``published-runs-dev.csv``) rather than sourced, one value per GPU generation
-(`profiles.schema.DeviceSpec.generation`) that has published runs of its own and one shared
+(`profiles.schema_device.DeviceSpec.generation`) that has published runs of its own and one shared
 value for the other generations: the sustained 16-bit GEMM rate (`SUSTAINED_GEMM_RATE_FACTORS`,
 `SUSTAINED_GEMM_RATE_SHARED`) and the FP8 GEMM rate (`FP8_GEMM_RATE_FACTORS`,
 `FP8_GEMM_RATE_FACTOR`). Both are looked up by `generation_rate_factor` and applied by
@@ -30,7 +30,7 @@ figures of hardware.md [S1]; the A100 curve's top is a sustained square GEMM on 
 
 Neither effect has a published per-generation figure, so the factor is fitted
 (`bench/validate_published.py`, `validation_stats.fit_model`), not sourced: one value per
-GPU generation (`profiles.schema.DeviceSpec.generation`) with published dense 16-bit runs,
+GPU generation (`profiles.schema_device.DeviceSpec.generation`) with published dense 16-bit runs,
 and one value fitted on all those runs together for the other GPU generations
 (`SUSTAINED_GEMM_RATE_SHARED`). It multiplies the bf16 and fp16 curves only: FP8 GEMMs keep
 their own fitted factors (`FP8_GEMM_RATE_FACTORS`), so the two stay
@@ -89,7 +89,7 @@ FP8_GEMM_RATE_FACTORS: dict[str, float] = {
     "blackwell_ultra": 0.8,
 }
 """Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
-`profiles.schema.DeviceSpec.generation`, for the generations with published FP8 runs of
+`profiles.schema_device.DeviceSpec.generation`, for the generations with published FP8 runs of
 their own: fitted by `bench/validate_published.py` (`validation_stats.fit_model` with
 ``per_generation``) jointly with `costmodel.execution.MOE_HOST_LAUNCH_S` and the sustained
 16-bit factors (`SUSTAINED_GEMM_RATE_FACTORS`), by grid coordinate descent on one objective:

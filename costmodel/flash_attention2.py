@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from profiles.schema import AttentionCurve, AttentionPoint
+from profiles.schema_device import AttentionCurve, AttentionPoint
 
 FA2_OVER_FA3_H100: dict[str, tuple[tuple[int, float], ...]] = {
     "forward": ((512, 191.0 / 292.0), (16384, 335.0 / 616.0)),

@@ -3,7 +3,7 @@ the number of candidates each rule rejected.
 
 Checking every candidate one by one would cost about 40 µs each (building a `ParallelPlan`
 and running every rule), seconds for the hundreds of thousands of candidates of a large
-cluster. The check is therefore done on the two tables of `planner.space`:
+cluster. The check is therefore done on the two tables of `planner.space_tables`:
 
 1. every degree row is checked with neutral switches (no sequence parallelism, no overlap,
    no recompute, no distributed optimizer; no rule rejects those); a rejected row removes
@@ -27,16 +27,8 @@ from typing import Any
 
 import pandas as pd
 
-from planner.space import (
-    CONTEXT_COLUMNS,
-    SWITCH_COLUMNS,
-    SearchSpace,
-    degree_table,
-    expand,
-    neutral_switches,
-    plan_from_row,
-    switch_table,
-)
+from planner.space import CONTEXT_COLUMNS, SWITCH_COLUMNS, SearchSpace, plan_from_row
+from planner.space_tables import degree_table, expand, neutral_switches, switch_table
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec

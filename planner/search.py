@@ -10,7 +10,7 @@
    device memory, the headroom covering what no model predicts exactly (allocator
    behaviour, library workspaces). Where a selective-recompute candidate's plan without
    recompute does not fit, the screen adds it with each per-module recompute set of the
-   space (`planner.space.recompute_module_sets`).
+   space (`planner.knob_generators.recompute_module_sets`).
 3. Run the event simulator (`costmodel.estimate.estimate_plan`) on the ``top_k`` fitting
    candidates with the highest screened throughput, each re-checked with `check_plan`.
 4. Order the plans that still fit by the simulator's tokens per second, the simpler plan
@@ -45,10 +45,11 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory_allowances import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
+from planner.knob_generators import recompute_module_sets
 from planner.pacing import SIMULATED_PAST_LIMIT, Clock, SearchPace
 from planner.ranking import order_plans
 from planner.screening import rows_to_simulate, screen_candidates
-from planner.space import SearchSpace, plan_from_row, recompute_module_sets
+from planner.space import SearchSpace, plan_from_row
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError

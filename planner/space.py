@@ -1,17 +1,14 @@
-"""The search space: constraint-aware generators of plan knobs, composed into pandas tables.
+"""The search space: what the user fixed and the bounds of the searched knobs
+(`SearchSpace`), the column layout of the candidate tables, and the conversion between a
+table row and a `ParallelPlan`.
 
 Each knob has a small generator that yields only values that are legal for that knob given
-the model, the cluster and the knobs chosen before it (calculon's habit): tp divides the
-heads, the query groups (or is a multiple of them), the dense and shared-expert MLP widths,
-and by default stays inside the scale-up domain; pp divides the layers; vpp divides the
-layers per stage; cp divides the remaining ranks and seq % (2·cp) == 0; ep divides the
-experts; etp divides the expert width; sequence parallelism only with tp > 1; tp comm
-overlap only with sequence parallelism; overlap_param_gather only with the distributed
-optimizer (or Megatron-FSDP) and overlap_grad_reduce; Megatron-FSDP's sharding
-strategies beside the distributed optimizer when dp·cp > 1. Relations between knobs that
-no single generator owns (the global batch against mbs·dp, interleaving's microbatches %
-pp) are left to `specs.rules.check_plan`, so the planner can count how many candidates
-each rule rejects.
+the model, the cluster and the knobs chosen before it (`planner.knob_generators`,
+calculon's habit); the generators are composed into two pandas tables joined on the
+*context* (tp, pp, vpp, cp, dp) and expanded into one row per candidate plan
+(`planner.space_tables`). Relations between knobs that no single generator owns (the
+global batch against mbs·dp, interleaving's microbatches % pp) are left to
+`specs.rules.check_plan`, so the planner can count how many candidates each rule rejects.
 
 Plan features the runtime lacks (`SearchSpace.features`, e.g. sequence parallelism or the
 distributed optimizer under Megatron-LM 2021, `costmodel.execution_presets.MEGATRON_2021`) are
@@ -19,14 +16,6 @@ never generated.
 
 A knob fixed by the user (`SearchSpace.fixed`, keyed by `ParallelPlan` field names) is
 yielded as given, even when it is illegal: the rules then reject it with their id and fix.
-
-The space is two tables joined on the *context* (tp, pp, vpp, cp, dp):
-- `degree_table`: one row per (tp, pp, vpp, cp, dp, ep, etp, micro_batch_size);
-- `switch_table`: for each context, every legal combination of the switches (sequence
-  parallel, tp comm overlap, recompute with its layers and method, distributed optimizer
-  or Megatron-FSDP with its sharding strategy, overlap flags, DDP bucket size), which
-  depend on the degrees only through the context;
-- `expand` joins them into one row per candidate plan.
 
 Column conventions: columns are `ParallelPlan` field names; ``recompute_num_layers`` and
 ``ddp_bucket_size`` use 0 for None (Megatron's default), so every column is a plain numpy
@@ -44,32 +33,18 @@ Megatron-core requires.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import pandas as pd
 
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_rules import PLAN_FEATURES
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column, modules_from_column
 from planner.defaults import DEFAULT_MAX_MICRO_BATCH_SIZE
-from planner.splits import (
-    EVEN_SPLIT,
-    SPLIT_COLUMNS,
-    has_split,
-    split_columns,
-    split_fields,
-    split_options,
-)
+from planner.splits import SPLIT_COLUMNS, split_columns, split_fields
 from specs.errors import SpecError, unknown_name_message
-from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.plan import MEGATRON_MIN_BUCKET_PARAMS, ParallelPlan
-from specs.rules_base import divisors
-from specs.rules_savers import missing_recompute_modules
+from specs.plan import ParallelPlan
 
 RECOMPUTE_MODULE_SETS: tuple[tuple[str, ...], ...] = (
     ("core_attn",),
@@ -116,25 +91,6 @@ KNOBS = tuple(c for c in PLAN_COLUMNS if c != "schedule")
 """Knobs a user may fix; the schedule follows vpp."""
 OPTIONAL_INT_KNOBS = ("recompute_num_layers", "ddp_bucket_size", "etp")
 """Knobs whose None (Megatron's default) is 0 in the tables."""
-
-_NEUTRAL_SWITCHES: dict[str, Any] = {
-    "sequence_parallel": False,
-    "tp_comm_overlap": False,
-    "recompute": "none",
-    "recompute_num_layers": 0,
-    "recompute_method": "uniform",
-    "distributed_optimizer": False,
-    "overlap_grad_reduce": False,
-    "overlap_param_gather": False,
-    "ddp_bucket_size": 0,
-    "use_megatron_fsdp": False,
-    "data_parallel_sharding_strategy": "no_shard",
-    "cp_comm_type": "p2p",
-    "recompute_modules": DEFAULT_MODULES,
-    "cpu_offloading_num_layers": 0,
-    "offload_modules": DEFAULT_MODULES,
-}
-"""Switches that no rule rejects: the values degree rows are checked with."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -266,11 +222,11 @@ class SearchSpace:
     def choices(self, name: str, generated: Iterable[Any]) -> tuple[Any, ...]:
         """The fixed value of knob ``name`` alone, else the generated values."""
         if name in self.fixed:
-            return (_column_value(name, self.fixed[name]),)
+            return (column_value(name, self.fixed[name]),)
         return tuple(generated)
 
 
-def _column_value(name: str, value: Any) -> Any:
+def column_value(name: str, value: Any) -> Any:
     """A knob value in table form (None -> 0 for the optional integer knobs, module tuples
     as `costmodel.plan_frame.modules_column` strings)."""
     if name in OPTIONAL_INT_KNOBS and value is None:
@@ -284,395 +240,6 @@ def _column_value(name: str, value: Any) -> Any:
     if name == "pipeline_model_parallel_layout":
         return value or ""
     return value
-
-
-# ---- degree generators ---------------------------------------------------------------------
-
-
-def tp_degrees(
-    model: ModelSpec, num_gpus: int, scale_up_domain: int, *, beyond_scale_up: bool = False
-) -> Iterator[int]:
-    """Tensor-parallel sizes: divisors of the GPU count that divide the heads, divide the
-    query groups (g % tp == 0, Megatron-core's `divide(num_query_groups, tp)`; MLA has no
-    groups), divide the dense and shared-expert MLP widths, and fit the scale-up domain unless
-    ``beyond_scale_up`` (Megatron's parallel linears; megatron-facts.md §8.3 rule 4).
-
-    A size inside the scale-up domain must also divide it (one beyond it be a multiple of
-    it): TP groups are runs of consecutive ranks (tp-cp-ep-dp-pp order), so tp = 3 on
-    8-GPU servers puts ranks 6, 7, 8 on two servers and that group's collectives, which
-    every layer waits for, cross the NICs. The cost model places the group of rank 0
-    (`costmodel.topology.plan_placements`), which stays inside one server, so such sizes
-    would be priced as if every group did."""
-    groups = model.query_groups
-    dense_mlp = model.num_moe_layers < model.num_layers
-    for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
-        if not beyond_scale_up and tp > scale_up_domain:
-            continue
-        if scale_up_domain % tp and tp % scale_up_domain:
-            continue
-        if not model.uses_mla and groups % tp:
-            continue
-        if dense_mlp and model.ffn_hidden_size % tp:
-            continue
-        if model.is_moe and model.moe_shared_expert_size % tp:
-            continue
-        yield tp
-
-
-def pp_degrees(model: ModelSpec, ranks: int, *, uneven: bool = True) -> Iterator[int]:
-    """Pipeline stages: divisors of the ranks left after tp that have an even or (with
-    ``uneven``) an uneven layer split Megatron accepts (`planner.splits`;
-    megatron-facts.md §8.3 rule 5)."""
-    if not uneven:
-        yield from (p for p in divisors(model.num_layers) if ranks % p == 0)
-        return
-    yield from (p for p in divisors(ranks) if p <= model.num_layers and has_split(model, p))
-
-
-def vpp_degrees(model: ModelSpec, pp: int, *, uneven: bool = True) -> Iterator[int]:
-    """Model chunks per pipeline rank: 1, and with pp > 1 every count that the even split
-    or (with ``uneven``) one of the splits of `planner.splits` divides into whole chunks
-    (§8.3 rules 6-7)."""
-    if pp == 1 or (not uneven and model.num_layers % pp):
-        yield 1
-        return
-    if not uneven:
-        yield from divisors(model.num_layers // pp)
-        return
-    yield from (v for v in range(1, (model.num_layers + 2) // pp + 1) if has_split(model, pp, v))
-
-
-def split_choices(model: ModelSpec, pp: int, vpp: int, space: SearchSpace) -> list[dict[str, Any]]:
-    """The split options of (pp, vpp) (`planner.splits.split_options`); when the user fixed
-    any split knob, that split alone (the other split knobs even)."""
-    fixed = {k: _column_value(k, space.fixed[k]) for k in SPLIT_COLUMNS if space.is_fixed(k)}
-    if fixed:
-        return [EVEN_SPLIT | fixed]
-    options = split_options(model, pp, vpp)
-    uneven = space.uneven_splits and space.has("uneven_pipeline_split")
-    return options if uneven else [o for o in options if o == EVEN_SPLIT]
-
-
-def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Iterator[int]:
-    """Context-parallel sizes: divisors of the ranks left after tp·pp with
-    seq_length % (2·cp) == 0 (zigzag load balancing; megatron-facts.md §7.1) and at least
-    ``min_tokens_per_rank`` tokens of a sequence per CP rank."""
-    for c in divisors(ranks):
-        if c == 1 or (seq_length % (2 * c) == 0 and seq_length // c >= min_tokens_per_rank):
-            yield c
-
-
-def ep_degrees(model: ModelSpec, stage_ranks: int) -> Iterator[int]:
-    """Expert-parallel sizes: 1 for dense models, else divisors of the experts that divide
-    the tp·cp·dp ranks of a pipeline stage (EP folds over them; megatron-facts.md §4.1)."""
-    if not model.is_moe:
-        yield 1
-        return
-    yield from (e for e in divisors(math.gcd(model.num_experts, stage_ranks)))
-
-
-def etp_degrees(
-    model: ModelSpec,
-    tp: int,
-    ep: int,
-    stage_ranks: int,
-    scale_up_domain: int,
-    *,
-    beyond_scale_up: bool = False,
-    any_size: bool = True,
-) -> Iterator[int]:
-    """Expert tensor-parallel sizes: tp for dense models; for MoE the divisors of the
-    expert width with etp·ep dividing the stage ranks, within the scale-up domain unless
-    ``beyond_scale_up``, and only 1 and tp unless ``any_size`` (megatron-facts.md §7.3)."""
-    if not model.is_moe:
-        yield tp
-        return
-    for etp in divisors(model.expert_ffn_hidden_size):
-        if not any_size and etp not in (1, tp):
-            continue
-        if stage_ranks % (etp * ep) == 0 and (beyond_scale_up or etp <= scale_up_domain):
-            yield etp
-
-
-def micro_batch_sizes(global_batch_size: int, limit: int) -> Iterator[int]:
-    """Micro-batch sizes: divisors of the global batch up to ``limit``. Whether mbs·dp
-    divides the batch is `global_batch_divisible_by_mbs_dp`'s to decide."""
-    yield from (b for b in divisors(global_batch_size) if b <= limit)
-
-
-# ---- switch generators ---------------------------------------------------------------------
-
-
-def sequence_parallel_options(tp: int, seq_length: int, cp: int) -> Iterator[tuple[bool, bool]]:
-    """(sequence_parallel, tp_comm_overlap) pairs: SP needs tp > 1 and the tokens of a CP
-    rank divisible by tp; tp comm overlap needs SP (megatron-facts.md §6, §8.3 rule 10)."""
-    yield False, False
-    if tp > 1 and seq_length % cp == 0 and (seq_length // cp) % tp == 0:
-        yield True, False
-        yield True, True
-
-
-def recompute_options(
-    layers_per_chunk: int,
-    fractions: Sequence[float],
-    module_sets: Sequence[str] = (),
-) -> Iterator[tuple[str, int, str, str]]:
-    """(recompute, recompute_num_layers, recompute_method, recompute_modules) tuples: none;
-    selective (the attention core, Megatron's default modules) and selective of each of
-    ``module_sets`` (table form, `costmodel.plan_frame.modules_column`); full with every
-    layer its own checkpoint (uniform, 1 layer); and full for the first n layers of each
-    chunk (block), n a fraction of the chunk (Megatron `--recompute-*`; megatron-facts.md
-    §8.3 rule 11)."""
-    yield "none", 0, "uniform", DEFAULT_MODULES
-    yield "selective", 0, "uniform", DEFAULT_MODULES
-    yield from (("selective", 0, "uniform", s) for s in module_sets if s != DEFAULT_MODULES)
-    yield "full", 1, "uniform", DEFAULT_MODULES
-    blocks = {round(f * layers_per_chunk) for f in fractions}
-    yield from (
-        ("full", n, "block", DEFAULT_MODULES) for n in sorted(blocks) if 1 <= n < layers_per_chunk
-    )
-
-
-def recompute_module_sets(model: ModelSpec, space: SearchSpace) -> tuple[str, ...]:
-    """The per-module recompute sets of ``space`` to try on ``model``, in table form: the
-    fixed one alone, else (with the ``recompute_modules`` feature) each of
-    `SearchSpace.recompute_module_sets` whose modules the model has
-    (`specs.rules_savers.missing_recompute_modules`, the rule ``recompute_modules_match_model``)
-    and that differs from Megatron's default (``core_attn`` alone)."""
-    if space.is_fixed("recompute_modules"):
-        return (_column_value("recompute_modules", space.fixed["recompute_modules"]),)
-    if not space.has("recompute_modules"):
-        return ()
-    return tuple(
-        modules_column(tuple(modules))
-        for modules in space.recompute_module_sets
-        if tuple(modules) != ("core_attn",) and not missing_recompute_modules(model, modules)
-    )
-
-
-def optimizer_options() -> Iterator[tuple[bool, bool, bool]]:
-    """(distributed_optimizer, overlap_grad_reduce, overlap_param_gather) triples;
-    overlapping the parameter gather needs both others (megatron-facts.md §5.3)."""
-    for dist_opt, grad in itertools.product((False, True), repeat=2):
-        yield dist_opt, grad, False
-        if dist_opt and grad:
-            yield dist_opt, grad, True
-
-
-def megatron_fsdp_options(dp: int, cp: int, strategies: Sequence[str]) -> Iterator[dict[str, Any]]:
-    """Megatron-FSDP switch settings: for each of ``strategies`` (with dp·cp > 1, where
-    there is something to shard) use_megatron_fsdp with that strategy, the gradient
-    reduce-scatter and parameter gathers overlapped (`--overlap-grad-reduce`,
-    `--overlap-param-gather`, as Megatron-FSDP recipes run it), Megatron's default bucket
-    and no distributed optimizer, which Megatron-FSDP excludes (`specs.rules_fsdp`)."""
-    if dp * cp < 2:
-        return
-    for strategy in strategies:
-        yield {
-            "distributed_optimizer": False,
-            "overlap_grad_reduce": True,
-            "overlap_param_gather": True,
-            "ddp_bucket_size": 0,
-            "use_megatron_fsdp": True,
-            "data_parallel_sharding_strategy": strategy,
-        }
-
-
-def bucket_sizes(
-    dp: int, cp: int, overlap_grad_reduce: bool, factors: Sequence[float]
-) -> Iterator[int]:
-    """DDP bucket sizes in parameters, 0 meaning Megatron's default max(40M, 1M·dp·cp)
-    (`resolve_ddp_bucket_size`, megatron-facts.md §5.1), then ``factors`` x that default.
-    Without overlap_grad_reduce Megatron uses one bucket per buffer: only the default."""
-    yield 0
-    if not overlap_grad_reduce:
-        return
-    default = max(MEGATRON_MIN_BUCKET_PARAMS, 1_000_000 * dp * cp)
-    yield from sorted({int(default * f) for f in factors} - {default})
-
-
-# ---- the two tables ------------------------------------------------------------------------
-
-
-def degree_table(
-    model: ModelSpec,
-    num_gpus: int,
-    job: TrainingJob,
-    space: SearchSpace,
-    scale_up_domain: int,
-) -> pd.DataFrame:
-    """One row per combination of the degree generators (fixed knobs as given)."""
-    wide = space.tp_beyond_scale_up
-    rows = []
-    tps = space.choices("tp", tp_degrees(model, num_gpus, scale_up_domain, beyond_scale_up=wide))
-    uneven = space.uneven_splits and space.has("uneven_pipeline_split")
-    for tp in tps:
-        after_tp = max(1, num_gpus // tp)
-        pps = pp_degrees(model, after_tp, uneven=uneven)
-        if _offloads_layers(space):  # layer-level offloading runs without pipelining
-            pps = iter((1,))
-        for pp in space.choices("pp", pps):
-            vpps = vpp_degrees(model, pp, uneven=uneven)
-            if pp == 2 and not space.has("interleaved_two_stages"):
-                vpps = iter((1,))
-            for vpp in space.choices("vpp", vpps):
-                after_pp = max(1, after_tp // pp)
-                cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
-                if not space.has("context_parallel"):
-                    cps = iter((1,))
-                splits = split_choices(model, pp, vpp, space) or [EVEN_SPLIT]
-                for cp in space.choices("cp", cps):
-                    dp = space.choices("dp", (max(1, after_pp // cp),))[0]
-                    context = (tp, pp, vpp, cp, dp)
-                    for row in _expert_rows(model, job, space, scale_up_domain, context):
-                        rows += [(*row, *(split[k] for k in SPLIT_COLUMNS)) for split in splits]
-    return pd.DataFrame(rows, columns=list(DEGREE_COLUMNS))
-
-
-def _expert_rows(
-    model: ModelSpec,
-    job: TrainingJob,
-    space: SearchSpace,
-    scale_up_domain: int,
-    context: tuple[int, int, int, int, int],
-) -> list[tuple[int, ...]]:
-    """Degree rows of one context: every (ep, etp, micro_batch_size)."""
-    tp, _, _, cp, dp = context
-    stage = tp * cp * dp
-    wide = space.tp_beyond_scale_up
-    mbs_values = space.choices(
-        "micro_batch_size", micro_batch_sizes(job.global_batch_size, space.max_micro_batch_size)
-    )
-    rows = []
-    for ep in space.choices("ep", ep_degrees(model, stage)):
-        etps = etp_degrees(
-            model,
-            tp,
-            ep,
-            stage,
-            scale_up_domain,
-            beyond_scale_up=wide,
-            any_size=space.any_expert_tp,
-        )
-        for etp in space.choices("etp", etps):
-            rows += [(*context, ep, etp or tp, mbs) for mbs in mbs_values]
-    return rows
-
-
-def switch_rows(
-    model: ModelSpec, job: TrainingJob, space: SearchSpace, context: Sequence[int]
-) -> list[dict[str, Any]]:
-    """Every legal switch combination for one context (tp, pp, vpp, cp, dp), as dicts."""
-    tp, pp, vpp, cp, dp = (int(v) for v in context)
-    chunk_layers = max(1, model.num_layers // (pp * vpp))
-    seq_opts = _constrained(
-        [
-            {"sequence_parallel": s, "tp_comm_overlap": o}
-            for s, o in sequence_parallel_options(tp, job.seq_length, cp)
-            if (space.has("sequence_parallel") or not s) and (space.has("tp_comm_overlap") or not o)
-        ],
-        space,
-    )
-    # searched recompute sets are derived by the screen where memory binds (planner.screening)
-    pinned = recompute_module_sets(model, space) if space.is_fixed("recompute_modules") else ()
-    rc_opts = _constrained(
-        [
-            {
-                "recompute": r,
-                "recompute_num_layers": n,
-                "recompute_method": m,
-                "recompute_modules": s,
-            }
-            for r, n, m, s in recompute_options(
-                chunk_layers, space.block_recompute_fractions, pinned
-            )
-            if (space.has("selective_recompute") or r != "selective")
-            and (r == "none" or not _offloads_layers(space))
-        ],
-        space,
-    )
-    opt_opts = []
-    factors = space.bucket_factors if space.has("ddp_bucket_size") else ()
-    for d, g, p in optimizer_options():
-        if (
-            (d and not space.has("distributed_optimizer"))
-            or (g and pp > 1 and not space.has("pipelined_grad_overlap"))
-            or (not d and space.sharded_optimizer_only)
-        ):
-            continue
-        for bucket in bucket_sizes(dp, cp, g, factors):
-            opt_opts.append(
-                {
-                    "distributed_optimizer": d,
-                    "overlap_grad_reduce": g,
-                    "overlap_param_gather": p,
-                    "ddp_bucket_size": bucket,
-                    "use_megatron_fsdp": False,
-                    "data_parallel_sharding_strategy": "no_shard",
-                }
-            )
-    if space.has("megatron_fsdp"):
-        strategies = space.choices(
-            "data_parallel_sharding_strategy", space.megatron_fsdp_strategies
-        )
-        opt_opts += megatron_fsdp_options(dp, cp, [s for s in strategies if s != "no_shard"])
-    opt_opts = _constrained(opt_opts, space)
-    fixed = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
-    for name in ("cpu_offloading_num_layers", "offload_modules"):  # fixed only, never searched
-        fixed[name] = space.choices(name, (_NEUTRAL_SWITCHES[name],))[0]
-    base = dict(zip(CONTEXT_COLUMNS, (tp, pp, vpp, cp, dp), strict=True))
-    return [base | s | r | o | fixed for s, r, o in itertools.product(seq_opts, rc_opts, opt_opts)]
-
-
-def _offloads_layers(space: SearchSpace) -> bool:
-    """True when the user fixed layer-level CPU offloading on, which Megatron-core runs only
-    without recompute (`specs.rules_savers.cpu_offloading_without_pipeline_or_recompute`)."""
-    return bool(space.fixed.get("cpu_offloading_num_layers", 0))
-
-
-def _constrained(options: list[dict[str, Any]], space: SearchSpace) -> list[dict[str, Any]]:
-    """Options agreeing with the fixed knobs among their keys; when none agrees (the fixed
-    values are illegal together), the single option the fixed values ask for, neutral
-    elsewhere, so that `check_plan` reports it."""
-    keys = list(options[0])
-    fixed = {k: _column_value(k, space.fixed[k]) for k in keys if k in space.fixed}
-    if not fixed:
-        return options
-    kept = [o for o in options if all(o[k] == v for k, v in fixed.items())]
-    if kept:
-        return kept
-    wanted = {k: _NEUTRAL_SWITCHES[k] for k in keys} | fixed
-    if "recompute_modules" in fixed and "recompute" not in space.fixed:
-        wanted["recompute"] = "selective"  # the modules are selective recompute's
-    if wanted.get("recompute") == "full" and not wanted["recompute_num_layers"]:
-        wanted["recompute_num_layers"] = 1
-    return [wanted]
-
-
-def switch_table(
-    model: ModelSpec, job: TrainingJob, space: SearchSpace, contexts: pd.DataFrame
-) -> pd.DataFrame:
-    """Switch combinations of every distinct context in ``contexts``."""
-    unique = contexts[list(CONTEXT_COLUMNS)].drop_duplicates()
-    rows = [
-        row
-        for context in unique.itertuples(index=False, name=None)
-        for row in switch_rows(model, job, space, context)
-    ]
-    return pd.DataFrame(rows, columns=[*CONTEXT_COLUMNS, *SWITCH_COLUMNS])
-
-
-def expand(degrees: pd.DataFrame, switches: pd.DataFrame) -> pd.DataFrame:
-    """Every candidate: each degree row with each switch row of its context, plus the
-    schedule column (`interleaved` when vpp > 1)."""
-    table = degrees.merge(switches, on=list(CONTEXT_COLUMNS), how="inner")
-    table["schedule"] = table["vpp"].gt(1).map({True: "interleaved", False: "1f1b"})
-    return table[list(PLAN_COLUMNS)].reset_index(drop=True)
-
-
-def neutral_switches() -> dict[str, Any]:
-    """Switch values no rule rejects, for checking degree rows on their own."""
-    return dict(_NEUTRAL_SWITCHES)
 
 
 def plan_from_row(row: Mapping[str, Any], model: ModelSpec) -> ParallelPlan:
@@ -721,7 +288,7 @@ def plan_knobs(plan: ParallelPlan) -> dict[str, Any]:
     row["etp"] = plan.expert_tp
     row["recompute_num_layers"] = plan.recompute_num_layers or 0
     row["ddp_bucket_size"] = plan.ddp_bucket_size or 0
-    row["recompute_modules"] = _column_value("recompute_modules", plan.recompute_modules)
-    row["offload_modules"] = _column_value("offload_modules", plan.offload_modules)
+    row["recompute_modules"] = column_value("recompute_modules", plan.recompute_modules)
+    row["offload_modules"] = column_value("offload_modules", plan.offload_modules)
     row.update(split_columns(plan))
     return row

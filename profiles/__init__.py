@@ -13,7 +13,8 @@ from profiles.lookup import (
     memory_bandwidth_Bps,
     peak_flops,
 )
-from profiles.schema import SCHEMA_VERSION, CollectiveFit, HardwareProfile
+from profiles.schema import SCHEMA_VERSION, HardwareProfile
+from profiles.schema_network import CollectiveFit
 from profiles.store import load_profile, save_profile, stored_profile_names
 
 __all__ = [

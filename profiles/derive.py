@@ -61,7 +61,8 @@ from profiles.derive_rules import (
     scaled_from_h100,
     switch_busbw,
 )
-from profiles.schema import HardwareProfile, TimePoint
+from profiles.schema import HardwareProfile
+from profiles.schema_network import TimePoint
 from specs import serde
 
 # --- device figures -----------------------------------------------------------------------

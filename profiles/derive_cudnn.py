@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiles.derive_rules import h100_fa3_curves
-from profiles.schema import AttentionCurve, AttentionPoint
+from profiles.schema_device import AttentionCurve, AttentionPoint
 
 BACKWARD_FLOPS_RATIO = 2.5
 """The cost model's backward/forward FLOP ratio (`costmodel.compute`, which profiles may

@@ -9,20 +9,22 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiles.schema import (
+from profiles.schema import HardwareProfile
+from profiles.schema_device import (
     AttentionCurve,
     AttentionPoint,
-    CollectiveFit,
-    CommunicationProfile,
     ComputeProfile,
     DeviceSpec,
     EfficiencyPoint,
-    HardwareProfile,
-    Provenance,
+)
+from profiles.schema_network import (
+    CollectiveFit,
+    CommunicationProfile,
     ScaleUpFabric,
     TimePoint,
     Topology,
 )
+from profiles.schema_provenance import Provenance
 
 DERIVED_ON = "2026-12-05"
 """Date of the derivation; change it when a figure or rule below changes."""
@@ -169,7 +171,7 @@ class Figures:
     scale_up_domain: int = 8
     """Devices in one NVLink domain (72 on NVL72: 18 trays of 4)."""
     generation: str
-    """Architecture generation (`profiles.schema.GENERATIONS`)."""
+    """Architecture generation (`profiles.schema_device.GENERATIONS`)."""
     exp_per_s: float = 0.0
     """SFU exponentials per second of the device, 0 without a source."""
 

@@ -21,13 +21,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from profiles.schema import (
-    HostCollective,
-    HostOverheads,
-    HostStream,
-    HostTiming,
-    MeasurementSpread,
-)
+from profiles.schema_host import HostCollective, HostOverheads, HostStream, HostTiming
+from profiles.schema_provenance import MeasurementSpread
 from specs import serde
 from specs.errors import SpecError
 

@@ -22,13 +22,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from profiles.schema import (
-    AttentionCurve,
-    AttentionPoint,
-    CollectiveFit,
-    EfficiencyPoint,
-    HardwareProfile,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_device import AttentionCurve, AttentionPoint, EfficiencyPoint
+from profiles.schema_network import CollectiveFit
 from specs.errors import SpecError
 
 

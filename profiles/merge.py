@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiles.lookup import curve_efficiency
-from profiles.schema import EfficiencyPoint, HardwareProfile
+from profiles.schema import HardwareProfile
+from profiles.schema_device import EfficiencyPoint
 from profiles.store import profile_from_data
 from specs import serde
 from specs.errors import SpecError

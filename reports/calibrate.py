@@ -63,11 +63,9 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.host_rates import backward_scale
-from profiles.schema import (
-    CollectiveFit,
-    HardwareProfile,
-    Provenance,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_network import CollectiveFit
+from profiles.schema_provenance import Provenance
 from reports.calibrate_comm import comm_samples, fit_collectives, with_fits
 from reports.calibrate_factors import (
     Factors,

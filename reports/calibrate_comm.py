@@ -40,7 +40,8 @@ from scipy.optimize import nnls
 
 from costmodel.topology import cluster_graph, place_group
 from profiles.lookup import bus_factor, collective_fit, collective_time_s
-from profiles.schema import CollectiveFit, HardwareProfile
+from profiles.schema import HardwareProfile
+from profiles.schema_network import CollectiveFit
 from reports.run_dir import RunDir
 from specs.errors import SpecError
 from specs.layout import DENSE_AXES, EXPERT_AXES, RankLayout

@@ -13,7 +13,9 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from profiles.schema import AttentionPoint, CollectiveFit, EfficiencyPoint, HardwareProfile
+from profiles.schema import HardwareProfile
+from profiles.schema_device import AttentionPoint, EfficiencyPoint
+from profiles.schema_network import CollectiveFit
 from specs.errors import SpecError
 
 

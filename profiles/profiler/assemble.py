@@ -51,20 +51,17 @@ from profiles.profiler.fit import (
 )
 from profiles.profiler.shapes import SweepPlan
 from profiles.profiler.timing import CollectiveTiming, spread, typical_s
-from profiles.schema import (
-    CommunicationProfile,
-    ComputeProfile,
-    DeviceSpec,
-    HardwareProfile,
+from profiles.schema import HardwareProfile
+from profiles.schema_device import ComputeProfile, DeviceSpec
+from profiles.schema_host import (
     HostCollective,
     HostOverheads,
     HostStream,
     HostTiming,
     HostTranscendental,
-    MeasurementSpread,
-    Provenance,
-    Topology,
 )
+from profiles.schema_network import CommunicationProfile, Topology
+from profiles.schema_provenance import MeasurementSpread, Provenance
 from profiles.store import load_profile, stored_profile_names
 from specs.model import ModelSpec
 from specs.version import paraplan_version

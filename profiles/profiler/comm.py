@@ -7,7 +7,7 @@ is the slowest rank's. `intra` groups are consecutive ranks of one node; `inter`
 take one rank per node, and every local rank forms such a group at once, so the NICs
 carry the traffic of a whole node, as data-parallel traffic does.
 
-Sizes follow nccl-tests (`profiles.schema.BUS_FACTOR_DOC`): the full array per rank for
+Sizes follow nccl-tests (`profiles.schema_network.BUS_FACTOR_DOC`): the full array per rank for
 all_reduce, the total over the group for all_gather, reduce_scatter and all_to_all, the
 message for send_recv. send_recv is timed as a ping-pong between the two ranks of a pair
 and recorded as half the round trip (one transfer).

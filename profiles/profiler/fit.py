@@ -64,15 +64,9 @@ from profiles.profiler.timing import (
     OverheadTiming,
     typical_s,
 )
-from profiles.schema import (
-    AttentionCurve,
-    AttentionPoint,
-    BandwidthPoint,
-    CollectiveFit,
-    EfficiencyPoint,
-    HardwareProfile,
-    TimePoint,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_device import AttentionCurve, AttentionPoint, BandwidthPoint, EfficiencyPoint
+from profiles.schema_network import CollectiveFit, TimePoint
 from specs.errors import SpecError
 
 MIN_NET_FRACTION = 0.5

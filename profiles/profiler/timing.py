@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from profiles.schema import MeasurementSpread
+from profiles.schema_provenance import MeasurementSpread
 from specs.host import stolen_cpu_s
 
 T = TypeVar("T")
@@ -288,7 +288,7 @@ class TranscendentalTiming:
     (`profiles.profiler.transcendental`)."""
 
     op: str
-    """One of `profiles.schema.TRANSCENDENTAL_OPS`."""
+    """One of `profiles.schema_host.TRANSCENDENTAL_OPS`."""
     elements: int
     """Elements of the kernel's output per call."""
     times_s: tuple[float, ...]
@@ -327,7 +327,7 @@ class CollectiveTiming:
     placement: str
     """`intra` or `inter` node."""
     size_bytes: int
-    """nccl-tests size convention (`profiles.schema.BUS_FACTOR_DOC`)."""
+    """nccl-tests size convention (`profiles.schema_network.BUS_FACTOR_DOC`)."""
     concurrent_groups: int
     """Disjoint groups of this size that ran the same collective at the same time."""
     times_s: tuple[float, ...]

@@ -5,8 +5,9 @@ The executor's activation (``F.silu`` in SwiGLU), its loss (``F.cross_entropy``,
 exponential per element. The torch runtime prices element-wise kernels per byte from the
 executor's RMSNorm (`profiles.profiler.compute.cold_rmsnorm`); these kernels are timed on
 their own so that the runtime can charge what they cost beyond that price
-(`costmodel.runtimes.torch.transcendental_rates`). Kernels (`profiles.schema.TRANSCENDENTAL_OPS`),
-over fp32 rows of `profiles.profiler.compute.NORM_WIDTH`:
+(`costmodel.runtimes.torch.transcendental_rates`). Kernels
+(`profiles.schema_host.TRANSCENDENTAL_OPS`), over fp32 rows of
+`profiles.profiler.compute.NORM_WIDTH`:
 
 - ``silu``: ``F.silu(x)`` (reads x, writes y);
 - ``silu_backward``: ``aten.silu_backward(dy, x)``, the kernel of autograd's SiluBackward0
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 
 from profiles.profiler.compute import NORM_WIDTH, TORCH_DTYPES, Runner, operand_sets
 from profiles.profiler.timing import TranscendentalTiming
-from profiles.schema import TRANSCENDENTAL_OPS
+from profiles.schema_host import TRANSCENDENTAL_OPS
 
 TRANSCENDENTAL_ELEMENTS: tuple[int, ...] = (2**15, 2**17, 2**19)
 """Output elements of the probe's points (module doc)."""
@@ -49,7 +50,7 @@ KERNELS: dict[str, Kernel] = {
         dy, x, -1, x.dtype
     ),
 }
-"""The kernels of `profiles.schema.TRANSCENDENTAL_OPS` (module doc); for the backward of
+"""The kernels of `profiles.schema_host.TRANSCENDENTAL_OPS` (module doc); for the backward of
 ``log_softmax`` the cold x stands for the forward's output y (the kernel reads values, not
 their provenance)."""
 
@@ -76,7 +77,7 @@ def cold_transcendental(run: Runner, op: str, elements: int) -> Callable[[], tor
 
 
 def time_transcendental(run: Runner, elements: int) -> tuple[TranscendentalTiming, ...]:
-    """Every kernel of `profiles.schema.TRANSCENDENTAL_OPS` over ``elements`` elements,
+    """Every kernel of `profiles.schema_host.TRANSCENDENTAL_OPS` over ``elements`` elements,
     in that order."""
     return tuple(
         TranscendentalTiming(

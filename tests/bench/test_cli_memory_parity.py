@@ -4,7 +4,7 @@ Each case is the command line a user writes for one row of ``published-runs-dev.
 its printed configuration and its recipe's settings (the sources the `bench/*_recipes.py`
 modules and `bench/published_rows.py` cite): the model preset, the plan, and the recipe
 flags of `paraplan.args.add_recipe_args`. The CLI's memory per pipeline stage must equal the bench's
-for the same row (`validate_published.evaluate_row`, the bench's own path).
+for the same row (`row_pricing.evaluate_row`, the bench's own path).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from paraplan.cli import main
 from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
 
-validate = load_bench("validate_published")
+published_csv = load_bench("published_csv")
+pricing = load_bench("row_pricing")
 
 MEGATRON_BRIDGE_FP8_CS = [
     "--precision", "fp8", "--fp8-recipe", "tensorwise", "--fp8-param-gather",
@@ -64,9 +65,9 @@ CASES: dict[str, list[str]] = {
 
 def bench_stage_gib(row_id: str) -> list[float]:
     """The bench's memory per pipeline stage of the row, GiB."""
-    (raw,), error = validate.rows_by_ids(row_id)
+    (raw,), error = published_csv.rows_by_ids(row_id)
     assert error is None, error
-    outcome, case = validate.evaluate_row(raw)
+    outcome, case = pricing.evaluate_row(raw)
     est = estimate_plan(
         case.model, case.cluster, case.job, case.plan, load_profile(case.profile),
         options=case.options,

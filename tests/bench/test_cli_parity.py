@@ -15,11 +15,11 @@ from paraplan.commands import estimate
 from tests.bench.bench_loader import load_bench
 
 cli_parity = load_bench("cli_parity")
-validate = load_bench("validate_published")
+published_csv = load_bench("published_csv")
 
 
 def one_row(row_id: str) -> dict[str, str]:
-    (raw,), error = validate.rows_by_ids(row_id)
+    (raw,), error = published_csv.rows_by_ids(row_id)
     assert error is None, error
     return raw
 

@@ -19,7 +19,8 @@ from paraplan.cli import main
 from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
 
-validate = load_bench("validate_published")
+published_csv = load_bench("published_csv")
+pricing = load_bench("row_pricing")
 cli_parity = load_bench("cli_parity")
 
 QWEN3_30B_GB200 = [
@@ -69,9 +70,9 @@ CASES: dict[str, list[str]] = {
 
 def bench_seconds(row_id: str) -> float:
     """The bench's iteration time of the row, seconds."""
-    (raw,), error = validate.rows_by_ids(row_id)
+    (raw,), error = published_csv.rows_by_ids(row_id)
     assert error is None, error
-    _, case = validate.evaluate_row(raw)
+    _, case = pricing.evaluate_row(raw)
     est = estimate_plan(
         case.model, case.cluster, case.job, case.plan, load_profile(case.profile),
         options=case.options,
@@ -108,7 +109,7 @@ def test_the_time_flags_are_what_brings_the_row_to_the_bench_time(capsys):
     ],
 )
 def test_cli_parity_states_every_setting_and_prices_the_bench_time(tmp_path, row_id):
-    (raw,), error = validate.rows_by_ids(row_id)
+    (raw,), error = published_csv.rows_by_ids(row_id)
     assert error is None, error
     result = cli_parity.row_parity(raw, tmp_path)
     assert result["unexpressed_memory"] == [] and result["unexpressed_time"] == []

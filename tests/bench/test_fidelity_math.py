@@ -161,7 +161,7 @@ def test_the_calibrated_speed_is_the_mean_probe_of_every_calibration_run(
 def _probing(bench: SimpleNamespace, mean_s: float):
     """The stored A100 profile's figures as a CPU profile (only CPU profiles carry host
     timings) with a host probe of ``mean_s`` measured."""
-    from profiles.schema import HostOverheads, HostTiming
+    from profiles.schema_host import HostOverheads, HostTiming
 
     stored = Path(__file__).resolve().parents[2] / "profiles" / "data" / "a100-sxm-80gb.json"
     base = bench.load_profile(str(stored))

@@ -98,10 +98,12 @@ def test_leave_one_source_out_leaves_a_generation_without_rows_to_the_shared_fac
 
 
 def test_bench_json_lists_the_per_generation_factors_and_their_rows():
-    vp = load_bench("validate_published")
-    assert vp.PER_GENERATION
-    rows = [vp.Outcome(**{f: getattr(o, f) for f in o.__dataclass_fields__}) for o in _rows()]
-    result = vp.report(rows, [], _predict)
+    report_mod = load_bench("validation_report")
+    assert report_mod.PER_GENERATION
+    rows = [
+        report_mod.Outcome(**{f: getattr(o, f) for f in o.__dataclass_fields__}) for o in _rows()
+    ]
+    result = report_mod.report(rows, [], _predict)
     fitted = result["fitted"]
     assert fitted["fp8_gemm_rate_factor_by_generation"] == TRUTH
     assert fitted["fp8_fitted_on_by_generation"] == {

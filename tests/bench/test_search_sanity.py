@@ -89,7 +89,7 @@ def test_recipe_vpp_interleaves_only_pipelined_recipes_published_without_it():
 
 def test_command_prints_one_row_as_json(capsys):
     # published-runs-dev.csv row 1 alone ("1.7B" matches no other model or source id).
-    if load_bench("validate_published").default_csv() is None:
+    if load_bench("published_csv").default_csv() is None:
         pytest.skip("published-runs-dev.csv not found above the repository")
     assert sanity.main(["--rows", "1.7B", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

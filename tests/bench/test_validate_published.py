@@ -13,6 +13,9 @@ from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
 stats = load_bench("validation_stats")
+published_csv = load_bench("published_csv")
+pricing = load_bench("row_pricing")
+report_mod = load_bench("validation_report")
 bench = load_bench("validate_published")
 
 SC21_ROW = {
@@ -256,13 +259,13 @@ def test_global_batch_enters_the_throughput():
 def test_sc21_table1_group_within_target():
     # The SC21 Table 1 check (Narayanan et al. 2021, arXiv 2104.04473, Table 1; ten rows of
     # published-runs-dev.csv) stays one row group of the bench, median |error| <= 10%.
-    path = bench.default_csv()
+    path = published_csv.default_csv()
     if path is None:
         pytest.skip("published-runs-dev.csv not found above the repository")
-    rows = [r for r in bench.read_rows(path) if r["source_id"] == "SC21-T1"][:8]
-    outcomes, _, apart = bench.evaluate(rows)
+    rows = [r for r in published_csv.read_rows(path) if r["source_id"] == "SC21-T1"][:8]
+    outcomes, _, apart = pricing.evaluate(rows)
     assert not apart and len(outcomes) == 8
-    assert stats.summary(outcomes)["median_abs_error"] <= bench.SC21_TARGET
+    assert stats.summary(outcomes)["median_abs_error"] <= report_mod.SC21_TARGET
 
 
 def test_search_sanity_rank_agrees_with_the_claimed_speedup():
@@ -415,12 +418,12 @@ def test_a_fixed_host_launch_time_is_an_input_of_every_fit_not_fitted():
 
 
 def test_fit_grid_fixes_only_the_host_launch_time():
-    assert bench.fit_grid() is bench.FIT_GRID and not bench.FIT_GRID.host_launch_fixed
-    grid = bench.fit_grid(12e-6)
+    assert pricing.fit_grid() is pricing.FIT_GRID and not pricing.FIT_GRID.host_launch_fixed
+    grid = pricing.fit_grid(12e-6)
     assert grid.host_launch_s == (12e-6,) and grid.host_launch_fixed
     assert (grid.fp8_factors, grid.sustained_factors) == (
-        bench.FIT_GRID.fp8_factors,
-        bench.FIT_GRID.sustained_factors,
+        pricing.FIT_GRID.fp8_factors,
+        pricing.FIT_GRID.sustained_factors,
     )
 
 
@@ -429,7 +432,7 @@ def test_no_fit_host_launch_time_reprices_only_the_moe_rows():
     moe = _row("1", "A-1", shapes["1"], (None, 40e-6), kind="moe", fp8=False)
     dense = _row("2", "A-1", shapes["2"], (None, 40e-6), fp8=False)
     calls: list[str] = []
-    repriced = bench.at_host_launch([moe, dense], _predictor(shapes, calls), 30e-6)
+    repriced = pricing.at_host_launch([moe, dense], _predictor(shapes, calls), 30e-6)
     assert calls == ["1"]
     assert [o.predicted_s for o in repriced] == pytest.approx([3.0, dense.predicted_s])
     assert repriced[0].error == pytest.approx(3.0 / 4.0 - 1.0)
@@ -437,9 +440,9 @@ def test_no_fit_host_launch_time_reprices_only_the_moe_rows():
 
 def test_json_rows_carry_a_not_fit_reason_only_when_one_is_known():
     plain = _outcome("1", "MBRIDGE-26.02.01", 1.0, 1.0)
-    assert "not_fit_reason" not in bench.outcome_row(plain, 0.0)
+    assert "not_fit_reason" not in report_mod.outcome_row(plain, 0.0)
     flagged = dataclasses.replace(plain, fits=False, not_fit_reason="printed unlike the recipe")
-    row = bench.outcome_row(flagged, 0.0)
+    row = report_mod.outcome_row(flagged, 0.0)
     assert row["not_fit_reason"] == "printed unlike the recipe" and row["fits"] is False
 
 
@@ -449,7 +452,7 @@ def test_not_fitting_rows_are_reported_apart_with_their_reason():
         _outcome("2", "MBRIDGE-26.02.01", 1.0, 1.0), fits=False, not_fit_reason="printed pp4"
     )
     over = dataclasses.replace(_outcome("3", "NEMO-LONGSEQ", 1.0, 1.0), fits=False)
-    report = bench.not_fitting_report([fits, printed, over])
+    report = report_mod.not_fitting_report([fits, printed, over])
     listed = {r["row_id"]: r["printed_not_recipe"] for r in report["not_fitting"]}
     assert listed == {"2": "printed pp4", "3": ""}
     # the row printed unlike its recipe is left out of the as-run fraction, the other counts
@@ -462,11 +465,11 @@ def test_llama3_70b_megatron_fsdp_offload_recipe_fits_gb200():
     # on 64 GB200, Megatron-FSDP optim_grads_params, 40 of 80 layers' activations offloaded
     # (scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml, gb200 fp8_cs, tag
     # v0.1.0rc4). The run completed, so the recipe fits the device.
-    path = bench.default_csv()
+    path = published_csv.default_csv()
     if path is None:
         pytest.skip("published-runs-dev.csv not found above the repository")
-    raw = next(r for r in bench.read_rows(path) if r["row_id"] == "351")
-    outcome, case = bench.evaluate_row(raw)
+    raw = next(r for r in published_csv.read_rows(path) if r["row_id"] == "351")
+    outcome, case = pricing.evaluate_row(raw)
     assert case.plan.use_megatron_fsdp and case.plan.cpu_offloading_num_layers == 40
     assert outcome.fits
 
@@ -486,8 +489,8 @@ def test_host_launch_flag_prices_a_host_bound_moe_row_at_the_given_time(capsys):
 
 
 def test_rows_by_ids_keeps_the_order_asked_and_names_missing_ids():
-    rows, error = bench.rows_by_ids("17, 1")
+    rows, error = published_csv.rows_by_ids("17, 1")
     assert error is None
     assert [r["row_id"] for r in rows] == ["17", "1"]
-    rows, error = bench.rows_by_ids("1,no-such-row")
+    rows, error = published_csv.rows_by_ids("1,no-such-row")
     assert rows == [] and "no-such-row" in error

@@ -16,19 +16,16 @@ from __future__ import annotations
 
 from profiles.legacy import host_from_spread
 from profiles.lookup import collective_time_s
-from profiles.schema import (
+from profiles.schema import HardwareProfile
+from profiles.schema_device import (
     AttentionCurve,
     AttentionPoint,
-    CollectiveFit,
-    CommunicationProfile,
     ComputeProfile,
     DeviceSpec,
     EfficiencyPoint,
-    HardwareProfile,
-    MeasurementSpread,
-    Provenance,
-    Topology,
 )
+from profiles.schema_network import CollectiveFit, CommunicationProfile, Topology
+from profiles.schema_provenance import MeasurementSpread, Provenance
 
 OVERHEADS_S = {
     "autograd_forward": 5e-6,

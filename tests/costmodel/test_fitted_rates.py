@@ -23,7 +23,7 @@ from costmodel.fitted_rates import (
     generation_rate_factor,
     sustained_gemm_rate_factor,
 )
-from profiles.schema import GENERATIONS
+from profiles.schema_device import GENERATIONS
 from profiles.store import load_profile, stored_profile_names
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError

@@ -13,7 +13,7 @@ from costmodel.fitted_rates import (
     FP8_GEMM_RATE_FACTORS,
     fp8_gemm_rate_factor,
 )
-from profiles.schema import GENERATIONS
+from profiles.schema_device import GENERATIONS
 from profiles.store import load_profile, stored_profile_names
 from specs.errors import SpecError
 

@@ -25,7 +25,8 @@ from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.shapes import rank_shape
 from costmodel.runtimes.torch.transcendental_rates import NO_TRANSCENDENTAL
 from costmodel.screen import screen_plans
-from profiles.schema import TRANSCENDENTAL_OPS, HostTranscendental, MeasurementSpread
+from profiles.schema_host import TRANSCENDENTAL_OPS, HostTranscendental
+from profiles.schema_provenance import MeasurementSpread
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan

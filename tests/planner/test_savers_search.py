@@ -11,8 +11,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from costmodel.estimate import estimate_plan
+from planner.knob_generators import recompute_module_sets
 from planner.search import search_plans
-from planner.space import SearchSpace, plan_from_row, recompute_module_sets
+from planner.space import SearchSpace, plan_from_row
 from profiles import load_profile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob

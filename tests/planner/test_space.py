@@ -1,6 +1,7 @@
-"""Tests of `planner.space`: each generator yields only values its rules accept, fixed knobs
-pass through unchanged (so the rules can reject them), and the two tables join into the
-full product of legal switches per context."""
+"""Tests of `planner.space`, `planner.knob_generators` and `planner.space_tables`: each
+generator yields only values its rules accept, fixed knobs pass through unchanged (so the
+rules can reject them), and the two tables join into the full product of legal switches
+per context."""
 
 from __future__ import annotations
 
@@ -12,28 +13,20 @@ from hypothesis import strategies as st
 
 from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.execution_rules import PLAN_FEATURES
-from planner.space import (
-    CONTEXT_COLUMNS,
-    PLAN_COLUMNS,
-    SearchSpace,
+from planner.knob_generators import (
     bucket_sizes,
     cp_degrees,
-    degree_table,
     ep_degrees,
-    expand,
     megatron_fsdp_options,
     micro_batch_sizes,
-    neutral_switches,
     optimizer_options,
-    plan_from_row,
-    plan_knobs,
     pp_degrees,
     recompute_options,
-    switch_rows,
-    switch_table,
     tp_degrees,
     vpp_degrees,
 )
+from planner.space import CONTEXT_COLUMNS, PLAN_COLUMNS, SearchSpace, plan_from_row, plan_knobs
+from planner.space_tables import degree_table, expand, neutral_switches, switch_rows, switch_table
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.space import SearchSpace, degree_table, plan_from_row, plan_knobs, pp_degrees
+from planner.knob_generators import pp_degrees
+from planner.space import SearchSpace, plan_from_row, plan_knobs
+from planner.space_tables import degree_table
 from planner.splits import EVEN_SPLIT, balanced_layout, split_options
 from specs.job import TrainingJob
 from specs.pipeline_split import pipeline_split

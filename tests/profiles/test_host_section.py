@@ -1,4 +1,4 @@
-"""The typed host section of CPU profiles (`profiles.schema.HostOverheads`): what the
+"""The typed host section of CPU profiles (`profiles.schema_host.HostOverheads`): what the
 profiler writes (`profiles.profiler.assemble.host_section`), its validation and JSON round
 trip, and the one reader of profiles written before it (`profiles.legacy`)."""
 
@@ -21,14 +21,14 @@ from profiles.profiler.timing import (
     TranscendentalTiming,
     spread,
 )
-from profiles.schema import (
+from profiles.schema_host import (
     HostCollective,
     HostOverheads,
     HostStream,
     HostTiming,
     HostTranscendental,
-    MeasurementSpread,
 )
+from profiles.schema_provenance import MeasurementSpread
 from profiles.store import load_profile, profile_from_data, save_profile, stored_profile_names
 from specs.errors import SpecError
 

@@ -31,7 +31,7 @@ from profiles.profiler.transcendental import (
     cold_transcendental,
     time_transcendental,
 )
-from profiles.schema import TRANSCENDENTAL_OPS
+from profiles.schema_host import TRANSCENDENTAL_OPS
 from tests.profiles.test_profiler_framework import RUN
 
 

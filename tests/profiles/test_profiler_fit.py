@@ -41,14 +41,10 @@ from profiles.profiler.timing import (
     unstolen,
 )
 from profiles.profiler.world import _failure_message, check_nproc, threads_per_rank
-from profiles.schema import (
-    CommunicationProfile,
-    ComputeProfile,
-    DeviceSpec,
-    HardwareProfile,
-    Provenance,
-    Topology,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_device import ComputeProfile, DeviceSpec
+from profiles.schema_network import CommunicationProfile, Topology
+from profiles.schema_provenance import Provenance
 from specs.errors import SpecError
 from specs.presets import get_preset
 

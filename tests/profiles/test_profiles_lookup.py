@@ -22,20 +22,11 @@ from profiles.lookup import (
     memory_bandwidth_Bps,
     peak_flops,
 )
-from profiles.schema import (
-    BandwidthPoint,
-    CollectiveFit,
-    CommunicationProfile,
-    ComputeProfile,
-    DeviceSpec,
-    EfficiencyPoint,
-    HardwareProfile,
-    HostTiming,
-    MeasurementSpread,
-    Provenance,
-    TimePoint,
-    Topology,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_device import BandwidthPoint, ComputeProfile, DeviceSpec, EfficiencyPoint
+from profiles.schema_host import HostTiming
+from profiles.schema_network import CollectiveFit, CommunicationProfile, TimePoint, Topology
+from profiles.schema_provenance import MeasurementSpread, Provenance
 from profiles.store import load_profile, stored_profile_names
 from specs.errors import SpecError
 from tests.costmodel.cpu_fixture import cpu_profile

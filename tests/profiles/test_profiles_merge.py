@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from profiles.lookup import collective_fit, collective_time_s, gemm_efficiency
 from profiles.merge import median_profile
-from profiles.schema import EfficiencyPoint, HardwareProfile, HostTranscendental
+from profiles.schema import HardwareProfile
+from profiles.schema_device import EfficiencyPoint
+from profiles.schema_host import HostTranscendental
 from specs.errors import SpecError
 from tests.costmodel.cpu_fixture import cpu_profile, spread
 

@@ -9,17 +9,10 @@ import json
 import pytest
 
 from profiles import derive, derive_rules
-from profiles.schema import (
-    CollectiveFit,
-    CommunicationProfile,
-    ComputeProfile,
-    DeviceSpec,
-    EfficiencyPoint,
-    HardwareProfile,
-    MeasurementSpread,
-    Provenance,
-    Topology,
-)
+from profiles.schema import HardwareProfile
+from profiles.schema_device import ComputeProfile, DeviceSpec, EfficiencyPoint
+from profiles.schema_network import CollectiveFit, CommunicationProfile, Topology
+from profiles.schema_provenance import MeasurementSpread, Provenance
 from profiles.store import load_profile, save_profile, stored_profile_names
 from specs import serde
 from specs.errors import SpecError

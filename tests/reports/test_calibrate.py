@@ -31,7 +31,8 @@ from profiles.lookup import (
     memory_bandwidth_Bps,
     peak_flops,
 )
-from profiles.schema import BandwidthPoint, HardwareProfile
+from profiles.schema import HardwareProfile
+from profiles.schema_device import BandwidthPoint
 from profiles.store import load_profile
 from reports.calibrate import (
     Factors,

@@ -3,7 +3,7 @@ AdamW parameter tensor costs on the machine, for the ``torch`` runtime (`costmod
 
 On a CPU every operator is run by the calling thread, so a training step's time is the sum
 of its operators' host costs. `paraplan profile` measures those costs into the profile's
-host section (`profiles.schema.HostOverheads`: timings by probe name, streams by operator
+host section (`profiles.schema_host.HostOverheads`: timings by probe name, streams by operator
 and size, collective calls by size); this module reads them, each with a documented
 fallback for a section without that probe. A profile without a host section (a GPU's) has
 no host cost (`kernel_bound_rates`):
@@ -42,7 +42,7 @@ no host cost (`kernel_bound_rates`):
 - transcendental element-wise kernels (SiLU and GELU, the loss's ``log_softmax``, forward
   and backward): ``transcendental``, what each call and element costs beyond its operator
   counts' price, from a line through the host section's cold kernel rows
-  (`profiles.schema.HostTranscendental`, `costmodel.runtimes.torch.transcendental_rates`).
+  (`profiles.schema_host.HostTranscendental`, `costmodel.runtimes.torch.transcendental_rates`).
   Fallback (a profile measured before the probe): nothing, the bytes alone.
 - transposing copies: the profile times ``x.view(-1, 128).t().contiguous()``
   (the fp32 ``transpose`` streams, 2·N·e); ``transpose_Bps`` is 1 / b of the line
@@ -154,7 +154,8 @@ from costmodel.runtimes.torch.transcendental_rates import (
     transcendental_rates,
 )
 from profiles.lookup import collective_time_s, memory_bandwidth_Bps
-from profiles.schema import HardwareProfile, HostOverheads
+from profiles.schema import HardwareProfile
+from profiles.schema_host import HostOverheads
 
 ADAMW_SWEEP_TENSORS = 16
 """Parameter tensors of each AdamW point of the profile (`profiles.profiler.compute`'s

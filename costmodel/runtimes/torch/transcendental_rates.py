@@ -5,7 +5,7 @@ allocation (`HostRates.elementwise_op_s`) plus its counted bytes at
 `HostRates.elementwise_Bps`, the executor's RMSNorm rate. The activation (``silu``; ``gelu``)
 and the loss's ``log_softmax`` evaluate an exponential (``erf`` for GELU) per element, which
 that price does not see. The profile times four such kernels cold at a few sizes
-(`profiles.profiler.transcendental`, rows `profiles.schema.HostTranscendental`); per kernel a
+(`profiles.profiler.transcendental`, rows `profiles.schema_host.HostTranscendental`); per kernel a
 line t = a + b·n through (elements, mean seconds), fitted by relative least squares (each
 point's error relative to its time, as `profiles.profiler.fit.fit_memory` fits the memory
 curves, so the line holds at the small sizes as well as the large), prices one call: a for
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiles.schema import HostOverheads
+from profiles.schema_host import HostOverheads
 
 COUNTED_BYTES_PER_ELEMENT = {
     "silu": 2 * 4,

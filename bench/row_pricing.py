@@ -1,0 +1,171 @@
+"""Pricing of the published rows (`bench/validate_published.py`): each trust A and B row
+through the same `estimate_plan` a user gets, with only what the row states
+(`published_rows.case_for_row`), into a `validation_stats.Outcome`; the rows the specs
+cannot express set apart with the reason; and the re-pricing the fits ask for at other
+FP8 GEMM rate factors, MoE host-launch times and sustained 16-bit GEMM rate factors (the
+grids of `FIT_GRID`, each distinct pricing computed once: `row_predictor`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from published_rows import NotExpressible, RowCase, case_for_row, published_iteration_time_s
+from row_recipes import recipe_mismatch
+from validation_stats import FitGrid, FittedModel, Outcome, Predict, apply_model
+
+from costmodel.estimate import estimate_plan
+from costmodel.execution import ExecutionOptions
+from profiles.store import load_profile
+from specs.errors import SpecError
+
+TRUSTED = ("A", "B")
+FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
+"""Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
+HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
+"""Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
+SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
+"""Candidate `ExecutionOptions.sustained_gemm_rate_factor` values, 1.0 down to 0.6."""
+FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID, sustained_factors=SUSTAINED_GRID)
+"""The grids the fits search (`validation_stats.fit_model`); rows are priced lazily, only
+at the points the coordinate descent visits (`row_predictor`)."""
+
+
+def fit_grid(host_launch_s: float | None = None) -> FitGrid:
+    """`FIT_GRID`, or with the MoE host-launch time fixed at ``host_launch_s`` seconds (a
+    fixed input of every fit, not fitted: `validation_stats.FitGrid.host_launch_fixed`)."""
+    if host_launch_s is None:
+        return FIT_GRID
+    return dataclasses.replace(FIT_GRID, host_launch_s=(host_launch_s,))
+
+
+def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
+    """Predict one row; with the row's case. NotExpressible or SpecError when it cannot be
+    priced."""
+    case = case_for_row(raw)
+    published = published_iteration_time_s(raw, case)
+    profile = load_profile(case.profile)
+    est = estimate_plan(
+        case.model, case.cluster, case.job, case.plan, profile, options=case.options
+    )
+    outcome = Outcome(
+        row_id=raw["row_id"],
+        source_id=raw["source_id"],
+        model=raw["model"],
+        plan=case.plan.label(),
+        generation=case.generation,
+        precision=case.job.precision,
+        kind="moe" if case.model.num_experts else "dense",
+        gpu_type=raw["gpu_type"],
+        num_gpus=case.cluster.num_gpus,
+        seq_length=case.job.seq_length,
+        published_s=published,
+        predicted_s=est.iteration_time_s,
+        peak_memory_gib=est.peak_memory_gib,
+        device_memory_gib=profile.device.memory_gib,
+        fits=est.fits,
+        global_batch_size=case.job.global_batch_size,
+        precision_text=raw.get("precision", ""),
+        not_fit_reason="" if est.fits else recipe_mismatch(raw) or "",
+        sustained_fixed=case.options.sustained_gemm_rate_factor is not None,
+        fit_generation=profile.device.generation,
+    )
+    return outcome, case
+
+
+def row_predictor(cases: dict[str, RowCase]) -> Predict:
+    """`validation_stats.Predict` over the rows' ``cases``: `estimate_plan` with the row's
+    options and the given FP8 factor (FP8 rows; None keeps the row's own), MoE host-launch
+    time (MoE rows) and sustained 16-bit factor (rows whose options leave it to the
+    fitted default and that price GEMMs on the 16-bit curves: every bf16/fp16 row, and an
+    FP8 row only if its prediction moves with the factor, `prices_16bit_gemms`), each
+    distinct pricing computed once (and each profile loaded once)."""
+    memo: dict[tuple[str, float | None, float | None, float | None], float] = {}
+    profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
+
+    def price(case: RowCase, options: ExecutionOptions) -> float:
+        est = estimate_plan(
+            case.model, case.cluster, case.job, case.plan, profiles[case.profile], options=options
+        )
+        return est.iteration_time_s
+
+    sixteen: dict[str, bool] = {}
+
+    def uses_sustained(row_id: str) -> bool:
+        if row_id not in sixteen:
+            case = cases[row_id]
+            sixteen[row_id] = case.options.sustained_gemm_rate_factor is None and (
+                case.job.precision != "fp8" or prices_16bit_gemms(case, price)
+            )
+        return sixteen[row_id]
+
+    def predict(row_id: str, factor: float | None, host_s: float, sustained: float | None) -> float:
+        case = cases[row_id]
+        key = (
+            row_id,
+            factor if case.job.precision == "fp8" else None,
+            host_s if case.model.num_experts else None,
+            sustained if sustained is not None and uses_sustained(row_id) else None,
+        )
+        if key not in memo:
+            options = case.options
+            if key[1] is not None:
+                options = dataclasses.replace(options, fp8_gemm_rate_factor=key[1])
+            if key[2] is not None:
+                options = dataclasses.replace(options, moe_host_launch_s=key[2])
+            if key[3] is not None:
+                options = dataclasses.replace(options, sustained_gemm_rate_factor=key[3])
+            memo[key] = price(case, options)
+        return memo[key]
+
+    return predict
+
+
+def prices_16bit_gemms(case: RowCase, price: Callable[[RowCase, ExecutionOptions], float]) -> bool:
+    """Whether ``case``'s prediction moves with the sustained 16-bit GEMM rate factor
+    (priced at the two ends of `SUSTAINED_GRID`): an FP8 run prices its linear layers on
+    the fp8 curve, so only GEMMs the cost model keeps in 16 bits could move it."""
+    ends = (max(SUSTAINED_GRID), min(SUSTAINED_GRID))
+    times = [
+        price(case, dataclasses.replace(case.options, sustained_gemm_rate_factor=f)) for f in ends
+    ]
+    return times[0] != times[1]
+
+
+def evaluate(
+    rows: list[dict[str, str]],
+) -> tuple[list[Outcome], dict[str, RowCase], list[dict[str, str]]]:
+    """Outcomes of the trusted rows, their cases (the fitted parameters act on every row:
+    `row_predictor`), and the rows set apart (row, source, model, reason)."""
+    outcomes, apart = [], []
+    cases: dict[str, RowCase] = {}
+    for raw in rows:
+        if raw["trust"] not in TRUSTED:
+            continue
+        try:
+            outcome, case = evaluate_row(raw)
+            outcomes.append(outcome)
+            cases[outcome.row_id] = case
+        except (NotExpressible, SpecError) as err:
+            reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
+            apart.append(
+                {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
+                | {"reason": reason}
+            )
+    return outcomes, cases, apart
+
+
+def _rules(err: SpecError) -> str:
+    """The rule ids of a plan rejection, e.g. ``plan rule layers_divisible_by_pp``."""
+    ids = [line.strip()[2:].split(":")[0] for line in str(err).splitlines()[1:]]
+    return "plan rule " + ", ".join(i for i in ids if i) if ids else str(err)
+
+
+def at_host_launch(outcomes: list[Outcome], predict: Predict, host_s: float) -> list[Outcome]:
+    """``outcomes`` with the MoE rows re-priced at a host-launch time of ``host_s`` seconds
+    and every other option as the row has it (`validation_stats.apply_model` with no factor
+    fitted)."""
+    model = FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=host_s)
+    moe = [o for o in outcomes if o.kind == "moe"]
+    repriced = {o.row_id: o for o in apply_model(moe, predict, model)}
+    return [repriced.get(o.row_id, o) for o in outcomes]
