@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
-from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
+from costmodel.passes import CommGroups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     PREPROCESS_LAUNCHES,
     ROUTER_LAUNCHES,

@@ -11,21 +11,17 @@ from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
 from costmodel.execution import DEFAULT_OPTIONS, MEGATRON_2021
-from costmodel.runtimes.megatron.layer_costs import (
-    CommGroups,
-    PassCost,
-    cp_attention_steps,
-    embedding_cost,
-    fp8_pair_quantize_s,
-    layer_cost,
-    logits_cost,
-)
+from costmodel.passes import CommGroups, PassCost
+from costmodel.runtimes.megatron.attention_costs import cp_attention_steps
+from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.linear_pairs import fp8_pair_quantize_s
 from costmodel.runtimes.megatron.userbuffers import (
     TP_OVERLAP_COMM_SMS,
     USERBUFFERS_STEP_LATENCY_S,
     sm_count,
     userbuffers_step_time_s,
 )
+from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.topology import strided_group_placement
 from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile

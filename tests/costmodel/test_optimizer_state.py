@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from costmodel.compute import memory_bound_time_s, optimizer_step_time_s
+from costmodel.compute import memory_bound_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import DEFAULT_OPTIONS, TORCH_OPTIONS, ExecutionOptions
 from costmodel.memory import memory_per_stage
+from costmodel.optimizer_passes import optimizer_step_time_s
 from costmodel.optimizer_state import (
     PRECISION_AWARE_RULE,
     OptimizerPrecision,
