@@ -27,17 +27,14 @@ from __future__ import annotations
 from costmodel import compute as ops
 from costmodel.attention_core import attention_core_time_s
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.compute import AttentionKernelName
 from costmodel.execution import ExecutionOptions
 from costmodel.flops import (
     attention_projection_forward_flops_per_token,
     core_attention_forward_flops_per_token,
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
-from costmodel.runtimes.megatron.layer_shape import (
-    LayerShape,
-    gemm3,
-    norm_and_residual,
-)
+from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
 from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
 from costmodel.runtimes.megatron.saver_costs import mla_up_projection_share
 from costmodel.runtimes.megatron.unfused_costs import rope_time_s
@@ -89,39 +86,9 @@ def attention_block(
         width = 0.0
         qkv_shape, proj_shape = (x.tokens, q + 2 * kv, h), (x.tokens, h, q)
         qkv, proj = gemm3(profile, x, *qkv_shape), gemm3(profile, x, *proj_shape)
-    core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
-    core = {}
-    for direction in ("forward", "backward"):
-        core[direction] = sum(
-            attention_core_time_s(
-                profile,
-                causal_forward_flops=core_flops * share,
-                batch_heads=x.micro_batch * model.num_attention_heads / x.tp,
-                seq_q=x.seq / x.cp,
-                seq_kv=seq_kv if kernel == "flash" else x.seq,
-                head_dim=head_dim,
-                precision=x.precision,
-                kernel=kernel,
-                direction=direction,
-            )
-            for share, seq_kv in cp_attention_steps(plan, x.seq)
-        )
+    core = _core_s(model, job, plan, profile, x, kernel, head_dim)
     rope = model.position_embedding == "rope"
-    ew_fwd, ew_bwd = norm_and_residual(profile, x, h, options)
-    if rope:
-        fused = options.rope_fusion
-        ew_fwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=fused)
-        ew_bwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "backward", fused=fused)
-    if model.qk_layernorm and not model.uses_mla:
-        qk_f, qk_b = qk_norm_time_s(profile, x.tokens, q + kv, x.elem)
-        ew_fwd, ew_bwd = ew_fwd + qk_f, ew_bwd + qk_b
-    if kernel == "materialized":
-        ew_fwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * q)
-        ew_bwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * (q + 2 * kv))
-    if model.add_bias_linear and not options.bias_fusion:
-        ew_fwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "forward")
-        ew_bwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "backward")
-        ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    ew_fwd, ew_bwd = _elementwise_s(model, profile, x, q, kv, options)
     qkv_width = width if model.uses_mla else q + 2 * kv
     row_in = 0.0 if model.uses_mla else q
     fp8_f, fp8_b = fp8_pair_s(
@@ -152,6 +119,70 @@ def attention_block(
         ),
     }
     return forward, backward, rerun, dgrad, wgrad
+
+
+def _core_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: LayerShape,
+    kernel: AttentionKernelName,
+    head_dim: int,
+) -> dict[str, float]:
+    """Seconds of the attention core by direction (``forward``, ``backward``): one kernel
+    per kind of context-parallel step (`cp_attention_steps`), each read at its K/V length
+    with the flash kernel (`costmodel.attention_core.attention_core_time_s`)."""
+    core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
+    core = {}
+    for direction in ("forward", "backward"):
+        core[direction] = sum(
+            attention_core_time_s(
+                profile,
+                causal_forward_flops=core_flops * share,
+                batch_heads=x.micro_batch * model.num_attention_heads / x.tp,
+                seq_q=x.seq / x.cp,
+                seq_kv=seq_kv if kernel == "flash" else x.seq,
+                head_dim=head_dim,
+                precision=x.precision,
+                kernel=kernel,
+                direction=direction,
+            )
+            for share, seq_kv in cp_attention_steps(plan, x.seq)
+        )
+    return core
+
+
+def _elementwise_s(
+    model: ModelSpec,
+    profile: HardwareProfile,
+    x: LayerShape,
+    q: float,
+    kv: float,
+    options: ExecutionOptions,
+) -> tuple[float, float]:
+    """Element-wise work of the attention block before FP8 quantization (forward,
+    backward), in seconds: its pre-norm and residual, RoPE, the query and key norms, the
+    materialized path's context copy and QKV-gradient concatenation, and the unfused bias
+    adds and reductions (module docstring); ``q`` and ``kv`` are the per-rank query and
+    key-or-value widths."""
+    h = model.hidden_size
+    ew_fwd, ew_bwd = norm_and_residual(profile, x, h, options)
+    if model.position_embedding == "rope":
+        fused = options.rope_fusion
+        ew_fwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=fused)
+        ew_bwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "backward", fused=fused)
+    if model.qk_layernorm and not model.uses_mla:
+        qk_f, qk_b = qk_norm_time_s(profile, x.tokens, q + kv, x.elem)
+        ew_fwd, ew_bwd = ew_fwd + qk_f, ew_bwd + qk_b
+    if options.attention == "materialized":
+        ew_fwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * q)
+        ew_bwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * (q + 2 * kv))
+    if model.add_bias_linear and not options.bias_fusion:
+        ew_fwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "forward")
+        ew_bwd += ops.bias_time_s(profile, x.tokens, q + 2 * kv, x.elem, "backward")
+        ew_bwd += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    return ew_fwd, ew_bwd
 
 
 def qk_norm_time_s(

@@ -30,15 +30,25 @@ class LayerShape:
     """What one rank sees for one microbatch."""
 
     tokens: float
+    """Token rows on the rank, T = b·s/cp."""
     norm_tokens: float
+    """Token rows of the norms and residual adds: T/tp with sequence parallelism, else T."""
     seq: int
+    """Sequence length s."""
     micro_batch: int
+    """Sequences per microbatch, b."""
     cp: int
+    """Context-parallel degree."""
     tp: int
+    """Tensor-parallel degree."""
     sp: bool
+    """Sequence parallelism in effect (the plan asks for it and tp > 1)."""
     elem: int
+    """Bytes per activation element (`costmodel.compute.element_bytes`)."""
     dtype: str
+    """GEMM dtype (`costmodel.compute.gemm_dtype`)."""
     precision: str
+    """The job's precision."""
 
 
 def layer_shape(job: TrainingJob, plan: ParallelPlan) -> LayerShape:

@@ -21,11 +21,7 @@ from costmodel.fp8_quantization import NormQuantization, fp8_quantize_time_s, no
 from costmodel.memory_allowances import Fp8Recipe
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.fp8_scaling import amax_reduction_pair
-from costmodel.runtimes.megatron.layer_shape import (
-    LayerShape,
-    gemm3,
-    layer_shape,
-)
+from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, layer_shape
 from costmodel.runtimes.megatron.userbuffers import Shape, tp_overlap_pair_s
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob

@@ -10,10 +10,7 @@ from __future__ import annotations
 from costmodel import compute as ops
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import ZERO, CommGroups, PassCost
-from costmodel.runtimes.megatron.layer_shape import (
-    LayerShape,
-    gemm3,
-)
+from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
 from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
 from costmodel.runtimes.megatron.userbuffers import Shape
 from profiles.schema import HardwareProfile

@@ -9,11 +9,7 @@ from costmodel import compute as ops
 from costmodel.collectives import collective_time_s
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.passes import CommGroups, PassCost
-from costmodel.runtimes.megatron.layer_shape import (
-    gemm3,
-    intra_groups,
-    layer_shape,
-)
+from costmodel.runtimes.megatron.layer_shape import gemm3, intra_groups, layer_shape
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
