@@ -41,6 +41,7 @@ from published_rows import RowCase, case_for_row, published_iteration_time_s
 from recipe_keys import NotExpressible
 
 from costmodel import compute as ops
+from costmodel.attention_core import attention_core_time_s
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.flops import core_attention_forward_flops_per_token
@@ -99,7 +100,7 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, int]:
     )
     flops = core_attention_forward_flops_per_token(model, job.seq_length) * tokens / plan.tp
     core = sum(
-        ops.attention_core_time_s(
+        attention_core_time_s(
             profile,
             causal_forward_flops=flops,
             batch_heads=plan.micro_batch_size * model.num_attention_heads / plan.tp,

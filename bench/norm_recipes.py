@@ -1,7 +1,7 @@
 """Which published rows ran Transformer Engine's norms on cuDNN (`ExecutionOptions.cudnn_norm`:
 ``NVTE_NORM_FWD_USE_CUDNN=1`` and ``NVTE_NORM_BWD_USE_CUDNN=1``), per framework release and
 recipe. In fp8 runs the backend decides how TE quantizes a ``LayerNormLinear``'s norm output
-(`costmodel.compute.norm_quantization`).
+(`costmodel.fp8_quantization.norm_quantization`).
 
 Megatron-Bridge (`MBRIDGE_KEEPS`): every release's performance launch sets both variables
 (``scripts/performance/utils/executors.py`` ``PERF_ENV_VARS``, tags v0.1.0rc4, v0.2.0,

@@ -57,7 +57,7 @@ class ExecutionOptions:
     """Megatron-LM `--gradient-accumulation-fusion` (on by default with TE/APEX): weight-
     gradient GEMMs accumulate straight into the main gradient. Off, every microbatch's
     backward adds a memory-bound pass over the stage's parameters
-    (`costmodel.compute.grad_accumulation_time_s`)."""
+    (`costmodel.optimizer_passes.grad_accumulation_time_s`)."""
     bias_fusion: bool = True
     """Linear biases ride in the GEMM epilogues (Transformer Engine adds the bias in the
     forward GEMM and reduces its gradient in the dgrad GEMM). False: PyTorch <= 1.10
@@ -84,7 +84,7 @@ class ExecutionOptions:
     loss_scaling: bool = False
     """fp16 with a loss scale (Megatron `FP16OptimizerWithFP16Params`): before Adam the fp16
     gradients are copied into fp32 main gradients and unscaled with an inf/NaN check, two
-    more memory-bound passes (`costmodel.compute.optimizer_step_time_s`)."""
+    more memory-bound passes (`costmodel.optimizer_passes.optimizer_step_time_s`)."""
     overlap_p2p: bool = True
     """Interleaved pipeline sends run asynchronously under compute (`overlap_p2p_comm`,
     the default since 2022). False: every send/receive is a blocking
@@ -122,7 +122,7 @@ class ExecutionOptions:
     profile's fp8 curve is the bare cuBLASLt rate on square shapes (MAMF); a training step's
     FP8 linear layers also cast and transpose their inputs and output gradients (priced apart,
     as memory-bound kernels, with current scaling's amax pass and TP amax all-reduce:
-    `costmodel.compute.fp8_quantize_time_s`, `costmodel.runtimes.megatron.fp8_scaling`),
+    `costmodel.fp8_quantization.fp8_quantize_time_s`, `costmodel.runtimes.megatron.fp8_scaling`),
     reduce amax and update scales (delayed scaling's ``fp8_autocast`` exit), which NVIDIA's
     own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
     ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
@@ -168,7 +168,7 @@ class ExecutionOptions:
 
     grad_nan_check: bool = True
     """Megatron-core checks every gradient bucket for NaN before reducing it (the norm of
-    the bucket: `costmodel.compute.grad_buffer_passes_time_s`), on by default
+    the bucket: `costmodel.optimizer_passes.grad_buffer_passes_time_s`), on by default
     (``--check-for-nan-in-loss-and-grad``); the data-parallel wrappers of 2021-2023 had no
     such check."""
 
@@ -291,7 +291,7 @@ class ExecutionOptions:
     (current) keep one scale per tensor, ``mxfp8`` one per 32 elements. Sets the bytes of
     TE's FP8 copy of each linear weight (`costmodel.memory_allowances.Fp8WeightStorage`; memory and
     the parameter all-gather) and the quantization of the GEMM operands: current scaling's
-    amax pass (`costmodel.compute.fp8_quantize_time_s`) and, with sequence parallelism,
+    amax pass (`costmodel.fp8_quantization.fp8_quantize_time_s`) and, with sequence parallelism,
     its TP amax all-reduce (`costmodel.runtimes.megatron.fp8_scaling`)."""
 
     fp8_param: bool = False
@@ -314,7 +314,7 @@ class ExecutionOptions:
     performance scripts set both in ``scripts/performance/utils/executors.py``
     ``PERF_ENV_VARS``, tags v0.1.0rc4 to v0.5.x, and keep them for some recipes only:
     `bench/norm_recipes.py`). In fp8 runs it changes how TE quantizes the norm output of a
-    ``LayerNormLinear`` (`costmodel.compute.norm_quantization`, TE v2.8 to v2.18
+    ``LayerNormLinear`` (`costmodel.fp8_quantization.norm_quantization`, TE v2.8 to v2.18
     ``pytorch/csrc/extensions/normalization.cpp``): MXFP8 gets the fused norm + quantize
     kernel, current scaling loses the norm's amax output and runs a full amax pass; delayed
     scaling is fused either way. Time only: what is saved for backward does not change.

@@ -105,7 +105,7 @@ GB300 than on GB200 (the bench's ``same_recipe_ratios``) that the profiles' peak
 from GB200's MAMF for want of a GB300 figure, do not carry. Each generation's FP8 rows come
 from one source family, so leaving it out leaves the generation to the shared value
 (`FP8_GEMM_RATE_FACTOR`). The FP8 quantization kernels are priced explicitly
-(`costmodel.compute.fp8_quantize_time_s`)."""
+(`costmodel.fp8_quantization.fp8_quantize_time_s`)."""
 
 FP8_GEMM_RATE_FACTOR = 0.7
 """Default FP8 GEMM rate factor of a GPU generation without its own entry in

@@ -36,7 +36,7 @@ What paraplan prices: the offloaded fraction of the optimizer state's bytes leav
 device (`costmodel.memory.memory_per_stage`), the state being fp32 master, m and v whatever
 the precision-aware optimizer's dtypes (`costmodel.optimizer_state.adam_state_bytes` with
 ``cpu_offload``); of the shard's Adam step, the device keeps
-the gradient norm, the zeroing and its own share (`costmodel.compute.optimizer_step_time_s`
+the gradient norm, the zeroing and its own share (`costmodel.optimizer_passes.optimizer_step_time_s`
 with ``offloaded_params``), the host runs the rest (`host_optimizer_step_s`) beside it, and
 the slower of the two is the step (`offloaded_step_s`). Bandwidths are peak figures, so the
 host time is a lower bound.

@@ -13,8 +13,8 @@ the pipeline.
 from __future__ import annotations
 
 from costmodel.iteration import IterationSimulation
+from costmodel.passes import PassCost
 from costmodel.pipeline_sim import TimedAction
-from costmodel.runtimes.megatron.layer_costs import PassCost
 from costmodel.schedules import Action, virtual_stage
 from specs.plan import ParallelPlan
 from specs.timeline import Timeline, TimelineEvent

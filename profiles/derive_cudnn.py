@@ -21,7 +21,7 @@ s(s+1)/2 unmasked score elements of a causal mask (diagonal included), forward
 2·(d_qk + d_vo) and backward 2·(3·d_qk + 2·d_vo) FLOP per element, per batch and query
 head, over the kernels' device time (torch profiler). The cost model
 (`profiles.lookup.attention_tflops`) counts s²/2 elements, forward 2·(d_qk + d_vo) and
-backward 2.5 times the forward (`costmodel.compute.ATTENTION_BACKWARD_FLOPS_RATIO`). So a
+backward 2.5 times the forward (`costmodel.attention_core.ATTENTION_BACKWARD_FLOPS_RATIO`). So a
 measured rate converts as ``ours = theirs · s/(s+1)``, backward also
 ``· 2.5·(d_qk + d_vo) / (3·d_qk + 2·d_vo)`` (1 when d_qk = d_vo; 800/832 for MLA).
 """
@@ -34,7 +34,7 @@ from profiles.derive_rules import h100_fa3_curves
 from profiles.schema_device import AttentionCurve, AttentionPoint
 
 BACKWARD_FLOPS_RATIO = 2.5
-"""The cost model's backward/forward FLOP ratio (`costmodel.compute`, which profiles may
+"""The cost model's backward/forward FLOP ratio (`costmodel.attention_core`, which profiles may
 not import): the conversion's target convention."""
 
 

@@ -185,7 +185,7 @@ class ComputeProfile:
     exp_per_s: float = 0.0
     """Hardware exponentials per second of the special function units (MUFU) of the whole
     device; 0 when no source gives it. Bounds the fused-attention kernel, which takes one
-    exponential per score element (`costmodel.compute.attention_core_time_s`). Blackwell
+    exponential per score element (`costmodel.attention_core.attention_core_time_s`). Blackwell
     B200/GB200 5e12, Blackwell Ultra B300/GB300 10.7e12 (hardware.md [S9], per-GPU table)."""
 
     def __post_init__(self) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
+from costmodel.passes import CommGroups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     PREPROCESS_LAUNCHES,
     ROUTER_LAUNCHES,

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from costmodel import compute as ops
+from costmodel.attention_core import attention_core_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import (
     CUDA11_GEMM_RATE_FACTOR,
@@ -19,12 +20,14 @@ from costmodel.execution_rules import PLAN_FEATURES
 from costmodel.flash_attention2 import flash_attention_rate
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.iteration import simulate_iteration
-from costmodel.runtimes.megatron.layer_costs import layer_cost, logits_cost
+from costmodel.optimizer_passes import grad_accumulation_time_s, optimizer_step_time_s
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.pricing import (
     blocking_flush_sends,
     blocking_sends,
     pipeline_send_s,
 )
+from costmodel.runtimes.megatron.vocab_costs import logits_cost
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.lookup import attention_tflops, gemm_efficiency, memory_bandwidth_Bps
@@ -136,8 +139,8 @@ def test_cross_entropy_moves_the_fp32_passes():
 
 def test_fp16_main_gradient_accumulation_moves_fewer_bytes():
     params = 1e9
-    fp32 = ops.grad_accumulation_time_s(A100, params, 2)
-    fp16 = ops.grad_accumulation_time_s(A100, params, 2, main_grad_bytes=2)
+    fp32 = grad_accumulation_time_s(A100, params, 2)
+    fp16 = grad_accumulation_time_s(A100, params, 2, main_grad_bytes=2)
     assert fp32 == pytest.approx(10 * params / BW)
     assert fp16 == pytest.approx(6 * params / BW)
 
@@ -146,8 +149,8 @@ def test_loss_scaling_adds_the_copy_and_unscale_passes():
     # Per shard parameter: copy fp16 -> fp32 main gradient (2 + 4), unscale with the inf
     # check (4 + 4); the norm reads the fp32 copies (4) and zeroing writes fp16 (2).
     kwargs = dict(shard_params=1e9, local_params=1e9, mixed_precision=True, num_tensors=4)
-    plain = ops.optimizer_step_time_s(A100, **kwargs)
-    scaled = ops.optimizer_step_time_s(A100, **kwargs, loss_scaling=True, main_grad_bytes=2)
+    plain = optimizer_step_time_s(A100, **kwargs)
+    scaled = optimizer_step_time_s(A100, **kwargs, loss_scaling=True, main_grad_bytes=2)
     assert plain == pytest.approx((30e9 + 8e9) / BW)
     assert scaled == pytest.approx((30e9 + 14e9 + 6e9) / BW)
 
@@ -189,7 +192,7 @@ def test_materialized_attention_copies_its_context_and_qkv_gradient():
     )
 
     def core_s(kernel, direction):
-        return ops.attention_core_time_s(A100, kernel=kernel, direction=direction, **core)
+        return attention_core_time_s(A100, kernel=kernel, direction=direction, **core)
 
     fwd_copy = 2 * e * x_tokens * q / BW
     bwd_copy = 2 * e * x_tokens * 3 * q / BW

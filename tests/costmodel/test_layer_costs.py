@@ -7,19 +7,13 @@ import dataclasses
 
 import pytest
 
-from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
-from costmodel.runtimes.megatron.layer_costs import (
-    CommGroups,
-    PassCost,
-    cp_attention_steps,
-    embedding_cost,
-    fp8_pair_quantize_s,
-    layer_cost,
-    logits_cost,
-)
+from costmodel.passes import CommGroups, PassCost
+from costmodel.runtimes.megatron.attention_costs import cp_attention_steps
+from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.linear_pairs import fp8_pair_quantize_s
 from costmodel.runtimes.megatron.userbuffers import (
     TP_OVERLAP_COMM_SMS,
     USERBUFFERS_STEP_LATENCY_S,
@@ -30,7 +24,6 @@ from costmodel.topology import strided_group_placement
 from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.job import TrainingJob
-from specs.params import padded_vocab_size
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -200,25 +193,6 @@ def selective_core_s(plan: ParallelPlan, groups: CommGroups) -> float:
     return cost(plan.replace(recompute="selective"), groups=groups).recompute.compute_s
 
 
-def test_fp8_pair_quantizes_every_linear_operand():
-    # Forward: the QKV (or FC1) input out of the norm kernel (T/tp x h, 1 byte net) and the
-    # projection (or FC2) input (T x width/tp, 4 bytes). Backward: both output gradients,
-    # T x column width/tp and T/tp x h, 4 bytes each.
-    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
-    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
-    t, h, tp = 4096, LLAMA.hidden_size, 8
-    column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
-    fwd, bwd = fp8_pair_quantize_s(H100, fp8_job, plan, h, column_out, row_in, recipe="delayed")
-    want_fwd = memory_bound_time_s(H100, t / tp * h) + memory_bound_time_s(H100, 4 * t * row_in)
-    want_bwd = memory_bound_time_s(H100, 4 * t * column_out)
-    want_bwd += memory_bound_time_s(H100, 4 * t / tp * h)
-    assert (fwd, bwd) == pytest.approx((want_fwd, want_bwd))
-    assert fp8_pair_quantize_s(H100, JOB, plan, h, column_out, row_in, recipe="delayed") == (
-        0.0,
-        0.0,
-    )
-
-
 def test_fp8_layer_carries_the_quantization_of_both_linear_pairs():
     # The fp8 layer's element-wise work exceeds the bf16 layer's by exactly the two pairs'
     # quantization (GEMM times differ too, so compare on a profile whose fp8 GEMMs run at
@@ -373,28 +347,6 @@ def test_expert_work_per_rank_shrinks_with_ep_and_grows_with_capacity():
     assert cost(ParallelPlan(dp=8, ep=8), model=padded).forward.compute_s > (
         eight.forward.compute_s
     )
-
-
-def test_embedding_and_logits():
-    plan = ParallelPlan(tp=8, sequence_parallel=True)
-    emb_f, emb_b = embedding_cost(LLAMA, JOB, plan, H100)
-    log_f, log_b = logits_cost(LLAMA, JOB, plan, H100)
-    assert emb_f.tp_s > 0 and emb_b.tp_s > 0  # reduce-scatter out, all-gather back
-    assert log_b.compute_s > log_f.compute_s > emb_f.compute_s
-    assert log_f.tp_s > 0 and log_b.tp_s > 0
-
-
-def test_embedding_backward_builds_the_dense_gradient_of_the_rank_vocab_slice():
-    plan = ParallelPlan(tp=8, sequence_parallel=True)
-    _, emb_b = embedding_cost(LLAMA, JOB, plan, H100)
-    tokens = JOB.seq_length * plan.micro_batch_size
-    rows = padded_vocab_size(LLAMA.vocab_size, 8) / 8
-    scatter = ops.embedding_time_s(H100, tokens, LLAMA.hidden_size, 2, "backward")
-    dense = ops.embedding_weight_grad_time_s(H100, rows, LLAMA.hidden_size, 2)
-    assert emb_b.compute_s == pytest.approx(scatter + dense, rel=1e-12)
-    bf16_grads = dataclasses.replace(DEFAULT_OPTIONS, main_grad_bytes=2)
-    _, lighter = embedding_cost(LLAMA, JOB, plan, H100, options=bf16_grads)
-    assert lighter.compute_s < emb_b.compute_s
 
 
 def test_pass_cost_arithmetic():

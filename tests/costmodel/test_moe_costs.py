@@ -11,7 +11,8 @@ import pytest
 from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
+from costmodel.passes import CommGroups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     FIXED_LAUNCHES,
     allgather_combine_bytes,

@@ -11,6 +11,7 @@ import pytest
 from costmodel import compute as ops
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
@@ -69,7 +70,7 @@ def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
     )
 
     def split(elements: float) -> float:
-        return 16 * ops.fp8_quantize_time_s(B200, elements / 16, 2, recipe="delayed")
+        return 16 * fp8_quantize_time_s(B200, elements / 16, 2, recipe="delayed")
 
     assert forward == pytest.approx(split(rows * h) + split(rows * w))
     assert backward == pytest.approx(split(rows * h) + split(rows * 2 * w))
@@ -101,7 +102,7 @@ def test_fused_mlp_quantizes_only_fc1_input_and_fc2_output_gradient():
         fused=True,
         recipe="delayed",
     )
-    one = ops.fp8_quantize_time_s(B200, rows * h, 2, recipe="delayed")
+    one = fp8_quantize_time_s(B200, rows * h, 2, recipe="delayed")
     assert forward == pytest.approx(one)
     assert backward == pytest.approx(one)
 

@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
+from costmodel.passes import CommGroups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     FLEX_COMM_SMS,
     LayerStreams,

@@ -9,11 +9,7 @@ import dataclasses
 
 import pytest
 
-from costmodel.compute import (
-    grad_buffer_passes_time_s,
-    memory_bound_time_s,
-    optimizer_step_time_s,
-)
+from costmodel.compute import memory_bound_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
@@ -23,6 +19,7 @@ from costmodel.optimizer_offload import (
     host_optimizer_step_s,
     offload_violations,
 )
+from costmodel.optimizer_passes import grad_buffer_passes_time_s, optimizer_step_time_s
 from costmodel.optimizer_state import adam_state_bytes
 from costmodel.plan_frame import plans_frame
 from costmodel.screen import screen_plans

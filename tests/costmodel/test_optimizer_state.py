@@ -8,11 +8,12 @@ import dataclasses
 
 import pytest
 
-from costmodel.compute import memory_bound_time_s, optimizer_step_time_s
+from costmodel.compute import memory_bound_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
 from costmodel.memory import memory_per_stage
+from costmodel.optimizer_passes import optimizer_step_time_s
 from costmodel.optimizer_state import (
     PRECISION_AWARE_RULE,
     OptimizerPrecision,

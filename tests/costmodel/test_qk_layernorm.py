@@ -1,6 +1,6 @@
 """Query/key norms (``ModelSpec.qk_layernorm``, Qwen3) in the Megatron runtime: the saved
 inputs of the two Transformer Engine RMSNorms (`costmodel.activations.qk_norm_saved_bytes`)
-and their kernels' time (`costmodel.runtimes.megatron.layer_costs.qk_norm_time_s`)."""
+and their kernels' time (`costmodel.runtimes.megatron.attention_costs.qk_norm_time_s`)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ import pytest
 
 from costmodel import compute as ops
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.runtimes.megatron.layer_costs import CommGroups, layer_cost
+from costmodel.passes import CommGroups
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
 from costmodel.runtimes.megatron.unfused_costs import (
     EXPERT_BIAS_KERNELS_PER_EXPERT,

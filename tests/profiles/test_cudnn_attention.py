@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.compute import attention_core_time_s
+from costmodel.attention_core import attention_core_time_s
 from profiles.derive import B200_BF16_MAMF
 from profiles.derive_blackwell import B300_BF16_MAMF, GB200_BF16_MAMF
 from profiles.derive_cudnn import sibling_scale

@@ -17,7 +17,7 @@ cast. The compute stream waits for a latency-bound collective, once per linear p
 direction. Without sequence parallelism every TP rank holds the whole operand: no
 reduction. Delayed scaling and MXFP8 reduce nothing per operand.
 
-The memory passes of each recipe's quantization: `costmodel.compute.fp8_quantize_time_s`.
+The memory passes of each recipe's quantization: `costmodel.fp8_quantization.fp8_quantize_time_s`.
 """
 
 from __future__ import annotations

@@ -26,12 +26,12 @@ Two implementations (`ExecutionOptions.moe_fused_grouped_mlp`):
   gradients as grouped GEMMs. Split sizes stay on the device.
 
 Quantizing one operand reads it in bf16 and writes the row-wise and column-wise FP8
-copies (`costmodel.compute.fp8_quantize_time_s`).
+copies (`costmodel.fp8_quantization.fp8_quantize_time_s`).
 """
 
 from __future__ import annotations
 
-from costmodel import compute as ops
+from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.memory_allowances import Fp8Recipe
 from profiles.schema import HardwareProfile
 
@@ -94,7 +94,7 @@ def expert_fp8_quantize_s(
     (module docstring)."""
 
     def quantize(elements: float) -> float:
-        return ops.fp8_quantize_time_s(profile, elements, elem, recipe=recipe)
+        return fp8_quantize_time_s(profile, elements, elem, recipe=recipe)
 
     if fused:
         one = quantize(rows * hidden)

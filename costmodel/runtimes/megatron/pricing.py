@@ -51,10 +51,15 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory import plan_adam_state
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
+from costmodel.optimizer_passes import (
+    grad_accumulation_time_s,
+    grad_buffer_passes_time_s,
+    optimizer_step_time_s,
+)
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.rank_params import chunk_params
-from costmodel.runtimes.megatron.layer_costs import embedding_cost, layer_cost, logits_cost
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.megatron_fsdp import (
     ChunkGather,
     fsdp_param_gather_exposed_s,
@@ -62,6 +67,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
     grads_reduced_every_backward,
     optimizer_sharded,
 )
+from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import (
     ChunkPosition,
     chunk_layers,
@@ -116,7 +122,7 @@ def chunk_costs(
         )
         dense, expert = held.dense, held.expert
         if not options.grad_accumulation_fusion:
-            accumulate = ops.grad_accumulation_time_s(
+            accumulate = grad_accumulation_time_s(
                 profile, dense + expert, grad_bytes, options.main_grad_bytes
             )
             bwd = bwd.plus(PassCost(compute_s=accumulate))
@@ -297,10 +303,11 @@ def _optimizer_s(
     placements: PlanPlacements,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> float:
-    """The optimizer step of one rank of a stage (`costmodel.compute.optimizer_step_time_s`);
-    about 8 parameter tensors per layer (weights, biases, norms) plus 2 per local expert.
+    """The optimizer step of one rank of a stage
+    (`costmodel.optimizer_passes.optimizer_step_time_s`); about 8 parameter tensors per
+    layer (weights, biases, norms) plus 2 per local expert.
     With it, the data-parallel wrapper's passes over the gradient buffer before its
-    reduction (`costmodel.compute.grad_buffer_passes_time_s`: the division by the
+    reduction (`costmodel.optimizer_passes.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
     `ExecutionOptions.grad_nan_check`), which occupy the same compute stream once per
     iteration. Adam's state is the options' (`costmodel.memory.plan_adam_state`: the
@@ -317,7 +324,7 @@ def _optimizer_s(
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
     tensors = layers * (8 + 2 * local_experts) + 2
     offloaded = options.optimizer_cpu_offload_fraction * shard
-    step_s = ops.optimizer_step_time_s(
+    step_s = optimizer_step_time_s(
         profile,
         shard_params=shard,
         local_params=dense + expert,
@@ -334,7 +341,7 @@ def _optimizer_s(
         )
         step_s = offloaded_step_s(step_s, host_s)
     buffer_s = sum(
-        ops.grad_buffer_passes_time_s(
+        grad_buffer_passes_time_s(
             profile,
             params,
             options.main_grad_bytes,

@@ -50,6 +50,7 @@ from costmodel.flops import model_flops_per_iteration
 from costmodel.memory import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.memory_allowances import Fp8WeightStorage, FrameworkAllowance, GiB
 from costmodel.optimizer_offload import host_optimizer_step_s
+from costmodel.optimizer_passes import grad_accumulation_time_s, grad_buffer_passes_time_s
 from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision, with_offload
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
@@ -245,7 +246,7 @@ def _tail_s(
     # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
     # with the division by the group size (groups of 2+ ranks) and without.
     scaled, unscaled = (
-        ops.grad_buffer_passes_time_s(
+        grad_buffer_passes_time_s(
             profile, 1e9, options.main_grad_bytes, scale=scale, nan_check=options.grad_nan_check
         )
         / 1e9
@@ -443,7 +444,7 @@ def closed_form_screen(
         if options.grad_accumulation_fusion:
             return np.zeros(len(params))
         per_param = (
-            ops.grad_accumulation_time_s(profile, 1e9, grad_bytes, options.main_grad_bytes) / 1e9
+            grad_accumulation_time_s(profile, 1e9, grad_bytes, options.main_grad_bytes) / 1e9
         )
         return per_param * params
 

@@ -1,10 +1,10 @@
 """Priced columns of the closed-form screen (`costmodel.runtimes.megatron.screen`): per
-distinct layer shape the layer, embedding and output costs from
-`costmodel.runtimes.megatron.layer_costs`; per distinct degrees the (latency, seconds per
-byte) pairs of the gradient, parameter and pipeline groups (collective times are affine in
-bytes for a fixed group placement, `costmodel.topology.strided_group_placement`); per
-distinct pipeline split the stages' layers and parameters; and the per-microbatch
-activation columns of the memory estimate."""
+distinct layer shape the layer costs from `costmodel.runtimes.megatron.layer_costs` and the
+embedding and output costs from `costmodel.runtimes.megatron.vocab_costs`; per distinct
+degrees the (latency, seconds per byte) pairs of the gradient, parameter and pipeline
+groups (collective times are affine in bytes for a fixed group placement,
+`costmodel.topology.strided_group_placement`); per distinct pipeline split the stages'
+layers and parameters; and the per-microbatch activation columns of the memory estimate."""
 
 from __future__ import annotations
 
@@ -21,20 +21,19 @@ from costmodel.activations import (
 )
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
+from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.rank_params import non_unit_params, stage_params
 from costmodel.runtimes.megatron.layer_costs import (
-    CommGroups,
     LayerPasses,
-    embedding_cost,
     layer_cost_from_passes,
     layer_passes,
-    logits_cost,
 )
 from costmodel.runtimes.megatron.megatron_fsdp import (
     largest_layer_params,
     largest_layer_weight_bytes,
 )
+from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import plan_split
 from costmodel.topology import strided_group_placement
 from profiles.schema import HardwareProfile

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel import compute as ops
 from costmodel.execution import ExecutionOptions
 from costmodel.memory_allowances import Fp8WeightStorage
+from costmodel.optimizer_passes import optimizer_step_time_s
 from costmodel.optimizer_state import OptimizerPrecision, adam_state_bytes, precision_aware_unmet
 from costmodel.runtimes.megatron.screen_parts import affine_s
 from profiles.schema import HardwareProfile
@@ -127,7 +127,7 @@ def precision_aware_allowed(c, options: ExecutionOptions) -> np.ndarray:
 def optimizer_units(
     profile: HardwareProfile, job: TrainingJob, options: ExecutionOptions, megatron_fsdp: bool
 ) -> tuple[float, float, float, float]:
-    """`costmodel.compute.optimizer_step_time_s` as an affine form (seconds per shard
+    """`costmodel.optimizer_passes.optimizer_step_time_s` as an affine form (seconds per shard
     parameter, per local parameter, per tensor beyond the first, and for one tensor) with
     the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
     without or with Megatron-FSDP; the device's part only under optimizer CPU offload
@@ -140,7 +140,7 @@ def optimizer_units(
         megatron_fsdp=megatron_fsdp,
     )
     unit = [
-        ops.optimizer_step_time_s(
+        optimizer_step_time_s(
             profile,
             shard_params=s,
             local_params=lp,

@@ -22,7 +22,8 @@ causal-counted work of its share.
 
 from __future__ import annotations
 
-from costmodel.compute import attention_core_time_s, op_overhead_s
+from costmodel.attention_core import attention_core_time_s
+from costmodel.compute import op_overhead_s
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.runtimes.torch.host_rates import HostRates
 from costmodel.runtimes.torch.moe import moe_block

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.collectives import collective_time_s
-from costmodel.runtimes.megatron.layer_costs import ZERO, CommGroups, PassCost
+from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.torch.dtensor_rates import dtensor_context_s
 from costmodel.runtimes.torch.host_rates import HostRates, backward_scale, layer_collective_scale
 from costmodel.runtimes.torch.layers import (

@@ -1,0 +1,162 @@
+"""Memory passes of FP8 quantization on one device, from a `HardwareProfile`.
+
+Transformer Engine casts each bf16 GEMM operand of an fp8 linear layer to FP8 under the
+run's recipe (``delayed``, ``tensorwise`` current scaling, ``mxfp8``): the cast itself
+(`fp8_cast_bytes_per_element`), the amax pass of current scaling (`fp8_amax_time_s`), and
+for the norm output of a ``LayerNormLinear`` the path its norm kernel takes
+(`norm_quantization`). Each is a memory-bound pass (`costmodel.compute.memory_bound_time_s`);
+`fp8_quantize_time_s` sums them for one operand.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from costmodel.compute import memory_bound_time_s
+from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe
+from profiles.schema import HardwareProfile
+from specs.errors import SpecError
+
+
+def fp8_quantize_time_s(
+    profile: HardwareProfile,
+    elements: float,
+    elem: int,
+    *,
+    recipe: Fp8Recipe,
+    norm: NormQuantization | None = None,
+) -> float:
+    """Quantizing one bf16 GEMM operand of ``elements`` elements to FP8 for a Transformer
+    Engine linear layer under the FP8 ``recipe``: the cast (`fp8_cast_bytes_per_element`)
+    plus, for per-tensor current scaling, the amax pass before it (`fp8_amax_time_s`).
+
+    The cast writes the row-wise copy the GEMM reads and the column-wise (transposed) copy
+    the other GEMM of the pair reads (wgrad for inputs, dgrad for output gradients), one
+    byte each (TE ``cast_transpose``). Delayed scaling takes its scale from the amax
+    history and records the new amax inside the cast (one kernel); MXFP8 computes its
+    32-element block scales inside the cast (``MXFP8Quantizer::quantize``, one
+    ``nvte_quantize_v2``; TE ``common/cast/mxfp8/quantize_mxfp8.cuh``), no extra pass.
+
+    ``norm``: the operand is the output of the norm of a ``LayerNormLinear`` (TE
+    `module/layernorm_linear.py`, ``with_quantized_norm``), quantized along the path
+    `norm_quantization` names, priced beyond the bf16 norm; None: a plain operand.
+    """
+    if elements < 0:
+        raise SpecError(f"fp8_quantize_time_s: elements must be >= 0, got {elements}")
+    per_element = fp8_cast_bytes_per_element(elem, recipe=recipe, norm=norm)
+    cast = memory_bound_time_s(profile, per_element * elements)
+    return cast + fp8_amax_time_s(profile, elements, elem, recipe=recipe, norm=norm)
+
+
+NormQuantization = Literal["fused", "fused_amax", "separate"]
+"""How Transformer Engine quantizes a ``LayerNormLinear``'s norm output (`norm_quantization`):
+the norm kernel writes FP8 itself, writes bf16 and its amax, or writes bf16 for a separate
+quantization."""
+
+CUDNN_NORM_TILE = 128
+"""Rows and hidden size of the cuDNN MXFP8 norm kernel's tile: TE takes the fused MXFP8 path
+only when both are multiples of it (``outer_size % 128 == 0 && inner_size % 128 == 0``)."""
+
+
+def norm_quantization(
+    recipe: Fp8Recipe, *, cudnn_norm: bool, rows: float, hidden: int
+) -> NormQuantization:
+    """The path on which Transformer Engine quantizes the norm output of a ``LayerNormLinear``
+    (``rows`` token rows on this rank, ``hidden`` wide) under the FP8 ``recipe``, with its
+    norm kernels on cuDNN (``cudnn_norm``: ``NVTE_NORM_FWD_USE_CUDNN=1``) or its own.
+
+    TE v2.8 to v2.18 ``pytorch/csrc/extensions/normalization.cpp`` (``layernorm_fwd``,
+    ``rmsnorm_fwd``: ``Impl``):
+
+    - delayed (``Float8Quantizer``): ``FULLY_FUSED`` on either backend, ``fused``;
+    - MXFP8: ``FULLY_FUSED`` only with cuDNN and full 128 x 128 tiles (`CUDNN_NORM_TILE`),
+      ``fused``; otherwise ``UNFUSED``, a bf16 norm then ``quantize``, ``separate``;
+    - current scaling: ``FUSED_NORM_AMAX_FP8`` without cuDNN, ``fused_amax`` (the TE
+      kernel writes bf16 and its amax, ``quantize_with_amax`` follows); with cuDNN
+      ``UNFUSED`` (cuDNN has no amax output for an unquantized tensor,
+      ``common/normalization/layernorm/ln_api.cpp``), ``separate``. TE v2.7 took
+      ``fused_amax`` on either backend (it moved the norm back to its own kernel).
+    """
+    if recipe == "delayed":
+        return "fused"
+    if recipe == "mxfp8":
+        tiles = all(float(n) % CUDNN_NORM_TILE == 0 for n in (rows, hidden))
+        return "fused" if cudnn_norm and tiles else "separate"
+    if recipe == "tensorwise":
+        return "separate" if cudnn_norm else "fused_amax"
+    raise SpecError(
+        f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}; "
+        "delayed is Megatron-core's default"
+    )
+
+
+def fp8_cast_bytes_per_element(
+    elem: int, *, recipe: Fp8Recipe, norm: NormQuantization | None = None
+) -> int:
+    """Bytes per element the FP8 cast of one GEMM operand moves, beyond what the bf16 run
+    moves (``elem`` = e, the activation element size).
+
+    Plain operand (``norm`` None), every recipe: read e, write the two FP8 copies, e + 2.
+
+    Norm output (``norm``, `norm_quantization`):
+
+    - ``fused``, delayed: the norm kernel writes the row-wise FP8 copy, one byte per element
+      instead of e, and ``nvte_transpose`` adds the column-wise copy (read 1, write 1), net
+      3 - e (TE ``ln_api.cpp``: "Compute FP8 transpose if required", tensor scaling only).
+    - ``fused``, MXFP8: cuDNN's norm writes both MXFP8 copies (``_z_mx_row`` and, in
+      training, ``_z_mx_col``: TE ``common/normalization/common.cpp``), net 2 - e.
+    - ``fused_amax`` (current scaling, TE's kernel): the norm writes bf16 and its amax,
+      then ``Float8CurrentScalingQuantizer::quantize_with_amax`` casts it, e + 2, without
+      the amax read (`fp8_amax_time_s`).
+    - ``separate``: a bf16 norm, then the plain cast, e + 2 (current scaling with its full
+      amax pass).
+    """
+    if recipe not in FP8_RECIPES:
+        raise SpecError(
+            f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}; "
+            "delayed is Megatron-core's default"
+        )
+    if norm == "fused":
+        if recipe == "tensorwise":
+            raise SpecError(
+                "fp8_cast_bytes_per_element: current scaling (tensorwise) has no fused "
+                "norm + quantize kernel in Transformer Engine; take the path from "
+                "norm_quantization"
+            )
+        return max(0, (3 if recipe == "delayed" else 2) - elem)
+    if norm == "fused_amax" and recipe != "tensorwise":
+        raise SpecError(
+            f"fp8_cast_bytes_per_element: the norm's amax output (fused_amax) is current "
+            f"scaling's path, got recipe {recipe!r}; take the path from norm_quantization"
+        )
+    return elem + 2
+
+
+def fp8_amax_time_s(
+    profile: HardwareProfile,
+    elements: float,
+    elem: int,
+    *,
+    recipe: Fp8Recipe,
+    norm: NormQuantization | None = None,
+) -> float:
+    """Seconds of the amax and scale kernels that per-tensor current scaling
+    (``tensorwise``) runs before the cast of an operand of ``elements`` elements; 0 for the
+    other recipes (delayed and MXFP8 scales come with the cast: `fp8_quantize_time_s`).
+
+    ``Float8CurrentScalingQuantizer::quantize`` (TE `pytorch/csrc/quantizer.cpp`) launches
+    ``nvte_compute_amax`` (TE `common/recipe/current_scaling.cu`: ``zero_amax_kernel``, then
+    ``amax_kernel`` reading the bf16 tensor, e per element), then
+    ``nvte_compute_scale_from_amax`` (one single-thread kernel), then the cast: three
+    kernels and e bytes per element before the cast. A norm output on the ``fused_amax``
+    path (`norm_quantization`) gets its amax from the norm kernel: the zero-filled amax
+    buffer (``create_unquantized_tensor_with_amax``) and the scale kernel remain, no read;
+    on the ``separate`` path (cuDNN norm) the full pass runs. The single-element kernels
+    move no bytes that count; each costs the profile's launch overhead (0 on GPU profiles).
+    """
+    if recipe != "tensorwise":
+        return 0.0
+    bookkeeping = memory_bound_time_s(profile, 0.0, num_ops=2)
+    if norm == "fused_amax":
+        return bookkeeping
+    return memory_bound_time_s(profile, elem * elements) + bookkeeping

@@ -1,0 +1,143 @@
+"""Costs around one column-parallel / row-parallel linear pair of a layer on one rank
+(QKV and output projection, or FC1 and FC2), for one microbatch: the TP collectives and
+the part of them left exposed (`tp_pair`), and the FP8 quantization of the pair's
+operands with its TP amax reduction (`fp8_pair_s`, `fp8_amax_pair`).
+
+TP communication per layer (size S = T·h·e bytes, the full activation): forward 2
+all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP; the same in
+backward (megatron-facts.md §6). Exposed unless `tp_comm_overlap`, which runs Transformer
+Engine's userbuffers overlaps (`costmodel.runtimes.megatron.userbuffers`): the
+collectives split with their GEMMs into chunks, priced per the framework's userbuffers
+methods (`ExecutionOptions.tp_overlap_rs_method`, ``tp_overlap_bulk_sm_margin``). The
+SP backward re-gather of the column-parallel input runs asynchronously under dgrad in
+Megatron and is not counted without the overlap.
+"""
+
+from __future__ import annotations
+
+from costmodel.collectives import collective_time_s
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.fp8_quantization import NormQuantization, fp8_quantize_time_s, norm_quantization
+from costmodel.memory_allowances import Fp8Recipe
+from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.runtimes.megatron.fp8_scaling import amax_reduction_pair
+from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, layer_shape
+from costmodel.runtimes.megatron.userbuffers import Shape, tp_overlap_pair_s
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+
+
+def tp_pair(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    x: LayerShape,
+    h: int,
+    groups: CommGroups,
+    first: Shape,
+    second: Shape | None,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> tuple[PassCost, PassCost]:
+    """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
+    all-reduce each way without SP (after the row-parallel GEMM forward, of the
+    column-parallel input gradient backward); with SP an all-gather before the
+    column-parallel GEMM and a reduce-scatter after the row-parallel one, each way.
+    ``first`` and ``second`` are the pair's GEMM shapes (``second`` None when the layer
+    has no row-parallel GEMM of its own, MLA here: its reduce-scatter is exposed).
+
+    `ExecutionOptions.tp_dgrad_overlap` of ``options``: without `tp_comm_overlap`, the
+    backward reduction of the column-parallel input gradient (reduce-scatter with SP,
+    all-reduce without) is launched asynchronously and waited for after the layer's
+    weight-gradient GEMM, so only max(0, comm - wgrad) of it is exposed (Transformer
+    Engine `_LayerNormLinear.backward` and `_Linear.backward`, "Overlap dgrad-RS/AR with
+    wgrad"; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication`); the
+    all-gather of the row-parallel output gradient before its dgrad stays exposed."""
+    if x.tp < 2:
+        return ZERO, ZERO
+    size = x.tokens * h * x.elem
+    if x.sp:
+        ag = collective_time_s(profile, "all_gather", size, groups.tp)
+        rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
+        comms: tuple[float, ...] = (ag, rs)
+    else:
+        comms = (collective_time_s(profile, "all_reduce", size, groups.tp),)
+    total = sum(comms)
+    if plan.tp_comm_overlap and x.sp:
+        fwd, bwd = tp_overlap_pair_s(
+            profile, x.tp, x.dtype, size, groups.tp, first, second, options=options
+        )
+    else:
+        fwd = bwd = total
+        if options.tp_dgrad_overlap:
+            wgrad = gemm3(profile, x, *first)[2]
+            bwd = total - comms[-1] + max(0.0, comms[-1] - wgrad)
+    return tuple(  # type: ignore[return-value]
+        PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size)
+        for exposed in (fwd, bwd)
+    )
+
+
+def fp8_pair_quantize_s(
+    profile: HardwareProfile,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    h: int,
+    column_out: float,
+    row_in: float,
+    *,
+    recipe: Fp8Recipe,
+    cudnn_norm: bool = False,
+) -> tuple[float, float]:
+    """FP8 quantization of one column-parallel / row-parallel linear pair (QKV and output
+    projection, or FC1 and FC2) under Transformer Engine's ``recipe`` (forward, backward),
+    in seconds; 0 unless the job runs fp8 GEMMs.
+
+    Forward quantizes the column-parallel input where the norm of the ``LayerNormLinear``
+    writes it (with sequence parallelism on T/tp tokens, before the fp8 all-gather), on the
+    path `costmodel.fp8_quantization.norm_quantization` gives for the recipe and the norm backend
+    (``cudnn_norm``: `ExecutionOptions.cudnn_norm`), and the row-parallel input (T x
+    ``row_in`` per rank). Backward quantizes
+    both output gradients: the column-parallel one (T x ``column_out``) and the row-parallel
+    one (T/tp x h with sequence parallelism); bytes per element and the current-scaling
+    amax pass in `costmodel.fp8_quantization.fp8_quantize_time_s`, the current-scaling amax
+    all-reduce in `costmodel.runtimes.megatron.fp8_scaling`. ``column_out`` and ``row_in``
+    are per-rank widths. The fp8 weight copies (and their amax) are made on the first
+    microbatch of an iteration (TE ``is_first_microbatch``, the cached weight workspace)
+    or after the optimizer step (``fp8_param``): not counted."""
+    x = layer_shape(job, plan)
+    return fp8_pair_s(profile, x, h, column_out, row_in, recipe, cudnn_norm)
+
+
+def fp8_pair_s(
+    profile: HardwareProfile,
+    x: LayerShape,
+    h: int,
+    column_out: float,
+    row_in: float,
+    recipe: Fp8Recipe,
+    cudnn_norm: bool,
+) -> tuple[float, float]:
+    if x.dtype != "fp8":
+        return 0.0, 0.0
+
+    def quantize(elements: float, norm: NormQuantization | None = None) -> float:
+        return fp8_quantize_time_s(profile, elements, x.elem, recipe=recipe, norm=norm)
+
+    path = norm_quantization(recipe, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
+    forward = quantize(x.norm_tokens * h, norm=path)
+    backward = quantize(x.tokens * column_out)
+    if row_in > 0:
+        forward += quantize(x.tokens * row_in)
+        backward += quantize(x.norm_tokens * h)
+    return forward, backward
+
+
+def fp8_amax_pair(
+    profile: HardwareProfile, x: LayerShape, groups: CommGroups, recipe: Fp8Recipe, row_in: float
+) -> tuple[PassCost, PassCost]:
+    if x.dtype != "fp8":
+        return ZERO, ZERO
+    return amax_reduction_pair(
+        profile, recipe=recipe, sequence_parallel=x.sp, tp_group=groups.tp, row_parallel=row_in > 0
+    )

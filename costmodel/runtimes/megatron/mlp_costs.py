@@ -1,0 +1,62 @@
+"""Per-microbatch costs of a TP-sharded MLP on one rank (`mlp_block`): the dense MLP of a
+layer, or the shared experts of a MoE layer. FC1 (column-parallel, twice as wide for a
+gated activation) and FC2 (row-parallel), the activation function, the unfused bias
+gradients, and the pair's TP communication and FP8 quantization
+(`costmodel.runtimes.megatron.linear_pairs`).
+"""
+
+from __future__ import annotations
+
+from costmodel import compute as ops
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
+from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.userbuffers import Shape
+from profiles.schema import HardwareProfile
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+
+def mlp_block(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: LayerShape,
+    groups: CommGroups,
+    ffn: int,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> tuple[PassCost, PassCost, float, float]:
+    """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert).
+
+    Without ``bias_fusion`` the FC1 and FC2 bias gradients are reductions of their output
+    gradients (the forward adds ride in the fused bias-GeLU and bias-dropout-add)."""
+    if ffn == 0:
+        return ZERO, ZERO, 0.0, 0.0
+    h, gated = model.hidden_size, model.activation == "swiglu"
+    width = ffn / x.tp
+    fc1_shape: Shape = (x.tokens, (2 if gated else 1) * width, h)
+    fc2_shape: Shape = (x.tokens, h, width)
+    fc1, fc2 = gemm3(profile, x, *fc1_shape), gemm3(profile, x, *fc2_shape)
+    act_f = ops.activation_time_s(
+        profile, x.tokens, width, x.elem, gated=gated, direction="forward"
+    )
+    act_b = ops.activation_time_s(
+        profile, x.tokens, width, x.elem, gated=gated, direction="backward"
+    )
+    if model.add_bias_linear and not options.bias_fusion:
+        fc1_width = (2 if gated else 1) * width
+        act_b += ops.bias_time_s(profile, x.tokens, fc1_width, x.elem, "backward")
+        act_b += ops.bias_time_s(profile, x.norm_tokens, h, x.elem, "backward")
+    recipe = options.fp8_recipe
+    fp8_f, fp8_b = fp8_pair_s(
+        profile, x, h, (2 if gated else 1) * width, width, recipe, options.cudnn_norm
+    )
+    act_f, act_b = act_f + fp8_f, act_b + fp8_b
+    tp_f, tp_b = tp_pair(profile, plan, x, h, groups, fc1_shape, fc2_shape, options)
+    amax_f, amax_b = fp8_amax_pair(profile, x, groups, recipe, width)
+    tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
+    dgrad, wgrad = fc1[1] + fc2[1] + act_b, fc1[2] + fc2[2]
+    forward = PassCost(compute_s=fc1[0] + fc2[0] + act_f).plus(tp_f)
+    return forward, PassCost(compute_s=dgrad + wgrad).plus(tp_b), dgrad, wgrad
