@@ -49,6 +49,13 @@ from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import plan_adam_state
+from costmodel.optimizer_muon import (
+    is_muon,
+    layerwise_gather_s,
+    muon_shards,
+    muon_step_s,
+    stage_matrices,
+)
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
@@ -308,6 +315,9 @@ def _optimizer_s(
     steps on the host beside the device's passes (`costmodel.optimizer_offload`)."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
+    if is_muon(job):
+        step_s = _muon_optimizer_s(model, job, plan, profile, stage, dense, expert, options)
+        return step_s + _buffer_passes_s(profile, dense, expert, placements, options)
     if optimizer_sharded(plan):
         shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
     else:
@@ -332,7 +342,19 @@ def _optimizer_s(
             profile, offloaded, overlap=options.overlap_cpu_optimizer_d2h_h2d
         )
         step_s = offloaded_step_s(step_s, host_s)
-    buffer_s = sum(
+    return step_s + _buffer_passes_s(profile, dense, expert, placements, options)
+
+
+def _buffer_passes_s(
+    profile: HardwareProfile,
+    dense: float,
+    expert: float,
+    placements: PlanPlacements,
+    options: ExecutionOptions,
+) -> float:
+    """The data-parallel wrapper's passes over the gradient buffer of ``dense`` and
+    ``expert`` parameters (`costmodel.compute.grad_buffer_passes_time_s`)."""
+    return sum(
         ops.grad_buffer_passes_time_s(
             profile,
             params,
@@ -342,7 +364,40 @@ def _optimizer_s(
         )
         for params, group in ((dense, placements["dp-cp"]), (expert, placements["edp"]))
     )
-    return step_s + buffer_s
+
+
+def _muon_optimizer_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    stage: int,
+    dense: float,
+    expert: float,
+    options: ExecutionOptions,
+) -> float:
+    """Muon's optimizer step of one rank (`costmodel.optimizer_muon`): Adam's passes
+    (`costmodel.compute.optimizer_step_time_s`) over the rank's share of the parameters
+    Muon leaves to Adam, with the gradient norm and the buffer zeroing of every local
+    parameter, plus `costmodel.optimizer_muon.muon_step_s` over its share of the 2-D
+    weights."""
+    layers = tuple(i for c in range(plan.vpp) for i in chunk_layers(model, plan, stage, c))
+    matrices = stage_matrices(model, plan, layers)
+    dense_shards, expert_shards = muon_shards(job, plan)
+    muon_dense = sum(m.params for m in matrices if not m.expert)
+    muon_expert = sum(m.params for m in matrices if m.expert)
+    adam = max(dense - muon_dense, 0.0) / dense_shards + max(expert - muon_expert, 0.0) / (
+        expert_shards
+    )
+    adam_s = ops.optimizer_step_time_s(
+        profile,
+        shard_params=adam,
+        local_params=dense + expert,
+        mixed_precision=job.precision != "fp32",
+        num_tensors=2 * len(layers) + 2,
+        main_grad_bytes=options.main_grad_bytes,
+    )
+    return adam_s + muon_step_s(profile, job, plan, matrices, options.main_grad_bytes)
 
 
 def _gather_bytes(
@@ -402,7 +457,14 @@ def _param_gather_s(
             plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk, reduce_s
         )
     if not plan.distributed_optimizer:
-        return 0.0
+        return layerwise_gather_s(
+            profile,
+            job,
+            tuple((c.dense_params, c.expert_params) for c in chunks),
+            gather_bytes,
+            placements["dp-cp"],
+            placements["edp"],
+        )
     needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
     for chunk, cost in enumerate(chunks):
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
