@@ -118,6 +118,9 @@ def newton_schulz_flops(rows: int, cols: int, steps: int = NS_STEPS) -> float:
 
 
 def _attention_matrices(model: ModelSpec, tp: int) -> list[MuonMatrix]:
+    """The attention projections on one TP rank: MLA's down projections whole (Megatron-core
+    builds them ``duplicated``), its up projections and the output projection split; GQA's
+    Q, K and V apart (``--muon-split-qkv``), K/V heads replicated where tp exceeds them."""
     h, a = model.hidden_size, model.num_attention_heads
     if model.uses_mla:
         d_qk, d_rope, d_v = mla_head_dims(model)
@@ -144,7 +147,11 @@ def _attention_matrices(model: ModelSpec, tp: int) -> list[MuonMatrix]:
     ]
 
 
-def _mlp_matrices(model: ModelSpec, ffn: int, split: int, count: float, expert: bool):
+def _mlp_matrices(
+    model: ModelSpec, ffn: int, split: int, count: float, expert: bool
+) -> list[MuonMatrix]:
+    """fc1 (both SwiGLU halves in one matrix) and fc2 of an MLP of inner size ``ffn`` split
+    over ``split`` ranks, ``count`` of them."""
     if ffn == 0:
         return []
     up = (2 if model.activation == "swiglu" else 1) * ffn // split
