@@ -67,7 +67,8 @@ from costmodel.memory_allowances import (
     FrameworkAllowance,
     model_weight_bytes,
 )
-from costmodel.optimizer_muon import is_muon, muon_optimizer_bytes, muon_shards, stage_matrices
+from costmodel.muon_sharding import worst_rank_share
+from costmodel.optimizer_muon import is_muon, muon_shards
 from costmodel.optimizer_state import (
     DEFAULT_PRECISION,
     PRECISION_AWARE_RULE,
@@ -368,10 +369,12 @@ def memory_per_stage(
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
         if is_muon(job):
-            matrices = stage_matrices(model, plan, stage_layer_indices(model, plan, rank))
-            optimizer = muon_optimizer_bytes(
-                job, plan, matrices, dense=params.dense, expert=params.expert, adam_bytes=state
-            )
+            layers = stage_layer_indices(model, plan, rank)
+            share = worst_rank_share(
+                model, job, plan, rank, layers, dense=params.dense, expert=params.expert,
+                adam_bytes=state,
+            )  # fmt: skip
+            optimizer = share.state_bytes(job.precision, state)
         linear_bytes = fp8_weights.linear_bytes(job) * params.linear
         weights_bytes = weight * (params.total - params.linear) + linear_bytes
         step_copies, held_copies = held_gradient_copies(

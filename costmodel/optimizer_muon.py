@@ -26,7 +26,8 @@ v0.4.0, core_r0.17) and d0b3b775 (tag v0.5.0, core_r0.18); NVIDIA-NeMo/Emerging-
   ``--use-distributed-optimizer``: "muon with dist optimizer is not supported"), and after
   the step every rank all-gathers the updated 16-bit parameters over the same groups
   (``allgather_params``; deferred into the forward only with ``--overlap-param-gather``).
-  This module prices the balanced share (1/(dp·cp) of every stage's parameters).
+  `costmodel.muon_sharding` deals them as the code does and prices the rank with the most
+  state.
 - **Step.** Per Muon parameter (``OrthogonalizedOptimizer.step``): decoupled weight decay
   ``p.add_(p)``, ``exp_avg.lerp_(grad)``, Nesterov ``grad.lerp(exp_avg)``, then per matrix
   the Newton-Schulz orthogonalization (``newton_schulz``: Frobenius normalisation, a cast to
@@ -202,29 +203,6 @@ def muon_state_bytes(precision: str) -> int:
     return (0 if precision == "fp32" else 4) + MUON_STATE_BYTES
 
 
-def muon_optimizer_bytes(
-    job: TrainingJob,
-    plan: ParallelPlan,
-    matrices: tuple[MuonMatrix, ...],
-    *,
-    dense: float,
-    expert: float,
-    adam_bytes: float,
-) -> float:
-    """Optimizer-state bytes of one rank holding ``dense`` and ``expert`` parameters of
-    which ``matrices`` are Muon's: Muon's `muon_state_bytes` per Muon parameter, Adam's
-    ``adam_bytes`` per other parameter, each over its `muon_shards`."""
-    dense_shards, expert_shards = muon_shards(job, plan)
-    muon_dense = sum(m.params for m in matrices if not m.expert)
-    muon_expert = sum(m.params for m in matrices if m.expert)
-    muon = muon_state_bytes(job.precision)
-    adam_dense = max(dense - muon_dense, 0.0)
-    adam_expert = max(expert - muon_expert, 0.0)
-    return (muon * muon_dense + adam_bytes * adam_dense) / dense_shards + (
-        muon * muon_expert + adam_bytes * adam_expert
-    ) / expert_shards
-
-
 def newton_schulz_time_s(
     profile: HardwareProfile, matrix: MuonMatrix, dtype: str, steps: int = NS_STEPS
 ) -> float:
@@ -252,23 +230,20 @@ def muon_step_bytes(main_grad_bytes: int, mixed_precision: bool) -> int:
 def muon_step_s(
     profile: HardwareProfile,
     job: TrainingJob,
-    plan: ParallelPlan,
     matrices: tuple[MuonMatrix, ...],
     main_grad_bytes: int = 4,
 ) -> float:
-    """Muon's share of one rank's optimizer step: the memory-bound passes
+    """Muon's part of one rank's optimizer step over the ``matrices`` it steps
+    (`costmodel.muon_sharding.worst_rank_share`): the memory-bound passes
     (`muon_step_bytes` per parameter, `MUON_KERNELS_PER_MATRIX` kernels per matrix) and the
-    Newton-Schulz GEMMs (bf16 at ``--muon-fp32-matmul-prec medium``; fp32 in an fp32 run)
-    of the rank's 1/`muon_shards` of ``matrices``. The Adam part and the buffer zeroing are
-    `costmodel.compute.optimizer_step_time_s`'s."""
-    dense_shards, expert_shards = muon_shards(job, plan)
+    Newton-Schulz GEMMs (bf16 at ``--muon-fp32-matmul-prec medium``; fp32 in an fp32 run).
+    The Adam part and the buffer zeroing are `costmodel.compute.optimizer_step_time_s`'s."""
     dtype = ops.activation_dtype(job.precision)
     params = kernels = gemm_s = 0.0
     for matrix in matrices:
-        share = 1.0 / (expert_shards if matrix.expert else dense_shards)
-        params += matrix.params * share
-        kernels += matrix.count * share
-        gemm_s += matrix.count * share * newton_schulz_time_s(profile, matrix, dtype)
+        params += matrix.params
+        kernels += matrix.count
+        gemm_s += matrix.count * newton_schulz_time_s(profile, matrix, dtype)
     bytes_moved = muon_step_bytes(main_grad_bytes, job.precision != "fp32") * params
     num_ops = round(MUON_KERNELS_PER_MATRIX * kernels)
     return ops.memory_bound_time_s(profile, bytes_moved, num_ops=num_ops) + gemm_s

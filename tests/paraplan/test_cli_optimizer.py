@@ -36,7 +36,8 @@ def test_estimate_prices_muon_state_and_step(capsys) -> None:
     dist = run_estimate_json(capsys, BASE, *PLAN, "--optimizer", "dist_muon")
     part = [d["memory"][0]["parts"]["optimizer"] for d in (adam, muon, dist)]
     assert part[0] > part[1] > part[2]
-    assert part[2] == pytest.approx(part[1] / 4, rel=1e-6)  # dp = 8 / tp 2 = 4
+    # dp = 8 / tp 2 = 4 ranks, whole parameters each: more than a quarter on the worst rank
+    assert part[1] / 4 < part[2] < part[1]
     assert muon["breakdown"]["optimizer"] > adam["breakdown"]["optimizer"]
 
 

@@ -49,14 +49,10 @@ from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import plan_adam_state
-from costmodel.optimizer_muon import (
-    is_muon,
-    layerwise_gather_s,
-    muon_shards,
-    muon_step_s,
-    stage_matrices,
-)
+from costmodel.muon_sharding import worst_rank_share
+from costmodel.optimizer_muon import is_muon, layerwise_gather_s, muon_step_s
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
+from costmodel.optimizer_state import adam_state_bytes
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.rank_params import chunk_params
@@ -376,28 +372,25 @@ def _muon_optimizer_s(
     expert: float,
     options: ExecutionOptions,
 ) -> float:
-    """Muon's optimizer step of one rank (`costmodel.optimizer_muon`): Adam's passes
-    (`costmodel.compute.optimizer_step_time_s`) over the rank's share of the parameters
-    Muon leaves to Adam, with the gradient norm and the buffer zeroing of every local
-    parameter, plus `costmodel.optimizer_muon.muon_step_s` over its share of the 2-D
-    weights."""
+    """Muon's optimizer step of the rank of a stage with the most optimizer state
+    (`costmodel.muon_sharding.worst_rank_share`): Adam's passes
+    (`costmodel.compute.optimizer_step_time_s`) over its Adam parameters, with the buffer
+    zeroing of every local parameter, plus `costmodel.optimizer_muon.muon_step_s` over its
+    matrices."""
     layers = tuple(i for c in range(plan.vpp) for i in chunk_layers(model, plan, stage, c))
-    matrices = stage_matrices(model, plan, layers)
-    dense_shards, expert_shards = muon_shards(job, plan)
-    muon_dense = sum(m.params for m in matrices if not m.expert)
-    muon_expert = sum(m.params for m in matrices if m.expert)
-    adam = max(dense - muon_dense, 0.0) / dense_shards + max(expert - muon_expert, 0.0) / (
-        expert_shards
+    adam_bytes = adam_state_bytes(job.precision).total_bytes
+    share = worst_rank_share(
+        model, job, plan, stage, layers, dense=dense, expert=expert, adam_bytes=adam_bytes
     )
     adam_s = ops.optimizer_step_time_s(
         profile,
-        shard_params=adam,
+        shard_params=share.adam_params,
         local_params=dense + expert,
         mixed_precision=job.precision != "fp32",
         num_tensors=2 * len(layers) + 2,
         main_grad_bytes=options.main_grad_bytes,
     )
-    return adam_s + muon_step_s(profile, job, plan, matrices, options.main_grad_bytes)
+    return adam_s + muon_step_s(profile, job, share.matrices, options.main_grad_bytes)
 
 
 def _gather_bytes(
