@@ -49,10 +49,8 @@ from costmodel.activations import recomputed_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.memory import plan_adam_state
-from costmodel.muon_sharding import worst_rank_share
-from costmodel.optimizer_muon import is_muon, layerwise_gather_s, muon_step_s
+from costmodel.optimizer_muon import is_muon, layerwise_gather_s
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
-from costmodel.optimizer_state import adam_state_bytes
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.rank_params import chunk_params
@@ -64,6 +62,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
     grads_reduced_every_backward,
     optimizer_sharded,
 )
+from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
 from costmodel.schedules import (
     ChunkPosition,
     chunk_layers,
@@ -311,9 +310,6 @@ def _optimizer_s(
     steps on the host beside the device's passes (`costmodel.optimizer_offload`)."""
     dense = sum(c.dense_params for c in chunks)
     expert = sum(c.expert_params for c in chunks)
-    if is_muon(job):
-        step_s = _muon_optimizer_s(model, job, plan, profile, stage, dense, expert, options)
-        return step_s + _buffer_passes_s(profile, dense, expert, placements, options)
     if optimizer_sharded(plan):
         shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
     else:
@@ -338,19 +334,12 @@ def _optimizer_s(
             profile, offloaded, overlap=options.overlap_cpu_optimizer_d2h_h2d
         )
         step_s = offloaded_step_s(step_s, host_s)
-    return step_s + _buffer_passes_s(profile, dense, expert, placements, options)
-
-
-def _buffer_passes_s(
-    profile: HardwareProfile,
-    dense: float,
-    expert: float,
-    placements: PlanPlacements,
-    options: ExecutionOptions,
-) -> float:
-    """The data-parallel wrapper's passes over the gradient buffer of ``dense`` and
-    ``expert`` parameters (`costmodel.compute.grad_buffer_passes_time_s`)."""
-    return sum(
+    if is_muon(job):  # Muon on the 2-D weights, Adam on the rest (costmodel.optimizer_muon)
+        grads = options.main_grad_bytes
+        step_s = muon_optimizer_step_s(
+            model, job, plan, profile, stage, dense=dense, expert=expert, main_grad_bytes=grads
+        )
+    buffer_s = sum(
         ops.grad_buffer_passes_time_s(
             profile,
             params,
@@ -360,37 +349,7 @@ def _buffer_passes_s(
         )
         for params, group in ((dense, placements["dp-cp"]), (expert, placements["edp"]))
     )
-
-
-def _muon_optimizer_s(
-    model: ModelSpec,
-    job: TrainingJob,
-    plan: ParallelPlan,
-    profile: HardwareProfile,
-    stage: int,
-    dense: float,
-    expert: float,
-    options: ExecutionOptions,
-) -> float:
-    """Muon's optimizer step of the rank of a stage with the most optimizer state
-    (`costmodel.muon_sharding.worst_rank_share`): Adam's passes
-    (`costmodel.compute.optimizer_step_time_s`) over its Adam parameters, with the buffer
-    zeroing of every local parameter, plus `costmodel.optimizer_muon.muon_step_s` over its
-    matrices."""
-    layers = tuple(i for c in range(plan.vpp) for i in chunk_layers(model, plan, stage, c))
-    adam_bytes = adam_state_bytes(job.precision).total_bytes
-    share = worst_rank_share(
-        model, job, plan, stage, layers, dense=dense, expert=expert, adam_bytes=adam_bytes
-    )
-    adam_s = ops.optimizer_step_time_s(
-        profile,
-        shard_params=share.adam_params,
-        local_params=dense + expert,
-        mixed_precision=job.precision != "fp32",
-        num_tensors=2 * len(layers) + 2,
-        main_grad_bytes=options.main_grad_bytes,
-    )
-    return adam_s + muon_step_s(profile, job, share.matrices, options.main_grad_bytes)
+    return step_s + buffer_s
 
 
 def _gather_bytes(
@@ -450,14 +409,9 @@ def _param_gather_s(
             plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk, reduce_s
         )
     if not plan.distributed_optimizer:
-        return layerwise_gather_s(
-            profile,
-            job,
-            tuple((c.dense_params, c.expert_params) for c in chunks),
-            gather_bytes,
-            placements["dp-cp"],
-            placements["edp"],
-        )
+        chunk_params = tuple((c.dense_params, c.expert_params) for c in chunks)
+        groups = (placements["dp-cp"], placements["edp"])
+        return layerwise_gather_s(profile, job, chunk_params, gather_bytes, *groups)
     needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
     for chunk, cost in enumerate(chunks):
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
