@@ -12,6 +12,12 @@ import pytest
 from paraplan.cli import main
 from paraplan.commands import estimate
 from paraplan.commands import plan as plan_command
+from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+from specs.serde import dumps
 from tests.paraplan.cli_helpers import parse_estimate, run_estimate_json
 
 BASE = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
@@ -73,3 +79,18 @@ def test_plan_searches_only_plans_muon_runs_with(capsys) -> None:
     for p in data["top"]:
         assert not (p["distributed_optimizer"] or p["use_megatron_fsdp"])
         assert not (p["overlap_grad_reduce"] or p["overlap_param_gather"])
+
+
+def test_execute_refuses_a_muon_plan(tmp_path, capsys) -> None:
+    bundle = PlanBundle(
+        model=get_preset("tiny"),
+        cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=1),
+        job=TrainingJob(seq_length=128, global_batch_size=2, optimizer="dist_muon"),
+        plan=ParallelPlan.for_world(1),
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(dumps(bundle))
+    assert main(["execute", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "paraplan's executor steps AdamW only" in err
+    assert not (tmp_path / "run").exists()
