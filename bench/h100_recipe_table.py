@@ -563,9 +563,6 @@ RECIPES: tuple[H100Recipe, ...] = (
             global_batch_size=8192,
             plan_fields=MLA_MLP | KIMI_LAYOUT | NO_GRAD_OVERLAP,
             option_fields={"moe_dispatcher": "alltoall"},
-            unmodelled=(
-                "Muon optimizer (the H100 config's default optimizer_type), priced as Adam",
-            ),
             **KIMI,
         )
         for p in ("bf16", "fp8_cs")

@@ -20,6 +20,8 @@ Defaults for what a row leaves empty, each the framework's own default (column g
 - no recompute, no sequence parallelism beyond what the row states; Megatron-Bridge and
   NeMo rows run the distributed optimizer (their performance recipes set
   ``use_distributed_optimizer``), other rows only when ``fsdp_or_zero`` says so;
+  Megatron-Bridge's Kimi-K2 rows run layer-wise distributed Muon instead
+  (`bench/optimizer_recipes.py`), every other row Adam;
 - precision bf16 when the row does not state one; fp16 rows are priced as bf16 (same
   dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8.
 
@@ -47,6 +49,7 @@ from gpt_oss_recipes import gpt_oss_runtime_fields, gpt_oss_saver_fields
 from moe_recipes import moe_runtime_fields, token_drop_capacity
 from nemo_recipes import nemo_model_fields, nemo_option_fields, nemo_plan_fields
 from norm_recipes import norm_backend_fields
+from optimizer_recipes import optimizer_plan_fields, row_optimizer
 from overlap_recipes import grad_reduce_overlapped, tp_overlap, userbuffers_fields
 from pipeline_recipes import pipeline_fields
 from precision_recipes import fp8_weight_fields, grad_sync_fields, optimizer_precision_fields
@@ -412,6 +415,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "tp_comm_overlap": tp_overlap(raw, tp, tp > 1 and not sp_text.startswith("no")),
         **pipeline_fields(raw, model, pp, vpp),
         **(sharding_fields(raw) or {}),
+        **optimizer_plan_fields(raw),
         **stated_note_fields(raw, pp, cp),
     }
     fields.update(saver_fields(raw, pp, bool(fields.get("use_megatron_fsdp"))))
@@ -497,6 +501,7 @@ def case_for_row(raw: dict[str, str]) -> RowCase:
         seq_length=_int(raw, "seq_length"),
         global_batch_size=_int(raw, "global_batch_size"),
         precision=precision,
+        optimizer=row_optimizer(raw),
     )
     return RowCase(
         model=model,

@@ -67,6 +67,8 @@ from costmodel.memory_allowances import (
     FrameworkAllowance,
     model_weight_bytes,
 )
+from costmodel.muon_sharding import worst_rank_share
+from costmodel.optimizer_muon import is_muon, muon_shards
 from costmodel.optimizer_state import (
     DEFAULT_PRECISION,
     PRECISION_AWARE_RULE,
@@ -348,6 +350,8 @@ def memory_per_stage(
     adam = plan_adam_state(job, plan, optimizer, fp8_weights)
     weight, grad, state = bytes_per_param(job, main_grad_bytes, adam)
     dense_shards, expert_shards = optimizer_shards(model, plan)
+    if is_muon(job):
+        dense_shards, expert_shards = muon_shards(job, plan)
     stages = []
     for rank in range(plan.pp):
         params = stage_params(model, plan, rank)
@@ -364,6 +368,13 @@ def memory_per_stage(
         )
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
+        if is_muon(job):
+            layers = stage_layer_indices(model, plan, rank)
+            share = worst_rank_share(
+                model, job, plan, rank, layers, dense=params.dense, expert=params.expert,
+                adam_bytes=state,
+            )  # fmt: skip
+            optimizer = share.state_bytes(job.precision, state)
         linear_bytes = fp8_weights.linear_bytes(job) * params.linear
         weights_bytes = weight * (params.total - params.linear) + linear_bytes
         step_copies, held_copies = held_gradient_copies(

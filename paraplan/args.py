@@ -45,7 +45,8 @@ def add_problem_args(
     hardware_required: bool = False,
     num_gpus_required: bool = True,
 ) -> None:
-    """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision.
+    """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision,
+    --optimizer.
 
     ``num_gpus_required=False`` serves the cluster-sizing form of `paraplan plan`, which
     searches over GPU counts itself.
@@ -83,6 +84,13 @@ def add_problem_args(
     )
     g.add_argument(
         "--precision", choices=("bf16", "fp8", "fp32"), default="bf16", help="default: bf16"
+    )
+    g.add_argument(
+        "--optimizer",
+        choices=("adam", "muon", "dist_muon"),
+        default="adam",
+        help="Megatron-LM --optimizer: adam, muon (Muon on 2-D weights, Adam on the rest) or "
+        "dist_muon (the same sharded layer-wise over dp*cp; excludes --dist-opt); default: adam",
     )
 
 
@@ -215,9 +223,12 @@ def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
 
 
 def job_from_args(args: argparse.Namespace) -> TrainingJob:
-    """The TrainingJob of --seq-len, --global-batch and --precision."""
+    """The TrainingJob of --seq-len, --global-batch, --precision and --optimizer."""
     return TrainingJob(
-        seq_length=args.seq_len, global_batch_size=args.global_batch, precision=args.precision
+        seq_length=args.seq_len,
+        global_batch_size=args.global_batch,
+        precision=args.precision,
+        optimizer=getattr(args, "optimizer", "adam"),
     )
 
 

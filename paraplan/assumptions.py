@@ -33,7 +33,7 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             )
         if options.fp8_recipe != "mxfp8":
             lines.append(fp8_layout_line(options, device))
-    lines.append(optimizer_state_line(options))
+    lines.append(optimizer_state_line(options) if job.optimizer == "adam" else muon_line(job))
     if options.optimizer_cpu_offload_fraction > 0:
         share = percent(options.optimizer_cpu_offload_fraction)
         lines.append(
@@ -64,6 +64,19 @@ def optimizer_state_line(options: ExecutionOptions) -> str:
         f"  precision-aware Adam state: {options.exp_avg_dtype} first and "
         f"{options.exp_avg_sq_dtype} second moments, {options.main_params_dtype} master "
         "weights (--use-precision-aware-optimizer)"
+    )
+
+
+def muon_line(job: TrainingJob) -> str:
+    """The state of Megatron-core's Muon (`costmodel.optimizer_muon`) and how it is held."""
+    held = (
+        "dealt out by whole parameters over dp*cp (expert dp for routed experts)"
+        if job.optimizer == "dist_muon"
+        else "on every rank (use --optimizer dist_muon to shard it)"
+    )
+    return (
+        f"  Muon (--optimizer {job.optimizer}): fp32 master weights and momentum on the 2-D "
+        f"weights, fp32 Adam state on the embedding, output layer and norms, {held}"
     )
 
 

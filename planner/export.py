@@ -21,6 +21,12 @@ d98e8a64 of NVIDIA/Megatron-LM):
   `TransformerConfig`).
 - `CUDA_DEVICE_MAX_CONNECTIONS=1` is required when tp > 1 or cp > 1 on GPUs before
   Blackwell (§8.3 rule 13); it is exported whenever tp > 1 or cp > 1, where it is harmless.
+- The job's optimizer is ``--optimizer adam``, ``muon`` or ``dist_muon`` (the spelling
+  Megatron-LM d7288711, Megatron-Bridge v0.4.0's, takes; HEAD still accepts ``dist_muon``
+  with a deprecation warning and maps it to ``muon`` with the layer-wise distributed
+  optimizer); Muon's own flags keep Megatron-LM's defaults, which are what
+  `costmodel.optimizer_muon` prices (5 quintic Newton-Schulz steps, ``blockwise`` TP mode,
+  Q/K/V split). torchtitan refuses a Muon job (`TORCHTITAN_MUON_REFUSAL`).
 - The execution options the plan was priced with (`PlanBundle.execution`: FP8 recipe and
   parameters, optimizer state dtypes and offload, gradient dtype, fused loss, MoE
   dispatcher and overlap, CUDA graphs, ...) become their Megatron-LM arguments, or are
@@ -287,7 +293,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     elif job.precision == "fp8":
         args += ["--bf16", "--fp8-format", "hybrid"]
     args += megatron_option_arguments(options, model, job, plan)
-    args += ["--optimizer", "adam", "--log-throughput"]
+    args += ["--optimizer", job.optimizer, "--log-throughput"]
     return args
 
 
@@ -385,9 +391,22 @@ def _activation_checkpoint(model: ModelSpec, plan: ParallelPlan) -> dict[str, An
     return {"mode": "full"}
 
 
+TORCHTITAN_MUON_REFUSAL = (
+    "the plan was priced with Megatron-core's Muon (Newton-Schulz on each tensor-parallel "
+    "shard, layer-wise sharding over dp*cp, `costmodel.optimizer_muon`); torchtitan's "
+    "optimizers are Adam and AdamW, plus, where present, the experimental Muon of "
+    "torchtitan/experiments/dion_optimizer, another implementation: export --to megatron, or "
+    "re-plan with --optimizer adam"
+)
+"""Why `torchtitan_config` refuses a job whose optimizer is Muon."""
+
+
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
-    """The torchtitan job config of ``bundle``, section -> key -> value."""
+    """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
+    Muon job (`TORCHTITAN_MUON_REFUSAL`)."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
+    if job.optimizer != "adam":
+        raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
     name, flavor, _ = torchtitan_model(model)
     sharded = plan.distributed_optimizer or plan.use_megatron_fsdp or plan.ep > 1
     parallelism: dict[str, Any] = {

@@ -46,6 +46,7 @@ from costmodel.memory_allowances import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
 from planner.knob_generators import recompute_module_sets
+from planner.optimizer_space import space_for_optimizer
 from planner.pacing import SIMULATED_PAST_LIMIT, Clock, SearchPace
 from planner.ranking import order_plans
 from planner.screening import rows_to_simulate, screen_candidates
@@ -267,7 +268,7 @@ def search_plans(
     pace = SearchPace(progress=progress, time_limit_s=time_limit_s, clock=clock)
     limit = memory_limit_bytes(profile, memory_headroom)
     scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
-    space = (space or SearchSpace()).for_runtime(options)
+    space = space_for_optimizer((space or SearchSpace()).for_runtime(options), job)
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
     pace.add(len(cands.table))
     pace.report()

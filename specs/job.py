@@ -8,7 +8,7 @@ from typing import Literal
 from specs.fieldcheck import require_choice, require_optional_positive, require_positive
 
 Precision = Literal["bf16", "fp8", "fp32"]
-Optimizer = Literal["adam"]
+Optimizer = Literal["adam", "muon", "dist_muon"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,7 +23,10 @@ class TrainingJob:
     """Compute precision: `bf16` mixed precision (fp32 master weights and gradients), `fp8`
     GEMMs on top of bf16, or plain `fp32` (CPU runs)."""
     optimizer: Optimizer = "adam"
-    """Optimizer; Adam (two fp32 moments per parameter) is the one modelled."""
+    """Megatron-LM ``--optimizer``: ``adam`` (two fp32 moments per parameter), ``muon``
+    (Megatron-core's Muon on the 2-D weights, Adam on the rest, every parameter stepped on
+    every rank) or ``dist_muon`` (the same dealt out layer-wise over the data-parallel
+    ranks); `costmodel.optimizer_muon`."""
     token_budget: int | None = None
     """Total training tokens, for time and cost estimates; None when not sizing."""
 

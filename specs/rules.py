@@ -39,6 +39,7 @@ from specs.rules_base import (
 from specs.rules_features import FEATURE_RULES
 from specs.rules_fsdp import FSDP_RULES
 from specs.rules_moe import MOE_RULES
+from specs.rules_optimizer import OPTIMIZER_RULES
 from specs.rules_pipeline import PIPELINE_RULES
 from specs.rules_savers import SAVER_RULES
 
@@ -318,10 +319,11 @@ RULES: tuple[Rule, ...] = (
     interleaved_needs_microbatches_multiple_of_pp,
     *FEATURE_RULES,
     *FSDP_RULES,
+    *OPTIMIZER_RULES,
     *SAVER_RULES,
 )
 """Every rule, in check order: world size, model shapes, experts, pipeline, batch,
-sequence, switches, Megatron-FSDP, per-module recompute and activation offloading."""
+sequence, switches, Megatron-FSDP, the optimizer, per-module recompute and activation offloading."""
 
 
 def rule_ids() -> tuple[str, ...]:

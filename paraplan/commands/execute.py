@@ -111,6 +111,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bundle = serde.load(PlanBundle, args.plan)
+    if bundle.job.optimizer != "adam":
+        raise SpecError(
+            f"optimizer ({bundle.job.optimizer}): paraplan's executor steps AdamW only; run "
+            "the plan with Megatron-LM (paraplan export --to megatron), or re-plan with "
+            "--optimizer adam"
+        )
     violations = check_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan)
     if violations:
         print(f"invalid plan ({bundle.plan.label()}); nothing was started:")

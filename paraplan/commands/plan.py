@@ -28,6 +28,7 @@ the model, job and profile have been read: ``--help`` and bad input answer witho
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,6 @@ from profiles import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.formats import percent
-from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
@@ -341,12 +341,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
         raise SpecError("--tokens needs a goal: --days D, --max-gpus N, or --budget USD")
     model = model_from_args(args)
     base = job_from_args(args)
-    job = TrainingJob(
-        seq_length=base.seq_length,
-        global_batch_size=base.global_batch_size,
-        precision=base.precision,
-        token_budget=int(args.tokens),
-    )
+    job = dataclasses.replace(base, token_budget=int(args.tokens))
     profile = load_profile(args.hardware)
     space = space_from_args(args)
     return run_sizing(args, model=model, job=job, profile=profile, space=space)

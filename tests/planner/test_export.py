@@ -98,7 +98,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden-dropout", type=float, default=0.1)  # TransformerConfig
     p.add_argument("--attention-dropout", type=float, default=0.1)  # TransformerConfig
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
-    p.add_argument("--optimizer", choices=["adam", "sgd"])
+    # --optimizer choices of Megatron-LM d7288711 (Megatron-Bridge v0.4.0's)
+    p.add_argument("--optimizer", choices=["adam", "sgd", "muon", "dist_muon", "lion"])
     p.add_argument("--pipeline-model-parallel-layout")
     p.add_argument("--use-megatron-fsdp", action="store_true")
     p.add_argument(

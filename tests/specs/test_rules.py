@@ -353,6 +353,18 @@ CASES = [
         ("use_megatron_fsdp (True)", "distributed_optimizer (True)"),
     ),
     Case(
+        "muon_excludes_sharded_optimizer",
+        Change(job={"optimizer": "dist_muon"}, plan={"distributed_optimizer": True}),
+        Change(job={"optimizer": "dist_muon"}, plan={"distributed_optimizer": False}),
+        ("optimizer (dist_muon)", "distributed_optimizer (True)"),
+    ),
+    Case(
+        "muon_excludes_overlap",
+        Change(job={"optimizer": "muon"}, plan={"overlap_grad_reduce": True}),
+        Change(job={"optimizer": "dist_muon"}, plan={"overlap_grad_reduce": True}),
+        ("optimizer (muon)", "overlap_grad_reduce (True)"),
+    ),
+    Case(
         "recompute_modules_need_selective",
         Change(plan={"recompute_modules": ("mlp",)}),
         Change(plan={"recompute_modules": ("mlp",), "recompute": "selective"}),

@@ -50,6 +50,7 @@ from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_b
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory import plan_adam_state
+from costmodel.optimizer_muon import is_muon, layerwise_gather_s
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
 from costmodel.optimizer_passes import (
     grad_accumulation_time_s,
@@ -67,6 +68,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
     grads_reduced_every_backward,
     optimizer_sharded,
 )
+from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import (
     ChunkPosition,
@@ -340,6 +342,11 @@ def _optimizer_s(
             profile, offloaded, overlap=options.overlap_cpu_optimizer_d2h_h2d
         )
         step_s = offloaded_step_s(step_s, host_s)
+    if is_muon(job):  # Muon on the 2-D weights, Adam on the rest (costmodel.optimizer_muon)
+        grads = options.main_grad_bytes
+        step_s = muon_optimizer_step_s(
+            model, job, plan, profile, stage, dense=dense, expert=expert, main_grad_bytes=grads
+        )
     buffer_s = sum(
         grad_buffer_passes_time_s(
             profile,
@@ -410,7 +417,9 @@ def _param_gather_s(
             plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk, reduce_s
         )
     if not plan.distributed_optimizer:
-        return 0.0
+        chunk_params = tuple((c.dense_params, c.expert_params) for c in chunks)
+        groups = (placements["dp-cp"], placements["edp"])
+        return layerwise_gather_s(profile, job, chunk_params, gather_bytes, *groups)
     needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
     for chunk, cost in enumerate(chunks):
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0

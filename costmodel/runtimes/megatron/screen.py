@@ -49,6 +49,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import model_flops_per_iteration
 from costmodel.memory import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.memory_allowances import Fp8WeightStorage, FrameworkAllowance, GiB
+from costmodel.optimizer_muon import is_muon, muon_state_bytes
 from costmodel.optimizer_offload import host_optimizer_step_s
 from costmodel.optimizer_passes import grad_accumulation_time_s, grad_buffer_passes_time_s
 from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision, with_offload
@@ -277,7 +278,7 @@ def _tail_s(
         later_chunks = v * chunk - (v - 1) * pp * forward_chunk - start
         late = np.maximum(first, np.where(v > 1, later_chunks, -np.inf))
         gather = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
-        tail = optimizer + np.where(distopt, gather, 0.0)
+        tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
         reduce_s = fsdp_reduce_per_microbatch_s(c, tag, float(options.main_grad_bytes))
         tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers, reduce_s)
@@ -311,6 +312,8 @@ def _memory_bytes(
     state = adam_state_per_row(
         c, job, with_offload(optimizer, optimizer_offload_fraction), fp8_weights
     )
+    if is_muon(job):  # a lower bound: Muon's state on every parameter (pricing: Adam's on some)
+        state = np.minimum(state, muon_state_bytes(job.precision))
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
     # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
@@ -406,7 +409,7 @@ def closed_form_screen(
     iteration time and ``fits`` False.
     """
     topo = _topology(profile, cluster)
-    df = with_sharding(df)
+    df = with_sharding(df, layerwise=job.optimizer == "dist_muon")
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     df["bucket"] = df["ddp_bucket_size"].where(
         df["ddp_bucket_size"] > 0, np.maximum(40_000_000, 1_000_000 * df["dp"] * df["cp"])
@@ -533,7 +536,7 @@ def pipeline_lower_bound_s(
     Rows the schedule cannot run get a finite bound (their screened time is infinite).
     """
     topo = _topology(profile, cluster)
-    df = with_sharding(df)
+    df = with_sharding(df, layerwise=job.optimizer == "dist_muon")
     m = (job.global_batch_size // (df["micro_batch_size"] * df["dp"])).to_numpy()
     parts = priced_parts(model, job, profile, df, topo, options)
     c = {k: v.to_numpy() for k, v in pd.concat([df, *parts], axis=1).items()}

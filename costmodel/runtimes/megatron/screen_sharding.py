@@ -87,17 +87,21 @@ SHARDING_COLUMNS = ["optim_sharded", "grads_sharded", "params_sharded"]
 """Columns `with_sharding` adds to a plan frame."""
 
 
-def with_sharding(df: pd.DataFrame) -> pd.DataFrame:
+def with_sharding(df: pd.DataFrame, layerwise: bool = False) -> pd.DataFrame:
     """``df`` with what each row shards over data parallelism: the optimizer (distributed
-    optimizer, or Megatron-FSDP other than no_shard), gradients (reduce-scattered: the
-    distributed optimizer, or `optim_grads`/`optim_grads_params`) and weights
-    (`optim_grads_params`); `costmodel.runtimes.megatron.megatron_fsdp.optimizer_sharded` and
+    optimizer, Megatron-FSDP other than no_shard, or with ``layerwise`` the job's
+    ``dist_muon``, `costmodel.optimizer_muon.muon_shards`, in column ``layerwise_sharded``),
+    gradients (reduce-scattered: the distributed optimizer, or
+    `optim_grads`/`optim_grads_params`) and weights (`optim_grads_params`);
+    `costmodel.runtimes.megatron.megatron_fsdp.optimizer_sharded` and
     `grads_reduce_scattered` per row."""
     fsdp = df["use_megatron_fsdp"].astype(bool)
     strategy = df["data_parallel_sharding_strategy"]
     distopt = df["distributed_optimizer"].astype(bool)
+    by_layer = layerwise & ~distopt & ~fsdp
     return df.assign(
-        optim_sharded=distopt | (fsdp & (strategy != "no_shard")),
+        layerwise_sharded=by_layer,
+        optim_sharded=distopt | (fsdp & (strategy != "no_shard")) | by_layer,
         grads_sharded=distopt | (fsdp & strategy.isin(["optim_grads", "optim_grads_params"])),
         params_sharded=fsdp & (strategy == "optim_grads_params"),
     )

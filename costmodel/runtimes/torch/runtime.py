@@ -75,7 +75,14 @@ class TorchRuntime:
     def executed_job(self, job: TrainingJob, profile: HardwareProfile) -> TrainingJob:
         """fp32 on a CPU whatever the job says (`executor.precision`: bf16 matmuls are slow
         on CPUs and fp8 needs CUDA), so a CPU profile's bf16 curves never price a run; the
-        job's precision on a GPU."""
+        job's precision on a GPU. `SpecError` for an optimizer other than Adam: the executor
+        steps AdamW only."""
+        if job.optimizer != "adam":
+            raise SpecError(
+                f"optimizer ({job.optimizer}) needs the megatron runtime: paraplan's executor "
+                "(the torch runtime) steps AdamW only; use --runtime megatron, or --optimizer "
+                "adam"
+            )
         if profile.device.kind == "cpu" and job.precision != "fp32":
             return replace(job, precision="fp32")
         return job

@@ -1,0 +1,126 @@
+"""How ``dist_muon`` deals a stage's whole parameters out over the data-parallel ranks, and
+the share of the rank that holds the most optimizer state.
+
+Source: ``LayerWiseDistributedOptimizer.shard_params`` (NVIDIA/Megatron-LM d7288711, the
+Megatron-LM of Megatron-Bridge tag v0.4.0, ``megatron/core/optimizer/
+layer_wise_optimizer.py``): the parameters of every optimizer of the stage (Muon's matrices
+and Adam's embedding, output layer, norms and biases, over all model chunks) are sorted by
+``numel`` and dealt out in a ping-pong loop ``0, 1, ..., n-1, n-1, ..., 0, 0, 1, ...``
+over the dp·cp ranks (routed-expert parameters over the expert-dp ranks, with their own
+loop). Each rank keeps the optimizer state of, and steps, only the whole parameters dealt to
+it, so one rank holds the whole embedding's Adam state. ``muon`` (not layer-wise) steps
+every parameter on every rank.
+
+This module deals the stage's matrices (`costmodel.optimizer_muon.layer_matrices`) and its
+embedding and output layer exactly, spreads the small parameters (norms, biases) evenly,
+and returns the share of the rank with the most optimizer state, the dense and the expert
+groups each taken at their worst (an upper bound where the two worst ranks differ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.optimizer_muon import MuonMatrix, muon_shards, muon_state_bytes, stage_matrices
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import padded_vocab_size
+from specs.plan import ParallelPlan
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankShare:
+    """What one rank's optimizer holds and steps."""
+
+    matrices: tuple[MuonMatrix, ...]
+    """Muon's matrices dealt to the rank (``count`` of each)."""
+    adam_params: float
+    """Parameters the rank steps with Adam: whole embedding or output layers dealt to it,
+    plus its even share of the small parameters."""
+
+    @property
+    def muon_params(self) -> float:
+        """Parameters of `matrices`."""
+        return sum(m.params for m in self.matrices)
+
+    def state_bytes(self, precision: str, adam_bytes: float) -> float:
+        """Optimizer-state bytes: `costmodel.optimizer_muon.muon_state_bytes` per Muon
+        parameter, ``adam_bytes`` per Adam parameter."""
+        return muon_state_bytes(precision) * self.muon_params + adam_bytes * self.adam_params
+
+
+def deal(sizes: list[float], ranks: int) -> list[list[int]]:
+    """Indices of ``sizes`` each of ``ranks`` ranks gets: sorted by size (stable), dealt
+    ping-pong ``0 .. ranks-1, ranks-1 .. 0`` (``shard_params``)."""
+    loop = list(range(ranks)) + list(range(ranks))[::-1]
+    dealt: list[list[int]] = [[] for _ in range(ranks)]
+    for position, index in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
+        dealt[loop[position % len(loop)]].append(index)
+    return dealt
+
+
+def _tensors(
+    model: ModelSpec, plan: ParallelPlan, stage: int, layers: tuple[int, ...]
+) -> tuple[list[MuonMatrix | float], list[MuonMatrix]]:
+    """(dense, expert) whole parameters of one rank of ``stage``: a matrix per tensor, a
+    float (parameter count) for the embedding and the output layer."""
+    dense: list[MuonMatrix | float] = []
+    expert: list[MuonMatrix] = []
+    for matrix in stage_matrices(model, plan, layers):
+        one = MuonMatrix(rows=matrix.rows, cols=matrix.cols, count=1, expert=matrix.expert)
+        copies = max(round(matrix.count), 1)
+        (expert if matrix.expert else dense).extend([one] * copies)
+    vocab = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+    if stage == 0:
+        dense.append(vocab)
+    if stage == plan.pp - 1 and (not model.tied_embeddings or plan.pp > 1):
+        dense.append(vocab)
+    return dense, expert
+
+
+def _size(tensor: MuonMatrix | float) -> float:
+    return tensor.params if isinstance(tensor, MuonMatrix) else tensor
+
+
+def _worst(
+    tensors: list[MuonMatrix | float], ranks: int, precision: str, adam_bytes: float
+) -> RankShare:
+    """The share with the most state among ``ranks`` ranks dealt ``tensors``."""
+    shares = [
+        RankShare(
+            matrices=tuple(t for i in dealt if isinstance(t := tensors[i], MuonMatrix)),
+            adam_params=sum(t for i in dealt if not isinstance(t := tensors[i], MuonMatrix)),
+        )
+        for dealt in deal([_size(t) for t in tensors], ranks)
+    ]
+    return max(shares, key=lambda s: s.state_bytes(precision, adam_bytes))
+
+
+def worst_rank_share(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    stage: int,
+    layers: tuple[int, ...],
+    *,
+    dense: float,
+    expert: float,
+    adam_bytes: float,
+) -> RankShare:
+    """The optimizer share of the rank of ``stage`` (holding ``layers``, ``dense`` and
+    ``expert`` parameters in all) with the most optimizer state (module docstring):
+    everything for ``muon``; for ``dist_muon`` the worst dense and the worst expert deal,
+    plus the small parameters over `costmodel.optimizer_muon.muon_shards`."""
+    dense_shards, expert_shards = muon_shards(job, plan)
+    dense_tensors, expert_tensors = _tensors(model, plan, stage, layers)
+    small_dense = max(dense - sum(_size(t) for t in dense_tensors), 0.0)
+    small_expert = max(expert - sum(t.params for t in expert_tensors), 0.0)
+    worst_dense = _worst(dense_tensors, dense_shards, job.precision, adam_bytes)
+    worst_expert = _worst(list(expert_tensors), expert_shards, job.precision, adam_bytes)
+    return RankShare(
+        matrices=worst_dense.matrices + worst_expert.matrices,
+        adam_params=worst_dense.adam_params
+        + worst_expert.adam_params
+        + small_dense / dense_shards
+        + small_expert / expert_shards,
+    )

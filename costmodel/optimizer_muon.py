@@ -1,0 +1,271 @@
+"""Megatron-core's Muon optimizer: which parameters it steps, its state, its step time and
+the parameter all-gather of its layer-wise distributed form.
+
+Sources: NVIDIA/Megatron-LM at d7288711 (the ``3rdparty/Megatron-LM`` of Megatron-Bridge tag
+v0.4.0, core_r0.17) and d0b3b775 (tag v0.5.0, core_r0.18); NVIDIA-NeMo/Emerging-Optimizers
+``emerging_optimizers/orthogonalized_optimizers/`` (``muon_utils.py``,
+``orthogonalized_optimizer.py``).
+
+- **Which parameters.** ``get_megatron_muon_optimizer`` (d7288711 ``megatron/core/optimizer/
+  muon.py``; d0b3b775 ``emerging_optimizers.py`` ``_is_nonlinear_or_embedding``) gives Muon
+  every 2-D parameter that is not the embedding or the output layer: the attention and MLP
+  projections, shared and routed experts (one matrix per expert, Transformer Engine's
+  ``GroupedLinear`` ``weight0..N``) and the router; norms and biases (1-D), the embedding
+  and the output layer take Adam (``--muon-scalar-optimizer`` default ``adam``).
+- **State.** Muon keeps one ``momentum_buffer`` per parameter, ``zeros_like`` the fp32 main
+  parameter that ``Float16OptimizerWithFloat16Params`` hands it: master 4 + momentum 4 = 8
+  bytes per Muon parameter under bf16 or fp8 (4 in an fp32 run, stepped in place); the Adam
+  part keeps its 12 (`costmodel.optimizer_state.adam_state_bytes`). The precision-aware
+  optimizer is not supported ("TODO(boxiangw): support precision aware optimizer").
+- **Sharding.** ``--optimizer muon`` steps every parameter on every rank. ``--optimizer
+  dist_muon`` wraps all of it (Muon and Adam parts) in ``LayerWiseDistributedOptimizer``
+  (``layer_wise_optimizer.py``): whole parameters are dealt out to the dp·cp ranks (routed
+  experts to the expert-dp ranks) ping-pong in order of size, so each rank holds the state
+  and runs the step of about 1/(dp·cp) of them; the gradients are all-reduced by
+  Megatron-core's DDP as without a distributed optimizer (both forms refuse
+  ``--use-distributed-optimizer``: "muon with dist optimizer is not supported"), and after
+  the step every rank all-gathers the updated 16-bit parameters over the same groups
+  (``allgather_params``; deferred into the forward only with ``--overlap-param-gather``).
+  `costmodel.muon_sharding` deals them as the code does and prices the rank with the most
+  state.
+- **Step.** Per Muon parameter (``OrthogonalizedOptimizer.step``): decoupled weight decay
+  ``p.add_(p)``, ``exp_avg.lerp_(grad)``, Nesterov ``grad.lerp(exp_avg)``, then per matrix
+  the Newton-Schulz orthogonalization (``newton_schulz``: Frobenius normalisation, a cast to
+  bf16 at ``--muon-fp32-matmul-prec medium``, ``steps`` iterations, a cast back), the
+  spectral scale (two multiplies) and ``p.add_(update)``; the wrapper then writes the
+  16-bit model copy. `MUON_STEP_BYTES` adds those memory-bound passes.
+- **Newton-Schulz.** ``--muon-num-ns-steps`` 5 with the ``quintic`` coefficient sets
+  (5 sets, one per step): per step ``A = X·Xᵀ``, ``B = b·A + c·A·A``, ``X = a·X + B·X`` on
+  the matrix transposed so that its rows are the smaller side m of m x n
+  (`newton_schulz_flops`). ``--muon-tp-mode blockwise`` (Megatron-LM's and Megatron-
+  Bridge's ``distributed_muon_with_cosine_annealing`` default) orthogonalizes each rank's
+  tensor-parallel shard as it is, with no gather. ``--muon-split-qkv`` (default on)
+  orthogonalizes Q, K and V of a fused ``linear_qkv`` apart; MLA has no fused QKV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel import compute as ops
+from costmodel.collectives import collective_time_s
+from costmodel.topology import GroupPlacement
+from profiles.schema import HardwareProfile
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import mla_head_dims
+from specs.plan import ParallelPlan
+
+MUON_OPTIMIZERS: tuple[str, ...] = ("muon", "dist_muon")
+"""`TrainingJob.optimizer` values that run Muon (Megatron-LM ``--optimizer`` choices)."""
+
+NS_STEPS = 5
+"""Megatron-LM ``--muon-num-ns-steps`` default (``OptimizerConfig.muon_num_ns_steps``)."""
+
+MUON_STEP_BYTES = 90
+"""Bytes per Muon parameter that one step moves outside the Newton-Schulz GEMMs, fp32 state:
+weight decay (read 4, write 4), momentum ``lerp_`` (read 8, write 4), Nesterov ``lerp``
+(read 8, write 4), normalisation (norm read 4; divide read 4, write 4), bf16 cast (read 4,
+write 2) and back (read 2, write 4), the spectral and extra scale (two multiplies, read 4
+and write 4 each), the update ``p.add_`` (read 8, write 4) and the 16-bit model copy
+(read 4, write 2)."""
+
+MUON_KERNELS_PER_MATRIX = 12
+"""Memory-bound kernels per orthogonalized matrix in `MUON_STEP_BYTES` (one each; the norm
+counts two)."""
+
+MUON_STATE_BYTES = 4
+"""The fp32 ``momentum_buffer`` per Muon parameter."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MuonMatrix:
+    """A 2-D weight that Muon orthogonalizes, as one rank holds it."""
+
+    rows: int
+    """Output features on the rank (after tensor-parallel splitting)."""
+    cols: int
+    """Input features on the rank."""
+    count: float
+    """How many such matrices the rank holds per layer."""
+    expert: bool = False
+    """A routed expert's matrix (sharded over expert-dp by ``dist_muon``)."""
+
+    @property
+    def params(self) -> float:
+        """Parameters of all ``count`` matrices."""
+        return self.rows * self.cols * self.count
+
+
+def is_muon(job: TrainingJob) -> bool:
+    """True when the job's optimizer is Muon (`MUON_OPTIMIZERS`)."""
+    return job.optimizer in MUON_OPTIMIZERS
+
+
+def newton_schulz_flops(rows: int, cols: int, steps: int = NS_STEPS) -> float:
+    """FLOPs of ``steps`` Newton-Schulz iterations on a ``rows`` x ``cols`` matrix.
+
+    With m = min(rows, cols) and n = max(rows, cols) (``newton_schulz`` transposes a tall
+    matrix), one step (``newton_schulz_step``) is ``X·Xᵀ`` (2·m·m·n), ``A·A`` (2·m³) and
+    ``B·X`` (2·m·m·n): 4·m²·n + 2·m³ per step. Source: Emerging-Optimizers ``muon_utils.py``.
+    """
+    if rows < 1 or cols < 1 or steps < 1:
+        raise SpecError(
+            f"newton_schulz_flops: rows ({rows}), cols ({cols}) and steps ({steps}) must be >= 1"
+        )
+    m, n = min(rows, cols), max(rows, cols)
+    return steps * (4.0 * m * m * n + 2.0 * m**3)
+
+
+def _attention_matrices(model: ModelSpec, tp: int) -> list[MuonMatrix]:
+    """The attention projections on one TP rank: MLA's down projections whole (Megatron-core
+    builds them ``duplicated``), its up projections and the output projection split; GQA's
+    Q, K and V apart (``--muon-split-qkv``), K/V heads replicated where tp exceeds them."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.uses_mla:
+        d_qk, d_rope, d_v = mla_head_dims(model)
+        kv_lora = model.kv_lora_rank or 0
+        mats = [
+            MuonMatrix(rows=kv_lora + d_rope, cols=h, count=1),
+            MuonMatrix(rows=a * (d_qk + d_v) // tp, cols=kv_lora, count=1),
+            MuonMatrix(rows=h, cols=a * d_v // tp, count=1),
+        ]
+        if model.q_lora_rank is None:
+            return [MuonMatrix(rows=a * (d_qk + d_rope) // tp, cols=h, count=1), *mats]
+        q_lora = model.q_lora_rank
+        return [
+            MuonMatrix(rows=q_lora, cols=h, count=1),
+            MuonMatrix(rows=a * (d_qk + d_rope) // tp, cols=q_lora, count=1),
+            *mats,
+        ]
+    d, g = model.head_dim, model.query_groups
+    kv_rows = max(g // tp, 1) * d
+    return [
+        MuonMatrix(rows=a * d // tp, cols=h, count=1),
+        MuonMatrix(rows=kv_rows, cols=h, count=2),
+        MuonMatrix(rows=h, cols=a * d // tp, count=1),
+    ]
+
+
+def _mlp_matrices(
+    model: ModelSpec, ffn: int, split: int, count: float, expert: bool
+) -> list[MuonMatrix]:
+    """fc1 (both SwiGLU halves in one matrix) and fc2 of an MLP of inner size ``ffn`` split
+    over ``split`` ranks, ``count`` of them."""
+    if ffn == 0:
+        return []
+    up = (2 if model.activation == "swiglu" else 1) * ffn // split
+    h = model.hidden_size
+    return [
+        MuonMatrix(rows=up, cols=h, count=count, expert=expert),
+        MuonMatrix(rows=h, cols=ffn // split, count=count, expert=expert),
+    ]
+
+
+def layer_matrices(model: ModelSpec, plan: ParallelPlan, is_moe: bool) -> tuple[MuonMatrix, ...]:
+    """The matrices Muon orthogonalizes of one dense or MoE layer on one rank (module
+    docstring): attention projections (Q, K, V apart; MLA's down and up projections), the
+    MLP or the shared expert split over tp, the router (replicated) and each local routed
+    expert split over etp (``num_experts / ep`` of them)."""
+    mats = _attention_matrices(model, plan.tp)
+    if not is_moe:
+        return (*mats, *_mlp_matrices(model, model.ffn_hidden_size, plan.tp, 1, False))
+    local = model.num_experts / plan.ep
+    return (
+        *mats,
+        *_mlp_matrices(model, model.moe_shared_expert_size, plan.tp, 1, False),
+        MuonMatrix(rows=model.num_experts, cols=model.hidden_size, count=1),
+        *_mlp_matrices(model, model.expert_ffn_hidden_size, plan.expert_tp, local, True),
+    )
+
+
+def stage_matrices(
+    model: ModelSpec, plan: ParallelPlan, layers: tuple[int, ...]
+) -> tuple[MuonMatrix, ...]:
+    """`layer_matrices` of every layer index in ``layers`` (one rank of a stage)."""
+    mask = model.moe_layer_mask()
+    by_kind = {kind: layer_matrices(model, plan, kind) for kind in set(mask)}
+    return tuple(m for index in layers for m in by_kind[mask[index]])
+
+
+def muon_shards(job: TrainingJob, plan: ParallelPlan) -> tuple[int, int]:
+    """(dense, expert) ranks over which ``dist_muon`` deals whole parameters out: (dp·cp,
+    expert-dp); (1, 1) for ``muon`` (module docstring)."""
+    if job.optimizer != "dist_muon":
+        return 1, 1
+    return plan.dp * plan.cp, max(plan.expert_dp, 1)
+
+
+def muon_state_bytes(precision: str) -> int:
+    """State bytes per Muon parameter: fp32 master (none in an fp32 run) plus the fp32
+    momentum (`MUON_STATE_BYTES`)."""
+    return (0 if precision == "fp32" else 4) + MUON_STATE_BYTES
+
+
+def newton_schulz_time_s(
+    profile: HardwareProfile, matrix: MuonMatrix, dtype: str, steps: int = NS_STEPS
+) -> float:
+    """Seconds of the Newton-Schulz GEMMs of one ``matrix`` (`newton_schulz_flops`: per step
+    an m x m x n, an m x m x m and an m x n x m GEMM at ``dtype``'s rate)."""
+    m, n = min(matrix.rows, matrix.cols), max(matrix.rows, matrix.cols)
+    step = (
+        ops.gemm_time_s(profile, m, m, n, dtype)
+        + ops.gemm_time_s(profile, m, m, m, dtype)
+        + ops.gemm_time_s(profile, m, n, m, dtype)
+    )
+    return steps * step
+
+
+def muon_step_bytes(main_grad_bytes: int, mixed_precision: bool) -> int:
+    """Bytes per Muon parameter of one step outside the Newton-Schulz GEMMs:
+    `MUON_STEP_BYTES`, the gradient-norm read of the fp32 main gradient (4;
+    ``LayerWiseDistributedOptimizer.get_grad_norm`` over each optimizer's main gradients)
+    and, for a 16-bit gradient buffer under mixed precision, its copy into fp32
+    (``main_param.grad = model_param.main_grad.float()``: read 2, write 4)."""
+    copy = 6 if mixed_precision and main_grad_bytes == 2 else 0
+    return MUON_STEP_BYTES + 4 + copy
+
+
+def muon_step_s(
+    profile: HardwareProfile,
+    job: TrainingJob,
+    matrices: tuple[MuonMatrix, ...],
+    main_grad_bytes: int = 4,
+) -> float:
+    """Muon's part of one rank's optimizer step over the ``matrices`` it steps
+    (`costmodel.muon_sharding.worst_rank_share`): the memory-bound passes
+    (`muon_step_bytes` per parameter, `MUON_KERNELS_PER_MATRIX` kernels per matrix) and the
+    Newton-Schulz GEMMs (bf16 at ``--muon-fp32-matmul-prec medium``; fp32 in an fp32 run).
+    The Adam part and the buffer zeroing are `costmodel.optimizer_passes.optimizer_step_time_s`'s."""
+    dtype = ops.activation_dtype(job.precision)
+    params = kernels = gemm_s = 0.0
+    for matrix in matrices:
+        params += matrix.params
+        kernels += matrix.count
+        gemm_s += matrix.count * newton_schulz_time_s(profile, matrix, dtype)
+    bytes_moved = muon_step_bytes(main_grad_bytes, job.precision != "fp32") * params
+    num_ops = round(MUON_KERNELS_PER_MATRIX * kernels)
+    return ops.memory_bound_time_s(profile, bytes_moved, num_ops=num_ops) + gemm_s
+
+
+def layerwise_gather_s(
+    profile: HardwareProfile,
+    job: TrainingJob,
+    chunk_params: tuple[tuple[float, float], ...],
+    gather_bytes: tuple[tuple[float, float], ...],
+    dense_group: GroupPlacement,
+    expert_group: GroupPlacement,
+) -> float:
+    """``dist_muon``'s all-gather of the updated parameters after the step
+    (``LayerWiseDistributedOptimizer.allgather_params``: one all-gather of every rank's
+    flattened parameters over dp·cp, one over expert-dp), with ``chunk_params`` the
+    (dense, expert) parameters of each chunk of the rank and ``gather_bytes`` their bytes
+    per parameter; 0 for ``adam`` and ``muon``."""
+    if job.optimizer != "dist_muon":
+        return 0.0
+    dense = sum(d * b for (d, _), (b, _) in zip(chunk_params, gather_bytes, strict=True))
+    expert = sum(e * b for (_, e), (_, b) in zip(chunk_params, gather_bytes, strict=True))
+    return collective_time_s(profile, "all_gather", dense, dense_group) + collective_time_s(
+        profile, "all_gather", expert, expert_group
+    )
