@@ -237,7 +237,8 @@ def muon_step_s(
     (`costmodel.muon_sharding.worst_rank_share`): the memory-bound passes
     (`muon_step_bytes` per parameter, `MUON_KERNELS_PER_MATRIX` kernels per matrix) and the
     Newton-Schulz GEMMs (bf16 at ``--muon-fp32-matmul-prec medium``; fp32 in an fp32 run).
-    The Adam part and the buffer zeroing are `costmodel.optimizer_passes.optimizer_step_time_s`'s."""
+    The Adam part and the buffer zeroing are
+    `costmodel.optimizer_passes.optimizer_step_time_s`'s."""
     dtype = ops.activation_dtype(job.precision)
     params = kernels = gemm_s = 0.0
     for matrix in matrices:
