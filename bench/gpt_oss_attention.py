@@ -21,7 +21,7 @@ it prints the published and predicted seconds, then:
   faster) and its share of the layer.
 - ``host``: the forward launches at which one MoE layer's kernels equal its host time at
   `ExecutionOptions.moe_host_launch_s` (the layer's forward divided by the launch price),
-  the MoE launches already priced (`moe_costs.moe_host_launches`) and those plus the
+  the MoE launches already priced (`moe_launches.moe_host_launches`) and those plus the
   eager attention block's (`ATTENTION_BLOCK_LAUNCHES`, none when the recipe captures
   ``attn``); ``adds`` is what the extra launches would add to the iteration, at most,
   priced as the dropless floor prices them (every launch past the break-even, every layer
@@ -47,7 +47,8 @@ from costmodel.execution import ExecutionOptions
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.moe_costs import WHOLE_MOE_SCOPES, moe_host_launches, moe_shape
+from costmodel.runtimes.megatron.moe_costs import moe_shape
+from costmodel.runtimes.megatron.moe_launches import WHOLE_MOE_SCOPES, moe_host_launches
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile

@@ -1,6 +1,6 @@
 """What per-module selective recompute and CPU activation offloading take off the device.
 
-A layer's saved activations are named tensors (`costmodel.activations.LayerActivations
+A layer's saved activations are named tensors (`costmodel.layer_activations.LayerActivations
 .tensors`); each Megatron-core module that can be recomputed or offloaded owns some of
 them. Recompute modules (``TransformerConfig.recompute_modules``,
 `megatron/core/transformer/transformer_config.py`, applied in `transformer_layer.py`,

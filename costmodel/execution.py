@@ -135,8 +135,8 @@ class ExecutionOptions:
     moe_host_launch_s: float = MOE_HOST_LAUNCH_S
     """Host seconds per kernel launch of a Megatron-core MoE layer run eagerly (Python,
     PyTorch dispatch, Transformer Engine module logic and the CUDA launch), the price of
-    `costmodel.runtimes.megatron.moe_costs.moe_host_launches`. A MoE layer pass lasts at
-    least its launches' host time (`moe_costs.host_bound_s`; in a dropless forward, the
+    `costmodel.runtimes.megatron.moe_launches.moe_host_launches`. A MoE layer pass lasts at
+    least its launches' host time (`moe_launches.host_bound_s`; in a dropless forward, the
     launches after the token-count synchronization against the routed experts' kernels:
     `costmodel.runtimes.megatron.moe_experts.forward_host_floor_s`), which binds for
     fine-grained experts at small micro-batches; 0 turns the floor off (a fully
@@ -209,7 +209,7 @@ class ExecutionOptions:
     transformer_engine|local`` with ``--cuda-graph-scope``). A captured part is replayed as
     one graph launch, forward and backward, so its kernels cost no host launch time: the MoE
     host-launch floor loses the launches of the captured scopes
-    (`costmodel.runtimes.megatron.moe_costs.captured_moe_launches`). Kernel times are
+    (`costmodel.runtimes.megatron.moe_launches.captured_moe_launches`). Kernel times are
     unchanged. Empty: eager execution."""
 
     tp_overlap_rs_method: TpOverlapRsMethod = "pipeline"
@@ -273,7 +273,7 @@ class ExecutionOptions:
     microbatch and the backward of another run layer by layer as one step, the EP dispatch
     and combine of each on a communication stream under the other's attention and expert
     computation. It prices a MoE layer's exposed EP time by that two-stream step
-    (`costmodel.runtimes.megatron.moe_costs.a2a_overlapped_passes`). Megatron-core accepts it
+    (`costmodel.runtimes.megatron.moe_a2a_overlap.a2a_overlapped_passes`). Megatron-core accepts it
     with ep > 1, the alltoall or flex dispatcher, no full recompute and, for pp > 1, an
     interleaved schedule; elsewhere it is not applied. Off: Megatron-core's default."""
 

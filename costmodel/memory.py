@@ -53,13 +53,11 @@ import math
 from dataclasses import dataclass
 from typing import TypeVar
 
-from costmodel.activations import (
-    FP32_BYTES,
+from costmodel.activations import FP32_BYTES, CrossEntropyFusion, stage_activations
+from costmodel.layer_activations import (
     AttentionKernel,
-    CrossEntropyFusion,
     activation_element_bytes,
     projection_saves_original_input,
-    stage_activations,
 )
 from costmodel.memory_allowances import (
     BF16_WEIGHTS,

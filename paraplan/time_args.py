@@ -221,20 +221,20 @@ A2A_OVERLAP_FIXES = {
     "recompute": "change --recompute",
     "vpp": "give --vpp 2 or more",
 }
-"""How to meet each requirement of `costmodel.runtimes.megatron.moe_costs.a2a_overlap_unmet`
+"""How to meet each requirement of `costmodel.runtimes.megatron.moe_a2a_overlap.a2a_overlap_unmet`
 on the command line."""
 
 
 def a2a_overlap_violations(plan: ParallelPlan, options: ExecutionOptions) -> list[Violation]:
     """What Megatron-core refuses when ``--overlap-moe-expert-parallel-comm`` is set
     (`ExecutionOptions.moe_a2a_overlap`) for ``plan``
-    (`costmodel.runtimes.megatron.moe_costs.a2a_overlap_unmet`). The cost model would not
+    (`costmodel.runtimes.megatron.moe_a2a_overlap.a2a_overlap_unmet`). The cost model would not
     apply the overlap there, so `paraplan estimate` reports these as plan violations
     instead of pricing the plan without it."""
     if not options.moe_a2a_overlap:
         return []
     # the megatron runtime (networkx) is imported only when the flag is given: start-up stays light
-    from costmodel.runtimes.megatron.moe_costs import a2a_overlap_unmet
+    from costmodel.runtimes.megatron.moe_a2a_overlap import a2a_overlap_unmet
 
     flag = "--overlap-moe-expert-parallel-comm"
     return [

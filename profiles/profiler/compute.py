@@ -136,7 +136,7 @@ class Runner:
         which the hypervisor took the machine's CPU is left out (`timing.unstolen`), as the
         fidelity bench sets stolen runs aside. A spell of the host that outlasts a sample
         still moves it, even without counted steal, so the cost model reads these samples
-        by their median (`costmodel.runtimes.torch.host_rates.PAIRED_TIMINGS`)."""
+        by their median (`costmodel.runtimes.torch.host_rate_fits.PAIRED_TIMINGS`)."""
         for _ in range(self.budget.warmup_calls):
             base()
             form()

@@ -14,8 +14,9 @@ import dataclasses
 import pytest
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
-from costmodel.activations import layer_activations, stage_activations
+from costmodel.activations import stage_activations
 from costmodel.host_link import host_link_Bps
+from costmodel.layer_activations import layer_activations
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.saver_costs import offload_exposed_s
 from profiles.store import load_profile

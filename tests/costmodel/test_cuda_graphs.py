@@ -11,7 +11,7 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.moe_costs import (
+from costmodel.runtimes.megatron.moe_launches import (
     PREPROCESS_LAUNCHES,
     ROUTER_LAUNCHES,
     captured_moe_launches,

@@ -1,5 +1,5 @@
 """The attention output projection's saved input under FP8 recipes
-(costmodel.activations.projection_saves_original_input).
+(costmodel.layer_activations.projection_saves_original_input).
 
 Megatron-core sets ``save_original_input`` on ``linear_proj`` for fp8 runs whose recipe is
 not ``delayed`` (``megatron/core/transformer/attention.py`` and
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.activations import layer_activations, projection_saves_original_input
+from costmodel.layer_activations import layer_activations, projection_saves_original_input
 from costmodel.memory import memory_per_stage
 from costmodel.memory_allowances import Fp8WeightStorage
 from specs.job import TrainingJob

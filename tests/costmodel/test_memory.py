@@ -10,12 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.activations import (
-    checkpoint_groups,
-    in_flight_chunk_counts,
-    layer_activations,
-    recomputed_layers,
-)
+from costmodel.activations import checkpoint_groups, in_flight_chunk_counts, recomputed_layers
+from costmodel.layer_activations import layer_activations
 from costmodel.megatron_estimator import megatron_theoretical_memory
 from costmodel.memory import StageMemory, memory_per_stage, peak_memory_bytes
 from costmodel.memory_allowances import NO_ALLOWANCE, FrameworkAllowance, GiB

@@ -14,17 +14,15 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
-    FIXED_LAUNCHES,
     allgather_combine_bytes,
     dispatch_copies,
     dispatch_copy_bytes,
     expected_distinct_groups,
     flex_rows_per_token,
-    host_bound_s,
-    moe_host_launches,
     moe_shape,
     router_kernel_bytes,
 )
+from costmodel.runtimes.megatron.moe_launches import FIXED_LAUNCHES, host_bound_s, moe_host_launches
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.errors import SpecError

@@ -14,18 +14,18 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.moe_costs import (
-    FIXED_LAUNCHES,
-    PREPROCESS_LAUNCHES,
-    ROUTER_LAUNCHES,
-    moe_host_launches,
-    routed_experts,
-)
+from costmodel.runtimes.megatron.moe_costs import routed_experts
 from costmodel.runtimes.megatron.moe_experts import (
     FUSED_MLP_LAUNCHES,
     expert_fp8_quantize_s,
     expert_launches,
     forward_host_floor_s,
+)
+from costmodel.runtimes.megatron.moe_launches import (
+    FIXED_LAUNCHES,
+    PREPROCESS_LAUNCHES,
+    ROUTER_LAUNCHES,
+    moe_host_launches,
 )
 from costmodel.topology import strided_group_placement
 from profiles.lookup import memory_bandwidth_Bps

@@ -10,19 +10,19 @@ import pytest
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.moe_costs import (
+from costmodel.runtimes.megatron.moe_costs import routed_experts
+from costmodel.runtimes.megatron.moe_flex_launches import (
+    FLEX_FIXED_LAUNCHES,
+    FLEX_PRE_SYNC_LAUNCHES,
+    FLEX_PREPROCESS_LAUNCHES,
+)
+from costmodel.runtimes.megatron.moe_launches import (
     FIXED_LAUNCHES,
     PREPROCESS_LAUNCHES,
     ROUTER_LAUNCHES,
     captured_moe_launches,
     moe_host_launches,
     pre_sync_launches,
-    routed_experts,
-)
-from costmodel.runtimes.megatron.moe_flex_launches import (
-    FLEX_FIXED_LAUNCHES,
-    FLEX_PRE_SYNC_LAUNCHES,
-    FLEX_PREPROCESS_LAUNCHES,
 )
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile

@@ -1,5 +1,5 @@
 """The 1F1B all-to-all overlap of a MoE layer's EP communication
-(`ExecutionOptions.moe_a2a_overlap`; costmodel.runtimes.megatron.moe_costs): the two-stream
+(`ExecutionOptions.moe_a2a_overlap`; costmodel.runtimes.megatron.moe_a2a_overlap): the two-stream
 step of `TransformerLayerSchedulePlan.run`, the share of passes it merges
 (`get_pp_rank_microbatches`), and its effect on layer_cost."""
 
@@ -12,7 +12,7 @@ import pytest
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.moe_costs import (
+from costmodel.runtimes.megatron.moe_a2a_overlap import (
     FLEX_COMM_SMS,
     LayerStreams,
     a2a_exposed_s,

@@ -1,5 +1,5 @@
 """Query/key norms (``ModelSpec.qk_layernorm``, Qwen3) in the Megatron runtime: the saved
-inputs of the two Transformer Engine RMSNorms (`costmodel.activations.qk_norm_saved_bytes`)
+inputs of the two Transformer Engine RMSNorms (`costmodel.layer_activations.qk_norm_saved_bytes`)
 and their kernels' time (`costmodel.runtimes.megatron.attention_costs.qk_norm_time_s`)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.activations import layer_activations
 from costmodel.compute import norm_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.layer_activations import layer_activations
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from profiles.store import load_profile
 from specs.job import TrainingJob

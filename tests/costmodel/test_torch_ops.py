@@ -11,7 +11,7 @@ from costmodel.compute import gemm_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import TORCH_OPTIONS
 from costmodel.plan_frame import plans_frame
-from costmodel.runtimes.torch.host_rates import DTENSOR_FALLBACK_RATIOS
+from costmodel.runtimes.torch.host_rate_fits import DTENSOR_FALLBACK_RATIOS
 from costmodel.runtimes.torch.layers import (
     attention_block,
     attention_core,

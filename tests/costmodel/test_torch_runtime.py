@@ -17,7 +17,7 @@ from costmodel.iteration import simulate_iteration
 from costmodel.passes import comm_groups
 from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.registry import runtime_model
-from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES
+from costmodel.runtimes.torch.host_rate_fits import FSDP_PROBE_BYTES
 from costmodel.runtimes.torch.layers import layer_ops
 from costmodel.runtimes.torch.memory import executor_memory_per_stage
 from costmodel.runtimes.torch.ops import FP32, host_seconds

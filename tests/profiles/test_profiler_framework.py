@@ -156,21 +156,21 @@ def test_fsdp_costs_per_module_and_per_further_tensor(one_rank_group):
 
 
 def test_the_cost_model_knows_the_probe_module_size():
-    from costmodel.runtimes.torch.host_rates import FSDP_PROBE_BYTES as MODEL_BYTES
+    from costmodel.runtimes.torch.host_rate_fits import FSDP_PROBE_BYTES as MODEL_BYTES
     from profiles.profiler.framework import FSDP_PROBE_BYTES
 
     assert MODEL_BYTES == FSDP_PROBE_BYTES
 
 
 def test_the_cost_model_reads_every_functional_collective_the_profiler_times():
-    from costmodel.runtimes.torch.host_rates import FUNCTIONAL_COLLECTIVES
+    from costmodel.runtimes.torch.host_rate_fits import FUNCTIONAL_COLLECTIVES
     from profiles.profiler.collective_forms import FUNCTIONAL_OPS
 
     assert FUNCTIONAL_COLLECTIVES == FUNCTIONAL_OPS
 
 
 def test_the_cost_model_reads_every_redistribution_the_profiler_times():
-    from costmodel.runtimes.torch.host_rates import REDISTRIBUTION_COLLECTIVES
+    from costmodel.runtimes.torch.host_rate_fits import REDISTRIBUTION_COLLECTIVES
     from profiles.profiler.collective_forms import REDISTRIBUTIONS
 
     assert REDISTRIBUTION_COLLECTIVES == REDISTRIBUTIONS

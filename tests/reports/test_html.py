@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from reports.compare import compare
-from reports.html import MAX_RANKS_DRAWN, profiled_steps_note, render_report
+from reports.html import MAX_RANKS_DRAWN, render_report
+from reports.html_phases import profiled_steps_note
 from reports.svg import (
     MemoryBar,
     format_bytes,

@@ -3,7 +3,7 @@ and the report prints whole call counts."""
 
 from __future__ import annotations
 
-from reports.html import whole_calls
+from reports.html_phases import whole_calls
 from reports.ledger import join_ledgers, metrics_ledger, timeline_ledger
 from specs.timeline import Timeline, TimelineEvent
 

@@ -11,9 +11,10 @@ EP (MoE layers, alltoall dispatcher): dispatch and combine all-to-alls over the 
 group, forward 2 and backward 2, each of top_k·tokens·h·e bytes per rank (x capacity
 factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
 reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
-per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`, which also sets the host
-floor of a MoE layer pass (`ExecutionOptions.moe_host_launch_s`) and, with
-`ExecutionOptions.moe_a2a_overlap`, the part of the EP time the 1F1B overlap leaves exposed.
+per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a MoE layer
+pass (`ExecutionOptions.moe_host_launch_s`): `costmodel.runtimes.megatron.moe_launches`;
+with `ExecutionOptions.moe_a2a_overlap`, the part of the EP time the 1F1B overlap leaves
+exposed: `costmodel.runtimes.megatron.moe_a2a_overlap`.
 
 Recompute: selective reruns the forward of its modules in backward (the attention core and
 its CP exchange by default; per module: `costmodel.runtimes.megatron.saver_costs`); full
@@ -36,20 +37,21 @@ from costmodel.runtimes.megatron.layer_shape import (
     norm_and_residual,
 )
 from costmodel.runtimes.megatron.mlp_costs import mlp_block
-from costmodel.runtimes.megatron.moe_costs import (
-    WHOLE_MOE_SCOPES,
+from costmodel.runtimes.megatron.moe_a2a_overlap import (
     a2a_overlap_applies,
     a2a_overlapped_passes,
     a2a_paired_fraction,
-    captured_moe_launches,
     flex_comm_sm_share,
+)
+from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
+from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s
+from costmodel.runtimes.megatron.moe_launches import (
+    WHOLE_MOE_SCOPES,
+    captured_moe_launches,
     host_bound_s,
     moe_host_launches,
-    moe_shape,
     pre_sync_launches,
-    routed_experts,
 )
-from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s
 from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, selective_rerun
 from costmodel.runtimes.megatron.userbuffers import sm_count
 from profiles.schema import HardwareProfile
@@ -233,17 +235,17 @@ def _moe_host_floor(
     routed_forward_s: float,
 ) -> tuple[PassCost, PassCost]:
     """Host-bound time a MoE layer adds per pass: its launches
-    (`moe_costs.moe_host_launches`) at `ExecutionOptions.moe_host_launch_s` each, against the
+    (`moe_launches.moe_host_launches`) at `ExecutionOptions.moe_host_launch_s` each, against the
     whole layer's kernels and exposed communication. Launches inside CUDA-graph-captured
-    scopes (`ExecutionOptions.cuda_graph_scopes`, `moe_costs.captured_moe_launches`) cost no
+    scopes (`ExecutionOptions.cuda_graph_scopes`, `moe_launches.captured_moe_launches`) cost no
     host time. Dropless routing (no capacity factor) synchronizes the stream once per
     forward on the received token counts: the device then waits one launch for the next
     kernel, and the launches after the router and the dispatch preprocessing
-    (`moe_costs.pre_sync_launches`, by `ExecutionOptions.moe_dispatcher`) hide only
+    (`moe_launches.pre_sync_launches`, by `ExecutionOptions.moe_dispatcher`) hide only
     behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
     combine; its router kernels, which run before the synchronization, are a small part:
     `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
-    does not synchronize (`moe_costs.host_bound_s`)."""
+    does not synchronize (`moe_launches.host_bound_s`)."""
     launch_s = options.moe_host_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
     fp8 = x.dtype == "fp8"

@@ -41,20 +41,13 @@ out of the gathered tokens, and combines by restoring the gathered shape, castin
 fp32 and reduce-scattering it (`allgather_combine_bytes`). It is priced over the EP group
 (Megatron spans expert TP x EP; expert TP is not folded in here).
 
-Host side (`moe_host_launches`): the dropless dispatcher copies the split sizes to the host
-and synchronizes the stream once per forward (``_maybe_dtoh_and_synchronize`` at
-``cuda_sync_point``); TE's grouped GEMM launches one cuBLAS GEMM per expert (and, under FP8,
-one quantization per expert input). The flex dispatcher fuses its permutations into the
-exchange and launches fewer kernels that do not repeat per expert
-(`costmodel.runtimes.megatron.moe_flex_launches`). A layer pass therefore takes at least
-the host time of its launches; `host_bound_s` applies that floor. The per-expert launches,
-the FP8 quantization of the expert operands and TE's fused grouped MLP are in
-`costmodel.runtimes.megatron.moe_experts`.
+Host-side launches, their CUDA graph capture and the host floor are in
+`costmodel.runtimes.megatron.moe_launches`; the 1F1B all-to-all overlap of MoE layers in
+`costmodel.runtimes.megatron.moe_a2a_overlap`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -64,13 +57,7 @@ from costmodel.compute import FP32_BYTES
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups, PassCost
-from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s, expert_launches
-from costmodel.runtimes.megatron.moe_flex_launches import (
-    FLEX_FIXED_LAUNCHES,
-    FLEX_PRE_SYNC_LAUNCHES,
-    FLEX_PREPROCESS_LAUNCHES,
-    uses_flex_launches,
-)
+from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.megatron.unfused_costs import expert_fc2_bias_time_s
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
@@ -79,15 +66,6 @@ from specs.plan import ParallelPlan
 ROUTING_MAP_BYTES = 1
 COUNT_BYTES = 8
 """int64 token counts per expert (`routing_map.sum(dim=0).long()`)."""
-
-FIXED_LAUNCHES = {"forward": 28, "backward": 28}
-"""Kernel launches of one MoE layer pass that do not repeat per expert, counted on the
-dropless alltoall path of `MoEAlltoAllTokenDispatcher` with `--moe-router-fusion` and
-`--moe-permute-fusion`: router (gating GEMM, fused top-k and score function, fused aux
-loss: 4), dispatch metadata (token counts, split sums, the count all-gather, slicing, five
-device-to-host copies and the event: 12), permutation 1 and 2 and their inverses, three
-all-to-alls and the probs (10), the fused weighted activation (2). The backward replays the
-same chain through autograd."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,76 +175,6 @@ def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> floa
     output and writes the logits gradient (12 per element each)."""
     per_element = 17 + ROUTING_MAP_BYTES if direction == "forward" else 24
     return per_element * tokens * num_experts
-
-
-def moe_host_launches(
-    local_experts: int,
-    fp8: bool,
-    direction: str,
-    *,
-    fused_mlp: bool = False,
-    dispatcher: str = "alltoall",
-) -> int:
-    """Kernel launches the host issues for one MoE layer pass: the dispatcher's launches
-    that do not repeat per expert (`FIXED_LAUNCHES`; `moe_flex_launches.FLEX_FIXED_LAUNCHES`
-    for ``flex``) plus the experts' MLP (`moe_experts.expert_launches`: per local expert
-    with TE ``GroupedLinear``, a fixed few with the fused grouped MLP)."""
-    experts = expert_launches(local_experts, fp8, direction, fused=fused_mlp)
-    fixed = FLEX_FIXED_LAUNCHES if uses_flex_launches(dispatcher) else FIXED_LAUNCHES
-    return fixed[direction] + experts
-
-
-ROUTER_LAUNCHES = 4
-"""Launches of `FIXED_LAUNCHES` in the router (gating GEMM, fused top-k and score function,
-fused aux loss), captured by the ``moe_router`` CUDA graph scope
-(megatron/core/transformer/transformer_config.py, ``cuda_graph_modules``)."""
-
-PREPROCESS_LAUNCHES = 12
-"""Launches of `FIXED_LAUNCHES` in the dispatch metadata (``MoELayer.preprocess``: token
-counts, split sums, the count all-gather, slicing, device-to-host copies), captured by the
-``moe_preprocess`` CUDA graph scope (same source; valid only with ``moe_router``)."""
-
-WHOLE_MOE_SCOPES = frozenset(("moe", "layer", "full_iteration"))
-"""CUDA graph scopes that capture a MoE layer's whole pass (``moe``: all of
-``TransformerLayer._forward_mlp``; ``layer``: the transformer layer; ``full_iteration``)."""
-
-
-def pre_sync_launches(dispatcher: str = "alltoall") -> int:
-    """Forward launches of a dropless MoE layer issued before its stream synchronization on
-    the token counts: the router and the dispatch metadata (`ROUTER_LAUNCHES` +
-    `PREPROCESS_LAUNCHES`), or the flex dispatcher's
-    (`moe_flex_launches.FLEX_PRE_SYNC_LAUNCHES`)."""
-    if uses_flex_launches(dispatcher):
-        return FLEX_PRE_SYNC_LAUNCHES
-    return ROUTER_LAUNCHES + PREPROCESS_LAUNCHES
-
-
-def captured_moe_launches(
-    scopes: frozenset[str], launches: int, dispatcher: str = "alltoall"
-) -> int:
-    """Of a MoE layer pass's `launches`, those a CUDA graph replays (no host launch time):
-    all under `WHOLE_MOE_SCOPES`, else `ROUTER_LAUNCHES` under ``moe_router`` plus
-    `PREPROCESS_LAUNCHES` under ``moe_preprocess`` (Megatron-core accepts it only together
-    with ``moe_router``; the flex ``dispatcher``'s preprocessing is
-    `moe_flex_launches.FLEX_PREPROCESS_LAUNCHES`). The expert GEMMs stay eager: their token
-    counts are known only after the dispatch."""
-    if scopes & WHOLE_MOE_SCOPES:
-        return launches
-    captured = 0
-    if "moe_router" in scopes:
-        captured += ROUTER_LAUNCHES
-        if "moe_preprocess" in scopes:
-            flex = uses_flex_launches(dispatcher)
-            captured += FLEX_PREPROCESS_LAUNCHES if flex else PREPROCESS_LAUNCHES
-    return min(captured, launches)
-
-
-def host_bound_s(gpu_s: float, host_s: float) -> float:
-    """Seconds a layer pass adds when its host launches take longer than its kernels run:
-    max(0, host - GPU). The dropless dispatcher's stream synchronization empties the launch
-    queue once per forward, so the host cannot bank time from earlier layers; layers of one
-    kind repeat, so the same floor holds in backward once the host falls behind."""
-    return max(0.0, host_s - gpu_s)
 
 
 def _collectives(
@@ -409,164 +317,4 @@ def _gemm3(profile: HardwareProfile, m: int, n: int, k: int, dtype: str) -> tupl
         ops.gemm_time_s(profile, m, n, k, dtype),
         ops.gemm_time_s(profile, m, k, n, dtype),
         ops.gemm_time_s(profile, k, n, m, dtype),
-    )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LayerStreams:
-    """One MoE layer pass as the 1F1B all-to-all overlap schedules it, in seconds
-    (`overlapped_pair_s`)."""
-
-    pre_s: float
-    """Computation before the dispatch (``pre_dispatch_computation``: attention, norms,
-    router, dispatch preprocessing), with the collectives it waits for."""
-    mlp_s: float
-    """Expert computation (``mlp``: routed and shared experts); in backward without the
-    weight gradients."""
-    dispatch_s: float
-    """Token dispatch all-to-all (``moe_dispatch``), on the communication stream."""
-    combine_s: float
-    """Token combine all-to-all (``moe_combine``), on the communication stream."""
-    wgrad_s: float = 0.0
-    """Backward only: the expert weight gradients (``mlp.backward_dw``, delayed by
-    ``delay_wgrad_compute``)."""
-
-
-def overlapped_pair_s(forward: LayerStreams, backward: LayerStreams) -> float:
-    """Seconds of one layer's merged step of the 1F1B all-to-all overlap: the ``forward`` of
-    one microbatch and the ``backward`` of another on two streams
-    (Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py,
-    ``TransformerLayerSchedulePlan.run``)::
-
-        comm: combine_b    | dispatch_f -> dispatch_b        | combine_f
-        comp: pre_f        | mlp_b -> wgrad_b -> mlp_f       | pre_b
-
-    Each stream runs its work in that order; dispatch_f waits for pre_f, mlp_b for
-    combine_b, dispatch_b for mlp_b, mlp_f for dispatch_f, combine_f for mlp_f, pre_b for
-    dispatch_b. The step ends when both streams are done (the next layer's pre_f needs
-    combine_f, its combine_b needs pre_b)."""
-    start = max(forward.pre_s, backward.combine_s)
-    dispatch_f_end = start + forward.dispatch_s
-    mlp_b_end = start + backward.mlp_s
-    dispatch_b_end = max(mlp_b_end, dispatch_f_end) + backward.dispatch_s
-    mlp_f_end = max(mlp_b_end + backward.wgrad_s, dispatch_f_end) + forward.mlp_s
-    combine_f_end = max(mlp_f_end, dispatch_b_end) + forward.combine_s
-    pre_b_end = max(mlp_f_end, dispatch_b_end) + backward.pre_s
-    return max(combine_f_end, pre_b_end)
-
-
-def a2a_paired_fraction(pp: int, vpp: int, num_microbatches: int) -> float:
-    """Share of a rank's forward (and backward) passes that run merged with a pass of
-    another microbatch under the 1F1B all-to-all overlap, averaged over the pipeline ranks.
-    Without pipelining the first forward and the last backward run alone
-    (``combined_1f1b_schedule_for_no_pipelining``); with the interleaved schedule the
-    warmup forwards, (pp - rank - 1)·2 + (vpp - 1)·pp plus one extra microbatch, and as many
-    cooldown backwards run alone (megatron/core/pipeline_parallel/schedules.py,
-    ``get_pp_rank_microbatches`` with ``overlap_moe_expert_parallel_comm``; the group size
-    per virtual stage is Megatron's default, pp)."""
-    m = max(num_microbatches, 1)
-    if pp == 1:
-        return (m - 1) / m
-    total = m * vpp
-    shares = []
-    for rank in range(pp):
-        warmup = min(total, (pp - rank - 1) * 2 + (vpp - 1) * pp + 1)
-        shares.append((total - warmup) / total)
-    return sum(shares) / pp
-
-
-def flex_comm_sm_share(sms: int | None, options: ExecutionOptions) -> float:
-    """Share of a device's ``sms`` streaming multiprocessors the flex dispatcher's kernels
-    take (`FLEX_COMM_SMS`); 0 for NCCL's all-to-all (the alltoall dispatcher, whose channel
-    count NCCL chooses at run time) and for devices of unknown SM count."""
-    if options.moe_dispatcher != "flex" or not sms:
-        return 0.0
-    return min(FLEX_COMM_SMS / sms, 1.0)
-
-
-def a2a_overlap_unmet(plan: ParallelPlan, options: ExecutionOptions) -> dict[str, str]:
-    """The requirements of `ExecutionOptions.moe_a2a_overlap` that ``plan`` under
-    ``options`` does not meet, keyed ``ep``, ``dispatcher``, ``recompute`` or ``vpp``, each
-    with what was found: Megatron-core asserts ep > 1, the alltoall or flex dispatcher, no
-    full recompute, and an interleaved schedule when pp > 1
-    (megatron/core/transformer/transformer_config.py, ``__post_init__`` under
-    ``overlap_moe_expert_parallel_comm``)."""
-    unmet = {}
-    if plan.ep < 2:
-        unmet["ep"] = f"expert parallelism, got ep={plan.ep}"
-    if options.moe_dispatcher not in ("alltoall", "flex"):
-        unmet["dispatcher"] = f"the alltoall or flex dispatcher, got {options.moe_dispatcher}"
-    if plan.recompute == "full":
-        unmet["recompute"] = "no full recompute, got recompute full"
-    if plan.pp > 1 and plan.vpp < 2:
-        unmet["vpp"] = f"a virtual pipeline when pp > 1, got pp={plan.pp} vpp={plan.vpp}"
-    return unmet
-
-
-def a2a_overlap_applies(plan: ParallelPlan, options: ExecutionOptions) -> bool:
-    """True when `ExecutionOptions.moe_a2a_overlap` acts on ``plan``: it is set and
-    `a2a_overlap_unmet` finds nothing."""
-    return options.moe_a2a_overlap and not a2a_overlap_unmet(plan, options)
-
-
-FLEX_COMM_SMS = 20
-"""SMs the DeepEP / HybridEP dispatch and combine kernels occupy while they run (Megatron-core
-``moe_flex_dispatcher_num_sms``, formerly ``moe_deepep_num_sms``: "historical default 20",
-megatron/core/transformer/transformer_config.py; HybridEP takes DeepEP's default when
-``moe_hybridep_num_sms`` is unset). Under the 1F1B all-to-all overlap the computation that
-runs beside them has the other SMs (`a2a_exposed_s`)."""
-
-
-def a2a_exposed_s(
-    forward: LayerStreams, backward: LayerStreams, paired: float, comm_sm_share: float = 0.0
-) -> tuple[float, float]:
-    """(forward, backward) exposed EP seconds of one MoE layer per microbatch under the 1F1B
-    all-to-all overlap: merged passes (share ``paired``, `a2a_paired_fraction`) expose what
-    their merged step (`overlapped_pair_s`) lasts beyond its computation, plus the
-    computation the communication kernels displace while they run beside it (their share of
-    the SMs, ``comm_sm_share``, times the communication that overlaps), split over the two
-    passes in proportion to their communication; the others expose all of it."""
-    comm_f = forward.dispatch_s + forward.combine_s
-    comm_b = backward.dispatch_s + backward.combine_s
-    if comm_f + comm_b <= 0.0:
-        return 0.0, 0.0
-    compute = forward.pre_s + forward.mlp_s + backward.pre_s + backward.mlp_s + backward.wgrad_s
-    waited = max(0.0, overlapped_pair_s(forward, backward) - compute)
-    hidden = waited + comm_sm_share * max(0.0, comm_f + comm_b - waited)
-    share_f = comm_f / (comm_f + comm_b)
-    exposed_f = paired * hidden * share_f + (1.0 - paired) * comm_f
-    exposed_b = paired * hidden * (1.0 - share_f) + (1.0 - paired) * comm_b
-    return exposed_f, exposed_b
-
-
-def a2a_overlapped_passes(
-    forward: PassCost,
-    backward: PassCost,
-    experts: tuple[PassCost, PassCost, float],
-    paired: float,
-    comm_sm_share: float = 0.0,
-) -> tuple[PassCost, PassCost]:
-    """A MoE layer's (forward, backward) with the EP exposure of the 1F1B all-to-all overlap
-    (`a2a_exposed_s`). ``experts`` is the experts' part of the layer (forward, backward,
-    weight-gradient seconds of the routed and shared experts); the rest of each pass is its
-    ``pre_dispatch_computation``. Dispatch and combine each take half of the pass's EP time;
-    ``comm_sm_share`` as in `a2a_exposed_s`."""
-    mlp_f, mlp_b, wgrad_s = experts
-
-    def streams(whole: PassCost, part: PassCost, wgrad: float) -> LayerStreams:
-        comm = part.ep_exposed_s
-        return LayerStreams(
-            pre_s=whole.duration_s - part.duration_s,
-            mlp_s=part.duration_s - comm - wgrad,
-            dispatch_s=comm / 2,
-            combine_s=comm / 2,
-            wgrad_s=wgrad,
-        )
-
-    exposed_f, exposed_b = a2a_exposed_s(
-        streams(forward, mlp_f, 0.0), streams(backward, mlp_b, wgrad_s), paired, comm_sm_share
-    )
-    return (
-        dataclasses.replace(forward, ep_exposed_s=exposed_f),
-        dataclasses.replace(backward, ep_exposed_s=exposed_b),
     )

@@ -1,7 +1,7 @@
 """Host launches of one MoE layer pass that do not repeat per expert under Megatron-core's
 flex token dispatcher with the HybridEP backend (``--moe-token-dispatcher-type flex``,
 ``--moe-flex-dispatcher-backend hybridep``), where the alltoall dispatcher's count
-(`costmodel.runtimes.megatron.moe_costs.FIXED_LAUNCHES`) does not apply.
+(`costmodel.runtimes.megatron.moe_launches.FIXED_LAUNCHES`) does not apply.
 
 Sources: Megatron-LM ``core_r0.16.0`` `megatron/core/transformer/moe/token_dispatcher.py`
 (``MoEFlexTokenDispatcher``, ``_HybridEPManager``), `fused_a2a.py` (``HybridEPDispatch``,
@@ -18,7 +18,7 @@ all-gather, five device-to-host copies), two permutations, three all-to-alls and
 inverses as separate PyTorch operators. HybridEP fuses the permutation into the exchange:
 
 forward (`FLEX_FIXED_LAUNCHES`)
-  router (the shared `moe_costs.ROUTER_LAUNCHES`: gating GEMM, fused top-k and score
+  router (the shared `moe_launches.ROUTER_LAUNCHES`: gating GEMM, fused top-k and score
   function, fused aux loss): 4; ``dispatch_preprocess`` (the routing map and probs
   expanded to the TP x EP group and made contiguous): 2; ``dispatch_with_permute``: the
   routing-map all-gather and the metadata preprocessing kernel, the copy of the dispatched

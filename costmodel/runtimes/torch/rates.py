@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from costmodel.runtimes.torch.dtensor_rates import dtensor_context_rates
-from costmodel.runtimes.torch.host_rates import HostRates, base_host_rates, host_figures
+from costmodel.runtimes.torch.host_rate_fits import host_figures
+from costmodel.runtimes.torch.host_rates import HostRates, base_host_rates
 from costmodel.runtimes.torch.op_mix_rates import with_op_mix
 from profiles.schema import HardwareProfile
 

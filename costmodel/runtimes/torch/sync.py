@@ -60,7 +60,8 @@ from dataclasses import dataclass
 from costmodel.collectives import collective_time_s
 from costmodel.rank_params import layer_params_per_rank
 from costmodel.runtimes.torch.fsdp_rates import PROBE_GATHER_BYTES, PROBE_TENSORS
-from costmodel.runtimes.torch.host_rates import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES, HostRates
+from costmodel.runtimes.torch.host_rate_fits import ADAMW_BYTES_PER_PARAM, FSDP_PROBE_BYTES
+from costmodel.runtimes.torch.host_rates import HostRates
 from costmodel.runtimes.torch.ops import FP32
 from costmodel.schedules import chunk_layers, schedule_actions
 from costmodel.topology import GroupPlacement, PlanPlacements, world_placement

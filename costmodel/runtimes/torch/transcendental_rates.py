@@ -19,7 +19,7 @@ already charge for it,
 either of which may be negative (the call, not each term, is what the line prices), where
 ``bytes_per_element`` is what the cost model counts for that kernel
 (`COUNTED_BYTES_PER_ELEMENT`) and ``scale`` brings the sweep's dispatch to the profile's
-``op_overhead_s`` (`costmodel.runtimes.torch.host_rates.host_figures`), so a calibrated host
+``op_overhead_s`` (`costmodel.runtimes.torch.host_rate_fits.host_figures`), so a calibrated host
 speed rescales the line like every host timing. A line without a positive slope, or fitted
 through fewer than two sizes, prices nothing; a negative intercept counts as 0.
 

@@ -1,0 +1,282 @@
+"""Activation bytes one transformer layer keeps per microbatch on one rank, tensor by tensor
+(`LayerActivations`); pipeline stages, recompute, offloading and the loss are in
+`costmodel.activations`.
+
+Per-layer bytes generalise Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models", arXiv 2205.05198, Table 2 and §4): for a multi-head attention
+layer with F = 4h, SP and selective recompute it is 34·s·b·h/t bytes, without SP
+s·b·h·(10 + 24/t). The generalisations:
+
+- GQA: Q is s·b·q and K, V are s·b·kv elements (q = a·d, kv = g·d), not s·b·h each; with
+  tp > g every rank keeps one replicated K/V head.
+- SwiGLU: the first MLP GEMM has two outputs (gate and up), so the MLP keeps 2·s·b·F more.
+- MoE: each token's top-k rows are dispatched to the experts; the experts keep their input
+  rows and inner activations (split by expert TP) and the fp32 routing probability of each
+  row (Megatron-core multiplies it in the expert activation, `TEGroupedMLP`), the router
+  keeps fp32 logits and probabilities. The combine keeps nothing: its unpermutation runs
+  without probabilities (`MoEAlltoAllTokenDispatcher.combine_postprocess`), so its backward
+  is a permutation of the gradient by the saved row map.
+- MLA: the q and kv latents (before and after their norms) replace the QKV input width.
+- CP divides the sequence of every token-linear term; attention scores are s/cp x s.
+- Attention kernel: ``flash`` (fused attention, Megatron's default through Transformer
+  Engine) keeps only fp32 log-sum-exp statistics (4·b·a·s/(t·cp) bytes) besides Q, K, V
+  and the output; ``materialized`` keeps Table 2's 5·a·s²·b term (softmax output, dropout
+  mask and dropout output). Selective recompute drops exactly that core-attention part.
+
+Table 2 keeps two 1-byte dropout masks per layer (attention and MLP output) and one for
+the embedding; they are kept only when the run applies hidden dropout (``dropout``, from
+`ExecutionOptions.hidden_dropout`: Megatron-core's bias-dropout-add saves no mask when the
+dropout probability is 0, as in Llama-style recipes).
+
+FP8 (Transformer Engine, `te.pytorch` ``LayerNormLinear``/``Linear``/``GroupedLinear``
+forward: the FP8-cast GEMM input is what is saved for the weight-gradient GEMM): the input
+of every linear layer (the normalized QKV and fc1 input, the attention output before the
+output projection, the activation output before fc2, the expert inputs) is kept as 1-byte
+FP8; the layer-norm input, Q, K, V, the attention output kept by the fused attention
+kernel and the first MLP GEMM's outputs stay in bf16. Under bf16 the attention output is
+one tensor shared by the attention kernel and the output projection; under FP8 the
+projection keeps its own FP8 copy, except where it saves its original input
+(`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
+tensor the attention kernel keeps.
+
+Units: bytes per rank. ``e`` is the activation element size (2 for bf16/fp8, 4 for fp32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from costmodel.compute import FP32_BYTES, MASK_BYTES
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import mla_head_dims
+from specs.plan import ParallelPlan
+
+AttentionKernel = Literal["flash", "materialized"]
+
+
+def activation_element_bytes(job: TrainingJob) -> int:
+    """Bytes of one stored activation: 2 for bf16 and fp8 runs (fp8 GEMMs still keep bf16
+    layer outputs), 4 for fp32 runs."""
+    return 4 if job.precision == "fp32" else 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActivationShard:
+    """The activation shape one rank sees for one microbatch."""
+
+    tokens: float
+    """b·s/cp: tokens of the microbatch on this CP rank."""
+    seq_length: int
+    """Full sequence s (keys each query attends to)."""
+    tp: int
+    """Divisor of TP-sharded activations."""
+    sp: int
+    """Divisor of activations outside TP regions: tp with sequence parallelism, else 1."""
+    element_bytes: int
+    """Bytes per stored activation element."""
+    gemm_input_bytes: int
+    """Bytes per element of a saved linear-layer input: 1 under FP8, else element_bytes."""
+    mask_bytes: int
+    """Bytes per element of a hidden-dropout mask: 1 with dropout, 0 without."""
+    proj_saves_input: bool = False
+    """The attention output projection saves its original (bf16) input, the tensor the
+    attention kernel keeps, instead of an FP8 copy (`projection_saves_original_input`)."""
+
+    @property
+    def fp8_copy_bytes(self) -> int:
+        """Bytes of the separate FP8 copy of a tensor another kernel keeps in bf16."""
+        return self.gemm_input_bytes if self.gemm_input_bytes < self.element_bytes else 0
+
+    @property
+    def proj_copy_bytes(self) -> int:
+        """Bytes per element the output projection keeps beside the attention output."""
+        return 0 if self.proj_saves_input else self.fp8_copy_bytes
+
+
+def projection_saves_original_input(fp8_recipe: str) -> bool:
+    """True when, in an fp8 run with Transformer Engine's ``fp8_recipe``, Megatron-core's
+    attention output projection saves its original input rather than the FP8-cast copy.
+
+    Megatron-core calls ``set_save_original_input(self.linear_proj)`` when ``config.fp8``,
+    ``fp8_recipe != 'delayed'`` and Transformer Engine is at least 2.6
+    (``megatron/core/transformer/attention.py``, ``Attention.__init__``, from core_v0.14.0;
+    ``megatron/core/extensions/transformer_engine.py`` ``set_save_original_input``): "the
+    output of the fused core_attn is saved by itself, and linear_proj also saves the
+    quantized tensor of this output". TE's ``Linear`` with ``save_original_input`` saves
+    ``inp`` and quantizes it again in the backward (TE v2.6+,
+    ``transformer_engine/pytorch/module/linear.py``; not supported with delayed scaling).
+    Current scaling (``tensorwise``) and ``mxfp8`` therefore keep no FP8 copy of the
+    attention output; ``delayed`` keeps it.
+    """
+    return fp8_recipe != "delayed"
+
+
+def activation_shard(
+    job: TrainingJob, plan: ParallelPlan, dropout: bool = True, proj_saves_input: bool = False
+) -> ActivationShard:
+    element = activation_element_bytes(job)
+    return ActivationShard(
+        gemm_input_bytes=1 if job.precision == "fp8" else element,
+        mask_bytes=MASK_BYTES if dropout else 0,
+        tokens=plan.micro_batch_size * job.seq_length / plan.cp,
+        seq_length=job.seq_length,
+        tp=plan.tp,
+        sp=plan.tp if plan.sequence_parallel else 1,
+        element_bytes=element,
+        proj_saves_input=proj_saves_input,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerActivations:
+    """Bytes one layer keeps for one microbatch on one rank."""
+
+    full_bytes: float
+    """Everything the backward pass needs when nothing is recomputed."""
+    core_attention_bytes: float
+    """The part selective recompute drops: softmax statistics (flash) or scores (materialized)."""
+    input_bytes: float
+    """The layer input: all a full-recompute checkpoint keeps."""
+    tensors: tuple[tuple[str, float], ...] = ()
+    """The saved tensors by name (`costmodel.activation_savers.SAVED_TENSORS`), summing to
+    full_bytes: what per-module recompute and activation offloading act on."""
+
+    @property
+    def selective_bytes(self) -> float:
+        """Kept with selective (core-attention) recompute."""
+        return self.full_bytes - self.core_attention_bytes
+
+
+def _attention_tensors(
+    model: ModelSpec, x: ActivationShard, kernel: AttentionKernel
+) -> dict[str, float]:
+    """Attention block: norm input, QKV GEMM input (the norm output), dropout mask, the
+    projected heads (Q, K, V; MLA: with its latents), the core's own saved tensors, and
+    the attention output (with its FP8 copy for the output projection)."""
+    e, t, n = x.element_bytes, x.tp, x.tokens
+    h, a = model.hidden_size, model.num_attention_heads
+    out: dict[str, float] = {
+        "attn_norm_input": e * n * h / x.sp,
+        "qkv_input": x.gemm_input_bytes * n * h / x.sp,
+        "attn_mask": x.mask_bytes * n * h / x.sp,
+        "core_attention": _core_attention_bytes(model, x, kernel),
+    }
+    if model.uses_mla:
+        d_qk, d_rope, d_v = mla_head_dims(model)
+        q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
+        out["mla_latents"] = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
+        out["qkv_heads"] = e * n * a * (2 * (d_qk + d_rope) + d_v) / t
+        out["attn_output"] = (e + x.proj_copy_bytes) * n * a * d_v / t
+        return out
+    q, g = a * model.head_dim, model.query_groups
+    # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
+    kv_per_rank = g * model.head_dim / min(t, g)
+    out["qkv_heads"] = e * n * (q / t + 2 * kv_per_rank)
+    if model.qk_layernorm:
+        out["qk_norm_input"] = qk_norm_saved_bytes(model, x)
+    out["attn_output"] = (e + x.proj_copy_bytes) * n * q / t
+    return out
+
+
+def qk_norm_saved_bytes(model: ModelSpec, x: ActivationShard) -> float:
+    """Bytes the query and key norms (``ModelSpec.qk_layernorm``) keep for backward: their
+    inputs, the query and key heads before the norm, in the activation dtype, and one fp32
+    reciprocal RMS per head and token.
+
+    Source: Transformer Engine's RMSNorm (``transformer_engine/pytorch/ops/basic/rmsnorm.py``)
+    saves ``input_.contiguous()`` and ``rstdevs``; Megatron-core's query is a reshaped copy
+    and its key a view of the fused QKV output (``attention.py``,
+    ``get_query_key_value_tensors``), so both saved inputs are tensors of their own. The
+    normed heads go through RoPE into the attention core, which saves its own Q and K
+    (``qkv_heads``). No recompute module drops them."""
+    t, n, d = x.tp, x.tokens, model.head_dim
+    heads = model.num_attention_heads / t
+    groups = model.query_groups / min(t, model.query_groups)
+    return (x.element_bytes * d + FP32_BYTES) * n * (heads + groups)
+
+
+def _core_attention_bytes(model: ModelSpec, x: ActivationShard, kernel: AttentionKernel) -> float:
+    """What the attention core keeps beyond Q, K, V and its output."""
+    heads_per_rank = model.num_attention_heads / x.tp
+    if kernel == "flash":
+        return FP32_BYTES * x.tokens * heads_per_rank
+    scores = x.tokens * x.seq_length * heads_per_rank
+    return (2 * x.element_bytes + MASK_BYTES) * scores
+
+
+def _mlp_tensors(
+    model: ModelSpec, x: ActivationShard, ffn: int, rows: float, tp: int, prefix: str
+) -> dict[str, float]:
+    """One MLP's inner activations for ``rows`` token rows, split over ``tp``: the first
+    GEMM's output(s) (``<prefix>fc1_output``) and the activation output, the second GEMM's
+    input (``<prefix>act_output``)."""
+    up = 2 if model.activation == "swiglu" else 1
+    return {
+        f"{prefix}fc1_output": x.element_bytes * up * rows * ffn / tp,
+        f"{prefix}act_output": x.gemm_input_bytes * rows * ffn / tp,
+    }
+
+
+def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> dict[str, float]:
+    """Router, shared expert(s) and routed experts (with their rows' probabilities)."""
+    h = model.hidden_size
+    routed_tokens = x.tokens / x.sp
+    shared = _mlp_tensors(model, x, model.moe_shared_expert_size, x.tokens, x.tp, "shared_")
+    rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
+    etp = plan.expert_tp
+    return {
+        "router": 2 * FP32_BYTES * routed_tokens * model.num_experts,  # logits, probabilities
+        **shared,
+        "expert_input": x.gemm_input_bytes * rows * etp * h,  # rows gathered over expert TP
+        **_mlp_tensors(model, x, model.expert_ffn_hidden_size, rows * etp, etp, "expert_"),
+        "expert_row_probs": FP32_BYTES * rows * etp,  # the probability-weighted activation
+    }
+
+
+def layer_activations(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    layer_index: int,
+    *,
+    attention: AttentionKernel = "flash",
+    dropout: bool = True,
+    proj_saves_input: bool = False,
+) -> LayerActivations:
+    """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring);
+    ``proj_saves_input``: `projection_saves_original_input` of the run's FP8 recipe."""
+    if not 0 <= layer_index < model.num_layers:
+        raise SpecError(
+            f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
+            f"{model.name!r}; pass a layer of the model"
+        )
+    is_moe = model.moe_layer_mask()[layer_index]
+    x = activation_shard(job, plan, dropout, proj_saves_input)
+    return shard_layer_activations(model, x, plan, is_moe, attention)
+
+
+def shard_layer_activations(
+    model: ModelSpec,
+    x: ActivationShard,
+    plan: ParallelPlan,
+    is_moe: bool,
+    attention: AttentionKernel,
+) -> LayerActivations:
+    h, n, e = model.hidden_size, x.tokens, x.element_bytes
+    tensors = _attention_tensors(model, x, attention)
+    tensors["mlp_norm_input"] = e * n * h / x.sp
+    tensors["fc1_input"] = x.gemm_input_bytes * n * h / x.sp
+    tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
+    if is_moe:
+        tensors.update(_moe_tensors(model, x, plan))
+    else:
+        tensors.update(_mlp_tensors(model, x, model.ffn_hidden_size, n, x.tp, ""))
+    return LayerActivations(
+        full_bytes=sum(tensors.values()),
+        core_attention_bytes=tensors["core_attention"],
+        input_bytes=e * n * h / x.sp,
+        tensors=tuple(tensors.items()),
+    )
