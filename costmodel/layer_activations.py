@@ -141,8 +141,9 @@ class LayerActivations:
     input_bytes: float
     """The layer input: all a full-recompute checkpoint keeps."""
     tensors: tuple[tuple[str, float], ...] = ()
-    """The saved tensors by name (`costmodel.activation_savers.SAVED_TENSORS`), summing to
-    full_bytes: what per-module recompute and activation offloading act on."""
+    """The saved tensors by name (the names of
+    `costmodel.activation_savers.RECOMPUTE_TENSORS`), summing to full_bytes: what per-module
+    recompute and activation offloading act on."""
 
     @property
     def selective_bytes(self) -> float:

@@ -47,7 +47,7 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "compute": ("compute_forward_s", "compute_backward_s"),
     "optimizer": ("optimizer_s",),
 }
-"""Breakdown fields (`costmodel.runtimes.megatron.pricing.Breakdown`) summed into the compared
+"""Breakdown fields (`costmodel.iteration.Breakdown`) summed into the compared
 groups."""
 
 MODEL_STATE_BYTES_PER_PARAM = {"bf16": 18, "fp8": 18, "fp32": 16}

@@ -9,7 +9,7 @@ the executor, when handed this module's `host_probe` (`executor.run.RunConfig.ho
 after each unprofiled step, every rank at once. A run's probe over a reference (in the
 fidelity bench, the calibration runs' probe; for another world size scaled by the ratio of
 the profiles' own probes) is the host's speed during that run relative to the reference
-(`reports.fidelity.at_host_speed`).
+(`reports.host_speed.at_host_speed`).
 
 The work mixes what a CPU training step spends its time on: `PROBE_OPS` dispatch-bound
 element-wise operators on a small tensor and `PROBE_GEMMS` GEMMs of `PROBE_GEMM_SIZE`

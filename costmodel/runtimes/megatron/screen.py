@@ -24,8 +24,9 @@ row. Everything else is numpy arithmetic over the rows:
   bucket of stages 1 and p-1 less their head start of s·(backward per chunk);
 - parameter all-gather, optimizer step and memory as in `costmodel.runtimes.megatron.pricing` and
   `costmodel.memory`, for stage 0, stage 1 and the last stage; under Megatron-FSDP the
-  sharded weights, gradients and optimizer state of `costmodel.megatron_fsdp` and its
-  parameter gathers (per layer and pass under `optim_grads_params`).
+  sharded weights, gradients and optimizer state of
+  `costmodel.runtimes.megatron.megatron_fsdp` and its parameter gathers (per layer and pass
+  under `optim_grads_params`).
 
 Agreement with the simulator is within 5% on uniform dense models (tested); MoE models
 with leading dense layers and non-default recompute layer counts use layer averages, and
