@@ -246,3 +246,23 @@ def test_screen_agrees_when_megatron_fsdp_is_network_bound():
     time_err, mem_err = compare(model, cluster, job, plans)
     assert time_err.max() < 0.05
     assert mem_err.max() < 0.01
+
+
+def test_screen_prices_the_last_stage_parameter_gather_when_it_is_the_largest():
+    # A layout that puts 30 of Llama-3-8B's 32 layers on the last stage, the distributed
+    # optimizer's all-gather across 16 data-parallel ranks (two servers) left unoverlapped:
+    # the last stage's gather, not stage 0's, sets the iteration's tail.
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=32)
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    plan = ParallelPlan.for_world(
+        32,
+        tp=1,
+        pp=2,
+        distributed_optimizer=True,
+        recompute="full",
+        pipeline_model_parallel_layout="Et*2|t*30L",
+    )
+    assert check_plan(model, cluster, job, plan) == []
+    time_err, _ = compare(model, cluster, job, [plan])
+    assert time_err.max() < 0.05

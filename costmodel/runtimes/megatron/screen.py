@@ -234,7 +234,7 @@ def _tail_s(
     (f0, _), _, _ = times
     v, pp = c["vpp"], c["pp"]
     weight = 4 if job.precision == "fp32" else 2
-    gather = options.fp8_weight_storage.gather_bytes(job)
+    gather = options.fp8_weight_storage.gather_bytes(job)  # bytes per gathered weight
     fsdp = c["use_megatron_fsdp"].astype(bool)
     # the optimizer step's affine form per Adam state: without and with Megatron-FSDP
     units = np.array([optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
@@ -278,8 +278,10 @@ def _tail_s(
         first = np.maximum(chunk / nb, chunk - forward_chunk * (nb - 1) / nb) - start
         later_chunks = v * chunk - (v - 1) * pp * forward_chunk - start
         late = np.maximum(first, np.where(v > 1, later_chunks, -np.inf))
-        gather = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
-        tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather, 0.0)
+        gather_s = np.where(
+            c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk
+        )
+        tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather_s, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
         reduce_s = fsdp_reduce_per_microbatch_s(c, tag, float(options.main_grad_bytes))
         tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers, reduce_s)
