@@ -132,6 +132,7 @@ class Fp8Modules:
 
 
 NO_MODULES = Fp8Modules(modules=0, gemms=0)
+"""No FP8 module: the sum over no layers."""
 
 
 def layer_fp8_modules(model: ModelSpec, *, is_moe: bool, ep: int) -> Fp8Modules:
