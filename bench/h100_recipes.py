@@ -12,7 +12,7 @@ is priced again with the recipe's full settings (`full_settings_case`: recompute
 graphs, dispatcher, all-to-all overlap, pipeline layout), and every field where the two
 differ is listed (``differences``): a rule that does not cover the H100 recipe.
 
-Per row: predicted peak GiB, whether it fits the H100 SXM profile's 80 GiB, iteration
+Per row: predicted peak GiB, whether it fits the H100 SXM profile's memory, iteration
 time, model TFLOP/s per GPU and MFU (against the profile's dense peak of the job's
 precision: FP8 rows against the FP8 peak), for both pricings. No published throughput is
 read or printed. ``qwen3_30b_ratio`` gives the predicted time-per-token ratio of the two

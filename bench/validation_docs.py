@@ -48,7 +48,8 @@ def _memory_case(case: dict) -> list[str]:
     lines = [
         "## Memory: Llama-3-8B, sequence 8192, TP1 PP1, FP8, distributed optimizer, 8 H100",
         "",
-        "Peak GiB per rank (80 GiB device). Megatron-LM's defaults keep fp32 main gradients "
+        f"Peak GiB per rank ({case['megatron_defaults']['device_gib']:.2f} GiB device, "
+        "NVML's total). Megatron-LM's defaults keep fp32 main gradients "
         "(4 bytes per parameter); Megatron-Bridge's performance scripts reduce gradients in "
         "bf16, and its H100 Llama-3-8B performance configuration "
         "(`scripts/performance`) sets context_parallel_size 2. Megatron's own estimator "

@@ -249,7 +249,10 @@ def llama3_8b_memory_case() -> dict[str, dict[str, float]]:
     result: dict[str, dict[str, float]] = {}
     for name, (p, options) in cases.items():
         est = estimate_plan(model, cluster, job, p, profile, options=options)
-        result[name] = {"peak_gib": est.peak_memory_gib} | stage_memory_parts_gib(est.memory[0])
+        result[name] = {
+            "peak_gib": est.peak_memory_gib,
+            "device_gib": profile.device.memory_gib,
+        } | stage_memory_parts_gib(est.memory[0])
     weights, activations = megatron_theoretical_memory(model, job, plan)
     result["megatron_estimator"] = {
         "peak_gib": (weights + activations) / GiB,

@@ -121,10 +121,10 @@ class ExecutionOptions:
     Transformer Engine's FP8 recipes (`costmodel.execution_presets.framework_profile`). The
     profile's fp8 curve is the bare cuBLASLt rate on square shapes (MAMF); a training step's
     FP8 linear layers also cast and transpose their inputs and output gradients (priced apart,
-    as memory-bound kernels, with current scaling's amax pass and TP amax all-reduce:
+    as memory-bound kernels, with current scaling's amax pass and TP amax all-reduce and
+    delayed scaling's amax reduction and scale update at each ``fp8_autocast`` exit:
     `costmodel.fp8_quantization.fp8_quantize_time_s`, `costmodel.runtimes.megatron.fp8_scaling`),
-    reduce amax and update scales (delayed scaling's ``fp8_autocast`` exit), which NVIDIA's
-    own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
+    which NVIDIA's own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
     ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
     about 1.8x. None (the default) takes the value fitted on published FP8 runs for the
     profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:

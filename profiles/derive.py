@@ -115,6 +115,7 @@ A100_SXM_80GB = Figures(
     mamf_tflops={"bf16": 271.2},  # MAMF 1024x10240x5120, torch 2.6.0 [S1]
     sustained_tflops={"bf16": 257.0},  # 8192^3 on torch.randn inputs, power-limited [S55]
     memory_gb=80.0,  # HBM2e [S2]
+    nvml_memory_mib=81_920.0,  # NVML total [S60]
     hbm_tbps=2.039,  # [S2]
     fabric="nvswitch",  # DGX/HGX A100, 6 NVSwitch gen2 [S6][S15]
     scale_up_GBps=300.0,  # NVLink3, 12 links, per direction [S6]
@@ -132,7 +133,7 @@ A100_SXM_80GB = Figures(
     latency8_us=43.83,  # 8xA100 nccl-tests all_reduce at 32 KiB [S6]
     attention=a100_fa2_curves(),
     attention_kernel="FlashAttention-2",
-    sources=("S2", "S6", "S15", "S21", "S25", "S30", "S38", "S39"),
+    sources=("S2", "S6", "S15", "S21", "S25", "S30", "S38", "S39", "S60"),
     notes=(
         "Intra busbw: vTrain all_reduce LUT at 1 GiB for 2/4 GPUs [S39] scaled by "
         "234.89/229.35 to the 16 GiB nccl-tests figure [S6]; 3 and 5-7 GPUs interpolated in "
@@ -154,6 +155,7 @@ A100_SXM_40GB = dataclasses.replace(
     name="a100-sxm-40gb",
     device_name="NVIDIA A100 SXM4 40GB",
     memory_gb=40.0,  # HBM2 [S2][S3]
+    nvml_memory_mib=40_960.0,  # NVML total [S60]
     hbm_tbps=1.555,  # [S2][S3]
     sources=(*A100_SXM_80GB.sources, "S3"),
     notes=(
@@ -180,6 +182,7 @@ H100_SXM_80GB = Figures(
     peak_tflops={"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "fp32": 66.9},
     mamf_tflops={"bf16": 794.5, "fp8": 1402.6},  # MAMF, torch 2.7.0+cu126 [S1]
     memory_gb=80.0,  # HBM3 [S4]
+    nvml_memory_mib=81_559.0,  # NVML total [S60]
     hbm_tbps=3.35,  # [S4]
     fabric="nvswitch",  # DGX H100, 4 NVSwitch gen3 [S6][S16]
     scale_up_GBps=450.0,  # NVLink4, 18 links, per direction [S6]
@@ -196,7 +199,21 @@ H100_SXM_80GB = Figures(
     latency8_us=_H200_LATENCY8_US,
     attention=h100_fa3_curves(1.0),
     attention_kernel="FlashAttention-3",
-    sources=("S4", "S5", "S6", "S16", "S26", "S27", "S30", "S33", "S36", "S37", "S38", "S43"),
+    sources=(
+        "S4",
+        "S5",
+        "S6",
+        "S16",
+        "S26",
+        "S27",
+        "S30",
+        "S33",
+        "S36",
+        "S37",
+        "S38",
+        "S43",
+        "S60",
+    ),
     notes=(
         "Intra alpha: no H100 small-message figure; H200's 32 KiB torch all_reduce "
         f"({_H200_LATENCY8_US} us [S6]) is used (same NVLink4 and NVSwitch).",
@@ -216,6 +233,7 @@ H200_SXM_141GB = Figures(
     peak_tflops={"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "fp32": 67.0},  # [S1][S7]
     mamf_tflops={"bf16": 794.5, "fp8": 1453.4},  # bf16 "H200 is the same" as H100; fp8 [S1]
     memory_gb=141.0,  # HBM3e [S1][S7]
+    nvml_memory_mib=143_771.0,  # NVML total [S60]
     hbm_tbps=4.8,  # [S1][S7]
     fabric="nvswitch",  # DGX/HGX H200, 4 NVSwitch [S16]
     scale_up_GBps=450.0,  # [S6][S7]
@@ -232,7 +250,7 @@ H200_SXM_141GB = Figures(
     latency8_us=_H200_LATENCY8_US,
     attention=h100_fa3_curves(1.0),
     attention_kernel="FlashAttention-3",
-    sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43"),
+    sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43", "S60"),
     notes=(
         "all_gather, reduce_scatter, all_to_all and send_recv busbw from H100 [S38][S6] "
         "(same NVLink4 and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",

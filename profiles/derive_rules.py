@@ -26,7 +26,7 @@ from profiles.schema_network import (
 )
 from profiles.schema_provenance import Provenance
 
-DERIVED_ON = "2026-12-05"
+DERIVED_ON = "2026-12-06"
 """Date of the derivation; change it when a figure or rule below changes."""
 COMMAND = "python -m profiles.derive --write"
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -78,6 +78,10 @@ SOURCES: dict[str, str] = {
     "{llama3.1,dsv3,qwen35}/{gb200,gb300}/*_20260424_*.csv (cuDNN 9.22.0, frontend 1.21.1)",
     "S59": "NVIDIA/cudnn-frontend @0b1577c benchmark/sdpa_benchmark_training/artifacts/"
     "sdpa_bf16_benchmark_results_NVIDIA_{B200,GB300}.csv (pyt_cudnn, cuDNN 9.13.0)",
+    "S60": "thundergolfer.com/blog/nvidia-gpu-memory-capacity (Modal, 'Why does an NVIDIA "
+    "H100 80GB card offer 85.52 GB?'): memory totals as NVML (nvidia-smi) reports them, "
+    "H200 141 GB 143,771 MiB, H100 80 GB 81,559 MiB, A100 80GB 81,920 MiB, A100 40GB "
+    "40,960 MiB",
 }
 
 # --- rules shared by every device -------------------------------------------------------
@@ -135,7 +139,10 @@ class Figures:
     source measured it; it replaces the burst MAMF as the curve's top (others reuse the
     bf16 sustained fraction)."""
     memory_gb: float
-    """Vendor memory figure, read as GiB (see `_notes`)."""
+    """Vendor memory figure, GB as published."""
+    nvml_memory_mib: float | None = None
+    """Device memory as NVML (nvidia-smi) reports its total, MiB, where a source lists it;
+    None: the vendor figure is read as GiB (`device_memory_gib`)."""
     hbm_tbps: float
     """HBM bandwidth, TB/s."""
     fabric: ScaleUpFabric
@@ -174,6 +181,29 @@ class Figures:
     """Architecture generation (`profiles.schema_device.GENERATIONS`)."""
     exp_per_s: float = 0.0
     """SFU exponentials per second of the device, 0 without a source."""
+
+
+def device_memory_gib(fig: Figures) -> float:
+    """The profile's ``memory_gib``: NVML's total / 1024 where sourced, else the vendor's
+    GB figure read as GiB (HBM stacks come in binary sizes)."""
+    if fig.nvml_memory_mib is not None:
+        return fig.nvml_memory_mib / 1024.0
+    return fig.memory_gb
+
+
+def _memory_note(fig: Figures) -> str:
+    if fig.nvml_memory_mib is not None:
+        return (
+            f"memory_gib is NVML's total, {fig.nvml_memory_mib:,.0f} MiB = "
+            f"{device_memory_gib(fig):.2f} GiB [S60], not the vendor's {fig.memory_gb:g} GB: "
+            "what nvidia-smi reports and a framework can allocate into (the CUDA context "
+            "is allocated inside it); the cost model keeps its own reserve."
+        )
+    return (
+        f"memory_gib reads the vendor's {fig.memory_gb:g} GB as GiB: HBM stacks come in "
+        "binary sizes, and a decimal reading would understate what the runtime exposes "
+        "(no NVML total is sourced for this device); the cost model keeps its own reserve."
+    )
 
 
 def _gemm_curves(fig: Figures) -> dict[str, tuple[EfficiencyPoint, ...]]:
@@ -379,9 +409,7 @@ def _top_note(fig: Figures) -> str:
 
 def _notes(fig: Figures) -> tuple[str, ...]:
     return (
-        f"memory_gib reads the vendor's {fig.memory_gb:g} GB as GiB: HBM stacks come in "
-        "binary sizes, and a decimal reading would understate what the runtime exposes; "
-        "the cost model keeps its own reserve.",
+        _memory_note(fig),
         "GEMM curve: Calculon A100 gflops_efficiency [S48], GFLOP axis scaled by peak/312, "
         "efficiency scaled so the largest GEMMs reach the top fraction; below 1 GFLOP "
         "(scaled) time is held constant.",
@@ -406,7 +434,7 @@ def build_profile(fig: Figures) -> HardwareProfile:
             vendor=fig.vendor,
             kind="gpu",
             peak_tflops=dict(fig.peak_tflops),
-            memory_gib=fig.memory_gb,
+            memory_gib=device_memory_gib(fig),
             hbm_GBps=round(fig.hbm_tbps * 1000.0, 3),
             generation=fig.generation,
         ),

@@ -41,12 +41,13 @@ SOURCED_PEAKS = {
     "gb300-nvl72": {"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp32": 80},  # [S1][S9]
     "b300": {"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp32": 80},  # [S1]
 }
-# (memory GB, HBM GB/s, scale-up GB/s per direction, NIC GB/s per GPU), hardware.yaml.
+# (memory GiB, HBM GB/s, scale-up GB/s per direction, NIC GB/s per GPU), hardware.yaml;
+# memory is NVML's total in MiB / 1024 where [S60] lists it, else the vendor's GB as GiB.
 SOURCED_DEVICE = {
-    "a100-sxm-40gb": (40, 1555, 300, 25.0),  # [S2][S3][S6][S21]
-    "a100-sxm-80gb": (80, 2039, 300, 25.0),  # [S2][S6][S21]: 200 Gb/s NIC
-    "h100-sxm-80gb": (80, 3350, 450, 50.0),  # [S4][S6][S16]: 400 Gb/s NIC
-    "h200-sxm-141gb": (141, 4800, 450, 50.0),  # [S1][S7][S6][S16]
+    "a100-sxm-40gb": (40_960 / 1024, 1555, 300, 25.0),  # [S60][S2][S3][S6][S21]
+    "a100-sxm-80gb": (81_920 / 1024, 2039, 300, 25.0),  # [S60][S2][S6][S21]: 200 Gb/s NIC
+    "h100-sxm-80gb": (81_559 / 1024, 3350, 450, 50.0),  # [S60][S4][S6][S16]: 400 Gb/s NIC
+    "h200-sxm-141gb": (143_771 / 1024, 4800, 450, 50.0),  # [S60][S1][S7][S6][S16]
     "b200": (180, 8000, 900, 50.0),  # [S1][S17][S6][S16]
     "mi300x": (192, 5300, 448, 50.0),  # [S1][S14][S6]
     "gb200-nvl72": (186, 8000, 900, 50.0),  # [S1][S18]: 4x CX-7 400G per 4-GPU tray
@@ -89,8 +90,8 @@ def test_derive_check_mode_reports_no_drift(tmp_path, capsys) -> None:
 def test_peaks_and_device_figures_equal_sources(name: str) -> None:
     profile = load_profile(name)
     assert profile.device.peak_tflops == pytest.approx(SOURCED_PEAKS[name])
-    memory_gb, hbm_GBps, scale_up_GBps, nic_GBps = SOURCED_DEVICE[name]
-    assert profile.device.memory_gib == memory_gb
+    memory_gib, hbm_GBps, scale_up_GBps, nic_GBps = SOURCED_DEVICE[name]
+    assert profile.device.memory_gib == memory_gib
     assert profile.device.hbm_GBps == pytest.approx(hbm_GBps)
     assert profile.topology.scale_up_GBps_per_gpu == scale_up_GBps
     assert profile.topology.nic_GBps_per_gpu == nic_GBps

@@ -1,6 +1,7 @@
 """The scale bookkeeping of Transformer Engine's per-tensor FP8 recipes that is
 communication rather than memory traffic: the amax all-reduce of per-tensor current
-scaling over the tensor-parallel group.
+scaling over the tensor-parallel group, and delayed scaling's amax reduction and scale
+update once per ``fp8_autocast`` region.
 
 Per-tensor current scaling (Megatron-core ``--fp8-recipe tensorwise``, TE
 ``Float8CurrentScaling``) scales each GEMM operand by the amax of the operand itself. With
@@ -15,18 +16,62 @@ gradient in ``_linear_backward``), and ``Float8CurrentScalingQuantizer::quantize
 between the amax kernel and the scale kernel, waiting for it (``->wait()``) before the
 cast. The compute stream waits for a latency-bound collective, once per linear pair and
 direction. Without sequence parallelism every TP rank holds the whole operand: no
-reduction. Delayed scaling and MXFP8 reduce nothing per operand.
+reduction. MXFP8 reduces nothing.
+
+Delayed scaling (``--fp8-recipe delayed``, TE ``DelayedScaling``, Megatron-core's default)
+casts with scales taken from an amax history and records each tensor's new amax inside the
+cast. The reduction of those amaxes is not per operand but per ``fp8_autocast`` region:
+
+- *Region.* Megatron-core enters one ``fp8_autocast`` per ``TransformerBlock.forward``,
+  i.e. per microbatch and model chunk, around all its layers
+  (``megatron/core/transformer/transformer_block.py``: core_v0.5.0 ``fp8_context``; HEAD
+  the "outer" context, used only for the delayed recipe, `fp8_utils.get_fp8_context`), with
+  ``fp8_group = get_amax_reduction_group(with_context_parallel=True)``: the TP x DP x CP
+  ranks of the stage (``parallel_state._TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP``; TP x CP
+  only with ``tp_only_amax_red``, default False).
+- *Buffer.* Every TE module with FP8 GEMMs holds ``3 * num_gemms`` forward and
+  ``2 * num_gemms`` backward fp32 amaxes (input, weight, output; output and input
+  gradients: ``module/base.py`` ``set_meta_tensor``). From TE 1.6 each module adds them
+  once to a global buffer keyed by (direction, recipe, group)
+  (``FP8GlobalStateManager.add_fp8_tensors_to_global_buffer``, `pytorch/fp8.py`), so the
+  buffer holds every module of the rank, all its model chunks.
+- *Forward.* At the outermost ``fp8_autocast`` exit (``fp8_autocast_exit`` ->
+  ``reduce_and_update_fp8_tensors(forward=True)``) TE concatenates the forward buffer
+  (``torch.cat``), all-reduces it with ``ReduceOp::MAX`` over the group
+  (``reduce_tensor_across_group_op_max``, ``async_op=False``: the compute stream waits),
+  skipped when the group has one rank, and runs
+  ``fused_amax_and_scale_update_after_reduction``
+  (`common/recipe/delayed_scaling.cu`: one ``kernel_bulk`` launch per `AMAX_PARAMS_LIMIT`
+  modules; it reads each module's amax history and rolls it, then writes the scales).
+- *Backward.* The backward of the region's first module (the last backward of the chunk,
+  ``ctx.reduce_and_update_bwd_fp8_tensors``, ``linear.py`` / ``layernorm_linear.py`` /
+  ``grouped_linear.py``) runs ``reduce_and_update_fp8_tensors(forward=False)``: the same
+  for the backward buffer.
+
+So per microbatch and model chunk: one forward and one backward all-reduce of
+4 bytes x 3 (resp. 2) x the rank's FP8 GEMMs, plus two kernels each
+(`delayed_scaling_pair`). TE 1.2-1.5 (NeMo 24.03's era) reduced the same once per region
+and direction, the forward one launched at the next region's entry, over the buffer of
+the region's own modules, and updated scales per module; the collective is latency-bound
+at these sizes either way. The recompute pass of full activation recomputation is not
+priced (not checked against TE's checkpoint).
 
 The memory passes of each recipe's quantization: `costmodel.fp8_quantization.fp8_quantize_time_s`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from costmodel.collectives import collective_time_s
+from costmodel.compute import memory_bound_time_s
 from costmodel.memory_allowances import Fp8Recipe
-from costmodel.passes import ZERO, PassCost
+from costmodel.passes import ZERO, ChunkCost, PassCost
+from costmodel.schedules import ChunkPosition
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
+from specs.model import ModelSpec
 
 AMAX_BYTES = 4
 """Bytes of the amax one current-scaling quantizer all-reduces: one fp32 element."""
@@ -53,3 +98,133 @@ def amax_reduction_pair(
     one = collective_time_s(profile, "all_reduce", AMAX_BYTES, tp_group)
     forward = PassCost(tp_s=one, tp_exposed_s=one, tp_bytes=AMAX_BYTES)
     return forward, forward if row_parallel else ZERO
+
+
+FORWARD_AMAXES_PER_GEMM = 3
+"""Forward amaxes of one FP8 GEMM under delayed scaling: input, weight, output (TE
+``module/base.py`` ``set_meta_tensor``)."""
+BACKWARD_AMAXES_PER_GEMM = 2
+"""Backward amaxes of one FP8 GEMM: output gradient, input gradient."""
+AMAX_HISTORY_LEN = 1024
+"""Rows of each amax history the scale update reads and rolls: NeMo's FP8 recipes
+(``fp8_amax_history_len: 1024`` in ``megatron_gpt_config.yaml`` / ``megatron_llama_config
+.yaml``, v1.23.0; ``bf16_with_fp8_mixed`` in ``nemo/collections/llm/recipes/precision/
+mixed_precision.py``), which every delayed-scaling row and recipe priced here runs;
+Megatron-LM's own ``--fp8-amax-history-len`` default is 1."""
+AMAX_PARAMS_LIMIT = (32768 - 24) // 24
+"""Modules one ``kernel_bulk`` launch of the scale update takes: 32 KiB of kernel
+parameters less the 24-byte ``OtherParams``, 24 bytes per ``AmaxParam``
+(TE v2.8 `common/recipe/delayed_scaling.cu`, CUDA >= 12.1)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Fp8Modules:
+    """Transformer Engine modules with FP8 GEMMs, and their GEMMs, on some layers."""
+
+    modules: int
+    """TE linear modules (a grouped linear counts once)."""
+    gemms: int
+    """FP8 GEMMs of those modules (a grouped linear has one per local expert)."""
+
+    def plus(self, other: Fp8Modules) -> Fp8Modules:
+        """Both counts summed."""
+        return Fp8Modules(modules=self.modules + other.modules, gemms=self.gemms + other.gemms)
+
+
+NO_MODULES = Fp8Modules(modules=0, gemms=0)
+"""No FP8 module: the sum over no layers."""
+
+
+def layer_fp8_modules(model: ModelSpec, *, is_moe: bool, ep: int) -> Fp8Modules:
+    """FP8 modules of one decoder layer under Megatron-core's Transformer Engine spec.
+
+    Attention: ``linear_qkv`` and ``linear_proj`` (2); multi-latent attention
+    (`megatron/core/transformer/multi_latent_attention.py`): ``linear_q_proj`` or
+    ``linear_q_down_proj`` + ``linear_q_up_proj`` (with ``q_lora_rank``), then
+    ``linear_kv_down_proj``, ``linear_kv_up_proj`` and ``linear_proj``. Dense MLP:
+    ``linear_fc1``, ``linear_fc2``. MoE layer: the routed experts as two TE grouped
+    linears (``TEGroupedMLP``) with one GEMM per local expert (num_experts / ep each), the
+    shared experts' two linears where present; the router computes in bf16/fp32, outside
+    FP8."""
+    mla = 5 if model.q_lora_rank is not None else 4
+    attention = mla if model.uses_mla else 2
+    if not is_moe:
+        return Fp8Modules(modules=attention + 2, gemms=attention + 2)
+    local = max(model.num_experts // max(ep, 1), 1)
+    shared = 2 if model.moe_shared_expert_size > 0 else 0
+    return Fp8Modules(modules=attention + 2 + shared, gemms=attention + 2 * local + shared)
+
+
+def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: int) -> Fp8Modules:
+    """FP8 modules of every chunk of one stage (the rank's delayed-scaling buffer): their
+    decoder layers and multi-token-prediction layers (each a decoder layer of the last
+    kind). The output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
+    mask = model.moe_layer_mask()
+    total = NO_MODULES
+    for at in chunks:
+        for i in at.layers:
+            total = total.plus(layer_fp8_modules(model, is_moe=mask[i], ep=ep))
+        for _ in range(at.mtp_layers):
+            total = total.plus(layer_fp8_modules(model, is_moe=mask[-1], ep=ep))
+    return total
+
+
+def delayed_scaling_pair(
+    profile: HardwareProfile, fp8: Fp8Modules, group: GroupPlacement
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) delayed-scaling bookkeeping of one ``fp8_autocast`` region (one
+    microbatch of one model chunk) on a rank whose buffer holds ``fp8`` (module docstring).
+
+    Each direction: an ``all_reduce`` of 4 bytes x `FORWARD_AMAXES_PER_GEMM` (resp.
+    `BACKWARD_AMAXES_PER_GEMM`) x ``fp8.gemms`` over ``group`` (TP x DP x CP), all exposed,
+    booked as TP communication; none for a group of one rank. Kernels: the ``torch.cat`` of
+    the buffer (read and write) and ``ceil(modules / AMAX_PARAMS_LIMIT)`` scale-update
+    launches that read and write every `AMAX_HISTORY_LEN`-row history and write the
+    scales (`costmodel.compute.memory_bound_time_s`)."""
+    if fp8.gemms == 0:
+        return ZERO, ZERO
+
+    def one(per_gemm: int) -> PassCost:
+        amaxes = per_gemm * fp8.gemms
+        size = AMAX_BYTES * amaxes
+        launches = 1 + math.ceil(fp8.modules / AMAX_PARAMS_LIMIT)
+        moved = AMAX_BYTES * amaxes * (2 + 2 * AMAX_HISTORY_LEN + 1)
+        kernels = PassCost(compute_s=memory_bound_time_s(profile, moved, num_ops=launches))
+        if group.size < 2:
+            return kernels
+        reduce_s = collective_time_s(profile, "all_reduce", size, group)
+        return kernels.plus(PassCost(tp_s=reduce_s, tp_exposed_s=reduce_s, tp_bytes=size))
+
+    return one(FORWARD_AMAXES_PER_GEMM), one(BACKWARD_AMAXES_PER_GEMM)
+
+
+def with_delayed_scaling(
+    grid: tuple[tuple[ChunkCost, ...], ...],
+    positions: tuple[tuple[ChunkPosition, ...], ...],
+    model: ModelSpec,
+    profile: HardwareProfile,
+    *,
+    recipe: Fp8Recipe,
+    ep: int,
+    group: GroupPlacement,
+) -> tuple[tuple[ChunkCost, ...], ...]:
+    """``grid`` (per stage, per chunk) with `delayed_scaling_pair` added to every chunk's
+    forward and backward when ``recipe`` is ``delayed``; unchanged otherwise. The caller
+    passes only fp8 jobs; ``positions`` is `costmodel.schedules.plan_pipeline_chunks` of
+    the same plan, ``group`` the TP x DP x CP placement."""
+    if recipe != "delayed":
+        return grid
+    rows = []
+    for row, chunks in zip(grid, positions, strict=True):
+        forward, backward = delayed_scaling_pair(
+            profile, stage_fp8_modules(model, chunks, ep), group
+        )
+        rows.append(
+            tuple(
+                dataclasses.replace(
+                    cost, forward=cost.forward.plus(forward), backward=cost.backward.plus(backward)
+                )
+                for cost in row
+            )
+        )
+    return tuple(rows)
