@@ -124,10 +124,10 @@ class ExecutionOptions:
     as memory-bound kernels, with current scaling's amax pass and TP amax all-reduce and
     delayed scaling's amax reduction and scale update at each ``fp8_autocast`` exit:
     `costmodel.fp8_quantization.fp8_quantize_time_s`, `costmodel.runtimes.megatron.fp8_scaling`),
-    which NVIDIA's own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16 (Megatron-Bridge
-    ``docs/performance-guide.md``, "Low Precision Training") where the bare rates differ by
-    about 1.8x. None (the default) takes the value fitted on published FP8 runs for the
-    profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
+    which NVIDIA's own guide puts at an end-to-end FP8 speedup of 1.2-1.5x over bf16
+    (Megatron-Bridge ``docs/performance-guide.md``, "Low Precision Training") where the bare
+    rates differ by about 1.8x. None (the default) takes the value fitted on published FP8
+    runs for the profile's GPU generation (`costmodel.fitted_rates.fp8_gemm_rate_factor`:
     `FP8_GEMM_RATE_FACTORS`, else `FP8_GEMM_RATE_FACTOR`); a number overrides it for every
     generation; 1 keeps the bare rate. It also absorbs what the bf16 parts of small dense
     models miss, so it is a fitted figure, not a kernel rate."""
