@@ -28,22 +28,10 @@ from costmodel.execution_rules import (
     check_plan_features,
     check_rate_fields,
 )
+from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
 from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
-
-MOE_HOST_LAUNCH_S = 60e-6
-"""Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
-jointly with `costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS` (the objective in its docstring;
-5 us grid) on every priced trust A/B MoE row of ``published-runs-dev.csv``
-(Megatron-Bridge and Megatron-MoE model-zoo recipes; the bench's ``--json`` lists them,
-``fitted.moe_host_fitted_on``), one value for every GPU generation.
-The floor binds on rows with little GPU work per MoE layer
-(micro-batch 1, fine-grained experts). Fitted, not sourced: the published eager host-cost
-figures price a Python-level module call on one host CPU and software release (Transformer
-Engine issue 2053: one Linear forward on Xeon and Grace hosts), not the launch count's mix
-of Python-level ops and C++-issued per-expert launches (docs/cost-model.md, "Host floor");
-`bench/validate_published.py --host-launch-us` fixes it instead of fitting it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,4 +1,5 @@
-"""Fitted per-generation GEMM rate factors of a Megatron-core training step.
+"""Fitted constants of a Megatron-core training step: the per-generation GEMM rate factors
+and the MoE host-launch time (`MOE_HOST_LAUNCH_S`) fitted jointly with them.
 
 Two multipliers on a profile's GEMM efficiency curves are fitted on the published runs
 (``published-runs-dev.csv``) rather than sourced, one value per GPU generation
@@ -7,7 +8,7 @@ value for the other generations: the sustained 16-bit GEMM rate (`SUSTAINED_GEMM
 `SUSTAINED_GEMM_RATE_SHARED`) and the FP8 GEMM rate (`FP8_GEMM_RATE_FACTORS`,
 `FP8_GEMM_RATE_FACTOR`). Both are looked up by `generation_rate_factor` and applied by
 `costmodel.execution_presets.framework_profile`; `bench/validate_published.py`
-(`validation_stats.fit_model`) refits them jointly with `costmodel.execution.MOE_HOST_LAUNCH_S`
+(`validation_stats.fit_model`) refits them jointly with `MOE_HOST_LAUNCH_S`
 and passes each candidate through the `ExecutionOptions` overrides
 (``sustained_gemm_rate_factor``, ``fp8_gemm_rate_factor``), so the defaults here are the
 values its last fit printed.
@@ -59,7 +60,7 @@ SUSTAINED_GEMM_RATE_FACTORS: dict[str, float] = {"ampere": 0.7, "hopper": 0.85}
 """Default sustained 16-bit GEMM rate factor by `DeviceSpec.generation`, for the
 generations with published dense 16-bit runs of their own: fitted by
 `bench/validate_published.py` (`validation_stats.fit_model`, grid 1.0 down to 0.6 in steps
-of 0.05) jointly with `FP8_GEMM_RATE_FACTORS` and `costmodel.execution.MOE_HOST_LAUNCH_S`,
+of 0.05) jointly with `FP8_GEMM_RATE_FACTORS` and `MOE_HOST_LAUNCH_S`,
 on the median |log(predicted / published)| of each generation's dense bf16/fp16 rows of
 ``published-runs-dev.csv`` whose execution options leave the factor to this default. The
 bench fits by the profile's generation (its rows' ``fit_generation``); the rows that
@@ -91,7 +92,7 @@ FP8_GEMM_RATE_FACTORS: dict[str, float] = {
 """Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
 `profiles.schema_device.DeviceSpec.generation`, for the generations with published FP8 runs of
 their own: fitted by `bench/validate_published.py` (`validation_stats.fit_model` with
-``per_generation``) jointly with `costmodel.execution.MOE_HOST_LAUNCH_S` and the sustained
+``per_generation``) jointly with `MOE_HOST_LAUNCH_S` and the sustained
 16-bit factors (`SUSTAINED_GEMM_RATE_FACTORS`), by grid coordinate descent on one objective:
 the median |log(predicted / published)| of each GPU generation's dense FP8 rows of
 ``published-runs-dev.csv``, summed over the generations, plus the mean
@@ -160,3 +161,17 @@ def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None
         override=override,
         bare_on_cpu=False,
     )
+
+
+MOE_HOST_LAUNCH_S = 60e-6
+"""Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
+jointly with `FP8_GEMM_RATE_FACTORS` (the objective in its docstring;
+5 us grid) on every priced trust A/B MoE row of ``published-runs-dev.csv``
+(Megatron-Bridge and Megatron-MoE model-zoo recipes; the bench's ``--json`` lists them,
+``fitted.moe_host_fitted_on``), one value for every GPU generation.
+The floor binds on rows with little GPU work per MoE layer
+(micro-batch 1, fine-grained experts). Fitted, not sourced: the published eager host-cost
+figures price a Python-level module call on one host CPU and software release (Transformer
+Engine issue 2053: one Linear forward on Xeon and Grace hosts), not the launch count's mix
+of Python-level ops and C++-issued per-expert launches (docs/cost-model.md, "Host floor");
+`bench/validate_published.py --host-launch-us` fixes it instead of fitting it."""

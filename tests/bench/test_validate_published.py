@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from costmodel.execution import MOE_HOST_LAUNCH_S
 from costmodel.execution_presets import MEGATRON_2021
+from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
 from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
