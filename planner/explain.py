@@ -77,7 +77,7 @@ def rejection_lines(result: SearchResult) -> list[str]:
         f"Searched {_count(result.num_enumerated)} candidate plans in {result.elapsed_s:.1f} s: "
         f"{_count(result.num_valid)} passed the rules, {_count(max(fitting, 0))} fit in "
         f"{gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), {skipped}"
-        f"{len(result.top) + len(result.closest)} simulated."
+        f"{_count(result.num_simulated)} simulated."
     ]
     ordered = sorted(((k, v) for k, v in result.rejected.items() if v), key=lambda kv: -kv[1])
     if ordered:

@@ -12,7 +12,9 @@
    recompute does not fit, the screen adds it with each per-module recompute set of the
    space (`planner.knob_generators.recompute_module_sets`).
 3. Run the event simulator (`costmodel.estimate.estimate_plan`) on the ``top_k`` fitting
-   candidates with the highest screened throughput, each re-checked with `check_plan`.
+   candidates with the highest screened throughput, each re-checked with `check_plan`;
+   where some turn out too large for the simulator, the next screened-fitting candidates
+   follow (`REFILL_ROUNDS`).
 4. Order the plans that still fit by the simulator's tokens per second, the simpler plan
    first among those within the model's resolution of each other (`planner.ranking`).
 
@@ -189,6 +191,57 @@ def _simulate(
     return done, broken, 0
 
 
+REFILL_ROUNDS = 8
+"""Further rounds of simulation when plans the screen let through turn out too large for the
+simulator (the screen's memory is exact for most plans but a lower bound for some, e.g. the
+whole-parameter deal of Megatron-core's distributed Muon): each round simulates the next
+screened-fitting plans whose screened peak plus the largest underestimate the simulated ones
+showed still fits, as many as fitting ones are missing from ``top_k``, until ``top_k`` fit,
+no such plan is left, the time limit has passed or this many rounds ran."""
+
+
+def _simulate_fitting(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    screened: pd.DataFrame,
+    top_k: int,
+    limit_bytes: float,
+    pace: SearchPace,
+    options: ExecutionOptions,
+) -> tuple[list[tuple[int, RankedPlan]], dict[str, int], int]:
+    """`_simulate` on `rows_to_simulate`'s picks, refilled in `REFILL_ROUNDS` rounds with the
+    next screened-fitting rows while fewer than ``top_k`` simulated plans fit."""
+    chosen = rows_to_simulate(screened, top_k)
+    simulated, broken, unsimulated = _simulate(
+        model, cluster, job, profile, chosen, limit_bytes, pace, options
+    )
+    tried = set(chosen.index)
+    fits = screened["fits"].to_numpy(dtype=bool)
+    screened_peak = screened["peak_memory_bytes"]
+    for _ in range(REFILL_ROUNDS):
+        missing = top_k - sum(1 for _, ranked in simulated if ranked.fits)
+        # the largest screen underestimate seen so far, taken off the limit for the refill
+        gap = max(
+            (r.estimate.peak_memory_bytes - float(screened_peak.loc[i]) for i, r in simulated),
+            default=0.0,
+        )
+        room = (screened_peak + max(gap, 0.0) <= limit_bytes).to_numpy(dtype=bool)
+        left = screened[fits & room & ~screened.index.isin(list(tried))]
+        if missing <= 0 or unsimulated or pace.expired() or left.empty:
+            break
+        chosen = rows_to_simulate(left, missing)
+        tried.update(chosen.index)
+        more, more_broken, unsimulated = _simulate(
+            model, cluster, job, profile, chosen, limit_bytes, pace, options
+        )
+        simulated += more
+        for rule_id, count in more_broken.items():
+            broken[rule_id] = broken.get(rule_id, 0) + count
+    return simulated, broken, unsimulated
+
+
 def _with_simulated(
     screened: pd.DataFrame, simulated: list[tuple[int, RankedPlan]]
 ) -> pd.DataFrame:
@@ -279,9 +332,8 @@ def search_plans(
     )  # fmt: skip
     # only screened rows can be simulated: the rest of the table is not copied here
     screened = pd.concat([p[p["screened"].to_numpy()] for p in parts])
-    chosen = rows_to_simulate(screened, top_k)
-    simulated, broken, unsimulated = _simulate(
-        model, cluster, job, profile, chosen, limit, pace, options
+    simulated, broken, unsimulated = _simulate_fitting(
+        model, cluster, job, profile, screened, top_k, limit, pace, options
     )
     rejected = dict(cands.rejected)
     for rule_id, count in broken.items():

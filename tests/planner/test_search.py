@@ -269,3 +269,18 @@ def test_fit_suggestions_offer_cpu_activation_offloading() -> None:
     assert layers.plan.cpu_offloading_num_layers == 40
     assert layers.peak_memory_bytes < peak_memory_bytes(model, job, plan)
     assert "offload_modules=core_attn,attn_proj (to host memory)" in found
+
+
+def test_search_refills_when_screened_plans_are_too_large_for_the_simulator():
+    # Megatron-core's distributed Muon deals whole parameters, so one rank holds the whole
+    # embedding's Adam state; the screen spreads the state evenly and lets through plans
+    # about a GiB too large. The fastest screened plans of Llama-3-70B on 512 H100 are such
+    # plans; the search simulates further screened-fitting plans until top_k fit.
+    model = get_preset("llama3-70b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=512)
+    job = TrainingJob(seq_length=8192, global_batch_size=1024, optimizer="dist_muon")
+    result = search_plans(model, cluster, job, load_profile("h100-sxm-80gb"), top_k=3)
+    assert result.best is not None
+    assert len(result.top) == 3
+    assert all(r.estimate.peak_memory_bytes <= result.memory_limit_bytes for r in result.top)
+    assert result.num_simulated >= len(result.top)
