@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from costmodel.topology import GroupPlacement, PlanPlacements, single_rank_placement
+from costmodel.topology import AMAX_AXES, GroupPlacement, PlanPlacements, single_rank_placement
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +73,9 @@ class CommGroups:
     """Expert-parallel group."""
     etp: GroupPlacement = field(default_factory=lambda: single_rank_placement("etp"))
     """Expert tensor-parallel group."""
+    tp_dp_cp: GroupPlacement = field(default_factory=lambda: single_rank_placement(AMAX_AXES))
+    """One stage's TP x DP x CP group: delayed scaling's amax all-reduce
+    (`costmodel.topology.AMAX_AXES`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,5 +120,9 @@ class StageTail:
 def comm_groups(placements: PlanPlacements) -> CommGroups:
     """The layer-level groups of a plan's placements."""
     return CommGroups(
-        tp=placements["tp"], cp=placements["cp"], ep=placements["ep"], etp=placements["etp"]
+        tp=placements["tp"],
+        cp=placements["cp"],
+        ep=placements["ep"],
+        etp=placements["etp"],
+        tp_dp_cp=placements[AMAX_AXES],
     )

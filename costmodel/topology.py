@@ -214,8 +214,14 @@ def single_rank_placement(axes: str) -> GroupPlacement:
 
 
 PLAN_AXES = ("tp", "cp", "dp-cp", "ep", "etp", "edp", "pp")
-"""Groups the cost model places: TP, CP, the gradient group DP x CP, the expert groups
-(EP, expert TP, expert DP) and the pipeline."""
+"""Groups the cost model places on the cluster graph: TP, CP, the gradient group DP x CP,
+the expert groups (EP, expert TP, expert DP) and the pipeline."""
+
+AMAX_AXES = "tp-dp-cp"
+"""The group of one stage's TP x DP x CP ranks, over which Transformer Engine's delayed
+scaling all-reduces its amaxes (Megatron-core ``get_amax_reduction_group(
+with_context_parallel=True)``); placed as the product of TP and DP x CP
+(`product_placement`), not on the graph."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -223,7 +229,7 @@ class PlanPlacements:
     """Placements of the groups of one representative rank, and its pipeline hops."""
 
     groups: dict[str, GroupPlacement]
-    """Placement per axes name of `PLAN_AXES`."""
+    """Placement per axes name of `PLAN_AXES`, and of `AMAX_AXES`."""
     pp_hop_intra: tuple[bool, ...]
     """For each boundary between stage s and s+1 (and, interleaved, from the last stage
     back to the first), True when the two ranks share a scale-up domain."""
@@ -238,13 +244,18 @@ def plan_placements(
     """Place the groups of ``rank`` for ``plan`` (`specs.layout.RankLayout`, Megatron order).
 
     Ranks with the same tp, cp and dp index in other stages are symmetric to ``rank`` in
-    every power-of-two layout, so one rank stands for the plan.
+    every power-of-two layout, so one rank stands for the plan. The groups of `PLAN_AXES`
+    are placed on the cluster graph; the TP x DP x CP group (`AMAX_AXES`) is the product of
+    the TP and DP x CP placements (`product_placement`), which spares a graph of every rank
+    of a stage.
     """
     layout = RankLayout.from_plan(plan)
     members = {axes: layout.group_of(rank, axes) for axes in PLAN_AXES}
     wanted = {r for group in members.values() for r in group}
     graph = cluster_graph(profile, layout.world_size, gpus_per_node, ranks=wanted)
     placements = {axes: place_group(graph, group, axes) for axes, group in members.items()}
+    amax_parts = (placements["tp"], placements["dp-cp"])
+    placements[AMAX_AXES] = product_placement(profile, amax_parts, AMAX_AXES)
     stages = members["pp"]
     hops = [
         graph.nodes[("gpu", a)]["domain"] == graph.nodes[("gpu", b)]["domain"]

@@ -199,32 +199,23 @@ def delayed_scaling_pair(
 
 
 def with_delayed_scaling(
-    grid: tuple[tuple[ChunkCost, ...], ...],
-    positions: tuple[tuple[ChunkPosition, ...], ...],
+    row: tuple[ChunkCost, ...],
+    chunks: tuple[ChunkPosition, ...],
     model: ModelSpec,
     profile: HardwareProfile,
     *,
-    recipe: Fp8Recipe,
     ep: int,
     group: GroupPlacement,
-) -> tuple[tuple[ChunkCost, ...], ...]:
-    """``grid`` (per stage, per chunk) with `delayed_scaling_pair` added to every chunk's
-    forward and backward when ``recipe`` is ``delayed``; unchanged otherwise. The caller
-    passes only fp8 jobs; ``positions`` is `costmodel.schedules.plan_pipeline_chunks` of
-    the same plan, ``group`` the TP x DP x CP placement."""
-    if recipe != "delayed":
-        return grid
-    rows = []
-    for row, chunks in zip(grid, positions, strict=True):
-        forward, backward = delayed_scaling_pair(
-            profile, stage_fp8_modules(model, chunks, ep), group
+) -> tuple[ChunkCost, ...]:
+    """``row`` (one stage's chunk costs, in chunk order) with `delayed_scaling_pair` of the
+    stage's buffer (`stage_fp8_modules` of its ``chunks``, the stage's
+    `costmodel.schedules.plan_pipeline_chunks` row) added to every chunk's forward and
+    backward; ``group`` is the TP x DP x CP placement (`costmodel.passes.CommGroups.tp_dp_cp`).
+    The caller passes only fp8 jobs under the ``delayed`` recipe."""
+    forward, backward = delayed_scaling_pair(profile, stage_fp8_modules(model, chunks, ep), group)
+    return tuple(
+        dataclasses.replace(
+            cost, forward=cost.forward.plus(forward), backward=cost.backward.plus(backward)
         )
-        rows.append(
-            tuple(
-                dataclasses.replace(
-                    cost, forward=cost.forward.plus(forward), backward=cost.backward.plus(backward)
-                )
-                for cost in row
-            )
-        )
-    return tuple(rows)
+        for cost in row
+    )

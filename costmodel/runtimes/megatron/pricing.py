@@ -60,6 +60,7 @@ from costmodel.optimizer_passes import (
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.rank_params import chunk_params
+from costmodel.runtimes.megatron.fp8_scaling import with_delayed_scaling
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.megatron_fsdp import (
     ChunkGather,
@@ -92,7 +93,10 @@ def chunk_costs(
     groups: CommGroups,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[tuple[ChunkCost, ...], ...]:
-    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module)."""
+    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module). In
+    fp8 jobs under the ``delayed`` recipe (`ExecutionOptions.fp8_recipe`), each chunk's
+    forward and backward also reduce the stage's amaxes over ``groups.tp_dp_cp`` and update
+    the scales (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
     grad_bytes = ops.element_bytes(job.precision)
     kinds = {
         k: layer_cost(model, job, plan, profile, is_moe=k, groups=groups, options=options)
@@ -133,7 +137,13 @@ def chunk_costs(
         )
 
     grid = plan_pipeline_chunks(model, plan)
-    return tuple(tuple(cost(at) for at in row) for row in grid)
+    costs = tuple(tuple(cost(at) for at in row) for row in grid)
+    if job.precision != "fp8" or options.fp8_recipe != "delayed":
+        return costs
+    return tuple(
+        with_delayed_scaling(row, at, model, profile, ep=plan.ep, group=groups.tp_dp_cp)
+        for row, at in zip(costs, grid, strict=True)
+    )
 
 
 def pipeline_send_s(

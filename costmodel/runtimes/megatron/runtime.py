@@ -13,7 +13,6 @@ from costmodel.memory import StageMemory, memory_per_stage
 from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtime import Calibration, ChunkGrid
-from costmodel.runtimes.megatron.fp8_scaling import with_delayed_scaling
 from costmodel.runtimes.megatron.pricing import (
     blocking_flush_sends,
     blocking_sends,
@@ -22,8 +21,7 @@ from costmodel.runtimes.megatron.pricing import (
     stage_tail,
 )
 from costmodel.runtimes.megatron.screen import closed_form_screen
-from costmodel.schedules import plan_pipeline_chunks
-from costmodel.topology import PlanPlacements, product_placement
+from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
@@ -65,23 +63,9 @@ class MegatronRuntime:
         profile: HardwareProfile,
         placements: PlanPlacements,
     ) -> ChunkGrid:
-        """`costmodel.runtimes.megatron.pricing.chunk_costs`; in fp8 jobs under delayed
-        scaling, each chunk's forward and backward also reduce the amaxes and update the
-        scales over the TP x DP x CP group
-        (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
-        grid = chunk_costs(model, job, plan, profile, comm_groups(placements), self.options)
-        if job.precision != "fp8":
-            return grid
-        amax_group = product_placement(profile, (placements["tp"], placements["dp-cp"]), "tp-dp-cp")
-        return with_delayed_scaling(
-            grid,
-            plan_pipeline_chunks(model, plan),
-            model,
-            profile,
-            recipe=self.options.fp8_recipe,
-            ep=plan.ep,
-            group=amax_group,
-        )
+        """`costmodel.runtimes.megatron.pricing.chunk_costs` over the plan's
+        `costmodel.passes.comm_groups`."""
+        return chunk_costs(model, job, plan, profile, comm_groups(placements), self.options)
 
     def send_s(
         self,
