@@ -18,9 +18,9 @@ from costmodel.runtimes.megatron.pricing import (
     blocking_sends,
     chunk_costs,
     pipeline_send_s,
-    stage_tail,
 )
 from costmodel.runtimes.megatron.screen import closed_form_screen
+from costmodel.runtimes.megatron.stage_tail import stage_tail
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -98,7 +98,7 @@ class MegatronRuntime:
         chunks: tuple[ChunkCost, ...],
         row: tuple[TimedAction, ...],
     ) -> StageTail:
-        """`costmodel.runtimes.megatron.pricing.stage_tail`."""
+        """`costmodel.runtimes.megatron.stage_tail.stage_tail`."""
         return stage_tail(model, job, plan, profile, placements, stage, chunks, row, self.options)
 
     def memory(

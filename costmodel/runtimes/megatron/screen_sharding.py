@@ -45,7 +45,7 @@ def fsdp_reduce_exposed_s(
     layer's, the part of the last microbatch's that its backward (``stage_times``'s) could
     not hide, or the backlog of every microbatch's beyond the forward and backward time
     they run under, whichever is longest (the simulator's queue of per-layer reductions,
-    `costmodel.runtimes.megatron.pricing`)."""
+    `costmodel.runtimes.megatron.grad_reduction`)."""
     forward, backward = stage_times
     layers = _stage_layers(c, tag)
     last = reduce_s / layers

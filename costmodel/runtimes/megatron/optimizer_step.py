@@ -1,0 +1,88 @@
+"""The optimizer step of one rank of a pipeline stage in the ``megatron`` runtime (step 4 of
+`costmodel.runtimes.megatron.pricing`): Adam over the rank's shard of the stage's
+parameters, the host's share under optimizer CPU offload, Muon's step in place of Adam's,
+and the data-parallel wrapper's passes over the gradient buffer. Seconds.
+"""
+
+from __future__ import annotations
+
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.memory import plan_adam_state
+from costmodel.optimizer_muon import is_muon
+from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
+from costmodel.optimizer_passes import grad_buffer_passes_time_s, optimizer_step_time_s
+from costmodel.passes import ChunkCost
+from costmodel.runtimes.megatron.megatron_fsdp import optimizer_sharded
+from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
+from costmodel.schedules import chunk_layers
+from costmodel.topology import PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+
+def stage_optimizer_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    stage: int,
+    chunks: tuple[ChunkCost, ...],
+    placements: PlanPlacements,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> float:
+    """The optimizer step of one rank of a stage
+    (`costmodel.optimizer_passes.optimizer_step_time_s`); about 8 parameter tensors per
+    layer (weights, biases, norms) plus 2 per local expert.
+    With it, the data-parallel wrapper's passes over the gradient buffer before its
+    reduction (`costmodel.optimizer_passes.grad_buffer_passes_time_s`: the division by the
+    data-parallel size when the group has more than one rank, the NaN check with
+    `ExecutionOptions.grad_nan_check`), which occupy the same compute stream once per
+    iteration. Adam's state is the options' (`costmodel.memory.plan_adam_state`: the
+    default fp32 state under CPU offload). With optimizer CPU offload
+    (`ExecutionOptions.optimizer_cpu_offload_fraction`) the offloaded share of the shard
+    steps on the host beside the device's passes (`costmodel.optimizer_offload`)."""
+    dense = sum(c.dense_params for c in chunks)
+    expert = sum(c.expert_params for c in chunks)
+    if optimizer_sharded(plan):
+        shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
+    else:
+        shard = dense + expert
+    layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
+    local_experts = model.num_experts // plan.ep if model.is_moe else 0
+    tensors = layers * (8 + 2 * local_experts) + 2
+    offloaded = options.optimizer_cpu_offload_fraction * shard
+    step_s = optimizer_step_time_s(
+        profile,
+        shard_params=shard,
+        local_params=dense + expert,
+        mixed_precision=job.precision != "fp32",
+        num_tensors=tensors,
+        loss_scaling=options.loss_scaling,
+        main_grad_bytes=options.main_grad_bytes,
+        state=plan_adam_state(job, plan, options.optimizer_precision, options.fp8_weight_storage),
+        offloaded_params=offloaded,
+    )
+    if offloaded > 0:
+        host_s = host_optimizer_step_s(
+            profile, offloaded, overlap=options.overlap_cpu_optimizer_d2h_h2d
+        )
+        step_s = offloaded_step_s(step_s, host_s)
+    if is_muon(job):  # Muon on the 2-D weights, Adam on the rest (costmodel.optimizer_muon)
+        grads = options.main_grad_bytes
+        step_s = muon_optimizer_step_s(
+            model, job, plan, profile, stage, dense=dense, expert=expert, main_grad_bytes=grads
+        )
+    buffer_s = sum(
+        grad_buffer_passes_time_s(
+            profile,
+            params,
+            options.main_grad_bytes,
+            scale=group.size > 1,
+            nan_check=options.grad_nan_check,
+        )
+        for params, group in ((dense, placements["dp-cp"]), (expert, placements["edp"]))
+    )
+    return step_s + buffer_s

@@ -1,0 +1,107 @@
+"""A pipeline stage's work after its last backward in the ``megatron`` runtime (steps 3 and 4
+of `costmodel.runtimes.megatron.pricing`): the gradient buckets on the stage's
+communication stream (`costmodel.runtimes.megatron.grad_reduction`), the finalize
+all-reduces (tied embedding between the first and last stage, norm gradients over TP under
+sequence parallelism), the optimizer step (`costmodel.runtimes.megatron.optimizer_step`)
+and the exposed parameter all-gather (`costmodel.runtimes.megatron.param_gather`). Seconds
+from the start of the iteration, bytes where a name says so.
+"""
+
+from __future__ import annotations
+
+from costmodel.collectives import collective_time_s
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.passes import ChunkCost, StageTail
+from costmodel.pipeline_sim import TimedAction
+from costmodel.runtimes.megatron.grad_reduction import grad_bucket_events
+from costmodel.runtimes.megatron.megatron_fsdp import grads_reduced_every_backward
+from costmodel.runtimes.megatron.optimizer_step import stage_optimizer_s
+from costmodel.runtimes.megatron.param_gather import param_gather_bytes, param_gather_s
+from costmodel.schedules import chunk_layers, plan_stage_chunks
+from costmodel.topology import GroupPlacement, PlanPlacements
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.params import count_params, padded_vocab_size
+from specs.plan import ParallelPlan
+
+
+def _stage_norm_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> float:
+    """Norm parameters of a stage: replicated over TP, all-reduced there under SP."""
+    counts = count_params(model)
+    total = sum(
+        counts.layers[i].norms
+        for chunk in range(plan.vpp)
+        for i in chunk_layers(model, plan, stage, chunk)
+    )
+    return total + (counts.final_norm if stage == plan.pp - 1 else 0)
+
+
+def stage_tail(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    placements: PlanPlacements,
+    stage: int,
+    chunks: tuple[ChunkCost, ...],
+    row: tuple[TimedAction, ...],
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+) -> StageTail:
+    """Gradient buckets on the stage's communication stream, then the finalize all-reduces
+    (embedding, SP norms), the optimizer step and the parameter all-gather."""
+    pipeline_end = row[-1].end_s
+    grad_bytes = options.main_grad_bytes
+    layers_per_chunk = tuple(
+        len(c.layers) + c.mtp_layers for c in plan_stage_chunks(model, plan, stage)
+    )
+    clock, dp_events = 0.0, []
+    events = grad_bucket_events(
+        profile, plan, stage, chunks, row, placements, grad_bytes, layers_per_chunk
+    )
+    for ready, name, duration, size in events:
+        start = max(clock, ready)
+        clock = start + duration
+        dp_events.append((name, start, duration, size))
+    done = max(pipeline_end, clock)
+    if model.tied_embeddings and plan.pp > 1 and stage in (0, plan.pp - 1):
+        size = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
+        pair = GroupPlacement(
+            axes="embedding",
+            size=2,
+            num_nodes=1 if placements["pp"].num_nodes == 1 else 2,
+            num_domains=1 if placements["pp"].num_domains == 1 else 2,
+            ranks_per_node=1,
+            ranks_per_domain=1,
+            nics_per_node=1,
+        )
+        duration = collective_time_s(profile, "all_reduce", size * grad_bytes, pair)
+        dp_events.append(("embedding all_reduce", done, duration, size * grad_bytes))
+        done += duration
+    norm_s = 0.0
+    if plan.sequence_parallel and plan.tp > 1:
+        size = _stage_norm_params(model, plan, stage) * grad_bytes
+        norm_s = collective_time_s(profile, "all_reduce", size, placements["tp"])
+        done += norm_s
+    return StageTail(
+        pipeline_end_s=pipeline_end,
+        grads_done_s=done,
+        norm_allreduce_s=norm_s,
+        optimizer_s=stage_optimizer_s(
+            model, job, plan, profile, stage, chunks, placements, options
+        ),
+        param_gather_s=param_gather_s(
+            job,
+            plan,
+            profile,
+            stage,
+            chunks,
+            placements,
+            row,
+            layers_per_chunk=layers_per_chunk,
+            gather_bytes=param_gather_bytes(model, job, plan, stage, options),
+            reduce_s=sum(e[2] for e in events) if grads_reduced_every_backward(plan) else 0.0,
+        ),
+        dp_events=tuple(dp_events),
+    )
