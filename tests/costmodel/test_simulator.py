@@ -1,4 +1,5 @@
-"""The event simulator and `Estimate` (costmodel.runtimes.megatron.pricing, costmodel.estimate)."""
+"""The event simulator and `Estimate` (costmodel.runtimes.megatron.pricing and
+stage_tail, costmodel.estimate)."""
 
 from __future__ import annotations
 
