@@ -302,7 +302,7 @@ def _tail_s(
         reduce_s = fsdp_reduce_per_microbatch_s(c, tag, float(options.main_grad_bytes))
         tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers, reduce_s)
         counted = pp > 2 if tag == "1" else pp > 1
-        if tag == "1" and not muon:  # a middle stage steps as much as stage 0 otherwise
+        if tag == "1" and not muon:  # under Muon the middle stage's worst rank may step most
             counted &= fsdp
         worst = np.maximum(worst, tail if first_stage else np.where(counted, tail, 0.0))
     return worst
