@@ -65,7 +65,7 @@ from costmodel.memory_allowances import (
     FrameworkAllowance,
     model_weight_bytes,
 )
-from costmodel.muon_sharding import worst_rank_share
+from costmodel.muon_sharding import worst_rank_state_bytes
 from costmodel.optimizer_muon import is_muon, muon_shards
 from costmodel.optimizer_state import (
     DEFAULT_PRECISION,
@@ -367,12 +367,7 @@ def memory_per_stage(
         comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
         optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
         if is_muon(job):
-            layers = stage_layer_indices(model, plan, rank)
-            share = worst_rank_share(
-                model, job, plan, rank, layers, dense=params.dense, expert=params.expert,
-                adam_bytes=state,
-            )  # fmt: skip
-            optimizer = share.state_bytes(job.precision, state)
+            optimizer = worst_rank_state_bytes(model, job, plan, rank, adam_bytes=state)
         linear_bytes = fp8_weights.linear_bytes(job) * params.linear
         weights_bytes = weight * (params.total - params.linear) + linear_bytes
         step_copies, held_copies = held_gradient_copies(

@@ -19,9 +19,11 @@ groups each taken at their worst (an upper bound where the two worst ranks diffe
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from costmodel.optimizer_muon import MuonMatrix, muon_shards, muon_state_bytes, stage_matrices
+from costmodel.rank_params import stage_layer_indices, stage_params
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import padded_vocab_size
@@ -96,6 +98,7 @@ def _worst(
     return max(shares, key=lambda s: s.state_bytes(precision, adam_bytes))
 
 
+@functools.lru_cache(maxsize=4096)
 def worst_rank_share(
     model: ModelSpec,
     job: TrainingJob,
@@ -110,7 +113,8 @@ def worst_rank_share(
     """The optimizer share of the rank of ``stage`` (holding ``layers``, ``dense`` and
     ``expert`` parameters in all) with the most optimizer state (module docstring):
     everything for ``muon``; for ``dist_muon`` the worst dense and the worst expert deal,
-    plus the small parameters over `costmodel.optimizer_muon.muon_shards`."""
+    plus the small parameters over `costmodel.optimizer_muon.muon_shards`. Cached: the
+    closed-form screen asks for the same layouts once per micro-batch size."""
     dense_shards, expert_shards = muon_shards(job, plan)
     dense_tensors, expert_tensors = _tensors(model, plan, stage, layers)
     small_dense = max(dense - sum(_size(t) for t in dense_tensors), 0.0)
@@ -124,3 +128,25 @@ def worst_rank_share(
         + small_dense / dense_shards
         + small_expert / expert_shards,
     )
+
+
+def worst_rank_state_bytes(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, stage: int, *, adam_bytes: float
+) -> float:
+    """Optimizer-state bytes of the rank of ``stage`` with the most
+    (`worst_rank_share` of the stage's layers and parameters, `costmodel.rank_params`;
+    `RankShare.state_bytes` with ``adam_bytes`` per Adam parameter). The memory model and
+    the closed-form screen both count Muon's state through here."""
+    params = stage_params(model, plan, stage)
+    layers = stage_layer_indices(model, plan, stage)
+    share = worst_rank_share(
+        model,
+        job,
+        plan,
+        stage,
+        layers,
+        dense=params.dense,
+        expert=params.expert,
+        adam_bytes=adam_bytes,
+    )
+    return share.state_bytes(job.precision, adam_bytes)

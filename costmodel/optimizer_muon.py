@@ -241,10 +241,14 @@ def muon_step_s(
     `costmodel.optimizer_passes.optimizer_step_time_s`'s."""
     dtype = ops.activation_dtype(job.precision)
     params = kernels = gemm_s = 0.0
+    shape_s: dict[tuple[int, int], float] = {}  # a share repeats a few shapes many times
     for matrix in matrices:
         params += matrix.params
         kernels += matrix.count
-        gemm_s += matrix.count * newton_schulz_time_s(profile, matrix, dtype)
+        shape = (matrix.rows, matrix.cols)
+        if shape not in shape_s:
+            shape_s[shape] = newton_schulz_time_s(profile, matrix, dtype)
+        gemm_s += matrix.count * shape_s[shape]
     bytes_moved = muon_step_bytes(main_grad_bytes, job.precision != "fp32") * params
     num_ops = round(MUON_KERNELS_PER_MATRIX * kernels)
     return ops.memory_bound_time_s(profile, bytes_moved, num_ops=num_ops) + gemm_s

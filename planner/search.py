@@ -193,8 +193,10 @@ def _simulate(
 
 REFILL_ROUNDS = 8
 """Further rounds of simulation when plans the screen let through turn out too large for the
-simulator (the screen's memory is exact for most plans but a lower bound for some, e.g. the
-whole-parameter deal of Megatron-core's distributed Muon): each round simulates the next
+simulator (the screen's memory agrees with the simulator's for most plans, the worst rank of
+Megatron-core's Muon included, but can fall short where it averages over layers: MoE models
+with leading dense layers, non-default recompute layer counts, fine-grained activation
+offloading; `costmodel.runtimes.megatron.screen`): each round simulates the next
 screened-fitting plans whose screened peak plus the largest underestimate the simulated ones
 showed still fits, as many as fitting ones are missing from ``top_k``, until ``top_k`` fit,
 no such plan is left, the time limit has passed or this many rounds ran."""

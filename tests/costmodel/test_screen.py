@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from costmodel.estimate import estimate_plan
-from costmodel.execution_presets import MEGATRON_2021
+from costmodel.execution import ExecutionOptions
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.plan_frame import plans_frame
-from costmodel.runtimes.megatron.pricing import DEFAULT_OPTIONS, ExecutionOptions
 from costmodel.screen import screen_plans
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
@@ -266,3 +266,47 @@ def test_screen_prices_the_last_stage_parameter_gather_when_it_is_the_largest():
     assert check_plan(model, cluster, job, plan) == []
     time_err, _ = compare(model, cluster, job, [plan])
     assert time_err.max() < 0.05
+
+
+@pytest.mark.parametrize("optimizer", ["dist_muon", "muon"])
+def test_screen_agrees_with_the_simulator_on_muon(optimizer):
+    # Muon's state and step on the rank with the most state after the whole-parameter deal
+    # (costmodel.muon_sharding), per stage, and dist_muon's gather after the step.
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=32)
+    job = TrainingJob(seq_length=4096, global_batch_size=64, optimizer=optimizer)
+    grid = {
+        "tp": [1, 2, 8],
+        "pp": [1, 2, 4],
+        "vpp": [1, 2],
+        "micro_batch_size": [1, 2],
+        "recompute": ["full"],
+        "overlap_grad_reduce": [False, True] if optimizer == "dist_muon" else [False],
+    }
+    plans = valid_plans(model, cluster, job, grid)
+    assert len(plans) > 20
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01
+
+
+@pytest.mark.parametrize("optimizer", ["dist_muon", "muon"])
+def test_screen_agrees_with_the_simulator_on_muon_moe(optimizer):
+    # Routed experts dealt over expert-dp (ep 4) or with the dense parameters (ep 1).
+    model = get_preset("mixtral-8x7b")
+    cluster = ClusterSpec(hardware="a100-sxm-80gb", num_gpus=32)
+    job = TrainingJob(seq_length=2048, global_batch_size=64, optimizer=optimizer)
+    grid = {
+        "tp": [2, 4],
+        "pp": [1, 2, 4],
+        "vpp": [1, 2],
+        "ep": [1, 4],
+        "recompute": ["none", "full"],
+        "overlap_grad_reduce": [False, True] if optimizer == "dist_muon" else [False],
+    }
+    plans = valid_plans(model, cluster, job, grid)
+    assert any(p.ep > 1 for p in plans) and any(p.ep == 1 for p in plans)
+    options = ExecutionOptions(attention="materialized", grad_accumulation_fusion=False)
+    time_err, mem_err = compare(model, cluster, job, plans, A100, options)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01

@@ -22,15 +22,20 @@ row. Everything else is numpy arithmetic over the rows:
   (`pipeline_scatter_gather`) moves 1/tp of the tensor and all-gathers it over tp;
 - gradients: the last bucket of stage 0 (or everything without overlap), and the single
   bucket of stages 1 and p-1 less their head start of s·(backward per chunk);
-- parameter all-gather, optimizer step and memory as in `costmodel.runtimes.megatron.pricing` and
+- parameter all-gather, optimizer step and memory as in
+  `costmodel.runtimes.megatron.param_gather`, `costmodel.runtimes.megatron.optimizer_step` and
   `costmodel.memory`, for stage 0, stage 1 and the last stage; under Megatron-FSDP the
   sharded weights, gradients and optimizer state of
   `costmodel.runtimes.megatron.megatron_fsdp` and its parameter gathers (per layer and pass
-  under `optim_grads_params`).
+  under `optim_grads_params`);
+- Muon (`muon`, `dist_muon`): the optimizer state and step of the rank with the most state
+  and `dist_muon`'s gather after the step, from the simulator's functions once per distinct
+  layout (`costmodel.runtimes.megatron.screen_muon`).
 
-Agreement with the simulator is within 5% on uniform dense models (tested); MoE models
-with leading dense layers and non-default recompute layer counts use layer averages, and
-fine-grained activation offloading's one layer kept in flight is averaged over the layers.
+Agreement with the simulator is within 5% on uniform dense models, Muon included (tested);
+MoE models with leading dense layers and non-default recompute layer counts use layer
+averages, and fine-grained activation offloading's one layer kept in flight is averaged over
+the layers.
 """
 
 from __future__ import annotations
@@ -50,13 +55,19 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import model_flops_per_iteration
 from costmodel.memory import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.memory_allowances import Fp8WeightStorage, FrameworkAllowance, GiB
-from costmodel.optimizer_muon import is_muon, muon_state_bytes
+from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_offload import host_optimizer_step_s
 from costmodel.optimizer_passes import grad_accumulation_time_s, grad_buffer_passes_time_s
 from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision, with_offload
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.runtimes.megatron.megatron_fsdp import (
     GATHERED_LAYERS,
+)
+from costmodel.runtimes.megatron.screen_muon import (
+    layerwise_gather_s,
+    muon_columns,
+    worst_state_bytes,
+    worst_step_s,
 )
 from costmodel.runtimes.megatron.screen_parts import (
     SAVER_KEY,
@@ -239,13 +250,14 @@ def _tail_s(
     # the optimizer step's affine form per Adam state: without and with Megatron-FSDP
     units = np.array([optimizer_units(profile, job, options, under_fsdp) for under_fsdp in (0, 1)])
     alpha, beta, per_tensor, base = (np.where(fsdp, units[1, i], units[0, i]) for i in range(4))
-    # the host's part of an offloaded step (pricing._optimizer_s), per shard parameter
+    # the host's part of an offloaded step (optimizer_step.stage_optimizer_s), per shard parameter
     offload = options.optimizer_cpu_offload_fraction
     host = (
         host_optimizer_step_s(profile, offload * 1e9, overlap=options.overlap_cpu_optimizer_d2h_h2d)
         / 1e9
     )
-    # The data-parallel wrapper's gradient-buffer passes (pricing._optimizer_s), per element:
+    # The data-parallel wrapper's gradient-buffer passes (optimizer_step.stage_optimizer_s),
+    # per element:
     # with the division by the group size (groups of 2+ ranks) and without.
     scaled, unscaled = (
         grad_buffer_passes_time_s(
@@ -256,6 +268,7 @@ def _tail_s(
     )
     local_experts = model.num_experts // c["ep"] if model.is_moe else 0
     distopt = c["distributed_optimizer"].astype(bool)
+    muon = is_muon(job)
     forward_chunk = f0 / v
     worst = np.zeros(len(v))
     # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
@@ -267,6 +280,8 @@ def _tail_s(
         shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
         optimizer = alpha * shard + beta * (dense + expert) + per_tensor * (tensors - 1) + base
         optimizer = np.maximum(optimizer, host * shard)  # offloaded_step_s
+        if muon:  # the worst rank's Muon and Adam parts (optimizer_step.stage_optimizer_s)
+            optimizer = worst_step_s(c, tag)
         optimizer += dense * np.where(c["dp"] * c["cp"] > 1, scaled, unscaled)
         optimizer += expert * np.where(c["edp"] > 1, scaled, unscaled)
         dense_linear = c[f"p{tag}l"] - expert
@@ -281,12 +296,15 @@ def _tail_s(
         gather_s = np.where(
             c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk
         )
+        if muon:  # dist_muon gathers the whole stage once after the step
+            whole = layerwise_gather_s(c, dense_bytes, expert * gather)
+            gather_s = np.where(c["layerwise_sharded"], whole, gather_s)
         tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather_s, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
         reduce_s = fsdp_reduce_per_microbatch_s(c, tag, float(options.main_grad_bytes))
         tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers, reduce_s)
         counted = pp > 2 if tag == "1" else pp > 1
-        if tag == "1":
+        if tag == "1" and not muon:  # under Muon the middle stage's worst rank may step most
             counted &= fsdp
         worst = np.maximum(worst, tail if first_stage else np.where(counted, tail, 0.0))
     return worst
@@ -315,8 +333,6 @@ def _memory_bytes(
     state = adam_state_per_row(
         c, job, with_offload(optimizer, optimizer_offload_fraction), fp8_weights
     )
-    if is_muon(job):  # a lower bound: Muon's state on every parameter (pricing: Adam's on some)
-        state = np.minimum(state, muon_state_bytes(job.precision))
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
     # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
@@ -362,14 +378,15 @@ def _memory_bytes(
         layer = linear_param * c["layer_lin"] + weight * c["layer_other"]
         shard = (weight * (params - linear) + linear_shard * linear) / params * sharded
         gathered = np.minimum(shard + GATHERED_LAYERS * layer + non_unit, whole)
+        optimizer_state = state * (dense / dense_shards + expert / expert_shards)
+        if is_muon(job):  # the worst rank's whole parameters (costmodel.muon_sharding)
+            optimizer_state = np.where(fsdp, optimizer_state, worst_state_bytes(c, tag))
         model_state = (
             np.where(c["params_sharded"], gathered, whole)
             + linear_cache * linear
             + grad
             * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params * grad_copies)
-            + device_optimizer_bytes(
-                state * (dense / dense_shards + expert / expert_shards), optimizer_offload_fraction
-            )
+            + device_optimizer_bytes(optimizer_state, optimizer_offload_fraction)
         )
         first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
         last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
@@ -444,6 +461,8 @@ def closed_form_screen(
     c["nb0"] = np.where(
         c["overlap_grad_reduce"].astype(bool), np.maximum(np.ceil(c["chunk0"] / c["bucket"]), 1), 1
     )
+    if is_muon(job):
+        c.update(muon_columns(model, job, profile, options, c))
     grad_bytes = ops.element_bytes(job.precision)
 
     def accumulate(params: np.ndarray) -> np.ndarray:

@@ -1,0 +1,134 @@
+"""Megatron-core's Muon in the closed-form screen (`costmodel.runtimes.megatron.screen`):
+the optimizer state and step of the rank with the most state, and ``dist_muon``'s
+all-gather of the updated weights, over the screen's per-plan columns (numpy arrays).
+
+The worst rank depends on the whole-parameter deal of `costmodel.muon_sharding`, which no
+closed form captures; it depends only on the degrees (tp, dp, cp, ep, etp, which fix
+``expert_dp``) and the pipeline split (`costmodel.plan_frame.SPLIT_COLUMNS`), so the
+simulator's functions run once per distinct such layout and stage and their results are
+broadcast onto the rows (`costmodel.plan_frame.per_distinct_row`):
+
+- state: `costmodel.muon_sharding.worst_rank_state_bytes`, as `costmodel.memory` counts it;
+- step: `costmodel.runtimes.megatron.muon_step.muon_optimizer_step_s` (Adam's passes over
+  the rank's Adam parameters plus Muon's passes and Newton-Schulz GEMMs over its matrices),
+  as `costmodel.runtimes.megatron.pricing` prices it;
+- gather: `costmodel.optimizer_muon.layerwise_gather_s`, one all-gather of the stage's
+  updated weights over dp·cp and one of its routed experts over expert-dp after the step,
+  in the screen's affine form of the two groups.
+
+Per layout the screen prices stages 0, the heaviest middle stage and p-1 (columns ``s1``
+and ``p{0,1,l}{d,e}`` of `costmodel.runtimes.megatron.screen_parts`); Adam jobs get no
+Muon columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from costmodel.execution import ExecutionOptions
+from costmodel.muon_sharding import worst_rank_state_bytes
+from costmodel.optimizer_state import adam_state_bytes, with_offload
+from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
+from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
+from costmodel.runtimes.megatron.screen_parts import affine_s
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.pipeline_split import split_problem
+
+MUON_LAYOUT_KEY = ["tp", "dp", "cp", "ep", "etp", *SPLIT_COLUMNS]
+"""The plan columns the worst rank's Muon state and step depend on."""
+STAGE_TAGS = ("0", "1", "l")
+"""The screen's stages: 0, the heaviest middle stage (column ``s1``), p-1."""
+
+
+def muon_adam_bytes(job: TrainingJob, options: ExecutionOptions) -> float:
+    """Adam's state bytes per parameter of the Adam part of a Muon rank (embedding, output
+    layer, norms, biases) under the options' dtypes, FP8 weight fields and CPU offload, as
+    `costmodel.memory.memory_per_stage` takes it (`costmodel.memory.plan_adam_state`
+    without Megatron-FSDP, which Muon does not run with)."""
+    fp8 = options.fp8_weight_storage
+    optimizer = with_offload(options.optimizer_precision, options.optimizer_cpu_offload_fraction)
+    return adam_state_bytes(
+        job.precision, optimizer, fp8_recipe=fp8.recipe, fp8_param=fp8.fp8_param
+    ).total_bytes
+
+
+def _layout_columns(
+    model: ModelSpec, job: TrainingJob, profile: HardwareProfile, options: ExecutionOptions
+):
+    """Per distinct layout: ``muon_state{tag}`` (bytes) and ``muon_step{tag}`` (seconds) of
+    the worst rank of each of the screen's stages; zeros for a split that does not work
+    (the screen marks the row invalid)."""
+    adam_bytes = muon_adam_bytes(job, options)
+
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
+        stages = {"0": 0, "1": int(row["s1"]), "l": int(row["pp"]) - 1}
+        plan = row_plan({k: row[k] for k in MUON_LAYOUT_KEY})
+        out = {f"muon_{part}{tag}": 0.0 for part in ("state", "step") for tag in STAGE_TAGS}
+        if split_problem(model, plan) is not None:
+            return out
+        for tag, stage in stages.items():
+            out[f"muon_state{tag}"] = worst_rank_state_bytes(
+                model, job, plan, stage, adam_bytes=adam_bytes
+            )
+            dense, expert = float(row[f"p{tag}d"]), float(row[f"p{tag}e"])
+            out[f"muon_step{tag}"] = muon_optimizer_step_s(
+                model,
+                job,
+                plan,
+                profile,
+                stage,
+                dense=dense,
+                expert=expert,
+                main_grad_bytes=options.main_grad_bytes,
+            )
+        return out
+
+    return fn
+
+
+def muon_columns(
+    model: ModelSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    options: ExecutionOptions,
+    c: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """The Muon columns of the screen's rows ``c`` (`_layout_columns`, evaluated once per
+    distinct `MUON_LAYOUT_KEY`), as arrays aligned to the rows."""
+    # the stages and their parameters follow from the layout: keys that add no group
+    derived = ["s1", *(f"p{tag}{kind}" for tag in STAGE_TAGS for kind in ("d", "e"))]
+    keys = [*MUON_LAYOUT_KEY, *derived]
+    frame = pd.DataFrame({k: c[k] for k in keys})
+    part = per_distinct_row(frame, keys, _layout_columns(model, job, profile, options))
+    return {k: v.to_numpy() for k, v in part.items()}
+
+
+def worst_step_s(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
+    """The optimizer step of stage ``tag``'s worst rank (`muon_columns`); the data-parallel
+    wrapper's gradient-buffer passes are the screen's, as for Adam. A fresh array, which the
+    screen adds to in place."""
+    return np.array(c[f"muon_step{tag}"], dtype=float)
+
+
+def worst_state_bytes(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
+    """Optimizer-state bytes of stage ``tag``'s worst rank (`muon_columns`), before the
+    offloaded share is taken off (`costmodel.memory.device_optimizer_bytes`)."""
+    return c[f"muon_state{tag}"]
+
+
+def layerwise_gather_s(
+    c: dict[str, np.ndarray], dense_bytes: np.ndarray, expert_bytes: np.ndarray
+) -> np.ndarray:
+    """``dist_muon``'s all-gather of a stage's updated weights after the step
+    (`costmodel.optimizer_muon.layerwise_gather_s`): one all-gather of ``dense_bytes`` over
+    dp·cp and one of ``expert_bytes`` over expert-dp, at the groups' affine costs
+    (``ag`` and ``age`` of `costmodel.runtimes.megatron.screen_parts`)."""
+    return affine_s(c["ag_a"], c["ag_b"], dense_bytes) + affine_s(
+        c["age_a"], c["age_b"], expert_bytes
+    )
