@@ -178,9 +178,10 @@ def pipeline_lower_bound_s(
     gradient synchronization and the tail (optimizer step, parameter gathers), each at
     least zero; recompute and unfused gradient accumulation add to the per-microbatch
     backward, and the pipeline phase never decreases as a stage's per-microbatch time
-    grows (Narayanan et al. 2021 §2.2 in `screen_pipeline.pipeline_s`). So the bound holds for every
-    recompute mode, optimizer sharding, overlap flag and bucket size of the row's degrees,
-    split, micro-batch, sequence parallelism, TP communication overlap and CP exchange.
+    grows (Narayanan et al. 2021 §2.2 in `screen_pipeline.pipeline_s`). So the bound holds
+    for every recompute mode, optimizer sharding, overlap flag and bucket size of the row's
+    degrees, split, micro-batch, sequence parallelism, TP communication overlap and CP
+    exchange.
     Rows the schedule cannot run get a finite bound (their screened time is infinite).
     """
     topo = _topology(profile, cluster)
@@ -196,6 +197,7 @@ def pipeline_lower_bound_s(
 
 
 def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> tuple[int, int, int]:
+    """(GPUs per node, scale-up domain size, NICs per node) the group placements use."""
     per_node = cluster.gpus_per_node or profile.topology.gpus_per_node
     domain = scale_up_domain_size(profile, cluster.gpus_per_node)
     return per_node, domain, profile.topology.nics_per_node

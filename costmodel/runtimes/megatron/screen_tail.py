@@ -155,7 +155,11 @@ def _step_rates(
 
 
 def _optimizer_s(
-    c: dict[str, np.ndarray], tag: str, rates: _StepRates, local_experts, muon: bool
+    c: dict[str, np.ndarray],
+    tag: str,
+    rates: _StepRates,
+    local_experts: np.ndarray | int,
+    muon: bool,
 ) -> np.ndarray:
     """Optimizer step of stage ``tag``'s rank, seconds: Adam's affine form (or the offloaded
     host step, whichever is longer), under Muon the worst rank's step
