@@ -68,6 +68,7 @@ from costmodel.runtimes.megatron.screen_muon import (
     muon_columns,
     worst_state_bytes,
     worst_step_s,
+    worst_working_bytes,
 )
 from costmodel.runtimes.megatron.screen_parts import (
     SAVER_KEY,
@@ -403,10 +404,18 @@ def _memory_bytes(
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
         total_bytes = model_state + acts + comm + frame.fixed_bytes + share * (acts + comm)
-        if step_gradient_copy:
+        if step_gradient_copy or is_muon(job):
             stepped = dense / dense_shards + expert / expert_shards
             step_state = model_state - (grad_copies - step_copies) * grad * params
-            step = step_peak_bytes(job, step_state, stepped, main_grad_bytes, frame.fixed_bytes)
+            step = step_peak_bytes(
+                job,
+                step_state,
+                stepped,
+                main_grad_bytes,
+                frame.fixed_bytes,
+                gradient_copy=step_gradient_copy,
+                working_bytes=worst_working_bytes(c, tag) if is_muon(job) else 0.0,
+            )
             total_bytes = np.maximum(total_bytes, step)
         peak = np.maximum(peak, total_bytes)
     return peak
