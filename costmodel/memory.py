@@ -23,6 +23,9 @@ docs):
   (`step_peak_bytes`, `ExecutionOptions.step_gradient_copy`). Its local DDP keeps the
   previous iteration's fp16 gradients through the forward and backward, 2 more per
   parameter there but not at the step (`ExecutionOptions.stale_main_grad`).
+- Muon's step allocates the working tensors of one matrix at a time and, under
+  ``dist_muon``, all-gather buffers after it (`costmodel.muon_sharding.step_working_bytes`):
+  also a second peak of the rank, on top of its state (`step_peak_bytes`).
 
 Where this model deliberately differs from
 `costmodel.megatron_estimator.megatron_theoretical_memory` (Megatron's
@@ -65,7 +68,7 @@ from costmodel.memory_allowances import (
     FrameworkAllowance,
     model_weight_bytes,
 )
-from costmodel.muon_sharding import worst_rank_state_bytes
+from costmodel.muon_sharding import step_working_bytes, worst_rank_state_bytes
 from costmodel.optimizer_muon import is_muon, muon_shards
 from costmodel.optimizer_state import (
     DEFAULT_PRECISION,
@@ -124,10 +127,11 @@ class StageMemory:
     framework_bytes: float
     """`FrameworkAllowance`: CUDA context, NCCL buffers, allocator fragmentation."""
     optimizer_step_bytes: float = 0.0
-    """What the optimizer step holds beyond the sum of the other parts, where it makes an
-    fp32 copy of the gradients after the activations are freed
-    (`ExecutionOptions.step_gradient_copy`, `step_peak_bytes`); 0 where the backward's
-    peak is the larger or no copy is made."""
+    """What the optimizer step holds beyond the sum of the other parts, after the
+    activations are freed, where it makes an fp32 copy of the gradients
+    (`ExecutionOptions.step_gradient_copy`) or allocates Muon's working tensors
+    (`costmodel.muon_sharding.step_working_bytes`; `step_peak_bytes`); 0 where the
+    backward's peak is the larger or the step adds neither."""
 
     @property
     def model_state_bytes(self) -> float:
@@ -241,19 +245,25 @@ def step_peak_bytes(
     stepped_params: float,
     main_grad_bytes: int,
     fixed_bytes: float,
-) -> float:
-    """Bytes of one rank during an optimizer step that first copies its 16-bit main
-    gradients to fp32 (`ExecutionOptions.step_gradient_copy`): weights, gradients and
-    optimizer state (``model_state_bytes``), 4 bytes per parameter the rank steps
-    (``stepped_params``: its optimizer shard) and the allowance's fixed bytes; the
-    activations are freed by then. Source: Megatron-LM 2021
-    ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads``
+    *,
+    gradient_copy: bool = True,
+    working_bytes: Bytes | float = 0.0,
+) -> Bytes | float:
+    """Bytes of one rank during its optimizer step, the activations freed by then: weights,
+    gradients and optimizer state (``model_state_bytes``), the allowance's fixed bytes, with
+    ``gradient_copy`` (`ExecutionOptions.step_gradient_copy`) 4 bytes per parameter the rank
+    steps (``stepped_params``: its optimizer shard), and ``working_bytes`` the step allocates
+    at once (Muon's, `costmodel.muon_sharding.step_working_bytes`; a float, or an array in
+    the closed-form screen, with the other byte counts). The copy: Megatron-LM
+    2021 ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads``
     (``main_param.grad = model_param.main_grad.float()``), at the ``examples/sc21`` commit
-    de7dc40. 0 when the gradients are already fp32 (``.float()`` copies nothing) or the
-    run is fp32."""
-    if job.precision == "fp32" or main_grad_bytes >= FP32_BYTES:
+    de7dc40; none when the gradients are already fp32 (``.float()`` copies nothing) or the
+    run is fp32. 0 when the step adds neither a copy nor working bytes."""
+    copies = gradient_copy and job.precision != "fp32" and main_grad_bytes < FP32_BYTES
+    copy_bytes = FP32_BYTES * stepped_params if copies else 0.0
+    if not copies and isinstance(working_bytes, float) and working_bytes == 0.0:
         return 0.0
-    return model_state_bytes + FP32_BYTES * stepped_params + fixed_bytes
+    return model_state_bytes + copy_bytes + working_bytes + fixed_bytes  # type: ignore[operator]
 
 
 def _comm_buffers_bytes(
@@ -331,7 +341,8 @@ def memory_per_stage(
     ``fragmentation``, when given, replaces the allowance's share for the allocator mode
     (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
     step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
-    `step_peak_bytes`); ``optimizer``: the dtypes of Adam's state
+    `step_peak_bytes`), as a Muon job's working tensors do
+    (`costmodel.muon_sharding.step_working_bytes`); ``optimizer``: the dtypes of Adam's state
     (`ExecutionOptions.optimizer_precision`, `plan_adam_state`; the default fp32 state under
     CPU offload); ``optimizer_offload_fraction`` of that state lives in host memory
     (`device_optimizer_bytes`); ``stale_main_grad`` adds, without overlapped gradient
@@ -400,11 +411,22 @@ def memory_per_stage(
         )
         state_bytes = weights_bytes + gradients_bytes + optimizer
         framework = frame.fixed_bytes + fragmentation * dynamic
+        working = 0.0
+        if is_muon(job) and not plan.use_megatron_fsdp:
+            working = step_working_bytes(model, job, plan, rank, weight_bytes=weight)
         step = 0.0
-        if step_gradient_copy:
+        if step_gradient_copy or working:
             stepped = params.dense / dense_shards + params.expert / expert_shards
             step_state = state_bytes - (held_copies - step_copies) * grad * params.total
-            peak = step_peak_bytes(job, step_state, stepped, main_grad_bytes, frame.fixed_bytes)
+            peak = step_peak_bytes(
+                job,
+                step_state,
+                stepped,
+                main_grad_bytes,
+                frame.fixed_bytes,
+                gradient_copy=step_gradient_copy,
+                working_bytes=working,
+            )
             step = max(0.0, peak - (state_bytes + dynamic + framework))
         stages.append(
             StageMemory(

@@ -14,7 +14,10 @@ every parameter on every rank.
 This module deals the stage's matrices (`costmodel.optimizer_muon.layer_matrices`) and its
 embedding and output layer exactly, spreads the small parameters (norms, biases) evenly,
 and returns the share of the rank with the most optimizer state, the dense and the expert
-groups each taken at their worst (an upper bound where the two worst ranks differ).
+groups each taken at their worst (an upper bound where the two worst ranks differ); the
+smallest share of each group, which sets the time of the uneven all-gather after the step;
+and the step's working bytes, taken as the largest of the stage's on every rank (an upper
+bound where the rank with the largest matrix is not the one with the most state).
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from costmodel.optimizer_muon import MuonMatrix, muon_shards, muon_state_bytes, stage_matrices
+from costmodel.compute import element_bytes
+from costmodel.optimizer_muon import (
+    MuonMatrix,
+    layerwise_gather_buffer_bytes,
+    muon_shards,
+    muon_state_bytes,
+    newton_schulz_dtype,
+    newton_schulz_working_bytes,
+    stage_matrices,
+)
 from costmodel.rank_params import stage_layer_indices, stage_params
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -150,3 +162,52 @@ def worst_rank_state_bytes(
         adam_bytes=adam_bytes,
     )
     return share.state_bytes(job.precision, adam_bytes)
+
+
+def _smallest_fraction(tensors: list[MuonMatrix | float], total: float, ranks: int) -> float:
+    """Fraction of ``total`` parameters held by the rank dealt the fewest of ``tensors``
+    (`deal`), with the rest (norms, biases) spread evenly."""
+    if total <= 0.0:
+        return 1.0 / ranks
+    sizes = [_size(t) for t in tensors]
+    small = max(total - sum(sizes), 0.0) / ranks
+    return min(sum(sizes[i] for i in dealt) + small for dealt in deal(sizes, ranks)) / total
+
+
+@functools.lru_cache(maxsize=4096)
+def smallest_share_fractions(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, stage: int
+) -> tuple[float, float]:
+    """Fractions of the dense and the routed-expert parameters of a rank of ``stage`` that
+    ``dist_muon`` deals to the rank with the fewest, over
+    `costmodel.optimizer_muon.muon_shards` (1/ranks where the deal is even; (1, 1) for
+    ``muon``): what `costmodel.optimizer_muon.layerwise_gather_s` prices the uneven
+    all-gather with. Cached: the closed-form screen asks once per layout and stage."""
+    dense_shards, expert_shards = muon_shards(job, plan)
+    if (dense_shards, expert_shards) == (1, 1):
+        return 1.0, 1.0
+    params = stage_params(model, plan, stage)
+    dense, expert = _tensors(model, plan, stage, stage_layer_indices(model, plan, stage))
+    return (
+        _smallest_fraction(dense, params.dense, dense_shards),
+        _smallest_fraction(list(expert), params.expert, expert_shards),
+    )
+
+
+def step_working_bytes(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, stage: int, *, weight_bytes: float
+) -> float:
+    """Bytes a Muon step of a rank of ``stage`` allocates at once beyond its resident state
+    (module docstring): the larger of the Newton-Schulz working set of the stage's matrix with
+    the largest (`costmodel.optimizer_muon.newton_schulz_working_bytes`, at
+    `costmodel.optimizer_muon.newton_schulz_dtype`'s element size) and, after the step,
+    ``dist_muon``'s all-gather buffers (`costmodel.optimizer_muon.
+    layerwise_gather_buffer_bytes`, ``weight_bytes`` per parameter). The memory model adds
+    them to the step's peak (`costmodel.memory.step_peak_bytes`)."""
+    layers = stage_layer_indices(model, plan, stage)
+    ns_bytes = element_bytes(newton_schulz_dtype(job.precision))
+    shapes = {(m.rows, m.cols) for m in stage_matrices(model, plan, layers)}
+    ns = max((newton_schulz_working_bytes(r, c, ns_bytes) for r, c in shapes), default=0.0)
+    params = stage_params(model, plan, stage)
+    gather = layerwise_gather_buffer_bytes(job, plan, params.dense, params.expert, weight_bytes)
+    return max(ns, gather)

@@ -25,15 +25,20 @@ v0.4.0, core_r0.17) and d0b3b775 (tag v0.5.0, core_r0.18); NVIDIA-NeMo/Emerging-
   Megatron-core's DDP as without a distributed optimizer (both forms refuse
   ``--use-distributed-optimizer``: "muon with dist optimizer is not supported"), and after
   the step every rank all-gathers the updated 16-bit parameters over the same groups
-  (``allgather_params``; deferred into the forward only with ``--overlap-param-gather``).
-  `costmodel.muon_sharding` deals them as the code does and prices the rank with the most
-  state.
+  (``allgather_params``; deferred into the forward only with ``--overlap-param-gather``):
+  one ``torch.distributed.all_gather`` per group of each rank's flattened share at its own
+  size, which PyTorch's NCCL backend runs as coalesced broadcasts (`uneven_gather_bytes`),
+  into receive buffers that hold a second 16-bit copy of the group's parameters
+  (`layerwise_gather_buffer_bytes`). `costmodel.muon_sharding` deals them as the code does
+  and prices the rank with the most state.
 - **Step.** Per Muon parameter (``OrthogonalizedOptimizer.step``): decoupled weight decay
   ``p.add_(p)``, ``exp_avg.lerp_(grad)``, Nesterov ``grad.lerp(exp_avg)``, then per matrix
   the Newton-Schulz orthogonalization (``newton_schulz``: Frobenius normalisation, a cast to
   bf16 at ``--muon-fp32-matmul-prec medium``, ``steps`` iterations, a cast back), the
   spectral scale (two multiplies) and ``p.add_(update)``; the wrapper then writes the
-  16-bit model copy. `MUON_STEP_BYTES` adds those memory-bound passes.
+  16-bit model copy. `MUON_STEP_BYTES` adds those memory-bound passes. One parameter is
+  stepped at a time; the tensors its update allocates on top of the resident state are
+  `newton_schulz_working_bytes`.
 - **Newton-Schulz.** ``--muon-num-ns-steps`` 5 with the ``quintic`` coefficient sets
   (5 sets, one per step): per step ``A = X·Xᵀ``, ``B = b·A + c·A·A``, ``X = a·X + B·X`` on
   the matrix transposed so that its rows are the smaller side m of m x n
@@ -191,8 +196,10 @@ def stage_matrices(
 
 def muon_shards(job: TrainingJob, plan: ParallelPlan) -> tuple[int, int]:
     """(dense, expert) ranks over which ``dist_muon`` deals whole parameters out: (dp·cp,
-    expert-dp); (1, 1) for ``muon`` (module docstring)."""
-    if job.optimizer != "dist_muon":
+    expert-dp); (1, 1) for ``muon`` (module docstring) and where dp·cp is 1, in which
+    ``LayerWiseDistributedOptimizer.shard_params`` deals nothing, not even the routed
+    experts over expert-dp ("simplify when dp_cp group size is 1", d7288711)."""
+    if job.optimizer != "dist_muon" or plan.dp * plan.cp == 1:
         return 1, 1
     return plan.dp * plan.cp, max(plan.expert_dp, 1)
 
@@ -201,6 +208,40 @@ def muon_state_bytes(precision: str) -> int:
     """State bytes per Muon parameter: fp32 master (none in an fp32 run) plus the fp32
     momentum (`MUON_STATE_BYTES`)."""
     return (0 if precision == "fp32" else 4) + MUON_STATE_BYTES
+
+
+def newton_schulz_dtype(precision: str) -> str:
+    """Dtype of the Newton-Schulz GEMMs and of their working tensors: bf16, the cast of
+    ``newton_schulz`` at ``--muon-fp32-matmul-prec medium``; fp32 in an fp32 run (this
+    model's convention: at ``medium`` the code casts an fp32 run's update to bf16 as well).
+    The step's time (`muon_step_s`) and its working set (`newton_schulz_working_bytes`) both
+    take it."""
+    return ops.activation_dtype(precision)
+
+
+def newton_schulz_working_bytes(rows: int, cols: int, ns_element_bytes: int) -> float:
+    """Bytes that orthogonalizing one ``rows`` x ``cols`` update allocates at once beyond the
+    resident parameter, main gradient and momentum, with e = rows·cols, m = min(rows, cols)
+    and b = ``ns_element_bytes`` (`newton_schulz_dtype`): 4·e + max(12·e, 2·b·(e + m²)).
+
+    Source: Emerging-Optimizers v0.1.0 (d5363b4a) and v0.2.0 (1effa026)
+    ``orthogonalized_optimizers/orthogonalized_optimizer.py`` ``OrthogonalizedOptimizer.step``
+    and ``muon_utils.py`` ``newton_schulz``, ``newton_schulz_step``; Megatron-LM d7288711
+    ``megatron/core/optimizer/muon.py`` ``TensorParallelMuon.scaled_orthogonalize_fn``.
+    Parameters are stepped one at a time, so only one matrix's tensors are alive. Held
+    throughout: the Nesterov update ``grad.lerp(momentum_buffer)``, a new fp32 tensor (4·e;
+    Megatron-Bridge's ``distributed_muon_with_cosine_annealing`` sets
+    ``muon_use_nesterov=True``, v0.4.0 ``recipes/utils/optimizer_utils.py``). On top, one
+    phase at a time: the Frobenius normalisation ``F.normalize`` (fp32, 4·e); the cast to
+    bf16 (4·e + 2·e); each step's ``A = X·Xᵀ``, ``B = addmm(A, A, A)`` and the new
+    ``X = addmm(X, B, X)`` while the old ``X`` lives (2·b·e + 2·b·m²); the cast back
+    (b·e + 4·e); ``orth_grad * scale_factor * extra_scale_factor``, two fp32 products while
+    ``orth_grad`` lives (12·e). The casts never exceed the last phase. ``--muon-tp-mode
+    blockwise`` orthogonalizes the rank's shard as it is, so rows and cols are the shard's.
+    """
+    e, m = rows * cols, min(rows, cols)
+    step = 2.0 * ns_element_bytes * (e + m * m)
+    return 4.0 * e + max(12.0 * e, step)
 
 
 def newton_schulz_time_s(
@@ -239,7 +280,7 @@ def muon_step_s(
     Newton-Schulz GEMMs (bf16 at ``--muon-fp32-matmul-prec medium``; fp32 in an fp32 run).
     The Adam part and the buffer zeroing are
     `costmodel.optimizer_passes.optimizer_step_time_s`'s."""
-    dtype = ops.activation_dtype(job.precision)
+    dtype = newton_schulz_dtype(job.precision)
     params = kernels = gemm_s = 0.0
     shape_s: dict[tuple[int, int], float] = {}  # a share repeats a few shapes many times
     for matrix in matrices:
@@ -254,23 +295,69 @@ def muon_step_s(
     return ops.memory_bound_time_s(profile, bytes_moved, num_ops=num_ops) + gemm_s
 
 
+def uneven_gather_bytes(total_bytes: float, smallest_fraction: float, ranks: int) -> float:
+    """nccl-tests all-gather size (bytes) that moves as much per rank as gathering
+    ``total_bytes`` dealt unevenly over ``ranks`` ranks, the smallest share holding
+    ``smallest_fraction`` of them: total·(1 - smallest_fraction)·ranks/(ranks - 1).
+
+    PyTorch's ``ProcessGroupNCCL::allgather`` (``torch/csrc/distributed/c10d/
+    ProcessGroupNCCL.cpp``) runs output tensors of unequal sizes as one coalesced group of
+    broadcasts, one per source rank, so every rank receives every other rank's share unpadded;
+    the rank with the smallest share receives the most, total - smallest. An all-gather of
+    nccl-tests size S receives S·(ranks - 1)/ranks per rank, hence the size above; an even
+    deal (smallest_fraction = 1/ranks) gives ``total_bytes``. 0 for fewer than 2 ranks."""
+    if ranks < 2:
+        return 0.0
+    return total_bytes * (1.0 - smallest_fraction) * ranks / (ranks - 1)
+
+
+def layerwise_gather_buffer_bytes(
+    job: TrainingJob,
+    plan: ParallelPlan,
+    dense_params: float,
+    expert_params: float,
+    weight_bytes: float,
+) -> float:
+    """Bytes of ``dist_muon``'s all-gather buffers after the step: ``_allgather_helper``
+    flattens the rank's own parameters and allocates a receive buffer of every other rank's
+    flattened share, a whole 16-bit copy of the group's parameters, first over dp·cp
+    (``dense_params``) and then, after those are freed, over expert-dp (``expert_params``);
+    ``weight_bytes`` per parameter (the model weights' dtype). Source: Megatron-LM d7288711
+    ``megatron/core/optimizer/layer_wise_optimizer.py``
+    ``LayerWiseDistributedOptimizer.allgather_params``; ``shard_params`` deals nothing over a
+    group of one rank. 0 for ``adam`` and ``muon`` and with ``overlap_param_gather``, where the
+    gathers run per DDP bucket in the forward (``async_allgather``)."""
+    if job.optimizer != "dist_muon" or plan.overlap_param_gather:
+        return 0.0
+    dense_shards, expert_shards = muon_shards(job, plan)
+    dense = dense_params if dense_shards > 1 else 0.0
+    expert = expert_params if expert_shards > 1 else 0.0
+    return weight_bytes * max(dense, expert)
+
+
 def layerwise_gather_s(
     profile: HardwareProfile,
     job: TrainingJob,
     chunk_params: tuple[tuple[float, float], ...],
     gather_bytes: tuple[tuple[float, float], ...],
-    dense_group: GroupPlacement,
-    expert_group: GroupPlacement,
+    groups: tuple[GroupPlacement, GroupPlacement],
+    smallest_shares: tuple[float, float],
 ) -> float:
     """``dist_muon``'s all-gather of the updated parameters after the step
-    (``LayerWiseDistributedOptimizer.allgather_params``: one all-gather of every rank's
-    flattened parameters over dp·cp, one over expert-dp), with ``chunk_params`` the
-    (dense, expert) parameters of each chunk of the rank and ``gather_bytes`` their bytes
-    per parameter; 0 for ``adam`` and ``muon``."""
+    (``LayerWiseDistributedOptimizer.allgather_params``: one ``all_gather`` of every rank's
+    flattened parameters over dp·cp, one over expert-dp, each rank's share at its own size),
+    with ``chunk_params`` the (dense, expert) parameters of each chunk of the rank,
+    ``gather_bytes`` their bytes per parameter, ``groups`` the (dp·cp, expert-dp) placements
+    and ``smallest_shares`` the fractions of the stage's dense and expert parameters dealt to
+    the rank with the fewest (`costmodel.muon_sharding.smallest_share_fractions`), priced as
+    `uneven_gather_bytes`; 0 for ``adam`` and ``muon``."""
     if job.optimizer != "dist_muon":
         return 0.0
     dense = sum(d * b for (d, _), (b, _) in zip(chunk_params, gather_bytes, strict=True))
     expert = sum(e * b for (_, e), (_, b) in zip(chunk_params, gather_bytes, strict=True))
-    return collective_time_s(profile, "all_gather", dense, dense_group) + collective_time_s(
-        profile, "all_gather", expert, expert_group
+    return sum(
+        collective_time_s(
+            profile, "all_gather", uneven_gather_bytes(size, smallest, group.size), group
+        )
+        for size, smallest, group in zip((dense, expert), smallest_shares, groups, strict=True)
     )

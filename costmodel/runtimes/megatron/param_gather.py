@@ -66,12 +66,15 @@ def param_gather_s(
     row: tuple[TimedAction, ...],
     layers_per_chunk: tuple[int, ...],
     gather_bytes: tuple[tuple[float, float], ...],
+    smallest_shares: tuple[float, float],
     reduce_s: float = 0.0,
 ) -> float:
     """Exposed all-gather of the updated parameters (distributed optimizer; Megatron-FSDP
     in `_fsdp_gather_s`, whose per-layer gathers share the group's links with ``reduce_s``
-    seconds of per-backward gradient reduce-scatters), ``gather_bytes`` per (dense,
-    expert) parameter of each chunk (`param_gather_bytes`: bf16, or FP8 parameters).
+    seconds of per-backward gradient reduce-scatters; ``dist_muon``'s uneven gather, with
+    ``smallest_shares`` from `costmodel.muon_sharding.smallest_share_fractions`),
+    ``gather_bytes`` per (dense, expert) parameter of each chunk (`param_gather_bytes`:
+    bf16, or FP8 parameters).
 
     Without `overlap_param_gather` every bucket is gathered after the optimizer step. With
     it, the gathers run in forward order on their own stream from the start of the next
@@ -86,7 +89,7 @@ def param_gather_s(
     if not plan.distributed_optimizer:
         chunk_params = tuple((c.dense_params, c.expert_params) for c in chunks)
         groups = (placements["dp-cp"], placements["edp"])
-        return layerwise_gather_s(profile, job, chunk_params, gather_bytes, *groups)
+        return layerwise_gather_s(profile, job, chunk_params, gather_bytes, groups, smallest_shares)
     needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
     for chunk, cost in enumerate(chunks):
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0

@@ -16,8 +16,9 @@ bytes of one rank, the largest of stage 0, the fullest middle stage and the last
 - communication buffers (pipeline boundaries, TP and MoE exchange, the distributed
   optimizer's padded buckets) and the framework allowance
   (`costmodel.memory_allowances.FrameworkAllowance`); with
-  `ExecutionOptions.step_gradient_copy` the optimizer step's own peak
-  (`costmodel.memory.step_peak_bytes`).
+  `ExecutionOptions.step_gradient_copy`, and under Muon (the Newton-Schulz working set or
+  `dist_muon`'s gather buffers, `costmodel.runtimes.megatron.screen_muon`), the optimizer
+  step's own peak (`costmodel.memory.step_peak_bytes`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_state import with_offload
 from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS
-from costmodel.runtimes.megatron.screen_muon import worst_state_bytes
+from costmodel.runtimes.megatron.screen_muon import worst_state_bytes, worst_working_bytes
 from costmodel.runtimes.megatron.screen_sharding import adam_state_per_row
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -195,11 +196,17 @@ def memory_bytes(
         buckets = np.where(c["overlap_grad_reduce"], np.ceil(params / c["bucket"]), 1)
         comm = directions * boundary + extra + np.where(distopt, buckets * padding_unit, 0.0)
         total_bytes = model_state + acts + comm + frame.fixed_bytes + share * (acts + comm)
-        if options.step_gradient_copy:
+        if options.step_gradient_copy or is_muon(job):
             stepped = dense / dense_shards + expert / expert_shards
             step_state = model_state - (grad_copies - step_copies) * grad * params
             step = step_peak_bytes(
-                job, step_state, stepped, options.main_grad_bytes, frame.fixed_bytes
+                job,
+                step_state,
+                stepped,
+                options.main_grad_bytes,
+                frame.fixed_bytes,
+                gradient_copy=options.step_gradient_copy,
+                working_bytes=worst_working_bytes(c, tag) if is_muon(job) else 0.0,
             )
             total_bytes = np.maximum(total_bytes, step)
         peak = np.maximum(peak, total_bytes)

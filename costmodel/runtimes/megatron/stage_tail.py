@@ -12,6 +12,7 @@ from __future__ import annotations
 from costmodel.collectives import collective_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.muon_sharding import smallest_share_fractions
 from costmodel.passes import ChunkCost, StageTail
 from costmodel.pipeline_sim import TimedAction
 from costmodel.runtimes.megatron.grad_reduction import grad_bucket_events
@@ -102,6 +103,7 @@ def stage_tail(
             layers_per_chunk=layers_per_chunk,
             gather_bytes=param_gather_bytes(model, job, plan, stage, options),
             reduce_s=sum(e[2] for e in events) if grads_reduced_every_backward(plan) else 0.0,
+            smallest_shares=smallest_share_fractions(model, job, plan, stage),
         ),
         dp_events=tuple(dp_events),
     )
