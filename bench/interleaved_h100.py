@@ -37,7 +37,8 @@ import statistics
 import sys
 
 from published_csv import rows_by_ids
-from published_rows import RowCase, case_for_row, published_iteration_time_s
+from published_rows import RowCase, case_for_row
+from row_figures import published_iteration_time_s
 from unstated_vpp import with_vpp
 
 from costmodel.estimate import estimate_plan

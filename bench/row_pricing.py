@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from published_rows import NotExpressible, RowCase, case_for_row, published_iteration_time_s
+from published_rows import NotExpressible, RowCase, case_for_row
+from row_figures import published_iteration_time_s
 from row_recipes import recipe_mismatch
 from validation_stats import FitGrid, FittedModel, Outcome, Predict, apply_model
 

@@ -7,7 +7,7 @@ to fit, one entry per row, and (with the fits) the ``fitted``, ``loso`` and
 
 from __future__ import annotations
 
-from published_rows import MEGATRON_BRIDGE_PERF
+from row_options import MEGATRON_BRIDGE_PERF
 from row_pricing import FIT_GRID
 from validation_stats import (
     FitGrid,

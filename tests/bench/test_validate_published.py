@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from costmodel.execution_presets import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021, MEGATRON_2023
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
+from costmodel.flops import model_flops_per_iteration, sc21_flops_per_iteration
 from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
+figures = load_bench("row_figures")
 stats = load_bench("validation_stats")
 published_csv = load_bench("published_csv")
 pricing = load_bench("row_pricing")
@@ -115,7 +117,7 @@ def test_sc21_row_maps_to_its_plan_and_2021_options():
     assert case.profile == "a100-sxm-80gb" and case.generation == "A100"
     assert case.model.activation == "gelu" and case.model.tied_embeddings
     # 1536 sequences x 2048 tokens / (425.1 tokens/s/GPU x 512 GPUs) = 14.45 s
-    assert rows_mod.published_iteration_time_s(SC21_ROW, case) == pytest.approx(14.453, rel=1e-3)
+    assert figures.published_iteration_time_s(SC21_ROW, case) == pytest.approx(14.453, rel=1e-3)
 
 
 def test_stack_version_picks_the_era_options():
@@ -136,7 +138,7 @@ def test_stack_version_picks_the_era_options():
         "source_version": "Megatron-LM commit 285068c8 (baseline)",
     }
     case = rows_mod.case_for_row(megascale)
-    assert case.options is rows_mod.MEGATRON_2023
+    assert case.options is MEGATRON_2023
     # No --overlap-grad-reduce in early-2023 Megatron-LM: gradients reduce after the pipeline.
     assert not case.plan.overlap_grad_reduce
 
@@ -166,11 +168,11 @@ def test_precision_mapping():
 def test_tflops_rows_use_the_source_convention():
     case = rows_mod.case_for_row(SC21_ROW)
     row = SC21_ROW | {"derived_tokens_per_sec_per_gpu": ""}
-    flops = rows_mod.sc21_flops_per_iteration(case.model, 2048, 1536)
+    flops = sc21_flops_per_iteration(case.model, 2048, 1536)
     expected = flops / (138e12 * 512)
-    assert rows_mod.published_iteration_time_s(row, case) == pytest.approx(expected)
-    noncausal = rows_mod.noncausal_flops_per_iteration(case.model, 2048, 1536)
-    causal = rows_mod.model_flops_per_iteration(case.model, 2048, 1536)
+    assert figures.published_iteration_time_s(row, case) == pytest.approx(expected)
+    noncausal = figures.noncausal_flops_per_iteration(case.model, 2048, 1536)
+    causal = model_flops_per_iteration(case.model, 2048, 1536)
     # The causal factor halves the attention core: 3 x 2·s·a·d x layers x tokens.
     extra = 3 * 2 * 2048 * 8192 * 48 * 2048 * 1536
     assert noncausal - causal == pytest.approx(extra)
