@@ -145,7 +145,7 @@ def _errors(rows: list[dict[str, str]], vpp_of: dict[str, int], factor: float) -
 
 
 def _objective(errors: list[float]) -> float:
-    """Median |log(predicted / published)| (`validation_stats.fit_model`'s per-generation
+    """Median |log(predicted / published)| (`validation_fit.fit_model`'s per-generation
     term)."""
     return statistics.median(abs(math.log1p(e)) for e in errors)
 
