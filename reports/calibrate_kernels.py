@@ -23,7 +23,7 @@ or context-parallel ring sends, whose gloo events carry no bytes). Every candida
 - ``idle`` (pipeline exposure plus bubble) when pp > 1, weight 1.
 
 Measured phases come from the profiled step(s) of ``measured.json`` (phase definitions
-of `reports.compare.rank_phase_seconds`, averaged over ranks), scaled by the ratio of the
+of `reports.phase_seconds.rank_phase_seconds`, averaged over ranks), scaled by the ratio of the
 unprofiled median step to the profiled step, since profiling slows a CPU step by tens of
 percent. ε is 1% of the run's measured iteration, so phases of a few milliseconds in
 noise do not dominate. The soft-L1 loss (scale 0.1) bounds the pull of any one target
