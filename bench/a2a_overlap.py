@@ -32,7 +32,8 @@ import json
 import sys
 
 from published_csv import rows_by_ids
-from published_rows import RowCase, case_for_row, published_iteration_time_s
+from published_rows import RowCase, case_for_row
+from row_figures import published_iteration_time_s
 from zoo_h100 import RUNS, zoo_run_case
 
 from costmodel.estimate import estimate_plan

@@ -37,8 +37,9 @@ import dataclasses
 import sys
 
 from published_csv import default_csv, read_rows, select_rows
-from published_rows import RowCase, case_for_row, published_iteration_time_s
+from published_rows import RowCase, case_for_row
 from recipe_keys import NotExpressible
+from row_figures import published_iteration_time_s
 
 from costmodel import compute as ops
 from costmodel.attention_core import attention_core_time_s

@@ -13,7 +13,7 @@ v0.3.0, 26.04 = v0.4.0, 26.06 = v0.5.0 (``configs/*/*_workload_base_configs.py``
 perf_recipes/*/h100/*.py``, functions ``*_pretrain_*gpu_h100_*_config``; its model
 verification cards name 26.08 containers).
 
-Common to every release (`published_rows.MEGATRON_BRIDGE_PERF` and the FP8 weight rule
+Common to every release (`row_options.MEGATRON_BRIDGE_PERF` and the FP8 weight rule
 `precision_recipes.fp8_weight_fields`): distributed optimizer, overlapped gradient reduction and
 parameter gather, bf16 gradient reduction, TE cross entropy; FP8 current scaling with FP8
 parameter gather (``_perf_precision("fp8_cs")``, ``mixed_precision.py``).

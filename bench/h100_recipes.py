@@ -31,7 +31,8 @@ import sys
 
 from h100_recipe_table import NOT_EXPRESSIBLE, RECIPES, SKIPPED, H100Recipe
 from published_csv import rows_by_ids
-from published_rows import ARCHITECTURE_COLUMNS, NotExpressible, RowCase, case_for_row
+from published_rows import NotExpressible, RowCase, case_for_row
+from row_model import ARCHITECTURE_COLUMNS
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile

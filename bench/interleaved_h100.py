@@ -37,7 +37,8 @@ import statistics
 import sys
 
 from published_csv import rows_by_ids
-from published_rows import RowCase, case_for_row, published_iteration_time_s
+from published_rows import RowCase, case_for_row
+from row_figures import published_iteration_time_s
 from unstated_vpp import with_vpp
 
 from costmodel.estimate import estimate_plan
@@ -144,7 +145,7 @@ def _errors(rows: list[dict[str, str]], vpp_of: dict[str, int], factor: float) -
 
 
 def _objective(errors: list[float]) -> float:
-    """Median |log(predicted / published)| (`validation_stats.fit_model`'s per-generation
+    """Median |log(predicted / published)| (`validation_fit.fit_model`'s per-generation
     term)."""
     return statistics.median(abs(math.log1p(e)) for e in errors)
 

@@ -23,7 +23,8 @@ import math
 import sys
 
 from published_csv import rows_by_ids
-from published_rows import case_for_row, published_iteration_time_s
+from published_rows import case_for_row
+from row_figures import published_iteration_time_s
 
 from costmodel import compute as ops
 from costmodel.estimate import estimate_plan

@@ -26,7 +26,8 @@ import dataclasses
 import sys
 
 from published_csv import rows_by_ids
-from published_rows import case_for_row, published_iteration_time_s
+from published_rows import case_for_row
+from row_figures import published_iteration_time_s
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile

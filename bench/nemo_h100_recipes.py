@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from nemo_recipes import RELEASE_TAGS
 from published_csv import rows_by_ids
-from published_rows import ARCHITECTURE_COLUMNS, NotExpressible, RowCase, case_for_row
+from published_rows import NotExpressible, RowCase, case_for_row
+from row_model import ARCHITECTURE_COLUMNS
 
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS

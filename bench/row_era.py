@@ -34,7 +34,7 @@ A 2023 date alone does not select `costmodel.execution_presets.MEGATRON_2023`: t
 one commit's code (``285068c8``, the MegaScale baseline) run with its local transformer
 (``--transformer-impl local``, apex layer norm, unfused bias), while Megatron-LM from
 Transformer Engine's integration on ran TE layers; a row selects them by naming that
-commit (`published_rows.MEGATRON_2023_STACKS`).
+commit (`row_options.MEGATRON_2023_STACKS`).
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from published_rows import NotExpressible, RowCase, case_for_row, published_iteration_time_s
+from published_rows import NotExpressible, RowCase, case_for_row
+from row_figures import published_iteration_time_s
 from row_recipes import recipe_mismatch
-from validation_stats import FitGrid, FittedModel, Outcome, Predict, apply_model
+from validation_fit import FitGrid, FittedModel, Predict, apply_model
+from validation_stats import Outcome
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
@@ -27,13 +29,13 @@ HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
 SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
 """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values, 1.0 down to 0.6."""
 FIT_GRID = FitGrid(fp8_factors=FP8_GRID, host_launch_s=HOST_GRID, sustained_factors=SUSTAINED_GRID)
-"""The grids the fits search (`validation_stats.fit_model`); rows are priced lazily, only
+"""The grids the fits search (`validation_fit.fit_model`); rows are priced lazily, only
 at the points the coordinate descent visits (`row_predictor`)."""
 
 
 def fit_grid(host_launch_s: float | None = None) -> FitGrid:
     """`FIT_GRID`, or with the MoE host-launch time fixed at ``host_launch_s`` seconds (a
-    fixed input of every fit, not fitted: `validation_stats.FitGrid.host_launch_fixed`)."""
+    fixed input of every fit, not fitted: `validation_fit.FitGrid.host_launch_fixed`)."""
     if host_launch_s is None:
         return FIT_GRID
     return dataclasses.replace(FIT_GRID, host_launch_s=(host_launch_s,))
@@ -74,7 +76,7 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
 
 
 def row_predictor(cases: dict[str, RowCase]) -> Predict:
-    """`validation_stats.Predict` over the rows' ``cases``: `estimate_plan` with the row's
+    """`validation_fit.Predict` over the rows' ``cases``: `estimate_plan` with the row's
     options and the given FP8 factor (FP8 rows; None keeps the row's own), MoE host-launch
     time (MoE rows) and sustained 16-bit factor (rows whose options leave it to the
     fitted default and that price GEMMs on the 16-bit curves: every bf16/fp16 row, and an
@@ -163,7 +165,7 @@ def _rules(err: SpecError) -> str:
 
 def at_host_launch(outcomes: list[Outcome], predict: Predict, host_s: float) -> list[Outcome]:
     """``outcomes`` with the MoE rows re-priced at a host-launch time of ``host_s`` seconds
-    and every other option as the row has it (`validation_stats.apply_model` with no factor
+    and every other option as the row has it (`validation_fit.apply_model` with no factor
     fitted)."""
     model = FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=host_s)
     moe = [o for o in outcomes if o.kind == "moe"]

@@ -8,7 +8,7 @@ often with the same plan. The planner's search depends only on the problem, so
 - a *problem* is what the search sees (`problem_key`): the model shape (its name left out:
   ``DeepSeekV3`` and ``DeepSeekV3 (w/o MTP)`` of one shape are one problem), the cluster
   (stored profile and GPU count), the job (sequence, global batch, precision) and the
-  execution options of the row (`published_rows.options_for_row`: software era, CUDA graph
+  execution options of the row (`row_options.options_for_row`: software era, CUDA graph
   scopes, MoE dispatcher, FP8 recipe, ...); rows whose options differ are searched apart,
   since the search prices every plan with them;
 - a *recipe* is one published plan of a problem; rows of one problem with the same plan

@@ -3,7 +3,7 @@ with a complete configuration, run the planner (`planner.search.search_plans`, t
 the same model, cluster, sequence and batch, and compare its pick with the published recipe.
 
 Both are priced by the same cost model with the row's execution options
-(`published_rows.options_for_row`: Megatron-LM 2021 for SC21-era sources), and the planner
+(`row_options.options_for_row`: Megatron-LM 2021 for SC21-era sources), and the planner
 searches only the plan features those options implement (`SearchSpace.for_runtime`: no
 sequence parallelism, distributed optimizer or selective recompute in 2021), so the
 comparison is between plans the same software could run:

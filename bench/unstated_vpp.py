@@ -20,7 +20,7 @@ Nothing here enters the headline statistics.
   that states gradients sharded with parameters kept after forward (`ZERO2_MARKERS`) also
   Megatron-FSDP's ``optim_grads`` (`fsdp_optim_grads`, whose docstring says where the two
   differ).
-- Published seconds: as for every row (`published_rows.published_iteration_time_s`: the
+- Published seconds: as for every row (`row_figures.published_iteration_time_s`: the
   printed time, else tokens/s per GPU, else TFLOP/s per GPU through the source's FLOPs
   convention), with the field it came from (``published_from``).
 """
@@ -33,9 +33,9 @@ from published_rows import (
     NotExpressible,
     RowCase,
     case_for_row,
-    published_iteration_time_s,
     vpp_stated,
 )
+from row_figures import published_iteration_time_s
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile

@@ -20,7 +20,7 @@ Four sets of figures:
   `MOE_HOST_LAUNCH_S` and the sustained 16-bit GEMM rate factors
   `costmodel.fitted_rates.SUSTAINED_GEMM_RATE_FACTORS`, were fitted on the rows here);
 - ``fitted``: those parameters fitted jointly on all rows (in sample;
-  `validation_stats.fit_model`, with `PER_GENERATION`);
+  `validation_fit.fit_model`, with `PER_GENERATION`);
 - ``loso``: leave one source family out: the parameters fitted on the other families
   predict it. These are the out-of-sample figures.
 - ``per_generation``: the same two fits with the other choice of `PER_GENERATION`, the

@@ -3,24 +3,21 @@ JSON it prints: summaries over all rows and per source, GPU generation, precisio
 dense/MoE, the SC21 Table 1 group, Kendall tau over strategy groups, the rows predicted not
 to fit, one entry per row, and (with the fits) the ``fitted``, ``loso`` and
 ``per_generation`` sections and the Llama-3-8B memory case. The statistics themselves are
-`validation_stats`'s; the rows are priced by `row_pricing`."""
+`validation_stats`'s, the fits `validation_fit`'s; the rows are priced by `row_pricing`."""
 
 from __future__ import annotations
 
-from published_rows import MEGATRON_BRIDGE_PERF
+from row_options import MEGATRON_BRIDGE_PERF
 from row_pricing import FIT_GRID
-from validation_stats import (
+from validation_fit import (
     FitGrid,
     FittedModel,
-    Outcome,
     Predict,
     apply_model,
     fit_model,
-    grouped,
-    kendall_tau,
     leave_one_source_out,
-    summary,
 )
+from validation_stats import Outcome, grouped, kendall_tau, summary
 
 from costmodel.estimate import estimate_plan, stage_memory_parts_gib
 from costmodel.execution_presets import DEFAULT_OPTIONS
@@ -33,7 +30,7 @@ from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
 PER_GENERATION = True
-"""Whether the FP8 GEMM rate factor is fitted per GPU generation (`validation_stats.fit_model`,
+"""Whether the FP8 GEMM rate factor is fitted per GPU generation (`validation_fit.fit_model`,
 keyed by the profile's `DeviceSpec.generation`: `Outcome.fit_key`) rather than once for
 all. On: Blackwell Ultra (B300, GB300) publishes a higher training rate than Blackwell on
 identical recipes (``same_recipe_ratios``: GB300 over GB200 about 1.2) that its profiles'

@@ -8,7 +8,7 @@ value for the other generations: the sustained 16-bit GEMM rate (`SUSTAINED_GEMM
 `SUSTAINED_GEMM_RATE_SHARED`) and the FP8 GEMM rate (`FP8_GEMM_RATE_FACTORS`,
 `FP8_GEMM_RATE_FACTOR`). Both are looked up by `generation_rate_factor` and applied by
 `costmodel.execution_presets.framework_profile`; `bench/validate_published.py`
-(`validation_stats.fit_model`) refits them jointly with `MOE_HOST_LAUNCH_S`
+(`validation_fit.fit_model`) refits them jointly with `MOE_HOST_LAUNCH_S`
 and passes each candidate through the `ExecutionOptions` overrides
 (``sustained_gemm_rate_factor``, ``fp8_gemm_rate_factor``), so the defaults here are the
 values its last fit printed.
@@ -30,7 +30,7 @@ figures of hardware.md [S1]; the A100 curve's top is a sustained square GEMM on 
   tail effect", topic 337991).
 
 Neither effect has a published per-generation figure, so the factor is fitted
-(`bench/validate_published.py`, `validation_stats.fit_model`), not sourced: one value per
+(`bench/validate_published.py`, `validation_fit.fit_model`), not sourced: one value per
 GPU generation (`profiles.schema_device.DeviceSpec.generation`) with published dense 16-bit runs,
 and one value fitted on all those runs together for the other GPU generations
 (`SUSTAINED_GEMM_RATE_SHARED`). It multiplies the bf16 and fp16 curves only: FP8 GEMMs keep
@@ -59,7 +59,7 @@ SUSTAINED_DTYPES: tuple[str, ...] = ("bf16", "fp16")
 SUSTAINED_GEMM_RATE_FACTORS: dict[str, float] = {"ampere": 0.7, "hopper": 0.85}
 """Default sustained 16-bit GEMM rate factor by `DeviceSpec.generation`, for the
 generations with published dense 16-bit runs of their own: fitted by
-`bench/validate_published.py` (`validation_stats.fit_model`, grid 1.0 down to 0.6 in steps
+`bench/validate_published.py` (`validation_fit.fit_model`, grid 1.0 down to 0.6 in steps
 of 0.05) jointly with `FP8_GEMM_RATE_FACTORS` and `MOE_HOST_LAUNCH_S`,
 on the median |log(predicted / published)| of each generation's dense bf16/fp16 rows of
 ``published-runs-dev.csv`` whose execution options leave the factor to this default. The
@@ -91,7 +91,7 @@ FP8_GEMM_RATE_FACTORS: dict[str, float] = {
 }
 """Default FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`) by
 `profiles.schema_device.DeviceSpec.generation`, for the generations with published FP8 runs of
-their own: fitted by `bench/validate_published.py` (`validation_stats.fit_model` with
+their own: fitted by `bench/validate_published.py` (`validation_fit.fit_model` with
 ``per_generation``) jointly with `MOE_HOST_LAUNCH_S` and the sustained
 16-bit factors (`SUSTAINED_GEMM_RATE_FACTORS`), by grid coordinate descent on one objective:
 the median |log(predicted / published)| of each GPU generation's dense FP8 rows of

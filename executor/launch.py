@@ -32,8 +32,8 @@ FLIGHT_RECORDER_ENTRIES = 20_000
 TRAINING_RANK_ENV = {
     # Kineto prints profiler_start/stop lines on stderr below this level (reference §6).
     "KINETO_LOG_LEVEL": "6",
-    # The flight recorder logs each collective's group and sizes (read by executor.measure);
-    # it is sized when the first process group is created.
+    # The flight recorder logs each collective's group and sizes (read by
+    # executor.trace_collectives); it is sized when the first process group is created.
     "TORCH_FR_BUFFER_SIZE": str(FLIGHT_RECORDER_ENTRIES),
 }
 """Environment of a training rank (`launch.world.launch` ``rank_env``)."""

@@ -57,7 +57,7 @@ from executor.launch import (
     launch,
     set_group_timeouts,
 )
-from executor.measure import group_labels, rank_trace
+from executor.measure import rank_trace
 from executor.peak_memory import MemoryWatch, live_bytes
 from executor.preflight import prepare
 from executor.run_config import RankSetup, RunConfig, Trainer
@@ -68,6 +68,7 @@ from executor.run_folder import (
     write_failed_run,
     write_run,
 )
+from executor.trace_collectives import group_labels
 from specs.bundle import PlanBundle
 from specs.host import steal_fraction, stolen_cpu_s
 

@@ -44,8 +44,8 @@ class RankSetup:
     dp_size: int
     """Data-parallel size."""
     group_labels: Mapping[str, Sequence[str]]
-    """Process group name -> axis labels (``tp``, ``dp-cp``; `executor.measure.group_labels`),
-    for the measurement."""
+    """Process group name -> axis labels (``tp``, ``dp-cp``;
+    `executor.trace_collectives.group_labels`), for the measurement."""
     context_parallel: bool = False
     """True when cp > 1 (point-to-point inside compute is then CP traffic)."""
     local_keys: Callable[[str], bool] | None = None

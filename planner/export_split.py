@@ -83,3 +83,8 @@ def torchtitan_split(model: ModelSpec, plan: ParallelPlan) -> tuple[dict[str, An
         }, notes
     notes.append(f"uneven split ({plan.split_label()}) given as module_fqns_per_model_part")
     return {"module_fqns_per_model_part": model_part_modules(model, plan)}, notes
+
+
+def largest_chunk_layers(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Transformer layers of the largest model chunk under the plan's split."""
+    return max(c.num_layers for rank in pipeline_split(model, plan).chunks for c in rank)

@@ -2,12 +2,12 @@
 
 A measured collective event (lane tp, cp, ep or dp; kind all_reduce, all_gather,
 reduce_scatter or all_to_all) carries its bytes in the nccl-tests convention (the whole
-buffer, `executor.measure`) and its process-group label (``tp``, ``dp-cp``, ``world``, ...).
-The label and the plan give the group's ranks (`specs.layout.RankLayout`, Megatron order)
-and its placement on the cluster (`costmodel.topology.place_group`), hence the profile fit
-it samples: (op, group size, ``intra``) for a group inside one scale-up domain, (op, group
-size, ``inter``) for one rank per domain. A group with several ranks in each of several
-domains is timed by the cost model from two fits at once and is left out.
+buffer, `executor.trace_collectives`) and its process-group label (``tp``, ``dp-cp``,
+``world``, ...). The label and the plan give the group's ranks (`specs.layout.RankLayout`,
+Megatron order) and its placement on the cluster (`costmodel.topology.place_group`), hence
+the profile fit it samples: (op, group size, ``intra``) for a group inside one scale-up
+domain, (op, group size, ``inter``) for one rank per domain. A group with several ranks in
+each of several domains is timed by the cost model from two fits at once and is left out.
 
 Wire time of a call: a collective ends at the same moment on every rank of its group, so
 each rank's duration is the wire time plus its wait for the last rank to arrive, and the
@@ -48,8 +48,9 @@ from specs.layout import DENSE_AXES, EXPERT_AXES, RankLayout
 from specs.timeline import Timeline, TimelineEvent
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-"""Event kinds fitted here; point-to-point sends carry no bytes on gloo (`executor.measure`)
-and are calibrated from the pipeline phases instead (`reports.calibrate`)."""
+"""Event kinds fitted here; point-to-point sends carry no bytes on gloo
+(`executor.trace_collectives`) and are calibrated from the pipeline phases instead
+(`reports.calibrate`)."""
 MIN_CALLS = 3
 """Calls a fit needs before it is refitted; one or two calls in a profiled step (a loss
 all-reduce, one gradient bucket) are as much scheduling noise as wire time on a busy host."""

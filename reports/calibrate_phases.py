@@ -12,7 +12,7 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from profiles.schema import HardwareProfile
 from reports.calibrate_time import backward_factor
-from reports.compare import iterations_in, rank_phase_seconds
+from reports.phase_seconds import iterations_in, rank_phase_seconds
 from reports.run_dir import RunDir
 from specs.errors import SpecError
 from specs.timeline import Timeline, TimelineEvent
@@ -45,7 +45,7 @@ def _iterations_held(timeline: Timeline) -> int:
 def timeline_phases(
     timeline: Timeline, *, iteration_time_s: float | None = None
 ) -> dict[str, float]:
-    """Phase seconds per iteration (`reports.compare.PHASES`), averaged over the ranks.
+    """Phase seconds per iteration (`reports.phase_seconds.PHASES`), averaged over the ranks.
 
     ``iteration_time_s`` rescales the phases to that iteration time (a profiled measured
     step to the unprofiled median); by default the timeline's own iteration is kept.

@@ -26,7 +26,7 @@ MEGATRON_BRIDGE_FP8_CS = [
     "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te",
 ]  # fmt: skip
 """Megatron-Bridge's FP8 current-scaling recipe: FP8 parameters (``mixed_precision.py``),
-bf16 gradient reduction and TE's fused cross entropy (`published_rows.MEGATRON_BRIDGE_PERF`)."""
+bf16 gradient reduction and TE's fused cross entropy (`row_options.MEGATRON_BRIDGE_PERF`)."""
 
 LLAMA405_B200 = [
     "--model", "llama3.1-405b", "--hardware", "b200", "--num-gpus", "128",

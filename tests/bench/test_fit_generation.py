@@ -1,4 +1,4 @@
-"""bench/validation_stats.py: per-generation FP8 factors keyed by the profile's generation
+"""bench/validation_fit.py: per-generation FP8 factors keyed by the profile's generation
 (`Outcome.fit_generation`), apart from the reporting generation."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import pytest
 from tests.bench.bench_loader import load_bench
 
 stats = load_bench("validation_stats")
+fitting = load_bench("validation_fit")
 
-GRID = stats.FitGrid(
+GRID = fitting.FitGrid(
     fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
     host_launch_s=(0.0,),
 )
@@ -69,18 +70,18 @@ def test_fit_key_is_the_profile_generation_else_the_reporting_one():
 
 
 def test_per_generation_fit_recovers_two_factors_within_one_reporting_generation():
-    model = stats.fit_model(_rows(), _predict, GRID, per_generation=True)
+    model = fitting.fit_model(_rows(), _predict, GRID, per_generation=True)
     assert model.fp8_factors == TRUTH
     assert model.fp8_fitted_on == {"blackwell": ("b1", "b2"), "blackwell_ultra": ("u1", "u2")}
-    applied = stats.apply_model(_rows(), _predict, model)
+    applied = fitting.apply_model(_rows(), _predict, model)
     assert [o.error for o in applied] == pytest.approx([0.0] * 4)
     assert model.factor("hopper") == model.fp8_factor in (0.6, 0.65, 0.7, 0.75, 0.8)
 
 
 def test_one_factor_for_all_cannot_fit_both():
-    model = stats.fit_model(_rows(), _predict, GRID)
+    model = fitting.fit_model(_rows(), _predict, GRID)
     assert model.fp8_factors == {}
-    applied = stats.apply_model(_rows(), _predict, model)
+    applied = fitting.apply_model(_rows(), _predict, model)
     assert max(abs(o.error) for o in applied) > 0.05
 
 
@@ -89,7 +90,7 @@ def test_leave_one_source_out_leaves_a_generation_without_rows_to_the_shared_fac
     rows[1] = _row("b2", "MBRIDGE-26.02", "blackwell")
     rows[0] = _row("b1", "MOEZOO-1", "blackwell")
     rows[3] = _row("u2", "MBRIDGE-26.02", "blackwell_ultra")
-    _, models = stats.leave_one_source_out(rows, _predict, GRID, per_generation=True)
+    _, models = fitting.leave_one_source_out(rows, _predict, GRID, per_generation=True)
     without_zoo = models["MOEZOO"]
     assert without_zoo.fp8_factors["blackwell_ultra"] == TRUTH["blackwell_ultra"]
     without_bridge = models["MBRIDGE"]
@@ -138,9 +139,9 @@ def test_a_generation_with_only_moe_fp8_rows_takes_the_shared_dense_factor():
         fit_generation="blackwell_ultra",
     )
     rows = [_row("b1", "MBRIDGE-25.09", "blackwell"), _row("b2", "MBRIDGE-26.02", "blackwell")]
-    model = stats.fit_model([*rows, moe], _predict, GRID, per_generation=True)
+    model = fitting.fit_model([*rows, moe], _predict, GRID, per_generation=True)
     assert model.fp8_factor == TRUTH["blackwell"]
     assert model.fp8_factors == {"blackwell": 0.6, "blackwell_ultra": 0.6}
     assert model.fp8_fitted_on["blackwell_ultra"] == ("b1", "b2")
-    single = stats.fit_model([*rows, moe], _predict, GRID)
+    single = fitting.fit_model([*rows, moe], _predict, GRID)
     assert single.fitted_on == ("b1", "b2", "m1")  # one factor for all: every FP8 row

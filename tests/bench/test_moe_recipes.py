@@ -10,6 +10,7 @@ from tests.bench.bench_loader import load_bench
 
 moe = load_bench("moe_recipes")
 rows_mod = load_bench("published_rows")
+options_mod = load_bench("row_options")
 
 ROUTER = frozenset({"moe_router", "moe_preprocess"})
 
@@ -103,7 +104,7 @@ def test_large_moe_rows_carry_their_releases_dispatcher_overlap_and_graphs(
 
 def test_tokendrop_large_moe_rows_keep_the_alltoall_dispatcher():
     assert moe.moe_runtime_fields(row("MBRIDGE-25.09", "DeepSeekV3 (tokendrop)", "GB200")) == {}
-    options = rows_mod.options_for_row(row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)"))
+    options = options_mod.options_for_row(row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)"))
     assert options.moe_a2a_overlap and options.moe_dispatcher == "flex"
 
 
@@ -114,9 +115,9 @@ def test_tokendrop_rows_run_at_capacity_factor_one():
 
 def test_row_options_and_model_carry_the_recipe():
     raw = row("MBRIDGE-25.09", "Qwen3_30B_a3B (tokendrop)", "B200")
-    options = rows_mod.options_for_row(raw)
+    options = options_mod.options_for_row(raw)
     assert options.cuda_graph_scopes == frozenset({"layer"})
-    assert options.main_grad_bytes == rows_mod.MEGATRON_BRIDGE_PERF.main_grad_bytes
+    assert options.main_grad_bytes == options_mod.MEGATRON_BRIDGE_PERF.main_grad_bytes
 
 
 @pytest.mark.parametrize(
@@ -136,7 +137,7 @@ def test_26_06_mxfp8_recipes_run_the_fused_grouped_mlp(raw):
     assert fields["moe_fused_grouped_mlp"] is True
     assert fields["moe_a2a_overlap"] is True
     assert fields["cuda_graph_scopes"] == WHOLE
-    assert rows_mod.options_for_row(raw).moe_fused_grouped_mlp
+    assert options_mod.options_for_row(raw).moe_fused_grouped_mlp
 
 
 def test_earlier_releases_keep_te_grouped_linear():

@@ -10,6 +10,7 @@ from tests.bench.bench_loader import load_bench
 
 rules = load_bench("norm_recipes")
 rows = load_bench("published_rows")
+options_mod = load_bench("row_options")
 
 
 def mbridge(release: str, model: str, gpu: str, precision: str, task: str = "pretrain") -> dict:
@@ -99,6 +100,6 @@ def test_model_zoo_configs(model, on):
 def test_options_for_row_applies_the_rule():
     raw = mbridge("26.02", "DeepSeekV3", "GB300 (NVL72)", "MXFP8")
     raw.update(source_version="NeMo 26.02 container", row_id="t")
-    assert rows.options_for_row(raw).cudnn_norm
+    assert options_mod.options_for_row(raw).cudnn_norm
     raw["gpu_type"] = "B300"
-    assert not rows.options_for_row(raw).cudnn_norm
+    assert not options_mod.options_for_row(raw).cudnn_norm

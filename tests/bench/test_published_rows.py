@@ -20,6 +20,7 @@ pipeline = load_bench("pipeline_recipes")
 savers = load_bench("saver_recipes")
 precision = load_bench("precision_recipes")
 rows_mod = load_bench("published_rows")
+model_mod = load_bench("row_model")
 
 LLAMA405_GB200 = {
     # row 119 (MBRIDGE-26.06, Llama 3.1 405B on 256 GB200, FP8).
@@ -537,7 +538,7 @@ def test_nemo_llama2_fp8_rows_reduce_gradients_in_bf16():
     ("model", "expected"), [("Qwen3_30B_a3B", True), ("Qwen3-235B-A22B", True)]
 )
 def test_qwen3_rows_normalize_query_and_key(model: str, expected: bool) -> None:
-    assert rows_mod.uses_qk_layernorm({"model": model}) is expected
+    assert model_mod.uses_qk_layernorm({"model": model}) is expected
 
 
 def test_other_rows_have_no_query_key_norms() -> None:

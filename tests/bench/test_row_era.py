@@ -11,6 +11,7 @@ from tests.bench.bench_loader import load_bench
 
 era = load_bench("row_era")
 rows_mod = load_bench("published_rows")
+options_mod = load_bench("row_options")
 
 
 def _month(date: object) -> tuple[int, int] | None:
@@ -214,11 +215,11 @@ def test_dev_source_eras(
         "source_locator": locator,
         "source_version": version,
     }
-    assert rows_mod.row_era(raw)[0] == expected
+    assert options_mod.row_era(raw)[0] == expected
 
 
 def test_explicit_entries_are_only_the_undatable_sources() -> None:
-    assert dict(rows_mod.ERA_BY_SOURCE) == {"BLOOM-": "megatron_2021", "LLAMA3-": "current"}
+    assert dict(options_mod.ERA_BY_SOURCE) == {"BLOOM-": "megatron_2021", "LLAMA3-": "current"}
 
 
 UNKNOWN_2022_A100 = {
@@ -254,9 +255,9 @@ def test_unknown_2022_a100_row_runs_the_2021_options() -> None:
     features = {"sequence_parallel", "selective_recompute", "distributed_optimizer"}
     assert case.options.plan_features == features
     assert dataclasses.replace(case.options, plan_features=frozenset()) == MEGATRON_2021
-    assert rows_mod.options_for_row(UNKNOWN_2022_A100) == case.options
+    assert options_mod.options_for_row(UNKNOWN_2022_A100) == case.options
     early = UNKNOWN_2022_A100 | {"source_locator": "arXiv 2201.00001 Table 3"}
-    assert rows_mod.options_for_row(early) is MEGATRON_2021
+    assert options_mod.options_for_row(early) is MEGATRON_2021
     # Pipelined: Megatron's local DDP reduces after the pipeline (SC21 scripts).
     assert not case.plan.overlap_grad_reduce and case.plan.ddp_bucket_size is None
 

@@ -7,12 +7,15 @@ import json
 
 import pytest
 
-from costmodel.execution_presets import MEGATRON_2021
+from costmodel.execution_presets import MEGATRON_2021, MEGATRON_2023
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
+from costmodel.flops import model_flops_per_iteration, sc21_flops_per_iteration
 from tests.bench.bench_loader import load_bench
 
 rows_mod = load_bench("published_rows")
+figures = load_bench("row_figures")
 stats = load_bench("validation_stats")
+fitting = load_bench("validation_fit")
 published_csv = load_bench("published_csv")
 pricing = load_bench("row_pricing")
 report_mod = load_bench("validation_report")
@@ -115,7 +118,7 @@ def test_sc21_row_maps_to_its_plan_and_2021_options():
     assert case.profile == "a100-sxm-80gb" and case.generation == "A100"
     assert case.model.activation == "gelu" and case.model.tied_embeddings
     # 1536 sequences x 2048 tokens / (425.1 tokens/s/GPU x 512 GPUs) = 14.45 s
-    assert rows_mod.published_iteration_time_s(SC21_ROW, case) == pytest.approx(14.453, rel=1e-3)
+    assert figures.published_iteration_time_s(SC21_ROW, case) == pytest.approx(14.453, rel=1e-3)
 
 
 def test_stack_version_picks_the_era_options():
@@ -136,7 +139,7 @@ def test_stack_version_picks_the_era_options():
         "source_version": "Megatron-LM commit 285068c8 (baseline)",
     }
     case = rows_mod.case_for_row(megascale)
-    assert case.options is rows_mod.MEGATRON_2023
+    assert case.options is MEGATRON_2023
     # No --overlap-grad-reduce in early-2023 Megatron-LM: gradients reduce after the pipeline.
     assert not case.plan.overlap_grad_reduce
 
@@ -166,11 +169,11 @@ def test_precision_mapping():
 def test_tflops_rows_use_the_source_convention():
     case = rows_mod.case_for_row(SC21_ROW)
     row = SC21_ROW | {"derived_tokens_per_sec_per_gpu": ""}
-    flops = rows_mod.sc21_flops_per_iteration(case.model, 2048, 1536)
+    flops = sc21_flops_per_iteration(case.model, 2048, 1536)
     expected = flops / (138e12 * 512)
-    assert rows_mod.published_iteration_time_s(row, case) == pytest.approx(expected)
-    noncausal = rows_mod.noncausal_flops_per_iteration(case.model, 2048, 1536)
-    causal = rows_mod.model_flops_per_iteration(case.model, 2048, 1536)
+    assert figures.published_iteration_time_s(row, case) == pytest.approx(expected)
+    noncausal = figures.noncausal_flops_per_iteration(case.model, 2048, 1536)
+    causal = model_flops_per_iteration(case.model, 2048, 1536)
     # The causal factor halves the attention core: 3 x 2·s·a·d x layers x tokens.
     extra = 3 * 2 * 2048 * 8192 * 48 * 2048 * 1536
     assert noncausal - causal == pytest.approx(extra)
@@ -301,7 +304,7 @@ def test_search_sanity_rank_agrees_with_the_claimed_speedup():
 # factor f and host-launch time h (GPU time with its fp8 GEMM part w slowed by 1 / f, and a
 # host floor of n launches), published seconds those of known (f, h): the fit must recover
 # them. A grid holds them exactly.
-GRID = stats.FitGrid(
+GRID = fitting.FitGrid(
     fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
     host_launch_s=tuple(round(5e-6 * i, 6) for i in range(13)),
 )
@@ -334,13 +337,13 @@ def test_fit_recovers_a_known_fp8_factor_on_dense_fp8_rows():
     rows = [_row(r, "A-1", s, (0.6, 0.0)) for r, s in shapes.items()]
     bf16 = _outcome("4", "A-1", 1.0, 1.5)
     shapes["4"] = _shape(1.5, 0.0)
-    model = stats.fit_model([*rows, bf16], _predictor(shapes), GRID)
+    model = fitting.fit_model([*rows, bf16], _predictor(shapes), GRID)
     assert model.fp8_factor == 0.6 and model.fitted_on == ("1", "2", "3")
     assert model.moe_host_launch_s == 0.0 and model.host_fitted_on == ()
-    applied = stats.apply_model([*rows, bf16], _predictor(shapes), model)
+    applied = fitting.apply_model([*rows, bf16], _predictor(shapes), model)
     assert [o.error for o in applied[:3]] == pytest.approx([0.0] * 3)
     assert applied[3].predicted_s == 1.5
-    assert stats.fit_model([bf16], _predictor(shapes), GRID).fp8_factor is None
+    assert fitting.fit_model([bf16], _predictor(shapes), GRID).fp8_factor is None
 
 
 def test_per_generation_fit_recovers_each_generation_and_shares_one_for_the_rest():
@@ -348,11 +351,11 @@ def test_per_generation_fit_recovers_each_generation_and_shares_one_for_the_rest
     hopper = [_row(r, "A-1", shapes[r], (0.7, 0.0)) for r in ("1", "2")]
     blackwell = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
     predict = _predictor(shapes)
-    model = stats.fit_model([*hopper, blackwell], predict, GRID, per_generation=True)
+    model = fitting.fit_model([*hopper, blackwell], predict, GRID, per_generation=True)
     assert model.fp8_factors == {"H100/H800": 0.7, "Blackwell": 0.55}
     assert model.fp8_fitted_on == {"H100/H800": ("1", "2"), "Blackwell": ("3",)}
     assert model.factor("A100") == model.fp8_factor in (0.7, 0.55)
-    single = stats.fit_model([*hopper, blackwell], predict, GRID)
+    single = fitting.fit_model([*hopper, blackwell], predict, GRID)
     assert single.fp8_factors == {} and single.factor("Blackwell") == single.fp8_factor
 
 
@@ -363,7 +366,7 @@ def test_fp8_factor_and_host_launch_time_are_fitted_jointly_on_moe_rows():
     shapes = {"1": _shape(1.0, 1.0), "2": _shape(1.0, 1.0, n=1e5), "3": _shape(1.0, 1.0)}
     moe = [_row(r, "A-1", shapes[r], truth, kind="moe") for r in ("1", "2")]
     dense_bf16 = _row("3", "A-1", shapes["3"], truth, fp8=False)
-    model = stats.fit_model([*moe, dense_bf16], _predictor(shapes), GRID)
+    model = fitting.fit_model([*moe, dense_bf16], _predictor(shapes), GRID)
     assert (model.fp8_factor, model.moe_host_launch_s) == truth
     assert model.fitted_on == ("1", "2") and model.host_fitted_on == ("1", "2")
 
@@ -380,7 +383,7 @@ def test_leave_one_source_out_refits_every_parameter_without_the_left_out_rows()
     outcomes = [dense_a, moe_a, dense_b]
     for per_generation in (False, True):
         calls: list[str] = []
-        predicted, models = stats.leave_one_source_out(
+        predicted, models = fitting.leave_one_source_out(
             outcomes, _predictor(shapes, calls), GRID, per_generation=per_generation
         )
         assert models["A"].fitted_on == ("3",) and models["A"].host_fitted_on == ()
@@ -408,9 +411,9 @@ def test_a_fixed_host_launch_time_is_an_input_of_every_fit_not_fitted():
     outcomes = [dense_a, moe_a, dense_b]
     fixed = dataclasses.replace(GRID, host_launch_s=(25e-6,))
     assert fixed.host_launch_fixed and not GRID.host_launch_fixed
-    model = stats.fit_model(outcomes, _predictor(shapes), fixed)
+    model = fitting.fit_model(outcomes, _predictor(shapes), fixed)
     assert model.moe_host_launch_s == 25e-6 and model.host_fitted_on == ()
-    predicted, models = stats.leave_one_source_out(outcomes, _predictor(shapes), fixed)
+    predicted, models = fitting.leave_one_source_out(outcomes, _predictor(shapes), fixed)
     assert {f: m.moe_host_launch_s for f, m in models.items()} == {"A": 25e-6, "B": 25e-6}
     assert models["B"].factor("Blackwell") == 0.7
     by_row = {o.row_id: o.predicted_s for o in predicted}

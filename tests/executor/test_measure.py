@@ -19,14 +19,11 @@ from executor.launch import RankInfo, launch
 from executor.measure import (
     RankTrace,
     build_timeline,
-    choose_label,
     collective_ledger,
-    group_labels,
-    lane_of,
-    op_of,
     rank_trace,
     step_stats,
 )
+from executor.trace_collectives import choose_label, group_labels, lane_of, op_of
 from specs import serde
 from specs.timeline import Timeline
 

@@ -1,6 +1,7 @@
-"""Tests of `planner.export`: the exported Megatron-LM arguments parse with Megatron's flag
-spellings and satisfy its validation rules (megatron-facts.md §8.3); one golden export per
-model family; the torchtitan TOML parses and its degrees tile the world."""
+"""Tests of `planner.export` and `planner.export_torchtitan`: the exported Megatron-LM
+arguments parse with Megatron's flag spellings and satisfy its validation rules
+(megatron-facts.md §8.3); one golden export per model family; the torchtitan TOML parses
+and its degrees tile the world."""
 
 from __future__ import annotations
 
@@ -22,9 +23,8 @@ from planner.export import (
     megatron_command,
     megatron_environment,
     moe_layer_freq_argument,
-    torchtitan_config,
-    torchtitan_toml,
 )
+from planner.export_torchtitan import torchtitan_config, torchtitan_toml
 from planner.space import SearchSpace, plan_from_row
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec

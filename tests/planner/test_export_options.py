@@ -21,8 +21,6 @@ from planner.export import (
     megatron_arguments,
     megatron_command,
     megatron_environment,
-    torchtitan_config,
-    torchtitan_toml,
 )
 from planner.export_options import (
     MEGATRON_EXPORTED,
@@ -30,6 +28,7 @@ from planner.export_options import (
     PRICING_FIELDS,
     RULE,
 )
+from planner.export_torchtitan import torchtitan_config, torchtitan_toml
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError

@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from planner.export import TORCHTITAN_MUON_REFUSAL, megatron_arguments, torchtitan_config
+from planner.export import megatron_arguments
+from planner.export_torchtitan import TORCHTITAN_MUON_REFUSAL, torchtitan_config
 from planner.optimizer_space import MUON_EXCLUDED_FEATURES, space_for_optimizer
 from planner.search import search_plans
 from planner.space import SearchSpace

@@ -40,7 +40,6 @@ from reports.calibrate import (
     calibrate,
     measured_iteration_s,
     time_scaled,
-    timeline_phases,
 )
 from reports.calibrate_comm import (
     MIN_CALLS,
@@ -49,6 +48,7 @@ from reports.calibrate_comm import (
     fit_collectives,
     with_fits,
 )
+from reports.calibrate_phases import timeline_phases
 from reports.run_dir import RunDir, load_run
 from specs import serde
 from specs.bundle import PlanBundle

@@ -1,4 +1,5 @@
-"""Alignment and error arithmetic of `reports.compare` on hand-made timelines.
+"""Alignment and error arithmetic of `reports.compare` and `reports.phase_seconds` on
+hand-made timelines.
 
 Every expected value below is worked out by hand in the comment next to it.
 """
@@ -12,16 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reports.compare import (
-    PHASES,
     align,
     compare,
     comparison_to_json,
-    covered_s,
-    iterations_in,
     memory_errors,
-    merge_intervals,
-    overlap_s,
-    rank_phase_seconds,
     relative_error,
     verdict_for,
 )
@@ -31,6 +26,14 @@ from reports.ledger import (
     normalize_group,
     normalize_op,
     timeline_ledger,
+)
+from reports.phase_seconds import (
+    PHASES,
+    covered_s,
+    iterations_in,
+    merge_intervals,
+    overlap_s,
+    rank_phase_seconds,
 )
 from specs.errors import SpecError
 from specs.plan import ParallelPlan

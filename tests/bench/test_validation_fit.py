@@ -1,4 +1,4 @@
-"""bench/validation_stats.py: the sustained 16-bit GEMM rate factor in the joint fit and in
+"""bench/validation_fit.py: the sustained 16-bit GEMM rate factor in the joint fit and in
 leave-one-source-out."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 from tests.bench.bench_loader import load_bench
 
 stats = load_bench("validation_stats")
+fitting = load_bench("validation_fit")
 
-GRID = stats.FitGrid(
+GRID = fitting.FitGrid(
     fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
     host_launch_s=tuple(round(5e-6 * i, 6) for i in range(13)),
     sustained_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(9)),
@@ -78,7 +79,7 @@ def _rows():
 
 
 def test_fit_recovers_each_generation_sustained_factor_and_shares_one_for_the_rest():
-    model = stats.fit_model(_rows(), _predictor(SHAPES), GRID)
+    model = fitting.fit_model(_rows(), _predictor(SHAPES), GRID)
     assert model.sustained_factors == {"A100": 0.85, "H100/H800": 0.75}
     assert model.sustained_fitted_on["A100"] == ("a1", "a2")
     assert model.sustained_fitted_on["shared"] == ("a1", "a2", "h1", "h2")
@@ -88,25 +89,25 @@ def test_fit_recovers_each_generation_sustained_factor_and_shares_one_for_the_re
     # The FP8 factor and the launch time are fitted alongside, untouched by the 16-bit rows.
     assert model.fp8_factor == 0.65 and model.fitted_on == ("b1",)
     assert model.moe_host_launch_s == 20e-6
-    applied = stats.apply_model(_rows(), _predictor(SHAPES), model)
+    applied = fitting.apply_model(_rows(), _predictor(SHAPES), model)
     assert [o.error for o in applied] == pytest.approx([0.0] * len(applied))
 
 
 def test_no_16bit_dense_row_leaves_the_sustained_factor_unfitted():
     rows = [o for o in _rows() if o.generation == "Blackwell"]
-    model = stats.fit_model(rows, _predictor(SHAPES), GRID)
+    model = fitting.fit_model(rows, _predictor(SHAPES), GRID)
     assert model.sustained_factor is None and model.sustained_factors == {}
     assert model.sustained("A100") is None
 
 
 def test_leave_one_source_out_refits_the_sustained_factor_without_the_left_out_rows():
     rows = _rows()
-    predicted, models = stats.leave_one_source_out(rows, _predictor(SHAPES), GRID)
+    predicted, models = fitting.leave_one_source_out(rows, _predictor(SHAPES), GRID)
     # SC21 out: A100 keeps MegaScale's row; MEGASCALE out: SC21's. Both still 0.85.
     assert models["SC21"].sustained_factors["A100"] == 0.85
     assert models["SC21"].sustained_fitted_on["A100"] == ("a2",)
     # Both A100 families out in turn: an A100 family is predicted with the other's value.
-    left = stats.leave_one_source_out(
+    left = fitting.leave_one_source_out(
         [o for o in rows if o.source_family != "MEGASCALE"], _predictor(SHAPES), GRID
     )[1]
     assert "A100" not in left["SC21"].sustained_factors
@@ -124,8 +125,8 @@ def test_rows_whose_options_fix_the_factor_neither_fit_nor_move():
     )
     current = _row("a2", "MEGASCALE-T2", SHAPES["a2"], (None, 0.7, 0.0), "A100")
     shapes = dict(SHAPES, a1=lambda f, h, s: SHAPES["a1"](f, h, None))
-    model = stats.fit_model([fixed, current], _predictor(shapes), GRID)
+    model = fitting.fit_model([fixed, current], _predictor(shapes), GRID)
     assert model.sustained_factors == {"A100": 0.7}
     assert model.sustained_fitted_on["A100"] == ("a2",)
-    applied = stats.apply_model([fixed, current], _predictor(shapes), model)
+    applied = fitting.apply_model([fixed, current], _predictor(shapes), model)
     assert [o.error for o in applied] == pytest.approx([0.0, 0.0])

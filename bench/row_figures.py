@@ -1,0 +1,74 @@
+"""A published row's figure as seconds per iteration (`published_iteration_time_s`).
+
+The published figure is turned into seconds per iteration: the printed iteration time, else
+global batch x sequence / (tokens/s/GPU x GPUs), else the printed TFLOP/s/GPU through the
+source's own FLOPs convention (`FLOPS_CONVENTIONS`; published-runs-dev.md, "FLOPs
+conventions").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from published_rows import RowCase
+from recipe_keys import NotExpressible
+from row_columns import column_float, column_text
+
+from costmodel.flops import (
+    core_attention_forward_flops_per_token,
+    model_flops_per_iteration,
+    sc21_flops_per_iteration,
+)
+from specs.model import ModelSpec
+
+FlopsFormula = Callable[[ModelSpec, int, int], float]
+"""FLOPs of one iteration from (model, sequence length, global batch)."""
+
+
+def noncausal_flops_per_iteration(model: ModelSpec, seq_length: int, batch: int) -> float:
+    """Megatron-LM `num_floating_point_operations` before the causal factor (2024-07):
+    the current count plus the masked half of the attention core, 3 x (forward) per token
+    (published-runs-dev.md, "FLOPs conventions")."""
+    causal_half = core_attention_forward_flops_per_token(model, seq_length)
+    extra = 3 * causal_half * model.num_layers * seq_length * batch
+    return model_flops_per_iteration(model, seq_length, batch) + extra
+
+
+def flops_formula(convention: str) -> FlopsFormula | None:
+    """The FLOPs-per-iteration function of a ``flops_convention`` text, or None when the
+    source's convention is unknown (`FLOPS_CONVENTIONS`)."""
+    lower = convention.lower()
+    return next((f for marker, f in FLOPS_CONVENTIONS if marker in lower), None)
+
+
+FLOPS_CONVENTIONS: tuple[tuple[str, FlopsFormula], ...] = (
+    ("eq.3", sc21_flops_per_iteration),
+    ("as of r0.8.0", noncausal_flops_per_iteration),
+    ("nemo 24.03-era", noncausal_flops_per_iteration),
+    ("palm", noncausal_flops_per_iteration),
+    ("num_floating_point_operations of the commit used", model_flops_per_iteration),
+)
+"""``flops_convention`` marker -> FLOPs per iteration (published-runs-dev.md, "FLOPs
+conventions"): SC21 Eq. 3 (recompute and full attention counted); Megatron-LM's count
+before the causal factor (README 2024, NeMo 24.03; PaLM's 6N + 12·L·H·Q·T also counts the
+full attention matrix); Megatron-LM's current causal count (code from 2025-03)."""
+
+
+def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
+    """Seconds per iteration of the published run, convention-free where the row allows:
+    printed iteration time, else tokens/s/GPU, else TFLOP/s/GPU through the source's FLOPs
+    formula (`flops_formula`). NotExpressible when none applies."""
+    printed = column_float(raw, "iteration_time_s")
+    if printed:
+        return printed
+    gpus, seq, batch = case.cluster.num_gpus, case.job.seq_length, case.job.global_batch_size
+    tokens = column_float(raw, "tokens_per_sec_per_gpu") or column_float(
+        raw, "derived_tokens_per_sec_per_gpu"
+    )
+    if tokens:
+        return batch * seq / (tokens * gpus)
+    tflops = column_float(raw, "tflops_per_gpu")
+    formula = flops_formula(column_text(raw, "flops_convention"))
+    if tflops and formula is not None:
+        return formula(case.model, seq, batch) / (tflops * 1e12 * gpus)
+    raise NotExpressible("no iteration time, tokens/s or known-convention TFLOP/s")

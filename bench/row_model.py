@@ -1,0 +1,144 @@
+"""A published row's model: the `ModelSpec` of its architecture columns (`model_for`).
+
+A row of ``published-runs-dev.csv`` states the model's shape (``ARCHITECTURE_COLUMNS``) and,
+in ``arch_notes``, its style (gated MLP, normalization, position embedding, MLA, window
+attention); `model_for` maps exactly those and raises `NotExpressible` for layers the cost
+model does not price (parallel attention+MLP blocks, hybrid Mamba layers, a ReLU MLP,
+sliding-window attention outside GPT-OSS). Recipe-set fields (MTP layers, untied embeddings,
+token-drop capacity, NeMo model overrides) come from the recipe modules cited in
+`bench/row_recipes.py`, `bench/moe_recipes.py` and `bench/nemo_recipes.py`.
+
+Defaults for what a row leaves empty, each Megatron-LM's own (column guide:
+``published-runs-dev.md``):
+- ffn 4·h for GPT-style rows (``--ffn-hidden-size`` default), the expert width for MoE rows;
+- MHA when ``num_query_groups`` is empty (Megatron-LM without ``--group-query-attention``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from moe_recipes import token_drop_capacity
+from nemo_recipes import nemo_model_fields
+from recipe_keys import NotExpressible
+from row_columns import column_int, column_text
+from row_recipes import mtp_layers, sliding_window_fields, untied_embeddings
+
+from specs.model import ModelSpec
+
+ARCHITECTURE_COLUMNS = (
+    "arch_notes",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "ffn_hidden_size",
+    "vocab_size",
+    "num_experts",
+    "moe_top_k",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_ffn",
+)
+"""Columns of ``published-runs-dev.csv`` that describe the model (what `model_for` reads):
+a row built for a recipe copies them from a dev-set row of the same model."""
+
+
+def _architecture(raw: dict[str, str]) -> dict[str, object]:
+    """ModelSpec style fields from ``arch_notes``; NotExpressible for layers not modelled."""
+    notes = column_text(raw, "arch_notes").lower()
+    model = column_text(raw, "model").lower()
+    if "sliding-window" in notes and not sliding_window_fields(raw):
+        raise NotExpressible("sliding-window attention outside GPT-OSS")
+    for marker, reason in (
+        ("parallel attn", "parallel attention+MLP block"),
+        ("parallel transformer block", "parallel transformer block"),
+    ):
+        if marker in notes:
+            raise NotExpressible(reason)
+    if "nemotron_3" in model:
+        raise NotExpressible("hybrid Mamba layers")
+    if "relu" in notes and "squared-relu" not in notes:
+        raise NotExpressible("ReLU MLP")
+    gated = any(k in notes for k in ("swiglu", "llama", "experts")) or "mla" in notes
+    if gated:
+        return {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"}
+    if "squared-relu" in notes:
+        # Non-gated two-matrix MLP: the same GEMMs as GELU (`specs.presets` Nemotron-4).
+        return {"activation": "gelu", "normalization": "layernorm", "position_embedding": "rope"}
+    position = "none" if "alibi" in notes else "learned"
+    return {
+        "activation": "gelu",
+        "normalization": "layernorm",
+        "position_embedding": position,
+        "tied_embeddings": not untied_embeddings(raw),
+    }
+
+
+def _mla(raw: dict[str, str]) -> dict[str, object]:
+    """DeepSeek-V3-style MLA and dense-layer fields (deepseek-ai/DeepSeek-V3 config.json)."""
+    notes = column_text(raw, "arch_notes").lower()
+    if "mla" not in notes:
+        return {}
+    dense = 3 if "first 3 layers dense" in notes else 1 if "first layer dense" in notes else 0
+    return {
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_head_dim": 128,
+        "qk_pos_emb_head_dim": 64,
+        "v_head_dim": 128,
+        "moe_first_dense_layers": dense,
+    }
+
+
+QK_LAYERNORM_FAMILIES = ("qwen3",)
+"""Model names (lower case, prefix) whose architecture normalizes each head's query and
+key: Qwen3 dense and MoE (Megatron-Bridge ``models/qwen/qwen3_bridge.py`` and
+``qwen3_moe_bridge.py`` set ``provider.qk_layernorm = True``)."""
+
+
+def uses_qk_layernorm(raw: dict[str, str]) -> bool:
+    """Whether the row's model has query/key norms (`QK_LAYERNORM_FAMILIES`)."""
+    return column_text(raw, "model").lower().startswith(QK_LAYERNORM_FAMILIES)
+
+
+def model_for(raw: dict[str, str]) -> ModelSpec:
+    """The row's `ModelSpec` from its architecture columns."""
+    hidden = column_int(raw, "hidden_size")
+    heads = column_int(raw, "num_attention_heads")
+    style = {**_architecture(raw), **sliding_window_fields(raw)}
+    kv = re.search(r"kv_channels (\d+)", column_text(raw, "arch_notes"))
+    experts = column_int(raw, "num_experts", 0)
+    moe: dict[str, object] = {}
+    if experts:
+        moe = {
+            "num_experts": experts,
+            "moe_top_k": column_int(raw, "moe_top_k"),
+            "moe_ffn_hidden_size": column_int(raw, "moe_ffn_hidden_size"),
+            "moe_shared_expert_size": column_int(raw, "moe_shared_expert_ffn", 0),
+            "moe_capacity_factor": token_drop_capacity(raw),
+        }
+    ffn_default = 4 * hidden if style["activation"] == "gelu" else None
+    if experts:
+        ffn_default = int(moe["moe_ffn_hidden_size"])
+    ffn = column_int(raw, "ffn_hidden_size", ffn_default)
+    spec = ModelSpec(
+        name=column_text(raw, "model"),
+        num_layers=column_int(raw, "num_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=column_int(raw, "num_query_groups", heads),
+        kv_channels=int(kv.group(1)) if kv else None,
+        ffn_hidden_size=ffn,
+        vocab_size=column_int(raw, "vocab_size"),
+        max_position_embeddings=column_int(raw, "seq_length"),
+        **style,
+        mtp_num_layers=mtp_layers(raw),
+        qk_layernorm=uses_qk_layernorm(raw),
+        **moe,
+        **_mla(raw),
+    )
+    nemo = nemo_model_fields(raw)
+    if not experts:
+        nemo.pop("moe_capacity_factor", None)
+    return dataclasses.replace(spec, **nemo) if nemo else spec

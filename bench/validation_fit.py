@@ -1,0 +1,322 @@
+"""The fitted parameters of the published-runs validation (`bench/validate_published.py`).
+
+- `fit_model` / `apply_model`: the fitted parameters of the Megatron runtime, fitted jointly
+  by grid coordinate descent on one objective over the rows' predictions (`Predict`): the
+  FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`), one value per GPU
+  generation with FP8 rows and one shared value for the generations without; the sustained
+  16-bit GEMM rate factor (`ExecutionOptions.sustained_gemm_rate_factor`), one value per
+  generation with dense 16-bit rows and one shared value for the others; and the MoE
+  host-launch time (`ExecutionOptions.moe_host_launch_s`), one value for all generations;
+- `leave_one_source_out`: for each source family, the model fitted on every other
+  family, applied to that family's rows; the errors of those rows are out of sample.
+
+The fits key their per-generation factors by `Outcome.fit_generation` (the profile's
+`profiles.schema_device.DeviceSpec.generation`, the key of the cost model's tables), not by the
+reporting `Outcome.generation`: Blackwell Ultra rows (B300, GB300) report as Blackwell and
+fit their own factors. The records and their error statistics are `bench/validation_stats.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from validation_stats import Outcome, grouped
+
+Predict = Callable[[str, float | None, float, float | None], float]
+"""(row id, fp8_gemm_rate_factor, moe_host_launch_s, sustained_gemm_rate_factor) ->
+predicted seconds per iteration of that row under those options; a factor None: the row's
+own. A row ignores an option that does not apply to it (a bf16 row the FP8 factor, a dense
+row the launch time, a row without 16-bit GEMMs the sustained factor)."""
+
+FP8, SUSTAINED = "fp8", "sustained"
+"""The two kinds of fitted factor: FP8 GEMM rate, sustained 16-bit GEMM rate."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitGrid:
+    """Candidate values of the fitted parameters."""
+
+    fp8_factors: tuple[float, ...]
+    """Candidate `ExecutionOptions.fp8_gemm_rate_factor` values."""
+    host_launch_s: tuple[float, ...]
+    """Candidate `ExecutionOptions.moe_host_launch_s` values. One value is a fixed input,
+    not a fitted one (`host_launch_fixed`): every fit prices the MoE rows with it, with or
+    without MoE rows of its own, and none is listed as fitting it."""
+    sustained_factors: tuple[float, ...] = (1.0,)
+    """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values."""
+
+    @property
+    def host_launch_fixed(self) -> bool:
+        """Whether the launch time is a fixed input (one candidate)."""
+        return len(self.host_launch_s) == 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FittedModel:
+    """The fitted parameters and the rows that fitted each."""
+
+    fp8_factor: float | None
+    """The FP8 factor fitted with one value shared by every generation (per generation: on
+    the dense FP8 rows together, `_shared_fp8`): the value of a generation without dense FP8
+    rows of its own. None when no FP8 row fitted it (the predictions keep the factor they
+    were made with)."""
+    fitted_on: tuple[str, ...]
+    """Row ids of the FP8 rows that fitted ``fp8_factor``."""
+    fp8_factors: dict[str, float] = dataclasses.field(default_factory=dict)
+    """GPU generation -> its FP8 factor, for the generations with FP8 rows of their own
+    (with ``per_generation`` off: empty, ``fp8_factor`` for every generation)."""
+    fp8_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """GPU generation -> row ids of the FP8 rows that fitted its factor (the dense FP8 rows
+    of every generation where it takes the shared one)."""
+    moe_host_launch_s: float | None = None
+    """moe_host_launch_s for every GPU generation; 0 when no MoE row fitted it (no floor);
+    the grid's one value when the grid fixes it (`FitGrid.host_launch_fixed`)."""
+    host_fitted_on: tuple[str, ...] = ()
+    """Row ids of the MoE rows that fitted it."""
+    sustained_factor: float | None = None
+    """The sustained 16-bit factor fitted with one value for every generation (all the
+    dense 16-bit rows together): the value of a generation without dense 16-bit rows of its
+    own. None when no dense 16-bit row fitted it (the predictions keep their own)."""
+    sustained_factors: dict[str, float] = dataclasses.field(default_factory=dict)
+    """GPU generation -> its sustained factor, for the generations with dense 16-bit rows."""
+    sustained_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """GPU generation -> row ids of the dense 16-bit rows that fitted its sustained factor;
+    ``shared``: every dense 16-bit row (those that fitted ``sustained_factor``)."""
+
+    def factor(self, generation: str) -> float | None:
+        """The FP8 factor of ``generation``: its own, else the shared one."""
+        return self.fp8_factors.get(generation, self.fp8_factor)
+
+    def sustained(self, generation: str) -> float | None:
+        """The sustained 16-bit factor of ``generation``: its own, else the shared one."""
+        return self.sustained_factors.get(generation, self.sustained_factor)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitRows:
+    """The rows of each term of the fit's objective (`_objective`)."""
+
+    fp8: dict[str, list[Outcome]]
+    """GPU generation (`Outcome.fit_key`) -> its dense FP8 rows."""
+    sixteen: dict[str, list[Outcome]]
+    """GPU generation (`Outcome.fit_key`) -> its dense 16-bit rows."""
+    moe: list[Outcome]
+    """Every MoE row."""
+
+
+Point = dict[tuple[str, str], float]
+"""A point of the fit: (FP8 or SUSTAINED, generation) -> factor."""
+
+
+def _log_error(predicted_s: float, outcome: Outcome) -> float:
+    return abs(math.log(predicted_s / outcome.published_s))
+
+
+def _row_error(o: Outcome, predict: Predict, point: Point, host: float) -> float:
+    g = o.fit_key
+    return _log_error(predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g))), o)
+
+
+def _objective(rows: FitRows, predict: Predict, point: Point, host: float) -> float:
+    """Sum over generations of the median |log(predicted / published)| of the generation's
+    dense FP8 rows and of its dense 16-bit rows, plus the mean |log(predicted / published)|
+    of the MoE rows."""
+    total = sum(
+        statistics.median(_row_error(o, predict, point, host) for o in members)
+        for by_generation in (rows.fp8, rows.sixteen)
+        for members in by_generation.values()
+    )
+    if rows.moe:
+        total += statistics.fmean(_row_error(o, predict, point, host) for o in rows.moe)
+    return total
+
+
+def _coordinate_descent(
+    rows: FitRows,
+    predict: Predict,
+    grid: FitGrid,
+    keys: dict[tuple[str, str], str],
+    fixed: Point | None = None,
+) -> tuple[Point, float]:
+    """Grid coordinate descent on `_objective` from the bare rates (factors 1) and no host
+    floor (launch time 0): each factor, then the launch time, over its whole grid, until a
+    round changes nothing. ``keys`` maps each (kind, generation) to the fitted value it
+    uses (several generations share one value when they map to one key); ``fixed`` holds
+    (kind, generation) values that are not fitted. Ties: the larger factor, the smaller
+    launch time."""
+    candidates = {FP8: grid.fp8_factors, SUSTAINED: grid.sustained_factors}
+    values = {(kind, k): max(candidates[kind]) for (kind, _), k in keys.items()}
+    host = min(grid.host_launch_s) if rows.moe else 0.0
+
+    def point(trial: dict[tuple[str, str], float]) -> Point:
+        return (fixed or {}) | {(kind, g): trial[kind, k] for (kind, g), k in keys.items()}
+
+    for _ in range(sum(map(len, candidates.values())) + len(grid.host_launch_s)):
+        before = (dict(values), host)
+        for key in sorted(values):
+            values[key] = min(
+                sorted(candidates[key[0]], reverse=True),
+                key=lambda f, key=key: _objective(rows, predict, point(values | {key: f}), host),
+            )
+        if rows.moe:
+            host = min(
+                sorted(grid.host_launch_s),
+                key=lambda h: _objective(rows, predict, point(values), h),
+            )
+        if (values, host) == before:
+            break
+    return point(values), host
+
+
+def _fit_rows(outcomes: list[Outcome]) -> FitRows:
+    dense = [o for o in outcomes if o.kind == "dense"]
+    return FitRows(
+        fp8=grouped((o for o in dense if o.precision == "fp8"), lambda o: o.fit_key),
+        sixteen=grouped(
+            (o for o in dense if o.precision in SIXTEEN_BIT and not o.sustained_fixed),
+            lambda o: o.fit_key,
+        ),
+        moe=[o for o in outcomes if o.kind == "moe"],
+    )
+
+
+SIXTEEN_BIT = ("bf16", "fp16")
+"""Job precisions whose GEMMs run on the 16-bit curves the sustained factor scales."""
+
+
+def fit_model(
+    outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
+) -> FittedModel:
+    """The FP8 GEMM rate factors, the sustained 16-bit GEMM rate factors and the MoE
+    host-launch time fitted jointly on ``outcomes`` by grid coordinate descent
+    (`_coordinate_descent`) on one objective: per generation the median
+    |log(predicted / published)| of its dense FP8 rows and that of its dense 16-bit rows
+    (robust to the rows' other residuals), plus the mean |log(predicted / published)| of
+    all MoE rows (the host floor binds on the few rows with little GPU work per layer; a
+    median would follow the majority it does not touch). MoE rows inform the factors of
+    their generation only through that mean; the dense rows carry the medians.
+
+    The sustained factor of a generation without dense 16-bit rows is the shared one,
+    fitted first on every dense 16-bit row together (`_shared_sustained`; MoE rows do not
+    move it: their residuals are the MoE layer's). With ``per_generation`` the FP8 factor
+    follows the same rule: a generation whose FP8 rows are all MoE rows takes the shared
+    FP8 factor, fitted on every dense FP8 row together (`_shared_fp8`), so that MoE
+    residuals (the all-to-all overlap, the device time per token that docs/cost-model.md
+    names) never set a GEMM rate alone; without dense FP8 rows at all, the MoE rows fit it
+    as one factor. Then one descent fits the sustained factor of each generation with
+    dense 16-bit rows, the FP8 factor (per generation with dense FP8 rows when
+    ``per_generation``, else one for all) and the launch time. No MoE row: launch time 0
+    (no floor). A one-value ``grid.host_launch_s`` fixes the launch time
+    (`FitGrid.host_launch_fixed`)."""
+    rows = _fit_rows(outcomes)
+    fp8_rows = [o for o in outcomes if o.precision == "fp8"]
+    fp8_gens = sorted({o.fit_key for o in fp8_rows})
+    shared = _shared_sustained(rows, predict, grid)
+    shared_fp8 = _shared_fp8(rows, predict, grid)
+    own = {(SUSTAINED, g): g for g in rows.sixteen}
+    fixed = {
+        (SUSTAINED, g): shared
+        for g in {o.fit_key for o in outcomes} - set(rows.sixteen)
+        if shared is not None
+    }
+    own_fp8 = fp8_gens
+    if per_generation and shared_fp8 is not None:
+        own_fp8 = [g for g in fp8_gens if g in rows.fp8]
+        fixed |= {(FP8, g): shared_fp8 for g in fp8_gens if g not in own_fp8}
+    fp8_keys = {(FP8, g): g if per_generation else "all" for g in own_fp8}
+    point, host = _coordinate_descent(rows, predict, grid, fp8_keys | own, fixed)
+    fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
+    if per_generation and shared_fp8 is not None:
+        fp8_factor = shared_fp8
+    elif per_generation and fp8_gens:
+        all_keys = {(FP8, g): "all" for g in fp8_gens}
+        fp8_factor = _coordinate_descent(rows, predict, grid, all_keys | own, fixed)[0][
+            FP8, fp8_gens[0]
+        ]
+    sixteen_ids = {g: tuple(o.row_id for o in members) for g, members in rows.sixteen.items()}
+    if sixteen_ids:
+        sixteen_ids["shared"] = tuple(i for ids in sixteen_ids.values() for i in ids)
+    per_gen = per_generation and bool(fp8_gens)
+    dense_fp8_ids = tuple(o.row_id for members in rows.fp8.values() for o in members)
+    return FittedModel(
+        fp8_factor=fp8_factor,
+        fitted_on=dense_fp8_ids
+        if per_gen and shared_fp8 is not None
+        else tuple(o.row_id for o in fp8_rows),
+        fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_gen else {},
+        fp8_fitted_on=(
+            {
+                g: tuple(o.row_id for o in fp8_rows if o.fit_key == g)
+                if g in own_fp8
+                else dense_fp8_ids
+                for g in fp8_gens
+            }
+            if per_gen
+            else {}
+        ),
+        moe_host_launch_s=grid.host_launch_s[0]
+        if grid.host_launch_fixed
+        else (host if rows.moe else 0.0),
+        host_fitted_on=() if grid.host_launch_fixed else tuple(o.row_id for o in rows.moe),
+        sustained_factor=shared,
+        sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
+        sustained_fitted_on=sixteen_ids,
+    )
+
+
+def _shared_fp8(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:
+    """One FP8 factor for every generation, fitted on the dense FP8 rows alone (`_objective`
+    over them, each generation's rows a median term); None without such rows."""
+    if not rows.fp8:
+        return None
+    dense = FitRows(fp8=rows.fp8, sixteen={}, moe=[])
+    keys = {(FP8, g): "all" for g in rows.fp8}
+    point, _ = _coordinate_descent(dense, predict, grid, keys)
+    return point[FP8, min(rows.fp8)]
+
+
+def _shared_sustained(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:
+    """One sustained factor for every generation, fitted on the dense 16-bit rows alone
+    (`_objective` over them); None without such rows."""
+    if not rows.sixteen:
+        return None
+    sixteen = FitRows(fp8={}, sixteen=rows.sixteen, moe=[])
+    keys = {(SUSTAINED, g): "all" for g in rows.sixteen}
+    point, _ = _coordinate_descent(sixteen, predict, grid, keys)
+    return point[SUSTAINED, min(rows.sixteen)]
+
+
+def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -> list[Outcome]:
+    """Every row re-predicted with the model's FP8 and sustained factors of its generation
+    and its host-launch time (a row ignores what does not apply to it); a factor the model
+    did not fit (None) keeps the row's own."""
+    result = []
+    for o in outcomes:
+        factor, sustained = model.factor(o.fit_key), model.sustained(o.fit_key)
+        host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
+        result.append(
+            dataclasses.replace(o, predicted_s=predict(o.row_id, factor, host, sustained))
+        )
+    return result
+
+
+def leave_one_source_out(
+    outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
+) -> tuple[list[Outcome], dict[str, FittedModel]]:
+    """Every outcome predicted with the model fitted (`fit_model`) on the other source
+    families, and per family the model used: every fitted parameter is refitted without
+    the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
+    (sustained) factor fitted on all remaining such rows together; without remaining MoE
+    rows the launch time is 0, unless the grid fixes it (`FitGrid.host_launch_fixed`)."""
+    predicted: list[Outcome] = []
+    models: dict[str, FittedModel] = {}
+    for family, rows in grouped(outcomes, lambda o: o.source_family).items():
+        others = [o for o in outcomes if o.source_family != family]
+        models[family] = fit_model(others, predict, grid, per_generation=per_generation)
+        predicted.extend(apply_model(rows, predict, models[family]))
+    order = {o.row_id: i for i, o in enumerate(outcomes)}
+    return sorted(predicted, key=lambda o: order[o.row_id]), models

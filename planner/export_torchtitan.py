@@ -1,0 +1,170 @@
+"""Export of a `PlanBundle` to torchtitan: its job config (`torchtitan_config`) and that
+config as a TOML file (`torchtitan_toml`); the Megatron-LM export and the choice of target
+are `planner.export`.
+
+torchtitan (keys of `torchtitan/config/job_config.py` and its integration-test
+`base_config.toml`): `[parallelism]` data_parallel_replicate_degree,
+data_parallel_shard_degree, tensor_parallel_degree, pipeline_parallel_degree,
+pipeline_parallel_schedule, pipeline_parallel_layers_per_stage,
+pipeline_parallel_microbatch_size, context_parallel_degree, expert_parallel_degree,
+expert_tensor_parallel_degree; `[training]` local_batch_size, global_batch_size, seq_len;
+`[activation_checkpoint]` mode, selective_ac_option. torchtitan has no DDP-with-sharded-
+optimizer mode: the distributed optimizer maps onto FSDP (data_parallel_shard_degree = dp),
+plain data parallelism onto DDP (data_parallel_replicate_degree = dp); TP in torchtitan
+always shards norms along the sequence (Megatron's sequence parallelism). Execution
+options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
+(`planner.export_options.torchtitan_option_config`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.export_options import bundle_options, torchtitan_option_config
+from planner.export_split import largest_chunk_layers, torchtitan_split
+from specs.bundle import PlanBundle
+from specs.errors import SpecError
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+_TORCHTITAN_FLAVORS = {
+    "llama3-8b": ("llama3", "8B"),
+    "llama3-70b": ("llama3", "70B"),
+    "llama3.1-405b": ("llama3", "405B"),
+    "deepseek-v3": ("deepseek_v3", "671B"),
+    "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
+    "gpt-oss-20b": ("gpt_oss", "20b"),
+    "gpt-oss-120b": ("gpt_oss", "120b"),
+}
+"""Presets with a torchtitan model of the same architecture and size: (model name, flavor)
+of torchtitan's model registry (``torchtitan/models/<name>/__init__.py``: llama3 8B/70B/
+405B, deepseek_v3 671B, qwen3 30B-A3B/235B-A22B, gpt_oss 20b/120b)."""
+
+
+def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
+    """(torchtitan model name, flavor, known) for ``model``.
+
+    A preset of `_TORCHTITAN_FLAVORS` maps to its flavor (known). Otherwise the torchtitan
+    family of the same architecture is named with the preset's name as flavor (not known:
+    the user adds that flavor): multi-latent attention is deepseek_v3, attention sinks
+    gpt_oss, and a dense pre-norm SwiGLU/RMSNorm/RoPE decoder without biases llama3.
+    Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
+    MoE without qk-norm, GELU or biased layers).
+    """
+    if model.name in _TORCHTITAN_FLAVORS:
+        return (*_TORCHTITAN_FLAVORS[model.name], True)
+    if model.kv_lora_rank is not None:
+        return "deepseek_v3", model.name, False
+    if model.attention_sinks:
+        return "gpt_oss", model.name, False
+    llama_like = (
+        model.activation == "swiglu"
+        and model.normalization == "rmsnorm"
+        and model.position_embedding == "rope"
+        and not model.add_bias_linear
+        and not model.add_qkv_bias
+        and model.sliding_window is None
+    )
+    if llama_like and not model.is_moe:
+        return "llama3", model.name, False
+    raise SpecError(
+        f"[torchtitan_model] torchtitan has no model with the architecture of "
+        f"{model.name!r} (activation {model.activation}, num_experts {model.num_experts}, "
+        f"add_bias_linear {model.add_bias_linear}); its registry holds llama3, deepseek_v3, "
+        "qwen3 and gpt_oss: export --to megatron, or add the model to torchtitan"
+    )
+
+
+def _activation_checkpoint(model: ModelSpec, plan: ParallelPlan) -> dict[str, Any]:
+    """`[activation_checkpoint]`: torchtitan's selective mode is per-op ("op") or every
+    n-th layer (an integer); partial full recompute (block) maps onto the latter."""
+    if plan.recompute == "none":
+        return {"mode": "none"}
+    if plan.recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    chunk = largest_chunk_layers(model, plan)
+    if plan.recompute_method == "block" and (plan.recompute_num_layers or chunk) < chunk:
+        every = max(1, round(chunk / (plan.recompute_num_layers or chunk)))
+        return {"mode": "selective", "selective_ac_option": str(every)}
+    return {"mode": "full"}
+
+
+TORCHTITAN_MUON_REFUSAL = (
+    "the plan was priced with Megatron-core's Muon (Newton-Schulz on each tensor-parallel "
+    "shard, layer-wise sharding over dp*cp, `costmodel.optimizer_muon`); torchtitan's "
+    "optimizers are Adam and AdamW, plus, where present, the experimental Muon of "
+    "torchtitan/experiments/dion_optimizer, another implementation: export --to megatron, or "
+    "re-plan with --optimizer adam"
+)
+"""Why `torchtitan_config` refuses a job whose optimizer is Muon."""
+
+
+def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
+    """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
+    Muon job (`TORCHTITAN_MUON_REFUSAL`)."""
+    model, job, plan = bundle.model, bundle.job, bundle.plan
+    if job.optimizer != "adam":
+        raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
+    name, flavor, _ = torchtitan_model(model)
+    sharded = plan.distributed_optimizer or plan.use_megatron_fsdp or plan.ep > 1
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if sharded else plan.dp,
+        "data_parallel_shard_degree": plan.dp if sharded else 1,
+        "tensor_parallel_degree": plan.tp,
+        "pipeline_parallel_degree": plan.pp,
+        "context_parallel_degree": plan.cp,
+        "expert_parallel_degree": plan.ep,
+        "expert_tensor_parallel_degree": plan.expert_tp if model.is_moe else 1,
+    }
+    training: dict[str, Any] = {"global_batch_size": job.global_batch_size}
+    if plan.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = "Interleaved1F1B" if plan.vpp > 1 else "1F1B"
+        parallelism.update(torchtitan_split(model, plan)[0])
+        parallelism["pipeline_parallel_microbatch_size"] = plan.micro_batch_size
+        training["local_batch_size"] = job.global_batch_size // plan.dp
+    else:
+        # Without a pipeline torchtitan accumulates gradients over global / (local·dp) steps.
+        training["local_batch_size"] = plan.micro_batch_size
+    training["seq_len"] = job.seq_length
+    training["mixed_precision_param"] = "float32" if job.precision == "fp32" else "bfloat16"
+    config: dict[str, dict[str, Any]] = {
+        "model": {"name": name, "flavor": flavor},
+        "training": training,
+        "parallelism": parallelism,
+        "activation_checkpoint": _activation_checkpoint(model, plan),
+    }
+    if job.precision == "fp8":
+        config["model"]["converters"] = ["quantize.linear.float8"]
+    return config | torchtitan_option_config(bundle_options(bundle), job, fsdp=sharded)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise SpecError(f"cannot write {value!r} ({type(value).__name__}) as a TOML value")
+
+
+def torchtitan_toml(bundle: PlanBundle) -> str:
+    """`torchtitan_config` as TOML text, with a header naming the plan."""
+    lines = [
+        f"# torchtitan: {bundle.model.name} on {bundle.cluster.num_gpus} x "
+        f"{bundle.cluster.hardware}, plan {bundle.plan.label()}",
+    ]
+    if bundle.plan.pp > 1:
+        lines += [f"# {note}" for note in torchtitan_split(bundle.model, bundle.plan)[1]]
+    name, flavor, known = torchtitan_model(bundle.model)
+    if not known:
+        lines.append(
+            f"# torchtitan's {name} has no flavor {flavor!r}: add one with this model's sizes"
+        )
+    for section, values in torchtitan_config(bundle).items():
+        lines.append(f"\n[{section}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
