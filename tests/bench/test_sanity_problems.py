@@ -8,7 +8,7 @@ import pytest
 from specs.errors import SpecError
 from tests.bench.bench_loader import load_bench
 from tests.bench.published_row_cases import DEEPSEEK_GB200
-from tests.bench.test_validate_published import ROW_1
+from tests.bench.validation_cases import ROW_1
 
 problems = load_bench("sanity_problems")
 sanity = load_bench("search_sanity")

@@ -13,7 +13,7 @@ from costmodel.memory import memory_per_stage
 from costmodel.memory_allowances import FrameworkAllowance
 from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
-from tests.bench.test_validate_published import ROW_1, SC21_ROW
+from tests.bench.validation_cases import ROW_1, SC21_ROW
 
 rows_mod = load_bench("published_rows")
 sanity = load_bench("search_sanity")

@@ -1,0 +1,102 @@
+"""Rows of ``published-runs-dev.csv`` and a synthetic priced row shared by the tests of
+bench/validate_published.py and its modules (`validation_stats`, `validation_fit`,
+`validation_report`, `search_sanity`, `sanity_problems`)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from tests.bench.bench_loader import load_bench
+
+stats: ModuleType = load_bench("validation_stats")
+
+
+SC21_ROW = {
+    # published-runs-dev.csv row 5 (SC21 Table 1, GPT 39.1B), the columns the mapping reads.
+    "row_id": "5",
+    "source_id": "SC21-T1",
+    "source": "Narayanan et al. 2021, (SC21, arXiv 2104.04473), Table 1",
+    "source_version": "Megatron-LM commit 6985e589, container nvcr.io/nvidia/pytorch:20.12-py3",
+    "trust": "A",
+    "model": "GPT 39.1B",
+    "arch_notes": "GPT-2/3-style decoder, GeLU MLP, ffn=4h, learned pos-emb, tied embeddings",
+    "num_layers": "48",
+    "hidden_size": "8192",
+    "num_attention_heads": "64",
+    "num_query_groups": "64",
+    "ffn_hidden_size": "32768",
+    "vocab_size": "51200",
+    "seq_length": "2048",
+    "gpu_type": "A100-SXM4-80GB",
+    "num_gpus": "512",
+    "tp": "8",
+    "pp": "2",
+    "vpp": "1",
+    "cp": "1",
+    "dp": "32",
+    "fsdp_or_zero": "none (plain DP; DDP impl=local)",
+    "micro_batch_size": "4",
+    "global_batch_size": "1536",
+    "recompute": "full, every layer (--activations-checkpoint-method uniform)",
+    "sequence_parallel": "no (did not exist)",
+    "precision": "fp16 mixed (--fp16, static loss-scale 8192)",
+    "tflops_per_gpu": "138",
+    "flops_convention": "Eq.3: F = 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) per iteration",
+    "iteration_time_s": "",
+    "tokens_per_sec_per_gpu": "",
+    "derived_tokens_per_sec_per_gpu": "425.1",
+}
+
+
+ROW_1 = SC21_ROW | {
+    # published-runs-dev.csv row 1 (SC21 Table 1, GPT 1.7B on 32 GPUs, torch DDP)
+    "row_id": "1",
+    "model": "GPT 1.7B",
+    "num_layers": "24",
+    "hidden_size": "2304",
+    "num_attention_heads": "24",
+    "num_query_groups": "24",
+    "ffn_hidden_size": "9216",
+    "num_gpus": "32",
+    "tp": "1",
+    "pp": "1",
+    "fsdp_or_zero": "none (plain DP; DDP impl=torch)",
+    "micro_batch_size": "16",
+    "global_batch_size": "512",
+}
+
+
+def synthetic_outcome(
+    row_id: str,
+    source: str,
+    published: float,
+    predicted: float,
+    generation: str = "H100/H800",
+    model: str = "m",
+    gpus: int = 8,
+    plan: str | None = None,
+    gbs: int | None = None,
+    precision_text: str = "",
+) -> Any:
+    """An `Outcome` of row ``row_id``: bf16 dense, on H100, 4096-token sequences, 10 of 80 GiB
+    at its peak, fitting; ``published`` and ``predicted`` iteration seconds."""
+    return stats.Outcome(
+        row_id=row_id,
+        source_id=source,
+        model=model,
+        plan=f"plan {row_id}" if plan is None else plan,
+        generation=generation,
+        precision="bf16",
+        kind="dense",
+        gpu_type="H100",
+        num_gpus=gpus,
+        seq_length=4096,
+        published_s=published,
+        predicted_s=predicted,
+        peak_memory_gib=10.0,
+        device_memory_gib=80.0,
+        fits=True,
+        global_batch_size=gbs,
+        precision_text=precision_text,
+    )
