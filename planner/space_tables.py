@@ -26,6 +26,7 @@ from planner.knob_generators import (
     cp_degrees,
     ep_degrees,
     etp_degrees,
+    layout_vpp_degrees,
     megatron_fsdp_options,
     micro_batch_sizes,
     optimizer_options,
@@ -93,6 +94,7 @@ def degree_table(
             vpps = vpp_degrees(model, pp, uneven=uneven)
             if pp == 2 and not space.has("interleaved_two_stages"):
                 vpps = iter((1,))
+            vpps = layout_vpp_degrees(space, pp, vpps)
             for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
