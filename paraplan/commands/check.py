@@ -13,7 +13,7 @@ from paraplan.args import (
     plan_from_args,
 )
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import print_json
+from paraplan.output import print_verdict
 from specs.rules import check_plan
 
 NAME = "check"
@@ -32,18 +32,8 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     plan = plan_from_args(args)
     violations = check_plan(model, cluster, job, plan)
-    if args.json:
-        print_json(
-            {
-                "valid": not violations,
-                "plan": plan.label(),
-                "violations": [{"rule": v.rule, "message": v.message} for v in violations],
-            }
-        )
-    elif violations:
-        print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
-        for v in violations:
-            print(f"  [{v.rule}] {v.message}")
-    else:
-        print(f"valid: {plan.label()} for {model.name} on {cluster.num_gpus} GPUs")
+    where = f"{model.name} on {cluster.num_gpus} GPUs"
+    print_verdict(plan.label(), where, violations, as_json=args.json)
+    if not violations and not args.json:
+        print(f"valid: {plan.label()} for {where}")
     return 1 if violations else 0

@@ -26,7 +26,7 @@ from paraplan.args import (
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import print_json, print_table
+from paraplan.output import print_json, print_table, print_verdict
 from paraplan.time_args import a2a_overlap_violations
 from profiles.store import load_profile
 from specs.errors import SpecError
@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print iteration_time_s, tokens_per_s, model_tflops_per_gpu, mfu, hfu, "
-        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown",
+        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown; for a plan that "
+        'breaks a rule, check\'s {"valid", "plan", "violations"}',
     )
 
 
@@ -78,9 +79,8 @@ def run(args: argparse.Namespace) -> int:
     aware = precision_aware_violations(plan, options)
     violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
     if violations:
-        print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
-        for v in violations:
-            print(f"  [{v.rule}] {v.message}")
+        where = f"{model.name} on {cluster.num_gpus} GPUs"
+        print_verdict(plan.label(), where, violations, as_json=args.json)
         return 1
     profile = load_profile(cluster.hardware)
     options = device_options(options, profile)

@@ -190,3 +190,11 @@ def test_fp8_summary_says_which_device_keeps_weight_transposes(capsys):
     _, hopper = run(capsys, *fp8)
     _, blackwell = run(capsys, *fp8, "--hardware", "b200")
     assert "take only TN" in hopper and "no FP8 weight transposes" in blackwell
+
+
+def test_json_of_an_invalid_plan_is_the_rule_check(capsys):
+    # --json once printed the text verdict, which a JSON reader cannot parse
+    code, out = run(capsys, "--pp", "3", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["valid"] is False and data["plan"].startswith("tp1 pp3")
+    assert "layers_divisible_by_pp" in {v["rule"] for v in data["violations"]}
