@@ -86,3 +86,17 @@ def test_hf_config_with_unsupported_type_reports_it(tmp_path: Path) -> None:
     path.write_text('{"model_type": "bert", "hidden_size": 768}')
     with pytest.raises(SpecError, match="model_type 'bert' is not supported"):
         load_model(str(path))
+
+
+def test_a_binary_file_is_a_spec_error(tmp_path: Path) -> None:
+    # a non-UTF-8 file once escaped as a UnicodeDecodeError traceback
+    path = tmp_path / "model.json"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(SpecError, match=r"not a JSON text file .*0xff at offset 0"):
+        load_model(str(path))
+
+
+def test_a_folder_without_config_json_says_so(tmp_path: Path) -> None:
+    # the message once listed the presets and said that no file exists at the folder
+    with pytest.raises(SpecError, match=r"is a folder without a config\.json"):
+        load_model(str(tmp_path))
