@@ -60,11 +60,6 @@ def test_missing_path_says_no_file(tmp_path: Path) -> None:
     assert str(missing) in str(info.value)
 
 
-def test_folder_without_config_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="no file exists"):
-        load_model(str(tmp_path))
-
-
 def test_malformed_json(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "llama",\n  "hidden_size": }')
