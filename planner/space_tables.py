@@ -167,6 +167,7 @@ def switch_rows(
                 chunk_layers, space.block_recompute_fractions, pinned
             )
             if (space.has("selective_recompute") or r != "selective")
+            and (space.full_recompute or r != "full")
             and (r == "none" or not _offloads_layers(space))
         ],
         space,

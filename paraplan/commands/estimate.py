@@ -26,8 +26,9 @@ from paraplan.args import (
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
+from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
 from paraplan.output import print_json, print_table, print_verdict
-from paraplan.time_args import a2a_overlap_violations
+from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent, shown_seconds
@@ -72,17 +73,20 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     job = job_from_args(args)
     plan = plan_from_args(args)
+    profile = load_profile(cluster.hardware)
+    check_fp8_flags(args, job, profile)
     violations = check_plan(model, cluster, job, plan)
     options = options_from_args(args)
     violations += a2a_overlap_violations(plan, options)
     # offload needs the precision-aware optimizer: one violation where both need dist-opt
     aware = precision_aware_violations(plan, options)
     violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
+    violations += fp8_param_violations(plan, options)
+    violations += cuda_graph_violations(model, plan, options)
     if violations:
         where = f"{model.name} on {cluster.num_gpus} GPUs"
         print_verdict(plan.label(), where, violations, as_json=args.json)
         return 1
-    profile = load_profile(cluster.hardware)
     options = device_options(options, profile)
     if args.attention is not None:
         options = dataclasses.replace(options, attention=args.attention)

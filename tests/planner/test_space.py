@@ -284,3 +284,30 @@ def test_a_fixed_layout_gives_each_pp_the_virtual_size_megatron_derives() -> Non
     pairs = set(zip(degrees["pp"], degrees["vpp"], strict=True))
     # pp 1 cannot interleave (vpp needs pp > 1): its one candidate is left to the rules
     assert pairs - {(1, 1)} == {(2, 16), (4, 8), (8, 4), (16, 2)}
+
+
+def test_fp8_parameters_search_only_sharded_optimizers() -> None:
+    # validate_args: "--fp8-param-gather only supported with distributed optimizer, torch
+    # fsdp2, megatron fsdp"; the search once ranked DDP plans with FP8 parameters
+    fp8_param = dataclasses.replace(DEFAULT_OPTIONS, fp8_param=True)
+    space = SearchSpace().for_runtime(fp8_param)
+    job = TrainingJob(seq_length=4096, global_batch_size=32, precision="fp8")
+    rows = switch_rows(get_preset("tiny"), job, space, (1, 1, 1, 1, 8))
+    assert rows and all(r["distributed_optimizer"] or r["use_megatron_fsdp"] for r in rows)
+
+
+def test_per_layer_cuda_graphs_search_no_full_and_no_moe_recompute() -> None:
+    # Megatron-core: "full recompute is only supported with full iteration CUDA graph",
+    # "moe recompute is not supported with moe_router CUDA graph"; the search once picked
+    # selective recompute of moe under a captured moe_router
+    graphs = dataclasses.replace(DEFAULT_OPTIONS, cuda_graph_scopes=frozenset({"moe_router"}))
+    space = SearchSpace().for_runtime(graphs)
+    assert not space.full_recompute
+    assert space.recompute_module_sets and all("moe" not in m for m in space.recompute_module_sets)
+    job = TrainingJob(seq_length=256, global_batch_size=16)
+    rows = switch_rows(get_preset("tiny-moe"), job, space, (1, 1, 1, 1, 8))
+    assert rows and all(r["recompute"] != "full" for r in rows)
+    whole_step = dataclasses.replace(graphs, cuda_graph_scopes=frozenset({"full_iteration"}))
+    assert SearchSpace().for_runtime(whole_step).full_recompute
+    with pytest.raises(SpecError, match="full_iteration"):
+        SearchSpace(fixed={"recompute": "full"}).for_runtime(graphs)
