@@ -158,6 +158,8 @@ def test_sizing_sizes_without_a_plan_are_rows_that_say_why(capsys, tmp_path) -> 
     assert [r["num_gpus"] for r in data["rows"]] == [5, 10, 20]
     for row in data["rows"]:
         assert row["plan"] is None and row["days"] is None
+        # the figures are null without a plan, as the CSV leaves them empty (once 0.0)
+        assert row["tokens_per_s"] is None and row["mfu"] is None
         assert "global_batch_divisible_by_mbs_dp" in row["reason"]
     table = pd.read_csv(tmp_path / "sizing.csv")
     assert table["reason"].str.contains("global_batch_divisible_by_mbs_dp").all()
