@@ -27,9 +27,23 @@ FP8_PARAM_RULE = "fp8_param_gather_needs_distributed_optimizer"
 """`Violation.rule` of `fp8_param_violations`."""
 
 
+def check_fp8_device(job: TrainingJob, profile: HardwareProfile) -> None:
+    """`SpecError` for an fp8 job on a profile without an fp8 GEMM curve: a device without
+    FP8 tensor cores (Transformer Engine needs compute capability 8.9 or later for FP8)."""
+    curves = profile.compute.gemm_efficiency
+    if job.precision == "fp8" and "fp8" not in curves:
+        raise SpecError(
+            f"--precision fp8 needs FP8 tensor cores, and profile {profile.name!r} has GEMM "
+            f"curves for {', '.join(sorted(curves))} only: choose one of those precisions, or "
+            "a --hardware with FP8 (H100, H200, B200, GB200, B300, GB300, MI300X)"
+        )
+
+
 def check_fp8_flags(args: argparse.Namespace, job: TrainingJob, profile: HardwareProfile) -> None:
-    """`SpecError` for FP8 recipe flags given to a job that is not fp8, and for
-    ``--fp8-recipe mxfp8`` on a device of a known generation outside `MXFP8_GENERATIONS`."""
+    """`SpecError` for an fp8 job on a device without FP8 (`check_fp8_device`), for FP8
+    recipe flags given to a job that is not fp8, and for ``--fp8-recipe mxfp8`` on a device
+    of a known generation outside `MXFP8_GENERATIONS`."""
+    check_fp8_device(job, profile)
     recipe = getattr(args, "fp8_recipe", None)
     given = [f"--fp8-recipe {recipe}"] if recipe is not None else []
     if getattr(args, "fp8_param_gather", False):

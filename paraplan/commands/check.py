@@ -13,7 +13,9 @@ from paraplan.args import (
     plan_from_args,
 )
 from paraplan.commands import COMMAND_HELP
+from paraplan.fp8_args import check_fp8_device
 from paraplan.output import print_verdict
+from profiles.store import load_profile
 from specs.rules import check_plan
 
 NAME = "check"
@@ -31,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     job = job_from_args(args)
     plan = plan_from_args(args)
+    check_fp8_device(job, load_profile(cluster.hardware))
     violations = check_plan(model, cluster, job, plan)
     where = f"{model.name} on {cluster.num_gpus} GPUs"
     print_verdict(plan.label(), where, violations, as_json=args.json)
