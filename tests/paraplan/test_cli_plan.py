@@ -15,9 +15,12 @@ from costmodel.estimate import JSON_KEYS
 from paraplan.commands import export as export_command
 from paraplan.commands import plan as plan_command
 from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.job import TrainingJob
 from specs.plan import ParallelPlan
-from specs.serde import load
+from specs.presets import get_preset
+from specs.serde import dumps, load
 
 BASE = ["--model", "tiny", "--hardware", "h100-sxm-80gb", "--seq-len", "512", "--global-batch", "8"]
 # Fixing a few switches keeps each search to a few hundred candidates.
@@ -315,3 +318,19 @@ def test_time_limit_bounds_the_sizing_run(capsys) -> None:
     assert limit["note"].startswith("Time limit of 1e-09 s reached over the sizing run")
     code, out = run_plan(capsys, *argv, "--time-limit", "1e-9")
     assert code == 0 and "not searched: 16 GPUs" in out and "Chosen: 8 GPUs" in out
+
+
+def test_export_refuses_a_launch_line_of_partial_nodes(capsys, tmp_path) -> None:
+    # 12 GPUs on 8-GPU nodes once exported as --nproc-per-node 8 --nnodes 2: 16 ranks
+    bundle = PlanBundle(
+        model=get_preset("tiny"),
+        cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=12),
+        job=TrainingJob(seq_length=512, global_batch_size=12),
+        plan=ParallelPlan(dp=12),
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(dumps(bundle))
+    with pytest.raises(SpecError, match="do not fill whole nodes of 8 GPUs"):
+        run_export(capsys, str(path), "--to", "megatron")
+    code, out, _ = run_export(capsys, str(path), "--to", "megatron", "--gpus-per-node", "4")
+    assert code == 0 and "--nproc-per-node 4 --nnodes 3" in out
