@@ -108,6 +108,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], needle: str) 
         ([*CHECK[:-2], "--global-batch", "0"], "--global-batch (TrainingJob.global_batch_size)"),
         ([*CHECK[:-4], "--seq-len", "0", *CHECK[-2:]], "--seq-len (TrainingJob.seq_length)"),
         ([*CHECK, "--mbs", "0"], "--mbs (ParallelPlan.micro_batch_size)"),
+        ([*CHECK, "--recompute-modules", "foo"], "--recompute-modules (ParallelPlan.recompute"),
+        ([*CHECK, "--offload-modules", "foo"], "--offload-modules (ParallelPlan.offload_modules)"),
     ],
 )
 def test_out_of_range_values_name_their_flag(capsys, argv: list[str], flag: str) -> None:
