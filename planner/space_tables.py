@@ -94,7 +94,8 @@ def degree_table(
             vpps = vpp_degrees(model, pp, uneven=uneven)
             if pp == 2 and not space.has("interleaved_two_stages"):
                 vpps = iter((1,))
-            vpps = layout_vpp_degrees(space, pp, vpps)
+            # a fixed pp no split divides still gets its even-split row, for the rules to judge
+            vpps = tuple(layout_vpp_degrees(space, pp, vpps)) or (1,)
             for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)

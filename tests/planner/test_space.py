@@ -311,3 +311,14 @@ def test_per_layer_cuda_graphs_search_no_full_and_no_moe_recompute() -> None:
     assert SearchSpace().for_runtime(whole_step).full_recompute
     with pytest.raises(SpecError, match="full_iteration"):
         SearchSpace(fixed={"recompute": "full"}).for_runtime(graphs)
+
+
+def test_a_fixed_pp_without_a_split_keeps_a_row_for_the_rules() -> None:
+    # Kimi-K2's 61 layers on a fixed pp 16: no split of planner.splits divides them, and
+    # the table was empty ("No candidate plan exists"), never naming the rule or its layout fix
+    model = get_preset("kimi-k2")
+    job = TrainingJob(seq_length=4096, global_batch_size=4096)
+    degrees = degree_table(model, 1024, job, SearchSpace(fixed={"pp": 16, "tp": 8}), 8)
+    assert len(degrees) and set(degrees["vpp"]) == {1}
+    row = degrees.iloc[0].to_dict() | neutral_switches()
+    assert "layers_divisible_by_pp" in {v.rule for v in _violations(model, 1024, job, row)}
