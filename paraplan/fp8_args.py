@@ -63,11 +63,16 @@ def check_fp8_flags(args: argparse.Namespace, job: TrainingJob, profile: Hardwar
         )
 
 
-def fp8_param_violations(plan: ParallelPlan, options: ExecutionOptions) -> list[Violation]:
-    """Megatron-LM's ``--fp8-param-gather`` needs the distributed optimizer or Megatron-FSDP
-    (``validate_args``: only a sharded optimizer gathers FP8 parameters), as a plan violation
-    that `paraplan estimate` reports before pricing."""
-    if not options.fp8_param or plan.distributed_optimizer or plan.use_megatron_fsdp:
+def fp8_param_violations(
+    job: TrainingJob, plan: ParallelPlan, options: ExecutionOptions
+) -> list[Violation]:
+    """Megatron-LM's ``--fp8-param-gather`` of an Adam job needs the distributed optimizer or
+    Megatron-FSDP (``validate_args``: only a sharded optimizer gathers FP8 parameters), as a
+    plan violation that `paraplan estimate` reports before pricing. Muon jobs are left to
+    the Muon rules: ``dist_muon`` gathers its parameters layer-wise, and Megatron-Bridge runs
+    it with FP8 parameters."""
+    sharded = plan.distributed_optimizer or plan.use_megatron_fsdp
+    if not options.fp8_param or sharded or job.optimizer != "adam":
         return []
     return [
         Violation(

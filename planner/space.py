@@ -159,8 +159,9 @@ class SearchSpace:
     sharded_optimizer_only: bool = False
     """Only plans with the distributed optimizer or Megatron-FSDP: Megatron-core runs the
     precision-aware optimizer with nothing else
-    (`costmodel.optimizer_state.precision_aware_unmet`), and Megatron-LM's `validate_args`
-    takes ``--fp8-param-gather`` with nothing else (`for_runtime` sets it for both)."""
+    (`costmodel.optimizer_state.precision_aware_unmet`; `for_runtime` sets it), and
+    Megatron-LM's `validate_args` takes ``--fp8-param-gather`` of an Adam job with nothing
+    else (`paraplan plan` sets it)."""
 
     def __post_init__(self) -> None:
         for name in self.fixed:
@@ -194,9 +195,8 @@ class SearchSpace:
 
     def for_runtime(self, options: ExecutionOptions) -> SearchSpace:
         """This space narrowed to the plan features the runtime implements
-        (`ExecutionOptions.plan_features`); with the precision-aware optimizer or FP8
-        parameters (``fp8_param``), to plans that shard the optimizer
-        (`sharded_optimizer_only`); with optimizer CPU offload
+        (`ExecutionOptions.plan_features`); with the precision-aware optimizer, to plans
+        that shard the optimizer (`sharded_optimizer_only`); with optimizer CPU offload
         (`ExecutionOptions.optimizer_cpu_offload_fraction`, which needs the precision-aware
         optimizer), to the distributed optimizer without Megatron-FSDP, which refuses the
         offload (`costmodel.optimizer_offload.offload_violations`). `SpecError` when the
@@ -226,9 +226,7 @@ class SearchSpace:
             **graphs,
             features=features,
             fixed=fixed,
-            sharded_optimizer_only=self.sharded_optimizer_only
-            or options.precision_aware_optimizer
-            or options.fp8_param,
+            sharded_optimizer_only=self.sharded_optimizer_only or options.precision_aware_optimizer,
         )
 
     def is_fixed(self, name: str) -> bool:

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     # offload needs the precision-aware optimizer: one violation where both need dist-opt
     aware = precision_aware_violations(plan, options)
     violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
-    violations += fp8_param_violations(plan, options)
+    violations += fp8_param_violations(job, plan, options)
     violations += cuda_graph_violations(model, plan, options)
     if violations:
         where = f"{model.name} on {cluster.num_gpus} GPUs"

@@ -235,6 +235,8 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
         fixed=fixed,
         tp_beyond_scale_up=args.tp_beyond_scale_up,
         max_micro_batch_size=args.max_mbs,
+        # Megatron-LM takes --fp8-param-gather of an Adam job only with a sharded optimizer
+        sharded_optimizer_only=args.fp8_param_gather and args.optimizer == "adam",
     )
 
 

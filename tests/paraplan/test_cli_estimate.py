@@ -224,3 +224,11 @@ def test_fp8_param_gather_needs_a_sharded_optimizer(capsys):
     assert code == 1 and rules == {"fp8_param_gather_needs_distributed_optimizer"}
     code, _ = run(capsys, "--precision", "fp8", "--fp8-param-gather", "--dist-opt", "--json")
     assert code == 0
+
+
+def test_fp8_parameters_of_a_dist_muon_job_are_left_to_the_muon_rules(capsys):
+    # dist_muon excludes --dist-opt and gathers layer-wise; Megatron-Bridge runs it with
+    # FP8 parameters (Kimi-K2 MXFP8 rows of the bench)
+    flags = ["--precision", "fp8", "--fp8-param-gather", "--optimizer", "dist_muon", "--json"]
+    code, _ = run(capsys, *flags)
+    assert code == 0

@@ -334,3 +334,15 @@ def test_export_refuses_a_launch_line_of_partial_nodes(capsys, tmp_path) -> None
         run_export(capsys, str(path), "--to", "megatron")
     code, out, _ = run_export(capsys, str(path), "--to", "megatron", "--gpus-per-node", "4")
     assert code == 0 and "--nproc-per-node 4 --nnodes 3" in out
+
+
+def test_fp8_parameters_of_an_adam_job_search_only_sharded_optimizers() -> None:
+    # validate_args: "--fp8-param-gather only supported with distributed optimizer, torch
+    # fsdp2, megatron fsdp"; the search once ranked DDP plans with FP8 parameters, which
+    # export then refused. Muon excludes those optimizers and gathers layer-wise itself.
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    argv = [*BASE, "--num-gpus", "4", "--precision", "fp8", "--fp8-param-gather"]
+    assert plan_command.space_from_args(parser.parse_args(argv)).sharded_optimizer_only
+    muon = parser.parse_args([*argv, "--optimizer", "dist_muon"])
+    assert not plan_command.space_from_args(muon).sharded_optimizer_only

@@ -286,16 +286,6 @@ def test_a_fixed_layout_gives_each_pp_the_virtual_size_megatron_derives() -> Non
     assert pairs - {(1, 1)} == {(2, 16), (4, 8), (8, 4), (16, 2)}
 
 
-def test_fp8_parameters_search_only_sharded_optimizers() -> None:
-    # validate_args: "--fp8-param-gather only supported with distributed optimizer, torch
-    # fsdp2, megatron fsdp"; the search once ranked DDP plans with FP8 parameters
-    fp8_param = dataclasses.replace(DEFAULT_OPTIONS, fp8_param=True)
-    space = SearchSpace().for_runtime(fp8_param)
-    job = TrainingJob(seq_length=4096, global_batch_size=32, precision="fp8")
-    rows = switch_rows(get_preset("tiny"), job, space, (1, 1, 1, 1, 8))
-    assert rows and all(r["distributed_optimizer"] or r["use_megatron_fsdp"] for r in rows)
-
-
 def test_per_layer_cuda_graphs_search_no_full_and_no_moe_recompute() -> None:
     # Megatron-core: "full recompute is only supported with full iteration CUDA graph",
     # "moe recompute is not supported with moe_router CUDA graph"; the search once picked
