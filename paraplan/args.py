@@ -29,6 +29,7 @@ from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.errors import SpecError
 from specs.loading import load_model
+from specs.pipeline_layout import layout_vpp
 from specs.rules_base import Violation
 
 DEFAULT_HARDWARE = "h100-sxm-80gb"
@@ -102,8 +103,9 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         *spellings("--vpp"),
         type=int,
-        default=1,
-        help="model chunks per pipeline rank; >1 = interleaved",
+        default=None,
+        help="model chunks per pipeline rank; >1 = interleaved (default 1, or with "
+        "--pipeline-model-parallel-layout its virtual stages / pp, as Megatron-LM derives it)",
     )
     g.add_argument(
         *spellings("--cp"), type=int, default=1, help="context-parallel size (default 1)"
@@ -133,6 +135,14 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --recompute full: layers per pipeline chunk (block) or per recompute group "
         "(uniform), as Megatron's --recompute-num-layers (default: every layer)",
+    )
+    g.add_argument(
+        "--recompute-method",
+        choices=("uniform", "block"),
+        default="uniform",
+        help="with --recompute full: Megatron's --recompute-method, uniform (recompute groups "
+        "of --recompute-num-layers layers) or block (the first --recompute-num-layers layers "
+        "of each chunk); default uniform",
     )
     g.add_argument(
         "--recompute-modules",
@@ -237,7 +247,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
     degrees: dict[str, Any] = {
         "tp": args.tp,
         "pp": args.pp,
-        "vpp": args.vpp,
+        "vpp": vpp_from_args(args),
         "cp": args.cp,
         "ep": args.ep,
         "etp": args.etp,
@@ -245,6 +255,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         "sequence_parallel": args.sp,
         "recompute": args.recompute,
         "recompute_num_layers": args.recompute_num_layers,
+        "recompute_method": args.recompute_method,
         **saver_fields(args),
         "distributed_optimizer": args.dist_opt,
         "ddp_bucket_size": args.bucket_size,
@@ -259,6 +270,17 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         **megatron_fsdp_fields(args),
     }
     return ParallelPlan.for_world(args.num_gpus, **degrees)
+
+
+def vpp_from_args(args: argparse.Namespace) -> int:
+    """--vpp as given; unset, the virtual stages of --pipeline-model-parallel-layout over
+    --pp (`specs.pipeline_layout.layout_vpp`, Megatron-LM's derivation), else 1. A layout
+    whose stages pp does not divide keeps 1, and the layout rules report it."""
+    if args.vpp is not None:
+        return int(args.vpp)
+    layout = args.pipeline_model_parallel_layout
+    derived = layout_vpp(layout, args.pp) if layout is not None else None
+    return derived or 1
 
 
 def module_list(text: str | None) -> tuple[str, ...] | None:

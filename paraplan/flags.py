@@ -25,6 +25,8 @@ FIELD_DESTS: dict[str, str] = {
     "ParallelPlan.recompute_num_layers": "recompute_num_layers",
     "ParallelPlan.ddp_bucket_size": "bucket_size",
     "ParallelPlan.cpu_offloading_num_layers": "cpu_offloading_num_layers",
+    "ParallelPlan.recompute_modules": "recompute_modules",
+    "ParallelPlan.offload_modules": "offload_modules",
     "ParallelPlan.decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
     "ParallelPlan.decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
     "SearchSpace.max_micro_batch_size": "max_mbs",

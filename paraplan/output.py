@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from specs.rules_base import Violation
+
 PIPED_WIDTH = 10_000
 """Console width when stdout is not a terminal: wide enough that no table is cut."""
 PROGRESS_DELAY_S = 1.0
@@ -32,6 +34,26 @@ often, and at every change of phase."""
 def print_json(data: Any) -> None:
     """Machine-readable output: indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def print_verdict(
+    label: str, where: str, violations: Sequence[Violation], *, as_json: bool
+) -> None:
+    """A plan's rule check: with ``as_json`` ``{"valid", "plan", "violations": [{"rule",
+    "message"}]}``, else the violations one per line under ``invalid plan (LABEL) for WHERE:``
+    (nothing when there are none, the caller goes on)."""
+    if as_json:
+        print_json(
+            {
+                "valid": not violations,
+                "plan": label,
+                "violations": [{"rule": v.rule, "message": v.message} for v in violations],
+            }
+        )
+    elif violations:
+        print(f"invalid plan ({label}) for {where}:")
+        for v in violations:
+            print(f"  [{v.rule}] {v.message}")
 
 
 def table_console() -> Console:

@@ -15,9 +15,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from costmodel.cuda_graph_rules import (
+    cpu_offloading_problem,
+    full_recompute_problem,
+    model_scope_problem,
+    moe_recompute_problem,
+    scope_set_problem,
+)
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_rules import MOE_DISPATCHERS, TP_OVERLAP_RS_METHODS
 from specs.errors import SpecError
+from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules_base import Violation
 
@@ -182,7 +190,32 @@ def cuda_graph_scopes(args: argparse.Namespace) -> frozenset[str] | None:
             f"--cuda-graph-scope {WHOLE_STEP_SCOPE} captures the whole step, so it stands "
             f"alone; got {', '.join(sorted(names))}: drop the other scopes"
         )
+    problem = scope_set_problem(names)
+    if problem is not None:
+        raise SpecError(f"--cuda-graph-scope {' '.join(sorted(names))}: {problem}")
     return names or frozenset({WHOLE_LAYER_SCOPE})
+
+
+CUDA_GRAPH_RULES = {
+    "cuda_graph_full_recompute": full_recompute_problem,
+    "cuda_graph_moe_recompute": moe_recompute_problem,
+    "cuda_graph_cpu_offloading": cpu_offloading_problem,
+}
+"""`Violation.rule` -> the plan rule of `costmodel.cuda_graph_rules` it reports."""
+CUDA_GRAPH_MODEL_RULE = "cuda_graph_scopes_match_model"
+"""`Violation.rule` of `costmodel.cuda_graph_rules.model_scope_problem`."""
+
+
+def cuda_graph_violations(
+    model: ModelSpec, plan: ParallelPlan, options: ExecutionOptions
+) -> list[Violation]:
+    """What Megatron-core's ``TransformerConfig`` refuses when the CUDA graphs of
+    ``options`` meet ``model`` and ``plan`` (`costmodel.cuda_graph_rules`), as plan
+    violations that `paraplan estimate` reports before pricing."""
+    scopes = options.cuda_graph_scopes
+    found = [(rule, check(plan, scopes)) for rule, check in CUDA_GRAPH_RULES.items()]
+    found.append((CUDA_GRAPH_MODEL_RULE, model_scope_problem(model, scopes)))
+    return [Violation(rule=rule, message=text) for rule, text in found if text is not None]
 
 
 def userbuffers_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -244,3 +277,12 @@ def a2a_overlap_violations(plan: ParallelPlan, options: ExecutionOptions) -> lis
         )
         for key, found in a2a_overlap_unmet(plan, options).items()
     ]
+
+
+def refuse_scopes_the_model_lacks(model: ModelSpec, options: ExecutionOptions) -> None:
+    """`SpecError` where the CUDA graph scopes of ``options`` capture modules ``model`` does
+    not have (`costmodel.cuda_graph_rules.model_scope_problem`): `paraplan plan` cannot
+    search around them."""
+    problem = model_scope_problem(model, options.cuda_graph_scopes)
+    if problem is not None:
+        raise SpecError(problem)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column
 from planner.space import SearchSpace, column_value
 from planner.splits import EVEN_SPLIT, SPLIT_COLUMNS, has_split, split_options
 from specs.model import ModelSpec
+from specs.pipeline_layout import layout_vpp
 from specs.plan import MEGATRON_MIN_BUCKET_PARAMS
 from specs.rules_base import divisors
 from specs.rules_savers import missing_recompute_modules
@@ -81,6 +82,18 @@ def vpp_degrees(model: ModelSpec, pp: int, *, uneven: bool = True) -> Iterator[i
         yield from divisors(model.num_layers // pp)
         return
     yield from (v for v in range(1, (model.num_layers + 2) // pp + 1) if has_split(model, pp, v))
+
+
+def layout_vpp_degrees(space: SearchSpace, pp: int, vpps: Iterable[int]) -> Iterator[int]:
+    """``vpps`` narrowed to the virtual pipeline size a fixed pipeline layout implies on
+    ``pp`` ranks (its stages / pp, `specs.pipeline_layout.layout_vpp`), as Megatron-LM
+    derives it from ``--pipeline-model-parallel-layout``; ``vpps`` unchanged without a
+    fixed layout, or when pp does not divide its stages or the size is not among ``vpps``
+    (the rules then reject the candidates, with the reason)."""
+    candidates = tuple(vpps)
+    layout = space.fixed.get("pipeline_model_parallel_layout")
+    derived = layout_vpp(layout, pp) if layout else None
+    yield from (derived,) if derived in candidates else candidates
 
 
 def split_choices(model: ModelSpec, pp: int, vpp: int, space: SearchSpace) -> list[dict[str, Any]]:

@@ -37,6 +37,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from costmodel.cuda_graph_rules import (
+    cpu_offloading_problem,
+    full_recompute_problem,
+    moe_recompute_problem,
+    per_layer_graphs,
+)
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_rules import PLAN_FEATURES
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column, modules_from_column
@@ -146,10 +152,16 @@ class SearchSpace:
     Knobs the user fixed are yielded as given. CPU activation offloading is never searched,
     only fixed."""
 
+    full_recompute: bool = True
+    """Try full recompute; `for_runtime` turns it off under per-layer CUDA graphs, which
+    Megatron-core runs with selective or no recompute only
+    (`costmodel.cuda_graph_rules.full_recompute_problem`)."""
     sharded_optimizer_only: bool = False
     """Only plans with the distributed optimizer or Megatron-FSDP: Megatron-core runs the
     precision-aware optimizer with nothing else
-    (`costmodel.optimizer_state.precision_aware_unmet`; `for_runtime` sets it)."""
+    (`costmodel.optimizer_state.precision_aware_unmet`; `for_runtime` sets it), and
+    Megatron-LM's `validate_args` takes ``--fp8-param-gather`` of an Adam job with nothing
+    else (`paraplan plan` sets it)."""
 
     def __post_init__(self) -> None:
         for name in self.fixed:
@@ -208,8 +220,10 @@ class SearchSpace:
                 )
             fixed = {**fixed, "distributed_optimizer": True}
             features = features - {"megatron_fsdp"}
+        graphs = _cuda_graph_narrowing(self, options.cuda_graph_scopes)
         return dataclasses.replace(
             self,
+            **graphs,
             features=features,
             fixed=fixed,
             sharded_optimizer_only=self.sharded_optimizer_only or options.precision_aware_optimizer,
@@ -224,6 +238,30 @@ class SearchSpace:
         if name in self.fixed:
             return (column_value(name, self.fixed[name]),)
         return tuple(generated)
+
+
+def _cuda_graph_narrowing(space: SearchSpace, scopes: frozenset[str]) -> dict[str, Any]:
+    """The `SearchSpace` fields CUDA graphs narrow: no full recompute under per-layer graphs
+    and no per-module recompute set with ``moe`` under a captured ``moe_router``
+    (`costmodel.cuda_graph_rules`); `SpecError` where a fixed knob asks for what they
+    exclude."""
+    probe = ParallelPlan(
+        recompute=space.fixed.get("recompute", "none"),
+        recompute_modules=space.fixed.get("recompute_modules"),
+        cpu_offloading_num_layers=space.fixed.get("cpu_offloading_num_layers", 0),
+    )
+    if probe.recompute_modules is not None and "recompute" not in space.fixed:
+        probe = dataclasses.replace(probe, recompute="selective")
+    for check in (full_recompute_problem, moe_recompute_problem, cpu_offloading_problem):
+        problem = check(probe, scopes)
+        if problem is not None:
+            raise SpecError(problem)
+    if not per_layer_graphs(scopes):
+        return {}
+    sets = space.recompute_module_sets
+    if "moe_router" in scopes:
+        sets = tuple(m for m in sets if "moe" not in m)
+    return {"full_recompute": False, "recompute_module_sets": sets}
 
 
 def column_value(name: str, value: Any) -> Any:

@@ -26,6 +26,7 @@ from planner.knob_generators import (
     cp_degrees,
     ep_degrees,
     etp_degrees,
+    layout_vpp_degrees,
     megatron_fsdp_options,
     micro_batch_sizes,
     optimizer_options,
@@ -93,6 +94,8 @@ def degree_table(
             vpps = vpp_degrees(model, pp, uneven=uneven)
             if pp == 2 and not space.has("interleaved_two_stages"):
                 vpps = iter((1,))
+            # a fixed pp no split divides still gets its even-split row, for the rules to judge
+            vpps = tuple(layout_vpp_degrees(space, pp, vpps)) or (1,)
             for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
@@ -165,6 +168,7 @@ def switch_rows(
                 chunk_layers, space.block_recompute_fractions, pinned
             )
             if (space.has("selective_recompute") or r != "selective")
+            and (space.full_recompute or r != "full")
             and (r == "none" or not _offloads_layers(space))
         ],
         space,

@@ -24,7 +24,13 @@ def load_model(arg: str) -> ModelSpec:
     if arg in PRESETS:
         return get_preset(arg)
     path = Path(arg)
-    if path.is_dir() and (path / "config.json").is_file():
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SpecError(
+                f"--model {arg!r} is a folder without a config.json; give the folder of a "
+                "downloaded Hugging Face model, or the path of its config.json or of a "
+                "paraplan ModelSpec JSON"
+            )
         path = path / "config.json"
     if not path.is_file():
         raise SpecError(

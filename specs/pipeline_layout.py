@@ -47,6 +47,19 @@ def expand_layout(layout: str) -> tuple[str, ...]:
     return stages
 
 
+def layout_vpp(layout: str, pp: int) -> int | None:
+    """The virtual pipeline size a layout implies on ``pp`` pipeline ranks: its number of
+    virtual stages over pp, as Megatron-LM's `validate_args` sets
+    ``virtual_pipeline_model_parallel_size`` from ``--pipeline-model-parallel-layout``
+    (megatron-facts.md §8.2). None when the layout does not parse or pp does not divide its
+    stages; the layout rules (`specs.pipeline_split`) then say why."""
+    try:
+        stages = len(expand_layout(layout))
+    except SpecError:
+        return None
+    return stages // pp if pp >= 1 and stages % pp == 0 else None
+
+
 def compress_layout(stages: tuple[str, ...]) -> str:
     """A layout string for ``stages`` that `expand_layout` reads back: runs of equal
     stages become ``(stage|)*n``, runs of one character inside a stage ``x*n``."""

@@ -94,6 +94,15 @@ def overlap_param_gather_needs_distributed_optimizer(
     optimizer all-gathers parameters (megatron-facts.md §5.3, §8.3 rule 9)."""
     if not plan.overlap_param_gather or plan.distributed_optimizer or plan.use_megatron_fsdp:
         return None
+    if job.optimizer == "dist_muon":
+        # Megatron-LM also takes it with dist_muon; the cost model prices dist_muon's
+        # layer-wise gather after the step only (costmodel.optimizer_muon.layerwise_gather_s)
+        return (
+            "overlap_param_gather (True) with optimizer (dist_muon): paraplan prices "
+            "dist_muon's layer-wise parameter all-gather after the step, not overlapped; set "
+            "overlap_param_gather=False (Muon excludes the distributed optimizer and "
+            "Megatron-FSDP)"
+        )
     return (
         "overlap_param_gather (True) overlaps the parameter all-gather of the distributed "
         "optimizer, got distributed_optimizer (False): set distributed_optimizer=True, "

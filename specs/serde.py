@@ -155,12 +155,18 @@ def loads(cls: type[T], text: str, *, where: str | None = None) -> T:
 
 
 def read_json(path: str | Path) -> Any:
-    """Read a JSON file; a missing or malformed file is a `SpecError` naming the path."""
+    """Read a JSON file (UTF-8, as RFC 8259 requires); a missing, binary or malformed file
+    is a `SpecError` naming the path."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"{p}: not a JSON text file (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start} is not UTF-8); give the path of a JSON file"
+        ) from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -13,7 +13,9 @@ from paraplan.args import (
     plan_from_args,
 )
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import print_json
+from paraplan.fp8_args import check_fp8_device
+from paraplan.output import print_verdict
+from profiles.store import load_profile
 from specs.rules import check_plan
 
 NAME = "check"
@@ -31,19 +33,10 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     job = job_from_args(args)
     plan = plan_from_args(args)
+    check_fp8_device(job, load_profile(cluster.hardware))
     violations = check_plan(model, cluster, job, plan)
-    if args.json:
-        print_json(
-            {
-                "valid": not violations,
-                "plan": plan.label(),
-                "violations": [{"rule": v.rule, "message": v.message} for v in violations],
-            }
-        )
-    elif violations:
-        print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
-        for v in violations:
-            print(f"  [{v.rule}] {v.message}")
-    else:
-        print(f"valid: {plan.label()} for {model.name} on {cluster.num_gpus} GPUs")
+    where = f"{model.name} on {cluster.num_gpus} GPUs"
+    print_verdict(plan.label(), where, violations, as_json=args.json)
+    if not violations and not args.json:
+        print(f"valid: {plan.label()} for {where}")
     return 1 if violations else 0

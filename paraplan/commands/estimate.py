@@ -26,8 +26,9 @@ from paraplan.args import (
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
-from paraplan.output import print_json, print_table
-from paraplan.time_args import a2a_overlap_violations
+from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
+from paraplan.output import print_json, print_table, print_verdict
+from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent, shown_seconds
@@ -56,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print iteration_time_s, tokens_per_s, model_tflops_per_gpu, mfu, hfu, "
-        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown",
+        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown; for a plan that "
+        'breaks a rule, check\'s {"valid", "plan", "violations"}',
     )
 
 
@@ -71,18 +73,20 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     job = job_from_args(args)
     plan = plan_from_args(args)
+    profile = load_profile(cluster.hardware)
+    check_fp8_flags(args, job, profile)
     violations = check_plan(model, cluster, job, plan)
     options = options_from_args(args)
     violations += a2a_overlap_violations(plan, options)
     # offload needs the precision-aware optimizer: one violation where both need dist-opt
     aware = precision_aware_violations(plan, options)
     violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
+    violations += fp8_param_violations(job, plan, options)
+    violations += cuda_graph_violations(model, plan, options)
     if violations:
-        print(f"invalid plan ({plan.label()}) for {model.name} on {cluster.num_gpus} GPUs:")
-        for v in violations:
-            print(f"  [{v.rule}] {v.message}")
+        where = f"{model.name} on {cluster.num_gpus} GPUs"
+        print_verdict(plan.label(), where, violations, as_json=args.json)
         return 1
-    profile = load_profile(cluster.hardware)
     options = device_options(options, profile)
     if args.attention is not None:
         options = dataclasses.replace(options, attention=args.attention)

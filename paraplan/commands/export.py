@@ -15,6 +15,7 @@ from paraplan.commands import COMMAND_HELP
 from planner.export import TARGETS, export_text
 from profiles import load_profile
 from specs.bundle import PlanBundle
+from specs.errors import SpecError
 from specs.rules import check_plan
 from specs.serde import load
 
@@ -44,5 +45,23 @@ def run(args: argparse.Namespace) -> int:
     per_node = args.gpus_per_node or bundle.cluster.gpus_per_node
     if per_node is None:
         per_node = load_profile(bundle.cluster.hardware).topology.gpus_per_node
+    if args.to == "megatron":
+        refuse_partial_nodes(bundle.cluster.num_gpus, per_node)
     sys.stdout.write(export_text(bundle, args.to, per_node))
     return 0
+
+
+def refuse_partial_nodes(num_gpus: int, gpus_per_node: int) -> None:
+    """`SpecError` when ``num_gpus`` ranks do not fill whole nodes of ``gpus_per_node``:
+    torchrun starts ``--nnodes`` x ``--nproc-per-node`` ranks, so the launch line would start
+    another world size than the plan's (one node holding fewer GPUs is whole)."""
+    if num_gpus <= gpus_per_node or num_gpus % gpus_per_node == 0:
+        return
+    fits = [d for d in range(1, gpus_per_node + 1) if num_gpus % d == 0]
+    nodes = -(-num_gpus // gpus_per_node)
+    raise SpecError(
+        f"the plan's {num_gpus} GPUs do not fill whole nodes of {gpus_per_node} GPUs: torchrun "
+        f"would start {nodes} x {gpus_per_node} = {nodes * gpus_per_node} ranks; give "
+        f"--gpus-per-node {fits[-1]} (GPUs per node that divide {num_gpus}: "
+        f"{', '.join(map(str, fits))}), or re-plan on a multiple of {gpus_per_node} GPUs"
+    )

@@ -52,7 +52,9 @@ from paraplan.commands.plan_results import (
 )
 from paraplan.commands.plan_sizing import run_sizing
 from paraplan.flags import spellings
+from paraplan.fp8_args import check_fp8_flags
 from paraplan.output import DeferredProgress, print_json, print_table
+from paraplan.time_args import refuse_scopes_the_model_lacks
 from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
 from specs.cluster import ClusterSpec
@@ -233,6 +235,8 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
         fixed=fixed,
         tp_beyond_scale_up=args.tp_beyond_scale_up,
         max_micro_batch_size=args.max_mbs,
+        # Megatron-LM takes --fp8-param-gather of an Adam job only with a sharded optimizer
+        sharded_optimizer_only=args.fp8_param_gather and args.optimizer == "adam",
     )
 
 
@@ -287,6 +291,8 @@ def _run_search(args: argparse.Namespace) -> int:
     model = model_from_args(args)
     job = job_from_args(args)
     profile = load_profile(args.hardware)
+    check_fp8_flags(args, job, profile)
+    refuse_scopes_the_model_lacks(model, options_from_args(args))
     cluster = ClusterSpec(
         hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
     )
@@ -343,6 +349,8 @@ def _run_sizing(args: argparse.Namespace) -> int:
     base = job_from_args(args)
     job = dataclasses.replace(base, token_budget=int(args.tokens))
     profile = load_profile(args.hardware)
+    check_fp8_flags(args, job, profile)
+    refuse_scopes_the_model_lacks(model, options_from_args(args))
     space = space_from_args(args)
     return run_sizing(args, model=model, job=job, profile=profile, space=space)
 

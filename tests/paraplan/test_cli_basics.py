@@ -89,6 +89,9 @@ def test_check_readable_output(capsys) -> None:
         ([*CHECK, "--tp", "-2"], "must be a positive integer, got -2"),
         ([*CHECK[:-2], "--global-batch", "0"], "global_batch_size) must be a positive integer"),
         ([*CHECK, "--tp", "two"], "invalid int value"),
+        # check once ignored --hardware: an unknown profile, or fp8 on an A100, was "valid"
+        ([*CHECK, "--hardware", "h1000"], "unknown hardware profile 'h1000'"),
+        ([*CHECK, "--hardware", "a100-sxm-80gb", "--precision", "fp8"], "needs FP8 tensor cores"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], needle: str) -> None:
@@ -105,6 +108,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], needle: str) 
         ([*CHECK[:-2], "--global-batch", "0"], "--global-batch (TrainingJob.global_batch_size)"),
         ([*CHECK[:-4], "--seq-len", "0", *CHECK[-2:]], "--seq-len (TrainingJob.seq_length)"),
         ([*CHECK, "--mbs", "0"], "--mbs (ParallelPlan.micro_batch_size)"),
+        ([*CHECK, "--recompute-modules", "foo"], "--recompute-modules (ParallelPlan.recompute"),
+        ([*CHECK, "--offload-modules", "foo"], "--offload-modules (ParallelPlan.offload_modules)"),
     ],
 )
 def test_out_of_range_values_name_their_flag(capsys, argv: list[str], flag: str) -> None:

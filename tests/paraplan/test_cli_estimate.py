@@ -186,7 +186,49 @@ def test_fused_loss_kernel_without_the_fusion_is_refused(capsys):
 
 
 def test_fp8_summary_says_which_device_keeps_weight_transposes(capsys):
-    fp8 = ["--precision", "fp8", "--fp8-recipe", "tensorwise", "--fp8-param-gather"]
+    fp8 = ["--precision", "fp8", "--fp8-recipe", "tensorwise", "--fp8-param-gather", "--dist-opt"]
     _, hopper = run(capsys, *fp8)
     _, blackwell = run(capsys, *fp8, "--hardware", "b200")
     assert "take only TN" in hopper and "no FP8 weight transposes" in blackwell
+
+
+def test_json_of_an_invalid_plan_is_the_rule_check(capsys):
+    # --json once printed the text verdict, which a JSON reader cannot parse
+    code, out = run(capsys, "--pp", "3", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["valid"] is False and data["plan"].startswith("tp1 pp3")
+    assert "layers_divisible_by_pp" in {v["rule"] for v in data["violations"]}
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--fp8-recipe", "tensorwise"], "but the job is --precision bf16"),
+        (["--fp8-param-gather", "--dist-opt"], "but the job is --precision bf16"),
+        (["--precision", "fp8", "--fp8-recipe", "mxfp8"], "the h100-sxm-80gb is hopper"),
+    ],
+)
+def test_fp8_flags_the_job_or_device_cannot_run_exit_2(capsys, flags, needle):
+    # once priced as a bf16 (or Hopper) job, the flags ignored, and export then refused them
+    from paraplan.cli import main
+
+    assert main(["estimate", *BASE, *flags]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_fp8_param_gather_needs_a_sharded_optimizer(capsys):
+    # Megatron-LM's validate_args takes --fp8-param-gather only with the distributed
+    # optimizer or Megatron-FSDP; the plan was priced and the export refused it
+    code, out = run(capsys, "--precision", "fp8", "--fp8-param-gather", "--json")
+    rules = {v["rule"] for v in json.loads(out)["violations"]}
+    assert code == 1 and rules == {"fp8_param_gather_needs_distributed_optimizer"}
+    code, _ = run(capsys, "--precision", "fp8", "--fp8-param-gather", "--dist-opt", "--json")
+    assert code == 0
+
+
+def test_fp8_parameters_of_a_dist_muon_job_are_left_to_the_muon_rules(capsys):
+    # dist_muon excludes --dist-opt and gathers layer-wise; Megatron-Bridge runs it with
+    # FP8 parameters (Kimi-K2 MXFP8 rows of the bench)
+    flags = ["--precision", "fp8", "--fp8-param-gather", "--optimizer", "dist_muon", "--json"]
+    code, _ = run(capsys, *flags)
+    assert code == 0

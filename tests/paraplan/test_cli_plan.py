@@ -15,9 +15,12 @@ from costmodel.estimate import JSON_KEYS
 from paraplan.commands import export as export_command
 from paraplan.commands import plan as plan_command
 from specs.bundle import PlanBundle
+from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.job import TrainingJob
 from specs.plan import ParallelPlan
-from specs.serde import load
+from specs.presets import get_preset
+from specs.serde import dumps, load
 
 BASE = ["--model", "tiny", "--hardware", "h100-sxm-80gb", "--seq-len", "512", "--global-batch", "8"]
 # Fixing a few switches keeps each search to a few hundred candidates.
@@ -158,6 +161,8 @@ def test_sizing_sizes_without_a_plan_are_rows_that_say_why(capsys, tmp_path) -> 
     assert [r["num_gpus"] for r in data["rows"]] == [5, 10, 20]
     for row in data["rows"]:
         assert row["plan"] is None and row["days"] is None
+        # the figures are null without a plan, as the CSV leaves them empty (once 0.0)
+        assert row["tokens_per_s"] is None and row["mfu"] is None
         assert "global_batch_divisible_by_mbs_dp" in row["reason"]
     table = pd.read_csv(tmp_path / "sizing.csv")
     assert table["reason"].str.contains("global_batch_divisible_by_mbs_dp").all()
@@ -313,3 +318,31 @@ def test_time_limit_bounds_the_sizing_run(capsys) -> None:
     assert limit["note"].startswith("Time limit of 1e-09 s reached over the sizing run")
     code, out = run_plan(capsys, *argv, "--time-limit", "1e-9")
     assert code == 0 and "not searched: 16 GPUs" in out and "Chosen: 8 GPUs" in out
+
+
+def test_export_refuses_a_launch_line_of_partial_nodes(capsys, tmp_path) -> None:
+    # 12 GPUs on 8-GPU nodes once exported as --nproc-per-node 8 --nnodes 2: 16 ranks
+    bundle = PlanBundle(
+        model=get_preset("tiny"),
+        cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=12),
+        job=TrainingJob(seq_length=512, global_batch_size=12),
+        plan=ParallelPlan(dp=12),
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(dumps(bundle))
+    with pytest.raises(SpecError, match="do not fill whole nodes of 8 GPUs"):
+        run_export(capsys, str(path), "--to", "megatron")
+    code, out, _ = run_export(capsys, str(path), "--to", "megatron", "--gpus-per-node", "4")
+    assert code == 0 and "--nproc-per-node 4 --nnodes 3" in out
+
+
+def test_fp8_parameters_of_an_adam_job_search_only_sharded_optimizers() -> None:
+    # validate_args: "--fp8-param-gather only supported with distributed optimizer, torch
+    # fsdp2, megatron fsdp"; the search once ranked DDP plans with FP8 parameters, which
+    # export then refused. Muon excludes those optimizers and gathers layer-wise itself.
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    argv = [*BASE, "--num-gpus", "4", "--precision", "fp8", "--fp8-param-gather"]
+    assert plan_command.space_from_args(parser.parse_args(argv)).sharded_optimizer_only
+    muon = parser.parse_args([*argv, "--optimizer", "dist_muon"])
+    assert not plan_command.space_from_args(muon).sharded_optimizer_only

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from paraplan.args import plan_from_args
 from paraplan.commands import check, estimate
 
 # (model, GPUs, seq, global batch, plan flags); sources in tests/planner/test_export.py.
@@ -79,3 +80,30 @@ def test_check_names_the_split_rule(capsys) -> None:
     data = json.loads(out)
     assert code != 0 and not data["valid"]
     assert data["violations"][0]["rule"] == "uneven_middle_layers_divisible_by_middle_stages"
+
+
+def test_a_layout_without_vpp_takes_its_virtual_stages_over_pp(capsys) -> None:
+    # Megatron-LM derives vpp from --pipeline-model-parallel-layout (stages / pp); the
+    # same plan once read as vpp 1 and broke layout_stages_match_pp_vpp
+    argv = _argv("deepseek-v3-bridge")
+    at = argv.index("--vpp")
+    del argv[at : at + 2]
+    code, out = _run(check, [*argv, "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["valid"], data
+    assert "vpp4" in data["plan"]
+    code, out = _run(check, [*argv, "--vpp", "2", "--json"], capsys)
+    rules = {v["rule"] for v in json.loads(out)["violations"]}
+    assert code == 1 and "layout_stages_match_pp_vpp" in rules
+
+
+def test_recompute_method_reaches_the_plan() -> None:
+    # Megatron-LM's --recompute-method, which plan.json records and export writes, was
+    # refused by check and estimate, so a block plan could not be re-checked or re-priced
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+    argv = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096"]
+    argv += ["--global-batch", "64", "--pp", "2", "--recompute-granularity", "full"]
+    block = plan_from_args(parser.parse_args([*argv, "--recompute-method", "block"]))
+    assert block.recompute_method == "block"
+    assert plan_from_args(parser.parse_args(argv)).recompute_method == "uniform"

@@ -223,3 +223,33 @@ def test_cudnn_norm_moves_an_fp8_step_by_recipe(capsys):
     assert mxfp8_cudnn["iteration_time_s"] < mxfp8["iteration_time_s"]
     assert current_cudnn["iteration_time_s"] > current["iteration_time_s"]
     assert mxfp8_cudnn["memory"] == mxfp8["memory"]
+
+
+MOE_BASE = ["--model", "qwen3-30b-a3b", "--num-gpus", "16", "--seq-len", "4096"]
+MOE_BASE += ["--global-batch", "64", "--ep", "8"]
+TE_ROUTER = ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn", "moe_router"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "rules"),
+    [
+        (["--recompute", "full", "--cuda-graph-impl", "local"], {"cuda_graph_full_recompute"}),
+        (
+            ["--recompute", "selective", "--recompute-modules", "moe", *TE_ROUTER],
+            {"cuda_graph_moe_recompute"},
+        ),
+        (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "mlp"],
+         {"cuda_graph_scopes_match_model"}),
+    ],
+)  # fmt: skip
+def test_estimate_lists_what_megatron_refuses_of_cuda_graphs(capsys, argv, rules) -> None:
+    # these plans were priced, and their launch lines failed in TransformerConfig
+    code = estimate.run(parse_estimate(MOE_BASE, *argv, "--json"))
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and {v["rule"] for v in data["violations"]} == rules
+
+
+def test_a_scope_set_megatron_refuses_exits_2(capsys) -> None:
+    graphs = ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "moe_preprocess"]
+    assert main(["estimate", *MOE_BASE, *graphs]) == 2
+    assert "only with moe_router" in capsys.readouterr().err

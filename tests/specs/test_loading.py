@@ -60,11 +60,6 @@ def test_missing_path_says_no_file(tmp_path: Path) -> None:
     assert str(missing) in str(info.value)
 
 
-def test_folder_without_config_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="no file exists"):
-        load_model(str(tmp_path))
-
-
 def test_malformed_json(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "llama",\n  "hidden_size": }')
@@ -86,3 +81,17 @@ def test_hf_config_with_unsupported_type_reports_it(tmp_path: Path) -> None:
     path.write_text('{"model_type": "bert", "hidden_size": 768}')
     with pytest.raises(SpecError, match="model_type 'bert' is not supported"):
         load_model(str(path))
+
+
+def test_a_binary_file_is_a_spec_error(tmp_path: Path) -> None:
+    # a non-UTF-8 file once escaped as a UnicodeDecodeError traceback
+    path = tmp_path / "model.json"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(SpecError, match=r"not a JSON text file .*0xff at offset 0"):
+        load_model(str(path))
+
+
+def test_a_folder_without_config_json_says_so(tmp_path: Path) -> None:
+    # the message once listed the presets and said that no file exists at the folder
+    with pytest.raises(SpecError, match=r"is a folder without a config\.json"):
+        load_model(str(tmp_path))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specs import serde
 from specs.errors import SpecError
 from specs.model import ModelSpec
-from specs.pipeline_layout import compress_layout, expand_layout
+from specs.pipeline_layout import compress_layout, expand_layout, layout_vpp
 from specs.pipeline_split import first_last_options, pipeline_split, split_problem
 from specs.plan import ParallelPlan
 
@@ -224,3 +224,11 @@ def test_every_layer_once_in_virtual_stage_order(case: tuple[ModelSpec, Parallel
     assert ordered == list(range(model.num_layers))
     assert sum(c.embedding for r in split.chunks for c in r) == 1
     assert sum(c.loss for r in split.chunks for c in r) == 1
+
+
+def test_layout_vpp_is_stages_over_pp() -> None:
+    # validate_args: virtual_pipeline_model_parallel_size = stages // pp
+    assert layout_vpp("Et*3|(tt|)*29m|L", 16) == 2
+    assert layout_vpp("Et*3|(tt|)*29m|L", 32) == 1
+    assert layout_vpp("Et*3|(tt|)*29m|L", 6) is None  # 32 stages on 6 ranks
+    assert layout_vpp("Et|x|L", 3) is None  # does not parse; layout_parses says why

@@ -619,3 +619,18 @@ def test_random_bundles_reach_valid_plans() -> None:
     # Guards the property above against a strategy that never yields a valid plan.
     model, cluster, job, plan = find(bundles(), lambda specs: not check_plan(*specs))
     assert check_plan(model, cluster, job, plan) == []
+
+
+def test_overlap_param_gather_with_dist_muon_names_the_fix_muon_allows() -> None:
+    # the message once told a dist_muon job to set distributed_optimizer=True, which
+    # muon_excludes_sharded_optimizer then refuses
+    model = ModelSpec(
+        name="m", num_layers=4, hidden_size=256, num_attention_heads=8,
+        ffn_hidden_size=512, vocab_size=1000,
+    )  # fmt: skip
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    job = TrainingJob(seq_length=512, global_batch_size=8, optimizer="dist_muon")
+    plan = ParallelPlan(dp=8, overlap_grad_reduce=True, overlap_param_gather=True)
+    found = {v.rule: v.message for v in check_plan(model, cluster, job, plan)}
+    message = found["overlap_param_gather_needs_distributed_optimizer"]
+    assert "optimizer (dist_muon)" in message and "distributed_optimizer=True" not in message

@@ -1,0 +1,84 @@
+"""Checks of the FP8 recipe flags against the job and the device, before anything is priced.
+
+``--fp8-recipe`` and ``--fp8-param-gather`` configure Transformer Engine's FP8 training:
+they mean nothing in a bf16 or fp32 job (the cost model would price the job without them,
+and `paraplan export` refuses them), MXFP8 scaling runs only on Blackwell, and Megatron-LM
+takes ``--fp8-param-gather`` only with the distributed optimizer or Megatron-FSDP.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from costmodel.execution import ExecutionOptions
+from profiles.schema import HardwareProfile
+from specs.errors import SpecError
+from specs.job import TrainingJob
+from specs.plan import ParallelPlan
+from specs.rules_base import Violation
+
+MXFP8_GENERATIONS: frozenset[str] = frozenset(("blackwell", "blackwell_ultra"))
+"""`DeviceSpec.generation` names that run MXFP8: Transformer Engine's
+``check_mxfp8_support`` (``transformer_engine/pytorch/fp8.py``) needs compute capability
+10.0 or later (B200 and GB200 10.0, B300 and GB300 10.3); Hopper (9.0), Ampere and CDNA 3
+have no MX block-scaled tensor cores."""
+
+FP8_PARAM_RULE = "fp8_param_gather_needs_distributed_optimizer"
+"""`Violation.rule` of `fp8_param_violations`."""
+
+
+def check_fp8_device(job: TrainingJob, profile: HardwareProfile) -> None:
+    """`SpecError` for an fp8 job on a profile without an fp8 GEMM curve: a device without
+    FP8 tensor cores (Transformer Engine needs compute capability 8.9 or later for FP8)."""
+    curves = profile.compute.gemm_efficiency
+    if job.precision == "fp8" and "fp8" not in curves:
+        raise SpecError(
+            f"--precision fp8 needs FP8 tensor cores, and profile {profile.name!r} has GEMM "
+            f"curves for {', '.join(sorted(curves))} only: choose one of those precisions, or "
+            "a --hardware with FP8 (H100, H200, B200, GB200, B300, GB300, MI300X)"
+        )
+
+
+def check_fp8_flags(args: argparse.Namespace, job: TrainingJob, profile: HardwareProfile) -> None:
+    """`SpecError` for an fp8 job on a device without FP8 (`check_fp8_device`), for FP8
+    recipe flags given to a job that is not fp8, and for ``--fp8-recipe mxfp8`` on a device
+    of a known generation outside `MXFP8_GENERATIONS`."""
+    check_fp8_device(job, profile)
+    recipe = getattr(args, "fp8_recipe", None)
+    given = [f"--fp8-recipe {recipe}"] if recipe is not None else []
+    if getattr(args, "fp8_param_gather", False):
+        given.append("--fp8-param-gather")
+    if given and job.precision != "fp8":
+        raise SpecError(
+            f"{' and '.join(given)} set Transformer Engine's FP8 training, but the job is "
+            f"--precision {job.precision}: add --precision fp8, or drop {' and '.join(given)}"
+        )
+    generation = profile.device.generation
+    if recipe == "mxfp8" and generation and generation not in MXFP8_GENERATIONS:
+        raise SpecError(
+            f"--fp8-recipe mxfp8 needs Blackwell's MX block-scaled tensor cores (Transformer "
+            f"Engine's check_mxfp8_support: compute capability 10.0 or later); the "
+            f"{profile.name} is {generation}: use --fp8-recipe tensorwise or delayed, or a "
+            "Blackwell --hardware (b200, gb200-nvl72, b300, gb300-nvl72)"
+        )
+
+
+def fp8_param_violations(
+    job: TrainingJob, plan: ParallelPlan, options: ExecutionOptions
+) -> list[Violation]:
+    """Megatron-LM's ``--fp8-param-gather`` of an Adam job needs the distributed optimizer or
+    Megatron-FSDP (``validate_args``: only a sharded optimizer gathers FP8 parameters), as a
+    plan violation that `paraplan estimate` reports before pricing. Muon jobs are left to
+    the Muon rules: ``dist_muon`` gathers its parameters layer-wise, and Megatron-Bridge runs
+    it with FP8 parameters."""
+    sharded = plan.distributed_optimizer or plan.use_megatron_fsdp
+    if not options.fp8_param or sharded or job.optimizer != "adam":
+        return []
+    return [
+        Violation(
+            rule=FP8_PARAM_RULE,
+            message="--fp8-param-gather (fp8_param) gathers FP8 parameters after the step of "
+            "a sharded optimizer, got distributed_optimizer (False) and use_megatron_fsdp "
+            "(False): add --dist-opt or --use-megatron-fsdp, or drop --fp8-param-gather",
+        )
+    ]
