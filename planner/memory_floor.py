@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import bytes_per_param, device_optimizer_bytes
 from costmodel.memory_allowances import FrameworkAllowance
+from costmodel.model_state import bytes_per_param, device_optimizer_bytes
 from costmodel.optimizer_state import adam_state_bytes
 from costmodel.rank_params import stage_params
 from costmodel.schedules import plan_split
@@ -93,7 +93,7 @@ def model_state_floor_bytes(
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
     ``state_bytes``: Adam's state per parameter (`smallest_adam_state_bytes`; None: the
     default fp32 state); ``optimizer_offload_fraction`` of the optimizer state is on the
-    host (`costmodel.memory.device_optimizer_bytes`)."""
+    host (`costmodel.model_state.device_optimizer_bytes`)."""
     weight, grad, state = bytes_per_param(job)
     state = state if state_bytes is None else state_bytes
     first, group = row_groups(table, _PARAM_KEYS)
