@@ -83,7 +83,7 @@ def model_state_floor_bytes(
 ) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
-    (`costmodel.rank_params.stage_params`, the byte counts of `costmodel.memory`, the shards of
+    (`costmodel.rank_params.stage_params`, the byte counts of `costmodel.model_state`, the shards of
     `costmodel.rank_params.optimizer_shards`) plus the fixed framework allowance. Activations
     only add to it, so a row whose floor is over the limit cannot fit; the search drops it
     before the closed-form screen, which is the expensive step. Stage parameters are

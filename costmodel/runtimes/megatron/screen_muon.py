@@ -8,10 +8,12 @@ closed form captures; it depends only on the degrees (tp, dp, cp, ep, etp, which
 simulator's functions run once per distinct such layout and stage and their results are
 broadcast onto the rows (`costmodel.plan_frame.per_distinct_row`):
 
-- state: `costmodel.muon_sharding.worst_rank_state_bytes`, as `costmodel.memory` counts it;
+- state: `costmodel.muon_sharding.worst_rank_state_bytes`, as `costmodel.model_state` counts
+  it;
 - the step's working bytes: `costmodel.muon_sharding.step_working_bytes` (Newton-Schulz
   temporaries, ``dist_muon``'s gather buffers), which the screen's memory adds to the
-  step's peak through `costmodel.model_state.step_peak_bytes`, as `costmodel.memory` does;
+  step's peak through `costmodel.model_state.step_peak_bytes`, as
+  `costmodel.model_state.stage_step_bytes` does;
 - step: `costmodel.runtimes.megatron.muon_step.muon_optimizer_step_s` (Adam's passes over
   the rank's Adam parameters plus Muon's passes and Newton-Schulz GEMMs over its matrices),
   as `costmodel.runtimes.megatron.pricing` prices it;
@@ -151,7 +153,8 @@ def worst_state_bytes(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
 
 def worst_working_bytes(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
     """The step's working bytes of stage ``tag``'s worst rank (`muon_columns`), 0 on
-    Megatron-FSDP rows (which Muon does not run with), as `costmodel.memory` takes them."""
+    Megatron-FSDP rows (which Muon does not run with), as
+    `costmodel.model_state.stage_step_bytes` takes them."""
     return np.where(c["use_megatron_fsdp"].astype(bool), 0.0, c[f"muon_work{tag}"])
 
 
