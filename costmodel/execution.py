@@ -348,7 +348,7 @@ class ExecutionOptions:
     at the ``examples/sc21`` commit de7dc40). The copy exists after the backward has freed the
     activations, so it sets a second peak of the rank: weights, gradients, optimizer state, 4
     bytes per locally stepped parameter and the fixed allowance
-    (`costmodel.memory.step_peak_bytes`); with fp32 main gradients ``.float()`` returns the
+    (`costmodel.model_state.step_peak_bytes`); with fp32 main gradients ``.float()`` returns the
     tensor itself and nothing is copied. False: not counted.
     `costmodel.execution_presets.MEGATRON_2021` sets it. Memory only."""
 
@@ -395,7 +395,7 @@ class ExecutionOptions:
     through Megatron-LM 2021's local DDP without contiguous buffers, which keeps the previous
     iteration's 16-bit gradients alive through the next forward and backward: one more
     gradient of `main_grad_bytes` per parameter on every rank while the activations are held
-    (`costmodel.memory.held_gradient_copies`; not with sharded optimizer state, which that
+    (`costmodel.model_state.held_gradient_copies`; not with sharded optimizer state, which that
     code did not have). ``allreduce_gradients`` points ``param.main_grad = param.grad`` for
     every parameter (``megatron/model/distributed.py``, the branch without ``_grad_buffers``);
     the next ``train_step`` starts with ``optimizer.zero_grad()``, whose ``set_to_none`` sets
@@ -403,7 +403,7 @@ class ExecutionOptions:
     ``megatron/optimizer/optimizer.py``), so the old tensor stays referenced by
     ``param.main_grad`` while the backward allocates new ``param.grad`` tensors, until
     ``allreduce_gradients`` points ``main_grad`` at them after the pipeline flush. The
-    optimizer step therefore sees one 16-bit copy (`costmodel.memory. step_peak_bytes`).
+    optimizer step therefore sees one 16-bit copy (`costmodel.model_state.step_peak_bytes`).
     Source: NVIDIA/Megatron-LM at the ``examples/sc21`` commit de7dc40 (tag v2.5), whose
     ``--use-contiguous-buffers-in-ddp`` is off by default and unset by the SC21 scripts
     (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the default for local DDP.

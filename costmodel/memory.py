@@ -6,26 +6,8 @@ same amount): weights, gradients and optimizer state of the layers the stage hol
 (`costmodel.activations`), communication buffers and a framework allowance
 (`costmodel.memory_allowances`, with the FP8 weight storage).
 
-Byte counts per parameter (megatron-facts.md §2.1, §5.4; Megatron's distributed-optimizer
-docs):
-- bf16/fp8 mixed precision: 2 (bf16 weight) + 4 (fp32 main gradient) + 12 (fp32 master
-  copy, Adam m and v) = 18; the distributed optimizer shards the 12 over d ranks:
-  6 + 12/d. Megatron-LM's precision-aware optimizer stores the 12 in fewer bytes (6 with
-  bf16 moments and bf16 weights; `costmodel.optimizer_state.adam_state_bytes`, the one
-  count of Adam's state). In fp8 runs the weights of Transformer Engine's linear layers take what
-  `Fp8WeightStorage` counts instead of 2: a bf16 weight plus TE's cached FP8 copy, or,
-  with FP8 parameters (``--fp8-param-gather``), the FP8 storage alone.
-- fp32: 4 + 4 + 8 (Adam m, v; no master copy) = 16, or 8 + 8/d.
-- d = dp·cp for dense parameters (Megatron reduces and shards them over the DP x CP group)
-  and expert_dp for routed experts.
-- Megatron-LM 2021's optimizer step adds an fp32 copy of its fp16 gradients, 4 per stepped
-  parameter, after the backward has freed the activations: a second peak of the rank
-  (`step_peak_bytes`, `ExecutionOptions.step_gradient_copy`). Its local DDP keeps the
-  previous iteration's fp16 gradients through the forward and backward, 2 more per
-  parameter there but not at the step (`ExecutionOptions.stale_main_grad`).
-- Muon's step allocates the working tensors of one matrix at a time and, under
-  ``dist_muon``, all-gather buffers after it (`costmodel.muon_sharding.step_working_bytes`):
-  also a second peak of the rank, on top of its state (`step_peak_bytes`).
+Bytes per parameter, the optimizer's shards, the gradient buffers held and the optimizer
+step's second peak are counted in `costmodel.model_state`.
 
 Where this model deliberately differs from
 `costmodel.megatron_estimator.megatron_theoretical_memory` (Megatron's
@@ -54,40 +36,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeVar
 
-from costmodel.activations import FP32_BYTES, CrossEntropyFusion, stage_activations
+from costmodel.activations import CrossEntropyFusion, StageActivations, stage_activations
 from costmodel.layer_activations import (
     AttentionKernel,
     activation_element_bytes,
     projection_saves_original_input,
 )
-from costmodel.memory_allowances import (
-    BF16_WEIGHTS,
-    Fp8WeightStorage,
-    FrameworkAllowance,
-    model_weight_bytes,
+from costmodel.memory_allowances import BF16_WEIGHTS, Fp8WeightStorage, FrameworkAllowance
+from costmodel.model_state import (
+    StateLayout,
+    bytes_per_param,
+    stage_state_bytes,
+    stage_step_bytes,
+    state_layout,
 )
-from costmodel.muon_sharding import step_working_bytes, worst_rank_state_bytes
-from costmodel.optimizer_muon import is_muon, muon_shards
-from costmodel.optimizer_state import (
-    DEFAULT_PRECISION,
-    PRECISION_AWARE_RULE,
-    AdamStateBytes,
-    OptimizerPrecision,
-    adam_state_bytes,
-    precision_aware_unmet,
-    with_offload,
-)
-from costmodel.rank_params import (
-    StageParams,
-    non_unit_params,
-    optimizer_shards,
-    stage_layer_indices,
-    stage_params,
-)
-from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
-from specs.errors import SpecError
+from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision
+from costmodel.rank_params import StageParams, stage_layer_indices, stage_params
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -130,8 +95,8 @@ class StageMemory:
     """What the optimizer step holds beyond the sum of the other parts, after the
     activations are freed, where it makes an fp32 copy of the gradients
     (`ExecutionOptions.step_gradient_copy`) or allocates Muon's working tensors
-    (`costmodel.muon_sharding.step_working_bytes`; `step_peak_bytes`); 0 where the
-    backward's peak is the larger or the step adds neither."""
+    (`costmodel.muon_sharding.step_working_bytes`; `costmodel.model_state.step_peak_bytes`);
+    0 where the backward's peak is the larger or the step adds neither."""
 
     @property
     def model_state_bytes(self) -> float:
@@ -158,112 +123,6 @@ class StageMemory:
             + self.framework_bytes
             + self.optimizer_step_bytes
         )
-
-
-def bytes_per_param(
-    job: TrainingJob, main_grad_bytes: int = 4, state: AdamStateBytes | None = None
-) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer-state) bytes per parameter for the job's precision;
-    ``main_grad_bytes``: the main-gradient buffer's element size under mixed precision
-    (`ExecutionOptions.main_grad_bytes`: 4 with Megatron's fp32 gradient reduction, 2 with
-    ``--grad-reduce-in-bf16`` or ``--main-grads-dtype bf16``; megatron-facts.md §5.2);
-    ``state``: Adam's state (`costmodel.optimizer_state.adam_state_bytes`; None: the
-    default fp32 state of the job's precision, 12 or 8)."""
-    adam = adam_state_bytes(job.precision) if state is None else state
-    grad = 4 if job.precision == "fp32" else main_grad_bytes
-    return model_weight_bytes(job), grad, adam.total_bytes
-
-
-def plan_adam_state(
-    job: TrainingJob,
-    plan: ParallelPlan,
-    optimizer: OptimizerPrecision = DEFAULT_PRECISION,
-    fp8_weights: Fp8WeightStorage | None = None,
-) -> AdamStateBytes:
-    """Adam's state per parameter of ``plan`` (`costmodel.optimizer_state.adam_state_bytes`
-    with the FP8 weight fields and the plan's Megatron-FSDP). Raises `SpecError` where
-    Megatron-core refuses the precision-aware optimizer for the plan
-    (`costmodel.optimizer_state.precision_aware_unmet`)."""
-    unmet = precision_aware_unmet(
-        optimizer,
-        distributed_optimizer=plan.distributed_optimizer,
-        megatron_fsdp=plan.use_megatron_fsdp,
-    )
-    if unmet is not None:
-        raise SpecError(f"[{PRECISION_AWARE_RULE}] {unmet}")
-    weights = BF16_WEIGHTS if fp8_weights is None else fp8_weights
-    return adam_state_bytes(
-        job.precision,
-        optimizer,
-        fp8_recipe=weights.recipe,
-        fp8_param=weights.fp8_param,
-        megatron_fsdp=plan.use_megatron_fsdp,
-    )
-
-
-Bytes = TypeVar("Bytes")
-"""A byte count: a float, or a numpy array of them in the closed-form screen."""
-
-
-def device_optimizer_bytes(optimizer_bytes: Bytes, offload_fraction: float) -> Bytes:
-    """The optimizer-state bytes (a float or an array) that stay on the device when
-    ``offload_fraction`` of the rank's shard is offloaded to the host
-    (`ExecutionOptions.optimizer_cpu_offload_fraction`): ``optimizer_bytes · (1 - f)``.
-    Megatron-core moves whole parameters until their elements reach ``f`` of the shard's
-    (``HybridDeviceOptimizer._get_sub_optimizer_param_groups``), which this takes as
-    exactly ``f``; the memory model and the screen both count through here."""
-    return optimizer_bytes * (1.0 - offload_fraction)  # type: ignore[operator]
-
-
-def held_gradient_copies(
-    plan: ParallelPlan, *, ddp_gradient_copy: bool, stale_main_grad: bool
-) -> tuple[int, int]:
-    """(at the optimizer step, during the forward and backward) gradient buffers per
-    parameter of a rank: 2 under PyTorch DDP's bucket copy with overlapped reduction
-    (`ExecutionOptions.ddp_gradient_copy`); without overlapped reduction, 1 at the step and
-    2 during the forward and backward when the previous iteration's gradients are still
-    referenced (`ExecutionOptions.stale_main_grad`: Megatron-LM 2021's local DDP keeps
-    them in ``param.main_grad`` until ``allreduce_gradients`` after the pipeline flush);
-    else 1 and 1. Megatron-FSDP plans keep their own gradient buffers
-    (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`). Plans with sharded
-    optimizer state hold no old gradients: that local DDP had no distributed optimizer, and
-    where a row of that era shards it, DeepSpeed's ZeRO engine owns the gradients and the
-    model is never wrapped in local DDP (Megatron-DeepSpeed ``get_model`` returns before
-    the wrapping under ``--deepspeed``, ``megatron/training.py``,
-    bigscience-workshop/Megatron-DeepSpeed at 0035f06a)."""
-    if plan.use_megatron_fsdp:
-        return 1, 1
-    if plan.overlap_grad_reduce:
-        copies = 2 if ddp_gradient_copy else 1
-        return copies, copies
-    return 1, 2 if stale_main_grad and not plan.distributed_optimizer else 1
-
-
-def step_peak_bytes(
-    job: TrainingJob,
-    model_state_bytes: float,
-    stepped_params: float,
-    main_grad_bytes: int,
-    fixed_bytes: float,
-    *,
-    gradient_copy: bool = True,
-    working_bytes: Bytes | float = 0.0,
-) -> Bytes | float:
-    """Bytes of one rank during its optimizer step, the activations freed by then: weights,
-    gradients and optimizer state (``model_state_bytes``), the allowance's fixed bytes, with
-    ``gradient_copy`` (`ExecutionOptions.step_gradient_copy`) 4 bytes per parameter the rank
-    steps (``stepped_params``: its optimizer shard), and ``working_bytes`` the step allocates
-    at once (Muon's, `costmodel.muon_sharding.step_working_bytes`; a float, or an array in
-    the closed-form screen, with the other byte counts). The copy: Megatron-LM
-    2021 ``Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads``
-    (``main_param.grad = model_param.main_grad.float()``), at the ``examples/sc21`` commit
-    de7dc40; none when the gradients are already fp32 (``.float()`` copies nothing) or the
-    run is fp32. 0 when the step adds neither a copy nor working bytes."""
-    copies = gradient_copy and job.precision != "fp32" and main_grad_bytes < FP32_BYTES
-    copy_bytes = FP32_BYTES * stepped_params if copies else 0.0
-    if not copies and isinstance(working_bytes, float) and working_bytes == 0.0:
-        return 0.0
-    return model_state_bytes + copy_bytes + working_bytes + fixed_bytes  # type: ignore[operator]
 
 
 def _comm_buffers_bytes(
@@ -310,6 +169,61 @@ def _bucket_padding_bytes(
     return buckets * math.lcm(plan.dp * plan.cp, 128) * (weight + grad)
 
 
+def _stage_memory(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    pp_rank: int,
+    params: StageParams,
+    acts: StageActivations,
+    layout: StateLayout,
+    frame: FrameworkAllowance,
+    fragmentation: float,
+) -> StageMemory:
+    """`StageMemory` of one rank of stage ``pp_rank`` holding ``params`` and ``acts``: its
+    model state (`costmodel.model_state.stage_state_bytes`), communication buffers, the
+    allowance's fixed bytes plus ``fragmentation`` of the activation and buffer bytes, and
+    what the optimizer step holds beyond that peak
+    (`costmodel.model_state.stage_step_bytes`)."""
+    comm = _comm_buffers_bytes(model, job, plan, pp_rank, params, layout.main_grad_bytes)
+    weights, gradients, optimizer = stage_state_bytes(model, job, plan, pp_rank, params, layout)
+    dynamic = (
+        acts.layers_bytes
+        + acts.recompute_working_bytes
+        + acts.embedding_bytes
+        + acts.output_bytes
+        + comm
+    )
+    state_bytes = weights + gradients + optimizer
+    framework = frame.fixed_bytes + fragmentation * dynamic
+    step = stage_step_bytes(
+        model,
+        job,
+        plan,
+        pp_rank,
+        params,
+        layout,
+        model_state_bytes=state_bytes,
+        backward_peak_bytes=state_bytes + dynamic + framework,
+        fixed_bytes=frame.fixed_bytes,
+    )
+    return StageMemory(
+        pp_rank=pp_rank,
+        num_layers=len(stage_layer_indices(model, plan, pp_rank)),
+        in_flight_microbatches=acts.in_flight_microbatches,
+        weights_bytes=weights,
+        gradients_bytes=gradients,
+        optimizer_bytes=optimizer,
+        activations_bytes=acts.layers_bytes,
+        recompute_working_bytes=acts.recompute_working_bytes,
+        embedding_activations_bytes=acts.embedding_bytes,
+        output_activations_bytes=acts.output_bytes,
+        comm_buffers_bytes=comm,
+        framework_bytes=framework,
+        optimizer_step_bytes=step,
+    )
+
+
 def memory_per_stage(
     model: ModelSpec,
     job: TrainingJob,
@@ -341,13 +255,14 @@ def memory_per_stage(
     ``fragmentation``, when given, replaces the allowance's share for the allocator mode
     (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
     step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
-    `step_peak_bytes`), as a Muon job's working tensors do
+    `costmodel.model_state.step_peak_bytes`), as a Muon job's working tensors do
     (`costmodel.muon_sharding.step_working_bytes`); ``optimizer``: the dtypes of Adam's state
-    (`ExecutionOptions.optimizer_precision`, `plan_adam_state`; the default fp32 state under
-    CPU offload); ``optimizer_offload_fraction`` of that state lives in host memory
-    (`device_optimizer_bytes`); ``stale_main_grad`` adds, without overlapped gradient
-    reduction, one more gradient buffer to the forward and backward but not to the step
-    (`ExecutionOptions.stale_main_grad`, `held_gradient_copies`).
+    (`ExecutionOptions.optimizer_precision`, `costmodel.model_state.plan_adam_state`; the
+    default fp32 state under CPU offload); ``optimizer_offload_fraction`` of that state lives
+    in host memory (`costmodel.model_state.device_optimizer_bytes`); ``stale_main_grad``
+    adds, without overlapped gradient reduction, one more gradient buffer to the forward and
+    backward but not to the step (`ExecutionOptions.stale_main_grad`,
+    `costmodel.model_state.held_gradient_copies`).
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
     no microbatch, or the plan cannot run the precision-aware optimizer.
@@ -355,12 +270,19 @@ def memory_per_stage(
     frame = FrameworkAllowance() if allowance is None else allowance
     if fragmentation is None:
         fragmentation = frame.fragmentation(expandable_segments)
-    optimizer = with_offload(optimizer, optimizer_offload_fraction)
-    adam = plan_adam_state(job, plan, optimizer, fp8_weights)
-    weight, grad, state = bytes_per_param(job, main_grad_bytes, adam)
-    dense_shards, expert_shards = optimizer_shards(model, plan)
-    if is_muon(job):
-        dense_shards, expert_shards = muon_shards(job, plan)
+    layout = state_layout(
+        model,
+        job,
+        plan,
+        main_grad_bytes=main_grad_bytes,
+        optimizer=optimizer,
+        optimizer_offload_fraction=optimizer_offload_fraction,
+        fp8_weights=fp8_weights,
+        ddp_gradient_copy=ddp_gradient_copy,
+        stale_main_grad=stale_main_grad,
+        step_gradient_copy=step_gradient_copy,
+    )
+    proj_saves_input = projection_saves_original_input(fp8_weights.recipe)
     stages = []
     for rank in range(plan.pp):
         params = stage_params(model, plan, rank)
@@ -373,77 +295,10 @@ def memory_per_stage(
             dropout=dropout,
             keep_outputs=keep_outputs,
             cross_entropy=cross_entropy,
-            proj_saves_input=projection_saves_original_input(fp8_weights.recipe),
+            proj_saves_input=proj_saves_input,
         )
-        comm = _comm_buffers_bytes(model, job, plan, rank, params, main_grad_bytes)
-        optimizer = state * (params.dense / dense_shards + params.expert / expert_shards)
-        if is_muon(job):
-            optimizer = worst_rank_state_bytes(model, job, plan, rank, adam_bytes=state)
-        linear_bytes = fp8_weights.linear_bytes(job) * params.linear
-        weights_bytes = weight * (params.total - params.linear) + linear_bytes
-        step_copies, held_copies = held_gradient_copies(
-            plan, ddp_gradient_copy=ddp_gradient_copy, stale_main_grad=stale_main_grad
-        )
-        gradients_bytes = held_copies * grad * params.total
-        if plan.use_megatron_fsdp:
-            fsdp = fsdp_state_bytes(
-                model,
-                plan,
-                dense_params=params.dense,
-                expert_params=params.expert,
-                bytes_per_param=(weight, grad, state),
-                linear_params=params.linear,
-                linear_param_bytes=fp8_weights.param_bytes(job),
-                linear_shard_bytes=fp8_weights.shard_bytes(job),
-                non_unit_params=non_unit_params(model, plan, rank),
-            )
-            fsdp_cache = fp8_weights.cache_bytes(job) * params.linear
-            weights_bytes = fsdp.weights_bytes + fsdp_cache
-            gradients_bytes = fsdp.gradients_bytes
-            optimizer = fsdp.optimizer_bytes
-        optimizer = device_optimizer_bytes(optimizer, optimizer_offload_fraction)
-        dynamic = (
-            acts.layers_bytes
-            + acts.recompute_working_bytes
-            + acts.embedding_bytes
-            + acts.output_bytes
-            + comm
-        )
-        state_bytes = weights_bytes + gradients_bytes + optimizer
-        framework = frame.fixed_bytes + fragmentation * dynamic
-        working = 0.0
-        if is_muon(job) and not plan.use_megatron_fsdp:
-            working = step_working_bytes(model, job, plan, rank, weight_bytes=weight)
-        step = 0.0
-        if step_gradient_copy or working:
-            stepped = params.dense / dense_shards + params.expert / expert_shards
-            step_state = state_bytes - (held_copies - step_copies) * grad * params.total
-            peak = step_peak_bytes(
-                job,
-                step_state,
-                stepped,
-                main_grad_bytes,
-                frame.fixed_bytes,
-                gradient_copy=step_gradient_copy,
-                working_bytes=working,
-            )
-            step = max(0.0, peak - (state_bytes + dynamic + framework))
         stages.append(
-            StageMemory(
-                pp_rank=rank,
-                num_layers=len(stage_layer_indices(model, plan, rank)),
-                in_flight_microbatches=acts.in_flight_microbatches,
-                weights_bytes=weights_bytes,
-                gradients_bytes=gradients_bytes,
-                optimizer_bytes=optimizer,
-                activations_bytes=acts.layers_bytes,
-                recompute_working_bytes=acts.recompute_working_bytes,
-                embedding_activations_bytes=acts.embedding_bytes,
-                output_activations_bytes=acts.output_bytes,
-                comm_buffers_bytes=comm,
-                framework_bytes=framework,
-                optimizer_step_bytes=step,
-            )
+            _stage_memory(model, job, plan, rank, params, acts, layout, frame, fragmentation)
         )
     return tuple(stages)
 

@@ -203,7 +203,7 @@ def step_working_bytes(
     `costmodel.optimizer_muon.newton_schulz_dtype`'s element size) and, after the step,
     ``dist_muon``'s all-gather buffers (`costmodel.optimizer_muon.
     layerwise_gather_buffer_bytes`, ``weight_bytes`` per parameter). The memory model adds
-    them to the step's peak (`costmodel.memory.step_peak_bytes`)."""
+    them to the step's peak (`costmodel.model_state.step_peak_bytes`)."""
     layers = stage_layer_indices(model, plan, stage)
     ns_bytes = element_bytes(newton_schulz_dtype(job.precision))
     shapes = {(m.rows, m.cols) for m in stage_matrices(model, plan, layers)}

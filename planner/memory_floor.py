@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import bytes_per_param, device_optimizer_bytes
 from costmodel.memory_allowances import FrameworkAllowance
+from costmodel.model_state import bytes_per_param, device_optimizer_bytes
 from costmodel.optimizer_state import adam_state_bytes
 from costmodel.rank_params import stage_params
 from costmodel.schedules import plan_split
@@ -83,7 +83,7 @@ def model_state_floor_bytes(
 ) -> np.ndarray:
     """Per row, a lower bound of the peak memory per rank: weights, gradients and optimizer
     state of the first, the last and the fullest middle pipeline stage
-    (`costmodel.rank_params.stage_params`, the byte counts of `costmodel.memory`, the shards of
+    (`costmodel.rank_params.stage_params`, the byte counts of `costmodel.model_state`, the shards of
     `costmodel.rank_params.optimizer_shards`) plus the fixed framework allowance. Activations
     only add to it, so a row whose floor is over the limit cannot fit; the search drops it
     before the closed-form screen, which is the expensive step. Stage parameters are
@@ -93,7 +93,7 @@ def model_state_floor_bytes(
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
     ``state_bytes``: Adam's state per parameter (`smallest_adam_state_bytes`; None: the
     default fp32 state); ``optimizer_offload_fraction`` of the optimizer state is on the
-    host (`costmodel.memory.device_optimizer_bytes`)."""
+    host (`costmodel.model_state.device_optimizer_bytes`)."""
     weight, grad, state = bytes_per_param(job)
     state = state if state_bytes is None else state_bytes
     first, group = row_groups(table, _PARAM_KEYS)

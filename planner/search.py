@@ -288,6 +288,75 @@ def _candidates_frame(
     return joined.reset_index(drop=True) if len(rejected) else joined
 
 
+def _screened_candidates(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    space: SearchSpace,
+    limit_bytes: float,
+    options: ExecutionOptions,
+    bound_top_k: int | None,
+    pace: SearchPace,
+) -> tuple[CandidateSet, tuple[pd.DataFrame, pd.DataFrame]]:
+    """Steps 1 and 2 of the module docstring: the legal candidates of ``space`` and the
+    screened table with the rows derived from it (`planner.screening.screen_candidates`;
+    ``bound_top_k`` None screens every candidate under the memory floor)."""
+    scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
+    cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=pace.progress)
+    pace.add(len(cands.table))
+    pace.report()
+    sets = () if space.is_fixed("recompute_modules") else recompute_module_sets(model, space)
+    parts = screen_candidates(
+        model, cluster, job, profile, cands.table, limit_bytes, options, bound_top_k, sets, pace
+    )
+    return cands, parts
+
+
+def _flagged(parts: tuple[pd.DataFrame, pd.DataFrame], column: str) -> int:
+    """Rows of both screened parts whose boolean ``column`` is set."""
+    return sum(int(p[column].sum()) for p in parts)
+
+
+def _rejections(
+    cands: CandidateSet,
+    broken: Mapping[str, int],
+    parts: tuple[pd.DataFrame, pd.DataFrame],
+    screened: pd.DataFrame,
+    simulated: list[tuple[int, RankedPlan]],
+) -> dict[str, int]:
+    """`SearchResult.rejected`: the rules' rejections at enumeration and at the simulator's
+    re-check, the candidates over the memory limit (at the screen, or at the simulator for a
+    plan the screen let through) and those the time bound skipped."""
+    rejected = dict(cands.rejected)
+    for rule_id, count in broken.items():
+        rejected[rule_id] = rejected.get(rule_id, 0) + count
+    late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
+    bounded = _flagged(parts, "bounded")
+    over = sum(int((~p["fits"]).sum()) for p in parts)
+    rejected[MEMORY_REJECTION] = over - bounded - _flagged(parts, "unvisited") + late
+    if bounded:
+        rejected[BOUND_REJECTION] = bounded
+    return rejected
+
+
+def _ranked(
+    simulated: list[tuple[int, RankedPlan]],
+) -> tuple[list[RankedPlan], tuple[RankedPlan, ...]]:
+    """Step 4 and the nothing-fits path of the module docstring: the simulated plans that
+    fit, best first (`planner.ranking.order_plans`), and, when none fits, every simulated
+    plan, smallest peak memory first."""
+    ranked = [r for _, r in simulated]
+    top = order_plans(
+        [r for r in ranked if r.fits],
+        plan=lambda r: r.plan,
+        tokens_per_s=lambda r: r.estimate.tokens_per_s,
+        peak_memory_bytes=lambda r: r.estimate.peak_memory_bytes,
+    )
+    closest = () if top else tuple(sorted(ranked, key=lambda r: r.estimate.peak_memory_bytes))
+    return top, closest
+
+
 def search_plans(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -322,40 +391,17 @@ def search_plans(
     start = time.perf_counter()
     pace = SearchPace(progress=progress, time_limit_s=time_limit_s, clock=clock)
     limit = memory_limit_bytes(profile, memory_headroom)
-    scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
     space = space_for_optimizer((space or SearchSpace()).for_runtime(options), job)
-    cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=progress)
-    pace.add(len(cands.table))
-    pace.report()
-    sets = () if space.is_fixed("recompute_modules") else recompute_module_sets(model, space)
-    parts = screen_candidates(
-        model, cluster, job, profile, cands.table, limit, options, top_k if prune else None,
-        sets, pace,
-    )  # fmt: skip
+    cands, parts = _screened_candidates(
+        model, cluster, job, profile, space, limit, options, top_k if prune else None, pace
+    )
     # only screened rows can be simulated: the rest of the table is not copied here
     screened = pd.concat([p[p["screened"].to_numpy()] for p in parts])
     simulated, broken, unsimulated = _simulate_fitting(
         model, cluster, job, profile, screened, top_k, limit, pace, options
     )
-    rejected = dict(cands.rejected)
-    for rule_id, count in broken.items():
-        rejected[rule_id] = rejected.get(rule_id, 0) + count
-    # A plan the screen let through but the simulator finds too large is a memory rejection too.
-    late = sum(1 for i, r in simulated if not r.fits and screened.loc[i, "fits"])
-    bounded = sum(int(p["bounded"].sum()) for p in parts)
-    unvisited = sum(int(p["unvisited"].sum()) for p in parts)
-    over = sum(int((~p["fits"]).sum()) for p in parts)
-    rejected[MEMORY_REJECTION] = over - bounded - unvisited + late
-    if bounded:
-        rejected[BOUND_REJECTION] = bounded
-    ranked = [r for _, r in simulated]
-    top = order_plans(
-        [r for r in ranked if r.fits],
-        plan=lambda r: r.plan,
-        tokens_per_s=lambda r: r.estimate.tokens_per_s,
-        peak_memory_bytes=lambda r: r.estimate.peak_memory_bytes,
-    )
-    closest = () if top else tuple(sorted(ranked, key=lambda r: r.estimate.peak_memory_bytes))
+    rejected = _rejections(cands, broken, parts, screened, simulated)
+    top, closest = _ranked(simulated)
     return SearchResult(
         model=model,
         cluster=cluster,
@@ -373,7 +419,7 @@ def search_plans(
         memory_headroom=memory_headroom,
         elapsed_s=time.perf_counter() - start,
         time_limit_s=time_limit_s,
-        num_unvisited=unvisited,
+        num_unvisited=_flagged(parts, "unvisited"),
         num_simulated=len(simulated),
         num_unsimulated=unsimulated,
     )

@@ -13,8 +13,8 @@ import pytest
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import MEGATRON_2021
-from costmodel.memory import held_gradient_copies, step_peak_bytes
 from costmodel.memory_allowances import FrameworkAllowance
+from costmodel.model_state import held_gradient_copies, step_peak_bytes
 from costmodel.plan_frame import plans_frame
 from costmodel.rank_params import stage_params
 from costmodel.screen import screen_plans

@@ -1,5 +1,5 @@
 """The optimizer step's fp32 gradient copy of Megatron-LM 2021 (`ExecutionOptions.
-step_gradient_copy`, `costmodel.memory.step_peak_bytes`): ``main_param.grad =
+step_gradient_copy`, `costmodel.model_state.step_peak_bytes`): ``main_param.grad =
 model_param.grad.float()`` copies every fp16 gradient to fp32 after the backward has freed
 the activations, a second peak of the rank that the stages with much model state and few
 activations reach (the last stage of the 175B GPT of SC21 Table 2 at tp 4, pp 12, full
@@ -14,8 +14,8 @@ import pytest
 from costmodel.compute import FP32_BYTES
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import MEGATRON_2021
-from costmodel.memory import step_peak_bytes
 from costmodel.memory_allowances import FrameworkAllowance
+from costmodel.model_state import step_peak_bytes
 from costmodel.plan_frame import plans_frame
 from costmodel.rank_params import stage_params
 from costmodel.screen import screen_plans

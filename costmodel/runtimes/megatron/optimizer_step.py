@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.memory import plan_adam_state
+from costmodel.model_state import plan_adam_state
 from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
 from costmodel.optimizer_passes import grad_buffer_passes_time_s, optimizer_step_time_s
@@ -40,7 +40,7 @@ def stage_optimizer_s(
     reduction (`costmodel.optimizer_passes.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
     `ExecutionOptions.grad_nan_check`), which occupy the same compute stream once per
-    iteration. Adam's state is the options' (`costmodel.memory.plan_adam_state`: the
+    iteration. Adam's state is the options' (`costmodel.model_state.plan_adam_state`: the
     default fp32 state under CPU offload). With optimizer CPU offload
     (`ExecutionOptions.optimizer_cpu_offload_fraction`) the offloaded share of the shard
     steps on the host beside the device's passes (`costmodel.optimizer_offload`)."""

@@ -18,7 +18,7 @@ bytes of one rank, the largest of stage 0, the fullest middle stage and the last
   (`costmodel.memory_allowances.FrameworkAllowance`); with
   `ExecutionOptions.step_gradient_copy`, and under Muon (the Newton-Schulz working set or
   `dist_muon`'s gather buffers, `costmodel.runtimes.megatron.screen_muon`), the optimizer
-  step's own peak (`costmodel.memory.step_peak_bytes`).
+  step's own peak (`costmodel.model_state.step_peak_bytes`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 
 from costmodel import compute as ops
 from costmodel.execution import ExecutionOptions
-from costmodel.memory import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.memory_allowances import FrameworkAllowance
+from costmodel.model_state import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_state import with_offload
 from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS
@@ -71,7 +71,7 @@ def _model_state_bytes(
     """Weights, gradient buffers and device optimizer state of stage ``tag``'s rank, bytes;
     ``state`` is Adam's state bytes per parameter (`screen_sharding.adam_state_per_row`),
     ``grad_copies`` the gradient buffers held in the backward
-    (`costmodel.memory.held_gradient_copies`)."""
+    (`costmodel.model_state.held_gradient_copies`)."""
     weight, grad, _ = bytes_per_param(job, options.main_grad_bytes)
     fp8_weights = options.fp8_weight_storage
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
@@ -166,7 +166,8 @@ def memory_bytes(
     weight, grad, _ = bytes_per_param(job, options.main_grad_bytes)
     optimizer = with_offload(options.optimizer_precision, options.optimizer_cpu_offload_fraction)
     state = adam_state_per_row(c, job, optimizer, options.fp8_weight_storage)
-    # gradient buffers in the backward and at the step (`costmodel.memory.held_gradient_copies`)
+    # gradient buffers in the backward and at the step
+    # (`costmodel.model_state.held_gradient_copies`)
     fsdp = c["use_megatron_fsdp"].astype(bool)
     ddp = c["overlap_grad_reduce"].astype(bool) & ~fsdp
     local = (

@@ -8,10 +8,12 @@ closed form captures; it depends only on the degrees (tp, dp, cp, ep, etp, which
 simulator's functions run once per distinct such layout and stage and their results are
 broadcast onto the rows (`costmodel.plan_frame.per_distinct_row`):
 
-- state: `costmodel.muon_sharding.worst_rank_state_bytes`, as `costmodel.memory` counts it;
+- state: `costmodel.muon_sharding.worst_rank_state_bytes`, as `costmodel.model_state` counts
+  it;
 - the step's working bytes: `costmodel.muon_sharding.step_working_bytes` (Newton-Schulz
   temporaries, ``dist_muon``'s gather buffers), which the screen's memory adds to the
-  step's peak through `costmodel.memory.step_peak_bytes`, as `costmodel.memory` does;
+  step's peak through `costmodel.model_state.step_peak_bytes`, as
+  `costmodel.model_state.stage_step_bytes` does;
 - step: `costmodel.runtimes.megatron.muon_step.muon_optimizer_step_s` (Adam's passes over
   the rank's Adam parameters plus Muon's passes and Newton-Schulz GEMMs over its matrices),
   as `costmodel.runtimes.megatron.pricing` prices it;
@@ -61,7 +63,7 @@ STAGE_TAGS = ("0", "1", "l")
 def muon_adam_bytes(job: TrainingJob, options: ExecutionOptions) -> float:
     """Adam's state bytes per parameter of the Adam part of a Muon rank (embedding, output
     layer, norms, biases) under the options' dtypes, FP8 weight fields and CPU offload, as
-    `costmodel.memory.memory_per_stage` takes it (`costmodel.memory.plan_adam_state`
+    `costmodel.memory.memory_per_stage` takes it (`costmodel.model_state.plan_adam_state`
     without Megatron-FSDP, which Muon does not run with)."""
     fp8 = options.fp8_weight_storage
     optimizer = with_offload(options.optimizer_precision, options.optimizer_cpu_offload_fraction)
@@ -145,13 +147,14 @@ def worst_step_s(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
 
 def worst_state_bytes(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
     """Optimizer-state bytes of stage ``tag``'s worst rank (`muon_columns`), before the
-    offloaded share is taken off (`costmodel.memory.device_optimizer_bytes`)."""
+    offloaded share is taken off (`costmodel.model_state.device_optimizer_bytes`)."""
     return c[f"muon_state{tag}"]
 
 
 def worst_working_bytes(c: dict[str, np.ndarray], tag: str) -> np.ndarray:
     """The step's working bytes of stage ``tag``'s worst rank (`muon_columns`), 0 on
-    Megatron-FSDP rows (which Muon does not run with), as `costmodel.memory` takes them."""
+    Megatron-FSDP rows (which Muon does not run with), as
+    `costmodel.model_state.stage_step_bytes` takes them."""
     return np.where(c["use_megatron_fsdp"].astype(bool), 0.0, c[f"muon_work{tag}"])
 
 

@@ -163,7 +163,7 @@ def optimizer_units(
 def adam_state_per_row(
     c, job: TrainingJob, optimizer: OptimizerPrecision, fp8_weights: Fp8WeightStorage
 ) -> np.ndarray:
-    """Adam's state bytes per parameter of every row (`costmodel.memory.plan_adam_state`
+    """Adam's state bytes per parameter of every row (`costmodel.model_state.plan_adam_state`
     without the rule, which `precision_aware_allowed` applies): Megatron-FSDP rows keep its
     fp32 main-weight buffer."""
     by_fsdp = [
