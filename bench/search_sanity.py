@@ -61,7 +61,8 @@ from sanity_problems import (
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.memory_allowances import FrameworkAllowance
 from planner.ranking import RANK_TOLERANCE, order_plans
-from planner.search import RankedPlan, search_plans
+from planner.search import search_plans
+from planner.search_result import RankedPlan
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from costmodel.estimate import Estimate
 from costmodel.memory import peak_memory_bytes
 from planner.ranking import RANK_TOLERANCE
-from planner.search import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
+from planner.search_result import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
 from specs.cluster import ClusterSpec
 from specs.formats import ROUNDING_FRACTION, gib, percent, shown_seconds

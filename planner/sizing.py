@@ -38,7 +38,8 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from planner.defaults import DEFAULT_HEADROOM
 from planner.explain import min_gpus_for_model_state, no_plan_reason
 from planner.pacing import Clock, SearchPace
-from planner.search import RankedPlan, memory_limit_bytes, search_plans
+from planner.search import memory_limit_bytes, search_plans
+from planner.search_result import RankedPlan
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec

@@ -63,7 +63,7 @@ from specs.formats import percent
 from specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
-    from planner.search import SearchResult
+    from planner.search_result import SearchResult
     from planner.space import SearchSpace
 
 NAME = "plan"

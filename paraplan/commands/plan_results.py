@@ -22,7 +22,7 @@ from specs.serde import dumps, to_dict
 if TYPE_CHECKING:
     import pandas as pd
 
-    from planner.search import RankedPlan, SearchResult
+    from planner.search_result import RankedPlan, SearchResult
 
 DEFAULT_CANDIDATES_LIMIT = 1000
 """Screened candidates written to candidates.csv by default (the best by screened tokens/s)."""
@@ -75,7 +75,7 @@ def limit_candidates(frame: pd.DataFrame, limit: int) -> pd.DataFrame:
     every rule-rejected representative, and the ``limit`` other candidates with the highest
     screened tokens/s (fitting ones first, those never screened last); ``limit`` 0 keeps
     every row. Row order is kept."""
-    from planner.search import BOUND_REJECTION, MEMORY_REJECTION, TIME_LIMIT_REJECTION
+    from planner.search_result import BOUND_REJECTION, MEMORY_REJECTION, TIME_LIMIT_REJECTION
 
     if limit <= 0:
         return frame

@@ -19,7 +19,8 @@ from planner.pacing import (
     next_round_rows,
 )
 from planner.ranking import RANK_TOLERANCE
-from planner.search import TIME_LIMIT_REJECTION, SearchResult, search_plans
+from planner.search import search_plans
+from planner.search_result import TIME_LIMIT_REJECTION, SearchResult
 from planner.space import SearchSpace
 from profiles import load_profile
 from specs.cluster import ClusterSpec

@@ -8,7 +8,8 @@ import functools
 import pytest
 
 from planner import screening
-from planner.search import BOUND_REJECTION, search_plans
+from planner.search import search_plans
+from planner.search_result import BOUND_REJECTION
 from profiles import load_profile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob

@@ -16,7 +16,8 @@ from costmodel.memory import peak_memory_bytes
 from planner.candidates import enumerate_candidates
 from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
 from planner.ranking import RANK_TOLERANCE
-from planner.search import MEMORY_REJECTION, memory_limit_bytes, search_plans
+from planner.search import memory_limit_bytes, search_plans
+from planner.search_result import MEMORY_REJECTION
 from planner.space import SearchSpace, plan_from_row
 from profiles import load_profile
 from specs.cluster import ClusterSpec
