@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = (
         TimingPlan(warmup=1, target_s=0.005, min_reps=2, max_reps=20)
         if cpu
-        else TimingPlan(warmup=3, target_s=0.02 if args.quick else 0.05, min_reps=5, max_reps=200)
+        else TimingPlan(warmup=3, target_s=0.02 if args.quick else 0.1, min_reps=5, max_reps=500)
     )
     runner = TorchRunner(args.device, plan)
     settings = settings_for(args.device, args.quick, runner.fp8_unsupported())

@@ -65,6 +65,11 @@ class TorchRunner:
     def __init__(self, device: str, plan: TimingPlan, seed: int = 0) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
+        if self.cuda and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"--device cuda: torch {torch.__version__} sees no CUDA device; run on a GPU "
+                "machine, or pass --device cpu to check the output on this one"
+            )
         self.plan = plan
         torch.manual_seed(seed)
         if not self.cuda:
