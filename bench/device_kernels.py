@@ -196,7 +196,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("W last", "last_power_w"),
     ),
     "launch": (("us", "measured_us"), ("fitted us", "fitted_us"), ("/fitted", "ratio_fitted")),
-    "attention": (("pass", "pass"), ("gqa", "gqa"), ("ms", "measured_s")),
+    "attention": (("gqa", "gqa"), ("ms", "measured_s")),
     "expert_loop": (
         ("ms", "measured_s"),
         ("loop/one", "measured_loop_over_one"),
@@ -211,6 +211,12 @@ PRICED = (
     ("/raw", "ratio_raw"),
     ("/priced", "ratio_priced"),
 )
+"""The priced seconds and ratios, last columns of every table but the soak's and the
+launches' (which compare with a fitted factor and a fitted launch time instead)."""
+
+
+NAME_WIDTH = 56
+"""Characters of the name column."""
 
 
 def _cell(record: dict[str, Any], key: str) -> str:
@@ -228,15 +234,15 @@ def _cell(record: dict[str, Any], key: str) -> str:
 def table(key: str, section: dict[str, Any]) -> str:
     """The section's records as a text table; errors and skips in the last column."""
     columns = COLUMNS[key] + (PRICED if key not in ("soak", "launch") else ())
-    head = [f"## {key}: {section['status']} in {section['elapsed_s']:.1f} s"]
+    lines = [f"## {key}: {section['status']} in {section['elapsed_s']:.1f} s"]
     if section.get("reason"):
-        head.append(section["reason"])
-    head.append("  ".join([f"{'name':40}", *(f"{h:>10}" for h, _ in columns), "note"]))
+        lines.append(section["reason"])
+    lines.append("  ".join([f"{'name':{NAME_WIDTH}}", *(f"{h:>10}" for h, _ in columns), "note"]))
     for r in section["records"]:
         note = r.get("error") or r.get("skipped") or ""
         cells = (f"{_cell(r, k):>10}" for _, k in columns)
-        head.append("  ".join([f"{r['name'][:40]:40}", *cells, note]))
-    return "\n".join(head)
+        lines.append("  ".join([f"{r['name'][:NAME_WIDTH]:{NAME_WIDTH}}", *cells, note]))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

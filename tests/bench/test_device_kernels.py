@@ -101,7 +101,6 @@ def test_gemm_record_ratios_for_a_fake_timing(profiles, dtype) -> None:
     assert record["measured_tflops"] == pytest.approx(2.0 * m * n * k / (2.0 * priced_s) / 1e12)
     # A compute-bound GEMM: the priced profile is the raw one at the fitted factor.
     factor = shapes.fitted_gemm_factor(profiles, dtype)
-    assert factor < 1.0
     assert priced_s == pytest.approx(raw_s / factor)
 
 
