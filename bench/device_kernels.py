@@ -158,13 +158,15 @@ SOAK_SUMMARY = (
 
 
 SHOWN_ERRORS = 5
-"""Errors a section's summary quotes; the records keep every one."""
+"""Errors a section's summary quotes; the records keep every one, in full."""
+SHOWN_ERROR_CHARS = 200
+"""Characters of each error the summary quotes."""
 
 
 def _errors(records: list[dict[str, Any]]) -> dict[str, Any]:
     """How many measurements failed, and the first `SHOWN_ERRORS` with their names."""
     failed = [f"{r['name']} {r.get('dtype', '')}: {r['error']}" for r in records if "error" in r]
-    return {"count": len(failed), "first": failed[:SHOWN_ERRORS]}
+    return {"count": len(failed), "first": [e[:SHOWN_ERROR_CHARS] for e in failed[:SHOWN_ERRORS]]}
 
 
 def _ratio_groups(records: list[dict[str, Any]], key: Any) -> dict[str, Any]:
