@@ -166,6 +166,8 @@ def cli_argv(case: RowCase, model_path: Path) -> list[str]:
         argv += ["--gpus-per-node", str(cluster.gpus_per_node)]
     argv += ["--seq-len", str(job.seq_length), "--global-batch", str(job.global_batch_size)]
     argv += ["--precision", job.precision]
+    if job.optimizer != "adam":
+        argv += ["--optimizer", job.optimizer]
     return argv + plan_flags(case.plan) + recipe_flags(case.options, job.precision)
 
 

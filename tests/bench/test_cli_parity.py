@@ -32,6 +32,7 @@ def one_row(row_id: str) -> dict[str, str]:
         "109",  # Qwen3 235B-A22B MXFP8 GB200: ep32 etp1 pp8 vpp3, expandable segments
         "172",  # DeepSeek-V3 FP8 B200: explicit layout, selective recompute of mlp
         "391",  # Qwen3 235B-A22B MXFP8 GB200 (model zoo): precision-aware optimizer
+        "136",  # Kimi-K2 MXFP8 GB300: dist_muon with FP8 parameters
     ],
 )
 def test_the_command_line_states_the_row_and_prices_it_as_the_bench(tmp_path, row_id):
@@ -53,6 +54,9 @@ def test_recipe_flags_follow_the_rows_options(tmp_path):
     assert (
         zoo[zoo.index("--exp-avg-dtype") + 1] == zoo[zoo.index("--exp-avg-sq-dtype") + 1] == "bf16"
     )
+    kimi = shlex.split(cli_parity.row_parity(one_row("136"), tmp_path)["command"])
+    assert kimi[kimi.index("--optimizer") + 1] == "dist_muon"
+    assert "--optimizer" not in command
     fsdp = shlex.split(cli_parity.row_parity(one_row("353"), tmp_path)["command"])
     assert fsdp[fsdp.index("--cpu-offloading-num-layers") + 1] == "95"
     assert fsdp[fsdp.index("--data-parallel-sharding-strategy") + 1] == "optim_grads_params"
