@@ -25,6 +25,7 @@ from costmodel.optimizer_state import (
 from paraplan.flags import spellings
 from paraplan.optimizer_args import add_optimizer_offload_args, optimizer_offload_fields
 from paraplan.time_args import add_time_recipe_args, time_option_fields
+from paraplan.vpp_args import add_layers_per_virtual_stage_arg, layers_per_virtual_stage_vpp
 from profiles.store import stored_profile_names
 from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.errors import SpecError
@@ -218,6 +219,7 @@ def add_split_args(group: argparse._ArgumentGroup, *, searched: bool) -> None:
         help='explicit layout, e.g. "Et|(tt|)*30mL" (E embedding, t layer, m MTP layer, '
         "L loss, | stage boundary); vpp = stages / pp",
     )
+    add_layers_per_virtual_stage_arg(group)
 
 
 def model_from_args(args: argparse.Namespace) -> ModelSpec:
@@ -273,9 +275,14 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
 
 
 def vpp_from_args(args: argparse.Namespace) -> int:
-    """--vpp as given; unset, the virtual stages of --pipeline-model-parallel-layout over
-    --pp (`specs.pipeline_layout.layout_vpp`, Megatron-LM's derivation), else 1. A layout
-    whose stages pp does not divide keeps 1, and the layout rules report it."""
+    """--vpp as given; the vpp of --num-layers-per-virtual-pipeline-stage
+    (`paraplan.vpp_args.layers_per_virtual_stage_vpp`); else the virtual stages of
+    --pipeline-model-parallel-layout over --pp (`specs.pipeline_layout.layout_vpp`,
+    Megatron-LM's derivation), else 1. A layout whose stages pp does not divide keeps 1, and
+    the layout rules report it."""
+    derived_from_layers = layers_per_virtual_stage_vpp(args)
+    if derived_from_layers is not None:
+        return derived_from_layers
     if args.vpp is not None:
         return int(args.vpp)
     layout = args.pipeline_model_parallel_layout

@@ -29,6 +29,7 @@ FIELD_DESTS: dict[str, str] = {
     "ParallelPlan.offload_modules": "offload_modules",
     "ParallelPlan.decoder_first_pipeline_num_layers": "decoder_first_pipeline_num_layers",
     "ParallelPlan.decoder_last_pipeline_num_layers": "decoder_last_pipeline_num_layers",
+    "ParallelPlan.pipeline_model_parallel_layout": "pipeline_model_parallel_layout",
     "SearchSpace.max_micro_batch_size": "max_mbs",
     "SearchPace.time_limit_s": "time_limit",
 }

@@ -21,16 +21,30 @@ _GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
 _CHAR_REPEAT = re.compile(r"(.)\*(\d+)")
 
 
+def require_layout_text(layout: str | None) -> None:
+    """A layout, when given, holds at least one character besides commas and blanks: an
+    empty string is no layout of one stage (Megatron-LM's `parse_str_to_list` has no empty
+    form; no layout is None). Raises `SpecError` naming the field, the value and the fix."""
+    if layout is not None and not layout.replace(",", "").strip():
+        raise SpecError(
+            f"ParallelPlan.pipeline_model_parallel_layout must hold the layer symbols of its "
+            f"virtual stages, got {layout!r}: write them between '|' (e.g. 'Et|(tt|)*30mL'), "
+            "or leave the layout out for the split of the other pipeline fields"
+        )
+
+
 @functools.lru_cache(maxsize=256)
 def expand_layout(layout: str) -> tuple[str, ...]:
     """The virtual stages of a layout string, one string of layout characters each.
 
     Same expansion as Megatron's `parse_str_to_list`: commas are dropped, then every
     ``(group)*n`` is repeated (groups do not nest), then every ``x*n``; the result is split
-    at ``|``. Raises `SpecError` for a character outside `LAYOUT_SYMBOLS`. Memoized: the
+    at ``|``. Raises `SpecError` for an empty layout (`require_layout_text`) or a character
+    outside `LAYOUT_SYMBOLS`. Memoized: the
     split checks of `specs.pipeline_split` read the same few layouts for every candidate
     plan of a search.
     """
+    require_layout_text(layout)
     text = layout.replace(",", "")
     text = _GROUP_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
     text = _CHAR_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)

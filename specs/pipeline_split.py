@@ -35,6 +35,7 @@ from specs.errors import SpecError
 from specs.model import ModelSpec
 from specs.pipeline_layout import expand_layout
 from specs.plan import ParallelPlan
+from specs.virtual_stages import split_layer_count
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,10 +117,10 @@ def _layout_stages(plan: ParallelPlan) -> tuple[str, ...] | None:
 
 def accounted_layers(model: ModelSpec, plan: ParallelPlan) -> int:
     """Layers the even split divides: num_layers, plus one for each account-for flag."""
-    return (
-        model.num_layers
-        + int(plan.account_for_embedding_in_pipeline_split)
-        + int(plan.account_for_loss_in_pipeline_split)
+    return split_layer_count(
+        model.num_layers,
+        embedding=plan.account_for_embedding_in_pipeline_split,
+        loss=plan.account_for_loss_in_pipeline_split,
     )
 
 

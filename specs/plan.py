@@ -19,6 +19,7 @@ from specs.fieldcheck import (
     require_optional_positive,
     require_positive,
 )
+from specs.pipeline_layout import require_layout_text
 
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
@@ -147,6 +148,7 @@ class ParallelPlan:
         require_non_negative(self, "cpu_offloading_num_layers")
         require_choices(self, "recompute_modules", RecomputeModule)
         require_choices(self, "offload_modules", OffloadModule)
+        require_layout_text(self.pipeline_model_parallel_layout)
 
     @classmethod
     def for_world(cls, world_size: int, **degrees: object) -> ParallelPlan:

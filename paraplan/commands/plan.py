@@ -55,6 +55,7 @@ from paraplan.flags import spellings
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.time_args import refuse_scopes_the_model_lacks
+from paraplan.vpp_args import layers_per_virtual_stage_vpp
 from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
 from specs.cluster import ClusterSpec
@@ -231,6 +232,11 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
         fixed.setdefault("use_megatron_fsdp", True)  # the strategy is Megatron-FSDP's
     if "recompute_modules" in fixed:
         fixed.setdefault("recompute", "selective")  # the modules are selective recompute's
+    vpp = layers_per_virtual_stage_vpp(args)
+    if vpp is not None:  # the count it was derived from fixes the account-for flags too
+        fixed["vpp"] = vpp
+        fixed.setdefault("account_for_embedding_in_pipeline_split", False)
+        fixed.setdefault("account_for_loss_in_pipeline_split", False)
     return SearchSpace(
         fixed=fixed,
         tp_beyond_scale_up=args.tp_beyond_scale_up,

@@ -206,3 +206,24 @@ def test_recompute_num_layers_help_agrees_between_estimate_and_plan() -> None:
         text = " ".join(sub.choices[name].format_help().split())
         help_text = text[text.index("--recompute-num-layers RECOMPUTE_NUM_LAYERS with") :][:200]
         assert "per pipeline chunk (block) or per recompute group (uniform)" in help_text, name
+
+
+@pytest.mark.parametrize("command", ["check", "estimate", "plan"])
+def test_an_empty_layout_is_refused_not_read_as_one_stage(capsys, command: str) -> None:
+    # "" was expanded to one empty virtual stage and priced or ranked as a layout
+    argv = [command, *CHECK[1:], "--pp", "2", "--pipeline-model-parallel-layout", ""]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--pipeline-model-parallel-layout (ParallelPlan.pipeline_model_parallel_layout)" in err
+    assert "got ''" in err and "'Et|(tt|)*30mL'" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [("h100", "'h100-sxm-80gb'"), ("a100", "'a100-sxm-40gb' or 'a100-sxm-80gb'")],
+)
+def test_a_short_hardware_name_suggests_the_stored_profiles(
+    capsys, name: str, suggestion: str
+) -> None:
+    code, _, err = run_cli(capsys, *CHECK, "--hardware", name)
+    assert code == 2 and f"unknown hardware profile {name!r} (did you mean {suggestion}?)" in err

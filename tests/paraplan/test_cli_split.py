@@ -107,3 +107,64 @@ def test_recompute_method_reaches_the_plan() -> None:
     block = plan_from_args(parser.parse_args([*argv, "--recompute-method", "block"]))
     assert block.recompute_method == "block"
     assert plan_from_args(parser.parse_args(argv)).recompute_method == "uniform"
+
+
+def _plan_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    check.add_arguments(parser)
+    return parser
+
+
+def test_layers_per_virtual_stage_sets_vpp_as_megatron_does() -> None:
+    # Megatron-LM validate_args: vpp = ((num_layers + account-for flags) / pp) / N
+    argv = _argv("llama3-405b-bridge")
+    at = argv.index("--vpp")
+    del argv[at : at + 2]
+    pinned = plan_from_args(_plan_parser().parse_args(_argv("llama3-405b-bridge")))
+    derived = _plan_parser().parse_args([*argv, "--num-layers-per-virtual-pipeline-stage", "2"])
+    assert plan_from_args(derived) == pinned  # (126 + 2) / 8 / 2 = vpp 8
+    short = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096"]
+    short += ["--global-batch", "64", "--pp", "4", "--num-layers-per-virtual-pipeline-stage"]
+    assert plan_from_args(_plan_parser().parse_args([*short, "4"])).vpp == 2  # 32 / 4 / 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--pp", "4", "--vpp", "2"], ["--vpp (2)", "cannot be combined"]),
+        (
+            ["--pp", "4", "--pipeline-model-parallel-layout", "Et|tttt|tttt|tttt|tttL"],
+            ["--pipeline-model-parallel-layout ('Et|", "cannot be combined"],
+        ),
+        (["--pp", "4", "--decoder-first-pipeline-num-layers", "6"], ["first-pipeline", "(6)"]),
+        (["--pp", "4"], ["(3) must divide", "num_layers (32) / pp (4) = 8", "[1, 2, 4, 8]"]),
+        (["--pp", "3"], ["num_layers (32) divisible by pp (3)", "use pp in"]),
+    ],
+)
+def test_layers_per_virtual_stage_refusals_are_one_line_exit_2(
+    capsys, extra: list[str], needles: list[str]
+) -> None:
+    argv = ["check", "--model", "llama3-8b", "--num-gpus", "24", "--seq-len", "4096"]
+    argv += ["--global-batch", "48", *extra, "--num-layers-per-virtual-pipeline-stage", "3"]
+    from paraplan.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--num-layers-per-virtual-pipeline-stage (3)" in err
+    assert all(n in err for n in needles), err
+
+
+def test_plan_pins_the_vpp_of_layers_per_virtual_stage(capsys) -> None:
+    from paraplan.cli import main
+    from paraplan.commands import plan as plan_command
+
+    parser = argparse.ArgumentParser()
+    plan_command.add_arguments(parser)
+    argv = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096"]
+    argv += ["--global-batch", "64", "--num-layers-per-virtual-pipeline-stage", "4"]
+    fixed = plan_command.space_from_args(parser.parse_args([*argv, "--pp", "2"])).fixed
+    assert fixed["vpp"] == 4 and fixed["pp"] == 2
+    assert fixed["account_for_embedding_in_pipeline_split"] is False
+    assert main(["plan", *argv]) == 2
+    assert "needs a fixed pp: give --pp" in capsys.readouterr().err

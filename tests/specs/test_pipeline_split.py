@@ -14,6 +14,7 @@ from specs.model import ModelSpec
 from specs.pipeline_layout import compress_layout, expand_layout, layout_vpp
 from specs.pipeline_split import first_last_options, pipeline_split, split_problem
 from specs.plan import ParallelPlan
+from specs.virtual_stages import vpp_from_layers_per_virtual_stage
 
 
 def _model(num_layers: int, mtp: int = 0) -> ModelSpec:
@@ -157,8 +158,19 @@ def test_layout_grammar() -> None:
         expand_layout("Etx|L")
 
 
+@pytest.mark.parametrize("layout", ["", " ", ",,"])
+def test_an_empty_layout_is_no_layout_of_one_stage(layout: str) -> None:
+    # "" once expanded to one empty virtual stage; Megatron-LM has no empty layout
+    with pytest.raises(SpecError, match="pipeline_model_parallel_layout must hold"):
+        expand_layout(layout)
+    with pytest.raises(SpecError, match=r"got '.*': write them between '\|'"):
+        ParallelPlan(pp=2, pipeline_model_parallel_layout=layout)
+
+
 @given(
-    st.lists(st.sampled_from(["", "t", "tt", "ttt", "Et", "mL", "t" * 5]), min_size=1, max_size=12)
+    st.lists(
+        st.sampled_from(["", "t", "tt", "ttt", "Et", "mL", "t" * 5]), min_size=1, max_size=12
+    ).filter(lambda stages: stages != [""])  # the empty string is no layout
 )
 def test_compress_layout_round_trips(stages: list[str]) -> None:
     assert expand_layout(compress_layout(tuple(stages))) == tuple(stages)
@@ -232,3 +244,22 @@ def test_layout_vpp_is_stages_over_pp() -> None:
     assert layout_vpp("Et*3|(tt|)*29m|L", 32) == 1
     assert layout_vpp("Et*3|(tt|)*29m|L", 6) is None  # 32 stages on 6 ranks
     assert layout_vpp("Et|x|L", 3) is None  # does not parse; layout_parses says why
+
+
+def test_vpp_from_layers_per_virtual_stage_follows_validate_args() -> None:
+    # validate_args: vpp = ((num_layers + account-for flags) / pp) / N, each division exact
+    def vpp(num_layers: int, pp: int, n: int, *, counted: bool = False) -> int:
+        return vpp_from_layers_per_virtual_stage(
+            num_layers=num_layers, pp=pp, layers_per_virtual_stage=n, embedding=counted,
+            loss=counted,
+        )  # fmt: skip
+
+    assert vpp(32, 4, 2) == 4
+    assert vpp(126, 8, 2, counted=True) == 8  # Llama 3.1 405B, 128 counted layers
+    assert vpp(32, 4, 8) == 1
+    with pytest.raises(SpecError, match=r"\(3\) must divide .* = 8: use N in \[1, 2, 4, 8\]"):
+        vpp(32, 4, 3)
+    with pytest.raises(SpecError, match=r"num_layers \(126\) \+ 2 accounted = 128 divisible"):
+        vpp(126, 3, 2, counted=True)
+    with pytest.raises(SpecError, match="positive integer, got 0"):
+        vpp(32, 4, 0)
