@@ -10,7 +10,9 @@ pipeline_parallel_microbatch_size, context_parallel_degree, expert_parallel_degr
 expert_tensor_parallel_degree; `[training]` local_batch_size, global_batch_size, seq_len;
 `[activation_checkpoint]` mode, selective_ac_option. torchtitan has no DDP-with-sharded-
 optimizer mode: the distributed optimizer maps onto FSDP (data_parallel_shard_degree = dp),
-plain data parallelism onto DDP (data_parallel_replicate_degree = dp); TP in torchtitan
+and the TOML header and `paraplan export` state that difference
+(`torchtitan_sharding_note`); plain data parallelism maps onto DDP
+(data_parallel_replicate_degree = dp); TP in torchtitan
 always shards norms along the sequence (Megatron's sequence parallelism). Execution
 options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
 (`planner.export_options.torchtitan_option_config`).
@@ -100,6 +102,50 @@ TORCHTITAN_MUON_REFUSAL = (
 """Why `torchtitan_config` refuses a job whose optimizer is Muon."""
 
 
+PRICED_SHARDING = {
+    "no_shard": "nothing sharded over dp (DDP)",
+    "optim": "the optimizer state sharded over dp, weights and gradients replicated "
+    "(distributed optimizer, ZeRO-1)",
+    "optim_grads": "the optimizer state and gradients sharded over dp, weights replicated",
+    "optim_grads_params": "weights, gradients and optimizer state sharded over dp",
+}
+"""What each data-parallel sharding of a priced plan shards (Megatron-FSDP's strategy
+names, `ParallelPlan.data_parallel_sharding_strategy`; ``optim`` also for
+``--use-distributed-optimizer``)."""
+
+
+def priced_sharding(plan: ParallelPlan) -> str:
+    """The data-parallel sharding the plan was priced with, a key of `PRICED_SHARDING`."""
+    if plan.use_megatron_fsdp:
+        return plan.data_parallel_sharding_strategy
+    return "optim" if plan.distributed_optimizer else "no_shard"
+
+
+def exports_fsdp(plan: ParallelPlan) -> bool:
+    """True when the export sets data_parallel_shard_degree = dp: a sharded optimizer,
+    Megatron-FSDP or expert parallelism (torchtitan carves EP out of the FSDP mesh)."""
+    return plan.distributed_optimizer or plan.use_megatron_fsdp or plan.ep > 1
+
+
+def torchtitan_sharding_note(plan: ParallelPlan) -> str | None:
+    """The difference between the data-parallel sharding the plan was priced with and the
+    one torchtitan runs, or None when they agree. torchtitan's data_parallel_shard_degree
+    is FSDP2's ``fully_shard`` (`torchtitan/distributed/parallel_dims.py`, dp_shard): it
+    shards weights, gradients and optimizer state alike, with a weight all-gather per layer
+    in forward and backward; it has no mode that shards only the optimizer state."""
+    sharding = priced_sharding(plan)
+    if not exports_fsdp(plan) or plan.dp == 1 or sharding == "optim_grads_params":
+        return None
+    return (
+        f"data_parallel_shard_degree = {plan.dp} runs FSDP (weights, gradients and "
+        f"optimizer state sharded, weights all-gathered per layer), but the plan was priced "
+        f"with {PRICED_SHARDING[sharding]}: torchtitan's memory and communication differ "
+        "from the prediction; for the priced plan export --to megatron, or re-plan with "
+        "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params and export "
+        "that plan"
+    )
+
+
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
     Muon job (`TORCHTITAN_MUON_REFUSAL`)."""
@@ -107,7 +153,7 @@ def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     if job.optimizer != "adam":
         raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
     name, flavor, _ = torchtitan_model(model)
-    sharded = plan.distributed_optimizer or plan.use_megatron_fsdp or plan.ep > 1
+    sharded = exports_fsdp(plan)
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": 1 if sharded else plan.dp,
         "data_parallel_shard_degree": plan.dp if sharded else 1,
@@ -159,6 +205,9 @@ def torchtitan_toml(bundle: PlanBundle) -> str:
     ]
     if bundle.plan.pp > 1:
         lines += [f"# {note}" for note in torchtitan_split(bundle.model, bundle.plan)[1]]
+    note = torchtitan_sharding_note(bundle.plan)
+    if note is not None:
+        lines.append(f"# {note}")
     name, flavor, known = torchtitan_model(bundle.model)
     if not known:
         lines.append(

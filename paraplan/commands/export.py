@@ -13,6 +13,7 @@ import sys
 
 from paraplan.commands import COMMAND_HELP
 from planner.export import TARGETS, export_text
+from planner.export_torchtitan import torchtitan_sharding_note
 from profiles import load_profile
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
@@ -48,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.to == "megatron":
         refuse_partial_nodes(bundle.cluster.num_gpus, per_node)
     sys.stdout.write(export_text(bundle, args.to, per_node))
+    note = torchtitan_sharding_note(bundle.plan) if args.to == "torchtitan" else None
+    if note is not None:
+        sys.stderr.write(f"paraplan export: note: {note}\n")
     return 0
 
 

@@ -91,3 +91,22 @@ def test_the_command_line_reads_the_exported_spellings_back(changes) -> None:
     flags += cross_entropy_arguments(options) + cuda_graph_arguments(options.cuda_graph_scopes)
     args = parse_estimate([*BASE, "--num-gpus", "4", "--precision", "fp8"], *flags)
     assert options_from_args(args) == options
+
+
+@pytest.mark.parametrize(("sharding", "noted"), [("--dist-opt", True), ("--no-dist-opt", False)])
+def test_torchtitan_export_states_that_it_runs_fsdp_for_a_distributed_optimizer(
+    capsys, tmp_path, sharding: str, noted: bool
+) -> None:
+    # the export wrote data_parallel_shard_degree = dp (FSDP) for a plan priced with
+    # ZeRO-1 and said nothing of the weights and gradients torchtitan shards too
+    argv = ["plan", *BASE, "--num-gpus", "4", *FEW, "--tp", "1", "--pp", "1", sharding]
+    assert main([*argv, "--no-use-megatron-fsdp", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "plan.json"), "--to", "torchtitan"]) == 0
+    captured = capsys.readouterr()
+    expected = "data_parallel_shard_degree = 4 runs FSDP"
+    assert (f"# {expected}" in captured.out) is noted
+    assert (f"paraplan export: note: {expected}" in captured.err) is noted
+    if noted:
+        assert "priced with the optimizer state sharded over dp" in captured.err
+        assert "--data-parallel-sharding-strategy optim_grads_params" in captured.err

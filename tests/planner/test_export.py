@@ -24,7 +24,7 @@ from planner.export import (
     megatron_environment,
     moe_layer_freq_argument,
 )
-from planner.export_torchtitan import torchtitan_config, torchtitan_toml
+from planner.export_torchtitan import torchtitan_config, torchtitan_sharding_note, torchtitan_toml
 from planner.space import SearchSpace, plan_from_row
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -319,6 +319,21 @@ def test_torchtitan_toml() -> None:
     }  # fmt: skip
     assert parsed["activation_checkpoint"] == {"mode": "full"}
     assert parsed["model"] == {"name": "llama3", "flavor": "8B"}
+
+
+def test_torchtitan_sharding_note_names_what_fsdp_shards_beyond_the_priced_plan() -> None:
+    # torchtitan's dp_shard is FSDP: it agrees only with a plan priced fully sharded
+    zero1 = _bundle("llama3-8b", 16, 4096, 64, tp=2, distributed_optimizer=True)
+    note = torchtitan_sharding_note(zero1.plan)
+    assert note is not None and "data_parallel_shard_degree = 8 runs FSDP" in note
+    assert "(distributed optimizer, ZeRO-1)" in note
+    assert f"# {note}" in torchtitan_toml(zero1)
+    full = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+    fsdp = _bundle("llama3-8b", 16, 4096, 64, tp=2, **full)
+    assert torchtitan_sharding_note(fsdp.plan) is None
+    ddp = _bundle("llama3-8b", 16, 4096, 64, tp=2)
+    assert torchtitan_sharding_note(ddp.plan) is None
+    assert "runs FSDP" not in torchtitan_toml(ddp)
 
 
 def test_torchtitan_ddp_without_distributed_optimizer() -> None:
