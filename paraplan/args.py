@@ -15,15 +15,13 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import runtime_options
 from costmodel.execution_rules import RUNTIMES
 from costmodel.memory_allowances import FP8_RECIPES
-from costmodel.optimizer_state import (
-    MAIN_GRADS_DTYPES,
-    MAIN_PARAMS_DTYPES,
-    PRECISION_AWARE_RULE,
-    STATE_DTYPES,
-    precision_aware_unmet,
-)
 from paraplan.flags import spellings
-from paraplan.optimizer_args import add_optimizer_offload_args, optimizer_offload_fields
+from paraplan.optimizer_args import (
+    add_optimizer_offload_args,
+    add_optimizer_precision_args,
+    optimizer_offload_fields,
+    optimizer_precision_fields,
+)
 from paraplan.time_args import add_time_recipe_args, time_option_fields
 from paraplan.vpp_args import add_layers_per_virtual_stage_arg, layers_per_virtual_stage_vpp
 from profiles.store import stored_profile_names
@@ -31,7 +29,6 @@ from specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingJob
 from specs.errors import SpecError
 from specs.loading import load_model
 from specs.pipeline_layout import layout_vpp
-from specs.rules_base import Violation
 
 DEFAULT_HARDWARE = "h100-sxm-80gb"
 
@@ -392,64 +389,6 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
     changes.update(optimizer_offload_fields(args))
     changes.update(time_option_fields(args))
     return dataclasses.replace(options, **changes) if changes else options
-
-
-def add_optimizer_precision_args(group: argparse._ArgumentGroup) -> None:
-    """Megatron-LM's precision-aware optimizer flags, with its names and choices
-    (`costmodel.optimizer_state`)."""
-    group.add_argument(
-        "--use-precision-aware-optimizer",
-        action="store_true",
-        help="Adam's state in the dtypes below, kept by Transformer Engine's FusedAdam "
-        "(Megatron --use-precision-aware-optimizer; needs --dist-opt or --use-megatron-fsdp)",
-    )
-    for flag, choices, what in (
-        ("--exp-avg-dtype", STATE_DTYPES, "Adam's first moment"),
-        ("--exp-avg-sq-dtype", STATE_DTYPES, "Adam's second moment"),
-        ("--main-params-dtype", MAIN_PARAMS_DTYPES, "the master weights"),
-        ("--main-grads-dtype", MAIN_GRADS_DTYPES, "the main gradients (bf16: 2-byte buffer)"),
-    ):
-        group.add_argument(
-            flag,
-            choices=choices,
-            default=None,
-            help=f"with --use-precision-aware-optimizer: storage of {what} (Megatron {flag}; "
-            "default fp32)",
-        )
-
-
-def optimizer_precision_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The `ExecutionOptions` fields of the precision-aware optimizer flags; ``--main-grads-dtype
-    bf16`` is ``main_grad_bytes`` 2. `SpecError` for a dtype other than fp32 without
-    ``--use-precision-aware-optimizer`` (Megatron-core asserts the same)."""
-    fields: dict[str, Any] = {}
-    if getattr(args, "use_precision_aware_optimizer", False):
-        fields["precision_aware_optimizer"] = True
-    for name in ("exp_avg_dtype", "exp_avg_sq_dtype", "main_params_dtype"):
-        if getattr(args, name, None) is not None:
-            fields[name] = getattr(args, name)
-    grads = getattr(args, "main_grads_dtype", None)
-    if grads is not None and grads != "fp32":
-        if "precision_aware_optimizer" not in fields:
-            raise SpecError(
-                f"--main-grads-dtype {grads} needs --use-precision-aware-optimizer (Megatron-core: "
-                "'main_grads_dtype can only be fp32 when not using precision-aware optimizer'); "
-                "add it, or use --grad-reduce-in-bf16 for bf16 gradient reduction alone"
-            )
-        fields["main_grad_bytes"] = 2
-    return fields
-
-
-def precision_aware_violations(plan: ParallelPlan, options: ExecutionOptions) -> list[Violation]:
-    """What Megatron-core refuses when ``--use-precision-aware-optimizer`` meets ``plan``
-    (`costmodel.optimizer_state.precision_aware_unmet`), as plan violations that `paraplan
-    estimate` reports before pricing."""
-    unmet = precision_aware_unmet(
-        options.optimizer_precision,
-        distributed_optimizer=plan.distributed_optimizer,
-        megatron_fsdp=plan.use_megatron_fsdp,
-    )
-    return [] if unmet is None else [Violation(rule=PRECISION_AWARE_RULE, message=unmet)]
 
 
 def cross_entropy_fusion(args: argparse.Namespace) -> str | None:

@@ -22,11 +22,11 @@ from paraplan.args import (
     model_from_args,
     options_from_args,
     plan_from_args,
-    precision_aware_violations,
 )
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
+from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
 from profiles.store import load_profile

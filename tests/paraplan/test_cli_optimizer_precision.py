@@ -1,5 +1,5 @@
 """Megatron-LM's precision-aware optimizer flags on the command line
-(`paraplan.args.add_optimizer_precision_args`): each sets its `ExecutionOptions` field,
+(`paraplan.optimizer_args.add_optimizer_precision_args`): each sets its `ExecutionOptions` field,
 Megatron-core's rules are refused with the fix, `estimate` prices the smaller state and
 `plan` searches only sharded optimizers."""
 
