@@ -2,19 +2,21 @@
 device work alone leaves unexplained.
 
 For each row (``--rows``, matched like `bench/validate_published.py`), at the shipped
-defaults: the published and predicted seconds, the prediction with the floor off
-(`ExecutionOptions.moe_host_launch_s` = 0: kernels, exposed communication and the pipeline
-only, "device only"), the share of the prediction the floor adds, and the published time the
-device-only prediction leaves unexplained per token and layer of the critical stage,
-(published - device only) / (microbatches x tokens of one microbatch on a rank x layers), in
-nanoseconds.
+defaults: the published and predicted seconds, the share of the prediction the floor adds
+(priced again with `ExecutionOptions.moe_host_launch_s` = 0), the prediction with the floor
+and the fitted device time per token off (also `ExecutionOptions.moe_token_device_s` = 0:
+the priced kernels, exposed communication and the pipeline only, "device only"), and the
+published time the device-only prediction leaves unexplained per token and layer of the
+critical stage, (published - device only) / (microbatches x tokens of one microbatch on a
+rank x layers), in nanoseconds.
 
 Rows of one model whose device-only predictions leave the same time per token unexplained
 at every micro-batch size, while only some of them are host-bound in the prediction, are
 priced right there because the fitted launch time stands in for device work the model
-lacks, not because their host is the bottleneck. A layer captured whole in CUDA graphs
+lacks, not because their host is the bottleneck; that unexplained time per token is what
+`costmodel.fitted_rates.MOE_TOKEN_DEVICE_S` prices. A layer captured whole in CUDA graphs
 (``--cuda-graph-scope`` of the whole layer, or ``full_iteration``) has no floor: its
-prediction is device-only.
+prediction is device-only but for that fitted time.
 
 Usage: ``python bench/moe_host_share.py --rows 307,308,324,333,367``
 """
@@ -35,12 +37,14 @@ from profiles.store import load_profile
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class HostShare:
-    """One row's prediction with and without the MoE host-launch floor (seconds)."""
+    """One row's prediction with and without the MoE host-launch floor, and device only
+    (seconds)."""
 
     row_id: str
     label: str
     published_s: float
     predicted_s: float
+    no_floor_s: float
     device_only_s: float
     microbatches: int
     tokens_per_microbatch: float
@@ -49,7 +53,7 @@ class HostShare:
     @property
     def floor_share(self) -> float:
         """Share of the prediction the host-launch floor adds."""
-        return 1.0 - self.device_only_s / self.predicted_s
+        return 1.0 - self.no_floor_s / self.predicted_s
 
     @property
     def unexplained_ns_per_token_layer(self) -> float:
@@ -70,13 +74,17 @@ def host_share(raw: dict[str, str]) -> HostShare:
         )
 
     full = estimate(case.options)
-    bare = estimate(dataclasses.replace(case.options, moe_host_launch_s=0.0))
+    no_floor = estimate(dataclasses.replace(case.options, moe_host_launch_s=0.0))
+    bare = estimate(
+        dataclasses.replace(case.options, moe_host_launch_s=0.0, moe_token_device_s=0.0)
+    )
     plan = case.plan
     return HostShare(
         row_id=raw["row_id"],
         label=f"{raw['model']} {raw['gpu_type'].split(' ')[0]} {raw['source_id']} {plan.label()}",
         published_s=published_iteration_time_s(raw, case),
         predicted_s=full.iteration_time_s,
+        no_floor_s=no_floor.iteration_time_s,
         device_only_s=bare.iteration_time_s,
         microbatches=plan.num_microbatches(case.job.global_batch_size),
         tokens_per_microbatch=case.job.seq_length * plan.micro_batch_size / plan.cp,

@@ -28,7 +28,7 @@ from costmodel.execution_rules import (
     check_plan_features,
     check_rate_fields,
 )
-from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
+from costmodel.fitted_rates import MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
 from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
@@ -130,6 +130,13 @@ class ExecutionOptions:
     fine-grained experts at small micro-batches; 0 turns the floor off (a fully
     graph-captured layer). A fitted figure (`MOE_HOST_LAUNCH_S`), not a measured launch
     latency."""
+
+    moe_token_device_s: float = MOE_TOKEN_DEVICE_S
+    """Device seconds per token of a MoE layer (forward and backward together, per token of
+    the layer's rank, ``layer_shape.norm_tokens``) that no priced kernel accounts for, added
+    to the MoE block as compute: a third in the forward (rerun with it under recompute), two
+    thirds in the backward. A fitted figure (`costmodel.fitted_rates.MOE_TOKEN_DEVICE_S`),
+    not a kernel time; applied on GPU profiles only; 0 turns it off."""
 
     moe_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-core's MoE token dispatcher (`--moe-token-dispatcher-type`): ``alltoall``
@@ -451,6 +458,7 @@ class ExecutionOptions:
             tp_overlap_rs_method=self.tp_overlap_rs_method,
             moe_load_imbalance=self.moe_load_imbalance,
             moe_host_launch_s=self.moe_host_launch_s,
+            moe_token_device_s=self.moe_token_device_s,
             cuda_graph_scopes=self.cuda_graph_scopes,
         )
         check_plan_features(self.plan_features)

@@ -151,6 +151,7 @@ def check_moe_and_overlap_fields(
     tp_overlap_rs_method: str,
     moe_load_imbalance: float,
     moe_host_launch_s: float,
+    moe_token_device_s: float,
     cuda_graph_scopes: frozenset[str],
 ) -> None:
     """The MoE dispatch and host-launch fields, the TP overlap method and the CUDA graph
@@ -180,6 +181,11 @@ def check_moe_and_overlap_fields(
         raise SpecError(
             f"moe_host_launch_s must be >= 0, got {moe_host_launch_s!r}; 0 removes "
             "the host-launch floor of MoE layers"
+        )
+    if moe_token_device_s < 0.0:
+        raise SpecError(
+            f"moe_token_device_s must be >= 0, got {moe_token_device_s!r}; 0 removes "
+            "the MoE layers' fitted device time per token"
         )
 
 

@@ -1,5 +1,6 @@
-"""Fitted constants of a Megatron-core training step: the per-generation GEMM rate factors
-and the MoE host-launch time (`MOE_HOST_LAUNCH_S`) fitted jointly with them.
+"""Fitted constants of a Megatron-core training step: the per-generation GEMM rate factors,
+the MoE host-launch time (`MOE_HOST_LAUNCH_S`) and the MoE device time per token
+(`MOE_TOKEN_DEVICE_S`) fitted jointly with them.
 
 Two multipliers on a profile's GEMM efficiency curves are fitted on the published runs
 (``published-runs-dev.csv``) rather than sourced, one value per GPU generation
@@ -163,7 +164,7 @@ def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None
     )
 
 
-MOE_HOST_LAUNCH_S = 60e-6
+MOE_HOST_LAUNCH_S = 50e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
 jointly with `FP8_GEMM_RATE_FACTORS` (the objective in its docstring;
 5 us grid) on every priced trust A/B MoE row of ``published-runs-dev.csv``
@@ -175,3 +176,23 @@ figures price a Python-level module call on one host CPU and software release (T
 Engine issue 2053: one Linear forward on Xeon and Grace hosts), not the launch count's mix
 of Python-level ops and C++-issued per-expert launches (docs/cost-model.md, "Host floor");
 `bench/validate_published.py --host-launch-us` fixes it instead of fitting it."""
+
+
+MOE_TOKEN_DEVICE_S = 200e-9
+"""Default `ExecutionOptions.moe_token_device_s`: seconds of device time per token of a MoE
+layer (forward and backward) that no priced kernel accounts for, fitted by
+`bench/validate_published.py` jointly with `MOE_HOST_LAUNCH_S` and the GEMM rate factors
+(the objective in `FP8_GEMM_RATE_FACTORS`; grid 0 to 300 ns in steps of 25 ns) on every
+priced trust A/B MoE row of ``published-runs-dev.csv`` (the bench's ``--json`` lists them,
+``fitted.moe_host_fitted_on``), one value for every GPU generation.
+
+What it stands for, from those rows (docs/cost-model.md, "What the Qwen3 MoE rows show";
+`bench/moe_host_share.py`): priced without the host floor, the MoE rows leave a similar
+device time per token and layer unexplained at micro-batch 1, 4 and 8 and at hidden sizes
+2048, 4096 and 7168 (Qwen3 30B-A3B, Qwen3 235B-A22B, DeepSeek-V3), so it is priced per
+token, not per FLOP: a longer expert GEMM time (a rate factor on the expert GEMMs) moves the
+wide models' rows too slow before it closes the narrow ones'. The kernels that take it are
+not identified; the expert GEMMs, the expert-parallel exchange, the permutations, the
+router and load imbalance are each ruled out as its sole cause there. Fitted on Blackwell
+and Blackwell Ultra rows only (no other generation has trust A/B MoE rows), it is applied
+to every GPU generation as seconds, not scaled by any rate of the device."""

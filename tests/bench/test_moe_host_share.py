@@ -22,13 +22,15 @@ def rows() -> dict[str, dict[str, str]]:
 
 def test_a_layer_captured_whole_has_no_floor(rows):
     s = share.host_share(rows["367"])
-    assert s.device_only_s == pytest.approx(s.predicted_s, rel=1e-12)
+    assert s.no_floor_s == pytest.approx(s.predicted_s, rel=1e-12)
     assert s.floor_share == pytest.approx(0.0, abs=1e-12)
+    # Only the fitted device time per token separates it from the device-only prediction.
+    assert s.device_only_s < s.predicted_s
 
 
 def test_eager_experts_carry_a_floor_the_device_only_prediction_drops(rows):
     s = share.host_share(rows["308"])
-    assert 0.0 < s.device_only_s < s.predicted_s
+    assert 0.0 < s.device_only_s < s.no_floor_s < s.predicted_s
     assert 0.0 < s.floor_share < 1.0
     # 512 sequences / (mbs 4 x dp 8) = 16 microbatches of 4096 x 4 tokens, 48 layers, one stage
     assert (s.microbatches, s.tokens_per_microbatch, s.stage_layers) == (16, 16384, 48)

@@ -20,6 +20,7 @@ from costmodel.runtimes.megatron.moe_experts import (
     expert_fp8_quantize_s,
     expert_launches,
     forward_host_floor_s,
+    unattributed_device_s,
 )
 from costmodel.runtimes.megatron.moe_launches import (
     FIXED_LAUNCHES,
@@ -33,6 +34,7 @@ from profiles.store import load_profile
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
+from tests.costmodel.cpu_fixture import cpu_profile
 
 B200 = load_profile("b200")
 QWEN = get_preset("qwen3-30b-a3b")
@@ -166,11 +168,14 @@ def test_launches_after_the_synchronization_hide_only_behind_the_routed_experts(
     job = TrainingJob(seq_length=16384, global_batch_size=64, precision="fp8")
     gpu = layer(job, kernels_only)
     routed_f = routed_experts(QWEN, PLAN, B200, 16384.0, 2, "fp8", GROUPS, kernels_only)[0]
+    # The MoE block's device time per token runs after the synchronization too.
+    token_f = unattributed_device_s(B200, 16384.0, options.moe_token_device_s)[0]
+    after_sync_s = routed_f.duration_s + token_f
     launches = moe_host_launches(16, True, "forward")
     post_host = (launches - ROUTER_LAUNCHES - PREPROCESS_LAUNCHES) * launch_s
     assert post_host < gpu.forward.duration_s  # the whole-layer floor would not bind
-    assert post_host > routed_f.duration_s
-    expected = gpu.forward.duration_s + post_host - routed_f.duration_s + launch_s
+    assert post_host > after_sync_s
+    expected = gpu.forward.duration_s + post_host - after_sync_s + launch_s
     assert layer(job, options).forward.duration_s == pytest.approx(expected)
 
 
@@ -183,3 +188,34 @@ def test_fused_mlp_leaves_no_per_expert_host_floor():
     gpu = layer(job, kernels_only)
     assert host_b < gpu.backward.duration_s
     assert layer(job, options).backward.duration_s == pytest.approx(gpu.backward.duration_s)
+
+
+def test_device_time_per_token_adds_a_third_forward_and_two_thirds_backward():
+    per_token_s = 200e-9
+    job = TrainingJob(seq_length=8192, global_batch_size=64, precision="fp8")
+    bare = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_token_device_s=0.0)
+    timed = dataclasses.replace(bare, moe_token_device_s=per_token_s)
+    tokens = job.seq_length  # micro-batch 1, no TP or CP: every token of the sequence
+    without, with_time = layer(job, bare), layer(job, timed)
+    added = per_token_s * tokens
+    assert with_time.forward.duration_s - without.forward.duration_s == pytest.approx(added / 3)
+    assert with_time.backward.duration_s - without.backward.duration_s == pytest.approx(
+        2 * added / 3
+    )
+    assert with_time.dgrad_s - without.dgrad_s == pytest.approx(2 * added / 3)
+
+
+def test_device_time_per_token_is_rerun_with_a_recomputed_moe_block_and_not_on_a_cpu():
+    per_token_s = 200e-9
+    job = TrainingJob(seq_length=8192, global_batch_size=64, precision="bf16")
+    plan = dataclasses.replace(PLAN, recompute="selective", recompute_modules=("moe",))
+    bare = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_token_device_s=0.0)
+    timed = dataclasses.replace(bare, moe_token_device_s=per_token_s)
+
+    def rerun(options: ExecutionOptions) -> float:
+        cost = layer_cost(QWEN, job, plan, B200, is_moe=True, groups=GROUPS, options=options)
+        return cost.recompute.duration_s
+
+    assert rerun(timed) - rerun(bare) == pytest.approx(per_token_s * job.seq_length / 3)
+    assert unattributed_device_s(cpu_profile(), 1e4, per_token_s) == (0.0, 0.0)
+    assert unattributed_device_s(B200, 1e4, per_token_s) == pytest.approx((1e-3 / 1.5, 2e-3 / 1.5))

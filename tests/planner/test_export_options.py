@@ -326,6 +326,7 @@ def test_pricing_only_fields_are_not_arguments() -> None:
         DEFAULT_OPTIONS, fp8_gemm_rate_factor=0.5, sustained_gemm_rate_factor=0.9,
         moe_load_imbalance=1.2, allocator_fragmentation=0.2, fp8_tn_gemm_only=False,
         plan_features=frozenset({"sequence_parallel"}), moe_host_launch_s=0.0,
+        moe_token_device_s=0.0,
     )  # fmt: skip
     bundle = priced_bundle(options)
     assert megatron_arguments(bundle) == megatron_arguments(priced_bundle(DEFAULT_OPTIONS))

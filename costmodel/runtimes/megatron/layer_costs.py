@@ -13,6 +13,8 @@ factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
 reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
 per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a MoE layer
 pass (`ExecutionOptions.moe_host_launch_s`): `costmodel.runtimes.megatron.moe_launches`;
+the fitted device time per token no priced kernel accounts for
+(`ExecutionOptions.moe_token_device_s`): `moe_experts.unattributed_device_s`;
 with `ExecutionOptions.moe_a2a_overlap`, the part of the EP time the 1F1B overlap leaves
 exposed: `costmodel.runtimes.megatron.moe_a2a_overlap`.
 
@@ -44,7 +46,7 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
     flex_comm_sm_share,
 )
 from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
-from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s
+from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s, unattributed_device_s
 from costmodel.runtimes.megatron.moe_launches import (
     WHOLE_MOE_SCOPES,
     captured_moe_launches,
@@ -120,6 +122,9 @@ def layer_passes(
         mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
             model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm, options
         )
+        token_f, token_b = unattributed_device_s(profile, x.norm_tokens, options.moe_token_device_s)
+        mlp_f = mlp_f.plus(PassCost(compute_s=token_f))
+        mlp_b, mlp_d = mlp_b.plus(PassCost(compute_s=token_b)), mlp_d + token_b
         routed_forward_s = mlp_f.duration_s
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = mlp_block(model, plan, profile, x, comm, shared, options)

@@ -126,3 +126,17 @@ def forward_host_floor_s(
     behind the attention of the layer: max(0, host - GPU of the layer, post-sync host -
     post-sync GPU)."""
     return max(0.0, host_s - layer_gpu_s, post_sync_host_s - post_sync_gpu_s)
+
+
+def unattributed_device_s(
+    profile: HardwareProfile, tokens: float, token_device_s: float
+) -> tuple[float, float]:
+    """(forward, backward) seconds of a MoE layer's device time that no priced kernel
+    accounts for, over ``tokens`` tokens of the layer's rank at ``token_device_s`` per token
+    (`ExecutionOptions.moe_token_device_s`, fitted: `costmodel.fitted_rates.MOE_TOKEN_DEVICE_S`),
+    split one third forward, two thirds backward as a layer's compute is; 0 on a profile
+    that is not a GPU (the figure is fitted on GPU runs)."""
+    if profile.device.kind != "gpu":
+        return 0.0, 0.0
+    total = token_device_s * tokens
+    return total / 3.0, 2.0 * total / 3.0
