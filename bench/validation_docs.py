@@ -210,6 +210,11 @@ def _sustained_line(result: dict) -> str:
     )
 
 
+def _token_ns(result: dict) -> str:
+    """The fitted MoE device time per token of ``result`` (the bench's JSON), nanoseconds."""
+    return f"{1e9 * result['fitted']['moe_token_device_s']:.0f}"
+
+
 def _fit_notes(result: dict) -> list[str]:
     """Residual notes on the fitted parameters and the model zoo rows, their figures read
     from ``result`` (the bench's JSON)."""
@@ -217,6 +222,7 @@ def _fit_notes(result: dict) -> list[str]:
     own = fitted["fp8_gemm_rate_factor_by_generation"]
     left = loso["fp8_gemm_rate_factor_by_left_out_source"].get("MBRIDGE", {})
     host = loso["moe_host_launch_s_by_left_out_source"].get("MBRIDGE")
+    token = loso["moe_token_device_s_by_left_out_source"].get("MBRIDGE")
     sustained = fitted.get("sustained_gemm_rate_factor_by_generation", {})
     megascale = loso["by_source"].get("MEGASCALE-T2", {})
     rows = {r["row_id"]: r for r in result["rows"]}
@@ -229,7 +235,9 @@ def _fit_notes(result: dict) -> list[str]:
             f"dense FP8 rows ({left.get('blackwell')}, against {own.get('blackwell')} and "
             f"{own.get('blackwell_ultra')} in sample), and the model zoo's MoE rows refit the "
             f"host-launch time to {1e6 * host:.0f} us ({1e6 * fitted['moe_host_launch_s']:.0f} in "
-            "sample); the Megatron-Bridge rows are predicted out of sample with those values. MoE "
+            f"sample) and the device time per token to {1e9 * (token or 0.0):.0f} ns "
+            f"({_token_ns(result)} in sample); the Megatron-Bridge rows are predicted out of "
+            "sample with those values. MoE "
             "rows never set an FP8 factor alone: their residuals hold MoE costs the factor does "
             "not describe (the all-to-all overlap below, the Qwen3 device time above)."
         )
@@ -266,14 +274,15 @@ def markdown(result: dict) -> str:
         "",
         "- **model**: `estimate_plan` as users get it; its fitted defaults, the FP8 GEMM "
         "rate factors (`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`), the MoE host-launch "
-        "time (`MOE_HOST_LAUNCH_S`) and the sustained 16-bit GEMM rate factors "
+        "time (`MOE_HOST_LAUNCH_S`), the MoE device time per token (`MOE_TOKEN_DEVICE_S`) and "
+        "the sustained 16-bit GEMM rate factors "
         "(`costmodel.fitted_rates`), come from the rows below, so those rows are in sample "
         "here.",
         "- **fitted**: the FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`, "
         "one value per GPU generation of the profiles with FP8 rows, one shared by the "
         "others), the sustained 16-bit GEMM rate factor (one "
-        "value per generation with dense bf16/fp16 rows, one shared by the others) and the "
-        "MoE host-launch time, fitted jointly (in sample).",
+        "value per generation with dense bf16/fp16 rows, one shared by the others), the "
+        "MoE host-launch time and the MoE device time per token, fitted jointly (in sample).",
         "- **LOSO**: leave one source family out; the parameters fitted on the other families "
         "predict it. These are the out-of-sample figures.",
         "",
@@ -300,30 +309,28 @@ def markdown(result: dict) -> str:
         "What the residuals point at (per-group tables below):",
         "",
         "- GPT-OSS 120B (Megatron-Bridge, B200/B300/GB200/GB300): every row predicted too "
-        "fast, by 17-54% before the fit, with the gated experts, each release's graphs, "
-        "recompute and dispatcher, the unfused YaRN RoPE and the expert FC2 bias priced; the "
-        "published figures show no per-iteration fixed cost (the 25.11 B200 row runs at its "
-        "recipe's EP 64 time per microbatch, not its printed EP 8's), and what is left grows "
-        "with the microbatches and most where the recipe runs attention and router eagerly "
-        "(GB200 publishes 1.23x GB300's time on the same plan, the model 1.01x). Not the "
-        "attention backend (Transformer Engine's unfused fallback would hold 860-1,710 GiB "
-        "per GPU, the cuDNN kernel with sinks runs them), nor the eager attention block's "
-        "host launches (0.1 s at most, on one row), nor the attention core (priced at full "
-        "causal cost on the windowed layers too, 2 ms of one layer's 17 ms per microbatch: "
-        "`bench/gpt_oss_attention.py`).",
-        "- Qwen3 30B-A3B and 235B-A22B: priced without the host-launch floor "
-        "(`bench/moe_host_share.py`), the 30B rows are 24-28% too fast at micro-batch 1 "
-        "(whole layer in CUDA graphs), 4 and 8 (26.02-26.04 recipes), on Blackwell "
-        "and Blackwell Ultra alike (about 190-280 ns per token and layer unexplained; 60-110 "
-        "ns in the 26.06 recipes). The micro-batch 4 rows land within a few percent only "
-        "because the fitted launch time makes them host-bound in the prediction, which the "
-        "published GB300/GB200 ratio of the same recipe contradicts (1.22, both racks run "
-        "Grace hosts; predicted 1.01); the micro-batch 8 rows hide the floor and show the gap. "
-        "Not the Blackwell Ultra FP8 factor (Blackwell's value leaves them 20% too fast), not "
-        "the expert GEMMs (priced below measured cuBLAS rates), not HybridEP's bandwidth, not "
-        "load imbalance (the recipes force balanced routing); the GPU-bound 235B and "
-        "DeepSeek-V3 rows leave a similar time per token unexplained whatever their hidden "
-        'size ([cost-model.md](cost-model.md), "What the Qwen3 MoE rows show").',
+        "fast, by 2-51% at the shipped defaults (`bench/gpt_oss_attention.py`), with the gated "
+        "experts, each release's graphs, recompute and dispatcher, the unfused YaRN RoPE and "
+        "the expert FC2 bias priced; the published figures show no per-iteration fixed cost "
+        "(the 25.11 B200 row runs at its recipe's EP 64 time per microbatch, not its printed "
+        "EP 8's), and what is left grows with the microbatches and most where the recipe runs "
+        "attention and router eagerly (GB200 publishes 1.23x GB300's time on the same plan, "
+        "the model 1.02x). Not the attention backend (Transformer Engine's unfused fallback "
+        "would hold 860-1,710 GiB per GPU, the cuDNN kernel with sinks runs them), nor the "
+        "eager attention block's host launches (they add nothing to any row), nor the "
+        "attention core (priced at full causal cost on the windowed layers too, 2 ms of one "
+        "layer's 20 ms per microbatch).",
+        "- Qwen3 30B-A3B and 235B-A22B: priced with the kernels alone "
+        "(`bench/moe_host_share.py`), the 30B rows are 22-28% too fast at micro-batch 1 "
+        "(whole layer in CUDA graphs), 4 and 8 (25.09-26.02.01 recipes), on Blackwell "
+        "and Blackwell Ultra alike (about 185-255 ns per token and layer unexplained; 50-110 "
+        "ns in the 26.06 recipes), and the GPU-bound 235B and DeepSeek-V3 rows leave a similar "
+        "time per token unexplained whatever their hidden size. Not the Blackwell Ultra FP8 "
+        "factor, not the expert GEMMs (priced below measured cuBLAS rates), not HybridEP's "
+        "bandwidth, not load imbalance (the recipes force balanced routing); the model prices "
+        "that time as one fitted device time per token of a MoE layer "
+        f"({_token_ns(result)} ns, `MOE_TOKEN_DEVICE_S`), which leaves the 26.06 rows slow "
+        '([cost-model.md](cost-model.md), "What the Qwen3 MoE rows show").',
         *_fit_notes(result),
         "- Memory: every row fits except rows 250 and 352, which print a configuration unlike "
         "their release's recipe (listed apart by the bench, `not_fitting`); priced as their "

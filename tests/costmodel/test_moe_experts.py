@@ -163,7 +163,7 @@ def test_launches_after_the_synchronization_hide_only_behind_the_routed_experts(
     launch_s = 50e-6
     scopes = frozenset({"attn", "moe_router", "moe_preprocess"})
     options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
-    options = dataclasses.replace(options, cuda_graph_scopes=scopes)
+    options = dataclasses.replace(options, cuda_graph_scopes=scopes, moe_token_device_s=50e-9)
     kernels_only = dataclasses.replace(options, moe_host_launch_s=0.0)
     job = TrainingJob(seq_length=16384, global_batch_size=64, precision="fp8")
     gpu = layer(job, kernels_only)

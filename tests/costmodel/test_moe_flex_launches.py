@@ -11,6 +11,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import routed_experts
+from costmodel.runtimes.megatron.moe_experts import unattributed_device_s
 from costmodel.runtimes.megatron.moe_flex_launches import (
     FLEX_FIXED_LAUNCHES,
     FLEX_PRE_SYNC_LAUNCHES,
@@ -92,9 +93,13 @@ def test_host_bound_flex_forward_counts_launches_after_its_own_sync_point():
     kernels = layer("flex", 0.0)
     opts = options("flex", 0.0)
     routed_f = routed_experts(DSV3, PLAN, B200, 4096.0, 2, "fp8", GROUPS, opts)[0]
+    # The MoE block's device time per token runs after the synchronization too.
+    after_sync_s = (
+        routed_f.duration_s + unattributed_device_s(B200, 4096.0, opts.moe_token_device_s)[0]
+    )
     launches = moe_host_launches(LOCAL, True, "forward", dispatcher="flex")
     host = launches * launch_s
     post_host = (launches - FLEX_PRE_SYNC_LAUNCHES) * launch_s
     gpu = kernels.forward.duration_s
-    extra = max(host - gpu, post_host - routed_f.duration_s) + launch_s
+    extra = max(host - gpu, post_host - after_sync_s) + launch_s
     assert layer("flex", launch_s).forward.duration_s == pytest.approx(gpu + extra)
