@@ -187,7 +187,7 @@ priced trust A/B MoE row of ``published-runs-dev.csv`` (the bench's ``--json`` l
 ``fitted.moe_host_fitted_on``), one value for every GPU generation.
 
 What it stands for, from those rows (docs/cost-model.md, "What the Qwen3 MoE rows show";
-`bench/moe_host_share.py`): priced without the host floor, the MoE rows leave a similar
+`bench/moe_host_share.py`): priced with their kernels alone, the MoE rows leave a similar
 device time per token and layer unexplained at micro-batch 1, 4 and 8 and at hidden sizes
 2048, 4096 and 7168 (Qwen3 30B-A3B, Qwen3 235B-A22B, DeepSeek-V3), so it is priced per
 token, not per FLOP: a longer expert GEMM time (a rate factor on the expert GEMMs) moves the
