@@ -196,3 +196,9 @@ not identified; the expert GEMMs, the expert-parallel exchange, the permutations
 router and load imbalance are each ruled out as its sole cause there. Fitted on Blackwell
 and Blackwell Ultra rows only (no other generation has trust A/B MoE rows), it is applied
 to every GPU generation as seconds, not scaled by any rate of the device."""
+
+MOE_FIT_GENERATIONS: tuple[str, ...] = ("blackwell", "blackwell_ultra")
+"""`DeviceSpec.generation` of the published MoE rows that fit `MOE_HOST_LAUNCH_S` and
+`MOE_TOKEN_DEVICE_S` (``fitted.moe_host_fitted_on`` of `bench/validate_published.py --json`:
+Megatron-Bridge and model-zoo recipes on B200, B300, GB200 and GB300); on any other
+generation both are applied unfitted."""

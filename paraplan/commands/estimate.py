@@ -29,6 +29,7 @@ from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
+from paraplan.time_assumptions import time_assumptions
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent, shown_seconds
@@ -102,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     )
     _print_summary(title, est)
     for line in memory_assumptions(job, options, profile.device.name):
+        print(line)
+    for line in time_assumptions(model, job, options, profile):
         print(line)
     return 0
 

@@ -55,6 +55,7 @@ from paraplan.flags import spellings
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.time_args import refuse_scopes_the_model_lacks
+from paraplan.time_assumptions import time_assumptions
 from paraplan.vpp_args import layers_per_virtual_stage_vpp
 from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
@@ -335,6 +336,8 @@ def _run_search(args: argparse.Namespace) -> int:
         print(text)
         device_opts = device_options(options, profile)
         for line in memory_assumptions(job, device_opts, profile.device.name):
+            print(line)
+        for line in time_assumptions(model, job, device_opts, profile):
             print(line)
         print(f"runtime: {args.runtime}")
     return 0 if result.best is not None else 1

@@ -1,0 +1,59 @@
+"""The time assumptions `paraplan estimate` and `paraplan plan` print: the figures of the
+megatron runtime that are fitted on published runs rather than measured on the device
+(`costmodel.fitted_rates`), the value in force for the profile and where it comes from."""
+
+from __future__ import annotations
+
+from costmodel.execution import ExecutionOptions
+from costmodel.fitted_rates import (
+    FP8_GEMM_RATE_FACTORS,
+    MOE_FIT_GENERATIONS,
+    SUSTAINED_GEMM_RATE_FACTORS,
+    fp8_gemm_rate_factor,
+    sustained_gemm_rate_factor,
+)
+from profiles.schema import HardwareProfile
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+
+
+def time_assumptions(
+    model: ModelSpec, job: TrainingJob, options: ExecutionOptions, profile: HardwareProfile
+) -> list[str]:
+    """Lines naming each fitted figure the megatron runtime prices ``job`` with on
+    ``profile``: the GEMM rate factor of the job's GEMM dtype and, for a MoE model, the host
+    time per launch and the device time per token, each with its source (fitted for the
+    profile's generation, shared by the generations without runs of their own, or set by
+    the options). Empty for other runtimes and for a profile that is not a GPU."""
+    if options.runtime != "megatron" or profile.device.kind != "gpu":
+        return []
+    generation = profile.device.generation
+    lines = ["time assumes (figures fitted on published Megatron runs, docs/validation.md):"]
+    if job.precision == "fp8":
+        factor = fp8_gemm_rate_factor(profile, options.fp8_gemm_rate_factor)
+        source = _factor_source(options.fp8_gemm_rate_factor, generation, FP8_GEMM_RATE_FACTORS)
+        lines.append(f"  FP8 GEMMs at {factor:g} of the profile's rate ({source})")
+    elif job.precision in ("bf16", "fp16"):
+        factor = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)
+        own = options.sustained_gemm_rate_factor
+        source = _factor_source(own, generation, SUSTAINED_GEMM_RATE_FACTORS)
+        lines.append(f"  16-bit GEMMs at {factor:g} of the profile's rate ({source})")
+    if model.num_experts:
+        fitted_on = " and ".join(MOE_FIT_GENERATIONS)
+        unfitted = "" if generation in MOE_FIT_GENERATIONS else f"; none of {generation}"
+        lines.append(
+            f"  MoE layers: {options.moe_host_launch_s * 1e6:g} us of host time per eager "
+            f"launch and {options.moe_token_device_s * 1e9:g} ns of device time per token "
+            f"that no priced kernel accounts for, fitted on {fitted_on} runs{unfitted}"
+        )
+    return lines if len(lines) > 1 else []
+
+
+def _factor_source(override: float | None, generation: str, by_generation: dict) -> str:
+    """Where a GEMM rate factor comes from: the options, the generation's own fit, or the
+    value shared by the generations without runs of their own."""
+    if override is not None:
+        return "set by the execution options"
+    if generation in by_generation:
+        return f"fitted for {generation}"
+    return f"the value shared by generations without runs of their own, {generation} among them"
