@@ -55,12 +55,17 @@ class FitGrid:
     """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values."""
     token_device_s: tuple[float, ...] = (0.0,)
     """Candidate `ExecutionOptions.moe_token_device_s` values; one value is a fixed input of
-    every fit, as for the launch time."""
+    every fit (`token_device_fixed`), as for the launch time."""
 
     @property
     def host_launch_fixed(self) -> bool:
         """Whether the launch time is a fixed input (one candidate)."""
         return len(self.host_launch_s) == 1
+
+    @property
+    def token_device_fixed(self) -> bool:
+        """Whether the device time per token is a fixed input (one candidate)."""
+        return len(self.token_device_s) == 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -235,7 +240,7 @@ def fit_model(
     ``per_generation``, else one for all), the launch time and the device time per token.
     No MoE row: both 0 (no floor, no added time). A one-value ``grid.host_launch_s`` fixes
     the launch time (`FitGrid.host_launch_fixed`), a one-value ``grid.token_device_s`` the
-    device time per token."""
+    device time per token (`FitGrid.token_device_fixed`)."""
     rows = _fit_rows(outcomes)
     fp8_rows = [o for o in outcomes if o.precision == "fp8"]
     fp8_gens = sorted({o.fit_key for o in fp8_rows})
@@ -287,7 +292,7 @@ def fit_model(
         else (host if rows.moe else 0.0),
         host_fitted_on=() if grid.host_launch_fixed else tuple(o.row_id for o in rows.moe),
         moe_token_device_s=grid.token_device_s[0]
-        if len(grid.token_device_s) == 1
+        if grid.token_device_fixed
         else (token if rows.moe else 0.0),
         sustained_factor=shared,
         sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
@@ -340,7 +345,7 @@ def leave_one_source_out(
     the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
     (sustained) factor fitted on all remaining such rows together; without remaining MoE
     rows the launch time and the device time per token are 0, unless the grid fixes them
-    (`FitGrid.host_launch_fixed`, a one-value ``FitGrid.token_device_s``)."""
+    (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`)."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():

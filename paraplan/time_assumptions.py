@@ -49,7 +49,7 @@ def time_assumptions(
     return lines if len(lines) > 1 else []
 
 
-def _factor_source(override: float | None, generation: str, by_generation: dict) -> str:
+def _factor_source(override: float | None, generation: str, by_generation: dict[str, float]) -> str:
     """Where a GEMM rate factor comes from: the options, the generation's own fit, or the
     value shared by the generations without runs of their own."""
     if override is not None:
