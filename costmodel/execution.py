@@ -136,7 +136,9 @@ class ExecutionOptions:
     the layer's rank, ``layer_shape.norm_tokens``) that no priced kernel accounts for, added
     to the MoE block as compute: a third in the forward (rerun with it under recompute), two
     thirds in the backward. A fitted figure (`costmodel.fitted_rates.MOE_TOKEN_DEVICE_S`),
-    not a kernel time; applied on GPU profiles only; 0 turns it off."""
+    not a kernel time, stated for a device of 8,000 GB/s HBM and scaled to the profile's
+    bandwidth (`costmodel.fitted_rates.token_device_s`); applied on GPU profiles only; 0
+    turns it off."""
 
     moe_dispatcher: MoeDispatcher = "alltoall"
     """Megatron-core's MoE token dispatcher (`--moe-token-dispatcher-type`): ``alltoall``

@@ -194,8 +194,31 @@ token, not per FLOP: a longer expert GEMM time (a rate factor on the expert GEMM
 wide models' rows too slow before it closes the narrow ones'. The kernels that take it are
 not identified; the expert GEMMs, the expert-parallel exchange, the permutations, the
 router and load imbalance are each ruled out as its sole cause there. Fitted on Blackwell
-and Blackwell Ultra rows only (no other generation has trust A/B MoE rows), it is applied
-to every GPU generation as seconds, not scaled by any rate of the device."""
+and Blackwell Ultra rows only (no other generation has trust A/B MoE rows), all of them on
+profiles of `MOE_TOKEN_DEVICE_HBM_GBPS`; another device takes it scaled by that bandwidth
+over its own (`token_device_s`)."""
+
+MOE_TOKEN_DEVICE_HBM_GBPS = 8000.0
+"""HBM bandwidth, GB/s, of the profiles whose rows fit `MOE_TOKEN_DEVICE_S` (B200, B300,
+GB200 NVL72, GB300 NVL72: 8,000 GB/s each, ``hardware.yaml``). The kernels behind the
+fitted time are not identified; it is taken as device work of the kind a MoE layer runs
+outside its GEMMs and exchanges (permutations, router, element-wise kernels), which is
+memory-bound, so a device with less HBM bandwidth takes proportionally longer (H100 SXM,
+3,350 GB/s: 2.39x). Scaling by the bandwidth rather than by the 16-bit peak (2.27x on H100,
+7.2x on A100) is the smaller extrapolation on most profiles; neither is measured (no
+trust A/B MoE row runs on another generation)."""
+
+
+def token_device_s(profile: HardwareProfile, per_token_s: float) -> float:
+    """Seconds per token of a MoE layer's unattributed device time on ``profile``:
+    ``per_token_s`` (`ExecutionOptions.moe_token_device_s`, at `MOE_TOKEN_DEVICE_HBM_GBPS`)
+    times `MOE_TOKEN_DEVICE_HBM_GBPS` over the profile's HBM bandwidth; ``per_token_s``
+    unscaled where the profile states no bandwidth."""
+    bandwidth = profile.device.hbm_GBps
+    if not bandwidth or bandwidth <= 0.0:
+        return per_token_s
+    return per_token_s * MOE_TOKEN_DEVICE_HBM_GBPS / bandwidth
+
 
 MOE_FIT_GENERATIONS: tuple[str, ...] = ("blackwell", "blackwell_ultra")
 """`DeviceSpec.generation` of the published MoE rows that fit `MOE_HOST_LAUNCH_S` and

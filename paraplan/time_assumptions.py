@@ -8,9 +8,11 @@ from costmodel.execution import ExecutionOptions
 from costmodel.fitted_rates import (
     FP8_GEMM_RATE_FACTORS,
     MOE_FIT_GENERATIONS,
+    MOE_TOKEN_DEVICE_HBM_GBPS,
     SUSTAINED_GEMM_RATE_FACTORS,
     fp8_gemm_rate_factor,
     sustained_gemm_rate_factor,
+    token_device_s,
 )
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -41,10 +43,13 @@ def time_assumptions(
     if model.num_experts:
         fitted_on = " and ".join(MOE_FIT_GENERATIONS)
         unfitted = "" if generation in MOE_FIT_GENERATIONS else f"; none of {generation}"
+        per_token_ns = token_device_s(profile, options.moe_token_device_s) * 1e9
         lines.append(
             f"  MoE layers: {options.moe_host_launch_s * 1e6:g} us of host time per eager "
-            f"launch and {options.moe_token_device_s * 1e9:g} ns of device time per token "
-            f"that no priced kernel accounts for, fitted on {fitted_on} runs{unfitted}"
+            f"launch and {per_token_ns:.0f} ns of device time per token that no priced "
+            f"kernel accounts for ({options.moe_token_device_s * 1e9:g} ns at "
+            f"{MOE_TOKEN_DEVICE_HBM_GBPS:,.0f} GB/s of HBM, scaled to the profile's "
+            f"{profile.device.hbm_GBps:,.0f}), fitted on {fitted_on} runs{unfitted}"
         )
     return lines if len(lines) > 1 else []
 

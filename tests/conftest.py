@@ -7,6 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 import torch.distributed as dist
+from hypothesis import settings
+
+# Property tests check values, not speed: no per-example deadline (a loaded 2-core machine
+# can take a few hundred milliseconds for an example that usually takes tens).
+settings.register_profile("paraplan", deadline=None)
+settings.load_profile("paraplan")
 
 
 @pytest.fixture()

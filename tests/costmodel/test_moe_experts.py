@@ -219,3 +219,12 @@ def test_device_time_per_token_is_rerun_with_a_recomputed_moe_block_and_not_on_a
     assert rerun(timed) - rerun(bare) == pytest.approx(per_token_s * job.seq_length / 3)
     assert unattributed_device_s(cpu_profile(), 1e4, per_token_s) == (0.0, 0.0)
     assert unattributed_device_s(B200, 1e4, per_token_s) == pytest.approx((1e-3 / 1.5, 2e-3 / 1.5))
+
+
+def test_device_time_per_token_scales_with_the_profiles_hbm_bandwidth():
+    h100 = load_profile("h100-sxm-80gb")
+    per_token_s = 200e-9
+    on_b200 = sum(unattributed_device_s(B200, 1e4, per_token_s))
+    on_h100 = sum(unattributed_device_s(h100, 1e4, per_token_s))
+    assert on_b200 == pytest.approx(per_token_s * 1e4)
+    assert on_h100 / on_b200 == pytest.approx(B200.device.hbm_GBps / h100.device.hbm_GBps)

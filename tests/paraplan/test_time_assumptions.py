@@ -6,7 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
-from costmodel.fitted_rates import FP8_GEMM_RATE_FACTORS, SUSTAINED_GEMM_RATE_SHARED
+from costmodel.fitted_rates import (
+    FP8_GEMM_RATE_FACTORS,
+    MOE_TOKEN_DEVICE_HBM_GBPS,
+    MOE_TOKEN_DEVICE_S,
+    SUSTAINED_GEMM_RATE_SHARED,
+)
 from paraplan.commands import estimate
 from paraplan.time_assumptions import time_assumptions
 from profiles.store import load_profile
@@ -32,7 +37,12 @@ def test_a_moe_fp8_job_on_h100_names_both_fitted_moe_figures_and_where_they_were
     assert f"FP8 GEMMs at {FP8_GEMM_RATE_FACTORS['hopper']:g} of the profile's rate" in text
     assert "(fitted for hopper)" in text
     assert "us of host time per eager launch" in text
-    assert "ns of device time per token" in text
+    scaled_ns = MOE_TOKEN_DEVICE_S * 1e9 * MOE_TOKEN_DEVICE_HBM_GBPS / H100.device.hbm_GBps
+    assert f"{scaled_ns:.0f} ns of device time per token" in text
+    assert (
+        f"({MOE_TOKEN_DEVICE_S * 1e9:g} ns at 8,000 GB/s of HBM, scaled to the profile's 3,350)"
+        in text
+    )
     assert text.endswith("; none of hopper")
     assert "none of" not in lines(QWEN, FP8, B300)
 

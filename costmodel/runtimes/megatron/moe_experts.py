@@ -31,6 +31,7 @@ copies (`costmodel.fp8_quantization.fp8_quantize_time_s`).
 
 from __future__ import annotations
 
+from costmodel.fitted_rates import token_device_s as scaled_token_device_s
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.memory_allowances import Fp8Recipe
 from profiles.schema import HardwareProfile
@@ -133,10 +134,11 @@ def unattributed_device_s(
 ) -> tuple[float, float]:
     """(forward, backward) seconds of a MoE layer's device time that no priced kernel
     accounts for, over ``tokens`` tokens of the layer's rank at ``token_device_s`` per token
-    (`ExecutionOptions.moe_token_device_s`, fitted: `costmodel.fitted_rates.MOE_TOKEN_DEVICE_S`),
+    (`ExecutionOptions.moe_token_device_s`, fitted: `costmodel.fitted_rates.MOE_TOKEN_DEVICE_S`,
+    scaled to the profile's HBM bandwidth: `costmodel.fitted_rates.token_device_s`),
     split one third forward, two thirds backward as a layer's compute is; 0 on a profile
     that is not a GPU (the figure is fitted on GPU runs)."""
     if profile.device.kind != "gpu":
         return 0.0, 0.0
-    total = token_device_s * tokens
+    total = scaled_token_device_s(profile, token_device_s) * tokens
     return total / 3.0, 2.0 * total / 3.0
