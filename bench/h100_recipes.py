@@ -29,7 +29,8 @@ import functools
 import json
 import sys
 
-from h100_recipe_table import NOT_EXPRESSIBLE, RECIPES, SKIPPED, H100Recipe
+from h100_recipe_schema import H100Recipe
+from h100_recipe_table import NOT_EXPRESSIBLE, RECIPES, SKIPPED
 from published_csv import rows_by_ids
 from published_rows import NotExpressible, RowCase, case_for_row
 from row_model import ARCHITECTURE_COLUMNS

@@ -1,6 +1,7 @@
 """Rows of ``published-runs-dev.csv`` shared by the tests of bench/published_rows.py and the
 recipe modules (`row_model`, `row_options`, `row_recipes`, `pipeline_recipes`,
-`saver_recipes`, `precision_recipes`).
+`saver_recipes`, `precision_recipes`, `gpt_oss_recipes`, `nemo_recipes`), and the
+architecture columns of a model that several of them state (`*_SHAPE`).
 
 Each case is one row (the columns the mapping reads, copied from the row named), worked by
 hand against the recipe file cited in the module under test.
@@ -12,6 +13,34 @@ from __future__ import annotations
 def row_with(row: dict[str, str], **changes: str) -> dict[str, str]:
     """``row`` with the columns of ``changes`` replaced or added."""
     return row | changes
+
+
+GPT_OSS_120B_SHAPE = {
+    "num_layers": "36",
+    "hidden_size": "2880",
+    "num_attention_heads": "64",
+    "num_query_groups": "8",
+    "ffn_hidden_size": "2880",
+    "vocab_size": "201088",
+    "seq_length": "4096",
+    "num_experts": "128",
+    "moe_top_k": "4",
+    "moe_ffn_hidden_size": "2880",
+}
+"""GPT-OSS 120B's architecture columns and 4096-token sequence, shared by its cases."""
+
+
+LLAMA3_70B_SHAPE = {
+    "num_layers": "80",
+    "hidden_size": "8192",
+    "num_attention_heads": "64",
+    "num_query_groups": "8",
+    "ffn_hidden_size": "28672",
+    "vocab_size": "128256",
+    "seq_length": "8192",
+}
+"""Llama 3 70B's architecture columns and 8192-token sequence, shared by its cases
+(Megatron-Bridge and NeMo 2.0 rows)."""
 
 
 LLAMA405_GB200 = {
@@ -77,16 +106,7 @@ GPT_OSS_B300 = {
     "model": "GPT OSS 120B",
     "arch_notes": "kv_channels 64; alternating sliding-window (128) attention; "
     "NeMo GPTOSSConfig120B",
-    "num_layers": "36",
-    "hidden_size": "2880",
-    "num_attention_heads": "64",
-    "num_query_groups": "8",
-    "ffn_hidden_size": "2880",
-    "vocab_size": "201088",
-    "seq_length": "4096",
-    "num_experts": "128",
-    "moe_top_k": "4",
-    "moe_ffn_hidden_size": "2880",
+    **GPT_OSS_120B_SHAPE,
     "gpu_type": "B300",
     "num_gpus": "64",
     "tp": "1",
@@ -106,13 +126,7 @@ LLAMA70_FSDP = {
     "source_id": "MBRIDGE-26.04.01",
     "model": "LLAMA3_70B",
     "arch_notes": "SwiGLU, GQA; NeMo Llama3Config70B",
-    "num_layers": "80",
-    "hidden_size": "8192",
-    "num_attention_heads": "64",
-    "num_query_groups": "8",
-    "ffn_hidden_size": "28672",
-    "vocab_size": "128256",
-    "seq_length": "8192",
+    **LLAMA3_70B_SHAPE,
     "gpu_type": "GB200 (NVL72)",
     "num_gpus": "64",
     "tp": "1",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bench.bench_loader import load_bench
+from tests.bench.published_row_cases import GPT_OSS_120B_SHAPE
 
 oss = load_bench("gpt_oss_recipes")
 rows_mod = load_bench("published_rows")
@@ -86,16 +87,7 @@ def test_the_row_case_carries_the_recipe():
         row("MBRIDGE-26.02", "GB200 (NVL72)")
         | {
             "arch_notes": "kv_channels 64; alternating sliding-window (128) attention",
-            "num_layers": "36",
-            "hidden_size": "2880",
-            "num_attention_heads": "64",
-            "num_query_groups": "8",
-            "ffn_hidden_size": "2880",
-            "vocab_size": "201088",
-            "seq_length": "4096",
-            "num_experts": "128",
-            "moe_top_k": "4",
-            "moe_ffn_hidden_size": "2880",
+            **GPT_OSS_120B_SHAPE,
             "num_gpus": "64",
             "tp": "1",
             "pp": "1",

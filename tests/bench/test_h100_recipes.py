@@ -8,6 +8,7 @@ from tests.bench.bench_loader import load_bench
 
 bench = load_bench("h100_recipes")
 table = load_bench("h100_recipe_table")
+schema = load_bench("h100_recipe_schema")
 
 
 def _bases() -> dict[str, dict[str, str]]:
@@ -21,7 +22,7 @@ def test_recipe_keys_are_unique_and_releases_known():
     keys = [r.key for r in table.RECIPES]
     assert len(keys) == len(set(keys))
     for recipe in table.RECIPES:
-        assert set(recipe.releases) <= set(table.RELEASE_TAGS), recipe.key
+        assert set(recipe.releases) <= set(schema.RELEASE_TAGS), recipe.key
         assert recipe.model in bench.MODEL_ROWS, recipe.key
 
 

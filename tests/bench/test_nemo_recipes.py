@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bench.bench_loader import load_bench
+from tests.bench.published_row_cases import LLAMA3_70B_SHAPE
 
 rules = load_bench("nemo_recipes")
 rows = load_bench("published_rows")
@@ -21,13 +22,7 @@ def _row(**columns: str) -> dict[str, str]:
         "task": "pretrain",
         "model": "Llama3 70B",
         "arch_notes": "SwiGLU, GQA",
-        "num_layers": "80",
-        "hidden_size": "8192",
-        "num_attention_heads": "64",
-        "num_query_groups": "8",
-        "ffn_hidden_size": "28672",
-        "vocab_size": "128256",
-        "seq_length": "8192",
+        **LLAMA3_70B_SHAPE,
         "gpu_type": "H100-SXM5-80GB",
         "num_gpus": "64",
         "tp": "4",

@@ -1,5 +1,6 @@
-"""Memory per rank (costmodel.memory, costmodel.activations): Megatron goldens, the places
-where the model deliberately differs from Megatron's estimator, and monotonicity properties.
+"""Memory per rank (costmodel.memory): model state against Megatron's goldens, pipeline
+stages, gradient buffers and the framework allowance. Activations are tested in
+`test_memory_activations.py`, monotonicity properties in `test_memory_properties.py`.
 """
 
 from __future__ import annotations
@@ -7,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from costmodel.activations import checkpoint_groups, in_flight_chunk_counts, recomputed_layers
 from costmodel.layer_activations import layer_activations
@@ -17,30 +16,10 @@ from costmodel.memory import StageMemory, memory_per_stage, peak_memory_bytes
 from costmodel.memory_allowances import NO_ALLOWANCE, FrameworkAllowance, GiB
 from costmodel.rank_params import stage_params
 from costmodel.schedules import chunk_layers, max_in_flight, schedule_actions
-from specs import ModelSpec, ParallelPlan, SpecError, TrainingJob
+from specs import ParallelPlan, SpecError, TrainingJob
 from specs.params import count_params, padded_vocab_size
 from specs.presets import get_preset
-
-
-def mha_gpt(num_layers: int = 8, hidden: int = 1024, **changes: object) -> ModelSpec:
-    """Korthikanti's shape: multi-head attention, GELU, F = 4h, no biases, no position table."""
-    spec = ModelSpec(
-        name="mha-gpt",
-        num_layers=num_layers,
-        hidden_size=hidden,
-        num_attention_heads=16,
-        ffn_hidden_size=4 * hidden,
-        vocab_size=50257,
-        activation="gelu",
-        normalization="layernorm",
-        tied_embeddings=True,
-    )
-    return spec.replace(**changes) if changes else spec
-
-
-def stage0(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> StageMemory:
-    return memory_per_stage(model, job, plan, allowance=NO_ALLOWANCE)[0]
-
+from tests.costmodel.memory_fixture import mha_gpt, stage0
 
 # ---- weights, gradients, optimizer vs Megatron's compute_weight_and_optimizer_memory -----------
 
@@ -140,134 +119,6 @@ def test_expert_parameters_shard_over_ep_etp_and_expert_dp() -> None:
     assert memory.optimizer_bytes == pytest.approx(12 * (dense / 4 + routed / 4 / 2))
 
 
-# ---- activations vs Korthikanti et al. 2022 Table 2 and Megatron's estimator -----------------
-
-
-@pytest.mark.parametrize("tp", [1, 2, 4, 8])
-def test_layer_activations_table2(tp: int) -> None:
-    # Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, MHA with F = 4h, bf16:
-    # TP + SP + selective: 34·s·b·h/t; TP + selective without SP: s·b·h·(10 + 24/t);
-    # full recompute keeps the layer input, 2·s·b·h (/t with SP).
-    model = mha_gpt()
-    s, b, h = 2048, 2, 1024
-    job = TrainingJob(seq_length=s, global_batch_size=b)
-    sp = ParallelPlan(tp=tp, micro_batch_size=b, sequence_parallel=tp > 1)
-    no_sp = sp.replace(sequence_parallel=False)
-    assert layer_activations(model, job, sp, 3).selective_bytes == pytest.approx(
-        34 * s * b * h / tp
-    )
-    assert layer_activations(model, job, no_sp, 3).selective_bytes == pytest.approx(
-        s * b * h * (10 + 24 / tp)
-    )
-    assert layer_activations(model, job, sp, 3).input_bytes == pytest.approx(2 * s * b * h / tp)
-
-
-def test_materialized_attention_keeps_table2_score_term() -> None:
-    # Table 2 without recompute: + 5·a·s²·b/t (softmax, dropout mask, dropout output).
-    model = mha_gpt()
-    s, b, a, tp = 1024, 1, 16, 2
-    job = TrainingJob(seq_length=s, global_batch_size=b)
-    plan = ParallelPlan(tp=tp, sequence_parallel=True)
-    unfused = layer_activations(model, job, plan, 0, attention="materialized")
-    assert unfused.core_attention_bytes == pytest.approx(5 * a * s * s * b / tp)
-    flash = layer_activations(model, job, plan, 0)
-    assert flash.core_attention_bytes == pytest.approx(4 * a * s * b / tp)  # fp32 LSE
-
-
-@pytest.mark.parametrize(
-    ("pp", "vpp", "m"), [(1, 1, 4), (2, 1, 1), (4, 1, 2), (4, 1, 16), (4, 2, 8), (2, 4, 4)]
-)
-def test_stage0_layer_activations_match_megatron_sp_selective(pp: int, vpp: int, m: int) -> None:
-    # Megatron's compute_activation_memory: L·34·s·b·h/t, times 1 + (p-1)/(p·v) when
-    # interleaved or min(1, m/p) for 1F1B. Ours counts in-flight microbatch-chunks on stage 0
-    # exactly and agrees on the layer part.
-    model = mha_gpt(num_layers=16)
-    s, b, h, t = 1024, 1, 1024, 2
-    job = TrainingJob(seq_length=s, global_batch_size=m * b * 2)
-    plan = ParallelPlan(
-        tp=t,
-        pp=pp,
-        vpp=vpp,
-        dp=2,
-        sequence_parallel=True,
-        recompute="selective",
-        schedule="interleaved" if vpp > 1 else "1f1b",
-    )
-    factor = 1 + (pp - 1) / (pp * vpp) if vpp > 1 else min(1.0, m / pp) if pp > 1 else 1.0
-    expected = 16 * 34 * s * b * h / t * factor
-    assert stage0(model, job, plan).activations_bytes == pytest.approx(expected)
-
-
-def test_megatron_estimator_port_golden() -> None:
-    # Megatron's formulas by hand for p = 1 (megatron-facts.md §2.2), V = 50257 padded to a
-    # multiple of 128·t = 256: 50432.
-    # SP + selective: (34·s·b·h·L + 8·s·b + s·b·h + 4·s·b·h·(1 + V/h)) / t;
-    # no SP: (s·b·h·(10 + 24/t)·L + 8·s·b + s·b·h + 2·(s·b·V/t + s·b·h)) x 1.05.
-    model = mha_gpt()
-    s, b, h, t, layers, vocab = 2048, 1, 1024, 2, 8, 50432
-    job = TrainingJob(seq_length=s, global_batch_size=4)
-    plan = ParallelPlan(tp=t, dp=4, sequence_parallel=True, recompute="selective")
-    sbh = s * b * h
-    sp_expected = (34 * sbh * layers + 8 * s * b + sbh + 4 * sbh * (1 + vocab / h)) / t
-    assert megatron_theoretical_memory(model, job, plan)[1] == pytest.approx(sp_expected)
-    plan = plan.replace(sequence_parallel=False)
-    no_sp = (sbh * (10 + 24 / t) * layers + 8 * s * b + sbh + 2 * (s * b * vocab / t + sbh)) * 1.05
-    assert megatron_theoretical_memory(model, job, plan)[1] == pytest.approx(no_sp)
-
-
-def test_deliberate_differences_from_megatron_estimator() -> None:
-    """Where ours differs from Megatron's `theoretical_memory_usage.py`, and why.
-
-    - CP: ours divides the activation sequence by cp and shards optimizer state over dp·cp;
-      Megatron's estimator ignores cp in both (it is pessimistic when cp > 1).
-    - GQA: ours keeps K and V at g/a of Q's size; the estimator assumes MHA.
-    - SwiGLU: ours keeps gate and up outputs (6·s·b·F); the estimator uses 4·F/h.
-    - MoE: ours adds router, routed-expert and dispatch activations.
-    - Every stage is modelled, and a framework allowance is added on top.
-    """
-    job = TrainingJob(seq_length=4096, global_batch_size=16)
-    base = ParallelPlan(tp=2, dp=2, sequence_parallel=True, recompute="selective")
-    model = mha_gpt()
-    with_cp = base.replace(cp=2, distributed_optimizer=True)
-    plain = base.replace(distributed_optimizer=True)
-    assert stage0(model, job, with_cp).activations_bytes == pytest.approx(
-        stage0(model, job, plain).activations_bytes / 2
-    )
-    assert megatron_theoretical_memory(model, job, with_cp) == megatron_theoretical_memory(
-        model, job, plain
-    )
-    assert stage0(model, job, with_cp).optimizer_bytes < stage0(model, job, plain).optimizer_bytes
-    gqa = model.replace(num_query_groups=2)
-    assert stage0(gqa, job, base).activations_bytes < stage0(model, job, base).activations_bytes
-    assert (
-        megatron_theoretical_memory(gqa, job, base)[1]
-        == megatron_theoretical_memory(model, job, base)[1]
-    )
-    swiglu = layer_activations(model.replace(activation="swiglu"), job, base, 0).selective_bytes
-    gelu = layer_activations(model, job, base, 0).selective_bytes
-    assert swiglu - gelu == pytest.approx(2 * 4096 * 4096 / 2)  # 2 bytes x s·b x F / t
-    moe = get_preset("tiny-moe")
-    dense = moe.replace(num_experts=0, moe_shared_expert_size=0)
-    assert (
-        layer_activations(moe, job, base, 0).full_bytes
-        > layer_activations(dense, job, base, 0).full_bytes
-    )
-
-
-def test_moe_routed_rows_scale_with_top_k() -> None:
-    model = get_preset("tiny-moe")
-    job = TrainingJob(seq_length=512, global_batch_size=2)
-    plan = ParallelPlan(tp=2, dp=2, ep=2, etp=1, sequence_parallel=True)
-    top2 = layer_activations(model, job, plan, 0).full_bytes
-    top4 = layer_activations(model.replace(moe_top_k=4), job, plan, 0).full_bytes
-    tokens = 512 / 2  # per rank with SP
-    # each extra routed row keeps its input (h) plus 3·F_expert of inner activations
-    # (SwiGLU), all bf16, and its fp32 routing probability; the combine keeps no copy
-    # (Megatron-core unpermutes without probabilities)
-    per_row = 2 * (128 + 3 * 128) + 4
-    assert top4 - top2 == pytest.approx(2 * tokens * per_row)
-
-
 # ---- pipeline stages -------------------------------------------------------------------------
 
 
@@ -346,131 +197,6 @@ def test_bad_plans_raise_spec_error() -> None:
         memory_per_stage(model, job, ParallelPlan(dp=8))
     with pytest.raises(SpecError, match="layer_index"):
         layer_activations(model, job, ParallelPlan(), 4)
-
-
-# ---- monotonicity properties -------------------------------------------------------------------
-
-
-@st.composite
-def cases(draw: st.DrawFn) -> tuple[ModelSpec, TrainingJob, ParallelPlan]:
-    """A small model (dense or MoE, MHA or GQA) with a plan the memory model accepts."""
-    heads = draw(st.sampled_from([4, 8]))
-    moe = draw(st.booleans())
-    model = ModelSpec(
-        name="prop",
-        num_layers=draw(st.sampled_from([4, 8])),
-        hidden_size=draw(st.sampled_from([64, 128, 256])),
-        num_attention_heads=heads,
-        num_query_groups=draw(st.sampled_from([heads, heads // 2, 1])),
-        ffn_hidden_size=draw(st.sampled_from([128, 512])),
-        vocab_size=draw(st.integers(100, 5000)),
-        activation=draw(st.sampled_from(["swiglu", "gelu"])),
-        num_experts=8 if moe else 0,
-        moe_top_k=draw(st.sampled_from([1, 2])),
-        moe_ffn_hidden_size=64,
-        moe_shared_expert_size=draw(st.sampled_from([0, 64])) if moe else 0,
-    )
-    tp = draw(st.sampled_from([1, 2, 4]))
-    pp = draw(st.sampled_from([1, 2, 4]))
-    vpp = draw(st.sampled_from([1, 2])) if pp > 1 and model.num_layers % (2 * pp) == 0 else 1
-    dp = draw(st.sampled_from([1, 2]))
-    cp = draw(st.sampled_from([1, 2]))
-    mbs = draw(st.sampled_from([1, 2]))
-    m = 2 * pp * draw(st.integers(1, 3)) if vpp > 1 else draw(st.integers(1, 9))
-    plan = ParallelPlan(
-        tp=tp,
-        pp=pp,
-        vpp=vpp,
-        cp=cp,
-        dp=dp,
-        ep=2 if moe and cp * dp % 2 == 0 else 1,  # expert_dp = cp·dp/ep must be whole
-        sequence_parallel=tp > 1 and draw(st.booleans()),
-        micro_batch_size=mbs,
-        schedule="interleaved" if vpp > 1 else "1f1b",
-        distributed_optimizer=draw(st.booleans()),
-        overlap_grad_reduce=draw(st.booleans()),
-    )
-    job = TrainingJob(
-        seq_length=draw(st.sampled_from([128, 512, 2048])),
-        global_batch_size=m * mbs * dp,
-        precision=draw(st.sampled_from(["bf16", "fp32"])),
-    )
-    return model, job, plan
-
-
-def _activations(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> list[float]:
-    return [s.activation_total_bytes for s in memory_per_stage(model, job, plan)]
-
-
-@settings(max_examples=120, deadline=None)
-@given(cases(), st.sampled_from(["flash", "materialized"]))
-def test_recompute_never_raises_activation_memory(case, attention) -> None:
-    # none >= selective >= full, for full recompute with one checkpoint per layer (the
-    # default); a larger uniform group rebuilds the whole group at once and can exceed
-    # selective on purpose.
-    model, job, plan = case
-    modes = [
-        [
-            s.activation_total_bytes
-            for s in memory_per_stage(model, job, plan.replace(recompute=mode), attention=attention)
-        ]
-        for mode in ("none", "selective", "full")
-    ]
-    for none, selective, full in zip(*modes, strict=True):
-        assert none >= selective * (1 - 1e-12)
-        assert selective >= full * (1 - 1e-12)
-
-
-@settings(max_examples=100, deadline=None)
-@given(cases())
-def test_larger_tp_never_raises_weight_memory(case) -> None:
-    model, job, plan = case
-    wider = plan.replace(tp=plan.tp * 2)
-    narrow = memory_per_stage(model, job, plan)
-    wide = memory_per_stage(model, job, wider)
-    for a, b in zip(narrow, wide, strict=True):
-        assert b.weights_bytes <= a.weights_bytes
-
-
-@settings(max_examples=100, deadline=None)
-@given(cases())
-def test_memory_grows_with_micro_batch_size(case) -> None:
-    model, job, plan = case
-    # double the global batch so that both micro-batch sizes give whole microbatch counts
-    bigger_job = dataclasses.replace(job, global_batch_size=2 * job.global_batch_size)
-    small = memory_per_stage(model, bigger_job, plan)
-    large = memory_per_stage(
-        model, bigger_job, plan.replace(micro_batch_size=2 * plan.micro_batch_size)
-    )
-    for a, b in zip(small, large, strict=True):
-        assert b.total_bytes >= a.total_bytes * (1 - 1e-12)
-        assert b.activation_total_bytes >= a.activation_total_bytes * (1 - 1e-12)
-
-
-@settings(max_examples=100, deadline=None)
-@given(cases())
-def test_distributed_optimizer_never_raises_optimizer_memory(case) -> None:
-    model, job, plan = case
-    off = memory_per_stage(model, job, plan.replace(distributed_optimizer=False))
-    on = memory_per_stage(model, job, plan.replace(distributed_optimizer=True))
-    for a, b in zip(off, on, strict=True):
-        assert b.optimizer_bytes <= a.optimizer_bytes
-
-
-def test_fp8_layer_keeps_fp8_gemm_inputs_and_no_masks_without_dropout() -> None:
-    # Llama-3-8B shape (h 4096, q 4096, kv 1024, F 14336, 32 heads), tp 1, flash attention,
-    # per token (Transformer Engine saves each linear layer's FP8-cast input; no dropout):
-    # attention: norm input 2h + QKV input h + Q,K,V,O 2·(2q + 2kv) + FP8 copy of O q
-    #            + fp32 log-sum-exp 4·a = 8192 + 4096 + 20480 + 4096 + 128
-    # MLP: norm input 2h + fc1 input h + gate/up 2·2F + fc2 input F = 12288 + 71680
-    model = get_preset("llama3-8b")
-    plan = ParallelPlan(tp=1, dp=8, micro_batch_size=1)
-    job = TrainingJob(seq_length=8192, global_batch_size=8, precision="fp8")
-    layer = layer_activations(model, job, plan, 0, dropout=False)
-    assert layer.full_bytes == 8192 * (8192 + 4096 + 20480 + 4096 + 128 + 12288 + 71680)
-    bf16 = layer_activations(model, dataclasses.replace(job, precision="bf16"), plan, 0)
-    # bf16 with dropout: QKV/fc1/fc2 inputs in 2 bytes, no separate O copy, two 1-byte masks
-    assert bf16.full_bytes - layer.full_bytes == 8192 * (4096 + 4096 + 14336 - 4096 + 2 * 4096)
 
 
 def test_bf16_main_gradients_halve_the_gradient_buffer() -> None:
