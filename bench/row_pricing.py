@@ -2,9 +2,9 @@
 through the same `estimate_plan` a user gets, with only what the row states
 (`published_rows.case_for_row`), into a `validation_stats.Outcome`; the rows the specs
 cannot express set apart with the reason; and the re-pricing the fits ask for at other
-FP8 GEMM rate factors, MoE host-launch times, sustained 16-bit GEMM rate factors, MoE
-device times per token and merged-step host times of the all-to-all overlap (the grids of
-`FIT_GRID`, each distinct pricing computed once: `row_predictor`)."""
+FP8 GEMM rate factors, MoE host-launch times, sustained 16-bit GEMM rate factors and MoE
+device times per token (the grids of `FIT_GRID`, each distinct pricing computed once:
+`row_predictor`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from validation_stats import Outcome
 
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
-from costmodel.runtimes.megatron.moe_a2a_overlap import drives_merged_steps
 from profiles.store import load_profile
 from specs.errors import SpecError
 
@@ -32,14 +31,11 @@ SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
 """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values, 1.0 down to 0.6."""
 TOKEN_GRID = tuple(round(25e-9 * i, 12) for i in range(13))
 """Candidate `ExecutionOptions.moe_token_device_s` values, 0 to 300 nanoseconds."""
-OVERLAP_GRID = tuple(round(0.25e-3 * i, 9) for i in range(13))
-"""Candidate `ExecutionOptions.moe_a2a_overlap_host_s` values, 0 to 3 milliseconds."""
 FIT_GRID = FitGrid(
     fp8_factors=FP8_GRID,
     host_launch_s=HOST_GRID,
     sustained_factors=SUSTAINED_GRID,
     token_device_s=TOKEN_GRID,
-    overlap_host_s=OVERLAP_GRID,
 )
 """The grids the fits search (`validation_fit.fit_model`); rows are priced lazily, only
 at the points the coordinate descent visits (`row_predictor`)."""
@@ -90,14 +86,12 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
 def row_predictor(cases: dict[str, RowCase]) -> Predict:
     """`validation_fit.Predict` over the rows' ``cases``: `estimate_plan` with the row's
     options and the given FP8 factor (FP8 rows; None keeps the row's own), MoE host-launch
-    time and device time per token (MoE rows; a device time None keeps the row's own),
-    merged-step host time of the all-to-all overlap (MoE rows whose host drives merged steps,
-    `moe_a2a_overlap.drives_merged_steps`; None keeps the row's own) and
+    time and device time per token (MoE rows; a device time None keeps the row's own) and
     sustained 16-bit factor (rows whose options leave it to the fitted default and that
     price GEMMs on the 16-bit curves: every bf16/fp16 row, and an FP8 row only if its
     prediction moves with the factor, `prices_16bit_gemms`), each distinct pricing computed
     once (and each profile loaded once)."""
-    memo: dict[tuple[str | float | None, ...], float] = {}
+    memo: dict[tuple[str, float | None, float | None, float | None, float | None], float] = {}
     profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
 
     def price(case: RowCase, options: ExecutionOptions) -> float:
@@ -122,18 +116,15 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
         host_s: float,
         sustained: float | None,
         token_s: float | None,
-        overlap_s: float | None,
     ) -> float:
         case = cases[row_id]
         moe = bool(case.model.num_experts)
-        merged = moe and drives_merged_steps(case.plan, case.options)
         key = (
             row_id,
             factor if case.job.precision == "fp8" else None,
             host_s if moe else None,
             sustained if sustained is not None and uses_sustained(row_id) else None,
             token_s if moe else None,
-            overlap_s if merged else None,
         )
         if key not in memo:
             options = case.options
@@ -145,8 +136,6 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
                 options = dataclasses.replace(options, sustained_gemm_rate_factor=key[3])
             if key[4] is not None:
                 options = dataclasses.replace(options, moe_token_device_s=key[4])
-            if key[5] is not None:
-                options = dataclasses.replace(options, moe_a2a_overlap_host_s=key[5])
             memo[key] = price(case, options)
         return memo[key]
 

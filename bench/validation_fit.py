@@ -6,10 +6,8 @@
   generation with FP8 rows and one shared value for the generations without; the sustained
   16-bit GEMM rate factor (`ExecutionOptions.sustained_gemm_rate_factor`), one value per
   generation with dense 16-bit rows and one shared value for the others; and the MoE
-  host-launch time (`ExecutionOptions.moe_host_launch_s`), the MoE device time per token
-  (`ExecutionOptions.moe_token_device_s`) and the host time per merged step of the 1F1B
-  all-to-all overlap (`ExecutionOptions.moe_a2a_overlap_host_s`), one value each for all
-  generations;
+  host-launch time (`ExecutionOptions.moe_host_launch_s`) and the MoE device time per token
+  (`ExecutionOptions.moe_token_device_s`), one value each for all generations;
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
 
@@ -29,17 +27,15 @@ from dataclasses import dataclass
 
 from validation_stats import Outcome, grouped
 
-Predict = Callable[[str, float | None, float, float | None, float | None, float | None], float]
+Predict = Callable[[str, float | None, float, float | None, float | None], float]
 """(row id, fp8_gemm_rate_factor, moe_host_launch_s, sustained_gemm_rate_factor,
-moe_token_device_s, moe_a2a_overlap_host_s) -> predicted seconds per iteration of that row
-under those options; a factor, device time per token or merged-step time None: the row's
-own. A row ignores an option that does not apply to it (a bf16 row the FP8 factor, a dense
-row the MoE terms, a row without 16-bit GEMMs the sustained factor, a row without an
-eagerly driven all-to-all overlap the merged-step time)."""
+moe_token_device_s) -> predicted seconds per iteration of that row under those options; a
+factor None: the row's own. A row ignores an option that does not apply to it (a bf16 row
+the FP8 factor, a dense row the launch time and the device time per token, a row without
+16-bit GEMMs the sustained factor)."""
 
-MoeTerms = tuple[float, float, float]
-"""The MoE parameters of a fit point: (moe_host_launch_s, moe_token_device_s,
-moe_a2a_overlap_host_s)."""
+MoeTerms = tuple[float, float]
+"""The MoE parameters of a fit point: (moe_host_launch_s, moe_token_device_s)."""
 
 FP8, SUSTAINED = "fp8", "sustained"
 """The two kinds of fitted factor: FP8 GEMM rate, sustained 16-bit GEMM rate."""
@@ -60,9 +56,6 @@ class FitGrid:
     token_device_s: tuple[float, ...] = (0.0,)
     """Candidate `ExecutionOptions.moe_token_device_s` values; one value is a fixed input of
     every fit (`token_device_fixed`), as for the launch time."""
-    overlap_host_s: tuple[float, ...] = (0.0,)
-    """Candidate `ExecutionOptions.moe_a2a_overlap_host_s` values; one value is a fixed input
-    of every fit (`overlap_host_fixed`), as for the launch time."""
 
     @property
     def host_launch_fixed(self) -> bool:
@@ -73,11 +66,6 @@ class FitGrid:
     def token_device_fixed(self) -> bool:
         """Whether the device time per token is a fixed input (one candidate)."""
         return len(self.token_device_s) == 1
-
-    @property
-    def overlap_host_fixed(self) -> bool:
-        """Whether the merged-step host time is a fixed input (one candidate)."""
-        return len(self.overlap_host_s) == 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,9 +93,6 @@ class FittedModel:
     moe_token_device_s: float | None = None
     """moe_token_device_s for every GPU generation; 0 when no MoE row fitted it; the grid's
     one value when the grid has one."""
-    moe_a2a_overlap_host_s: float | None = None
-    """moe_a2a_overlap_host_s for every GPU generation; 0 when no MoE row fitted it; the
-    grid's one value when the grid has one."""
     sustained_factor: float | None = None
     """The sustained 16-bit factor fitted with one value for every generation (all the
     dense 16-bit rows together): the value of a generation without dense 16-bit rows of its
@@ -149,10 +134,9 @@ def _log_error(predicted_s: float, outcome: Outcome) -> float:
 
 def _row_error(o: Outcome, predict: Predict, point: Point, moe: MoeTerms) -> float:
     g = o.fit_key
-    host, token, overlap = moe
+    host, token = moe
     return _log_error(
-        predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g)), token, overlap),
-        o,
+        predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g)), token), o
     )
 
 
@@ -178,42 +162,42 @@ def _coordinate_descent(
     fixed: Point | None = None,
 ) -> tuple[Point, MoeTerms]:
     """Grid coordinate descent on `_objective` from the bare rates (factors 1), no host
-    floor (launch time 0), no MoE device time per token and no merged-step host time: each
-    factor, then the launch time, the device time per token and the merged-step time, each
-    over its whole grid, until a round changes nothing. ``keys`` maps each (kind,
-    generation) to the fitted value it uses (several generations share one value when they
-    map to one key); ``fixed`` holds (kind, generation) values that are not fitted. Ties:
-    the larger factor, the smaller MoE terms."""
+    floor (launch time 0) and no MoE device time per token: each factor, then the launch
+    time, then the device time per token, over its whole grid, until a round changes
+    nothing. ``keys`` maps each (kind, generation) to the fitted value it uses (several
+    generations share one value when they map to one key); ``fixed`` holds (kind,
+    generation) values that are not fitted. Ties: the larger factor, the smaller launch
+    and device times."""
     candidates = {FP8: grid.fp8_factors, SUSTAINED: grid.sustained_factors}
     values = {(kind, k): max(candidates[kind]) for (kind, _), k in keys.items()}
-    moe_grids = (grid.host_launch_s, grid.token_device_s, grid.overlap_host_s)
-    moe = [min(g) if rows.moe else 0.0 for g in moe_grids]
+    host = min(grid.host_launch_s) if rows.moe else 0.0
+    token = min(grid.token_device_s) if rows.moe else 0.0
 
     def point(trial: dict[tuple[str, str], float]) -> Point:
         return (fixed or {}) | {(kind, g): trial[kind, k] for (kind, g), k in keys.items()}
 
-    def terms(index: int, value: float) -> MoeTerms:
-        host, token, overlap = (value if i == index else v for i, v in enumerate(moe))
-        return host, token, overlap
-
-    rounds = sum(map(len, candidates.values())) + sum(map(len, moe_grids))
-    for _ in range(rounds):
-        before = (dict(values), tuple(moe))
+    rounds = sum(map(len, candidates.values())) + len(grid.host_launch_s)
+    for _ in range(rounds + len(grid.token_device_s)):
+        before = (dict(values), host, token)
         for key in sorted(values):
             values[key] = min(
                 sorted(candidates[key[0]], reverse=True),
                 key=lambda f, key=key: _objective(
-                    rows, predict, point(values | {key: f}), terms(-1, 0.0)
+                    rows, predict, point(values | {key: f}), (host, token)
                 ),
             )
-        for index, candidates_s in enumerate(moe_grids if rows.moe else ()):
-            moe[index] = min(
-                sorted(candidates_s),
-                key=lambda v, i=index: _objective(rows, predict, point(values), terms(i, v)),
+        if rows.moe:
+            host = min(
+                sorted(grid.host_launch_s),
+                key=lambda h: _objective(rows, predict, point(values), (h, token)),
             )
-        if (values, tuple(moe)) == before:
+            token = min(
+                sorted(grid.token_device_s),
+                key=lambda t: _objective(rows, predict, point(values), (host, t)),
+            )
+        if (values, host, token) == before:
             break
-    return point(values), terms(-1, 0.0)
+    return point(values), (host, token)
 
 
 def _fit_rows(outcomes: list[Outcome]) -> FitRows:
@@ -236,8 +220,7 @@ def fit_model(
     outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
 ) -> FittedModel:
     """The FP8 GEMM rate factors, the sustained 16-bit GEMM rate factors, the MoE
-    host-launch time, the MoE device time per token and the host time per merged step of
-    the all-to-all overlap fitted jointly on ``outcomes`` by
+    host-launch time and the MoE device time per token fitted jointly on ``outcomes`` by
     grid coordinate descent (`_coordinate_descent`) on one objective: per generation the
     median |log(predicted / published)| of its dense FP8 rows and that of its dense 16-bit rows
     (robust to the rows' other residuals), plus the mean |log(predicted / published)| of
@@ -254,11 +237,10 @@ def fit_model(
     names) never set a GEMM rate alone; without dense FP8 rows at all, the MoE rows fit it
     as one factor. Then one descent fits the sustained factor of each generation with
     dense 16-bit rows, the FP8 factor (per generation with dense FP8 rows when
-    ``per_generation``, else one for all), the launch time, the device time per token and
-    the merged-step time. No MoE row: all three 0 (no floor, no added time). A one-value
-    ``grid.host_launch_s`` fixes the launch time (`FitGrid.host_launch_fixed`), a one-value
-    ``grid.token_device_s`` the device time per token (`FitGrid.token_device_fixed`), a
-    one-value ``grid.overlap_host_s`` the merged-step time (`FitGrid.overlap_host_fixed`)."""
+    ``per_generation``, else one for all), the launch time and the device time per token.
+    No MoE row: both 0 (no floor, no added time). A one-value ``grid.host_launch_s`` fixes
+    the launch time (`FitGrid.host_launch_fixed`), a one-value ``grid.token_device_s`` the
+    device time per token (`FitGrid.token_device_fixed`)."""
     rows = _fit_rows(outcomes)
     fp8_rows = [o for o in outcomes if o.precision == "fp8"]
     fp8_gens = sorted({o.fit_key for o in fp8_rows})
@@ -275,7 +257,7 @@ def fit_model(
         own_fp8 = [g for g in fp8_gens if g in rows.fp8]
         fixed |= {(FP8, g): shared_fp8 for g in fp8_gens if g not in own_fp8}
     fp8_keys = {(FP8, g): g if per_generation else "all" for g in own_fp8}
-    point, (host, token, overlap) = _coordinate_descent(rows, predict, grid, fp8_keys | own, fixed)
+    point, (host, token) = _coordinate_descent(rows, predict, grid, fp8_keys | own, fixed)
     fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
     if per_generation and shared_fp8 is not None:
         fp8_factor = shared_fp8
@@ -312,9 +294,6 @@ def fit_model(
         moe_token_device_s=grid.token_device_s[0]
         if grid.token_device_fixed
         else (token if rows.moe else 0.0),
-        moe_a2a_overlap_host_s=grid.overlap_host_s[0]
-        if grid.overlap_host_fixed
-        else (overlap if rows.moe else 0.0),
         sustained_factor=shared,
         sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
         sustained_fitted_on=sixteen_ids,
@@ -345,15 +324,15 @@ def _shared_sustained(rows: FitRows, predict: Predict, grid: FitGrid) -> float |
 
 def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -> list[Outcome]:
     """Every row re-predicted with the model's FP8 and sustained factors of its generation
-    and its MoE host-launch time, device time per token and merged-step host time (a row
-    ignores what does not apply to it); a factor, device time per token or merged-step time
-    the model did not fit (None) keeps the row's own."""
+    and its MoE host-launch time and device time per token (a row ignores what does not
+    apply to it); a factor or device time per token the model did not fit (None) keeps the
+    row's own."""
     result = []
     for o in outcomes:
         factor, sustained = model.factor(o.fit_key), model.sustained(o.fit_key)
         host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
-        token, overlap = model.moe_token_device_s, model.moe_a2a_overlap_host_s
-        predicted = predict(o.row_id, factor, host, sustained, token, overlap)
+        token = model.moe_token_device_s
+        predicted = predict(o.row_id, factor, host, sustained, token)
         result.append(dataclasses.replace(o, predicted_s=predicted))
     return result
 
@@ -365,9 +344,8 @@ def leave_one_source_out(
     families, and per family the model used: every fitted parameter is refitted without
     the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
     (sustained) factor fitted on all remaining such rows together; without remaining MoE
-    rows the launch time, the device time per token and the merged-step time are 0, unless
-    the grid fixes them (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`,
-    `FitGrid.overlap_host_fixed`)."""
+    rows the launch time and the device time per token are 0, unless the grid fixes them
+    (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`)."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
     for family, rows in grouped(outcomes, lambda o: o.source_family).items():

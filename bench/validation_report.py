@@ -170,7 +170,6 @@ def report(
                 "moe_host_launch_s": fitted.moe_host_launch_s,
                 "moe_host_fitted_on": list(fitted.host_fitted_on),
                 "moe_token_device_s": fitted.moe_token_device_s,
-                "moe_a2a_overlap_host_s": fitted.moe_a2a_overlap_host_s,
             }
             | sustained_report(fitted),
             "loso": figures(loso)
@@ -184,9 +183,6 @@ def report(
                 },
                 "moe_token_device_s_by_left_out_source": {
                     family: m.moe_token_device_s for family, m in loso_models.items()
-                },
-                "moe_a2a_overlap_host_s_by_left_out_source": {
-                    family: m.moe_a2a_overlap_host_s for family, m in loso_models.items()
                 },
                 "sustained_gemm_rate_factor_by_left_out_source": {
                     family: m.sustained_factors | {"shared": m.sustained_factor}
@@ -227,7 +223,6 @@ def other_choice(
         "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
         "moe_host_launch_s": fitted.moe_host_launch_s,
         "moe_token_device_s": fitted.moe_token_device_s,
-        "moe_a2a_overlap_host_s": fitted.moe_a2a_overlap_host_s,
         "sustained_gemm_rate_factor_by_generation": fitted.sustained_factors,
         "fitted": figures(apply_model(outcomes, predict, fitted)),
         "loso": figures(loso),

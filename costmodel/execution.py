@@ -28,11 +28,7 @@ from costmodel.execution_rules import (
     check_plan_features,
     check_rate_fields,
 )
-from costmodel.fitted_rates import (
-    MOE_A2A_OVERLAP_HOST_S,
-    MOE_HOST_LAUNCH_S,
-    MOE_TOKEN_DEVICE_S,
-)
+from costmodel.fitted_rates import MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
 from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
@@ -278,13 +274,6 @@ class ExecutionOptions:
     with ep > 1, the alltoall or flex dispatcher, no full recompute and, for pp > 1, an
     interleaved schedule; elsewhere it is not applied. Off: Megatron-core's default."""
 
-    moe_a2a_overlap_host_s: float = MOE_A2A_OVERLAP_HOST_S
-    """Host seconds per MoE layer and merged step of `moe_a2a_overlap` that the device waits
-    for (the schedule's per-node driving and its wait on the token counts), added to the
-    merged share of the layer's passes, half to each, after the host-launch floor; not
-    under a whole-step CUDA graph (``full_iteration``). A fitted figure
-    (`costmodel.fitted_rates.MOE_A2A_OVERLAP_HOST_S`); GPU profiles only; 0 turns it off."""
-
     sustained_gemm_rate_factor: float | None = None
     """Multiplier, in (0, 1], on the profile's bf16 and fp16 GEMM efficiency for running
     them in a training step at full load rather than alone in a benchmark (power-limited
@@ -472,7 +461,6 @@ class ExecutionOptions:
             moe_load_imbalance=self.moe_load_imbalance,
             moe_host_launch_s=self.moe_host_launch_s,
             moe_token_device_s=self.moe_token_device_s,
-            moe_a2a_overlap_host_s=self.moe_a2a_overlap_host_s,
             cuda_graph_scopes=self.cuda_graph_scopes,
         )
         check_plan_features(self.plan_features)

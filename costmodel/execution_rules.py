@@ -152,7 +152,6 @@ def check_moe_and_overlap_fields(
     moe_load_imbalance: float,
     moe_host_launch_s: float,
     moe_token_device_s: float,
-    moe_a2a_overlap_host_s: float,
     cuda_graph_scopes: frozenset[str],
 ) -> None:
     """The MoE dispatch and host-launch fields, the TP overlap method and the CUDA graph
@@ -187,11 +186,6 @@ def check_moe_and_overlap_fields(
         raise SpecError(
             f"moe_token_device_s must be >= 0, got {moe_token_device_s!r}; 0 removes "
             "the MoE layers' fitted device time per token"
-        )
-    if moe_a2a_overlap_host_s < 0.0:
-        raise SpecError(
-            f"moe_a2a_overlap_host_s must be >= 0, got {moe_a2a_overlap_host_s!r}; 0 removes "
-            "the fitted host time of the all-to-all overlap's merged steps"
         )
 
 

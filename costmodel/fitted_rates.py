@@ -220,25 +220,6 @@ def token_device_s(profile: HardwareProfile, per_token_s: float) -> float:
     return per_token_s * MOE_TOKEN_DEVICE_HBM_GBPS / bandwidth
 
 
-MOE_A2A_OVERLAP_HOST_S = 1.5e-3
-"""Default `ExecutionOptions.moe_a2a_overlap_host_s`: seconds of host time per MoE layer and
-merged step of the 1F1B all-to-all overlap that the device waits for, fitted by
-`bench/validate_published.py` jointly with `MOE_HOST_LAUNCH_S`, `MOE_TOKEN_DEVICE_S` and the
-GEMM rate factors (the objective in `FP8_GEMM_RATE_FACTORS`; grid 0 to 3 ms in steps of
-0.25 ms) on the priced trust A/B MoE rows; only the rows that run the overlap outside a
-whole-step CUDA graph move with it (the bench's ``--json``: ``fitted.moe_host_fitted_on``).
-
-What it stands for: Megatron-LM's GB200 DeepSeek-V3 guide reports that the overlap's
-"synchronization between different stages ... aggravates the CPU overhead, so the overall
-benefit is negative on the GB200". The merged step
-(megatron/core/models/common/model_chunk_schedule_plan.py ``TransformerLayerSchedulePlan.run``)
-drives each sub-module of the two passes as a node of its own (an autograd backward call,
-CUDA event record and wait and a stream switch per node), and the forward's dispatch waits
-on the host for the router's token counts, so the host cannot run ahead of the device
-across the step. Every published run with the overlap and an eagerly driven layer is
-predicted too fast without it (`bench/a2a_overlap.py`; docs/cost-model.md, "1F1B
-all-to-all overlap"). One value for every GPU generation, in seconds: a host cost."""
-
 MOE_FIT_GENERATIONS: tuple[str, ...] = ("blackwell", "blackwell_ultra")
 """`DeviceSpec.generation` of the published MoE rows that fit `MOE_HOST_LAUNCH_S` and
 `MOE_TOKEN_DEVICE_S` (``fitted.moe_host_fitted_on`` of `bench/validate_published.py --json`:

@@ -24,8 +24,7 @@ def time_assumptions(
 ) -> list[str]:
     """Lines naming each fitted figure the megatron runtime prices ``job`` with on
     ``profile``: the GEMM rate factor of the job's GEMM dtype and, for a MoE model, the host
-    time per launch and the device time per token (and, with the all-to-all overlap, the host
-    time per merged step), each with its source (fitted for the
+    time per launch and the device time per token, each with its source (fitted for the
     profile's generation, shared by the generations without runs of their own, or set by
     the options). Empty for other runtimes and for a profile that is not a GPU."""
     if options.runtime != "megatron" or profile.device.kind != "gpu":
@@ -52,12 +51,6 @@ def time_assumptions(
             f"{MOE_TOKEN_DEVICE_HBM_GBPS:,.0f} GB/s of HBM, scaled to the profile's "
             f"{profile.device.hbm_GBps:,.0f}), fitted on {fitted_on} runs{unfitted}"
         )
-        if options.moe_a2a_overlap:
-            lines.append(
-                f"  all-to-all overlap: {options.moe_a2a_overlap_host_s * 1e3:g} ms of host time "
-                "per MoE layer and merged step, outside whole-step CUDA graphs (fitted on "
-                "published runs with the overlap)"
-            )
     return lines if len(lines) > 1 else []
 
 

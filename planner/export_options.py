@@ -61,7 +61,6 @@ PRICING_FIELDS: dict[str, str] = {
     "sustained_gemm_rate_factor": "a rate factor fitted on published runs",
     "moe_host_launch_s": "a host cost per kernel launch fitted on published runs",
     "moe_token_device_s": "a device time per token fitted on published runs",
-    "moe_a2a_overlap_host_s": "a host time per merged step fitted on published runs",
     "moe_load_imbalance": "the routing the data produces, not a setting",
     "allocator_fragmentation": "an allowance of the memory model",
     "fp8_tn_gemm_only": "a property of the GPU",

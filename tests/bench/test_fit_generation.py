@@ -26,7 +26,7 @@ def _seconds(row_id, factor):
     return c + w / (1.0 if factor is None else factor)
 
 
-def _predict(row_id, factor, host_s, sustained, token_s, overlap_s):
+def _predict(row_id, factor, host_s, sustained, token_s):
     return _seconds(row_id, factor)
 
 

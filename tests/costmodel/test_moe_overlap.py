@@ -18,9 +18,7 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
     a2a_exposed_s,
     a2a_overlap_applies,
     a2a_paired_fraction,
-    drives_merged_steps,
     flex_comm_sm_share,
-    merged_step_host_s,
     overlapped_pair_s,
 )
 from costmodel.topology import strided_group_placement
@@ -32,7 +30,7 @@ from specs.presets import get_preset
 B200 = load_profile("b200")
 QWEN = get_preset("qwen3-30b-a3b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
-EAGER = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_a2a_overlap_host_s=0.0)
+EAGER = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
 OVERLAP = dataclasses.replace(EAGER, moe_a2a_overlap=True)
 
 
@@ -128,28 +126,3 @@ def test_flex_kernels_take_their_sms_from_the_overlapped_computation():
     assert flex_comm_sm_share(148, flex) == pytest.approx(FLEX_COMM_SMS / 148)
     assert flex_comm_sm_share(148, OVERLAP) == 0.0  # NCCL's all-to-all: not priced
     assert flex_comm_sm_share(None, flex) == 0.0
-
-
-@pytest.mark.parametrize("launch_s", [0.0, 200e-6])  # GPU-bound, host-bound layer
-def test_merged_steps_add_their_host_time_after_the_launch_floor(launch_s):
-    plan = ParallelPlan(dp=8, ep=8, micro_batch_size=2)
-    paired = a2a_paired_fraction(1, 1, plan.num_microbatches(JOB.global_batch_size))
-    base = dataclasses.replace(OVERLAP, moe_host_launch_s=launch_s)
-    timed = dataclasses.replace(base, moe_a2a_overlap_host_s=1e-3)
-    without, with_host = moe_cost(plan, base), moe_cost(plan, timed)
-    added = paired * 1e-3 / 2
-    assert with_host.forward.duration_s - without.forward.duration_s == pytest.approx(added)
-    assert with_host.backward.duration_s - without.backward.duration_s == pytest.approx(added)
-    assert drives_merged_steps(plan, timed)
-
-
-def test_no_merged_step_host_time_without_the_overlap_under_a_whole_step_graph_or_off_a_gpu():
-    plan = ParallelPlan(dp=8, ep=8, micro_batch_size=2)
-    timed = dataclasses.replace(OVERLAP, moe_a2a_overlap_host_s=1e-3)
-    graphed = dataclasses.replace(timed, cuda_graph_scopes=frozenset({"full_iteration"}))
-    assert merged_step_host_s(0.5, graphed, gpu=True) == (0.0, 0.0)
-    assert not drives_merged_steps(plan, graphed)
-    assert merged_step_host_s(0.5, timed, gpu=False) == (0.0, 0.0)
-    assert merged_step_host_s(0.5, timed, gpu=True) == pytest.approx((0.25e-3, 0.25e-3))
-    eager_timed = dataclasses.replace(EAGER, moe_a2a_overlap_host_s=1e-3)
-    assert moe_cost(plan, eager_timed) == moe_cost(plan, EAGER)

@@ -8,7 +8,6 @@ import dataclasses
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from costmodel.fitted_rates import (
     FP8_GEMM_RATE_FACTORS,
-    MOE_A2A_OVERLAP_HOST_S,
     MOE_TOKEN_DEVICE_HBM_GBPS,
     MOE_TOKEN_DEVICE_S,
     SUSTAINED_GEMM_RATE_SHARED,
@@ -73,10 +72,3 @@ def test_estimate_prints_them_after_the_memory_assumptions(capsys):
     assert estimate.run(parse_estimate(base)) == 0
     out = capsys.readouterr().out
     assert out.index("memory assumes") < out.index("time assumes") < out.index("MoE layers")
-
-
-def test_the_all_to_all_overlap_names_its_merged_step_host_time():
-    options = dataclasses.replace(DEFAULT_OPTIONS, moe_a2a_overlap=True)
-    text = lines(QWEN, FP8, H100, options)
-    assert f"{MOE_A2A_OVERLAP_HOST_S * 1e3:g} ms of host time per MoE layer and merged step" in text
-    assert "merged step" not in lines(QWEN, FP8, H100)

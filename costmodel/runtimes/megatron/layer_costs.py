@@ -44,7 +44,6 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
     a2a_overlapped_passes,
     a2a_paired_fraction,
     flex_comm_sm_share,
-    merged_step_host_s,
 )
 from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
 from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s, unattributed_device_s
@@ -139,21 +138,16 @@ def layer_passes(
         rerun["mlp"] = mlp_f
     forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
     backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
-    merged_f = merged_b = 0.0
     if is_moe and a2a_overlap_applies(plan, options):
         paired = a2a_paired_fraction(
             plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
         )
         experts, share = (mlp_f, mlp_b, mlp_w), flex_comm_sm_share(sm_count(profile), options)
         forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
-        gpu = profile.device.kind == "gpu"
-        merged_f, merged_b = merged_step_host_s(paired, options, gpu=gpu)
     if is_moe:
         host_f, host_b = _moe_host_floor(
             model, plan, x, forward, backward, options, routed_forward_s
         )
-        host_f = host_f.plus(PassCost(compute_s=merged_f))
-        host_b = host_b.plus(PassCost(compute_s=merged_b))
         forward, backward = forward.plus(host_f), backward.plus(host_b)
         extra_b += host_b.compute_s
     return LayerPasses(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from costmodel.cuda_graph_rules import WHOLE_STEP
 from costmodel.execution import ExecutionOptions
 from costmodel.passes import PassCost
 from specs.plan import ParallelPlan
@@ -143,30 +142,6 @@ def a2a_exposed_s(
     exposed_f = paired * hidden * share_f + (1.0 - paired) * comm_f
     exposed_b = paired * hidden * (1.0 - share_f) + (1.0 - paired) * comm_b
     return exposed_f, exposed_b
-
-
-def drives_merged_steps(plan: ParallelPlan, options: ExecutionOptions) -> bool:
-    """True when the host drives the merged steps of the 1F1B all-to-all overlap node by
-    node: the overlap acts on ``plan`` (`a2a_overlap_applies`) outside a whole-step CUDA
-    graph, so `ExecutionOptions.moe_a2a_overlap_host_s` prices its MoE layers."""
-    return a2a_overlap_applies(plan, options) and WHOLE_STEP not in options.cuda_graph_scopes
-
-
-def merged_step_host_s(
-    paired: float, options: ExecutionOptions, *, gpu: bool
-) -> tuple[float, float]:
-    """(forward, backward) seconds one MoE layer's passes take beyond their floors under the
-    1F1B all-to-all overlap: the host time of each merged step the device waits for
-    (`ExecutionOptions.moe_a2a_overlap_host_s`), times the merged share of the passes
-    (``paired``, `a2a_paired_fraction`), half to each pass. None under a whole-step CUDA
-    graph (the step is replayed, no node is driven from the host) or off a GPU (the figure
-    is fitted on GPU runs). Source of the cost: Megatron-LM's GB200 DeepSeek-V3 guide ("the
-    synchronization between different stages ... aggravates the CPU overhead");
-    `costmodel.fitted_rates.MOE_A2A_OVERLAP_HOST_S`."""
-    if not gpu or WHOLE_STEP in options.cuda_graph_scopes:
-        return 0.0, 0.0
-    half = options.moe_a2a_overlap_host_s * paired / 2.0
-    return half, half
 
 
 def a2a_overlapped_passes(
