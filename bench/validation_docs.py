@@ -246,7 +246,7 @@ def _fit_notes(result: dict) -> list[str]:
         "router graphs and, in the MXFP8 sequence-4096 commands, the 1F1B all-to-all overlap: "
         f"{', '.join(zoo)} with it. The model's overlap gain exceeds the published one "
         "(`bench/a2a_overlap.py`: the zoo's H100 ablation, the only pair that differs in the "
-        "overlap alone, 0.893x published, 0.735x predicted); Megatron-LM's GB200 guide names "
+        "overlap alone, 0.893x published, 0.746x predicted); Megatron-LM's GB200 guide names "
         "the merged schedule's host synchronization, not priced.",
         "- FP8: one fitted factor per GPU generation absorbs Transformer Engine's cast, "
         "transpose and scaling work; Blackwell Ultra (B300, GB300) publishes faster than "
