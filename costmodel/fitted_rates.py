@@ -224,4 +224,5 @@ MOE_FIT_GENERATIONS: tuple[str, ...] = ("blackwell", "blackwell_ultra")
 """`DeviceSpec.generation` of the published MoE rows that fit `MOE_HOST_LAUNCH_S` and
 `MOE_TOKEN_DEVICE_S` (``fitted.moe_host_fitted_on`` of `bench/validate_published.py --json`:
 Megatron-Bridge and model-zoo recipes on B200, B300, GB200 and GB300); on any other
-generation both are applied unfitted."""
+generation both are applied unfitted. `tests/bench/test_fitted_generations.py` derives it,
+and the keys of the GEMM rate factor tables, from the dev set's rows."""
