@@ -212,12 +212,9 @@ trust A/B MoE row runs on another generation)."""
 def token_device_s(profile: HardwareProfile, per_token_s: float) -> float:
     """Seconds per token of a MoE layer's unattributed device time on ``profile``:
     ``per_token_s`` (`ExecutionOptions.moe_token_device_s`, at `MOE_TOKEN_DEVICE_HBM_GBPS`)
-    times `MOE_TOKEN_DEVICE_HBM_GBPS` over the profile's HBM bandwidth; ``per_token_s``
-    unscaled where the profile states no bandwidth."""
-    bandwidth = profile.device.hbm_GBps
-    if not bandwidth or bandwidth <= 0.0:
-        return per_token_s
-    return per_token_s * MOE_TOKEN_DEVICE_HBM_GBPS / bandwidth
+    times `MOE_TOKEN_DEVICE_HBM_GBPS` over the profile's HBM bandwidth (positive by the
+    profile schema)."""
+    return per_token_s * MOE_TOKEN_DEVICE_HBM_GBPS / profile.device.hbm_GBps
 
 
 MOE_FIT_GENERATIONS: tuple[str, ...] = ("blackwell", "blackwell_ultra")

@@ -94,7 +94,7 @@ def test_deliberate_differences_from_megatron_estimator() -> None:
     """Where ours differs from Megatron's `theoretical_memory_usage.py`, and why.
 
     - CP: ours divides the activation sequence by cp and shards optimizer state over dp·cp;
-      Megatron's estimator ignores cp in both (it is pessimistic when cp > 1).
+      Megatron's estimator ignores cp in both (it counts the whole sequence when cp > 1).
     - GQA: ours keeps K and V at g/a of Q's size; the estimator assumes MHA.
     - SwiGLU: ours keeps gate and up outputs (6·s·b·F); the estimator uses 4·F/h.
     - MoE: ours adds router, routed-expert and dispatch activations.
