@@ -50,7 +50,10 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     A preset of `_TORCHTITAN_FLAVORS` maps to its flavor (known). Otherwise the torchtitan
     family of the same architecture is named with the preset's name as flavor (not known:
     the user adds that flavor): multi-latent attention is deepseek_v3, attention sinks
-    gpt_oss, and a dense pre-norm SwiGLU/RMSNorm/RoPE decoder without biases llama3.
+    gpt_oss; a pre-norm SwiGLU/RMSNorm/RoPE decoder without biases or sliding windows is
+    qwen3 with per-head q/k RMSNorm (``qk_norm=True`` in every flavor of torchtitan's
+    ``qwen3_configs``, dense 0.6B-32B and MoE 30B-A3B/235B-A22B) and llama3 without it,
+    dense only (llama3's attention has no q/k norm and its block no experts).
     Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
     MoE without qk-norm, GELU or biased layers).
     """
@@ -68,6 +71,8 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
         and not model.add_qkv_bias
         and model.sliding_window is None
     )
+    if llama_like and model.qk_layernorm:
+        return "qwen3", model.name, False
     if llama_like and not model.is_moe:
         return "llama3", model.name, False
     raise SpecError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import functools
 import tomllib
 from typing import get_args
@@ -460,6 +461,25 @@ def test_torchtitan_flavor_outside_the_registry_is_named_and_unsupported_refused
     assert "has no flavor 'kimi-k2'" in text
     with pytest.raises(SpecError, match=r"\[torchtitan_model\].*mixtral-8x7b"):
         torchtitan_toml(_bundle("mixtral-8x7b", 16, 4096, 64, ep=8))
+
+
+@pytest.mark.parametrize(
+    ("base", "qk_norm", "family"),
+    [
+        # torchtitan's qwen3 flavors all set qk_norm=True (dense 0.6B-32B and the MoE ones);
+        # its llama3 attention has no q/k norm
+        ("llama3-8b", True, "qwen3"),
+        ("llama3-8b", False, "llama3"),
+        ("qwen3-30b-a3b", True, "qwen3"),
+    ],
+)
+def test_torchtitan_family_follows_the_qk_norm(base, qk_norm, family) -> None:
+    model = dataclasses.replace(get_preset(base), name="custom", qk_layernorm=qk_norm)
+    plan = {"ep": 8} if model.is_moe else {}
+    bundle = dataclasses.replace(_bundle(base, 64, 4096, 64, **plan), model=model)
+    text = torchtitan_toml(bundle)
+    assert tomllib.loads(text)["model"] == {"name": family, "flavor": "custom"}
+    assert "has no flavor 'custom'" in text
 
 
 @pytest.mark.parametrize(
