@@ -55,12 +55,41 @@ and Scalability") states "tensor-parallel (`--tp-comm-overlap`)" overlap for eve
 
 
 def tp_overlap(raw: dict[str, str], tp: int, sequence_parallel: bool) -> bool:
-    """True when the row's recipe runs ``--tp-comm-overlap`` (`TP_COMM_OVERLAP_MODELS`) or
-    its ``notes`` quote the flag as on (`TP_COMM_OVERLAP_FLAG`); it needs tp > 1 with
-    sequence parallelism (Megatron-LM ``validate_args``)."""
+    """True when the row's recipe runs ``--tp-comm-overlap`` (`TP_COMM_OVERLAP_MODELS`, not
+    in NVFP4: ``llama31_llm_pretrain.py`` and ``llama3_llm_pretrain.py`` set
+    ``tp_comm_overlap = False if precision == "nvfp4"`` at tags v0.3.0 to v0.5.0) or its
+    ``notes`` quote the flag as on (`TP_COMM_OVERLAP_FLAG`); it needs tp > 1 with sequence
+    parallelism (Megatron-LM ``validate_args``)."""
     notes = raw.get("notes") or ""
     stated = TP_COMM_OVERLAP_FLAG in notes
-    return tp > 1 and sequence_parallel and (stated or matches(raw, TP_COMM_OVERLAP_MODELS))
+    nvfp4 = (raw.get("precision") or "").strip().upper().startswith("NVFP4")
+    recipe = matches(raw, TP_COMM_OVERLAP_MODELS) and not nvfp4
+    return tp > 1 and sequence_parallel and (stated or recipe)
+
+
+PARAM_GATHER_NOT_OVERLAPPED: tuple[tuple[str, str, str, str], ...] = (
+    ("26.06", "llama3.1_405b", "GB200", "NVFP4"),
+)
+"""(release, model prefix, GPU prefix, precision prefix) of the Megatron-Bridge rows whose
+recipe turns the parameter all-gather overlap off: v0.5.0's
+``llama31_405b_pretrain_config_gb200`` calls ``disable_param_gather_overlap`` for NVFP4 V2
+(256 GPUs, global batch 1536; ``scripts/performance/configs/llama/llama31_llm_pretrain.py``,
+"to reduce training peak memory and avoid OOM")."""
+
+
+def param_gather_overlapped(raw: dict[str, str]) -> bool:
+    """False for the rows of `PARAM_GATHER_NOT_OVERLAPPED`, True otherwise."""
+    source = raw.get("source_id", "")
+    if not source.startswith("MBRIDGE-"):
+        return True
+    model, gpu, precision = row_keys(raw)
+    return not any(
+        release_of(source) == release
+        and model.startswith(prefix)
+        and gpu.startswith(gpu_prefix)
+        and precision.startswith(printed)
+        for release, prefix, gpu_prefix, printed in PARAM_GATHER_NOT_OVERLAPPED
+    )
 
 
 def userbuffers_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, object]:

@@ -1,13 +1,14 @@
-"""The precision settings a published row leaves to its recipe: FP8 weights, gradients, Adam.
+"""The precision settings a published row leaves to its recipe: FP8 and NVFP4 weights,
+gradients, Adam.
 
-FP8 weight storage and gathers, the element size of the gradient reduction and the dtypes
+FP8 and NVFP4 weight storage and gathers, the element size of the gradient reduction and the dtypes
 of Adam's state, each read from the recipe or the launch script of the row's source (files
 cited per entry). Nothing here depends on the row's published figure.
 """
 
 from __future__ import annotations
 
-from recipe_keys import is_fp8, matches
+from recipe_keys import is_fp8, matches, release_of
 
 FP8_PARAM_OFF: tuple[tuple[str, str], ...] = (("MBRIDGE-26.06", "gpt oss"),)
 """(source prefix, model prefix) of FP8 rows whose recipe turns FP8 parameters off:
@@ -39,6 +40,24 @@ def fp8_weight_fields(raw: dict[str, str]) -> dict[str, object]:
         "fp8_recipe": "mxfp8" if mxfp8 else "tensorwise",
         "fp8_param": not matches(raw, FP8_PARAM_OFF),
     }
+
+
+FP4_PARAM_FROM = "26.06"
+"""The first Megatron-Bridge release whose ``bf16_with_nvfp4_mixed`` sets
+``fp4_param_gather = True`` (``src/megatron/bridge/training/mixed_precision.py``: absent at
+tags v0.3.0 and v0.4.0, set from v0.5.0, the 26.06 container's tag)."""
+
+
+def fp4_weight_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ExecutionOptions` NVFP4 weight field of a Megatron-Bridge NVFP4 row's recipe
+    (``fp4_param``: NVFP4 parameters gathered in NVFP4 from `FP4_PARAM_FROM` on, bf16
+    parameters with Transformer Engine's cached NVFP4 copies before); empty for other
+    rows."""
+    source = raw.get("source_id", "")
+    precision = (raw.get("precision") or "").strip().upper()
+    if not source.startswith("MBRIDGE-") or not precision.startswith("NVFP4"):
+        return {}
+    return {"fp4_param": release_of(source) >= FP4_PARAM_FROM}
 
 
 BF16_GRAD_SYNC: tuple[tuple[str, str], ...] = (("NEMO-LONGSEQ", "llama2"),)

@@ -4,12 +4,12 @@ A row states a model shape, a cluster, a plan, a precision, an optimizer shardin
 recompute setting; `case_for_row` maps exactly those onto `ModelSpec` (`bench/row_model.py`),
 `ClusterSpec`, `TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`
 (`bench/row_options.py`), and raises `NotExpressible` with the reason when a field has no
-counterpart (NVFP4, hybrid Mamba layers, a virtual pipeline degree nobody published (such
-rows are priced apart at every admitted degree, `bench/unstated_vpp.py`), ...). Plan
-settings a row states only in its ``notes`` (an uneven first/last stage, all-gather context
-parallelism) are read from them (`stated_note_fields`). What a row leaves to its recipe
-(uneven pipeline splits, TP overlap, expert TP, MTP layers, GPT-OSS attention,
-Megatron-FSDP sharding) and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the
+counterpart (NVFP4 on a GPU without FP4 tensor cores, hybrid Mamba layers, a virtual
+pipeline degree nobody published (such rows are priced apart at every admitted degree,
+`bench/unstated_vpp.py`), ...). Plan settings a row states only in its ``notes`` (an
+uneven first/last stage, all-gather context parallelism) are read from them
+(`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits, TP
+overlap, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the
 source flags as a regression) comes from the recipe files cited in `bench/row_recipes.py`.
 Nothing here filters rows by name. The published figure as seconds per iteration is
 `bench/row_figures.py`.
@@ -23,7 +23,8 @@ Defaults for what a row leaves empty, each the framework's own default (column g
   Megatron-Bridge's Kimi-K2 rows run layer-wise distributed Muon instead
   (`bench/optimizer_recipes.py`), every other row Adam;
 - precision bf16 when the row does not state one; fp16 rows are priced as bf16 (same
-  dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8.
+  dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8; NVFP4
+  as nvfp4 (Transformer Engine's NVFP4 block scaling).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from gpt_oss_recipes import gpt_oss_saver_fields
 from nemo_recipes import nemo_plan_fields
 from optimizer_recipes import optimizer_plan_fields, row_optimizer
-from overlap_recipes import grad_reduce_overlapped, tp_overlap
+from overlap_recipes import grad_reduce_overlapped, param_gather_overlapped, tp_overlap
 from pipeline_recipes import pipeline_fields
 from recipe_keys import NotExpressible
 from row_columns import column_int, column_text
@@ -44,6 +45,7 @@ from row_recipes import expert_tp, refusal, sharding_fields
 from saver_recipes import saver_fields
 
 from costmodel.execution import ExecutionOptions
+from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -103,7 +105,7 @@ def precision_for(text: str) -> str:
     """The job precision of a ``precision`` column (see the module docstring)."""
     upper = text.upper()
     if "NVFP4" in upper:
-        raise NotExpressible("NVFP4 precision")
+        return "nvfp4"
     if "FP8" in upper or "QUANTIZATION GRANULARITY" in upper:
         return "fp8"
     return "bf16"
@@ -205,6 +207,8 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         if not grad_reduce_overlapped(raw):
             fields["overlap_grad_reduce"] = False
             fields["overlap_param_gather"] = False
+        if not param_gather_overlapped(raw):
+            fields["overlap_param_gather"] = False
     return ParallelPlan.for_world(gpus, **fields)
 
 
@@ -216,6 +220,8 @@ def case_for_row(raw: dict[str, str]) -> RowCase:
     gpu_type = column_text(raw, "gpu_type")
     profile = profile_for(gpu_type)
     precision = precision_for(column_text(raw, "precision"))
+    if precision == "nvfp4" and "fp4" not in load_profile(profile).device.peak_tflops:
+        raise NotExpressible(f"NVFP4 precision on {profile}: no FP4 tensor cores")
     model = model_for(raw)
     plan = plan_for(raw, model)
     job = TrainingJob(

@@ -20,7 +20,12 @@ from moe_recipes import moe_runtime_fields
 from nemo_recipes import nemo_option_fields
 from norm_recipes import norm_backend_fields
 from overlap_recipes import userbuffers_fields
-from precision_recipes import fp8_weight_fields, grad_sync_fields, optimizer_precision_fields
+from precision_recipes import (
+    fp4_weight_fields,
+    fp8_weight_fields,
+    grad_sync_fields,
+    optimizer_precision_fields,
+)
 from row_columns import column_text
 from row_era import Era, RowDate, era_for, era_options, row_date
 from row_recipes import expandable_segments
@@ -89,9 +94,9 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     `gpt_oss_recipes`), for a
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
-    allocator's expandable segments (`row_recipes.expandable_segments`), FP8 weights
-    (`precision_recipes.fp8_weight_fields`), gradient-reduction element size
-    (`precision_recipes.grad_sync_fields`), Adam state dtypes
+    allocator's expandable segments (`row_recipes.expandable_segments`), FP8 and NVFP4
+    weights (`precision_recipes.fp8_weight_fields`, `precision_recipes.fp4_weight_fields`),
+    gradient-reduction element size (`precision_recipes.grad_sync_fields`), Adam state dtypes
     (`precision_recipes.optimizer_precision_fields`) and norm backend
     (`norm_recipes.norm_backend_fields`). Whether FP8 GEMMs take only the TN layout is the
     device's (``fp8_tn_gemm_only`` None: `costmodel.execution_presets.device_options` resolves it
@@ -105,6 +110,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     if expandable_segments(raw):
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
+    fields.update(fp4_weight_fields(raw))
     fields.update(grad_sync_fields(raw))
     fields.update(optimizer_precision_fields(raw))
     fields.update(nemo_option_fields(raw, plan is not None and plan.tp_comm_overlap))

@@ -2,7 +2,7 @@
 through the same `estimate_plan` a user gets, with only what the row states
 (`published_rows.case_for_row`), into a `validation_stats.Outcome`; the rows the specs
 cannot express set apart with the reason; and the re-pricing the fits ask for at other
-FP8 GEMM rate factors, MoE host-launch times, sustained 16-bit GEMM rate factors and MoE
+FP8 and NVFP4 GEMM rate factors, MoE host-launch times, sustained 16-bit GEMM rate factors and MoE
 device times per token (the grids of `FIT_GRID`, each distinct pricing computed once:
 `row_predictor`)."""
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from published_rows import NotExpressible, RowCase, case_for_row
 from row_figures import published_iteration_time_s
 from row_recipes import recipe_mismatch
-from validation_fit import FitGrid, FittedModel, Predict, apply_model
+from validation_fit import LOW_PRECISION, FitGrid, FittedModel, Predict, apply_model
 from validation_stats import Outcome
 
 from costmodel.estimate import estimate_plan
@@ -23,8 +23,9 @@ from profiles.store import load_profile
 from specs.errors import SpecError
 
 TRUSTED = ("A", "B")
-FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(13))
-"""Candidate `ExecutionOptions.fp8_gemm_rate_factor` values, 1.0 down to 0.4."""
+FP8_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(15))
+"""Candidate `ExecutionOptions.fp8_gemm_rate_factor` and ``fp4_gemm_rate_factor`` values,
+1.0 down to 0.3."""
 HOST_GRID = tuple(round(5e-6 * i, 6) for i in range(13))
 """Candidate `ExecutionOptions.moe_host_launch_s` values, 0 to 60 microseconds."""
 SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
@@ -85,7 +86,8 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
 
 def row_predictor(cases: dict[str, RowCase]) -> Predict:
     """`validation_fit.Predict` over the rows' ``cases``: `estimate_plan` with the row's
-    options and the given FP8 factor (FP8 rows; None keeps the row's own), MoE host-launch
+    options and the given low-precision factor (FP8 rows' FP8 factor, NVFP4 rows' NVFP4
+    factor; None keeps the row's own), MoE host-launch
     time and device time per token (MoE rows; a device time None keeps the row's own) and
     sustained 16-bit factor (rows whose options leave it to the fitted default and that
     price GEMMs on the 16-bit curves: every bf16/fp16 row, and an FP8 row only if its
@@ -106,7 +108,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
         if row_id not in sixteen:
             case = cases[row_id]
             sixteen[row_id] = case.options.sustained_gemm_rate_factor is None and (
-                case.job.precision != "fp8" or prices_16bit_gemms(case, price)
+                case.job.precision not in LOW_PRECISION or prices_16bit_gemms(case, price)
             )
         return sixteen[row_id]
 
@@ -121,7 +123,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
         moe = bool(case.model.num_experts)
         key = (
             row_id,
-            factor if case.job.precision == "fp8" else None,
+            factor if case.job.precision in LOW_PRECISION else None,
             host_s if moe else None,
             sustained if sustained is not None and uses_sustained(row_id) else None,
             token_s if moe else None,
@@ -129,7 +131,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
         if key not in memo:
             options = case.options
             if key[1] is not None:
-                options = dataclasses.replace(options, fp8_gemm_rate_factor=key[1])
+                options = dataclasses.replace(options, **{_low_precision_field(case): key[1]})
             if key[2] is not None:
                 options = dataclasses.replace(options, moe_host_launch_s=key[2])
             if key[3] is not None:
@@ -142,10 +144,16 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
     return predict
 
 
+def _low_precision_field(case: RowCase) -> str:
+    """The `ExecutionOptions` field of the low-precision GEMM rate factor of ``case``'s
+    precision: ``fp4_gemm_rate_factor`` for NVFP4, ``fp8_gemm_rate_factor`` for FP8."""
+    return "fp4_gemm_rate_factor" if case.job.precision == "nvfp4" else "fp8_gemm_rate_factor"
+
+
 def prices_16bit_gemms(case: RowCase, price: Callable[[RowCase, ExecutionOptions], float]) -> bool:
     """Whether ``case``'s prediction moves with the sustained 16-bit GEMM rate factor
-    (priced at the two ends of `SUSTAINED_GRID`): an FP8 run prices its linear layers on
-    the fp8 curve, so only GEMMs the cost model keeps in 16 bits could move it."""
+    (priced at the two ends of `SUSTAINED_GRID`): an FP8 (NVFP4) run prices its linear
+    layers on the fp8 (fp4) curve, so only GEMMs the cost model keeps in 16 bits could move it."""
     ends = (max(SUSTAINED_GRID), min(SUSTAINED_GRID))
     times = [
         price(case, dataclasses.replace(case.options, sustained_gemm_rate_factor=f)) for f in ends

@@ -177,6 +177,21 @@ def fp8_line(result: dict) -> str:
     )
 
 
+def fp4_line(result: dict) -> str:
+    """The fitted NVFP4 GEMM rate factors (`costmodel.fitted_rates.FP4_GEMM_RATE_FACTORS`) by
+    profile generation with their rows; a left-out source family without NVFP4 rows gives
+    each generation its FP8 factor."""
+    fitted = result["fitted"]
+    own = fitted.get("fp4_gemm_rate_factor_by_generation", {})
+    rows = fitted.get("fp4_fitted_on_by_generation", {})
+    return (
+        "NVFP4 GEMM rate factor fitted per profile generation on the dense NVFP4 rows: "
+        + "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
+        + "; where a left-out source family takes every NVFP4 row with it, each generation "
+        "takes its FP8 factor (the cost model's default without a fit)."
+    )
+
+
 def same_recipe_line(result: dict) -> str:
     """Published (and predicted) tokens/s per GPU ratios of identical recipes on two GPU
     types (`bench/same_recipe.py`)."""
@@ -300,6 +315,11 @@ def markdown(result: dict) -> str:
         "",
         fp8_line(result),
         "",
+        *(
+            [fp4_line(result), ""]
+            if result["fitted"].get("fp4_gemm_rate_factor_by_generation")
+            else []
+        ),
         _sustained_line(result),
         "",
         same_recipe_line(result),

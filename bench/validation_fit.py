@@ -3,7 +3,10 @@
 - `fit_model` / `apply_model`: the fitted parameters of the Megatron runtime, fitted jointly
   by grid coordinate descent on one objective over the rows' predictions (`Predict`): the
   FP8 GEMM rate factor (`ExecutionOptions.fp8_gemm_rate_factor`), one value per GPU
-  generation with FP8 rows and one shared value for the generations without; the sustained
+  generation with FP8 rows and one shared value for the generations without; the NVFP4
+  GEMM rate factor (`ExecutionOptions.fp4_gemm_rate_factor`), one value per generation with
+  NVFP4 rows (a generation without takes its FP8 factor, as the cost model's unfitted
+  default does: `costmodel.fitted_rates.FP4_GEMM_RATE_FACTORS`); the sustained
   16-bit GEMM rate factor (`ExecutionOptions.sustained_gemm_rate_factor`), one value per
   generation with dense 16-bit rows and one shared value for the others; and the MoE
   host-launch time (`ExecutionOptions.moe_host_launch_s`) and the MoE device time per token
@@ -25,14 +28,24 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from validation_stats import Outcome, grouped
+from validation_stats import FP4_SUFFIX, Outcome, grouped
 
 Predict = Callable[[str, float | None, float, float | None, float | None], float]
-"""(row id, fp8_gemm_rate_factor, moe_host_launch_s, sustained_gemm_rate_factor,
+"""(row id, low-precision GEMM rate factor, moe_host_launch_s, sustained_gemm_rate_factor,
 moe_token_device_s) -> predicted seconds per iteration of that row under those options; a
-factor None: the row's own. A row ignores an option that does not apply to it (a bf16 row
-the FP8 factor, a dense row the launch time and the device time per token, a row without
-16-bit GEMMs the sustained factor)."""
+factor None: the row's own. The low-precision factor is ``fp8_gemm_rate_factor`` for an FP8
+row and ``fp4_gemm_rate_factor`` for an NVFP4 row. A row ignores an option that does not
+apply to it (a bf16 row the low-precision factor, a dense row the launch time and the
+device time per token, a row without 16-bit GEMMs the sustained factor)."""
+
+LOW_PRECISION = ("fp8", "nvfp4")
+"""Job precisions whose linear-layer GEMMs take a low-precision rate factor."""
+
+
+def is_fp4_key(key: str) -> bool:
+    """Whether a fit key (`Outcome.fit_key`) is an NVFP4 row's (`FP4_SUFFIX`)."""
+    return key.endswith(FP4_SUFFIX)
+
 
 MoeTerms = tuple[float, float]
 """The MoE parameters of a fit point: (moe_host_launch_s, moe_token_device_s)."""
@@ -102,9 +115,18 @@ class FittedModel:
     sustained_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     """GPU generation -> row ids of the dense 16-bit rows that fitted its sustained factor;
     ``shared``: every dense 16-bit row (those that fitted ``sustained_factor``)."""
+    fp4_factors: dict[str, float] = dataclasses.field(default_factory=dict)
+    """GPU generation -> its NVFP4 factor, for the generations with NVFP4 rows."""
+    fp4_fitted_on: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """GPU generation -> row ids of the NVFP4 rows that fitted its NVFP4 factor."""
 
     def factor(self, generation: str) -> float | None:
-        """The FP8 factor of ``generation``: its own, else the shared one."""
+        """The low-precision factor of a fit key: for an NVFP4 key (`is_fp4_key`) its
+        generation's NVFP4 factor, else that generation's FP8 factor; for another key its
+        FP8 factor, else the shared one."""
+        if is_fp4_key(generation):
+            base = generation.removesuffix(FP4_SUFFIX)
+            return self.fp4_factors.get(base, self.factor(base))
         return self.fp8_factors.get(generation, self.fp8_factor)
 
     def sustained(self, generation: str) -> float | None:
@@ -117,7 +139,8 @@ class FitRows:
     """The rows of each term of the fit's objective (`_objective`)."""
 
     fp8: dict[str, list[Outcome]]
-    """GPU generation (`Outcome.fit_key`) -> its dense FP8 rows."""
+    """Fit key (`Outcome.fit_key`) -> its dense FP8 rows; an NVFP4 key its dense NVFP4
+    rows."""
     sixteen: dict[str, list[Outcome]]
     """GPU generation (`Outcome.fit_key`) -> its dense 16-bit rows."""
     moe: list[Outcome]
@@ -203,7 +226,7 @@ def _coordinate_descent(
 def _fit_rows(outcomes: list[Outcome]) -> FitRows:
     dense = [o for o in outcomes if o.kind == "dense"]
     return FitRows(
-        fp8=grouped((o for o in dense if o.precision == "fp8"), lambda o: o.fit_key),
+        fp8=grouped((o for o in dense if o.precision in LOW_PRECISION), lambda o: o.fit_key),
         sixteen=grouped(
             (o for o in dense if o.precision in SIXTEEN_BIT and not o.sustained_fixed),
             lambda o: o.fit_key,
@@ -219,14 +242,15 @@ SIXTEEN_BIT = ("bf16", "fp16")
 def fit_model(
     outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
 ) -> FittedModel:
-    """The FP8 GEMM rate factors, the sustained 16-bit GEMM rate factors, the MoE
+    """The FP8 and NVFP4 GEMM rate factors, the sustained 16-bit GEMM rate factors, the MoE
     host-launch time and the MoE device time per token fitted jointly on ``outcomes`` by
     grid coordinate descent (`_coordinate_descent`) on one objective: per generation the
-    median |log(predicted / published)| of its dense FP8 rows and that of its dense 16-bit rows
-    (robust to the rows' other residuals), plus the mean |log(predicted / published)| of
-    all MoE rows (the host floor binds on the few rows with little GPU work per layer; a
-    median would follow the majority it does not touch). MoE rows inform the factors of
-    their generation only through that mean; the dense rows carry the medians.
+    median |log(predicted / published)| of its dense FP8 rows, that of its dense NVFP4 rows
+    and that of its dense 16-bit rows (robust to the rows' other residuals), plus the mean
+    |log(predicted / published)| of all MoE rows (the host floor binds on the few rows with
+    little GPU work per layer; a median would follow the majority it does not touch). MoE
+    rows inform the factors of their generation only through that mean; the dense rows
+    carry the medians.
 
     The sustained factor of a generation without dense 16-bit rows is the shared one,
     fitted first on every dense 16-bit row together (`_shared_sustained`; MoE rows do not
@@ -237,13 +261,17 @@ def fit_model(
     names) never set a GEMM rate alone; without dense FP8 rows at all, the MoE rows fit it
     as one factor. Then one descent fits the sustained factor of each generation with
     dense 16-bit rows, the FP8 factor (per generation with dense FP8 rows when
-    ``per_generation``, else one for all), the launch time and the device time per token.
+    ``per_generation``, else one for all), the NVFP4 factor (per generation with NVFP4 rows
+    when ``per_generation``, else one for all NVFP4 rows), the launch time and the device
+    time per token.
     No MoE row: both 0 (no floor, no added time). A one-value ``grid.host_launch_s`` fixes
     the launch time (`FitGrid.host_launch_fixed`), a one-value ``grid.token_device_s`` the
     device time per token (`FitGrid.token_device_fixed`)."""
     rows = _fit_rows(outcomes)
-    fp8_rows = [o for o in outcomes if o.precision == "fp8"]
+    low_rows = [o for o in outcomes if o.precision in LOW_PRECISION]
+    fp8_rows = [o for o in low_rows if not is_fp4_key(o.fit_key)]
     fp8_gens = sorted({o.fit_key for o in fp8_rows})
+    fp4_gens = sorted({o.fit_key for o in low_rows if is_fp4_key(o.fit_key)})
     shared = _shared_sustained(rows, predict, grid)
     shared_fp8 = _shared_fp8(rows, predict, grid)
     own = {(SUSTAINED, g): g for g in rows.sixteen}
@@ -257,13 +285,15 @@ def fit_model(
         own_fp8 = [g for g in fp8_gens if g in rows.fp8]
         fixed |= {(FP8, g): shared_fp8 for g in fp8_gens if g not in own_fp8}
     fp8_keys = {(FP8, g): g if per_generation else "all" for g in own_fp8}
-    point, (host, token) = _coordinate_descent(rows, predict, grid, fp8_keys | own, fixed)
+    fp4_keys = {(FP8, g): g if per_generation else FP4_SUFFIX for g in fp4_gens}
+    keys = fp8_keys | fp4_keys | own
+    point, (host, token) = _coordinate_descent(rows, predict, grid, keys, fixed)
     fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
     if per_generation and shared_fp8 is not None:
         fp8_factor = shared_fp8
     elif per_generation and fp8_gens:
         all_keys = {(FP8, g): "all" for g in fp8_gens}
-        fp8_factor = _coordinate_descent(rows, predict, grid, all_keys | own, fixed)[0][
+        fp8_factor = _coordinate_descent(rows, predict, grid, all_keys | fp4_keys | own, fixed)[0][
             FP8, fp8_gens[0]
         ]
     sixteen_ids = {g: tuple(o.row_id for o in members) for g, members in rows.sixteen.items()}
@@ -297,18 +327,25 @@ def fit_model(
         sustained_factor=shared,
         sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
         sustained_fitted_on=sixteen_ids,
+        fp4_factors={g.removesuffix(FP4_SUFFIX): point[FP8, g] for g in fp4_gens},
+        fp4_fitted_on={
+            g.removesuffix(FP4_SUFFIX): tuple(o.row_id for o in low_rows if o.fit_key == g)
+            for g in fp4_gens
+        },
     )
 
 
 def _shared_fp8(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:
     """One FP8 factor for every generation, fitted on the dense FP8 rows alone (`_objective`
-    over them, each generation's rows a median term); None without such rows."""
-    if not rows.fp8:
+    over them, each generation's rows a median term; NVFP4 rows apart); None without such
+    rows."""
+    fp8 = {g: members for g, members in rows.fp8.items() if not is_fp4_key(g)}
+    if not fp8:
         return None
-    dense = FitRows(fp8=rows.fp8, sixteen={}, moe=[])
-    keys = {(FP8, g): "all" for g in rows.fp8}
+    dense = FitRows(fp8=fp8, sixteen={}, moe=[])
+    keys = {(FP8, g): "all" for g in fp8}
     point, _ = _coordinate_descent(dense, predict, grid, keys)
-    return point[FP8, min(rows.fp8)]
+    return point[FP8, min(fp8)]
 
 
 def _shared_sustained(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:
@@ -343,7 +380,8 @@ def leave_one_source_out(
     """Every outcome predicted with the model fitted (`fit_model`) on the other source
     families, and per family the model used: every fitted parameter is refitted without
     the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
-    (sustained) factor fitted on all remaining such rows together; without remaining MoE
+    (sustained) factor fitted on all remaining such rows together, one without NVFP4 rows
+    its FP8 factor (`FittedModel.factor`); without remaining MoE
     rows the launch time and the device time per token are 0, unless the grid fixes them
     (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`)."""
     predicted: list[Outcome] = []

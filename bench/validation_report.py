@@ -167,6 +167,10 @@ def report(
                 "fp8_fitted_on_by_generation": {
                     g: list(r) for g, r in fitted.fp8_fitted_on.items()
                 },
+                "fp4_gemm_rate_factor_by_generation": fitted.fp4_factors,
+                "fp4_fitted_on_by_generation": {
+                    g: list(r) for g, r in fitted.fp4_fitted_on.items()
+                },
                 "moe_host_launch_s": fitted.moe_host_launch_s,
                 "moe_host_fitted_on": list(fitted.host_fitted_on),
                 "moe_token_device_s": fitted.moe_token_device_s,
@@ -177,6 +181,9 @@ def report(
                 "fp8_gemm_rate_factor_by_left_out_source": {
                     family: m.fp8_factors | {"shared": m.fp8_factor}
                     for family, m in loso_models.items()
+                },
+                "fp4_gemm_rate_factor_by_left_out_source": {
+                    family: m.fp4_factors for family, m in loso_models.items()
                 },
                 "moe_host_launch_s_by_left_out_source": {
                     family: m.moe_host_launch_s for family, m in loso_models.items()
@@ -221,6 +228,7 @@ def other_choice(
         "per_generation": choice,
         "fp8_gemm_rate_factor": fitted.fp8_factor,
         "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
+        "fp4_gemm_rate_factor_by_generation": fitted.fp4_factors,
         "moe_host_launch_s": fitted.moe_host_launch_s,
         "moe_token_device_s": fitted.moe_token_device_s,
         "sustained_gemm_rate_factor_by_generation": fitted.sustained_factors,

@@ -20,6 +20,10 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+FP4_SUFFIX = "/nvfp4"
+"""Suffix of an NVFP4 row's `Outcome.fit_key`: the GPU generation of its fp4 GEMM rate
+factor (``blackwell/nvfp4``)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Outcome:
@@ -66,8 +70,10 @@ class Outcome:
     @property
     def fit_key(self) -> str:
         """The generation whose fitted factors the row fits and takes: `fit_generation`,
-        else `generation`."""
-        return self.fit_generation or self.generation
+        else `generation`; an NVFP4 row's with `FP4_SUFFIX` (its GEMMs run on the fp4
+        curve, whose rate factor is fitted apart from the fp8 one)."""
+        generation = self.fit_generation or self.generation
+        return generation + FP4_SUFFIX if self.precision == "nvfp4" else generation
 
     @property
     def error(self) -> float:

@@ -63,7 +63,7 @@ def test_stack_version_picks_the_era_options():
     ("changes", "reason"),
     [
         ({"gpu_type": "H800"}, "no stored profile for H800"),
-        ({"precision": "NVFP4"}, "NVFP4 precision"),
+        ({"precision": "NVFP4"}, "NVFP4 precision on a100-sxm-80gb: no FP4 tensor cores"),
         ({"fsdp_or_zero": "ZeRO-2 (fairscale)"}, "optimizer sharding"),
         ({"vpp": "interleaved (degree not stated)"}, "virtual pipeline degree not stated"),
         ({"arch_notes": "alternating sliding-window (128) attention"}, "sliding-window attention"),
@@ -79,6 +79,7 @@ def test_precision_mapping():
     assert rows_mod.precision_for("FP8-CS") == "fp8"
     assert rows_mod.precision_for("BF16") == "bf16"
     assert rows_mod.precision_for("fp16 mixed") == "bf16"
+    assert rows_mod.precision_for("NVFP4") == "nvfp4"
 
 
 def test_tflops_rows_use_the_source_convention():
