@@ -1,18 +1,18 @@
 """One place that turns a row of ``published-runs-dev.csv`` into what `estimate_plan` takes.
 
 A row states a model shape, a cluster, a plan, a precision, an optimizer sharding and a
-recompute setting; `case_for_row` maps exactly those onto `ModelSpec` (`bench/row_model.py`),
-`ClusterSpec`, `TrainingJob`, `ParallelPlan` and the framework's `ExecutionOptions`
-(`bench/row_options.py`), and raises `NotExpressible` with the reason when a field has no
-counterpart (NVFP4 on a GPU without FP4 tensor cores, hybrid Mamba layers, a virtual
-pipeline degree nobody published (such rows are priced apart at every admitted degree,
-`bench/unstated_vpp.py`), ...). Plan settings a row states only in its ``notes`` (an
-uneven first/last stage, all-gather context parallelism) are read from them
-(`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits, TP
-overlap, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no plan expresses (LoRA, DeepSpeed ZeRO-3, figures the
-source flags as a regression) comes from the recipe files cited in `bench/row_recipes.py`.
-Nothing here filters rows by name. The published figure as seconds per iteration is
-`bench/row_figures.py`.
+recompute setting; `case_for_row` maps exactly those onto `ModelSpec`
+(`bench/row_model.py`), `ClusterSpec`, `TrainingJob`, `ParallelPlan` and the framework's
+`ExecutionOptions` (`bench/row_options.py`), and raises `NotExpressible` with the reason
+when a field has no counterpart (NVFP4 on a GPU without FP4 tensor cores, hybrid Mamba
+layers, a virtual pipeline degree nobody published (such rows are priced apart at every
+admitted degree, `bench/unstated_vpp.py`), ...). Plan settings a row states only in its
+``notes`` (an uneven first/last stage, all-gather context parallelism) are read from them
+(`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits, TP overlap,
+expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no plan expresses
+(LoRA, DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the recipe
+files cited in `bench/row_recipes.py`. Nothing here filters rows by name. The published
+figure as seconds per iteration is `bench/row_figures.py`.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``; the model's in `bench/row_model.py`):
