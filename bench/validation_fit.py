@@ -300,7 +300,9 @@ def fit_model(
     if sixteen_ids:
         sixteen_ids["shared"] = tuple(i for ids in sixteen_ids.values() for i in ids)
     per_gen = per_generation and bool(fp8_gens)
-    dense_fp8_ids = tuple(o.row_id for members in rows.fp8.values() for o in members)
+    dense_fp8_ids = tuple(
+        o.row_id for g, members in rows.fp8.items() if not is_fp4_key(g) for o in members
+    )
     return FittedModel(
         fp8_factor=fp8_factor,
         fitted_on=dense_fp8_ids
