@@ -17,7 +17,7 @@ Every operator adds `ComputeProfile.op_overhead_s`, the host time of one launch 
 profiles, where launches run ahead of the device; large on CPU profiles).
 
 Byte counts per operator are stated in each docstring: ``e`` is the element size of
-activations (2 for bf16/fp8 runs, 4 for fp32), a forward reads its inputs once and writes
+activations (2 for bf16, fp8 and nvfp4 runs, 4 for fp32), a forward reads its inputs once and writes
 its outputs once, and a backward reads the saved inputs and the output gradient and writes
 the input gradient.
 """
@@ -50,11 +50,36 @@ def _require_positive(**values: float) -> None:
             raise SpecError(f"{name} must be > 0, got {value!r}; pass a positive size")
 
 
+LOW_PRECISION_GEMM_DTYPES: tuple[str, ...] = ("fp8", "fp4")
+"""GEMM dtypes whose operands Transformer Engine quantizes from bf16 (`gemm_dtype` of
+``fp8`` and ``nvfp4`` jobs): the quantization passes, the saved quantized GEMM inputs and
+the recipe's weight storage apply to them, attention and element-wise ops stay bf16."""
+
+
 def gemm_dtype(precision: str) -> str:
-    """The GEMM dtype of a job precision: bf16, fp8 or fp32 (fp8 runs keep bf16 elsewhere)."""
-    if precision not in ("bf16", "fp8", "fp32", "fp16"):
-        raise SpecError(f"unknown precision {precision!r}; valid: bf16, fp8, fp32")
-    return precision
+    """The GEMM dtype of a job precision: bf16, fp8, fp4 (an ``nvfp4`` job) or fp32; fp8
+    and nvfp4 runs keep bf16 elsewhere."""
+    if precision not in ("bf16", "fp8", "nvfp4", "fp32", "fp16"):
+        raise SpecError(f"unknown precision {precision!r}; valid: bf16, fp8, nvfp4, fp32")
+    return "fp4" if precision == "nvfp4" else precision
+
+
+NVFP4_DEVICE_RULE = "nvfp4_needs_fp4_tensor_cores"
+"""Rule id of `check_precision_device`."""
+
+
+def check_precision_device(precision: str, profile: HardwareProfile) -> None:
+    """`SpecError` [`NVFP4_DEVICE_RULE`] for an ``nvfp4`` job on a profile whose
+    ``peak_tflops`` has no ``fp4`` entry: NVFP4 GEMMs need the FP4 tensor cores of
+    Blackwell-class GPUs (Transformer Engine's NVFP4 recipe needs compute capability 10.0 or
+    later); Hopper, Ampere and CDNA 3 have none."""
+    peaks = profile.device.peak_tflops
+    if precision == "nvfp4" and "fp4" not in peaks:
+        raise SpecError(
+            f"[{NVFP4_DEVICE_RULE}] precision nvfp4 needs FP4 tensor cores; profile "
+            f"{profile.name} lists peaks for {', '.join(sorted(peaks))}: use --precision fp8 "
+            "or a Blackwell profile (b200, gb200-nvl72, b300, gb300-nvl72)"
+        )
 
 
 def activation_dtype(precision: str) -> str:
@@ -76,8 +101,21 @@ def op_overhead_s(profile: HardwareProfile) -> float:
 # ---- GEMMs ----------------------------------------------------------------------------
 
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": FP32_BYTES}
-"""Bytes per element of GEMM inputs; outputs are written in bf16 (fp32 for fp32 GEMMs)."""
+NVFP4_BYTES = 0.5 + 1 / 16
+"""Bytes per element of one NVFP4 copy of a tensor: a 4-bit E2M1 value (0.5 byte) and one
+FP8 E4M3 scale byte per 16 elements (1D blocks along a row, or one per 16 x 16 block for
+weights, stored per 16 elements); the per-tensor fp32 scale is negligible (Transformer
+Engine ``docs/features/low_precision_training/nvfp4/nvfp4.rst``; NVIDIA, arXiv 2509.25149)."""
+
+DTYPE_BYTES: dict[str, float] = {
+    "bf16": 2,
+    "fp16": 2,
+    "fp8": 1,
+    "fp4": NVFP4_BYTES,
+    "fp32": FP32_BYTES,
+}
+"""Bytes per element of GEMM inputs (fp4: `NVFP4_BYTES`, scales included); outputs are
+written in bf16 (fp32 for fp32 GEMMs)."""
 
 
 def gemm_time_s(profile: HardwareProfile, m: int, n: int, k: int, dtype: str) -> float:

@@ -120,6 +120,14 @@ class ExecutionOptions:
     generation; 1 keeps the bare rate. It also absorbs what the bf16 parts of small dense
     models miss, so it is a fitted figure, not a kernel rate."""
 
+    fp4_gemm_rate_factor: float | None = None
+    """Multiplier, in (0, 1], on the profile's fp4 GEMM efficiency for the GEMMs of an nvfp4
+    job (Transformer Engine's ``NVFP4BlockScaling``), the counterpart of
+    `fp8_gemm_rate_factor` (`costmodel.execution_presets.framework_profile`). None (the
+    default): `costmodel.fitted_rates.fp4_gemm_rate_factor` of the profile's generation,
+    which is each generation's FP8 factor until a fit on published NVFP4 runs exists (an
+    unfitted assumption); a number overrides it; 1 keeps the profile's fp4 curve."""
+
     moe_host_launch_s: float = MOE_HOST_LAUNCH_S
     """Host seconds per kernel launch of a Megatron-core MoE layer run eagerly (Python,
     PyTorch dispatch, Transformer Engine module logic and the CUDA launch), the price of
@@ -298,6 +306,15 @@ class ExecutionOptions:
     data-parallel all-gather moves FP8 bytes (`costmodel.memory_allowances.Fp8WeightStorage`).
     False: bf16 parameters, with TE's FP8 copy of each cached across microbatches."""
 
+    fp4_param: bool = True
+    """Megatron-core ``--fp4-param-gather`` (``TransformerConfig.fp4_param``; Megatron-Bridge
+    ``fp4_param_gather``, True in its ``bf16_with_nvfp4_mixed`` recipe, hence the default
+    here; Megatron-core's own default is False), read in nvfp4 jobs only: the linear
+    weights are NVFP4 parameters, the fp32 master copy lives in the optimizer and the
+    data-parallel all-gather moves NVFP4 bytes
+    (`costmodel.memory_allowances.Fp8WeightStorage`). False: bf16 parameters, with TE's
+    NVFP4 copy of each cached across microbatches."""
+
     fp8_tn_gemm_only: bool | None = None
     """The device's FP8 GEMMs take only the TN layout, so TE keeps a transposed copy of each
     per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability 9.0),
@@ -438,6 +455,7 @@ class ExecutionOptions:
             recipe=self.fp8_recipe,
             fp8_param=self.fp8_param,
             tn_gemm_only=self.fp8_tn_gemm_only is not False,
+            fp4_param=self.fp4_param,
         )
 
     def __post_init__(self) -> None:
@@ -452,6 +470,7 @@ class ExecutionOptions:
         check_rate_fields(
             gemm_rate_factor=self.gemm_rate_factor,
             fp8_gemm_rate_factor=self.fp8_gemm_rate_factor,
+            fp4_gemm_rate_factor=self.fp4_gemm_rate_factor,
             sustained_gemm_rate_factor=self.sustained_gemm_rate_factor,
             allocator_fragmentation=self.allocator_fragmentation,
         )

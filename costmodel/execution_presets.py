@@ -20,6 +20,7 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_rules import RUNTIMES
 from costmodel.fitted_rates import (
     SUSTAINED_DTYPES,
+    fp4_gemm_rate_factor,
     fp8_gemm_rate_factor,
     sustained_gemm_rate_factor,
 )
@@ -160,7 +161,8 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     """``profile`` as the framework's kernels see it: every GEMM efficiency point times
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
     the FP8 rate factor of the profile's generation or ``options.fp8_gemm_rate_factor``
-    (`costmodel.fitted_rates.fp8_gemm_rate_factor`), bf16 and fp16 points also times the
+    (`costmodel.fitted_rates.fp8_gemm_rate_factor`), fp4 points the FP4 factor
+    (`costmodel.fitted_rates.fp4_gemm_rate_factor`, unfitted), bf16 and fp16 points also times the
     sustained rate factor (`costmodel.fitted_rates.sustained_gemm_rate_factor`), and with
     ``options.flash_attention_version`` 2 the attention curves of an FA3 profile at FA2's
     rate (`fa2_attention_curves`); the profile itself when none of these applies to its
@@ -171,6 +173,8 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     by_dtype = dict.fromkeys(profile.compute.gemm_efficiency, 1.0)
     if "fp8" in by_dtype:
         by_dtype["fp8"] = fp8_gemm_rate_factor(profile, options.fp8_gemm_rate_factor)
+    if "fp4" in by_dtype:
+        by_dtype["fp4"] = fp4_gemm_rate_factor(profile, options.fp4_gemm_rate_factor)
     sustained = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)
     by_dtype.update({d: sustained for d in SUSTAINED_DTYPES if d in by_dtype})
     fa2 = options.flash_attention_version == 2 and profile.compute.attention_kernel.startswith(

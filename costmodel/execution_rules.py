@@ -116,6 +116,7 @@ def check_rate_fields(
     fp8_gemm_rate_factor: float | None,
     sustained_gemm_rate_factor: float | None,
     allocator_fragmentation: float | None,
+    fp4_gemm_rate_factor: float | None = None,
 ) -> None:
     """The GEMM rate multipliers, in (0, 1], and the allocator's fragmentation share, in
     [0, 1); None where the field takes a fitted or per-mode default."""
@@ -130,6 +131,13 @@ def check_rate_fields(
             f"fp8_gemm_rate_factor must be in (0, 1] or None, got {fp8!r}; it scales the "
             "profile's fp8 GEMM efficiency down for FP8 recipe overheads, None takes the "
             "fitted default of the profile's GPU generation"
+        )
+    fp4 = fp4_gemm_rate_factor
+    if fp4 is not None and not 0.0 < fp4 <= 1.0:
+        raise SpecError(
+            f"fp4_gemm_rate_factor must be in (0, 1] or None, got {fp4!r}; it scales the "
+            "profile's fp4 GEMM efficiency down for NVFP4 recipe overheads, None takes the "
+            "default of the profile's GPU generation (its FP8 factor, unfitted)"
         )
     sustained = sustained_gemm_rate_factor
     if sustained is not None and not 0.0 < sustained <= 1.0:

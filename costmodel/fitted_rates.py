@@ -164,6 +164,32 @@ def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None
     )
 
 
+FP4_GEMM_RATE_FACTORS: dict[str, float] = dict(FP8_GEMM_RATE_FACTORS)
+"""Default FP4 GEMM rate factor (`ExecutionOptions.fp4_gemm_rate_factor`) by
+`profiles.schema_device.DeviceSpec.generation`, the multiplier on a profile's fp4 curve for
+the GEMMs of an nvfp4 job (Transformer Engine's ``NVFP4BlockScaling``). NOT FITTED: no
+published NVFP4 run has been fitted yet, so each generation takes its FP8 factor
+(`FP8_GEMM_RATE_FACTORS`), an assumption that NVFP4's sustained rate falls short of the
+profile's fp4 curve (itself the fp8 curve on the fp4 peak, `profiles.derive_rules`) by the
+same share as FP8's. Only the generations with FP4 tensor cores (Blackwell, Blackwell
+Ultra) price nvfp4 jobs; the others take `FP8_GEMM_RATE_FACTOR` like FP8. A fit on published
+NVFP4 runs replaces these values (`bench/validation_fit.py`)."""
+
+
+def fp4_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
+    """Multiplier, in (0, 1], on ``profile``'s fp4 GEMM efficiency for a Megatron-core
+    training step with Transformer Engine NVFP4: ``override`` when given
+    (`ExecutionOptions.fp4_gemm_rate_factor`), else the unfitted value of the profile's
+    generation (`FP4_GEMM_RATE_FACTORS`; `FP8_GEMM_RATE_FACTOR` for the others)."""
+    return generation_rate_factor(
+        profile,
+        by_generation=FP4_GEMM_RATE_FACTORS,
+        shared=FP8_GEMM_RATE_FACTOR,
+        override=override,
+        bare_on_cpu=False,
+    )
+
+
 MOE_HOST_LAUNCH_S = 50e-6
 """Default `ExecutionOptions.moe_host_launch_s`: fitted by `bench/validate_published.py`
 jointly with `FP8_GEMM_RATE_FACTORS` (the objective in its docstring;

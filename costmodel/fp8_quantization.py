@@ -1,21 +1,52 @@
-"""Memory passes of FP8 quantization on one device, from a `HardwareProfile`.
+"""Memory passes of FP8 and NVFP4 quantization on one device, from a `HardwareProfile`.
 
 Transformer Engine casts each bf16 GEMM operand of an fp8 linear layer to FP8 under the
-run's recipe (``delayed``, ``tensorwise`` current scaling, ``mxfp8``): the cast itself
-(`fp8_cast_bytes_per_element`), the amax pass of current scaling (`fp8_amax_time_s`), and
-for the norm output of a ``LayerNormLinear`` the path its norm kernel takes
-(`norm_quantization`). Each is a memory-bound pass (`costmodel.compute.memory_bound_time_s`);
-`fp8_quantize_time_s` sums them for one operand.
+run's recipe (``delayed``, ``tensorwise`` current scaling, ``mxfp8``), and of an nvfp4
+linear layer to NVFP4 (``nvfp4``, TE ``NVFP4BlockScaling``; `operand_recipe` names the
+recipe of a GEMM dtype): the cast itself (`fp8_cast_bytes_per_element`), the amax pass of
+current scaling and NVFP4 (`fp8_amax_time_s`), and for the norm output of a
+``LayerNormLinear`` the path its norm kernel takes (`norm_quantization`). Each is a
+memory-bound pass (`costmodel.compute.memory_bound_time_s`); `fp8_quantize_time_s` sums
+them for one operand.
+
+NVFP4 (TE ``docs/features/low_precision_training/nvfp4/nvfp4.rst``; NVIDIA, arXiv
+2509.25149): E2M1 values with one FP8 E4M3 scale per 16 elements and a per-tensor fp32
+scale from the tensor's amax, so an amax pass precedes the cast as under current scaling
+(and, with sequence parallelism, the same TP amax all-reduce:
+`costmodel.runtimes.megatron.fp8_scaling.amax_reduction_pair`). The cast writes a row-wise
+and a column-wise NVFP4 copy (`costmodel.compute.NVFP4_BYTES` each). The 16 x 16 Random
+Hadamard Transform that the recipe applies to both wgrad operands (the column-wise copies
+of the input and of the output gradient) runs inside their cast, and its amax with the
+amax pass (TE's fused Hadamard-amax kernel): no extra pass is priced. Stochastic rounding
+of gradients is a hardware conversion instruction, no extra pass either.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from costmodel.compute import memory_bound_time_s
-from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe
+from costmodel.compute import NVFP4_BYTES, memory_bound_time_s
+from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe, QuantRecipe
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
+
+QUANT_RECIPES: tuple[QuantRecipe, ...] = (*FP8_RECIPES, "nvfp4")
+"""Every recipe the quantization functions take: the FP8 recipes and ``nvfp4``."""
+
+
+def operand_recipe(dtype: str, fp8_recipe: Fp8Recipe) -> QuantRecipe:
+    """The recipe that quantizes a GEMM operand of GEMM dtype ``dtype``
+    (`costmodel.compute.gemm_dtype`): ``nvfp4`` for fp4 GEMMs (an nvfp4 job), else the
+    run's FP8 recipe ``fp8_recipe`` (`ExecutionOptions.fp8_recipe`)."""
+    return "nvfp4" if dtype == "fp4" else fp8_recipe
+
+
+def _require_recipe(recipe: str) -> None:
+    if recipe not in QUANT_RECIPES:
+        raise SpecError(
+            f"fp8 recipe must be one of {', '.join(FP8_RECIPES)} (or nvfp4 for an nvfp4 "
+            f"job), got {recipe!r}; delayed is Megatron-core's default"
+        )
 
 
 def fp8_quantize_time_s(
@@ -23,7 +54,7 @@ def fp8_quantize_time_s(
     elements: float,
     elem: int,
     *,
-    recipe: Fp8Recipe,
+    recipe: QuantRecipe,
     norm: NormQuantization | None = None,
 ) -> float:
     """Quantizing one bf16 GEMM operand of ``elements`` elements to FP8 for a Transformer
@@ -36,6 +67,8 @@ def fp8_quantize_time_s(
     history and records the new amax inside the cast (one kernel); MXFP8 computes its
     32-element block scales inside the cast (``MXFP8Quantizer::quantize``, one
     ``nvte_quantize_v2``; TE ``common/cast/mxfp8/quantize_mxfp8.cuh``), no extra pass.
+    NVFP4 writes its two copies at `costmodel.compute.NVFP4_BYTES` each, after an amax
+    pass (module docstring).
 
     ``norm``: the operand is the output of the norm of a ``LayerNormLinear`` (TE
     `module/layernorm_linear.py`, ``with_quantized_norm``), quantized along the path
@@ -59,7 +92,7 @@ only when both are multiples of it (``outer_size % 128 == 0 && inner_size % 128 
 
 
 def norm_quantization(
-    recipe: Fp8Recipe, *, cudnn_norm: bool, rows: float, hidden: int
+    recipe: QuantRecipe, *, cudnn_norm: bool, rows: float, hidden: int
 ) -> NormQuantization:
     """The path on which Transformer Engine quantizes the norm output of a ``LayerNormLinear``
     (``rows`` token rows on this rank, ``hidden`` wide) under the FP8 ``recipe``, with its
@@ -76,6 +109,10 @@ def norm_quantization(
       ``UNFUSED`` (cuDNN has no amax output for an unquantized tensor,
       ``common/normalization/layernorm/ln_api.cpp``), ``separate``. TE v2.7 took
       ``fused_amax`` on either backend (it moved the norm back to its own kernel).
+    - NVFP4: ``UNFUSED``, ``separate``, on either backend: the input quantizer of
+      ``NVFP4BlockScaling`` applies the Random Hadamard Transform to its column-wise copy
+      and takes the post-transform amax itself (``with_rht && with_post_rht_amax``); only
+      without it would TE's kernel write the amax (``FUSED_NORM_AMAX_NVFP4``).
     """
     if recipe == "delayed":
         return "fused"
@@ -84,19 +121,20 @@ def norm_quantization(
         return "fused" if cudnn_norm and tiles else "separate"
     if recipe == "tensorwise":
         return "separate" if cudnn_norm else "fused_amax"
-    raise SpecError(
-        f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}; "
-        "delayed is Megatron-core's default"
-    )
+    _require_recipe(recipe)
+    return "separate"
 
 
 def fp8_cast_bytes_per_element(
-    elem: int, *, recipe: Fp8Recipe, norm: NormQuantization | None = None
-) -> int:
+    elem: int, *, recipe: QuantRecipe, norm: NormQuantization | None = None
+) -> float:
     """Bytes per element the FP8 cast of one GEMM operand moves, beyond what the bf16 run
     moves (``elem`` = e, the activation element size).
 
-    Plain operand (``norm`` None), every recipe: read e, write the two FP8 copies, e + 2.
+    Plain operand (``norm`` None), every FP8 recipe: read e, write the two FP8 copies,
+    e + 2; ``nvfp4``: read e, write the two NVFP4 copies, e + 2 x 0.5625 (the Hadamard
+    transform of the column-wise copy inside the cast), on every path (`norm_quantization`
+    gives NVFP4 norm outputs ``separate``).
 
     Norm output (``norm``, `norm_quantization`):
 
@@ -111,11 +149,14 @@ def fp8_cast_bytes_per_element(
     - ``separate``: a bf16 norm, then the plain cast, e + 2 (current scaling with its full
       amax pass).
     """
-    if recipe not in FP8_RECIPES:
-        raise SpecError(
-            f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}; "
-            "delayed is Megatron-core's default"
-        )
+    _require_recipe(recipe)
+    if recipe == "nvfp4":
+        if norm in ("fused", "fused_amax"):
+            raise SpecError(
+                f"fp8_cast_bytes_per_element: NVFP4 norm outputs take the separate path, got "
+                f"{norm!r}; take the path from norm_quantization"
+            )
+        return elem + 2 * NVFP4_BYTES
     if norm == "fused":
         if recipe == "tensorwise":
             raise SpecError(
@@ -137,12 +178,15 @@ def fp8_amax_time_s(
     elements: float,
     elem: int,
     *,
-    recipe: Fp8Recipe,
+    recipe: QuantRecipe,
     norm: NormQuantization | None = None,
 ) -> float:
     """Seconds of the amax and scale kernels that per-tensor current scaling
-    (``tensorwise``) runs before the cast of an operand of ``elements`` elements; 0 for the
-    other recipes (delayed and MXFP8 scales come with the cast: `fp8_quantize_time_s`).
+    (``tensorwise``) and NVFP4 (``nvfp4``, for its per-tensor fp32 scale) run before the
+    cast of an operand of ``elements`` elements; 0 for the other recipes (delayed and MXFP8
+    scales come with the cast: `fp8_quantize_time_s`). NVFP4 is priced as current scaling's
+    ``separate`` path: one read of the bf16 operand (the post-Hadamard amax of the
+    column-wise copy comes from the same kernel) and two single-element kernels.
 
     ``Float8CurrentScalingQuantizer::quantize`` (TE `pytorch/csrc/quantizer.cpp`) launches
     ``nvte_compute_amax`` (TE `common/recipe/current_scaling.cu`: ``zero_amax_kernel``, then
@@ -154,7 +198,7 @@ def fp8_amax_time_s(
     on the ``separate`` path (cuDNN norm) the full pass runs. The single-element kernels
     move no bytes that count; each costs the profile's launch overhead (0 on GPU profiles).
     """
-    if recipe != "tensorwise":
+    if recipe not in ("tensorwise", "nvfp4"):
         return 0.0
     bookkeeping = memory_bound_time_s(profile, 0.0, num_ops=2)
     if norm == "fused_amax":

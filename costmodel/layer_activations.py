@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from costmodel.compute import FP32_BYTES, MASK_BYTES
+from costmodel.compute import FP32_BYTES, MASK_BYTES, NVFP4_BYTES
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -58,8 +58,8 @@ AttentionKernel = Literal["flash", "materialized"]
 
 
 def activation_element_bytes(job: TrainingJob) -> int:
-    """Bytes of one stored activation: 2 for bf16 and fp8 runs (fp8 GEMMs still keep bf16
-    layer outputs), 4 for fp32 runs."""
+    """Bytes of one stored activation: 2 for bf16, fp8 and nvfp4 runs (low-precision GEMMs
+    still keep bf16 layer outputs), 4 for fp32 runs."""
     return 4 if job.precision == "fp32" else 2
 
 
@@ -77,8 +77,10 @@ class ActivationShard:
     """Divisor of activations outside TP regions: tp with sequence parallelism, else 1."""
     element_bytes: int
     """Bytes per stored activation element."""
-    gemm_input_bytes: int
-    """Bytes per element of a saved linear-layer input: 1 under FP8, else element_bytes."""
+    gemm_input_bytes: float
+    """Bytes per element of a saved linear-layer input (the quantized copy the wgrad GEMM
+    reads): 1 under FP8, `costmodel.compute.NVFP4_BYTES` (0.5625) under NVFP4, else
+    element_bytes."""
     mask_bytes: int
     """Bytes per element of a hidden-dropout mask: 1 with dropout, 0 without."""
     proj_saves_input: bool = False
@@ -86,12 +88,13 @@ class ActivationShard:
     attention kernel keeps, instead of an FP8 copy (`projection_saves_original_input`)."""
 
     @property
-    def fp8_copy_bytes(self) -> int:
-        """Bytes of the separate FP8 copy of a tensor another kernel keeps in bf16."""
+    def fp8_copy_bytes(self) -> float:
+        """Bytes of the separate FP8 (or NVFP4) copy of a tensor another kernel keeps in
+        bf16."""
         return self.gemm_input_bytes if self.gemm_input_bytes < self.element_bytes else 0
 
     @property
-    def proj_copy_bytes(self) -> int:
+    def proj_copy_bytes(self) -> float:
         """Bytes per element the output projection keeps beside the attention output."""
         return 0 if self.proj_saves_input else self.fp8_copy_bytes
 
@@ -109,9 +112,16 @@ def projection_saves_original_input(fp8_recipe: str) -> bool:
     ``inp`` and quantizes it again in the backward (TE v2.6+,
     ``transformer_engine/pytorch/module/linear.py``; not supported with delayed scaling).
     Current scaling (``tensorwise``) and ``mxfp8`` therefore keep no FP8 copy of the
-    attention output; ``delayed`` keeps it.
+    attention output; ``delayed`` keeps it. NVFP4 runs (``config.fp4``, TE >= 2.7) take
+    the same call whatever the FP8 recipe: `activation_shard` sets it for nvfp4 jobs.
     """
     return fp8_recipe != "delayed"
+
+
+SAVED_GEMM_INPUT_BYTES: dict[str, float] = {"fp8": 1, "nvfp4": NVFP4_BYTES}
+"""Bytes per element of a linear layer's saved input by job precision, where it is the
+quantized column-wise copy the wgrad GEMM reads rather than the bf16 tensor: one FP8 byte,
+or one NVFP4 copy (`costmodel.compute.NVFP4_BYTES`, E2M1 data and its E4M3 block scales)."""
 
 
 def activation_shard(
@@ -119,14 +129,14 @@ def activation_shard(
 ) -> ActivationShard:
     element = activation_element_bytes(job)
     return ActivationShard(
-        gemm_input_bytes=1 if job.precision == "fp8" else element,
+        gemm_input_bytes=SAVED_GEMM_INPUT_BYTES.get(job.precision, element),
         mask_bytes=MASK_BYTES if dropout else 0,
         tokens=plan.micro_batch_size * job.seq_length / plan.cp,
         seq_length=job.seq_length,
         tp=plan.tp,
         sp=plan.tp if plan.sequence_parallel else 1,
         element_bytes=element,
-        proj_saves_input=proj_saves_input,
+        proj_saves_input=proj_saves_input or job.precision == "nvfp4",
     )
 
 

@@ -1,13 +1,14 @@
 """What a rank holds besides the model's own tensors, and how Transformer Engine keeps an fp8
-run's weights: the framework allowance (CUDA context, NCCL buffers, allocator fragmentation,
-`FrameworkAllowance`) and the FP8 weight storage of each recipe (`Fp8WeightStorage`). Used by
-`costmodel.memory.memory_per_stage` and the screens."""
+or nvfp4 run's weights: the framework allowance (CUDA context, NCCL buffers, allocator
+fragmentation, `FrameworkAllowance`) and the quantized weight storage of each recipe
+(`Fp8WeightStorage`). Used by `costmodel.memory.memory_per_stage` and the screens."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
+from costmodel.compute import NVFP4_BYTES
 from specs.errors import SpecError
 from specs.job import TrainingJob
 
@@ -15,8 +16,8 @@ GiB = 1024**3
 
 
 def model_weight_bytes(job: TrainingJob) -> int:
-    """Bytes per element of a model parameter: 4 in fp32 runs, else 2 (bf16; an fp8 run
-    keeps bf16 parameters unless its FP8 weight storage says otherwise,
+    """Bytes per element of a model parameter: 4 in fp32 runs, else 2 (bf16; an fp8 or
+    nvfp4 run keeps bf16 parameters unless its weight storage says otherwise,
     `Fp8WeightStorage`)."""
     return 4 if job.precision == "fp32" else 2
 
@@ -88,6 +89,26 @@ FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
 Megatron's default first: per-tensor delayed and current (``tensorwise``) scaling, and
 MXFP8 (one scale per 32 elements)."""
 
+QuantRecipe = Literal["delayed", "tensorwise", "mxfp8", "nvfp4"]
+"""How Transformer Engine quantizes a GEMM operand: an FP8 recipe (`FP8_RECIPES`) in fp8
+runs, ``nvfp4`` (``NVFP4BlockScaling``) in nvfp4 runs. Internal to the quantization and
+weight-storage functions: ``nvfp4`` is the job's precision, never an ``--fp8-recipe``
+(`costmodel.fp8_quantization.operand_recipe`)."""
+
+NVFP4_WEIGHT_BYTES = 2 * NVFP4_BYTES
+"""Bytes per element of TE's NVFP4 copy of a weight (``NVFP4Tensor``): the row-wise copy
+for fprop and the column-wise copy for dgrad, each 4-bit data plus one E4M3 scale per 16
+elements (16 x 16 blocks for weights, stored per 16 elements), 1.125 bytes."""
+
+NVFP4_GATHER_BYTES = 0.5
+"""Bytes per element the data-parallel all-gather moves of an NVFP4 parameter: the packed
+E2M1 row-wise data (Megatron-core's parameter buffer holds ``numel // 2`` bytes of each
+NVFP4 parameter, ``_compute_nvfp4_packed_layout`` in
+``megatron/core/distributed/param_and_grad_buffer.py``); TE's ``quantize_master_weights``
+reduces the block amaxes over the data-parallel group so every rank sets the scales of the
+whole weight, and ``post_all_gather_processing`` makes the column-wise copy after the
+gather (``megatron/core/fp4_utils.py``, ``fp8_utils.py``)."""
+
 MXFP8_BLOCK_ELEMENTS = 32
 """Elements per MXFP8 scale (one E8M0 byte each, along rows and along columns; TE
 ``MXFP8Tensor`` ``rowwise_scale_inv`` / ``columnwise_scale_inv``)."""
@@ -130,6 +151,12 @@ class Fp8WeightStorage:
     gradient dtype, then ``copy_tensors_to_quantized_params``) and as row-wise plus
     column-wise bytes under Megatron-FSDP, 2 bytes either way.
 
+    NVFP4 runs (job precision ``nvfp4``, TE ``NVFP4BlockScaling``) keep an NVFP4 copy,
+    `NVFP4_WEIGHT_BYTES`, whatever the FP8 fields say: with ``fp4_param`` (Megatron-core
+    ``--fp4-param-gather``, Megatron-Bridge's ``bf16_with_nvfp4_mixed`` default) it is the
+    parameter (fp32 master in the optimizer, `NVFP4_GATHER_BYTES` gathered), else a bf16
+    parameter plus TE's cached NVFP4 copy, as FP8 without ``fp8_param``.
+
     Counted per linear-layer parameter (`StageParams.linear`), biases included (TE keeps
     them in bf16; at most one row of each matrix).
     """
@@ -140,6 +167,9 @@ class Fp8WeightStorage:
     """Megatron-core ``--fp8-param-gather``: the linear weights are FP8 parameters."""
     tn_gemm_only: bool = True
     """The device's FP8 GEMMs take only the TN layout (Hopper; False on Blackwell)."""
+    fp4_param: bool = True
+    """Megatron-core ``--fp4-param-gather``: in nvfp4 runs the linear weights are NVFP4
+    parameters (Megatron-Bridge's ``fp4_param_gather=True``)."""
 
     def __post_init__(self) -> None:
         if self.recipe not in FP8_RECIPES:
@@ -154,28 +184,44 @@ class Fp8WeightStorage:
             return 2.0 * (1.0 + 1.0 / MXFP8_BLOCK_ELEMENTS)
         return 2.0 if self.tn_gemm_only else 1.0
 
+    def quantized_params(self, job: TrainingJob) -> bool:
+        """The linear weights are quantized parameters: ``fp8_param`` in an fp8 run,
+        ``fp4_param`` in an nvfp4 run."""
+        if job.precision == "nvfp4":
+            return self.fp4_param
+        return job.precision == "fp8" and self.fp8_param
+
+    def copy_bytes(self, job: TrainingJob) -> float:
+        """Bytes per element of TE's quantized copy of a weight in ``job``'s precision:
+        `NVFP4_WEIGHT_BYTES` in nvfp4 runs, else `quantized_bytes`."""
+        return NVFP4_WEIGHT_BYTES if job.precision == "nvfp4" else self.quantized_bytes()
+
     def param_bytes(self, job: TrainingJob) -> float:
-        """Bytes per element of a linear-layer parameter: the FP8 storage with FP8
-        parameters in an fp8 run, else the job's weight size."""
-        if job.precision == "fp8" and self.fp8_param:
-            return self.quantized_bytes()
+        """Bytes per element of a linear-layer parameter: the quantized storage with
+        quantized parameters (`quantized_params`), else the job's weight size."""
+        if self.quantized_params(job):
+            return self.copy_bytes(job)
         return float(model_weight_bytes(job))
 
     def shard_bytes(self, job: TrainingJob) -> float:
         """Bytes per element of a Megatron-FSDP shard of a linear-layer parameter: the
         row-wise data alone for per-tensor FP8 parameters (the transpose is made after
         the gather; a transposed buffer exists only for MXFP8, ``fp8_need_transpose_data``
-        in ``megatron_fsdp/mixed_precision.py``), else `param_bytes`."""
+        in ``megatron_fsdp/mixed_precision.py``), the packed row-wise data
+        (`NVFP4_GATHER_BYTES`) for NVFP4 parameters, else `param_bytes`."""
+        if job.precision == "nvfp4" and self.fp4_param:
+            return NVFP4_GATHER_BYTES
         if job.precision == "fp8" and self.fp8_param and self.recipe != "mxfp8":
             return 1.0
         return self.param_bytes(job)
 
     def cache_bytes(self, job: TrainingJob) -> float:
-        """Bytes per element of TE's cached FP8 copy of a bf16 linear-layer parameter, held
-        for the whole (gathered) weight: zero outside fp8 runs and with FP8 parameters."""
-        if job.precision != "fp8" or self.fp8_param:
+        """Bytes per element of TE's cached FP8 or NVFP4 copy of a bf16 linear-layer
+        parameter, held for the whole (gathered) weight: zero outside fp8 and nvfp4 runs and
+        with quantized parameters."""
+        if job.precision not in ("fp8", "nvfp4") or self.quantized_params(job):
             return 0.0
-        return self.quantized_bytes()
+        return self.copy_bytes(job)
 
     def linear_bytes(self, job: TrainingJob) -> float:
         """Bytes per element a rank keeps of a linear-layer weight it holds whole."""
@@ -184,6 +230,8 @@ class Fp8WeightStorage:
     def gather_bytes(self, job: TrainingJob) -> float:
         """Bytes per linear-layer element of the data-parallel parameter all-gather."""
         weight = model_weight_bytes(job)
+        if job.precision == "nvfp4" and self.fp4_param:
+            return NVFP4_GATHER_BYTES
         if job.precision == "fp8" and self.fp8_param and self.recipe != "mxfp8":
             return 1.0
         return float(weight)

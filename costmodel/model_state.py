@@ -87,6 +87,7 @@ def plan_adam_state(
         optimizer,
         fp8_recipe=weights.recipe,
         fp8_param=weights.fp8_param,
+        fp4_param=weights.fp4_param,
         megatron_fsdp=plan.use_megatron_fsdp,
     )
 

@@ -38,7 +38,7 @@ Bytes per parameter of the optimizer shard (`adam_state_bytes`: master + m + v):
 
 | run | master | m + v | total |
 | --- | --- | --- | --- |
-| bf16 or fp8, default | 4 | 8 | 12 |
+| bf16, fp8 or nvfp4, default | 4 | 8 | 12 |
 | fp32, default | 0 | 8 | 8 |
 | precision-aware, bf16 moments, fp32 main params, bf16 parameters | 2 (remainders) | 4 | 6 |
 | precision-aware, bf16 moments, FP8 current scaling or MXFP8, fp32 main params | 4 | 4 | 8 |
@@ -167,11 +167,15 @@ def adam_state_bytes(
     *,
     fp8_recipe: str = "delayed",
     fp8_param: bool = False,
+    fp4_param: bool = True,
     megatron_fsdp: bool = False,
 ) -> AdamStateBytes:
-    """Adam's state per parameter for a run of ``precision`` (``bf16``, ``fp8``, ``fp32``)
-    with ``optimizer``'s dtypes; ``fp8_recipe`` and ``fp8_param`` as
-    `ExecutionOptions.fp8_recipe` and ``fp8_param`` (read for fp8 runs only),
+    """Adam's state per parameter for a run of ``precision`` (``bf16``, ``fp8``, ``nvfp4``,
+    ``fp32``) with ``optimizer``'s dtypes; ``fp8_recipe`` and ``fp8_param`` as
+    `ExecutionOptions.fp8_recipe` and ``fp8_param`` (read for fp8 runs only), ``fp4_param``
+    as `ExecutionOptions.fp4_param` (read for nvfp4 runs only: NVFP4 parameters are not
+    bf16 tensors, so they keep a whole fp32 master weight; an nvfp4 run leaves
+    ``--fp8-recipe`` at its default, so Transformer Engine holds the master weights),
     ``megatron_fsdp`` for a Megatron-FSDP plan. The table and its sources are in the module
     docstring; under ``optimizer.cpu_offload`` the default state, whatever the dtypes."""
     moments = {
@@ -197,7 +201,11 @@ def adam_state_bytes(
         return AdamStateBytes(
             master_bytes=2, master_dtype="fp16", te_master=True, param_remainders=False, **moments
         )
-    bf16_params = precision == "bf16" or (precision == "fp8" and not fp8_param)
+    bf16_params = (
+        precision == "bf16"
+        or (precision == "fp8" and not fp8_param)
+        or (precision == "nvfp4" and not fp4_param)
+    )
     return AdamStateBytes(
         master_bytes=2 if bf16_params else 4,
         master_dtype="fp32",

@@ -39,8 +39,20 @@ def import_transformer_engine() -> ModuleType:
         ) from error
 
 
+EXECUTOR_NVFP4_RULE = "nvfp4_not_in_executor"
+"""Rule id of `check_precision`'s refusal of nvfp4."""
+
+
 def check_precision(precision: str, device: torch.device, tp: int) -> None:
-    """Raise SpecError when ``precision`` cannot run on ``device`` with ``tp``."""
+    """Raise SpecError when ``precision`` cannot run on ``device`` with ``tp``; nvfp4 never
+    runs here (`EXECUTOR_NVFP4_RULE`)."""
+    if precision == "nvfp4":
+        raise SpecError(
+            f"[{EXECUTOR_NVFP4_RULE}] precision nvfp4 is priced for Megatron-core with "
+            "Transformer Engine's NVFP4 recipe; paraplan's executor runs fp32, bf16 and fp8 "
+            f"only (device {device.type}, tp={tp}): run the plan through `paraplan export "
+            "--to megatron`, or use precision 'fp8'"
+        )
     if precision not in ("fp32", "bf16", "fp8"):
         raise SpecError(f"unknown precision {precision!r}; valid: bf16, fp8, fp32")
     if precision != "fp8":

@@ -82,7 +82,10 @@ def add_problem_args(
         help="sequences per iteration (whole job)",
     )
     g.add_argument(
-        "--precision", choices=("bf16", "fp8", "fp32"), default="bf16", help="default: bf16"
+        "--precision",
+        choices=("bf16", "fp8", "nvfp4", "fp32"),
+        default="bf16",
+        help="default: bf16; nvfp4: NVFP4 GEMMs (Blackwell profiles, megatron runtime)",
     )
     g.add_argument(
         "--optimizer",

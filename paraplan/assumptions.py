@@ -33,6 +33,12 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             )
         if options.fp8_recipe != "mxfp8":
             lines.append(fp8_layout_line(options, device))
+    if job.precision == "nvfp4":
+        lines.append(
+            "  NVFP4 parameters (--fp4-param-gather, Megatron-Bridge's nvfp4 recipe)"
+            if options.fp4_param
+            else "  bf16 weights plus Transformer Engine's NVFP4 copies"
+        )
     lines.append(optimizer_state_line(options) if job.optimizer == "adam" else muon_line(job))
     if options.optimizer_cpu_offload_fraction > 0:
         share = percent(options.optimizer_cpu_offload_fraction)

@@ -10,6 +10,7 @@ from costmodel.fitted_rates import (
     MOE_FIT_GENERATIONS,
     MOE_TOKEN_DEVICE_HBM_GBPS,
     SUSTAINED_GEMM_RATE_FACTORS,
+    fp4_gemm_rate_factor,
     fp8_gemm_rate_factor,
     sustained_gemm_rate_factor,
     token_device_s,
@@ -35,6 +36,14 @@ def time_assumptions(
         factor = fp8_gemm_rate_factor(profile, options.fp8_gemm_rate_factor)
         source = _factor_source(options.fp8_gemm_rate_factor, generation, FP8_GEMM_RATE_FACTORS)
         lines.append(f"  FP8 GEMMs at {factor:g} of the profile's rate ({source})")
+    elif job.precision == "nvfp4":
+        factor = fp4_gemm_rate_factor(profile, options.fp4_gemm_rate_factor)
+        source = (
+            "set by the options"
+            if options.fp4_gemm_rate_factor is not None
+            else f"the {generation} FP8 factor, NOT FITTED on NVFP4 runs"
+        )
+        lines.append(f"  NVFP4 GEMMs at {factor:g} of the profile's fp4 rate ({source})")
     elif job.precision in ("bf16", "fp16"):
         factor = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)
         own = options.sustained_gemm_rate_factor

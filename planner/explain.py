@@ -50,9 +50,11 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
 """Breakdown fields (`costmodel.iteration.Breakdown`) summed into the compared
 groups."""
 
-MODEL_STATE_BYTES_PER_PARAM = {"bf16": 18, "fp8": 18, "fp32": 16}
+MODEL_STATE_BYTES_PER_PARAM = {"bf16": 18, "fp8": 18, "nvfp4": 17, "fp32": 16}
 """Weights, gradients and optimizer state per parameter over the whole cluster when nothing
-is replicated (megatron-facts.md §5.4): a lower bound of the memory a job needs."""
+is replicated (megatron-facts.md §5.4): a lower bound of the memory a job needs. nvfp4: its
+NVFP4 parameters (`costmodel.memory_allowances.NVFP4_WEIGHT_BYTES`, 1.125 bytes, with
+Megatron-Bridge's ``fp4_param_gather``) in place of bf16 ones, 17.125, rounded down."""
 
 
 def min_gpus_for_model_state(model: ModelSpec, job: TrainingJob, limit_bytes: float) -> int:

@@ -45,6 +45,7 @@ from planner.export_options import (
     megatron_option_arguments,
     megatron_option_environment,
     megatron_option_notes,
+    precision_arguments,
 )
 from planner.export_split import largest_chunk_layers, megatron_split_arguments
 from planner.export_torchtitan import torchtitan_toml
@@ -269,10 +270,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     ]  # fmt: skip
     args += recompute_arguments(model, plan)
     args += offload_arguments(plan)
-    if job.precision == "bf16":
-        args.append("--bf16")
-    elif job.precision == "fp8":
-        args += ["--bf16", "--fp8-format", "hybrid"]
+    args += precision_arguments(options, job)
     args += megatron_option_arguments(options, model, job, plan)
     args += ["--optimizer", job.optimizer, "--log-throughput"]
     return args

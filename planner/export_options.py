@@ -58,6 +58,7 @@ RULE = "export_execution_options"
 PRICING_FIELDS: dict[str, str] = {
     "gemm_rate_factor": "a rate factor of the BLAS library the priced stack links",
     "fp8_gemm_rate_factor": "a rate factor fitted on published FP8 runs",
+    "fp4_gemm_rate_factor": "a rate factor assumed for NVFP4 GEMMs (FP8's, not fitted)",
     "sustained_gemm_rate_factor": "a rate factor fitted on published runs",
     "moe_host_launch_s": "a host cost per kernel launch fitted on published runs",
     "moe_token_device_s": "a device time per token fitted on published runs",
@@ -111,6 +112,7 @@ MEGATRON_EXPORTED: frozenset[str] = frozenset(
         "cudnn_norm",
         "fp8_recipe",
         "fp8_param",
+        "fp4_param",
         "rope_fusion",
         "precision_aware_optimizer",
         "exp_avg_dtype",
@@ -130,6 +132,9 @@ MOE_FIELDS = ("moe_dispatcher", "moe_a2a_overlap", "moe_fused_grouped_mlp")
 
 FP8_FIELDS = ("fp8_recipe", "fp8_param")
 """Exported fields that only an fp8 job reads."""
+
+FP4_FIELDS = ("fp4_param",)
+"""Exported fields that only an nvfp4 job reads."""
 
 
 def bundle_options(bundle: PlanBundle) -> ExecutionOptions:
@@ -191,7 +196,18 @@ def megatron_option_refusals(
             for n in FP8_FIELDS
             if n in changed
         ]
-    elif options.fp8_param and not (plan.distributed_optimizer or plan.use_megatron_fsdp):
+    if job.precision != "nvfp4":
+        why = f"NVFP4 settings need an nvfp4 job, the job is {job.precision}: re-plan with "
+        lines += [
+            refusal(n, getattr(options, n), why + "--precision nvfp4 or without them")
+            for n in FP4_FIELDS
+            if n in changed
+        ]
+    if (
+        job.precision == "fp8"
+        and options.fp8_param
+        and not (plan.distributed_optimizer or plan.use_megatron_fsdp)
+    ):
         why = (
             "Megatron-LM takes --fp8-param-gather only with the distributed optimizer or "
             "Megatron-FSDP: re-plan with --dist-opt or --use-megatron-fsdp"
@@ -240,6 +256,22 @@ def fp8_arguments(options: ExecutionOptions) -> list[str]:
     if options.fp8_param:
         args.append("--fp8-param-gather")
     return args
+
+
+def precision_arguments(options: ExecutionOptions, job: TrainingJob) -> list[str]:
+    """Megatron-LM's precision flags of ``job``: ``--bf16``; fp8 adds ``--fp8-format hybrid``;
+    nvfp4 adds ``--fp4-format e2m1 --fp4-recipe nvfp4`` (``TransformerConfig.fp4`` and
+    ``fp4_recipe``; Transformer Engine >= 2.7.0.dev0, never with ``--fp8-format``:
+    ``megatron/training/arguments.py``) and ``--fp4-param-gather`` with
+    `ExecutionOptions.fp4_param` (Megatron-Bridge's ``bf16_with_nvfp4_mixed``); fp32 none."""
+    if job.precision == "fp32":
+        return []
+    if job.precision == "fp8":
+        return ["--bf16", "--fp8-format", "hybrid"]
+    if job.precision == "nvfp4":
+        args = ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+        return args + (["--fp4-param-gather"] if options.fp4_param else [])
+    return ["--bf16"]
 
 
 def gradient_arguments(options: ExecutionOptions) -> list[str]:

@@ -106,6 +106,21 @@ TORCHTITAN_MUON_REFUSAL = (
 )
 """Why `torchtitan_config` refuses a job whose optimizer is Muon."""
 
+TORCHTITAN_NVFP4_RULE = "torchtitan_has_no_nvfp4"
+"""Rule id of `torchtitan_config`'s refusal of nvfp4 jobs."""
+
+TORCHTITAN_NVFP4_REFUSAL = (
+    "torchtitan trains low-precision linears through torchao's float8 and MX converters "
+    "(quantize.linear.float8, quantize.linear.mx with MXLinearConfig recipes); neither runs "
+    "Transformer Engine's NVFP4 recipe (E2M1 with 16-element E4M3 scales, Random Hadamard "
+    "Transform on the wgrad operands, stochastic rounding of gradients) that the estimate "
+    "priced: export --to megatron, or re-plan with --precision fp8"
+)
+"""Why `torchtitan_config` refuses an nvfp4 job (torchtitan
+``torchtitan/components/quantization/mx.py``: MXFP8 recipes through torchao's
+``MXLinearConfig.from_recipe_name``; torchao lists NVFP4 training as a prototype without the
+Hadamard transform and stochastic rounding, ``torchao/prototype/mx_formats/README.md``)."""
+
 
 PRICED_SHARDING = {
     "no_shard": "nothing sharded over dp (DDP)",
@@ -153,10 +168,12 @@ def torchtitan_sharding_note(plan: ParallelPlan) -> str | None:
 
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
-    Muon job (`TORCHTITAN_MUON_REFUSAL`)."""
+    Muon job (`TORCHTITAN_MUON_REFUSAL`) and an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`)."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
     if job.optimizer != "adam":
         raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
+    if job.precision == "nvfp4":
+        raise SpecError(f"[{TORCHTITAN_NVFP4_RULE}] precision (nvfp4): {TORCHTITAN_NVFP4_REFUSAL}")
     name, flavor, _ = torchtitan_model(model)
     sharded = exports_fsdp(plan)
     parallelism: dict[str, Any] = {

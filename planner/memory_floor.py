@@ -68,6 +68,7 @@ def smallest_adam_state_bytes(job: TrainingJob, options: ExecutionOptions) -> in
             options.optimizer_precision,
             fp8_recipe=options.fp8_recipe,
             fp8_param=options.fp8_param,
+            fp4_param=options.fp4_param,
             megatron_fsdp=fsdp,
         ).total_bytes
         for fsdp in (False, True)

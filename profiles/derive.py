@@ -267,7 +267,13 @@ B200 = Figures(
     device_name="NVIDIA B200 (HGX/DGX B200)",
     vendor="NVIDIA",
     backend="nccl",
-    peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp32": 80.0},  # [S1][S8]
+    peak_tflops={
+        "bf16": 2250.0,
+        "fp16": 2250.0,
+        "fp8": 4500.0,
+        "fp4": 9000.0,  # dense FP4 [S8]
+        "fp32": 80.0,
+    },  # [S1][S8]
     mamf_tflops={"bf16": B200_BF16_MAMF, "fp8": 3432.5},  # MAMF, torch 2.7.1+cu128 [S1]
     memory_gb=180.0,  # DGX B200 1,440 GB / 8 [S1][S17]
     hbm_tbps=8.0,  # DGX B200 64 TB/s / 8 [S1][S17]

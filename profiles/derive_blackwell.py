@@ -106,7 +106,13 @@ GB200_NVL72 = Figures(
     device_name="NVIDIA GB200 NVL72 (per Blackwell GPU)",
     vendor="NVIDIA",
     backend="nccl",
-    peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp32": 80.0},  # [S1][S8]
+    peak_tflops={
+        "bf16": 2500.0,
+        "fp16": 2500.0,
+        "fp8": 5000.0,
+        "fp4": 10000.0,  # dense FP4 [S8]
+        "fp32": 80.0,
+    },  # [S1][S8]
     mamf_tflops={"bf16": GB200_BF16_MAMF, "fp8": 3615.6},  # MAMF, torch 2.10 dev +cu130 [S1]
     memory_gb=186.0,  # NVIDIA MIG table via [S1]; 192 in early announcements [S8]
     hbm_tbps=8.0,  # [S1]
@@ -138,7 +144,13 @@ GB300_NVL72 = Figures(
     device_name="NVIDIA GB300 NVL72 (per Blackwell Ultra GPU)",
     vendor="NVIDIA",
     backend="nccl",
-    peak_tflops={"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp32": 80.0},  # [S1][S9]
+    peak_tflops={
+        "bf16": 2500.0,
+        "fp16": 2500.0,
+        "fp8": 5000.0,
+        "fp4": 15000.0,  # dense FP4 per GPU [S9]
+        "fp32": 80.0,
+    },  # [S1][S9]
     mamf_tflops={"bf16": GB200_BF16_MAMF, "fp8": 3615.6},  # GB200's MAMF [S1]: no GB300 figure
     memory_gb=279.0,  # per-GPU table [S9]; 288 GB HBM3e per B300 [S56]
     hbm_tbps=8.0,  # [S9][S56]
@@ -173,7 +185,13 @@ B300 = Figures(
     device_name="NVIDIA B300 (HGX/DGX B300)",
     vendor="NVIDIA",
     backend="nccl",
-    peak_tflops={"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp32": 80.0},  # [S1]
+    peak_tflops={
+        "bf16": 2250.0,
+        "fp16": 2250.0,
+        "fp8": 4500.0,
+        "fp4": 13500.0,  # dense FP4: HGX B300 108 PF over 8 GPUs [S9]
+        "fp32": 80.0,
+    },  # [S1]
     mamf_tflops={"bf16": B300_BF16_MAMF, "fp8": 3353.3},  # MAMF, torch 2.9.1+cu130 [S1]
     memory_gb=288.0,  # HBM3e [S1][S56]; 270 GB per [S9]
     hbm_tbps=8.0,  # [S1][S56]

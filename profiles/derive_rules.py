@@ -206,13 +206,29 @@ def _memory_note(fig: Figures) -> str:
     )
 
 
-def _gemm_curves(fig: Figures) -> dict[str, tuple[EfficiencyPoint, ...]]:
+FRACTION_SOURCES: dict[str, str] = {"fp4": "fp8"}
+"""Dtypes without a measured GEMM top that take another dtype's top fraction rather than
+bf16's: NVFP4 (``fp4``) takes FP8's. No FP4 GEMM benchmark is sourced; the FP4 curve is the
+FP8 curve at the same efficiencies with its GFLOP axis scaled by the FP4 peak (the same
+time per output tile at twice the tile throughput), an assumption, not a measurement."""
+
+
+def _top_fraction(fig: Figures, dtype: str) -> float:
+    """Share of ``dtype``'s peak the largest GEMMs reach: its measured top, else the top
+    fraction of its `FRACTION_SOURCES` dtype, else bf16's."""
     tops = fig.sustained_tflops or fig.mamf_tflops
-    bf16_fraction = tops["bf16"] / fig.peak_tflops["bf16"]
+    if dtype in tops:
+        return tops[dtype] / fig.peak_tflops[dtype]
+    if dtype in FRACTION_SOURCES:
+        return _top_fraction(fig, FRACTION_SOURCES[dtype])
+    return tops["bf16"] / fig.peak_tflops["bf16"]
+
+
+def _gemm_curves(fig: Figures) -> dict[str, tuple[EfficiencyPoint, ...]]:
     top = CALCULON_GEMM_STEPS[-1][1]
     curves = {}
     for dtype, peak in fig.peak_tflops.items():
-        fraction = tops.get(dtype, bf16_fraction * peak) / peak
+        fraction = _top_fraction(fig, dtype)
         curves[dtype] = tuple(
             EfficiencyPoint(
                 gflop=round(g * peak / CALCULON_PEAK_TFLOPS, 6),
@@ -402,9 +418,15 @@ def _top_note(fig: Figures) -> str:
             "random-data figure is sourced for this device (on A100 it is 5.2% lower [S55])"
         )
         known = fig.mamf_tflops
-    fallback = [d for d in fig.peak_tflops if d not in known]
-    tail = f"; {', '.join(fallback)} reuse the bf16 fraction." if fallback else "."
-    return head + tail
+    fallback = [d for d in fig.peak_tflops if d not in known and d not in FRACTION_SOURCES]
+    tail = f"; {', '.join(fallback)} reuse the bf16 fraction" if fallback else ""
+    for dtype, source in FRACTION_SOURCES.items():
+        if dtype in fig.peak_tflops and dtype not in known:
+            tail += (
+                f"; {dtype} reuses the {source} fraction on its own peak's GFLOP axis (the "
+                f"{source} curve's time per tile; no {dtype} GEMM benchmark is sourced)"
+            )
+    return head + tail + "."
 
 
 def _notes(fig: Figures) -> tuple[str, ...]:

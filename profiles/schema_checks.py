@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from specs.errors import SpecError
 
-DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")
-"""Valid dtype keys of `peak_tflops`, `gemm_efficiency` and attention curves."""
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp4", "fp32")
+"""Valid dtype keys of `peak_tflops`, `gemm_efficiency` and attention curves; ``fp4`` is
+NVFP4 (E2M1 values with FP8 E4M3 block scales), on Blackwell-class devices only."""
 
 
 def require_fraction(owner: str, name: str, value: float) -> None:

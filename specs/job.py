@@ -7,7 +7,7 @@ from typing import Literal
 
 from specs.fieldcheck import require_choice, require_optional_positive, require_positive
 
-Precision = Literal["bf16", "fp8", "fp32"]
+Precision = Literal["bf16", "fp8", "nvfp4", "fp32"]
 Optimizer = Literal["adam", "muon", "dist_muon"]
 
 
@@ -21,7 +21,10 @@ class TrainingJob:
     """Sequences per iteration over the whole job (`--global-batch-size`)."""
     precision: Precision = "bf16"
     """Compute precision: `bf16` mixed precision (fp32 master weights and gradients), `fp8`
-    GEMMs on top of bf16, or plain `fp32` (CPU runs)."""
+    GEMMs on top of bf16, `nvfp4` GEMMs on top of bf16 (Transformer Engine's
+    ``NVFP4BlockScaling``: E2M1 values with an FP8 E4M3 scale per 16 elements and a
+    per-tensor fp32 scale; Megatron-core ``--fp4-format e2m1 --fp4-recipe nvfp4``; Blackwell
+    only), or plain `fp32` (CPU runs)."""
     optimizer: Optimizer = "adam"
     """Megatron-LM ``--optimizer``: ``adam`` (two fp32 moments per parameter), ``muon``
     (Megatron-core's Muon on the 2-D weights, Adam on the rest, every parameter stepped on

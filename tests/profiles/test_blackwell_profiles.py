@@ -35,8 +35,12 @@ def test_b300_matches_s1_tables() -> None:
 
 
 def test_gb300_has_gb200_compute_and_more_memory() -> None:
-    # [S1]: GB300 dense bf16/fp8 equal GB200's; [S9]: 279 GB per GPU.
-    assert GB300.device.peak_tflops == GB200.device.peak_tflops
+    # [S1]: GB300 dense bf16/fp8 equal GB200's; [S9]: 279 GB per GPU, and dense FP4
+    # 15,000 TFLOP/s per GPU against GB200's 10,000 [S8] (Blackwell Ultra's FP4 cores).
+    gb200_peaks = dict(GB200.device.peak_tflops)
+    gb300_peaks = dict(GB300.device.peak_tflops)
+    assert (gb200_peaks.pop("fp4"), gb300_peaks.pop("fp4")) == (10000, 15000)
+    assert gb300_peaks == gb200_peaks
     assert GB300.device.memory_gib == 279
     assert GB300.topology.scale_up_domain == 72
 
@@ -55,3 +59,27 @@ def test_nvl72_intra_groups_of_16_price_at_nvlink_not_the_nic() -> None:
     intra = collective_fit(GB200, "all_gather", 16, "intra")
     inter = collective_fit(GB200, "all_gather", 16, "inter")
     assert intra.busbw_GBps > 10 * inter.busbw_GBps
+
+
+@pytest.mark.parametrize(
+    ("name", "fp4_tflops"),
+    [("b200", 9000), ("gb200-nvl72", 10000), ("b300", 13500), ("gb300-nvl72", 15000)],
+)
+def test_blackwell_fp4_curve_is_the_fp8_curve_at_the_fp4_peak(name: str, fp4_tflops: float) -> None:
+    # Dense FP4 peaks [S8][S9]; no FP4 GEMM benchmark: the fp8 curve's efficiencies on a
+    # GFLOP axis scaled by the fp4 / fp8 peak ratio (the same time per tile).
+    profile = load_profile(name)
+    peaks = profile.device.peak_tflops
+    assert peaks["fp4"] == fp4_tflops
+    ratio = peaks["fp4"] / peaks["fp8"]
+    fp8, fp4 = (profile.compute.gemm_efficiency[d] for d in ("fp8", "fp4"))
+    assert [p.efficiency for p in fp4] == [p.efficiency for p in fp8]
+    for a, b in zip(fp8, fp4, strict=True):
+        assert b.gflop == pytest.approx(a.gflop * ratio, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "mi300x"])
+def test_devices_without_fp4_tensor_cores_list_no_fp4(name: str) -> None:
+    profile = load_profile(name)
+    assert "fp4" not in profile.device.peak_tflops
+    assert "fp4" not in profile.compute.gemm_efficiency

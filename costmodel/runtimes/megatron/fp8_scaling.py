@@ -16,7 +16,10 @@ gradient in ``_linear_backward``), and ``Float8CurrentScalingQuantizer::quantize
 between the amax kernel and the scale kernel, waiting for it (``->wait()``) before the
 cast. The compute stream waits for a latency-bound collective, once per linear pair and
 direction. Without sequence parallelism every TP rank holds the whole operand: no
-reduction. MXFP8 reduces nothing.
+reduction. MXFP8 reduces nothing. NVFP4 (``NVFP4BlockScaling``) takes its per-tensor fp32
+scale from the operand's amax and sets the same amax reduction group on the same
+quantizers (``NVFP4Quantizer`` with ``with_amax_reduction``), so it pays the same
+all-reduces.
 
 Delayed scaling (``--fp8-recipe delayed``, TE ``DelayedScaling``, Megatron-core's default)
 casts with scales taken from an amax history and records each tensor's new amax inside the
@@ -66,7 +69,7 @@ import math
 
 from costmodel.collectives import collective_time_s
 from costmodel.compute import memory_bound_time_s
-from costmodel.memory_allowances import Fp8Recipe
+from costmodel.memory_allowances import QuantRecipe
 from costmodel.passes import ZERO, ChunkCost, PassCost
 from costmodel.schedules import ChunkPosition
 from costmodel.topology import GroupPlacement
@@ -80,7 +83,7 @@ AMAX_BYTES = 4
 def amax_reduction_pair(
     profile: HardwareProfile,
     *,
-    recipe: Fp8Recipe,
+    recipe: QuantRecipe,
     sequence_parallel: bool,
     tp_group: GroupPlacement,
     row_parallel: bool,
@@ -91,9 +94,10 @@ def amax_reduction_pair(
     Forward: one, for the column-parallel input (``LayerNormLinear``'s norm output, or the
     MLA down projection's input). Backward: one, for the row-parallel output gradient,
     when the pair has a row-parallel GEMM of its own (``row_parallel``). Zero unless
-    ``recipe`` is ``tensorwise`` and ``sequence_parallel`` holds over a TP group of 2 or
-    more ranks. Each is an ``all_reduce`` of `AMAX_BYTES` (`costmodel.collectives`)."""
-    if recipe != "tensorwise" or not sequence_parallel or tp_group.size < 2:
+    ``recipe`` is ``tensorwise`` or ``nvfp4`` and ``sequence_parallel`` holds over a TP
+    group of 2 or more ranks. Each is an ``all_reduce`` of `AMAX_BYTES`
+    (`costmodel.collectives`)."""
+    if recipe not in ("tensorwise", "nvfp4") or not sequence_parallel or tp_group.size < 2:
         return ZERO, ZERO
     one = collective_time_s(profile, "all_reduce", AMAX_BYTES, tp_group)
     forward = PassCost(tp_s=one, tp_exposed_s=one, tp_bytes=AMAX_BYTES)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.compute import LOW_PRECISION_GEMM_DTYPES
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import ZERO, CommGroups, PassCost
@@ -253,7 +254,7 @@ def _moe_host_floor(
     does not synchronize (`moe_launches.host_bound_s`)."""
     launch_s = options.moe_host_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
-    fp8 = x.dtype == "fp8"
+    fp8 = x.dtype in LOW_PRECISION_GEMM_DTYPES  # NVFP4 experts launch what FP8 ones do
     fused = options.moe_fused_grouped_mlp
     scopes = options.cuda_graph_scopes
     disp = options.moe_dispatcher

@@ -1,7 +1,7 @@
 """Costs around one column-parallel / row-parallel linear pair of a layer on one rank
 (QKV and output projection, or FC1 and FC2), for one microbatch: the TP collectives and
-the part of them left exposed (`tp_pair`), and the FP8 quantization of the pair's
-operands with its TP amax reduction (`fp8_pair_s`, `fp8_amax_pair`).
+the part of them left exposed (`tp_pair`), and the FP8 or NVFP4 quantization of the
+pair's operands with its TP amax reduction (`fp8_pair_s`, `fp8_amax_pair`).
 
 TP communication per layer (size S = T·h·e bytes, the full activation): forward 2
 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP; the same in
@@ -16,9 +16,15 @@ Megatron and is not counted without the overlap.
 from __future__ import annotations
 
 from costmodel.collectives import collective_time_s
+from costmodel.compute import LOW_PRECISION_GEMM_DTYPES
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.fp8_quantization import NormQuantization, fp8_quantize_time_s, norm_quantization
+from costmodel.fp8_quantization import (
+    NormQuantization,
+    fp8_quantize_time_s,
+    norm_quantization,
+    operand_recipe,
+)
 from costmodel.memory_allowances import Fp8Recipe
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.fp8_scaling import amax_reduction_pair
@@ -91,7 +97,8 @@ def fp8_pair_quantize_s(
 ) -> tuple[float, float]:
     """FP8 quantization of one column-parallel / row-parallel linear pair (QKV and output
     projection, or FC1 and FC2) under Transformer Engine's ``recipe`` (forward, backward),
-    in seconds; 0 unless the job runs fp8 GEMMs.
+    in seconds; 0 unless the job runs fp8 or nvfp4 GEMMs (an nvfp4 job quantizes under
+    ``nvfp4`` whatever ``recipe`` says: `costmodel.fp8_quantization.operand_recipe`).
 
     Forward quantizes the column-parallel input where the norm of the ``LayerNormLinear``
     writes it (with sequence parallelism on T/tp tokens, before the fp8 all-gather), on the
@@ -118,13 +125,14 @@ def fp8_pair_s(
     recipe: Fp8Recipe,
     cudnn_norm: bool,
 ) -> tuple[float, float]:
-    if x.dtype != "fp8":
+    if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
         return 0.0, 0.0
+    operand = operand_recipe(x.dtype, recipe)
 
     def quantize(elements: float, norm: NormQuantization | None = None) -> float:
-        return fp8_quantize_time_s(profile, elements, x.elem, recipe=recipe, norm=norm)
+        return fp8_quantize_time_s(profile, elements, x.elem, recipe=operand, norm=norm)
 
-    path = norm_quantization(recipe, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
+    path = norm_quantization(operand, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
     forward = quantize(x.norm_tokens * h, norm=path)
     backward = quantize(x.tokens * column_out)
     if row_in > 0:
@@ -136,8 +144,12 @@ def fp8_pair_s(
 def fp8_amax_pair(
     profile: HardwareProfile, x: LayerShape, groups: CommGroups, recipe: Fp8Recipe, row_in: float
 ) -> tuple[PassCost, PassCost]:
-    if x.dtype != "fp8":
+    if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
         return ZERO, ZERO
     return amax_reduction_pair(
-        profile, recipe=recipe, sequence_parallel=x.sp, tp_group=groups.tp, row_parallel=row_in > 0
+        profile,
+        recipe=operand_recipe(x.dtype, recipe),
+        sequence_parallel=x.sp,
+        tp_group=groups.tp,
+        row_parallel=row_in > 0,
     )

@@ -56,6 +56,7 @@ from costmodel.collectives import collective_time_s, split_all_to_all_time_s
 from costmodel.compute import FP32_BYTES
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.fp8_quantization import operand_recipe
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.megatron.unfused_costs import expert_fc2_bias_time_s
@@ -264,7 +265,7 @@ def routed_experts(
         )
         for d in ("forward", "backward")
     }
-    if dtype == "fp8":
+    if dtype in ops.LOW_PRECISION_GEMM_DTYPES:
         quant_f, quant_b = expert_fp8_quantize_s(
             profile,
             rows=expert_rows,
@@ -274,7 +275,7 @@ def routed_experts(
             elem=elem,
             local_experts=shape.local_experts,
             fused=fused,
-            recipe=options.fp8_recipe,
+            recipe=operand_recipe(dtype, options.fp8_recipe),
         )
         act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(

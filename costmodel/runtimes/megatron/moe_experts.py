@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from costmodel.fitted_rates import token_device_s as scaled_token_device_s
 from costmodel.fp8_quantization import fp8_quantize_time_s
-from costmodel.memory_allowances import Fp8Recipe
+from costmodel.memory_allowances import QuantRecipe
 from profiles.schema import HardwareProfile
 
 UNFUSED_EXPERT_LAUNCHES = {"forward": 2, "backward": 4}
@@ -75,10 +75,12 @@ def expert_fp8_quantize_s(
     elem: int,
     local_experts: int,
     fused: bool,
-    recipe: Fp8Recipe,
+    recipe: QuantRecipe,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing the expert GEMM operands of one pass over
-    ``rows`` routed rows (all local experts together) of an FP8 run under ``recipe``.
+    ``rows`` routed rows (all local experts together) of an FP8 run under ``recipe``, or of
+    an nvfp4 run (``nvfp4``: priced like per-tensor current scaling with NVFP4's bytes,
+    `costmodel.fp8_quantization.fp8_quantize_time_s`).
 
     ``GroupedLinear``: forward FC1's input (rows x hidden) and FC2's input (rows x width),
     backward FC2's output gradient (rows x hidden) and FC1's (rows x 2·width gated, else

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, framework_profile
 from costmodel.execution_rules import Runtime
@@ -52,7 +53,10 @@ class MegatronRuntime:
         return framework_profile(profile, self.options)
 
     def executed_job(self, job: TrainingJob, profile: HardwareProfile) -> TrainingJob:
-        """The job unchanged: Megatron computes in the job's precision."""
+        """The job unchanged: Megatron computes in the job's precision. `SpecError` for an
+        nvfp4 job on a device without FP4 tensor cores
+        (`costmodel.compute.check_precision_device`)."""
+        check_precision_device(job.precision, profile)
         return job
 
     def chunk_costs(
@@ -137,5 +141,7 @@ class MegatronRuntime:
         profile: HardwareProfile,
         rows: pd.DataFrame,
     ) -> pd.DataFrame:
-        """`costmodel.runtimes.megatron.screen.closed_form_screen`."""
+        """`costmodel.runtimes.megatron.screen.closed_form_screen`; `SpecError` as
+        `executed_job` for a precision the device cannot run."""
+        check_precision_device(job.precision, profile)
         return closed_form_screen(model, cluster, job, profile, rows, self.options)

@@ -68,7 +68,11 @@ def muon_adam_bytes(job: TrainingJob, options: ExecutionOptions) -> float:
     fp8 = options.fp8_weight_storage
     optimizer = with_offload(options.optimizer_precision, options.optimizer_cpu_offload_fraction)
     return adam_state_bytes(
-        job.precision, optimizer, fp8_recipe=fp8.recipe, fp8_param=fp8.fp8_param
+        job.precision,
+        optimizer,
+        fp8_recipe=fp8.recipe,
+        fp8_param=fp8.fp8_param,
+        fp4_param=fp8.fp4_param,
     ).total_bytes
 
 

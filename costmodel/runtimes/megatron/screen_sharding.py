@@ -141,6 +141,7 @@ def optimizer_units(
         options.optimizer_precision,
         fp8_recipe=options.fp8_recipe,
         fp8_param=options.fp8_param,
+        fp4_param=options.fp4_param,
         megatron_fsdp=megatron_fsdp,
     )
     unit = [
@@ -172,6 +173,7 @@ def adam_state_per_row(
             optimizer,
             fp8_recipe=fp8_weights.recipe,
             fp8_param=fp8_weights.fp8_param,
+            fp4_param=fp8_weights.fp4_param,
             megatron_fsdp=under_fsdp,
         ).total_bytes
         for under_fsdp in (False, True)

@@ -50,6 +50,10 @@ def kernel_view(profile: HardwareProfile, job: TrainingJob) -> HardwareProfile:
     return replace(profile, device=replace(profile.device, peak_tflops=peak), compute=compute)
 
 
+TORCH_NVFP4_RULE = "nvfp4_needs_megatron_runtime"
+"""Rule id of the torch runtime's refusal of nvfp4 jobs (`TorchRuntime.executed_job`)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TorchRuntime:
     """paraplan's executor (`executor/`); the Megatron conventions of ``options`` are not
@@ -82,6 +86,12 @@ class TorchRuntime:
                 f"optimizer ({job.optimizer}) needs the megatron runtime: paraplan's executor "
                 "(the torch runtime) steps AdamW only; use --runtime megatron, or --optimizer "
                 "adam"
+            )
+        if job.precision == "nvfp4":
+            raise SpecError(
+                f"[{TORCH_NVFP4_RULE}] precision nvfp4 needs the megatron runtime: paraplan's "
+                f"executor (the torch runtime) runs bf16, fp8 and fp32 only, got precision "
+                f"nvfp4 on {profile.name}: use --runtime megatron, or --precision fp8"
             )
         if profile.device.kind == "cpu" and job.precision != "fp32":
             return replace(job, precision="fp32")
