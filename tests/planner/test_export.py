@@ -99,6 +99,10 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden-dropout", type=float, default=0.1)  # TransformerConfig
     p.add_argument("--attention-dropout", type=float, default=0.1)  # TransformerConfig
     p.add_argument("--fp8-format", choices=["e4m3", "hybrid"])
+    # TransformerConfig.fp4 / fp4_recipe (generated flags) and --fp4-param-gather, d98e8a64
+    p.add_argument("--fp4-format", dest="fp4", choices=["e2m1"])
+    p.add_argument("--fp4-recipe", choices=["nvfp4", "custom"], default="nvfp4")
+    p.add_argument("--fp4-param-gather", action="store_true")
     # --optimizer choices of Megatron-LM d7288711 (Megatron-Bridge v0.4.0's)
     p.add_argument("--optimizer", choices=["adam", "sgd", "muon", "dist_muon", "lion"])
     p.add_argument("--pipeline-model-parallel-layout")

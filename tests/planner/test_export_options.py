@@ -109,6 +109,8 @@ def assert_megatron_takes_options(args: argparse.Namespace) -> None:
         assert args.use_precision_aware_optimizer
     if args.fp8_recipe != "delayed" or args.fp8_param_gather:
         assert args.fp8_format is not None
+    assert not (args.fp4 and args.fp8_format)  # "cannot be used simultaneously"
+    assert not args.fp4_param_gather or args.fp4  # "must be used together with --fp4-format"
 
 
 def priced_bundle(
@@ -184,6 +186,21 @@ def test_unknown_recorded_option_is_a_clear_error() -> None:
         megatron_arguments(bad_value)
 
 
+def test_nvfp4_plan_exports_the_fp4_flags_and_parameter_gather() -> None:
+    argv, args = exported(priced_bundle(DEFAULT_OPTIONS, precision="nvfp4"))
+    assert argv[argv.index("--fp4-format") + 1] == "e2m1"
+    assert argv[argv.index("--fp4-recipe") + 1] == "nvfp4"
+    assert args.fp4_param_gather and args.bf16 and args.fp8_format is None
+
+
+def test_nvfp4_settings_in_another_job_and_nvfp4_in_torchtitan_are_refused() -> None:
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp4_param=False)
+    with pytest.raises(SpecError, match=r"fp4_param=False.*--precision nvfp4"):
+        megatron_arguments(priced_bundle(options, precision="bf16"))
+    with pytest.raises(SpecError, match=r"\[torchtitan_has_no_nvfp4\].*export --to megatron"):
+        torchtitan_config(priced_bundle(DEFAULT_OPTIONS, precision="nvfp4"))
+
+
 def test_fp8_and_precision_aware_plan_exports_every_priced_flag() -> None:
     options = dataclasses.replace(DEFAULT_OPTIONS, **FP8_RECIPE_FLAGS)
     argv, args = exported(priced_bundle(options, precision="fp8"))
@@ -213,6 +230,11 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         {"fp8_recipe": "mxfp8", "fp8_param": True},
         {"precision": "fp8"},
         {"fp8_recipe": "mxfp8", "fp8_param_gather": True},
+    ),
+    (
+        {"fp4_param": False},
+        {"precision": "nvfp4"},
+        {"fp4": "e2m1", "fp4_recipe": "nvfp4", "fp4_param_gather": False, "fp8_format": None},
     ),
     (
         {"precision_aware_optimizer": True, "exp_avg_dtype": "fp8", "exp_avg_sq_dtype": "fp16"},
