@@ -176,6 +176,18 @@ PRINTED_NOT_RECIPE: tuple[tuple[str, str, str, str, str], ...] = (
         "MBRIDGE-26.02.01",
         "llama3_70b",
         "GB300",
+        "NVFP4",
+        "printed tp1 pp1 at micro-batch 2, the layout of the release's FP8-CS recipe, which "
+        "runs it under Megatron-FSDP with 20 layers' activations offloaded "
+        "(LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V2); the NVFP4 recipe runs pp4 vpp5 at "
+        "micro-batch 1 (scripts/performance/configs/llama/llama3_workload_base_configs.py "
+        "LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V2, tags v0.3.0 and v0.3.1), as the 26.02 "
+        "and 26.04 rows of the same recipe print",
+    ),
+    (
+        "MBRIDGE-26.02.01",
+        "llama3_70b",
+        "GB300",
         "MXFP8",
         "printed pp4 without vpp at micro-batch 2; the release's recipe runs pp4 vpp5 at "
         "micro-batch 1 (scripts/performance/configs/llama/llama3_workload_base_configs.py "

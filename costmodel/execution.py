@@ -124,9 +124,9 @@ class ExecutionOptions:
     """Multiplier, in (0, 1], on the profile's fp4 GEMM efficiency for the GEMMs of an nvfp4
     job (Transformer Engine's ``NVFP4BlockScaling``), the counterpart of
     `fp8_gemm_rate_factor` (`costmodel.execution_presets.framework_profile`). None (the
-    default): `costmodel.fitted_rates.fp4_gemm_rate_factor` of the profile's generation,
-    which is each generation's FP8 factor until a fit on published NVFP4 runs exists (an
-    unfitted assumption); a number overrides it; 1 keeps the profile's fp4 curve."""
+    default): `costmodel.fitted_rates.fp4_gemm_rate_factor` of the profile's generation
+    (fitted on published NVFP4 runs); a number overrides it; 1 keeps the profile's fp4
+    curve."""
 
     moe_host_launch_s: float = MOE_HOST_LAUNCH_S
     """Host seconds per kernel launch of a Megatron-core MoE layer run eagerly (Python,

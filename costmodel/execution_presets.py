@@ -162,7 +162,7 @@ def framework_profile(profile: HardwareProfile, options: ExecutionOptions) -> Ha
     ``options.gemm_rate_factor`` (`ExecutionOptions.gemm_rate_factor`), fp8 points also times
     the FP8 rate factor of the profile's generation or ``options.fp8_gemm_rate_factor``
     (`costmodel.fitted_rates.fp8_gemm_rate_factor`), fp4 points the FP4 factor
-    (`costmodel.fitted_rates.fp4_gemm_rate_factor`, unfitted), bf16 and fp16 points also times the
+    (`costmodel.fitted_rates.fp4_gemm_rate_factor`), bf16 and fp16 points also times the
     sustained rate factor (`costmodel.fitted_rates.sustained_gemm_rate_factor`), and with
     ``options.flash_attention_version`` 2 the attention curves of an FA3 profile at FA2's
     rate (`fa2_attention_curves`); the profile itself when none of these applies to its

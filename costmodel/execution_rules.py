@@ -137,7 +137,7 @@ def check_rate_fields(
         raise SpecError(
             f"fp4_gemm_rate_factor must be in (0, 1] or None, got {fp4!r}; it scales the "
             "profile's fp4 GEMM efficiency down for NVFP4 recipe overheads, None takes the "
-            "default of the profile's GPU generation (its FP8 factor, unfitted)"
+            "fitted default of the profile's GPU generation"
         )
     sustained = sustained_gemm_rate_factor
     if sustained is not None and not 0.0 < sustained <= 1.0:

@@ -164,22 +164,25 @@ def fp8_gemm_rate_factor(profile: HardwareProfile, override: float | None = None
     )
 
 
-FP4_GEMM_RATE_FACTORS: dict[str, float] = dict(FP8_GEMM_RATE_FACTORS)
+FP4_GEMM_RATE_FACTORS: dict[str, float] = {"blackwell": 0.55, "blackwell_ultra": 0.5}
 """Default FP4 GEMM rate factor (`ExecutionOptions.fp4_gemm_rate_factor`) by
-`profiles.schema_device.DeviceSpec.generation`, the multiplier on a profile's fp4 curve for
-the GEMMs of an nvfp4 job (Transformer Engine's ``NVFP4BlockScaling``). NOT FITTED: no
-published NVFP4 run has been fitted yet, so each generation takes its FP8 factor
-(`FP8_GEMM_RATE_FACTORS`), an assumption that NVFP4's sustained rate falls short of the
-profile's fp4 curve (itself the fp8 curve on the fp4 peak, `profiles.derive_rules`) by the
-same share as FP8's. Only the generations with FP4 tensor cores (Blackwell, Blackwell
-Ultra) price nvfp4 jobs; the others take `FP8_GEMM_RATE_FACTOR` like FP8. A fit on published
-NVFP4 runs replaces these values (`bench/validation_fit.py`)."""
+`profiles.schema_device.DeviceSpec.generation`, the multiplier on a profile's fp4 curve (the
+fp8 curve on the fp4 peak, `profiles.derive_rules`) for the GEMMs of an nvfp4 job
+(Transformer Engine's ``NVFP4BlockScaling``). Fitted by `bench/validate_published.py` (grid
+of 0.05, jointly with the FP8 factors) on the median |log(predicted / published)| of each
+generation's dense NVFP4 rows of ``published-runs-dev.csv``: blackwell by the
+Megatron-Bridge GB200 rows, blackwell_ultra by the GB300 rows (Llama 3 70B and Llama 3.1
+405B, releases 26.02 to 26.06; the bench's ``--json`` lists them,
+``fitted.fp4_fitted_on_by_generation``). Every NVFP4 row is a Megatron-Bridge row, so
+leave-one-source-out cannot test these values: without that family a generation takes its
+FP8 factor. Only the generations with FP4 tensor cores price nvfp4 jobs; any other takes
+`FP8_GEMM_RATE_FACTOR`."""
 
 
 def fp4_gemm_rate_factor(profile: HardwareProfile, override: float | None = None) -> float:
     """Multiplier, in (0, 1], on ``profile``'s fp4 GEMM efficiency for a Megatron-core
     training step with Transformer Engine NVFP4: ``override`` when given
-    (`ExecutionOptions.fp4_gemm_rate_factor`), else the unfitted value of the profile's
+    (`ExecutionOptions.fp4_gemm_rate_factor`), else the fitted value of the profile's
     generation (`FP4_GEMM_RATE_FACTORS`; `FP8_GEMM_RATE_FACTOR` for the others)."""
     return generation_rate_factor(
         profile,

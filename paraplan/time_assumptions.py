@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from costmodel.execution import ExecutionOptions
 from costmodel.fitted_rates import (
+    FP4_GEMM_RATE_FACTORS,
     FP8_GEMM_RATE_FACTORS,
     MOE_FIT_GENERATIONS,
     MOE_TOKEN_DEVICE_HBM_GBPS,
@@ -38,11 +39,7 @@ def time_assumptions(
         lines.append(f"  FP8 GEMMs at {factor:g} of the profile's rate ({source})")
     elif job.precision == "nvfp4":
         factor = fp4_gemm_rate_factor(profile, options.fp4_gemm_rate_factor)
-        source = (
-            "set by the options"
-            if options.fp4_gemm_rate_factor is not None
-            else f"the {generation} FP8 factor, NOT FITTED on NVFP4 runs"
-        )
+        source = _factor_source(options.fp4_gemm_rate_factor, generation, FP4_GEMM_RATE_FACTORS)
         lines.append(f"  NVFP4 GEMMs at {factor:g} of the profile's fp4 rate ({source})")
     elif job.precision in ("bf16", "fp16"):
         factor = sustained_gemm_rate_factor(profile, options.sustained_gemm_rate_factor)

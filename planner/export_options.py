@@ -58,7 +58,7 @@ RULE = "export_execution_options"
 PRICING_FIELDS: dict[str, str] = {
     "gemm_rate_factor": "a rate factor of the BLAS library the priced stack links",
     "fp8_gemm_rate_factor": "a rate factor fitted on published FP8 runs",
-    "fp4_gemm_rate_factor": "a rate factor assumed for NVFP4 GEMMs (FP8's, not fitted)",
+    "fp4_gemm_rate_factor": "a rate factor fitted on published NVFP4 runs",
     "sustained_gemm_rate_factor": "a rate factor fitted on published runs",
     "moe_host_launch_s": "a host cost per kernel launch fitted on published runs",
     "moe_token_device_s": "a device time per token fitted on published runs",

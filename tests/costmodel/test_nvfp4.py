@@ -23,7 +23,7 @@ from costmodel.compute import (
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, framework_profile, runtime_options
-from costmodel.fitted_rates import FP8_GEMM_RATE_FACTORS, fp4_gemm_rate_factor
+from costmodel.fitted_rates import FP4_GEMM_RATE_FACTORS, fp4_gemm_rate_factor
 from costmodel.fp8_quantization import (
     fp8_cast_bytes_per_element,
     fp8_quantize_time_s,
@@ -120,10 +120,10 @@ def test_adam_master_weights_of_nvfp4_parameters_are_whole_fp32() -> None:
     assert (bf16_params.master_bytes, bf16_params.param_remainders) == (2, True)
 
 
-def test_fp4_rate_factor_is_the_unfitted_fp8_factor_and_scales_the_fp4_curve() -> None:
+def test_fp4_rate_factor_is_the_fitted_one_of_the_generation_and_scales_the_fp4_curve() -> None:
     gb300 = load_profile("gb300-nvl72")
-    assert fp4_gemm_rate_factor(B200) == FP8_GEMM_RATE_FACTORS["blackwell"]
-    assert fp4_gemm_rate_factor(gb300) == FP8_GEMM_RATE_FACTORS["blackwell_ultra"]
+    assert fp4_gemm_rate_factor(B200) == FP4_GEMM_RATE_FACTORS["blackwell"]
+    assert fp4_gemm_rate_factor(gb300) == FP4_GEMM_RATE_FACTORS["blackwell_ultra"]
     assert fp4_gemm_rate_factor(B200, 0.9) == 0.9
     options = dataclasses.replace(DEFAULT_OPTIONS, fp4_gemm_rate_factor=0.5)
     priced = framework_profile(B200, options)

@@ -1,20 +1,21 @@
-"""`paraplan estimate --precision nvfp4`: priced on a Blackwell profile with the unfitted fp4
+"""`paraplan estimate --precision nvfp4`: priced on a Blackwell profile with the fitted fp4
 rate factor named, refused on a device without FP4 tensor cores."""
 
 from __future__ import annotations
 
+from costmodel.fitted_rates import FP4_GEMM_RATE_FACTORS
 from paraplan.cli import main
 
 BASE = ["estimate", "--model", "llama3-70b", "--num-gpus", "64", "--seq-len", "8192"]
 PLAN = ["--global-batch", "128", "--tp", "4", "--pp", "4", "--precision", "nvfp4"]
 
 
-def test_estimate_nvfp4_on_gb300_prints_the_unfitted_fp4_factor(capsys) -> None:
+def test_estimate_nvfp4_on_gb300_prints_the_fitted_fp4_factor(capsys) -> None:
     assert main([*BASE, *PLAN, "--hardware", "gb300-nvl72"]) == 0
     out = capsys.readouterr().out
     line = next(s for s in out.splitlines() if "NVFP4 GEMMs at" in s)
-    assert "0.8 of the profile's fp4 rate" in line  # blackwell_ultra's FP8 factor
-    assert "NOT FITTED" in line
+    factor = FP4_GEMM_RATE_FACTORS["blackwell_ultra"]
+    assert f"{factor:g} of the profile's fp4 rate (fitted for blackwell_ultra)" in line
     assert "NVFP4 parameters (--fp4-param-gather" in out
 
 
