@@ -125,20 +125,16 @@ def check_rate_fields(
             f"gemm_rate_factor must be in (0, 1], got {gemm_rate_factor!r}; it "
             "scales the profile's GEMM efficiency down for an older BLAS library"
         )
-    fp8 = fp8_gemm_rate_factor
-    if fp8 is not None and not 0.0 < fp8 <= 1.0:
-        raise SpecError(
-            f"fp8_gemm_rate_factor must be in (0, 1] or None, got {fp8!r}; it scales the "
-            "profile's fp8 GEMM efficiency down for FP8 recipe overheads, None takes the "
-            "fitted default of the profile's GPU generation"
-        )
-    fp4 = fp4_gemm_rate_factor
-    if fp4 is not None and not 0.0 < fp4 <= 1.0:
-        raise SpecError(
-            f"fp4_gemm_rate_factor must be in (0, 1] or None, got {fp4!r}; it scales the "
-            "profile's fp4 GEMM efficiency down for NVFP4 recipe overheads, None takes the "
-            "fitted default of the profile's GPU generation"
-        )
+    for name, low, recipe in (
+        ("fp8_gemm_rate_factor", fp8_gemm_rate_factor, "fp8 GEMM efficiency down for FP8"),
+        ("fp4_gemm_rate_factor", fp4_gemm_rate_factor, "fp4 GEMM efficiency down for NVFP4"),
+    ):
+        if low is not None and not 0.0 < low <= 1.0:
+            raise SpecError(
+                f"{name} must be in (0, 1] or None, got {low!r}; it scales the profile's "
+                f"{recipe} recipe overheads, None takes the fitted default of the profile's "
+                "GPU generation"
+            )
     sustained = sustained_gemm_rate_factor
     if sustained is not None and not 0.0 < sustained <= 1.0:
         raise SpecError(
