@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from planner.export import megatron_arguments, router_arguments
+from planner.export_torchtitan import torchtitan_model, torchtitan_router_note, torchtitan_toml
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
+from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -92,3 +94,28 @@ def test_dense_models_carry_no_router_flags() -> None:
         plan=ParallelPlan.for_world(2),
     )
     assert not [a for a in megatron_arguments(bundle) if a.startswith("--moe-")]
+
+
+def test_torchtitan_header_names_the_router_a_new_flavor_needs() -> None:
+    bundle = PlanBundle(
+        model=get_preset("kimi-k2"),
+        cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8),
+        job=TrainingJob(seq_length=4096, global_batch_size=64),
+        plan=ParallelPlan.for_world(8, ep=8, distributed_optimizer=True),
+    )
+    header = torchtitan_toml(bundle).split("\n[")[0]
+    assert "score_func='sigmoid', route_norm=True, route_scale=2.827" in header
+    assert "num_expert_groups=1, num_limited_groups=1, load_balance_coeff=0.001" in header
+    # deepseek-v3 is torchtitan's 671B flavor, whose router is the preset's: no note
+    assert torchtitan_model(get_preset("deepseek-v3"))[2]
+    pre = get_preset("qwen3-30b-a3b").replace(router=RouterSpec(moe_router_pre_softmax=True))
+    assert "route_norm=False" in str(torchtitan_router_note(pre))
+    assert torchtitan_router_note(get_preset("tiny")) is None
+
+
+def test_torchtitan_refuses_a_router_it_has_no_form_of() -> None:
+    model = get_preset("tiny-moe").replace(
+        router=RouterSpec(moe_router_score_function="sqrtsoftplus")
+    )
+    with pytest.raises(SpecError, match=r"sqrtsoftplus.*export --to megatron"):
+        torchtitan_router_note(model)
