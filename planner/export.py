@@ -11,6 +11,10 @@ d98e8a64 of NVIDIA/Megatron-LM):
   value is max(model value, seq length).
 - Sliding-window layers and attention sinks: `--window-size`, `--window-attn-skip-freq`,
   `--softmax-type learnable` (`window_arguments`), so the run attends as the estimate priced.
+- The MoE router (`ModelSpec.router`): every field that differs from Megatron-core's
+  default becomes the flag of the same name (`router_arguments`), so the run trains the
+  model's router (DeepSeek-V3's sigmoid, expert bias, group-limited routing and scaling;
+  Qwen3's and Mixtral's aux loss) rather than Megatron's default one.
 - Leading dense layers (DeepSeek's `first_k_dense_replace`) become a `--moe-layer-freq`
   pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
 - Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
@@ -35,6 +39,7 @@ d98e8a64 of NVIDIA/Megatron-LM):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 from typing import Literal
@@ -54,6 +59,7 @@ from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
+from specs.router import RouterSpec
 
 ExportTarget = Literal["megatron", "torchtitan"]
 TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
@@ -179,6 +185,30 @@ def _moe_arguments(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptio
         args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_size)]
     if model.moe_capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{model.moe_capacity_factor:g}"]
+    return args + router_arguments(model.router)
+
+
+def router_arguments(router: RouterSpec) -> list[str]:
+    """Megatron-LM flags of the router fields that differ from Megatron-core's defaults.
+
+    Each `RouterSpec` field is a `TransformerConfig` field, whose flag Megatron-LM derives
+    by replacing underscores with dashes (`ArgumentGroupFactory._format_arg_name`,
+    megatron/training/argument_utils.py; `--moe-router-load-balancing-type` and
+    `--moe-aux-loss-coeff` are declared by hand in arguments.py `_add_moe_args` with the
+    same spellings). A true boolean is the bare flag (``store_true``); numbers use ``%g``.
+    """
+    args: list[str] = []
+    for f in dataclasses.fields(router):
+        value = getattr(router, f.name)
+        if value == f.default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag)
+        elif isinstance(value, float):
+            args += [flag, f"{value:g}"]
+        else:
+            args += [flag, str(value)]
     return args
 
 

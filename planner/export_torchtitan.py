@@ -15,7 +15,10 @@ and the TOML header and `paraplan export` state that difference
 (data_parallel_replicate_degree = dp); TP in torchtitan
 always shards norms along the sequence (Megatron's sequence parallelism). Execution
 options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
-(`planner.export_options.torchtitan_option_config`).
+(`planner.export_options.torchtitan_option_config`). The MoE router is part of the flavor,
+not of the TOML: torchtitan's deepseek_v3 671B flavor routes as the deepseek-v3 preset
+(sigmoid, route_norm, route_scale 2.5, 8 expert groups of which 4, expert bias); for a new
+flavor the header lists the router it needs (`torchtitan_router_note`).
 """
 
 from __future__ import annotations
@@ -80,6 +83,40 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
         f"{model.name!r} (activation {model.activation}, num_experts {model.num_experts}, "
         f"add_bias_linear {model.add_bias_linear}); its registry holds llama3, deepseek_v3, "
         "qwen3 and gpt_oss: export --to megatron, or add the model to torchtitan"
+    )
+
+
+def torchtitan_router_note(model: ModelSpec) -> str | None:
+    """The router settings a new torchtitan flavor of ``model`` needs, or None for a dense
+    model. torchtitan's TOML names a flavor and cannot set the router; its router
+    (``TokenChoiceTopKRouter`` of torchtitan/models/moe/moe.py, ``MoEArgs``) takes
+    score_func (softmax over all experts, or sigmoid), route_norm (renormalize the top-k
+    scores), route_scale, num_expert_groups / num_limited_groups and load_balance_coeff
+    (the expert-bias update rate; None turns the bias off). Megatron's softmax over the
+    top-k logits is torchtitan's softmax with route_norm; its sigmoid always renormalizes.
+    `SpecError` for the score functions and balancing torchtitan's router has no form of."""
+    if not model.is_moe:
+        return None
+    r = model.router
+    if r.moe_router_score_function == "sqrtsoftplus" or r.moe_router_load_balancing_type in (
+        "sinkhorn",
+    ):
+        raise SpecError(
+            f"[torchtitan_router] torchtitan's router has no form of "
+            f"moe_router_score_function {r.moe_router_score_function!r} with "
+            f"moe_router_load_balancing_type {r.moe_router_load_balancing_type!r} (its "
+            "score_func is softmax or sigmoid, its balancing the expert bias): export --to "
+            "megatron"
+        )
+    norm = r.moe_router_score_function == "sigmoid" or not r.moe_router_pre_softmax
+    bias = r.moe_router_bias_update_rate if r.moe_router_enable_expert_bias else None
+    return (
+        f"router of the flavor (MoEArgs): score_func={r.moe_router_score_function!r}, "
+        f"route_norm={norm}, route_scale={r.moe_router_topk_scaling_factor or 1.0}, "
+        f"num_expert_groups={r.moe_router_num_groups}, "
+        f"num_limited_groups={r.moe_router_group_topk}, load_balance_coeff={bias}; the "
+        f"auxiliary loss ({r.moe_router_load_balancing_type}, coefficient "
+        f"{r.moe_aux_loss_coeff:g}) is the trainer's to add"
     )
 
 
@@ -235,6 +272,9 @@ def torchtitan_toml(bundle: PlanBundle) -> str:
         lines.append(
             f"# torchtitan's {name} has no flavor {flavor!r}: add one with this model's sizes"
         )
+        router = torchtitan_router_note(bundle.model)
+        if router is not None:
+            lines.append(f"# {router}")
     for section, values in torchtitan_config(bundle).items():
         lines.append(f"\n[{section}]")
         lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]

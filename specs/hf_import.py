@@ -16,9 +16,12 @@ that decide weight shapes the way that family's transformers code does:
 
 GPT-OSS's sliding window and layer pattern are read (they change attention FLOPs); other
 families' sliding windows are ignored. `rope_theta` (`rotary_base`) and Qwen3's per-head
-q/k norms (`qk_layernorm`) are read for the export. Other things that change no weight
-shape are ignored: rotary fraction and scaling, GPT-NeoX's parallel residual, router
-scoring, DeepSeek's multi-token-prediction module.
+q/k norms (`qk_layernorm`) are read for the export, and so is the MoE router
+(`ModelSpec.router`), with the Megatron settings of Megatron-Bridge's bridge of the family
+(`_deepseek_v3_router`, `_qwen3_moe_router`, `_mixtral_router`, `_GPT_OSS_ROUTER`); a router
+value Megatron-core cannot run is a `SpecError` naming the key and the supported values.
+Other things that change no weight shape are ignored: rotary fraction and scaling,
+GPT-NeoX's parallel residual, DeepSeek's multi-token-prediction module.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, Literal
 
 from specs.errors import SpecError, did_you_mean
 from specs.model import ModelSpec
+from specs.router import RouterSpec
 from specs.serde import read_json
 
 HeadDimRule = Literal["optional", "required", "ignored"]
@@ -65,6 +69,27 @@ class _Config:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(f"{self.source}: key {key!r} must be an integer, got {value!r}")
         return value
+
+    def number(self, key: str, default: float) -> float:
+        """An optional number; absent or null gives ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(f"{self.source}: key {key!r} must be a number, got {value!r}")
+        return float(value)
+
+    def choice(self, key: str, default: str, supported: tuple[str, ...]) -> str:
+        """An optional string among ``supported``; absent or null gives ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if value not in supported:
+            raise SpecError(
+                f"{self.source}: key {key!r} is {value!r}, which Megatron-core's router cannot "
+                f"run as this family defines it; supported: {', '.join(supported)}"
+            )
+        return str(value)
 
     def flag(self, key: str, default: bool) -> bool:
         """An optional boolean; absent or null gives ``default``."""
@@ -123,6 +148,66 @@ def _llama_biases(cfg: _Config) -> dict[str, bool]:
     attention = cfg.flag("attention_bias", False)
     mlp = cfg.flag("mlp_bias", False)
     return {"add_bias_linear": attention and mlp, "add_qkv_bias": attention and not mlp}
+
+
+# ---- routers: the Megatron settings of Megatron-Bridge's bridges (NVIDIA-NeMo/Megatron-Bridge
+# 067f987d, src/megatron/bridge/models/), the model facts from config.json ----------------
+
+
+def _mixtral_router(cfg: _Config) -> RouterSpec:
+    """Mixtral: softmax over all experts, top-k, renormalized (MixtralSparseMoeBlock), which
+    is Megatron's default softmax over the top-k logits; the aux loss with
+    `router_aux_loss_coef` (MixtralConfig default 0.001), as Bridge's CONFIG_MAPPING maps it."""
+    return RouterSpec(
+        moe_router_load_balancing_type="aux_loss",
+        moe_aux_loss_coeff=cfg.number("router_aux_loss_coef", 1e-3),
+    )
+
+
+def _qwen3_moe_router(cfg: _Config) -> RouterSpec:
+    """Qwen3-MoE (qwen3_moe_bridge.py): softmax, pre-softmax unless `norm_topk_prob`
+    (Qwen3MoeConfig default false: the top-k of a softmax over all experts, not
+    renormalized), the aux loss with `router_aux_loss_coef` (default 0.001)."""
+    return RouterSpec(
+        moe_router_pre_softmax=not cfg.flag("norm_topk_prob", False),
+        moe_router_load_balancing_type="aux_loss",
+        moe_aux_loss_coeff=cfg.number("router_aux_loss_coef", 1e-3),
+    )
+
+
+_GPT_OSS_ROUTER = RouterSpec(moe_router_load_balancing_type="none")
+"""GPT-OSS (gpt_oss_bridge.py): softmax over the top-k logits, no load balancing, so
+`router_aux_loss_coef` is unused."""
+
+
+def _deepseek_v3_router(cfg: _Config) -> RouterSpec:
+    """DeepSeek-V3 (deepseek_v3_bridge.py): sigmoid scores (`scoring_func`) with the
+    expert bias of `topk_method` noaux_tc, `n_group` groups of which `topk_group` per token,
+    weights scaled by `routed_scaling_factor`, the sequence-wise aux loss (`seq_aux`, else
+    the micro-batch one) of coefficient `aux_loss_alpha` (Bridge's default 1e-4 when
+    absent), fp32 router, pre-softmax. Absent keys take DeepseekV3Config's defaults.
+    Megatron's sigmoid router always renormalizes the top-k scores, so `norm_topk_prob`
+    false is refused."""
+    if not cfg.flag("norm_topk_prob", True):
+        raise SpecError(
+            f"{cfg.source}: norm_topk_prob false is not supported: Megatron-core's sigmoid "
+            "router always normalizes the top-k scores to sum 1 (moe_utils.py "
+            "topk_routing_with_score_function); write a paraplan ModelSpec JSON if that "
+            "difference is acceptable"
+        )
+    cfg.choice("topk_method", "noaux_tc", ("noaux_tc",))
+    cfg.choice("scoring_func", "sigmoid", ("sigmoid",))
+    return RouterSpec(
+        moe_router_score_function="sigmoid",
+        moe_router_pre_softmax=True,
+        moe_router_enable_expert_bias=True,
+        moe_router_num_groups=cfg.optional("n_group", 8),
+        moe_router_group_topk=cfg.optional("topk_group", 4),
+        moe_router_topk_scaling_factor=cfg.number("routed_scaling_factor", 2.5),
+        moe_router_load_balancing_type="seq_aux_loss" if cfg.flag("seq_aux", True) else "aux_loss",
+        moe_aux_loss_coeff=cfg.number("aux_loss_alpha", 1e-4),
+        moe_router_dtype="fp32",
+    )
 
 
 def _gpt2(cfg: _Config, name: str) -> ModelSpec:
@@ -206,6 +291,7 @@ def _mixtral(cfg: _Config, name: str) -> ModelSpec:
         ffn_hidden_size=cfg.required("intermediate_size"),
         num_experts=cfg.required("num_local_experts"),
         moe_top_k=cfg.required("num_experts_per_tok"),
+        router=_mixtral_router(cfg),
     )
 
 
@@ -246,6 +332,7 @@ def _qwen3_moe(cfg: _Config, name: str) -> ModelSpec:
         moe_ffn_hidden_size=None if expert_ffn == ffn else expert_ffn,
         moe_first_dense_layers=first_dense,
         moe_layer_freq=freq,
+        router=_qwen3_moe_router(cfg),
         qk_layernorm=True,
         **_llama_biases(cfg),
     )
@@ -281,6 +368,7 @@ def _deepseek_v3(cfg: _Config, name: str) -> ModelSpec:
         moe_layer_freq=freq,
         moe_first_dense_layers=min(math.ceil(first_k / freq) * freq, layers),
         mtp_num_layers=cfg.optional("num_nextn_predict_layers", 0) or 0,
+        router=_deepseek_v3_router(cfg),
         q_lora_rank=cfg.optional("q_lora_rank"),
         kv_lora_rank=cfg.required("kv_lora_rank"),
         qk_head_dim=cfg.required("qk_nope_head_dim"),
@@ -318,9 +406,9 @@ def _window_every(cfg: _Config, num_layers: int) -> int | None:
 def _gpt_oss(cfg: _Config, name: str) -> ModelSpec:
     """GPT-OSS: every layer MoE with `num_local_experts` SwiGLU experts of
     `intermediate_size` (biased, as are q/k/v/o under `attention_bias`), top-
-    `num_experts_per_tok` routing, one sink logit per head, and `sliding_window` on the
-    `sliding_attention` layers of `layer_types`. The router's bias (one per expert and
-    layer) has no ModelSpec field and is left out."""
+    `num_experts_per_tok` routing (`_GPT_OSS_ROUTER`), one sink logit per head, and
+    `sliding_window` on the `sliding_attention` layers of `layer_types`. The router's bias
+    (one per expert and layer) has no ModelSpec field and is left out."""
     fields = _decoder(cfg, head_dim="required")
     every = _window_every(cfg, fields["num_layers"])
     window = cfg.required("sliding_window") if every is not None else None
@@ -332,6 +420,7 @@ def _gpt_oss(cfg: _Config, name: str) -> ModelSpec:
         moe_top_k=cfg.required("num_experts_per_tok"),
         add_bias_linear=cfg.flag("attention_bias", True),
         attention_sinks=True,
+        router=_GPT_OSS_ROUTER,
         sliding_window=window,
         sliding_window_every=every or 2,
     )

@@ -2,13 +2,14 @@
 
 Names follow Megatron-LM's arguments (`--num-layers`, `--num-query-groups`,
 `--moe-ffn-hidden-size`, ...) so a spec maps one-to-one onto an exported command line.
-Derived sizes (head dim, MoE layer mask) are methods, never stored twice.
+Derived sizes (head dim, MoE layer mask) are methods, never stored twice. The MoE router's
+settings are a nested `specs.router.RouterSpec` (`ModelSpec.router`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from specs.errors import SpecError
@@ -18,6 +19,7 @@ from specs.fieldcheck import (
     require_optional_positive,
     require_positive,
 )
+from specs.router import RouterSpec, check_router
 
 Activation = Literal["swiglu", "gelu"]
 Normalization = Literal["rmsnorm", "layernorm"]
@@ -75,6 +77,9 @@ class ModelSpec:
     """Leading layers that stay dense (DeepSeek's `first_k_dense_replace`)."""
     moe_capacity_factor: float | None = None
     """Expert capacity factor (`--moe-expert-capacity-factor`); None means dropless."""
+    router: RouterSpec = field(default_factory=RouterSpec)
+    """How the MoE layers score, select, weight and balance experts (`specs.router`);
+    the default is Megatron-core's default router. Ignored by dense models."""
     q_lora_rank: int | None = None
     """Multi-latent attention (DeepSeek): rank of the query down-projection; None = no
     query compression."""
@@ -175,6 +180,14 @@ class ModelSpec:
             raise SpecError(
                 f"ModelSpec {self.name!r}: moe_capacity_factor must be > 0 or null (dropless), "
                 f"got {self.moe_capacity_factor}"
+            )
+        if self.is_moe:
+            check_router(
+                self.router,
+                where=f"ModelSpec {self.name!r}",
+                num_experts=self.num_experts,
+                top_k=self.moe_top_k,
+                capacity_factor=self.moe_capacity_factor,
             )
         mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
         if any(v is not None for v in mla) and any(v is None for v in mla):

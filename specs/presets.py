@@ -21,8 +21,64 @@ from typing import Any
 
 from specs.errors import SpecError, unknown_name_message
 from specs.model import ModelSpec
+from specs.router import RouterSpec
 
 Factory = Callable[[], ModelSpec]
+
+# Routers, with the Megatron settings of Megatron-Bridge's model providers (NVIDIA-NeMo/
+# Megatron-Bridge 067f987d, src/megatron/bridge/models/: the bridge's provider_bridge plus
+# the Hugging Face keys its CONFIG_MAPPING carries over, model_bridge.py) and the values of
+# the models' config.json files.
+
+
+def _mixtral_router(aux_loss_coeff: float) -> RouterSpec:
+    """MixtralSparseMoeBlock: softmax over all experts, top-2, renormalized, which is a
+    softmax over the top-2 logits (Megatron's default); the aux loss with config.json's
+    router_aux_loss_coef. Megatron-Bridge has no Mixtral bridge; Megatron-LM's
+    examples/mixtral trains the same aux_loss balancing."""
+    return RouterSpec(moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=aux_loss_coeff)
+
+
+_QWEN3_MOE_ROUTER = RouterSpec(
+    # qwen3_moe_bridge.py: aux_loss, coefficient 1e-3 (config.json router_aux_loss_coef),
+    # pre-softmax = not norm_topk_prob (true in config.json), softmax.
+    moe_router_load_balancing_type="aux_loss",
+    moe_aux_loss_coeff=1e-3,
+)
+_DEEPSEEK_V3_ROUTER = RouterSpec(
+    # deepseek_v3_bridge.py: sigmoid scores with expert bias (topk_method noaux_tc),
+    # sequence-wise aux loss of coefficient aux_loss_alpha (0.001 in config.json), fp32
+    # router, pre-softmax (no effect with sigmoid); config.json n_group 8, topk_group 4,
+    # routed_scaling_factor 2.5, norm_topk_prob true (Megatron's sigmoid normalizes).
+    moe_router_score_function="sigmoid",
+    moe_router_pre_softmax=True,
+    moe_router_enable_expert_bias=True,
+    moe_router_num_groups=8,
+    moe_router_group_topk=4,
+    moe_router_topk_scaling_factor=2.5,
+    moe_router_load_balancing_type="seq_aux_loss",
+    moe_aux_loss_coeff=1e-3,
+    moe_router_dtype="fp32",
+)
+_KIMI_K2_ROUTER = RouterSpec(
+    # kimi_bridge.py: as DeepSeek-V3's with aux-loss coefficient 1e-3; config.json
+    # scoring_func sigmoid, n_group 1, topk_group 1 (one group: no limit in effect),
+    # routed_scaling_factor 2.827.
+    moe_router_score_function="sigmoid",
+    moe_router_pre_softmax=True,
+    moe_router_enable_expert_bias=True,
+    moe_router_num_groups=1,
+    moe_router_group_topk=1,
+    moe_router_topk_scaling_factor=2.827,
+    moe_router_load_balancing_type="seq_aux_loss",
+    moe_aux_loss_coeff=1e-3,
+    moe_router_dtype="fp32",
+)
+_GPT_OSS_ROUTER = RouterSpec(
+    # gpt_oss_bridge.py: softmax over the top-k logits (GptOssTopKRouter), no load
+    # balancing (config.json's router_aux_loss_coef is then unused).
+    moe_router_load_balancing_type="none",
+)
 
 
 def _llama_style(name: str, **dims: Any) -> tuple[str, Factory]:
@@ -189,7 +245,8 @@ _LLAMA = (
 _MOE = (
     # mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1 config.json: every layer is MoE,
     # so ffn_hidden_size is the expert size. 8x22B's base release uses the 32000-token
-    # tokenizer (its Instruct release has 32768). Both have rope_theta 1000000.
+    # tokenizer (its Instruct release has 32768). Both have rope_theta 1000000; their
+    # router_aux_loss_coef is 0.02 (8x7B) and 0.001 (8x22B).
     _llama_style(
         "mixtral-8x7b",
         num_layers=32,
@@ -202,6 +259,7 @@ _MOE = (
         num_experts=8,
         moe_top_k=2,
         rotary_base=1000000,
+        router=_mixtral_router(0.02),
     ),
     _llama_style(
         "mixtral-8x22b",
@@ -215,6 +273,7 @@ _MOE = (
         num_experts=8,
         moe_top_k=2,
         rotary_base=1000000,
+        router=_mixtral_router(1e-3),
     ),
     # Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B config.json. head_dim is 128 whatever
     # hidden / heads is, hence kv_channels; rope_theta 1000000; the per-head q/k RMSNorm
@@ -236,6 +295,7 @@ _MOE = (
         moe_ffn_hidden_size=768,
         rotary_base=1000000,
         qk_layernorm=True,
+        router=_QWEN3_MOE_ROUTER,
     ),
     _llama_style(
         "qwen3-235b-a22b",
@@ -252,6 +312,7 @@ _MOE = (
         moe_ffn_hidden_size=1536,
         rotary_base=1000000,
         qk_layernorm=True,
+        router=_QWEN3_MOE_ROUTER,
     ),
     # deepseek-ai/DeepSeek-V3 config.json: MLA, 256 routed experts (top-8) plus one shared
     # expert of moe_intermediate_size, the first 3 layers dense, one multi-token-prediction
@@ -270,6 +331,7 @@ _MOE = (
         moe_shared_expert_size=2048,
         moe_first_dense_layers=3,
         mtp_num_layers=1,
+        router=_DEEPSEEK_V3_ROUTER,
         q_lora_rank=1536,
         kv_lora_rank=512,
         qk_head_dim=128,
@@ -282,7 +344,8 @@ _RECIPE_MOE = (
     # openai/gpt-oss-20b and gpt-oss-120b config.json (model_type gpt_oss): head_dim 64,
     # 8 KV heads, every layer MoE with biased SwiGLU experts of intermediate_size 2880,
     # top-4, q/k/v/o biases, one sink per head, sliding window 128 on even layers, untied
-    # 201088-token embeddings, rope_theta 150000. The router bias has no field and is left out.
+    # 201088-token embeddings, rope_theta 150000, `_GPT_OSS_ROUTER`. The router's bias
+    # (one per expert) has no field and is left out.
     *(
         _llama_style(
             name,
@@ -300,6 +363,7 @@ _RECIPE_MOE = (
             attention_sinks=True,
             sliding_window=128,
             rotary_base=150000,
+            router=_GPT_OSS_ROUTER,
         )
         for name, layers, experts in (("gpt-oss-20b", 24, 32), ("gpt-oss-120b", 36, 128))
     ),
@@ -325,6 +389,7 @@ _RECIPE_MOE = (
         qk_pos_emb_head_dim=64,
         v_head_dim=128,
         rotary_base=50000,
+        router=_KIMI_K2_ROUTER,
     ),
 )
 

@@ -62,6 +62,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--ddp-bucket-size", "--micro-batch-size", "--global-batch-size",
         "--recompute-num-layers", "--mtp-num-layers", "--decoder-first-pipeline-num-layers",
         "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
+        "--moe-router-num-groups", "--moe-router-group-topk",
     ]  # fmt: skip
     for flag in ints:
         p.add_argument(flag, type=int)
@@ -71,7 +72,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--moe-grouped-gemm", "--sequence-parallel", "--tp-comm-overlap",
         "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
         "--bf16", "--log-throughput", "--account-for-embedding-in-pipeline-split",
-        "--account-for-loss-in-pipeline-split", "--qk-layernorm",
+        "--account-for-loss-in-pipeline-split", "--qk-layernorm", "--moe-router-pre-softmax",
+        "--moe-router-enable-expert-bias",
     ]  # fmt: skip
     for flag in switches:
         p.add_argument(flag, action="store_true")
@@ -112,7 +114,43 @@ def megatron_parser() -> argparse.ArgumentParser:
         choices=["no_shard", "optim", "optim_grads", "optim_grads_params"],
     )
     p.add_argument("--ckpt-format", choices=["torch", "torch_dist", "zarr", "fsdp_dtensor"])
+    _add_router_arguments(p)
     return p
+
+
+def _add_router_arguments(p: argparse.ArgumentParser) -> None:
+    """Router flags: `_add_moe_args` of arguments.py (load balancing, aux-loss coefficient)
+    and the TransformerConfig fields (types, choices and defaults of transformer_config.py)."""
+    p.add_argument(
+        "--moe-router-load-balancing-type", nargs="+", default="aux_loss",
+        choices=["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn",
+                 "quantile_balancing", "none"],
+    )  # fmt: skip
+    p.add_argument("--moe-aux-loss-coeff", type=float, nargs="+", default=0.0)
+    p.add_argument(
+        "--moe-router-score-function", choices=["softmax", "sigmoid", "sqrtsoftplus"],
+        default="softmax",
+    )  # fmt: skip
+    p.add_argument("--moe-router-topk-scaling-factor", type=float)
+    p.add_argument("--moe-router-bias-update-rate", type=float, default=1e-3)
+    p.add_argument("--moe-router-dtype", choices=["fp32", "fp64"])
+
+
+def _assert_megatron_router_rules(args: argparse.Namespace) -> None:
+    """TransformerConfig.__post_init__'s router rules (transformer_config.py)."""
+    assert not args.moe_router_enable_expert_bias or args.moe_router_score_function in (
+        "sigmoid", "sqrtsoftplus",
+    )  # fmt: skip
+    balancing = args.moe_router_load_balancing_type
+    balancing = balancing[0] if isinstance(balancing, list) else balancing
+    assert not (
+        args.moe_router_topk == 1 and args.moe_router_score_function == "softmax"
+        and not args.moe_router_pre_softmax and balancing != "sinkhorn"
+    )  # fmt: skip
+    if args.moe_router_group_topk:
+        assert args.moe_router_num_groups
+        assert args.num_experts % args.moe_router_num_groups == 0
+        assert args.moe_router_group_topk <= args.moe_router_num_groups
 
 
 def _megatron_vpp(args: argparse.Namespace, p: int) -> int:
@@ -164,6 +202,7 @@ def assert_megatron_accepts(args: argparse.Namespace, world: int, env: dict[str,
         assert args.moe_ffn_hidden_size % et == 0
         freq = args.moe_layer_freq
         assert isinstance(freq, int) or len(freq) == args.num_layers
+        _assert_megatron_router_rules(args)
     b = args.micro_batch_size
     assert args.global_batch_size % (b * dp) == 0  # rule 3
     m = args.global_batch_size // (b * dp)
@@ -270,6 +309,10 @@ def test_golden_deepseek_leading_dense_layers() -> None:
     assert args.moe_shared_expert_intermediate_size == 2048
     assert (args.recompute_method, args.recompute_num_layers) == ("block", 30)
     assert "--group-query-attention" not in megatron_arguments(bundle)  # MLA has no groups
+    assert args.moe_router_score_function == "sigmoid" and args.moe_router_enable_expert_bias
+    assert (args.moe_router_num_groups, args.moe_router_group_topk) == (8, 4)
+    assert args.moe_router_topk_scaling_factor == 2.5
+    assert args.moe_router_load_balancing_type == ["seq_aux_loss"]
 
 
 def test_golden_gpt_oss_sliding_window_and_sinks() -> None:

@@ -173,7 +173,17 @@ def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> floa
     Forward: top-k with the score function reads the logits and writes the probabilities and
     the 1-byte routing map (4 + 4 + 1 per element); the aux-loss scores read the logits and
     write their scores (4 + 4). Backward: each of the two reads its output gradient and saved
-    output and writes the logits gradient (12 per element each)."""
+    output and writes the logits gradient (12 per element each).
+
+    The same bytes for every `specs.router.RouterSpec`: the score function, pre-softmax,
+    the expert bias (one [E] vector), group-limited routing and the scaling factor run
+    inside the one fused top-k kernel (Transformer Engine's
+    `fused_topk_with_score_function` takes them all as arguments), and the logits are
+    fp32 with or without `moe_router_dtype` fp32 (TE's router GEMM writes fp32 logits from
+    bf16 inputs, `RouterGatingLinearFunction` in moe_utils.py). Left unpriced, for want of a
+    source that measures them: the per-sequence reshapes of ``seq_aux_loss``, the aux-loss
+    kernel that ``none`` skips, sinkhorn's iterations, the expert-bias update after each
+    global batch, and fp64 routing (a `torch.mm` in fp64)."""
     per_element = 17 + ROUTING_MAP_BYTES if direction == "forward" else 24
     return per_element * tokens * num_experts
 
