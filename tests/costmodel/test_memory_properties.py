@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from costmodel.memory import memory_per_stage
 from specs import ModelSpec, ParallelPlan, TrainingJob
+from specs.router import RouterSpec
 
 
 @st.composite
@@ -18,6 +19,7 @@ def cases(draw: st.DrawFn) -> tuple[ModelSpec, TrainingJob, ParallelPlan]:
     """A small model (dense or MoE, MHA or GQA) with a plan the memory model accepts."""
     heads = draw(st.sampled_from([4, 8]))
     moe = draw(st.booleans())
+    top_k = draw(st.sampled_from([1, 2]))
     model = ModelSpec(
         name="prop",
         num_layers=draw(st.sampled_from([4, 8])),
@@ -28,7 +30,9 @@ def cases(draw: st.DrawFn) -> tuple[ModelSpec, TrainingJob, ParallelPlan]:
         vocab_size=draw(st.integers(100, 5000)),
         activation=draw(st.sampled_from(["swiglu", "gelu"])),
         num_experts=8 if moe else 0,
-        moe_top_k=draw(st.sampled_from([1, 2])),
+        moe_top_k=top_k,
+        # top-1 routing needs a softmax over all experts (Megatron-core's rule, specs.router)
+        router=RouterSpec(moe_router_pre_softmax=top_k == 1),
         moe_ffn_hidden_size=64,
         moe_shared_expert_size=draw(st.sampled_from([0, 64])) if moe else 0,
     )
