@@ -341,6 +341,15 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
         "set it): no bf16 weight copy, FP8 parameter all-gather",
     )
     group.add_argument(
+        "--fp4-param-gather",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --precision nvfp4: NVFP4 linear weights gathered as NVFP4 (Megatron "
+        "--fp4-param-gather; Megatron-Bridge's nvfp4 recipe sets it from release 26.06, the "
+        "default here); --no-fp4-param-gather: bf16 weights with Transformer Engine's NVFP4 "
+        "copies",
+    )
+    group.add_argument(
         "--grad-reduce-in-bf16",
         action="store_true",
         help="bf16 main gradients and gradient reduction (Megatron --grad-reduce-in-bf16) "
@@ -381,6 +390,8 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
         changes["fp8_recipe"] = args.fp8_recipe
     if getattr(args, "fp8_param_gather", False):
         changes["fp8_param"] = True
+    if getattr(args, "fp4_param_gather", None) is not None:
+        changes["fp4_param"] = args.fp4_param_gather
     if getattr(args, "grad_reduce_in_bf16", False):
         changes["main_grad_bytes"] = 2
     changes.update(optimizer_precision_fields(args))

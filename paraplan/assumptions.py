@@ -35,9 +35,11 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             lines.append(fp8_layout_line(options, device))
     if job.precision == "nvfp4":
         lines.append(
-            "  NVFP4 parameters (--fp4-param-gather, Megatron-Bridge's nvfp4 recipe)"
+            "  NVFP4 parameters (--fp4-param-gather, Megatron-Bridge's nvfp4 recipe); add "
+            "--no-fp4-param-gather for bf16 weights with Transformer Engine's NVFP4 copies"
             if options.fp4_param
-            else "  bf16 weights plus Transformer Engine's NVFP4 copies"
+            else "  bf16 weights plus Transformer Engine's NVFP4 copies; add --fp4-param-gather "
+            "for NVFP4 parameters"
         )
     lines.append(optimizer_state_line(options) if job.optimizer == "adam" else muon_line(job))
     if options.optimizer_cpu_offload_fraction > 0:

@@ -41,7 +41,8 @@ def check_fp8_device(job: TrainingJob, profile: HardwareProfile) -> None:
 
 def check_fp8_flags(args: argparse.Namespace, job: TrainingJob, profile: HardwareProfile) -> None:
     """`SpecError` for an fp8 job on a device without FP8 (`check_fp8_device`), for FP8
-    recipe flags given to a job that is not fp8, and for ``--fp8-recipe mxfp8`` on a device
+    recipe flags given to a job that is not fp8, for ``--[no-]fp4-param-gather`` given to a
+    job that is not nvfp4, and for ``--fp8-recipe mxfp8`` on a device
     of a known generation outside `MXFP8_GENERATIONS`."""
     check_fp8_device(job, profile)
     recipe = getattr(args, "fp8_recipe", None)
@@ -52,6 +53,13 @@ def check_fp8_flags(args: argparse.Namespace, job: TrainingJob, profile: Hardwar
         raise SpecError(
             f"{' and '.join(given)} set Transformer Engine's FP8 training, but the job is "
             f"--precision {job.precision}: add --precision fp8, or drop {' and '.join(given)}"
+        )
+    fp4 = getattr(args, "fp4_param_gather", None)
+    if fp4 is not None and job.precision != "nvfp4":
+        flag = "--fp4-param-gather" if fp4 else "--no-fp4-param-gather"
+        raise SpecError(
+            f"{flag} sets Transformer Engine's NVFP4 weights, but the job is --precision "
+            f"{job.precision}: add --precision nvfp4, or drop {flag}"
         )
     generation = profile.device.generation
     if recipe == "mxfp8" and generation and generation not in MXFP8_GENERATIONS:

@@ -24,3 +24,26 @@ def test_estimate_nvfp4_on_h100_exits_2_with_the_rule(capsys) -> None:
     err = capsys.readouterr().err
     assert "[nvfp4_needs_fp4_tensor_cores]" in err and "Traceback" not in err
     assert "use --precision fp8 or a Blackwell profile" in err
+
+
+def _peak_gib(capsys, *flags: str) -> float:
+    assert main([*BASE, *PLAN, "--hardware", "gb200-nvl72", "--dist-opt", *flags]) == 0
+    out = capsys.readouterr().out
+    return float(next(s for s in out.splitlines() if "peak memory (GiB)" in s).split("│")[2])
+
+
+def test_no_fp4_param_gather_keeps_bf16_weights_beside_the_nvfp4_copies(capsys) -> None:
+    # bf16 weights (2 bytes) plus TE's cached NVFP4 copies (2 x 0.5625) against NVFP4
+    # parameters alone (2 x 0.5625): the bf16 copy adds memory
+    nvfp4_params = _peak_gib(capsys)
+    bf16_params = _peak_gib(capsys, "--no-fp4-param-gather")
+    assert bf16_params > nvfp4_params
+    assert _peak_gib(capsys, "--fp4-param-gather") == nvfp4_params
+
+
+def test_fp4_param_flag_without_an_nvfp4_job_exits_2(capsys) -> None:
+    argv = [*BASE, "--global-batch", "128", "--tp", "4", "--pp", "4", "--hardware", "gb200-nvl72"]
+    assert main([*argv, "--no-fp4-param-gather"]) == 2
+    err = capsys.readouterr().err
+    assert "--no-fp4-param-gather" in err and "add --precision nvfp4" in err
+    assert "Traceback" not in err
