@@ -9,6 +9,7 @@ depends on the row's published figure.
 
 from __future__ import annotations
 
+from norm_recipes import compute_dtype
 from recipe_keys import matches, release_of, row_keys
 
 GRAD_REDUCE_NOT_OVERLAPPED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -62,8 +63,7 @@ def tp_overlap(raw: dict[str, str], tp: int, sequence_parallel: bool) -> bool:
     parallelism (Megatron-LM ``validate_args``)."""
     notes = raw.get("notes") or ""
     stated = TP_COMM_OVERLAP_FLAG in notes
-    nvfp4 = (raw.get("precision") or "").strip().upper().startswith("NVFP4")
-    recipe = matches(raw, TP_COMM_OVERLAP_MODELS) and not nvfp4
+    recipe = matches(raw, TP_COMM_OVERLAP_MODELS) and compute_dtype(raw) != "nvfp4"
     return tp > 1 and sequence_parallel and (stated or recipe)
 
 

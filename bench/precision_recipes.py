@@ -8,6 +8,7 @@ cited per entry). Nothing here depends on the row's published figure.
 
 from __future__ import annotations
 
+from norm_recipes import compute_dtype
 from recipe_keys import is_fp8, matches, release_of
 
 FP8_PARAM_OFF: tuple[tuple[str, str], ...] = (("MBRIDGE-26.06", "gpt oss"),)
@@ -54,8 +55,7 @@ def fp4_weight_fields(raw: dict[str, str]) -> dict[str, object]:
     parameters with Transformer Engine's cached NVFP4 copies before); empty for other
     rows."""
     source = raw.get("source_id", "")
-    precision = (raw.get("precision") or "").strip().upper()
-    if not source.startswith("MBRIDGE-") or not precision.startswith("NVFP4"):
+    if not source.startswith("MBRIDGE-") or compute_dtype(raw) != "nvfp4":
         return {}
     return {"fp4_param": release_of(source) >= FP4_PARAM_FROM}
 

@@ -189,20 +189,16 @@ def megatron_option_refusals(
             "the plan through Megatron-Bridge"
         )
         lines.append(refusal("cross_entropy_fusion", options.cross_entropy_fusion, why))
-    if job.precision != "fp8":
-        why = f"FP8 settings need an fp8 job, the job is {job.precision}: re-plan with "
-        lines += [
-            refusal(n, getattr(options, n), why + "--precision fp8 or without the FP8 flags")
-            for n in FP8_FIELDS
-            if n in changed
-        ]
-    if job.precision != "nvfp4":
-        why = f"NVFP4 settings need an nvfp4 job, the job is {job.precision}: re-plan with "
-        lines += [
-            refusal(n, getattr(options, n), why + "--precision nvfp4 or without them")
-            for n in FP4_FIELDS
-            if n in changed
-        ]
+    for needs, fields, fix in (
+        ("fp8", FP8_FIELDS, "--precision fp8 or without the FP8 flags"),
+        ("nvfp4", FP4_FIELDS, "--precision nvfp4 or without them"),
+    ):
+        if job.precision != needs:
+            why = (
+                f"{needs.upper()} settings need an {needs} job, the job is {job.precision}: "
+                f"re-plan with {fix}"
+            )
+            lines += [refusal(n, getattr(options, n), why) for n in fields if n in changed]
     if (
         job.precision == "fp8"
         and options.fp8_param

@@ -15,6 +15,7 @@ tiny per-head vectors ModelSpec has no field for (Qwen3's q/k norms) are left ou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -60,19 +61,14 @@ _DEEPSEEK_V3_ROUTER = RouterSpec(
     moe_aux_loss_coeff=1e-3,
     moe_router_dtype="fp32",
 )
-_KIMI_K2_ROUTER = RouterSpec(
+_KIMI_K2_ROUTER = dataclasses.replace(
     # kimi_bridge.py: as DeepSeek-V3's with aux-loss coefficient 1e-3; config.json
     # scoring_func sigmoid, n_group 1, topk_group 1 (one group: no limit in effect),
     # routed_scaling_factor 2.827.
-    moe_router_score_function="sigmoid",
-    moe_router_pre_softmax=True,
-    moe_router_enable_expert_bias=True,
+    _DEEPSEEK_V3_ROUTER,
     moe_router_num_groups=1,
     moe_router_group_topk=1,
     moe_router_topk_scaling_factor=2.827,
-    moe_router_load_balancing_type="seq_aux_loss",
-    moe_aux_loss_coeff=1e-3,
-    moe_router_dtype="fp32",
 )
 _GPT_OSS_ROUTER = RouterSpec(
     # gpt_oss_bridge.py: softmax over the top-k logits (GptOssTopKRouter), no load

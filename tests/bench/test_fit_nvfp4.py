@@ -4,11 +4,13 @@ NVFP4 recipe settings of the Megatron-Bridge rows (precision_recipes, overlap_re
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import synthetic_outcome
 
-stats = load_bench("validation_stats")
 fitting = load_bench("validation_fit")
 precision_recipes = load_bench("precision_recipes")
 overlap = load_bench("overlap_recipes")
@@ -34,24 +36,9 @@ def _predict(row_id, factor, host_s, sustained, token_s):
 
 
 def _row(row_id, source, precision):
-    return stats.Outcome(
-        row_id=row_id,
-        source_id=source,
-        model="m",
-        plan=f"plan {row_id}",
-        generation="Blackwell",
-        precision=precision,
-        kind="dense",
-        gpu_type="x",
-        num_gpus=8,
-        seq_length=4096,
-        published_s=_seconds(row_id, TRUTH[precision]),
-        predicted_s=_seconds(row_id, None),
-        peak_memory_gib=1.0,
-        device_memory_gib=180.0,
-        fits=True,
-        fit_generation="blackwell",
-    )
+    published = _seconds(row_id, TRUTH[precision])
+    row = synthetic_outcome(row_id, source, published, _seconds(row_id, None), "Blackwell")
+    return dataclasses.replace(row, precision=precision, fit_generation="blackwell")
 
 
 def _rows():
