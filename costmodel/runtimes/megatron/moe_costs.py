@@ -14,7 +14,8 @@ dropless routing the most loaded rank receives `ExecutionOptions.moe_load_imbala
 and sets the pace (`moe_shape`).
 
 Work per pass, in the order the dispatcher runs it (forward; backward mirrors it):
-1. router: the gating GEMM [T, h] x [h, E] and the fused top-k / score-function / aux-loss
+1. router: the gating GEMM [T, h] x [h, E] (bf16 in fp8 and fp4 jobs, `router_gemm_dtype`)
+   and the fused top-k / score-function / aux-loss
    kernels over the [T, E] fp32 logits (`router_kernel_bytes`);
 2. dispatch metadata: per-expert token counts all-gathered over the tp x ep group (one
    latency-bound collective, forward only) and copied to the host;
@@ -166,6 +167,18 @@ def flex_rows_per_token(
     return remote, local
 
 
+def router_gemm_dtype(gemm_dtype: str) -> str:
+    """Dtype of the router's gating GEMM in a job whose linear layers run in ``gemm_dtype``:
+    bf16 under fp8 and fp4 GEMMs, else the job's own.
+
+    Megatron-core's `RouterGatingLinearFunction` (moe_utils.py) calls Transformer
+    Engine's ``general_gemm`` on the bf16 router weight and input directly, outside the
+    quantizing modules, so the router never runs in the job's low-precision format;
+    ``moe_router_dtype`` fp32 only sets the output (logits) dtype. fp64 routing
+    (``torch.mm`` in fp64) is not priced (`router_kernel_bytes`)."""
+    return "bf16" if gemm_dtype in ops.LOW_PRECISION_GEMM_DTYPES else gemm_dtype
+
+
 def router_kernel_bytes(tokens: float, num_experts: int, direction: str) -> float:
     """Bytes of the fused router kernels over the [tokens, E] fp32 logits
     (`moe_utils.fused_topk_with_score_function`, `fused_compute_score_for_moe_aux_loss`).
@@ -262,7 +275,7 @@ def routed_experts(
     shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
     m, n1 = _rows(shape.rows_per_expert), _rows((2 if gated else 1) * shape.width)
     n2 = _rows(shape.width)
-    router = _gemm3(profile, _rows(tokens), model.num_experts, h, dtype)
+    router = _gemm3(profile, _rows(tokens), model.num_experts, h, router_gemm_dtype(dtype))
     fc1 = _gemm3(profile, m, n1, h, dtype)
     fc2 = _gemm3(profile, m, h, n2, dtype)
     expert_rows = shape.rows * plan.expert_tp
