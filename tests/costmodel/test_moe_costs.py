@@ -20,6 +20,7 @@ from costmodel.runtimes.megatron.moe_costs import (
     expected_distinct_groups,
     flex_rows_per_token,
     moe_shape,
+    router_gemm_dtype,
     router_kernel_bytes,
 )
 from costmodel.runtimes.megatron.moe_launches import FIXED_LAUNCHES, host_bound_s, moe_host_launches
@@ -65,6 +66,16 @@ def test_dispatch_copies_add_the_local_expert_sort():
 def test_router_kernels_scale_with_tokens_and_experts():
     assert router_kernel_bytes(10, 128, "forward") == 18 * 10 * 128
     assert router_kernel_bytes(10, 128, "backward") == 24 * 10 * 128
+
+
+@pytest.mark.parametrize(
+    ("job_gemm", "router_gemm"),
+    [("fp8", "bf16"), ("fp4", "bf16"), ("bf16", "bf16"), ("fp32", "fp32")],
+)
+def test_router_gemm_stays_out_of_low_precision(job_gemm, router_gemm):
+    # Megatron-core moe_utils.py RouterGatingLinearFunction: TE general_gemm on the bf16
+    # weight and input, outside the fp8/fp4 quantizing modules.
+    assert router_gemm_dtype(job_gemm) == router_gemm
 
 
 def test_launch_counts_grow_per_local_expert():
