@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
         result["search_sanity"] = search_sanity(read_rows(args.csv))
     if args.markdown or args.figure:
-        from validation_docs import write_figure, write_markdown
+        from validation_docs import write_markdown
+        from validation_figure import write_figure
 
         if args.markdown:
             write_markdown(result, DOCS / "validation.md")

@@ -12,7 +12,7 @@ from tests.bench.bench_loader import load_bench
 rows_mod = load_bench("published_rows")
 figures = load_bench("row_figures")
 unstated = load_bench("unstated_vpp")
-docs = load_bench("validation_docs")
+tables = load_bench("validation_tables")
 published_csv = load_bench("published_csv")
 bench = load_bench("validate_published")
 
@@ -174,7 +174,7 @@ def test_markdown_section_gives_each_sharding_its_band_and_names_unpriced_rows()
         ],
         "by_sharding": {"distopt": {"min_error": -0.1, "max_error": 0.1, "any_fits": True}},
     }
-    lines = docs.unstated_vpp_lines([entry, {"row_id": "2", "model": "N", "not_priced": "why"}])
+    lines = tables.unstated_vpp_lines([entry, {"row_id": "2", "model": "N", "not_priced": "why"}])
     assert (
         "| 1 | M | tp8 pp12 dp16 mbs1 sp distopt (mbs not stated) | 10.00 | distopt | "
         "2: 9.00 (-10.0%), 70; 4: 11.00 (+10.0%), 90 | -10.0% to +10.0% | yes |"

@@ -1,10 +1,12 @@
-"""bench/validation_docs.py: the FP8 factor and same-recipe lines of docs/validation.md."""
+"""bench/validation_docs.py and bench/validation_tables.py: the FP8 factor, same-recipe and
+fit-note lines and the search sanity's claim lines of docs/validation.md."""
 
 from __future__ import annotations
 
 from tests.bench.bench_loader import load_bench
 
 docs = load_bench("validation_docs")
+tables = load_bench("validation_tables")
 
 RESULT = {
     "fitted": {
@@ -57,7 +59,7 @@ def test_claim_lines_name_the_phases_and_the_overflow_share_of_recipes_behind_th
     }
     ranked = row | {"row_id": "9", "recipe_rank": 1}
     older = {k: v for k, v in row.items() if k != "pick_gain_by_phase"} | {"row_id": "5"}
-    lines = docs.claim_lines({"rows": [row, ranked, older]})
+    lines = tables.claim_lines({"rows": [row, ranked, older]})
     assert lines == [
         "- row 1 (GPT 1.7B, 1.30x): compute_recompute +25.0%, bubble -2.0%, tp_exposed +1.0%; "
         "stops fitting above 65% fragmentation (36% assumed)"
