@@ -34,19 +34,24 @@ a cost-model error than a better plan.
 Run alone (``python bench/search_sanity.py --help``) it prints these figures per row, or
 JSON with ``--json``; ``--recipe-vpp`` prices recipes published without interleaving with a
 given virtual pipeline degree instead (what the claim would be had the recipe interleaved).
+
+This module runs the searches (`cached_search`, once per problem and held knobs) and
+assembles the figures per recipe and over all recipes; `sanity_claims.py` computes each
+claim's figures, `sanity_cases.py` the recipe's case as priced and as searched,
+`sanity_problems.py` groups the rows into problems and recipes and summarizes them, and
+`sanity_text.py` holds the command line's parser and text output.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import sys
 import time
 
 from published_rows import NotExpressible, RowCase, case_for_row
+from sanity_cases import searched_case, with_recipe_vpp
+from sanity_claims import TIE_TOLERANCE, breakdown_figures, claim, fragmentation_figures
 from sanity_problems import (
-    KINDS,
     ProblemKey,
     Recipe,
     failure_reason,
@@ -57,119 +62,22 @@ from sanity_problems import (
     summaries,
     summary,
 )
+from sanity_text import build_parser, print_result
 
-from costmodel.estimate import Estimate, estimate_plan
-from costmodel.memory_allowances import FrameworkAllowance
-from planner.ranking import RANK_TOLERANCE, order_plans
+from costmodel.estimate import estimate_plan
 from planner.search import search_plans
 from planner.search_result import RankedPlan
 from planner.space import SearchSpace
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs.errors import SpecError
-from specs.plan import ParallelPlan
 
 TOP_K = 10
-TIE_TOLERANCE = RANK_TOLERANCE
-"""Predicted speedup over the recipe up to which a plan ties with it in the
-``*_rank_within_error`` ranks: the planner's own tie band (`planner.ranking.RANK_TOLERANCE`,
-which gives its evidence)."""
-
-
-def _claim(
-    top: tuple[RankedPlan, ...], recipe_plan: ParallelPlan, recipe: Estimate
-) -> tuple[RankedPlan, float, int, int]:
-    """(the pick, its tokens/s over the recipe's, the recipe's place in the planner's order,
-    its rank counting only plans more than `TIE_TOLERANCE` faster) of one search's ``top``
-    plans (`SearchResult.top`, in the planner's order)."""
-    if not top:
-        raise NotExpressible("the planner found no fitting plan")
-    entries: list[tuple[ParallelPlan, Estimate]] = [(recipe_plan, recipe)]
-    entries += [(r.plan, r.estimate) for r in top]
-    ordered = order_plans(
-        entries,
-        plan=lambda e: e[0],
-        tokens_per_s=lambda e: e[1].tokens_per_s,
-        peak_memory_bytes=lambda e: e[1].peak_memory_bytes,
-    )
-    rank = next(i for i, e in enumerate(ordered) if e is entries[0]) + 1
-    speedups = [r.estimate.tokens_per_s / recipe.tokens_per_s for r in top]
-    beyond = sum(1 for x in speedups if x > 1 + TIE_TOLERANCE)
-    return top[0], speedups[0], rank, beyond + 1
-
-
-def gain_by_phase(recipe: dict[str, float], pick: dict[str, float]) -> dict[str, float]:
-    """Seconds the pick saves in each phase of `costmodel.iteration.Breakdown` (critical
-    stage), as shares of the recipe's iteration; negative where the pick spends more. The
-    shares sum to 1 - 1 / claimed speedup, both plans running one global batch."""
-    total_s = sum(recipe.values())
-    return {phase: (recipe[phase] - pick[phase]) / total_s for phase in recipe}
-
-
-def overflow_fragmentation(estimate: Estimate, allowance: FrameworkAllowance) -> float:
-    """The allocator fragmentation share (`FrameworkAllowance.fraction`, a share of the
-    dynamic bytes: activations, recompute working set, communication buffers) at which the
-    first stage of ``estimate`` exceeds device memory during the backward, with
-    ``allowance``'s fixed bytes; the smallest over the stages. 0 when a stage's optimizer
-    step alone exceeds the device (`costmodel.memory.StageMemory.optimizer_step_bytes`,
-    which no share changes); infinite when no stage has dynamic bytes."""
-    shares = []
-    for stage in estimate.memory:
-        if stage.optimizer_step_bytes and stage.total_bytes > estimate.device_memory_bytes:
-            return 0.0
-        dynamic = stage.activation_total_bytes + stage.comm_buffers_bytes
-        backward = stage.total_bytes - stage.optimizer_step_bytes
-        static = backward - stage.framework_bytes + allowance.fixed_bytes
-        if dynamic > 0:
-            shares.append((estimate.device_memory_bytes - static) / dynamic)
-    return min(shares, default=float("inf"))
-
-
-def with_recipe_vpp(case: RowCase, vpp: int) -> RowCase:
-    """``case`` with its recipe on the interleaved schedule at ``vpp`` model chunks per
-    pipeline rank, when it is pipelined and published without interleaving; else as is."""
-    plan = case.plan
-    if vpp <= 1 or plan.pp == 1 or plan.vpp > 1:
-        return case
-    return dataclasses.replace(
-        case, plan=dataclasses.replace(plan, vpp=vpp, schedule="interleaved")
-    )
+"""Plans each search keeps (`search_plans` ``top_k``): the recipe ranks among these."""
 
 
 SearchKey = tuple[ProblemKey, tuple[tuple[str, object], ...]]
 """One search: the problem (`sanity_problems.problem_key`) and the knobs held fixed."""
-
-
-def recipe_features(plan: ParallelPlan) -> frozenset[str]:
-    """The plan features (`costmodel.execution_rules.PLAN_FEATURES`) that ``plan`` uses, but
-    ``ddp_bucket_size``: a recipe's bucket is its framework's fixed default (PyTorch DDP's
-    25 MB on the SC21 rows), not a searched ``--ddp-bucket-size``."""
-    used = {
-        "sequence_parallel": plan.sequence_parallel,
-        "tp_comm_overlap": plan.tp_comm_overlap,
-        "selective_recompute": plan.recompute == "selective",
-        "recompute_modules": plan.recompute == "selective" and plan.recompute_modules is not None,
-        "context_parallel": plan.cp > 1,
-        "distributed_optimizer": plan.distributed_optimizer,
-        "uneven_pipeline_split": plan.has_uneven_split,
-        "interleaved_two_stages": plan.pp == 2 and plan.vpp > 1,
-        "pipelined_grad_overlap": plan.overlap_grad_reduce and plan.pp > 1,
-        "megatron_fsdp": plan.use_megatron_fsdp,
-    }
-    return frozenset(name for name, on in used.items() if on)
-
-
-def searched_case(case: RowCase) -> RowCase:
-    """``case`` with the plan features of its options widened by those its recipe uses
-    (`recipe_features`), so that the search may use what the recipe's software ran: BLOOM's
-    Megatron-DeepSpeed is priced as Megatron-LM 2021 (no distributed optimizer, even
-    splits) but ran ZeRO-1 and an embedding-aware split. Plan features steer the search
-    only; no price reads them (`ExecutionOptions.plan_features`)."""
-    features = case.options.plan_features | recipe_features(case.plan)
-    if features == case.options.plan_features:
-        return case
-    options = dataclasses.replace(case.options, plan_features=features)
-    return dataclasses.replace(case, options=options)
 
 
 def cached_search(
@@ -210,21 +118,15 @@ def sanity_case(
     )
     searched = searched_case(case)
     result = cached_search(searched, profile, {}, searches)
-    pick, speedup, rank, rank_tied = _claim(result, case.plan, recipe)
+    pick, speedup, rank, rank_tied = claim(result, case.plan, recipe)
     held: dict[str, object] = {
         "recompute": case.plan.recompute,
         "recompute_num_layers": case.plan.recompute_num_layers,
         "recompute_method": case.plan.recompute_method,
     }
     same = cached_search(searched, profile, held, searches)
-    same_pick, same_speedup, same_rank, same_rank_tied = _claim(same, case.plan, recipe)
+    same_pick, same_speedup, same_rank, same_rank_tied = claim(same, case.plan, recipe)
     device_gib = profile.device.memory_gib
-    allowance = FrameworkAllowance()
-    breakdowns = {
-        "recipe_breakdown": recipe.breakdown.as_dict(),
-        "pick_breakdown": pick.estimate.breakdown.as_dict(),
-        "same_recompute_breakdown": same_pick.estimate.breakdown.as_dict(),
-    }
     return {
         "recipe": case.plan.label(),
         "pick": pick.plan.label(),
@@ -239,19 +141,8 @@ def sanity_case(
         "recipe_rank_within_error": rank_tied,
         "same_recompute_rank_within_error": same_rank_tied,
         "recipe_peak_gib": recipe.peak_memory_gib,
-        **breakdowns,
-        "pick_gain_by_phase": gain_by_phase(
-            breakdowns["recipe_breakdown"], breakdowns["pick_breakdown"]
-        ),
-        "same_recompute_gain_by_phase": gain_by_phase(
-            breakdowns["recipe_breakdown"], breakdowns["same_recompute_breakdown"]
-        ),
-        "pick_overflow_fragmentation": overflow_fragmentation(pick.estimate, allowance),
-        "assumed_fragmentation": (
-            case.options.allocator_fragmentation
-            if case.options.allocator_fragmentation is not None
-            else allowance.fragmentation(case.options.expandable_segments)
-        ),
+        **breakdown_figures(recipe, pick.estimate, same_pick.estimate),
+        **fragmentation_figures(pick.estimate, case.options),
     }
 
 
@@ -331,79 +222,10 @@ def search_sanity(
     }
 
 
-def main_phases(gains: dict[str, float], count: int = 3) -> str:
-    """The ``count`` phases with the largest shares of `gain_by_phase`, as text."""
-    top = sorted(gains.items(), key=lambda kv: -abs(kv[1]))[:count]
-    return ", ".join(f"{phase} {share:+.0%}" for phase, share in top if share)
-
-
-CLAIM_DETAIL = 1.10
-"""Claimed speedup above which the text output lists every phase of `gain_by_phase`."""
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Search sanity: the planner's pick against every published recipe of the "
-        "chosen trust levels with a complete configuration, each distinct problem searched once."
-    )
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument(
-        "--rows",
-        default="",
-        help="only the rows whose source id, model or row id contains one of these "
-        "comma-separated texts (case-insensitive); rows of the --trust levels only either way",
-    )
-    parser.add_argument(
-        "--trust",
-        default="A",
-        help="trust levels of the rows, comma-separated (default A: the SC21 rows; A,B adds "
-        "the production recipes)",
-    )
-    parser.add_argument(
-        "--kinds", choices=KINDS, default="all", help="rows of dense models, MoE models or both"
-    )
-    parser.add_argument(
-        "--limit", type=int, default=None, help="search only the first N distinct problems"
-    )
-    parser.add_argument(
-        "--recipe-vpp",
-        type=int,
-        default=1,
-        help="price pipelined recipes published without interleaving with this many model "
-        "chunks per pipeline rank (1: as published)",
-    )
-    return parser
-
-
-def _print_recipe(r: dict) -> None:
-    print(
-        f"{','.join(r['row_ids'])} {r['model']} on {r['num_gpus']} {r['hardware']}: "
-        f"{r['claimed_speedup']:.2f}x rank {r['recipe_rank']} ({r['recipe_rank_within_error']} "
-        f"within error); held to its recompute {r['same_recompute_speedup']:.2f}x rank "
-        f"{r['same_recompute_rank']} ({r['same_recompute_rank_within_error']})\n"
-        f"    recipe {r['recipe']}\n    pick   {r['pick']}\n"
-        f"    free {r['pick_memory_free']:.0%}, overflow at fragmentation "
-        f"{r['pick_overflow_fragmentation']:.0%} ({r['assumed_fragmentation']:.0%} assumed); "
-        f"gain: {main_phases(r['pick_gain_by_phase'])}"
-    )
-    if r["claimed_speedup"] > CLAIM_DETAIL:
-        print(f"    gain by phase: {main_phases(r['pick_gain_by_phase'], count=99)}")
-
-
-def _summary_line(name: str, s: dict) -> str:
-    return (
-        f"{name}: {s['num_recipes']} recipes, median claimed speedup "
-        f"{s['median_claimed_speedup']:.2f}x, recipe in top 10 {s['recipe_in_top10_fraction']:.0%} "
-        f"({s['recipe_in_top10_within_error_fraction']:.0%} within error); held to the "
-        f"recipe's recompute {s['median_same_recompute_speedup']:.2f}x, "
-        f"{s['same_recompute_in_top10_fraction']:.0%}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     from published_csv import default_csv, read_rows, select_rows
 
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         trusts = parse_trusts(args.trust)
@@ -427,19 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
-    for r in result["rows"]:
-        _print_recipe(r)
-    if not result["rows"]:
-        print("no recipe with a complete configuration among the selected rows")
-        return 0
-    print(
-        f"{len(result['rows'])} recipes of {result['num_problems']} distinct problems, "
-        f"{result['num_searches']} searches"
-    )
-    print(_summary_line("all", result))
-    for name, group in result["by_group"].items():
-        print(_summary_line(name, group))
+    else:
+        print_result(result)
     return 0
 
 

@@ -40,7 +40,7 @@ from row_figures import published_iteration_time_s
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
 from specs.errors import SpecError
-from specs.pipeline_split import accounted_layers
+from specs.pipeline_split_checks import accounted_layers
 from specs.plan import ParallelPlan
 from specs.rules import check_plan
 

@@ -150,8 +150,8 @@ def _search_sanity(sanity: dict) -> list[str]:
 
 def claim_lines(sanity: dict, count: int = 3) -> list[str]:
     """One bullet per row whose recipe falls behind the planner's whole list: the ``count``
-    phases that carry most of the claim (`search_sanity.gain_by_phase`) and the pick's
-    overflow fragmentation (`search_sanity.overflow_fragmentation`); rows of a result
+    phases that carry most of the claim (`sanity_claims.gain_by_phase`) and the pick's
+    overflow fragmentation (`sanity_claims.overflow_fragmentation`); rows of a result
     without these keys are skipped."""
     out = []
     for r in sanity["rows"]:
@@ -169,7 +169,7 @@ def claim_lines(sanity: dict, count: int = 3) -> list[str]:
 
 
 def _tie_sentence(sanity: dict) -> str:
-    """The ranks that count only plans beyond the tie band (`search_sanity.TIE_TOLERANCE`),
+    """The ranks that count only plans beyond the tie band (`sanity_claims.TIE_TOLERANCE`),
     next to the plain ones above."""
     band = sanity.get("tie_tolerance")
     if band is None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from specs.model import ModelSpec
-from specs.pipeline_split import accounted_layers, pipeline_split, uses_first_last
+from specs.pipeline_split import pipeline_split
+from specs.pipeline_split_checks import accounted_layers, uses_first_last
 from specs.plan import ParallelPlan
 
 

@@ -9,7 +9,7 @@ same layers to every chunk:
   them, when num_layers + 2 (+ 1) divides by pp and the per-rank count by vpp;
 - the two most balanced equal first/last stage counts x, with the other ranks holding
   middle = (num_layers - 2x) / (pp - 2) >= x layers and middle - x <= 2·vpp
-  (`specs.pipeline_split.first_last_options`);
+  (`specs.pipeline_split_checks.first_last_options`);
 - for models with MTP layers or leading dense layers, a layout that spreads the embedding,
   the layers, the MTP layers and the loss as units evenly over the pp·vpp virtual stages
   (`balanced_layout`).
@@ -25,7 +25,8 @@ from typing import Any
 
 from specs.model import ModelSpec
 from specs.pipeline_layout import compress_layout
-from specs.pipeline_split import first_last_options, pipeline_split, split_problem
+from specs.pipeline_split import pipeline_split
+from specs.pipeline_split_checks import first_last_options, split_problem
 from specs.plan import ParallelPlan
 
 SPLIT_COLUMNS = (

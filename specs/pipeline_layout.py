@@ -41,7 +41,7 @@ def expand_layout(layout: str) -> tuple[str, ...]:
     ``(group)*n`` is repeated (groups do not nest), then every ``x*n``; the result is split
     at ``|``. Raises `SpecError` for an empty layout (`require_layout_text`) or a character
     outside `LAYOUT_SYMBOLS`. Memoized: the
-    split checks of `specs.pipeline_split` read the same few layouts for every candidate
+    split checks of `specs.pipeline_layout_checks` read the same few layouts for every candidate
     plan of a search.
     """
     require_layout_text(layout)
@@ -66,7 +66,7 @@ def layout_vpp(layout: str, pp: int) -> int | None:
     virtual stages over pp, as Megatron-LM's `validate_args` sets
     ``virtual_pipeline_model_parallel_size`` from ``--pipeline-model-parallel-layout``
     (megatron-facts.md §8.2). None when the layout does not parse or pp does not divide its
-    stages; the layout rules (`specs.pipeline_split`) then say why."""
+    stages; the layout rules (`specs.pipeline_layout_checks`) then say why."""
     try:
         stages = len(expand_layout(layout))
     except SpecError:

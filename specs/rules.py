@@ -22,7 +22,7 @@ from specs.errors import SpecError, unknown_name_message
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.pipeline_layout import balanced_layout
-from specs.pipeline_split import accounted_layers, even_split_problem, first_last_options
+from specs.pipeline_split_checks import accounted_layers, even_split_problem, first_last_options
 from specs.plan import ParallelPlan
 from specs.rules_base import (
     MAX_SUGGESTIONS,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.pipeline_split import pipeline_split, split_problem
+from specs.pipeline_split import pipeline_split
+from specs.pipeline_split_checks import split_problem
 from specs.plan import ParallelPlan
 from specs.rules_base import degree_choices, multiples_around, ratio, rule
 

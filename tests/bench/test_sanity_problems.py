@@ -12,6 +12,7 @@ from tests.bench.validation_cases import ROW_1
 
 problems = load_bench("sanity_problems")
 sanity = load_bench("search_sanity")
+cases = load_bench("sanity_cases")
 
 # Row 1 as a trust B row published again under another model name: the same problem and
 # plan, so the same recipe.
@@ -143,16 +144,16 @@ def test_search_may_use_the_features_its_recipe_runs():
     # embedding-aware split (BLOOM's Megatron-DeepSpeed, row 430) widens the search by both.
     case = load_bench("published_rows").case_for_row(ROW_1)
     assert case.plan.ddp_bucket_size is not None
-    assert sanity.searched_case(case) is case
+    assert cases.searched_case(case) is case
     plan = case.plan.__class__.for_world(
         32, distributed_optimizer=True, account_for_embedding_in_pipeline_split=True, pp=2
     )
-    zero1 = sanity.searched_case(case.__class__(**{**_fields(case), "plan": plan}))
+    zero1 = cases.searched_case(case.__class__(**{**_fields(case), "plan": plan}))
     assert zero1.options.plan_features - case.options.plan_features == {
         "distributed_optimizer",
         "uneven_pipeline_split",
     }
-    assert sanity.recipe_features(plan) == {"distributed_optimizer", "uneven_pipeline_split"}
+    assert cases.recipe_features(plan) == {"distributed_optimizer", "uneven_pipeline_split"}
 
 
 def _fields(case):

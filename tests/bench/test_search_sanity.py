@@ -1,5 +1,6 @@
-"""bench/search_sanity.py: where a claimed speedup comes from, and how far its pick is from
-not fitting."""
+"""bench/search_sanity.py and its helpers (sanity_claims.py, sanity_cases.py,
+sanity_text.py): where a claimed speedup comes from, and how far its pick is from not
+fitting."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from tests.bench.validation_cases import ROW_1, SC21_ROW
 
 rows_mod = load_bench("published_rows")
 sanity = load_bench("search_sanity")
+claims = load_bench("sanity_claims")
+cases = load_bench("sanity_cases")
+text = load_bench("sanity_text")
 
 ROW_17 = SC21_ROW | {
     # published-runs-dev.csv row 17 (SC21 Table 2, GPT 174.6B on 384 GPUs, VPP not stated)
@@ -41,12 +45,12 @@ ROW_17 = SC21_ROW | {
 def test_phase_gains_add_up_to_the_claimed_speedup():
     recipe = {"compute_forward": 1.0, "compute_recompute": 0.9, "tp_exposed": 0.5, "bubble": 0.2}
     pick = {"compute_forward": 1.1, "compute_recompute": 0.0, "tp_exposed": 0.3, "bubble": 0.4}
-    gains = sanity.gain_by_phase(recipe, pick)
+    gains = claims.gain_by_phase(recipe, pick)
     speedup = sum(recipe.values()) / sum(pick.values())
     assert sum(gains.values()) == pytest.approx(1 - 1 / speedup)
     assert gains["compute_recompute"] == pytest.approx(0.9 / 2.6)
     assert gains["bubble"] < 0 < gains["tp_exposed"]
-    assert "compute_recompute" in sanity.main_phases(gains, count=1)
+    assert "compute_recompute" in text.main_phases(gains, count=1)
 
 
 def test_pick_overflows_exactly_at_its_overflow_fragmentation():
@@ -57,7 +61,7 @@ def test_pick_overflows_exactly_at_its_overflow_fragmentation():
     profile = load_profile(case.profile)
     est = estimate_plan(case.model, case.cluster, case.job, plan, profile, options=case.options)
     allowance = FrameworkAllowance()
-    share = sanity.overflow_fragmentation(est, allowance)
+    share = claims.overflow_fragmentation(est, allowance)
     assert share > case.options.allocator_fragmentation  # the pick fits as priced
     options = case.options
     stages = memory_per_stage(
@@ -79,12 +83,12 @@ def test_pick_overflows_exactly_at_its_overflow_fragmentation():
 def test_recipe_vpp_interleaves_only_pipelined_recipes_published_without_it():
     case = rows_mod.case_for_row(ROW_17)
     assert case.plan.vpp == 1
-    interleaved = sanity.with_recipe_vpp(case, 4).plan
+    interleaved = cases.with_recipe_vpp(case, 4).plan
     assert (interleaved.vpp, interleaved.schedule) == (4, "interleaved")
     assert dataclasses.replace(interleaved, vpp=1, schedule=case.plan.schedule) == case.plan
-    assert sanity.with_recipe_vpp(case, 1) is case
+    assert cases.with_recipe_vpp(case, 1) is case
     unpipelined = rows_mod.case_for_row(ROW_1)
-    assert sanity.with_recipe_vpp(unpipelined, 4) is unpipelined
+    assert cases.with_recipe_vpp(unpipelined, 4) is unpipelined
 
 
 def test_command_prints_one_row_as_json(capsys):

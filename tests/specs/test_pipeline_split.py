@@ -1,6 +1,7 @@
-"""Tests of `specs.pipeline_split`: the layer assignment of every (pipeline rank, chunk)
-against hand-worked cases of Megatron-LM's split, the layout grammar, and invariants over
-random valid splits (every layer exactly once, in virtual-stage order)."""
+"""Tests of `specs.pipeline_split` and its checks (`specs.pipeline_split_checks`): the layer
+assignment of every (pipeline rank, chunk) against hand-worked cases of Megatron-LM's
+split, the layout grammar, and invariants over random valid splits (every layer exactly
+once, in virtual-stage order)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from specs import serde
 from specs.errors import SpecError
 from specs.model import ModelSpec
 from specs.pipeline_layout import compress_layout, expand_layout, layout_vpp
-from specs.pipeline_split import first_last_options, pipeline_split, split_problem
+from specs.pipeline_split import pipeline_split
+from specs.pipeline_split_checks import first_last_options, split_problem
 from specs.plan import ParallelPlan
 from specs.virtual_stages import vpp_from_layers_per_virtual_stage
 

@@ -52,7 +52,7 @@ from costmodel.runtimes.megatron.screen_parts import affine_s
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.pipeline_split import split_problem
+from specs.pipeline_split_checks import split_problem
 
 MUON_LAYOUT_KEY = ["tp", "dp", "cp", "ep", "etp", *SPLIT_COLUMNS]
 """The plan columns the worst rank's Muon state and step depend on."""

@@ -37,7 +37,7 @@ from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
-from specs.pipeline_split import split_problem
+from specs.pipeline_split_checks import split_problem
 from specs.plan import ParallelPlan
 
 SAVER_KEY = ["recompute_modules", "cpu_offloading_num_layers", "offload_modules"]

@@ -34,7 +34,7 @@ from costmodel.runtimes.megatron.screen_parts import affine_s
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.pipeline_split import split_problem
+from specs.pipeline_split_checks import split_problem
 
 StagePair = tuple[np.ndarray, np.ndarray]
 """One stage's per-microbatch (forward, backward) seconds per plan row."""
