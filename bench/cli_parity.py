@@ -168,6 +168,9 @@ def cli_argv(case: RowCase, model_path: Path) -> list[str]:
     argv += ["--precision", job.precision]
     if job.optimizer != "adam":
         argv += ["--optimizer", job.optimizer]
+    if job.lora is not None:
+        argv += ["--lora-rank", str(job.lora.rank), "--lora-alpha", str(job.lora.alpha)]
+        argv += ["--lora-targets", ",".join(job.lora.targets)]
     return argv + plan_flags(case.plan) + recipe_flags(case.options, job.precision)
 
 

@@ -10,9 +10,10 @@ admitted degree, `bench/unstated_vpp.py`), ...). Plan settings a row states only
 ``notes`` (an uneven first/last stage, all-gather context parallelism) are read from them
 (`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits, TP overlap,
 expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no plan expresses
-(LoRA, DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the recipe
-files cited in `bench/row_recipes.py`. Nothing here filters rows by name. The published
-figure as seconds per iteration is `bench/row_figures.py`.
+(DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the recipe
+files cited in `bench/row_recipes.py`; a LoRA row's adapters from `bench/lora_recipes.py`.
+Nothing here filters rows by name. The published figure as seconds per iteration is
+`bench/row_figures.py`.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``; the model's in `bench/row_model.py`):
@@ -32,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpt_oss_recipes import gpt_oss_saver_fields
+from lora_recipes import row_lora
 from nemo_recipes import nemo_plan_fields
 from optimizer_recipes import optimizer_plan_fields, row_optimizer
 from overlap_recipes import grad_reduce_overlapped, param_gather_overlapped, tp_overlap
@@ -229,6 +231,7 @@ def case_for_row(raw: dict[str, str]) -> RowCase:
         global_batch_size=column_int(raw, "global_batch_size"),
         precision=precision,
         optimizer=row_optimizer(raw),
+        lora=row_lora(raw),
     )
     return RowCase(
         model=model,

@@ -109,10 +109,9 @@ def sharding_fields(raw: dict[str, str]) -> dict[str, object] | None:
 
 
 def refusal(raw: dict[str, str]) -> str | None:
-    """Why a row cannot be priced as what it ran, or None.
+    """Why a row cannot be priced as what it ran, or None. (LoRA rows are priced with their
+    recipe's adapters, `bench/lora_recipes.py`.)
 
-    - LoRA fine-tuning: frozen base weights (no weight gradients, no optimizer state for
-      them) and adapter GEMMs; a `TrainingJob` trains every weight.
     - DeepSpeed ZeRO-3 (SC21 Table 2): it shards what Megatron-FSDP's ``optim_grads_params``
       shards (Rajbhandari et al., arXiv 1910.02054, Sec. 5.3), but it ran DeepSpeed's
       stage-3 engine of 2021, whose gather and prefetch schedule is not Megatron-FSDP's, and
@@ -121,9 +120,6 @@ def refusal(raw: dict[str, str]) -> str | None:
     - The source itself flags the figure as a known performance regression (Megatron-Bridge
       26.06.01 GPT-OSS rows, ``notes``).
     """
-    task = (raw.get("task") or "").lower()
-    if task.startswith("lora"):
-        return "LoRA fine-tuning (frozen base weights)"
     if "zero-3" in (raw.get("fsdp_or_zero") or "").lower():
         return "DeepSpeed ZeRO-3 engine (not Megatron-FSDP) with recompute not stated"
     notes = (raw.get("notes") or "").lower()

@@ -12,7 +12,8 @@ them. Recompute modules (``TransformerConfig.recompute_modules``,
 - ``mla_up_proj``: the up-projected Q, K, V heads of MLA (output-discarding checkpoint of
   the up projections and RoPE).
 - ``mlp`` (dense layers), ``moe`` (MoE layers): the whole MLP block behind its norm input
-  (normal checkpoint: the block's input is the residual stream, kept anyway).
+  (normal checkpoint: the block's input is the residual stream, kept anyway), with the
+  FC1 and FC2 LoRA adapters' saved tensors.
 - ``moe_act``: the routed experts' activation output (output-discarding checkpoint).
 - ``shared_experts``: the shared expert's inner activations (normal checkpoint).
 
@@ -34,7 +35,7 @@ RECOMPUTE_TENSORS: dict[str, tuple[str, ...]] = {
     "core_attn": ("core_attention",),
     "layernorm": ("qkv_input", "fc1_input"),
     "mla_up_proj": ("qkv_heads",),
-    "mlp": ("fc1_input", "fc1_output", "act_output"),
+    "mlp": ("fc1_input", "fc1_output", "act_output", "fc1_adapter", "fc2_adapter"),
     "moe": (
         "fc1_input",
         "router",

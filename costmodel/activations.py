@@ -214,10 +214,12 @@ def output_microbatch_bytes(
     logits; transient, the logits bytes that exist only while one microbatch's loss runs
     (`logits_element_bytes`). The logits are in the activation dtype (Megatron-core's output
     layer is a bf16 ``ColumnParallelLinear``, never FP8), over the padded vocabulary split
-    over TP."""
+    over TP. A LoRA job's frozen output layer keeps no input (Megatron-core's
+    ``linear_with_frozen_weight`` saves the weight alone, ``tensor_parallel/layers.py``)."""
     x = activation_shard(job, plan)
     vocab = padded_vocab_size(model.vocab_size, plan.tp)
-    inputs = 2 * x.element_bytes * x.tokens * model.hidden_size / x.sp
+    saved_inputs = 1 if job.lora is not None else 2
+    inputs = saved_inputs * x.element_bytes * x.tokens * model.hidden_size / x.sp
     logits = x.tokens * vocab / x.tp
     kept, transient = logits_element_bytes(cross_entropy, x.element_bytes)
     return inputs + kept * logits, transient * logits

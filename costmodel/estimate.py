@@ -26,10 +26,12 @@ from costmodel.schedules import plan_split
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
+from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules import require_valid_plan
+from specs.serde import to_dict
 from specs.timeline import Timeline
 
 MEMORY_PARTS = (
@@ -62,7 +64,8 @@ JSON_KEYS = (
     "breakdown",
     "stages",
 )
-"""Keys of `estimate_to_json`, in order."""
+"""Keys of `estimate_to_json`, in order; a LoRA job's estimate adds ``lora`` (its
+`specs.finetune.LoraSpec` fields) after ``runtime``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,6 +118,8 @@ class Estimate:
     """Pipeline stage the breakdown is taken on."""
     stage_times: tuple[StageTime, ...] = ()
     """Simulated work of every pipeline stage, stage 0 first."""
+    lora: LoraSpec | None = None
+    """The job's LoRA adapters when it fine-tunes them on a frozen model, else None."""
 
     @property
     def peak_memory_gib(self) -> float:
@@ -152,7 +157,7 @@ def simulate_plan(
         model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
     )
     stages = runtime.memory(model, job, plan)
-    model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
+    model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s
     gpus = cluster.num_gpus
@@ -182,6 +187,7 @@ def simulate_plan(
             )
             for stage in range(plan.pp)
         ),
+        lora=job.lora,
     )
     return estimate, build_timeline(sim, plan) if timeline else None
 
@@ -210,12 +216,14 @@ def stage_memory_parts_gib(stage: StageMemory) -> dict[str, float]:
 
 
 def estimate_to_json(est: Estimate) -> dict[str, Any]:
-    """JSON-ready dict with exactly the keys of `JSON_KEYS`:
+    """JSON-ready dict with exactly the keys of `JSON_KEYS` (and ``lora`` for a LoRA job):
     memory is a list per stage of {"stage", "total_gib", "parts": {part: GiB}} (the parts
     sum to the total; ``optimizer_step`` only where nonzero) and breakdown maps each phase
     (without ``_s``) to seconds."""
+    lora = {} if est.lora is None else {"lora": to_dict(est.lora)}
     return {
         "runtime": est.runtime,
+        **lora,
         "iteration_time_s": est.iteration_time_s,
         "tokens_per_s": est.tokens_per_s,
         "model_tflops_per_gpu": est.model_tflops_per_gpu,

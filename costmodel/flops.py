@@ -17,6 +17,11 @@ uses the vocabulary padded to a multiple of 128·tp, so its count is higher by
 The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR` for
 forward + backward. Core attention per token depends on the sequence length s (each
 token attends to s/2 keys on average under the causal mask).
+
+LoRA jobs (`TrainingJob.lora`) compute no weight gradient of the frozen GEMMs: the model
+FLOPs are Megatron-Bridge's LoRA count (``training/utils/flop_utils.py``, tag v0.5.0: the
+frozen GEMMs at 2/3 of 3 x forward, the attention core at 3 x) plus the adapters' GEMMs at
+3 x forward, which Bridge leaves out (`lora_model_flops_per_token`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from dataclasses import dataclass
 
 from costmodel.activations import recomputed_layers
 from specs.errors import SpecError
+from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
+from specs.params import lora_layer_params, mla_head_dims
 from specs.plan import ParallelPlan
 
 FMA_FLOPS = 2
@@ -179,41 +185,68 @@ def backward_flops(forward_flops: float) -> float:
     return BACKWARD_FORWARD_RATIO * forward_flops
 
 
-def model_flops_per_iteration(model: ModelSpec, seq_length: int, global_batch_size: int) -> float:
+def lora_forward_flops_per_token(model: ModelSpec, lora: LoraSpec) -> float:
+    """Forward FLOPs of one layer's LoRA adapters per token: 2 per adapter parameter
+    (`specs.params.lora_layer_params`), the A and B GEMMs of each target."""
+    return FMA_FLOPS * lora_layer_params(model, lora)
+
+
+def lora_model_flops_per_token(model: ModelSpec, seq_length: int, lora: LoraSpec) -> float:
+    """Model FLOPs per token of a LoRA iteration: the frozen GEMMs (projections, MLP,
+    logits) forward and input gradient, 2 x forward; the attention core and the adapters
+    forward, input and weight gradient, 3 x forward (module docstring)."""
+    core = sum(
+        layer_core_attention_forward_flops_per_token(model, i, seq_length)
+        for i in range(model.num_layers)
+    )
+    frozen = forward_flops_per_token(model, seq_length) - core
+    adapters = model.num_layers * lora_forward_flops_per_token(model, lora)
+    return BACKWARD_FORWARD_RATIO * frozen + FORWARD_BACKWARD_FACTOR * (core + adapters)
+
+
+def model_flops_per_iteration(
+    model: ModelSpec, seq_length: int, global_batch_size: int, lora: LoraSpec | None = None
+) -> float:
     """Model FLOPs of one iteration over the whole job (MFU convention, no recompute).
 
     3 x forward x B·s tokens, as Megatron-LM `num_floating_point_operations` with
     fixed-length sequences. Example: a Llama-3-8B shape at s = 8192 is 4.216e14 FLOPs per
-    sequence (megatron-facts.md §1.3).
+    sequence (megatron-facts.md §1.3). With ``lora`` (a LoRA job),
+    `lora_model_flops_per_token` x B·s.
     """
     _require_seq(seq_length)
     _require_batch(global_batch_size)
     tokens = seq_length * global_batch_size
+    if lora is not None:
+        return lora_model_flops_per_token(model, seq_length, lora) * tokens
     return FORWARD_BACKWARD_FACTOR * forward_flops_per_token(model, seq_length) * tokens
 
 
 def recompute_forward_flops_per_token(
-    model: ModelSpec, plan: ParallelPlan, seq_length: int
+    model: ModelSpec, plan: ParallelPlan, seq_length: int, lora: LoraSpec | None = None
 ) -> float:
     """Extra forward FLOPs per token that activation recompute adds.
 
     Selective: the core attention of every layer runs again (Megatron's default
     `--recompute-modules core_attn`). Full: the whole forward of each recomputed layer
     (`costmodel.activations.recomputed_layers`; every layer for the uniform method, the
-    first N of each chunk for block). The logits and embedding are never recomputed.
+    first N of each chunk for block), with its ``lora`` adapters. The logits and embedding
+    are never recomputed.
     """
     if plan.recompute == "selective":
         return model.num_layers * core_attention_forward_flops_per_token(model, seq_length)
     if plan.recompute == "full":
-        return _layers_forward(model, recomputed_layers(model, plan), seq_length)
+        layers = recomputed_layers(model, plan)
+        adapters = 0.0 if lora is None else len(layers) * lora_forward_flops_per_token(model, lora)
+        return _layers_forward(model, layers, seq_length) + adapters
     return 0.0
 
 
 def hardware_flops_per_iteration(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
     """Hardware FLOPs of one iteration (HFU convention): model FLOPs + recompute forwards."""
-    extra = recompute_forward_flops_per_token(model, plan, job.seq_length)
+    extra = recompute_forward_flops_per_token(model, plan, job.seq_length, job.lora)
     return (
-        model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
+        model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)
         + extra * job.tokens_per_iteration
     )
 

@@ -56,6 +56,7 @@ def fp8_quantize_time_s(
     *,
     recipe: QuantRecipe,
     norm: NormQuantization | None = None,
+    copies: int = 2,
 ) -> float:
     """Quantizing one bf16 GEMM operand of ``elements`` elements to FP8 for a Transformer
     Engine linear layer under the FP8 ``recipe``: the cast (`fp8_cast_bytes_per_element`)
@@ -73,10 +74,11 @@ def fp8_quantize_time_s(
     ``norm``: the operand is the output of the norm of a ``LayerNormLinear`` (TE
     `module/layernorm_linear.py`, ``with_quantized_norm``), quantized along the path
     `norm_quantization` names, priced beyond the bf16 norm; None: a plain operand.
+    ``copies``: the quantized copies written (`fp8_cast_bytes_per_element`).
     """
     if elements < 0:
         raise SpecError(f"fp8_quantize_time_s: elements must be >= 0, got {elements}")
-    per_element = fp8_cast_bytes_per_element(elem, recipe=recipe, norm=norm)
+    per_element = fp8_cast_bytes_per_element(elem, recipe=recipe, norm=norm, copies=copies)
     cast = memory_bound_time_s(profile, per_element * elements)
     return cast + fp8_amax_time_s(profile, elements, elem, recipe=recipe, norm=norm)
 
@@ -126,17 +128,26 @@ def norm_quantization(
 
 
 def fp8_cast_bytes_per_element(
-    elem: int, *, recipe: QuantRecipe, norm: NormQuantization | None = None
+    elem: int, *, recipe: QuantRecipe, norm: NormQuantization | None = None, copies: int = 2
 ) -> float:
     """Bytes per element the FP8 cast of one GEMM operand moves, beyond what the bf16 run
     moves (``elem`` = e, the activation element size).
+
+    ``copies``: 2, the row-wise and the column-wise copy; 1, the row-wise copy alone, for
+    an operand no weight-gradient GEMM reads (a frozen LoRA base layer: TE sets the input
+    quantizer's column-wise usage to ``backward_needs_input``, False for a frozen weight,
+    and a ``Linear`` without bias drops the output gradient's column-wise usage when
+    ``not requires_wgrad``; ``pytorch/module/linear.py``, ``layernorm_linear.py`` at
+    4220403e, the pin of Megatron-Bridge v0.5.0). Each copy fewer writes one FP8 byte
+    (0.5625 NVFP4 bytes) less per element; the fused delayed-scaling norm also skips its
+    ``nvte_transpose`` (read 1, write 1).
 
     Plain operand (``norm`` None), every FP8 recipe: read e, write the two FP8 copies,
     e + 2; ``nvfp4``: read e, write the two NVFP4 copies, e + 2 x 0.5625 (the Hadamard
     transform of the column-wise copy inside the cast), on every path (`norm_quantization`
     gives NVFP4 norm outputs ``separate``).
 
-    Norm output (``norm``, `norm_quantization`):
+    Norm output (``norm``, `norm_quantization`), with two copies:
 
     - ``fused``, delayed: the norm kernel writes the row-wise FP8 copy, one byte per element
       instead of e, and ``nvte_transpose`` adds the column-wise copy (read 1, write 1), net
@@ -150,13 +161,18 @@ def fp8_cast_bytes_per_element(
       amax pass).
     """
     _require_recipe(recipe)
+    if copies not in (1, 2):
+        raise SpecError(
+            f"fp8_cast_bytes_per_element: copies must be 1 (row-wise) or 2 (row-wise and "
+            f"column-wise), got {copies!r}"
+        )
     if recipe == "nvfp4":
         if norm in ("fused", "fused_amax"):
             raise SpecError(
                 f"fp8_cast_bytes_per_element: NVFP4 norm outputs take the separate path, got "
                 f"{norm!r}; take the path from norm_quantization"
             )
-        return elem + 2 * NVFP4_BYTES
+        return elem + copies * NVFP4_BYTES
     if norm == "fused":
         if recipe == "tensorwise":
             raise SpecError(
@@ -164,13 +180,14 @@ def fp8_cast_bytes_per_element(
                 "norm + quantize kernel in Transformer Engine; take the path from "
                 "norm_quantization"
             )
-        return max(0, (3 if recipe == "delayed" else 2) - elem)
+        transpose = 2 * (copies - 1) if recipe == "delayed" else copies - 1
+        return max(0, 1 + transpose - elem)
     if norm == "fused_amax" and recipe != "tensorwise":
         raise SpecError(
             f"fp8_cast_bytes_per_element: the norm's amax output (fused_amax) is current "
             f"scaling's path, got recipe {recipe!r}; take the path from norm_quantization"
         )
-    return elem + 2
+    return elem + copies
 
 
 def fp8_amax_time_s(

@@ -39,6 +39,24 @@ projection keeps its own FP8 copy, except where it saves its original input
 (`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
 tensor the attention kernel keeps.
 
+LoRA (`TrainingJob.lora`; Transformer Engine 4220403e, the pin of Megatron-Bridge v0.5.0,
+``pytorch/module/linear.py`` and ``layernorm_linear.py``; Megatron-core d0b3b775
+``tensor_parallel/layers.py``; Bridge ``peft/utils.py``, `lora_column_input_bytes`):
+
+- A frozen TE linear saves no input for a wgrad GEMM (``backward_needs_input = ... and
+  weight.requires_grad``): the untargeted QKV and FC1 inputs and the FC2 input are not
+  kept, and the output projection keeps no FP8 copy of the attention output.
+- A targeted ``LayerNormLinear`` (QKV, FC1) returns its norm output to the adapter
+  (``return_layernorm_output``, gathered over the sequence with SP), which TE then keeps
+  (it frees ``ln_out`` only for a frozen weight that does not return it): its own GEMM
+  input, the FP8 (or NVFP4) row-wise copy, plus the 16-bit norm output the adapter's A
+  saves, one tensor when both are the same 16-bit tensor (no SP, no quantization).
+- A targeted row-parallel base (output projection, FC2): the adapter's A saves the base's
+  16-bit input, which for FC2 is the activation output, otherwise freed once quantized.
+- Each adapter's B saves A's output, T x rank elements (``{target}_adapter``).
+- The attention core, norms, activation function and the residual keep what they keep
+  in full training.
+
 Units: bytes per rank. ``e`` is the activation element size (2 for bf16/fp8, 4 for fp32).
 """
 
@@ -49,6 +67,7 @@ from typing import Literal
 
 from costmodel.compute import FP32_BYTES, MASK_BYTES, NVFP4_BYTES
 from specs.errors import SpecError
+from specs.finetune import LoraSpec, has_adapter
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import mla_head_dims
@@ -86,6 +105,8 @@ class ActivationShard:
     proj_saves_input: bool = False
     """The attention output projection saves its original (bf16) input, the tensor the
     attention kernel keeps, instead of an FP8 copy (`projection_saves_original_input`)."""
+    lora: LoraSpec | None = None
+    """The job's LoRA adapters (the base frozen), or None (module docstring)."""
 
     @property
     def fp8_copy_bytes(self) -> float:
@@ -95,8 +116,9 @@ class ActivationShard:
 
     @property
     def proj_copy_bytes(self) -> float:
-        """Bytes per element the output projection keeps beside the attention output."""
-        return 0 if self.proj_saves_input else self.fp8_copy_bytes
+        """Bytes per element the output projection keeps beside the attention output (none
+        when it is frozen: no wgrad GEMM reads it)."""
+        return 0 if self.proj_saves_input or self.lora is not None else self.fp8_copy_bytes
 
 
 def projection_saves_original_input(fp8_recipe: str) -> bool:
@@ -137,7 +159,34 @@ def activation_shard(
         sp=plan.tp if plan.sequence_parallel else 1,
         element_bytes=element,
         proj_saves_input=proj_saves_input or job.precision == "nvfp4",
+        lora=job.lora,
     )
+
+
+def lora_column_input_bytes(x: ActivationShard, width: int, target: str) -> float:
+    """Bytes kept of the input of the column-parallel ``LayerNormLinear`` ``target``
+    (``linear_qkv`` or ``linear_fc1``, ``width`` = h wide): its saved GEMM input in full
+    training; under LoRA none when the layer has no adapter, else the base's quantized copy
+    (T/tp tokens with SP) and the adapter's 16-bit input (all T tokens), once when they
+    are the same tensor (module docstring)."""
+    base = x.gemm_input_bytes * x.tokens * width / x.sp
+    if x.lora is None:
+        return base
+    if not has_adapter(x.lora, target):
+        return 0.0
+    adapter = x.element_bytes * x.tokens * width
+    shared = x.sp == 1 and x.gemm_input_bytes == x.element_bytes
+    return adapter if shared else adapter + base
+
+
+def lora_adapter_tensors(x: ActivationShard) -> dict[str, float]:
+    """The tensor each adapter's B saves, A's output of T x rank elements (gathered over
+    tp for a column-parallel base, all-reduced for a row-parallel one), by
+    ``{target}_adapter`` name (``linear_`` dropped); empty without LoRA."""
+    if x.lora is None:
+        return {}
+    rank_bytes = x.element_bytes * x.tokens * x.lora.rank
+    return {f"{t.removeprefix('linear_')}_adapter": rank_bytes for t in x.lora.targets}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,7 +220,7 @@ def _attention_tensors(
     h, a = model.hidden_size, model.num_attention_heads
     out: dict[str, float] = {
         "attn_norm_input": e * n * h / x.sp,
-        "qkv_input": x.gemm_input_bytes * n * h / x.sp,
+        "qkv_input": lora_column_input_bytes(x, h, "linear_qkv"),
         "attn_mask": x.mask_bytes * n * h / x.sp,
         "core_attention": _core_attention_bytes(model, x, kernel),
     }
@@ -279,12 +328,16 @@ def shard_layer_activations(
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
     tensors = _attention_tensors(model, x, attention)
     tensors["mlp_norm_input"] = e * n * h / x.sp
-    tensors["fc1_input"] = x.gemm_input_bytes * n * h / x.sp
+    tensors["fc1_input"] = lora_column_input_bytes(x, h, "linear_fc1")
     tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
     if is_moe:
         tensors.update(_moe_tensors(model, x, plan))
     else:
         tensors.update(_mlp_tensors(model, x, model.ffn_hidden_size, n, x.tp, ""))
+    if x.lora is not None and not is_moe:  # FC2's input: the adapter's, 16-bit, or none
+        kept = x.element_bytes if has_adapter(x.lora, "linear_fc2") else 0
+        tensors["act_output"] = kept * n * model.ffn_hidden_size / x.tp
+    tensors.update(lora_adapter_tensors(x))
     return LayerActivations(
         full_bytes=sum(tensors.values()),
         core_attention_bytes=tensors["core_attention"],

@@ -29,7 +29,10 @@ Where this model deliberately differs from
   dropout keep no masks (`costmodel.activations`); the estimator assumes
   bf16 and dropout whatever the run;
 - the main-gradient buffer takes the run's element size (``main_grad_bytes``: 2 with
-  ``--grad-reduce-in-bf16``); the estimator always counts 4.
+  ``--grad-reduce-in-bf16``); the estimator always counts 4;
+- LoRA jobs keep gradients and optimizer state for the adapters only
+  (`costmodel.model_state`) and the activations their frozen layers and adapters save
+  (`costmodel.layer_activations`); the estimator has no LoRA.
 """
 
 from __future__ import annotations
@@ -160,12 +163,15 @@ def _bucket_padding_bytes(
     job: TrainingJob, plan: ParallelPlan, params: StageParams, main_grad_bytes: int = 4
 ) -> float:
     """Distributed-optimizer padding: each bucket of the weight and gradient buffers ends on
-    a multiple of lcm(dp·cp, 128) elements (megatron-facts.md §5.1)."""
+    a multiple of lcm(dp·cp, 128) elements (megatron-facts.md §5.1); the buffers hold the
+    trained parameters (`costmodel.rank_params.StageParams.trained`: a LoRA job's
+    adapters)."""
     if not plan.distributed_optimizer:
         return 0.0
     weight, grad, _ = bytes_per_param(job, main_grad_bytes)
-    bucket = plan.bucket_size_params() if plan.overlap_grad_reduce else params.total
-    buckets = math.ceil(params.total / bucket) if params.total else 0
+    trained = params.trained
+    bucket = plan.bucket_size_params() if plan.overlap_grad_reduce else trained
+    buckets = math.ceil(trained / bucket) if trained else 0
     return buckets * math.lcm(plan.dp * plan.cp, 128) * (weight + grad)
 
 
@@ -285,7 +291,7 @@ def memory_per_stage(
     proj_saves_input = projection_saves_original_input(fp8_weights.recipe)
     stages = []
     for rank in range(plan.pp):
-        params = stage_params(model, plan, rank)
+        params = stage_params(model, plan, rank, job.lora)
         acts = stage_activations(
             model,
             job,

@@ -22,11 +22,18 @@ docs):
 - Muon's step allocates the working tensors of one matrix at a time and, under
   ``dist_muon``, all-gather buffers after it (`costmodel.muon_sharding.step_working_bytes`):
   also a second peak of the rank, on top of its state (`step_peak_bytes`).
+- LoRA (`TrainingJob.lora`): the frozen base keeps its weights as above, but Megatron-core
+  builds gradient buffers and optimizer state for parameters with ``requires_grad`` only
+  (``DistributedDataParallel.__init__`` skips the others, ``get_param_groups`` in
+  ``megatron/core/optimizer/__init__.py``; NVIDIA/Megatron-LM d0b3b775, the Megatron-LM of
+  Megatron-Bridge v0.5.0): gradients and optimizer state count the adapters only
+  (`costmodel.rank_params.StageParams.trained`), whose weights are 16-bit
+  (`trained_weights`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from costmodel.activations import FP32_BYTES
@@ -64,6 +71,17 @@ def bytes_per_param(
     return model_weight_bytes(job), grad, adam.total_bytes
 
 
+def trained_weights(job: TrainingJob, fp8_weights: Fp8WeightStorage) -> Fp8WeightStorage:
+    """The weight storage of the parameters the optimizer steps: ``fp8_weights``, or for a
+    LoRA job the adapters', 16-bit parameters whatever the base's FP8 or NVFP4 parameter
+    storage (Megatron-Bridge's ``ParallelLinearAdapter`` builds Megatron-core's own
+    ``ColumnParallelLinear``/``RowParallelLinear`` after the model, outside Transformer
+    Engine's quantized model init, and casts them to the model's dtype)."""
+    if job.lora is None:
+        return fp8_weights
+    return replace(fp8_weights, fp8_param=False, fp4_param=False)
+
+
 def plan_adam_state(
     job: TrainingJob,
     plan: ParallelPlan,
@@ -71,9 +89,9 @@ def plan_adam_state(
     fp8_weights: Fp8WeightStorage | None = None,
 ) -> AdamStateBytes:
     """Adam's state per parameter of ``plan`` (`costmodel.optimizer_state.adam_state_bytes`
-    with the FP8 weight fields and the plan's Megatron-FSDP). Raises `SpecError` where
-    Megatron-core refuses the precision-aware optimizer for the plan
-    (`costmodel.optimizer_state.precision_aware_unmet`)."""
+    with the FP8 weight fields of the trained parameters, `trained_weights`, and the plan's
+    Megatron-FSDP). Raises `SpecError` where Megatron-core refuses the precision-aware
+    optimizer for the plan (`costmodel.optimizer_state.precision_aware_unmet`)."""
     unmet = precision_aware_unmet(
         optimizer,
         distributed_optimizer=plan.distributed_optimizer,
@@ -81,7 +99,7 @@ def plan_adam_state(
     )
     if unmet is not None:
         raise SpecError(f"[{PRECISION_AWARE_RULE}] {unmet}")
-    weights = BF16_WEIGHTS if fp8_weights is None else fp8_weights
+    weights = trained_weights(job, BF16_WEIGHTS if fp8_weights is None else fp8_weights)
     return adam_state_bytes(
         job.precision,
         optimizer,
@@ -244,19 +262,22 @@ def stage_state_bytes(
 ) -> tuple[float, float, float]:
     """(weights, gradients, optimizer state) bytes on the device of one rank of stage
     ``pp_rank`` holding ``params``: the linear layers' weights as ``layout.fp8_weights``
-    keeps them, ``layout.held_grad_copies`` gradient buffers, the optimizer state over its
-    shards (Muon's worst rank, `costmodel.muon_sharding.worst_rank_state_bytes`);
+    keeps them, ``layout.held_grad_copies`` gradient buffers of the trained parameters
+    (`costmodel.rank_params.StageParams.trained`), their optimizer state over its shards
+    (Muon's worst rank, `costmodel.muon_sharding.worst_rank_state_bytes`);
     Megatron-FSDP's own buffers instead under Megatron-FSDP
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`, with TE's cached FP8
     copy); less the offloaded share of the optimizer state (`device_optimizer_bytes`)."""
     weight, grad, state = layout.weight_bytes, layout.grad_bytes, layout.adam_bytes
     fp8_weights = layout.fp8_weights
-    optimizer = state * (params.dense / layout.dense_shards + params.expert / layout.expert_shards)
+    optimizer = state * (
+        params.trained_dense / layout.dense_shards + params.trained_expert / layout.expert_shards
+    )
     if is_muon(job):
         optimizer = worst_rank_state_bytes(model, job, plan, pp_rank, adam_bytes=state)
     linear_bytes = fp8_weights.linear_bytes(job) * params.linear
     weights_bytes = weight * (params.total - params.linear) + linear_bytes
-    gradients_bytes = layout.held_grad_copies * grad * params.total
+    gradients_bytes = layout.held_grad_copies * grad * params.trained
     if plan.use_megatron_fsdp:
         fsdp = fsdp_state_bytes(
             model,
@@ -301,9 +322,11 @@ def stage_step_bytes(
         working = step_working_bytes(model, job, plan, pp_rank, weight_bytes=layout.weight_bytes)
     if not (layout.step_gradient_copy or working):
         return 0.0
-    stepped = params.dense / layout.dense_shards + params.expert / layout.expert_shards
+    stepped = params.trained_dense / layout.dense_shards + (
+        params.trained_expert / layout.expert_shards
+    )
     backward_only = layout.held_grad_copies - layout.step_grad_copies
-    step_state = model_state_bytes - backward_only * layout.grad_bytes * params.total
+    step_state = model_state_bytes - backward_only * layout.grad_bytes * params.trained
     peak = step_peak_bytes(
         job,
         step_state,

@@ -8,6 +8,8 @@ before its reduction (`grad_buffer_passes_time_s`), and the Adam step
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from costmodel.compute import FP32_BYTES, memory_bound_time_s
 from costmodel.optimizer_state import AdamStateBytes, adam_step_state_bytes
 from profiles.schema import HardwareProfile
@@ -51,6 +53,21 @@ def grad_buffer_passes_time_s(
         raise SpecError(f"grad_buffer_passes_time_s: params must be >= 0, got {params}")
     passes = (2 if scale else 0) + (1 if nan_check else 0)
     return memory_bound_time_s(profile, passes * main_grad_bytes * params) if passes else 0.0
+
+
+Count = TypeVar("Count")
+"""A count: an int, or a numpy array of them in the closed-form screen."""
+
+
+def optimizer_step_tensors(layers: Count, local_experts: Count, adapter_targets: int = 0) -> Count:
+    """Parameter tensors one rank's optimizer step covers over ``layers`` transformer
+    layers (`optimizer_step_time_s`'s ``num_tensors``): about 8 per layer (weights, biases,
+    norms) plus 2 per local expert, and 2 for the embedding and the output layer; a LoRA
+    job's two matrices per adapter, ``adapter_targets`` adapters per layer, instead (its
+    frozen base has no optimizer state)."""
+    if adapter_targets:
+        return layers * 2 * adapter_targets  # type: ignore[operator]
+    return layers * (8 + 2 * local_experts) + 2  # type: ignore[operator]
 
 
 def optimizer_step_time_s(

@@ -8,17 +8,23 @@ Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds th
 embedding (and the learned position table), the last stage the final norm and the output
 layer; with tied embeddings and pp > 1 the last stage holds its own copy of the embedding
 matrix (Megatron keeps both in sync by an all-reduce). Both use the vocabulary padded to a
-multiple of 128·tp."""
+multiple of 128·tp.
+
+LoRA jobs (`TrainingJob.lora`): every transformer layer also holds its adapters
+(`specs.params.lora_layer_params`, 1/tp of them per rank) and the model's own parameters
+are frozen (`StageParams.frozen`): the optimizer shards and steps, and the gradient buffers
+hold, the adapters only (`StageParams.trained_dense`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from costmodel.schedules import plan_split
+from costmodel.schedules import ChunkPosition, plan_split
 from specs.errors import SpecError
+from specs.finetune import LoraSpec
 from specs.model import ModelSpec
-from specs.params import LayerParams, count_params, padded_vocab_size
+from specs.params import LayerParams, count_params, lora_layer_params, padded_vocab_size
 from specs.plan import ParallelPlan
 
 
@@ -34,15 +40,57 @@ class StageParams:
     """Of ``dense + expert``, the weights (and biases) of the transformer layers' linear
     layers, which Transformer Engine runs: attention projections, MLP or shared experts,
     routed experts (`Fp8WeightStorage`); not norms, router, embedding or output layer."""
+    adapter: float = 0.0
+    """LoRA adapter parameters on the rank: 16-bit matrices of Megatron-core's own linear
+    layers (not Transformer Engine's, so never FP8), sharded over dp·cp by the
+    distributed optimizer as dense parameters are; 0 without LoRA."""
+    frozen: bool = False
+    """The model's own parameters (``dense`` and ``expert``) are frozen (a LoRA job): they
+    keep their weights but no gradient buffer and no optimizer state."""
 
     @property
     def total(self) -> float:
-        """All parameters on the rank."""
-        return self.dense + self.expert
+        """All parameters on the rank: the model's and the adapters'."""
+        return self.dense + self.expert + self.adapter
+
+    @property
+    def trained_dense(self) -> float:
+        """Trained parameters sharded over dp·cp: the adapters when the base is frozen,
+        else the dense parameters."""
+        return self.adapter if self.frozen else self.dense + self.adapter
+
+    @property
+    def trained_expert(self) -> float:
+        """Trained routed-expert parameters (none when the base is frozen)."""
+        return 0.0 if self.frozen else self.expert
+
+    @property
+    def trained(self) -> float:
+        """Every parameter with a gradient and optimizer state."""
+        return self.trained_dense + self.trained_expert
+
+    @property
+    def frozen_base(self) -> float:
+        """Frozen parameters on the rank: the model's own when the base is frozen, else 0."""
+        return self.dense + self.expert if self.frozen else 0.0
+
+    @property
+    def frozen_linear(self) -> float:
+        """Of `frozen_base`, Transformer Engine's linear-layer weights."""
+        return self.linear if self.frozen else 0.0
+
+    @property
+    def trained_linear(self) -> float:
+        """Of the trained parameters, Transformer Engine's linear-layer weights (FP8 or
+        NVFP4 parameters where the job stores them so); none when the base is frozen."""
+        return 0.0 if self.frozen else self.linear
 
 
-def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StageParams:
-    """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix)."""
+def stage_params(
+    model: ModelSpec, plan: ParallelPlan, pp_rank: int, lora: LoraSpec | None = None
+) -> StageParams:
+    """Parameters one rank of stage ``pp_rank`` holds (biases split with their matrix),
+    with the adapters of ``lora`` (`chunk_params`)."""
     split = plan_split(model, plan)
     return chunk_params(
         model,
@@ -51,6 +99,7 @@ def stage_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> StagePar
         first=pp_rank == 0,
         last=pp_rank == plan.pp - 1,
         mtp_layers=split.rank_mtp_layers(pp_rank),
+        lora=lora,
     )
 
 
@@ -92,13 +141,15 @@ def chunk_params(
     first: bool,
     last: bool,
     mtp_layers: int = 0,
+    lora: LoraSpec | None = None,
 ) -> StageParams:
     """Parameters one rank holds of ``layers``, plus the word embedding (and learned
     positions) when ``first`` (virtual stage 0) and the final norm and the output layer when
     ``last`` (the last virtual stage; the output layer is the embedding itself when it is
     tied and one stage holds both), plus ``mtp_layers`` multi-token-prediction depths
     (`specs.params.MtpParams`: the layer split like the others, the projection over tp,
-    the norms replicated)."""
+    the norms replicated). With ``lora`` each of those transformer layers adds its adapters
+    over tp (`specs.params.lora_layer_params`) and the rest is `StageParams.frozen`."""
     counts = count_params(model)
     dense = expert = linear = 0.0
     held = [counts.layers[index] for index in layers]
@@ -117,7 +168,26 @@ def chunk_params(
         dense += counts.final_norm
         if not model.tied_embeddings or plan.pp > 1:
             dense += matrix
-    return StageParams(dense=dense, expert=expert, linear=linear)
+    if lora is None:
+        return StageParams(dense=dense, expert=expert, linear=linear)
+    adapter = len(held) * lora_layer_params(model, lora) / plan.tp
+    return StageParams(dense=dense, expert=expert, linear=linear, adapter=adapter, frozen=True)
+
+
+def position_params(
+    model: ModelSpec, plan: ParallelPlan, at: ChunkPosition, lora: LoraSpec | None = None
+) -> StageParams:
+    """`chunk_params` of the model chunk at ``at`` (its layers, embedding or output layer,
+    and MTP layers), with ``lora``'s adapters."""
+    return chunk_params(
+        model,
+        plan,
+        at.layers,
+        first=at.first,
+        last=at.last,
+        mtp_layers=at.mtp_layers,
+        lora=lora,
+    )
 
 
 def _attention_per_rank(model: ModelSpec, attention: int, tp: int) -> float:

@@ -68,6 +68,7 @@ from executor.tensor_parallel import apply_tensor_parallel
 from specs.bundle import PlanBundle
 from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.errors import SpecError
+from specs.finetune import executor_lora_refusal
 from specs.params import padded_vocab_size
 from specs.rules import require_valid_plan
 
@@ -109,6 +110,9 @@ def check_bundle(bundle: PlanBundle, ctx: ParallelContext) -> None:
             "rank routes its own tokens (Megatron requires SP with TP and EP); enable it"
         )
     check_precision(job.precision, ctx.device, plan.tp)
+    lora_refusal = executor_lora_refusal(job.lora)
+    if lora_refusal is not None:
+        raise SpecError(lora_refusal)
 
 
 def _build_chunks(bundle: PlanBundle, ctx: ParallelContext, seed: int) -> list[DecoderChunk]:

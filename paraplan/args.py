@@ -16,6 +16,7 @@ from costmodel.execution_presets import runtime_options
 from costmodel.execution_rules import RUNTIMES
 from costmodel.memory_allowances import FP8_RECIPES
 from paraplan.flags import spellings
+from paraplan.lora_args import add_lora_args, lora_from_args
 from paraplan.optimizer_args import (
     add_optimizer_offload_args,
     add_optimizer_precision_args,
@@ -45,7 +46,7 @@ def add_problem_args(
     num_gpus_required: bool = True,
 ) -> None:
     """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision,
-    --optimizer.
+    --optimizer, the LoRA flags (`paraplan.lora_args`).
 
     ``num_gpus_required=False`` serves the cluster-sizing form of `paraplan plan`, which
     searches over GPU counts itself.
@@ -94,6 +95,7 @@ def add_problem_args(
         help="Megatron-LM --optimizer: adam, muon (Muon on 2-D weights, Adam on the rest) or "
         "dist_muon (the same sharded layer-wise over dp*cp; excludes --dist-opt); default: adam",
     )
+    add_lora_args(g)
 
 
 def add_plan_args(parser: argparse.ArgumentParser) -> None:
@@ -235,12 +237,14 @@ def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
 
 
 def job_from_args(args: argparse.Namespace) -> TrainingJob:
-    """The TrainingJob of --seq-len, --global-batch, --precision and --optimizer."""
+    """The TrainingJob of --seq-len, --global-batch, --precision, --optimizer and the LoRA
+    flags (`paraplan.lora_args.lora_from_args`)."""
     return TrainingJob(
         seq_length=args.seq_len,
         global_batch_size=args.global_batch,
         precision=args.precision,
         optimizer=getattr(args, "optimizer", "adam"),
+        lora=lora_from_args(args),
     )
 
 

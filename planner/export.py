@@ -31,6 +31,10 @@ d98e8a64 of NVIDIA/Megatron-LM):
   optimizer); Muon's own flags keep Megatron-LM's defaults, which are what
   `costmodel.optimizer_muon` prices (5 quintic Newton-Schulz steps, ``blockwise`` TP mode,
   Q/K/V split). torchtitan refuses a Muon job (`TORCHTITAN_MUON_REFUSAL`).
+- A LoRA job (`TrainingJob.lora`) is refused (`MEGATRON_LORA_RULE`): Megatron-LM's
+  training script has no adapters (no LoRA argument in ``megatron/training/arguments.py``
+  at d0b3b775, the Megatron-LM of Megatron-Bridge v0.5.0); the refusal names
+  Megatron-Bridge's ``peft`` config, which runs it.
 - The execution options the plan was priced with (`PlanBundle.execution`: FP8 recipe and
   parameters, optimizer state dtypes and offload, gradient dtype, fused loss, MoE
   dispatcher and overlap, CUDA graphs, ...) become their Megatron-LM arguments, or are
@@ -57,12 +61,29 @@ from planner.export_torchtitan import torchtitan_toml
 from planner.export_userbuffers import TP_OVERLAP_CFG_FILE, userbuffers_config, userbuffers_yaml
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.finetune import LoraSpec
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.router import RouterSpec
 
 ExportTarget = Literal["megatron", "torchtitan"]
 TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
+
+MEGATRON_LORA_RULE = "lora_not_in_megatron_lm"
+"""Rule id of the Megatron-LM export's refusal of a LoRA job (`megatron_arguments`)."""
+
+
+def megatron_lora_refusal(lora: LoraSpec) -> str:
+    """Why the Megatron-LM export refuses a LoRA job, and the Megatron-Bridge config that
+    runs it (``ConfigContainer.peft``, ``megatron.bridge.peft.lora.LoRA``, tag v0.5.0)."""
+    targets = ", ".join(repr(t) for t in lora.targets)
+    return (
+        f"[{MEGATRON_LORA_RULE}] {lora.label()}: Megatron-LM's pretrain_gpt.py trains every "
+        "weight and has no LoRA arguments; run the plan with Megatron-Bridge, whose config "
+        f"sets peft = LoRA(dim={lora.rank}, alpha={lora.alpha}, target_modules=[{targets}]) "
+        "(megatron.bridge.peft.lora) beside the plan's parallel settings, or re-plan "
+        "without --lora-rank"
+    )
 
 
 # ---- Megatron-LM ---------------------------------------------------------------------------
@@ -287,9 +308,12 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     Data, tokenizer files, learning rate and iteration counts are the user's to add; the
     NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
     The execution options the plan was priced with follow the precision flags
-    (`planner.export_options`); `SpecError` when Megatron-LM cannot take one of them.
+    (`planner.export_options`); `SpecError` when Megatron-LM cannot take one of them, and
+    for a LoRA job (`megatron_lora_refusal`).
     """
     model, job, plan = bundle.model, bundle.job, bundle.plan
+    if job.lora is not None:
+        raise SpecError(megatron_lora_refusal(job.lora))
     options = bundle_options(bundle)
     args = _model_arguments(model, job.seq_length)
     args += _moe_arguments(model, plan, options)

@@ -159,6 +159,18 @@ TORCHTITAN_NVFP4_REFUSAL = (
 Hadamard transform and stochastic rounding, ``torchao/prototype/mx_formats/README.md``)."""
 
 
+TORCHTITAN_LORA_RULE = "torchtitan_has_no_lora"
+"""Rule id of `torchtitan_config`'s refusal of LoRA jobs."""
+
+TORCHTITAN_LORA_REFUSAL = (
+    "the estimate priced Megatron-Bridge's LoRA adapters on a frozen Megatron-core model; "
+    "the torchtitan job config this export writes trains every weight and has no adapter "
+    "settings: run the plan with Megatron-Bridge's peft config (the megatron export names "
+    "it), or re-plan without --lora-rank"
+)
+"""Why `torchtitan_config` refuses a LoRA job."""
+
+
 PRICED_SHARDING = {
     "no_shard": "nothing sharded over dp (DDP)",
     "optim": "the optimizer state sharded over dp, weights and gradients replicated "
@@ -205,8 +217,11 @@ def torchtitan_sharding_note(plan: ParallelPlan) -> str | None:
 
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
-    Muon job (`TORCHTITAN_MUON_REFUSAL`) and an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`)."""
+    Muon job (`TORCHTITAN_MUON_REFUSAL`), an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`) and a
+    LoRA job (`TORCHTITAN_LORA_REFUSAL`)."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
+    if job.lora is not None:
+        raise SpecError(f"[{TORCHTITAN_LORA_RULE}] {job.lora.label()}: {TORCHTITAN_LORA_REFUSAL}")
     if job.optimizer != "adam":
         raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
     if job.precision == "nvfp4":

@@ -11,19 +11,25 @@ import pandas as pd
 
 from costmodel.execution import ExecutionOptions
 from costmodel.memory_allowances import FrameworkAllowance
-from costmodel.model_state import bytes_per_param, device_optimizer_bytes
+from costmodel.model_state import bytes_per_param, device_optimizer_bytes, trained_weights
 from costmodel.optimizer_state import adam_state_bytes
 from costmodel.rank_params import stage_params
 from costmodel.schedules import plan_split
 from planner.row_groups import row_groups
 from planner.space import plan_from_row
 from planner.splits import SPLIT_COLUMNS
+from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
 _PARAM_KEYS = ["tp", "pp", "vpp", "ep", "etp", *SPLIT_COLUMNS]
 """What the parameters a rank holds on a stage depend on."""
+
+FROZEN_FLOOR_BYTES = 1.0
+"""Fewest bytes a frozen weight element takes in an fp8 or nvfp4 run: an FP8 parameter
+without its transpose (`costmodel.memory_allowances.Fp8WeightStorage`; NVFP4 parameters
+take 1.125, bf16 ones 2 and more)."""
 
 
 def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
@@ -43,32 +49,38 @@ def _floor_stages(model: ModelSpec, plan: ParallelPlan) -> set[int]:
     return stages
 
 
-def _stage_param_table(model: ModelSpec, rows: pd.DataFrame) -> np.ndarray:
-    """Per row of ``rows`` (distinct (tp, pp, vpp, ep, etp, split)): the dense and expert
-    parameters one rank holds on each stage of `_floor_stages`, shape (rows, 2, 3): [:, 0]
-    dense, [:, 1] expert, a repeated stage where fewer than three are distinct."""
-    out = np.zeros((len(rows), 2, 3))
+def _stage_param_table(
+    model: ModelSpec, rows: pd.DataFrame, lora: LoraSpec | None = None
+) -> np.ndarray:
+    """Per row of ``rows`` (distinct (tp, pp, vpp, ep, etp, split)): the parameters one
+    rank holds on each stage of `_floor_stages`, shape (rows, 3, 3): [:, 0] trained dense,
+    [:, 1] trained expert, [:, 2] frozen (a LoRA job's base, with ``lora``'s adapters
+    trained: `costmodel.rank_params.StageParams`), a repeated stage where fewer than three
+    are distinct."""
+    out = np.zeros((len(rows), 3, 3))
     for i, row in enumerate(rows.to_dict("records")):
         plan = plan_from_row(row | {"cp": 1, "dp": 1, "micro_batch_size": 1}, model)
         stages = sorted(_floor_stages(model, plan))
         stages += [stages[-1]] * (3 - len(stages))
         for j, stage in enumerate(stages):
-            held = stage_params(model, plan, stage)
-            out[i, :, j] = held.dense, held.expert
+            held = stage_params(model, plan, stage, lora)
+            out[i, :, j] = held.trained_dense, held.trained_expert, held.frozen_base
     return out
 
 
 def smallest_adam_state_bytes(job: TrainingJob, options: ExecutionOptions) -> int:
     """The fewest bytes per parameter Adam's state takes under ``options`` on any plan:
     the smaller of `costmodel.optimizer_state.adam_state_bytes` without and with
-    Megatron-FSDP (which keeps fp32 main weights)."""
+    Megatron-FSDP (which keeps fp32 main weights), for the trained parameters' storage
+    (`costmodel.model_state.trained_weights`)."""
+    weights = trained_weights(job, options.fp8_weight_storage)
     return min(
         adam_state_bytes(
             job.precision,
             options.optimizer_precision,
-            fp8_recipe=options.fp8_recipe,
-            fp8_param=options.fp8_param,
-            fp4_param=options.fp4_param,
+            fp8_recipe=weights.recipe,
+            fp8_param=weights.fp8_param,
+            fp4_param=weights.fp4_param,
             megatron_fsdp=fsdp,
         ).total_bytes
         for fsdp in (False, True)
@@ -94,11 +106,13 @@ def model_state_floor_bytes(
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes` keeps at least that).
     ``state_bytes``: Adam's state per parameter (`smallest_adam_state_bytes`; None: the
     default fp32 state); ``optimizer_offload_fraction`` of the optimizer state is on the
-    host (`costmodel.model_state.device_optimizer_bytes`)."""
+    host (`costmodel.model_state.device_optimizer_bytes`). A LoRA job's frozen base adds
+    its weights alone, at least `FROZEN_FLOOR_BYTES` per element in an fp8 or nvfp4 run."""
     weight, grad, state = bytes_per_param(job)
+    frozen_bytes = weight if job.precision in ("bf16", "fp32") else FROZEN_FLOOR_BYTES
     state = state if state_bytes is None else state_bytes
     first, group = row_groups(table, _PARAM_KEYS)
-    params = _stage_param_table(model, table.iloc[first])[group]
+    params = _stage_param_table(model, table.iloc[first], job.lora)[group]
     distopt = table["distributed_optimizer"].to_numpy(dtype=bool)
     fsdp = np.zeros(len(table), dtype=bool)
     if "use_megatron_fsdp" in table.columns:
@@ -109,9 +123,9 @@ def model_state_floor_bytes(
     expert_shards = np.where(distopt | fsdp, expert_dp, 1)
     worst = np.zeros(len(table))
     for i in range(3):
-        dense, expert = params[:, 0, i], params[:, 1, i]
+        dense, expert, frozen = params[:, 0, i], params[:, 1, i], params[:, 2, i]
         sharded = dense / dense_shards + expert / expert_shards
         whole = np.where(fsdp, sharded, dense + expert)
         optimizer = device_optimizer_bytes(state * sharded, optimizer_offload_fraction)
-        worst = np.maximum(worst, (weight + grad) * whole + optimizer)
+        worst = np.maximum(worst, (weight + grad) * whole + frozen_bytes * frozen + optimizer)
     return worst + FrameworkAllowance().fixed_bytes

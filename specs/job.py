@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from specs.errors import SpecError
 from specs.fieldcheck import require_choice, require_optional_positive, require_positive
+from specs.finetune import LoraSpec
 
 Precision = Literal["bf16", "fp8", "nvfp4", "fp32"]
 Optimizer = Literal["adam", "muon", "dist_muon"]
@@ -13,7 +15,8 @@ Optimizer = Literal["adam", "muon", "dist_muon"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainingJob:
-    """Sequence length, batch, precision and optimizer of a training run."""
+    """Sequence length, batch, precision and optimizer of a training run, and whether it
+    fine-tunes LoRA adapters on a frozen model (`lora`)."""
 
     seq_length: int
     """Tokens per sequence (`--seq-length`)."""
@@ -32,12 +35,21 @@ class TrainingJob:
     ranks); `costmodel.optimizer_muon`."""
     token_budget: int | None = None
     """Total training tokens, for time and cost estimates; None when not sizing."""
+    lora: LoraSpec | None = None
+    """LoRA fine-tuning (`specs.finetune.LoraSpec`, Megatron-Bridge's ``peft`` config): the
+    model's own parameters are frozen and only the adapters train; None (the default)
+    trains every parameter."""
 
     def __post_init__(self) -> None:
         require_positive(self, "seq_length", "global_batch_size")
         require_optional_positive(self, "token_budget")
         require_choice(self, "precision", Precision)
         require_choice(self, "optimizer", Optimizer)
+        if self.lora is not None and not isinstance(self.lora, LoraSpec):
+            raise SpecError(
+                f"TrainingJob.lora must be a LoraSpec or None, got {type(self.lora).__name__}; "
+                "build it with specs.finetune.LoraSpec(rank=...)"
+            )
 
     @property
     def tokens_per_iteration(self) -> int:

@@ -27,6 +27,9 @@ Conventions:
   checkpoints store a copy of both per depth (``embed_tokens``, ``shared_head``), which is
   why the published DeepSeek-V3 total (685B = 671B main + 14B MTP) is larger than the
   parameters trained.
+- LoRA adapters (`lora_layer_params`, a job's `specs.finetune.LoraSpec`): per targeted
+  linear layer in -> out, A (in x r) and B (r x out), no bias; they are not part of the
+  model's counts above, which stay the frozen base.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from specs.errors import SpecError
+from specs.finetune import LoraSpec, lora_target_features
 from specs.model import ModelSpec
 
 
@@ -249,6 +253,20 @@ def count_params(model: ModelSpec) -> ParamCounts:
         moe_top_k=model.moe_top_k if model.is_moe else 0,
         mtp_layers=(mtp,) * model.mtp_num_layers,
     )
+
+
+def lora_layer_params(model: ModelSpec, lora: LoraSpec) -> int:
+    """Adapter parameters of one transformer layer: r·(in + out) per target
+    (`specs.finetune.lora_target_features`; Megatron-Bridge ``ParallelLinearAdapter``:
+    ``linear_in`` in -> r and ``linear_out`` r -> out, both without bias). Tensor
+    parallelism splits every adapter matrix along one of its dimensions (A over r for a
+    column-parallel base, over in for a row-parallel one; B over out), so a rank holds
+    1/tp of it."""
+    total = 0
+    for target in lora.targets:
+        fan_in, fan_out, _ = lora_target_features(model, target)
+        total += lora.rank * (fan_in + fan_out)
+    return total
 
 
 def padded_vocab_size(vocab_size: int, tp: int, multiple: int = 128) -> int:

@@ -9,8 +9,9 @@ order; `check_plan` runs them all and never raises on a bad plan: a rule whose p
 is already broken by another rule (a division by a non-divisor, say) stays silent.
 
 This module holds the world-size, tensor-parallel shape, pipeline and batch rules; expert
-rules are in `specs.rules_moe`, context/sequence parallelism, overlap switches, recompute and
-position rules in `specs.rules_features`, and the message helpers in `specs.rules_base`.
+rules are in `specs.rules_moe`, LoRA rules in `specs.rules_lora`, context/sequence
+parallelism, overlap switches, recompute and position rules in `specs.rules_features`, and
+the message helpers in `specs.rules_base`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from specs.rules_base import (
 )
 from specs.rules_features import FEATURE_RULES
 from specs.rules_fsdp import FSDP_RULES
+from specs.rules_lora import LORA_RULES
 from specs.rules_moe import MOE_RULES
 from specs.rules_optimizer import OPTIMIZER_RULES
 from specs.rules_pipeline import PIPELINE_RULES
@@ -321,9 +323,11 @@ RULES: tuple[Rule, ...] = (
     *FSDP_RULES,
     *OPTIMIZER_RULES,
     *SAVER_RULES,
+    *LORA_RULES,
 )
 """Every rule, in check order: world size, model shapes, experts, pipeline, batch,
-sequence, switches, Megatron-FSDP, the optimizer, per-module recompute and activation offloading."""
+sequence, switches, Megatron-FSDP, the optimizer, per-module recompute and activation
+offloading, LoRA (`specs.rules_lora`)."""
 
 
 def rule_ids() -> tuple[str, ...]:

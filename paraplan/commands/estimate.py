@@ -26,6 +26,7 @@ from paraplan.args import (
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
+from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         f"{model.name} on {cluster.num_gpus} x {profile.name}: {plan.label()} "
         f"(runtime {options.runtime})"
     )
-    _print_summary(title, est)
+    _print_summary(title, est, lora_line(job))
     for line in memory_assumptions(job, options, profile.device.name):
         print(line)
     for line in time_assumptions(model, job, options, profile):
@@ -109,11 +110,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_summary(title: str, est: Estimate) -> None:
+def _print_summary(title: str, est: Estimate, job_line: str | None = None) -> None:
     from costmodel.estimate import MEMORY_PARTS, stage_memory_parts_gib
 
     # The plan line is printed whole (a table title would wrap it at the table's width).
     print(title)
+    if job_line is not None:
+        print(job_line)
     print_table(
         "",
         ("quantity", "value"),

@@ -43,6 +43,7 @@ from profiles.store import load_profile
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.finetune import executor_lora_refusal
 from specs.formats import percent
 from specs.rules import check_plan
 
@@ -111,6 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bundle = serde.load(PlanBundle, args.plan)
+    lora_refusal = executor_lora_refusal(bundle.job.lora)
+    if lora_refusal is not None:
+        raise SpecError(lora_refusal)
     if bundle.job.optimizer != "adam":
         raise SpecError(
             f"optimizer ({bundle.job.optimizer}): paraplan's executor steps AdamW only; run "

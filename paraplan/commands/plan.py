@@ -53,6 +53,7 @@ from paraplan.commands.plan_results import (
 from paraplan.commands.plan_sizing import run_sizing
 from paraplan.flags import spellings
 from paraplan.fp8_args import check_fp8_flags
+from paraplan.lora_args import lora_line
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.time_args import refuse_scopes_the_model_lacks
 from paraplan.time_assumptions import time_assumptions
@@ -333,6 +334,9 @@ def _run_search(args: argparse.Namespace) -> int:
         print_json({"runtime": args.runtime, **search_json(result)})
     else:
         _print_top(result, args.top)
+        job_line = lora_line(job)
+        if job_line is not None:
+            print(job_line)
         print(text)
         device_opts = device_options(options, profile)
         for line in memory_assumptions(job, device_opts, profile.device.name):

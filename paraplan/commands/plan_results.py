@@ -56,8 +56,9 @@ def time_limit_json(result: SearchResult) -> dict[str, Any]:
 
 
 def search_json(result: SearchResult) -> dict[str, Any]:
-    """``{"best", "top", "rejected"}``, ``closest`` when nothing fits, and ``time_limit``
-    (`time_limit_json`) when the search had one."""
+    """``{"best", "top", "rejected"}``, ``closest`` when nothing fits, ``time_limit``
+    (`time_limit_json`) when the search had one, and ``lora`` (the job's adapters) for a
+    LoRA job."""
     data: dict[str, Any] = {
         "best": plan_entry(result.best) if result.best else None,
         "top": [plan_entry(r) for r in result.top],
@@ -67,6 +68,8 @@ def search_json(result: SearchResult) -> dict[str, Any]:
         data["closest"] = [plan_entry(r) for r in result.closest]
     if result.time_limit_s is not None:
         data["time_limit"] = time_limit_json(result)
+    if result.job.lora is not None:
+        data["lora"] = to_dict(result.job.lora)
     return data
 
 

@@ -141,6 +141,29 @@ LLAMA70_FSDP = {
 }
 
 
+LLAMA70_LORA_GB300 = {
+    # row 152 (MBRIDGE-26.06, Llama 3 70B LoRA on 8 GB300, FP8).
+    "row_id": "152",
+    "source_id": "MBRIDGE-26.06",
+    "task": "LoRA (fine-tune)",
+    "model": "LLAMA3_70B",
+    "arch_notes": "SwiGLU, GQA; NeMo Llama3Config70B",
+    **LLAMA3_70B_SHAPE,
+    "seq_length": "4096",
+    "gpu_type": "GB300 (NVL72)",
+    "num_gpus": "8",
+    "tp": "1",
+    "pp": "2",
+    "vpp": "20",
+    "cp": "1",
+    "ep": "n/a",
+    "micro_batch_size": "1",
+    "global_batch_size": "32",
+    "precision": "FP8",
+    "tokens_per_sec_per_gpu": "7481",
+}
+
+
 ZERO3_SC21 = {
     # row 11 (SC21 Table 2, GPT 174.6B with ZeRO-3 on 384 A100).
     "row_id": "11",

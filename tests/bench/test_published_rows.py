@@ -13,6 +13,7 @@ from tests.bench.published_row_cases import (
     DEEPSEEK_GB200,
     GPT_OSS_B300,
     LLAMA70_FSDP,
+    LLAMA70_LORA_GB300,
     LLAMA405_GB200,
     MLM_README_32B,
     ZERO3_SC21,
@@ -78,10 +79,23 @@ def test_megatron_fsdp_row_shards_params_grads_and_optimizer():
     assert not plan.distributed_optimizer and plan.dp == 64
 
 
-def test_zero3_lora_and_flagged_rows_are_set_apart_with_the_reason():
+def test_a_lora_row_takes_its_recipes_adapters_and_keeps_its_printed_plan():
+    # Megatron-Bridge v0.5.0 llama3_70b_peft_config: dim 16, alpha 32; the perf configs'
+    # target_modules ["linear_qkv"]; LLAMA3_70B_LORA_CONFIG_GB300_FP8_CS_V1: tp1 pp2 vpp20
+    case = rows_mod.case_for_row(LLAMA70_LORA_GB300)
+    lora = case.job.lora
+    assert lora is not None
+    assert (lora.rank, lora.alpha, lora.targets) == (16, 32, ("linear_qkv",))
+    assert case.plan.label() == "tp1 pp2 vpp20 dp4 mbs1 distopt"
+    assert case.job.seq_length == 4096 and case.job.global_batch_size == 32
+    sft = rows_mod.case_for_row(row_with(LLAMA70_LORA_GB300, task="SFT (fine-tune)"))
+    assert sft.job.lora is None and sft.plan == case.plan
+
+
+def test_zero3_unknown_lora_recipes_and_flagged_rows_are_set_apart_with_the_reason():
     with pytest.raises(rows_mod.NotExpressible, match="ZeRO-3"):
         rows_mod.case_for_row(ZERO3_SC21)
-    with pytest.raises(rows_mod.NotExpressible, match="LoRA"):
+    with pytest.raises(rows_mod.NotExpressible, match="LoRA recipe"):
         rows_mod.case_for_row(row_with(LLAMA70_FSDP, task="LoRA (fine-tune)"))
     flagged = "footnote: Performance regression in GPT-OSS 120B pre-training is a known issue"
     with pytest.raises(rows_mod.NotExpressible, match="regression"):

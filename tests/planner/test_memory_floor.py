@@ -50,6 +50,15 @@ def test_model_state_floor_matches_the_per_plan_count():
     assert np.all(floors > 0)
 
 
+def peak_model_state_bytes(model, job, plan) -> float:
+    """The largest weights + gradients + optimizer state over the plan's stages
+    (`costmodel.memory.memory_per_stage`)."""
+    return max(
+        s.weights_bytes + s.gradients_bytes + s.optimizer_bytes
+        for s in memory_per_stage(model, job, plan)
+    )
+
+
 @pytest.mark.parametrize("strategy", ["no_shard", "optim", "optim_grads", "optim_grads_params"])
 def test_model_state_floor_holds_under_megatron_fsdp(strategy):
     """Rows with ``use_megatron_fsdp`` get a floor below the model state
@@ -64,8 +73,4 @@ def test_model_state_floor_holds_under_megatron_fsdp(strategy):
         plan = plan_from_row(row, model).replace(
             use_megatron_fsdp=True, data_parallel_sharding_strategy=strategy
         )
-        state = max(
-            s.weights_bytes + s.gradients_bytes + s.optimizer_bytes
-            for s in memory_per_stage(model, job, plan)
-        )
-        assert floor <= state + fixed
+        assert floor <= peak_model_state_bytes(model, job, plan) + fixed

@@ -20,6 +20,10 @@ context layer from [b, heads, s, d] back to [s, b, heads·d] (``.permute().conti
 read and write) and, in backward, concatenates the query, key and value gradients into the
 fused QKV gradient (the backward of ``torch.split``): Megatron-LM `ParallelAttention`
 (2021) and `CoreAttention` (the local, non-TE path).
+
+A LoRA job's frozen projections run no weight-gradient GEMM
+(`costmodel.runtimes.megatron.linear_pairs` for their quantization and TP reduction);
+their adapters are priced in `costmodel.runtimes.megatron.lora_costs`.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from costmodel.runtimes.megatron.unfused_costs import rope_time_s
 from costmodel.runtimes.megatron.userbuffers import Shape
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
+from specs.finetune import has_adapter
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import mla_head_dims
@@ -74,6 +79,8 @@ def attention_block(
     """Attention block: (forward, backward, rerun forward of its recompute modules
     ``core_attn`` and ``mla_up_proj``, dgrad_s, wgrad_s)."""
     kernel = options.attention
+    lora = job.lora
+    frozen = lora is not None
     h = model.hidden_size
     q, kv, head_dim = _attention_dims(model, x.tp)
     if model.uses_mla:
@@ -92,11 +99,19 @@ def attention_block(
     qkv_width = width if model.uses_mla else q + 2 * kv
     row_in = 0.0 if model.uses_mla else q
     fp8_f, fp8_b = fp8_pair_s(
-        profile, x, h, qkv_width, row_in, options.fp8_recipe, options.cudnn_norm
+        profile,
+        x,
+        h,
+        qkv_width,
+        row_in,
+        options.fp8_recipe,
+        options.cudnn_norm,
+        frozen=frozen,
+        norm_returned=has_adapter(lora, "linear_qkv"),
     )
     ew_fwd += fp8_f
     ew_bwd += fp8_b
-    tp_f, tp_b = tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options)
+    tp_f, tp_b = tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options, frozen=frozen)
     amax_f, amax_b = fp8_amax_pair(profile, x, groups, options.fp8_recipe, row_in)
     tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
@@ -104,7 +119,7 @@ def attention_block(
     ew_fwd += merge_fwd
     ew_bwd += merge_bwd
     dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
-    wgrad = qkv[2] + proj[2]
+    wgrad = 0.0 if frozen else qkv[2] + proj[2]
     forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)
     backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
     rerun = {

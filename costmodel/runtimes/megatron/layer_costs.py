@@ -15,6 +15,8 @@ per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a M
 pass (`ExecutionOptions.moe_host_launch_s`): `costmodel.runtimes.megatron.moe_launches`;
 the fitted device time per token no priced kernel accounts for
 (`ExecutionOptions.moe_token_device_s`): `moe_experts.unattributed_device_s`;
+a LoRA job's adapters (its base blocks frozen):
+`costmodel.runtimes.megatron.lora_costs`;
 with `ExecutionOptions.moe_a2a_overlap`, the part of the EP time the 1F1B overlap leaves
 exposed: `costmodel.runtimes.megatron.moe_a2a_overlap`.
 
@@ -39,6 +41,7 @@ from costmodel.runtimes.megatron.layer_shape import (
     layer_shape,
     norm_and_residual,
 )
+from costmodel.runtimes.megatron.lora_costs import adapter_costs
 from costmodel.runtimes.megatron.mlp_costs import mlp_block
 from costmodel.runtimes.megatron.moe_a2a_overlap import (
     a2a_overlap_applies,
@@ -135,8 +138,13 @@ def layer_passes(
         rerun["moe"] = mlp_f
     else:
         ffn = model.ffn_hidden_size
-        mlp_f, mlp_b, mlp_d, mlp_w = mlp_block(model, plan, profile, x, comm, ffn, options)
-        rerun["mlp"] = mlp_f
+        mlp_f, mlp_b, mlp_d, mlp_w = mlp_block(
+            model, plan, profile, x, comm, ffn, options, lora=job.lora
+        )
+        adapters = adapter_costs(model, job, plan, profile, x, comm)
+        att_f, att_b = att_f.plus(adapters.forward), att_b.plus(adapters.backward)
+        dgrad, wgrad = dgrad + adapters.dgrad_s, wgrad + adapters.wgrad_s
+        rerun["mlp"] = mlp_f.plus(adapters.mlp_forward)
     forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
     backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
     if is_moe and a2a_overlap_applies(plan, options):

@@ -11,6 +11,11 @@ collectives split with their GEMMs into chunks, priced per the framework's userb
 methods (`ExecutionOptions.tp_overlap_rs_method`, ``tp_overlap_bulk_sm_margin``). The
 SP backward re-gather of the column-parallel input runs asynchronously under dgrad in
 Megatron and is not counted without the overlap.
+
+A LoRA job's frozen pair (``frozen``) has no weight-gradient GEMM: the reduction of the
+input gradient has nothing to hide under, and its quantized operands need no column-wise
+copy for one (`fp8_pair_s`). The userbuffers overlaps are priced as for a trained pair: how
+Transformer Engine's bulk overlaps run without a wgrad GEMM is not modelled.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ def tp_pair(
     first: Shape,
     second: Shape | None,
     options: ExecutionOptions = DEFAULT_OPTIONS,
+    *,
+    frozen: bool = False,
 ) -> tuple[PassCost, PassCost]:
     """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
     all-reduce each way without SP (after the row-parallel GEMM forward, of the
@@ -58,7 +65,8 @@ def tp_pair(
     weight-gradient GEMM, so only max(0, comm - wgrad) of it is exposed (Transformer
     Engine `_LayerNormLinear.backward` and `_Linear.backward`, "Overlap dgrad-RS/AR with
     wgrad"; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication`); the
-    all-gather of the row-parallel output gradient before its dgrad stays exposed."""
+    all-gather of the row-parallel output gradient before its dgrad stays exposed. A
+    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole."""
     if x.tp < 2:
         return ZERO, ZERO
     size = x.tokens * h * x.elem
@@ -76,7 +84,7 @@ def tp_pair(
     else:
         fwd = bwd = total
         if options.tp_dgrad_overlap:
-            wgrad = gemm3(profile, x, *first)[2]
+            wgrad = 0.0 if frozen else gemm3(profile, x, *first)[2]
             bwd = total - comms[-1] + max(0.0, comms[-1] - wgrad)
     return tuple(  # type: ignore[return-value]
         PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size)
@@ -124,20 +132,34 @@ def fp8_pair_s(
     row_in: float,
     recipe: Fp8Recipe,
     cudnn_norm: bool,
+    *,
+    frozen: bool = False,
+    norm_returned: bool = False,
 ) -> tuple[float, float]:
+    """`fp8_pair_quantize_s` of one rank's `LayerShape`. A ``frozen`` pair (LoRA) writes
+    only the row-wise copy of both inputs and of the row-parallel output gradient (TE
+    ``Linear``, no bias, no wgrad), both copies of the column-parallel output gradient
+    (TE 4220403e's ``LayerNormLinear`` backward asks for both whatever ``requires_wgrad``);
+    with ``norm_returned`` (a LoRA adapter on the column-parallel layer) TE returns the
+    16-bit norm output and quantizes it on the ``separate`` path
+    (``with_quantized_norm`` is False under ``return_layernorm_output``)."""
     if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
         return 0.0, 0.0
     operand = operand_recipe(x.dtype, recipe)
+    inputs = 1 if frozen else 2
 
-    def quantize(elements: float, norm: NormQuantization | None = None) -> float:
-        return fp8_quantize_time_s(profile, elements, x.elem, recipe=operand, norm=norm)
+    def quantize(elements: float, norm: NormQuantization | None = None, copies: int = 2) -> float:
+        return fp8_quantize_time_s(
+            profile, elements, x.elem, recipe=operand, norm=norm, copies=copies
+        )
 
     path = norm_quantization(operand, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
-    forward = quantize(x.norm_tokens * h, norm=path)
+    path = "separate" if norm_returned else path
+    forward = quantize(x.norm_tokens * h, norm=path, copies=inputs)
     backward = quantize(x.tokens * column_out)
     if row_in > 0:
-        forward += quantize(x.tokens * row_in)
-        backward += quantize(x.norm_tokens * h)
+        forward += quantize(x.tokens * row_in, copies=inputs)
+        backward += quantize(x.norm_tokens * h, copies=inputs)
     return forward, backward
 
 

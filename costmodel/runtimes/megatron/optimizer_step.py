@@ -11,7 +11,11 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.model_state import plan_adam_state
 from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_offload import host_optimizer_step_s, offloaded_step_s
-from costmodel.optimizer_passes import grad_buffer_passes_time_s, optimizer_step_time_s
+from costmodel.optimizer_passes import (
+    grad_buffer_passes_time_s,
+    optimizer_step_tensors,
+    optimizer_step_time_s,
+)
 from costmodel.passes import ChunkCost
 from costmodel.runtimes.megatron.megatron_fsdp import optimizer_sharded
 from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
@@ -34,8 +38,9 @@ def stage_optimizer_s(
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> float:
     """The optimizer step of one rank of a stage
-    (`costmodel.optimizer_passes.optimizer_step_time_s`); about 8 parameter tensors per
-    layer (weights, biases, norms) plus 2 per local expert.
+    (`costmodel.optimizer_passes.optimizer_step_time_s`) over the trained parameters of its
+    chunks (`ChunkCost.dense_params`: a LoRA job's adapters) in
+    `costmodel.optimizer_passes.optimizer_step_tensors` tensors.
     With it, the data-parallel wrapper's passes over the gradient buffer before its
     reduction (`costmodel.optimizer_passes.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
@@ -52,7 +57,8 @@ def stage_optimizer_s(
         shard = dense + expert
     layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
-    tensors = layers * (8 + 2 * local_experts) + 2
+    targets = len(job.lora.targets) if job.lora is not None else 0
+    tensors = optimizer_step_tensors(layers, local_experts, targets)
     offloaded = options.optimizer_cpu_offload_fraction * shard
     step_s = optimizer_step_time_s(
         profile,

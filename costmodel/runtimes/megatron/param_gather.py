@@ -12,7 +12,7 @@ from costmodel.execution import ExecutionOptions
 from costmodel.optimizer_muon import layerwise_gather_s
 from costmodel.passes import ChunkCost
 from costmodel.pipeline_sim import TimedAction
-from costmodel.rank_params import chunk_params
+from costmodel.rank_params import position_params
 from costmodel.runtimes.megatron.grad_reduction import bucket_params, group_collective_s
 from costmodel.runtimes.megatron.megatron_fsdp import (
     ChunkGather,
@@ -37,7 +37,8 @@ def param_gather_bytes(
     """Mean bytes per (dense, expert) parameter of each chunk of ``stage`` in the
     parameter all-gather: the linear layers' weights at
     `costmodel.memory_allowances.Fp8WeightStorage.gather_bytes` (FP8 parameters), the rest (norms,
-    router, embedding, output layer) at the job's weight size; routed experts are linear."""
+    router, embedding, output layer) at the job's weight size; routed experts are linear. A
+    LoRA job gathers its 16-bit adapters only (`costmodel.rank_params.StageParams.trained`)."""
     weight = 4.0 if job.precision == "fp32" else 2.0
     linear_bytes = options.fp8_weight_storage.gather_bytes(job)
     chunks = plan_stage_chunks(model, plan, stage)
@@ -45,12 +46,11 @@ def param_gather_bytes(
         return tuple((weight, weight) for _ in chunks)
     out = []
     for at in chunks:
-        held = chunk_params(
-            model, plan, at.layers, first=at.first, last=at.last, mtp_layers=at.mtp_layers
-        )
-        dense_linear = held.linear - held.expert
-        dense = (weight * (held.dense - dense_linear) + linear_bytes * dense_linear) / max(
-            held.dense, 1.0
+        held = position_params(model, plan, at, job.lora)
+        trained = held.trained_dense
+        dense_linear = held.trained_linear - held.trained_expert
+        dense = (weight * (trained - dense_linear) + linear_bytes * dense_linear) / max(
+            trained, 1.0
         )
         out.append((dense, linear_bytes))
     return tuple(out)

@@ -53,7 +53,7 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.optimizer_passes import grad_accumulation_time_s
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost
-from costmodel.rank_params import chunk_params
+from costmodel.rank_params import position_params
 from costmodel.runtimes.megatron.fp8_scaling import with_delayed_scaling
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
@@ -103,10 +103,8 @@ def chunk_costs(
             fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
         if at.last:
             fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
-        held = chunk_params(
-            model, plan, at.layers, first=at.first, last=at.last, mtp_layers=at.mtp_layers
-        )
-        dense, expert = held.dense, held.expert
+        held = position_params(model, plan, at, job.lora)
+        dense, expert = held.trained_dense, held.trained_expert  # a LoRA job: its adapters
         if not options.grad_accumulation_fusion:
             accumulate = grad_accumulation_time_s(
                 profile, dense + expert, grad_bytes, options.main_grad_bytes

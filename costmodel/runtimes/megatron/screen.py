@@ -147,7 +147,7 @@ def closed_form_screen(
     ok = _runnable(c, m, options)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(ok, memory_bytes(c, model, job, np.maximum(m, 1), options), np.inf)
-    flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size)
+    flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)
     peak_flops_s = peak_flops(profile, ops.gemm_dtype(job.precision))
     out = df.drop(columns=["bucket", *SHARDING_COLUMNS])
     out["num_microbatches"] = m

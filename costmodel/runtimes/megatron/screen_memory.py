@@ -4,7 +4,8 @@ Over the screen's per-plan columns ``c`` (numpy arrays, one entry per plan row),
 bytes of one rank, the largest of stage 0, the fullest middle stage and the last stage
 (`costmodel.memory.memory_per_stage` in closed form):
 
-- model state: weights, gradient buffers and the device's share of the optimizer state,
+- model state: weights, gradient buffers and the device's share of the optimizer state
+  (of the trained parameters; a LoRA job's frozen base keeps its weights alone),
   under the distributed optimizer's or Megatron-FSDP's sharding
   (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_state_bytes`; sharded weights and
   gradients keep `GATHERED_LAYERS` layers whole besides their shard) and, under Muon, the
@@ -91,11 +92,15 @@ def _model_state_bytes(
     layer = linear_param * c["layer_lin"] + weight * c["layer_other"]
     shard = (weight * (params - linear) + linear_shard * linear) / params * sharded
     gathered = np.minimum(shard + GATHERED_LAYERS * layer + non_unit, whole)
+    # a LoRA job's frozen base: its weights only (`costmodel.model_state.stage_state_bytes`)
+    frozen, frozen_linear = c[f"p{tag}f"], c[f"p{tag}fl"]
+    frozen_bytes = weight * (frozen - frozen_linear) + fp8_weights.linear_bytes(job) * frozen_linear
     optimizer_state = state * (dense / dense_shards + expert / expert_shards)
     if is_muon(job):  # the worst rank's whole parameters (costmodel.muon_sharding)
         optimizer_state = np.where(fsdp, optimizer_state, worst_state_bytes(c, tag))
     return (
         np.where(c["params_sharded"], gathered, whole)
+        + frozen_bytes
         + linear_cache * linear
         + grad
         * np.where(c["grads_sharded"] & c["use_megatron_fsdp"], resident, params * grad_copies)

@@ -34,6 +34,7 @@ from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import plan_split
 from costmodel.topology import strided_group_placement
 from profiles.schema import HardwareProfile
+from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
@@ -225,11 +226,17 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     return out
 
 
-def _param_columns(model: ModelSpec):
+def _param_columns(model: ModelSpec, lora: LoraSpec | None = None):
     """Per distinct (tp, ep, etp and the split): the split's stages and their layers, and
-    the parameters of stages 0, middle and p-1."""
+    the parameters of stages 0, middle and p-1: ``p{tag}d``, ``p{tag}e`` and ``p{tag}l``
+    the trained dense, expert and linear-layer parameters, ``p{tag}f`` and ``p{tag}fl`` the
+    frozen ones and their linear layers' (a LoRA job's base;
+    `costmodel.rank_params.StageParams`), ``emb_params`` and ``norm_params`` the trained
+    embedding and norm parameters whose gradients the finalize step all-reduces (none for
+    a LoRA job)."""
     counts = count_params(model)
     norms = [layer.norms for layer in counts.layers]
+    trained_base = 0.0 if lora is not None else 1.0
 
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row)
@@ -248,17 +255,18 @@ def _param_columns(model: ModelSpec):
         stages = _split_stages(model, plan)
         out.update(stages)
         for tag, stage in (("0", 0), ("1", stages["s1"]), ("l", plan.pp - 1)):
-            params = stage_params(model, plan, stage)
-            out[f"p{tag}d"], out[f"p{tag}e"] = params.dense, params.expert
-            out[f"p{tag}l"] = params.linear
+            params = stage_params(model, plan, stage, lora)
+            out[f"p{tag}d"], out[f"p{tag}e"] = params.trained_dense, params.trained_expert
+            out[f"p{tag}l"] = params.trained_linear
+            out[f"p{tag}f"], out[f"p{tag}fl"] = params.frozen_base, params.frozen_linear
             out[f"p{tag}u"] = non_unit_params(model, plan, stage)
         out["layer_max"] = largest_layer_params(model, plan)
         out["layer_lin"] = largest_layer_weight_bytes(model, plan, 0.0, 1.0)
         out["layer_other"] = largest_layer_weight_bytes(model, plan, 1.0, 0.0)
         vocab = padded_vocab_size(model.vocab_size, plan.tp)
         position = counts.embedding - model.vocab_size * model.hidden_size
-        out["emb_params"] = vocab * model.hidden_size / plan.tp + position
-        out["norm_params"] = sum(norms) / plan.pp + counts.final_norm
+        out["emb_params"] = trained_base * (vocab * model.hidden_size / plan.tp + position)
+        out["norm_params"] = trained_base * (sum(norms) / plan.pp + counts.final_norm)
         return out
 
     return fn
@@ -275,7 +283,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
         ref_job = TrainingJob(
-            seq_length=job.seq_length, global_batch_size=1, precision=job.precision
+            seq_length=job.seq_length, global_batch_size=1, precision=job.precision, lora=job.lora
         )
         acts = stage_activations(
             model,
@@ -321,5 +329,5 @@ def priced_parts(
             ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
             _group_columns(profile, topo),
         ),
-        per_distinct_row(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model)),
+        per_distinct_row(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model, job.lora)),
     ]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from costmodel.execution import ExecutionOptions
 from costmodel.memory_allowances import Fp8WeightStorage
+from costmodel.model_state import trained_weights
 from costmodel.optimizer_passes import optimizer_step_time_s
 from costmodel.optimizer_state import OptimizerPrecision, adam_state_bytes, precision_aware_unmet
 from costmodel.runtimes.megatron.screen_parts import affine_s
@@ -136,12 +137,13 @@ def optimizer_units(
     the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
     without or with Megatron-FSDP; the device's part only under optimizer CPU offload
     (`ExecutionOptions.optimizer_cpu_offload_fraction` of the shard off the device)."""
+    weights = trained_weights(job, options.fp8_weight_storage)
     state = adam_state_bytes(
         job.precision,
         options.optimizer_precision,
-        fp8_recipe=options.fp8_recipe,
-        fp8_param=options.fp8_param,
-        fp4_param=options.fp4_param,
+        fp8_recipe=weights.recipe,
+        fp8_param=weights.fp8_param,
+        fp4_param=weights.fp4_param,
         megatron_fsdp=megatron_fsdp,
     )
     unit = [
@@ -166,14 +168,16 @@ def adam_state_per_row(
 ) -> np.ndarray:
     """Adam's state bytes per parameter of every row (`costmodel.model_state.plan_adam_state`
     without the rule, which `precision_aware_allowed` applies): Megatron-FSDP rows keep its
-    fp32 main-weight buffer."""
+    fp32 main-weight buffer; a LoRA job's adapters are 16-bit parameters
+    (`costmodel.model_state.trained_weights`)."""
+    weights = trained_weights(job, fp8_weights)
     by_fsdp = [
         adam_state_bytes(
             job.precision,
             optimizer,
-            fp8_recipe=fp8_weights.recipe,
-            fp8_param=fp8_weights.fp8_param,
-            fp4_param=fp8_weights.fp4_param,
+            fp8_recipe=weights.recipe,
+            fp8_param=weights.fp8_param,
+            fp4_param=weights.fp4_param,
             megatron_fsdp=under_fsdp,
         ).total_bytes
         for under_fsdp in (False, True)

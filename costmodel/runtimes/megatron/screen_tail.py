@@ -25,7 +25,7 @@ import numpy as np
 from costmodel.execution import ExecutionOptions
 from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_offload import host_optimizer_step_s
-from costmodel.optimizer_passes import grad_buffer_passes_time_s
+from costmodel.optimizer_passes import grad_buffer_passes_time_s, optimizer_step_tensors
 from costmodel.runtimes.megatron.screen_muon import layerwise_gather_s, worst_step_s
 from costmodel.runtimes.megatron.screen_parts import affine_s
 from costmodel.runtimes.megatron.screen_pipeline import StageTimes
@@ -160,12 +160,15 @@ def _optimizer_s(
     rates: _StepRates,
     local_experts: np.ndarray | int,
     muon: bool,
+    adapter_targets: int = 0,
 ) -> np.ndarray:
     """Optimizer step of stage ``tag``'s rank, seconds: Adam's affine form (or the offloaded
     host step, whichever is longer), under Muon the worst rank's step
-    (`screen_muon.worst_step_s`), plus the gradient-buffer passes."""
+    (`screen_muon.worst_step_s`), plus the gradient-buffer passes; ``adapter_targets``
+    LoRA adapters per layer (`costmodel.optimizer_passes.optimizer_step_tensors`)."""
     dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
-    tensors = (c[f"n{tag}d"] + c[f"n{tag}m"]) * (8 + 2 * local_experts) + 2
+    layers = c[f"n{tag}d"] + c[f"n{tag}m"]
+    tensors = optimizer_step_tensors(layers, local_experts, adapter_targets)
     sharded = c["optim_sharded"]
     shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
     optimizer = (
@@ -243,8 +246,9 @@ def tail_s(
     worst = np.zeros(len(v))
     # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
     # parameters), the fullest middle stage
+    targets = len(job.lora.targets) if job.lora is not None else 0
     for tag, first_stage in (("0", True), ("l", False), ("1", False)):
-        optimizer = _optimizer_s(c, tag, rates, local_experts, muon)
+        optimizer = _optimizer_s(c, tag, rates, local_experts, muon, targets)
         chunk, gather_s = _param_gather_s(c, tag, first_stage, forward_chunk, weight, gather, muon)
         tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather_s, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]

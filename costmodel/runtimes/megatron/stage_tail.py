@@ -66,7 +66,12 @@ def stage_tail(
         clock = start + duration
         dp_events.append((name, start, duration, size))
     done = max(pipeline_end, clock)
-    if model.tied_embeddings and plan.pp > 1 and stage in (0, plan.pp - 1):
+    # a LoRA job's frozen embedding and norms have no gradient: Megatron-core's
+    # finalize_model_grads skips parameters without one (`_allreduce_embedding_grad`:
+    # "When the embedding is frozen, the grad is None"; `_allreduce_non_tensor_model_
+    # parallel_grads` reads `requires_grad` parameters only)
+    trained_base = job.lora is None
+    if trained_base and model.tied_embeddings and plan.pp > 1 and stage in (0, plan.pp - 1):
         size = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
         pair = GroupPlacement(
             axes="embedding",
@@ -81,7 +86,7 @@ def stage_tail(
         dp_events.append(("embedding all_reduce", done, duration, size * grad_bytes))
         done += duration
     norm_s = 0.0
-    if plan.sequence_parallel and plan.tp > 1:
+    if trained_base and plan.sequence_parallel and plan.tp > 1:
         size = _stage_norm_params(model, plan, stage) * grad_bytes
         norm_s = collective_time_s(profile, "all_reduce", size, placements["tp"])
         done += norm_s

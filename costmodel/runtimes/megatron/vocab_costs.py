@@ -1,6 +1,11 @@
 """Per-microbatch costs of the vocabulary-parallel layers on one rank: the word embedding
 (`embedding_cost`) and the final norm, output layer and cross entropy (`logits_cost`),
 each over the padded vocabulary split over TP, with their TP collectives.
+
+A LoRA job freezes both (Megatron-Bridge ``PEFT.freeze_model``): the embedding's output
+needs no gradient, so autograd never runs its backward; the output layer computes its
+input gradient but no weight gradient (Megatron-core's ``linear_with_frozen_weight``,
+``tensor_parallel/layers.py``).
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from costmodel import compute as ops
 from costmodel.collectives import collective_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.passes import CommGroups, PassCost
+from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import gemm3, intra_groups, layer_shape
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -30,7 +35,8 @@ def embedding_cost(
     lookup, then an all-reduce (no SP) or reduce-scatter (SP) of its output over TP;
     backward sums the gradient into the token rows (after all-gathering it with SP), and
     builds the dense gradient of the rank's vocabulary slice and adds it into the main
-    gradient (`costmodel.compute.embedding_weight_grad_time_s`, ``options.main_grad_bytes``)."""
+    gradient (`costmodel.compute.embedding_weight_grad_time_s`, ``options.main_grad_bytes``);
+    no backward for a LoRA job's frozen embedding (module docstring)."""
     comm = groups or intra_groups(plan)
     x = layer_shape(job, plan)
     h = model.hidden_size
@@ -47,7 +53,7 @@ def embedding_cost(
         if x.sp:
             t = collective_time_s(profile, "all_gather", size, comm.tp)
             bwd = bwd.plus(PassCost(tp_s=t, tp_exposed_s=t, tp_bytes=size))
-    return fwd, bwd
+    return fwd, ZERO if job.lora is not None else bwd
 
 
 def logits_cost(
@@ -63,7 +69,8 @@ def logits_cost(
 
     TP: with SP the norm output is all-gathered before the output GEMM and its gradient
     reduce-scattered; without SP the input gradient is all-reduced; the loss adds three
-    small all-reduces of fp32 [tokens] (max, target logit, sum of exponentials).
+    small all-reduces of fp32 [tokens] (max, target logit, sum of exponentials). A LoRA
+    job's frozen output layer runs no weight-gradient GEMM (module docstring).
     """
     comm = groups or intra_groups(plan)
     x = layer_shape(job, plan)
@@ -80,7 +87,7 @@ def logits_cost(
         "backward",
         two_pass_backward=options.two_pass_norm_backward,
     )
-    bwd_s += gemm[1] + gemm[2]
+    bwd_s += gemm[1] + (0.0 if job.lora is not None else gemm[2])
     bwd_s += ops.cross_entropy_time_s(profile, x.tokens, vocab, x.elem, "backward")
     fwd, bwd = PassCost(compute_s=fwd_s), PassCost(compute_s=bwd_s)
     if x.tp > 1:

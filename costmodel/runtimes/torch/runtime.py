@@ -23,6 +23,7 @@ from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+from specs.finetune import executor_lora_refusal
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -80,7 +81,10 @@ class TorchRuntime:
         """fp32 on a CPU whatever the job says (`executor.precision`: bf16 matmuls are slow
         on CPUs and fp8 needs CUDA), so a CPU profile's bf16 curves never price a run; the
         job's precision on a GPU. `SpecError` for an optimizer other than Adam: the executor
-        steps AdamW only."""
+        steps AdamW only; for a LoRA job (`specs.finetune.executor_lora_refusal`)."""
+        lora_refusal = executor_lora_refusal(job.lora)
+        if lora_refusal is not None:
+            raise SpecError(lora_refusal)
         if job.optimizer != "adam":
             raise SpecError(
                 f"optimizer ({job.optimizer}) needs the megatron runtime: paraplan's executor "

@@ -1,0 +1,122 @@
+"""Rules of a LoRA job (`TrainingJob.lora`) against the model and the plan: what
+Megatron-Bridge's adapters need of the tensor-parallel shapes, and the models and plans the
+cost model prices LoRA for.
+
+Sources: Megatron-Bridge tag v0.5.0 ``src/megatron/bridge/peft/utils.py``
+(``ParallelLinearAdapter`` builds Megatron-core's ``ColumnParallelLinear`` and
+``RowParallelLinear``, which split their partitioned dimension with
+``megatron.core.utils.divide``, asserting exact division) and ``peft/lora.py`` (expert
+linears get ``GroupedExpertLinearAdapter`` or expert-parallel adapters; MLA's projections
+are other modules than the four targets of `specs.finetune.LORA_TARGETS`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from specs.cluster import ClusterSpec
+from specs.finetune import lora_target_features
+from specs.job import TrainingJob
+from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+from specs.rules_base import degree_choices, multiples_around, rule
+
+
+@rule
+def lora_rank_divisible_by_tp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Every adapter matrix splits over tp: A of a column-parallel base (QKV, FC1) over
+    its rank (``ColumnParallelLinear(in, rank)``), B over the base's output
+    (``ColumnParallelLinear(rank, out)``), A of a row-parallel base over its input, which
+    the base's own rules already divide."""
+    lora = job.lora
+    if lora is None or plan.tp == 1:
+        return None
+    bad, split = [], []
+    for target in lora.targets:
+        _, fan_out, column = lora_target_features(model, target)
+        split += [lora.rank, fan_out] if column else [fan_out]
+        if column and lora.rank % plan.tp:
+            bad.append(f"{target}: rank ({lora.rank})")
+        if fan_out % plan.tp:
+            bad.append(f"{target}: out_features ({fan_out})")
+    if not bad:
+        return None
+    options = degree_choices(math.gcd(*split), plan.tp, cluster.num_gpus)
+    rank_bad = any(b.endswith(f"rank ({lora.rank})") for b in bad)
+    rank_fix = f"rank in {multiples_around(lora.rank, plan.tp)} or " if rank_bad else ""
+    return (
+        f"LoRA adapters split over tp ({plan.tp}), which must divide {', '.join(bad)} "
+        f"(Megatron-core's ColumnParallelLinear divides exactly): try {rank_fix}tp in {options}"
+    )
+
+
+@rule
+def lora_not_on_experts(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """LoRA on a MoE model adapts the expert linears (Bridge's grouped or expert-parallel
+    adapters), which the cost model does not price."""
+    if job.lora is None or not model.is_moe:
+        return None
+    return (
+        f"LoRA on the MoE model {model.name!r} ({model.num_experts} experts) is not priced: "
+        "Megatron-Bridge wraps the expert linears with grouped or expert-parallel adapters "
+        "that the cost model does not model; fine-tune a dense model, or train every weight "
+        "(drop --lora-rank)"
+    )
+
+
+@rule
+def lora_not_on_mla(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Multi-latent attention has no fused ``linear_qkv``: its projections are other
+    modules, whose adapters are not priced."""
+    if job.lora is None or not model.uses_mla:
+        return None
+    return (
+        f"LoRA on the multi-latent-attention model {model.name!r} is not priced: its "
+        "projections (linear_q_proj, linear_kv_down_proj, ...) are not the targets "
+        "linear_qkv, linear_proj, linear_fc1, linear_fc2; fine-tune a model with standard "
+        "attention, or train every weight (drop --lora-rank)"
+    )
+
+
+@rule
+def lora_not_with_megatron_fsdp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Megatron-FSDP's buffers of a model with frozen parameters are not modelled."""
+    if job.lora is None or not plan.use_megatron_fsdp:
+        return None
+    return (
+        "LoRA with use_megatron_fsdp (True) is not priced: Megatron-FSDP's sharded buffers "
+        "of a model whose base is frozen are not modelled; use the distributed optimizer "
+        "(--dist-opt), as Megatron-Bridge's LoRA recipes do"
+    )
+
+
+@rule
+def lora_needs_adam(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """The adapters are priced with Adam's state and step only."""
+    if job.lora is None or job.optimizer == "adam":
+        return None
+    return (
+        f"LoRA with optimizer ({job.optimizer}) is not priced: Muon's step and sharding of "
+        "adapter matrices are not modelled; use --optimizer adam (Megatron-Bridge's LoRA "
+        "recipes run Adam)"
+    )
+
+
+LORA_RULES = (
+    lora_rank_divisible_by_tp,
+    lora_not_on_experts,
+    lora_not_on_mla,
+    lora_not_with_megatron_fsdp,
+    lora_needs_adam,
+)
+"""The LoRA rules in check order."""
