@@ -202,7 +202,37 @@ def check_plan_features(plan_features: frozenset[str]) -> None:
         )
 
 
-def check_megatron_only(*, runtime: str, cudnn_norm: bool, precision_aware: bool) -> None:
+FP8_ATTENTION_KERNEL_RULE = "fp8_attention_kernel"
+"""Rule id of `check_fp8_attention_kernel` and of FP8 attention under another runtime."""
+
+
+def check_fp8_attention_kernel(
+    fp8_attention: bool, *, attention: str, flash_attention_version: int
+) -> None:
+    """FP8 attention (`ExecutionOptions.fp8_attention`) runs Transformer Engine's fused cuDNN
+    kernel, priced on cuDNN 9.19 and 9.22 measurements (`profiles.derive_cudnn`): not with
+    the ``materialized`` kernel (no FP8 path is priced for it) nor with
+    FlashAttention-2-class kernels (a stack from before 2024-10, whose FP8 attention rate
+    has no source)."""
+    if not fp8_attention:
+        return
+    if attention != "flash":
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention runs Transformer Engine's fused "
+            f"attention, but attention is {attention!r}: use attention 'flash', or drop "
+            "fp8_attention"
+        )
+    if flash_attention_version != 3:
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention is priced on cuDNN 9.19 and 9.22 FP8 "
+            f"kernels, but flash_attention_version is {flash_attention_version} (a stack "
+            "from before 2024-10): use flash_attention_version 3, or drop fp8_attention"
+        )
+
+
+def check_megatron_only(
+    *, runtime: str, cudnn_norm: bool, precision_aware: bool, fp8_attention: bool = False
+) -> None:
     """The options only the ``megatron`` runtime implements are off under another runtime."""
     if cudnn_norm and runtime != "megatron":
         raise SpecError(
@@ -215,4 +245,11 @@ def check_megatron_only(*, runtime: str, cudnn_norm: bool, precision_aware: bool
             f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
             f"the {runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
             "precision_aware_optimizer"
+        )
+    if fp8_attention and runtime != "megatron":
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention is Megatron-core's "
+            f"fp8_dot_product_attention (Transformer Engine's FP8 DotProductAttention); the "
+            f"{runtime} runtime, paraplan's executor, runs PyTorch's attention in bf16: use "
+            "runtime megatron, or drop fp8_attention"
         )
