@@ -31,7 +31,11 @@ from costmodel.compute import (
     memory_bound_time_s,
     op_overhead_s,
 )
-from costmodel.fp8_attention import attention_dtype, check_fp8_attention
+from costmodel.fp8_attention import (
+    FP8_ATTENTION_KERNEL_RULE,
+    attention_dtype,
+    check_fp8_attention,
+)
 from profiles.lookup import attention_tflops, gemm_efficiency, peak_flops
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
@@ -96,8 +100,8 @@ def attention_core_time_s(
     if fp8_attention_recipe is not None:
         if kernel != "flash":
             raise SpecError(
-                f"FP8 attention runs the fused (flash) kernel, got kernel {kernel!r}: use "
-                "'flash', or price without FP8 attention"
+                f"[{FP8_ATTENTION_KERNEL_RULE}] FP8 attention runs the fused (flash) kernel, "
+                f"got kernel {kernel!r}: use 'flash', or price without FP8 attention"
             )
         check_fp8_attention(precision, fp8_attention_recipe, profile)
     ratio = 1.0 if direction == "forward" else ATTENTION_BACKWARD_FLOPS_RATIO

@@ -22,7 +22,6 @@ from costmodel.execution_rules import (
     MoeDispatcher,
     Runtime,
     TpOverlapRsMethod,
-    check_fp8_attention_kernel,
     check_kernel_fields,
     check_megatron_only,
     check_moe_and_overlap_fields,
@@ -30,6 +29,7 @@ from costmodel.execution_rules import (
     check_rate_fields,
 )
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
+from costmodel.fp8_attention import check_fp8_attention_kernel
 from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS
+from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from costmodel.memory_allowances import FP8_RECIPES
 from specs.errors import SpecError
 
@@ -199,34 +200,6 @@ def check_plan_features(plan_features: frozenset[str]) -> None:
     if unknown:
         raise SpecError(
             f"plan_features has unknown names {unknown}; valid: {', '.join(sorted(PLAN_FEATURES))}"
-        )
-
-
-FP8_ATTENTION_KERNEL_RULE = "fp8_attention_kernel"
-"""Rule id of `check_fp8_attention_kernel` and of FP8 attention under another runtime."""
-
-
-def check_fp8_attention_kernel(
-    fp8_attention: bool, *, attention: str, flash_attention_version: int
-) -> None:
-    """FP8 attention (`ExecutionOptions.fp8_attention`) runs Transformer Engine's fused cuDNN
-    kernel, priced on cuDNN 9.19 and 9.22 measurements (`profiles.derive_cudnn`): not with
-    the ``materialized`` kernel (no FP8 path is priced for it) nor with
-    FlashAttention-2-class kernels (a stack from before 2024-10, whose FP8 attention rate
-    has no source)."""
-    if not fp8_attention:
-        return
-    if attention != "flash":
-        raise SpecError(
-            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention runs Transformer Engine's fused "
-            f"attention, but attention is {attention!r}: use attention 'flash', or drop "
-            "fp8_attention"
-        )
-    if flash_attention_version != 3:
-        raise SpecError(
-            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention is priced on cuDNN 9.19 and 9.22 FP8 "
-            f"kernels, but flash_attention_version is {flash_attention_version} (a stack "
-            "from before 2024-10): use flash_attention_version 3, or drop fp8_attention"
         )
 
 

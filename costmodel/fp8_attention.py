@@ -1,6 +1,8 @@
 """FP8 attention (Megatron-core ``fp8_dot_product_attention``,
 `costmodel.execution.ExecutionOptions.fp8_attention`): the attention curve a job's fused
-attention core reads, the bytes its core saves for backward, and the rules that refuse it.
+attention core reads, the bytes its core saves for backward, and the rules that refuse it
+(`attention_dtype`, `check_fp8_attention` for the job and the profile,
+`check_fp8_attention_kernel` for the other options).
 
 Megatron-core passes ``fp8_dpa=config.fp8_dot_product_attention`` to Transformer Engine's
 ``DelayedScaling`` (through ``TEDelayedScaling``), ``Float8CurrentScaling`` and
@@ -43,6 +45,9 @@ FP8_ATTENTION_RULE = "fp8_attention_needs_fp8_recipe"
 """Rule id of `attention_dtype`: FP8 attention in a job or recipe that cannot run it."""
 FP8_ATTENTION_CURVE_RULE = "fp8_attention_needs_curve"
 """Rule id of `check_fp8_attention`: a profile without the recipe's attention curves."""
+FP8_ATTENTION_KERNEL_RULE = "fp8_attention_kernel"
+"""Rule id of `check_fp8_attention_kernel`, and of FP8 attention under another runtime than
+``megatron`` (`costmodel.execution_rules.check_megatron_only`)."""
 
 ATTENTION_CURVE_DTYPES: dict[str, str] = {"delayed": "fp8", "tensorwise": "fp8", "mxfp8": "mxfp8"}
 """Attention curve dtype of each FP8 recipe that passes ``fp8_dpa`` to Transformer Engine
@@ -120,3 +125,27 @@ def core_saved_bytes(
     if fp8_attention_recipe is None:
         return float(element_bytes), float(element_bytes)
     return CORE_SAVED_BYTES[fp8_attention_recipe]
+
+
+def check_fp8_attention_kernel(
+    fp8_attention: bool, *, attention: str, flash_attention_version: int
+) -> None:
+    """FP8 attention (`ExecutionOptions.fp8_attention`) runs Transformer Engine's fused cuDNN
+    kernel, priced on cuDNN 9.19 and 9.22 measurements (`profiles.derive_cudnn`): not with
+    the ``materialized`` kernel (no FP8 path is priced for it) nor with
+    FlashAttention-2-class kernels (a stack from before 2024-10, whose FP8 attention rate
+    has no source)."""
+    if not fp8_attention:
+        return
+    if attention != "flash":
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention runs Transformer Engine's fused "
+            f"attention, but attention is {attention!r}: use attention 'flash', or drop "
+            "fp8_attention"
+        )
+    if flash_attention_version != 3:
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention is priced on cuDNN 9.19 and 9.22 FP8 "
+            f"kernels, but flash_attention_version is {flash_attention_version} (a stack "
+            "from before 2024-10): use flash_attention_version 3, or drop fp8_attention"
+        )

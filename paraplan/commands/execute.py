@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_record import options_from_record
-from costmodel.execution_rules import FP8_ATTENTION_KERNEL_RULE
 from costmodel.flops import model_flops_per_iteration
+from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from launch.failures import OOM_ERROR_TYPES, LaunchError
 from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP

@@ -12,9 +12,9 @@ from costmodel.attention_core import attention_core_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.execution_rules import FP8_ATTENTION_KERNEL_RULE
 from costmodel.fp8_attention import (
     FP8_ATTENTION_CURVE_RULE,
+    FP8_ATTENTION_KERNEL_RULE,
     FP8_ATTENTION_RULE,
     MXFP8_SAVED_BYTES,
     attention_dtype,
@@ -151,6 +151,22 @@ def test_profiles_with_the_curves_and_runs_without_the_option_pass() -> None:
 def test_options_fp8_attention_cannot_run_with_are_refused(fields) -> None:
     with pytest.raises(SpecError, match=rf"\[{FP8_ATTENTION_KERNEL_RULE}\]"):
         ExecutionOptions(fp8_attention=True, **fields)
+
+
+def test_the_materialized_kernel_is_refused_in_the_core_too() -> None:
+    with pytest.raises(SpecError, match=rf"\[{FP8_ATTENTION_KERNEL_RULE}\]"):
+        attention_core_time_s(
+            GB200,
+            causal_forward_flops=1e12,
+            batch_heads=8,
+            seq_q=4096,
+            seq_kv=4096,
+            head_dim=128,
+            precision="fp8",
+            kernel="materialized",
+            direction="forward",
+            fp8_attention_recipe="mxfp8",
+        )
 
 
 def test_the_estimate_refuses_before_pricing() -> None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 
-from costmodel.execution_rules import FP8_ATTENTION_KERNEL_RULE
-from costmodel.fp8_attention import FP8_ATTENTION_CURVE_RULE, FP8_ATTENTION_RULE
+from costmodel.fp8_attention import (
+    FP8_ATTENTION_CURVE_RULE,
+    FP8_ATTENTION_KERNEL_RULE,
+    FP8_ATTENTION_RULE,
+)
 from paraplan.args import options_from_args
 from paraplan.cli import main
 from planner.export_options import RULE
