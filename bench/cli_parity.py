@@ -60,6 +60,7 @@ MEMORY_OPTION_FIELDS = (
     "expandable_segments",
     "fp8_recipe",
     "fp8_param",
+    "fp8_attention",
     "fp8_tn_gemm_only",
     "allocator_fragmentation",
     "step_gradient_copy",
@@ -124,6 +125,7 @@ def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
     so both name them in one place."""
     flags = [] if options.attention == "flash" else ["--attention", options.attention]
     flags += fp8_arguments(options) if precision == "fp8" else []
+    flags += ["--fp8-attention"] if options.fp8_attention else []
     flags += gradient_arguments(options) + cross_entropy_arguments(options)
     flags += ["--expandable-segments"] if options.expandable_segments else []
     return (

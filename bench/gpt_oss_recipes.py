@@ -21,9 +21,11 @@ global batch 1280, except 25.11):
   B200, with ``moe_a2a_overlap`` on GB200. 26.04.01 (branch llmb-r0.4.1, the configs of
   r0.4.0): alltoall with ``moe_a2a_overlap`` on GB200, alltoall on B200, HybridEP on B300.
 - 26.06 (v0.5.0) MXFP8: GB300 and GB200 (``*_FP8_MX_V2``) run ``cuda_graph_impl=
-  "full_iteration"``, HybridEP, ``moe_a2a_overlap`` and ``cutedsl_fused_grouped_mlp``
-  (``use_transformer_engine_op_fuser``), GB200 with ``recompute_modules=[]``; B300's MXFP8
-  config is its BF16 V2 config (graphs as above, HybridEP). The full-iteration recipe's
+  "full_iteration"``, HybridEP, ``moe_a2a_overlap``, ``cutedsl_fused_grouped_mlp``
+  (``use_transformer_engine_op_fuser``) and ``fp8_dot_product_attention`` (FP8 attention
+  on the MXFP8 recipe's cuDNN ``mxfp8`` kernels), GB200 with ``recompute_modules=[]``;
+  B300's MXFP8 config is its BF16 V2 config (graphs as above, HybridEP, bf16 attention).
+  26.06.01 (v0.5.1) keeps these configs. The full-iteration recipe's
   per-rank capacity of 1.5x the mean rows (``set_full_iter_cg_configs``:
   ``moe_expert_rank_capacity_factor = 1.5``) sizes the dispatch buffers and drops nothing
   under forced balance; the fused expert MLP multiplies only the routed rows (the
@@ -62,6 +64,7 @@ FULL_ITERATION_MXFP8: dict[str, object] = {
     "moe_dispatcher": "flex",
     "moe_a2a_overlap": True,
     "moe_fused_grouped_mlp": True,
+    "fp8_attention": True,
 }
 """26.06's GB300 and GB200 MXFP8 recipes (module docstring)."""
 

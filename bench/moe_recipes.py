@@ -27,8 +27,11 @@ Sources (NVIDIA-NeMo/Megatron-Bridge; release branch of each NeMo container):
   and ``fp8_dot_product_attention``. ``utils/overrides.py`` ``set_workload_base_configs``
   turns ``cutedsl_fused_grouped_mlp`` into ``use_transformer_engine_op_fuser`` and
   ``perf_plugins.py`` sets ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``: TE's fused grouped MLP
-  (`ExecutionOptions.moe_fused_grouped_mlp`). FP8 attention is not priced (no sourced
-  rate for it on Blackwell).
+  (`ExecutionOptions.moe_fused_grouped_mlp`); it sets ``fp8_dot_product_attention`` on
+  ``mixed_precision``, which hands it to the model's ``TransformerConfig``: FP8 attention
+  on the MXFP8 recipe's cuDNN ``mxfp8`` kernels (`ExecutionOptions.fp8_attention`).
+  26.06.01 (v0.5.1) changes the B200 and B300 configs only; its GB300 and GB200 rows
+  take these rules.
 
 DeepSeek-V3 and Qwen3 235B-A22B dropless rows (`LARGE_MOE_RULES`), from the workload base
 configs of each release (``scripts/performance/configs/deepseek/workload_base_configs.py``
@@ -44,8 +47,9 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   25.11 sets no backend (alltoall). 26.04.01 (branch ``llmb-r0.4.1``) B200 MXFP8
   (``DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2``, pp 8, vpp 2, ep 32): DeepEP with the
   all-to-all overlap and ``attn``, ``moe_router``, ``moe_preprocess`` graphs. 26.06 (v0.5.0)
-  GB300 and GB200 MXFP8 (``*_FP8_MX_V1``): the all-to-all overlap under
-  ``cuda_graph_impl="full_iteration"`` with the fused grouped MLP. B300 at 26.04.01 and 26.06
+  GB300 and GB200 MXFP8 (``*_FP8_MX_V1``, and the ``_V2`` configs built from them): the
+  all-to-all overlap under ``cuda_graph_impl="full_iteration"`` with the fused grouped MLP;
+  GB300's also sets ``fp8_dot_product_attention``, GB200's does not. B300 at 26.04.01 and 26.06
   (``DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V2``, pp 8, micro-batch 2, ``llmb-r0.4.1`` and v0.5.0):
   HybridEP with ``attn``, ``moe_router``, ``moe_preprocess`` graphs.
 - Qwen3 235B-A22B: HybridEP on GB200 and GB300 in every release from 25.11 (graphs
@@ -53,7 +57,7 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
   configs, on GB300); the all-to-all overlap with the alltoall dispatcher on B200 at 25.11
   and B300 at 26.02; HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
   GB300 and GB200 MXFP8 (``*_FP8_MX_V2``): the all-to-all overlap under
-  ``full_iteration`` graphs with the fused grouped MLP.
+  ``full_iteration`` graphs with the fused grouped MLP and ``fp8_dot_product_attention``.
 - H100 (``*_H100_*`` configs of every release; HEAD ``src/megatron/bridge/perf_recipes/
   {deepseek,qwen}/h100/``): DeepSeek-V3 at 25.11 DeepEP with the all-to-all overlap
   (``DEEPSEEK_V3_H100_BASE_CONFIG``: ``moe_flex_dispatcher_backend="deepep"``,
@@ -107,17 +111,15 @@ FUSED_MLP_STEP: dict[str, object] = FLEX | {
 }
 """`ExecutionOptions` fields of a 26.06 MXFP8 recipe with ``cutedsl_fused_grouped_mlp``
 (module docstring)."""
+FUSED_MLP_FP8_ATTENTION_STEP: dict[str, object] = FUSED_MLP_STEP | {"fp8_attention": True}
+"""`FUSED_MLP_STEP` of a 26.06 MXFP8 recipe that also sets ``fp8_dot_product_attention``:
+every one but DeepSeek-V3's on GB200 (module docstring)."""
 
 LARGE_MOE_RULES: tuple[
     tuple[str, tuple[str, ...], tuple[str, ...], str, dict[str, object]], ...
 ] = (
-    (
-        "deepseekv3",
-        ("26.06",),
-        ("GB300", "GB200"),
-        "MXFP8",
-        FUSED_MLP_STEP,
-    ),
+    ("deepseekv3", ("26.06",), ("GB300",), "MXFP8", FUSED_MLP_FP8_ATTENTION_STEP),
+    ("deepseekv3", ("26.06",), ("GB200",), "MXFP8", FUSED_MLP_STEP),
     (
         "deepseekv3",
         ("26.04.01",),
@@ -133,13 +135,7 @@ LARGE_MOE_RULES: tuple[
     ("deepseekv3", ("26.04.01", "26.06"), ("B300",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("",), ("GB200",), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("deepseekv3", ("",), ("GB300", "B200", "B300"), "", FLEX),
-    (
-        "qwen3_235b",
-        ("26.06",),
-        ("GB300", "GB200"),
-        "MXFP8",
-        FUSED_MLP_STEP,
-    ),
+    ("qwen3_235b", ("26.06",), ("GB300", "GB200"), "MXFP8", FUSED_MLP_FP8_ATTENTION_STEP),
     ("qwen3_235b", ("25.11",), ("GB300",), "", FLEX | {"cuda_graph_scopes": ROUTER_SCOPES}),
     ("qwen3_235b", ("",), ("GB300", "GB200"), "", FLEX | {"cuda_graph_scopes": ATTN_ROUTER}),
     ("qwen3_235b", ("25.11",), ("B200",), "", ALLTOALL | {"moe_a2a_overlap": True}),
@@ -250,7 +246,8 @@ def token_drop_capacity(raw: dict[str, str]) -> float | None:
 
 def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
     """`ExecutionOptions` fields (``cuda_graph_scopes``, ``moe_dispatcher``,
-    ``moe_a2a_overlap``) a Megatron-Bridge or model zoo
+    ``moe_a2a_overlap``, ``moe_fused_grouped_mlp``, ``fp8_attention``) a Megatron-Bridge or
+    model zoo
     MoE row's recipe sets (module docstring); empty when the recipe sets none of them or the
     row is not covered."""
     source = raw["source_id"].strip()
@@ -273,7 +270,7 @@ def moe_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
         and gpu in FUSED_MLP_30B_GPUS
         and "MX" in raw["precision"].upper()
     ):
-        return dict(FUSED_MLP_STEP)
+        return dict(FUSED_MLP_FP8_ATTENTION_STEP)
     scopes = ROUTER_SCOPES
     if gpu == "B200" and source in B200_ALLTOALL_RELEASES:
         return {"cuda_graph_scopes": scopes, "moe_dispatcher": "alltoall"}

@@ -244,6 +244,7 @@ def stage_activations(
     keep_outputs: bool = False,
     cross_entropy: CrossEntropyFusion = "unfused",
     proj_saves_input: bool = False,
+    fp8_attention_recipe: str | None = None,
 ) -> StageActivations:
     """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
     applies hidden dropout (its masks are kept); ``keep_outputs``: every chunk but the
@@ -251,10 +252,12 @@ def stage_activations(
     microbatch (`costmodel.execution.ExecutionOptions.deallocate_pipeline_outputs` off),
     counted with the layer activations; ``cross_entropy``: the loss's implementation
     (`output_microbatch_bytes`); ``proj_saves_input``: the attention output projection keeps
-    no FP8 copy of its input (`projection_saves_original_input`)."""
+    no FP8 copy of its input (`projection_saves_original_input`); ``fp8_attention_recipe``:
+    the FP8 recipe when attention runs in FP8 (`activation_shard`), else None."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
-    x, mask = activation_shard(job, plan, dropout, proj_saves_input), model.moe_layer_mask()
+    x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
+    mask = model.moe_layer_mask()
     by_kind = {kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(mask)}
     per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
     layers_bytes = working = offloaded = in_flight = 0.0

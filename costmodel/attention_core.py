@@ -12,6 +12,11 @@ Two kernels (`costmodel.compute.AttentionKernelName`):
   softmax and dropout (`softmax_dropout_time_s`).
 
 Every kernel adds `ComputeProfile.op_overhead_s` (`costmodel.compute.op_overhead_s`).
+
+The flash kernel reads the curve of the job's attention dtype: bf16 (fp32 in fp32 jobs), or
+the FP8 recipe's ``fp8`` or ``mxfp8`` curve under FP8 attention
+(`costmodel.fp8_attention.attention_dtype`), for which a profile without the curve is an
+error rather than the GEMM-rate estimate.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from costmodel.compute import (
     MASK_BYTES,
     AttentionKernelName,
     Direction,
-    activation_dtype,
     batched_gemm_time_s,
     element_bytes,
     gemm_dtype,
     memory_bound_time_s,
     op_overhead_s,
+)
+from costmodel.fp8_attention import (
+    FP8_ATTENTION_KERNEL_RULE,
+    attention_dtype,
+    check_fp8_attention,
 )
 from profiles.lookup import attention_tflops, gemm_efficiency, peak_flops
 from profiles.schema import HardwareProfile
@@ -62,6 +71,7 @@ def attention_core_time_s(
     precision: str,
     kernel: AttentionKernelName,
     direction: Direction,
+    fp8_attention_recipe: str | None = None,
 ) -> float:
     """One pass of the attention core on one rank.
 
@@ -73,6 +83,9 @@ def attention_core_time_s(
     profile has no attention curve for the dtype (a CPU profile, say), the causal FLOPs run
     at the GEMM efficiency of the QKᵀ shape instead. The pass takes at least the
     exponential time of `flash_exp_time_s` on profiles with an SFU rate.
+    ``fp8_attention_recipe`` (the FP8 recipe under FP8 attention, else None) selects the
+    recipe's FP8 curve; `SpecError` from `costmodel.fp8_attention.check_fp8_attention` for
+    a job, recipe or profile without it, or with the materialized kernel.
 
     materialized: forward runs two batched GEMMs over the full ``seq_q x seq_kv`` square
     (the causal mask is applied to the scores, so no work is saved) and the
@@ -83,7 +96,14 @@ def attention_core_time_s(
         raise SpecError(f"attention kernel must be 'flash' or 'materialized', got {kernel!r}")
     if causal_forward_flops <= 0:
         return 0.0
-    att_dtype = activation_dtype(precision)
+    att_dtype = attention_dtype(precision, fp8_attention_recipe)
+    if fp8_attention_recipe is not None:
+        if kernel != "flash":
+            raise SpecError(
+                f"[{FP8_ATTENTION_KERNEL_RULE}] FP8 attention runs the fused (flash) kernel, "
+                f"got kernel {kernel!r}: use 'flash', or price without FP8 attention"
+            )
+        check_fp8_attention(precision, fp8_attention_recipe, profile)
     ratio = 1.0 if direction == "forward" else ATTENTION_BACKWARD_FLOPS_RATIO
     if kernel == "flash":
         tensor_s = _flash_time_s(

@@ -29,6 +29,7 @@ from costmodel.execution_rules import (
     check_rate_fields,
 )
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
+from costmodel.fp8_attention import check_fp8_attention_kernel
 from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
@@ -299,6 +300,16 @@ class ExecutionOptions:
     amax pass (`costmodel.fp8_quantization.fp8_quantize_time_s`) and, with sequence parallelism,
     its TP amax all-reduce (`costmodel.runtimes.megatron.fp8_scaling`)."""
 
+    fp8_attention: bool = False
+    """Megatron-core ``fp8_dot_product_attention`` (Megatron-Bridge's recipes set it;
+    Megatron-LM's ``arguments.py`` has no flag for it): in an fp8 job the fused attention
+    core runs in FP8 with the recipe's scaling, forward and backward, priced on the
+    profile's ``fp8`` (delayed, tensorwise) or ``mxfp8`` attention curves, and saves its
+    Q, K, V and output in that FP8 form (`costmodel.fp8_attention`, which states what is
+    not priced). Refused outside an fp8 job, without the curves, with the ``materialized``
+    kernel, FlashAttention-2-class kernels or the ``torch`` runtime. False: bf16 attention
+    (Megatron-core's default)."""
+
     fp8_param: bool = False
     """Megatron-core ``--fp8-param-gather`` (``TransformerConfig.fp8_param``, Megatron-Bridge
     ``fp8_param_gather``; default False): the linear weights are FP8 parameters built
@@ -447,6 +458,12 @@ class ExecutionOptions:
         )
 
     @property
+    def fp8_attention_recipe(self) -> Fp8Recipe | None:
+        """`fp8_recipe` when `fp8_attention` is on, else None: what the attention core and
+        its saved tensors read (`costmodel.fp8_attention`)."""
+        return self.fp8_recipe if self.fp8_attention else None
+
+    @property
     def fp8_weight_storage(self) -> Fp8WeightStorage:
         """The FP8 weight fields as `costmodel.memory_allowances.Fp8WeightStorage`; an
         unresolved ``fp8_tn_gemm_only`` (None, before
@@ -466,6 +483,11 @@ class ExecutionOptions:
             flash_attention_version=self.flash_attention_version,
             cross_entropy_fusion=self.cross_entropy_fusion,
             main_grad_bytes=self.main_grad_bytes,
+        )
+        check_fp8_attention_kernel(
+            self.fp8_attention,
+            attention=self.attention,
+            flash_attention_version=self.flash_attention_version,
         )
         check_rate_fields(
             gemm_rate_factor=self.gemm_rate_factor,
@@ -495,4 +517,5 @@ class ExecutionOptions:
             runtime=self.runtime,
             cudnn_norm=self.cudnn_norm,
             precision_aware=optimizer.precision_aware,
+            fp8_attention=self.fp8_attention,
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS
+from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from costmodel.memory_allowances import FP8_RECIPES
 from specs.errors import SpecError
 
@@ -202,7 +203,9 @@ def check_plan_features(plan_features: frozenset[str]) -> None:
         )
 
 
-def check_megatron_only(*, runtime: str, cudnn_norm: bool, precision_aware: bool) -> None:
+def check_megatron_only(
+    *, runtime: str, cudnn_norm: bool, precision_aware: bool, fp8_attention: bool = False
+) -> None:
     """The options only the ``megatron`` runtime implements are off under another runtime."""
     if cudnn_norm and runtime != "megatron":
         raise SpecError(
@@ -215,4 +218,11 @@ def check_megatron_only(*, runtime: str, cudnn_norm: bool, precision_aware: bool
             f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
             f"the {runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
             "precision_aware_optimizer"
+        )
+    if fp8_attention and runtime != "megatron":
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] fp8_attention is Megatron-core's "
+            f"fp8_dot_product_attention (Transformer Engine's FP8 DotProductAttention); the "
+            f"{runtime} runtime, paraplan's executor, runs PyTorch's attention in bf16: use "
+            "runtime megatron, or drop fp8_attention"
         )

@@ -37,7 +37,9 @@ kernel and the first MLP GEMM's outputs stay in bf16. Under bf16 the attention o
 one tensor shared by the attention kernel and the output projection; under FP8 the
 projection keeps its own FP8 copy, except where it saves its original input
 (`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
-tensor the attention kernel keeps.
+tensor the attention kernel keeps. With FP8 attention (Megatron-core
+``fp8_dot_product_attention``) the fused attention core saves its Q, K, V and output in
+the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`).
 
 LoRA (`TrainingJob.lora`; Transformer Engine 4220403e, the pin of Megatron-Bridge v0.5.0,
 ``pytorch/module/linear.py`` and ``layernorm_linear.py``; Megatron-core d0b3b775
@@ -66,6 +68,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.compute import FP32_BYTES, MASK_BYTES, NVFP4_BYTES
+from costmodel.fp8_attention import core_saved_bytes
 from specs.errors import SpecError
 from specs.finetune import LoraSpec, has_adapter
 from specs.job import TrainingJob
@@ -105,6 +108,11 @@ class ActivationShard:
     proj_saves_input: bool = False
     """The attention output projection saves its original (bf16) input, the tensor the
     attention kernel keeps, instead of an FP8 copy (`projection_saves_original_input`)."""
+    core_qkv_bytes: float
+    """Bytes per element of the Q, K and V the fused attention core saves: element_bytes,
+    or the FP8 form of FP8 attention (`costmodel.fp8_attention.core_saved_bytes`)."""
+    core_output_bytes: float
+    """Bytes per element of the attention output the core saves (as `core_qkv_bytes`)."""
     lora: LoraSpec | None = None
     """The job's LoRA adapters (the base frozen), or None (module docstring)."""
 
@@ -147,10 +155,20 @@ or one NVFP4 copy (`costmodel.compute.NVFP4_BYTES`, E2M1 data and its E4M3 block
 
 
 def activation_shard(
-    job: TrainingJob, plan: ParallelPlan, dropout: bool = True, proj_saves_input: bool = False
+    job: TrainingJob,
+    plan: ParallelPlan,
+    dropout: bool = True,
+    proj_saves_input: bool = False,
+    fp8_attention_recipe: str | None = None,
 ) -> ActivationShard:
+    """The shard of one microbatch on one rank; ``fp8_attention_recipe``: the FP8 recipe
+    when the run's attention runs in FP8 (`costmodel.fp8_attention.core_saved_bytes`), else
+    None."""
     element = activation_element_bytes(job)
+    core_qkv, core_output = core_saved_bytes(job.precision, fp8_attention_recipe, element)
     return ActivationShard(
+        core_qkv_bytes=core_qkv,
+        core_output_bytes=core_output,
         gemm_input_bytes=SAVED_GEMM_INPUT_BYTES.get(job.precision, element),
         mask_bytes=MASK_BYTES if dropout else 0,
         tokens=plan.micro_batch_size * job.seq_length / plan.cp,
@@ -228,16 +246,16 @@ def _attention_tensors(
         d_qk, d_rope, d_v = mla_head_dims(model)
         q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
         out["mla_latents"] = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
-        out["qkv_heads"] = e * n * a * (2 * (d_qk + d_rope) + d_v) / t
-        out["attn_output"] = (e + x.proj_copy_bytes) * n * a * d_v / t
+        out["qkv_heads"] = x.core_qkv_bytes * n * a * (2 * (d_qk + d_rope) + d_v) / t
+        out["attn_output"] = (x.core_output_bytes + x.proj_copy_bytes) * n * a * d_v / t
         return out
     q, g = a * model.head_dim, model.query_groups
     # with tp > g each rank keeps a replica of one K/V head (Megatron allows tp % g == 0)
     kv_per_rank = g * model.head_dim / min(t, g)
-    out["qkv_heads"] = e * n * (q / t + 2 * kv_per_rank)
+    out["qkv_heads"] = x.core_qkv_bytes * n * (q / t + 2 * kv_per_rank)
     if model.qk_layernorm:
         out["qk_norm_input"] = qk_norm_saved_bytes(model, x)
-    out["attn_output"] = (e + x.proj_copy_bytes) * n * q / t
+    out["attn_output"] = (x.core_output_bytes + x.proj_copy_bytes) * n * q / t
     return out
 
 
@@ -305,16 +323,18 @@ def layer_activations(
     attention: AttentionKernel = "flash",
     dropout: bool = True,
     proj_saves_input: bool = False,
+    fp8_attention_recipe: str | None = None,
 ) -> LayerActivations:
     """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring);
-    ``proj_saves_input``: `projection_saves_original_input` of the run's FP8 recipe."""
+    ``proj_saves_input``: `projection_saves_original_input` of the run's FP8 recipe;
+    ``fp8_attention_recipe``: that recipe when attention runs in FP8, else None."""
     if not 0 <= layer_index < model.num_layers:
         raise SpecError(
             f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
             f"{model.name!r}; pass a layer of the model"
         )
     is_moe = model.moe_layer_mask()[layer_index]
-    x = activation_shard(job, plan, dropout, proj_saves_input)
+    x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
     return shard_layer_activations(model, x, plan, is_moe, attention)
 
 

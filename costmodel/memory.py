@@ -249,6 +249,7 @@ def memory_per_stage(
     optimizer: OptimizerPrecision = DEFAULT_PRECISION,
     optimizer_offload_fraction: float = 0.0,
     stale_main_grad: bool = False,
+    fp8_attention: bool = False,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -268,10 +269,13 @@ def memory_per_stage(
     in host memory (`costmodel.model_state.device_optimizer_bytes`); ``stale_main_grad``
     adds, without overlapped gradient reduction, one more gradient buffer to the forward and
     backward but not to the step (`ExecutionOptions.stale_main_grad`,
-    `costmodel.model_state.held_gradient_copies`).
+    `costmodel.model_state.held_gradient_copies`); ``fp8_attention``: the fused attention
+    core saves its Q, K, V and output in the FP8 form of ``fp8_weights``' recipe
+    (`ExecutionOptions.fp8_attention`, `costmodel.fp8_attention.core_saved_bytes`).
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
-    no microbatch, or the plan cannot run the precision-aware optimizer.
+    no microbatch, the plan cannot run the precision-aware optimizer, or FP8 attention is
+    asked of a job or recipe that cannot run it.
     """
     frame = FrameworkAllowance() if allowance is None else allowance
     if fragmentation is None:
@@ -302,6 +306,7 @@ def memory_per_stage(
             keep_outputs=keep_outputs,
             cross_entropy=cross_entropy,
             proj_saves_input=proj_saves_input,
+            fp8_attention_recipe=fp8_weights.recipe if fp8_attention else None,
         )
         stages.append(
             _stage_memory(model, job, plan, rank, params, acts, layout, frame, fragmentation)

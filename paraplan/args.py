@@ -16,6 +16,7 @@ from costmodel.execution_presets import runtime_options
 from costmodel.execution_rules import RUNTIMES
 from costmodel.memory_allowances import FP8_RECIPES
 from paraplan.flags import spellings
+from paraplan.fp8_args import add_fp8_attention_arg, fp8_attention_fields
 from paraplan.lora_args import add_lora_args, lora_from_args
 from paraplan.optimizer_args import (
     add_optimizer_offload_args,
@@ -353,6 +354,7 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
         "default here); --no-fp4-param-gather: bf16 weights with Transformer Engine's NVFP4 "
         "copies",
     )
+    add_fp8_attention_arg(group)
     group.add_argument(
         "--grad-reduce-in-bf16",
         action="store_true",
@@ -396,6 +398,7 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
         changes["fp8_param"] = True
     if getattr(args, "fp4_param_gather", None) is not None:
         changes["fp4_param"] = args.fp4_param_gather
+    changes.update(fp8_attention_fields(args))
     if getattr(args, "grad_reduce_in_bf16", False):
         changes["main_grad_bytes"] = 2
     changes.update(optimizer_precision_fields(args))

@@ -33,6 +33,11 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             )
         if options.fp8_recipe != "mxfp8":
             lines.append(fp8_layout_line(options, device))
+        if options.fp8_attention:
+            lines.append(
+                "  FP8 attention (--fp8-attention): the attention core saves Q, K, V and its "
+                f"output in {options.fp8_recipe} scaling's FP8 form"
+            )
     if job.precision == "nvfp4":
         lines.append(
             "  NVFP4 parameters (--fp4-param-gather, Megatron-Bridge's nvfp4 recipe); add "

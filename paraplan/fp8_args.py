@@ -1,9 +1,13 @@
-"""Checks of the FP8 recipe flags against the job and the device, before anything is priced.
+"""Checks of the FP8 recipe flags against the job and the device, before anything is priced,
+and the ``--fp8-attention`` flag.
 
 ``--fp8-recipe`` and ``--fp8-param-gather`` configure Transformer Engine's FP8 training:
 they mean nothing in a bf16 or fp32 job (the cost model would price the job without them,
 and `paraplan export` refuses them), MXFP8 scaling runs only on Blackwell, and Megatron-LM
 takes ``--fp8-param-gather`` only with the distributed optimizer or Megatron-FSDP.
+``--fp8-attention`` (`ExecutionOptions.fp8_attention`) is checked by the cost model
+(`costmodel.fp8_attention`: an fp8 job, a recipe that passes ``fp8_dpa``, a profile with the
+curves).
 """
 
 from __future__ import annotations
@@ -22,6 +26,27 @@ MXFP8_GENERATIONS: frozenset[str] = frozenset(("blackwell", "blackwell_ultra"))
 ``check_mxfp8_support`` (``transformer_engine/pytorch/fp8.py``) needs compute capability
 10.0 or later (B200 and GB200 10.0, B300 and GB300 10.3); Hopper (9.0), Ampere and CDNA 3
 have no MX block-scaled tensor cores."""
+
+
+def add_fp8_attention_arg(group: argparse._ArgumentGroup) -> None:
+    """``--fp8-attention`` / ``--no-fp8-attention``, added to the recipe settings ``group``."""
+    group.add_argument(
+        "--fp8-attention",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --precision fp8: attention in FP8 with the recipe's scaling (Megatron-core "
+        "fp8_dot_product_attention, set by Megatron-Bridge's 26.06 MXFP8 MoE recipes; "
+        "Megatron-LM has no flag for it, so the export refuses it), priced on the profile's "
+        "cuDNN fp8 (delayed, tensorwise) or mxfp8 attention curves; --no-fp8-attention "
+        "(default): bf16 attention",
+    )
+
+
+def fp8_attention_fields(args: argparse.Namespace) -> dict[str, bool]:
+    """``fp8_attention`` of ``--[no-]fp8-attention``; empty where the flag is not given."""
+    value = getattr(args, "fp8_attention", None)
+    return {} if value is None else {"fp8_attention": value}
+
 
 FP8_PARAM_RULE = "fp8_param_gather_needs_distributed_optimizer"
 """`Violation.rule` of `fp8_param_violations`."""

@@ -20,7 +20,8 @@ checks cover the dataclass:
   the software stack or the data, which no training argument sets; the export leaves them
   out (the plan's header comment names a non-default FlashAttention generation).
 - **not expressible** (`MEGATRON_UNEXPRESSIBLE`): behaviour of older Megatron-LM code or of
-  paraplan's own executor; a plan priced
+  paraplan's own executor, and Megatron-core settings that Megatron-LM's command line cannot
+  reach (``fp8_dot_product_attention``); a plan priced
   with one of them is refused (`SpecError` naming the field, its value, why and the fix),
   never exported as something else. So are value combinations Megatron-LM rejects
   (`megatron_option_refusals`).
@@ -34,7 +35,8 @@ torchtitan (`torchtitan_option_config`): its job config has FP8 linear layers
 (``[quantize.linear.float8]``: ``recipe_name`` ``tensorwise``,
 ``enable_fsdp_float8_all_gather`` under FSDP; `torchtitan/config/job_config.py`
 ``Float8Linear``), and any runtime; every other non-default exported or unexpressible field
-is refused.
+is refused, FP8 attention with its own reason (the job config's quantization converts
+linear layers, not attention).
 """
 
 from __future__ import annotations
@@ -91,6 +93,11 @@ MEGATRON_UNEXPRESSIBLE: dict[str, str] = {
     "no argument: price with the current defaults",
     "stale_main_grad": "local DDP without contiguous buffers (Megatron-LM 2021) has no "
     "argument: price with the current defaults",
+    "fp8_attention": "Megatron-LM's arguments.py generates no flag for TransformerConfig."
+    "fp8_dot_product_attention (it lists the field among those with no CLI argument, snapshot "
+    "d98e8a64; Megatron-Bridge recipes set it in their configs): re-plan with "
+    "--no-fp8-attention, or run the plan through Megatron-Bridge with "
+    "fp8_dot_product_attention=True",
 }
 """ExecutionOptions fields no current Megatron-LM argument sets, with why and the fix; a
 plan priced with one of them at another value than the default is refused."""
@@ -395,13 +402,19 @@ def torchtitan_option_config(
 ) -> dict[str, dict[str, Any]]:
     """torchtitan job-config sections of ``options`` (``fsdp``: the export shards with
     FSDP); `SpecError` listing every priced option torchtitan cannot take."""
-    allowed = set(PRICING_FIELDS) | {"runtime", "fp8_recipe", "fp8_param"}
+    allowed = set(PRICING_FIELDS) | {"runtime", "fp8_recipe", "fp8_param", "fp8_attention"}
     lines = [
         refusal(n, getattr(options, n), "torchtitan's job config has no such setting: re-plan "
                 "without it, or export --to megatron")
         for n in changed_fields(options)
         if n not in allowed
     ]  # fmt: skip
+    if options.fp8_attention:
+        why = (
+            "torchtitan's job config quantizes linear layers, not attention (no FP8 attention "
+            "setting): re-plan with --no-fp8-attention"
+        )
+        lines.append(refusal("fp8_attention", True, why))
     fp8 = [n for n in FP8_FIELDS if n in changed_fields(options)]
     if fp8 and job.precision != "fp8":
         why = f"FP8 settings need an fp8 job, the job is {job.precision}: re-plan with fp8"

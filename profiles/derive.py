@@ -18,7 +18,8 @@ Derivation rules (also recorded in each profile's provenance notes):
 - Memory-bound bandwidth: 0.90 of HBM peak, Calculon's HBM efficiency at >= 100 MB [S48].
 - Attention: FlashAttention-3 on H100 [S26][S27][S28], FlashAttention-2 on A100 [S25],
   cuDNN fused attention measured on GB200 and GB300 for the Blackwell profiles [S57][S58]
-  (`profiles.derive_cudnn`).
+  (`profiles.derive_cudnn`), in bf16 and in FP8 (``fp8``, ``mxfp8``); H100 and H200 carry
+  an ``fp8`` curve from the fp8/bf16 ratio of a cuDNN run on H200 [S61].
 - Collectives: α-β fits per (op, group size, placement); the latency models of
   `profiles.derive_rules` give α, each device's figures β. Where a source traced a
   collective over a range of sizes (A100 all_reduce on 2, 4 and 8 GPUs [S39]), those
@@ -41,8 +42,10 @@ from profiles.derive_blackwell import (
 )
 from profiles.derive_cudnn import (
     CUDNN_KERNEL,
-    CUDNN_NOTE,
+    CUDNN_NOTES,
+    HOPPER_FP8_NOTE,
     cudnn_curves,
+    hopper_fp8_curves,
     sibling_note,
     sibling_scale,
 )
@@ -197,7 +200,7 @@ H100_SXM_80GB = Figures(
     ),
     p2p_GBps=376.0,  # p2pBandwidthLatencyTest, NVLink4 [S6]
     latency8_us=_H200_LATENCY8_US,
-    attention=h100_fa3_curves(1.0),
+    attention=(*h100_fa3_curves(1.0), *hopper_fp8_curves()),
     attention_kernel="FlashAttention-3",
     sources=(
         "S4",
@@ -213,14 +216,17 @@ H100_SXM_80GB = Figures(
         "S38",
         "S43",
         "S60",
+        "S61",
     ),
     notes=(
         "Intra alpha: no H100 small-message figure; H200's 32 KiB torch all_reduce "
         f"({_H200_LATENCY8_US} us [S6]) is used (same NVLink4 and NVSwitch).",
         "all_to_all intra busbw: no source; all_gather's 350 GB/s [S38] is used.",
         "Attention: FA3 FP16 charts on H100 SXM5 [S27] (causal-consistent forward set), bf16 "
-        "assumed equal; curve shape between 512 and 16k from the FA3 re-run [S28]. fp8 "
-        "attention ('close to 1.2 PFLOP/s' [S26]) is not stored: no seq-len curve.",
+        "assumed equal; curve shape between 512 and 16k from the FA3 re-run [S28]. FA3's own "
+        "fp8 forward ('close to 1.2 PFLOP/s' [S26]) is not what Transformer Engine trains "
+        "with and has no seq-len curve.",
+        HOPPER_FP8_NOTE,
     ),
 )
 
@@ -248,13 +254,14 @@ H200_SXM_141GB = Figures(
     ),
     p2p_GBps=376.0,  # H100 NVLink4 p2p [S6]
     latency8_us=_H200_LATENCY8_US,
-    attention=h100_fa3_curves(1.0),
+    attention=(*h100_fa3_curves(1.0), *hopper_fp8_curves()),
     attention_kernel="FlashAttention-3",
-    sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43", "S60"),
+    sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43", "S60", "S61"),
     notes=(
         "all_gather, reduce_scatter, all_to_all and send_recv busbw from H100 [S38][S6] "
         "(same NVLink4 and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
         "Attention: H100 FA3 figures [S27][S28] (same compute; H200 differs in memory).",
+        HOPPER_FP8_NOTE,
     ),
 )
 
@@ -315,7 +322,7 @@ B200 = Figures(
         "figure); all_reduce 8 GPUs 845.67 GB/s at 16 GiB [S6] treated as NVLS.",
         "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
         "GB/s per GPU [S6].",
-        CUDNN_NOTE,
+        *CUDNN_NOTES,
         sibling_note("B200", "GB200", B200_BF16_MAMF, GB200_BF16_MAMF),
         "GEMM check against B200 cuBLAS timings [S23]: the curve gives 1275 vs 1006 TFLOP/s "
         "measured for 2048^3 and 1661 vs 1532 for 4096^3; the Calculon-based curve is "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from profiles.derive_cudnn import (
     CUDNN_KERNEL,
-    CUDNN_NOTE,
+    CUDNN_NOTES,
     cudnn_curves,
     sibling_note,
     sibling_scale,
@@ -134,7 +134,7 @@ GB200_NVL72 = Figures(
         "Conflicts: memory 186 GB [S1] vs 192 GB [S8]; fp32 80 [S1] vs 90 TFLOP/s [S8]. "
         "The NVIDIA platform figures are used.",
         "Inter busbw: 48 GB/s per ConnectX-7 NDR as on H100 [S33][S43].",
-        CUDNN_NOTE,
+        *CUDNN_NOTES,
     ),
 )
 
@@ -174,7 +174,7 @@ GB300_NVL72 = Figures(
         "GEMM top: no GB300 MAMF; GB300 has GB200's dense bf16/fp8 peaks [S1][S9], so "
         "GB200's MAMF (1822 / 3615.6 TFLOP/s [S1]) is used.",
         _CX8_NOTE,
-        CUDNN_NOTE,
+        *CUDNN_NOTES,
         _BLACKWELL_ULTRA_NOTE,
     ),
 )
@@ -221,7 +221,7 @@ B300 = Figures(
         "Intra busbw: B200's NVLink5 table (NCCL sm100 ring model [S35], 8-GPU all_reduce "
         "845.67 GB/s [S6]); intra alpha B200's 8-GPU small all_reduce [S6].",
         _CX8_NOTE,
-        CUDNN_NOTE,
+        *CUDNN_NOTES,
         sibling_note("B300", "GB300", B300_BF16_MAMF, GB200_BF16_MAMF),
         _BLACKWELL_ULTRA_NOTE,
     ),

@@ -75,13 +75,17 @@ SOURCES: dict[str, str] = {
     "sdpa_bf16_benchmark_results_NVIDIA_{GB200,GB300}.csv (cudnn_fe, cuDNN 9.17.0, "
     "frontend 1.16.0, torch nv25.11; Llama-3.1-405B attention, causal, seq 512-131072)",
     "S58": "NVIDIA/cudnn-frontend @3929da2 benchmark/sdpa_benchmark_training/results/"
-    "{llama3.1,dsv3,qwen35}/{gb200,gb300}/*_20260424_*.csv (cuDNN 9.22.0, frontend 1.21.1)",
+    "{llama3.1,dsv3,qwen35}/{gb200,gb300}/*_20260424_*.csv (cuDNN 9.22.0, frontend 1.21.1; "
+    "bfloat16, and fp8 and mxfp8 for llama3.1 and dsv3)",
     "S59": "NVIDIA/cudnn-frontend @0b1577c benchmark/sdpa_benchmark_training/artifacts/"
     "sdpa_bf16_benchmark_results_NVIDIA_{B200,GB300}.csv (pyt_cudnn, cuDNN 9.13.0)",
     "S60": "thundergolfer.com/blog/nvidia-gpu-memory-capacity (Modal, 'Why does an NVIDIA "
     "H100 80GB card offer 85.52 GB?'): memory totals as NVML (nvidia-smi) reports them, "
     "H200 141 GB 143,771 MiB, H100 80 GB 81,559 MiB, A100 80GB 81,920 MiB, A100 40GB "
     "40,960 MiB",
+    "S61": "NVIDIA/cudnn-frontend @3929da2 benchmark/sdpa_benchmark_training/results/"
+    "h200_919_only_cudnn/llama3.1_20260227_034703.csv (H200, cuDNN 9.19.1, frontend 1.19.0; "
+    "bfloat16 and fp8 Llama 3.1 attention, batch 1, 64/8 heads, d 128, seq 2048-32768)",
 }
 
 # --- rules shared by every device -------------------------------------------------------

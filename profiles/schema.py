@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from profiles.schema_checks import PEAK_DTYPE
 from profiles.schema_device import ComputeProfile, DeviceSpec
 from profiles.schema_host import HostOverheads
 from profiles.schema_network import CommunicationProfile, Topology
@@ -99,9 +100,9 @@ def _check_dtypes_have_peaks(profile: HardwareProfile) -> None:
     peaks = profile.device.peak_tflops
     used = list(profile.compute.gemm_efficiency) + [c.dtype for c in profile.compute.attention]
     for dtype in used:
-        if dtype not in peaks:
+        if PEAK_DTYPE.get(dtype, dtype) not in peaks:
             raise SpecError(
                 f"HardwareProfile {profile.name!r}: compute has a {dtype} curve but "
-                f"device.peak_tflops has no {dtype} entry (has {', '.join(sorted(peaks))}); "
-                "add the peak or drop the curve"
+                f"device.peak_tflops has no {PEAK_DTYPE.get(dtype, dtype)} entry (has "
+                f"{', '.join(sorted(peaks))}); add the peak or drop the curve"
             )

@@ -10,7 +10,12 @@ import itertools
 from dataclasses import dataclass
 from typing import Literal
 
-from profiles.schema_checks import require_dtype, require_fraction, require_positive_float
+from profiles.schema_checks import (
+    ATTENTION_DTYPES,
+    require_dtype,
+    require_fraction,
+    require_positive_float,
+)
 from specs.errors import SpecError
 from specs.fieldcheck import require_choice, require_positive
 
@@ -115,7 +120,7 @@ class AttentionCurve:
     direction: Direction
     """`forward` or `backward` pass."""
     dtype: str
-    """Input dtype of the attention kernel."""
+    """Input dtype of the attention kernel (`profiles.schema_checks.ATTENTION_DTYPES`)."""
     head_dim: int
     """Head dimension of the benchmark; lookups use the nearest stored head dim."""
     points: tuple[AttentionPoint, ...]
@@ -123,7 +128,7 @@ class AttentionCurve:
 
     def __post_init__(self) -> None:
         require_choice(self, "direction", Direction)
-        require_dtype("AttentionCurve", self.dtype)
+        require_dtype("AttentionCurve", self.dtype, ATTENTION_DTYPES)
         require_positive(self, "head_dim")
         if not self.points:
             raise SpecError(f"AttentionCurve {self.direction}/{self.dtype}: needs >= 1 point")

@@ -16,8 +16,9 @@ process starts) or a rank failed: the first line names the rank and the cause, t
 ranks' errors follow as context, the tracebacks are in ``RUN/failure.log`` (printed with
 ``--verbose``), and ``RUN/metrics.json`` holds the steps that ran with ``status`` ``failed``;
 2 bad input (a missing or malformed plan or data file, an unwritable ``--out`` or
-``--save``, too little disk for a checkpoint, a world this machine cannot host), raised as
-`SpecError` before any process starts.
+``--save``, too little disk for a checkpoint, a world this machine cannot host, a plan
+priced with FP8 attention, which the executor does not run), raised as `SpecError` before
+any process starts.
 
 The executor (torch) and the cost model are imported once the plan has passed its rules:
 ``--help`` and an invalid plan answer without loading them.
@@ -33,7 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_record import options_from_record
 from costmodel.flops import model_flops_per_iteration
+from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from launch.failures import OOM_ERROR_TYPES, LaunchError
 from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
@@ -115,6 +118,13 @@ def run(args: argparse.Namespace) -> int:
     lora_refusal = executor_lora_refusal(bundle.job.lora)
     if lora_refusal is not None:
         raise SpecError(lora_refusal)
+    if options_from_record(bundle.execution, where=f"{args.plan} execution").fp8_attention:
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] {args.plan} was priced with fp8_attention "
+            "(Megatron-core's fp8_dot_product_attention); paraplan's executor runs PyTorch's "
+            "attention in bf16, so the run would not be the plan as priced: re-plan with "
+            "--no-fp8-attention, or run it through Megatron-Bridge"
+        )
     if bundle.job.optimizer != "adam":
         raise SpecError(
             f"optimizer ({bundle.job.optimizer}): paraplan's executor steps AdamW only; run "

@@ -50,15 +50,16 @@ CASES: dict[str, list[str]] = {
         "--grad-reduce-in-bf16",
     ],
     # Row 107 (Megatron-Bridge 26.06.01, Qwen3 30B-A3B MXFP8 on 8 GB200): MXFP8 FP8
-    # parameters, and the 26.06 launch's expandable allocator segments
-    # (`row_recipes.expandable_segments`)
+    # parameters, the recipe's FP8 attention (its saved Q, K, V in MXFP8,
+    # `moe_recipes.FUSED_MLP_FP8_ATTENTION_STEP`), and the 26.06 launch's expandable
+    # allocator segments (`row_recipes.expandable_segments`)
     "107": [
         "--model", "qwen3-30b-a3b", "--hardware", "gb200-nvl72", "--num-gpus", "8",
         "--seq-len", "4096", "--global-batch", "512", "--ep", "8", "--mbs", "4",
         "--dist-opt", "--overlap-grad-reduce", "--overlap-param-gather", "--precision", "fp8",
-        "--fp8-recipe", "mxfp8", "--fp8-param-gather", "--grad-reduce-in-bf16",
-        "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te",
-        "--expandable-segments",
+        "--fp8-recipe", "mxfp8", "--fp8-param-gather", "--fp8-attention",
+        "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+        "te", "--expandable-segments",
     ],
 }  # fmt: skip
 

@@ -44,11 +44,12 @@ CASES: dict[str, list[str]] = {
     # Row 271 (26.02.01): HybridEP and router graphs
     "271": [*QWEN3_30B_GB200, *HYBRIDEP_ROUTER_GRAPHS],
     # Row 107 (26.06.01): the all-to-all overlap under full-iteration graphs with TE's
-    # fused grouped MLP, and 26.06's expandable segments (`moe_recipes.FUSED_MLP_STEP`)
+    # fused grouped MLP and FP8 attention, and 26.06's expandable segments
+    # (`moe_recipes.FUSED_MLP_FP8_ATTENTION_STEP`)
     "107": [
         *QWEN3_30B_GB200, "--expandable-segments", "--moe-token-dispatcher-type", "flex",
         "--overlap-moe-expert-parallel-comm", "--cuda-graph-impl", "full_iteration",
-        "--cutedsl-fused-grouped-mlp",
+        "--cutedsl-fused-grouped-mlp", "--fp8-attention",
     ],
     # Row 172 (DeepSeek-V3 MXFP8 on 256 GB200, 26.04.01): the recipe's layout and
     # selective recompute of the MLP, HybridEP with attention and router graphs, and the

@@ -44,7 +44,8 @@ def row(source: str, gpu: str, precision: str = "BF16") -> dict[str, str]:
             row("MBRIDGE-26.04.01", "B300"),
             {"cuda_graph_scopes": ATTN_ROUTER, "moe_dispatcher": "flex"},
         ),
-        # row 127 (26.06, v0.5.0) GB300 MXFP8: full-iteration graphs, fused grouped MLP.
+        # row 127 (26.06, v0.5.0) GB300 MXFP8: full-iteration graphs, fused grouped MLP,
+        # GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2's fp8_dot_product_attention.
         (
             row("MBRIDGE-26.06", "GB300 (NVL72)", "MXFP8"),
             {
@@ -52,6 +53,7 @@ def row(source: str, gpu: str, precision: str = "BF16") -> dict[str, str]:
                 "moe_dispatcher": "flex",
                 "moe_a2a_overlap": True,
                 "moe_fused_grouped_mlp": True,
+                "fp8_attention": True,
             },
         ),
         # row 129: B300's MXFP8 config is its BF16 V2 config.
@@ -72,6 +74,16 @@ def test_gb200_and_b200_recompute_layernorm_and_moe_act_except_full_iteration_mx
     assert oss.gpt_oss_saver_fields(row("MBRIDGE-26.02", "GB300 (NVL72)")) == {}
     # 26.06 GB200 MXFP8 V2: recompute_modules=[]
     assert oss.gpt_oss_saver_fields(row("MBRIDGE-26.06", "GB200 (NVL72)", "MXFP8")) == {}
+
+
+def test_26_06_mxfp8_gb200_and_gb300_run_fp8_attention_and_b300_does_not():
+    # GPT_OSS_120B_PRETRAIN_CONFIG_{GB300,GB200}_FP8_MX_V2 set fp8_dot_product_attention;
+    # B300's MXFP8 V2 config is its BF16 one (rows 127-129); v0.5.1 (26.06.01) keeps them.
+    for source in ("MBRIDGE-26.06", "MBRIDGE-26.06.01"):
+        for gpu in ("GB300 (NVL72)", "GB200 (NVL72)"):
+            assert oss.gpt_oss_runtime_fields(row(source, gpu, "MXFP8"))["fp8_attention"]
+    assert "fp8_attention" not in oss.gpt_oss_runtime_fields(row("MBRIDGE-26.06", "B300", "MXFP8"))
+    assert "fp8_attention" not in oss.gpt_oss_runtime_fields(row("MBRIDGE-26.04", "GB200 (NVL72)"))
 
 
 def test_other_models_and_sources_get_nothing():

@@ -140,6 +140,36 @@ def test_26_06_mxfp8_recipes_run_the_fused_grouped_mlp(raw):
     assert options_mod.options_for_row(raw).moe_fused_grouped_mlp
 
 
+@pytest.mark.parametrize(
+    ("raw", "fp8_attention"),
+    [
+        # v0.5.0 QWEN3_30B_A3B_PRETRAIN_CONFIG_{GB300,GB200,B300}_FP8_MX_V1 (rows 130-132)
+        # and the 26.06.01 GB300 row 106 (v0.5.1 keeps the config).
+        (row("MBRIDGE-26.06", "Qwen3_30B_a3B", "GB300 (NVL72)"), True),
+        (row("MBRIDGE-26.06", "Qwen3_30B_a3B", "B300"), True),
+        (row("MBRIDGE-26.06.01", "Qwen3_30B_a3B", "GB300 (NVL72)"), True),
+        # QWEN3_235B_A22B_PRETRAIN_CONFIG_{GB300,GB200}_FP8_MX_V2 (rows 134, 135).
+        (row("MBRIDGE-26.06", "Qwen3_235B_a22B", "GB300 (NVL72)"), True),
+        (row("MBRIDGE-26.06", "Qwen3_235B_a22B", "GB200 (NVL72)"), True),
+        # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 sets it (rows 123, 124, 102) ...
+        (row("MBRIDGE-26.06", "DeepSeekV3", "GB300 (NVL72)"), True),
+        (row("MBRIDGE-26.06.01", "DeepSeekV3", "GB300 (NVL72)"), True),
+        # ... DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 does not (rows 125, 103).
+        (row("MBRIDGE-26.06", "DeepSeekV3", "GB200 (NVL72)"), False),
+        (row("MBRIDGE-26.06.01", "DeepSeekV3", "GB200 (NVL72)"), False),
+        # DeepSeek-V3 B300 (B300_V2, no fused MLP) and the releases before v0.5.0.
+        (row("MBRIDGE-26.06", "DeepSeekV3", "B300"), False),
+        (row("MBRIDGE-26.04.01", "DeepSeekV3", "B200"), False),
+        (row("MBRIDGE-26.04", "Qwen3_30B_a3B", "GB300 (NVL72)"), False),
+        # 26.06 BF16 recipes keep bf16 attention.
+        (row("MBRIDGE-26.06", "Qwen3_30B_a3B", "GB300 (NVL72)", "BF16"), False),
+    ],
+)
+def test_26_06_mxfp8_recipes_that_set_fp8_dot_product_attention(raw, fp8_attention):
+    assert moe.moe_runtime_fields(raw).get("fp8_attention", False) is fp8_attention
+    assert options_mod.options_for_row(raw).fp8_attention is fp8_attention
+
+
 def test_earlier_releases_keep_te_grouped_linear():
     for source in ("MBRIDGE-26.04", "MBRIDGE-26.04.01", "MBRIDGE-26.02"):
         fields = moe.moe_runtime_fields(row(source, "Qwen3_30B_a3B", "GB300 (NVL72)"))

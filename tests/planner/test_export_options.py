@@ -331,6 +331,8 @@ def test_launch_environment_and_notes_of_the_options() -> None:
         ({"main_grad_bytes": 2}, {"precision": "fp32"}, ["main_grad_bytes"]),
         ({"moe_dispatcher": "flex", "moe_a2a_overlap": True}, {},
          ["moe_dispatcher", "moe_a2a_overlap"]),
+        # Megatron-LM's arguments.py excludes fp8_dot_product_attention from its flags
+        ({"fp8_attention": True}, {"precision": "fp8"}, ["fp8_attention"]),
     ],
 )  # fmt: skip
 def test_options_megatron_cannot_take_are_refused_by_name(options, where, fields) -> None:
@@ -369,6 +371,15 @@ def test_torchtitan_takes_fp8_options_and_refuses_the_rest() -> None:
     mx = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
     with pytest.raises(SpecError, match=r"fp8_recipe='mxfp8'"):
         torchtitan_config(priced_bundle(mx, precision="fp8"))
+
+
+def test_fp8_attention_is_not_a_megatron_lm_flag_nor_a_torchtitan_setting() -> None:
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_attention=True, fp8_recipe="tensorwise")
+    bundle = priced_bundle(options, precision="fp8")
+    with pytest.raises(SpecError, match=r"fp8_attention=True: .*--no-fp8-attention"):
+        megatron_arguments(bundle)
+    with pytest.raises(SpecError, match=r"torchtitan cannot take: fp8_attention=True"):
+        torchtitan_config(bundle)
 
 
 def test_userbuffers_settings_become_the_tp_comm_overlap_yaml() -> None:

@@ -172,7 +172,7 @@ def test_attention_uses_the_nearest_head_dim() -> None:
 
 def test_attention_errors_name_what_exists() -> None:
     with pytest.raises(SpecError, match="forward/bf16"):
-        attention_tflops(H100, "forward", 4096, 128, "fp8")
+        attention_tflops(H100, "forward", 4096, 128, "mxfp8")  # MXFP8 needs Blackwell
     with pytest.raises(SpecError, match="'forward' or 'backward'"):
         attention_tflops(H100, "sideways", 4096, 128, "bf16")
 

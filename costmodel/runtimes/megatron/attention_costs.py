@@ -31,7 +31,6 @@ from __future__ import annotations
 from costmodel import compute as ops
 from costmodel.attention_core import attention_core_time_s
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
-from costmodel.compute import AttentionKernelName
 from costmodel.execution import ExecutionOptions
 from costmodel.flops import (
     attention_projection_forward_flops_per_token,
@@ -78,7 +77,6 @@ def attention_block(
 ) -> tuple[PassCost, PassCost, PassCost, float, float]:
     """Attention block: (forward, backward, rerun forward of its recompute modules
     ``core_attn`` and ``mla_up_proj``, dgrad_s, wgrad_s)."""
-    kernel = options.attention
     lora = job.lora
     frozen = lora is not None
     h = model.hidden_size
@@ -93,7 +91,7 @@ def attention_block(
         width = 0.0
         qkv_shape, proj_shape = (x.tokens, q + 2 * kv, h), (x.tokens, h, q)
         qkv, proj = gemm3(profile, x, *qkv_shape), gemm3(profile, x, *proj_shape)
-    core = _core_s(model, job, plan, profile, x, kernel, head_dim)
+    core = _core_s(model, job, plan, profile, x, options, head_dim)
     rope = model.position_embedding == "rope"
     ew_fwd, ew_bwd = _elementwise_s(model, profile, x, q, kv, options)
     qkv_width = width if model.uses_mla else q + 2 * kv
@@ -142,12 +140,14 @@ def _core_s(
     plan: ParallelPlan,
     profile: HardwareProfile,
     x: LayerShape,
-    kernel: AttentionKernelName,
+    options: ExecutionOptions,
     head_dim: int,
 ) -> dict[str, float]:
     """Seconds of the attention core by direction (``forward``, ``backward``): one kernel
     per kind of context-parallel step (`cp_attention_steps`), each read at its K/V length
-    with the flash kernel (`costmodel.attention_core.attention_core_time_s`)."""
+    with the flash kernel (`costmodel.attention_core.attention_core_time_s`), on the FP8
+    curve of the options' recipe under `ExecutionOptions.fp8_attention`."""
+    kernel = options.attention
     core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
     core = {}
     for direction in ("forward", "backward"):
@@ -162,6 +162,7 @@ def _core_s(
                 precision=x.precision,
                 kernel=kernel,
                 direction=direction,
+                fp8_attention_recipe=options.fp8_attention_recipe,
             )
             for share, seq_kv in cp_attention_steps(plan, x.seq)
         )

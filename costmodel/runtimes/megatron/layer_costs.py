@@ -207,6 +207,7 @@ def layer_cost_from_passes(
             forward=forward,
             backward=backward,
             fp8_recipe=options.fp8_recipe,
+            fp8_attention=options.fp8_attention,
         )
         forward = forward.plus(PassCost(compute_s=off_f))
         backward = backward.plus(PassCost(compute_s=off_b))

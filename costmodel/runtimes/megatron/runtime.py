@@ -10,6 +10,7 @@ from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, framework_profile
 from costmodel.execution_rules import Runtime
+from costmodel.fp8_attention import check_fp8_attention
 from costmodel.memory import StageMemory, memory_per_stage
 from costmodel.passes import ChunkCost, StageTail, comm_groups
 from costmodel.pipeline_sim import TimedAction
@@ -55,8 +56,10 @@ class MegatronRuntime:
     def executed_job(self, job: TrainingJob, profile: HardwareProfile) -> TrainingJob:
         """The job unchanged: Megatron computes in the job's precision. `SpecError` for an
         nvfp4 job on a device without FP4 tensor cores
-        (`costmodel.compute.check_precision_device`)."""
+        (`costmodel.compute.check_precision_device`) and for FP8 attention the job, recipe
+        or profile cannot run (`costmodel.fp8_attention.check_fp8_attention`)."""
         check_precision_device(job.precision, profile)
+        check_fp8_attention(job.precision, self.options.fp8_attention_recipe, profile)
         return job
 
     def chunk_costs(
@@ -112,8 +115,8 @@ class MegatronRuntime:
         dropout, main-gradient element size, pipeline-output deallocation, DDP gradient
         copy, cross-entropy implementation, allocator segments and fragmentation, FP8
         weight storage, the optimizer step's gradient copy, Adam's state dtypes, the
-        optimizer state offloaded to the host and the previous iteration's gradients held
-        by local DDP."""
+        optimizer state offloaded to the host, the previous iteration's gradients held
+        by local DDP and FP8 attention's saved tensors."""
         return memory_per_stage(
             model,
             job,
@@ -131,6 +134,7 @@ class MegatronRuntime:
             optimizer=self.options.optimizer_precision,
             optimizer_offload_fraction=self.options.optimizer_cpu_offload_fraction,
             stale_main_grad=self.options.stale_main_grad,
+            fp8_attention=self.options.fp8_attention,
         )
 
     def screen(
@@ -142,6 +146,7 @@ class MegatronRuntime:
         rows: pd.DataFrame,
     ) -> pd.DataFrame:
         """`costmodel.runtimes.megatron.screen.closed_form_screen`; `SpecError` as
-        `executed_job` for a precision the device cannot run."""
+        `executed_job` for a precision or FP8 attention the device cannot run."""
         check_precision_device(job.precision, profile)
+        check_fp8_attention(job.precision, self.options.fp8_attention_recipe, profile)
         return closed_form_screen(model, cluster, job, profile, rows, self.options)

@@ -132,18 +132,22 @@ def layer_offload_exposed_s(
     forward: PassCost,
     backward: PassCost,
     fp8_recipe: str = "delayed",
+    fp8_attention: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's offload copies not hidden under its
     compute (`offload_exposed_s`); layer-level offloading moves every saved tensor of the
     first ``cpu_offloading_num_layers`` layers, priced as that fraction of each layer's
     copies. ``fp8_recipe``: the run's FP8 recipe, which sets whether the attention output
-    projection saves an FP8 copy (`projection_saves_original_input`)."""
+    projection saves an FP8 copy (`projection_saves_original_input`); ``fp8_attention``: the
+    attention core saves its tensors in that recipe's FP8 form
+    (`costmodel.fp8_attention.core_saved_bytes`)."""
     layer = layer_activations(
         model,
         job,
         plan,
         model.moe_layer_mask().index(is_moe),
         proj_saves_input=projection_saves_original_input(fp8_recipe),
+        fp8_attention_recipe=fp8_recipe if fp8_attention else None,
     )
     if plan.cpu_offloading_num_layers:
         moved, share = layer.full_bytes, plan.cpu_offloading_num_layers / model.num_layers

@@ -293,6 +293,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
             attention=kernel,
             dropout=dropout,
             proj_saves_input=projection_saves_original_input(options.fp8_recipe),
+            fp8_attention_recipe=options.fp8_attention_recipe,
         )
         kept, transient = output_microbatch_bytes(
             model, ref_job, plan, options.cross_entropy_fusion
