@@ -43,7 +43,9 @@ FP8 = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
 PLAN = ParallelPlan.for_world(8, tp=2, pp=1, distributed_optimizer=True)
 
 
-def _core_s(profile, direction: str, recipe: str | None, precision: str = "fp8") -> float:
+def _core_s(
+    profile, direction: str, recipe: str | None, precision: str = "fp8", kernel: str = "flash"
+) -> float:
     # one head of one sequence at 4096, head dim 128: 4·(s²/2)·d causal forward FLOPs
     return attention_core_time_s(
         profile,
@@ -53,7 +55,7 @@ def _core_s(profile, direction: str, recipe: str | None, precision: str = "fp8")
         seq_kv=4096,
         head_dim=128,
         precision=precision,
-        kernel="flash",
+        kernel=kernel,  # type: ignore[arg-type]
         direction=direction,  # type: ignore[arg-type]
         fp8_attention_recipe=recipe,
     )
@@ -155,18 +157,7 @@ def test_options_fp8_attention_cannot_run_with_are_refused(fields) -> None:
 
 def test_the_materialized_kernel_is_refused_in_the_core_too() -> None:
     with pytest.raises(SpecError, match=rf"\[{FP8_ATTENTION_KERNEL_RULE}\]"):
-        attention_core_time_s(
-            GB200,
-            causal_forward_flops=1e12,
-            batch_heads=8,
-            seq_q=4096,
-            seq_kv=4096,
-            head_dim=128,
-            precision="fp8",
-            kernel="materialized",
-            direction="forward",
-            fp8_attention_recipe="mxfp8",
-        )
+        _core_s(GB200, "forward", "mxfp8", kernel="materialized")
 
 
 def test_the_estimate_refuses_before_pricing() -> None:
