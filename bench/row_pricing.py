@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from norm_recipes import train_task
 from published_rows import NotExpressible, RowCase, case_for_row
 from row_figures import published_iteration_time_s
 from row_recipes import recipe_mismatch
@@ -80,6 +81,7 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         not_fit_reason="" if est.fits else recipe_mismatch(raw) or "",
         sustained_fixed=case.options.sustained_gemm_rate_factor is not None,
         fit_generation=profile.device.generation,
+        task=train_task(raw),
     )
     return outcome, case
 

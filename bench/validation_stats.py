@@ -66,6 +66,9 @@ class Outcome:
     """The profile's `profiles.schema_device.DeviceSpec.generation` (``ampere``, ``hopper``,
     ``blackwell``, ``blackwell_ultra``, ...), the key of the per-generation fitted factors
     (`fit_key`); empty: `generation`."""
+    task: str = "pretrain"
+    """What the run trains (`norm_recipes.train_task`): ``pretrain``, ``sft`` (every weight)
+    or ``lora`` (adapters on a frozen model)."""
 
     @property
     def fit_key(self) -> str:
@@ -129,12 +132,15 @@ def strategy_key(outcome: Outcome) -> str:
     length and printed precision (an FP8 recipe, per-tensor current scaling or MXFP8, is
     software too). The number of GPUs is part of the strategy, not of the group: the issue's
     own groups (MegaScale's Table 2, SC21's Table 2) compare the same model at several
-    data-parallel sizes by throughput per GPU. Rows that differ in any of the key's fields
-    differ by more than their plan, and their published order is not the plan's to explain."""
+    data-parallel sizes by throughput per GPU. A fine-tuning row (`Outcome.task` ``sft`` or
+    ``lora``) adds its task: a LoRA run and a full fine-tuning of the same model train
+    different parameters. Rows that differ in any of the key's fields differ by more than
+    their plan, and their published order is not the plan's to explain."""
     precision = outcome.precision_text or outcome.precision
+    task = "" if outcome.task == "pretrain" else f" | {outcome.task}"
     return (
         f"{outcome.source_id} | {outcome.model} | {outcome.gpu_type} | "
-        f"seq {outcome.seq_length} | {precision}"
+        f"seq {outcome.seq_length} | {precision}{task}"
     )
 
 

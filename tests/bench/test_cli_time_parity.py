@@ -107,6 +107,7 @@ def test_the_time_flags_are_what_brings_the_row_to_the_bench_time(capsys):
         "127",  # GPT-OSS 120B MXFP8 GB300 (26.06): unfused YaRN RoPE, fused grouped MLP
         "161",  # FP8 GB200 Llama: ring-exchange reduce-scatter, bulk overlaps without margin
         "38",  # H100 BF16 on a pre-FA3 stack: FlashAttention-2 kernels
+        "152",  # Llama 3 70B FP8 GB300 (26.06): LoRA rank 16 on linear_qkv
     ],
 )
 def test_cli_parity_states_every_setting_and_prices_the_bench_time(tmp_path, row_id):

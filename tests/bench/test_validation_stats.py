@@ -3,6 +3,8 @@ strategies inside row groups (release, printed precision, GPU count, global batc
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.bench.bench_loader import load_bench
@@ -51,6 +53,19 @@ def test_strategy_groups_split_release_and_printed_precision():
     result = stats.kendall_tau([base, *others])
     assert result["pairs"] == 0 and result["groups"] == {}
     assert len({stats.strategy_key(o) for o in [base, *others]}) == 3
+
+
+def test_fine_tuning_tasks_are_groups_of_their_own():
+    # A LoRA run and a full fine-tuning of the same model, release, GPU and precision train
+    # different parameters: their published order is not a choice of plan.
+    sft = dataclasses.replace(synthetic_outcome("1", "MBRIDGE-26.06", 1.0, 2.0), task="sft")
+    lora = dataclasses.replace(
+        synthetic_outcome("2", "MBRIDGE-26.06", 2.0, 1.0, gpus=2), task="lora"
+    )
+    pretrain = synthetic_outcome("3", "MBRIDGE-26.06", 2.0, 1.0, gpus=4)
+    assert len({stats.strategy_key(o) for o in (sft, lora, pretrain)}) == 3
+    assert stats.strategy_key(pretrain).endswith("bf16")
+    assert stats.kendall_tau([sft, lora, pretrain])["pairs"] == 0
 
 
 def test_gpu_count_is_a_strategy_within_a_group():

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specs.cluster import ClusterSpec
+from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -45,6 +46,21 @@ PLAN = ParallelPlan(
 
 # 32 layers in pp4·vpp2 = 8 virtual stages: E + 4 layers, six stages of 4, 4 layers + L.
 LAYOUT_8 = "Et*4|(t*4|)*6t*4L"
+
+# LoRA: rank 16 on every target; multi-latent attention fields; a Megatron-FSDP plan.
+LORA = LoraSpec(rank=16)
+MLA_FIELDS: dict[str, Any] = {
+    "kv_lora_rank": 512,
+    "qk_head_dim": 128,
+    "qk_pos_emb_head_dim": 64,
+    "v_head_dim": 128,
+    "num_query_groups": None,
+}
+FSDP_PLAN: dict[str, Any] = {
+    "use_megatron_fsdp": True,
+    "distributed_optimizer": False,
+    "data_parallel_sharding_strategy": "optim_grads_params",
+}
 
 Specs = tuple[ModelSpec, ClusterSpec, TrainingJob, ParallelPlan]
 
@@ -379,5 +395,35 @@ CASES = [
         Change(plan={"offload_modules": ("attn_proj",)}),
         Change(plan={"offload_modules": ("core_attn", "attn_proj")}),
         ("offload_modules (attn_proj)", "add core_attn"),
+    ),
+    Case(
+        "lora_rank_divisible_by_tp",
+        Change(job={"lora": LoraSpec(rank=3, targets=("linear_qkv",))}),
+        Change(job={"lora": LoraSpec(rank=3, targets=("linear_proj",))}),
+        ("tp (2)", "linear_qkv: rank (3)", "rank in {2, 4}"),
+    ),
+    Case(
+        "lora_not_on_experts",
+        Change(base=MIXTRAL, job={"lora": LORA}),
+        Change(job={"lora": LORA}),
+        ("'mixtral-like'", "8 experts"),
+    ),
+    Case(
+        "lora_not_on_mla",
+        Change(model=MLA_FIELDS, job={"lora": LORA}),
+        Change(model=MLA_FIELDS),
+        ("'llama3-8b-like'",),
+    ),
+    Case(
+        "lora_not_with_megatron_fsdp",
+        Change(job={"lora": LORA}, plan=FSDP_PLAN),
+        Change(job={"lora": LORA}),
+        ("use_megatron_fsdp (True)", "--dist-opt"),
+    ),
+    Case(
+        "lora_needs_adam",
+        Change(job={"lora": LORA, "optimizer": "muon"}),
+        Change(job={"optimizer": "muon"}),
+        ("optimizer (muon)",),
     ),
 ]
