@@ -3,9 +3,10 @@ row's memory and iteration time as `bench/validate_published.py` does.
 
 For every trusted row the bench prices (`published_rows.case_for_row`), `cli_argv` writes
 the command a user would type: the row's `ModelSpec` as a JSON file (``--model PATH``), its
-cluster, job and plan flags, and the recipe flags of `paraplan.args.add_recipe_args`
+cluster, job and plan flags, and the recipe flags of `paraplan.recipe_args.add_recipe_args`
 (memory settings, and the time-only ones of `paraplan.time_args`). Parsed back by
-`paraplan.args`, that line must give the row's own `ParallelPlan` and `ExecutionOptions`;
+`paraplan.args`, `paraplan.plan_args` and `paraplan.recipe_args`, that line must give the
+row's own `ParallelPlan` and `ExecutionOptions`;
 `row_parity` names each field it cannot express, as memory (`MEMORY_OPTION_FIELDS` and the
 plan) or time only. Where it expresses every memory field, the CLI's memory per pipeline
 stage, run through `paraplan.cli.main`, must equal the bench's
@@ -35,8 +36,9 @@ from row_pricing import TRUSTED, evaluate_row
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
-from paraplan.args import options_from_args, plan_from_args
 from paraplan.cli import build_parser, main
+from paraplan.plan_args import plan_from_args
+from paraplan.recipe_args import options_from_args
 from planner.export_options import (
     cross_entropy_arguments,
     cuda_graph_arguments,
@@ -83,7 +85,7 @@ the margin covers nothing but float formatting."""
 
 
 def plan_flags(plan: ParallelPlan) -> list[str]:
-    """The plan flags of `paraplan.args.add_plan_args` that state ``plan``."""
+    """The plan flags of `paraplan.plan_args.add_plan_args` that state ``plan``."""
     flags = ["--tp", str(plan.tp), "--pp", str(plan.pp), "--vpp", str(plan.vpp)]
     flags += ["--cp", str(plan.cp), "--ep", str(plan.ep), "--mbs", str(plan.micro_batch_size)]
     flags += ["--recompute", plan.recompute]
@@ -118,7 +120,7 @@ def plan_flags(plan: ParallelPlan) -> list[str]:
 
 
 def recipe_flags(options: ExecutionOptions, precision: str) -> list[str]:
-    """The flags of `paraplan.args.add_recipe_args` (and ``--attention``) that state the
+    """The flags of `paraplan.recipe_args.add_recipe_args` (and ``--attention``) that state the
     fields of ``options`` in a ``precision`` run: the memory-relevant ones and the
     time-only ones of `paraplan.time_args` (`time_recipe_flags`). Where the command line
     takes Megatron-LM's spelling, the flags are the export's (`planner.export_options`),

@@ -6,9 +6,13 @@ runs it and which kernels and conventions that runtime brings. Two runtimes exis
 fused bias epilogues, fp32 main gradients, asynchronous interleaved pipeline sends), and
 ``torch``, paraplan's own executor (`executor/`: eager PyTorch, DTensor tensor
 parallelism, torch.distributed.pipelining, DDP or FSDP2), priced operator by operator.
-The options of named stacks (Megatron-LM today, in 2021 and in 2023, the executor) are in
-`costmodel.execution_presets`; the valid field values and rules in
-`costmodel.execution_rules`.
+
+Only the class and its fields (each documented under it) live here. The valid field values
+and the rules ``__post_init__`` applies (`check_options`) are in `costmodel.execution_rules`;
+the records read off the fields (optimizer precision, FP8 weight storage, the attention's FP8
+recipe) in `costmodel.execution_derived`; the options of named stacks (Megatron-LM today, in
+2021 and in 2023, the executor) and of a device in `costmodel.execution_presets`; the
+`plan.json` form in `costmodel.execution_record`.
 """
 
 from __future__ import annotations
@@ -22,17 +26,11 @@ from costmodel.execution_rules import (
     MoeDispatcher,
     Runtime,
     TpOverlapRsMethod,
-    check_kernel_fields,
-    check_megatron_only,
-    check_moe_and_overlap_fields,
-    check_plan_features,
-    check_rate_fields,
+    check_options,
 )
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
-from costmodel.fp8_attention import check_fp8_attention_kernel
-from costmodel.memory_allowances import Fp8Recipe, Fp8WeightStorage
-from costmodel.optimizer_offload import check_offload_fields
-from costmodel.optimizer_state import OptimizerDtype, OptimizerPrecision
+from costmodel.memory_allowances import Fp8Recipe
+from costmodel.optimizer_state import OptimizerDtype
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -446,76 +444,6 @@ class ExecutionOptions:
     (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the default for local DDP.
     `costmodel.execution_presets.MEGATRON_2021` sets it. Memory only."""
 
-    @property
-    def optimizer_precision(self) -> OptimizerPrecision:
-        """The optimizer state fields as `costmodel.optimizer_state.OptimizerPrecision`."""
-        return OptimizerPrecision(
-            precision_aware=self.precision_aware_optimizer,
-            exp_avg_dtype=self.exp_avg_dtype,
-            exp_avg_sq_dtype=self.exp_avg_sq_dtype,
-            main_params_dtype=self.main_params_dtype,
-            cpu_offload=self.optimizer_cpu_offload_fraction > 0,
-        )
-
-    @property
-    def fp8_attention_recipe(self) -> Fp8Recipe | None:
-        """`fp8_recipe` when `fp8_attention` is on, else None: what the attention core and
-        its saved tensors read (`costmodel.fp8_attention`)."""
-        return self.fp8_recipe if self.fp8_attention else None
-
-    @property
-    def fp8_weight_storage(self) -> Fp8WeightStorage:
-        """The FP8 weight fields as `costmodel.memory_allowances.Fp8WeightStorage`; an
-        unresolved ``fp8_tn_gemm_only`` (None, before
-        `costmodel.execution_presets.device_options`) keeps the TN-only layout."""
-        return Fp8WeightStorage(
-            recipe=self.fp8_recipe,
-            fp8_param=self.fp8_param,
-            tn_gemm_only=self.fp8_tn_gemm_only is not False,
-            fp4_param=self.fp4_param,
-        )
-
     def __post_init__(self) -> None:
-        check_kernel_fields(
-            fp8_recipe=self.fp8_recipe,
-            runtime=self.runtime,
-            attention=self.attention,
-            flash_attention_version=self.flash_attention_version,
-            cross_entropy_fusion=self.cross_entropy_fusion,
-            main_grad_bytes=self.main_grad_bytes,
-        )
-        check_fp8_attention_kernel(
-            self.fp8_attention,
-            attention=self.attention,
-            flash_attention_version=self.flash_attention_version,
-        )
-        check_rate_fields(
-            gemm_rate_factor=self.gemm_rate_factor,
-            fp8_gemm_rate_factor=self.fp8_gemm_rate_factor,
-            fp4_gemm_rate_factor=self.fp4_gemm_rate_factor,
-            sustained_gemm_rate_factor=self.sustained_gemm_rate_factor,
-            allocator_fragmentation=self.allocator_fragmentation,
-        )
-        check_moe_and_overlap_fields(
-            moe_dispatcher=self.moe_dispatcher,
-            tp_overlap_rs_method=self.tp_overlap_rs_method,
-            moe_load_imbalance=self.moe_load_imbalance,
-            moe_host_launch_s=self.moe_host_launch_s,
-            moe_token_device_s=self.moe_token_device_s,
-            cuda_graph_scopes=self.cuda_graph_scopes,
-        )
-        check_plan_features(self.plan_features)
-        check_offload_fields(
-            self.optimizer_cpu_offload_fraction,
-            runtime=self.runtime,
-            fp8_param=self.fp8_param,
-            fp8_recipe=self.fp8_recipe,
-            precision_aware=self.precision_aware_optimizer,
-        )
-        optimizer = self.optimizer_precision  # OptimizerPrecision checks the dtype rules
-        check_megatron_only(
-            runtime=self.runtime,
-            cudnn_norm=self.cudnn_norm,
-            precision_aware=optimizer.precision_aware,
-            fp8_attention=self.fp8_attention,
-        )
+        """The field rules (`costmodel.execution_rules.check_options`)."""
+        check_options(self)

@@ -5,16 +5,21 @@ It holds the runtime, MoE dispatcher and TP-overlap method names, the CUDA graph
 plan features a framework may name, and one function per group of field rules; each rule
 raises `SpecError` with the field, its value and the fix. Rules that need other modules'
 tables stay there (`costmodel.optimizer_offload.check_offload_fields`,
-`costmodel.optimizer_state.OptimizerPrecision`).
+`costmodel.optimizer_state.OptimizerPrecision`, `costmodel.fp8_attention`).
+`check_options`, the whole of ``__post_init__``, applies every group in turn. It reads the
+options by field name, as `specs.fieldcheck` reads the specs: `costmodel.execution` imports
+this module, so this module cannot import the class back.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS
-from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
+from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE, check_fp8_attention_kernel
 from costmodel.memory_allowances import FP8_RECIPES
+from costmodel.optimizer_offload import check_offload_fields
+from costmodel.optimizer_state import OptimizerPrecision
 from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]
@@ -226,3 +231,56 @@ def check_megatron_only(
             f"{runtime} runtime, paraplan's executor, runs PyTorch's attention in bf16: use "
             "runtime megatron, or drop fp8_attention"
         )
+
+
+def check_options(options: Any) -> None:
+    """Every field rule of an `ExecutionOptions` (its ``__post_init__``), group by group;
+    `SpecError` from the first that fails."""
+    check_kernel_fields(
+        fp8_recipe=options.fp8_recipe,
+        runtime=options.runtime,
+        attention=options.attention,
+        flash_attention_version=options.flash_attention_version,
+        cross_entropy_fusion=options.cross_entropy_fusion,
+        main_grad_bytes=options.main_grad_bytes,
+    )
+    check_fp8_attention_kernel(
+        options.fp8_attention,
+        attention=options.attention,
+        flash_attention_version=options.flash_attention_version,
+    )
+    check_rate_fields(
+        gemm_rate_factor=options.gemm_rate_factor,
+        fp8_gemm_rate_factor=options.fp8_gemm_rate_factor,
+        fp4_gemm_rate_factor=options.fp4_gemm_rate_factor,
+        sustained_gemm_rate_factor=options.sustained_gemm_rate_factor,
+        allocator_fragmentation=options.allocator_fragmentation,
+    )
+    check_moe_and_overlap_fields(
+        moe_dispatcher=options.moe_dispatcher,
+        tp_overlap_rs_method=options.tp_overlap_rs_method,
+        moe_load_imbalance=options.moe_load_imbalance,
+        moe_host_launch_s=options.moe_host_launch_s,
+        moe_token_device_s=options.moe_token_device_s,
+        cuda_graph_scopes=options.cuda_graph_scopes,
+    )
+    check_plan_features(options.plan_features)
+    check_offload_fields(
+        options.optimizer_cpu_offload_fraction,
+        runtime=options.runtime,
+        fp8_param=options.fp8_param,
+        fp8_recipe=options.fp8_recipe,
+        precision_aware=options.precision_aware_optimizer,
+    )
+    OptimizerPrecision(  # its __post_init__ checks the optimizer dtype rules
+        precision_aware=options.precision_aware_optimizer,
+        exp_avg_dtype=options.exp_avg_dtype,
+        exp_avg_sq_dtype=options.exp_avg_sq_dtype,
+        main_params_dtype=options.main_params_dtype,
+    )
+    check_megatron_only(
+        runtime=options.runtime,
+        cudnn_norm=options.cudnn_norm,
+        precision_aware=options.precision_aware_optimizer,
+        fp8_attention=options.fp8_attention,
+    )

@@ -257,15 +257,17 @@ def memory_per_stage(
     ``main_grad_bytes``, not ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with
     overlapped gradient reduction, twice the gradient bytes), ``cross_entropy_fusion``,
     ``expandable_segments`` (`FrameworkAllowance.fragmentation`) and the FP8 weight fields
-    (`ExecutionOptions.fp8_weight_storage`; its recipe also sets whether the attention output
-    projection keeps an FP8 copy of its input, `projection_saves_original_input`);
+    (`costmodel.execution_derived.fp8_weight_storage`; its recipe also sets whether the
+    attention output projection keeps an FP8 copy of its input,
+    `projection_saves_original_input`);
     ``fragmentation``, when given, replaces the allowance's share for the allocator mode
     (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
     step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
     `costmodel.model_state.step_peak_bytes`), as a Muon job's working tensors do
     (`costmodel.muon_sharding.step_working_bytes`); ``optimizer``: the dtypes of Adam's state
-    (`ExecutionOptions.optimizer_precision`, `costmodel.model_state.plan_adam_state`; the
-    default fp32 state under CPU offload); ``optimizer_offload_fraction`` of that state lives
+    (`costmodel.execution_derived.optimizer_precision`,
+    `costmodel.model_state.plan_adam_state`; the default fp32 state under CPU offload);
+    ``optimizer_offload_fraction`` of that state lives
     in host memory (`costmodel.model_state.device_optimizer_bytes`); ``stale_main_grad``
     adds, without overlapped gradient reduction, one more gradient buffer to the forward and
     backward but not to the step (`ExecutionOptions.stale_main_grad`,

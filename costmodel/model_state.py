@@ -198,7 +198,8 @@ class StateLayout:
     """Gradient buffers per parameter during the forward and backward
     (`held_gradient_copies`)."""
     fp8_weights: Fp8WeightStorage
-    """How the linear layers' weights are stored (`ExecutionOptions.fp8_weight_storage`)."""
+    """How the linear layers' weights are stored
+    (`costmodel.execution_derived.fp8_weight_storage`)."""
     optimizer_offload_fraction: float
     """Share of the optimizer state in host memory
     (`ExecutionOptions.optimizer_cpu_offload_fraction`, `device_optimizer_bytes`)."""

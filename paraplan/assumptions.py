@@ -1,6 +1,6 @@
 """The memory assumptions `paraplan estimate` and `paraplan plan` print: each launch setting
 the megatron runtime's memory depends on, its value in force and the flag that changes it
-(`paraplan.args.add_recipe_args`)."""
+(`paraplan.recipe_args.add_recipe_args`)."""
 
 from __future__ import annotations
 

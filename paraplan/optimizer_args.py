@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import optimizer_precision
 from costmodel.optimizer_state import (
     MAIN_GRADS_DTYPES,
     MAIN_PARAMS_DTYPES,
@@ -139,7 +140,7 @@ def precision_aware_violations(plan: ParallelPlan, options: ExecutionOptions) ->
     (`costmodel.optimizer_state.precision_aware_unmet`), as plan violations that `paraplan
     estimate` reports before pricing."""
     unmet = precision_aware_unmet(
-        options.optimizer_precision,
+        optimizer_precision(options),
         distributed_optimizer=plan.distributed_optimizer,
         megatron_fsdp=plan.use_megatron_fsdp,
     )

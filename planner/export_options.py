@@ -10,7 +10,7 @@ checks cover the dataclass:
   as `megatron/training/arguments.py` of NVIDIA/Megatron-LM (snapshot d98e8a64) has it or
   generates it from a `TransformerConfig` field (`megatron/training/argument_utils.py`:
   ``--field-name``, ``--no-field-name`` for a bool that defaults to True). The paraplan
-  command line takes the same spellings for the fields it sets (`paraplan.args`,
+  command line takes the same spellings for the fields it sets (`paraplan.recipe_args`,
   `paraplan.time_args`, `paraplan.optimizer_args`), and `bench/cli_parity.py` writes its
   command lines with the functions below, so the names live here once. Three fields become
   environment variables of the launch (`megatron_option_environment`); the userbuffers

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.model_state import bytes_per_param, device_optimizer_bytes, trained_weights
 from costmodel.optimizer_state import adam_state_bytes
@@ -73,11 +74,11 @@ def smallest_adam_state_bytes(job: TrainingJob, options: ExecutionOptions) -> in
     the smaller of `costmodel.optimizer_state.adam_state_bytes` without and with
     Megatron-FSDP (which keeps fp32 main weights), for the trained parameters' storage
     (`costmodel.model_state.trained_weights`)."""
-    weights = trained_weights(job, options.fp8_weight_storage)
+    weights = trained_weights(job, fp8_weight_storage(options))
     return min(
         adam_state_bytes(
             job.precision,
-            options.optimizer_precision,
+            optimizer_precision(options),
             fp8_recipe=weights.recipe,
             fp8_param=weights.fp8_param,
             fp4_param=weights.fp4_param,

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from costmodel.runtimes.torch.host_rates import layer_collective_scale
-from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
+from paraplan.recipe_args import add_runtime_arg, options_from_args
 from profiles.lookup import collective_fit
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile

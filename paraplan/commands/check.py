@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from paraplan.args import (
-    add_plan_args,
-    add_problem_args,
-    cluster_from_args,
-    job_from_args,
-    model_from_args,
-    plan_from_args,
-)
+from paraplan.args import add_problem_args, cluster_from_args, job_from_args, model_from_args
 from paraplan.commands import COMMAND_HELP
 from paraplan.fp8_args import check_fp8_device
 from paraplan.output import print_verdict
+from paraplan.plan_args import add_plan_args, plan_from_args
 from profiles.store import load_profile
 from specs.rules import check_plan
 

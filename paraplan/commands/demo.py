@@ -34,9 +34,9 @@ from typing import Any
 
 from rich.console import Console
 
-from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
 from paraplan.commands import profile as profile_command
+from paraplan.recipe_args import add_runtime_arg, options_from_args
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs.bundle import PlanBundle

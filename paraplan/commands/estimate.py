@@ -12,23 +12,15 @@ from typing import TYPE_CHECKING
 
 from costmodel.execution_presets import device_options
 from costmodel.optimizer_offload import offload_violations
-from paraplan.args import (
-    add_plan_args,
-    add_problem_args,
-    add_recipe_args,
-    add_runtime_arg,
-    cluster_from_args,
-    job_from_args,
-    model_from_args,
-    options_from_args,
-    plan_from_args,
-)
+from paraplan.args import add_problem_args, cluster_from_args, job_from_args, model_from_args
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
 from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
+from paraplan.plan_args import add_plan_args, plan_from_args
+from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
 from paraplan.time_assumptions import time_assumptions
 from profiles.store import load_profile

@@ -38,8 +38,8 @@ from costmodel.execution_record import options_from_record
 from costmodel.flops import model_flops_per_iteration
 from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from launch.failures import OOM_ERROR_TYPES, LaunchError
-from paraplan.args import add_runtime_arg, options_from_args
 from paraplan.commands import COMMAND_HELP
+from paraplan.recipe_args import add_runtime_arg, options_from_args
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile

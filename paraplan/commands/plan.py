@@ -33,16 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from costmodel.execution_presets import device_options
-from paraplan.args import (
-    add_problem_args,
-    add_recipe_args,
-    add_runtime_arg,
-    add_split_args,
-    job_from_args,
-    model_from_args,
-    module_list,
-    options_from_args,
-)
+from paraplan.args import add_problem_args, job_from_args, model_from_args
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.commands.plan_results import (
@@ -55,6 +46,8 @@ from paraplan.flags import spellings
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.lora_args import lora_line
 from paraplan.output import DeferredProgress, print_json, print_table
+from paraplan.plan_args import add_split_args, module_list
+from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import refuse_scopes_the_model_lacks
 from paraplan.time_assumptions import time_assumptions
 from paraplan.vpp_args import layers_per_virtual_stage_vpp
@@ -102,7 +95,7 @@ KNOB_FLAGS: dict[str, str] = {
 }
 """argparse dest -> `ParallelPlan` field of each knob flag."""
 MODULE_FLAGS = ("recompute_modules", "offload_modules")
-"""Knob flags whose comma-separated text is a module tuple (`paraplan.args.module_list`)."""
+"""Knob flags whose comma-separated text is a module tuple (`paraplan.plan_args.module_list`)."""
 
 
 def add_knob_args(parser: argparse.ArgumentParser) -> None:

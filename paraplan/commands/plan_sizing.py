@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from costmodel.execution_record import record_options
-from paraplan.args import options_from_args
 from paraplan.commands.plan_results import plan_entry
 from paraplan.output import DeferredProgress, print_json, print_table
+from paraplan.recipe_args import options_from_args
 from profiles.schema import HardwareProfile
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec

@@ -3,8 +3,8 @@
 Each case is the command line a user writes for one row of ``published-runs-dev.csv`` from
 its printed configuration and its recipe's settings (the sources the `bench/*_recipes.py`
 modules and `bench/published_rows.py` cite): the model preset, the plan, and the recipe
-flags of `paraplan.args.add_recipe_args`. The CLI's memory per pipeline stage must equal the bench's
-for the same row (`row_pricing.evaluate_row`, the bench's own path).
+flags of `paraplan.recipe_args.add_recipe_args`. The CLI's memory per pipeline stage must
+equal the bench's for the same row (`row_pricing.evaluate_row`, the bench's own path).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import shlex
 import pytest
 
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from paraplan.args import options_from_args
 from paraplan.commands import estimate
+from paraplan.recipe_args import options_from_args
 from tests.bench.bench_loader import load_bench
 
 cli_parity = load_bench("cli_parity")

@@ -12,6 +12,7 @@ import pytest
 from costmodel.compute import memory_bound_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import optimizer_precision
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.optimizer_offload import (
     OFFLOAD_RULE,
@@ -144,7 +145,7 @@ def test_offloaded_step_prices_the_fp32_state_on_the_device():
     Engine's FusedAdam, remainders, no fp32 gradient copy): 4 + 8 + 8 + 4 = 24 per shard
     parameter, 24e9 + 32e9 = 56e9 bytes."""
     shard, local = 1e9, 8e9
-    composed = bf16_moments_offload(0.25).optimizer_precision
+    composed = optimizer_precision(bf16_moments_offload(0.25))
     state = adam_state_bytes("bf16", composed)
     assert state == adam_state_bytes("bf16") and state.total_bytes == 12
     step = optimizer_step_time_s(
@@ -152,7 +153,7 @@ def test_offloaded_step_prices_the_fp32_state_on_the_device():
         state=state, offloaded_params=0.25 * shard,
     )  # fmt: skip
     assert step == pytest.approx(memory_bound_time_s(H100, 58.5e9, num_ops=4), rel=1e-12)
-    aware = bf16_moments_offload(0.0).optimizer_precision
+    aware = optimizer_precision(bf16_moments_offload(0.0))
     unloaded = optimizer_step_time_s(
         H100, shard_params=shard, local_params=local, mixed_precision=True, num_tensors=1,
         state=adam_state_bytes("bf16", aware),

@@ -11,6 +11,7 @@ import pytest
 from costmodel.compute import memory_bound_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import optimizer_precision
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
 from costmodel.memory import memory_per_stage
 from costmodel.optimizer_passes import optimizer_step_time_s
@@ -113,7 +114,7 @@ def test_execution_options_check_the_dtypes_and_the_runtime() -> None:
         ExecutionOptions(exp_avg_dtype="bf16")
     with pytest.raises(SpecError, match="the torch runtime steps fp32 AdamW"):
         dataclasses.replace(TORCH_OPTIONS, precision_aware_optimizer=True)
-    assert PAO_OPTIONS.optimizer_precision == BF16_MOMENTS
+    assert optimizer_precision(PAO_OPTIONS) == BF16_MOMENTS
 
 
 def test_the_distributed_optimizer_or_megatron_fsdp_is_required() -> None:

@@ -11,8 +11,8 @@ import shlex
 import pytest
 
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from paraplan.args import options_from_args
 from paraplan.cli import main
+from paraplan.recipe_args import options_from_args
 from planner.export_options import (
     cross_entropy_arguments,
     cuda_graph_arguments,

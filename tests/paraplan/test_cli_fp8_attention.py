@@ -12,8 +12,8 @@ from costmodel.fp8_attention import (
     FP8_ATTENTION_KERNEL_RULE,
     FP8_ATTENTION_RULE,
 )
-from paraplan.args import options_from_args
 from paraplan.cli import main
+from paraplan.recipe_args import options_from_args
 from planner.export_options import RULE
 from tests.paraplan.cli_helpers import parse_estimate, run_estimate_json
 

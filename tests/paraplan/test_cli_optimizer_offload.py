@@ -12,8 +12,8 @@ import pytest
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.optimizer_offload import OFFLOAD_RULE
 from costmodel.optimizer_state import PRECISION_AWARE_RULE
-from paraplan.args import options_from_args
 from paraplan.cli import main
+from paraplan.recipe_args import options_from_args
 from specs.errors import SpecError
 from tests.paraplan.cli_helpers import parse_estimate
 

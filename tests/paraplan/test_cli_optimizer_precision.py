@@ -10,11 +10,12 @@ import json
 
 import pytest
 
+from costmodel.execution_derived import optimizer_precision
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from paraplan.args import options_from_args
 from paraplan.cli import main
 from paraplan.commands import estimate
 from paraplan.commands import plan as plan_command
+from paraplan.recipe_args import options_from_args
 from specs.errors import SpecError
 from tests.paraplan.cli_helpers import parse_estimate, run_estimate_json
 
@@ -58,8 +59,8 @@ def test_each_flag_sets_its_option(argv, fields) -> None:
 
 
 def test_without_the_flags_the_state_is_fp32() -> None:
-    assert options_from_args(estimate_args()).optimizer_precision == (
-        DEFAULT_OPTIONS.optimizer_precision
+    assert optimizer_precision(options_from_args(estimate_args())) == (
+        optimizer_precision(DEFAULT_OPTIONS)
     )
 
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from paraplan.args import plan_from_args
 from paraplan.commands import check, estimate
+from paraplan.plan_args import plan_from_args
 
 # (model, GPUs, seq, global batch, plan flags); sources in tests/planner/test_export.py.
 RECIPES = {

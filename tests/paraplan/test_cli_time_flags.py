@@ -10,10 +10,10 @@ import json
 import pytest
 
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from paraplan.args import options_from_args
 from paraplan.cli import main
 from paraplan.commands import estimate
 from paraplan.commands import plan as plan_command
+from paraplan.recipe_args import options_from_args
 from specs.errors import SpecError
 from tests.paraplan.cli_helpers import parse_estimate, run_estimate_json
 

@@ -32,6 +32,7 @@ from costmodel import compute as ops
 from costmodel.attention_core import attention_core_time_s
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.flops import (
     attention_projection_forward_flops_per_token,
     core_attention_forward_flops_per_token,
@@ -162,7 +163,7 @@ def _core_s(
                 precision=x.precision,
                 kernel=kernel,
                 direction=direction,
-                fp8_attention_recipe=options.fp8_attention_recipe,
+                fp8_attention_recipe=fp8_attention_recipe(options),
             )
             for share, seq_kv in cp_attention_steps(plan, x.seq)
         )

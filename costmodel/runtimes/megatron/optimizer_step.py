@@ -7,6 +7,7 @@ and the data-parallel wrapper's passes over the gradient buffer. Seconds.
 from __future__ import annotations
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.model_state import plan_adam_state
 from costmodel.optimizer_muon import is_muon
@@ -68,7 +69,7 @@ def stage_optimizer_s(
         num_tensors=tensors,
         loss_scaling=options.loss_scaling,
         main_grad_bytes=options.main_grad_bytes,
-        state=plan_adam_state(job, plan, options.optimizer_precision, options.fp8_weight_storage),
+        state=plan_adam_state(job, plan, optimizer_precision(options), fp8_weight_storage(options)),
         offloaded_params=offloaded,
     )
     if offloaded > 0:

@@ -9,6 +9,7 @@ parameter follow the weight storage (bf16, or FP8 parameters). Seconds.
 from __future__ import annotations
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage
 from costmodel.optimizer_muon import layerwise_gather_s
 from costmodel.passes import ChunkCost
 from costmodel.pipeline_sim import TimedAction
@@ -40,7 +41,7 @@ def param_gather_bytes(
     router, embedding, output layer) at the job's weight size; routed experts are linear. A
     LoRA job gathers its 16-bit adapters only (`costmodel.rank_params.StageParams.trained`)."""
     weight = 4.0 if job.precision == "fp32" else 2.0
-    linear_bytes = options.fp8_weight_storage.gather_bytes(job)
+    linear_bytes = fp8_weight_storage(options).gather_bytes(job)
     chunks = plan_stage_chunks(model, plan, stage)
     if linear_bytes == weight:
         return tuple((weight, weight) for _ in chunks)

@@ -8,6 +8,11 @@ import pandas as pd
 
 from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import (
+    fp8_attention_recipe,
+    fp8_weight_storage,
+    optimizer_precision,
+)
 from costmodel.execution_presets import DEFAULT_OPTIONS, framework_profile
 from costmodel.execution_rules import Runtime
 from costmodel.fp8_attention import check_fp8_attention
@@ -59,7 +64,7 @@ class MegatronRuntime:
         (`costmodel.compute.check_precision_device`) and for FP8 attention the job, recipe
         or profile cannot run (`costmodel.fp8_attention.check_fp8_attention`)."""
         check_precision_device(job.precision, profile)
-        check_fp8_attention(job.precision, self.options.fp8_attention_recipe, profile)
+        check_fp8_attention(job.precision, fp8_attention_recipe(self.options), profile)
         return job
 
     def chunk_costs(
@@ -128,10 +133,10 @@ class MegatronRuntime:
             ddp_gradient_copy=self.options.ddp_gradient_copy,
             cross_entropy=self.options.cross_entropy_fusion,
             expandable_segments=self.options.expandable_segments,
-            fp8_weights=self.options.fp8_weight_storage,
+            fp8_weights=fp8_weight_storage(self.options),
             fragmentation=self.options.allocator_fragmentation,
             step_gradient_copy=self.options.step_gradient_copy,
-            optimizer=self.options.optimizer_precision,
+            optimizer=optimizer_precision(self.options),
             optimizer_offload_fraction=self.options.optimizer_cpu_offload_fraction,
             stale_main_grad=self.options.stale_main_grad,
             fp8_attention=self.options.fp8_attention,
@@ -148,5 +153,5 @@ class MegatronRuntime:
         """`costmodel.runtimes.megatron.screen.closed_form_screen`; `SpecError` as
         `executed_job` for a precision or FP8 attention the device cannot run."""
         check_precision_device(job.precision, profile)
-        check_fp8_attention(job.precision, self.options.fp8_attention_recipe, profile)
+        check_fp8_attention(job.precision, fp8_attention_recipe(self.options), profile)
         return closed_form_screen(model, cluster, job, profile, rows, self.options)

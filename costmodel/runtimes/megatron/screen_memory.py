@@ -28,6 +28,7 @@ import numpy as np
 
 from costmodel import compute as ops
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.memory_allowances import FrameworkAllowance
 from costmodel.model_state import bytes_per_param, device_optimizer_bytes, step_peak_bytes
 from costmodel.optimizer_muon import is_muon
@@ -74,7 +75,7 @@ def _model_state_bytes(
     ``grad_copies`` the gradient buffers held in the backward
     (`costmodel.model_state.held_gradient_copies`)."""
     weight, grad, _ = bytes_per_param(job, options.main_grad_bytes)
-    fp8_weights = options.fp8_weight_storage
+    fp8_weights = fp8_weight_storage(options)
     linear_param, linear_cache = fp8_weights.param_bytes(job), fp8_weights.cache_bytes(job)
     linear_shard = fp8_weights.shard_bytes(job)
     fsdp = c["use_megatron_fsdp"].astype(bool)
@@ -169,8 +170,8 @@ def memory_bytes(
     optimizer precision and offloading are the options' as in
     `costmodel.memory.memory_per_stage`."""
     weight, grad, _ = bytes_per_param(job, options.main_grad_bytes)
-    optimizer = with_offload(options.optimizer_precision, options.optimizer_cpu_offload_fraction)
-    state = adam_state_per_row(c, job, optimizer, options.fp8_weight_storage)
+    optimizer = with_offload(optimizer_precision(options), options.optimizer_cpu_offload_fraction)
+    state = adam_state_per_row(c, job, optimizer, fp8_weight_storage(options))
     # gradient buffers in the backward and at the step
     # (`costmodel.model_state.held_gradient_copies`)
     fsdp = c["use_megatron_fsdp"].astype(bool)

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.memory_allowances import model_weight_bytes
 from costmodel.muon_sharding import (
     smallest_share_fractions,
@@ -65,8 +66,8 @@ def muon_adam_bytes(job: TrainingJob, options: ExecutionOptions) -> float:
     layer, norms, biases) under the options' dtypes, FP8 weight fields and CPU offload, as
     `costmodel.memory.memory_per_stage` takes it (`costmodel.model_state.plan_adam_state`
     without Megatron-FSDP, which Muon does not run with)."""
-    fp8 = options.fp8_weight_storage
-    optimizer = with_offload(options.optimizer_precision, options.optimizer_cpu_offload_fraction)
+    fp8 = fp8_weight_storage(options)
+    optimizer = with_offload(optimizer_precision(options), options.optimizer_cpu_offload_fraction)
     return adam_state_bytes(
         job.precision,
         optimizer,

@@ -17,6 +17,7 @@ import pandas as pd
 from costmodel.activations import output_microbatch_bytes, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.layer_activations import projection_saves_original_input
 from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
@@ -293,7 +294,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
             attention=kernel,
             dropout=dropout,
             proj_saves_input=projection_saves_original_input(options.fp8_recipe),
-            fp8_attention_recipe=options.fp8_attention_recipe,
+            fp8_attention_recipe=fp8_attention_recipe(options),
         )
         kept, transient = output_microbatch_bytes(
             model, ref_job, plan, options.cross_entropy_fusion

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.memory_allowances import Fp8WeightStorage
 from costmodel.model_state import trained_weights
 from costmodel.optimizer_passes import optimizer_step_time_s
@@ -116,7 +117,7 @@ def precision_aware_allowed(c, options: ExecutionOptions) -> np.ndarray:
     fsdp = c["use_megatron_fsdp"].astype(bool)
     allowed = {
         (d, f): precision_aware_unmet(
-            options.optimizer_precision, distributed_optimizer=d, megatron_fsdp=f
+            optimizer_precision(options), distributed_optimizer=d, megatron_fsdp=f
         )
         is None
         for d in (False, True)
@@ -137,10 +138,10 @@ def optimizer_units(
     the options' Adam state (`costmodel.optimizer_state.adam_state_bytes`) for plans
     without or with Megatron-FSDP; the device's part only under optimizer CPU offload
     (`ExecutionOptions.optimizer_cpu_offload_fraction` of the shard off the device)."""
-    weights = trained_weights(job, options.fp8_weight_storage)
+    weights = trained_weights(job, fp8_weight_storage(options))
     state = adam_state_bytes(
         job.precision,
-        options.optimizer_precision,
+        optimizer_precision(options),
         fp8_recipe=weights.recipe,
         fp8_param=weights.fp8_param,
         fp4_param=weights.fp4_param,

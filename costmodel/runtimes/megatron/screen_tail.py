@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.execution import ExecutionOptions
+from costmodel.execution_derived import fp8_weight_storage
 from costmodel.optimizer_muon import is_muon
 from costmodel.optimizer_offload import host_optimizer_step_s
 from costmodel.optimizer_passes import grad_buffer_passes_time_s, optimizer_step_tensors
@@ -236,7 +237,7 @@ def tail_s(
     (f0, _), _, _ = times
     v, pp = c["vpp"], c["pp"]
     weight = 4 if job.precision == "fp32" else 2
-    gather = options.fp8_weight_storage.gather_bytes(job)  # bytes per gathered weight
+    gather = fp8_weight_storage(options).gather_bytes(job)  # bytes per gathered weight
     fsdp = c["use_megatron_fsdp"].astype(bool)
     rates = _step_rates(c, profile, job, options)
     local_experts = model.num_experts // c["ep"] if model.is_moe else 0
