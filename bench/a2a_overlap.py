@@ -13,6 +13,11 @@ off, nothing else changed):
 - ``zoo_rows``: the dev set's model zoo rows whose command sets ``A2A_OVERLAP=1`` (391: GB200,
   MXFP8, pp 4 vpp 6, ep 64; 393: GB300, MXFP8, pp 1, ep 64); only the overlapped time is
   published.
+- ``--rows``: every priced trust A/B dev-set row whose recipe sets the overlap
+  (`overlapped_dev_rows`), grouped by how much of the step its recipe captures in CUDA graphs
+  (`graph_mode`: the whole iteration, some scopes, none), with the median signed error of
+  each group as priced and with the overlap off (`by_graph_mode`). Only the overlapped time
+  is published for these rows.
 
 Megatron-LM's GB200 DeepSeek-V3 guide (docs/discussions/deepseek-v3-gb200-optimization,
 removed from the tree in 4c2022d6c0, read at its parent) gives the reason the measured gain
@@ -21,7 +26,7 @@ into multiple stages for scheduling, and there is some synchronization between d
 stages, which aggravates the CPU overhead, so the overall benefit is negative on the GB200".
 That host cost of the merged schedule is not priced (docs/cost-model.md, MoE layers).
 
-Usage: ``python bench/a2a_overlap.py [--json]``
+Usage: ``python bench/a2a_overlap.py [--json] [--rows]``
 """
 
 from __future__ import annotations
@@ -29,15 +34,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 
-from published_csv import rows_by_ids
+from published_csv import default_csv, read_rows, rows_by_ids
 from published_rows import RowCase, case_for_row
+from recipe_keys import NotExpressible
 from row_figures import published_iteration_time_s
+from row_pricing import TRUSTED
 from zoo_h100 import RUNS, zoo_run_case
 
 from costmodel.estimate import estimate_plan
+from costmodel.execution import ExecutionOptions
 from profiles.store import load_profile
+from specs.errors import SpecError
 
 CROSS_NODE, CROSS_NODE_OVERLAP = RUNS[0], RUNS[1]
 """The H100 table's pair that differs in the overlap alone (module docstring)."""
@@ -92,6 +102,76 @@ def overlap_report() -> list[dict[str, object]]:
     return out
 
 
+GRAPH_MODES = ("full_iteration", "partial", "eager")
+"""How much of a step a recipe captures in CUDA graphs (`graph_mode`)."""
+
+
+def graph_mode(options: ExecutionOptions) -> str:
+    """``full_iteration`` when the whole step is one CUDA graph
+    (``cuda_graph_impl="full_iteration"``: no host work inside the step), ``partial`` when
+    some per-layer scopes are captured (`ExecutionOptions.cuda_graph_scopes`), ``eager``
+    when none is."""
+    scopes = options.cuda_graph_scopes
+    if "full_iteration" in scopes:
+        return "full_iteration"
+    return "partial" if scopes else "eager"
+
+
+def overlapped_dev_rows() -> list[dict[str, object]]:
+    """Every priced trust A/B row of ``published-runs-dev.csv`` whose recipe sets the
+    overlap: `overlap_entry` with the row id, GPU type, `graph_mode` and the signed error
+    of each prediction against the published time."""
+    path = default_csv()
+    if path is None:
+        raise SystemExit("published-runs-dev.csv not found")
+    out = []
+    for raw in read_rows(path):
+        if raw["trust"] not in TRUSTED:
+            continue
+        try:
+            case = case_for_row(raw)
+            if not case.options.moe_a2a_overlap:
+                continue
+            published = published_iteration_time_s(raw, case)
+        except (NotExpressible, SpecError):
+            continue
+        entry = overlap_entry(f"row {raw['row_id']}", case, {"overlap": published})
+        pred = entry["predicted_s"]
+        entry |= {
+            "row_id": raw["row_id"],
+            "gpu_type": raw["gpu_type"],
+            "graph_mode": graph_mode(case.options),
+            "error": {k: v / published - 1.0 for k, v in pred.items()},
+        }
+        out.append(entry)
+    return out
+
+
+def by_graph_mode(entries: list[dict[str, object]]) -> dict[str, dict[str, object]]:
+    """Per `graph_mode` with rows: their count and the median signed error of the
+    prediction with the overlap (as the recipe runs) and without it."""
+    out = {}
+    for mode in GRAPH_MODES:
+        errors = [e["error"] for e in entries if e["graph_mode"] == mode]
+        if errors:
+            out[mode] = {
+                "rows": len(errors),
+                "median_error": {
+                    side: statistics.median(err[side] for err in errors)
+                    for side in ("overlap", "no_overlap")
+                },
+            }
+    return out
+
+
+def _row_line(entry: dict[str, object]) -> str:
+    err = entry["error"]
+    return (
+        f"{entry['case']:<9} {str(entry['gpu_type'])[:14]:<14} {entry['graph_mode']:<14} "
+        f"{entry['plan']:<46} error {err['overlap']:+.1%} with, {err['no_overlap']:+.1%} without"
+    )
+
+
 def _line(entry: dict[str, object]) -> str:
     pred, pub = entry["predicted_s"], entry["published_s"]
     text = (
@@ -107,12 +187,28 @@ def _line(entry: dict[str, object]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the cases as JSON")
+    parser.add_argument(
+        "--rows",
+        action="store_true",
+        help="also price every dev-set row whose recipe sets the overlap, by CUDA graph mode",
+    )
     args = parser.parse_args(argv)
-    report = overlap_report()
+    report: dict[str, object] = {"a2a_overlap": overlap_report()}
+    if args.rows:
+        rows = overlapped_dev_rows()
+        report |= {"overlapped_rows": rows, "by_graph_mode": by_graph_mode(rows)}
     if args.json:
-        print(json.dumps({"a2a_overlap": report}, indent=1))
-    else:
-        print("\n".join(_line(entry) for entry in report))
+        print(json.dumps(report, indent=1))
+        return 0
+    print("\n".join(_line(entry) for entry in report["a2a_overlap"]))
+    if args.rows:
+        print("\n".join(_row_line(entry) for entry in report["overlapped_rows"]))
+        for mode, group in report["by_graph_mode"].items():
+            med = group["median_error"]
+            print(
+                f"{mode}: {group['rows']} rows, median error {med['overlap']:+.1%} as priced, "
+                f"{med['no_overlap']:+.1%} with the overlap off"
+            )
     return 0
 
 

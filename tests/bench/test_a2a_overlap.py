@@ -40,3 +40,46 @@ def test_report_covers_the_ablation_and_the_overlapped_rows():
     report = bench.overlap_report()
     assert [e["case"] for e in report] == ["h100_ablation", "row 391", "row 393"]
     assert report[0]["published_ratio"] == pytest.approx(17.6 / 19.7)
+
+
+def test_graph_mode_names_how_much_of_the_step_is_captured():
+    from costmodel.execution import ExecutionOptions
+
+    def mode(scopes: set[str]) -> str:
+        return bench.graph_mode(ExecutionOptions(cuda_graph_scopes=frozenset(scopes)))
+
+    assert mode(set()) == "eager"
+    assert mode({"attn", "moe_router"}) == "partial"
+    assert mode({"full_iteration"}) == "full_iteration"
+
+
+def test_by_graph_mode_takes_the_median_of_each_side_per_mode():
+    def entry(mode: str, with_err: float, without_err: float) -> dict[str, object]:
+        return {"graph_mode": mode, "error": {"overlap": with_err, "no_overlap": without_err}}
+
+    entries = [
+        entry("eager", -0.3, -0.2),
+        entry("eager", -0.1, 0.0),
+        entry("eager", -0.2, 0.4),
+        entry("full_iteration", 0.05, 0.25),
+    ]
+    groups = bench.by_graph_mode(entries)
+    assert list(groups) == ["full_iteration", "eager"]
+    assert groups["eager"]["rows"] == 3
+    assert groups["eager"]["median_error"] == pytest.approx({"overlap": -0.2, "no_overlap": 0.0})
+    assert groups["full_iteration"]["median_error"]["no_overlap"] == pytest.approx(0.25)
+
+
+def test_overlapped_dev_rows_are_the_recipes_that_set_the_overlap():
+    _skip_without_rows()
+    rows = bench.overlapped_dev_rows()
+    ids = {e["row_id"] for e in rows}
+    assert {"391", "393"} <= ids
+    assert "390" not in ids  # the model zoo's GB200 BF16 run does not set A2A_OVERLAP
+    for e in rows:
+        assert e["graph_mode"] in bench.GRAPH_MODES
+        published = e["published_s"]["overlap"]
+        for side, seconds in e["predicted_s"].items():
+            assert e["error"][side] == pytest.approx(seconds / published - 1.0)
+    modes = {e["row_id"]: e["graph_mode"] for e in rows}
+    assert modes["391"] == modes["393"] == "partial"
