@@ -40,6 +40,14 @@ from profiles.derive_blackwell import (
     GB200_NVL72,
     GB300_NVL72,
 )
+from profiles.derive_collectives import (
+    COLLECTIVES,
+    H100_NVLS_GBPS,
+    H100_RING_GBPS,
+    INTRA_SIZES,
+    log2_interpolated,
+    switch_busbw,
+)
 from profiles.derive_cudnn import (
     CUDNN_KERNEL,
     CUDNN_NOTES,
@@ -50,19 +58,13 @@ from profiles.derive_cudnn import (
     sibling_scale,
 )
 from profiles.derive_rules import (
-    COLLECTIVES,
     COMMAND,
     DATA_DIR,
-    H100_NVLS_GBPS,
-    H100_RING_GBPS,
-    INTRA_SIZES,
     Figures,
     a100_fa2_curves,
     build_profile,
     h100_fa3_curves,
-    log2_interpolated,
     scaled_from_h100,
-    switch_busbw,
 )
 from profiles.schema import HardwareProfile
 from profiles.schema_network import TimePoint

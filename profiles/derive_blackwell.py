@@ -9,6 +9,13 @@ to 72 ranks.
 
 from __future__ import annotations
 
+from profiles.derive_collectives import (
+    COLLECTIVES,
+    NVL72_INTRA_SIZES,
+    BusbwTable,
+    log2_interpolated,
+    switch_busbw,
+)
 from profiles.derive_cudnn import (
     CUDNN_KERNEL,
     CUDNN_NOTES,
@@ -16,14 +23,7 @@ from profiles.derive_cudnn import (
     sibling_note,
     sibling_scale,
 )
-from profiles.derive_rules import (
-    COLLECTIVES,
-    NVL72_INTRA_SIZES,
-    BusbwTable,
-    Figures,
-    log2_interpolated,
-    switch_busbw,
-)
+from profiles.derive_rules import Figures
 
 # 8-GPU small-message all_reduce time from the torch-level busbw at 32 KiB on 8xB200 [S6]:
 # t = 32768 B * 1.75 / busbw (factor 2(n-1)/n for n = 8).

@@ -5,10 +5,10 @@ transcribed `Figures` into a `HardwareProfile`. See `profiles.derive` for the ru
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profiles.derive_collectives import BusbwTable, collective_fits
 from profiles.schema import HardwareProfile
 from profiles.schema_device import (
     AttentionCurve,
@@ -18,7 +18,6 @@ from profiles.schema_device import (
     EfficiencyPoint,
 )
 from profiles.schema_network import (
-    CollectiveFit,
     CommunicationProfile,
     ScaleUpFabric,
     TimePoint,
@@ -102,24 +101,8 @@ SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 _S28_FA3 = (430.0, 517.0, 566.0, 590.0, 614.0, 621.0)
 SEQ_SHAPE = tuple((v - _S28_FA3[0]) / (_S28_FA3[-1] - _S28_FA3[0]) for v in _S28_FA3)
 
-# NCCL 2.30 latency model, µs [S35]: ring LL base and per-hop latencies.
-NCCL_RING_LL_BASE_US = 6.6
-NCCL_NVLINK_RING_LL_HOP_US = 0.6
-NCCL_NET_RING_LL_HOP_US = 2.7
-NCCL_TREE_LL_BASE_US = 6.8
-NCCL_NET_TREE_LL_HOP_US = 5.0
-INTER_2NODE_LATENCY_US = 47.0  # 2 nodes, small all_reduce ~46-48 µs [S45]
-
 RULE_SOURCES = ("S1", "S24", "S28", "S29", "S35", "S45", "S48", "S55")
 """Sources of the rules above, cited by every profile."""
-
-INTRA_SIZES = tuple(range(2, 9))
-NVL72_INTRA_SIZES = (*INTRA_SIZES, 16, 32, 64, 72)
-"""Intra group sizes stored for a 72-GPU NVLink domain."""
-INTER_SIZES = (*range(2, 9), 16, 32, 64, 128, 256, 512, 1024)
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-
-BusbwTable = dict[str, dict[int, tuple[float, str]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -303,109 +286,6 @@ def scaled_from_h100(mamf_bf16: float) -> tuple[AttentionCurve, ...]:
     return h100_fa3_curves(mamf_bf16 / H100_BF16_MAMF)
 
 
-def log2_interpolated(known: dict[int, float], sizes: tuple[int, ...]) -> dict[int, float]:
-    """Fill ``sizes`` from ``known`` group sizes, linearly in log2(n)."""
-    pts = sorted(known.items())
-    out = {}
-    for n in sizes:
-        lo = max((p for p in pts if p[0] <= n), default=pts[0])
-        hi = min((p for p in pts if p[0] >= n), default=pts[-1])
-        t = 0.0 if hi[0] == lo[0] else math.log2(n / lo[0]) / math.log2(hi[0] / lo[0])
-        out[n] = lo[1] + t * (hi[1] - lo[1])
-    return out
-
-
-# NVLS all_reduce busbw on 8xH100 per group size [S36][S37]; sizes <= 4 run at ring rate.
-H100_RING_GBPS = 370.0  # [S30][S36]
-H100_NVLS_GBPS = {5: 420.0, 6: 440.0, 7: 460.0, 8: 480.0}  # [S37]
-
-
-def switch_busbw(*, ring: float, nvls8: float, ag: float, rs: float, a2a: float) -> BusbwTable:
-    """NVSwitch node: flat ring busbw over 2-8 GPUs (measured flat on H100 [S30]); NVLS
-    all_reduce from 5 GPUs up, rising towards the 8-GPU figure as on H100 [S37]."""
-    table: BusbwTable = {
-        "all_gather": {n: (ag, "ring") for n in INTRA_SIZES},
-        "reduce_scatter": {n: (rs, "ring") for n in INTRA_SIZES},
-        "all_to_all": {n: (a2a, "direct") for n in INTRA_SIZES},
-        "all_reduce": {n: (ring, "ring") for n in INTRA_SIZES},
-    }
-    for n, h100 in H100_NVLS_GBPS.items():
-        share = (h100 - H100_RING_GBPS) / (H100_NVLS_GBPS[8] - H100_RING_GBPS)
-        table["all_reduce"][n] = (round(ring + share * (nvls8 - ring), 2), "nvls")
-    return table
-
-
-def _steps(op: str, n: int) -> int:
-    """Sequential ring steps of ``op`` over n ranks (NCCL: 2(n-1) all_reduce, n-1 others)."""
-    return {"all_reduce": 2 * (n - 1), "send_recv": 1}.get(op, n - 1)
-
-
-def _intra_latency_s(op: str, n: int, latency8_us: float) -> float:
-    """α inside a node: the measured 8-GPU small all_reduce time sets the level (launch
-    and software overhead included), NCCL's LL ring model sets the growth with n [S35]:
-    α = t8 - model(all_reduce, 8) + model(op, n), model = base + steps · NVLink hop."""
-
-    def model(o: str, k: int) -> float:
-        return NCCL_RING_LL_BASE_US + _steps(o, k) * NCCL_NVLINK_RING_LL_HOP_US
-
-    return round((latency8_us - model("all_reduce", 8) + model(op, n)) * 1e-6, 9)
-
-
-def _inter_latency_s(op: str, n: int) -> float:
-    """α with one rank per node: anchored at the 2-node small all_reduce time [S45]; growth
-    from NCCL's network model [S35], the smaller of a ring (steps · NET ring hop) and a
-    log2(n)-depth tree (2 · log2(n) · NET tree hop for all_reduce, log2(n) for the others),
-    since NCCL picks the faster algorithm for small messages."""
-
-    def model(o: str, k: int) -> float:
-        ring = NCCL_RING_LL_BASE_US + _steps(o, k) * NCCL_NET_RING_LL_HOP_US
-        depth = (2 if o == "all_reduce" else 1) * math.log2(k)
-        tree = NCCL_TREE_LL_BASE_US + depth * NCCL_NET_TREE_LL_HOP_US
-        return ring if o in ("send_recv", "all_to_all") else min(ring, tree)
-
-    return round((INTER_2NODE_LATENCY_US - model("all_reduce", 2) + model(op, n)) * 1e-6, 9)
-
-
-def _fits(fig: Figures) -> tuple[CollectiveFit, ...]:
-    fits = []
-    for op in COLLECTIVES:
-        for n, (busbw, algorithm) in sorted(fig.intra_busbw[op].items()):
-            fits.append(
-                CollectiveFit(
-                    op=op,
-                    group_size=n,
-                    placement="intra",
-                    latency_s=_intra_latency_s(op, n, fig.latency8_us),
-                    busbw_GBps=busbw,
-                    algorithm=algorithm,
-                    points=fig.intra_points.get((op, n), ()),
-                )
-            )
-    fits.append(
-        CollectiveFit(
-            op="send_recv",
-            group_size=2,
-            placement="intra",
-            latency_s=_intra_latency_s("send_recv", 2, fig.latency8_us),
-            busbw_GBps=fig.p2p_GBps,
-            algorithm="p2p",
-        )
-    )
-    for op in (*COLLECTIVES, "send_recv"):
-        for n in INTER_SIZES if op != "send_recv" else (2,):
-            fits.append(
-                CollectiveFit(
-                    op=op,
-                    group_size=n,
-                    placement="inter",
-                    latency_s=_inter_latency_s(op, n),
-                    busbw_GBps=fig.nic_achieved_GBps,
-                    algorithm="p2p" if op == "send_recv" else "ring",
-                )
-            )
-    return tuple(fits)
-
-
 def _top_note(fig: Figures) -> str:
     """Which measurement sets the top of the GEMM curve, and what the other dtypes reuse."""
     if fig.sustained_tflops:
@@ -473,7 +353,16 @@ def build_profile(fig: Figures) -> HardwareProfile:
             memory_bandwidth_efficiency=MEMORY_BW_EFFICIENCY,
             exp_per_s=fig.exp_per_s,
         ),
-        communication=CommunicationProfile(backend=fig.backend, fits=_fits(fig)),
+        communication=CommunicationProfile(
+            backend=fig.backend,
+            fits=collective_fits(
+                intra_busbw=fig.intra_busbw,
+                intra_points=fig.intra_points,
+                latency8_us=fig.latency8_us,
+                p2p_GBps=fig.p2p_GBps,
+                nic_achieved_GBps=fig.nic_achieved_GBps,
+            ),
+        ),
         topology=Topology(
             gpus_per_node=fig.gpus_per_node,
             scale_up_domain=fig.scale_up_domain,
