@@ -19,16 +19,32 @@ from costmodel.fitted_rates import (
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.plan import ParallelPlan
+
+HOST_DRIVEN_OVERLAP_LINE = (
+    "  MoE all-to-all overlap (--overlap-moe-expert-parallel-comm) without a full-iteration "
+    "CUDA graph: priced as the merged 1F1B step hides the exchange; the published runs that "
+    "drive it from the host gain less (8 dev-set rows predicted 5-32% fast, median -8% with "
+    "per-layer graphs and -30% without: bench/a2a_overlap.py --rows)"
+)
+"""The caveat `time_assumptions` adds where the overlap runs with host work in the step."""
 
 
 def time_assumptions(
-    model: ModelSpec, job: TrainingJob, options: ExecutionOptions, profile: HardwareProfile
+    model: ModelSpec,
+    job: TrainingJob,
+    options: ExecutionOptions,
+    profile: HardwareProfile,
+    plan: ParallelPlan | None = None,
 ) -> list[str]:
     """Lines naming each fitted figure the megatron runtime prices ``job`` with on
     ``profile``: the GEMM rate factor of the job's GEMM dtype and, for a MoE model, the host
     time per launch and the device time per token, each with its source (fitted for the
     profile's generation, shared by the generations without runs of their own, or set by
-    the options). Empty for other runtimes and for a profile that is not a GPU."""
+    the options); and, where the MoE all-to-all overlap acts on ``plan`` (on any plan it
+    applies to when ``plan`` is None) without a full-iteration CUDA graph, the published
+    evidence that such runs gain less than priced (`HOST_DRIVEN_OVERLAP_LINE`). Empty for
+    other runtimes and for a profile that is not a GPU."""
     if options.runtime != "megatron" or profile.device.kind != "gpu":
         return []
     generation = profile.device.generation
@@ -57,6 +73,16 @@ def time_assumptions(
             f"{MOE_TOKEN_DEVICE_HBM_GBPS:,.0f} GB/s of HBM, scaled to the profile's "
             f"{profile.device.hbm_GBps:,.0f}), fitted on {fitted_on} runs{unfitted}"
         )
+        # imported here: the runtime's modules are heavy, and the command answers first
+        from costmodel.runtimes.megatron.moe_a2a_overlap import a2a_overlap_applies
+
+        applies = plan is None or a2a_overlap_applies(plan, options)
+        if (
+            options.moe_a2a_overlap
+            and applies
+            and "full_iteration" not in options.cuda_graph_scopes
+        ):
+            lines.append(HOST_DRIVEN_OVERLAP_LINE)
     return lines if len(lines) > 1 else []
 
 

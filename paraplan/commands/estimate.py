@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(title, est, lora_line(job))
     for line in memory_assumptions(job, options, profile.device.name):
         print(line)
-    for line in time_assumptions(model, job, options, profile):
+    for line in time_assumptions(model, job, options, profile, plan):
         print(line)
     return 0
 

@@ -72,3 +72,30 @@ def test_estimate_prints_them_after_the_memory_assumptions(capsys):
     assert estimate.run(parse_estimate(base)) == 0
     out = capsys.readouterr().out
     assert out.index("memory assumes") < out.index("time assumes") < out.index("MoE layers")
+
+
+def test_a_host_driven_all_to_all_overlap_is_named_with_its_published_evidence():
+    from paraplan.time_assumptions import HOST_DRIVEN_OVERLAP_LINE
+    from specs.plan import ParallelPlan
+
+    overlap = dataclasses.replace(DEFAULT_OPTIONS, moe_a2a_overlap=True)
+    assert HOST_DRIVEN_OVERLAP_LINE in lines(QWEN, FP8, B300, overlap).splitlines()
+    graphed = dataclasses.replace(overlap, cuda_graph_scopes=frozenset({"full_iteration"}))
+    assert HOST_DRIVEN_OVERLAP_LINE not in lines(QWEN, FP8, B300, graphed)
+    assert HOST_DRIVEN_OVERLAP_LINE not in lines(QWEN, FP8, B300)
+    applies = ParallelPlan(ep=8, dp=8)
+    no_ep = ParallelPlan(dp=8)  # Megatron-core takes the overlap only with ep > 1
+    resolved = device_options(overlap, B300)
+    assert HOST_DRIVEN_OVERLAP_LINE in time_assumptions(QWEN, FP8, resolved, B300, applies)
+    assert HOST_DRIVEN_OVERLAP_LINE not in time_assumptions(QWEN, FP8, resolved, B300, no_ep)
+    assert HOST_DRIVEN_OVERLAP_LINE not in lines(LLAMA, FP8, B300, overlap)
+
+
+def test_estimate_names_the_overlap_caveat_unless_the_whole_step_is_one_graph(capsys):
+    base = ["--model", "qwen3-30b-a3b", "--hardware", "b300", "--num-gpus", "8", "--ep", "8"]
+    base += ["--seq-len", "4096", "--global-batch", "64", "--precision", "fp8"]
+    base += ["--overlap-moe-expert-parallel-comm"]
+    assert estimate.run(parse_estimate(base)) == 0
+    assert "MoE all-to-all overlap" in capsys.readouterr().out
+    assert estimate.run(parse_estimate([*base, "--cuda-graph-impl", "full_iteration"])) == 0
+    assert "MoE all-to-all overlap" not in capsys.readouterr().out
