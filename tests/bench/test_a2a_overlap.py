@@ -83,3 +83,21 @@ def test_overlapped_dev_rows_are_the_recipes_that_set_the_overlap():
             assert e["error"][side] == pytest.approx(seconds / published - 1.0)
     modes = {e["row_id"]: e["graph_mode"] for e in rows}
     assert modes["391"] == modes["393"] == "partial"
+
+
+def test_the_estimate_caveat_quotes_what_the_rows_give_now():
+    _skip_without_rows()
+    from paraplan.time_assumptions import HOST_DRIVEN_OVERLAP_LINE
+
+    rows = bench.overlapped_dev_rows()
+    host = [e["error"]["overlap"] for e in rows if e["graph_mode"] != "full_iteration"]
+    groups = bench.by_graph_mode(rows)
+    lo, hi = sorted(-e for e in host)[0], sorted(-e for e in host)[-1]
+    assert f"{len(host)} dev-set rows predicted {lo:.0%}-{hi:.0%} fast".replace("%-", "-") in (
+        HOST_DRIVEN_OVERLAP_LINE
+    )
+    partial = groups["partial"]["median_error"]["overlap"]
+    eager = groups["eager"]["median_error"]["overlap"]
+    assert f"median {partial:.0%} with per-layer graphs and {eager:.0%} without" in (
+        HOST_DRIVEN_OVERLAP_LINE
+    )
