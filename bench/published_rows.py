@@ -30,6 +30,7 @@ Defaults for what a row leaves empty, each the framework's own default (column g
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpt_oss_recipes import gpt_oss_saver_fields
@@ -54,20 +55,35 @@ from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
 PROFILE_BY_GPU = (
-    ("A100-SXM4-40GB", "a100-sxm-40gb"),
     ("A100", "a100-sxm-80gb"),
     ("H800", None),
+    ("H200", "h200-sxm-141gb"),
     ("H100", "h100-sxm-80gb"),
     ("GB200", "gb200-nvl72"),
     ("GB300", "gb300-nvl72"),
     ("B300", "b300"),
     ("B200", "b200"),
 )
-"""``gpu_type`` prefix -> stored profile, first match wins; None: no stored profile yet.
-A100 rows that do not print the memory size (MegaScale) use the 80 GB profile."""
+"""``gpu_type`` prefix (upper case) -> stored profile, first match wins; None: no stored
+profile yet. An A100 that prints 40 GB takes the 40 GB profile (`A100_40GB`); A100 rows that
+do not print the memory size (MegaScale) use the 80 GB profile."""
 
-GENERATION_BY_GPU = (("A100", "A100"), ("H100", "H100/H800"), ("H800", "H100/H800"))
-"""``gpu_type`` prefix -> GPU generation of the summaries; anything else is Blackwell."""
+A100_40GB = re.compile(r"(?<!\d)40\s*GB")
+"""An A100 ``gpu_type`` naming the 40 GB part (``A100-SXM4-40GB``, ``A100 40GB``)."""
+
+WITHOUT_PROFILE = re.compile(r"PCIE|\bNVL\b")
+"""``gpu_type`` text of form factors no stored profile describes: PCIe cards and the H100
+NVL (lower power and clocks than the SXM parts, NVLink bridges in place of NVSwitch); such
+a row is refused rather than priced on the SXM profile (NVL72 systems do not match)."""
+
+GENERATION_BY_GPU = (
+    ("A100", "A100"),
+    ("H100", "H100/H800"),
+    ("H800", "H100/H800"),
+    ("H200", "H100/H800"),
+)
+"""``gpu_type`` prefix -> GPU generation of the summaries (H200, a Hopper part, reports
+with H100/H800); anything else is Blackwell."""
 
 DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
 """Sources whose recipes run the distributed optimizer when ``fsdp_or_zero`` is empty."""
@@ -90,13 +106,23 @@ class RowCase:
 
 def gpu_generation(gpu_type: str) -> str:
     """A100, H100/H800 or Blackwell, from the ``gpu_type`` column."""
-    return next((g for prefix, g in GENERATION_BY_GPU if gpu_type.startswith(prefix)), "Blackwell")
+    upper = gpu_type.upper()
+    return next((g for prefix, g in GENERATION_BY_GPU if upper.startswith(prefix)), "Blackwell")
 
 
 def profile_for(gpu_type: str) -> str:
-    """The stored profile of a ``gpu_type``; NotExpressible when none is stored yet."""
+    """The stored profile of a ``gpu_type``; NotExpressible when none is stored yet
+    (`PROFILE_BY_GPU`, `WITHOUT_PROFILE`)."""
+    upper = gpu_type.upper()
+    if WITHOUT_PROFILE.search(upper):
+        raise NotExpressible(
+            f"no stored profile for {gpu_type!r}: PCIe and NVL cards run below the SXM "
+            "profiles' power and clocks, without NVSwitch"
+        )
+    if upper.startswith("A100") and A100_40GB.search(upper):
+        return "a100-sxm-40gb"
     for prefix, name in PROFILE_BY_GPU:
-        if gpu_type.startswith(prefix):
+        if upper.startswith(prefix):
             if name is None:
                 raise NotExpressible(f"no stored profile for {prefix}")
             return name

@@ -183,3 +183,18 @@ def test_rows_printed_unlike_their_recipe_carry_the_reason():
     )
     assert "micro-batch 1" in recipes.recipe_mismatch(row_352)
     assert recipes.recipe_mismatch(LLAMA405_GB200) is None
+
+
+def test_gpu_types_map_to_a_stored_profile_or_are_refused_by_name():
+    assert rows_mod.profile_for("H200 SXM 141GB") == "h200-sxm-141gb"
+    assert rows_mod.gpu_generation("H200 SXM 141GB") == "H100/H800"
+    assert rows_mod.profile_for("A100 40GB") == "a100-sxm-40gb"
+    assert rows_mod.profile_for("A100-SXM4-40GB") == "a100-sxm-40gb"
+    assert rows_mod.profile_for("A100 (Ampere)") == "a100-sxm-80gb"
+    # "400GB/s" of an H800's NVLink is not a 40 GB A100; the H800 has no profile yet
+    with pytest.raises(rows_mod.NotExpressible, match="H800"):
+        rows_mod.profile_for("H800 (NVLink 400GB/s-class, export variant of H100)")
+    for card in ("H100 PCIe 80GB", "H100 NVL", "A100-PCIE-40GB"):
+        with pytest.raises(rows_mod.NotExpressible, match="PCIe and NVL cards"):
+            rows_mod.profile_for(card)
+    assert rows_mod.profile_for("GB200 (NVL72)") == "gb200-nvl72"  # NVL72 is not an NVL card
