@@ -71,6 +71,10 @@ do not print the memory size (MegaScale) use the 80 GB profile."""
 A100_40GB = re.compile(r"(?<!\d)40\s*GB")
 """An A100 ``gpu_type`` naming the 40 GB part (``A100-SXM4-40GB``, ``A100 40GB``)."""
 
+VENDOR_PREFIX = re.compile(r"^\s*(NVIDIA\s+)?((DGX|HGX)[\s-]*)?")
+"""A leading vendor or system name (``NVIDIA H100``, ``DGX A100``, ``HGX B200``) that
+`chip_name` drops before the prefixes are matched."""
+
 WITHOUT_PROFILE = re.compile(r"PCIE|\bNVL\b")
 """``gpu_type`` text of form factors no stored profile describes: PCIe cards and the H100
 NVL (lower power and clocks than the SXM parts, NVLink bridges in place of NVSwitch); such
@@ -104,16 +108,22 @@ class RowCase:
     """A100, H100/H800 or Blackwell."""
 
 
+def chip_name(gpu_type: str) -> str:
+    """The ``gpu_type`` column in upper case without a leading vendor or system name
+    (`VENDOR_PREFIX`)."""
+    return VENDOR_PREFIX.sub("", gpu_type.upper(), count=1)
+
+
 def gpu_generation(gpu_type: str) -> str:
     """A100, H100/H800 or Blackwell, from the ``gpu_type`` column."""
-    upper = gpu_type.upper()
+    upper = chip_name(gpu_type)
     return next((g for prefix, g in GENERATION_BY_GPU if upper.startswith(prefix)), "Blackwell")
 
 
 def profile_for(gpu_type: str) -> str:
     """The stored profile of a ``gpu_type``; NotExpressible when none is stored yet
     (`PROFILE_BY_GPU`, `WITHOUT_PROFILE`)."""
-    upper = gpu_type.upper()
+    upper = chip_name(gpu_type)
     if WITHOUT_PROFILE.search(upper):
         raise NotExpressible(
             f"no stored profile for {gpu_type!r}: PCIe and NVL cards run below the SXM "

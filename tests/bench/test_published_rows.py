@@ -198,3 +198,7 @@ def test_gpu_types_map_to_a_stored_profile_or_are_refused_by_name():
         with pytest.raises(rows_mod.NotExpressible, match="PCIe and NVL cards"):
             rows_mod.profile_for(card)
     assert rows_mod.profile_for("GB200 (NVL72)") == "gb200-nvl72"  # NVL72 is not an NVL card
+    assert rows_mod.profile_for("NVIDIA H100 80GB HBM3") == "h100-sxm-80gb"
+    assert rows_mod.profile_for("DGX A100 40GB") == "a100-sxm-40gb"
+    assert rows_mod.gpu_generation("HGX B200") == "Blackwell"
+    assert rows_mod.gpu_generation("nvidia h200") == "H100/H800"
