@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -141,10 +142,12 @@ def print_table(result: dict) -> None:
         if name != "model" and name not in result:
             continue
         figs = result if name == "model" else result[name]
+        tau = figs["kendall_tau"]
+        tau_text = "n/a (no group of two strategies)" if math.isnan(tau) else f"{tau:.2f}"
         print(
             f"{name:>6}: rows {figs['num_rows']}, median |error| {figs['median_abs_error']:.1%}, "
             f"signed median {figs['signed_median_error']:+.1%}, p90 {figs['p90_abs_error']:.1%}, "
-            f"fit {figs['fit_fraction']:.0%}, Kendall tau {figs['kendall_tau']:.2f}"
+            f"fit {figs['fit_fraction']:.0%}, Kendall tau {tau_text}"
         )
     for r in result["not_fitting"]:
         reason = r["printed_not_recipe"]

@@ -4,6 +4,7 @@ Table 1 group, the search-sanity rank, the rows asked by id (`published_csv`) an
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -171,3 +172,18 @@ def test_rows_by_ids_keeps_the_order_asked_and_names_missing_ids():
     assert [r["row_id"] for r in rows] == ["17", "1"]
     rows, error = published_csv.rows_by_ids("1,no-such-row")
     assert rows == [] and "no-such-row" in error
+
+
+def test_a_run_without_two_strategies_of_one_group_prints_no_kendall_figure(tmp_path, capsys):
+    rows, error = published_csv.rows_by_ids("1")
+    if error is not None:
+        pytest.skip(error)
+    one = tmp_path / "one.csv"
+    with one.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert bench.main(["--no-fit", "--csv", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert "Kendall tau n/a (no group of two strategies)" in out
+    assert "nan" not in out
