@@ -44,6 +44,7 @@ from row_figures import published_iteration_time_s
 from row_pricing import TRUSTED
 from zoo_h100 import RUNS, zoo_run_case
 
+from costmodel.cuda_graph_rules import WHOLE_STEP, per_layer_graphs
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from profiles.store import load_profile
@@ -102,19 +103,19 @@ def overlap_report() -> list[dict[str, object]]:
     return out
 
 
-GRAPH_MODES = ("full_iteration", "partial", "eager")
+GRAPH_MODES = (WHOLE_STEP, "partial", "eager")
 """How much of a step a recipe captures in CUDA graphs (`graph_mode`)."""
 
 
 def graph_mode(options: ExecutionOptions) -> str:
     """``full_iteration`` when the whole step is one CUDA graph
-    (``cuda_graph_impl="full_iteration"``: no host work inside the step), ``partial`` when
-    some per-layer scopes are captured (`ExecutionOptions.cuda_graph_scopes`), ``eager``
-    when none is."""
+    (`costmodel.cuda_graph_rules.WHOLE_STEP`: no host work inside the step), ``partial``
+    when some per-layer scopes are captured (`costmodel.cuda_graph_rules.per_layer_graphs`),
+    ``eager`` when none is."""
     scopes = options.cuda_graph_scopes
-    if "full_iteration" in scopes:
-        return "full_iteration"
-    return "partial" if scopes else "eager"
+    if per_layer_graphs(scopes):
+        return "partial"
+    return WHOLE_STEP if scopes else "eager"
 
 
 def overlapped_dev_rows() -> list[dict[str, object]]:

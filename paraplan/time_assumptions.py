@@ -4,6 +4,7 @@ megatron runtime that are fitted on published runs rather than measured on the d
 
 from __future__ import annotations
 
+from costmodel.cuda_graph_rules import WHOLE_STEP
 from costmodel.execution import ExecutionOptions
 from costmodel.fitted_rates import (
     FP4_GEMM_RATE_FACTORS,
@@ -77,11 +78,7 @@ def time_assumptions(
         from costmodel.runtimes.megatron.moe_a2a_overlap import a2a_overlap_applies
 
         applies = plan is None or a2a_overlap_applies(plan, options)
-        if (
-            options.moe_a2a_overlap
-            and applies
-            and "full_iteration" not in options.cuda_graph_scopes
-        ):
+        if options.moe_a2a_overlap and applies and WHOLE_STEP not in options.cuda_graph_scopes:
             lines.append(HOST_DRIVEN_OVERLAP_LINE)
     return lines if len(lines) > 1 else []
 
