@@ -33,6 +33,7 @@ from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
     dispatch_copies,
     dispatch_copy_bytes,
+    expert_gemm3,
     moe_shape,
     routed_experts,
 )
@@ -68,15 +69,10 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
     n1, n2 = math.ceil(gated * shape.width), math.ceil(shape.width)
     h = model.hidden_size
     e = shape.local_experts
-    gemm_f = e * (
-        ops.gemm_time_s(profile, m, n1, h, dtype) + ops.gemm_time_s(profile, m, h, n2, dtype)
-    )
-    gemm_b = e * (
-        ops.gemm_time_s(profile, m, h, n1, dtype)
-        + ops.gemm_time_s(profile, h, n1, m, dtype)
-        + ops.gemm_time_s(profile, m, n2, h, dtype)
-        + ops.gemm_time_s(profile, n2, h, m, dtype)
-    )
+    fused = options.moe_fused_grouped_mlp
+    fc1 = expert_gemm3(profile, e, m, n1, h, dtype, fused=fused)
+    fc2 = expert_gemm3(profile, e, m, h, n2, dtype, fused=fused)
+    gemm_f, gemm_b = fc1[0] + fc2[0], fc1[1] + fc1[2] + fc2[1] + fc2[2]
     quant = (0.0, 0.0)
     if dtype == "fp8":
         quant = expert_fp8_quantize_s(

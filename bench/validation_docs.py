@@ -31,6 +31,25 @@ def write_markdown(result: dict, path: Path) -> None:
     path.write_text(markdown(result))
 
 
+def memory_note(result: dict) -> str:
+    """The memory bullet: the rows predicted not to fit (``not_fitting``), and whether each
+    prints a configuration unlike its release's recipe."""
+    rows = result.get("not_fitting", [])
+    if not rows:
+        return "- Memory: every row is predicted to fit in its device memory."
+    ids = [str(r["row_id"]) for r in rows]
+    named = ", ".join(ids[:-1]) + f" and {ids[-1]}" if len(ids) > 1 else ids[0]
+    if all(r.get("printed_not_recipe") for r in rows):
+        return (
+            f"- Memory: every row fits except {'rows' if len(ids) > 1 else 'row'} {named}, "
+            "which print a configuration unlike their release's recipe (listed apart by the "
+            "bench, `not_fitting`); with each priced as its recipe runs, "
+            f"{result['fit_fraction_as_run']:.0%} of the rows fit."
+        )
+    rows_are = f"rows {named} are" if len(ids) > 1 else f"row {named} is"
+    return f"- Memory: {rows_are} predicted not to fit (`not_fitting`)."
+
+
 def _header() -> list[str]:
     """The title, what the rows are priced with, the command, and the three sets of figures."""
     return [
@@ -108,7 +127,7 @@ def _residual_notes(result: dict) -> list[str]:
         "- Qwen3 30B-A3B and 235B-A22B: priced with the kernels alone "
         "(`bench/moe_host_share.py`), the 30B rows are 22-28% too fast at micro-batch 1 "
         "(whole layer in CUDA graphs), 4 and 8 (25.09-26.02.01 recipes), on Blackwell "
-        "and Blackwell Ultra alike (about 185-255 ns per token and layer unexplained; 50-110 "
+        "and Blackwell Ultra alike (about 185-255 ns per token and layer unexplained; 85-125 "
         "ns in the 26.06 recipes), and the GPU-bound 235B and DeepSeek-V3 rows leave a similar "
         "time per token unexplained whatever their hidden size. Not the Blackwell Ultra FP8 "
         "factor, not the expert GEMMs (priced below measured cuBLAS rates), not HybridEP's "
@@ -117,9 +136,7 @@ def _residual_notes(result: dict) -> list[str]:
         f"({_token_ns(result)} ns, `MOE_TOKEN_DEVICE_S`), which leaves the 26.06 rows slow "
         '([cost-model.md](cost-model.md), "What the Qwen3 MoE rows show").',
         *_fit_notes(result),
-        "- Memory: every row fits except rows 250 and 352, which print a configuration unlike "
-        "their release's recipe (listed apart by the bench, `not_fitting`); priced as their "
-        "recipes run, both fit.",
+        memory_note(result),
         "",
     ]
 

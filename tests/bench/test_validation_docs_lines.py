@@ -90,3 +90,17 @@ def test_fit_notes_read_the_refits_and_the_zoo_rows_from_the_result():
     assert "are 15% too fast (median)" in text
     no_bridge = result | {"loso": result["loso"] | {"moe_host_launch_s_by_left_out_source": {}}}
     assert "Leave-one-source-out" not in "\n".join(docs._fit_notes(no_bridge))
+
+
+def test_memory_note_names_every_row_that_does_not_fit():
+    printed = {"printed_not_recipe": "printed micro-batch 2; the recipe runs 1"}
+    three = [{"row_id": r} | printed for r in ("248", "250", "352")]
+    line = docs.memory_note({"not_fitting": three, "fit_fraction_as_run": 1.0})
+    assert "except rows 248, 250 and 352" in line
+    assert "100% of the rows fit" in line
+    one = docs.memory_note({"not_fitting": three[:1], "fit_fraction_as_run": 0.99})
+    assert "except row 248," in one and "99% of the rows fit" in one
+    # A row that does not fit as printed and prints its recipe is named as not fitting.
+    plain = docs.memory_note({"not_fitting": [{"row_id": "7"}], "fit_fraction_as_run": 0.9})
+    assert plain == "- Memory: row 7 is predicted not to fit (`not_fitting`)."
+    assert "every row is predicted to fit" in docs.memory_note({"not_fitting": []})

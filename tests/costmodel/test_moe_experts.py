@@ -14,7 +14,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.passes import CommGroups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.moe_costs import routed_experts
+from costmodel.runtimes.megatron.moe_costs import expert_gemm3, routed_experts
 from costmodel.runtimes.megatron.moe_experts import (
     FUSED_MLP_LAUNCHES,
     expert_fp8_quantize_s,
@@ -115,6 +115,19 @@ def experts(job: TrainingJob, options: ExecutionOptions, precision: str = "fp8")
     return routed_experts(QWEN, PLAN, B200, tokens, 2, dtype, GROUPS, options)
 
 
+def gemm_gap(precision: str, direction: int) -> float:
+    """Unfused minus fused expert GEMM seconds of `experts` (FC1 and FC2) in one direction
+    (0 forward, 1 dgrad, 2 wgrad)."""
+    m, h, w = 4096 * QWEN.moe_top_k // 16, QWEN.hidden_size, QWEN.expert_ffn_hidden_size
+    dtype = "fp8" if precision == "fp8" else "bf16"
+    gap = 0.0
+    for n, k in ((2 * w, h), (h, w)):
+        unfused = expert_gemm3(B200, 16, m, n, k, dtype, fused=False)
+        fused = expert_gemm3(B200, 16, m, n, k, dtype, fused=True)
+        gap += unfused[direction] - fused[direction]
+    return gap
+
+
 def test_fp8_routed_experts_carry_the_quantization_and_fused_mlp_drops_the_activation():
     job = TrainingJob(seq_length=4096, global_batch_size=64)
     rows = QWEN.moe_top_k * 4096.0
@@ -131,12 +144,46 @@ def test_fp8_routed_experts_carry_the_quantization_and_fused_mlp_drops_the_activ
     act_b = ops.activation_time_s(B200, rows, width, 2, gated=True, direction="backward")
     unfused = experts(job, DEFAULT_OPTIONS)
     fused = experts(job, FUSED)
-    assert unfused[0].compute_s - fused[0].compute_s == pytest.approx(act_f + quant_f - fused_f)
-    assert unfused[1].compute_s - fused[1].compute_s == pytest.approx(act_b + quant_b - fused_b)
-    # bf16 experts quantize nothing: only the activation differs.
+    gemm_f, gemm_b = gemm_gap("fp8", 0), gemm_gap("fp8", 1) + gemm_gap("fp8", 2)
+    assert unfused[0].compute_s - fused[0].compute_s == pytest.approx(
+        act_f + quant_f - fused_f + gemm_f
+    )
+    assert unfused[1].compute_s - fused[1].compute_s == pytest.approx(
+        act_b + quant_b - fused_b + gemm_b
+    )
+    # bf16 experts quantize nothing: only the activation and the GEMM kernels differ.
     bf16 = experts(job, DEFAULT_OPTIONS, "bf16")
     bf16_fused = experts(job, FUSED, "bf16")
-    assert bf16[0].compute_s - bf16_fused[0].compute_s == pytest.approx(act_f)
+    assert bf16[0].compute_s - bf16_fused[0].compute_s == pytest.approx(act_f + gemm_gap("bf16", 0))
+
+
+def test_grouped_linear_runs_one_gemm_per_expert_and_the_fused_mlp_one_grouped_kernel():
+    # TE GroupedLinear: one cuBLAS GEMM per expert, each at its own shape's efficiency and
+    # with its own op overhead; the fused grouped MLP: one kernel per projection and
+    # direction over all local experts (costmodel.compute.batched_gemm_time_s).
+    m, n, k = 512, 1536, 2048
+    single = (
+        ops.gemm_time_s(B200, m, n, k, "fp8"),
+        ops.gemm_time_s(B200, m, k, n, "fp8"),
+        ops.gemm_time_s(B200, k, n, m, "fp8"),
+    )
+    assert expert_gemm3(B200, 16, m, n, k, "fp8", fused=False) == pytest.approx(
+        tuple(16 * t for t in single)
+    )
+    fused = expert_gemm3(B200, 16, m, n, k, "fp8", fused=True)
+    assert fused == pytest.approx(
+        (
+            ops.batched_gemm_time_s(B200, 16, m, n, k, "fp8"),
+            ops.batched_gemm_time_s(B200, 16, m, k, n, "fp8"),
+            ops.batched_gemm_time_s(B200, 16, k, n, m, "fp8"),
+        )
+    )
+    # One expert: the grouped kernel is that expert's GEMM.
+    assert expert_gemm3(B200, 1, m, n, k, "fp8", fused=True) == pytest.approx(single)
+    # Small per-expert GEMMs: one kernel over all of them pays one op overhead, not 16.
+    unfused = expert_gemm3(B200, 16, m, n, k, "fp8", fused=False)
+    for unfused_s, fused_s in zip(unfused, fused, strict=True):
+        assert fused_s < unfused_s - 14 * ops.op_overhead_s(B200)
 
 
 def test_forward_floor_takes_the_larger_excess():

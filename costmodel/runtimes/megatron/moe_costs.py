@@ -24,10 +24,18 @@ Work per pass, in the order the dispatcher runs it (forward; backward mirrors it
    by local expert, only with more than one local expert); combine runs the inverse
    permutations around one all-to-all. Each permutation reads and writes R·h·e bytes
    (`dispatch_copy_bytes`);
-4. experts: FC1, activation, FC2 per local expert, each GEMM timed with the rows its
-   expert gets (small per-expert GEMMs run at the profile's efficiency for their size);
-   with biased experts, the FC2 bias added expert by expert
-   (`costmodel.runtimes.megatron.unfused_costs.expert_fc2_bias_time_s`).
+4. experts: FC1, activation, FC2 per local expert. TE ``GroupedLinear`` issues one cuBLAS
+   GEMM per expert, so each is timed with the rows its expert gets (small per-expert GEMMs
+   run at the profile's efficiency for their size, and each pays one op overhead); with
+   biased experts, the FC2 bias is added expert by expert
+   (`costmodel.runtimes.megatron.unfused_costs.expert_fc2_bias_time_s`). TE's fused grouped
+   MLP (`ExecutionOptions.moe_fused_grouped_mlp`) runs each projection and each of its
+   gradients as one grouped GEMM kernel over every local expert
+   (`transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py`, ``backward_grouped_mlp.py``:
+   one CuTe DSL grouped GEMM per projection, the experts' split points read on the
+   device), timed as one batched kernel of the local experts' matrices
+   (`costmodel.compute.batched_gemm_time_s`: one op overhead, the efficiency of the whole
+   kernel's work).
 
 The flex dispatcher (``--moe-token-dispatcher-type flex``, DeepEP or HybridEP backends:
 `_DeepepManager`, `_HybridEPManager`) sends each token once to every distinct rank that
@@ -276,10 +284,11 @@ def routed_experts(
     m, n1 = _rows(shape.rows_per_expert), _rows((2 if gated else 1) * shape.width)
     n2 = _rows(shape.width)
     router = _gemm3(profile, _rows(tokens), model.num_experts, h, router_gemm_dtype(dtype))
-    fc1 = _gemm3(profile, m, n1, h, dtype)
-    fc2 = _gemm3(profile, m, h, n2, dtype)
-    expert_rows = shape.rows * plan.expert_tp
     fused = options.moe_fused_grouped_mlp
+    e = shape.local_experts
+    fc1 = expert_gemm3(profile, e, m, n1, h, dtype, fused=fused)
+    fc2 = expert_gemm3(profile, e, m, h, n2, dtype, fused=fused)
+    expert_rows = shape.rows * plan.expert_tp
     act = {
         d: 0.0
         if fused
@@ -313,15 +322,14 @@ def routed_experts(
         d: ops.memory_bound_time_s(profile, router_kernel_bytes(tokens, model.num_experts, d))
         for d in ("forward", "backward")
     }
-    e = shape.local_experts
     bias = {d: 0.0 for d in ("forward", "backward")}
     if model.add_bias_linear and not fused:
         bias = {d: expert_fc2_bias_time_s(profile, expert_rows, h, elem, e, d) for d in bias}
-    forward_s = router[0] + route["forward"] + e * (fc1[0] + fc2[0]) + act["forward"] + copies
+    forward_s = router[0] + route["forward"] + fc1[0] + fc2[0] + act["forward"] + copies
     forward_s += bias["forward"]
-    dgrad = router[1] + route["backward"] + e * (fc1[1] + fc2[1]) + act["backward"] + copies
+    dgrad = router[1] + route["backward"] + fc1[1] + fc2[1] + act["backward"] + copies
     dgrad += bias["backward"]
-    wgrad = router[2] + e * (fc1[2] + fc2[2])
+    wgrad = router[2] + fc1[2] + fc2[2]
     forward = PassCost(compute_s=forward_s).plus(
         _collectives(profile, plan, shape, model, elem, groups, "forward", dispatcher)
     )
@@ -335,7 +343,26 @@ def _rows(value: float) -> int:
     return max(math.ceil(value), 1)
 
 
-def _gemm3(profile: HardwareProfile, m: int, n: int, k: int, dtype: str) -> tuple[float, ...]:
+def expert_gemm3(
+    profile: HardwareProfile, experts: int, m: int, n: int, k: int, dtype: str, *, fused: bool
+) -> tuple[float, float, float]:
+    """(forward, dgrad, wgrad) seconds of one expert projection, an (m x k) @ (k x n) GEMM
+    on each of ``experts`` local experts, over all of them: one GEMM per expert (TE
+    ``GroupedLinear``), or with ``fused`` one grouped kernel per direction over every
+    expert's matrix (the fused grouped MLP; module docstring, step 4)."""
+    if not fused:
+        forward, dgrad, wgrad = _gemm3(profile, m, n, k, dtype)
+        return experts * forward, experts * dgrad, experts * wgrad
+    return (
+        ops.batched_gemm_time_s(profile, experts, m, n, k, dtype),
+        ops.batched_gemm_time_s(profile, experts, m, k, n, dtype),
+        ops.batched_gemm_time_s(profile, experts, k, n, m, dtype),
+    )
+
+
+def _gemm3(
+    profile: HardwareProfile, m: int, n: int, k: int, dtype: str
+) -> tuple[float, float, float]:
     """(forward, dgrad, wgrad) seconds of an (m x k) @ (k x n) GEMM and its gradients."""
     return (
         ops.gemm_time_s(profile, m, n, k, dtype),
