@@ -51,12 +51,14 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 from published_csv import default_csv, read_rows, select_rows
 from row_pricing import at_host_launch, evaluate, fit_grid, row_predictor
 from same_recipe import same_recipe_ratios, with_predictions
 from unstated_vpp import print_unstated_vpp, unstated_vpp_report
+from validation_fit import Progress
 from validation_report import defaults_report, report
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes = at_host_launch(outcomes, row_predictor(cases), host_s)
         result = defaults_report(outcomes, apart)
     else:
-        result = report(outcomes, apart, row_predictor(cases), fit_grid(host_s))
+        result = report(outcomes, apart, row_predictor(cases), fit_grid(host_s), stderr_progress())
     result["same_recipe_ratios"] = with_predictions(
         same_recipe_ratios(read_rows(args.csv)), {o.row_id: o.predicted_s for o in outcomes}
     )
@@ -124,6 +126,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_table(result)
     return 0
+
+
+def stderr_progress() -> Progress:
+    """A `validation_fit.Progress` that prints each line to stderr with the seconds since
+    it was made: the fits take minutes each."""
+    start = time.perf_counter()
+
+    def progress(line: str) -> None:
+        print(f"{line}: {time.perf_counter() - start:.0f} s in all", file=sys.stderr, flush=True)
+
+    return progress
 
 
 def print_table(result: dict) -> None:

@@ -31,6 +31,16 @@ from dataclasses import dataclass
 from validation_stats import FP4_SUFFIX, Outcome, grouped
 
 Predict = Callable[[str, float | None, float, float | None, float | None], float]
+
+Progress = Callable[[str], None]
+"""Receives one line per step of a long fit (`leave_one_source_out`); `no_progress` drops
+them."""
+
+
+def no_progress(_line: str) -> None:
+    """A `Progress` that reports nothing."""
+
+
 """(row id, low-precision GEMM rate factor, moe_host_launch_s, sustained_gemm_rate_factor,
 moe_token_device_s) -> predicted seconds per iteration of that row under those options; a
 factor None: the row's own. The low-precision factor is ``fp8_gemm_rate_factor`` for an FP8
@@ -377,7 +387,12 @@ def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -
 
 
 def leave_one_source_out(
-    outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
+    outcomes: list[Outcome],
+    predict: Predict,
+    grid: FitGrid,
+    *,
+    per_generation: bool = False,
+    progress: Progress = no_progress,
 ) -> tuple[list[Outcome], dict[str, FittedModel]]:
     """Every outcome predicted with the model fitted (`fit_model`) on the other source
     families, and per family the model used: every fitted parameter is refitted without
@@ -385,10 +400,13 @@ def leave_one_source_out(
     (sustained) factor fitted on all remaining such rows together, one without NVFP4 rows
     its FP8 factor (`FittedModel.factor`); without remaining MoE
     rows the launch time and the device time per token are 0, unless the grid fixes them
-    (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`)."""
+    (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`). ``progress`` gets one line
+    per family before its refit."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}
-    for family, rows in grouped(outcomes, lambda o: o.source_family).items():
+    families = grouped(outcomes, lambda o: o.source_family)
+    for index, (family, rows) in enumerate(families.items(), start=1):
+        progress(f"refit without {family} ({len(rows)} rows; {index} of {len(families)})")
         others = [o for o in outcomes if o.source_family != family]
         models[family] = fit_model(others, predict, grid, per_generation=per_generation)
         predicted.extend(apply_model(rows, predict, models[family]))

@@ -13,9 +13,11 @@ from validation_fit import (
     FitGrid,
     FittedModel,
     Predict,
+    Progress,
     apply_model,
     fit_model,
     leave_one_source_out,
+    no_progress,
 )
 from validation_stats import Outcome, grouped, kendall_tau, summary
 
@@ -147,11 +149,16 @@ def report(
     apart: list[dict[str, str]],
     predict: Predict,
     grid: FitGrid = FIT_GRID,
+    progress: Progress = no_progress,
 ) -> dict[str, object]:
     """The bench's JSON: model figures at the top level, ``fitted``, ``loso`` and
-    ``per_generation``, the fits searching ``grid``."""
+    ``per_generation``, the fits searching ``grid``; ``progress`` gets a line before each
+    fit."""
+    progress(f"in-sample fit over {len(outcomes)} rows")
     fitted = fit_model(outcomes, predict, grid, per_generation=PER_GENERATION)
-    loso, loso_models = leave_one_source_out(outcomes, predict, grid, per_generation=PER_GENERATION)
+    loso, loso_models = leave_one_source_out(
+        outcomes, predict, grid, per_generation=PER_GENERATION, progress=progress
+    )
     loso_by_row = {o.row_id: o for o in loso}
     rows = [outcome_row(o, loso_by_row[o.row_id].error) for o in outcomes]
     return (
@@ -196,7 +203,7 @@ def report(
                     for family, m in loso_models.items()
                 },
             },
-            "per_generation": other_choice(outcomes, predict, grid),
+            "per_generation": other_choice(outcomes, predict, grid, progress),
             "memory_case_llama3_8b_h100": llama3_8b_memory_case(),
             "rows": rows,
             "not_expressible": apart,
@@ -217,13 +224,19 @@ def sustained_report(fitted: FittedModel) -> dict[str, object]:
 
 
 def other_choice(
-    outcomes: list[Outcome], predict: Predict, grid: FitGrid = FIT_GRID
+    outcomes: list[Outcome],
+    predict: Predict,
+    grid: FitGrid = FIT_GRID,
+    progress: Progress = no_progress,
 ) -> dict[str, object]:
     """In-sample and leave-one-source-out figures with `PER_GENERATION` the other way,
     and the factors of the in-sample fit."""
     choice = not PER_GENERATION
+    progress(f"in-sample fit with per-generation factors {'on' if choice else 'off'}")
     fitted = fit_model(outcomes, predict, grid, per_generation=choice)
-    loso, _ = leave_one_source_out(outcomes, predict, grid, per_generation=choice)
+    loso, _ = leave_one_source_out(
+        outcomes, predict, grid, per_generation=choice, progress=progress
+    )
     return {
         "per_generation": choice,
         "fp8_gemm_rate_factor": fitted.fp8_factor,

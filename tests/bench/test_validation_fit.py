@@ -117,6 +117,20 @@ def test_leave_one_source_out_refits_the_sustained_factor_without_the_left_out_r
     assert models["MLM"].sustained_fitted_on["H100/H800"] == ("h2",)
 
 
+def test_leave_one_source_out_reports_each_family_before_its_refit():
+    rows = _rows()
+    lines: list[str] = []
+    fitting.leave_one_source_out(rows, _predictor(SHAPES), GRID, progress=lines.append)
+    families = sorted({o.source_family for o in rows})
+    assert len(lines) == len(families)
+    for index, line in enumerate(lines, start=1):
+        assert line.endswith(f"; {index} of {len(families)})")
+    named = sorted(line.split()[2] for line in lines)
+    assert named == families
+    sizes = {line.split()[2]: int(line.split("(")[1].split()[0]) for line in lines}
+    assert sizes == {f: sum(o.source_family == f for o in rows) for f in families}
+
+
 def test_rows_whose_options_fix_the_factor_neither_fit_nor_move():
     # A 2021-option A100 row (the factor fixed by its options) beside a current-stack one:
     # the A100 factor is the current row's alone, and the fixed row is predicted as before.
