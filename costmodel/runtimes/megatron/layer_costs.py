@@ -11,7 +11,7 @@ EP (MoE layers, alltoall dispatcher): dispatch and combine all-to-alls over the 
 group, forward 2 and backward 2, each of top_k·tokens·h·e bytes per rank (x capacity
 factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
 reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
-per-expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a MoE layer
+expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a MoE layer
 pass (`ExecutionOptions.moe_host_launch_s`): `costmodel.runtimes.megatron.moe_launches`;
 the fitted device time per token no priced kernel accounts for
 (`ExecutionOptions.moe_token_device_s`): `moe_experts.unattributed_device_s`;
