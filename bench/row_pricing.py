@@ -15,7 +15,8 @@ from norm_recipes import train_task
 from published_rows import NotExpressible, RowCase, case_for_row
 from row_figures import published_iteration_time_s
 from row_recipes import recipe_mismatch
-from validation_fit import LOW_PRECISION, FitGrid, FittedModel, Predict, apply_model
+from validation_fit import LOW_PRECISION, Predict, apply_model
+from validation_fit_params import FitGrid, FittedModel
 from validation_stats import Outcome
 
 from costmodel.estimate import estimate_plan
@@ -45,7 +46,7 @@ at the points the coordinate descent visits (`row_predictor`)."""
 
 def fit_grid(host_launch_s: float | None = None) -> FitGrid:
     """`FIT_GRID`, or with the MoE host-launch time fixed at ``host_launch_s`` seconds (a
-    fixed input of every fit, not fitted: `validation_fit.FitGrid.host_launch_fixed`)."""
+    fixed input of every fit, not fitted: `validation_fit_params.FitGrid.host_launch_fixed`)."""
     if host_launch_s is None:
         return FIT_GRID
     return dataclasses.replace(FIT_GRID, host_launch_s=(host_launch_s,))

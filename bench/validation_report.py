@@ -10,8 +10,6 @@ from __future__ import annotations
 from row_options import MEGATRON_BRIDGE_PERF
 from row_pricing import FIT_GRID
 from validation_fit import (
-    FitGrid,
-    FittedModel,
     Predict,
     Progress,
     apply_model,
@@ -19,6 +17,7 @@ from validation_fit import (
     leave_one_source_out,
     no_progress,
 )
+from validation_fit_params import FitGrid, FittedModel
 from validation_stats import Outcome, grouped, kendall_tau, summary
 
 from costmodel.estimate import estimate_plan, stage_memory_parts_gib

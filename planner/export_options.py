@@ -31,12 +31,12 @@ Megatron-LM requires ``--no-check-for-nan-in-loss-and-grad`` with
 the NaN check of each gradient bucket that the estimate priced (a memory-bound pass over the
 gradients), and says so in a comment of the launch snippet.
 
-torchtitan (`torchtitan_option_config`): its job config has FP8 linear layers
-(``[quantize.linear.float8]``: ``recipe_name`` ``tensorwise``,
-``enable_fsdp_float8_all_gather`` under FSDP; `torchtitan/config/job_config.py`
-``Float8Linear``), and any runtime; every other non-default exported or unexpressible field
-is refused, FP8 attention with its own reason (the job config's quantization converts
-linear layers, not attention).
+torchtitan (`planner.export_torchtitan.torchtitan_option_config`, from the groups above):
+its job config has FP8 linear layers (``[quantize.linear.float8]``: ``recipe_name``
+``tensorwise``, ``enable_fsdp_float8_all_gather`` under FSDP;
+`torchtitan/config/job_config.py` ``Float8Linear``), and any runtime; every other
+non-default exported or unexpressible field is refused, FP8 attention with its own reason
+(the job config's quantization converts linear layers, not attention).
 """
 
 from __future__ import annotations
@@ -395,42 +395,3 @@ def megatron_option_notes(options: ExecutionOptions) -> list[str]:
             "estimate priced the check"
         )
     return notes
-
-
-def torchtitan_option_config(
-    options: ExecutionOptions, job: TrainingJob, fsdp: bool
-) -> dict[str, dict[str, Any]]:
-    """torchtitan job-config sections of ``options`` (``fsdp``: the export shards with
-    FSDP); `SpecError` listing every priced option torchtitan cannot take."""
-    allowed = set(PRICING_FIELDS) | {"runtime", "fp8_recipe", "fp8_param", "fp8_attention"}
-    lines = [
-        refusal(n, getattr(options, n), "torchtitan's job config has no such setting: re-plan "
-                "without it, or export --to megatron")
-        for n in changed_fields(options)
-        if n not in allowed
-    ]  # fmt: skip
-    if options.fp8_attention:
-        why = (
-            "torchtitan's job config quantizes linear layers, not attention (no FP8 attention "
-            "setting): re-plan with --no-fp8-attention"
-        )
-        lines.append(refusal("fp8_attention", True, why))
-    fp8 = [n for n in FP8_FIELDS if n in changed_fields(options)]
-    if fp8 and job.precision != "fp8":
-        why = f"FP8 settings need an fp8 job, the job is {job.precision}: re-plan with fp8"
-        lines += [refusal(n, getattr(options, n), why) for n in fp8]
-    if options.fp8_recipe == "mxfp8":
-        why = "torchtitan runs MXFP8 through its own MX converter: re-plan with tensorwise"
-        lines.append(refusal("fp8_recipe", "mxfp8", why))
-    if options.fp8_param and not fsdp:
-        why = "torchtitan gathers FP8 weights only under FSDP: re-plan with --dist-opt"
-        lines.append(refusal("fp8_param", True, why))
-    if lines:
-        raise refused("torchtitan", lines)
-    float8: dict[str, Any] = {}
-    if options.fp8_recipe == "tensorwise":
-        float8["recipe_name"] = "tensorwise"
-    if options.fp8_param:
-        float8["enable_fsdp_float8_all_gather"] = True
-        float8["precompute_float8_dynamic_scale_for_fsdp"] = True
-    return {"quantize.linear.float8": float8} if float8 else {}

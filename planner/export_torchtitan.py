@@ -15,20 +15,30 @@ and the TOML header and `paraplan export` state that difference
 (data_parallel_replicate_degree = dp); TP in torchtitan
 always shards norms along the sequence (Megatron's sequence parallelism). Execution
 options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
-(`planner.export_options.torchtitan_option_config`). The MoE router is part of the flavor,
-not of the TOML: torchtitan's deepseek_v3 671B flavor routes as the deepseek-v3 preset
-(sigmoid, route_norm, route_scale 2.5, 8 expert groups of which 4, expert bias); for a new
-flavor the header lists the router it needs (`torchtitan_router_note`).
+(`torchtitan_option_config`, by the field groups of `planner.export_options`). The MoE
+router is part of the flavor, not of the TOML: torchtitan's deepseek_v3 671B flavor routes
+as the deepseek-v3 preset (sigmoid, route_norm, route_scale 2.5, 8 expert groups of which
+4, expert bias); for a new flavor the header lists the router it needs
+(`torchtitan_router_note`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from planner.export_options import bundle_options, torchtitan_option_config
+from costmodel.execution import ExecutionOptions
+from planner.export_options import (
+    FP8_FIELDS,
+    PRICING_FIELDS,
+    bundle_options,
+    changed_fields,
+    refusal,
+    refused,
+)
 from planner.export_split import largest_chunk_layers, torchtitan_split
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
+from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
@@ -213,6 +223,45 @@ def torchtitan_sharding_note(plan: ParallelPlan) -> str | None:
         "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params and export "
         "that plan"
     )
+
+
+def torchtitan_option_config(
+    options: ExecutionOptions, job: TrainingJob, fsdp: bool
+) -> dict[str, dict[str, Any]]:
+    """torchtitan job-config sections of ``options`` (``fsdp``: the export shards with
+    FSDP); `SpecError` listing every priced option torchtitan cannot take."""
+    allowed = set(PRICING_FIELDS) | {"runtime", "fp8_recipe", "fp8_param", "fp8_attention"}
+    lines = [
+        refusal(n, getattr(options, n), "torchtitan's job config has no such setting: re-plan "
+                "without it, or export --to megatron")
+        for n in changed_fields(options)
+        if n not in allowed
+    ]  # fmt: skip
+    if options.fp8_attention:
+        why = (
+            "torchtitan's job config quantizes linear layers, not attention (no FP8 attention "
+            "setting): re-plan with --no-fp8-attention"
+        )
+        lines.append(refusal("fp8_attention", True, why))
+    fp8 = [n for n in FP8_FIELDS if n in changed_fields(options)]
+    if fp8 and job.precision != "fp8":
+        why = f"FP8 settings need an fp8 job, the job is {job.precision}: re-plan with fp8"
+        lines += [refusal(n, getattr(options, n), why) for n in fp8]
+    if options.fp8_recipe == "mxfp8":
+        why = "torchtitan runs MXFP8 through its own MX converter: re-plan with tensorwise"
+        lines.append(refusal("fp8_recipe", "mxfp8", why))
+    if options.fp8_param and not fsdp:
+        why = "torchtitan gathers FP8 weights only under FSDP: re-plan with --dist-opt"
+        lines.append(refusal("fp8_param", True, why))
+    if lines:
+        raise refused("torchtitan", lines)
+    float8: dict[str, Any] = {}
+    if options.fp8_recipe == "tensorwise":
+        float8["recipe_name"] = "tensorwise"
+    if options.fp8_param:
+        float8["enable_fsdp_float8_all_gather"] = True
+        float8["precompute_float8_dynamic_scale_for_fsdp"] = True
+    return {"quantize.linear.float8": float8} if float8 else {}
 
 
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:

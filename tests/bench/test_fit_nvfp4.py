@@ -12,10 +12,11 @@ from tests.bench.bench_loader import load_bench
 from tests.bench.validation_cases import synthetic_outcome
 
 fitting = load_bench("validation_fit")
+params = load_bench("validation_fit_params")
 precision_recipes = load_bench("precision_recipes")
 overlap = load_bench("overlap_recipes")
 
-GRID = fitting.FitGrid(
+GRID = params.FitGrid(
     fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(15)),
     host_launch_s=(0.0,),
 )

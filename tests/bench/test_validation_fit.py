@@ -11,8 +11,9 @@ from tests.bench.bench_loader import load_bench
 
 stats = load_bench("validation_stats")
 fitting = load_bench("validation_fit")
+params = load_bench("validation_fit_params")
 
-GRID = fitting.FitGrid(
+GRID = params.FitGrid(
     fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
     host_launch_s=tuple(round(5e-6 * i, 6) for i in range(13)),
     sustained_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(9)),

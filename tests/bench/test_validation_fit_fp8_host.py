@@ -12,6 +12,7 @@ from tests.bench.bench_loader import load_bench
 from tests.bench.validation_cases import synthetic_outcome
 
 fitting = load_bench("validation_fit")
+params = load_bench("validation_fit_params")
 pricing = load_bench("row_pricing")
 
 
@@ -19,7 +20,7 @@ pricing = load_bench("row_pricing")
 # factor f and host-launch time h (GPU time with its fp8 GEMM part w slowed by 1 / f, and a
 # host floor of n launches), published seconds those of known (f, h): the fit must recover
 # them. A grid holds them exactly.
-GRID = fitting.FitGrid(
+GRID = params.FitGrid(
     fp8_factors=tuple(round(1.0 - 0.05 * i, 2) for i in range(13)),
     host_launch_s=tuple(round(5e-6 * i, 6) for i in range(13)),
 )

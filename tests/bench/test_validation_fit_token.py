@@ -11,8 +11,9 @@ from tests.bench.bench_loader import load_bench
 from tests.bench.validation_cases import synthetic_outcome
 
 fitting = load_bench("validation_fit")
+params = load_bench("validation_fit_params")
 
-GRID = fitting.FitGrid(
+GRID = params.FitGrid(
     fp8_factors=(1.0,),
     host_launch_s=tuple(round(5e-6 * i, 6) for i in range(13)),
     token_device_s=tuple(round(25e-9 * i, 12) for i in range(13)),
@@ -91,7 +92,7 @@ def test_leave_one_source_out_refits_the_device_time_per_token():
 
 def test_a_model_without_a_fitted_device_time_keeps_each_row_s_own():
     seen = []
-    model = fitting.FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=0.0)
+    model = params.FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=0.0)
     row = _moe("g1", "MBRIDGE-26.02", SHAPES["g1"], (0.0, 100e-9))
     fitting.apply_model([row], _predictor(SHAPES, seen), model)
     assert seen == [("g1", None)]
