@@ -34,6 +34,12 @@ from validation_fit_params import FitGrid, FittedModel, is_fp4_key
 from validation_stats import FP4_SUFFIX, Outcome, grouped
 
 Predict = Callable[[str, float | None, float, float | None, float | None], float]
+"""(row id, low-precision GEMM rate factor, moe_host_launch_s, sustained_gemm_rate_factor,
+moe_token_device_s) -> predicted seconds per iteration of that row under those options; a
+factor None: the row's own. The low-precision factor is ``fp8_gemm_rate_factor`` for an FP8
+row and ``fp4_gemm_rate_factor`` for an NVFP4 row. A row ignores an option that does not
+apply to it (a bf16 row the low-precision factor, a dense row the launch time and the
+device time per token, a row without 16-bit GEMMs the sustained factor)."""
 
 Progress = Callable[[str], None]
 """Receives one line per step of a long fit (`leave_one_source_out`); `no_progress` drops
@@ -43,13 +49,6 @@ them."""
 def no_progress(_line: str) -> None:
     """A `Progress` that reports nothing."""
 
-
-"""(row id, low-precision GEMM rate factor, moe_host_launch_s, sustained_gemm_rate_factor,
-moe_token_device_s) -> predicted seconds per iteration of that row under those options; a
-factor None: the row's own. The low-precision factor is ``fp8_gemm_rate_factor`` for an FP8
-row and ``fp4_gemm_rate_factor`` for an NVFP4 row. A row ignores an option that does not
-apply to it (a bf16 row the low-precision factor, a dense row the launch time and the
-device time per token, a row without 16-bit GEMMs the sustained factor)."""
 
 LOW_PRECISION = ("fp8", "nvfp4")
 """Job precisions whose linear-layer GEMMs take a low-precision rate factor."""
