@@ -40,7 +40,8 @@ and the JSON assembled by `bench/validation_report.py`; this script holds the co
 and the text output.
 
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]
-[--host-launch-us US]`` (``--markdown`` writes docs/validation.md, ``--figure``
+[--host-launch-us US]`` (``--markdown`` writes docs/validation.md and the table
+``paraplan/data/published_accuracy.json``, `write_markdown_outputs`; ``--figure``
 docs/validation.png; ``--host-launch-us`` fixes the MoE host-launch time instead of fitting
 it, `fit_grid`).
 """
@@ -54,10 +55,13 @@ import sys
 import time
 from pathlib import Path
 
+from accuracy_table import DEFAULT_OUT as ACCURACY_TABLE
+from accuracy_table import write_table
 from published_csv import default_csv, read_rows, select_rows
 from row_pricing import at_host_launch, evaluate, fit_grid, row_predictor
 from same_recipe import same_recipe_ratios, with_predictions
 from unstated_vpp import print_unstated_vpp, unstated_vpp_report
+from validation_docs import write_markdown
 from validation_fit import Progress
 from validation_report import defaults_report, report
 
@@ -67,7 +71,11 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--markdown", action="store_true", help="write docs/validation.md")
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="write docs/validation.md and paraplan/data/published_accuracy.json",
+    )
     parser.add_argument("--figure", action="store_true", help="write docs/validation.png")
     parser.add_argument(
         "--search", action="store_true", help="add the planner's search sanity (trust A rows)"
@@ -113,19 +121,26 @@ def main(argv: list[str] | None = None) -> int:
         from search_sanity import search_sanity
 
         result["search_sanity"] = search_sanity(read_rows(args.csv))
-    if args.markdown or args.figure:
-        from validation_docs import write_markdown
+    if args.markdown:
+        write_markdown_outputs(result)
+    if args.figure:
         from validation_figure import write_figure
 
-        if args.markdown:
-            write_markdown(result, DOCS / "validation.md")
-        if args.figure:
-            write_figure(outcomes, DOCS / "validation.png")
+        write_figure(outcomes, DOCS / "validation.png")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     print_table(result)
     return 0
+
+
+def write_markdown_outputs(result: dict, docs: Path = DOCS, table: Path = ACCURACY_TABLE) -> None:
+    """What ``--markdown`` writes, both from the one ``result``: the validation page
+    (``docs``/validation.md, `validation_docs.write_markdown`) and the published-accuracy
+    table that `paraplan estimate` and `paraplan plan` print from (``table``,
+    `accuracy_table.write_table`), so the page and the table stay in step."""
+    write_markdown(result, docs / "validation.md")
+    write_table(result, table)
 
 
 def stderr_progress() -> Progress:

@@ -102,17 +102,28 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def summary(outcomes: list[Outcome]) -> dict[str, float | int]:
-    """Median |error|, signed median error, p90 |error|, fit fraction and row count."""
-    if not outcomes:
-        return {"num_rows": 0}
-    errors = [o.error for o in outcomes]
+def error_figures(errors: list[float]) -> dict[str, float]:
+    """Median |error|, signed median error and p90 |error| (`quantile`) of relative
+    ``errors``: the statistics of `summary`, for errors that come without their
+    `Outcome` (a row of the bench's JSON, `bench/accuracy_table.py`)."""
+    if not errors:
+        raise ValueError("error figures of no errors")
     absolute = [abs(e) for e in errors]
     return {
-        "num_rows": len(outcomes),
         "median_abs_error": statistics.median(absolute),
         "signed_median_error": statistics.median(errors),
         "p90_abs_error": quantile(absolute, 0.9),
+    }
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, float | int]:
+    """Median |error|, signed median error, p90 |error| (`error_figures`), fit fraction and
+    row count."""
+    if not outcomes:
+        return {"num_rows": 0}
+    return {
+        "num_rows": len(outcomes),
+        **error_figures([o.error for o in outcomes]),
         "fit_fraction": sum(o.fits for o in outcomes) / len(outcomes),
     }
 

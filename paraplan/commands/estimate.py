@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from costmodel.execution_presets import device_options
 from costmodel.optimizer_offload import offload_violations
+from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
 from paraplan.args import add_problem_args, cluster_from_args, job_from_args, model_from_args
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
@@ -51,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print iteration_time_s, tokens_per_s, model_tflops_per_gpu, mfu, hfu, "
-        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown; for a plan that "
-        'breaks a rule, check\'s {"valid", "plan", "violations"}',
+        "flops_per_iteration, peak_memory_gib, fits, memory, breakdown, published_accuracy "
+        "(errors of the published runs like this one, null for another runtime or a CPU); "
+        'for a plan that breaks a rule, check\'s {"valid", "plan", "violations"}',
     )
 
 
@@ -87,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
     from costmodel.estimate import estimate_plan, estimate_to_json
 
     est = estimate_plan(model, cluster, job, plan, profile, options=options)
+    accuracy = published_accuracy(model, job, options, profile)
     if args.json:
-        print_json(estimate_to_json(est))
+        print_json(estimate_to_json(est) | {"published_accuracy": accuracy_json(accuracy)})
         return 0
     title = (
         f"{model.name} on {cluster.num_gpus} x {profile.name}: {plan.label()} "
@@ -98,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     for line in memory_assumptions(job, options, profile.device.name):
         print(line)
     for line in time_assumptions(model, job, options, profile, plan):
+        print(line)
+    for line in accuracy_lines(accuracy):
         print(line)
     return 0
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from costmodel.execution_presets import device_options
+from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
 from paraplan.args import add_problem_args, job_from_args, model_from_args
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
@@ -201,7 +202,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "those priced; the output says how many were (with --tokens: over the whole sizing "
         "run; default: no limit)",
     )
-    g.add_argument("--json", action="store_true", help='print {"best", "top", "rejected"}')
+    g.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"best", "top", "rejected", ..., "published_accuracy"} (the last: errors '
+        "of the published runs like this job, null for another runtime or a CPU)",
+    )
     s = parser.add_argument_group("cluster sizing (instead of --num-gpus)")
     s.add_argument("--tokens", type=float, default=None, help="token budget of the training run")
     s.add_argument("--days", type=float, default=None, help="deadline in days")
@@ -323,18 +329,24 @@ def _run_search(args: argparse.Namespace) -> int:
         write_search_outputs(
             result, args.hardware, Path(args.out), text, args.candidates_limit, options=options
         )
+    device_opts = device_options(options, profile)
+    accuracy = published_accuracy(model, job, device_opts, profile)
     if args.json:
-        print_json({"runtime": args.runtime, **search_json(result)})
+        print_json(
+            {"runtime": args.runtime, **search_json(result)}
+            | {"published_accuracy": accuracy_json(accuracy)}
+        )
     else:
         _print_top(result, args.top)
         job_line = lora_line(job)
         if job_line is not None:
             print(job_line)
         print(text)
-        device_opts = device_options(options, profile)
         for line in memory_assumptions(job, device_opts, profile.device.name):
             print(line)
         for line in time_assumptions(model, job, device_opts, profile):
+            print(line)
+        for line in accuracy_lines(accuracy):
             print(line)
         print(f"runtime: {args.runtime}")
     return 0 if result.best is not None else 1
