@@ -5,13 +5,12 @@ writing the table beside the page."""
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
 
 from tests.bench.bench_loader import load_bench
-from tests.bench.validation_cases import synthetic_outcome
+from tests.bench.validation_cases import one_row_csv, synthetic_outcome
 
 table_mod = load_bench("accuracy_table")
 stats = load_bench("validation_stats")
@@ -145,14 +144,7 @@ def test_markdown_outputs_write_the_page_and_the_table_from_one_result(tmp_path,
 
 
 def test_the_markdown_flag_writes_through_markdown_outputs(tmp_path, monkeypatch, capsys):
-    rows, error = published_csv.rows_by_ids("1")
-    if error is not None:
-        pytest.skip(error)
-    one = tmp_path / "one.csv"
-    with one.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    one = one_row_csv(tmp_path, "1")
     written = []
     monkeypatch.setattr(bench, "write_markdown_outputs", written.append)
     assert bench.main(["--no-fit", "--markdown", "--csv", str(one)]) == 0

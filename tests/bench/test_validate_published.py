@@ -4,7 +4,6 @@ Table 1 group, the search-sanity rank, the rows asked by id (`published_csv`) an
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
@@ -13,7 +12,7 @@ from costmodel.execution_presets import MEGATRON_2021, MEGATRON_2023
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
 from costmodel.flops import model_flops_per_iteration, sc21_flops_per_iteration
 from tests.bench.bench_loader import load_bench
-from tests.bench.validation_cases import ROW_1, SC21_ROW
+from tests.bench.validation_cases import ROW_1, SC21_ROW, one_row_csv
 
 rows_mod = load_bench("published_rows")
 figures = load_bench("row_figures")
@@ -175,14 +174,7 @@ def test_rows_by_ids_keeps_the_order_asked_and_names_missing_ids():
 
 
 def test_a_run_without_two_strategies_of_one_group_prints_no_kendall_figure(tmp_path, capsys):
-    rows, error = published_csv.rows_by_ids("1")
-    if error is not None:
-        pytest.skip(error)
-    one = tmp_path / "one.csv"
-    with one.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    one = one_row_csv(tmp_path, "1")
     assert bench.main(["--no-fit", "--csv", str(one)]) == 0
     out = capsys.readouterr().out
     assert "Kendall tau n/a (no group of two strategies)" in out

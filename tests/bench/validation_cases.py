@@ -4,8 +4,12 @@ bench/validate_published.py and its modules (`validation_stats`, `validation_fit
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 from tests.bench.bench_loader import load_bench
 
@@ -100,3 +104,17 @@ def synthetic_outcome(
         global_batch_size=gbs,
         precision_text=precision_text,
     )
+
+
+def one_row_csv(tmp_path: Path, row_id: str) -> Path:
+    """A copy of the dev set holding only row ``row_id``, written under ``tmp_path``; the
+    test is skipped where the dev set is not readable."""
+    rows, error = load_bench("published_csv").rows_by_ids(row_id)
+    if error is not None:
+        pytest.skip(error)
+    path = tmp_path / "one.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
