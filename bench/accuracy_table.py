@@ -134,8 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        table = write_table(json.loads(args.from_json.read_text()), args.out)
-    except ValueError as error:
+        document = json.loads(args.from_json.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        print(f"{args.from_json}: cannot read the bench's JSON: {error}", file=sys.stderr)
+        return 2
+    try:
+        table = write_table(document, args.out)
+    except (ValueError, OSError) as error:
         print(error, file=sys.stderr)
         return 2
     print(f"{args.out}: {len(table['groups'])} groups over {table['source']['num_rows']} rows")

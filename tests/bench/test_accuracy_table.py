@@ -124,6 +124,18 @@ def test_a_document_without_the_out_of_sample_fits_is_refused(tmp_path, capsys):
     assert not out.exists() and "--no-fit" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", [None, "{not json"])
+def test_an_unreadable_input_is_named_without_a_traceback(tmp_path, capsys, text):
+    path = tmp_path / "full.json"
+    if text is not None:
+        path.write_text(text)
+    out = tmp_path / "table.json"
+    assert table_mod.main(["--from-json", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: cannot read the bench's JSON" in err and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_the_command_line_writes_what_the_function_returns(tmp_path, capsys):
     path = tmp_path / "full.json"
     path.write_text(json.dumps(DOCUMENT))
