@@ -34,9 +34,11 @@ from pathlib import Path
 
 from validation_stats import FP4_SUFFIX, error_figures
 
+from paraplan.accuracy import PAGE, TABLE_PATH
+
 INPUT_COMMAND = "python bench/validate_published.py --json"
 """The command whose JSON document the table is built from."""
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "paraplan" / "data" / "published_accuracy.json"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "paraplan" / TABLE_PATH
 """Where the command line writes the table: the copy `paraplan/accuracy.py` reads."""
 DECIMALS = 4
 """Decimals of every relative error in the table (0.0001: a hundredth of a percent)."""
@@ -108,7 +110,7 @@ def accuracy_table(document: dict) -> dict:
     return {
         "source": {
             "command": INPUT_COMMAND,
-            "page": "docs/validation.md",
+            "page": PAGE,
             "num_rows": len(rows),
         },
         "groups": groups,

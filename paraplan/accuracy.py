@@ -25,6 +25,7 @@ from importlib.resources import files
 from typing import Any
 
 from costmodel.execution import ExecutionOptions
+from paraplan.time_assumptions import fitted_figures_apply
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -145,8 +146,8 @@ def published_accuracy(
 ) -> PublishedAccuracy | None:
     """The published runs like ``job`` of ``model`` on ``profile`` in ``table`` (default:
     `shipped_table`); None for a runtime other than megatron or a profile that is not a GPU
-    (the rule of `paraplan.time_assumptions.time_assumptions`)."""
-    if options.runtime != "megatron" or profile.device.kind != "gpu":
+    (`paraplan.time_assumptions.fitted_figures_apply`)."""
+    if not fitted_figures_apply(options, profile):
         return None
     generation = profile.device.generation
     kind = "moe" if model.num_experts else "dense"

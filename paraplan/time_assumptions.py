@@ -31,6 +31,13 @@ HOST_DRIVEN_OVERLAP_LINE = (
 """The caveat `time_assumptions` adds where the overlap runs with host work in the step."""
 
 
+def fitted_figures_apply(options: ExecutionOptions, profile: HardwareProfile) -> bool:
+    """Whether a prediction rests on the figures fitted on published Megatron runs: the
+    megatron runtime on a GPU profile. `time_assumptions` names those figures and
+    `paraplan.accuracy` gives the errors of the runs they were fitted on, under this rule."""
+    return options.runtime == "megatron" and profile.device.kind == "gpu"
+
+
 def time_assumptions(
     model: ModelSpec,
     job: TrainingJob,
@@ -46,7 +53,7 @@ def time_assumptions(
     applies to when ``plan`` is None) without a full-iteration CUDA graph, the published
     evidence that such runs gain less than priced (`HOST_DRIVEN_OVERLAP_LINE`). Empty for
     other runtimes and for a profile that is not a GPU."""
-    if options.runtime != "megatron" or profile.device.kind != "gpu":
+    if not fitted_figures_apply(options, profile):
         return []
     generation = profile.device.generation
     lines = ["time assumes (figures fitted on published Megatron runs, docs/validation.md):"]
