@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nemo_recipes import fsdp_stated, model_family, nemo_release
+from recipe_keys import NotExpressible
 
 MBRIDGE_RELEASES = ("25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
 """Megatron-Bridge releases in order (module docstring for their tags)."""
@@ -182,12 +183,15 @@ def compute_dtype(raw: dict[str, str]) -> str:
 
 
 def train_task(raw: dict[str, str]) -> str:
-    """``sft``, ``lora`` or ``pretrain`` of the row's ``task`` column."""
+    """``sft``, ``lora`` or ``pretrain`` of the row's ``task`` column (empty: pretrain);
+    NotExpressible for another task (DPO, RL, ...), which the cost model does not price."""
     text = (raw.get("task") or "").strip().lower()
     for task in ("sft", "lora"):
         if text.startswith(task):
             return task
-    return "pretrain"
+    if not text or text.startswith("pretrain"):
+        return "pretrain"
+    raise NotExpressible(f"task {text!r}: priced are pre-training, SFT and LoRA")
 
 
 def _release_index(release: str) -> int:
@@ -196,7 +200,7 @@ def _release_index(release: str) -> int:
         return MBRIDGE_RELEASES.index(release)
     if release > MBRIDGE_RELEASES[-1]:
         return len(MBRIDGE_RELEASES) - 1
-    raise ValueError(
+    raise NotExpressible(
         f"Megatron-Bridge release {release!r} predates the performance scripts' cuDNN norm "
         f"rules ({MBRIDGE_RELEASES[0]} on); add its rule to bench/norm_recipes.py"
     )

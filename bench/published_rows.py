@@ -18,7 +18,9 @@ Nothing here filters rows by name. The published figure as seconds per iteration
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``; the model's in `bench/row_model.py`):
 - micro-batch size 1 (Megatron-LM ``--micro-batch-size`` default);
-- no recompute, no sequence parallelism beyond what the row states; Megatron-Bridge and
+- no recompute beyond what the row states; sequence parallelism with tp > 1 unless the
+  row says it was not used (Megatron-Bridge and NeMo recipes set it with TP; SC21 predates
+  it and says so); Megatron-Bridge and
   NeMo rows run the distributed optimizer (their performance recipes set
   ``use_distributed_optimizer``), other rows only when ``fsdp_or_zero`` says so;
   Megatron-Bridge's Kimi-K2 rows run layer-wise distributed Muon instead
@@ -26,6 +28,11 @@ Defaults for what a row leaves empty, each the framework's own default (column g
 - precision bf16 when the row does not state one; fp16 rows are priced as bf16 (same
   dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8; NVFP4
   as nvfp4 (Transformer Engine's NVFP4 block scaling).
+
+A column whose text says something the readers do not understand (a precision without a
+GEMM curve, a recompute or sharding setting that is neither of the above, a task other
+than pre-training, SFT or LoRA, a figure that is not a positive number) makes the row
+`NotExpressible` with the column and its text: a row is never priced as something else.
 """
 
 from __future__ import annotations
@@ -139,35 +146,97 @@ def profile_for(gpu_type: str) -> str:
     raise NotExpressible(f"no stored profile for {gpu_type!r}")
 
 
+SIXTEEN_BIT_WORDS = ("BF16", "FP16", "MIXED", "HALF")
+"""Words of a ``precision`` column that name 16-bit mixed precision (priced as bf16)."""
+
+
 def precision_for(text: str) -> str:
-    """The job precision of a ``precision`` column (see the module docstring)."""
+    """The job precision of a ``precision`` column (see the module docstring);
+    NotExpressible for a precision the cost model has no GEMM curve for (FP4 formats other
+    than NVFP4, TF32, FP32, INT8, ...), named with the text."""
     upper = text.upper()
     if "NVFP4" in upper:
         return "nvfp4"
+    if "FP4" in upper:
+        raise NotExpressible(f"precision {text!r}: of the 4-bit formats only NVFP4 is priced")
     if "FP8" in upper or "QUANTIZATION GRANULARITY" in upper:
         return "fp8"
-    return "bf16"
+    if any(w in upper for w in SIXTEEN_BIT_WORDS) or not upper or upper.startswith("NOT STATED"):
+        return "bf16"
+    raise NotExpressible(
+        f"precision {text!r}: priced are bf16/fp16 mixed precision, FP8 (any scaling) and NVFP4"
+    )
+
+
+def _starts_with_word(text: str, words: tuple[str, ...]) -> bool:
+    """Whether ``text`` (lower case) starts with one of ``words`` as a whole word."""
+    return re.match(rf"({'|'.join(words)})\b", text) is not None
+
+
+NEGATIVE_WORDS = ("none", "no", "off", "false", "disabled", "without", "not used")
+"""Lower-case openings of a column that says a feature was not used."""
+
+AFFIRMATIVE_WORDS = ("yes", "on", "true", "enabled", "used")
+"""Lower-case openings of a column that says a feature was used, without saying how."""
+
+
+ZERO_1 = re.compile(r"zero[- ]?(stage[- ]?)?1\b")
+"""ZeRO stage 1 (optimizer state sharded, as Megatron's distributed optimizer)."""
+
+ZERO_2 = re.compile(r"zero[- ]?(stage[- ]?)?2\b")
+"""ZeRO stage 2: DeepSpeed also shards the gradients, which the distributed optimizer
+keeps whole, under its own engine's schedule."""
 
 
 def _distributed_optimizer(raw: dict[str, str]) -> bool:
+    """Whether the row shards the optimizer state as Megatron's distributed optimizer does:
+    the distributed optimizer itself, ZeRO-1, or FSDP that keeps parameters after forward
+    (Megatron-FSDP rows take their sharding from `sharding_fields`). Empty: the source's
+    recipe default (`DISTRIBUTED_OPTIMIZER_SOURCES`); NotExpressible for a sharding without
+    a counterpart (fairscale, ZeRO-2) or a text not understood."""
     text = column_text(raw, "fsdp_or_zero")
     lower = text.lower()
-    if "fairscale" in lower:
-        raise NotExpressible(f"optimizer sharding {text!r}")
     if not text:
         return column_text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
-    # ZeRO-1 and FSDP without parameter resharding shard the optimizer state as the
-    # distributed optimizer does.
-    return any(k in lower for k in ("distributed optimizer", "zero-1", "fsdp"))
+    if "fairscale" in lower or ZERO_2.search(lower):
+        raise NotExpressible(f"optimizer sharding {text!r}")
+    if _starts_with_word(lower, NEGATIVE_WORDS):
+        return False
+    if any(k in lower for k in ("distributed optimizer", "fsdp")) or ZERO_1.search(lower):
+        return True
+    if _starts_with_word(lower, ("plain", "ddp")):
+        return False
+    raise NotExpressible(
+        f"fsdp_or_zero {text!r} not understood: state 'none', 'distributed optimizer', "
+        "'ZeRO-1', 'FSDP' or 'Megatron-FSDP'"
+    )
 
 
 def _recompute(raw: dict[str, str]) -> str:
+    """``full``, ``selective`` or ``none`` from the ``recompute`` column: "full ..." and
+    activation checkpointing (whole layers) are full; empty or "not stated" is none (the
+    framework default); NotExpressible for a text that does not say which."""
     text = column_text(raw, "recompute").lower()
     if text.startswith("full"):
         return "full"
     if text.startswith("selective"):
         return "selective"
-    return "none"
+    if not text or text.startswith("not stated") or _starts_with_word(text, NEGATIVE_WORDS):
+        return "none"
+    if "checkpoint" in text:
+        return "full"
+    raise NotExpressible(f"recompute {text!r} not understood: state 'full', 'selective' or 'none'")
+
+
+def _sequence_parallel(raw: dict[str, str], tp: int) -> bool:
+    """Sequence parallelism: on with tp > 1 unless the ``sequence_parallel`` column says it
+    was not used; NotExpressible for a text that says neither."""
+    text = column_text(raw, "sequence_parallel").lower()
+    if _starts_with_word(text, NEGATIVE_WORDS):
+        return False
+    if text and not _starts_with_word(text, AFFIRMATIVE_WORDS):
+        raise NotExpressible(f"sequence_parallel {text!r} not understood: state 'yes' or 'no'")
+    return tp > 1
 
 
 VPP_NOT_STATED = "virtual pipeline degree not stated"
@@ -208,6 +277,23 @@ def stated_note_fields(raw: dict[str, str], pp: int, cp: int) -> dict[str, objec
     return fields
 
 
+def _check_printed_dp(raw: dict[str, str], gpus: int, model_parallel: int) -> None:
+    """NotExpressible when the row prints a data-parallel degree other than
+    ``num_gpus / (tp·pp·cp)`` (the plan's), unless its ``notes`` name the derived one as
+    the intended value ("treat DP=8 ...", Llama 3's row of 16,384 GPUs printed with DP 4)."""
+    text = column_text(raw, "dp")
+    if text in ("", "n/a") or gpus % model_parallel:
+        return
+    derived = gpus // model_parallel
+    printed = column_int(raw, "dp")
+    notes = column_text(raw, "notes").lower().replace(" ", "")
+    if printed != derived and f"treatdp={derived}" not in notes:
+        raise NotExpressible(
+            f"dp {printed} printed, but num_gpus {gpus} / (tp·pp·cp {model_parallel}) = "
+            f"{derived}: one of the two is wrong as published"
+        )
+
+
 def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     """The row's `ParallelPlan` (tp pp vpp cp ep dp, mbs, recompute, optimizer sharding)."""
     if not vpp_stated(raw):
@@ -216,7 +302,8 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
     vpp, cp = column_int(raw, "vpp", 1), column_int(raw, "cp", 1)
     ep = column_int(raw, "ep", 1) if model.num_experts else 1
     gpus = column_int(raw, "num_gpus")
-    sp_text = column_text(raw, "sequence_parallel").lower()
+    _check_printed_dp(raw, gpus, tp * pp * cp)
+    sp = _sequence_parallel(raw, tp)
     fields: dict[str, object] = {
         "tp": tp,
         "pp": pp,
@@ -226,9 +313,9 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "micro_batch_size": column_int(raw, "micro_batch_size", 1),
         "recompute": _recompute(raw),
         "distributed_optimizer": _distributed_optimizer(raw),
-        "sequence_parallel": tp > 1 and not sp_text.startswith("no"),
+        "sequence_parallel": sp,
         "etp": expert_tp(raw, model) if ep > 1 else None,
-        "tp_comm_overlap": tp_overlap(raw, tp, tp > 1 and not sp_text.startswith("no")),
+        "tp_comm_overlap": tp_overlap(raw, tp, sp),
         **pipeline_fields(raw, model, pp, vpp),
         **(sharding_fields(raw) or {}),
         **optimizer_plan_fields(raw),

@@ -31,9 +31,16 @@ def column_int(raw: dict[str, str], key: str, default: int | None = None) -> int
 
 
 def column_float(raw: dict[str, str], key: str) -> float | None:
-    """A number column; None when empty or not a number."""
+    """A positive number column (a published figure); None when empty or ``n/a``,
+    NotExpressible when the text is not a positive number, so a figure is never skipped
+    for the next column in silence."""
     text = column_text(raw, key)
-    try:
-        return float(text) if text else None
-    except ValueError:
+    if text in ("", "n/a"):
         return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise NotExpressible(f"{key} = {text!r} is not a number") from None
+    if not value > 0:
+        raise NotExpressible(f"{key} = {text!r} is not a positive number")
+    return value

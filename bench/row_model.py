@@ -4,8 +4,10 @@ A row of ``published-runs-dev.csv`` states the model's shape (``ARCHITECTURE_COL
 in ``arch_notes``, its style (gated MLP, normalization, position embedding, MLA, window
 attention); `model_for` maps exactly those and raises `NotExpressible` for layers the cost
 model does not price (parallel attention+MLP blocks, hybrid Mamba layers, a ReLU MLP,
-sliding-window attention outside GPT-OSS). Recipe-set fields (MTP layers, untied embeddings,
-token-drop capacity, NeMo model overrides) come from the recipe modules cited in
+sliding-window attention outside GPT-OSS) and for a row that names no MLP activation
+where its model family does not tell it (`SWIGLU_FAMILIES`, `GELU_FAMILIES`). Recipe-set
+fields (MTP layers, untied embeddings, token-drop capacity, NeMo model overrides) come
+from the recipe modules cited in
 `bench/row_recipes.py`, `bench/moe_recipes.py` and `bench/nemo_recipes.py`.
 
 Defaults for what a row leaves empty, each Megatron-LM's own (column guide:
@@ -44,6 +46,22 @@ ARCHITECTURE_COLUMNS = (
 a row built for a recipe copies them from a dev-set row of the same model."""
 
 
+SWIGLU_FAMILIES = ("llama", "mistral", "mixtral", "qwen", "deepseek", "kimi")
+"""Model names (lower case, prefix) of families with SwiGLU MLPs, RMSNorm and rotary
+positions (``hidden_act: silu`` in each family's Hugging Face ``config.json``), for rows
+whose ``arch_notes`` do not say so."""
+
+GELU_FAMILIES = ("gpt", "bloom", "mt-nlg", "megatron")
+"""Model names (lower case, prefix) of GPT-style models: GeLU MLP of 4h, LayerNorm."""
+
+GELU_MARKERS = ("gelu", "gpt", "ffn=4h")
+"""``arch_notes`` texts (lower case) that name a GPT-style MLP."""
+
+HYBRID_FAMILIES = ("nemotron_3", "nemotron-3", "nemotron-h", "nemotron_h")
+"""Model names (lower case, prefix) of hybrid Mamba-2/attention models, which the cost
+model does not price."""
+
+
 def _architecture(raw: dict[str, str]) -> dict[str, object]:
     """ModelSpec style fields from ``arch_notes``; NotExpressible for layers not modelled."""
     notes = column_text(raw, "arch_notes").lower()
@@ -52,20 +70,26 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
         raise NotExpressible("sliding-window attention outside GPT-OSS")
     for marker, reason in (
         ("parallel attn", "parallel attention+MLP block"),
+        ("parallel residual", "parallel attention+MLP block"),
         ("parallel transformer block", "parallel transformer block"),
     ):
         if marker in notes:
             raise NotExpressible(reason)
-    if "nemotron_3" in model:
+    if model.startswith(HYBRID_FAMILIES) or "mamba" in notes:
         raise NotExpressible("hybrid Mamba layers")
     if "relu" in notes and "squared-relu" not in notes:
         raise NotExpressible("ReLU MLP")
     gated = any(k in notes for k in ("swiglu", "llama", "experts")) or "mla" in notes
-    if gated:
+    if gated or model.startswith(SWIGLU_FAMILIES):
         return {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"}
     if "squared-relu" in notes:
         # Non-gated two-matrix MLP: the same GEMMs as GELU (`specs.presets` Nemotron-4).
         return {"activation": "gelu", "normalization": "layernorm", "position_embedding": "rope"}
+    if not any(k in notes for k in GELU_MARKERS) and not model.startswith(GELU_FAMILIES):
+        raise NotExpressible(
+            f"MLP activation not stated: arch_notes {notes!r} name no activation and model "
+            f"{model!r} is no family of known architecture; add 'SwiGLU' or 'GeLU' to arch_notes"
+        )
     position = "none" if "alibi" in notes else "learned"
     return {
         "activation": "gelu",
@@ -104,9 +128,9 @@ def uses_qk_layernorm(raw: dict[str, str]) -> bool:
 
 def model_for(raw: dict[str, str]) -> ModelSpec:
     """The row's `ModelSpec` from its architecture columns."""
+    style = {**_architecture(raw), **sliding_window_fields(raw)}
     hidden = column_int(raw, "hidden_size")
     heads = column_int(raw, "num_attention_heads")
-    style = {**_architecture(raw), **sliding_window_fields(raw)}
     kv = re.search(r"kv_channels (\d+)", column_text(raw, "arch_notes"))
     experts = column_int(raw, "num_experts", 0)
     moe: dict[str, object] = {}

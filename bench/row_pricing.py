@@ -179,16 +179,18 @@ def evaluate(
             outcomes.append(outcome)
             cases[outcome.row_id] = case
         except (NotExpressible, SpecError) as err:
-            reason = str(err).splitlines()[0] if isinstance(err, NotExpressible) else _rules(err)
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
-                | {"reason": reason}
+                | {"reason": apart_reason(err)}
             )
     return outcomes, cases, apart
 
 
-def _rules(err: SpecError) -> str:
-    """The rule ids of a plan rejection, e.g. ``plan rule layers_divisible_by_pp``."""
+def apart_reason(err: NotExpressible | SpecError) -> str:
+    """Why a row is set apart, one line: a `NotExpressible` reason as it reads, a plan
+    rejection as its rule ids (e.g. ``plan rule layers_divisible_by_pp``)."""
+    if isinstance(err, NotExpressible):
+        return str(err).splitlines()[0]
     ids = [line.strip()[2:].split(":")[0] for line in str(err).splitlines()[1:]]
     return "plan rule " + ", ".join(i for i in ids if i) if ids else str(err)
 

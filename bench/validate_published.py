@@ -4,7 +4,8 @@ Every trust A and B row of the development set (column guide: ``published-runs-d
 beside it) goes through the same `estimate_plan` a user gets, with only what the row
 states (`bench/published_rows.py`: plan, precision, optimizer sharding, recompute; the
 SC21-era sources keep Megatron-LM's 2021 execution options, `MEGATRON_2021`). Rows the
-specs cannot express yet are listed apart with the reason; trust C rows are not used.
+specs cannot express yet are listed apart with the reason; trust C rows are reported apart
+(``trust_c``, `bench/trust_c_rows.py`): priced where their columns allow, in no figure.
 
 Per row: predicted and published seconds per iteration (convention-free: the printed
 time, tokens/s/GPU, or TFLOP/s/GPU through the source's own FLOPs formula), the signed
@@ -60,6 +61,7 @@ from accuracy_table import write_table
 from published_csv import default_csv, read_rows, select_rows
 from row_pricing import at_host_launch, evaluate, fit_grid, row_predictor
 from same_recipe import same_recipe_ratios, with_predictions
+from trust_c_rows import print_trust_c, trust_c_report
 from unstated_vpp import print_unstated_vpp, unstated_vpp_report
 from validation_docs import write_markdown
 from validation_fit import Progress
@@ -117,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         same_recipe_ratios(read_rows(args.csv)), {o.row_id: o.predicted_s for o in outcomes}
     )
     result["unstated_vpp"] = unstated_vpp_report(selected)
+    result["trust_c"] = trust_c_report(selected)
     if args.search:
         from search_sanity import search_sanity
 
@@ -187,6 +190,7 @@ def print_table(result: dict) -> None:
     print(f"fit fraction of the rows printed as run: {result['fit_fraction_as_run']:.0%}")
     print(f"not expressible yet: {len(result['not_expressible'])} trusted rows")
     print_unstated_vpp(result.get("unstated_vpp", []))
+    print_trust_c(result.get("trust_c", []))
     sanity = result.get("search_sanity")
     if sanity:
         for r in sanity["rows"]:

@@ -6,7 +6,8 @@
 - `result_tables`: the sections after the prose, in page order: the Llama-3-8B memory case,
   the planner's search sanity (when the result has it, with `claim_lines`), the figures by
   GPU generation, precision, kind and source, every row, the rows not expressible yet and
-  the rows whose only gap is the virtual-pipeline degree (`unstated_vpp_lines`).
+  the rows whose only gap is the virtual-pipeline degree (`unstated_vpp_lines`) and the
+  trust C rows (`trust_c_lines`).
 
 Every function returns a list of Markdown lines; a section ends with an empty line.
 """
@@ -42,6 +43,8 @@ def result_tables(result: dict) -> list[str]:
     lines += _not_expressible_table(result["not_expressible"])
     if "unstated_vpp" in result:
         lines += ["", *unstated_vpp_lines(result["unstated_vpp"])]
+    if "trust_c" in result:
+        lines += ["", *trust_c_lines(result["trust_c"])]
     return lines
 
 
@@ -266,3 +269,40 @@ def _not_fit_note(row: dict) -> str:
     """`` (why)`` after a non-fitting row whose printed configuration is not its recipe."""
     reason = row.get("not_fit_reason")
     return f" ({reason})" if reason else ""
+
+
+def trust_c_lines(entries: list[dict[str, object]]) -> list[str]:
+    """The page section of `trust_c_rows.trust_c_report`'s entries: the priced rows one
+    line each, the others one line per model and reason with their row ids."""
+    lines = [
+        "## Trust C rows (in no figure)",
+        "",
+        "Headline numbers, partial configurations, figures read off plots and rows "
+        "inconsistent as published (trust C, published-runs-dev.md). None is fitted or "
+        "counted above; each is priced at the shipped defaults where its columns allow, "
+        "else listed with the reason.",
+        "",
+    ]
+    priced = [e for e in entries if e["priced"]]
+    if priced:
+        lines += [
+            "| row | source | model | plan | published s | predicted s | error | fits |",
+            "| ---: | --- | --- | --- | ---: | ---: | ---: | --- |",
+        ]
+        lines += [
+            f"| {e['row_id']} | {e['source_id']} | {e['model']} | {e['plan']} | "
+            f"{e['published_s']:.3f} | {e['predicted_s']:.3f} | {e['error']:+.1%} | "
+            f"{'yes' if e['fits'] else 'no'} |"
+            for e in priced
+        ]
+        lines.append("")
+    groups: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for e in entries:
+        if not e["priced"]:
+            groups.setdefault((str(e["model"]), str(e["reason"])), []).append(e)
+    lines += ["| rows | sources | model | not priced because |", "| --- | --- | --- | --- |"]
+    for (model, reason), members in groups.items():
+        ids = ", ".join(str(e["row_id"]) for e in members)
+        sources = ", ".join(dict.fromkeys(str(e["source_id"]) for e in members))
+        lines.append(f"| {ids} | {sources} | {model} | {reason} |")
+    return lines

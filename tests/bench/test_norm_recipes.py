@@ -61,7 +61,7 @@ def test_megatron_bridge_keeps_the_cudnn_norm_per_release(release, model, gpu, p
 
 
 def test_a_release_before_the_rules_is_refused():
-    with pytest.raises(ValueError, match="add its rule"):
+    with pytest.raises(rows.NotExpressible, match="add its rule"):
         rules.norm_backend_fields(mbridge("25.07", "LLAMA3_70B", "GB200", "BF16"))
 
 

@@ -104,7 +104,7 @@ def test_a_row_with_a_stated_vpp_is_not_listed():
 
 
 def test_llama3_notes_set_the_account_for_flags_and_all_gather_context_parallelism():
-    case = rows_mod.case_for_row(unstated.with_vpp(LLAMA3_ROW | {"cp": "16"}, 4))
+    case = rows_mod.case_for_row(unstated.with_vpp(LLAMA3_ROW | {"cp": "16", "dp": "4"}, 4))
     assert case.plan.account_for_embedding_in_pipeline_split
     assert case.plan.account_for_loss_in_pipeline_split
     assert case.plan.cp_comm_type == "all_gather"
