@@ -44,14 +44,16 @@ def flops_formula(convention: str) -> FlopsFormula | None:
 FLOPS_CONVENTIONS: tuple[tuple[str, FlopsFormula], ...] = (
     ("eq.3", sc21_flops_per_iteration),
     ("as of r0.8.0", noncausal_flops_per_iteration),
+    ("(v0.8: full non-causal", noncausal_flops_per_iteration),
     ("nemo 24.03-era", noncausal_flops_per_iteration),
     ("palm", noncausal_flops_per_iteration),
     ("num_floating_point_operations of the commit used", model_flops_per_iteration),
 )
 """``flops_convention`` marker -> FLOPs per iteration (published-runs-dev.md, "FLOPs
 conventions"): SC21 Eq. 3 (recompute and full attention counted); Megatron-LM's count
-before the causal factor (README 2024, NeMo 24.03; PaLM's 6N + 12·L·H·Q·T also counts the
-full attention matrix); Megatron-LM's current causal count (code from 2025-03)."""
+before the causal factor (README 2024 and the MoE README of v0.8, NeMo 24.03; PaLM's
+6N + 12·L·H·Q·T also counts the full attention matrix); Megatron-LM's current causal count
+(code from 2025-03)."""
 
 
 def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:

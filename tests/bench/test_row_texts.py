@@ -146,3 +146,11 @@ def test_a_printed_dp_unlike_the_gpu_count_sets_the_row_apart_unless_the_notes_s
         rows_mod.case_for_row(row_with(MLM_README_32B, dp="24"))
     settled = row_with(MLM_README_32B, dp="24", notes="Treat DP=48 as the intended value.")
     assert rows_mod.case_for_row(settled).plan.dp == 48
+
+
+def test_the_moe_readme_convention_is_megatrons_count_before_the_causal_factor():
+    text = (
+        "Megatron-LM num_floating_point_operations (v0.8: full non-causal attention, top-k experts)"
+    )
+    assert figures.flops_formula(text) is figures.noncausal_flops_per_iteration
+    assert figures.flops_formula("not stated on page") is None
