@@ -199,7 +199,10 @@ def _distributed_optimizer(raw: dict[str, str]) -> bool:
     if not text:
         return column_text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
     if "fairscale" in lower or ZERO_2.search(lower):
-        raise NotExpressible(f"optimizer sharding {text!r}")
+        raise NotExpressible(
+            f"optimizer sharding {text!r}: no counterpart (ZeRO-2 shards the gradients, "
+            "which Megatron's distributed optimizer keeps whole; fairscale's sharded DDP)"
+        )
     if _starts_with_word(lower, NEGATIVE_WORDS):
         return False
     if any(k in lower for k in ("distributed optimizer", "fsdp")) or ZERO_1.search(lower):
