@@ -18,6 +18,33 @@ def default_csv() -> Path | None:
     return None
 
 
+REQUIRED_COLUMNS = (
+    "row_id",
+    "source_id",
+    "trust",
+    "model",
+    "gpu_type",
+    "precision",
+    "num_layers",
+    "pp",
+    "seq_length",
+    "global_batch_size",
+    "iteration_time_s",
+)
+"""Columns every row is read by (the others may be absent: an absent column is an empty
+cell)."""
+
+
+def header_problem(path: Path) -> str | None:
+    """A line naming the `REQUIRED_COLUMNS` the CSV at ``path`` lacks, or None."""
+    with path.open(newline="") as handle:
+        header = next(csv.reader(handle), [])
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if not missing:
+        return None
+    return f"{path} lacks the columns {', '.join(missing)} (column guide: published-runs-dev.md)"
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
     """The CSV's rows as dicts of column -> text."""
     with path.open(newline="") as handle:

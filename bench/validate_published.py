@@ -58,7 +58,7 @@ from pathlib import Path
 
 from accuracy_table import DEFAULT_OUT as ACCURACY_TABLE
 from accuracy_table import write_table
-from published_csv import default_csv, read_rows, select_rows
+from published_csv import default_csv, header_problem, read_rows, select_rows
 from row_pricing import at_host_launch, evaluate, fit_grid, row_predictor
 from same_recipe import same_recipe_ratios, with_predictions
 from trust_c_rows import print_trust_c, trust_c_report
@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
+        return 2
+    problem = header_problem(args.csv)
+    if problem is not None:
+        print(problem, file=sys.stderr)
         return 2
     selected = select_rows(read_rows(args.csv), args.rows)
     outcomes, cases, apart = evaluate(selected)

@@ -4,6 +4,7 @@ Table 1 group, the search-sanity rank, the rows asked by id (`published_csv`) an
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -72,14 +73,6 @@ def test_stack_version_picks_the_era_options():
 def test_unsupported_fields_are_named(changes, reason):
     with pytest.raises(rows_mod.NotExpressible, match=reason):
         rows_mod.case_for_row(SC21_ROW | changes)
-
-
-def test_precision_mapping():
-    assert rows_mod.precision_for("MXFP8") == "fp8"
-    assert rows_mod.precision_for("FP8-CS") == "fp8"
-    assert rows_mod.precision_for("BF16") == "bf16"
-    assert rows_mod.precision_for("fp16 mixed") == "bf16"
-    assert rows_mod.precision_for("NVFP4") == "nvfp4"
 
 
 def test_tflops_rows_use_the_source_convention():
@@ -179,3 +172,15 @@ def test_a_run_without_two_strategies_of_one_group_prints_no_kendall_figure(tmp_
     out = capsys.readouterr().out
     assert "Kendall tau n/a (no group of two strategies)" in out
     assert "nan" not in out
+
+
+def test_a_csv_without_a_column_every_row_is_read_by_is_refused_by_name(tmp_path, capsys):
+    one = one_row_csv(tmp_path, "1")
+    with one.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    keep = [i for i, c in enumerate(rows[0]) if c != "trust"]
+    cut = tmp_path / "cut.csv"
+    with cut.open("w", newline="") as handle:
+        csv.writer(handle).writerows([[r[i] for i in keep] for r in rows])
+    assert bench.main(["--no-fit", "--csv", str(cut)]) == 2
+    assert "lacks the columns trust" in capsys.readouterr().err
