@@ -29,7 +29,8 @@ Defaults for what a row leaves empty, each the framework's own default (column g
   dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8; NVFP4
   as nvfp4 (Transformer Engine's NVFP4 block scaling).
 
-A column whose text says something the readers do not understand (a precision without a
+A column that states nothing ("n/a", "not stated", "unknown") reads as an empty cell. A
+column whose text says something the readers do not understand (a precision without a
 GEMM curve, a recompute or sharding setting that is neither of the above, a task other
 than pre-training, SFT or LoRA, a figure that is not a positive number) makes the row
 `NotExpressible` with the column and its text: a row is never priced as something else.
@@ -161,11 +162,20 @@ def precision_for(text: str) -> str:
         raise NotExpressible(f"precision {text!r}: of the 4-bit formats only NVFP4 is priced")
     if "FP8" in upper or "QUANTIZATION GRANULARITY" in upper:
         return "fp8"
-    if any(w in upper for w in SIXTEEN_BIT_WORDS) or not upper or upper.startswith("NOT STATED"):
+    if any(w in upper for w in SIXTEEN_BIT_WORDS) or _unstated(text):
         return "bf16"
     raise NotExpressible(
         f"precision {text!r}: priced are bf16/fp16 mixed precision, FP8 (any scaling) and NVFP4"
     )
+
+
+UNSTATED_WORDS = ("n/a", "not stated", "unknown", "unspecified", "not given")
+"""Lower-case openings of a column that states nothing: read as an empty cell."""
+
+
+def _unstated(text: str) -> bool:
+    """Whether a column's text (any case) states nothing (`UNSTATED_WORDS`, or empty)."""
+    return not text or text.lower().startswith(UNSTATED_WORDS)
 
 
 def _starts_with_word(text: str, words: tuple[str, ...]) -> bool:
@@ -196,7 +206,7 @@ def _distributed_optimizer(raw: dict[str, str]) -> bool:
     a counterpart (fairscale, ZeRO-2) or a text not understood."""
     text = column_text(raw, "fsdp_or_zero")
     lower = text.lower()
-    if not text:
+    if _unstated(text):
         return column_text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
     if "fairscale" in lower or ZERO_2.search(lower):
         raise NotExpressible(
@@ -224,7 +234,7 @@ def _recompute(raw: dict[str, str]) -> str:
         return "full"
     if text.startswith("selective"):
         return "selective"
-    if not text or text.startswith("not stated") or _starts_with_word(text, NEGATIVE_WORDS):
+    if _unstated(text) or _starts_with_word(text, NEGATIVE_WORDS):
         return "none"
     if "checkpoint" in text:
         return "full"
@@ -237,7 +247,7 @@ def _sequence_parallel(raw: dict[str, str], tp: int) -> bool:
     text = column_text(raw, "sequence_parallel").lower()
     if _starts_with_word(text, NEGATIVE_WORDS):
         return False
-    if text and not _starts_with_word(text, AFFIRMATIVE_WORDS):
+    if not _unstated(text) and not _starts_with_word(text, AFFIRMATIVE_WORDS):
         raise NotExpressible(f"sequence_parallel {text!r} not understood: state 'yes' or 'no'")
     return tp > 1
 

@@ -95,6 +95,14 @@ def test_sharding_texts(text, sharded):
     assert plan.distributed_optimizer is sharded
 
 
+@pytest.mark.parametrize("text", ["not stated", "n/a", "unknown"])
+def test_a_column_that_states_nothing_reads_as_an_empty_cell(text):
+    for column in ("precision", "recompute", "fsdp_or_zero", "sequence_parallel"):
+        empty = rows_mod.case_for_row(row_with(MLM_README_32B, **{column: ""}))
+        case = rows_mod.case_for_row(row_with(MLM_README_32B, **{column: text}))
+        assert case.plan == empty.plan and case.job == empty.job
+
+
 def test_sequence_parallel_follows_tp_unless_the_row_says_no():
     assert rows_mod.case_for_row(
         row_with(MLM_README_32B, sequence_parallel="yes")
