@@ -183,13 +183,14 @@ def compute_dtype(raw: dict[str, str]) -> str:
 
 
 def train_task(raw: dict[str, str]) -> str:
-    """``sft``, ``lora`` or ``pretrain`` of the row's ``task`` column (empty: pretrain);
-    NotExpressible for another task (DPO, RL, ...), which the cost model does not price."""
+    """``sft``, ``lora`` or ``pretrain`` of the row's ``task`` column (empty, and any
+    pre-training such as "continued pre-training": pretrain); NotExpressible for another
+    task (DPO, RL, ...), which the cost model does not price."""
     text = (raw.get("task") or "").strip().lower()
     for task in ("sft", "lora"):
         if text.startswith(task):
             return task
-    if not text or text.startswith("pretrain"):
+    if not text or "pretrain" in text.replace("-", "").replace(" ", ""):
         return "pretrain"
     raise NotExpressible(f"task {text!r}: priced are pre-training, SFT and LoRA")
 

@@ -74,6 +74,7 @@ def test_a_text_not_understood_sets_the_row_apart_with_column_and_text(column, t
 def test_a_task_other_than_pretraining_sft_or_lora_is_refused():
     task = load_bench("norm_recipes").train_task
     assert task({"task": "pretrain (benchmark)"}) == "pretrain" and task({}) == "pretrain"
+    assert task({"task": "continued pre-training"}) == "pretrain"
     assert task({"task": "SFT (fine-tune)"}) == "sft"
     with pytest.raises(rows_mod.NotExpressible, match="dpo"):
         task({"task": "DPO"})
