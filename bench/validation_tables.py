@@ -44,7 +44,7 @@ def result_tables(result: dict) -> list[str]:
     if "unstated_vpp" in result:
         lines += ["", *unstated_vpp_lines(result["unstated_vpp"])]
     if "trust_c" in result:
-        lines += ["", *trust_c_lines(result["trust_c"])]
+        lines += ([] if lines[-1] == "" else [""]) + trust_c_lines(result["trust_c"])
     return lines
 
 
