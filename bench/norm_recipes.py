@@ -201,9 +201,14 @@ def _release_index(release: str) -> int:
         return MBRIDGE_RELEASES.index(release)
     if release > MBRIDGE_RELEASES[-1]:
         return len(MBRIDGE_RELEASES) - 1
+    if release < MBRIDGE_RELEASES[0]:
+        raise NotExpressible(
+            f"Megatron-Bridge release {release!r} predates the performance scripts' cuDNN "
+            f"norm rules ({MBRIDGE_RELEASES[0]} on); add its rule to bench/norm_recipes.py"
+        )
     raise NotExpressible(
-        f"Megatron-Bridge release {release!r} predates the performance scripts' cuDNN norm "
-        f"rules ({MBRIDGE_RELEASES[0]} on); add its rule to bench/norm_recipes.py"
+        f"Megatron-Bridge release {release!r} is none of those whose cuDNN norm rules are "
+        f"transcribed ({', '.join(MBRIDGE_RELEASES)}); add its rule to bench/norm_recipes.py"
     )
 
 

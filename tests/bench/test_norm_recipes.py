@@ -63,6 +63,8 @@ def test_megatron_bridge_keeps_the_cudnn_norm_per_release(release, model, gpu, p
 def test_a_release_before_the_rules_is_refused():
     with pytest.raises(rows.NotExpressible, match="add its rule"):
         rules.norm_backend_fields(mbridge("25.07", "LLAMA3_70B", "GB200", "BF16"))
+    with pytest.raises(rows.NotExpressible, match="is none of those whose"):
+        rules.norm_backend_fields(mbridge("26.03", "LLAMA3_70B", "GB200", "BF16"))
 
 
 def test_every_keep_rule_names_its_release_range_and_source():
