@@ -9,7 +9,7 @@ device times per token (the grids of `FIT_GRID`, each distinct pricing computed 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from norm_recipes import train_task
 from published_rows import NotExpressible, RowCase, case_for_row
@@ -165,14 +165,15 @@ def prices_16bit_gemms(case: RowCase, price: Callable[[RowCase, ExecutionOptions
 
 
 def evaluate(
-    rows: list[dict[str, str]],
+    rows: list[dict[str, str]], trusts: Collection[str] = TRUSTED
 ) -> tuple[list[Outcome], dict[str, RowCase], list[dict[str, str]]]:
-    """Outcomes of the trusted rows, their cases (the fitted parameters act on every row:
-    `row_predictor`), and the rows set apart (row, source, model, reason)."""
+    """Outcomes of the rows of the ``trusts`` levels (default the trusted ones), their
+    cases (the fitted parameters act on every row: `row_predictor`), and the rows set apart
+    (row, source, model, reason)."""
     outcomes, apart = [], []
     cases: dict[str, RowCase] = {}
     for raw in rows:
-        if raw["trust"] not in TRUSTED:
+        if raw["trust"] not in trusts:
             continue
         try:
             outcome, case = evaluate_row(raw)
@@ -181,12 +182,12 @@ def evaluate(
         except (NotExpressible, SpecError) as err:
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
-                | {"reason": apart_reason(err)}
+                | {"reason": _apart_reason(err)}
             )
     return outcomes, cases, apart
 
 
-def apart_reason(err: NotExpressible | SpecError) -> str:
+def _apart_reason(err: NotExpressible | SpecError) -> str:
     """Why a row is set apart, one line: a `NotExpressible` reason as it reads, a plan
     rejection as its rule ids (e.g. ``plan rule layers_divisible_by_pp``)."""
     if isinstance(err, NotExpressible):
