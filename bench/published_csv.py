@@ -5,6 +5,7 @@ dicts of column -> text, and the rows named by id or matched by ``--rows`` texts
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 CSV_NAME = "shared/reference/published-runs-dev.csv"
@@ -20,8 +21,6 @@ def default_csv() -> Path | None:
 
 REQUIRED_COLUMNS = (
     "row_id",
-    "source_id",
-    "trust",
     "model",
     "gpu_type",
     "precision",
@@ -31,24 +30,64 @@ REQUIRED_COLUMNS = (
     "global_batch_size",
     "iteration_time_s",
 )
-"""Columns every row is read by (the others may be absent: an absent column is an empty
-cell)."""
+"""Columns every row is read by, besides its source and trust (`header_problem`); the others
+may be absent: an absent column is an empty cell."""
+
+TRUST_LEVELS = ("A", "B", "C")
+"""The ``trust`` levels of the column guide (``published-runs-dev.md``)."""
 
 
-def header_problem(path: Path) -> str | None:
-    """A line naming the `REQUIRED_COLUMNS` the CSV at ``path`` lacks, or None."""
+def header_problem(path: Path, trust: str | None = None) -> str | None:
+    """A line naming what the CSV at ``path`` lacks, or None: a `REQUIRED_COLUMNS` column;
+    ``source_id`` where ``source`` is absent too (`derived_source_id` reads it); ``trust``
+    where no ``trust`` level is given for every row (``--trust``), and a level given where
+    the CSV has the column."""
     with path.open(newline="") as handle:
         header = next(csv.reader(handle), [])
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if not missing:
-        return None
-    return f"{path} lacks the columns {', '.join(missing)} (column guide: published-runs-dev.md)"
+    if "source_id" not in header and "source" not in header:
+        missing.append("source_id (or source, to derive it from)")
+    if missing:
+        return (
+            f"{path} lacks the columns {', '.join(missing)} (column guide: published-runs-dev.md)"
+        )
+    if "trust" in header and trust is not None:
+        return f"{path} has a trust column: --trust gives a level only to a CSV without one"
+    if "trust" not in header and trust is None:
+        return (
+            f"{path} has no trust column: pass --trust A, B or C to give every row that level "
+            "(A and B rows enter the figures, C rows are priced apart; published-runs-dev.md)"
+        )
+    return None
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """The CSV's rows as dicts of column -> text."""
+def derived_source_id(source: str) -> str:
+    """A source id for a row whose CSV has only the ``source`` text: the first word in
+    capitals, the first year after it and the table, ``Narayanan et al. 2021, '...',
+    Table 1`` -> ``NARAYANAN2021-T1``. The part before the dash is the source family
+    (`validation_stats.ValidationRow.source_family`), so every table of one publication is
+    left out together."""
+    word = re.search(r"[A-Za-z]+", source)
+    year = re.search(r"\b(19|20)\d{2}\b", source)
+    table = re.search(r"\bTable\s+(\w+)", source)
+    family = (word.group(0).upper() if word else "SOURCE") + (year.group(0) if year else "")
+    return f"{family}-T{table.group(1)}" if table else family
+
+
+def read_rows(path: Path, trust: str | None = None) -> list[dict[str, str]]:
+    """The CSV's rows as dicts of column -> text. A CSV without a ``source_id`` column gets
+    `derived_source_id` of each row's ``source``; one without a ``trust`` column gets
+    ``trust`` (one of `TRUST_LEVELS`) on every row."""
+    if trust is not None and trust not in TRUST_LEVELS:
+        raise ValueError(f"trust must be one of {', '.join(TRUST_LEVELS)}, got {trust!r}")
     with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+        rows = list(csv.DictReader(handle))
+    for raw in rows:
+        if "source_id" not in raw:
+            raw["source_id"] = derived_source_id(raw.get("source") or "")
+        if "trust" not in raw and trust is not None:
+            raw["trust"] = trust
+    return rows
 
 
 def rows_by_ids(ids_text: str) -> tuple[list[dict[str, str]], str | None]:

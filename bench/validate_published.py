@@ -58,7 +58,7 @@ from pathlib import Path
 
 from accuracy_table import DEFAULT_OUT as ACCURACY_TABLE
 from accuracy_table import write_table
-from published_csv import default_csv, header_problem, read_rows, select_rows
+from published_csv import TRUST_LEVELS, default_csv, header_problem, read_rows, select_rows
 from row_pricing import at_host_launch, evaluate, fit_grid, row_predictor
 from same_recipe import same_recipe_ratios, with_predictions
 from trust_c_rows import print_trust_c, trust_c_report
@@ -84,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--csv", type=Path, default=default_csv(), help="published-runs CSV")
     parser.add_argument(
+        "--trust",
+        choices=TRUST_LEVELS,
+        default=None,
+        help="trust level of every row of a CSV without a trust column (A and B rows enter "
+        "the figures, C rows are priced apart)",
+    )
+    parser.add_argument(
         "--rows",
         default="",
         help="only the rows whose source id, model or row id contains one of these "
@@ -106,11 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
         return 2
-    problem = header_problem(args.csv)
+    problem = header_problem(args.csv, args.trust)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 2
-    selected = select_rows(read_rows(args.csv), args.rows)
+    selected = select_rows(read_rows(args.csv, args.trust), args.rows)
     outcomes, cases, apart = evaluate(selected)
     host_s = None if args.host_launch_us is None else args.host_launch_us * 1e-6
     if args.no_fit:
@@ -120,14 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = report(outcomes, apart, row_predictor(cases), fit_grid(host_s), stderr_progress())
     result["same_recipe_ratios"] = with_predictions(
-        same_recipe_ratios(read_rows(args.csv)), {o.row_id: o.predicted_s for o in outcomes}
+        same_recipe_ratios(read_rows(args.csv, args.trust)),
+        {o.row_id: o.predicted_s for o in outcomes},
     )
     result["unstated_vpp"] = unstated_vpp_report(selected)
     result["trust_c"] = trust_c_report(selected)
     if args.search:
         from search_sanity import search_sanity
 
-        result["search_sanity"] = search_sanity(read_rows(args.csv))
+        result["search_sanity"] = search_sanity(read_rows(args.csv, args.trust))
     if args.markdown:
         write_markdown_outputs(result)
     if args.figure:

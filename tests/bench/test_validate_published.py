@@ -174,13 +174,58 @@ def test_a_run_without_two_strategies_of_one_group_prints_no_kendall_figure(tmp_
     assert "nan" not in out
 
 
-def test_a_csv_without_a_column_every_row_is_read_by_is_refused_by_name(tmp_path, capsys):
-    one = one_row_csv(tmp_path, "1")
-    with one.open(newline="") as handle:
+def _without_columns(path, tmp_path, drop: tuple[str, ...]):
+    """A copy of the CSV at ``path`` without the columns ``drop``."""
+    with path.open(newline="") as handle:
         rows = list(csv.reader(handle))
-    keep = [i for i, c in enumerate(rows[0]) if c != "trust"]
+    keep = [i for i, c in enumerate(rows[0]) if c not in drop]
     cut = tmp_path / "cut.csv"
     with cut.open("w", newline="") as handle:
         csv.writer(handle).writerows([[r[i] for i in keep] for r in rows])
+    return cut
+
+
+def test_a_csv_without_a_column_every_row_is_read_by_is_refused_by_name(tmp_path, capsys):
+    cut = _without_columns(one_row_csv(tmp_path, "1"), tmp_path, ("gpu_type",))
     assert bench.main(["--no-fit", "--csv", str(cut)]) == 2
-    assert "lacks the columns trust" in capsys.readouterr().err
+    assert "lacks the columns gpu_type" in capsys.readouterr().err
+
+
+def test_a_csv_without_trust_needs_the_level_named(tmp_path, capsys):
+    one = one_row_csv(tmp_path, "1")
+    cut = _without_columns(one, tmp_path, ("trust",))
+    assert bench.main(["--no-fit", "--csv", str(cut)]) == 2
+    assert "pass --trust A, B or C" in capsys.readouterr().err
+    assert bench.main(["--no-fit", "--csv", str(one), "--trust", "A"]) == 2
+    assert "has a trust column" in capsys.readouterr().err
+
+
+def test_a_csv_with_only_source_and_no_trust_prices_as_the_dev_set(tmp_path, capsys):
+    """SC21 Table 1's row 1 without ``source_id`` and ``trust`` (the columns of
+    ``published-runs-public.csv``), given trust A, prices as the dev set's row does, under
+    the source id its ``source`` text gives."""
+    one = one_row_csv(tmp_path, "1")
+    assert bench.main(["--no-fit", "--json", "--csv", str(one)]) == 0
+    (dev,) = json.loads(capsys.readouterr().out)["rows"]
+    cut = _without_columns(one, tmp_path, ("source_id", "trust"))
+    assert bench.main(["--no-fit", "--json", "--csv", str(cut), "--trust", "A"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["source_id"] == "NARAYANAN2021-T1"
+    assert row["predicted_s"] == dev["predicted_s"]
+    assert row["published_s"] == dev["published_s"]
+    assert bench.main(["--no-fit", "--json", "--csv", str(cut), "--trust", "C"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["rows"] == [] and [r["row_id"] for r in result["trust_c"]] == ["1"]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("Narayanan et al. 2021, 'Efficient Large-Scale ...' (SC21), Table 2", "NARAYANAN2021-T2"),
+        ("Megatron-Bridge 26.04 performance summary", "MEGATRON"),
+        ("Jiang et al. (MegaScale, NSDI 2024)", "JIANG2024"),
+        ("", "SOURCE"),
+    ],
+)
+def test_derived_source_id_keeps_the_family_before_the_dash(source, expected):
+    assert published_csv.derived_source_id(source) == expected
