@@ -19,6 +19,8 @@ from specs.fieldcheck import (
     require_optional_positive,
     require_positive,
 )
+from specs.hybrid_checks import check_hybrid
+from specs.layer_kinds import DENSE_LAYER, MOE_LAYER, LayerKind, parse_hybrid_pattern
 from specs.router import RouterSpec, check_router
 
 Activation = Literal["swiglu", "gelu"]
@@ -113,6 +115,26 @@ class ModelSpec:
     and saved inputs; their 2·d weights per layer are left out of the parameter count; an
     export carries it."""
 
+    hybrid_layer_pattern: str | None = None
+    """A hybrid model's layers, one symbol each (Megatron-core `--hybrid-override-pattern`):
+    ``M`` Mamba-2 mixer, ``*`` self-attention, ``-`` dense MLP, ``E`` routed experts
+    (`specs.layer_kinds.HYBRID_SYMBOLS`); None for a transformer, every layer attention
+    plus an MLP or experts."""
+    mamba_state_dim: int = 128
+    """SSM state size N of a Mamba-2 mixer (Megatron `--mamba-state-dim`, Hugging Face
+    `ssm_state_size`)."""
+    mamba_head_dim: int = 64
+    """Channels P per Mamba-2 head (Megatron `--mamba-head-dim`)."""
+    mamba_num_groups: int = 8
+    """Groups of the B and C projections (Megatron `--mamba-num-groups`, Hugging Face
+    `n_groups`)."""
+    mamba_num_heads: int | None = None
+    """Mamba-2 heads (Megatron `--mamba-num-heads`); None: 2·hidden_size / mamba_head_dim
+    (the mixer's expansion factor 2, Megatron `MambaMixer` ``expand``)."""
+    mamba_conv_kernel: int = 4
+    """Width of the Mamba-2 mixer's causal depthwise convolution (`MambaMixer` ``d_conv``,
+    Hugging Face `conv_kernel`)."""
+
     def __post_init__(self) -> None:
         require_positive(
             self,
@@ -126,6 +148,10 @@ class ModelSpec:
             "moe_layer_freq",
             "sliding_window_every",
             "rotary_base",
+            "mamba_state_dim",
+            "mamba_head_dim",
+            "mamba_num_groups",
+            "mamba_conv_kernel",
         )
         require_optional_positive(
             self,
@@ -138,6 +164,7 @@ class ModelSpec:
             "qk_pos_emb_head_dim",
             "v_head_dim",
             "sliding_window",
+            "mamba_num_heads",
         )
         require_non_negative(
             self,
@@ -189,6 +216,8 @@ class ModelSpec:
                 top_k=self.moe_top_k,
                 capacity_factor=self.moe_capacity_factor,
             )
+        if self.hybrid_layer_pattern is not None:
+            check_hybrid(self)
         mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
         if any(v is not None for v in mla) and any(v is None for v in mla):
             raise SpecError(
@@ -229,8 +258,36 @@ class ModelSpec:
         windowed = self.sliding_window is not None
         return tuple(windowed and i % every != every - 1 for i in range(self.num_layers))
 
+    @property
+    def is_hybrid(self) -> bool:
+        """True for a hybrid model (`hybrid_layer_pattern`)."""
+        return self.hybrid_layer_pattern is not None
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads H: `mamba_num_heads`, else 2·hidden_size / mamba_head_dim."""
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """Inner width of a Mamba-2 mixer, H·P (Megatron ``d_inner``)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """For each layer, what it holds (`specs.layer_kinds.LayerKind`): the hybrid
+        pattern's symbols, else a transformer layer with an MLP or with routed experts
+        (`moe_layer_mask`)."""
+        if self.hybrid_layer_pattern is not None:
+            return parse_hybrid_pattern(
+                self.hybrid_layer_pattern, num_layers=self.num_layers, where=self.name
+            )
+        return tuple(MOE_LAYER if moe else DENSE_LAYER for moe in self.moe_layer_mask())
+
     def moe_layer_mask(self) -> tuple[bool, ...]:
-        """For each layer, True when it is an MoE layer (Megatron `--moe-layer-freq`)."""
+        """For each layer, True when it is an MoE layer (Megatron `--moe-layer-freq`; a
+        hybrid model's ``E`` layers)."""
+        if self.hybrid_layer_pattern is not None:
+            return tuple(kind.is_moe for kind in self.layer_kinds())
         if not self.is_moe:
             return (False,) * self.num_layers
         first = self.moe_first_dense_layers

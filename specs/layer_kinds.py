@@ -1,0 +1,102 @@
+"""What each decoder layer of a `specs.model.ModelSpec` holds (`LayerKind`): its token mixer
+(self-attention, a Mamba-2 mixer, or none) and its feed-forward part (a dense MLP, routed
+experts, or none).
+
+A transformer layer holds both: self-attention and a dense MLP (`DENSE_LAYER`) or routed
+experts (`MOE_LAYER`, Megatron `--moe-layer-freq`). A hybrid model
+(``ModelSpec.hybrid_layer_pattern``, Megatron-core's `--hybrid-override-pattern`,
+``megatron/core/models/hybrid/hybrid_layer_allocation.py``) stacks single-part layers, one
+per symbol of its pattern (`HYBRID_SYMBOLS`): ``M`` a Mamba-2 mixer, ``*`` self-attention,
+``-`` a dense MLP, ``E`` routed experts, each with its own pre-norm and residual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from specs.errors import SpecError
+
+MixerKind = Literal["attention", "mamba", "none"]
+MlpKind = Literal["dense", "moe", "none"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LayerKind:
+    """The parts of one decoder layer."""
+
+    mixer: MixerKind
+    """Token mixer: ``attention`` (self-attention), ``mamba`` (Mamba-2 mixer) or ``none``."""
+    mlp: MlpKind
+    """Feed-forward part: ``dense`` (MLP), ``moe`` (routed experts, with the shared expert
+    where the model has one) or ``none``."""
+
+    @property
+    def is_moe(self) -> bool:
+        """True when the layer has routed experts."""
+        return self.mlp == "moe"
+
+    @property
+    def tag(self) -> str:
+        """A one-letter name of the kind, for per-kind columns and keys: ``d`` and ``m`` the
+        transformer layers (dense, MoE), ``a`` attention alone, ``s`` a Mamba-2 mixer
+        alone, ``f`` a dense MLP alone, ``e`` routed experts alone."""
+        return _TAGS[(self.mixer, self.mlp)]
+
+
+DENSE_LAYER = LayerKind(mixer="attention", mlp="dense")
+"""A transformer layer with a dense MLP."""
+MOE_LAYER = LayerKind(mixer="attention", mlp="moe")
+"""A transformer layer with routed experts."""
+
+HYBRID_SYMBOLS: dict[str, LayerKind] = {
+    "M": LayerKind(mixer="mamba", mlp="none"),
+    "*": LayerKind(mixer="attention", mlp="none"),
+    "-": LayerKind(mixer="none", mlp="dense"),
+    "E": LayerKind(mixer="none", mlp="moe"),
+}
+"""Megatron-core hybrid pattern symbols the specs express (``Symbols`` in
+``megatron/core/models/hybrid/hybrid_layer_allocation.py``)."""
+
+_NOT_EXPRESSED = {
+    "G": "gated DeltaNet layers",
+    "D": "DeepSeek sparse-attention layers",
+    "+": "multi-latent attention layers",
+    "|": "pipeline-stage separators (the plan's pipeline split places the layers)",
+    "/": "multi-token-prediction patterns",
+}
+"""Hybrid pattern symbols of Megatron-core the specs do not express, with what they mean."""
+
+_TAGS: dict[tuple[str, str], str] = {
+    ("attention", "dense"): "d",
+    ("attention", "moe"): "m",
+    ("attention", "none"): "a",
+    ("mamba", "none"): "s",
+    ("none", "dense"): "f",
+    ("none", "moe"): "e",
+}
+
+
+def parse_hybrid_pattern(pattern: str, *, num_layers: int, where: str) -> tuple[LayerKind, ...]:
+    """The layer kinds of a hybrid pattern, one symbol per layer (`HYBRID_SYMBOLS`);
+    `SpecError` naming the rule, the values and the fix for an unknown or unexpressed symbol
+    or a length other than ``num_layers``."""
+    for symbol, meaning in _NOT_EXPRESSED.items():
+        if symbol in pattern:
+            raise SpecError(
+                f"{where}: hybrid_layer_pattern {pattern!r} holds {symbol!r} ({meaning}), which "
+                f"paraplan does not express; use only {', '.join(HYBRID_SYMBOLS)}"
+            )
+    unknown = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+    if unknown:
+        raise SpecError(
+            f"{where}: hybrid_layer_pattern {pattern!r} holds unknown symbols "
+            f"{', '.join(map(repr, unknown))}; use M (Mamba-2), * (attention), - (MLP), "
+            "E (routed experts)"
+        )
+    if len(pattern) != num_layers:
+        raise SpecError(
+            f"{where}: hybrid_layer_pattern has {len(pattern)} symbols but num_layers is "
+            f"{num_layers}: one symbol per layer; set num_layers to {len(pattern)}"
+        )
+    return tuple(HYBRID_SYMBOLS[s] for s in pattern)
