@@ -53,6 +53,7 @@ from costmodel.runtimes.megatron.moe_launches import WHOLE_MOE_SCOPES, moe_host_
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
+from specs.layer_kinds import MOE_LAYER
 from specs.model import ModelSpec
 
 ATTENTION_BLOCK_LAUNCHES = 30
@@ -90,7 +91,7 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, int]:
     plan, model, job, options = case.plan, case.model, case.job, case.options
     groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
     bare = dataclasses.replace(options, moe_host_launch_s=0.0)
-    layer = layer_cost(model, job, plan, profile, is_moe=True, groups=groups, options=bare)
+    layer = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=bare)
     tokens = job.seq_length * plan.micro_batch_size / plan.cp
     local = moe_shape(model, plan, tokens).local_experts
     launches = moe_host_launches(

@@ -41,6 +41,7 @@ from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
+from specs.layer_kinds import MOE_LAYER
 
 
 def _ms(seconds: float) -> str:
@@ -57,9 +58,9 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
     tokens = tokens / plan.tp if plan.sequence_parallel else tokens
     elem = ops.element_bytes(job.precision)
     dtype = ops.gemm_dtype(job.precision)
-    layer = layer_cost(model, job, plan, profile, is_moe=True, groups=groups, options=options)
+    layer = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=options)
     bare = dataclasses.replace(options, moe_host_launch_s=0.0)
-    no_host = layer_cost(model, job, plan, profile, is_moe=True, groups=groups, options=bare)
+    no_host = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=bare)
     fwd, bwd, dgrad, wgrad = routed_experts(
         model, plan, profile, tokens, elem, dtype, groups, options
     )

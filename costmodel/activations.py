@@ -257,9 +257,11 @@ def stage_activations(
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
     x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
-    mask = model.moe_layer_mask()
-    by_kind = {kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(mask)}
-    per_layer = {i: by_kind[is_moe] for i, is_moe in enumerate(mask)}
+    kinds = model.layer_kinds()
+    by_kind = {
+        kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(kinds)
+    }
+    per_layer = {i: by_kind[kind] for i, kind in enumerate(kinds)}
     layers_bytes = working = offloaded = in_flight = 0.0
     for chunk, count in enumerate(counts):
         layers = chunk_layers(model, plan, pp_rank, chunk)

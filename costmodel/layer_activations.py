@@ -69,9 +69,11 @@ from typing import Literal
 
 from costmodel.compute import FP32_BYTES, MASK_BYTES, NVFP4_BYTES
 from costmodel.fp8_attention import core_saved_bytes
+from costmodel.mamba_activations import mamba_tensors
 from specs.errors import SpecError
 from specs.finetune import LoraSpec, has_adapter
 from specs.job import TrainingJob
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 from specs.params import mla_head_dims
 from specs.plan import ParallelPlan
@@ -333,34 +335,42 @@ def layer_activations(
             f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
             f"{model.name!r}; pass a layer of the model"
         )
-    is_moe = model.moe_layer_mask()[layer_index]
+    kind = model.layer_kinds()[layer_index]
     x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
-    return shard_layer_activations(model, x, plan, is_moe, attention)
+    return shard_layer_activations(model, x, plan, kind, attention)
 
 
 def shard_layer_activations(
     model: ModelSpec,
     x: ActivationShard,
     plan: ParallelPlan,
-    is_moe: bool,
+    kind: LayerKind,
     attention: AttentionKernel,
 ) -> LayerActivations:
+    """`layer_activations` of a layer of ``kind`` on the shard ``x``: its token mixer's
+    tensors (`_attention_tensors`, a Mamba-2 mixer's `costmodel.mamba_activations.mamba_tensors`)
+    and its MLP's or routed experts' with their pre-norm input."""
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
-    tensors = _attention_tensors(model, x, attention)
-    tensors["mlp_norm_input"] = e * n * h / x.sp
-    tensors["fc1_input"] = lora_column_input_bytes(x, h, "linear_fc1")
-    tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
-    if is_moe:
+    tensors: dict[str, float] = {}
+    if kind.mixer == "attention":
+        tensors.update(_attention_tensors(model, x, attention))
+    elif kind.mixer == "mamba":
+        tensors.update(mamba_tensors(model, x))
+    if kind.mlp != "none":
+        tensors["mlp_norm_input"] = e * n * h / x.sp
+        tensors["fc1_input"] = lora_column_input_bytes(x, h, "linear_fc1")
+        tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
+    if kind.is_moe:
         tensors.update(_moe_tensors(model, x, plan))
-    else:
+    elif kind.mlp == "dense":
         tensors.update(_mlp_tensors(model, x, model.ffn_hidden_size, n, x.tp, ""))
-    if x.lora is not None and not is_moe:  # FC2's input: the adapter's, 16-bit, or none
+    if x.lora is not None and kind.mlp == "dense":  # FC2's input: the adapter's, 16-bit, or none
         kept = x.element_bytes if has_adapter(x.lora, "linear_fc2") else 0
         tensors["act_output"] = kept * n * model.ffn_hidden_size / x.tp
     tensors.update(lora_adapter_tensors(x))
     return LayerActivations(
         full_bytes=sum(tensors.values()),
-        core_attention_bytes=tensors["core_attention"],
+        core_attention_bytes=tensors.get("core_attention", 0.0),
         input_bytes=e * n * h / x.sp,
         tensors=tuple(tensors.items()),
     )

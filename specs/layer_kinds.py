@@ -77,6 +77,10 @@ _TAGS: dict[tuple[str, str], str] = {
 }
 
 
+KIND_TAGS: tuple[str, ...] = tuple(_TAGS.values())
+"""Every `LayerKind.tag`, transformer layers first."""
+
+
 def parse_hybrid_pattern(pattern: str, *, num_layers: int, where: str) -> tuple[LayerKind, ...]:
     """The layer kinds of a hybrid pattern, one symbol per layer (`HYBRID_SYMBOLS`);
     `SpecError` naming the rule, the values and the fix for an unknown or unexpressed symbol

@@ -22,6 +22,7 @@ from costmodel.runtimes.megatron.saver_costs import offload_exposed_s
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -101,20 +102,20 @@ def test_fine_grained_offloading_moves_the_module_inputs() -> None:
 def test_recompute_time_is_the_modules_forward() -> None:
     def rerun(modules):
         plan = BASE.replace(recompute="selective", recompute_modules=modules)
-        return layer_cost(LLAMA, JOB, plan, H100, is_moe=False).recompute.duration_s
+        return layer_cost(LLAMA, JOB, plan, H100, kind=DENSE_LAYER).recompute.duration_s
 
-    whole = layer_cost(LLAMA, JOB, BASE.replace(recompute="full"), H100, is_moe=False)
+    whole = layer_cost(LLAMA, JOB, BASE.replace(recompute="full"), H100, kind=DENSE_LAYER)
     mlp, core, norm = rerun(("mlp",)), rerun(("core_attn",)), rerun(("layernorm",))
     assert 0 < norm < mlp < whole.forward.duration_s
     assert rerun(("mlp", "core_attn", "layernorm")) == pytest.approx(mlp + core + norm)
     assert rerun(()) == 0.0
-    plain = layer_cost(LLAMA, JOB, BASE, H100, is_moe=False)
+    plain = layer_cost(LLAMA, JOB, BASE, H100, kind=DENSE_LAYER)
     chosen = layer_cost(
         LLAMA,
         JOB,
         BASE.replace(recompute="selective", recompute_modules=("mlp",)),
         H100,
-        is_moe=False,
+        kind=DENSE_LAYER,
     )
     assert chosen.forward == plain.forward and chosen.backward == plain.backward
 
@@ -127,8 +128,8 @@ def test_offload_copies_are_bounded_by_the_host_link() -> None:
     plan = BASE.replace(offload_modules=("core_attn", "attn_proj"))
     t = _tensors()
     copy_s = (t["qkv_heads"] + t["attn_output"]) / host_link_Bps(H100)
-    plain = layer_cost(LLAMA, JOB, BASE, H100, is_moe=False)
-    off = layer_cost(LLAMA, JOB, plan, H100, is_moe=False)
+    plain = layer_cost(LLAMA, JOB, BASE, H100, kind=DENSE_LAYER)
+    off = layer_cost(LLAMA, JOB, plan, H100, kind=DENSE_LAYER)
     added = off.forward.duration_s - plain.forward.duration_s
     assert max(copy_s - plain.forward.compute_s, 0.0) == pytest.approx(added, abs=1e-12)
     assert added <= copy_s

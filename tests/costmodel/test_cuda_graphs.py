@@ -21,6 +21,7 @@ from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER, MOE_LAYER, LayerKind
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -32,13 +33,18 @@ LONG = TrainingJob(seq_length=16384, global_batch_size=64)  # kernel-bound MoE p
 LAUNCH_S = 50e-6
 
 
-def cost(job: TrainingJob, scopes: frozenset[str], launch_s: float = LAUNCH_S, is_moe=True):
+def cost(
+    job: TrainingJob,
+    scopes: frozenset[str],
+    launch_s: float = LAUNCH_S,
+    kind: LayerKind = MOE_LAYER,
+):
     options = dataclasses.replace(
         DEFAULT_OPTIONS, moe_host_launch_s=launch_s, cuda_graph_scopes=scopes
     )
     ep = strided_group_placement(8, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
     groups = CommGroups(ep=ep)
-    return layer_cost(QWEN, job, PLAN, H100, is_moe=is_moe, groups=groups, options=options)
+    return layer_cost(QWEN, job, PLAN, H100, kind=kind, groups=groups, options=options)
 
 
 def test_router_and_preprocess_scopes_capture_their_launches_only():
@@ -82,9 +88,9 @@ def test_graphs_change_nothing_when_kernels_outlast_the_launches():
 
 def test_graphs_leave_dense_layers_unchanged():
     scopes = frozenset({"attn", "mlp"})
-    dense = cost(SHORT, scopes, is_moe=False)
+    dense = cost(SHORT, scopes, kind=DENSE_LAYER)
     assert dense.forward.duration_s == pytest.approx(
-        cost(SHORT, frozenset(), is_moe=False).forward.duration_s
+        cost(SHORT, frozenset(), kind=DENSE_LAYER).forward.duration_s
     )
 
 

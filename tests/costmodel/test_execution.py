@@ -34,6 +34,7 @@ from profiles.lookup import attention_tflops, gemm_efficiency, memory_bandwidth_
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -159,7 +160,7 @@ def test_loss_scaling_adds_the_copy_and_unscale_passes():
 
 
 def _layer(model, plan, options):
-    return layer_cost(model, JOB, plan, A100, is_moe=False, options=options)
+    return layer_cost(model, JOB, plan, A100, kind=DENSE_LAYER, options=options)
 
 
 def test_unfused_biases_cost_exactly_their_passes():
@@ -367,8 +368,8 @@ def test_fa2_attention_slows_a_long_sequence_layer():
     job = TrainingJob(seq_length=32768, global_batch_size=8, precision="bf16")
     plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
     old = dataclasses.replace(BARE, flash_attention_version=2)
-    new_layer = layer_cost(LLAMA, job, plan, H100, is_moe=False)
-    old_layer = layer_cost(LLAMA, job, plan, framework_profile(H100, old), is_moe=False)
+    new_layer = layer_cost(LLAMA, job, plan, H100, kind=DENSE_LAYER)
+    old_layer = layer_cost(LLAMA, job, plan, framework_profile(H100, old), kind=DENSE_LAYER)
     core_fwd_s = _core_forward_s(LLAMA, job, plan)
     # The forward grows by the attention core's extra time, nothing else.
     extra = core_fwd_s * (616 / 335 - 1)

@@ -32,6 +32,7 @@ from costmodel.topology import (
 )
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER, MOE_LAYER
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
@@ -112,7 +113,7 @@ def test_delayed_scaling_reduces_the_stage_amax_buffer_once_per_chunk_and_microb
     # chunk reducing the whole stage's buffer over TP x DP = 4 ranks.
     grid, groups, priced = priced_grid("delayed")
     local, _, _ = priced_grid("delayed", one_rank_amax_group=True)
-    assert layer_fp8_modules(DENSE, is_moe=False, ep=1) == Fp8Modules(modules=4, gemms=4)
+    assert layer_fp8_modules(DENSE, kind=DENSE_LAYER, ep=1) == Fp8Modules(modules=4, gemms=4)
     for row, local_row in zip(grid, local, strict=True):
         for cost, base in zip(row, local_row, strict=True):
             assert cost.forward.tp_bytes - base.forward.tp_bytes == pytest.approx(96)
@@ -150,7 +151,7 @@ def test_chunk_costs_hold_the_bookkeeping_of_fp8_delayed_scaling_only(recipe, jo
     grid, groups, priced = priced_grid(recipe, job)
     options = ExecutionOptions(fp8_recipe=recipe)
     layer = layer_cost(
-        DENSE, job, INTERLEAVED, priced, is_moe=False, groups=groups, options=options
+        DENSE, job, INTERLEAVED, priced, kind=DENSE_LAYER, groups=groups, options=options
     )
     middle = [
         (at, grid[at.stage][at.chunk])
@@ -184,4 +185,4 @@ def test_a_single_rank_group_updates_scales_without_a_reduction():
 def test_moe_layers_count_one_gemm_per_local_expert():
     moe = DENSE.replace(num_experts=8, moe_top_k=2, moe_shared_expert_size=512)
     # qkv, proj, two grouped linears of 8 / 2 experts each, two shared-expert linears
-    assert layer_fp8_modules(moe, is_moe=True, ep=2) == Fp8Modules(modules=6, gemms=12)
+    assert layer_fp8_modules(moe, kind=MOE_LAYER, ep=2) == Fp8Modules(modules=6, gemms=12)

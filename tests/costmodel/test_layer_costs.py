@@ -24,6 +24,7 @@ from costmodel.topology import strided_group_placement
 from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER, MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -40,7 +41,9 @@ def group(size: int, stride: int = 1):
 
 
 def cost(plan: ParallelPlan, model=LLAMA, **kwargs):
-    return layer_cost(model, JOB, plan, H100, is_moe=model.is_moe, **kwargs)
+    return layer_cost(
+        model, JOB, plan, H100, kind=MOE_LAYER if model.is_moe else DENSE_LAYER, **kwargs
+    )
 
 
 def activation_bytes(plan: ParallelPlan) -> float:
@@ -176,9 +179,9 @@ def test_cp_ring_merges_each_step_partial_output_in_memory():
     plan = ParallelPlan(tp=8, cp=4)
     groups = CommGroups(tp=group(8), cp=group(4, 8))
     job = TrainingJob(seq_length=131072, global_batch_size=8)
-    ring = layer_cost(LLAMA, job, plan, H100, is_moe=False, groups=groups)
+    ring = layer_cost(LLAMA, job, plan, H100, kind=DENSE_LAYER, groups=groups)
     gather_plan = plan.replace(cp_comm_type="all_gather")
-    gathered = layer_cost(LLAMA, job, gather_plan, H100, is_moe=False, groups=groups)
+    gathered = layer_cost(LLAMA, job, gather_plan, H100, kind=DENSE_LAYER, groups=groups)
     tokens = job.seq_length / plan.cp
     q = LLAMA.hidden_size / plan.tp
     kv = LLAMA.num_query_groups * LLAMA.hidden_size / LLAMA.num_attention_heads / plan.tp
@@ -208,8 +211,8 @@ def test_fp8_layer_carries_the_quantization_of_both_linear_pairs():
         H100.device, peak_tflops=H100.device.peak_tflops | {"fp8": H100.device.peak_tflops["bf16"]}
     )
     same_rate = dataclasses.replace(H100, compute=compute, device=device)
-    bf16 = layer_cost(LLAMA, JOB, plan, same_rate, is_moe=False)
-    fp8 = layer_cost(LLAMA, fp8_job, plan, same_rate, is_moe=False)
+    bf16 = layer_cost(LLAMA, JOB, plan, same_rate, kind=DENSE_LAYER)
+    fp8 = layer_cost(LLAMA, fp8_job, plan, same_rate, kind=DENSE_LAYER)
     h, tp = LLAMA.hidden_size, 8
     q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
     kv = LLAMA.query_groups // tp * LLAMA.head_dim
@@ -230,8 +233,8 @@ def test_current_scaling_layer_adds_the_amax_bytes_and_tp_reductions():
     plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
     fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
     tensorwise = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
-    delayed = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False)
-    current = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=tensorwise)
+    delayed = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER)
+    current = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER, options=tensorwise)
     t, h, tp = 4096, LLAMA.hidden_size, 8
     q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
     kv = LLAMA.query_groups // tp * LLAMA.head_dim
@@ -262,8 +265,8 @@ def test_norm_backend_moves_only_the_norm_output_quantization(recipe, cudnn_norm
     plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
     fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
     options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe=recipe, cudnn_norm=cudnn_norm)
-    delayed = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False)
-    other = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=options)
+    delayed = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER)
+    other = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER, options=options)
     t, h, tp = 4096, LLAMA.hidden_size, 8
     bw = memory_bandwidth_Bps(H100)
     extra = other.forward.compute_s - delayed.forward.compute_s
@@ -278,20 +281,20 @@ def test_cudnn_norm_gives_current_scaling_the_full_amax_pass():
     fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
     te_norm = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
     cudnn = dataclasses.replace(te_norm, cudnn_norm=True)
-    plain = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=te_norm)
-    fused = layer_cost(LLAMA, fp8_job, plan, H100, is_moe=False, options=cudnn)
+    plain = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER, options=te_norm)
+    fused = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER, options=cudnn)
     t, h, tp = 4096, LLAMA.hidden_size, 8
     extra = fused.forward.compute_s - plain.forward.compute_s
     assert extra == pytest.approx(2 * 2 * t / tp * h / memory_bandwidth_Bps(H100))
     assert fused.backward == plain.backward
     # bf16 layers have no quantization: the backend does not move them.
-    bf16 = layer_cost(LLAMA, JOB, plan, H100, is_moe=False)
+    bf16 = layer_cost(LLAMA, JOB, plan, H100, kind=DENSE_LAYER)
     bf16_cudnn = layer_cost(
         LLAMA,
         JOB,
         plan,
         H100,
-        is_moe=False,
+        kind=DENSE_LAYER,
         options=dataclasses.replace(DEFAULT_OPTIONS, cudnn_norm=True),
     )
     assert bf16_cudnn == bf16
@@ -314,15 +317,17 @@ def test_short_cp_chunks_slow_the_attention_core():
     # 2k kernels, so the ring's attention is slower than the all-gather variant's single
     # kernel over the same work (communication apart: compare compute only).
     job = TrainingJob(seq_length=4096, global_batch_size=8)
-    ring = layer_cost(LLAMA, job, ParallelPlan.for_world(8, cp=2), H100, is_moe=False)
+    ring = layer_cost(LLAMA, job, ParallelPlan.for_world(8, cp=2), H100, kind=DENSE_LAYER)
     gather_plan = ParallelPlan.for_world(8, cp=2, cp_comm_type="all_gather")
-    gather = layer_cost(LLAMA, job, gather_plan, H100, is_moe=False)
+    gather = layer_cost(LLAMA, job, gather_plan, H100, kind=DENSE_LAYER)
     selective = ParallelPlan.for_world(8, cp=2, recompute="selective")
     selective_gather = ParallelPlan.for_world(
         8, cp=2, recompute="selective", cp_comm_type="all_gather"
     )
-    ring_core = layer_cost(LLAMA, job, selective, H100, is_moe=False).recompute.compute_s
-    gather_core = layer_cost(LLAMA, job, selective_gather, H100, is_moe=False).recompute.compute_s
+    ring_core = layer_cost(LLAMA, job, selective, H100, kind=DENSE_LAYER).recompute.compute_s
+    gather_core = layer_cost(
+        LLAMA, job, selective_gather, H100, kind=DENSE_LAYER
+    ).recompute.compute_s
     assert ring_core > gather_core
     assert ring.forward.compute_s > gather.forward.compute_s
 

@@ -27,6 +27,7 @@ from costmodel.runtimes.registry import runtime_model
 from profiles.store import load_profile
 from specs.finetune import LoraSpec, lora_target_features
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -42,7 +43,7 @@ def lora(spec: LoraSpec = ALL, job: TrainingJob = FULL) -> TrainingJob:
 
 
 def passes(job: TrainingJob, plan: ParallelPlan):
-    return layer_passes(LLAMA, job, plan, H100, is_moe=False)
+    return layer_passes(LLAMA, job, plan, H100, kind=DENSE_LAYER)
 
 
 def base_gemms(plan: ParallelPlan) -> list[tuple[float, ...]]:

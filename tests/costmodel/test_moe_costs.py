@@ -28,6 +28,7 @@ from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.layer_kinds import MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -43,7 +44,7 @@ def ep_group(size: int):
 
 def moe_cost(plan: ParallelPlan, options: ExecutionOptions = NO_HOST, job=JOB):
     groups = CommGroups(ep=ep_group(plan.ep))
-    return layer_cost(QWEN, job, plan, H100, is_moe=True, groups=groups, options=options)
+    return layer_cost(QWEN, job, plan, H100, kind=MOE_LAYER, groups=groups, options=options)
 
 
 def test_shape_splits_rows_over_local_experts():
@@ -130,8 +131,10 @@ def test_capacity_padding_has_no_synchronization_wait():
     padded = QWEN.replace(moe_capacity_factor=1.0)
     groups = CommGroups(ep=ep_group(8))
     sync = moe_cost(plan, options).forward.compute_s - moe_cost(plan).forward.compute_s
-    padded_cost = layer_cost(padded, JOB, plan, H100, is_moe=True, groups=groups, options=options)
-    padded_gpu = layer_cost(padded, JOB, plan, H100, is_moe=True, groups=groups, options=NO_HOST)
+    padded_cost = layer_cost(
+        padded, JOB, plan, H100, kind=MOE_LAYER, groups=groups, options=options
+    )
+    padded_gpu = layer_cost(padded, JOB, plan, H100, kind=MOE_LAYER, groups=groups, options=NO_HOST)
     assert sync == pytest.approx(launch_s)
     assert padded_cost.forward.compute_s == pytest.approx(padded_gpu.forward.compute_s)
 
@@ -172,7 +175,7 @@ def test_flex_sends_fewer_bytes_and_permutes_less():
 
     def layer(dispatcher: str):
         options = dataclasses.replace(NO_HOST, moe_dispatcher=dispatcher)
-        return layer_cost(QWEN, job, plan, H100, is_moe=True, groups=groups, options=options)
+        return layer_cost(QWEN, job, plan, H100, kind=MOE_LAYER, groups=groups, options=options)
 
     alltoall, flex = layer("alltoall"), layer("flex")
     assert flex.backward.ep_bytes < alltoall.backward.ep_bytes

@@ -32,6 +32,7 @@ from costmodel.topology import strided_group_placement
 from profiles.lookup import memory_bandwidth_Bps
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from tests.costmodel.cpu_fixture import cpu_profile
@@ -201,7 +202,7 @@ def test_forward_floor_takes_the_larger_excess():
 
 
 def layer(job: TrainingJob, options: ExecutionOptions):
-    return layer_cost(QWEN, job, PLAN, B200, is_moe=True, groups=GROUPS, options=options)
+    return layer_cost(QWEN, job, PLAN, B200, kind=MOE_LAYER, groups=GROUPS, options=options)
 
 
 def test_launches_after_the_synchronization_hide_only_behind_the_routed_experts():
@@ -260,7 +261,7 @@ def test_device_time_per_token_is_rerun_with_a_recomputed_moe_block_and_not_on_a
     timed = dataclasses.replace(bare, moe_token_device_s=per_token_s)
 
     def rerun(options: ExecutionOptions) -> float:
-        cost = layer_cost(QWEN, job, plan, B200, is_moe=True, groups=GROUPS, options=options)
+        cost = layer_cost(QWEN, job, plan, B200, kind=MOE_LAYER, groups=GROUPS, options=options)
         return cost.recompute.duration_s
 
     assert rerun(timed) - rerun(bare) == pytest.approx(per_token_s * job.seq_length / 3)

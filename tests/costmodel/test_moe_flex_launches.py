@@ -28,6 +28,7 @@ from costmodel.runtimes.megatron.moe_launches import (
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -51,7 +52,7 @@ def options(dispatcher: str, launch_s: float, scopes: frozenset[str] = frozenset
 
 def layer(dispatcher: str, launch_s: float):
     opts = options(dispatcher, launch_s)
-    return layer_cost(DSV3, JOB, PLAN, B200, is_moe=True, groups=GROUPS, options=opts)
+    return layer_cost(DSV3, JOB, PLAN, B200, kind=MOE_LAYER, groups=GROUPS, options=opts)
 
 
 def test_flex_counts_its_own_fixed_launches_and_keeps_the_per_expert_ones():

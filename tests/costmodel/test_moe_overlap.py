@@ -24,6 +24,7 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -76,7 +77,9 @@ def moe_cost(plan: ParallelPlan, options, nodes: int = 8):
     ep = strided_group_placement(
         plan.ep, nodes, gpus_per_node=8, scale_up_domain=8, nics_per_node=8
     )
-    return layer_cost(QWEN, JOB, plan, B200, is_moe=True, groups=CommGroups(ep=ep), options=options)
+    return layer_cost(
+        QWEN, JOB, plan, B200, kind=MOE_LAYER, groups=CommGroups(ep=ep), options=options
+    )
 
 
 def exposed_s(cost) -> float:

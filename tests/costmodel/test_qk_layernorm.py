@@ -16,6 +16,7 @@ from costmodel.layer_activations import layer_activations
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER, MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -67,8 +68,17 @@ def test_qk_norms_add_exactly_their_kernels_time(tp: int, mbs: int, is_moe: bool
     else in the layer moves (device time: the MoE host floor off)."""
     plan = ParallelPlan(tp=tp, ep=8, micro_batch_size=mbs, sequence_parallel=tp > 1)
     model = QWEN3_30B
-    with_norm = layer_cost(model, JOB, plan, B200, is_moe=is_moe, options=DEVICE_ONLY)
-    bare = layer_cost(_without(model), JOB, plan, B200, is_moe=is_moe, options=DEVICE_ONLY)
+    with_norm = layer_cost(
+        model, JOB, plan, B200, kind=MOE_LAYER if is_moe else DENSE_LAYER, options=DEVICE_ONLY
+    )
+    bare = layer_cost(
+        _without(model),
+        JOB,
+        plan,
+        B200,
+        kind=MOE_LAYER if is_moe else DENSE_LAYER,
+        options=DEVICE_ONLY,
+    )
     tokens = JOB.seq_length * mbs
     qk_width = (model.num_attention_heads / tp + model.query_groups / tp) * model.head_dim
     forward = norm_time_s(B200, tokens, qk_width, 2, "forward")

@@ -31,6 +31,7 @@ from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs import ParallelPlan, TrainingJob
 from specs.cluster import ClusterSpec
+from specs.layer_kinds import DENSE_LAYER
 from specs.presets import get_preset
 
 PROFILE = load_profile("a100-sxm-80gb")
@@ -87,7 +88,7 @@ def test_tp_all_reduce_between_points_is_within_six_percent(
 
 def test_megatron_2021_exposes_two_all_reduces_each_way_per_layer() -> None:
     plan = ParallelPlan(tp=8, micro_batch_size=1, recompute="full")
-    passes = layer_passes(GPT_175B, JOB, plan, PROFILE, is_moe=False, options=MEGATRON_2021)
+    passes = layer_passes(GPT_175B, JOB, plan, PROFILE, kind=DENSE_LAYER, options=MEGATRON_2021)
     one = collective_time_s(PROFILE, "all_reduce", 2048 * 12288 * 2, _tp_group(8))
     for phase in (passes.forward, passes.backward):
         assert phase.tp_exposed_s == pytest.approx(2 * one, rel=1e-12)

@@ -24,6 +24,7 @@ from costmodel.runtimes.megatron.unfused_costs import (
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.job import TrainingJob
+from specs.layer_kinds import MOE_LAYER
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
@@ -41,7 +42,7 @@ def gpt_oss_layer(**options):
         ep=strided_group_placement(8, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
     )
     opts = dataclasses.replace(NO_HOST, **options)
-    return layer_cost(GPT_OSS, JOB, PLAN, B200, is_moe=True, groups=groups, options=opts)
+    return layer_cost(GPT_OSS, JOB, PLAN, B200, kind=MOE_LAYER, groups=groups, options=opts)
 
 
 def test_unfused_rope_counts_the_passes_and_kernels_of_the_pytorch_chain():

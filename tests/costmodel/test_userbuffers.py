@@ -23,6 +23,7 @@ from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -50,7 +51,7 @@ def mlp_pair(tp: int = 4):
 
 
 def layer(options: ExecutionOptions, plan: ParallelPlan = PLAN, profile=GB300):
-    return layer_cost(LLAMA405, JOB, plan, profile, is_moe=False, options=options)
+    return layer_cost(LLAMA405, JOB, plan, profile, kind=DENSE_LAYER, options=options)
 
 
 def test_defaults_are_transformer_engine_initialize_ub_defaults():
@@ -141,8 +142,8 @@ def test_te1_defaults_shorten_the_exposed_tp_time_of_a_bf16_layer_on_h100():
     )
     job = TrainingJob(seq_length=4096, global_batch_size=192, precision="bf16")
     plan = ParallelPlan(tp=2, sequence_parallel=True, tp_comm_overlap=True)
-    new = layer_cost(model, job, plan, H100, is_moe=False, options=DEFAULT_OPTIONS)
-    old = layer_cost(model, job, plan, H100, is_moe=False, options=TE1_DEFAULTS)
+    new = layer_cost(model, job, plan, H100, kind=DENSE_LAYER, options=DEFAULT_OPTIONS)
+    old = layer_cost(model, job, plan, H100, kind=DENSE_LAYER, options=TE1_DEFAULTS)
     assert old.forward.compute_s == pytest.approx(new.forward.compute_s)
     assert old.forward.tp_exposed_s < new.forward.tp_exposed_s
     assert old.backward.tp_exposed_s < new.backward.tp_exposed_s

@@ -74,6 +74,7 @@ from costmodel.passes import ZERO, ChunkCost, PassCost
 from costmodel.schedules import ChunkPosition
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 
 AMAX_BYTES = 4
@@ -139,37 +140,41 @@ NO_MODULES = Fp8Modules(modules=0, gemms=0)
 """No FP8 module: the sum over no layers."""
 
 
-def layer_fp8_modules(model: ModelSpec, *, is_moe: bool, ep: int) -> Fp8Modules:
-    """FP8 modules of one decoder layer under Megatron-core's Transformer Engine spec.
+def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modules:
+    """FP8 modules of one decoder layer of ``kind`` under Megatron-core's Transformer
+    Engine spec.
 
     Attention: ``linear_qkv`` and ``linear_proj`` (2); multi-latent attention
     (`megatron/core/transformer/multi_latent_attention.py`): ``linear_q_proj`` or
     ``linear_q_down_proj`` + ``linear_q_up_proj`` (with ``q_lora_rank``), then
-    ``linear_kv_down_proj``, ``linear_kv_up_proj`` and ``linear_proj``. Dense MLP:
+    ``linear_kv_down_proj``, ``linear_kv_up_proj`` and ``linear_proj``. Mamba-2 mixer
+    (`megatron/core/ssm/mamba_mixer.py`): ``in_proj`` and ``out_proj`` (2). Dense MLP:
     ``linear_fc1``, ``linear_fc2``. MoE layer: the routed experts as two TE grouped
     linears (``TEGroupedMLP``) with one GEMM per local expert (num_experts / ep each), the
     shared experts' two linears where present; the router computes in bf16/fp32, outside
     FP8."""
     mla = 5 if model.q_lora_rank is not None else 4
-    attention = mla if model.uses_mla else 2
-    if not is_moe:
-        return Fp8Modules(modules=attention + 2, gemms=attention + 2)
+    mixer = {"attention": mla if model.uses_mla else 2, "mamba": 2, "none": 0}[kind.mixer]
+    if kind.mlp == "none":
+        return Fp8Modules(modules=mixer, gemms=mixer)
+    if not kind.is_moe:
+        return Fp8Modules(modules=mixer + 2, gemms=mixer + 2)
     local = max(model.num_experts // max(ep, 1), 1)
     shared = 2 if model.moe_shared_expert_size > 0 else 0
-    return Fp8Modules(modules=attention + 2 + shared, gemms=attention + 2 * local + shared)
+    return Fp8Modules(modules=mixer + 2 + shared, gemms=mixer + 2 * local + shared)
 
 
 def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: int) -> Fp8Modules:
     """FP8 modules of every chunk of one stage (the rank's delayed-scaling buffer): their
     decoder layers and multi-token-prediction layers (each a decoder layer of the last
     kind). The output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
-    mask = model.moe_layer_mask()
+    kinds = model.layer_kinds()
     total = NO_MODULES
     for at in chunks:
         for i in at.layers:
-            total = total.plus(layer_fp8_modules(model, is_moe=mask[i], ep=ep))
+            total = total.plus(layer_fp8_modules(model, kind=kinds[i], ep=ep))
         for _ in range(at.mtp_layers):
-            total = total.plus(layer_fp8_modules(model, is_moe=mask[-1], ep=ep))
+            total = total.plus(layer_fp8_modules(model, kind=kinds[-1], ep=ep))
     return total
 
 

@@ -42,6 +42,7 @@ from costmodel.runtimes.megatron.layer_shape import (
     norm_and_residual,
 )
 from costmodel.runtimes.megatron.lora_costs import adapter_costs
+from costmodel.runtimes.megatron.mamba_costs import mamba_block
 from costmodel.runtimes.megatron.mlp_costs import mlp_block
 from costmodel.runtimes.megatron.moe_a2a_overlap import (
     a2a_overlap_applies,
@@ -62,6 +63,7 @@ from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, sel
 from costmodel.runtimes.megatron.userbuffers import sm_count
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
@@ -112,17 +114,119 @@ def layer_passes(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    is_moe: bool,
+    kind: LayerKind,
     groups: CommGroups | None = None,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> LayerPasses:
-    """The passes of one dense (``is_moe=False``) or MoE layer (`layer_cost` without the
-    recompute and offloading terms); none of them depends on ``plan.recompute_modules``."""
+    """The passes of one layer of ``kind`` (`layer_cost` without the recompute and
+    offloading terms): its token mixer (`_mixer_passes`), then its MLP or routed experts
+    with their pre-norm and residual (`_ffn_passes`); none of them depends on
+    ``plan.recompute_modules``."""
     comm = groups or intra_groups(plan)
     x = layer_shape(job, plan)
-    att_f, att_b, rerun, dgrad, wgrad = attention_block(model, job, plan, profile, x, comm, options)
-    extra_f, extra_b = norm_and_residual(profile, x, model.hidden_size, options)
-    if is_moe:
+    att_f, att_b, rerun, dgrad, wgrad = _mixer_passes(
+        model, job, plan, profile, x, comm, options, kind
+    )
+    ffn = _ffn_passes(model, job, plan, profile, x, comm, options, kind)
+    rerun.update(ffn.rerun)
+    att_f, att_b = att_f.plus(ffn.mixer_forward), att_b.plus(ffn.mixer_backward)
+    dgrad, wgrad = dgrad + ffn.mixer_dgrad_s, wgrad + ffn.mixer_wgrad_s
+    forward = att_f.plus(ffn.forward).plus(PassCost(compute_s=ffn.norm_forward_s))
+    backward = att_b.plus(ffn.backward).plus(PassCost(compute_s=ffn.norm_backward_s))
+    extra_b = ffn.norm_backward_s
+    if kind.is_moe and a2a_overlap_applies(plan, options):
+        paired = a2a_paired_fraction(
+            plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
+        )
+        experts, share = (
+            (ffn.forward, ffn.backward, ffn.wgrad_s),
+            flex_comm_sm_share(sm_count(profile), options),
+        )
+        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
+    if kind.is_moe:
+        host_f, host_b = _moe_host_floor(
+            model, plan, x, forward, backward, options, ffn.routed_forward_s
+        )
+        forward, backward = forward.plus(host_f), backward.plus(host_b)
+        extra_b += host_b.compute_s
+    return LayerPasses(
+        forward=forward,
+        backward=backward,
+        rerun=rerun,
+        dgrad_s=dgrad + ffn.dgrad_s + extra_b,
+        wgrad_s=wgrad + ffn.wgrad_s,
+        norm_tokens=x.norm_tokens,
+        elem=x.elem,
+    )
+
+
+def _mixer_passes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: LayerShape,
+    comm: CommGroups,
+    options: ExecutionOptions,
+    kind: LayerKind,
+) -> tuple[PassCost, PassCost, dict[str, PassCost], float, float]:
+    """(forward, backward, rerun by module, dgrad_s, wgrad_s) of the layer's token mixer
+    with its pre-norm and residual: the attention block (`attention_block`), the Mamba-2
+    mixer (`mamba_block`), or nothing."""
+    if kind.mixer == "attention":
+        return attention_block(model, job, plan, profile, x, comm, options)
+    if kind.mixer == "mamba":
+        return mamba_block(model, job, plan, profile, x, comm, options)
+    return ZERO, ZERO, {}, 0.0, 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _FfnPasses:
+    """The feed-forward part of one layer (`_ffn_passes`)."""
+
+    forward: PassCost
+    backward: PassCost
+    dgrad_s: float
+    wgrad_s: float
+    norm_forward_s: float
+    """The part's pre-norm and residual, forward."""
+    norm_backward_s: float
+    rerun: dict[str, PassCost]
+    routed_forward_s: float = 0.0
+    """Forward seconds of the routed experts alone (MoE)."""
+    mixer_forward: PassCost = ZERO
+    """What a LoRA job's adapters add to the attention block's forward (`adapter_costs`)."""
+    mixer_backward: PassCost = ZERO
+    mixer_dgrad_s: float = 0.0
+    mixer_wgrad_s: float = 0.0
+
+
+def _ffn_passes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: LayerShape,
+    comm: CommGroups,
+    options: ExecutionOptions,
+    kind: LayerKind,
+) -> _FfnPasses:
+    """The layer's dense MLP (with a LoRA job's adapters, `adapter_costs`) or routed experts
+    with the shared expert and the fitted per-token device time
+    (`moe_experts.unattributed_device_s`), each with its pre-norm and residual; nothing for a
+    hybrid model's mixer-only layer."""
+    if kind.mlp == "none":
+        return _FfnPasses(
+            forward=ZERO,
+            backward=ZERO,
+            dgrad_s=0.0,
+            wgrad_s=0.0,
+            norm_forward_s=0.0,
+            norm_backward_s=0.0,
+            rerun={},
+        )
+    norm_f, norm_b = norm_and_residual(profile, x, model.hidden_size, options)
+    if kind.is_moe:
         mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
             model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm, options
         )
@@ -132,41 +236,34 @@ def layer_passes(
         routed_forward_s = mlp_f.duration_s
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = mlp_block(model, plan, profile, x, comm, shared, options)
-        rerun["shared_experts"] = sh_f
         mlp_f, mlp_b = mlp_f.plus(sh_f), mlp_b.plus(sh_b)
-        mlp_d, mlp_w = mlp_d + sh_d, mlp_w + sh_w
-        rerun["moe"] = mlp_f
-    else:
-        ffn = model.ffn_hidden_size
-        mlp_f, mlp_b, mlp_d, mlp_w = mlp_block(
-            model, plan, profile, x, comm, ffn, options, lora=job.lora
+        return _FfnPasses(
+            forward=mlp_f,
+            backward=mlp_b,
+            dgrad_s=mlp_d + sh_d,
+            wgrad_s=mlp_w + sh_w,
+            norm_forward_s=norm_f,
+            norm_backward_s=norm_b,
+            rerun={"shared_experts": sh_f, "moe": mlp_f},
+            routed_forward_s=routed_forward_s,
         )
-        adapters = adapter_costs(model, job, plan, profile, x, comm)
-        att_f, att_b = att_f.plus(adapters.forward), att_b.plus(adapters.backward)
-        dgrad, wgrad = dgrad + adapters.dgrad_s, wgrad + adapters.wgrad_s
-        rerun["mlp"] = mlp_f.plus(adapters.mlp_forward)
-    forward = att_f.plus(mlp_f).plus(PassCost(compute_s=extra_f))
-    backward = att_b.plus(mlp_b).plus(PassCost(compute_s=extra_b))
-    if is_moe and a2a_overlap_applies(plan, options):
-        paired = a2a_paired_fraction(
-            plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
-        )
-        experts, share = (mlp_f, mlp_b, mlp_w), flex_comm_sm_share(sm_count(profile), options)
-        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
-    if is_moe:
-        host_f, host_b = _moe_host_floor(
-            model, plan, x, forward, backward, options, routed_forward_s
-        )
-        forward, backward = forward.plus(host_f), backward.plus(host_b)
-        extra_b += host_b.compute_s
-    return LayerPasses(
-        forward=forward,
-        backward=backward,
-        rerun=rerun,
-        dgrad_s=dgrad + mlp_d + extra_b,
-        wgrad_s=wgrad + mlp_w,
-        norm_tokens=x.norm_tokens,
-        elem=x.elem,
+    ffn = model.ffn_hidden_size
+    mlp_f, mlp_b, mlp_d, mlp_w = mlp_block(
+        model, plan, profile, x, comm, ffn, options, lora=job.lora
+    )
+    adapters = adapter_costs(model, job, plan, profile, x, comm)
+    return _FfnPasses(
+        forward=mlp_f,
+        backward=mlp_b,
+        dgrad_s=mlp_d,
+        wgrad_s=mlp_w,
+        norm_forward_s=norm_f,
+        norm_backward_s=norm_b,
+        rerun={"mlp": mlp_f.plus(adapters.mlp_forward)},
+        mixer_forward=adapters.forward,
+        mixer_backward=adapters.backward,
+        mixer_dgrad_s=adapters.dgrad_s,
+        mixer_wgrad_s=adapters.wgrad_s,
     )
 
 
@@ -177,7 +274,7 @@ def layer_cost_from_passes(
     profile: HardwareProfile,
     passes: LayerPasses,
     *,
-    is_moe: bool,
+    kind: LayerKind,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> LayerCost:
     """`LayerCost` of a layer from its `layer_passes`: the rerun of the plan's recompute
@@ -192,7 +289,7 @@ def layer_cost_from_passes(
             job,
             plan,
             profile,
-            is_moe=is_moe,
+            kind=kind,
             rerun=passes.rerun,
             norm_tokens=passes.norm_tokens,
             elem=passes.elem,
@@ -203,7 +300,7 @@ def layer_cost_from_passes(
             job,
             plan,
             profile,
-            is_moe=is_moe,
+            kind=kind,
             forward=forward,
             backward=backward,
             fp8_recipe=options.fp8_recipe,
@@ -226,18 +323,19 @@ def layer_cost(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    is_moe: bool,
+    kind: LayerKind,
     groups: CommGroups | None = None,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> LayerCost:
-    """Costs of one dense (``is_moe=False``) or MoE layer for one microbatch on one rank.
+    """Costs of one layer of ``kind`` (`specs.layer_kinds.LayerKind`) for one microbatch on
+    one rank.
 
     ``groups`` places the TP/CP/EP groups (default: every group inside one scale-up
     domain); ``options`` are the framework's kernels (attention implementation, bias
     fusion: `costmodel.execution`).
     """
-    passes = layer_passes(model, job, plan, profile, is_moe=is_moe, groups=groups, options=options)
-    return layer_cost_from_passes(model, job, plan, profile, passes, is_moe=is_moe, options=options)
+    passes = layer_passes(model, job, plan, profile, kind=kind, groups=groups, options=options)
+    return layer_cost_from_passes(model, job, plan, profile, passes, kind=kind, options=options)
 
 
 def _moe_host_floor(

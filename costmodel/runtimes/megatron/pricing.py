@@ -78,13 +78,13 @@ def chunk_costs(
     forward and backward also reduce the stage's amaxes over ``groups.tp_dp_cp`` and update
     the scales (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
     grad_bytes = ops.element_bytes(job.precision)
+    mask = model.layer_kinds()
     kinds = {
-        k: layer_cost(model, job, plan, profile, is_moe=k, groups=groups, options=options)
-        for k in set(model.moe_layer_mask())
+        k: layer_cost(model, job, plan, profile, kind=k, groups=groups, options=options)
+        for k in set(mask)
     }
     emb = embedding_cost(model, job, plan, profile, groups, options)
     out = logits_cost(model, job, plan, profile, groups, options)
-    mask = model.moe_layer_mask()
     redo = recomputed_layers(model, plan) if plan.recompute == "full" else None
 
     def cost(at: ChunkPosition) -> ChunkCost:

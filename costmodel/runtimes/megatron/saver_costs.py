@@ -28,6 +28,7 @@ from costmodel.layer_activations import layer_activations, projection_saves_orig
 from costmodel.passes import ZERO, PassCost
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 from specs.params import mla_head_dims
 from specs.plan import ParallelPlan
@@ -66,13 +67,15 @@ def elementwise_recompute_s(
     hidden: int,
     elem: int,
     expert_act_bytes: float,
+    norms: int = 2,
 ) -> dict[str, float]:
-    """Seconds of the memory-bound reruns: ``layernorm`` (the two pre-norms forward) and
+    """Seconds of the memory-bound reruns: ``layernorm`` (the layer's ``norms`` pre-norms
+    forward: two in a transformer layer, one in a hybrid model's single-part layer) and
     ``moe_act`` (read and write ``expert_act_bytes``, the experts' FC1 output and
     activation output)."""
     norm = ops.norm_time_s(profile, norm_tokens, hidden, elem, "forward")
     return {
-        "layernorm": 2 * norm,
+        "layernorm": norms * norm,
         "moe_act": ops.memory_bound_time_s(profile, expert_act_bytes) if expert_act_bytes else 0.0,
     }
 
@@ -95,16 +98,17 @@ def selective_rerun(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    is_moe: bool,
+    kind: LayerKind,
     rerun: dict[str, PassCost],
     norm_tokens: float,
     elem: int,
 ) -> PassCost:
     """The forward work selective recompute reruns for ``plan.selective_modules`` in one
-    dense or MoE layer: the layer's module passes in ``rerun`` (`layer_costs`) plus the
+    layer of ``kind``: the layer's module passes in ``rerun`` (`layer_costs`) plus the
     memory-bound norm and expert-activation reruns on ``norm_tokens`` rows of ``elem``-byte
     elements."""
-    layer = layer_activations(model, job, plan, model.moe_layer_mask().index(is_moe))
+    is_moe = kind.is_moe
+    layer = layer_activations(model, job, plan, model.layer_kinds().index(kind))
     tensors = dict(layer.tensors)
     act_bytes = tensors.get("expert_fc1_output", 0.0) + tensors.get("expert_act_output", 0.0)
     elementwise = elementwise_recompute_s(
@@ -113,6 +117,7 @@ def selective_rerun(
         hidden=model.hidden_size,
         elem=elem,
         expert_act_bytes=act_bytes if is_moe else 0.0,
+        norms=(kind.mixer != "none") + (kind.mlp != "none"),
     )
     parts = dict(rerun)
     for module, seconds in elementwise.items():
@@ -128,7 +133,7 @@ def layer_offload_exposed_s(
     plan: ParallelPlan,
     profile: HardwareProfile,
     *,
-    is_moe: bool,
+    kind: LayerKind,
     forward: PassCost,
     backward: PassCost,
     fp8_recipe: str = "delayed",
@@ -145,7 +150,7 @@ def layer_offload_exposed_s(
         model,
         job,
         plan,
-        model.moe_layer_mask().index(is_moe),
+        model.layer_kinds().index(kind),
         proj_saves_input=projection_saves_original_input(fp8_recipe),
         fp8_attention_recipe=fp8_recipe if fp8_attention else None,
     )

@@ -125,7 +125,7 @@ def _activation_bytes(
     pp, vpp = c["pp"], c["vpp"]
     first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
     last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
-    per_chunk = (c[f"n{tag}d"] + c[f"n{tag}m"]) / vpp
+    per_chunk = c[f"n{tag}"] / vpp
     layers = total * per_chunk * c["act_layers"] * scale
     acts = layers + c["act_work"] * scale
     acts += np.where(stage == 0, first_chunk * c["act_emb"] * scale, 0.0)

@@ -8,6 +8,7 @@ layers and parameters; and the per-microbatch activation columns of the memory e
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from costmodel.topology import strided_group_placement
 from profiles.schema import HardwareProfile
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 from specs.params import count_params, padded_vocab_size
 from specs.pipeline_split_checks import split_problem
@@ -90,28 +92,30 @@ def _layer_columns(
     the embedding and the output layer do not depend on ep and etp: they are priced once
     per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange, memory savers) of one
     call."""
-    kinds = sorted(set(model.moe_layer_mask()))
+    kinds = sorted(set(model.layer_kinds()))
     dense_parts: dict[tuple, dict[str, float]] = {}
     passes: dict[tuple, LayerPasses] = {}
 
-    def layer(plan: ParallelPlan, groups: CommGroups, kind: bool) -> dict[str, float]:
+    def layer(plan: ParallelPlan, groups: CommGroups, kind: LayerKind) -> dict[str, float]:
         key = (kind, *(getattr(plan, k) for k in _LAYER_KEY if k != "recompute_modules"))
         if key not in passes:
             passes[key] = layer_passes(
-                model, job, plan, profile, is_moe=kind, groups=groups, options=options
+                model, job, plan, profile, kind=kind, groups=groups, options=options
             )
         cost = layer_cost_from_passes(
-            model, job, plan, profile, passes[key], is_moe=kind, options=options
+            model, job, plan, profile, passes[key], kind=kind, options=options
         )
-        tag = "m" if kind else "d"
         out: dict[str, float] = {}
         for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
-            out[f"{name}_{tag}"] = p.duration_s
-            out[f"{name}c_{tag}"] = p.compute_s
+            out[f"{name}_{kind.tag}"] = p.duration_s
+            out[f"{name}c_{kind.tag}"] = p.compute_s
         return out
 
     def dense(plan: ParallelPlan, groups: CommGroups) -> dict[str, float]:
-        out = layer(plan, groups, False) if False in kinds else {}
+        out: dict[str, float] = {}
+        for kind in kinds:
+            if not kind.is_moe:
+                out.update(layer(plan, groups, kind))
         for name, (fwd, bwd) in (
             ("emb", embedding_cost(model, job, plan, profile, groups, options)),
             ("log", logits_cost(model, job, plan, profile, groups, options)),
@@ -132,11 +136,9 @@ def _layer_columns(
         if key not in dense_parts:
             dense_parts[key] = dense(plan, groups)
         out = dict(dense_parts[key])
-        if True in kinds:
-            out.update(layer(plan, groups, True))
-        for name in ("f", "fc", "b", "bc", "r", "rc"):  # a model with one kind of layer
-            out.setdefault(f"{name}_m", out.get(f"{name}_d"))
-            out.setdefault(f"{name}_d", out[f"{name}_m"])
+        for kind in kinds:
+            if kind.is_moe:
+                out.update(layer(plan, groups, kind))
         return out
 
     return fn
@@ -201,28 +203,33 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
 
 
 def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
-    """The stages the screen prices (0, the heaviest middle stage, p-1) and the dense and
-    MoE transformer layers (MTP layers counted as the last layer's kind) of each, from the
-    plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most
-    MoE layers, then the most layers, then the earliest position (more microbatches in
-    flight): with leading dense layers, a stage with as many layers but some dense ones
-    holds fewer parameters and runs faster."""
+    """The stages the screen prices (0, the heaviest middle stage, p-1) and, for each, its
+    layers of every kind of the model (``n{stage}{kind tag}``, `specs.layer_kinds.LayerKind.tag`;
+    MTP layers counted as the last layer's kind), its layers in all (``n{stage}``, MTP
+    layers included) and its MTP layers (``mtp{stage}``), from the plan's pipeline split
+    (`specs.pipeline_split`). The heaviest middle stage has the most MoE layers, then the
+    most layers, then the earliest position (more microbatches in flight): with leading
+    dense layers, a stage with as many layers but some dense ones holds fewer parameters
+    and runs faster."""
     split = plan_split(model, plan)
-    mask = model.moe_layer_mask()
+    kinds = model.layer_kinds()
+    tags = sorted({kind.tag for kind in kinds})
     middle = range(1, plan.pp - 1)
 
     def weight(stage: int) -> tuple[int, int]:
         layers = split.rank_layers(stage)
-        return sum(mask[i] for i in layers), len(layers)
+        return sum(kinds[i].is_moe for i in layers), len(layers)
 
     mid = max(middle, key=weight) if len(middle) else min(1, plan.pp - 1)
     out: dict[str, int] = {"s1": mid}
     for tag, stage in (("0", 0), ("1", mid), ("l", plan.pp - 1)):
         layers = split.rank_layers(stage)
-        moe = sum(mask[i] for i in layers)
         mtp = split.rank_mtp_layers(stage)
-        out[f"n{tag}d"] = len(layers) - moe + (0 if mask[-1] else mtp)
-        out[f"n{tag}m"] = moe + (mtp if mask[-1] else 0)
+        counts = Counter(kinds[i].tag for i in layers)
+        counts[kinds[-1].tag] += mtp
+        for kind_tag in tags:
+            out[f"n{tag}{kind_tag}"] = counts[kind_tag]
+        out[f"n{tag}"] = len(layers) + mtp
         out[f"mtp{tag}"] = mtp
     return out
 

@@ -33,6 +33,7 @@ from costmodel.plan_frame import row_plan
 from costmodel.runtimes.megatron.screen_parts import affine_s
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
+from specs.layer_kinds import KIND_TAGS
 from specs.model import ModelSpec
 from specs.pipeline_split_checks import split_problem
 
@@ -92,7 +93,8 @@ def stage_times(
     parameters (`accumulation_s`)."""
 
     def per_stage(tag: str, name: str) -> np.ndarray:
-        return c[f"n{tag}d"] * c[f"{name}_d"] + c[f"n{tag}m"] * c[f"{name}_m"]
+        kinds = [k for k in KIND_TAGS if f"n{tag}{k}" in c]
+        return sum(c[f"n{tag}{k}"] * c[f"{name}_{k}"] for k in kinds)
 
     def stage(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         redo = np.where(recompute == "selective", per_stage(tag, "r"), 0.0)

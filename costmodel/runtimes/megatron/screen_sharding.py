@@ -23,7 +23,7 @@ from specs.job import TrainingJob
 
 def _stage_layers(c, tag: str) -> np.ndarray:
     """Unit modules (transformer and MTP layers, at least 1) of the screen's stage ``tag``."""
-    return np.maximum(c[f"n{tag}d"] + c[f"n{tag}m"] + c[f"mtp{tag}"], 1)
+    return np.maximum(c[f"n{tag}"] + c[f"mtp{tag}"], 1)
 
 
 def fsdp_reduce_per_microbatch_s(c, tag: str, grad_bytes: float) -> np.ndarray:

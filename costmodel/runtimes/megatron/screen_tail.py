@@ -168,7 +168,7 @@ def _optimizer_s(
     (`screen_muon.worst_step_s`), plus the gradient-buffer passes; ``adapter_targets``
     LoRA adapters per layer (`costmodel.optimizer_passes.optimizer_step_tensors`)."""
     dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
-    layers = c[f"n{tag}d"] + c[f"n{tag}m"]
+    layers = c[f"n{tag}"]
     tensors = optimizer_step_tensors(layers, local_experts, adapter_targets)
     sharded = c["optim_sharded"]
     shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
