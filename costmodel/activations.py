@@ -28,13 +28,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
+from costmodel.activation_shard import activation_shard
 from costmodel.compute import FP32_BYTES
-from costmodel.layer_activations import (
-    AttentionKernel,
-    LayerActivations,
-    activation_shard,
-    shard_layer_activations,
-)
+from costmodel.layer_activations import AttentionKernel, LayerActivations, shard_layer_activations
 from costmodel.schedules import (
     chunk_layers,
     warmup_microbatches_1f1b,

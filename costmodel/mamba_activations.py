@@ -56,8 +56,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from costmodel.activation_shard import ActivationShard, lora_column_input_bytes
 from costmodel.compute import FP32_BYTES
-from costmodel.layer_activations import ActivationShard, lora_column_input_bytes
 from specs.model import ModelSpec
 
 MAMBA_TENSOR_NAMES: tuple[str, ...] = (

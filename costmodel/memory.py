@@ -40,12 +40,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from costmodel.activation_shard import activation_element_bytes, projection_saves_original_input
 from costmodel.activations import CrossEntropyFusion, StageActivations, stage_activations
-from costmodel.layer_activations import (
-    AttentionKernel,
-    activation_element_bytes,
-    projection_saves_original_input,
-)
+from costmodel.layer_activations import AttentionKernel
 from costmodel.memory_allowances import BF16_WEIGHTS, Fp8WeightStorage, FrameworkAllowance
 from costmodel.model_state import (
     StateLayout,

@@ -5,16 +5,40 @@ groups, and the features the hybrid layers are not priced with are absent."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from specs.errors import SpecError
 from specs.layer_kinds import parse_hybrid_pattern
 
-if TYPE_CHECKING:
-    from specs.model import ModelSpec
+
+class HybridFields(Protocol):
+    """The `specs.model.ModelSpec` fields and properties the hybrid rules read."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_experts: int
+    moe_layer_freq: int
+    moe_first_dense_layers: int
+    mtp_num_layers: int
+    sliding_window: int | None
+    attention_sinks: bool
+    hybrid_layer_pattern: str | None
+    mamba_head_dim: int
+    mamba_num_groups: int
+    mamba_num_heads: int | None
+
+    @property
+    def is_moe(self) -> bool: ...
+
+    @property
+    def uses_mla(self) -> bool: ...
+
+    @property
+    def mamba_heads(self) -> int: ...
 
 
-def check_hybrid(model: ModelSpec) -> None:
+def check_hybrid(model: HybridFields) -> None:
     """`SpecError` (rule, values, fix) for a hybrid model the specs cannot express."""
     where = f"ModelSpec {model.name!r}"
     pattern = model.hybrid_layer_pattern or ""

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.layer_activations import layer_activations, projection_saves_original_input
+from costmodel.activation_shard import projection_saves_original_input
+from costmodel.layer_activations import layer_activations
 from costmodel.memory import memory_per_stage
 from costmodel.memory_allowances import Fp8WeightStorage
 from specs.job import TrainingJob

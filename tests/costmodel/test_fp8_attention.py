@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from costmodel.activation_shard import projection_saves_original_input
 from costmodel.attention_core import attention_core_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
@@ -21,7 +22,7 @@ from costmodel.fp8_attention import (
     check_fp8_attention,
     core_saved_bytes,
 )
-from costmodel.layer_activations import layer_activations, projection_saves_original_input
+from costmodel.layer_activations import layer_activations
 from costmodel.memory import memory_per_stage
 from costmodel.memory_allowances import Fp8WeightStorage
 from costmodel.plan_frame import plans_frame

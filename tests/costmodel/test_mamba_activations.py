@@ -19,7 +19,7 @@ from costmodel.activation_savers import (
     offloaded_bytes,
     recomputed_bytes,
 )
-from costmodel.layer_activations import activation_shard
+from costmodel.activation_shard import activation_shard
 from costmodel.mamba_activations import MAMBA_TENSOR_NAMES, mamba_tensors
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob

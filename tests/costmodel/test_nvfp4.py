@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+from costmodel.activation_shard import activation_shard
 from costmodel.compute import (
     NVFP4_BYTES,
     NVFP4_DEVICE_RULE,
@@ -30,7 +31,7 @@ from costmodel.fp8_quantization import (
     norm_quantization,
     operand_recipe,
 )
-from costmodel.layer_activations import activation_shard, layer_activations
+from costmodel.layer_activations import layer_activations
 from costmodel.memory_allowances import Fp8WeightStorage
 from costmodel.optimizer_state import OptimizerPrecision, adam_state_bytes
 from costmodel.runtimes.torch.runtime import TORCH_NVFP4_RULE

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from costmodel import compute as ops
 from costmodel.activation_savers import offloaded_bytes
+from costmodel.activation_shard import projection_saves_original_input
 from costmodel.flops import FMA_FLOPS, attention_projection_forward_flops_per_token
 from costmodel.host_link import host_link_Bps
-from costmodel.layer_activations import layer_activations, projection_saves_original_input
+from costmodel.layer_activations import layer_activations
 from costmodel.passes import ZERO, PassCost
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob

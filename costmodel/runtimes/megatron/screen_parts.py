@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from costmodel.activation_shard import projection_saves_original_input
 from costmodel.activations import output_microbatch_bytes, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_attention_recipe
-from costmodel.layer_activations import projection_saves_original_input
 from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.rank_params import non_unit_params, stage_params
