@@ -212,7 +212,31 @@ def layer_activations(
             f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
             f"{model.name!r}; pass a layer of the model"
         )
-    kind = model.layer_kinds()[layer_index]
+    return kind_activations(
+        model,
+        job,
+        plan,
+        model.layer_kinds()[layer_index],
+        attention=attention,
+        dropout=dropout,
+        proj_saves_input=proj_saves_input,
+        fp8_attention_recipe=fp8_attention_recipe,
+    )
+
+
+def kind_activations(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    kind: LayerKind,
+    *,
+    attention: AttentionKernel = "flash",
+    dropout: bool = True,
+    proj_saves_input: bool = False,
+    fp8_attention_recipe: str | None = None,
+) -> LayerActivations:
+    """`layer_activations` of a layer of ``kind`` (`specs.layer_kinds.LayerKind`) of the
+    model's shape, whether or not the model has one."""
     x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
     return shard_layer_activations(model, x, plan, kind, attention)
 

@@ -25,7 +25,7 @@ from costmodel.activation_savers import offloaded_bytes
 from costmodel.activation_shard import projection_saves_original_input
 from costmodel.flops import FMA_FLOPS, attention_projection_forward_flops_per_token
 from costmodel.host_link import host_link_Bps
-from costmodel.layer_activations import layer_activations
+from costmodel.layer_activations import kind_activations
 from costmodel.passes import ZERO, PassCost
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -109,7 +109,7 @@ def selective_rerun(
     memory-bound norm and expert-activation reruns on ``norm_tokens`` rows of ``elem``-byte
     elements."""
     is_moe = kind.is_moe
-    layer = layer_activations(model, job, plan, model.layer_kinds().index(kind))
+    layer = kind_activations(model, job, plan, kind)
     tensors = dict(layer.tensors)
     act_bytes = tensors.get("expert_fc1_output", 0.0) + tensors.get("expert_act_output", 0.0)
     elementwise = elementwise_recompute_s(
@@ -147,11 +147,11 @@ def layer_offload_exposed_s(
     projection saves an FP8 copy (`projection_saves_original_input`); ``fp8_attention``: the
     attention core saves its tensors in that recipe's FP8 form
     (`costmodel.fp8_attention.core_saved_bytes`)."""
-    layer = layer_activations(
+    layer = kind_activations(
         model,
         job,
         plan,
-        model.layer_kinds().index(kind),
+        kind,
         proj_saves_input=projection_saves_original_input(fp8_recipe),
         fp8_attention_recipe=fp8_recipe if fp8_attention else None,
     )

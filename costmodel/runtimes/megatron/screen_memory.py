@@ -37,6 +37,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS
 from costmodel.runtimes.megatron.screen_muon import worst_state_bytes, worst_working_bytes
 from costmodel.runtimes.megatron.screen_sharding import adam_state_per_row
 from specs.job import TrainingJob
+from specs.layer_kinds import KIND_TAGS
 from specs.model import ModelSpec
 
 
@@ -125,8 +126,9 @@ def _activation_bytes(
     pp, vpp = c["pp"], c["vpp"]
     first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
     last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
-    per_chunk = c[f"n{tag}"] / vpp
-    layers = total * per_chunk * c["act_layers"] * scale
+    kinds = [k for k in KIND_TAGS if f"n{tag}{k}" in c]
+    per_chunk = sum(c[f"n{tag}{k}"] * c[f"act_{k}"] for k in kinds) / vpp
+    layers = total * per_chunk * scale
     acts = layers + c["act_work"] * scale
     acts += np.where(stage == 0, first_chunk * c["act_emb"] * scale, 0.0)
     loss = last_chunk * c["act_out"] + np.where(last_chunk > 0, c["act_out_once"], 0.0)

@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from costmodel.activation_savers import recomputed_bytes
 from costmodel.activation_shard import projection_saves_original_input
 from costmodel.activations import output_microbatch_bytes, stage_activations
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_attention_recipe
+from costmodel.layer_activations import kind_activations
 from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.rank_params import non_unit_params, stage_params
@@ -306,8 +308,12 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
         kept, transient = output_microbatch_bytes(
             model, ref_job, plan, options.cross_entropy_fusion
         )
+        per_layer = acts.layers_bytes / model.num_layers
         return {
-            "act_layers": acts.layers_bytes / model.num_layers,
+            **{
+                f"act_{tag}": per_layer * share
+                for tag, share in _kind_shares(model, ref_job, plan, options).items()
+            },
             "act_work": acts.recompute_working_bytes,
             "act_emb": acts.embedding_bytes,
             "act_out": kept,
@@ -315,6 +321,36 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
         }
 
     return fn
+
+
+def _kind_shares(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, options: ExecutionOptions
+) -> dict[str, float]:
+    """Each layer kind's stored activation bytes over the mean of the model's layers, by
+    kind tag: a layer's full saved tensors without recompute, less what the selective
+    modules free with selective recompute (`costmodel.activation_savers.recomputed_bytes`);
+    1 for every kind under full recompute, whose checkpoints are layer inputs of one size."""
+    kinds = model.layer_kinds()
+    if plan.recompute == "full":
+        return {kind.tag: 1.0 for kind in set(kinds)}
+    stored: dict[str, float] = {}
+    for kind in set(kinds):
+        layer = kind_activations(
+            model,
+            job,
+            plan,
+            kind,
+            attention=options.attention,
+            dropout=options.hidden_dropout,
+            proj_saves_input=projection_saves_original_input(options.fp8_recipe),
+            fp8_attention_recipe=fp8_attention_recipe(options),
+        )
+        freed = 0.0
+        if plan.recompute == "selective":
+            freed = recomputed_bytes(layer.tensors, plan.selective_modules)
+        stored[kind.tag] = layer.full_bytes - freed
+    mean = sum(stored[kind.tag] for kind in kinds) / len(kinds)
+    return {tag: value / mean if mean > 0 else 1.0 for tag, value in stored.items()}
 
 
 def priced_parts(
