@@ -18,6 +18,17 @@ The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR
 forward + backward. Core attention per token depends on the sequence length s (each
 token attends to s/2 keys on average under the causal mask).
 
+Hybrid models (``ModelSpec.hybrid_layer_pattern``) count each layer by its kind
+(`specs.layer_kinds.LayerKind`), as Megatron-LM's ``hybrid_flops`` does
+(`megatron/training/training.py`, d98e8a64): a ``*`` layer its attention projections and
+core, a ``-`` layer its MLP, an ``E`` layer its top-k routed experts and shared expert, an
+``M`` layer Megatron's ``mamba_layer_flops`` (`mamba_mixer_forward_flops_per_token`), plus
+the logits. That formula takes the mixer's inner width as d = 2h whatever
+``--mamba-num-heads`` says (only the dt width H follows it), so for a model whose
+H·P ≠ 2h (Nemotron 3 Nano: 64·64 = 4096 against 2·2688 = 5376) the count is Megatron's,
+not the shape of the mixer's GEMMs; paraplan keeps Megatron's so that MFU compares with
+the throughput Megatron-LM logs.
+
 LoRA jobs (`TrainingJob.lora`) compute no weight gradient of the frozen GEMMs: the model
 FLOPs are Megatron-Bridge's LoRA count (``training/utils/flop_utils.py``, tag v0.5.0: the
 frozen GEMMs at 2/3 of 3 x forward, the attention core at 3 x) plus the adapters' GEMMs at
@@ -51,7 +62,8 @@ def _mlp_matrices(model: ModelSpec) -> int:
 
 
 def attention_projection_forward_flops_per_token(model: ModelSpec) -> float:
-    """Forward FLOPs of one layer's attention projections for one token.
+    """Forward FLOPs of one attention layer's projections for one token (a hybrid model's
+    layers without attention have none: `layer_forward_flops_per_token`).
 
     Standard/GQA: 2·(h·(q + 2·kv) + q·h). MLA (Megatron's terms): 2·(q-term + kv-term +
     h·d_rope + a·d_v·h) with q-term = q_lora·(h + a·(d_qk + d_rope) + 1) or
@@ -102,7 +114,10 @@ def layer_core_attention_forward_flops_per_token(
     model: ModelSpec, layer_index: int, seq_length: int
 ) -> float:
     """`core_attention_forward_flops_per_token` of layer ``layer_index``: scaled by the
-    windowed key count (`attended_keys_per_token`) on a sliding-window layer."""
+    windowed key count (`attended_keys_per_token`) on a sliding-window layer; 0 on a hybrid
+    model's layer without attention."""
+    if model.is_hybrid and model.layer_kinds()[layer_index].mixer != "attention":
+        return 0.0
     full = core_attention_forward_flops_per_token(model, seq_length)
     if not model.window_layer_mask()[layer_index]:
         return full
@@ -113,21 +128,41 @@ def mlp_forward_flops_per_token(model: ModelSpec, layer_index: int) -> float:
     """Forward FLOPs of layer ``layer_index``'s MLP per token.
 
     Dense: 2·f·h·F. MoE: 2·f·h·(F_expert·top_k + F_shared), f = 3 (SwiGLU) or 2 (GELU).
+    0 on a hybrid model's layer without a feed-forward part (``M``, ``*``).
     """
-    if not 0 <= layer_index < model.num_layers:
-        raise SpecError(
-            f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
-            f"{model.name!r}; pass a layer of the model"
-        )
-    return _mlp_forward(model, model.moe_layer_mask()[layer_index])
+    _require_layer(model, layer_index)
+    return _mlp_forward(model, model.layer_kinds()[layer_index].mlp)
 
 
-def _mlp_forward(model: ModelSpec, is_moe: bool) -> float:
-    if is_moe:
+def _mlp_forward(model: ModelSpec, mlp: str) -> float:
+    """Forward FLOPs per token of a feed-forward part of kind ``mlp`` (`LayerKind.mlp`)."""
+    if mlp == "none":
+        return 0.0
+    if mlp == "moe":
         inner = model.expert_ffn_hidden_size * model.moe_top_k + model.moe_shared_expert_size
     else:
         inner = model.ffn_hidden_size
     return FMA_FLOPS * _mlp_matrices(model) * model.hidden_size * inner
+
+
+def mamba_mixer_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of one Mamba-2 mixer per token, Megatron-LM's ``mamba_layer_flops``
+    (`megatron/training/training.py`, d98e8a64) divided by the tokens:
+
+        2·h·(2·d + 2·G·N + H)  in_proj
+        + 7·d·N                the SSD scan
+        + 2·d·h                out_proj
+
+    with Megatron's d = 2h (``d_in = 2 * hidden_size`` whatever ``mamba_num_heads``; module
+    docstring), H = ``mamba_num_heads`` or d / P, G groups, state N. The depthwise
+    convolution and the gated norm are not counted."""
+    h = model.hidden_size
+    d_in = 2 * h
+    heads = model.mamba_num_heads or d_in // model.mamba_head_dim
+    groups_state = model.mamba_num_groups * model.mamba_state_dim
+    in_proj = FMA_FLOPS * h * (2 * d_in + 2 * groups_state + heads)
+    scan = 7 * d_in * model.mamba_state_dim
+    return in_proj + scan + FMA_FLOPS * d_in * h
 
 
 def logits_forward_flops_per_token(model: ModelSpec) -> float:
@@ -137,7 +172,8 @@ def logits_forward_flops_per_token(model: ModelSpec) -> float:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LayerForwardFlops:
-    """Forward FLOPs of one transformer layer per token, by part."""
+    """Forward FLOPs of one decoder layer per token, by part (a hybrid layer's absent parts
+    are 0)."""
 
     attention_projection_flops: float
     """QKV (or MLA) and output projections."""
@@ -145,23 +181,37 @@ class LayerForwardFlops:
     """QKᵀ and attention x V under the causal mask."""
     mlp_flops: float
     """Dense MLP, or top-k routed experts plus shared expert(s)."""
+    mamba_flops: float = 0.0
+    """A hybrid model's Mamba-2 mixer (`mamba_mixer_forward_flops_per_token`)."""
 
     @property
     def total_flops(self) -> float:
         """All forward FLOPs of the layer per token."""
-        return self.attention_projection_flops + self.core_attention_flops + self.mlp_flops
+        return (
+            self.attention_projection_flops
+            + self.core_attention_flops
+            + self.mlp_flops
+            + self.mamba_flops
+        )
 
 
 def layer_forward_flops_per_token(
     model: ModelSpec, layer_index: int, seq_length: int
 ) -> LayerForwardFlops:
-    """Forward FLOPs of layer ``layer_index`` per token of a length-``seq_length`` sequence."""
+    """Forward FLOPs of layer ``layer_index`` per token of a length-``seq_length`` sequence,
+    by the parts its kind holds (`specs.layer_kinds.LayerKind`)."""
+    _require_layer(model, layer_index)
+    mixer = model.layer_kinds()[layer_index].mixer
+    attention = mixer == "attention"
     return LayerForwardFlops(
-        attention_projection_flops=attention_projection_forward_flops_per_token(model),
+        attention_projection_flops=(
+            attention_projection_forward_flops_per_token(model) if attention else 0.0
+        ),
         core_attention_flops=layer_core_attention_forward_flops_per_token(
             model, layer_index, seq_length
         ),
         mlp_flops=mlp_forward_flops_per_token(model, layer_index),
+        mamba_flops=mamba_mixer_forward_flops_per_token(model) if mixer == "mamba" else 0.0,
     )
 
 
@@ -172,12 +222,23 @@ def forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
 
 
 def _layers_forward(model: ModelSpec, layers: Iterable[int], seq_length: int) -> float:
-    """Forward FLOPs per token of the given layers (the MoE mask is read once)."""
-    mask = model.moe_layer_mask()
+    """Forward FLOPs per token of the given layers (the layer kinds are read once)."""
+    kinds = model.layer_kinds()
     chosen = list(layers)
+    attention = sum(kinds[i].mixer == "attention" for i in chosen)
+    mamba = sum(kinds[i].mixer == "mamba" for i in chosen)
     projection = attention_projection_forward_flops_per_token(model)
     core = sum(layer_core_attention_forward_flops_per_token(model, i, seq_length) for i in chosen)
-    return len(chosen) * projection + core + sum(_mlp_forward(model, mask[i]) for i in chosen)
+    mixers = attention * projection + core
+    if mamba:
+        mixers += mamba * mamba_mixer_forward_flops_per_token(model)
+    return mixers + sum(_mlp_forward(model, kinds[i].mlp) for i in chosen)
+
+
+def attention_layer_count(model: ModelSpec) -> int:
+    """Layers with self-attention: every layer of a transformer, the ``*`` layers of a
+    hybrid model."""
+    return sum(kind.mixer == "attention" for kind in model.layer_kinds())
 
 
 def backward_flops(forward_flops: float) -> float:
@@ -227,14 +288,15 @@ def recompute_forward_flops_per_token(
 ) -> float:
     """Extra forward FLOPs per token that activation recompute adds.
 
-    Selective: the core attention of every layer runs again (Megatron's default
-    `--recompute-modules core_attn`). Full: the whole forward of each recomputed layer
-    (`costmodel.activations.recomputed_layers`; every layer for the uniform method, the
-    first N of each chunk for block), with its ``lora`` adapters. The logits and embedding
-    are never recomputed.
+    Selective: the core attention of every attention layer runs again (Megatron's default
+    `--recompute-modules core_attn`; a hybrid model's ``*`` layers). Full: the whole
+    forward of each recomputed layer (`costmodel.activations.recomputed_layers`; every
+    layer for the uniform method, the first N of each chunk for block), with its ``lora``
+    adapters. The logits and embedding are never recomputed.
     """
     if plan.recompute == "selective":
-        return model.num_layers * core_attention_forward_flops_per_token(model, seq_length)
+        core = core_attention_forward_flops_per_token(model, seq_length)
+        return attention_layer_count(model) * core
     if plan.recompute == "full":
         layers = recomputed_layers(model, plan)
         adapters = 0.0 if lora is None else len(layers) * lora_forward_flops_per_token(model, lora)
@@ -264,6 +326,14 @@ def sc21_flops_per_iteration(model: ModelSpec, seq_length: int, global_batch_siz
     h, layers, s = model.hidden_size, model.num_layers, seq_length
     correction = 1 + s / (6 * h) + model.vocab_size / (16 * layers * h)
     return 96 * global_batch_size * s * layers * h * h * correction
+
+
+def _require_layer(model: ModelSpec, layer_index: int) -> None:
+    if not 0 <= layer_index < model.num_layers:
+        raise SpecError(
+            f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
+            f"{model.name!r}; pass a layer of the model"
+        )
 
 
 def _require_seq(seq_length: int) -> None:

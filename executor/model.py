@@ -11,8 +11,9 @@ RMSNorm or LayerNorm, rotary position embedding (rotate-half form, base 10000: M
 carries no rope base), grouped-query attention through
 ``torch.nn.functional.scaled_dot_product_attention`` (causal), a SwiGLU or GELU MLP or an MoE
 layer per ``model.moe_layer_mask()`` (`executor.moe`), and a tied or untied output layer.
-Multi-latent attention is rejected with a SpecError (`check_model_supported`): building it
-as standard attention would train a different model than the spec and the cost model describe.
+Multi-latent attention and hybrid models (Mamba-2 layers, single-part layers) are rejected
+with a SpecError (`check_model_supported`): building them as standard transformer layers
+would train a different model than the spec and the cost model describe.
 
 The vocabulary is padded to a multiple of 128·tp as Megatron-LM does
 (``--make-vocab-size-divisible-by 128``, `specs.params.padded_vocab_size`); the padded rows
@@ -37,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from executor.moe import Experts, MoE
 from specs.errors import SpecError
+from specs.hybrid_checks import executor_hybrid_refusal
 from specs.model import ModelSpec
 from specs.params import padded_vocab_size
 
@@ -47,7 +49,11 @@ INIT_STD = 0.02
 
 
 def check_model_supported(spec: ModelSpec) -> None:
-    """Raise SpecError for model features this executor does not build."""
+    """Raise SpecError for model features this executor does not build: a hybrid model
+    (`specs.hybrid_checks.executor_hybrid_refusal`), multi-latent attention."""
+    hybrid = executor_hybrid_refusal(spec)
+    if hybrid is not None:
+        raise SpecError(hybrid)
     if spec.uses_mla:
         raise SpecError(
             f"ModelSpec {spec.name!r} uses multi-latent attention (kv_lora_rank="

@@ -17,6 +17,9 @@ d98e8a64 of NVIDIA/Megatron-LM):
   Qwen3's and Mixtral's aux loss) rather than Megatron's default one.
 - Leading dense layers (DeepSeek's `first_k_dense_replace`) become a `--moe-layer-freq`
   pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
+- A hybrid model runs with `pretrain_hybrid.py`, `--spec`, `--hybrid-layer-pattern` (the
+  plan's pipeline split as its ``|`` segments, instead of the split flags) and the
+  `--mamba-*` sizes, and no `--moe-layer-freq` (`planner.export_hybrid`).
 - Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
   selective carries neither (§8.3 rules 11, 15), and `--recompute-modules` when the plan
   names its modules. CPU activation offloading: `--cpu-offloading-num-layers`, or
@@ -49,6 +52,7 @@ import shlex
 from typing import Literal
 
 from costmodel.execution import ExecutionOptions
+from planner.export_hybrid import megatron_entry_point, megatron_hybrid_arguments
 from planner.export_options import (
     bundle_options,
     megatron_option_arguments,
@@ -196,7 +200,10 @@ def _moe_arguments(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptio
         "--num-experts", str(model.num_experts),
         "--moe-router-topk", str(model.moe_top_k),
         "--moe-ffn-hidden-size", str(model.expert_ffn_hidden_size),
-        "--moe-layer-freq", moe_layer_freq_argument(model),
+    ]  # fmt: skip
+    if not model.is_hybrid:  # a hybrid pattern's E symbols place the MoE layers
+        args += ["--moe-layer-freq", moe_layer_freq_argument(model)]
+    args += [
         "--moe-token-dispatcher-type", options.moe_dispatcher,
         "--moe-grouped-gemm",
         "--expert-model-parallel-size", str(plan.ep),
@@ -239,7 +246,8 @@ def _parallel_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         "--tensor-model-parallel-size", str(plan.tp),
         "--pipeline-model-parallel-size", str(plan.pp),
     ]  # fmt: skip
-    args += megatron_split_arguments(model, plan)
+    if not model.is_hybrid:  # a hybrid pattern's | segments carry the split
+        args += megatron_split_arguments(model, plan)
     if plan.cp > 1:
         args += ["--context-parallel-size", str(plan.cp)]
         if plan.cp_comm_type != "p2p":
@@ -303,7 +311,8 @@ def offload_arguments(plan: ParallelPlan) -> list[str]:
 
 
 def megatron_arguments(bundle: PlanBundle) -> list[str]:
-    """The Megatron-LM `pretrain_gpt.py` arguments that run ``bundle``'s plan, as argv.
+    """The Megatron-LM `pretrain_gpt.py` (hybrid: `pretrain_hybrid.py`) arguments that run
+    ``bundle``'s plan, as argv.
 
     Data, tokenizer files, learning rate and iteration counts are the user's to add; the
     NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
@@ -316,6 +325,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
         raise SpecError(megatron_lora_refusal(job.lora))
     options = bundle_options(bundle)
     args = _model_arguments(model, job.seq_length)
+    args += megatron_hybrid_arguments(model, plan)
     args += _moe_arguments(model, plan, options)
     args += _parallel_arguments(model, plan)
     args += [
@@ -333,7 +343,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
     """A shell snippet: the environment, the userbuffers YAML file when the options set one
     (`planner.export_userbuffers.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
-    with every argument, one flag per line."""
+    (`pretrain_hybrid.py` for a hybrid model) with every argument, one flag per line."""
     num_gpus = bundle.cluster.num_gpus
     per_node = min(gpus_per_node, num_gpus)
     nodes = math.ceil(num_gpus / per_node)
@@ -348,7 +358,8 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
     if TP_OVERLAP_CFG_FILE in args:
         config = userbuffers_config(bundle_options(bundle))
         lines += [f"cat > {TP_OVERLAP_CFG_FILE} <<'EOF'", *userbuffers_yaml(config), "EOF"]
-    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} pretrain_gpt.py"
+    script = megatron_entry_point(bundle.model)
+    launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} {script}"
     flags: list[str] = []
     for token in args:
         if token.startswith("--"):

@@ -19,7 +19,8 @@ options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
 router is part of the flavor, not of the TOML: torchtitan's deepseek_v3 671B flavor routes
 as the deepseek-v3 preset (sigmoid, route_norm, route_scale 2.5, 8 expert groups of which
 4, expert bias); for a new flavor the header lists the router it needs
-(`torchtitan_router_note`).
+(`torchtitan_router_note`). torchtitan has no Mamba-2 layer: a hybrid model is refused
+(`TORCHTITAN_HYBRID_RULE`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ of torchtitan's model registry (``torchtitan/models/<name>/__init__.py``: llama3
 405B, deepseek_v3 671B, qwen3 30B-A3B/235B-A22B, gpt_oss 20b/120b)."""
 
 
+TORCHTITAN_HYBRID_RULE = "torchtitan_hybrid"
+"""Rule id of the torchtitan export's refusal of a hybrid model (`torchtitan_model`)."""
+
+
 def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     """(torchtitan model name, flavor, known) for ``model``.
 
@@ -68,8 +73,14 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     ``qwen3_configs``, dense 0.6B-32B and MoE 30B-A3B/235B-A22B) and llama3 without it,
     dense only (llama3's attention has no q/k norm and its block no experts).
     Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
-    MoE without qk-norm, GELU or biased layers).
+    MoE without qk-norm, GELU or biased layers), and for a hybrid model (`TORCHTITAN_HYBRID_RULE`).
     """
+    if model.is_hybrid:
+        raise SpecError(
+            f"[{TORCHTITAN_HYBRID_RULE}] {model.name!r} is a hybrid model (hybrid_layer_pattern "
+            f"{model.hybrid_layer_pattern!r}): torchtitan's registry (llama3, deepseek_v3, "
+            "qwen3, gpt_oss) has no Mamba-2 layer: export --to megatron (pretrain_hybrid.py)"
+        )
     if model.name in _TORCHTITAN_FLAVORS:
         return (*_TORCHTITAN_FLAVORS[model.name], True)
     if model.kv_lora_rank is not None:
@@ -266,8 +277,8 @@ def torchtitan_option_config(
 
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
-    Muon job (`TORCHTITAN_MUON_REFUSAL`), an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`) and a
-    LoRA job (`TORCHTITAN_LORA_REFUSAL`)."""
+    Muon job (`TORCHTITAN_MUON_REFUSAL`), an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`), a
+    LoRA job (`TORCHTITAN_LORA_REFUSAL`) and a hybrid model (`torchtitan_model`)."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
     if job.lora is not None:
         raise SpecError(f"[{TORCHTITAN_LORA_RULE}] {job.lora.label()}: {TORCHTITAN_LORA_REFUSAL}")

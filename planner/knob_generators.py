@@ -2,14 +2,15 @@
 given the model, the cluster and the knobs chosen before it (calculon's habit).
 
 tp divides the heads, the query groups (or is a multiple of them), the dense and
-shared-expert MLP widths, and by default stays inside the scale-up domain; pp divides the
-layers; vpp divides the layers per stage; cp divides the remaining ranks and
-seq % (2·cp) == 0; ep divides the experts; etp divides the expert width; sequence
-parallelism only with tp > 1; tp comm overlap only with sequence parallelism;
-overlap_param_gather only with the distributed optimizer (or Megatron-FSDP) and
-overlap_grad_reduce; Megatron-FSDP's sharding strategies beside the distributed optimizer
-when dp·cp > 1. `planner.space_tables` composes them into the candidate tables; the column
-form of their values is `planner.space`'s.
+shared-expert MLP widths, a hybrid model's Mamba-2 heads and groups, and by default stays
+inside the scale-up domain; pp divides the layers; vpp divides the layers per stage; cp
+divides the remaining ranks and seq % (2·cp) == 0 (`planner.space_tables` keeps cp 1 for
+a hybrid model, `specs.rules_features.hybrid_excludes_context_parallel`); ep divides the
+experts; etp divides the expert width; sequence parallelism only with tp > 1; tp comm
+overlap only with sequence parallelism; overlap_param_gather only with the distributed
+optimizer (or Megatron-FSDP) and overlap_grad_reduce; Megatron-FSDP's sharding strategies
+beside the distributed optimizer when dp·cp > 1. `planner.space_tables` composes them into
+the candidate tables; the column form of their values is `planner.space`'s.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def tp_degrees(
     (`costmodel.topology.plan_placements`), which stays inside one server, so such sizes
     would be priced as if every group did."""
     groups = model.query_groups
-    dense_mlp = model.num_moe_layers < model.num_layers
+    kinds = model.layer_kinds()
+    dense_mlp = any(kind.mlp == "dense" for kind in kinds)
+    if any(kind.mixer == "mamba" for kind in kinds):
+        num_gpus = math.gcd(num_gpus, model.mamba_heads, model.mamba_num_groups)
     for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
         if not beyond_scale_up and tp > scale_up_domain:
             continue

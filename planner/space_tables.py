@@ -99,7 +99,7 @@ def degree_table(
             for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
                 cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
-                if not space.has("context_parallel"):
+                if not space.has("context_parallel") or model.is_hybrid:
                     cps = iter((1,))
                 splits = split_choices(model, pp, vpp, space) or [EVEN_SPLIT]
                 for cp in space.choices("cp", cps):

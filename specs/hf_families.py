@@ -5,7 +5,8 @@ Each reads the keys that decide weight shapes the way that family's transformers
 does (`specs.hf_config` for the reader and the fields the Llama-like families share,
 `specs.hf_routers` for the MoE routers). Layer patterns that `ModelSpec` cannot express
 (Qwen3-MoE's `mlp_only_layers`, GPT-OSS's `layer_types`) are a `SpecError` naming the
-key and suggesting a paraplan ModelSpec JSON.
+key and suggesting a paraplan ModelSpec JSON. The hybrid ``nemotron_h`` builder is
+`specs.hf_hybrid`'s.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 from specs.errors import SpecError
 from specs.hf_config import HFConfig, decoder_fields, llama_biases
+from specs.hf_hybrid import nemotron_h
 from specs.hf_routers import GPT_OSS_ROUTER, deepseek_v3_router, mixtral_router, qwen3_moe_router
 from specs.model import ModelSpec
 
@@ -246,5 +248,6 @@ FAMILIES: dict[str, Callable[[HFConfig, str], ModelSpec]] = {
     "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3,
     "gpt_oss": _gpt_oss,
+    "nemotron_h": nemotron_h,
 }
 """The builder of every supported `model_type`, in the order error messages list them."""

@@ -68,3 +68,32 @@ def deepseek_v3_router(cfg: HFConfig) -> RouterSpec:
         moe_aux_loss_coeff=cfg.number("aux_loss_alpha", 1e-4),
         moe_router_dtype="fp32",
     )
+
+
+def nemotron_h_router(cfg: HFConfig) -> RouterSpec:
+    """Nemotron-H's routed-expert (``E``) layers (Megatron-Bridge v0.4.0
+    ``nemotronh/nemotron_h_bridge.py`` ``provider_bridge``): sigmoid scores with the expert
+    bias, the sequence-wise aux loss of coefficient 1e-4 (set by the bridge whatever
+    config.json says), fp32 router; `n_group`, `topk_group` and `routed_scaling_factor`
+    from config.json (absent: none, as the bridge's CONFIG_MAPPING leaves them). Megatron's
+    sigmoid router always renormalizes the top-k scores, so `norm_topk_prob` false is
+    refused."""
+    if not cfg.flag("norm_topk_prob", True):
+        raise SpecError(
+            f"{cfg.source}: norm_topk_prob false is not supported: Megatron-core's sigmoid "
+            "router always normalizes the top-k scores to sum 1 (moe_utils.py "
+            "topk_routing_with_score_function); write a paraplan ModelSpec JSON if that "
+            "difference is acceptable"
+        )
+    given = cfg.data.get("routed_scaling_factor") is not None
+    scale = cfg.number("routed_scaling_factor", 1.0) if given else None
+    return RouterSpec(
+        moe_router_score_function="sigmoid",
+        moe_router_enable_expert_bias=True,
+        moe_router_num_groups=cfg.optional("n_group"),
+        moe_router_group_topk=cfg.optional("topk_group"),
+        moe_router_topk_scaling_factor=scale,
+        moe_router_load_balancing_type="seq_aux_loss",
+        moe_aux_loss_coeff=1e-4,
+        moe_router_dtype="fp32",
+    )

@@ -1,7 +1,8 @@
 """Rules of a hybrid `specs.model.ModelSpec` (``hybrid_layer_pattern``): its pattern parses
 (`specs.layer_kinds.parse_hybrid_pattern`), its routed experts and its ``E`` layers come
 together, the pattern alone places the MoE layers, the Mamba-2 heads split into whole
-groups, and the features the hybrid layers are not priced with are absent."""
+groups, and the features the hybrid layers are not priced with are absent; and why
+paraplan's executor refuses a hybrid model (`executor_hybrid_refusal`)."""
 
 from __future__ import annotations
 
@@ -12,30 +13,43 @@ from specs.layer_kinds import parse_hybrid_pattern
 
 
 class HybridFields(Protocol):
-    """The `specs.model.ModelSpec` fields and properties the hybrid rules read."""
+    """The `specs.model.ModelSpec` fields these checks read (a protocol, so that this module,
+    which `specs.model` imports, does not import it back)."""
 
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_experts: int
-    moe_layer_freq: int
-    moe_first_dense_layers: int
-    mtp_num_layers: int
-    sliding_window: int | None
-    attention_sinks: bool
-    hybrid_layer_pattern: str | None
-    mamba_head_dim: int
-    mamba_num_groups: int
-    mamba_num_heads: int | None
-
+    @property
+    def name(self) -> str: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def hybrid_layer_pattern(self) -> str | None: ...
+    @property
+    def is_hybrid(self) -> bool: ...
+    @property
+    def num_experts(self) -> int: ...
     @property
     def is_moe(self) -> bool: ...
-
+    @property
+    def moe_layer_freq(self) -> int: ...
+    @property
+    def moe_first_dense_layers(self) -> int: ...
     @property
     def uses_mla(self) -> bool: ...
-
+    @property
+    def sliding_window(self) -> int | None: ...
+    @property
+    def attention_sinks(self) -> bool: ...
+    @property
+    def mtp_num_layers(self) -> int: ...
+    @property
+    def mamba_head_dim(self) -> int: ...
+    @property
+    def mamba_num_heads(self) -> int | None: ...
     @property
     def mamba_heads(self) -> int: ...
+    @property
+    def mamba_num_groups(self) -> int: ...
 
 
 def check_hybrid(model: HybridFields) -> None:
@@ -83,3 +97,22 @@ def check_hybrid(model: HybridFields) -> None:
             f"{where}: Mamba-2 heads ({model.mamba_heads}) must be a multiple of "
             f"mamba_num_groups ({model.mamba_num_groups})"
         )
+
+
+EXECUTOR_HYBRID_RULE = "hybrid_not_in_executor"
+"""Rule id of `executor_hybrid_refusal`."""
+
+
+def executor_hybrid_refusal(model: HybridFields) -> str | None:
+    """Why paraplan's executor (and the ``torch`` runtime, which prices it) cannot run
+    ``model``, or None for a transformer: the executor builds transformer layers only, no
+    Mamba-2 mixer and no single-part hybrid layer. The one check both use
+    (`executor.model.check_model_supported`, `costmodel.runtimes.torch.runtime`)."""
+    if not model.is_hybrid:
+        return None
+    return (
+        f"[{EXECUTOR_HYBRID_RULE}] model {model.name!r} is a hybrid model (hybrid_layer_pattern "
+        f"{model.hybrid_layer_pattern!r}): the executor builds transformer layers only, and "
+        "the torch runtime prices that executor: use --runtime megatron (the plan runs with "
+        "Megatron-LM's pretrain_hybrid.py)"
+    )

@@ -27,6 +27,14 @@ Conventions:
   checkpoints store a copy of both per depth (``embed_tokens``, ``shared_head``), which is
   why the published DeepSeek-V3 total (685B = 671B main + 14B MTP) is larger than the
   parameters trained.
+- Hybrid models (``ModelSpec.hybrid_layer_pattern``, `specs.layer_kinds`): each layer holds
+  one part and its own pre-norm (`LayerParams` by `LayerKind`). An ``M`` layer is a
+  Mamba-2 mixer (`mamba_mixer_params`), counted in `LayerParams.attention`, the part that
+  holds a layer's tensor-parallel token-mixer weights (Megatron shards every mixer weight
+  over tp); a ``*`` layer is attention alone, a ``-`` layer a dense MLP alone, an ``E``
+  layer the router, the routed experts and the shared expert. The Mamba-2 mixer has no
+  linear bias whatever ``add_bias_linear`` says (Megatron's `MambaMixer` asserts
+  ``not bias``).
 - LoRA adapters (`lora_layer_params`, a job's `specs.finetune.LoraSpec`): per targeted
   linear layer in -> out, A (in x r) and B (r x out), no bias; they are not part of the
   model's counts above, which stay the frozen base.
@@ -39,19 +47,23 @@ from functools import lru_cache
 
 from specs.errors import SpecError
 from specs.finetune import LoraSpec, lora_target_features
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LayerParams:
-    """Parameters of one transformer layer, by the parallel group that shards them."""
+    """Parameters of one decoder layer, by the parallel group that shards them."""
 
     attention: int
-    """QKV (or MLA projections) + output projection, weights and biases: TP-sharded."""
+    """The token mixer's weights, TP-sharded: QKV (or MLA projections) + output projection
+    with their biases; for a hybrid model's Mamba-2 layer the whole mixer
+    (`mamba_mixer_params`); 0 for a layer without a mixer (hybrid ``-`` and ``E``)."""
     norms: int
     """Layer norms of this layer (and MLA's internal q/kv norms): replicated."""
     mlp: int
-    """Dense MLP, or the shared expert(s) of an MoE layer: TP-sharded."""
+    """Dense MLP, or the shared expert(s) of an MoE layer: TP-sharded; 0 for a hybrid
+    layer without a feed-forward part (``M``, ``*``)."""
     routed_experts: int
     """All routed experts of the layer (0 for dense layers): sharded over EP x ETP."""
     router: int
@@ -210,21 +222,48 @@ def mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
     return _linear(h, up_width, bias=bias) + _linear(ffn_hidden_size, h, bias=bias)
 
 
-def _layer_params(model: ModelSpec, is_moe: bool) -> LayerParams:
-    """The parameters of one dense or MoE layer."""
-    if is_moe:
+def mamba_mixer_params(model: ModelSpec) -> int:
+    """Parameters of one Mamba-2 mixer, d = ``mamba_inner_size``, H heads, G groups, state
+    N, conv kernel k (Megatron-LM `MambaMixer.__init__`,
+    ``megatron/core/ssm/mamba_mixer.py``, d98e8a64): ``in_proj`` h x (2·d + 2·G·N + H)
+    (z, x, B, C, dt), the depthwise ``conv1d`` weight (d + 2·G·N) x k and bias (d + 2·G·N),
+    ``A_log``, ``D`` and ``dt_bias`` (H each), the gated RMSNorm weight (d) and
+    ``out_proj`` d x h. No linear bias: the mixer asserts ``not bias``; its norm is an
+    RMSNorm whatever ``normalization`` says."""
+    h, d = model.hidden_size, model.mamba_inner_size
+    heads, bc = model.mamba_heads, 2 * model.mamba_num_groups * model.mamba_state_dim
+    conv_channels = d + bc
+    in_proj = h * (2 * d + bc + heads)
+    conv = conv_channels * model.mamba_conv_kernel + conv_channels
+    return in_proj + conv + 3 * heads + d + d * h
+
+
+def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
+    """The parameters of one layer of kind ``kind``: a transformer layer (two pre-norms) or
+    a hybrid layer of one part (one pre-norm)."""
+    if kind.mlp == "moe":
         mlp = mlp_params(model, model.moe_shared_expert_size)
         routed = model.num_experts * mlp_params(model, model.expert_ffn_hidden_size)
         router = model.hidden_size * model.num_experts
-    else:
+    elif kind.mlp == "dense":
         mlp, routed, router = mlp_params(model, model.ffn_hidden_size), 0, 0
+    else:
+        mlp, routed, router = 0, 0, 0
+    if kind.mixer == "attention":
+        mixer = attention_params(model)
+    elif kind.mixer == "mamba":
+        mixer = mamba_mixer_params(model)
+    else:
+        mixer = 0
+    # a hybrid layer has the one pre-norm of its part (MLA is refused by check_hybrid)
+    norms = norm_params(model, model.hidden_size) if model.is_hybrid else layer_norm_params(model)
     return LayerParams(
-        attention=attention_params(model),
-        norms=layer_norm_params(model),
+        attention=mixer,
+        norms=norms,
         mlp=mlp,
         routed_experts=routed,
         router=router,
-        is_moe=is_moe,
+        is_moe=kind.is_moe,
     )
 
 
@@ -237,10 +276,10 @@ def count_params(model: ModelSpec) -> ParamCounts:
     embedding = model.vocab_size * h
     if model.position_embedding == "learned":
         embedding += model.max_position_embeddings * h
-    mask = model.moe_layer_mask()
-    by_kind = {kind: _layer_params(model, kind) for kind in set(mask)}
+    kinds = model.layer_kinds()
+    by_kind = {kind: _layer_params(model, kind) for kind in set(kinds)}
     mtp = MtpParams(
-        layer=by_kind[mask[-1]],
+        layer=by_kind[kinds[-1]],
         projection=_linear(2 * h, h, bias=False),
         norms=3 * norm_params(model, h),
     )
@@ -248,7 +287,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
         embedding=embedding,
         output_layer=0 if model.tied_embeddings else model.vocab_size * h,
         final_norm=norm_params(model, h),
-        layers=tuple(by_kind[is_moe] for is_moe in mask),
+        layers=tuple(by_kind[kind] for kind in kinds),
         num_experts=model.num_experts,
         moe_top_k=model.moe_top_k if model.is_moe else 0,
         mtp_layers=(mtp,) * model.mtp_num_layers,

@@ -8,10 +8,11 @@ so that a plan passing `check_plan` also launches there. `RULES` lists every rul
 order; `check_plan` runs them all and never raises on a bad plan: a rule whose precondition
 is already broken by another rule (a division by a non-divisor, say) stays silent.
 
-This module holds the world-size, tensor-parallel shape, pipeline and batch rules; expert
-rules are in `specs.rules_moe`, LoRA rules in `specs.rules_lora`, context/sequence
-parallelism, overlap switches, recompute and position rules in `specs.rules_features`, and
-the message helpers in `specs.rules_base`.
+This module holds the world-size, tensor-parallel shape, pipeline and batch rules; a hybrid
+model's Mamba-2 shape rules are in `specs.rules_hybrid`, expert rules in `specs.rules_moe`,
+LoRA rules in `specs.rules_lora`, context/sequence parallelism, overlap switches, recompute
+and position rules in `specs.rules_features`, and the message helpers in
+`specs.rules_base`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from specs.rules_base import (
 )
 from specs.rules_features import FEATURE_RULES
 from specs.rules_fsdp import FSDP_RULES
+from specs.rules_hybrid import HYBRID_RULES
 from specs.rules_lora import LORA_RULES
 from specs.rules_moe import MOE_RULES
 from specs.rules_optimizer import OPTIMIZER_RULES
@@ -126,9 +128,13 @@ def ffn_divisible_by_tp(
 ) -> str | None:
     """ffn_hidden_size % tp == 0 for the dense MLP layers: their columns are split over tp
     (Megatron `divide()` in ColumnParallelLinear; megatron-facts.md §8.3 rule 4). Skipped
-    when every layer is an MoE layer (no dense MLP exists)."""
+    when no layer has a dense MLP (every layer MoE; a hybrid pattern without ``-``)."""
     ffn = model.ffn_hidden_size
-    if model.num_moe_layers == model.num_layers or ffn % plan.tp == 0:
+    if model.is_hybrid:
+        dense = "-" in (model.hybrid_layer_pattern or "")
+    else:
+        dense = model.num_moe_layers < model.num_layers
+    if not dense or ffn % plan.tp == 0:
         return None
     return (
         f"ffn_hidden_size ({ffn}) must be divisible by tp ({plan.tp}) "
@@ -311,6 +317,7 @@ RULES: tuple[Rule, ...] = (
     query_groups_divisible_by_tp,
     ffn_divisible_by_tp,
     shared_expert_ffn_divisible_by_tp,
+    *HYBRID_RULES,
     *MOE_RULES,
     *PIPELINE_RULES,
     layers_divisible_by_pp,
@@ -325,9 +332,9 @@ RULES: tuple[Rule, ...] = (
     *SAVER_RULES,
     *LORA_RULES,
 )
-"""Every rule, in check order: world size, model shapes, experts, pipeline, batch,
-sequence, switches, Megatron-FSDP, the optimizer, per-module recompute and activation
-offloading, LoRA (`specs.rules_lora`)."""
+"""Every rule, in check order: world size, model shapes (with a hybrid model's Mamba-2
+mixers, `specs.rules_hybrid`), experts, pipeline, batch, sequence, switches, Megatron-FSDP,
+the optimizer, per-module recompute and activation offloading, LoRA (`specs.rules_lora`)."""
 
 
 def rule_ids() -> tuple[str, ...]:

@@ -85,6 +85,24 @@ def lora_not_on_mla(
 
 
 @rule
+def lora_not_on_hybrid(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """A hybrid model's layers hold one part each (``hybrid_layer_pattern``), and its
+    Mamba-2 mixers' ``in_proj`` and ``out_proj`` are other modules than the four targets;
+    the adapters are priced on every layer as on a transformer's."""
+    if job.lora is None or not model.is_hybrid:
+        return None
+    return (
+        f"LoRA on the hybrid model {model.name!r} (hybrid_layer_pattern "
+        f"{model.hybrid_layer_pattern!r}) is not priced: its adapters are counted per "
+        "transformer layer (linear_qkv, linear_proj, linear_fc1, linear_fc2 on every layer) "
+        "and the Mamba-2 mixers' in_proj and out_proj are not targets; train every weight "
+        "(drop --lora-rank)"
+    )
+
+
+@rule
 def lora_not_with_megatron_fsdp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
@@ -116,6 +134,7 @@ LORA_RULES = (
     lora_rank_divisible_by_tp,
     lora_not_on_experts,
     lora_not_on_mla,
+    lora_not_on_hybrid,
     lora_not_with_megatron_fsdp,
     lora_needs_adam,
 )

@@ -7,7 +7,8 @@ dist optimizer is not supported" under ``use_distributed_optimizer`` (both ``muo
 ``src/megatron/bridge/recipes/kimi/kimi_k2.py``); ``megatron/training/arguments.py`` asserts
 "Muon optimizer does not support overlap grad reduce. Use dist_muon instead." (and the same
 for the parameter gather) for ``--optimizer muon``. Megatron-FSDP holds no per-rank whole
-matrices for Muon to orthogonalize.
+matrices for Muon to orthogonalize. A hybrid model's Mamba-2 mixers are not among the
+matrices the Muon step is priced over (`muon_excludes_hybrid`).
 """
 
 from __future__ import annotations
@@ -70,5 +71,22 @@ def muon_excludes_overlap(
     )
 
 
-OPTIMIZER_RULES = (muon_excludes_sharded_optimizer, muon_excludes_overlap)
+@rule
+def muon_excludes_hybrid(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """Muon (``muon``, ``dist_muon``) is not priced for a hybrid model: the Megatron
+    runtime's Muon step and sharding (`costmodel.optimizer_muon`) enumerate a transformer
+    layer's matrices (QKV, output projection, MLP, experts), not a Mamba-2 mixer's
+    (whose ``in_proj`` Megatron-core even marks ``use_muon`` False, ``mamba_mixer.py``)."""
+    if job.optimizer == "adam" or not model.is_hybrid:
+        return None
+    return (
+        f"optimizer ({job.optimizer}) on the hybrid model {model.name!r} is not priced: the "
+        "Muon step is priced over transformer-layer matrices, not the Mamba-2 mixers' "
+        f"(hybrid_layer_pattern {model.hybrid_layer_pattern!r}); use --optimizer adam"
+    )
+
+
+OPTIMIZER_RULES = (muon_excludes_sharded_optimizer, muon_excludes_overlap, muon_excludes_hybrid)
 """The optimizer rules in check order."""

@@ -1,7 +1,8 @@
 """`paraplan export`: turn a plan.json into the arguments of the engine that trains with it.
 
 ``--to megatron`` prints a shell snippet: the environment the run needs and a `torchrun
-pretrain_gpt.py` line with the Megatron-LM arguments of the plan; ``--to torchtitan``
+pretrain_gpt.py` line (`pretrain_hybrid.py` for a hybrid model) with the Megatron-LM
+arguments of the plan; ``--to torchtitan``
 prints the equivalent torchtitan TOML. The plan is checked against the rules first
 (exit 1 with the violations when it breaks one).
 """

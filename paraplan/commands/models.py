@@ -1,4 +1,5 @@
-"""`paraplan models`: every preset with its shape and parameter counts."""
+"""`paraplan models`: every preset with its shape and parameter counts; a hybrid model
+(``hybrid_layer_pattern``) is marked with its layers by kind."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from paraplan.commands import COMMAND_HELP
 from paraplan.output import human_count, print_json, print_table
+from specs.layer_kinds import HYBRID_SYMBOLS
+from specs.model import ModelSpec
 from specs.params import count_params
 from specs.presets import get_preset, preset_names
 
@@ -18,8 +21,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list of objects")
 
 
+def hybrid_layers(model: ModelSpec) -> str | None:
+    """A hybrid model's layers by kind, ``"24 M, 4 *, 24 -"`` (`specs.layer_kinds`
+    symbols, in `HYBRID_SYMBOLS` order); None for a transformer."""
+    pattern = model.hybrid_layer_pattern
+    if pattern is None:
+        return None
+    return ", ".join(f"{pattern.count(s)} {s}" for s in HYBRID_SYMBOLS if s in pattern)
+
+
 def preset_rows() -> list[dict[str, Any]]:
-    """One dict per preset: its shape and total/active parameter counts."""
+    """One dict per preset: its shape, total/active parameter counts, and for a hybrid model
+    its pattern and layers by kind (None otherwise)."""
     rows = []
     for name in preset_names():
         model = get_preset(name)
@@ -37,6 +50,8 @@ def preset_rows() -> list[dict[str, Any]]:
                 "moe_top_k": model.moe_top_k if model.is_moe else 0,
                 "params_total": counts.total,
                 "params_active": counts.active,
+                "hybrid_layer_pattern": model.hybrid_layer_pattern,
+                "hybrid_layers": hybrid_layers(model),
             }
         )
     return rows
@@ -48,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     # multi-latent attention has one compressed KV latent, no KV groups
-    columns = ("model", "layers", "hidden", "heads", "kv groups", "experts", "total", "active")
+    columns = (
+        "model", "layers", "hidden", "heads", "kv groups", "experts", "total", "active", "hybrid",
+    )  # fmt: skip
     table = [
         (
             r["name"],
@@ -59,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
             f"{r['num_experts']} (top {r['moe_top_k']})" if r["num_experts"] else "-",
             human_count(r["params_total"]),
             human_count(r["params_active"]),
+            r["hybrid_layers"] or "-",
         )
         for r in rows
     ]
-    print_table("paraplan model presets (parameters: total / active per token)", columns, table)
+    title = (
+        "paraplan model presets (parameters: total / active per token; hybrid: layers by "
+        "kind, M Mamba-2, * attention, - MLP, E experts)"
+    )
+    print_table(title, columns, table)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import pytest
 
 from costmodel.estimate import estimate_plan, simulate_plan
@@ -145,3 +146,18 @@ def test_moe_statistic_all_reduce_over_a_tp_cp_block_spanning_servers():
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
     est = estimate_plan(get_preset("mixtral-8x7b"), cluster, job, plan, h100, options=TORCH_OPTIONS)
     assert est.iteration_time_s > 0
+
+
+def test_the_torch_runtime_refuses_a_hybrid_model():
+    """The executor builds transformer layers only (`specs.hybrid_checks.
+    executor_hybrid_refusal`): pricing, memory and the screen refuse a hybrid model with
+    the executor's own message."""
+    hybrid = get_preset("nemotron-h-8b")
+    with pytest.raises(SpecError, match=r"\[hybrid_not_in_executor\].*transformer layers only"):
+        simulate_plan(
+            hybrid, cluster(1), JOB, ParallelPlan(), CPU, options=TORCH_OPTIONS, timeline=False
+        )
+    with pytest.raises(SpecError, match="use --runtime megatron"):
+        TorchRuntime().memory(hybrid, JOB, ParallelPlan())
+    with pytest.raises(SpecError, match="hybrid_not_in_executor"):
+        TorchRuntime().screen(hybrid, cluster(1), JOB, CPU, pd.DataFrame())

@@ -147,6 +147,13 @@ def test_multi_latent_attention_is_rejected() -> None:
         build_model(mla, seed=0)
 
 
+def test_hybrid_model_is_rejected() -> None:
+    # specs.hybrid_checks.executor_hybrid_refusal: one check, shared with the torch runtime
+    hybrid = _spec(hybrid_layer_pattern="M*", mamba_head_dim=16, mamba_num_groups=2)
+    with pytest.raises(SpecError, match=r"\[hybrid_not_in_executor\].*transformer layers only"):
+        build_model(hybrid, seed=0)
+
+
 def _moe(**changes: object) -> MoE:
     spec = _spec(num_experts=4, moe_top_k=2, moe_ffn_hidden_size=16, **changes)
     layer = build_model(spec, seed=5).layers["0"].feed_forward

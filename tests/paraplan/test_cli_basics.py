@@ -59,6 +59,22 @@ def test_models_table(capsys) -> None:
     assert rows["deepseek-v3"] == "MLA" and rows["kimi-k2"] == "MLA" and rows["llama3-8b"] == "8"
 
 
+def test_models_mark_the_hybrid_presets(capsys) -> None:
+    code, out, _ = run_cli(capsys, "models", "--json")
+    by_name = {r["name"]: r for r in json.loads(out)}
+    assert code == 0 and by_name["llama3-8b"]["hybrid_layers"] is None
+    assert by_name["nemotron-h-8b"]["hybrid_layers"] == "24 M, 4 *, 24 -"
+    assert by_name["nemotron-3-nano"]["hybrid_layers"] == "23 M, 6 *, 23 E"
+    assert by_name["nemotron-h-56b"]["hybrid_layer_pattern"].count("*") == 10
+    code, out, _ = run_cli(capsys, "models")
+    last = {
+        line.split("│")[1].strip(): line.split("│")[-2].strip()
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+    assert last["nemotron-h-47b"] == "45 M, 5 *, 48 -" and last["llama3-8b"] == "-"
+
+
 def test_check_valid_plan(capsys) -> None:
     code, out, _ = run_cli(capsys, *CHECK, "--tp", "4", "--pp", "2", "--sp", "--json")
     result = json.loads(out)

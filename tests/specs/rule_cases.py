@@ -1,7 +1,7 @@
 """The table of `specs.rules` cases shared by the rule tests: base specs (a Llama-3-8B-shaped
-model and a Mixtral-8x7B-shaped one on 64 H100s), `Change` (field changes applied to the base
-specs), and `CASES`, one `Case` per rule with a plan it rejects, a plan it accepts and the
-operands its message must name."""
+model, a Mixtral-8x7B-shaped one and a Nemotron-H-shaped hybrid on 64 H100s), `Change`
+(field changes applied to the base specs), and `CASES`, one `Case` per rule with a plan it
+rejects, a plan it accepts and the operands its message must name."""
 
 from __future__ import annotations
 
@@ -28,6 +28,14 @@ LLAMA = ModelSpec(
 )
 # Mixtral-8x7B shapes: the same attention, 8 experts of F 14336, top-2.
 MIXTRAL = LLAMA.replace(name="mixtral-like", vocab_size=32000, num_experts=8, moe_top_k=2)
+# Nemotron-H-8B shapes on 32 layers: Mamba-2 (128 heads of 64, 8 groups), MLP and attention.
+HYBRID = LLAMA.replace(
+    name="nemotron-h-like",
+    hybrid_layer_pattern="M-M*" * 8,
+    ffn_hidden_size=21504,
+    activation="gelu",
+    position_embedding="none",
+)
 CLUSTER = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
 # tp2 pp4 vpp2 dp8 on 64 GPUs: m = 256 / (1·8) = 32 microbatches, a multiple of pp.
@@ -92,6 +100,41 @@ class Case:
     operands: tuple[str, ...]
     """Substrings the rejection message must contain: each operand with its value."""
 
+
+# Hybrid models (specs.rules_hybrid; the refusals of specs.rules_features, rules_optimizer,
+# rules_lora): MambaMixer's tp asserts and what a hybrid model is not priced with.
+MUON_PLAN: dict[str, Any] = {
+    "distributed_optimizer": False,
+    "overlap_grad_reduce": False,
+    "overlap_param_gather": False,
+}
+HYBRID_CASES = [
+    Case(
+        "mamba_heads_and_groups_divisible_by_tp",
+        # 2 groups (128 heads) over tp 4: Megatron's MambaMixer asserts G % tp == 0
+        Change(base=HYBRID, model={"mamba_num_groups": 2}, plan={"tp": 4, "dp": 4}),
+        Change(base=HYBRID, model={"mamba_num_groups": 2}),
+        ("Mamba-2 heads (128", "mamba_num_groups (2)", "tp (4)", "0.50 groups", "{1, 2}"),
+    ),
+    Case(
+        "hybrid_excludes_context_parallel",
+        Change(base=HYBRID, plan={"cp": 2, "dp": 4}),
+        Change(plan={"cp": 2, "dp": 4}),
+        ("cp (2)", "'nemotron-h-like'", "set cp=1", "dp · cp = 8"),
+    ),
+    Case(
+        "muon_excludes_hybrid",
+        Change(base=HYBRID, job={"optimizer": "muon"}, plan=MUON_PLAN),
+        Change(job={"optimizer": "muon"}, plan=MUON_PLAN),
+        ("optimizer (muon)", "'nemotron-h-like'", "--optimizer adam"),
+    ),
+    Case(
+        "lora_not_on_hybrid",
+        Change(base=HYBRID, job={"lora": LORA}),
+        Change(job={"lora": LORA}),
+        ("'nemotron-h-like'", "'M-M*M-M*", "drop --lora-rank"),
+    ),
+]
 
 CASES = [
     Case(
@@ -426,4 +469,5 @@ CASES = [
         Change(job={"optimizer": "muon"}),
         ("optimizer (muon)",),
     ),
+    *HYBRID_CASES,
 ]

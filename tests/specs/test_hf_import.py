@@ -1,5 +1,8 @@
 """Tests of the Hugging Face config.json import, on the published configs of each family
-(tests/specs/fixtures/hf/<repository name>/config.json, copied from the Hub)."""
+(tests/specs/fixtures/hf/<repository name>/config.json, copied from the Hub; the
+nemotron_h one, Nemotron-H-8B-Base-8K, is hand-written from NemotronHConfig's keys and
+Megatron-Bridge's provider values, as its ``_comment`` says). The hybrid family's own
+tests are in test_hf_import_hybrid.py."""
 
 from __future__ import annotations
 
@@ -105,6 +108,7 @@ MATCHING_PRESET = {
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
     "DeepSeek-V3": "deepseek-v3",
     "gpt-oss-120b": "gpt-oss-120b",
+    "Nemotron-H-8B-Base-8K": "nemotron-h-8b",
 }
 
 

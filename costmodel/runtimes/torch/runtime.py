@@ -24,6 +24,7 @@ from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.finetune import executor_lora_refusal
+from specs.hybrid_checks import executor_hybrid_refusal
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -110,9 +111,9 @@ class TorchRuntime:
         placements: PlanPlacements,
     ) -> ChunkGrid:
         """`costmodel.runtimes.torch.pricing.executor_chunk_costs` on the `kernel_view` of
-        the profile; SpecError for memory savers the executor does not run
-        (`specs.rules_savers.executor_saver_refusal`)."""
-        _refuse_savers(plan)
+        the profile; SpecError for a model or memory savers the executor does not run
+        (`_refuse`)."""
+        _refuse(model, plan)
         groups = comm_groups(placements)
         view = kernel_view(profile, job)
         return executor_chunk_costs(model, job, plan, view, groups, placements)
@@ -161,8 +162,9 @@ class TorchRuntime:
     def memory(
         self, model: ModelSpec, job: TrainingJob, plan: ParallelPlan
     ) -> tuple[StageMemory, ...]:
-        """`costmodel.runtimes.torch.memory.executor_memory_per_stage`."""
-        _refuse_savers(plan)
+        """`costmodel.runtimes.torch.memory.executor_memory_per_stage`; SpecError as
+        `chunk_costs`."""
+        _refuse(model, plan)
         return executor_memory_per_stage(model, job, plan)
 
     def screen(
@@ -173,12 +175,24 @@ class TorchRuntime:
         profile: HardwareProfile,
         rows: pd.DataFrame,
     ) -> pd.DataFrame:
-        """`costmodel.runtimes.torch.screen.simulated_screen`: every distinct plan simulated."""
+        """`costmodel.runtimes.torch.screen.simulated_screen`: every distinct plan simulated;
+        SpecError for a model the executor does not build (`_refuse_model`)."""
+        _refuse_model(model)
         return simulated_screen(model, cluster, job, profile, rows, self)
 
 
-def _refuse_savers(plan: ParallelPlan) -> None:
-    """SpecError when the plan asks for a memory saver paraplan's executor does not run."""
+def _refuse_model(model: ModelSpec) -> None:
+    """SpecError for a model paraplan's executor does not build: a hybrid model
+    (`specs.hybrid_checks.executor_hybrid_refusal`, the executor's own check)."""
+    refusal = executor_hybrid_refusal(model)
+    if refusal is not None:
+        raise SpecError(refusal)
+
+
+def _refuse(model: ModelSpec, plan: ParallelPlan) -> None:
+    """SpecError for a model (`_refuse_model`) or a memory saver
+    (`specs.rules_savers.executor_saver_refusal`) paraplan's executor does not run."""
+    _refuse_model(model)
     refusal = executor_saver_refusal(plan)
     if refusal is not None:
         raise SpecError(refusal)

@@ -1,0 +1,145 @@
+"""Tests of the Hugging Face import of model_type nemotron_h (specs.hf_hybrid), on
+hand-written configs with NemotronHConfig's keys: round trips to the presets, the layer
+pattern's two spellings, and the refusals naming the key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specs.errors import SpecError
+from specs.hf_import import model_from_hf_config
+from specs.presets import get_preset
+
+NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+
+# Hand-written from the keys NemotronHConfig and Megatron-Bridge's NemotronHBridge read, with
+# the values of Nemotron3NanoProvider (Megatron-Bridge v0.4.0) and the 131072-token vocabulary;
+# keys that change no weight shape (epsilons, dtypes, chunk_size) are left out.
+NANO: dict[str, Any] = {
+    "model_type": "nemotron_h",
+    "architectures": ["NemotronHForCausalLM"],
+    "hybrid_override_pattern": NANO_PATTERN,
+    "num_hidden_layers": 52,
+    "hidden_size": 2688,
+    "intermediate_size": 1856,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "vocab_size": 131072,
+    "max_position_embeddings": 262144,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "use_bias": False,
+    "mlp_hidden_act": "relu2",
+    "mamba_num_heads": 64,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "expand": 2,
+    "mamba_hidden_act": "silu",
+    "mamba_proj_bias": False,
+    "use_conv_bias": True,
+    "n_routed_experts": 128,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+    "n_group": 1,
+    "topk_group": 1,
+    "routed_scaling_factor": 2.5,
+    "norm_topk_prob": True,
+}
+
+H8B: dict[str, Any] = {
+    **{k: v for k, v in NANO.items() if not k.startswith(("n_routed", "n_shared", "moe_"))},
+    "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+    "hidden_size": 4096,
+    "intermediate_size": 21504,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 8192,
+    "mamba_num_heads": 128,
+}
+
+
+def test_nano_config_round_trips_to_its_preset() -> None:
+    spec = model_from_hf_config(NANO, name="nemotron-3-nano")
+    assert spec == get_preset("nemotron-3-nano")
+
+
+def test_dense_config_round_trips_to_its_preset() -> None:
+    # mamba_num_heads 128 = 2·4096 / 64 and head dim 128 = 4096 / 32: canonical None
+    spec = model_from_hf_config(H8B, name="nemotron-h-8b")
+    assert spec == get_preset("nemotron-h-8b")
+    assert spec.mamba_num_heads is None and spec.kv_channels is None and not spec.is_moe
+
+
+def test_layers_block_type_spells_the_same_pattern() -> None:
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    config = {k: v for k, v in NANO.items() if k != "hybrid_override_pattern"}
+    config["layers_block_type"] = [names[s] for s in NANO_PATTERN]
+    assert model_from_hf_config(config, name="n").hybrid_layer_pattern == NANO_PATTERN
+
+
+def test_attention_head_dim_is_read_when_head_dim_is_absent() -> None:
+    config = {k: v for k, v in NANO.items() if k != "head_dim"}
+    assert model_from_hf_config({**config, "attention_head_dim": 96}, name="n").kv_channels == 96
+
+
+def test_unknown_pattern_symbol_is_the_pattern_error() -> None:
+    # parse_hybrid_pattern's SpecError, prefixed with the file
+    bad = {**H8B, "hybrid_override_pattern": "M-M-X" + H8B["hybrid_override_pattern"][5:]}
+    with pytest.raises(SpecError, match=r"config.json of 'x'.*unknown symbols 'X'.*M \(Mamba-2\)"):
+        model_from_hf_config(bad, name="x")
+
+
+def test_unexpressed_pattern_symbol_is_named() -> None:
+    bad = {**H8B, "hybrid_override_pattern": "G" + H8B["hybrid_override_pattern"][1:]}
+    with pytest.raises(SpecError, match="'G' \\(gated DeltaNet layers\\)"):
+        model_from_hf_config(bad, name="x")
+
+
+def test_pattern_length_must_match_the_layer_count() -> None:
+    with pytest.raises(SpecError, match="51 symbols but num_layers is 52"):
+        model_from_hf_config(
+            {**H8B, "hybrid_override_pattern": H8B["hybrid_override_pattern"][:-1]}, name="x"
+        )
+
+
+def test_missing_pattern_names_both_keys() -> None:
+    config = {k: v for k, v in H8B.items() if k != "hybrid_override_pattern"}
+    with pytest.raises(SpecError, match="'hybrid_override_pattern' \\(or 'layers_block_type'\\)"):
+        model_from_hf_config(config, name="x")
+
+
+def test_expert_layers_need_the_expert_keys() -> None:
+    config = {k: v for k, v in NANO.items() if k != "n_routed_experts"}
+    with pytest.raises(SpecError, match="required key 'n_routed_experts' is missing"):
+        model_from_hf_config(config, name="x")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "supported"),
+    [
+        ("mlp_hidden_act", "silu", "relu2"),
+        ("mamba_proj_bias", True, "false"),
+        ("use_conv_bias", False, "true"),
+        ("moe_latent_size", 1024, "null"),
+        ("num_nextn_predict_layers", 1, "0 (no multi-token prediction)"),
+    ],
+)
+def test_unexpressed_values_are_refused_naming_the_key(
+    key: str, value: Any, supported: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        model_from_hf_config({**NANO, key: value}, name="x")
+    message = str(info.value)
+    assert f"key {key!r}" in message and f"supported: {supported}" in message
+
+
+def test_unnormalized_sigmoid_router_is_refused() -> None:
+    with pytest.raises(SpecError, match="norm_topk_prob false is not supported"):
+        model_from_hf_config({**NANO, "norm_topk_prob": False}, name="x")
