@@ -99,6 +99,8 @@ class PublishedAccuracy:
     published run on the generation checks the figures."""
     source: str = PAGE
     """The page that lists the runs (`PAGE`)."""
+    hybrid: bool = False
+    """The model has hybrid Mamba-2 layers, which no published run of the page has."""
 
 
 def parse_table(data: dict[str, Any]) -> AccuracyTable:
@@ -154,7 +156,13 @@ def published_accuracy(
     group = None
     if generation:
         group = find_group(table or shipped_table(), generation, kind, job.precision)
-    return PublishedAccuracy(generation=generation, kind=kind, precision=job.precision, group=group)
+    return PublishedAccuracy(
+        generation=generation,
+        kind=kind,
+        precision=job.precision,
+        group=group,
+        hybrid=model.is_hybrid,
+    )
 
 
 def accuracy_json(accuracy: PublishedAccuracy | None) -> dict[str, Any] | None:
@@ -199,12 +207,21 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
     median and p90; one line where no group checks the figures; none for None."""
     if accuracy is None:
         return []
+    hybrid = (
+        [
+            "  none of them has Mamba-2 layers: this hybrid model's are priced from their "
+            "kernels' shapes, unchecked by any published run (docs/cost-model.md)"
+        ]
+        if accuracy.hybrid
+        else []
+    )
     group = accuracy.group
     if group is None:
         on = accuracy.generation or "this profile's generation (it names none)"
         return [
             f"accuracy on published runs: no published run on {on} checks these figures "
-            f"({accuracy.source})"
+            f"({accuracy.source})",
+            *hybrid,
         ]
     loso, model = group.loso, group.model
     return [
@@ -214,4 +231,5 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
         f"p90 {_percent(loso.p90_abs_error)}; signed median {_signed(loso.signed_median_error)}",
         f"  with its own source family in the fit: |error| median "
         f"{_percent(model.median_abs_error)}, p90 {_percent(model.p90_abs_error)}",
+        *hybrid,
     ]
