@@ -18,9 +18,11 @@ Common to every release (`row_options.MEGATRON_BRIDGE_PERF` and the FP8 weight r
 parameter gather, bf16 gradient reduction, TE cross entropy; FP8 current scaling with FP8
 parameter gather (``_perf_precision("fp8_cs")``, ``mixed_precision.py``).
 
-The configurations are two tables, `h100_recipe_dense.DENSE_RECIPES` (Llama) and
-`h100_recipe_moe.MOE_RECIPES` (mixture-of-experts models), over the record and shared
-settings of `h100_recipe_schema`; `RECIPES` is the two in that order.
+The configurations are three tables, `h100_recipe_dense.DENSE_RECIPES` (Llama),
+`h100_recipe_moe.MOE_RECIPES` (mixture-of-experts models) and
+`h100_recipe_hybrid.HYBRID_RECIPES` (hybrid Mamba-2 models: Nemotron 3 Nano, Nemotron-H
+56B), over the record and shared settings of `h100_recipe_schema`; `RECIPES` is the three
+in that order.
 
 Not covered (`NOT_EXPRESSIBLE`, `SKIPPED`): models without a preset, and fine-tuning,
 vision-language and diffusion recipes.
@@ -29,22 +31,27 @@ vision-language and diffusion recipes.
 from __future__ import annotations
 
 from h100_recipe_dense import DENSE_RECIPES
+from h100_recipe_hybrid import HYBRID_RECIPES
 from h100_recipe_moe import MOE_RECIPES
 from h100_recipe_schema import H100Recipe
 
-RECIPES: tuple[H100Recipe, ...] = (*DENSE_RECIPES, *MOE_RECIPES)
+RECIPES: tuple[H100Recipe, ...] = (*DENSE_RECIPES, *MOE_RECIPES, *HYBRID_RECIPES)
 """Every H100 pretraining configuration of a model with a preset (module docstring)."""
 
 NOT_EXPRESSIBLE: tuple[tuple[str, str, str], ...] = (
     (
-        "Nemotron-H 56B",
-        "v0.2.0-v0.5.0 NEMOTRONH_56B_*H100_FP8_CS*; HEAD perf_recipes/nemotronh/h100",
-        "hybrid Mamba layers (no preset)",
+        "Nemotron 3 Super",
+        "HEAD perf_recipes/nemotronh/h100/nemotronh.py nemotron_3_super_pretrain_64gpu_h100_"
+        "bf16_config",
+        "latent MoE (moe_latent_size) and multi-token prediction (mtp_num_layers 2), not "
+        "expressed (hybrid_recipes.SUPER_REASON)",
     ),
     (
-        "Nemotron 3 Nano",
-        "v0.4.0, v0.5.0 NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_*",
-        "hybrid Mamba + MoE layers (no preset)",
+        "Nemotron 3.5 Lightning",
+        "HEAD perf_recipes/nemotronh/h100/nemotronh.py nemotron_3_5_lightning_pretrain_16gpu_"
+        "h100_*_config",
+        "hybrid multi-token prediction (mtp_num_layers 2, mtp_hybrid_override_pattern '*E'), "
+        "not expressed",
     ),
     (
         "Qwen3-Next 80B-A3B",

@@ -5,15 +5,16 @@ recompute setting; `case_for_row` maps exactly those onto `ModelSpec`
 (`bench/row_model.py`), `ClusterSpec`, `TrainingJob`, `ParallelPlan` and the framework's
 `ExecutionOptions` (`bench/row_options.py`), and raises `NotExpressible` with the reason
 when a field has no counterpart (NVFP4 on a GPU without FP4 tensor cores, hybrid Mamba
-layers, a virtual pipeline degree nobody published (such rows are priced apart at every
-admitted degree, `bench/unstated_vpp.py`), ...). Plan settings a row states only in its
-``notes`` (an uneven first/last stage, all-gather context parallelism) are read from them
-(`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits, TP overlap,
-expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no plan expresses
-(DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the recipe
-files cited in `bench/row_recipes.py`; a LoRA row's adapters from `bench/lora_recipes.py`.
-Nothing here filters rows by name. The published figure as seconds per iteration is
-`bench/row_figures.py`.
+layers without a preset, a virtual pipeline degree nobody published (such rows are priced
+apart at every admitted degree, `bench/unstated_vpp.py`), ...). Plan settings a row states
+only in its ``notes`` (an uneven first/last stage, all-gather context parallelism) are read
+from them (`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits,
+TP overlap, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no
+plan expresses (DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the
+recipe files cited in `bench/row_recipes.py`; a LoRA row's adapters from
+`bench/lora_recipes.py`; a hybrid row's recompute and TP overlap from
+`bench/hybrid_recipes.py`. Nothing here filters rows by name. The published figure as
+seconds per iteration is `bench/row_figures.py`.
 
 Defaults for what a row leaves empty, each the framework's own default (column guide:
 ``published-runs-dev.md``; the model's in `bench/row_model.py`):
@@ -42,6 +43,7 @@ import re
 from dataclasses import dataclass
 
 from gpt_oss_recipes import gpt_oss_saver_fields
+from hybrid_recipes import hybrid_plan_fields
 from lora_recipes import row_lora
 from nemo_recipes import nemo_plan_fields
 from optimizer_recipes import optimizer_plan_fields, row_optimizer
@@ -347,6 +349,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
             fields["overlap_param_gather"] = False
         if not param_gather_overlapped(raw):
             fields["overlap_param_gather"] = False
+    fields.update(hybrid_plan_fields(raw, tp, sp))
     return ParallelPlan.for_world(gpus, **fields)
 
 

@@ -3,9 +3,12 @@
 A row of ``published-runs-dev.csv`` states the model's shape (``ARCHITECTURE_COLUMNS``) and,
 in ``arch_notes``, its style (gated MLP, normalization, position embedding, MLA, window
 attention); `model_for` maps exactly those and raises `NotExpressible` for layers the cost
-model does not price (parallel attention+MLP blocks, hybrid Mamba layers, a ReLU MLP,
-sliding-window attention outside GPT-OSS) and for a row that names no MLP activation
-where its model family does not tell it (`SWIGLU_FAMILIES`, `GELU_FAMILIES`). Recipe-set
+model does not price (parallel attention+MLP blocks, hybrid Mamba layers without a preset,
+a ReLU MLP, sliding-window attention outside GPT-OSS) and for a row that names no MLP
+activation where its model family does not tell it (`SWIGLU_FAMILIES`, `GELU_FAMILIES`).
+Nemotron 3 Nano and Nemotron-H rows take their preset (`specs.preset_hybrid`), whose
+architecture the rows do not print; Nemotron 3 Super is refused with what it lacks
+(`bench/hybrid_recipes.py`). Recipe-set
 fields (MTP layers, untied embeddings, token-drop capacity, NeMo model overrides) come
 from the recipe modules cited in
 `bench/row_recipes.py`, `bench/moe_recipes.py` and `bench/nemo_recipes.py`.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from hybrid_recipes import check_stated_architecture, hybrid_preset, hybrid_refusal
 from moe_recipes import token_drop_capacity
 from nemo_recipes import nemo_model_fields
 from recipe_keys import NotExpressible
@@ -28,6 +32,7 @@ from row_columns import column_int, column_text
 from row_recipes import mtp_layers, sliding_window_fields, untied_embeddings
 
 from specs.model import ModelSpec
+from specs.presets import get_preset
 
 ARCHITECTURE_COLUMNS = (
     "arch_notes",
@@ -58,8 +63,9 @@ GELU_MARKERS = ("gelu", "gpt", "ffn=4h")
 """``arch_notes`` texts (lower case) that name a GPT-style MLP."""
 
 HYBRID_FAMILIES = ("nemotron_3", "nemotron-3", "nemotron-h", "nemotron_h")
-"""Model names (lower case, prefix) of hybrid Mamba-2/attention models, which the cost
-model does not price."""
+"""Model names (lower case, prefix) of hybrid Mamba-2/attention models; those without a
+preset (`hybrid_recipes.hybrid_preset`) or a reason of their own
+(`hybrid_recipes.hybrid_refusal`) are not priced."""
 
 
 def _architecture(raw: dict[str, str]) -> dict[str, object]:
@@ -126,8 +132,38 @@ def uses_qk_layernorm(raw: dict[str, str]) -> bool:
     return column_text(raw, "model").lower().startswith(QK_LAYERNORM_FAMILIES)
 
 
+def hybrid_model(raw: dict[str, str], preset: str) -> ModelSpec:
+    """The ``preset`` (`hybrid_recipes.hybrid_preset`) under the row's model name, with the
+    row's token-drop capacity; NotExpressible where an architecture column the row states
+    contradicts it."""
+    spec = get_preset(preset)
+    check_stated_architecture(
+        raw,
+        {
+            "num_layers": spec.num_layers,
+            "hidden_size": spec.hidden_size,
+            "num_attention_heads": spec.num_attention_heads,
+            "num_query_groups": spec.query_groups,
+            "ffn_hidden_size": spec.ffn_hidden_size,
+            "vocab_size": spec.vocab_size,
+            "num_experts": spec.num_experts or None,
+            "moe_top_k": spec.moe_top_k if spec.num_experts else None,
+            "moe_ffn_hidden_size": spec.expert_ffn_hidden_size if spec.num_experts else None,
+            "moe_shared_expert_ffn": spec.moe_shared_expert_size or None,
+        },
+    )
+    capacity = token_drop_capacity(raw) if spec.num_experts else None
+    return dataclasses.replace(spec, name=column_text(raw, "model"), moe_capacity_factor=capacity)
+
+
 def model_for(raw: dict[str, str]) -> ModelSpec:
-    """The row's `ModelSpec` from its architecture columns."""
+    """The row's `ModelSpec` from its architecture columns, or its hybrid preset."""
+    refusal = hybrid_refusal(raw)
+    if refusal is not None:
+        raise NotExpressible(refusal)
+    preset = hybrid_preset(raw)
+    if preset is not None:
+        return hybrid_model(raw, preset)
     style = {**_architecture(raw), **sliding_window_fields(raw)}
     hidden = column_int(raw, "hidden_size")
     heads = column_int(raw, "num_attention_heads")

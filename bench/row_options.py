@@ -8,7 +8,8 @@ after it or without a date; Megatron-Bridge rows, NeMo 2.0 rules and `MEGATRON_2
 are more specific and come first, and `ERA_BY_SOURCE` names the sources whose text does not
 date their stack. On top of the era, `options_for_row` applies what the row's recipe sets
 (CUDA graphs, MoE dispatcher, userbuffers, allocator, FP8 weights, gradient and optimizer
-precision, norm backend), each from the recipe module that cites it.
+precision, norm backend), each from the recipe module that cites it (Nemotron 3 Nano and
+Nemotron-H: `hybrid_recipes`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpt_oss_recipes import gpt_oss_runtime_fields
+from hybrid_recipes import hybrid_runtime_fields
 from moe_recipes import moe_runtime_fields
 from nemo_recipes import nemo_option_fields
 from norm_recipes import norm_backend_fields
@@ -91,7 +93,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     `MEGATRON_2021` before FlashAttention, FlashAttention-2-class attention before
     FlashAttention-3, Megatron-LM's current defaults after it or without a date); plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
-    `gpt_oss_recipes`), for a
+    `gpt_oss_recipes`, `hybrid_recipes`), for a
     ``plan`` with TP overlap, the recipe's userbuffers methods (`userbuffers_fields`; TE
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 and NVFP4
@@ -102,7 +104,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     device's (``fp8_tn_gemm_only`` None: `costmodel.execution_presets.device_options` resolves it
     from the row's profile, as for every `estimate_plan` caller)."""
     options = _era_options(raw)
-    fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw)
+    fields = moe_runtime_fields(raw) | gpt_oss_runtime_fields(raw) | hybrid_runtime_fields(raw)
     if plan is not None:
         fields = {**fields, **userbuffers_fields(raw, plan.tp_comm_overlap)}
         if plan.tp_comm_overlap and _te1_default_userbuffers(raw):

@@ -32,12 +32,17 @@ MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = ("alltoall", "flex", "allgather")
 """Token dispatchers `costmodel.runtimes.megatron.moe_costs` prices, the default first."""
 
 CUDA_GRAPH_SCOPES: frozenset[str] = frozenset(
-    ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "layer", "full_iteration")
+    ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "layer", "full_iteration")
 )
 """Names of `ExecutionOptions.cuda_graph_scopes`: Megatron-core's ``cuda_graph_modules``
-(formerly ``cuda_graph_scope``; megatron/core/transformer/transformer_config.py) plus
-``layer`` (its empty list: the whole transformer layer) and ``full_iteration``
-(``cuda_graph_impl="full_iteration"``: the whole step)."""
+(formerly ``cuda_graph_scope``; megatron/core/transformer/transformer_config.py;
+``CudaGraphModule`` in megatron/core/transformer/enums.py) plus ``layer`` (its empty list:
+the whole transformer layer) and ``full_iteration`` (``cuda_graph_impl="full_iteration"``:
+the whole step). ``mamba`` captures a hybrid model's Mamba-2 layers (``CudaGraphModule.mamba``,
+"Captures Mamba layers"; Megatron-Bridge's Nemotron-H and Nemotron 3 recipes set it): their
+kernels launch as one graph. The host-launch term counts MoE launches only
+(`costmodel.runtimes.megatron.moe_launches.captured_moe_launches`), so ``mamba``, like
+``attn``, changes no priced term; on a model without Mamba layers it captures nothing."""
 RUNTIMES: tuple[Runtime, ...] = ("megatron", "torch")
 """Runtime names, the default first."""
 

@@ -78,8 +78,8 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         metavar="SCOPE",
         help="with --cuda-graph-impl local|transformer_engine: the captured parts, space- or "
         "comma-separated (Megatron --cuda-graph-scope, later --cuda-graph-modules): attn, "
-        "mlp, moe, moe_router, moe_preprocess, or full_iteration alone; default: the whole "
-        "layer",
+        "mlp, moe, moe_router, moe_preprocess, mamba (a hybrid model's Mamba layers), or "
+        "full_iteration alone; default: the whole layer",
     )
     group.add_argument(
         "--rope-fusion",

@@ -1,7 +1,7 @@
 """Rows of ``published-runs-dev.csv`` shared by the tests of bench/published_rows.py and the
 recipe modules (`row_model`, `row_options`, `row_recipes`, `pipeline_recipes`,
-`saver_recipes`, `precision_recipes`, `gpt_oss_recipes`, `nemo_recipes`), and the
-architecture columns of a model that several of them state (`*_SHAPE`).
+`saver_recipes`, `precision_recipes`, `gpt_oss_recipes`, `nemo_recipes`, `hybrid_recipes`),
+and the architecture columns of a model that several of them state (`*_SHAPE`).
 
 Each case is one row (the columns the mapping reads, copied from the row named), worked by
 hand against the recipe file cited in the module under test.
@@ -237,4 +237,28 @@ LLAMA2_LONGSEQ = {
     "global_batch_size": "1024",
     "precision": "FP8",
     "tflops_per_gpu": "768",
+}
+
+
+NANO_GB300 = {
+    # row 279 (MBRIDGE-26.02.01, Nemotron 3 Nano on 8 GB300, MXFP8): no architecture columns.
+    "row_id": "279",
+    "source_id": "MBRIDGE-26.02.01",
+    "trust": "C",
+    "task": "pretrain",
+    "model": "Nemotron_3_Nano",
+    "seq_length": "8192",
+    "gpu_type": "GB300 (NVL72)",
+    "num_gpus": "8",
+    "tp": "1",
+    "pp": "1",
+    "vpp": "n/a",
+    "cp": "1",
+    "ep": "8",
+    "dp": "8",
+    "fsdp_or_zero": "DDP + distributed optimizer (FSDP=0)",
+    "micro_batch_size": "4",
+    "global_batch_size": "512",
+    "precision": "MXFP8",
+    "tokens_per_sec_per_gpu": "37664",
 }

@@ -78,3 +78,39 @@ def test_thirty_two_stage_layout_only_on_h100():
     assert pipeline.layout_for(61, 32, 0, "H100") == "Et|(tt|)*30L"
     with pytest.raises(pipeline.NotExpressible):
         pipeline.layout_for(61, 32, 0, "GB200 (NVL72)")
+
+
+HYBRID_KEYS = {
+    "nemotron-3-nano-bf16",
+    "nemotron-3-nano-fp8cs",
+    "nemotron-3-nano-fp8cs-head",
+    "nemotron-h-56b-fp8cs",
+}
+
+
+def test_hybrid_rows_print_their_expert_parallel_size_and_take_the_preset():
+    bases = _bases()
+    recipe = next(r for r in table.RECIPES if r.key == "nemotron-3-nano-fp8cs-head")
+    row = bench.recipe_row(recipe, "26.08", bases[recipe.model])
+    # The Nano base row prints no num_experts; the recipe's ep 16 is printed all the same.
+    assert (row["model"], row["tp"], row["ep"], row["precision"]) == (
+        "Nemotron_3_Nano",
+        "1",
+        "16",
+        "FP8",
+    )
+    case = bench.case_for_row(row)
+    assert case.model.is_hybrid and case.plan.ep == 16
+
+
+def test_hybrid_recipes_price_fit_and_meet_the_row_path(report):
+    hybrid = [e for e in report["recipes"] if e["key"] in HYBRID_KEYS]
+    # Nano: bf16 at 26.04, 26.06, 26.08; fp8cs at 26.04, 26.06; fp8cs-head at 26.08.
+    # Nemotron-H 56B: 25.11, 26.02, 26.04, 26.06, 26.08.
+    assert len(hybrid) == 11
+    assert all(e["recipe"]["fits"] and e["row"]["fits"] and not e["differences"] for e in hybrid)
+    nano_tp = {r.tp for r in table.RECIPES if r.model == "Nemotron_3_Nano"}
+    assert nano_tp == {1}  # within the 2 query groups (query_groups_divisible_by_tp)
+    names = {n["model"] for n in report["not_expressible"]}
+    assert "Nemotron 3 Nano" not in names and "Nemotron-H 56B" not in names
+    assert "Nemotron 3 Super" in names

@@ -1,12 +1,14 @@
 """bench/row_model.py: the model of a published row, GPT-OSS's attention, norm and
-embeddings and the query-key norms of Qwen3; rows from `tests.bench.published_row_cases`."""
+embeddings, the query-key norms of Qwen3 and the hybrid presets of Nemotron 3 Nano and
+Nemotron-H; rows from `tests.bench.published_row_cases`."""
 
 from __future__ import annotations
 
 import pytest
 
+from specs.presets import get_preset
 from tests.bench.bench_loader import load_bench
-from tests.bench.published_row_cases import GPT_OSS_B300, LLAMA405_GB200
+from tests.bench.published_row_cases import GPT_OSS_B300, LLAMA405_GB200, NANO_GB300, row_with
 
 rows_mod = load_bench("published_rows")
 model_mod = load_bench("row_model")
@@ -39,3 +41,37 @@ def test_qwen3_rows_normalize_query_and_key(model: str, expected: bool) -> None:
 def test_other_rows_have_no_query_key_norms() -> None:
     assert not rows_mod.case_for_row(LLAMA405_GB200).model.qk_layernorm
     assert not rows_mod.case_for_row(GPT_OSS_B300).model.qk_layernorm
+
+
+def test_a_nano_row_without_architecture_columns_is_the_nano_preset():
+    # Row 279 prints no architecture; Megatron-Bridge's Nemotron3NanoProvider is the
+    # nemotron-3-nano preset (specs/preset_hybrid.py), under the row's model name.
+    model = rows_mod.case_for_row(NANO_GB300).model
+    assert model == get_preset("nemotron-3-nano").replace(name="Nemotron_3_Nano")
+    assert model.is_hybrid and model.num_experts == 128 and model.num_query_groups == 2
+
+
+@pytest.mark.parametrize(
+    ("model", "preset"),
+    [("Nemotron-H 56B", "nemotron-h-56b"), ("NemotronH_8B", "nemotron-h-8b")],
+)
+def test_a_nemotron_h_row_takes_the_preset_of_its_size(model, preset):
+    raw = row_with(NANO_GB300, model=model, ep="n/a")
+    assert model_mod.model_for(raw) == get_preset(preset).replace(name=model)
+
+
+def test_a_hybrid_size_without_preset_stays_not_expressible():
+    with pytest.raises(model_mod.NotExpressible, match="hybrid Mamba layers"):
+        model_mod.model_for(row_with(NANO_GB300, model="Nemotron-H 4B"))
+
+
+def test_a_stated_column_the_preset_contradicts_is_named():
+    model_mod.model_for(row_with(NANO_GB300, num_layers="52", moe_top_k="6"))
+    with pytest.raises(model_mod.NotExpressible, match="hidden_size '4096' stated"):
+        model_mod.model_for(row_with(NANO_GB300, hidden_size="4096"))
+
+
+def test_super_rows_give_their_own_reason():
+    raw = row_with(NANO_GB300, model="Nemotron_3_Super", num_gpus="64", ep="64")
+    with pytest.raises(model_mod.NotExpressible, match=r"latent MoE \(moe_latent_size\) and multi"):
+        model_mod.model_for(raw)

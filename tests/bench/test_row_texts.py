@@ -117,7 +117,7 @@ def test_the_model_family_names_the_mlp_where_the_notes_do_not():
     with pytest.raises(rows_mod.NotExpressible, match="activation not stated"):
         rows_mod.case_for_row(row_with(MLM_README_32B, model="Falcon 40B", arch_notes=""))
     with pytest.raises(rows_mod.NotExpressible, match="hybrid Mamba"):
-        rows_mod.case_for_row(row_with(MLM_README_32B, model="Nemotron-H 56B", hidden_size=""))
+        rows_mod.case_for_row(row_with(MLM_README_32B, model="Nemotron-H 4B", hidden_size=""))
     with pytest.raises(rows_mod.NotExpressible, match="parallel attention"):
         rows_mod.case_for_row(row_with(MLM_README_32B, arch_notes="GeLU, parallel residual"))
 

@@ -91,6 +91,11 @@ def test_without_the_flags_the_options_are_megatron_cores_defaults():
             ("--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", "moe_router,attn"),
             frozenset({"attn", "moe_router"}),
         ),
+        # Megatron-core CudaGraphModule.mamba (Megatron-Bridge's Nemotron-H recipes).
+        (
+            ("--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn", "mamba"),
+            frozenset({"attn", "mamba"}),
+        ),
     ],
 )
 def test_cuda_graph_flags_name_the_captured_scopes(argv, scopes):

@@ -1,0 +1,132 @@
+"""bench/hybrid_recipes.py: what the Megatron-Bridge Nemotron 3 Nano and Nemotron-H 56B
+recipes ran beyond their printed plan, checked against the configs its module docstring
+cites (``scripts/performance/configs/nemotronh/``), and the trust C pricing of the Nano
+rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.bench.bench_loader import load_bench
+from tests.bench.published_row_cases import NANO_GB300, row_with
+
+hybrid = load_bench("hybrid_recipes")
+rows_mod = load_bench("published_rows")
+trust_c = load_bench("trust_c_rows")
+
+NANO_BLACKWELL = frozenset({"attn", "mamba", "moe_router", "moe_preprocess"})
+"""``BASE_NEMOTRON_3_NANO_CONFIG.cuda_graph_scope`` (v0.3.1 to v0.5.1)."""
+
+
+def nano(source: str, gpu: str, precision: str = "MXFP8") -> dict[str, str]:
+    return row_with(NANO_GB300, source_id=source, gpu_type=gpu, precision=precision)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # row 279: v0.3.1 nemotron_3_nano_workload_base_configs.py ..._GB300_FP8_MX_V1.
+        nano("MBRIDGE-26.02.01", "GB300 (NVL72)"),
+        # row 194: llmb-r0.4.1 nemotron_3_workload_base_configs.py ..._B200_FP8_MX_V1.
+        nano("MBRIDGE-26.04.01", "B200"),
+        # row 110: v0.5.1, the same base config.
+        nano("MBRIDGE-26.06.01", "GB300 (NVL72)"),
+    ],
+)
+def test_blackwell_nano_rows_run_hybridep_with_attn_mamba_and_router_graphs(raw):
+    assert hybrid.hybrid_runtime_fields(raw) == {
+        "moe_dispatcher": "flex",  # moe_flex_dispatcher_backend="hybridep"
+        "cuda_graph_scopes": NANO_BLACKWELL,
+    }
+    # recompute_granularity None in recipes/nemotronh/nemotron_3_nano.py; no modules set.
+    assert hybrid.hybrid_plan_fields(raw, 1, False) == {}
+
+
+def test_no_nano_config_before_26_02_01():
+    # v0.3.0 (26.02) ships nemotronh_56b configs only.
+    assert hybrid.hybrid_runtime_fields(nano("MBRIDGE-26.02", "GB300 (NVL72)")) == {}
+
+
+@pytest.mark.parametrize(
+    ("source", "precision", "scopes", "modules"),
+    [
+        # v0.4.0 NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_BF16_V1.
+        ("MBRIDGE-26.04", "BF16", {"attn", "mamba"}, ("moe", "layernorm")),
+        # v0.5.0 NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1.
+        ("MBRIDGE-26.06", "FP8", {"mamba"}, ("moe", "layernorm", "core_attn", "moe_act")),
+        # HEAD nemotron_3_nano_pretrain_16gpu_h100_fp8cs_config.
+        ("MBRIDGE-26.08", "FP8", {"attn", "mamba"}, ("layernorm",)),
+    ],
+)
+def test_h100_nano_recipes_capture_and_recompute_per_precision(source, precision, scopes, modules):
+    raw = nano(source, "H100", precision)
+    assert hybrid.hybrid_runtime_fields(raw)["cuda_graph_scopes"] == frozenset(scopes)
+    assert hybrid.hybrid_plan_fields(raw, 1, False) == {
+        "recompute": "selective",
+        "recompute_modules": modules,
+    }
+
+
+def test_nemotron_h_56b_overlaps_tp_but_not_the_parameter_gather():
+    raw = row_with(nano("MBRIDGE-26.04", "H100", "FP8"), model="NemotronH_56B")
+    # NEMOTRONH_56B_PRETRAIN_CONFIG_H100_FP8_CS_V1: cuda_graph_scope ["mamba"].
+    assert hybrid.hybrid_runtime_fields(raw) == {"cuda_graph_scopes": frozenset({"mamba"})}
+    gb200 = row_with(raw, gpu_type="GB200 (NVL72)")
+    assert hybrid.hybrid_runtime_fields(gb200)["cuda_graph_scopes"] == {"mamba", "attn"}
+    # nemotronh_56b_pretrain_config: CommOverlapConfig(tp_comm_overlap=True),
+    # ddp.overlap_param_gather = False.
+    assert hybrid.hybrid_plan_fields(raw, 8, True) == {
+        "tp_comm_overlap": True,
+        "overlap_param_gather": False,
+    }
+
+
+def test_other_rows_take_nothing_from_the_hybrid_rules():
+    qwen = row_with(NANO_GB300, model="Qwen3_30B_a3B")
+    assert hybrid.hybrid_runtime_fields(qwen) == {}
+    assert hybrid.hybrid_plan_fields(qwen, 1, False) == {}
+    zoo = row_with(NANO_GB300, source_id="MOEZOO-QWEN3-GB200")
+    assert hybrid.hybrid_runtime_fields(zoo) == {}
+
+
+def test_the_nano_row_path_carries_the_recipe():
+    case = rows_mod.case_for_row(NANO_GB300)
+    assert (case.plan.tp, case.plan.ep, case.plan.etp, case.plan.micro_batch_size) == (1, 8, 1, 4)
+    assert not case.plan.sequence_parallel and case.plan.recompute == "none"
+    assert case.options.moe_dispatcher == "flex"
+    assert case.options.cuda_graph_scopes == NANO_BLACKWELL
+    assert case.options.fp8_recipe == "mxfp8" and case.options.cudnn_norm
+
+
+def test_the_mamba_scope_changes_no_priced_term():
+    from costmodel.estimate import estimate_plan
+    from profiles.store import load_profile
+
+    case = rows_mod.case_for_row(NANO_GB300)
+    profile = load_profile(case.profile)
+
+    def seconds(scopes: frozenset[str]) -> float:
+        options = dataclasses.replace(case.options, cuda_graph_scopes=scopes)
+        args = (case.model, case.cluster, case.job, case.plan, profile)
+        return estimate_plan(*args, options=options).iteration_time_s
+
+    assert seconds(NANO_BLACKWELL) == seconds(NANO_BLACKWELL - {"mamba"})
+
+
+def test_nano_rows_are_priced_apart_and_super_rows_give_their_reason():
+    super_row = row_with(NANO_GB300, row_id="112", model="Nemotron_3_Super", num_gpus="64")
+    entries = trust_c.trust_c_report([NANO_GB300, row_with(super_row, ep="64", dp="64")])
+    priced, refused = entries
+    assert priced["priced"] and priced["fits"]
+    # 512 x 8192 tokens over 8 GPUs at 37664 tokens/s per GPU.
+    assert priced["published_s"] == pytest.approx(512 * 8192 / (37664 * 8))
+    assert refused == {
+        "row_id": "112",
+        "source_id": "MBRIDGE-26.02.01",
+        "model": "Nemotron_3_Super",
+        "reason": hybrid.SUPER_REASON,
+        "trust": "C",
+        "priced": False,
+    }
