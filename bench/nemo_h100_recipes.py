@@ -159,7 +159,12 @@ CONFIGS = parse_configs(CONFIGS_CSV)
 
 NO_PRESET: tuple[tuple[str, str, str], ...] = (
     ("nemotron3 8b / 22b", "25.02-25.09", "no preset (Nemotron-3 GPT models)"),
-    ("nemotronh 8b / 47b / 56b", "25.07-25.09", "hybrid Mamba layers"),
+    (
+        "nemotronh 8b / 47b / 56b",
+        "25.07-25.09",
+        "NeMo 2.0 recipe settings not transcribed (the models are presets; their "
+        "Megatron-Bridge H100 recipes are priced by bench/h100_recipes.py)",
+    ),
     ("llama4 e16 / e128", "25.04-25.09", "no preset (Llama 4 MoE with chunked attention)"),
     ("vlm_llama4, neva_llama3", "25.04-25.09", "vision-language models"),
     ("flux 12b", "25.04-25.09", "diffusion model"),

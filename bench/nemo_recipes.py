@@ -55,7 +55,7 @@ of every recipe, TP overlap (`TP_OVERLAP_FAMILIES`, off under Megatron-FSDP in 2
 layers (`ACCOUNT_FOR_BOTH`), token drop (`TOKEN_DROP`), DeepSeek-V3's MTP layer, pipeline
 split and recompute (`deepseek_pipeline_fields`, `DEEPSEEK_RECOMPUTE`). CUDA graphs
 (``cuda_graphs`` 1) are set on H100 only for Nemotron-H and Llama 4, which no row
-expresses (hybrid Mamba layers; no preset).
+prices (Nemotron-H's NeMo 2.0 settings are not transcribed; Llama 4 has no preset).
 """
 
 from __future__ import annotations
