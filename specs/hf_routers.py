@@ -48,13 +48,7 @@ def deepseek_v3_router(cfg: HFConfig) -> RouterSpec:
     absent), fp32 router, pre-softmax. Absent keys take DeepseekV3Config's defaults.
     Megatron's sigmoid router always renormalizes the top-k scores, so `norm_topk_prob`
     false is refused."""
-    if not cfg.flag("norm_topk_prob", True):
-        raise SpecError(
-            f"{cfg.source}: norm_topk_prob false is not supported: Megatron-core's sigmoid "
-            "router always normalizes the top-k scores to sum 1 (moe_utils.py "
-            "topk_routing_with_score_function); write a paraplan ModelSpec JSON if that "
-            "difference is acceptable"
-        )
+    require_normalized_topk(cfg)
     cfg.choice("topk_method", "noaux_tc", ("noaux_tc",))
     cfg.choice("scoring_func", "sigmoid", ("sigmoid",))
     return RouterSpec(
@@ -78,13 +72,7 @@ def nemotron_h_router(cfg: HFConfig) -> RouterSpec:
     from config.json (absent: none, as the bridge's CONFIG_MAPPING leaves them). Megatron's
     sigmoid router always renormalizes the top-k scores, so `norm_topk_prob` false is
     refused."""
-    if not cfg.flag("norm_topk_prob", True):
-        raise SpecError(
-            f"{cfg.source}: norm_topk_prob false is not supported: Megatron-core's sigmoid "
-            "router always normalizes the top-k scores to sum 1 (moe_utils.py "
-            "topk_routing_with_score_function); write a paraplan ModelSpec JSON if that "
-            "difference is acceptable"
-        )
+    require_normalized_topk(cfg)
     given = cfg.data.get("routed_scaling_factor") is not None
     scale = cfg.number("routed_scaling_factor", 1.0) if given else None
     return RouterSpec(
@@ -97,3 +85,15 @@ def nemotron_h_router(cfg: HFConfig) -> RouterSpec:
         moe_aux_loss_coeff=1e-4,
         moe_router_dtype="fp32",
     )
+
+
+def require_normalized_topk(cfg: HFConfig) -> None:
+    """`SpecError` for ``norm_topk_prob`` false: Megatron-core's sigmoid router always
+    renormalizes the top-k scores (moe_utils.py ``topk_routing_with_score_function``)."""
+    if not cfg.flag("norm_topk_prob", True):
+        raise SpecError(
+            f"{cfg.source}: norm_topk_prob false is not supported: Megatron-core's sigmoid "
+            "router always normalizes the top-k scores to sum 1 (moe_utils.py "
+            "topk_routing_with_score_function); write a paraplan ModelSpec JSON if that "
+            "difference is acceptable"
+        )
