@@ -75,7 +75,7 @@ def attention_block(
     x: LayerShape,
     groups: CommGroups,
     options: ExecutionOptions,
-) -> tuple[PassCost, PassCost, PassCost, float, float]:
+) -> tuple[PassCost, PassCost, dict[str, PassCost], float, float]:
     """Attention block: (forward, backward, rerun forward of its recompute modules
     ``core_attn`` and ``mla_up_proj``, dgrad_s, wgrad_s)."""
     lora = job.lora
