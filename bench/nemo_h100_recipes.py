@@ -15,8 +15,12 @@ the dense peak of the GEMM dtype, fp8 for FP8 rows), the options the rules appli
 peak of the same row priced without them (`without_rules`).
 
 Each model's architecture columns come from a dev-set row of the same model (`ARCH_ROWS`;
-Mixtral 8x22B from the ``mixtral-8x22b`` preset over the Mixtral 8x7B row). Configurations of
-models that no preset expresses are listed with the reason (`NO_PRESET`).
+Mixtral 8x22B from the ``mixtral-8x22b`` preset over the Mixtral 8x7B row). The hybrid
+Mamba-2 models (Nemotron-H 8B, 47B, 56B: ``nemotronh`` rows of v2.4.0 and v2.5.0rc0) state
+no architecture column: their rows take the preset their name selects
+(`hybrid_recipes.hybrid_preset`, `HYBRID_MODELS`), which would refuse a contradicting
+column. Configurations of models that no preset expresses are listed with the reason
+(`NO_PRESET`).
 
 Usage: ``python bench/nemo_h100_recipes.py [--json]``
 """
@@ -105,14 +109,20 @@ all,Mixtral 8x22B,fp8,256,65536,4,4,8,8,14,1,256,1,0,
 25.09,DeepSeek V3,fp8,1024,4096,2,16,1,64,1,1,8192,1,0,mla_up_proj/mlp/moe
 25.07+,Qwen3 30B-A3B,bf16,16,4096,1,2,1,8,24,1,512,1,0,
 25.07+,Qwen3 235B-A22B,bf16,256,4096,2,8,1,32,4,1,2048,1,0,
+25.07+,Nemotron-H 8B,fp8,8,8192,1,1,1,1,1,1,128,,0,
+25.07+,Nemotron-H 47B,fp8,64,8192,8,1,1,1,1,1,192,,0,
+25.07+,Nemotron-H 56B,fp8,64,8192,8,1,1,1,1,1,192,,0,
+25.07+,Nemotron-H 56B,fp8,256,8192,8,1,1,1,1,1,768,,0,
 """
 """The expressible ``pre_train`` rows of the four tags' ``model_configs_h100.csv``, in its
 columns (``dp_size`` of v2.2.0 is implied by the GPUs; ``fsdp`` is ``use_mcore_fsdp``; every
-``cuda_graphs``, ``recompute_layers`` and ``activation_offload_layers`` of these rows is
-0), with the containers that ship each (``all``, ``YY.MM+`` from that one on, or a
-``/``-separated list). The Llama 3 8B FP8 row of v2.4.0 on also sets
-``use_user_buffer_registration`` and ``use_sharp`` (NCCL user buffers, SHARP), which the
-cost model does not price."""
+``recompute_layers`` and ``activation_offload_layers`` of these rows is 0, and every
+``cuda_graphs`` 0 but the ``nemotronh`` rows' 1, which `nemo_recipes.CUDA_GRAPH_FAMILIES`
+applies by family), with the containers that ship each (``all``, ``YY.MM+`` from that one
+on, or a ``/``-separated list). The ``nemotronh`` rows (``8b``, ``47b``, ``56b`` twice) are
+in v2.4.0 and v2.5.0rc0 alike; v2.2.0 and v2.3.0 have none. The Llama 3 8B FP8 row of v2.4.0
+on also sets ``use_user_buffer_registration`` and ``use_sharp`` (NCCL user buffers, SHARP),
+which the cost model does not price."""
 
 
 def _releases(text: str) -> tuple[str, ...]:
@@ -159,12 +169,6 @@ CONFIGS = parse_configs(CONFIGS_CSV)
 
 NO_PRESET: tuple[tuple[str, str, str], ...] = (
     ("nemotron3 8b / 22b", "25.02-25.09", "no preset (Nemotron-3 GPT models)"),
-    (
-        "nemotronh 8b / 47b / 56b",
-        "25.07-25.09",
-        "NeMo 2.0 recipe settings not transcribed (the models are presets; their "
-        "Megatron-Bridge H100 recipes are priced by bench/h100_recipes.py)",
-    ),
     ("llama4 e16 / e128", "25.04-25.09", "no preset (Llama 4 MoE with chunked attention)"),
     ("vlm_llama4, neva_llama3", "25.04-25.09", "vision-language models"),
     ("flux 12b", "25.04-25.09", "diffusion model"),
@@ -186,6 +190,12 @@ ARCH_ROWS = {
 }
 """Model -> dev-set row whose architecture columns it takes (`ARCHITECTURE_COLUMNS`)."""
 
+HYBRID_MODELS = ("Nemotron-H 8B", "Nemotron-H 47B", "Nemotron-H 56B")
+"""Models whose rows state no architecture column and take their hybrid preset
+(`hybrid_recipes.hybrid_preset`: ``nemotron-h-8b``, ``-47b``, ``-56b``; the presets' shape is
+NeMo's ``NemotronHConfig8B`` / ``47B`` / ``56B`` of ``gpt/model/ssm.py``, 131072-token
+vocabulary)."""
+
 MIXTRAL_8X22B = {
     "num_layers": "56",
     "hidden_size": "6144",
@@ -198,7 +208,10 @@ MIXTRAL_8X22B = {
 
 
 def arch_columns(model: str) -> dict[str, str]:
-    """The architecture columns of ``model`` (`ARCH_ROWS`)."""
+    """The architecture columns of ``model`` (`ARCH_ROWS`); all empty for `HYBRID_MODELS`,
+    whose preset gives the shape."""
+    if model in HYBRID_MODELS:
+        return dict.fromkeys(ARCHITECTURE_COLUMNS, "")
     rows, error = rows_by_ids(ARCH_ROWS[model])
     if error is not None:
         raise SystemExit(error)

@@ -53,9 +53,28 @@ Plan and model fields (`nemo_plan_fields`, `nemo_model_fields`): the distributed
 of every recipe, TP overlap (`TP_OVERLAP_FAMILIES`, off under Megatron-FSDP in 25.04:
 `DEFER_WGRAD_FAMILIES`), Megatron-FSDP (`fsdp_stated`), the embedding and loss as pipeline
 layers (`ACCOUNT_FOR_BOTH`), token drop (`TOKEN_DROP`), DeepSeek-V3's MTP layer, pipeline
-split and recompute (`deepseek_pipeline_fields`, `DEEPSEEK_RECOMPUTE`). CUDA graphs
-(``cuda_graphs`` 1) are set on H100 only for Nemotron-H and Llama 4, which no row
-prices (Nemotron-H's NeMo 2.0 settings are not transcribed; Llama 4 has no preset).
+split and recompute (`deepseek_pipeline_fields`, `DEEPSEEK_RECOMPUTE`).
+
+CUDA graphs (``cuda_graphs`` 1) are set on H100 only for Nemotron-H and Llama 4 (no preset);
+Nemotron-H's (`CUDA_GRAPH_FAMILIES`) are the ``layer`` scope. Nemotron-H (v2.4.0 and
+v2.5.0rc0, the same files): ``pretrain_nemotronh_{8b,47b,56b}.py`` start from
+``recipes/nemotronh_*.py`` ``pretrain_recipe`` (``performance_mode=True`` for 47B and 56B;
+8B has no performance mode) and run ``set_primary_perf_configs`` like every script, so the
+generic rules above apply (FP8 ``ds``: ``bf16_with_fp8_mixed`` replaces the 47B / 56B
+recipe's ``nemotron_h_bf16_with_fp8_current_scaling_mixed``, and its
+``first_last_layers_bf16 = False`` overrides ``NemotronHConfigBase``'s True through
+``update_config_with_dtype_overrides``: every layer in FP8; bf16 gradient reduction over the
+trainer's ``grad_reduce_in_fp32=True``). Beyond them:
+- TP overlap (`TP_OVERLAP_FAMILIES`): ``MegatronCommOverlapCallback(tp_comm_overlap=True)``
+  (8B in its trainer with ``tp_comm_bootstrap_backend="nccl"``, 47B / 56B in
+  ``performance_optimizations``) without a ``tp_comm_overlap_cfg``: Transformer Engine's
+  default userbuffers, on at tp 8 with sequence parallelism (8B runs tp 1: off).
+- The trainers' ``DistributedDataParallelConfig(overlap_param_gather=False)`` does not hold:
+  the same callback's ``_get_optimizer_overlap_cfgs`` sets ``overlap_grad_reduce`` and
+  ``overlap_param_gather`` True with dp > 1 (every H100 config) and applies them to the DDP
+  config, so the rows keep the default overlaps of NeMo 2.0 rows.
+- Not modelled: ``use_te_rng_tracker`` (set with CUDA graphs) and the scripts' NCCL
+  settings (``PerfEnvPlugin``); no recompute (the configs' ``recompute_*`` are 0 or empty).
 """
 
 from __future__ import annotations
@@ -168,6 +187,27 @@ def userbuffers_fields(raw: dict[str, str], release: str) -> dict[str, object]:
     return fields
 
 
+CUDA_GRAPH_FAMILIES: tuple[tuple[str, str], ...] = (("nemotronh", "25.07"),)
+"""(model family prefix, first release) of the H100 configs with ``cuda_graphs`` 1 that a
+preset prices: Nemotron-H 8B, 47B and 56B (``model_configs_h100.csv`` v2.4.0 and
+v2.5.0rc0). ``helpers.py`` ``set_cuda_graph_configs`` sets ``model.config.enable_cuda_graph
+= True`` (and ``use_te_rng_tracker``): Megatron-core's local implementation at its default
+scope, whole layers (``layer``, as `moe_recipes` prices Megatron-Bridge's
+``enable_cuda_graph``); ``set_perf_optimization_configs`` turns it off under Megatron-FSDP.
+The cost model's host-launch term counts MoE launches only, so on these dense hybrids the
+scope changes no priced term; it says what the run captured."""
+
+
+def cuda_graph_fields(raw: dict[str, str], release: str, fsdp: bool) -> dict[str, object]:
+    """``cuda_graph_scopes`` of a `CUDA_GRAPH_FAMILIES` row on H100 without Megatron-FSDP;
+    empty otherwise."""
+    family = model_family(raw)
+    graphs = any(family.startswith(p) and release >= first for p, first in CUDA_GRAPH_FAMILIES)
+    if not graphs or fsdp or not _h100(raw):
+        return {}
+    return {"cuda_graph_scopes": frozenset({"layer"})}
+
+
 def nemo_option_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, object]:
     """`ExecutionOptions` fields of a NeMo 2.0 performance-recipe row (module docstring),
     ``tp_comm_overlap`` being its plan's; empty for other rows."""
@@ -190,6 +230,7 @@ def nemo_option_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, 
         fields.update(userbuffers_fields(raw, release))
     if model_family(raw).startswith("deepseekv3") and _h100(raw) and release >= "25.07":
         fields["moe_dispatcher"] = "flex"
+    fields.update(cuda_graph_fields(raw, release, fsdp))
     return fields
 
 
@@ -201,12 +242,15 @@ TP_OVERLAP_FAMILIES: tuple[tuple[str, str], ...] = (
     ("gpt3", "25.02"),
     ("nemotron4", "25.02"),
     ("qwen3", "25.07"),
+    ("nemotronh", "25.07"),
 )
 """(model family prefix, first release) whose recipe overlaps TP communication
 (``MegatronCommOverlapCallback(tp_comm_overlap=True, ...)``): the performance mode of
 ``recipes/llama3_70b.py``, ``llama31_405b.py``, ``gpt3_175b.py``, ``nemotron4_15b.py``,
-``nemotron4_340b.py`` (v2.2.0 on), and ``pretrain_qwen3_30b_a3b.py`` /
-``pretrain_qwen3_235b_a22b.py`` (v2.4.0 on). Llama 3 8B (``tp_comm_overlap=False``),
+``nemotron4_340b.py`` (v2.2.0 on), ``pretrain_qwen3_30b_a3b.py`` /
+``pretrain_qwen3_235b_a22b.py`` (v2.4.0 on), and ``recipes/nemotronh_8b.py`` (trainer),
+``nemotronh_47b.py`` / ``nemotronh_56b.py`` (performance mode; v2.4.0 is the first release
+with Nemotron-H performance scripts). Llama 3 8B (``tp_comm_overlap=False``),
 Mixtral and DeepSeek-V3 (``tp_comm_overlap=False``) do not."""
 
 DEFER_WGRAD_FAMILIES = (

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from tests.bench.bench_loader import load_bench
 
 bench = load_bench("nemo_h100_recipes")
+rules = load_bench("nemo_recipes")
 
 
 def _skip_without_dev_rows() -> None:
@@ -20,7 +23,7 @@ def test_every_config_fills_its_gpus_and_ships_in_a_known_release():
     for c in bench.CONFIGS:
         assert c.gpus % (c.tp * c.pp * c.cp) == 0, c
         assert c.releases and set(c.releases) <= set(bench.RELEASE_TAGS), c
-        assert c.model in bench.ARCH_ROWS
+        assert c.model in bench.ARCH_ROWS or c.model in bench.HYBRID_MODELS
 
 
 def test_config_table_parses_releases_and_modules():
@@ -62,3 +65,85 @@ def test_priced_configs_report_memory_time_and_options():
     assert result["options"]["cross_entropy_fusion"] == "te"
     # Megatron-LM's defaults keep bf16 weights beside TE's FP8 copies and fp32 gradients.
     assert result["without_rules"]["peak_gib"] > result["peak_gib"]
+
+
+NEMOTRON_H = (
+    # model, gpus, tp, gbs: model_configs_h100.csv's nemotronh pre_train rows (v2.4.0 on)
+    ("Nemotron-H 8B", 8, 1, 128),
+    ("Nemotron-H 47B", 64, 8, 192),
+    ("Nemotron-H 56B", 64, 8, 192),
+    ("Nemotron-H 56B", 256, 8, 768),
+)
+PRESET_LAYERS = {"Nemotron-H 8B": 52, "Nemotron-H 47B": 98, "Nemotron-H 56B": 118}
+"""``num_layers`` of NeMo's ``NemotronHConfig8B`` / ``47B`` / ``56B`` (``gpt/model/ssm.py``)."""
+
+
+def _nemotron_h() -> list:
+    return [c for c in bench.CONFIGS if c.model.startswith("Nemotron-H")]
+
+
+def test_nemotron_h_configs_parse_as_the_csv_states_them():
+    configs = _nemotron_h()
+    assert [(c.model, c.gpus, c.tp, c.gbs) for c in configs] == list(NEMOTRON_H)
+    for c in configs:
+        assert c.releases == ("25.07", "25.09") and c.precision == "FP8", c
+        assert (c.seq, c.pp, c.cp, c.vpp, c.ep, c.mbs) == (8192, 1, 1, 1, 1, 1), c
+        assert not c.fsdp and c.recompute == "" and c.etp is None, c
+    assert not any("nemotronh" in configs for configs, _, _ in bench.NO_PRESET)
+
+
+def test_nemotron_h_rows_state_no_architecture_and_build_their_preset():
+    for c in _nemotron_h():
+        raw = bench.table_row(c, "25.09")
+        assert all(raw[k] == "" for k in bench.ARCHITECTURE_COLUMNS), c
+        case = bench.case_for_row(raw)
+        assert case.model.num_layers == PRESET_LAYERS[c.model]
+        assert case.model.vocab_size == 131072 and case.model.name == c.model
+        assert case.plan.tp == c.tp and case.plan.dp == c.gpus // c.tp
+
+
+def test_nemotron_h_row_refuses_a_contradicting_architecture_column():
+    config = next(c for c in _nemotron_h() if c.model == "Nemotron-H 56B")
+    raw = bench.table_row(config, "25.07") | {"hidden_size": "4096"}
+    with pytest.raises(bench.NotExpressible, match="hidden_size"):
+        bench.case_for_row(raw)
+
+
+def test_nemotron_h_configs_report_memory_fit_and_recipe_settings():
+    _skip_without_dev_rows()  # the report prices every model
+    for c in _nemotron_h():
+        result = bench.price(c, "25.07")
+        assert "error" not in result, result
+        assert result["peak_gib"] > 0 and isinstance(result["fits"], bool)
+        assert result["iteration_s"] > 0 and 0 < result["mfu"] < 1
+        options = result["options"]
+        # cuda_graphs 1: enable_cuda_graph, whole layers; FP8 ds with FP8 parameters.
+        assert options["cuda_graph_scopes"] == ["layer"]
+        assert options["fp8_param"] is True and options["main_grad_bytes"] == 2
+        # MegatronCommOverlapCallback(tp_comm_overlap=True): on at tp 8 with SP only.
+        assert options.get("tp_comm_overlap", False) is (c.tp > 1)
+        assert result["without_rules"]["peak_gib"] > result["peak_gib"]
+    report = bench.nemo_h100_report()
+    priced = [p for p in report["configs"] if p["model"].startswith("Nemotron-H")]
+    assert len(priced) == 2 * len(NEMOTRON_H)
+
+
+def test_nemotron_h_cuda_graphs_follow_the_config_and_fsdp():
+    raw = {"model": "Nemotron-H 56B", "gpu_type": "H100-SXM5-80GB", "precision": "FP8"}
+    assert rules.cuda_graph_fields(raw, "25.07", fsdp=False) == {
+        "cuda_graph_scopes": frozenset({"layer"})
+    }
+    assert rules.cuda_graph_fields(raw, "25.07", fsdp=True) == {}
+    assert rules.cuda_graph_fields(raw, "25.04", fsdp=False) == {}
+    assert rules.cuda_graph_fields(raw | {"gpu_type": "B200"}, "25.07", fsdp=False) == {}
+    assert rules.cuda_graph_fields(raw | {"model": "Llama3 70B"}, "25.07", fsdp=False) == {}
+
+
+def test_nemotron_h_settings_cite_their_nemo_sources():
+    doc = rules.__doc__
+    for source in ("pretrain_nemotronh_", "nemotron_h_bf16_with_fp8_current_scaling_mixed"):
+        assert source in doc
+    assert "_get_optimizer_overlap_cfgs" in doc and "first_last_layers_bf16" in doc
+    assert "set_cuda_graph_configs" in inspect.getsource(rules)
+    assert ("nemotronh", "25.07") in rules.TP_OVERLAP_FAMILIES
+    assert ("nemotronh", "25.07") in rules.CUDA_GRAPH_FAMILIES
