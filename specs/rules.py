@@ -130,10 +130,7 @@ def ffn_divisible_by_tp(
     (Megatron `divide()` in ColumnParallelLinear; megatron-facts.md §8.3 rule 4). Skipped
     when no layer has a dense MLP (every layer MoE; a hybrid pattern without ``-``)."""
     ffn = model.ffn_hidden_size
-    if model.is_hybrid:
-        dense = "-" in (model.hybrid_layer_pattern or "")
-    else:
-        dense = model.num_moe_layers < model.num_layers
+    dense = any(kind.mlp == "dense" for kind in model.layer_kinds())
     if not dense or ffn % plan.tp == 0:
         return None
     return (

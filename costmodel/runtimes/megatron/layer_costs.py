@@ -120,8 +120,8 @@ def layer_passes(
 ) -> LayerPasses:
     """The passes of one layer of ``kind`` (`layer_cost` without the recompute and
     offloading terms): its token mixer (`_mixer_passes`), then its MLP or routed experts
-    with their pre-norm and residual (`_ffn_passes`); none of them depends on
-    ``plan.recompute_modules``."""
+    with their pre-norm and residual (`_ffn_passes`), and a transformer layer's LoRA
+    adapters (`adapter_costs`); none of them depends on ``plan.recompute_modules``."""
     comm = groups or intra_groups(plan)
     x = layer_shape(job, plan)
     att_f, att_b, rerun, dgrad, wgrad = _mixer_passes(
@@ -129,8 +129,11 @@ def layer_passes(
     )
     ffn = _ffn_passes(model, job, plan, profile, x, comm, options, kind)
     rerun.update(ffn.rerun)
-    att_f, att_b = att_f.plus(ffn.mixer_forward), att_b.plus(ffn.mixer_backward)
-    dgrad, wgrad = dgrad + ffn.mixer_dgrad_s, wgrad + ffn.mixer_wgrad_s
+    if kind.mlp == "dense":  # a LoRA job's adapters (QKV, projection, FC1, FC2)
+        adapters = adapter_costs(model, job, plan, profile, x, comm)
+        att_f, att_b = att_f.plus(adapters.forward), att_b.plus(adapters.backward)
+        dgrad, wgrad = dgrad + adapters.dgrad_s, wgrad + adapters.wgrad_s
+        rerun["mlp"] = rerun["mlp"].plus(adapters.mlp_forward)
     forward = att_f.plus(ffn.forward).plus(PassCost(compute_s=ffn.norm_forward_s))
     backward = att_b.plus(ffn.backward).plus(PassCost(compute_s=ffn.norm_backward_s))
     extra_b = ffn.norm_backward_s
@@ -194,11 +197,6 @@ class _FfnPasses:
     rerun: dict[str, PassCost]
     routed_forward_s: float = 0.0
     """Forward seconds of the routed experts alone (MoE)."""
-    mixer_forward: PassCost = ZERO
-    """What a LoRA job's adapters add to the attention block's forward (`adapter_costs`)."""
-    mixer_backward: PassCost = ZERO
-    mixer_dgrad_s: float = 0.0
-    mixer_wgrad_s: float = 0.0
 
 
 def _ffn_passes(
@@ -211,7 +209,7 @@ def _ffn_passes(
     options: ExecutionOptions,
     kind: LayerKind,
 ) -> _FfnPasses:
-    """The layer's dense MLP (with a LoRA job's adapters, `adapter_costs`) or routed experts
+    """The layer's dense MLP (its FC1/FC2 GEMMs with a LoRA job's frozen base) or routed experts
     with the shared expert and the fitted per-token device time
     (`moe_experts.unattributed_device_s`), each with its pre-norm and residual; nothing for a
     hybrid model's mixer-only layer."""
@@ -251,7 +249,6 @@ def _ffn_passes(
     mlp_f, mlp_b, mlp_d, mlp_w = mlp_block(
         model, plan, profile, x, comm, ffn, options, lora=job.lora
     )
-    adapters = adapter_costs(model, job, plan, profile, x, comm)
     return _FfnPasses(
         forward=mlp_f,
         backward=mlp_b,
@@ -259,11 +256,7 @@ def _ffn_passes(
         wgrad_s=mlp_w,
         norm_forward_s=norm_f,
         norm_backward_s=norm_b,
-        rerun={"mlp": mlp_f.plus(adapters.mlp_forward)},
-        mixer_forward=adapters.forward,
-        mixer_backward=adapters.backward,
-        mixer_dgrad_s=adapters.dgrad_s,
-        mixer_wgrad_s=adapters.wgrad_s,
+        rerun={"mlp": mlp_f},
     )
 
 
