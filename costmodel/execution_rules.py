@@ -59,6 +59,7 @@ PLAN_FEATURES: frozenset[str] = frozenset(
         "pipelined_grad_overlap",
         "ddp_bucket_size",
         "megatron_fsdp",
+        "kv_sub_sharding",
     }
 )
 """Plan features a framework may or may not implement (`ExecutionOptions.plan_features`),
@@ -80,7 +81,10 @@ each with the Megatron-LM argument that brought it:
   ``no_sync`` its pipelined schedules never entered, so every microbatch would be reduced;
 - ``ddp_bucket_size``: ``--ddp-bucket-size``;
 - ``megatron_fsdp``: ``--use-megatron-fsdp`` with ``--data-parallel-sharding-strategy``
-  (Megatron-FSDP)."""
+  (Megatron-FSDP);
+- ``kv_sub_sharding``: tp a multiple of grouped-query attention's key/value heads, which
+  Megatron-core runs by sub-sharding the QKV activations (`specs.kv_sharding`; Megatron-LM
+  commit f7dfb99795, 2025-12; no argument of its own)."""
 
 
 def check_kernel_fields(

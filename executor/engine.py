@@ -69,6 +69,7 @@ from specs.bundle import PlanBundle
 from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.errors import SpecError
 from specs.finetune import executor_lora_refusal
+from specs.kv_sharding import executor_kv_refusal
 from specs.params import padded_vocab_size
 from specs.rules import require_valid_plan
 
@@ -90,7 +91,7 @@ def check_bundle(bundle: PlanBundle, ctx: ParallelContext) -> None:
     """Raise SpecError for a bundle this executor cannot run on ``ctx``: every rule of
     `specs.rules` (Megatron's validation, shared with the planner), then the limits of this
     executor (no MLA, expert TP 1, SP under TP for MoE, fp8 only with Transformer Engine on
-    CUDA)."""
+    CUDA, no LoRA, key/value heads a multiple of tp: `specs.kv_sharding`)."""
     model, plan, job = bundle.model, bundle.plan, bundle.job
     require_valid_plan(model, bundle.cluster, job, plan)
     check_model_supported(model)
@@ -110,9 +111,11 @@ def check_bundle(bundle: PlanBundle, ctx: ParallelContext) -> None:
             "rank routes its own tokens (Megatron requires SP with TP and EP); enable it"
         )
     check_precision(job.precision, ctx.device, plan.tp)
-    lora_refusal = executor_lora_refusal(job.lora)
-    if lora_refusal is not None:
-        raise SpecError(lora_refusal)
+    refusal = executor_lora_refusal(job.lora) or executor_kv_refusal(
+        model, plan.tp, "paraplan's executor"
+    )
+    if refusal is not None:
+        raise SpecError(refusal)
 
 
 def _build_chunks(bundle: PlanBundle, ctx: ParallelContext, seed: int) -> list[DecoderChunk]:

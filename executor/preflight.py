@@ -22,6 +22,7 @@ from executor.data import DataSource, resolve_data
 from executor.launch import check_local_launch, under_torchrun
 from executor.run_config import RunConfig
 from specs.errors import SpecError
+from specs.kv_sharding import executor_kv_refusal
 from specs.rules import require_valid_plan
 from specs.rules_savers import executor_saver_refusal
 
@@ -43,7 +44,9 @@ def prepare(config: RunConfig) -> Prepared:
     and the checkpoint folder."""
     b = config.bundle
     require_valid_plan(b.model, b.cluster, b.job, b.plan)
-    refusal = executor_saver_refusal(b.plan)
+    refusal = executor_saver_refusal(b.plan) or executor_kv_refusal(
+        b.model, b.plan.tp, "paraplan's executor"
+    )
     if refusal is not None:
         raise SpecError(refusal)
     if config.steps < 1 or config.warmup < 0 or config.profile_steps < 0:

@@ -40,6 +40,7 @@ from planner.export_split import largest_chunk_layers, torchtitan_split
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.kv_sharding import executor_kv_refusal
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
@@ -278,7 +279,8 @@ def torchtitan_option_config(
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
     Muon job (`TORCHTITAN_MUON_REFUSAL`), an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`), a
-    LoRA job (`TORCHTITAN_LORA_REFUSAL`) and a hybrid model (`torchtitan_model`)."""
+    LoRA job (`TORCHTITAN_LORA_REFUSAL`), a tp above the key/value heads
+    (`specs.kv_sharding.executor_kv_refusal`) and a hybrid model (`torchtitan_model`)."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
     if job.lora is not None:
         raise SpecError(f"[{TORCHTITAN_LORA_RULE}] {job.lora.label()}: {TORCHTITAN_LORA_REFUSAL}")
@@ -286,6 +288,9 @@ def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
         raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
     if job.precision == "nvfp4":
         raise SpecError(f"[{TORCHTITAN_NVFP4_RULE}] precision (nvfp4): {TORCHTITAN_NVFP4_REFUSAL}")
+    kv = executor_kv_refusal(model, plan.tp, "torchtitan")
+    if kv is not None:
+        raise SpecError(kv)
     name, flavor, _ = torchtitan_model(model)
     sharded = exports_fsdp(plan)
     parallelism: dict[str, Any] = {

@@ -23,6 +23,7 @@ from typing import Any
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column
 from planner.space import SearchSpace, column_value
 from planner.splits import EVEN_SPLIT, SPLIT_COLUMNS, has_split, split_options
+from specs.kv_sharding import kv_heads_fit_tp, kv_sub_sharded
 from specs.model import ModelSpec
 from specs.pipeline_layout import layout_vpp
 from specs.plan import MEGATRON_MIN_BUCKET_PARAMS
@@ -33,12 +34,18 @@ from specs.rules_savers import missing_recompute_modules
 
 
 def tp_degrees(
-    model: ModelSpec, num_gpus: int, scale_up_domain: int, *, beyond_scale_up: bool = False
+    model: ModelSpec,
+    num_gpus: int,
+    scale_up_domain: int,
+    *,
+    beyond_scale_up: bool = False,
+    kv_sub_sharding: bool = True,
 ) -> Iterator[int]:
     """Tensor-parallel sizes: divisors of the GPU count that divide the heads, divide the
-    query groups (g % tp == 0, Megatron-core's `divide(num_query_groups, tp)`; MLA has no
-    groups), divide the dense and shared-expert MLP widths, and fit the scale-up domain unless
-    ``beyond_scale_up`` (Megatron's parallel linears; megatron-facts.md §8.3 rule 4).
+    query groups or, with ``kv_sub_sharding``, are a multiple of them
+    (`specs.kv_sharding.kv_heads_fit_tp`; MLA has no groups), divide the dense and
+    shared-expert MLP widths, and fit the scale-up domain unless ``beyond_scale_up``
+    (Megatron's parallel linears; megatron-facts.md §8.3 rule 4).
 
     A size inside the scale-up domain must also divide it (one beyond it be a multiple of
     it): TP groups are runs of consecutive ranks (tp-cp-ep-dp-pp order), so tp = 3 on
@@ -56,7 +63,9 @@ def tp_degrees(
             continue
         if scale_up_domain % tp and tp % scale_up_domain:
             continue
-        if not model.uses_mla and groups % tp:
+        if not model.uses_mla and not kv_heads_fit_tp(groups, tp):
+            continue
+        if not kv_sub_sharding and kv_sub_sharded(model, tp):
             continue
         if dense_mlp and model.ffn_hidden_size % tp:
             continue

@@ -148,7 +148,8 @@ class SearchSpace:
     ``distributed_optimizer`` the distributed optimizer, ``uneven_pipeline_split`` the
     uneven splits, ``interleaved_two_stages`` vpp > 1 with pp = 2,
     ``pipelined_grad_overlap`` overlap_grad_reduce with pp > 1, ``ddp_bucket_size`` the
-    bucket sizes besides the default, ``recompute_modules`` the per-module recompute sets.
+    bucket sizes besides the default, ``recompute_modules`` the per-module recompute sets,
+    ``kv_sub_sharding`` tp degrees above the key/value heads.
     Knobs the user fixed are yielded as given. CPU activation offloading is never searched,
     only fixed."""
 
@@ -201,7 +202,9 @@ class SearchSpace:
         optimizer), to the distributed optimizer without Megatron-FSDP, which refuses the
         offload (`costmodel.optimizer_offload.offload_violations`). `SpecError` when the
         precision-aware optimizer meets a framework with neither sharding feature, or the
-        offload a distributed optimizer fixed off."""
+        offload a distributed optimizer fixed off. A runtime other than ``megatron`` drops
+        ``kv_sub_sharding``: paraplan's executor splits the key/value projections over tp
+        (`specs.kv_sharding.executor_kv_refusal`)."""
         sharding = {"distributed_optimizer", "megatron_fsdp"} & options.plan_features
         if options.precision_aware_optimizer and not sharding:
             raise SpecError(
@@ -210,6 +213,8 @@ class SearchSpace:
                 "plan_features, or drop precision_aware_optimizer"
             )
         features = self.features & options.plan_features
+        if options.runtime != "megatron":
+            features = features - {"kv_sub_sharding"}
         fixed = self.fixed
         if options.optimizer_cpu_offload_fraction > 0:
             if fixed.get("distributed_optimizer", True) is not True:

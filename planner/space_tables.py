@@ -83,7 +83,11 @@ def degree_table(
     """One row per combination of the degree generators (fixed knobs as given)."""
     wide = space.tp_beyond_scale_up
     rows = []
-    tps = space.choices("tp", tp_degrees(model, num_gpus, scale_up_domain, beyond_scale_up=wide))
+    kv = space.has("kv_sub_sharding")
+    tps = space.choices(
+        "tp",
+        tp_degrees(model, num_gpus, scale_up_domain, beyond_scale_up=wide, kv_sub_sharding=kv),
+    )
     uneven = space.uneven_splits and space.has("uneven_pipeline_split")
     for tp in tps:
         after_tp = max(1, num_gpus // tp)

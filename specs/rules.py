@@ -22,6 +22,7 @@ import math
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError, unknown_name_message
 from specs.job import TrainingJob
+from specs.kv_sharding import kv_heads_fit_tp
 from specs.model import ModelSpec
 from specs.pipeline_layout import balanced_layout
 from specs.pipeline_split_checks import accounted_layers, even_split_problem, first_last_options
@@ -105,19 +106,20 @@ def heads_divisible_by_tp(
 def query_groups_divisible_by_tp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """g % tp == 0 for grouped-query attention: the K/V heads are split over the tp ranks,
-    each rank holding g / tp of them (Megatron-core's attention computes
-    `divide(num_query_groups, tp)`, which asserts exact division; megatron-facts.md §8.3
-    rule 4). Plain multi-head attention (g = a) is covered by `heads_divisible_by_tp`; MLA
-    has no KV groups."""
+    """g % tp == 0 or tp % g == 0 for grouped-query attention: the K/V heads are split over
+    the tp ranks, g / tp per rank, or, with more ranks than K/V heads, Megatron-core
+    sub-shards the QKV activations and each rank keeps one K/V head
+    (`specs.kv_sharding`; `TransformerConfig.__post_init__`: g "must be a multiple or
+    divisor of tensor_model_parallel_size"). Plain multi-head attention (g = a) is covered
+    by `heads_divisible_by_tp`; MLA has no KV groups."""
     groups, tp = model.num_query_groups, plan.tp
-    if groups is None or model.uses_mla or groups % tp == 0:
+    if groups is None or model.uses_mla or kv_heads_fit_tp(groups, tp):
         return None
     options = degree_choices(
-        model.num_attention_heads, tp, cluster.num_gpus, keep=lambda d: groups % d == 0
+        model.num_attention_heads, tp, cluster.num_gpus, keep=lambda d: kv_heads_fit_tp(groups, d)
     )
     return (
-        f"num_query_groups ({groups}) must be divisible by tp ({tp}) "
+        f"num_query_groups ({groups}) must be a multiple or a divisor of tp ({tp}) "
         f"({ratio(groups, tp)} KV heads per rank): try tp in {options}"
     )
 

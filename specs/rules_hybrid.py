@@ -17,6 +17,7 @@ import math
 
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
+from specs.kv_sharding import kv_heads_fit_tp
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules_base import degree_choices, ratio, rule
@@ -26,7 +27,9 @@ def _mamba_tp_options(model: ModelSpec, tp: int, num_gpus: int) -> str:
     """tp degrees near ``tp`` that split the attention heads, the query groups, the Mamba-2
     heads and groups alike."""
     shared = math.gcd(model.num_attention_heads, model.mamba_heads, model.mamba_num_groups)
-    return degree_choices(shared, tp, num_gpus, keep=lambda d: model.query_groups % d == 0)
+    return degree_choices(
+        shared, tp, num_gpus, keep=lambda d: kv_heads_fit_tp(model.query_groups, d)
+    )
 
 
 @rule

@@ -196,8 +196,8 @@ def test_each_rank_gets_its_share_of_the_cores() -> None:
             ParallelPlan(),
             "max_position",
         ),
-        (_spec(num_query_groups=1), ParallelPlan(tp=2), "query_groups_divisible_by_tp"),
         # Limits of the executor.
+        (_spec(num_query_groups=1), ParallelPlan(tp=2), "kv_heads_divisible_by_tp_outside"),
         (_spec(num_experts=4), ParallelPlan(tp=2, sequence_parallel=True), "expert tensor"),
         (_spec(num_experts=4), ParallelPlan(tp=2, etp=1), "sequence_parallel=true"),
         (

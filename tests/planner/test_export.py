@@ -31,6 +31,7 @@ from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.kv_sharding import EXECUTOR_KV_RULE
 from specs.pipeline_layout import expand_layout
 from specs.plan import OffloadModule, ParallelPlan, RecomputeModule
 from specs.presets import get_preset
@@ -545,3 +546,11 @@ def test_megatron_export_carries_rotary_base_and_qk_layernorm(name, base, qk_nor
     args = _parsed(bundle)
     assert args.rotary_base == base
     assert args.qk_layernorm is qk_norm
+
+
+def test_torchtitan_refuses_tp_above_the_key_value_heads() -> None:
+    # llama3-8b has 8 key/value heads; tp 16 runs in Megatron-LM only (QKV sub-sharding)
+    bundle = _bundle("llama3-8b", 16, 8192, 16, tp=16, sequence_parallel=True)
+    _parsed(bundle)  # Megatron-LM takes it
+    with pytest.raises(SpecError, match=EXECUTOR_KV_RULE):
+        torchtitan_config(bundle)

@@ -44,8 +44,11 @@ def _violations(model, gpus, job, row):
 def test_tp_degrees_follow_heads_groups_ffn_and_scale_up() -> None:
     llama = get_preset("llama3-8b")  # 32 heads, 8 KV groups, ffn 14336 = 2^11 * 7
     assert list(tp_degrees(llama, 64, 8)) == [1, 2, 4, 8]
-    # beyond the scale-up domain the 8 query groups still cap tp at 8 (g % tp == 0)
-    assert list(tp_degrees(llama, 64, 8, beyond_scale_up=True)) == [1, 2, 4, 8]
+    # beyond the scale-up domain tp may exceed the 8 query groups by a multiple of them
+    # (QKV activation sub-sharding); without that feature they cap tp at 8 (g % tp == 0)
+    assert list(tp_degrees(llama, 64, 8, beyond_scale_up=True)) == [1, 2, 4, 8, 16, 32]
+    wide = tp_degrees(llama, 64, 8, beyond_scale_up=True, kv_sub_sharding=False)
+    assert list(wide) == [1, 2, 4, 8]
     # tp must divide the GPU count too: 24 GPUs allow 1, 2, 4, 8 (3 and 6 fail the heads)
     assert list(tp_degrees(llama, 24, 8)) == [1, 2, 4, 8]
     gpt = get_preset("gpt-1.7b")  # 24 heads, ffn 9216
@@ -58,11 +61,15 @@ def test_tp_degrees_follow_heads_groups_ffn_and_scale_up() -> None:
 
 @pytest.mark.parametrize("name", preset_names())
 def test_tp_degrees_divide_the_query_groups(name: str) -> None:
-    # Megatron-core's attention computes divide(num_query_groups, tp): exact division
+    # Megatron-core takes g % tp == 0, or tp % g == 0 with QKV activation sub-sharding;
+    # without that feature (paraplan's executor) exact division
     model = get_preset(name)
     for tp in tp_degrees(model, 1024, 1024, beyond_scale_up=True):
-        assert model.uses_mla or model.query_groups % tp == 0, (name, tp)
+        g = model.query_groups
+        assert model.uses_mla or g % tp == 0 or tp % g == 0, (name, tp)
         assert model.num_attention_heads % tp == 0, (name, tp)
+    for tp in tp_degrees(model, 1024, 1024, beyond_scale_up=True, kv_sub_sharding=False):
+        assert model.uses_mla or model.query_groups % tp == 0, (name, tp)
 
 
 def test_pp_vpp_cp_ep_generators() -> None:

@@ -3,7 +3,10 @@ QKV and output projections, the attention core, its element-wise work and its TP
 communication (`attention_block`).
 
 GQA keeps max(g/tp, 1) key/value heads per rank; MLA's chain of small projections is
-timed as one GEMM of the same FLOPs.
+timed as one GEMM of the same FLOPs. With more tp ranks than key/value heads
+(`specs.kv_sharding`), the fused QKV GEMM keeps its even split, (a + 2g)·d / tp columns
+per rank, and its output is all-gathered over the tp group before each rank slices its
+key/value head and query heads (`_kv_sub_shard_pair`); the slicing copies are not priced.
 
 CP (`cp_comm_type`): ``p2p`` rotates K/V chunks around the ring in cp-1 steps under the
 attention kernel, exposed only beyond the attention time; backward moves K/V and dK/dV
@@ -47,6 +50,7 @@ from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.finetune import has_adapter
 from specs.job import TrainingJob
+from specs.kv_sharding import kv_sub_sharded
 from specs.model import ModelSpec
 from specs.params import mla_head_dims
 from specs.plan import ParallelPlan
@@ -65,6 +69,32 @@ def _attention_dims(model: ModelSpec, tp: int) -> tuple[float, float, int]:
     q = model.num_attention_heads * d / tp
     kv = max(model.query_groups // tp, 1) * d
     return q, kv, d
+
+
+def _qkv_gemm_width(model: ModelSpec, tp: int) -> float:
+    """Output columns of the fused QKV GEMM on one rank, (a + 2g)·d / tp: Megatron-core
+    splits the fused weight evenly over tp whether or not tp exceeds the key/value heads
+    (`ColumnParallelLinear` of width ``query_projection_size + 2 * kv_projection_size``)."""
+    return (model.num_attention_heads + 2 * model.query_groups) * model.head_dim / tp
+
+
+def _kv_sub_shard_pair(
+    model: ModelSpec, profile: HardwareProfile, x: LayerShape, groups: CommGroups
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) of QKV activation sub-sharding (`specs.kv_sharding`; Megatron-core
+    `SelfAttention.get_query_key_value_tensors`): the forward all-gathers the QKV GEMM's
+    output over tp (`all_gather_last_dim_from_tensor_parallel_region`), the backward
+    reduce-scatters its gradient; both on the critical path, so exposed. ZERO pairs when the
+    model keeps whole key/value heads per rank."""
+    if not kv_sub_sharded(model, x.tp):
+        return ZERO, ZERO
+    size = x.tokens * _qkv_gemm_width(model, 1) * x.elem
+    ag = collective_time_s(profile, "all_gather", size, groups.tp)
+    rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
+    return (
+        PassCost(tp_s=ag, tp_exposed_s=ag, tp_bytes=size),
+        PassCost(tp_s=rs, tp_exposed_s=rs, tp_bytes=size),
+    )
 
 
 def attention_block(
@@ -89,13 +119,13 @@ def attention_block(
         proj_shape: Shape | None = None
         qkv, proj = gemm3(profile, x, *qkv_shape), (0.0, 0.0, 0.0)
     else:
-        width = 0.0
-        qkv_shape, proj_shape = (x.tokens, q + 2 * kv, h), (x.tokens, h, q)
+        width = _qkv_gemm_width(model, x.tp)
+        qkv_shape, proj_shape = (x.tokens, width, h), (x.tokens, h, q)
         qkv, proj = gemm3(profile, x, *qkv_shape), gemm3(profile, x, *proj_shape)
     core = _core_s(model, job, plan, profile, x, options, head_dim)
     rope = model.position_embedding == "rope"
     ew_fwd, ew_bwd = _elementwise_s(model, profile, x, q, kv, options)
-    qkv_width = width if model.uses_mla else q + 2 * kv
+    qkv_width = width
     row_in = 0.0 if model.uses_mla else q
     fp8_f, fp8_b = fp8_pair_s(
         profile,
@@ -113,6 +143,8 @@ def attention_block(
     tp_f, tp_b = tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options, frozen=frozen)
     amax_f, amax_b = fp8_amax_pair(profile, x, groups, options.fp8_recipe, row_in)
     tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
+    sub_f, sub_b = _kv_sub_shard_pair(model, profile, x, groups)
+    tp_f, tp_b = tp_f.plus(sub_f), tp_b.plus(sub_b)
     cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd

@@ -26,6 +26,7 @@ from specs.errors import SpecError
 from specs.finetune import executor_lora_refusal
 from specs.hybrid_checks import executor_hybrid_refusal
 from specs.job import TrainingJob
+from specs.kv_sharding import executor_kv_refusal
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules_savers import executor_saver_refusal
@@ -190,9 +191,12 @@ def _refuse_model(model: ModelSpec) -> None:
 
 
 def _refuse(model: ModelSpec, plan: ParallelPlan) -> None:
-    """SpecError for a model (`_refuse_model`) or a memory saver
-    (`specs.rules_savers.executor_saver_refusal`) paraplan's executor does not run."""
+    """SpecError for a model (`_refuse_model`), a memory saver
+    (`specs.rules_savers.executor_saver_refusal`) or a tp above the key/value heads
+    (`specs.kv_sharding.executor_kv_refusal`) paraplan's executor does not run."""
     _refuse_model(model)
-    refusal = executor_saver_refusal(plan)
+    refusal = executor_saver_refusal(plan) or executor_kv_refusal(
+        model, plan.tp, "the torch runtime (paraplan's executor)"
+    )
     if refusal is not None:
         raise SpecError(refusal)
