@@ -1,6 +1,6 @@
-"""Hybrid Mamba-2 rows: which preset a row's model is, why Nemotron 3 Super is not priced,
-and what a Megatron-Bridge Nemotron 3 Nano or Nemotron-H recipe ran beyond its printed plan
-(`hybrid_preset`, `hybrid_refusal`, `hybrid_runtime_fields`, `hybrid_plan_fields`).
+"""Hybrid Mamba-2 rows: which preset a row's model is, and what a Megatron-Bridge Nemotron 3
+Nano, Nemotron 3 Super or Nemotron-H recipe ran beyond its printed plan (`hybrid_preset`,
+`hybrid_runtime_fields`, `hybrid_plan_fields`).
 
 The models: the dev set prints Nemotron 3 Nano rows without architecture columns (their
 ``notes``: "architecture not filled (hybrid / new model; see Megatron-Bridge model
@@ -8,12 +8,8 @@ providers)"); they take the ``nemotron-3-nano`` preset (`specs.preset_hybrid`, f
 Megatron-Bridge's ``Nemotron3NanoProvider``, the model of the performance recipe
 ``recipes/nemotronh/nemotron_3_nano.py`` ``nemotron_3_nano_pretrain_config``: pattern
 ``MEMEM*EM...``, hidden 2688, 128 experts of 1856, top-6, shared expert 3712, the same
-values). Nemotron-H rows take the preset of their size (8B, 47B, 56B). Nemotron 3 Super is
-a latent MoE (``moe_latent_size`` of ``NemotronHModelProvider``; experts run in a
-down-projected latent space) trained with two multi-token-prediction passes
-(``recipes/nemotronh/nemotron_3_super.py``: ``mtp_num_layers = 2``,
-``mtp_use_repeated_layer``): neither is expressed by `ModelSpec`, so its rows are refused
-with that reason.
+values). Nemotron-H rows take the preset of their size (8B, 47B, 56B); Nemotron 3 Super rows take
+``nemotron-3-super``, with their configs in `super_recipes`.
 
 Recipes (NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/configs/nemotronh/``; releases
 by tag as `norm_recipes`: 26.02.01 = v0.3.1 ``nemotron_3_nano_workload_base_configs.py`` and
@@ -55,6 +51,13 @@ from __future__ import annotations
 import re
 
 from recipe_keys import NotExpressible, is_fp8, release_of, row_keys
+from super_recipes import (
+    SUPER_FIRST_RELEASE,
+    SUPER_MODELS,
+    SUPER_PRESET,
+    super_plan_fields,
+    super_runtime_fields,
+)
 
 NANO_MODELS = ("nemotron_3_nano", "nemotron-3-nano", "nemotron 3 nano")
 """Model names (lower case, prefix) of Nemotron 3 Nano rows."""
@@ -66,29 +69,17 @@ NEMOTRON_H = re.compile(r"^nemotron[-_ ]?h[-_ ]?(\d+)b\b")
 NEMOTRON_H_PRESETS = {"8": "nemotron-h-8b", "47": "nemotron-h-47b", "56": "nemotron-h-56b"}
 """Nemotron-H size -> preset (`specs.preset_hybrid`)."""
 
-SUPER_MODELS = ("nemotron_3_super", "nemotron-3-super", "nemotron 3 super")
-"""Model names (lower case, prefix) of Nemotron 3 Super rows."""
-SUPER_REASON = (
-    "Nemotron 3 Super: latent MoE (moe_latent_size) and multi-token prediction "
-    "(mtp_num_layers 2), not expressed"
-)
-"""Why Nemotron 3 Super rows are not priced (module docstring)."""
-
 
 def hybrid_preset(raw: dict[str, str]) -> str | None:
-    """The preset of a Nemotron 3 Nano or Nemotron-H row (module docstring); None for other
-    rows, and for a Nemotron-H size without a preset."""
+    """The preset of a Nemotron 3 Nano, Nemotron 3 Super or Nemotron-H row (module
+    docstring); None for other rows, and for a Nemotron-H size without a preset."""
     model, _, _ = row_keys(raw)
     if model.startswith(NANO_MODELS):
         return NANO_PRESET
+    if model.startswith(SUPER_MODELS):
+        return SUPER_PRESET
     found = NEMOTRON_H.match(model)
     return NEMOTRON_H_PRESETS.get(found.group(1)) if found else None
-
-
-def hybrid_refusal(raw: dict[str, str]) -> str | None:
-    """`SUPER_REASON` for a Nemotron 3 Super row, None otherwise."""
-    model, _, _ = row_keys(raw)
-    return SUPER_REASON if model.startswith(SUPER_MODELS) else None
 
 
 NANO_FIRST_RELEASE = "26.02.01"
@@ -127,12 +118,14 @@ def _nano_release(container: str) -> bool:
 
 def hybrid_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
     """`ExecutionOptions` fields (``moe_dispatcher``, ``cuda_graph_scopes``) of a
-    Megatron-Bridge Nemotron 3 Nano or Nemotron-H 56B row's recipe (module docstring);
-    empty for other rows."""
+    Megatron-Bridge Nemotron 3 Nano, Nemotron 3 Super (`super_recipes.super_runtime_fields`)
+    or Nemotron-H 56B row's recipe (module docstring); empty for other rows."""
     keys = _mbridge_keys(raw)
     if keys is None:
         return {}
     container, model, gpu, precision = keys
+    if model.startswith(SUPER_MODELS) and release_of(container) >= SUPER_FIRST_RELEASE:
+        return super_runtime_fields(container, gpu, precision)
     if model.startswith(NANO_MODELS) and _nano_release(container):
         if not gpu.startswith("H100"):
             return {"moe_dispatcher": "flex", "cuda_graph_scopes": NANO_BLACKWELL_SCOPES}
@@ -147,6 +140,7 @@ def hybrid_runtime_fields(raw: dict[str, str]) -> dict[str, object]:
 def hybrid_plan_fields(raw: dict[str, str], tp: int, sequence_parallel: bool) -> dict[str, object]:
     """`ParallelPlan` fields of a Megatron-Bridge hybrid row's recipe beyond its printed
     columns; empty for other rows (the Blackwell Nano recipes set none):
+    - Nemotron 3 Super: `super_recipes.super_plan_fields`;
     - Nemotron 3 Nano on H100: selective recompute of `NANO_H100_RECOMPUTE`;
     - Nemotron-H 56B: TP communication overlap with Transformer Engine's default userbuffers
       (``recipes/nemotronh/nemotronh.py`` ``nemotronh_56b_pretrain_config``:
@@ -158,6 +152,8 @@ def hybrid_plan_fields(raw: dict[str, str], tp: int, sequence_parallel: bool) ->
     if keys is None:
         return {}
     container, model, gpu, precision = keys
+    if model.startswith(SUPER_MODELS) and release_of(container) >= SUPER_FIRST_RELEASE:
+        return super_plan_fields(container, gpu, precision)
     if hybrid_preset(raw) == "nemotron-h-56b" and release_of(container) >= NEMOTRON_H_FIRST_RELEASE:
         return {"tp_comm_overlap": tp > 1 and sequence_parallel, "overlap_param_gather": False}
     if not (model.startswith(NANO_MODELS) and gpu.startswith("H100") and _nano_release(container)):

@@ -6,9 +6,9 @@ attention); `model_for` maps exactly those and raises `NotExpressible` for layer
 model does not price (parallel attention+MLP blocks, hybrid Mamba layers without a preset,
 a ReLU MLP, sliding-window attention outside GPT-OSS) and for a row that names no MLP
 activation where its model family does not tell it (`SWIGLU_FAMILIES`, `GELU_FAMILIES`).
-Nemotron 3 Nano and Nemotron-H rows take their preset (`specs.preset_hybrid`), whose
-architecture the rows do not print; Nemotron 3 Super is refused with what it lacks
-(`bench/hybrid_recipes.py`). Recipe-set
+Nemotron 3 Nano, Nemotron 3 Super and Nemotron-H rows take their preset
+(`specs.preset_hybrid`, `bench/hybrid_recipes.py`), whose architecture the rows do not
+print. Recipe-set
 fields (MTP layers, untied embeddings, token-drop capacity, NeMo model overrides) come
 from the recipe modules cited in
 `bench/row_recipes.py`, `bench/moe_recipes.py` and `bench/nemo_recipes.py`.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from hybrid_recipes import check_stated_architecture, hybrid_preset, hybrid_refusal
+from hybrid_recipes import check_stated_architecture, hybrid_preset
 from moe_recipes import token_drop_capacity
 from nemo_recipes import nemo_model_fields
 from recipe_keys import NotExpressible
@@ -64,8 +64,7 @@ GELU_MARKERS = ("gelu", "gpt", "ffn=4h")
 
 HYBRID_FAMILIES = ("nemotron_3", "nemotron-3", "nemotron-h", "nemotron_h")
 """Model names (lower case, prefix) of hybrid Mamba-2/attention models; those without a
-preset (`hybrid_recipes.hybrid_preset`) or a reason of their own
-(`hybrid_recipes.hybrid_refusal`) are not priced."""
+preset (`hybrid_recipes.hybrid_preset`) are not priced."""
 
 
 def _architecture(raw: dict[str, str]) -> dict[str, object]:
@@ -158,9 +157,6 @@ def hybrid_model(raw: dict[str, str], preset: str) -> ModelSpec:
 
 def model_for(raw: dict[str, str]) -> ModelSpec:
     """The row's `ModelSpec` from its architecture columns, or its hybrid preset."""
-    refusal = hybrid_refusal(raw)
-    if refusal is not None:
-        raise NotExpressible(refusal)
     preset = hybrid_preset(raw)
     if preset is not None:
         return hybrid_model(raw, preset)
