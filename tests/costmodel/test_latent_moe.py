@@ -25,7 +25,9 @@ from costmodel.optimizer_muon import layer_matrices
 from costmodel.passes import CommGroups
 from costmodel.rank_params import layer_params_per_rank
 from costmodel.runtimes.megatron.fp8_scaling import layer_fp8_modules
+from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
+from costmodel.runtimes.megatron.moe_latent import latent_launches
 from costmodel.runtimes.torch.runtime import TorchRuntime
 from costmodel.topology import strided_group_placement
 from profiles.store import load_profile
@@ -215,3 +217,27 @@ def test_muon_steps_the_projections_and_the_latent_wide_experts() -> None:
     assert muon_params - base == pytest.approx(
         per_rank.dense + per_rank.expert - per_rank_base.dense - per_rank_base.expert, rel=1e-12
     )
+
+
+def test_projection_launches_and_their_cuda_graph_capture() -> None:
+    none = latent_launches(QWEN, False, frozenset())
+    assert (none.forward, none.backward, none.pre_sync) == (0, 0, 0)
+    bf16 = latent_launches(QWEN_LATENT, False, frozenset())
+    assert (bf16.forward, bf16.backward, bf16.pre_sync, bf16.captured_forward) == (2, 4, 1, 0)
+    fp8 = latent_launches(QWEN_LATENT, True, frozenset({"moe_router", "moe_preprocess"}))
+    assert (fp8.forward, fp8.backward, fp8.pre_sync) == (4, 6, 2)
+    assert (fp8.captured_forward, fp8.captured_backward) == (2, 0)  # fc1_latent_proj only
+    whole = latent_launches(QWEN_LATENT, True, frozenset({"moe"}))
+    assert (whole.captured_forward, whole.captured_backward) == (4, 6)
+
+
+def test_a_host_bound_layer_pays_the_projection_launches() -> None:
+    # at 1 s a launch the host sets the pace: each pass lasts its launches (module
+    # docstring of moe_launches), so the latent layer takes 2 forward and 4 backward more
+    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=1.0)
+    plan = ParallelPlan(ep=8, dp=8)
+    groups = CommGroups(ep=ep_group(8))
+    base = layer_cost(QWEN, JOB, plan, H100, kind=MOE_LAYER, groups=groups, options=options)
+    lat = layer_cost(QWEN_LATENT, JOB, plan, H100, kind=MOE_LAYER, groups=groups, options=options)
+    assert lat.forward.duration_s - base.forward.duration_s == pytest.approx(2.0, rel=1e-9)
+    assert lat.backward.duration_s - base.backward.duration_s == pytest.approx(4.0, rel=1e-9)

@@ -19,15 +19,26 @@ with its row-wise and column-wise copy (`costmodel.fp8_quantization.fp8_quantize
 A duplicated linear has no tensor-parallel group, so no current-scaling amax all-reduce.
 The fp8 weight copies are made once per iteration, as for every linear (not counted,
 `costmodel.runtimes.megatron.linear_pairs.fp8_pair_quantize_s`).
+
+Host launches (`latent_launches`), counted as the experts' are
+(`costmodel.runtimes.megatron.moe_experts.UNFUSED_EXPERT_LAUNCHES`): one GEMM per
+projection forward, a dgrad and a wgrad GEMM per projection backward, and under FP8 or
+NVFP4 one quantization per projection and pass. ``fc1_latent_proj`` runs inside
+``MoELayer.preprocess``: before the dropless dispatcher's stream synchronization, and
+inside the ``moe_preprocess`` CUDA graph scope (``maybe_skip_or_early_return_by_cudagraph
+("preprocess")``); ``fc2_latent_proj`` runs in ``postprocess``, after the combine, which
+only the whole-layer scopes capture.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from costmodel import compute as ops
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.memory_allowances import QuantRecipe
+from costmodel.runtimes.megatron.moe_launches import WHOLE_MOE_SCOPES
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 
@@ -59,3 +70,50 @@ def latent_projection_s(
         both += fp8_quantize_time_s(profile, tokens * latent, elem, recipe=recipe)
         forward, dgrad = forward + both, dgrad + both
     return forward, dgrad, wgrad
+
+
+LATENT_LAUNCHES = {"forward": 2, "backward": 4}
+"""Launches of the two projections per pass in 16-bit: one GEMM each forward, a dgrad and
+a wgrad GEMM each backward (module docstring)."""
+
+LATENT_QUANTIZE_LAUNCHES = {"forward": 2, "backward": 2}
+"""Extra launches per pass under FP8 or NVFP4: one quantization of each projection's input
+forward, of each projection's output gradient backward."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LatentLaunches:
+    """Host launches of a latent MoE layer's two projections in one layer's passes."""
+
+    forward: int
+    """Forward launches of both projections."""
+    backward: int
+    """Backward launches of both projections."""
+    pre_sync: int
+    """Of ``forward``, those of ``fc1_latent_proj``, issued before the dropless
+    dispatcher's stream synchronization."""
+    captured_forward: int
+    """Of ``forward``, those a CUDA graph of ``scopes`` replays."""
+    captured_backward: int
+    """Of ``backward``, those a CUDA graph of ``scopes`` replays."""
+
+
+def latent_launches(model: ModelSpec, fp8: bool, scopes: frozenset[str]) -> LatentLaunches:
+    """`LatentLaunches` of ``model``'s projections (module docstring) in a run with
+    quantized GEMMs (``fp8``) under the CUDA graph ``scopes``; all zero without
+    ``moe_latent_size``."""
+    if model.moe_latent_size is None:
+        return LatentLaunches(forward=0, backward=0, pre_sync=0, captured_forward=0,
+                              captured_backward=0)  # fmt: skip
+    forward = LATENT_LAUNCHES["forward"] + (LATENT_QUANTIZE_LAUNCHES["forward"] if fp8 else 0)
+    backward = LATENT_LAUNCHES["backward"] + (LATENT_QUANTIZE_LAUNCHES["backward"] if fp8 else 0)
+    fc1 = forward // 2
+    whole = bool(scopes & WHOLE_MOE_SCOPES)
+    preprocess = {"moe_router", "moe_preprocess"} <= scopes
+    return LatentLaunches(
+        forward=forward,
+        backward=backward,
+        pre_sync=fc1,
+        captured_forward=forward if whole else fc1 if preprocess else 0,
+        captured_backward=backward if whole else 0,
+    )
