@@ -20,6 +20,7 @@ from costmodel.flops import (
     model_flops_per_iteration,
 )
 from costmodel.layer_activations import layer_activations
+from costmodel.megatron_estimator import megatron_theoretical_memory
 from costmodel.memory import memory_per_stage
 from costmodel.optimizer_muon import layer_matrices
 from costmodel.passes import CommGroups
@@ -241,3 +242,16 @@ def test_a_host_bound_layer_pays_the_projection_launches() -> None:
     lat = layer_cost(QWEN_LATENT, JOB, plan, H100, kind=MOE_LAYER, groups=groups, options=options)
     assert lat.forward.duration_s - base.forward.duration_s == pytest.approx(2.0, rel=1e-9)
     assert lat.backward.duration_s - base.backward.duration_s == pytest.approx(4.0, rel=1e-9)
+
+
+def test_megatrons_own_estimator_counts_the_latent_layer() -> None:
+    # theoretical_memory_usage.py (megatron-facts.md §2.1): routed 2·ℓ·F·E·3/2 divided by
+    # ep·etp, latent projections 2·h·ℓ in the replicated part (not divided by tp), 18 bytes a
+    # parameter without the distributed optimizer; Qwen3-30B-A3B: 48 MoE layers, SwiGLU.
+    plan = ParallelPlan(tp=2, ep=8, etp=1, dp=8)
+    base, _ = megatron_theoretical_memory(QWEN, JOB, plan)
+    lat, _ = megatron_theoretical_memory(QWEN_LATENT, JOB, plan)
+    h, ffn, experts, layers = 2048, 768, 128, 48
+    routed = layers * 2 * (LATENT - h) * ffn * experts * 1.5 / 8
+    projections = layers * 2 * h * LATENT
+    assert lat - base == pytest.approx(18 * (routed + projections), rel=1e-12)
