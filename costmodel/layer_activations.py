@@ -184,12 +184,12 @@ def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> di
     routed_tokens = x.tokens / x.sp
     shared = _mlp_tensors(model, x, model.moe_shared_expert_size, x.tokens, x.tp, "shared_")
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
-    etp, width = plan.expert_tp, model.expert_hidden_size
+    etp, row_width = plan.expert_tp, model.expert_hidden_size
     return {
         "router": 2 * FP32_BYTES * routed_tokens * model.num_experts,  # logits, probabilities
         **shared,
         **_latent_tensors(model, x, routed_tokens),
-        "expert_input": x.gemm_input_bytes * rows * etp * width,  # gathered over expert TP
+        "expert_input": x.gemm_input_bytes * rows * etp * row_width,  # gathered over expert TP
         **_mlp_tensors(model, x, model.expert_ffn_hidden_size, rows * etp, etp, "expert_"),
         "expert_row_probs": FP32_BYTES * rows * etp,  # the probability-weighted activation
     }

@@ -282,7 +282,7 @@ def routed_experts(
     latent MoE layer adds its two projections (`moe_latent.latent_projection_s`); the
     fused grouped MLP (`ExecutionOptions.moe_fused_grouped_mlp`) runs the activation in
     GEMM epilogues, so no activation pass is priced."""
-    h, width = model.hidden_size, model.expert_hidden_size
+    h, row_width = model.hidden_size, model.expert_hidden_size
     gated = model.activation == "swiglu"
     dispatcher = options.moe_dispatcher
     shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
@@ -291,8 +291,8 @@ def routed_experts(
     router = _gemm3(profile, _rows(tokens), model.num_experts, h, router_gemm_dtype(dtype))
     fused = options.moe_fused_grouped_mlp
     e = shape.local_experts
-    fc1 = expert_gemm3(profile, e, m, n1, width, dtype, fused=fused)
-    fc2 = expert_gemm3(profile, e, m, width, n2, dtype, fused=fused)
+    fc1 = expert_gemm3(profile, e, m, n1, row_width, dtype, fused=fused)
+    fc2 = expert_gemm3(profile, e, m, row_width, n2, dtype, fused=fused)
     expert_rows = shape.rows * plan.expert_tp
     act = {
         d: 0.0
@@ -308,7 +308,7 @@ def routed_experts(
         quant_f, quant_b = expert_fp8_quantize_s(
             profile,
             rows=expert_rows,
-            hidden=width,
+            hidden=row_width,
             width=shape.width,
             gated=gated,
             elem=elem,
@@ -319,11 +319,11 @@ def routed_experts(
         act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(
         profile,
-        dispatch_copy_bytes(shape, width, elem, dispatcher),
+        dispatch_copy_bytes(shape, row_width, elem, dispatcher),
         num_ops=dispatch_copies(shape, dispatcher),
     )
     if dispatcher == "allgather" and plan.ep > 1:
-        combine = allgather_combine_bytes(tokens, plan.ep, width, elem)
+        combine = allgather_combine_bytes(tokens, plan.ep, row_width, elem)
         copies += ops.memory_bound_time_s(profile, combine, num_ops=2)
     route = {
         d: ops.memory_bound_time_s(profile, router_kernel_bytes(tokens, model.num_experts, d))
@@ -331,7 +331,9 @@ def routed_experts(
     }
     bias = {d: 0.0 for d in ("forward", "backward")}
     if model.add_bias_linear and not fused:
-        bias = {d: expert_fc2_bias_time_s(profile, expert_rows, width, elem, e, d) for d in bias}
+        bias = {
+            d: expert_fc2_bias_time_s(profile, expert_rows, row_width, elem, e, d) for d in bias
+        }
     latent = latent_projection_s(profile, model, tokens, elem, dtype, recipe)
     forward_s = router[0] + route["forward"] + fc1[0] + fc2[0] + act["forward"] + copies
     forward_s += bias["forward"] + latent[0]
