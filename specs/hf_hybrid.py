@@ -9,8 +9,9 @@ newer configs give ``layers_block_type``, a list of ``mamba``, ``attention``, ``
 ``conv_kernel``, the attention head dim as ``head_dim`` or ``attention_head_dim``, and for
 ``E`` layers ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
 ``moe_shared_expert_intermediate_size`` (the shared experts' total width, as the bridge
-passes it to Megatron), the router (`specs.hf_routers.nemotron_h_router`) and, for a
-latent MoE model (Nemotron 3 Super), ``moe_latent_size`` (`ModelSpec.moe_latent_size`).
+passes it to Megatron) and the router (`specs.hf_routers.nemotron_h_router`). A latent MoE
+model's ``moe_latent_size`` (Nemotron 3 Super) is read for every family by
+`specs.hf_import.model_from_hf_config`.
 
 The MLP's ``mlp_hidden_act`` ``relu2`` (squared ReLU, non-gated: up and down projections)
 is modelled as ``gelu``, the same two GEMMs (`specs.preset_hybrid`). There is no position
@@ -128,7 +129,6 @@ def nemotron_h(cfg: HFConfig, name: str) -> ModelSpec:
         mamba_num_groups=cfg.required("n_groups"),
         mamba_num_heads=None if mamba_heads * mamba_head_dim == 2 * hidden else mamba_heads,
         mamba_conv_kernel=cfg.optional("conv_kernel", 4) or 4,
-        moe_latent_size=cfg.optional("moe_latent_size"),  # refused without E layers
         **experts,
         **llama_biases(cfg),
     )
