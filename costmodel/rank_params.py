@@ -39,7 +39,8 @@ class StageParams:
     linear: float = 0.0
     """Of ``dense + expert``, the weights (and biases) of the transformer layers' linear
     layers, which Transformer Engine runs: attention projections, MLP or shared experts,
-    routed experts (`Fp8WeightStorage`); not norms, router, embedding or output layer."""
+    a latent MoE layer's projections, routed experts (`Fp8WeightStorage`); not norms,
+    router, embedding or output layer."""
     adapter: float = 0.0
     """LoRA adapter parameters on the rank: 16-bit matrices of Megatron-core's own linear
     layers (not Transformer Engine's, so never FP8), sharded over dp·cp by the
@@ -119,14 +120,16 @@ def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float
 
 def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
     """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
-    replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
-    split over ep·etp. The one per-rank parameter count of the cost model."""
+    replicas kept, `_attention_per_rank`), norms, router and a latent MoE layer's
+    projections replicated, routed experts split over ep·etp. The one per-rank parameter
+    count of the cost model."""
     return _layer_per_rank(model, plan, count_params(model).layers[index])
 
 
 def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) -> StageParams:
     """`layer_params_per_rank` of one layer's counts."""
     linear = _attention_per_rank(model, layer.attention, plan.tp) + layer.mlp / plan.tp
+    linear += layer.latent_projections  # duplicated over tp (`MoELayer.fc1_latent_proj`)
     expert = layer.routed_experts / (plan.ep * plan.expert_tp)
     return StageParams(
         dense=linear + layer.norms + layer.router, expert=expert, linear=linear + expert

@@ -213,6 +213,8 @@ def _moe_arguments(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptio
         args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_size)]
     if model.moe_capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{model.moe_capacity_factor:g}"]
+    if model.moe_latent_size is not None:  # TransformerConfig.moe_latent_size
+        args += ["--moe-latent-size", str(model.moe_latent_size)]
     return args + router_arguments(model.router)
 
 

@@ -9,15 +9,17 @@ newer configs give ``layers_block_type``, a list of ``mamba``, ``attention``, ``
 ``conv_kernel``, the attention head dim as ``head_dim`` or ``attention_head_dim``, and for
 ``E`` layers ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
 ``moe_shared_expert_intermediate_size`` (the shared experts' total width, as the bridge
-passes it to Megatron) and the router (`specs.hf_routers.nemotron_h_router`).
+passes it to Megatron) and the router (`specs.hf_routers.nemotron_h_router`). A latent MoE
+model's ``moe_latent_size`` (Nemotron 3 Super) is read for every family by
+`specs.hf_import.model_from_hf_config`.
 
 The MLP's ``mlp_hidden_act`` ``relu2`` (squared ReLU, non-gated: up and down projections)
 is modelled as ``gelu``, the same two GEMMs (`specs.preset_hybrid`). There is no position
 embedding (the bridge sets ``position_embedding_type`` "none"). What Megatron-core's hybrid
 layers cannot run or `ModelSpec` does not express is a `SpecError` naming the key: a biased
 Mamba projection (``mamba_proj_bias``; `MambaMixer` asserts ``not bias``), an unbiased
-convolution (``use_conv_bias`` false; it asserts ``conv_bias``), another MLP activation,
-latent MoE (``moe_latent_size``) and multi-token prediction (``num_nextn_predict_layers``).
+convolution (``use_conv_bias`` false; it asserts ``conv_bias``), another MLP activation
+and multi-token prediction (``num_nextn_predict_layers``).
 An unknown pattern symbol is the `SpecError` of `specs.layer_kinds.parse_hybrid_pattern`.
 """
 
@@ -65,7 +67,6 @@ def _refuse_unexpressed(cfg: HFConfig) -> None:
         ("mlp_hidden_act", data.get("mlp_hidden_act", "relu2") != "relu2", "relu2 (squared ReLU)"),
         ("mamba_proj_bias", cfg.flag("mamba_proj_bias", False), "false"),
         ("use_conv_bias", not cfg.flag("use_conv_bias", True), "true"),
-        ("moe_latent_size", data.get("moe_latent_size") is not None, "null"),
         (
             "num_nextn_predict_layers",
             bool(cfg.optional("num_nextn_predict_layers", 0)),

@@ -79,6 +79,13 @@ class ModelSpec:
     """Leading layers that stay dense (DeepSeek's `first_k_dense_replace`)."""
     moe_capacity_factor: float | None = None
     """Expert capacity factor (`--moe-expert-capacity-factor`); None means dropless."""
+    moe_latent_size: int | None = None
+    """Latent width ℓ of the routed experts (Megatron `--moe-latent-size`,
+    `TransformerConfig.moe_latent_size`; Nemotron 3 Super): each MoE layer projects its
+    tokens h -> ℓ before the dispatch (``fc1_latent_proj``) and ℓ -> h after the combine
+    (``fc2_latent_proj``), both replicated over tp; the dispatcher moves ℓ-wide rows and
+    the experts map ℓ -> F -> ℓ (`megatron/core/transformer/moe/moe_layer.py`). The router
+    and the shared expert stay on h. None: the experts run on h."""
     router: RouterSpec = field(default_factory=RouterSpec)
     """How the MoE layers score, select, weight and balance experts (`specs.router`);
     the default is Megatron-core's default router. Ignored by dense models."""
@@ -158,6 +165,7 @@ class ModelSpec:
             "num_query_groups",
             "kv_channels",
             "moe_ffn_hidden_size",
+            "moe_latent_size",
             "q_lora_rank",
             "kv_lora_rank",
             "qk_head_dim",
@@ -208,6 +216,12 @@ class ModelSpec:
                 f"ModelSpec {self.name!r}: moe_capacity_factor must be > 0 or null (dropless), "
                 f"got {self.moe_capacity_factor}"
             )
+        if self.moe_latent_size is not None and not self.is_moe:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: moe_latent_size ({self.moe_latent_size}) projects "
+                "the routed experts' tokens, but num_experts is 0 (a dense model): set "
+                "num_experts, or drop moe_latent_size"
+            )
         if self.is_moe:
             check_router(
                 self.router,
@@ -251,6 +265,14 @@ class ModelSpec:
     def expert_ffn_hidden_size(self) -> int:
         """Inner size of one routed expert."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def expert_hidden_size(self) -> int:
+        """Width of the rows the token dispatcher moves and the routed experts take in and
+        give out: `moe_latent_size`, else hidden_size (Megatron-LM
+        `token_dispatcher.py` ``hidden_dim = moe_latent_size or hidden_size``,
+        `experts.py` ``input_size``)."""
+        return self.moe_latent_size or self.hidden_size
 
     def window_layer_mask(self) -> tuple[bool, ...]:
         """For each layer, True when it uses the sliding window (`sliding_window`)."""

@@ -20,6 +20,13 @@ Conventions:
   kv norm + ``kv_b`` (kv_lora x a·(d_qk + d_v)); output projection (a·d_v x h).
 - Router: one h x E matrix per MoE layer, no bias (DeepSeek-V3's score-correction bias is
   a buffer, not a trained parameter).
+- Latent MoE (``ModelSpec.moe_latent_size`` ℓ, Megatron-LM `MoELayer.__init__` in
+  ``megatron/core/transformer/moe/moe_layer.py``): each routed expert maps ℓ -> F -> ℓ, so
+  its matrices are ℓ wide (`mlp_params` at ℓ), and the layer adds ``fc1_latent_proj``
+  (h x ℓ) and ``fc2_latent_proj`` (ℓ x h), TE linears with ``parallel_mode="duplicated"``:
+  replicated over tp, not expert-sharded (`LayerParams.latent_projections`). Megatron's
+  own count (``theoretical_memory_usage.py``) is the same: routed 2·ℓ·F·E (x3/2 gated) and
+  projections 2·h·ℓ in the replicated part.
 - Multi-token prediction (Megatron's `MultiTokenPredictionLayer`, DeepSeek-V3 §2.2), per
   depth: two RMS norms on the inputs (``enorm``, ``hnorm``), the projection ``eh_proj``
   (2h x h, no bias), one transformer layer of the last decoder layer's kind and its final
@@ -70,11 +77,21 @@ class LayerParams:
     """Router weights (0 for dense layers): replicated."""
     is_moe: bool
     """True when the layer has routed experts."""
+    latent_projections: int = 0
+    """A latent MoE layer's h -> ℓ and ℓ -> h projections (`latent_projection_params`):
+    replicated over tp, not expert-sharded; 0 otherwise."""
 
     @property
     def total(self) -> int:
         """Every parameter of the layer."""
-        return self.attention + self.norms + self.mlp + self.routed_experts + self.router
+        return (
+            self.attention
+            + self.norms
+            + self.mlp
+            + self.routed_experts
+            + self.router
+            + self.latent_projections
+        )
 
     def active(self, model: ModelSpec) -> int:
         """Parameters one token passes through: top-k routed experts instead of all."""
@@ -212,14 +229,28 @@ def layer_norm_params(model: ModelSpec) -> int:
     return total
 
 
-def mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
-    """One MLP of inner size F: SwiGLU 3·h·F, GELU 2·h·F, plus biases when enabled."""
-    h = model.hidden_size
+def mlp_params(model: ModelSpec, ffn_hidden_size: int, width: int | None = None) -> int:
+    """One MLP of inner size F on rows of ``width`` (default hidden_size h): SwiGLU
+    3·width·F, GELU 2·width·F, plus biases when enabled."""
+    h = model.hidden_size if width is None else width
     if ffn_hidden_size == 0:
         return 0
     bias = model.add_bias_linear
     up_width = 2 * ffn_hidden_size if model.activation == "swiglu" else ffn_hidden_size
     return _linear(h, up_width, bias=bias) + _linear(ffn_hidden_size, h, bias=bias)
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """A latent MoE layer's ``fc1_latent_proj`` (h -> ℓ) and ``fc2_latent_proj`` (ℓ -> h),
+    with their biases when ``add_bias_linear`` (Megatron-LM `MoELayer.__init__`,
+    ``bias=config.add_bias_linear``); 0 without ``moe_latent_size``."""
+    latent = model.moe_latent_size
+    if latent is None:
+        return 0
+    bias = model.add_bias_linear
+    return _linear(model.hidden_size, latent, bias=bias) + _linear(
+        latent, model.hidden_size, bias=bias
+    )
 
 
 def mamba_mixer_params(model: ModelSpec) -> int:
@@ -243,12 +274,13 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
     a hybrid layer of one part (one pre-norm)."""
     if kind.mlp == "moe":
         mlp = mlp_params(model, model.moe_shared_expert_size)
-        routed = model.num_experts * mlp_params(model, model.expert_ffn_hidden_size)
+        expert = mlp_params(model, model.expert_ffn_hidden_size, model.expert_hidden_size)
+        routed, latent = model.num_experts * expert, latent_projection_params(model)
         router = model.hidden_size * model.num_experts
     elif kind.mlp == "dense":
-        mlp, routed, router = mlp_params(model, model.ffn_hidden_size), 0, 0
+        mlp, routed, router, latent = mlp_params(model, model.ffn_hidden_size), 0, 0, 0
     else:
-        mlp, routed, router = 0, 0, 0
+        mlp, routed, router, latent = 0, 0, 0, 0
     if kind.mixer == "attention":
         mixer = attention_params(model)
     elif kind.mixer == "mamba":
@@ -264,6 +296,7 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
         routed_experts=routed,
         router=router,
         is_moe=kind.is_moe,
+        latent_projections=latent,
     )
 
 

@@ -127,7 +127,6 @@ def test_expert_layers_need_the_expert_keys() -> None:
         ("mlp_hidden_act", "silu", "relu2"),
         ("mamba_proj_bias", True, "false"),
         ("use_conv_bias", False, "true"),
-        ("moe_latent_size", 1024, "null"),
         ("num_nextn_predict_layers", 1, "0 (no multi-token prediction)"),
     ],
 )
@@ -138,6 +137,19 @@ def test_unexpressed_values_are_refused_naming_the_key(
         model_from_hf_config({**NANO, key: value}, name="x")
     message = str(info.value)
     assert f"key {key!r}" in message and f"supported: {supported}" in message
+
+
+def test_moe_latent_size_is_read() -> None:
+    # Nemotron 3 Super's config key (NemotronHConfig.moe_latent_size; Megatron-LM
+    # TransformerConfig.moe_latent_size): the E layers' experts run on 1024-wide rows.
+    model = model_from_hf_config({**NANO, "moe_latent_size": 1024}, name="x")
+    assert model.moe_latent_size == 1024 and model.expert_hidden_size == 1024
+    assert model_from_hf_config({**NANO, "moe_latent_size": None}, name="x").moe_latent_size is None
+
+
+def test_moe_latent_size_without_expert_layers_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"moe_latent_size \(1024\).*num_experts is 0"):
+        model_from_hf_config({**H8B, "moe_latent_size": 1024}, name="x")
 
 
 def test_unnormalized_sigmoid_router_is_refused() -> None:

@@ -151,8 +151,9 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
     (`megatron/core/ssm/mamba_mixer.py`): ``in_proj`` and ``out_proj`` (2). Dense MLP:
     ``linear_fc1``, ``linear_fc2``. MoE layer: the routed experts as two TE grouped
     linears (``TEGroupedMLP``) with one GEMM per local expert (num_experts / ep each), the
-    shared experts' two linears where present; the router computes in bf16/fp32, outside
-    FP8."""
+    shared experts' two linears where present, a latent MoE layer's two ``TELinear``
+    projections (``fc1_latent_proj``, ``fc2_latent_proj``); the router computes in
+    bf16/fp32, outside FP8."""
     mla = 5 if model.q_lora_rank is not None else 4
     mixer = {"attention": mla if model.uses_mla else 2, "mamba": 2, "none": 0}[kind.mixer]
     if kind.mlp == "none":
@@ -161,6 +162,7 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
         return Fp8Modules(modules=mixer + 2, gemms=mixer + 2)
     local = max(model.num_experts // max(ep, 1), 1)
     shared = 2 if model.moe_shared_expert_size > 0 else 0
+    shared += 2 if model.moe_latent_size is not None else 0  # the two latent projections
     return Fp8Modules(modules=mixer + 2 + shared, gemms=mixer + 2 * local + shared)
 
 

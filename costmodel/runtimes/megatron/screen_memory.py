@@ -155,7 +155,7 @@ def _exchange_bytes(
     )
     if model.is_moe:
         rows = model.moe_top_k * tokens / sp_div * (model.moe_capacity_factor or 1.0)
-        extra = extra + e * rows * model.hidden_size
+        extra = extra + e * rows * model.expert_hidden_size
     return boundary, extra
 
 
