@@ -298,7 +298,8 @@ class ModelSpec:
 
     def mtp_depth_kinds(self) -> tuple[LayerKind, ...]:
         """The layer kinds of one multi-token-prediction depth, in order: a transformer's
-        last layer kind, a hybrid model's `mtp_hybrid_pattern` (`specs.mtp_checks`)."""
+        last layer kind, a hybrid model's `mtp_hybrid_pattern`; none without MTP
+        (`specs.mtp_checks`)."""
         return mtp_depth_kinds(self, self.layer_kinds())
 
     def moe_layer_mask(self) -> tuple[bool, ...]:

@@ -86,9 +86,10 @@ def check_mtp(model: MtpFields) -> None:
 
 def mtp_depth_kinds(model: MtpFields, main_kinds: tuple[LayerKind, ...]) -> tuple[LayerKind, ...]:
     """The layer kinds of one MTP depth, in order (module docstring): a hybrid model's
-    ``mtp_hybrid_pattern`` (none without MTP), a transformer's last layer kind
-    (``main_kinds[-1]``)."""
+    ``mtp_hybrid_pattern``, a transformer's last layer kind (``main_kinds[-1]``); none
+    without MTP."""
+    if not model.mtp_num_layers:
+        return ()
     if model.is_hybrid:
-        pattern = model.mtp_hybrid_pattern
-        return () if pattern is None else parse_mtp_pattern(pattern, where=model.name)
+        return parse_mtp_pattern(model.mtp_hybrid_pattern or "", where=model.name)
     return (main_kinds[-1],)

@@ -59,7 +59,8 @@ def test_a_slash_in_the_main_pattern_names_the_mtp_fields() -> None:
 
 def test_depth_kinds_of_a_transformer_and_of_a_hybrid_model() -> None:
     assert get_preset("deepseek-v3").mtp_depth_kinds() == (MOE_LAYER,)
-    assert get_preset("llama3-8b").mtp_depth_kinds() == (DENSE_LAYER,)  # with or without MTP
+    assert get_preset("llama3-8b").replace(mtp_num_layers=1).mtp_depth_kinds() == (DENSE_LAYER,)
+    assert get_preset("llama3-8b").mtp_depth_kinds() == ()
     assert nano_mtp(2).mtp_depth_kinds() == (ATTENTION, MOE)
     assert NANO.mtp_depth_kinds() == ()
 

@@ -172,7 +172,7 @@ def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: i
     (`specs.params.ParamCounts.mtp_weights`: repeated weights are one set of modules). The
     output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
     kinds = model.layer_kinds()
-    depth_kinds = model.mtp_depth_kinds() if model.mtp_num_layers else ()
+    depth_kinds = model.mtp_depth_kinds()
     counts = count_params(model)
     total = NO_MODULES
     for at in chunks:

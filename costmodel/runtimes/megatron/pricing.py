@@ -79,7 +79,7 @@ def chunk_costs(
     the scales (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
     grad_bytes = ops.element_bytes(job.precision)
     mask = model.layer_kinds()
-    depth_kinds = model.mtp_depth_kinds() if model.mtp_num_layers else ()
+    depth_kinds = model.mtp_depth_kinds()
     kinds = {
         k: layer_cost(model, job, plan, profile, kind=k, groups=groups, options=options)
         for k in set(mask) | set(depth_kinds)

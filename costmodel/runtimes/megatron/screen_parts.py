@@ -219,7 +219,7 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     and runs faster."""
     split = plan_split(model, plan)
     kinds = model.layer_kinds()
-    depth_kinds = model.mtp_depth_kinds() if model.mtp_num_layers else ()
+    depth_kinds = model.mtp_depth_kinds()
     tags = sorted({kind.tag for kind in kinds + depth_kinds})
     middle = range(1, plan.pp - 1)
 
@@ -335,8 +335,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
 
 def _priced_kinds(model: ModelSpec) -> set[LayerKind]:
     """The layer kinds the screen prices: the decoder's and its MTP depths'."""
-    depth_kinds = model.mtp_depth_kinds() if model.mtp_num_layers else ()
-    return set(model.layer_kinds()) | set(depth_kinds)
+    return set(model.layer_kinds()) | set(model.mtp_depth_kinds())
 
 
 def _kind_shares(
