@@ -178,7 +178,9 @@ def mtp_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     unified pattern's MTP part once per depth, whatever ``mtp_use_repeated_layer`` says (the
     compute runs at every depth), each by its kind as the main layers; ``hybrid_flops``
     adds one output layer per depth (logits ``(1 + mtp_num_layers)``). It counts no
-    ``eh_proj`` and no norm, so neither does this. 0 for a transformer (its MTP terms in
+    ``eh_proj`` and no norm, so neither does this. (``training_log`` counts a repeated
+    depth's ``E`` layers once, but only for its MoE router-loss metrics, not for FLOPs.)
+    0 for a transformer (its MTP terms in
     ``transformer_flops`` are not modelled, module docstring) and without MTP."""
     if not model.is_hybrid or not model.mtp_num_layers:
         return 0.0
