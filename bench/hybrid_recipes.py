@@ -12,8 +12,8 @@ values). Nemotron-H rows take the preset of their size (8B, 47B, 56B). Nemotron 
 a latent MoE (``moe_latent_size`` of ``NemotronHModelProvider``; experts run in a
 down-projected latent space) trained with two multi-token-prediction passes
 (``recipes/nemotronh/nemotron_3_super.py``: ``mtp_num_layers = 2``,
-``mtp_use_repeated_layer``): neither is expressed by `ModelSpec`, so its rows are refused
-with that reason.
+``mtp_use_repeated_layer``): the MTP depths are expressed (`ModelSpec.mtp_hybrid_pattern`,
+``mtp_repeated_layer``), the latent MoE is not, so its rows are refused with that reason.
 
 Recipes (NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/configs/nemotronh/``; releases
 by tag as `norm_recipes`: 26.02.01 = v0.3.1 ``nemotron_3_nano_workload_base_configs.py`` and
@@ -68,10 +68,7 @@ NEMOTRON_H_PRESETS = {"8": "nemotron-h-8b", "47": "nemotron-h-47b", "56": "nemot
 
 SUPER_MODELS = ("nemotron_3_super", "nemotron-3-super", "nemotron 3 super")
 """Model names (lower case, prefix) of Nemotron 3 Super rows."""
-SUPER_REASON = (
-    "Nemotron 3 Super: latent MoE (moe_latent_size) and multi-token prediction "
-    "(mtp_num_layers 2), not expressed"
-)
+SUPER_REASON = "Nemotron 3 Super: latent MoE (moe_latent_size), not expressed"
 """Why Nemotron 3 Super rows are not priced (module docstring)."""
 
 

@@ -13,7 +13,8 @@ are not counted. Multi-latent attention uses Megatron's MLA terms, whose
 
 Differences from Megatron's code: the logits use the model's unpadded vocabulary (Megatron
 uses the vocabulary padded to a multiple of 128·tp, so its count is higher by
-6·h·(V_padded - V) per token); multi-token prediction is not modelled.
+6·h·(V_padded - V) per token); a transformer's multi-token prediction is not modelled
+(a hybrid model's is, `mtp_forward_flops_per_token`).
 
 The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR` for
 forward + backward. Core attention per token depends on the sequence length s (each
@@ -182,6 +183,30 @@ def logits_forward_flops_per_token(model: ModelSpec) -> float:
     return FMA_FLOPS * model.hidden_size * model.vocab_size
 
 
+def mtp_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs per token of a hybrid model's multi-token-prediction depths, as
+    Megatron-LM counts them (``megatron/training/training.py``, d98e8a64):
+    ``get_hybrid_layer_counts`` (``hybrid_layer_allocation.py``) counts the layers of the
+    unified pattern's MTP part once per depth, whatever ``mtp_use_repeated_layer`` says (the
+    compute runs at every depth), each by its kind as the main layers; ``hybrid_flops``
+    adds one output layer per depth (logits ``(1 + mtp_num_layers)``). It counts no
+    ``eh_proj`` and no norm, so neither does this. (``training_log`` counts a repeated
+    depth's ``E`` layers once, but only for its MoE router-loss metrics, not for FLOPs.)
+    0 for a transformer (its MTP terms in
+    ``transformer_flops`` are not modelled, module docstring) and without MTP."""
+    if not model.is_hybrid or not model.mtp_num_layers:
+        return 0.0
+    per_depth = 0.0
+    for kind in model.mtp_depth_kinds():
+        if kind.mixer == "attention":
+            per_depth += attention_projection_forward_flops_per_token(model)
+            per_depth += core_attention_forward_flops_per_token(model, seq_length)
+        elif kind.mixer == "mamba":
+            per_depth += mamba_mixer_forward_flops_per_token(model)
+        per_depth += _mlp_forward(model, kind.mlp)
+    return model.mtp_num_layers * (per_depth + logits_forward_flops_per_token(model))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LayerForwardFlops:
     """Forward FLOPs of one decoder layer per token, by part (a hybrid layer's absent parts
@@ -228,9 +253,11 @@ def layer_forward_flops_per_token(
 
 
 def forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
-    """Forward FLOPs of the whole model (all layers and the logits) per token."""
+    """Forward FLOPs of the whole model (all layers and the logits, and a hybrid model's
+    MTP depths, `mtp_forward_flops_per_token`) per token."""
     layers = _layers_forward(model, range(model.num_layers), seq_length)
-    return layers + logits_forward_flops_per_token(model)
+    mtp = mtp_forward_flops_per_token(model, seq_length)
+    return layers + logits_forward_flops_per_token(model) + mtp
 
 
 def _layers_forward(model: ModelSpec, layers: Iterable[int], seq_length: int) -> float:

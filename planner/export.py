@@ -157,6 +157,8 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--qk-layernorm")
     if model.mtp_num_layers:
         args += ["--mtp-num-layers", str(model.mtp_num_layers)]
+    if model.mtp_repeated_layer:  # TransformerConfig.mtp_use_repeated_layer
+        args.append("--mtp-use-repeated-layer")
     return args + window_arguments(model)
 
 

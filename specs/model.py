@@ -21,6 +21,7 @@ from specs.fieldcheck import (
 )
 from specs.hybrid_checks import check_hybrid
 from specs.layer_kinds import DENSE_LAYER, MOE_LAYER, LayerKind, parse_hybrid_pattern
+from specs.mtp_checks import check_mtp, mtp_depth_kinds
 from specs.router import RouterSpec, check_router
 
 Activation = Literal["swiglu", "gelu"]
@@ -102,9 +103,20 @@ class ModelSpec:
     v_head_dim: int | None = None
     """MLA: per-head value dimension."""
     mtp_num_layers: int = 0
-    """Multi-token-prediction layers after the decoder (Megatron `--mtp-num-layers`,
+    """Multi-token-prediction depths after the decoder (Megatron `--mtp-num-layers`,
     DeepSeek's `num_nextn_predict_layers`); 0 means none. Megatron places them on the last
-    pipeline stage unless a pipeline layout puts them elsewhere (`specs.pipeline_split`)."""
+    pipeline stage unless a pipeline layout puts them elsewhere (`specs.pipeline_split`).
+    A transformer's depth holds one layer of the last layer's kind, a hybrid model's the
+    layers of `mtp_hybrid_pattern` (`mtp_depth_kinds`)."""
+    mtp_hybrid_pattern: str | None = None
+    """A hybrid model's layers of one MTP depth, one symbol each as in
+    `hybrid_layer_pattern` (the part after each ``/`` of Megatron-core's unified pattern
+    ``<main>/<mtp>/<mtp>...``; Hugging Face `mtp_hybrid_override_pattern`); None for a
+    transformer and for a hybrid model without MTP (`specs.mtp_checks`)."""
+    mtp_repeated_layer: bool = False
+    """One set of MTP weights run at every depth (Megatron `mtp_use_repeated_layer`,
+    `--mtp-use-repeated-layer`): parameters, gradients and optimizer state once, compute
+    and activations per depth."""
     sliding_window: int | None = None
     """Keys a windowed (local) attention layer attends to, the query's own included
     (Hugging Face `sliding_window`); None when every layer attends to all earlier keys."""
@@ -232,6 +244,7 @@ class ModelSpec:
             )
         if self.hybrid_layer_pattern is not None:
             check_hybrid(self)
+        check_mtp(self)
         mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
         if any(v is not None for v in mla) and any(v is None for v in mla):
             raise SpecError(
@@ -304,6 +317,12 @@ class ModelSpec:
                 self.hybrid_layer_pattern, num_layers=self.num_layers, where=self.name
             )
         return tuple(MOE_LAYER if moe else DENSE_LAYER for moe in self.moe_layer_mask())
+
+    def mtp_depth_kinds(self) -> tuple[LayerKind, ...]:
+        """The layer kinds of one multi-token-prediction depth, in order: a transformer's
+        last layer kind, a hybrid model's `mtp_hybrid_pattern`; none without MTP
+        (`specs.mtp_checks`)."""
+        return mtp_depth_kinds(self, self.layer_kinds())
 
     def moe_layer_mask(self) -> tuple[bool, ...]:
         """For each layer, True when it is an MoE layer (Megatron `--moe-layer-freq`; a

@@ -11,10 +11,7 @@ trust_c = load_bench("trust_c_rows")
 tables = load_bench("validation_tables")
 
 PRICED = row_with(LLAMA2_LONGSEQ, trust="C", row_id="9001", tokens_per_sec_per_gpu="3000")
-SUPER = (
-    "Nemotron 3 Super: latent MoE (moe_latent_size) and multi-token prediction "
-    "(mtp_num_layers 2), not expressed"
-)
+SUPER = "Nemotron 3 Super: latent MoE (moe_latent_size), not expressed"
 HYBRID = [
     row_with(MLM_README_32B, trust="C", row_id=str(i), model="Nemotron_3_Super", hidden_size="")
     for i in (9002, 9003)

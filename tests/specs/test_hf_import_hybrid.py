@@ -127,7 +127,7 @@ def test_expert_layers_need_the_expert_keys() -> None:
         ("mlp_hidden_act", "silu", "relu2"),
         ("mamba_proj_bias", True, "false"),
         ("use_conv_bias", False, "true"),
-        ("num_nextn_predict_layers", 1, "0 (no multi-token prediction)"),
+        ("num_nextn_predict_layers", 1, "0, or an mtp_hybrid_override_pattern"),
     ],
 )
 def test_unexpressed_values_are_refused_naming_the_key(
@@ -155,3 +155,23 @@ def test_moe_latent_size_without_expert_layers_is_refused() -> None:
 def test_unnormalized_sigmoid_router_is_refused() -> None:
     with pytest.raises(SpecError, match="norm_topk_prob false is not supported"):
         model_from_hf_config({**NANO, "norm_topk_prob": False}, name="x")
+
+
+def test_mtp_keys_map_as_megatron_bridge_maps_them() -> None:
+    # NemotronHBridge.provider_bridge: num_nextn_predict_layers -> mtp_num_layers,
+    # mtp_hybrid_override_pattern -> the depth's layers, mtp_use_repeated_layer defaulting
+    # to True whenever there is a depth (Nemotron 3 Super's config: one "*E" depth)
+    config = {**NANO, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E"}
+    model = model_from_hf_config(config, name="x")
+    assert (model.mtp_num_layers, model.mtp_hybrid_pattern) == (1, "*E")
+    assert model.mtp_repeated_layer
+    separate = model_from_hf_config({**config, "mtp_use_repeated_layer": False}, name="x")
+    assert not separate.mtp_repeated_layer
+    plain = model_from_hf_config({**NANO, "num_nextn_predict_layers": 0}, name="x")
+    assert (plain.mtp_num_layers, plain.mtp_hybrid_pattern, plain.mtp_repeated_layer) == (
+        0,
+        None,
+        False,
+    )
+    with pytest.raises(SpecError, match="'mtp_hybrid_override_pattern' must be a string"):
+        model_from_hf_config({**config, "mtp_hybrid_override_pattern": ["*", "E"]}, name="x")

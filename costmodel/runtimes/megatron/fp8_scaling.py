@@ -76,6 +76,7 @@ from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
+from specs.params import count_params
 
 AMAX_BYTES = 4
 """Bytes of the amax one current-scaling quantizer all-reduces: one fp32 element."""
@@ -168,15 +169,20 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
 
 def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: int) -> Fp8Modules:
     """FP8 modules of every chunk of one stage (the rank's delayed-scaling buffer): their
-    decoder layers and multi-token-prediction layers (each a decoder layer of the last
-    kind). The output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
+    decoder layers and the layers of their multi-token-prediction depths
+    (`ModelSpec.mtp_depth_kinds`), once per set of MTP weights the rank holds
+    (`specs.params.ParamCounts.mtp_weights`: repeated weights are one set of modules). The
+    output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
     kinds = model.layer_kinds()
+    depth_kinds = model.mtp_depth_kinds()
+    counts = count_params(model)
     total = NO_MODULES
     for at in chunks:
         for i in at.layers:
             total = total.plus(layer_fp8_modules(model, kind=kinds[i], ep=ep))
-        for _ in range(at.mtp_layers):
-            total = total.plus(layer_fp8_modules(model, kind=kinds[-1], ep=ep))
+        for _ in counts.mtp_weights(at.mtp_layers):
+            for kind in depth_kinds:
+                total = total.plus(layer_fp8_modules(model, kind=kind, ep=ep))
     return total
 
 
