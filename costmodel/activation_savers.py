@@ -41,6 +41,8 @@ RECOMPUTE_TENSORS: dict[str, tuple[str, ...]] = {
         "router",
         "shared_fc1_output",
         "shared_act_output",
+        "latent_fc1_input",
+        "latent_fc2_input",
         "expert_input",
         "expert_fc1_output",
         "expert_act_output",

@@ -14,6 +14,12 @@ each layer keeps are counted in `costmodel.layer_activations`.
   checkpoint at a time in the backward pass; that rebuilt group is the recompute working
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
   attention at a time.
+- A hybrid model's multi-token-prediction depths (`ModelSpec.mtp_depth_kinds`) keep their
+  layers' activations per in-flight microbatch of the chunk that holds them, every depth
+  its own (repeated weights compute, and save, once per depth); under full recompute each
+  depth is one checkpoint (Megatron-core ``MultiTokenPredictionLayer._checkpointed_forward``
+  wraps the whole depth). A transformer's MTP layer is not counted here (the screen counts
+  it: a known difference between the two).
 - The loss keeps per in-flight microbatch what its cross-entropy implementation saves of
   the logits: an fp32 softmax (Megatron-core's own implementations) or the logits
   themselves with the gradient written into them (Transformer Engine up to v2.17);
@@ -28,11 +34,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
-from costmodel.activation_shard import activation_shard
+from costmodel.activation_shard import ActivationShard, activation_shard
 from costmodel.compute import FP32_BYTES
 from costmodel.layer_activations import AttentionKernel, LayerActivations, shard_layer_activations
 from costmodel.schedules import (
     chunk_layers,
+    plan_split,
     warmup_microbatches_1f1b,
     warmup_microbatches_interleaved,
 )
@@ -137,6 +144,8 @@ class StageActivations:
     """Layer activations held in host memory at the peak (CPU activation offloading); not
     part of layers_bytes, which under fine-grained offloading keeps one offloaded layer in
     flight on the device."""
+    mtp_bytes: float = 0.0
+    """Of ``layers_bytes``, a hybrid model's MTP depths' (module docstring)."""
 
 
 def _chunk_bytes(
@@ -159,6 +168,41 @@ def _chunk_bytes(
         default=0.0,
     )
     return stored, working
+
+
+def _mtp_stage_bytes(
+    model: ModelSpec,
+    x: ActivationShard,
+    plan: ParallelPlan,
+    pp_rank: int,
+    counts: tuple[int, ...],
+    attention: AttentionKernel,
+) -> tuple[float, float]:
+    """(stored bytes, recompute working bytes) of the MTP depths of a hybrid model on one
+    rank of stage ``pp_rank``, ``counts`` in-flight microbatches per chunk (module
+    docstring); zeros for a transformer and without MTP."""
+    if not model.is_hybrid or not model.mtp_num_layers:
+        return 0.0, 0.0
+    kinds = model.mtp_depth_kinds()
+    depth = [shard_layer_activations(model, x, plan, kind, attention) for kind in kinds]
+    stored, working = _mtp_depth_bytes(depth, plan)
+    split = plan_split(model, plan)
+    total = held = 0.0
+    for chunk, count in enumerate(counts):
+        depths = split.chunk(pp_rank, chunk).mtp_layers
+        total += count * depths * stored
+        held = max(held, working if count and depths else 0.0)
+    return total, held
+
+
+def _mtp_depth_bytes(depth: list[LayerActivations], plan: ParallelPlan) -> tuple[float, float]:
+    """(stored bytes per microbatch, recompute working bytes) of one MTP depth's layers: as
+    a chunk's layers, but one checkpoint for the whole depth under full recompute (module
+    docstring)."""
+    if plan.recompute != "full":
+        return _chunk_bytes(dict(enumerate(depth)), plan, range(len(depth)))
+    checkpoint = depth[0].input_bytes
+    return checkpoint, sum(layer.full_bytes for layer in depth) - checkpoint
 
 
 def logits_element_bytes(fusion: CrossEntropyFusion, element_bytes: int) -> tuple[int, int]:
@@ -258,7 +302,8 @@ def stage_activations(
         kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(kinds)
     }
     per_layer = {i: by_kind[kind] for i, kind in enumerate(kinds)}
-    layers_bytes = working = offloaded = in_flight = 0.0
+    mtp_bytes, working = _mtp_stage_bytes(model, x, plan, pp_rank, counts, attention)
+    layers_bytes, offloaded, in_flight = mtp_bytes, 0.0, 0.0
     for chunk, count in enumerate(counts):
         layers = chunk_layers(model, plan, pp_rank, chunk)
         stored, chunk_working = _chunk_bytes(per_layer, plan, layers)
@@ -282,6 +327,7 @@ def stage_activations(
         embedding_bytes=counts[0] * _embedding_bytes(model, job, plan, dropout) if first else 0.0,
         output_bytes=counts[-1] * kept + transient if last and counts[-1] else 0.0,
         offloaded_bytes=max(offloaded - in_flight, 0.0),
+        mtp_bytes=mtp_bytes,
     )
 
 

@@ -6,13 +6,15 @@ Convention (DESIGN.md, megatron-facts.md §1.3): Megatron-LM's current
 Only GEMMs are counted, a multiply-add is 2 FLOPs, and every GEMM runs three times per
 iteration (forward, input gradient, weight gradient), so the backward pass is twice the
 forward. Causal attention counts half of the s² work. MoE layers count exactly top-k routed
-experts per token plus the shared expert(s); the router GEMM, norms, element-wise ops and
-token dropping are not counted. Multi-latent attention uses Megatron's MLA terms, whose
+experts per token plus the shared expert(s) (latent MoE: the experts on ℓ-wide rows plus
+the h -> ℓ -> h projections); the router GEMM, norms, element-wise ops and token dropping
+are not counted. Multi-latent attention uses Megatron's MLA terms, whose
 ``+1`` per latent rank stands for the latent norm.
 
 Differences from Megatron's code: the logits use the model's unpadded vocabulary (Megatron
 uses the vocabulary padded to a multiple of 128·tp, so its count is higher by
-6·h·(V_padded - V) per token); multi-token prediction is not modelled.
+6·h·(V_padded - V) per token); a transformer's multi-token prediction is not modelled
+(a hybrid model's is, `mtp_forward_flops_per_token`).
 
 The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR` for
 forward + backward. Core attention per token depends on the sequence length s (each
@@ -127,7 +129,10 @@ def layer_core_attention_forward_flops_per_token(
 def mlp_forward_flops_per_token(model: ModelSpec, layer_index: int) -> float:
     """Forward FLOPs of layer ``layer_index``'s MLP per token.
 
-    Dense: 2·f·h·F. MoE: 2·f·h·(F_expert·top_k + F_shared), f = 3 (SwiGLU) or 2 (GELU).
+    Dense: 2·f·h·F. MoE: 2·f·h·(F_expert·top_k + F_shared), f = 3 (SwiGLU) or 2 (GELU);
+    a latent MoE layer (``moe_latent_size`` ℓ): 2·f·ℓ·F_expert·top_k + 2·f·h·F_shared +
+    4·h·ℓ, Megatron-LM's ``moe_layer_flops`` (`megatron/training/training.py`, d98e8a64) in
+    both its GPT and hybrid paths.
     0 on a hybrid model's layer without a feed-forward part (``M``, ``*``).
     """
     _require_layer(model, layer_index)
@@ -138,11 +143,19 @@ def _mlp_forward(model: ModelSpec, mlp: str) -> float:
     """Forward FLOPs per token of a feed-forward part of kind ``mlp`` (`LayerKind.mlp`)."""
     if mlp == "none":
         return 0.0
-    if mlp == "moe":
-        inner = model.expert_ffn_hidden_size * model.moe_top_k + model.moe_shared_expert_size
-    else:
-        inner = model.ffn_hidden_size
-    return FMA_FLOPS * _mlp_matrices(model) * model.hidden_size * inner
+    h, f = model.hidden_size, _mlp_matrices(model)
+    if mlp != "moe":
+        return FMA_FLOPS * f * h * model.ffn_hidden_size
+    routed = model.expert_ffn_hidden_size * model.moe_top_k
+    shared = FMA_FLOPS * f * h * model.moe_shared_expert_size
+    return FMA_FLOPS * f * model.expert_hidden_size * routed + shared + _latent_forward(model)
+
+
+def _latent_forward(model: ModelSpec) -> float:
+    """Forward FLOPs per token of a latent MoE layer's two projections, h -> ℓ and ℓ -> h:
+    2·2·h·ℓ (Megatron-LM ``moe_layer_flops``, ``4 * total_tokens * hidden_size *
+    moe_latent_size``, `megatron/training/training.py`); 0 without ``moe_latent_size``."""
+    return 2 * FMA_FLOPS * model.hidden_size * (model.moe_latent_size or 0)
 
 
 def mamba_mixer_forward_flops_per_token(model: ModelSpec) -> float:
@@ -168,6 +181,30 @@ def mamba_mixer_forward_flops_per_token(model: ModelSpec) -> float:
 def logits_forward_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of the output layer per token: 2·h·V (unpadded vocabulary)."""
     return FMA_FLOPS * model.hidden_size * model.vocab_size
+
+
+def mtp_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs per token of a hybrid model's multi-token-prediction depths, as
+    Megatron-LM counts them (``megatron/training/training.py``, d98e8a64):
+    ``get_hybrid_layer_counts`` (``hybrid_layer_allocation.py``) counts the layers of the
+    unified pattern's MTP part once per depth, whatever ``mtp_use_repeated_layer`` says (the
+    compute runs at every depth), each by its kind as the main layers; ``hybrid_flops``
+    adds one output layer per depth (logits ``(1 + mtp_num_layers)``). It counts no
+    ``eh_proj`` and no norm, so neither does this. (``training_log`` counts a repeated
+    depth's ``E`` layers once, but only for its MoE router-loss metrics, not for FLOPs.)
+    0 for a transformer (its MTP terms in
+    ``transformer_flops`` are not modelled, module docstring) and without MTP."""
+    if not model.is_hybrid or not model.mtp_num_layers:
+        return 0.0
+    per_depth = 0.0
+    for kind in model.mtp_depth_kinds():
+        if kind.mixer == "attention":
+            per_depth += attention_projection_forward_flops_per_token(model)
+            per_depth += core_attention_forward_flops_per_token(model, seq_length)
+        elif kind.mixer == "mamba":
+            per_depth += mamba_mixer_forward_flops_per_token(model)
+        per_depth += _mlp_forward(model, kind.mlp)
+    return model.mtp_num_layers * (per_depth + logits_forward_flops_per_token(model))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -216,9 +253,11 @@ def layer_forward_flops_per_token(
 
 
 def forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
-    """Forward FLOPs of the whole model (all layers and the logits) per token."""
+    """Forward FLOPs of the whole model (all layers and the logits, and a hybrid model's
+    MTP depths, `mtp_forward_flops_per_token`) per token."""
     layers = _layers_forward(model, range(model.num_layers), seq_length)
-    return layers + logits_forward_flops_per_token(model)
+    mtp = mtp_forward_flops_per_token(model, seq_length)
+    return layers + logits_forward_flops_per_token(model) + mtp
 
 
 def _layers_forward(model: ModelSpec, layers: Iterable[int], seq_length: int) -> float:

@@ -178,18 +178,35 @@ def _mlp_tensors(
 
 
 def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> dict[str, float]:
-    """Router, shared expert(s) and routed experts (with their rows' probabilities)."""
-    h = model.hidden_size
+    """Router, shared expert(s) and routed experts (with their rows' probabilities); the
+    experts' rows are `ModelSpec.expert_hidden_size` wide, and a latent MoE layer adds its
+    projections' inputs (`_latent_tensors`)."""
     routed_tokens = x.tokens / x.sp
     shared = _mlp_tensors(model, x, model.moe_shared_expert_size, x.tokens, x.tp, "shared_")
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
-    etp = plan.expert_tp
+    etp, row_width = plan.expert_tp, model.expert_hidden_size
     return {
         "router": 2 * FP32_BYTES * routed_tokens * model.num_experts,  # logits, probabilities
         **shared,
-        "expert_input": x.gemm_input_bytes * rows * etp * h,  # rows gathered over expert TP
+        **_latent_tensors(model, x, routed_tokens),
+        "expert_input": x.gemm_input_bytes * rows * etp * row_width,  # gathered over expert TP
         **_mlp_tensors(model, x, model.expert_ffn_hidden_size, rows * etp, etp, "expert_"),
         "expert_row_probs": FP32_BYTES * rows * etp,  # the probability-weighted activation
+    }
+
+
+def _latent_tensors(model: ModelSpec, x: ActivationShard, tokens: float) -> dict[str, float]:
+    """What a latent MoE layer's duplicated projections keep of their inputs on the rank's
+    ``tokens`` (Megatron-LM `MoELayer.preprocess` / ``postprocess``, TE ``Linear`` saving
+    its GEMM input): ``fc1_latent_proj`` reads the h-wide norm output that ``fc1_input``
+    already counts, so it adds only its own FP8 or NVFP4 copy; ``fc2_latent_proj`` keeps
+    the ℓ-wide combined rows. Empty without ``moe_latent_size``."""
+    latent = model.moe_latent_size
+    if latent is None:
+        return {}
+    return {
+        "latent_fc1_input": x.fp8_copy_bytes * tokens * model.hidden_size,
+        "latent_fc2_input": x.gemm_input_bytes * tokens * latent,
     }
 
 

@@ -42,8 +42,9 @@ def _megatron_param_totals(model: ModelSpec, counts: ParamCounts) -> tuple[float
         replicated += layer.norms
         if layer.is_moe:
             sharded += 2 * h * model.moe_shared_expert_size * gated
-            expert += 2 * h * model.expert_ffn_hidden_size * model.num_experts * gated
-            replicated += h * model.num_experts
+            h_r = model.expert_hidden_size
+            expert += 2 * h_r * model.expert_ffn_hidden_size * model.num_experts * gated
+            replicated += h * model.num_experts + 2 * h * (model.moe_latent_size or 0)
         else:
             sharded += 2 * h * model.ffn_hidden_size * gated
     return sharded, replicated + norm_params(model, h), expert

@@ -152,7 +152,7 @@ def _comm_buffers_bytes(
     mask = model.moe_layer_mask()
     if any(mask[i] for i in stage_layer_indices(model, plan, pp_rank)):
         rows = model.moe_top_k * tokens / sp * (model.moe_capacity_factor or 1.0)
-        total += e * rows * model.hidden_size  # permuted tokens before the all-to-all
+        total += e * rows * model.expert_hidden_size  # permuted tokens before the all-to-all
     return total + _bucket_padding_bytes(job, plan, params, main_grad_bytes)
 
 

@@ -154,14 +154,14 @@ def _attention_matrices(model: ModelSpec, tp: int) -> list[MuonMatrix]:
 
 
 def _mlp_matrices(
-    model: ModelSpec, ffn: int, split: int, count: float, expert: bool
+    model: ModelSpec, ffn: int, split: int, count: float, expert: bool, width: int | None = None
 ) -> list[MuonMatrix]:
-    """fc1 (both SwiGLU halves in one matrix) and fc2 of an MLP of inner size ``ffn`` split
-    over ``split`` ranks, ``count`` of them."""
+    """fc1 (both SwiGLU halves in one matrix) and fc2 of an MLP of inner size ``ffn`` on
+    rows of ``width`` (default hidden_size) split over ``split`` ranks, ``count`` of them."""
     if ffn == 0:
         return []
     up = (2 if model.activation == "swiglu" else 1) * ffn // split
-    h = model.hidden_size
+    h = model.hidden_size if width is None else width
     return [
         MuonMatrix(rows=up, cols=h, count=count, expert=expert),
         MuonMatrix(rows=h, cols=ffn // split, count=count, expert=expert),
@@ -171,17 +171,32 @@ def _mlp_matrices(
 def layer_matrices(model: ModelSpec, plan: ParallelPlan, is_moe: bool) -> tuple[MuonMatrix, ...]:
     """The matrices Muon orthogonalizes of one dense or MoE layer on one rank (module
     docstring): attention projections (Q, K, V apart; MLA's down and up projections), the
-    MLP or the shared expert split over tp, the router (replicated) and each local routed
-    expert split over etp (``num_experts / ep`` of them)."""
+    MLP or the shared expert split over tp, the router (replicated), a latent MoE layer's
+    two projections (replicated) and each local routed expert split over etp
+    (``num_experts / ep`` of them, ℓ wide with ``moe_latent_size``)."""
     mats = _attention_matrices(model, plan.tp)
     if not is_moe:
         return (*mats, *_mlp_matrices(model, model.ffn_hidden_size, plan.tp, 1, False))
     local = model.num_experts / plan.ep
+    h, latent = model.hidden_size, model.moe_latent_size
+    projections = (
+        ()
+        if latent is None
+        else (MuonMatrix(rows=latent, cols=h, count=1), MuonMatrix(rows=h, cols=latent, count=1))
+    )
     return (
         *mats,
         *_mlp_matrices(model, model.moe_shared_expert_size, plan.tp, 1, False),
-        MuonMatrix(rows=model.num_experts, cols=model.hidden_size, count=1),
-        *_mlp_matrices(model, model.expert_ffn_hidden_size, plan.expert_tp, local, True),
+        MuonMatrix(rows=model.num_experts, cols=h, count=1),
+        *projections,
+        *_mlp_matrices(
+            model,
+            model.expert_ffn_hidden_size,
+            plan.expert_tp,
+            local,
+            True,
+            model.expert_hidden_size,
+        ),
     )
 
 

@@ -39,7 +39,8 @@ class StageParams:
     linear: float = 0.0
     """Of ``dense + expert``, the weights (and biases) of the transformer layers' linear
     layers, which Transformer Engine runs: attention projections, MLP or shared experts,
-    routed experts (`Fp8WeightStorage`); not norms, router, embedding or output layer."""
+    a latent MoE layer's projections, routed experts (`Fp8WeightStorage`); not norms,
+    router, embedding or output layer."""
     adapter: float = 0.0
     """LoRA adapter parameters on the rank: 16-bit matrices of Megatron-core's own linear
     layers (not Transformer Engine's, so never FP8), sharded over dp·cp by the
@@ -113,20 +114,23 @@ def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float
     outside = chunk_params(
         model, plan, (), first=pp_rank == 0, last=pp_rank == plan.pp - 1, mtp_layers=mtp
     )
-    depths = count_params(model).mtp_layers[:mtp]
-    return outside.dense - sum(_layer_per_rank(model, plan, d.layer).dense for d in depths)
+    depths = count_params(model).mtp_weights(mtp)
+    inside = (layer for depth in depths for layer in depth.layers)
+    return outside.dense - sum(_layer_per_rank(model, plan, layer).dense for layer in inside)
 
 
 def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
     """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
-    replicas kept, `_attention_per_rank`), norms and router replicated, routed experts
-    split over ep·etp. The one per-rank parameter count of the cost model."""
+    replicas kept, `_attention_per_rank`), norms, router and a latent MoE layer's
+    projections replicated, routed experts split over ep·etp. The one per-rank parameter
+    count of the cost model."""
     return _layer_per_rank(model, plan, count_params(model).layers[index])
 
 
 def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) -> StageParams:
     """`layer_params_per_rank` of one layer's counts."""
     linear = _attention_per_rank(model, layer.attention, plan.tp) + layer.mlp / plan.tp
+    linear += layer.latent_projections  # duplicated over tp (`MoELayer.fc1_latent_proj`)
     expert = layer.routed_experts / (plan.ep * plan.expert_tp)
     return StageParams(
         dense=linear + layer.norms + layer.router, expert=expert, linear=linear + expert
@@ -147,19 +151,21 @@ def chunk_params(
     positions) when ``first`` (virtual stage 0) and the final norm and the output layer when
     ``last`` (the last virtual stage; the output layer is the embedding itself when it is
     tied and one stage holds both), plus ``mtp_layers`` multi-token-prediction depths
-    (`specs.params.MtpParams`: the layer split like the others, the projection over tp,
-    the norms replicated). With ``lora`` each of those transformer layers adds its adapters
-    over tp (`specs.params.lora_layer_params`) and the rest is `StageParams.frozen`."""
+    (`specs.params.MtpParams`: the layers split like the others, the projection over tp,
+    the norms replicated; repeated MTP weights once, `specs.params.ParamCounts.mtp_weights`).
+    With ``lora`` each of those transformer layers adds its adapters over tp
+    (`specs.params.lora_layer_params`) and the rest is `StageParams.frozen`."""
     counts = count_params(model)
     dense = expert = linear = 0.0
+    weights = counts.mtp_weights(mtp_layers)
     held = [counts.layers[index] for index in layers]
-    held += [depth.layer for depth in counts.mtp_layers[:mtp_layers]]
+    held += [layer for depth in weights for layer in depth.layers]
     for layer_counts in held:
         layer = _layer_per_rank(model, plan, layer_counts)
         dense += layer.dense
         expert += layer.expert
         linear += layer.linear
-    for depth in counts.mtp_layers[:mtp_layers]:
+    for depth in weights:
         dense += depth.projection / plan.tp + depth.norms
     matrix = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
     if first:

@@ -39,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 from executor.moe import Experts, MoE
 from specs.errors import SpecError
 from specs.hybrid_checks import executor_hybrid_refusal
+from specs.latent_checks import executor_latent_moe_refusal
 from specs.model import ModelSpec
 from specs.params import padded_vocab_size
 
@@ -50,10 +51,11 @@ INIT_STD = 0.02
 
 def check_model_supported(spec: ModelSpec) -> None:
     """Raise SpecError for model features this executor does not build: a hybrid model
-    (`specs.hybrid_checks.executor_hybrid_refusal`), multi-latent attention."""
-    hybrid = executor_hybrid_refusal(spec)
-    if hybrid is not None:
-        raise SpecError(hybrid)
+    (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
+    (`specs.latent_checks.executor_latent_moe_refusal`), multi-latent attention."""
+    for refusal in (executor_hybrid_refusal(spec), executor_latent_moe_refusal(spec)):
+        if refusal is not None:
+            raise SpecError(refusal)
     if spec.uses_mla:
         raise SpecError(
             f"ModelSpec {spec.name!r} uses multi-latent attention (kv_lora_rank="

@@ -101,6 +101,9 @@ class PublishedAccuracy:
     """The page that lists the runs (`PAGE`)."""
     hybrid: bool = False
     """The model has hybrid Mamba-2 layers, which no published run of the page has."""
+    latent_moe: bool = False
+    """The model has latent MoE layers (``moe_latent_size``), which no published run of the
+    page has."""
 
 
 def parse_table(data: dict[str, Any]) -> AccuracyTable:
@@ -162,6 +165,7 @@ def published_accuracy(
         precision=job.precision,
         group=group,
         hybrid=model.is_hybrid,
+        latent_moe=model.moe_latent_size is not None,
     )
 
 
@@ -207,7 +211,7 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
     median and p90; one line where no group checks the figures; none for None."""
     if accuracy is None:
         return []
-    hybrid = (
+    unchecked = (
         [
             "  none of them has Mamba-2 layers: this hybrid model's are priced from their "
             "kernels' shapes, unchecked by any published run (docs/cost-model.md)"
@@ -215,13 +219,19 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
         if accuracy.hybrid
         else []
     )
+    if accuracy.latent_moe:
+        unchecked.append(
+            "  none of them has latent MoE layers: this model's latent projections and "
+            "latent-wide experts are priced from their kernels' shapes, unchecked by any "
+            "published run (docs/cost-model.md)"
+        )
     group = accuracy.group
     if group is None:
         on = accuracy.generation or "this profile's generation (it names none)"
         return [
             f"accuracy on published runs: no published run on {on} checks these figures "
             f"({accuracy.source})",
-            *hybrid,
+            *unchecked,
         ]
     loso, model = group.loso, group.model
     return [
@@ -231,5 +241,5 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
         f"p90 {_percent(loso.p90_abs_error)}; signed median {_signed(loso.signed_median_error)}",
         f"  with its own source family in the fit: |error| median "
         f"{_percent(model.median_abs_error)}, p90 {_percent(model.p90_abs_error)}",
-        *hybrid,
+        *unchecked,
     ]

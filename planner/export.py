@@ -157,6 +157,8 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--qk-layernorm")
     if model.mtp_num_layers:
         args += ["--mtp-num-layers", str(model.mtp_num_layers)]
+    if model.mtp_repeated_layer:  # TransformerConfig.mtp_use_repeated_layer
+        args.append("--mtp-use-repeated-layer")
     return args + window_arguments(model)
 
 
@@ -213,6 +215,8 @@ def _moe_arguments(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptio
         args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_size)]
     if model.moe_capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{model.moe_capacity_factor:g}"]
+    if model.moe_latent_size is not None:  # TransformerConfig.moe_latent_size
+        args += ["--moe-latent-size", str(model.moe_latent_size)]
     return args + router_arguments(model.router)
 
 

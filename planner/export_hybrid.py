@@ -21,6 +21,13 @@ Megatron-LM d98e8a64 (the mirror's HEAD):
   ``ArgumentGroupFactory``); the last is given only when the spec sets it (None means
   2·hidden / head dim in both). The convolution width has no flag: `MambaMixer` is built
   with ``d_conv`` 4, so another ``mamba_conv_kernel`` is refused.
+- Multi-token prediction is written in the unified pattern
+  ``<main>/<mtp>/<mtp>...`` (``hybrid_layer_allocation.py``: ``MTP_SEPARATOR``, one
+  identical part per depth, no ``|`` in it), with ``--mtp-num-layers`` equal to the number
+  of parts (``validate_args`` infers it from the pattern and warns on a mismatch), and
+  ``--mtp-use-repeated-layer`` (a `TransformerConfig` field) for one set of MTP weights.
+  The MTP block sits on the last virtual pipeline stage (``MultiTokenPredictionBlock``
+  asserts ``is_vp_last_stage``), so a split that places the depths elsewhere is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ MEGATRON_CONV_KERNEL = 4
 """``d_conv`` of Megatron-core's `MambaMixer` (its default; the layer spec sets no other)."""
 MEGATRON_HYBRID_CONV_RULE = "mamba_conv_kernel_in_megatron_lm"
 """Rule id of the Megatron-LM export's refusal of another convolution width."""
+MEGATRON_HYBRID_MTP_RULE = "hybrid_mtp_on_last_virtual_stage"
+"""Rule id of the Megatron-LM export's refusal of MTP depths off the last virtual stage."""
+MTP_SEPARATOR = "/"
+"""Megatron-core's separator of the MTP parts of a unified hybrid pattern."""
 
 
 def megatron_entry_point(model: ModelSpec) -> str:
@@ -50,12 +61,28 @@ def megatron_entry_point(model: ModelSpec) -> str:
 
 def hybrid_pattern_argument(model: ModelSpec, plan: ParallelPlan) -> str:
     """``--hybrid-layer-pattern``: the model's pattern, cut by ``|`` into the plan's virtual
-    pipeline stages in forward order when pp > 1 (module docstring); unchanged with pp 1."""
+    pipeline stages in forward order when pp > 1 (module docstring; unchanged with pp 1),
+    then ``/`` and the MTP part once per depth (`mtp_pattern_suffix`)."""
     pattern = model.hybrid_layer_pattern or ""
     if plan.pp == 1:
-        return pattern
+        return pattern + mtp_pattern_suffix(model)
     chunks = pipeline_split(model, plan).in_forward_order()
-    return "|".join(pattern[c.layers.start : c.layers.stop] for c in chunks)
+    if any(c.mtp_layers for c in chunks[:-1]):
+        raise SpecError(
+            f"[{MEGATRON_HYBRID_MTP_RULE}] the plan's split places MTP depths of "
+            f"{model.name!r} before the last virtual stage; Megatron-core builds a hybrid "
+            "model's MTP block on the last virtual pipeline stage only: put every m of "
+            "pipeline_model_parallel_layout in the last stage, with the L"
+        )
+    main = "|".join(pattern[c.layers.start : c.layers.stop] for c in chunks)
+    return main + mtp_pattern_suffix(model)
+
+
+def mtp_pattern_suffix(model: ModelSpec) -> str:
+    """The unified pattern's MTP parts: ``/`` and ``mtp_hybrid_pattern`` once per depth
+    (``/*E/*E`` for two depths of ``*E``); empty without MTP."""
+    part = model.mtp_hybrid_pattern or ""
+    return (MTP_SEPARATOR + part) * model.mtp_num_layers if part else ""
 
 
 def megatron_hybrid_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:

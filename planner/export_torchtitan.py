@@ -19,8 +19,9 @@ options: FP8 keys of ``[quantize.linear.float8]``, the rest refused
 router is part of the flavor, not of the TOML: torchtitan's deepseek_v3 671B flavor routes
 as the deepseek-v3 preset (sigmoid, route_norm, route_scale 2.5, 8 expert groups of which
 4, expert bias); for a new flavor the header lists the router it needs
-(`torchtitan_router_note`). torchtitan has no Mamba-2 layer: a hybrid model is refused
-(`TORCHTITAN_HYBRID_RULE`).
+(`torchtitan_router_note`). torchtitan has no Mamba-2 layer and no latent MoE projections:
+a hybrid model (`TORCHTITAN_HYBRID_RULE`) and a latent MoE model
+(`TORCHTITAN_LATENT_MOE_RULE`) are refused.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ of torchtitan's model registry (``torchtitan/models/<name>/__init__.py``: llama3
 TORCHTITAN_HYBRID_RULE = "torchtitan_hybrid"
 """Rule id of the torchtitan export's refusal of a hybrid model (`torchtitan_model`)."""
 
+TORCHTITAN_LATENT_MOE_RULE = "torchtitan_latent_moe"
+"""Rule id of the torchtitan export's refusal of a latent MoE model (`torchtitan_model`)."""
+
 
 def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     """(torchtitan model name, flavor, known) for ``model``.
@@ -74,13 +78,21 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     ``qwen3_configs``, dense 0.6B-32B and MoE 30B-A3B/235B-A22B) and llama3 without it,
     dense only (llama3's attention has no q/k norm and its block no experts).
     Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
-    MoE without qk-norm, GELU or biased layers), and for a hybrid model (`TORCHTITAN_HYBRID_RULE`).
+    MoE without qk-norm, GELU or biased layers), for a hybrid model (`TORCHTITAN_HYBRID_RULE`)
+    and for a latent MoE model (`TORCHTITAN_LATENT_MOE_RULE`).
     """
     if model.is_hybrid:
         raise SpecError(
             f"[{TORCHTITAN_HYBRID_RULE}] {model.name!r} is a hybrid model (hybrid_layer_pattern "
             f"{model.hybrid_layer_pattern!r}): torchtitan's registry (llama3, deepseek_v3, "
             "qwen3, gpt_oss) has no Mamba-2 layer: export --to megatron (pretrain_hybrid.py)"
+        )
+    if model.moe_latent_size is not None:
+        raise SpecError(
+            f"[{TORCHTITAN_LATENT_MOE_RULE}] {model.name!r} is a latent MoE model "
+            f"(moe_latent_size {model.moe_latent_size}): torchtitan's MoE (deepseek_v3, qwen3, "
+            "gpt_oss) has no h -> latent -> h expert projections: export --to megatron "
+            "(--moe-latent-size)"
         )
     if model.name in _TORCHTITAN_FLAVORS:
         return (*_TORCHTITAN_FLAVORS[model.name], True)

@@ -9,7 +9,9 @@ newer configs give ``layers_block_type``, a list of ``mamba``, ``attention``, ``
 ``conv_kernel``, the attention head dim as ``head_dim`` or ``attention_head_dim``, and for
 ``E`` layers ``n_routed_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
 ``moe_shared_expert_intermediate_size`` (the shared experts' total width, as the bridge
-passes it to Megatron) and the router (`specs.hf_routers.nemotron_h_router`).
+passes it to Megatron) and the router (`specs.hf_routers.nemotron_h_router`). A latent MoE
+model's ``moe_latent_size`` (Nemotron 3 Super) is read for every family by
+`specs.hf_import.model_from_hf_config`.
 
 The MLP's ``mlp_hidden_act`` ``relu2`` (squared ReLU, non-gated: up and down projections)
 is modelled as ``gelu``, the same two GEMMs (`specs.preset_hybrid`). There is no position
@@ -17,8 +19,19 @@ embedding (the bridge sets ``position_embedding_type`` "none"). What Megatron-co
 layers cannot run or `ModelSpec` does not express is a `SpecError` naming the key: a biased
 Mamba projection (``mamba_proj_bias``; `MambaMixer` asserts ``not bias``), an unbiased
 convolution (``use_conv_bias`` false; it asserts ``conv_bias``), another MLP activation,
-latent MoE (``moe_latent_size``) and multi-token prediction (``num_nextn_predict_layers``).
-An unknown pattern symbol is the `SpecError` of `specs.layer_kinds.parse_hybrid_pattern`.
+and multi-token prediction without its pattern (``num_nextn_predict_layers`` without
+``mtp_hybrid_override_pattern``, which the bridge refuses too). An unknown pattern symbol is
+the `SpecError` of `specs.layer_kinds.parse_hybrid_pattern`.
+
+Multi-token prediction (`mtp_fields`) as ``NemotronHBridge.provider_bridge`` maps it
+(Megatron-Bridge ``_hf_mtp_config`` and ``provider_bridge``, the mirror's HEAD):
+``num_nextn_predict_layers`` -> ``mtp_num_layers``, ``mtp_hybrid_override_pattern`` -> the
+layers of one depth (`ModelSpec.mtp_hybrid_pattern`), and ``mtp_use_repeated_layer`` ->
+``mtp_repeated_layer``, which the bridge sets True whenever there is a depth unless the
+config says otherwise (``getattr(hf_config, "mtp_use_repeated_layer", True)``).
+Nemotron 3 Super's config gives one depth of ``*E``; its Megatron-Bridge recipes then run
+that one set of weights at two depths (``mtp_num_layers = 2``), a recipe setting that an
+imported spec does not carry.
 """
 
 from __future__ import annotations
@@ -65,11 +78,11 @@ def _refuse_unexpressed(cfg: HFConfig) -> None:
         ("mlp_hidden_act", data.get("mlp_hidden_act", "relu2") != "relu2", "relu2 (squared ReLU)"),
         ("mamba_proj_bias", cfg.flag("mamba_proj_bias", False), "false"),
         ("use_conv_bias", not cfg.flag("use_conv_bias", True), "true"),
-        ("moe_latent_size", data.get("moe_latent_size") is not None, "null"),
         (
             "num_nextn_predict_layers",
-            bool(cfg.optional("num_nextn_predict_layers", 0)),
-            "0 (no multi-token prediction)",
+            bool(cfg.optional("num_nextn_predict_layers", 0))
+            and not data.get("mtp_hybrid_override_pattern"),
+            "0, or an mtp_hybrid_override_pattern with the MTP depth's layers",
         ),
     )
     for key, bad, supported in checks:
@@ -90,6 +103,25 @@ def _experts(cfg: HFConfig, ffn: int) -> dict[str, Any]:
         "moe_ffn_hidden_size": None if expert_ffn == ffn else expert_ffn,
         "moe_shared_expert_size": cfg.optional("moe_shared_expert_intermediate_size", 0) or 0,
         "router": nemotron_h_router(cfg),
+    }
+
+
+def mtp_fields(cfg: HFConfig) -> dict[str, Any]:
+    """The `ModelSpec` MTP fields of a ``nemotron_h`` config (module docstring): none
+    without ``num_nextn_predict_layers``."""
+    depths = cfg.optional("num_nextn_predict_layers", 0) or 0
+    if not depths:
+        return {}
+    pattern = cfg.data["mtp_hybrid_override_pattern"]
+    if not isinstance(pattern, str):
+        raise SpecError(
+            f"{cfg.source}: key 'mtp_hybrid_override_pattern' must be a string of layer "
+            f"symbols, got {pattern!r}"
+        )
+    return {
+        "mtp_num_layers": depths,
+        "mtp_hybrid_pattern": pattern,
+        "mtp_repeated_layer": cfg.flag("mtp_use_repeated_layer", True),
     }
 
 
@@ -129,5 +161,6 @@ def nemotron_h(cfg: HFConfig, name: str) -> ModelSpec:
         mamba_num_heads=None if mamba_heads * mamba_head_dim == 2 * hidden else mamba_heads,
         mamba_conv_kernel=cfg.optional("conv_kernel", 4) or 4,
         **experts,
+        **mtp_fields(cfg),
         **llama_biases(cfg),
     )

@@ -21,9 +21,10 @@ families' sliding windows are ignored. `rope_theta` (`rotary_base`) and Qwen3's 
 q/k norms (`qk_layernorm`) are read for the export, and so is the MoE router
 (`ModelSpec.router`), with the Megatron settings of Megatron-Bridge's bridge of the family
 (`specs.hf_routers`); a router value Megatron-core cannot run is a `SpecError` naming the
-key and the supported values. Other things that change no weight shape are ignored: rotary
-fraction and scaling, GPT-NeoX's parallel residual, DeepSeek's multi-token-prediction
-module.
+key and the supported values. ``moe_latent_size`` (latent MoE, `ModelSpec.moe_latent_size`)
+is read in every family; a model without routed experts refuses it. Other things that
+change no weight shape are ignored: rotary fraction and scaling, GPT-NeoX's parallel
+residual, DeepSeek's multi-token-prediction module.
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def model_from_hf_config(
             "JSON instead"
         )
     try:
-        return family(cfg, name)
+        model = family(cfg, name)
+        # a latent MoE config (Megatron-core `moe_latent_size`) in any family: read it
+        latent = cfg.optional("moe_latent_size")
+        return model if latent == model.moe_latent_size else model.replace(moe_latent_size=latent)
     except SpecError as exc:
         if str(exc).startswith(where):
             raise

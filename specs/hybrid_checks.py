@@ -1,8 +1,10 @@
 """Rules of a hybrid `specs.model.ModelSpec` (``hybrid_layer_pattern``): its pattern parses
 (`specs.layer_kinds.parse_hybrid_pattern`), its routed experts and its ``E`` layers come
 together, the pattern alone places the MoE layers, the Mamba-2 heads split into whole
-groups, and the features the hybrid layers are not priced with are absent; and why
-paraplan's executor refuses a hybrid model (`executor_hybrid_refusal`)."""
+groups, and the features the hybrid layers are not priced with (multi-latent attention,
+sliding windows, attention sinks) are absent; and why paraplan's executor refuses a hybrid
+model (`executor_hybrid_refusal`). Multi-token prediction has its own rules
+(`specs.mtp_checks`)."""
 
 from __future__ import annotations
 
@@ -41,8 +43,6 @@ class HybridFields(Protocol):
     @property
     def attention_sinks(self) -> bool: ...
     @property
-    def mtp_num_layers(self) -> int: ...
-    @property
     def mamba_head_dim(self) -> int: ...
     @property
     def mamba_num_heads(self) -> int | None: ...
@@ -79,12 +79,11 @@ def check_hybrid(model: HybridFields) -> None:
         ("multi-latent attention", model.uses_mla),
         ("sliding-window attention", model.sliding_window is not None),
         ("attention sinks", model.attention_sinks),
-        ("multi-token prediction", model.mtp_num_layers > 0),
     ):
         if present:
             raise SpecError(
                 f"{where}: {name} in a hybrid model is not expressed: the hybrid layers are "
-                "priced with standard self-attention and no MTP; drop it"
+                "priced with standard self-attention; drop it"
             )
     if model.mamba_num_heads is None and (2 * model.hidden_size) % model.mamba_head_dim:
         raise SpecError(

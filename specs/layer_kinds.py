@@ -63,7 +63,7 @@ _NOT_EXPRESSED = {
     "D": "DeepSeek sparse-attention layers",
     "+": "multi-latent attention layers",
     "|": "pipeline-stage separators (the plan's pipeline split places the layers)",
-    "/": "multi-token-prediction patterns",
+    "/": "multi-token-prediction depths (set mtp_hybrid_pattern and mtp_num_layers)",
 }
 """Hybrid pattern symbols of Megatron-core the specs do not express, with what they mean."""
 
@@ -85,22 +85,42 @@ def parse_hybrid_pattern(pattern: str, *, num_layers: int, where: str) -> tuple[
     """The layer kinds of a hybrid pattern, one symbol per layer (`HYBRID_SYMBOLS`);
     `SpecError` naming the rule, the values and the fix for an unknown or unexpressed symbol
     or a length other than ``num_layers``."""
+    kinds = _pattern_kinds(pattern, field="hybrid_layer_pattern", where=where)
+    if len(pattern) != num_layers:
+        raise SpecError(
+            f"{where}: hybrid_layer_pattern has {len(pattern)} symbols but num_layers is "
+            f"{num_layers}: one symbol per layer; set num_layers to {len(pattern)}"
+        )
+    return kinds
+
+
+def parse_mtp_pattern(pattern: str, *, where: str) -> tuple[LayerKind, ...]:
+    """The layer kinds of one multi-token-prediction depth of a hybrid model
+    (``ModelSpec.mtp_hybrid_pattern``): one symbol per layer, as `parse_hybrid_pattern`,
+    at least one. Megatron-core's unified pattern ``<main>/<mtp>/<mtp>...`` repeats this
+    part once per depth, every part identical (``hybrid_layer_allocation.py``
+    ``parse_hybrid_pattern``, which also forbids ``|`` in it)."""
+    if not pattern:
+        raise SpecError(
+            f"{where}: mtp_hybrid_pattern is empty: an MTP depth holds at least one layer; "
+            "give its symbols (e.g. '*E'), or set mtp_num_layers to 0"
+        )
+    return _pattern_kinds(pattern, field="mtp_hybrid_pattern", where=where)
+
+
+def _pattern_kinds(pattern: str, *, field: str, where: str) -> tuple[LayerKind, ...]:
+    """The kinds of ``pattern``'s symbols; `SpecError` for an unknown or unexpressed one."""
     for symbol, meaning in _NOT_EXPRESSED.items():
         if symbol in pattern:
             raise SpecError(
-                f"{where}: hybrid_layer_pattern {pattern!r} holds {symbol!r} ({meaning}), which "
+                f"{where}: {field} {pattern!r} holds {symbol!r} ({meaning}), which "
                 f"paraplan does not express; use only {', '.join(HYBRID_SYMBOLS)}"
             )
     unknown = sorted(set(pattern) - set(HYBRID_SYMBOLS))
     if unknown:
         raise SpecError(
-            f"{where}: hybrid_layer_pattern {pattern!r} holds unknown symbols "
+            f"{where}: {field} {pattern!r} holds unknown symbols "
             f"{', '.join(map(repr, unknown))}; use M (Mamba-2), * (attention), - (MLP), "
             "E (routed experts)"
-        )
-    if len(pattern) != num_layers:
-        raise SpecError(
-            f"{where}: hybrid_layer_pattern has {len(pattern)} symbols but num_layers is "
-            f"{num_layers}: one symbol per layer; set num_layers to {len(pattern)}"
         )
     return tuple(HYBRID_SYMBOLS[s] for s in pattern)

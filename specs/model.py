@@ -21,6 +21,7 @@ from specs.fieldcheck import (
 )
 from specs.hybrid_checks import check_hybrid
 from specs.layer_kinds import DENSE_LAYER, MOE_LAYER, LayerKind, parse_hybrid_pattern
+from specs.mtp_checks import check_mtp, mtp_depth_kinds
 from specs.router import RouterSpec, check_router
 
 Activation = Literal["swiglu", "gelu"]
@@ -79,6 +80,13 @@ class ModelSpec:
     """Leading layers that stay dense (DeepSeek's `first_k_dense_replace`)."""
     moe_capacity_factor: float | None = None
     """Expert capacity factor (`--moe-expert-capacity-factor`); None means dropless."""
+    moe_latent_size: int | None = None
+    """Latent width ℓ of the routed experts (Megatron `--moe-latent-size`,
+    `TransformerConfig.moe_latent_size`; Nemotron 3 Super): each MoE layer projects its
+    tokens h -> ℓ before the dispatch (``fc1_latent_proj``) and ℓ -> h after the combine
+    (``fc2_latent_proj``), both replicated over tp; the dispatcher moves ℓ-wide rows and
+    the experts map ℓ -> F -> ℓ (`megatron/core/transformer/moe/moe_layer.py`). The router
+    and the shared expert stay on h. None: the experts run on h."""
     router: RouterSpec = field(default_factory=RouterSpec)
     """How the MoE layers score, select, weight and balance experts (`specs.router`);
     the default is Megatron-core's default router. Ignored by dense models."""
@@ -95,9 +103,20 @@ class ModelSpec:
     v_head_dim: int | None = None
     """MLA: per-head value dimension."""
     mtp_num_layers: int = 0
-    """Multi-token-prediction layers after the decoder (Megatron `--mtp-num-layers`,
+    """Multi-token-prediction depths after the decoder (Megatron `--mtp-num-layers`,
     DeepSeek's `num_nextn_predict_layers`); 0 means none. Megatron places them on the last
-    pipeline stage unless a pipeline layout puts them elsewhere (`specs.pipeline_split`)."""
+    pipeline stage unless a pipeline layout puts them elsewhere (`specs.pipeline_split`).
+    A transformer's depth holds one layer of the last layer's kind, a hybrid model's the
+    layers of `mtp_hybrid_pattern` (`mtp_depth_kinds`)."""
+    mtp_hybrid_pattern: str | None = None
+    """A hybrid model's layers of one MTP depth, one symbol each as in
+    `hybrid_layer_pattern` (the part after each ``/`` of Megatron-core's unified pattern
+    ``<main>/<mtp>/<mtp>...``; Hugging Face `mtp_hybrid_override_pattern`); None for a
+    transformer and for a hybrid model without MTP (`specs.mtp_checks`)."""
+    mtp_repeated_layer: bool = False
+    """One set of MTP weights run at every depth (Megatron `mtp_use_repeated_layer`,
+    `--mtp-use-repeated-layer`): parameters, gradients and optimizer state once, compute
+    and activations per depth."""
     sliding_window: int | None = None
     """Keys a windowed (local) attention layer attends to, the query's own included
     (Hugging Face `sliding_window`); None when every layer attends to all earlier keys."""
@@ -158,6 +177,7 @@ class ModelSpec:
             "num_query_groups",
             "kv_channels",
             "moe_ffn_hidden_size",
+            "moe_latent_size",
             "q_lora_rank",
             "kv_lora_rank",
             "qk_head_dim",
@@ -208,6 +228,12 @@ class ModelSpec:
                 f"ModelSpec {self.name!r}: moe_capacity_factor must be > 0 or null (dropless), "
                 f"got {self.moe_capacity_factor}"
             )
+        if self.moe_latent_size is not None and not self.is_moe:
+            raise SpecError(
+                f"ModelSpec {self.name!r}: moe_latent_size ({self.moe_latent_size}) projects "
+                "the routed experts' tokens, but num_experts is 0 (a dense model): set "
+                "num_experts, or drop moe_latent_size"
+            )
         if self.is_moe:
             check_router(
                 self.router,
@@ -218,6 +244,7 @@ class ModelSpec:
             )
         if self.hybrid_layer_pattern is not None:
             check_hybrid(self)
+        check_mtp(self)
         mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
         if any(v is not None for v in mla) and any(v is None for v in mla):
             raise SpecError(
@@ -252,6 +279,14 @@ class ModelSpec:
         """Inner size of one routed expert."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
 
+    @property
+    def expert_hidden_size(self) -> int:
+        """Width of the rows the token dispatcher moves and the routed experts take in and
+        give out: `moe_latent_size`, else hidden_size (Megatron-LM
+        `token_dispatcher.py` ``hidden_dim = moe_latent_size or hidden_size``,
+        `experts.py` ``input_size``)."""
+        return self.moe_latent_size or self.hidden_size
+
     def window_layer_mask(self) -> tuple[bool, ...]:
         """For each layer, True when it uses the sliding window (`sliding_window`)."""
         every = self.sliding_window_every
@@ -282,6 +317,12 @@ class ModelSpec:
                 self.hybrid_layer_pattern, num_layers=self.num_layers, where=self.name
             )
         return tuple(MOE_LAYER if moe else DENSE_LAYER for moe in self.moe_layer_mask())
+
+    def mtp_depth_kinds(self) -> tuple[LayerKind, ...]:
+        """The layer kinds of one multi-token-prediction depth, in order: a transformer's
+        last layer kind, a hybrid model's `mtp_hybrid_pattern`; none without MTP
+        (`specs.mtp_checks`)."""
+        return mtp_depth_kinds(self, self.layer_kinds())
 
     def moe_layer_mask(self) -> tuple[bool, ...]:
         """For each layer, True when it is an MoE layer (Megatron `--moe-layer-freq`; a

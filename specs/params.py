@@ -20,13 +20,24 @@ Conventions:
   kv norm + ``kv_b`` (kv_lora x a·(d_qk + d_v)); output projection (a·d_v x h).
 - Router: one h x E matrix per MoE layer, no bias (DeepSeek-V3's score-correction bias is
   a buffer, not a trained parameter).
+- Latent MoE (``ModelSpec.moe_latent_size`` ℓ, Megatron-LM `MoELayer.__init__` in
+  ``megatron/core/transformer/moe/moe_layer.py``): each routed expert maps ℓ -> F -> ℓ, so
+  its matrices are ℓ wide (`mlp_params` at ℓ), and the layer adds ``fc1_latent_proj``
+  (h x ℓ) and ``fc2_latent_proj`` (ℓ x h), TE linears with ``parallel_mode="duplicated"``:
+  replicated over tp, not expert-sharded (`LayerParams.latent_projections`). Megatron's
+  own count (``theoretical_memory_usage.py``) is the same: routed 2·ℓ·F·E (x3/2 gated) and
+  projections 2·h·ℓ in the replicated part.
 - Multi-token prediction (Megatron's `MultiTokenPredictionLayer`, DeepSeek-V3 §2.2), per
   depth: two RMS norms on the inputs (``enorm``, ``hnorm``), the projection ``eh_proj``
-  (2h x h, no bias), one transformer layer of the last decoder layer's kind and its final
-  norm; the embedding and the output layer are shared with the main model. Hugging Face
-  checkpoints store a copy of both per depth (``embed_tokens``, ``shared_head``), which is
-  why the published DeepSeek-V3 total (685B = 671B main + 14B MTP) is larger than the
-  parameters trained.
+  (2h x h, no bias), the depth's layers (`ModelSpec.mtp_depth_kinds`: a transformer's one
+  layer of the last decoder layer's kind; a hybrid model's ``mtp_hybrid_pattern``, each
+  layer with its pre-norm, built as a ``HybridStack`` without a final norm) and its final
+  norm (``final_layernorm``); the embedding and the output layer are shared with the main
+  model. Hugging Face checkpoints store a copy of both per depth (``embed_tokens``,
+  ``shared_head``), which is why the published DeepSeek-V3 total (685B = 671B main + 14B
+  MTP) is larger than the parameters trained. With ``mtp_repeated_layer`` one depth's
+  weights serve every depth (Megatron ``MultiTokenPredictionBlock._build_layers`` builds
+  one depth module), so they are counted once (`ParamCounts.mtp_weights`).
 - Hybrid models (``ModelSpec.hybrid_layer_pattern``, `specs.layer_kinds`): each layer holds
   one part and its own pre-norm (`LayerParams` by `LayerKind`). An ``M`` layer is a
   Mamba-2 mixer (`mamba_mixer_params`), counted in `LayerParams.attention`, the part that
@@ -70,11 +81,21 @@ class LayerParams:
     """Router weights (0 for dense layers): replicated."""
     is_moe: bool
     """True when the layer has routed experts."""
+    latent_projections: int = 0
+    """A latent MoE layer's h -> ℓ and ℓ -> h projections (`latent_projection_params`):
+    replicated over tp, not expert-sharded; 0 otherwise."""
 
     @property
     def total(self) -> int:
         """Every parameter of the layer."""
-        return self.attention + self.norms + self.mlp + self.routed_experts + self.router
+        return (
+            self.attention
+            + self.norms
+            + self.mlp
+            + self.routed_experts
+            + self.router
+            + self.latent_projections
+        )
 
     def active(self, model: ModelSpec) -> int:
         """Parameters one token passes through: top-k routed experts instead of all."""
@@ -101,7 +122,10 @@ class ParamCounts:
     moe_top_k: int = 0
     """Experts each token is routed to; needed for `active`."""
     mtp_layers: tuple[MtpParams, ...] = ()
-    """One entry per multi-token-prediction depth (empty without MTP)."""
+    """One entry per multi-token-prediction depth (empty without MTP): what each depth
+    computes with."""
+    mtp_repeated: bool = False
+    """One set of MTP weights serves every depth (``ModelSpec.mtp_repeated_layer``)."""
 
     @property
     def main_total(self) -> int:
@@ -114,10 +138,18 @@ class ParamCounts:
             + sum(layer.total for layer in self.layers)
         )
 
+    def mtp_weights(self, depths: int) -> tuple[MtpParams, ...]:
+        """The MTP weight sets a rank that runs the first ``depths`` depths holds: one per
+        depth, or a single one for all of them with ``mtp_repeated`` (none for 0 depths).
+        The one place that says how many copies of the MTP weights exist."""
+        held = self.mtp_layers[:depths]
+        return held[:1] if self.mtp_repeated else held
+
     @property
     def mtp(self) -> int:
-        """Parameters of the MTP layers (embedding and output layer shared, not counted)."""
-        return sum(layer.total for layer in self.mtp_layers)
+        """Parameters of the MTP layers (embedding and output layer shared, not counted;
+        repeated weights once)."""
+        return sum(layer.total for layer in self.mtp_weights(len(self.mtp_layers)))
 
     @property
     def total(self) -> int:
@@ -141,8 +173,9 @@ class ParamCounts:
 class MtpParams:
     """Parameters of one MTP depth (Megatron `MultiTokenPredictionLayer`)."""
 
-    layer: LayerParams
-    """Its transformer layer, of the last decoder layer's kind."""
+    layers: tuple[LayerParams, ...]
+    """Its layers, in order (`ModelSpec.mtp_depth_kinds`): a transformer's one layer of the
+    last decoder layer's kind, a hybrid model's ``mtp_hybrid_pattern`` layers."""
     projection: int
     """``eh_proj``: the concatenated (embedding, hidden) 2h -> h projection, TP-sharded."""
     norms: int
@@ -151,7 +184,7 @@ class MtpParams:
     @property
     def total(self) -> int:
         """Every parameter of the depth."""
-        return self.layer.total + self.projection + self.norms
+        return sum(layer.total for layer in self.layers) + self.projection + self.norms
 
 
 def norm_params(model: ModelSpec, width: int) -> int:
@@ -212,14 +245,28 @@ def layer_norm_params(model: ModelSpec) -> int:
     return total
 
 
-def mlp_params(model: ModelSpec, ffn_hidden_size: int) -> int:
-    """One MLP of inner size F: SwiGLU 3·h·F, GELU 2·h·F, plus biases when enabled."""
-    h = model.hidden_size
+def mlp_params(model: ModelSpec, ffn_hidden_size: int, width: int | None = None) -> int:
+    """One MLP of inner size F on rows of ``width`` (default hidden_size h): SwiGLU
+    3·width·F, GELU 2·width·F, plus biases when enabled."""
+    h = model.hidden_size if width is None else width
     if ffn_hidden_size == 0:
         return 0
     bias = model.add_bias_linear
     up_width = 2 * ffn_hidden_size if model.activation == "swiglu" else ffn_hidden_size
     return _linear(h, up_width, bias=bias) + _linear(ffn_hidden_size, h, bias=bias)
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """A latent MoE layer's ``fc1_latent_proj`` (h -> ℓ) and ``fc2_latent_proj`` (ℓ -> h),
+    with their biases when ``add_bias_linear`` (Megatron-LM `MoELayer.__init__`,
+    ``bias=config.add_bias_linear``); 0 without ``moe_latent_size``."""
+    latent = model.moe_latent_size
+    if latent is None:
+        return 0
+    bias = model.add_bias_linear
+    return _linear(model.hidden_size, latent, bias=bias) + _linear(
+        latent, model.hidden_size, bias=bias
+    )
 
 
 def mamba_mixer_params(model: ModelSpec) -> int:
@@ -243,12 +290,13 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
     a hybrid layer of one part (one pre-norm)."""
     if kind.mlp == "moe":
         mlp = mlp_params(model, model.moe_shared_expert_size)
-        routed = model.num_experts * mlp_params(model, model.expert_ffn_hidden_size)
+        expert = mlp_params(model, model.expert_ffn_hidden_size, model.expert_hidden_size)
+        routed, latent = model.num_experts * expert, latent_projection_params(model)
         router = model.hidden_size * model.num_experts
     elif kind.mlp == "dense":
-        mlp, routed, router = mlp_params(model, model.ffn_hidden_size), 0, 0
+        mlp, routed, router, latent = mlp_params(model, model.ffn_hidden_size), 0, 0, 0
     else:
-        mlp, routed, router = 0, 0, 0
+        mlp, routed, router, latent = 0, 0, 0, 0
     if kind.mixer == "attention":
         mixer = attention_params(model)
     elif kind.mixer == "mamba":
@@ -264,6 +312,7 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
         routed_experts=routed,
         router=router,
         is_moe=kind.is_moe,
+        latent_projections=latent,
     )
 
 
@@ -278,8 +327,10 @@ def count_params(model: ModelSpec) -> ParamCounts:
         embedding += model.max_position_embeddings * h
     kinds = model.layer_kinds()
     by_kind = {kind: _layer_params(model, kind) for kind in set(kinds)}
+    depth_kinds = model.mtp_depth_kinds()
+    by_kind.update({kind: _layer_params(model, kind) for kind in set(depth_kinds)})
     mtp = MtpParams(
-        layer=by_kind[kinds[-1]],
+        layers=tuple(by_kind[kind] for kind in depth_kinds),
         projection=_linear(2 * h, h, bias=False),
         norms=3 * norm_params(model, h),
     )
@@ -291,7 +342,14 @@ def count_params(model: ModelSpec) -> ParamCounts:
         num_experts=model.num_experts,
         moe_top_k=model.moe_top_k if model.is_moe else 0,
         mtp_layers=(mtp,) * model.mtp_num_layers,
+        mtp_repeated=model.mtp_repeated_layer,
     )
+
+
+def held_mtp_layers(model: ModelSpec, depths: int) -> int:
+    """Layers whose weights a rank that runs ``depths`` MTP depths holds: each weight set's
+    layers (`ParamCounts.mtp_weights`), one per depth for a transformer."""
+    return sum(len(depth.layers) for depth in count_params(model).mtp_weights(depths))
 
 
 def lora_layer_params(model: ModelSpec, lora: LoraSpec) -> int:

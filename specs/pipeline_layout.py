@@ -2,7 +2,8 @@
 one string of layer symbols per virtual stage, stages separated by ``|``, in virtual stage
 order (chunk-major: stage ``c·pp + r`` is chunk c of rank r).
 
-Symbols: ``E`` embedding, ``t`` transformer layer, ``m`` MTP layer, ``L`` loss;
+Symbols: ``E`` embedding, ``t`` transformer layer, ``m`` MTP layer (one MTP depth, all
+its layers: a hybrid model's ``mtp_hybrid_pattern``), ``L`` loss;
 ``(group)*n`` and ``x*n`` repeat; commas are cosmetic. Example: ``Et|(tt|)*30mL`` is 32
 stages: E and one layer, thirty stages of two layers, then an MTP layer and the loss.
 """

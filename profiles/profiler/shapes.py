@@ -120,16 +120,22 @@ def model_gemms(
 
 
 def _moe_gemms(model: ModelSpec, dtype: str, tokens: int) -> list[GemmShape]:
-    """Expert GEMMs with an even router: tokens·top_k/E rows per expert (etp = 1)."""
-    h, f = model.hidden_size, model.expert_ffn_hidden_size
+    """Expert GEMMs with an even router: tokens·top_k/E rows per expert (etp = 1), on rows of
+    `ModelSpec.expert_hidden_size`; a latent MoE layer's h -> ℓ and ℓ -> h projections on
+    every token."""
+    h, f = model.expert_hidden_size, model.expert_ffn_hidden_size
     rows = max(1, -(-tokens * model.moe_top_k // model.num_experts))
     widths = (2 * f, f) if model.activation == "swiglu" else (f,)
     shapes = []
     for n in widths:
         shapes += linear_with_backward(dtype, rows, n, h)
     shapes += linear_with_backward(dtype, rows, h, f)
+    hidden, latent = model.hidden_size, model.moe_latent_size
     if model.moe_shared_expert_size:
-        shapes += linear_with_backward(dtype, tokens, model.moe_shared_expert_size, h)
+        shapes += linear_with_backward(dtype, tokens, model.moe_shared_expert_size, hidden)
+    if latent is not None:
+        shapes += linear_with_backward(dtype, tokens, latent, hidden)
+        shapes += linear_with_backward(dtype, tokens, hidden, latent)
     return shapes
 
 

@@ -73,5 +73,7 @@ def test_a_stated_column_the_preset_contradicts_is_named():
 
 def test_super_rows_give_their_own_reason():
     raw = row_with(NANO_GB300, model="Nemotron_3_Super", num_gpus="64", ep="64")
-    with pytest.raises(model_mod.NotExpressible, match=r"latent MoE \(moe_latent_size\) and multi"):
+    with pytest.raises(
+        model_mod.NotExpressible, match=r"latent MoE \(moe_latent_size\), not expressed"
+    ):
         model_mod.model_for(raw)

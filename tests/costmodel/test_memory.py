@@ -218,11 +218,12 @@ def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
     plan = ParallelPlan(tp=2, pp=4, ep=8, etp=1, dp=16, decoder_last_pipeline_num_layers=13)
     without = model.replace(mtp_num_layers=0)
     depth = count_params(model).mtp_layers[0]
+    layer = depth.layers[0]
     last, first = stage_params(model, plan, 3), stage_params(model, plan, 0)
-    assert last.expert - stage_params(without, plan, 3).expert == depth.layer.routed_experts / 8
+    assert last.expert - stage_params(without, plan, 3).expert == layer.routed_experts / 8
     extra_dense = last.dense - stage_params(without, plan, 3).dense
-    dense_layer = depth.layer.attention / 2 + depth.layer.mlp / 2 + depth.layer.norms
-    dense_layer += depth.layer.router + depth.projection / 2 + depth.norms
+    dense_layer = layer.attention / 2 + layer.mlp / 2 + layer.norms
+    dense_layer += layer.router + depth.projection / 2 + depth.norms
     assert extra_dense == pytest.approx(dense_layer, rel=1e-12)
     assert first == stage_params(without, plan, 0)
 

@@ -154,6 +154,13 @@ def test_hybrid_model_is_rejected() -> None:
         build_model(hybrid, seed=0)
 
 
+def test_latent_moe_model_is_rejected() -> None:
+    # specs.latent_checks.executor_latent_moe_refusal: one check, shared with the torch runtime
+    latent = _spec(num_experts=4, moe_top_k=2, moe_ffn_hidden_size=16, moe_latent_size=8)
+    with pytest.raises(SpecError, match=r"\[latent_moe_not_in_executor\].*no latent"):
+        build_model(latent, seed=0)
+
+
 def _moe(**changes: object) -> MoE:
     spec = _spec(num_experts=4, moe_top_k=2, moe_ffn_hidden_size=16, **changes)
     layer = build_model(spec, seed=5).layers["0"].feed_forward

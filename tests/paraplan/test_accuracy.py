@@ -109,6 +109,17 @@ def test_a_hybrid_model_is_told_no_published_run_has_its_mamba_layers():
     assert len(accuracy_lines(published_accuracy(LLAMA, BF16, DEFAULT_OPTIONS, H100, TABLE))) == 3
 
 
+def test_a_latent_moe_model_is_told_no_published_run_has_its_latent_layers():
+    latent = get_preset("qwen3-30b-a3b").replace(name="qwen3-latent", moe_latent_size=512)
+    accuracy = published_accuracy(latent, BF16, DEFAULT_OPTIONS, H100, TABLE)
+    lines = accuracy_lines(accuracy)
+    assert len(lines) == 4 and "none of them has latent MoE layers" in lines[3]
+    data = accuracy_json(accuracy)
+    assert data is not None and data["latent_moe"] is True and data["hybrid"] is False
+    qwen = published_accuracy(get_preset("qwen3-30b-a3b"), BF16, DEFAULT_OPTIONS, H100, TABLE)
+    assert len(accuracy_lines(qwen)) == 3
+
+
 def test_a_wider_group_says_why():
     fp8 = accuracy_lines(published_accuracy(LLAMA, FP8, DEFAULT_OPTIONS, H100, TABLE))
     assert fp8[1].startswith(

@@ -63,7 +63,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--ddp-bucket-size", "--micro-batch-size", "--global-batch-size",
         "--recompute-num-layers", "--mtp-num-layers", "--decoder-first-pipeline-num-layers",
         "--decoder-last-pipeline-num-layers", "--num-virtual-stages-per-pipeline-rank",
-        "--moe-router-num-groups", "--moe-router-group-topk",
+        "--moe-router-num-groups", "--moe-router-group-topk", "--moe-latent-size",
     ]  # fmt: skip
     for flag in ints:
         p.add_argument(flag, type=int)

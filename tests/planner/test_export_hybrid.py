@@ -7,6 +7,7 @@ torchtitan export refuses."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -28,11 +29,12 @@ from tests.planner.test_export import megatron_parser
 
 def hybrid_parser() -> argparse.ArgumentParser:
     """`tests.planner.test_export.megatron_parser` with the hybrid flags of Megatron-LM
-    d98e8a64: ``--spec`` (nargs *), ``--hybrid-layer-pattern``, and the Mamba-2 fields of
-    TransformerConfig (``mamba_num_heads`` optional)."""
+    d98e8a64: ``--spec`` (nargs *), ``--hybrid-layer-pattern``, the Mamba-2 fields of
+    TransformerConfig (``mamba_num_heads`` optional) and its ``mtp_use_repeated_layer``."""
     p = megatron_parser()
     p.add_argument("--spec", nargs="*")
     p.add_argument("--hybrid-layer-pattern")
+    p.add_argument("--mtp-use-repeated-layer", action="store_true")  # TransformerConfig
     for flag in (
         "--mamba-state-dim",
         "--mamba-head-dim",
@@ -46,7 +48,12 @@ def hybrid_parser() -> argparse.ArgumentParser:
 def assert_megatron_accepts_hybrid(args: argparse.Namespace, bundle: PlanBundle) -> list[str]:
     """Megatron-LM's hybrid validation on the parsed flags; returns the pipeline segments."""
     model, plan = bundle.model, bundle.plan
-    pattern = args.hybrid_layer_pattern
+    # the unified pattern "<main>/<mtp>/<mtp>...": identical MTP parts without "|", one per
+    # --mtp-num-layers (hybrid_layer_allocation.parse_hybrid_pattern, validate_args)
+    pattern, *mtp_parts = args.hybrid_layer_pattern.split("/")
+    assert len(set(mtp_parts)) <= 1 and len(mtp_parts) == (args.mtp_num_layers or 0)
+    assert all(part and set(part) <= set("M*-E") for part in mtp_parts)
+    assert args.mtp_use_repeated_layer == model.mtp_repeated_layer
     assert args.spec == ["megatron.core.models.hybrid.hybrid_layer_specs", "hybrid_stack_spec"]
     assert len(pattern.replace("|", "")) == args.num_layers  # the layer count it derives
     assert set(pattern) <= set("M*-E|")
@@ -186,3 +193,36 @@ def test_torchtitan_refuses_a_hybrid_model() -> None:
     bundle = _bundle("nemotron-h-8b", 8, 4096, 8, tp=1)
     with pytest.raises(SpecError, match=r"\[torchtitan_hybrid\].*no Mamba-2 layer"):
         torchtitan_toml(bundle)
+
+
+def test_mtp_depths_are_written_in_the_unified_pattern() -> None:
+    model = get_preset("nemotron-3-nano").replace(
+        mtp_num_layers=2, mtp_hybrid_pattern="*E", mtp_repeated_layer=True
+    )
+    bundle = PlanBundle(
+        model=model,
+        cluster=ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64),
+        job=TrainingJob(seq_length=8192, global_batch_size=256),
+        plan=ParallelPlan.for_world(64, tp=2, pp=2, ep=8, sequence_parallel=True),
+    )
+    assert check_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan) == []
+    argv = megatron_arguments(bundle)
+    args, segments = _parsed(bundle)
+    main = model.hybrid_layer_pattern or ""
+    assert args.hybrid_layer_pattern == "|".join(segments) + "/*E/*E"
+    assert "".join(segments) == main and len(segments) == 2
+    assert args.mtp_num_layers == 2 and args.mtp_use_repeated_layer
+    assert argv.count("--mtp-use-repeated-layer") == 1
+    separate = model.replace(mtp_repeated_layer=False)
+    plain = dataclasses.replace(bundle, model=separate, plan=ParallelPlan.for_world(64, tp=2, ep=8))
+    args, _ = _parsed(plain)
+    assert args.hybrid_layer_pattern == main + "/*E/*E" and not args.mtp_use_repeated_layer
+
+
+def test_mtp_depths_before_the_last_virtual_stage_are_refused() -> None:
+    model = get_preset("nemotron-h-8b").replace(mtp_num_layers=1, mtp_hybrid_pattern="*-")
+    layout = "E" + "t" * 26 + "|" + "t" * 26 + "m|L"
+    plan = ParallelPlan.for_world(3, pp=3, pipeline_model_parallel_layout=layout)
+    assert pipeline_split(model, plan).chunks[1][0].mtp_layers == 1
+    with pytest.raises(SpecError, match="hybrid_mtp_on_last_virtual_stage"):
+        hybrid_pattern_argument(model, plan)

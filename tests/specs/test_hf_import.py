@@ -276,3 +276,13 @@ def test_deepseek_layer_pattern_shared_experts_and_q_lora() -> None:
     assert lite.q_lora_rank is None and lite.uses_mla
     with pytest.raises(SpecError, match="moe_layer_freq must be >= 1"):
         model_from_hf_config({**ds, "moe_layer_freq": 0}, name="d")
+
+
+def test_moe_latent_size_is_read_in_every_family() -> None:
+    # Megatron-core's `moe_latent_size` key, as Nemotron 3 Super's config spells it
+    qwen = fixture_dict("Qwen3-30B-A3B")
+    assert model_from_hf_config({**qwen, "moe_latent_size": 512}, name="q").moe_latent_size == 512
+    assert model_from_hf_config(qwen, name="q").moe_latent_size is None
+    llama = fixture_dict("Meta-Llama-3-8B")
+    with pytest.raises(SpecError, match=r"config.json of 'l'.*moe_latent_size \(512\)"):
+        model_from_hf_config({**llama, "moe_latent_size": 512}, name="l")

@@ -127,8 +127,7 @@ def test_expert_layers_need_the_expert_keys() -> None:
         ("mlp_hidden_act", "silu", "relu2"),
         ("mamba_proj_bias", True, "false"),
         ("use_conv_bias", False, "true"),
-        ("moe_latent_size", 1024, "null"),
-        ("num_nextn_predict_layers", 1, "0 (no multi-token prediction)"),
+        ("num_nextn_predict_layers", 1, "0, or an mtp_hybrid_override_pattern"),
     ],
 )
 def test_unexpressed_values_are_refused_naming_the_key(
@@ -140,6 +139,39 @@ def test_unexpressed_values_are_refused_naming_the_key(
     assert f"key {key!r}" in message and f"supported: {supported}" in message
 
 
+def test_moe_latent_size_is_read() -> None:
+    # Nemotron 3 Super's config key (NemotronHConfig.moe_latent_size; Megatron-LM
+    # TransformerConfig.moe_latent_size): the E layers' experts run on 1024-wide rows.
+    model = model_from_hf_config({**NANO, "moe_latent_size": 1024}, name="x")
+    assert model.moe_latent_size == 1024 and model.expert_hidden_size == 1024
+    assert model_from_hf_config({**NANO, "moe_latent_size": None}, name="x").moe_latent_size is None
+
+
+def test_moe_latent_size_without_expert_layers_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"moe_latent_size \(1024\).*num_experts is 0"):
+        model_from_hf_config({**H8B, "moe_latent_size": 1024}, name="x")
+
+
 def test_unnormalized_sigmoid_router_is_refused() -> None:
     with pytest.raises(SpecError, match="norm_topk_prob false is not supported"):
         model_from_hf_config({**NANO, "norm_topk_prob": False}, name="x")
+
+
+def test_mtp_keys_map_as_megatron_bridge_maps_them() -> None:
+    # NemotronHBridge.provider_bridge: num_nextn_predict_layers -> mtp_num_layers,
+    # mtp_hybrid_override_pattern -> the depth's layers, mtp_use_repeated_layer defaulting
+    # to True whenever there is a depth (Nemotron 3 Super's config: one "*E" depth)
+    config = {**NANO, "num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*E"}
+    model = model_from_hf_config(config, name="x")
+    assert (model.mtp_num_layers, model.mtp_hybrid_pattern) == (1, "*E")
+    assert model.mtp_repeated_layer
+    separate = model_from_hf_config({**config, "mtp_use_repeated_layer": False}, name="x")
+    assert not separate.mtp_repeated_layer
+    plain = model_from_hf_config({**NANO, "num_nextn_predict_layers": 0}, name="x")
+    assert (plain.mtp_num_layers, plain.mtp_hybrid_pattern, plain.mtp_repeated_layer) == (
+        0,
+        None,
+        False,
+    )
+    with pytest.raises(SpecError, match="'mtp_hybrid_override_pattern' must be a string"):
+        model_from_hf_config({**config, "mtp_hybrid_override_pattern": ["*", "E"]}, name="x")

@@ -61,7 +61,7 @@ def test_mtp_depth_is_a_projection_three_norms_and_a_last_kind_layer() -> None:
     h = model.hidden_size
     assert depth.projection == 2 * h * h
     assert depth.norms == 3 * h
-    assert depth.layer == counts.layers[-1] and depth.layer.is_moe
+    assert depth.layers == (counts.layers[-1],) and depth.layers[0].is_moe
     deeper = count_params(dataclasses.replace(model, mtp_num_layers=2))
     assert deeper.mtp == 2 * counts.mtp
     assert count_params(get_preset("llama3-8b")).mtp_layers == ()

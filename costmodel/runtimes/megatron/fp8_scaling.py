@@ -76,6 +76,7 @@ from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
+from specs.params import count_params
 
 AMAX_BYTES = 4
 """Bytes of the amax one current-scaling quantizer all-reduces: one fp32 element."""
@@ -151,8 +152,9 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
     (`megatron/core/ssm/mamba_mixer.py`): ``in_proj`` and ``out_proj`` (2). Dense MLP:
     ``linear_fc1``, ``linear_fc2``. MoE layer: the routed experts as two TE grouped
     linears (``TEGroupedMLP``) with one GEMM per local expert (num_experts / ep each), the
-    shared experts' two linears where present; the router computes in bf16/fp32, outside
-    FP8."""
+    shared experts' two linears where present, a latent MoE layer's two ``TELinear``
+    projections (``fc1_latent_proj``, ``fc2_latent_proj``); the router computes in
+    bf16/fp32, outside FP8."""
     mla = 5 if model.q_lora_rank is not None else 4
     mixer = {"attention": mla if model.uses_mla else 2, "mamba": 2, "none": 0}[kind.mixer]
     if kind.mlp == "none":
@@ -161,20 +163,26 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
         return Fp8Modules(modules=mixer + 2, gemms=mixer + 2)
     local = max(model.num_experts // max(ep, 1), 1)
     shared = 2 if model.moe_shared_expert_size > 0 else 0
+    shared += 2 if model.moe_latent_size is not None else 0  # the two latent projections
     return Fp8Modules(modules=mixer + 2 + shared, gemms=mixer + 2 * local + shared)
 
 
 def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: int) -> Fp8Modules:
     """FP8 modules of every chunk of one stage (the rank's delayed-scaling buffer): their
-    decoder layers and multi-token-prediction layers (each a decoder layer of the last
-    kind). The output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
+    decoder layers and the layers of their multi-token-prediction depths
+    (`ModelSpec.mtp_depth_kinds`), once per set of MTP weights the rank holds
+    (`specs.params.ParamCounts.mtp_weights`: repeated weights are one set of modules). The
+    output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
     kinds = model.layer_kinds()
+    depth_kinds = model.mtp_depth_kinds()
+    counts = count_params(model)
     total = NO_MODULES
     for at in chunks:
         for i in at.layers:
             total = total.plus(layer_fp8_modules(model, kind=kinds[i], ep=ep))
-        for _ in range(at.mtp_layers):
-            total = total.plus(layer_fp8_modules(model, kind=kinds[-1], ep=ep))
+        for _ in counts.mtp_weights(at.mtp_layers):
+            for kind in depth_kinds:
+                total = total.plus(layer_fp8_modules(model, kind=kind, ep=ep))
     return total
 
 

@@ -52,6 +52,7 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
 )
 from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
 from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s, unattributed_device_s
+from costmodel.runtimes.megatron.moe_latent import latent_launches
 from costmodel.runtimes.megatron.moe_launches import (
     WHOLE_MOE_SCOPES,
     captured_moe_launches,
@@ -351,7 +352,8 @@ def _moe_host_floor(
     behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
     combine; its router kernels, which run before the synchronization, are a small part:
     `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
-    does not synchronize (`moe_launches.host_bound_s`)."""
+    does not synchronize (`moe_launches.host_bound_s`). A latent MoE layer adds its
+    projections' launches (`moe_latent.latent_launches`)."""
     launch_s = options.moe_host_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
     fp8 = x.dtype in LOW_PRECISION_GEMM_DTYPES  # NVFP4 experts launch what FP8 ones do
@@ -362,10 +364,14 @@ def _moe_host_floor(
     launches_b = moe_host_launches(local, fp8, "backward", fused_mlp=fused, dispatcher=disp)
     host_f = (launches_f - captured_moe_launches(scopes, launches_f, disp)) * launch_s
     host_b = (launches_b - captured_moe_launches(scopes, launches_b, disp)) * launch_s
+    latent = latent_launches(model, fp8, scopes)
+    host_f += (latent.forward - latent.captured_forward) * launch_s
+    host_b += (latent.backward - latent.captured_backward) * launch_s
     dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
     extra_f = host_bound_s(forward.duration_s, host_f)
     if dropless:
         post_sync = max(launches_f - pre_sync_launches(disp), 0) * launch_s
+        post_sync += (latent.forward - latent.pre_sync) * launch_s
         extra_f = forward_host_floor_s(
             layer_gpu_s=forward.duration_s,
             post_sync_gpu_s=min(routed_forward_s, forward.duration_s),

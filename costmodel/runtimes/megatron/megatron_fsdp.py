@@ -50,11 +50,12 @@ class FsdpStateBytes:
 
 def largest_layer_params(model: ModelSpec, plan: ParallelPlan) -> float:
     """Parameters of the largest transformer layer held by one rank: attention and dense
-    MLP over tp, routed experts over ep·etp, norms and router whole."""
+    MLP over tp, routed experts over ep·etp, norms, router and latent projections whole."""
     return max(
         (layer.attention + layer.mlp) / plan.tp
         + layer.norms
         + layer.router
+        + layer.latent_projections
         + layer.routed_experts / (plan.ep * plan.expert_tp)
         for layer in count_params(model).layers
     )
@@ -71,6 +72,7 @@ def largest_layer_weight_bytes(
         linear_bytes
         * (
             (layer.attention + layer.mlp) / plan.tp
+            + layer.latent_projections
             + layer.routed_experts / (plan.ep * plan.expert_tp)
         )
         + weight_bytes * (layer.norms + layer.router)

@@ -8,10 +8,13 @@ Source: Megatron-LM `megatron/core/transformer/moe/` (`router.py` `TopKRouter`,
 
 Shapes: T tokens reach the MoE layer of a rank (T/tp with sequence parallelism); each picks
 top_k experts, so the rank dispatches R = top_k·T rows (x the capacity factor when one is
-set) of h elements. With balanced routing every rank receives R rows back from the EP group
-(and etp·R after the expert-TP all-gather), split evenly over its E/ep local experts; under
-dropless routing the most loaded rank receives `ExecutionOptions.moe_load_imbalance` x R
-and sets the pace (`moe_shape`).
+set) of h elements (of ℓ elements in a latent MoE layer: `ModelSpec.expert_hidden_size`;
+its h -> ℓ and ℓ -> h projections around the dispatch and combine are
+`costmodel.runtimes.megatron.moe_latent`; the router stays on h). With balanced routing
+every rank receives R rows back from the EP group (and etp·R after the expert-TP
+all-gather), split evenly over its E/ep local experts; under dropless routing the most
+loaded rank receives `ExecutionOptions.moe_load_imbalance` x R and sets the pace
+(`moe_shape`).
 
 Work per pass, in the order the dispatcher runs it (forward; backward mirrors it):
 1. router: the gating GEMM [T, h] x [h, E] (bf16 in fp8 and fp4 jobs, `router_gemm_dtype`)
@@ -68,6 +71,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.fp8_quantization import operand_recipe
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
+from costmodel.runtimes.megatron.moe_latent import latent_projection_s
 from costmodel.runtimes.megatron.unfused_costs import expert_fc2_bias_time_s
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
@@ -223,7 +227,7 @@ def _collectives(
     `flex_rows_per_token`), the probs all-to-all (alltoall only), the expert-TP
     all-gather / reduce-scatter (etp > 1) and, in forward, the all-gather of every rank's
     per-expert token counts over the tp x ep group (`preprocess`)."""
-    size = shape.rows * model.hidden_size * elem
+    size = shape.rows * model.expert_hidden_size * elem
     etp = plan.expert_tp
     if dispatcher == "flex":
         ep = groups.ep
@@ -237,9 +241,9 @@ def _collectives(
         moved = 2 * token_bytes * (remote + local)
     elif dispatcher == "allgather":
         gathered = shape.tokens * plan.ep
-        hidden_bytes = gathered * model.hidden_size * elem
+        hidden_bytes = gathered * model.expert_hidden_size * elem
         routing = gathered * model.num_experts * (FP32_BYTES + ROUTING_MAP_BYTES)
-        combine = gathered * model.hidden_size * FP32_BYTES  # reduce-scattered in fp32
+        combine = gathered * model.expert_hidden_size * FP32_BYTES  # reduce-scattered in fp32
         seconds = collective_time_s(profile, "all_gather", hidden_bytes, groups.ep)
         seconds += collective_time_s(profile, "all_gather", routing, groups.ep)
         seconds += collective_time_s(profile, "reduce_scatter", combine, groups.ep)
@@ -274,10 +278,11 @@ def routed_experts(
     (`ExecutionOptions.moe_dispatcher`) and the local experts of one MoE layer for one
     microbatch of ``tokens`` router tokens, on the rank with the most rows
     (`ExecutionOptions.moe_load_imbalance`; module docstring). FP8 runs add the
-    quantization of the expert GEMM operands (`moe_experts.expert_fp8_quantize_s`); the
+    quantization of the expert GEMM operands (`moe_experts.expert_fp8_quantize_s`); a
+    latent MoE layer adds its two projections (`moe_latent.latent_projection_s`); the
     fused grouped MLP (`ExecutionOptions.moe_fused_grouped_mlp`) runs the activation in
     GEMM epilogues, so no activation pass is priced."""
-    h = model.hidden_size
+    h, row_width = model.hidden_size, model.expert_hidden_size
     gated = model.activation == "swiglu"
     dispatcher = options.moe_dispatcher
     shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
@@ -286,8 +291,8 @@ def routed_experts(
     router = _gemm3(profile, _rows(tokens), model.num_experts, h, router_gemm_dtype(dtype))
     fused = options.moe_fused_grouped_mlp
     e = shape.local_experts
-    fc1 = expert_gemm3(profile, e, m, n1, h, dtype, fused=fused)
-    fc2 = expert_gemm3(profile, e, m, h, n2, dtype, fused=fused)
+    fc1 = expert_gemm3(profile, e, m, n1, row_width, dtype, fused=fused)
+    fc2 = expert_gemm3(profile, e, m, row_width, n2, dtype, fused=fused)
     expert_rows = shape.rows * plan.expert_tp
     act = {
         d: 0.0
@@ -297,26 +302,28 @@ def routed_experts(
         )
         for d in ("forward", "backward")
     }
+    recipe = None
     if dtype in ops.LOW_PRECISION_GEMM_DTYPES:
+        recipe = operand_recipe(dtype, options.fp8_recipe)
         quant_f, quant_b = expert_fp8_quantize_s(
             profile,
             rows=expert_rows,
-            hidden=h,
+            hidden=row_width,
             width=shape.width,
             gated=gated,
             elem=elem,
             local_experts=shape.local_experts,
             fused=fused,
-            recipe=operand_recipe(dtype, options.fp8_recipe),
+            recipe=recipe,
         )
         act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(
         profile,
-        dispatch_copy_bytes(shape, h, elem, dispatcher),
+        dispatch_copy_bytes(shape, row_width, elem, dispatcher),
         num_ops=dispatch_copies(shape, dispatcher),
     )
     if dispatcher == "allgather" and plan.ep > 1:
-        combine = allgather_combine_bytes(tokens, plan.ep, h, elem)
+        combine = allgather_combine_bytes(tokens, plan.ep, row_width, elem)
         copies += ops.memory_bound_time_s(profile, combine, num_ops=2)
     route = {
         d: ops.memory_bound_time_s(profile, router_kernel_bytes(tokens, model.num_experts, d))
@@ -324,12 +331,15 @@ def routed_experts(
     }
     bias = {d: 0.0 for d in ("forward", "backward")}
     if model.add_bias_linear and not fused:
-        bias = {d: expert_fc2_bias_time_s(profile, expert_rows, h, elem, e, d) for d in bias}
+        bias = {
+            d: expert_fc2_bias_time_s(profile, expert_rows, row_width, elem, e, d) for d in bias
+        }
+    latent = latent_projection_s(profile, model, tokens, elem, dtype, recipe)
     forward_s = router[0] + route["forward"] + fc1[0] + fc2[0] + act["forward"] + copies
-    forward_s += bias["forward"]
+    forward_s += bias["forward"] + latent[0]
     dgrad = router[1] + route["backward"] + fc1[1] + fc2[1] + act["backward"] + copies
-    dgrad += bias["backward"]
-    wgrad = router[2] + fc1[2] + fc2[2]
+    dgrad += bias["backward"] + latent[1]
+    wgrad = router[2] + fc1[2] + fc2[2] + latent[2]
     forward = PassCost(compute_s=forward_s).plus(
         _collectives(profile, plan, shape, model, elem, groups, "forward", dispatcher)
     )

@@ -79,9 +79,10 @@ def chunk_costs(
     the scales (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
     grad_bytes = ops.element_bytes(job.precision)
     mask = model.layer_kinds()
+    depth_kinds = model.mtp_depth_kinds()
     kinds = {
         k: layer_cost(model, job, plan, profile, kind=k, groups=groups, options=options)
-        for k in set(mask)
+        for k in set(mask) | set(depth_kinds)
     }
     emb = embedding_cost(model, job, plan, profile, groups, options)
     out = logits_cost(model, job, plan, profile, groups, options)
@@ -94,11 +95,12 @@ def chunk_costs(
             fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
             if redo is None or i in redo:
                 rec = rec.plus(layer.recompute)
-        for _ in range(at.mtp_layers):  # a decoder layer plus its own output layer and loss
-            layer = kinds[mask[-1]]
-            fwd = fwd.plus(layer.forward).plus(out[0])
-            bwd = bwd.plus(layer.backward).plus(out[1])
-            rec = rec.plus(layer.recompute)
+        for _ in range(at.mtp_layers):  # a depth's layers plus its own output layer and loss
+            for kind in depth_kinds:
+                layer = kinds[kind]
+                fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
+                rec = rec.plus(layer.recompute)
+            fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
         if at.first:
             fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
         if at.last:

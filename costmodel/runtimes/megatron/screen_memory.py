@@ -120,15 +120,16 @@ def _activation_bytes(
     keep_outputs: bool,
 ) -> np.ndarray:
     """Activation bytes stage ``tag`` (index ``stage``) holds at its peak: its in-flight
-    microbatches' layers, the embedding's on stage 0, the output layer's and loss's on the
-    last stage, and with ``keep_outputs`` (`costmodel.activations.stage_activations`) the
-    sent ``boundary`` tensors; ``scale`` is micro-batch size over cp."""
+    microbatches' layers, a hybrid model's MTP depths' on the last chunk (``act_mtp`` per
+    depth), the embedding's on stage 0, the output layer's and loss's on the last stage,
+    and with ``keep_outputs`` (`costmodel.activations.stage_activations`) the sent
+    ``boundary`` tensors; ``scale`` is micro-batch size over cp."""
     pp, vpp = c["pp"], c["vpp"]
     first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
     last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
-    kinds = [k for k in KIND_TAGS if f"n{tag}{k}" in c]
-    per_chunk = sum(c[f"n{tag}{k}"] * c[f"act_{k}"] for k in kinds) / vpp
-    layers = total * per_chunk * scale
+    kinds = [k for k in KIND_TAGS if f"a{tag}{k}" in c]
+    per_chunk = sum(c[f"a{tag}{k}"] * c[f"act_{k}"] for k in kinds) / vpp
+    layers = (total * per_chunk + last_chunk * c[f"mtp{tag}"] * c["act_mtp"]) * scale
     acts = layers + c["act_work"] * scale
     acts += np.where(stage == 0, first_chunk * c["act_emb"] * scale, 0.0)
     loss = last_chunk * c["act_out"] + np.where(last_chunk > 0, c["act_out_once"], 0.0)
@@ -155,7 +156,7 @@ def _exchange_bytes(
     )
     if model.is_moe:
         rows = model.moe_top_k * tokens / sp_div * (model.moe_capacity_factor or 1.0)
-        extra = extra + e * rows * model.hidden_size
+        extra = extra + e * rows * model.expert_hidden_size
     return boundary, extra
 
 

@@ -42,7 +42,7 @@ from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
-from specs.params import count_params, padded_vocab_size
+from specs.params import count_params, held_mtp_layers, padded_vocab_size
 from specs.pipeline_split_checks import split_problem
 from specs.plan import ParallelPlan
 
@@ -94,7 +94,7 @@ def _layer_columns(
     the embedding and the output layer do not depend on ep and etp: they are priced once
     per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange, memory savers) of one
     call."""
-    kinds = sorted(set(model.layer_kinds()))
+    kinds = sorted(_priced_kinds(model))
     dense_parts: dict[tuple, dict[str, float]] = {}
     passes: dict[tuple, LayerPasses] = {}
 
@@ -206,16 +206,21 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
 
 def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     """The stages the screen prices (0, the heaviest middle stage, p-1) and, for each, its
-    layers of every kind of the model (``n{stage}{kind tag}``, `specs.layer_kinds.LayerKind.tag`;
-    MTP layers counted as the last layer's kind), its layers in all (``n{stage}``, MTP
-    layers included) and its MTP layers (``mtp{stage}``), from the plan's pipeline split
+    layers of every kind of the model that it computes (``n{stage}{kind tag}``,
+    `specs.layer_kinds.LayerKind.tag`; each MTP depth's layers by their kinds,
+    `ModelSpec.mtp_depth_kinds`), those whose activations the screen's chunks hold
+    (``a{stage}{kind tag}``: a hybrid model's MTP depths left to ``act_mtp``, on the last
+    chunk only), its layers that hold weights (``n{stage}``, the MTP
+    weight sets' layers included, `specs.params.held_mtp_layers`) and its MTP depths
+    (``mtp{stage}``), from the plan's pipeline split
     (`specs.pipeline_split`). The heaviest middle stage has the most MoE layers, then the
     most layers, then the earliest position (more microbatches in flight): with leading
     dense layers, a stage with as many layers but some dense ones holds fewer parameters
     and runs faster."""
     split = plan_split(model, plan)
     kinds = model.layer_kinds()
-    tags = sorted({kind.tag for kind in kinds})
+    depth_kinds = model.mtp_depth_kinds()
+    tags = sorted({kind.tag for kind in kinds + depth_kinds})
     middle = range(1, plan.pp - 1)
 
     def weight(stage: int) -> tuple[int, int]:
@@ -228,10 +233,14 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
         layers = split.rank_layers(stage)
         mtp = split.rank_mtp_layers(stage)
         counts = Counter(kinds[i].tag for i in layers)
-        counts[kinds[-1].tag] += mtp
+        saved = Counter(counts)  # a hybrid model's MTP depths save apart (``act_mtp``)
+        for kind in depth_kinds:
+            counts[kind.tag] += mtp
+            saved[kind.tag] += 0 if model.is_hybrid else mtp
         for kind_tag in tags:
             out[f"n{tag}{kind_tag}"] = counts[kind_tag]
-        out[f"n{tag}"] = len(layers) + mtp
+            out[f"a{tag}{kind_tag}"] = saved[kind_tag]
+        out[f"n{tag}"] = len(layers) + held_mtp_layers(model, mtp)
         out[f"mtp{tag}"] = mtp
     return out
 
@@ -308,12 +317,13 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
         kept, transient = output_microbatch_bytes(
             model, ref_job, plan, options.cross_entropy_fusion
         )
-        per_layer = acts.layers_bytes / model.num_layers
+        per_layer = (acts.layers_bytes - acts.mtp_bytes) / model.num_layers
         return {
             **{
                 f"act_{tag}": per_layer * share
                 for tag, share in _kind_shares(model, ref_job, plan, options).items()
             },
+            "act_mtp": acts.mtp_bytes / max(model.mtp_num_layers, 1),
             "act_work": acts.recompute_working_bytes,
             "act_emb": acts.embedding_bytes,
             "act_out": kept,
@@ -321,6 +331,11 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
         }
 
     return fn
+
+
+def _priced_kinds(model: ModelSpec) -> set[LayerKind]:
+    """The layer kinds the screen prices: the decoder's and its MTP depths'."""
+    return set(model.layer_kinds()) | set(model.mtp_depth_kinds())
 
 
 def _kind_shares(
@@ -332,9 +347,9 @@ def _kind_shares(
     1 for every kind under full recompute, whose checkpoints are layer inputs of one size."""
     kinds = model.layer_kinds()
     if plan.recompute == "full":
-        return {kind.tag: 1.0 for kind in set(kinds)}
+        return {kind.tag: 1.0 for kind in _priced_kinds(model)}
     stored: dict[str, float] = {}
-    for kind in set(kinds):
+    for kind in _priced_kinds(model):
         layer = kind_activations(
             model,
             job,

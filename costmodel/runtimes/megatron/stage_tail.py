@@ -24,7 +24,7 @@ from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import count_params, padded_vocab_size
+from specs.params import count_params, held_mtp_layers, padded_vocab_size
 from specs.plan import ParallelPlan
 
 
@@ -55,7 +55,8 @@ def stage_tail(
     pipeline_end = row[-1].end_s
     grad_bytes = options.main_grad_bytes
     layers_per_chunk = tuple(
-        len(c.layers) + c.mtp_layers for c in plan_stage_chunks(model, plan, stage)
+        len(c.layers) + held_mtp_layers(model, c.mtp_layers)
+        for c in plan_stage_chunks(model, plan, stage)
     )
     clock, dp_events = 0.0, []
     events = grad_bucket_events(

@@ -27,6 +27,7 @@ from specs.finetune import executor_lora_refusal
 from specs.hybrid_checks import executor_hybrid_refusal
 from specs.job import TrainingJob
 from specs.kv_sharding import executor_kv_refusal
+from specs.latent_checks import executor_latent_moe_refusal
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules_savers import executor_saver_refusal
@@ -184,10 +185,11 @@ class TorchRuntime:
 
 def _refuse_model(model: ModelSpec) -> None:
     """SpecError for a model paraplan's executor does not build: a hybrid model
-    (`specs.hybrid_checks.executor_hybrid_refusal`, the executor's own check)."""
-    refusal = executor_hybrid_refusal(model)
-    if refusal is not None:
-        raise SpecError(refusal)
+    (`specs.hybrid_checks.executor_hybrid_refusal`) or a latent MoE model
+    (`specs.latent_checks.executor_latent_moe_refusal`), the executor's own checks."""
+    for refusal in (executor_hybrid_refusal(model), executor_latent_moe_refusal(model)):
+        if refusal is not None:
+            raise SpecError(refusal)
 
 
 def _refuse(model: ModelSpec, plan: ParallelPlan) -> None:

@@ -1,0 +1,241 @@
+"""Multi-token prediction on hybrid models in the Megatron runtime and the FLOPs count: each
+depth computes its layers by kind plus an output layer and loss, repeated weights are held
+once, the screen agrees with the simulator, and the model FLOPs follow Megatron-LM's
+``hybrid_flops`` with MTP (megatron/training/training.py, d98e8a64)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from costmodel.activations import stage_activations
+from costmodel.estimate import estimate_plan
+from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.flops import (
+    forward_flops_per_token,
+    model_flops_per_iteration,
+    mtp_forward_flops_per_token,
+)
+from costmodel.passes import comm_groups
+from costmodel.rank_params import non_unit_params, stage_params
+from costmodel.runtimes.megatron.fp8_scaling import layer_fp8_modules, stage_fp8_modules
+from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.pricing import chunk_costs
+from costmodel.runtimes.megatron.vocab_costs import logits_cost
+from costmodel.schedules import plan_stage_chunks
+from costmodel.topology import plan_placements
+from profiles.store import load_profile
+from specs.cluster import ClusterSpec
+from specs.job import TrainingJob
+from specs.layer_kinds import HYBRID_SYMBOLS
+from specs.model import ModelSpec
+from specs.params import count_params
+from specs.plan import ParallelPlan
+from specs.presets import get_preset
+from tests.costmodel.test_flops_hybrid import megatron_hybrid_flops
+from tests.costmodel.test_screen import compare, valid_plans
+
+H100 = load_profile("h100-sxm-80gb")
+HYBRID = ModelSpec(
+    name="hybrid",
+    num_layers=16,
+    hidden_size=2048,
+    num_attention_heads=16,
+    num_query_groups=4,
+    ffn_hidden_size=8192,
+    vocab_size=32000,
+    hybrid_layer_pattern="M-M*M-M-" * 2,
+)
+JOB = TrainingJob(seq_length=4096, global_batch_size=64)
+PLAN = ParallelPlan(tp=2, pp=2, dp=2, sequence_parallel=True, distributed_optimizer=True)
+ATTENTION, MLP = HYBRID_SYMBOLS["*"], HYBRID_SYMBOLS["-"]
+
+
+def with_mtp(depths: int, *, repeated: bool = False, model: ModelSpec = HYBRID) -> ModelSpec:
+    if not depths:
+        return model
+    return model.replace(
+        mtp_num_layers=depths, mtp_hybrid_pattern="*-", mtp_repeated_layer=repeated
+    )
+
+
+def last_chunk(model: ModelSpec, plan: ParallelPlan = PLAN):
+    groups = comm_groups(plan_placements(H100, plan))
+    return chunk_costs(model, JOB, plan, H100, groups, DEFAULT_OPTIONS)[-1][-1], groups
+
+
+def test_a_depth_computes_its_layers_and_an_output_layer() -> None:
+    base, groups = last_chunk(HYBRID)
+    one, _ = last_chunk(with_mtp(1))
+    attention = layer_cost(HYBRID, JOB, PLAN, H100, kind=ATTENTION, groups=groups)
+    mlp = layer_cost(HYBRID, JOB, PLAN, H100, kind=MLP, groups=groups)
+    logits_fwd, logits_bwd = logits_cost(HYBRID, JOB, PLAN, H100, groups, DEFAULT_OPTIONS)
+    depth_fwd = attention.forward.compute_s + mlp.forward.compute_s + logits_fwd.compute_s
+    depth_bwd = attention.backward.compute_s + mlp.backward.compute_s + logits_bwd.compute_s
+    assert one.forward.compute_s - base.forward.compute_s == pytest.approx(depth_fwd, rel=1e-9)
+    grads = one.backward.compute_s - base.backward.compute_s
+    # plus accumulating the depth's gradients where the fusion is off
+    assert grads == pytest.approx(depth_bwd, rel=0.02)
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_two_depths_compute_twice_one_depth(repeated: bool) -> None:
+    base, _ = last_chunk(HYBRID)
+    one, _ = last_chunk(with_mtp(1))
+    two, _ = last_chunk(with_mtp(2, repeated=repeated))
+    depth = one.forward.compute_s - base.forward.compute_s
+    assert two.forward.compute_s - base.forward.compute_s == pytest.approx(2 * depth, rel=1e-9)
+    depth_bwd = one.backward.compute_s - base.backward.compute_s
+    assert two.backward.compute_s - base.backward.compute_s == pytest.approx(
+        2 * depth_bwd, rel=0.02
+    )
+
+
+def test_repeated_weights_are_held_once() -> None:
+    one, two = with_mtp(1), with_mtp(2)
+    shared = with_mtp(2, repeated=True)
+    last = PLAN.pp - 1
+    assert stage_params(shared, PLAN, last) == stage_params(one, PLAN, last)
+    assert stage_params(two, PLAN, last).dense > stage_params(one, PLAN, last).dense
+    assert non_unit_params(shared, PLAN, last) == non_unit_params(one, PLAN, last)
+    assert stage_params(shared, PLAN, 0) == stage_params(HYBRID, PLAN, 0)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    memory = {m.name: estimate_plan(m, cluster, JOB, PLAN, H100).memory[last] for m in (one,)}
+    shared_memory = estimate_plan(shared, cluster, JOB, PLAN, H100).memory[last]
+    for part in ("weights_bytes", "gradients_bytes", "optimizer_bytes"):
+        assert getattr(shared_memory, part) == getattr(memory["hybrid"], part)
+    two_memory = estimate_plan(two, cluster, JOB, PLAN, H100).memory[last]
+    assert two_memory.weights_bytes > shared_memory.weights_bytes
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_each_depth_saves_its_activations(recompute: str) -> None:
+    plan = PLAN.replace(recompute=recompute)
+    last = plan.pp - 1
+    base = stage_activations(HYBRID, JOB, plan, last)
+    one = stage_activations(with_mtp(1), JOB, plan, last)
+    shared = stage_activations(with_mtp(2, repeated=True), JOB, plan, last)
+    assert base.mtp_bytes == 0.0 and one.mtp_bytes > 0.0
+    assert one.layers_bytes - base.layers_bytes == pytest.approx(one.mtp_bytes, rel=1e-12)
+    assert shared.mtp_bytes == pytest.approx(2 * one.mtp_bytes, rel=1e-12)  # per depth
+    assert stage_activations(with_mtp(2), JOB, plan, last).mtp_bytes == shared.mtp_bytes
+    assert stage_activations(with_mtp(2), JOB, plan, 0) == stage_activations(HYBRID, JOB, plan, 0)
+    if recompute == "full":  # a depth is one checkpoint: its input, [s, b, h] / tp
+        tokens_bytes = JOB.seq_length * 2 * HYBRID.hidden_size / plan.tp
+        assert one.mtp_bytes == pytest.approx(tokens_bytes, rel=1e-12)
+
+
+def test_repeated_weights_keep_the_compute_and_shrink_the_step() -> None:
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    times = {
+        key: estimate_plan(model, cluster, JOB, PLAN, H100).iteration_time_s
+        for key, model in (
+            ("one", with_mtp(1)),
+            ("two", with_mtp(2)),
+            ("shared", with_mtp(2, repeated=True)),
+        )
+    }
+    assert times["one"] < times["shared"] <= times["two"]
+
+
+def test_fp8_modules_count_each_held_weight_set() -> None:
+    chunks = plan_stage_chunks(with_mtp(2), PLAN, PLAN.pp - 1)
+    base = stage_fp8_modules(HYBRID, plan_stage_chunks(HYBRID, PLAN, PLAN.pp - 1), ep=1)
+    depth = layer_fp8_modules(HYBRID, kind=ATTENTION, ep=1).plus(
+        layer_fp8_modules(HYBRID, kind=MLP, ep=1)
+    )
+    assert stage_fp8_modules(with_mtp(2), chunks, ep=1) == base.plus(depth).plus(depth)
+    shared = with_mtp(2, repeated=True)
+    shared_chunks = plan_stage_chunks(shared, PLAN, PLAN.pp - 1)
+    assert stage_fp8_modules(shared, shared_chunks, ep=1) == base.plus(depth)
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_screen_agrees_with_the_simulator_on_a_hybrid_model_with_mtp(repeated: bool) -> None:
+    model = with_mtp(2, repeated=repeated)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    grid = {
+        "tp": [1, 2, 4],
+        "pp": [1, 2, 4],
+        "vpp": [1, 2],
+        "micro_batch_size": [1, 2],
+        "sequence_parallel": [False, True],
+        "recompute": ["none", "selective", "full"],
+        "distributed_optimizer": [True],
+        "overlap_grad_reduce": [True],
+    }
+    plans = valid_plans(model, cluster, JOB, grid)[::4]
+    assert len(plans) > 20
+    time_err, mem_err = compare(model, cluster, JOB, plans)
+    assert np.max(time_err) < 0.05
+    assert np.max(mem_err) < 0.05
+
+
+def test_screen_prices_a_depth_kind_the_decoder_lacks() -> None:
+    # the decoder has no E layer; its MTP depth does: the screen prices that kind too
+    model = get_preset("nemotron-3-nano")
+    mamba_only = model.replace(
+        num_layers=8,
+        hybrid_layer_pattern="M*MEM*ME",
+        mtp_num_layers=1,
+        mtp_hybrid_pattern="-",
+        num_experts=8,
+        moe_top_k=2,
+    )
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    plans = [ParallelPlan.for_world(8, tp=2, pp=2), ParallelPlan.for_world(8, tp=1, pp=4)]
+    time_err, mem_err = compare(mamba_only, cluster, JOB, plans)
+    assert np.max(time_err) < 0.05 and np.max(mem_err) < 0.05
+
+
+def test_nano_mtp_flops_golden() -> None:
+    """Nemotron 3 Nano with two "*E" MTP depths, one 4096-token sequence, per token
+    forward, by hand (h 2688, 32 heads of 128, 2 groups, top-6 experts of 1856, shared
+    3712, vocabulary 131072), as Megatron-LM's ``hybrid_flops`` counts a depth:
+      attention projections 4·128·32·(2688 + 2688·2/32)   =  46,792,704
+      attention core        2·4096·128·32                 =  33,554,432
+      experts               4·2688·(1856·6 + 3712)         = 159,645,696
+      its output layer      2·2688·131072                  = 704,643,072
+      one depth                                            = 944,635,904
+    ``get_hybrid_layer_counts`` counts the "*E" part once per depth, whatever
+    ``mtp_use_repeated_layer`` says, and ``hybrid_flops`` multiplies the logits by
+    (1 + mtp_num_layers); no eh_proj term."""
+    nano = get_preset("nemotron-3-nano")
+    depth = 46_792_704 + 33_554_432 + 159_645_696 + 704_643_072
+    assert depth == 944_635_904
+    for repeated in (False, True):
+        model = nano.replace(mtp_num_layers=2, mtp_hybrid_pattern="*E", mtp_repeated_layer=repeated)
+        assert mtp_forward_flops_per_token(model, 4096) == 2 * depth
+        per_token = forward_flops_per_token(model, 4096)
+        assert per_token == forward_flops_per_token(nano, 4096) + 2 * depth
+        megatron = (
+            megatron_hybrid_flops(
+                4096,
+                4096,
+                2688,
+                (6 + 2, 23, 0, 23 + 2),
+                kv_channels=128,
+                heads=32,
+                groups=2,
+                ffn=1856,
+                mamba_heads=64,
+                mamba_groups=8,
+                state=128,
+                moe_ffn=1856,
+                top_k=6,
+                shared=3712,
+                vocab=131072,
+            )
+            + 3 * 2 * 2 * 4096 * 2688 * 131072
+        )  # the two depths' logits
+        assert model_flops_per_iteration(model, 4096, 1) == pytest.approx(megatron, rel=1e-12)
+
+
+def test_transformer_mtp_flops_stay_unmodelled() -> None:
+    model = get_preset("deepseek-v3")
+    assert mtp_forward_flops_per_token(model, 4096) == 0.0
+    without = dataclasses.replace(model, mtp_num_layers=0)
+    assert forward_flops_per_token(model, 4096) == forward_flops_per_token(without, 4096)
+    assert count_params(model).mtp > 0
