@@ -1,5 +1,6 @@
 """The hybrid Mamba-2 model presets of `specs.presets`, as registry entries in registry
-order: `HYBRID` (Nemotron-H 8B, 47B, 56B and Nemotron 3 Nano 30B-A3B).
+order: `HYBRID` (Nemotron-H 8B, 47B, 56B, Nemotron 3 Nano 30B-A3B and Nemotron 3 Super
+120B-A12B).
 
 Values are those of Megatron-Bridge's model providers (NVIDIA-NeMo/Megatron-Bridge tag
 v0.4.0, ``src/megatron/bridge/models/nemotronh/nemotron_h_provider.py``:
@@ -13,6 +14,15 @@ The vocabulary is the 131072-token tokenizer of the Hugging Face checkpoints
 (``vocab_size`` in their config.json). ``max_position_embeddings`` is the provider's
 ``seq_length`` (8192; Nano 262144); with no position embedding it has no weights.
 
+Nemotron 3 Super has no provider class: its recipes build the model from the Hugging Face
+config of nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 through ``AutoBridge``
+(``recipes/nemotronh/nemotron_3_super.py``; ``NemotronHBridge.provider_bridge``). Its
+config.json: 88 layers (40 ``M``, 40 ``E``, 8 ``*``), hidden 4096, 32 heads of 128 with 2
+key/value heads, Mamba-2 128 heads of 64, 8 groups, state 128; ``E`` layers of 512 experts
+of 2688, top-22, a shared expert of 5376, ``moe_latent_size`` 1024, ``routed_scaling_factor``
+5.0; one MTP depth ``mtp_hybrid_override_pattern`` ``*E``, which the recipes run at two
+depths with one set of weights (``mtp_num_layers = 2``, ``mtp_use_repeated_layer``).
+
 The providers' MLP is squared ReLU (``activation_func = squared_relu``,
 ``gated_linear_unit`` False): a non-gated MLP with two weight matrices, h -> F -> h.
 `ModelSpec` has no squared-ReLU activation; it is modelled as ``gelu``, the same two
@@ -24,6 +34,7 @@ activation differs (as `specs.preset_dense`'s Nemotron-4). Canonical form as
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Any
 
@@ -41,6 +52,9 @@ _NEMOTRON_H_56B = (
     "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 )
 _NEMOTRON_3_NANO = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+_NEMOTRON_3_SUPER = (
+    "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+)
 
 NEMOTRON_H_ROUTER = RouterSpec(
     # NemotronHModelProvider (and NemotronHBridge.provider_bridge): sigmoid scores with the
@@ -56,6 +70,10 @@ NEMOTRON_H_ROUTER = RouterSpec(
     moe_router_topk_scaling_factor=2.5,
 )
 """The router of Nemotron 3 Nano's ``E`` layers (Megatron-Bridge v0.4.0 providers)."""
+
+NEMOTRON_3_SUPER_ROUTER = dataclasses.replace(NEMOTRON_H_ROUTER, moe_router_topk_scaling_factor=5.0)
+"""Nemotron 3 Super's router: the bridge's Nemotron-H router with the config's
+``routed_scaling_factor`` 5.0 (``n_group`` and ``topk_group`` 1)."""
 
 
 def nemotron_h_style(name: str, pattern: str, **dims: Any) -> tuple[str, Factory]:
@@ -133,5 +151,24 @@ HYBRID = (
         moe_shared_expert_size=3712,
         router=NEMOTRON_H_ROUTER,
     ),
+    # Nemotron 3 Super config.json (module docstring): latent MoE and a repeated MTP depth.
+    nemotron_h_style(
+        "nemotron-3-super",
+        _NEMOTRON_3_SUPER,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=2,
+        ffn_hidden_size=2688,
+        max_position_embeddings=262144,
+        mamba_state_dim=128,
+        num_experts=512,
+        moe_top_k=22,
+        moe_shared_expert_size=5376,
+        moe_latent_size=1024,
+        mtp_num_layers=2,
+        mtp_hybrid_pattern="*E",
+        mtp_repeated_layer=True,
+        router=NEMOTRON_3_SUPER_ROUTER,
+    ),
 )
-"""Nemotron-H 8B, 47B and 56B, Nemotron 3 Nano 30B-A3B."""
+"""Nemotron-H 8B, 47B and 56B, Nemotron 3 Nano 30B-A3B, Nemotron 3 Super 120B-A12B."""

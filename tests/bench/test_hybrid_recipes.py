@@ -1,7 +1,7 @@
-"""bench/hybrid_recipes.py: what the Megatron-Bridge Nemotron 3 Nano and Nemotron-H 56B
-recipes ran beyond their printed plan, checked against the configs its module docstring
-cites (``scripts/performance/configs/nemotronh/``), and the trust C pricing of the Nano
-rows."""
+"""bench/hybrid_recipes.py and bench/super_recipes.py: what the Megatron-Bridge Nemotron 3
+Nano, Nemotron 3 Super and Nemotron-H 56B recipes ran beyond their printed plan, checked
+against the configs their module docstrings cite (``scripts/performance/configs/
+nemotronh/``), and the trust C pricing of the Nano and Super rows."""
 
 from __future__ import annotations
 
@@ -115,18 +115,84 @@ def test_the_mamba_scope_changes_no_priced_term():
     assert seconds(NANO_BLACKWELL) == seconds(NANO_BLACKWELL - {"mamba"})
 
 
-def test_nano_rows_are_priced_apart_and_super_rows_give_their_reason():
-    super_row = row_with(NANO_GB300, row_id="112", model="Nemotron_3_Super", num_gpus="64")
-    entries = trust_c.trust_c_report([NANO_GB300, row_with(super_row, ep="64", dp="64")])
-    priced, refused = entries
-    assert priced["priced"] and priced["fits"]
-    # 512 x 8192 tokens over 8 GPUs at 37664 tokens/s per GPU.
-    assert priced["published_s"] == pytest.approx(512 * 8192 / (37664 * 8))
-    assert refused == {
-        "row_id": "112",
-        "source_id": "MBRIDGE-26.02.01",
-        "model": "Nemotron_3_Super",
-        "reason": hybrid.SUPER_REASON,
-        "trust": "C",
-        "priced": False,
+def super_row(source: str, gpu: str, precision: str, tp: int, ep: int) -> dict[str, str]:
+    """A Nemotron 3 Super row as the dev set prints it (rows 112-115, 141-146, 196-203,
+    239-246): 64 GPUs, global batch 512, micro-batch 1, no architecture columns."""
+    return row_with(
+        NANO_GB300,
+        row_id="9100",
+        source_id=source,
+        model="Nemotron_3_Super",
+        gpu_type=gpu,
+        precision=precision,
+        num_gpus="64",
+        tp=str(tp),
+        ep=str(ep),
+        dp=str(64 // tp),
+        global_batch_size="512",
+        micro_batch_size="1",
+        grad_accum=str(512 // (64 // tp)),
+        tokens_per_sec_per_gpu="8000",
+    )
+
+
+SUPER_GRAPHS = frozenset({"attn", "mamba", "moe_router", "moe_preprocess"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "scopes", "modules"),
+    [
+        # BASE_NEMOTRON_3_SUPER_CONFIG (v0.4.0 to v0.5.1): HybridEP, graphs, no recompute.
+        (super_row("MBRIDGE-26.06.01", "GB300 (NVL72)", "MXFP8", 1, 64), SUPER_GRAPHS, None),
+        (super_row("MBRIDGE-26.04", "GB200 (NVL72)", "NVFP4", 2, 64), SUPER_GRAPHS, None),
+        # ..._B300_NVFP4_V1 = ..._B300_BF16_V1: recompute moe_act, layernorm.
+        (super_row("MBRIDGE-26.06", "B300", "NVFP4", 1, 8), SUPER_GRAPHS, ("moe_act", "layernorm")),
+        (super_row("MBRIDGE-26.06", "B300", "MXFP8", 1, 8), SUPER_GRAPHS, None),
+        # BASE_NEMOTRON_3_SUPER_CONFIG_B200: no graphs, recompute moe_act, layernorm.
+        (super_row("MBRIDGE-26.04", "B200", "MXFP8", 1, 64), frozenset(), ("moe_act", "layernorm")),
+        # ..._B200_NVFP4_V1: tp 2, graphs back, no recompute.
+        (super_row("MBRIDGE-26.04.01", "B200", "NVFP4", 2, 64), SUPER_GRAPHS, None),
+    ],
+)
+def test_super_rows_take_their_configs(raw, scopes, modules):
+    assert hybrid.hybrid_preset(raw) == "nemotron-3-super"
+    assert hybrid.hybrid_runtime_fields(raw) == {
+        "moe_dispatcher": "flex",
+        "cuda_graph_scopes": scopes,
     }
+    fields = hybrid.hybrid_plan_fields(raw, int(raw["tp"]), True)
+    assert fields == (
+        {} if modules is None else {"recompute": "selective", "recompute_modules": modules}
+    )
+    case = rows_mod.case_for_row(raw)
+    assert case.model.moe_latent_size == 1024 and case.model.mtp_repeated_layer
+    assert case.plan.recompute_modules == modules
+
+
+def test_b200_bf16_configs_by_release():
+    # v0.4.0 ..._B200_BF16_V1: ep 64, no graphs, four modules; v0.5.1: graphs, three.
+    old = super_row("MBRIDGE-26.04", "B200", "BF16", 1, 64)
+    new = super_row("MBRIDGE-26.06.01", "B200", "BF16", 2, 8)
+    assert hybrid.hybrid_runtime_fields(old)["cuda_graph_scopes"] == frozenset()
+    assert hybrid.hybrid_runtime_fields(new)["cuda_graph_scopes"] == SUPER_GRAPHS
+    assert hybrid.hybrid_plan_fields(old, 1, True)["recompute_modules"] == (
+        "moe_act",
+        "moe",
+        "layernorm",
+        "core_attn",
+    )
+    assert hybrid.hybrid_plan_fields(new, 2, True)["recompute_modules"] == (
+        "moe_act",
+        "layernorm",
+        "core_attn",
+    )
+
+
+def test_nano_and_super_rows_are_priced_apart_and_fit():
+    raw = super_row("MBRIDGE-26.06.01", "GB300 (NVL72)", "MXFP8", 1, 64)
+    priced_nano, priced_super = trust_c.trust_c_report([NANO_GB300, raw])
+    assert priced_nano["priced"] and priced_nano["fits"]
+    # 512 x 8192 tokens over 8 GPUs at 37664 tokens/s per GPU.
+    assert priced_nano["published_s"] == pytest.approx(512 * 8192 / (37664 * 8))
+    assert priced_super["priced"] and priced_super["fits"]
+    assert priced_super["published_s"] == pytest.approx(512 * 8192 / (8000 * 64))

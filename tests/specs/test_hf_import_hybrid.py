@@ -64,10 +64,37 @@ H8B: dict[str, Any] = {
     "mamba_num_heads": 128,
 }
 
+# Nemotron 3 Super's config.json (nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16), the keys
+# that shape weights, routing and MTP.
+SUPER: dict[str, Any] = {
+    **NANO,
+    "hybrid_override_pattern": (
+        "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
+    ),
+    "num_hidden_layers": 88,
+    "hidden_size": 4096,
+    "intermediate_size": 2688,
+    "mamba_num_heads": 128,
+    "n_routed_experts": 512,
+    "num_experts_per_tok": 22,
+    "moe_intermediate_size": 2688,
+    "moe_shared_expert_intermediate_size": 5376,
+    "moe_latent_size": 1024,
+    "routed_scaling_factor": 5.0,
+    "num_nextn_predict_layers": 1,
+    "mtp_hybrid_override_pattern": "*E",
+}
+
 
 def test_nano_config_round_trips_to_its_preset() -> None:
     spec = model_from_hf_config(NANO, name="nemotron-3-nano")
     assert spec == get_preset("nemotron-3-nano")
+
+
+def test_super_config_is_its_preset_at_the_configs_one_mtp_depth() -> None:
+    # the recipes run the config's one depth twice (mtp_num_layers 2, specs.preset_hybrid)
+    spec = model_from_hf_config(SUPER, name="nemotron-3-super")
+    assert spec == get_preset("nemotron-3-super").replace(mtp_num_layers=1)
 
 
 def test_dense_config_round_trips_to_its_preset() -> None:

@@ -127,3 +127,17 @@ def test_published_layer_counts() -> None:
     for name, counts in (("nemotron-h-56b", (54, 10, 54, 0)), ("nemotron-3-nano", (23, 6, 0, 23))):
         pattern = get_preset(name).hybrid_layer_pattern or ""
         assert tuple(pattern.count(s) for s in "M*-E") == counts
+
+
+def test_nemotron_3_super_matches_its_checkpoint() -> None:
+    """The BF16 tensors of nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 (safetensors
+    headers): 123,611,012,096 elements, of which 2,942,324,736 in the MTP block (one set of
+    weights: enorm, hnorm, eh_proj, an attention and a latent-MoE layer, its final norm);
+    the 41 routers' fp32 score-correction biases (41 x 512) are Megatron buffers, not
+    counted. Active: the total without the MTP block and the 490 unrouted experts of each
+    of the 40 E layers (40 x 490 x 2 x 1024 x 2688 = 107,898,470,400): 12,770,216,960."""
+    counts = count_params(get_preset("nemotron-3-super"))
+    assert counts.total == 123_611_012_096
+    assert counts.mtp == 2_942_324_736
+    assert counts.active == 123_611_012_096 - 2_942_324_736 - 107_898_470_400
+    assert counts.active == 12_770_216_960

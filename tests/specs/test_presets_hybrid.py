@@ -12,7 +12,13 @@ from specs.plan import ParallelPlan
 from specs.presets import get_preset, preset_names
 from specs.rules import check_plan
 
-HYBRIDS = ["nemotron-h-8b", "nemotron-h-47b", "nemotron-h-56b", "nemotron-3-nano"]
+HYBRIDS = [
+    "nemotron-h-8b",
+    "nemotron-h-47b",
+    "nemotron-h-56b",
+    "nemotron-3-nano",
+    "nemotron-3-super",
+]
 
 # Provider fields: (layers, hidden, heads, query groups, ffn, Mamba-2 state, Mamba-2 heads).
 PROVIDERS = {
@@ -20,11 +26,13 @@ PROVIDERS = {
     "nemotron-h-47b": (98, 8192, 64, 8, 30720, 256, 256),
     "nemotron-h-56b": (118, 8192, 64, 8, 32768, 256, 256),
     "nemotron-3-nano": (52, 2688, 32, 2, 1856, 128, 64),
+    # no provider class: the Hugging Face config.json the recipes load (specs.preset_hybrid)
+    "nemotron-3-super": (88, 4096, 32, 2, 2688, 128, 128),
 }
 
 
 def test_hybrid_presets_are_registered_last() -> None:
-    assert preset_names()[-4:] == HYBRIDS
+    assert preset_names()[-5:] == HYBRIDS
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
@@ -76,3 +84,17 @@ def test_preset_validates_with_a_plan(name: str, plan: ParallelPlan) -> None:
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=plan.world_size)
     job = TrainingJob(seq_length=8192, global_batch_size=64)
     assert check_plan(get_preset(name), cluster, job, plan) == []
+
+
+def test_nemotron_3_super_experts_latent_router_and_mtp() -> None:
+    """nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16 config.json: 512 experts of 2688,
+    top-22, shared expert 5376, moe_latent_size 1024, routed_scaling_factor 5.0, one MTP
+    depth "*E"; its Megatron-Bridge recipes run that depth twice with one set of weights
+    (recipes/nemotronh/nemotron_3_super.py: mtp_num_layers 2, mtp_use_repeated_layer)."""
+    m = get_preset("nemotron-3-super")
+    assert (m.num_experts, m.moe_top_k, m.expert_ffn_hidden_size) == (512, 22, 2688)
+    assert (m.moe_shared_expert_size, m.moe_latent_size) == (5376, 1024)
+    assert m.router.moe_router_topk_scaling_factor == 5.0
+    assert (m.mtp_num_layers, m.mtp_hybrid_pattern, m.mtp_repeated_layer) == (2, "*E", True)
+    pattern = m.hybrid_layer_pattern or ""
+    assert (pattern.count("M"), pattern.count("E"), pattern.count("*")) == (40, 40, 8)
