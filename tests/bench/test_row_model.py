@@ -71,9 +71,7 @@ def test_a_stated_column_the_preset_contradicts_is_named():
         model_mod.model_for(row_with(NANO_GB300, hidden_size="4096"))
 
 
-def test_super_rows_give_their_own_reason():
+def test_super_rows_take_their_preset():
     raw = row_with(NANO_GB300, model="Nemotron_3_Super", num_gpus="64", ep="64")
-    with pytest.raises(
-        model_mod.NotExpressible, match=r"latent MoE \(moe_latent_size\), not expressed"
-    ):
-        model_mod.model_for(raw)
+    model = model_mod.model_for(raw)
+    assert model == get_preset("nemotron-3-super").replace(name="Nemotron_3_Super")
