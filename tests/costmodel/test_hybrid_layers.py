@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from costmodel.execution_presets import DEFAULT_OPTIONS
@@ -20,7 +19,7 @@ from specs.job import TrainingJob
 from specs.layer_kinds import DENSE_LAYER, HYBRID_SYMBOLS
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-from tests.costmodel.test_screen import compare, valid_plans
+from tests.costmodel.test_screen import HYBRID_GRID, assert_screen_agrees
 
 H100 = load_profile("h100-sxm-80gb")
 TRANSFORMER = ModelSpec(
@@ -90,18 +89,4 @@ def test_screen_agrees_with_the_simulator_on_a_hybrid_model():
     model = HYBRID.replace(num_layers=16, hybrid_layer_pattern="M-M*M-M-" * 2)
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
     job = TrainingJob(seq_length=4096, global_batch_size=64)
-    grid = {
-        "tp": [1, 2, 4],
-        "pp": [1, 2, 4],
-        "vpp": [1, 2],
-        "micro_batch_size": [1, 2],
-        "sequence_parallel": [False, True],
-        "recompute": ["none", "selective", "full"],
-        "distributed_optimizer": [True],
-        "overlap_grad_reduce": [True],
-    }
-    plans = valid_plans(model, cluster, job, grid)[::3]
-    assert len(plans) > 30
-    time_err, mem_err = compare(model, cluster, job, plans)
-    assert np.max(time_err) < 0.05
-    assert np.max(mem_err) < 0.05
+    assert_screen_agrees(model, cluster, job, HYBRID_GRID, every=3, at_least=30)

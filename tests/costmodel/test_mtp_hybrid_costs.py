@@ -35,7 +35,7 @@ from specs.params import count_params
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from tests.costmodel.test_flops_hybrid import megatron_hybrid_flops
-from tests.costmodel.test_screen import compare, valid_plans
+from tests.costmodel.test_screen import HYBRID_GRID, assert_screen_agrees, compare
 
 H100 = load_profile("h100-sxm-80gb")
 HYBRID = ModelSpec(
@@ -156,21 +156,7 @@ def test_fp8_modules_count_each_held_weight_set() -> None:
 def test_screen_agrees_with_the_simulator_on_a_hybrid_model_with_mtp(repeated: bool) -> None:
     model = with_mtp(2, repeated=repeated)
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
-    grid = {
-        "tp": [1, 2, 4],
-        "pp": [1, 2, 4],
-        "vpp": [1, 2],
-        "micro_batch_size": [1, 2],
-        "sequence_parallel": [False, True],
-        "recompute": ["none", "selective", "full"],
-        "distributed_optimizer": [True],
-        "overlap_grad_reduce": [True],
-    }
-    plans = valid_plans(model, cluster, JOB, grid)[::4]
-    assert len(plans) > 20
-    time_err, mem_err = compare(model, cluster, JOB, plans)
-    assert np.max(time_err) < 0.05
-    assert np.max(mem_err) < 0.05
+    assert_screen_agrees(model, cluster, JOB, HYBRID_GRID, every=4, at_least=20)
 
 
 def test_screen_prices_a_depth_kind_the_decoder_lacks() -> None:

@@ -47,6 +47,29 @@ def compare(model, cluster, job, plans, profile=H100, options=DEFAULT_OPTIONS):
     return np.abs(time_err.to_numpy()), np.abs(mem_err.to_numpy())
 
 
+HYBRID_GRID = {
+    "tp": [1, 2, 4],
+    "pp": [1, 2, 4],
+    "vpp": [1, 2],
+    "micro_batch_size": [1, 2],
+    "sequence_parallel": [False, True],
+    "recompute": ["none", "selective", "full"],
+    "distributed_optimizer": [True],
+    "overlap_grad_reduce": [True],
+}
+"""The plan grid the hybrid-model screen checks walk (every Nth valid plan)."""
+
+
+def assert_screen_agrees(model, cluster, job, grid, *, every: int, at_least: int) -> None:
+    """The screen within 5% of the simulated time and memory on every ``every``-th valid
+    plan of ``grid``, of which there are more than ``at_least``."""
+    plans = valid_plans(model, cluster, job, grid)[::every]
+    assert len(plans) > at_least
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert np.max(time_err) < 0.05
+    assert np.max(mem_err) < 0.05
+
+
 def test_screen_agrees_with_the_simulator_on_uniform_dense_models():
     model = get_preset("llama3-8b")
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
