@@ -1,6 +1,6 @@
 """Megatron-Bridge's H100 pretraining recipes of hybrid Mamba-2 models (Nemotron 3 Nano,
-Nemotron-H 56B), release by release, as configured (`h100_recipe_table`; the row path's
-rules are `hybrid_recipes`).
+Nemotron-H 56B, Nemotron 3 Super), release by release, as configured (`h100_recipe_table`;
+the row path's rules are `hybrid_recipes`).
 
 Nemotron 3 Nano: ``NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_{BF16,FP8_CS}_V1`` of
 ``scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py`` (v0.4.0, v0.5.0;
@@ -13,11 +13,16 @@ Nemotron-H 56B: ``NEMOTRONH_56B_H100_FP8_CS_BASE_CONFIG`` (v0.2.0 ``configs/nemo
 workload_base_configs.py``), ``NEMOTRONH_56B_PRETRAIN_CONFIG_H100_FP8_CS_V1`` (v0.3.0-v0.5.0
 ``nemotronh_workload_base_configs.py``) and HEAD's
 ``nemotronh_56b_pretrain_64gpu_h100_fp8cs_config``: the one layout in every release.
+
+Nemotron 3 Super: HEAD's ``nemotron_3_super_pretrain_64gpu_h100_bf16_config``, whose settings
+the row path takes from `super_recipes` (``SUPER_H100``); no earlier release ships an H100
+Super configuration.
 """
 
 from __future__ import annotations
 
 from h100_recipe_schema import HEAD, LATER, V3, H100Recipe
+from super_recipes import SUPER_H100_OPTIONS, SUPER_H100_PLAN
 
 ATTN_MAMBA = frozenset({"attn", "mamba"})
 NANO = dict(model="Nemotron_3_Nano", num_gpus=16, seq_length=8192, global_batch_size=1024, ep=8)
@@ -90,6 +95,30 @@ HYBRID_RECIPES: tuple[H100Recipe, ...] = (
         },
         option_fields={"cuda_graph_scopes": frozenset({"mamba"})},
         unmodelled=NULL_TOKENIZER,
+    ),
+    # ---- Nemotron 3 Super 120B-A12B --------------------------------------------------
+    H100Recipe(
+        key="nemotron-3-super-bf16-head",
+        releases=("26.08",),
+        cites=f"HEAD {HEAD}/nemotronh/h100/nemotronh.py nemotron_3_super_pretrain_64gpu_h100_"
+        "bf16_config on recipes/nemotronh/h100/nemotron_3_super.py _nemotron_3_super_"
+        "pretrain_64gpu_h100_bf16_config (tp 1, pp 2, ep 32, sequence 4096, global batch "
+        "1280; capacity 1.10 padded; recompute_modules layernorm, moe_act, moe, core_attn; "
+        "no graphs; precision-aware optimizer, fp16 main params, bf16 moments; no DDP "
+        "overlap)",
+        model="Nemotron_3_Super",
+        precision="bf16",
+        num_gpus=64,
+        seq_length=4096,
+        global_batch_size=1280,
+        pp=2,
+        ep=32,
+        plan_fields=dict(SUPER_H100_PLAN),
+        option_fields=dict(SUPER_H100_OPTIONS),
+        unmodelled=(
+            "moe_hybridep_pad_uneven_dispatch_inputs False and moe_flex_dispatcher_num_sms 32 "
+            "(HybridEP's SM share, not priced)",
+        ),
     ),
 )
 """The H100 pretraining configurations of the hybrid models."""

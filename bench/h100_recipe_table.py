@@ -40,15 +40,6 @@ RECIPES: tuple[H100Recipe, ...] = (*DENSE_RECIPES, *MOE_RECIPES, *HYBRID_RECIPES
 
 NOT_EXPRESSIBLE: tuple[tuple[str, str, str], ...] = (
     (
-        "Nemotron 3 Super",
-        "HEAD perf_recipes/nemotronh/h100/nemotronh.py nemotron_3_super_pretrain_64gpu_h100_"
-        "bf16_config",
-        "expert capacity factor 1.10 with padding to capacity "
-        "(moe_expert_capacity_factor, moe_pad_expert_input_to_capacity): the table's recipes "
-        "carry 25.09's token drop alone (H100Recipe.token_drop); the model is the "
-        "nemotron-3-super preset",
-    ),
-    (
         "Nemotron 3.5 Lightning",
         "HEAD perf_recipes/nemotronh/h100/nemotronh.py nemotron_3_5_lightning_pretrain_16gpu_"
         "h100_*_config",

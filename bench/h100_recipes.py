@@ -51,6 +51,7 @@ MODEL_ROWS = {
     "Kimi_K2": "136",
     "Nemotron_3_Nano": "279",
     "NemotronH_56B": "279",
+    "Nemotron_3_Super": "279",
 }
 """Dev-set Megatron-Bridge row whose architecture columns each model's rows share. The
 hybrid models take a Nemotron 3 Nano row, whose architecture columns are empty: their model

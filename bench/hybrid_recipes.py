@@ -55,6 +55,7 @@ from super_recipes import (
     SUPER_FIRST_RELEASE,
     SUPER_MODELS,
     SUPER_PRESET,
+    super_model_fields,
     super_plan_fields,
     super_runtime_fields,
 )
@@ -114,6 +115,18 @@ def _mbridge_keys(raw: dict[str, str]) -> tuple[str, str, str, str] | None:
 def _nano_release(container: str) -> bool:
     """Whether ``container`` ships Nano configs (26.02.01 on; 26.02 has none)."""
     return release_of(container) > "26.02" or container.startswith(NANO_FIRST_RELEASE)
+
+
+def hybrid_model_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ModelSpec` fields a Megatron-Bridge hybrid row's config sets beyond its preset
+    (`super_recipes.super_model_fields`); empty for other rows."""
+    keys = _mbridge_keys(raw)
+    if keys is None:
+        return {}
+    container, model, gpu, _ = keys
+    if model.startswith(SUPER_MODELS):
+        return super_model_fields(container, gpu)
+    return {}
 
 
 def hybrid_runtime_fields(raw: dict[str, str]) -> dict[str, object]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from hybrid_recipes import check_stated_architecture, hybrid_preset
+from hybrid_recipes import check_stated_architecture, hybrid_model_fields, hybrid_preset
 from moe_recipes import token_drop_capacity
 from nemo_recipes import nemo_model_fields
 from recipe_keys import NotExpressible
@@ -133,8 +133,9 @@ def uses_qk_layernorm(raw: dict[str, str]) -> bool:
 
 def hybrid_model(raw: dict[str, str], preset: str) -> ModelSpec:
     """The ``preset`` (`hybrid_recipes.hybrid_preset`) under the row's model name, with the
-    row's token-drop capacity; NotExpressible where an architecture column the row states
-    contradicts it."""
+    row's token-drop capacity and its config's model fields
+    (`hybrid_recipes.hybrid_model_fields`); NotExpressible where an architecture column the
+    row states contradicts it."""
     spec = get_preset(preset)
     check_stated_architecture(
         raw,
@@ -152,7 +153,8 @@ def hybrid_model(raw: dict[str, str], preset: str) -> ModelSpec:
         },
     )
     capacity = token_drop_capacity(raw) if spec.num_experts else None
-    return dataclasses.replace(spec, name=column_text(raw, "model"), moe_capacity_factor=capacity)
+    spec = dataclasses.replace(spec, name=column_text(raw, "model"), moe_capacity_factor=capacity)
+    return dataclasses.replace(spec, **hybrid_model_fields(raw))
 
 
 def model_for(raw: dict[str, str]) -> ModelSpec:

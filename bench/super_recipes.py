@@ -1,5 +1,5 @@
 """Nemotron 3 Super rows: what Megatron-Bridge's performance configs ran beyond the printed
-plan (`super_runtime_fields`, `super_plan_fields`).
+plan (`super_runtime_fields`, `super_plan_fields`, `super_model_fields`).
 
 The model is the ``nemotron-3-super`` preset (`specs.preset_hybrid`: the Hugging Face
 config of nvidia/NVIDIA-Nemotron-3-Super-120B-A12B that the recipes load through
@@ -27,6 +27,16 @@ B200 BF16 alone; v0.3.x ships no Super config):
   gradient reduction, balanced routing (``moe_router_force_load_balancing``), the
   distributed optimizer with both overlaps, MTP at two depths of one repeated layer.
 
+HEAD's H100 config (067f987d, 26.08: ``perf_recipes/nemotronh/h100/nemotronh.py``
+``nemotron_3_super_pretrain_64gpu_h100_bf16_config`` on the library recipe
+``recipes/nemotronh/h100/nemotron_3_super.py``
+``_nemotron_3_super_pretrain_64gpu_h100_bf16_config``): 64 H100, sequence 4096, global batch
+1280, tp 1, pp 2, ep 32, BF16, the flex dispatcher (HybridEP) with a fixed expert capacity
+(``moe_expert_capacity_factor = 1.10``, ``moe_pad_expert_input_to_capacity``), no CUDA
+graphs, selective recompute of ``layernorm``, ``moe_act``, ``moe`` and ``core_attn``, the
+precision-aware optimizer with fp16 master weights and bf16 moments and gradients, and
+neither gradient nor parameter overlap (``SUPER_H100``).
+
 Not expressed, so not priced: the MTP block kept in bf16 under FP8 and NVFP4
 (``keep_mtp_spec_in_bf16``), NVFP4's last 14 layers in bf16 and its quantization file
 (``te_quant.cfg``: QKV, attention projection and latent projections in bf16, the Mamba-2
@@ -49,6 +59,40 @@ B200_BF16_CHANGED = "26.06.01"
 """The container whose B200 BF16 config differs (v0.5.1, module docstring)."""
 
 
+SUPER_H100_RELEASE = "26.08"
+"""The release of the H100 config (HEAD's)."""
+SUPER_H100_CAPACITY = 1.10
+"""HEAD's H100 ``moe_expert_capacity_factor``, padded to capacity."""
+SUPER_H100_PLAN: dict[str, object] = {
+    "recompute": "selective",
+    "recompute_modules": ("layernorm", "moe_act", "moe", "core_attn"),
+    "overlap_grad_reduce": False,
+    "overlap_param_gather": False,
+}
+"""HEAD's H100 `ParallelPlan` fields beyond the printed plan (module docstring)."""
+SUPER_H100_OPTIONS: dict[str, object] = {
+    "moe_dispatcher": "flex",
+    "cuda_graph_scopes": frozenset(),
+    "precision_aware_optimizer": True,
+    "main_params_dtype": "fp16",
+    "exp_avg_dtype": "bf16",
+    "exp_avg_sq_dtype": "bf16",
+}
+"""HEAD's H100 `ExecutionOptions` fields (module docstring; bf16 main gradients are
+`row_options.MEGATRON_BRIDGE_PERF`'s)."""
+
+
+def _h100_head(container: str, gpu: str) -> bool:
+    """Whether the row runs HEAD's H100 config."""
+    return gpu.startswith("H100") and container[:5] >= SUPER_H100_RELEASE
+
+
+def super_model_fields(container: str, gpu: str) -> dict[str, object]:
+    """`ModelSpec` fields a Nemotron 3 Super row's config sets: HEAD's H100 capacity
+    factor (`SUPER_H100_CAPACITY`); empty for the other configs (dropless)."""
+    return {"moe_capacity_factor": SUPER_H100_CAPACITY} if _h100_head(container, gpu) else {}
+
+
 def _key(gpu: str, precision: str) -> tuple[str, str]:
     """(GPU family, precision family) of a row: ``B200``, ``B300``, ``GB200``, ``GB300``
     and ``BF16``, ``FP8``, ``NVFP4``."""
@@ -61,6 +105,8 @@ def _key(gpu: str, precision: str) -> tuple[str, str]:
 def super_runtime_fields(container: str, gpu: str, precision: str) -> dict[str, object]:
     """`ExecutionOptions` fields of a Nemotron 3 Super row's config: the flex dispatcher,
     and the CUDA graph scopes (none on B200 but NVFP4 and v0.5.1's BF16)."""
+    if _h100_head(container, gpu):
+        return dict(SUPER_H100_OPTIONS)
     family, dtype = _key(gpu, precision)
     graphs = family != "B200" or dtype == "NVFP4" or _b200_bf16_v051(container, family, dtype)
     return {"moe_dispatcher": "flex", "cuda_graph_scopes": SUPER_SCOPES if graphs else frozenset()}
@@ -68,7 +114,10 @@ def super_runtime_fields(container: str, gpu: str, precision: str) -> dict[str, 
 
 def super_plan_fields(container: str, gpu: str, precision: str) -> dict[str, object]:
     """`ParallelPlan` fields of a Nemotron 3 Super row's config beyond its printed columns:
-    the selective recompute modules of B300 and B200 (module docstring)."""
+    the selective recompute modules of B300 and B200, and HEAD's H100 settings
+    (`SUPER_H100_PLAN`; module docstring)."""
+    if _h100_head(container, gpu):
+        return dict(SUPER_H100_PLAN)
     family, dtype = _key(gpu, precision)
     modules: tuple[str, ...] = ()
     if family == "B300" and dtype in ("BF16", "NVFP4"):

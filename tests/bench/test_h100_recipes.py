@@ -85,6 +85,7 @@ HYBRID_KEYS = {
     "nemotron-3-nano-fp8cs",
     "nemotron-3-nano-fp8cs-head",
     "nemotron-h-56b-fp8cs",
+    "nemotron-3-super-bf16-head",
 }
 
 
@@ -106,11 +107,13 @@ def test_hybrid_rows_print_their_expert_parallel_size_and_take_the_preset():
 def test_hybrid_recipes_price_fit_and_meet_the_row_path(report):
     hybrid = [e for e in report["recipes"] if e["key"] in HYBRID_KEYS]
     # Nano: bf16 at 26.04, 26.06, 26.08; fp8cs at 26.04, 26.06; fp8cs-head at 26.08.
-    # Nemotron-H 56B: 25.11, 26.02, 26.04, 26.06, 26.08.
-    assert len(hybrid) == 11
+    # Nemotron-H 56B: 25.11, 26.02, 26.04, 26.06, 26.08; Nemotron 3 Super: 26.08.
+    assert len(hybrid) == 12
     assert all(e["recipe"]["fits"] and e["row"]["fits"] and not e["differences"] for e in hybrid)
     nano_tp = {r.tp for r in table.RECIPES if r.model == "Nemotron_3_Nano"}
     assert nano_tp == {1}  # within the 2 query groups (query_groups_divisible_by_tp)
     names = {n["model"] for n in report["not_expressible"]}
-    assert "Nemotron 3 Nano" not in names and "Nemotron-H 56B" not in names
-    assert "Nemotron 3 Super" in names
+    assert not names & {"Nemotron 3 Nano", "Nemotron-H 56B", "Nemotron 3 Super"}
+    # HEAD's H100 Super config: capacity 1.10 padded, the precision-aware optimizer
+    super_head = next(e for e in hybrid if e["key"] == "nemotron-3-super-bf16-head")
+    assert super_head["plan"].startswith("tp1 pp2 ep32 dp32 mbs1")

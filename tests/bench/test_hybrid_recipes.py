@@ -196,3 +196,20 @@ def test_nano_and_super_rows_are_priced_apart_and_fit():
     assert priced_nano["published_s"] == pytest.approx(512 * 8192 / (37664 * 8))
     assert priced_super["priced"] and priced_super["fits"]
     assert priced_super["published_s"] == pytest.approx(512 * 8192 / (8000 * 64))
+
+
+def test_the_h100_super_row_takes_heads_config():
+    # HEAD recipes/nemotronh/h100/nemotron_3_super.py _nemotron_3_super_pretrain_64gpu_h100_
+    # bf16_config: tp 1, pp 2, ep 32, capacity 1.10 padded, four recompute modules, no
+    # graphs, fp16 main params and bf16 moments, no DDP overlap.
+    raw = super_row("MBRIDGE-26.08", "H100", "BF16", 1, 32)
+    raw = row_with(raw, pp="2", dp="32", global_batch_size="1280", seq_length="4096")
+    case = rows_mod.case_for_row(raw)
+    assert case.model.moe_capacity_factor == 1.10
+    assert case.plan.recompute_modules == ("layernorm", "moe_act", "moe", "core_attn")
+    assert not (case.plan.overlap_grad_reduce or case.plan.overlap_param_gather)
+    assert case.options.precision_aware_optimizer and case.options.main_params_dtype == "fp16"
+    assert case.options.cuda_graph_scopes == frozenset()
+    # the Blackwell rows stay dropless
+    blackwell = rows_mod.case_for_row(super_row("MBRIDGE-26.06", "B300", "MXFP8", 1, 8))
+    assert blackwell.model.moe_capacity_factor is None
