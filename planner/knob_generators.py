@@ -4,8 +4,8 @@ given the model, the cluster and the knobs chosen before it (calculon's habit).
 tp divides the heads, the query groups (or is a multiple of them), the dense and
 shared-expert MLP widths, a hybrid model's Mamba-2 heads and groups, and by default stays
 inside the scale-up domain; pp divides the layers; vpp divides the layers per stage; cp
-divides the remaining ranks and seq % (2·cp) == 0 (`planner.space_tables` keeps cp 1 for
-a hybrid model, `specs.rules_features.hybrid_excludes_context_parallel`); ep divides the
+divides the remaining ranks and seq % (2·cp) == 0, and for a hybrid model splits each tp
+rank's Mamba-2 heads and groups (`mamba_cp_degrees`); ep divides the
 experts; etp divides the expert width; sequence parallelism only with tp > 1; tp comm
 overlap only with sequence parallelism; overlap_param_gather only with the distributed
 optimizer (or Megatron-FSDP) and overlap_grad_reduce; Megatron-FSDP's sharding strategies
@@ -28,6 +28,7 @@ from specs.model import ModelSpec
 from specs.pipeline_layout import layout_vpp
 from specs.plan import MEGATRON_MIN_BUCKET_PARAMS
 from specs.rules_base import divisors
+from specs.rules_hybrid import mamba_cp_split_fits
 from specs.rules_savers import missing_recompute_modules
 
 # ---- degree generators ---------------------------------------------------------------------
@@ -127,6 +128,13 @@ def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Ite
     for c in divisors(ranks):
         if c == 1 or (seq_length % (2 * c) == 0 and seq_length // c >= min_tokens_per_rank):
             yield c
+
+
+def mamba_cp_degrees(model: ModelSpec, tp: int, cps: Iterable[int]) -> Iterator[int]:
+    """The cp degrees of ``cps`` that Megatron's ``MambaContextParallel`` accepts for the
+    model's Mamba-2 mixers at this tp (`specs.rules_hybrid.mamba_cp_split_fits`): all of
+    them for a model without Mamba-2 layers."""
+    yield from (c for c in cps if mamba_cp_split_fits(model, tp, c))
 
 
 def ep_degrees(model: ModelSpec, stage_ranks: int) -> Iterator[int]:

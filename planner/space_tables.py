@@ -27,6 +27,7 @@ from planner.knob_generators import (
     ep_degrees,
     etp_degrees,
     layout_vpp_degrees,
+    mamba_cp_degrees,
     megatron_fsdp_options,
     micro_batch_sizes,
     optimizer_options,
@@ -102,8 +103,10 @@ def degree_table(
             vpps = tuple(layout_vpp_degrees(space, pp, vpps)) or (1,)
             for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
-                cps = cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
-                if not space.has("context_parallel") or model.is_hybrid:
+                cps = mamba_cp_degrees(
+                    model, tp, cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
+                )
+                if not space.has("context_parallel"):
                     cps = iter((1,))
                 splits = split_choices(model, pp, vpp, space) or [EVEN_SPLIT]
                 for cp in space.choices("cp", cps):

@@ -1,7 +1,6 @@
-"""Plan rules for features the plan switches on: context and sequence parallelism (and the
-refusal of context parallelism for a hybrid model, whose Mamba-2 mixers are not priced
-under it), the overlap switches, activation recomputation, and the position table against
-the sequence length.
+"""Plan rules for features the plan switches on: context and sequence parallelism (a hybrid
+model's Mamba-2 split under cp is `specs.rules_hybrid`'s), the overlap switches, activation
+recomputation, and the position table against the sequence length.
 
 Each rule follows `specs.rules_base` conventions (a check returning a message, wrapped by
 `rule` into a `Violation` whose id is the function name); `specs.rules.RULES` lists them.
@@ -67,23 +66,6 @@ def sequence_parallel_seq_divisible_by_tp(
         f"must be divisible by tp ({tp}) ({ratio(local, tp)} tokens per rank): try tp in "
         f"{degree_choices(local, tp, cluster.num_gpus)} or seq_length in "
         f"{multiples_around(seq, cp * tp)}"
-    )
-
-
-@rule
-def hybrid_excludes_context_parallel(
-    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
-) -> str | None:
-    """cp == 1 for a hybrid model: the Mamba-2 mixer under context parallelism (Megatron's
-    ``MambaContextParallel``: all-to-alls of the mixer's inputs and outputs between the
-    sequence and head splits) is not priced yet."""
-    if not model.is_hybrid or plan.cp == 1:
-        return None
-    return (
-        f"cp ({plan.cp}) > 1 with the hybrid model {model.name!r} is not priced: the cost "
-        "model has no Mamba-2 context parallelism (Megatron's MambaContextParallel "
-        f"all-to-alls): set cp=1, its ranks going to data parallelism (dp · cp = "
-        f"{plan.dp * plan.cp})"
     )
 
 
@@ -207,7 +189,6 @@ FEATURE_RULES = (
     seq_divisible_by_2cp,
     sequence_parallel_needs_tp,
     sequence_parallel_seq_divisible_by_tp,
-    hybrid_excludes_context_parallel,
     tp_comm_overlap_needs_sequence_parallel,
     overlap_param_gather_needs_distributed_optimizer,
     overlap_param_gather_needs_overlap_grad_reduce,

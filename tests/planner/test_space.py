@@ -17,6 +17,7 @@ from planner.knob_generators import (
     bucket_sizes,
     cp_degrees,
     ep_degrees,
+    mamba_cp_degrees,
     megatron_fsdp_options,
     micro_batch_sizes,
     optimizer_options,
@@ -319,3 +320,18 @@ def test_a_fixed_pp_without_a_split_keeps_a_row_for_the_rules() -> None:
     assert len(degrees) and set(degrees["vpp"]) == {1}
     row = degrees.iloc[0].to_dict() | neutral_switches()
     assert "layers_divisible_by_pp" in {v.rule for v in _violations(model, 1024, job, row)}
+
+
+def test_hybrid_cp_degrees_follow_the_mamba_split() -> None:
+    # 96 Mamba-2 heads in 6 groups (MambaContextParallel.__init__): at tp 1 the 6 groups
+    # split over cp 2 but neither divide nor are divided by cp 4 or 8; at tp 2 the 3
+    # groups of a rank fit no cp > 1
+    model = get_preset("nemotron-h-8b").replace(mamba_num_heads=96, mamba_num_groups=6)
+    job = TrainingJob(seq_length=8192, global_batch_size=64)
+    assert list(mamba_cp_degrees(model, 1, [1, 2, 4, 8])) == [1, 2]
+    assert list(mamba_cp_degrees(model, 2, [1, 2, 4, 8])) == [1]
+    degrees = degree_table(model, 16, job, SearchSpace(), 8)
+    pairs = set(zip(degrees["tp"], degrees["cp"], strict=True))
+    assert {(1, 2), (2, 1)} <= pairs and not {(1, 4), (1, 8), (2, 2), (2, 4)} & pairs
+    eight = degree_table(get_preset("nemotron-h-8b"), 16, job, SearchSpace(), 8)
+    assert {2, 4, 8} <= set(eight["cp"])  # 128 heads, 8 groups: every power of two fits

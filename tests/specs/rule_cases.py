@@ -101,8 +101,9 @@ class Case:
     """Substrings the rejection message must contain: each operand with its value."""
 
 
-# Hybrid models (specs.rules_hybrid; the refusals of specs.rules_features, rules_optimizer,
-# rules_lora): MambaMixer's tp asserts and what a hybrid model is not priced with.
+# Hybrid models (specs.rules_hybrid; the refusals of specs.rules_optimizer, rules_lora):
+# MambaMixer's tp asserts, MambaContextParallel's cp asserts and what a hybrid model is not
+# priced with.
 MUON_PLAN: dict[str, Any] = {
     "distributed_optimizer": False,
     "overlap_grad_reduce": False,
@@ -117,10 +118,28 @@ HYBRID_CASES = [
         ("Mamba-2 heads (128", "mamba_num_groups (2)", "tp (4)", "0.50 groups", "{1, 2}"),
     ),
     Case(
-        "hybrid_excludes_context_parallel",
-        Change(base=HYBRID, plan={"cp": 2, "dp": 4}),
-        Change(plan={"cp": 2, "dp": 4}),
-        ("cp (2)", "'nemotron-h-like'", "set cp=1", "dp · cp = 8"),
+        "mamba_heads_divisible_by_tp_cp",
+        # 24 heads (8 groups) at tp 2: 12 heads per tp rank do not split over cp 8
+        # (MambaContextParallel asserts nheads_local_tp % cp_size == 0)
+        Change(base=HYBRID, model={"mamba_num_heads": 24}, plan={"cp": 8, "dp": 1}),
+        Change(base=HYBRID, model={"mamba_num_heads": 24}, plan={"cp": 4, "dp": 2}),
+        ("24 / tp (2) = 12", "cp (8)", "1.50 heads", "{1, 2, 4}"),
+    ),
+    Case(
+        "mamba_groups_fit_cp",
+        # 6 groups (96 heads) at tp 2: 3 groups per tp rank, neither a multiple nor a
+        # divisor of cp 2 (MambaContextParallel's ngroups asserts)
+        Change(
+            base=HYBRID,
+            model={"mamba_num_heads": 96, "mamba_num_groups": 6},
+            plan={"cp": 2, "dp": 4},
+        ),
+        Change(
+            base=HYBRID,
+            model={"mamba_num_heads": 96, "mamba_num_groups": 6},
+            plan={"cp": 1, "dp": 8},
+        ),
+        ("mamba_num_groups (6) / tp (2) = 3", "divisible by cp (2)", "{1}"),
     ),
     Case(
         "muon_excludes_hybrid",
