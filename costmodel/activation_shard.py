@@ -31,6 +31,9 @@ class ActivationShard:
     """Full sequence s (keys each query attends to)."""
     tp: int
     """Divisor of TP-sharded activations."""
+    cp: int = 1
+    """Context-parallel degree (the Mamba-2 mixer's head split under CP,
+    `costmodel.mamba_activations`)."""
     sp: int
     """Divisor of activations outside TP regions: tp with sequence parallelism, else 1."""
     element_bytes: int
@@ -110,6 +113,7 @@ def activation_shard(
         tokens=plan.micro_batch_size * job.seq_length / plan.cp,
         seq_length=job.seq_length,
         tp=plan.tp,
+        cp=plan.cp,
         sp=plan.tp if plan.sequence_parallel else 1,
         element_bytes=element,
         proj_saves_input=proj_saves_input or job.precision == "nvfp4",

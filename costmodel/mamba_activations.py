@@ -46,6 +46,14 @@ divisor, bytes per rank; `ActivationShard`):
   only for the attention projections, so under FP8 this is the quantized copy alone (no
   other module keeps the norm output); none for a frozen LoRA base.
 
+With context parallelism (cp > 1, ``megatron/core/ssm/mamba_context_parallel.py``,
+`MambaContextParallel`), T = b·s/cp is the rank's sequence shard. The all-to-alls after
+the input projection (``pre_conv_ssm``) and before the norm (``post_conv_ssm``) save
+nothing, so ``in_proj_output`` and ``ssd_output`` are the scan-side tensors: the whole
+sequence, b·s tokens, at the widths of `mamba_widths` with cp (H/(tp·cp) heads, the B and C
+groups repeated where G/tp < cp); the norm and the output projection run after the
+all-to-all back, on T tokens at the cp = 1 widths.
+
 No selective recompute module (``recompute_modules``) and no fine-grained offload module
 (``offload_modules``) covers the Mamba layer, so none of these names is in
 `costmodel.activation_savers`' tables: recomputing or offloading modules frees none of
@@ -103,14 +111,22 @@ class MambaWidths:
         return self.inner + self.conv_channels + self.heads
 
 
-def mamba_widths(model: ModelSpec, tp: int) -> MambaWidths:
+def mamba_widths(model: ModelSpec, tp: int, cp: int = 1) -> MambaWidths:
     """The per-rank widths of ``model``'s Mamba-2 mixer at TP degree ``tp`` (Megatron
     `MambaMixer.__init__`: ``nheads_local_tp``, ``ngroups_local_tp``, ``d_inner_local_tp``
     and the in_proj width ``d_inner * 2 + 2 * ngroups * d_state + nheads``); the divisibility
-    of heads and groups by tp is checked by the plan rules."""
+    of heads and groups by tp is checked by the plan rules.
+
+    With ``cp`` > 1, the widths the conv1d and the SSD scan see after the all-to-all from
+    the sequence split to the head split (``megatron/core/ssm/mamba_context_parallel.py``,
+    `MambaContextParallel.__init__`): H/(tp·cp) heads (``nheads_local_tpcp``) and
+    max(G/tp, cp)/cp groups (``ngroups_local_tpcp``: 1 when G/tp < cp, each group's B and C
+    repeated on cp/(G/tp) ranks, ``group_repeat_count``; else G/(tp·cp)). The in_proj and
+    out_proj keep the cp = 1 widths on the rank's sequence shard. `specs.rules_hybrid`
+    checks the divisibility."""
     return MambaWidths(
-        heads=model.mamba_heads / tp,
-        groups=model.mamba_num_groups / tp,
+        heads=model.mamba_heads / (tp * cp),
+        groups=max(model.mamba_num_groups / tp, cp) / cp,
         head_dim=model.mamba_head_dim,
         state_dim=model.mamba_state_dim,
     )
@@ -121,13 +137,14 @@ def mamba_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:
     of `MAMBA_TENSOR_NAMES` (module docstring for each tensor and its source)."""
     e, n, h = x.element_bytes, x.tokens, model.hidden_size
     w = mamba_widths(model, x.tp)
+    scan = mamba_widths(model, x.tp, x.cp)
     out_proj_bytes = 0 if x.lora is not None else x.gemm_input_bytes
     return {
         "mamba_norm_input": e * n * h / x.sp,
         "in_proj_input": lora_column_input_bytes(x, h, "in_proj"),
         "mamba_mask": x.mask_bytes * n * h / x.sp,
-        "in_proj_output": e * n * w.in_proj,
-        "ssd_output": e * n * w.inner,
+        "in_proj_output": e * (n * x.cp) * scan.in_proj,
+        "ssd_output": e * (n * x.cp) * scan.inner,
         "gated_norm_input": e * n * w.inner,
         "gated_norm_rstd": FP32_BYTES * n * w.groups,
         "out_proj_input": out_proj_bytes * n * w.inner,

@@ -51,13 +51,16 @@ HYBRID_GRID = {
     "tp": [1, 2, 4],
     "pp": [1, 2, 4],
     "vpp": [1, 2],
+    "cp": [1, 2],
     "micro_batch_size": [1, 2],
     "sequence_parallel": [False, True],
     "recompute": ["none", "selective", "full"],
     "distributed_optimizer": [True],
     "overlap_grad_reduce": [True],
 }
-"""The plan grid the hybrid-model screen checks walk (every Nth valid plan)."""
+"""The plan grid the hybrid-model screen checks walk (every Nth valid plan); cp 2 prices
+the Mamba-2 mixers' all-to-alls (`costmodel.runtimes.megatron.mamba_cp`) and the attention
+layers' CP exchange."""
 
 
 def assert_screen_agrees(model, cluster, job, grid, *, every: int, at_least: int) -> None:

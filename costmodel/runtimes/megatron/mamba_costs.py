@@ -21,9 +21,13 @@ projections (`costmodel.runtimes.megatron.linear_pairs`); Megatron builds them w
 biases (``assert not bias``). The scan's matmuls are Triton ``tl.dot`` tiles in the
 activation dtype (bf16; fp32 in fp32 jobs), priced as batched GEMMs (`ssd_gemms`); its
 element-wise kernels, the conv1d and the norms are memory-bound
-(`costmodel.compute.memory_bound_time_s`). CP is not priced (hybrid models with cp > 1
-are refused by the plan rules). Megatron's selective recompute modules do not cover the
-mixer, so the rerun dict is empty; full recompute reruns ``forward``.
+(`costmodel.compute.memory_bound_time_s`). With context parallelism (cp > 1,
+`costmodel.runtimes.megatron.mamba_cp`) the projections, the grouped RMSNorm and the
+pre-norm run on the rank's T = b·s/cp tokens at the widths above; the conv1d, the scan, the
+gate and the layout copies around the scan run on the whole sequence at H/(tp·cp) heads
+(`mamba_cp.scan_shape`, `mamba_widths` with cp), between exposed all-to-alls over the cp
+group. Megatron's selective recompute modules do not cover the mixer, so the rerun dict
+is empty; full recompute reruns ``forward``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from costmodel.mamba_activations import MambaWidths, mamba_widths
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
 from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.mamba_cp import cp_layout_s, mamba_cp_pair, scan_shape
 from costmodel.runtimes.megatron.userbuffers import Shape
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -77,7 +82,8 @@ def projection_shapes(model: ModelSpec, x: LayerShape) -> tuple[Shape, Shape]:
 def ssd_chunks(x: LayerShape) -> tuple[int, int]:
     """(chunks on the rank, chunk length): b·⌈s/Q⌉ chunks of Q = `SSD_CHUNK_TOKENS` tokens
     (a last, partial chunk priced whole; a sequence shorter than Q is one chunk of its
-    length)."""
+    length). ``x`` is the scan's shape (`mamba_cp.scan_shape`): the whole sequence under
+    context parallelism."""
     seq = max(round(x.tokens / x.micro_batch), 1)
     q = min(SSD_CHUNK_TOKENS, seq)
     return x.micro_batch * math.ceil(seq / q), q
@@ -107,9 +113,13 @@ def ssd_gemms(
     for the decay gradient (`_chunk_scan_bwd_ddAcs_stable`). The kernels' grids run one
     program per head, so a head's product takes its group's B, C or CB as its own operand:
     the memory side of `costmodel.compute.batched_gemm_time_s` counts those once per head,
-    an upper bound where the L2 cache serves a group's heads."""
-    w = mamba_widths(model, x.tp)
-    chunks, q = ssd_chunks(x)
+    an upper bound where the L2 cache serves a group's heads.
+
+    ``x`` is the layer's shape; under context parallelism the scan runs over the whole
+    sequence on H/(tp·cp) heads and max(G/tp, cp)/cp groups (`mamba_cp.scan_shape`,
+    `mamba_widths` with cp)."""
+    w = mamba_widths(model, x.tp, x.cp)
+    chunks, q = ssd_chunks(scan_shape(x))
     heads = chunks * max(round(w.heads), 1)
     groups = chunks * max(round(w.groups), 1)
     p, n = w.head_dim, w.state_dim
@@ -176,9 +186,11 @@ def ssd_elementwise_s(
 def ssd_scan_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> tuple[float, float]:
     """(forward, backward) seconds of the SSD chunked scan on one rank: its batched GEMMs
     (`ssd_gemms`, `costmodel.compute.batched_gemm_time_s` in `ssd_dtype`) and its
-    element-wise kernels (`ssd_elementwise_s`)."""
+    element-wise kernels (`ssd_elementwise_s`, on `mamba_cp.scan_shape` and the cp widths
+    under context parallelism)."""
     dtype = ssd_dtype(x)
-    ew_fwd, ew_bwd = ssd_elementwise_s(profile, x, mamba_widths(model, x.tp))
+    scan_w = mamba_widths(model, x.tp, x.cp)
+    ew_fwd, ew_bwd = ssd_elementwise_s(profile, scan_shape(x), scan_w)
     times = []
     for direction in ("forward", "backward"):
         gemms = ssd_gemms(model, x, direction)
@@ -192,10 +204,13 @@ def ssd_scan_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> tup
 
 
 def mixer_elementwise_s(
-    profile: HardwareProfile, x: LayerShape, w: MambaWidths
+    profile: HardwareProfile, x: LayerShape, w: MambaWidths, scan: MambaWidths
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of the mixer's memory-bound work around the scan, on T
-    token rows of the rank's widths, ``e`` the activation element size.
+    """(forward, backward) seconds of the mixer's memory-bound work around the scan, ``e``
+    the activation element size: the conv1d, the gate and the layout copies on the scan's
+    rows and widths (``scan``; the whole sequence at H/(tp·cp) heads under context
+    parallelism, `mamba_cp.scan_shape`), the grouped RMSNorm on the rank's T rows at the
+    tp widths ``w`` (Megatron applies it after `_all_to_all_hp2cp`).
 
     - Causal depthwise conv1d with SiLU over the (d_inner + 2·G·N)/t channels
       (``causal_conv1d_fwd_function``): forward reads and writes them (2·e); backward
@@ -213,16 +228,17 @@ def mixer_elementwise_s(
       between [s, b, ·] and [b, s, ·], of the in_proj output and of the scan output (read
       and write, 2·e), and of their gradients in backward; views when b = 1.
     """
-    e, n = x.elem, x.tokens
-    conv = e * n * w.conv_channels
+    e, n, rows = x.elem, x.tokens, scan_shape(x).tokens
+    conv = e * rows * scan.conv_channels
     forward = ops.memory_bound_time_s(profile, 2 * conv)
     backward = ops.memory_bound_time_s(profile, 5 * conv, num_ops=2)
-    forward += ops.memory_bound_time_s(profile, 2 * e * n * w.inner)
-    backward += ops.memory_bound_time_s(profile, 6 * e * n * w.inner)
+    forward += ops.memory_bound_time_s(profile, 2 * e * rows * scan.inner)
+    backward += ops.memory_bound_time_s(profile, 6 * e * rows * scan.inner)
     forward += ops.norm_time_s(profile, n, round(w.inner), e, "forward")
     backward += ops.norm_time_s(profile, n, round(w.inner), e, "backward")
     if x.micro_batch > 1:
-        copies = ops.memory_bound_time_s(profile, 2 * e * n * (w.in_proj + w.inner), num_ops=2)
+        copy_bytes = 2 * e * rows * (scan.in_proj + scan.inner)
+        copies = ops.memory_bound_time_s(profile, copy_bytes, num_ops=2)
         forward, backward = forward + copies, backward + copies
     return forward, backward
 
@@ -243,7 +259,9 @@ def mamba_block(
     dgrad holds the projections' input-gradient GEMMs and every backward kernel of the
     scan, conv1d, norms and quantization (their small weight gradients are reduced inside
     those kernels); wgrad the projections' weight-gradient GEMMs, none for a LoRA job's
-    frozen base. The rerun dict is empty (module docstring)."""
+    frozen base. The rerun dict is empty (module docstring). Under context parallelism the
+    all-to-alls are exposed CP time (`mamba_cp.mamba_cp_pair`) and their layout copies
+    forward and dgrad compute (`mamba_cp.cp_layout_s`)."""
     frozen = job.lora is not None
     h = model.hidden_size
     w = mamba_widths(model, x.tp)
@@ -251,7 +269,10 @@ def mamba_block(
     in_proj, out_proj = gemm3(profile, x, *in_shape), gemm3(profile, x, *out_shape)
     scan_fwd, scan_bwd = ssd_scan_s(model, profile, x)
     ew_fwd, ew_bwd = norm_and_residual(profile, x, h, options)
-    mix_fwd, mix_bwd = mixer_elementwise_s(profile, x, w)
+    mix_fwd, mix_bwd = mixer_elementwise_s(profile, x, w, mamba_widths(model, x.tp, x.cp))
+    if x.cp > 1:
+        copy_fwd, copy_bwd = cp_layout_s(model, profile, x)
+        mix_fwd, mix_bwd = mix_fwd + copy_fwd, mix_bwd + copy_bwd
     fp8_fwd, fp8_bwd = fp8_pair_s(
         profile, x, h, w.in_proj, w.inner, options.fp8_recipe, options.cudnn_norm, frozen=frozen
     )
@@ -263,4 +284,8 @@ def mamba_block(
     wgrad = 0.0 if frozen else in_proj[2] + out_proj[2]
     forward = PassCost(compute_s=in_proj[0] + out_proj[0] + scan_fwd + ew_fwd)
     backward = PassCost(compute_s=dgrad + wgrad)
-    return forward.plus(tp_f).plus(amax_f), backward.plus(tp_b).plus(amax_b), {}, dgrad, wgrad
+    forward, backward = forward.plus(tp_f).plus(amax_f), backward.plus(tp_b).plus(amax_b)
+    if x.cp > 1:
+        cp_f, cp_b = mamba_cp_pair(model, profile, x, groups.cp)
+        forward, backward = forward.plus(cp_f), backward.plus(cp_b)
+    return forward, backward, {}, dgrad, wgrad
