@@ -1,8 +1,9 @@
 """Megatron-LM export of hybrid Mamba-2 models (`planner.export_hybrid`): the entry point,
 the layer spec, the pattern cut by ``|`` into the plan's pipeline segments, the Mamba-2
 flags, and Megatron-LM's hybrid validation (``validate_args`` and
-``hybrid_layer_allocation.select_pipeline_segment`` at d98e8a64) on the parsed flags; the
-torchtitan export refuses."""
+``hybrid_layer_allocation.select_pipeline_segment`` at d98e8a64, and
+``MambaContextParallel.__init__``'s cp asserts) on the parsed flags; the torchtitan export
+refuses."""
 
 from __future__ import annotations
 
@@ -76,7 +77,11 @@ def assert_megatron_accepts_hybrid(args: argparse.Namespace, bundle: PlanBundle)
     assert args.mamba_num_groups % t == 0  # MambaMixer's asserts
     heads = args.mamba_num_heads or 2 * args.hidden_size // args.mamba_head_dim
     assert heads % t == 0 and heads % args.mamba_num_groups == 0
-    assert (args.context_parallel_size or 1) == 1
+    # MambaContextParallel.__init__: each tp rank's heads split over cp, its groups split
+    # over cp or repeated on cp / (G / tp) ranks
+    c, groups_tp = args.context_parallel_size or 1, args.mamba_num_groups // t
+    assert (heads // t) % c == 0
+    assert c % groups_tp == 0 if groups_tp < c else groups_tp % c == 0
     if t > 1 and not args.use_megatron_fsdp:  # Megatron-FSDP asserts the opposite
         assert megatron_environment(bundle).get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     assert (args.mamba_state_dim, args.mamba_head_dim) == (
@@ -138,6 +143,20 @@ def test_golden_nemotron_3_nano_experts() -> None:
     assert (args.kv_channels, args.num_query_groups) == (128, 2)
 
 
+def test_context_parallel_is_written_for_a_hybrid_model() -> None:
+    # 128 heads and 8 groups at tp 4: 32 heads and 2 groups per tp rank; cp 4 gives each
+    # rank 8 heads and one group (MambaContextParallel repeats each group on 2 cp ranks)
+    bundle = _bundle(
+        "nemotron-h-8b", 64, 65536, 64, tp=4, cp=4, sequence_parallel=True,
+        distributed_optimizer=True,
+    )  # fmt: skip
+    argv = megatron_arguments(bundle)
+    args, _ = _parsed(bundle)
+    assert args.context_parallel_size == 4
+    assert argv[argv.index("--context-parallel-size") + 1] == "4"
+    assert "pretrain_hybrid.py" in megatron_command(bundle, 8)
+
+
 def test_uneven_split_is_written_as_pipe_segments() -> None:
     # 118 layers on pp 4: 28 on the first stage, 30 on each other (no even split exists)
     bundle = _bundle(
@@ -165,7 +184,7 @@ def test_every_valid_hybrid_plan_exports_to_accepted_arguments(gpus: int) -> Non
     job = TrainingJob(seq_length=1024, global_batch_size=64)
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=gpus)
     table = enumerate_candidates(model, cluster, job, SearchSpace(max_micro_batch_size=2), 8).table
-    assert len(table) and set(table["cp"]) == {1}
+    assert len(table) and {1, 2} <= set(table["cp"])
     for index in range(0, len(table), max(1, len(table) // 40)):
         plan = plan_from_row(table.iloc[index].to_dict(), model)
         _parsed(PlanBundle(model=model, cluster=cluster, job=job, plan=plan))
