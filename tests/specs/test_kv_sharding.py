@@ -18,9 +18,9 @@ from specs.presets import get_preset
 @given(st.integers(1, 64), st.integers(1, 64))
 def test_fit_is_megatrons_multiple_or_divisor_rule(groups: int, tp: int) -> None:
     # TransformerConfig.__post_init__ (f7dfb99795): g % tp == 0 or tp % g == 0
-    heads_per_rank = groups / tp
-    fits = kv_heads_fit_tp(groups, tp)
-    assert fits == (heads_per_rank.is_integer() or (1 / heads_per_rank).is_integer())
+    # whole heads per rank, or whole ranks per head: the larger a multiple of the smaller
+    small, large = sorted((groups, tp))
+    assert kv_heads_fit_tp(groups, tp) == (large % small == 0)
 
 
 def test_sub_sharding_is_fewer_kv_heads_than_ranks() -> None:
