@@ -14,12 +14,12 @@ each layer keeps are counted in `costmodel.layer_activations`.
   checkpoint at a time in the backward pass; that rebuilt group is the recompute working
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
   attention at a time.
-- A hybrid model's multi-token-prediction depths (`ModelSpec.mtp_depth_kinds`) keep their
-  layers' activations per in-flight microbatch of the chunk that holds them, every depth
-  its own (repeated weights compute, and save, once per depth); under full recompute each
-  depth is one checkpoint (Megatron-core ``MultiTokenPredictionLayer._checkpointed_forward``
-  wraps the whole depth). A transformer's MTP layer is not counted here (the screen counts
-  it: a known difference between the two).
+- Multi-token-prediction depths (`ModelSpec.mtp_depth_kinds`: a transformer's one layer of
+  its last layer's kind, a hybrid model's block) keep their layers' activations per
+  in-flight microbatch of the chunk that holds them, every depth its own (repeated weights
+  compute, and save, once per depth); under full recompute each depth is one checkpoint
+  (Megatron-core ``MultiTokenPredictionLayer._checkpointed_forward`` wraps the whole
+  depth), as the screen counts them.
 - The loss keeps per in-flight microbatch what its cross-entropy implementation saves of
   the logits: an fp32 softmax (Megatron-core's own implementations) or the logits
   themselves with the gradient written into them (Transformer Engine up to v2.17);
@@ -178,10 +178,10 @@ def _mtp_stage_bytes(
     counts: tuple[int, ...],
     attention: AttentionKernel,
 ) -> tuple[float, float]:
-    """(stored bytes, recompute working bytes) of the MTP depths of a hybrid model on one
-    rank of stage ``pp_rank``, ``counts`` in-flight microbatches per chunk (module
-    docstring); zeros for a transformer and without MTP."""
-    if not model.is_hybrid or not model.mtp_num_layers:
+    """(stored bytes, recompute working bytes) of the MTP depths on one rank of stage
+    ``pp_rank``, ``counts`` in-flight microbatches per chunk (module docstring); zeros
+    without MTP."""
+    if not model.mtp_num_layers:
         return 0.0, 0.0
     kinds = model.mtp_depth_kinds()
     depth = [shard_layer_activations(model, x, plan, kind, attention) for kind in kinds]

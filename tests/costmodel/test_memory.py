@@ -9,7 +9,12 @@ import dataclasses
 
 import pytest
 
-from costmodel.activations import checkpoint_groups, in_flight_chunk_counts, recomputed_layers
+from costmodel.activations import (
+    checkpoint_groups,
+    in_flight_chunk_counts,
+    recomputed_layers,
+    stage_activations,
+)
 from costmodel.layer_activations import layer_activations
 from costmodel.megatron_estimator import megatron_theoretical_memory
 from costmodel.memory import StageMemory, memory_per_stage, peak_memory_bytes
@@ -312,3 +317,26 @@ def test_interleaved_peak_stage_holds_megatrons_warmup_and_estimator_count() -> 
     held = sum(n * len(chunk_layers(model, plan, r, c)) for c, n in enumerate(counts))
     estimator = model.num_layers / p * p * (1 + (p - 1) / (p * v))
     assert held / estimator == pytest.approx(1.0, abs=0.02)
+
+
+def test_a_transformer_mtp_layer_keeps_one_layer_of_activations_per_microbatch() -> None:
+    """DeepSeek-V3's MTP depth is one layer of its last layer's kind (Megatron-core
+    ``MultiTokenPredictionLayer``): on the last stage it keeps what one more decoder layer
+    of that kind would keep, for each of that stage's in-flight microbatches."""
+    model = get_preset("deepseek-v3")
+    job = TrainingJob(seq_length=4096, global_batch_size=256)
+    plan = ParallelPlan(tp=2, pp=4, ep=8, etp=1, dp=16, decoder_last_pipeline_num_layers=13)
+    without = model.replace(mtp_num_layers=0)
+    longer = plan.replace(decoder_last_pipeline_num_layers=14)  # one more last-kind layer
+    extra = without.replace(num_layers=62)
+    last = stage_activations(model, job, plan, 3)
+    assert last.mtp_bytes > 0
+    assert last.layers_bytes - stage_activations(without, job, plan, 3).layers_bytes == (
+        pytest.approx(last.mtp_bytes, rel=1e-12)
+    )
+    assert last.mtp_bytes == pytest.approx(
+        stage_activations(extra, job, longer, 3).layers_bytes
+        - stage_activations(without, job, plan, 3).layers_bytes,
+        rel=1e-12,
+    )
+    assert stage_activations(model, job, plan, 0) == stage_activations(without, job, plan, 0)

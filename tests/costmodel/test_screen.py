@@ -336,3 +336,26 @@ def test_screen_agrees_with_the_simulator_on_muon_moe(optimizer):
     time_err, mem_err = compare(model, cluster, job, plans, A100, options)
     assert time_err.max() < 0.05
     assert mem_err.max() < 0.01
+
+
+def test_screen_agrees_on_a_transformer_with_an_mtp_layer():
+    # DeepSeek-V3's shapes on 8 layers (3 dense, 5 MoE) and its one MTP layer, which both
+    # the screen and the simulator keep on the last chunk, one layer's activations per
+    # in-flight microbatch (costmodel.activations)
+    model = get_preset("deepseek-v3").replace(num_layers=8)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
+    job = TrainingJob(seq_length=4096, global_batch_size=128)
+    grid = {
+        "tp": [1, 2],
+        "pp": [1, 2],
+        "ep": [8, 16],
+        "micro_batch_size": [1, 2],
+        "sequence_parallel": [True],
+        "recompute": ["none", "selective", "full"],
+        "distributed_optimizer": [True],
+        "overlap_grad_reduce": [True],
+    }
+    assert_screen_agrees(model, cluster, job, grid, every=2, at_least=10)
+    plans = [p for p in valid_plans(model, cluster, job, grid) if p.pp == 1]
+    _, mem_err = compare(model, cluster, job, plans)
+    assert len(plans) > 5 and mem_err.max() < 0.01

@@ -120,7 +120,7 @@ def _activation_bytes(
     keep_outputs: bool,
 ) -> np.ndarray:
     """Activation bytes stage ``tag`` (index ``stage``) holds at its peak: its in-flight
-    microbatches' layers, a hybrid model's MTP depths' on the last chunk (``act_mtp`` per
+    microbatches' layers, the MTP depths' on the last chunk (``act_mtp`` per
     depth), the embedding's on stage 0, the output layer's and loss's on the last stage,
     and with ``keep_outputs`` (`costmodel.activations.stage_activations`) the sent
     ``boundary`` tensors; ``scale`` is micro-batch size over cp."""

@@ -209,14 +209,13 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     layers of every kind of the model that it computes (``n{stage}{kind tag}``,
     `specs.layer_kinds.LayerKind.tag`; each MTP depth's layers by their kinds,
     `ModelSpec.mtp_depth_kinds`), those whose activations the screen's chunks hold
-    (``a{stage}{kind tag}``: a hybrid model's MTP depths left to ``act_mtp``, on the last
-    chunk only), its layers that hold weights (``n{stage}``, the MTP
-    weight sets' layers included, `specs.params.held_mtp_layers`) and its MTP depths
-    (``mtp{stage}``), from the plan's pipeline split
-    (`specs.pipeline_split`). The heaviest middle stage has the most MoE layers, then the
-    most layers, then the earliest position (more microbatches in flight): with leading
-    dense layers, a stage with as many layers but some dense ones holds fewer parameters
-    and runs faster."""
+    (``a{stage}{kind tag}``: the MTP depths left to ``act_mtp``, on the last chunk only),
+    its layers that hold weights (``n{stage}``, the MTP weight sets' layers included,
+    `specs.params.held_mtp_layers`) and its MTP depths (``mtp{stage}``), from the plan's
+    pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most MoE
+    layers, then the most layers, then the earliest position (more microbatches in flight):
+    with leading dense layers, a stage with as many layers but some dense ones holds fewer
+    parameters and runs faster."""
     split = plan_split(model, plan)
     kinds = model.layer_kinds()
     depth_kinds = model.mtp_depth_kinds()
@@ -233,10 +232,9 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
         layers = split.rank_layers(stage)
         mtp = split.rank_mtp_layers(stage)
         counts = Counter(kinds[i].tag for i in layers)
-        saved = Counter(counts)  # a hybrid model's MTP depths save apart (``act_mtp``)
+        saved = Counter(counts)  # the MTP depths save apart (``act_mtp``)
         for kind in depth_kinds:
             counts[kind.tag] += mtp
-            saved[kind.tag] += 0 if model.is_hybrid else mtp
         for kind_tag in tags:
             out[f"n{tag}{kind_tag}"] = counts[kind_tag]
             out[f"a{tag}{kind_tag}"] = saved[kind_tag]
