@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
+from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021, TORCH_OPTIONS
 from costmodel.execution_rules import PLAN_FEATURES
 from planner.knob_generators import (
     bucket_sizes,
@@ -224,6 +224,20 @@ def test_runtime_without_features_generates_only_the_2021_knobs() -> None:
     assert {r["recompute"] for r in rows} == {"none", "selective", "full"}
     assert any(r["distributed_optimizer"] for r in rows)
     assert any(r["overlap_grad_reduce"] for r in rows)
+
+
+def test_only_megatron_searches_tp_above_the_key_value_heads() -> None:
+    # Llama 3 8B shapes with 2 key/value heads: tp 4 and 8 sub-shard the QKV output
+    model = get_preset("llama3-8b").replace(num_query_groups=2)
+    job = TrainingJob(seq_length=4096, global_batch_size=64)
+    megatron = SearchSpace().for_runtime(DEFAULT_OPTIONS)
+    torch = SearchSpace().for_runtime(TORCH_OPTIONS)
+    assert "kv_sub_sharding" in megatron.features
+    assert "kv_sub_sharding" not in torch.features
+    assert set(degree_table(model, 8, job, megatron, 8)["tp"]) == {1, 2, 4, 8}
+    assert set(degree_table(model, 8, job, torch, 8)["tp"]) == {1, 2}
+    # Megatron-LM 2021 and early 2023 predate the sub-sharding
+    assert "kv_sub_sharding" not in SearchSpace().for_runtime(MEGATRON_2021).features
 
 
 def test_megatron_fsdp_is_searched_beside_the_distributed_optimizer() -> None:
