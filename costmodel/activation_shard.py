@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from costmodel.compute import MASK_BYTES, NVFP4_BYTES
 from costmodel.fp8_attention import core_saved_bytes
-from specs.finetune import LoraSpec, has_adapter
+from specs.finetune import LoraSpec, has_adapter, layer_targets
 from specs.job import TrainingJob
+from specs.layer_kinds import LayerKind
 from specs.plan import ParallelPlan
 
 
@@ -137,11 +138,20 @@ def lora_column_input_bytes(x: ActivationShard, width: int, target: str) -> floa
     return adapter if shared else adapter + base
 
 
-def lora_adapter_tensors(x: ActivationShard) -> dict[str, float]:
-    """The tensor each adapter's B saves, A's output of T x rank elements (gathered over
-    tp for a column-parallel base, all-reduced for a row-parallel one), by
-    ``{target}_adapter`` name (``linear_`` dropped); empty without LoRA."""
+def lora_adapter_tensors(x: ActivationShard, kind: LayerKind) -> dict[str, float]:
+    """The tensor each adapter of a layer of ``kind`` saves for B, A's output of T x rank
+    elements (gathered over tp for a column-parallel base, all-reduced for a row-parallel
+    one), by ``{target}_adapter`` name (``linear_`` dropped), for the targets the layer
+    holds (`specs.finetune.layer_targets`); empty without LoRA."""
     if x.lora is None:
         return {}
     rank_bytes = x.element_bytes * x.tokens * x.lora.rank
-    return {f"{t.removeprefix('linear_')}_adapter": rank_bytes for t in x.lora.targets}
+    targets = layer_targets(x.lora, kind)
+    return {f"{t.removeprefix('linear_')}_adapter": rank_bytes for t in targets}
+
+
+def lora_row_input_bytes(x: ActivationShard, target: str) -> float:
+    """Bytes per element kept of the input of the row-parallel base ``target`` under LoRA:
+    the 16-bit tensor the adapter's A saves when the layer has an adapter there, none for
+    an untargeted frozen base (no wgrad GEMM reads it)."""
+    return x.element_bytes if has_adapter(x.lora, target) else 0

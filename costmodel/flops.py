@@ -34,7 +34,10 @@ the throughput Megatron-LM logs.
 LoRA jobs (`TrainingJob.lora`) compute no weight gradient of the frozen GEMMs: the model
 FLOPs are Megatron-Bridge's LoRA count (``training/utils/flop_utils.py``, tag v0.5.0: the
 frozen GEMMs at 2/3 of 3 x forward, the attention core at 3 x) plus the adapters' GEMMs at
-3 x forward, which Bridge leaves out (`lora_model_flops_per_token`).
+3 x forward, which Bridge leaves out (`lora_model_flops_per_token`). A hybrid model's
+Mamba-2 SSD scan term (7·d·N per token) has no weight and counts at 3 x as the attention
+core; its in_proj and out_proj are frozen GEMMs. Each layer counts the adapters of the
+targets it holds (`specs.finetune.layer_targets`).
 """
 
 from __future__ import annotations
@@ -174,8 +177,13 @@ def mamba_mixer_forward_flops_per_token(model: ModelSpec) -> float:
     heads = model.mamba_num_heads or d_in // model.mamba_head_dim
     groups_state = model.mamba_num_groups * model.mamba_state_dim
     in_proj = FMA_FLOPS * h * (2 * d_in + 2 * groups_state + heads)
-    scan = 7 * d_in * model.mamba_state_dim
-    return in_proj + scan + FMA_FLOPS * d_in * h
+    return in_proj + ssd_scan_forward_flops_per_token(model) + FMA_FLOPS * d_in * h
+
+
+def ssd_scan_forward_flops_per_token(model: ModelSpec) -> float:
+    """The SSD scan term of one Mamba-2 mixer per token in Megatron-LM's
+    ``mamba_layer_flops``: 7·d·N with d = 2h (`mamba_mixer_forward_flops_per_token`)."""
+    return 7 * 2 * model.hidden_size * model.mamba_state_dim
 
 
 def logits_forward_flops_per_token(model: ModelSpec) -> float:
@@ -285,22 +293,33 @@ def backward_flops(forward_flops: float) -> float:
     return BACKWARD_FORWARD_RATIO * forward_flops
 
 
-def lora_forward_flops_per_token(model: ModelSpec, lora: LoraSpec) -> float:
-    """Forward FLOPs of one layer's LoRA adapters per token: 2 per adapter parameter
-    (`specs.params.lora_layer_params`), the A and B GEMMs of each target."""
-    return FMA_FLOPS * lora_layer_params(model, lora)
+def lora_forward_flops_per_token(model: ModelSpec, lora: LoraSpec, layers: Iterable[int]) -> float:
+    """Forward FLOPs per token of the LoRA adapters of the decoder layers ``layers``: 2 per
+    adapter parameter (`specs.params.lora_layer_params` of each layer's kind), the A and B
+    GEMMs of each target the layer holds."""
+    kinds = model.layer_kinds()
+    return FMA_FLOPS * sum(lora_layer_params(model, lora, kinds[i]) for i in layers)
+
+
+def mamba_scan_forward_flops_per_token(model: ModelSpec) -> float:
+    """The SSD scan term of every Mamba-2 layer of ``model`` per token
+    (`ssd_scan_forward_flops_per_token`); 0 for a transformer."""
+    mamba = sum(kind.mixer == "mamba" for kind in model.layer_kinds())
+    return mamba * ssd_scan_forward_flops_per_token(model)
 
 
 def lora_model_flops_per_token(model: ModelSpec, seq_length: int, lora: LoraSpec) -> float:
     """Model FLOPs per token of a LoRA iteration: the frozen GEMMs (projections, MLP,
-    logits) forward and input gradient, 2 x forward; the attention core and the adapters
-    forward, input and weight gradient, 3 x forward (module docstring)."""
+    logits) forward and input gradient, 2 x forward; the attention core, a hybrid model's
+    SSD scans and the adapters forward, input and weight gradient, 3 x forward (module
+    docstring)."""
     core = sum(
         layer_core_attention_forward_flops_per_token(model, i, seq_length)
         for i in range(model.num_layers)
     )
+    core += mamba_scan_forward_flops_per_token(model)
     frozen = forward_flops_per_token(model, seq_length) - core
-    adapters = model.num_layers * lora_forward_flops_per_token(model, lora)
+    adapters = lora_forward_flops_per_token(model, lora, range(model.num_layers))
     return BACKWARD_FORWARD_RATIO * frozen + FORWARD_BACKWARD_FACTOR * (core + adapters)
 
 
@@ -338,7 +357,7 @@ def recompute_forward_flops_per_token(
         return attention_layer_count(model) * core
     if plan.recompute == "full":
         layers = recomputed_layers(model, plan)
-        adapters = 0.0 if lora is None else len(layers) * lora_forward_flops_per_token(model, lora)
+        adapters = 0.0 if lora is None else lora_forward_flops_per_token(model, lora, layers)
         return _layers_forward(model, layers, seq_length) + adapters
     return 0.0
 

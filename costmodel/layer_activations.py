@@ -72,11 +72,11 @@ from costmodel.activation_shard import (
     activation_shard,
     lora_adapter_tensors,
     lora_column_input_bytes,
+    lora_row_input_bytes,
 )
 from costmodel.compute import FP32_BYTES, MASK_BYTES
 from costmodel.mamba_activations import mamba_tensors
 from specs.errors import SpecError
-from specs.finetune import has_adapter
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
@@ -283,9 +283,9 @@ def shard_layer_activations(
     elif kind.mlp == "dense":
         tensors.update(_mlp_tensors(model, x, model.ffn_hidden_size, n, x.tp, ""))
     if x.lora is not None and kind.mlp == "dense":  # FC2's input: the adapter's, 16-bit, or none
-        kept = x.element_bytes if has_adapter(x.lora, "linear_fc2") else 0
+        kept = lora_row_input_bytes(x, "linear_fc2")
         tensors["act_output"] = kept * n * model.ffn_hidden_size / x.tp
-    tensors.update(lora_adapter_tensors(x))
+    tensors.update(lora_adapter_tensors(x, kind))
     return LayerActivations(
         full_bytes=sum(tensors.values()),
         core_attention_bytes=tensors.get("core_attention", 0.0),

@@ -32,8 +32,10 @@ divisor, bytes per rank; `ActivationShard`):
 
 - ``mamba_norm_input``: the layer input the fused pre-norm keeps, e·T·h/sp.
 - ``in_proj_input``: the normalized input the input projection keeps for its wgrad GEMM,
-  as the QKV projection's (`costmodel.layer_activations.lora_column_input_bytes`: the
-  quantized copy under FP8/NVFP4, none for a frozen LoRA base, which has no adapter here).
+  as the QKV projection's (`costmodel.activation_shard.lora_column_input_bytes`: the
+  quantized copy under FP8/NVFP4; under LoRA none for an untargeted frozen base, else the
+  16-bit norm output the ``in_proj`` adapter's A saves, gathered over the sequence with SP,
+  plus the base's quantized copy).
 - ``mamba_mask``: the 1-byte hidden-dropout mask of the bias-dropout-add, with dropout.
 - ``in_proj_output``: ``zxbcdt``, e·T·(2·d_inner + 2·G·N + H)/t; the
   ``rearrange(...).contiguous()`` copy of `MambaMixer._ssm_training` replaces the GEMM
@@ -44,7 +46,12 @@ divisor, bytes per rank; `ActivationShard`):
 - ``out_proj_input``: the norm output the output projection keeps for its wgrad GEMM,
   T·d_inner/t at the saved-GEMM-input size: Megatron calls ``set_save_original_input``
   only for the attention projections, so under FP8 this is the quantized copy alone (no
-  other module keeps the norm output); none for a frozen LoRA base.
+  other module keeps the norm output); under LoRA none for an untargeted frozen base, else
+  the 16-bit T·d_inner/t the ``out_proj`` adapter's A saves
+  (`costmodel.activation_shard.lora_row_input_bytes`).
+- ``in_proj_adapter``, ``out_proj_adapter`` (LoRA, each targeted projection): A's output,
+  T x rank, that B saves (`costmodel.activation_shard.lora_adapter_tensors`, added by
+  `costmodel.layer_activations.shard_layer_activations`).
 
 With context parallelism (cp > 1, ``megatron/core/ssm/mamba_context_parallel.py``,
 `MambaContextParallel`), T = b·s/cp is the rank's sequence shard. The all-to-alls after
@@ -64,7 +71,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.activation_shard import ActivationShard, lora_column_input_bytes
+from costmodel.activation_shard import (
+    ActivationShard,
+    lora_column_input_bytes,
+    lora_row_input_bytes,
+)
 from costmodel.compute import FP32_BYTES
 from specs.model import ModelSpec
 
@@ -138,7 +149,7 @@ def mamba_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:
     e, n, h = x.element_bytes, x.tokens, model.hidden_size
     w = mamba_widths(model, x.tp)
     scan = mamba_widths(model, x.tp, x.cp)
-    out_proj_bytes = 0 if x.lora is not None else x.gemm_input_bytes
+    out_proj_bytes = x.gemm_input_bytes if x.lora is None else lora_row_input_bytes(x, "out_proj")
     return {
         "mamba_norm_input": e * n * h / x.sp,
         "in_proj_input": lora_column_input_bytes(x, h, "in_proj"),

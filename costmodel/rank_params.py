@@ -10,8 +10,8 @@ layer; with tied embeddings and pp > 1 the last stage holds its own copy of the 
 matrix (Megatron keeps both in sync by an all-reduce). Both use the vocabulary padded to a
 multiple of 128·tp.
 
-LoRA jobs (`TrainingJob.lora`): every transformer layer also holds its adapters
-(`specs.params.lora_layer_params`, 1/tp of them per rank) and the model's own parameters
+LoRA jobs (`TrainingJob.lora`): every layer also holds the adapters of the targets it has
+(`specs.params.lora_layer_params` by its kind, 1/tp of them per rank) and the model's own parameters
 are frozen (`StageParams.frozen`): the optimizer shards and steps, and the gradient buffers
 hold, the adapters only (`StageParams.trained_dense`)."""
 
@@ -153,11 +153,13 @@ def chunk_params(
     tied and one stage holds both), plus ``mtp_layers`` multi-token-prediction depths
     (`specs.params.MtpParams`: the layers split like the others, the projection over tp,
     the norms replicated; repeated MTP weights once, `specs.params.ParamCounts.mtp_weights`).
-    With ``lora`` each of those transformer layers adds its adapters over tp
-    (`specs.params.lora_layer_params`) and the rest is `StageParams.frozen`."""
+    With ``lora`` each of those layers adds the adapters of its kind over tp
+    (`specs.params.lora_layer_params`; an MTP depth's layers take the kinds of
+    `specs.model.ModelSpec.mtp_depth_kinds`) and the rest is `StageParams.frozen`."""
     counts = count_params(model)
     dense = expert = linear = 0.0
     weights = counts.mtp_weights(mtp_layers)
+    layers = tuple(layers)
     held = [counts.layers[index] for index in layers]
     held += [layer for depth in weights for layer in depth.layers]
     for layer_counts in held:
@@ -176,7 +178,10 @@ def chunk_params(
             dense += matrix
     if lora is None:
         return StageParams(dense=dense, expert=expert, linear=linear)
-    adapter = len(held) * lora_layer_params(model, lora) / plan.tp
+    kinds, depth_kinds = model.layer_kinds(), model.mtp_depth_kinds()
+    held_kinds = [kinds[index] for index in layers]
+    held_kinds += [depth_kinds[i] for depth in weights for i in range(len(depth.layers))]
+    adapter = sum(lora_layer_params(model, lora, kind) for kind in held_kinds) / plan.tp
     return StageParams(dense=dense, expert=expert, linear=linear, adapter=adapter, frozen=True)
 
 

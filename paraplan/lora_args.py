@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from specs.errors import SpecError
-from specs.finetune import LORA_TARGETS, LoraSpec
+from specs.finetune import DEFAULT_LORA_TARGETS, LORA_TARGETS, LoraSpec
 from specs.job import TrainingJob
 
 DEFAULT_ALPHA = 32
@@ -38,7 +38,9 @@ def add_lora_args(group: argparse._ArgumentGroup) -> None:
         default=None,
         metavar="LIST",
         help="with --lora-rank: comma-separated linear layers that get adapters "
-        f"({', '.join(LORA_TARGETS)}; default all four, Megatron-Bridge's target_modules)",
+        f"({', '.join(LORA_TARGETS)}; in_proj and out_proj are a hybrid model's Mamba-2 "
+        "mixer's; each layer adapts those it holds; default "
+        f"{','.join(DEFAULT_LORA_TARGETS)}, Megatron-Bridge's target_modules)",
     )
 
 
@@ -59,7 +61,7 @@ def lora_from_args(args: argparse.Namespace) -> LoraSpec | None:
                 f"{' and '.join(given)}"
             )
         return None
-    names = LORA_TARGETS if targets is None else _target_list(targets)
+    names = DEFAULT_LORA_TARGETS if targets is None else _target_list(targets)
     return LoraSpec(
         rank=rank,
         alpha=DEFAULT_ALPHA if alpha is None else alpha,

@@ -47,8 +47,9 @@ Conventions:
   linear bias whatever ``add_bias_linear`` says (Megatron's `MambaMixer` asserts
   ``not bias``).
 - LoRA adapters (`lora_layer_params`, a job's `specs.finetune.LoraSpec`): per targeted
-  linear layer in -> out, A (in x r) and B (r x out), no bias; they are not part of the
-  model's counts above, which stay the frozen base.
+  linear layer in -> out, A (in x r) and B (r x out), no bias, on the targets each layer
+  holds (`specs.finetune.layer_targets`: a hybrid ``M`` layer its in_proj and out_proj);
+  they are not part of the model's counts above, which stay the frozen base.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from specs.errors import SpecError
-from specs.finetune import LoraSpec, lora_target_features
-from specs.layer_kinds import LayerKind
+from specs.finetune import LoraSpec, layer_targets, lora_target_features
+from specs.layer_kinds import DENSE_LAYER, LayerKind
 from specs.model import ModelSpec
 
 
@@ -352,18 +353,27 @@ def held_mtp_layers(model: ModelSpec, depths: int) -> int:
     return sum(len(depth.layers) for depth in count_params(model).mtp_weights(depths))
 
 
-def lora_layer_params(model: ModelSpec, lora: LoraSpec) -> int:
-    """Adapter parameters of one transformer layer: r·(in + out) per target
-    (`specs.finetune.lora_target_features`; Megatron-Bridge ``ParallelLinearAdapter``:
+def lora_layer_params(model: ModelSpec, lora: LoraSpec, kind: LayerKind = DENSE_LAYER) -> int:
+    """Adapter parameters of one layer of ``kind`` (default a transformer layer): r·(in + out)
+    per target the layer holds (`specs.finetune.layer_targets`,
+    `specs.finetune.lora_target_features`; Megatron-Bridge ``ParallelLinearAdapter``:
     ``linear_in`` in -> r and ``linear_out`` r -> out, both without bias). Tensor
     parallelism splits every adapter matrix along one of its dimensions (A over r for a
     column-parallel base, over in for a row-parallel one; B over out), so a rank holds
     1/tp of it."""
     total = 0
-    for target in lora.targets:
+    for target in layer_targets(lora, kind):
         fan_in, fan_out, _ = lora_target_features(model, target)
         total += lora.rank * (fan_in + fan_out)
     return total
+
+
+def lora_adapters_per_layer(model: ModelSpec, lora: LoraSpec) -> float:
+    """Adapters (each an A and a B matrix) per decoder layer of ``model``, averaged over its
+    layers (`specs.finetune.layer_targets`): ``len(lora.targets)`` for a transformer, the
+    mean over the pattern's kinds for a hybrid model."""
+    kinds = model.layer_kinds()
+    return sum(len(layer_targets(lora, kind)) for kind in kinds) / len(kinds)
 
 
 def padded_vocab_size(vocab_size: int, tp: int, multiple: int = 128) -> int:

@@ -7,15 +7,19 @@ Sources: Megatron-Bridge tag v0.5.0 ``src/megatron/bridge/peft/utils.py``
 ``RowParallelLinear``, which split their partitioned dimension with
 ``megatron.core.utils.divide``, asserting exact division) and ``peft/lora.py`` (expert
 linears get ``GroupedExpertLinearAdapter`` or expert-parallel adapters; MLA's projections
-are other modules than the four targets of `specs.finetune.LORA_TARGETS`).
+are other modules than the targets of `specs.finetune.LORA_TARGETS`). A dense hybrid
+model's layers take the targets they hold (`specs.finetune.layer_targets`: a Mamba-2
+mixer's in_proj and out_proj, an attention layer's QKV and output projection, an MLP
+layer's FC1 and FC2); a MoE hybrid is refused by `lora_not_on_experts`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from specs.cluster import ClusterSpec
-from specs.finetune import lora_target_features
+from specs.finetune import LORA_TARGETS, LoraSpec, lora_target_features, model_targets
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -26,15 +30,16 @@ from specs.rules_base import degree_choices, multiples_around, rule
 def lora_rank_divisible_by_tp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """Every adapter matrix splits over tp: A of a column-parallel base (QKV, FC1) over
-    its rank (``ColumnParallelLinear(in, rank)``), B over the base's output
+    """Every adapter matrix splits over tp: A of a column-parallel base (QKV, FC1, in_proj)
+    over its rank (``ColumnParallelLinear(in, rank)``), B over the base's output
     (``ColumnParallelLinear(rank, out)``), A of a row-parallel base over its input, which
-    the base's own rules already divide."""
+    the base's own rules already divide. Only the targets some layer of the model holds
+    are built (`specs.finetune.model_targets`)."""
     lora = job.lora
     if lora is None or plan.tp == 1:
         return None
     bad, split = [], []
-    for target in lora.targets:
+    for target in model_targets(model, lora):
         _, fan_out, column = lora_target_features(model, target)
         split += [lora.rank, fan_out] if column else [fan_out]
         if column and lora.rank % plan.tp:
@@ -85,21 +90,36 @@ def lora_not_on_mla(
 
 
 @rule
-def lora_not_on_hybrid(
+def lora_targets_in_model(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """A hybrid model's layers hold one part each (``hybrid_layer_pattern``), and its
-    Mamba-2 mixers' ``in_proj`` and ``out_proj`` are other modules than the four targets;
-    the adapters are priced on every layer as on a transformer's."""
-    if job.lora is None or not model.is_hybrid:
+    """Every target names a linear layer some layer of the model holds
+    (`specs.finetune.model_targets`): Bridge's ``ModuleMatcher`` matches by module name, so
+    a target no layer holds gets no adapter (a transformer has no ``in_proj`` or
+    ``out_proj``; a hybrid model without ``*`` layers no ``linear_qkv``)."""
+    lora = job.lora
+    if lora is None:
         return None
-    return (
-        f"LoRA on the hybrid model {model.name!r} (hybrid_layer_pattern "
-        f"{model.hybrid_layer_pattern!r}) is not priced: its adapters are counted per "
-        "transformer layer (linear_qkv, linear_proj, linear_fc1, linear_fc2 on every layer) "
-        "and the Mamba-2 mixers' in_proj and out_proj are not targets; train every weight "
-        "(drop --lora-rank)"
+    held = model_targets(model, lora)
+    absent = [t for t in lora.targets if t not in held]
+    if not absent:
+        return None
+    present = model_targets(model, _all_targets(lora))
+    layers = (
+        f"hybrid_layer_pattern {model.hybrid_layer_pattern!r}"
+        if model.is_hybrid
+        else "transformer layers"
     )
+    return (
+        f"LoRA targets {', '.join(absent)} are linear layers no layer of {model.name!r} "
+        f"holds ({layers}): Megatron-Bridge would build no adapter there; choose "
+        f"--lora-targets from {', '.join(present)}"
+    )
+
+
+def _all_targets(lora: LoraSpec) -> LoraSpec:
+    """``lora`` with every name of `specs.finetune.LORA_TARGETS` as its targets."""
+    return dataclasses.replace(lora, targets=LORA_TARGETS)
 
 
 @rule
@@ -134,7 +154,7 @@ LORA_RULES = (
     lora_rank_divisible_by_tp,
     lora_not_on_experts,
     lora_not_on_mla,
-    lora_not_on_hybrid,
+    lora_targets_in_model,
     lora_not_with_megatron_fsdp,
     lora_needs_adam,
 )

@@ -14,7 +14,7 @@ from paraplan.commands import estimate
 from paraplan.commands import plan as plan_command
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
-from specs.finetune import LORA_TARGETS, LoraSpec
+from specs.finetune import DEFAULT_LORA_TARGETS, LoraSpec
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -34,7 +34,9 @@ def job_of(*argv: str) -> TrainingJob:
 
 def test_the_flags_build_the_jobs_lora_spec() -> None:
     assert job_of().lora is None
-    assert job_of("--lora-rank", "8").lora == LoraSpec(rank=8, alpha=32, targets=LORA_TARGETS)
+    assert job_of("--lora-rank", "8").lora == LoraSpec(
+        rank=8, alpha=32, targets=DEFAULT_LORA_TARGETS
+    )
     job = job_of(*LORA, "--lora-alpha", "64")
     assert job.lora == LoraSpec(rank=16, alpha=64, targets=("linear_qkv", "linear_fc2"))
 

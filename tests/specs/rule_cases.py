@@ -148,10 +148,10 @@ HYBRID_CASES = [
         ("optimizer (muon)", "'nemotron-h-like'", "--optimizer adam"),
     ),
     Case(
-        "lora_not_on_hybrid",
-        Change(base=HYBRID, job={"lora": LORA}),
-        Change(job={"lora": LORA}),
-        ("'nemotron-h-like'", "'M-M*M-M*", "drop --lora-rank"),
+        "lora_targets_in_model",
+        Change(job={"lora": LoraSpec(rank=16, targets=("linear_qkv", "in_proj"))}),
+        Change(base=HYBRID, job={"lora": LoraSpec(rank=16, targets=("linear_qkv", "in_proj"))}),
+        ("LoRA targets in_proj", "linear_qkv, linear_proj, linear_fc1, linear_fc2"),
     ),
 ]
 

@@ -3,6 +3,7 @@ trip, the adapters' shapes and parameter count, and the plan rules of a LoRA job
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -10,9 +11,18 @@ import pytest
 from specs import serde
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
-from specs.finetune import LORA_TARGETS, LoraSpec, executor_lora_refusal, lora_target_features
+from specs.finetune import (
+    DEFAULT_LORA_TARGETS,
+    LORA_TARGETS,
+    LoraSpec,
+    executor_lora_refusal,
+    layer_targets,
+    lora_target_features,
+    model_targets,
+)
 from specs.job import TrainingJob
-from specs.params import count_params, lora_layer_params
+from specs.layer_kinds import HYBRID_SYMBOLS
+from specs.params import count_params, lora_adapters_per_layer, lora_layer_params
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan, rule_ids
@@ -28,8 +38,9 @@ def test_defaults_are_megatron_bridges() -> None:
     # src/megatron/bridge/peft/lora.py (v0.5.0): alpha 32, all four linear layers
     lora = LoraSpec(rank=32)
     assert lora.alpha == 32
-    assert lora.targets == LORA_TARGETS
-    assert LORA_TARGETS == ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+    assert lora.targets == DEFAULT_LORA_TARGETS
+    assert DEFAULT_LORA_TARGETS == ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+    assert (*DEFAULT_LORA_TARGETS, "in_proj", "out_proj") == LORA_TARGETS
     assert TrainingJob(seq_length=8, global_batch_size=1).lora is None
 
 
@@ -141,3 +152,58 @@ def test_lora_is_refused_where_it_is_not_priced() -> None:
 def test_the_executor_refuses_lora_with_a_rule_id() -> None:
     assert executor_lora_refusal(None) is None
     assert "[lora_not_in_executor]" in (executor_lora_refusal(QKV) or "")
+
+
+NEMOTRON_H_TARGETS = LoraSpec(rank=16, targets=LORA_TARGETS)
+"""Megatron-Bridge's Nemotron-H PEFT target_modules (recipes/nemotronh/h100/nemotronh.py)."""
+
+
+def test_a_nemotron_h_8b_mamba_layer_adapts_its_in_proj_and_out_proj() -> None:
+    model = get_preset("nemotron-h-8b")
+    # h 4096, 128 heads of 64 (d_inner 8192), 8 groups, state 128 (preset_hybrid.py)
+    in_proj_out = 2 * 8192 + 2 * 8 * 128 + 128
+    assert lora_target_features(model, "in_proj") == (4096, in_proj_out, True)
+    assert lora_target_features(model, "out_proj") == (8192, 4096, False)
+    # in_proj: A h x r, B r x (2·8192 + 2·8·128 + 128); out_proj: A 8192 x r, B r x h
+    by_hand = 4096 * 16 + 16 * 18560 + 8192 * 16 + 16 * 4096
+    assert by_hand == 559_104
+    mamba = HYBRID_SYMBOLS["M"]
+    assert layer_targets(NEMOTRON_H_TARGETS, mamba) == ("in_proj", "out_proj")
+    assert lora_layer_params(model, NEMOTRON_H_TARGETS, mamba) == by_hand
+    assert lora_layer_params(model, LoraSpec(rank=16), mamba) == 0  # default: no Mamba target
+
+
+def test_each_hybrid_layer_takes_the_targets_it_holds() -> None:
+    model = get_preset("nemotron-h-8b")
+    attention, mlp = HYBRID_SYMBOLS["*"], HYBRID_SYMBOLS["-"]
+    assert layer_targets(NEMOTRON_H_TARGETS, attention) == ("linear_qkv", "linear_proj")
+    assert layer_targets(NEMOTRON_H_TARGETS, mlp) == ("linear_fc1", "linear_fc2")
+    assert layer_targets(NEMOTRON_H_TARGETS, HYBRID_SYMBOLS["E"]) == ()
+    assert layer_targets(None, attention) == ()
+    qkv, proj = (lora_target_features(model, t) for t in ("linear_qkv", "linear_proj"))
+    assert lora_layer_params(model, NEMOTRON_H_TARGETS, attention) == 16 * (
+        sum(qkv[:2]) + sum(proj[:2])
+    )
+    assert model_targets(model, NEMOTRON_H_TARGETS) == LORA_TARGETS
+    llama = get_preset("llama3-8b")
+    assert model_targets(llama, NEMOTRON_H_TARGETS) == DEFAULT_LORA_TARGETS
+    with pytest.raises(SpecError, match="'in_proj' is not a linear layer of 'llama3-8b'"):
+        lora_target_features(llama, "in_proj")
+    # 24 M, 4 *, 24 - layers: the per-layer mean of adapters for the optimizer step
+    assert lora_adapters_per_layer(model, NEMOTRON_H_TARGETS) == 2.0
+    assert lora_adapters_per_layer(llama, LoraSpec(rank=16)) == 4.0
+
+
+def test_lora_on_a_dense_hybrid_model_passes_the_rules_and_a_moe_hybrid_is_refused() -> None:
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    job = TrainingJob(seq_length=4096, global_batch_size=128, lora=NEMOTRON_H_TARGETS)
+    plan = ParallelPlan.for_world(8, tp=2, distributed_optimizer=True)
+    assert check_plan(get_preset("nemotron-h-8b"), cluster, job, plan) == []
+    moe = get_preset("nemotron-3-nano")
+    violations = check_plan(moe, cluster, job, plan)
+    assert "lora_not_on_experts" in {v.rule for v in violations}
+    odd = dataclasses.replace(job, lora=LoraSpec(rank=3, targets=("in_proj",)))
+    messages = [str(v) for v in check_plan(get_preset("nemotron-h-8b"), cluster, odd, plan)]
+    assert any("in_proj: rank (3)" in m for m in messages)
+    odd_row = dataclasses.replace(job, lora=LoraSpec(rank=3, targets=("out_proj",)))
+    assert check_plan(get_preset("nemotron-h-8b"), cluster, odd_row, plan) == []

@@ -121,8 +121,9 @@ def layer_passes(
 ) -> LayerPasses:
     """The passes of one layer of ``kind`` (`layer_cost` without the recompute and
     offloading terms): its token mixer (`_mixer_passes`), then its MLP or routed experts
-    with their pre-norm and residual (`_ffn_passes`), and a transformer layer's LoRA
-    adapters (`adapter_costs`); none of them depends on ``plan.recompute_modules``."""
+    with their pre-norm and residual (`_ffn_passes`), and a LoRA job's adapters on the
+    targets the layer holds (`adapter_costs`; a MoE layer is refused by
+    `specs.rules_lora.lora_not_on_experts`); none of them depends on ``plan.recompute_modules``."""
     comm = groups or intra_groups(plan)
     x = layer_shape(job, plan)
     att_f, att_b, rerun, dgrad, wgrad = _mixer_passes(
@@ -130,11 +131,12 @@ def layer_passes(
     )
     ffn = _ffn_passes(model, job, plan, profile, x, comm, options, kind)
     rerun.update(ffn.rerun)
-    if kind.mlp == "dense":  # a LoRA job's adapters (QKV, projection, FC1, FC2)
-        adapters = adapter_costs(model, job, plan, profile, x, comm)
+    if kind.mlp != "moe":  # a LoRA job's adapters on the targets the layer holds
+        adapters = adapter_costs(model, job, plan, profile, x, comm, kind)
         att_f, att_b = att_f.plus(adapters.forward), att_b.plus(adapters.backward)
         dgrad, wgrad = dgrad + adapters.dgrad_s, wgrad + adapters.wgrad_s
-        rerun["mlp"] = rerun["mlp"].plus(adapters.mlp_forward)
+        if kind.mlp == "dense":
+            rerun["mlp"] = rerun["mlp"].plus(adapters.mlp_forward)
     forward = att_f.plus(ffn.forward).plus(PassCost(compute_s=ffn.norm_forward_s))
     backward = att_b.plus(ffn.backward).plus(PassCost(compute_s=ffn.norm_backward_s))
     extra_b = ffn.norm_backward_s

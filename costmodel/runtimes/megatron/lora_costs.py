@@ -9,6 +9,11 @@ Sources: Megatron-Bridge v0.5.0 ``src/megatron/bridge/peft/lora_layers.py``
 (``ParallelLinearAdapter``, ``get_adapter_attributes_from_linear``); Megatron-core d0b3b775
 (the Megatron-LM of Bridge v0.5.0) ``tensor_parallel/layers.py`` and ``mappings.py``.
 
+Each layer prices the adapters of the targets it holds (`specs.finetune.layer_targets`: a
+transformer layer its four, a hybrid model's ``*`` layer QKV and output projection, ``-``
+layer FC1 and FC2, ``M`` layer the Mamba-2 mixer's in_proj, column-parallel and fed the
+returned norm output like QKV, and out_proj, row-parallel like the output projection).
+
 Per target, base W: in -> out (`specs.finetune.lora_target_features`), rank r, tp ranks,
 T = b·s/cp tokens; every adapter sees the whole sequence (with SP a column-parallel base
 returns its norm output gathered, ``return_layernorm_output_gathered``, and a row-parallel
@@ -46,8 +51,9 @@ from costmodel.collectives import collective_time_s
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
 from profiles.schema import HardwareProfile
-from specs.finetune import lora_target_features
+from specs.finetune import layer_targets, lora_target_features
 from specs.job import TrainingJob
+from specs.layer_kinds import DENSE_LAYER, LayerKind
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
@@ -82,16 +88,18 @@ def adapter_costs(
     profile: HardwareProfile,
     x: LayerShape,
     groups: CommGroups,
+    kind: LayerKind = DENSE_LAYER,
 ) -> LoraCosts:
-    """The `LoraCosts` of one layer's adapters (module docstring); `NO_ADAPTERS` without
-    LoRA."""
+    """The `LoraCosts` of the adapters of one layer of ``kind`` (module docstring);
+    `NO_ADAPTERS` without LoRA or when the layer holds none of the targets."""
     lora = job.lora
-    if lora is None:
+    targets = layer_targets(lora, kind)
+    if lora is None or not targets:
         return NO_ADAPTERS
     x16 = replace(x, dtype=ops.activation_dtype(job.precision))
     forward = backward = mlp = ZERO
     dgrad = wgrad = 0.0
-    for target in lora.targets:
+    for target in targets:
         fwd, bwd, d, w = _target_costs(model, plan, profile, x16, groups, lora.rank, target)
         forward, backward = forward.plus(fwd), backward.plus(bwd)
         dgrad, wgrad = dgrad + d, wgrad + w

@@ -46,6 +46,7 @@ from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, 
 from costmodel.runtimes.megatron.mamba_cp import cp_layout_s, mamba_cp_pair, scan_shape
 from costmodel.runtimes.megatron.userbuffers import Shape
 from profiles.schema import HardwareProfile
+from specs.finetune import has_adapter
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -259,9 +260,12 @@ def mamba_block(
     dgrad holds the projections' input-gradient GEMMs and every backward kernel of the
     scan, conv1d, norms and quantization (their small weight gradients are reduced inside
     those kernels); wgrad the projections' weight-gradient GEMMs, none for a LoRA job's
-    frozen base. The rerun dict is empty (module docstring). Under context parallelism the
-    all-to-alls are exposed CP time (`mamba_cp.mamba_cp_pair`) and their layout copies
-    forward and dgrad compute (`mamba_cp.cp_layout_s`)."""
+    frozen base, whose in_proj returns its norm output to an ``in_proj`` adapter as the QKV
+    projection does (`linear_pairs.fp8_pair_s` ``norm_returned``); the adapters themselves:
+    `costmodel.runtimes.megatron.lora_costs`. The rerun dict is empty (module docstring).
+    Under context parallelism the all-to-alls are exposed CP time
+    (`mamba_cp.mamba_cp_pair`) and their layout copies forward and dgrad compute
+    (`mamba_cp.cp_layout_s`)."""
     frozen = job.lora is not None
     h = model.hidden_size
     w = mamba_widths(model, x.tp)
@@ -274,7 +278,15 @@ def mamba_block(
         copy_fwd, copy_bwd = cp_layout_s(model, profile, x)
         mix_fwd, mix_bwd = mix_fwd + copy_fwd, mix_bwd + copy_bwd
     fp8_fwd, fp8_bwd = fp8_pair_s(
-        profile, x, h, w.in_proj, w.inner, options.fp8_recipe, options.cudnn_norm, frozen=frozen
+        profile,
+        x,
+        h,
+        w.in_proj,
+        w.inner,
+        options.fp8_recipe,
+        options.cudnn_norm,
+        frozen=frozen,
+        norm_returned=has_adapter(job.lora, "in_proj"),
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd

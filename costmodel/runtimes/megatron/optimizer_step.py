@@ -25,6 +25,7 @@ from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.params import lora_adapters_per_layer
 from specs.plan import ParallelPlan
 
 
@@ -58,7 +59,7 @@ def stage_optimizer_s(
         shard = dense + expert
     layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
-    targets = len(job.lora.targets) if job.lora is not None else 0
+    targets = lora_adapters_per_layer(model, job.lora) if job.lora is not None else 0.0
     tensors = optimizer_step_tensors(layers, local_experts, targets)
     offloaded = options.optimizer_cpu_offload_fraction * shard
     step_s = optimizer_step_time_s(

@@ -39,6 +39,7 @@ from costmodel.runtimes.megatron.screen_sharding import (
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+from specs.params import lora_adapters_per_layer
 
 
 def _earlier_chunks_s(per_chunk: np.ndarray, v: np.ndarray, spacing: np.ndarray) -> np.ndarray:
@@ -161,7 +162,7 @@ def _optimizer_s(
     rates: _StepRates,
     local_experts: np.ndarray | int,
     muon: bool,
-    adapter_targets: int = 0,
+    adapter_targets: float = 0.0,
 ) -> np.ndarray:
     """Optimizer step of stage ``tag``'s rank, seconds: Adam's affine form (or the offloaded
     host step, whichever is longer), under Muon the worst rank's step
@@ -247,7 +248,7 @@ def tail_s(
     worst = np.zeros(len(v))
     # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
     # parameters), the fullest middle stage
-    targets = len(job.lora.targets) if job.lora is not None else 0
+    targets = lora_adapters_per_layer(model, job.lora) if job.lora is not None else 0.0
     for tag, first_stage in (("0", True), ("l", False), ("1", False)):
         optimizer = _optimizer_s(c, tag, rates, local_experts, muon, targets)
         chunk, gather_s = _param_gather_s(c, tag, first_stage, forward_chunk, weight, gather, muon)
