@@ -45,7 +45,7 @@ output projection in MXFP8), and the router's padding for quantization.
 
 from __future__ import annotations
 
-from recipe_keys import is_fp8
+from recipe_keys import is_fp8, release_of
 
 SUPER_MODELS = ("nemotron_3_super", "nemotron-3-super", "nemotron 3 super")
 """Model names (lower case, prefix) of Nemotron 3 Super rows."""
@@ -84,7 +84,7 @@ SUPER_H100_OPTIONS: dict[str, object] = {
 
 def _h100_head(container: str, gpu: str) -> bool:
     """Whether the row runs HEAD's H100 config."""
-    return gpu.startswith("H100") and container[:5] >= SUPER_H100_RELEASE
+    return gpu.startswith("H100") and release_of(container) >= SUPER_H100_RELEASE
 
 
 def super_model_fields(container: str, gpu: str) -> dict[str, object]:

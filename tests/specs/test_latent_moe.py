@@ -12,7 +12,8 @@ from specs.params import count_params, latent_projection_params
 from specs.presets import get_preset
 from specs.serde import from_dict, to_dict
 
-# One E layer of Nemotron 3 Super's shape (megatron-facts.md §2.1 and the task's figures):
+# One E layer of Nemotron 3 Super's shape (megatron-facts.md §2.1 and the model's Hugging
+# Face config.json):
 # h 4096, latent 1024, 512 experts of 2688, top-22, a shared expert of 5376, non-gated
 # (squared ReLU, two matrices per MLP, modelled as gelu).
 SUPER_LAYER = ModelSpec(

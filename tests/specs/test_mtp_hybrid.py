@@ -108,40 +108,21 @@ def test_repeated_weights_are_counted_once_and_computed_per_depth() -> None:
     assert held_mtp_layers(get_preset("deepseek-v3"), 1) == 1
 
 
-def test_nemotron_3_super_depth_parts_without_the_latent_experts() -> None:
+def test_nemotron_3_super_depth_parts() -> None:
     # Nemotron 3 Super's MTP block totals 2,942,324,736 parameters in its Hugging Face
     # safetensors header (mtp.* tensors): an attention layer, a latent-MoE layer, eh_proj
-    # and the norms. Latent MoE is not expressed here, so the stand-in below keeps Super's
-    # attention shape (h 4096, 32 heads of 128, 2 query groups) with small plain experts
-    # and checks the parts that do not depend on the experts:
+    # and the norms, one set of weights for both depths:
     #   attention  4096·4096 (q) + 2·4096·256 (k, v) + 4096·4096 (o) = 35,651,584,
     #              pre-norm 4096
     #   eh_proj    2·4096·4096 = 33,554,432
     #   enorm, hnorm, final_layernorm  3·4096 = 12,288
     # leaving 2,942,324,736 - 35,655,680 - 33,554,432 - 12,288 = 2,873,102,336 for the
     # latent-MoE layer with its pre-norm.
-    stand_in = ModelSpec(
-        name="super-stand-in",
-        num_layers=3,
-        hybrid_layer_pattern="M*E",
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_query_groups=2,
-        kv_channels=128,
-        ffn_hidden_size=1024,
-        vocab_size=131072,
-        num_experts=8,
-        moe_top_k=2,
-        activation="gelu",
-        position_embedding="none",
-        mtp_num_layers=2,
-        mtp_hybrid_pattern="*E",
-        mtp_repeated_layer=True,
-    )
-    counts = count_params(stand_in)
+    counts = count_params(get_preset("nemotron-3-super"))
     attention = counts.mtp_layers[0].layers[0]
     assert attention.attention == 35_651_584 and attention.norms == 4096
     assert counts.mtp_layers[0].projection == 33_554_432
     assert counts.mtp_layers[0].norms == 12_288
     experts = counts.mtp_layers[0].layers[1]
+    assert experts.total == 2_873_102_336
     assert counts.mtp == 35_655_680 + 33_554_432 + 12_288 + experts.total  # held once
