@@ -13,8 +13,8 @@ are not counted. Multi-latent attention uses Megatron's MLA terms, whose
 
 Differences from Megatron's code: the logits use the model's unpadded vocabulary (Megatron
 uses the vocabulary padded to a multiple of 128·tp, so its count is higher by
-6·h·(V_padded - V) per token); a transformer's multi-token prediction is not modelled
-(a hybrid model's is, `mtp_forward_flops_per_token`).
+6·h·(V_padded - V) per token). Multi-token prediction follows Megatron's MTP terms
+(`mtp_forward_flops_per_token`).
 
 The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR` for
 forward + backward. Core attention per token depends on the sequence length s (each
@@ -192,18 +192,41 @@ def logits_forward_flops_per_token(model: ModelSpec) -> float:
 
 
 def mtp_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
-    """Forward FLOPs per token of a hybrid model's multi-token-prediction depths, as
-    Megatron-LM counts them (``megatron/training/training.py``, d98e8a64):
-    ``get_hybrid_layer_counts`` (``hybrid_layer_allocation.py``) counts the layers of the
-    unified pattern's MTP part once per depth, whatever ``mtp_use_repeated_layer`` says (the
-    compute runs at every depth), each by its kind as the main layers; ``hybrid_flops``
-    adds one output layer per depth (logits ``(1 + mtp_num_layers)``). It counts no
-    ``eh_proj`` and no norm, so neither does this. (``training_log`` counts a repeated
-    depth's ``E`` layers once, but only for its MoE router-loss metrics, not for FLOPs.)
-    0 for a transformer (its MTP terms in
-    ``transformer_flops`` are not modelled, module docstring) and without MTP."""
-    if not model.is_hybrid or not model.mtp_num_layers:
+    """Forward FLOPs per token of the multi-token-prediction depths, as Megatron-LM's
+    ``num_floating_point_operations`` counts them (``megatron/training/training.py``,
+    d98e8a64); 0 without MTP.
+
+    Each depth counts its layers by kind as the main layers (`mtp_depth_layers_forward`)
+    and one more output layer (logits ``(1 + mtp_num_layers)`` in both paths), once per
+    depth whatever ``mtp_use_repeated_layer`` says (the compute runs at every depth).
+    A transformer (``transformer_flops``: the MTP layers added to the dense or MoE count by
+    the last layer's kind, ``num_layers + mtp_num_layers`` attention layers) also counts
+    the "MTP norms and proj" term per depth, ``3h + 2h^2`` multiply-adds
+    (`mtp_projection_forward_flops_per_token`). A hybrid model (``hybrid_flops``;
+    ``get_hybrid_layer_counts`` in ``hybrid_layer_allocation.py`` counts the unified
+    pattern's MTP part once per depth) counts no ``eh_proj`` and no norm, so neither does
+    this. (``training_log`` counts a repeated depth's ``E`` layers once, but only for its MoE
+    router-loss metrics, not for FLOPs.)"""
+    if not model.mtp_num_layers:
         return 0.0
+    per_depth = mtp_depth_layers_forward(model, seq_length) + logits_forward_flops_per_token(model)
+    if not model.is_hybrid:
+        per_depth += mtp_projection_forward_flops_per_token(model)
+    return model.mtp_num_layers * per_depth
+
+
+def mtp_projection_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token of one MTP depth's "norms and proj" in Megatron-LM's
+    ``transformer_flops`` (``megatron/training/training.py``, d98e8a64):
+    2·(3h + 2h²), the ``eh_proj`` GEMM 2h -> h (2·2h·h) and a 3h term Megatron counts for
+    the ``enorm``, ``hnorm`` and final norms."""
+    h = model.hidden_size
+    return FMA_FLOPS * (3 * h + 2 * h * h)
+
+
+def mtp_depth_layers_forward(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs per token of one MTP depth's layers (`ModelSpec.mtp_depth_kinds`), each
+    by its kind: attention projections and full causal core, Mamba-2 mixer, MLP or MoE."""
     per_depth = 0.0
     for kind in model.mtp_depth_kinds():
         if kind.mixer == "attention":
@@ -212,7 +235,19 @@ def mtp_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
         elif kind.mixer == "mamba":
             per_depth += mamba_mixer_forward_flops_per_token(model)
         per_depth += _mlp_forward(model, kind.mlp)
-    return model.mtp_num_layers * (per_depth + logits_forward_flops_per_token(model))
+    return per_depth
+
+
+def _mtp_weightless_forward(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs per token of the MTP depths' terms without a weight (attention core,
+    SSD scan), which a LoRA count takes at 3 x forward (module docstring)."""
+    per_depth = 0.0
+    for kind in model.mtp_depth_kinds():
+        if kind.mixer == "attention":
+            per_depth += core_attention_forward_flops_per_token(model, seq_length)
+        elif kind.mixer == "mamba":
+            per_depth += ssd_scan_forward_flops_per_token(model)
+    return model.mtp_num_layers * per_depth
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -317,7 +352,7 @@ def lora_model_flops_per_token(model: ModelSpec, seq_length: int, lora: LoraSpec
         layer_core_attention_forward_flops_per_token(model, i, seq_length)
         for i in range(model.num_layers)
     )
-    core += mamba_scan_forward_flops_per_token(model)
+    core += mamba_scan_forward_flops_per_token(model) + _mtp_weightless_forward(model, seq_length)
     frozen = forward_flops_per_token(model, seq_length) - core
     adapters = lora_forward_flops_per_token(model, lora, range(model.num_layers))
     return BACKWARD_FORWARD_RATIO * frozen + FORWARD_BACKWARD_FACTOR * (core + adapters)

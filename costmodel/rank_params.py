@@ -20,11 +20,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from costmodel.schedules import ChunkPosition, plan_split
+from costmodel.schedules import ChunkPosition, plan_split, plan_stage_chunks
 from specs.errors import SpecError
 from specs.finetune import LoraSpec
 from specs.model import ModelSpec
-from specs.params import LayerParams, count_params, lora_layer_params, padded_vocab_size
+from specs.params import (
+    LayerParams,
+    count_params,
+    held_mtp_layers,
+    lora_layer_params,
+    padded_vocab_size,
+)
 from specs.plan import ParallelPlan
 
 
@@ -102,6 +108,25 @@ def stage_params(
         mtp_layers=split.rank_mtp_layers(pp_rank),
         lora=lora,
     )
+
+
+def chunk_weight_layers(model: ModelSpec, at: ChunkPosition) -> int:
+    """Layers whose weights one rank holds in the model chunk at ``at``: its decoder layers
+    and the layers of each MTP weight set it holds (`specs.params.held_mtp_layers`: one set
+    per depth, or one for all depths with ``mtp_repeated_layer``). Megatron trains the MTP
+    block like the decoder (`MultiTokenPredictionBlock`,
+    ``megatron/core/transformer/multi_token_prediction.py``, built on the last virtual
+    pipeline stage): its layers hold weights, main gradients and optimizer state. The one
+    layer count of the optimizer step's tensors
+    (`costmodel.optimizer_passes.optimizer_step_tensors`), the gradient buckets and
+    Megatron-FSDP's unit modules, in the simulator and the screen alike."""
+    return len(at.layers) + held_mtp_layers(model, at.mtp_layers)
+
+
+def stage_weight_layers(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> int:
+    """`chunk_weight_layers` summed over the chunks of stage ``pp_rank``."""
+    chunks = plan_stage_chunks(model, plan, pp_rank)
+    return sum(chunk_weight_layers(model, at) for at in chunks)
 
 
 def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float:

@@ -15,6 +15,7 @@ from costmodel.flops import (
     logits_forward_flops_per_token,
     mlp_forward_flops_per_token,
     model_flops_per_iteration,
+    mtp_forward_flops_per_token,
     recompute_forward_flops_per_token,
     sc21_flops_per_iteration,
 )
@@ -79,7 +80,9 @@ def test_gemm_flops_are_twice_the_active_matrix_params(name: str) -> None:
     model = get_preset(name)
     counts = count_params(model)
     seq = 4096
-    core = model.num_layers * core_attention_forward_flops_per_token(model, seq)
+    # the MTP depths are out of `ParamCounts.active` (published activated counts)
+    mtp = mtp_forward_flops_per_token(model, seq)
+    core = model.num_layers * core_attention_forward_flops_per_token(model, seq) + mtp
     router = sum(layer.router for layer in counts.layers)
     pre_norms = 2 * model.hidden_size * model.num_layers
     gemm_params = counts.active - counts.embedding - router - counts.final_norm - pre_norms

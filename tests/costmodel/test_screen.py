@@ -355,7 +355,10 @@ def test_screen_agrees_on_a_transformer_with_an_mtp_layer():
         "distributed_optimizer": [True],
         "overlap_grad_reduce": [True],
     }
-    assert_screen_agrees(model, cluster, job, grid, every=2, at_least=10)
-    plans = [p for p in valid_plans(model, cluster, job, grid) if p.pp == 1]
-    _, mem_err = compare(model, cluster, job, plans)
-    assert len(plans) > 5 and mem_err.max() < 0.01
+    # the MTP depth's eh_proj work and its layer's optimizer tensors priced on both sides
+    # (costmodel.runtimes.megatron.mtp_costs, costmodel.rank_params.stage_weight_layers)
+    plans = valid_plans(model, cluster, job, grid)[::2]
+    assert len(plans) > 10
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.04
+    assert mem_err.max() < 1e-9

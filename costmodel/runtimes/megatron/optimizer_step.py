@@ -18,9 +18,9 @@ from costmodel.optimizer_passes import (
     optimizer_step_time_s,
 )
 from costmodel.passes import ChunkCost
+from costmodel.rank_params import stage_weight_layers
 from costmodel.runtimes.megatron.megatron_fsdp import optimizer_sharded
 from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
-from costmodel.schedules import chunk_layers
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -42,7 +42,8 @@ def stage_optimizer_s(
     """The optimizer step of one rank of a stage
     (`costmodel.optimizer_passes.optimizer_step_time_s`) over the trained parameters of its
     chunks (`ChunkCost.dense_params`: a LoRA job's adapters) in
-    `costmodel.optimizer_passes.optimizer_step_tensors` tensors.
+    `costmodel.optimizer_passes.optimizer_step_tensors` tensors of the layers whose weights
+    the rank holds, its MTP layers included (`costmodel.rank_params.stage_weight_layers`).
     With it, the data-parallel wrapper's passes over the gradient buffer before its
     reduction (`costmodel.optimizer_passes.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
@@ -57,7 +58,7 @@ def stage_optimizer_s(
         shard = dense / placements["dp-cp"].size + expert / placements["edp"].size
     else:
         shard = dense + expert
-    layers = sum(len(chunk_layers(model, plan, stage, c)) for c in range(plan.vpp))
+    layers = stage_weight_layers(model, plan, stage)
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
     targets = lora_adapters_per_layer(model, job.lora) if job.lora is not None else 0.0
     tensors = optimizer_step_tensors(layers, local_experts, targets)

@@ -5,7 +5,9 @@ Order of work, following Megatron-LM (megatron-facts.md §3, §5):
 
 1. Chunk costs: each (stage, chunk) forward/backward per microbatch is the sum of its
    layers' `costmodel.runtimes.megatron.layer_costs` passes (plus the embedding on virtual
-   stage 0 and the output layer and loss on the last), with recompute added to the backward.
+   stage 0 and the output layer and loss on the last; each MTP depth adds its layers, its
+   embedding and ``eh_proj`` work, `costmodel.runtimes.megatron.mtp_costs`, and its output
+   layer and loss), with recompute added to the backward.
 2. The schedule (`costmodel.schedules.schedule_actions`) is timed by
    `costmodel.pipeline_sim.simulate_pipeline`. Pipeline sends carry [s/cp (/tp with SP),
    b, h] activations (§3.4): 1F1B sends are blocking (`batch_isend_irecv`), so they extend
@@ -56,6 +58,7 @@ from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost
 from costmodel.rank_params import position_params
 from costmodel.runtimes.megatron.fp8_scaling import with_delayed_scaling
 from costmodel.runtimes.megatron.layer_costs import layer_cost
+from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import ChunkPosition, plan_pipeline_chunks
 from costmodel.topology import PlanPlacements
@@ -86,6 +89,7 @@ def chunk_costs(
     }
     emb = embedding_cost(model, job, plan, profile, groups, options)
     out = logits_cost(model, job, plan, profile, groups, options)
+    depth = mtp_depth_cost(model, job, plan, profile, groups, options)
     redo = recomputed_layers(model, plan) if plan.recompute == "full" else None
 
     def cost(at: ChunkPosition) -> ChunkCost:
@@ -95,7 +99,10 @@ def chunk_costs(
             fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
             if redo is None or i in redo:
                 rec = rec.plus(layer.recompute)
-        for _ in range(at.mtp_layers):  # a depth's layers plus its own output layer and loss
+        for _ in range(at.mtp_layers):  # a depth: embedding, eh_proj, layers, output, loss
+            fwd, bwd = fwd.plus(depth.forward), bwd.plus(depth.backward)
+            if plan.recompute == "full":  # _checkpointed_forward reruns eh_proj
+                rec = rec.plus(depth.projection_forward)
             for kind in depth_kinds:
                 layer = kinds[kind]
                 fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)

@@ -24,7 +24,7 @@ from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.layer_activations import kind_activations
 from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
-from costmodel.rank_params import non_unit_params, stage_params
+from costmodel.rank_params import non_unit_params, stage_params, stage_weight_layers
 from costmodel.runtimes.megatron.layer_costs import (
     LayerPasses,
     layer_cost_from_passes,
@@ -34,6 +34,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
     largest_layer_params,
     largest_layer_weight_bytes,
 )
+from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import plan_split
 from costmodel.topology import strided_group_placement
@@ -42,7 +43,7 @@ from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
-from specs.params import count_params, held_mtp_layers, padded_vocab_size
+from specs.params import count_params, padded_vocab_size
 from specs.pipeline_split_checks import split_problem
 from specs.plan import ParallelPlan
 
@@ -89,11 +90,13 @@ def _layer_columns(
     topo: tuple[int, int, int],
     options: ExecutionOptions,
 ):
-    """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding and
-    the output layer, with compute and exposed communication kept apart. The dense layer,
-    the embedding and the output layer do not depend on ep and etp: they are priced once
-    per distinct (tp, cp, micro-batch, SP, TP overlap, CP exchange, memory savers) of one
-    call."""
+    """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding,
+    the output layer and an MTP depth's work outside its layers (``depth_*``,
+    `costmodel.runtimes.megatron.mtp_costs.mtp_depth_cost`; ``depth_r`` and ``depth_rc``
+    what full recompute reruns of it), with compute and exposed communication kept apart.
+    The dense layer, the embedding, the output layer and the MTP depth's work do not depend
+    on ep and etp: they are priced once per distinct (tp, cp, micro-batch, SP, TP overlap,
+    CP exchange, memory savers) of one call."""
     kinds = sorted(_priced_kinds(model))
     dense_parts: dict[tuple, dict[str, float]] = {}
     passes: dict[tuple, LayerPasses] = {}
@@ -124,6 +127,11 @@ def _layer_columns(
         ):
             out[f"{name}_f"], out[f"{name}_b"] = fwd.duration_s, bwd.duration_s
             out[f"{name}_c"] = fwd.compute_s + bwd.compute_s
+        depth = mtp_depth_cost(model, job, plan, profile, groups, options)
+        out["depth_f"], out["depth_b"] = depth.forward.duration_s, depth.backward.duration_s
+        out["depth_c"] = depth.forward.compute_s + depth.backward.compute_s
+        out["depth_r"] = depth.projection_forward.duration_s
+        out["depth_rc"] = depth.projection_forward.compute_s
         return out
 
     placed: dict[tuple, CommGroups] = {}
@@ -211,8 +219,8 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     `ModelSpec.mtp_depth_kinds`), those whose activations the screen's chunks hold
     (``a{stage}{kind tag}``: the MTP depths left to ``act_mtp``, on the last chunk only),
     its layers that hold weights (``n{stage}``, the MTP weight sets' layers included,
-    `specs.params.held_mtp_layers`) and its MTP depths (``mtp{stage}``), from the plan's
-    pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most MoE
+    `costmodel.rank_params.stage_weight_layers`) and its MTP depths (``mtp{stage}``), from
+    the plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most MoE
     layers, then the most layers, then the earliest position (more microbatches in flight):
     with leading dense layers, a stage with as many layers but some dense ones holds fewer
     parameters and runs faster."""
@@ -238,7 +246,7 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
         for kind_tag in tags:
             out[f"n{tag}{kind_tag}"] = counts[kind_tag]
             out[f"a{tag}{kind_tag}"] = saved[kind_tag]
-        out[f"n{tag}"] = len(layers) + held_mtp_layers(model, mtp)
+        out[f"n{tag}"] = stage_weight_layers(model, plan, stage)
         out[f"mtp{tag}"] = mtp
     return out
 

@@ -101,10 +101,16 @@ def stage_times(
         redo = np.where(recompute == "full", c["rc_frac"] * per_stage(tag, "f"), redo)
         redo_c = np.where(recompute == "selective", per_stage(tag, "rc"), 0.0)
         redo_c = np.where(recompute == "full", c["rc_frac"] * per_stage(tag, "fc"), redo_c)
-        mtp = c[f"mtp{tag}"]  # each MTP layer has its own output layer and loss
-        f = per_stage(tag, "f") + mtp * c["log_f"]
-        b = per_stage(tag, "b") + redo + mtp * c["log_b"]
-        compute = per_stage(tag, "fc") + per_stage(tag, "bc") + redo_c + mtp * c["log_c"]
+        # each MTP depth has its embedding and eh_proj work and its own output layer and
+        # loss; full recompute reruns the former's projection part (pricing.chunk_costs)
+        mtp = c[f"mtp{tag}"]
+        full = recompute == "full"
+        redo = redo + np.where(full, mtp * c["depth_r"], 0.0)
+        redo_c = redo_c + np.where(full, mtp * c["depth_rc"], 0.0)
+        f = per_stage(tag, "f") + mtp * (c["log_f"] + c["depth_f"])
+        b = per_stage(tag, "b") + redo + mtp * (c["log_b"] + c["depth_b"])
+        depth_c = mtp * (c["log_c"] + c["depth_c"])
+        compute = per_stage(tag, "fc") + per_stage(tag, "bc") + redo_c + depth_c
         return f, b, compute
 
     f, b, compute = stage("0")

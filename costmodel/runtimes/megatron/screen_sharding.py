@@ -22,8 +22,10 @@ from specs.job import TrainingJob
 
 
 def _stage_layers(c, tag: str) -> np.ndarray:
-    """Unit modules (transformer and MTP layers, at least 1) of the screen's stage ``tag``."""
-    return np.maximum(c[f"n{tag}"] + c[f"mtp{tag}"], 1)
+    """Unit modules (transformer and MTP layers, at least 1) of the screen's stage ``tag``:
+    ``n{tag}``, which counts the MTP weight sets' layers already
+    (`costmodel.rank_params.stage_weight_layers`)."""
+    return np.maximum(c[f"n{tag}"], 1)
 
 
 def fsdp_reduce_per_microbatch_s(c, tag: str, grad_bytes: float) -> np.ndarray:
@@ -58,24 +60,25 @@ def fsdp_reduce_exposed_s(
 
 def closed_form_fsdp_gather_s(
     c,
+    tag: str,
     chunk_gather_s: np.ndarray,
     stage_times,
     m: np.ndarray,
-    num_layers: int,
     reduce_s: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """Megatron-FSDP's exposed parameter gathers of a stage in the closed-form screen
     (`costmodel.runtimes.megatron.screen`, whose per-plan columns ``c`` are): under
     `optim_grads_params` the per-layer gathers of each forward and backward pass (2·m·v
     passes of ``chunk_gather_s`` each; `costmodel.runtimes.megatron.megatron_fsdp.
-    fsdp_param_gather_exposed_s` in closed form), hidden behind the passes' compute less
-    the stage's per-backward gradient reduce-scatters (``reduce_s`` per microbatch, which
-    share the group's links); under `optim` and `optim_grads` one gather of every chunk
-    after the step; zero without Megatron-FSDP."""
+    fsdp_param_gather_exposed_s` in closed form, each chunk of stage ``tag`` gathering its
+    share of the stage's unit modules one at a time, `_stage_layers`), hidden behind the
+    passes' compute less the stage's per-backward gradient reduce-scatters (``reduce_s``
+    per microbatch, which share the group's links); under `optim` and `optim_grads` one
+    gather of every chunk after the step; zero without Megatron-FSDP."""
     v = c["vpp"]
     forward, backward = stage_times
     passes = 2 * m * v
-    per_layer = chunk_gather_s / np.maximum(num_layers // (c["pp"] * v), 1)
+    per_layer = chunk_gather_s / np.maximum(_stage_layers(c, tag) // v, 1)
     first_layers = passes * per_layer
     hidden = np.maximum(m * (forward + backward - reduce_s), 0.0)
     excess = np.maximum(passes * chunk_gather_s - first_layers - hidden, 0.0)

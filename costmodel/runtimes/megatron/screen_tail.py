@@ -255,7 +255,7 @@ def tail_s(
         tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather_s, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
         reduce_s = fsdp_reduce_per_microbatch_s(c, tag, float(options.main_grad_bytes))
-        tail += closed_form_fsdp_gather_s(c, chunk, stage_times, m, model.num_layers, reduce_s)
+        tail += closed_form_fsdp_gather_s(c, tag, chunk, stage_times, m, reduce_s)
         counted = pp > 2 if tag == "1" else pp > 1
         if tag == "1" and not muon:  # under Muon the middle stage's worst rank may step most
             counted &= fsdp

@@ -15,6 +15,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.muon_sharding import smallest_share_fractions
 from costmodel.passes import ChunkCost, StageTail
 from costmodel.pipeline_sim import TimedAction
+from costmodel.rank_params import chunk_weight_layers
 from costmodel.runtimes.megatron.grad_reduction import grad_bucket_events
 from costmodel.runtimes.megatron.megatron_fsdp import grads_reduced_every_backward
 from costmodel.runtimes.megatron.optimizer_step import stage_optimizer_s
@@ -24,7 +25,7 @@ from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import count_params, held_mtp_layers, padded_vocab_size
+from specs.params import count_params, padded_vocab_size
 from specs.plan import ParallelPlan
 
 
@@ -55,8 +56,7 @@ def stage_tail(
     pipeline_end = row[-1].end_s
     grad_bytes = options.main_grad_bytes
     layers_per_chunk = tuple(
-        len(c.layers) + held_mtp_layers(model, c.mtp_layers)
-        for c in plan_stage_chunks(model, plan, stage)
+        chunk_weight_layers(model, at) for at in plan_stage_chunks(model, plan, stage)
     )
     clock, dp_events = 0.0, []
     events = grad_bucket_events(
