@@ -60,16 +60,16 @@ Count = TypeVar("Count")
 
 
 def optimizer_step_tensors(
-    layers: Count, local_experts: Count, adapter_targets: float = 0.0
+    layers: Count, local_experts: Count, adapters: Count | None = None
 ) -> Count:
     """Parameter tensors one rank's optimizer step covers over ``layers`` transformer
     layers (`optimizer_step_time_s`'s ``num_tensors``): about 8 per layer (weights, biases,
     norms) plus 2 per local expert, and 2 for the embedding and the output layer; a LoRA
-    job's two matrices per adapter, ``adapter_targets`` adapters per layer
-    (`specs.params.lora_adapters_per_layer`, a hybrid model's mean over its layer kinds),
-    instead (its frozen base has no optimizer state)."""
-    if adapter_targets:
-        return layers * 2 * adapter_targets  # type: ignore[operator]
+    job's two matrices per adapter instead, ``adapters`` the adapters the rank's layers
+    hold (`costmodel.rank_params.stage_lora_adapters`; its frozen base has no optimizer
+    state). ``adapters`` is None without LoRA."""
+    if adapters is not None:
+        return 2 * adapters  # type: ignore[operator]
     return layers * (8 + 2 * local_experts) + 2  # type: ignore[operator]
 
 

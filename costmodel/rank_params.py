@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from costmodel.schedules import ChunkPosition, plan_split, plan_stage_chunks
 from specs.errors import SpecError
-from specs.finetune import LoraSpec
+from specs.finetune import LoraSpec, layer_targets
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 from specs.params import (
     LayerParams,
@@ -203,11 +204,33 @@ def chunk_params(
             dense += matrix
     if lora is None:
         return StageParams(dense=dense, expert=expert, linear=linear)
-    kinds, depth_kinds = model.layer_kinds(), model.mtp_depth_kinds()
-    held_kinds = [kinds[index] for index in layers]
-    held_kinds += [depth_kinds[i] for depth in weights for i in range(len(depth.layers))]
+    held_kinds = _held_kinds(model, layers, mtp_layers)
     adapter = sum(lora_layer_params(model, lora, kind) for kind in held_kinds) / plan.tp
     return StageParams(dense=dense, expert=expert, linear=linear, adapter=adapter, frozen=True)
+
+
+def _held_kinds(model: ModelSpec, layers: Iterable[int], mtp_layers: int) -> list[LayerKind]:
+    """Kinds of the layers whose weights a rank holds: ``layers`` and the layers of the MTP
+    weight sets of ``mtp_layers`` depths (`specs.params.ParamCounts.mtp_weights`; an MTP
+    depth's layers take the kinds of `specs.model.ModelSpec.mtp_depth_kinds`)."""
+    kinds, depth_kinds = model.layer_kinds(), model.mtp_depth_kinds()
+    held = [kinds[index] for index in layers]
+    for depth in count_params(model).mtp_weights(mtp_layers):
+        held += depth_kinds[: len(depth.layers)]
+    return held
+
+
+def stage_lora_adapters(model: ModelSpec, plan: ParallelPlan, pp_rank: int, lora: LoraSpec) -> int:
+    """LoRA adapters (an A and a B matrix each) one rank of stage ``pp_rank`` holds: the
+    targets each of its layers holds by kind (`specs.finetune.layer_targets`), its MTP
+    weight sets' layers included; the optimizer step's tensor count of a LoRA job
+    (`costmodel.optimizer_passes.optimizer_step_tensors`), in the simulator and the screen
+    alike."""
+    return sum(
+        len(layer_targets(lora, kind))
+        for at in plan_stage_chunks(model, plan, pp_rank)
+        for kind in _held_kinds(model, at.layers, at.mtp_layers)
+    )
 
 
 def position_params(

@@ -368,14 +368,6 @@ def lora_layer_params(model: ModelSpec, lora: LoraSpec, kind: LayerKind = DENSE_
     return total
 
 
-def lora_adapters_per_layer(model: ModelSpec, lora: LoraSpec) -> float:
-    """Adapters (each an A and a B matrix) per decoder layer of ``model``, averaged over its
-    layers (`specs.finetune.layer_targets`): ``len(lora.targets)`` for a transformer, the
-    mean over the pattern's kinds for a hybrid model."""
-    kinds = model.layer_kinds()
-    return sum(len(layer_targets(lora, kind)) for kind in kinds) / len(kinds)
-
-
 def padded_vocab_size(vocab_size: int, tp: int, multiple: int = 128) -> int:
     """Megatron's padded vocabulary: V rounded up to a multiple of ``multiple``·tp.
 

@@ -15,7 +15,7 @@ from costmodel import compute as ops
 from costmodel.collectives import collective_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import comm_groups
-from costmodel.rank_params import stage_weight_layers
+from costmodel.rank_params import stage_lora_adapters, stage_weight_layers
 from costmodel.runtimes.megatron import optimizer_step
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
@@ -193,3 +193,37 @@ def test_screen_agrees_on_megatron_fsdp_with_an_mtp_layer() -> None:
     assert len(plans) > 10
     time_err, mem_err = compare(DSV3, cluster, JOB, plans)
     assert np.max(time_err) < 0.01 and np.max(mem_err) < 1e-9
+
+
+def test_a_lora_step_counts_each_stages_adapters_by_layer_kind(monkeypatch) -> None:
+    # linear_qkv, linear_proj, linear_fc1, linear_fc2 on "MMMMMMM-" + "*-*-*-*-" and an MTP
+    # depth "*-" at pp 2 (specs.finetune.layer_targets: an M layer holds none of them, a *
+    # or - layer two): stage 0 holds 1·2 adapters, stage 1 8·2 + 2 + 2 = 20; two tensors
+    # each (optimizer_step_tensors), 4 and 40, not the model's mean of 18/16 per layer
+    lora = LoraSpec(rank=16, targets=("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"))
+    model = get_preset("nemotron-h-8b").replace(
+        num_layers=16,
+        hybrid_layer_pattern="MMMMMMM-*-*-*-*-",
+        mtp_num_layers=1,
+        mtp_hybrid_pattern="*-",
+    )
+    plan = ParallelPlan(tp=1, pp=2, dp=4, distributed_optimizer=True)
+    assert [stage_lora_adapters(model, plan, s, lora) for s in (0, 1)] == [2, 20]
+    job = dataclasses.replace(JOB, global_batch_size=32, lora=lora)
+    seen: list[int] = []
+    real = optimizer_step.optimizer_step_time_s
+
+    def spy(profile, **kwargs):
+        seen.append(kwargs["num_tensors"])
+        return real(profile, **kwargs)
+
+    monkeypatch.setattr(optimizer_step, "optimizer_step_time_s", spy)
+    placements = plan_placements(H100, plan)
+    costs = chunk_costs(model, job, plan, H100, comm_groups(placements), DEFAULT_OPTIONS)
+    for stage in (0, 1):
+        optimizer_step.stage_optimizer_s(model, job, plan, H100, stage, costs[stage], placements)
+    assert seen == [4, 40]
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    plans = [plan, ParallelPlan(tp=2, pp=2, dp=2, distributed_optimizer=True)]
+    time_err, _ = compare(model, cluster, job, plans)
+    assert np.max(time_err) < 0.02

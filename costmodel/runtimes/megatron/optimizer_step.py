@@ -18,14 +18,13 @@ from costmodel.optimizer_passes import (
     optimizer_step_time_s,
 )
 from costmodel.passes import ChunkCost
-from costmodel.rank_params import stage_weight_layers
+from costmodel.rank_params import stage_lora_adapters, stage_weight_layers
 from costmodel.runtimes.megatron.megatron_fsdp import optimizer_sharded
 from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import lora_adapters_per_layer
 from specs.plan import ParallelPlan
 
 
@@ -60,8 +59,8 @@ def stage_optimizer_s(
         shard = dense + expert
     layers = stage_weight_layers(model, plan, stage)
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
-    targets = lora_adapters_per_layer(model, job.lora) if job.lora is not None else 0.0
-    tensors = optimizer_step_tensors(layers, local_experts, targets)
+    adapters = None if job.lora is None else stage_lora_adapters(model, plan, stage, job.lora)
+    tensors = optimizer_step_tensors(layers, local_experts, adapters)
     offloaded = options.optimizer_cpu_offload_fraction * shard
     step_s = optimizer_step_time_s(
         profile,

@@ -24,7 +24,12 @@ from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.layer_activations import kind_activations
 from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
-from costmodel.rank_params import non_unit_params, stage_params, stage_weight_layers
+from costmodel.rank_params import (
+    non_unit_params,
+    stage_lora_adapters,
+    stage_params,
+    stage_weight_layers,
+)
 from costmodel.runtimes.megatron.layer_costs import (
     LayerPasses,
     layer_cost_from_passes,
@@ -256,9 +261,10 @@ def _param_columns(model: ModelSpec, lora: LoraSpec | None = None):
     the parameters of stages 0, middle and p-1: ``p{tag}d``, ``p{tag}e`` and ``p{tag}l``
     the trained dense, expert and linear-layer parameters, ``p{tag}f`` and ``p{tag}fl`` the
     frozen ones and their linear layers' (a LoRA job's base;
-    `costmodel.rank_params.StageParams`), ``emb_params`` and ``norm_params`` the trained
-    embedding and norm parameters whose gradients the finalize step all-reduces (none for
-    a LoRA job)."""
+    `costmodel.rank_params.StageParams`), ``ad{tag}`` a LoRA job's adapters on the stage
+    (`costmodel.rank_params.stage_lora_adapters`; 0 without LoRA), ``emb_params`` and
+    ``norm_params`` the trained embedding and norm parameters whose gradients the finalize
+    step all-reduces (none for a LoRA job)."""
     counts = count_params(model)
     norms = [layer.norms for layer in counts.layers]
     trained_base = 0.0 if lora is not None else 1.0
@@ -285,6 +291,8 @@ def _param_columns(model: ModelSpec, lora: LoraSpec | None = None):
             out[f"p{tag}l"] = params.trained_linear
             out[f"p{tag}f"], out[f"p{tag}fl"] = params.frozen_base, params.frozen_linear
             out[f"p{tag}u"] = non_unit_params(model, plan, stage)
+            adapters = 0 if lora is None else stage_lora_adapters(model, plan, stage, lora)
+            out[f"ad{tag}"] = adapters
         out["layer_max"] = largest_layer_params(model, plan)
         out["layer_lin"] = largest_layer_weight_bytes(model, plan, 0.0, 1.0)
         out["layer_other"] = largest_layer_weight_bytes(model, plan, 1.0, 0.0)

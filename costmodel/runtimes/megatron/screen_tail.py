@@ -39,7 +39,6 @@ from costmodel.runtimes.megatron.screen_sharding import (
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import lora_adapters_per_layer
 
 
 def _earlier_chunks_s(per_chunk: np.ndarray, v: np.ndarray, spacing: np.ndarray) -> np.ndarray:
@@ -162,15 +161,16 @@ def _optimizer_s(
     rates: _StepRates,
     local_experts: np.ndarray | int,
     muon: bool,
-    adapter_targets: float = 0.0,
+    lora: bool = False,
 ) -> np.ndarray:
     """Optimizer step of stage ``tag``'s rank, seconds: Adam's affine form (or the offloaded
     host step, whichever is longer), under Muon the worst rank's step
-    (`screen_muon.worst_step_s`), plus the gradient-buffer passes; ``adapter_targets``
-    LoRA adapters per layer (`costmodel.optimizer_passes.optimizer_step_tensors`)."""
+    (`screen_muon.worst_step_s`), plus the gradient-buffer passes; with ``lora`` the
+    stage's adapters (``ad{tag}``) are the step's tensors
+    (`costmodel.optimizer_passes.optimizer_step_tensors`)."""
     dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
     layers = c[f"n{tag}"]
-    tensors = optimizer_step_tensors(layers, local_experts, adapter_targets)
+    tensors = optimizer_step_tensors(layers, local_experts, c[f"ad{tag}"] if lora else None)
     sharded = c["optim_sharded"]
     shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
     optimizer = (
@@ -248,9 +248,8 @@ def tail_s(
     worst = np.zeros(len(v))
     # stage 0, the last stage and, for Megatron-FSDP (whose gathers grow with a stage's
     # parameters), the fullest middle stage
-    targets = lora_adapters_per_layer(model, job.lora) if job.lora is not None else 0.0
     for tag, first_stage in (("0", True), ("l", False), ("1", False)):
-        optimizer = _optimizer_s(c, tag, rates, local_experts, muon, targets)
+        optimizer = _optimizer_s(c, tag, rates, local_experts, muon, job.lora is not None)
         chunk, gather_s = _param_gather_s(c, tag, first_stage, forward_chunk, weight, gather, muon)
         tail = optimizer + np.where(distopt | c["layerwise_sharded"], gather_s, 0.0)
         stage_times = times[{"0": 0, "1": 1, "l": 2}[tag]]
