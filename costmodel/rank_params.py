@@ -7,8 +7,13 @@ Layer placement: chunk j of PP rank r holds layers [(j·p + r)·Lc, (j·p + r + 
 Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds the word
 embedding (and the learned position table), the last stage the final norm and the output
 layer; with tied embeddings and pp > 1 the last stage holds its own copy of the embedding
-matrix (Megatron keeps both in sync by an all-reduce). Both use the vocabulary padded to a
-multiple of 128·tp.
+matrix (Megatron keeps both in sync by an all-reduce). A model chunk that runs MTP depths
+and is not virtual stage 0 holds a copy of the word embedding too, beside its output layer:
+Megatron-core's `GPTModel` builds ``self.embedding`` when ``pre_process or mtp_process``
+(``megatron/core/models/gpt/gpt_model.py``), and ``finalize_model_grads`` all-reduces its
+gradient with the first stage's whenever ``mtp_num_layers`` is set
+(`_get_shared_word_embedding_weight`, `shared_word_embedding`). Both use the vocabulary
+padded to a multiple of 128·tp.
 
 LoRA jobs (`TrainingJob.lora`): every layer also holds the adapters of the targets it has
 (`specs.params.lora_layer_params` by its kind, 1/tp of them per rank) and the model's own parameters
@@ -111,6 +116,15 @@ def stage_params(
     )
 
 
+def shared_word_embedding(model: ModelSpec) -> bool:
+    """True when, with pp > 1, the last stage holds a copy of the word embedding whose
+    gradient the finalize step all-reduces with the first stage's: tied embeddings or
+    multi-token prediction (Megatron-core ``finalize_model_grads``,
+    `_get_shared_word_embedding_weight`: ``share_embeddings_and_output_weights or
+    mtp_num_layers``; `_allreduce_word_embedding_grads` over the embedding group)."""
+    return model.tied_embeddings or model.mtp_num_layers > 0
+
+
 def chunk_weight_layers(model: ModelSpec, at: ChunkPosition) -> int:
     """Layers whose weights one rank holds in the model chunk at ``at``: its decoder layers
     and the layers of each MTP weight set it holds (`specs.params.held_mtp_layers`: one set
@@ -202,6 +216,8 @@ def chunk_params(
         dense += counts.final_norm
         if not model.tied_embeddings or plan.pp > 1:
             dense += matrix
+    if mtp_layers and not first:  # the MTP depths' own word embedding (module docstring)
+        dense += matrix
     if lora is None:
         return StageParams(dense=dense, expert=expert, linear=linear)
     held_kinds = _held_kinds(model, layers, mtp_layers)

@@ -218,7 +218,10 @@ def test_bf16_main_gradients_halve_the_gradient_buffer() -> None:
 def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
     """DeepSeek-V3's MTP depth (`specs.params.MtpParams`) sits on the last stage: its layer
     split like the others (routed experts over ep·etp), its projection over tp, its norms
-    replicated."""
+    replicated, and the stage's own copy of the word embedding it looks the shifted tokens
+    up in (GPTModel builds ``self.embedding`` when ``mtp_process``,
+    megatron/core/models/gpt/gpt_model.py): 129280 (a multiple of 128·2) x 7168 / tp 2 =
+    463,339,520 parameters."""
     model = get_preset("deepseek-v3")
     plan = ParallelPlan(tp=2, pp=4, ep=8, etp=1, dp=16, decoder_last_pipeline_num_layers=13)
     without = model.replace(mtp_num_layers=0)
@@ -229,7 +232,7 @@ def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
     extra_dense = last.dense - stage_params(without, plan, 3).dense
     dense_layer = layer.attention / 2 + layer.mlp / 2 + layer.norms
     dense_layer += layer.router + depth.projection / 2 + depth.norms
-    assert extra_dense == pytest.approx(dense_layer, rel=1e-12)
+    assert extra_dense == pytest.approx(dense_layer + 463_339_520, rel=1e-12)
     assert first == stage_params(without, plan, 0)
 
 

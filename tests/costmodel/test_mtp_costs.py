@@ -14,12 +14,18 @@ import pytest
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS
+from costmodel.iteration import simulate_iteration
 from costmodel.passes import comm_groups
-from costmodel.rank_params import stage_lora_adapters, stage_weight_layers
+from costmodel.rank_params import (
+    shared_word_embedding,
+    stage_lora_adapters,
+    stage_weight_layers,
+)
 from costmodel.runtimes.megatron import optimizer_step
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.pricing import chunk_costs
+from costmodel.runtimes.megatron.runtime import MegatronRuntime
 from costmodel.runtimes.megatron.screen_sharding import fsdp_reduce_per_microbatch_s
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost
 from costmodel.topology import plan_placements
@@ -227,3 +233,23 @@ def test_a_lora_step_counts_each_stages_adapters_by_layer_kind(monkeypatch) -> N
     plans = [plan, ParallelPlan(tp=2, pp=2, dp=2, distributed_optimizer=True)]
     time_err, _ = compare(model, cluster, job, plans)
     assert np.max(time_err) < 0.02
+
+
+def test_the_mtp_stage_all_reduces_its_embedding_copy_with_the_first() -> None:
+    # finalize_model_grads all-reduces the word-embedding gradient between the first stage
+    # and the MTP stage whenever mtp_num_layers is set (_get_shared_word_embedding_weight):
+    # 129280 x 7168 / tp 2 = 463,339,520 fp32 gradients, 1,853,358,080 bytes, on stages 0
+    # and 1 of DeepSeek-V3 (untied) at pp 2; none without MTP or at pp 1
+    assert shared_word_embedding(DSV3)
+    assert not shared_word_embedding(DSV3.replace(mtp_num_layers=0))
+
+    def embedding_events(model, plan):
+        sim = simulate_iteration(model, JOB, plan, H100, runtime=MegatronRuntime())
+        return [
+            [e[3] for e in tail.dp_events if e[0] == "embedding all_reduce"] for tail in sim.tails
+        ]
+
+    assert embedding_events(DSV3, PLAN) == [[1_853_358_080], [1_853_358_080]]
+    assert embedding_events(DSV3.replace(mtp_num_layers=0), PLAN) == [[], []]
+    single = ParallelPlan(tp=2, pp=1, dp=32, ep=8, sequence_parallel=True)
+    assert embedding_events(DSV3, single.replace(distributed_optimizer=True)) == [[]]

@@ -48,6 +48,7 @@ from costmodel.flops import model_flops_per_iteration
 from costmodel.memory_allowances import GiB
 from costmodel.optimizer_muon import is_muon
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row
+from costmodel.rank_params import shared_word_embedding
 from costmodel.runtimes.megatron.screen_memory import memory_bytes
 from costmodel.runtimes.megatron.screen_muon import muon_columns
 from costmodel.runtimes.megatron.screen_parts import SAVER_KEY, activation_columns, priced_parts
@@ -95,7 +96,7 @@ def _screen_columns(
         per_distinct_row(df, [*SPLIT_COLUMNS, *_RECOMPUTE_KEY], recompute_fraction(model)),
     ]
     c = {k: v.to_numpy() for k, v in pd.concat([df, *parts], axis=1).items()}
-    c["tied"] = np.full(len(df), model.tied_embeddings)
+    c["tied"] = np.full(len(df), shared_word_embedding(model))
     c["chunk0"] = (c["p0d"] - c["emb_params"]) / c["vpp"] + c["emb_params"]
     c["nb0"] = np.where(
         c["overlap_grad_reduce"].astype(bool), np.maximum(np.ceil(c["chunk0"] / c["bucket"]), 1), 1

@@ -15,7 +15,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.muon_sharding import smallest_share_fractions
 from costmodel.passes import ChunkCost, StageTail
 from costmodel.pipeline_sim import TimedAction
-from costmodel.rank_params import chunk_weight_layers
+from costmodel.rank_params import chunk_weight_layers, shared_word_embedding
 from costmodel.runtimes.megatron.grad_reduction import grad_bucket_events
 from costmodel.runtimes.megatron.megatron_fsdp import grads_reduced_every_backward
 from costmodel.runtimes.megatron.optimizer_step import stage_optimizer_s
@@ -72,7 +72,8 @@ def stage_tail(
     # "When the embedding is frozen, the grad is None"; `_allreduce_non_tensor_model_
     # parallel_grads` reads `requires_grad` parameters only)
     trained_base = job.lora is None
-    if trained_base and model.tied_embeddings and plan.pp > 1 and stage in (0, plan.pp - 1):
+    shared = shared_word_embedding(model) and plan.pp > 1
+    if trained_base and shared and stage in (0, plan.pp - 1):
         size = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
         pair = GroupPlacement(
             axes="embedding",
