@@ -16,8 +16,9 @@ which layers they are): a layer is bf16 when ``layer_no < num_layers_at_start_in
   `costmodel.execution_presets.framework_profile`), with no quantization kernels, no
   current-scaling amax reductions and no FP8/NVFP4 host launches of its MoE experts, and its
   attention is a bf16 job's (FP8 attention is a property of the autocast it leaves):
-  `bf16_layer_job`, `bf16_layer_options`, priced by the Megatron runtime per layer
-  (`costmodel.runtimes.megatron.pricing.chunk_costs`, the screen's upper-case kind tags);
+  `costmodel.bf16_layer_rules.bf16_layer_job`, `bf16_layer_options`, priced by the
+  Megatron runtime per layer (`costmodel.runtimes.megatron.pricing.chunk_costs`, the
+  screen's upper-case kind tags);
 - it saves its activations as a bf16 job does (`costmodel.activations.stage_activations`);
 - its linear weights are bf16 parameters with no cached FP8/NVFP4 copy or transpose, and the
   distributed optimizer's all-gather moves them in bf16 (`bf16_linear_params`, subtracted
@@ -25,7 +26,9 @@ which layers they are): a layer is bf16 when ``layer_no < num_layers_at_start_in
 
 Not priced: Adam's state of the precision-aware optimizer with fp32 master weights, which
 keeps 16-bit remainders for bf16 parameters (`costmodel.optimizer_state.adam_state_bytes`),
-is the job's for every parameter; the MTP depths run in the job's precision
+is the job's for every parameter; Megatron-FSDP's whole layers held beside the shard
+(`costmodel.runtimes.megatron.megatron_fsdp.largest_layer_weight_bytes`) keep the job's
+linear-weight size; the MTP depths run in the job's precision
 (``multi_token_prediction.py`` enters ``get_fp8_context(config)`` with no layer number).
 """
 
