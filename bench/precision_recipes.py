@@ -1,5 +1,5 @@
-"""The precision settings a published row leaves to its recipe: FP8 and NVFP4 weights,
-gradients, Adam.
+"""The precision settings a published row leaves to its recipe: FP8 and NVFP4 weights, the
+layers kept in bf16, gradients, Adam.
 
 FP8 and NVFP4 weight storage and gathers, the element size of the gradient reduction and the dtypes
 of Adam's state, each read from the recipe or the launch script of the row's source (files
@@ -9,7 +9,7 @@ cited per entry). Nothing here depends on the row's published figure.
 from __future__ import annotations
 
 from norm_recipes import compute_dtype
-from recipe_keys import is_fp8, matches, release_of
+from recipe_keys import is_fp8, matches, release_of, row_keys
 
 FP8_PARAM_OFF: tuple[tuple[str, str], ...] = (("MBRIDGE-26.06", "gpt oss"),)
 """(source prefix, model prefix) of FP8 rows whose recipe turns FP8 parameters off:
@@ -41,6 +41,58 @@ def fp8_weight_fields(raw: dict[str, str]) -> dict[str, object]:
         "fp8_recipe": "mxfp8" if mxfp8 else "tensorwise",
         "fp8_param": not matches(raw, FP8_PARAM_OFF),
     }
+
+
+BF16_LAYER_RECIPES: tuple[tuple[str, str, str, int, int], ...] = (
+    ("26.04", "nemotron_3_super", "NVFP4", 0, 14),
+    ("26.06", "gpt oss", "NVFP4", 0, 4),
+)
+"""(first Megatron-Bridge release, model prefix, printed precision prefix, first, last) of
+the rows whose performance recipe keeps decoder layers in bf16
+(`costmodel.execution.ExecutionOptions.first_last_layers_bf16` with those counts):
+
+- Nemotron 3 Super NVFP4, from 26.04 on: v0.4.0 ``scripts/performance/configs/nemotronh/
+  nemotron_3_llm_pretrain.py`` ``set_nemotron_3_super_common_configs`` sets
+  ``mixed_precision.first_last_layers_bf16 = True`` and ``num_layers_at_end_in_bf16 = 14``
+  (``num_layers_at_start_in_bf16`` stays ``MixedPrecisionConfig``'s 0); branch llmb-r0.4.1
+  (26.04.01), v0.5.0 (26.06) and v0.5.1 (26.06.01) replace the precision config with
+  ``nemotron_3_super_bf16_with_nvfp4_mixed`` (``src/megatron/bridge/training/
+  mixed_precision.py``: the same two settings) in that function. The 14 count the model's
+  hybrid layers (Megatron-core's hybrid block passes each layer's global index to
+  ``get_fp4_context``).
+- GPT-OSS NVFP4, from 26.06 on: v0.5.0 and v0.5.1 ``scripts/performance/configs/gpt_oss/
+  gpt_oss_llm_pretrain.py`` ``get_gpt_oss_20b_precision_config`` (every GPT-OSS config's)
+  sets ``first_last_layers_bf16 = True``, ``num_layers_at_start_in_bf16 = 0``,
+  ``num_layers_at_end_in_bf16 = 4`` for ``nvfp4``; v0.4.0 has no such setting.
+
+No other release, model or precision sets them: the FP8 current-scaling config
+``bf16_with_fp8_current_scaling_mixed`` keeps one layer at each end, which
+``scripts/performance/utils/precision.py`` ``get_precision_config`` turns off for
+``fp8_cs`` (tags v0.2.0 to v0.6.0, ``utils/helpers.py`` at v0.1.0rc4); the MXFP8 and
+NVFP4 configs (``bf16_with_mxfp8_mixed``, ``bf16_with_nvfp4_mixed``) never set them, and
+``update_config_with_precision_overrides`` writes the precision config's False over the
+Nemotron-H providers' ``first_last_layers_bf16 = True``. Llama 3's library recipe keeps the
+last 4 layers of its 8B NVFP4 run in bf16 (``src/megatron/bridge/recipes/llama/llama3.py``),
+but the performance configs replace its precision config with ``get_precision_config``'s.
+GPT-OSS's 26.06 MXFP8 config sets ``first_last_layers_bf16 = False``."""
+
+
+def bf16_layer_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ExecutionOptions` fields of the layers a Megatron-Bridge row's recipe keeps in bf16
+    (`BF16_LAYER_RECIPES`); empty for other rows."""
+    source = raw.get("source_id", "")
+    if not source.startswith("MBRIDGE-"):
+        return {}
+    model, _, precision = row_keys(raw)
+    for first, prefix, printed, start, end in BF16_LAYER_RECIPES:
+        recipe = model.startswith(prefix) and precision.startswith(printed)
+        if recipe and release_of(source) >= first:
+            return {
+                "first_last_layers_bf16": True,
+                "num_layers_at_start_in_bf16": start,
+                "num_layers_at_end_in_bf16": end,
+            }
+    return {}
 
 
 FP4_PARAM_FROM = "26.06"

@@ -23,6 +23,7 @@ from nemo_recipes import nemo_option_fields
 from norm_recipes import norm_backend_fields
 from overlap_recipes import userbuffers_fields
 from precision_recipes import (
+    bf16_layer_fields,
     fp4_weight_fields,
     fp8_weight_fields,
     grad_sync_fields,
@@ -98,6 +99,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 and NVFP4
     weights (`precision_recipes.fp8_weight_fields`, `precision_recipes.fp4_weight_fields`),
+    the layers kept in bf16 (`precision_recipes.bf16_layer_fields`),
     gradient-reduction element size (`precision_recipes.grad_sync_fields`), Adam state dtypes
     (`precision_recipes.optimizer_precision_fields`) and norm backend
     (`norm_recipes.norm_backend_fields`). Whether FP8 GEMMs take only the TN layout is the
@@ -113,6 +115,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
     fields.update(fp4_weight_fields(raw))
+    fields.update(bf16_layer_fields(raw))
     fields.update(grad_sync_fields(raw))
     fields.update(optimizer_precision_fields(raw))
     fields.update(nemo_option_fields(raw, plan is not None and plan.tp_comm_overlap))

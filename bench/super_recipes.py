@@ -37,8 +37,9 @@ graphs, selective recompute of ``layernorm``, ``moe_act``, ``moe`` and ``core_at
 precision-aware optimizer with fp16 master weights and bf16 moments and gradients, and
 neither gradient nor parameter overlap (``SUPER_H100``).
 
-Not expressed, so not priced: the MTP block kept in bf16 under FP8 and NVFP4
-(``keep_mtp_spec_in_bf16``), NVFP4's last 14 layers in bf16 and its quantization file
+NVFP4's last 14 layers in bf16 (``first_last_layers_bf16``) are priced, from
+`precision_recipes.BF16_LAYER_RECIPES`. Not expressed, so not priced: the MTP block kept in
+bf16 under FP8 and NVFP4 (``keep_mtp_spec_in_bf16``), NVFP4's quantization file
 (``te_quant.cfg``: QKV, attention projection and latent projections in bf16, the Mamba-2
 output projection in MXFP8), and the router's padding for quantization.
 """

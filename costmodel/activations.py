@@ -35,6 +35,7 @@ from typing import Literal
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
 from costmodel.activation_shard import ActivationShard, activation_shard
+from costmodel.bf16_layer_rules import bf16_layer_job
 from costmodel.compute import FP32_BYTES
 from costmodel.layer_activations import AttentionKernel, LayerActivations, shard_layer_activations
 from costmodel.schedules import (
@@ -285,6 +286,7 @@ def stage_activations(
     cross_entropy: CrossEntropyFusion = "unfused",
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
+    bf16_layers: frozenset[int] = frozenset(),
 ) -> StageActivations:
     """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
     applies hidden dropout (its masks are kept); ``keep_outputs``: every chunk but the
@@ -293,7 +295,10 @@ def stage_activations(
     counted with the layer activations; ``cross_entropy``: the loss's implementation
     (`output_microbatch_bytes`); ``proj_saves_input``: the attention output projection keeps
     no FP8 copy of its input (`projection_saves_original_input`); ``fp8_attention_recipe``:
-    the FP8 recipe when attention runs in FP8 (`activation_shard`), else None."""
+    the FP8 recipe when attention runs in FP8 (`activation_shard`), else None;
+    ``bf16_layers``: global indices of the decoder layers an fp8 or nvfp4 job keeps in bf16
+    (`costmodel.bf16_layers.bf16_layers`), whose saved tensors are a bf16 job's
+    (`costmodel.bf16_layer_rules.bf16_layer_job`, without FP8 attention)."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
     x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
@@ -302,6 +307,11 @@ def stage_activations(
         kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(kinds)
     }
     per_layer = {i: by_kind[kind] for i, kind in enumerate(kinds)}
+    if bf16_layers:
+        x16 = activation_shard(bf16_layer_job(job), plan, dropout, proj_saves_input, None)
+        in_bf16 = {kinds[i] for i in bf16_layers}
+        by_kind16 = {k: shard_layer_activations(model, x16, plan, k, attention) for k in in_bf16}
+        per_layer.update({i: by_kind16[kinds[i]] for i in bf16_layers})
     mtp_bytes, working = _mtp_stage_bytes(model, x, plan, pp_rank, counts, attention)
     layers_bytes, offloaded, in_flight = mtp_bytes, 0.0, 0.0
     for chunk, count in enumerate(counts):

@@ -308,6 +308,24 @@ class ExecutionOptions:
     kernel, FlashAttention-2-class kernels or the ``torch`` runtime. False: bf16 attention
     (Megatron-core's default)."""
 
+    first_last_layers_bf16: bool = False
+    """Megatron-core ``--first-last-layers-bf16`` (``TransformerConfig.first_last_layers_bf16``,
+    default False): in an fp8 or nvfp4 job the first `num_layers_at_start_in_bf16` and the
+    last `num_layers_at_end_in_bf16` decoder layers, counted over the whole model across
+    pipeline and virtual stages, run outside Transformer Engine's quantization context
+    (``megatron/core/fp8_utils.py`` ``is_first_last_bf16_layer``,
+    ``megatron/core/fp4_utils.py`` ``get_fp4_context``) and build their weights outside
+    its quantized model init: their GEMMs, attention, saved activations and weights are a
+    bf16 job's (`costmodel.bf16_layers`). MTP depths are not among them. Refused outside
+    fp8 and nvfp4 jobs, with the ``delayed`` recipe, and with more bf16 layers than the
+    model has (`costmodel.bf16_layers.check_bf16_layers`). Megatron runtime only."""
+    num_layers_at_start_in_bf16: int = 1
+    """Megatron-core ``--num-layers-at-start-in-bf16`` (default 1): the first decoder layers
+    kept in bf16 under `first_last_layers_bf16`; read only with it."""
+    num_layers_at_end_in_bf16: int = 1
+    """Megatron-core ``--num-layers-at-end-in-bf16`` (default 1): the last decoder layers
+    kept in bf16 under `first_last_layers_bf16`; read only with it."""
+
     fp8_param: bool = False
     """Megatron-core ``--fp8-param-gather`` (``TransformerConfig.fp8_param``, Megatron-Bridge
     ``fp8_param_gather``; default False): the linear weights are FP8 parameters built

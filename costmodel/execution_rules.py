@@ -5,6 +5,7 @@ It holds the runtime, MoE dispatcher and TP-overlap method names, the CUDA graph
 plan features a framework may name, and one function per group of field rules; each rule
 raises `SpecError` with the field, its value and the fix. Rules that need other modules'
 tables stay there (`costmodel.optimizer_offload.check_offload_fields`,
+`costmodel.bf16_layer_rules.check_bf16_layer_fields`,
 `costmodel.optimizer_state.OptimizerPrecision`, `costmodel.fp8_attention`).
 `check_options`, the whole of ``__post_init__``, applies every group in turn. It reads the
 options by field name, as `specs.fieldcheck` reads the specs: `costmodel.execution` imports
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from costmodel.activations import CROSS_ENTROPY_FUSIONS
+from costmodel.bf16_layer_rules import check_bf16_layer_fields
 from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE, check_fp8_attention_kernel
 from costmodel.memory_allowances import FP8_RECIPES
 from costmodel.optimizer_offload import check_offload_fields
@@ -292,4 +294,10 @@ def check_options(options: Any) -> None:
         cudnn_norm=options.cudnn_norm,
         precision_aware=options.precision_aware_optimizer,
         fp8_attention=options.fp8_attention,
+    )
+    check_bf16_layer_fields(
+        first_last_layers_bf16=options.first_last_layers_bf16,
+        start=options.num_layers_at_start_in_bf16,
+        end=options.num_layers_at_end_in_bf16,
+        runtime=options.runtime,
     )

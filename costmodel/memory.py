@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from costmodel.activation_shard import activation_element_bytes, projection_saves_original_input
 from costmodel.activations import CrossEntropyFusion, StageActivations, stage_activations
+from costmodel.bf16_layers import bf16_linear_params, without_bf16_linear
 from costmodel.layer_activations import AttentionKernel
 from costmodel.memory_allowances import BF16_WEIGHTS, Fp8WeightStorage, FrameworkAllowance
 from costmodel.model_state import (
@@ -247,6 +248,7 @@ def memory_per_stage(
     optimizer_offload_fraction: float = 0.0,
     stale_main_grad: bool = False,
     fp8_attention: bool = False,
+    bf16_layers: frozenset[int] = frozenset(),
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -270,7 +272,11 @@ def memory_per_stage(
     backward but not to the step (`ExecutionOptions.stale_main_grad`,
     `costmodel.model_state.held_gradient_copies`); ``fp8_attention``: the fused attention
     core saves its Q, K, V and output in the FP8 form of ``fp8_weights``' recipe
-    (`ExecutionOptions.fp8_attention`, `costmodel.fp8_attention.core_saved_bytes`).
+    (`ExecutionOptions.fp8_attention`, `costmodel.fp8_attention.core_saved_bytes`);
+    ``bf16_layers``: the global indices of the decoder layers an fp8 or nvfp4 job keeps in
+    bf16 (`costmodel.bf16_layers.bf16_layers`), which save their activations as a bf16 job's
+    and hold their linear weights as bf16 parameters, without ``fp8_weights``' copies
+    (`costmodel.bf16_layers.without_bf16_linear`).
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
     no microbatch, the plan cannot run the precision-aware optimizer, or FP8 attention is
@@ -295,6 +301,11 @@ def memory_per_stage(
     stages = []
     for rank in range(plan.pp):
         params = stage_params(model, plan, rank, job.lora)
+        if bf16_layers:
+            layers = stage_layer_indices(model, plan, rank)
+            params = without_bf16_linear(
+                params, bf16_linear_params(model, plan, layers, bf16_layers)
+            )
         acts = stage_activations(
             model,
             job,
@@ -306,6 +317,7 @@ def memory_per_stage(
             cross_entropy=cross_entropy,
             proj_saves_input=proj_saves_input,
             fp8_attention_recipe=fp8_weights.recipe if fp8_attention else None,
+            bf16_layers=bf16_layers,
         )
         stages.append(
             _stage_memory(model, job, plan, rank, params, acts, layout, frame, fragmentation)

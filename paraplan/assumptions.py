@@ -4,6 +4,7 @@ the megatron runtime's memory depends on, its value in force and the flag that c
 
 from __future__ import annotations
 
+from costmodel.bf16_layers import bf16_layer_counts
 from costmodel.execution import ExecutionOptions
 from costmodel.memory_allowances import FrameworkAllowance
 from specs.formats import percent
@@ -45,6 +46,13 @@ def memory_assumptions(job: TrainingJob, options: ExecutionOptions, device: str)
             if options.fp4_param
             else "  bf16 weights plus Transformer Engine's NVFP4 copies; add --fp4-param-gather "
             "for NVFP4 parameters"
+        )
+    start, end = bf16_layer_counts(options)
+    if job.precision in ("fp8", "nvfp4") and start + end:
+        lines.append(
+            f"  the first {start} and last {end} decoder layers in bf16 (--first-last-layers-bf16):"
+            " bf16 weights without quantized copies, bf16 activations; MTP depths in "
+            f"{job.precision}"
         )
     lines.append(optimizer_state_line(options) if job.optimizer == "adam" else muon_line(job))
     if options.optimizer_cpu_offload_fraction > 0:

@@ -7,7 +7,9 @@ and `paraplan export` refuses them), MXFP8 scaling runs only on Blackwell, and M
 takes ``--fp8-param-gather`` only with the distributed optimizer or Megatron-FSDP.
 ``--fp8-attention`` (`ExecutionOptions.fp8_attention`) is checked by the cost model
 (`costmodel.fp8_attention`: an fp8 job, a recipe that passes ``fp8_dpa``, a profile with the
-curves).
+curves), and so are ``--first-last-layers-bf16`` and its counts (`costmodel.bf16_layers`:
+an fp8 or nvfp4 job, not the delayed recipe, no more layers than the model's, and for fp8
+at most ``num_layers // pp`` at either end).
 """
 
 from __future__ import annotations
@@ -46,6 +48,50 @@ def fp8_attention_fields(args: argparse.Namespace) -> dict[str, bool]:
     """``fp8_attention`` of ``--[no-]fp8-attention``; empty where the flag is not given."""
     value = getattr(args, "fp8_attention", None)
     return {} if value is None else {"fp8_attention": value}
+
+
+def add_bf16_layer_args(group: argparse._ArgumentGroup) -> None:
+    """``--first-last-layers-bf16``, ``--num-layers-at-start-in-bf16`` and
+    ``--num-layers-at-end-in-bf16`` (`ExecutionOptions.first_last_layers_bf16`), added to the
+    recipe settings ``group``."""
+    group.add_argument(
+        "--first-last-layers-bf16",
+        action="store_true",
+        help="with --precision fp8 (tensorwise or mxfp8) or nvfp4: keep the first and last "
+        "decoder layers in bf16 (Megatron --first-last-layers-bf16): their GEMMs, attention, "
+        "activations and weights priced as a bf16 job's",
+    )
+    for end, default in (("start", 1), ("end", 1)):
+        group.add_argument(
+            f"--num-layers-at-{end}-in-bf16",
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"with --first-last-layers-bf16: decoder layers at the {end} of the model "
+            f"kept in bf16 (Megatron --num-layers-at-{end}-in-bf16; default {default})",
+        )
+
+
+BF16_COUNT_FLAGS = ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+"""`ExecutionOptions` fields of the two counts, named as their ``argparse`` destinations."""
+
+
+def bf16_layer_fields(args: argparse.Namespace) -> dict[str, object]:
+    """The `ExecutionOptions` fields of `add_bf16_layer_args`' flags; empty where none is
+    given. `SpecError` for a count given without ``--first-last-layers-bf16``, which
+    Megatron-core reads only with it."""
+    counts = {f: getattr(args, f, None) for f in BF16_COUNT_FLAGS}
+    given = {f: n for f, n in counts.items() if n is not None}
+    if not getattr(args, "first_last_layers_bf16", False):
+        if given:
+            flags = " and ".join(f"--{f.replace('_', '-')} {n}" for f, n in given.items())
+            raise SpecError(
+                f"{flags} count layers kept in bf16 only with --first-last-layers-bf16 "
+                "(Megatron-core reads them under first_last_layers_bf16): add "
+                f"--first-last-layers-bf16, or drop {flags}"
+            )
+        return {}
+    return {"first_last_layers_bf16": True, **given}
 
 
 FP8_PARAM_RULE = "fp8_param_gather_needs_distributed_optimizer"

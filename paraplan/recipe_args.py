@@ -17,7 +17,12 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import runtime_options
 from costmodel.execution_rules import RUNTIMES
 from costmodel.memory_allowances import FP8_RECIPES
-from paraplan.fp8_args import add_fp8_attention_arg, fp8_attention_fields
+from paraplan.fp8_args import (
+    add_bf16_layer_args,
+    add_fp8_attention_arg,
+    bf16_layer_fields,
+    fp8_attention_fields,
+)
 from paraplan.optimizer_args import (
     add_optimizer_offload_args,
     add_optimizer_precision_args,
@@ -74,6 +79,7 @@ def add_recipe_args(parser: argparse.ArgumentParser) -> None:
         "copies",
     )
     add_fp8_attention_arg(group)
+    add_bf16_layer_args(group)
     group.add_argument(
         "--grad-reduce-in-bf16",
         action="store_true",
@@ -118,6 +124,7 @@ def options_from_args(args: argparse.Namespace) -> ExecutionOptions:
     if getattr(args, "fp4_param_gather", None) is not None:
         changes["fp4_param"] = args.fp4_param_gather
     changes.update(fp8_attention_fields(args))
+    changes.update(bf16_layer_fields(args))
     if getattr(args, "grad_reduce_in_bf16", False):
         changes["main_grad_bytes"] = 2
     changes.update(optimizer_precision_fields(args))

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from costmodel.bf16_layers import LOW_PRECISIONS, bf16_layer_counts
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.execution_record import RECORD_KEY, options_from_record
@@ -120,6 +121,9 @@ MEGATRON_EXPORTED: frozenset[str] = frozenset(
         "fp8_recipe",
         "fp8_param",
         "fp4_param",
+        "first_last_layers_bf16",
+        "num_layers_at_start_in_bf16",
+        "num_layers_at_end_in_bf16",
         "rope_fusion",
         "precision_aware_optimizer",
         "exp_avg_dtype",
@@ -142,6 +146,13 @@ FP8_FIELDS = ("fp8_recipe", "fp8_param")
 
 FP4_FIELDS = ("fp4_param",)
 """Exported fields that only an nvfp4 job reads."""
+
+BF16_LAYER_FIELDS = (
+    "first_last_layers_bf16",
+    "num_layers_at_start_in_bf16",
+    "num_layers_at_end_in_bf16",
+)
+"""Exported fields that only an fp8 or nvfp4 job reads (`costmodel.bf16_layers`)."""
 
 
 def bundle_options(bundle: PlanBundle) -> ExecutionOptions:
@@ -206,6 +217,12 @@ def megatron_option_refusals(
                 f"re-plan with {fix}"
             )
             lines += [refusal(n, getattr(options, n), why) for n in fields if n in changed]
+    if job.precision not in LOW_PRECISIONS:
+        why = (
+            f"layers kept in bf16 need an fp8 or nvfp4 job, the job is {job.precision}: "
+            "re-plan with --precision fp8 or nvfp4, or without --first-last-layers-bf16"
+        )
+        lines += [refusal(n, getattr(options, n), why) for n in BF16_LAYER_FIELDS if n in changed]
     if (
         job.precision == "fp8"
         and options.fp8_param
@@ -252,12 +269,25 @@ def kernel_arguments(options: ExecutionOptions) -> list[str]:
 
 
 def fp8_arguments(options: ExecutionOptions) -> list[str]:
-    """``--fp8-recipe`` where it is not Megatron-core's default, ``--fp8-param-gather``."""
+    """``--fp8-recipe`` where it is not Megatron-core's default, ``--fp8-param-gather``, and
+    the layers kept in bf16: ``--first-last-layers-bf16`` with both counts stated
+    (``--num-layers-at-start-in-bf16``, ``--num-layers-at-end-in-bf16``, Megatron-LM's
+    arguments of ``TransformerConfig``'s fields; Megatron-core reads them in fp8 and fp4
+    runs alike)."""
     args = []
     if options.fp8_recipe != DEFAULT_OPTIONS.fp8_recipe:
         args += ["--fp8-recipe", options.fp8_recipe]
     if options.fp8_param:
         args.append("--fp8-param-gather")
+    if options.first_last_layers_bf16:
+        start, end = bf16_layer_counts(options)
+        args += ["--first-last-layers-bf16"]
+        args += [
+            "--num-layers-at-start-in-bf16",
+            str(start),
+            "--num-layers-at-end-in-bf16",
+            str(end),
+        ]
     return args
 
 

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING
 
+from costmodel.bf16_layers import bf16_layer_violations, check_bf16_layers
 from costmodel.execution_presets import device_options
 from costmodel.optimizer_offload import offload_violations
 from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     aware = precision_aware_violations(plan, options)
     violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
     violations += fp8_param_violations(job, plan, options)
+    check_bf16_layers(model, job, options)
+    violations += bf16_layer_violations(model, job, plan, options)
     violations += cuda_graph_violations(model, plan, options)
     if violations:
         where = f"{model.name} on {cluster.num_gpus} GPUs"

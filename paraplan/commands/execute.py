@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from costmodel.bf16_layer_rules import BF16_LAYERS_FIELD_RULE
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_record import options_from_record
 from costmodel.flops import model_flops_per_iteration
@@ -118,7 +119,16 @@ def run(args: argparse.Namespace) -> int:
     lora_refusal = executor_lora_refusal(bundle.job.lora)
     if lora_refusal is not None:
         raise SpecError(lora_refusal)
-    if options_from_record(bundle.execution, where=f"{args.plan} execution").fp8_attention:
+    priced = options_from_record(bundle.execution, where=f"{args.plan} execution")
+    if priced.first_last_layers_bf16:
+        raise SpecError(
+            f"[{BF16_LAYERS_FIELD_RULE}] {args.plan} was priced with first_last_layers_bf16 "
+            "(layers kept in bf16 under Megatron-core); paraplan's executor runs every layer "
+            "in the job's precision, so the run would not be the plan as priced: re-plan "
+            "without --first-last-layers-bf16, or run it with Megatron-LM (paraplan export "
+            "--to megatron)"
+        )
+    if priced.fp8_attention:
         raise SpecError(
             f"[{FP8_ATTENTION_KERNEL_RULE}] {args.plan} was priced with fp8_attention "
             "(Megatron-core's fp8_dot_product_attention); paraplan's executor runs PyTorch's "

@@ -32,6 +32,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from costmodel.bf16_layers import check_bf16_layers
 from costmodel.execution_presets import device_options
 from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
 from paraplan.args import add_problem_args, job_from_args, model_from_args
@@ -300,6 +301,7 @@ def _run_search(args: argparse.Namespace) -> int:
     profile = load_profile(args.hardware)
     check_fp8_flags(args, job, profile)
     refuse_scopes_the_model_lacks(model, options_from_args(args))
+    check_bf16_layers(model, job, options_from_args(args))
     cluster = ClusterSpec(
         hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
     )
@@ -369,6 +371,7 @@ def _run_sizing(args: argparse.Namespace) -> int:
     profile = load_profile(args.hardware)
     check_fp8_flags(args, job, profile)
     refuse_scopes_the_model_lacks(model, options_from_args(args))
+    check_bf16_layers(model, job, options_from_args(args))
     space = space_from_args(args)
     return run_sizing(args, model=model, job=job, profile=profile, space=space)
 

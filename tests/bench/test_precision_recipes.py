@@ -66,3 +66,28 @@ def test_nemo_llama2_fp8_rows_reduce_gradients_in_bf16():
     # the same model in bf16, and other sources, keep Megatron-core's fp32 main gradients
     assert precision.grad_sync_fields(row_with(LLAMA2_LONGSEQ, precision="BF16")) == {}
     assert precision.grad_sync_fields(row_with(LLAMA2_LONGSEQ, source_id="NEMOTRON4-15B")) == {}
+
+
+def test_nvfp4_recipes_keep_their_last_layers_in_bf16():
+    # Nemotron 3 Super NVFP4: v0.4.0 set_nemotron_3_super_common_configs (26.04) and
+    # nemotron_3_super_bf16_with_nvfp4_mixed (llmb-r0.4.1, v0.5.0, v0.5.1): the last 14
+    kept = {
+        "first_last_layers_bf16": True,
+        "num_layers_at_start_in_bf16": 0,
+        "num_layers_at_end_in_bf16": 14,
+    }
+    super_row = {"model": "Nemotron_3_Super", "gpu_type": "GB300 (NVL72)", "precision": "NVFP4"}
+    for source in ("MBRIDGE-26.04", "MBRIDGE-26.04.01", "MBRIDGE-26.06", "MBRIDGE-26.06.01"):
+        assert precision.bf16_layer_fields(super_row | {"source_id": source}) == kept, source
+    # the same model's MXFP8 rows run bf16_with_mxfp8_mixed, which sets none
+    mxfp8 = super_row | {"source_id": "MBRIDGE-26.06", "precision": "MXFP8"}
+    assert precision.bf16_layer_fields(mxfp8) == {}
+    # GPT-OSS NVFP4 from v0.5.0 (get_gpt_oss_20b_precision_config): the last 4; none before
+    oss = row_with(GPT_OSS_B300, precision="NVFP4")
+    assert precision.bf16_layer_fields(oss)["num_layers_at_end_in_bf16"] == 4
+    assert precision.bf16_layer_fields(row_with(oss, source_id="MBRIDGE-26.04")) == {}
+    assert precision.bf16_layer_fields(GPT_OSS_B300) == {}  # MXFP8: first_last_layers_bf16 False
+    # Llama 3 NVFP4 performance configs take get_precision_config's bf16_with_nvfp4_mixed
+    assert precision.bf16_layer_fields(row_with(LLAMA405_GB200, precision="NVFP4")) == {}
+    # FP8 current scaling: utils/precision.py turns the config's one layer at each end off
+    assert precision.bf16_layer_fields(row_with(LLAMA405_GB200, precision="FP8-CS")) == {}

@@ -106,6 +106,11 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp4-format", dest="fp4", choices=["e2m1"])
     p.add_argument("--fp4-recipe", choices=["nvfp4", "custom"], default="nvfp4")
     p.add_argument("--fp4-param-gather", action="store_true")
+    # TransformerConfig.first_last_layers_bf16 and its counts (generated flags, defaults
+    # False, 1, 1), d98e8a64; --first-last-layers-bf16 and both counts in core_r0.14.0
+    p.add_argument("--first-last-layers-bf16", action="store_true")
+    p.add_argument("--num-layers-at-start-in-bf16", type=int, default=1)
+    p.add_argument("--num-layers-at-end-in-bf16", type=int, default=1)
     # --optimizer choices of Megatron-LM d7288711 (Megatron-Bridge v0.4.0's)
     p.add_argument("--optimizer", choices=["adam", "sgd", "muon", "dist_muon", "lion"])
     p.add_argument("--pipeline-model-parallel-layout")

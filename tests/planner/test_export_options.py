@@ -201,6 +201,20 @@ def test_nvfp4_settings_in_another_job_and_nvfp4_in_torchtitan_are_refused() -> 
         torchtitan_config(priced_bundle(DEFAULT_OPTIONS, precision="nvfp4"))
 
 
+def test_bf16_layers_export_with_both_counts_and_are_refused_elsewhere() -> None:
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, fp8_recipe="tensorwise", first_last_layers_bf16=True
+    )
+    argv, args = exported(priced_bundle(options, precision="fp8"))
+    # Megatron-core's defaults (1, 1) are written out, as priced
+    assert argv[argv.index("--num-layers-at-start-in-bf16") + 1] == "1"
+    assert args.first_last_layers_bf16 and args.num_layers_at_end_in_bf16 == 1
+    with pytest.raises(SpecError, match=r"first_last_layers_bf16=True.*--precision fp8 or nvfp4"):
+        megatron_arguments(priced_bundle(options, precision="bf16"))
+    with pytest.raises(SpecError, match=r"first_last_layers_bf16=True: torchtitan"):
+        torchtitan_config(priced_bundle(options, precision="fp8"))
+
+
 def test_fp8_and_precision_aware_plan_exports_every_priced_flag() -> None:
     options = dataclasses.replace(DEFAULT_OPTIONS, **FP8_RECIPE_FLAGS)
     argv, args = exported(priced_bundle(options, precision="fp8"))
@@ -235,6 +249,13 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         {"fp4_param": False},
         {"precision": "nvfp4"},
         {"fp4": "e2m1", "fp4_recipe": "nvfp4", "fp4_param_gather": False, "fp8_format": None},
+    ),
+    (
+        {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 0,
+         "num_layers_at_end_in_bf16": 4},
+        {"precision": "nvfp4"},
+        {"first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 0,
+         "num_layers_at_end_in_bf16": 4, "fp4": "e2m1"},
     ),
     (
         {"precision_aware_optimizer": True, "exp_avg_dtype": "fp8", "exp_avg_sq_dtype": "fp16"},

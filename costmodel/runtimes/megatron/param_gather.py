@@ -8,6 +8,7 @@ parameter follow the weight storage (bf16, or FP8 parameters). Seconds.
 
 from __future__ import annotations
 
+from costmodel.bf16_layers import bf16_layers, bf16_linear_params
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_weight_storage
 from costmodel.optimizer_muon import layerwise_gather_s
@@ -38,22 +39,28 @@ def param_gather_bytes(
     """Mean bytes per (dense, expert) parameter of each chunk of ``stage`` in the
     parameter all-gather: the linear layers' weights at
     `costmodel.memory_allowances.Fp8WeightStorage.gather_bytes` (FP8 parameters), the rest (norms,
-    router, embedding, output layer) at the job's weight size; routed experts are linear. A
-    LoRA job gathers its 16-bit adapters only (`costmodel.rank_params.StageParams.trained`)."""
+    router, embedding, output layer) and the linear weights of the layers kept in bf16
+    (`costmodel.bf16_layers.bf16_linear_params`) at the job's weight size; routed experts
+    are linear. A LoRA job gathers its 16-bit adapters only
+    (`costmodel.rank_params.StageParams.trained`)."""
     weight = 4.0 if job.precision == "fp32" else 2.0
     linear_bytes = fp8_weight_storage(options).gather_bytes(job)
     chunks = plan_stage_chunks(model, plan, stage)
     if linear_bytes == weight:
         return tuple((weight, weight) for _ in chunks)
+    bf16 = bf16_layers(model, job, options)
     out = []
     for at in chunks:
         held = position_params(model, plan, at, job.lora)
         trained = held.trained_dense
-        dense_linear = held.trained_linear - held.trained_expert
+        kept = bf16_linear_params(model, plan, at.layers, bf16 if job.lora is None else frozenset())
+        dense_linear = held.trained_linear - held.trained_expert - (kept.linear - kept.expert)
         dense = (weight * (trained - dense_linear) + linear_bytes * dense_linear) / max(
             trained, 1.0
         )
-        out.append((dense, linear_bytes))
+        experts = held.trained_expert
+        expert = (linear_bytes * (experts - kept.expert) + weight * kept.expert) / max(experts, 1.0)
+        out.append((dense, expert if kept.expert else linear_bytes))
     return tuple(out)
 
 

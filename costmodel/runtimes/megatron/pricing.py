@@ -50,6 +50,8 @@ from __future__ import annotations
 
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
+from costmodel.bf16_layer_rules import bf16_layer_job
+from costmodel.bf16_layers import bf16_layer_options, bf16_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
@@ -76,7 +78,9 @@ def chunk_costs(
     groups: CommGroups,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[tuple[ChunkCost, ...], ...]:
-    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module). In
+    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module), each
+    layer kept in bf16 (`costmodel.bf16_layers.bf16_layers`) priced as a bf16 job's layer
+    of its kind (`costmodel.bf16_layers.bf16_layer_job`, `bf16_layer_options`). In
     fp8 jobs under the ``delayed`` recipe (`ExecutionOptions.fp8_recipe`), each chunk's
     forward and backward also reduce the stage's amaxes over ``groups.tp_dp_cp`` and update
     the scales (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
@@ -87,6 +91,19 @@ def chunk_costs(
         k: layer_cost(model, job, plan, profile, kind=k, groups=groups, options=options)
         for k in set(mask) | set(depth_kinds)
     }
+    bf16 = bf16_layers(model, job, options)
+    bf16_kinds = {
+        k: layer_cost(
+            model,
+            bf16_layer_job(job),
+            plan,
+            profile,
+            kind=k,
+            groups=groups,
+            options=bf16_layer_options(options),
+        )
+        for k in {mask[i] for i in bf16}
+    }
     emb = embedding_cost(model, job, plan, profile, groups, options)
     out = logits_cost(model, job, plan, profile, groups, options)
     depth = mtp_depth_cost(model, job, plan, profile, groups, options)
@@ -95,7 +112,7 @@ def chunk_costs(
     def cost(at: ChunkPosition) -> ChunkCost:
         fwd = bwd = rec = ZERO
         for i in at.layers:
-            layer = kinds[mask[i]]
+            layer = bf16_kinds[mask[i]] if i in bf16 else kinds[mask[i]]
             fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
             if redo is None or i in redo:
                 rec = rec.plus(layer.recompute)

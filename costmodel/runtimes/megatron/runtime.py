@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from costmodel.bf16_layers import bf16_layers
 from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import (
@@ -121,7 +122,8 @@ class MegatronRuntime:
         copy, cross-entropy implementation, allocator segments and fragmentation, FP8
         weight storage, the optimizer step's gradient copy, Adam's state dtypes, the
         optimizer state offloaded to the host, the previous iteration's gradients held
-        by local DDP and FP8 attention's saved tensors."""
+        by local DDP, FP8 attention's saved tensors and the layers kept in bf16
+        (`costmodel.bf16_layers.bf16_layers`)."""
         return memory_per_stage(
             model,
             job,
@@ -140,6 +142,7 @@ class MegatronRuntime:
             optimizer_offload_fraction=self.options.optimizer_cpu_offload_fraction,
             stale_main_grad=self.options.stale_main_grad,
             fp8_attention=self.options.fp8_attention,
+            bf16_layers=bf16_layers(model, job, self.options),
         )
 
     def screen(

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel import compute as ops
+from costmodel.bf16_layers import bf16_layer_counts, stage_limit
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import model_flops_per_iteration
@@ -106,12 +107,23 @@ def _screen_columns(
     return c
 
 
-def _runnable(c: dict[str, np.ndarray], m: np.ndarray, options: ExecutionOptions) -> np.ndarray:
+def _runnable(
+    c: dict[str, np.ndarray],
+    m: np.ndarray,
+    options: ExecutionOptions,
+    model: ModelSpec,
+    job: TrainingJob,
+) -> np.ndarray:
     """Rows with a microbatch, an interleaved count of microbatches that is a multiple of
-    pp, a valid pipeline split and an allowed precision-aware optimizer."""
+    pp, a valid pipeline split, an allowed precision-aware optimizer and, in an fp8 job,
+    no more bf16 layers at either end than Megatron-core takes per stage
+    (`costmodel.bf16_layers.bf16_layer_violations`)."""
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)
     ok &= precision_aware_allowed(c, options)
+    limit = stage_limit(model, job, c["pp"])
+    if limit is not None:
+        ok &= max(bf16_layer_counts(options)) <= limit
     return ok
 
 
@@ -145,7 +157,7 @@ def closed_form_screen(
     pipeline = pipeline_s(c, times, send_s(c, model, job, options), m, options.overlap_p2p)
     sync = gradients_done_s(c, times, pipeline, float(options.main_grad_bytes), m)
     iteration = sync + tail_s(c, times, profile, job, model, options, np.maximum(m, 1))
-    ok = _runnable(c, m, options)
+    ok = _runnable(c, m, options, model, job)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(ok, memory_bytes(c, model, job, np.maximum(m, 1), options), np.inf)
     flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel import compute as ops
+from costmodel.bf16_layers import PRICED_TAGS
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.memory_allowances import FrameworkAllowance
@@ -37,7 +38,6 @@ from costmodel.runtimes.megatron.megatron_fsdp import GATHERED_LAYERS
 from costmodel.runtimes.megatron.screen_muon import worst_state_bytes, worst_working_bytes
 from costmodel.runtimes.megatron.screen_sharding import adam_state_per_row
 from specs.job import TrainingJob
-from specs.layer_kinds import KIND_TAGS
 from specs.model import ModelSpec
 
 
@@ -89,7 +89,9 @@ def _model_state_bytes(
     sharded = dense / (c["dp"] * c["cp"]) + expert / np.maximum(c["edp"], 1)
     non_unit = weight * c[f"p{tag}u"] * (1.0 - 1.0 / (c["dp"] * c["cp"]))
     resident = np.minimum(sharded + GATHERED_LAYERS * c["layer_max"], params)
-    linear = c[f"p{tag}l"]  # linear layers' weights at `Fp8WeightStorage` bytes
+    # linear layers' weights at `Fp8WeightStorage` bytes; those of the layers kept in bf16
+    # (`costmodel.bf16_layers.without_bf16_linear`) at the job's weight bytes
+    linear = c[f"p{tag}l"] - c[f"p{tag}l16"]
     whole = weight * (params - linear) + linear_param * linear
     layer = linear_param * c["layer_lin"] + weight * c["layer_other"]
     shard = (weight * (params - linear) + linear_shard * linear) / params * sharded
@@ -127,7 +129,7 @@ def _activation_bytes(
     pp, vpp = c["pp"], c["vpp"]
     first_chunk, total = _in_flight(pp, vpp, m, stage, np.zeros_like(pp))
     last_chunk, _ = _in_flight(pp, vpp, m, stage, vpp - 1)
-    kinds = [k for k in KIND_TAGS if f"a{tag}{k}" in c]
+    kinds = [k for k in PRICED_TAGS if f"a{tag}{k}" in c]
     per_chunk = sum(c[f"a{tag}{k}"] * c[f"act_{k}"] for k in kinds) / vpp
     layers = (total * per_chunk + last_chunk * c[f"mtp{tag}"] * c["act_mtp"]) * scale
     acts = layers + c["act_work"] * scale

@@ -18,6 +18,8 @@ import pandas as pd
 from costmodel.activation_savers import recomputed_bytes
 from costmodel.activation_shard import projection_saves_original_input
 from costmodel.activations import output_microbatch_bytes, stage_activations
+from costmodel.bf16_layer_rules import bf16_layer_job
+from costmodel.bf16_layers import bf16_layer_options, bf16_layers, bf16_linear_params, bf16_tag
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_attention_recipe
@@ -26,6 +28,7 @@ from costmodel.passes import CommGroups
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row, row_plan
 from costmodel.rank_params import (
     non_unit_params,
+    stage_layer_indices,
     stage_lora_adapters,
     stage_params,
     stage_weight_layers,
@@ -98,34 +101,42 @@ def _layer_columns(
     """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding,
     the output layer and an MTP depth's work outside its layers (``depth_*``,
     `costmodel.runtimes.megatron.mtp_costs.mtp_depth_cost`; ``depth_r`` and ``depth_rc``
-    what full recompute reruns of it), with compute and exposed communication kept apart.
-    The dense layer, the embedding, the output layer and the MTP depth's work do not depend
-    on ep and etp: they are priced once per distinct (tp, cp, micro-batch, SP, TP overlap,
-    CP exchange, memory savers) of one call."""
-    kinds = sorted(_priced_kinds(model))
+    what full recompute reruns of it), with compute and exposed communication kept apart;
+    the kinds of the layers kept in bf16 again as a bf16 job's, under their `bf16_tag`. The
+    dense layer, the embedding, the output layer and the MTP depth's work do not depend on
+    ep and etp: they are priced once per distinct (tp, cp, micro-batch, SP, TP overlap, CP
+    exchange, memory savers) of one call."""
+    mask = model.layer_kinds()
+    priced = [(kind, False) for kind in sorted(_priced_kinds(model))]
+    priced += [(kind, True) for kind in sorted({mask[i] for i in bf16_layers(model, job, options)})]
     dense_parts: dict[tuple, dict[str, float]] = {}
     passes: dict[tuple, LayerPasses] = {}
+    as_bf16 = (bf16_layer_job(job), bf16_layer_options(options))
 
-    def layer(plan: ParallelPlan, groups: CommGroups, kind: LayerKind) -> dict[str, float]:
-        key = (kind, *(getattr(plan, k) for k in _LAYER_KEY if k != "recompute_modules"))
+    def layer(
+        plan: ParallelPlan, groups: CommGroups, kind: LayerKind, bf16: bool
+    ) -> dict[str, float]:
+        key = (kind, bf16, *(getattr(plan, k) for k in _LAYER_KEY if k != "recompute_modules"))
+        run_job, run_options = as_bf16 if bf16 else (job, options)
         if key not in passes:
             passes[key] = layer_passes(
-                model, job, plan, profile, kind=kind, groups=groups, options=options
+                model, run_job, plan, profile, kind=kind, groups=groups, options=run_options
             )
         cost = layer_cost_from_passes(
-            model, job, plan, profile, passes[key], kind=kind, options=options
+            model, run_job, plan, profile, passes[key], kind=kind, options=run_options
         )
+        tag = bf16_tag(kind.tag) if bf16 else kind.tag
         out: dict[str, float] = {}
         for name, p in (("f", cost.forward), ("b", cost.backward), ("r", cost.recompute)):
-            out[f"{name}_{kind.tag}"] = p.duration_s
-            out[f"{name}c_{kind.tag}"] = p.compute_s
+            out[f"{name}_{tag}"] = p.duration_s
+            out[f"{name}c_{tag}"] = p.compute_s
         return out
 
     def dense(plan: ParallelPlan, groups: CommGroups) -> dict[str, float]:
         out: dict[str, float] = {}
-        for kind in kinds:
+        for kind, bf16 in priced:
             if not kind.is_moe:
-                out.update(layer(plan, groups, kind))
+                out.update(layer(plan, groups, kind, bf16))
         for name, (fwd, bwd) in (
             ("emb", embedding_cost(model, job, plan, profile, groups, options)),
             ("log", logits_cost(model, job, plan, profile, groups, options)),
@@ -151,9 +162,9 @@ def _layer_columns(
         if key not in dense_parts:
             dense_parts[key] = dense(plan, groups)
         out = dict(dense_parts[key])
-        for kind in kinds:
+        for kind, bf16 in priced:
             if kind.is_moe:
-                out.update(layer(plan, groups, kind))
+                out.update(layer(plan, groups, kind, bf16))
         return out
 
     return fn
@@ -217,7 +228,9 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
     return fn
 
 
-def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
+def _split_stages(
+    model: ModelSpec, plan: ParallelPlan, bf16: frozenset[int] = frozenset()
+) -> dict[str, int]:
     """The stages the screen prices (0, the heaviest middle stage, p-1) and, for each, its
     layers of every kind of the model that it computes (``n{stage}{kind tag}``,
     `specs.layer_kinds.LayerKind.tag`; each MTP depth's layers by their kinds,
@@ -228,11 +241,13 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     the plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most MoE
     layers, then the most layers, then the earliest position (more microbatches in flight):
     with leading dense layers, a stage with as many layers but some dense ones holds fewer
-    parameters and runs faster."""
+    parameters and runs faster. The layers of ``bf16`` (`costmodel.bf16_layers.bf16_layers`)
+    count under their kind's `bf16_tag` instead."""
     split = plan_split(model, plan)
     kinds = model.layer_kinds()
     depth_kinds = model.mtp_depth_kinds()
     tags = sorted({kind.tag for kind in kinds + depth_kinds})
+    tags += sorted({bf16_tag(kinds[i].tag) for i in bf16})
     middle = range(1, plan.pp - 1)
 
     def weight(stage: int) -> tuple[int, int]:
@@ -244,7 +259,7 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     for tag, stage in (("0", 0), ("1", mid), ("l", plan.pp - 1)):
         layers = split.rank_layers(stage)
         mtp = split.rank_mtp_layers(stage)
-        counts = Counter(kinds[i].tag for i in layers)
+        counts = Counter(bf16_tag(kinds[i].tag) if i in bf16 else kinds[i].tag for i in layers)
         saved = Counter(counts)  # the MTP depths save apart (``act_mtp``)
         for kind in depth_kinds:
             counts[kind.tag] += mtp
@@ -256,13 +271,17 @@ def _split_stages(model: ModelSpec, plan: ParallelPlan) -> dict[str, int]:
     return out
 
 
-def _param_columns(model: ModelSpec, lora: LoraSpec | None = None):
+def _param_columns(
+    model: ModelSpec, lora: LoraSpec | None = None, bf16: frozenset[int] = frozenset()
+):
     """Per distinct (tp, ep, etp and the split): the split's stages and their layers, and
     the parameters of stages 0, middle and p-1: ``p{tag}d``, ``p{tag}e`` and ``p{tag}l``
     the trained dense, expert and linear-layer parameters, ``p{tag}f`` and ``p{tag}fl`` the
     frozen ones and their linear layers' (a LoRA job's base;
-    `costmodel.rank_params.StageParams`), ``ad{tag}`` a LoRA job's adapters on the stage
-    (`costmodel.rank_params.stage_lora_adapters`; 0 without LoRA), ``emb_params`` and
+    `costmodel.rank_params.StageParams`), ``p{tag}l16`` and ``p{tag}e16`` the linear-layer
+    and expert parameters of the layers of ``bf16`` among them
+    (`costmodel.bf16_layers.bf16_linear_params`), ``ad{tag}`` a LoRA job's adapters on the
+    stage (`costmodel.rank_params.stage_lora_adapters`; 0 without LoRA), ``emb_params`` and
     ``norm_params`` the trained embedding and norm parameters whose gradients the finalize
     step all-reduces (none for a LoRA job)."""
     counts = count_params(model)
@@ -283,13 +302,18 @@ def _param_columns(model: ModelSpec, lora: LoraSpec | None = None):
                 account_for_loss_in_pipeline_split=False,
                 pipeline_model_parallel_layout=None,
             )
-        stages = _split_stages(model, plan)
+        stages = _split_stages(model, plan, bf16)
         out.update(stages)
         for tag, stage in (("0", 0), ("1", stages["s1"]), ("l", plan.pp - 1)):
             params = stage_params(model, plan, stage, lora)
+            kept = bf16_linear_params(model, plan, stage_layer_indices(model, plan, stage), bf16)
+            trained = lora is None  # a LoRA job's bf16 layers are frozen base weights
+            out[f"p{tag}l16"] = kept.linear if trained else 0.0
+            out[f"p{tag}e16"] = kept.expert if trained else 0.0
             out[f"p{tag}d"], out[f"p{tag}e"] = params.trained_dense, params.trained_expert
             out[f"p{tag}l"] = params.trained_linear
             out[f"p{tag}f"], out[f"p{tag}fl"] = params.frozen_base, params.frozen_linear
+            out[f"p{tag}fl"] -= 0.0 if trained else kept.linear
             out[f"p{tag}u"] = non_unit_params(model, plan, stage)
             adapters = 0 if lora is None else stage_lora_adapters(model, plan, stage, lora)
             out[f"ad{tag}"] = adapters
@@ -310,14 +334,14 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
     sequence
     (micro-batch 1, cp 1; every activation term is linear in tokens per rank) under the
     options' attention kernel, dropout and loss; the output part kept per in-flight
-    microbatch and the loss's transient part apart (`output_microbatch_bytes`)."""
+    microbatch and the loss's transient part apart (`output_microbatch_bytes`); the kinds of
+    the layers kept in bf16 again as a bf16 job stores them, under their `bf16_tag`."""
     kernel, dropout = options.attention, options.hidden_dropout
+    mask = model.layer_kinds()
+    bf16_tags = {mask[i].tag for i in bf16_layers(model, job, options)}
 
-    def fn(row: Mapping[str, Any]) -> dict[str, float]:
-        plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
-        ref_job = TrainingJob(
-            seq_length=job.seq_length, global_batch_size=1, precision=job.precision, lora=job.lora
-        )
+    def per_kind(ref_job: TrainingJob, plan: ParallelPlan, run: ExecutionOptions):
+        """(stage activations, stored bytes per layer by kind tag) of ``ref_job``."""
         acts = stage_activations(
             model,
             ref_job,
@@ -325,18 +349,28 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
             0,
             attention=kernel,
             dropout=dropout,
-            proj_saves_input=projection_saves_original_input(options.fp8_recipe),
-            fp8_attention_recipe=fp8_attention_recipe(options),
+            proj_saves_input=projection_saves_original_input(run.fp8_recipe),
+            fp8_attention_recipe=fp8_attention_recipe(run),
         )
+        per_layer = (acts.layers_bytes - acts.mtp_bytes) / model.num_layers
+        shares = _kind_shares(model, ref_job, plan, run)
+        return acts, {tag: per_layer * share for tag, share in shares.items()}
+
+    def fn(row: Mapping[str, Any]) -> dict[str, float]:
+        plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
+        ref_job = TrainingJob(
+            seq_length=job.seq_length, global_batch_size=1, precision=job.precision, lora=job.lora
+        )
+        acts, stored = per_kind(ref_job, plan, options)
         kept, transient = output_microbatch_bytes(
             model, ref_job, plan, options.cross_entropy_fusion
         )
-        per_layer = (acts.layers_bytes - acts.mtp_bytes) / model.num_layers
+        stored16: dict[str, float] = {}
+        if bf16_tags:
+            _, stored16 = per_kind(bf16_layer_job(ref_job), plan, bf16_layer_options(options))
         return {
-            **{
-                f"act_{tag}": per_layer * share
-                for tag, share in _kind_shares(model, ref_job, plan, options).items()
-            },
+            **{f"act_{tag}": value for tag, value in stored.items()},
+            **{f"act_{bf16_tag(tag)}": stored16[tag] for tag in sorted(bf16_tags)},
             "act_mtp": acts.mtp_bytes / max(model.mtp_num_layers, 1),
             "act_work": acts.recompute_working_bytes,
             "act_emb": acts.embedding_bytes,
@@ -403,5 +437,9 @@ def priced_parts(
             ["tp", "cp", "dp", "pp", "ep", "etp", "grads_sharded"],
             _group_columns(profile, topo),
         ),
-        per_distinct_row(df, ["tp", "ep", "etp", *SPLIT_COLUMNS], _param_columns(model, job.lora)),
+        per_distinct_row(
+            df,
+            ["tp", "ep", "etp", *SPLIT_COLUMNS],
+            _param_columns(model, job.lora, bf16_layers(model, job, options)),
+        ),
     ]

@@ -27,13 +27,13 @@ import numpy as np
 
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
+from costmodel.bf16_layers import PRICED_TAGS
 from costmodel.execution import ExecutionOptions
 from costmodel.optimizer_passes import grad_accumulation_time_s
 from costmodel.plan_frame import row_plan
 from costmodel.runtimes.megatron.screen_parts import affine_s
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
-from specs.layer_kinds import KIND_TAGS
 from specs.model import ModelSpec
 from specs.pipeline_split_checks import split_problem
 
@@ -93,7 +93,7 @@ def stage_times(
     parameters (`accumulation_s`)."""
 
     def per_stage(tag: str, name: str) -> np.ndarray:
-        kinds = [k for k in KIND_TAGS if f"n{tag}{k}" in c]
+        kinds = [k for k in PRICED_TAGS if f"n{tag}{k}" in c]
         return sum(c[f"n{tag}{k}"] * c[f"{name}_{k}"] for k in kinds)
 
     def stage(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

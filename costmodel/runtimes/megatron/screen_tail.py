@@ -203,14 +203,21 @@ def _param_gather_s(
     bucket i of chunk 0 is needed when the first forward reaches it, chunk k when its first
     forward starts (k·pp forwards in, interleaved), and the exposed time is the largest
     lateness, as in the simulator. ``weight_bytes`` is the bytes of a gathered weight that
-    is not a linear layer's, ``gather_bytes`` of a linear layer's
+    is not a linear layer's or is one of a layer kept in bf16 (``p{tag}l16``,
+    ``p{tag}e16``), ``gather_bytes`` of a linear layer's
     (`costmodel.memory_allowances.Fp8WeightStorage.gather_bytes`)."""
     v, pp = c["vpp"], c["pp"]
     dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
-    dense_linear = c[f"p{tag}l"] - expert
+    kept_expert = c[f"p{tag}e16"]  # the layers kept in bf16 gather at the weight bytes
+    dense_linear = c[f"p{tag}l"] - expert - (c[f"p{tag}l16"] - kept_expert)
     dense_bytes = (dense - dense_linear) * weight_bytes + dense_linear * gather_bytes
+    expert_bytes = expert * gather_bytes + kept_expert * (weight_bytes - gather_bytes)
     chunk = affine_s(c["ag_a"], c["ag_b"], dense_bytes / v)
-    chunk += affine_s(c["age_a"], c["age_b"], expert / v * gather_bytes)
+    chunk += affine_s(
+        c["age_a"],
+        c["age_b"],
+        expert / v * gather_bytes + kept_expert / v * (weight_bytes - gather_bytes),
+    )
     nb = c["nb0"] if first_stage else np.ones(len(v))
     start = 0.0 if first_stage else (pp - 1) * forward_chunk
     first = np.maximum(chunk / nb, chunk - forward_chunk * (nb - 1) / nb) - start
@@ -218,7 +225,7 @@ def _param_gather_s(
     late = np.maximum(first, np.where(v > 1, later_chunks, -np.inf))
     gather_s = np.where(c["overlap_param_gather"].astype(bool), np.maximum(late, 0.0), v * chunk)
     if muon:  # dist_muon gathers the whole stage once after the step
-        whole = layerwise_gather_s(c, dense_bytes, expert * gather_bytes)
+        whole = layerwise_gather_s(c, dense_bytes, expert_bytes)
         gather_s = np.where(c["layerwise_sharded"], whole, gather_s)
     return chunk, gather_s
 
