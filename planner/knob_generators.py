@@ -23,6 +23,7 @@ from typing import Any
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column
 from planner.space import SearchSpace, column_value
 from planner.splits import EVEN_SPLIT, SPLIT_COLUMNS, has_split, split_options
+from specs.gdn_checks import has_gdn
 from specs.kv_sharding import kv_heads_fit_tp, kv_sub_sharded
 from specs.model import ModelSpec
 from specs.pipeline_layout import layout_vpp
@@ -59,6 +60,8 @@ def tp_degrees(
     dense_mlp = any(kind.mlp == "dense" for kind in kinds)
     if any(kind.mixer == "mamba" for kind in kinds):
         num_gpus = math.gcd(num_gpus, model.mamba_heads, model.mamba_num_groups)
+    if any(kind.mixer == "gdn" for kind in kinds):
+        num_gpus = math.gcd(num_gpus, model.linear_num_key_heads, model.linear_num_value_heads)
     for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
         if not beyond_scale_up and tp > scale_up_domain:
             continue
@@ -133,8 +136,10 @@ def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Ite
 def mamba_cp_degrees(model: ModelSpec, tp: int, cps: Iterable[int]) -> Iterator[int]:
     """The cp degrees of ``cps`` that Megatron's ``MambaContextParallel`` accepts for the
     model's Mamba-2 mixers at this tp (`specs.rules_hybrid.mamba_cp_split_fits`): all of
-    them for a model without Mamba-2 layers."""
-    yield from (c for c in cps if mamba_cp_split_fits(model, tp, c))
+    them for a model without Mamba-2 layers; cp 1 alone for a model with gated DeltaNet
+    layers (`specs.rules_hybrid.gdn_context_parallel_not_priced`)."""
+    gdn = has_gdn(model)
+    yield from (c for c in cps if mamba_cp_split_fits(model, tp, c) and (c == 1 or not gdn))
 
 
 def ep_degrees(model: ModelSpec, stage_ranks: int) -> Iterator[int]:

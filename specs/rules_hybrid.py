@@ -1,5 +1,5 @@
 """Plan rules of a hybrid model's shapes (``ModelSpec.hybrid_layer_pattern``): the
-tensor- and context-parallel split of its Mamba-2 mixers.
+tensor- and context-parallel split of its Mamba-2 mixers and of its gated DeltaNets.
 
 Sources: Megatron-LM d98e8a64 ``megatron/core/ssm/mamba_mixer.py`` ``MambaMixer.__init__``
 asserts "nheads must be evenly divisble by tp_size" and "ngroups must be evenly divisible
@@ -9,10 +9,17 @@ projections. With cp > 1, ``megatron/core/ssm/mamba_context_parallel.py``
 and the SSD scan: it asserts ``nheads_local_tp % cp_size == 0`` and, for the G / tp groups,
 ``cp_size % ngroups_local_tp == 0`` when G / tp < cp (each group's B and C are repeated on
 cp / (G / tp) ranks, ``group_repeat_count``) or ``ngroups_local_tp % cp_size == 0``
-otherwise. The refusals of what a hybrid model is not priced or run with live with
-their kind: Muon in `specs.rules_optimizer`, LoRA in `specs.rules_lora`, the executor
-and the torch runtime in `specs.hybrid_checks.executor_hybrid_refusal`. Each rule follows
-`specs.rules_base` conventions; `specs.rules.RULES` lists them.
+otherwise. A gated DeltaNet (``megatron/core/ssm/gated_delta_net/common.py``,
+`_GDNBase.__init__`) holds ``linear_num_key_heads / tp`` key heads and
+``linear_num_value_heads / tp`` value heads per rank (``num_k_heads_local_tp``,
+``num_v_heads_local_tp``); `TransformerConfig.__post_init__` asserts both divisible by
+tp·cp. Megatron-core runs it under context parallelism with its own all-to-alls
+(``a2a_cp_to_hp``), which paraplan does not price, so cp > 1 is refused for a model with
+``G`` layers (`gdn_context_parallel_not_priced`). The refusals of what a hybrid model is
+not priced or run with live with their kind: Muon in `specs.rules_optimizer`, LoRA in
+`specs.rules_lora`, the executor and the torch runtime in
+`specs.hybrid_checks.executor_hybrid_refusal`. Each rule follows `specs.rules_base`
+conventions; `specs.rules.RULES` lists them.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import math
 
 from specs.cluster import ClusterSpec
+from specs.gdn_checks import has_gdn
 from specs.job import TrainingJob
 from specs.kv_sharding import kv_heads_fit_tp
 from specs.model import ModelSpec
@@ -126,9 +134,57 @@ def mamba_groups_fit_cp(
     )
 
 
+def _gdn_tp_options(model: ModelSpec, tp: int, num_gpus: int) -> str:
+    """tp degrees near ``tp`` that split the attention heads and the gated DeltaNet's key
+    heads alike (its value heads are a multiple of its key heads, `specs.gdn_checks`)."""
+    shared = math.gcd(model.num_attention_heads, model.linear_num_key_heads)
+    return degree_choices(
+        shared, tp, num_gpus, keep=lambda d: kv_heads_fit_tp(model.query_groups, d)
+    )
+
+
+@rule
+def gdn_heads_divisible_by_tp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """linear_num_key_heads % tp == 0 and linear_num_value_heads % tp == 0 for a model
+    with gated DeltaNet layers (`TransformerConfig.__post_init__` asserts both; each rank
+    holds its share of the in_proj, conv1d and out_proj channels by head)."""
+    if not has_gdn(model):
+        return None
+    keys, values, tp = model.linear_num_key_heads, model.linear_num_value_heads, plan.tp
+    if keys % tp == 0 and values % tp == 0:
+        return None
+    return (
+        f"gated DeltaNet heads, linear_num_key_heads ({keys}) and linear_num_value_heads "
+        f"({values}), must be divisible by tp ({tp}) ({ratio(keys, tp)} key heads per rank; "
+        "Megatron's TransformerConfig asserts it): try tp in "
+        f"{_gdn_tp_options(model, tp, cluster.num_gpus)}"
+    )
+
+
+@rule
+def gdn_context_parallel_not_priced(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """cp == 1 for a model with gated DeltaNet layers: Megatron-core splits the net's
+    heads over the cp ranks with all-to-alls around the conv1d and the chunked delta rule
+    (``a2a_cp_to_hp``, ``a2a_hp_to_cp`` in ``gated_delta_net/common.py``), which the cost
+    model does not price (module docstring)."""
+    if plan.cp == 1 or not has_gdn(model):
+        return None
+    return (
+        f"context parallelism (cp {plan.cp}) with gated DeltaNet layers: Megatron-core runs "
+        "it with head all-to-alls around the delta rule, which paraplan does not price; "
+        "use cp 1 (split the sequence's memory with tp or recompute instead)"
+    )
+
+
 HYBRID_RULES = (
     mamba_heads_and_groups_divisible_by_tp,
     mamba_heads_divisible_by_tp_cp,
     mamba_groups_fit_cp,
+    gdn_heads_divisible_by_tp,
+    gdn_context_parallel_not_priced,
 )
 """The hybrid-model shape rules in check order."""
