@@ -48,9 +48,12 @@ divisor, bytes per rank; `ActivationShard`):
 Megatron's selective recompute module ``gdn_norm_out`` (`_GDNBase.__init__`,
 ``recompute_norm_out``) is not in `costmodel.activation_savers`' tables, and no other
 module covers the layer: recomputing or offloading modules frees none of these; full
-recompute keeps the layer input and layer-level offloading moves them all. Context
-parallelism is refused for these layers (`specs.rules_hybrid`), so T is the whole
-microbatch.
+recompute keeps the layer input and layer-level offloading moves them all.
+
+With context parallelism (cp > 1) T = b·s/cp is the rank's sequence shard. From the conv
+input to the gated norm the net runs on the whole sequence, b·s tokens, at Hk/(tp·cp) and
+Hv/(tp·cp) heads (`gdn_widths` with cp), so each of those tensors holds the same bytes as
+the formulas above on T tokens at the tp widths; the all-to-alls save nothing.
 """
 
 from __future__ import annotations
@@ -117,14 +120,18 @@ class GdnWidths:
         return self.conv_channels + self.value + 2 * self.value_heads
 
 
-def gdn_widths(model: ModelSpec, tp: int) -> GdnWidths:
+def gdn_widths(model: ModelSpec, tp: int, cp: int = 1) -> GdnWidths:
     """The per-rank widths of ``model``'s gated DeltaNet at TP degree ``tp``
     (`_GDNBase.__init__`: ``num_k_heads_local_tp``, ``num_v_heads_local_tp``,
-    ``qk_dim_local_tp``, ``v_dim_local_tp``); the divisibility by tp is checked by
-    `specs.rules_hybrid.gdn_heads_divisible_by_tp`."""
+    ``qk_dim_local_tp``, ``v_dim_local_tp``). With ``cp`` > 1, the widths the conv1d, the
+    delta rule and the gated norm see after the all-to-all from the sequence split to the
+    head split (`GatedDeltaNet.forward`, ``a2a_cp_to_hp``; ``feat_dim_split`` divides every
+    section by cp): Hk/(tp·cp) and Hv/(tp·cp) heads; the projections keep the cp = 1
+    widths on the rank's sequence shard. The divisibility by tp·cp is checked by
+    `specs.rules_hybrid.gdn_heads_divisible_by_tp_cp`."""
     return GdnWidths(
-        key_heads=model.linear_num_key_heads / tp,
-        value_heads=model.linear_num_value_heads / tp,
+        key_heads=model.linear_num_key_heads / (tp * cp),
+        value_heads=model.linear_num_value_heads / (tp * cp),
         key_head_dim=model.linear_key_head_dim,
         value_head_dim=model.linear_value_head_dim,
     )

@@ -23,13 +23,12 @@ from typing import Any
 from costmodel.plan_frame import DEFAULT_MODULES, modules_column
 from planner.space import SearchSpace, column_value
 from planner.splits import EVEN_SPLIT, SPLIT_COLUMNS, has_split, split_options
-from specs.gdn_checks import has_gdn
 from specs.kv_sharding import kv_heads_fit_tp, kv_sub_sharded
 from specs.model import ModelSpec
 from specs.pipeline_layout import layout_vpp
 from specs.plan import MEGATRON_MIN_BUCKET_PARAMS
 from specs.rules_base import divisors
-from specs.rules_hybrid import mamba_cp_split_fits
+from specs.rules_hybrid import gdn_split_fits, mamba_cp_split_fits
 from specs.rules_savers import missing_recompute_modules
 
 # ---- degree generators ---------------------------------------------------------------------
@@ -136,10 +135,11 @@ def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Ite
 def mamba_cp_degrees(model: ModelSpec, tp: int, cps: Iterable[int]) -> Iterator[int]:
     """The cp degrees of ``cps`` that Megatron's ``MambaContextParallel`` accepts for the
     model's Mamba-2 mixers at this tp (`specs.rules_hybrid.mamba_cp_split_fits`): all of
-    them for a model without Mamba-2 layers; cp 1 alone for a model with gated DeltaNet
-    layers (`specs.rules_hybrid.gdn_context_parallel_not_priced`)."""
-    gdn = has_gdn(model)
-    yield from (c for c in cps if mamba_cp_split_fits(model, tp, c) and (c == 1 or not gdn))
+    them for a model without Mamba-2 layers; for gated DeltaNet layers, the cp degrees
+    for which tp·cp divides their heads (`specs.rules_hybrid.gdn_split_fits`)."""
+    yield from (
+        c for c in cps if mamba_cp_split_fits(model, tp, c) and gdn_split_fits(model, tp, c)
+    )
 
 
 def ep_degrees(model: ModelSpec, stage_ranks: int) -> Iterator[int]:

@@ -12,12 +12,11 @@ cp / (G / tp) ranks, ``group_repeat_count``) or ``ngroups_local_tp % cp_size == 
 otherwise. A gated DeltaNet (``megatron/core/ssm/gated_delta_net/common.py``,
 `_GDNBase.__init__`) holds ``linear_num_key_heads / tp`` key heads and
 ``linear_num_value_heads / tp`` value heads per rank (``num_k_heads_local_tp``,
-``num_v_heads_local_tp``); `TransformerConfig.__post_init__` asserts both divisible by
-tp·cp. Megatron-core runs it under context parallelism with its own all-to-alls
-(``a2a_cp_to_hp``), which paraplan does not price, so cp > 1 is refused for a model with
-``G`` layers (`gdn_context_parallel_not_priced`). The refusals of what a hybrid model is
-not priced or run with live with their kind: Muon in `specs.rules_optimizer`, LoRA in
-`specs.rules_lora`, the executor and the torch runtime in
+``num_v_heads_local_tp``); under context parallelism it splits them again over the cp
+ranks (``a2a_cp_to_hp``, ``feat_dim_split``), and `TransformerConfig.__post_init__`
+asserts both head counts divisible by tp·cp (`gdn_heads_divisible_by_tp_cp`). The refusals
+of what a hybrid model is not priced or run with live with their kind: Muon in
+`specs.rules_optimizer`, LoRA in `specs.rules_lora`, the executor and the torch runtime in
 `specs.hybrid_checks.executor_hybrid_refusal`. Each rule follows `specs.rules_base`
 conventions; `specs.rules.RULES` lists them.
 """
@@ -134,49 +133,43 @@ def mamba_groups_fit_cp(
     )
 
 
-def _gdn_tp_options(model: ModelSpec, tp: int, num_gpus: int) -> str:
-    """tp degrees near ``tp`` that split the attention heads and the gated DeltaNet's key
-    heads alike (its value heads are a multiple of its key heads, `specs.gdn_checks`)."""
-    shared = math.gcd(model.num_attention_heads, model.linear_num_key_heads)
+def gdn_split_fits(model: ModelSpec, tp: int, cp: int) -> bool:
+    """Whether tp·cp divides the gated DeltaNet's key and value heads (module docstring);
+    True for a model without ``G`` layers."""
+    split = tp * cp
+    heads = (model.linear_num_key_heads, model.linear_num_value_heads)
+    return not has_gdn(model) or all(h % split == 0 for h in heads)
+
+
+def _gdn_options(model: ModelSpec, tp: int, cp: int, num_gpus: int) -> str:
+    """tp degrees near ``tp`` that split the attention heads and, with ``cp``, the gated
+    DeltaNet's key heads alike (its value heads are a multiple of them, `specs.gdn_checks`)."""
+    shared = math.gcd(model.num_attention_heads, model.linear_num_key_heads // cp or 1)
     return degree_choices(
-        shared, tp, num_gpus, keep=lambda d: kv_heads_fit_tp(model.query_groups, d)
+        shared,
+        tp,
+        num_gpus,
+        keep=lambda d: kv_heads_fit_tp(model.query_groups, d) and gdn_split_fits(model, d, cp),
     )
 
 
 @rule
-def gdn_heads_divisible_by_tp(
+def gdn_heads_divisible_by_tp_cp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
-    """linear_num_key_heads % tp == 0 and linear_num_value_heads % tp == 0 for a model
-    with gated DeltaNet layers (`TransformerConfig.__post_init__` asserts both; each rank
-    holds its share of the in_proj, conv1d and out_proj channels by head)."""
-    if not has_gdn(model):
+    """linear_num_key_heads and linear_num_value_heads divisible by tp·cp for a model with
+    gated DeltaNet layers (`TransformerConfig.__post_init__` asserts both; each tp rank
+    holds its share of the in_proj, conv1d and out_proj channels by head, and each cp rank
+    its share of those heads over the whole sequence)."""
+    tp, cp = plan.tp, plan.cp
+    if gdn_split_fits(model, tp, cp):
         return None
-    keys, values, tp = model.linear_num_key_heads, model.linear_num_value_heads, plan.tp
-    if keys % tp == 0 and values % tp == 0:
-        return None
+    keys, values, split = model.linear_num_key_heads, model.linear_num_value_heads, tp * cp
     return (
         f"gated DeltaNet heads, linear_num_key_heads ({keys}) and linear_num_value_heads "
-        f"({values}), must be divisible by tp ({tp}) ({ratio(keys, tp)} key heads per rank; "
-        "Megatron's TransformerConfig asserts it): try tp in "
-        f"{_gdn_tp_options(model, tp, cluster.num_gpus)}"
-    )
-
-
-@rule
-def gdn_context_parallel_not_priced(
-    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
-) -> str | None:
-    """cp == 1 for a model with gated DeltaNet layers: Megatron-core splits the net's
-    heads over the cp ranks with all-to-alls around the conv1d and the chunked delta rule
-    (``a2a_cp_to_hp``, ``a2a_hp_to_cp`` in ``gated_delta_net/common.py``), which the cost
-    model does not price (module docstring)."""
-    if plan.cp == 1 or not has_gdn(model):
-        return None
-    return (
-        f"context parallelism (cp {plan.cp}) with gated DeltaNet layers: Megatron-core runs "
-        "it with head all-to-alls around the delta rule, which paraplan does not price; "
-        "use cp 1 (split the sequence's memory with tp or recompute instead)"
+        f"({values}), must be divisible by tp·cp ({tp}·{cp} = {split}) "
+        f"({ratio(keys, split)} key heads per rank; Megatron's TransformerConfig asserts "
+        f"it): try tp in {_gdn_options(model, tp, cp, cluster.num_gpus)}"
     )
 
 
@@ -184,7 +177,6 @@ HYBRID_RULES = (
     mamba_heads_and_groups_divisible_by_tp,
     mamba_heads_divisible_by_tp_cp,
     mamba_groups_fit_cp,
-    gdn_heads_divisible_by_tp,
-    gdn_context_parallel_not_priced,
+    gdn_heads_divisible_by_tp_cp,
 )
 """The hybrid-model shape rules in check order."""

@@ -22,10 +22,12 @@ from costmodel.runtimes.megatron.gdn_costs import (
     delta_chunks,
     delta_rule_gemms,
     delta_rule_s,
+    gdn_cp_bytes,
     gdn_projection_shapes,
 )
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.layer_shape import layer_shape
+from planner.knob_generators import mamba_cp_degrees
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
@@ -170,3 +172,29 @@ def test_screen_agrees_with_the_simulator_on_a_qwen3_next_shape() -> None:
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
     job = TrainingJob(seq_length=4096, global_batch_size=64)
     assert_screen_agrees(model, cluster, job, HYBRID_GRID, every=3, at_least=20)
+
+
+def test_cp_exchanges_the_in_proj_output_and_the_norm_output() -> None:
+    x = layer_shape(JOB, ParallelPlan(tp=2, cp=2))
+    # T = 4096 / 2 tokens, bf16: in_proj output 12352 / 2 wide, norm output 4096 / 2
+    assert gdn_cp_bytes(QWEN3_NEXT, x) == (2 * 2048 * 6176, 2 * 2048 * 2048)
+    assert gdn_cp_bytes(QWEN3_NEXT, layer_shape(JOB, ParallelPlan(tp=2))) == (0.0, 0.0)
+
+
+def test_cp_rule_is_the_rule_at_tp_doubled() -> None:
+    # cp 2 runs the whole sequence on half the heads: the same kernels as tp doubled
+    cp = delta_rule_s(QWEN3_NEXT, H100, layer_shape(JOB, ParallelPlan(tp=1, cp=2)))
+    tp = delta_rule_s(QWEN3_NEXT, H100, layer_shape(JOB, ParallelPlan(tp=2)))
+    assert cp == pytest.approx(tp)
+
+
+def test_cp_adds_exposed_all_to_alls() -> None:
+    plan = ParallelPlan(tp=1, cp=2)
+    gdn = layer_cost(QWEN3_NEXT, JOB, plan, H100, kind=GDN)
+    assert gdn.forward.cp_exposed_s > 0 and gdn.backward.cp_exposed_s > 0
+    assert gdn.forward.cp_bytes == sum(gdn_cp_bytes(QWEN3_NEXT, layer_shape(JOB, plan)))
+
+
+def test_planner_keeps_the_cp_that_split_the_heads() -> None:
+    # 16 key heads at tp 8: cp 2 leaves one key head per rank, cp 4 half of one
+    assert list(mamba_cp_degrees(QWEN3_NEXT, 8, (1, 2, 4))) == [1, 2]

@@ -145,23 +145,20 @@ HYBRID_CASES = [
         ("mamba_num_groups (6) / tp (2) = 3", "divisible by cp (2)", "{1}"),
     ),
     Case(
-        "gdn_heads_divisible_by_tp",
-        # 2 key heads (4 value heads) over tp 4: Megatron's TransformerConfig asserts both
-        # head counts divisible by tp
+        "gdn_heads_divisible_by_tp_cp",
+        # 4 key heads (8 value heads) at tp 2 over cp 4: Megatron's TransformerConfig
+        # asserts both head counts divisible by tp·cp
         Change(
             base=GDN_HYBRID,
-            model={"linear_num_key_heads": 2, "linear_num_value_heads": 4},
-            plan={"tp": 4, "dp": 4},
+            model={"linear_num_key_heads": 4, "linear_num_value_heads": 8},
+            plan={"cp": 4, "dp": 2},
         ),
-        Change(base=GDN_HYBRID, model={"linear_num_key_heads": 2, "linear_num_value_heads": 4}),
-        ("linear_num_key_heads (2)", "linear_num_value_heads (4)", "tp (4)", "0.50 key heads"),
-    ),
-    Case(
-        "gdn_context_parallel_not_priced",
-        # Megatron-core's GDN all-to-alls under cp are not priced
-        Change(base=GDN_HYBRID, plan={"cp": 2, "dp": 4}),
-        Change(base=GDN_HYBRID),
-        ("cp 2",),
+        Change(
+            base=GDN_HYBRID,
+            model={"linear_num_key_heads": 4, "linear_num_value_heads": 8},
+            plan={"cp": 2, "dp": 4},
+        ),
+        ("linear_num_key_heads (4)", "linear_num_value_heads (8)", "tp·cp (2·4 = 8)", "0.50"),
     ),
     Case(
         "muon_excludes_hybrid",

@@ -28,8 +28,20 @@ the profile's GEMM rate and the operands' bytes at its bandwidth) plus the traff
 per-chunk states (`delta_rule_state_s`); everything else is memory-bound
 (`costmodel.compute.memory_bound_time_s`). Megatron's selective recompute modules
 (``gdn_norm_out`` aside, not modelled) do not cover the layer, so the rerun dict is empty;
-full recompute reruns ``forward``. Context parallelism is refused for these layers
-(`specs.rules_hybrid.gdn_context_parallel_not_priced`).
+full recompute reruns ``forward``.
+
+Context parallelism (cp > 1; ``common.py`` ``a2a_cp_to_hp`` and ``a2a_hp_to_cp``, with
+``tensor_a2a_cp2hp`` and ``tensor_a2a_hp2cp`` of
+``megatron/core/ssm/mamba_context_parallel.py``): the input projection runs on the rank's
+T = b·s/cp tokens; its whole output (q, k, v, z, beta, alpha) is permuted by head
+(``index_select``) and sent through one all-to-all from [s/cp, b, w] to [s, b, w/cp],
+which also undoes the attention load balancing; the conv1d, the kernel inputs, the delta
+rule and the gated norm run over the whole sequence on Hk/(tp·cp) and Hv/(tp·cp) heads
+(`mamba_cp.scan_shape`, `gdn_widths` with cp); one all-to-all brings the norm output back
+to the sequence split, redoing the load balancing, before ``out_proj``. The backward sends
+the gradients of the same two tensors. Each exchange sits between the kernels that need
+its result, so it is exposed in full (`gdn_cp_pair`); the copies around them are
+memory-bound (`gdn_cp_layout_s`).
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import math
 from typing import Literal
 
 from costmodel import compute as ops
+from costmodel.collectives import collective_time_s
 from costmodel.compute import FP32_BYTES
 from costmodel.execution import ExecutionOptions
 from costmodel.gdn_activations import GDN_CHUNK_TOKENS, GdnWidths, gdn_widths
@@ -45,7 +58,9 @@ from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
 from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
 from costmodel.runtimes.megatron.mamba_costs import BatchedGemm, ssd_dtype
+from costmodel.runtimes.megatron.mamba_cp import scan_shape
 from costmodel.runtimes.megatron.userbuffers import Shape
+from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -90,9 +105,11 @@ def delta_rule_gemms(
     ``dq_intra`` dScores·K, ``dk_states`` V_new·dSᵀ, ``dk_intra`` dScoresᵀ·Q, ``dw``
     dV·Sᵀ and ``d_scores`` dO·V_newᵀ (``chunk_bwd_dqkwg``); ``dA_w`` dW·(β·K)ᵀ, ``dA_u``
     dU·(β·V)ᵀ, ``dk_wy`` Aᵀ·dW, ``dv_wy`` Aᵀ·dU, ``dA_inverse`` twice C x C x C through the
-    inverse, and ``dk_kkt`` twice dA·K (``prepare_wy_repr_bwd``)."""
-    w = gdn_widths(model, x.tp)
-    chunks, c = delta_chunks(x)
+    inverse, and ``dk_kkt`` twice dA·K (``prepare_wy_repr_bwd``). ``x`` is the layer's
+    shape; under context parallelism the rule runs over the whole sequence at Hv/(tp·cp)
+    heads."""
+    w = gdn_widths(model, x.tp, x.cp)
+    chunks, c = delta_chunks(scan_shape(x))
     heads = chunks * max(round(w.value_heads), 1)
     dk, dv = w.key_head_dim, w.value_head_dim
     recomputed = {
@@ -154,9 +171,11 @@ def delta_rule_state_s(
 def delta_rule_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> tuple[float, float]:
     """(forward, backward) seconds of the chunked gated delta rule on one rank: its batched
     GEMMs (`delta_rule_gemms` in the activation dtype, `mamba_costs.ssd_dtype`) and its
-    state traffic (`delta_rule_state_s`)."""
+    state traffic (`delta_rule_state_s`, on `mamba_cp.scan_shape` and the cp widths under
+    context parallelism)."""
     dtype = ssd_dtype(x)
-    state_fwd, state_bwd = delta_rule_state_s(profile, x, gdn_widths(model, x.tp))
+    scan = gdn_widths(model, x.tp, x.cp)
+    state_fwd, state_bwd = delta_rule_state_s(profile, scan_shape(x), scan)
     times = []
     for direction in ("forward", "backward"):
         gemms = delta_rule_gemms(model, x, direction)
@@ -202,6 +221,47 @@ def gdn_elementwise_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> 
     return forward + copy, backward + copy
 
 
+def gdn_cp_bytes(model: ModelSpec, x: LayerShape) -> tuple[float, float]:
+    """Bytes per rank of the two all-to-alls of one gated DeltaNet's forward (nccl-tests
+    size: the tensor a rank holds before the exchange): the in_proj output,
+    e·T·(2·K + 2·V + 2·Hv)/tp, and the gated norm output, e·T·V/tp, T = b·s/cp; (0, 0) at
+    cp = 1. The backward sends their gradients, the same sizes (module docstring)."""
+    if x.cp == 1:
+        return 0.0, 0.0
+    w = gdn_widths(model, x.tp)
+    return x.elem * x.tokens * w.in_proj, x.elem * x.tokens * w.value
+
+
+def gdn_cp_pair(
+    model: ModelSpec, profile: HardwareProfile, x: LayerShape, group: GroupPlacement
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) context-parallel exchanges of one gated DeltaNet: the two
+    all-to-alls of `gdn_cp_bytes` over the cp group each way, all of it exposed (module
+    docstring)."""
+    sizes = gdn_cp_bytes(model, x)
+    total_s = sum(collective_time_s(profile, "all_to_all", b, group) for b in sizes)
+    one = PassCost(cp_s=total_s, cp_exposed_s=total_s, cp_bytes=sum(sizes))
+    return one, one
+
+
+def gdn_cp_layout_s(
+    model: ModelSpec, profile: HardwareProfile, x: LayerShape
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the copies context parallelism adds to one gated
+    DeltaNet; (0, 0) at cp = 1. Each reads and writes its tensor: before the net, the head
+    permutation (``index_select``), ``all_to_all_sp2hp``'s split-and-concatenate and
+    `_undo_attention_load_balancing` of the in_proj output (3 copies); after it,
+    `_redo_attention_load_balancing` and ``all_to_all_hp2sp``'s concatenate of the norm
+    output (2 copies). The backward runs each copy's autograd mirror, the same bytes."""
+    if x.cp == 1:
+        return 0.0, 0.0
+    w = gdn_widths(model, x.tp)
+    e, n = x.elem, x.tokens
+    seconds = ops.memory_bound_time_s(profile, 3 * 2 * e * n * w.in_proj, num_ops=3)
+    seconds += ops.memory_bound_time_s(profile, 2 * 2 * e * n * w.value, num_ops=2)
+    return seconds, seconds
+
+
 def gdn_block(
     model: ModelSpec,
     job: TrainingJob,
@@ -219,14 +279,18 @@ def gdn_block(
     delta rule, conv1d, norms and quantization (the conv, A_log, dt_bias and norm weight
     gradients are reduced inside those kernels); wgrad the projections' weight-gradient
     GEMMs. LoRA is refused for these layers (`specs.rules_lora.lora_not_on_gdn`). The
-    rerun dict is empty (module docstring)."""
+    rerun dict is empty (module docstring). Under context parallelism the all-to-alls are
+    exposed CP time (`gdn_cp_pair`) and their copies forward and dgrad compute
+    (`gdn_cp_layout_s`)."""
     h = model.hidden_size
     w = gdn_widths(model, x.tp)
     in_shape, out_shape = gdn_projection_shapes(model, x)
     in_proj, out_proj = gemm3(profile, x, *in_shape), gemm3(profile, x, *out_shape)
     rule_fwd, rule_bwd = delta_rule_s(model, profile, x)
     ew_fwd, ew_bwd = norm_and_residual(profile, x, h, options)
-    mix_fwd, mix_bwd = gdn_elementwise_s(profile, x, w)
+    mix_fwd, mix_bwd = gdn_elementwise_s(profile, scan_shape(x), gdn_widths(model, x.tp, x.cp))
+    copy_fwd, copy_bwd = gdn_cp_layout_s(model, profile, x)
+    mix_fwd, mix_bwd = mix_fwd + copy_fwd, mix_bwd + copy_bwd
     fp8_fwd, fp8_bwd = fp8_pair_s(
         profile, x, h, w.in_proj, w.value, options.fp8_recipe, options.cudnn_norm, frozen=False
     )
@@ -239,4 +303,7 @@ def gdn_block(
     forward = PassCost(compute_s=in_proj[0] + out_proj[0] + rule_fwd + ew_fwd)
     backward = PassCost(compute_s=dgrad + wgrad)
     forward, backward = forward.plus(tp_f).plus(amax_f), backward.plus(tp_b).plus(amax_b)
+    if x.cp > 1:
+        cp_f, cp_b = gdn_cp_pair(model, profile, x, groups.cp)
+        forward, backward = forward.plus(cp_f), backward.plus(cp_b)
     return forward, backward, {}, dgrad, wgrad
