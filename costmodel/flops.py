@@ -31,6 +31,14 @@ H·P ≠ 2h (Nemotron 3 Nano: 64·64 = 4096 against 2·2688 = 5376) the count is
 not the shape of the mixer's GEMMs; paraplan keeps Megatron's so that MFU compares with
 the throughput Megatron-LM logs.
 
+A ``G`` layer (gated DeltaNet) counts Megatron's ``gdn_layer_flops``
+(`gdn_mixer_forward_flops_per_token`), the same terms as the GPT path's linear-attention
+term of ``transformer_flops``. Gated attention (``attention_output_gate``) adds the gate's
+h x q GEMM to the attention projections as ``transformer_flops`` does
+(``gate_projection_size``; Megatron's ``hybrid_flops`` leaves it out, but Qwen3-Next, the
+model that uses it, trains through the GPT path of Megatron-Bridge's bridge, whose count
+paraplan keeps so that MFU compares with the throughput that path logs).
+
 LoRA jobs (`TrainingJob.lora`) compute no weight gradient of the frozen GEMMs: the model
 FLOPs are Megatron-Bridge's LoRA count (``training/utils/flop_utils.py``, tag v0.5.0: the
 frozen GEMMs at 2/3 of 3 x forward, the attention core at 3 x) plus the adapters' GEMMs at
@@ -70,14 +78,16 @@ def attention_projection_forward_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of one attention layer's projections for one token (a hybrid model's
     layers without attention have none: `layer_forward_flops_per_token`).
 
-    Standard/GQA: 2·(h·(q + 2·kv) + q·h). MLA (Megatron's terms): 2·(q-term + kv-term +
+    Standard/GQA: 2·(h·(q + 2·kv) + q·h), 2·(h·(2·q + 2·kv) + q·h) with
+    ``attention_output_gate`` (module docstring). MLA (Megatron's terms): 2·(q-term + kv-term +
     h·d_rope + a·d_v·h) with q-term = q_lora·(h + a·(d_qk + d_rope) + 1) or
     h·a·(d_qk + d_rope) without query compression, kv-term = kv_lora·(h + a·(d_qk + d_v) + 1).
     """
     h, a = model.hidden_size, model.num_attention_heads
     if not model.uses_mla:
         q, kv = a * model.head_dim, model.query_groups * model.head_dim
-        return FMA_FLOPS * (h * (q + 2 * kv) + q * h)
+        gate = q if model.attention_output_gate else 0
+        return FMA_FLOPS * (h * (q + gate + 2 * kv) + q * h)
     d_qk, d_rope, d_v = mla_head_dims(model)
     q_heads = a * (d_qk + d_rope)
     q_lora = model.q_lora_rank
@@ -186,6 +196,31 @@ def ssd_scan_forward_flops_per_token(model: ModelSpec) -> float:
     return 7 * 2 * model.hidden_size * model.mamba_state_dim
 
 
+def gdn_mixer_forward_flops_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs of one gated DeltaNet per token, Megatron-LM's ``gdn_layer_flops``
+    (`megatron/training/training.py`, d98e8a64) divided by the tokens:
+
+        2·h·(2·K + 2·V + 2·Hv)   in_proj (q, k, v, z, beta, alpha)
+        + 2·k·(2·K + V)          the depthwise conv1d
+        + 2·4·Hv·dv²             the gated delta rule (KKᵀ, VKᵀ, S(a(I - bKKᵀ)), SQ)
+        + 2·V·h                  out_proj
+
+    with K = key heads x key head dim, V = Hv value heads x dv, k the conv kernel. The
+    delta-rule term is Megatron's, per value head dv² whatever the key head dim; the
+    gated norm and the gates are not counted."""
+    h, k_width, v_width = model.hidden_size, model.gdn_key_size, model.gdn_value_size
+    heads = model.linear_num_value_heads
+    in_proj = h * (2 * k_width + 2 * v_width + 2 * heads)
+    conv = model.linear_conv_kernel_dim * (2 * k_width + v_width)
+    return FMA_FLOPS * (in_proj + conv + v_width * h) + gdn_rule_flops_per_token(model)
+
+
+def gdn_rule_flops_per_token(model: ModelSpec) -> float:
+    """The gated delta rule term of one gated DeltaNet per token in Megatron-LM's
+    ``gdn_layer_flops``: 2·4·Hv·dv² (`gdn_mixer_forward_flops_per_token`)."""
+    return FMA_FLOPS * 4 * model.linear_num_value_heads * model.linear_value_head_dim**2
+
+
 def logits_forward_flops_per_token(model: ModelSpec) -> float:
     """Forward FLOPs of the output layer per token: 2·h·V (unpadded vocabulary)."""
     return FMA_FLOPS * model.hidden_size * model.vocab_size
@@ -234,6 +269,8 @@ def mtp_depth_layers_forward(model: ModelSpec, seq_length: int) -> float:
             per_depth += core_attention_forward_flops_per_token(model, seq_length)
         elif kind.mixer == "mamba":
             per_depth += mamba_mixer_forward_flops_per_token(model)
+        elif kind.mixer == "gdn":
+            per_depth += gdn_mixer_forward_flops_per_token(model)
         per_depth += _mlp_forward(model, kind.mlp)
     return per_depth
 
@@ -263,6 +300,8 @@ class LayerForwardFlops:
     """Dense MLP, or top-k routed experts plus shared expert(s)."""
     mamba_flops: float = 0.0
     """A hybrid model's Mamba-2 mixer (`mamba_mixer_forward_flops_per_token`)."""
+    gdn_flops: float = 0.0
+    """A hybrid model's gated DeltaNet (`gdn_mixer_forward_flops_per_token`)."""
 
     @property
     def total_flops(self) -> float:
@@ -272,6 +311,7 @@ class LayerForwardFlops:
             + self.core_attention_flops
             + self.mlp_flops
             + self.mamba_flops
+            + self.gdn_flops
         )
 
 
@@ -292,6 +332,7 @@ def layer_forward_flops_per_token(
         ),
         mlp_flops=mlp_forward_flops_per_token(model, layer_index),
         mamba_flops=mamba_mixer_forward_flops_per_token(model) if mixer == "mamba" else 0.0,
+        gdn_flops=gdn_mixer_forward_flops_per_token(model) if mixer == "gdn" else 0.0,
     )
 
 
@@ -314,6 +355,9 @@ def _layers_forward(model: ModelSpec, layers: Iterable[int], seq_length: int) ->
     mixers = attention * projection + core
     if mamba:
         mixers += mamba * mamba_mixer_forward_flops_per_token(model)
+    gdn = sum(kinds[i].mixer == "gdn" for i in chosen)
+    if gdn:
+        mixers += gdn * gdn_mixer_forward_flops_per_token(model)
     return mixers + sum(_mlp_forward(model, kinds[i].mlp) for i in chosen)
 
 

@@ -75,6 +75,7 @@ from costmodel.activation_shard import (
     lora_row_input_bytes,
 )
 from costmodel.compute import FP32_BYTES, MASK_BYTES
+from costmodel.gdn_activations import gdn_tensors
 from costmodel.mamba_activations import mamba_tensors
 from specs.errors import SpecError
 from specs.job import TrainingJob
@@ -112,7 +113,10 @@ def _attention_tensors(
 ) -> dict[str, float]:
     """Attention block: norm input, QKV GEMM input (the norm output), dropout mask, the
     projected heads (Q, K, V; MLA: with its latents), the core's own saved tensors, and
-    the attention output (with its FP8 copy for the output projection)."""
+    the attention output (with its FP8 copy for the output projection). Gated attention
+    (``attention_output_gate``; Megatron-core `Attention._apply_output_gate`, a fused
+    ``x * sigmoid(gate)``): ``attn_gate`` holds the gate and the gated output the output
+    projection keeps (at the saved-GEMM-input size)."""
     e, t, n = x.element_bytes, x.tp, x.tokens
     h, a = model.hidden_size, model.num_attention_heads
     out: dict[str, float] = {
@@ -134,6 +138,12 @@ def _attention_tensors(
     out["qkv_heads"] = x.core_qkv_bytes * n * (q / t + 2 * kv_per_rank)
     if model.qk_layernorm:
         out["qk_norm_input"] = qk_norm_saved_bytes(model, x)
+    if model.attention_output_gate:
+        # the gate's sigmoid-multiply keeps the gate and the core output (the kernel's);
+        # the output projection keeps the gated product, a tensor of its own
+        out["attn_output"] = x.core_output_bytes * n * q / t
+        out["attn_gate"] = (x.element_bytes + x.gemm_input_bytes) * n * q / t
+        return out
     out["attn_output"] = (x.core_output_bytes + x.proj_copy_bytes) * n * q / t
     return out
 
@@ -266,7 +276,8 @@ def shard_layer_activations(
     attention: AttentionKernel,
 ) -> LayerActivations:
     """`layer_activations` of a layer of ``kind`` on the shard ``x``: its token mixer's
-    tensors (`_attention_tensors`, a Mamba-2 mixer's `costmodel.mamba_activations.mamba_tensors`)
+    tensors (`_attention_tensors`, a Mamba-2 mixer's `costmodel.mamba_activations.mamba_tensors`,
+    a gated DeltaNet's `costmodel.gdn_activations.gdn_tensors`)
     and its MLP's or routed experts' with their pre-norm input."""
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
     tensors: dict[str, float] = {}
@@ -274,6 +285,8 @@ def shard_layer_activations(
         tensors.update(_attention_tensors(model, x, attention))
     elif kind.mixer == "mamba":
         tensors.update(mamba_tensors(model, x))
+    elif kind.mixer == "gdn":
+        tensors.update(gdn_tensors(model, x))
     if kind.mlp != "none":
         tensors["mlp_norm_input"] = e * n * h / x.sp
         tensors["fc1_input"] = lora_column_input_bytes(x, h, "linear_fc1")

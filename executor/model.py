@@ -38,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from executor.moe import Experts, MoE
 from specs.errors import SpecError
+from specs.gdn_checks import executor_gate_refusal
 from specs.hybrid_checks import executor_hybrid_refusal
 from specs.latent_checks import executor_latent_moe_refusal
 from specs.model import ModelSpec
@@ -52,8 +53,14 @@ INIT_STD = 0.02
 def check_model_supported(spec: ModelSpec) -> None:
     """Raise SpecError for model features this executor does not build: a hybrid model
     (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
-    (`specs.latent_checks.executor_latent_moe_refusal`), multi-latent attention."""
-    for refusal in (executor_hybrid_refusal(spec), executor_latent_moe_refusal(spec)):
+    (`specs.latent_checks.executor_latent_moe_refusal`), an output gate
+    (`specs.gdn_checks.executor_gate_refusal`), multi-latent attention."""
+    refusals = (
+        executor_hybrid_refusal(spec),
+        executor_latent_moe_refusal(spec),
+        executor_gate_refusal(spec),
+    )
+    for refusal in refusals:
         if refusal is not None:
             raise SpecError(refusal)
     if spec.uses_mla:

@@ -213,8 +213,9 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
         return []
     unchecked = (
         [
-            "  none of them has Mamba-2 layers: this hybrid model's are priced from their "
-            "kernels' shapes, unchecked by any published run (docs/cost-model.md)"
+            "  none of them has Mamba-2 or gated DeltaNet layers: this hybrid model's are "
+            "priced from their kernels' shapes, unchecked by any published run "
+            "(docs/cost-model.md)"
         ]
         if accuracy.hybrid
         else []

@@ -52,7 +52,11 @@ import shlex
 from typing import Literal
 
 from costmodel.execution import ExecutionOptions
-from planner.export_hybrid import megatron_entry_point, megatron_hybrid_arguments
+from planner.export_hybrid import (
+    hybrid_export_notes,
+    megatron_entry_point,
+    megatron_hybrid_arguments,
+)
 from planner.export_options import (
     bundle_options,
     megatron_option_arguments,
@@ -155,6 +159,10 @@ def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
         args.append("--add-qkv-bias")
     if model.qk_layernorm:
         args.append("--qk-layernorm")
+    if model.attention_output_gate:  # TransformerConfig.attention_output_gate
+        args.append("--attention-output-gate")
+    if model.rotary_percent != 1.0 and model.position_embedding == "rope":
+        args += ["--rotary-percent", f"{model.rotary_percent:g}"]
     if model.mtp_num_layers:
         args += ["--mtp-num-layers", str(model.mtp_num_layers)]
     if model.mtp_repeated_layer:  # TransformerConfig.mtp_use_repeated_layer
@@ -213,6 +221,8 @@ def _moe_arguments(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptio
     ]  # fmt: skip
     if model.moe_shared_expert_size:
         args += ["--moe-shared-expert-intermediate-size", str(model.moe_shared_expert_size)]
+    if model.moe_shared_expert_gate:  # TransformerConfig.moe_shared_expert_gate
+        args.append("--moe-shared-expert-gate")
     if model.moe_capacity_factor is not None:
         args += ["--moe-expert-capacity-factor", f"{model.moe_capacity_factor:g}"]
     if model.moe_latent_size is not None:  # TransformerConfig.moe_latent_size
@@ -357,6 +367,7 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
         "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
     ]
     lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
+    lines += [f"# {note}" for note in hybrid_export_notes(bundle.model)]
     lines += [f"export {k}={v}" for k, v in megatron_environment(bundle).items()]
     args = megatron_arguments(bundle)
     if TP_OVERLAP_CFG_FILE in args:

@@ -21,6 +21,14 @@ Megatron-LM d98e8a64 (the mirror's HEAD):
   ``ArgumentGroupFactory``); the last is given only when the spec sets it (None means
   2·hidden / head dim in both). The convolution width has no flag: `MambaMixer` is built
   with ``d_conv`` 4, so another ``mamba_conv_kernel`` is refused.
+- A gated DeltaNet is the pattern's ``G`` symbol (`hybrid_block.py` builds `GatedDeltaNet`
+  from ``hybrid_stack_spec``'s ``gdn_layer``); its sizes are `TransformerConfig` fields,
+  ``--linear-key-head-dim``, ``--linear-value-head-dim``, ``--linear-num-key-heads``,
+  ``--linear-num-value-heads`` and ``--linear-conv-kernel-dim``, written when the model has
+  ``G`` layers (the Mamba-2 flags when it has ``M`` layers). Gated attention and the gated
+  shared expert are ``--attention-output-gate`` and ``--moe-shared-expert-gate``
+  (`planner.export`). ``hybrid_stack_spec``'s attention layer has no q/k norm submodules,
+  so ``--qk-layernorm`` builds none there (`hybrid_export_notes` says so in the command).
 - Multi-token prediction is written in the unified pattern
   ``<main>/<mtp>/<mtp>...`` (``hybrid_layer_allocation.py``: ``MTP_SEPARATOR``, one
   identical part per depth, no ``|`` in it), with ``--mtp-num-layers`` equal to the number
@@ -33,6 +41,7 @@ Megatron-LM d98e8a64 (the mirror's HEAD):
 from __future__ import annotations
 
 from specs.errors import SpecError
+from specs.gdn_checks import has_gdn
 from specs.model import ModelSpec
 from specs.pipeline_split import pipeline_split
 from specs.plan import ParallelPlan
@@ -85,12 +94,50 @@ def mtp_pattern_suffix(model: ModelSpec) -> str:
     return (MTP_SEPARATOR + part) * model.mtp_num_layers if part else ""
 
 
+def hybrid_export_notes(model: ModelSpec) -> list[str]:
+    """Comment lines for a hybrid model's command: what ``hybrid_stack_spec`` builds other
+    than the spec (module docstring); empty otherwise."""
+    if not (model.is_hybrid and model.qk_layernorm):
+        return []
+    return [
+        "note: hybrid_stack_spec's attention layers have no q/k norm submodules, so "
+        "--qk-layernorm builds none in them (the spec's q/k norms are not trained)"
+    ]
+
+
+def gdn_arguments(model: ModelSpec) -> list[str]:
+    """The gated DeltaNet sizes (`TransformerConfig` ``linear_*`` fields); empty for a model
+    without ``G`` layers."""
+    if not has_gdn(model):
+        return []
+    return [
+        "--linear-key-head-dim", str(model.linear_key_head_dim),
+        "--linear-value-head-dim", str(model.linear_value_head_dim),
+        "--linear-num-key-heads", str(model.linear_num_key_heads),
+        "--linear-num-value-heads", str(model.linear_num_value_heads),
+        "--linear-conv-kernel-dim", str(model.linear_conv_kernel_dim),
+    ]  # fmt: skip
+
+
 def megatron_hybrid_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
-    """The hybrid flags of ``model`` under ``plan``: the layer spec, the pattern and the
-    Mamba-2 sizes; empty for a transformer. `SpecError` for a convolution width
+    """The hybrid flags of ``model`` under ``plan``: the layer spec, the pattern, the
+    Mamba-2 sizes (with ``M`` layers) and the gated DeltaNet sizes (with ``G`` layers,
+    `gdn_arguments`); empty for a transformer. `SpecError` for a convolution width
     Megatron-LM cannot set."""
     if not model.is_hybrid:
         return []
+    args = [
+        "--spec", *HYBRID_STACK_SPEC,
+        "--hybrid-layer-pattern", hybrid_pattern_argument(model, plan),
+    ]  # fmt: skip
+    symbols = (model.hybrid_layer_pattern or "") + (model.mtp_hybrid_pattern or "")
+    if "M" in symbols:
+        args += _mamba_arguments(model)
+    return args + gdn_arguments(model)
+
+
+def _mamba_arguments(model: ModelSpec) -> list[str]:
+    """The Mamba-2 sizes; `SpecError` for a convolution width Megatron-LM cannot set."""
     if model.mamba_conv_kernel != MEGATRON_CONV_KERNEL:
         raise SpecError(
             f"[{MEGATRON_HYBRID_CONV_RULE}] mamba_conv_kernel ({model.mamba_conv_kernel}) of "
@@ -99,8 +146,6 @@ def megatron_hybrid_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]
             f"{MEGATRON_CONV_KERNEL}, or pass d_conv through a layer spec of your own"
         )
     args = [
-        "--spec", *HYBRID_STACK_SPEC,
-        "--hybrid-layer-pattern", hybrid_pattern_argument(model, plan),
         "--mamba-state-dim", str(model.mamba_state_dim),
         "--mamba-head-dim", str(model.mamba_head_dim),
         "--mamba-num-groups", str(model.mamba_num_groups),

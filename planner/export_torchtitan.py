@@ -63,6 +63,9 @@ of torchtitan's model registry (``torchtitan/models/<name>/__init__.py``: llama3
 TORCHTITAN_HYBRID_RULE = "torchtitan_hybrid"
 """Rule id of the torchtitan export's refusal of a hybrid model (`torchtitan_model`)."""
 
+TORCHTITAN_GATE_RULE = "torchtitan_output_gate"
+"""Rule id of the torchtitan export's refusal of an output gate (`torchtitan_model`)."""
+
 TORCHTITAN_LATENT_MOE_RULE = "torchtitan_latent_moe"
 """Rule id of the torchtitan export's refusal of a latent MoE model (`torchtitan_model`)."""
 
@@ -79,13 +82,22 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     dense only (llama3's attention has no q/k norm and its block no experts).
     Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
     MoE without qk-norm, GELU or biased layers), for a hybrid model (`TORCHTITAN_HYBRID_RULE`)
-    and for a latent MoE model (`TORCHTITAN_LATENT_MOE_RULE`).
+    for a latent MoE model (`TORCHTITAN_LATENT_MOE_RULE`) and for gated attention or a gated
+    shared expert (`TORCHTITAN_GATE_RULE`).
     """
     if model.is_hybrid:
         raise SpecError(
             f"[{TORCHTITAN_HYBRID_RULE}] {model.name!r} is a hybrid model (hybrid_layer_pattern "
             f"{model.hybrid_layer_pattern!r}): torchtitan's registry (llama3, deepseek_v3, "
-            "qwen3, gpt_oss) has no Mamba-2 layer: export --to megatron (pretrain_hybrid.py)"
+            "qwen3, gpt_oss) has no Mamba-2 or gated DeltaNet layer: export --to megatron "
+            "(pretrain_hybrid.py)"
+        )
+    if model.attention_output_gate or model.moe_shared_expert_gate:
+        raise SpecError(
+            f"[{TORCHTITAN_GATE_RULE}] {model.name!r} sets attention_output_gate "
+            f"({model.attention_output_gate}) or moe_shared_expert_gate "
+            f"({model.moe_shared_expert_gate}): torchtitan's attention and MoE (llama3, "
+            "deepseek_v3, qwen3, gpt_oss) have no sigmoid output gate: export --to megatron"
         )
     if model.moe_latent_size is not None:
         raise SpecError(

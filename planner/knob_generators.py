@@ -28,7 +28,7 @@ from specs.model import ModelSpec
 from specs.pipeline_layout import layout_vpp
 from specs.plan import MEGATRON_MIN_BUCKET_PARAMS
 from specs.rules_base import divisors
-from specs.rules_hybrid import mamba_cp_split_fits
+from specs.rules_hybrid import gdn_split_fits, mamba_cp_split_fits
 from specs.rules_savers import missing_recompute_modules
 
 # ---- degree generators ---------------------------------------------------------------------
@@ -59,6 +59,8 @@ def tp_degrees(
     dense_mlp = any(kind.mlp == "dense" for kind in kinds)
     if any(kind.mixer == "mamba" for kind in kinds):
         num_gpus = math.gcd(num_gpus, model.mamba_heads, model.mamba_num_groups)
+    if any(kind.mixer == "gdn" for kind in kinds):
+        num_gpus = math.gcd(num_gpus, model.linear_num_key_heads, model.linear_num_value_heads)
     for tp in divisors(math.gcd(num_gpus, model.num_attention_heads)):
         if not beyond_scale_up and tp > scale_up_domain:
             continue
@@ -133,8 +135,11 @@ def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Ite
 def mamba_cp_degrees(model: ModelSpec, tp: int, cps: Iterable[int]) -> Iterator[int]:
     """The cp degrees of ``cps`` that Megatron's ``MambaContextParallel`` accepts for the
     model's Mamba-2 mixers at this tp (`specs.rules_hybrid.mamba_cp_split_fits`): all of
-    them for a model without Mamba-2 layers."""
-    yield from (c for c in cps if mamba_cp_split_fits(model, tp, c))
+    them for a model without Mamba-2 layers; for gated DeltaNet layers, the cp degrees
+    for which tp·cp divides their heads (`specs.rules_hybrid.gdn_split_fits`)."""
+    yield from (
+        c for c in cps if mamba_cp_split_fits(model, tp, c) and gdn_split_fits(model, tp, c)
+    )
 
 
 def ep_degrees(model: ModelSpec, stage_ranks: int) -> Iterator[int]:

@@ -58,6 +58,7 @@ COLUMN_PARALLEL_TARGETS: frozenset[str] = frozenset({"linear_qkv", "linear_fc1",
 _MIXER_TARGETS: dict[str, tuple[str, ...]] = {
     "attention": ("linear_qkv", "linear_proj"),
     "mamba": ("in_proj", "out_proj"),
+    "gdn": (),
     "none": (),
 }
 _MLP_TARGETS: dict[str, tuple[str, ...]] = {

@@ -6,7 +6,7 @@ does (`specs.hf_config` for the reader and the fields the Llama-like families sh
 `specs.hf_routers` for the MoE routers). Layer patterns that `ModelSpec` cannot express
 (Qwen3-MoE's `mlp_only_layers`, GPT-OSS's `layer_types`) are a `SpecError` naming the
 key and suggesting a paraplan ModelSpec JSON. The hybrid ``nemotron_h`` builder is
-`specs.hf_hybrid`'s.
+`specs.hf_hybrid`'s, the hybrid ``qwen3_next`` builder `specs.hf_qwen3next`'s.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from specs.errors import SpecError
 from specs.hf_config import HFConfig, decoder_fields, llama_biases
 from specs.hf_hybrid import nemotron_h
+from specs.hf_qwen3next import qwen3_next
 from specs.hf_routers import GPT_OSS_ROUTER, deepseek_v3_router, mixtral_router, qwen3_moe_router
 from specs.model import ModelSpec
 
@@ -249,5 +250,6 @@ FAMILIES: dict[str, Callable[[HFConfig, str], ModelSpec]] = {
     "deepseek_v3": _deepseek_v3,
     "gpt_oss": _gpt_oss,
     "nemotron_h": nemotron_h,
+    "qwen3_next": qwen3_next,
 }
 """The builder of every supported `model_type`, in the order error messages list them."""

@@ -2,9 +2,10 @@
 object), `load_hf_config` (a file), `default_model_name`, `supported_model_types`.
 
 Supported `model_type`s: gpt2, gpt_neox, llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
-deepseek_v3, gpt_oss and the hybrid nemotron_h (`specs.hf_hybrid`); one small function per
-family, dispatched by `specs.hf_families.FAMILIES`. Each reads the keys that decide weight
-shapes the way that family's transformers code does (through `specs.hf_config.HFConfig`):
+deepseek_v3, gpt_oss and the hybrids nemotron_h (`specs.hf_hybrid`) and qwen3_next
+(`specs.hf_qwen3next`); one small function per family, dispatched by
+`specs.hf_families.FAMILIES`. Each reads the keys that decide weight shapes the way that
+family's transformers code does (through `specs.hf_config.HFConfig`):
 
 - Sizes (layers, hidden, heads, intermediate sizes, vocabulary, positions, expert counts)
   are required; a missing one raises `SpecError` naming the key and the file.

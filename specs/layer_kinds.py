@@ -1,12 +1,13 @@
 """What each decoder layer of a `specs.model.ModelSpec` holds (`LayerKind`): its token mixer
-(self-attention, a Mamba-2 mixer, or none) and its feed-forward part (a dense MLP, routed
-experts, or none).
+(self-attention, a Mamba-2 mixer, a gated DeltaNet, or none) and its feed-forward part (a
+dense MLP, routed experts, or none).
 
 A transformer layer holds both: self-attention and a dense MLP (`DENSE_LAYER`) or routed
 experts (`MOE_LAYER`, Megatron `--moe-layer-freq`). A hybrid model
 (``ModelSpec.hybrid_layer_pattern``, Megatron-core's `--hybrid-override-pattern`,
 ``megatron/core/models/hybrid/hybrid_layer_allocation.py``) stacks single-part layers, one
-per symbol of its pattern (`HYBRID_SYMBOLS`): ``M`` a Mamba-2 mixer, ``*`` self-attention,
+per symbol of its pattern (`HYBRID_SYMBOLS`): ``M`` a Mamba-2 mixer, ``G`` a gated DeltaNet
+(``megatron/core/ssm/gated_delta_net/gdn.py``, `GatedDeltaNet`), ``*`` self-attention,
 ``-`` a dense MLP, ``E`` routed experts, each with its own pre-norm and residual.
 """
 
@@ -17,7 +18,7 @@ from typing import Literal
 
 from specs.errors import SpecError
 
-MixerKind = Literal["attention", "mamba", "none"]
+MixerKind = Literal["attention", "mamba", "gdn", "none"]
 MlpKind = Literal["dense", "moe", "none"]
 
 
@@ -26,7 +27,8 @@ class LayerKind:
     """The parts of one decoder layer."""
 
     mixer: MixerKind
-    """Token mixer: ``attention`` (self-attention), ``mamba`` (Mamba-2 mixer) or ``none``."""
+    """Token mixer: ``attention`` (self-attention), ``mamba`` (Mamba-2 mixer), ``gdn`` (gated
+    DeltaNet) or ``none``."""
     mlp: MlpKind
     """Feed-forward part: ``dense`` (MLP), ``moe`` (routed experts, with the shared expert
     where the model has one) or ``none``."""
@@ -40,7 +42,8 @@ class LayerKind:
     def tag(self) -> str:
         """A one-letter name of the kind, for per-kind columns and keys: ``d`` and ``m`` the
         transformer layers (dense, MoE), ``a`` attention alone, ``s`` a Mamba-2 mixer
-        alone, ``f`` a dense MLP alone, ``e`` routed experts alone."""
+        alone, ``g`` a gated DeltaNet alone, ``f`` a dense MLP alone, ``e`` routed experts
+        alone."""
         return _TAGS[(self.mixer, self.mlp)]
 
 
@@ -51,6 +54,7 @@ MOE_LAYER = LayerKind(mixer="attention", mlp="moe")
 
 HYBRID_SYMBOLS: dict[str, LayerKind] = {
     "M": LayerKind(mixer="mamba", mlp="none"),
+    "G": LayerKind(mixer="gdn", mlp="none"),
     "*": LayerKind(mixer="attention", mlp="none"),
     "-": LayerKind(mixer="none", mlp="dense"),
     "E": LayerKind(mixer="none", mlp="moe"),
@@ -59,7 +63,6 @@ HYBRID_SYMBOLS: dict[str, LayerKind] = {
 ``megatron/core/models/hybrid/hybrid_layer_allocation.py``)."""
 
 _NOT_EXPRESSED = {
-    "G": "gated DeltaNet layers",
     "D": "DeepSeek sparse-attention layers",
     "+": "multi-latent attention layers",
     "|": "pipeline-stage separators (the plan's pipeline split places the layers)",
@@ -74,6 +77,7 @@ _TAGS: dict[tuple[str, str], str] = {
     ("mamba", "none"): "s",
     ("none", "dense"): "f",
     ("none", "moe"): "e",
+    ("gdn", "none"): "g",
 }
 
 
@@ -120,7 +124,7 @@ def _pattern_kinds(pattern: str, *, field: str, where: str) -> tuple[LayerKind, 
     if unknown:
         raise SpecError(
             f"{where}: {field} {pattern!r} holds unknown symbols "
-            f"{', '.join(map(repr, unknown))}; use M (Mamba-2), * (attention), - (MLP), "
-            "E (routed experts)"
+            f"{', '.join(map(repr, unknown))}; use M (Mamba-2), G (gated DeltaNet), "
+            "* (attention), - (MLP), E (routed experts)"
         )
     return tuple(HYBRID_SYMBOLS[s] for s in pattern)

@@ -19,6 +19,7 @@ from specs.fieldcheck import (
     require_optional_positive,
     require_positive,
 )
+from specs.gdn_checks import check_gates
 from specs.hybrid_checks import check_hybrid
 from specs.layer_kinds import DENSE_LAYER, MOE_LAYER, LayerKind, parse_hybrid_pattern
 from specs.mtp_checks import check_mtp, mtp_depth_kinds
@@ -153,6 +154,32 @@ class ModelSpec:
     mamba_conv_kernel: int = 4
     """Width of the Mamba-2 mixer's causal depthwise convolution (`MambaMixer` ``d_conv``,
     Hugging Face `conv_kernel`)."""
+    linear_key_head_dim: int = 128
+    """Channels of one query/key head of a gated DeltaNet (``G`` layer; Megatron
+    `TransformerConfig.linear_key_head_dim`, Hugging Face `linear_key_head_dim`)."""
+    linear_value_head_dim: int = 128
+    """Channels of one value/gate head of a gated DeltaNet (`linear_value_head_dim`)."""
+    linear_num_key_heads: int = 16
+    """Query/key heads of a gated DeltaNet (`linear_num_key_heads`)."""
+    linear_num_value_heads: int = 32
+    """Value heads of a gated DeltaNet (`linear_num_value_heads`), a multiple of the key
+    heads: each key head serves value_heads / key_heads of them (`GatedDeltaNet`
+    ``repeat_interleave``)."""
+    linear_conv_kernel_dim: int = 4
+    """Width of the gated DeltaNet's causal depthwise convolution
+    (`linear_conv_kernel_dim`). The five ``linear_*`` defaults are Megatron-core's."""
+    attention_output_gate: bool = False
+    """Gated attention (Megatron `TransformerConfig.attention_output_gate`, Qwen3-Next): the
+    query projection also produces one gate per query channel, and the core attention
+    output is multiplied by its sigmoid before the output projection
+    (`megatron/core/transformer/attention.py`)."""
+    moe_shared_expert_gate: bool = False
+    """A sigmoid gate on the shared expert's output, one h -> 1 weight per MoE layer
+    (Megatron `--moe-shared-expert-gate`, `SharedExpertMLP`; Hugging Face
+    `shared_expert_gate`)."""
+    rotary_percent: float = 1.0
+    """Share of each head's channels RoPE rotates (Megatron `--rotary-percent`, Hugging Face
+    `partial_rotary_factor`). Changes no cost; an export carries it."""
 
     def __post_init__(self) -> None:
         require_positive(
@@ -171,6 +198,11 @@ class ModelSpec:
             "mamba_head_dim",
             "mamba_num_groups",
             "mamba_conv_kernel",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_conv_kernel_dim",
         )
         require_optional_positive(
             self,
@@ -242,6 +274,7 @@ class ModelSpec:
                 top_k=self.moe_top_k,
                 capacity_factor=self.moe_capacity_factor,
             )
+        check_gates(self)
         if self.hybrid_layer_pattern is not None:
             check_hybrid(self)
         check_mtp(self)
@@ -302,6 +335,18 @@ class ModelSpec:
     def mamba_heads(self) -> int:
         """Mamba-2 heads H: `mamba_num_heads`, else 2·hidden_size / mamba_head_dim."""
         return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def gdn_key_size(self) -> int:
+        """Query (and key) width of a gated DeltaNet, key heads x key head dim (Megatron
+        `GatedDeltaNet` ``qk_dim``)."""
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def gdn_value_size(self) -> int:
+        """Value (and output-gate) width of a gated DeltaNet, value heads x value head dim
+        (``v_dim``)."""
+        return self.linear_num_value_heads * self.linear_value_head_dim
 
     @property
     def mamba_inner_size(self) -> int:

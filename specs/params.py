@@ -46,6 +46,13 @@ Conventions:
   layer the router, the routed experts and the shared expert. The Mamba-2 mixer has no
   linear bias whatever ``add_bias_linear`` says (Megatron's `MambaMixer` asserts
   ``not bias``).
+- Gated DeltaNet (hybrid ``G`` layer, `gdn_mixer_params`): counted in
+  `LayerParams.attention` as the Mamba-2 mixer; no linear bias (Megatron's hybrid layer
+  spec builds `GatedDeltaNet` with ``bias=False`` and ``conv_bias=False``).
+- Gated attention (``attention_output_gate``): the query projection is twice as wide, one
+  gate per query channel (`attention_params`). A gated shared expert
+  (``moe_shared_expert_gate``) adds its h -> 1 weight, replicated, counted with the router.
+- Per-head q/k norms (``qk_layernorm``, 2·d weights per attention layer) are not counted.
 - LoRA adapters (`lora_layer_params`, a job's `specs.finetune.LoraSpec`): per targeted
   linear layer in -> out, A (in x r) and B (r x out), no bias, on the targets each layer
   holds (`specs.finetune.layer_targets`: a hybrid ``M`` layer its in_proj and out_proj);
@@ -70,7 +77,8 @@ class LayerParams:
     attention: int
     """The token mixer's weights, TP-sharded: QKV (or MLA projections) + output projection
     with their biases; for a hybrid model's Mamba-2 layer the whole mixer
-    (`mamba_mixer_params`); 0 for a layer without a mixer (hybrid ``-`` and ``E``)."""
+    (`mamba_mixer_params`), for a gated DeltaNet layer the whole net (`gdn_mixer_params`);
+    0 for a layer without a mixer (hybrid ``-`` and ``E``)."""
     norms: int
     """Layer norms of this layer (and MLA's internal q/kv norms): replicated."""
     mlp: int
@@ -79,7 +87,8 @@ class LayerParams:
     routed_experts: int
     """All routed experts of the layer (0 for dense layers): sharded over EP x ETP."""
     router: int
-    """Router weights (0 for dense layers): replicated."""
+    """Router weights, and the shared expert's gate with ``moe_shared_expert_gate`` (0 for
+    dense layers): replicated."""
     is_moe: bool
     """True when the layer has routed experts."""
     latent_projections: int = 0
@@ -199,14 +208,20 @@ def _linear(fan_in: int, fan_out: int, *, bias: bool) -> int:
 
 
 def attention_params(model: ModelSpec) -> int:
-    """Attention projections of one layer (standard/GQA or MLA), weights and biases."""
+    """Attention projections of one layer (standard/GQA or MLA), weights and biases; with
+    ``attention_output_gate`` the QKV projection's output also holds a gate of the query's
+    width (Megatron `SelfAttention` ``linear_qkv``, ``query_projection_size * 2`` in
+    `get_query_key_value_tensors`)."""
     if model.uses_mla:
         return _mla_params(model)
     h, d = model.hidden_size, model.head_dim
     q, kv = d * model.num_attention_heads, d * model.query_groups
     qkv_bias = model.add_bias_linear or model.add_qkv_bias
     sinks = model.num_attention_heads if model.attention_sinks else 0
-    projections = _linear(h, q + 2 * kv, bias=qkv_bias) + _linear(q, h, bias=model.add_bias_linear)
+    gate = q if model.attention_output_gate else 0
+    projections = _linear(h, q + gate + 2 * kv, bias=qkv_bias) + _linear(
+        q, h, bias=model.add_bias_linear
+    )
     return projections + sinks
 
 
@@ -286,6 +301,22 @@ def mamba_mixer_params(model: ModelSpec) -> int:
     return in_proj + conv + 3 * heads + d + d * h
 
 
+def gdn_mixer_params(model: ModelSpec) -> int:
+    """Parameters of one gated DeltaNet, key width K = ``gdn_key_size``, value width
+    V = ``gdn_value_size``, Hv value heads of dv channels, conv kernel k (Megatron-LM
+    `_GDNBase.__init__` and `GatedDeltaNet._setup_variant_attrs`,
+    ``megatron/core/ssm/gated_delta_net/``, d98e8a64): ``in_proj`` h x (2·K + 2·V + 2·Hv)
+    (q, k, v, the output gate z, beta, alpha), the depthwise ``conv1d`` weight
+    (2·K + V) x k without bias, ``A_log`` and ``dt_bias`` (Hv each), the output RMSNorm
+    over one head's dv channels (``out_norm``, shared by the heads) and ``out_proj``
+    V x h. No linear bias."""
+    h, k_width, v_width = model.hidden_size, model.gdn_key_size, model.gdn_value_size
+    heads = model.linear_num_value_heads
+    in_proj = h * (2 * k_width + 2 * v_width + 2 * heads)
+    conv = (2 * k_width + v_width) * model.linear_conv_kernel_dim
+    return in_proj + conv + 2 * heads + model.linear_value_head_dim + v_width * h
+
+
 def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
     """The parameters of one layer of kind ``kind``: a transformer layer (two pre-norms) or
     a hybrid layer of one part (one pre-norm)."""
@@ -293,7 +324,7 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
         mlp = mlp_params(model, model.moe_shared_expert_size)
         expert = mlp_params(model, model.expert_ffn_hidden_size, model.expert_hidden_size)
         routed, latent = model.num_experts * expert, latent_projection_params(model)
-        router = model.hidden_size * model.num_experts
+        router = model.hidden_size * (model.num_experts + model.moe_shared_expert_gate)
     elif kind.mlp == "dense":
         mlp, routed, router, latent = mlp_params(model, model.ffn_hidden_size), 0, 0, 0
     else:
@@ -302,6 +333,8 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
         mixer = attention_params(model)
     elif kind.mixer == "mamba":
         mixer = mamba_mixer_params(model)
+    elif kind.mixer == "gdn":
+        mixer = gdn_mixer_params(model)
     else:
         mixer = 0
     # a hybrid layer has the one pre-norm of its part (MLA is refused by check_hybrid)

@@ -1,6 +1,6 @@
-"""The hybrid Mamba-2 model presets of `specs.presets`, as registry entries in registry
-order: `HYBRID` (Nemotron-H 8B, 47B, 56B, Nemotron 3 Nano 30B-A3B and Nemotron 3 Super
-120B-A12B).
+"""The hybrid model presets of `specs.presets`, as registry entries in registry order:
+`HYBRID` (Nemotron-H 8B, 47B, 56B, Nemotron 3 Nano 30B-A3B and Nemotron 3 Super
+120B-A12B, Mamba-2 hybrids; Qwen3-Next 80B-A3B, a gated DeltaNet hybrid).
 
 Values are those of Megatron-Bridge's model providers (NVIDIA-NeMo/Megatron-Bridge tag
 v0.4.0, ``src/megatron/bridge/models/nemotronh/nemotron_h_provider.py``:
@@ -39,7 +39,7 @@ from functools import partial
 from typing import Any
 
 from specs.model import ModelSpec
-from specs.preset_styles import Factory
+from specs.preset_styles import Factory, llama_style
 from specs.router import RouterSpec
 
 _NEMOTRON_H_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
@@ -52,6 +52,10 @@ _NEMOTRON_H_56B = (
     "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 )
 _NEMOTRON_3_NANO = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+_QWEN3_NEXT = "GEGEGE*E" * 12
+"""Qwen3-Next's 48 layers as Megatron-core hybrid symbols: each layer a token mixer and an
+MoE block, every 4th mixer full (gated) attention (``full_attention_interval`` 4), the
+others gated DeltaNets."""
 _NEMOTRON_3_SUPER = (
     "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME"
 )
@@ -74,6 +78,30 @@ NEMOTRON_H_ROUTER = RouterSpec(
 NEMOTRON_3_SUPER_ROUTER = dataclasses.replace(NEMOTRON_H_ROUTER, moe_router_topk_scaling_factor=5.0)
 """Nemotron 3 Super's router: the bridge's Nemotron-H router with the config's
 ``routed_scaling_factor`` 5.0 (``n_group`` and ``topk_group`` 1)."""
+
+QWEN3_NEXT_ROUTER = RouterSpec(
+    # Qwen3NextBridge.provider_bridge (Megatron-Bridge v0.6.0, qwen3_next_bridge.py):
+    # global aux loss of coefficient 1e-3, no pre-softmax (norm_topk_prob true), fp32 router.
+    moe_router_load_balancing_type="global_aux_loss",
+    moe_aux_loss_coeff=1e-3,
+    moe_router_dtype="fp32",
+)
+"""The router of Qwen3-Next's MoE layers."""
+
+
+def qwen3_next_style(name: str, pattern: str, **dims: Any) -> tuple[str, Factory]:
+    """A registry entry for a Qwen3-Next hybrid: a Llama-style decoder
+    (`specs.preset_styles.llama_style`) whose layers are ``pattern``'s symbols, with
+    Qwen3-Next's fixed choices (Megatron-Bridge v0.6.0 ``Qwen3NextBridge.provider_bridge``):
+    per-head q/k norms, gated attention, a gated shared expert, and Qwen3-Next's router."""
+    fields: dict[str, Any] = {
+        "qk_layernorm": True,
+        "attention_output_gate": True,
+        "moe_shared_expert_gate": True,
+        "router": QWEN3_NEXT_ROUTER,
+        **dims,
+    }
+    return llama_style(name, num_layers=len(pattern), hybrid_layer_pattern=pattern, **fields)
 
 
 def nemotron_h_style(name: str, pattern: str, **dims: Any) -> tuple[str, Factory]:
@@ -170,5 +198,31 @@ HYBRID = (
         mtp_repeated_layer=True,
         router=NEMOTRON_3_SUPER_ROUTER,
     ),
+    # Qwen/Qwen3-Next-80B-A3B config.json as Megatron-Bridge v0.6.0 tests it
+    # (tests/unit_tests/models/qwen/test_qwen3_next_bridge.py, qwen3_next_80b_a3b_config_dict):
+    # hidden 2048, 48 layers (full_attention_interval 4), 16 heads of 256 with 2 key/value
+    # heads, partial_rotary_factor 0.25, rope_theta 1e7; linear attention 16 key heads and
+    # 32 value heads of 128, conv kernel 4; 512 experts of 512, top-10, a shared expert of
+    # 512; vocabulary 151936, untied. One MTP depth (*E: a gated attention layer and an MoE
+    # layer): recipes/qwen/h100/qwen3_next.py sets mtp_num_layers = 1.
+    qwen3_next_style(
+        "qwen3-next-80b-a3b",
+        _QWEN3_NEXT,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_query_groups=2,
+        kv_channels=256,
+        ffn_hidden_size=512,
+        vocab_size=151936,
+        max_position_embeddings=262144,
+        rotary_base=10_000_000,
+        rotary_percent=0.25,
+        num_experts=512,
+        moe_top_k=10,
+        moe_shared_expert_size=512,
+        mtp_num_layers=1,
+        mtp_hybrid_pattern="*E",
+    ),
 )
-"""Nemotron-H 8B, 47B and 56B, Nemotron 3 Nano 30B-A3B, Nemotron 3 Super 120B-A12B."""
+"""Nemotron-H 8B, 47B and 56B, Nemotron 3 Nano 30B-A3B, Nemotron 3 Super 120B-A12B,
+Qwen3-Next 80B-A3B."""

@@ -6,11 +6,12 @@ One registry, `PRESETS` (name -> zero-argument factory), in a fixed order: tiny 
 models, the GPT-3 family of Megatron-LM's SC21 paper (Narayanan et al. 2021, Table 1),
 Llama 2 / 3 / 3.1 (`specs.preset_dense`), Mixtral, Qwen3 MoE, DeepSeek-V3, GPT-OSS and
 Kimi K2 (`specs.preset_moe`), Nemotron-4 15B and 340B (`specs.preset_dense`), and the
-hybrid Mamba-2 models Nemotron-H 8B, 47B, 56B and Nemotron 3 Nano (`specs.preset_hybrid`);
+hybrid Mamba-2 models Nemotron-H 8B, 47B, 56B, Nemotron 3 Nano and Super and the gated
+DeltaNet hybrid Qwen3-Next 80B-A3B (`specs.preset_hybrid`);
 the entries are built by `specs.preset_styles` (the hybrids by
 `specs.preset_hybrid.nemotron_h_style`). Values are the published ones (the models'
 Hugging Face `config.json` files, the SC21 table, NeMo's Nemotron-4 recipe, Megatron-Bridge's
-Nemotron-H providers).
+Nemotron-H providers and Qwen3-Next bridge).
 
 Conventions, shared with `specs.hf_import` so an imported config equals its preset:
 `num_query_groups` is left None for plain multi-head attention, `kv_channels` only when the

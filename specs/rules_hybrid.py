@@ -1,5 +1,5 @@
 """Plan rules of a hybrid model's shapes (``ModelSpec.hybrid_layer_pattern``): the
-tensor- and context-parallel split of its Mamba-2 mixers.
+tensor- and context-parallel split of its Mamba-2 mixers and of its gated DeltaNets.
 
 Sources: Megatron-LM d98e8a64 ``megatron/core/ssm/mamba_mixer.py`` ``MambaMixer.__init__``
 asserts "nheads must be evenly divisble by tp_size" and "ngroups must be evenly divisible
@@ -9,10 +9,16 @@ projections. With cp > 1, ``megatron/core/ssm/mamba_context_parallel.py``
 and the SSD scan: it asserts ``nheads_local_tp % cp_size == 0`` and, for the G / tp groups,
 ``cp_size % ngroups_local_tp == 0`` when G / tp < cp (each group's B and C are repeated on
 cp / (G / tp) ranks, ``group_repeat_count``) or ``ngroups_local_tp % cp_size == 0``
-otherwise. The refusals of what a hybrid model is not priced or run with live with
-their kind: Muon in `specs.rules_optimizer`, LoRA in `specs.rules_lora`, the executor
-and the torch runtime in `specs.hybrid_checks.executor_hybrid_refusal`. Each rule follows
-`specs.rules_base` conventions; `specs.rules.RULES` lists them.
+otherwise. A gated DeltaNet (``megatron/core/ssm/gated_delta_net/common.py``,
+`_GDNBase.__init__`) holds ``linear_num_key_heads / tp`` key heads and
+``linear_num_value_heads / tp`` value heads per rank (``num_k_heads_local_tp``,
+``num_v_heads_local_tp``); under context parallelism it splits them again over the cp
+ranks (``a2a_cp_to_hp``, ``feat_dim_split``), and `TransformerConfig.__post_init__`
+asserts both head counts divisible by tp·cp (`gdn_heads_divisible_by_tp_cp`). The refusals
+of what a hybrid model is not priced or run with live with their kind: Muon in
+`specs.rules_optimizer`, LoRA in `specs.rules_lora`, the executor and the torch runtime in
+`specs.hybrid_checks.executor_hybrid_refusal`. Each rule follows `specs.rules_base`
+conventions; `specs.rules.RULES` lists them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import math
 
 from specs.cluster import ClusterSpec
+from specs.gdn_checks import has_gdn
 from specs.job import TrainingJob
 from specs.kv_sharding import kv_heads_fit_tp
 from specs.model import ModelSpec
@@ -126,9 +133,50 @@ def mamba_groups_fit_cp(
     )
 
 
+def gdn_split_fits(model: ModelSpec, tp: int, cp: int) -> bool:
+    """Whether tp·cp divides the gated DeltaNet's key and value heads (module docstring);
+    True for a model without ``G`` layers."""
+    split = tp * cp
+    heads = (model.linear_num_key_heads, model.linear_num_value_heads)
+    return not has_gdn(model) or all(h % split == 0 for h in heads)
+
+
+def _gdn_options(model: ModelSpec, tp: int, cp: int, num_gpus: int) -> str:
+    """tp degrees near ``tp`` that split the attention heads and, with ``cp``, the gated
+    DeltaNet's key heads alike (its value heads are a multiple of them, `specs.gdn_checks`)."""
+    shared = math.gcd(model.num_attention_heads, model.linear_num_key_heads // cp or 1)
+    return degree_choices(
+        shared,
+        tp,
+        num_gpus,
+        keep=lambda d: kv_heads_fit_tp(model.query_groups, d) and gdn_split_fits(model, d, cp),
+    )
+
+
+@rule
+def gdn_heads_divisible_by_tp_cp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """linear_num_key_heads and linear_num_value_heads divisible by tp·cp for a model with
+    gated DeltaNet layers (`TransformerConfig.__post_init__` asserts both; each tp rank
+    holds its share of the in_proj, conv1d and out_proj channels by head, and each cp rank
+    its share of those heads over the whole sequence)."""
+    tp, cp = plan.tp, plan.cp
+    if gdn_split_fits(model, tp, cp):
+        return None
+    keys, values, split = model.linear_num_key_heads, model.linear_num_value_heads, tp * cp
+    return (
+        f"gated DeltaNet heads, linear_num_key_heads ({keys}) and linear_num_value_heads "
+        f"({values}), must be divisible by tp·cp ({tp}·{cp} = {split}) "
+        f"({ratio(keys, split)} key heads per rank; Megatron's TransformerConfig asserts "
+        f"it): try tp in {_gdn_options(model, tp, cp, cluster.num_gpus)}"
+    )
+
+
 HYBRID_RULES = (
     mamba_heads_and_groups_divisible_by_tp,
     mamba_heads_divisible_by_tp_cp,
     mamba_groups_fit_cp,
+    gdn_heads_divisible_by_tp_cp,
 )
 """The hybrid-model shape rules in check order."""

@@ -10,7 +10,8 @@ linears get ``GroupedExpertLinearAdapter`` or expert-parallel adapters; MLA's pr
 are other modules than the targets of `specs.finetune.LORA_TARGETS`). A dense hybrid
 model's layers take the targets they hold (`specs.finetune.layer_targets`: a Mamba-2
 mixer's in_proj and out_proj, an attention layer's QKV and output projection, an MLP
-layer's FC1 and FC2); a MoE hybrid is refused by `lora_not_on_experts`.
+layer's FC1 and FC2); a MoE hybrid is refused by `lora_not_on_experts`, a model with
+gated DeltaNet layers by `lora_not_on_gdn`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import math
 
 from specs.cluster import ClusterSpec
 from specs.finetune import LORA_TARGETS, LoraSpec, lora_target_features, model_targets
+from specs.gdn_checks import has_gdn
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -90,6 +92,21 @@ def lora_not_on_mla(
 
 
 @rule
+def lora_not_on_gdn(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """A gated DeltaNet's in_proj and out_proj adapters (and its delta rule's FLOPs under
+    LoRA) are not priced."""
+    if job.lora is None or not has_gdn(model):
+        return None
+    return (
+        f"LoRA on {model.name!r}, which has gated DeltaNet (G) layers, is not priced: the "
+        "cost model has no adapters of the net's in_proj and out_proj; fine-tune a model "
+        "without G layers, or train every weight (drop --lora-rank)"
+    )
+
+
+@rule
 def lora_targets_in_model(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
@@ -154,6 +171,7 @@ LORA_RULES = (
     lora_rank_divisible_by_tp,
     lora_not_on_experts,
     lora_not_on_mla,
+    lora_not_on_gdn,
     lora_targets_in_model,
     lora_not_with_megatron_fsdp,
     lora_needs_adam,

@@ -101,7 +101,7 @@ def test_lines_give_the_out_of_sample_figures_first_then_the_in_sample_ones():
 def test_a_hybrid_model_is_told_no_published_run_has_its_mamba_layers():
     hybrid = get_preset("nemotron-h-8b")
     lines = accuracy_lines(published_accuracy(hybrid, BF16, DEFAULT_OPTIONS, H100, TABLE))
-    assert len(lines) == 4 and "none of them has Mamba-2 layers" in lines[3]
+    assert len(lines) == 4 and "none of them has Mamba-2 or gated DeltaNet layers" in lines[3]
     b200 = load_profile("b200")
     options = device_options(DEFAULT_OPTIONS, b200)
     alone = accuracy_lines(published_accuracy(hybrid, BF16, options, b200, TABLE))

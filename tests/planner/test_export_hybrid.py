@@ -210,7 +210,9 @@ def test_transformers_keep_pretrain_gpt() -> None:
 
 def test_torchtitan_refuses_a_hybrid_model() -> None:
     bundle = _bundle("nemotron-h-8b", 8, 4096, 8, tp=1)
-    with pytest.raises(SpecError, match=r"\[torchtitan_hybrid\].*no Mamba-2 layer"):
+    with pytest.raises(
+        SpecError, match=r"\[torchtitan_hybrid\].*no Mamba-2 or gated DeltaNet layer"
+    ):
         torchtitan_toml(bundle)
 
 

@@ -36,6 +36,9 @@ HYBRID = LLAMA.replace(
     activation="gelu",
     position_embedding="none",
 )
+# Qwen3-Next-shaped hybrid on 32 layers: gated DeltaNets (16 key / 32 value heads of 128),
+# MLPs and attention.
+GDN_HYBRID = LLAMA.replace(name="qwen3-next-like", hybrid_layer_pattern="G-G*" * 8)
 CLUSTER = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
 # tp2 pp4 vpp2 dp8 on 64 GPUs: m = 256 / (1·8) = 32 microbatches, a multiple of pp.
@@ -140,6 +143,22 @@ HYBRID_CASES = [
             plan={"cp": 1, "dp": 8},
         ),
         ("mamba_num_groups (6) / tp (2) = 3", "divisible by cp (2)", "{1}"),
+    ),
+    Case(
+        "gdn_heads_divisible_by_tp_cp",
+        # 4 key heads (8 value heads) at tp 2 over cp 4: Megatron's TransformerConfig
+        # asserts both head counts divisible by tp·cp
+        Change(
+            base=GDN_HYBRID,
+            model={"linear_num_key_heads": 4, "linear_num_value_heads": 8},
+            plan={"cp": 4, "dp": 2},
+        ),
+        Change(
+            base=GDN_HYBRID,
+            model={"linear_num_key_heads": 4, "linear_num_value_heads": 8},
+            plan={"cp": 2, "dp": 4},
+        ),
+        ("linear_num_key_heads (4)", "linear_num_value_heads (8)", "tp·cp (2·4 = 8)", "0.50"),
     ),
     Case(
         "muon_excludes_hybrid",
@@ -479,6 +498,12 @@ CASES = [
         Change(model=MLA_FIELDS, job={"lora": LORA}),
         Change(model=MLA_FIELDS),
         ("'llama3-8b-like'",),
+    ),
+    Case(
+        "lora_not_on_gdn",
+        Change(base=GDN_HYBRID, job={"lora": LORA}),
+        Change(base=GDN_HYBRID),
+        ("'qwen3-next-like'", "G"),
     ),
     Case(
         "lora_not_with_megatron_fsdp",

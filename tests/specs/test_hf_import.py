@@ -1,8 +1,10 @@
 """Tests of the Hugging Face config.json import, on the published configs of each family
 (tests/specs/fixtures/hf/<repository name>/config.json, copied from the Hub; the
 nemotron_h one, Nemotron-H-8B-Base-8K, is hand-written from NemotronHConfig's keys and
-Megatron-Bridge's provider values, as its ``_comment`` says). The hybrid family's own
-tests are in test_hf_import_hybrid.py."""
+Megatron-Bridge's provider values, as its ``_comment`` says; the qwen3_next one,
+Qwen3-Next-80B-A3B, holds the keys Megatron-Bridge's bridge test gives, as its ``_comment``
+says). The hybrid families' own tests are in test_hf_import_hybrid.py and
+test_hf_import_qwen3next.py."""
 
 from __future__ import annotations
 
@@ -98,6 +100,11 @@ EXPECTED = {
         max_position_embeddings=40960,
         rotary_base=1000000,
         qk_layernorm=True,
+    ),
+    # The preset without its multi-token-prediction depth: the config states none that
+    # Megatron-Bridge reads (its recipe sets mtp_num_layers = 1, specs.preset_hybrid).
+    "Qwen3-Next-80B-A3B": get_preset("qwen3-next-80b-a3b").replace(
+        name="Qwen3-Next-80B-A3B", mtp_num_layers=0, mtp_hybrid_pattern=None
     ),
 }
 

@@ -124,8 +124,8 @@ def test_unknown_pattern_symbol_is_the_pattern_error() -> None:
 
 
 def test_unexpressed_pattern_symbol_is_named() -> None:
-    bad = {**H8B, "hybrid_override_pattern": "G" + H8B["hybrid_override_pattern"][1:]}
-    with pytest.raises(SpecError, match="'G' \\(gated DeltaNet layers\\)"):
+    bad = {**H8B, "hybrid_override_pattern": "D" + H8B["hybrid_override_pattern"][1:]}
+    with pytest.raises(SpecError, match="'D' \\(DeepSeek sparse-attention layers\\)"):
         model_from_hf_config(bad, name="x")
 
 

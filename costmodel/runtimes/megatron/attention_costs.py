@@ -74,8 +74,11 @@ def _attention_dims(model: ModelSpec, tp: int) -> tuple[float, float, int]:
 def _qkv_gemm_width(model: ModelSpec, tp: int) -> float:
     """Output columns of the fused QKV GEMM on one rank, (a + 2g)·d / tp: Megatron-core
     splits the fused weight evenly over tp whether or not tp exceeds the key/value heads
-    (`ColumnParallelLinear` of width ``query_projection_size + 2 * kv_projection_size``)."""
-    return (model.num_attention_heads + 2 * model.query_groups) * model.head_dim / tp
+    (`ColumnParallelLinear` of width ``query_projection_size + 2 * kv_projection_size``);
+    (2a + 2g)·d / tp with ``attention_output_gate``, whose gate doubles the query's columns
+    (``query_projection_size * 2`` in `SelfAttention.__init__`)."""
+    query_heads = model.num_attention_heads * (2 if model.attention_output_gate else 1)
+    return (query_heads + 2 * model.query_groups) * model.head_dim / tp
 
 
 def _kv_sub_shard_pair(
@@ -212,9 +215,11 @@ def _elementwise_s(
 ) -> tuple[float, float]:
     """Element-wise work of the attention block before FP8 quantization (forward,
     backward), in seconds: its pre-norm and residual, RoPE, the query and key norms, the
-    materialized path's context copy and QKV-gradient concatenation, and the unfused bias
-    adds and reductions (module docstring); ``q`` and ``kv`` are the per-rank query and
-    key-or-value widths."""
+    output gate's fused sigmoid-multiply (reads the core output and the gate, writes the
+    product: 3 elements per query channel forward; reads the gradient and both inputs,
+    writes two gradients: 5 backward), the materialized path's context copy and
+    QKV-gradient concatenation, and the unfused bias adds and reductions (module
+    docstring); ``q`` and ``kv`` are the per-rank query and key-or-value widths."""
     h = model.hidden_size
     ew_fwd, ew_bwd = norm_and_residual(profile, x, h, options)
     if model.position_embedding == "rope":
@@ -224,6 +229,9 @@ def _elementwise_s(
     if model.qk_layernorm and not model.uses_mla:
         qk_f, qk_b = qk_norm_time_s(profile, x.tokens, q + kv, x.elem)
         ew_fwd, ew_bwd = ew_fwd + qk_f, ew_bwd + qk_b
+    if model.attention_output_gate:  # Attention._apply_output_gate: out = x · sigmoid(gate)
+        ew_fwd += ops.memory_bound_time_s(profile, 3 * x.elem * x.tokens * q)
+        ew_bwd += ops.memory_bound_time_s(profile, 5 * x.elem * x.tokens * q)
     if options.attention == "materialized":
         ew_fwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * q)
         ew_bwd += ops.memory_bound_time_s(profile, 2 * x.elem * x.tokens * (q + 2 * kv))

@@ -149,14 +149,15 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
     (`megatron/core/transformer/multi_latent_attention.py`): ``linear_q_proj`` or
     ``linear_q_down_proj`` + ``linear_q_up_proj`` (with ``q_lora_rank``), then
     ``linear_kv_down_proj``, ``linear_kv_up_proj`` and ``linear_proj``. Mamba-2 mixer
-    (`megatron/core/ssm/mamba_mixer.py`): ``in_proj`` and ``out_proj`` (2). Dense MLP:
+    (`megatron/core/ssm/mamba_mixer.py`) and gated DeltaNet (`gated_delta_net/common.py`):
+    ``in_proj`` and ``out_proj`` (2). Dense MLP:
     ``linear_fc1``, ``linear_fc2``. MoE layer: the routed experts as two TE grouped
     linears (``TEGroupedMLP``) with one GEMM per local expert (num_experts / ep each), the
     shared experts' two linears where present, a latent MoE layer's two ``TELinear``
     projections (``fc1_latent_proj``, ``fc2_latent_proj``); the router computes in
     bf16/fp32, outside FP8."""
     mla = 5 if model.q_lora_rank is not None else 4
-    mixer = {"attention": mla if model.uses_mla else 2, "mamba": 2, "none": 0}[kind.mixer]
+    mixer = {"attention": mla if model.uses_mla else 2, "mamba": 2, "gdn": 2, "none": 0}[kind.mixer]
     if kind.mlp == "none":
         return Fp8Modules(modules=mixer, gemms=mixer)
     if not kind.is_moe:

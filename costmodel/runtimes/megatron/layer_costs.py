@@ -35,6 +35,7 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.attention_costs import attention_block
+from costmodel.runtimes.megatron.gdn_costs import gdn_block
 from costmodel.runtimes.megatron.layer_shape import (
     LayerShape,
     intra_groups,
@@ -178,11 +179,13 @@ def _mixer_passes(
 ) -> tuple[PassCost, PassCost, dict[str, PassCost], float, float]:
     """(forward, backward, rerun by module, dgrad_s, wgrad_s) of the layer's token mixer
     with its pre-norm and residual: the attention block (`attention_block`), the Mamba-2
-    mixer (`mamba_block`), or nothing."""
+    mixer (`mamba_block`), the gated DeltaNet (`gdn_block`), or nothing."""
     if kind.mixer == "attention":
         return attention_block(model, job, plan, profile, x, comm, options)
     if kind.mixer == "mamba":
         return mamba_block(model, job, plan, profile, x, comm, options)
+    if kind.mixer == "gdn":
+        return gdn_block(model, job, plan, profile, x, comm, options)
     return ZERO, ZERO, {}, 0.0, 0.0
 
 

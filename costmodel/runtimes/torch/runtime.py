@@ -24,6 +24,7 @@ from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.finetune import executor_lora_refusal
+from specs.gdn_checks import executor_gate_refusal
 from specs.hybrid_checks import executor_hybrid_refusal
 from specs.job import TrainingJob
 from specs.kv_sharding import executor_kv_refusal
@@ -185,9 +186,15 @@ class TorchRuntime:
 
 def _refuse_model(model: ModelSpec) -> None:
     """SpecError for a model paraplan's executor does not build: a hybrid model
-    (`specs.hybrid_checks.executor_hybrid_refusal`) or a latent MoE model
-    (`specs.latent_checks.executor_latent_moe_refusal`), the executor's own checks."""
-    for refusal in (executor_hybrid_refusal(model), executor_latent_moe_refusal(model)):
+    (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
+    (`specs.latent_checks.executor_latent_moe_refusal`) or an output gate
+    (`specs.gdn_checks.executor_gate_refusal`), the executor's own checks."""
+    refusals = (
+        executor_hybrid_refusal(model),
+        executor_latent_moe_refusal(model),
+        executor_gate_refusal(model),
+    )
+    for refusal in refusals:
         if refusal is not None:
             raise SpecError(refusal)
 
