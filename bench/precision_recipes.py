@@ -101,15 +101,28 @@ FP4_PARAM_FROM = "26.06"
 tags v0.3.0 and v0.4.0, set from v0.5.0, the 26.06 container's tag)."""
 
 
+FP4_PARAM_OFF: tuple[tuple[str, str], ...] = (
+    ("MBRIDGE-", "nemotron_3_super"),
+    ("MBRIDGE-", "deepseekv3"),
+    ("MBRIDGE-", "gpt oss"),
+)
+"""(source prefix, model prefix) of the Megatron-Bridge NVFP4 recipes that turn
+``fp4_param_gather`` off again after `FP4_PARAM_FROM` (tags v0.5.0 and v0.5.1,
+``scripts/performance/configs/``): ``nemotronh/nemotron_3_llm_pretrain.py``
+``set_nemotron_3_super_common_configs`` ("Disabled until MCore PR 4358 lands"),
+``deepseek/deepseek_llm_pretrain.py`` (every DeepSeek-V3 config) and
+``gpt_oss/gpt_oss_llm_pretrain.py`` (``fp4_param`` and ``fp4_param_gather`` both False)."""
+
+
 def fp4_weight_fields(raw: dict[str, str]) -> dict[str, object]:
     """`ExecutionOptions` NVFP4 weight field of a Megatron-Bridge NVFP4 row's recipe
-    (``fp4_param``: NVFP4 parameters gathered in NVFP4 from `FP4_PARAM_FROM` on, bf16
-    parameters with Transformer Engine's cached NVFP4 copies before); empty for other
-    rows."""
+    (``fp4_param``: NVFP4 parameters gathered in NVFP4 from `FP4_PARAM_FROM` on unless the
+    model's recipe turns it off (`FP4_PARAM_OFF`), bf16 parameters with Transformer Engine's
+    cached NVFP4 copies otherwise); empty for other rows."""
     source = raw.get("source_id", "")
     if not source.startswith("MBRIDGE-") or compute_dtype(raw) != "nvfp4":
         return {}
-    return {"fp4_param": release_of(source) >= FP4_PARAM_FROM}
+    return {"fp4_param": release_of(source) >= FP4_PARAM_FROM and not matches(raw, FP4_PARAM_OFF)}
 
 
 BF16_GRAD_SYNC: tuple[tuple[str, str], ...] = (("NEMO-LONGSEQ", "llama2"),)

@@ -111,6 +111,13 @@ def test_nvfp4_parameters_follow_the_release(source, expected):
     assert precision_recipes.fp4_weight_fields(row | {"precision": "MXFP8"}) == {}
 
 
+@pytest.mark.parametrize("model", ["Nemotron_3_Super", "DeepSeekV3", "GPT OSS 120B"])
+def test_nvfp4_parameters_stay_bf16_where_the_model_recipe_turns_them_off(model):
+    # v0.5.0 scripts/performance/configs/{nemotronh,deepseek,gpt_oss}: fp4_param_gather = False
+    row = LLAMA405_GB200 | {"model": model}
+    assert precision_recipes.fp4_weight_fields(row) == {"fp4_param": False}
+
+
 def test_nvfp4_llama_recipes_turn_tp_overlap_off():
     assert overlap.tp_overlap(LLAMA405_GB200 | {"precision": "MXFP8"}, 4, True)
     assert not overlap.tp_overlap(LLAMA405_GB200, 4, True)
