@@ -21,7 +21,9 @@ it prints the published and predicted seconds, then:
   faster) and its share of the layer.
 - ``host``: the forward launches at which one MoE layer's kernels equal its host time at
   `ExecutionOptions.moe_host_launch_s` (the layer's forward divided by the launch price),
-  the MoE launches already priced (`moe_launches.moe_host_launches`) and those plus the
+  the MoE launches already priced (`moe_launches.moe_host_launches`, the per-expert C++
+  ones counted at their share of a Python-level launch's price,
+  `ExecutionOptions.moe_expert_launch_s` over `moe_host_launch_s`) and those plus the
   eager attention block's (`ATTENTION_BLOCK_LAUNCHES`, none when the recipe captures
   ``attn``); ``adds`` is what the extra launches would add to the iteration, at most,
   priced as the dropless floor prices them (every launch past the break-even, every layer
@@ -82,7 +84,7 @@ def estimate_row(
     )
 
 
-def layer_parts(case: RowCase) -> tuple[float, float, float, int]:
+def layer_parts(case: RowCase) -> tuple[float, float, float, float]:
     """(attention core seconds of one layer's forward + backward, that layer's forward +
     backward seconds without the host floor, launches at which its forward kernels equal
     its host time, the MoE launches priced for that forward) for one microbatch."""
@@ -90,7 +92,7 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, int]:
     profile = runtime.priced_profile(load_profile(case.profile))
     plan, model, job, options = case.plan, case.model, case.job, case.options
     groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
-    bare = dataclasses.replace(options, moe_host_launch_s=0.0)
+    bare = dataclasses.replace(options, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
     layer = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=bare)
     tokens = job.seq_length * plan.micro_batch_size / plan.cp
     local = moe_shape(model, plan, tokens).local_experts
@@ -100,7 +102,9 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, int]:
         "forward",
         fused_mlp=options.moe_fused_grouped_mlp,
         dispatcher=options.moe_dispatcher,
+        biased=model.add_bias_linear,
     )
+    priced = launches.host_s(options.moe_host_launch_s, options.moe_expert_launch_s)
     flops = core_attention_forward_flops_per_token(model, job.seq_length) * tokens / plan.tp
     core = sum(
         attention_core_time_s(
@@ -117,7 +121,8 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, int]:
         for direction in ("forward", "backward")
     )
     whole = layer.forward.duration_s + layer.backward.duration_s
-    return core, whole, layer.forward.duration_s / options.moe_host_launch_s, launches
+    launch_s = options.moe_host_launch_s
+    return core, whole, layer.forward.duration_s / launch_s, priced / launch_s
 
 
 def report(raw: dict[str, str]) -> str:
@@ -144,7 +149,7 @@ def report(raw: dict[str, str]) -> str:
         f"{case.plan.label():<44} pub {published:6.3f}  model {err(base.iteration_time_s)}  "
         f"unfused {err(unfused.iteration_time_s)} {unfused.peak_memory_gib:5.0f}/"
         f"{unfused.device_memory_bytes / 2**30:.0f} GiB  core {core * 1e3:5.2f} ms "
-        f"({core / whole:4.1%})  host {even:4.0f} to bind, {priced} + {eager} eager, "
+        f"({core / whole:4.1%})  host {even:4.0f} to bind, {priced:.0f} + {eager} eager, "
         f"adds {adds:5.3f} s"
     )
 

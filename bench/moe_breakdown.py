@@ -59,7 +59,7 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
     elem = ops.element_bytes(job.precision)
     dtype = ops.gemm_dtype(job.precision)
     layer = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=options)
-    bare = dataclasses.replace(options, moe_host_launch_s=0.0)
+    bare = dataclasses.replace(options, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
     no_host = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=bare)
     fwd, bwd, dgrad, wgrad = routed_experts(
         model, plan, profile, tokens, elem, dtype, groups, options

@@ -3,8 +3,9 @@ device work alone leaves unexplained.
 
 For each row (``--rows``, matched like `bench/validate_published.py`), at the shipped
 defaults: the published and predicted seconds, the share of the prediction the floor adds
-(priced again with `ExecutionOptions.moe_host_launch_s` = 0), the prediction with the floor
-and the fitted device time per token off (also `ExecutionOptions.moe_token_device_s` = 0:
+(priced again with `ExecutionOptions.moe_host_launch_s` and ``moe_expert_launch_s`` = 0,
+`NO_FLOOR`), the prediction with the floor and the fitted device time per token off (also
+`ExecutionOptions.moe_token_device_s` = 0:
 the priced kernels, exposed communication and the pipeline only, "device only"), and the
 published time the device-only prediction leaves unexplained per token and layer of the
 critical stage, (published - device only) / (microbatches x tokens of one microbatch on a
@@ -33,6 +34,9 @@ from row_figures import published_iteration_time_s
 
 from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
+
+NO_FLOOR = {"moe_host_launch_s": 0.0, "moe_expert_launch_s": 0.0}
+"""`ExecutionOptions` fields that turn the MoE host-launch floor off: both launch prices 0."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -74,10 +78,8 @@ def host_share(raw: dict[str, str]) -> HostShare:
         )
 
     full = estimate(case.options)
-    no_floor = estimate(dataclasses.replace(case.options, moe_host_launch_s=0.0))
-    bare = estimate(
-        dataclasses.replace(case.options, moe_host_launch_s=0.0, moe_token_device_s=0.0)
-    )
+    no_floor = estimate(dataclasses.replace(case.options, **NO_FLOOR))
+    bare = estimate(dataclasses.replace(case.options, **NO_FLOOR, moe_token_device_s=0.0))
     plan = case.plan
     return HostShare(
         row_id=raw["row_id"],

@@ -2,9 +2,9 @@
 through the same `estimate_plan` a user gets, with only what the row states
 (`published_rows.case_for_row`), into a `validation_stats.Outcome`; the rows the specs
 cannot express set apart with the reason; and the re-pricing the fits ask for at other
-FP8 and NVFP4 GEMM rate factors, MoE host-launch times, sustained 16-bit GEMM rate factors and MoE
-device times per token (the grids of `FIT_GRID`, each distinct pricing computed once:
-`row_predictor`)."""
+FP8 and NVFP4 GEMM rate factors, MoE host-launch times (Python-level and per expert), sustained
+16-bit GEMM rate factors and MoE device times per token (the grids of `FIT_GRID`, each distinct
+pricing computed once: `row_predictor`)."""
 
 from __future__ import annotations
 
@@ -34,22 +34,30 @@ SUSTAINED_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(9))
 """Candidate `ExecutionOptions.sustained_gemm_rate_factor` values, 1.0 down to 0.6."""
 TOKEN_GRID = tuple(round(25e-9 * i, 12) for i in range(13))
 """Candidate `ExecutionOptions.moe_token_device_s` values, 0 to 300 nanoseconds."""
+EXPERT_GRID = (0.0, 2e-6, 5e-6, 10e-6, 20e-6, 30e-6, 50e-6)
+"""Candidate `ExecutionOptions.moe_expert_launch_s` values, 0 to 50 microseconds: from no host
+time per C++-issued launch up to the Python-level launch time's own scale."""
 FIT_GRID = FitGrid(
     fp8_factors=FP8_GRID,
     host_launch_s=HOST_GRID,
     sustained_factors=SUSTAINED_GRID,
     token_device_s=TOKEN_GRID,
+    expert_launch_s=EXPERT_GRID,
 )
 """The grids the fits search (`validation_fit.fit_model`); rows are priced lazily, only
 at the points the coordinate descent visits (`row_predictor`)."""
 
 
-def fit_grid(host_launch_s: float | None = None) -> FitGrid:
-    """`FIT_GRID`, or with the MoE host-launch time fixed at ``host_launch_s`` seconds (a
-    fixed input of every fit, not fitted: `validation_fit_params.FitGrid.host_launch_fixed`)."""
-    if host_launch_s is None:
-        return FIT_GRID
-    return dataclasses.replace(FIT_GRID, host_launch_s=(host_launch_s,))
+def fit_grid(host_launch_s: float | None = None, expert_launch_s: float | None = None) -> FitGrid:
+    """`FIT_GRID`, with the MoE host-launch time fixed at ``host_launch_s`` seconds and the
+    per-expert launch time at ``expert_launch_s`` where given (fixed inputs of every fit, not
+    fitted: `validation_fit_params.FitGrid.host_launch_fixed`, ``expert_launch_fixed``)."""
+    grid = FIT_GRID
+    if host_launch_s is not None:
+        grid = dataclasses.replace(grid, host_launch_s=(host_launch_s,))
+    if expert_launch_s is not None:
+        grid = dataclasses.replace(grid, expert_launch_s=(expert_launch_s,))
+    return grid
 
 
 def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
@@ -91,12 +99,15 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
     """`validation_fit.Predict` over the rows' ``cases``: `estimate_plan` with the row's
     options and the given low-precision factor (FP8 rows' FP8 factor, NVFP4 rows' NVFP4
     factor; None keeps the row's own), MoE host-launch
-    time and device time per token (MoE rows; a device time None keeps the row's own) and
+    times and device time per token (MoE rows; a device time or per-expert launch time None
+    keeps the row's own) and
     sustained 16-bit factor (rows whose options leave it to the fitted default and that
     price GEMMs on the 16-bit curves: every bf16/fp16 row, and an FP8 row only if its
     prediction moves with the factor, `prices_16bit_gemms`), each distinct pricing computed
     once (and each profile loaded once)."""
-    memo: dict[tuple[str, float | None, float | None, float | None, float | None], float] = {}
+    memo: dict[
+        tuple[str, float | None, float | None, float | None, float | None, float | None], float
+    ] = {}
     profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
 
     def price(case: RowCase, options: ExecutionOptions) -> float:
@@ -121,6 +132,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
         host_s: float,
         sustained: float | None,
         token_s: float | None,
+        expert_s: float | None = None,
     ) -> float:
         case = cases[row_id]
         moe = bool(case.model.num_experts)
@@ -130,6 +142,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
             host_s if moe else None,
             sustained if sustained is not None and uses_sustained(row_id) else None,
             token_s if moe else None,
+            expert_s if moe else None,
         )
         if key not in memo:
             options = case.options
@@ -141,6 +154,8 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
                 options = dataclasses.replace(options, sustained_gemm_rate_factor=key[3])
             if key[4] is not None:
                 options = dataclasses.replace(options, moe_token_device_s=key[4])
+            if key[5] is not None:
+                options = dataclasses.replace(options, moe_expert_launch_s=key[5])
             memo[key] = price(case, options)
         return memo[key]
 
@@ -196,11 +211,18 @@ def _apart_reason(err: NotExpressible | SpecError) -> str:
     return "plan rule " + ", ".join(i for i in ids if i) if ids else str(err)
 
 
-def at_host_launch(outcomes: list[Outcome], predict: Predict, host_s: float) -> list[Outcome]:
+def at_host_launch(
+    outcomes: list[Outcome], predict: Predict, host_s: float, expert_s: float | None = None
+) -> list[Outcome]:
     """``outcomes`` with the MoE rows re-priced at a host-launch time of ``host_s`` seconds
-    and every other option as the row has it (`validation_fit.apply_model` with no factor
-    fitted)."""
-    model = FittedModel(fp8_factor=None, fitted_on=(), moe_host_launch_s=host_s)
+    and a per-expert launch time of ``expert_s`` seconds (None: each row's own), every other
+    option as the row has it (`validation_fit.apply_model` with no factor fitted)."""
+    model = FittedModel(
+        fp8_factor=None,
+        fitted_on=(),
+        moe_host_launch_s=host_s,
+        moe_expert_launch_s=expert_s,
+    )
     moe = [o for o in outcomes if o.kind == "moe"]
     repriced = {o.row_id: o for o in apply_model(moe, predict, model)}
     return [repriced.get(o.row_id, o) for o in outcomes]

@@ -41,10 +41,11 @@ and the JSON assembled by `bench/validation_report.py`; this script holds the co
 and the text output.
 
 Usage: ``python bench/validate_published.py [--json] [--markdown] [--figure] [--csv PATH]
-[--host-launch-us US]`` (``--markdown`` writes docs/validation.md and the table
-``paraplan/data/published_accuracy.json``, `write_markdown_outputs`; ``--figure``
-docs/validation.png; ``--host-launch-us`` fixes the MoE host-launch time instead of fitting
-it, `fit_grid`).
+[--host-launch-us US] [--expert-launch-us US]`` (``--markdown`` writes docs/validation.md and
+the table ``paraplan/data/published_accuracy.json``, `write_markdown_outputs`; ``--figure``
+docs/validation.png; ``--host-launch-us`` fixes the MoE host-launch time of a Python-level
+launch instead of fitting it, ``--expert-launch-us`` that of a launch Transformer Engine
+issues per local expert, `fit_grid`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ from unstated_vpp import print_unstated_vpp, unstated_vpp_report
 from validation_docs import write_markdown
 from validation_fit import Progress
 from validation_report import defaults_report, report
+
+from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -109,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         help="fix the MoE host-launch time at this many microseconds: --no-fit prices the MoE "
         "rows with it, the fits take it as an input instead of fitting it",
     )
+    parser.add_argument(
+        "--expert-launch-us",
+        type=float,
+        default=None,
+        help="fix the host time of a launch Transformer Engine issues per local expert at this "
+        "many microseconds, as --host-launch-us does the Python-level launch time",
+    )
     args = parser.parse_args(argv)
     if args.csv is None or not args.csv.is_file():
         print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
@@ -120,12 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     selected = select_rows(read_rows(args.csv, args.trust), args.rows)
     outcomes, cases, apart = evaluate(selected)
     host_s = None if args.host_launch_us is None else args.host_launch_us * 1e-6
+    expert_s = None if args.expert_launch_us is None else args.expert_launch_us * 1e-6
     if args.no_fit:
-        if host_s is not None:
-            outcomes = at_host_launch(outcomes, row_predictor(cases), host_s)
+        if host_s is not None or expert_s is not None:
+            python_s = MOE_HOST_LAUNCH_S if host_s is None else host_s
+            outcomes = at_host_launch(outcomes, row_predictor(cases), python_s, expert_s)
         result = defaults_report(outcomes, apart)
     else:
-        result = report(outcomes, apart, row_predictor(cases), fit_grid(host_s), stderr_progress())
+        grid = fit_grid(host_s, expert_s)
+        result = report(outcomes, apart, row_predictor(cases), grid, stderr_progress())
     result["same_recipe_ratios"] = with_predictions(
         same_recipe_ratios(read_rows(args.csv, args.trust)),
         {o.row_id: o.predicted_s for o in outcomes},

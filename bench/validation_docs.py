@@ -64,7 +64,9 @@ def _header() -> list[str]:
         "",
         "- **model**: `estimate_plan` as users get it; its fitted defaults, the FP8 GEMM "
         "rate factors (`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`), the MoE host-launch "
-        "time (`MOE_HOST_LAUNCH_S`), the MoE device time per token (`MOE_TOKEN_DEVICE_S`) and "
+        "time of a Python-level launch (`MOE_HOST_LAUNCH_S`) and of a launch Transformer "
+        "Engine issues per local expert (`MOE_EXPERT_LAUNCH_S`), the MoE device time per "
+        "token (`MOE_TOKEN_DEVICE_S`) and "
         "the sustained 16-bit GEMM rate factors "
         "(`costmodel.fitted_rates`), come from the rows below, so those rows are in sample "
         "here.",
@@ -72,7 +74,8 @@ def _header() -> list[str]:
         "one value per GPU generation of the profiles with FP8 rows, one shared by the "
         "others), the sustained 16-bit GEMM rate factor (one "
         "value per generation with dense bf16/fp16 rows, one shared by the others), the "
-        "MoE host-launch time and the MoE device time per token, fitted jointly (in sample).",
+        "MoE host-launch times (Python-level and per expert) and the MoE device time per "
+        "token, fitted jointly (in sample).",
         "- **LOSO**: leave one source family out; the parameters fitted on the other families "
         "predict it. These are the out-of-sample figures.",
         "",
@@ -221,6 +224,18 @@ def _token_ns(result: dict) -> str:
     return f"{1e9 * result['fitted']['moe_token_device_s']:.0f}"
 
 
+def _expert_refit(expert_s: float | None, fitted: dict) -> str:
+    """The clause on the refitted per-expert launch time (`MOE_EXPERT_LAUNCH_S`) of the
+    leave-one-source-out note: empty when the result has none."""
+    in_sample = fitted.get("moe_expert_launch_s")
+    if expert_s is None or in_sample is None:
+        return ""
+    return (
+        f", the time of a launch Transformer Engine issues per local expert to "
+        f"{1e6 * expert_s:.0f} us ({1e6 * in_sample:.0f} in sample)"
+    )
+
+
 def _fit_notes(result: dict) -> list[str]:
     """Residual notes on the fitted parameters and the model zoo rows, their figures read
     from ``result`` (the bench's JSON)."""
@@ -229,6 +244,7 @@ def _fit_notes(result: dict) -> list[str]:
     left = loso["fp8_gemm_rate_factor_by_left_out_source"].get("MBRIDGE", {})
     host = loso["moe_host_launch_s_by_left_out_source"].get("MBRIDGE")
     token = loso["moe_token_device_s_by_left_out_source"].get("MBRIDGE")
+    expert = loso.get("moe_expert_launch_s_by_left_out_source", {}).get("MBRIDGE")
     sustained = fitted.get("sustained_gemm_rate_factor_by_generation", {})
     megascale = loso["by_source"].get("MEGASCALE-T2", {})
     rows = {r["row_id"]: r for r in result["rows"]}
@@ -241,7 +257,8 @@ def _fit_notes(result: dict) -> list[str]:
             f"dense FP8 rows ({left.get('blackwell')}, against {own.get('blackwell')} and "
             f"{own.get('blackwell_ultra')} in sample), and the model zoo's MoE rows refit the "
             f"host-launch time to {1e6 * host:.0f} us ({1e6 * fitted['moe_host_launch_s']:.0f} in "
-            f"sample) and the device time per token to {1e9 * (token or 0.0):.0f} ns "
+            f"sample){_expert_refit(expert, fitted)} and the device time per token to "
+            f"{1e9 * (token or 0.0):.0f} ns "
             f"({_token_ns(result)} in sample); the Megatron-Bridge rows are predicted out of "
             "sample with those values. MoE "
             "rows never set an FP8 factor alone: their residuals hold MoE costs the factor does "

@@ -9,7 +9,9 @@
   default does: `costmodel.fitted_rates.FP4_GEMM_RATE_FACTORS`); the sustained
   16-bit GEMM rate factor (`ExecutionOptions.sustained_gemm_rate_factor`), one value per
   generation with dense 16-bit rows and one shared value for the others; and the MoE
-  host-launch time (`ExecutionOptions.moe_host_launch_s`) and the MoE device time per token
+  host-launch time of a Python-level launch (`ExecutionOptions.moe_host_launch_s`), the host
+  time of a launch Transformer Engine issues per local expert
+  (`ExecutionOptions.moe_expert_launch_s`) and the MoE device time per token
   (`ExecutionOptions.moe_token_device_s`), one value each for all generations;
 - `leave_one_source_out`: for each source family, the model fitted on every other
   family, applied to that family's rows; the errors of those rows are out of sample.
@@ -33,13 +35,14 @@ from dataclasses import dataclass
 from validation_fit_params import FitGrid, FittedModel, is_fp4_key
 from validation_stats import FP4_SUFFIX, Outcome, grouped
 
-Predict = Callable[[str, float | None, float, float | None, float | None], float]
+Predict = Callable[[str, float | None, float, float | None, float | None, float | None], float]
 """(row id, low-precision GEMM rate factor, moe_host_launch_s, sustained_gemm_rate_factor,
-moe_token_device_s) -> predicted seconds per iteration of that row under those options; a
-factor None: the row's own. The low-precision factor is ``fp8_gemm_rate_factor`` for an FP8
-row and ``fp4_gemm_rate_factor`` for an NVFP4 row. A row ignores an option that does not
-apply to it (a bf16 row the low-precision factor, a dense row the launch time and the
-device time per token, a row without 16-bit GEMMs the sustained factor)."""
+moe_token_device_s, moe_expert_launch_s) -> predicted seconds per iteration of that row under
+those options; a factor, device time per token or expert launch time None: the row's own.
+The low-precision factor is ``fp8_gemm_rate_factor`` for an FP8 row and
+``fp4_gemm_rate_factor`` for an NVFP4 row. A row ignores an option that does not apply to it
+(a bf16 row the low-precision factor, a dense row the launch times and the device time per
+token, a row without 16-bit GEMMs the sustained factor)."""
 
 Progress = Callable[[str], None]
 """Receives one line per step of a long fit (`leave_one_source_out`); `no_progress` drops
@@ -54,8 +57,9 @@ LOW_PRECISION = ("fp8", "nvfp4")
 """Job precisions whose linear-layer GEMMs take a low-precision rate factor."""
 
 
-MoeTerms = tuple[float, float]
-"""The MoE parameters of a fit point: (moe_host_launch_s, moe_token_device_s)."""
+MoeTerms = tuple[float, float, float]
+"""The MoE parameters of a fit point: (moe_host_launch_s, moe_expert_launch_s,
+moe_token_device_s)."""
 
 FP8, SUSTAINED = "fp8", "sustained"
 """The two kinds of fitted factor: FP8 GEMM rate, sustained 16-bit GEMM rate."""
@@ -84,9 +88,9 @@ def _log_error(predicted_s: float, outcome: Outcome) -> float:
 
 def _row_error(o: Outcome, predict: Predict, point: Point, moe: MoeTerms) -> float:
     g = o.fit_key
-    host, token = moe
+    host, expert, token = moe
     return _log_error(
-        predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g)), token), o
+        predict(o.row_id, point.get((FP8, g)), host, point.get((SUSTAINED, g)), token, expert), o
     )
 
 
@@ -112,42 +116,48 @@ def _coordinate_descent(
     fixed: Point | None = None,
 ) -> tuple[Point, MoeTerms]:
     """Grid coordinate descent on `_objective` from the bare rates (factors 1), no host
-    floor (launch time 0) and no MoE device time per token: each factor, then the launch
-    time, then the device time per token, over its whole grid, until a round changes
-    nothing. ``keys`` maps each (kind, generation) to the fitted value it uses (several
-    generations share one value when they map to one key); ``fixed`` holds (kind,
+    floor (both launch times at their grid's least, 0 on the shipped grids) and no MoE
+    device time per token: each factor, then the Python-level launch time, then the
+    per-expert launch time, then the device time per token, over its whole grid, until a
+    round changes nothing. ``keys`` maps each (kind, generation) to the fitted value it uses
+    (several generations share one value when they map to one key); ``fixed`` holds (kind,
     generation) values that are not fitted. Ties: the larger factor, the smaller launch
     and device times."""
     candidates = {FP8: grid.fp8_factors, SUSTAINED: grid.sustained_factors}
     values = {(kind, k): max(candidates[kind]) for (kind, _), k in keys.items()}
     host = min(grid.host_launch_s) if rows.moe else 0.0
+    expert = min(grid.expert_launch_s) if rows.moe else 0.0
     token = min(grid.token_device_s) if rows.moe else 0.0
 
     def point(trial: dict[tuple[str, str], float]) -> Point:
         return (fixed or {}) | {(kind, g): trial[kind, k] for (kind, g), k in keys.items()}
 
     rounds = sum(map(len, candidates.values())) + len(grid.host_launch_s)
-    for _ in range(rounds + len(grid.token_device_s)):
-        before = (dict(values), host, token)
+    for _ in range(rounds + len(grid.expert_launch_s) + len(grid.token_device_s)):
+        before = (dict(values), host, expert, token)
         for key in sorted(values):
             values[key] = min(
                 sorted(candidates[key[0]], reverse=True),
                 key=lambda f, key=key: _objective(
-                    rows, predict, point(values | {key: f}), (host, token)
+                    rows, predict, point(values | {key: f}), (host, expert, token)
                 ),
             )
         if rows.moe:
             host = min(
                 sorted(grid.host_launch_s),
-                key=lambda h: _objective(rows, predict, point(values), (h, token)),
+                key=lambda h: _objective(rows, predict, point(values), (h, expert, token)),
+            )
+            expert = min(
+                sorted(grid.expert_launch_s),
+                key=lambda e: _objective(rows, predict, point(values), (host, e, token)),
             )
             token = min(
                 sorted(grid.token_device_s),
-                key=lambda t: _objective(rows, predict, point(values), (host, t)),
+                key=lambda t: _objective(rows, predict, point(values), (host, expert, t)),
             )
-        if (values, host, token) == before:
+        if (values, host, expert, token) == before:
             break
-    return point(values), (host, token)
+    return point(values), (host, expert, token)
 
 
 def _fit_rows(outcomes: list[Outcome]) -> FitRows:
@@ -170,7 +180,8 @@ def fit_model(
     outcomes: list[Outcome], predict: Predict, grid: FitGrid, *, per_generation: bool = False
 ) -> FittedModel:
     """The FP8 and NVFP4 GEMM rate factors, the sustained 16-bit GEMM rate factors, the MoE
-    host-launch time and the MoE device time per token fitted jointly on ``outcomes`` by
+    host-launch times (Python-level and per expert) and the MoE device time per token
+    fitted jointly on ``outcomes`` by
     grid coordinate descent (`_coordinate_descent`) on one objective: per generation the
     median |log(predicted / published)| of its dense FP8 rows, that of its dense NVFP4 rows
     and that of its dense 16-bit rows (robust to the rows' other residuals), plus the mean
@@ -189,11 +200,12 @@ def fit_model(
     as one factor. Then one descent fits the sustained factor of each generation with
     dense 16-bit rows, the FP8 factor (per generation with dense FP8 rows when
     ``per_generation``, else one for all), the NVFP4 factor (per generation with NVFP4 rows
-    when ``per_generation``, else one for all NVFP4 rows), the launch time and the device
-    time per token.
-    No MoE row: both 0 (no floor, no added time). A one-value ``grid.host_launch_s`` fixes
-    the launch time (`FitGrid.host_launch_fixed`), a one-value ``grid.token_device_s`` the
-    device time per token (`FitGrid.token_device_fixed`)."""
+    when ``per_generation``, else one for all NVFP4 rows), the two launch times and the
+    device time per token.
+    No MoE row: all three 0 (no floor, no added time). A one-value ``grid.host_launch_s``
+    fixes the Python-level launch time (`FitGrid.host_launch_fixed`), a one-value
+    ``grid.expert_launch_s`` the per-expert one (`FitGrid.expert_launch_fixed`), a one-value
+    ``grid.token_device_s`` the device time per token (`FitGrid.token_device_fixed`)."""
     rows = _fit_rows(outcomes)
     low_rows = [o for o in outcomes if o.precision in LOW_PRECISION]
     fp8_rows = [o for o in low_rows if not is_fp4_key(o.fit_key)]
@@ -214,7 +226,7 @@ def fit_model(
     fp8_keys = {(FP8, g): g if per_generation else "all" for g in own_fp8}
     fp4_keys = {(FP8, g): g if per_generation else FP4_SUFFIX for g in fp4_gens}
     keys = fp8_keys | fp4_keys | own
-    point, (host, token) = _coordinate_descent(rows, predict, grid, keys, fixed)
+    point, (host, expert, token) = _coordinate_descent(rows, predict, grid, keys, fixed)
     fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
     if per_generation and shared_fp8 is not None:
         fp8_factor = shared_fp8
@@ -250,6 +262,10 @@ def fit_model(
         if grid.host_launch_fixed
         else (host if rows.moe else 0.0),
         host_fitted_on=() if grid.host_launch_fixed else tuple(o.row_id for o in rows.moe),
+        moe_expert_launch_s=grid.expert_launch_s[0]
+        if grid.expert_launch_fixed
+        else (expert if rows.moe else 0.0),
+        expert_fitted_on=() if grid.expert_launch_fixed else tuple(o.row_id for o in rows.moe),
         moe_token_device_s=grid.token_device_s[0]
         if grid.token_device_fixed
         else (token if rows.moe else 0.0),
@@ -290,15 +306,15 @@ def _shared_sustained(rows: FitRows, predict: Predict, grid: FitGrid) -> float |
 
 def apply_model(outcomes: list[Outcome], predict: Predict, model: FittedModel) -> list[Outcome]:
     """Every row re-predicted with the model's FP8 and sustained factors of its generation
-    and its MoE host-launch time and device time per token (a row ignores what does not
-    apply to it); a factor or device time per token the model did not fit (None) keeps the
-    row's own."""
+    and its MoE launch times and device time per token (a row ignores what does not apply to
+    it); a factor, device time per token or per-expert launch time the model did not fit
+    (None) keeps the row's own."""
     result = []
     for o in outcomes:
         factor, sustained = model.factor(o.fit_key), model.sustained(o.fit_key)
         host = model.moe_host_launch_s if model.moe_host_launch_s is not None else 0.0
-        token = model.moe_token_device_s
-        predicted = predict(o.row_id, factor, host, sustained, token)
+        token, expert = model.moe_token_device_s, model.moe_expert_launch_s
+        predicted = predict(o.row_id, factor, host, sustained, token, expert)
         result.append(dataclasses.replace(o, predicted_s=predicted))
     return result
 
@@ -316,8 +332,9 @@ def leave_one_source_out(
     the family's rows. A generation left without FP8 (dense 16-bit) rows takes the FP8
     (sustained) factor fitted on all remaining such rows together, one without NVFP4 rows
     its FP8 factor (`FittedModel.factor`); without remaining MoE
-    rows the launch time and the device time per token are 0, unless the grid fixes them
-    (`FitGrid.host_launch_fixed`, `FitGrid.token_device_fixed`). ``progress`` gets one line
+    rows the launch times and the device time per token are 0, unless the grid fixes them
+    (`FitGrid.host_launch_fixed`, `FitGrid.expert_launch_fixed`,
+    `FitGrid.token_device_fixed`). ``progress`` gets one line
     per family before its refit."""
     predicted: list[Outcome] = []
     models: dict[str, FittedModel] = {}

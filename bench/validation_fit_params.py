@@ -34,11 +34,20 @@ class FitGrid:
     token_device_s: tuple[float, ...] = (0.0,)
     """Candidate `ExecutionOptions.moe_token_device_s` values; one value is a fixed input of
     every fit (`token_device_fixed`), as for the launch time."""
+    expert_launch_s: tuple[float, ...] = (0.0,)
+    """Candidate `ExecutionOptions.moe_expert_launch_s` values (the launches Transformer
+    Engine issues per local expert); one value is a fixed input of every fit
+    (`expert_launch_fixed`), as for the launch time."""
 
     @property
     def host_launch_fixed(self) -> bool:
         """Whether the launch time is a fixed input (one candidate)."""
         return len(self.host_launch_s) == 1
+
+    @property
+    def expert_launch_fixed(self) -> bool:
+        """Whether the per-expert launch time is a fixed input (one candidate)."""
+        return len(self.expert_launch_s) == 1
 
     @property
     def token_device_fixed(self) -> bool:
@@ -68,6 +77,13 @@ class FittedModel:
     the grid's one value when the grid fixes it (`FitGrid.host_launch_fixed`)."""
     host_fitted_on: tuple[str, ...] = ()
     """Row ids of the MoE rows that fitted it (and ``moe_token_device_s``)."""
+    moe_expert_launch_s: float | None = None
+    """moe_expert_launch_s for every GPU generation; 0 when no MoE row fitted it; the grid's
+    one value when the grid fixes it (`FitGrid.expert_launch_fixed`); None: each row keeps
+    its own."""
+    expert_fitted_on: tuple[str, ...] = ()
+    """Row ids of the MoE rows that fitted ``moe_expert_launch_s`` (none when the grid fixes
+    it)."""
     moe_token_device_s: float | None = None
     """moe_token_device_s for every GPU generation; 0 when no MoE row fitted it; the grid's
     one value when the grid has one."""

@@ -179,6 +179,8 @@ def report(
                 },
                 "moe_host_launch_s": fitted.moe_host_launch_s,
                 "moe_host_fitted_on": list(fitted.host_fitted_on),
+                "moe_expert_launch_s": fitted.moe_expert_launch_s,
+                "moe_expert_fitted_on": list(fitted.expert_fitted_on),
                 "moe_token_device_s": fitted.moe_token_device_s,
             }
             | sustained_report(fitted),
@@ -193,6 +195,9 @@ def report(
                 },
                 "moe_host_launch_s_by_left_out_source": {
                     family: m.moe_host_launch_s for family, m in loso_models.items()
+                },
+                "moe_expert_launch_s_by_left_out_source": {
+                    family: m.moe_expert_launch_s for family, m in loso_models.items()
                 },
                 "moe_token_device_s_by_left_out_source": {
                     family: m.moe_token_device_s for family, m in loso_models.items()
@@ -242,6 +247,7 @@ def other_choice(
         "fp8_gemm_rate_factor_by_generation": fitted.fp8_factors,
         "fp4_gemm_rate_factor_by_generation": fitted.fp4_factors,
         "moe_host_launch_s": fitted.moe_host_launch_s,
+        "moe_expert_launch_s": fitted.moe_expert_launch_s,
         "moe_token_device_s": fitted.moe_token_device_s,
         "sustained_gemm_rate_factor_by_generation": fitted.sustained_factors,
         "fitted": figures(apply_model(outcomes, predict, fitted)),

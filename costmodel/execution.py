@@ -28,7 +28,7 @@ from costmodel.execution_rules import (
     TpOverlapRsMethod,
     check_options,
 )
-from costmodel.fitted_rates import MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
+from costmodel.fitted_rates import MOE_EXPERT_LAUNCH_S, MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
 from costmodel.memory_allowances import Fp8Recipe
 from costmodel.optimizer_state import OptimizerDtype
 
@@ -136,7 +136,17 @@ class ExecutionOptions:
     `costmodel.runtimes.megatron.moe_experts.forward_host_floor_s`), which binds for
     fine-grained experts at small micro-batches; 0 turns the floor off (a fully
     graph-captured layer). A fitted figure (`MOE_HOST_LAUNCH_S`), not a measured launch
-    latency."""
+    latency. It prices the Python-level launches
+    (`costmodel.runtimes.megatron.moe_launches.MoeLaunches.python`); those Transformer Engine
+    issues per local expert from C++ take `moe_expert_launch_s`."""
+
+    moe_expert_launch_s: float = MOE_EXPERT_LAUNCH_S
+    """Host seconds per launch that Transformer Engine issues per local expert from C++
+    inside one Python call of ``GroupedLinear`` (a cuBLASLt GEMM per expert in
+    ``te_general_grouped_gemm``, a quantization per expert slice in ``split_quantize``:
+    `costmodel.runtimes.megatron.moe_launches.MoeLaunches.expert`), added to the same host
+    floor as `moe_host_launch_s`; 0 prices those launches at no host time. A value set before
+    a fit (`costmodel.fitted_rates.MOE_EXPERT_LAUNCH_S`), not a measured launch latency."""
 
     moe_token_device_s: float = MOE_TOKEN_DEVICE_S
     """Device seconds per token of a MoE layer (forward and backward together, per token of

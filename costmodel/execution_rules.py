@@ -172,6 +172,7 @@ def check_moe_and_overlap_fields(
     tp_overlap_rs_method: str,
     moe_load_imbalance: float,
     moe_host_launch_s: float,
+    moe_expert_launch_s: float,
     moe_token_device_s: float,
     cuda_graph_scopes: frozenset[str],
 ) -> None:
@@ -202,6 +203,11 @@ def check_moe_and_overlap_fields(
         raise SpecError(
             f"moe_host_launch_s must be >= 0, got {moe_host_launch_s!r}; 0 removes "
             "the host-launch floor of MoE layers"
+        )
+    if moe_expert_launch_s < 0.0:
+        raise SpecError(
+            f"moe_expert_launch_s must be >= 0, got {moe_expert_launch_s!r}; 0 prices the "
+            "launches Transformer Engine issues per local expert at no host time"
         )
     if moe_token_device_s < 0.0:
         raise SpecError(
@@ -272,6 +278,7 @@ def check_options(options: Any) -> None:
         tp_overlap_rs_method=options.tp_overlap_rs_method,
         moe_load_imbalance=options.moe_load_imbalance,
         moe_host_launch_s=options.moe_host_launch_s,
+        moe_expert_launch_s=options.moe_expert_launch_s,
         moe_token_device_s=options.moe_token_device_s,
         cuda_graph_scopes=options.cuda_graph_scopes,
     )

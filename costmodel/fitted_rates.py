@@ -1,6 +1,7 @@
 """Fitted constants of a Megatron-core training step: the per-generation GEMM rate factors,
 the MoE host-launch time (`MOE_HOST_LAUNCH_S`) and the MoE device time per token
-(`MOE_TOKEN_DEVICE_S`) fitted jointly with them.
+(`MOE_TOKEN_DEVICE_S`) fitted jointly with them, and the host time per launch that Transformer
+Engine issues per local expert (`MOE_EXPERT_LAUNCH_S`).
 
 Two multipliers on a profile's GEMM efficiency curves are fitted on the published runs
 (``published-runs-dev.csv``) rather than sourced, one value per GPU generation
@@ -204,7 +205,30 @@ The floor binds on rows with little GPU work per MoE layer
 figures price a Python-level module call on one host CPU and software release (Transformer
 Engine issue 2053: one Linear forward on Xeon and Grace hosts), not the launch count's mix
 of Python-level ops and C++-issued per-expert launches (docs/cost-model.md, "Host floor");
-`bench/validate_published.py --host-launch-us` fixes it instead of fitting it."""
+`bench/validate_published.py --host-launch-us` fixes it instead of fitting it. It prices the
+Python-level launches only (`costmodel.runtimes.megatron.moe_launches.MoeLaunches.python`);
+the launches Transformer Engine issues per local expert from C++ take `MOE_EXPERT_LAUNCH_S`."""
+
+
+MOE_EXPERT_LAUNCH_S = 10e-6
+"""Default `ExecutionOptions.moe_expert_launch_s`: host seconds per launch that Transformer
+Engine issues per local expert from C++ inside one Python call (`costmodel.runtimes.megatron.
+moe_launches.MoeLaunches.expert`): one cuBLASLt GEMM per expert in
+``te_general_grouped_gemm`` (`transformer_engine/pytorch/csrc/extensions/gemm.cpp`, a loop
+of ``nvte_cublas_gemm_v2`` over four compute streams in ``multi_stream_cublas_gemm``,
+`transformer_engine/common/gemm/cublaslt_gemm.cu`: per GEMM the operand wrappers, the
+cuBLASLt matrix layouts and matmul descriptor, ``cublasLtMatmulAlgoGetHeuristic`` and
+``cublasLtMatmul``), and one quantization per expert slice in ``split_quantize``
+(`pytorch/csrc/extensions/cast.cpp`, ``multi_tensor_quantize_impl``).
+
+A value set before the fit, not a fitted one: no published figure gives the host time of
+one C++-issued cuBLASLt GEMM. The nearest published figure is a loop of ``torch.matmul``
+of 512 x 512 bf16 operands, host-bound at 8.25-8.56 us per call (PyTorch issue 161822, one
+unnamed host, 2025), which holds a Python call and the ATen dispatch on top of the same
+cuBLASLt descriptor, heuristic and launch work; 10 us is that figure rounded up to the
+fit's grid. `bench/validate_published.py` fits it jointly with `MOE_HOST_LAUNCH_S` (grid 0,
+2, 5, 10, 20, 30, 50 us; ``fitted.moe_expert_launch_s`` of its ``--json``);
+``--expert-launch-us`` fixes it instead."""
 
 
 MOE_TOKEN_DEVICE_S = 200e-9

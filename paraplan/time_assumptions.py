@@ -25,8 +25,8 @@ from specs.plan import ParallelPlan
 HOST_DRIVEN_OVERLAP_LINE = (
     "  MoE all-to-all overlap (--overlap-moe-expert-parallel-comm) without a full-iteration "
     "CUDA graph: priced as the merged 1F1B step hides the exchange; the published runs that "
-    "drive it from the host gain less (8 dev-set rows predicted 5-32% fast, median -8% with "
-    "per-layer graphs and -30% without: bench/a2a_overlap.py --rows)"
+    "drive it from the host gain less (8 dev-set rows predicted 5-61% fast, median -8% with "
+    "per-layer graphs and -46% without: bench/a2a_overlap.py --rows)"
 )
 """The caveat `time_assumptions` adds where the overlap runs with host work in the step."""
 
@@ -76,7 +76,9 @@ def time_assumptions(
         per_token_ns = token_device_s(profile, options.moe_token_device_s) * 1e9
         lines.append(
             f"  MoE layers: {options.moe_host_launch_s * 1e6:g} us of host time per eager "
-            f"launch and {per_token_ns:.0f} ns of device time per token that no priced "
+            f"Python-level launch, {options.moe_expert_launch_s * 1e6:g} us per launch "
+            "Transformer Engine issues per local expert from C++, "
+            f"and {per_token_ns:.0f} ns of device time per token that no priced "
             f"kernel accounts for ({options.moe_token_device_s * 1e9:g} ns at "
             f"{MOE_TOKEN_DEVICE_HBM_GBPS:,.0f} GB/s of HBM, scaled to the profile's "
             f"{profile.device.hbm_GBps:,.0f}), fitted on {fitted_on} runs{unfitted}"

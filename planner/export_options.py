@@ -64,6 +64,7 @@ PRICING_FIELDS: dict[str, str] = {
     "fp4_gemm_rate_factor": "a rate factor fitted on published NVFP4 runs",
     "sustained_gemm_rate_factor": "a rate factor fitted on published runs",
     "moe_host_launch_s": "a host cost per kernel launch fitted on published runs",
+    "moe_expert_launch_s": "a host cost per per-expert kernel launch of Transformer Engine",
     "moe_token_device_s": "a device time per token fitted on published runs",
     "moe_load_imbalance": "the routing the data produces, not a setting",
     "allocator_fragmentation": "an allowance of the memory model",

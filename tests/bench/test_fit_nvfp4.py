@@ -32,7 +32,7 @@ def _seconds(row_id, factor):
     return c + w / (1.0 if factor is None else factor)
 
 
-def _predict(row_id, factor, host_s, sustained, token_s):
+def _predict(row_id, factor, host_s, sustained, token_s, expert_s=None):
     return _seconds(row_id, factor)
 
 

@@ -71,12 +71,14 @@ def test_fit_notes_read_the_refits_and_the_zoo_rows_from_the_result():
         "fitted": RESULT["fitted"]
         | {
             "moe_host_launch_s": 60e-6,
+            "moe_expert_launch_s": 10e-6,
             "moe_token_device_s": 200e-9,
             "sustained_gemm_rate_factor_by_generation": {},
         },
         "loso": RESULT["loso"]
         | {
             "moe_host_launch_s_by_left_out_source": {"MBRIDGE": 45e-6},
+            "moe_expert_launch_s_by_left_out_source": {"MBRIDGE": 5e-6},
             "moe_token_device_s_by_left_out_source": {"MBRIDGE": 125e-9},
             "by_source": {"MEGASCALE-T2": {"signed_median_error": -0.146}},
         },
@@ -85,6 +87,7 @@ def test_fit_notes_read_the_refits_and_the_zoo_rows_from_the_result():
     text = "\n".join(docs._fit_notes(result))
     assert "shared factor of the remaining dense FP8 rows (0.55, against 0.6 and 0.8" in text
     assert "host-launch time to 45 us (60 in sample)" in text
+    assert "issues per local expert to 5 us (10 in sample)" in text
     assert "device time per token to 125 ns (200 in sample)" in text
     assert "-20% (row 391), -32% (row 393) with it" in text
     assert "are 15% too fast (median)" in text

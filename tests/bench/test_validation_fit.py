@@ -33,7 +33,7 @@ def _shape(c, w=0.0, v=0.0, n=0.0):
 
 
 def _predictor(shapes):
-    return lambda row_id, f, h, s, t: shapes[row_id](f, h, s)
+    return lambda row_id, f, h, s, t, e=None: shapes[row_id](f, h, s)
 
 
 def _row(row_id, source, shape, truth, generation, precision="bf16", kind="dense"):

@@ -32,7 +32,7 @@ def _shape(c, w, n=0.0):
 
 def _predictor(shapes, calls=None):
     # These rows have no 16-bit GEMM part: the sustained factor does not move them.
-    def predict(row_id, factor, host_s, sustained=None, token_s=None):
+    def predict(row_id, factor, host_s, sustained=None, token_s=None, expert_s=None):
         if calls is not None:
             calls.append(row_id)
         return shapes[row_id](factor, host_s)

@@ -32,7 +32,7 @@ def _shape(c, k, n):
 
 
 def _predictor(shapes, seen=None):
-    def predict(row_id, factor, host_s, sustained, token_s):
+    def predict(row_id, factor, host_s, sustained, token_s, expert_s=None):
         if seen is not None:
             seen.append((row_id, token_s))
         return shapes[row_id](host_s, token_s)

@@ -40,7 +40,10 @@ def cost(
     kind: LayerKind = MOE_LAYER,
 ):
     options = dataclasses.replace(
-        DEFAULT_OPTIONS, moe_host_launch_s=launch_s, cuda_graph_scopes=scopes
+        DEFAULT_OPTIONS,
+        moe_host_launch_s=launch_s,
+        moe_expert_launch_s=launch_s,
+        cuda_graph_scopes=scopes,
     )
     ep = strided_group_placement(8, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
     groups = CommGroups(ep=ep)
@@ -49,15 +52,22 @@ def cost(
 
 def test_router_and_preprocess_scopes_capture_their_launches_only():
     total = moe_host_launches(16, False, "forward")
-    assert captured_moe_launches(frozenset(), total) == 0
-    assert captured_moe_launches(frozenset({"attn"}), total) == 0
-    assert captured_moe_launches(frozenset({"moe_router"}), total) == ROUTER_LAUNCHES
+
+    def captured(scopes: frozenset[str]) -> tuple[int, int]:
+        share = captured_moe_launches(scopes, total)
+        return share.python, share.expert
+
+    assert captured(frozenset()) == (0, 0)
+    assert captured(frozenset({"attn"})) == (0, 0)
+    # The router's and the preprocessing's launches are Python-level; the per-expert GEMMs
+    # run after the dispatch and stay eager.
+    assert captured(frozenset({"moe_router"})) == (ROUTER_LAUNCHES, 0)
     both = frozenset({"moe_router", "moe_preprocess"})
-    assert captured_moe_launches(both, total) == ROUTER_LAUNCHES + PREPROCESS_LAUNCHES
+    assert captured(both) == (ROUTER_LAUNCHES + PREPROCESS_LAUNCHES, 0)
     # Megatron-core accepts moe_preprocess only together with moe_router.
-    assert captured_moe_launches(frozenset({"moe_preprocess"}), total) == 0
+    assert captured(frozenset({"moe_preprocess"})) == (0, 0)
     for whole in ("moe", "layer", "full_iteration"):
-        assert captured_moe_launches(frozenset({whole}), total) == total
+        assert captured(frozenset({whole})) == (total.python, total.expert)
 
 
 def test_captured_launches_leave_the_host_floor_of_a_host_bound_pass():

@@ -34,7 +34,7 @@ TRANSFORMER = ModelSpec(
 HYBRID = TRANSFORMER.replace(name="hybrid", hybrid_layer_pattern="M-M*M-M-")
 ATTENTION, MLP, MAMBA = HYBRID_SYMBOLS["*"], HYBRID_SYMBOLS["-"], HYBRID_SYMBOLS["M"]
 JOB = TrainingJob(seq_length=4096, global_batch_size=64)
-NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
+NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
 
 
 @pytest.mark.parametrize(

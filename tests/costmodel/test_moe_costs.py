@@ -35,7 +35,7 @@ from specs.presets import get_preset
 H100 = load_profile("h100-sxm-80gb")
 QWEN = get_preset("qwen3-30b-a3b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=64)
-NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
+NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
 
 
 def ep_group(size: int):
@@ -80,10 +80,17 @@ def test_router_gemm_stays_out_of_low_precision(job_gemm, router_gemm):
 
 
 def test_launch_counts_grow_per_local_expert():
-    assert moe_host_launches(16, False, "forward") == FIXED_LAUNCHES["forward"] + 2 * 16
-    assert moe_host_launches(16, True, "forward") == FIXED_LAUNCHES["forward"] + 4 * 16
-    assert moe_host_launches(16, True, "backward") == FIXED_LAUNCHES["backward"] + 6 * 16
-    assert moe_host_launches(4, True, "backward") < moe_host_launches(16, True, "backward")
+    # Python-level: the dispatcher's fixed count plus GroupedLinear's general_grouped_gemm
+    # calls (2 forward, 4 backward) and, under FP8, its _split_quantize calls (2 and 2);
+    # per expert from C++: the GEMMs (2, 4) and, under FP8, the slice quantizations (2, 2).
+    bf16_f = moe_host_launches(16, False, "forward")
+    assert (bf16_f.python, bf16_f.expert) == (FIXED_LAUNCHES["forward"] + 2, 2 * 16)
+    fp8_f = moe_host_launches(16, True, "forward")
+    assert (fp8_f.python, fp8_f.expert) == (FIXED_LAUNCHES["forward"] + 4, 4 * 16)
+    fp8_b = moe_host_launches(16, True, "backward")
+    assert (fp8_b.python, fp8_b.expert) == (FIXED_LAUNCHES["backward"] + 6, 6 * 16)
+    assert moe_host_launches(4, True, "backward").python == fp8_b.python
+    assert moe_host_launches(4, True, "backward").expert < fp8_b.expert
 
 
 def test_host_bound_is_the_excess_over_gpu_time():
@@ -107,13 +114,15 @@ def test_ep_collectives_per_pass():
 
 def test_host_floor_binds_only_when_launches_outlast_the_kernels():
     plan = ParallelPlan(dp=8, ep=8)
-    launch_s = 50e-6
-    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
+    launch_s, expert_s = 50e-6, 10e-6
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, moe_host_launch_s=launch_s, moe_expert_launch_s=expert_s
+    )
     small = TrainingJob(seq_length=256, global_batch_size=64)
     gpu = moe_cost(plan, job=small)
     host = moe_cost(plan, options, job=small)
-    fwd_host = moe_host_launches(16, False, "forward") * launch_s
-    bwd_host = moe_host_launches(16, False, "backward") * launch_s
+    fwd_host = moe_host_launches(16, False, "forward").host_s(launch_s, expert_s)
+    bwd_host = moe_host_launches(16, False, "backward").host_s(launch_s, expert_s)
     assert gpu.forward.duration_s < fwd_host  # a short sequence: host-bound
     # The pass lasts its launches, plus one launch after the dropless synchronization.
     assert host.forward.duration_s == pytest.approx(fwd_host + launch_s)
@@ -127,7 +136,9 @@ def test_host_floor_binds_only_when_launches_outlast_the_kernels():
 def test_capacity_padding_has_no_synchronization_wait():
     plan = ParallelPlan(dp=8, ep=8)
     launch_s = 1e-9  # never binds, so only the synchronization wait differs
-    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, moe_host_launch_s=launch_s, moe_expert_launch_s=launch_s
+    )
     padded = QWEN.replace(moe_capacity_factor=1.0)
     groups = CommGroups(ep=ep_group(8))
     sync = moe_cost(plan, options).forward.compute_s - moe_cost(plan).forward.compute_s

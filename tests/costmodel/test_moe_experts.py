@@ -46,16 +46,41 @@ FUSED = dataclasses.replace(DEFAULT_OPTIONS, moe_fused_grouped_mlp=True)
 
 
 def test_grouped_linear_launches_repeat_per_expert_and_the_fused_mlp_does_not():
-    # GroupedLinear: FC1 and FC2 GEMM per expert (forward), dgrad and wgrad for each
-    # (backward); FP8 adds one split_quantize kernel per expert and operand.
-    assert expert_launches(16, False, "forward", fused=False) == 2 * 16
-    assert expert_launches(16, True, "forward", fused=False) == 4 * 16
-    assert expert_launches(16, True, "backward", fused=False) == 6 * 16
+    # GroupedLinear (TE grouped_linear.py _GroupedLinear): general_grouped_gemm is called once
+    # per projection in forward (FC1, FC2: 2 Python-level calls) and twice per projection in
+    # backward (dgrad, wgrad: 4); gemm.cpp te_general_grouped_gemm then issues one cuBLASLt
+    # GEMM per expert from C++ (2 x 16 forward, 4 x 16 backward). FP8 adds one _split_quantize
+    # call per projection and pass (2 + 2 Python-level) and, inside it, one quantization per
+    # expert slice (cast.cpp multi_tensor_quantize_impl: 2 x 16 more per pass).
+    assert expert_launches(16, False, "forward", fused=False) == (2, 2 * 16)
+    assert expert_launches(16, False, "backward", fused=False) == (4, 4 * 16)
+    assert expert_launches(16, True, "forward", fused=False) == (4, 4 * 16)
+    assert expert_launches(16, True, "backward", fused=False) == (6, 6 * 16)
     for local in (4, 16, 64):
-        assert expert_launches(local, True, "backward", fused=True) == 5
-    assert moe_host_launches(16, True, "forward", fused_mlp=True) == (
-        FIXED_LAUNCHES["forward"] + FUSED_MLP_LAUNCHES["forward"]
+        assert expert_launches(local, True, "backward", fused=True) == (5, 0)
+    fused = moe_host_launches(16, True, "forward", fused_mlp=True)
+    assert (fused.python, fused.expert) == (
+        FIXED_LAUNCHES["forward"] + FUSED_MLP_LAUNCHES["forward"],
+        0,
     )
+
+
+def test_biased_experts_add_python_level_launches_per_expert():
+    # Megatron-core experts.py TEGroupedMLP._apply_bias: torch.split of the FC2 output and
+    # the probs, then t + b * p per expert (2 PyTorch launches each, forward) and one
+    # torch.cat; backward: the multiply's two gradients, each a product and a row sum
+    # (4 per expert), and the concatenation's split (unfused_costs module docstring: 4 per
+    # expert plus one). All Python-level; the GEMMs per expert stay C++.
+    assert expert_launches(16, True, "forward", fused=False, biased=True) == (
+        4 + 2 * 16 + 1,
+        4 * 16,
+    )
+    assert expert_launches(16, False, "backward", fused=False, biased=True) == (
+        4 + 4 * 16 + 1,
+        4 * 16,
+    )
+    # The fused grouped MLP scales the bias in its epilogue: nothing per expert.
+    assert expert_launches(16, True, "forward", fused=True, biased=True) == (4, 0)
 
 
 def test_grouped_linear_quantizes_four_operands_in_one_kernel_per_expert():
@@ -210,16 +235,18 @@ def test_launches_after_the_synchronization_hide_only_behind_the_routed_experts(
     # attention cannot hide the expert launches issued after the token-count copy.
     launch_s = 50e-6
     scopes = frozenset({"attn", "moe_router", "moe_preprocess"})
-    options = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=launch_s)
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS, moe_host_launch_s=launch_s, moe_expert_launch_s=launch_s
+    )
     options = dataclasses.replace(options, cuda_graph_scopes=scopes, moe_token_device_s=50e-9)
-    kernels_only = dataclasses.replace(options, moe_host_launch_s=0.0)
+    kernels_only = dataclasses.replace(options, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
     job = TrainingJob(seq_length=16384, global_batch_size=64, precision="fp8")
     gpu = layer(job, kernels_only)
     routed_f = routed_experts(QWEN, PLAN, B200, 16384.0, 2, "fp8", GROUPS, kernels_only)[0]
     # The MoE block's device time per token runs after the synchronization too.
     token_f = unattributed_device_s(B200, 16384.0, options.moe_token_device_s)[0]
     after_sync_s = routed_f.duration_s + token_f
-    launches = moe_host_launches(16, True, "forward")
+    launches = moe_host_launches(16, True, "forward").total
     post_host = (launches - ROUTER_LAUNCHES - PREPROCESS_LAUNCHES) * launch_s
     assert post_host < gpu.forward.duration_s  # the whole-layer floor would not bind
     assert post_host > after_sync_s
@@ -229,10 +256,10 @@ def test_launches_after_the_synchronization_hide_only_behind_the_routed_experts(
 
 def test_fused_mlp_leaves_no_per_expert_host_floor():
     launch_s = 30e-6
-    options = dataclasses.replace(FUSED, moe_host_launch_s=launch_s)
-    kernels_only = dataclasses.replace(FUSED, moe_host_launch_s=0.0)
+    options = dataclasses.replace(FUSED, moe_host_launch_s=launch_s, moe_expert_launch_s=launch_s)
+    kernels_only = dataclasses.replace(FUSED, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
     job = TrainingJob(seq_length=8192, global_batch_size=64, precision="fp8")
-    host_b = moe_host_launches(16, True, "backward", fused_mlp=True) * launch_s
+    host_b = moe_host_launches(16, True, "backward", fused_mlp=True).total * launch_s
     gpu = layer(job, kernels_only)
     assert host_b < gpu.backward.duration_s
     assert layer(job, options).backward.duration_s == pytest.approx(gpu.backward.duration_s)
@@ -241,7 +268,9 @@ def test_fused_mlp_leaves_no_per_expert_host_floor():
 def test_device_time_per_token_adds_a_third_forward_and_two_thirds_backward():
     per_token_s = 200e-9
     job = TrainingJob(seq_length=8192, global_batch_size=64, precision="fp8")
-    bare = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_token_device_s=0.0)
+    bare = dataclasses.replace(
+        DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0, moe_token_device_s=0.0
+    )
     timed = dataclasses.replace(bare, moe_token_device_s=per_token_s)
     tokens = job.seq_length  # micro-batch 1, no TP or CP: every token of the sequence
     without, with_time = layer(job, bare), layer(job, timed)
@@ -257,7 +286,9 @@ def test_device_time_per_token_is_rerun_with_a_recomputed_moe_block_and_not_on_a
     per_token_s = 200e-9
     job = TrainingJob(seq_length=8192, global_batch_size=64, precision="bf16")
     plan = dataclasses.replace(PLAN, recompute="selective", recompute_modules=("moe",))
-    bare = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_token_device_s=0.0)
+    bare = dataclasses.replace(
+        DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0, moe_token_device_s=0.0
+    )
     timed = dataclasses.replace(bare, moe_token_device_s=per_token_s)
 
     def rerun(options: ExecutionOptions) -> float:

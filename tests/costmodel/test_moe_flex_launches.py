@@ -46,6 +46,7 @@ def options(dispatcher: str, launch_s: float, scopes: frozenset[str] = frozenset
         DEFAULT_OPTIONS,
         moe_dispatcher=dispatcher,
         moe_host_launch_s=launch_s,
+        moe_expert_launch_s=launch_s,
         cuda_graph_scopes=scopes,
     )
 
@@ -56,16 +57,18 @@ def layer(dispatcher: str, launch_s: float):
 
 
 def test_flex_counts_its_own_fixed_launches_and_keeps_the_per_expert_ones():
-    for direction, per_expert in (("forward", 4), ("backward", 6)):
+    # FP8 GroupedLinear: 4 forward / 6 backward Python-level calls (general_grouped_gemm
+    # and _split_quantize) and 4 / 6 C++ launches per local expert, whatever the dispatcher.
+    for direction, calls, per_expert in (("forward", 4, 4), ("backward", 6, 6)):
         flex = moe_host_launches(LOCAL, True, direction, dispatcher="flex")
         alltoall = moe_host_launches(LOCAL, True, direction, dispatcher="alltoall")
-        assert flex == FLEX_FIXED_LAUNCHES[direction] + per_expert * LOCAL
-        assert alltoall == FIXED_LAUNCHES[direction] + per_expert * LOCAL
-        assert flex < alltoall
+        assert flex.python == FLEX_FIXED_LAUNCHES[direction] + calls
+        assert alltoall.python == FIXED_LAUNCHES[direction] + calls
+        assert flex.expert == alltoall.expert == per_expert * LOCAL
+        assert flex.python < alltoall.python
     # The allgather dispatcher keeps the alltoall count (its own is not modelled).
-    assert moe_host_launches(LOCAL, True, "forward", dispatcher="allgather") == (
-        FIXED_LAUNCHES["forward"] + 4 * LOCAL
-    )
+    allgather = moe_host_launches(LOCAL, True, "forward", dispatcher="allgather")
+    assert (allgather.python, allgather.expert) == (FIXED_LAUNCHES["forward"] + 4, 4 * LOCAL)
 
 
 def test_flex_synchronizes_after_its_metadata_and_captures_only_its_preprocessing():
@@ -73,8 +76,12 @@ def test_flex_synchronizes_after_its_metadata_and_captures_only_its_preprocessin
     assert pre_sync_launches("flex") == FLEX_PRE_SYNC_LAUNCHES
     both = frozenset({"moe_router", "moe_preprocess"})
     total = moe_host_launches(LOCAL, True, "forward", dispatcher="flex")
-    assert captured_moe_launches(both, total, "flex") == ROUTER_LAUNCHES + FLEX_PREPROCESS_LAUNCHES
-    assert captured_moe_launches(both, total) == ROUTER_LAUNCHES + PREPROCESS_LAUNCHES
+    flex_share = captured_moe_launches(both, total, "flex")
+    assert (flex_share.python, flex_share.expert) == (
+        ROUTER_LAUNCHES + FLEX_PREPROCESS_LAUNCHES,
+        0,
+    )
+    assert captured_moe_launches(both, total).python == ROUTER_LAUNCHES + PREPROCESS_LAUNCHES
     assert captured_moe_launches(frozenset({"moe"}), total, "flex") == total
 
 
@@ -83,7 +90,7 @@ def test_host_bound_flex_backward_lasts_its_launches():
     # the pass lasts the host time of the flex dispatcher's launches.
     launch_s = 200e-6
     kernels = layer("flex", 0.0)
-    host_b = moe_host_launches(LOCAL, True, "backward", dispatcher="flex") * launch_s
+    host_b = moe_host_launches(LOCAL, True, "backward", dispatcher="flex").total * launch_s
     assert host_b > kernels.backward.duration_s
     assert layer("flex", launch_s).backward.duration_s == pytest.approx(host_b)
 
@@ -98,7 +105,7 @@ def test_host_bound_flex_forward_counts_launches_after_its_own_sync_point():
     after_sync_s = (
         routed_f.duration_s + unattributed_device_s(B200, 4096.0, opts.moe_token_device_s)[0]
     )
-    launches = moe_host_launches(LOCAL, True, "forward", dispatcher="flex")
+    launches = moe_host_launches(LOCAL, True, "forward", dispatcher="flex").total
     host = launches * launch_s
     post_host = (launches - FLEX_PRE_SYNC_LAUNCHES) * launch_s
     gpu = kernels.forward.duration_s

@@ -31,7 +31,7 @@ from specs.presets import get_preset
 B200 = load_profile("b200")
 QWEN = get_preset("qwen3-30b-a3b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
-EAGER = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
+EAGER = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
 OVERLAP = dataclasses.replace(EAGER, moe_a2a_overlap=True)
 
 

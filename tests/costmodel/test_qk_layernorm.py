@@ -24,7 +24,7 @@ QWEN3_30B = get_preset("qwen3-30b-a3b")
 LLAMA = get_preset("llama3-8b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=64, precision="bf16")
 B200 = load_profile("b200")
-DEVICE_ONLY = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
+DEVICE_ONLY = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
 """No MoE host-launch floor, so a MoE layer's passes last their device work."""
 
 

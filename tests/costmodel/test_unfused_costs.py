@@ -32,7 +32,7 @@ B200 = load_profile("b200")
 GPT_OSS = get_preset("gpt-oss-120b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=1280)
 PLAN = ParallelPlan(dp=64, ep=8, micro_batch_size=4)
-NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0)
+NO_HOST = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
 TOKENS = 4 * 4096
 QK_WIDTH = (64 + 8) * 64  # 64 query heads and 8 key heads of 64 on one rank (tp 1)
 

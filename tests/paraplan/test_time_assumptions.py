@@ -8,6 +8,8 @@ import dataclasses
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from costmodel.fitted_rates import (
     FP8_GEMM_RATE_FACTORS,
+    MOE_EXPERT_LAUNCH_S,
+    MOE_HOST_LAUNCH_S,
     MOE_TOKEN_DEVICE_HBM_GBPS,
     MOE_TOKEN_DEVICE_S,
     SUSTAINED_GEMM_RATE_SHARED,
@@ -36,7 +38,9 @@ def test_a_moe_fp8_job_on_h100_names_both_fitted_moe_figures_and_where_they_were
     text = lines(QWEN, FP8, H100)
     assert f"FP8 GEMMs at {FP8_GEMM_RATE_FACTORS['hopper']:g} of the profile's rate" in text
     assert "(fitted for hopper)" in text
-    assert "us of host time per eager launch" in text
+    assert f"{MOE_HOST_LAUNCH_S * 1e6:g} us of host time per eager Python-level launch" in text
+    expert_us = MOE_EXPERT_LAUNCH_S * 1e6
+    assert f"{expert_us:g} us per launch Transformer Engine issues per local expert" in text
     scaled_ns = MOE_TOKEN_DEVICE_S * 1e9 * MOE_TOKEN_DEVICE_HBM_GBPS / H100.device.hbm_GBps
     assert f"{scaled_ns:.0f} ns of device time per token" in text
     assert (

@@ -12,7 +12,8 @@ group, forward 2 and backward 2, each of top_k·tokens·h·e bytes per rank (x c
 factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
 reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
 expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a MoE layer
-pass (`ExecutionOptions.moe_host_launch_s`): `costmodel.runtimes.megatron.moe_launches`;
+pass (`ExecutionOptions.moe_host_launch_s`, `ExecutionOptions.moe_expert_launch_s`):
+`costmodel.runtimes.megatron.moe_launches`;
 the fitted device time per token no priced kernel accounts for
 (`ExecutionOptions.moe_token_device_s`): `moe_experts.unattributed_device_s`;
 a LoRA job's adapters (its base blocks frozen):
@@ -347,42 +348,54 @@ def _moe_host_floor(
     routed_forward_s: float,
 ) -> tuple[PassCost, PassCost]:
     """Host-bound time a MoE layer adds per pass: its launches
-    (`moe_launches.moe_host_launches`) at `ExecutionOptions.moe_host_launch_s` each, against the
-    whole layer's kernels and exposed communication. Launches inside CUDA-graph-captured
-    scopes (`ExecutionOptions.cuda_graph_scopes`, `moe_launches.captured_moe_launches`) cost no
+    (`moe_launches.moe_host_launches`), the Python-level ones at
+    `ExecutionOptions.moe_host_launch_s` each and those Transformer Engine issues per local
+    expert from C++ at `ExecutionOptions.moe_expert_launch_s` each
+    (`moe_launches.MoeLaunches.host_s`), against the whole layer's kernels and exposed
+    communication. Launches inside CUDA-graph-captured scopes
+    (`ExecutionOptions.cuda_graph_scopes`, `moe_launches.captured_moe_launches`) cost no
     host time. Dropless routing (no capacity factor) synchronizes the stream once per
-    forward on the received token counts: the device then waits one launch for the next
-    kernel, and the launches after the router and the dispatch preprocessing
+    forward on the received token counts: the device then waits one Python-level launch for
+    the next kernel, and the launches after the router and the dispatch preprocessing
     (`moe_launches.pre_sync_launches`, by `ExecutionOptions.moe_dispatcher`) hide only
     behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
     combine; its router kernels, which run before the synchronization, are a small part:
     `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
     does not synchronize (`moe_launches.host_bound_s`). A latent MoE layer adds its
-    projections' launches (`moe_latent.latent_launches`)."""
-    launch_s = options.moe_host_launch_s
+    projections' launches (`moe_latent.latent_launches`, Python-level)."""
+    python_s, expert_s = options.moe_host_launch_s, options.moe_expert_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
-    fp8 = x.dtype in LOW_PRECISION_GEMM_DTYPES  # NVFP4 experts launch what FP8 ones do
     fused = options.moe_fused_grouped_mlp
-    scopes = options.cuda_graph_scopes
-    disp = options.moe_dispatcher
-    launches_f = moe_host_launches(local, fp8, "forward", fused_mlp=fused, dispatcher=disp)
-    launches_b = moe_host_launches(local, fp8, "backward", fused_mlp=fused, dispatcher=disp)
-    host_f = (launches_f - captured_moe_launches(scopes, launches_f, disp)) * launch_s
-    host_b = (launches_b - captured_moe_launches(scopes, launches_b, disp)) * launch_s
-    latent = latent_launches(model, fp8, scopes)
-    host_f += (latent.forward - latent.captured_forward) * launch_s
-    host_b += (latent.backward - latent.captured_backward) * launch_s
+    scopes, disp = options.cuda_graph_scopes, options.moe_dispatcher
+    launches = {
+        d: moe_host_launches(
+            local,
+            x.dtype in LOW_PRECISION_GEMM_DTYPES,  # NVFP4 experts launch what FP8 ones do
+            d,
+            fused_mlp=fused,
+            dispatcher=disp,
+            biased=model.add_bias_linear,
+        )
+        for d in ("forward", "backward")
+    }
+    eager = {d: n.minus(captured_moe_launches(scopes, n, disp)) for d, n in launches.items()}
+    latent = latent_launches(model, x.dtype in LOW_PRECISION_GEMM_DTYPES, scopes)
+    host_f = eager["forward"].host_s(python_s, expert_s)
+    host_f += (latent.forward - latent.captured_forward) * python_s
+    host_b = eager["backward"].host_s(python_s, expert_s)
+    host_b += (latent.backward - latent.captured_backward) * python_s
     dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
     extra_f = host_bound_s(forward.duration_s, host_f)
     if dropless:
-        post_sync = max(launches_f - pre_sync_launches(disp), 0) * launch_s
-        post_sync += (latent.forward - latent.pre_sync) * launch_s
+        after = launches["forward"]
+        post_sync = max(after.python - pre_sync_launches(disp), 0) * python_s
+        post_sync += after.expert * expert_s + (latent.forward - latent.pre_sync) * python_s
         extra_f = forward_host_floor_s(
             layer_gpu_s=forward.duration_s,
             post_sync_gpu_s=min(routed_forward_s, forward.duration_s),
             host_s=host_f,
             post_sync_host_s=post_sync,
         )
-        extra_f += launch_s
+        extra_f += python_s
     extra_b = host_bound_s(backward.duration_s, host_b)
     return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)

@@ -27,6 +27,35 @@ Two implementations (`ExecutionOptions.moe_fused_grouped_mlp`):
 
 Quantizing one operand reads it in bf16 and writes the row-wise and column-wise FP8
 copies (`costmodel.fp8_quantization.fp8_quantize_time_s`).
+
+Host launches of ``GroupedLinear`` (`expert_launches`), in two kinds with two prices
+(`ExecutionOptions.moe_host_launch_s`, `ExecutionOptions.moe_expert_launch_s`):
+
+- Python-level, a fixed number per pass (`GROUPED_LINEAR_CALLS`,
+  `GROUPED_QUANTIZE_CALLS`): each projection's ``_GroupedLinear.forward`` makes one
+  ``general_grouped_gemm`` call (`transformer_engine/pytorch/cpp_extensions/gemm.py`), and
+  its backward one for the dgrad and one for the wgrad; under FP8 each forward makes one
+  ``_split_quantize`` call on its input and each backward one on its output gradient. Each
+  call runs its Python and pybind11 layer once, whatever the number of experts, and
+  ``multi_stream_cublas_gemm`` records and waits on the compute-stream events once per
+  call.
+- Per local expert, issued from C++ inside those calls (`UNFUSED_EXPERT_LAUNCHES`,
+  `UNFUSED_EXPERT_FP8_LAUNCHES`): ``te_general_grouped_gemm``
+  (`pytorch/csrc/extensions/gemm.cpp`) builds the operand wrappers and calls
+  ``nvte_multi_tensor_gemm``, whose loop issues ``nvte_cublas_gemm_v2`` once per expert
+  (cuBLASLt layouts, heuristic query and ``cublasLtMatmul`` each time);
+  ``split_quantize`` (`pytorch/csrc/extensions/cast.cpp`) quantizes the expert slices in
+  ``multi_tensor_quantize_impl``, one ``quantize`` per slice except under delayed scaling
+  (one ``nvte_multi_cast_transpose``; counted per expert all the same). Megatron-core's
+  ``TEGroupedMLP`` adds no per-expert Python loop around them in the unfused path except
+  ``_apply_bias`` for biased experts (`megatron/core/transformer/moe/experts.py`: a
+  ``torch.split`` of the FC2 output and the probs and one multiply-add per expert, Python
+  level: `costmodel.runtimes.megatron.unfused_costs.EXPERT_BIAS_KERNELS_PER_EXPERT`); its
+  ``tokens_per_expert.tolist()`` is the host copy the dispatcher's synchronization already
+  waits for. TE's Python loops over the experts that launch nothing per microbatch (the
+  per-weight ``quantize_weight`` loop, which quantizes only on the first microbatch of an
+  iteration, the list comprehensions of ``general_grouped_gemm``, the per-weight
+  gradient-accumulation hooks) are not counted.
 """
 
 from __future__ import annotations
@@ -34,17 +63,28 @@ from __future__ import annotations
 from costmodel.fitted_rates import token_device_s as scaled_token_device_s
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.memory_allowances import QuantRecipe
+from costmodel.runtimes.megatron.unfused_costs import EXPERT_BIAS_KERNELS_PER_EXPERT
 from profiles.schema import HardwareProfile
 
 UNFUSED_EXPERT_LAUNCHES = {"forward": 2, "backward": 4}
-"""Launches per local expert and pass of TE ``GroupedLinear`` without FP8: one cuBLASLt
+"""C++ launches per local expert and pass of TE ``GroupedLinear`` without FP8: one cuBLASLt
 GEMM per expert for FC1 and FC2 in forward, a dgrad and a wgrad GEMM for each in backward
-(module docstring)."""
+(``te_general_grouped_gemm``; module docstring)."""
 
 UNFUSED_EXPERT_FP8_LAUNCHES = {"forward": 2, "backward": 2}
-"""Extra launches per local expert and pass under FP8 with ``GroupedLinear``: one
+"""Extra C++ launches per local expert and pass under FP8 with ``GroupedLinear``: one
 quantization of each expert's slice of FC1's and FC2's input in forward, of FC2's and
 FC1's output gradient in backward (``tex.split_quantize``)."""
+
+GROUPED_LINEAR_CALLS = {"forward": 2, "backward": 4}
+"""Python-level ``general_grouped_gemm`` calls of TE ``GroupedLinear`` per pass, whatever
+the number of experts: FC1 and FC2 in forward, the dgrad and the wgrad of each in backward
+(`transformer_engine/pytorch/module/grouped_linear.py`, ``_GroupedLinear.forward`` and
+``backward``; module docstring)."""
+
+GROUPED_QUANTIZE_CALLS = {"forward": 2, "backward": 2}
+"""Extra Python-level ``_split_quantize`` calls per pass under FP8: FC1's and FC2's input in
+forward, FC2's and FC1's output gradient in backward (same source)."""
 
 FUSED_MLP_LAUNCHES = {"forward": 4, "backward": 5}
 """Launches of the fused grouped MLP per pass, whatever the number of experts: forward
@@ -54,15 +94,26 @@ dgrad-dSwiGLU kernel, FC1's dgrad and the two weight-gradient grouped GEMMs (mod
 docstring)."""
 
 
-def expert_launches(local_experts: int, fp8: bool, direction: str, *, fused: bool) -> int:
-    """Kernel launches of the local experts' MLP in one pass (`UNFUSED_EXPERT_LAUNCHES`,
-    `UNFUSED_EXPERT_FP8_LAUNCHES`, `FUSED_MLP_LAUNCHES`)."""
+def expert_launches(
+    local_experts: int, fp8: bool, direction: str, *, fused: bool, biased: bool = False
+) -> tuple[int, int]:
+    """(Python-level, per-expert C++) launches of the local experts' MLP in one pass (module
+    docstring). ``GroupedLinear``: `GROUPED_LINEAR_CALLS` (+ `GROUPED_QUANTIZE_CALLS` under
+    ``fp8``) Python-level, `UNFUSED_EXPERT_LAUNCHES` (+ `UNFUSED_EXPERT_FP8_LAUNCHES`) per
+    local expert from C++, and with ``biased`` experts ``_apply_bias``'s Python-level
+    `unfused_costs.EXPERT_BIAS_KERNELS_PER_EXPERT` per local expert plus its concatenation.
+    The fused grouped MLP: `FUSED_MLP_LAUNCHES`, Python-level (TE's op fuser issues each
+    kernel once per pass; its bias is scaled in the GEMM epilogue)."""
     if fused:
-        return FUSED_MLP_LAUNCHES[direction]
+        return FUSED_MLP_LAUNCHES[direction], 0
+    python = GROUPED_LINEAR_CALLS[direction]
     per_expert = UNFUSED_EXPERT_LAUNCHES[direction]
     if fp8:
+        python += GROUPED_QUANTIZE_CALLS[direction]
         per_expert += UNFUSED_EXPERT_FP8_LAUNCHES[direction]
-    return per_expert * local_experts
+    if biased:
+        python += EXPERT_BIAS_KERNELS_PER_EXPERT[direction] * local_experts + 1
+    return python, per_expert * local_experts
 
 
 def expert_fp8_quantize_s(
@@ -89,10 +140,9 @@ def expert_fp8_quantize_s(
     kernels (``multi_tensor_quantize_impl`` calls ``Float8CurrentScalingQuantizer::
     quantize`` per slice; no TP amax reduction in ``grouped_linear.py``). Their host
     launches are not added to `UNFUSED_EXPERT_FP8_LAUNCHES`: they are C++ calls inside one
-    quantization, not the Python-level launches `ExecutionOptions.moe_host_launch_s`
-    prices. Fused grouped MLP: only FC1's input (forward) and FC2's output gradient
-    (backward), one quantization each (under current scaling one grouped amax pass first:
-    ``compute_grouped_fp8_current_scaling_amax_and_scale`` in TE
+    quantization of a slice, counted with it. Fused grouped MLP: only FC1's input (forward)
+    and FC2's output gradient (backward), one quantization each (under current scaling one
+    grouped amax pass first: ``compute_grouped_fp8_current_scaling_amax_and_scale`` in TE
     `pytorch/csrc/extensions/cast.cpp`); the other two are written by GEMM epilogues
     (module docstring)."""
 
