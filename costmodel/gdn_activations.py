@@ -13,15 +13,20 @@ Hv/t value heads (`_GDNBase.__init__`); the column-parallel ``in_proj`` maps h -
 
 Training (`GatedDeltaNet.forward`, no packed sequences, not deterministic mode) runs
 flash-linear-attention's kernels (fla-org/flash-linear-attention): ``causal_conv1d`` with
-SiLU on q, k, v (``fla/modules/convolution.py``: its autograd function saves its input
-and recomputes the activation), the fused gate preparation
-(`_prepare_input_for_gated_delta_rule`: ``l2norm`` on q and k, ``fla/modules/l2norm.py``,
-which saves its output and fp32 reciprocal norms; q and k repeated to the Hv value heads;
-the fp32 decay g = -exp(A_log)·softplus(alpha + dt_bias) and beta = sigmoid(beta)),
-``chunk_gated_delta_rule`` (``fla/ops/gated_delta_rule/chunk.py``,
-`ChunkGatedDeltaRuleFunction`: it saves q, k, v, the chunk-local cumulative decay g in
-fp32, beta and the WY representation ``A``, Hv x BT per token with BT =
-`GDN_CHUNK_TOKENS`, in the input dtype; its backward recomputes the chunk states), then
+SiLU on q, k, v (default Triton backend, ``fla/modules/conv/triton/ops.py``
+`CausalConv1dFunction.forward`: it saves its input and recomputes the activation), the
+fused gate preparation (`_prepare_input_for_gated_delta_rule`: ``l2norm`` on q and k,
+``fla/modules/l2norm.py`` `L2NormFunction`, which saves its output and fp32 reciprocal
+norms; q and k repeated to the Hv value heads; the fp32 decay
+g = -exp(A_log)·softplus(alpha + dt_bias) and beta = sigmoid(beta)),
+``chunk_gated_delta_rule`` (FLA bc3b101d ``fla/ops/gated_delta_rule/chunk.py``,
+`ChunkGatedDeltaRuleFunction.forward`'s ``save_for_backward``: q, k, v, the chunk-local
+cumulative decay g in fp32 (``chunk_local_cumsum``, ``output_dtype=torch.float``), beta
+(``beta_raw`` is the same tensor, the sigmoid running outside the kernel), and the WY
+representation ``A``, Hv x BT per token with BT = `GDN_CHUNK_TOKENS`, in k's dtype
+(``chunk_fwd.py`` `chunk_gated_delta_rule_fwd_intra`); ``q_rstd`` and ``k_rstd`` are None,
+Megatron calling it with ``use_qk_l2norm_in_kernel=False``, and so is the initial state;
+its backward, `chunk_gated_delta_rule_bwd`, recomputes w, u and the chunk states), then
 the gated RMSNorm (`_apply_gated_norm`: ``out_norm`` over each head's dv channels, times
 SiLU of z) and ``out_proj``.
 

@@ -10,9 +10,9 @@ Sources: Megatron-core d98e8a64 ``megatron/core/ssm/gated_delta_net/gdn.py``
 ``TELayerNormColumnParallelLinear`` h -> 2·K + 2·V + 2·Hv, ``out_proj`` a row-parallel
 ``TERowParallelLinear`` V -> h, both without bias; `_prepare_input_for_gated_delta_rule`,
 `_apply_gated_norm`), and flash-linear-attention's kernels (fla-org/flash-linear-attention
-``fla/ops/gated_delta_rule/chunk.py``: ``chunk_gated_delta_rule_fwd`` and ``_bwd``, built
-on ``fla/ops/common/chunk_scaled_dot_kkt.py``, ``fla/ops/utils/solve_tril.py``,
-``fla/ops/gated_delta_rule/wy_fast.py``, ``fla/ops/common/chunk_delta_h.py`` and
+bc3b101d ``fla/ops/gated_delta_rule/chunk.py``: ``chunk_gated_delta_rule_fwd`` and ``_bwd``,
+built on ``fla/ops/gated_delta_rule/chunk_fwd.py`` (the fused K·Kᵀ and blockwise inverse at
+chunk 64), ``fla/ops/gated_delta_rule/wy_fast.py``, ``fla/ops/common/chunk_delta_h.py`` and
 ``fla/ops/common/chunk_o.py``; the algorithm: Yang, Kautz & Hatamizadeh 2024, "Gated Delta
 Networks", arXiv 2412.06464, §3.3, the WY representation of chunked delta-rule updates).
 
@@ -83,70 +83,127 @@ def delta_chunks(x: LayerShape) -> tuple[int, int]:
     return x.micro_batch * math.ceil(seq / c), c
 
 
-def delta_rule_gemms(
-    model: ModelSpec, x: LayerShape, direction: Literal["forward", "backward"]
-) -> dict[str, BatchedGemm]:
-    """The matmuls of the chunked gated delta rule on one rank, one batched GEMM per
-    (chunk, value head), by name (FLA ``chunk.py``, module docstring); C the chunk length,
-    dk and dv the head dims.
+SOLVE_SUBCHUNKS = 4
+"""Sub-chunks of a chunk in the fused forward's blockwise inverse (FLA
+``fla/ops/gated_delta_rule/chunk_fwd.py`` `chunk_gated_delta_rule_fwd_intra`: ``BC = 16``
+at ``BT = 64``, four diagonal blocks)."""
 
-    Forward (``chunk_gated_delta_rule_fwd``): ``kkt`` β·K·Kᵀ within the chunk (C x dk ·
-    dk x C, ``chunk_scaled_dot_kkt_fwd``); ``solve_tril`` the inverse of the unit lower
-    triangular I + A (``solve_tril``, blockwise; priced as one C x C x C product, an upper
-    bound of its work); ``w`` and ``u`` the WY factors A·(β·K·exp g) and A·(β·V)
-    (``recompute_w_u_fwd``); ``v_new`` W·S and ``states`` Kᵀ·V_new, the chunk-to-chunk
-    recurrence (``chunk_gated_delta_rule_fwd_h``); ``o_states`` Q·S, ``o_scores`` Q·Kᵀ and
-    ``o_intra`` (masked scores)·V_new (``chunk_fwd_o``).
+TF32_RATE_RATIO = 2
+"""BF16 over TF32 dense tensor-core rate, the same on every device of
+``reference/hardware.md`` §1a (H100 SXM 989 / 494.7 TFLOP/s, B200 2250 / 1125)."""
 
-    Backward (``chunk_gated_delta_rule_bwd``) recomputes ``w``, ``u``, ``v_new`` and
-    ``states``, then: ``dv_scores`` K·Qᵀ and ``dv_local`` (masked)ᵀ·dO
-    (``chunk_bwd_dv_local``); ``dh_q`` Qᵀ·dO, ``dh_w`` Wᵀ·dV and ``dv_states`` K·dS, the
-    reverse recurrence (``chunk_gated_delta_rule_bwd_dhu``); ``dq_states`` dO·Sᵀ,
-    ``dq_intra`` dScores·K, ``dk_states`` V_new·dSᵀ, ``dk_intra`` dScoresᵀ·Q, ``dw``
-    dV·Sᵀ and ``d_scores`` dO·V_newᵀ (``chunk_bwd_dqkwg``); ``dA_w`` dW·(β·K)ᵀ, ``dA_u``
-    dU·(β·V)ᵀ, ``dk_wy`` Aᵀ·dW, ``dv_wy`` Aᵀ·dU, ``dA_inverse`` twice C x C x C through the
-    inverse, and ``dk_kkt`` twice dA·K (``prepare_wy_repr_bwd``). ``x`` is the layer's
-    shape; under context parallelism the rule runs over the whole sequence at Hv/(tp·cp)
-    heads."""
-    w = gdn_widths(model, x.tp, x.cp)
-    chunks, c = delta_chunks(scan_shape(x))
-    heads = chunks * max(round(w.value_heads), 1)
-    dk, dv = w.key_head_dim, w.value_head_dim
-    recomputed = {
+
+def delta_rule_forward_gemms(heads: int, c: int, dk: int, dv: int) -> dict[str, BatchedGemm]:
+    """The ``tl.dot`` products of FLA's forward (`chunk_gated_delta_rule_fwd`) over ``heads``
+    (chunk, value head) pairs with chunk length c and sub-chunk length c/4.
+
+    - `chunk_gated_delta_rule_fwd_kkt_solve_kernel` (``chunk_fwd.py``): ``kkt`` the ten
+      lower-triangular sub-blocks of K·Kᵀ (c/4 x dk · dk x c/4 each); ``solve_tril`` the
+      block merge of the inverse, sixteen c/4-cube products (two each for the three
+      first sub-diagonal blocks, three each for the two second, four for the corner), TF32
+      (`delta_rule_gemms_s`); the forward substitution on the diagonal blocks is
+      element-wise work in registers, not priced.
+    - `recompute_w_u_fwd_kernel` (``wy_fast.py``): ``u`` A·(β·V), ``w`` A·(β·K·exp g).
+    - `chunk_gated_delta_rule_fwd_kernel_h_blockdim64` (``fla/ops/common/chunk_delta_h.py``):
+      ``v_new`` W·S, ``states`` Kᵀ·V_new.
+    - `chunk_fwd_kernel_o` (``fla/ops/common/chunk_o.py``, one V block at BV = dv):
+      ``o_states`` Q·S, ``o_scores`` Q·Kᵀ, ``o_intra`` (masked scores)·V_new."""
+    sub = max(c // SOLVE_SUBCHUNKS, 1)
+    return {
+        "kkt": BatchedGemm(10 * heads, sub, sub, dk),
+        "solve_tril": BatchedGemm(16 * heads, sub, sub, sub),
+        **delta_rule_recomputed_gemms(heads, c, dk, dv),
+        "o_states": BatchedGemm(heads, c, dv, dk),
+        "o_scores": BatchedGemm(heads, c, c, dk),
+        "o_intra": BatchedGemm(heads, c, dv, c),
+    }
+
+
+def delta_rule_recomputed_gemms(heads: int, c: int, dk: int, dv: int) -> dict[str, BatchedGemm]:
+    """The products the forward runs and the backward reruns (`chunk_gated_delta_rule_bwd`
+    calls `recompute_w_u_fwd` and `chunk_gated_delta_rule_fwd_h` again): ``w``, ``u``,
+    ``v_new`` and ``states`` (`delta_rule_forward_gemms`)."""
+    return {
         "w": BatchedGemm(heads, c, dk, c),
         "u": BatchedGemm(heads, c, dv, c),
         "v_new": BatchedGemm(heads, c, dv, dk),
         "states": BatchedGemm(heads, dk, dv, c),
     }
-    if direction == "forward":
-        return {
-            "kkt": BatchedGemm(heads, c, c, dk),
-            "solve_tril": BatchedGemm(heads, c, c, c),
-            **recomputed,
-            "o_states": BatchedGemm(heads, c, dv, dk),
-            "o_scores": BatchedGemm(heads, c, c, dk),
-            "o_intra": BatchedGemm(heads, c, dv, c),
-        }
+
+
+def delta_rule_backward_gemms(heads: int, c: int, dk: int, dv: int) -> dict[str, BatchedGemm]:
+    """The ``tl.dot`` products of FLA's backward (`chunk_gated_delta_rule_bwd`), 24 per
+    (chunk, value head) at dk, dv <= 128 (one K and one V block on Hopper and later):
+
+    - the four of `delta_rule_recomputed_gemms`;
+    - `chunk_bwd_kernel_dv_local` (``chunk_o.py``): ``dv_scores`` K·Qᵀ, ``dv_local``
+      (masked)ᵀ·dO;
+    - `chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64` (``chunk_delta_h.py``):
+      ``dv_states`` K·dS, ``dh_q`` Qᵀ·dO, ``dh_w`` Wᵀ·dV;
+    - `chunk_bwd_kernel_dqkwg` (``chunk_o.py``): ``d_scores`` dO·V_newᵀ, ``dq_states``
+      dO·Sᵀ, ``dk_states`` V_new·dSᵀ, ``dw`` dV·Sᵀ, ``dq_intra`` dScores·K, ``dk_intra``
+      dScoresᵀ·Q;
+    - `prepare_wy_repr_bwd_kernel` (``wy_fast.py``): ``dA_w`` dW·(β·K·exp g)ᵀ, ``dk_wy``
+      A·dW, ``dA_u`` dU·(β·V)ᵀ, ``dv_wy`` A·dU, ``dA_inverse`` dA·A and A·dA, ``kkt_wy``
+      K·Kᵀ rebuilt whole, ``dk_kkt`` dA·K and (β·K)ᵀ·dA."""
     return {
-        **recomputed,
+        **delta_rule_recomputed_gemms(heads, c, dk, dv),
         "dv_scores": BatchedGemm(heads, c, c, dk),
         "dv_local": BatchedGemm(heads, c, dv, c),
+        "dv_states": BatchedGemm(heads, c, dv, dk),
         "dh_q": BatchedGemm(heads, dk, dv, c),
         "dh_w": BatchedGemm(heads, dk, dv, c),
-        "dv_states": BatchedGemm(heads, c, dv, dk),
-        "dq_states": BatchedGemm(heads, c, dk, dv),
-        "dq_intra": BatchedGemm(heads, c, dk, c),
-        "dk_states": BatchedGemm(heads, c, dk, dv),
-        "dk_intra": BatchedGemm(heads, c, dk, c),
-        "dw": BatchedGemm(heads, c, dk, dv),
         "d_scores": BatchedGemm(heads, c, c, dv),
+        "dq_states": BatchedGemm(heads, c, dk, dv),
+        "dk_states": BatchedGemm(heads, c, dk, dv),
+        "dw": BatchedGemm(heads, c, dk, dv),
+        "dq_intra": BatchedGemm(heads, c, dk, c),
+        "dk_intra": BatchedGemm(heads, c, dk, c),
         "dA_w": BatchedGemm(heads, c, c, dk),
-        "dA_u": BatchedGemm(heads, c, c, dv),
         "dk_wy": BatchedGemm(heads, c, dk, c),
+        "dA_u": BatchedGemm(heads, c, c, dv),
         "dv_wy": BatchedGemm(heads, c, dv, c),
         "dA_inverse": BatchedGemm(2 * heads, c, c, c),
+        "kkt_wy": BatchedGemm(heads, c, c, dk),
         "dk_kkt": BatchedGemm(2 * heads, c, dk, c),
     }
+
+
+def delta_rule_gemms(
+    model: ModelSpec, x: LayerShape, direction: Literal["forward", "backward"]
+) -> dict[str, BatchedGemm]:
+    """The matmuls of the chunked gated delta rule on one rank by name, one batched GEMM
+    per (chunk, value head) (`delta_rule_forward_gemms`, `delta_rule_backward_gemms`).
+    Megatron calls ``chunk_gated_delta_rule`` with q and k repeated to the Hv value heads
+    (`_prepare_input_for_gated_delta_rule`), so every product runs per value head. ``x``
+    is the layer's shape; under context parallelism the rule runs over the whole sequence
+    at Hv/(tp·cp) heads."""
+    w = gdn_widths(model, x.tp, x.cp)
+    chunks, c = delta_chunks(scan_shape(x))
+    heads = chunks * max(round(w.value_heads), 1)
+    dims = (heads, c, w.key_head_dim, w.value_head_dim)
+    if direction == "forward":
+        return delta_rule_forward_gemms(*dims)
+    return delta_rule_backward_gemms(*dims)
+
+
+def delta_rule_gemms_s(
+    profile: HardwareProfile, gemms: dict[str, BatchedGemm], dtype: str
+) -> float:
+    """Seconds of the `delta_rule_gemms` of one direction, each a batched GEMM
+    (`costmodel.compute.batched_gemm_time_s`). ``solve_tril``'s merge dots run inside the
+    kernel of ``kkt`` (`chunk_gated_delta_rule_fwd_kkt_solve_kernel`) as TF32 dots on fp32
+    tiles held in registers: they add their FLOPs, weighted by `TF32_RATE_RATIO`, to that
+    kernel at its rate, and no launch of their own."""
+    seconds = 0.0
+    for name, g in gemms.items():
+        if name == "solve_tril":
+            continue
+        one = ops.batched_gemm_time_s(profile, g.batch, g.m, g.n, g.k, dtype)
+        if name == "kkt" and "solve_tril" in gemms:
+            one *= 1.0 + TF32_RATE_RATIO * gemms["solve_tril"].flops / g.flops
+        seconds += one
+    return seconds
 
 
 def delta_rule_state_s(
@@ -179,12 +236,7 @@ def delta_rule_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> t
     times = []
     for direction in ("forward", "backward"):
         gemms = delta_rule_gemms(model, x, direction)
-        times.append(
-            sum(
-                ops.batched_gemm_time_s(profile, g.batch, g.m, g.n, g.k, dtype)
-                for g in gemms.values()
-            )
-        )
+        times.append(delta_rule_gemms_s(profile, gemms, dtype))
     return times[0] + state_fwd, times[1] + state_bwd
 
 
