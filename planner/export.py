@@ -19,7 +19,10 @@ d98e8a64 of NVIDIA/Megatron-LM):
   pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
 - A hybrid model runs with `pretrain_hybrid.py`, `--spec`, `--hybrid-layer-pattern` (the
   plan's pipeline split as its ``|`` segments, instead of the split flags) and the
-  `--mamba-*` sizes, and no `--moe-layer-freq` (`planner.export_hybrid`).
+  `--mamba-*` sizes, and no `--moe-layer-freq` (`planner.export_hybrid`); a gated
+  DeltaNet model whose pattern is one mixer and one MLP per layer runs with
+  `pretrain_gpt.py` and `--experimental-attention-variant gdn`, as Megatron-Bridge trains
+  Qwen3-Next (`planner.export_gdn_gpt`).
 - Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
   selective carries neither (§8.3 rules 11, 15), and `--recompute-modules` when the plan
   names its modules. CPU activation offloading: `--cpu-offloading-num-layers`, or
@@ -52,7 +55,14 @@ import shlex
 from typing import Literal
 
 from costmodel.execution import ExecutionOptions
+from planner.export_gdn_gpt import (
+    SYMBOLS_PER_LAYER,
+    gdn_gpt_arguments,
+    gpt_num_layers,
+    uses_gpt_path,
+)
 from planner.export_hybrid import (
+    GPT_ENTRY_POINT,
     hybrid_export_notes,
     megatron_entry_point,
     megatron_hybrid_arguments,
@@ -125,10 +135,11 @@ def moe_layer_freq_argument(model: ModelSpec) -> str:
     return "[" + ",".join(str(v) for v in mask) + "]"
 
 
-def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
-    """Shape flags: layers, widths, attention, MLP, norm, positions, embeddings."""
+def _model_arguments(model: ModelSpec, seq_length: int, num_layers: int) -> list[str]:
+    """Shape flags: layers (``num_layers``: the GPT path counts a hybrid pattern's layers,
+    `planner.export_gdn_gpt`), widths, attention, MLP, norm, positions, embeddings."""
     args = [
-        "--num-layers", str(model.num_layers),
+        "--num-layers", str(num_layers),
         "--hidden-size", str(model.hidden_size),
         "--num-attention-heads", str(model.num_attention_heads),
         "--ffn-hidden-size", str(model.ffn_hidden_size),
@@ -304,6 +315,8 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     if plan.recompute != "full":
         return []
     chunk = largest_chunk_layers(model, plan)
+    if uses_gpt_path(model, plan):  # transformer layers of two hybrid symbols each
+        chunk //= SYMBOLS_PER_LAYER
     default = 1 if plan.recompute_method == "uniform" else chunk
     layers = plan.recompute_num_layers or default
     return [
@@ -338,8 +351,12 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     if job.lora is not None:
         raise SpecError(megatron_lora_refusal(job.lora))
     options = bundle_options(bundle)
-    args = _model_arguments(model, job.seq_length)
-    args += megatron_hybrid_arguments(model, plan)
+    if uses_gpt_path(model, plan):
+        args = _model_arguments(model, job.seq_length, gpt_num_layers(model))
+        args += gdn_gpt_arguments(model, plan)
+    else:
+        args = _model_arguments(model, job.seq_length, model.num_layers)
+        args += megatron_hybrid_arguments(model, plan)
     args += _moe_arguments(model, plan, options)
     args += _parallel_arguments(model, plan)
     args += [
@@ -367,13 +384,15 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
         "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
     ]
     lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
-    lines += [f"# {note}" for note in hybrid_export_notes(bundle.model)]
+    gpt_path = uses_gpt_path(bundle.model, bundle.plan)
+    if not gpt_path:
+        lines += [f"# {note}" for note in hybrid_export_notes(bundle.model)]
     lines += [f"export {k}={v}" for k, v in megatron_environment(bundle).items()]
     args = megatron_arguments(bundle)
     if TP_OVERLAP_CFG_FILE in args:
         config = userbuffers_config(bundle_options(bundle))
         lines += [f"cat > {TP_OVERLAP_CFG_FILE} <<'EOF'", *userbuffers_yaml(config), "EOF"]
-    script = megatron_entry_point(bundle.model)
+    script = GPT_ENTRY_POINT if gpt_path else megatron_entry_point(bundle.model)
     launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} {script}"
     flags: list[str] = []
     for token in args:
