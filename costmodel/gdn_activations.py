@@ -45,15 +45,15 @@ divisor, bytes per rank; `ActivationShard`):
   fp32 and beta (4·T·Hv/t + e·T·Hv/t).
 - ``rule_wy``: the WY representation ``A``, e·T·Hv·BT/t.
 - ``gated_norm_input``: the delta rule's output the norm keeps, e·T·V/t.
-- ``gated_norm_rstd``: its fp32 reciprocal RMS per token and value head, 4·T·Hv/t.
+- ``gdn_norm_rstd``: its fp32 reciprocal RMS per token and value head, 4·T·Hv/t.
 - ``output_gate``: z, which the SiLU gate's backward reads, e·T·V/t.
 - ``gdn_out_proj_input``: the gated norm output the output projection keeps for its wgrad
   GEMM, T·V/t at the saved-GEMM-input size.
 
-Megatron's selective recompute module ``gdn_norm_out`` (`_GDNBase.__init__`,
-``recompute_norm_out``) is not in `costmodel.activation_savers`' tables, and no other
-module covers the layer: recomputing or offloading modules frees none of these; full
-recompute keeps the layer input and layer-level offloading moves them all.
+Megatron's selective recompute module ``gdn_norm_out`` (`_GDNBase.__init__`
+``recompute_norm_out``) frees ``gdn_norm_rstd`` and ``gdn_out_proj_input``
+(`costmodel.activation_savers`); no other module covers the layer. Full recompute keeps
+the layer input and layer-level offloading moves every tensor.
 
 With context parallelism (cp > 1) T = b·s/cp is the rank's sequence shard. From the conv
 input to the gated norm the net runs on the whole sequence, b·s tokens, at Hk/(tp·cp) and
@@ -83,7 +83,7 @@ GDN_TENSOR_NAMES: tuple[str, ...] = (
     "rule_inputs",
     "rule_wy",
     "gated_norm_input",
-    "gated_norm_rstd",
+    "gdn_norm_rstd",
     "output_gate",
     "gdn_out_proj_input",
 )
@@ -160,7 +160,7 @@ def gdn_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:
         ),
         "rule_wy": e * n * heads * GDN_CHUNK_TOKENS,
         "gated_norm_input": e * n * w.value,
-        "gated_norm_rstd": FP32_BYTES * n * heads,
+        "gdn_norm_rstd": FP32_BYTES * n * heads,
         "output_gate": e * n * w.value,
         "gdn_out_proj_input": x.gemm_input_bytes * n * w.value,
     }

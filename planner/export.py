@@ -59,6 +59,7 @@ from planner.export_gdn_gpt import (
     SYMBOLS_PER_LAYER,
     gdn_gpt_arguments,
     gpt_num_layers,
+    gpt_path_problem,
     uses_gpt_path,
 )
 from planner.export_hybrid import (
@@ -87,6 +88,8 @@ from specs.router import RouterSpec
 ExportTarget = Literal["megatron", "torchtitan"]
 TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
 
+GDN_NORM_OUT_EXPORT_RULE = "gdn_norm_out_needs_gpt_path"
+"""Rule id of the Megatron-LM export's refusal of ``gdn_norm_out`` on the hybrid path."""
 MEGATRON_LORA_RULE = "lora_not_in_megatron_lm"
 """Rule id of the Megatron-LM export's refusal of a LoRA job (`megatron_arguments`)."""
 
@@ -310,6 +313,8 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     chunk, all of them by default)."""
     if plan.recompute == "selective":
         modules = plan.recompute_modules
+        if "gdn_norm_out" in (modules or ()) and not uses_gpt_path(model, plan):
+            raise SpecError(gdn_norm_out_refusal(model, plan))
         listed = [] if modules is None else ["--recompute-modules", *modules]
         return ["--recompute-granularity", "selective", *listed]
     if plan.recompute != "full":
@@ -324,6 +329,18 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         "--recompute-method", plan.recompute_method,
         "--recompute-num-layers", str(layers),
     ]  # fmt: skip
+
+
+def gdn_norm_out_refusal(model: ModelSpec, plan: ParallelPlan) -> str:
+    """Why the hybrid command cannot recompute ``gdn_norm_out``: Megatron-core accepts the
+    module only with a gated DeltaNet ``experimental_attention_variant``
+    (`TransformerConfig.__post_init__`), which only the GPT path sets."""
+    return (
+        f"[{GDN_NORM_OUT_EXPORT_RULE}] recompute_modules of {model.name!r} hold gdn_norm_out, "
+        "which Megatron-core accepts only with --experimental-attention-variant gdn (the "
+        "GPT path), and the GPT path cannot build this plan: "
+        f"{gpt_path_problem(model, plan)}; drop gdn_norm_out from recompute_modules"
+    )
 
 
 def offload_arguments(plan: ParallelPlan) -> list[str]:

@@ -129,6 +129,23 @@ def test_split_inside_a_layer_keeps_the_hybrid_path() -> None:
     assert "pretrain_hybrid.py" in text and "no q/k norm submodules" in text
 
 
+def test_gdn_norm_out_is_recomputed_on_the_gpt_path_only() -> None:
+    modules = ("layernorm", "moe", "moe_act", "gdn_norm_out")
+    b = bundle(pp=4, ep=8, recompute="selective", recompute_modules=modules)
+    args = parsed(b)
+    assert args.recompute_modules == list(modules) and args.experimental_attention_variant
+    layout = "Et*21|t*27|t*24|t*24mL"  # the hybrid path: no attention variant is set
+    hybrid = bundle(
+        pp=4,
+        ep=8,
+        pipeline_model_parallel_layout=layout,
+        recompute="selective",
+        recompute_modules=("gdn_norm_out",),
+    )
+    with pytest.raises(SpecError, match=r"\[gdn_norm_out_needs_gpt_path\].*cuts a transformer"):
+        megatron_arguments(hybrid)
+
+
 def test_gpt_layers_of_patterns() -> None:
     assert gpt_layers("GEGM") is None and gpt_layers("GGEE") is None and gpt_layers("GE*") is None
     layers = gpt_layers("*EGEGEGE" * 2)

@@ -26,9 +26,9 @@ batched GEMMs per (chunk, value head) (`delta_rule_gemms`,
 `costmodel.compute.batched_gemm_time_s`, whose roofline takes the larger of the FLOPs at
 the profile's GEMM rate and the operands' bytes at its bandwidth) plus the traffic of the
 per-chunk states (`delta_rule_state_s`); everything else is memory-bound
-(`costmodel.compute.memory_bound_time_s`). Megatron's selective recompute modules
-(``gdn_norm_out`` aside, not modelled) do not cover the layer, so the rerun dict is empty;
-full recompute reruns ``forward``.
+(`costmodel.compute.memory_bound_time_s`). Of Megatron's selective recompute modules only
+``gdn_norm_out`` covers part of the layer, the gated norm and what follows it up to
+``out_proj`` (`gdn_norm_out_rerun`); full recompute reruns ``forward``.
 
 Context parallelism (cp > 1; ``common.py`` ``a2a_cp_to_hp`` and ``a2a_hp_to_cp``, with
 ``tensor_a2a_cp2hp`` and ``tensor_a2a_hp2cp`` of
@@ -252,11 +252,7 @@ def gdn_elementwise_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> 
       q and k at Hv/t heads (2·Hv·dk/t), v's contiguous copy reads and writes V/t, the
       gates read alpha and beta and write g in fp32 and beta (2·Hv/t·e + Hv/t·(4 + e));
       backward moves twice those bytes.
-    - Gated RMSNorm (`_apply_gated_norm`: ``out_norm`` over each head's dv channels, times
-      SiLU of z): forward reads the rule output and z and writes the product (3·e·V/t);
-      backward reads the gradient, the input and z and writes two gradients (5·e·V/t).
-    - The ``transpose(0, 1).contiguous()`` copy of the norm output to [s, b, ·] before
-      ``out_proj``, and of its gradient (2·e·V/t each way).
+    - The gated RMSNorm and its layout copy (`gated_norm_s`).
     """
     e, n = x.elem, x.tokens
     conv = e * n * w.conv_channels
@@ -267,10 +263,25 @@ def gdn_elementwise_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> 
     prep += FP32_BYTES * n * heads
     forward += ops.memory_bound_time_s(profile, prep)
     backward += ops.memory_bound_time_s(profile, 2 * prep)
-    forward += ops.memory_bound_time_s(profile, 3 * e * n * w.value)
-    backward += ops.memory_bound_time_s(profile, 5 * e * n * w.value)
+    norm_fwd, norm_bwd = gated_norm_s(profile, x, w)
+    return forward + norm_fwd, backward + norm_bwd
+
+
+def gated_norm_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> tuple[float, float]:
+    """(forward, backward) seconds of the gated RMSNorm and the copy after it, per token on
+    the rank (``e`` the activation element size):
+
+    - `_apply_gated_norm` (``out_norm`` over each head's dv channels, times SiLU of z):
+      forward reads the rule output and z and writes the product (3·e·V/t); backward reads
+      the gradient, the input and z and writes two gradients (5·e·V/t).
+    - The ``transpose(0, 1).contiguous()`` copy of the norm output to [s, b, ·] before
+      ``out_proj`` (`_gated_norm_and_a2a`), and of its gradient (2·e·V/t each way).
+    """
+    e, n = x.elem, x.tokens
     copy = ops.memory_bound_time_s(profile, 2 * e * n * w.value)
-    return forward + copy, backward + copy
+    forward = ops.memory_bound_time_s(profile, 3 * e * n * w.value) + copy
+    backward = ops.memory_bound_time_s(profile, 5 * e * n * w.value) + copy
+    return forward, backward
 
 
 def gdn_cp_bytes(model: ModelSpec, x: LayerShape) -> tuple[float, float]:
@@ -302,16 +313,42 @@ def gdn_cp_layout_s(
     """(forward, backward) seconds of the copies context parallelism adds to one gated
     DeltaNet; (0, 0) at cp = 1. Each reads and writes its tensor: before the net, the head
     permutation (``index_select``), ``all_to_all_sp2hp``'s split-and-concatenate and
-    `_undo_attention_load_balancing` of the in_proj output (3 copies); after it,
-    `_redo_attention_load_balancing` and ``all_to_all_hp2sp``'s concatenate of the norm
-    output (2 copies). The backward runs each copy's autograd mirror, the same bytes."""
+    `_undo_attention_load_balancing` of the in_proj output (3 copies); after it, the two of
+    `gdn_cp_output_copies_s`. The backward runs each copy's autograd mirror, the same
+    bytes."""
     if x.cp == 1:
         return 0.0, 0.0
     w = gdn_widths(model, x.tp)
-    e, n = x.elem, x.tokens
-    seconds = ops.memory_bound_time_s(profile, 3 * 2 * e * n * w.in_proj, num_ops=3)
-    seconds += ops.memory_bound_time_s(profile, 2 * 2 * e * n * w.value, num_ops=2)
+    seconds = ops.memory_bound_time_s(profile, 3 * 2 * x.elem * x.tokens * w.in_proj, num_ops=3)
+    seconds += gdn_cp_output_copies_s(model, profile, x)
     return seconds, seconds
+
+
+def gdn_cp_output_copies_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> float:
+    """Seconds of the copies after the net under context parallelism,
+    `_redo_attention_load_balancing` and ``all_to_all_hp2sp``'s concatenate of the norm
+    output (2 copies, each reading and writing e·T·V/tp); 0 at cp = 1."""
+    if x.cp == 1:
+        return 0.0
+    w = gdn_widths(model, x.tp)
+    return ops.memory_bound_time_s(profile, 2 * 2 * x.elem * x.tokens * w.value, num_ops=2)
+
+
+def gdn_norm_out_rerun(
+    model: ModelSpec, profile: HardwareProfile, x: LayerShape, group: GroupPlacement
+) -> PassCost:
+    """What recompute module ``gdn_norm_out`` reruns in backward: `_gated_norm_and_a2a`
+    (``gdn.py`` `GatedDeltaNet.forward`, a ``CheckpointWithoutOutput``), the gated norm and
+    its copy (`gated_norm_s` forward) and, under context parallelism, the all-to-all back
+    to the sequence split (`gdn_cp_bytes`' second size, exposed) and its copies
+    (`gdn_cp_output_copies_s`)."""
+    norm_s, _ = gated_norm_s(profile, scan_shape(x), gdn_widths(model, x.tp, x.cp))
+    rerun = PassCost(compute_s=norm_s + gdn_cp_output_copies_s(model, profile, x))
+    if x.cp == 1:
+        return rerun
+    size = gdn_cp_bytes(model, x)[1]
+    a2a_s = collective_time_s(profile, "all_to_all", size, group)
+    return rerun.plus(PassCost(cp_s=a2a_s, cp_exposed_s=a2a_s, cp_bytes=size))
 
 
 def gdn_block(
@@ -331,9 +368,9 @@ def gdn_block(
     delta rule, conv1d, norms and quantization (the conv, A_log, dt_bias and norm weight
     gradients are reduced inside those kernels); wgrad the projections' weight-gradient
     GEMMs. LoRA is refused for these layers (`specs.rules_lora.lora_not_on_gdn`). The
-    rerun dict is empty (module docstring). Under context parallelism the all-to-alls are
-    exposed CP time (`gdn_cp_pair`) and their copies forward and dgrad compute
-    (`gdn_cp_layout_s`)."""
+    rerun dict holds ``gdn_norm_out`` (`gdn_norm_out_rerun`). Under context parallelism
+    the all-to-alls are exposed CP time (`gdn_cp_pair`) and their copies forward and dgrad
+    compute (`gdn_cp_layout_s`)."""
     h = model.hidden_size
     w = gdn_widths(model, x.tp)
     in_shape, out_shape = gdn_projection_shapes(model, x)
@@ -358,4 +395,5 @@ def gdn_block(
     if x.cp > 1:
         cp_f, cp_b = gdn_cp_pair(model, profile, x, groups.cp)
         forward, backward = forward.plus(cp_f), backward.plus(cp_b)
-    return forward, backward, {}, dgrad, wgrad
+    rerun = {"gdn_norm_out": gdn_norm_out_rerun(model, profile, x, groups.cp)}
+    return forward, backward, rerun, dgrad, wgrad
