@@ -116,7 +116,7 @@ def main() -> None:
         print(
             f"{r['pricing']:<14} {r['plan']:<62} {r['iteration_time_s']:7.3f} "
             f"{r['tokens_per_s']:9.0f} {r['model_tflops_per_gpu']:8.1f} "
-            f"{percent(r['mfu']):>6} {r['peak_memory_gib']:5.1f} {r['fits']}"
+            f"{percent(r['mfu']).rjust(6)} {r['peak_memory_gib']:5.1f} {r['fits']}"
         )
 
 

@@ -355,8 +355,9 @@ def offload_arguments(plan: ParallelPlan) -> list[str]:
 
 
 def megatron_arguments(bundle: PlanBundle) -> list[str]:
-    """The Megatron-LM `pretrain_gpt.py` (hybrid: `pretrain_hybrid.py`) arguments that run
-    ``bundle``'s plan, as argv.
+    """The Megatron-LM `pretrain_gpt.py` (hybrid: `pretrain_hybrid.py`, or `pretrain_gpt.py`
+    with the gated DeltaNet attention variant where `planner.export_gdn_gpt.uses_gpt_path`)
+    arguments that run ``bundle``'s plan, as argv.
 
     Data, tokenizer files, learning rate and iteration counts are the user's to add; the
     NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
@@ -391,7 +392,8 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
     """A shell snippet: the environment, the userbuffers YAML file when the options set one
     (`planner.export_userbuffers.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
-    (`pretrain_hybrid.py` for a hybrid model) with every argument, one flag per line."""
+    (`pretrain_hybrid.py` for a hybrid model the GPT path cannot build) with every argument,
+    one flag per line."""
     num_gpus = bundle.cluster.num_gpus
     per_node = min(gpus_per_node, num_gpus)
     nodes = math.ceil(num_gpus / per_node)

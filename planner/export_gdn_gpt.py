@@ -35,12 +35,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.export_hybrid import gdn_arguments
+from specs.errors import SpecError
 from specs.gdn_checks import has_gdn
 from specs.model import ModelSpec
 from specs.pipeline_layout import compress_layout
 from specs.pipeline_split import ChunkSplit, pipeline_split
 from specs.plan import ParallelPlan
 
+GPT_PATH_RULE = "gdn_gpt_path_expressible"
+"""Rule id of `gdn_gpt_arguments`' refusal of a model or plan the GPT path cannot build."""
 GDN_ATTENTION_VARIANT = "gdn"
 """The canonical ``--experimental-attention-variant`` of a gated DeltaNet
 (``GDN_ATTENTION_VARIANTS`` in ``experimental_attention_variant_module_specs.py``)."""
@@ -180,9 +183,15 @@ def gpt_layout(chunks: tuple[ChunkSplit, ...]) -> str:
 def gdn_gpt_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     """The GPT-path flags of a gated DeltaNet model: the attention variant, the
     linear-attention and MoE patterns, the ``linear_*`` sizes and the split (module
-    docstring). The caller has checked `uses_gpt_path`."""
+    docstring); `SpecError` naming `gpt_path_problem`'s reason for a model or plan the GPT
+    path cannot build."""
+    problem = gpt_path_problem(model, plan)
     layers = gpt_layers(model.hybrid_layer_pattern or "")
-    assert layers is not None
+    if problem is not None or layers is None:
+        raise SpecError(
+            f"[{GPT_PATH_RULE}] {model.name!r} under plan {plan.label()}: the GPT path "
+            f"cannot build it: {problem}; export it through pretrain_hybrid.py"
+        )
     args = [
         "--experimental-attention-variant", GDN_ATTENTION_VARIANT,
         "--linear-attention-freq", linear_attention_freq_argument(layers),

@@ -14,7 +14,7 @@ import argparse
 import pytest
 
 from planner.export import megatron_arguments, megatron_command, megatron_environment
-from planner.export_gdn_gpt import gpt_layers, linear_attention_freq_argument
+from planner.export_gdn_gpt import gdn_gpt_arguments, gpt_layers, linear_attention_freq_argument
 from planner.export_torchtitan import torchtitan_toml
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -127,6 +127,8 @@ def test_split_inside_a_layer_keeps_the_hybrid_path() -> None:
     assert args.num_layers == 96 and args.experimental_attention_variant is None
     text = megatron_command(b, 8)
     assert "pretrain_hybrid.py" in text and "no q/k norm submodules" in text
+    with pytest.raises(SpecError, match=r"\[gdn_gpt_path_expressible\].*cuts a transformer"):
+        gdn_gpt_arguments(b.model, b.plan)
 
 
 def test_gdn_norm_out_is_recomputed_on_the_gpt_path_only() -> None:
