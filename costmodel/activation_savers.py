@@ -15,7 +15,13 @@ them. Recompute modules (``TransformerConfig.recompute_modules``,
   (normal checkpoint: the block's input is the residual stream, kept anyway), with the
   FC1 and FC2 LoRA adapters' saved tensors.
 - ``moe_act``: the routed experts' activation output (output-discarding checkpoint).
-- ``shared_experts``: the shared expert's inner activations (normal checkpoint).
+- ``shared_experts``: the shared expert's inner activations and, with its gate, the
+  gate's saved tensors (normal checkpoint of `SharedExpertMLP.forward`).
+- ``gdn_norm_out``: a gated DeltaNet's output norm (`_GDNBase.__init__`
+  ``recompute_norm_out``; ``gdn.py`` `GatedDeltaNet.forward` wraps `_gated_norm_and_a2a`
+  in a ``CheckpointWithoutOutput`` and discards its output once ``out_proj`` has it): the
+  norm's fp32 rstd and the ``out_proj`` input; its inputs, the rule output and z, stay
+  saved as the checkpoint's inputs.
 
 Offload modules (``TransformerConfig.offload_modules``, fine-grained activation
 offloading, `megatron/core/pipeline_parallel/fine_grained_activation_offload.py`) move the
@@ -41,6 +47,7 @@ RECOMPUTE_TENSORS: dict[str, tuple[str, ...]] = {
         "router",
         "shared_fc1_output",
         "shared_act_output",
+        "shared_gate",
         "latent_fc1_input",
         "latent_fc2_input",
         "expert_input",
@@ -49,7 +56,8 @@ RECOMPUTE_TENSORS: dict[str, tuple[str, ...]] = {
         "expert_row_probs",
     ),
     "moe_act": ("expert_act_output",),
-    "shared_experts": ("shared_fc1_output", "shared_act_output"),
+    "shared_experts": ("shared_fc1_output", "shared_act_output", "shared_gate"),
+    "gdn_norm_out": ("gdn_norm_rstd", "gdn_out_proj_input"),
 }
 """Recompute module -> the saved tensors it frees (module docstring)."""
 

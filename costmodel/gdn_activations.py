@@ -13,15 +13,20 @@ Hv/t value heads (`_GDNBase.__init__`); the column-parallel ``in_proj`` maps h -
 
 Training (`GatedDeltaNet.forward`, no packed sequences, not deterministic mode) runs
 flash-linear-attention's kernels (fla-org/flash-linear-attention): ``causal_conv1d`` with
-SiLU on q, k, v (``fla/modules/convolution.py``: its autograd function saves its input
-and recomputes the activation), the fused gate preparation
-(`_prepare_input_for_gated_delta_rule`: ``l2norm`` on q and k, ``fla/modules/l2norm.py``,
-which saves its output and fp32 reciprocal norms; q and k repeated to the Hv value heads;
-the fp32 decay g = -exp(A_log)·softplus(alpha + dt_bias) and beta = sigmoid(beta)),
-``chunk_gated_delta_rule`` (``fla/ops/gated_delta_rule/chunk.py``,
-`ChunkGatedDeltaRuleFunction`: it saves q, k, v, the chunk-local cumulative decay g in
-fp32, beta and the WY representation ``A``, Hv x BT per token with BT =
-`GDN_CHUNK_TOKENS`, in the input dtype; its backward recomputes the chunk states), then
+SiLU on q, k, v (default Triton backend, ``fla/modules/conv/triton/ops.py``
+`CausalConv1dFunction.forward`: it saves its input and recomputes the activation), the
+fused gate preparation (`_prepare_input_for_gated_delta_rule`: ``l2norm`` on q and k,
+``fla/modules/l2norm.py`` `L2NormFunction`, which saves its output and fp32 reciprocal
+norms; q and k repeated to the Hv value heads; the fp32 decay
+g = -exp(A_log)·softplus(alpha + dt_bias) and beta = sigmoid(beta)),
+``chunk_gated_delta_rule`` (FLA bc3b101d ``fla/ops/gated_delta_rule/chunk.py``,
+`ChunkGatedDeltaRuleFunction.forward`'s ``save_for_backward``: q, k, v, the chunk-local
+cumulative decay g in fp32 (``chunk_local_cumsum``, ``output_dtype=torch.float``), beta
+(``beta_raw`` is the same tensor, the sigmoid running outside the kernel), and the WY
+representation ``A``, Hv x BT per token with BT = `GDN_CHUNK_TOKENS`, in k's dtype
+(``chunk_fwd.py`` `chunk_gated_delta_rule_fwd_intra`); ``q_rstd`` and ``k_rstd`` are None,
+Megatron calling it with ``use_qk_l2norm_in_kernel=False``, and so is the initial state;
+its backward, `chunk_gated_delta_rule_bwd`, recomputes w, u and the chunk states), then
 the gated RMSNorm (`_apply_gated_norm`: ``out_norm`` over each head's dv channels, times
 SiLU of z) and ``out_proj``.
 
@@ -40,15 +45,15 @@ divisor, bytes per rank; `ActivationShard`):
   fp32 and beta (4·T·Hv/t + e·T·Hv/t).
 - ``rule_wy``: the WY representation ``A``, e·T·Hv·BT/t.
 - ``gated_norm_input``: the delta rule's output the norm keeps, e·T·V/t.
-- ``gated_norm_rstd``: its fp32 reciprocal RMS per token and value head, 4·T·Hv/t.
+- ``gdn_norm_rstd``: its fp32 reciprocal RMS per token and value head, 4·T·Hv/t.
 - ``output_gate``: z, which the SiLU gate's backward reads, e·T·V/t.
 - ``gdn_out_proj_input``: the gated norm output the output projection keeps for its wgrad
   GEMM, T·V/t at the saved-GEMM-input size.
 
-Megatron's selective recompute module ``gdn_norm_out`` (`_GDNBase.__init__`,
-``recompute_norm_out``) is not in `costmodel.activation_savers`' tables, and no other
-module covers the layer: recomputing or offloading modules frees none of these; full
-recompute keeps the layer input and layer-level offloading moves them all.
+Megatron's selective recompute module ``gdn_norm_out`` (`_GDNBase.__init__`
+``recompute_norm_out``) frees ``gdn_norm_rstd`` and ``gdn_out_proj_input``
+(`costmodel.activation_savers`); no other module covers the layer. Full recompute keeps
+the layer input and layer-level offloading moves every tensor.
 
 With context parallelism (cp > 1) T = b·s/cp is the rank's sequence shard. From the conv
 input to the gated norm the net runs on the whole sequence, b·s tokens, at Hk/(tp·cp) and
@@ -78,7 +83,7 @@ GDN_TENSOR_NAMES: tuple[str, ...] = (
     "rule_inputs",
     "rule_wy",
     "gated_norm_input",
-    "gated_norm_rstd",
+    "gdn_norm_rstd",
     "output_gate",
     "gdn_out_proj_input",
 )
@@ -155,7 +160,7 @@ def gdn_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:
         ),
         "rule_wy": e * n * heads * GDN_CHUNK_TOKENS,
         "gated_norm_input": e * n * w.value,
-        "gated_norm_rstd": FP32_BYTES * n * heads,
+        "gdn_norm_rstd": FP32_BYTES * n * heads,
         "output_gate": e * n * w.value,
         "gdn_out_proj_input": x.gemm_input_bytes * n * w.value,
     }

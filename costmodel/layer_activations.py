@@ -190,9 +190,15 @@ def _mlp_tensors(
 def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> dict[str, float]:
     """Router, shared expert(s) and routed experts (with their rows' probabilities); the
     experts' rows are `ModelSpec.expert_hidden_size` wide, and a latent MoE layer adds its
-    projections' inputs (`_latent_tensors`)."""
+    projections' inputs (`_latent_tensors`). A gated shared expert (Megatron-core
+    `SharedExpertMLP.forward`: ``output * sigmoid(linear(x, gate_weight))``) adds
+    ``shared_gate``: the shared expert's output and the sigmoid's, on the rank's sequence
+    shard, which the product keeps (the GEMV's input is the layer's norm output, kept
+    already)."""
     routed_tokens = x.tokens / x.sp
     shared = _mlp_tensors(model, x, model.moe_shared_expert_size, x.tokens, x.tp, "shared_")
+    if model.moe_shared_expert_gate:
+        shared["shared_gate"] = x.element_bytes * routed_tokens * (model.hidden_size + 1)
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
     etp, row_width = plan.expert_tp, model.expert_hidden_size
     return {

@@ -19,7 +19,10 @@ d98e8a64 of NVIDIA/Megatron-LM):
   pattern such as ``([0]*3+[1]*58)``, which Megatron evaluates into a 0/1 list per layer.
 - A hybrid model runs with `pretrain_hybrid.py`, `--spec`, `--hybrid-layer-pattern` (the
   plan's pipeline split as its ``|`` segments, instead of the split flags) and the
-  `--mamba-*` sizes, and no `--moe-layer-freq` (`planner.export_hybrid`).
+  `--mamba-*` sizes, and no `--moe-layer-freq` (`planner.export_hybrid`); a gated
+  DeltaNet model whose pattern is one mixer and one MLP per layer runs with
+  `pretrain_gpt.py` and `--experimental-attention-variant gdn`, as Megatron-Bridge trains
+  Qwen3-Next (`planner.export_gdn_gpt`).
 - Full recompute always carries `--recompute-method` and `--recompute-num-layers`;
   selective carries neither (§8.3 rules 11, 15), and `--recompute-modules` when the plan
   names its modules. CPU activation offloading: `--cpu-offloading-num-layers`, or
@@ -52,7 +55,15 @@ import shlex
 from typing import Literal
 
 from costmodel.execution import ExecutionOptions
+from planner.export_gdn_gpt import (
+    SYMBOLS_PER_LAYER,
+    gdn_gpt_arguments,
+    gpt_num_layers,
+    gpt_path_problem,
+    uses_gpt_path,
+)
 from planner.export_hybrid import (
+    GPT_ENTRY_POINT,
     hybrid_export_notes,
     megatron_entry_point,
     megatron_hybrid_arguments,
@@ -77,6 +88,8 @@ from specs.router import RouterSpec
 ExportTarget = Literal["megatron", "torchtitan"]
 TARGETS: tuple[str, ...] = ("megatron", "torchtitan")
 
+GDN_NORM_OUT_EXPORT_RULE = "gdn_norm_out_needs_gpt_path"
+"""Rule id of the Megatron-LM export's refusal of ``gdn_norm_out`` on the hybrid path."""
 MEGATRON_LORA_RULE = "lora_not_in_megatron_lm"
 """Rule id of the Megatron-LM export's refusal of a LoRA job (`megatron_arguments`)."""
 
@@ -125,10 +138,11 @@ def moe_layer_freq_argument(model: ModelSpec) -> str:
     return "[" + ",".join(str(v) for v in mask) + "]"
 
 
-def _model_arguments(model: ModelSpec, seq_length: int) -> list[str]:
-    """Shape flags: layers, widths, attention, MLP, norm, positions, embeddings."""
+def _model_arguments(model: ModelSpec, seq_length: int, num_layers: int) -> list[str]:
+    """Shape flags: layers (``num_layers``: the GPT path counts a hybrid pattern's layers,
+    `planner.export_gdn_gpt`), widths, attention, MLP, norm, positions, embeddings."""
     args = [
-        "--num-layers", str(model.num_layers),
+        "--num-layers", str(num_layers),
         "--hidden-size", str(model.hidden_size),
         "--num-attention-heads", str(model.num_attention_heads),
         "--ffn-hidden-size", str(model.ffn_hidden_size),
@@ -299,11 +313,15 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
     chunk, all of them by default)."""
     if plan.recompute == "selective":
         modules = plan.recompute_modules
+        if "gdn_norm_out" in (modules or ()) and not uses_gpt_path(model, plan):
+            raise SpecError(gdn_norm_out_refusal(model, plan))
         listed = [] if modules is None else ["--recompute-modules", *modules]
         return ["--recompute-granularity", "selective", *listed]
     if plan.recompute != "full":
         return []
     chunk = largest_chunk_layers(model, plan)
+    if uses_gpt_path(model, plan):  # transformer layers of two hybrid symbols each
+        chunk //= SYMBOLS_PER_LAYER
     default = 1 if plan.recompute_method == "uniform" else chunk
     layers = plan.recompute_num_layers or default
     return [
@@ -311,6 +329,18 @@ def recompute_arguments(model: ModelSpec, plan: ParallelPlan) -> list[str]:
         "--recompute-method", plan.recompute_method,
         "--recompute-num-layers", str(layers),
     ]  # fmt: skip
+
+
+def gdn_norm_out_refusal(model: ModelSpec, plan: ParallelPlan) -> str:
+    """Why the hybrid command cannot recompute ``gdn_norm_out``: Megatron-core accepts the
+    module only with a gated DeltaNet ``experimental_attention_variant``
+    (`TransformerConfig.__post_init__`), which only the GPT path sets."""
+    return (
+        f"[{GDN_NORM_OUT_EXPORT_RULE}] recompute_modules of {model.name!r} hold gdn_norm_out, "
+        "which Megatron-core accepts only with --experimental-attention-variant gdn (the "
+        "GPT path), and the GPT path cannot build this plan: "
+        f"{gpt_path_problem(model, plan)}; drop gdn_norm_out from recompute_modules"
+    )
 
 
 def offload_arguments(plan: ParallelPlan) -> list[str]:
@@ -325,8 +355,9 @@ def offload_arguments(plan: ParallelPlan) -> list[str]:
 
 
 def megatron_arguments(bundle: PlanBundle) -> list[str]:
-    """The Megatron-LM `pretrain_gpt.py` (hybrid: `pretrain_hybrid.py`) arguments that run
-    ``bundle``'s plan, as argv.
+    """The Megatron-LM `pretrain_gpt.py` (hybrid: `pretrain_hybrid.py`, or `pretrain_gpt.py`
+    with the gated DeltaNet attention variant where `planner.export_gdn_gpt.uses_gpt_path`)
+    arguments that run ``bundle``'s plan, as argv.
 
     Data, tokenizer files, learning rate and iteration counts are the user's to add; the
     NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
@@ -338,8 +369,12 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     if job.lora is not None:
         raise SpecError(megatron_lora_refusal(job.lora))
     options = bundle_options(bundle)
-    args = _model_arguments(model, job.seq_length)
-    args += megatron_hybrid_arguments(model, plan)
+    if uses_gpt_path(model, plan):
+        args = _model_arguments(model, job.seq_length, gpt_num_layers(model))
+        args += gdn_gpt_arguments(model, plan)
+    else:
+        args = _model_arguments(model, job.seq_length, model.num_layers)
+        args += megatron_hybrid_arguments(model, plan)
     args += _moe_arguments(model, plan, options)
     args += _parallel_arguments(model, plan)
     args += [
@@ -357,7 +392,8 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
     """A shell snippet: the environment, the userbuffers YAML file when the options set one
     (`planner.export_userbuffers.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
-    (`pretrain_hybrid.py` for a hybrid model) with every argument, one flag per line."""
+    (`pretrain_hybrid.py` for a hybrid model the GPT path cannot build) with every argument,
+    one flag per line."""
     num_gpus = bundle.cluster.num_gpus
     per_node = min(gpus_per_node, num_gpus)
     nodes = math.ceil(num_gpus / per_node)
@@ -367,13 +403,15 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
         "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
     ]
     lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
-    lines += [f"# {note}" for note in hybrid_export_notes(bundle.model)]
+    gpt_path = uses_gpt_path(bundle.model, bundle.plan)
+    if not gpt_path:
+        lines += [f"# {note}" for note in hybrid_export_notes(bundle.model)]
     lines += [f"export {k}={v}" for k, v in megatron_environment(bundle).items()]
     args = megatron_arguments(bundle)
     if TP_OVERLAP_CFG_FILE in args:
         config = userbuffers_config(bundle_options(bundle))
         lines += [f"cat > {TP_OVERLAP_CFG_FILE} <<'EOF'", *userbuffers_yaml(config), "EOF"]
-    script = megatron_entry_point(bundle.model)
+    script = GPT_ENTRY_POINT if gpt_path else megatron_entry_point(bundle.model)
     launch = f"torchrun --nproc-per-node {per_node} --nnodes {nodes} {script}"
     flags: list[str] = []
     for token in args:

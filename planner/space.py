@@ -58,6 +58,8 @@ RECOMPUTE_MODULE_SETS: tuple[tuple[str, ...], ...] = (
     ("core_attn", "layernorm", "moe_act"),
     ("mla_up_proj",),
     ("moe",),
+    ("gdn_norm_out",),
+    ("layernorm", "moe_act", "gdn_norm_out"),
 )
 """Per-module selective recompute sets the search tries (`--recompute-modules`), each where
 the model has every module (`specs.rules_savers.recompute_modules_match_model`):
@@ -67,7 +69,9 @@ the model has every module (`specs.rules_savers.recompute_modules_match_model`):
 (`docs/training/activation-recomputation.md`), with ``core_attn`` added; ``mla_up_proj`` the
 first MLA candidate (Megatron-Bridge's module table; the model zoo's DeepSeek-V3 recipes,
 `best_practice/deepseek-v3/run_deepseek_v3_h100.sh`); ``moe`` the whole MoE block (model
-zoo `best_practice/qwen3/run_235b.sh`)."""
+zoo `best_practice/qwen3/run_235b.sh`); ``gdn_norm_out`` the gated DeltaNet output norm
+(Megatron-core's module for that layer, `_GDNBase.__init__`), alone and with the narrow MoE
+set."""
 
 CONTEXT_COLUMNS = ("tp", "pp", "vpp", "cp", "dp")
 """Degrees the switches depend on; the key that joins the two tables."""

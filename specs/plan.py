@@ -27,7 +27,14 @@ Schedule = Literal["1f1b", "interleaved"]
 CpCommType = Literal["p2p", "all_gather"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 RecomputeModule = Literal[
-    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+    "gdn_norm_out",
 ]
 """Megatron-core's selective-recompute modules (``TransformerConfig.recompute_modules``,
 `megatron/core/transformer/transformer_config.py`)."""
@@ -120,8 +127,8 @@ class ParallelPlan:
     recompute_modules: tuple[RecomputeModule, ...] | None = None
     """With selective recompute, the Megatron-core modules recomputed in backward
     (`--recompute-modules`): `core_attn`, `moe_act`, `layernorm`, `mla_up_proj`, `mlp`,
-    `moe`, `shared_experts`; None means Megatron's default, `core_attn` alone; an empty
-    tuple recomputes nothing."""
+    `moe`, `shared_experts`, `gdn_norm_out` (a gated DeltaNet's output norm); None means
+    Megatron's default, `core_attn` alone; an empty tuple recomputes nothing."""
     cpu_offloading_num_layers: int = 0
     """Layers whose activations are offloaded to host memory during forward and reloaded
     in backward (`--cpu-offloading` with `--cpu-offloading-num-layers`); 0 means off."""

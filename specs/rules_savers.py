@@ -3,14 +3,16 @@ named modules (`ParallelPlan.recompute_modules`) and CPU activation offloading, 
 (`ParallelPlan.cpu_offloading_num_layers`) or fine-grained (`ParallelPlan.offload_modules`).
 
 The checks are Megatron-core's own (`TransformerConfig.__post_init__`,
-`megatron/core/transformer/transformer_config.py`): module names that need MLA or MoE
-layers, layer-level offloading only without pipelining and without recompute, and the two
-offloading forms not together. Each rule follows `specs.rules_base` conventions.
+`megatron/core/transformer/transformer_config.py`): module names that need MLA, MoE or
+gated DeltaNet layers, layer-level offloading only without pipelining and without
+recompute, and the two offloading forms not together. Each rule follows `specs.rules_base`
+conventions.
 """
 
 from __future__ import annotations
 
 from specs.cluster import ClusterSpec
+from specs.gdn_checks import has_gdn
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -40,7 +42,8 @@ def recompute_modules_need_selective(
 def missing_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> list[str]:
     """The recompute ``modules`` that ``model`` lacks, each with the reason: ``mla_up_proj``
     needs multi-latent attention, ``moe_act``/``moe``/``shared_experts`` MoE layers
-    (``shared_experts`` a shared expert), ``mlp`` dense layers."""
+    (``shared_experts`` a shared expert), ``mlp`` dense layers, ``gdn_norm_out`` gated
+    DeltaNet layers (Megatron-core raises without a gated DeltaNet attention variant)."""
     wrong = []
     for module in modules:
         if module == "mla_up_proj" and not model.uses_mla:
@@ -51,6 +54,8 @@ def missing_recompute_modules(model: ModelSpec, modules: tuple[str, ...]) -> lis
             wrong.append(f"{module} (no shared expert)")
         elif module == "mlp" and all(model.moe_layer_mask()):
             wrong.append(f"{module} (no dense layers)")
+        elif module == "gdn_norm_out" and not has_gdn(model):
+            wrong.append(f"{module} (no gated DeltaNet layers)")
     return wrong
 
 

@@ -21,6 +21,7 @@ from costmodel.layer_activations import kind_activations
 from costmodel.runtimes.megatron.gdn_costs import (
     delta_chunks,
     delta_rule_gemms,
+    delta_rule_gemms_s,
     delta_rule_s,
     gdn_cp_bytes,
     gdn_projection_shapes,
@@ -81,7 +82,9 @@ def test_gdn_layer_keeps_its_tensors() -> None:
     assert tuple(tensors) == GDN_TENSOR_NAMES
     # bf16, tp 1, no dropout, per token: norm input 2·2048, in_proj input 2·2048, conv input
     # 2·8192, gates 2·64, l2norm 2·4096 + 4·32, kernel q/k 2·2·32·128 + v 2·4096 + g, beta
-    # (4 + 2)·32, WY 2·32·64, norm input 2·4096, rstd 4·32, z 2·4096, out_proj input 2·4096
+    # (4 + 2)·32, WY 2·32·64 (FLA bc3b101d chunk.py ChunkGatedDeltaRuleFunction.forward
+    # saves q, k, v, fp32 g, beta and A, BT = 64 per token and head in k's dtype),
+    # norm input 2·4096, rstd 4·32, z 2·4096, out_proj input 2·4096
     per_token = 4096 + 4096 + 16384 + 128 + 8320 + 24768 + 4096 + 8192 + 128 + 8192 + 8192
     assert sum(tensors.values()) == 4096 * per_token
     layer = kind_activations(QWEN3_NEXT, JOB, plan, GDN, dropout=False)
@@ -116,12 +119,35 @@ def test_delta_rule_gemms_cover_its_flops() -> None:
     x = layer_shape(JOB, ParallelPlan(tp=1))
     forward = sum(g.flops for g in delta_rule_gemms(QWEN3_NEXT, x, "forward").values())
     backward = sum(g.flops for g in delta_rule_gemms(QWEN3_NEXT, x, "backward").values())
-    # per chunk of 64 and value head, multiply-adds: kkt, w, u, o_scores, o_intra
-    # 5·64·64·128; solve_tril 64³; v_new, states, o_states 3·64·128·128 = 6,029,312, so
-    # 94,208 per token and head; 1.44 x Megatron's 8·Hv·dv² FLOPs per token
-    assert forward == 2 * 4096 * 32 * 94_208
-    assert forward / (4096 * 2 * 4 * 32 * 128**2) == pytest.approx(1.4375)
-    assert 2 * forward < backward < 4 * forward
+    # FLA bc3b101d, multiply-adds per chunk of 64 and value head at dk = dv = 128:
+    # chunk_fwd.py chunk_gated_delta_rule_fwd_kkt_solve_kernel: ten 16x16 K·Kᵀ blocks over
+    # 128, 10·16·16·128 = 327,680, and sixteen 16³ merge dots, 65,536; wy_fast.py
+    # recompute_w_u_fwd_kernel w, u 2·64·64·128; chunk_delta_h.py fwd_h v_new, states
+    # 2·64·128·128; chunk_o.py chunk_fwd_kernel_o o_states 64·128·128, o_scores and
+    # o_intra 2·64·64·128: 5,636,096, so 88,064 per token and head, 1.34 x Megatron's
+    # 8·Hv·dv² FLOPs per token
+    assert forward == 2 * 4096 * 32 * 88_064
+    assert forward / (4096 * 2 * 4 * 32 * 128**2) == pytest.approx(1.34375)
+    # backward (chunk_gated_delta_rule_bwd): the recomputed w, u, v_new, states
+    # 3,145,728; eleven 64·64·128 products (dv_local.py dv_scores, dv_local; dqkwg
+    # d_scores, dq_intra, dk_intra; prepare_wy_repr_bwd_kernel dA_w, dk_wy, dA_u, dv_wy,
+    # the rebuilt K·Kᵀ, and dA·A with A·dA at 64³ each) 5,767,168; dk_kkt 2·64·64·128;
+    # six 64·128·128 (bwd_dhu dv_states, dh_q, dh_w; dqkwg dq_states, dk_states, dw)
+    # 6,291,456: 16,252,928, so 253,952 per token and head
+    assert backward == 2 * 4096 * 32 * 253_952
+    assert len(delta_rule_gemms(QWEN3_NEXT, x, "backward")) == 22  # 24 dots, two doubled
+
+
+def test_solve_tril_runs_inside_the_kkt_kernel() -> None:
+    x = layer_shape(JOB, ParallelPlan(tp=1))
+    gemms = delta_rule_gemms(QWEN3_NEXT, x, "forward")
+    kkt, solve = gemms["kkt"], gemms["solve_tril"]
+    assert (kkt.m, kkt.n, kkt.k, solve.m, solve.n, solve.k) == (16, 16, 128, 16, 16, 16)
+    alone = delta_rule_gemms_s(H100, {"kkt": kkt}, "bf16")
+    # 16 TF32 dots of 16³ at half the bf16 rate beside ten bf16 16x16x128 blocks: x 1.4
+    assert delta_rule_gemms_s(H100, {"kkt": kkt, "solve_tril": solve}, "bf16") == (
+        pytest.approx(1.4 * alone)
+    )
 
 
 def test_delta_rule_time_splits_over_tp() -> None:

@@ -38,7 +38,7 @@ from specs.presets import get_preset
 from specs.rules import check_plan
 
 
-def _moe_freq(value: str) -> int | list[int]:
+def moe_freq_type(value: str) -> int | list[int]:
     """Megatron's `moe_freq_type`: an int, or a Python list expression it evaluates."""
     if value.lstrip("(").startswith("["):
         if value.startswith("["):
@@ -84,10 +84,10 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--position-embedding-type", choices=["learned_absolute", "rope", "none"],
         default="learned_absolute",
     )  # fmt: skip
-    p.add_argument("--moe-layer-freq", type=_moe_freq, default=1)
+    p.add_argument("--moe-layer-freq", type=moe_freq_type, default=1)
     # tuple_type and moe_freq_type of arguments.py; softmax_type of TransformerConfig
     p.add_argument("--window-size", type=lambda x: tuple(int(i) for i in x.strip("()").split(",")))
-    p.add_argument("--window-attn-skip-freq", type=_moe_freq)
+    p.add_argument("--window-attn-skip-freq", type=moe_freq_type)
     p.add_argument("--softmax-type", choices=["vanilla", "off-by-one", "learnable"])
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"])
     p.add_argument("--moe-expert-capacity-factor", type=float)

@@ -10,9 +10,9 @@ Sources: Megatron-core d98e8a64 ``megatron/core/ssm/gated_delta_net/gdn.py``
 ``TELayerNormColumnParallelLinear`` h -> 2·K + 2·V + 2·Hv, ``out_proj`` a row-parallel
 ``TERowParallelLinear`` V -> h, both without bias; `_prepare_input_for_gated_delta_rule`,
 `_apply_gated_norm`), and flash-linear-attention's kernels (fla-org/flash-linear-attention
-``fla/ops/gated_delta_rule/chunk.py``: ``chunk_gated_delta_rule_fwd`` and ``_bwd``, built
-on ``fla/ops/common/chunk_scaled_dot_kkt.py``, ``fla/ops/utils/solve_tril.py``,
-``fla/ops/gated_delta_rule/wy_fast.py``, ``fla/ops/common/chunk_delta_h.py`` and
+bc3b101d ``fla/ops/gated_delta_rule/chunk.py``: ``chunk_gated_delta_rule_fwd`` and ``_bwd``,
+built on ``fla/ops/gated_delta_rule/chunk_fwd.py`` (the fused K·Kᵀ and blockwise inverse at
+chunk 64), ``fla/ops/gated_delta_rule/wy_fast.py``, ``fla/ops/common/chunk_delta_h.py`` and
 ``fla/ops/common/chunk_o.py``; the algorithm: Yang, Kautz & Hatamizadeh 2024, "Gated Delta
 Networks", arXiv 2412.06464, §3.3, the WY representation of chunked delta-rule updates).
 
@@ -26,9 +26,9 @@ batched GEMMs per (chunk, value head) (`delta_rule_gemms`,
 `costmodel.compute.batched_gemm_time_s`, whose roofline takes the larger of the FLOPs at
 the profile's GEMM rate and the operands' bytes at its bandwidth) plus the traffic of the
 per-chunk states (`delta_rule_state_s`); everything else is memory-bound
-(`costmodel.compute.memory_bound_time_s`). Megatron's selective recompute modules
-(``gdn_norm_out`` aside, not modelled) do not cover the layer, so the rerun dict is empty;
-full recompute reruns ``forward``.
+(`costmodel.compute.memory_bound_time_s`). Of Megatron's selective recompute modules only
+``gdn_norm_out`` covers part of the layer, the gated norm and what follows it up to
+``out_proj`` (`gdn_norm_out_rerun`); full recompute reruns ``forward``.
 
 Context parallelism (cp > 1; ``common.py`` ``a2a_cp_to_hp`` and ``a2a_hp_to_cp``, with
 ``tensor_a2a_cp2hp`` and ``tensor_a2a_hp2cp`` of
@@ -83,70 +83,127 @@ def delta_chunks(x: LayerShape) -> tuple[int, int]:
     return x.micro_batch * math.ceil(seq / c), c
 
 
-def delta_rule_gemms(
-    model: ModelSpec, x: LayerShape, direction: Literal["forward", "backward"]
-) -> dict[str, BatchedGemm]:
-    """The matmuls of the chunked gated delta rule on one rank, one batched GEMM per
-    (chunk, value head), by name (FLA ``chunk.py``, module docstring); C the chunk length,
-    dk and dv the head dims.
+SOLVE_SUBCHUNKS = 4
+"""Sub-chunks of a chunk in the fused forward's blockwise inverse (FLA
+``fla/ops/gated_delta_rule/chunk_fwd.py`` `chunk_gated_delta_rule_fwd_intra`: ``BC = 16``
+at ``BT = 64``, four diagonal blocks)."""
 
-    Forward (``chunk_gated_delta_rule_fwd``): ``kkt`` β·K·Kᵀ within the chunk (C x dk ·
-    dk x C, ``chunk_scaled_dot_kkt_fwd``); ``solve_tril`` the inverse of the unit lower
-    triangular I + A (``solve_tril``, blockwise; priced as one C x C x C product, an upper
-    bound of its work); ``w`` and ``u`` the WY factors A·(β·K·exp g) and A·(β·V)
-    (``recompute_w_u_fwd``); ``v_new`` W·S and ``states`` Kᵀ·V_new, the chunk-to-chunk
-    recurrence (``chunk_gated_delta_rule_fwd_h``); ``o_states`` Q·S, ``o_scores`` Q·Kᵀ and
-    ``o_intra`` (masked scores)·V_new (``chunk_fwd_o``).
+TF32_RATE_RATIO = 2
+"""BF16 over TF32 dense tensor-core rate, the same on every device of
+``reference/hardware.md`` §1a (H100 SXM 989 / 494.7 TFLOP/s, B200 2250 / 1125)."""
 
-    Backward (``chunk_gated_delta_rule_bwd``) recomputes ``w``, ``u``, ``v_new`` and
-    ``states``, then: ``dv_scores`` K·Qᵀ and ``dv_local`` (masked)ᵀ·dO
-    (``chunk_bwd_dv_local``); ``dh_q`` Qᵀ·dO, ``dh_w`` Wᵀ·dV and ``dv_states`` K·dS, the
-    reverse recurrence (``chunk_gated_delta_rule_bwd_dhu``); ``dq_states`` dO·Sᵀ,
-    ``dq_intra`` dScores·K, ``dk_states`` V_new·dSᵀ, ``dk_intra`` dScoresᵀ·Q, ``dw``
-    dV·Sᵀ and ``d_scores`` dO·V_newᵀ (``chunk_bwd_dqkwg``); ``dA_w`` dW·(β·K)ᵀ, ``dA_u``
-    dU·(β·V)ᵀ, ``dk_wy`` Aᵀ·dW, ``dv_wy`` Aᵀ·dU, ``dA_inverse`` twice C x C x C through the
-    inverse, and ``dk_kkt`` twice dA·K (``prepare_wy_repr_bwd``). ``x`` is the layer's
-    shape; under context parallelism the rule runs over the whole sequence at Hv/(tp·cp)
-    heads."""
-    w = gdn_widths(model, x.tp, x.cp)
-    chunks, c = delta_chunks(scan_shape(x))
-    heads = chunks * max(round(w.value_heads), 1)
-    dk, dv = w.key_head_dim, w.value_head_dim
-    recomputed = {
+
+def delta_rule_forward_gemms(heads: int, c: int, dk: int, dv: int) -> dict[str, BatchedGemm]:
+    """The ``tl.dot`` products of FLA's forward (`chunk_gated_delta_rule_fwd`) over ``heads``
+    (chunk, value head) pairs with chunk length c and sub-chunk length c/4.
+
+    - `chunk_gated_delta_rule_fwd_kkt_solve_kernel` (``chunk_fwd.py``): ``kkt`` the ten
+      lower-triangular sub-blocks of K·Kᵀ (c/4 x dk · dk x c/4 each); ``solve_tril`` the
+      block merge of the inverse, sixteen c/4-cube products (two each for the three
+      first sub-diagonal blocks, three each for the two second, four for the corner), TF32
+      (`delta_rule_gemms_s`); the forward substitution on the diagonal blocks is
+      element-wise work in registers, not priced.
+    - `recompute_w_u_fwd_kernel` (``wy_fast.py``): ``u`` A·(β·V), ``w`` A·(β·K·exp g).
+    - `chunk_gated_delta_rule_fwd_kernel_h_blockdim64` (``fla/ops/common/chunk_delta_h.py``):
+      ``v_new`` W·S, ``states`` Kᵀ·V_new.
+    - `chunk_fwd_kernel_o` (``fla/ops/common/chunk_o.py``, one V block at BV = dv):
+      ``o_states`` Q·S, ``o_scores`` Q·Kᵀ, ``o_intra`` (masked scores)·V_new."""
+    sub = max(c // SOLVE_SUBCHUNKS, 1)
+    return {
+        "kkt": BatchedGemm(10 * heads, sub, sub, dk),
+        "solve_tril": BatchedGemm(16 * heads, sub, sub, sub),
+        **delta_rule_recomputed_gemms(heads, c, dk, dv),
+        "o_states": BatchedGemm(heads, c, dv, dk),
+        "o_scores": BatchedGemm(heads, c, c, dk),
+        "o_intra": BatchedGemm(heads, c, dv, c),
+    }
+
+
+def delta_rule_recomputed_gemms(heads: int, c: int, dk: int, dv: int) -> dict[str, BatchedGemm]:
+    """The products the forward runs and the backward reruns (`chunk_gated_delta_rule_bwd`
+    calls `recompute_w_u_fwd` and `chunk_gated_delta_rule_fwd_h` again): ``w``, ``u``,
+    ``v_new`` and ``states`` (`delta_rule_forward_gemms`)."""
+    return {
         "w": BatchedGemm(heads, c, dk, c),
         "u": BatchedGemm(heads, c, dv, c),
         "v_new": BatchedGemm(heads, c, dv, dk),
         "states": BatchedGemm(heads, dk, dv, c),
     }
-    if direction == "forward":
-        return {
-            "kkt": BatchedGemm(heads, c, c, dk),
-            "solve_tril": BatchedGemm(heads, c, c, c),
-            **recomputed,
-            "o_states": BatchedGemm(heads, c, dv, dk),
-            "o_scores": BatchedGemm(heads, c, c, dk),
-            "o_intra": BatchedGemm(heads, c, dv, c),
-        }
+
+
+def delta_rule_backward_gemms(heads: int, c: int, dk: int, dv: int) -> dict[str, BatchedGemm]:
+    """The ``tl.dot`` products of FLA's backward (`chunk_gated_delta_rule_bwd`), 24 per
+    (chunk, value head) at dk, dv <= 128 (one K and one V block on Hopper and later):
+
+    - the four of `delta_rule_recomputed_gemms`;
+    - `chunk_bwd_kernel_dv_local` (``chunk_o.py``): ``dv_scores`` K·Qᵀ, ``dv_local``
+      (masked)ᵀ·dO;
+    - `chunk_gated_delta_rule_bwd_kernel_dhu_blockdim64` (``chunk_delta_h.py``):
+      ``dv_states`` K·dS, ``dh_q`` Qᵀ·dO, ``dh_w`` Wᵀ·dV;
+    - `chunk_bwd_kernel_dqkwg` (``chunk_o.py``): ``d_scores`` dO·V_newᵀ, ``dq_states``
+      dO·Sᵀ, ``dk_states`` V_new·dSᵀ, ``dw`` dV·Sᵀ, ``dq_intra`` dScores·K, ``dk_intra``
+      dScoresᵀ·Q;
+    - `prepare_wy_repr_bwd_kernel` (``wy_fast.py``): ``dA_w`` dW·(β·K·exp g)ᵀ, ``dk_wy``
+      A·dW, ``dA_u`` dU·(β·V)ᵀ, ``dv_wy`` A·dU, ``dA_inverse`` dA·A and A·dA, ``kkt_wy``
+      K·Kᵀ rebuilt whole, ``dk_kkt`` dA·K and (β·K)ᵀ·dA."""
     return {
-        **recomputed,
+        **delta_rule_recomputed_gemms(heads, c, dk, dv),
         "dv_scores": BatchedGemm(heads, c, c, dk),
         "dv_local": BatchedGemm(heads, c, dv, c),
+        "dv_states": BatchedGemm(heads, c, dv, dk),
         "dh_q": BatchedGemm(heads, dk, dv, c),
         "dh_w": BatchedGemm(heads, dk, dv, c),
-        "dv_states": BatchedGemm(heads, c, dv, dk),
-        "dq_states": BatchedGemm(heads, c, dk, dv),
-        "dq_intra": BatchedGemm(heads, c, dk, c),
-        "dk_states": BatchedGemm(heads, c, dk, dv),
-        "dk_intra": BatchedGemm(heads, c, dk, c),
-        "dw": BatchedGemm(heads, c, dk, dv),
         "d_scores": BatchedGemm(heads, c, c, dv),
+        "dq_states": BatchedGemm(heads, c, dk, dv),
+        "dk_states": BatchedGemm(heads, c, dk, dv),
+        "dw": BatchedGemm(heads, c, dk, dv),
+        "dq_intra": BatchedGemm(heads, c, dk, c),
+        "dk_intra": BatchedGemm(heads, c, dk, c),
         "dA_w": BatchedGemm(heads, c, c, dk),
-        "dA_u": BatchedGemm(heads, c, c, dv),
         "dk_wy": BatchedGemm(heads, c, dk, c),
+        "dA_u": BatchedGemm(heads, c, c, dv),
         "dv_wy": BatchedGemm(heads, c, dv, c),
         "dA_inverse": BatchedGemm(2 * heads, c, c, c),
+        "kkt_wy": BatchedGemm(heads, c, c, dk),
         "dk_kkt": BatchedGemm(2 * heads, c, dk, c),
     }
+
+
+def delta_rule_gemms(
+    model: ModelSpec, x: LayerShape, direction: Literal["forward", "backward"]
+) -> dict[str, BatchedGemm]:
+    """The matmuls of the chunked gated delta rule on one rank by name, one batched GEMM
+    per (chunk, value head) (`delta_rule_forward_gemms`, `delta_rule_backward_gemms`).
+    Megatron calls ``chunk_gated_delta_rule`` with q and k repeated to the Hv value heads
+    (`_prepare_input_for_gated_delta_rule`), so every product runs per value head. ``x``
+    is the layer's shape; under context parallelism the rule runs over the whole sequence
+    at Hv/(tp·cp) heads."""
+    w = gdn_widths(model, x.tp, x.cp)
+    chunks, c = delta_chunks(scan_shape(x))
+    heads = chunks * max(round(w.value_heads), 1)
+    dims = (heads, c, w.key_head_dim, w.value_head_dim)
+    if direction == "forward":
+        return delta_rule_forward_gemms(*dims)
+    return delta_rule_backward_gemms(*dims)
+
+
+def delta_rule_gemms_s(
+    profile: HardwareProfile, gemms: dict[str, BatchedGemm], dtype: str
+) -> float:
+    """Seconds of the `delta_rule_gemms` of one direction, each a batched GEMM
+    (`costmodel.compute.batched_gemm_time_s`). ``solve_tril``'s merge dots run inside the
+    kernel of ``kkt`` (`chunk_gated_delta_rule_fwd_kkt_solve_kernel`) as TF32 dots on fp32
+    tiles held in registers: they add their FLOPs, weighted by `TF32_RATE_RATIO`, to that
+    kernel at its rate, and no launch of their own."""
+    seconds = 0.0
+    for name, g in gemms.items():
+        if name == "solve_tril":
+            continue
+        one = ops.batched_gemm_time_s(profile, g.batch, g.m, g.n, g.k, dtype)
+        if name == "kkt" and "solve_tril" in gemms:
+            one *= 1.0 + TF32_RATE_RATIO * gemms["solve_tril"].flops / g.flops
+        seconds += one
+    return seconds
 
 
 def delta_rule_state_s(
@@ -179,12 +236,7 @@ def delta_rule_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> t
     times = []
     for direction in ("forward", "backward"):
         gemms = delta_rule_gemms(model, x, direction)
-        times.append(
-            sum(
-                ops.batched_gemm_time_s(profile, g.batch, g.m, g.n, g.k, dtype)
-                for g in gemms.values()
-            )
-        )
+        times.append(delta_rule_gemms_s(profile, gemms, dtype))
     return times[0] + state_fwd, times[1] + state_bwd
 
 
@@ -200,11 +252,7 @@ def gdn_elementwise_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> 
       q and k at Hv/t heads (2·Hv·dk/t), v's contiguous copy reads and writes V/t, the
       gates read alpha and beta and write g in fp32 and beta (2·Hv/t·e + Hv/t·(4 + e));
       backward moves twice those bytes.
-    - Gated RMSNorm (`_apply_gated_norm`: ``out_norm`` over each head's dv channels, times
-      SiLU of z): forward reads the rule output and z and writes the product (3·e·V/t);
-      backward reads the gradient, the input and z and writes two gradients (5·e·V/t).
-    - The ``transpose(0, 1).contiguous()`` copy of the norm output to [s, b, ·] before
-      ``out_proj``, and of its gradient (2·e·V/t each way).
+    - The gated RMSNorm and its layout copy (`gated_norm_s`).
     """
     e, n = x.elem, x.tokens
     conv = e * n * w.conv_channels
@@ -215,10 +263,25 @@ def gdn_elementwise_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> 
     prep += FP32_BYTES * n * heads
     forward += ops.memory_bound_time_s(profile, prep)
     backward += ops.memory_bound_time_s(profile, 2 * prep)
-    forward += ops.memory_bound_time_s(profile, 3 * e * n * w.value)
-    backward += ops.memory_bound_time_s(profile, 5 * e * n * w.value)
+    norm_fwd, norm_bwd = gated_norm_s(profile, x, w)
+    return forward + norm_fwd, backward + norm_bwd
+
+
+def gated_norm_s(profile: HardwareProfile, x: LayerShape, w: GdnWidths) -> tuple[float, float]:
+    """(forward, backward) seconds of the gated RMSNorm and the copy after it, per token on
+    the rank (``e`` the activation element size):
+
+    - `_apply_gated_norm` (``out_norm`` over each head's dv channels, times SiLU of z):
+      forward reads the rule output and z and writes the product (3·e·V/t); backward reads
+      the gradient, the input and z and writes two gradients (5·e·V/t).
+    - The ``transpose(0, 1).contiguous()`` copy of the norm output to [s, b, ·] before
+      ``out_proj`` (`_gated_norm_and_a2a`), and of its gradient (2·e·V/t each way).
+    """
+    e, n = x.elem, x.tokens
     copy = ops.memory_bound_time_s(profile, 2 * e * n * w.value)
-    return forward + copy, backward + copy
+    forward = ops.memory_bound_time_s(profile, 3 * e * n * w.value) + copy
+    backward = ops.memory_bound_time_s(profile, 5 * e * n * w.value) + copy
+    return forward, backward
 
 
 def gdn_cp_bytes(model: ModelSpec, x: LayerShape) -> tuple[float, float]:
@@ -250,16 +313,42 @@ def gdn_cp_layout_s(
     """(forward, backward) seconds of the copies context parallelism adds to one gated
     DeltaNet; (0, 0) at cp = 1. Each reads and writes its tensor: before the net, the head
     permutation (``index_select``), ``all_to_all_sp2hp``'s split-and-concatenate and
-    `_undo_attention_load_balancing` of the in_proj output (3 copies); after it,
-    `_redo_attention_load_balancing` and ``all_to_all_hp2sp``'s concatenate of the norm
-    output (2 copies). The backward runs each copy's autograd mirror, the same bytes."""
+    `_undo_attention_load_balancing` of the in_proj output (3 copies); after it, the two of
+    `gdn_cp_output_copies_s`. The backward runs each copy's autograd mirror, the same
+    bytes."""
     if x.cp == 1:
         return 0.0, 0.0
     w = gdn_widths(model, x.tp)
-    e, n = x.elem, x.tokens
-    seconds = ops.memory_bound_time_s(profile, 3 * 2 * e * n * w.in_proj, num_ops=3)
-    seconds += ops.memory_bound_time_s(profile, 2 * 2 * e * n * w.value, num_ops=2)
+    seconds = ops.memory_bound_time_s(profile, 3 * 2 * x.elem * x.tokens * w.in_proj, num_ops=3)
+    seconds += gdn_cp_output_copies_s(model, profile, x)
     return seconds, seconds
+
+
+def gdn_cp_output_copies_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> float:
+    """Seconds of the copies after the net under context parallelism,
+    `_redo_attention_load_balancing` and ``all_to_all_hp2sp``'s concatenate of the norm
+    output (2 copies, each reading and writing e·T·V/tp); 0 at cp = 1."""
+    if x.cp == 1:
+        return 0.0
+    w = gdn_widths(model, x.tp)
+    return ops.memory_bound_time_s(profile, 2 * 2 * x.elem * x.tokens * w.value, num_ops=2)
+
+
+def gdn_norm_out_rerun(
+    model: ModelSpec, profile: HardwareProfile, x: LayerShape, group: GroupPlacement
+) -> PassCost:
+    """What recompute module ``gdn_norm_out`` reruns in backward: `_gated_norm_and_a2a`
+    (``gdn.py`` `GatedDeltaNet.forward`, a ``CheckpointWithoutOutput``), the gated norm and
+    its copy (`gated_norm_s` forward) and, under context parallelism, the all-to-all back
+    to the sequence split (`gdn_cp_bytes`' second size, exposed) and its copies
+    (`gdn_cp_output_copies_s`)."""
+    norm_s, _ = gated_norm_s(profile, scan_shape(x), gdn_widths(model, x.tp, x.cp))
+    rerun = PassCost(compute_s=norm_s + gdn_cp_output_copies_s(model, profile, x))
+    if x.cp == 1:
+        return rerun
+    size = gdn_cp_bytes(model, x)[1]
+    a2a_s = collective_time_s(profile, "all_to_all", size, group)
+    return rerun.plus(PassCost(cp_s=a2a_s, cp_exposed_s=a2a_s, cp_bytes=size))
 
 
 def gdn_block(
@@ -279,9 +368,9 @@ def gdn_block(
     delta rule, conv1d, norms and quantization (the conv, A_log, dt_bias and norm weight
     gradients are reduced inside those kernels); wgrad the projections' weight-gradient
     GEMMs. LoRA is refused for these layers (`specs.rules_lora.lora_not_on_gdn`). The
-    rerun dict is empty (module docstring). Under context parallelism the all-to-alls are
-    exposed CP time (`gdn_cp_pair`) and their copies forward and dgrad compute
-    (`gdn_cp_layout_s`)."""
+    rerun dict holds ``gdn_norm_out`` (`gdn_norm_out_rerun`). Under context parallelism
+    the all-to-alls are exposed CP time (`gdn_cp_pair`) and their copies forward and dgrad
+    compute (`gdn_cp_layout_s`)."""
     h = model.hidden_size
     w = gdn_widths(model, x.tp)
     in_shape, out_shape = gdn_projection_shapes(model, x)
@@ -306,4 +395,5 @@ def gdn_block(
     if x.cp > 1:
         cp_f, cp_b = gdn_cp_pair(model, profile, x, groups.cp)
         forward, backward = forward.plus(cp_f), backward.plus(cp_b)
-    return forward, backward, {}, dgrad, wgrad
+    rerun = {"gdn_norm_out": gdn_norm_out_rerun(model, profile, x, groups.cp)}
+    return forward, backward, rerun, dgrad, wgrad

@@ -63,6 +63,7 @@ from costmodel.runtimes.megatron.moe_launches import (
     pre_sync_launches,
 )
 from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, selective_rerun
+from costmodel.runtimes.megatron.shared_gate_costs import shared_expert_gate_s
 from costmodel.runtimes.megatron.userbuffers import sm_count
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
@@ -217,7 +218,8 @@ def _ffn_passes(
     kind: LayerKind,
 ) -> _FfnPasses:
     """The layer's dense MLP (its FC1/FC2 GEMMs with a LoRA job's frozen base) or routed experts
-    with the shared expert and the fitted per-token device time
+    with the shared expert (and its gate, `shared_gate_costs.shared_expert_gate_s`) and the
+    fitted per-token device time
     (`moe_experts.unattributed_device_s`), each with its pre-norm and residual; nothing for a
     hybrid model's mixer-only layer."""
     if kind.mlp == "none":
@@ -241,6 +243,13 @@ def _ffn_passes(
         routed_forward_s = mlp_f.duration_s
         shared = model.moe_shared_expert_size
         sh_f, sh_b, sh_d, sh_w = mlp_block(model, plan, profile, x, comm, shared, options)
+        if model.moe_shared_expert_gate:
+            gate_f, gate_d, gate_w = shared_expert_gate_s(
+                profile, x.norm_tokens, model.hidden_size, x.elem
+            )
+            sh_f = sh_f.plus(PassCost(compute_s=gate_f))
+            sh_b = sh_b.plus(PassCost(compute_s=gate_d + gate_w))
+            sh_d, sh_w = sh_d + gate_d, sh_w + gate_w
         mlp_f, mlp_b = mlp_f.plus(sh_f), mlp_b.plus(sh_b)
         return _FfnPasses(
             forward=mlp_f,
