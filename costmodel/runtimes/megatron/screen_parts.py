@@ -17,7 +17,7 @@ import pandas as pd
 
 from costmodel.activation_savers import recomputed_bytes
 from costmodel.activation_shard import projection_saves_original_input
-from costmodel.activations import output_microbatch_bytes, stage_activations
+from costmodel.activations import stage_activations
 from costmodel.bf16_layer_rules import bf16_layer_job
 from costmodel.bf16_layers import bf16_layer_options, bf16_layers, bf16_linear_params, bf16_tag
 from costmodel.collectives import collective_time_s, p2p_time_s
@@ -46,6 +46,7 @@ from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import plan_split
 from costmodel.topology import strided_group_placement
+from costmodel.vocab_activations import output_microbatch_bytes
 from profiles.schema import HardwareProfile
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob
@@ -351,6 +352,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
             dropout=dropout,
             proj_saves_input=projection_saves_original_input(run.fp8_recipe),
             fp8_attention_recipe=fp8_attention_recipe(run),
+            cross_entropy=run.cross_entropy_fusion,
         )
         per_layer = (acts.layers_bytes - acts.mtp_bytes) / model.num_layers
         shares = _kind_shares(model, ref_job, plan, run)
