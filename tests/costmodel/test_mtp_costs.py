@@ -17,8 +17,10 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.iteration import simulate_iteration
 from costmodel.passes import comm_groups
 from costmodel.rank_params import (
+    outside_tensors,
     shared_word_embedding,
     stage_lora_adapters,
+    stage_outside_tensors,
     stage_weight_layers,
 )
 from costmodel.runtimes.megatron import optimizer_step
@@ -56,9 +58,11 @@ def test_the_last_stage_holds_its_mtp_layer() -> None:
 
 
 def test_the_simulated_optimizer_step_covers_the_mtp_layer(monkeypatch) -> None:
-    # optimizer_step_tensors: 8 per layer and 2 per local expert (256 / ep 8 = 32), plus 2:
-    # stage 1 steps (4 + 1)·(8 + 2·32) + 2 = 362 tensors, not the 4·72 + 2 = 290 of its
-    # decoder layers alone
+    # optimizer_step_tensors: 8 per layer and 2 per local expert (256 / ep 8 = 32), plus the
+    # tensors outside the layers: the final norm and the output layer, the MTP stage's
+    # embedding copy, eh_proj, enorm, hnorm and the depth's final_layernorm (RMSNorm
+    # weights; multi_token_prediction.py, gpt_model.py d98e8a64): stage 1 steps
+    # (4 + 1)·(8 + 2·32) + 7 = 367 tensors, not the 4·72 + 2 = 290 of its decoder layers
     seen: list[int] = []
     real = optimizer_step.optimizer_step_time_s
 
@@ -70,7 +74,7 @@ def test_the_simulated_optimizer_step_covers_the_mtp_layer(monkeypatch) -> None:
     placements = plan_placements(H100, PLAN)
     costs = chunk_costs(DSV3, JOB, PLAN, H100, comm_groups(placements), DEFAULT_OPTIONS)
     optimizer_step.stage_optimizer_s(DSV3, JOB, PLAN, H100, 1, costs[1], placements)
-    assert seen == [362]
+    assert seen == [367]
 
 
 def test_megatron_fsdp_reduces_each_unit_module_once() -> None:
@@ -253,3 +257,37 @@ def test_the_mtp_stage_all_reduces_its_embedding_copy_with_the_first() -> None:
     assert embedding_events(DSV3.replace(mtp_num_layers=0), PLAN) == [[], []]
     single = ParallelPlan(tp=2, pp=1, dp=32, ep=8, sequence_parallel=True)
     assert embedding_events(DSV3, single.replace(distributed_optimizer=True)) == [[]]
+
+
+def test_the_tensors_outside_the_layers_by_name() -> None:
+    # gpt_model.py (self.embedding for pre_process or mtp_process, output_layer),
+    # transformer_block.py (final_layernorm) and multi_token_prediction.py (eh_proj without
+    # bias, enorm, hnorm, final_layernorm), d98e8a64; DeepSeek-V3 norms are RMSNorm weights
+    assert outside_tensors(DSV3, PLAN, first=True, last=False) == (
+        "embedding.word_embeddings.weight",
+    )
+    assert outside_tensors(DSV3, PLAN, first=False, last=True, mtp_layers=1) == (
+        "embedding.word_embeddings.weight",  # the MTP stage's own copy
+        "decoder.final_layernorm.weight",
+        "output_layer.weight",
+        "mtp.layers.0.eh_proj.weight",
+        "mtp.layers.0.enorm.weight",
+        "mtp.layers.0.hnorm.weight",
+        "mtp.layers.0.final_layernorm.weight",
+    )
+    # one stage holds the embedding once; a middle stage nothing
+    one_stage = ParallelPlan(tp=2, dp=32, ep=8)
+    assert stage_outside_tensors(DSV3, one_stage, 0) == 1 + 2 + 4
+    assert stage_outside_tensors(DSV3, PLAN.replace(pp=4, dp=8), 1) == 0
+
+
+def test_layernorm_weights_biases_and_a_learned_position_table() -> None:
+    gpt = get_preset("gpt-1.7b").replace(mtp_num_layers=2)  # LayerNorm, learned positions
+    names = outside_tensors(gpt, ParallelPlan(pp=2), first=False, last=True, mtp_layers=2)
+    assert len(names) == 2 + 2 + 1 + 2 * (1 + 3 * 2)  # embedding copy, norm, output, 2 sets
+    assert "embedding.position_embeddings.weight" in names
+    shared = gpt.replace(mtp_repeated_layer=True)
+    assert (
+        len(outside_tensors(shared, ParallelPlan(pp=2), first=False, last=True, mtp_layers=2)) == 12
+    )
+

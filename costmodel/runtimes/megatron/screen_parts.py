@@ -30,6 +30,7 @@ from costmodel.rank_params import (
     non_unit_params,
     stage_layer_indices,
     stage_lora_adapters,
+    stage_outside_tensors,
     stage_params,
     stage_weight_layers,
 )
@@ -238,9 +239,11 @@ def _split_stages(
     `ModelSpec.mtp_depth_kinds`), those whose activations the screen's chunks hold
     (``a{stage}{kind tag}``: the MTP depths left to ``act_mtp``, on the last chunk only),
     its layers that hold weights (``n{stage}``, the MTP weight sets' layers included,
-    `costmodel.rank_params.stage_weight_layers`) and its MTP depths (``mtp{stage}``), from
-    the plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most MoE
-    layers, then the most layers, then the earliest position (more microbatches in flight):
+    `costmodel.rank_params.stage_weight_layers`), its parameter tensors outside them
+    (``o{stage}``, `costmodel.rank_params.stage_outside_tensors`) and its MTP depths
+    (``mtp{stage}``), from the plan's pipeline split (`specs.pipeline_split`). The heaviest
+    middle stage has the most MoE layers, then the most layers, then the earliest position
+    (more microbatches in flight):
     with leading dense layers, a stage with as many layers but some dense ones holds fewer
     parameters and runs faster. The layers of ``bf16`` (`costmodel.bf16_layers.bf16_layers`)
     count under their kind's `bf16_tag` instead."""
@@ -268,6 +271,7 @@ def _split_stages(
             out[f"n{tag}{kind_tag}"] = counts[kind_tag]
             out[f"a{tag}{kind_tag}"] = saved[kind_tag]
         out[f"n{tag}"] = stage_weight_layers(model, plan, stage)
+        out[f"o{tag}"] = stage_outside_tensors(model, plan, stage)
         out[f"mtp{tag}"] = mtp
     return out
 
