@@ -291,3 +291,18 @@ def test_layernorm_weights_biases_and_a_learned_position_table() -> None:
         len(outside_tensors(shared, ParallelPlan(pp=2), first=False, last=True, mtp_layers=2)) == 12
     )
 
+
+@pytest.mark.parametrize("optimizer", ["dist_muon", "muon"])
+def test_screen_agrees_on_muon_with_an_mtp_layer(optimizer: str) -> None:
+    # the MTP layer's and eh_proj's matrices, the embedding copy dealt whole
+    # (costmodel.muon_sharding), in the screen's Muon columns and the simulator alike
+    model = get_preset("mixtral-8x7b").replace(num_layers=8, mtp_num_layers=1)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    job = TrainingJob(seq_length=4096, global_batch_size=64, optimizer=optimizer)
+    grid = {"tp": [2, 4], "pp": [1, 2], "ep": [1, 4], "recompute": ["none", "full"]}
+    plans = valid_plans(model, cluster, job, grid)
+    assert len(plans) > 8
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01
+
