@@ -15,8 +15,11 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import (
     forward_flops_per_token,
+    hardware_flops_per_iteration,
     model_flops_per_iteration,
     mtp_forward_flops_per_token,
+    mtp_recompute_forward_flops_per_token,
+    recompute_forward_flops_per_token,
 )
 from costmodel.passes import comm_groups
 from costmodel.rank_params import non_unit_params, stage_params
@@ -257,3 +260,36 @@ def test_deepseek_v3_mtp_flops_golden() -> None:
     assert mtp_forward_flops_per_token(without, 4096) == 0.0
     assert count_params(model).mtp > 0
 
+
+def test_full_recompute_reruns_each_depth_checkpoint_in_the_hardware_flops() -> None:
+    """DeepSeek-V3's depth without its output layer (the golden above): MLA projections,
+    attention core, experts, norms and proj = 1,540,274,176 FLOPs per token forward, rerun
+    by _checkpointed_forward (multi_token_prediction.py d98e8a64); two depths twice."""
+    model = get_preset("deepseek-v3")
+    rerun = 374_214_656 + 167_772_160 + 792_723_456 + 205_563_904
+    assert rerun == 1_540_274_176
+    assert mtp_recompute_forward_flops_per_token(model, 4096) == rerun
+    two = model.replace(mtp_num_layers=2)
+    assert mtp_recompute_forward_flops_per_token(two, 4096) == 2 * rerun
+    plan = ParallelPlan(recompute="full")
+    without = model.replace(mtp_num_layers=0)
+    full = recompute_forward_flops_per_token(model, plan, 4096)
+    assert full == pytest.approx(recompute_forward_flops_per_token(without, plan, 4096) + rerun)
+    job = TrainingJob(seq_length=4096, global_batch_size=8)
+    extra = hardware_flops_per_iteration(model, job, plan) - model_flops_per_iteration(
+        model, 4096, 8
+    )
+    assert extra == pytest.approx(full * 4096 * 8, rel=1e-12)
+    # selective recompute reruns the depth's core attention, as the decoder layers'
+    selective = ParallelPlan(recompute="selective")
+    assert (
+        recompute_forward_flops_per_token(model, selective, 4096)
+        == recompute_forward_flops_per_token(without, selective, 4096) + 167_772_160
+    )
+
+
+def test_a_hybrid_depth_reruns_its_layers_without_eh_proj() -> None:
+    # hybrid_flops counts no eh_proj and no norm, so neither does the rerun
+    model = with_mtp(2)
+    per_depth = mtp_forward_flops_per_token(model, 4096) / 2 - 2 * 2048 * 32000
+    assert mtp_recompute_forward_flops_per_token(model, 4096) == pytest.approx(2 * per_depth)
