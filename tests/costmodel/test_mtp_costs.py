@@ -24,12 +24,19 @@ from costmodel.rank_params import (
     stage_weight_layers,
 )
 from costmodel.runtimes.megatron import optimizer_step
+from costmodel.runtimes.megatron.fp8_scaling import (
+    EH_PROJ_MODULES,
+    delayed_scaling_pair,
+    layer_fp8_modules,
+    stage_fp8_modules,
+)
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.pricing import chunk_costs
 from costmodel.runtimes.megatron.runtime import MegatronRuntime
 from costmodel.runtimes.megatron.screen_sharding import fsdp_reduce_per_microbatch_s
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost
+from costmodel.schedules import plan_pipeline_chunks
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
@@ -306,3 +313,30 @@ def test_screen_agrees_on_muon_with_an_mtp_layer(optimizer: str) -> None:
     assert time_err.max() < 0.05
     assert mem_err.max() < 0.01
 
+
+@pytest.mark.parametrize(("recompute", "regions"), [("none", 1 + 2), ("full", 1 + 1)])
+def test_delayed_scaling_reduces_the_buffer_in_each_mtp_region(
+    recompute: str, regions: int
+) -> None:
+    # _proj_and_transformer_layer enters get_fp8_context around _concat_embeddings and
+    # around the layer: two fp8_autocast regions of the depth beside the chunk's, one under
+    # full recompute (_checkpointed_forward's outer context for delayed scaling;
+    # multi_token_prediction.py d98e8a64); the buffer holds eh_proj (1 module, 1 GEMM)
+    plan = PLAN.replace(recompute=recompute)
+    job = dataclasses.replace(JOB, precision="fp8")
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="delayed")
+    groups = comm_groups(plan_placements(H100, plan))
+    grid = plan_pipeline_chunks(DSV3, plan)
+    (last,) = grid[1]
+    assert last.mtp_layers == 1
+    fp8 = stage_fp8_modules(DSV3, grid[1], plan.ep)
+    layers = stage_fp8_modules(DSV3.replace(mtp_num_layers=0), grid[1], plan.ep)
+    (depth_kind,) = DSV3.mtp_depth_kinds()
+    depth = layer_fp8_modules(DSV3, kind=depth_kind, ep=plan.ep)
+    assert fp8 == layers.plus(depth).plus(EH_PROJ_MODULES)
+    forward, backward = delayed_scaling_pair(H100, fp8, groups.tp_dp_cp)
+    mxfp8 = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")  # no amax reduction
+    bare = chunk_costs(DSV3, job, plan, H100, groups, mxfp8)[1][0]
+    kept = chunk_costs(DSV3, job, plan, H100, groups, options)[1][0]
+    assert kept.forward.tp_s - bare.forward.tp_s == pytest.approx(regions * forward.tp_s)
+    assert kept.backward.tp_s - bare.backward.tp_s == pytest.approx(regions * backward.tp_s)

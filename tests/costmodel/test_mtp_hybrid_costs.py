@@ -23,7 +23,11 @@ from costmodel.flops import (
 )
 from costmodel.passes import comm_groups
 from costmodel.rank_params import non_unit_params, stage_params
-from costmodel.runtimes.megatron.fp8_scaling import layer_fp8_modules, stage_fp8_modules
+from costmodel.runtimes.megatron.fp8_scaling import (
+    EH_PROJ_MODULES,
+    layer_fp8_modules,
+    stage_fp8_modules,
+)
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.pricing import chunk_costs
@@ -155,7 +159,8 @@ def test_repeated_weights_keep_the_compute_and_shrink_the_step() -> None:
 def test_fp8_modules_count_each_held_weight_set() -> None:
     chunks = plan_stage_chunks(with_mtp(2), PLAN, PLAN.pp - 1)
     base = stage_fp8_modules(HYBRID, plan_stage_chunks(HYBRID, PLAN, PLAN.pp - 1), ep=1)
-    depth = layer_fp8_modules(HYBRID, kind=ATTENTION, ep=1).plus(
+    # each weight set: eh_proj (one TE Linear) and its "*-" layers' modules
+    depth = EH_PROJ_MODULES.plus(layer_fp8_modules(HYBRID, kind=ATTENTION, ep=1)).plus(
         layer_fp8_modules(HYBRID, kind=MLP, ep=1)
     )
     assert stage_fp8_modules(with_mtp(2), chunks, ep=1) == base.plus(depth).plus(depth)
