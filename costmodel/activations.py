@@ -15,15 +15,17 @@ each layer keeps are counted in `costmodel.layer_activations`.
   set, counted once per stage. Selective recompute likewise rebuilds one layer's core
   attention at a time.
 - Multi-token-prediction depths (`ModelSpec.mtp_depth_kinds`: a transformer's one layer of
-  its last layer's kind, a hybrid model's block) keep their layers' activations per
-  in-flight microbatch of the chunk that holds them, every depth its own (repeated weights
-  compute, and save, once per depth); under full recompute each depth is one checkpoint
-  (Megatron-core ``MultiTokenPredictionLayer._checkpointed_forward`` wraps the whole
-  depth), as the screen counts them.
+  its last layer's kind, a hybrid model's block) keep their layers' activations and what
+  each depth keeps outside them (`costmodel.mtp_activations.mtp_depth_tensors`: its
+  embedding, norms, ``eh_proj`` input, output layer and loss) per in-flight microbatch of
+  the chunk that holds them, every depth its own (repeated weights compute, and save, once
+  per depth); under full recompute each depth is one checkpoint (Megatron-core
+  ``MultiTokenPredictionLayer._checkpointed_forward`` wraps the projection, the layers and
+  the final norm), as the screen counts them.
 - The loss keeps per in-flight microbatch what its cross-entropy implementation saves of
   the logits: an fp32 softmax (Megatron-core's own implementations) or the logits
   themselves with the gradient written into them (Transformer Engine up to v2.17);
-  `logits_element_bytes`.
+  `costmodel.vocab_activations.logits_element_bytes`.
 
 Units: bytes per rank.
 """
@@ -31,33 +33,27 @@ Units: bytes per rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
 from costmodel.activation_shard import ActivationShard, activation_shard
 from costmodel.bf16_layer_rules import bf16_layer_job
-from costmodel.compute import FP32_BYTES
 from costmodel.layer_activations import AttentionKernel, LayerActivations, shard_layer_activations
+from costmodel.mtp_activations import MTP_CHECKPOINT_TENSORS, mtp_depth_tensors
 from costmodel.schedules import (
     chunk_layers,
     plan_split,
     warmup_microbatches_1f1b,
     warmup_microbatches_interleaved,
 )
+from costmodel.vocab_activations import (
+    CrossEntropyFusion,
+    embedding_microbatch_bytes,
+    output_microbatch_bytes,
+)
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import padded_vocab_size
 from specs.plan import ParallelPlan
-
-CrossEntropyFusion = Literal["unfused", "native", "te", "te_fp32_grad"]
-CROSS_ENTROPY_FUSIONS: tuple[CrossEntropyFusion, ...] = ("unfused", "native", "te", "te_fp32_grad")
-"""Cross-entropy implementations of the loss (`logits_element_bytes`), Megatron-core's
-default first."""
-
-TOKEN_ID_BYTES = 8
-"""Token ids are int64 (Megatron's estimator: 8·s·b for the embedding input)."""
-
 
 # ---- recompute ---------------------------------------------------------------------------
 
@@ -140,13 +136,14 @@ class StageActivations:
     output_bytes: float
     """Last stage: final-norm and output-layer inputs and what the loss keeps of the logits
     for the in-flight microbatches of the last chunk, plus the loss's transient logits bytes
-    of one microbatch (`output_microbatch_bytes`)."""
+    of one microbatch (`costmodel.vocab_activations.output_microbatch_bytes`)."""
     offloaded_bytes: float = 0.0
     """Layer activations held in host memory at the peak (CPU activation offloading); not
     part of layers_bytes, which under fine-grained offloading keeps one offloaded layer in
     flight on the device."""
     mtp_bytes: float = 0.0
-    """Of ``layers_bytes``, a hybrid model's MTP depths' (module docstring)."""
+    """Of ``layers_bytes``, the MTP depths': their layers' and what each keeps outside them
+    (module docstring)."""
 
 
 def _chunk_bytes(
@@ -173,11 +170,15 @@ def _chunk_bytes(
 
 def _mtp_stage_bytes(
     model: ModelSpec,
+    job: TrainingJob,
     x: ActivationShard,
     plan: ParallelPlan,
     pp_rank: int,
     counts: tuple[int, ...],
+    *,
     attention: AttentionKernel,
+    dropout: bool,
+    cross_entropy: CrossEntropyFusion,
 ) -> tuple[float, float]:
     """(stored bytes, recompute working bytes) of the MTP depths on one rank of stage
     ``pp_rank``, ``counts`` in-flight microbatches per chunk (module docstring); zeros
@@ -186,7 +187,8 @@ def _mtp_stage_bytes(
         return 0.0, 0.0
     kinds = model.mtp_depth_kinds()
     depth = [shard_layer_activations(model, x, plan, kind, attention) for kind in kinds]
-    stored, working = _mtp_depth_bytes(depth, plan)
+    outside = mtp_depth_tensors(model, job, plan, dropout=dropout, cross_entropy=cross_entropy)
+    stored, working = _mtp_depth_bytes(depth, outside, plan)
     split = plan_split(model, plan)
     total = held = 0.0
     for chunk, count in enumerate(counts):
@@ -196,82 +198,20 @@ def _mtp_stage_bytes(
     return total, held
 
 
-def _mtp_depth_bytes(depth: list[LayerActivations], plan: ParallelPlan) -> tuple[float, float]:
-    """(stored bytes per microbatch, recompute working bytes) of one MTP depth's layers: as
-    a chunk's layers, but one checkpoint for the whole depth under full recompute (module
-    docstring)."""
-    if plan.recompute != "full":
-        return _chunk_bytes(dict(enumerate(depth)), plan, range(len(depth)))
-    checkpoint = depth[0].input_bytes
-    return checkpoint, sum(layer.full_bytes for layer in depth) - checkpoint
-
-
-def logits_element_bytes(fusion: CrossEntropyFusion, element_bytes: int) -> tuple[int, int]:
-    """(kept, transient) bytes per logits element of one microbatch under the loss's
-    cross-entropy implementation ``fusion``, for logits of ``element_bytes`` (the output
-    layer's dtype). Kept: what the loss saves for its backward, per in-flight microbatch.
-    Transient: what exists beside it only while one microbatch's loss runs (forward or
-    backward), counted once per stage.
-
-    - ``unfused`` (``tensor_parallel.vocab_parallel_cross_entropy``, Megatron-core's default
-      ``cross_entropy_loss_fusion=False``) and ``native`` (``fused_vocab_parallel_cross_
-      entropy``): ``calculate_logits_max`` casts the logits to fp32 (``.float()``, a copy
-      unless they are fp32), exp and the softmax division run in place on that copy, which
-      is saved (``ctx.save_for_backward(exp_logits, ...)``); the backward writes the
-      gradient into it and casts it back to the logits' dtype. Kept 4; transient: the
-      logits' own storage beside the fp32 copy (0 for fp32 logits). Sources:
-      NVIDIA/Megatron-LM ``megatron/core/tensor_parallel/cross_entropy.py`` and
-      ``megatron/core/fusions/fused_cross_entropy.py``.
-    - ``te`` (Transformer Engine ``parallel_cross_entropy``, v2.2 to v2.17): the Triton
-      kernel writes the gradient into the logits' own storage and saves that tensor
-      (``cross_entropy_forward`` returns ``_input``), so no fp32 copy exists. Kept: the
-      logits' element size; no transient. Source: NVIDIA/TransformerEngine
-      ``transformer_engine/pytorch/triton/cross_entropy.py`` at v2.17.
-    - ``te_fp32_grad`` (Transformer Engine from v2.18, commit 01bbe3eea "Fix the numerical
-      issue with the Fused CE loss"): the gradient goes to a new fp32 buffer
-      (``torch.empty_like(_input, dtype=torch.float32)``), which is saved. Kept 4;
-      transient: the logits, alive while that buffer is written.
-    """
-    if fusion == "te":
-        return element_bytes, 0
-    if fusion == "te_fp32_grad":
-        return FP32_BYTES, element_bytes
-    if fusion in ("unfused", "native"):
-        return FP32_BYTES, 0 if element_bytes == FP32_BYTES else element_bytes
-    raise SpecError(
-        f"cross-entropy fusion must be one of {', '.join(CROSS_ENTROPY_FUSIONS)}, got "
-        f"{fusion!r}; te for Transformer Engine's parallel_cross_entropy"
-    )
-
-
-def output_microbatch_bytes(
-    model: ModelSpec,
-    job: TrainingJob,
-    plan: ParallelPlan,
-    cross_entropy: CrossEntropyFusion = "unfused",
+def _mtp_depth_bytes(
+    depth: list[LayerActivations], outside: dict[str, float], plan: ParallelPlan
 ) -> tuple[float, float]:
-    """(kept, transient) bytes of the output layer and loss for one microbatch on the last
-    stage: kept, the final-norm input, the output-layer input and what the loss saves of the
-    logits; transient, the logits bytes that exist only while one microbatch's loss runs
-    (`logits_element_bytes`). The logits are in the activation dtype (Megatron-core's output
-    layer is a bf16 ``ColumnParallelLinear``, never FP8), over the padded vocabulary split
-    over TP. A LoRA job's frozen output layer keeps no input (Megatron-core's
-    ``linear_with_frozen_weight`` saves the weight alone, ``tensor_parallel/layers.py``)."""
-    x = activation_shard(job, plan)
-    vocab = padded_vocab_size(model.vocab_size, plan.tp)
-    saved_inputs = 1 if job.lora is not None else 2
-    inputs = saved_inputs * x.element_bytes * x.tokens * model.hidden_size / x.sp
-    logits = x.tokens * vocab / x.tp
-    kept, transient = logits_element_bytes(cross_entropy, x.element_bytes)
-    return inputs + kept * logits, transient * logits
-
-
-def _embedding_bytes(
-    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, dropout: bool = True
-) -> float:
-    """Token ids and the embedding dropout mask of one microbatch."""
-    x = activation_shard(job, plan, dropout)
-    return TOKEN_ID_BYTES * x.tokens + x.mask_bytes * x.tokens * model.hidden_size / x.sp
+    """(stored bytes per microbatch, recompute working bytes) of one MTP depth: its layers
+    as a chunk's layers plus the tensors it keeps outside them (``outside``,
+    `costmodel.mtp_activations.mtp_depth_tensors`); under full recompute one checkpoint
+    that keeps `costmodel.mtp_activations.MTP_CHECKPOINT_TENSORS` and rebuilds the rest
+    (module docstring)."""
+    if plan.recompute != "full":
+        stored, working = _chunk_bytes(dict(enumerate(depth)), plan, range(len(depth)))
+        return stored + sum(outside.values()), working
+    kept = sum(outside[name] for name in MTP_CHECKPOINT_TENSORS)
+    rebuilt = sum(outside.values()) - kept + sum(layer.full_bytes for layer in depth)
+    return kept, rebuilt
 
 
 def stage_activations(
@@ -293,8 +233,9 @@ def stage_activations(
     model's last keeps the output it sent, [s/cp, b, h] (/tp with SP), for each in-flight
     microbatch (`costmodel.execution.ExecutionOptions.deallocate_pipeline_outputs` off),
     counted with the layer activations; ``cross_entropy``: the loss's implementation
-    (`output_microbatch_bytes`); ``proj_saves_input``: the attention output projection keeps
-    no FP8 copy of its input (`projection_saves_original_input`); ``fp8_attention_recipe``:
+    (`costmodel.vocab_activations.output_microbatch_bytes`, the MTP depths' losses
+    included); ``proj_saves_input``: the attention output projection keeps no FP8 copy of
+    its input (`projection_saves_original_input`); ``fp8_attention_recipe``:
     the FP8 recipe when attention runs in FP8 (`activation_shard`), else None;
     ``bf16_layers``: global indices of the decoder layers an fp8 or nvfp4 job keeps in bf16
     (`costmodel.bf16_layers.bf16_layers`), whose saved tensors are a bf16 job's
@@ -312,7 +253,17 @@ def stage_activations(
         in_bf16 = {kinds[i] for i in bf16_layers}
         by_kind16 = {k: shard_layer_activations(model, x16, plan, k, attention) for k in in_bf16}
         per_layer.update({i: by_kind16[kinds[i]] for i in bf16_layers})
-    mtp_bytes, working = _mtp_stage_bytes(model, x, plan, pp_rank, counts, attention)
+    mtp_bytes, working = _mtp_stage_bytes(
+        model,
+        job,
+        x,
+        plan,
+        pp_rank,
+        counts,
+        attention=attention,
+        dropout=dropout,
+        cross_entropy=cross_entropy,
+    )
     layers_bytes, offloaded, in_flight = mtp_bytes, 0.0, 0.0
     for chunk, count in enumerate(counts):
         layers = chunk_layers(model, plan, pp_rank, chunk)
@@ -334,7 +285,9 @@ def stage_activations(
         in_flight_microbatches=sum(counts),
         layers_bytes=layers_bytes,
         recompute_working_bytes=working,
-        embedding_bytes=counts[0] * _embedding_bytes(model, job, plan, dropout) if first else 0.0,
+        embedding_bytes=(
+            counts[0] * embedding_microbatch_bytes(model, job, plan, dropout) if first else 0.0
+        ),
         output_bytes=counts[-1] * kept + transient if last and counts[-1] else 0.0,
         offloaded_bytes=max(offloaded - in_flight, 0.0),
         mtp_bytes=mtp_bytes,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.activations import CrossEntropyFusion
 from costmodel.compute import AttentionKernelName as AttentionKernel
 from costmodel.execution_rules import (
     PLAN_FEATURES,
@@ -31,6 +30,7 @@ from costmodel.execution_rules import (
 from costmodel.fitted_rates import MOE_EXPERT_LAUNCH_S, MOE_HOST_LAUNCH_S, MOE_TOKEN_DEVICE_S
 from costmodel.memory_allowances import Fp8Recipe
 from costmodel.optimizer_state import OptimizerDtype
+from costmodel.vocab_activations import CrossEntropyFusion
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -260,7 +260,7 @@ class ExecutionOptions:
 
     cross_entropy_fusion: CrossEntropyFusion = "unfused"
     """The loss's cross-entropy implementation, which sets what the last stage keeps of the
-    logits (`costmodel.activations.logits_element_bytes`; memory only). ``unfused``:
+    logits (`costmodel.vocab_activations.logits_element_bytes`; memory only). ``unfused``:
     Megatron-core's default (``cross_entropy_loss_fusion = False`` in
     ``megatron/core/model_parallel_config.py``), an fp32 softmax per in-flight microbatch,
     as in Megatron-LM 2021 (``output.float()`` before ``vocab_parallel_cross_entropy``);

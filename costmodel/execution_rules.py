@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from costmodel.activations import CROSS_ENTROPY_FUSIONS
 from costmodel.bf16_layer_rules import check_bf16_layer_fields
 from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE, check_fp8_attention_kernel
 from costmodel.memory_allowances import FP8_RECIPES
 from costmodel.optimizer_offload import check_offload_fields
 from costmodel.optimizer_state import OptimizerPrecision
+from costmodel.vocab_activations import CROSS_ENTROPY_FUSIONS
 from specs.errors import SpecError
 
 Runtime = Literal["megatron", "torch"]

@@ -426,19 +426,41 @@ def recompute_forward_flops_per_token(
     """Extra forward FLOPs per token that activation recompute adds.
 
     Selective: the core attention of every attention layer runs again (Megatron's default
-    `--recompute-modules core_attn`; a hybrid model's ``*`` layers). Full: the whole
+    `--recompute-modules core_attn`; a hybrid model's ``*`` layers), each MTP depth's
+    attention layers included, as the simulator reruns them. Full: the whole
     forward of each recomputed layer (`costmodel.activations.recomputed_layers`; every
     layer for the uniform method, the first N of each chunk for block), with its ``lora``
-    adapters. The logits and embedding are never recomputed.
+    adapters, and each MTP depth's checkpoint (`mtp_recompute_forward_flops_per_token`).
+    The logits and embedding are never recomputed.
     """
     if plan.recompute == "selective":
         core = core_attention_forward_flops_per_token(model, seq_length)
-        return attention_layer_count(model) * core
+        depth = sum(kind.mixer == "attention" for kind in model.mtp_depth_kinds())
+        return (attention_layer_count(model) + model.mtp_num_layers * depth) * core
     if plan.recompute == "full":
         layers = recomputed_layers(model, plan)
         adapters = 0.0 if lora is None else lora_forward_flops_per_token(model, lora, layers)
-        return _layers_forward(model, layers, seq_length) + adapters
+        mtp = mtp_recompute_forward_flops_per_token(model, seq_length)
+        return _layers_forward(model, layers, seq_length) + adapters + mtp
     return 0.0
+
+
+def mtp_recompute_forward_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Forward FLOPs per token that full recompute reruns of the MTP depths: Megatron-core
+    checkpoints each depth's ``_proj_and_transformer_layer`` (``MultiTokenPredictionLayer.
+    _checkpointed_forward``, ``megatron/core/transformer/multi_token_prediction.py``), its
+    layers, ``eh_proj`` and norms, as the simulator reruns them
+    (`costmodel.runtimes.megatron.mtp_costs.MtpDepthCost.projection_forward` and the
+    depth's layers); the embedding, output layer and loss run outside it. Counted as
+    `mtp_forward_flops_per_token` counts the depth without its logits: its layers by kind
+    (`mtp_depth_layers_forward`) and, for a transformer, the "MTP norms and proj" term
+    (`mtp_projection_forward_flops_per_token`); 0 without MTP."""
+    if not model.mtp_num_layers:
+        return 0.0
+    per_depth = mtp_depth_layers_forward(model, seq_length)
+    if not model.is_hybrid:
+        per_depth += mtp_projection_forward_flops_per_token(model)
+    return model.mtp_num_layers * per_depth
 
 
 def hardware_flops_per_iteration(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:

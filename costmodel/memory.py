@@ -20,7 +20,7 @@ Where this model deliberately differs from
 - no-recompute uses fused (flash) attention and full recompute keeps layer inputs, each
   with the backward's working set; the estimator has one formula for all recompute modes;
 - biases and the learned position table are counted; the loss keeps what its
-  cross-entropy implementation saves (`costmodel.activations.logits_element_bytes`: an
+  cross-entropy implementation saves (`costmodel.vocab_activations.logits_element_bytes`: an
   fp32 softmax, or the bf16 logits under Transformer Engine's fused loss); communication
   buffers and a framework allowance are added;
 - FP8 runs keep the linear layers' FP8-cast inputs (1 byte, Transformer Engine; the
@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.activation_shard import activation_element_bytes, projection_saves_original_input
-from costmodel.activations import CrossEntropyFusion, StageActivations, stage_activations
+from costmodel.activations import StageActivations, stage_activations
 from costmodel.bf16_layers import bf16_linear_params, without_bf16_linear
 from costmodel.layer_activations import AttentionKernel
 from costmodel.memory_allowances import BF16_WEIGHTS, Fp8WeightStorage, FrameworkAllowance
@@ -54,6 +54,7 @@ from costmodel.model_state import (
 )
 from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision
 from costmodel.rank_params import StageParams, stage_layer_indices, stage_params
+from costmodel.vocab_activations import CrossEntropyFusion
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan

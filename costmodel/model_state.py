@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from costmodel.activations import FP32_BYTES
+from costmodel.compute import FP32_BYTES
 from costmodel.memory_allowances import BF16_WEIGHTS, Fp8WeightStorage, model_weight_bytes
 from costmodel.muon_sharding import step_working_bytes, worst_rank_state_bytes
 from costmodel.optimizer_muon import is_muon, muon_shards

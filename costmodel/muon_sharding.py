@@ -11,8 +11,10 @@ loop). Each rank keeps the optimizer state of, and steps, only the whole paramet
 it, so one rank holds the whole embedding's Adam state. ``muon`` (not layer-wise) steps
 every parameter on every rank.
 
-This module deals the stage's matrices (`costmodel.optimizer_muon.layer_matrices`) and its
-embedding and output layer exactly, spreads the small parameters (norms, biases) evenly,
+This module deals the stage's matrices (`costmodel.optimizer_muon.layer_matrices`, the MTP
+weight sets' included, `rank_matrices`) and its vocabulary matrices (embedding, output
+layer, the MTP stage's embedding copy: `vocab_tensors`) exactly, spreads the small
+parameters (norms, biases) evenly,
 and returns the share of the rank with the most optimizer state, the dense and the expert
 groups each taken at their worst (an upper bound where the two worst ranks differ); the
 smallest share of each group, which sets the time of the uneven all-gather after the step;
@@ -29,16 +31,24 @@ from costmodel.compute import element_bytes
 from costmodel.optimizer_muon import (
     MuonMatrix,
     layerwise_gather_buffer_bytes,
+    mtp_matrices,
     muon_shards,
     muon_state_bytes,
     newton_schulz_dtype,
     newton_schulz_working_bytes,
     stage_matrices,
 )
-from costmodel.rank_params import stage_layer_indices, stage_params
+from costmodel.rank_params import (
+    outside_tensors,
+    stage_layer_indices,
+    stage_outside_tensors,
+    stage_params,
+    stage_weight_layers,
+)
+from costmodel.schedules import plan_stage_chunks
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import padded_vocab_size
+from specs.params import count_params, padded_vocab_size
 from specs.plan import ParallelPlan
 
 
@@ -73,22 +83,60 @@ def deal(sizes: list[float], ranks: int) -> list[list[int]]:
     return dealt
 
 
+VOCAB_TENSORS = ("embedding.word_embeddings.weight", "output_layer.weight")
+"""The vocabulary matrices among `costmodel.rank_params.outside_tensors`: whole Adam
+tensors the deal hands out like the matrices."""
+
+
+def rank_matrices(model: ModelSpec, plan: ParallelPlan, stage: int) -> tuple[MuonMatrix, ...]:
+    """The matrices Muon steps on one rank of ``stage``: its decoder layers'
+    (`costmodel.optimizer_muon.stage_matrices`) and its MTP weight sets'
+    (`costmodel.optimizer_muon.mtp_matrices`)."""
+    chunks = plan_stage_chunks(model, plan, stage)
+    mtp = tuple(m for at in chunks for m in mtp_matrices(model, plan, at.mtp_layers))
+    return stage_matrices(model, plan, stage_layer_indices(model, plan, stage)) + mtp
+
+
+def vocab_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    """Vocabulary matrices one rank of ``stage`` holds: the word embedding on virtual stage
+    0, the output layer on the last, the MTP stage's embedding copy
+    (`costmodel.rank_params.outside_tensors`, `VOCAB_TENSORS`)."""
+    return sum(
+        name in VOCAB_TENSORS
+        for at in plan_stage_chunks(model, plan, stage)
+        for name in outside_tensors(
+            model, plan, first=at.first, last=at.last, mtp_layers=at.mtp_layers
+        )
+    )
+
+
+def adam_tensors(model: ModelSpec, plan: ParallelPlan, stage: int) -> int:
+    """Parameter tensors a Muon rank of ``stage`` steps with Adam (the optimizer step's
+    ``num_tensors``): about 2 per layer whose weights it holds (norms, biases;
+    `costmodel.rank_params.stage_weight_layers`) and its tensors outside the layers but
+    each MTP weight set's ``eh_proj``, a Muon matrix
+    (`costmodel.rank_params.stage_outside_tensors`)."""
+    eh_proj = sum(
+        len(count_params(model).mtp_weights(at.mtp_layers))
+        for at in plan_stage_chunks(model, plan, stage)
+    )
+    outside = stage_outside_tensors(model, plan, stage)
+    return 2 * stage_weight_layers(model, plan, stage) + outside - eh_proj
+
+
 def _tensors(
-    model: ModelSpec, plan: ParallelPlan, stage: int, layers: tuple[int, ...]
+    model: ModelSpec, plan: ParallelPlan, stage: int
 ) -> tuple[list[MuonMatrix | float], list[MuonMatrix]]:
     """(dense, expert) whole parameters of one rank of ``stage``: a matrix per tensor, a
-    float (parameter count) for the embedding and the output layer."""
+    float (parameter count) for each vocabulary matrix (`vocab_tensors`)."""
     dense: list[MuonMatrix | float] = []
     expert: list[MuonMatrix] = []
-    for matrix in stage_matrices(model, plan, layers):
+    for matrix in rank_matrices(model, plan, stage):
         one = MuonMatrix(rows=matrix.rows, cols=matrix.cols, count=1, expert=matrix.expert)
         copies = max(round(matrix.count), 1)
         (expert if matrix.expert else dense).extend([one] * copies)
     vocab = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
-    if stage == 0:
-        dense.append(vocab)
-    if stage == plan.pp - 1 and (not model.tied_embeddings or plan.pp > 1):
-        dense.append(vocab)
+    dense.extend([vocab] * vocab_tensors(model, plan, stage))
     return dense, expert
 
 
@@ -116,19 +164,18 @@ def worst_rank_share(
     job: TrainingJob,
     plan: ParallelPlan,
     stage: int,
-    layers: tuple[int, ...],
     *,
     dense: float,
     expert: float,
     adam_bytes: float,
 ) -> RankShare:
-    """The optimizer share of the rank of ``stage`` (holding ``layers``, ``dense`` and
-    ``expert`` parameters in all) with the most optimizer state (module docstring):
+    """The optimizer share of the rank of ``stage`` (holding ``dense`` and ``expert``
+    parameters in all) with the most optimizer state (module docstring):
     everything for ``muon``; for ``dist_muon`` the worst dense and the worst expert deal,
     plus the small parameters over `costmodel.optimizer_muon.muon_shards`. Cached: the
     closed-form screen asks for the same layouts once per micro-batch size."""
     dense_shards, expert_shards = muon_shards(job, plan)
-    dense_tensors, expert_tensors = _tensors(model, plan, stage, layers)
+    dense_tensors, expert_tensors = _tensors(model, plan, stage)
     small_dense = max(dense - sum(_size(t) for t in dense_tensors), 0.0)
     small_expert = max(expert - sum(t.params for t in expert_tensors), 0.0)
     worst_dense = _worst(dense_tensors, dense_shards, job.precision, adam_bytes)
@@ -150,13 +197,11 @@ def worst_rank_state_bytes(
     `RankShare.state_bytes` with ``adam_bytes`` per Adam parameter). The memory model and
     the closed-form screen both count Muon's state through here."""
     params = stage_params(model, plan, stage)
-    layers = stage_layer_indices(model, plan, stage)
     share = worst_rank_share(
         model,
         job,
         plan,
         stage,
-        layers,
         dense=params.dense,
         expert=params.expert,
         adam_bytes=adam_bytes,
@@ -187,7 +232,7 @@ def smallest_share_fractions(
     if (dense_shards, expert_shards) == (1, 1):
         return 1.0, 1.0
     params = stage_params(model, plan, stage)
-    dense, expert = _tensors(model, plan, stage, stage_layer_indices(model, plan, stage))
+    dense, expert = _tensors(model, plan, stage)
     return (
         _smallest_fraction(dense, params.dense, dense_shards),
         _smallest_fraction(list(expert), params.expert, expert_shards),
@@ -204,9 +249,8 @@ def step_working_bytes(
     ``dist_muon``'s all-gather buffers (`costmodel.optimizer_muon.
     layerwise_gather_buffer_bytes`, ``weight_bytes`` per parameter). The memory model adds
     them to the step's peak (`costmodel.model_state.step_peak_bytes`)."""
-    layers = stage_layer_indices(model, plan, stage)
     ns_bytes = element_bytes(newton_schulz_dtype(job.precision))
-    shapes = {(m.rows, m.cols) for m in stage_matrices(model, plan, layers)}
+    shapes = {(m.rows, m.cols) for m in rank_matrices(model, plan, stage)}
     ns = max((newton_schulz_working_bytes(r, c, ns_bytes) for r, c in shapes), default=0.0)
     params = stage_params(model, plan, stage)
     gather = layerwise_gather_buffer_bytes(job, plan, params.dense, params.expert, weight_bytes)

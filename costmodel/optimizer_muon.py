@@ -10,8 +10,11 @@ v0.4.0, core_r0.17) and d0b3b775 (tag v0.5.0, core_r0.18); NVIDIA-NeMo/Emerging-
   muon.py``; d0b3b775 ``emerging_optimizers.py`` ``_is_nonlinear_or_embedding``) gives Muon
   every 2-D parameter that is not the embedding or the output layer: the attention and MLP
   projections, shared and routed experts (one matrix per expert, Transformer Engine's
-  ``GroupedLinear`` ``weight0..N``) and the router; norms and biases (1-D), the embedding
-  and the output layer take Adam (``--muon-scalar-optimizer`` default ``adam``).
+  ``GroupedLinear`` ``weight0..N``) and the router, the MTP layers' matrices and each MTP
+  weight set's ``eh_proj`` (`mtp_matrices`); norms and biases (1-D), the embedding, the
+  MTP stage's embedding copy (``is_embedding_or_output_parameter``, set for
+  ``pre_process or mtp_process`` in ``LanguageModule.setup_embeddings_and_output_layer``,
+  d98e8a64) and the output layer take Adam (``--muon-scalar-optimizer`` default ``adam``).
 - **State.** Muon keeps one ``momentum_buffer`` per parameter, ``zeros_like`` the fp32 main
   parameter that ``Float16OptimizerWithFloat16Params`` hands it: master 4 + momentum 4 = 8
   bytes per Muon parameter under bf16 or fp8 (4 in an fp32 run, stepped in place); the Adam
@@ -59,7 +62,7 @@ from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
+from specs.params import count_params, mla_head_dims
 from specs.plan import ParallelPlan
 
 MUON_OPTIMIZERS: tuple[str, ...] = ("muon", "dist_muon")
@@ -207,6 +210,20 @@ def stage_matrices(
     mask = model.moe_layer_mask()
     by_kind = {kind: layer_matrices(model, plan, kind) for kind in set(mask)}
     return tuple(m for index in layers for m in by_kind[mask[index]])
+
+
+def mtp_matrices(model: ModelSpec, plan: ParallelPlan, depths: int) -> tuple[MuonMatrix, ...]:
+    """The matrices Muon orthogonalizes of the MTP weight sets a rank that runs ``depths``
+    depths holds (`specs.params.ParamCounts.mtp_weights`: one per depth, or one for all with
+    ``mtp_repeated_layer``): each set's ``eh_proj`` (``MultiTokenPredictionLayer``, a
+    column-parallel 2h -> h weight, h/tp x 2h on the rank, not an embedding or output
+    parameter) and the `layer_matrices` of its layers (`ModelSpec.mtp_depth_kinds`; Muon
+    runs on transformers only). Its norms are 1-D: Adam's."""
+    h = model.hidden_size
+    one = (MuonMatrix(rows=h // plan.tp, cols=2 * h, count=1),)
+    for kind in model.mtp_depth_kinds():
+        one += layer_matrices(model, plan, kind.is_moe)
+    return tuple(m for _ in count_params(model).mtp_weights(depths) for m in one)
 
 
 def muon_shards(job: TrainingJob, plan: ParallelPlan) -> tuple[int, int]:

@@ -60,17 +60,19 @@ Count = TypeVar("Count")
 
 
 def optimizer_step_tensors(
-    layers: Count, local_experts: Count, adapters: Count | None = None
+    layers: Count, local_experts: Count, adapters: Count | None = None, *, outside: Count
 ) -> Count:
     """Parameter tensors one rank's optimizer step covers over ``layers`` transformer
     layers (`optimizer_step_time_s`'s ``num_tensors``): about 8 per layer (weights, biases,
-    norms) plus 2 per local expert, and 2 for the embedding and the output layer; a LoRA
-    job's two matrices per adapter instead, ``adapters`` the adapters the rank's layers
-    hold (`costmodel.rank_params.stage_lora_adapters`; its frozen base has no optimizer
-    state). ``adapters`` is None without LoRA."""
+    norms) plus 2 per local expert, and the ``outside`` tensors the rank holds outside its
+    layers, counted exactly (`costmodel.rank_params.stage_outside_tensors`: embedding,
+    output layer, final norm, each MTP weight set's ``eh_proj`` and norms and the MTP
+    stage's embedding copy); a LoRA job's two matrices per adapter instead, ``adapters``
+    the adapters the rank's layers hold (`costmodel.rank_params.stage_lora_adapters`; its
+    frozen base has no optimizer state). ``adapters`` is None without LoRA."""
     if adapters is not None:
         return 2 * adapters  # type: ignore[operator]
-    return layers * (8 + 2 * local_experts) + 2  # type: ignore[operator]
+    return layers * (8 + 2 * local_experts) + outside  # type: ignore[operator]
 
 
 def optimizer_step_time_s(

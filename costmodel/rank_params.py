@@ -8,7 +8,8 @@ Lc = L/(p·v) (`costmodel.schedules.layer_range`). The first stage also holds th
 embedding (and the learned position table), the last stage the final norm and the output
 layer; with tied embeddings and pp > 1 the last stage holds its own copy of the embedding
 matrix (Megatron keeps both in sync by an all-reduce). A model chunk that runs MTP depths
-and is not virtual stage 0 holds a copy of the word embedding too, beside its output layer:
+and is not virtual stage 0 holds a copy of the word embedding (and of the learned position
+table) too, beside its output layer:
 Megatron-core's `GPTModel` builds ``self.embedding`` when ``pre_process or mtp_process``
 (``megatron/core/models/gpt/gpt_model.py``), and ``finalize_model_grads`` all-reduces its
 gradient with the first stage's whenever ``mtp_num_layers`` is set
@@ -138,6 +139,46 @@ def chunk_weight_layers(model: ModelSpec, at: ChunkPosition) -> int:
     return len(at.layers) + held_mtp_layers(model, at.mtp_layers)
 
 
+def outside_tensors(
+    model: ModelSpec, plan: ParallelPlan, *, first: bool, last: bool, mtp_layers: int = 0
+) -> tuple[str, ...]:
+    """Parameter tensors one rank holds in a model chunk outside its transformer layers, by
+    Megatron-core parameter name: the word embedding (and the learned position table) when
+    the chunk is virtual stage 0 or runs MTP depths (``GPTModel`` builds
+    ``self.embedding`` when ``pre_process or mtp_process``, one module for both), the final
+    norm and the output layer on the last virtual stage (the output layer is the embedding
+    itself when it is tied and one stage holds both, as `chunk_params` counts it), and per
+    MTP weight set held (`specs.params.ParamCounts.mtp_weights`) ``eh_proj`` (no bias),
+    ``enorm``, ``hnorm`` and ``final_layernorm`` (``MultiTokenPredictionLayer.__init__``,
+    ``megatron/core/transformer/multi_token_prediction.py``). A norm is a weight, and a
+    bias for LayerNorm. The optimizer step's tensors outside the layers
+    (`costmodel.optimizer_passes.optimizer_step_tensors`) and Muon's whole embedding
+    tensors (`costmodel.muon_sharding`) count through here."""
+    norm = ("weight", "bias") if model.normalization == "layernorm" else ("weight",)
+    names: list[str] = []
+    if first or mtp_layers:
+        names.append("embedding.word_embeddings.weight")
+        if model.position_embedding == "learned":
+            names.append("embedding.position_embeddings.weight")
+    if last:
+        names += [f"decoder.final_layernorm.{part}" for part in norm]
+        if not model.tied_embeddings or plan.pp > 1:
+            names.append("output_layer.weight")
+    for index, _ in enumerate(count_params(model).mtp_weights(mtp_layers)):
+        names.append(f"mtp.layers.{index}.eh_proj.weight")
+        for module in ("enorm", "hnorm", "final_layernorm"):
+            names += [f"mtp.layers.{index}.{module}.{part}" for part in norm]
+    return tuple(names)
+
+
+def stage_outside_tensors(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> int:
+    """`outside_tensors` of every chunk of stage ``pp_rank``, counted."""
+    return sum(
+        len(outside_tensors(model, plan, first=at.first, last=at.last, mtp_layers=at.mtp_layers))
+        for at in plan_stage_chunks(model, plan, pp_rank)
+    )
+
+
 def stage_weight_layers(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> int:
     """`chunk_weight_layers` summed over the chunks of stage ``pp_rank``."""
     chunks = plan_stage_chunks(model, plan, pp_rank)
@@ -216,8 +257,8 @@ def chunk_params(
         dense += counts.final_norm
         if not model.tied_embeddings or plan.pp > 1:
             dense += matrix
-    if mtp_layers and not first:  # the MTP depths' own word embedding (module docstring)
-        dense += matrix
+    if mtp_layers and not first:  # the MTP depths' own embedding (module docstring)
+        dense += matrix + (counts.embedding - model.vocab_size * model.hidden_size)
     if lora is None:
         return StageParams(dense=dense, expert=expert, linear=linear)
     held_kinds = _held_kinds(model, layers, mtp_layers)

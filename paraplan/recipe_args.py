@@ -35,7 +35,7 @@ from specs.errors import SpecError
 CROSS_ENTROPY_IMPLS = ("native", "te", "te_fp32_grad")
 """Choices of ``--cross-entropy-fusion-impl``: Megatron-core's ``cross_entropy_fusion_impl``
 (``native``, ``te``) with ``te`` split by the Transformer Engine release
-(`costmodel.activations.logits_element_bytes`)."""
+(`costmodel.vocab_activations.logits_element_bytes`)."""
 
 
 def add_runtime_arg(parser: argparse.ArgumentParser, default: str) -> None:

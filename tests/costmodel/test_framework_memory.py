@@ -1,5 +1,5 @@
 """Memory of the framework's conventions: what the loss keeps of the logits under each
-cross-entropy implementation (costmodel.activations.logits_element_bytes,
+cross-entropy implementation (costmodel.vocab_activations.logits_element_bytes,
 ExecutionOptions.cross_entropy_fusion) and the allocator's expandable segments
 (ExecutionOptions.expandable_segments)."""
 
@@ -10,12 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from costmodel.activations import (
-    in_flight_chunk_counts,
-    logits_element_bytes,
-    output_microbatch_bytes,
-    stage_activations,
-)
+from costmodel.activations import in_flight_chunk_counts, stage_activations
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
@@ -24,6 +19,7 @@ from costmodel.memory_allowances import NO_ALLOWANCE
 from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.megatron.runtime import MegatronRuntime
 from costmodel.screen import screen_plans
+from costmodel.vocab_activations import logits_element_bytes, output_microbatch_bytes
 from profiles.store import load_profile
 from specs import ParallelPlan, SpecError, TrainingJob
 from specs.cluster import ClusterSpec

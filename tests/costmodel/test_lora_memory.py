@@ -9,10 +9,10 @@ import dataclasses
 
 import pytest
 
-from costmodel.activations import output_microbatch_bytes
 from costmodel.layer_activations import layer_activations
 from costmodel.memory import memory_per_stage
 from costmodel.rank_params import stage_params
+from costmodel.vocab_activations import output_microbatch_bytes
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan

@@ -19,6 +19,7 @@ from costmodel.layer_activations import layer_activations
 from costmodel.megatron_estimator import megatron_theoretical_memory
 from costmodel.memory import StageMemory, memory_per_stage, peak_memory_bytes
 from costmodel.memory_allowances import NO_ALLOWANCE, FrameworkAllowance, GiB
+from costmodel.mtp_activations import mtp_depth_tensors
 from costmodel.rank_params import stage_params
 from costmodel.schedules import chunk_layers, max_in_flight, schedule_actions
 from specs import ParallelPlan, SpecError, TrainingJob
@@ -325,7 +326,9 @@ def test_interleaved_peak_stage_holds_megatrons_warmup_and_estimator_count() -> 
 def test_a_transformer_mtp_layer_keeps_one_layer_of_activations_per_microbatch() -> None:
     """DeepSeek-V3's MTP depth is one layer of its last layer's kind (Megatron-core
     ``MultiTokenPredictionLayer``): on the last stage it keeps what one more decoder layer
-    of that kind would keep, for each of that stage's in-flight microbatches."""
+    of that kind would keep, plus what the depth keeps outside it
+    (`costmodel.mtp_activations.mtp_depth_tensors`), for each of that stage's in-flight
+    microbatches."""
     model = get_preset("deepseek-v3")
     job = TrainingJob(seq_length=4096, global_batch_size=256)
     plan = ParallelPlan(tp=2, pp=4, ep=8, etp=1, dp=16, decoder_last_pipeline_num_layers=13)
@@ -337,9 +340,11 @@ def test_a_transformer_mtp_layer_keeps_one_layer_of_activations_per_microbatch()
     assert last.layers_bytes - stage_activations(without, job, plan, 3).layers_bytes == (
         pytest.approx(last.mtp_bytes, rel=1e-12)
     )
+    outside = sum(mtp_depth_tensors(model, job, plan).values())
     assert last.mtp_bytes == pytest.approx(
         stage_activations(extra, job, longer, 3).layers_bytes
-        - stage_activations(without, job, plan, 3).layers_bytes,
+        - stage_activations(without, job, plan, 3).layers_bytes
+        + last.in_flight_microbatches * outside,
         rel=1e-12,
     )
     assert stage_activations(model, job, plan, 0) == stage_activations(without, job, plan, 0)

@@ -17,17 +17,26 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.iteration import simulate_iteration
 from costmodel.passes import comm_groups
 from costmodel.rank_params import (
+    outside_tensors,
     shared_word_embedding,
     stage_lora_adapters,
+    stage_outside_tensors,
     stage_weight_layers,
 )
 from costmodel.runtimes.megatron import optimizer_step
+from costmodel.runtimes.megatron.fp8_scaling import (
+    EH_PROJ_MODULES,
+    delayed_scaling_pair,
+    layer_fp8_modules,
+    stage_fp8_modules,
+)
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.pricing import chunk_costs
 from costmodel.runtimes.megatron.runtime import MegatronRuntime
 from costmodel.runtimes.megatron.screen_sharding import fsdp_reduce_per_microbatch_s
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost
+from costmodel.schedules import plan_pipeline_chunks
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
@@ -56,9 +65,11 @@ def test_the_last_stage_holds_its_mtp_layer() -> None:
 
 
 def test_the_simulated_optimizer_step_covers_the_mtp_layer(monkeypatch) -> None:
-    # optimizer_step_tensors: 8 per layer and 2 per local expert (256 / ep 8 = 32), plus 2:
-    # stage 1 steps (4 + 1)·(8 + 2·32) + 2 = 362 tensors, not the 4·72 + 2 = 290 of its
-    # decoder layers alone
+    # optimizer_step_tensors: 8 per layer and 2 per local expert (256 / ep 8 = 32), plus the
+    # tensors outside the layers: the final norm and the output layer, the MTP stage's
+    # embedding copy, eh_proj, enorm, hnorm and the depth's final_layernorm (RMSNorm
+    # weights; multi_token_prediction.py, gpt_model.py d98e8a64): stage 1 steps
+    # (4 + 1)·(8 + 2·32) + 7 = 367 tensors, not the 4·72 + 2 = 290 of its decoder layers
     seen: list[int] = []
     real = optimizer_step.optimizer_step_time_s
 
@@ -70,7 +81,7 @@ def test_the_simulated_optimizer_step_covers_the_mtp_layer(monkeypatch) -> None:
     placements = plan_placements(H100, PLAN)
     costs = chunk_costs(DSV3, JOB, PLAN, H100, comm_groups(placements), DEFAULT_OPTIONS)
     optimizer_step.stage_optimizer_s(DSV3, JOB, PLAN, H100, 1, costs[1], placements)
-    assert seen == [362]
+    assert seen == [367]
 
 
 def test_megatron_fsdp_reduces_each_unit_module_once() -> None:
@@ -253,3 +264,79 @@ def test_the_mtp_stage_all_reduces_its_embedding_copy_with_the_first() -> None:
     assert embedding_events(DSV3.replace(mtp_num_layers=0), PLAN) == [[], []]
     single = ParallelPlan(tp=2, pp=1, dp=32, ep=8, sequence_parallel=True)
     assert embedding_events(DSV3, single.replace(distributed_optimizer=True)) == [[]]
+
+
+def test_the_tensors_outside_the_layers_by_name() -> None:
+    # gpt_model.py (self.embedding for pre_process or mtp_process, output_layer),
+    # transformer_block.py (final_layernorm) and multi_token_prediction.py (eh_proj without
+    # bias, enorm, hnorm, final_layernorm), d98e8a64; DeepSeek-V3 norms are RMSNorm weights
+    assert outside_tensors(DSV3, PLAN, first=True, last=False) == (
+        "embedding.word_embeddings.weight",
+    )
+    assert outside_tensors(DSV3, PLAN, first=False, last=True, mtp_layers=1) == (
+        "embedding.word_embeddings.weight",  # the MTP stage's own copy
+        "decoder.final_layernorm.weight",
+        "output_layer.weight",
+        "mtp.layers.0.eh_proj.weight",
+        "mtp.layers.0.enorm.weight",
+        "mtp.layers.0.hnorm.weight",
+        "mtp.layers.0.final_layernorm.weight",
+    )
+    # one stage holds the embedding once; a middle stage nothing
+    one_stage = ParallelPlan(tp=2, dp=32, ep=8)
+    assert stage_outside_tensors(DSV3, one_stage, 0) == 1 + 2 + 4
+    assert stage_outside_tensors(DSV3, PLAN.replace(pp=4, dp=8), 1) == 0
+
+
+def test_layernorm_weights_biases_and_a_learned_position_table() -> None:
+    gpt = get_preset("gpt-1.7b").replace(mtp_num_layers=2)  # LayerNorm, learned positions
+    names = outside_tensors(gpt, ParallelPlan(pp=2), first=False, last=True, mtp_layers=2)
+    assert len(names) == 2 + 2 + 1 + 2 * (1 + 3 * 2)  # embedding copy, norm, output, 2 sets
+    assert "embedding.position_embeddings.weight" in names
+    shared = gpt.replace(mtp_repeated_layer=True)
+    assert (
+        len(outside_tensors(shared, ParallelPlan(pp=2), first=False, last=True, mtp_layers=2)) == 12
+    )
+
+
+@pytest.mark.parametrize("optimizer", ["dist_muon", "muon"])
+def test_screen_agrees_on_muon_with_an_mtp_layer(optimizer: str) -> None:
+    # the MTP layer's and eh_proj's matrices, the embedding copy dealt whole
+    # (costmodel.muon_sharding), in the screen's Muon columns and the simulator alike
+    model = get_preset("mixtral-8x7b").replace(num_layers=8, mtp_num_layers=1)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    job = TrainingJob(seq_length=4096, global_batch_size=64, optimizer=optimizer)
+    grid = {"tp": [2, 4], "pp": [1, 2], "ep": [1, 4], "recompute": ["none", "full"]}
+    plans = valid_plans(model, cluster, job, grid)
+    assert len(plans) > 8
+    time_err, mem_err = compare(model, cluster, job, plans)
+    assert time_err.max() < 0.05
+    assert mem_err.max() < 0.01
+
+
+@pytest.mark.parametrize(("recompute", "regions"), [("none", 1 + 2), ("full", 1 + 1)])
+def test_delayed_scaling_reduces_the_buffer_in_each_mtp_region(
+    recompute: str, regions: int
+) -> None:
+    # _proj_and_transformer_layer enters get_fp8_context around _concat_embeddings and
+    # around the layer: two fp8_autocast regions of the depth beside the chunk's, one under
+    # full recompute (_checkpointed_forward's outer context for delayed scaling;
+    # multi_token_prediction.py d98e8a64); the buffer holds eh_proj (1 module, 1 GEMM)
+    plan = PLAN.replace(recompute=recompute)
+    job = dataclasses.replace(JOB, precision="fp8")
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="delayed")
+    groups = comm_groups(plan_placements(H100, plan))
+    grid = plan_pipeline_chunks(DSV3, plan)
+    (last,) = grid[1]
+    assert last.mtp_layers == 1
+    fp8 = stage_fp8_modules(DSV3, grid[1], plan.ep)
+    layers = stage_fp8_modules(DSV3.replace(mtp_num_layers=0), grid[1], plan.ep)
+    (depth_kind,) = DSV3.mtp_depth_kinds()
+    depth = layer_fp8_modules(DSV3, kind=depth_kind, ep=plan.ep)
+    assert fp8 == layers.plus(depth).plus(EH_PROJ_MODULES)
+    forward, backward = delayed_scaling_pair(H100, fp8, groups.tp_dp_cp)
+    mxfp8 = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")  # no amax reduction
+    bare = chunk_costs(DSV3, job, plan, H100, groups, mxfp8)[1][0]
+    kept = chunk_costs(DSV3, job, plan, H100, groups, options)[1][0]
+    assert kept.forward.tp_s - bare.forward.tp_s == pytest.approx(regions * forward.tp_s)
+    assert kept.backward.tp_s - bare.backward.tp_s == pytest.approx(regions * backward.tp_s)

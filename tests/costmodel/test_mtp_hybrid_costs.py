@@ -15,12 +15,19 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import (
     forward_flops_per_token,
+    hardware_flops_per_iteration,
     model_flops_per_iteration,
     mtp_forward_flops_per_token,
+    mtp_recompute_forward_flops_per_token,
+    recompute_forward_flops_per_token,
 )
 from costmodel.passes import comm_groups
 from costmodel.rank_params import non_unit_params, stage_params
-from costmodel.runtimes.megatron.fp8_scaling import layer_fp8_modules, stage_fp8_modules
+from costmodel.runtimes.megatron.fp8_scaling import (
+    EH_PROJ_MODULES,
+    layer_fp8_modules,
+    stage_fp8_modules,
+)
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.pricing import chunk_costs
@@ -127,9 +134,13 @@ def test_each_depth_saves_its_activations(recompute: str) -> None:
     assert shared.mtp_bytes == pytest.approx(2 * one.mtp_bytes, rel=1e-12)  # per depth
     assert stage_activations(with_mtp(2), JOB, plan, last).mtp_bytes == shared.mtp_bytes
     assert stage_activations(with_mtp(2), JOB, plan, 0) == stage_activations(HYBRID, JOB, plan, 0)
-    if recompute == "full":  # a depth is one checkpoint: its input, [s, b, h] / tp
-        tokens_bytes = JOB.seq_length * 2 * HYBRID.hidden_size / plan.tp
-        assert one.mtp_bytes == pytest.approx(tokens_bytes, rel=1e-12)
+    if recompute == "full":
+        # _checkpointed_forward keeps its two inputs (hnorm's and enorm's, 2·4096·2048/2 B
+        # each); outside the checkpoint the embedding keeps its int64 ids and dropout mask
+        # (8·4096 + 4096·2048/2 B), the output layer its input (2·4096·2048/2 B) and the
+        # loss its fp32 logits (4·4096·32000/2 B) (multi_token_prediction.py d98e8a64)
+        by_hand = 3 * 8_388_608 + 32_768 + 4_194_304 + 262_144_000
+        assert one.mtp_bytes == by_hand == 291_536_896
 
 
 def test_repeated_weights_keep_the_compute_and_shrink_the_step() -> None:
@@ -148,7 +159,8 @@ def test_repeated_weights_keep_the_compute_and_shrink_the_step() -> None:
 def test_fp8_modules_count_each_held_weight_set() -> None:
     chunks = plan_stage_chunks(with_mtp(2), PLAN, PLAN.pp - 1)
     base = stage_fp8_modules(HYBRID, plan_stage_chunks(HYBRID, PLAN, PLAN.pp - 1), ep=1)
-    depth = layer_fp8_modules(HYBRID, kind=ATTENTION, ep=1).plus(
+    # each weight set: eh_proj (one TE Linear) and its "*-" layers' modules
+    depth = EH_PROJ_MODULES.plus(layer_fp8_modules(HYBRID, kind=ATTENTION, ep=1)).plus(
         layer_fp8_modules(HYBRID, kind=MLP, ep=1)
     )
     assert stage_fp8_modules(with_mtp(2), chunks, ep=1) == base.plus(depth).plus(depth)
@@ -252,3 +264,37 @@ def test_deepseek_v3_mtp_flops_golden() -> None:
     assert per_token == pytest.approx(forward_flops_per_token(without, 4096) + depth, rel=1e-15)
     assert mtp_forward_flops_per_token(without, 4096) == 0.0
     assert count_params(model).mtp > 0
+
+
+def test_full_recompute_reruns_each_depth_checkpoint_in_the_hardware_flops() -> None:
+    """DeepSeek-V3's depth without its output layer (the golden above): MLA projections,
+    attention core, experts, norms and proj = 1,540,274,176 FLOPs per token forward, rerun
+    by _checkpointed_forward (multi_token_prediction.py d98e8a64); two depths twice."""
+    model = get_preset("deepseek-v3")
+    rerun = 374_214_656 + 167_772_160 + 792_723_456 + 205_563_904
+    assert rerun == 1_540_274_176
+    assert mtp_recompute_forward_flops_per_token(model, 4096) == rerun
+    two = model.replace(mtp_num_layers=2)
+    assert mtp_recompute_forward_flops_per_token(two, 4096) == 2 * rerun
+    plan = ParallelPlan(recompute="full")
+    without = model.replace(mtp_num_layers=0)
+    full = recompute_forward_flops_per_token(model, plan, 4096)
+    assert full == pytest.approx(recompute_forward_flops_per_token(without, plan, 4096) + rerun)
+    job = TrainingJob(seq_length=4096, global_batch_size=8)
+    extra = hardware_flops_per_iteration(model, job, plan) - model_flops_per_iteration(
+        model, 4096, 8
+    )
+    assert extra == pytest.approx(full * 4096 * 8, rel=1e-12)
+    # selective recompute reruns the depth's core attention, as the decoder layers'
+    selective = ParallelPlan(recompute="selective")
+    assert (
+        recompute_forward_flops_per_token(model, selective, 4096)
+        == recompute_forward_flops_per_token(without, selective, 4096) + 167_772_160
+    )
+
+
+def test_a_hybrid_depth_reruns_its_layers_without_eh_proj() -> None:
+    # hybrid_flops counts no eh_proj and no norm, so neither does the rerun
+    model = with_mtp(2)
+    per_depth = mtp_forward_flops_per_token(model, 4096) / 2 - 2 * 2048 * 32000
+    assert mtp_recompute_forward_flops_per_token(model, 4096) == pytest.approx(2 * per_depth)

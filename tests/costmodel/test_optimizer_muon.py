@@ -10,12 +10,20 @@ import pytest
 
 from costmodel.estimate import estimate_plan
 from costmodel.memory import memory_per_stage
-from costmodel.muon_sharding import deal, worst_rank_share
+from costmodel.muon_sharding import (
+    adam_tensors,
+    deal,
+    rank_matrices,
+    vocab_tensors,
+    worst_rank_share,
+)
 from costmodel.optimizer_muon import (
     MUON_STEP_BYTES,
     NS_STEPS,
+    MuonMatrix,
     is_muon,
     layer_matrices,
+    mtp_matrices,
     muon_shards,
     muon_state_bytes,
     muon_step_bytes,
@@ -103,7 +111,7 @@ def test_muon_share_is_everything_and_dist_muon_holds_whole_parameters() -> None
     layers = tuple(range(LLAMA.num_layers))
     params = stage_params(LLAMA, PLAN, 0)
     muon = worst_rank_share(
-        LLAMA, MUON, PLAN, 0, layers, dense=params.dense, expert=params.expert, adam_bytes=12
+        LLAMA, MUON, PLAN, 0, dense=params.dense, expert=params.expert, adam_bytes=12
     )
     mats = stage_matrices(LLAMA, PLAN, layers)
     assert muon.muon_params == sum(m.params for m in mats)
@@ -111,9 +119,8 @@ def test_muon_share_is_everything_and_dist_muon_holds_whole_parameters() -> None
     state = muon.state_bytes("bf16", 12)
     assert state == pytest.approx(8 * muon.muon_params + 12 * muon.adam_params)
     dist = worst_rank_share(
-        LLAMA, DIST_MUON, PLAN, 0, layers, dense=params.dense, expert=params.expert,
-        adam_bytes=12,
-    )  # fmt: skip
+        LLAMA, DIST_MUON, PLAN, 0, dense=params.dense, expert=params.expert, adam_bytes=12
+    )
     # the worst of 8 ranks holds one whole vocabulary matrix (embedding or output layer),
     # padded 128256 -> 128256 (a multiple of 128 * tp), split over tp 2
     vocab = 128256 * 4096 / 2
@@ -151,3 +158,69 @@ def test_estimate_dist_muon_against_replicated_and_adam() -> None:
     assert dist.breakdown.dp_exposed_s > adam.breakdown.dp_exposed_s
     assert muon.breakdown.dp_exposed_s == pytest.approx(adam.breakdown.dp_exposed_s)
     assert dist.peak_memory_gib < muon.peak_memory_gib < adam.peak_memory_gib
+
+
+MIXTRAL_MTP = get_preset("mixtral-8x7b").replace(num_layers=8, mtp_num_layers=1)  # MoE depth
+MTP_PLAN = ParallelPlan(tp=2, pp=2, dp=8, ep=4, sequence_parallel=True)
+
+
+def test_the_mtp_stage_steps_eh_proj_and_the_depth_layer_with_muon() -> None:
+    # MultiTokenPredictionLayer: eh_proj 2h -> h column-parallel, 4096/2 x 8192 on a rank;
+    # the depth's layer is an MoE layer like the decoder's last (multi_token_prediction.py)
+    assert mtp_matrices(MIXTRAL_MTP, MTP_PLAN, 1) == (
+        MuonMatrix(rows=2048, cols=8192, count=1),
+        *layer_matrices(MIXTRAL_MTP, MTP_PLAN, True),
+    )
+    assert mtp_matrices(MIXTRAL_MTP, MTP_PLAN, 0) == ()
+    last = rank_matrices(MIXTRAL_MTP, MTP_PLAN, 1)
+    decoder = stage_matrices(MIXTRAL_MTP, MTP_PLAN, (4, 5, 6, 7))
+    assert last == decoder + mtp_matrices(MIXTRAL_MTP, MTP_PLAN, 1)
+    assert rank_matrices(MIXTRAL_MTP, MTP_PLAN, 0) == stage_matrices(
+        MIXTRAL_MTP, MTP_PLAN, (0, 1, 2, 3)
+    )
+
+
+def test_every_parameter_of_the_mtp_stage_is_muons_or_adams() -> None:
+    # ``muon`` steps everything on every rank: its matrices plus the Adam part make up the
+    # stage's parameters, the MTP layer, eh_proj, its norms and the embedding copy included
+    params = stage_params(MIXTRAL_MTP, MTP_PLAN, 1)
+    job = dataclasses.replace(MUON, global_batch_size=64)
+    share = worst_rank_share(
+        MIXTRAL_MTP, job, MTP_PLAN, 1, dense=params.dense, expert=params.expert, adam_bytes=12
+    )
+    matrices = rank_matrices(MIXTRAL_MTP, MTP_PLAN, 1)
+    assert share.muon_params == pytest.approx(sum(m.params for m in matrices), rel=1e-12)
+    vocab = 32000 * 4096 / 2  # padded to 256·125, split over tp 2
+    assert vocab_tensors(MIXTRAL_MTP, MTP_PLAN, 1) == 2  # the output layer and the MTP copy
+    assert vocab_tensors(MIXTRAL_MTP, MTP_PLAN, 0) == 1
+    # Adam: the two vocabulary matrices and the RMSNorm weights of 4 decoder layers and the
+    # MTP layer (2 each), the final norm, enorm, hnorm and the depth's final_layernorm
+    assert share.adam_params == 2 * vocab + (2 * 5 + 1 + 3) * 4096 == 131_129_344
+    total = share.muon_params + share.adam_params
+    assert total == pytest.approx(params.dense + params.expert, rel=1e-12)
+
+
+def test_dist_muon_deals_the_embedding_copy_whole() -> None:
+    # at pp 1 one embedding module serves the decoder and the MTP depth, beside the output
+    # layer; the copy exists only off virtual stage 0
+    one_stage = ParallelPlan(tp=2, dp=16, ep=4)
+    assert vocab_tensors(MIXTRAL_MTP, one_stage, 0) == 2
+    params = stage_params(MIXTRAL_MTP, MTP_PLAN, 1)
+    share = worst_rank_share(
+        MIXTRAL_MTP,
+        dataclasses.replace(DIST_MUON, global_batch_size=64),
+        MTP_PLAN,
+        1,
+        dense=params.dense,
+        expert=params.expert,
+        adam_bytes=12,
+    )
+    assert share.adam_params >= 32000 * 4096 / 2  # the worst rank holds a whole one
+
+
+def test_the_adam_tensors_of_a_muon_rank() -> None:
+    # 2 per layer whose weights the rank holds (4 decoder + 1 MTP layer), the final norm,
+    # the output layer, the embedding copy and the MTP norms (enorm, hnorm, final_layernorm);
+    # eh_proj is Muon's
+    assert adam_tensors(MIXTRAL_MTP, MTP_PLAN, 1) == 2 * 5 + 2 + 1 + 3
+    assert adam_tensors(MIXTRAL_MTP, MTP_PLAN, 0) == 2 * 4 + 1

@@ -59,6 +59,17 @@ the region's own modules, and updated scales per module; the collective is laten
 at these sizes either way. The recompute pass of full activation recomputation is not
 priced (not checked against TE's checkpoint).
 
+Multi-token prediction: each depth runs after the decoder, outside its region, and
+``MultiTokenPredictionLayer._proj_and_transformer_layer`` (``megatron/core/transformer/
+multi_token_prediction.py``, d98e8a64) enters ``get_fp8_context(config)`` twice, around
+``_concat_embeddings`` (whose one FP8 module is ``eh_proj``, a TE ``Linear``) and around the
+depth's layers: two regions of their own per depth and microbatch, each reducing the
+whole buffer on exit and in the backward of its first module (``eh_proj``, then the
+layers' first linear). Under full recompute ``_checkpointed_forward`` enters one outer
+context around the checkpoint for the delayed recipe, inside which the two are nested:
+one region per depth (`mtp_fp8_regions`). The buffer holds each held MTP weight set's
+``eh_proj`` beside its layers' modules (`stage_fp8_modules`).
+
 The memory passes of each recipe's quantization: `costmodel.fp8_quantization.fp8_quantize_time_s`.
 """
 
@@ -139,6 +150,8 @@ class Fp8Modules:
 
 NO_MODULES = Fp8Modules(modules=0, gemms=0)
 """No FP8 module: the sum over no layers."""
+EH_PROJ_MODULES = Fp8Modules(modules=1, gemms=1)
+"""An MTP depth's ``eh_proj``: one TE ``Linear`` with one GEMM."""
 
 
 def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modules:
@@ -170,7 +183,7 @@ def layer_fp8_modules(model: ModelSpec, *, kind: LayerKind, ep: int) -> Fp8Modul
 
 def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: int) -> Fp8Modules:
     """FP8 modules of every chunk of one stage (the rank's delayed-scaling buffer): their
-    decoder layers and the layers of their multi-token-prediction depths
+    decoder layers and the layers and ``eh_proj`` of their multi-token-prediction depths
     (`ModelSpec.mtp_depth_kinds`), once per set of MTP weights the rank holds
     (`specs.params.ParamCounts.mtp_weights`: repeated weights are one set of modules). The
     output layer is Megatron's own ``ColumnParallelLinear``, outside FP8."""
@@ -182,9 +195,17 @@ def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: i
         for i in at.layers:
             total = total.plus(layer_fp8_modules(model, kind=kinds[i], ep=ep))
         for _ in counts.mtp_weights(at.mtp_layers):
+            total = total.plus(EH_PROJ_MODULES)
             for kind in depth_kinds:
                 total = total.plus(layer_fp8_modules(model, kind=kind, ep=ep))
     return total
+
+
+def mtp_fp8_regions(*, full_recompute: bool) -> int:
+    """``fp8_autocast`` regions of one MTP depth per microbatch: two, the concatenation's
+    and the layers'; one under full recompute, whose outer context nests them (module
+    docstring)."""
+    return 1 if full_recompute else 2
 
 
 def delayed_scaling_pair(
@@ -224,16 +245,22 @@ def with_delayed_scaling(
     *,
     ep: int,
     group: GroupPlacement,
+    full_recompute: bool = False,
 ) -> tuple[ChunkCost, ...]:
     """``row`` (one stage's chunk costs, in chunk order) with `delayed_scaling_pair` of the
     stage's buffer (`stage_fp8_modules` of its ``chunks``, the stage's
     `costmodel.schedules.plan_pipeline_chunks` row) added to every chunk's forward and
-    backward; ``group`` is the TP x DP x CP placement (`costmodel.passes.CommGroups.tp_dp_cp`).
-    The caller passes only fp8 jobs under the ``delayed`` recipe."""
+    backward, once for the chunk's region and once per region of each MTP depth it runs
+    (`mtp_fp8_regions`, ``full_recompute``: the plan's full recompute); ``group`` is the TP
+    x DP x CP placement (`costmodel.passes.CommGroups.tp_dp_cp`). The caller passes only
+    fp8 jobs under the ``delayed`` recipe."""
     forward, backward = delayed_scaling_pair(profile, stage_fp8_modules(model, chunks, ep), group)
-    return tuple(
-        dataclasses.replace(
-            cost, forward=cost.forward.plus(forward), backward=cost.backward.plus(backward)
-        )
-        for cost in row
-    )
+    per_depth = mtp_fp8_regions(full_recompute=full_recompute)
+    out = []
+    for cost, at in zip(row, chunks, strict=True):
+        regions = 1 + per_depth * at.mtp_layers
+        fwd, bwd = cost.forward, cost.backward
+        for _ in range(regions):
+            fwd, bwd = fwd.plus(forward), bwd.plus(backward)
+        out.append(dataclasses.replace(cost, forward=fwd, backward=bwd))
+    return tuple(out)

@@ -18,7 +18,7 @@ from costmodel.optimizer_passes import (
     optimizer_step_time_s,
 )
 from costmodel.passes import ChunkCost
-from costmodel.rank_params import stage_lora_adapters, stage_weight_layers
+from costmodel.rank_params import stage_lora_adapters, stage_outside_tensors, stage_weight_layers
 from costmodel.runtimes.megatron.megatron_fsdp import optimizer_sharded
 from costmodel.runtimes.megatron.muon_step import muon_optimizer_step_s
 from costmodel.topology import PlanPlacements
@@ -42,7 +42,8 @@ def stage_optimizer_s(
     (`costmodel.optimizer_passes.optimizer_step_time_s`) over the trained parameters of its
     chunks (`ChunkCost.dense_params`: a LoRA job's adapters) in
     `costmodel.optimizer_passes.optimizer_step_tensors` tensors of the layers whose weights
-    the rank holds, its MTP layers included (`costmodel.rank_params.stage_weight_layers`).
+    the rank holds, its MTP layers included (`costmodel.rank_params.stage_weight_layers`),
+    and of its tensors outside them (`costmodel.rank_params.stage_outside_tensors`).
     With it, the data-parallel wrapper's passes over the gradient buffer before its
     reduction (`costmodel.optimizer_passes.grad_buffer_passes_time_s`: the division by the
     data-parallel size when the group has more than one rank, the NaN check with
@@ -60,7 +61,8 @@ def stage_optimizer_s(
     layers = stage_weight_layers(model, plan, stage)
     local_experts = model.num_experts // plan.ep if model.is_moe else 0
     adapters = None if job.lora is None else stage_lora_adapters(model, plan, stage, job.lora)
-    tensors = optimizer_step_tensors(layers, local_experts, adapters)
+    outside = stage_outside_tensors(model, plan, stage)
+    tensors = optimizer_step_tensors(layers, local_experts, adapters, outside=outside)
     offloaded = options.optimizer_cpu_offload_fraction * shard
     step_s = optimizer_step_time_s(
         profile,

@@ -145,7 +145,15 @@ def chunk_costs(
     if job.precision != "fp8" or options.fp8_recipe != "delayed":
         return costs
     return tuple(
-        with_delayed_scaling(row, at, model, profile, ep=plan.ep, group=groups.tp_dp_cp)
+        with_delayed_scaling(
+            row,
+            at,
+            model,
+            profile,
+            ep=plan.ep,
+            group=groups.tp_dp_cp,
+            full_recompute=plan.recompute == "full",
+        )
         for row, at in zip(costs, grid, strict=True)
     )
 

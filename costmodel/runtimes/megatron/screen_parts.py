@@ -17,7 +17,7 @@ import pandas as pd
 
 from costmodel.activation_savers import recomputed_bytes
 from costmodel.activation_shard import projection_saves_original_input
-from costmodel.activations import output_microbatch_bytes, stage_activations
+from costmodel.activations import stage_activations
 from costmodel.bf16_layer_rules import bf16_layer_job
 from costmodel.bf16_layers import bf16_layer_options, bf16_layers, bf16_linear_params, bf16_tag
 from costmodel.collectives import collective_time_s, p2p_time_s
@@ -30,6 +30,7 @@ from costmodel.rank_params import (
     non_unit_params,
     stage_layer_indices,
     stage_lora_adapters,
+    stage_outside_tensors,
     stage_params,
     stage_weight_layers,
 )
@@ -46,6 +47,7 @@ from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import plan_split
 from costmodel.topology import strided_group_placement
+from costmodel.vocab_activations import output_microbatch_bytes
 from profiles.schema import HardwareProfile
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob
@@ -237,9 +239,11 @@ def _split_stages(
     `ModelSpec.mtp_depth_kinds`), those whose activations the screen's chunks hold
     (``a{stage}{kind tag}``: the MTP depths left to ``act_mtp``, on the last chunk only),
     its layers that hold weights (``n{stage}``, the MTP weight sets' layers included,
-    `costmodel.rank_params.stage_weight_layers`) and its MTP depths (``mtp{stage}``), from
-    the plan's pipeline split (`specs.pipeline_split`). The heaviest middle stage has the most MoE
-    layers, then the most layers, then the earliest position (more microbatches in flight):
+    `costmodel.rank_params.stage_weight_layers`), its parameter tensors outside them
+    (``o{stage}``, `costmodel.rank_params.stage_outside_tensors`) and its MTP depths
+    (``mtp{stage}``), from the plan's pipeline split (`specs.pipeline_split`). The heaviest
+    middle stage has the most MoE layers, then the most layers, then the earliest position
+    (more microbatches in flight):
     with leading dense layers, a stage with as many layers but some dense ones holds fewer
     parameters and runs faster. The layers of ``bf16`` (`costmodel.bf16_layers.bf16_layers`)
     count under their kind's `bf16_tag` instead."""
@@ -267,6 +271,7 @@ def _split_stages(
             out[f"n{tag}{kind_tag}"] = counts[kind_tag]
             out[f"a{tag}{kind_tag}"] = saved[kind_tag]
         out[f"n{tag}"] = stage_weight_layers(model, plan, stage)
+        out[f"o{tag}"] = stage_outside_tensors(model, plan, stage)
         out[f"mtp{tag}"] = mtp
     return out
 
@@ -351,6 +356,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
             dropout=dropout,
             proj_saves_input=projection_saves_original_input(run.fp8_recipe),
             fp8_attention_recipe=fp8_attention_recipe(run),
+            cross_entropy=run.cross_entropy_fusion,
         )
         per_layer = (acts.layers_bytes - acts.mtp_bytes) / model.num_layers
         shares = _kind_shares(model, ref_job, plan, run)

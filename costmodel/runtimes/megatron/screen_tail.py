@@ -166,11 +166,12 @@ def _optimizer_s(
     """Optimizer step of stage ``tag``'s rank, seconds: Adam's affine form (or the offloaded
     host step, whichever is longer), under Muon the worst rank's step
     (`screen_muon.worst_step_s`), plus the gradient-buffer passes; with ``lora`` the
-    stage's adapters (``ad{tag}``) are the step's tensors
-    (`costmodel.optimizer_passes.optimizer_step_tensors`)."""
+    stage's adapters (``ad{tag}``) are the step's tensors, else its layers' and its tensors
+    outside them (``o{tag}``) (`costmodel.optimizer_passes.optimizer_step_tensors`)."""
     dense, expert = c[f"p{tag}d"], c[f"p{tag}e"]
     layers = c[f"n{tag}"]
-    tensors = optimizer_step_tensors(layers, local_experts, c[f"ad{tag}"] if lora else None)
+    adapters = c[f"ad{tag}"] if lora else None
+    tensors = optimizer_step_tensors(layers, local_experts, adapters, outside=c[f"o{tag}"])
     sharded = c["optim_sharded"]
     shard = np.where(sharded, dense / (c["dp"] * c["cp"]) + expert / c["edp"], dense + expert)
     optimizer = (
