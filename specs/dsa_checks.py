@@ -51,6 +51,8 @@ class DsaFields(Protocol):
     @property
     def dsa_indexer_head_dim(self) -> int | None: ...
     @property
+    def dsa_indexer_topk(self) -> int | None: ...
+    @property
     def dsa_indexer_topk_freq(self) -> int: ...
     @property
     def dsa_indexer_skip_topk_offset(self) -> int: ...
@@ -144,6 +146,25 @@ def _check_loss(model: DsaFields, where: str) -> None:
             "which dsa_indexer_loss_coeff 0 turns off: set a coefficient (GLM-5: 0.001), or "
             "drop dsa_indexer_use_sparse_loss"
         )
+
+
+EXECUTOR_DSA_RULE = "executor_dsa"
+"""Rule id of the executor's and the torch runtime's refusal of DeepSeek sparse attention."""
+
+
+def executor_dsa_refusal(model: DsaFields) -> str | None:
+    """Why paraplan's executor (and the ``torch`` runtime, which prices it) cannot run
+    ``model``, or None: it builds no lightning indexer and no sparse attention core. The one
+    check both use (`executor.model.check_model_supported`,
+    `costmodel.runtimes.torch.runtime`)."""
+    if model.dsa_indexer_topk is None:
+        return None
+    return (
+        f"[{EXECUTOR_DSA_RULE}] model {model.name!r} uses DeepSeek sparse attention "
+        f"(dsa_indexer_topk {model.dsa_indexer_topk}): the executor builds no lightning "
+        "indexer or sparse attention core, and the torch runtime prices that executor: use "
+        "--runtime megatron (Megatron-LM --experimental-attention-variant dsa)"
+    )
 
 
 def computes_topk(layer_number: int, topk_freq: int, skip_offset: int) -> bool:
