@@ -32,10 +32,12 @@ from specs.preset_styles import Factory, llama_style
 
 GLM5_ROUTER = dataclasses.replace(
     # glm5_bridge.py: sigmoid scores with expert bias, seq_aux_loss, fp32 router; GLM-5
-    # config.json n_group 1, topk_group 1 (one group: no limit), routed_scaling_factor 2.5.
+    # config.json n_group 1, topk_group 1 (one group: no limit), routed_scaling_factor 2.5,
+    # no aux_loss_alpha, so the coefficient stays TransformerConfig's default 0.
     DEEPSEEK_V3_ROUTER,
     moe_router_num_groups=1,
     moe_router_group_topk=1,
+    moe_aux_loss_coeff=0.0,
 )
 
 

@@ -3,15 +3,21 @@ indexer's parameters and the GLM-5.1 / GLM-5.2 presets' counts."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from specs.dsa_checks import computes_topk, topk_source_layer
 from specs.errors import SpecError
+from specs.hf_import import load_hf_config
+from specs.model import ModelSpec
 from specs.params import count_params, dsa_indexer_params
 from specs.presets import get_preset
 
 GLM51 = get_preset("glm-5.1")
 GLM52 = get_preset("glm-5.2")
+FIXTURE = Path(__file__).parent / "fixtures" / "hf" / "GLM-5.1"
 
 
 def test_glm51_main_count_matches_the_bridge_card() -> None:
@@ -98,3 +104,25 @@ def test_inconsistent_dsa_fields_are_refused(changes: dict, message: str) -> Non
 def test_dsa_settings_without_dsa_are_refused() -> None:
     with pytest.raises(SpecError, match="dsa_indexer_topk_freq apply to DeepSeek sparse"):
         get_preset("deepseek-v3").replace(dsa_indexer_topk_freq=4)
+
+
+def _import_glm(tmp_path: Path, **changes: object) -> ModelSpec:
+    """The GLM-5.1 fixture with ``changes``, imported."""
+    data = json.loads((FIXTURE / "config.json").read_text()) | changes
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return load_hf_config(path, name="glm")
+
+
+def test_glm52_index_sharing_imports_to_the_preset(tmp_path: Path) -> None:
+    # GLM-5.2 adds index_topk_freq 4 and index_skip_topk_offset 3 (Megatron-Bridge
+    # test_glm5_conversion.py HF_GLM52_INDEXSHARE_TOY_MODEL_CONFIG)
+    spec = _import_glm(tmp_path, index_topk_freq=4, index_skip_topk_offset=3)
+    assert spec.replace(name="glm-5.2") == GLM52
+
+
+def test_rope_width_recovered_from_qk_head_dim(tmp_path: Path) -> None:
+    # transformers may normalize qk_rope_head_dim to the head dim when loading GLM-5.2; the
+    # bridge takes qk_head_dim - qk_nope_head_dim (glm5_bridge.py provider_bridge)
+    spec = _import_glm(tmp_path, qk_rope_head_dim=192)
+    assert spec.qk_pos_emb_head_dim == 64
