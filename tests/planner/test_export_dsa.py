@@ -12,8 +12,10 @@ import pytest
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
 from costmodel.execution_record import record_options
+from planner.candidates import enumerate_candidates
 from planner.export import megatron_arguments
 from planner.export_torchtitan import torchtitan_toml
+from planner.space import SearchSpace
 from profiles.store import load_profile
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -92,3 +94,16 @@ def test_rope_fusion_stated_once_when_the_options_turn_it_off() -> None:
     options = dataclasses.replace(DEFAULT_OPTIONS, rope_fusion=False)
     args = megatron_arguments(dataclasses.replace(b, execution=record_options(options)))
     assert args.count("--no-rope-fusion") == 1
+
+
+def test_planner_searches_dsa_context_parallelism_as_all_gather() -> None:
+    # the rule dsa_context_parallel_all_gather refuses the ring; the switch table states
+    # all_gather for a DSA model at cp > 1, so cp > 1 stays among the valid candidates
+    model = get_preset("glm-5.1").replace(name="glm5-small", num_layers=4, moe_first_dense_layers=1)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=16)
+    job = TrainingJob(seq_length=8192, global_batch_size=32)
+    table = enumerate_candidates(model, cluster, job, SearchSpace(max_micro_batch_size=1), 8).table
+    with_cp = table[table["cp"] > 1]
+    assert len(with_cp) > 0
+    assert set(with_cp["cp_comm_type"]) == {"all_gather"}
+    assert set(table[table["cp"] == 1]["cp_comm_type"]) == {"p2p"}
