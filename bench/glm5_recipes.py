@@ -33,6 +33,7 @@ from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
+from specs.formats import percent
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -139,12 +140,15 @@ def price(recipe: Recipe) -> Estimate:
 
 
 def main() -> None:
-    print(f"{'recipe':<40} {'time s':>9} {'MFU':>6} {'peak GiB':>9} {'fits':>5}")
+    header = ("recipe".ljust(40), "time s".rjust(9), "MFU".rjust(6), "peak GiB".rjust(9))
+    print(*header, "fits".rjust(5))
     for recipe in RECIPES:
         e = price(recipe)
+        utilization = percent(e.mfu).rjust(6)
+        fits = "yes" if e.fits else "no"
         print(
-            f"{recipe.name:<40} {e.iteration_time_s:9.1f} {e.mfu:6.3f} "
-            f"{e.peak_memory_gib:9.1f} {'yes' if e.fits else 'no':>5}"
+            f"{recipe.name:<40} {e.iteration_time_s:9.1f} {utilization} "
+            f"{e.peak_memory_gib:9.1f} {fits:>5}"
         )
 
 
