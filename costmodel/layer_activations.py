@@ -17,6 +17,8 @@ s·b·h·(10 + 24/t). The generalisations:
   without probabilities (`MoEAlltoAllTokenDispatcher.combine_postprocess`), so its backward
   is a permutation of the gradient by the saved row map.
 - MLA: the q and kv latents (before and after their norms) replace the QKV input width.
+  DeepSeek sparse attention runs MLA absorbed: `costmodel.dsa_activations` gives its heads,
+  output, top-k indices and indexer tensors.
 - CP divides the sequence of every token-linear term; attention scores are s/cp x s.
 - Attention kernel: ``flash`` (fused attention, Megatron's default through Transformer
   Engine) keeps only fp32 log-sum-exp statistics (4·b·a·s/(t·cp) bytes) besides Q, K, V
@@ -75,6 +77,7 @@ from costmodel.activation_shard import (
     lora_row_input_bytes,
 )
 from costmodel.compute import FP32_BYTES, MASK_BYTES
+from costmodel.dsa_activations import dsa_tensors
 from costmodel.gdn_activations import gdn_tensors
 from costmodel.mamba_activations import mamba_tensors
 from specs.errors import SpecError
@@ -129,6 +132,9 @@ def _attention_tensors(
         d_qk, d_rope, d_v = mla_head_dims(model)
         q_lora, kv_lora = model.q_lora_rank or 0, model.kv_lora_rank or 0
         out["mla_latents"] = e * n * (2 * q_lora + 2 * kv_lora + d_rope) / x.sp
+        if model.uses_dsa:  # absorbed MLA, the top-k and the indexer
+            out.update(dsa_tensors(model, x))
+            return out
         out["qkv_heads"] = x.core_qkv_bytes * n * a * (2 * (d_qk + d_rope) + d_v) / t
         out["attn_output"] = (x.core_output_bytes + x.proj_copy_bytes) * n * a * d_v / t
         return out

@@ -39,7 +39,7 @@ def _megatron_param_totals(model: ModelSpec, counts: ParamCounts) -> tuple[float
     sharded = replicated = expert = 0.0
     for layer in counts.layers:
         sharded += attention
-        replicated += layer.norms
+        replicated += layer.norms + layer.indexer
         if layer.is_moe:
             sharded += 2 * h * model.moe_shared_expert_size * gated
             h_r = model.expert_hidden_size

@@ -6,7 +6,9 @@ and running every rule), seconds for the hundreds of thousands of candidates of 
 cluster. The check is therefore done on the two tables of `planner.space_tables`:
 
 1. every degree row is checked with neutral switches (no sequence parallelism, no overlap,
-   no recompute, no distributed optimizer; no rule rejects those); a rejected row removes
+   no recompute, no distributed optimizer; no rule rejects those), save the ones the model
+   requires at its tp and cp (`planner.space_tables.required_switches`: DeepSeek sparse
+   attention's sequence parallelism and all-gather); a rejected row removes
    all its switch combinations, and each rule it breaks is counted once per candidate
    removed;
 2. switch combinations are generated legal for their context (each generator mirrors the
@@ -28,7 +30,13 @@ from typing import Any
 import pandas as pd
 
 from planner.space import CONTEXT_COLUMNS, SWITCH_COLUMNS, SearchSpace, plan_from_row
-from planner.space_tables import degree_table, expand, neutral_switches, switch_table
+from planner.space_tables import (
+    degree_table,
+    expand,
+    neutral_switches,
+    required_switches,
+    switch_table,
+)
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -102,15 +110,16 @@ def enumerate_candidates(
     per_context = switches.groupby(keys).size().to_dict()
     neutral = neutral_switches()
     degree_rows = degrees.to_dict("records")
-    verdicts = _check_rows(model, cluster, job, [r | neutral for r in degree_rows], progress)
+    checked = [r | neutral | required_switches(model, r["tp"], r["cp"]) for r in degree_rows]
+    verdicts = _check_rows(model, cluster, job, checked, progress)
     counts: Counter[str] = Counter()
     examples: dict[str, str] = {}
     rejected: list[dict[str, Any]] = []
     valid_rows = []
-    for row, violations in zip(degree_rows, verdicts, strict=True):
+    for row, full, violations in zip(degree_rows, checked, verdicts, strict=True):
         weight = per_context.get(tuple(row[k] for k in keys), 0)
         if violations:
-            _record(counts, examples, rejected, row | neutral, violations, weight)
+            _record(counts, examples, rejected, full, violations, weight)
         else:
             valid_rows.append(row)
     valid = pd.DataFrame(valid_rows, columns=degrees.columns)

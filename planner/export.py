@@ -157,6 +157,8 @@ def _model_arguments(model: ModelSpec, seq_length: int, num_layers: int) -> list
         args += ["--group-query-attention", "--num-query-groups", str(model.query_groups)]
     if model.uses_mla:
         args += _mla_arguments(model)
+    if model.uses_dsa:
+        args += dsa_arguments(model)
     if model.activation == "swiglu":
         args.append("--swiglu")
     if model.normalization == "rmsnorm":
@@ -200,6 +202,31 @@ def window_arguments(model: ModelSpec) -> list[str]:
     if model.attention_sinks:
         args += ["--softmax-type", "learnable"]
     return args
+
+
+def dsa_arguments(model: ModelSpec) -> list[str]:
+    """DeepSeek sparse attention flags (Megatron-LM `TransformerConfig` fields through
+    ``ArgumentGroupFactory``, as in ``tests/functional_tests/test_cases/gpt/
+    gpt3_mcore_te_tp2_pp2_dsa/model_config.yaml``): the variant, the indexer's sizes, index
+    sharing and the indexer loss where set, the cuDNN kernel backend the cost model prices
+    (`costmodel.runtimes.megatron.dsa_costs`) and ``--no-rope-fusion``, which
+    `TransformerConfig.__post_init__` requires of DSA ("RoPE fusion is not supported for
+    DSAttention")."""
+    args = [
+        "--experimental-attention-variant", "dsa",
+        "--dsa-indexer-n-heads", str(model.dsa_indexer_n_heads),
+        "--dsa-indexer-head-dim", str(model.dsa_indexer_head_dim),
+        "--dsa-indexer-topk", str(model.dsa_indexer_topk),
+    ]  # fmt: skip
+    if model.dsa_indexer_topk_freq != 1:
+        args += ["--dsa-indexer-topk-freq", str(model.dsa_indexer_topk_freq)]
+    if model.dsa_indexer_skip_topk_offset:
+        args += ["--dsa-indexer-skip-topk-offset", str(model.dsa_indexer_skip_topk_offset)]
+    if model.dsa_indexer_loss_coeff:
+        args += ["--dsa-indexer-loss-coeff", f"{model.dsa_indexer_loss_coeff:g}"]
+    if model.dsa_indexer_use_sparse_loss:
+        args.append("--dsa-indexer-use-sparse-loss")
+    return [*args, "--dsa-kernel-backend", "cudnn", "--no-rope-fusion"]
 
 
 def _mla_arguments(model: ModelSpec) -> list[str]:

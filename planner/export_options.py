@@ -385,6 +385,8 @@ def megatron_option_arguments(
     if lines:
         raise refused("Megatron-LM", lines)
     args = kernel_arguments(options) + fp8_arguments(options) + gradient_arguments(options)
+    if model.uses_dsa:  # planner.export.dsa_arguments states it, whatever the options say
+        args = [a for a in args if a != "--no-rope-fusion"]
     args += optimizer_precision_arguments(options) + optimizer_offload_arguments(options)
     args += cross_entropy_arguments(options) + moe_option_arguments(options)
     args += cuda_graph_arguments(options.cuda_graph_scopes)

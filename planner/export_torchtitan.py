@@ -66,6 +66,9 @@ TORCHTITAN_HYBRID_RULE = "torchtitan_hybrid"
 TORCHTITAN_GATE_RULE = "torchtitan_output_gate"
 """Rule id of the torchtitan export's refusal of an output gate (`torchtitan_model`)."""
 
+TORCHTITAN_DSA_RULE = "torchtitan_dsa"
+"""Rule id of the torchtitan export's refusal of DeepSeek sparse attention (`torchtitan_model`)."""
+
 TORCHTITAN_LATENT_MOE_RULE = "torchtitan_latent_moe"
 """Rule id of the torchtitan export's refusal of a latent MoE model (`torchtitan_model`)."""
 
@@ -83,7 +86,8 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
     MoE without qk-norm, GELU or biased layers), for a hybrid model (`TORCHTITAN_HYBRID_RULE`)
     for a latent MoE model (`TORCHTITAN_LATENT_MOE_RULE`) and for gated attention or a gated
-    shared expert (`TORCHTITAN_GATE_RULE`).
+    shared expert (`TORCHTITAN_GATE_RULE`) and for DeepSeek sparse attention
+    (`TORCHTITAN_DSA_RULE`).
     """
     if model.is_hybrid:
         raise SpecError(
@@ -98,6 +102,13 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
             f"({model.attention_output_gate}) or moe_shared_expert_gate "
             f"({model.moe_shared_expert_gate}): torchtitan's attention and MoE (llama3, "
             "deepseek_v3, qwen3, gpt_oss) have no sigmoid output gate: export --to megatron"
+        )
+    if model.uses_dsa:
+        raise SpecError(
+            f"[{TORCHTITAN_DSA_RULE}] {model.name!r} uses DeepSeek sparse attention "
+            f"(dsa_indexer_topk {model.dsa_indexer_topk}): torchtitan's deepseek_v3 model runs "
+            "dense multi-latent attention, no lightning indexer or top-k: export --to megatron "
+            "(--experimental-attention-variant dsa)"
         )
     if model.moe_latent_size is not None:
         raise SpecError(

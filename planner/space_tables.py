@@ -158,6 +158,7 @@ def switch_rows(
             {"sequence_parallel": s, "tp_comm_overlap": o}
             for s, o in sequence_parallel_options(tp, job.seq_length, cp)
             if (space.has("sequence_parallel") or not s) and (space.has("tp_comm_overlap") or not o)
+            if required_switches(model, tp, cp).get("sequence_parallel", s) == s
         ],
         space,
     )
@@ -206,7 +207,10 @@ def switch_rows(
         )
         opt_opts += megatron_fsdp_options(dp, cp, [s for s in strategies if s != "no_shard"])
     opt_opts = _constrained(opt_opts, space)
-    fixed = {"cp_comm_type": space.choices("cp_comm_type", ("p2p",))[0]}
+    # DeepSeek sparse attention runs context parallelism only as an all-gather
+    # (rule dsa_context_parallel_all_gather); every other model keeps the ring
+    comm = "all_gather" if model.uses_dsa and cp > 1 else "p2p"
+    fixed = {"cp_comm_type": space.choices("cp_comm_type", (comm,))[0]}
     for name in ("cpu_offloading_num_layers", "offload_modules"):  # fixed only, never searched
         fixed[name] = space.choices(name, (_NEUTRAL_SWITCHES[name],))[0]
     base = dict(zip(CONTEXT_COLUMNS, (tp, pp, vpp, cp, dp), strict=True))
@@ -262,3 +266,18 @@ def expand(degrees: pd.DataFrame, switches: pd.DataFrame) -> pd.DataFrame:
 def neutral_switches() -> dict[str, Any]:
     """Switch values no rule rejects, for checking degree rows on their own."""
     return dict(_NEUTRAL_SWITCHES)
+
+
+def required_switches(model: ModelSpec, tp: int, cp: int) -> dict[str, Any]:
+    """Switch values a model requires at (tp, cp), which the neutral ones must yield to when
+    a degree row is checked on its own: DeepSeek sparse attention runs tp > 1 only with
+    sequence parallelism and cp > 1 only as an all-gather (`specs.rules_dsa`); none for
+    other models."""
+    if not model.uses_dsa:
+        return {}
+    required: dict[str, Any] = {}
+    if tp > 1:
+        required["sequence_parallel"] = True
+    if cp > 1:
+        required["cp_comm_type"] = "all_gather"
+    return required

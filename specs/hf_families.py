@@ -11,6 +11,7 @@ key and suggesting a paraplan ModelSpec JSON. The hybrid ``nemotron_h`` builder 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -189,6 +190,37 @@ def _deepseek_v3(cfg: HFConfig, name: str) -> ModelSpec:
     )
 
 
+def _glm_moe_dsa(cfg: HFConfig, name: str) -> ModelSpec:
+    """GLM-5 / 5.1 / 5.2 (``GlmMoeDsaForCausalLM``): DeepSeek-V3's layout (`_deepseek_v3`)
+    with DeepSeek sparse attention, as Megatron-Bridge v0.6.0's `GLM5Bridge.provider_bridge`
+    maps it (``models/glm_moe_dsa/glm5_bridge.py``): ``index_n_heads``, ``index_head_dim``,
+    ``index_topk``, ``index_topk_freq`` (1 when absent) and ``index_skip_topk_offset`` (0);
+    the rotary width qk_head_dim - qk_nope_head_dim when ``qk_head_dim`` is given (the
+    bridge's recovery of it); ``rope_parameters.rope_theta``; the indexer loss the bridge
+    sets (coefficient 0.001, sparse). The config has no ``aux_loss_alpha``, so the
+    sequence-wise aux loss keeps TransformerConfig's coefficient 0."""
+    spec = _deepseek_v3(cfg, name)
+    rope = cfg.optional("qk_rope_head_dim")
+    if cfg.optional("qk_head_dim") is not None:
+        rope = cfg.required("qk_head_dim") - cfg.required("qk_nope_head_dim")
+    parameters = cfg.data.get("rope_parameters") or {}
+    theta = parameters.get("rope_theta", spec.rotary_base)
+    return spec.replace(
+        qk_pos_emb_head_dim=rope,
+        rotary_base=int(theta),
+        router=dataclasses.replace(
+            spec.router, moe_aux_loss_coeff=cfg.number("aux_loss_alpha", 0.0)
+        ),
+        dsa_indexer_n_heads=cfg.required("index_n_heads"),
+        dsa_indexer_head_dim=cfg.required("index_head_dim"),
+        dsa_indexer_topk=cfg.required("index_topk"),
+        dsa_indexer_topk_freq=cfg.optional("index_topk_freq", 1) or 1,
+        dsa_indexer_skip_topk_offset=cfg.optional("index_skip_topk_offset", 0) or 0,
+        dsa_indexer_loss_coeff=0.001,
+        dsa_indexer_use_sparse_loss=True,
+    )
+
+
 def _window_every(cfg: HFConfig, num_layers: int) -> int | None:
     """`sliding_window_every` for GPT-OSS's `layer_types`: k when layer i is
     `full_attention` exactly for i % k == k - 1 and `sliding_attention` otherwise; None when
@@ -248,6 +280,7 @@ FAMILIES: dict[str, Callable[[HFConfig, str], ModelSpec]] = {
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
     "deepseek_v3": _deepseek_v3,
+    "glm_moe_dsa": _glm_moe_dsa,
     "gpt_oss": _gpt_oss,
     "nemotron_h": nemotron_h,
     "qwen3_next": qwen3_next,

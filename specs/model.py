@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specs.dsa_checks import check_dsa, computes_topk
 from specs.errors import SpecError
 from specs.fieldcheck import (
     require_choice,
@@ -180,6 +181,29 @@ class ModelSpec:
     rotary_percent: float = 1.0
     """Share of each head's channels RoPE rotates (Megatron `--rotary-percent`, Hugging Face
     `partial_rotary_factor`). Changes no cost; an export carries it."""
+    dsa_indexer_n_heads: int | None = None
+    """DeepSeek sparse attention (`specs.dsa_checks`; Megatron
+    `TransformerConfig.dsa_indexer_n_heads`, Hugging Face `index_n_heads`): query heads of
+    the lightning indexer. None with the other two sizes: dense attention."""
+    dsa_indexer_head_dim: int | None = None
+    """DSA: channels of one indexer head, its single key head alike
+    (`dsa_indexer_head_dim`, Hugging Face `index_head_dim`)."""
+    dsa_indexer_topk: int | None = None
+    """DSA: keys each query attends to, chosen by the indexer (`dsa_indexer_topk`, Hugging
+    Face `index_topk`); a query with fewer earlier keys attends to all of them."""
+    dsa_indexer_topk_freq: int = 1
+    """DSA index sharing (`dsa_indexer_topk_freq`, Hugging Face `index_topk_freq`): one
+    layer in this many computes the top-k, the others reuse it and hold no indexer."""
+    dsa_indexer_skip_topk_offset: int = 0
+    """DSA index sharing: the layers up to this one compute their own top-k
+    (`dsa_indexer_skip_topk_offset`, Hugging Face `index_skip_topk_offset`)."""
+    dsa_indexer_loss_coeff: float = 0.0
+    """DSA: weight of the indexer's KL loss against the attention distribution
+    (`dsa_indexer_loss_coeff`; Megatron-Bridge's GLM-5 bridge sets 0.001); 0: no loss, and
+    the indexer, whose inputs are detached, gets no gradient."""
+    dsa_indexer_use_sparse_loss: bool = False
+    """DSA: the indexer loss over the top-k keys only, not every key
+    (`dsa_indexer_use_sparse_loss`; the GLM-5 bridge sets it)."""
 
     def __post_init__(self) -> None:
         require_positive(
@@ -203,6 +227,9 @@ class ModelSpec:
             "linear_num_key_heads",
             "linear_num_value_heads",
             "linear_conv_kernel_dim",
+        )
+        require_optional_positive(
+            self, "dsa_indexer_n_heads", "dsa_indexer_head_dim", "dsa_indexer_topk"
         )
         require_optional_positive(
             self,
@@ -278,6 +305,7 @@ class ModelSpec:
         if self.hybrid_layer_pattern is not None:
             check_hybrid(self)
         check_mtp(self)
+        check_dsa(self)
         mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
         if any(v is not None for v in mla) and any(v is None for v in mla):
             raise SpecError(
@@ -306,6 +334,22 @@ class ModelSpec:
     def uses_mla(self) -> bool:
         """True for multi-latent attention (DeepSeek-V2/V3)."""
         return self.kv_lora_rank is not None
+
+    @property
+    def uses_dsa(self) -> bool:
+        """True for DeepSeek sparse attention over MLA (`specs.dsa_checks`)."""
+        return self.dsa_indexer_topk is not None
+
+    def dsa_indexer_mask(self) -> tuple[bool, ...]:
+        """For each decoder layer and then each MTP depth's layer, True when it holds a
+        lightning indexer and computes its own top-k; False for the layers that reuse
+        another's (index sharing) and for every layer without DSA
+        (`specs.dsa_checks.computes_topk`, 1-based layer numbers as Megatron's)."""
+        layers = self.num_layers + self.mtp_num_layers * len(self.mtp_depth_kinds())
+        if not self.uses_dsa:
+            return (False,) * layers
+        freq, offset = self.dsa_indexer_topk_freq, self.dsa_indexer_skip_topk_offset
+        return tuple(computes_topk(n, freq, offset) for n in range(1, layers + 1))
 
     @property
     def expert_ffn_hidden_size(self) -> int:

@@ -52,6 +52,10 @@ Conventions:
 - Gated attention (``attention_output_gate``): the query projection is twice as wide, one
   gate per query channel (`attention_params`). A gated shared expert
   (``moe_shared_expert_gate``) adds its h -> 1 weight, replicated, counted with the router.
+- DeepSeek sparse attention (``ModelSpec.dsa_indexer_*``, `specs.dsa_checks`): each layer
+  that computes its own top-k holds a lightning indexer (`dsa_indexer_params`), counted in
+  `LayerParams.indexer`, replicated over tp; the layers that reuse another's top-k (index
+  sharing) hold none. An MTP depth's layer is numbered after the decoder's.
 - Per-head q/k norms (``qk_layernorm``, 2·d weights per attention layer) are not counted.
 - LoRA adapters (`lora_layer_params`, a job's `specs.finetune.LoraSpec`): per targeted
   linear layer in -> out, A (in x r) and B (r x out), no bias, on the targets each layer
@@ -61,7 +65,7 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from specs.errors import SpecError
@@ -94,6 +98,11 @@ class LayerParams:
     latent_projections: int = 0
     """A latent MoE layer's h -> ℓ and ℓ -> h projections (`latent_projection_params`):
     replicated over tp, not expert-sharded; 0 otherwise."""
+    indexer: int = 0
+    """A DeepSeek-sparse-attention layer's lightning indexer (`dsa_indexer_params`):
+    replicated over tp (Megatron builds its linears ``parallel_mode="duplicated"`` and
+    averages their gradients over tp); 0 for a layer without one (index sharing) and
+    without DSA."""
 
     @property
     def total(self) -> int:
@@ -105,6 +114,7 @@ class LayerParams:
             + self.routed_experts
             + self.router
             + self.latent_projections
+            + self.indexer
         )
 
     def active(self, model: ModelSpec) -> int:
@@ -317,6 +327,22 @@ def gdn_mixer_params(model: ModelSpec) -> int:
     return in_proj + conv + 2 * heads + model.linear_value_head_dim + v_width * h
 
 
+def dsa_indexer_params(model: ModelSpec) -> int:
+    """Parameters of one lightning indexer, H_i heads of d_i channels (Megatron-LM
+    `DSAIndexer.__init__`, ``experimental_attention_variant/dsa.py``): ``linear_wq_b``
+    (q_lora x H_i·d_i; the hidden size without a query latent), ``linear_wk`` (h x d_i),
+    the key's LayerNorm (``k_norm``, weight and bias over d_i, a LayerNorm whatever
+    ``normalization`` says) and ``linear_weights_proj`` (h x H_i), no biases; 0 without
+    DSA. Megatron-Bridge's GLM-5 mapping carries exactly these five tensors
+    (``indexer.wq_b``, ``wk``, ``k_norm.weight``, ``k_norm.bias``, ``weights_proj``)."""
+    if not model.uses_dsa:
+        return 0
+    h, heads = model.hidden_size, model.dsa_indexer_n_heads or 0
+    dim = model.dsa_indexer_head_dim or 0
+    query_in = model.q_lora_rank or h
+    return query_in * heads * dim + h * dim + 2 * dim + h * heads
+
+
 def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
     """The parameters of one layer of kind ``kind``: a transformer layer (two pre-norms) or
     a hybrid layer of one part (one pre-norm)."""
@@ -359,23 +385,36 @@ def count_params(model: ModelSpec) -> ParamCounts:
     embedding = model.vocab_size * h
     if model.position_embedding == "learned":
         embedding += model.max_position_embeddings * h
-    kinds = model.layer_kinds()
-    by_kind = {kind: _layer_params(model, kind) for kind in set(kinds)}
-    depth_kinds = model.mtp_depth_kinds()
-    by_kind.update({kind: _layer_params(model, kind) for kind in set(depth_kinds)})
-    mtp = MtpParams(
-        layers=tuple(by_kind[kind] for kind in depth_kinds),
-        projection=_linear(2 * h, h, bias=False),
-        norms=3 * norm_params(model, h),
+    kinds, depth_kinds = model.layer_kinds(), model.mtp_depth_kinds()
+    by_kind = {kind: _layer_params(model, kind) for kind in {*kinds, *depth_kinds}}
+    indexer = dsa_indexer_params(model)
+    mask = model.dsa_indexer_mask()
+
+    def held(kind: LayerKind, position: int) -> LayerParams:
+        layer = by_kind[kind]
+        has_indexer = kind.mixer == "attention" and mask[position]
+        return replace(layer, indexer=indexer) if has_indexer else layer
+
+    depth_size = len(depth_kinds)
+    mtp = tuple(
+        MtpParams(
+            layers=tuple(
+                held(kind, model.num_layers + depth * depth_size + i)
+                for i, kind in enumerate(depth_kinds)
+            ),
+            projection=_linear(2 * h, h, bias=False),
+            norms=3 * norm_params(model, h),
+        )
+        for depth in range(model.mtp_num_layers)
     )
     return ParamCounts(
         embedding=embedding,
         output_layer=0 if model.tied_embeddings else model.vocab_size * h,
         final_norm=norm_params(model, h),
-        layers=tuple(by_kind[kind] for kind in kinds),
+        layers=tuple(held(kind, i) for i, kind in enumerate(kinds)),
         num_experts=model.num_experts,
         moe_top_k=model.moe_top_k if model.is_moe else 0,
-        mtp_layers=(mtp,) * model.mtp_num_layers,
+        mtp_layers=mtp,
         mtp_repeated=model.mtp_repeated_layer,
     )
 

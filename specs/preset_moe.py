@@ -34,7 +34,7 @@ _QWEN3_MOE_ROUTER = RouterSpec(
     moe_router_load_balancing_type="aux_loss",
     moe_aux_loss_coeff=1e-3,
 )
-_DEEPSEEK_V3_ROUTER = RouterSpec(
+DEEPSEEK_V3_ROUTER = RouterSpec(
     # deepseek_v3_bridge.py: sigmoid scores with expert bias (topk_method noaux_tc),
     # sequence-wise aux loss of coefficient aux_loss_alpha (0.001 in config.json), fp32
     # router, pre-softmax (no effect with sigmoid); config.json n_group 8, topk_group 4,
@@ -53,7 +53,7 @@ _KIMI_K2_ROUTER = dataclasses.replace(
     # kimi_bridge.py: as DeepSeek-V3's with aux-loss coefficient 1e-3; config.json
     # scoring_func sigmoid, n_group 1, topk_group 1 (one group: no limit in effect),
     # routed_scaling_factor 2.827.
-    _DEEPSEEK_V3_ROUTER,
+    DEEPSEEK_V3_ROUTER,
     moe_router_num_groups=1,
     moe_router_group_topk=1,
     moe_router_topk_scaling_factor=2.827,
@@ -154,7 +154,7 @@ MOE = (
         moe_shared_expert_size=2048,
         moe_first_dense_layers=3,
         mtp_num_layers=1,
-        router=_DEEPSEEK_V3_ROUTER,
+        router=DEEPSEEK_V3_ROUTER,
         q_lora_rank=1536,
         kv_lora_rank=512,
         qk_head_dim=128,

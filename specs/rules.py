@@ -8,7 +8,8 @@ so that a plan passing `check_plan` also launches there. `RULES` lists every rul
 order; `check_plan` runs them all and never raises on a bad plan: a rule whose precondition
 is already broken by another rule (a division by a non-divisor, say) stays silent.
 
-This module holds the world-size, tensor-parallel shape, pipeline and batch rules; a hybrid
+This module holds the world-size, tensor-parallel shape, pipeline and batch rules; DeepSeek
+sparse attention's in `specs.rules_dsa`; a hybrid
 model's Mamba-2 shape rules are in `specs.rules_hybrid`, expert rules in `specs.rules_moe`,
 LoRA rules in `specs.rules_lora`, context/sequence parallelism, overlap switches, recompute
 and position rules in `specs.rules_features`, and the message helpers in
@@ -39,6 +40,7 @@ from specs.rules_base import (
     ratio,
     rule,
 )
+from specs.rules_dsa import DSA_RULES
 from specs.rules_features import FEATURE_RULES
 from specs.rules_fsdp import FSDP_RULES
 from specs.rules_hybrid import HYBRID_RULES
@@ -317,6 +319,7 @@ RULES: tuple[Rule, ...] = (
     ffn_divisible_by_tp,
     shared_expert_ffn_divisible_by_tp,
     *HYBRID_RULES,
+    *DSA_RULES,
     *MOE_RULES,
     *PIPELINE_RULES,
     layers_divisible_by_pp,

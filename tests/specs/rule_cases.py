@@ -39,6 +39,20 @@ HYBRID = LLAMA.replace(
 # Qwen3-Next-shaped hybrid on 32 layers: gated DeltaNets (16 key / 32 value heads of 128),
 # MLPs and attention.
 GDN_HYBRID = LLAMA.replace(name="qwen3-next-like", hybrid_layer_pattern="G-G*" * 8)
+# GLM-5-shaped DeepSeek sparse attention on 32 layers: MLA (q latent 1024, kv latent 512) and
+# an indexer of 8 heads of 128 choosing 2048 keys.
+DSA_MODEL = LLAMA.replace(
+    name="glm5-like",
+    num_query_groups=None,
+    q_lora_rank=1024,
+    kv_lora_rank=512,
+    qk_head_dim=128,
+    qk_pos_emb_head_dim=64,
+    v_head_dim=128,
+    dsa_indexer_n_heads=8,
+    dsa_indexer_head_dim=128,
+    dsa_indexer_topk=2048,
+)
 CLUSTER = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=64)
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
 # tp2 pp4 vpp2 dp8 on 64 GPUs: m = 256 / (1·8) = 32 microbatches, a multiple of pp.
@@ -159,6 +173,35 @@ HYBRID_CASES = [
             plan={"cp": 2, "dp": 4},
         ),
         ("linear_num_key_heads (4)", "linear_num_value_heads (8)", "tp·cp (2·4 = 8)", "0.50"),
+    ),
+    Case(
+        "dsa_context_parallel_all_gather",
+        # Megatron's TransformerConfig: DSAttention context parallelism is allgather only
+        Change(base=DSA_MODEL, plan={"cp": 2, "dp": 4}),
+        Change(base=DSA_MODEL, plan={"cp": 2, "dp": 4, "cp_comm_type": "all_gather"}),
+        ("cp 2", "cp_comm_type 'all_gather'", "got 'p2p'"),
+    ),
+    Case(
+        "dsa_tp_needs_sequence_parallel",
+        # AbsorbedMLASelfAttention asserts sequence_parallel when tp > 1
+        Change(base=DSA_MODEL, plan={"sequence_parallel": False, "tp_comm_overlap": False}),
+        Change(base=DSA_MODEL),
+        ("tp 2", "sequence_parallel=True"),
+    ),
+    Case(
+        "dsa_index_share_within_chunk",
+        # freq 4 from layer 3: layers 3, 7, 11, ... compute; the chunk of layers 5..8 starts
+        # on layer 5, which reuses layer 3's top-k (Megatron's
+        # _validate_dsa_index_share_pipeline_split); from layer 1: 1, 5, 9, ... compute
+        Change(
+            base=DSA_MODEL,
+            model={"dsa_indexer_topk_freq": 4, "dsa_indexer_skip_topk_offset": 3},
+        ),
+        Change(
+            base=DSA_MODEL,
+            model={"dsa_indexer_topk_freq": 4, "dsa_indexer_skip_topk_offset": 1},
+        ),
+        ("layer 5 reuses the top-k of layer 3", "layers 5..8"),
     ),
     Case(
         "muon_excludes_hybrid",

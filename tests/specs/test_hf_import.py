@@ -114,6 +114,9 @@ MATCHING_PRESET = {
     "Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "Qwen3-30B-A3B": "qwen3-30b-a3b",
     "DeepSeek-V3": "deepseek-v3",
+    # keys of GLM-5's config.json (the dimensions whose counts equal Megatron-Bridge's
+    # verification cards, specs.preset_dsa); GLM-5.1 shares them
+    "GLM-5.1": "glm-5.1",
     "gpt-oss-120b": "gpt-oss-120b",
     "Nemotron-H-8B-Base-8K": "nemotron-h-8b",
 }

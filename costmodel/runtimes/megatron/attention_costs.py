@@ -24,6 +24,12 @@ read and write) and, in backward, concatenates the query, key and value gradient
 fused QKV gradient (the backward of ``torch.split``): Megatron-LM `ParallelAttention`
 (2021) and `CoreAttention` (the local, non-TE path).
 
+DeepSeek sparse attention (``ModelSpec.uses_dsa``) replaces the dense core by the sparse
+core over the top-k keys and adds the lightning indexer, its top-k and its loss
+(`costmodel.runtimes.megatron.dsa_costs`); its context-parallel all-gather moves the latent
+key rows and the indexer keys (`dsa_costs.dsa_gathered_width`), not per-head keys and
+values. The absorbed projections are priced as MLA's (`costmodel.dsa_work`: the same FLOPs).
+
 A LoRA job's frozen projections run no weight-gradient GEMM
 (`costmodel.runtimes.megatron.linear_pairs` for their quantization and TP reduction);
 their adapters are priced in `costmodel.runtimes.megatron.lora_costs`.
@@ -41,6 +47,7 @@ from costmodel.flops import (
     core_attention_forward_flops_per_token,
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, dsa_gathered_width, indexer_pair
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
 from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
 from costmodel.runtimes.megatron.saver_costs import mla_up_projection_share
@@ -125,7 +132,10 @@ def attention_block(
         width = _qkv_gemm_width(model, x.tp)
         qkv_shape, proj_shape = (x.tokens, width, h), (x.tokens, h, q)
         qkv, proj = gemm3(profile, x, *qkv_shape), gemm3(profile, x, *proj_shape)
-    core = _core_s(model, job, plan, profile, x, options, head_dim)
+    if model.uses_dsa:  # the sparse core over the top-k keys, then the indexer
+        core, cp_kv = dsa_core_s(model, profile, x), dsa_gathered_width(model)
+    else:
+        core, cp_kv = _core_s(model, job, plan, profile, x, options, head_dim), kv
     rope = model.position_embedding == "rope"
     ew_fwd, ew_bwd = _elementwise_s(model, profile, x, q, kv, options)
     qkv_width = width
@@ -148,10 +158,14 @@ def attention_block(
     tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
     sub_f, sub_b = _kv_sub_shard_pair(model, profile, x, groups)
     tp_f, tp_b = tp_f.plus(sub_f), tp_b.plus(sub_b)
-    cp_f, cp_b = _cp_exchange(profile, plan, x, kv, groups.cp, core)
+    cp_f, cp_b = _cp_exchange(profile, plan, x, cp_kv, groups.cp, core)
     merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd
     ew_bwd += merge_bwd
+    if model.uses_dsa:
+        indexer_f, indexer_b = indexer_pair(model, profile, x)
+        ew_fwd += indexer_f
+        ew_bwd += indexer_b
     dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
     wgrad = 0.0 if frozen else qkv[2] + proj[2]
     forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)

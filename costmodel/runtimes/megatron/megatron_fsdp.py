@@ -56,6 +56,7 @@ def largest_layer_params(model: ModelSpec, plan: ParallelPlan) -> float:
         + layer.norms
         + layer.router
         + layer.latent_projections
+        + layer.indexer
         + layer.routed_experts / (plan.ep * plan.expert_tp)
         for layer in count_params(model).layers
     )
@@ -73,6 +74,7 @@ def largest_layer_weight_bytes(
         * (
             (layer.attention + layer.mlp) / plan.tp
             + layer.latent_projections
+            + layer.indexer
             + layer.routed_experts / (plan.ep * plan.expert_tp)
         )
         + weight_bytes * (layer.norms + layer.router)

@@ -30,10 +30,14 @@ from specs.plan import ParallelPlan
 
 
 def _stage_norm_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> float:
-    """Norm parameters of a stage: replicated over TP, all-reduced there under SP."""
+    """Norm parameters of a stage: replicated over TP, all-reduced there under SP; with
+    them the DSA indexers' (`specs.params.LayerParams.indexer`), whose gradients Megatron
+    averages over tp (``average_gradients_across_tp_domain``,
+    ``finalize_model_grads._allreduce_non_tensor_model_parallel_grads``) and whose tp > 1
+    needs SP (rule ``dsa_tp_needs_sequence_parallel``)."""
     counts = count_params(model)
     total = sum(
-        counts.layers[i].norms
+        counts.layers[i].norms + counts.layers[i].indexer
         for chunk in range(plan.vpp)
         for i in chunk_layers(model, plan, stage, chunk)
     )

@@ -22,6 +22,7 @@ from costmodel.runtimes.torch.screen import simulated_screen
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
+from specs.dsa_checks import executor_dsa_refusal
 from specs.errors import SpecError
 from specs.finetune import executor_lora_refusal
 from specs.gdn_checks import executor_gate_refusal
@@ -188,11 +189,13 @@ def _refuse_model(model: ModelSpec) -> None:
     """SpecError for a model paraplan's executor does not build: a hybrid model
     (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
     (`specs.latent_checks.executor_latent_moe_refusal`) or an output gate
-    (`specs.gdn_checks.executor_gate_refusal`), the executor's own checks."""
+    (`specs.gdn_checks.executor_gate_refusal`) or DeepSeek sparse attention
+    (`specs.dsa_checks.executor_dsa_refusal`), the executor's own checks."""
     refusals = (
         executor_hybrid_refusal(model),
         executor_latent_moe_refusal(model),
         executor_gate_refusal(model),
+        executor_dsa_refusal(model),
     )
     for refusal in refusals:
         if refusal is not None:
