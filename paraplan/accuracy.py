@@ -104,6 +104,10 @@ class PublishedAccuracy:
     latent_moe: bool = False
     """The model has latent MoE layers (``moe_latent_size``), which no published run of the
     page has."""
+    sparse_attention: bool = False
+    """The model has DeepSeek sparse attention layers (`specs.model.ModelSpec.uses_dsa`),
+    which no published run of the page has, and whose core the model FLOPs (MFU) count as
+    dense causal attention, as Megatron-LM's ``num_floating_point_operations`` does."""
 
 
 def parse_table(data: dict[str, Any]) -> AccuracyTable:
@@ -166,6 +170,7 @@ def published_accuracy(
         group=group,
         hybrid=model.is_hybrid,
         latent_moe=model.moe_latent_size is not None,
+        sparse_attention=model.uses_dsa,
     )
 
 
@@ -225,6 +230,13 @@ def accuracy_lines(accuracy: PublishedAccuracy | None) -> list[str]:
             "  none of them has latent MoE layers: this model's latent projections and "
             "latent-wide experts are priced from their kernels' shapes, unchecked by any "
             "published run (docs/cost-model.md)"
+        )
+    if accuracy.sparse_attention:
+        unchecked.append(
+            "  none of them has DeepSeek sparse attention layers: their indexer and top-k core "
+            "are priced from their kernels' shapes, unchecked by any published run; MFU counts "
+            "their core as dense causal attention (Megatron-LM's FLOPs count has no DSA term), "
+            "above the work done where the sequence exceeds the top-k (docs/cost-model.md)"
         )
     group = accuracy.group
     if group is None:

@@ -173,3 +173,14 @@ def test_estimate_prints_the_block_and_gives_it_in_json(capsys):
     assert data["published_accuracy"]["group"] == dataclasses.asdict(expected)
     torch = run_estimate_json(capsys, base, "--runtime", "torch")
     assert torch["published_accuracy"] is None
+
+
+def test_a_sparse_attention_model_is_told_its_mfu_counts_dense_attention():
+    accuracy = published_accuracy(get_preset("glm-5.1"), BF16, DEFAULT_OPTIONS, H100, TABLE)
+    lines = accuracy_lines(accuracy)
+    assert len(lines) == 4 and "DeepSeek sparse attention" in lines[3]
+    assert "dense causal attention" in lines[3]
+    data = accuracy_json(accuracy)
+    assert data is not None and data["sparse_attention"] is True and data["latent_moe"] is False
+    deepseek = published_accuracy(get_preset("deepseek-v3"), BF16, DEFAULT_OPTIONS, H100, TABLE)
+    assert accuracy_json(deepseek)["sparse_attention"] is False
