@@ -123,12 +123,24 @@ def split_choices(model: ModelSpec, pp: int, vpp: int, space: SearchSpace) -> li
     return options if uneven else [o for o in options if o == EVEN_SPLIT]
 
 
-def cp_degrees(seq_length: int, ranks: int, min_tokens_per_rank: int = 1) -> Iterator[int]:
+def cp_degrees(
+    seq_length: int,
+    ranks: int,
+    min_tokens_per_rank: int = 1,
+    document_tokens: int | None = None,
+) -> Iterator[int]:
     """Context-parallel sizes: divisors of the ranks left after tp·pp with
     seq_length % (2·cp) == 0 (zigzag load balancing; megatron-facts.md §7.1) and at least
-    ``min_tokens_per_rank`` tokens of a sequence per CP rank."""
+    ``min_tokens_per_rank`` tokens of a sequence per CP rank; with packed sequences
+    (``document_tokens``) also document_tokens % (2·cp) == 0
+    (`specs.rules_features.packed_document_divisible_by_2cp`)."""
+    doc = seq_length if document_tokens is None else document_tokens
     for c in divisors(ranks):
-        if c == 1 or (seq_length % (2 * c) == 0 and seq_length // c >= min_tokens_per_rank):
+        if c == 1 or (
+            seq_length % (2 * c) == 0
+            and doc % (2 * c) == 0
+            and seq_length // c >= min_tokens_per_rank
+        ):
             yield c
 
 

@@ -104,7 +104,14 @@ def degree_table(
             for vpp in space.choices("vpp", vpps):
                 after_pp = max(1, after_tp // pp)
                 cps = mamba_cp_degrees(
-                    model, tp, cp_degrees(job.seq_length, after_pp, space.min_tokens_per_cp_rank)
+                    model,
+                    tp,
+                    cp_degrees(
+                        job.seq_length,
+                        after_pp,
+                        space.min_tokens_per_cp_rank,
+                        job.packed_document_tokens,
+                    ),
                 )
                 if not space.has("context_parallel"):
                     cps = iter((1,))

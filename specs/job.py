@@ -39,10 +39,19 @@ class TrainingJob:
     """LoRA fine-tuning (`specs.finetune.LoraSpec`, Megatron-Bridge's ``peft`` config): the
     model's own parameters are frozen and only the adapters train; None (the default)
     trains every parameter."""
+    packed_document_tokens: int | None = None
+    """Sequence packing (THD layout): the length in tokens of the documents packed into one
+    sequence, as attention sees them, Σ Lᵢ² / Σ Lᵢ over the documents of a packed sequence
+    (k documents of L tokens each: L). Megatron-core attends causally within each document
+    (``PackedSeqParams.cu_seqlens_q``, Transformer Engine ``DotProductAttention`` with
+    ``qkv_format="thd"``), so the attention core runs Σ Lᵢ²/2 score pairs per packed
+    sequence instead of s²/2; every token-wise part is unchanged. None (the default): each
+    sequence is one causal document of ``seq_length`` tokens."""
 
     def __post_init__(self) -> None:
         require_positive(self, "seq_length", "global_batch_size")
-        require_optional_positive(self, "token_budget")
+        require_optional_positive(self, "token_budget", "packed_document_tokens")
+        self._check_packing()
         require_choice(self, "precision", Precision)
         require_choice(self, "optimizer", Optimizer)
         if self.lora is not None and not isinstance(self.lora, LoraSpec):
@@ -50,6 +59,25 @@ class TrainingJob:
                 f"TrainingJob.lora must be a LoraSpec or None, got {type(self.lora).__name__}; "
                 "build it with specs.finetune.LoraSpec(rank=...)"
             )
+
+    def _check_packing(self) -> None:
+        doc = self.packed_document_tokens
+        if doc is not None and doc > self.seq_length:
+            raise SpecError(
+                f"[packed_document_tokens] TrainingJob.packed_document_tokens ({doc}) exceeds "
+                f"seq_length ({self.seq_length}): a packed document fits in its sequence; pass "
+                "a length <= seq_length, or None for unpacked sequences"
+            )
+
+    @property
+    def attention_span_tokens(self) -> int:
+        """Tokens of one causal attention span: the packed document length
+        (`packed_document_tokens`), else the whole sequence. The attention core's FLOPs,
+        its kernel's rate and its context-parallel steps read this length; token counts
+        read `seq_length`."""
+        if self.packed_document_tokens is None:
+            return self.seq_length
+        return self.packed_document_tokens
 
     @property
     def tokens_per_iteration(self) -> int:

@@ -37,6 +37,26 @@ def seq_divisible_by_2cp(
 
 
 @rule
+def packed_document_divisible_by_2cp(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """cp > 1 with packed sequences needs packed_document_tokens % (2·cp) == 0: Megatron-core
+    cuts each document, not the packed sequence, into 2·cp chunks and gives each rank two
+    (``_get_batch_on_this_cp_rank_per_document_balancing`` in ``megatron/core/utils.py``,
+    Transformer Engine ``thd_get_partitioned_indices``: "each document length must be
+    divisible by 2 * cp_size"), so the packer pads every document to a multiple of 2·cp and
+    the document length states that padded length."""
+    doc, cp = job.packed_document_tokens, plan.cp
+    if doc is None or cp == 1 or doc % (2 * cp) == 0:
+        return None
+    return (
+        f"packed_document_tokens ({doc}) must be divisible by 2 · cp ({cp}) = {2 * cp} "
+        f"(per-document zigzag CP pads each document to a multiple of 2·cp): pass the padded "
+        f"length, one of {multiples_around(doc, 2 * cp)}, or a smaller cp"
+    )
+
+
+@rule
 def sequence_parallel_needs_tp(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
@@ -187,6 +207,7 @@ def max_position_covers_seq_length(
 
 FEATURE_RULES = (
     seq_divisible_by_2cp,
+    packed_document_divisible_by_2cp,
     sequence_parallel_needs_tp,
     sequence_parallel_seq_divisible_by_tp,
     tp_comm_overlap_needs_sequence_parallel,

@@ -82,6 +82,8 @@ def test_pp_vpp_cp_ep_generators() -> None:
     assert list(vpp_degrees(llama, 9)) == [1, 2, 7, 14]  # 14 layers per stage
     assert list(cp_degrees(8192, 16)) == [1, 2, 4, 8, 16]
     assert list(cp_degrees(6, 8)) == [1]  # 6 % (2*2) != 0; 6 % (2*3) == 0 but 3 ∤ 8
+    # packed documents of 1000 tokens: 1000 % (2·cp) == 0 for cp 1, 2, 4 (not 8: 1000 % 16)
+    assert list(cp_degrees(8192, 16, document_tokens=1000)) == [1, 2, 4]
     assert list(ep_degrees(get_preset("mixtral-8x7b"), 12)) == [1, 2, 4]
     assert list(ep_degrees(llama, 64)) == [1]
     assert list(micro_batch_sizes(48, 8)) == [1, 2, 3, 4, 6, 8]

@@ -415,6 +415,12 @@ CASES = [
         ("seq_length (4098)", "cp (2)", "= 4"),
     ),
     Case(
+        "packed_document_divisible_by_2cp",
+        Change(job={"packed_document_tokens": 1030}, plan={"cp": 2, "dp": 4}),
+        Change(job={"packed_document_tokens": 1028}, plan={"cp": 2, "dp": 4}),
+        ("packed_document_tokens (1030)", "cp (2)", "= 4", "{1028, 1032}"),
+    ),
+    Case(
         "sequence_parallel_needs_tp",
         Change(plan={"tp": 1, "dp": 16, "tp_comm_overlap": False}),
         Change(plan={"tp": 1, "dp": 16, "tp_comm_overlap": False, "sequence_parallel": False}),
