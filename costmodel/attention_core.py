@@ -40,6 +40,10 @@ from profiles.lookup import attention_tflops, gemm_efficiency, peak_flops
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 
+PACKED_KERNEL_RULE = "packed_sequences_need_fused_attention"
+"""Rule id of the refusal of packed sequences on the materialized attention kernel
+(`check_packed_attention`)."""
+
 ATTENTION_BACKWARD_FLOPS_RATIO = 2.5
 """Fused attention backward FLOPs over forward FLOPs: dQ, dK, dV plus the recomputed
 scores (FlashAttention-2 paper, arXiv 2307.08691, benchmark convention)."""
@@ -163,3 +167,17 @@ def _flash_time_s(
     m = max(int(seq_kv), 1)
     rate = peak_flops(profile, dtype) * gemm_efficiency(profile, m, m, head_dim, dtype)
     return flops / rate + op_overhead_s(profile)
+
+
+def check_packed_attention(packed_document_tokens: int | None, kernel: AttentionKernelName) -> None:
+    """`SpecError` for packed sequences on the materialized kernel: Megatron-core's local
+    ``DotProductAttention.forward`` asserts ``packed_seq_params is None``
+    (``megatron/core/transformer/dot_product_attention.py``); only Transformer Engine's
+    fused kernels take the THD layout (``TEDotProductAttention``, ``qkv_format="thd"``)."""
+    if packed_document_tokens is None or kernel == "flash":
+        return
+    raise SpecError(
+        f"[{PACKED_KERNEL_RULE}] packed sequences (packed_document_tokens "
+        f"{packed_document_tokens}) run Transformer Engine's fused attention in the THD layout, "
+        f"got attention kernel {kernel!r}: use the 'flash' kernel, or drop --packed-doc-len"
+    )

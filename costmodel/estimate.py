@@ -16,7 +16,7 @@ from typing import Any
 from costmodel.compute import gemm_dtype
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
-from costmodel.flops import hardware_flops_per_iteration, model_flops_per_iteration
+from costmodel.flops import hardware_flops_per_iteration, job_model_flops_per_iteration
 from costmodel.iteration import Breakdown, simulate_iteration
 from costmodel.memory import StageMemory
 from costmodel.memory_allowances import GiB
@@ -157,7 +157,7 @@ def simulate_plan(
         model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
     )
     stages = runtime.memory(model, job, plan)
-    model_flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)
+    model_flops = job_model_flops_per_iteration(model, job)
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s
     gpus = cluster.num_gpus

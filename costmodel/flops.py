@@ -18,7 +18,11 @@ uses the vocabulary padded to a multiple of 128·tp, so its count is higher by
 
 The per-token helpers return FORWARD FLOPs; multiply by `FORWARD_BACKWARD_FACTOR` for
 forward + backward. Core attention per token depends on the sequence length s (each
-token attends to s/2 keys on average under the causal mask).
+token attends to s/2 keys on average under the causal mask). With packed sequences the
+per-token helpers take the document length L (`specs.job.TrainingJob.attention_span_tokens`)
+as their ``seq_length``: a token attends to L/2 keys of its own document, and a sliding
+window applies within the document (`attended_keys_per_token` at L: a window of w >= L
+keys changes nothing).
 
 Hybrid models (``ModelSpec.hybrid_layer_pattern``) count each layer by its kind
 (`specs.layer_kinds.LayerKind`), as Megatron-LM's ``hybrid_flops`` does
@@ -403,7 +407,12 @@ def lora_model_flops_per_token(model: ModelSpec, seq_length: int, lora: LoraSpec
 
 
 def model_flops_per_iteration(
-    model: ModelSpec, seq_length: int, global_batch_size: int, lora: LoraSpec | None = None
+    model: ModelSpec,
+    seq_length: int,
+    global_batch_size: int,
+    lora: LoraSpec | None = None,
+    *,
+    document_tokens: int | None = None,
 ) -> float:
     """Model FLOPs of one iteration over the whole job (MFU convention, no recompute).
 
@@ -411,13 +420,31 @@ def model_flops_per_iteration(
     fixed-length sequences. Example: a Llama-3-8B shape at s = 8192 is 4.216e14 FLOPs per
     sequence (megatron-facts.md §1.3). With ``lora`` (a LoRA job),
     `lora_model_flops_per_token` x B·s.
+
+    ``document_tokens`` (packed sequences, `specs.job.TrainingJob.packed_document_tokens`)
+    is the length the attention core counts per token in place of s: Megatron-Bridge's
+    count (``training/utils/flop_utils.py``, tag v0.6.0: ``core_attn_seq_factor`` =
+    Σ sᵢ² / Σ sᵢ over the packed documents); Megatron-LM's ``num_floating_point_operations``
+    counts s whatever the packing.
     """
     _require_seq(seq_length)
     _require_batch(global_batch_size)
     tokens = seq_length * global_batch_size
+    span = seq_length if document_tokens is None else document_tokens
     if lora is not None:
-        return lora_model_flops_per_token(model, seq_length, lora) * tokens
-    return FORWARD_BACKWARD_FACTOR * forward_flops_per_token(model, seq_length) * tokens
+        return lora_model_flops_per_token(model, span, lora) * tokens
+    return FORWARD_BACKWARD_FACTOR * forward_flops_per_token(model, span) * tokens
+
+
+def job_model_flops_per_iteration(model: ModelSpec, job: TrainingJob) -> float:
+    """`model_flops_per_iteration` of ``job``: its tokens, its LoRA and its packing."""
+    return model_flops_per_iteration(
+        model,
+        job.seq_length,
+        job.global_batch_size,
+        job.lora,
+        document_tokens=job.packed_document_tokens,
+    )
 
 
 def recompute_forward_flops_per_token(
@@ -465,11 +492,8 @@ def mtp_recompute_forward_flops_per_token(model: ModelSpec, seq_length: int) -> 
 
 def hardware_flops_per_iteration(model: ModelSpec, job: TrainingJob, plan: ParallelPlan) -> float:
     """Hardware FLOPs of one iteration (HFU convention): model FLOPs + recompute forwards."""
-    extra = recompute_forward_flops_per_token(model, plan, job.seq_length, job.lora)
-    return (
-        model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)
-        + extra * job.tokens_per_iteration
-    )
+    extra = recompute_forward_flops_per_token(model, plan, job.attention_span_tokens, job.lora)
+    return job_model_flops_per_iteration(model, job) + extra * job.tokens_per_iteration
 
 
 def sc21_flops_per_iteration(model: ModelSpec, seq_length: int, global_batch_size: int) -> float:

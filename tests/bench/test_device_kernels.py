@@ -75,6 +75,7 @@ def test_gemm_passes_priced_as_the_megatron_layer_prices_them(profiles) -> None:
         tokens=8192,
         norm_tokens=1024,
         seq=8192,
+        span=8192,
         micro_batch=1,
         cp=1,
         tp=8,

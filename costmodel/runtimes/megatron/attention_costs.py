@@ -198,7 +198,7 @@ def _core_s(
     with the flash kernel (`costmodel.attention_core.attention_core_time_s`), on the FP8
     curve of the options' recipe under `ExecutionOptions.fp8_attention`."""
     kernel = options.attention
-    core_flops = core_attention_forward_flops_per_token(model, job.seq_length) * x.tokens / x.tp
+    core_flops = core_attention_forward_flops_per_token(model, x.span) * x.tokens / x.tp
     core = {}
     for direction in ("forward", "backward"):
         core[direction] = sum(
@@ -214,7 +214,7 @@ def _core_s(
                 direction=direction,
                 fp8_attention_recipe=fp8_attention_recipe(options),
             )
-            for share, seq_kv in cp_attention_steps(plan, x.seq)
+            for share, seq_kv in cp_attention_steps(plan, x.span)
         )
     return core
 

@@ -87,10 +87,10 @@ def _fused_s(
 
 def dsa_core_s(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> dict[str, float]:
     """Seconds of the sparse core by direction (``forward``, ``backward``), module docstring."""
-    flops = sparse_core_forward_flops_per_token(model, x.seq) * x.tokens / x.tp
-    keys = min(model.dsa_indexer_topk or 1, x.seq)
+    flops = sparse_core_forward_flops_per_token(model, x.span) * x.tokens / x.tp
+    keys = min(model.dsa_indexer_topk or 1, x.span)
     heads = model.num_attention_heads / x.tp
-    moved = sparse_core_gathered_bytes_per_token(model, x.seq, x.elem, heads) * x.tokens
+    moved = sparse_core_gathered_bytes_per_token(model, x.span, x.elem, heads) * x.tokens
     out = {}
     for direction, scale in (("forward", 1), ("backward", 2)):
         compute_s = _fused_s(model, profile, x, flops, keys, direction)
@@ -117,19 +117,19 @@ def indexer_pair(model: ModelSpec, profile: HardwareProfile, x: LayerShape) -> t
         gemm3(profile, x, tokens, n, k)[0]
         for n, k in ((heads * dim, model.q_lora_rank or h), (dim, h), (heads, h))
     )
-    keys = x.seq / 2  # causal mean over the rank's queries
-    score_flops = indexer_score_forward_flops_per_token(model, x.seq) * tokens
+    keys = x.span / 2  # causal mean over the rank's queries
+    score_flops = indexer_score_forward_flops_per_token(model, x.span) * tokens
     score_s = _gemm_rate_s(profile, x, score_flops, tokens * heads, keys, dim)
-    moved = indexer_score_bytes_per_query(model, x.seq) * tokens
-    written = SCORE_BYTES * x.seq * tokens  # the logits; top-k reads them, writes indices
+    moved = indexer_score_bytes_per_query(model, x.span) * tokens
+    written = SCORE_BYTES * x.span * tokens  # the logits; top-k reads them, writes indices
     forward = max(score_s, ops.memory_bound_time_s(profile, written)) + proj_fwd
     forward += ops.memory_bound_time_s(profile, moved - written)
     backward = 0.0
-    loss_keys = loss_keys_per_token(model, x.seq)
+    loss_keys = loss_keys_per_token(model, x.span)
     if loss_keys:
-        loss_flops = indexer_loss_forward_flops_per_token(model, x.seq) * tokens
+        loss_flops = indexer_loss_forward_flops_per_token(model, x.span) * tokens
         forward += _fused_s(model, profile, x, loss_flops, loss_keys, "forward")
-        back_flops = indexer_backward_flops_per_token(model, x.seq) * tokens
+        back_flops = indexer_backward_flops_per_token(model, x.span) * tokens
         score_back = back_flops - proj * tokens
         backward = _gemm_rate_s(profile, x, score_back, tokens * heads, loss_keys, dim)
         backward += sum(

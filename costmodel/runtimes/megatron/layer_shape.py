@@ -35,6 +35,9 @@ class LayerShape:
     """Token rows of the norms and residual adds: T/tp with sequence parallelism, else T."""
     seq: int
     """Sequence length s."""
+    span: int
+    """Tokens of one causal attention span: the packed document length under sequence
+    packing, else s (`specs.job.TrainingJob.attention_span_tokens`)."""
     micro_batch: int
     """Sequences per microbatch, b."""
     cp: int
@@ -58,6 +61,7 @@ def layer_shape(job: TrainingJob, plan: ParallelPlan) -> LayerShape:
         tokens=tokens,
         norm_tokens=tokens / plan.tp if sp else tokens,
         seq=job.seq_length,
+        span=job.attention_span_tokens,
         micro_batch=plan.micro_batch_size,
         cp=plan.cp,
         tp=plan.tp,

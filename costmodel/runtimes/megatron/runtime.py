@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from costmodel.attention_core import check_packed_attention
 from costmodel.bf16_layers import bf16_layers
 from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
@@ -63,9 +64,11 @@ class MegatronRuntime:
         """The job unchanged: Megatron computes in the job's precision. `SpecError` for an
         nvfp4 job on a device without FP4 tensor cores
         (`costmodel.compute.check_precision_device`) and for FP8 attention the job, recipe
-        or profile cannot run (`costmodel.fp8_attention.check_fp8_attention`)."""
+        or profile cannot run (`costmodel.fp8_attention.check_fp8_attention`), and for packed
+        sequences on the materialized kernel (`costmodel.attention_core.check_packed_attention`)."""
         check_precision_device(job.precision, profile)
         check_fp8_attention(job.precision, fp8_attention_recipe(self.options), profile)
+        check_packed_attention(job.packed_document_tokens, self.options.attention)
         return job
 
     def chunk_costs(
@@ -154,7 +157,9 @@ class MegatronRuntime:
         rows: pd.DataFrame,
     ) -> pd.DataFrame:
         """`costmodel.runtimes.megatron.screen.closed_form_screen`; `SpecError` as
-        `executed_job` for a precision or FP8 attention the device cannot run."""
+        `executed_job` for a precision or FP8 attention the device cannot run, and for packed
+        sequences on the materialized kernel."""
         check_precision_device(job.precision, profile)
         check_fp8_attention(job.precision, fp8_attention_recipe(self.options), profile)
+        check_packed_attention(job.packed_document_tokens, self.options.attention)
         return closed_form_screen(model, cluster, job, profile, rows, self.options)

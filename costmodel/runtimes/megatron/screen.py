@@ -45,7 +45,7 @@ from costmodel import compute as ops
 from costmodel.bf16_layers import bf16_layer_counts, stage_limit
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.flops import model_flops_per_iteration
+from costmodel.flops import job_model_flops_per_iteration
 from costmodel.memory_allowances import GiB
 from costmodel.optimizer_muon import is_muon
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row
@@ -160,7 +160,7 @@ def closed_form_screen(
     ok = _runnable(c, m, options, model, job)
     iteration = np.where(ok, iteration, np.inf)
     peak = np.where(ok, memory_bytes(c, model, job, np.maximum(m, 1), options), np.inf)
-    flops = model_flops_per_iteration(model, job.seq_length, job.global_batch_size, job.lora)
+    flops = job_model_flops_per_iteration(model, job)
     peak_flops_s = peak_flops(profile, ops.gemm_dtype(job.precision))
     out = df.drop(columns=["bucket", *SHARDING_COLUMNS])
     out["num_microbatches"] = m

@@ -58,6 +58,8 @@ def kernel_view(profile: HardwareProfile, job: TrainingJob) -> HardwareProfile:
 
 TORCH_NVFP4_RULE = "nvfp4_needs_megatron_runtime"
 """Rule id of the torch runtime's refusal of nvfp4 jobs (`TorchRuntime.executed_job`)."""
+TORCH_PACKED_RULE = "packed_sequences_need_megatron_runtime"
+"""Rule id of the torch runtime's refusal of packed sequences (`TorchRuntime.executed_job`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,7 +88,8 @@ class TorchRuntime:
         """fp32 on a CPU whatever the job says (`executor.precision`: bf16 matmuls are slow
         on CPUs and fp8 needs CUDA), so a CPU profile's bf16 curves never price a run; the
         job's precision on a GPU. `SpecError` for an optimizer other than Adam: the executor
-        steps AdamW only; for a LoRA job (`specs.finetune.executor_lora_refusal`)."""
+        steps AdamW only; for a LoRA job (`specs.finetune.executor_lora_refusal`); for packed
+        sequences (`TrainingJob.packed_document_tokens`)."""
         lora_refusal = executor_lora_refusal(job.lora)
         if lora_refusal is not None:
             raise SpecError(lora_refusal)
@@ -95,6 +98,13 @@ class TorchRuntime:
                 f"optimizer ({job.optimizer}) needs the megatron runtime: paraplan's executor "
                 "(the torch runtime) steps AdamW only; use --runtime megatron, or --optimizer "
                 "adam"
+            )
+        if job.packed_document_tokens is not None:
+            raise SpecError(
+                f"[{TORCH_PACKED_RULE}] packed sequences (packed_document_tokens "
+                f"{job.packed_document_tokens}) need the megatron runtime: paraplan's executor "
+                "(the torch runtime) trains unpacked sequences only; use --runtime megatron, or "
+                "drop --packed-doc-len"
             )
         if job.precision == "nvfp4":
             raise SpecError(
