@@ -18,8 +18,11 @@ entropy, no CUDA graphs and no NaN checks:
 No throughput of these recipes is published, so this prints only the model's figures:
 iteration seconds, MFU (Megatron's count, in which a DSA layer is MLA's dense causal
 layer: `costmodel.flops`), peak memory of the worst stage and whether it fits. The packed
-rows are priced as one 131072-token causal sequence each: the attention work of a row of
-several shorter sequences is less than that.
+rows are priced as one 131072-token causal sequence each (no
+`TrainingJob.packed_document_tokens`): the recipes state the packed size and the padding of
+each document to a multiple of 64 (``pad_seq_to_mult``, 2·cp) but not the length of the
+documents, which is the dataset's (``_sft_common``'s, tokenized at run time), so no document
+length is sourced; the attention work of a row of several shorter documents is less.
 
 Usage: ``python bench/glm5_recipes.py``
 """

@@ -10,7 +10,9 @@ sequences of 4096 tokens) and override ``cfg.peft.target_modules = ["linear_qkv"
 parallel layouts (``llama3_workload_base_configs.py``, ``LLAMA3_70B_LORA_CONFIG_*``) are
 what the rows print (tp1, pp2 vpp20 or, GB200 MXFP8, pp4 vpp20, micro-batch 1, global batch
 32), and the rows keep them. The packed sequences are priced as sequences of 4096 tokens,
-as the same release's SFT rows are.
+as the same release's SFT rows are: the recipe states the packed size, not the length of
+the documents packed into it (the dataset's), so the rows set no
+`TrainingJob.packed_document_tokens`.
 
 A LoRA row of a release or model without an entry here is not expressible.
 """

@@ -80,6 +80,15 @@ def add_problem_args(
         help="Megatron-LM --optimizer: adam, muon (Muon on 2-D weights, Adam on the rest) or "
         "dist_muon (the same sharded layer-wise over dp*cp; excludes --dist-opt); default: adam",
     )
+    g.add_argument(
+        "--packed-doc-len",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="sequence packing (THD, fine-tuning with packed_sequence_specs): document length "
+        "in tokens inside a packed sequence, sum(L_i^2)/sum(L_i) (k documents of L tokens: L); "
+        "attention runs causally per document. Default: unpacked",
+    )
     add_lora_args(g)
 
 
@@ -96,12 +105,13 @@ def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
 
 
 def job_from_args(args: argparse.Namespace) -> TrainingJob:
-    """The TrainingJob of --seq-len, --global-batch, --precision, --optimizer and the LoRA
-    flags (`paraplan.lora_args.lora_from_args`)."""
+    """The TrainingJob of --seq-len, --global-batch, --precision, --optimizer,
+    --packed-doc-len and the LoRA flags (`paraplan.lora_args.lora_from_args`)."""
     return TrainingJob(
         seq_length=args.seq_len,
         global_batch_size=args.global_batch,
         precision=args.precision,
         optimizer=getattr(args, "optimizer", "adam"),
         lora=lora_from_args(args),
+        packed_document_tokens=getattr(args, "packed_doc_len", None),
     )

@@ -13,6 +13,7 @@ import argparse
 FIELD_DESTS: dict[str, str] = {
     "TrainingJob.seq_length": "seq_len",
     "TrainingJob.global_batch_size": "global_batch",
+    "TrainingJob.packed_document_tokens": "packed_doc_len",
     "ClusterSpec.num_gpus": "num_gpus",
     "ClusterSpec.gpus_per_node": "gpus_per_node",
     "ParallelPlan.tp": "tp",

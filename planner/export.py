@@ -75,6 +75,7 @@ from planner.export_options import (
     megatron_option_notes,
     precision_arguments,
 )
+from planner.export_packing import packing_arguments, packing_note
 from planner.export_split import largest_chunk_layers, megatron_split_arguments
 from planner.export_torchtitan import torchtitan_toml
 from planner.export_userbuffers import TP_OVERLAP_CFG_FILE, userbuffers_config, userbuffers_yaml
@@ -412,6 +413,7 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     args += offload_arguments(plan)
     args += precision_arguments(options, job)
     args += megatron_option_arguments(options, model, job, plan)
+    args += packing_arguments(job)
     args += ["--optimizer", job.optimizer, "--log-throughput"]
     return args
 
@@ -430,6 +432,9 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
         "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
     ]
     lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
+    packed = packing_note(bundle.job, bundle.plan)
+    if packed is not None:
+        lines.append(f"# {packed}")
     gpt_path = uses_gpt_path(bundle.model, bundle.plan)
     if not gpt_path:
         lines += [f"# {note}" for note in hybrid_export_notes(bundle.model)]

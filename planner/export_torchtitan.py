@@ -60,6 +60,9 @@ of torchtitan's model registry (``torchtitan/models/<name>/__init__.py``: llama3
 405B, deepseek_v3 671B, qwen3 30B-A3B/235B-A22B, gpt_oss 20b/120b)."""
 
 
+TORCHTITAN_PACKED_RULE = "torchtitan_packed_sequences"
+"""Rule id of the torchtitan export's refusal of packed sequences (`torchtitan_config`)."""
+
 TORCHTITAN_HYBRID_RULE = "torchtitan_hybrid"
 """Rule id of the torchtitan export's refusal of a hybrid model (`torchtitan_model`)."""
 
@@ -314,7 +317,8 @@ def torchtitan_option_config(
 def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
     """The torchtitan job config of ``bundle``, section -> key -> value; `SpecError` for a
     Muon job (`TORCHTITAN_MUON_REFUSAL`), an nvfp4 job (`TORCHTITAN_NVFP4_REFUSAL`), a
-    LoRA job (`TORCHTITAN_LORA_REFUSAL`), a tp above the key/value heads
+    LoRA job (`TORCHTITAN_LORA_REFUSAL`), a job of packed sequences (`TORCHTITAN_PACKED_RULE`),
+    a tp above the key/value heads
     (`specs.kv_sharding.executor_kv_refusal`) and a hybrid model (`torchtitan_model`)."""
     model, job, plan = bundle.model, bundle.job, bundle.plan
     if job.lora is not None:
@@ -323,6 +327,13 @@ def torchtitan_config(bundle: PlanBundle) -> dict[str, dict[str, Any]]:
         raise SpecError(f"optimizer ({job.optimizer}): {TORCHTITAN_MUON_REFUSAL}")
     if job.precision == "nvfp4":
         raise SpecError(f"[{TORCHTITAN_NVFP4_RULE}] precision (nvfp4): {TORCHTITAN_NVFP4_REFUSAL}")
+    if job.packed_document_tokens is not None:
+        raise SpecError(
+            f"[{TORCHTITAN_PACKED_RULE}] packed sequences (packed_document_tokens "
+            f"{job.packed_document_tokens}): the plan was priced with Transformer Engine's THD "
+            "attention per document, which a torchtitan job does not run; export --target "
+            "megatron, or plan without --packed-doc-len"
+        )
     kv = executor_kv_refusal(model, plan.tp, "torchtitan")
     if kv is not None:
         raise SpecError(kv)

@@ -21,6 +21,7 @@ from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
 from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
+from paraplan.packing_line import packing_json, packing_line
 from paraplan.plan_args import add_plan_args, plan_from_args
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
@@ -94,13 +95,20 @@ def run(args: argparse.Namespace) -> int:
     est = estimate_plan(model, cluster, job, plan, profile, options=options)
     accuracy = published_accuracy(model, job, options, profile)
     if args.json:
-        print_json(estimate_to_json(est) | {"published_accuracy": accuracy_json(accuracy)})
+        print_json(
+            estimate_to_json(est)
+            | {"published_accuracy": accuracy_json(accuracy)}
+            | packing_json(job)
+        )
         return 0
     title = (
         f"{model.name} on {cluster.num_gpus} x {profile.name}: {plan.label()} "
         f"(runtime {options.runtime})"
     )
     _print_summary(title, est, lora_line(job))
+    packed = packing_line(job)
+    if packed is not None:
+        print(packed)
     for line in memory_assumptions(job, options, profile.device.name):
         print(line)
     for line in time_assumptions(model, job, options, profile, plan):

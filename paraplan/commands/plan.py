@@ -48,6 +48,7 @@ from paraplan.flags import spellings
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.lora_args import lora_line
 from paraplan.output import DeferredProgress, print_json, print_table
+from paraplan.packing_line import packing_json, packing_line
 from paraplan.plan_args import add_split_args, module_list
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import refuse_scopes_the_model_lacks
@@ -337,12 +338,14 @@ def _run_search(args: argparse.Namespace) -> int:
         print_json(
             {"runtime": args.runtime, **search_json(result)}
             | {"published_accuracy": accuracy_json(accuracy)}
+            | packing_json(job)
         )
     else:
         _print_top(result, args.top)
         job_line = lora_line(job)
-        if job_line is not None:
-            print(job_line)
+        for line in (job_line, packing_line(job)):
+            if line is not None:
+                print(line)
         print(text)
         for line in memory_assumptions(job, device_opts, profile.device.name):
             print(line)
