@@ -365,7 +365,11 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row, micro_batch_size=1, cp=1, pp=1, vpp=1, dp=1, schedule="1f1b")
         ref_job = TrainingJob(
-            seq_length=job.seq_length, global_batch_size=1, precision=job.precision, lora=job.lora
+            seq_length=job.seq_length,
+            global_batch_size=1,
+            precision=job.precision,
+            lora=job.lora,
+            packed_document_tokens=job.packed_document_tokens,
         )
         acts, stored = per_kind(ref_job, plan, options)
         kept, transient = output_microbatch_bytes(
