@@ -203,9 +203,12 @@ def _mtp_depth_bytes(
 ) -> tuple[float, float]:
     """(stored bytes per microbatch, recompute working bytes) of one MTP depth: its layers
     as a chunk's layers plus the tensors it keeps outside them (``outside``,
-    `costmodel.mtp_activations.mtp_depth_tensors`); under full recompute one checkpoint
-    that keeps `costmodel.mtp_activations.MTP_CHECKPOINT_TENSORS` and rebuilds the rest
-    (module docstring)."""
+    `costmodel.mtp_activations.mtp_depth_tensors`); where Megatron-core checkpoints the
+    depth (`specs.plan.ParallelPlan.checkpoints_mtp_depths`) one checkpoint that keeps
+    `costmodel.mtp_activations.MTP_CHECKPOINT_TENSORS` and rebuilds the rest; under full
+    ``block`` recompute every tensor, as without recompute (module docstring)."""
+    if plan.recompute == "full" and not plan.checkpoints_mtp_depths:
+        return sum(layer.full_bytes for layer in depth) + sum(outside.values()), 0.0
     if plan.recompute != "full":
         stored, working = _chunk_bytes(dict(enumerate(depth)), plan, range(len(depth)))
         return stored + sum(outside.values()), working

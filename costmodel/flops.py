@@ -457,8 +457,10 @@ def recompute_forward_flops_per_token(
     attention layers included, as the simulator reruns them. Full: the whole
     forward of each recomputed layer (`costmodel.activations.recomputed_layers`; every
     layer for the uniform method, the first N of each chunk for block), with its ``lora``
-    adapters, and each MTP depth's checkpoint (`mtp_recompute_forward_flops_per_token`).
-    The logits and embedding are never recomputed.
+    adapters, and each MTP depth's checkpoint (`mtp_recompute_forward_flops_per_token`)
+    where Megatron-core takes one (`specs.plan.ParallelPlan.checkpoints_mtp_depths`: the
+    uniform method; block runs the depths without it). The logits and embedding are never
+    recomputed.
     """
     if plan.recompute == "selective":
         core = core_attention_forward_flops_per_token(model, seq_length)
@@ -467,7 +469,8 @@ def recompute_forward_flops_per_token(
     if plan.recompute == "full":
         layers = recomputed_layers(model, plan)
         adapters = 0.0 if lora is None else lora_forward_flops_per_token(model, lora, layers)
-        mtp = mtp_recompute_forward_flops_per_token(model, seq_length)
+        checkpointed = plan.checkpoints_mtp_depths
+        mtp = mtp_recompute_forward_flops_per_token(model, seq_length) if checkpointed else 0.0
         return _layers_forward(model, layers, seq_length) + adapters + mtp
     return 0.0
 

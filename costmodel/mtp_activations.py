@@ -42,8 +42,10 @@ element size:
   (`costmodel.vocab_activations.output_layer_bytes`; the loss's transient logits bytes are
   the stage's, once).
 
-Full recompute (``recompute_granularity == "full"``) checkpoints
-``_proj_and_transformer_layer`` (``_checkpointed_forward``): the checkpoint saves its
+Full recompute (``recompute_granularity == "full"``) with the ``uniform`` method checkpoints
+``_proj_and_transformer_layer`` (``_checkpointed_forward``; the ``block`` method runs it
+without a checkpoint and the depth keeps every tensor, as without recompute: the one
+decision is `specs.plan.ParallelPlan.checkpoints_mtp_depths`): the checkpoint saves its
 inputs, the hidden states and the embedding output, which are the ``hnorm`` and ``enorm``
 inputs; the embedding and the output layer and loss run outside it
 (`MTP_CHECKPOINT_TENSORS`). The rest (``eh_proj``'s input, the gathered output, the final

@@ -203,7 +203,9 @@ def non_unit_params(model: ModelSpec, plan: ParallelPlan, pp_rank: int) -> float
 def layer_params_per_rank(model: ModelSpec, plan: ParallelPlan, index: int) -> StageParams:
     """Parameters one rank holds of layer ``index``: attention and MLP split over tp (K/V
     replicas kept, `_attention_per_rank`), norms, router, a latent MoE layer's projections
-    and a DSA layer's indexer replicated, routed experts split over ep·etp. The one
+    a DSA layer's indexer and MLA's down projections
+    (`specs.params.LayerParams.latent_down_projections`) replicated, routed experts split
+    over ep·etp. The one
     per-rank parameter count of the cost model."""
     return _layer_per_rank(model, plan, count_params(model).layers[index])
 
@@ -213,6 +215,7 @@ def _layer_per_rank(model: ModelSpec, plan: ParallelPlan, layer: LayerParams) ->
     linear = _attention_per_rank(model, layer.attention, plan.tp) + layer.mlp / plan.tp
     linear += layer.latent_projections  # duplicated over tp (`MoELayer.fc1_latent_proj`)
     linear += layer.indexer  # duplicated over tp (`DSAIndexer` linears)
+    linear += layer.latent_down_projections  # duplicated over tp (MLA's q_a, kv_a)
     expert = layer.routed_experts / (plan.ep * plan.expert_tp)
     return StageParams(
         dense=linear + layer.norms + layer.router, expert=expert, linear=linear + expert

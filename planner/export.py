@@ -164,6 +164,8 @@ def _model_arguments(model: ModelSpec, seq_length: int, num_layers: int) -> list
         args.append("--swiglu")
     if model.normalization == "rmsnorm":
         args += ["--normalization", "RMSNorm"]
+    if model.layernorm_zero_centered_gamma:  # TransformerConfig.layernorm_zero_centered_gamma
+        args.append("--apply-layernorm-1p")
     if model.position_embedding == "rope":
         args += ["--position-embedding-type", "rope", "--rotary-base", str(model.rotary_base)]
     elif model.position_embedding == "none":

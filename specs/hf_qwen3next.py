@@ -10,8 +10,9 @@ as ``full_attention_interval`` (transformers < 5.5) or ``layer_types`` (a list o
 the gated DeltaNet sizes ``linear_key_head_dim``, ``linear_value_head_dim``,
 ``linear_num_key_heads``, ``linear_num_value_heads`` and ``linear_conv_kernel_dim``, and the
 MoE sizes ``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size`` and
-``shared_expert_intermediate_size``. The bridge fixes the rest: q/k norms, gated attention
-(``attention_output_gate``), the shared expert's sigmoid gate, and the router
+``shared_expert_intermediate_size``. The bridge fixes the rest: q/k norms, zero-centred norm
+weights (``layernorm_zero_centered_gamma``), gated attention (``attention_output_gate``),
+the shared expert's sigmoid gate, and the router
 (global aux loss of ``router_aux_loss_coef``, fp32, pre-softmax unless ``norm_topk_prob``).
 
 Each decoder layer is a token mixer and an MoE block, so the spec is a hybrid pattern of
@@ -94,6 +95,7 @@ def qwen3_next(cfg: HFConfig, name: str) -> ModelSpec:
         ffn_hidden_size=expert,
         rotary_percent=cfg.number("partial_rotary_factor", 0.25),
         qk_layernorm=True,
+        layernorm_zero_centered_gamma=True,  # Qwen3NextBridge.provider_bridge sets it
         attention_output_gate=True,
         linear_key_head_dim=cfg.required("linear_key_head_dim"),
         linear_value_head_dim=cfg.required("linear_value_head_dim"),

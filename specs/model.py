@@ -135,6 +135,15 @@ class ModelSpec:
     `TransformerConfig.qk_layernorm`). The Megatron runtime prices the two norms' kernels
     and saved inputs; their 2·d weights per layer are left out of the parameter count; an
     export carries it."""
+    layernorm_zero_centered_gamma: bool = False
+    """Zero-centred norm weights: every norm scales by 1 + γ, γ initialised to 0
+    (Megatron-core `TransformerConfig.layernorm_zero_centered_gamma`, flag
+    `--apply-layernorm-1p`; Transformer Engine's ``zero_centered_gamma``). Megatron-Bridge
+    sets it for Qwen3-Next (``Qwen3NextBridge.provider_bridge``, v0.4.0 to v0.6.0; the
+    ``Qwen3NextModelProvider`` default in v0.2.0 and v0.3.0) and Nemotron-4
+    (``NemotronModelProvider`` in v0.2.0 and v0.3.0, ``NemotronBridge.provider_bridge``
+    from v0.4.0). A reparametrisation of the same weights: it changes no parameter,
+    FLOP, byte or time the cost model counts; an export carries it."""
 
     hybrid_layer_pattern: str | None = None
     """A hybrid model's layers, one symbol each (Megatron-core `--hybrid-override-pattern`):

@@ -17,7 +17,16 @@ Conventions:
 - Multi-latent attention follows DeepSeek-V3 (arXiv 2412.19437, its `modeling_deepseek`):
   ``q_a`` (h x q_lora) + q norm + ``q_b`` (q_lora x a·(d_qk + d_rope)) when q_lora_rank is
   set, otherwise one ``q`` (h x a·(d_qk + d_rope)); ``kv_a`` (h x (kv_lora + d_rope)) +
-  kv norm + ``kv_b`` (kv_lora x a·(d_qk + d_v)); output projection (a·d_v x h).
+  kv norm + ``kv_b`` (kv_lora x a·(d_qk + d_v)); output projection (a·d_v x h). The down
+  projections ``q_a`` and ``kv_a`` are replicated over tp (`LayerParams.latent_down_projections`,
+  `mla_down_projection_params`): Megatron-core's Transformer Engine layer spec builds
+  ``linear_q_down_proj`` and ``linear_kv_down_proj`` as ``TELinear`` (``backend.linear()``,
+  ``megatron/core/models/gpt/gpt_layer_specs.py``), which ``MLASelfAttention.__init__``
+  (``megatron/core/transformer/multi_latent_attention.py``, d98e8a64) builds with
+  ``parallel_mode="duplicated"``: the whole matrix on every tp rank, marked
+  ``sequence_parallel`` so that its gradient is all-reduced over tp with the norms'
+  (``TELinear.__init__``, ``finalize_model_grads._allreduce_non_tensor_model_parallel_grads``).
+  The up projections and the output projection are split over tp.
 - Router: one h x E matrix per MoE layer, no bias (DeepSeek-V3's score-correction bias is
   a buffer, not a trained parameter).
 - Latent MoE (``ModelSpec.moe_latent_size`` ℓ, Megatron-LM `MoELayer.__init__` in
@@ -79,10 +88,11 @@ class LayerParams:
     """Parameters of one decoder layer, by the parallel group that shards them."""
 
     attention: int
-    """The token mixer's weights, TP-sharded: QKV (or MLA projections) + output projection
-    with their biases; for a hybrid model's Mamba-2 layer the whole mixer
-    (`mamba_mixer_params`), for a gated DeltaNet layer the whole net (`gdn_mixer_params`);
-    0 for a layer without a mixer (hybrid ``-`` and ``E``)."""
+    """The token mixer's weights, TP-sharded: QKV (or MLA's up projections) + output
+    projection with their biases (MLA's down projections are `latent_down_projections`);
+    for a hybrid model's Mamba-2 layer the whole mixer (`mamba_mixer_params`), for a gated
+    DeltaNet layer the whole net (`gdn_mixer_params`); 0 for a layer without a mixer
+    (hybrid ``-`` and ``E``)."""
     norms: int
     """Layer norms of this layer (and MLA's internal q/kv norms): replicated."""
     mlp: int
@@ -98,6 +108,11 @@ class LayerParams:
     latent_projections: int = 0
     """A latent MoE layer's h -> ℓ and ℓ -> h projections (`latent_projection_params`):
     replicated over tp, not expert-sharded; 0 otherwise."""
+    latent_down_projections: int = 0
+    """A multi-latent-attention layer's down projections ``q_a`` and ``kv_a``
+    (`mla_down_projection_params`): replicated over tp (``parallel_mode="duplicated"``),
+    their gradients all-reduced over tp under sequence parallelism like the norms'; not
+    part of `attention`; 0 without MLA."""
     indexer: int = 0
     """A DeepSeek-sparse-attention layer's lightning indexer (`dsa_indexer_params`):
     replicated over tp (Megatron builds its linears ``parallel_mode="duplicated"`` and
@@ -114,6 +129,7 @@ class LayerParams:
             + self.routed_experts
             + self.router
             + self.latent_projections
+            + self.latent_down_projections
             + self.indexer
         )
 
@@ -255,6 +271,23 @@ def _mla_params(model: ModelSpec) -> int:
     return query + key_value + _linear(a * d_v, h, bias=bias)
 
 
+def mla_down_projection_params(model: ModelSpec) -> int:
+    """MLA's down projections ``q_a`` (h -> q_lora, when ``q_lora_rank`` is set) and
+    ``kv_a`` (h -> kv_lora + d_rope), with their biases (``add_bias_linear`` for ``q_a``,
+    ``add_bias_linear`` or ``add_qkv_bias`` for ``kv_a``, as `attention_params` counts
+    them): the part of `attention_params` that every tp rank holds whole (module
+    docstring); 0 without MLA."""
+    if not model.uses_mla:
+        return 0
+    h = model.hidden_size
+    _, d_rope, _ = mla_head_dims(model)
+    qkv_bias = model.add_bias_linear or model.add_qkv_bias
+    key_value = _linear(h, (model.kv_lora_rank or 0) + d_rope, bias=qkv_bias)
+    if model.q_lora_rank is None:
+        return key_value
+    return key_value + _linear(h, model.q_lora_rank, bias=model.add_bias_linear)
+
+
 def mla_head_dims(model: ModelSpec) -> tuple[int, int, int]:
     """MLA's (qk_head_dim, qk_pos_emb_head_dim, v_head_dim); zeros for a model without MLA
     (ModelSpec sets all three or none)."""
@@ -355,8 +388,10 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
         mlp, routed, router, latent = mlp_params(model, model.ffn_hidden_size), 0, 0, 0
     else:
         mlp, routed, router, latent = 0, 0, 0, 0
+    down = 0
     if kind.mixer == "attention":
-        mixer = attention_params(model)
+        down = mla_down_projection_params(model)
+        mixer = attention_params(model) - down
     elif kind.mixer == "mamba":
         mixer = mamba_mixer_params(model)
     elif kind.mixer == "gdn":
@@ -373,6 +408,7 @@ def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
         router=router,
         is_moe=kind.is_moe,
         latent_projections=latent,
+        latent_down_projections=down,
     )
 
 

@@ -271,6 +271,20 @@ class ParallelPlan:
         return ("core_attn",) if self.recompute_modules is None else self.recompute_modules
 
     @property
+    def checkpoints_mtp_depths(self) -> bool:
+        """True when Megatron-core checkpoints each multi-token-prediction depth: full
+        recompute with the ``uniform`` method. ``MultiTokenPredictionLayer.forward``
+        (``megatron/core/transformer/multi_token_prediction.py``, NVIDIA/Megatron-LM
+        d98e8a64) calls ``_checkpointed_forward`` when ``recompute_granularity == "full"``;
+        that checkpoints ``_proj_and_transformer_layer`` under ``recompute_method ==
+        "uniform"`` (asserting ``recompute_num_layers == 1``, the rule
+        ``mtp_uniform_recompute_one_layer``) and runs it without a checkpoint under
+        ``"block"`` (a warning, "not supported for MTP yet"). Selective recompute reaches
+        the depth's layers as any layer's; this is about the depth's checkpoint. The
+        simulator, the screen, the activation count and HFU read it."""
+        return self.recompute == "full" and self.recompute_method == "uniform"
+
+    @property
     def offloads_activations(self) -> bool:
         """True when layer-level or fine-grained activation offloading is on."""
         return self.cpu_offloading_num_layers > 0 or bool(self.offload_modules)

@@ -167,6 +167,7 @@ NEMOTRON = (
             max_position_embeddings=4096,
             activation="gelu",
             normalization="layernorm",
+            layernorm_zero_centered_gamma=True,
             position_embedding="rope",
             tied_embeddings=False,
             add_bias_linear=False,
@@ -175,7 +176,9 @@ NEMOTRON = (
     # NeMo's Nemotron4Config340B: squared-ReLU MLP, which is not among ModelSpec's
     # activations; it is modelled as `gelu`, i.e. the same non-gated two-matrix MLP, so
     # weights and FLOPs are exact and only the element-wise activation differs. LayerNorm,
-    # RoPE, untied embeddings, no linear biases, 256k vocabulary, 4096 positions.
+    # RoPE, untied embeddings, no linear biases, 256k vocabulary, 4096 positions. Both with
+    # zero-centred LayerNorm weights (Megatron-Bridge v0.3.0 NemotronModelProvider
+    # layernorm_zero_centered_gamma = True; v0.6.0 NemotronBridge.provider_bridge).
     (
         "nemotron-4-340b",
         partial(
@@ -190,6 +193,7 @@ NEMOTRON = (
             max_position_embeddings=4096,
             activation="gelu",
             normalization="layernorm",
+            layernorm_zero_centered_gamma=True,
             position_embedding="rope",
             tied_embeddings=False,
             add_bias_linear=False,

@@ -93,9 +93,11 @@ def qwen3_next_style(name: str, pattern: str, **dims: Any) -> tuple[str, Factory
     """A registry entry for a Qwen3-Next hybrid: a Llama-style decoder
     (`specs.preset_styles.llama_style`) whose layers are ``pattern``'s symbols, with
     Qwen3-Next's fixed choices (Megatron-Bridge v0.6.0 ``Qwen3NextBridge.provider_bridge``):
-    per-head q/k norms, gated attention, a gated shared expert, and Qwen3-Next's router."""
+    per-head q/k norms, zero-centred norm weights, gated attention, a gated shared expert,
+    and Qwen3-Next's router."""
     fields: dict[str, Any] = {
         "qk_layernorm": True,
+        "layernorm_zero_centered_gamma": True,
         "attention_output_gate": True,
         "moe_shared_expert_gate": True,
         "router": QWEN3_NEXT_ROUTER,

@@ -186,6 +186,27 @@ def recompute_num_layers_within_chunk(
     )
 
 
+@rule
+def mtp_uniform_recompute_one_layer(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """A model with MTP depths under full ``uniform`` recompute needs recompute_num_layers
+    1 (None exports as 1): ``MultiTokenPredictionLayer._checkpointed_forward``
+    (``megatron/core/transformer/multi_token_prediction.py``) asserts
+    ``recompute_num_layers == 1`` ("recompute_num_layers must be 1 for MTP recompute");
+    ``block`` runs the depths without a checkpoint (`ParallelPlan.checkpoints_mtp_depths`)."""
+    count = plan.recompute_num_layers
+    if not model.mtp_num_layers or not plan.checkpoints_mtp_depths or count in (None, 1):
+        return None
+    return (
+        f"recompute_num_layers ({count}) with recompute_method ('uniform') and mtp_num_layers "
+        f"({model.mtp_num_layers}) of model {model.name!r}: Megatron-core checkpoints each MTP "
+        "depth alone and asserts recompute_num_layers == 1: set recompute_num_layers=1, or "
+        f"recompute_method='block' with recompute_num_layers={count} (the MTP depths are then "
+        "not recomputed)"
+    )
+
+
 # ---- position embedding ----------------------------------------------------------------
 
 
@@ -215,6 +236,7 @@ FEATURE_RULES = (
     overlap_param_gather_needs_overlap_grad_reduce,
     recompute_num_layers_needs_full,
     recompute_num_layers_within_chunk,
+    mtp_uniform_recompute_one_layer,
     max_position_covers_seq_length,
 )
 """The feature rules in check order."""

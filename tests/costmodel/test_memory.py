@@ -47,7 +47,9 @@ def test_stage0_weights_and_optimizer_match_megatron(name: str, plan: ParallelPl
     # it (experts 6 + 12/expert_dp); stage 0 holds L/p layers and the padded embedding. The
     # differences: Megatron puts final_norm/p on stage 0, ours keeps it on the last stage;
     # ours also holds the MTP layers on the last stage (here stage 0: pp is 1), compared
-    # without them.
+    # without them; and ours holds MLA's down projections q_a and kv_a whole on every tp
+    # rank (MLASelfAttention builds them TELinear parallel_mode="duplicated"), which
+    # theoretical_memory_usage.py divides over tp with the rest of self_attn_term.
     model = get_preset(name)
     job = TrainingJob(seq_length=4096, global_batch_size=256)
     ours = stage0(model.replace(mtp_num_layers=0), job, plan).model_state_bytes
@@ -56,6 +58,8 @@ def test_stage0_weights_and_optimizer_match_megatron(name: str, plan: ParallelPl
     final_norm = count_params(model).final_norm
     if plan.pp > 1:
         megatron -= final_norm / plan.pp * dense_bytes
+    down = sum(layer.latent_down_projections for layer in count_params(model).layers)
+    megatron += down / plan.pp * (1 - 1 / plan.tp) * dense_bytes
     assert ours == pytest.approx(megatron, rel=1e-12)
 
 
@@ -218,9 +222,9 @@ def test_bf16_main_gradients_halve_the_gradient_buffer() -> None:
 
 def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
     """DeepSeek-V3's MTP depth (`specs.params.MtpParams`) sits on the last stage: its layer
-    split like the others (routed experts over ep·etp), its projection over tp, its norms
-    replicated, and the stage's own copy of the word embedding it looks the shifted tokens
-    up in (GPTModel builds ``self.embedding`` when ``mtp_process``,
+    split like the others (routed experts over ep·etp, MLA's down projections whole), its
+    projection over tp, its norms replicated, and the stage's own copy of the word embedding
+    it looks the shifted tokens up in (GPTModel builds ``self.embedding`` when ``mtp_process``,
     megatron/core/models/gpt/gpt_model.py): 129280 (a multiple of 128·2) x 7168 / tp 2 =
     463,339,520 parameters."""
     model = get_preset("deepseek-v3")
@@ -232,6 +236,7 @@ def test_the_stage_holding_the_mtp_layer_holds_its_parameters() -> None:
     assert last.expert - stage_params(without, plan, 3).expert == layer.routed_experts / 8
     extra_dense = last.dense - stage_params(without, plan, 3).dense
     dense_layer = layer.attention / 2 + layer.mlp / 2 + layer.norms
+    dense_layer += layer.latent_down_projections
     dense_layer += layer.router + depth.projection / 2 + depth.norms
     assert extra_dense == pytest.approx(dense_layer + 463_339_520, rel=1e-12)
     assert first == stage_params(without, plan, 0)

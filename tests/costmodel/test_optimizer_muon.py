@@ -72,14 +72,16 @@ def test_state_bytes_match_megatron_allocation() -> None:
 
 def test_matrices_are_the_two_dimensional_layer_weights() -> None:
     """At tp = ep = 1 a layer's matrices hold exactly its projection, MLP, router and expert
-    weights (no biases in these models); norms stay on Adam."""
+    weights, MLA's down projections included (no biases in these models); norms stay on
+    Adam."""
     plan = ParallelPlan.for_world(1)
     for model in (LLAMA, DSV3):
         counts = count_params(model)
         for is_moe in set(model.moe_layer_mask()):
             layer = next(c for c in counts.layers if c.is_moe == is_moe)
             mats = layer_matrices(model, plan, is_moe)
-            expected = layer.attention + layer.mlp + layer.routed_experts + layer.router
+            expected = layer.attention + layer.latent_down_projections + layer.mlp
+            expected += layer.routed_experts + layer.router
             assert sum(m.params for m in mats) == expected
             assert sum(m.params for m in mats if m.expert) == layer.routed_experts
 

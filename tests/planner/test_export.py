@@ -75,6 +75,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--bf16", "--log-throughput", "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split", "--qk-layernorm", "--moe-router-pre-softmax",
         "--moe-router-enable-expert-bias",
+        "--apply-layernorm-1p",  # TransformerConfig.layernorm_zero_centered_gamma's flag
     ]  # fmt: skip
     for flag in switches:
         p.add_argument(flag, action="store_true")
@@ -551,6 +552,24 @@ def test_megatron_export_carries_rotary_base_and_qk_layernorm(name, base, qk_nor
     args = _parsed(bundle)
     assert args.rotary_base == base
     assert args.qk_layernorm is qk_norm
+
+
+@pytest.mark.parametrize(
+    ("name", "zero_centered"),
+    [
+        # Megatron-Bridge v0.6.0: NemotronBridge.provider_bridge and
+        # Qwen3NextBridge.provider_bridge set layernorm_zero_centered_gamma = True
+        ("nemotron-4-15b", True),
+        ("nemotron-4-340b", True),
+        ("llama3-8b", False),
+        ("deepseek-v3", False),
+    ],
+)
+def test_megatron_export_carries_zero_centred_norm_weights(name, zero_centered) -> None:
+    model = get_preset(name)
+    assert model.layernorm_zero_centered_gamma is zero_centered
+    bundle = _bundle(name, 64, 4096, 64, ep=8 if model.is_moe else 1)
+    assert _parsed(bundle).apply_layernorm_1p is zero_centered
 
 
 def test_torchtitan_refuses_tp_above_the_key_value_heads() -> None:

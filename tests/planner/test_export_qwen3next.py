@@ -99,6 +99,7 @@ def test_golden_qwen3_next_recipe_plan() -> None:
     gdn = (args.linear_key_head_dim, args.linear_value_head_dim, args.linear_num_key_heads)
     assert (*gdn, args.linear_num_value_heads, args.linear_conv_kernel_dim) == (128, 128, 16, 32, 4)
     assert args.attention_output_gate and args.moe_shared_expert_gate and args.qk_layernorm
+    assert args.apply_layernorm_1p  # Qwen3NextBridge: layernorm_zero_centered_gamma = True
     assert args.rotary_percent == 0.25 and args.rotary_base == 10_000_000
     assert args.moe_shared_expert_intermediate_size == 512 and args.moe_router_topk == 10
     assert args.mamba_state_dim is None  # no M layer: no Mamba-2 sizes

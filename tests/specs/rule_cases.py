@@ -464,6 +464,20 @@ CASES = [
         ("recompute_num_layers (5)", "num_layers (32)", "pp (4)", "vpp (2)", "= 4"),
     ),
     Case(
+        "mtp_uniform_recompute_one_layer",
+        # MultiTokenPredictionLayer._checkpointed_forward asserts recompute_num_layers == 1
+        # under uniform; block skips the MTP checkpoint (multi_token_prediction.py)
+        Change(
+            model={"mtp_num_layers": 1},
+            plan={"recompute": "full", "recompute_num_layers": 2},
+        ),
+        Change(
+            model={"mtp_num_layers": 1},
+            plan={"recompute": "full", "recompute_num_layers": 2, "recompute_method": "block"},
+        ),
+        ("recompute_num_layers (2)", "recompute_method ('uniform')", "mtp_num_layers (1)"),
+    ),
+    Case(
         "max_position_covers_seq_length",
         Change(model={"position_embedding": "learned", "max_position_embeddings": 2048}),
         # rope has no position table, so the limit does not bind

@@ -136,9 +136,13 @@ def test_deepseek_v3_mla_matches_checkpoint_shapes() -> None:
     # q_a_proj [1536, 7168], q_b_proj [24576, 1536], kv_a_proj_with_mqa [576, 7168],
     # kv_b_proj [32768, 512], o_proj [7168, 16384]; q_a_layernorm [1536], kv_a_layernorm [512].
     counts = count_params(get_preset("deepseek-v3"))
-    attention = 1536 * 7168 + 24576 * 1536 + 576 * 7168 + 32768 * 512 + 7168 * 16384
+    # q_a and kv_a are replicated over tp (TELinear parallel_mode="duplicated",
+    # MLASelfAttention.__init__), the rest of the attention split over tp
+    down = 1536 * 7168 + 576 * 7168
+    split = 24576 * 1536 + 32768 * 512 + 7168 * 16384
     dense, moe = counts.layers[0], counts.layers[3]
-    assert dense.attention == moe.attention == attention
+    assert dense.attention == moe.attention == split
+    assert dense.latent_down_projections == moe.latent_down_projections == down
     assert dense.norms == 2 * 7168 + 1536 + 512
     assert not dense.is_moe and dense.mlp == 3 * 7168 * 18432
     # 256 routed experts and one shared expert of 2048, router 7168 x 256.
@@ -152,7 +156,9 @@ def test_mla_without_query_compression_uses_one_query_projection() -> None:
     without = with_lora.replace(q_lora_rank=None)
     a_with = count_params(with_lora).layers[0]
     a_without = count_params(without).layers[0]
-    assert a_with.attention - a_without.attention == (1536 * 7168 + 24576 * 1536 - 7168 * 24576)
+    # q_a (7168 x 1536, replicated) and q_b (1536 x 24576) against one q (7168 x 24576)
+    assert a_with.latent_down_projections - a_without.latent_down_projections == 1536 * 7168
+    assert a_with.attention - a_without.attention == 24576 * 1536 - 7168 * 24576
     assert a_with.norms - a_without.norms == 1536
 
 

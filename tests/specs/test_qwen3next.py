@@ -39,6 +39,7 @@ def test_preset_takes_the_config_values() -> None:
     assert moe == (512, 10, 512, 512)
     assert m.vocab_size == 151936 and not m.tied_embeddings
     assert m.attention_output_gate and m.moe_shared_expert_gate and m.qk_layernorm
+    assert m.layernorm_zero_centered_gamma  # Qwen3NextBridge.provider_bridge
     assert (m.mtp_num_layers, m.mtp_hybrid_pattern) == (1, "*E")
     assert m.router.moe_router_load_balancing_type == "global_aux_loss"
 

@@ -65,10 +65,12 @@ multi_token_prediction.py``, d98e8a64) enters ``get_fp8_context(config)`` twice,
 ``_concat_embeddings`` (whose one FP8 module is ``eh_proj``, a TE ``Linear``) and around the
 depth's layers: two regions of their own per depth and microbatch, each reducing the
 whole buffer on exit and in the backward of its first module (``eh_proj``, then the
-layers' first linear). Under full recompute ``_checkpointed_forward`` enters one outer
-context around the checkpoint for the delayed recipe, inside which the two are nested:
-one region per depth (`mtp_fp8_regions`). The buffer holds each held MTP weight set's
-``eh_proj`` beside its layers' modules (`stage_fp8_modules`).
+layers' first linear). Where the depth is checkpointed (full ``uniform`` recompute,
+`specs.plan.ParallelPlan.checkpoints_mtp_depths`) ``_checkpointed_forward`` enters one
+outer context around the checkpoint for the delayed recipe, inside which the two are
+nested: one region per depth (`mtp_fp8_regions`); ``block`` runs the depth without it.
+The buffer holds each held MTP weight set's ``eh_proj`` beside its layers' modules
+(`stage_fp8_modules`).
 
 The memory passes of each recipe's quantization: `costmodel.fp8_quantization.fp8_quantize_time_s`.
 """
@@ -201,11 +203,11 @@ def stage_fp8_modules(model: ModelSpec, chunks: tuple[ChunkPosition, ...], ep: i
     return total
 
 
-def mtp_fp8_regions(*, full_recompute: bool) -> int:
+def mtp_fp8_regions(*, checkpointed: bool) -> int:
     """``fp8_autocast`` regions of one MTP depth per microbatch: two, the concatenation's
-    and the layers'; one under full recompute, whose outer context nests them (module
-    docstring)."""
-    return 1 if full_recompute else 2
+    and the layers'; one when the depth is ``checkpointed``, whose outer context nests them
+    (module docstring)."""
+    return 1 if checkpointed else 2
 
 
 def delayed_scaling_pair(
@@ -245,17 +247,18 @@ def with_delayed_scaling(
     *,
     ep: int,
     group: GroupPlacement,
-    full_recompute: bool = False,
+    mtp_checkpointed: bool = False,
 ) -> tuple[ChunkCost, ...]:
     """``row`` (one stage's chunk costs, in chunk order) with `delayed_scaling_pair` of the
     stage's buffer (`stage_fp8_modules` of its ``chunks``, the stage's
     `costmodel.schedules.plan_pipeline_chunks` row) added to every chunk's forward and
     backward, once for the chunk's region and once per region of each MTP depth it runs
-    (`mtp_fp8_regions`, ``full_recompute``: the plan's full recompute); ``group`` is the TP
+    (`mtp_fp8_regions`, ``mtp_checkpointed``: the plan's
+    `specs.plan.ParallelPlan.checkpoints_mtp_depths`); ``group`` is the TP
     x DP x CP placement (`costmodel.passes.CommGroups.tp_dp_cp`). The caller passes only
     fp8 jobs under the ``delayed`` recipe."""
     forward, backward = delayed_scaling_pair(profile, stage_fp8_modules(model, chunks, ep), group)
-    per_depth = mtp_fp8_regions(full_recompute=full_recompute)
+    per_depth = mtp_fp8_regions(checkpointed=mtp_checkpointed)
     out = []
     for cost, at in zip(row, chunks, strict=True):
         regions = 1 + per_depth * at.mtp_layers

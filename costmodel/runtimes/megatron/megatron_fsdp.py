@@ -50,12 +50,14 @@ class FsdpStateBytes:
 
 def largest_layer_params(model: ModelSpec, plan: ParallelPlan) -> float:
     """Parameters of the largest transformer layer held by one rank: attention and dense
-    MLP over tp, routed experts over ep·etp, norms, router and latent projections whole."""
+    MLP over tp, routed experts over ep·etp, norms, router, latent projections, MLA's down
+    projections and a DSA indexer whole."""
     return max(
         (layer.attention + layer.mlp) / plan.tp
         + layer.norms
         + layer.router
         + layer.latent_projections
+        + layer.latent_down_projections
         + layer.indexer
         + layer.routed_experts / (plan.ep * plan.expert_tp)
         for layer in count_params(model).layers
@@ -74,6 +76,7 @@ def largest_layer_weight_bytes(
         * (
             (layer.attention + layer.mlp) / plan.tp
             + layer.latent_projections
+            + layer.latent_down_projections
             + layer.indexer
             + layer.routed_experts / (plan.ep * plan.expert_tp)
         )

@@ -33,9 +33,12 @@ multi_token_prediction.py``), per depth and microbatch:
   (`costmodel.fp8_quantization.fp8_quantize_time_s`); an ``nvfp4`` job's MTP depth runs in
   bf16 (no fp4 context in ``_proj_and_transformer_layer``), so the projection is priced as
   a bf16 GEMM.
-- Full recompute checkpoints ``_proj_and_transformer_layer`` (``_checkpointed_forward``):
-  the norms, the concatenation and the projection run again in the backward; the
-  embedding, computed before it, does not.
+- Full recompute with the ``uniform`` method checkpoints ``_proj_and_transformer_layer``
+  (``_checkpointed_forward``): the norms, the concatenation and the projection run again
+  in the backward; the embedding, computed before it, does not. The ``block`` method runs
+  it without a checkpoint, nothing of the depth rerun
+  (`specs.plan.ParallelPlan.checkpoints_mtp_depths`, read by
+  `costmodel.runtimes.megatron.pricing` and the screen).
 - A LoRA job freezes ``eh_proj`` and the embedding: no weight-gradient GEMM, no embedding
   backward.
 
@@ -72,8 +75,8 @@ class MtpDepthCost:
     backward: PassCost
     """Their backward."""
     projection_forward: PassCost
-    """Of ``forward``, what full recompute runs again in the backward: the norms, the
-    concatenation and ``eh_proj`` with its collectives, not the embedding."""
+    """Of ``forward``, what the depth's checkpoint runs again in the backward: the norms,
+    the concatenation and ``eh_proj`` with its collectives, not the embedding."""
 
 
 def mtp_depth_cost(

@@ -118,12 +118,13 @@ def chunk_costs(
                 rec = rec.plus(layer.recompute)
         for _ in range(at.mtp_layers):  # a depth: embedding, eh_proj, layers, output, loss
             fwd, bwd = fwd.plus(depth.forward), bwd.plus(depth.backward)
-            if plan.recompute == "full":  # _checkpointed_forward reruns eh_proj
+            if plan.checkpoints_mtp_depths:  # _checkpointed_forward reruns eh_proj
                 rec = rec.plus(depth.projection_forward)
             for kind in depth_kinds:
                 layer = kinds[kind]
                 fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
-                rec = rec.plus(layer.recompute)
+                if plan.recompute != "full" or plan.checkpoints_mtp_depths:
+                    rec = rec.plus(layer.recompute)
             fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
         if at.first:
             fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
@@ -152,7 +153,7 @@ def chunk_costs(
             profile,
             ep=plan.ep,
             group=groups.tp_dp_cp,
-            full_recompute=plan.recompute == "full",
+            mtp_checkpointed=plan.checkpoints_mtp_depths,
         )
         for row, at in zip(costs, grid, strict=True)
     )

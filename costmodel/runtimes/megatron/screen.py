@@ -150,8 +150,9 @@ def closed_form_screen(
         df["ddp_bucket_size"] > 0, np.maximum(40_000_000, 1_000_000 * df["dp"] * df["cp"])
     )
     c = _screen_columns(model, job, profile, df, topo, options)
+    depth_tags = tuple(kind.tag for kind in model.mtp_depth_kinds())
     first, middle, last, compute0 = stage_times(
-        c, c["recompute"], accumulation_s(profile, job, options)
+        c, c["recompute"], accumulation_s(profile, job, options), depth_tags
     )
     times = (first, middle, last)
     pipeline = pipeline_s(c, times, send_s(c, model, job, options), m, options.overlap_p2p)
@@ -203,7 +204,7 @@ def pipeline_lower_bound_s(
     parts = priced_parts(model, job, profile, df, topo, options)
     c = {k: v.to_numpy() for k, v in pd.concat([df, *parts], axis=1).items()}
     no_recompute = np.full(len(df), "none")
-    c["rc_frac"] = np.zeros(len(df))
+    c["rc_frac"] = c["mtp_rc"] = np.zeros(len(df))
     first, middle, last, _ = stage_times(c, no_recompute, lambda params: np.zeros(len(params)))
     send = send_s(c, model, job, options)
     return pipeline_s(c, (first, middle, last), send, np.maximum(m, 1), options.overlap_p2p)

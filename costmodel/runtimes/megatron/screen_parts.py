@@ -290,7 +290,9 @@ def _param_columns(
     ``norm_params`` the trained embedding and norm parameters whose gradients the finalize
     step all-reduces (none for a LoRA job)."""
     counts = count_params(model)
-    norms = [layer.norms + layer.indexer for layer in counts.layers]
+    norms = [  # gradients all-reduced over tp under SP (`stage_tail._stage_norm_params`)
+        layer.norms + layer.indexer + layer.latent_down_projections for layer in counts.layers
+    ]
     trained_base = 0.0 if lora is not None else 1.0
 
     def fn(row: Mapping[str, Any]) -> dict[str, float]:

@@ -46,17 +46,20 @@ StageTimes = tuple[StagePair, StagePair, StagePair]
 
 def recompute_fraction(model: ModelSpec) -> Callable[[Mapping[str, Any]], dict[str, float]]:
     """Per distinct plan row (`costmodel.plan_frame.per_distinct_row`), ``rc_frac``: the
-    share of a stage's layer forward that the backward reruns, 1 under selective
+    share of a stage's decoder-layer forward that the backward reruns, 1 under selective
     recompute (whose rerun is priced per layer), the recomputed layers over all layers
-    under full recompute (`costmodel.activations.recomputed_layers`), 0 without."""
+    under full recompute (`costmodel.activations.recomputed_layers`), 0 without; and
+    ``mtp_rc``: 1 where full recompute reruns each MTP depth's checkpoint, its layers and
+    ``eh_proj`` (`specs.plan.ParallelPlan.checkpoints_mtp_depths`), else 0."""
 
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         plan = row_plan(row)
+        mtp_rc = 1.0 if plan.checkpoints_mtp_depths else 0.0
         if plan.recompute != "full":
-            return {"rc_frac": 1.0 if plan.recompute == "selective" else 0.0}
+            return {"rc_frac": 1.0 if plan.recompute == "selective" else 0.0, "mtp_rc": mtp_rc}
         if split_problem(model, plan) is not None:  # marked invalid by screen_plans
-            return {"rc_frac": 1.0}
-        return {"rc_frac": len(recomputed_layers(model, plan)) / model.num_layers}
+            return {"rc_frac": 1.0, "mtp_rc": mtp_rc}
+        return {"rc_frac": len(recomputed_layers(model, plan)) / model.num_layers, "mtp_rc": mtp_rc}
 
     return fn
 
@@ -84,29 +87,38 @@ def stage_times(
     c: dict[str, np.ndarray],
     recompute: np.ndarray,
     accumulate: Callable[[np.ndarray], np.ndarray],
+    depth_tags: tuple[str, ...] = (),
 ) -> tuple[StagePair, StagePair, StagePair, np.ndarray]:
     """Per-microbatch (forward, backward incl. recompute) seconds of stages 0, middle and
     last, then stage 0's compute seconds (its GEMM and kernel time, communication left
     out) per microbatch.
 
     ``accumulate(params)`` is the unfused gradient-accumulation time of that many
-    parameters (`accumulation_s`)."""
+    parameters (`accumulation_s`); ``depth_tags``: the kind tags of one MTP depth's layers
+    (`ModelSpec.mtp_depth_kinds`), whose rerun under full recompute follows ``mtp_rc``,
+    the decoder layers' ``rc_frac`` (`recompute_fraction`)."""
 
     def per_stage(tag: str, name: str) -> np.ndarray:
         kinds = [k for k in PRICED_TAGS if f"n{tag}{k}" in c]
         return sum(c[f"n{tag}{k}"] * c[f"{name}_{k}"] for k in kinds)
 
-    def stage(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        redo = np.where(recompute == "selective", per_stage(tag, "r"), 0.0)
-        redo = np.where(recompute == "full", c["rc_frac"] * per_stage(tag, "f"), redo)
-        redo_c = np.where(recompute == "selective", per_stage(tag, "rc"), 0.0)
-        redo_c = np.where(recompute == "full", c["rc_frac"] * per_stage(tag, "fc"), redo_c)
-        # each MTP depth has its embedding and eh_proj work and its own output layer and
-        # loss; full recompute reruns the former's projection part (pricing.chunk_costs)
+    def full_redo(tag: str, name: str, depth: str) -> np.ndarray:
+        """Full recompute's rerun: the recomputed decoder layers' share of the stage's
+        layer forward, and each checkpointed MTP depth's layers and projection part
+        (pricing.chunk_costs)."""
         mtp = c[f"mtp{tag}"]
+        depth_layers = mtp * sum((c[f"{name}_{k}"] for k in depth_tags), np.zeros(len(mtp)))
+        decoder = per_stage(tag, name) - depth_layers
+        return c["rc_frac"] * decoder + c["mtp_rc"] * (depth_layers + mtp * c[depth])
+
+    def stage(tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        # each MTP depth has its embedding and eh_proj work and its own output layer and loss
         full = recompute == "full"
-        redo = redo + np.where(full, mtp * c["depth_r"], 0.0)
-        redo_c = redo_c + np.where(full, mtp * c["depth_rc"], 0.0)
+        redo = np.where(recompute == "selective", per_stage(tag, "r"), 0.0)
+        redo = np.where(full, full_redo(tag, "f", "depth_r"), redo)
+        redo_c = np.where(recompute == "selective", per_stage(tag, "rc"), 0.0)
+        redo_c = np.where(full, full_redo(tag, "fc", "depth_rc"), redo_c)
+        mtp = c[f"mtp{tag}"]
         f = per_stage(tag, "f") + mtp * (c["log_f"] + c["depth_f"])
         b = per_stage(tag, "b") + redo + mtp * (c["log_b"] + c["depth_b"])
         depth_c = mtp * (c["log_c"] + c["depth_c"])

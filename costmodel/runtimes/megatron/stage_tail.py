@@ -34,10 +34,12 @@ def _stage_norm_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> floa
     them the DSA indexers' (`specs.params.LayerParams.indexer`), whose gradients Megatron
     averages over tp (``average_gradients_across_tp_domain``,
     ``finalize_model_grads._allreduce_non_tensor_model_parallel_grads``) and whose tp > 1
-    needs SP (rule ``dsa_tp_needs_sequence_parallel``)."""
+    needs SP (rule ``dsa_tp_needs_sequence_parallel``), and MLA's down projections
+    (`specs.params.LayerParams.latent_down_projections`), ``TELinear`` duplicated over tp
+    and marked ``sequence_parallel``."""
     counts = count_params(model)
     total = sum(
-        counts.layers[i].norms + counts.layers[i].indexer
+        counts.layers[i].norms + counts.layers[i].indexer + counts.layers[i].latent_down_projections
         for chunk in range(plan.vpp)
         for i in chunk_layers(model, plan, stage, chunk)
     )
