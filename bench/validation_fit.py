@@ -126,7 +126,8 @@ def _coordinate_descent(
     candidates = {FP8: grid.fp8_factors, SUSTAINED: grid.sustained_factors}
     values = {(kind, k): max(candidates[kind]) for (kind, _), k in keys.items()}
     host = min(grid.host_launch_s) if rows.moe else 0.0
-    expert = min(grid.expert_launch_s) if rows.moe else 0.0
+    tied = grid.expert_launch_tied
+    expert = host if tied else (min(grid.expert_launch_s) if rows.moe else 0.0)
     token = min(grid.token_device_s) if rows.moe else 0.0
 
     def point(trial: dict[tuple[str, str], float]) -> Point:
@@ -145,11 +146,17 @@ def _coordinate_descent(
         if rows.moe:
             host = min(
                 sorted(grid.host_launch_s),
-                key=lambda h: _objective(rows, predict, point(values), (h, expert, token)),
+                key=lambda h: _objective(
+                    rows, predict, point(values), (h, h if tied else expert, token)
+                ),
             )
-            expert = min(
-                sorted(grid.expert_launch_s),
-                key=lambda e: _objective(rows, predict, point(values), (host, e, token)),
+            expert = (
+                host
+                if tied
+                else min(
+                    sorted(grid.expert_launch_s),
+                    key=lambda e: _objective(rows, predict, point(values), (host, e, token)),
+                )
             )
             token = min(
                 sorted(grid.token_device_s),
@@ -204,7 +211,8 @@ def fit_model(
     device time per token.
     No MoE row: all three 0 (no floor, no added time). A one-value ``grid.host_launch_s``
     fixes the Python-level launch time (`FitGrid.host_launch_fixed`), a one-value
-    ``grid.expert_launch_s`` the per-expert one (`FitGrid.expert_launch_fixed`), a one-value
+    ``grid.expert_launch_s`` the per-expert one (`FitGrid.expert_launch_fixed`; with
+    `FitGrid.expert_launch_tied` it follows the Python-level one), a one-value
     ``grid.token_device_s`` the device time per token (`FitGrid.token_device_fixed`)."""
     rows = _fit_rows(outcomes)
     low_rows = [o for o in outcomes if o.precision in LOW_PRECISION]
@@ -262,10 +270,10 @@ def fit_model(
         if grid.host_launch_fixed
         else (host if rows.moe else 0.0),
         host_fitted_on=() if grid.host_launch_fixed else tuple(o.row_id for o in rows.moe),
-        moe_expert_launch_s=grid.expert_launch_s[0]
-        if grid.expert_launch_fixed
-        else (expert if rows.moe else 0.0),
-        expert_fitted_on=() if grid.expert_launch_fixed else tuple(o.row_id for o in rows.moe),
+        moe_expert_launch_s=_expert_launch_s(grid, expert if rows.moe else 0.0),
+        expert_fitted_on=()
+        if grid.expert_launch_fixed or (grid.expert_launch_tied and grid.host_launch_fixed)
+        else tuple(o.row_id for o in rows.moe),
         moe_token_device_s=grid.token_device_s[0]
         if grid.token_device_fixed
         else (token if rows.moe else 0.0),
@@ -278,6 +286,16 @@ def fit_model(
             for g in fp4_gens
         },
     )
+
+
+def _expert_launch_s(grid: FitGrid, fitted: float) -> float:
+    """The fit's per-expert launch time: the grid's one value when fixed, the Python-level
+    one's fixed value when tied to it, else ``fitted``."""
+    if grid.expert_launch_fixed:
+        return grid.expert_launch_s[0]
+    if grid.expert_launch_tied and grid.host_launch_fixed:
+        return grid.host_launch_s[0]
+    return fitted
 
 
 def _shared_fp8(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:

@@ -37,7 +37,10 @@ class FitGrid:
     expert_launch_s: tuple[float, ...] = (0.0,)
     """Candidate `ExecutionOptions.moe_expert_launch_s` values (the launches Transformer
     Engine issues per local expert); one value is a fixed input of every fit
-    (`expert_launch_fixed`), as for the launch time."""
+    (`expert_launch_fixed`), as for the launch time. Not read when `expert_launch_tied`."""
+    expert_launch_tied: bool = False
+    """The per-expert launch time equals the Python-level one at every fit point (one fitted
+    launch time for both kinds, `validation_fit._coordinate_descent`)."""
 
     @property
     def host_launch_fixed(self) -> bool:
@@ -46,8 +49,8 @@ class FitGrid:
 
     @property
     def expert_launch_fixed(self) -> bool:
-        """Whether the per-expert launch time is a fixed input (one candidate)."""
-        return len(self.expert_launch_s) == 1
+        """Whether the per-expert launch time is a fixed input (one candidate, not tied)."""
+        return not self.expert_launch_tied and len(self.expert_launch_s) == 1
 
     @property
     def token_device_fixed(self) -> bool:

@@ -206,11 +206,12 @@ figures price a Python-level module call on one host CPU and software release (T
 Engine issue 2053: one Linear forward on Xeon and Grace hosts), not the launch count's mix
 of Python-level ops and C++-issued per-expert launches (docs/cost-model.md, "Host floor");
 `bench/validate_published.py --host-launch-us` fixes it instead of fitting it. It prices the
-Python-level launches only (`costmodel.runtimes.megatron.moe_launches.MoeLaunches.python`);
-the launches Transformer Engine issues per local expert from C++ take `MOE_EXPERT_LAUNCH_S`."""
+Python-level launches (`costmodel.runtimes.megatron.moe_launches.MoeLaunches.python`); the
+launches Transformer Engine issues per local expert from C++ take `MOE_EXPERT_LAUNCH_S`, which
+the fit ties to it."""
 
 
-MOE_EXPERT_LAUNCH_S = 10e-6
+MOE_EXPERT_LAUNCH_S = MOE_HOST_LAUNCH_S
 """Default `ExecutionOptions.moe_expert_launch_s`: host seconds per launch that Transformer
 Engine issues per local expert from C++ inside one Python call (`costmodel.runtimes.megatron.
 moe_launches.MoeLaunches.expert`): one cuBLASLt GEMM per expert in
@@ -221,14 +222,18 @@ cuBLASLt matrix layouts and matmul descriptor, ``cublasLtMatmulAlgoGetHeuristic`
 ``cublasLtMatmul``), and one quantization per expert slice in ``split_quantize``
 (`pytorch/csrc/extensions/cast.cpp`, ``multi_tensor_quantize_impl``).
 
-A value set before the fit, not a fitted one: no published figure gives the host time of
-one C++-issued cuBLASLt GEMM. The nearest published figure is a loop of ``torch.matmul``
-of 512 x 512 bf16 operands, host-bound at 8.25-8.56 us per call (PyTorch issue 161822, one
-unnamed host, 2025), which holds a Python call and the ATen dispatch on top of the same
-cuBLASLt descriptor, heuristic and launch work; 10 us is that figure rounded up to the
-fit's grid. `bench/validate_published.py` fits it jointly with `MOE_HOST_LAUNCH_S` (grid 0,
-2, 5, 10, 20, 30, 50 us; ``fitted.moe_expert_launch_s`` of its ``--json``);
-``--expert-launch-us`` fixes it instead."""
+Tied to `MOE_HOST_LAUNCH_S` by the fit (`bench/row_pricing.FIT_GRID`,
+``expert_launch_tied``): one fitted time per launch of either kind. The published MoE rows
+price the per-expert launches far above what a C++-issued launch costs on the host (the
+nearest published figure, a host-bound loop of ``torch.matmul`` on 512 x 512 bf16 operands,
+takes 8.25-8.56 us per call with its Python call and ATen dispatch: PyTorch issue 161822):
+fitted apart (grid 0, 2, 5, 10, 20, 30, 50 us) the per-expert time took the grid's top,
+50 us, with the Python-level one at 45 us, and without the Megatron-Bridge rows it fell to 0
+(the model zoo's four rows left alone run 2 and 4 local experts), so the leave-one-source-out
+median |error| rose from 10.8% to 11.7% and its p90 from 22.9% to 24.9%. What the rows price
+per local expert beyond a launch is not located; at 10 us per expert launch, with the other
+fitted values kept, DeepSeek-V3 at pp 16 and Qwen3 235B at pp 8 vpp 4 ep 8 are 20-60% fast.
+``--expert-launch-us`` of `bench/validate_published.py` fixes it apart."""
 
 
 MOE_TOKEN_DEVICE_S = 200e-9

@@ -135,3 +135,22 @@ def test_bench_json_lists_the_expert_launch_time_in_sample_and_per_left_out_fami
     by_family = result["loso"]["moe_expert_launch_s_by_left_out_source"]
     assert set(by_family) == {"MBRIDGE", "MOEZOO"}
     assert result["per_generation"]["moe_expert_launch_s"] == pytest.approx(5e-6)
+
+
+def test_a_tied_grid_fits_one_launch_time_for_both_kinds():
+    truth = (30e-6, 30e-6)
+    tied = dataclasses.replace(GRID, expert_launch_tied=True)
+    seen: list = []
+    model = fitting.fit_model(_rows(truth), _predictor(seen), tied)
+    assert model.moe_host_launch_s == model.moe_expert_launch_s == pytest.approx(30e-6)
+    assert model.expert_fitted_on == ("fused", "few", "many", "gpu")
+    assert all(host == expert for _, host, expert in seen)
+    fixed_host = dataclasses.replace(tied, host_launch_s=(20e-6,))
+    fixed = fitting.fit_model(_rows(truth), _predictor(), fixed_host)
+    assert fixed.moe_expert_launch_s == pytest.approx(20e-6) and fixed.expert_fitted_on == ()
+
+
+def test_the_shipped_grid_ties_the_launch_times_and_fixing_one_unties_them():
+    assert pricing.FIT_GRID.expert_launch_tied and not pricing.FIT_GRID.expert_launch_fixed
+    fixed = pricing.fit_grid(None, 10e-6)
+    assert not fixed.expert_launch_tied and fixed.expert_launch_s == (10e-6,)
