@@ -10,14 +10,16 @@ from costmodel.flops import (
     backward_flops,
     core_attention_forward_flops_per_token,
     forward_flops_per_token,
-    hardware_flops_per_iteration,
     layer_forward_flops_per_token,
     logits_forward_flops_per_token,
     mlp_forward_flops_per_token,
     model_flops_per_iteration,
     mtp_forward_flops_per_token,
-    recompute_forward_flops_per_token,
     sc21_flops_per_iteration,
+)
+from costmodel.hardware_flops import (
+    hardware_flops_per_iteration,
+    recompute_forward_flops_per_token,
 )
 from specs import ModelSpec, ParallelPlan, SpecError, TrainingJob
 from specs.params import count_params

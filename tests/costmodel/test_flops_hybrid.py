@@ -13,6 +13,8 @@ from costmodel.flops import (
     mamba_mixer_forward_flops_per_token,
     mlp_forward_flops_per_token,
     model_flops_per_iteration,
+)
+from costmodel.hardware_flops import (
     recompute_forward_flops_per_token,
 )
 from specs import ParallelPlan

@@ -7,10 +7,12 @@ import pytest
 
 from costmodel.flops import (
     core_attention_forward_flops_per_token,
-    hardware_flops_per_iteration,
     job_model_flops_per_iteration,
     lora_model_flops_per_token,
     model_flops_per_iteration,
+)
+from costmodel.hardware_flops import (
+    hardware_flops_per_iteration,
 )
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob

@@ -15,9 +15,11 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.flops import (
     forward_flops_per_token,
-    hardware_flops_per_iteration,
     model_flops_per_iteration,
     mtp_forward_flops_per_token,
+)
+from costmodel.hardware_flops import (
+    hardware_flops_per_iteration,
     mtp_recompute_forward_flops_per_token,
     recompute_forward_flops_per_token,
 )

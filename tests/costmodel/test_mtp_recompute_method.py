@@ -17,7 +17,7 @@ import pytest
 from costmodel.activation_shard import activation_shard
 from costmodel.activations import stage_activations
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.flops import (
+from costmodel.hardware_flops import (
     mtp_recompute_forward_flops_per_token,
     recompute_forward_flops_per_token,
 )
