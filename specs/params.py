@@ -80,6 +80,13 @@ from functools import lru_cache
 from specs.errors import SpecError
 from specs.finetune import LoraSpec, layer_targets, lora_target_features
 from specs.layer_kinds import DENSE_LAYER, LayerKind
+from specs.mixer_params import (
+    dsa_indexer_params,
+    gdn_mixer_params,
+    latent_projection_params,
+    linear_params,
+    mamba_mixer_params,
+)
 from specs.model import ModelSpec
 
 
@@ -228,11 +235,6 @@ def norm_params(model: ModelSpec, width: int) -> int:
     return (2 if model.normalization == "layernorm" else 1) * width
 
 
-def _linear(fan_in: int, fan_out: int, *, bias: bool) -> int:
-    """A linear layer fan_in -> fan_out with an optional bias of fan_out."""
-    return fan_in * fan_out + (fan_out if bias else 0)
-
-
 def attention_params(model: ModelSpec) -> int:
     """Attention projections of one layer (standard/GQA or MLA), weights and biases; with
     ``attention_output_gate`` the QKV projection's output also holds a gate of the query's
@@ -245,7 +247,7 @@ def attention_params(model: ModelSpec) -> int:
     qkv_bias = model.add_bias_linear or model.add_qkv_bias
     sinks = model.num_attention_heads if model.attention_sinks else 0
     gate = q if model.attention_output_gate else 0
-    projections = _linear(h, q + gate + 2 * kv, bias=qkv_bias) + _linear(
+    projections = linear_params(h, q + gate + 2 * kv, bias=qkv_bias) + linear_params(
         q, h, bias=model.add_bias_linear
     )
     return projections + sinks
@@ -260,15 +262,15 @@ def _mla_params(model: ModelSpec) -> int:
     qkv_bias = bias or model.add_qkv_bias
     q_heads = a * (d_qk + d_rope)
     if model.q_lora_rank is None:
-        query = _linear(h, q_heads, bias=qkv_bias)
+        query = linear_params(h, q_heads, bias=qkv_bias)
     else:
-        query = _linear(h, model.q_lora_rank, bias=bias) + _linear(
+        query = linear_params(h, model.q_lora_rank, bias=bias) + linear_params(
             model.q_lora_rank, q_heads, bias=qkv_bias
         )
-    key_value = _linear(h, kv_lora + d_rope, bias=qkv_bias) + _linear(
+    key_value = linear_params(h, kv_lora + d_rope, bias=qkv_bias) + linear_params(
         kv_lora, a * (d_qk + d_v), bias=qkv_bias
     )
-    return query + key_value + _linear(a * d_v, h, bias=bias)
+    return query + key_value + linear_params(a * d_v, h, bias=bias)
 
 
 def mla_down_projection_params(model: ModelSpec) -> int:
@@ -282,10 +284,10 @@ def mla_down_projection_params(model: ModelSpec) -> int:
     h = model.hidden_size
     _, d_rope, _ = mla_head_dims(model)
     qkv_bias = model.add_bias_linear or model.add_qkv_bias
-    key_value = _linear(h, (model.kv_lora_rank or 0) + d_rope, bias=qkv_bias)
+    key_value = linear_params(h, (model.kv_lora_rank or 0) + d_rope, bias=qkv_bias)
     if model.q_lora_rank is None:
         return key_value
-    return key_value + _linear(h, model.q_lora_rank, bias=model.add_bias_linear)
+    return key_value + linear_params(h, model.q_lora_rank, bias=model.add_bias_linear)
 
 
 def mla_head_dims(model: ModelSpec) -> tuple[int, int, int]:
@@ -312,68 +314,7 @@ def mlp_params(model: ModelSpec, ffn_hidden_size: int, width: int | None = None)
         return 0
     bias = model.add_bias_linear
     up_width = 2 * ffn_hidden_size if model.activation == "swiglu" else ffn_hidden_size
-    return _linear(h, up_width, bias=bias) + _linear(ffn_hidden_size, h, bias=bias)
-
-
-def latent_projection_params(model: ModelSpec) -> int:
-    """A latent MoE layer's ``fc1_latent_proj`` (h -> ℓ) and ``fc2_latent_proj`` (ℓ -> h),
-    with their biases when ``add_bias_linear`` (Megatron-LM `MoELayer.__init__`,
-    ``bias=config.add_bias_linear``); 0 without ``moe_latent_size``."""
-    latent = model.moe_latent_size
-    if latent is None:
-        return 0
-    bias = model.add_bias_linear
-    return _linear(model.hidden_size, latent, bias=bias) + _linear(
-        latent, model.hidden_size, bias=bias
-    )
-
-
-def mamba_mixer_params(model: ModelSpec) -> int:
-    """Parameters of one Mamba-2 mixer, d = ``mamba_inner_size``, H heads, G groups, state
-    N, conv kernel k (Megatron-LM `MambaMixer.__init__`,
-    ``megatron/core/ssm/mamba_mixer.py``, d98e8a64): ``in_proj`` h x (2·d + 2·G·N + H)
-    (z, x, B, C, dt), the depthwise ``conv1d`` weight (d + 2·G·N) x k and bias (d + 2·G·N),
-    ``A_log``, ``D`` and ``dt_bias`` (H each), the gated RMSNorm weight (d) and
-    ``out_proj`` d x h. No linear bias: the mixer asserts ``not bias``; its norm is an
-    RMSNorm whatever ``normalization`` says."""
-    h, d = model.hidden_size, model.mamba_inner_size
-    heads, bc = model.mamba_heads, 2 * model.mamba_num_groups * model.mamba_state_dim
-    conv_channels = d + bc
-    in_proj = h * (2 * d + bc + heads)
-    conv = conv_channels * model.mamba_conv_kernel + conv_channels
-    return in_proj + conv + 3 * heads + d + d * h
-
-
-def gdn_mixer_params(model: ModelSpec) -> int:
-    """Parameters of one gated DeltaNet, key width K = ``gdn_key_size``, value width
-    V = ``gdn_value_size``, Hv value heads of dv channels, conv kernel k (Megatron-LM
-    `_GDNBase.__init__` and `GatedDeltaNet._setup_variant_attrs`,
-    ``megatron/core/ssm/gated_delta_net/``, d98e8a64): ``in_proj`` h x (2·K + 2·V + 2·Hv)
-    (q, k, v, the output gate z, beta, alpha), the depthwise ``conv1d`` weight
-    (2·K + V) x k without bias, ``A_log`` and ``dt_bias`` (Hv each), the output RMSNorm
-    over one head's dv channels (``out_norm``, shared by the heads) and ``out_proj``
-    V x h. No linear bias."""
-    h, k_width, v_width = model.hidden_size, model.gdn_key_size, model.gdn_value_size
-    heads = model.linear_num_value_heads
-    in_proj = h * (2 * k_width + 2 * v_width + 2 * heads)
-    conv = (2 * k_width + v_width) * model.linear_conv_kernel_dim
-    return in_proj + conv + 2 * heads + model.linear_value_head_dim + v_width * h
-
-
-def dsa_indexer_params(model: ModelSpec) -> int:
-    """Parameters of one lightning indexer, H_i heads of d_i channels (Megatron-LM
-    `DSAIndexer.__init__`, ``experimental_attention_variant/dsa.py``): ``linear_wq_b``
-    (q_lora x H_i·d_i; the hidden size without a query latent), ``linear_wk`` (h x d_i),
-    the key's LayerNorm (``k_norm``, weight and bias over d_i, a LayerNorm whatever
-    ``normalization`` says) and ``linear_weights_proj`` (h x H_i), no biases; 0 without
-    DSA. Megatron-Bridge's GLM-5 mapping carries exactly these five tensors
-    (``indexer.wq_b``, ``wk``, ``k_norm.weight``, ``k_norm.bias``, ``weights_proj``)."""
-    if not model.uses_dsa:
-        return 0
-    h, heads = model.hidden_size, model.dsa_indexer_n_heads or 0
-    dim = model.dsa_indexer_head_dim or 0
-    query_in = model.q_lora_rank or h
-    return query_in * heads * dim + h * dim + 2 * dim + h * heads
+    return linear_params(h, up_width, bias=bias) + linear_params(ffn_hidden_size, h, bias=bias)
 
 
 def _layer_params(model: ModelSpec, kind: LayerKind) -> LayerParams:
@@ -438,7 +379,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
                 held(kind, model.num_layers + depth * depth_size + i)
                 for i, kind in enumerate(depth_kinds)
             ),
-            projection=_linear(2 * h, h, bias=False),
+            projection=linear_params(2 * h, h, bias=False),
             norms=3 * norm_params(model, h),
         )
         for depth in range(model.mtp_num_layers)

@@ -11,8 +11,9 @@ import pytest
 from specs.dsa_checks import computes_topk, topk_source_layer
 from specs.errors import SpecError
 from specs.hf_import import load_hf_config
+from specs.mixer_params import dsa_indexer_params
 from specs.model import ModelSpec
-from specs.params import count_params, dsa_indexer_params
+from specs.params import count_params
 from specs.presets import get_preset
 
 GLM51 = get_preset("glm-5.1")

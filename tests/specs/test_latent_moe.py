@@ -7,8 +7,9 @@ import pytest
 
 from specs.errors import SpecError
 from specs.latent_checks import executor_latent_moe_refusal
+from specs.mixer_params import latent_projection_params
 from specs.model import ModelSpec
-from specs.params import count_params, latent_projection_params
+from specs.params import count_params
 from specs.presets import get_preset
 from specs.serde import from_dict, to_dict
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from specs.params import count_params, mamba_mixer_params, mlp_params
+from specs.mixer_params import mamba_mixer_params
+from specs.params import count_params, mlp_params
 from specs.presets import get_preset
 
 # Published sizes, which the model cards state in whole billions:
