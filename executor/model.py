@@ -37,11 +37,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from executor.moe import Experts, MoE
-from specs.dsa_checks import executor_dsa_refusal
 from specs.errors import SpecError
-from specs.gdn_checks import executor_gate_refusal
-from specs.hybrid_checks import executor_hybrid_refusal
-from specs.latent_checks import executor_latent_moe_refusal
+from specs.executor_refusals import executor_model_refusal
 from specs.model import ModelSpec
 from specs.params import padded_vocab_size
 
@@ -52,20 +49,12 @@ INIT_STD = 0.02
 
 
 def check_model_supported(spec: ModelSpec) -> None:
-    """Raise SpecError for model features this executor does not build: a hybrid model
-    (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
-    (`specs.latent_checks.executor_latent_moe_refusal`), an output gate
-    (`specs.gdn_checks.executor_gate_refusal`), DeepSeek sparse attention
-    (`specs.dsa_checks.executor_dsa_refusal`), multi-latent attention."""
-    refusals = (
-        executor_hybrid_refusal(spec),
-        executor_latent_moe_refusal(spec),
-        executor_gate_refusal(spec),
-        executor_dsa_refusal(spec),
-    )
-    for refusal in refusals:
-        if refusal is not None:
-            raise SpecError(refusal)
+    """Raise SpecError for model features this executor does not build
+    (`specs.executor_refusals.executor_model_refusal`: hybrid, latent MoE, output gate,
+    DeepSeek sparse attention), multi-latent attention."""
+    refusal = executor_model_refusal(spec)
+    if refusal is not None:
+        raise SpecError(refusal)
     if spec.uses_mla:
         raise SpecError(
             f"ModelSpec {spec.name!r} uses multi-latent attention (kv_lora_rank="

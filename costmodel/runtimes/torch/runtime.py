@@ -22,14 +22,11 @@ from costmodel.runtimes.torch.screen import simulated_screen
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
-from specs.dsa_checks import executor_dsa_refusal
 from specs.errors import SpecError
+from specs.executor_refusals import executor_model_refusal
 from specs.finetune import executor_lora_refusal
-from specs.gdn_checks import executor_gate_refusal
-from specs.hybrid_checks import executor_hybrid_refusal
 from specs.job import TrainingJob
 from specs.kv_sharding import executor_kv_refusal
-from specs.latent_checks import executor_latent_moe_refusal
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules_savers import executor_saver_refusal
@@ -196,20 +193,11 @@ class TorchRuntime:
 
 
 def _refuse_model(model: ModelSpec) -> None:
-    """SpecError for a model paraplan's executor does not build: a hybrid model
-    (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
-    (`specs.latent_checks.executor_latent_moe_refusal`) or an output gate
-    (`specs.gdn_checks.executor_gate_refusal`) or DeepSeek sparse attention
-    (`specs.dsa_checks.executor_dsa_refusal`), the executor's own checks."""
-    refusals = (
-        executor_hybrid_refusal(model),
-        executor_latent_moe_refusal(model),
-        executor_gate_refusal(model),
-        executor_dsa_refusal(model),
-    )
-    for refusal in refusals:
-        if refusal is not None:
-            raise SpecError(refusal)
+    """SpecError for a model paraplan's executor does not build
+    (`specs.executor_refusals.executor_model_refusal`, the executor's own checks)."""
+    refusal = executor_model_refusal(model)
+    if refusal is not None:
+        raise SpecError(refusal)
 
 
 def _refuse(model: ModelSpec, plan: ParallelPlan) -> None:
