@@ -236,11 +236,9 @@ fitted values kept, DeepSeek-V3 at pp 16 and Qwen3 235B at pp 8 vpp 4 ep 8 are 2
 ``--expert-launch-us`` of `bench/validate_published.py` fixes it apart."""
 
 
-MOE_TOKEN_DEVICE_S = 200e-9
+MOE_TOKEN_DEVICE_S = 175e-9
 """Default `ExecutionOptions.moe_token_device_s`: seconds of device time per token of a MoE
-layer (forward and backward) that no priced kernel accounts for (with the two launch kinds
-and the MTP depths priced, the fit now prints 175 ns; docs/validation.md gives both the
-model at this default and the refit), fitted by
+layer (forward and backward) that no priced kernel accounts for, fitted by
 `bench/validate_published.py` jointly with `MOE_HOST_LAUNCH_S` and the GEMM rate factors
 (the objective in `FP8_GEMM_RATE_FACTORS`; grid 0 to 300 ns in steps of 25 ns) on every
 priced trust A/B MoE row of ``published-runs-dev.csv`` (the bench's ``--json`` lists them,
