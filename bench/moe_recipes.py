@@ -55,7 +55,11 @@ sets ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
 - Qwen3 235B-A22B: HybridEP on GB200 and GB300 in every release from 25.11 (graphs
   ``moe_router``, ``moe_preprocess``, plus ``attn`` on GB200 and, from v0.3.0's V2
   configs, on GB300); the all-to-all overlap with the alltoall dispatcher on B200 at 25.11
-  and B300 at 26.02; HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
+  and B300 at 26.02 and 26.02.01 (``QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2`` at tag
+  v0.3.0 and on branch ``llmb-r0.3.0``: pp 8, vpp 4, ep 8, micro-batch 1, ``moe_a2a_overlap``,
+  no backend, no graphs; ``r0.3.0`` and v0.3.1 drop vpp and the overlap from 2026-03-10,
+  commit 6f5e31aab, and v0.4.0, the 26.04 release, runs micro-batch 2 with neither);
+  HybridEP on B300 at 26.04.01 (``llmb-r0.4.1``, also v0.5.0); 26.06
   GB300 and GB200 MXFP8 (``*_FP8_MX_V2``): the all-to-all overlap under
   ``full_iteration`` graphs with the fused grouped MLP and ``fp8_dot_product_attention``.
 - H100 (``*_H100_*`` configs of every release; HEAD ``src/megatron/bridge/perf_recipes/

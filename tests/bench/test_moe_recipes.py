@@ -87,6 +87,8 @@ ATTN = ROUTER | {"attn"}
         # rows 342 and 314: B200 at 25.11 and B300 at 26.02 overlap the alltoall dispatcher.
         (row("MBRIDGE-25.11", "Qwen3_235B_a22B", "B200"), "alltoall", True, None),
         (row("MBRIDGE-26.02", "Qwen3_235B_a22B", "B300"), "alltoall", True, None),
+        # row 277: 26.02.01 (branch llmb-r0.3.0) keeps v0.3.0's B300_FP8_MX_V2 (vpp 4, overlap).
+        (row("MBRIDGE-26.02.01", "Qwen3_235B_a22B", "B300"), "alltoall", True, None),
         # row 187: llmb-r0.4.1 B300 HybridEP.
         (row("MBRIDGE-26.04.01", "Qwen3_235B_a22B", "B300"), "flex", None, None),
         # row 136: Kimi-K2 GB300, KIMI_K2_PRETRAIN_CONFIG_GB300 (HybridEP, no graphs).
