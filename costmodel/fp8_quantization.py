@@ -190,6 +190,20 @@ def fp8_cast_bytes_per_element(
     return elem + copies
 
 
+def nvfp4_gather_fixup_time_s(profile: HardwareProfile, elements: float) -> float:
+    """Seconds of the pass that puts a gathered NVFP4 column-wise copy of ``elements``
+    elements (the full [T, h] tensor) back in order after a sequence-parallel all-gather.
+
+    Each rank's column-wise copy is transposed, [h, T/tp], so gathering along the first
+    dimension interleaves the ranks' pieces; ``_post_process_nvfp4_gather`` (TE
+    `pytorch/distributed.py`, at the Megatron-Bridge pins 5671fd36, 71bbefbf, 4220403e)
+    rewrites the data and its scales with ``tex.swap_first_dims`` (a new tensor each: read
+    and write `costmodel.compute.NVFP4_BYTES` per element, two kernels). It runs on the
+    compute stream after the backward gathers of an nvfp4 job: the norm output the
+    column-parallel wgrad reads and the row-parallel output gradient."""
+    return memory_bound_time_s(profile, 2 * NVFP4_BYTES * elements, num_ops=2)
+
+
 def fp8_amax_time_s(
     profile: HardwareProfile,
     elements: float,
