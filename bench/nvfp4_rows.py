@@ -69,8 +69,9 @@ def dense_layer_parts(case) -> dict[str, tuple[float, float]]:
     }
     gemms = {name: gemm3(profile, x, *shape) for name, shape in shapes.items()}
     recipe, cudnn = options.fp8_recipe, options.cudnn_norm
-    att_q = fp8_pair_s(profile, x, h, q + kv, q, recipe, cudnn)
-    mlp_q = fp8_pair_s(profile, x, h, fc1_width, width, recipe, cudnn)
+    fused = options.nvfp4_fused_rht_cast
+    att_q = fp8_pair_s(profile, x, h, q + kv, q, recipe, cudnn, fused_rht=fused)
+    mlp_q = fp8_pair_s(profile, x, h, fc1_width, width, recipe, cudnn, fused_rht=fused)
     att_tp = tp_pair(profile, plan, x, h, groups, shapes["qkv"], shapes["proj"], options)
     mlp_tp = tp_pair(profile, plan, x, h, groups, shapes["fc1"], shapes["fc2"], options)
     att_amax = fp8_amax_pair(profile, x, groups, recipe, q)
@@ -116,7 +117,8 @@ def report(raw: dict[str, str]) -> str:
     lines = [
         f"row {raw['row_id']} {raw['source_id']} {raw['model']} {raw['gpu_type']}: "
         f"{plan.label()}  tp_comm_overlap {plan.tp_comm_overlap}  "
-        f"fp4_param {case.options.fp4_param}",
+        f"fp4_param {case.options.fp4_param}  "
+        f"fused RHT cast {case.options.nvfp4_fused_rht_cast}",
         f"  published {published:.3f} s  predicted {est.iteration_time_s:.3f} s  "
         f"({est.iteration_time_s / published - 1:+.1%})  microbatches {microbatches}",
         "  breakdown (s): "

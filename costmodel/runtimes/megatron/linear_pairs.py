@@ -68,7 +68,9 @@ def tp_pair(
     Engine `_LayerNormLinear.backward` and `_Linear.backward`, "Overlap dgrad-RS/AR with
     wgrad"; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication`); the
     all-gather of the row-parallel output gradient before its dgrad stays exposed. A
-    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole."""
+    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole. The SP
+    all-gathers move `sp_all_gather_bytes` (NVFP4 copies in an nvfp4 job), the
+    reductions T·h·e; the userbuffers overlaps are priced at T·h·e throughout."""
     if x.tp < 2:
         return ZERO, ZERO
     size = x.tokens * h * x.elem
@@ -183,6 +185,7 @@ def fp8_pair_s(
     *,
     frozen: bool = False,
     norm_returned: bool = False,
+    fused_rht: bool = True,
 ) -> tuple[float, float]:
     """`fp8_pair_quantize_s` of one rank's `LayerShape`. A ``frozen`` pair (LoRA) writes
     only the row-wise copy of both inputs and of the row-parallel output gradient (TE
@@ -190,7 +193,10 @@ def fp8_pair_s(
     (TE 4220403e's ``LayerNormLinear`` backward asks for both whatever ``requires_wgrad``);
     with ``norm_returned`` (a LoRA adapter on the column-parallel layer) TE returns the
     16-bit norm output and quantizes it on the ``separate`` path
-    (``with_quantized_norm`` is False under ``return_layernorm_output``)."""
+    (``with_quantized_norm`` is False under ``return_layernorm_output``). ``fused_rht``:
+    `ExecutionOptions.nvfp4_fused_rht_cast` (nvfp4 jobs only). An nvfp4 job with sequence
+    parallelism also re-orders each gathered column-wise copy in the backward
+    (`costmodel.fp8_quantization.nvfp4_gather_fixup_time_s`)."""
     if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
         return 0.0, 0.0
     operand = operand_recipe(x.dtype, recipe)
@@ -198,7 +204,13 @@ def fp8_pair_s(
 
     def quantize(elements: float, norm: NormQuantization | None = None, copies: int = 2) -> float:
         return fp8_quantize_time_s(
-            profile, elements, x.elem, recipe=operand, norm=norm, copies=copies
+            profile,
+            elements,
+            x.elem,
+            recipe=operand,
+            norm=norm,
+            copies=copies,
+            fused_rht=fused_rht,
         )
 
     path = norm_quantization(operand, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
