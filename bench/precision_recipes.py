@@ -125,6 +125,24 @@ def fp4_weight_fields(raw: dict[str, str]) -> dict[str, object]:
     return {"fp4_param": release_of(source) >= FP4_PARAM_FROM and not matches(raw, FP4_PARAM_OFF)}
 
 
+NVFP4_FUSED_RHT_FROM = "26.04"
+"""The first Megatron-Bridge release whose Transformer Engine writes both NVFP4 copies of an
+operand in one kernel (``nvte_quantize_with_hadamard_transform``, TE commit 523801df, first
+in tag v2.14): v0.4.0 (26.04) pins TE 71bbefbf and v0.5.0 (26.06) 4220403e, both with it;
+v0.3.0 and v0.3.1 (26.02, 26.02.01) pin 5671fd36 (v2.12), whose
+``NVFP4Quantizer::quantize_impl`` runs the row-wise and the Hadamard column-wise casts as two
+kernels (``pyproject.toml`` ``transformer-engine @ git+...``)."""
+
+
+def nvfp4_cast_fields(raw: dict[str, str]) -> dict[str, object]:
+    """`ExecutionOptions.nvfp4_fused_rht_cast` of a Megatron-Bridge NVFP4 row: True from
+    `NVFP4_FUSED_RHT_FROM` on, False before; empty for other rows."""
+    source = raw.get("source_id", "")
+    if not source.startswith("MBRIDGE-") or compute_dtype(raw) != "nvfp4":
+        return {}
+    return {"nvfp4_fused_rht_cast": release_of(source) >= NVFP4_FUSED_RHT_FROM}
+
+
 BF16_GRAD_SYNC: tuple[tuple[str, str], ...] = (("NEMO-LONGSEQ", "llama2"),)
 """(source prefix, model prefix) of NeMo 1.x FP8 rows whose launch reduces gradients in
 bf16: the NeMo-Framework-Launcher H100 FP8 example for Llama 2 7B

@@ -27,6 +27,7 @@ from precision_recipes import (
     fp4_weight_fields,
     fp8_weight_fields,
     grad_sync_fields,
+    nvfp4_cast_fields,
     optimizer_precision_fields,
 )
 from row_columns import column_text
@@ -99,6 +100,8 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
     1.x's defaults on `TE1_DEFAULT_UB_STACKS`, `PRE_TE2_USERBUFFERS`), its
     allocator's expandable segments (`row_recipes.expandable_segments`), FP8 and NVFP4
     weights (`precision_recipes.fp8_weight_fields`, `precision_recipes.fp4_weight_fields`),
+    the NVFP4 cast kernels of the row's Transformer Engine
+    (`precision_recipes.nvfp4_cast_fields`),
     the layers kept in bf16 (`precision_recipes.bf16_layer_fields`),
     gradient-reduction element size (`precision_recipes.grad_sync_fields`), Adam state dtypes
     (`precision_recipes.optimizer_precision_fields`) and norm backend
@@ -115,6 +118,7 @@ def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> Ex
         fields["expandable_segments"] = True
     fields.update(fp8_weight_fields(raw))
     fields.update(fp4_weight_fields(raw))
+    fields.update(nvfp4_cast_fields(raw))
     fields.update(bf16_layer_fields(raw))
     fields.update(grad_sync_fields(raw))
     fields.update(optimizer_precision_fields(raw))

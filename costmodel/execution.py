@@ -352,6 +352,17 @@ class ExecutionOptions:
     (`costmodel.memory_allowances.Fp8WeightStorage`). False: bf16 parameters, with TE's
     NVFP4 copy of each cached across microbatches."""
 
+    nvfp4_fused_rht_cast: bool = True
+    """Transformer Engine writes both NVFP4 copies of an activation or gradient operand in
+    one kernel that reads the bf16 operand once (``nvte_quantize_with_hadamard_transform``:
+    the row-wise cast and the Random Hadamard Transform of the column-wise one; TE v2.14
+    on, Megatron-Bridge 26.04 and later), the default. False: TE v2.12 and v2.13
+    (Megatron-Bridge 26.02, pin 5671fd36) run the row-wise cast (``nvte_quantize_v2``) and
+    the column-wise one (``nvte_hadamard_transform_cast_fusion_columnwise``) as two
+    kernels, each reading the operand (``NVFP4Quantizer::quantize_impl``,
+    `pytorch/csrc/quantizer.cpp`; `costmodel.fp8_quantization.fp8_cast_bytes_per_element`).
+    Read in nvfp4 jobs only, by the quantization of the dense linear pairs."""
+
     fp8_tn_gemm_only: bool | None = None
     """The device's FP8 GEMMs take only the TN layout, so TE keeps a transposed copy of each
     per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability 9.0),

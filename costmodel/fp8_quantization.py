@@ -14,7 +14,8 @@ NVFP4 (TE ``docs/features/low_precision_training/nvfp4/nvfp4.rst``; NVIDIA, arXi
 scale from the tensor's amax, so an amax pass precedes the cast as under current scaling
 (and, with sequence parallelism, the same TP amax all-reduce:
 `costmodel.runtimes.megatron.fp8_scaling.amax_reduction_pair`). The cast writes a row-wise
-and a column-wise NVFP4 copy (`costmodel.compute.NVFP4_BYTES` each). The 16 x 16 Random
+and a column-wise NVFP4 copy (`costmodel.compute.NVFP4_BYTES` each), in one kernel from TE
+v2.14 on and in two before (``ExecutionOptions.nvfp4_fused_rht_cast``). The 16 x 16 Random
 Hadamard Transform that the recipe applies to both wgrad operands (the column-wise copies
 of the input and of the output gradient) runs inside their cast, and its amax with the
 amax pass (TE's fused Hadamard-amax kernel): no extra pass is priced. Stochastic rounding
@@ -57,6 +58,7 @@ def fp8_quantize_time_s(
     recipe: QuantRecipe,
     norm: NormQuantization | None = None,
     copies: int = 2,
+    fused_rht: bool = True,
 ) -> float:
     """Quantizing one bf16 GEMM operand of ``elements`` elements to FP8 for a Transformer
     Engine linear layer under the FP8 ``recipe``: the cast (`fp8_cast_bytes_per_element`)
@@ -74,11 +76,14 @@ def fp8_quantize_time_s(
     ``norm``: the operand is the output of the norm of a ``LayerNormLinear`` (TE
     `module/layernorm_linear.py`, ``with_quantized_norm``), quantized along the path
     `norm_quantization` names, priced beyond the bf16 norm; None: a plain operand.
-    ``copies``: the quantized copies written (`fp8_cast_bytes_per_element`).
+    ``copies``: the quantized copies written; ``fused_rht``: NVFP4's two copies in one
+    kernel (`fp8_cast_bytes_per_element`).
     """
     if elements < 0:
         raise SpecError(f"fp8_quantize_time_s: elements must be >= 0, got {elements}")
-    per_element = fp8_cast_bytes_per_element(elem, recipe=recipe, norm=norm, copies=copies)
+    per_element = fp8_cast_bytes_per_element(
+        elem, recipe=recipe, norm=norm, copies=copies, fused_rht=fused_rht
+    )
     cast = memory_bound_time_s(profile, per_element * elements)
     return cast + fp8_amax_time_s(profile, elements, elem, recipe=recipe, norm=norm)
 
@@ -128,7 +133,12 @@ def norm_quantization(
 
 
 def fp8_cast_bytes_per_element(
-    elem: int, *, recipe: QuantRecipe, norm: NormQuantization | None = None, copies: int = 2
+    elem: int,
+    *,
+    recipe: QuantRecipe,
+    norm: NormQuantization | None = None,
+    copies: int = 2,
+    fused_rht: bool = True,
 ) -> float:
     """Bytes per element the FP8 cast of one GEMM operand moves, beyond what the bf16 run
     moves (``elem`` = e, the activation element size).
@@ -145,7 +155,9 @@ def fp8_cast_bytes_per_element(
     Plain operand (``norm`` None), every FP8 recipe: read e, write the two FP8 copies,
     e + 2; ``nvfp4``: read e, write the two NVFP4 copies, e + 2 x 0.5625 (the Hadamard
     transform of the column-wise copy inside the cast), on every path (`norm_quantization`
-    gives NVFP4 norm outputs ``separate``).
+    gives NVFP4 norm outputs ``separate``); without ``fused_rht``
+    (`costmodel.execution.ExecutionOptions.nvfp4_fused_rht_cast`, TE before v2.14) the two
+    copies come from two kernels that each read the operand, 2e + 2 x 0.5625.
 
     Norm output (``norm``, `norm_quantization`), with two copies:
 
@@ -172,7 +184,8 @@ def fp8_cast_bytes_per_element(
                 f"fp8_cast_bytes_per_element: NVFP4 norm outputs take the separate path, got "
                 f"{norm!r}; take the path from norm_quantization"
             )
-        return elem + copies * NVFP4_BYTES
+        reads = 1 if fused_rht or copies == 1 else 2
+        return reads * elem + copies * NVFP4_BYTES
     if norm == "fused":
         if recipe == "tensorwise":
             raise SpecError(
@@ -188,6 +201,20 @@ def fp8_cast_bytes_per_element(
             f"scaling's path, got recipe {recipe!r}; take the path from norm_quantization"
         )
     return elem + copies
+
+
+def nvfp4_gather_fixup_time_s(profile: HardwareProfile, elements: float) -> float:
+    """Seconds of the pass that puts a gathered NVFP4 column-wise copy of ``elements``
+    elements (the full [T, h] tensor) back in order after a sequence-parallel all-gather.
+
+    Each rank's column-wise copy is transposed, [h, T/tp], so gathering along the first
+    dimension interleaves the ranks' pieces; ``_post_process_nvfp4_gather`` (TE
+    `pytorch/distributed.py`, at the Megatron-Bridge pins 5671fd36, 71bbefbf, 4220403e)
+    rewrites the data and its scales with ``tex.swap_first_dims`` (a new tensor each: read
+    and write `costmodel.compute.NVFP4_BYTES` per element, two kernels). It runs on the
+    compute stream after the backward gathers of an nvfp4 job: the norm output the
+    column-parallel wgrad reads and the row-parallel output gradient."""
+    return memory_bound_time_s(profile, 2 * NVFP4_BYTES * elements, num_ops=2)
 
 
 def fp8_amax_time_s(

@@ -70,6 +70,7 @@ PRICING_FIELDS: dict[str, str] = {
     "allocator_fragmentation": "an allowance of the memory model",
     "fp8_tn_gemm_only": "a property of the GPU",
     "flash_attention_version": "the generation of the attention kernels installed",
+    "nvfp4_fused_rht_cast": "the Transformer Engine version installed",
     "plan_features": "the plans the search considered; no plan's cost reads it",
 }
 """ExecutionOptions fields that are paraplan pricing knobs, not training arguments, with

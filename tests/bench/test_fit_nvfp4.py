@@ -128,3 +128,20 @@ def test_405b_gb200_nvfp4_of_26_06_does_not_overlap_the_parameter_gather():
     assert overlap.param_gather_overlapped(LLAMA405_GB200 | {"precision": "MXFP8"})
     assert overlap.param_gather_overlapped(LLAMA405_GB200 | {"source_id": "MBRIDGE-26.04"})
     assert overlap.param_gather_overlapped(LLAMA405_GB200 | {"gpu_type": "GB300 (NVL72)"})
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    # TE pins: v0.3.0 and v0.3.1 5671fd36 (two casts), v0.4.0 71bbefbf and v0.5.0 4220403e
+    # (nvte_quantize_with_hadamard_transform, one kernel)
+    [
+        ("MBRIDGE-26.02", False),
+        ("MBRIDGE-26.02.01", False),
+        ("MBRIDGE-26.04", True),
+        ("MBRIDGE-26.06", True),
+    ],
+)
+def test_nvfp4_cast_kernels_follow_the_release(source, expected):
+    row = LLAMA405_GB200 | {"source_id": source}
+    assert precision_recipes.nvfp4_cast_fields(row) == {"nvfp4_fused_rht_cast": expected}
+    assert precision_recipes.nvfp4_cast_fields(row | {"precision": "MXFP8"}) == {}

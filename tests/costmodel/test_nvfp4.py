@@ -74,6 +74,29 @@ def test_nvfp4_operand_cast_moves_two_nvfp4_copies_after_an_amax_read() -> None:
     assert fp8_quantize_time_s(B200, elements, 2, recipe="nvfp4") == pytest.approx(expected)
 
 
+def test_nvfp4_casts_before_te_2_14_read_the_operand_once_per_copy() -> None:
+    # TE 5671fd36 NVFP4Quantizer::quantize_impl: nvte_quantize_v2 (row-wise) and
+    # nvte_hadamard_transform_cast_fusion_columnwise each read the bf16 operand
+    assert fp8_cast_bytes_per_element(2, recipe="nvfp4", fused_rht=False) == 4 + 2 * 0.5625
+    assert fp8_cast_bytes_per_element(2, recipe="nvfp4", copies=1, fused_rht=False) == 2.5625
+    assert fp8_cast_bytes_per_element(2, recipe="tensorwise", fused_rht=False) == 4
+    elements = 4096 * 4096
+    split = fp8_quantize_time_s(B200, elements, 2, recipe="nvfp4", fused_rht=False)
+    fused = fp8_quantize_time_s(B200, elements, 2, recipe="nvfp4")
+    assert split - fused == pytest.approx(
+        memory_bound_time_s(B200, 5.125 * elements) - memory_bound_time_s(B200, 3.125 * elements)
+    )
+    two_kernels = dataclasses.replace(DEFAULT_OPTIONS, nvfp4_fused_rht_cast=False)
+    cluster = ClusterSpec(hardware="b200", num_gpus=8)
+    slow = estimate_plan(MODEL, cluster, NVFP4, PLAN, B200, options=two_kernels)
+    fast = estimate_plan(MODEL, cluster, NVFP4, PLAN, B200)
+    assert slow.iteration_time_s > fast.iteration_time_s
+    fp8_slow = estimate_plan(MODEL, cluster, FP8, PLAN, B200, options=two_kernels)
+    assert (
+        fp8_slow.iteration_time_s == estimate_plan(MODEL, cluster, FP8, PLAN, B200).iteration_time_s
+    )
+
+
 def test_nvfp4_refuses_the_fused_norm_paths() -> None:
     with pytest.raises(SpecError, match="separate path"):
         fp8_cast_bytes_per_element(2, recipe="nvfp4", norm="fused")

@@ -150,6 +150,7 @@ def attention_block(
         options.cudnn_norm,
         frozen=frozen,
         norm_returned=has_adapter(lora, "linear_qkv"),
+        fused_rht=options.nvfp4_fused_rht_cast,
     )
     ew_fwd += fp8_f
     ew_bwd += fp8_b

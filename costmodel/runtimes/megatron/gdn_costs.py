@@ -381,7 +381,14 @@ def gdn_block(
     copy_fwd, copy_bwd = gdn_cp_layout_s(model, profile, x)
     mix_fwd, mix_bwd = mix_fwd + copy_fwd, mix_bwd + copy_bwd
     fp8_fwd, fp8_bwd = fp8_pair_s(
-        profile, x, h, w.in_proj, w.value, options.fp8_recipe, options.cudnn_norm, frozen=False
+        profile,
+        x,
+        h,
+        w.in_proj,
+        w.value,
+        options.fp8_recipe,
+        options.cudnn_norm,
+        fused_rht=options.nvfp4_fused_rht_cast,
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd

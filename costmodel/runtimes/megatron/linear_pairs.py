@@ -5,7 +5,8 @@ pair's operands with its TP amax reduction (`fp8_pair_s`, `fp8_amax_pair`).
 
 TP communication per layer (size S = T·h·e bytes, the full activation): forward 2
 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP; the same in
-backward (megatron-facts.md §6). Exposed unless `tp_comm_overlap`, which runs Transformer
+backward (megatron-facts.md §6). An nvfp4 job's SP all-gathers move NVFP4 copies instead
+of S (`sp_all_gather_bytes`). Exposed unless `tp_comm_overlap`, which runs Transformer
 Engine's userbuffers overlaps (`costmodel.runtimes.megatron.userbuffers`): the
 collectives split with their GEMMs into chunks, priced per the framework's userbuffers
 methods (`ExecutionOptions.tp_overlap_rs_method`, ``tp_overlap_bulk_sm_margin``). The
@@ -21,13 +22,14 @@ Transformer Engine's bulk overlaps run without a wgrad GEMM is not modelled.
 from __future__ import annotations
 
 from costmodel.collectives import collective_time_s
-from costmodel.compute import LOW_PRECISION_GEMM_DTYPES
+from costmodel.compute import LOW_PRECISION_GEMM_DTYPES, NVFP4_BYTES, Direction
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.fp8_quantization import (
     NormQuantization,
     fp8_quantize_time_s,
     norm_quantization,
+    nvfp4_gather_fixup_time_s,
     operand_recipe,
 )
 from costmodel.memory_allowances import Fp8Recipe
@@ -66,30 +68,78 @@ def tp_pair(
     Engine `_LayerNormLinear.backward` and `_Linear.backward`, "Overlap dgrad-RS/AR with
     wgrad"; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication`); the
     all-gather of the row-parallel output gradient before its dgrad stays exposed. A
-    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole."""
+    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole. The SP
+    all-gathers move `sp_all_gather_bytes` (NVFP4 copies in an nvfp4 job), the
+    reductions T·h·e; the userbuffers overlaps are priced at T·h·e throughout."""
     if x.tp < 2:
         return ZERO, ZERO
     size = x.tokens * h * x.elem
-    if x.sp:
+    if plan.tp_comm_overlap and x.sp:
         ag = collective_time_s(profile, "all_gather", size, groups.tp)
         rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
-        comms: tuple[float, ...] = (ag, rs)
-    else:
-        comms = (collective_time_s(profile, "all_reduce", size, groups.tp),)
-    total = sum(comms)
-    if plan.tp_comm_overlap and x.sp:
         fwd, bwd = tp_overlap_pair_s(
             profile, x.tp, x.dtype, size, groups.tp, first, second, options=options
         )
-    else:
-        fwd = bwd = total
-        if options.tp_dgrad_overlap:
-            wgrad = 0.0 if frozen else gemm3(profile, x, *first)[2]
-            bwd = total - comms[-1] + max(0.0, comms[-1] - wgrad)
-    return tuple(  # type: ignore[return-value]
-        PassCost(tp_s=total, tp_exposed_s=exposed, tp_bytes=len(comms) * size)
-        for exposed in (fwd, bwd)
+        return (
+            PassCost(tp_s=ag + rs, tp_exposed_s=fwd, tp_bytes=2 * size),
+            PassCost(tp_s=ag + rs, tp_exposed_s=bwd, tp_bytes=2 * size),
+        )
+    wgrad = 0.0 if frozen else gemm3(profile, x, *first)[2]
+    if not x.sp:
+        ar = collective_time_s(profile, "all_reduce", size, groups.tp)
+        return (
+            PassCost(tp_s=ar, tp_exposed_s=ar, tp_bytes=size),
+            _reduction_under_wgrad(0.0, ar, size, size, wgrad, options),
+        )
+    rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
+    gathered = (
+        sp_all_gather_bytes(x, h, "forward"),
+        sp_all_gather_bytes(x, h, "backward", frozen=frozen),
     )
+    ag_f, ag_b = (collective_time_s(profile, "all_gather", b, groups.tp) for b in gathered)
+    forward = PassCost(tp_s=ag_f + rs, tp_exposed_s=ag_f + rs, tp_bytes=gathered[0] + size)
+    return forward, _reduction_under_wgrad(ag_b, rs, gathered[1], size, wgrad, options)
+
+
+def _reduction_under_wgrad(
+    gather_s: float,
+    reduce_s: float,
+    gather_bytes: float,
+    reduce_bytes: float,
+    wgrad_s: float,
+    options: ExecutionOptions,
+) -> PassCost:
+    """The backward's TP collectives of a pair on the NCCL path (`tp_pair`): the exposed
+    gather of the row-parallel output gradient (0 without SP) and the reduction of the
+    column-parallel input gradient, hidden under ``wgrad_s`` as far as
+    `ExecutionOptions.tp_dgrad_overlap` allows."""
+    hidden = min(reduce_s, wgrad_s) if options.tp_dgrad_overlap else 0.0
+    total = gather_s + reduce_s
+    return PassCost(tp_s=total, tp_exposed_s=total - hidden, tp_bytes=gather_bytes + reduce_bytes)
+
+
+def sp_all_gather_bytes(
+    x: LayerShape, h: int, direction: Direction, *, frozen: bool = False
+) -> float:
+    """Bytes of one sequence-parallel all-gather of a linear pair on the NCCL path (the
+    full [T, h] tensor, nccl-tests size): forward the column-parallel input (the norm
+    output), backward the row-parallel output gradient.
+
+    16-bit and FP8 jobs: T·h·e. An nvfp4 job gathers NVFP4 copies that each rank
+    quantized on its T/tp rows (TE ``gather_along_first_dim`` -> ``_all_gather_nvfp4``,
+    `pytorch/distributed.py`, at the Megatron-Bridge pins 5671fd36, 71bbefbf, 4220403e),
+    `costmodel.compute.NVFP4_BYTES` per element and copy (packed E2M1 values and their
+    E4M3 scales, two coalesced all-gathers per copy): forward the row-wise copy alone
+    (``_LayerNormLinear.forward`` sets the input quantizer to ``rowwise=True,
+    columnwise=False`` before the gather), backward the row-wise and the column-wise copy
+    of the output gradient (``_Linear.backward`` sets its quantizer to both usages before
+    ``grad_output_preprocess``; the row-wise one alone for a ``frozen`` pair, which has
+    no wgrad). FP8 gathers are FP8 in TE too (``_all_gather_fp8``); paraplan prices them at
+    e for now."""
+    if x.dtype != "fp4":
+        return x.tokens * h * x.elem
+    copies = 1 if direction == "forward" or frozen else 2
+    return x.tokens * h * copies * NVFP4_BYTES
 
 
 def fp8_pair_quantize_s(
@@ -135,6 +185,7 @@ def fp8_pair_s(
     *,
     frozen: bool = False,
     norm_returned: bool = False,
+    fused_rht: bool = True,
 ) -> tuple[float, float]:
     """`fp8_pair_quantize_s` of one rank's `LayerShape`. A ``frozen`` pair (LoRA) writes
     only the row-wise copy of both inputs and of the row-parallel output gradient (TE
@@ -142,7 +193,10 @@ def fp8_pair_s(
     (TE 4220403e's ``LayerNormLinear`` backward asks for both whatever ``requires_wgrad``);
     with ``norm_returned`` (a LoRA adapter on the column-parallel layer) TE returns the
     16-bit norm output and quantizes it on the ``separate`` path
-    (``with_quantized_norm`` is False under ``return_layernorm_output``)."""
+    (``with_quantized_norm`` is False under ``return_layernorm_output``). ``fused_rht``:
+    `ExecutionOptions.nvfp4_fused_rht_cast` (nvfp4 jobs only). An nvfp4 job with sequence
+    parallelism also re-orders each gathered column-wise copy in the backward
+    (`costmodel.fp8_quantization.nvfp4_gather_fixup_time_s`)."""
     if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
         return 0.0, 0.0
     operand = operand_recipe(x.dtype, recipe)
@@ -150,7 +204,13 @@ def fp8_pair_s(
 
     def quantize(elements: float, norm: NormQuantization | None = None, copies: int = 2) -> float:
         return fp8_quantize_time_s(
-            profile, elements, x.elem, recipe=operand, norm=norm, copies=copies
+            profile,
+            elements,
+            x.elem,
+            recipe=operand,
+            norm=norm,
+            copies=copies,
+            fused_rht=fused_rht,
         )
 
     path = norm_quantization(operand, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
@@ -160,6 +220,9 @@ def fp8_pair_s(
     if row_in > 0:
         forward += quantize(x.tokens * row_in, copies=inputs)
         backward += quantize(x.norm_tokens * h, copies=inputs)
+    if x.dtype == "fp4" and x.sp and x.tp > 1 and not frozen:
+        gathers = 2 if row_in > 0 else 1  # wgrad's norm output, the row-parallel gradient
+        backward += gathers * nvfp4_gather_fixup_time_s(profile, x.tokens * h)
     return forward, backward
 
 

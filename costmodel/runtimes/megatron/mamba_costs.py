@@ -287,6 +287,7 @@ def mamba_block(
         options.cudnn_norm,
         frozen=frozen,
         norm_returned=has_adapter(job.lora, "in_proj"),
+        fused_rht=options.nvfp4_fused_rht_cast,
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd

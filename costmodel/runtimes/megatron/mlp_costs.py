@@ -67,6 +67,7 @@ def mlp_block(
         options.cudnn_norm,
         frozen=frozen,
         norm_returned=has_adapter(lora, "linear_fc1"),
+        fused_rht=options.nvfp4_fused_rht_cast,
     )
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = tp_pair(profile, plan, x, h, groups, fc1_shape, fc2_shape, options, frozen=frozen)
