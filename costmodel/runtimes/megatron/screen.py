@@ -45,7 +45,7 @@ from costmodel import compute as ops
 from costmodel.bf16_layers import bf16_layer_counts, stage_limit
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.flops import job_model_flops_per_iteration
+from costmodel.iteration_flops import job_model_flops_per_iteration
 from costmodel.memory_allowances import GiB
 from costmodel.optimizer_muon import is_muon
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row
