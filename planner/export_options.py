@@ -367,7 +367,7 @@ def cuda_graph_arguments(scopes: frozenset[str]) -> list[str]:
 def moe_option_arguments(options: ExecutionOptions) -> list[str]:
     """The all-to-all overlap (with ``--delay-wgrad-compute``, as priced) and Transformer
     Engine's operation fuser of the fused grouped MLP; the dispatcher is among the model's
-    MoE arguments (`planner.export`)."""
+    MoE arguments (`planner.export_model`)."""
     args = []
     if options.moe_a2a_overlap:
         args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
@@ -385,7 +385,7 @@ def megatron_option_arguments(
     if lines:
         raise refused("Megatron-LM", lines)
     args = kernel_arguments(options) + fp8_arguments(options) + gradient_arguments(options)
-    if model.uses_dsa:  # planner.export.dsa_arguments states it, whatever the options say
+    if model.uses_dsa:  # planner.export_model.dsa_arguments states it, whatever the options say
         args = [a for a in args if a != "--no-rope-fusion"]
     args += optimizer_precision_arguments(options) + optimizer_offload_arguments(options)
     args += cross_entropy_arguments(options) + moe_option_arguments(options)

@@ -18,13 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.candidates import enumerate_candidates
-from planner.export import (
-    export_text,
-    megatron_arguments,
-    megatron_command,
-    megatron_environment,
-    moe_layer_freq_argument,
-)
+from planner.export import export_text, megatron_arguments, megatron_command, megatron_environment
+from planner.export_model import moe_layer_freq_argument
 from planner.export_torchtitan import torchtitan_config, torchtitan_sharding_note, torchtitan_toml
 from planner.space import SearchSpace, plan_from_row
 from specs.bundle import PlanBundle

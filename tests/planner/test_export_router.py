@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.export import megatron_arguments, router_arguments
+from planner.export import megatron_arguments
+from planner.export_model import router_arguments
 from planner.export_torchtitan import torchtitan_model, torchtitan_router_note, torchtitan_toml
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
