@@ -50,9 +50,10 @@ from costmodel.memory_allowances import GiB
 from costmodel.optimizer_muon import is_muon
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row
 from costmodel.rank_params import shared_word_embedding
+from costmodel.runtimes.megatron.screen_activations import activation_columns
 from costmodel.runtimes.megatron.screen_memory import memory_bytes
 from costmodel.runtimes.megatron.screen_muon import muon_columns
-from costmodel.runtimes.megatron.screen_parts import SAVER_KEY, activation_columns, priced_parts
+from costmodel.runtimes.megatron.screen_parts import SAVER_KEY, priced_parts
 from costmodel.runtimes.megatron.screen_pipeline import (
     accumulation_s,
     pipeline_s,
