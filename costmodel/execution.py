@@ -210,7 +210,7 @@ class ExecutionOptions(KernelConventions):
     its quantized model init: their GEMMs, attention, saved activations and weights are a
     bf16 job's (`costmodel.bf16_layers`). MTP depths are not among them. Refused outside
     fp8 and nvfp4 jobs, with the ``delayed`` recipe, and with more bf16 layers than the
-    model has (`costmodel.bf16_layers.check_bf16_layers`). Megatron runtime only."""
+    model has (`costmodel.bf16_layer_rules.check_bf16_layers`). Megatron runtime only."""
     num_layers_at_start_in_bf16: int = 1
     """Megatron-core ``--num-layers-at-start-in-bf16`` (default 1): the first decoder layers
     kept in bf16 under `first_last_layers_bf16`; read only with it."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from costmodel.bf16_layers import LOW_PRECISIONS, bf16_layer_counts
+from costmodel.bf16_layer_rules import LOW_PRECISIONS, bf16_layer_counts
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.execution_record import RECORD_KEY, options_from_record

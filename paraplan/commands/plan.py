@@ -32,7 +32,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from costmodel.bf16_layers import check_bf16_layers
+from costmodel.bf16_layer_rules import check_bf16_layers
 from costmodel.execution_presets import device_options
 from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
 from paraplan.args import add_problem_args, job_from_args, model_from_args

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel import compute as ops
-from costmodel.bf16_layers import bf16_layer_counts, stage_limit
+from costmodel.bf16_layer_rules import bf16_layer_counts, stage_limit
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.iteration_flops import job_model_flops_per_iteration
@@ -118,7 +118,7 @@ def _runnable(
     """Rows with a microbatch, an interleaved count of microbatches that is a multiple of
     pp, a valid pipeline split, an allowed precision-aware optimizer and, in an fp8 job,
     no more bf16 layers at either end than Megatron-core takes per stage
-    (`costmodel.bf16_layers.bf16_layer_violations`)."""
+    (`costmodel.bf16_layer_rules.bf16_layer_violations`)."""
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)
     ok &= precision_aware_allowed(c, options)

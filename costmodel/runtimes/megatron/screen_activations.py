@@ -12,8 +12,7 @@ from typing import Any
 from costmodel.activation_savers import recomputed_bytes
 from costmodel.activation_shard import projection_saves_original_input
 from costmodel.activations import stage_activations
-from costmodel.bf16_layer_rules import bf16_layer_job
-from costmodel.bf16_layers import bf16_layer_options, bf16_layers, bf16_tag
+from costmodel.bf16_layers import bf16_layer_job, bf16_layer_options, bf16_layers, bf16_tag
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.layer_activations import kind_activations

@@ -16,8 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costmodel.bf16_layer_rules import bf16_layer_job
-from costmodel.bf16_layers import bf16_layer_options, bf16_layers, bf16_linear_params, bf16_tag
+from costmodel.bf16_layers import (
+    bf16_layer_job,
+    bf16_layer_options,
+    bf16_layers,
+    bf16_linear_params,
+    bf16_tag,
+)
 from costmodel.collectives import collective_time_s, p2p_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.passes import CommGroups
