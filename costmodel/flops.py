@@ -52,10 +52,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from specs.attention_params import mla_head_dims
 from specs.errors import SpecError
 from specs.finetune import LoraSpec
 from specs.model import ModelSpec
-from specs.params import lora_layer_params, mla_head_dims
+from specs.params import lora_layer_params
 
 FMA_FLOPS = 2
 """FLOPs per multiply-add."""
