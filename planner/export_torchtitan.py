@@ -29,14 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from costmodel.execution import ExecutionOptions
-from planner.export_options import (
-    FP8_FIELDS,
-    PRICING_FIELDS,
-    bundle_options,
-    changed_fields,
-    refusal,
-    refused,
-)
+from planner.export_fields import FP8_FIELDS, PRICING_FIELDS
+from planner.export_options import bundle_options, changed_fields, refusal, refused
 from planner.export_split import largest_chunk_layers, torchtitan_split
 from specs.bundle import PlanBundle
 from specs.errors import SpecError

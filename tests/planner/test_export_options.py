@@ -22,12 +22,8 @@ from planner.export import (
     megatron_command,
     megatron_environment,
 )
-from planner.export_options import (
-    MEGATRON_EXPORTED,
-    MEGATRON_UNEXPRESSIBLE,
-    PRICING_FIELDS,
-    RULE,
-)
+from planner.export_fields import MEGATRON_EXPORTED, MEGATRON_UNEXPRESSIBLE, PRICING_FIELDS
+from planner.export_options import RULE
 from planner.export_torchtitan import torchtitan_config, torchtitan_toml
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
