@@ -15,7 +15,6 @@ from profiles.profiler.assemble import datasheet_match
 from profiles.profiler.comm import group_layouts, message_elements, ops_for
 from profiles.profiler.device import cpu_identity, infiniband_nics, nvml_facts
 from profiles.profiler.fit import (
-    HeldOut,
     fit_attention_curves,
     fit_collective,
     fit_gemm_curve,
@@ -25,8 +24,8 @@ from profiles.profiler.fit import (
     split_collectives,
     split_gemms,
     split_memory,
-    validate,
 )
+from profiles.profiler.fit_validation import HeldOut, validate
 from profiles.profiler.shapes import candidate_tp, holdout, model_gemms, sweep_plan
 from profiles.profiler.timing import (
     QUICK_BUDGET,
