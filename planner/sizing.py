@@ -36,7 +36,8 @@ from typing import Any
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from planner.defaults import DEFAULT_HEADROOM
-from planner.explain import min_gpus_for_model_state, no_plan_reason
+from planner.explain import no_plan_reason
+from planner.explain_fit import min_gpus_for_model_state
 from planner.pacing import Clock, SearchPace
 from planner.search import memory_limit_bytes, search_plans
 from planner.search_result import RankedPlan
