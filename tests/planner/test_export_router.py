@@ -8,7 +8,8 @@ import pytest
 
 from planner.export import megatron_arguments
 from planner.export_model import router_arguments
-from planner.export_torchtitan import torchtitan_model, torchtitan_router_note, torchtitan_toml
+from planner.export_torchtitan import torchtitan_toml
+from planner.export_torchtitan_model import torchtitan_model, torchtitan_router_note
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
