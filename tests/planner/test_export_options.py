@@ -32,7 +32,7 @@ from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.serde import dumps, load, loads
-from tests.planner.test_export import assert_megatron_accepts, megatron_parser
+from tests.planner.megatron_args import assert_megatron_accepts, megatron_parser
 
 FP8_RECIPE_FLAGS = {
     "fp8_recipe": "tensorwise",
