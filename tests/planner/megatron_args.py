@@ -1,7 +1,8 @@
 """Megatron-LM's command line as the export tests check it: a parser of the flags an export
 may use, spelled and typed as in `megatron/training/arguments.py` (`megatron_parser`;
-unknown flags fail), and Megatron-LM's validation of the parsed arguments
-(`assert_megatron_accepts`, megatron-facts.md §8.3)."""
+unknown flags fail; with the execution options' flags: `option_parser`), and Megatron-LM's
+validation of the parsed arguments (`assert_megatron_accepts`, megatron-facts.md §8.3;
+of the option flags: `assert_megatron_takes_options`)."""
 
 from __future__ import annotations
 
@@ -209,3 +210,67 @@ def assert_megatron_accepts(args: argparse.Namespace, world: int, env: dict[str,
     if (t > 1 or c > 1) and not args.use_megatron_fsdp:  # rule 13 (not under FSDP)
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     assert args.max_position_embeddings >= args.seq_length
+
+
+def option_parser() -> argparse.ArgumentParser:
+    """`megatron_parser` with the execution-option flags, spelled, typed and restricted as
+    NVIDIA/Megatron-LM d98e8a64 has them: `megatron/training/arguments.py` for the
+    explicit ones, the `TransformerConfig` / `ModelParallelConfig` fields for the generated
+    ones (`argument_utils.ArgumentGroupFactory`: ``--field-name``)."""
+    p = megatron_parser()
+    # TransformerConfig.attention_backend: AttnBackend enum names
+    p.add_argument("--attention-backend", choices=["flash", "fused", "unfused", "local", "auto"])
+    for flag, dest in (
+        ("--no-gradient-accumulation-fusion", "gradient_accumulation_fusion"),
+        ("--no-rope-fusion", "apply_rope_fusion"),
+        ("--no-overlap-p2p-communication", "overlap_p2p_comm"),
+        ("--no-check-for-nan-in-loss-and-grad", "check_for_nan_in_loss_and_grad"),
+    ):
+        p.add_argument(flag, action="store_false", dest=dest)
+    p.add_argument(
+        "--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
+        default="delayed",
+    )  # fmt: skip
+    switches = [
+        "--fp8-param-gather", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
+        "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
+        "--cross-entropy-loss-fusion", "--overlap-moe-expert-parallel-comm",
+        "--delay-wgrad-compute", "--use-transformer-engine-op-fuser",
+    ]  # fmt: skip
+    for flag in switches:
+        p.add_argument(flag, action="store_true")
+    p.add_argument("--main-grads-dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--main-params-dtype", choices=["fp32", "fp16"], default="fp32")
+    for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
+        p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"], default="fp32")
+    p.add_argument("--optimizer-offload-fraction", type=float, default=1.0)
+    p.add_argument("--tp-comm-overlap-cfg", type=str)
+    p.add_argument("--cross-entropy-fusion-impl", choices=["native", "te"], default="native")
+    p.add_argument(
+        "--cuda-graph-impl", choices=["none", "local", "transformer_engine", "full_iteration"],
+        default="none",
+    )  # fmt: skip
+    p.add_argument(
+        "--cuda-graph-modules", nargs="+", default=[],
+        choices=["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"],
+    )  # fmt: skip
+    return p
+
+
+def assert_megatron_takes_options(args: argparse.Namespace) -> None:
+    """The checks of Megatron-LM's `validate_args` on the option flags."""
+    if args.fp8_param_gather:
+        assert args.use_distributed_optimizer or args.use_megatron_fsdp
+    if args.optimizer_cpu_offload:
+        assert args.use_precision_aware_optimizer
+        assert not args.fp8_param_gather or args.fp8_recipe == "delayed"
+    if args.cuda_graph_impl == "full_iteration":
+        assert not args.check_for_nan_in_loss_and_grad and args.cuda_graph_modules == []
+    assert not (args.cross_entropy_loss_fusion and args.cross_entropy_fusion_impl == "te")
+    aware = (args.exp_avg_dtype, args.exp_avg_sq_dtype, args.main_params_dtype)
+    if aware != ("fp32",) * 3 or args.main_grads_dtype != "fp32":
+        assert args.use_precision_aware_optimizer
+    if args.fp8_recipe != "delayed" or args.fp8_param_gather:
+        assert args.fp8_format is not None
+    assert not (args.fp4 and args.fp8_format)  # "cannot be used simultaneously"
+    assert not args.fp4_param_gather or args.fp4  # "must be used together with --fp4-format"
