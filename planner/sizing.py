@@ -7,7 +7,7 @@ throughput gives the training time (days = tokens / tokens_per_s / 86,400), the 
 Cluster sizes are whole nodes, a power of two of them (1, 2, 4, ... nodes x GPUs per
 node): the sizes schedulers hand out and the ones a power-of-two global batch divides.
 The ladder starts at the first size that can hold the model state at all
-(`planner.explain.min_gpus_for_model_state`). Three goals:
+(`planner.explain_fit.min_gpus_for_model_state`). Three goals:
 
 - ``days``: the smallest cluster whose best plan meets the deadline (the ladder stops two
   sizes past it, to show the trend); the cheapest one meeting it is reported too;

@@ -1,4 +1,4 @@
-"""The MoE router in the Megatron-LM export (planner.export.router_arguments): the exact
+"""The MoE router in the Megatron-LM export (planner.export_model.router_arguments): the exact
 flags of each preset's router, as Megatron-LM spells them (megatron/training/arguments.py,
 Megatron-LM d98e8a64), inside the full argument list."""
 
