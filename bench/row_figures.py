@@ -14,11 +14,8 @@ from published_rows import RowCase
 from recipe_keys import NotExpressible
 from row_columns import column_float, column_text
 
-from costmodel.flops import (
-    core_attention_forward_flops_per_token,
-    model_flops_per_iteration,
-    sc21_flops_per_iteration,
-)
+from costmodel.flops import core_attention_forward_flops_per_token
+from costmodel.iteration_flops import model_flops_per_iteration, sc21_flops_per_iteration
 from specs.model import ModelSpec
 
 FlopsFormula = Callable[[ModelSpec, int, int], float]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from costmodel.activation_savers import offloaded_bytes, recomputed_bytes
 from costmodel.activation_shard import ActivationShard, activation_shard
-from costmodel.bf16_layer_rules import bf16_layer_job
+from costmodel.bf16_layers import bf16_layer_job
 from costmodel.layer_activations import AttentionKernel, LayerActivations, shard_layer_activations
 from costmodel.mtp_activations import MTP_CHECKPOINT_TENSORS, mtp_depth_tensors
 from costmodel.schedules import (
@@ -242,7 +242,7 @@ def stage_activations(
     the FP8 recipe when attention runs in FP8 (`activation_shard`), else None;
     ``bf16_layers``: global indices of the decoder layers an fp8 or nvfp4 job keeps in bf16
     (`costmodel.bf16_layers.bf16_layers`), whose saved tensors are a bf16 job's
-    (`costmodel.bf16_layer_rules.bf16_layer_job`, without FP8 attention)."""
+    (`costmodel.bf16_layers.bf16_layer_job`, without FP8 attention)."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
     x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)

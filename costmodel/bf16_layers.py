@@ -1,6 +1,7 @@
 """Decoder layers an FP8 or NVFP4 job keeps in bf16 (`ExecutionOptions.first_last_layers_bf16`):
-which they are, the job and options they are priced with, their linear weights, and the
-rules Megatron-core and paraplan apply to them.
+which they are, the job and options they are priced with, their linear weights and the
+screen's kind tags. The rules Megatron-core and paraplan apply to them are
+`costmodel.bf16_layer_rules`'s.
 
 Megatron-core decides per decoder layer from its global index ``layer_no`` (0-based, over
 the whole model: ``TransformerBlock`` passes ``global_layer_number - 1`` and the hybrid block
@@ -16,7 +17,7 @@ which layers they are): a layer is bf16 when ``layer_no < num_layers_at_start_in
   `costmodel.execution_presets.framework_profile`), with no quantization kernels, no
   current-scaling amax reductions and no FP8/NVFP4 host launches of its MoE experts, and its
   attention is a bf16 job's (FP8 attention is a property of the autocast it leaves):
-  `costmodel.bf16_layer_rules.bf16_layer_job`, `bf16_layer_options`, priced by the
+  `bf16_layer_job`, `bf16_layer_options`, priced by the
   Megatron runtime per layer (`costmodel.runtimes.megatron.pricing.chunk_costs`, the
   screen's upper-case kind tags);
 - it saves its activations as a bf16 job does (`costmodel.activations.stage_activations`);
@@ -35,25 +36,14 @@ linear-weight size; the MTP depths run in the job's precision
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
 
+from costmodel.bf16_layer_rules import LOW_PRECISIONS, bf16_layer_counts, check_bf16_layers
 from costmodel.execution import ExecutionOptions
 from costmodel.rank_params import StageParams, chunk_params
-from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.layer_kinds import KIND_TAGS
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
-from specs.rules_base import Violation
-
-BF16_LAYERS_RULE = "bf16_layers_need_low_precision"
-"""Rule id of `check_bf16_layers`: the job, the recipe or the model cannot take them."""
-BF16_LAYERS_STAGE_RULE = "bf16_layers_per_stage"
-"""Rule id of `bf16_layer_violations`: an FP8 job's count above the layers per stage."""
-PpDegree = TypeVar("PpDegree")
-"""A pipeline degree: an int, or a numpy array of them in the closed-form screen."""
-LOW_PRECISIONS = ("fp8", "nvfp4")
-"""Job precisions whose layers can be kept in bf16."""
 
 
 def bf16_tag(tag: str) -> str:
@@ -67,26 +57,22 @@ PRICED_TAGS: tuple[str, ...] = KIND_TAGS + tuple(bf16_tag(tag) for tag in KIND_T
 `bf16_tag`."""
 
 
-def bf16_layer_counts(options: ExecutionOptions) -> tuple[int, int]:
-    """(first, last) decoder layers kept in bf16: Megatron-core's
-    ``num_layers_at_start_in_bf16`` and ``num_layers_at_end_in_bf16`` under
-    ``first_last_layers_bf16``, else (0, 0) (``is_first_last_bf16_layer``)."""
-    if not options.first_last_layers_bf16:
-        return 0, 0
-    return options.num_layers_at_start_in_bf16, options.num_layers_at_end_in_bf16
-
-
 def bf16_layers(model: ModelSpec, job: TrainingJob, options: ExecutionOptions) -> frozenset[int]:
     """Global indices (0-based, `ModelSpec.layer_kinds` order) of the decoder layers kept in
     bf16 (module docstring); empty for a job that is not fp8 or nvfp4, where nothing is
-    quantized. `SpecError` from `check_bf16_layers` for settings the job, its recipe or the
-    model cannot take."""
+    quantized. `SpecError` from `costmodel.bf16_layer_rules.check_bf16_layers` for settings
+    the job, its recipe or the model cannot take."""
     check_bf16_layers(model, job, options)
     start, end = bf16_layer_counts(options)
     if job.precision not in LOW_PRECISIONS or not start + end:
         return frozenset()
     n = model.num_layers
     return frozenset(i for i in range(n) if i < start or i >= n - end)
+
+
+def bf16_layer_job(job: TrainingJob) -> TrainingJob:
+    """``job`` as a layer kept in bf16 computes it: precision bf16, the rest unchanged."""
+    return dataclasses.replace(job, precision="bf16")
 
 
 def bf16_layer_options(options: ExecutionOptions) -> ExecutionOptions:
@@ -112,62 +98,3 @@ def without_bf16_linear(params: StageParams, bf16: StageParams) -> StageParams:
     taken out of ``linear``, the weights `Fp8WeightStorage` stores in FP8 or NVFP4: they
     count as the job's other 16-bit weights."""
     return dataclasses.replace(params, linear=params.linear - bf16.linear)
-
-
-def check_bf16_layers(model: ModelSpec, job: TrainingJob, options: ExecutionOptions) -> None:
-    """`SpecError` [`BF16_LAYERS_RULE`] for ``first_last_layers_bf16`` in a job that is not fp8
-    or nvfp4 (nothing is quantized to keep in bf16), under the ``delayed`` FP8 recipe
-    (Megatron-core ``TransformerConfig.__post_init__``: "Delayed scaling does not support
-    first / last layer in BF16"), and with more bf16 layers than the model's decoder
-    layers."""
-    if not options.first_last_layers_bf16:
-        return
-    start, end = bf16_layer_counts(options)
-    fix = "or drop --first-last-layers-bf16"
-    if job.precision not in LOW_PRECISIONS:
-        raise SpecError(
-            f"[{BF16_LAYERS_RULE}] first_last_layers_bf16 keeps layers of an fp8 or nvfp4 job "
-            f"in bf16, and the job is {job.precision}: use --precision fp8 or nvfp4, {fix}"
-        )
-    if job.precision == "fp8" and options.fp8_recipe == "delayed":
-        raise SpecError(
-            f"[{BF16_LAYERS_RULE}] Megatron-core refuses first_last_layers_bf16 with the "
-            "delayed FP8 recipe (its amax reduction spans the whole fp8_autocast region): use "
-            f"--fp8-recipe tensorwise or mxfp8, {fix}"
-        )
-    if start + end > model.num_layers:
-        raise SpecError(
-            f"[{BF16_LAYERS_RULE}] num_layers_at_start_in_bf16 ({start}) + "
-            f"num_layers_at_end_in_bf16 ({end}) = {start + end} exceeds the model's "
-            f"{model.num_layers} decoder layers: lower them to a sum of at most "
-            f"{model.num_layers}, {fix}"
-        )
-
-
-def stage_limit(model: ModelSpec, job: TrainingJob, pp: PpDegree) -> PpDegree | None:
-    """The most bf16 layers at either end Megatron-core takes for an fp8 job over ``pp``
-    stages (an int, or a numpy array of them in the screen), ``num_layers // pp``
-    (``TransformerConfig.__post_init__`` under ``fp8``); None for another job, which it
-    does not check."""
-    return model.num_layers // pp if job.precision == "fp8" else None  # type: ignore[operator]
-
-
-def bf16_layer_violations(
-    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, options: ExecutionOptions
-) -> list[Violation]:
-    """Megatron-core's per-stage bound on an fp8 job's bf16 layers (`stage_limit`), as a plan
-    violation that `paraplan estimate` reports before pricing and the screen marks
-    unrunnable."""
-    start, end = bf16_layer_counts(options)
-    limit = stage_limit(model, job, plan.pp)
-    if limit is None or max(start, end) <= limit:
-        return []
-    return [
-        Violation(
-            rule=BF16_LAYERS_STAGE_RULE,
-            message=f"an fp8 job keeps at most num_layers // pp = {model.num_layers} // "
-            f"{plan.pp} = {limit} layers in bf16 at either end (Megatron-core "
-            f"TransformerConfig), got num_layers_at_start_in_bf16 ({start}) and "
-            f"num_layers_at_end_in_bf16 ({end}): lower them to {limit} or use a smaller pp",
-        )
-    ]

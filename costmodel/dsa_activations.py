@@ -33,8 +33,8 @@ from __future__ import annotations
 from costmodel.activation_shard import ActivationShard
 from costmodel.compute import FP32_BYTES
 from costmodel.dsa_shapes import INDEX_BYTES, indexer_layer_share
+from specs.attention_params import mla_head_dims
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
 
 
 def dsa_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:

@@ -52,8 +52,8 @@ from __future__ import annotations
 
 from costmodel.dsa_shapes import INDEX_BYTES, SCORE_BYTES
 from costmodel.flops import FMA_FLOPS, attended_keys_per_token
+from specs.attention_params import mla_head_dims
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
 
 
 def _indexer_dims(model: ModelSpec) -> tuple[int, int, int]:

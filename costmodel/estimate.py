@@ -16,13 +16,11 @@ from typing import Any
 from costmodel.compute import gemm_dtype
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
-from costmodel.flops import (
-    job_model_flops_per_iteration,
-)
 from costmodel.hardware_flops import (
     hardware_flops_per_iteration,
 )
 from costmodel.iteration import Breakdown, simulate_iteration
+from costmodel.iteration_flops import job_model_flops_per_iteration
 from costmodel.memory import StageMemory
 from costmodel.memory_allowances import GiB
 from costmodel.predicted_timeline import build_timeline

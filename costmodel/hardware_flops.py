@@ -8,12 +8,12 @@ from costmodel.activations import recomputed_layers
 from costmodel.flops import (
     attention_layer_count,
     core_attention_forward_flops_per_token,
-    job_model_flops_per_iteration,
     layers_forward_flops_per_token,
     lora_forward_flops_per_token,
     mtp_depth_layers_forward,
     mtp_projection_forward_flops_per_token,
 )
+from costmodel.iteration_flops import job_model_flops_per_iteration
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec

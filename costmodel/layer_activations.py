@@ -80,11 +80,11 @@ from costmodel.compute import FP32_BYTES, MASK_BYTES
 from costmodel.dsa_activations import dsa_tensors
 from costmodel.gdn_activations import gdn_tensors
 from costmodel.mamba_activations import mamba_tensors
+from specs.attention_params import mla_head_dims
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
 from specs.plan import ParallelPlan
 
 AttentionKernel = Literal["flash", "materialized"]

@@ -4,9 +4,10 @@ listed in `costmodel.memory`'s module docstring."""
 
 from __future__ import annotations
 
+from specs.attention_params import attention_params
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import ParamCounts, attention_params, count_params, norm_params, padded_vocab_size
+from specs.params import ParamCounts, count_params, norm_params, padded_vocab_size
 from specs.plan import ParallelPlan
 
 

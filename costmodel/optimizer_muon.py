@@ -59,10 +59,11 @@ from costmodel import compute as ops
 from costmodel.collectives import collective_time_s
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
+from specs.attention_params import mla_head_dims
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
-from specs.params import count_params, mla_head_dims
+from specs.params import count_params
 from specs.plan import ParallelPlan
 
 MUON_OPTIMIZERS: tuple[str, ...] = ("muon", "dist_muon")

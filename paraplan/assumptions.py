@@ -4,7 +4,7 @@ the megatron runtime's memory depends on, its value in force and the flag that c
 
 from __future__ import annotations
 
-from costmodel.bf16_layers import bf16_layer_counts
+from costmodel.bf16_layer_rules import bf16_layer_counts
 from costmodel.execution import ExecutionOptions
 from costmodel.memory_allowances import FrameworkAllowance
 from specs.formats import percent

@@ -7,7 +7,7 @@ and `paraplan export` refuses them), MXFP8 scaling runs only on Blackwell, and M
 takes ``--fp8-param-gather`` only with the distributed optimizer or Megatron-FSDP.
 ``--fp8-attention`` (`ExecutionOptions.fp8_attention`) is checked by the cost model
 (`costmodel.fp8_attention`: an fp8 job, a recipe that passes ``fp8_dpa``, a profile with the
-curves), and so are ``--first-last-layers-bf16`` and its counts (`costmodel.bf16_layers`:
+curves), and so are ``--first-last-layers-bf16`` and its counts (`costmodel.bf16_layer_rules`:
 an fp8 or nvfp4 job, not the delayed recipe, no more layers than the model's, and for fp8
 at most ``num_layers // pp`` at either end).
 """

@@ -7,7 +7,7 @@ throughput gives the training time (days = tokens / tokens_per_s / 86,400), the 
 Cluster sizes are whole nodes, a power of two of them (1, 2, 4, ... nodes x GPUs per
 node): the sizes schedulers hand out and the ones a power-of-two global batch divides.
 The ladder starts at the first size that can hold the model state at all
-(`planner.explain.min_gpus_for_model_state`). Three goals:
+(`planner.explain_fit.min_gpus_for_model_state`). Three goals:
 
 - ``days``: the smallest cluster whose best plan meets the deadline (the ladder stops two
   sizes past it, to show the trend); the cheapest one meeting it is reported too;
@@ -36,7 +36,8 @@ from typing import Any
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from planner.defaults import DEFAULT_HEADROOM
-from planner.explain import min_gpus_for_model_state, no_plan_reason
+from planner.explain import no_plan_reason
+from planner.explain_fit import min_gpus_for_model_state
 from planner.pacing import Clock, SearchPace
 from planner.search import memory_limit_bytes, search_plans
 from planner.search_result import RankedPlan

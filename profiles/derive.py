@@ -34,9 +34,9 @@ import sys
 from pathlib import Path
 
 from profiles.derive_blackwell import (
+    B200,
     B200_LATENCY8_US,
     B300,
-    GB200_BF16_MAMF,
     GB200_NVL72,
     GB300_NVL72,
 )
@@ -49,13 +49,8 @@ from profiles.derive_collectives import (
     switch_busbw,
 )
 from profiles.derive_cudnn import (
-    CUDNN_KERNEL,
-    CUDNN_NOTES,
     HOPPER_FP8_NOTE,
-    cudnn_curves,
     hopper_fp8_curves,
-    sibling_note,
-    sibling_scale,
 )
 from profiles.derive_rules import (
     COMMAND,
@@ -267,70 +262,6 @@ H200_SXM_141GB = Figures(
     ),
 )
 
-B200_BF16_MAMF = 1745.0
-"""B200's bf16 MAMF, TFLOP/s (torch 2.7.1+cu128) [S1]."""
-
-B200 = Figures(
-    name="b200",
-    generation="blackwell",
-    device_name="NVIDIA B200 (HGX/DGX B200)",
-    vendor="NVIDIA",
-    backend="nccl",
-    peak_tflops={
-        "bf16": 2250.0,
-        "fp16": 2250.0,
-        "fp8": 4500.0,
-        "fp4": 9000.0,  # dense FP4 [S8]
-        "fp32": 80.0,
-    },  # [S1][S8]
-    mamf_tflops={"bf16": B200_BF16_MAMF, "fp8": 3432.5},  # MAMF, torch 2.7.1+cu128 [S1]
-    memory_gb=180.0,  # DGX B200 1,440 GB / 8 [S1][S17]
-    hbm_tbps=8.0,  # DGX B200 64 TB/s / 8 [S1][S17]
-    fabric="nvswitch",  # DGX B200, 2 NVSwitch chips [S17]
-    scale_up_GBps=900.0,  # NVLink5, 18 links, per direction [S6][S17]
-    nic_Gbps_per_gpu=400.0,  # DGX B200: 8x ConnectX-7 VPI [S16]
-    nic_achieved_GBps=48.0,  # same CX-7 NIC as DGX H100 [S33][S43]
-    intra_busbw=switch_busbw(
-        ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
-        nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
-        ag=round(40.1 * 18, 2),
-        rs=round(40.1 * 18, 2),
-        a2a=round(40.1 * 18, 2),
-    ),
-    p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
-    latency8_us=B200_LATENCY8_US,
-    attention=cudnn_curves("GB200", scale=sibling_scale(B200_BF16_MAMF, GB200_BF16_MAMF)),
-    attention_kernel=f"{CUDNN_KERNEL}; GB200's figures scaled to B200 (no B200 run)",
-    exp_per_s=5.0e12,  # SFU exponentials per second [S9]
-    sources=(
-        "S6",
-        "S8",
-        "S16",
-        "S17",
-        "S23",
-        "S27",
-        "S30",
-        "S33",
-        "S37",
-        "S43",
-        "S57",
-        "S58",
-        "S59",
-    ),
-    notes=(
-        "Conflicts: memory 180 GB [S1][S17] vs 192 GB [S8]; HBM 8.0 vs 7.7 TB/s; fp32 80 [S1] "
-        "vs 75 TFLOP/s. The NVIDIA platform figures are used.",
-        "Ring busbw: NCCL's sm100 model, 40.1 GB/s per link x 18 [S35] (no measured ring "
-        "figure); all_reduce 8 GPUs 845.67 GB/s at 16 GiB [S6] treated as NVLS.",
-        "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
-        "GB/s per GPU [S6].",
-        *CUDNN_NOTES,
-        sibling_note("B200", "GB200", B200_BF16_MAMF, GB200_BF16_MAMF),
-        "GEMM check against B200 cuBLAS timings [S23]: the curve gives 1275 vs 1006 TFLOP/s "
-        "measured for 2048^3 and 1661 vs 1532 for 4096^3; the Calculon-based curve is "
-        "optimistic for GEMMs shorter than about 50 us.",
-    ),
-)
 
 _MI300X_LINK_GBPS = 64.0  # one xGMI link per peer, per direction [S6]
 _MI300X_EFF = log2_interpolated(

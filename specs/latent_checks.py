@@ -1,7 +1,7 @@
 """Where a latent MoE model (``ModelSpec.moe_latent_size``) is refused: paraplan's executor
 builds no latent projections (`executor_latent_moe_refusal`, shared by the executor and the
 ``torch`` runtime that prices it). The torchtitan export's refusal lives with that export
-(`planner.export_torchtitan.torchtitan_model`)."""
+(`planner.export_torchtitan_model.torchtitan_model`)."""
 
 from __future__ import annotations
 

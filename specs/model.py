@@ -12,19 +12,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specs.dsa_checks import check_dsa, computes_topk
-from specs.errors import SpecError
+from specs.dsa_checks import computes_topk
 from specs.fieldcheck import (
     require_choice,
     require_non_negative,
     require_optional_positive,
     require_positive,
 )
-from specs.gdn_checks import check_gates
-from specs.hybrid_checks import check_hybrid
 from specs.layer_kinds import DENSE_LAYER, MOE_LAYER, LayerKind, parse_hybrid_pattern
-from specs.mtp_checks import check_mtp, mtp_depth_kinds
-from specs.router import RouterSpec, check_router
+from specs.model_checks import check_relations
+from specs.mtp_checks import mtp_depth_kinds
+from specs.router import RouterSpec
 
 Activation = Literal["swiglu", "gelu"]
 Normalization = Literal["rmsnorm", "layernorm"]
@@ -264,63 +262,7 @@ class ModelSpec:
         require_choice(self, "activation", Activation)
         require_choice(self, "normalization", Normalization)
         require_choice(self, "position_embedding", PositionEmbedding)
-        self._check_relations()
-
-    def _check_relations(self) -> None:
-        if not self.name:
-            raise SpecError("ModelSpec.name must not be empty")
-        if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
-            raise SpecError(
-                f"ModelSpec {self.name!r}: hidden_size ({self.hidden_size}) must be divisible "
-                f"by num_attention_heads ({self.num_attention_heads}) when kv_channels is not "
-                "given; set kv_channels explicitly"
-            )
-        groups = self.query_groups
-        if self.num_attention_heads % groups:
-            raise SpecError(
-                f"ModelSpec {self.name!r}: num_attention_heads ({self.num_attention_heads}) "
-                f"must be divisible by num_query_groups ({groups})"
-            )
-        if self.is_moe and self.moe_top_k > self.num_experts:
-            raise SpecError(
-                f"ModelSpec {self.name!r}: moe_top_k ({self.moe_top_k}) must not exceed "
-                f"num_experts ({self.num_experts})"
-            )
-        if self.moe_first_dense_layers > self.num_layers:
-            raise SpecError(
-                f"ModelSpec {self.name!r}: moe_first_dense_layers ({self.moe_first_dense_layers})"
-                f" exceeds num_layers ({self.num_layers})"
-            )
-        if self.moe_capacity_factor is not None and self.moe_capacity_factor <= 0:
-            raise SpecError(
-                f"ModelSpec {self.name!r}: moe_capacity_factor must be > 0 or null (dropless), "
-                f"got {self.moe_capacity_factor}"
-            )
-        if self.moe_latent_size is not None and not self.is_moe:
-            raise SpecError(
-                f"ModelSpec {self.name!r}: moe_latent_size ({self.moe_latent_size}) projects "
-                "the routed experts' tokens, but num_experts is 0 (a dense model): set "
-                "num_experts, or drop moe_latent_size"
-            )
-        if self.is_moe:
-            check_router(
-                self.router,
-                where=f"ModelSpec {self.name!r}",
-                num_experts=self.num_experts,
-                top_k=self.moe_top_k,
-                capacity_factor=self.moe_capacity_factor,
-            )
-        check_gates(self)
-        if self.hybrid_layer_pattern is not None:
-            check_hybrid(self)
-        check_mtp(self)
-        check_dsa(self)
-        mla = (self.kv_lora_rank, self.qk_head_dim, self.qk_pos_emb_head_dim, self.v_head_dim)
-        if any(v is not None for v in mla) and any(v is None for v in mla):
-            raise SpecError(
-                f"ModelSpec {self.name!r}: multi-latent attention needs all of kv_lora_rank, "
-                "qk_head_dim, qk_pos_emb_head_dim and v_head_dim"
-            )
+        check_relations(self)
 
     # ---- derived sizes -------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import TYPE_CHECKING
 
-from costmodel.bf16_layers import bf16_layer_violations, check_bf16_layers
+from costmodel.bf16_layer_rules import bf16_layer_violations, check_bf16_layers
 from costmodel.execution_presets import device_options
 from costmodel.optimizer_offload import offload_violations
 from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 from costmodel.bf16_layer_rules import BF16_LAYERS_FIELD_RULE
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_record import options_from_record
-from costmodel.flops import model_flops_per_iteration
 from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
+from costmodel.iteration_flops import model_flops_per_iteration
 from launch.failures import OOM_ERROR_TYPES, LaunchError
 from paraplan.commands import COMMAND_HELP
 from paraplan.recipe_args import add_runtime_arg, options_from_args

@@ -32,10 +32,7 @@ from profiles.profiler.device import (
     scale_up_GBps,
 )
 from profiles.profiler.fit import (
-    HeldOut,
-    HeldOutError,
     best_gemm_flops,
-    error_summary,
     fit_attention_curves,
     fit_collective,
     fit_gemm_curve,
@@ -47,8 +44,8 @@ from profiles.profiler.fit import (
     split_collectives,
     split_gemms,
     split_memory,
-    validate,
 )
+from profiles.profiler.fit_validation import HeldOut, HeldOutError, error_summary, validate
 from profiles.profiler.shapes import SweepPlan
 from profiles.profiler.timing import CollectiveTiming, spread, typical_s
 from profiles.schema import HardwareProfile

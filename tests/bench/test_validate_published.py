@@ -11,7 +11,7 @@ import pytest
 
 from costmodel.execution_presets import MEGATRON_2021, MEGATRON_2023
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
-from costmodel.flops import model_flops_per_iteration, sc21_flops_per_iteration
+from costmodel.iteration_flops import model_flops_per_iteration, sc21_flops_per_iteration
 from tests.bench.bench_loader import load_bench
 from tests.bench.validation_cases import ROW_1, SC21_ROW, one_row_csv
 

@@ -14,13 +14,13 @@ import dataclasses
 
 import pytest
 
-from costmodel.bf16_layer_rules import BF16_LAYERS_FIELD_RULE
-from costmodel.bf16_layers import (
+from costmodel.bf16_layer_rules import (
+    BF16_LAYERS_FIELD_RULE,
     BF16_LAYERS_RULE,
     BF16_LAYERS_STAGE_RULE,
     bf16_layer_violations,
-    bf16_layers,
 )
+from costmodel.bf16_layers import bf16_layers
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from costmodel.passes import comm_groups

@@ -16,7 +16,8 @@ from costmodel.dsa_work import (
     selected_keys_per_token,
     sparse_core_forward_flops_per_token,
 )
-from costmodel.flops import attention_projection_forward_flops_per_token, model_flops_per_iteration
+from costmodel.flops import attention_projection_forward_flops_per_token
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, indexer_pair
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.layer_shape import layer_shape

@@ -13,14 +13,13 @@ from costmodel.flops import (
     layer_forward_flops_per_token,
     logits_forward_flops_per_token,
     mlp_forward_flops_per_token,
-    model_flops_per_iteration,
     mtp_forward_flops_per_token,
-    sc21_flops_per_iteration,
 )
 from costmodel.hardware_flops import (
     hardware_flops_per_iteration,
     recompute_forward_flops_per_token,
 )
+from costmodel.iteration_flops import model_flops_per_iteration, sc21_flops_per_iteration
 from specs import ModelSpec, ParallelPlan, SpecError, TrainingJob
 from specs.params import count_params
 from specs.presets import get_preset

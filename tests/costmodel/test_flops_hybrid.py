@@ -12,11 +12,11 @@ from costmodel.flops import (
     layer_forward_flops_per_token,
     mamba_mixer_forward_flops_per_token,
     mlp_forward_flops_per_token,
-    model_flops_per_iteration,
 )
 from costmodel.hardware_flops import (
     recompute_forward_flops_per_token,
 )
+from costmodel.iteration_flops import model_flops_per_iteration
 from specs import ParallelPlan
 from specs.presets import get_preset
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.flops import (
-    core_attention_forward_flops_per_token,
+from costmodel.flops import core_attention_forward_flops_per_token
+from costmodel.hardware_flops import (
+    hardware_flops_per_iteration,
+)
+from costmodel.iteration_flops import (
     job_model_flops_per_iteration,
     lora_model_flops_per_token,
     model_flops_per_iteration,
-)
-from costmodel.hardware_flops import (
-    hardware_flops_per_iteration,
 )
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob

@@ -14,9 +14,9 @@ from costmodel.flops import (
     forward_flops_per_token,
     gdn_mixer_forward_flops_per_token,
     layer_forward_flops_per_token,
-    model_flops_per_iteration,
 )
 from costmodel.gdn_activations import GDN_TENSOR_NAMES, gdn_tensors
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.layer_activations import kind_activations
 from costmodel.runtimes.megatron.gdn_costs import (
     delta_chunks,

@@ -74,7 +74,8 @@ def test_search_offers_gdn_norm_out_to_gated_deltanet_models() -> None:
 
 
 def test_shared_expert_gate_costs_its_passes() -> None:
-    # 16 experts, 4 sequences: kernels that outlast the host launches (`_moe_host_floor`)
+    # 16 experts, 4 sequences: kernels that outlast the host launches
+    # (`moe_host_floor.moe_host_floor`)
     plan = ParallelPlan(tp=1, micro_batch_size=4)
     few = QWEN3_NEXT.replace(name="qwen3-next-16-experts", num_experts=16)
     gated = layer_cost(few, JOB, plan, H100, kind=MOE)

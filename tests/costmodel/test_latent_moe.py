@@ -13,11 +13,8 @@ import pytest
 from costmodel import compute
 from costmodel.estimate import simulate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
-from costmodel.flops import (
-    FORWARD_BACKWARD_FACTOR,
-    mlp_forward_flops_per_token,
-    model_flops_per_iteration,
-)
+from costmodel.flops import FORWARD_BACKWARD_FACTOR, mlp_forward_flops_per_token
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.layer_activations import layer_activations
 from costmodel.megatron_estimator import megatron_theoretical_memory
 from costmodel.memory import memory_per_stage

@@ -13,13 +13,10 @@ import pytest
 from costmodel.collectives import collective_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.flops import (
-    core_attention_forward_flops_per_token,
-    forward_flops_per_token,
-    model_flops_per_iteration,
-)
+from costmodel.flops import core_attention_forward_flops_per_token, forward_flops_per_token
 from costmodel.fp8_quantization import fp8_cast_bytes_per_element
 from costmodel.iteration import simulate_iteration
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.runtimes.megatron.layer_costs import layer_passes
 from costmodel.runtimes.megatron.layer_shape import gemm3, intra_groups, layer_shape
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost

@@ -12,11 +12,8 @@ import dataclasses
 import pytest
 
 from costmodel.compute import gemm_time_s, memory_bound_time_s
-from costmodel.flops import (
-    core_attention_forward_flops_per_token,
-    forward_flops_per_token,
-    model_flops_per_iteration,
-)
+from costmodel.flops import core_attention_forward_flops_per_token, forward_flops_per_token
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.layer_activations import layer_activations
 from costmodel.rank_params import stage_params
 from costmodel.runtimes.megatron.layer_costs import layer_passes

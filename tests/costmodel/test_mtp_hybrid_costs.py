@@ -13,16 +13,13 @@ import pytest
 from costmodel.activations import stage_activations
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.flops import (
-    forward_flops_per_token,
-    model_flops_per_iteration,
-    mtp_forward_flops_per_token,
-)
+from costmodel.flops import forward_flops_per_token, mtp_forward_flops_per_token
 from costmodel.hardware_flops import (
     hardware_flops_per_iteration,
     mtp_recompute_forward_flops_per_token,
     recompute_forward_flops_per_token,
 )
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.passes import comm_groups
 from costmodel.rank_params import non_unit_params, stage_params
 from costmodel.runtimes.megatron.fp8_scaling import (

@@ -14,6 +14,7 @@ import pytest
 from costmodel.estimate import JSON_KEYS
 from paraplan.commands import export as export_command
 from paraplan.commands import plan as plan_command
+from paraplan.knob_args import space_from_args
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -137,7 +138,7 @@ def test_input_errors() -> None:
         plan_command.run(parser.parse_args([*BASE, "--num-gpus", "4", "--candidates-limit", "-5"]))
     with pytest.raises(SpecError, match="max_gpus must be > 0, got 0"):
         plan_command.run(parser.parse_args([*BASE, "--tokens", "1e9", "--max-gpus", "0"]))
-    fixed = plan_command.space_from_args(parser.parse_args([*BASE, "--num-gpus", "4", "--tp", "2"]))
+    fixed = space_from_args(parser.parse_args([*BASE, "--num-gpus", "4", "--tp", "2"]))
     assert dict(fixed.fixed) == {"tp": 2}
     # a degree of 0 is refused as input, not divided by
     with pytest.raises(SpecError, match=r"ParallelPlan\.tp must be a positive integer, got 0"):
@@ -346,6 +347,6 @@ def test_fp8_parameters_of_an_adam_job_search_only_sharded_optimizers() -> None:
     parser = argparse.ArgumentParser()
     plan_command.add_arguments(parser)
     argv = [*BASE, "--num-gpus", "4", "--precision", "fp8", "--fp8-param-gather"]
-    assert plan_command.space_from_args(parser.parse_args(argv)).sharded_optimizer_only
+    assert space_from_args(parser.parse_args(argv)).sharded_optimizer_only
     muon = parser.parse_args([*argv, "--optimizer", "dist_muon"])
-    assert not plan_command.space_from_args(muon).sharded_optimizer_only
+    assert not space_from_args(muon).sharded_optimizer_only

@@ -158,12 +158,13 @@ def test_layers_per_virtual_stage_refusals_are_one_line_exit_2(
 def test_plan_pins_the_vpp_of_layers_per_virtual_stage(capsys) -> None:
     from paraplan.cli import main
     from paraplan.commands import plan as plan_command
+    from paraplan.knob_args import space_from_args
 
     parser = argparse.ArgumentParser()
     plan_command.add_arguments(parser)
     argv = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096"]
     argv += ["--global-batch", "64", "--num-layers-per-virtual-pipeline-stage", "4"]
-    fixed = plan_command.space_from_args(parser.parse_args([*argv, "--pp", "2"])).fixed
+    fixed = space_from_args(parser.parse_args([*argv, "--pp", "2"])).fixed
     assert fixed["vpp"] == 4 and fixed["pp"] == 2
     assert fixed["account_for_embedding_in_pipeline_split"] is False
     assert main(["plan", *argv]) == 2

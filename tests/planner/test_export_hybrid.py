@@ -25,11 +25,11 @@ from specs.pipeline_split import pipeline_split
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
-from tests.planner.test_export import megatron_parser
+from tests.planner.megatron_args import megatron_parser
 
 
 def hybrid_parser() -> argparse.ArgumentParser:
-    """`tests.planner.test_export.megatron_parser` with the hybrid flags of Megatron-LM
+    """`tests.planner.megatron_args.megatron_parser` with the hybrid flags of Megatron-LM
     d98e8a64: ``--spec`` (nargs *), ``--hybrid-layer-pattern``, the Mamba-2 fields of
     TransformerConfig (``mamba_num_heads`` optional) and its ``mtp_use_repeated_layer``."""
     p = megatron_parser()

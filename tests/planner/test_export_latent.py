@@ -16,7 +16,7 @@ from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
-from tests.planner.test_export import megatron_parser
+from tests.planner.megatron_args import megatron_parser
 from tests.planner.test_export_hybrid import hybrid_parser
 
 

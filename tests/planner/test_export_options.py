@@ -22,12 +22,8 @@ from planner.export import (
     megatron_command,
     megatron_environment,
 )
-from planner.export_options import (
-    MEGATRON_EXPORTED,
-    MEGATRON_UNEXPRESSIBLE,
-    PRICING_FIELDS,
-    RULE,
-)
+from planner.export_fields import MEGATRON_EXPORTED, MEGATRON_UNEXPRESSIBLE, PRICING_FIELDS
+from planner.export_options import RULE
 from planner.export_torchtitan import torchtitan_config, torchtitan_toml
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -36,7 +32,11 @@ from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.serde import dumps, load, loads
-from tests.planner.test_export import assert_megatron_accepts, megatron_parser
+from tests.planner.megatron_args import (
+    assert_megatron_accepts,
+    assert_megatron_takes_options,
+    option_parser,
+)
 
 FP8_RECIPE_FLAGS = {
     "fp8_recipe": "tensorwise",
@@ -47,70 +47,6 @@ FP8_RECIPE_FLAGS = {
 }
 """`paraplan plan --precision fp8 --fp8-recipe tensorwise --fp8-param-gather
 --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`."""
-
-
-def option_parser() -> argparse.ArgumentParser:
-    """`megatron_parser` with the execution-option flags, spelled, typed and restricted as
-    NVIDIA/Megatron-LM d98e8a64 has them: `megatron/training/arguments.py` for the
-    explicit ones, the `TransformerConfig` / `ModelParallelConfig` fields for the generated
-    ones (`argument_utils.ArgumentGroupFactory`: ``--field-name``)."""
-    p = megatron_parser()
-    # TransformerConfig.attention_backend: AttnBackend enum names
-    p.add_argument("--attention-backend", choices=["flash", "fused", "unfused", "local", "auto"])
-    for flag, dest in (
-        ("--no-gradient-accumulation-fusion", "gradient_accumulation_fusion"),
-        ("--no-rope-fusion", "apply_rope_fusion"),
-        ("--no-overlap-p2p-communication", "overlap_p2p_comm"),
-        ("--no-check-for-nan-in-loss-and-grad", "check_for_nan_in_loss_and_grad"),
-    ):
-        p.add_argument(flag, action="store_false", dest=dest)
-    p.add_argument(
-        "--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
-        default="delayed",
-    )  # fmt: skip
-    switches = [
-        "--fp8-param-gather", "--grad-reduce-in-bf16", "--use-precision-aware-optimizer",
-        "--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d",
-        "--cross-entropy-loss-fusion", "--overlap-moe-expert-parallel-comm",
-        "--delay-wgrad-compute", "--use-transformer-engine-op-fuser",
-    ]  # fmt: skip
-    for flag in switches:
-        p.add_argument(flag, action="store_true")
-    p.add_argument("--main-grads-dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--main-params-dtype", choices=["fp32", "fp16"], default="fp32")
-    for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
-        p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"], default="fp32")
-    p.add_argument("--optimizer-offload-fraction", type=float, default=1.0)
-    p.add_argument("--tp-comm-overlap-cfg", type=str)
-    p.add_argument("--cross-entropy-fusion-impl", choices=["native", "te"], default="native")
-    p.add_argument(
-        "--cuda-graph-impl", choices=["none", "local", "transformer_engine", "full_iteration"],
-        default="none",
-    )  # fmt: skip
-    p.add_argument(
-        "--cuda-graph-modules", nargs="+", default=[],
-        choices=["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"],
-    )  # fmt: skip
-    return p
-
-
-def assert_megatron_takes_options(args: argparse.Namespace) -> None:
-    """The checks of Megatron-LM's `validate_args` on the option flags."""
-    if args.fp8_param_gather:
-        assert args.use_distributed_optimizer or args.use_megatron_fsdp
-    if args.optimizer_cpu_offload:
-        assert args.use_precision_aware_optimizer
-        assert not args.fp8_param_gather or args.fp8_recipe == "delayed"
-    if args.cuda_graph_impl == "full_iteration":
-        assert not args.check_for_nan_in_loss_and_grad and args.cuda_graph_modules == []
-    assert not (args.cross_entropy_loss_fusion and args.cross_entropy_fusion_impl == "te")
-    aware = (args.exp_avg_dtype, args.exp_avg_sq_dtype, args.main_params_dtype)
-    if aware != ("fp32",) * 3 or args.main_grads_dtype != "fp32":
-        assert args.use_precision_aware_optimizer
-    if args.fp8_recipe != "delayed" or args.fp8_param_gather:
-        assert args.fp8_format is not None
-    assert not (args.fp4 and args.fp8_format)  # "cannot be used simultaneously"
-    assert not args.fp4_param_gather or args.fp4  # "must be used together with --fp4-format"
 
 
 def priced_bundle(

@@ -24,7 +24,7 @@ from specs.pipeline_layout import expand_layout
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
-from tests.planner.test_export import assert_megatron_accepts, moe_freq_type
+from tests.planner.megatron_args import assert_megatron_accepts, moe_freq_type
 from tests.planner.test_export_hybrid import hybrid_parser
 
 

@@ -1,4 +1,4 @@
-"""The MoE router in the Megatron-LM export (planner.export.router_arguments): the exact
+"""The MoE router in the Megatron-LM export (planner.export_model.router_arguments): the exact
 flags of each preset's router, as Megatron-LM spells them (megatron/training/arguments.py,
 Megatron-LM d98e8a64), inside the full argument list."""
 
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from planner.export import megatron_arguments, router_arguments
-from planner.export_torchtitan import torchtitan_model, torchtitan_router_note, torchtitan_toml
+from planner.export import megatron_arguments
+from planner.export_model import router_arguments
+from planner.export_torchtitan import torchtitan_toml
+from planner.export_torchtitan_model import torchtitan_model, torchtitan_router_note
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError

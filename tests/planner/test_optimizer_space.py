@@ -21,7 +21,7 @@ from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from specs.rules import check_plan
-from tests.planner.test_export import megatron_parser
+from tests.planner.megatron_args import megatron_parser
 
 JOB = TrainingJob(seq_length=4096, global_batch_size=64)
 MODEL = get_preset("llama3-8b")

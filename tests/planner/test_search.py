@@ -14,7 +14,8 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import MEGATRON_2021
 from costmodel.memory import peak_memory_bytes
 from planner.candidates import enumerate_candidates
-from planner.explain import explain, fit_suggestions, group_seconds, min_gpus_for_model_state
+from planner.explain import explain, group_seconds
+from planner.explain_fit import fit_suggestions, min_gpus_for_model_state
 from planner.ranking import RANK_TOLERANCE
 from planner.search import memory_limit_bytes, search_plans
 from planner.search_result import MEMORY_REJECTION

@@ -12,8 +12,7 @@ from __future__ import annotations
 import pytest
 
 from costmodel.attention_core import attention_core_time_s
-from profiles.derive import B200_BF16_MAMF
-from profiles.derive_blackwell import B300_BF16_MAMF, GB200_BF16_MAMF
+from profiles.derive_blackwell import B200_BF16_MAMF, B300_BF16_MAMF, GB200_BF16_MAMF
 from profiles.derive_cudnn import sibling_scale
 from profiles.lookup import attention_tflops
 from profiles.store import load_profile

@@ -1,21 +1,18 @@
-"""The profiler's fits, sweeps and helpers on synthetic data with known answers (no ranks)."""
+"""The profiler's fits and their held-out check on synthetic data with known answers (no
+ranks); its timing and sweep plans: `test_profiler_sweeps.py`; its world and devices:
+`test_profiler_world.py`."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiles.lookup import bus_factor, collective_time_s
-from profiles.profiler.assemble import datasheet_match
-from profiles.profiler.comm import group_layouts, message_elements, ops_for
-from profiles.profiler.device import cpu_identity, infiniband_nics, nvml_facts
 from profiles.profiler.fit import (
-    HeldOut,
     fit_attention_curves,
     fit_collective,
     fit_gemm_curve,
@@ -25,28 +22,18 @@ from profiles.profiler.fit import (
     split_collectives,
     split_gemms,
     split_memory,
-    validate,
 )
-from profiles.profiler.shapes import candidate_tp, holdout, model_gemms, sweep_plan
+from profiles.profiler.fit_validation import HeldOut, validate
 from profiles.profiler.timing import (
-    QUICK_BUDGET,
     AttentionTiming,
     CollectiveTiming,
     GemmTiming,
     MemoryTiming,
-    repeat_plan,
-    spread,
-    steal_watched,
-    typical_s,
-    unstolen,
 )
-from profiles.profiler.world import _failure_message, check_nproc, threads_per_rank
 from profiles.schema import HardwareProfile
 from profiles.schema_device import ComputeProfile, DeviceSpec
 from profiles.schema_network import CommunicationProfile, Topology
 from profiles.schema_provenance import Provenance
-from specs.errors import SpecError
-from specs.presets import get_preset
 
 OVERHEAD_S = 3e-6
 PEAK_FLOPS = 80e9
@@ -314,144 +301,3 @@ def test_validation_of_exact_synthetic_data_has_no_error() -> None:
     assert collective_time_s(profile.communication.fits[0], 2**19) == pytest.approx(
         2e-4 + 2**19 / 1.5e9, rel=1e-3
     )
-
-
-# ---- timing and sweep plans ----------------------------------------------------------------
-
-
-def test_typical_figure_is_the_median_for_compute_and_the_fastest_for_collectives() -> None:
-    times = (5.0, 1.0, 2.0, 9.0, 3.0)
-    g = GemmTiming(dtype="fp32", m=8, n=8, k=8, pattern="linear", times_s=times)
-    c = CollectiveTiming(
-        op="all_reduce",
-        group_size=2,
-        placement="intra",
-        size_bytes=8,
-        concurrent_groups=1,
-        times_s=times,
-    )
-    assert (typical_s(g), typical_s(c)) == (3.0, 1.0)
-    # eleven samples with one lucky outlier: the collective reads the fastest fifth's edge
-    lucky = (0.2, 3.1, 3.0, 3.3, 5.0, 3.2, 9.0, 3.4, 4.0, 6.0, 3.5)
-    assert typical_s(dataclasses.replace(c, times_s=lucky)) == 3.1
-    s = spread("q", times)
-    assert (s.num_samples, s.min, s.max, s.mean, s.median) == (5, 1.0, 9.0, 4.0, 3.0)
-
-
-def test_a_window_is_stolen_when_the_steal_counter_moved_during_it() -> None:
-    readings = iter([1.0, 1.0, 1.0, 1.01, None, 2.0])
-    assert steal_watched(lambda: "quiet", readings.__next__) == ("quiet", False)
-    assert steal_watched(lambda: "stolen", readings.__next__) == ("stolen", True)
-    # no steal column (not a Linux guest): never stolen
-    assert steal_watched(lambda: "unknown", readings.__next__) == ("unknown", False)
-    assert unstolen([("a", False), ("b", True), ("c", False)]) == ["a", "c"]
-    # stolen in every window: all of them, the only figures there are
-    assert unstolen([("d", True), ("e", True)]) == ["d", "e"]
-
-
-def test_repeat_plan_loops_tiny_operators_and_caps_large_ones() -> None:
-    budget = QUICK_BUDGET
-    inner, repeats = repeat_plan(1e-6, budget)
-    assert inner * 1e-6 >= budget.min_sample_s and repeats <= budget.max_repeats
-    assert repeat_plan(10.0, budget) == (1, budget.min_repeats)
-
-
-@pytest.mark.parametrize("count", range(0, 40))
-def test_holdout_never_drops_the_ends(count: int) -> None:
-    mask = holdout(count)
-    assert len(mask) == count
-    if count:
-        assert not mask[0] and not mask[-1]
-    assert sum(mask) <= count // 4 + 1
-
-
-def test_model_gemms_follow_megatron_per_rank_shapes() -> None:
-    tiny = get_preset("tiny")  # h 128, 4 heads of 32, 2 query groups, ffn 256, vocab 512
-    assert candidate_tp(tiny, 2) == (1, 2)
-    assert candidate_tp(tiny, 8) == (1, 2)  # 2 query groups cap TP at 2
-    shapes = set(model_gemms(tiny, "fp32", (512,), 2))
-    assert ("fp32", 512, (4 + 2 * 2) * 32 // 2, 128, "linear") in shapes  # QKV at tp 2
-    assert ("fp32", 512, 128, 256 // 2, "linear") in shapes  # MLP down at tp 2
-    assert ("fp32", 512, 512, 128, "linear") in shapes  # logits at tp 1 (512 = 4·128)
-    assert ("fp32", 256, 128, 512, "wgrad") in shapes  # its weight gradient
-    assert ("fp32", 512, 128, 256, "dgrad") in shapes
-
-
-def test_quick_cpu_plan_covers_small_shapes_densely() -> None:
-    plan = sweep_plan(cuda=False, quick=True, model=get_preset("tiny"), world_size=2)
-    fp32 = [s for s in plan.gemms if s[0] == "fp32"]
-    small = [s for s in fp32 if 2 * s[1] * s[2] * s[3] <= 0.05e9]
-    assert len(small) >= 40  # the tiny models' GEMMs are a few MFLOP
-    assert min(plan.message_bytes) == 1024 and max(plan.message_bytes) >= 2**22
-    assert any(a[4] == 32 for a in plan.attention)  # the tiny model's head dim
-
-
-# ---- world, devices ------------------------------------------------------------------------
-
-
-def test_group_layouts_on_one_node_and_across_two() -> None:
-    one = {(g.placement, g.group_size): g.groups for g in group_layouts(4, 4)}
-    assert one == {
-        ("intra", 2): ((0, 1), (2, 3)),
-        ("intra", 3): ((0, 1, 2),),
-        ("intra", 4): ((0, 1, 2, 3),),
-    }
-    two = {(g.placement, g.group_size): g.groups for g in group_layouts(8, 4)}
-    assert two[("intra", 2)] == ((0, 1), (2, 3), (4, 5), (6, 7))
-    assert two[("inter", 2)] == ((0, 4), (1, 5), (2, 6), (3, 7))
-    assert "send_recv" in ops_for(group_layouts(2, 2)[0])
-    assert message_elements(1024, 3) == 255
-
-
-def test_nproc_rule_is_four_ranks_per_core_and_one_per_gpu() -> None:
-    check_nproc(8, cuda_devices=0, num_cpus=2, mem_bytes=None)
-    with pytest.raises(SpecError, match=r"4 ranks per CPU core x 2 cores = 8"):
-        check_nproc(9, cuda_devices=0, num_cpus=2, mem_bytes=None)
-    with pytest.raises(SpecError, match="CUDA devices"):
-        check_nproc(9, cuda_devices=8, num_cpus=64, mem_bytes=None)
-    with pytest.raises(SpecError, match="MiB"):
-        check_nproc(4, cuda_devices=0, num_cpus=8, mem_bytes=2**30)
-    with pytest.raises(SpecError, match="positive"):
-        check_nproc(0, cuda_devices=0, num_cpus=2, mem_bytes=None)
-    assert threads_per_rank(16, 4) == 4 and threads_per_rank(2, 4) == 1
-
-
-def test_failure_message_names_the_dead_rank_before_its_peers_errors() -> None:
-    failures = [
-        {
-            "rank": 0,
-            "error_type": "RuntimeError",
-            "message": "Connection closed by peer\nmore",
-            "time_s": 1.0,
-        },
-        {
-            "rank": 1,
-            "error_type": "ProcessDied",
-            "message": "rank 1 was killed by SIGKILL",
-            "time_s": 2.0,
-        },
-    ]
-    text = _failure_message(failures, stopped={2})
-    assert text.startswith("profiling failed: rank 1 ProcessDied: rank 1 was killed by SIGKILL")
-    assert "rank 0 (RuntimeError)" in text and "rank 2 (stopped)" in text and "\n" not in text
-
-
-def test_cpu_identity_and_missing_gpu_facts_are_not_errors(tmp_path: Path) -> None:
-    text = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
-    assert cpu_identity(text) == ("AMD EPYC 9654 96-Core Processor", "AMD")
-    assert cpu_identity("") == (None, None)
-    assert nvml_facts(0) == {} or "driver_version" in nvml_facts(0)
-    assert infiniband_nics(tmp_path / "absent") == (0, None)
-    port = tmp_path / "mlx5_0" / "ports" / "1"
-    port.mkdir(parents=True)
-    (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
-    assert infiniband_nics(tmp_path) == (1, 50.0)
-
-
-def test_datasheet_match_pairs_gpus_with_stored_profiles_only() -> None:
-    h200 = datasheet_match("NVIDIA H200")
-    assert h200 is not None and h200.name == "h200-sxm-141gb"
-    h100 = datasheet_match("NVIDIA H100 80GB HBM3")
-    assert h100 is not None and h100.name == "h100-sxm-80gb"
-    assert datasheet_match("NVIDIA H100 PCIe") is None  # other peaks than the SXM part
-    assert datasheet_match("AMD EPYC") is None

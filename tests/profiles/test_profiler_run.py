@@ -25,7 +25,7 @@ from profiles.lookup import (
 )
 from profiles.profiler import run as profiler_run
 from profiles.profiler.assemble import RunRecords, fit_profile
-from profiles.profiler.fit import HeldOutError
+from profiles.profiler.fit_validation import HeldOutError
 from profiles.schema import HardwareProfile
 from profiles.store import load_profile, save_profile
 from specs.presets import get_preset

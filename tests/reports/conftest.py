@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from profiles.schema import HardwareProfile
+from profiles.store import load_profile
 from specs import serde
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
@@ -24,6 +26,7 @@ from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.timeline import Timeline, TimelineEvent
+from tests.reports.calibrate_runs import PROFILE
 
 TP, PP, DP, MICROBATCHES = 2, 2, 2, 16
 
@@ -306,3 +309,9 @@ def sample_run() -> SampleRun:
 def write_run() -> Callable[..., Path]:
     """`write_run_files` as a fixture (test modules cannot import conftest)."""
     return write_run_files
+
+
+@pytest.fixture(scope="module")
+def base() -> HardwareProfile:
+    """The stored CPU profile the calibration tests start from (`calibrate_runs.PROFILE`)."""
+    return load_profile(str(PROFILE))

@@ -1,14 +1,14 @@
-"""Calibration (`reports.calibrate`, `reports.calibrate_comm`, `paraplan calibrate`).
+"""Calibration (`reports.calibrate`, `paraplan calibrate`; the collective fits of
+`reports.calibrate_comm`: `test_calibrate_comm.py`).
 
 Synthetic runs: the "measured" timeline is the cost model's own prediction on a profile
 perturbed by known factors, so calibration must recover those factors. The slow test runs
 two real plans with `paraplan execute` on this CPU and checks that a profile fitted on one
 predicts the other better than the profile it started from.
 
-``data/cpu-quick-tiny.json`` is a stored profile of a 2-core CPU VM, written by
-``paraplan profile --quick --nproc 2 --model tiny --out tests/reports/data/cpu-quick-tiny.json``
-(command, date, host and torch version are in its provenance). Its compute figures are CPU
-time of one thread per rank, which is why real runs on a shared host measure slower.
+The runs start from ``data/cpu-quick-tiny.json`` (`tests.reports.calibrate_runs`), whose
+compute figures are CPU time of one thread per rank, which is why real runs on a shared host
+measure slower.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.estimate import estimate_to_json, simulate_plan
-from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
 from paraplan.commands import calibrate as command
 from paraplan.commands import execute as execute_command
@@ -42,64 +40,24 @@ from reports.calibrate import (
     time_scaled,
 )
 from reports.calibrate_comm import (
-    MIN_CALLS,
-    comm_samples,
-    fit_alpha_beta,
-    fit_collectives,
     with_fits,
 )
 from reports.calibrate_phases import timeline_phases
 from reports.run_dir import RunDir, load_run
 from specs import serde
-from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
-from specs.job import TrainingJob
 from specs.plan import ParallelPlan
-from specs.presets import get_preset
 from specs.timeline import Timeline, TimelineEvent
+from tests.reports.calibrate_runs import (
+    PROFILE,
+    dp_all_reduce_call,
+    hand_made_run,
+    synthetic_run,
+    tiny_bundle,
+)
 
-PROFILE = Path(__file__).parent / "data" / "cpu-quick-tiny.json"
 FP32 = {"gemm_dtypes": ["fp32"], "attention_dtypes": ["fp32"]}
-
-
-@pytest.fixture(scope="module")
-def base() -> HardwareProfile:
-    return load_profile(str(PROFILE))
-
-
-def _bundle(plan: ParallelPlan, *, seq: int = 128, batch: int = 8) -> PlanBundle:
-    return PlanBundle(
-        model=get_preset("tiny"),
-        cluster=ClusterSpec(hardware=str(PROFILE), num_gpus=plan.world_size, gpus_per_node=2),
-        job=TrainingJob(seq_length=seq, global_batch_size=batch, precision="fp32"),
-        plan=plan,
-    )
-
-
-def _synthetic_run(
-    folder: Path,
-    bundle: PlanBundle,
-    base: HardwareProfile,
-    truth: HardwareProfile,
-    options: ExecutionOptions = TORCH_OPTIONS,
-) -> RunDir:
-    """A run folder whose measurement is the prediction on ``truth`` (``options``: the
-    framework model, as in `simulate_plan`)."""
-    folder.mkdir(parents=True)
-    b = bundle
-    estimate, predicted = simulate_plan(b.model, b.cluster, b.job, b.plan, base, options=options)
-    actual, measured = simulate_plan(b.model, b.cluster, b.job, b.plan, truth, options=options)
-    assert predicted is not None and measured is not None
-    (folder / "plan.json").write_text(serde.dumps(b))
-    (folder / "estimate.json").write_text(json.dumps(estimate_to_json(estimate)))
-    (folder / "predicted.json").write_text(serde.dumps(predicted))
-    (folder / "measured.json").write_text(
-        serde.dumps(dataclasses.replace(measured, source="measured"))
-    )
-    steps = [actual.iteration_time_s] * 4
-    (folder / "metrics.json").write_text(json.dumps({"iteration_time_s": steps}))
-    return load_run(folder)
 
 
 def _perturbed(base: HardwareProfile, factors: Factors, latency: float, busbw: float):
@@ -136,85 +94,12 @@ def test_memory_scale_past_one_raises_the_bandwidth_peak(base) -> None:
     assert scaled.compute.op_overhead_s == 1e-5
 
 
-# ---- collective fits from measured calls ----------------------------------------------
-
-
-def _call(rank: int, start: float, seconds: float, size: int) -> TimelineEvent:
-    return TimelineEvent(
-        rank=rank,
-        lane="dp",
-        name="dp all_reduce",
-        kind="all_reduce",
-        start_s=start,
-        duration_s=seconds,
-        bytes=size,
-        group="dp-cp",
-    )
-
-
-def _comm_run(events: list[TimelineEvent]) -> RunDir:
-    bundle = _bundle(ParallelPlan(dp=2))
-    empty = Timeline(source="predicted")
-    measured = Timeline(source="measured", events=tuple(events), iteration_time_s=1.0)
-    return RunDir(
-        path=Path("hand-made"),
-        bundle=bundle,
-        estimate={},
-        predicted=empty,
-        measured=measured,
-        metrics=None,
-        candidates=None,
-    )
-
-
-def test_wire_time_is_the_shortest_duration_over_the_group(base) -> None:
-    # Known line: 200 us + bytes / 2 GB/s (all_reduce over 2 ranks: bus factor 1). Each
-    # call has one rank waiting for the other; the waits alternate between ranks.
-    latency_s, busbw = 200e-6, 2.0
-    events, clock = [], 0.0
-    for i, size in enumerate([2**20, 2**22, 2**24] * 3):
-        wire_s = latency_s + size / (busbw * 1e9)
-        waits = (0.0, 3e-3 * (1 + i)) if i % 2 else (5e-3, 0.0)
-        for rank, wait in enumerate(waits):
-            events.append(_call(rank, clock - wait, wire_s + wait, size))
-        clock += 0.1
-    samples = comm_samples(_comm_run(events), base)
-    assert len(samples) == 9 and {s.key for s in samples} == {("all_reduce", 2, "intra")}
-    (fit,) = fit_collectives(base, samples)
-    assert fit.latency_s == pytest.approx(latency_s, rel=1e-6)
-    assert fit.busbw_GBps == pytest.approx(busbw, rel=1e-6)
-
-
-def test_latency_bound_sizes_keep_the_base_bandwidth(base) -> None:
-    fit = collective_fit(base, "all_reduce", 2, "intra")
-    # 4 and 512 bytes are far below the bandwidth range: a slope through them would
-    # extrapolate noise to large messages.
-    points = [(4.0, 3 * fit.latency_s), (512.0, 3.1 * fit.latency_s)]
-    latency_s, busbw = fit_alpha_beta("all_reduce", 2, points, fit)
-    assert busbw == fit.busbw_GBps
-    assert 2.9 * fit.latency_s < latency_s < 3.1 * fit.latency_s
-
-
-def test_one_bandwidth_bound_size_refits_the_bandwidth(base) -> None:
-    fit = collective_fit(base, "all_reduce", 2, "intra")
-    size = 64 * fit.busbw_GBps * 1e9 * fit.latency_s  # transfer = 64 x latency
-    seconds = fit.latency_s + 2 * size / (fit.busbw_GBps * 1e9)
-    latency_s, busbw = fit_alpha_beta("all_reduce", 2, [(size, seconds)], fit)
-    assert latency_s == fit.latency_s
-    assert busbw == pytest.approx(fit.busbw_GBps / 2)
-
-
-def test_too_few_calls_keep_the_profile_fit(base) -> None:
-    events = [_call(0, 0.1 * i, 0.05, 2**20) for i in range(MIN_CALLS - 1)]
-    assert fit_collectives(base, comm_samples(_comm_run(events), base)) == ()
-
-
 # ---- measured targets -----------------------------------------------------------------
 
 
 def test_measured_iteration_is_the_median_of_the_unprofiled_steps(base) -> None:
     run = dataclasses.replace(
-        _comm_run([_call(0, 0.0, 0.01, 4)]),
+        hand_made_run([dp_all_reduce_call(0, 0.0, 0.01, 4)]),
         metrics={"iteration_time_s": [7.7, 0.2, 0.21, 0.19, 0.6, 0.5], "timed_steps": [0, 1, 2, 3]},
     )
     assert measured_iteration_s(run) == pytest.approx(0.205)
@@ -250,13 +135,13 @@ def test_calibration_recovers_known_factors(base, tmp_path: Path) -> None:
     truth = _perturbed(base, Factors(gemm_scale=0.5, op_overhead_s=40e-6), 3.0, 0.5)
     bucketed = ParallelPlan(dp=2, ddp_bucket_size=150_000, overlap_grad_reduce=True)
     plans = [
-        _bundle(ParallelPlan()),
-        _bundle(ParallelPlan(micro_batch_size=4)),
-        _bundle(bucketed, seq=512, batch=4),
+        tiny_bundle(ParallelPlan()),
+        tiny_bundle(ParallelPlan(micro_batch_size=4)),
+        tiny_bundle(bucketed, seq=512, batch=4),
     ]
-    runs = [_synthetic_run(tmp_path / str(i), b, base, truth, options) for i, b in enumerate(plans)]
-    held_bundle = _bundle(ParallelPlan(dp=2), seq=256)
-    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, options)
+    runs = [synthetic_run(tmp_path / str(i), b, base, truth, options) for i, b in enumerate(plans)]
+    held_bundle = tiny_bundle(ParallelPlan(dp=2), seq=256)
+    held = synthetic_run(tmp_path / "held", held_bundle, base, truth, options)
     result = calibrate(base, runs, held_out=[held], options=options)
     f = result.factors
     assert f.gemm_scale == pytest.approx(0.5, rel=0.03)
@@ -278,10 +163,10 @@ def test_calibration_recovers_known_factors(base, tmp_path: Path) -> None:
 def test_calibration_recovers_the_pipeline_send_time(base, tmp_path: Path) -> None:
     options = DEFAULT_OPTIONS
     truth = apply_factors(base, Factors(op_overhead_s=20e-6, p2p_time_scale=4.0), **FP32)
-    plans = [_bundle(ParallelPlan(pp=2)), _bundle(ParallelPlan(micro_batch_size=2))]
-    runs = [_synthetic_run(tmp_path / str(i), b, base, truth, options) for i, b in enumerate(plans)]
-    held_bundle = _bundle(ParallelPlan(pp=2), seq=256)
-    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, options)
+    plans = [tiny_bundle(ParallelPlan(pp=2)), tiny_bundle(ParallelPlan(micro_batch_size=2))]
+    runs = [synthetic_run(tmp_path / str(i), b, base, truth, options) for i, b in enumerate(plans)]
+    held_bundle = tiny_bundle(ParallelPlan(pp=2), seq=256)
+    held = synthetic_run(tmp_path / "held", held_bundle, base, truth, options)
     result = calibrate(base, runs, held_out=[held], options=options)
     assert result.factors.p2p_time_scale == pytest.approx(4.0, rel=0.05)
     assert result.factors.op_overhead_s == pytest.approx(20e-6, rel=0.05)
@@ -291,13 +176,12 @@ def test_calibration_recovers_the_pipeline_send_time(base, tmp_path: Path) -> No
 def test_executor_model_calibration_recovers_one_time_scale(base, tmp_path: Path) -> None:
     # A host 1.4 times slower than when profiled: every compute time of the profile x1.4.
     truth = time_scaled(base, 1.4)
-    plans = [_bundle(ParallelPlan(dp=2)), _bundle(ParallelPlan(pp=2))]
+    plans = [tiny_bundle(ParallelPlan(dp=2)), tiny_bundle(ParallelPlan(pp=2))]
     runs = [
-        _synthetic_run(tmp_path / str(i), b, base, truth, TORCH_OPTIONS)
-        for i, b in enumerate(plans)
+        synthetic_run(tmp_path / str(i), b, base, truth, TORCH_OPTIONS) for i, b in enumerate(plans)
     ]
-    held_bundle = _bundle(ParallelPlan(tp=2, sequence_parallel=True), seq=256)
-    held = _synthetic_run(tmp_path / "held", held_bundle, base, truth, TORCH_OPTIONS)
+    held_bundle = tiny_bundle(ParallelPlan(tp=2, sequence_parallel=True), seq=256)
+    held = synthetic_run(tmp_path / "held", held_bundle, base, truth, TORCH_OPTIONS)
     result = calibrate(base, runs, held_out=[held], options=TORCH_OPTIONS)
     assert result.factors.op_overhead_s == pytest.approx(1.4 * base.compute.op_overhead_s, rel=1e-3)
     assert result.factors.p2p_time_scale == 1.0  # the collectives keep their measured costs
@@ -329,7 +213,7 @@ def test_time_scale_multiplies_every_compute_time_and_no_collective(base) -> Non
 def test_calibrate_needs_runs_with_a_measurement(base, tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="at least one run"):
         calibrate(base, [])
-    run = dataclasses.replace(_comm_run([]), measured=None)
+    run = dataclasses.replace(hand_made_run([]), measured=None)
     with pytest.raises(SpecError, match=r"no measured\.json"):
         calibrate(base, [run])
 
@@ -346,8 +230,8 @@ def _command(*argv: str) -> int:
 def test_command_writes_the_profile_and_prints_both_errors(base, tmp_path: Path, capsys) -> None:
     assert command.NAME == "calibrate" and command.HELP
     truth = apply_factors(base, Factors(gemm_scale=0.7, op_overhead_s=30e-6), **FP32)
-    fit = _synthetic_run(tmp_path / "fit", _bundle(ParallelPlan()), base, truth)
-    held = _synthetic_run(tmp_path / "held", _bundle(ParallelPlan(dp=2)), base, truth)
+    fit = synthetic_run(tmp_path / "fit", tiny_bundle(ParallelPlan()), base, truth)
+    held = synthetic_run(tmp_path / "held", tiny_bundle(ParallelPlan(dp=2)), base, truth)
     out = tmp_path / "cal.json"
     assert _command(str(fit.path), "-o", str(out), "--check", str(held.path)) == 0
     text = capsys.readouterr().out
@@ -359,10 +243,10 @@ def test_command_writes_the_profile_and_prints_both_errors(base, tmp_path: Path,
 
 
 def test_command_fits_runs_of_two_host_speeds_at_one(base, tmp_path: Path, capsys) -> None:
-    plan = _bundle(ParallelPlan())
+    plan = tiny_bundle(ParallelPlan())
     runs = []
     for name, speed in (("fast", 0.5), ("usual", 1.0)):  # the fast spell: half the time
-        run = _synthetic_run(tmp_path / name, plan, base, base)
+        run = synthetic_run(tmp_path / name, plan, base, base)
         steps = [t * speed for t in run.metrics["iteration_time_s"]]
         metrics = {"iteration_time_s": steps, "host_probe_p50_s": 1e-3 * speed}
         (run.path / "metrics.json").write_text(json.dumps(metrics))
@@ -381,7 +265,7 @@ def test_command_fits_runs_of_two_host_speeds_at_one(base, tmp_path: Path, capsy
 
 
 def test_command_refuses_runs_of_different_hardware(base, tmp_path: Path) -> None:
-    run = _synthetic_run(tmp_path / "a", _bundle(ParallelPlan()), base, base)
+    run = synthetic_run(tmp_path / "a", tiny_bundle(ParallelPlan()), base, base)
     other = dataclasses.replace(
         run,
         bundle=dataclasses.replace(
@@ -399,7 +283,7 @@ def test_command_refuses_runs_of_different_hardware(base, tmp_path: Path) -> Non
 def _execute(tmp_path: Path, name: str, plan: ParallelPlan) -> RunDir:
     tmp_path.mkdir(parents=True, exist_ok=True)
     plan_file = tmp_path / f"{name}.json"
-    plan_file.write_text(serde.dumps(_bundle(plan, seq=32)))
+    plan_file.write_text(serde.dumps(tiny_bundle(plan, seq=32)))
     parser = argparse.ArgumentParser(prog="paraplan execute")
     execute_command.add_arguments(parser)
     out = tmp_path / name

@@ -15,7 +15,7 @@ from profiles.store import load_profile, save_profile
 from reports.calibrate import NO_HOST_NOTE, calibrate, time_scaled
 from reports.calibrate_factors import with_backward_scale, with_layer_collective_scale
 from specs.plan import ParallelPlan
-from tests.reports.test_calibrate import PROFILE, _bundle, _synthetic_run
+from tests.reports.calibrate_runs import PROFILE, synthetic_run, tiny_bundle
 
 
 def test_the_fitted_scales_land_in_the_saved_host_section(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ def test_the_fitted_scales_land_in_the_saved_host_section(tmp_path: Path) -> Non
     truth = with_layer_collective_scale(time_scaled(with_backward_scale(base, 0.8), 1.2), 0.7)
     plans = [ParallelPlan(dp=2), ParallelPlan(pp=2, micro_batch_size=2), ParallelPlan(tp=2)]
     runs = [
-        _synthetic_run(tmp_path / str(i), _bundle(p), base, truth, TORCH_OPTIONS)
+        synthetic_run(tmp_path / str(i), tiny_bundle(p), base, truth, TORCH_OPTIONS)
         for i, p in enumerate(plans)
     ]
     result = calibrate(base, runs, options=TORCH_OPTIONS)
@@ -43,7 +43,7 @@ def test_a_profile_without_a_host_section_is_fitted_by_its_time_scale(tmp_path: 
     truth = time_scaled(gpu, 1.25)
     plans = [ParallelPlan(dp=2), ParallelPlan(tp=2)]
     runs = [
-        _synthetic_run(tmp_path / str(i), _bundle(p), gpu, truth, TORCH_OPTIONS)
+        synthetic_run(tmp_path / str(i), tiny_bundle(p), gpu, truth, TORCH_OPTIONS)
         for i, p in enumerate(plans)
     ]
     result = calibrate(gpu, runs, options=TORCH_OPTIONS)

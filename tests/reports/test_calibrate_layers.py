@@ -18,16 +18,11 @@ from reports.calibrate_factors import with_layer_collective_scale
 from reports.calibrate_layers import has_layer_collectives
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
-from tests.reports.test_calibrate import PROFILE, _bundle, _synthetic_run
-
-
-@pytest.fixture(scope="module")
-def base() -> HardwareProfile:
-    return load_profile(str(PROFILE))
+from tests.reports.calibrate_runs import synthetic_run, tiny_bundle
 
 
 def _breakdown(profile: HardwareProfile, plan: ParallelPlan):
-    b = _bundle(plan)
+    b = tiny_bundle(plan)
     estimate, _ = simulate_plan(
         b.model, b.cluster, b.job, b.plan, profile, options=TORCH_OPTIONS, timeline=False
     )
@@ -74,7 +69,7 @@ def test_plans_without_layer_collectives_do_not_move(base) -> None:
 
 def _runs(tmp_path: Path, base, truth, plans) -> list:
     return [
-        _synthetic_run(tmp_path / f"run{i}", _bundle(p), base, truth, TORCH_OPTIONS)
+        synthetic_run(tmp_path / f"run{i}", tiny_bundle(p), base, truth, TORCH_OPTIONS)
         for i, p in enumerate(plans)
     ]
 

@@ -25,12 +25,7 @@ from reports.calibrate_time import (
 )
 from specs.errors import SpecError
 from specs.plan import ParallelPlan
-from tests.reports.test_calibrate import PROFILE, _bundle, _synthetic_run
-
-
-@pytest.fixture(scope="module")
-def base() -> HardwareProfile:
-    return load_profile(str(PROFILE))
+from tests.reports.calibrate_runs import synthetic_run, tiny_bundle
 
 
 def test_a_measured_profile_has_a_backward_scale_of_one_in_its_host_section(base) -> None:
@@ -67,7 +62,7 @@ def test_the_fitted_scale_is_the_geometric_mean_within_bounds() -> None:
 
 
 def test_the_backward_scale_prices_the_backward_alone(base) -> None:
-    bundle = _bundle(ParallelPlan(dp=2, recompute="full"))
+    bundle = tiny_bundle(ParallelPlan(dp=2, recompute="full"))
     b = bundle
 
     def breakdown(profile: HardwareProfile):
@@ -92,7 +87,7 @@ def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_pa
         ParallelPlan(tp=2),  # its passes hold collectives: fitted for k, not for the split
     ]
     runs = [
-        _synthetic_run(tmp_path / str(i), _bundle(p), base, truth, TORCH_OPTIONS)
+        synthetic_run(tmp_path / str(i), tiny_bundle(p), base, truth, TORCH_OPTIONS)
         for i, p in enumerate(plans)
     ]
     result = calibrate(base, runs, options=TORCH_OPTIONS)
@@ -108,7 +103,9 @@ def test_executor_calibration_recovers_the_split_and_the_time_scale(base, tmp_pa
 
 def test_without_a_run_to_read_the_split_from_the_scale_is_kept(base, tmp_path: Path) -> None:
     truth = time_scaled(base, 1.2)
-    run = _synthetic_run(tmp_path / "tp", _bundle(ParallelPlan(tp=2)), base, truth, TORCH_OPTIONS)
+    run = synthetic_run(
+        tmp_path / "tp", tiny_bundle(ParallelPlan(tp=2)), base, truth, TORCH_OPTIONS
+    )
     result = calibrate(with_backward_scale(base, 0.9), [run], options=TORCH_OPTIONS)
     assert result.profile.host.backward_scale == 0.9
     assert any("backward scale kept at 0.9" in n for n in result.profile.provenance.notes)
@@ -117,12 +114,18 @@ def test_without_a_run_to_read_the_split_from_the_scale_is_kept(base, tmp_path: 
 def test_a_time_scale_stopped_at_its_bound_is_said(base, tmp_path: Path) -> None:
     # a host 8 times slower than its profile: k stops at 5 and the fit once said nothing
     truth = time_scaled(base, 8.0)
-    run = _synthetic_run(tmp_path / "dp", _bundle(ParallelPlan(dp=2)), base, truth, TORCH_OPTIONS)
+    run = synthetic_run(
+        tmp_path / "dp", tiny_bundle(ParallelPlan(dp=2)), base, truth, TORCH_OPTIONS
+    )
     result = calibrate(base, [run], options=TORCH_OPTIONS)
     assert len(result.warnings) == 1 and "stopped at its bound x5" in result.warnings[0]
     assert result.warnings[0] in result.profile.provenance.notes
-    inside = _synthetic_run(
-        tmp_path / "ok", _bundle(ParallelPlan(dp=2)), base, time_scaled(base, 1.5), TORCH_OPTIONS
+    inside = synthetic_run(
+        tmp_path / "ok",
+        tiny_bundle(ParallelPlan(dp=2)),
+        base,
+        time_scaled(base, 1.5),
+        TORCH_OPTIONS,
     )
     assert calibrate(base, [inside], options=TORCH_OPTIONS).warnings == ()
     assert scale_at_bound(SCALE_BOUNDS[0]) is not None and scale_at_bound(1.0) is None

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from specs.attention_params import attention_params
 from specs.errors import SpecError
 from specs.gdn_checks import EXECUTOR_GATE_RULE, executor_gate_refusal, has_gdn
 from specs.hybrid_checks import executor_hybrid_refusal
 from specs.layer_kinds import HYBRID_SYMBOLS, LayerKind, parse_hybrid_pattern
 from specs.mixer_params import gdn_mixer_params
-from specs.params import attention_params, count_params
+from specs.params import count_params
 from specs.presets import get_preset
 
 QWEN3_NEXT = "qwen3-next-80b-a3b"

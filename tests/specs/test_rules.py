@@ -23,7 +23,8 @@ from specs.rules import (
     rule_by_id,
     rule_ids,
 )
-from tests.specs.rule_cases import CASES, CLUSTER, JOB, LLAMA, MIXTRAL, PLAN, Case, Change, Specs
+from tests.specs.rule_cases import CASES
+from tests.specs.rule_specs import CLUSTER, JOB, LLAMA, MIXTRAL, PLAN, Case, Change, Specs
 
 
 def test_cases_cover_every_rule() -> None:

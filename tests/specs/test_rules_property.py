@@ -14,7 +14,7 @@ from specs.layout import RankLayout
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules import check_plan, rule_ids
-from tests.specs.rule_cases import Specs
+from tests.specs.rule_specs import Specs
 
 
 def _rarely(draw: st.DrawFn, usual: Any, odd: Any) -> Any:

@@ -55,11 +55,11 @@ from costmodel.runtimes.megatron.unfused_costs import rope_time_s
 from costmodel.runtimes.megatron.userbuffers import Shape
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
+from specs.attention_params import mla_head_dims
 from specs.finetune import has_adapter
 from specs.job import TrainingJob
 from specs.kv_sharding import kv_sub_sharded
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
 from specs.plan import ParallelPlan
 
 

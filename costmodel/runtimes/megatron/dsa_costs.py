@@ -45,8 +45,8 @@ from costmodel.dsa_work import (
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
 from profiles.lookup import gemm_efficiency, peak_flops
 from profiles.schema import HardwareProfile
+from specs.attention_params import mla_head_dims
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
 
 
 def dsa_gathered_width(model: ModelSpec) -> float:

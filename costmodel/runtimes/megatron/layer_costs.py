@@ -13,7 +13,7 @@ factor), the probs all-to-all, the token-count all-gather, plus an all-gather /
 reduce-scatter over expert TP when etp > 1; all exposed. Router, permutations and the
 expert GEMMs: `costmodel.runtimes.megatron.moe_costs`; the host floor of a MoE layer
 pass (`ExecutionOptions.moe_host_launch_s`, `ExecutionOptions.moe_expert_launch_s`):
-`costmodel.runtimes.megatron.moe_launches`;
+`costmodel.runtimes.megatron.moe_host_floor`, from `costmodel.runtimes.megatron.moe_launches`;
 the fitted device time per token no priced kernel accounts for
 (`ExecutionOptions.moe_token_device_s`): `moe_experts.unattributed_device_s`;
 a LoRA job's adapters (its base blocks frozen):
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.compute import LOW_PRECISION_GEMM_DTYPES
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import ZERO, CommGroups, PassCost
@@ -52,16 +51,9 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
     a2a_paired_fraction,
     flex_comm_sm_share,
 )
-from costmodel.runtimes.megatron.moe_costs import moe_shape, routed_experts
-from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s, unattributed_device_s
-from costmodel.runtimes.megatron.moe_latent import latent_launches
-from costmodel.runtimes.megatron.moe_launches import (
-    WHOLE_MOE_SCOPES,
-    captured_moe_launches,
-    host_bound_s,
-    moe_host_launches,
-    pre_sync_launches,
-)
+from costmodel.runtimes.megatron.moe_costs import routed_experts
+from costmodel.runtimes.megatron.moe_experts import unattributed_device_s
+from costmodel.runtimes.megatron.moe_host_floor import moe_host_floor
 from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, selective_rerun
 from costmodel.runtimes.megatron.shared_gate_costs import shared_expert_gate_s
 from costmodel.runtimes.megatron.userbuffers import sm_count
@@ -153,7 +145,7 @@ def layer_passes(
         )
         forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
     if kind.is_moe:
-        host_f, host_b = _moe_host_floor(
+        host_f, host_b = moe_host_floor(
             model, plan, x, forward, backward, options, ffn.routed_forward_s
         )
         forward, backward = forward.plus(host_f), backward.plus(host_b)
@@ -345,66 +337,3 @@ def layer_cost(
     """
     passes = layer_passes(model, job, plan, profile, kind=kind, groups=groups, options=options)
     return layer_cost_from_passes(model, job, plan, profile, passes, kind=kind, options=options)
-
-
-def _moe_host_floor(
-    model: ModelSpec,
-    plan: ParallelPlan,
-    x: LayerShape,
-    forward: PassCost,
-    backward: PassCost,
-    options: ExecutionOptions,
-    routed_forward_s: float,
-) -> tuple[PassCost, PassCost]:
-    """Host-bound time a MoE layer adds per pass: its launches
-    (`moe_launches.moe_host_launches`), the Python-level ones at
-    `ExecutionOptions.moe_host_launch_s` each and those Transformer Engine issues per local
-    expert from C++ at `ExecutionOptions.moe_expert_launch_s` each
-    (`moe_launches.MoeLaunches.host_s`), against the whole layer's kernels and exposed
-    communication. Launches inside CUDA-graph-captured scopes
-    (`ExecutionOptions.cuda_graph_scopes`, `moe_launches.captured_moe_launches`) cost no
-    host time. Dropless routing (no capacity factor) synchronizes the stream once per
-    forward on the received token counts: the device then waits one Python-level launch for
-    the next kernel, and the launches after the router and the dispatch preprocessing
-    (`moe_launches.pre_sync_launches`, by `ExecutionOptions.moe_dispatcher`) hide only
-    behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
-    combine; its router kernels, which run before the synchronization, are a small part:
-    `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
-    does not synchronize (`moe_launches.host_bound_s`). A latent MoE layer adds its
-    projections' launches (`moe_latent.latent_launches`, Python-level)."""
-    python_s, expert_s = options.moe_host_launch_s, options.moe_expert_launch_s
-    local = moe_shape(model, plan, x.norm_tokens).local_experts
-    fused = options.moe_fused_grouped_mlp
-    scopes, disp = options.cuda_graph_scopes, options.moe_dispatcher
-    launches = {
-        d: moe_host_launches(
-            local,
-            x.dtype in LOW_PRECISION_GEMM_DTYPES,  # NVFP4 experts launch what FP8 ones do
-            d,
-            fused_mlp=fused,
-            dispatcher=disp,
-            biased=model.add_bias_linear,
-        )
-        for d in ("forward", "backward")
-    }
-    eager = {d: n.minus(captured_moe_launches(scopes, n, disp)) for d, n in launches.items()}
-    latent = latent_launches(model, x.dtype in LOW_PRECISION_GEMM_DTYPES, scopes)
-    host_f = eager["forward"].host_s(python_s, expert_s)
-    host_f += (latent.forward - latent.captured_forward) * python_s
-    host_b = eager["backward"].host_s(python_s, expert_s)
-    host_b += (latent.backward - latent.captured_backward) * python_s
-    dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
-    extra_f = host_bound_s(forward.duration_s, host_f)
-    if dropless:
-        after = launches["forward"]
-        post_sync = max(after.python - pre_sync_launches(disp), 0) * python_s
-        post_sync += after.expert * expert_s + (latent.forward - latent.pre_sync) * python_s
-        extra_f = forward_host_floor_s(
-            layer_gpu_s=forward.duration_s,
-            post_sync_gpu_s=min(routed_forward_s, forward.duration_s),
-            host_s=host_f,
-            post_sync_host_s=post_sync,
-        )
-        extra_f += python_s
-    extra_b = host_bound_s(backward.duration_s, host_b)
-    return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)

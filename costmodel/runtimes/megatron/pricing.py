@@ -50,8 +50,7 @@ from __future__ import annotations
 
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
-from costmodel.bf16_layer_rules import bf16_layer_job
-from costmodel.bf16_layers import bf16_layer_options, bf16_layers
+from costmodel.bf16_layers import bf16_layer_job, bf16_layer_options, bf16_layers
 from costmodel.collectives import collective_time_s, p2p_time_s, pipeline_send_bytes
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS

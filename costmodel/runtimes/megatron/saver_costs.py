@@ -28,10 +28,10 @@ from costmodel.host_link import host_link_Bps
 from costmodel.layer_activations import kind_activations
 from costmodel.passes import ZERO, PassCost
 from profiles.schema import HardwareProfile
+from specs.attention_params import mla_head_dims
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
-from specs.params import mla_head_dims
 from specs.plan import ParallelPlan
 
 

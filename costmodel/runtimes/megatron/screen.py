@@ -42,17 +42,18 @@ import numpy as np
 import pandas as pd
 
 from costmodel import compute as ops
-from costmodel.bf16_layers import bf16_layer_counts, stage_limit
+from costmodel.bf16_layer_rules import bf16_layer_counts, stage_limit
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from costmodel.flops import job_model_flops_per_iteration
+from costmodel.iteration_flops import job_model_flops_per_iteration
 from costmodel.memory_allowances import GiB
 from costmodel.optimizer_muon import is_muon
 from costmodel.plan_frame import SPLIT_COLUMNS, per_distinct_row
 from costmodel.rank_params import shared_word_embedding
+from costmodel.runtimes.megatron.screen_activations import activation_columns
 from costmodel.runtimes.megatron.screen_memory import memory_bytes
 from costmodel.runtimes.megatron.screen_muon import muon_columns
-from costmodel.runtimes.megatron.screen_parts import SAVER_KEY, activation_columns, priced_parts
+from costmodel.runtimes.megatron.screen_parts import SAVER_KEY, priced_parts
 from costmodel.runtimes.megatron.screen_pipeline import (
     accumulation_s,
     pipeline_s,
@@ -117,7 +118,7 @@ def _runnable(
     """Rows with a microbatch, an interleaved count of microbatches that is a multiple of
     pp, a valid pipeline split, an allowed precision-aware optimizer and, in an fp8 job,
     no more bf16 layers at either end than Megatron-core takes per stage
-    (`costmodel.bf16_layers.bf16_layer_violations`)."""
+    (`costmodel.bf16_layer_rules.bf16_layer_violations`)."""
     ok = (m >= 1) & ((c["vpp"] == 1) | ((m >= c["pp"]) & (m % c["pp"] == 0)))
     ok &= c["split_ok"].astype(bool)
     ok &= precision_aware_allowed(c, options)

@@ -13,7 +13,7 @@ bytes of one rank, the largest of stage 0, the fullest middle stage and the last
 - activations of the microbatches a stage holds at its peak
   (`costmodel.activations.stage_activations`, the in-flight counts of
   `costmodel.activations.in_flight_chunk_counts` in closed form), from the per-microbatch
-  activation columns of `costmodel.runtimes.megatron.screen_parts.activation_columns`;
+  activation columns of `costmodel.runtimes.megatron.screen_activations.activation_columns`;
 - communication buffers (pipeline boundaries, TP and MoE exchange, the distributed
   optimizer's padded buckets) and the framework allowance
   (`costmodel.memory_allowances.FrameworkAllowance`); with

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel.flops import model_flops_per_iteration
 from costmodel.iteration import simulate_iteration
+from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.memory_allowances import GiB
 from costmodel.plan_frame import row_plan
 from costmodel.runtime import RuntimeModel
