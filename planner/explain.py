@@ -31,7 +31,7 @@ from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params
 from specs.plan import ParallelPlan
-from specs.rules import check_plan
+from specs.rules import check_plan, rule_ids
 from specs.rules_base import divisors
 
 PHASE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -67,6 +67,16 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
+def _most_rejections_first(rejected: dict[str, int]) -> list[tuple[str, int]]:
+    """(rule id, count) pairs, the most rejections first; a tie in `specs.rules.RULES`'
+    check order, so that a rule a pinned knob breaks (tp 3 against 256 GPUs:
+    world_size_matches, heads_divisible_by_tp) comes before the one it causes (dp = 85 not
+    dividing the batch: global_batch_divisible_by_mbs_dp), and its fix is the one named;
+    the search's own reasons (memory, the time bound) after the rules."""
+    order = {rule_id: i for i, rule_id in enumerate(rule_ids())}
+    return sorted(rejected.items(), key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0]))
+
+
 def rejection_lines(result: SearchResult) -> list[str]:
     """Candidates enumerated, screened and rejected per rule and by memory."""
     slower = result.rejected.get(BOUND_REJECTION, 0)
@@ -81,7 +91,7 @@ def rejection_lines(result: SearchResult) -> list[str]:
         f"{gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), {skipped}"
         f"{_count(result.num_simulated)} simulated."
     ]
-    ordered = sorted(((k, v) for k, v in result.rejected.items() if v), key=lambda kv: -kv[1])
+    ordered = _most_rejections_first({k: v for k, v in result.rejected.items() if v})
     if ordered:
         lines.append("Rejected: " + " · ".join(f"{k} {_count(v)}" for k, v in ordered))
         for rule_id, _ in ordered[:3]:
@@ -375,9 +385,8 @@ def no_plan_reason(result: SearchResult) -> str:
         )
     if result.num_valid > 0:
         return f"No plan fits in {gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs."
-    ordered = sorted(
-        ((k, v) for k, v in result.rejected.items() if v and k != MEMORY_REJECTION),
-        key=lambda kv: (-kv[1], kv[0]),
+    ordered = _most_rejections_first(
+        {k: v for k, v in result.rejected.items() if v and k != MEMORY_REJECTION}
     )
     if not ordered:
         return f"No candidate plan exists on {gpus} GPUs for this search space."

@@ -80,3 +80,19 @@ def test_estimate_of_a_plan_over_memory_names_the_overshoot_and_changes_that_fit
 def test_estimate_of_a_plan_that_fits_prints_no_overshoot(capsys) -> None:
     code, out, _ = run_cli(capsys, "estimate", *TINY_MOE, "--tp", "1")
     assert code == 0 and "does not fit" not in out
+
+
+def test_plan_with_a_pinned_tp_names_the_rule_it_breaks_not_the_batch_it_causes(capsys) -> None:
+    # tp 3 on 8 GPUs leaves dp = 2, which does not divide the batch of 9 either: every
+    # candidate broke four rules and the headline named the alphabetically first,
+    # global_batch_divisible_by_mbs_dp, whose fix (another batch) does not help
+    argv = ["--model", "tiny", "--num-gpus", "8", "--seq-len", "512", "--global-batch", "9"]
+    code, out, _ = run_cli(capsys, "plan", *argv, "--tp", "3", "--max-mbs", "1")
+    first = out.splitlines()[0]
+    assert code == 1 and "global_batch_divisible_by_mbs_dp" not in first
+    assert first.startswith(
+        "No plan passes the rules on 8 GPUs: every candidate breaks world_size_matches: tp (3)"
+    )
+    assert "choose tp, pp, cp whose product is in {1, 2, 4, 8}" in first
+    rejected = next(line for line in out.splitlines() if line.startswith("Rejected: "))
+    assert rejected.index("world_size_matches") < rejected.index("global_batch_divisible")
