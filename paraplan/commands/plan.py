@@ -49,7 +49,7 @@ from paraplan.fp8_args import check_fp8_flags
 from paraplan.lora_args import lora_line
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.packing_line import packing_json, packing_line
-from paraplan.plan_args import add_split_args, module_list
+from paraplan.plan_args import add_split_args, module_list, recompute_method
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import refuse_scopes_the_model_lacks
 from paraplan.time_assumptions import time_assumptions
@@ -222,6 +222,9 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
     """The search space: fixed knobs from the flags that were given."""
     from planner.space import SearchSpace
 
+    # a method beside none or selective recompute (--recompute-modules implies it) is refused
+    selective = "selective" if args.recompute_modules is not None else None
+    recompute_method(args.recompute or selective, args.recompute_method)
     fixed = {
         field: getattr(args, dest)
         for dest, field in KNOB_FLAGS.items()

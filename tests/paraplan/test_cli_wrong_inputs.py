@@ -96,3 +96,32 @@ def test_plan_with_a_pinned_tp_names_the_rule_it_breaks_not_the_batch_it_causes(
     assert "choose tp, pp, cp whose product is in {1, 2, 4, 8}" in first
     rejected = next(line for line in out.splitlines() if line.startswith("Rejected: "))
     assert rejected.index("world_size_matches") < rejected.index("global_batch_divisible")
+
+
+@pytest.mark.parametrize(
+    ("command", "recompute"),
+    [
+        ("estimate", ["--recompute", "selective"]),
+        ("check", []),  # no recompute
+        ("plan", ["--recompute-modules", "core_attn"]),  # selective, implied
+    ],
+)
+def test_a_recompute_method_without_full_recompute_is_refused(
+    capsys, command: str, recompute: list[str]
+) -> None:
+    # Megatron-LM's validate_args asserts recompute_method is None under selective
+    # recompute; the method was taken and dropped without a word
+    degrees = ["--tp", "1"] if command != "plan" else []
+    argv = [command, *TINY_MOE, *degrees, *recompute, "--recompute-method", "block"]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2 and not out
+    assert err.startswith(
+        f"paraplan {command}: error: --recompute-method block applies to --recompute full only"
+    )
+    assert "give --recompute full, or drop --recompute-method" in err
+
+
+def test_a_recompute_method_with_full_recompute_is_priced(capsys) -> None:
+    argv = [*TINY_MOE, "--tp", "1", "--recompute", "full", "--recompute-method", "block"]
+    code, out, _ = run_cli(capsys, "estimate", *argv, "--json")
+    assert code == 0 and '"iteration_time_s"' in out
