@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,7 @@ from paraplan.commands.plan_sizing import run_sizing
 from paraplan.flags import spellings
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.lora_args import lora_line
+from paraplan.nodes import partial_nodes_problem
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.packing_line import packing_json, packing_line
 from paraplan.plan_args import add_split_args, module_list, recompute_method
@@ -309,6 +311,11 @@ def _run_search(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(
         hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
     )
+    per_node = args.gpus_per_node or profile.topology.gpus_per_node
+    partial = partial_nodes_problem(args.num_gpus, per_node)
+    if partial is not None:  # priced as asked; `export --to megatron` will refuse it
+        refusal = "`paraplan export --to megatron` refuses such a plan"
+        sys.stderr.write(f"paraplan plan: note: {partial} ({refusal})\n")
     space = space_from_args(args)
     from planner.explain import explain
     from planner.search import search_plans

@@ -125,3 +125,16 @@ def test_a_recompute_method_with_full_recompute_is_priced(capsys) -> None:
     argv = [*TINY_MOE, "--tp", "1", "--recompute", "full", "--recompute-method", "block"]
     code, out, _ = run_cli(capsys, "estimate", *argv, "--json")
     assert code == 0 and '"iteration_time_s"' in out
+
+
+def test_plan_on_gpus_that_fill_no_whole_nodes_says_export_will_refuse(capsys) -> None:
+    # 12 GPUs on 8-GPU nodes: the search priced them without a word, and only
+    # `paraplan export --to megatron` of the pick said that torchrun cannot launch them
+    argv = ["--model", "tiny", "--num-gpus", "12", "--seq-len", "512", "--global-batch", "12"]
+    code, out, err = run_cli(capsys, "plan", *argv, "--max-mbs", "1", "--top", "1")
+    assert code == 0 and "Best: " in out
+    note = next(line for line in err.splitlines() if line.startswith("paraplan plan: note: "))
+    assert "12 GPUs do not fill whole nodes of 8 GPUs" in note
+    assert "give --gpus-per-node 6" in note and "`paraplan export --to megatron` refuses" in note
+    code, _, err = run_cli(capsys, "plan", *TINY_MOE, "--max-mbs", "1", "--top", "1")
+    assert code == 0 and "note:" not in err
