@@ -75,10 +75,11 @@ def check_precision_device(precision: str, profile: HardwareProfile) -> None:
     later); Hopper, Ampere and CDNA 3 have none."""
     peaks = profile.device.peak_tflops
     if precision == "nvfp4" and "fp4" not in peaks:
+        other = "fp8" if "fp8" in peaks else "bf16"  # a device without FP8 (A100) too
         raise SpecError(
             f"[{NVFP4_DEVICE_RULE}] precision nvfp4 needs FP4 tensor cores; profile "
-            f"{profile.name} lists peaks for {', '.join(sorted(peaks))}: use --precision fp8 "
-            "or a Blackwell profile (b200, gb200-nvl72, b300, gb300-nvl72)"
+            f"{profile.name} lists peaks for {', '.join(sorted(peaks))}: use --precision "
+            f"{other} or a Blackwell profile (b200, gb200-nvl72, b300, gb300-nvl72)"
         )
 
 

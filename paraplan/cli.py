@@ -11,7 +11,9 @@ is loaded only when that subcommand runs; `paraplan --help` and `paraplan --vers
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import itertools
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -25,11 +27,38 @@ PROG = "paraplan"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit code 2."""
+    """argparse that reports usage errors as one line and exit code 2; a subcommand's
+    parser names a flag it does not take before any other error (argparse would first
+    report the required flag that a misspelt one was meant to give)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if args is not None and self._subparsers is None:
+            unknown = unknown_flags(self, args)
+            if unknown:
+                self.error(
+                    f"unrecognized arguments: {', '.join(unknown)} "
+                    f"(`{self.prog} --help` lists the flags)"
+                )
+        return super().parse_known_args(args, namespace)
+
+
+def unknown_flags(parser: argparse.ArgumentParser, args: Sequence[str]) -> list[str]:
+    """The ``--flag`` options of ``args`` that no flag of ``parser`` starts with (argparse
+    takes a unique prefix of a flag), each with the closest flag where one is close:
+    ``--global-bach (did you mean --global-batch?)``. Arguments after ``--`` are values."""
+    flags = [s for action in parser._actions for s in action.option_strings]
+    unknown = []
+    for arg in itertools.takewhile(lambda a: a != "--", args):
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or any(f.startswith(name) for f in flags):
+            continue
+        close = difflib.get_close_matches(name, flags, n=1, cutoff=0.8)
+        unknown.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
+    return unknown
 
 
 class _VersionAction(argparse.Action):
@@ -100,3 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
         return 130
+
+
+if __name__ == "__main__":  # `python -m paraplan.cli` runs the command line as `python -m paraplan`
+    raise SystemExit(main())

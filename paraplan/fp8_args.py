@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 
+from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
@@ -100,7 +101,11 @@ FP8_PARAM_RULE = "fp8_param_gather_needs_distributed_optimizer"
 
 def check_fp8_device(job: TrainingJob, profile: HardwareProfile) -> None:
     """`SpecError` for an fp8 job on a profile without an fp8 GEMM curve: a device without
-    FP8 tensor cores (Transformer Engine needs compute capability 8.9 or later for FP8)."""
+    FP8 tensor cores (Transformer Engine needs compute capability 8.9 or later for FP8);
+    for an nvfp4 job on a device without FP4 tensor cores, the cost model's rule
+    (`costmodel.compute.check_precision_device`), so that `check` and `plan` refuse it
+    before any search as `estimate` does."""
+    check_precision_device(job.precision, profile)
     curves = profile.compute.gemm_efficiency
     if job.precision == "fp8" and "fp8" not in curves:
         raise SpecError(

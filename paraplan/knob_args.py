@@ -9,7 +9,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from paraplan.flags import spellings
-from paraplan.plan_args import add_split_args, module_list
+from paraplan.plan_args import add_split_args, module_list, recompute_method
 from paraplan.vpp_args import layers_per_virtual_stage_vpp
 
 if TYPE_CHECKING:
@@ -116,6 +116,9 @@ def space_from_args(args: argparse.Namespace) -> SearchSpace:
     """The search space: fixed knobs from the flags that were given."""
     from planner.space import SearchSpace
 
+    # a method beside none or selective recompute (--recompute-modules implies it) is refused
+    selective = "selective" if args.recompute_modules is not None else None
+    recompute_method(args.recompute or selective, args.recompute_method)
     fixed = {
         field: getattr(args, dest)
         for dest, field in KNOB_FLAGS.items()

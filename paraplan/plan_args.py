@@ -15,6 +15,7 @@ from typing import Any
 from paraplan.flags import spellings
 from paraplan.vpp_args import add_layers_per_virtual_stage_arg, layers_per_virtual_stage_vpp
 from specs import ParallelPlan
+from specs.errors import SpecError
 from specs.pipeline_layout import layout_vpp
 
 
@@ -76,7 +77,7 @@ def add_saver_args(g: argparse._ArgumentGroup) -> None:
     g.add_argument(
         "--recompute-method",
         choices=("uniform", "block"),
-        default="uniform",
+        default=None,
         help="with --recompute full: Megatron's --recompute-method, uniform (recompute groups "
         "of --recompute-num-layers layers) or block (the first --recompute-num-layers layers "
         "of each chunk); default uniform",
@@ -174,7 +175,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         "sequence_parallel": args.sp,
         "recompute": args.recompute,
         "recompute_num_layers": args.recompute_num_layers,
-        "recompute_method": args.recompute_method,
+        "recompute_method": recompute_method(args.recompute, args.recompute_method),
         **saver_fields(args),
         "distributed_optimizer": args.dist_opt,
         "ddp_bucket_size": args.bucket_size,
@@ -189,6 +190,20 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
         **megatron_fsdp_fields(args),
     }
     return ParallelPlan.for_world(args.num_gpus, **degrees)
+
+
+def recompute_method(recompute: str | None, method: str | None) -> str:
+    """``--recompute-method`` as given, else ``uniform``. `SpecError` when it is given with
+    a ``--recompute`` other than ``full``: Megatron-LM's `validate_args` asserts
+    ``recompute_method is None`` under selective recompute, and without recompute the
+    method changes nothing, so either way the flag asks for what the plan does not do."""
+    if method is not None and recompute not in (None, "full"):
+        raise SpecError(
+            f"--recompute-method {method} applies to --recompute full only, got --recompute "
+            f"{recompute} (Megatron-LM asserts no recompute method under selective "
+            "recompute): give --recompute full, or drop --recompute-method"
+        )
+    return method or "uniform"
 
 
 def vpp_from_args(args: argparse.Namespace) -> int:

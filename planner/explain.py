@@ -20,7 +20,7 @@ from __future__ import annotations
 from costmodel.estimate import Estimate
 from planner.explain_fit import (
     MODEL_STATE_BYTES_PER_PARAM,
-    fit_suggestions,
+    fit_suggestion_lines,
     min_gpus_for_model_state,
 )
 from planner.ranking import RANK_TOLERANCE
@@ -28,6 +28,7 @@ from planner.search_result import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan,
 from planner.space import KNOBS
 from specs.formats import ROUNDING_FRACTION, gib, percent, shown_seconds
 from specs.plan import ParallelPlan
+from specs.rules import rule_ids
 
 PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "bubble": ("bubble_s",),
@@ -50,6 +51,16 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
+def _most_rejections_first(rejected: dict[str, int]) -> list[tuple[str, int]]:
+    """(rule id, count) pairs, the most rejections first; a tie in `specs.rules.RULES`'
+    check order, so that a rule a pinned knob breaks (tp 3 against 256 GPUs:
+    world_size_matches, heads_divisible_by_tp) comes before the one it causes (dp = 85 not
+    dividing the batch: global_batch_divisible_by_mbs_dp), and its fix is the one named;
+    the search's own reasons (memory, the time bound) after the rules."""
+    order = {rule_id: i for i, rule_id in enumerate(rule_ids())}
+    return sorted(rejected.items(), key=lambda kv: (-kv[1], order.get(kv[0], len(order)), kv[0]))
+
+
 def rejection_lines(result: SearchResult) -> list[str]:
     """Candidates enumerated, screened and rejected per rule and by memory."""
     slower = result.rejected.get(BOUND_REJECTION, 0)
@@ -64,7 +75,7 @@ def rejection_lines(result: SearchResult) -> list[str]:
         f"{gib(limit)} ({1 - result.memory_headroom:.0%} of device memory), {skipped}"
         f"{_count(result.num_simulated)} simulated."
     ]
-    ordered = sorted(((k, v) for k, v in result.rejected.items() if v), key=lambda kv: -kv[1])
+    ordered = _most_rejections_first({k: v for k, v in result.rejected.items() if v})
     if ordered:
         lines.append("Rejected: " + " · ".join(f"{k} {_count(v)}" for k, v in ordered))
         for rule_id, _ in ordered[:3]:
@@ -216,9 +227,8 @@ def no_plan_reason(result: SearchResult) -> str:
         )
     if result.num_valid > 0:
         return f"No plan fits in {gib(result.memory_limit_bytes)} per GPU on {gpus} GPUs."
-    ordered = sorted(
-        ((k, v) for k, v in result.rejected.items() if v and k != MEMORY_REJECTION),
-        key=lambda kv: (-kv[1], kv[0]),
+    ordered = _most_rejections_first(
+        {k: v for k, v in result.rejected.items() if v and k != MEMORY_REJECTION}
     )
     if not ordered:
         return f"No candidate plan exists on {gpus} GPUs for this search space."
@@ -244,10 +254,7 @@ def no_fit_lines(result: SearchResult, limit: int = 3) -> list[str]:
     for ranked in result.closest[:limit]:
         peak = ranked.estimate.peak_memory_bytes
         lines.append(f"  {ranked.plan.label()}: {gib(peak)} ({gib(peak - cap)} over)")
-        suggestions = fit_suggestions(result.model, result.cluster, result.job, ranked.plan, cap)
-        for s in suggestions[:4]:
-            verdict = "fits" if s.fits else "still over"
-            lines.append(f"    - {s.change}: {gib(s.peak_memory_bytes)} ({verdict})")
+        lines += fit_suggestion_lines(result.model, result.cluster, result.job, ranked.plan, cap)
     floor = min_gpus_for_model_state(result.model, result.job, cap)
     if floor > result.cluster.num_gpus:
         lines.append(

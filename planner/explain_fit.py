@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from costmodel.memory import peak_memory_bytes
 from specs.cluster import ClusterSpec
+from specs.formats import gib
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.params import count_params
@@ -65,6 +66,20 @@ def _deeper_pipelines(
     return out
 
 
+def _wider_context(
+    plan: ParallelPlan, gpus: int, limit: int = 3
+) -> list[tuple[str, dict[str, object], int]]:
+    """More context-parallel ranks: cp doubled up to ``limit`` times on proportionally more
+    GPUs, dp kept. Each rank holds seq_length / (tp·cp) tokens of every activation
+    (megatron-facts.md §7.1), so at long sequences, where activations dominate and
+    recompute has already cut them to a layer's input, cp is the change that shrinks them;
+    `check_plan` judges the sequence's divisibility by 2·cp."""
+    return [
+        (f"cp={plan.cp * 2**k} on {gpus * 2**k} GPUs", {"cp": plan.cp * 2**k}, gpus * 2**k)
+        for k in range(1, limit + 1)
+    ]
+
+
 def _variants(
     plan: ParallelPlan, num_layers: int, gpus: int
 ) -> list[tuple[str, ParallelPlan, int]]:
@@ -105,7 +120,9 @@ def _variants(
         "sequence_parallel": plan.tp > 1,
         "micro_batch_size": 1,
     }
-    for change, deeper, need in _deeper_pipelines(plan, num_layers, gpus):
+    for change, deeper, need in _deeper_pipelines(plan, num_layers, gpus) + _wider_context(
+        plan, gpus
+    ):
         plain, saving = plan.replace(**deeper), plan.replace(**deeper, **savers)
         out.append((change, plain, need))
         if saving != plain:
@@ -141,3 +158,19 @@ def fit_suggestions(
     for suggestion in fitting + over:
         distinct.setdefault((suggestion.num_gpus, suggestion.peak_memory_bytes), suggestion)
     return list(distinct.values())
+
+
+def fit_suggestion_lines(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    limit: float,
+    count: int = 4,
+) -> list[str]:
+    """The first ``count`` `fit_suggestions` of ``plan``, one indented line each:
+    ``    - cp=16 on 64 GPUs: 44.0 GiB (fits)``."""
+    return [
+        f"    - {s.change}: {gib(s.peak_memory_bytes)} ({'fits' if s.fits else 'still over'})"
+        for s in fit_suggestions(model, cluster, job, plan, limit)[:count]
+    ]

@@ -6,16 +6,37 @@ with a per-module recompute set derived where memory binds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import pandas as pd
 
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.screen import screen_plans
+from planner.pacing import next_chunk_rows
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
+
+
+@dataclass(kw_only=True, slots=True)
+class ScreenChunk:
+    """How `screen_by_micro_batch` prices a batch whose rows are slow to price (the torch
+    runtime's screen prices each row's schedule, 0.1 to over 1 s a row of a 70B model on
+    512 GPUs, so that one group of a few hundred rows takes a minute): in chunks, calling
+    ``report`` with each chunk's row count once it is priced; each next chunk is sized by
+    the last one's rate (`planner.pacing.next_chunk_rows`)."""
+
+    rows: int
+    """Rows of the next chunk (> 0)."""
+    report: Callable[[int], None]
+    """Called with the number of rows just priced."""
+    clock: Callable[[], float]
+    """Seconds, for the chunks' rate."""
+
 
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "peak_memory_bytes")
 """The screened metrics of a row, as `_screen_rows` returns them."""
@@ -49,6 +70,33 @@ def _screen_rows(
     return metrics[columns]
 
 
+def _screen_chunks(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    table: pd.DataFrame,
+    options: ExecutionOptions,
+    chunk: ScreenChunk | None,
+) -> pd.DataFrame:
+    """`_screen_rows` of ``table`` in the chunks of ``chunk``, reporting each (without
+    ``chunk``: at once); a row's metrics depend on that row alone, so the chunks change no
+    figure."""
+    if chunk is None:
+        return _screen_rows(model, cluster, job, profile, table, options)
+    if not len(table):
+        return _screen_rows(model, cluster, job, profile, table, options)
+    parts, start = [], 0
+    while start < len(table):
+        began = chunk.clock()
+        part = table.iloc[start : start + chunk.rows]
+        parts.append(_screen_rows(model, cluster, job, profile, part, options))
+        chunk.report(len(part))
+        chunk.rows = next_chunk_rows(len(part), chunk.clock() - began)
+        start += len(part)
+    return pd.concat(parts, ignore_index=True)
+
+
 def screen_by_micro_batch(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -59,6 +107,7 @@ def screen_by_micro_batch(
     options: ExecutionOptions = DEFAULT_OPTIONS,
     sets: tuple[str, ...] = (),
     first_label: int = 0,
+    chunk: ScreenChunk | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Screened metrics of ``rows`` and of the rows derived from them with a per-module
     recompute set of ``sets`` (`_derive_sets`, labelled from ``first_label`` up), and the
@@ -70,7 +119,8 @@ def screen_by_micro_batch(
     megatron-facts.md §3.2-3.3).
 
     The rows derived at one micro-batch size are screened with the next size's rows: one
-    screen call per size, plus one for the largest size's derived rows."""
+    screen call per size, plus one for the largest size's derived rows; with ``chunk``,
+    each call in chunks of ``chunk.rows`` rows, reported as they are priced."""
     others = [c for c in rows.columns if c != "micro_batch_size"]
     parts: list[pd.DataFrame] = []
     derived: list[pd.DataFrame] = []
@@ -82,7 +132,7 @@ def screen_by_micro_batch(
         if not len(batch) and not len(pending):
             break
         todo = pd.concat([batch, pending])
-        metrics = _screen_rows(model, cluster, job, profile, todo, options)
+        metrics = _screen_chunks(model, cluster, job, profile, todo, options, chunk)
         metrics.index = todo.index
         parts.append(metrics)
         over = metrics.index[(metrics["peak_memory_bytes"] > limit_bytes).to_numpy()]
@@ -95,7 +145,7 @@ def screen_by_micro_batch(
             pending = _without(pending, failed_sets[others].drop_duplicates(), others)
         derived.append(pending)
     if len(pending):
-        metrics = _screen_rows(model, cluster, job, profile, pending, options)
+        metrics = _screen_chunks(model, cluster, job, profile, pending, options, chunk)
         metrics.index = pending.index
         parts.append(metrics)
     made = pd.concat(derived) if derived else rows.iloc[:0]

@@ -117,3 +117,14 @@ def next_round_rows(rows: int, elapsed_s: float) -> int:
         return max(4 * rows, MIN_PACED_ROUND_ROWS)
     paced = rows * ROUND_TARGET_S / elapsed_s
     return int(max(min(paced, 4 * rows), MIN_PACED_ROUND_ROWS))
+
+
+def next_chunk_rows(rows: int, elapsed_s: float) -> int:
+    """Rows for the next chunk of a round of the torch runtime's screen
+    (`planner.micro_batch_screen.ScreenChunk`): as many as the last chunk's rate (``rows``
+    in ``elapsed_s`` seconds) prices in `ROUND_TARGET_S`, at most four times ``rows`` and at
+    least one, so that the progress moves about once a second even where one row takes
+    seconds."""
+    if elapsed_s <= 0:
+        return 4 * rows
+    return int(max(min(rows * ROUND_TARGET_S / elapsed_s, 4 * rows), 1))

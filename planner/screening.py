@@ -22,6 +22,8 @@ rather than pandas merges.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -30,8 +32,13 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.plan_frame import DEFAULT_MODULES
 from costmodel.screen import screen_lower_bounds
 from planner.memory_floor import model_state_floor_bytes, smallest_adam_state_bytes
-from planner.micro_batch_screen import METRIC_COLUMNS, screen_by_micro_batch
-from planner.pacing import FIRST_PACED_ROUND_ROWS, SearchPace, next_round_rows
+from planner.micro_batch_screen import METRIC_COLUMNS, ScreenChunk, screen_by_micro_batch
+from planner.pacing import (
+    FIRST_PACED_ROUND_ROWS,
+    MIN_PACED_ROUND_ROWS,
+    SearchPace,
+    next_round_rows,
+)
 from planner.row_groups import first_occurrences, row_groups
 from planner.space import DEGREE_COLUMNS, PLAN_COLUMNS
 from profiles.schema import HardwareProfile
@@ -178,6 +185,27 @@ def _visit_order(
     return rank, group, False
 
 
+@dataclass(kw_only=True, slots=True)
+class _RoundReport:
+    """The progress of one round of the torch runtime's screen as its chunks are priced
+    (`planner.micro_batch_screen.ScreenChunk`). Rows priced beyond the round's ``rows``
+    candidates are rows derived with per-module recompute sets, which join the total as
+    they are priced; the round's end counts the rest (rows skipped after a smaller
+    micro-batch did not fit, derived rows not yet counted)."""
+
+    pace: SearchPace
+    rows: int
+    done: int = 0
+    added: int = 0
+
+    def __call__(self, count: int) -> None:
+        extra = max(0, self.done + count - max(self.rows, self.done))
+        self.pace.add(extra)
+        self.added += extra
+        self.done += count
+        self.pace.advance(count)
+
+
 def _screen_rounds(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -226,16 +254,22 @@ def _screen_rounds(
         fresh = np.zeros(len(key), dtype=bool)
         fresh[order[start:stop]] = True
         batch = rows[fresh[group]]
+        reported = _RoundReport(pace=pace, rows=len(batch))
+        chunk = (
+            None
+            if is_bound
+            else ScreenChunk(rows=MIN_PACED_ROUND_ROWS, report=reported, clock=pace.clock)
+        )
         done, derived = screen_by_micro_batch(
-            model, cluster, job, profile, batch, limit_bytes, options, sets, first_label
+            model, cluster, job, profile, batch, limit_bytes, options, sets, first_label, chunk
         )
         first_label = (
             max(first_label, int(derived.index.max()) + 1) if len(derived) else first_label
         )
         parts.append(done)
         made.append(derived)
-        pace.add(len(derived))
-        pace.advance(len(batch) + len(derived))
+        pace.add(len(derived) - reported.added)
+        pace.advance(len(batch) + len(derived) - reported.done)
         if is_bound and top_k is not None:
             seen += [batch, derived]
             threshold = _threshold_s(pd.concat(seen), pd.concat(parts), limit_bytes, top_k)

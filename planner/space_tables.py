@@ -81,7 +81,26 @@ def degree_table(
     space: SearchSpace,
     scale_up_domain: int,
 ) -> pd.DataFrame:
-    """One row per combination of the degree generators (fixed knobs as given)."""
+    """One row per combination of the degree generators (fixed knobs as given). A fixed ep
+    that no etp fits beside on any stage (ep dividing neither the experts nor the ranks of
+    a stage) would leave the table empty: its rows then take etp = tp, for the rules to
+    name and fix."""
+    rows = _degree_rows(model, num_gpus, job, space, scale_up_domain, keep_fixed_ep=False)
+    if not rows and space.is_fixed("ep"):
+        rows = _degree_rows(model, num_gpus, job, space, scale_up_domain, keep_fixed_ep=True)
+    return pd.DataFrame(rows, columns=list(DEGREE_COLUMNS))
+
+
+def _degree_rows(
+    model: ModelSpec,
+    num_gpus: int,
+    job: TrainingJob,
+    space: SearchSpace,
+    scale_up_domain: int,
+    *,
+    keep_fixed_ep: bool,
+) -> list[tuple[Any, ...]]:
+    """The rows of `degree_table`; ``keep_fixed_ep`` as in `_expert_rows`."""
     wide = space.tp_beyond_scale_up
     rows = []
     kv = space.has("kv_sub_sharding")
@@ -119,9 +138,12 @@ def degree_table(
                 for cp in space.choices("cp", cps):
                     dp = space.choices("dp", (max(1, after_pp // cp),))[0]
                     context = (tp, pp, vpp, cp, dp)
-                    for row in _expert_rows(model, job, space, scale_up_domain, context):
+                    expert = _expert_rows(
+                        model, job, space, scale_up_domain, context, keep_fixed_ep=keep_fixed_ep
+                    )
+                    for row in expert:
                         rows += [(*row, *(split[k] for k in SPLIT_COLUMNS)) for split in splits]
-    return pd.DataFrame(rows, columns=list(DEGREE_COLUMNS))
+    return rows
 
 
 def _expert_rows(
@@ -130,8 +152,11 @@ def _expert_rows(
     space: SearchSpace,
     scale_up_domain: int,
     context: tuple[int, int, int, int, int],
+    *,
+    keep_fixed_ep: bool = False,
 ) -> list[tuple[int, ...]]:
-    """Degree rows of one context: every (ep, etp, micro_batch_size)."""
+    """Degree rows of one context: every (ep, etp, micro_batch_size); with
+    ``keep_fixed_ep`` a fixed ep that no etp fits beside takes etp = tp."""
     tp, _, _, cp, dp = context
     stage = tp * cp * dp
     wide = space.tp_beyond_scale_up
@@ -140,15 +165,19 @@ def _expert_rows(
     )
     rows = []
     for ep in space.choices("ep", ep_degrees(model, stage)):
-        etps = etp_degrees(
-            model,
-            tp,
-            ep,
-            stage,
-            scale_up_domain,
-            beyond_scale_up=wide,
-            any_size=space.any_expert_tp,
+        etps = tuple(
+            etp_degrees(
+                model,
+                tp,
+                ep,
+                stage,
+                scale_up_domain,
+                beyond_scale_up=wide,
+                any_size=space.any_expert_tp,
+            )
         )
+        if not etps and keep_fixed_ep and space.is_fixed("ep"):
+            etps = (tp,)
         for etp in space.choices("etp", etps):
             rows += [(*context, ep, etp or tp, mbs) for mbs in mbs_values]
     return rows

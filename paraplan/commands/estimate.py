@@ -28,11 +28,15 @@ from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
 from paraplan.time_assumptions import time_assumptions
 from profiles.store import load_profile
 from specs.errors import SpecError
-from specs.formats import percent, shown_seconds
+from specs.formats import gib, percent, shown_seconds
 from specs.rules import check_plan
 
 if TYPE_CHECKING:
     from costmodel.estimate import Estimate
+    from specs.cluster import ClusterSpec
+    from specs.job import TrainingJob
+    from specs.model import ModelSpec
+    from specs.plan import ParallelPlan
 
 NAME = "estimate"
 HELP = COMMAND_HELP[NAME]
@@ -106,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
         f"(runtime {options.runtime})"
     )
     _print_summary(title, est, lora_line(job))
+    if not est.fits:
+        for line in _over_memory_lines(model, cluster, job, plan, est):
+            print(line)
     packed = packing_line(job)
     if packed is not None:
         print(packed)
@@ -116,6 +123,25 @@ def run(args: argparse.Namespace) -> int:
     for line in accuracy_lines(accuracy):
         print(line)
     return 0
+
+
+def _over_memory_lines(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan, est: Estimate
+) -> list[str]:
+    """How far a plan that does not fit is over the device's memory, and the changes of
+    `planner.explain.fit_suggestions` with their peak memory, those that fit first."""
+    from planner.explain_fit import fit_suggestion_lines
+
+    limit = est.device_memory_bytes
+    stage = max(est.memory, key=lambda s: s.total_bytes).pp_rank
+    return [
+        f"does not fit: peak {gib(est.peak_memory_bytes)} on pipeline stage {stage}, "
+        f"{gib(est.peak_memory_bytes - limit)} over the {gib(limit)} of device memory; "
+        "changes and their peak memory:",
+        *fit_suggestion_lines(model, cluster, job, plan, limit),
+        f"  (`paraplan plan` searches every plan on {cluster.num_gpus} GPUs and names the closest "
+        "when none fits)",
+    ]
 
 
 def _print_summary(title: str, est: Estimate, job_line: str | None = None) -> None:

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from paraplan.commands import COMMAND_HELP
+from paraplan.nodes import partial_nodes_problem
 from planner.export import TARGETS, export_text
 from planner.export_torchtitan import torchtitan_sharding_note
 from profiles import load_profile
@@ -57,16 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def refuse_partial_nodes(num_gpus: int, gpus_per_node: int) -> None:
-    """`SpecError` when ``num_gpus`` ranks do not fill whole nodes of ``gpus_per_node``:
-    torchrun starts ``--nnodes`` x ``--nproc-per-node`` ranks, so the launch line would start
-    another world size than the plan's (one node holding fewer GPUs is whole)."""
-    if num_gpus <= gpus_per_node or num_gpus % gpus_per_node == 0:
-        return
-    fits = [d for d in range(1, gpus_per_node + 1) if num_gpus % d == 0]
-    nodes = -(-num_gpus // gpus_per_node)
-    raise SpecError(
-        f"the plan's {num_gpus} GPUs do not fill whole nodes of {gpus_per_node} GPUs: torchrun "
-        f"would start {nodes} x {gpus_per_node} = {nodes * gpus_per_node} ranks; give "
-        f"--gpus-per-node {fits[-1]} (GPUs per node that divide {num_gpus}: "
-        f"{', '.join(map(str, fits))}), or re-plan on a multiple of {gpus_per_node} GPUs"
-    )
+    """`SpecError` when ``num_gpus`` ranks do not fill whole nodes of ``gpus_per_node``
+    (`paraplan.nodes.partial_nodes_problem`)."""
+    problem = partial_nodes_problem(num_gpus, gpus_per_node)
+    if problem is not None:
+        raise SpecError(problem)

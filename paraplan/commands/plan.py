@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,7 @@ from paraplan.commands.plan_sizing import run_sizing
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.knob_args import add_knob_args, space_from_args
 from paraplan.lora_args import lora_line
+from paraplan.nodes import partial_nodes_problem
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.packing_line import packing_json, packing_line
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
@@ -180,6 +182,11 @@ def _run_search(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(
         hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
     )
+    per_node = args.gpus_per_node or profile.topology.gpus_per_node
+    partial = partial_nodes_problem(args.num_gpus, per_node)
+    if partial is not None:  # priced as asked; `export --to megatron` will refuse it
+        refusal = "`paraplan export --to megatron` refuses such a plan"
+        sys.stderr.write(f"paraplan plan: note: {partial} ({refusal})\n")
     space = space_from_args(args)
     from planner.explain import explain
     from planner.search import search_plans

@@ -1,4 +1,5 @@
-"""Shared helpers of the command-line tests: parse and run ``paraplan estimate``."""
+"""Shared helpers of the command-line tests: run the command line, parse and run
+``paraplan estimate``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import pytest
 
+from paraplan.cli import main
 from paraplan.commands import estimate
 
 
@@ -21,3 +23,13 @@ def run_estimate_json(capsys: pytest.CaptureFixture[str], base: list[str], *argv
     """The JSON ``paraplan estimate`` prints for ``base`` and ``argv`` (exit status 0)."""
     assert estimate.run(parse_estimate(base, *argv, "--json")) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """The exit code, stdout and stderr of ``paraplan ARGV`` run through the CLI's `main`."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err

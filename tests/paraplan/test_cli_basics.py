@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cli import build_parser, main
+from paraplan.cli import build_parser
 from specs.presets import preset_names
+from tests.paraplan.cli_helpers import run_cli
 
 CHECK = [
     "check",
@@ -24,15 +25,6 @@ CHECK = [
     "--global-batch",
     "64",
 ]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_models_json_lists_every_preset(capsys) -> None:
@@ -140,9 +132,11 @@ def test_malformed_model_json_is_exit_2(capsys, tmp_path: Path) -> None:
     assert code == 2 and "malformed JSON" in err and len(err.strip().splitlines()) == 1
 
 
-def test_python_dash_m_entry_point() -> None:
+@pytest.mark.parametrize("module", ["paraplan", "paraplan.cli"])
+def test_python_dash_m_entry_point(module: str) -> None:
+    # `python -m paraplan.cli` ran the module without calling main: no output, exit 0
     proc = subprocess.run(
-        [sys.executable, "-m", "paraplan", "check", "--model", "nope", *CHECK[3:]],
+        [sys.executable, "-m", module, "check", "--model", "nope", *CHECK[3:]],
         capture_output=True,
         text=True,
         check=False,

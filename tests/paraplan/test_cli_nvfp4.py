@@ -3,6 +3,8 @@ rate factor named, refused on a device without FP4 tensor cores."""
 
 from __future__ import annotations
 
+import pytest
+
 from costmodel.fitted_rates import FP4_GEMM_RATE_FACTORS
 from paraplan.cli import main
 
@@ -24,6 +26,27 @@ def test_estimate_nvfp4_on_h100_exits_2_with_the_rule(capsys) -> None:
     err = capsys.readouterr().err
     assert "[nvfp4_needs_fp4_tensor_cores]" in err and "Traceback" not in err
     assert "use --precision fp8 or a Blackwell profile" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "hardware", "other"),
+    [
+        ("check", "h100-sxm-80gb", "fp8"),
+        ("plan", "h100-sxm-80gb", "fp8"),
+        ("plan", "a100-sxm-80gb", "bf16"),  # no FP8 either: fp8 is no fix there
+    ],
+)
+def test_check_and_plan_refuse_nvfp4_without_fp4_tensor_cores(
+    capsys, command: str, hardware: str, other: str
+) -> None:
+    # `check` called the plan valid and `plan` failed on the profile's missing fp4 GEMM
+    # curve, naming neither the rule nor a Blackwell profile
+    degrees = ["--tp", "4", "--pp", "4"] if command == "check" else []
+    job = ["--global-batch", "128", "--precision", "nvfp4", "--hardware", hardware]
+    assert main([command, *BASE[1:], *job, *degrees]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"paraplan {command}: error: [nvfp4_needs_fp4_tensor_cores]")
+    assert f"use --precision {other} or a Blackwell profile" in err
 
 
 def _peak_gib(capsys, *flags: str) -> float:

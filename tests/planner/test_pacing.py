@@ -10,12 +10,13 @@ import functools
 import pytest
 
 from costmodel.execution_presets import runtime_options
-from planner import screening
+from planner import micro_batch_screen, screening
 from planner.explain import explain, no_plan_reason, runner_up_of
 from planner.pacing import (
     MIN_PACED_ROUND_ROWS,
     SIMULATED_PAST_LIMIT,
     SearchPace,
+    next_chunk_rows,
     next_round_rows,
 )
 from planner.ranking import RANK_TOLERANCE
@@ -238,3 +239,35 @@ def test_a_limit_reached_after_the_screen_says_what_was_left() -> None:
         "simulated"
     ) in note
     assert "best of those simulated" in note and "not reached" not in note
+
+
+def test_torch_screen_reports_within_a_round(monkeypatch) -> None:
+    # one round of every candidate: the count moved only at its end, so a round of slow
+    # rows (a 70B model on 512 GPUs: 0.1 to 1 s a row) showed the same count for a minute
+    monkeypatch.setattr(screening, "FIRST_PACED_ROUND_ROWS", 10**6)
+    monkeypatch.setattr(micro_batch_screen, "next_chunk_rows", lambda rows, elapsed_s: 4)
+    reports: list[tuple[str, int, int]] = []
+    result = _search(progress=lambda *r: reports.append(r))
+    screen = [(done, total) for phase, done, total in reports if phase == "screen"]
+    counts = [done for done, _ in screen]
+    assert len(set(counts)) > 10 and counts == sorted(counts)
+    assert all(done <= total for done, total in screen)
+    assert screen[-1][0] == screen[-1][1] == result.num_valid
+
+
+def test_chunks_of_a_round_leave_the_torch_result_unchanged(monkeypatch) -> None:
+    monkeypatch.setattr(screening, "FIRST_PACED_ROUND_ROWS", 10**6)
+    monkeypatch.setattr(screening, "MIN_PACED_ROUND_ROWS", 10**6)
+    whole = _search()
+    monkeypatch.setattr(screening, "MIN_PACED_ROUND_ROWS", 1)
+    monkeypatch.setattr(micro_batch_screen, "next_chunk_rows", lambda rows, elapsed_s: 3)
+    chunked = _search()
+    assert [r.plan for r in chunked.top] == [r.plan for r in whole.top]
+    columns = ["iteration_time_s", "peak_memory_bytes"]
+    assert chunked.candidates[columns].equals(whole.candidates[columns])
+
+
+def test_chunk_rows_follow_the_rate() -> None:
+    assert next_chunk_rows(16, 2.0) == 8  # 8 rows a second
+    assert next_chunk_rows(16, 0.01) == 64  # at most four times the last
+    assert next_chunk_rows(1, 30.0) == 1  # at least one row

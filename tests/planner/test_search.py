@@ -286,3 +286,29 @@ def test_search_refills_when_screened_plans_are_too_large_for_the_simulator():
     assert len(result.top) == 3
     assert all(r.estimate.peak_memory_bytes <= result.memory_limit_bytes for r in result.top)
     assert result.num_simulated >= len(result.top)
+
+
+def test_fit_suggestions_offer_context_parallelism_at_long_sequences() -> None:
+    # Llama 3 70B, 524,288 tokens on 8 H100 at tp4 cp2 with full recompute: each rank holds
+    # seq / (tp·cp) tokens of every layer's input, so only more cp ranks shrink the
+    # activations; the suggestions named pp and offloading alone, every one still over
+    model = get_preset("llama3-70b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    job = TrainingJob(seq_length=524288, global_batch_size=8)
+    plan = ParallelPlan(
+        tp=4,
+        cp=2,
+        sequence_parallel=True,
+        recompute="full",
+        recompute_method="uniform",
+        recompute_num_layers=1,
+        use_megatron_fsdp=True,
+        data_parallel_sharding_strategy="optim_grads_params",
+    )
+    limit = 0.95 * 80 * 10**9
+    found = fit_suggestions(model, cluster, job, plan, limit)
+    first = found[0]
+    assert first.fits and first.plan.cp > plan.cp and first.plan.tp == plan.tp
+    assert first.change == f"cp={first.plan.cp} on {first.num_gpus} GPUs"
+    assert first.num_gpus == 8 * first.plan.cp // plan.cp
+    assert first.peak_memory_bytes < limit < peak_memory_bytes(model, job, plan)

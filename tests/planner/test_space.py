@@ -351,3 +351,19 @@ def test_hybrid_cp_degrees_follow_the_mamba_split() -> None:
     assert {(1, 2), (2, 1)} <= pairs and not {(1, 4), (1, 8), (2, 2), (2, 4)} & pairs
     eight = degree_table(get_preset("nemotron-h-8b"), 16, job, SearchSpace(), 8)
     assert {2, 4, 8} <= set(eight["cp"])  # 128 heads, 8 groups: every power of two fits
+
+
+def test_a_fixed_ep_no_stage_fits_keeps_rows_for_the_rules() -> None:
+    # tiny-moe's 8 experts on 8 GPUs: ep 3 divides neither the experts nor any stage's
+    # ranks, so no etp fits beside it; the table was empty and the search said only
+    # "No candidate plan exists", never experts_divisible_by_ep or its fix
+    model = get_preset("tiny-moe")
+    job = TrainingJob(seq_length=256, global_batch_size=8)
+    degrees = degree_table(model, 8, job, SearchSpace(fixed={"ep": 3}), 8)
+    assert len(degrees) and set(degrees["ep"]) == {3}
+    assert (degrees["etp"] == degrees["tp"]).all()
+    row = degrees.iloc[0].to_dict() | neutral_switches()
+    assert "experts_divisible_by_ep" in {v.rule for v in _violations(model, 8, job, row)}
+    # an ep some stage fits keeps only the rows where an etp fits
+    fitting = degree_table(model, 8, job, SearchSpace(fixed={"ep": 8}), 8)
+    assert len(fitting) and (fitting["tp"] * fitting["cp"] * fitting["dp"] % 8 == 0).all()
