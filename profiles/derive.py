@@ -23,7 +23,9 @@ Derivation rules (also recorded in each profile's provenance notes):
 - Collectives: α-β fits per (op, group size, placement); the latency models of
   `profiles.derive_rules` give α, each device's figures β. Where a source traced a
   collective over a range of sizes (A100 all_reduce on 2, 4 and 8 GPUs [S39]), those
-  times ride on the fit as measured points that the lookup scales the line to.
+  times ride on the fit as measured points that the lookup scales the line to. Intra-domain
+  all_to_all takes a published nccl-tests ``alltoall_perf`` run where one exists
+  (`profiles.derive_alltoall`, [S62]).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from profiles.derive_alltoall import B300_ALLTOALL_RUNS, alltoall_note, with_alltoall
 from profiles.derive_blackwell import (
     B200_LATENCY8_US,
     B300,
@@ -260,8 +263,9 @@ H200_SXM_141GB = Figures(
     attention_kernel="FlashAttention-3",
     sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43", "S60", "S61"),
     notes=(
-        "all_gather, reduce_scatter, all_to_all and send_recv busbw from H100 [S38][S6] "
-        "(same NVLink4 and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
+        "all_gather, reduce_scatter and send_recv busbw from H100 [S38][S6] (same NVLink4 "
+        "and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
+        "all_to_all intra busbw: no source; H100's all_gather 350 GB/s [S38] is used.",
         "Attention: H100 FA3 figures [S27][S28] (same compute; H200 differs in memory).",
         HOPPER_FP8_NOTE,
     ),
@@ -290,12 +294,15 @@ B200 = Figures(
     scale_up_GBps=900.0,  # NVLink5, 18 links, per direction [S6][S17]
     nic_Gbps_per_gpu=400.0,  # DGX B200: 8x ConnectX-7 VPI [S16]
     nic_achieved_GBps=48.0,  # same CX-7 NIC as DGX H100 [S33][S43]
-    intra_busbw=switch_busbw(
-        ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
-        nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
-        ag=round(40.1 * 18, 2),
-        rs=round(40.1 * 18, 2),
-        a2a=round(40.1 * 18, 2),
+    intra_busbw=with_alltoall(
+        switch_busbw(
+            ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
+            nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
+            ag=round(40.1 * 18, 2),
+            rs=round(40.1 * 18, 2),
+            a2a=round(40.1 * 18, 2),  # replaced by the 8xB300 alltoall_perf run [S62]
+        ),
+        B300_ALLTOALL_RUNS,  # same 8-GPU NVLink5 switch baseboard as B300
     ),
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
@@ -316,12 +323,17 @@ B200 = Figures(
         "S57",
         "S58",
         "S59",
+        "S62",
     ),
     notes=(
         "Conflicts: memory 180 GB [S1][S17] vs 192 GB [S8]; HBM 8.0 vs 7.7 TB/s; fp32 80 [S1] "
         "vs 75 TFLOP/s. The NVIDIA platform figures are used.",
         "Ring busbw: NCCL's sm100 model, 40.1 GB/s per link x 18 [S35] (no measured ring "
         "figure); all_reduce 8 GPUs 845.67 GB/s at 16 GiB [S6] treated as NVLS.",
+        alltoall_note("8x B300", B300_ALLTOALL_RUNS, "NCCL 2.28.9")
+        + " No B200 run is published; B300's stands for it: the same 8-GPU NVLink5 switch "
+        "baseboard (18 links, 900 GB/s per direction per GPU [S6][S17]). 2-7 GPUs hold the "
+        "8-GPU figure.",
         "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
         "GB/s per GPU [S6].",
         *CUDNN_NOTES,
