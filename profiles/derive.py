@@ -23,7 +23,9 @@ Derivation rules (also recorded in each profile's provenance notes):
 - Collectives: α-β fits per (op, group size, placement); the latency models of
   `profiles.derive_rules` give α, each device's figures β. Where a source traced a
   collective over a range of sizes (A100 all_reduce on 2, 4 and 8 GPUs [S39]), those
-  times ride on the fit as measured points that the lookup scales the line to.
+  times ride on the fit as measured points that the lookup scales the line to. Intra-domain
+  all_to_all takes a published nccl-tests ``alltoall_perf`` run where one exists
+  (`profiles.derive_alltoall`, [S62]).
 """
 
 from __future__ import annotations
@@ -255,8 +257,9 @@ H200_SXM_141GB = Figures(
     attention_kernel="FlashAttention-3",
     sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43", "S60", "S61"),
     notes=(
-        "all_gather, reduce_scatter, all_to_all and send_recv busbw from H100 [S38][S6] "
-        "(same NVLink4 and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
+        "all_gather, reduce_scatter and send_recv busbw from H100 [S38][S6] (same NVLink4 "
+        "and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
+        "all_to_all intra busbw: no source; H100's all_gather 350 GB/s [S38] is used.",
         "Attention: H100 FA3 figures [S27][S28] (same compute; H200 differs in memory).",
         HOPPER_FP8_NOTE,
     ),

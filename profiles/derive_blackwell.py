@@ -9,6 +9,14 @@ to 72 ranks.
 
 from __future__ import annotations
 
+from profiles.derive_alltoall import (
+    B300_ALLTOALL_RUNS,
+    GB200_ALLTOALL_RUNS,
+    GB300_ALLTOALL_RUNS,
+    AlltoallRun,
+    alltoall_note,
+    with_alltoall,
+)
 from profiles.derive_collectives import (
     COLLECTIVES,
     NVL72_INTRA_SIZES,
@@ -40,12 +48,13 @@ CX8_ACHIEVED_GBPS = round(CX8_LINE_GBPS * CX7_ACHIEVED_GBPS / CX7_LINE_GBPS, 2)
 """No measured ConnectX-8 figure: the CX-7 share of line rate (48/50) applied to 800 Gb/s."""
 
 
-def nvl72_busbw() -> BusbwTable:
+def nvl72_busbw(alltoall_runs: tuple[AlltoallRun, ...]) -> BusbwTable:
     """Busbw per op and group size inside a 72-GPU NVLink domain.
 
     2-8 GPUs: the NVLink5 switch table of B200 (`switch_busbw`). Beyond 8 the rates are
     interpolated in log2(n) towards the 72-GPU all_reduce figures (ring 680, NVLS 850 GB/s
-    [S6]); all_gather, reduce_scatter and all_to_all follow the ring figure.
+    [S6]); all_gather and reduce_scatter follow the ring figure. all_to_all: the rack's
+    measured ``alltoall_runs`` (`profiles.derive_alltoall.with_alltoall`).
     """
     base = switch_busbw(
         ring=NVLINK5_RING_GBPS,
@@ -64,7 +73,7 @@ def nvl72_busbw() -> BusbwTable:
                 base[op][n] = (round(nvls[n], 2), "nvls")
             else:
                 base[op][n] = (round(ring[n], 2), "direct" if op == "all_to_all" else "ring")
-    return base
+    return with_alltoall(base, alltoall_runs)
 
 
 _CX8_NOTE = (
@@ -87,7 +96,7 @@ _NVL72_NOTES = (
     "Intra busbw 2-8 GPUs: B200's NVLink5 table (NCCL sm100 ring model 40.1 GB/s x 18 "
     "links [S35], 8-GPU all_reduce 845.67 GB/s [S6]); 16-72 GPUs interpolated in log2(n) "
     "to the 72-GPU all_reduce busbw, 680 GB/s ring and 850 GB/s NVLink SHARP (GTC25 slide "
-    "via [S6]); all_gather, reduce_scatter and all_to_all follow the ring figure.",
+    "via [S6]); all_gather and reduce_scatter follow the ring figure.",
     "Intra alpha: B200's 8-GPU small all_reduce [S6] grown with NCCL's ring LL model [S35] "
     "(no NVL72 small-message figure).",
     "send_recv: GB200 NVL4 p2pBandwidthLatencyTest, 746 GB/s [S6].",
@@ -120,17 +129,18 @@ GB200_NVL72 = Figures(
     scale_up_GBps=900.0,  # NVLink5, 1.8 TB/s bidirectional per GPU [S18][S6]
     nic_Gbps_per_gpu=400.0,  # 4x ConnectX-7 400G per tray of 4 GPUs [S18]
     nic_achieved_GBps=CX7_ACHIEVED_GBPS,
-    intra_busbw=nvl72_busbw(),
+    intra_busbw=nvl72_busbw(GB200_ALLTOALL_RUNS),  # all_to_all: GB200 NVL72 runs [S62]
     p2p_GBps=746.0,  # p2pBandwidthLatencyTest on a GB200 NVL4 tray [S6]
     latency8_us=B200_LATENCY8_US,
     attention=cudnn_curves("GB200"),
     attention_kernel=CUDNN_KERNEL,
     exp_per_s=5.0e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S8", "S18", "S19", "S27", "S33", "S43", "S57", "S58"),
+    sources=("S6", "S8", "S18", "S19", "S27", "S33", "S43", "S57", "S58", "S62"),
     gpus_per_node=4,
     scale_up_domain=72,
     notes=(
         *_NVL72_NOTES,
+        alltoall_note("GB200 NVL72", GB200_ALLTOALL_RUNS, "NCCL 2.27.3"),
         "Conflicts: memory 186 GB [S1] vs 192 GB [S8]; fp32 80 [S1] vs 90 TFLOP/s [S8]. "
         "The NVIDIA platform figures are used.",
         "Inter busbw: 48 GB/s per ConnectX-7 NDR as on H100 [S33][S43].",
@@ -158,17 +168,18 @@ GB300_NVL72 = Figures(
     scale_up_GBps=900.0,  # NVLink5, 1.8 TB/s bidirectional [S9]
     nic_Gbps_per_gpu=800.0,  # 4x ConnectX-8 per tray of 4 GPUs [S19][S56]; CX-8 800 Gb/s [S6]
     nic_achieved_GBps=CX8_ACHIEVED_GBPS,
-    intra_busbw=nvl72_busbw(),
+    intra_busbw=nvl72_busbw(GB300_ALLTOALL_RUNS),  # all_to_all: GB300 NVL72 runs [S62]
     p2p_GBps=746.0,  # GB200 NVL4 p2pBandwidthLatencyTest, same NVLink5 [S6]
     latency8_us=B200_LATENCY8_US,
     attention=cudnn_curves("GB300"),
     attention_kernel=CUDNN_KERNEL,
     exp_per_s=10.7e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S9", "S18", "S19", "S27", "S33", "S43", "S56", "S57", "S58"),
+    sources=("S6", "S9", "S18", "S19", "S27", "S33", "S43", "S56", "S57", "S58", "S62"),
     gpus_per_node=4,
     scale_up_domain=72,
     notes=(
         *_NVL72_NOTES,
+        alltoall_note("GB300 NVL72", GB300_ALLTOALL_RUNS, "NCCL 2.28.7"),
         "Memory: 279 GB per GPU [S9] (rack 20 TB / 72); 288 GB HBM3e per B300 [S56] is the "
         "physical figure. The smaller is used.",
         "GEMM top: no GB300 MAMF; GB300 has GB200's dense bf16/fp8 peaks [S1][S9], so "
@@ -199,27 +210,29 @@ B300 = Figures(
     scale_up_GBps=900.0,  # NVLink5 [S6]
     nic_Gbps_per_gpu=800.0,  # DGX B300: 8x ConnectX-8 at 800 Gb/s [S6]
     nic_achieved_GBps=CX8_ACHIEVED_GBPS,
-    intra_busbw={
-        op: dict(table)
-        for op, table in switch_busbw(
+    intra_busbw=with_alltoall(
+        switch_busbw(
             ring=NVLINK5_RING_GBPS,
             nvls8=B200_NVLS8_GBPS,
             ag=NVLINK5_RING_GBPS,
             rs=NVLINK5_RING_GBPS,
-            a2a=NVLINK5_RING_GBPS,
-        ).items()
-    },
+            a2a=NVLINK5_RING_GBPS,  # replaced by the 8xB300 alltoall_perf run [S62]
+        ),
+        B300_ALLTOALL_RUNS,
+    ),
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
     attention=cudnn_curves("GB300", scale=sibling_scale(B300_BF16_MAMF, GB200_BF16_MAMF)),
     attention_kernel=f"{CUDNN_KERNEL}; GB300's figures scaled to B300 (no B300 run)",
     exp_per_s=10.7e12,  # SFU exponentials per second [S9]
-    sources=("S6", "S9", "S27", "S33", "S35", "S43", "S56", "S57", "S58", "S59"),
+    sources=("S6", "S9", "S27", "S33", "S35", "S43", "S56", "S57", "S58", "S59", "S62"),
     notes=(
         "Conflicts: memory 288 GB [S1][S56] vs 270 GB [S9]; fp32 80 [S1] vs 75 TFLOP/s [S9]. "
         "The [S1] figures are used.",
         "Intra busbw: B200's NVLink5 table (NCCL sm100 ring model [S35], 8-GPU all_reduce "
         "845.67 GB/s [S6]); intra alpha B200's 8-GPU small all_reduce [S6].",
+        alltoall_note("8x B300", B300_ALLTOALL_RUNS, "NCCL 2.28.9")
+        + " 2-7 GPUs hold the 8-GPU figure.",
         _CX8_NOTE,
         *CUDNN_NOTES,
         sibling_note("B300", "GB300", B300_BF16_MAMF, GB200_BF16_MAMF),
@@ -252,12 +265,15 @@ B200 = Figures(
     scale_up_GBps=900.0,  # NVLink5, 18 links, per direction [S6][S17]
     nic_Gbps_per_gpu=400.0,  # DGX B200: 8x ConnectX-7 VPI [S16]
     nic_achieved_GBps=48.0,  # same CX-7 NIC as DGX H100 [S33][S43]
-    intra_busbw=switch_busbw(
-        ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
-        nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
-        ag=round(40.1 * 18, 2),
-        rs=round(40.1 * 18, 2),
-        a2a=round(40.1 * 18, 2),
+    intra_busbw=with_alltoall(
+        switch_busbw(
+            ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
+            nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
+            ag=round(40.1 * 18, 2),
+            rs=round(40.1 * 18, 2),
+            a2a=round(40.1 * 18, 2),  # replaced by the 8xB300 alltoall_perf run [S62]
+        ),
+        B300_ALLTOALL_RUNS,  # same 8-GPU NVLink5 switch baseboard as B300
     ),
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
@@ -278,12 +294,17 @@ B200 = Figures(
         "S57",
         "S58",
         "S59",
+        "S62",
     ),
     notes=(
         "Conflicts: memory 180 GB [S1][S17] vs 192 GB [S8]; HBM 8.0 vs 7.7 TB/s; fp32 80 [S1] "
         "vs 75 TFLOP/s. The NVIDIA platform figures are used.",
         "Ring busbw: NCCL's sm100 model, 40.1 GB/s per link x 18 [S35] (no measured ring "
         "figure); all_reduce 8 GPUs 845.67 GB/s at 16 GiB [S6] treated as NVLS.",
+        alltoall_note("8x B300", B300_ALLTOALL_RUNS, "NCCL 2.28.9")
+        + " No B200 run is published; B300's stands for it: the same 8-GPU NVLink5 switch "
+        "baseboard (18 links, 900 GB/s per direction per GPU [S6][S17]). 2-7 GPUs hold the "
+        "8-GPU figure.",
         "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
         "GB/s per GPU [S6].",
         *CUDNN_NOTES,

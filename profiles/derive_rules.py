@@ -25,7 +25,7 @@ from profiles.schema_network import (
 )
 from profiles.schema_provenance import Provenance
 
-DERIVED_ON = "2026-12-06"
+DERIVED_ON = "2026-12-07"
 """Date of the derivation; change it when a figure or rule below changes."""
 COMMAND = "python -m profiles.derive --write"
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -85,6 +85,9 @@ SOURCES: dict[str, str] = {
     "S61": "NVIDIA/cudnn-frontend @3929da2 benchmark/sdpa_benchmark_training/results/"
     "h200_919_only_cudnn/llama3.1_20260227_034703.csv (H200, cuDNN 9.19.1, frontend 1.19.0; "
     "bfloat16 and fp8 Llama 3.1 attention, batch 1, 64/8 heads, d 128, seq 2048-32768)",
+    "S62": "oracle-quickstart/oci-gpu-quickstarts @6a0abdc nvidia/{B300,GB200,GB300}/README-"
+    "*.md (OCI nccl-tests alltoall_perf, out-of-place, sizes >= 4 GiB: 8x B300 NCCL 2.28.9; "
+    "GB200 NVL72 4/8/64 GPUs; GB300 NVL72 4/8/64 GPUs NCCL 2.28.7)",
 }
 
 # --- rules shared by every device -------------------------------------------------------

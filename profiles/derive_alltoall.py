@@ -1,0 +1,89 @@
+"""Intra-domain all_to_all busbw of the stored profiles, from published nccl-tests
+``alltoall_perf`` runs [S62] (`profiles.derive_rules.SOURCES`).
+
+Each run is transcribed as (group size, message size, algbw) from its out-of-place
+column; busbw follows nccl-tests' all_to_all convention, busbw = algbw · (n-1)/n with the
+message the total of one rank's send buffer (`profiles.schema_network.BUS_FACTOR_DOC`,
+nccl-tests ``src/alltoall.cu`` ``AlltoAllGetBw``). The published tables drop every size
+below 4 GiB, so they fix the large-message rate only: the fits keep the α-β line (no
+measured points), and no curve over the tens of MiB of an MoE exchange is sourced.
+
+Group sizes between two runs are interpolated in log2(n) and held beyond the outer runs
+(`profiles.derive_collectives.log2_interpolated`). Profiles without a run here keep their
+unsourced all_to_all figure and its note (A100, H100, H200, MI300X).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiles.derive_collectives import BusbwTable, log2_interpolated
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AlltoallRun:
+    """One row of a published ``alltoall_perf`` table (out-of-place)."""
+
+    ranks: int
+    """Ranks in the run, all inside one NVLink domain."""
+    size_bytes: int
+    """Message size in nccl-tests' convention (a rank's whole send buffer)."""
+    algbw_GBps: float
+    """Published algbw, GB/s."""
+
+    @property
+    def busbw_GBps(self) -> float:
+        """nccl-tests all_to_all busbw: algbw · (n-1)/n."""
+        return round(self.algbw_GBps * (self.ranks - 1) / self.ranks, 2)
+
+
+# 8x B300 (OCI BM.GPU.B300.8, one HGX NVLink5 baseboard), NCCL 2.28.9+cuda13.1, 8 GiB:
+# 11126 us, algbw 772.06, busbw 675.55 GB/s [S62] nvidia/B300/README-B300.md.
+B300_ALLTOALL_RUNS = (AlltoallRun(ranks=8, size_bytes=8 * GIB, algbw_GBps=772.06),)
+
+# GB200 NVL72 (OCI), 8 GiB rows [S62] nvidia/GB200/README-GB200.md; NCCL 2.27.3+cuda12.8
+# in the same page's all_reduce runs (the all-to-all runs do not print it).
+GB200_ALLTOALL_RUNS = (
+    AlltoallRun(ranks=4, size_bytes=8 * GIB, algbw_GBps=820.40),  # 1 tray: busbw 615.30
+    AlltoallRun(ranks=8, size_bytes=8 * GIB, algbw_GBps=751.78),  # 2 trays: busbw 657.81
+    AlltoallRun(ranks=64, size_bytes=8 * GIB, algbw_GBps=632.81),  # 16 trays: busbw 622.92
+)
+
+# GB300 NVL72 (OCI BM.GPU.GB300.4 trays), NCCL 2.28.7+cuda13.0, 8 GiB rows [S62]
+# nvidia/GB300/README-GB300.md.
+GB300_ALLTOALL_RUNS = (
+    AlltoallRun(ranks=4, size_bytes=8 * GIB, algbw_GBps=833.31),  # 1 tray: busbw 624.98
+    AlltoallRun(ranks=8, size_bytes=8 * GIB, algbw_GBps=776.74),  # 2 trays: busbw 679.65
+    AlltoallRun(ranks=64, size_bytes=8 * GIB, algbw_GBps=659.33),  # 16 trays: busbw 649.03
+)
+
+
+def alltoall_busbw(runs: tuple[AlltoallRun, ...], sizes: tuple[int, ...]) -> dict[int, float]:
+    """Busbw at each of ``sizes`` from ``runs``: the runs' busbw, interpolated in log2(n)
+    between their group sizes and held beyond the smallest and largest."""
+    known = {run.ranks: run.busbw_GBps for run in runs}
+    return {n: round(bw, 2) for n, bw in log2_interpolated(known, sizes).items()}
+
+
+def with_alltoall(table: BusbwTable, runs: tuple[AlltoallRun, ...]) -> BusbwTable:
+    """``table`` with its all_to_all rows replaced by `alltoall_busbw` over the same
+    group sizes; the other ops are kept."""
+    sizes = tuple(sorted(table["all_to_all"]))
+    measured = alltoall_busbw(runs, sizes)
+    out = {op: dict(rows) for op, rows in table.items()}
+    out["all_to_all"] = {n: (measured[n], "direct") for n in sizes}
+    return out
+
+
+def alltoall_note(system: str, runs: tuple[AlltoallRun, ...], nccl: str) -> str:
+    """The provenance note of a profile whose all_to_all rows come from ``runs``."""
+    rows = ", ".join(f"{r.ranks} GPUs {r.busbw_GBps:g} GB/s (algbw {r.algbw_GBps:g})" for r in runs)
+    size_gib = runs[0].size_bytes / GIB
+    return (
+        f"all_to_all intra busbw: nccl-tests alltoall_perf on {system}, {nccl}, "
+        f"{size_gib:g} GiB, busbw = algbw·(n-1)/n: {rows} [S62]; other group sizes "
+        "interpolated in log2(n) and held beyond the runs. Sizes below 4 GiB are not "
+        "published, so the α-β line carries no measured points."
+    )
