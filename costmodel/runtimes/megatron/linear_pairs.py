@@ -236,7 +236,8 @@ def userbuffers_all_gather_bytes(x: LayerShape, h: int) -> float:
     ``fill_userbuffers_buffer_for_all_gather`` raises "Unsupported quantizer for
     Userbuffers" for an ``NVFP4Quantizer`` (and a ``Float8BlockQuantizer``) at every TE
     pin through the 2026-08 HEAD, and Megatron-LM registers 16-bit buffers when
-    ``--fp8-format`` is unset; paraplan prices the overlap as the 16-bit one."""
+    ``--fp8-format`` is unset: the plan rule ``tp_comm_overlap_not_with_nvfp4``
+    (`specs.rules_features`) refuses such a plan; called directly, the 16-bit size."""
     per_element = DTYPE_BYTES["fp8"] if x.dtype == "fp8" else x.elem
     return x.tokens * h * per_element
 
