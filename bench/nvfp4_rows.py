@@ -3,7 +3,9 @@ quantization of their operands and the tensor-parallel communication of one dens
 beside the iteration's `costmodel.iteration.Breakdown`.
 
 For each row (``--rows``, default the dev set's Megatron-Bridge Llama 3 70B and Llama 3.1
-405B NVFP4 rows): the published and predicted seconds and the breakdown of the critical
+405B NVFP4 rows; an FP8 row's split reads the same, its casts under the row's FP8 recipe
+on the row's device, `costmodel.execution_presets.device_options`): the published and
+predicted seconds and the breakdown of the critical
 stage; then one dense decoder layer's forward and backward of one microbatch split into
 
 - the eight linear GEMMs (QKV, attention output, FC1, FC2; fprop in the forward, dgrad and
@@ -30,6 +32,7 @@ from published_rows import case_for_row
 from row_figures import published_iteration_time_s
 
 from costmodel.estimate import estimate_plan
+from costmodel.execution_presets import device_options
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.layer_shape import gemm3, layer_shape
@@ -51,9 +54,10 @@ def _ms(seconds: float) -> str:
 def dense_layer_parts(case) -> dict[str, tuple[float, float]]:
     """(forward, backward) seconds of one dense layer's parts for one microbatch (module
     doc); ``tp GB``: the gigabytes the TP collectives move in each pass."""
-    runtime = runtime_model(case.options)
+    options = device_options(case.options, load_profile(case.profile))
+    runtime = runtime_model(options)
     profile = runtime.priced_profile(load_profile(case.profile))
-    plan, model, job, options = case.plan, case.model, case.job, case.options
+    plan, model, job = case.plan, case.model, case.job
     groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
     x = layer_shape(job, plan)
     h, tp = model.hidden_size, x.tp
@@ -69,9 +73,12 @@ def dense_layer_parts(case) -> dict[str, tuple[float, float]]:
     }
     gemms = {name: gemm3(profile, x, *shape) for name, shape in shapes.items()}
     recipe, cudnn = options.fp8_recipe, options.cudnn_norm
-    fused = options.nvfp4_fused_rht_cast
-    att_q = fp8_pair_s(profile, x, h, q + kv, q, recipe, cudnn, fused_rht=fused)
-    mlp_q = fp8_pair_s(profile, x, h, fc1_width, width, recipe, cudnn, fused_rht=fused)
+    cast = {
+        "fused_rht": options.nvfp4_fused_rht_cast,
+        "tn_gemm_only": options.fp8_tn_gemm_only is not False,
+    }
+    att_q = fp8_pair_s(profile, x, h, q + kv, q, recipe, cudnn, **cast)
+    mlp_q = fp8_pair_s(profile, x, h, fc1_width, width, recipe, cudnn, **cast)
     att_tp = tp_pair(profile, plan, x, h, groups, shapes["qkv"], shapes["proj"], options)
     mlp_tp = tp_pair(profile, plan, x, h, groups, shapes["fc1"], shapes["fc2"], options)
     att_amax = fp8_amax_pair(profile, x, groups, recipe, q)
@@ -117,7 +124,7 @@ def report(raw: dict[str, str]) -> str:
     lines = [
         f"row {raw['row_id']} {raw['source_id']} {raw['model']} {raw['gpu_type']}: "
         f"{plan.label()}  tp_comm_overlap {plan.tp_comm_overlap}  "
-        f"fp4_param {case.options.fp4_param}  "
+        f"fp8_recipe {case.options.fp8_recipe}  fp4_param {case.options.fp4_param}  "
         f"fused RHT cast {case.options.nvfp4_fused_rht_cast}",
         f"  published {published:.3f} s  predicted {est.iteration_time_s:.3f} s  "
         f"({est.iteration_time_s / published - 1:+.1%})  microbatches {microbatches}",

@@ -250,7 +250,9 @@ class ExecutionOptions(KernelConventions):
     per-tensor-scaled FP8 weight for the dgrad GEMM: True on Hopper (compute capability 9.0),
     False on Blackwell and Blackwell Ultra (10.x; TE ``is_non_tn_fp8_gemm_supported``). None
     (the default): the priced device's (`costmodel.execution_presets.device_options`, which
-    `estimate_plan` and the screen apply); a bool overrides it. Memory only."""
+    `estimate_plan` and the screen apply); a bool overrides it. Memory, and the transposes
+    of gathered per-tensor FP8 copies under sequence parallelism
+    (`costmodel.fp8_quantization.fp8_gather_transpose_time_s`)."""
 
     cudnn_norm: bool = False
     """Transformer Engine's norm kernels run on cuDNN: the launch sets

@@ -27,7 +27,12 @@ from __future__ import annotations
 from typing import Literal
 
 from costmodel.compute import NVFP4_BYTES, memory_bound_time_s
-from costmodel.memory_allowances import FP8_RECIPES, Fp8Recipe, QuantRecipe
+from costmodel.memory_allowances import (
+    FP8_RECIPES,
+    MXFP8_BLOCK_ELEMENTS,
+    Fp8Recipe,
+    QuantRecipe,
+)
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 
@@ -215,6 +220,49 @@ def nvfp4_gather_fixup_time_s(profile: HardwareProfile, elements: float) -> floa
     compute stream after the backward gathers of an nvfp4 job: the norm output the
     column-parallel wgrad reads and the row-parallel output gradient."""
     return memory_bound_time_s(profile, 2 * NVFP4_BYTES * elements, num_ops=2)
+
+
+def gathered_bytes_per_element(recipe: QuantRecipe) -> float:
+    """Bytes per element of one quantized copy that Transformer Engine all-gathers along
+    the sequence (`pytorch/distributed.py`, ``gather_along_first_dim``, TE v2.5 to the
+    2026-08 HEAD; the same dispatch at the Megatron-Bridge pins 5671fd36, 71bbefbf,
+    4220403e):
+
+    - ``delayed`` and ``tensorwise`` (``Float8Quantizer``, ``Float8CurrentScalingQuantizer``):
+      ``_all_gather_fp8`` gathers the row-wise FP8 data, 1 byte, and reuses the local
+      ``_scale_inv`` (the scale is the same on every rank: delayed scaling's amax history,
+      current scaling's amax all-reduced over the TP group first);
+    - ``mxfp8``: ``_all_gather_mxfp8`` gathers the FP8 data and its E8M0 scales in one
+      coalesced pair, 1 + 1/32 bytes per copy (`MXFP8_BLOCK_ELEMENTS`);
+    - ``nvfp4``: ``_all_gather_nvfp4``, `costmodel.compute.NVFP4_BYTES` per copy.
+
+    TE 1.x gathered FP8 the same way (``gather_along_first_dim`` of the uint8 norm output
+    and of the ``cast_to_fp8`` output gradient; ``module/layernorm_linear.py``,
+    ``module/base.py`` ``grad_output_preprocess``, v1.4 to v1.13)."""
+    _require_recipe(recipe)
+    if recipe == "nvfp4":
+        return NVFP4_BYTES
+    if recipe == "mxfp8":
+        return 1 + 1 / MXFP8_BLOCK_ELEMENTS
+    return 1.0
+
+
+def fp8_gather_transpose_time_s(profile: HardwareProfile, elements: float) -> float:
+    """Seconds of the transpose that makes the column-wise copy of a gathered per-tensor
+    FP8 tensor (``delayed``, ``tensorwise``) of ``elements`` elements (the full [T, h]
+    tensor) on a device whose FP8 GEMMs take only the TN layout (Hopper;
+    `costmodel.execution.ExecutionOptions.fp8_tn_gemm_only`).
+
+    ``_all_gather_fp8`` (TE `pytorch/distributed.py`, v2.5 to HEAD) gathers the row-wise
+    data alone, the quantizer set to ``columnwise=False`` for the local cast ("We cannot
+    directly all-gather the transposed FP8 tensor"); the wgrad GEMM's column-wise copy is
+    then ``_create_transpose`` of the gathered data (the output gradient,
+    ``needs_transpose`` when ``not is_non_tn_fp8_gemm_supported()``) or
+    ``update_usage(columnwise_usage=True)`` on the re-gathered norm output
+    (``_LayerNormLinear.backward``), one ``fp8_transpose`` each: read and write 1 byte per
+    element. TE 1.x ran ``tex.fp8_transpose`` after both gathers the same way. On
+    Blackwell the GEMM reads the row-wise data in the NT layout and no pass runs."""
+    return memory_bound_time_s(profile, 2 * elements)
 
 
 def fp8_amax_time_s(

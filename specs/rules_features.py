@@ -108,6 +108,25 @@ def tp_comm_overlap_needs_sequence_parallel(
 
 
 @rule
+def tp_comm_overlap_not_with_nvfp4(
+    model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
+) -> str | None:
+    """tp_comm_overlap does not run with nvfp4: Megatron-LM registers 16-bit userbuffers
+    when ``--fp8-format`` is unset (``_initialize_tp_communicators``,
+    `megatron/training/initialize.py`: ``UserBufferQuantizationMode.FP8 if args.fp8``),
+    while Transformer Engine's modules under the NVFP4 recipe ask for FP8 ones
+    (``get_ub(name, fp8)``), and TE's ``fill_userbuffers_buffer_for_all_gather``
+    (`pytorch/module/base.py`, v2.5 to the 2026-08 HEAD) raises "Unsupported quantizer for
+    Userbuffers" for an ``NVFP4Quantizer``."""
+    if not plan.tp_comm_overlap or job.precision != "nvfp4":
+        return None
+    return (
+        f"tp_comm_overlap (True) with precision ({job.precision}): Transformer Engine's "
+        f"userbuffers have no NVFP4 all-gather; set tp_comm_overlap=False or precision fp8"
+    )
+
+
+@rule
 def overlap_param_gather_needs_distributed_optimizer(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan
 ) -> str | None:
@@ -232,6 +251,7 @@ FEATURE_RULES = (
     sequence_parallel_needs_tp,
     sequence_parallel_seq_divisible_by_tp,
     tp_comm_overlap_needs_sequence_parallel,
+    tp_comm_overlap_not_with_nvfp4,
     overlap_param_gather_needs_distributed_optimizer,
     overlap_param_gather_needs_overlap_grad_reduce,
     recompute_num_layers_needs_full,

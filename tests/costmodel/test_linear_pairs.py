@@ -18,7 +18,9 @@ from costmodel.runtimes.megatron.linear_pairs import (
     fp8_pair_s,
     sp_all_gather_bytes,
     tp_pair,
+    userbuffers_all_gather_bytes,
 )
+from costmodel.runtimes.megatron.userbuffers import tp_overlap_pair_s
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.job import TrainingJob
@@ -31,22 +33,48 @@ JOB = TrainingJob(seq_length=4096, global_batch_size=64)
 
 
 def test_fp8_pair_quantizes_every_linear_operand():
-    # Forward: the QKV (or FC1) input out of the norm kernel (T/tp x h, 1 byte net) and the
-    # projection (or FC2) input (T x width/tp, 4 bytes). Backward: both output gradients,
-    # T x column width/tp and T/tp x h, 4 bytes each.
-    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    # Without SP, forward: the QKV (or FC1) input out of the norm kernel (T x h, 1 byte net)
+    # and the projection (or FC2) input (T x width/tp, 4 bytes). Backward: both output
+    # gradients, T x column width/tp and T x h, 4 bytes each.
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=False)
     fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
     t, h, tp = 4096, LLAMA.hidden_size, 8
     column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
     fwd, bwd = fp8_pair_quantize_s(H100, fp8_job, plan, h, column_out, row_in, recipe="delayed")
-    want_fwd = memory_bound_time_s(H100, t / tp * h) + memory_bound_time_s(H100, 4 * t * row_in)
+    want_fwd = memory_bound_time_s(H100, t * h) + memory_bound_time_s(H100, 4 * t * row_in)
     want_bwd = memory_bound_time_s(H100, 4 * t * column_out)
-    want_bwd += memory_bound_time_s(H100, 4 * t / tp * h)
+    want_bwd += memory_bound_time_s(H100, 4 * t * h)
     assert (fwd, bwd) == pytest.approx((want_fwd, want_bwd))
     assert fp8_pair_quantize_s(H100, JOB, plan, h, column_out, row_in, recipe="delayed") == (
         0.0,
         0.0,
     )
+
+
+def test_fp8_sp_quantizes_the_gathered_operands_row_wise_and_transposes_on_hopper():
+    # TE _all_gather_fp8 (pytorch/distributed.py, v2.5 to HEAD) gathers the row-wise copy
+    # alone: with SP the norm output (delayed: the norm writes FP8, 1 - e = -1 bytes net,
+    # floored at 0) and the row-parallel output gradient (e + 1 = 3 bytes) on T/tp rows
+    # write one copy; on Hopper (TN-only FP8 GEMMs) the backward transposes the gathered
+    # norm output and output gradient, read and write 1 byte per element of T x h each.
+    plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
+    fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
+    t, h, tp = 4096, LLAMA.hidden_size, 8
+    column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
+    x = layer_shape(fp8_job, plan)
+    fwd, bwd = fp8_pair_s(H100, x, h, column_out, row_in, "delayed", False)
+    want_fwd = memory_bound_time_s(H100, 0.0) + memory_bound_time_s(H100, 4 * t * row_in)
+    want_bwd = memory_bound_time_s(H100, 4 * t * column_out)
+    want_bwd += memory_bound_time_s(H100, 3 * t / tp * h)
+    transpose = memory_bound_time_s(H100, 2 * t * h)
+    assert (fwd, bwd) == pytest.approx((want_fwd, want_bwd + 2 * transpose))
+    _, blackwell = fp8_pair_s(H100, x, h, column_out, row_in, "delayed", False, tn_gemm_only=False)
+    assert blackwell == pytest.approx(want_bwd)
+    # MXFP8 gathers column-wise data: both copies stay local, no transpose.
+    _, mx = fp8_pair_s(H100, x, h, column_out, row_in, "mxfp8", False)
+    want_mx = fp8_quantize_time_s(H100, t * column_out, 2, recipe="mxfp8")
+    want_mx += fp8_quantize_time_s(H100, t / tp * h, 2, recipe="mxfp8")
+    assert mx == pytest.approx(want_mx)
 
 
 GB200 = load_profile("gb200-nvl72")
@@ -57,16 +85,59 @@ SP4 = ParallelPlan.for_world(64, tp=4, sequence_parallel=True)
 def test_nvfp4_sp_all_gathers_move_nvfp4_copies():
     # TE _all_gather_nvfp4 (pytorch/distributed.py, pin 5671fd36): forward the norm output's
     # row-wise copy, backward the row-parallel output gradient's row-wise and column-wise
-    # copies (one copy for a frozen pair); 16-bit and FP8 jobs gather T x h x 2 bytes.
+    # copies (one copy for a frozen pair); 16-bit jobs gather T x h x 2 bytes.
     h = LLAMA.hidden_size
     x = layer_shape(NVFP4_JOB, SP4)
     assert sp_all_gather_bytes(x, h, "forward") == pytest.approx(8192 * h * 0.5625)
     assert sp_all_gather_bytes(x, h, "backward") == pytest.approx(8192 * h * 1.125)
     assert sp_all_gather_bytes(x, h, "backward", frozen=True) == pytest.approx(8192 * h * 0.5625)
-    for precision in ("bf16", "fp8"):
-        job = TrainingJob(seq_length=8192, global_batch_size=64, precision=precision)
-        shape = layer_shape(job, SP4)
-        assert sp_all_gather_bytes(shape, h, "backward") == 8192 * h * 2
+    bf16 = layer_shape(TrainingJob(seq_length=8192, global_batch_size=64), SP4)
+    assert sp_all_gather_bytes(bf16, h, "backward") == 8192 * h * 2
+
+
+FP8_JOB = TrainingJob(seq_length=8192, global_batch_size=64, precision="fp8")
+
+
+@pytest.mark.parametrize(
+    ("recipe", "forward_per_element", "backward_per_element"),
+    [
+        # _all_gather_fp8: the row-wise FP8 data alone, each way.
+        ("delayed", 1.0, 1.0),
+        ("tensorwise", 1.0, 1.0),
+        # _all_gather_mxfp8: data + E8M0 scales (1/32 byte); the output gradient's row-wise
+        # and column-wise copies backward.
+        ("mxfp8", 1 + 1 / 32, 2 * (1 + 1 / 32)),
+    ],
+)
+def test_fp8_sp_all_gathers_move_fp8_copies(recipe, forward_per_element, backward_per_element):
+    h, t = LLAMA.hidden_size, 8192
+    x = layer_shape(FP8_JOB, SP4)
+    assert sp_all_gather_bytes(x, h, "forward", recipe=recipe) == pytest.approx(
+        t * h * forward_per_element
+    )
+    assert sp_all_gather_bytes(x, h, "backward", recipe=recipe) == pytest.approx(
+        t * h * backward_per_element
+    )
+    # A frozen pair (no bias, no wgrad) gathers the row-wise copy alone.
+    frozen = sp_all_gather_bytes(x, h, "backward", recipe=recipe, frozen=True)
+    assert frozen == pytest.approx(t * h * forward_per_element)
+    # A LoRA adapter on the column-parallel layer: Megatron-Bridge's
+    # return_layernorm_output_gathered makes TE gather the 16-bit norm output.
+    returned = sp_all_gather_bytes(x, h, "forward", recipe=recipe, norm_returned=True)
+    assert returned == pytest.approx(t * h * 2)
+
+
+def test_fp8_tp_pair_gathers_fp8_and_reduce_scatters_bf16():
+    h, t = LLAMA.hidden_size, 8192
+    x = layer_shape(FP8_JOB, SP4)
+    groups = comm_groups(plan_placements(GB200, SP4, 4))
+    first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
+    options = dataclasses.replace(DEFAULT_OPTIONS, tp_dgrad_overlap=False, fp8_recipe="tensorwise")
+    fwd, bwd = tp_pair(GB200, SP4, x, h, groups, first, second, options)
+    rs = collective_time_s(GB200, "reduce_scatter", t * h * 2, groups.tp)
+    ag = collective_time_s(GB200, "all_gather", t * h * 1, groups.tp)
+    assert (fwd.tp_exposed_s, bwd.tp_exposed_s) == pytest.approx((ag + rs, ag + rs))
+    assert (fwd.tp_bytes, bwd.tp_bytes) == pytest.approx((t * h * 3, t * h * 3))
 
 
 def test_nvfp4_tp_pair_gathers_nvfp4_and_reduce_scatters_bf16():
@@ -103,3 +174,61 @@ def test_nvfp4_sp_backward_reorders_both_gathered_column_wise_copies():
     want = fp8_quantize_time_s(GB200, t * column_out, 2, recipe="nvfp4")
     want += fp8_quantize_time_s(GB200, t * h, 2, recipe="nvfp4")
     assert bwd_no_sp == pytest.approx(want)
+
+
+OVERLAP4 = ParallelPlan.for_world(64, tp=4, sequence_parallel=True, tp_comm_overlap=True)
+
+
+def test_userbuffers_all_gathers_move_fp8_bytes_and_reduce_scatters_bf16():
+    # initialize_ub allocates uint8 buffers for the all-gather GEMMs under FP8 (fp8_buf,
+    # layers_all_gather_overlap); the reduce-scatters stay 16-bit. nvfp4 and bf16 jobs: T x h
+    # x e (TE has no NVFP4 userbuffers path).
+    h, t = LLAMA.hidden_size, 8192
+    assert userbuffers_all_gather_bytes(layer_shape(FP8_JOB, OVERLAP4), h) == t * h
+    assert userbuffers_all_gather_bytes(layer_shape(NVFP4_JOB, OVERLAP4), h) == t * h * 2
+    x = layer_shape(FP8_JOB, OVERLAP4)
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
+    options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    fwd, bwd = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, options)
+    want = tp_overlap_pair_s(
+        GB200, 4, "fp8", t * h * 2, groups.tp, first, second, options=options, gather_bytes=t * h
+    )
+    assert (fwd.tp_exposed_s, bwd.tp_exposed_s) == pytest.approx(want)
+    assert fwd.tp_bytes == pytest.approx(t * h * 3)
+
+
+def test_mxfp8_userbuffers_gather_scales_by_nccl():
+    # fill_userbuffers_buffer_for_all_gather gathers the MXFP8 scales (T x h / 32 bytes) with a
+    # blocking NCCL all-gather per gathered copy: forward 1, backward 2 (1 when frozen); the
+    # wgrad's column-wise output gradient (data and scales) is gathered under the dgrad GEMM.
+    h, t = LLAMA.hidden_size, 8192
+    x = layer_shape(FP8_JOB, OVERLAP4)
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
+    cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    mx = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
+    cs_f, cs_b = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, cs)
+    mx_f, mx_b = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, mx)
+    scale = collective_time_s(GB200, "all_gather", t * h / 32, groups.tp)
+    ag = collective_time_s(GB200, "all_gather", t * h, groups.tp)
+    assert mx_f.tp_exposed_s - cs_f.tp_exposed_s == pytest.approx(scale)
+    assert mx_b.tp_exposed_s - cs_b.tp_exposed_s == pytest.approx(2 * scale)
+    assert mx_b.tp_s - cs_b.tp_s == pytest.approx(ag + 3 * scale)
+    _, frozen = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, mx, frozen=True)
+    _, cs_frozen = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, cs, frozen=True)
+    assert frozen.tp_exposed_s - cs_frozen.tp_exposed_s == pytest.approx(scale)
+
+
+def test_returned_norm_output_is_quantized_again_after_its_16_bit_gather():
+    # return_layernorm_output_gathered (Megatron-Bridge LoRA with SP): TE quantizes the local
+    # 16-bit norm output on the separate path (both copies for a trained pair) and the gathered
+    # T x h tensor row-wise for the GEMM.
+    h, t, tp = LLAMA.hidden_size, 8192, 4
+    column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
+    x = layer_shape(FP8_JOB, SP4)
+    fwd, _ = fp8_pair_s(GB200, x, h, column_out, row_in, "tensorwise", False, norm_returned=True)
+    want = fp8_quantize_time_s(GB200, t / tp * h, 2, recipe="tensorwise", norm="separate")
+    want += fp8_quantize_time_s(GB200, t * h, 2, recipe="tensorwise", copies=1)
+    want += fp8_quantize_time_s(GB200, t * row_in, 2, recipe="tensorwise")
+    assert fwd == pytest.approx(want)

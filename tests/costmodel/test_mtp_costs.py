@@ -321,8 +321,10 @@ def test_delayed_scaling_reduces_the_buffer_in_each_mtp_region(
     # _proj_and_transformer_layer enters get_fp8_context around _concat_embeddings and
     # around the layer: two fp8_autocast regions of the depth beside the chunk's, one under
     # full recompute (_checkpointed_forward's outer context for delayed scaling;
-    # multi_token_prediction.py d98e8a64); the buffer holds eh_proj (1 module, 1 GEMM)
-    plan = PLAN.replace(recompute=recompute)
+    # multi_token_prediction.py d98e8a64); the buffer holds eh_proj (1 module, 1 GEMM).
+    # Without SP, where the two recipes' TP collectives agree (with it MXFP8 gathers its
+    # scales as well: linear_pairs.sp_all_gather_bytes).
+    plan = PLAN.replace(recompute=recompute, sequence_parallel=False)
     job = dataclasses.replace(JOB, precision="fp8")
     options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="delayed")
     groups = comm_groups(plan_placements(H100, plan))

@@ -163,3 +163,22 @@ def test_userbuffers_options_do_not_touch_plans_without_tp_comm_overlap():
     base, bridge = layer(DEFAULT_OPTIONS, plain), layer(BRIDGE_FP8, plain)
     assert bridge.forward.tp_exposed_s == base.forward.tp_exposed_s
     assert bridge.backward.tp_exposed_s == base.backward.tp_exposed_s
+
+
+def test_all_gathers_take_gather_bytes_and_reduce_scatters_size():
+    # gather_bytes A (the FP8 copy of an fp8 job) sets the ring-exchange sends and the bulk
+    # all-gather; the reduce-scatters keep S. None is S.
+    size, fc1, fc2 = mlp_pair()
+    assert tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2) == tp_overlap_pair_s(
+        GB300, 4, "fp8", size, tp4(), fc1, fc2, gather_bytes=size
+    )
+    # A 256-wide GEMM chunk is shorter than either send: each send is exposed beyond it.
+    tiny = (8192, 256, 256)
+    fwd_s, bwd_s = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), tiny, tiny, options=RING)
+    fwd_a, bwd_a = tp_overlap_pair_s(
+        GB300, 4, "fp8", size, tp4(), tiny, tiny, options=RING, gather_bytes=size / 2
+    )
+    send = userbuffers_step_time_s(GB300, size / 4, tp4())
+    half = userbuffers_step_time_s(GB300, size / 8, tp4())
+    assert fwd_s - fwd_a == pytest.approx(3 * (send - half), rel=1e-6)
+    assert bwd_s > bwd_a

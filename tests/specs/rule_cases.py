@@ -240,6 +240,12 @@ CASES = [
         ("tp_comm_overlap (True)", "sequence_parallel (False)"),
     ),
     Case(
+        "tp_comm_overlap_not_with_nvfp4",
+        Change(job={"precision": "nvfp4"}),
+        Change(job={"precision": "nvfp4"}, plan={"tp_comm_overlap": False}),
+        ("tp_comm_overlap (True)", "precision (nvfp4)", "tp_comm_overlap=False"),
+    ),
+    Case(
         "overlap_param_gather_needs_distributed_optimizer",
         Change(plan={"distributed_optimizer": False}),
         Change(plan={"distributed_optimizer": False, "overlap_param_gather": False}),

@@ -151,10 +151,22 @@ def attention_block(
         frozen=frozen,
         norm_returned=has_adapter(lora, "linear_qkv"),
         fused_rht=options.nvfp4_fused_rht_cast,
+        tn_gemm_only=options.fp8_tn_gemm_only is not False,
     )
     ew_fwd += fp8_f
     ew_bwd += fp8_b
-    tp_f, tp_b = tp_pair(profile, plan, x, h, groups, qkv_shape, proj_shape, options, frozen=frozen)
+    tp_f, tp_b = tp_pair(
+        profile,
+        plan,
+        x,
+        h,
+        groups,
+        qkv_shape,
+        proj_shape,
+        options,
+        frozen=frozen,
+        norm_returned=has_adapter(lora, "linear_qkv"),
+    )
     amax_f, amax_b = fp8_amax_pair(profile, x, groups, options.fp8_recipe, row_in)
     tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
     sub_f, sub_b = _kv_sub_shard_pair(model, profile, x, groups)

@@ -389,6 +389,7 @@ def gdn_block(
         options.fp8_recipe,
         options.cudnn_norm,
         fused_rht=options.nvfp4_fused_rht_cast,
+        tn_gemm_only=options.fp8_tn_gemm_only is not False,
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd

@@ -288,10 +288,22 @@ def mamba_block(
         frozen=frozen,
         norm_returned=has_adapter(job.lora, "in_proj"),
         fused_rht=options.nvfp4_fused_rht_cast,
+        tn_gemm_only=options.fp8_tn_gemm_only is not False,
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd
-    tp_f, tp_b = tp_pair(profile, plan, x, h, groups, in_shape, out_shape, options, frozen=frozen)
+    tp_f, tp_b = tp_pair(
+        profile,
+        plan,
+        x,
+        h,
+        groups,
+        in_shape,
+        out_shape,
+        options,
+        frozen=frozen,
+        norm_returned=has_adapter(job.lora, "in_proj"),
+    )
     amax_f, amax_b = fp8_amax_pair(profile, x, groups, options.fp8_recipe, w.inner)
     dgrad = in_proj[1] + out_proj[1] + scan_bwd + ew_bwd
     wgrad = 0.0 if frozen else in_proj[2] + out_proj[2]

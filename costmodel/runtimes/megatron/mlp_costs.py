@@ -68,9 +68,21 @@ def mlp_block(
         frozen=frozen,
         norm_returned=has_adapter(lora, "linear_fc1"),
         fused_rht=options.nvfp4_fused_rht_cast,
+        tn_gemm_only=options.fp8_tn_gemm_only is not False,
     )
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
-    tp_f, tp_b = tp_pair(profile, plan, x, h, groups, fc1_shape, fc2_shape, options, frozen=frozen)
+    tp_f, tp_b = tp_pair(
+        profile,
+        plan,
+        x,
+        h,
+        groups,
+        fc1_shape,
+        fc2_shape,
+        options,
+        frozen=frozen,
+        norm_returned=has_adapter(lora, "linear_fc1"),
+    )
     amax_f, amax_b = fp8_amax_pair(profile, x, groups, recipe, width)
     tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
     dgrad, wgrad = fc1[1] + fc2[1] + act_b, 0.0 if frozen else fc1[2] + fc2[2]

@@ -114,12 +114,16 @@ def tp_overlap_pair_s(
     second: Shape | None,
     *,
     options: ExecutionOptions = DEFAULT_OPTIONS,
+    gather_bytes: float | None = None,
 ) -> tuple[float, float]:
     """Seconds `--tp-comm-overlap` adds to one GEMM pair beyond its GEMMs (forward,
-    backward). ``first`` is the column-parallel GEMM, ``second`` the row-parallel one (None
-    for a layer without its own, MLA here: its reduce-scatter and the backward all-gather
-    are then exposed); g is a GEMM of T/tp rows, G the whole GEMM, p one send of S/tp
-    (`userbuffers_step_time_s`):
+    backward). ``size_bytes`` is what each reduce-scatter moves (S, 16-bit), ``gather_bytes``
+    A what each all-gather moves (S when None; the FP8 copy of an fp8 job,
+    `costmodel.runtimes.megatron.linear_pairs.userbuffers_all_gather_bytes`). ``first`` is
+    the column-parallel GEMM, ``second`` the row-parallel one (None for a layer without its
+    own, MLA here: its reduce-scatter and the backward all-gather are then exposed); g is a
+    GEMM of T/tp rows, G the whole GEMM, p one send of A/tp (S/tp for the ``ring_exchange``
+    reduce-scatter, whose partial outputs are 16-bit; `userbuffers_step_time_s`):
 
     - ``ring_exchange`` all-gather (``first`` forward, ``second`` dgrad): tp·g - G +
       (tp - 1)·max(0, p - g);
@@ -140,19 +144,21 @@ def tp_overlap_pair_s(
     def gemm(m: float, n: float, k: float) -> float:
         return ops.gemm_time_s(profile, _rows(m), _rows(n), _rows(k), dtype)
 
-    def ring(m: float, n: float, k: float) -> float:
+    gathered = size_bytes if gather_bytes is None else gather_bytes
+
+    def ring(m: float, n: float, k: float, moved: float = gathered) -> float:
         chunk = gemm(m / tp, n, k)
-        send = userbuffers_step_time_s(profile, size_bytes / tp, group)
+        send = userbuffers_step_time_s(profile, moved / tp, group)
         return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
 
     forward = ring(*first)
     if second is None:
         forward += collective_time_s(profile, "reduce_scatter", size_bytes, group)
-        backward = collective_time_s(profile, "all_gather", size_bytes, group)
+        backward = collective_time_s(profile, "all_gather", gathered, group)
     else:
         m2, n2, k2 = second
         if options.tp_overlap_rs_method == "ring_exchange":
-            forward += ring(m2, n2, k2) + ring_reduce_time_s(profile, size_bytes, tp)
+            forward += ring(m2, n2, k2, size_bytes) + ring_reduce_time_s(profile, size_bytes, tp)
         else:
             forward += _pipeline_rs_s(
                 gemm_s=gemm(m2, n2, k2),
@@ -166,7 +172,7 @@ def tp_overlap_pair_s(
     backward += _bulk_s(
         dgrad_s=gemm(m1, k1, n1),
         wgrad_s=gemm(k1, n1, m1),
-        ag_s=collective_time_s(profile, "all_gather", size_bytes, group),
+        ag_s=collective_time_s(profile, "all_gather", gathered, group),
         rs_s=collective_time_s(profile, "reduce_scatter", size_bytes, group),
         slow=slow,
         sm_margin=options.tp_overlap_bulk_sm_margin,
