@@ -26,7 +26,7 @@ commit 4220403e):
   projection keeps its own FP8 copy of the bf16 output it receives;
 - ``tensorwise``: Q, K, V 1 byte, O 2 bytes: ``NVTE_DPA_FP8CS_O_in_F16`` (default ``1``)
   keeps the bf16 output, the tensor the projection saves
-  (`costmodel.layer_activations.projection_saves_original_input`);
+  (`costmodel.activation_shard.projection_saves_original_input`);
 - ``mxfp8``: Q, K, V 2·(1 + 1/32) bytes, the quantizer keeping row-wise and column-wise
   data, each with one E8M0 scale per 32 elements; O 2 bytes (bf16, as above).
 

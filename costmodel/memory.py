@@ -25,7 +25,7 @@ Where this model deliberately differs from
   buffers and a framework allowance are added;
 - FP8 runs keep the linear layers' FP8-cast inputs (1 byte, Transformer Engine; the
   attention output projection keeps none under current scaling and MXFP8,
-  `costmodel.layer_activations.projection_saves_original_input`) and runs without hidden
+  `costmodel.activation_shard.projection_saves_original_input`) and runs without hidden
   dropout keep no masks (`costmodel.activations`); the estimator assumes
   bf16 and dropout whatever the run;
 - the main-gradient buffer takes the run's element size (``main_grad_bytes``: 2 with

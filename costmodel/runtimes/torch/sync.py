@@ -1,7 +1,7 @@
 """Gradient synchronization, FSDP2 parameter gathers and AdamW of the executor on a CPU
 rank (`executor.data_parallel`, `executor.engine`).
 
-Which mechanism runs (`Engine._wrap_data_parallel`, `GradientSync`,
+Which mechanism runs (`executor.engine._wrap_data_parallel`, `GradientSync`,
 `specs.data_parallel.fsdp2_reshard_after_forward`):
 - ``distributed_optimizer`` and Megatron-FSDP's ``optim``, ``optim_grads`` and
   ``optim_grads_params``: FSDP2 ``fully_shard`` per transformer block (routed experts
@@ -42,7 +42,7 @@ A rank has one compute thread and the ranks fill the cores, so gloo's worker thr
 competes with the backward for the same core: the reductions are counted after the
 backward, not under it (`overlap_grad_reduce` changes nothing here).
 
-AdamW (`Engine._make_optimizer`: ``torch.optim.AdamW``, weight decay 0, no ``foreach`` on
+AdamW (`executor.engine._make_optimizer`: ``torch.optim.AdamW``, weight decay 0, no ``foreach`` on
 CPU tensors, so the single-tensor loop): per parameter tensor `HostRates.adamw_tensor_s`
 (`HostRates.dtensor_adamw_tensor_s` for DTensor parameters: tp > 1, FSDP2) and 28 bytes per
 parameter at `HostRates.adamw_Bps`, on the local shard; replicated norm
