@@ -17,12 +17,11 @@ Usage: ``python bench/moe_breakdown.py --rows 174,124,134``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
 
-from published_csv import rows_by_ids
+from published_csv import milliseconds, row_report_main
 from published_rows import case_for_row
 from row_figures import published_iteration_time_s
 
@@ -42,10 +41,6 @@ from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.layer_kinds import MOE_LAYER
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:9.3f}"
 
 
 def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
@@ -138,26 +133,16 @@ def report(raw: dict[str, str]) -> str:
         "  stage  layers  fwd ms/mb  bwd ms/mb",
     ]
     for st in est.stage_times:
-        lines.append(
-            f"  {st.pp_rank:5d}  {st.num_layers:6d}  {_ms(st.forward_s)}  {_ms(st.backward_s)}"
-        )
+        fwd, bwd = milliseconds(st.forward_s), milliseconds(st.backward_s)
+        lines.append(f"  {st.pp_rank:5d}  {st.num_layers:6d}  {fwd}  {bwd}")
     lines.append("  one MoE layer, one microbatch:      fwd ms    bwd ms")
     for name, (f, b) in moe_layer_parts(case).items():
-        lines.append(f"    {name:28s}{_ms(f)} {_ms(b)}")
+        lines.append(f"    {name:28s}{milliseconds(f)} {milliseconds(b)}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", required=True, help="comma-separated row ids")
-    args = parser.parse_args(argv)
-    rows, error = rows_by_ids(args.rows)
-    if error is not None:
-        print(error, file=sys.stderr)
-        return 1
-    for raw in rows:
-        print(report(raw))
-    return 0
+    return row_report_main(__doc__.splitlines()[0], report, argv)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,9 @@ Usage: ``python bench/nvfp4_rows.py [--rows 285,249,...]``
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from published_csv import rows_by_ids
+from published_csv import milliseconds, row_report_main
 from published_rows import case_for_row
 from row_figures import published_iteration_time_s
 
@@ -45,10 +44,6 @@ from specs.layer_kinds import DENSE_LAYER
 DEFAULT_ROWS = "285,249,162,205,284,159,204,118,121,166,169,211,212,255,256,291,292"
 """The Megatron-Bridge NVFP4 rows of Llama 3 70B (GB200 tp2, GB300 tp1) and Llama 3.1 405B
 (tp4) in ``published-runs-dev.csv``."""
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:9.3f}"
 
 
 def dense_layer_parts(case) -> dict[str, tuple[float, float]]:
@@ -138,21 +133,14 @@ def report(raw: dict[str, str]) -> str:
         if name == "tp GB":
             lines.append(f"    {name:22s}{f:9.3f} {b:9.3f}")
             continue
-        lines.append(f"    {name:22s}{_ms(f)} {_ms(b)}  {(f + b) * per_stage:9.3f}")
+        lines.append(
+            f"    {name:22s}{milliseconds(f)} {milliseconds(b)}  {(f + b) * per_stage:9.3f}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=DEFAULT_ROWS, help="comma-separated row ids")
-    args = parser.parse_args(argv)
-    rows, error = rows_by_ids(args.rows)
-    if error is not None:
-        print(error, file=sys.stderr)
-        return 1
-    for raw in rows:
-        print(report(raw))
-    return 0
+    return row_report_main(__doc__.splitlines()[0], report, argv, default_rows=DEFAULT_ROWS)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ dicts of column -> text, and the rows named by id or matched by ``--rows`` texts
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 CSV_NAME = "shared/reference/published-runs-dev.csv"
@@ -102,6 +105,35 @@ def rows_by_ids(ids_text: str) -> tuple[list[dict[str, str]], str | None]:
     if missing:
         return [], f"rows not in {path}: {', '.join(missing)}"
     return [by_id[r] for r in wanted], None
+
+
+def row_report_main(
+    description: str,
+    report: Callable[[dict[str, str]], str],
+    argv: list[str] | None = None,
+    default_rows: str | None = None,
+) -> int:
+    """Entry point of a bench script that prints ``report(row)`` for each dev-set row named by
+    ``--rows`` (comma-separated ids; required unless ``default_rows`` is given): 0, or 1 with
+    `rows_by_ids`' error line on stderr."""
+    parser = argparse.ArgumentParser(description=description)
+    if default_rows is None:
+        parser.add_argument("--rows", required=True, help="comma-separated row ids")
+    else:
+        parser.add_argument("--rows", default=default_rows, help="comma-separated row ids")
+    args = parser.parse_args(argv)
+    rows, error = rows_by_ids(args.rows)
+    if error is not None:
+        print(error, file=sys.stderr)
+        return 1
+    for raw in rows:
+        print(report(raw))
+    return 0
+
+
+def milliseconds(seconds: float) -> str:
+    """``seconds`` as milliseconds, right-aligned in 9 characters with 3 decimals."""
+    return f"{seconds * 1e3:9.3f}"
 
 
 def select_rows(rows: list[dict[str, str]], texts: str) -> list[dict[str, str]]:

@@ -14,7 +14,7 @@ rows_mod = load_bench("published_rows")
 
 @pytest.fixture(scope="module")
 def row_174() -> dict[str, str]:
-    rows, error = breakdown.rows_by_ids("174")
+    rows, error = load_bench("published_csv").rows_by_ids("174")
     if error is not None:
         pytest.skip(error)
     return rows[0]

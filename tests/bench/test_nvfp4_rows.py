@@ -14,7 +14,7 @@ rows_mod = load_bench("published_rows")
 
 
 def _row(row_id: str) -> dict[str, str]:
-    rows, error = nvfp4_rows.rows_by_ids(row_id)
+    rows, error = load_bench("published_csv").rows_by_ids(row_id)
     if error is not None:
         pytest.skip(error)
     return rows[0]
