@@ -22,11 +22,9 @@ import math
 import sys
 
 from published_csv import milliseconds, row_report_main
-from published_rows import case_for_row
-from row_figures import published_iteration_time_s
+from row_figures import priced_row
 
 from costmodel import compute as ops
-from costmodel.estimate import estimate_plan
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import (
@@ -110,16 +108,7 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
 
 def report(raw: dict[str, str]) -> str:
     """The breakdown of one row as text."""
-    case = case_for_row(raw)
-    est = estimate_plan(
-        case.model,
-        case.cluster,
-        case.job,
-        case.plan,
-        load_profile(case.profile),
-        options=case.options,
-    )
-    published = published_iteration_time_s(raw, case)
+    case, est, published = priced_row(raw)
     plan = case.plan
     lines = [
         f"row {raw['row_id']} {raw['source_id']} {raw['model']} {raw['gpu_type']}: {plan.label()}",

@@ -27,10 +27,8 @@ from __future__ import annotations
 import sys
 
 from published_csv import milliseconds, row_report_main
-from published_rows import case_for_row
-from row_figures import published_iteration_time_s
+from row_figures import priced_row
 
-from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import device_options
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
@@ -103,16 +101,7 @@ def dense_layer_parts(case) -> dict[str, tuple[float, float]]:
 
 def report(raw: dict[str, str]) -> str:
     """The split of one row as text."""
-    case = case_for_row(raw)
-    est = estimate_plan(
-        case.model,
-        case.cluster,
-        case.job,
-        case.plan,
-        load_profile(case.profile),
-        options=case.options,
-    )
-    published = published_iteration_time_s(raw, case)
+    case, est, published = priced_row(raw)
     plan = case.plan
     microbatches = plan.num_microbatches(case.job.global_batch_size)
     stage = est.stage_times[est.critical_stage]

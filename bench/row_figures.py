@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from published_rows import RowCase
+from published_rows import RowCase, case_for_row
 from recipe_keys import NotExpressible
 from row_columns import column_float, column_text
 
+from costmodel.estimate import Estimate, estimate_plan
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.iteration_flops import model_flops_per_iteration, sc21_flops_per_iteration
+from profiles.store import load_profile
 from specs.model import ModelSpec
 
 FlopsFormula = Callable[[ModelSpec, int, int], float]
@@ -71,3 +73,15 @@ def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
     if tflops and formula is not None:
         return formula(case.model, seq, batch) / (tflops * 1e12 * gpus)
     raise NotExpressible("no iteration time, tokens/s or known-convention TFLOP/s")
+
+
+def priced_row(raw: dict[str, str]) -> tuple[RowCase, Estimate, float]:
+    """A dev-set row as the validation prices it: its case (`published_rows.case_for_row`),
+    the estimate of its plan with the row's execution options, and its published seconds
+    per iteration (`published_iteration_time_s`)."""
+    case = case_for_row(raw)
+    profile = load_profile(case.profile)
+    est = estimate_plan(
+        case.model, case.cluster, case.job, case.plan, profile, options=case.options
+    )
+    return case, est, published_iteration_time_s(raw, case)

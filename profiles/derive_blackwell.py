@@ -267,11 +267,11 @@ B200 = Figures(
     nic_achieved_GBps=48.0,  # same CX-7 NIC as DGX H100 [S33][S43]
     intra_busbw=with_alltoall(
         switch_busbw(
-            ring=round(40.1 * 18, 2),  # NCCL sm100 per-link model x 18 links [S35]
+            ring=NVLINK5_RING_GBPS,  # NCCL sm100 per-link model x 18 links [S35]
             nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
-            ag=round(40.1 * 18, 2),
-            rs=round(40.1 * 18, 2),
-            a2a=round(40.1 * 18, 2),  # replaced by the 8xB300 alltoall_perf run [S62]
+            ag=NVLINK5_RING_GBPS,
+            rs=NVLINK5_RING_GBPS,
+            a2a=NVLINK5_RING_GBPS,  # replaced by the 8xB300 alltoall_perf run [S62]
         ),
         B300_ALLTOALL_RUNS,  # same 8-GPU NVLink5 switch baseboard as B300
     ),
