@@ -82,9 +82,7 @@ def _screen_chunks(
     """`_screen_rows` of ``table`` in the chunks of ``chunk``, reporting each (without
     ``chunk``: at once); a row's metrics depend on that row alone, so the chunks change no
     figure."""
-    if chunk is None:
-        return _screen_rows(model, cluster, job, profile, table, options)
-    if not len(table):
+    if chunk is None or not len(table):
         return _screen_rows(model, cluster, job, profile, table, options)
     parts, start = [], 0
     while start < len(table):
