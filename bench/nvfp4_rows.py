@@ -10,7 +10,7 @@ stage; then one dense decoder layer's forward and backward of one microbatch spl
 
 - the eight linear GEMMs (QKV, attention output, FC1, FC2; fprop in the forward, dgrad and
   wgrad in the backward: `costmodel.runtimes.megatron.layer_shape.gemm3`);
-- the quantization of their operands (`costmodel.runtimes.megatron.linear_pairs.fp8_pair_s`
+- the quantization of their operands (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`
   of both pairs: amax pass and NVFP4 casts);
 - the TP collectives of both pairs with the amax all-reduces (`tp_pair`, `fp8_amax_pair`):
   their whole time, the part left exposed, and the bytes moved;
@@ -33,7 +33,8 @@ from costmodel.execution_presets import device_options
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.layer_shape import gemm3, layer_shape
-from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.linear_pairs import tp_pair
+from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile

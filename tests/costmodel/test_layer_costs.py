@@ -13,7 +13,7 @@ from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.attention_costs import cp_attention_steps
 from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.linear_pairs import fp8_pair_quantize_s
+from costmodel.runtimes.megatron.pair_quantization import fp8_pair_quantize_s
 from costmodel.runtimes.megatron.userbuffers import (
     TP_OVERLAP_COMM_SMS,
     USERBUFFERS_STEP_LATENCY_S,
@@ -230,6 +230,10 @@ def test_current_scaling_layer_adds_the_amax_bytes_and_tp_reductions():
     # (2e - 1 = 3 bytes per T/tp x h element) and the amax read of the row-parallel input
     # (e = 2 bytes per T x width element); backward the amax read of both output gradients
     # (2 bytes per element); and one 4-byte TP all-reduce of the amax each way (SP).
+    # The output projection saves its 16-bit input under current scaling (Megatron-core
+    # set_save_original_input; TE _Linear.forward casts it row-wise alone, 1 byte less per
+    # T x q element, and _Linear.backward quantizes it again: amax read e plus e + 2 bytes,
+    # 6 per element).
     plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=True)
     fp8_job = TrainingJob(seq_length=4096, global_batch_size=64, precision="fp8")
     tensorwise = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
@@ -239,8 +243,8 @@ def test_current_scaling_layer_adds_the_amax_bytes_and_tp_reductions():
     q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
     kv = LLAMA.query_groups // tp * LLAMA.head_dim
     ffn = LLAMA.ffn_hidden_size / tp
-    fwd_bytes = 2 * 3 * t / tp * h + 2 * t * (q + ffn)
-    bwd_bytes = 2 * t * (q + 2 * kv + 2 * ffn) + 2 * 2 * t / tp * h
+    fwd_bytes = 2 * 3 * t / tp * h + 2 * t * (q + ffn) - t * q
+    bwd_bytes = 2 * t * (q + 2 * kv + 2 * ffn) + 2 * 2 * t / tp * h + 6 * t * q
     bw = memory_bandwidth_Bps(H100)
     assert current.forward.compute_s - delayed.forward.compute_s == pytest.approx(fwd_bytes / bw)
     assert current.backward.compute_s - delayed.backward.compute_s == pytest.approx(bwd_bytes / bw)
@@ -261,7 +265,10 @@ def test_current_scaling_layer_adds_the_amax_bytes_and_tp_reductions():
 def test_norm_backend_moves_only_the_norm_output_quantization(recipe, cudnn_norm, net_bytes):
     # Against delayed scaling on TE's norm, per linear pair (QKV, FC1): the forward
     # quantization of the T x h norm output changes by ``net_bytes`` per element;
-    # nothing else in the layer moves (the MXFP8 scales come with the cast, no amax).
+    # nothing else in the layer moves (the MXFP8 scales come with the cast, no amax) but the
+    # output projection's input, which MXFP8 saves in 16 bits (Megatron-core
+    # set_save_original_input): TE casts it row-wise alone forward (1 byte less per T x q
+    # element) and column-wise again backward (e + 1 = 3 bytes).
     # Without sequence parallelism: with it, the recipes also gather different copies
     # (test_linear_pairs).
     plan = ParallelPlan.for_world(8, tp=8, sequence_parallel=False)
@@ -270,10 +277,14 @@ def test_norm_backend_moves_only_the_norm_output_quantization(recipe, cudnn_norm
     delayed = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER)
     other = layer_cost(LLAMA, fp8_job, plan, H100, kind=DENSE_LAYER, options=options)
     t, h = 4096, LLAMA.hidden_size
+    q = LLAMA.num_attention_heads * LLAMA.head_dim / 8
+    saved = recipe != "delayed"
     bw = memory_bandwidth_Bps(H100)
     extra = other.forward.compute_s - delayed.forward.compute_s
-    assert extra == pytest.approx(2 * net_bytes * t * h / bw, abs=1e-12)
-    assert other.backward == delayed.backward
+    assert extra == pytest.approx((2 * net_bytes * t * h - saved * t * q) / bw, abs=1e-12)
+    extra_bwd = other.backward.compute_s - delayed.backward.compute_s
+    assert extra_bwd == pytest.approx(saved * 3 * t * q / bw, abs=1e-12)
+    assert other.backward.tp_s == delayed.backward.tp_s
 
 
 def test_cudnn_norm_gives_current_scaling_the_full_amax_pass():

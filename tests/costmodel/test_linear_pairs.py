@@ -1,5 +1,5 @@
 """TP collectives and FP8 quantization around a linear pair
-(costmodel.runtimes.megatron.linear_pairs)."""
+(costmodel.runtimes.megatron.linear_pairs, pair_quantization)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_shape import layer_shape
 from costmodel.runtimes.megatron.linear_pairs import (
-    fp8_pair_quantize_s,
-    fp8_pair_s,
     sp_all_gather_bytes,
     tp_pair,
     userbuffers_all_gather_bytes,
 )
-from costmodel.runtimes.megatron.userbuffers import tp_overlap_pair_s
+from costmodel.runtimes.megatron.pair_quantization import fp8_pair_quantize_s, fp8_pair_s
+from costmodel.runtimes.megatron.userbuffers import ring_send_tail_s, tp_overlap_pair_s
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.job import TrainingJob
@@ -213,7 +212,7 @@ def test_mxfp8_userbuffers_gather_scales_by_nccl():
     scale = collective_time_s(GB200, "all_gather", t * h / 32, groups.tp)
     ag = collective_time_s(GB200, "all_gather", t * h, groups.tp)
     assert mx_f.tp_exposed_s - cs_f.tp_exposed_s == pytest.approx(scale)
-    assert mx_b.tp_exposed_s - cs_b.tp_exposed_s == pytest.approx(2 * scale)
+    assert mx_b.tp_exposed_s - cs_b.tp_exposed_s == pytest.approx(2 * scale + wgrad_tail(mx))
     assert mx_b.tp_s - cs_b.tp_s == pytest.approx(ag + 3 * scale)
     _, frozen = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, mx, frozen=True)
     _, cs_frozen = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, cs, frozen=True)
@@ -232,3 +231,126 @@ def test_returned_norm_output_is_quantized_again_after_its_16_bit_gather():
     want += fp8_quantize_time_s(GB200, t * h, 2, recipe="tensorwise", copies=1)
     want += fp8_quantize_time_s(GB200, t * row_in, 2, recipe="tensorwise")
     assert fwd == pytest.approx(want)
+
+
+def wgrad_tail(options, second=(8192, LLAMA.hidden_size, LLAMA.ffn_hidden_size / 4)) -> float:
+    """What outlasts the FC2 dgrad ring of FP8_JOB on OVERLAP4 (GB200) of the MXFP8 wgrad
+    gradient's send-stream work: its column-wise cast of T/tp x h (read 2, write 1 byte;
+    the E8M0 scales come with the cast), the NCCL gather of its scales (T x h / 32) and the
+    userbuffers gather of its data (T x h)."""
+    h, t = LLAMA.hidden_size, 8192
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    cast = memory_bound_time_s(GB200, 3 * t / 4 * h)
+    comm = collective_time_s(GB200, "all_gather", t * h / 32, groups.tp)
+    comm += collective_time_s(GB200, "all_gather", t * h, groups.tp)
+    m, n, k = second
+    return ring_send_tail_s(GB200, 4, "fp8", t * h, groups.tp, (m, k, n), cast + comm)
+
+
+def test_mxfp8_userbuffers_cast_the_output_gradient_twice():
+    # TE _Linear.backward under ub_overlap_ag: grad_output_preprocess casts the 16-bit
+    # gradient row-wise alone (Userbuffers "can only communicate one MXFP8 buffer at a
+    # time"), then the wgrad's column-wise copy is cast again from it on the dgrad send
+    # stream. The compute stream writes one copy of T/tp x h (1 byte less per element); the
+    # second cast runs on the send stream, exposed only where it outlasts the dgrad GEMM.
+    h, t, tp = LLAMA.hidden_size, 8192, 4
+    column_out, row_in = 2 * LLAMA.ffn_hidden_size / tp, LLAMA.ffn_hidden_size / tp
+    x = layer_shape(FP8_JOB, OVERLAP4)
+    _, nccl = fp8_pair_s(GB200, x, h, column_out, row_in, "mxfp8", False)
+    _, ub = fp8_pair_s(GB200, x, h, column_out, row_in, "mxfp8", False, userbuffers=True)
+    assert nccl - ub == pytest.approx(memory_bound_time_s(GB200, t / tp * h))
+    _, frozen = fp8_pair_s(GB200, x, h, column_out, row_in, "mxfp8", False, frozen=True)
+    _, frozen_ub = fp8_pair_s(
+        GB200, x, h, column_out, row_in, "mxfp8", False, frozen=True, userbuffers=True
+    )
+    assert frozen_ub == frozen
+    # A 256-wide FC2 dgrad is shorter than the send-stream work: the tail is exposed.
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    mx = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
+    cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    first, narrow = (t, 512, h), (t, h, 256)
+    _, mx_b = tp_pair(GB200, OVERLAP4, x, h, groups, first, narrow, mx)
+    _, cs_b = tp_pair(GB200, OVERLAP4, x, h, groups, first, narrow, cs)
+    scale = collective_time_s(GB200, "all_gather", t * h / 32, groups.tp)
+    tail = wgrad_tail(mx, narrow)
+    assert tail > 0
+    assert mx_b.tp_exposed_s - cs_b.tp_exposed_s == pytest.approx(2 * scale + tail)
+
+
+def test_attention_projection_quantizes_its_saved_input_again_for_wgrad():
+    # Megatron-core set_save_original_input(linear_proj) under fp4 (TE >= 2.7) and fp8 other
+    # than delayed (TE >= 2.6); TE _Linear.forward casts the input row-wise alone and
+    # _Linear.backward quantizes the saved 16-bit input again: NVFP4 column-wise (Hadamard
+    # cast, e + 0.5625 bytes per element, after its amax read of e). Forward: one NVFP4 copy
+    # (0.5625 bytes) less per T x q element.
+    h, t, tp = LLAMA.hidden_size, 8192, 4
+    q = LLAMA.num_attention_heads * LLAMA.head_dim / tp
+    column_out = (LLAMA.num_attention_heads + 2 * LLAMA.query_groups) * LLAMA.head_dim / tp
+    x = layer_shape(NVFP4_JOB, SP4)
+    plain = fp8_pair_s(GB200, x, h, column_out, q, "delayed", False)
+    saved = fp8_pair_s(GB200, x, h, column_out, q, "delayed", False, row_saves_input=True)
+    assert plain[0] - saved[0] == pytest.approx(memory_bound_time_s(GB200, 0.5625 * t * q))
+    again = memory_bound_time_s(GB200, (2 + 0.5625) * t * q) + memory_bound_time_s(GB200, 2 * t * q)
+    assert saved[1] - plain[1] == pytest.approx(again)
+    # A frozen projection has no wgrad GEMM to quantize for; delayed scaling saves no input.
+    frozen = fp8_pair_s(GB200, x, h, column_out, q, "delayed", False, frozen=True)
+    assert fp8_pair_s(
+        GB200, x, h, column_out, q, "delayed", False, frozen=True, row_saves_input=True
+    ) == pytest.approx(frozen)
+    x8 = layer_shape(FP8_JOB, SP4)
+    assert fp8_pair_s(GB200, x8, h, column_out, q, "delayed", False, row_saves_input=True) == (
+        fp8_pair_s(GB200, x8, h, column_out, q, "delayed", False)
+    )
+
+
+def test_lora_column_pair_gathers_through_nccl_under_userbuffers():
+    # A LoRA adapter on QKV or FC1 sets return_layernorm_output (Megatron-Bridge
+    # peft/utils.py, v0.5.0) and TE's _LayerNormLinear.forward then turns ub_overlap_ag_fprop
+    # off: the quantized norm output (1 byte per element under current scaling) is gathered
+    # by a blocking NCCL all-gather before the whole GEMM, not by the ring exchange; it is
+    # quantized on its T/tp rows only (no gathered 16-bit copy to quantize again).
+    h, t, tp = LLAMA.hidden_size, 8192, 4
+    x = layer_shape(FP8_JOB, OVERLAP4)
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    first, second = (t, 2 * LLAMA.ffn_hidden_size / tp, h), (t, h, LLAMA.ffn_hidden_size / tp)
+    cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    fwd, bwd = tp_pair(
+        GB200, OVERLAP4, x, h, groups, first, second, cs, frozen=True, norm_returned=True
+    )
+    ag = collective_time_s(GB200, "all_gather", t * h, groups.tp)
+    want = tp_overlap_pair_s(
+        GB200, 4, "fp8", t * h * 2, groups.tp, first, second, options=cs, gather_bytes=t * h
+    )
+    ring = tp_overlap_pair_s(
+        GB200,
+        4,
+        "fp8",
+        t * h * 2,
+        groups.tp,
+        first,
+        second,
+        options=cs,
+        gather_bytes=t * h,
+        first_gather_s=ag,
+    )
+    assert fwd.tp_exposed_s == pytest.approx(ring[0])
+    assert fwd.tp_exposed_s > want[0]
+    assert bwd.tp_exposed_s == pytest.approx(want[1])
+    column_out, row_in = first[1], second[2]
+    quantized = fp8_pair_s(
+        GB200, x, h, column_out, row_in, "tensorwise", False, frozen=True, norm_returned=True
+    )
+    on_userbuffers = fp8_pair_s(
+        GB200,
+        x,
+        h,
+        column_out,
+        row_in,
+        "tensorwise",
+        False,
+        frozen=True,
+        norm_returned=True,
+        userbuffers=True,
+    )
+    again = fp8_quantize_time_s(GB200, t * h, 2, recipe="tensorwise", copies=1)
+    assert quantized[0] - on_userbuffers[0] == pytest.approx(again)

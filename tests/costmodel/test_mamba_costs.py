@@ -17,13 +17,13 @@ from costmodel.compute import gemm_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.mamba_activations import mamba_widths
 from costmodel.runtimes.megatron.layer_shape import gemm3, intra_groups, layer_shape
-from costmodel.runtimes.megatron.linear_pairs import fp8_pair_s
 from costmodel.runtimes.megatron.mamba_costs import (
     mamba_block,
     projection_shapes,
     ssd_gemms,
     ssd_scan_s,
 )
+from costmodel.runtimes.megatron.pair_quantization import fp8_pair_s
 from profiles.store import load_profile
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob

@@ -15,6 +15,7 @@ from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.userbuffers import (
     TP_OVERLAP_COMM_SMS,
     ring_reduce_time_s,
+    ring_send_tail_s,
     sm_count,
     tp_overlap_pair_s,
     userbuffers_step_time_s,
@@ -182,3 +183,34 @@ def test_all_gathers_take_gather_bytes_and_reduce_scatters_size():
     half = userbuffers_step_time_s(GB300, size / 8, tp4())
     assert fwd_s - fwd_a == pytest.approx(3 * (send - half), rel=1e-6)
     assert bwd_s > bwd_a
+
+
+def test_send_tail_outlasts_the_dgrad_ring_only_beyond_its_last_chunks():
+    # TE _Linear.backward (MXFP8 under --tp-comm-overlap) queues the wgrad's column-wise
+    # output gradient on the dgrad GEMM's send stream after its tp - 1 ring sends p; the GEMM
+    # spans tp·g + (tp - 1)·max(0, p - g) for chunks g of T/tp rows.
+    size, _, fc2 = mlp_pair()
+    m, n, k = fc2
+    dgrad = (m, k, n)
+    g = gemm_time_s(GB300, m // 4, k, n, "fp8")
+    p = userbuffers_step_time_s(GB300, size / 2 / 4, tp4())
+    span = 4 * g + 3 * max(0.0, p - g)
+    window = span - 3 * p
+    assert window > 0
+    tail = ring_send_tail_s(GB300, 4, "fp8", size / 2, tp4(), dgrad, window + 1e-4)
+    assert tail == pytest.approx(1e-4, rel=1e-6)
+    assert ring_send_tail_s(GB300, 4, "fp8", size / 2, tp4(), dgrad, 0.5 * window) == 0.0
+    assert ring_send_tail_s(GB300, 1, "fp8", size / 2, tp4(), dgrad, 1.0) == 0.0
+
+
+def test_a_first_gather_outside_userbuffers_replaces_the_forward_ring():
+    # _LayerNormLinear.forward turns ub_overlap_ag_fprop off under return_layernorm_output
+    # (a LoRA adapter): the forward pays the blocking NCCL all-gather whole, not the ring
+    # exchange of the column-parallel GEMM; the backward is unchanged.
+    size, fc1, fc2 = mlp_pair()
+    ring_f, ring_b = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2, options=RING)
+    nccl_f, nccl_b = tp_overlap_pair_s(
+        GB300, 4, "fp8", size, tp4(), fc1, fc2, options=RING, first_gather_s=2e-4
+    )
+    assert nccl_f - ring_f == pytest.approx(2e-4 - ring_s(size, *fc1), rel=1e-9)
+    assert nccl_b == ring_b

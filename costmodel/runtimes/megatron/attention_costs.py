@@ -49,7 +49,8 @@ from costmodel.flops import (
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, dsa_gathered_width, indexer_pair
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
-from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.linear_pairs import tp_pair
+from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.megatron.saver_costs import mla_up_projection_share
 from costmodel.runtimes.megatron.unfused_costs import rope_time_s
 from costmodel.runtimes.megatron.userbuffers import Shape
@@ -152,6 +153,8 @@ def attention_block(
         norm_returned=has_adapter(lora, "linear_qkv"),
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
+        userbuffers=plan.tp_comm_overlap,
+        row_saves_input=True,
     )
     ew_fwd += fp8_f
     ew_bwd += fp8_b

@@ -56,9 +56,10 @@ from costmodel.execution import ExecutionOptions
 from costmodel.gdn_activations import GDN_CHUNK_TOKENS, GdnWidths, gdn_widths
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
-from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.linear_pairs import tp_pair
 from costmodel.runtimes.megatron.mamba_costs import BatchedGemm, ssd_dtype
 from costmodel.runtimes.megatron.mamba_cp import scan_shape
+from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.megatron.userbuffers import Shape
 from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
@@ -390,6 +391,7 @@ def gdn_block(
         options.cudnn_norm,
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
+        userbuffers=plan.tp_comm_overlap,
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd

@@ -1,7 +1,7 @@
-"""Costs around one column-parallel / row-parallel linear pair of a layer on one rank
-(QKV and output projection, or FC1 and FC2), for one microbatch: the TP collectives and
-the part of them left exposed (`tp_pair`), and the FP8 or NVFP4 quantization of the
-pair's operands with its TP amax reduction (`fp8_pair_s`, `fp8_amax_pair`).
+"""TP collectives around one column-parallel / row-parallel linear pair of a layer on one
+rank (QKV and output projection, or FC1 and FC2), for one microbatch, and the part of them
+left exposed (`tp_pair`). The FP8 or NVFP4 quantization of the pair's operands and its TP
+amax reduction are in `costmodel.runtimes.megatron.pair_quantization`.
 
 TP communication per layer (size S = T·h·e bytes, the full activation): forward 2
 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP; the same in
@@ -16,8 +16,11 @@ Megatron and is not counted without the overlap.
 
 A LoRA job's frozen pair (``frozen``) has no weight-gradient GEMM: the reduction of the
 input gradient has nothing to hide under, and its quantized operands need no column-wise
-copy for one (`fp8_pair_s`). The userbuffers overlaps are priced as for a trained pair: how
-Transformer Engine's bulk overlaps run without a wgrad GEMM is not modelled.
+copy for one (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`). The
+userbuffers overlaps are priced as for a trained pair, except the forward all-gather of a
+column-parallel layer that returns its norm output to an adapter, which runs through NCCL
+(`_userbuffers_pair`); how Transformer Engine's bulk overlaps run without a wgrad GEMM is
+not modelled.
 """
 
 from __future__ import annotations
@@ -27,21 +30,15 @@ from costmodel.compute import DTYPE_BYTES, LOW_PRECISION_GEMM_DTYPES, Direction
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.fp8_quantization import (
-    NormQuantization,
-    fp8_gather_transpose_time_s,
     fp8_quantize_time_s,
     gathered_bytes_per_element,
-    norm_quantization,
-    nvfp4_gather_fixup_time_s,
     operand_recipe,
 )
 from costmodel.memory_allowances import MXFP8_BLOCK_ELEMENTS, Fp8Recipe
 from costmodel.passes import ZERO, CommGroups, PassCost
-from costmodel.runtimes.megatron.fp8_scaling import amax_reduction_pair
-from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, layer_shape
-from costmodel.runtimes.megatron.userbuffers import Shape, tp_overlap_pair_s
+from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
+from costmodel.runtimes.megatron.userbuffers import Shape, ring_send_tail_s, tp_overlap_pair_s
 from profiles.schema import HardwareProfile
-from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 
 
@@ -80,7 +77,16 @@ def tp_pair(
         return ZERO, ZERO
     size = x.tokens * h * x.elem
     if plan.tp_comm_overlap and x.sp:
-        return _userbuffers_pair(profile, x, h, groups, first, second, options, frozen=frozen)
+        return _userbuffers_pair(
+            profile,
+            x,
+            h,
+            groups,
+            (first, second),
+            options,
+            frozen=frozen,
+            norm_returned=norm_returned,
+        )
     wgrad = 0.0 if frozen else gemm3(profile, x, *first)[2]
     if not x.sp:
         ar = collective_time_s(profile, "all_reduce", size, groups.tp)
@@ -104,15 +110,24 @@ def _userbuffers_pair(
     x: LayerShape,
     h: int,
     groups: CommGroups,
-    first: Shape,
-    second: Shape | None,
+    shapes: tuple[Shape, Shape | None],
     options: ExecutionOptions,
     *,
     frozen: bool,
+    norm_returned: bool,
 ) -> tuple[PassCost, PassCost]:
     """`tp_pair` with `tp_comm_overlap`: the userbuffers overlaps
-    (`costmodel.runtimes.megatron.userbuffers.tp_overlap_pair_s`) with each all-gather at
+    (`costmodel.runtimes.megatron.userbuffers.tp_overlap_pair_s`) of the pair's GEMM
+    ``shapes`` (column-parallel, row-parallel) with each all-gather at
     `userbuffers_all_gather_bytes` and each reduce-scatter at T·h·e.
+
+    ``norm_returned`` (a LoRA adapter on the column-parallel layer): TE turns the
+    userbuffers all-gather of the forward off when the module returns its norm output
+    (``ub_overlap_ag_fprop and ... not return_layernorm_output``, ``_LayerNormLinear.forward``,
+    v2.5 to HEAD and Bridge's pin 4220403e; Bridge leaves ``return_layernorm_output_gathered``
+    unset under the overlap, ``peft/utils.py`` v0.5.0), so the layer gathers its quantized
+    (or 16-bit) norm output with a blocking NCCL ``gather_along_first_dim`` before the
+    whole GEMM: exposed, at `sp_all_gather_bytes`, its MXFP8 scales inside those bytes.
 
     An MXFP8 job's ``fill_userbuffers_buffer_for_all_gather`` (TE `pytorch/module/base.py`,
     v2.5 to HEAD) gathers each copy's E8M0 scales (T·h/32 bytes) with a blocking NCCL
@@ -120,11 +135,14 @@ def _userbuffers_pair(
     backward for the output gradient's row-wise copy (``grad_output_preprocess``) and the
     norm output's column-wise copy (the ``bulk`` dgrad overlap); a ``frozen`` pair gathers
     the row-wise output gradient alone. Its wgrad reads a column-wise output gradient
-    gathered separately ("we can't convert row-scaled MXFP8 to column-scaled",
-    ``_Linear.backward``): data and scales on the dgrad GEMM's communication stream
-    (``tex.bulk_overlap_ag_with_external_gemm``), counted in the traffic, not exposed."""
+    quantized from the 16-bit one and gathered on the dgrad GEMM's send stream
+    (`mxfp8_wgrad_gradient`)."""
+    first, second = shapes
     size = x.tokens * h * x.elem
     gather = userbuffers_all_gather_bytes(x, h)
+    recipe = options.fp8_recipe
+    nccl = sp_all_gather_bytes(x, h, "forward", recipe=recipe) if norm_returned else gather
+    ag_first = collective_time_s(profile, "all_gather", nccl, groups.tp)
     ag = collective_time_s(profile, "all_gather", gather, groups.tp)
     rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
     fwd, bwd = tp_overlap_pair_s(
@@ -137,20 +155,51 @@ def _userbuffers_pair(
         second,
         options=options,
         gather_bytes=gather,
+        first_gather_s=ag_first if norm_returned else None,
     )
-    forward = PassCost(tp_s=ag + rs, tp_exposed_s=fwd, tp_bytes=gather + size)
+    forward = PassCost(tp_s=ag_first + rs, tp_exposed_s=fwd, tp_bytes=nccl + size)
     backward = PassCost(tp_s=ag + rs, tp_exposed_s=bwd, tp_bytes=gather + size)
-    if x.dtype != "fp8" or options.fp8_recipe != "mxfp8":
+    if x.dtype != "fp8" or recipe != "mxfp8":
         return forward, backward
     scales = x.tokens * h / MXFP8_BLOCK_ELEMENTS
     scale_s = collective_time_s(profile, "all_gather", scales, groups.tp)
     exposed = 1 if frozen else 2
-    hidden = ZERO if frozen else PassCost(tp_s=ag + scale_s, tp_bytes=gather + scales)
-    forward = forward.plus(PassCost(tp_s=scale_s, tp_exposed_s=scale_s, tp_bytes=scales))
-    backward = backward.plus(hidden).plus(
+    if not norm_returned:
+        forward = forward.plus(PassCost(tp_s=scale_s, tp_exposed_s=scale_s, tp_bytes=scales))
+    backward = backward.plus(
         PassCost(tp_s=exposed * scale_s, tp_exposed_s=exposed * scale_s, tp_bytes=exposed * scales)
     )
-    return forward, backward
+    if frozen:
+        return forward, backward
+    return forward, backward.plus(mxfp8_wgrad_gradient(profile, x, h, groups, second))
+
+
+def mxfp8_wgrad_gradient(
+    profile: HardwareProfile, x: LayerShape, h: int, groups: CommGroups, second: Shape | None
+) -> PassCost:
+    """The column-wise MXFP8 copy of a row-parallel layer's output gradient under
+    `tp_comm_overlap` (TE ``_Linear.backward``, v2.5 to HEAD): the userbuffers all-gather
+    carries one usage at a time, so ``grad_output_preprocess`` casts the rank's T/tp x h
+    16-bit gradient row-wise alone for the dgrad GEMM
+    (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s` ``userbuffers``), and the
+    wgrad copy is a second cast of the same 16-bit
+    gradient, column-wise (read e, write 1 + 1/32 bytes per element), on the dgrad GEMM's
+    send stream, followed there by the NCCL all-gather of its scales and the userbuffers
+    all-gather of its data (T·h bytes). The three run under the dgrad GEMM; what outlasts
+    it delays the wgrad GEMM (`costmodel.runtimes.megatron.userbuffers.ring_send_tail_s`),
+    booked as exposed TP time. Without the overlap one cast writes both copies and
+    ``_all_gather_mxfp8`` gathers them (`sp_all_gather_bytes`). ``second`` None (a layer
+    without its own row-parallel GEMM, MLA here): the traffic alone."""
+    gather = userbuffers_all_gather_bytes(x, h)
+    scales = x.tokens * h / MXFP8_BLOCK_ELEMENTS
+    comm_s = collective_time_s(profile, "all_gather", scales, groups.tp)
+    comm_s += collective_time_s(profile, "all_gather", gather, groups.tp)
+    if second is None:
+        return PassCost(tp_s=comm_s, tp_bytes=gather + scales)
+    cast_s = fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem, recipe="mxfp8", copies=1)
+    m, n, k = second
+    tail = ring_send_tail_s(profile, x.tp, x.dtype, gather, groups.tp, (m, k, n), cast_s + comm_s)
+    return PassCost(tp_s=comm_s, tp_exposed_s=tail, tp_bytes=gather + scales)
 
 
 def _reduction_under_wgrad(
@@ -240,120 +289,3 @@ def userbuffers_all_gather_bytes(x: LayerShape, h: int) -> float:
     (`specs.rules_features`) refuses such a plan; called directly, the 16-bit size."""
     per_element = DTYPE_BYTES["fp8"] if x.dtype == "fp8" else x.elem
     return x.tokens * h * per_element
-
-
-def fp8_pair_quantize_s(
-    profile: HardwareProfile,
-    job: TrainingJob,
-    plan: ParallelPlan,
-    h: int,
-    column_out: float,
-    row_in: float,
-    *,
-    recipe: Fp8Recipe,
-    cudnn_norm: bool = False,
-) -> tuple[float, float]:
-    """FP8 quantization of one column-parallel / row-parallel linear pair (QKV and output
-    projection, or FC1 and FC2) under Transformer Engine's ``recipe`` (forward, backward),
-    in seconds; 0 unless the job runs fp8 or nvfp4 GEMMs (an nvfp4 job quantizes under
-    ``nvfp4`` whatever ``recipe`` says: `costmodel.fp8_quantization.operand_recipe`).
-
-    Forward quantizes the column-parallel input where the norm of the ``LayerNormLinear``
-    writes it (with sequence parallelism on T/tp tokens, before the fp8 all-gather), on the
-    path `costmodel.fp8_quantization.norm_quantization` gives for the recipe and the norm backend
-    (``cudnn_norm``: `ExecutionOptions.cudnn_norm`), and the row-parallel input (T x
-    ``row_in`` per rank). Backward quantizes
-    both output gradients: the column-parallel one (T x ``column_out``) and the row-parallel
-    one (T/tp x h with sequence parallelism); bytes per element and the current-scaling
-    amax pass in `costmodel.fp8_quantization.fp8_quantize_time_s`, the current-scaling amax
-    all-reduce in `costmodel.runtimes.megatron.fp8_scaling`. ``column_out`` and ``row_in``
-    are per-rank widths. The fp8 weight copies (and their amax) are made on the first
-    microbatch of an iteration (TE ``is_first_microbatch``, the cached weight workspace)
-    or after the optimizer step (``fp8_param``): not counted."""
-    x = layer_shape(job, plan)
-    return fp8_pair_s(profile, x, h, column_out, row_in, recipe, cudnn_norm)
-
-
-def fp8_pair_s(
-    profile: HardwareProfile,
-    x: LayerShape,
-    h: int,
-    column_out: float,
-    row_in: float,
-    recipe: Fp8Recipe,
-    cudnn_norm: bool,
-    *,
-    frozen: bool = False,
-    norm_returned: bool = False,
-    fused_rht: bool = True,
-    tn_gemm_only: bool = True,
-) -> tuple[float, float]:
-    """`fp8_pair_quantize_s` of one rank's `LayerShape`. A ``frozen`` pair (LoRA) writes
-    only the row-wise copy of both inputs and of the row-parallel output gradient (TE
-    ``Linear``, no bias, no wgrad), both copies of the column-parallel output gradient
-    (TE 4220403e's ``LayerNormLinear`` backward asks for both whatever ``requires_wgrad``);
-    with ``norm_returned`` (a LoRA adapter on the column-parallel layer) TE returns the
-    16-bit norm output and quantizes it on the ``separate`` path
-    (``with_quantized_norm`` is False under ``return_layernorm_output``), and with
-    sequence parallelism quantizes the gathered 16-bit norm output again for the GEMM,
-    row-wise, on T rows (``return_layernorm_output_gathered``: `sp_all_gather_bytes`).
-    ``fused_rht``:
-    `ExecutionOptions.nvfp4_fused_rht_cast` (nvfp4 jobs only). An nvfp4 job with sequence
-    parallelism also re-orders each gathered column-wise copy in the backward
-    (`costmodel.fp8_quantization.nvfp4_gather_fixup_time_s`).
-
-    Per-tensor FP8 (``delayed``, ``tensorwise``) with sequence parallelism quantizes the
-    norm output and the row-parallel output gradient on its T/tp rows into the row-wise
-    copy alone, the one ``_all_gather_fp8`` gathers (``_LayerNormLinear.forward``:
-    ``supports_only_rowwise_all_gather`` sets ``columnwise=False``; TE
-    `pytorch/distributed.py`, v2.5 to HEAD); with ``tn_gemm_only``
-    (`ExecutionOptions.fp8_tn_gemm_only`, Hopper) the backward transposes each gathered
-    copy the wgrad GEMM reads (`costmodel.fp8_quantization.fp8_gather_transpose_time_s`).
-    MXFP8 and NVFP4 write both copies locally (they gather column-wise data)."""
-    if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
-        return 0.0, 0.0
-    operand = operand_recipe(x.dtype, recipe)
-    inputs = 1 if frozen else 2
-    gathered = x.sp and x.tp > 1 and operand in ("delayed", "tensorwise") and not norm_returned
-    sharded = 1 if gathered else inputs  # copies of the norm output and row-parallel gradient
-
-    def quantize(elements: float, norm: NormQuantization | None = None, copies: int = 2) -> float:
-        return fp8_quantize_time_s(
-            profile,
-            elements,
-            x.elem,
-            recipe=operand,
-            norm=norm,
-            copies=copies,
-            fused_rht=fused_rht,
-        )
-
-    path = norm_quantization(operand, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
-    path = "separate" if norm_returned else path
-    forward = quantize(x.norm_tokens * h, norm=path, copies=sharded)
-    backward = quantize(x.tokens * column_out)
-    if norm_returned and x.sp and x.tp > 1:
-        forward += quantize(x.tokens * h, copies=1)  # the gathered 16-bit norm output
-    if row_in > 0:
-        forward += quantize(x.tokens * row_in, copies=inputs)
-        backward += quantize(x.norm_tokens * h, copies=1 if gathered else inputs)
-    gathers = 2 if row_in > 0 else 1  # wgrad's norm output, the row-parallel gradient
-    if x.dtype == "fp4" and x.sp and x.tp > 1 and not frozen:
-        backward += gathers * nvfp4_gather_fixup_time_s(profile, x.tokens * h)
-    if gathered and tn_gemm_only and not frozen:
-        backward += gathers * fp8_gather_transpose_time_s(profile, x.tokens * h)
-    return forward, backward
-
-
-def fp8_amax_pair(
-    profile: HardwareProfile, x: LayerShape, groups: CommGroups, recipe: Fp8Recipe, row_in: float
-) -> tuple[PassCost, PassCost]:
-    if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
-        return ZERO, ZERO
-    return amax_reduction_pair(
-        profile,
-        recipe=operand_recipe(x.dtype, recipe),
-        sequence_parallel=x.sp,
-        tp_group=groups.tp,
-        row_parallel=row_in > 0,
-    )

@@ -30,8 +30,11 @@ base's input is the whole sequence):
   stream): column-parallel base, forward all-gather of A's output (``gather_output``),
   backward all-reduce of B's input gradient (``allreduce_dgrad``) and, without SP, of A's
   input gradient (T·in; with SP ``disable_grad_reduce`` leaves it to TE); with SP and TP
-  overlap the userbuffers own the norm's gather, so the adapter gathers its input itself
-  (forward all-gather, backward reduce-scatter, T·in). Row-parallel base, forward
+  overlap Bridge leaves ``return_layernorm_output_gathered`` unset (the base reports
+  ``ub_overlap_ag_fprop``), so the adapter gathers its input itself through NCCL (forward
+  all-gather, backward reduce-scatter, T·in); the base layer, which returns its norm
+  output, gathers through NCCL as well (TE turns its userbuffers all-gather off:
+  `costmodel.runtimes.megatron.linear_pairs.tp_pair` ``norm_returned``). Row-parallel base, forward
   all-reduce of A's output and all-gather of B's (``gather_output``, T·out), backward
   all-reduce of B's input gradient and, with SP, the all-gather of the output gradient
   (the backward of ``scatter_to_sequence_parallel_region``, T·out). A's output and B's input

@@ -42,8 +42,9 @@ from costmodel.execution import ExecutionOptions
 from costmodel.mamba_activations import MambaWidths, mamba_widths
 from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
-from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.linear_pairs import tp_pair
 from costmodel.runtimes.megatron.mamba_cp import cp_layout_s, mamba_cp_pair, scan_shape
+from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.megatron.userbuffers import Shape
 from profiles.schema import HardwareProfile
 from specs.finetune import has_adapter
@@ -261,7 +262,7 @@ def mamba_block(
     scan, conv1d, norms and quantization (their small weight gradients are reduced inside
     those kernels); wgrad the projections' weight-gradient GEMMs, none for a LoRA job's
     frozen base, whose in_proj returns its norm output to an ``in_proj`` adapter as the QKV
-    projection does (`linear_pairs.fp8_pair_s` ``norm_returned``); the adapters themselves:
+    projection does (`pair_quantization.fp8_pair_s` ``norm_returned``); the adapters themselves:
     `costmodel.runtimes.megatron.lora_costs`. The rerun dict is empty (module docstring).
     Under context parallelism the all-to-alls are exposed CP time
     (`mamba_cp.mamba_cp_pair`) and their layout copies forward and dgrad compute
@@ -289,6 +290,7 @@ def mamba_block(
         norm_returned=has_adapter(job.lora, "in_proj"),
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
+        userbuffers=plan.tp_comm_overlap,
     )
     ew_fwd += mix_fwd + fp8_fwd
     ew_bwd += mix_bwd + fp8_bwd

@@ -13,7 +13,8 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
-from costmodel.runtimes.megatron.linear_pairs import fp8_amax_pair, fp8_pair_s, tp_pair
+from costmodel.runtimes.megatron.linear_pairs import tp_pair
+from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.megatron.userbuffers import Shape
 from profiles.schema import HardwareProfile
 from specs.finetune import LoraSpec, has_adapter
@@ -38,7 +39,7 @@ def mlp_block(
     gradients (the forward adds ride in the fused bias-GeLU and bias-dropout-add). With
     ``lora`` (a LoRA job's dense MLP) the weights are frozen: no wgrad GEMM, and FC1's norm
     output is returned to its adapter when ``linear_fc1`` is a target
-    (`costmodel.runtimes.megatron.linear_pairs.fp8_pair_s`)."""
+    (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`)."""
     if ffn == 0:
         return ZERO, ZERO, 0.0, 0.0
     h, gated = model.hidden_size, model.activation == "swiglu"
@@ -69,6 +70,7 @@ def mlp_block(
         norm_returned=has_adapter(lora, "linear_fc1"),
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
+        userbuffers=plan.tp_comm_overlap,
     )
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = tp_pair(

@@ -18,7 +18,7 @@ quantizes each input (T x h, T x ℓ), backward each output gradient (T x ℓ, T
 with its row-wise and column-wise copy (`costmodel.fp8_quantization.fp8_quantize_time_s`).
 A duplicated linear has no tensor-parallel group, so no current-scaling amax all-reduce.
 The fp8 weight copies are made once per iteration, as for every linear (not counted,
-`costmodel.runtimes.megatron.linear_pairs.fp8_pair_quantize_s`).
+`costmodel.runtimes.megatron.pair_quantization.fp8_pair_quantize_s`).
 
 Host launches (`latent_launches`), counted as the experts' are
 (`costmodel.runtimes.megatron.moe_experts.UNFUSED_EXPERT_LAUNCHES`): one GEMM per

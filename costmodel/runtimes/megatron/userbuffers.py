@@ -115,6 +115,7 @@ def tp_overlap_pair_s(
     *,
     options: ExecutionOptions = DEFAULT_OPTIONS,
     gather_bytes: float | None = None,
+    first_gather_s: float | None = None,
 ) -> tuple[float, float]:
     """Seconds `--tp-comm-overlap` adds to one GEMM pair beyond its GEMMs (forward,
     backward). ``size_bytes`` is what each reduce-scatter moves (S, 16-bit), ``gather_bytes``
@@ -136,6 +137,12 @@ def tp_overlap_pair_s(
     - ``bulk``: with the SM margin (f = SMs / (SMs - 16)), (f - 1)·(D + W) + max(0, AG -
       f·D) + max(0, RS - f·W) for the first GEMM's dgrad D and wgrad W; without it,
       max(0, AG - D) + max(0, RS - W) + (f - 1)·(min(AG, D) + min(RS, W)).
+
+    ``first_gather_s``: the forward all-gather of ``first`` runs outside userbuffers, a
+    blocking NCCL call of that many seconds before the whole GEMM, in place of the ring
+    exchange (TE ``_LayerNormLinear.forward`` turns ``ub_overlap_ag_fprop`` off when the
+    module returns its norm output, ``not return_layernorm_output``, v2.5 to HEAD: a LoRA
+    adapter on the layer, `costmodel.runtimes.megatron.linear_pairs.tp_pair`).
     """
     sms = sm_count(profile)
     slow = sms / (sms - TP_OVERLAP_COMM_SMS) if sms else 1.0
@@ -151,7 +158,7 @@ def tp_overlap_pair_s(
         send = userbuffers_step_time_s(profile, moved / tp, group)
         return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
 
-    forward = ring(*first)
+    forward = ring(*first) if first_gather_s is None else first_gather_s
     if second is None:
         forward += collective_time_s(profile, "reduce_scatter", size_bytes, group)
         backward = collective_time_s(profile, "all_gather", gathered, group)
@@ -178,6 +185,37 @@ def tp_overlap_pair_s(
         sm_margin=options.tp_overlap_bulk_sm_margin,
     )
     return max(0.0, forward), max(0.0, backward)
+
+
+def ring_send_tail_s(
+    profile: HardwareProfile,
+    tp: int,
+    dtype: str,
+    gather_bytes: float,
+    group: GroupPlacement,
+    dgrad: Shape,
+    queued_s: float,
+) -> float:
+    """Seconds by which ``queued_s`` of work queued on the send stream of a row-parallel
+    ``ring_exchange`` dgrad (the GEMM ``dgrad``, each send A/tp of ``gather_bytes``) outlasts
+    that GEMM: max(0, (tp - 1)·p + q - span), span = tp·g + (tp - 1)·max(0, p - g), the
+    send stream busy with the tp - 1 ring sends p (each forwards the chunk received by the
+    one before it), then free while the GEMM finishes its chunks g (`tp_overlap_pair_s`).
+
+    The queued work is MXFP8's column-wise output gradient for the wgrad GEMM (TE
+    ``_Linear.backward``, v2.5 to HEAD: "we can't convert row-scaled MXFP8 to column-scaled",
+    so under ``torch.cuda.stream(dgrad_send_stream)`` it quantizes the 16-bit gradient
+    column-wise, gathers its scales and its data (``fill_userbuffers_buffer_for_all_gather``,
+    ``tex.bulk_overlap_ag_with_external_gemm``; v2.5 ``gather_along_first_dim`` on the same
+    stream); ``bulk_overlap_external_ag`` makes the main stream wait for it before the wgrad
+    GEMM)."""
+    if tp < 2 or queued_s <= 0:
+        return 0.0
+    m, n, k = dgrad
+    chunk = ops.gemm_time_s(profile, _rows(m / tp), _rows(n), _rows(k), dtype)
+    send = userbuffers_step_time_s(profile, gather_bytes / tp, group)
+    span = tp * chunk + (tp - 1) * max(0.0, send - chunk)
+    return max(0.0, (tp - 1) * send + queued_s - span)
 
 
 def _pipeline_rs_s(
