@@ -24,8 +24,8 @@ Derivation rules (also recorded in each profile's provenance notes):
   `profiles.derive_rules` give α, each device's figures β. Where a source traced a
   collective over a range of sizes (A100 all_reduce on 2, 4 and 8 GPUs [S39]), those
   times ride on the fit as measured points that the lookup scales the line to. Intra-domain
-  all_to_all takes a published nccl-tests ``alltoall_perf`` run where one exists
-  (`profiles.derive_alltoall`, [S62]).
+  all_to_all takes a published nccl-tests ``alltoall_perf`` figure where one exists
+  (`profiles.derive_alltoall`: runs [S62], NVIDIA's chart [S63]).
 """
 
 from __future__ import annotations
@@ -35,6 +35,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from profiles.derive_alltoall import (
+    A100_ALLTOALL_CHART,
+    H100_ALLTOALL_CHART,
+    alltoall_chart_note,
+    with_alltoall,
+)
 from profiles.derive_blackwell import (
     B200,
     B200_LATENCY8_US,
@@ -123,24 +129,22 @@ A100_SXM_80GB = Figures(
     scale_up_GBps=300.0,  # NVLink3, 12 links, per direction [S6]
     nic_Gbps_per_gpu=200.0,  # DGX A100: 8x 200 Gb/s HDR [S21][S15]
     nic_achieved_GBps=192.0 / 8,  # DGX A100 inter-node all_reduce busbw 192 GB/s [S21]
-    intra_busbw={
-        op: {
-            n: (round(bw, 2), "direct" if op == "all_to_all" else "ring")
-            for n, bw in _A100_RING.items()
-        }
-        for op in COLLECTIVES
-    },
+    intra_busbw=with_alltoall(
+        {op: {n: (round(bw, 2), "ring") for n, bw in _A100_RING.items()} for op in COLLECTIVES},
+        A100_ALLTOALL_CHART,  # all_to_all: NVIDIA's 8-GPU NVLink3 alltoall bar [S63]
+    ),
     intra_points=_a100_all_reduce_points(),
     p2p_GBps=274.0,  # p2pBandwidthLatencyTest, NVLink3 [S6]
     latency8_us=43.83,  # 8xA100 nccl-tests all_reduce at 32 KiB [S6]
     attention=a100_fa2_curves(),
     attention_kernel="FlashAttention-2",
-    sources=("S2", "S6", "S15", "S21", "S25", "S30", "S38", "S39", "S60"),
+    sources=("S2", "S6", "S15", "S21", "S25", "S30", "S38", "S39", "S60", "S63"),
     notes=(
         "Intra busbw: vTrain all_reduce LUT at 1 GiB for 2/4 GPUs [S39] scaled by "
         "234.89/229.35 to the 16 GiB nccl-tests figure [S6]; 3 and 5-7 GPUs interpolated in "
-        "log2(n). all_gather, reduce_scatter and all_to_all have no A100 source and use the "
-        "ring all_reduce busbw (on H100 they are within 6% of it [S30][S38]).",
+        "log2(n). all_gather and reduce_scatter have no A100 source and use the ring "
+        "all_reduce busbw (on H100 they are within 6% of it [S30][S38]).",
+        alltoall_chart_note("8x A100, NVLink3 and NVSwitch", A100_ALLTOALL_CHART),
         "Intra all_reduce on 2, 4 and 8 GPUs carries vTrain's traced times at 1 MiB-1 GiB "
         "[S39] as measured points: 4-12% above the α-β line at 24-192 MiB, up to 1.8x at "
         "1 MiB; beyond 1 GiB the 1 GiB ratio (1.02) holds. all_gather and reduce_scatter "
@@ -195,7 +199,7 @@ H100_SXM_80GB = Figures(
         nvls8=H100_NVLS_GBPS[8],  # NVLS all_reduce, 8 GPUs [S30][S37]
         ag=350.0,  # all_gather busbw [S38]
         rs=360.0,  # reduce_scatter busbw [S38]
-        a2a=350.0,  # no source; all_gather's busbw
+        a2a=H100_ALLTOALL_CHART[0].busbw_GBps,  # 8-GPU NVLink4 alltoall bar [S63]
     ),
     p2p_GBps=376.0,  # p2pBandwidthLatencyTest, NVLink4 [S6]
     latency8_us=_H200_LATENCY8_US,
@@ -216,11 +220,12 @@ H100_SXM_80GB = Figures(
         "S43",
         "S60",
         "S61",
+        "S63",
     ),
     notes=(
         "Intra alpha: no H100 small-message figure; H200's 32 KiB torch all_reduce "
         f"({_H200_LATENCY8_US} us [S6]) is used (same NVLink4 and NVSwitch).",
-        "all_to_all intra busbw: no source; all_gather's 350 GB/s [S38] is used.",
+        alltoall_chart_note("8x H100, NVLink4 and NVSwitch", H100_ALLTOALL_CHART),
         "Attention: FA3 FP16 charts on H100 SXM5 [S27] (causal-consistent forward set), bf16 "
         "assumed equal; curve shape between 512 and 16k from the FA3 re-run [S28]. FA3's own "
         "fp8 forward ('close to 1.2 PFLOP/s' [S26]) is not what Transformer Engine trains "
@@ -249,17 +254,33 @@ H200_SXM_141GB = Figures(
         nvls8=482.26,  # 8 GPUs, 16 GiB, NVLS [S6]
         ag=350.0,  # H100 [S38]
         rs=360.0,  # H100 [S38]
-        a2a=350.0,  # no source; all_gather's busbw
+        a2a=H100_ALLTOALL_CHART[0].busbw_GBps,  # H100's NVLink4 alltoall bar [S63]
     ),
     p2p_GBps=376.0,  # H100 NVLink4 p2p [S6]
     latency8_us=_H200_LATENCY8_US,
     attention=(*h100_fa3_curves(1.0), *hopper_fp8_curves()),
     attention_kernel="FlashAttention-3",
-    sources=("S6", "S7", "S16", "S26", "S27", "S30", "S33", "S37", "S38", "S43", "S60", "S61"),
+    sources=(
+        "S6",
+        "S7",
+        "S16",
+        "S26",
+        "S27",
+        "S30",
+        "S33",
+        "S37",
+        "S38",
+        "S43",
+        "S60",
+        "S61",
+        "S63",
+    ),
     notes=(
         "all_gather, reduce_scatter and send_recv busbw from H100 [S38][S6] (same NVLink4 "
         "and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
-        "all_to_all intra busbw: no source; H100's all_gather 350 GB/s [S38] is used.",
+        alltoall_chart_note(
+            "8x H100 (same NVLink4 and NVSwitch; no H200 bar)", H100_ALLTOALL_CHART
+        ),
         "Attention: H100 FA3 figures [S27][S28] (same compute; H200 differs in memory).",
         HOPPER_FP8_NOTE,
     ),

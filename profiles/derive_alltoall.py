@@ -1,16 +1,20 @@
 """Intra-domain all_to_all busbw of the stored profiles, from published nccl-tests
-``alltoall_perf`` runs [S62] (`profiles.derive_rules.SOURCES`).
+``alltoall_perf`` figures (`profiles.derive_rules.SOURCES`): tables of runs [S62] and the
+bars of NVIDIA's NCCL chart [S63].
 
-Each run is transcribed as (group size, message size, algbw) from its out-of-place
-column; busbw follows nccl-tests' all_to_all convention, busbw = algbw · (n-1)/n with the
-message the total of one rank's send buffer (`profiles.schema_network.BUS_FACTOR_DOC`,
-nccl-tests ``src/alltoall.cu`` ``AlltoAllGetBw``). The published tables drop every size
-below 4 GiB, so they fix the large-message rate only: the fits keep the α-β line (no
-measured points), and no curve over the tens of MiB of an MoE exchange is sourced.
+Each run of a table is transcribed as (group size, message size, algbw) from its
+out-of-place column; busbw follows nccl-tests' all_to_all convention, busbw = algbw ·
+(n-1)/n with the message the total of one rank's send buffer
+(`profiles.schema_network.BUS_FACTOR_DOC`, nccl-tests ``src/alltoall.cu``
+``AlltoAllGetBw``). The published tables drop every size below 4 GiB, so they fix the
+large-message rate only: the fits keep the α-β line (no measured points), and no curve
+over the tens of MiB of an MoE exchange is sourced. A chart bar (`AlltoallChartFigure`)
+prints the busbw alone, without message size or NCCL version: it is read as the same
+large-message rate.
 
-Group sizes between two runs are interpolated in log2(n) and held beyond the outer runs
-(`profiles.derive_collectives.log2_interpolated`). Profiles without a run here keep their
-unsourced all_to_all figure and its note (A100, H100, H200, MI300X).
+Group sizes between two figures are interpolated in log2(n) and held beyond the outer
+ones (`profiles.derive_collectives.log2_interpolated`). MI300X has no figure here: its
+all_to_all rows follow its xGMI mesh table (`profiles.derive`).
 """
 
 from __future__ import annotations
@@ -60,14 +64,40 @@ GB300_ALLTOALL_RUNS = (
 )
 
 
-def alltoall_busbw(runs: tuple[AlltoallRun, ...], sizes: tuple[int, ...]) -> dict[int, float]:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AlltoallChartFigure:
+    """One bar of a published nccl-tests alltoall busbw chart: the busbw of a group inside
+    one node, its message size and NCCL version not printed."""
+
+    ranks: int
+    """Ranks in the group, all inside one NVLink domain."""
+    busbw_GBps: float
+    """Published busbw, GB/s (nccl-tests convention, algbw · (n-1)/n)."""
+
+    @property
+    def algbw_GBps(self) -> float:
+        """The algbw the busbw implies: busbw · n/(n-1)."""
+        return round(self.busbw_GBps * self.ranks / (self.ranks - 1), 2)
+
+
+AlltoallFigure = AlltoallRun | AlltoallChartFigure
+"""A published intra-domain all_to_all figure: a table row or a chart bar."""
+
+# NVIDIA GTC 2025 session S72583 (NCCL), slide 13 "All-to-all Communication Bandwidth",
+# left panel "NCCL Tests Alltoall Bus Bandwidth in GB/s, 8 GPUs" [S63]. The same panel
+# prints NVLink5 (B200) 640, 5% below the 8x B300 run of [S62] that b200 uses.
+A100_ALLTOALL_CHART = (AlltoallChartFigure(ranks=8, busbw_GBps=210.0),)  # "NVLink3 (A100)"
+H100_ALLTOALL_CHART = (AlltoallChartFigure(ranks=8, busbw_GBps=320.0),)  # "NVLink4 (H100)"
+
+
+def alltoall_busbw(runs: tuple[AlltoallFigure, ...], sizes: tuple[int, ...]) -> dict[int, float]:
     """Busbw at each of ``sizes`` from ``runs``: the runs' busbw, interpolated in log2(n)
     between their group sizes and held beyond the smallest and largest."""
     known = {run.ranks: run.busbw_GBps for run in runs}
     return {n: round(bw, 2) for n, bw in log2_interpolated(known, sizes).items()}
 
 
-def with_alltoall(table: BusbwTable, runs: tuple[AlltoallRun, ...]) -> BusbwTable:
+def with_alltoall(table: BusbwTable, runs: tuple[AlltoallFigure, ...]) -> BusbwTable:
     """``table`` with its all_to_all rows replaced by `alltoall_busbw` over the same
     group sizes; the other ops are kept."""
     sizes = tuple(sorted(table["all_to_all"]))
@@ -86,4 +116,17 @@ def alltoall_note(system: str, runs: tuple[AlltoallRun, ...], nccl: str) -> str:
         f"{size_gib:g} GiB, busbw = algbw·(n-1)/n: {rows} [S62]; other group sizes "
         "interpolated in log2(n) and held beyond the runs. Sizes below 4 GiB are not "
         "published, so the α-β line carries no measured points."
+    )
+
+
+def alltoall_chart_note(system: str, figures: tuple[AlltoallChartFigure, ...]) -> str:
+    """The provenance note of a profile whose all_to_all rows come from chart bars."""
+    bars = ", ".join(
+        f"{f.ranks} GPUs {f.busbw_GBps:g} GB/s (algbw {f.algbw_GBps:g})" for f in figures
+    )
+    return (
+        f"all_to_all intra busbw: NVIDIA's nccl-tests alltoall chart (GTC 2025 S72583), "
+        f"{system}: {bars} [S63]; message size and NCCL version not printed, read as the "
+        "large-message rate; other group sizes hold the figure. The α-β line carries no "
+        "measured points."
     )

@@ -88,6 +88,11 @@ SOURCES: dict[str, str] = {
     "S62": "oracle-quickstart/oci-gpu-quickstarts @6a0abdc nvidia/{B300,GB200,GB300}/README-"
     "*.md (OCI nccl-tests alltoall_perf, out-of-place, sizes >= 4 GiB: 8x B300 NCCL 2.28.9; "
     "GB200 NVL72 4/8/64 GPUs; GB300 NVL72 4/8/64 GPUs NCCL 2.28.7)",
+    "S63": "NVIDIA GTC 2025 session S72583 (NCCL), slide 13 'All-to-all Communication "
+    "Bandwidth', as reproduced in stas00/ml-engineering @744d01e network/images/"
+    "all-to-all-bw-2025.png: nccl-tests alltoall busbw, 8 GPUs: NVLink3 (A100) 210, NVLink4 "
+    "(H100) 320, NVLink5 (B200) 640 GB/s; 32 GPUs: 8x 200Gb RDMA (DGX A100) 24, 8x 400Gb "
+    "RDMA (DGX H100) 48, GB200 NVL72 640 GB/s",
 }
 
 # --- rules shared by every device -------------------------------------------------------

@@ -1,14 +1,18 @@
 """Intra-domain all_to_all fits of the stored profiles against the published
-``alltoall_perf`` runs of [S62] (oracle-quickstart/oci-gpu-quickstarts @6a0abdc)."""
+``alltoall_perf`` runs of [S62] (oracle-quickstart/oci-gpu-quickstarts @6a0abdc) and the
+8-GPU bars of NVIDIA's GTC 2025 S72583 alltoall chart [S63]."""
 
 from __future__ import annotations
 
 import pytest
 
 from profiles.derive_alltoall import (
+    A100_ALLTOALL_CHART,
     B300_ALLTOALL_RUNS,
     GB200_ALLTOALL_RUNS,
     GB300_ALLTOALL_RUNS,
+    H100_ALLTOALL_CHART,
+    AlltoallChartFigure,
     AlltoallRun,
     alltoall_busbw,
     with_alltoall,
@@ -79,13 +83,43 @@ def test_with_alltoall_keeps_the_other_ops() -> None:
     assert out["all_to_all"] == {2: (70.0, "direct"), 8: (70.0, "direct")}
 
 
-@pytest.mark.parametrize("name", ["a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb"])
-def test_unsourced_profiles_keep_their_figure_and_say_so(name) -> None:
-    # No published intra-node alltoall_perf table was found for these systems: they keep
-    # the all_gather figure (A100: the ring all_reduce) and a "no source" note.
+@pytest.mark.parametrize(
+    ("figure", "busbw", "algbw"),
+    [
+        # "NCCL Tests Alltoall Bus Bandwidth in GB/s, 8 GPUs" [S63]; algbw = busbw * 8/7.
+        (A100_ALLTOALL_CHART[0], 210.0, 240.0),  # NVLink3 (A100)
+        (H100_ALLTOALL_CHART[0], 320.0, 365.71),  # NVLink4 (H100)
+    ],
+)
+def test_chart_bars_are_busbw_of_eight_gpus(figure, busbw, algbw) -> None:
+    assert figure.ranks == 8
+    assert figure.busbw_GBps == busbw
+    assert figure.algbw_GBps == pytest.approx(algbw, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("name", "group", "busbw"),
+    [
+        ("a100-sxm-80gb", 8, 210.0),  # NVLink3 (A100) bar [S63]
+        ("a100-sxm-80gb", 2, 210.0),  # held below the 8-GPU bar
+        ("a100-sxm-40gb", 8, 210.0),  # the 80 GB part's fabric
+        ("h100-sxm-80gb", 8, 320.0),  # NVLink4 (H100) bar [S63]
+        ("h100-sxm-80gb", 4, 320.0),
+        ("h200-sxm-141gb", 8, 320.0),  # H100's bar: same NVLink4 and NVSwitch
+    ],
+)
+def test_stored_profiles_carry_the_chart_alltoall_busbw(name, group, busbw) -> None:
     profile = load_profile(name)
-    a2a = collective_fit(profile, "all_to_all", 8, "intra")
-    ag = collective_fit(profile, "all_gather", 8, "intra")
-    assert a2a.busbw_GBps == ag.busbw_GBps
-    notes = " ".join(profile.provenance.notes)
-    assert "no source" in notes or "no A100 source" in notes
+    fit = collective_fit(profile, "all_to_all", group, "intra")
+    assert fit.busbw_GBps == pytest.approx(busbw)
+    assert fit.points == ()
+    assert any(source.startswith("[S63]") for source in profile.provenance.sources)
+
+
+def test_chart_figures_mix_with_table_runs() -> None:
+    # A chart bar at 8 GPUs and a table run at 64: 16 GPUs a third of the way in log2 n.
+    figures = (
+        AlltoallChartFigure(ranks=8, busbw_GBps=600.0),
+        AlltoallRun(ranks=64, size_bytes=8 * GIB, algbw_GBps=640.0),  # busbw 630
+    )
+    assert alltoall_busbw(figures, (16,))[16] == pytest.approx(610.0)
