@@ -38,16 +38,14 @@ import statistics
 import sys
 
 from published_csv import default_csv, read_rows, rows_by_ids
-from published_rows import RowCase, case_for_row
+from published_rows import RowCase
 from recipe_keys import NotExpressible
-from row_figures import published_iteration_time_s
+from row_figures import case_estimate, published_case
 from row_pricing import TRUSTED
 from zoo_h100 import RUNS, zoo_run_case
 
 from costmodel.cuda_graph_rules import WHOLE_STEP, per_layer_graphs
-from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
-from profiles.store import load_profile
 from specs.errors import SpecError
 
 CROSS_NODE, CROSS_NODE_OVERLAP = RUNS[0], RUNS[1]
@@ -66,10 +64,7 @@ def h100_case() -> RowCase:
 def predicted_s(case: RowCase, overlap: bool) -> float:
     """Predicted seconds per iteration of ``case`` with the overlap set to ``overlap``."""
     options = dataclasses.replace(case.options, moe_a2a_overlap=overlap)
-    profile = load_profile(case.profile)
-    return estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=options
-    ).iteration_time_s
+    return case_estimate(case, options=options).iteration_time_s
 
 
 def overlap_entry(name: str, case: RowCase, published: dict[str, float]) -> dict[str, object]:
@@ -97,8 +92,7 @@ def overlap_report() -> list[dict[str, object]]:
     if error is not None:
         raise SystemExit(error)
     for raw in rows:
-        case = case_for_row(raw)
-        published = published_iteration_time_s(raw, case)
+        case, published = published_case(raw)
         out.append(overlap_entry(f"row {raw['row_id']}", case, {"overlap": published}))
     return out
 
@@ -130,11 +124,10 @@ def overlapped_dev_rows() -> list[dict[str, object]]:
         if raw["trust"] not in TRUSTED:
             continue
         try:
-            case = case_for_row(raw)
-            if not case.options.moe_a2a_overlap:
-                continue
-            published = published_iteration_time_s(raw, case)
+            case, published = published_case(raw)
         except (NotExpressible, SpecError):
+            continue
+        if not case.options.moe_a2a_overlap:
             continue
         entry = overlap_entry(f"row {raw['row_id']}", case, {"overlap": published})
         pred = entry["predicted_s"]

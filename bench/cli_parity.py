@@ -31,9 +31,9 @@ from typing import Any
 
 from published_csv import default_csv, read_rows, select_rows
 from published_rows import NotExpressible, RowCase
+from row_figures import case_estimate
 from row_pricing import TRUSTED, evaluate_row
 
-from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, device_options
 from paraplan.cli import build_parser, main
@@ -229,10 +229,7 @@ def row_parity(raw: dict[str, str], folder: Path) -> dict[str, Any]:
     }
     if memory:
         return result
-    bench = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, load_profile(case.profile),
-        options=case.options,
-    )  # fmt: skip
+    bench = case_estimate(case)
     want = [s.total_bytes / 2**30 for s in bench.memory]
     cli = cli_estimate(argv)
     got = [s["total_gib"] for s in cli["memory"]]

@@ -125,6 +125,20 @@ def expert_gemms(model: ModelSpec, rows: int) -> tuple[tuple[str, int, int, int]
     return (("fc1", rows, up * width, h), ("fc2", rows, h, width))
 
 
+def pass_shapes(
+    group: str, model: str, gemms: tuple[tuple[str, int, int, int], ...], *, tp: int, rows: int
+) -> list[GemmShape]:
+    """Every pass (`gemm_passes`) of each (name, m, n, k) forward GEMM of ``gemms``, in
+    order, as `GemmShape` of ``group`` and preset ``model``."""
+    return [
+        GemmShape(
+            group=group, model=model, gemm=gemm, pass_name=p, tp=tp, rows=rows, m=pm, n=pn, k=pk
+        )
+        for gemm, m, n, k in gemms
+        for p, pm, pn, pk in gemm_passes(m, n, k)
+    ]
+
+
 def dense_shapes(
     models: tuple[str, ...] = DENSE_MODELS,
     tps: tuple[int, ...] = DENSE_TPS,
@@ -135,21 +149,7 @@ def dense_shapes(
     for name in models:
         model = get_preset(name)
         for tp in tps:
-            for gemm, m, n, k in layer_gemms(model, tp, tokens):
-                shapes += [
-                    GemmShape(
-                        group="dense",
-                        model=name,
-                        gemm=gemm,
-                        pass_name=p,
-                        tp=tp,
-                        rows=tokens,
-                        m=pm,
-                        n=pn,
-                        k=pk,
-                    )
-                    for p, pm, pn, pk in gemm_passes(m, n, k)
-                ]
+            shapes += pass_shapes("dense", name, layer_gemms(model, tp, tokens), tp=tp, rows=tokens)
     return shapes
 
 
@@ -161,21 +161,7 @@ def expert_shapes(
     for name in models:
         model = get_preset(name)
         for r in rows:
-            for gemm, m, n, k in expert_gemms(model, r):
-                shapes += [
-                    GemmShape(
-                        group="expert",
-                        model=name,
-                        gemm=gemm,
-                        pass_name=p,
-                        tp=1,
-                        rows=r,
-                        m=pm,
-                        n=pn,
-                        k=pk,
-                    )
-                    for p, pm, pn, pk in gemm_passes(m, n, k)
-                ]
+            shapes += pass_shapes("expert", name, expert_gemms(model, r), tp=1, rows=r)
     return shapes
 
 

@@ -39,14 +39,12 @@ import dataclasses
 import sys
 
 from published_csv import default_csv, read_rows, select_rows
-from published_rows import RowCase, case_for_row
+from published_rows import RowCase
 from recipe_keys import NotExpressible
-from row_figures import published_iteration_time_s
+from row_figures import case_estimate, published_case
 
 from costmodel import compute as ops
 from costmodel.attention_core import attention_core_time_s
-from costmodel.estimate import Estimate, estimate_plan
-from costmodel.execution import ExecutionOptions
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.passes import comm_groups
 from costmodel.runtimes.megatron.layer_costs import layer_cost
@@ -56,7 +54,6 @@ from costmodel.runtimes.registry import runtime_model
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.layer_kinds import MOE_LAYER
-from specs.model import ModelSpec
 
 ATTENTION_BLOCK_LAUNCHES = 30
 """Forward launches of a Megatron-core attention block with Transformer Engine modules and
@@ -68,20 +65,6 @@ bias in the GEMM epilogue), the RoPE of q and k (12 each: Megatron-core
 final ``cat``), cuDNN's attention kernel (1), the output projection (1), the
 bias-dropout-add (1; ``GPTOSSProvider`` turns its fusion off, which launches more) and the
 pre-MLP RMSNorm (1)."""
-
-
-def estimate_row(
-    case: RowCase, model: ModelSpec | None = None, options: ExecutionOptions | None = None
-) -> Estimate:
-    """`estimate_plan` of a row's case, with its model or options replaced when given."""
-    return estimate_plan(
-        model or case.model,
-        case.cluster,
-        case.job,
-        case.plan,
-        load_profile(case.profile),
-        options=options or case.options,
-    )
 
 
 def layer_parts(case: RowCase) -> tuple[float, float, float, float]:
@@ -127,10 +110,9 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, float]:
 
 def report(raw: dict[str, str]) -> str:
     """One row's line: published, shipped, unfused (with peak GiB), core, host."""
-    case = case_for_row(raw)
-    base = estimate_row(case)
-    published = published_iteration_time_s(raw, case)
-    unfused = estimate_row(
+    case, published = published_case(raw)
+    base = case_estimate(case)
+    unfused = case_estimate(
         case, options=dataclasses.replace(case.options, attention="materialized")
     )
     core, whole, even, priced = layer_parts(case)

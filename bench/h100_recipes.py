@@ -33,9 +33,9 @@ from h100_recipe_schema import H100Recipe
 from h100_recipe_table import NOT_EXPRESSIBLE, RECIPES, SKIPPED
 from published_csv import rows_by_ids
 from published_rows import NotExpressible, RowCase, case_for_row
+from row_figures import case_estimate
 from row_model import ARCHITECTURE_COLUMNS
 
-from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent
@@ -155,9 +155,7 @@ def price(case: RowCase) -> dict[str, object]:
     """Peak GiB, fits, iteration seconds, model TFLOP/s per GPU and MFU of ``case`` (each
     distinct case priced once: releases that ship one configuration give equal cases)."""
     profile = load_profile(case.profile)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=case.options
-    )
+    est = case_estimate(case, profile=profile)
     return {
         "peak_gib": est.peak_memory_gib,
         "device_gib": profile.device.memory_gib,

@@ -38,7 +38,7 @@ tp 8 on H100 with ``mamba`` graphs, tp 2 with ``mamba`` and ``attn`` on the Blac
 its base recipe overlaps TP communication and not the parameter gather
 (`hybrid_plan_fields`). The dev set has no Nemotron-H row; the H100
 recipes price it (`h100_recipe_hybrid`), and `nemo_h100_recipes` prices NeMo 2.0's H100
-Nemotron-H 8B, 47B and 56B configurations (their NeMo rules: `nemo_recipes`).
+Nemotron-H 8B, 47B and 56B configurations (their NeMo rules: `nemo_options`, `nemo_recipes`).
 
 The ``mamba`` scope (`costmodel.execution_rules.CUDA_GRAPH_SCOPES`) captures the Mamba
 layers' launches. The cost model's host-launch term counts only MoE launches

@@ -38,13 +38,11 @@ import sys
 
 from published_csv import rows_by_ids
 from published_rows import RowCase, case_for_row
-from row_figures import published_iteration_time_s
+from row_figures import case_estimate, published_iteration_time_s
 from unstated_vpp import with_vpp
 
-from costmodel.estimate import estimate_plan
 from costmodel.pipeline_sim import simulate_pipeline
 from costmodel.schedules import Action, schedule_actions
-from profiles.store import load_profile
 
 FACTORS = (0.7, 0.75, 0.8, 0.85, 0.9)
 """Sustained 16-bit GEMM rate factors tried (the shipped Hopper value is
@@ -73,10 +71,7 @@ def predicted_s(case: RowCase, factor: float | None) -> float:
     options = case.options
     if factor is not None:
         options = dataclasses.replace(options, sustained_gemm_rate_factor=factor)
-    profile = load_profile(case.profile)
-    return estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=options
-    ).iteration_time_s
+    return case_estimate(case, options=options).iteration_time_s
 
 
 def uniform_bubble(pp: int = 12, m: int = 48) -> list[dict[str, float]]:

@@ -24,15 +24,12 @@ Usage: ``python bench/moe_host_share.py --rows 307,308,324,333,367``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 
-from published_csv import rows_by_ids
-from published_rows import case_for_row
-from row_figures import published_iteration_time_s
+from published_csv import rows_main
+from row_figures import case_estimate, published_case
 
-from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
 
 NO_FLOOR = {"moe_host_launch_s": 0.0, "moe_expert_launch_s": 0.0}
@@ -69,22 +66,19 @@ class HostShare:
 
 def host_share(raw: dict[str, str]) -> HostShare:
     """`HostShare` of one CSV row priced as `bench/validate_published.py` prices it."""
-    case = case_for_row(raw)
+    case, published_s = published_case(raw)
     profile = load_profile(case.profile)
-
-    def estimate(options):
-        return estimate_plan(
-            case.model, case.cluster, case.job, case.plan, profile, options=options
-        )
-
-    full = estimate(case.options)
-    no_floor = estimate(dataclasses.replace(case.options, **NO_FLOOR))
-    bare = estimate(dataclasses.replace(case.options, **NO_FLOOR, moe_token_device_s=0.0))
+    full = case_estimate(case, profile=profile)
+    no_floor = case_estimate(
+        case, options=dataclasses.replace(case.options, **NO_FLOOR), profile=profile
+    )
+    bare_options = dataclasses.replace(case.options, **NO_FLOOR, moe_token_device_s=0.0)
+    bare = case_estimate(case, options=bare_options, profile=profile)
     plan = case.plan
     return HostShare(
         row_id=raw["row_id"],
         label=f"{raw['model']} {raw['gpu_type'].split(' ')[0]} {raw['source_id']} {plan.label()}",
-        published_s=published_iteration_time_s(raw, case),
+        published_s=published_s,
         predicted_s=full.iteration_time_s,
         no_floor_s=no_floor.iteration_time_s,
         device_only_s=bare.iteration_time_s,
@@ -111,15 +105,9 @@ def report(shares: list[HostShare]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", required=True, help="comma-separated row ids")
-    args = parser.parse_args(argv)
-    rows, error = rows_by_ids(args.rows)
-    if error is not None:
-        print(error, file=sys.stderr)
-        return 1
-    print(report([host_share(raw) for raw in rows]))
-    return 0
+    return rows_main(
+        __doc__.splitlines()[0], lambda rows: [report([host_share(raw) for raw in rows])], argv
+    )
 
 
 if __name__ == "__main__":

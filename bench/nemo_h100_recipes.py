@@ -3,16 +3,17 @@
 Every ``pre_train`` row of ``scripts/llm/performance/recommended_model_configs/
 model_configs_h100.csv`` (NVIDIA/NeMo v2.2.0) and ``scripts/performance/
 recommended_model_configs/model_configs_h100.csv`` (v2.3.0, v2.4.0, v2.5.0rc0), one per NeMo
-container (`nemo_recipes.RELEASE_TAGS`), is built as the CSV row a performance table would
+container (`nemo_keys.RELEASE_TAGS`), is built as the CSV row a performance table would
 print (the columns of ``published-runs-dev.csv``: model, ``gpu_type`` H100-SXM5-80GB, GPUs,
 precision, batch, sequence, tp pp cp vpp ep etp, ``fsdp_or_zero``, ``recompute``;
 ``source_id`` NEMO-PERF-YY.MM, ``source_version`` "NeMo YY.MM container", trust B) and priced
-through the path of a dev-set row (`published_rows.case_for_row`, then `estimate_plan`),
-with the recipe rules of `bench/nemo_recipes.py`. No published figure is read: the report
-gives predicted peak memory, whether it fits the 80 GB device, the predicted iteration time,
-model TFLOP/s per GPU and MFU (`costmodel.estimate.Estimate.mfu`: model FLOP/s per GPU over
-the dense peak of the GEMM dtype, fp8 for FP8 rows), the options the rules applied, and the
-peak of the same row priced without them (`without_rules`).
+through the path of a dev-set row (`published_rows.case_for_row`, then `estimate_plan`:
+`row_figures.row_estimate`), with the recipe rules of `bench/nemo_options.py` and
+`bench/nemo_recipes.py`. No published figure is read: the report gives predicted peak
+memory, whether it fits the 80 GB device, the predicted iteration time, model TFLOP/s per
+GPU and MFU (`costmodel.estimate.Estimate.mfu`: model FLOP/s per GPU over the dense peak of
+the GEMM dtype, fp8 for FP8 rows), the options the rules applied, and the peak of the same
+row priced without them (`without_rules`).
 
 Each model's architecture columns come from a dev-set row of the same model (`ARCH_ROWS`;
 Mixtral 8x22B from the ``mixtral-8x22b`` preset over the Mixtral 8x7B row). The hybrid
@@ -35,14 +36,13 @@ import json
 import sys
 from dataclasses import dataclass
 
-from nemo_recipes import RELEASE_TAGS
+from nemo_keys import RELEASE_TAGS
 from published_csv import rows_by_ids
-from published_rows import NotExpressible, RowCase, case_for_row
+from published_rows import NotExpressible, RowCase
+from row_figures import row_estimate
 from row_model import ARCHITECTURE_COLUMNS
 
-from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS
-from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.formats import percent
 
@@ -56,7 +56,7 @@ class NemoConfig:
     """One ``pre_train`` row of ``model_configs_h100.csv`` and the containers that ship it."""
 
     model: str
-    """Model as a performance table names it (family prefix of `nemo_recipes.model_family`)."""
+    """Model as a performance table names it (family prefix of `nemo_keys.model_family`)."""
     precision: str
     """``BF16`` or ``FP8`` (the CSV's ``dtype``; FP8 runs the scripts' default ``ds``)."""
     gpus: int
@@ -117,7 +117,7 @@ all,Mixtral 8x22B,fp8,256,65536,4,4,8,8,14,1,256,1,0,
 """The expressible ``pre_train`` rows of the four tags' ``model_configs_h100.csv``, in its
 columns (``dp_size`` of v2.2.0 is implied by the GPUs; ``fsdp`` is ``use_mcore_fsdp``; every
 ``recompute_layers`` and ``activation_offload_layers`` of these rows is 0, and every
-``cuda_graphs`` 0 but the ``nemotronh`` rows' 1, which `nemo_recipes.CUDA_GRAPH_FAMILIES`
+``cuda_graphs`` 0 but the ``nemotronh`` rows' 1, which `nemo_options.CUDA_GRAPH_FAMILIES`
 applies by family), with the containers that ship each (``all``, ``YY.MM+`` from that one
 on, or a ``/``-separated list). The ``nemotronh`` rows (``8b``, ``47b``, ``56b`` twice) are
 in v2.4.0 and v2.5.0rc0 alike; v2.2.0 and v2.3.0 have none. The Llama 3 8B FP8 row of v2.4.0
@@ -274,26 +274,17 @@ def applied_options(case: RowCase) -> dict[str, object]:
     return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in options.items()} | applied
 
 
-def _estimate(raw: dict[str, str]) -> tuple[RowCase, Estimate]:
-    case = case_for_row(raw)
-    profile = load_profile(case.profile)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=case.options
-    )
-    return case, est
-
-
 UNSTATED_VERSION = "not stated"
 """The ``source_version`` of the comparison pricing (`without_rules`): no NeMo release, so
-none of `nemo_recipes`' rules apply (Megatron-LM's defaults, the distributed optimizer of
-NEMO- sources)."""
+none of the NeMo rules (`nemo_options`, `nemo_recipes`) apply (Megatron-LM's defaults, the
+distributed optimizer of NEMO- sources)."""
 
 
 def without_rules(raw: dict[str, str]) -> dict[str, object]:
     """Peak GiB and fit of the row priced without the NeMo 2.0 rules (`UNSTATED_VERSION`),
     or why it cannot be priced so: what the rules change in memory."""
     try:
-        _, est = _estimate(raw | {"source_version": UNSTATED_VERSION})
+        _, est = row_estimate(raw | {"source_version": UNSTATED_VERSION})
     except (NotExpressible, SpecError) as err:
         return {"error": str(err).splitlines()[-1].strip(" -")}
     return {"peak_gib": round(est.peak_memory_gib, 2), "fits": est.fits}
@@ -307,7 +298,7 @@ def price(config: NemoConfig, release: str) -> dict[str, object]:
     head = {"release": release, "model": config.model, "precision": config.precision}
     head |= {"gpus": config.gpus, "seq": config.seq}
     try:
-        case, est = _estimate(raw)
+        case, est = row_estimate(raw)
     except (NotExpressible, SpecError) as err:
         return head | {"error": str(err)}
     return head | {

@@ -1,9 +1,12 @@
-"""What a NeMo 2.0 performance-recipe row ran beyond its printed plan, per NeMo container.
+"""What a NeMo 2.0 performance-recipe row ran beyond its printed plan, per NeMo container:
+its parallel plan and model fields (`nemo_plan_fields`, `nemo_model_fields`). The execution
+options are `nemo_options`'; which rows are NeMo 2.0 rows, and of which container,
+`nemo_keys`'.
 
 A row of ``published-runs-dev.csv`` is a NeMo 2.0 performance-recipe row when its
 ``source_version`` reads "NeMo YY.MM[...] container" (or starts "NeMo YY.MM") with YY.MM at
-or after 25.02 (`FIRST_RELEASE`, the first container with NeMo 2.0's performance scripts)
-and its source is not Megatron-Bridge (``MBRIDGE-`` rows run Megatron-Bridge's scripts,
+or after 25.02 (`nemo_keys.FIRST_RELEASE`, the first container with NeMo 2.0's performance
+scripts) and its source is not Megatron-Bridge (``MBRIDGE-`` rows run Megatron-Bridge's scripts,
 `bench/row_recipes.py` and `bench/moe_recipes.py`). NeMo 1.x rows (``NEMO-LONGSEQ``, "NeMo
 24.03.01.framework container") are left as they are.
 
@@ -12,55 +15,20 @@ Sources: NVIDIA/NeMo, the performance scripts (``scripts/llm/performance/`` at v
 ``recommended_model_configs/model_configs_h100.csv``) and the recipes they start from
 (``nemo/collections/llm/recipes/*.py`` with ``performance_mode=True``,
 ``recipes/precision/mixed_precision.py``, ``recipes/tp_overlap_configs/userbuffers.py``).
-Containers by tag (`RELEASE_TAGS`): 25.02 = v2.2.0 (tagged 2025-03-12; its README runs
-``nvcr.io/nvidia/nemo:25.02``), 25.04 = v2.3.0 (2025-05-08), 25.07 = v2.4.0 (2025-07-25),
-25.09 = v2.5.0rc0 (2025-08-01, ``nemo/package_info.py`` 2.5.0rc0: the last tag of the
-2.5 line in the mirror; its scripts differ from v2.4.0 only in DeepSeek-V3's recompute
-modules); a later container takes the latest tag's rules.
-
-Execution options (`nemo_option_fields`):
-- gradient reduction (``main_grad_bytes``): 25.07 on, ``helpers.py``
-  ``set_precision_configs`` sets ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` for
-  every run (2 bytes); before, the FP8 branch of every ``pretrain_*.py`` (25.02) or of
-  ``utils.py`` ``set_primary_perf_configs`` (25.04) does, and the BF16 runs keep what the
-  recipe's ``pretrain_performance_optimizations`` sets (`BF16_GRAD_FAMILIES`: False for
-  Llama 3 / 3.1, GPT-3, Nemotron-4, Mixtral 8x7B, and Mixtral 8x22B in 25.02; the 64k
-  Mixtral 8x22B recipe of 25.04 and DeepSeek-V3 keep ``bf16_mixed``'s fp32 reduction).
-- FP8: the scripts' ``--fp8_recipe`` default ``ds`` (``argument_parser.py``) runs
-  ``bf16_with_fp8_mixed`` (``fp8_recipe = "delayed"``, ``fp8_param_gather = True``;
-  v2.2.0's ``fp8_params = True``, which ``MegatronMixedPrecision`` turns into
-  ``fp8_param_gather``); a row printing current scaling runs
-  ``bf16_with_fp8_current_scaling_mixed`` (``tensorwise``), MXFP8 ``bf16_with_mxfp8_mixed``,
-  both with FP8 parameters. 25.04's ``set_primary_perf_configs`` turns FP8 parameters off
-  under Megatron-FSDP ("FSDP does not support FP8 param gather"); later ones do not.
-  Sub-channel scaling (``ss``, ``blockwise``) has no counterpart (`NotExpressible`).
-- cross entropy: from 25.04, ``cross_entropy_fusion_impl = "te"`` (``utils.py`` /
-  ``helpers.py`` ``set_perf_optimization_configs``) with ``GPTConfig.cross_entropy_loss_
-  fusion = True`` (``gpt/model/base.py``); 25.02 leaves Megatron-core's ``native`` fused
-  kernel.
-- from 25.07: ``ddp.check_for_nan_in_grad = False`` (``grad_nan_check``), and BF16 runs set
-  ``use_precision_aware_optimizer = True`` with the optimizer's default fp32 state dtypes.
-- Megatron-FSDP runs (`nemo_plan_fields`) set ``gradient_accumulation_fusion = False``
-  (``set_mcore_fsdp_configs``).
-- TP overlap userbuffers: Llama 3 70B, Llama 3.1 405B and GPT-3 175B pass the H100
-  ``userbuffers_{bf16,fp8}_h100_*`` configurations, whose ``bulk`` overlaps set
-  ``set_sm_margin=False`` and whose FP8 ``proj_fprop`` / ``fc2_fprop`` run
-  ``RingExchangeOverlapCfg`` from 25.04 (``PipelineOverlapCfg`` in 25.02).
-- DeepSeek-V3 on H100 from 25.07: ``moe_token_dispatcher_type = "flex"`` with DeepEP and
-  ``moe_router_force_load_balancing`` (``pretrain_deepseek_v3.py``).
+Containers by tag: `nemo_keys.RELEASE_TAGS`.
 
 Plan and model fields (`nemo_plan_fields`, `nemo_model_fields`): the distributed optimizer
 of every recipe, TP overlap (`TP_OVERLAP_FAMILIES`, off under Megatron-FSDP in 25.04:
-`DEFER_WGRAD_FAMILIES`), Megatron-FSDP (`fsdp_stated`), the embedding and loss as pipeline
-layers (`ACCOUNT_FOR_BOTH`), token drop (`TOKEN_DROP`), DeepSeek-V3's MTP layer, pipeline
+`DEFER_WGRAD_FAMILIES`), Megatron-FSDP (`nemo_keys.fsdp_stated`), the embedding and loss as
+pipeline layers (`ACCOUNT_FOR_BOTH`), token drop (`TOKEN_DROP`), DeepSeek-V3's MTP layer, pipeline
 split and recompute (`deepseek_pipeline_fields`, `DEEPSEEK_RECOMPUTE`).
 
 CUDA graphs (``cuda_graphs`` 1) are set on H100 only for Nemotron-H and Llama 4 (no preset);
-Nemotron-H's (`CUDA_GRAPH_FAMILIES`) are the ``layer`` scope. Nemotron-H (v2.4.0 and
-v2.5.0rc0, the same files): ``pretrain_nemotronh_{8b,47b,56b}.py`` start from
+Nemotron-H's (`nemo_options.CUDA_GRAPH_FAMILIES`) are the ``layer`` scope. Nemotron-H
+(v2.4.0 and v2.5.0rc0, the same files): ``pretrain_nemotronh_{8b,47b,56b}.py`` start from
 ``recipes/nemotronh_*.py`` ``pretrain_recipe`` (``performance_mode=True`` for 47B and 56B;
 8B has no performance mode) and run ``set_primary_perf_configs`` like every script, so the
-generic rules above apply (FP8 ``ds``: ``bf16_with_fp8_mixed`` replaces the 47B / 56B
+generic rules of `nemo_options` apply (FP8 ``ds``: ``bf16_with_fp8_mixed`` replaces the 47B / 56B
 recipe's ``nemotron_h_bf16_with_fp8_current_scaling_mixed``, and its
 ``first_last_layers_bf16 = False`` overrides ``NemotronHConfigBase``'s True through
 ``update_config_with_dtype_overrides``: every layer in FP8; bf16 gradient reduction over the
@@ -82,6 +50,7 @@ from __future__ import annotations
 import re
 from typing import get_args
 
+from nemo_keys import fsdp_stated, model_family, nemo_release, on_h100
 from pipeline_recipes import recipe_layout
 from recipe_keys import NotExpressible
 
@@ -90,149 +59,6 @@ from specs.plan import RecomputeModule
 
 RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 """Megatron-core's selective-recompute module names (`specs.plan.RecomputeModule`)."""
-
-FIRST_RELEASE = "25.02"
-"""The first NeMo container with NeMo 2.0's performance scripts (v2.2.0; the scripts were
-added on 2025-01-01, after v2.1.0)."""
-
-RELEASE_TAGS = {"25.02": "v2.2.0", "25.04": "v2.3.0", "25.07": "v2.4.0", "25.09": "v2.5.0rc0"}
-"""NeMo container -> NVIDIA/NeMo tag whose performance scripts it ships (module docstring)."""
-
-_VERSION = re.compile(r"^\s*NeMo\s+(?:Framework\s+)?(\d{2})\.(\d{2})\b", re.IGNORECASE)
-
-
-def nemo_release(raw: dict[str, str]) -> str | None:
-    """``YY.MM`` of a NeMo 2.0 performance-recipe row (module docstring), None otherwise."""
-    if (raw.get("source_id") or "").startswith("MBRIDGE-"):
-        return None
-    found = _VERSION.match(raw.get("source_version") or "")
-    if found is None:
-        return None
-    release = f"{found.group(1)}.{found.group(2)}"
-    return release if release >= FIRST_RELEASE else None
-
-
-def model_family(raw: dict[str, str]) -> str:
-    """The row's model name in lower case without spaces, dots, dashes or underscores:
-    ``llama3170b`` for "Llama 3.1 70B", ``mixtral8x22b`` for "Mixtral_8x22B"."""
-    return re.sub(r"[\s._\-]", "", (raw.get("model") or "").lower())
-
-
-def _fp8(raw: dict[str, str]) -> bool:
-    return "FP8" in (raw.get("precision") or "").upper()
-
-
-def _h100(raw: dict[str, str]) -> bool:
-    """The row runs on H100 (the scripts' ``--gpu h100`` branches)."""
-    return "H100" in (raw.get("gpu_type") or "").upper()
-
-
-BF16_GRAD_FAMILIES: tuple[tuple[str, str], ...] = (
-    ("llama3", "25.02"),
-    ("gpt3", "25.02"),
-    ("nemotron4", "25.02"),
-    ("mixtral8x7b", "25.02"),
-)
-"""(model family prefix, first release) of the BF16 recipes whose performance mode reduces
-gradients in bf16 before 25.07: ``recipe.trainer.plugins.grad_reduce_in_fp32 = False`` in
-``pretrain_performance_optimizations`` of ``recipes/llama3_8b.py``, ``llama3_70b.py``,
-``llama31_405b.py``, ``gpt3_175b.py``, ``nemotron4_15b.py``, ``nemotron4_340b.py`` and
-``mixtral_8x7b.py`` (v2.2.0 to v2.5.0rc0). Mixtral 8x22B is handled apart
-(`main_grad_bytes`)."""
-
-
-def main_grad_bytes(raw: dict[str, str], release: str) -> int:
-    """Bytes per gradient element the row's scripts reduce (module docstring)."""
-    if release >= "25.07" or _fp8(raw):
-        return 2
-    family = model_family(raw)
-    if family.startswith("mixtral8x22b"):
-        # v2.2.0 runs recipes/mixtral_8x22b.py (performance mode: bf16 reduction); v2.3.0 on
-        # run recipes/mixtral_8x22b_64k.py, whose performance mode keeps bf16_mixed's fp32.
-        return 2 if release < "25.04" else 4
-    return 2 if any(family.startswith(p) for p, _ in BF16_GRAD_FAMILIES) else 4
-
-
-def fp8_fields(raw: dict[str, str], release: str, fsdp: bool) -> dict[str, object]:
-    """``fp8_recipe`` and ``fp8_param`` of an FP8 row as its precision prints it (module
-    docstring); empty for other rows."""
-    if not _fp8(raw):
-        return {}
-    text = (raw.get("precision") or "").upper()
-    if "SS" in text.split("-") or "BLOCKWISE" in text or "SUB-CHANNEL" in text:
-        raise NotExpressible("FP8 sub-channel (blockwise) scaling")
-    if "MX" in text:
-        recipe = "mxfp8"
-    elif "CS" in text.split("-") or "CURRENT" in text:
-        recipe = "tensorwise"
-    else:
-        recipe = "delayed"
-    return {"fp8_recipe": recipe, "fp8_param": not (fsdp and release == "25.04")}
-
-
-UB_H100_FAMILIES = ("llama370b", "llama3170b", "llama31405b", "llama3405b", "gpt3")
-"""Model family prefixes whose scripts pass NeMo's H100 userbuffers configurations
-(``pretrain_llama3_70b.py``, ``pretrain_llama31_405b.py``, ``pretrain_gpt3_175b.py``:
-``userbuffers_{bf16,fp8}_h100_h8192_tp4_mbs1_seqlen8192``, ``..._h16384_tp8_cp2_...``,
-``..._h12288_tp4_mbs1_seqlen2048``)."""
-
-
-def userbuffers_fields(raw: dict[str, str], release: str) -> dict[str, object]:
-    """TP-overlap userbuffers fields of `UB_H100_FAMILIES` rows on H100 (module docstring)."""
-    if not _h100(raw) or not model_family(raw).startswith(UB_H100_FAMILIES):
-        return {}
-    fields: dict[str, object] = {"tp_overlap_bulk_sm_margin": False}
-    if _fp8(raw) and release >= "25.04":
-        fields["tp_overlap_rs_method"] = "ring_exchange"
-    return fields
-
-
-CUDA_GRAPH_FAMILIES: tuple[tuple[str, str], ...] = (("nemotronh", "25.07"),)
-"""(model family prefix, first release) of the H100 configs with ``cuda_graphs`` 1 that a
-preset prices: Nemotron-H 8B, 47B and 56B (``model_configs_h100.csv`` v2.4.0 and
-v2.5.0rc0). ``helpers.py`` ``set_cuda_graph_configs`` sets ``model.config.enable_cuda_graph
-= True`` (and ``use_te_rng_tracker``): Megatron-core's local implementation at its default
-scope, whole layers (``layer``, as `moe_recipes` prices Megatron-Bridge's
-``enable_cuda_graph``); ``set_perf_optimization_configs`` turns it off under Megatron-FSDP.
-The cost model's host-launch term counts MoE launches only, so on these dense hybrids the
-scope changes no priced term; it says what the run captured."""
-
-
-def cuda_graph_fields(raw: dict[str, str], release: str, fsdp: bool) -> dict[str, object]:
-    """``cuda_graph_scopes`` of a `CUDA_GRAPH_FAMILIES` row on H100 without Megatron-FSDP;
-    empty otherwise."""
-    family = model_family(raw)
-    graphs = any(family.startswith(p) and release >= first for p, first in CUDA_GRAPH_FAMILIES)
-    if not graphs or fsdp or not _h100(raw):
-        return {}
-    return {"cuda_graph_scopes": frozenset({"layer"})}
-
-
-def nemo_option_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, object]:
-    """`ExecutionOptions` fields of a NeMo 2.0 performance-recipe row (module docstring),
-    ``tp_comm_overlap`` being its plan's; empty for other rows."""
-    release = nemo_release(raw)
-    if release is None:
-        return {}
-    fsdp = fsdp_stated(raw)
-    fields: dict[str, object] = {
-        "main_grad_bytes": main_grad_bytes(raw, release),
-        "cross_entropy_fusion": "te" if release >= "25.04" else "native",
-        **fp8_fields(raw, release, fsdp),
-    }
-    if release >= "25.07":
-        fields["grad_nan_check"] = False
-        if not _fp8(raw):
-            fields["precision_aware_optimizer"] = True
-    if fsdp:
-        fields["grad_accumulation_fusion"] = False
-    if tp_comm_overlap:
-        fields.update(userbuffers_fields(raw, release))
-    if model_family(raw).startswith("deepseekv3") and _h100(raw) and release >= "25.07":
-        fields["moe_dispatcher"] = "flex"
-    fields.update(cuda_graph_fields(raw, release, fsdp))
-    return fields
-
 
 TP_OVERLAP_FAMILIES: tuple[tuple[str, str], ...] = (
     ("llama370b", "25.02"),
@@ -297,7 +123,7 @@ def nemo_model_fields(raw: dict[str, str]) -> dict[str, object]:
     fields: dict[str, object] = {}
     if family.startswith("deepseekv3"):
         fields["mtp_num_layers"] = 0 if "w/o mtp" in (raw.get("model") or "").lower() else 1
-    deep_ep = family.startswith("deepseekv3") and release >= "25.07" and _h100(raw)
+    deep_ep = family.startswith("deepseekv3") and release >= "25.07" and on_h100(raw)
     for prefix, first, last in TOKEN_DROP:
         if family.startswith(prefix) and first <= release <= last and not deep_ep:
             fields["moe_capacity_factor"] = TOKEN_DROP_CAPACITY
@@ -313,18 +139,6 @@ DEEPSEEK_RECOMPUTE: tuple[tuple[str, tuple[str, ...]], ...] = (
 pre-train configs (``model_configs_h100.csv`` ``recompute_modules``: v2.3.0
 ``mla_up_proj``, v2.4.0 ``mla_up_proj/mlp``, v2.5.0rc0 ``mla_up_proj/mlp/moe``), for a row
 that prints no recompute."""
-
-_FSDP_ON = re.compile(
-    r"megatron[ -]fsdp|mcore[ -]fsdp|custom fsdp|fsdp\s*[=:]?\s*(1|yes|on|true)\b|^(1|yes|true|on)$"
-)
-
-
-def fsdp_stated(raw: dict[str, str]) -> bool:
-    """True when ``fsdp_or_zero`` states Megatron-FSDP ("Megatron-FSDP", "FSDP=1", "FSDP:
-    yes", or the table's flag alone, "1" / "yes"); NeMo's ``use_mcore_fsdp`` runs
-    ``set_mcore_fsdp_configs``: parameters, gradients and optimizer state sharded
-    (``optim_grads_params``)."""
-    return _FSDP_ON.search((raw.get("fsdp_or_zero") or "").strip().lower()) is not None
 
 
 def deepseek_pipeline_fields(

@@ -15,7 +15,7 @@ v0.4.0, 26.04.01 = branch llmb-r0.4.1 (the same as v0.4.0), 26.06 = v0.5.0, 26.0
 v0.5.1 (adds only ``vr200`` to the Blackwell list; llmb-r0.5.1 also keeps Llama 2 70B,
 which no row runs). A release after 26.06.01 takes 26.06.01's rules.
 
-NeMo 2.0 (`NEMO_SCRIPTS`, the containers of `nemo_recipes.RELEASE_TAGS`): NVIDIA/NeMo
+NeMo 2.0 (`NEMO_SCRIPTS`, the containers of `nemo_keys.RELEASE_TAGS`): NVIDIA/NeMo
 ``scripts/performance/llm/pretrain_llama31_405b.py`` and ``pretrain_nemotron4_340b.py`` pass
 both variables in ``custom_env_vars`` ("for properly overlapping normalization kernels with
 FSDP communication"): v2.3.0 (25.04) in every run, v2.4.0 and v2.5.0rc0 (25.07, 25.09)
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nemo_recipes import fsdp_stated, model_family, nemo_release
+from nemo_keys import fsdp_stated, model_family, nemo_release
 from recipe_keys import NotExpressible
 
 MBRIDGE_RELEASES = ("25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
@@ -55,7 +55,7 @@ class KeepRule:
     gpus: tuple[str, ...]
     """``gpu_type`` prefixes; empty: any GPU."""
     family: str
-    """`nemo_recipes.model_family` prefix."""
+    """`nemo_keys.model_family` prefix."""
     task: str
     """``pretrain`` or ``sft`` (the scripts' ``train_task``); empty: any task."""
     dtypes: tuple[str, ...]
@@ -164,7 +164,7 @@ scripts that set the cuDNN norm variables; a later entry of the same family repl
 earlier one (module docstring)."""
 
 ZOO_CUDNN_CONFIGS = ("deepseekv3", "kimik2", "qwen3next")
-"""`nemo_recipes.model_family` prefixes of the model zoo configs that set the variables."""
+"""`nemo_keys.model_family` prefixes of the model zoo configs that set the variables."""
 
 
 def compute_dtype(raw: dict[str, str]) -> str:

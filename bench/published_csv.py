@@ -8,7 +8,7 @@ import argparse
 import csv
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 CSV_NAME = "shared/reference/published-runs-dev.csv"
@@ -107,15 +107,15 @@ def rows_by_ids(ids_text: str) -> tuple[list[dict[str, str]], str | None]:
     return [by_id[r] for r in wanted], None
 
 
-def row_report_main(
+def rows_main(
     description: str,
-    report: Callable[[dict[str, str]], str],
+    lines: Callable[[list[dict[str, str]]], Iterable[str]],
     argv: list[str] | None = None,
     default_rows: str | None = None,
 ) -> int:
-    """Entry point of a bench script that prints ``report(row)`` for each dev-set row named by
-    ``--rows`` (comma-separated ids; required unless ``default_rows`` is given): 0, or 1 with
-    `rows_by_ids`' error line on stderr."""
+    """Entry point of a bench script that prints ``lines(rows)``, one per line, for the
+    dev-set rows named by ``--rows`` (comma-separated ids; required unless ``default_rows``
+    is given): 0, or 1 with `rows_by_ids`' error line on stderr."""
     parser = argparse.ArgumentParser(description=description)
     if default_rows is None:
         parser.add_argument("--rows", required=True, help="comma-separated row ids")
@@ -126,9 +126,20 @@ def row_report_main(
     if error is not None:
         print(error, file=sys.stderr)
         return 1
-    for raw in rows:
-        print(report(raw))
+    for line in lines(rows):
+        print(line)
     return 0
+
+
+def row_report_main(
+    description: str,
+    report: Callable[[dict[str, str]], str],
+    argv: list[str] | None = None,
+    default_rows: str | None = None,
+) -> int:
+    """`rows_main` of a script that prints ``report(row)`` for each row, in ``--rows``
+    order."""
+    return rows_main(description, lambda rows: map(report, rows), argv, default_rows)
 
 
 def milliseconds(seconds: float) -> str:

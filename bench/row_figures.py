@@ -1,4 +1,5 @@
-"""A published row's figure as seconds per iteration (`published_iteration_time_s`).
+"""A published row's figure as seconds per iteration (`published_iteration_time_s`), and
+a row's case priced as the validation prices it (`case_estimate`, `priced_row`).
 
 The published figure is turned into seconds per iteration: the printed iteration time, else
 global batch x sequence / (tokens/s/GPU x GPUs), else the printed TFLOP/s/GPU through the
@@ -15,10 +16,13 @@ from recipe_keys import NotExpressible
 from row_columns import column_float, column_text
 
 from costmodel.estimate import Estimate, estimate_plan
+from costmodel.execution import ExecutionOptions
 from costmodel.flops import core_attention_forward_flops_per_token
 from costmodel.iteration_flops import model_flops_per_iteration, sc21_flops_per_iteration
+from profiles.schema import HardwareProfile
 from profiles.store import load_profile
 from specs.model import ModelSpec
+from specs.plan import ParallelPlan
 
 FlopsFormula = Callable[[ModelSpec, int, int], float]
 """FLOPs of one iteration from (model, sequence length, global batch)."""
@@ -75,13 +79,45 @@ def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
     raise NotExpressible("no iteration time, tokens/s or known-convention TFLOP/s")
 
 
-def priced_row(raw: dict[str, str]) -> tuple[RowCase, Estimate, float]:
-    """A dev-set row as the validation prices it: its case (`published_rows.case_for_row`),
-    the estimate of its plan with the row's execution options, and its published seconds
-    per iteration (`published_iteration_time_s`)."""
+def published_case(raw: dict[str, str]) -> tuple[RowCase, float]:
+    """A dev-set row's case (`published_rows.case_for_row`) and its published seconds per
+    iteration (`published_iteration_time_s`). NotExpressible or SpecError when the row
+    cannot be priced."""
     case = case_for_row(raw)
-    profile = load_profile(case.profile)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=case.options
+    return case, published_iteration_time_s(raw, case)
+
+
+def case_estimate(
+    case: RowCase,
+    *,
+    model: ModelSpec | None = None,
+    plan: ParallelPlan | None = None,
+    options: ExecutionOptions | None = None,
+    profile: HardwareProfile | None = None,
+) -> Estimate:
+    """`costmodel.estimate.estimate_plan` of ``case``: its model, cluster, job, plan and
+    execution options on its stored profile, with ``model``, ``plan``, ``options`` or an
+    already loaded ``profile`` in their place where given."""
+    return estimate_plan(
+        case.model if model is None else model,
+        case.cluster,
+        case.job,
+        case.plan if plan is None else plan,
+        load_profile(case.profile) if profile is None else profile,
+        options=case.options if options is None else options,
     )
-    return case, est, published_iteration_time_s(raw, case)
+
+
+def row_estimate(raw: dict[str, str]) -> tuple[RowCase, Estimate]:
+    """A row's case (`published_rows.case_for_row`) and its `case_estimate`, for a row
+    with no published figure to read."""
+    case = case_for_row(raw)
+    return case, case_estimate(case)
+
+
+def priced_row(raw: dict[str, str]) -> tuple[RowCase, Estimate, float]:
+    """A dev-set row as the validation prices it: its case and published seconds per
+    iteration (`published_case`), and the estimate of its plan with the row's execution
+    options (`case_estimate`)."""
+    case, published_s = published_case(raw)
+    return case, case_estimate(case), published_s

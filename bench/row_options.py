@@ -19,7 +19,7 @@ import dataclasses
 from gpt_oss_recipes import gpt_oss_runtime_fields
 from hybrid_recipes import hybrid_runtime_fields
 from moe_recipes import moe_runtime_fields
-from nemo_recipes import nemo_option_fields
+from nemo_options import nemo_option_fields
 from norm_recipes import norm_backend_fields
 from overlap_recipes import userbuffers_fields
 from precision_recipes import (

@@ -12,14 +12,13 @@ import dataclasses
 from collections.abc import Callable, Collection
 
 from norm_recipes import train_task
-from published_rows import NotExpressible, RowCase, case_for_row
-from row_figures import published_iteration_time_s
+from published_rows import NotExpressible, RowCase
+from row_figures import case_estimate, published_case
 from row_recipes import recipe_mismatch
 from validation_fit import LOW_PRECISION, Predict, apply_model
 from validation_fit_params import FitGrid, FittedModel
 from validation_stats import Outcome
 
-from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from profiles.store import load_profile
 from specs.errors import SpecError
@@ -71,12 +70,9 @@ def fit_grid(host_launch_s: float | None = None, expert_launch_s: float | None =
 def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
     """Predict one row; with the row's case. NotExpressible or SpecError when it cannot be
     priced."""
-    case = case_for_row(raw)
-    published = published_iteration_time_s(raw, case)
+    case, published = published_case(raw)
     profile = load_profile(case.profile)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=case.options
-    )
+    est = case_estimate(case, profile=profile)
     outcome = Outcome(
         row_id=raw["row_id"],
         source_id=raw["source_id"],
@@ -119,10 +115,7 @@ def row_predictor(cases: dict[str, RowCase]) -> Predict:
     profiles = {name: load_profile(name) for name in {c.profile for c in cases.values()}}
 
     def price(case: RowCase, options: ExecutionOptions) -> float:
-        est = estimate_plan(
-            case.model, case.cluster, case.job, case.plan, profiles[case.profile], options=options
-        )
-        return est.iteration_time_s
+        return case_estimate(case, options=options, profile=profiles[case.profile]).iteration_time_s
 
     sixteen: dict[str, bool] = {}
 

@@ -49,6 +49,7 @@ import sys
 import time
 
 from published_rows import NotExpressible, RowCase, case_for_row
+from row_figures import case_estimate
 from sanity_cases import searched_case, with_recipe_vpp
 from sanity_claims import TIE_TOLERANCE, breakdown_figures, claim, fragmentation_figures
 from sanity_problems import (
@@ -64,7 +65,6 @@ from sanity_problems import (
 )
 from sanity_text import build_parser, print_result
 
-from costmodel.estimate import estimate_plan
 from planner.search import search_plans
 from planner.search_result import RankedPlan
 from planner.space import SearchSpace
@@ -113,9 +113,7 @@ def sanity_case(
     `cached_search` (a fresh one when None)."""
     searches = {} if searches is None else searches
     profile = load_profile(case.profile)
-    recipe = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=case.options
-    )
+    recipe = case_estimate(case, profile=profile)
     searched = searched_case(case)
     result = cached_search(searched, profile, {}, searches)
     pick, speedup, rank, rank_tied = claim(result, case.plan, recipe)

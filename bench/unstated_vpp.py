@@ -35,9 +35,8 @@ from published_rows import (
     case_for_row,
     vpp_stated,
 )
-from row_figures import published_iteration_time_s
+from row_figures import case_estimate, published_iteration_time_s
 
-from costmodel.estimate import estimate_plan
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.pipeline_split_checks import accounted_layers
@@ -121,9 +120,7 @@ def published_from(raw: dict[str, str]) -> str:
 def price(case: RowCase, plan: ParallelPlan, published_s: float) -> dict[str, object]:
     """One degree and sharding of a row: predicted seconds, signed error against
     ``published_s``, peak GiB and whether it fits."""
-    est = estimate_plan(
-        case.model, case.cluster, case.job, plan, load_profile(case.profile), options=case.options
-    )
+    est = case_estimate(case, plan=plan)
     return {
         "sharding": sharding_name(plan),
         "vpp": plan.vpp,

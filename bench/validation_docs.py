@@ -156,16 +156,22 @@ def _left_out_values(loso: dict[str, dict[str, float]]) -> str:
     )
 
 
+def _by_generation(fitted: dict, dtype: str) -> str:
+    """``generation factor (rows ...)`` per profile generation of the ``dtype`` (``fp8`` or
+    ``fp4``) GEMM rate factor of the bench's ``fitted`` JSON, joined by semicolons."""
+    own = fitted.get(f"{dtype}_gemm_rate_factor_by_generation", {})
+    rows = fitted.get(f"{dtype}_fitted_on_by_generation", {})
+    return "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
+
+
 def fp8_line(result: dict) -> str:
     """The fitted FP8 GEMM rate factors (`costmodel.fitted_rates.FP8_GEMM_RATE_FACTORS`) by
     profile generation with their rows, the shared one, and per left-out source family."""
     fitted = result["fitted"]
-    own = fitted.get("fp8_gemm_rate_factor_by_generation", {})
-    rows = fitted.get("fp8_fitted_on_by_generation", {})
     loso = result["loso"]["fp8_gemm_rate_factor_by_left_out_source"]
     return (
         "FP8 GEMM rate factor fitted per profile generation: "
-        + "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
+        + _by_generation(fitted, "fp8")
         + f"; shared (one factor on all dense FP8 rows) {fitted['fp8_gemm_rate_factor']}; "
         + _left_out_values(loso)
     )
@@ -175,12 +181,9 @@ def fp4_line(result: dict) -> str:
     """The fitted NVFP4 GEMM rate factors (`costmodel.fitted_rates.FP4_GEMM_RATE_FACTORS`) by
     profile generation with their rows; a left-out source family without NVFP4 rows gives
     each generation its FP8 factor."""
-    fitted = result["fitted"]
-    own = fitted.get("fp4_gemm_rate_factor_by_generation", {})
-    rows = fitted.get("fp4_fitted_on_by_generation", {})
     return (
         "NVFP4 GEMM rate factor fitted per profile generation on the dense NVFP4 rows: "
-        + "; ".join(f"{g} {f} (rows {', '.join(rows.get(g, []))})" for g, f in own.items())
+        + _by_generation(result["fitted"], "fp4")
         + "; where a left-out source family takes every NVFP4 row with it, each generation "
         "takes its FP8 factor (the cost model's default without a fit)."
     )

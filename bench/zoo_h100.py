@@ -34,10 +34,8 @@ from dataclasses import dataclass
 
 from published_csv import rows_by_ids
 from published_rows import RowCase, case_for_row
+from row_figures import case_estimate
 from validation_stats import concordance
-
-from costmodel.estimate import estimate_plan
-from profiles.store import load_profile
 
 BASE_ROW = "390"
 """The dev-set row whose model columns every run shares (module docstring)."""
@@ -140,10 +138,7 @@ def zoo_run_case(run: ZooRun) -> RowCase:
 
 def predict(case: RowCase) -> tuple[float, float, bool]:
     """(seconds per iteration, peak GiB, fits) of ``case``."""
-    profile = load_profile(case.profile)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, profile, options=case.options
-    )
+    est = case_estimate(case)
     return est.iteration_time_s, est.peak_memory_gib, est.fits
 
 

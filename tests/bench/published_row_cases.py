@@ -1,7 +1,8 @@
 """Rows of ``published-runs-dev.csv`` shared by the tests of bench/published_rows.py and the
 recipe modules (`row_model`, `row_options`, `row_recipes`, `pipeline_recipes`,
 `saver_recipes`, `precision_recipes`, `gpt_oss_recipes`, `nemo_recipes`, `hybrid_recipes`),
-and the architecture columns of a model that several of them state (`*_SHAPE`).
+and the architecture columns of a model that several of them (and bench/unstated_vpp.py's)
+state (`*_SHAPE`).
 
 Each case is one row (the columns the mapping reads, copied from the row named), worked by
 hand against the recipe file cited in the module under test.
@@ -42,13 +43,7 @@ LLAMA3_70B_SHAPE = {
 """Llama 3 70B's architecture columns and 8192-token sequence, shared by its cases
 (Megatron-Bridge and NeMo 2.0 rows)."""
 
-
-LLAMA405_GB200 = {
-    # row 119 (MBRIDGE-26.06, Llama 3.1 405B on 256 GB200, FP8).
-    "row_id": "119",
-    "source_id": "MBRIDGE-26.06",
-    "model": "LLAMA3.1_405B",
-    "arch_notes": "SwiGLU, GQA; NeMo Llama31Config405B",
+LLAMA3_405B_SHAPE = {
     "num_layers": "126",
     "hidden_size": "16384",
     "num_attention_heads": "128",
@@ -56,6 +51,18 @@ LLAMA405_GB200 = {
     "ffn_hidden_size": "53248",
     "vocab_size": "128256",
     "seq_length": "8192",
+}
+"""Llama 3 (3.1) 405B's architecture columns and 8192-token sequence, shared by its cases
+(Megatron-Bridge and the Llama 3 paper's rows)."""
+
+
+LLAMA405_GB200 = {
+    # row 119 (MBRIDGE-26.06, Llama 3.1 405B on 256 GB200, FP8).
+    "row_id": "119",
+    "source_id": "MBRIDGE-26.06",
+    "model": "LLAMA3.1_405B",
+    "arch_notes": "SwiGLU, GQA; NeMo Llama31Config405B",
+    **LLAMA3_405B_SHAPE,
     "gpu_type": "GB200 (NVL72)",
     "num_gpus": "256",
     "tp": "4",

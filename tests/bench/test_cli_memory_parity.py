@@ -13,13 +13,12 @@ import json
 
 import pytest
 
-from costmodel.estimate import estimate_plan
 from paraplan.cli import main
-from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
-published_csv = load_bench("published_csv")
 pricing = load_bench("row_pricing")
+figures = load_bench("row_figures")
 
 MEGATRON_BRIDGE_FP8_CS = [
     "--precision", "fp8", "--fp8-recipe", "tensorwise", "--fp8-param-gather",
@@ -66,13 +65,9 @@ CASES: dict[str, list[str]] = {
 
 def bench_stage_gib(row_id: str) -> list[float]:
     """The bench's memory per pipeline stage of the row, GiB."""
-    (raw,), error = published_csv.rows_by_ids(row_id)
-    assert error is None, error
+    (raw,) = dev_rows(row_id)
     outcome, case = pricing.evaluate_row(raw)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, load_profile(case.profile),
-        options=case.options,
-    )  # fmt: skip
+    est = figures.case_estimate(case)
     assert est.peak_memory_gib == outcome.peak_memory_gib
     return [s.total_bytes / 2**30 for s in est.memory]
 

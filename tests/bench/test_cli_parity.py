@@ -13,14 +13,13 @@ from costmodel.execution_presets import DEFAULT_OPTIONS
 from paraplan.commands import estimate
 from paraplan.recipe_args import options_from_args
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
 cli_parity = load_bench("cli_parity")
-published_csv = load_bench("published_csv")
 
 
 def one_row(row_id: str) -> dict[str, str]:
-    (raw,), error = published_csv.rows_by_ids(row_id)
-    assert error is None, error
+    (raw,) = dev_rows(row_id)
     return raw
 
 

@@ -14,13 +14,12 @@ import json
 
 import pytest
 
-from costmodel.estimate import estimate_plan
 from paraplan.cli import main
-from profiles.store import load_profile
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
-published_csv = load_bench("published_csv")
 pricing = load_bench("row_pricing")
+figures = load_bench("row_figures")
 cli_parity = load_bench("cli_parity")
 
 QWEN3_30B_GB200 = [
@@ -71,13 +70,9 @@ CASES: dict[str, list[str]] = {
 
 def bench_seconds(row_id: str) -> float:
     """The bench's iteration time of the row, seconds."""
-    (raw,), error = published_csv.rows_by_ids(row_id)
-    assert error is None, error
+    (raw,) = dev_rows(row_id)
     _, case = pricing.evaluate_row(raw)
-    est = estimate_plan(
-        case.model, case.cluster, case.job, case.plan, load_profile(case.profile),
-        options=case.options,
-    )  # fmt: skip
+    est = figures.case_estimate(case)
     return est.iteration_time_s
 
 
@@ -111,8 +106,7 @@ def test_the_time_flags_are_what_brings_the_row_to_the_bench_time(capsys):
     ],
 )
 def test_cli_parity_states_every_setting_and_prices_the_bench_time(tmp_path, row_id):
-    (raw,), error = published_csv.rows_by_ids(row_id)
-    assert error is None, error
+    (raw,) = dev_rows(row_id)
     result = cli_parity.row_parity(raw, tmp_path)
     assert result["unexpressed_memory"] == [] and result["unexpressed_time"] == []
     assert result["time_relative_gap"] <= cli_parity.TIME_TOLERANCE

@@ -63,6 +63,17 @@ def test_expert_shapes_from_the_presets() -> None:
     assert _find(experts, gemm="fc2", **ds) == (2048, 7168, 2048)
 
 
+def test_pass_shapes_give_forward_dgrad_wgrad_of_each_gemm_in_order() -> None:
+    gemms = (("fc1", 64, 32, 16), ("fc2", 64, 16, 32))
+    found = shapes.pass_shapes("expert", "m", gemms, tp=1, rows=64)
+    assert [(s.gemm, s.pass_name) for s in found] == [
+        (g, p) for g in ("fc1", "fc2") for p in ("forward", "dgrad", "wgrad")
+    ]
+    # (m x k) @ (k x n) forward; dgrad (m x n) @ (n x k); wgrad (k x m) @ (m x n)
+    assert [(s.m, s.n, s.k) for s in found[:3]] == [(64, 32, 16), (64, 16, 32), (16, 32, 64)]
+    assert {(s.group, s.model, s.tp, s.rows) for s in found} == {("expert", "m", 1, 64)}
+
+
 def test_shape_counts_and_shrink() -> None:
     assert len(shapes.dense_shapes()) == 2 * 4 * 4 * 3
     assert len(shapes.expert_shapes()) == 4 * 6 * 2 * 3

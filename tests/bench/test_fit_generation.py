@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import factor_predictor, factor_row
 
 stats = load_bench("validation_stats")
 fitting = load_bench("validation_fit")
@@ -22,33 +25,15 @@ SHAPES = {"b1": (1.0, 2.0), "b2": (0.5, 3.0), "u1": (1.0, 2.0), "u2": (2.0, 1.0)
 TRUTH = {"blackwell": 0.6, "blackwell_ultra": 0.8}
 
 
-def _seconds(row_id, factor):
-    c, w = SHAPES[row_id]
-    return c + w / (1.0 if factor is None else factor)
+_predict = factor_predictor(SHAPES)
 
 
-def _predict(row_id, factor, host_s, sustained, token_s, expert_s=None):
-    return _seconds(row_id, factor)
-
-
-def _row(row_id, source, fit_generation):
-    return stats.Outcome(
-        row_id=row_id,
-        source_id=source,
-        model="m",
-        plan=f"plan {row_id}",
-        generation="Blackwell",
-        precision="fp8",
-        kind="dense",
-        gpu_type="x",
-        num_gpus=8,
-        seq_length=4096,
-        published_s=_seconds(row_id, TRUTH[fit_generation]),
-        predicted_s=_seconds(row_id, None),
-        peak_memory_gib=1.0,
-        device_memory_gib=180.0,
-        fits=True,
-        fit_generation=fit_generation,
+def _row(row_id, source, fit_generation, published_factor=None):
+    """A dense FP8 row of ``fit_generation``, published at its generation's `TRUTH` factor
+    or at ``published_factor``."""
+    factor = TRUTH[fit_generation] if published_factor is None else published_factor
+    return factor_row(
+        SHAPES, row_id, source, factor, precision="fp8", fit_generation=fit_generation
     )
 
 
@@ -122,22 +107,8 @@ def test_a_generation_with_only_moe_fp8_rows_takes_the_shared_dense_factor():
     # m1's published time implies factor 0.4 on its own; with no dense FP8 row of its
     # generation it takes the factor the dense FP8 rows fit together (b1, b2: 0.6).
     SHAPES["m1"] = (1.0, 2.0)
-    moe = stats.Outcome(
-        **{f: getattr(_row("b1", "MOEZOO-1", "blackwell"), f) for f in ("model", "plan")},
-        row_id="m1",
-        source_id="MOEZOO-1",
-        generation="Blackwell",
-        precision="fp8",
-        kind="moe",
-        gpu_type="x",
-        num_gpus=8,
-        seq_length=4096,
-        published_s=_seconds("m1", 0.4),
-        predicted_s=_seconds("m1", None),
-        peak_memory_gib=1.0,
-        device_memory_gib=180.0,
-        fits=True,
-        fit_generation="blackwell_ultra",
+    moe = dataclasses.replace(
+        _row("m1", "MOEZOO-1", "blackwell_ultra", published_factor=0.4), kind="moe", plan="plan b1"
     )
     rows = [_row("b1", "MBRIDGE-25.09", "blackwell"), _row("b2", "MBRIDGE-26.02", "blackwell")]
     model = fitting.fit_model([*rows, moe], _predict, GRID, per_generation=True)

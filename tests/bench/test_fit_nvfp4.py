@@ -4,12 +4,10 @@ NVFP4 recipe settings of the Megatron-Bridge rows (precision_recipes, overlap_re
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tests.bench.bench_loader import load_bench
-from tests.bench.validation_cases import synthetic_outcome
+from tests.bench.validation_cases import factor_predictor, factor_row
 
 fitting = load_bench("validation_fit")
 params = load_bench("validation_fit_params")
@@ -27,19 +25,13 @@ SHAPES = {"f1": (1.0, 2.0), "f2": (0.5, 3.0), "n1": (1.0, 2.0), "n2": (2.0, 1.0)
 TRUTH = {"fp8": 0.6, "nvfp4": 0.4}
 
 
-def _seconds(row_id, factor):
-    c, w = SHAPES[row_id]
-    return c + w / (1.0 if factor is None else factor)
-
-
-def _predict(row_id, factor, host_s, sustained, token_s, expert_s=None):
-    return _seconds(row_id, factor)
+_predict = factor_predictor(SHAPES)
 
 
 def _row(row_id, source, precision):
-    published = _seconds(row_id, TRUTH[precision])
-    row = synthetic_outcome(row_id, source, published, _seconds(row_id, None), "Blackwell")
-    return dataclasses.replace(row, precision=precision, fit_generation="blackwell")
+    return factor_row(
+        SHAPES, row_id, source, TRUTH[precision], precision=precision, fit_generation="blackwell"
+    )
 
 
 def _rows():

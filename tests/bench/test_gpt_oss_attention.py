@@ -12,6 +12,7 @@ from tests.bench.bench_loader import load_bench
 
 leads = load_bench("gpt_oss_attention")
 rows_mod = load_bench("published_rows")
+figures = load_bench("row_figures")
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,8 @@ def rows() -> dict[str, dict[str, str]]:
 
 def test_unfused_attention_cannot_fit_the_published_run(rows):
     case = rows_mod.case_for_row(rows["266"])
-    fused = leads.estimate_row(case)
-    unfused = leads.estimate_row(
+    fused = figures.case_estimate(case)
+    unfused = figures.case_estimate(
         case, options=dataclasses.replace(case.options, attention="materialized")
     )
     # UnfusedDotProductAttention saves at least the bf16 probabilities of every layer for

@@ -7,15 +7,13 @@ import pytest
 
 from costmodel.fitted_rates import SUSTAINED_GEMM_RATE_FACTORS
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
 bench = load_bench("interleaved_h100")
 
 
 def _rows(ids: str) -> list[dict[str, str]]:
-    rows, error = bench.rows_by_ids(ids)
-    if error is not None:
-        pytest.skip(error)
-    return rows
+    return dev_rows(ids)
 
 
 def test_uniform_bubble_is_the_textbook_one():

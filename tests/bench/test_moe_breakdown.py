@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
 breakdown = load_bench("moe_breakdown")
 rows_mod = load_bench("published_rows")
@@ -14,10 +15,7 @@ rows_mod = load_bench("published_rows")
 
 @pytest.fixture(scope="module")
 def row_174() -> dict[str, str]:
-    rows, error = load_bench("published_csv").rows_by_ids("174")
-    if error is not None:
-        pytest.skip(error)
-    return rows[0]
+    return dev_rows("174")[0]
 
 
 def test_layer_parts_split_the_moe_layer(row_174):

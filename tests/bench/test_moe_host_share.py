@@ -8,16 +8,14 @@ from __future__ import annotations
 import pytest
 
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
 share = load_bench("moe_host_share")
 
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, dict[str, str]]:
-    found, error = share.rows_by_ids("308,367")
-    if error is not None:
-        pytest.skip(error)
-    return {r["row_id"]: r for r in found}
+    return {r["row_id"]: r for r in dev_rows("308,367")}
 
 
 def test_a_layer_captured_whole_has_no_floor(rows):

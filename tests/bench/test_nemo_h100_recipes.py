@@ -11,6 +11,8 @@ from tests.bench.bench_loader import load_bench
 
 bench = load_bench("nemo_h100_recipes")
 rules = load_bench("nemo_recipes")
+options_rules = load_bench("nemo_options")
+rows_mod = load_bench("published_rows")
 
 
 def _skip_without_dev_rows() -> None:
@@ -51,7 +53,7 @@ def test_table_row_states_the_columns_a_performance_table_prints():
 def test_deepseek_rows_build_one_mtp_layer_on_the_last_stage():
     _skip_without_dev_rows()
     config = next(c for c in bench.CONFIGS if c.model == "DeepSeek V3" and "25.09" in c.releases)
-    case = bench.case_for_row(bench.table_row(config, "25.09"))
+    case = rows_mod.case_for_row(bench.table_row(config, "25.09"))
     assert case.model.mtp_num_layers == 1
     assert case.plan.pipeline_model_parallel_layout.endswith("|tmL")
 
@@ -96,7 +98,7 @@ def test_nemotron_h_rows_state_no_architecture_and_build_their_preset():
     for c in _nemotron_h():
         raw = bench.table_row(c, "25.09")
         assert all(raw[k] == "" for k in bench.ARCHITECTURE_COLUMNS), c
-        case = bench.case_for_row(raw)
+        case = rows_mod.case_for_row(raw)
         assert case.model.num_layers == PRESET_LAYERS[c.model]
         assert case.model.vocab_size == 131072 and case.model.name == c.model
         assert case.plan.tp == c.tp and case.plan.dp == c.gpus // c.tp
@@ -106,7 +108,7 @@ def test_nemotron_h_row_refuses_a_contradicting_architecture_column():
     config = next(c for c in _nemotron_h() if c.model == "Nemotron-H 56B")
     raw = bench.table_row(config, "25.07") | {"hidden_size": "4096"}
     with pytest.raises(bench.NotExpressible, match="hidden_size"):
-        bench.case_for_row(raw)
+        rows_mod.case_for_row(raw)
 
 
 def test_nemotron_h_configs_report_memory_fit_and_recipe_settings():
@@ -130,13 +132,13 @@ def test_nemotron_h_configs_report_memory_fit_and_recipe_settings():
 
 def test_nemotron_h_cuda_graphs_follow_the_config_and_fsdp():
     raw = {"model": "Nemotron-H 56B", "gpu_type": "H100-SXM5-80GB", "precision": "FP8"}
-    assert rules.cuda_graph_fields(raw, "25.07", fsdp=False) == {
+    assert options_rules.cuda_graph_fields(raw, "25.07", fsdp=False) == {
         "cuda_graph_scopes": frozenset({"layer"})
     }
-    assert rules.cuda_graph_fields(raw, "25.07", fsdp=True) == {}
-    assert rules.cuda_graph_fields(raw, "25.04", fsdp=False) == {}
-    assert rules.cuda_graph_fields(raw | {"gpu_type": "B200"}, "25.07", fsdp=False) == {}
-    assert rules.cuda_graph_fields(raw | {"model": "Llama3 70B"}, "25.07", fsdp=False) == {}
+    assert options_rules.cuda_graph_fields(raw, "25.07", fsdp=True) == {}
+    assert options_rules.cuda_graph_fields(raw, "25.04", fsdp=False) == {}
+    assert options_rules.cuda_graph_fields(raw | {"gpu_type": "B200"}, "25.07", fsdp=False) == {}
+    assert options_rules.cuda_graph_fields(raw | {"model": "Llama3 70B"}, "25.07", fsdp=False) == {}
 
 
 def test_nemotron_h_settings_cite_their_nemo_sources():
@@ -144,6 +146,6 @@ def test_nemotron_h_settings_cite_their_nemo_sources():
     for source in ("pretrain_nemotronh_", "nemotron_h_bf16_with_fp8_current_scaling_mixed"):
         assert source in doc
     assert "_get_optimizer_overlap_cfgs" in doc and "first_last_layers_bf16" in doc
-    assert "set_cuda_graph_configs" in inspect.getsource(rules)
+    assert "set_cuda_graph_configs" in inspect.getsource(options_rules)
     assert ("nemotronh", "25.07") in rules.TP_OVERLAP_FAMILIES
-    assert ("nemotronh", "25.07") in rules.CUDA_GRAPH_FAMILIES
+    assert ("nemotronh", "25.07") in options_rules.CUDA_GRAPH_FAMILIES

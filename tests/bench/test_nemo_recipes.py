@@ -1,5 +1,5 @@
-"""bench/nemo_recipes.py: NeMo 2.0 performance-recipe rules, keyed on what a row states
-(NVIDIA/NeMo scripts/performance at v2.2.0 to v2.5.0rc0)."""
+"""bench/nemo_recipes.py, nemo_options.py and nemo_keys.py: NeMo 2.0 performance-recipe
+rules, keyed on what a row states (NVIDIA/NeMo scripts/performance at v2.2.0 to v2.5.0rc0)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from tests.bench.bench_loader import load_bench
 from tests.bench.published_row_cases import LLAMA3_70B_SHAPE
 
 rules = load_bench("nemo_recipes")
+keys = load_bench("nemo_keys")
+options_rules = load_bench("nemo_options")
 rows = load_bench("published_rows")
 
 
@@ -55,12 +57,12 @@ def _row(**columns: str) -> dict[str, str]:
 def test_release_is_parsed_from_the_version_and_not_for_megatron_bridge(
     source_id, version, release
 ):
-    assert rules.nemo_release({"source_id": source_id, "source_version": version}) == release
+    assert keys.nemo_release({"source_id": source_id, "source_version": version}) == release
 
 
 def test_rows_outside_nemo_2_get_no_fields():
     raw = _row(source_version="NeMo 24.03.01.framework container")
-    assert rules.nemo_option_fields(raw, True) == {}
+    assert options_rules.nemo_option_fields(raw, True) == {}
     assert rules.nemo_model_fields(raw) == {}
 
 
@@ -77,17 +79,17 @@ def test_rows_outside_nemo_2_get_no_fields():
 )
 def test_gradient_reduction_bytes_per_release(release, precision, model, grad_bytes):
     raw = _row(source_version=f"NeMo {release} container", precision=precision, model=model)
-    assert rules.main_grad_bytes(raw, release) == grad_bytes
+    assert options_rules.main_grad_bytes(raw, release) == grad_bytes
 
 
 def test_fp8_recipe_follows_the_printed_precision():
     for text, recipe in (("FP8", "delayed"), ("FP8-CS", "tensorwise"), ("MXFP8", "mxfp8")):
-        fields = rules.fp8_fields(_row(precision=text), "25.07", False)
+        fields = options_rules.fp8_fields(_row(precision=text), "25.07", False)
         assert fields == {"fp8_recipe": recipe, "fp8_param": True}
-    assert rules.fp8_fields(_row(precision="FP8"), "25.04", True)["fp8_param"] is False
-    assert rules.fp8_fields(_row(precision="BF16"), "25.07", False) == {}
-    with pytest.raises(rules.NotExpressible, match="blockwise"):
-        rules.fp8_fields(_row(precision="FP8-SS"), "25.07", False)
+    assert options_rules.fp8_fields(_row(precision="FP8"), "25.04", True)["fp8_param"] is False
+    assert options_rules.fp8_fields(_row(precision="BF16"), "25.07", False) == {}
+    with pytest.raises(options_rules.NotExpressible, match="blockwise"):
+        options_rules.fp8_fields(_row(precision="FP8-SS"), "25.07", False)
 
 
 def test_llama3_70b_row_runs_the_recipe_through_the_published_row_path():
@@ -122,10 +124,10 @@ def test_fsdp_column_turns_on_megatron_fsdp_without_gradient_fusion():
     assert case.plan.use_megatron_fsdp and not case.plan.distributed_optimizer
     assert case.plan.data_parallel_sharding_strategy == "optim_grads_params"
     assert not case.options.grad_accumulation_fusion
-    assert not rules.fsdp_stated({"fsdp_or_zero": "DDP + distributed optimizer (FSDP=0)"})
-    assert rules.fsdp_stated({"fsdp_or_zero": "Megatron FSDP"})
-    assert rules.fsdp_stated({"fsdp_or_zero": "1"})
-    assert not rules.fsdp_stated({"fsdp_or_zero": "0"})
+    assert not keys.fsdp_stated({"fsdp_or_zero": "DDP + distributed optimizer (FSDP=0)"})
+    assert keys.fsdp_stated({"fsdp_or_zero": "Megatron FSDP"})
+    assert keys.fsdp_stated({"fsdp_or_zero": "1"})
+    assert not keys.fsdp_stated({"fsdp_or_zero": "0"})
 
 
 def test_fsdp_turns_tp_overlap_off_in_25_04_only():

@@ -8,16 +8,14 @@ import pytest
 
 from costmodel.compute import NVFP4_BYTES
 from tests.bench.bench_loader import load_bench
+from tests.bench.validation_cases import dev_rows
 
 nvfp4_rows = load_bench("nvfp4_rows")
 rows_mod = load_bench("published_rows")
 
 
 def _row(row_id: str) -> dict[str, str]:
-    rows, error = load_bench("published_csv").rows_by_ids(row_id)
-    if error is not None:
-        pytest.skip(error)
-    return rows[0]
+    return dev_rows(row_id)[0]
 
 
 def test_tp2_layer_parts_add_up_and_gather_nvfp4_bytes():

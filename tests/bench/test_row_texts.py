@@ -8,10 +8,10 @@ import pytest
 
 from tests.bench.bench_loader import load_bench
 from tests.bench.published_row_cases import LLAMA2_LONGSEQ, MLM_README_32B, row_with
+from tests.bench.validation_cases import dev_rows
 
 rows_mod = load_bench("published_rows")
 figures = load_bench("row_figures")
-csv_mod = load_bench("published_csv")
 
 
 @pytest.mark.parametrize(
@@ -131,10 +131,7 @@ def test_a_published_figure_that_is_not_a_positive_number_is_named(text):
 
 
 def test_a_release_before_the_norm_rules_is_set_apart_not_raised():
-    rows, error = csv_mod.rows_by_ids("175")
-    if error is not None:
-        pytest.skip(error)
-    early = [r | {"source_id": "MBRIDGE-25.07", "row_id": "9175"} for r in rows]
+    early = [r | {"source_id": "MBRIDGE-25.07", "row_id": "9175"} for r in dev_rows("175")]
     outcomes, _, apart = load_bench("row_pricing").evaluate(early)
     assert not outcomes
     assert apart[0]["row_id"] == "9175" and "predates" in apart[0]["reason"]

@@ -8,6 +8,7 @@ import pytest
 
 from specs.pipeline_split import pipeline_split
 from tests.bench.bench_loader import load_bench
+from tests.bench.published_row_cases import LLAMA3_405B_SHAPE
 
 rows_mod = load_bench("published_rows")
 figures = load_bench("row_figures")
@@ -24,13 +25,7 @@ LLAMA3_ROW = {
     "model": "Llama 3 405B",
     "arch_notes": "paper Table 3: 126 layers, dim 16384, FFN 53248, 128 heads, 8 KV heads, "
     "vocab 128,000 (tokenizer has 128,256 incl. special tokens); SwiGLU",
-    "num_layers": "126",
-    "hidden_size": "16384",
-    "num_attention_heads": "128",
-    "num_query_groups": "8",
-    "ffn_hidden_size": "53248",
-    "vocab_size": "128256",
-    "seq_length": "8192",
+    **LLAMA3_405B_SHAPE,
     "gpu_type": "H100-SXM5-80GB (700W TDP)",
     "num_gpus": "8192",
     "tp": "8",

@@ -87,16 +87,23 @@ def test_fp8_factor_and_host_launch_time_are_fitted_jointly_on_moe_rows():
     assert model.fitted_on == ("1", "2") and model.host_fitted_on == ("1", "2")
 
 
+def _two_families():
+    """Shapes and rows of two source families: A, an H100 dense FP8 row (wants 0.7) and a
+    host-bound MoE bf16 row (wants 40 us; no fp8 GEMM part: w = 0); B, a Blackwell dense FP8
+    row (wants 0.55)."""
+    shapes = {"1": _shape(1.0, 2.0), "2": _shape(1.1, 0.0, n=1e5), "3": _shape(1.0, 2.0)}
+    dense_a = _row("1", "A-1", shapes["1"], (0.7, 40e-6))
+    moe_a = _row("2", "A-2", shapes["2"], (0.7, 40e-6), kind="moe", fp8=False)
+    dense_b = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
+    return shapes, [dense_a, moe_a, dense_b]
+
+
 def test_leave_one_source_out_refits_every_parameter_without_the_left_out_rows():
     # Family A: an H100 dense FP8 row (wants 0.7) and a host-bound MoE row (wants 40 us);
     # family B: a Blackwell dense FP8 row (wants 0.55). Left out, each family is predicted
     # with what the other alone gives: A with 0.55 and no host floor, B with 0.7.
     # (a bf16 row has no fp8 GEMM part: w = 0)
-    shapes = {"1": _shape(1.0, 2.0), "2": _shape(1.1, 0.0, n=1e5), "3": _shape(1.0, 2.0)}
-    dense_a = _row("1", "A-1", shapes["1"], (0.7, 40e-6))
-    moe_a = _row("2", "A-2", shapes["2"], (0.7, 40e-6), kind="moe", fp8=False)
-    dense_b = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
-    outcomes = [dense_a, moe_a, dense_b]
+    shapes, outcomes = _two_families()
     for per_generation in (False, True):
         calls: list[str] = []
         predicted, models = fitting.leave_one_source_out(
@@ -120,11 +127,7 @@ def test_a_fixed_host_launch_time_is_an_input_of_every_fit_not_fitted():
     # The rows of the test above with the launch time fixed at 25 us, away from the 40 us
     # the MoE row wants: no fit moves it, and family A, left without MoE rows to fit it,
     # still prices its MoE row with it (a fitted launch time would be 0 there).
-    shapes = {"1": _shape(1.0, 2.0), "2": _shape(1.1, 0.0, n=1e5), "3": _shape(1.0, 2.0)}
-    dense_a = _row("1", "A-1", shapes["1"], (0.7, 40e-6))
-    moe_a = _row("2", "A-2", shapes["2"], (0.7, 40e-6), kind="moe", fp8=False)
-    dense_b = _row("3", "B-1", shapes["3"], (0.55, 0.0), generation="Blackwell")
-    outcomes = [dense_a, moe_a, dense_b]
+    shapes, outcomes = _two_families()
     fixed = dataclasses.replace(GRID, host_launch_s=(25e-6,))
     assert fixed.host_launch_fixed and not GRID.host_launch_fixed
     model = fitting.fit_model(outcomes, _predictor(shapes), fixed)

@@ -5,6 +5,8 @@ bench/validate_published.py and its modules (`validation_stats`, `validation_fit
 from __future__ import annotations
 
 import csv
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -106,12 +108,49 @@ def synthetic_outcome(
     )
 
 
+FactorShapes = dict[str, tuple[float, float]]
+"""Row id -> (c, w): a synthetic row's predicted seconds c + w / f at GEMM rate factor f."""
+
+
+def factor_seconds(shapes: FactorShapes, row_id: str, factor: float | None) -> float:
+    """c + w / f of row ``row_id`` in ``shapes``; f is 1 where ``factor`` is None."""
+    c, w = shapes[row_id]
+    return c + w / (1.0 if factor is None else factor)
+
+
+def factor_predictor(shapes: FactorShapes) -> Callable[..., float]:
+    """A `validation_fit.Predict` whose seconds move with the low-precision factor alone
+    (`factor_seconds`); ``shapes`` is read at each call."""
+
+    def predict(row_id, factor, host_s, sustained, token_s, expert_s=None):
+        return factor_seconds(shapes, row_id, factor)
+
+    return predict
+
+
+def factor_row(
+    shapes: FactorShapes, row_id: str, source: str, published_factor: float, **fields: Any
+) -> Any:
+    """A dense Blackwell `synthetic_outcome` of row ``row_id``: predicted at factor 1,
+    published at ``published_factor`` (`factor_seconds`), with ``fields`` replaced."""
+    published = factor_seconds(shapes, row_id, published_factor)
+    row = synthetic_outcome(row_id, source, published, factor_seconds(shapes, row_id, None))
+    return dataclasses.replace(row, generation="Blackwell", **fields)
+
+
+def dev_rows(ids: str) -> list[dict[str, str]]:
+    """The dev set's rows named in ``ids`` (comma-separated row ids, `published_csv.rows_by_ids`),
+    in that order; the test is skipped where the dev set is not readable or lacks one."""
+    rows, error = load_bench("published_csv").rows_by_ids(ids)
+    if error is not None:
+        pytest.skip(error)
+    return rows
+
+
 def one_row_csv(tmp_path: Path, row_id: str) -> Path:
     """A copy of the dev set holding only row ``row_id``, written under ``tmp_path``; the
     test is skipped where the dev set is not readable."""
-    rows, error = load_bench("published_csv").rows_by_ids(row_id)
-    if error is not None:
-        pytest.skip(error)
+    rows = dev_rows(row_id)
     path = tmp_path / "one.csv"
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
