@@ -52,3 +52,14 @@ def test_eager_attention_launches_only_without_the_attn_graph(rows):
     assert f"+ {leads.ATTENTION_BLOCK_LAUNCHES} eager" in gb200
     _, _, even, priced = leads.layer_parts(rows_mod.case_for_row(rows["266"]))
     assert even > priced
+
+
+def test_report_prices_a_row_with_fp8_attention():
+    path = leads.default_csv()
+    if path is None:
+        pytest.skip("published-runs-dev.csv not found")
+    raw = next(r for r in leads.read_rows(path) if r["row_id"] == "127")
+    case = rows_mod.case_for_row(raw)
+    assert case.options.fp8_attention  # the 26.06 recipe runs FP8 attention
+    line = leads.report(raw)
+    assert line.startswith(" 127 ") and "unfused" in line
