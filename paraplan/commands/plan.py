@@ -46,6 +46,7 @@ from paraplan.commands.plan_results import (
     write_search_outputs,
 )
 from paraplan.commands.plan_sizing import run_sizing
+from paraplan.fix_flags import cli_fix
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.knob_args import add_knob_args, space_from_args
 from paraplan.lora_args import lora_line
@@ -208,6 +209,9 @@ def _run_search(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
+    # the rule examples the explanation quotes give their fix in this command's flags
+    examples = {rule: cli_fix(message) for rule, message in result.rule_examples.items()}
+    result = dataclasses.replace(result, rule_examples=examples)
     text = explain(result)
     if args.out:
         write_search_outputs(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.execution_record import record_options
 from paraplan.commands.plan_results import plan_entry
+from paraplan.fix_flags import cli_fix
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.recipe_args import options_from_args
 from profiles.schema import HardwareProfile
@@ -34,13 +35,19 @@ if TYPE_CHECKING:
     from planner.space import SearchSpace
 
 
+def row_reason(row: SizingRow) -> str | None:
+    """Why no plan was found on the row's size, its rule fix in this command's flags
+    (`paraplan.fix_flags.cli_fix`); None with a plan."""
+    return None if row.reason is None else cli_fix(row.reason)
+
+
 def sizing_row_json(row: SizingRow) -> dict[str, Any]:
     """One cluster size: GPUs, the best plan (knobs and metrics) or the reason there is none,
     days, GPU-hours, cost (null without a plan)."""
     return {
         "num_gpus": row.num_gpus,
         "plan": plan_entry(row.best) if row.best else None,
-        "reason": row.reason,
+        "reason": row_reason(row),
         "tokens_per_s": row.tokens_per_s if row.best else None,
         "mfu": row.mfu if row.best else None,
         "days": row.days if row.best else None,
@@ -52,7 +59,7 @@ def sizing_row_json(row: SizingRow) -> dict[str, Any]:
 def sizing_table_row(row: SizingRow) -> list[Any]:
     """GPUs, plan (or why none), tokens/s, MFU, days, GPU-hours, cost; "-" without a plan."""
     if row.best is None:
-        return [row.num_gpus, f"none: {row.reason}", "-", "-", "-", "-", "-"]
+        return [row.num_gpus, f"none: {row_reason(row)}", "-", "-", "-", "-", "-"]
     return [
         row.num_gpus,
         row.best.plan.label(),
@@ -111,7 +118,7 @@ def sizing_csv_row(row: SizingRow) -> dict[str, Any]:
         "days": row.days if found else None,
         "gpu_hours": row.gpu_hours if found else None,
         "cost_usd": row.cost_usd if found else None,
-        "reason": row.reason or "",
+        "reason": row_reason(row) or "",
     }
 
 
