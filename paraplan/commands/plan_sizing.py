@@ -25,7 +25,7 @@ from paraplan.recipe_args import options_from_args
 from profiles.schema import HardwareProfile
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
-from specs.formats import percent
+from specs.formats import mfu_text
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.serde import dumps
@@ -50,6 +50,7 @@ def sizing_row_json(row: SizingRow) -> dict[str, Any]:
         "reason": row_reason(row),
         "tokens_per_s": row.tokens_per_s if row.best else None,
         "mfu": row.mfu if row.best else None,
+        "mfu_bf16": row.mfu_bf16,
         "days": row.days if row.best else None,
         "gpu_hours": row.gpu_hours if row.best else None,
         "cost_usd": row.cost_usd if row.best else None,
@@ -64,7 +65,7 @@ def sizing_table_row(row: SizingRow) -> list[Any]:
         row.num_gpus,
         row.best.plan.label(),
         round(row.tokens_per_s),
-        percent(row.mfu),
+        mfu_text(row.mfu, row.best.estimate.mfu_peak_dtype, row.mfu_bf16),
         f"{row.days:,.1f}",
         f"{row.gpu_hours:,.0f}",
         "-" if row.cost_usd is None else f"{row.cost_usd:,.0f}",
@@ -115,6 +116,7 @@ def sizing_csv_row(row: SizingRow) -> dict[str, Any]:
         "plan": row.best.plan.label() if row.best else "",
         "tokens_per_s": row.tokens_per_s if found else None,
         "mfu": row.mfu if found else None,
+        "mfu_bf16": row.mfu_bf16,
         "days": row.days if found else None,
         "gpu_hours": row.gpu_hours if found else None,
         "cost_usd": row.cost_usd if found else None,
