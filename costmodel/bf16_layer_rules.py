@@ -79,7 +79,7 @@ def check_bf16_layer_fields(
         raise SpecError(
             f"[{BF16_LAYERS_FIELD_RULE}] first_last_layers_bf16 keeps layers of an FP8 or "
             f"NVFP4 job in bf16 under Megatron-core, and the {runtime} runtime (paraplan's "
-            "executor) runs every layer in the job's precision: use runtime megatron, or drop "
+            "executor) runs every layer in the job's precision: use runtime='megatron', or drop "
             "first_last_layers_bf16"
         )
 

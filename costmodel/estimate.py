@@ -5,7 +5,9 @@ memory model for memory (`costmodel.runtime.RuntimeModel`, chosen by
 `ExecutionOptions.runtime`), and reports throughput in two FLOP conventions
 (DESIGN.md): MFU counts Megatron-LM's model FLOPs (`costmodel.flops`, recompute not
 counted), HFU adds the recomputed forwards. Both divide by the dense peak of the job's GEMM
-dtype (bf16, fp8 or fp32) times the number of GPUs.
+dtype (bf16, fp8, fp4 or fp32) times the number of GPUs; `mfu_over_peaks` also gives MFU
+over the dense bf16 peak, the convention of torchtitan's and Megatron-Bridge's published
+figures, which differs for fp8, nvfp4 and fp32 jobs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.finetune import LoraSpec
+from specs.formats import BF16_PEAK_DTYPES
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -59,6 +62,8 @@ JSON_KEYS = (
     "tokens_per_s",
     "model_tflops_per_gpu",
     "mfu",
+    "mfu_peak_dtype",
+    "mfu_bf16",
     "hfu",
     "flops_per_iteration",
     "peak_memory_gib",
@@ -105,6 +110,11 @@ class Estimate:
     """Model FLOPs (MFU convention) per second per GPU, in TFLOP/s."""
     mfu: float
     """Model FLOPs utilisation: model FLOP/s per GPU / peak FLOP/s of the GEMM dtype."""
+    mfu_peak_dtype: str
+    """The GEMM dtype whose dense peak mfu and hfu divide by: bf16, fp16, fp8, fp4 or fp32."""
+    mfu_bf16: float | None
+    """Model FLOP/s per GPU / the dense bf16 peak: equal to mfu for a bf16 or fp16 job; None
+    when the profile has no bf16 peak."""
     hfu: float
     """Hardware FLOPs utilisation: like mfu with recomputed forwards counted."""
     flops_per_iteration: float
@@ -133,6 +143,23 @@ class Estimate:
     def fits(self) -> bool:
         """True when the peak stage fits in device memory."""
         return self.peak_memory_bytes <= self.device_memory_bytes
+
+
+def mfu_over_peaks(
+    model_flops_per_s_per_gpu: float, profile: HardwareProfile, dtype: str
+) -> tuple[float, float | None]:
+    """MFU of ``model_flops_per_s_per_gpu`` over the dense peak of GEMM dtype ``dtype``
+    (`profiles.lookup.peak_flops`) and over the dense bf16 peak (the same figure for bf16
+    and fp16; None when the profile has no bf16 peak). The second is torchtitan's
+    denominator (``get_peak_flops``, `torchtitan/tools/utils.py`: the bf16 tensor-core
+    peak of the device whatever the training dtype), over which published MFU of fp8 runs
+    is commonly quoted."""
+    mfu = model_flops_per_s_per_gpu / peak_flops(profile, dtype)
+    if dtype in BF16_PEAK_DTYPES:
+        return mfu, mfu
+    if "bf16" not in profile.device.peak_tflops:
+        return mfu, None
+    return mfu, model_flops_per_s_per_gpu / peak_flops(profile, "bf16")
 
 
 def simulate_plan(
@@ -164,14 +191,18 @@ def simulate_plan(
     hardware_flops = hardware_flops_per_iteration(model, job, plan)
     seconds = sim.iteration_time_s
     gpus = cluster.num_gpus
-    peak = peak_flops(profile, gemm_dtype(runtime.executed_job(job, profile).precision))
+    dtype = gemm_dtype(runtime.executed_job(job, profile).precision)
+    peak = peak_flops(profile, dtype)
+    mfu, mfu_bf16 = mfu_over_peaks(model_flops / seconds / gpus, profile, dtype)
     estimate = Estimate(
         runtime=options.runtime,
         iteration_time_s=seconds,
         breakdown=sim.breakdown,
         tokens_per_s=job.tokens_per_iteration / seconds,
         model_tflops_per_gpu=model_flops / seconds / gpus / 1e12,
-        mfu=model_flops / seconds / gpus / peak,
+        mfu=mfu,
+        mfu_peak_dtype=dtype,
+        mfu_bf16=mfu_bf16,
         hfu=hardware_flops / seconds / gpus / peak,
         flops_per_iteration=model_flops,
         hardware_flops_per_iteration=hardware_flops,
@@ -231,6 +262,8 @@ def estimate_to_json(est: Estimate) -> dict[str, Any]:
         "tokens_per_s": est.tokens_per_s,
         "model_tflops_per_gpu": est.model_tflops_per_gpu,
         "mfu": est.mfu,
+        "mfu_peak_dtype": est.mfu_peak_dtype,
+        "mfu_bf16": est.mfu_bf16,
         "hfu": est.hfu,
         "flops_per_iteration": est.flops_per_iteration,
         "peak_memory_gib": est.peak_memory_gib,

@@ -232,13 +232,13 @@ def check_megatron_only(
     if cudnn_norm and runtime != "megatron":
         raise SpecError(
             f"cudnn_norm selects Transformer Engine's cuDNN norm kernels; the "
-            f"{runtime} runtime runs PyTorch's norms: use runtime megatron, or drop "
+            f"{runtime} runtime runs PyTorch's norms: use runtime='megatron', or drop "
             "cudnn_norm"
         )
     if precision_aware and runtime != "megatron":
         raise SpecError(
             f"precision_aware_optimizer is Megatron-core's (Transformer Engine FusedAdam); "
-            f"the {runtime} runtime steps fp32 AdamW: use runtime megatron, or drop "
+            f"the {runtime} runtime steps fp32 AdamW: use runtime='megatron', or drop "
             "precision_aware_optimizer"
         )
     if fp8_attention and runtime != "megatron":

@@ -67,8 +67,8 @@ class FrameworkAllowance:
         ):
             raise SpecError(
                 f"FrameworkAllowance needs fixed_bytes >= 0 and fractions in [0, 1), got "
-                f"fixed_bytes={self.fixed_bytes}, fraction={self.fraction}, "
-                f"expandable_fraction={self.expandable_fraction}; use e.g. "
+                f"fixed_bytes ({self.fixed_bytes}), fraction ({self.fraction}), "
+                f"expandable_fraction ({self.expandable_fraction}); use e.g. "
                 "FrameworkAllowance(fixed_bytes=0, fraction=0, expandable_fraction=0) for "
                 "no allowance"
             )

@@ -224,8 +224,8 @@ def check_interleaved_microbatches(pp: int, m: int) -> None:
         lower = max(pp, m - m % pp)
         raise SpecError(
             "interleaved_needs_microbatches_multiple_of_pp: the interleaved schedule needs "
-            f"microbatches (m={m}) >= pp ({pp}) and m % pp == 0 (got {m % pp}); use "
-            f"m={lower} or m={lower + pp} (change global batch or micro_batch_size), "
+            f"microbatches m ({m}) >= pp ({pp}) and m % pp == 0 (got {m % pp}); use "
+            f"m in {{{lower}, {lower + pp}}} (change global_batch_size or micro_batch_size), "
             "or vpp=1"
         )
 

@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from paraplan.commands import COMMAND_HELP
+from paraplan.fix_flags import cli_fix
 from paraplan.flags import name_flags
 from specs.errors import SpecError
 
@@ -120,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except SpecError as exc:
-        sys.stderr.write(f"{PROG} {args.command}: error: {name_flags(str(exc), args)}\n")
+        message = name_flags(cli_fix(str(exc)), args)
+        sys.stderr.write(f"{PROG} {args.command}: error: {message}\n")
         return 2
     except BrokenPipeError:
         # the reader of our stdout (e.g. `| head`) went away: not an error of ours

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from paraplan.fix_flags import cli_fix
 from specs.rules_base import Violation
 
 PIPED_WIDTH = 10_000
@@ -41,19 +42,20 @@ def print_verdict(
 ) -> None:
     """A plan's rule check: with ``as_json`` ``{"valid", "plan", "violations": [{"rule",
     "message"}]}``, else the violations one per line under ``invalid plan (LABEL) for WHERE:``
-    (nothing when there are none, the caller goes on)."""
+    (nothing when there are none, the caller goes on). Each message's fix names the command
+    line's flags (`paraplan.fix_flags.cli_fix`)."""
     if as_json:
         print_json(
             {
                 "valid": not violations,
                 "plan": label,
-                "violations": [{"rule": v.rule, "message": v.message} for v in violations],
+                "violations": [{"rule": v.rule, "message": cli_fix(v.message)} for v in violations],
             }
         )
     elif violations:
         print(f"invalid plan ({label}) for {where}:")
         for v in violations:
-            print(f"  [{v.rule}] {v.message}")
+            print(f"  [{v.rule}] {cli_fix(v.message)}")
 
 
 def table_console() -> Console:

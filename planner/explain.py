@@ -26,7 +26,7 @@ from planner.explain_fit import (
 from planner.ranking import RANK_TOLERANCE
 from planner.search_result import BOUND_REJECTION, MEMORY_REJECTION, RankedPlan, SearchResult
 from planner.space import KNOBS
-from specs.formats import ROUNDING_FRACTION, gib, percent, shown_seconds
+from specs.formats import ROUNDING_FRACTION, gib, mfu_text, shown_seconds
 from specs.plan import ParallelPlan
 from specs.rules import rule_ids
 
@@ -136,11 +136,13 @@ def group_seconds(estimate: Estimate) -> dict[str, float]:
 
 
 def summary_line(ranked: RankedPlan) -> str:
-    """Label, iteration time, tokens/s, MFU and peak memory of one plan."""
+    """Label, iteration time, tokens/s, MFU (`specs.formats.mfu_text`: over the bf16 peak
+    too for a job of another GEMM dtype) and peak memory of one plan."""
     est = ranked.estimate
+    mfu = mfu_text(est.mfu, est.mfu_peak_dtype, est.mfu_bf16)
     return (
         f"{ranked.plan.label()}: {est.iteration_time_s:.3g} s/iteration, "
-        f"{est.tokens_per_s:,.0f} tokens/s, MFU {percent(est.mfu)}, "
+        f"{est.tokens_per_s:,.0f} tokens/s, MFU {mfu}, "
         f"peak {gib(est.peak_memory_bytes)}"
     )
 

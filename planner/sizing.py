@@ -120,6 +120,12 @@ class SizingRow:
         """MFU of the best plan (0 when nothing fits)."""
         return self.best.estimate.mfu if self.best else 0.0
 
+    @property
+    def mfu_bf16(self) -> float | None:
+        """MFU of the best plan over the dense bf16 peak (`Estimate.mfu_bf16`); None when
+        nothing fits or the profile has no bf16 peak."""
+        return self.best.estimate.mfu_bf16 if self.best else None
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SizingResult:

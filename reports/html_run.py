@@ -16,7 +16,7 @@ from reports.svg import (
     line_chart_svg,
 )
 from specs.errors import SpecError
-from specs.formats import percent
+from specs.formats import mfu_text
 
 
 def failure_section(metrics: Mapping[str, Any]) -> str:
@@ -80,18 +80,26 @@ CANDIDATE_COLUMNS: tuple[tuple[str, str], ...] = (
 `costmodel.estimate.estimate_to_json`)."""
 
 
-def _value(value: Any, key: str = "") -> str:
+def _value(value: Any) -> str:
     if value is None:
         return "–"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if key == "mfu" and isinstance(value, int | float):
-        return percent(value)
     if isinstance(value, float):
         return number(value)
     if isinstance(value, list | tuple):
         return ", ".join(_value(v) for v in value)
     return str(value)
+
+
+def _candidate_cell(entry: Mapping[str, Any], key: str) -> str:
+    """One cell of the candidates table; MFU as `specs.formats.mfu_text` writes it (over the
+    bf16 peak too for a job of another GEMM dtype; entries without ``mfu_peak_dtype``, written
+    before it existed, read as bf16)."""
+    mfu = entry.get("mfu")
+    if key == "mfu" and isinstance(mfu, int | float):
+        return mfu_text(mfu, str(entry.get("mfu_peak_dtype", "bf16")), entry.get("mfu_bf16"))
+    return _value(entry.get(key))
 
 
 def candidates_section(candidates: Mapping[str, Any] | Sequence[Any]) -> str:
@@ -112,7 +120,10 @@ def candidates_section(candidates: Mapping[str, Any] | Sequence[Any]) -> str:
     table = table_html(
         [header for header, _ in CANDIDATE_COLUMNS],
         [
-            tr([td(_value(r.get(k), k)) for _, k in CANDIDATE_COLUMNS], "winner" if i == 0 else "")
+            tr(
+                [td(_candidate_cell(r, k)) for _, k in CANDIDATE_COLUMNS],
+                "winner" if i == 0 else "",
+            )
             for i, r in enumerate(rows)
         ],
         "candidates",

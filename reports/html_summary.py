@@ -12,7 +12,7 @@ from reports.compare import Comparison
 from reports.html_cells import error_cell, number, optional, pct, table_html, td, tr
 from reports.svg import format_seconds
 from specs.bundle import PlanBundle
-from specs.formats import percent
+from specs.formats import BF16_PEAK_DTYPES, percent
 
 
 def facts(bundle: PlanBundle, microbatches: int) -> str:
@@ -59,7 +59,11 @@ def summary_rows(
     rows.append(("tokens/s", number(tokens_p), optional(tokens_m, number), rel(tokens_p, tokens_m)))
     mfu_p = float(estimate["mfu"])
     mfu_m = _measured(metrics, "mfu")
-    rows.append(("MFU (model FLOPs)", percent(mfu_p), optional(mfu_m, percent), rel(mfu_p, mfu_m)))
+    dtype = estimate.get("mfu_peak_dtype", "bf16")
+    mfu_label = "MFU (model FLOPs)" if dtype in BF16_PEAK_DTYPES else f"MFU ({dtype} peak)"
+    rows.append((mfu_label, percent(mfu_p), optional(mfu_m, percent), rel(mfu_p, mfu_m)))
+    if dtype not in BF16_PEAK_DTYPES and estimate.get("mfu_bf16") is not None:
+        rows.append(("MFU (bf16 peak)", percent(float(estimate["mfu_bf16"])), "–", None))
     if "hfu" in estimate:
         rows.append(("HFU (with recompute)", percent(float(estimate["hfu"])), "–", None))
     peak_p = float(estimate["peak_memory_gib"])

@@ -90,8 +90,8 @@ def check_dsa(model: DsaFields) -> None:
     if model.add_bias_linear or model.add_qkv_bias:
         raise SpecError(
             f"{where}: DeepSeek sparse attention requires add_bias_linear and add_qkv_bias "
-            "False (TransformerConfig: AbsorbedMLASelfAttention requires "
-            "add_bias_linear=False): turn the biases off"
+            "False (Megatron's TransformerConfig: AbsorbedMLASelfAttention takes no linear "
+            "bias): turn the biases off"
         )
     if model.is_hybrid:
         raise SpecError(

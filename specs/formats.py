@@ -14,6 +14,22 @@ def percent(fraction: float) -> str:
     return f"{fraction:.1%}"
 
 
+BF16_PEAK_DTYPES = ("bf16", "fp16")
+"""GEMM dtypes whose dense peak is the bf16 one (the same tensor-core rate on every stored
+profile): an MFU over either is already over the bf16 peak."""
+
+
+def mfu_text(mfu: float, peak_dtype: str, mfu_bf16: float | None) -> str:
+    """MFU as tables and text show it: ``41.2%`` over a bf16 (or fp16) peak; for another
+    GEMM dtype both figures, labelled: ``31.2% of the fp8 peak, 62.4% of the bf16 peak``
+    (the second is the convention of torchtitan's and Megatron-Bridge's published MFU);
+    ``31.2% of the fp8 peak`` alone when the profile has no bf16 peak (``mfu_bf16`` None)."""
+    if peak_dtype in BF16_PEAK_DTYPES:
+        return percent(mfu)
+    text = f"{percent(mfu)} of the {peak_dtype} peak"
+    return text if mfu_bf16 is None else f"{text}, {percent(mfu_bf16)} of the bf16 peak"
+
+
 GIB_BYTES = 2**30
 """Bytes in one GiB."""
 

@@ -179,8 +179,12 @@ def layers_divisible_by_pp(
     counted = f" + {total - layers} (account-for flags) = {total}" if total != layers else ""
     fixes = [f"pp in {degree_choices(total, pp, cluster.num_gpus)}"]
     for extra, flags in (
-        (1, "account_for_embedding_in_pipeline_split"),
-        (2, "both account-for flags"),
+        (1, "account_for_embedding_in_pipeline_split=True"),
+        (
+            2,
+            "account_for_embedding_in_pipeline_split=True and "
+            "account_for_loss_in_pipeline_split=True",
+        ),
     ):
         if total == layers and (layers + extra) % pp == 0:
             fixes.append(f"set {flags}")
@@ -193,9 +197,7 @@ def layers_divisible_by_pp(
             f"({middle} per middle stage)"
         )
     if len(fixes) == 1 and layout is not None:  # nothing but another pp
-        fixes.append(
-            f"pipeline_model_parallel_layout={layout!r} (--pipeline-model-parallel-layout)"
-        )
+        fixes.append(f"pipeline_model_parallel_layout={layout!r}")
     return (
         f"num_layers ({layers}){counted} must be divisible by pp ({pp}) "
         f"({ratio(total, pp)} layers per stage): try {' or '.join(fixes)}"

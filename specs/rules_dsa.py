@@ -40,7 +40,7 @@ def dsa_context_parallel_all_gather(
     return (
         f"DeepSeek sparse attention at cp {plan.cp} runs only with cp_comm_type 'all_gather' "
         f"(got {plan.cp_comm_type!r}; Megatron's TransformerConfig asserts it): set "
-        "cp_comm_type='all_gather' (--cp-comm-type all_gather), or cp=1"
+        "cp_comm_type='all_gather', or cp=1"
     )
 
 

@@ -122,7 +122,7 @@ def tp_comm_overlap_not_with_nvfp4(
         return None
     return (
         f"tp_comm_overlap (True) with precision ({job.precision}): Transformer Engine's "
-        f"userbuffers have no NVFP4 all-gather; set tp_comm_overlap=False or precision fp8"
+        f"userbuffers have no NVFP4 all-gather; set tp_comm_overlap=False or precision='fp8'"
     )
 
 

@@ -28,7 +28,7 @@ from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
 from paraplan.time_assumptions import time_assumptions
 from profiles.store import load_profile
 from specs.errors import SpecError
-from specs.formats import gib, percent, shown_seconds
+from specs.formats import gib, mfu_text, percent, shown_seconds
 from specs.rules import check_plan
 
 if TYPE_CHECKING:
@@ -158,8 +158,11 @@ def _print_summary(title: str, est: Estimate, job_line: str | None = None) -> No
             ("iteration time (s)", est.iteration_time_s),
             ("tokens/s (whole job)", est.tokens_per_s),
             ("model TFLOP/s per GPU", est.model_tflops_per_gpu),
-            ("MFU (model FLOPs, no recompute)", percent(est.mfu)),
-            ("HFU (with recompute)", percent(est.hfu)),
+            (
+                "MFU (model FLOPs, no recompute)",
+                mfu_text(est.mfu, est.mfu_peak_dtype, est.mfu_bf16),
+            ),
+            ("HFU (with recompute)", mfu_text(est.hfu, est.mfu_peak_dtype, None)),
             ("model FLOPs per iteration", est.flops_per_iteration),
             ("peak memory (GiB)", est.peak_memory_gib),
             ("fits in device memory", "yes" if est.fits else "NO"),

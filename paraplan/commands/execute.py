@@ -40,6 +40,7 @@ from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from costmodel.iteration_flops import model_flops_per_iteration
 from launch.failures import OOM_ERROR_TYPES, LaunchError
 from paraplan.commands import COMMAND_HELP
+from paraplan.fix_flags import cli_fix
 from paraplan.recipe_args import add_runtime_arg, options_from_args
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if violations:
         print(f"invalid plan ({bundle.plan.label()}); nothing was started:")
         for v in violations:
-            print(f"  [{v.rule}] {v.message}")
+            print(f"  [{v.rule}] {cli_fix(v.message)}")
         return 1
     notes: list[str] = []  # printed after the run's outcome, so an error leads stderr
     profile = _profile(args.hardware, bundle, notes)

@@ -4,7 +4,8 @@
 pretrain_gpt.py` line (`pretrain_hybrid.py` for a hybrid model) with the Megatron-LM
 arguments of the plan; ``--to torchtitan``
 prints the equivalent torchtitan TOML. The plan is checked against the rules first
-(exit 1 with the violations when it breaks one).
+(exit 1 with the violations when it breaks one, each fix in `paraplan plan`'s flags:
+`paraplan.fix_flags.cli_fix`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import sys
 
 from paraplan.commands import COMMAND_HELP
+from paraplan.fix_flags import cli_fix
 from paraplan.nodes import partial_nodes_problem
 from planner.export import TARGETS, export_text
 from planner.export_torchtitan import torchtitan_sharding_note
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if violations:
         sys.stderr.write(f"plan {bundle.plan.label()!r} breaks {len(violations)} rule(s):\n")
         for v in violations:
-            sys.stderr.write(f"  [{v.rule}] {v.message}\n")
+            sys.stderr.write(f"  [{v.rule}] {cli_fix(v.message)}\n")
         return 1
     per_node = args.gpus_per_node or bundle.cluster.gpus_per_node
     if per_node is None:

@@ -46,6 +46,7 @@ from paraplan.commands.plan_results import (
     write_search_outputs,
 )
 from paraplan.commands.plan_sizing import run_sizing
+from paraplan.fix_flags import cli_fix
 from paraplan.fp8_args import check_fp8_flags
 from paraplan.knob_args import add_knob_args, space_from_args
 from paraplan.lora_args import lora_line
@@ -59,7 +60,7 @@ from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
-from specs.formats import percent
+from specs.formats import BF16_PEAK_DTYPES, percent
 from specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
@@ -143,12 +144,27 @@ def recompute_cell(plan: ParallelPlan) -> str:
     return " ".join([cell, *offload])
 
 
+def mfu_columns(dtype: str) -> list[str]:
+    """The MFU columns of the plan table for a job whose GEMMs run in ``dtype``: ``MFU``
+    over a bf16 (or fp16) peak; ``MFU (fp8 peak)`` and ``MFU (bf16 peak)`` for another
+    dtype (`costmodel.estimate.mfu_over_peaks`)."""
+    if dtype in BF16_PEAK_DTYPES:
+        return ["MFU"]
+    return [f"MFU ({dtype} peak)", "MFU (bf16 peak)"]
+
+
+def optional_percent(fraction: float | None) -> str:
+    """A fraction as a percentage, ``-`` for None."""
+    return "-" if fraction is None else percent(fraction)
+
+
 def _print_top(result: SearchResult, limit: int) -> None:
     shown = result.top[:limit] if result.top else result.closest[:limit]
     if not shown:
         return
+    mfus = mfu_columns(shown[0].estimate.mfu_peak_dtype)  # one job: one GEMM dtype
     columns = ["#", "tp", "pp", "vpp", "split", "cp", "ep", "etp", "dp", "mbs", "sp",
-               "recompute", "dp sharding", "overlap g/p/tp", "iter (s)", "tokens/s", "MFU",
+               "recompute", "dp sharding", "overlap g/p/tp", "iter (s)", "tokens/s", *mfus,
                "peak GiB"]  # fmt: skip
     rows = []
     for i, r in enumerate(shown, 1):
@@ -164,7 +180,9 @@ def _print_top(result: SearchResult, limit: int) -> None:
             p.dp, p.micro_batch_size,
             "y" if p.sequence_parallel else "-", recompute,
             _sharding(p), flags, round(e.iteration_time_s, 4),
-            round(e.tokens_per_s), percent(e.mfu), round(e.peak_memory_gib, 1),
+            round(e.tokens_per_s), percent(e.mfu),
+            *([] if len(mfus) == 1 else [optional_percent(e.mfu_bf16)]),
+            round(e.peak_memory_gib, 1),
         ])  # fmt: skip
     title = "best plans (MFU: model FLOPs, Megatron-LM convention)"
     if not result.top:
@@ -208,6 +226,9 @@ def _run_search(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
+    # the rule examples the explanation quotes give their fix in this command's flags
+    examples = {rule: cli_fix(message) for rule, message in result.rule_examples.items()}
+    result = dataclasses.replace(result, rule_examples=examples)
     text = explain(result)
     if args.out:
         write_search_outputs(

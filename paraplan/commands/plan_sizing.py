@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from costmodel.execution_record import record_options
 from paraplan.commands.plan_results import plan_entry
+from paraplan.fix_flags import cli_fix
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.recipe_args import options_from_args
 from profiles.schema import HardwareProfile
 from specs.bundle import PlanBundle
 from specs.cluster import ClusterSpec
-from specs.formats import percent
+from specs.formats import mfu_text
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.serde import dumps
@@ -34,15 +35,22 @@ if TYPE_CHECKING:
     from planner.space import SearchSpace
 
 
+def row_reason(row: SizingRow) -> str | None:
+    """Why no plan was found on the row's size, its rule fix in this command's flags
+    (`paraplan.fix_flags.cli_fix`); None with a plan."""
+    return None if row.reason is None else cli_fix(row.reason)
+
+
 def sizing_row_json(row: SizingRow) -> dict[str, Any]:
     """One cluster size: GPUs, the best plan (knobs and metrics) or the reason there is none,
     days, GPU-hours, cost (null without a plan)."""
     return {
         "num_gpus": row.num_gpus,
         "plan": plan_entry(row.best) if row.best else None,
-        "reason": row.reason,
+        "reason": row_reason(row),
         "tokens_per_s": row.tokens_per_s if row.best else None,
         "mfu": row.mfu if row.best else None,
+        "mfu_bf16": row.mfu_bf16,
         "days": row.days if row.best else None,
         "gpu_hours": row.gpu_hours if row.best else None,
         "cost_usd": row.cost_usd if row.best else None,
@@ -52,12 +60,12 @@ def sizing_row_json(row: SizingRow) -> dict[str, Any]:
 def sizing_table_row(row: SizingRow) -> list[Any]:
     """GPUs, plan (or why none), tokens/s, MFU, days, GPU-hours, cost; "-" without a plan."""
     if row.best is None:
-        return [row.num_gpus, f"none: {row.reason}", "-", "-", "-", "-", "-"]
+        return [row.num_gpus, f"none: {row_reason(row)}", "-", "-", "-", "-", "-"]
     return [
         row.num_gpus,
         row.best.plan.label(),
         round(row.tokens_per_s),
-        percent(row.mfu),
+        mfu_text(row.mfu, row.best.estimate.mfu_peak_dtype, row.mfu_bf16),
         f"{row.days:,.1f}",
         f"{row.gpu_hours:,.0f}",
         "-" if row.cost_usd is None else f"{row.cost_usd:,.0f}",
@@ -108,10 +116,11 @@ def sizing_csv_row(row: SizingRow) -> dict[str, Any]:
         "plan": row.best.plan.label() if row.best else "",
         "tokens_per_s": row.tokens_per_s if found else None,
         "mfu": row.mfu if found else None,
+        "mfu_bf16": row.mfu_bf16,
         "days": row.days if found else None,
         "gpu_hours": row.gpu_hours if found else None,
         "cost_usd": row.cost_usd if found else None,
-        "reason": row.reason or "",
+        "reason": row_reason(row) or "",
     }
 
 

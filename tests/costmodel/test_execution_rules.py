@@ -82,6 +82,6 @@ def test_rule_messages_give_the_valid_names_and_fix() -> None:
         check_plan_features(frozenset({"sequence_parallel", "zero_bubble"}))
     assert "['zero_bubble']" in str(error.value)
     assert all(name in str(error.value) for name in PLAN_FEATURES)
-    with pytest.raises(SpecError, match="use runtime megatron, or drop cudnn_norm"):
+    with pytest.raises(SpecError, match="use runtime='megatron', or drop cudnn_norm"):
         check_megatron_only(runtime="torch", cudnn_norm=True, precision_aware=False)
     check_megatron_only(runtime="megatron", cudnn_norm=True, precision_aware=True)

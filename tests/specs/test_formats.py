@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specs.formats import GIB_BYTES, gib, percent, shown_seconds
+from specs.formats import GIB_BYTES, gib, mfu_text, percent, shown_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 PRINTING_ROOMS = ("paraplan", "planner", "reports", "costmodel", "executor", "profiles", "bench")
@@ -74,3 +74,11 @@ def test_shown_seconds_drops_rounding_residues_only() -> None:
     assert shown_seconds(8.88e-15, 15.9) == 0.0
     assert shown_seconds(-3e-15, 15.9) == 0.0
     assert shown_seconds(0.0288, 15.9) == 0.0288
+
+
+def test_mfu_text_labels_both_peaks_for_a_dtype_other_than_bf16() -> None:
+    assert mfu_text(0.4123, "bf16", 0.4123) == "41.2%"
+    assert mfu_text(0.4123, "fp16", 0.4123) == "41.2%"
+    assert mfu_text(0.312, "fp8", 0.624) == "31.2% of the fp8 peak, 62.4% of the bf16 peak"
+    assert mfu_text(0.2, "fp4", 0.8) == "20.0% of the fp4 peak, 80.0% of the bf16 peak"
+    assert mfu_text(0.312, "fp8", None) == "31.2% of the fp8 peak"

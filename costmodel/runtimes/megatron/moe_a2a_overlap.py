@@ -98,13 +98,13 @@ def a2a_overlap_unmet(plan: ParallelPlan, options: ExecutionOptions) -> dict[str
     ``overlap_moe_expert_parallel_comm``)."""
     unmet = {}
     if plan.ep < 2:
-        unmet["ep"] = f"expert parallelism, got ep={plan.ep}"
+        unmet["ep"] = f"expert parallelism, got ep ({plan.ep})"
     if options.moe_dispatcher not in ("alltoall", "flex"):
         unmet["dispatcher"] = f"the alltoall or flex dispatcher, got {options.moe_dispatcher}"
     if plan.recompute == "full":
         unmet["recompute"] = "no full recompute, got recompute full"
     if plan.pp > 1 and plan.vpp < 2:
-        unmet["vpp"] = f"a virtual pipeline when pp > 1, got pp={plan.pp} vpp={plan.vpp}"
+        unmet["vpp"] = f"a virtual pipeline when pp > 1, got pp ({plan.pp}), vpp ({plan.vpp})"
     return unmet
 
 
