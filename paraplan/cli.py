@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from launch.failures import LaunchInterrupted
 from paraplan.commands import COMMAND_HELP
 from paraplan.flags import name_flags
 from specs.errors import SpecError
@@ -126,9 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader of our stdout (e.g. `| head`) went away: not an error of ours
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        # a launch interrupted by SIGTERM reports 143, Ctrl-C anywhere 130
         sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
-        return 130
+        return exc.exit_code if isinstance(exc, LaunchInterrupted) else 130
 
 
 if __name__ == "__main__":  # `python -m paraplan.cli` runs the command line as `python -m paraplan`
