@@ -153,7 +153,7 @@ def launch(
             ctx.Process(
                 target=_spawned_rank,
                 args=(fn, args, rank, world_size, store.port, tmp, timeout_s, threads, events),
-                kwargs={"env": dict(rank_env or {})},
+                kwargs={"env": dict(rank_env or {}), "parent_pid": os.getpid()},
                 name=f"{name}-rank{rank}",
             )
             for rank in range(world_size)
@@ -308,9 +308,10 @@ def _spawned_rank(
     events: Any,
     *,
     env: Mapping[str, str],
+    parent_pid: int,
 ) -> None:
     """Entry point of a spawned rank: set up, run ``fn``, record the result or the error."""
-    _die_with_parent()
+    die_with_parent(parent_pid)
     for key, value in env.items():
         os.environ.setdefault(key, value)
     os.environ.update(
@@ -449,11 +450,14 @@ def _record_error(path: Path, rank: int, exc: BaseException) -> None:
         path.write_text(json.dumps(asdict(record)))
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank when the parent dies, so no rank outlives its job."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this rank when the parent dies, so no rank outlives its job; a
+    parent that died before the request (killed while the rank was still importing) is
+    seen as a changed parent process id, and the rank exits at once."""
+    if sys.platform.startswith("linux"):
+        import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        exit_now(1)

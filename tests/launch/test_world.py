@@ -10,6 +10,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -109,3 +111,22 @@ def test_ranks_that_never_came_are_named_with_the_world_to_start() -> None:
         "start all 2 ranks with the same MASTER_ADDR and MASTER_PORT (torchrun --nnodes N "
         "--nproc-per-node P with N x P = 2), and check that rank 0's host is reachable"
     )
+
+
+@pytest.mark.slow
+def test_a_rank_whose_launcher_already_died_exits_instead_of_waiting_for_it() -> None:
+    # A launcher killed (SIGKILL) while its ranks still import never delivers the
+    # parent-death signal to them: they must see the changed parent and leave.
+    code = "import os; from launch.world import die_with_parent as d; d({}); print('alive')"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    gone = subprocess.run(
+        [sys.executable, "-c", code.format("os.getppid() + 1")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert (gone.returncode, gone.stdout) == (1, "")
+    alive = subprocess.run(
+        [sys.executable, "-c", code.format("os.getppid()")], capture_output=True, text=True, env=env
+    )
+    assert (alive.returncode, alive.stdout) == (0, "alive\n")
