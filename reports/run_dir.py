@@ -95,18 +95,16 @@ def load_run(path: str | Path, *, require_measured: bool = True) -> RunDir:
         serde.read_json(_require(root, "estimate.json")), where="estimate.json"
     )
     predicted = _load_timeline(_require(root, "predicted.json"), "predicted")
-    measured_path = (
-        _require(root, "measured.json") if require_measured else _optional(root, "measured.json")
-    )
-    metrics_path = (
-        _require(root, "metrics.json") if require_measured else _optional(root, "metrics.json")
-    )
+    measured_path = _optional(root, "measured.json")
+    metrics_path = _optional(root, "metrics.json")
     metrics = (
         check_metrics(serde.read_json(metrics_path), where=str(metrics_path))
         if metrics_path
         else None
     )
     _check_measurement_pair(root, measured_path, metrics)
+    if require_measured and measured_path is None:
+        raise SpecError(_no_measurement(root, metrics))
     candidates_path = _optional(root, "candidates.json")
     return RunDir(
         path=root,
@@ -116,6 +114,23 @@ def load_run(path: str | Path, *, require_measured: bool = True) -> RunDir:
         measured=_load_timeline(measured_path, "measured") if measured_path else None,
         metrics=metrics,
         candidates=serde.read_json(candidates_path) if candidates_path else None,
+    )
+
+
+def _no_measurement(root: Path, metrics: dict[str, Any] | None) -> str:
+    """Why a run folder has no measured timeline to read: a failed (or interrupted) run,
+    whose cause ``metrics.json`` names, or a missing ``measured.json``."""
+    if metrics is None or metrics.get("status") != "failed":
+        return (
+            f"{root}: missing measured.json; it is written by `{WRITERS['measured.json']}` "
+            "(run that command with this folder as its output)"
+        )
+    cause = (metrics.get("failure") or {}).get("cause", "cause not recorded")
+    ran = len(metrics.get("iteration_time_s") or [])
+    return (
+        f"{root}: the run failed ({cause}; {ran} measured steps ran) and has no measured "
+        "timeline; leave it out, or run the plan again to completion "
+        f"(`{WRITERS['measured.json']}`)"
     )
 
 

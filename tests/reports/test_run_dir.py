@@ -121,3 +121,21 @@ def test_a_file_given_as_the_run_folder_is_named_as_a_file(tmp_path: Path) -> No
     (tmp_path / "plan.json").write_text("{}")
     with pytest.raises(SpecError, match=r"plan\.json is not a folder"):
         load_run(tmp_path / "plan.json")
+
+
+def test_a_failed_run_given_to_calibrate_is_named_as_failed_with_its_cause(
+    tmp_path: Path, sample_run: Any, write_run: Any
+) -> None:
+    folder = write_run(tmp_path / "run", sample_run)
+    (folder / "measured.json").unlink()
+    failure = {"cause": "interrupted by SIGTERM; the launcher stopped every rank"}
+    metrics = {**sample_run.metrics, "status": "failed", "failure": failure}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    ran = len(metrics["iteration_time_s"])
+    with pytest.raises(SpecError) as caught:
+        load_run(folder)
+    assert str(caught.value) == (
+        f"{folder}: the run failed (interrupted by SIGTERM; the launcher stopped every rank; "
+        f"{ran} measured steps ran) and has no measured timeline; leave it out, or run the "
+        "plan again to completion (`paraplan execute PLAN.json --out RUN`)"
+    )
