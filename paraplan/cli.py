@@ -127,10 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader of our stdout (e.g. `| head`) went away: not an error of ours
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt as exc:
-        # a launch interrupted by SIGTERM reports 143, Ctrl-C anywhere 130
+    except LaunchInterrupted as exc:  # SIGINT or SIGTERM while ranks ran: 130 or 143
+        sys.stderr.write(f"{PROG} {args.command}: {exc.headline()}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
         sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
-        return exc.exit_code if isinstance(exc, LaunchInterrupted) else 130
+        return 130
 
 
 if __name__ == "__main__":  # `python -m paraplan.cli` runs the command line as `python -m paraplan`
