@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from launch import world as shared
-from launch.failures import LaunchError, RankFailure
+from launch.failures import LaunchError, LaunchInterrupted, RankFailure
 from launch.world import Progress, RankInfo, backend_for, set_group_timeouts
 from specs.errors import SpecError
 from specs.host import (
@@ -40,6 +40,8 @@ TRAINING_RANK_ENV = {
 
 __all__ = [
     "LaunchError",
+    "LaunchInterrupted",
+    "Progress",
     "RankFailure",
     "RankInfo",
     "backend_for",

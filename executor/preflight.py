@@ -6,7 +6,9 @@ Checked: the plan's rules; that it asks for no memory saver the executor lacks
 counts; that the machine can host the world (outside torchrun); the data source; a
 checkpoint to resume (this plan, seed and data; the newest complete one of a folder,
 `executor.checkpoint.latest_checkpoint`); the run folder and the checkpoint folder, created
-and written to; free disk for one checkpoint (`executor.checkpoint.checkpoint_bytes`).
+and written to; free disk for one checkpoint (`executor.checkpoint.checkpoint_bytes`). An
+earlier run's measurement in the run folder is removed (on rank 0 only under torchrun), so
+that it is never read together with the new run's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from executor.checkpoint import check_resumable, checkpoint_bytes
 from executor.data import DataSource, resolve_data
 from executor.launch import check_local_launch, under_torchrun
 from executor.run_config import RunConfig
+from executor.run_folder import clear_previous_run
 from specs.errors import SpecError
 from specs.kv_sharding import executor_kv_refusal
 from specs.rules import require_valid_plan
@@ -37,6 +40,9 @@ class Prepared:
     """The run's config with ``resume_dir`` resolved to the chosen checkpoint folder."""
     first_step: int
     """The step training starts at (the checkpoint's next step, else 0)."""
+    replaced: tuple[str, ...] = ()
+    """Files and folders of an earlier run in the run folder, removed
+    (`executor.run_folder.clear_previous_run`)."""
 
 
 def prepare(config: RunConfig) -> Prepared:
@@ -75,10 +81,13 @@ def prepare(config: RunConfig) -> Prepared:
         config = dataclasses.replace(config, resume_dir=meta["path"])
         first_step = int(meta["next_step"])
     writable_folder(config.out_dir, "--out")
+    replaced: tuple[str, ...] = ()
+    if int(os.environ.get("RANK", "0")) == 0:
+        replaced = clear_previous_run(config.out_dir, b)
     if config.save_dir is not None:
         writable_folder(config.save_dir, "--save")
         check_free_disk(config.save_dir, checkpoint_bytes(b))
-    return Prepared(source=source, config=config, first_step=first_step)
+    return Prepared(source=source, config=config, first_step=first_step, replaced=replaced)
 
 
 def writable_folder(path: str, flag: str) -> Path:

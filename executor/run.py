@@ -21,9 +21,10 @@ Order of a run (every rank runs `_rank_main`; rank 0 also writes the files):
 6. save a last checkpoint when asked; each rank reduces its trace to a small
    `executor.measure.RankTrace`, which rank 0 gathers and merges.
 
-When a local launch fails, the calling process writes what the ranks left
-(`executor.run_folder.write_failed_run`: ``metrics.json`` with ``status`` ``failed``, the
-steps that ran, ``failure.log``) and raises the `LaunchError`.
+When a local launch fails, or SIGINT or SIGTERM interrupts it, the calling process writes
+what the ranks left (`executor.run_folder.write_failed_run`: ``metrics.json`` with
+``status`` ``failed``, the steps that ran, ``failure.log``) and raises the `LaunchError`
+(`LaunchInterrupted`).
 
 Run folder and ``metrics.json``: `executor.run_folder`.
 Peak memory: `executor.peak_memory`.
@@ -53,6 +54,8 @@ from executor.checkpoint import (
 from executor.data import DataSource, open_stream, rank_batch
 from executor.launch import (
     LaunchError,
+    LaunchInterrupted,
+    Progress,
     RankInfo,
     launch,
     set_group_timeouts,
@@ -83,14 +86,23 @@ __all__ = ["RankSetup", "RunConfig", "Trainer", "engine_setup", "execute", "prep
 
 
 def execute(
-    config: RunConfig, *, announce: Callable[[str], None] | None = None
+    config: RunConfig,
+    *,
+    announce: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> RunSummary | None:
     """Run the plan and write the run folder; returns rank 0's summary (None on the other
     ranks of a torchrun job). Raises `SpecError` before launch; if a rank fails, writes the
-    partial run folder (module doc) and raises `LaunchError`. ``announce`` receives a line
-    saying which checkpoint and step a resumed run starts from.
+    partial run folder (module doc) and raises `LaunchError`; interrupted by SIGINT or
+    SIGTERM, writes it too and raises `LaunchInterrupted`. ``announce`` receives a line
+    saying which checkpoint and step a resumed run starts from, and which files of an earlier
+    run in the run folder were removed. ``progress(done, total, label)`` is called after
+    each of rank 0's steps (warmup included; label ``warmup steps`` or ``measured steps``),
+    and once more when the steps are done and the traces are merged.
     """
     ready = prepare(config)
+    if announce is not None and ready.replaced:
+        announce(f"replacing the earlier run in {config.out_dir}: {', '.join(ready.replaced)}")
     if announce is not None and ready.config.resume_dir is not None:
         announce(f"resuming from step {ready.first_step} ({ready.config.resume_dir})")
     try:
@@ -99,8 +111,9 @@ def execute(
             (ready.config, ready.source),
             world_size=config.bundle.plan.world_size,
             timeout_s=config.timeout_s,
+            progress=progress,
         )
-    except LaunchError as exc:
+    except (LaunchError, LaunchInterrupted) as exc:
         write_failed_run(ready.config, exc, first_step=ready.first_step)
         raise
     return results.get(0)
@@ -132,8 +145,11 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
     log = StepLog(config.out_dir, info.rank)
     saved = {first_step}
 
+    total = config.warmup + config.steps
+
     def after_step(done: int, seconds: float, loss: float, phase: str) -> None:
         log.append(step=done - 1, time_s=seconds, loss=loss, phase=phase)
+        info.emit(done - first_step, total, f"{phase} steps")
         interval = config.save_interval
         if config.save_dir and interval and done % interval == 0 and done not in saved:
             _save(config.save_dir, config, setup, source, done)
@@ -152,6 +168,7 @@ def _rank_main(info: RankInfo, config: RunConfig, source: DataSource) -> RunSumm
     step += config.steps
     if config.save_dir is not None and step not in saved:
         _save(config.save_dir, config, setup, source, step)
+    info.emit(total, total, "steps done, merging the ranks' traces")
     report = RankReport(
         rank=info.rank,
         times_s=tuple(measured.times_s),

@@ -20,8 +20,9 @@ null when it does not).
 
 A failed run's ``metrics.json`` (`write_failed_run`) holds what the step logs recorded:
 ``status`` ``failed``, ``failure`` (``rank``, ``error_type``, ``cause``: the one-line root
-cause, ``context``: the other ranks' lines, ``log``), ``iteration_time_s`` and ``loss`` of
-the measured steps that every surviving rank finished (the slowest rank's time),
+cause, ``context``: the other ranks' lines, ``log``; a run interrupted by SIGINT or SIGTERM
+has ``rank`` null, ``error_type`` ``Interrupted`` and ``signal``), ``iteration_time_s`` and
+``loss`` of the measured steps that every surviving rank finished (the slowest rank's time),
 ``warmup_loss``, ``steps`` (their step numbers), ``iteration_time_p50_s`` (null without a
 measured step), ``first_step``, ``next_step`` (the step after the last one that ran),
 ``tokens_per_iteration`` and ``world_size``.
@@ -30,25 +31,61 @@ measured step), ``first_step``, ``next_step`` (the step after the last one that 
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from executor.measure import RankTrace, build_timeline, collective_ledger, step_stats
 from executor.pipeline import schedule_name, schedule_note
 from executor.run_config import RunConfig
+from launch.failures import LaunchError, LaunchInterrupted
 from specs import serde
-
-if TYPE_CHECKING:
-    from launch.failures import LaunchError
+from specs.bundle import PlanBundle
+from specs.errors import SpecError
 
 GIB = 2**30
 FAILURE_LOG = "failure.log"
 """File of a failed run folder with every rank's traceback."""
+
+
+RUN_FILES = ("metrics.json", "measured.json", FAILURE_LOG)
+"""Files of a run folder that the executor writes from a run's measurement."""
+RUN_FOLDERS = ("steps", "traces")
+"""Folders of a run folder with one file per rank of a run (`StepLog`, Chrome traces)."""
+PREDICTION_FILES = ("estimate.json", "predicted.json")
+"""Files of a run folder with the cost model's view of its plan."""
+
+
+def clear_previous_run(out_dir: str | Path, bundle: PlanBundle) -> tuple[str, ...]:
+    """Remove what an earlier run left in ``out_dir`` (`RUN_FILES`, `RUN_FOLDERS`, and
+    `PREDICTION_FILES` when its ``plan.json`` holds another plan), so a new run, complete or
+    failed, is never read together with the old one's measurement; ``plan.json`` and the
+    files of `paraplan plan --out` beside it stay. Returns the names removed."""
+    out = Path(out_dir)
+    removed = [name for name in RUN_FILES if (out / name).is_file()]
+    removed += [name for name in RUN_FOLDERS if (out / name).is_dir()]
+    if removed and not _holds_plan(out / "plan.json", bundle):
+        removed += [name for name in PREDICTION_FILES if (out / name).is_file()]
+    for name in removed:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return tuple(removed)
+
+
+def _holds_plan(path: Path, bundle: PlanBundle) -> bool:
+    """Whether ``path`` is the plan file of ``bundle`` (an unreadable one is not)."""
+    try:
+        return serde.load(PlanBundle, path) == bundle
+    except SpecError:
+        return False
 
 
 class StepLog:
@@ -82,9 +119,21 @@ def read_step_logs(out_dir: str | Path) -> list[list[dict[str, Any]]]:
     return logs
 
 
-def write_failed_run(config: RunConfig, error: LaunchError, *, first_step: int) -> Path:
-    """``plan.json``, ``failure.log`` and the failed run's ``metrics.json`` (module doc)
-    from the step logs the ranks left; returns the metrics path."""
+def failure_fields(error: LaunchError | LaunchInterrupted) -> dict[str, Any]:
+    """``metrics.json``'s ``failure`` object: the root-cause rank and error of a failed
+    launch; for an interrupted one ``rank`` null, ``error_type`` ``Interrupted`` and
+    ``signal`` the signal's name."""
+    common = {"cause": error.headline(), "context": error.context(), "log": FAILURE_LOG}
+    if isinstance(error, LaunchInterrupted):
+        return {"rank": None, "error_type": "Interrupted", "signal": error.signal_name, **common}
+    return {"rank": error.original.rank, "error_type": error.original.error_type, **common}
+
+
+def write_failed_run(
+    config: RunConfig, error: LaunchError | LaunchInterrupted, *, first_step: int
+) -> Path:
+    """``plan.json``, ``failure.log`` and the failed (or interrupted) run's ``metrics.json``
+    (module doc) from the step logs the ranks left; returns the metrics path."""
     b, out = config.bundle, Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / FAILURE_LOG).write_text(error.full_report())
@@ -104,13 +153,7 @@ def write_failed_run(config: RunConfig, error: LaunchError, *, first_step: int) 
     per_step = [max(times[s]) for s in measured]
     metrics = {
         "status": "failed",
-        "failure": {
-            "rank": error.original.rank,
-            "error_type": error.original.error_type,
-            "cause": error.headline(),
-            "context": error.context(),
-            "log": FAILURE_LOG,
-        },
+        "failure": failure_fields(error),
         "iteration_time_s": per_step,
         "iteration_time_p50_s": statistics.median(per_step) if per_step else None,
         "loss": [losses[s] for s in measured],

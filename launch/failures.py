@@ -103,6 +103,32 @@ class LaunchError(RuntimeError):
         return "\n".join(parts)
 
 
+class LaunchInterrupted(KeyboardInterrupt):
+    """The launching process was asked to stop while its ranks ran: SIGINT (Ctrl-C) or
+    SIGTERM (a batch scheduler's cancel). By the time it is raised the launcher has stopped
+    every rank. A `KeyboardInterrupt`, so code that handles Ctrl-C handles both signals.
+    ``exit_code`` is the shell's convention for a process ended by the signal (128 + its
+    number: 130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, signal_name: str) -> None:
+        self.signal_name = signal_name
+        self.exit_code = 128 + signal.Signals[signal_name].value
+        super().__init__(self.headline())
+
+    def headline(self) -> str:
+        """One line naming the signal and what the launcher did."""
+        how = " (Ctrl-C)" if self.signal_name == "SIGINT" else ""
+        return f"interrupted by {self.signal_name}{how}; the launcher stopped every rank"
+
+    def context(self) -> list[str]:
+        """No rank failed on its own: no context lines (`LaunchError.context`'s form)."""
+        return []
+
+    def full_report(self) -> str:
+        """The text of a failure log: the headline (no rank raised, so no traceback)."""
+        return self.headline() + "\n"
+
+
 def is_peer_loss(failure: RankFailure) -> bool:
     """True when a recorded Python error reads as a consequence of a lost or silent peer
     (`PEER_LOSS_PATTERNS`)."""

@@ -20,7 +20,10 @@ callback through `RankInfo.emit`.
 Failure contract: a rank that raises records its error (type, message, traceback, time)
 in a file and exits; once any rank has ended badly the parent gives the others ``grace_s``
 seconds to finish or fail on their own, stops the rest, and raises `LaunchError`, whose
-failures are ordered from root cause to consequence (`launch.failures`).
+failures are ordered from root cause to consequence (`launch.failures`). Interruption
+contract: the ranks ignore SIGINT (inherited from the launcher while they are spawned); a
+SIGINT (Ctrl-C) or SIGTERM that reaches the launcher while the ranks run stops every rank
+and raises `LaunchInterrupted`, a `KeyboardInterrupt` carrying the signal's name.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ import queue as queue_module
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -46,7 +50,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from launch.failures import LaunchError, RankFailure, died
+from launch.failures import LaunchError, LaunchInterrupted, RankFailure, died
 from specs.errors import SpecError
 from specs.host import (
     available_cpus,
@@ -126,7 +130,8 @@ def launch(
     ranks are spawned, not forked; processes are named ``{name}-rank{r}``. ``rank_env``:
     environment variables each rank sets (where not set already) before its process group
     is created. Raises `SpecError`
-    when torchrun's world differs from ``world_size``, `LaunchError` when a rank fails.
+    when torchrun's world differs from ``world_size``, `LaunchError` when a rank fails,
+    `LaunchInterrupted` when SIGINT or SIGTERM reaches this process while the ranks run.
     """
     if under_torchrun(os.environ):
         return _run_under_torchrun(
@@ -148,22 +153,65 @@ def launch(
             ctx.Process(
                 target=_spawned_rank,
                 args=(fn, args, rank, world_size, store.port, tmp, timeout_s, threads, events),
-                kwargs={"env": dict(rank_env or {})},
+                kwargs={"env": dict(rank_env or {}), "parent_pid": os.getpid()},
                 name=f"{name}-rank{rank}",
             )
             for rank in range(world_size)
         ]
         try:
             spin = spin_wait_env(threads, torch.cuda.is_available(), os.environ)
-            with spawn_environment(spin):
+            with spawn_environment(spin), _sigint_ignored():
                 for proc in procs:
                     proc.start()
-            stopped = _watch(procs, events, progress or _ignore, grace_s=grace_s)
+            with _sigterm_interrupts():
+                stopped = _watch(procs, events, progress or _ignore, grace_s=grace_s)
+        except LaunchInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise LaunchInterrupted("SIGINT") from None
         finally:
             _stop(procs)
             if events is not None:
                 events.close()
         return _collect(procs, Path(tmp), stopped)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while ranks are spawned, so that they inherit the disposition.
+
+    Python installs its `KeyboardInterrupt` handler at start-up only where SIGINT is not
+    ignored, so the ranks never see Ctrl-C (a terminal sends it to the whole foreground
+    process group): only the launching process reacts, stops the ranks itself and reports
+    once, and no rank prints a traceback from the middle of its start-up imports.
+    Outside the main thread signal handlers cannot be set, and nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises `LaunchInterrupted` while the ranks run (Python's default would end
+    the launcher at once, leaving no report and its ranks to the parent-death signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise LaunchInterrupted(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _drain(events: Any, progress: Progress, wait_s: float) -> None:
@@ -260,9 +308,10 @@ def _spawned_rank(
     events: Any,
     *,
     env: Mapping[str, str],
+    parent_pid: int,
 ) -> None:
     """Entry point of a spawned rank: set up, run ``fn``, record the result or the error."""
-    _die_with_parent()
+    die_with_parent(parent_pid)
     for key, value in env.items():
         os.environ.setdefault(key, value)
     os.environ.update(
@@ -319,11 +368,39 @@ def _run_under_torchrun(
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     threads = threads_per_rank(available_cpus(), local_world)
     emit = progress if progress is not None and rank == 0 else _ignore
-    info = _init_rank(rank, world_size, local_rank, local_world, threads, timeout_s, None, emit)
+    try:
+        info = _init_rank(rank, world_size, local_rank, local_world, threads, timeout_s, None, emit)
+    except dist.DistError as exc:
+        raise SpecError(rendezvous_refusal(os.environ, rank, world_size, exc)) from None
     try:
         return {rank: fn(info, *args)}
     finally:
         dist.destroy_process_group()
+
+
+def rendezvous_refusal(
+    env: Mapping[str, str], rank: int, world_size: int, exc: BaseException
+) -> str:
+    """One line for a rank of a torchrun (or ``RANK``/``MASTER_ADDR`` environment) job that
+    could not join its process group: the address, torch's reason, and the fix (a port in
+    use names a free port; a wait for ranks that never came names the ranks to start)."""
+    address = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+    reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if "EADDRINUSE" in reason or "address already in use" in reason.lower():
+        fix = (
+            f"port {env.get('MASTER_PORT', '?')} is already in use on this host: choose a "
+            "free one (torchrun --master-port P, or MASTER_PORT=P)"
+        )
+    else:
+        fix = (
+            f"start all {world_size} ranks with the same MASTER_ADDR and MASTER_PORT "
+            "(torchrun --nnodes N --nproc-per-node P with N x P = "
+            f"{world_size}), and check that rank 0's host is reachable"
+        )
+    return (
+        f"rank {rank} of {world_size} could not join the process group at {address} "
+        f"({type(exc).__name__}: {reason}); {fix}"
+    )
 
 
 def _init_rank(
@@ -373,11 +450,14 @@ def _record_error(path: Path, rank: int, exc: BaseException) -> None:
         path.write_text(json.dumps(asdict(record)))
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank when the parent dies, so no rank outlives its job."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this rank when the parent dies, so no rank outlives its job; a
+    parent that died before the request (killed while the rank was still importing) is
+    seen as a changed parent process id, and the rank exits at once."""
+    if sys.platform.startswith("linux"):
+        import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        exit_now(1)

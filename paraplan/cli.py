@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from launch.failures import LaunchInterrupted
 from paraplan.commands import COMMAND_HELP
 from paraplan.fix_flags import cli_fix
 from paraplan.flags import name_flags
@@ -128,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader of our stdout (e.g. `| head`) went away: not an error of ours
         sys.stderr.close()
         return 0
+    except LaunchInterrupted as exc:  # SIGINT or SIGTERM while ranks ran: 130 or 143
+        sys.stderr.write(f"{PROG} {args.command}: {exc.headline()}\n")
+        return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG} {args.command}: interrupted\n")
         return 130

@@ -292,6 +292,13 @@ def collective_fit(
         raise SpecError(
             f"profile {profile.name!r} has no {op} fit for placement {placement!r}; it has "
             f"{', '.join(have) or 'none'} (a single-node profile has no inter fits)"
+            + (
+                f": the plan spans more than the {domain} ranks this profile measured "
+                "together; profile as many ranks as the plan has on this machine (paraplan "
+                "profile --nproc N), or plan for at most that many"
+                if placement == "inter"
+                else ""
+            )
         )
     sizes = [f.group_size for f in fits]
     i = bisect.bisect_left(sizes, group_size)

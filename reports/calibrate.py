@@ -51,7 +51,7 @@ from reports.calibrate_kernels import fit_factors
 from reports.calibrate_layers import fit_layer_scale, has_layer_collectives, layer_note, predictor
 from reports.calibrate_phases import measured_iteration_s, predict, split_factors
 from reports.calibrate_time import fit_backward_scale, fit_time_scale, scale_at_bound
-from reports.run_dir import RunDir
+from reports.run_dir import RunDir, run_device_kind
 from specs.errors import SpecError
 
 
@@ -255,6 +255,25 @@ def _split_note(base: HardwareProfile, fitted: HardwareProfile, split: dict[str,
     )
 
 
+CALIBRATION_DEVICE_RULE = "calibration_device_kind"
+"""Rule id: a profile is refitted only from runs on its own kind of device."""
+
+
+def check_same_device(profile: HardwareProfile, run: RunDir) -> None:
+    """Raise `SpecError` when ``run`` ran on another kind of device (`run_device_kind`)
+    than ``profile`` describes: the fit would scale one machine's rates to another's."""
+    kind = run_device_kind(run.metrics)
+    if kind is None or kind == profile.device.kind:
+        return
+    raise SpecError(
+        f"[{CALIBRATION_DEVICE_RULE}] {run.path} ran on {kind} ranks but the base profile "
+        f"{profile.name!r} describes a {profile.device.kind} ({profile.device.name}); "
+        "calibrate against the profile of the machine the run ran on (its plan's "
+        f"cluster.hardware is {run.bundle.cluster.hardware!r}): leave out --hardware, or "
+        "pass that profile"
+    )
+
+
 def calibrate(
     profile: HardwareProfile,
     runs: Sequence[RunDir],
@@ -269,8 +288,9 @@ def calibrate(
     prediction uses (`costmodel.estimate.simulate_plan`): Megatron-LM's defaults unless
     given; the ``torch`` runtime (paraplan's executor) is calibrated by a backward scale,
     one time scale and a layer-collective scale instead (`reports.calibrate_time`,
-    `reports.calibrate_layers`). Raises `SpecError` without runs or for a run
-    without a measurement.
+    `reports.calibrate_layers`). Raises `SpecError` without runs, for a run
+    without a measurement, or for a run on another kind of device than ``profile``'s
+    (`check_same_device`).
     """
     if not runs:
         raise SpecError("calibrate needs at least one run folder with a measurement")
@@ -280,6 +300,7 @@ def calibrate(
                 f"{run.path}: no measured.json; calibrate from folders written by "
                 "`paraplan execute PLAN.json --out RUN`"
             )
+        check_same_device(profile, run)
     if runtime_model(options).calibration == "time_scale":
         return _calibrate_time(profile, runs, held_out, command, options)
     fits = fit_collectives(profile, (s for run in runs for s in comm_samples(run, profile)))

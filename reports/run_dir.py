@@ -40,6 +40,20 @@ METRICS_LISTS = ("iteration_time_s",)
 """Metrics keys the comparison needs; each must be a list of numbers."""
 
 
+MEMORY_SOURCE_DEVICE: dict[str, str] = {
+    "cuda_allocator": "gpu",
+    "profiler_memory_events": "cpu",
+}
+"""``metrics.json``'s ``memory_source`` (`executor.run_folder.write_run`) by the kind of
+device the run's ranks ran on (`profiles.schema.DeviceSpec.kind`)."""
+
+
+def run_device_kind(metrics: dict[str, Any] | None) -> str | None:
+    """``gpu`` or ``cpu``: where a run's ranks ran, read off ``metrics.json``'s
+    ``memory_source``; None when the metrics do not say (a failed run, an older folder)."""
+    return MEMORY_SOURCE_DEVICE.get(str((metrics or {}).get("memory_source")))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunDir:
     """Everything a run folder holds, parsed."""
@@ -65,12 +79,15 @@ def load_run(path: str | Path, *, require_measured: bool = True) -> RunDir:
 
     A missing required file raises `SpecError` naming it and the command that writes it.
     With ``require_measured=False`` (the folder of ``paraplan plan --out``) the executor's
-    files are optional too. ``candidates.json`` is always optional.
+    files are optional too, but one of ``measured.json`` and ``metrics.json`` without the
+    other is refused (`_check_measurement_pair`), except a failed run's ``metrics.json``.
+    ``candidates.json`` is always optional.
     """
     root = Path(path)
     if not root.is_dir():
+        state = "is not a folder" if root.exists() else "does not exist"
         raise SpecError(
-            f"run folder {root} does not exist; create one with "
+            f"run folder {root} {state}; create one with "
             "`paraplan execute PLAN.json --out RUN` or `paraplan plan ... --out DIR`"
         )
     bundle = serde.load(PlanBundle, _require(root, "plan.json"))
@@ -78,12 +95,16 @@ def load_run(path: str | Path, *, require_measured: bool = True) -> RunDir:
         serde.read_json(_require(root, "estimate.json")), where="estimate.json"
     )
     predicted = _load_timeline(_require(root, "predicted.json"), "predicted")
-    measured_path = (
-        _require(root, "measured.json") if require_measured else _optional(root, "measured.json")
+    measured_path = _optional(root, "measured.json")
+    metrics_path = _optional(root, "metrics.json")
+    metrics = (
+        check_metrics(serde.read_json(metrics_path), where=str(metrics_path))
+        if metrics_path
+        else None
     )
-    metrics_path = (
-        _require(root, "metrics.json") if require_measured else _optional(root, "metrics.json")
-    )
+    _check_measurement_pair(root, measured_path, metrics)
+    if require_measured and measured_path is None:
+        raise SpecError(_no_measurement(root, metrics))
     candidates_path = _optional(root, "candidates.json")
     return RunDir(
         path=root,
@@ -91,12 +112,43 @@ def load_run(path: str | Path, *, require_measured: bool = True) -> RunDir:
         estimate=estimate,
         predicted=predicted,
         measured=_load_timeline(measured_path, "measured") if measured_path else None,
-        metrics=(
-            check_metrics(serde.read_json(metrics_path), where="metrics.json")
-            if metrics_path
-            else None
-        ),
+        metrics=metrics,
         candidates=serde.read_json(candidates_path) if candidates_path else None,
+    )
+
+
+def _no_measurement(root: Path, metrics: dict[str, Any] | None) -> str:
+    """Why a run folder has no measured timeline to read: a failed (or interrupted) run,
+    whose cause ``metrics.json`` names, or a missing ``measured.json``."""
+    if metrics is None or metrics.get("status") != "failed":
+        return (
+            f"{root}: missing measured.json; it is written by `{WRITERS['measured.json']}` "
+            "(run that command with this folder as its output)"
+        )
+    cause = (metrics.get("failure") or {}).get("cause", "cause not recorded")
+    ran = len(metrics.get("iteration_time_s") or [])
+    return (
+        f"{root}: the run failed ({cause}; {ran} measured steps ran) and has no measured "
+        "timeline; leave it out, or run the plan again to completion "
+        f"(`{WRITERS['measured.json']}`)"
+    )
+
+
+def _check_measurement_pair(
+    root: Path, measured_path: Path | None, metrics: dict[str, Any] | None
+) -> None:
+    """A run folder holds ``measured.json`` and ``metrics.json`` together (a completed
+    run) or ``metrics.json`` alone with ``status`` ``failed``; anything else is a folder
+    whose measurement was lost, and a `SpecError` naming the missing file."""
+    if measured_path is None and metrics is not None and metrics.get("status") != "failed":
+        missing = "measured.json"
+    elif measured_path is not None and metrics is None:
+        missing = "metrics.json"
+    else:
+        return
+    raise SpecError(
+        f"{root}: missing {missing} beside the run's other measurement file; it is written "
+        f"by `{WRITERS[missing]}` (run it again with this folder as its output)"
     )
 
 

@@ -253,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     steps, warmup = (4, 1) if args.reduced else (8, 2)
     argv = [str(out / "plan" / "plan.json"), "--steps", str(steps), "--warmup", str(warmup)]
     argv += ["--out", str(run_dir), "--hardware", cluster.hardware, "--runtime", args.runtime]
-    with console.status(f"training {steps + warmup} steps on {nproc} ranks"), _quiet_stdout():
+    with _quiet_stdout():  # `execute` shows its steps' progress on stderr
         code = run_command(execute_command, argv)
     if code != 0:
         return code

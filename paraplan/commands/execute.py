@@ -18,7 +18,9 @@ ranks' errors follow as context, the tracebacks are in ``RUN/failure.log`` (prin
 2 bad input (a missing or malformed plan or data file, an unwritable ``--out`` or
 ``--save``, too little disk for a checkpoint, a world this machine cannot host, a plan
 priced with FP8 attention, which the executor does not run), raised as `SpecError` before
-any process starts.
+any process starts; 130 (SIGINT, Ctrl-C) or 143 (SIGTERM) when the run was interrupted:
+every rank is stopped, ``RUN/metrics.json`` holds the steps that ran, and stderr names the
+checkpoint to resume from.
 
 The executor (torch) and the cost model are imported once the plan has passed its rules:
 ``--help`` and an invalid plan answer without loading them.
@@ -38,9 +40,10 @@ from costmodel.execution import ExecutionOptions
 from costmodel.execution_record import options_from_record
 from costmodel.fp8_attention import FP8_ATTENTION_KERNEL_RULE
 from costmodel.iteration_flops import model_flops_per_iteration
-from launch.failures import OOM_ERROR_TYPES, LaunchError
+from launch.failures import OOM_ERROR_TYPES, LaunchError, LaunchInterrupted
 from paraplan.commands import COMMAND_HELP
 from paraplan.fix_flags import cli_fix
+from paraplan.output import DeferredProgress
 from paraplan.recipe_args import add_runtime_arg, options_from_args
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -170,14 +173,28 @@ def run(args: argparse.Namespace) -> int:
             bundle.model, bundle.job.seq_length, bundle.job.global_batch_size
         ),
     )
+    bar = DeferredProgress()
+    bar(f"starting {bundle.plan.world_size} ranks", 0, args.warmup + args.steps)
     try:
-        summary = execute(config, announce=print)
+        summary = execute(
+            config, announce=print, progress=lambda done, total, label: bar(label, done, total)
+        )
     except LaunchError as exc:
-        report_failure(exc, bundle, profile, Path(args.out), verbose=args.verbose)
+        bar.close()
+        report_failure(exc, bundle, profile, args)
         if profile is not None:
             _write_prediction(bundle, profile, Path(args.out), options_from_args(args))
         _print_notes(notes)
         return 2 if exc.original.error_type == "SpecError" else 1
+    except LaunchInterrupted as exc:
+        bar.close()
+        report_interruption(exc, args)
+        if profile is not None:  # `paraplan report RUN` then shows the steps that ran
+            _write_prediction(bundle, profile, Path(args.out), options_from_args(args))
+        _print_notes(notes)
+        return exc.exit_code
+    finally:
+        bar.close()
     _print_notes(notes)
     if summary is not None:
         if profile is not None:
@@ -190,15 +207,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report_failure(
-    exc: LaunchError,
-    bundle: PlanBundle,
-    profile: HardwareProfile | None,
-    out: Path,
-    *,
-    verbose: bool,
+    exc: LaunchError, bundle: PlanBundle, profile: HardwareProfile | None, args: argparse.Namespace
 ) -> None:
     """The root cause on the first line (with the predicted peak memory after an
-    out-of-memory error), the other ranks as context, where the tracebacks are."""
+    out-of-memory error), the other ranks as context, where the tracebacks are, what ran
+    and how to go on (`kept_lines`)."""
     from executor.run_folder import FAILURE_LOG
 
     headline = exc.headline()
@@ -207,12 +220,49 @@ def report_failure(
         if peak is not None:
             headline += f"; predicted peak {peak:.1f} GiB"
     lines = [f"paraplan execute: error: {headline}", *(f"  {c}" for c in exc.context())]
-    if verbose:
+    if args.verbose:
         lines.append(exc.full_report())
     else:
-        lines.append(f"  tracebacks: {out / FAILURE_LOG} (or run with --verbose)")
-    lines.append(f"  steps that ran: {out / 'metrics.json'} (status: failed)")
+        lines.append(f"  tracebacks: {Path(args.out) / FAILURE_LOG} (or run with --verbose)")
+    sys.stderr.write("\n".join(lines + kept_lines(args)) + "\n")
+
+
+def report_interruption(exc: LaunchInterrupted, args: argparse.Namespace) -> None:
+    """The signal, then what ran and how to go on (`kept_lines`)."""
+    lines = [f"paraplan execute: {exc.headline()}", *kept_lines(args)]
     sys.stderr.write("\n".join(lines) + "\n")
+
+
+def kept_lines(args: argparse.Namespace) -> list[str]:
+    """After a failed or interrupted run: the steps its ``metrics.json`` kept, and the
+    checkpoint to resume from (or a rerun when none was saved)."""
+    metrics_path = Path(args.out) / "metrics.json"
+    try:
+        ran = len(json.loads(metrics_path.read_text()).get("steps") or [])
+        lines = [f"  steps that ran: {metrics_path} (status: failed, {ran} measured steps)"]
+    except (OSError, ValueError):
+        lines = [f"  {metrics_path} could not be written; no step was kept"]
+    latest = _latest_checkpoint(args.save)
+    if latest is not None:
+        lines.append(
+            f"  to continue: the same command with --resume {args.save} (newest "
+            f"checkpoint {latest})"
+        )
+    else:
+        lines.append(
+            "  no checkpoint was saved: rerun the command (--save DIR --save-interval N "
+            "makes a run resumable)"
+        )
+    return lines
+
+
+def _latest_checkpoint(save_dir: str | None) -> Path | None:
+    """The newest complete checkpoint of ``--save`` (None without one)."""
+    if save_dir is None:
+        return None
+    from executor.checkpoint import latest_checkpoint
+
+    return latest_checkpoint(save_dir)
 
 
 def _predicted_peak_gib(bundle: PlanBundle, profile: HardwareProfile) -> float | None:

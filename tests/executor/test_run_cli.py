@@ -131,12 +131,18 @@ def test_a_failing_rank_ends_the_job_with_its_error(tmp_path: Path, capsys) -> N
     code = _run(plan, "--steps", "1", "--warmup", "0", "--data", data, "--out", out)
     assert time.monotonic() - start < 60  # the default process-group timeout
     assert code == 2  # the rank's error is a SpecError: bad input
-    err = capsys.readouterr().err.splitlines()
+    # progress lines (stderr is not a terminal) may come first, then the error
+    err = [x for x in capsys.readouterr().err.splitlines() if not x.startswith("progress: ")]
     assert err[0].startswith("paraplan execute: error: rank 1: SpecError:")
     assert "token id 900" in err[0]
     assert f"  tracebacks: {out}/failure.log (or run with --verbose)" in err
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["status"] == "failed" and metrics["loss"] == []
+
+
+def _failed_args(*, verbose: bool) -> argparse.Namespace:
+    """The flags `report_failure` reads, of a run folder ``RUN`` without checkpoints."""
+    return argparse.Namespace(out="RUN", save=None, verbose=verbose)
 
 
 def test_failure_report_puts_the_cause_first_and_tracebacks_behind_verbose(capsys) -> None:
@@ -149,14 +155,14 @@ def test_failure_report_puts_the_cause_first_and_tracebacks_behind_verbose(capsy
         time_s=1.0,
     )
     err = LaunchError((reset, dead))
-    command.report_failure(err, _bundle(), None, Path("RUN"), verbose=False)
+    command.report_failure(err, _bundle(), None, _failed_args(verbose=False))
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "paraplan execute: error: rank 1 killed by signal 9 (SIGKILL); " + (
         "the kernel's out-of-memory killer or a user sends it"
     )
     assert lines[1].startswith("  then rank 0: RuntimeError: Connection reset by peer")
     assert "TB0" not in "\n".join(lines)
-    command.report_failure(err, _bundle(), None, Path("RUN"), verbose=True)
+    command.report_failure(err, _bundle(), None, _failed_args(verbose=True))
     assert "TB0" in capsys.readouterr().err
 
 
@@ -171,7 +177,7 @@ def test_out_of_memory_headline_adds_the_predicted_peak(capsys) -> None:
     )
     bundle, profile = _bundle(dp=2), load_profile("h100-sxm-80gb")
     estimate, _ = simulate_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan, profile)
-    command.report_failure(LaunchError((oom,)), bundle, profile, Path("RUN"), verbose=False)
+    command.report_failure(LaunchError((oom,)), bundle, profile, _failed_args(verbose=False))
     first = capsys.readouterr().err.splitlines()[0]
     assert first == (
         "paraplan execute: error: rank 0: CUDA out of memory: tried to allocate 2.10 GiB with "

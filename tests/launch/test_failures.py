@@ -7,6 +7,7 @@ import signal
 
 from launch.failures import (
     LaunchError,
+    LaunchInterrupted,
     RankFailure,
     cause_order,
     describe,
@@ -77,3 +78,13 @@ def test_out_of_memory_line_keeps_the_sizes() -> None:
         "rank 0: CUDA out of memory: tried to allocate 2.10 GiB with 78.30 GiB of 79.11 GiB in use"
     )
     assert oom_summary("CUDA out of memory.") == "CUDA out of memory"
+
+
+def test_an_interruption_carries_the_shell_exit_code_of_its_signal() -> None:
+    ctrl_c, term = LaunchInterrupted("SIGINT"), LaunchInterrupted("SIGTERM")
+    assert (ctrl_c.exit_code, term.exit_code) == (128 + signal.SIGINT, 128 + signal.SIGTERM)
+    assert (ctrl_c.exit_code, term.exit_code) == (130, 143)
+    assert isinstance(ctrl_c, KeyboardInterrupt)
+    assert ctrl_c.headline() == ("interrupted by SIGINT (Ctrl-C); the launcher stopped every rank")
+    assert term.headline() == "interrupted by SIGTERM; the launcher stopped every rank"
+    assert term.context() == [] and term.full_report() == term.headline() + "\n"

@@ -142,8 +142,14 @@ def test_single_node_profile_has_no_inter_fits() -> None:
         provenance=Provenance(method="measured", date="2026-11-29", command="paraplan profile"),
     )
     assert collective_fit(cpu, "all_reduce", 2, "intra") == fit
-    with pytest.raises(SpecError, match="single-node profile has no inter fits"):
+    with pytest.raises(SpecError, match="single-node profile has no inter fits") as caught:
         collective_fit(cpu, "all_reduce", 2, "inter")
+    # the fix for a plan wider than the ranks profiled together on this machine
+    assert str(caught.value).endswith(
+        ": the plan spans more than the 2 ranks this profile measured together; profile as "
+        "many ranks as the plan has on this machine (paraplan profile --nproc N), or plan for "
+        "at most that many"
+    )
     # On a peak taken from the best measured GEMM, large GEMMs run at 100%.
     assert gemm_efficiency(cpu, 2048, 2048, 2048, "fp32") == 1.0
     assert gemm_efficiency(cpu, 100, 100, 50, "fp32") == pytest.approx(1e-3)

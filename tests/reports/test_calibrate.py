@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS
+from paraplan.cli import main
 from paraplan.commands import calibrate as command
 from paraplan.commands import execute as execute_command
 from profiles.lookup import (
@@ -355,3 +356,20 @@ def test_memory_scale_keeps_the_size_curve_in_proportion(base) -> None:
             2.0 * memory_bandwidth_Bps(with_curve, size)
         )
     assert memory_bandwidth_Bps(scaled) == pytest.approx(2.0 * memory_bandwidth_Bps(with_curve))
+
+
+def test_cpu_runs_are_not_fitted_into_a_gpu_profile(base, tmp_path: Path, capsys) -> None:
+    run = synthetic_run(tmp_path / "cpu", tiny_bundle(ParallelPlan(dp=2)), base, base)
+    metrics = {**run.metrics, "memory_source": "profiler_memory_events"}  # a CPU run's
+    (run.path / "metrics.json").write_text(json.dumps(metrics))
+    out = tmp_path / "cal.json"
+    argv = ["calibrate", str(run.path), "-o", str(out), "--hardware", "h100-sxm-80gb"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"paraplan calibrate: error: [calibration_device_kind] {run.path} ran on cpu ranks "
+        "but the base profile 'h100-sxm-80gb' describes a gpu"
+    )
+    assert f"its plan's cluster.hardware is {str(PROFILE)!r}" in err
+    assert not out.exists()
+    assert main(argv[:4]) == 0  # the plan's own CPU profile

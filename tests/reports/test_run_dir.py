@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from paraplan.cli import main
 from reports.run_dir import check_estimate, check_metrics, load_run
 from reports.traces import write_traces
 from specs.errors import SpecError
@@ -91,3 +92,50 @@ def test_traces_share_lane_names(tmp_path: Path, sample_run: Any) -> None:
     )
     with pytest.raises(SpecError, match="predicted timeline first"):
         write_traces(tmp_path, sample_run.measured, sample_run.predicted)
+
+
+@pytest.mark.parametrize("lost", ["measured.json", "metrics.json"])
+def test_a_run_that_lost_one_measurement_file_is_refused_not_shown_as_a_plan(
+    tmp_path: Path, sample_run: Any, write_run: Any, lost: str, capsys: Any
+) -> None:
+    folder = write_run(tmp_path / "run", sample_run)
+    (folder / lost).unlink()
+    with pytest.raises(SpecError, match=rf"missing {lost} beside the run's other measurement"):
+        load_run(folder, require_measured=False)
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"paraplan report: error: {folder}: missing {lost} beside")
+    assert not (folder / "report.html").exists()
+
+
+def test_a_failed_runs_metrics_alone_are_a_run_folder(
+    tmp_path: Path, sample_run: Any, write_run: Any
+) -> None:
+    folder = write_run(tmp_path / "run", sample_run)
+    (folder / "measured.json").unlink()
+    (folder / "metrics.json").write_text(json.dumps({**sample_run.metrics, "status": "failed"}))
+    assert load_run(folder, require_measured=False).metrics["status"] == "failed"
+
+
+def test_a_file_given_as_the_run_folder_is_named_as_a_file(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text("{}")
+    with pytest.raises(SpecError, match=r"plan\.json is not a folder"):
+        load_run(tmp_path / "plan.json")
+
+
+def test_a_failed_run_given_to_calibrate_is_named_as_failed_with_its_cause(
+    tmp_path: Path, sample_run: Any, write_run: Any
+) -> None:
+    folder = write_run(tmp_path / "run", sample_run)
+    (folder / "measured.json").unlink()
+    failure = {"cause": "interrupted by SIGTERM; the launcher stopped every rank"}
+    metrics = {**sample_run.metrics, "status": "failed", "failure": failure}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    ran = len(metrics["iteration_time_s"])
+    with pytest.raises(SpecError) as caught:
+        load_run(folder)
+    assert str(caught.value) == (
+        f"{folder}: the run failed (interrupted by SIGTERM; the launcher stopped every rank; "
+        f"{ran} measured steps ran) and has no measured timeline; leave it out, or run the "
+        "plan again to completion (`paraplan execute PLAN.json --out RUN`)"
+    )
