@@ -1,6 +1,6 @@
-"""Intra-domain all_to_all busbw of the stored profiles, from published nccl-tests
-``alltoall_perf`` figures (`profiles.derive_rules.SOURCES`): tables of runs [S62] and the
-bars of NVIDIA's NCCL chart [S63].
+"""all_to_all busbw of the stored profiles, from published nccl-tests ``alltoall_perf``
+figures (`profiles.derive_rules.SOURCES`): tables of runs [S62] and the bars of NVIDIA's
+NCCL chart [S63].
 
 Each run of a table is transcribed as (group size, message size, algbw) from its
 out-of-place column; busbw follows nccl-tests' all_to_all convention, busbw = algbw ·
@@ -15,6 +15,11 @@ large-message rate.
 Group sizes between two figures are interpolated in log2(n) and held beyond the outer
 ones (`profiles.derive_collectives.log2_interpolated`). MI300X has no figure here: its
 all_to_all rows follow its xGMI mesh table (`profiles.derive`).
+
+Across servers, a bar of the chart's 32-GPU panel (`AlltoallNetBar`: 4 servers of 8 GPUs,
+one NIC per GPU) fixes the rate an all_to_all drives through each NIC
+(`AlltoallNetBar.nic_GBps`), which the profiles store as the busbw of their ``inter``
+all_to_all fits (`profiles.derive_collectives.collective_fits`).
 """
 
 from __future__ import annotations
@@ -90,6 +95,45 @@ A100_ALLTOALL_CHART = (AlltoallChartFigure(ranks=8, busbw_GBps=210.0),)  # "NVLi
 H100_ALLTOALL_CHART = (AlltoallChartFigure(ranks=8, busbw_GBps=320.0),)  # "NVLink4 (H100)"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AlltoallNetBar:
+    """One bar of a published cross-node nccl-tests alltoall busbw chart: ``ranks`` GPUs
+    on servers of ``ranks_per_node``, each GPU with its own NIC of ``nic_line_GBps``."""
+
+    ranks: int
+    """Ranks in the run."""
+    ranks_per_node: int
+    """Ranks on each server, all in one NVLink domain."""
+    busbw_GBps: float
+    """Published busbw, GB/s (nccl-tests convention, algbw · (n-1)/n)."""
+    nic_line_GBps: float
+    """Line rate of one GPU's NIC, GB/s (bytes: 400 Gb/s is 50 GB/s)."""
+
+    @property
+    def nic_GBps(self) -> float:
+        """Rate each NIC carries: a rank sends (n-g)/n of its buffer S to other servers in
+        the time t = S / algbw, so NIC rate = algbw · (n-g)/n = busbw · (n-g)/(n-1). The
+        NVLink part, (g-1)/n of S, runs concurrently and is not the bound."""
+        n, g = self.ranks, self.ranks_per_node
+        return round(self.busbw_GBps * (n - g) / (n - 1), 2)
+
+    @property
+    def nic_efficiency(self) -> float:
+        """`nic_GBps` as a fraction of the NIC's line rate."""
+        return self.nic_GBps / self.nic_line_GBps
+
+
+# Right panel of the same slide, "NCCL Tests Alltoall Bus Bandwidth in GB/s, 32 GPUs" [S63]:
+# 4 servers x 8 GPUs, one NIC per GPU. NIC rate 24 · 24/31 = 18.58 GB/s (74% of 25) and
+# 48 · 24/31 = 37.16 GB/s (74% of 50).
+A100_ALLTOALL_NET_BAR = AlltoallNetBar(  # "8x 200Gb RDMA (DGX A100)"
+    ranks=32, ranks_per_node=8, busbw_GBps=24.0, nic_line_GBps=25.0
+)
+H100_ALLTOALL_NET_BAR = AlltoallNetBar(  # "8x 400Gb RDMA (DGX H100)"
+    ranks=32, ranks_per_node=8, busbw_GBps=48.0, nic_line_GBps=50.0
+)
+
+
 def alltoall_busbw(runs: tuple[AlltoallFigure, ...], sizes: tuple[int, ...]) -> dict[int, float]:
     """Busbw at each of ``sizes`` from ``runs``: the runs' busbw, interpolated in log2(n)
     between their group sizes and held beyond the smallest and largest."""
@@ -129,4 +173,17 @@ def alltoall_chart_note(system: str, figures: tuple[AlltoallChartFigure, ...]) -
         f"{system}: {bars} [S63]; message size and NCCL version not printed, read as the "
         "large-message rate; other group sizes hold the figure. The α-β line carries no "
         "measured points."
+    )
+
+
+def alltoall_net_note(system: str, bar: AlltoallNetBar) -> str:
+    """The provenance note of a profile whose inter all_to_all fits come from ``bar``."""
+    return (
+        f"all_to_all inter busbw: NVIDIA's nccl-tests alltoall chart (GTC 2025 S72583), "
+        f"{system}: {bar.ranks} GPUs on {bar.ranks // bar.ranks_per_node} servers "
+        f"{bar.busbw_GBps:g} GB/s busbw [S63]; (n-g)/n of a rank's bytes leave the server, "
+        f"so each NIC carries busbw·(n-g)/(n-1) = {bar.nic_GBps:g} GB/s "
+        f"({bar.nic_efficiency:.0%} of its {bar.nic_line_GBps:g} GB/s line rate), the "
+        "busbw of every inter all_to_all fit. The other inter collectives keep the ring "
+        "figure."
     )

@@ -150,6 +150,9 @@ class Figures:
     """Scale-out NIC line rate per GPU, Gb/s (bits)."""
     nic_achieved_GBps: float
     """Busbw a ring reaches through one GPU's NIC, GB/s."""
+    nic_alltoall_GBps: float | None = None
+    """Rate an all_to_all across servers drives through one GPU's NIC, GB/s, where a source
+    measured it (`profiles.derive_alltoall.AlltoallNetBar`); None: ``nic_achieved_GBps``."""
     intra_busbw: BusbwTable
     """Per op, per group size: (busbw GB/s, algorithm)."""
     intra_points: dict[tuple[str, int], tuple[TimePoint, ...]] = field(default_factory=dict)
@@ -369,6 +372,7 @@ def build_profile(fig: Figures) -> HardwareProfile:
                 latency8_us=fig.latency8_us,
                 p2p_GBps=fig.p2p_GBps,
                 nic_achieved_GBps=fig.nic_achieved_GBps,
+                nic_alltoall_GBps=fig.nic_alltoall_GBps,
             ),
         ),
         topology=Topology(

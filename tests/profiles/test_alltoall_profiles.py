@@ -1,6 +1,6 @@
-"""Intra-domain all_to_all fits of the stored profiles against the published
-``alltoall_perf`` runs of [S62] (oracle-quickstart/oci-gpu-quickstarts @6a0abdc) and the
-8-GPU bars of NVIDIA's GTC 2025 S72583 alltoall chart [S63]."""
+"""all_to_all fits of the stored profiles against the published ``alltoall_perf`` runs of
+[S62] (oracle-quickstart/oci-gpu-quickstarts @6a0abdc) and the 8-GPU (intra) and 32-GPU
+(inter) bars of NVIDIA's GTC 2025 S72583 alltoall chart [S63]."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import pytest
 
 from profiles.derive_alltoall import (
     A100_ALLTOALL_CHART,
+    A100_ALLTOALL_NET_BAR,
     B300_ALLTOALL_RUNS,
     GB200_ALLTOALL_RUNS,
     GB300_ALLTOALL_RUNS,
     H100_ALLTOALL_CHART,
+    H100_ALLTOALL_NET_BAR,
     AlltoallChartFigure,
     AlltoallRun,
     alltoall_busbw,
@@ -123,3 +125,39 @@ def test_chart_figures_mix_with_table_runs() -> None:
         AlltoallRun(ranks=64, size_bytes=8 * GIB, algbw_GBps=640.0),  # busbw 630
     )
     assert alltoall_busbw(figures, (16,))[16] == pytest.approx(610.0)
+
+
+@pytest.mark.parametrize(
+    ("bar", "busbw", "nic_GBps", "efficiency"),
+    [
+        # "NCCL Tests Alltoall Bus Bandwidth in GB/s, 32 GPUs" [S63]: 4 servers x 8 GPUs.
+        # NIC rate = busbw * (32-8)/(32-1): 24 * 24/31 = 18.58 of 25 GB/s (200 Gb/s).
+        (A100_ALLTOALL_NET_BAR, 24.0, 18.58, 0.743),  # "8x 200Gb RDMA (DGX A100)"
+        # 48 * 24/31 = 37.16 of 50 GB/s (400 Gb/s).
+        (H100_ALLTOALL_NET_BAR, 48.0, 37.16, 0.743),  # "8x 400Gb RDMA (DGX H100)"
+    ],
+)
+def test_32_gpu_bars_give_the_nic_rate_of_the_exchange(bar, busbw, nic_GBps, efficiency):
+    assert (bar.ranks, bar.ranks_per_node) == (32, 8)
+    assert bar.busbw_GBps == busbw
+    assert bar.nic_GBps == pytest.approx(nic_GBps, abs=0.005)
+    assert bar.nic_efficiency == pytest.approx(efficiency, abs=0.001)
+
+
+@pytest.mark.parametrize(
+    ("name", "all_to_all", "ring"),
+    [
+        ("a100-sxm-80gb", 18.58, 24.0),  # DGX A100 bar [S63]; ring 192/8 [S21]
+        ("a100-sxm-40gb", 18.58, 24.0),
+        ("h100-sxm-80gb", 37.16, 48.0),  # DGX H100 bar [S63]; CX-7 ring [S33][S43]
+        ("h200-sxm-141gb", 37.16, 48.0),  # DGX H200: the same 8x CX-7 [S16]
+        ("b200", 48.0, 48.0),  # no cross-node B200 all_to_all figure: the NIC's ring rate
+    ],
+)
+def test_inter_all_to_all_fits_take_the_32_gpu_bars(name, all_to_all, ring) -> None:
+    profile = load_profile(name)
+    for group in (2, 4, 32, 1024):
+        assert collective_fit(profile, "all_to_all", group, "inter").busbw_GBps == all_to_all
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            assert collective_fit(profile, op, group, "inter").busbw_GBps == ring
+    assert collective_fit(profile, "send_recv", 2, "inter").busbw_GBps == ring
