@@ -93,6 +93,9 @@ SOURCES: dict[str, str] = {
     "all-to-all-bw-2025.png: nccl-tests alltoall busbw, 8 GPUs: NVLink3 (A100) 210, NVLink4 "
     "(H100) 320, NVLink5 (B200) 640 GB/s; 32 GPUs: 8x 200Gb RDMA (DGX A100) 24, 8x 400Gb "
     "RDMA (DGX H100) 48, GB200 NVL72 640 GB/s",
+    "S64": "mihai-amp/cluster-quality @1f1da58 poc_testing/b200_vultr/results/report/sources/"
+    "nccl_tests_dgxc.log (Vultr HGX B200 acceptance run, nccl-tests 2.17.6, NCCL 2.28.9: "
+    "alltoall_perf_mpi on 8 GPUs of one node, 128 B-16 GiB, and on 2 nodes x 8 GPUs)",
 }
 
 # --- rules shared by every device -------------------------------------------------------
