@@ -23,7 +23,10 @@ Placement (`costmodel.topology.GroupPlacement`):
 - all_to_all across domains: each rank sends (n-g)/n of its data to other servers
   through its own NIC and (g-1)/n over the scale-up fabric, concurrently; NCCL's
   all-to-all cannot spread one rank's traffic over several NICs (nccl-tests#267 [S33]),
-  so time = α + max((n-g)/n · size / busbw_inter, (g-1)/n · size / busbw_intra).
+  so time = α + max((n-g)/n · size / busbw_inter, (g-1)/n · size / busbw_intra), with
+  busbw_inter the profile's ``inter`` all_to_all fit: the rate an all-to-all drives
+  through one NIC, which on DGX A100 and H100 is 74% of line rate, below the ring's
+  (`profiles.derive_alltoall.AlltoallNetBar`).
 - When the group's ranks on a server share fewer NICs than ranks, the inter bandwidth
   is scaled by NICs / ranks.
 

@@ -25,7 +25,8 @@ Derivation rules (also recorded in each profile's provenance notes):
   collective over a range of sizes (A100 all_reduce on 2, 4 and 8 GPUs [S39]), those
   times ride on the fit as measured points that the lookup scales the line to. Intra-domain
   all_to_all takes a published nccl-tests ``alltoall_perf`` figure where one exists
-  (`profiles.derive_alltoall`: runs [S62], NVIDIA's chart [S63]).
+  (`profiles.derive_alltoall`: runs [S62], NVIDIA's chart [S63]); so does the NIC rate of
+  an all_to_all across DGX A100 and H100 servers (the chart's 32-GPU bars [S63]).
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ from pathlib import Path
 
 from profiles.derive_alltoall import (
     A100_ALLTOALL_CHART,
+    A100_ALLTOALL_NET_BAR,
     H100_ALLTOALL_CHART,
+    H100_ALLTOALL_NET_BAR,
     alltoall_chart_note,
+    alltoall_net_note,
     with_alltoall,
 )
 from profiles.derive_blackwell import (
@@ -129,6 +133,7 @@ A100_SXM_80GB = Figures(
     scale_up_GBps=300.0,  # NVLink3, 12 links, per direction [S6]
     nic_Gbps_per_gpu=200.0,  # DGX A100: 8x 200 Gb/s HDR [S21][S15]
     nic_achieved_GBps=192.0 / 8,  # DGX A100 inter-node all_reduce busbw 192 GB/s [S21]
+    nic_alltoall_GBps=A100_ALLTOALL_NET_BAR.nic_GBps,  # 32-GPU DGX A100 alltoall bar [S63]
     intra_busbw=with_alltoall(
         {op: {n: (round(bw, 2), "ring") for n, bw in _A100_RING.items()} for op in COLLECTIVES},
         A100_ALLTOALL_CHART,  # all_to_all: NVIDIA's 8-GPU NVLink3 alltoall bar [S63]
@@ -151,6 +156,7 @@ A100_SXM_80GB = Figures(
         "have no A100 trace and keep the line.",
         "Inter busbw: DGX A100 all_reduce busbw 192 GB/s over 8x 200 Gb/s HDR [S21], 24 GB/s "
         "per GPU.",
+        alltoall_net_note("DGX A100, 8x 200 Gb/s", A100_ALLTOALL_NET_BAR),
         "Attention: FA2 reaches 50-73% of peak over seq 512-16k [S25]; no per-pass or "
         "per-head-dim table was found, so one curve (head_dim 128) serves both passes.",
     ),
@@ -194,6 +200,7 @@ H100_SXM_80GB = Figures(
     scale_up_GBps=450.0,  # NVLink4, 18 links, per direction [S6]
     nic_Gbps_per_gpu=400.0,  # DGX H100: 8x ConnectX-7 400G [S16]
     nic_achieved_GBps=48.0,  # CX-7 NDR through NCCL, 46-49 GB/s [S33][S37][S43]
+    nic_alltoall_GBps=H100_ALLTOALL_NET_BAR.nic_GBps,  # 32-GPU DGX H100 alltoall bar [S63]
     intra_busbw=switch_busbw(
         ring=H100_RING_GBPS,  # any collective with RING, 2-8 GPUs [S30][S36]
         nvls8=H100_NVLS_GBPS[8],  # NVLS all_reduce, 8 GPUs [S30][S37]
@@ -226,6 +233,7 @@ H100_SXM_80GB = Figures(
         "Intra alpha: no H100 small-message figure; H200's 32 KiB torch all_reduce "
         f"({_H200_LATENCY8_US} us [S6]) is used (same NVLink4 and NVSwitch).",
         alltoall_chart_note("8x H100, NVLink4 and NVSwitch", H100_ALLTOALL_CHART),
+        alltoall_net_note("DGX H100, 8x 400 Gb/s", H100_ALLTOALL_NET_BAR),
         "Attention: FA3 FP16 charts on H100 SXM5 [S27] (causal-consistent forward set), bf16 "
         "assumed equal; curve shape between 512 and 16k from the FA3 re-run [S28]. FA3's own "
         "fp8 forward ('close to 1.2 PFLOP/s' [S26]) is not what Transformer Engine trains "
@@ -249,6 +257,7 @@ H200_SXM_141GB = Figures(
     scale_up_GBps=450.0,  # [S6][S7]
     nic_Gbps_per_gpu=400.0,  # 8x ConnectX-7 as DGX H100 [S16]
     nic_achieved_GBps=48.0,  # CX-7 NDR through NCCL [S33][S43]
+    nic_alltoall_GBps=H100_ALLTOALL_NET_BAR.nic_GBps,  # DGX H100's bar: same NICs [S16][S63]
     intra_busbw=switch_busbw(
         ring=367.61,  # 8 GPUs, 16 GiB, NCCL_NVLS_ENABLE=0 [S6]
         nvls8=482.26,  # 8 GPUs, 16 GiB, NVLS [S6]
@@ -280,6 +289,10 @@ H200_SXM_141GB = Figures(
         "and NVSwitch); NVLS all_reduce for 5-7 GPUs follows H100's rise [S37].",
         alltoall_chart_note(
             "8x H100 (same NVLink4 and NVSwitch; no H200 bar)", H100_ALLTOALL_CHART
+        ),
+        alltoall_net_note(
+            "DGX H100, 8x 400 Gb/s (DGX H200 has the same 8x ConnectX-7 [S16]; no H200 bar)",
+            H100_ALLTOALL_NET_BAR,
         ),
         "Attention: H100 FA3 figures [S27][S28] (same compute; H200 differs in memory).",
         HOPPER_FP8_NOTE,

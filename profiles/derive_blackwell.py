@@ -10,11 +10,15 @@ to 72 ranks.
 from __future__ import annotations
 
 from profiles.derive_alltoall import (
+    B200_ALLTOALL_RUNS,
+    B200_ALLTOALL_SWEEP,
     B300_ALLTOALL_RUNS,
     GB200_ALLTOALL_RUNS,
     GB300_ALLTOALL_RUNS,
     AlltoallRun,
     alltoall_note,
+    alltoall_points,
+    alltoall_sweep_note,
     with_alltoall,
 )
 from profiles.derive_collectives import (
@@ -271,10 +275,11 @@ B200 = Figures(
             nvls8=845.67,  # 8xB200 all_reduce, 16 GiB [S6]
             ag=NVLINK5_RING_GBPS,
             rs=NVLINK5_RING_GBPS,
-            a2a=NVLINK5_RING_GBPS,  # replaced by the 8xB300 alltoall_perf run [S62]
+            a2a=NVLINK5_RING_GBPS,  # replaced by the 8xB200 alltoall_perf sweep [S64]
         ),
-        B300_ALLTOALL_RUNS,  # same 8-GPU NVLink5 switch baseboard as B300
+        B200_ALLTOALL_RUNS,  # 8 GiB row of the 8xB200 sweep [S64]
     ),
+    intra_points={("all_to_all", 8): alltoall_points(B200_ALLTOALL_SWEEP)},  # [S64]
     p2p_GBps=746.0,  # GB200 NVLink5 p2pBandwidthLatencyTest (same NVLink5) [S6]
     latency8_us=B200_LATENCY8_US,
     attention=cudnn_curves("GB200", scale=sibling_scale(B200_BF16_MAMF, GB200_BF16_MAMF)),
@@ -295,16 +300,19 @@ B200 = Figures(
         "S58",
         "S59",
         "S62",
+        "S64",
     ),
     notes=(
         "Conflicts: memory 180 GB [S1][S17] vs 192 GB [S8]; HBM 8.0 vs 7.7 TB/s; fp32 80 [S1] "
         "vs 75 TFLOP/s. The NVIDIA platform figures are used.",
         "Ring busbw: NCCL's sm100 model, 40.1 GB/s per link x 18 [S35] (no measured ring "
         "figure); all_reduce 8 GPUs 845.67 GB/s at 16 GiB [S6] treated as NVLS.",
-        alltoall_note("8x B300", B300_ALLTOALL_RUNS, "NCCL 2.28.9")
-        + " No B200 run is published; B300's stands for it: the same 8-GPU NVLink5 switch "
-        "baseboard (18 links, 900 GB/s per direction per GPU [S6][S17]). 2-7 GPUs hold the "
-        "8-GPU figure.",
+        alltoall_sweep_note("8x B200 (Vultr HGX B200)", B200_ALLTOALL_SWEEP, "NCCL 2.28.9")
+        + " The 8x B300 run on the same NVLink5 switch baseboard reads 675.55 GB/s at 8 GiB "
+        "[S62], 1% above.",
+        "Inter all_to_all: the NIC's ring rate. The same sweep's 2-node, 16-GPU runs [S64] "
+        "read 42.41 and 69.17 GB/s busbw at 8 GiB in two passes, on a fabric whose "
+        "inter-node send_recv reached 19.6 GB/s per pair, so they are not used.",
         "Inter busbw: 48 GB/s per CX-7 as on H100 [S33]; a 4-node EFA run reached only 36.95 "
         "GB/s per GPU [S6].",
         *CUDNN_NOTES,

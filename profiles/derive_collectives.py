@@ -97,12 +97,14 @@ def collective_fits(
     latency8_us: float,
     p2p_GBps: float,
     nic_achieved_GBps: float,
+    nic_alltoall_GBps: float | None = None,
 ) -> tuple[CollectiveFit, ...]:
     """Every stored collective fit of one device: each op and group size of
     ``intra_busbw`` inside a node (α from `_intra_latency_s`, measured ``intra_points``
     where a source traced them), the intra-node send/recv at ``p2p_GBps``, and every op at
     `INTER_SIZES` with one rank per node at the NIC's ``nic_achieved_GBps`` (α from
-    `_inter_latency_s`)."""
+    `_inter_latency_s`), all_to_all at ``nic_alltoall_GBps`` where a source measured it
+    (`profiles.derive_alltoall.AlltoallNetBar`)."""
     fits = []
     for op in COLLECTIVES:
         for n, (busbw, algorithm) in sorted(intra_busbw[op].items()):
@@ -128,6 +130,9 @@ def collective_fits(
         )
     )
     for op in (*COLLECTIVES, "send_recv"):
+        busbw = nic_achieved_GBps
+        if op == "all_to_all" and nic_alltoall_GBps is not None:
+            busbw = nic_alltoall_GBps
         for n in INTER_SIZES if op != "send_recv" else (2,):
             fits.append(
                 CollectiveFit(
@@ -135,7 +140,7 @@ def collective_fits(
                     group_size=n,
                     placement="inter",
                     latency_s=_inter_latency_s(op, n),
-                    busbw_GBps=nic_achieved_GBps,
+                    busbw_GBps=busbw,
                     algorithm="p2p" if op == "send_recv" else "ring",
                 )
             )

@@ -93,6 +93,9 @@ SOURCES: dict[str, str] = {
     "all-to-all-bw-2025.png: nccl-tests alltoall busbw, 8 GPUs: NVLink3 (A100) 210, NVLink4 "
     "(H100) 320, NVLink5 (B200) 640 GB/s; 32 GPUs: 8x 200Gb RDMA (DGX A100) 24, 8x 400Gb "
     "RDMA (DGX H100) 48, GB200 NVL72 640 GB/s",
+    "S64": "mihai-amp/cluster-quality @1f1da58 poc_testing/b200_vultr/results/report/sources/"
+    "nccl_tests_dgxc.log (Vultr HGX B200 acceptance run, nccl-tests 2.17.6, NCCL 2.28.9: "
+    "alltoall_perf_mpi on 8 GPUs of one node, 128 B-16 GiB, and on 2 nodes x 8 GPUs)",
 }
 
 # --- rules shared by every device -------------------------------------------------------
@@ -150,6 +153,9 @@ class Figures:
     """Scale-out NIC line rate per GPU, Gb/s (bits)."""
     nic_achieved_GBps: float
     """Busbw a ring reaches through one GPU's NIC, GB/s."""
+    nic_alltoall_GBps: float | None = None
+    """Rate an all_to_all across servers drives through one GPU's NIC, GB/s, where a source
+    measured it (`profiles.derive_alltoall.AlltoallNetBar`); None: ``nic_achieved_GBps``."""
     intra_busbw: BusbwTable
     """Per op, per group size: (busbw GB/s, algorithm)."""
     intra_points: dict[tuple[str, int], tuple[TimePoint, ...]] = field(default_factory=dict)
@@ -369,6 +375,7 @@ def build_profile(fig: Figures) -> HardwareProfile:
                 latency8_us=fig.latency8_us,
                 p2p_GBps=fig.p2p_GBps,
                 nic_achieved_GBps=fig.nic_achieved_GBps,
+                nic_alltoall_GBps=fig.nic_alltoall_GBps,
             ),
         ),
         topology=Topology(

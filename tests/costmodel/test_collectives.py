@@ -70,6 +70,25 @@ def test_one_rank_per_node_uses_the_inter_fit():
     assert collective_time_s(A100, "reduce_scatter", size, group) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    ("name", "bar_GBps"),
+    [
+        ("a100-sxm-80gb", 24.0),  # "8x 200Gb RDMA (DGX A100)"
+        ("h100-sxm-80gb", 48.0),  # "8x 400Gb RDMA (DGX H100)"
+        ("h200-sxm-141gb", 48.0),  # DGX H200: the same 8x 400 Gb/s ConnectX-7
+    ],
+)
+def test_all_to_all_over_four_dgx_nodes_reproduces_the_32_gpu_bars(name, bar_GBps):
+    # NVIDIA GTC 2025 S72583 slide 13 [S63], "NCCL Tests Alltoall Bus Bandwidth in GB/s,
+    # 32 GPUs": 4 servers x 8 GPUs, one NIC per GPU.
+    profile = load_profile(name)
+    group = placed(32, 1)
+    assert group.num_nodes == 4 and group.ranks_per_node == 8
+    size = 8 * GiB
+    seconds = collective_time_s(profile, "all_to_all", size, group)
+    assert busbw_GBps("all_to_all", size, 32, seconds) == pytest.approx(bar_GBps, rel=0.005)
+
+
 def test_more_ranks_per_node_share_more_nics():
     size = 4 * GiB
     times = [collective_time_s(H100, "all_reduce", size, placed(32, s)) for s in (8, 4, 2, 1)]
@@ -78,7 +97,7 @@ def test_more_ranks_per_node_share_more_nics():
 
 def test_all_to_all_across_nodes_is_limited_by_one_nic_per_rank():
     # nccl-tests#267 [S33]: all-to-all cannot spread one rank's traffic over several NICs.
-    # 16 ranks on 2 nodes: half of each rank's data leaves through its own 48 GB/s NIC.
+    # 16 ranks on 2 nodes: half of each rank's data leaves through its own NIC.
     group = placed(16, 1)
     size = 8 * GiB
     nic = collective_fit(H100, "all_to_all", 16, "inter")
