@@ -181,6 +181,35 @@ def forward_host_floor_s(
     return max(0.0, host_s - layer_gpu_s, post_sync_host_s - post_sync_gpu_s)
 
 
+def merged_host_floor_s(
+    *,
+    forward_gpu_s: float,
+    backward_gpu_s: float,
+    post_sync_gpu_s: float,
+    forward_host_s: float,
+    backward_host_s: float,
+    post_sync_host_s: float,
+) -> float:
+    """Seconds one merged step of the 1F1B all-to-all overlap adds when the host issues its
+    launches slower than the device runs them: a MoE layer's forward (device
+    ``forward_gpu_s``, host ``forward_host_s``) and another microbatch's backward of it
+    (``backward_gpu_s``, ``backward_host_s``) issued as one sequence with the forward's
+    token-count synchronization inside (`forward_host_floor_s`). The backward's expert and
+    dispatch launches follow the forward's dispatch in that sequence and its kernels run
+    after the synchronization (Megatron-LM
+    megatron/core/models/common/model_chunk_schedule_plan.py,
+    ``TransformerLayerSchedulePlan.run``: ``moe_dispatch.forward`` precedes
+    ``mlp.backward_dw``, ``moe_dispatch.backward``, ``mlp.forward``, ``moe_combine.forward``
+    and ``pre_dispatch_computation.backward``), so both sides of the post-synchronization
+    term take the backward: max(0, host of both - GPU of both, post-sync host + backward host
+    - post-sync GPU - backward GPU). Never more than the two passes' floors apart."""
+    return max(
+        0.0,
+        forward_host_s + backward_host_s - forward_gpu_s - backward_gpu_s,
+        post_sync_host_s + backward_host_s - post_sync_gpu_s - backward_gpu_s,
+    )
+
+
 def unattributed_device_s(
     profile: HardwareProfile, tokens: float, token_device_s: float
 ) -> tuple[float, float]:
