@@ -17,6 +17,7 @@ from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import expert_gemm3, routed_experts
 from costmodel.runtimes.megatron.moe_experts import (
     FUSED_MLP_LAUNCHES,
+    expert_dgrad_launches,
     expert_fp8_quantize_s,
     expert_launches,
     forward_host_floor_s,
@@ -242,6 +243,25 @@ def test_merged_floor_pools_the_backward_after_the_synchronization():
     # only 3.5 + 8 - 5 - 6 = 0.5 s.
     merged |= {"post_sync_gpu_s": 5.0, "backward_host_s": 8.0}
     assert merged_host_floor_s(**merged) == pytest.approx(1.0)
+    # The backward's input-gradient launches, issued before the synchronization, leave the
+    # post-sync term: 3.5 + (8 - 3) - 2 - 6 = 0.5 s, under the whole step's 1 s (3.5 s if
+    # they counted after it).
+    merged |= {"post_sync_gpu_s": 2.0, "backward_pre_sync_host_s": 3.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(1.0)
+    merged |= {"backward_pre_sync_host_s": 0.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(3.5)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_dgrad_launches_are_the_input_gradient_half_of_the_backward(fp8):
+    # GroupedLinear: FC1 and FC2 each a dgrad and a wgrad GEMM per expert (4 C++ launches and
+    # 4 Python-level calls); FP8 adds the output-gradient quantizations the dgrads read.
+    python, expert = expert_launches(8, fp8, "backward", fused=False)
+    dgrad_python, dgrad_expert = expert_dgrad_launches(8, fp8, fused=False)
+    assert (python - dgrad_python, expert - dgrad_expert) == (2, 2 * 8)
+    # Fused grouped MLP: the two weight-gradient grouped GEMMs follow.
+    fused_python, _ = expert_launches(8, fp8, "backward", fused=True)
+    assert fused_python - expert_dgrad_launches(8, fp8, fused=True)[0] == 2
 
 
 @pytest.mark.parametrize(

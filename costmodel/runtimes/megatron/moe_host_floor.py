@@ -11,7 +11,11 @@ from costmodel.execution import ExecutionOptions
 from costmodel.passes import PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape
 from costmodel.runtimes.megatron.moe_costs import moe_shape
-from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s, merged_host_floor_s
+from costmodel.runtimes.megatron.moe_experts import (
+    expert_dgrad_launches,
+    forward_host_floor_s,
+    merged_host_floor_s,
+)
 from costmodel.runtimes.megatron.moe_latent import latent_launches
 from costmodel.runtimes.megatron.moe_launches import (
     WHOLE_MOE_SCOPES,
@@ -100,6 +104,9 @@ def moe_host_floor(
     extra_b = host_bound_s(backward.duration_s, host_b)
     if paired <= 0.0:
         return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
+    dgrad_python, dgrad_expert = expert_dgrad_launches(
+        local, x.dtype in LOW_PRECISION_GEMM_DTYPES, fused=fused
+    )
     merged = sync_s + merged_host_floor_s(
         forward_gpu_s=forward.duration_s,
         backward_gpu_s=backward.duration_s,
@@ -107,6 +114,7 @@ def moe_host_floor(
         forward_host_s=host_f,
         backward_host_s=host_b,
         post_sync_host_s=post_sync,
+        backward_pre_sync_host_s=min(host_b, dgrad_python * python_s + dgrad_expert * expert_s),
     )
     extra_f = (1.0 - paired) * extra_f + paired * merged
     return PassCost(compute_s=extra_f), PassCost(compute_s=(1.0 - paired) * extra_b)
