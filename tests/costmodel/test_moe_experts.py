@@ -17,9 +17,11 @@ from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import expert_gemm3, routed_experts
 from costmodel.runtimes.megatron.moe_experts import (
     FUSED_MLP_LAUNCHES,
+    expert_dgrad_launches,
     expert_fp8_quantize_s,
     expert_launches,
     forward_host_floor_s,
+    merged_host_floor_s,
     unattributed_device_s,
 )
 from costmodel.runtimes.megatron.moe_launches import (
@@ -224,6 +226,63 @@ def test_forward_floor_takes_the_larger_excess():
     assert forward_host_floor_s(
         layer_gpu_s=5.0, post_sync_gpu_s=4.0, host_s=4.0, post_sync_host_s=3.5
     ) == pytest.approx(0.0)
+
+
+def test_merged_floor_pools_the_backward_after_the_synchronization():
+    # Forward: 5 s of kernels, 2 s after the sync; host 4 s, 3.5 s after the sync. A
+    # backward of 6 s of kernels and 4 s of launches, all after the sync in the merged step:
+    # max(0, 8 - 11, 7.5 - 8) = 0, where the forward alone waits 1.5 s.
+    merged = {"forward_gpu_s": 5.0, "post_sync_gpu_s": 2.0, "forward_host_s": 4.0}
+    merged |= {"post_sync_host_s": 3.5, "backward_gpu_s": 6.0, "backward_host_s": 4.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(0.0)
+    # A backward whose launches outlast its kernels by 1 s: 3.5 + 7 - 2 - 6 = 2.5 s, the
+    # two passes' floors (1.5 + 1): the forward's attention runs before the synchronization.
+    merged |= {"backward_host_s": 7.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(2.5)
+    # Host-bound over the whole step (4 + 8 - 5 - 6 = 1 s) where the post-sync part waits
+    # only 3.5 + 8 - 5 - 6 = 0.5 s.
+    merged |= {"post_sync_gpu_s": 5.0, "backward_host_s": 8.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(1.0)
+    # The backward's input-gradient launches, issued before the synchronization, leave the
+    # post-sync term: 3.5 + (8 - 3) - 2 - 6 = 0.5 s, under the whole step's 1 s (3.5 s if
+    # they counted after it).
+    merged |= {"post_sync_gpu_s": 2.0, "backward_pre_sync_host_s": 3.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(1.0)
+    merged |= {"backward_pre_sync_host_s": 0.0}
+    assert merged_host_floor_s(**merged) == pytest.approx(3.5)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_dgrad_launches_are_the_input_gradient_half_of_the_backward(fp8):
+    # GroupedLinear: FC1 and FC2 each a dgrad and a wgrad GEMM per expert (4 C++ launches and
+    # 4 Python-level calls); FP8 adds the output-gradient quantizations the dgrads read.
+    python, expert = expert_launches(8, fp8, "backward", fused=False)
+    dgrad_python, dgrad_expert = expert_dgrad_launches(8, fp8, fused=False)
+    assert (python - dgrad_python, expert - dgrad_expert) == (2, 2 * 8)
+    # Fused grouped MLP: the two weight-gradient grouped GEMMs follow.
+    fused_python, _ = expert_launches(8, fp8, "backward", fused=True)
+    assert fused_python - expert_dgrad_launches(8, fp8, fused=True)[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("gpu_f", "post_gpu", "host_f", "post_host", "gpu_b", "host_b"),
+    [(5.0, 2.0, 4.0, 3.5, 6.0, 7.0), (1.0, 0.8, 3.0, 1.5, 2.0, 1.0), (2.0, 1.0, 1.0, 2.5, 3, 3)],
+)
+def test_merged_floor_is_never_more_than_the_two_passes_floors(
+    gpu_f, post_gpu, host_f, post_host, gpu_b, host_b
+):
+    separate = forward_host_floor_s(
+        layer_gpu_s=gpu_f, post_sync_gpu_s=post_gpu, host_s=host_f, post_sync_host_s=post_host
+    ) + max(0.0, host_b - gpu_b)
+    merged = merged_host_floor_s(
+        forward_gpu_s=gpu_f,
+        backward_gpu_s=gpu_b,
+        post_sync_gpu_s=post_gpu,
+        forward_host_s=host_f,
+        backward_host_s=host_b,
+        post_sync_host_s=post_host,
+    )
+    assert merged <= separate + 1e-12
 
 
 def layer(job: TrainingJob, options: ExecutionOptions):

@@ -6,6 +6,7 @@ step of `TransformerLayerSchedulePlan.run`, the share of passes it merges
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 
@@ -29,6 +30,7 @@ from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
 B200 = load_profile("b200")
+H100 = load_profile("h100-sxm-80gb")
 QWEN = get_preset("qwen3-30b-a3b")
 JOB = TrainingJob(seq_length=4096, global_batch_size=256)
 EAGER = dataclasses.replace(DEFAULT_OPTIONS, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
@@ -129,3 +131,42 @@ def test_flex_kernels_take_their_sms_from_the_overlapped_computation():
     assert flex_comm_sm_share(148, flex) == pytest.approx(FLEX_COMM_SMS / 148)
     assert flex_comm_sm_share(148, OVERLAP) == 0.0  # NCCL's all-to-all: not priced
     assert flex_comm_sm_share(None, flex) == 0.0
+
+
+def scaled_all_to_all(profile, factor: float):
+    fits = tuple(
+        dataclasses.replace(f, busbw_GBps=f.busbw_GBps * factor) if f.op == "all_to_all" else f
+        for f in profile.communication.fits
+    )
+    return dataclasses.replace(
+        profile, communication=dataclasses.replace(profile.communication, fits=fits)
+    )
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "flex"])
+def test_slower_all_to_alls_never_shorten_an_overlapped_layer_with_its_host_floor(dispatcher):
+    # Host launches priced (the defaults), router and preprocessing graphed: the dropless
+    # token-count synchronization's floor binds. The routed experts' post-sync window holds
+    # only the EP time the overlap leaves exposed, as the pass does, so the hidden
+    # all-to-all time is not counted twice as device time that hides launches.
+    options = dataclasses.replace(
+        DEFAULT_OPTIONS,
+        moe_dispatcher=dispatcher,
+        moe_a2a_overlap=True,
+        cuda_graph_scopes=frozenset({"moe_router", "moe_preprocess"}),
+    )
+    plan = ParallelPlan(pp=2, vpp=2, schedule="interleaved", dp=8, ep=8)
+    ep = strided_group_placement(8, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
+    totals = []
+    for factor in (1.0, 0.9, 0.75, 0.5):
+        cost = layer_cost(
+            QWEN,
+            JOB,
+            plan,
+            scaled_all_to_all(H100, factor),
+            kind=MOE_LAYER,
+            groups=CommGroups(ep=ep),
+            options=options,
+        )
+        totals.append(cost.forward.duration_s + cost.backward.duration_s)
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(totals)), totals

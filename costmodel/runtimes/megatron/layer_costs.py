@@ -135,6 +135,7 @@ def layer_passes(
     forward = att_f.plus(ffn.forward).plus(PassCost(compute_s=ffn.norm_forward_s))
     backward = att_b.plus(ffn.backward).plus(PassCost(compute_s=ffn.norm_backward_s))
     extra_b = ffn.norm_backward_s
+    routed_forward_s, paired = ffn.routed_forward_s, 0.0
     if kind.is_moe and a2a_overlap_applies(plan, options):
         paired = a2a_paired_fraction(
             plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
@@ -143,10 +144,12 @@ def layer_passes(
             (ffn.forward, ffn.backward, ffn.wgrad_s),
             flex_comm_sm_share(sm_count(profile), options),
         )
+        serial_ep_s = forward.ep_exposed_s
         forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
+        routed_forward_s -= max(0.0, serial_ep_s - forward.ep_exposed_s)
     if kind.is_moe:
         host_f, host_b = moe_host_floor(
-            model, plan, x, forward, backward, options, ffn.routed_forward_s
+            model, plan, x, forward, backward, options, routed_forward_s, paired
         )
         forward, backward = forward.plus(host_f), backward.plus(host_b)
         extra_b += host_b.compute_s

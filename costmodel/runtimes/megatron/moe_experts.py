@@ -116,6 +116,31 @@ def expert_launches(
     return python, per_expert * local_experts
 
 
+FUSED_MLP_DGRAD_LAUNCHES = 3
+"""Of the fused grouped MLP's backward launches (`FUSED_MLP_LAUNCHES`), those of the input
+gradient: the ``group_quantize`` of FC2's output gradient, the FC2 dgrad-dSwiGLU kernel and
+FC1's dgrad; the other two are the weight-gradient grouped GEMMs."""
+
+
+def expert_dgrad_launches(local_experts: int, fp8: bool, *, fused: bool) -> tuple[int, int]:
+    """(Python-level, per-expert C++) launches of the local experts' input-gradient part of
+    a backward pass (`expert_launches`): ``GroupedLinear``'s dgrad half of
+    `GROUPED_LINEAR_CALLS` and `UNFUSED_EXPERT_LAUNCHES` (a dgrad and a wgrad GEMM for FC1
+    and FC2) with, under ``fp8``, the quantizations of the output gradients they read
+    (`GROUPED_QUANTIZE_CALLS`, `UNFUSED_EXPERT_FP8_LAUNCHES`); the fused grouped MLP's
+    `FUSED_MLP_DGRAD_LAUNCHES`. Under ``delay_wgrad_compute`` they run in ``mlp.backward``,
+    the weight gradients later in ``mlp.backward_dw`` (Megatron-LM
+    megatron/core/models/common/model_chunk_schedule_plan.py)."""
+    if fused:
+        return FUSED_MLP_DGRAD_LAUNCHES, 0
+    python = GROUPED_LINEAR_CALLS["backward"] // 2
+    per_expert = UNFUSED_EXPERT_LAUNCHES["backward"] // 2
+    if fp8:
+        python += GROUPED_QUANTIZE_CALLS["backward"]
+        per_expert += UNFUSED_EXPERT_FP8_LAUNCHES["backward"]
+    return python, per_expert * local_experts
+
+
 def expert_fp8_quantize_s(
     profile: HardwareProfile,
     *,
@@ -179,6 +204,37 @@ def forward_host_floor_s(
     behind the attention of the layer: max(0, host - GPU of the layer, post-sync host -
     post-sync GPU)."""
     return max(0.0, host_s - layer_gpu_s, post_sync_host_s - post_sync_gpu_s)
+
+
+def merged_host_floor_s(
+    *,
+    forward_gpu_s: float,
+    backward_gpu_s: float,
+    post_sync_gpu_s: float,
+    forward_host_s: float,
+    backward_host_s: float,
+    post_sync_host_s: float,
+    backward_pre_sync_host_s: float = 0.0,
+) -> float:
+    """Seconds one merged step of the 1F1B all-to-all overlap adds when the host issues its
+    launches slower than the device runs them: a MoE layer's forward (device
+    ``forward_gpu_s``, host ``forward_host_s``) and another microbatch's backward of it
+    (``backward_gpu_s``, ``backward_host_s``) issued as one sequence with the forward's
+    token-count synchronization inside (`forward_host_floor_s`). The backward's kernels run
+    after the synchronization, and so are its launches but ``backward_pre_sync_host_s``
+    (Megatron-LM megatron/core/models/common/model_chunk_schedule_plan.py,
+    ``TransformerLayerSchedulePlan.run``: ``moe_combine.backward`` and ``mlp.backward``
+    precede ``moe_dispatch.forward``; ``mlp.backward_dw``, ``moe_dispatch.backward``,
+    ``mlp.forward``, ``moe_combine.forward`` and ``pre_dispatch_computation.backward``
+    follow it): max(0, host of both - GPU of both, post-sync host + backward host after the
+    synchronization - post-sync GPU - backward GPU). Never more than the two passes' floors
+    apart."""
+    post_sync_backward_s = backward_host_s - backward_pre_sync_host_s
+    return max(
+        0.0,
+        forward_host_s + backward_host_s - forward_gpu_s - backward_gpu_s,
+        post_sync_host_s + post_sync_backward_s - post_sync_gpu_s - backward_gpu_s,
+    )
 
 
 def unattributed_device_s(

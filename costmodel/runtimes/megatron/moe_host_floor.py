@@ -11,7 +11,11 @@ from costmodel.execution import ExecutionOptions
 from costmodel.passes import PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape
 from costmodel.runtimes.megatron.moe_costs import moe_shape
-from costmodel.runtimes.megatron.moe_experts import forward_host_floor_s
+from costmodel.runtimes.megatron.moe_experts import (
+    expert_dgrad_launches,
+    forward_host_floor_s,
+    merged_host_floor_s,
+)
 from costmodel.runtimes.megatron.moe_latent import latent_launches
 from costmodel.runtimes.megatron.moe_launches import (
     WHOLE_MOE_SCOPES,
@@ -32,6 +36,7 @@ def moe_host_floor(
     backward: PassCost,
     options: ExecutionOptions,
     routed_forward_s: float,
+    paired: float = 0.0,
 ) -> tuple[PassCost, PassCost]:
     """Host-bound time a MoE layer adds per pass: its launches
     (`moe_launches.moe_host_launches`), the Python-level ones at
@@ -48,7 +53,18 @@ def moe_host_floor(
     combine; its router kernels, which run before the synchronization, are a small part:
     `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
     does not synchronize (`moe_launches.host_bound_s`). A latent MoE layer adds its
-    projections' launches (`moe_latent.latent_launches`, Python-level)."""
+    projections' launches (`moe_latent.latent_launches`, Python-level).
+
+    Under the 1F1B all-to-all overlap a share ``paired`` of the passes
+    (`moe_a2a_overlap.a2a_paired_fraction`) runs as one merged step of a forward and
+    another microbatch's backward: the host issues both passes' launches in one sequence
+    with the synchronization in the forward's dispatch, and the device runs the backward's
+    kernels beside and after it (Megatron-LM
+    megatron/core/models/common/model_chunk_schedule_plan.py,
+    ``TransformerLayerSchedulePlan.run``). Those passes take the merged step's floor
+    (`merged_host_floor_s`), the rest the floors of single passes; ``routed_forward_s`` then
+    holds the routed experts' forward with only the EP seconds the overlap leaves exposed,
+    the currency of ``forward``."""
     python_s, expert_s = options.moe_host_launch_s, options.moe_expert_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
     fused = options.moe_fused_grouped_mlp
@@ -71,17 +87,34 @@ def moe_host_floor(
     host_b = eager["backward"].host_s(python_s, expert_s)
     host_b += (latent.backward - latent.captured_backward) * python_s
     dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
-    extra_f = host_bound_s(forward.duration_s, host_f)
+    post_sync_gpu = min(routed_forward_s, forward.duration_s)
+    post_sync = host_f
+    sync_s = 0.0
     if dropless:
         after = launches["forward"]
         post_sync = max(after.python - pre_sync_launches(disp), 0) * python_s
         post_sync += after.expert * expert_s + (latent.forward - latent.pre_sync) * python_s
-        extra_f = forward_host_floor_s(
-            layer_gpu_s=forward.duration_s,
-            post_sync_gpu_s=min(routed_forward_s, forward.duration_s),
-            host_s=host_f,
-            post_sync_host_s=post_sync,
-        )
-        extra_f += python_s
+        sync_s = python_s
+    extra_f = sync_s + forward_host_floor_s(
+        layer_gpu_s=forward.duration_s,
+        post_sync_gpu_s=post_sync_gpu if dropless else forward.duration_s,
+        host_s=host_f,
+        post_sync_host_s=post_sync,
+    )
     extra_b = host_bound_s(backward.duration_s, host_b)
-    return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
+    if paired <= 0.0:
+        return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
+    dgrad_python, dgrad_expert = expert_dgrad_launches(
+        local, x.dtype in LOW_PRECISION_GEMM_DTYPES, fused=fused
+    )
+    merged = sync_s + merged_host_floor_s(
+        forward_gpu_s=forward.duration_s,
+        backward_gpu_s=backward.duration_s,
+        post_sync_gpu_s=post_sync_gpu if dropless else forward.duration_s,
+        forward_host_s=host_f,
+        backward_host_s=host_b,
+        post_sync_host_s=post_sync,
+        backward_pre_sync_host_s=min(host_b, dgrad_python * python_s + dgrad_expert * expert_s),
+    )
+    extra_f = (1.0 - paired) * extra_f + paired * merged
+    return PassCost(compute_s=extra_f), PassCost(compute_s=(1.0 - paired) * extra_b)
