@@ -24,3 +24,17 @@ def one_rank_group() -> Iterator[None]:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture()
+def python_sigint() -> Iterator[None]:
+    """SIGINT raising KeyboardInterrupt in this process for the test, as in a terminal.
+
+    A process started in the background of a non-interactive shell (``cmd &``, as CI
+    runners and ``nohup`` start it) inherits SIGINT ignored, so a test of what Ctrl-C does
+    installs Python's own handler first and puts the inherited one back afterwards."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

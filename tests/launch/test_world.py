@@ -65,6 +65,7 @@ def _signal_once_started(folder: Path, signum: int) -> threading.Thread:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("python_sigint")
 def test_ranks_ignore_sigint_so_only_the_launcher_answers_ctrl_c() -> None:
     assert launch(_sigint_disposition, world_size=2, timeout_s=30) == {0: True, 1: True}
     # the launcher's own handler is back once the ranks have started
@@ -73,6 +74,7 @@ def test_ranks_ignore_sigint_so_only_the_launcher_answers_ctrl_c() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.usefixtures("python_sigint")
 def test_a_signal_to_the_launcher_stops_every_rank_and_names_itself(
     tmp_path: Path, signum: int
 ) -> None:

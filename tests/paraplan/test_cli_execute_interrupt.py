@@ -57,6 +57,7 @@ def _ctrl_c_once(checkpoint: Path) -> threading.Thread:
     return thread
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_ctrl_c_stops_the_ranks_keeps_the_steps_and_names_the_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
