@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from costmodel.estimate import Estimate
 from planner.explain_fit import (
     MODEL_STATE_BYTES_PER_PARAM,
@@ -245,9 +247,11 @@ def no_plan_reason(result: SearchResult) -> str:
     return f"{text}: {example}" if example else f"{text}."
 
 
-def no_fit_lines(result: SearchResult, limit: int = 3) -> list[str]:
+def no_fit_lines(
+    result: SearchResult, limit: int = 3, phrase: Callable[[str], str] = str
+) -> list[str]:
     """The reason nothing was found (`no_plan_reason`), the closest candidates and what would
-    make them fit."""
+    make them fit (each change rewritten by ``phrase``, `planner.explain_fit`)."""
     cap = result.memory_limit_bytes
     lines = [no_plan_reason(result)]
     if not result.closest:
@@ -256,7 +260,9 @@ def no_fit_lines(result: SearchResult, limit: int = 3) -> list[str]:
     for ranked in result.closest[:limit]:
         peak = ranked.estimate.peak_memory_bytes
         lines.append(f"  {ranked.plan.label()}: {gib(peak)} ({gib(peak - cap)} over)")
-        lines += fit_suggestion_lines(result.model, result.cluster, result.job, ranked.plan, cap)
+        lines += fit_suggestion_lines(
+            result.model, result.cluster, result.job, ranked.plan, cap, phrase=phrase
+        )
     floor = min_gpus_for_model_state(result.model, result.job, cap)
     if floor > result.cluster.num_gpus:
         lines.append(
@@ -276,11 +282,12 @@ def runner_up_of(result: SearchResult) -> RankedPlan | None:
     return different[0] if different else result.top[1]
 
 
-def explain(result: SearchResult) -> str:
-    """The whole explanation of a search, as text."""
+def explain(result: SearchResult, phrase: Callable[[str], str] = str) -> str:
+    """The whole explanation of a search, as text; ``phrase`` rewrites the changes that
+    would make the closest candidates fit (`no_fit_lines`)."""
     lines = rejection_lines(result)
     if result.best is None:
-        reason, *rest = no_fit_lines(result)
+        reason, *rest = no_fit_lines(result, phrase=phrase)
         return "\n".join([reason, *lines, *rest])
     lines += time_limit_lines(result)
     lines.append("Best: " + summary_line(result.best))

@@ -9,6 +9,7 @@ search that found no plan."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from costmodel.memory import peak_memory_bytes
@@ -39,7 +40,9 @@ class FitSuggestion:
     """One change to a plan that does not fit, with its predicted peak memory."""
 
     change: str
-    """What changes, e.g. ``recompute=full`` or ``pp=8 on 2x GPUs (256)``."""
+    """What changes, in spec fields as ``field=value`` (rewritten by
+    `paraplan.fix_flags.cli_fix` where the CLI prints it), e.g. ``recompute=full`` or
+    ``pp=8 on 256 GPUs``."""
     plan: ParallelPlan
     """The changed plan."""
     num_gpus: int
@@ -89,16 +92,17 @@ def _variants(
         full = plan.replace(recompute="full", recompute_num_layers=1, recompute_method="uniform")
         out.append(("recompute=full", full, gpus))
     if not plan.distributed_optimizer:
-        out.append(("distributed_optimizer", plan.replace(distributed_optimizer=True), gpus))
+        out.append(("distributed_optimizer=True", plan.replace(distributed_optimizer=True), gpus))
     if not plan.use_megatron_fsdp and plan.dp * plan.cp > 1:
         fsdp = plan.replace(
             use_megatron_fsdp=True,
             data_parallel_sharding_strategy="optim_grads_params",
             distributed_optimizer=False,
         )
-        out.append(("Megatron-FSDP optim_grads_params (weights sharded too)", fsdp, gpus))
+        change = "use_megatron_fsdp=True data_parallel_sharding_strategy=optim_grads_params"
+        out.append((f"{change} (Megatron-FSDP, weights sharded too)", fsdp, gpus))
     if plan.tp > 1 and not plan.sequence_parallel:
-        out.append(("sequence_parallel", plan.replace(sequence_parallel=True), gpus))
+        out.append(("sequence_parallel=True", plan.replace(sequence_parallel=True), gpus))
     if plan.micro_batch_size > 1:
         out.append(("micro_batch_size=1", plan.replace(micro_batch_size=1), gpus))
     if not plan.offloads_activations:
@@ -167,10 +171,13 @@ def fit_suggestion_lines(
     plan: ParallelPlan,
     limit: float,
     count: int = 4,
+    phrase: Callable[[str], str] = str,
 ) -> list[str]:
     """The first ``count`` `fit_suggestions` of ``plan``, one indented line each:
-    ``    - cp=16 on 64 GPUs: 44.0 GiB (fits)``."""
+    ``    - cp=16 on 64 GPUs: 44.0 GiB (fits)``; ``phrase`` rewrites each change
+    (`paraplan.fix_flags.cli_fix` in the CLI: ``    - --cp 16 on 64 GPUs: ...``)."""
     return [
-        f"    - {s.change}: {gib(s.peak_memory_bytes)} ({'fits' if s.fits else 'still over'})"
+        f"    - {phrase(s.change)}: {gib(s.peak_memory_bytes)} "
+        f"({'fits' if s.fits else 'still over'})"
         for s in fit_suggestions(model, cluster, job, plan, limit)[:count]
     ]

@@ -17,6 +17,7 @@ from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
 from paraplan.args import add_problem_args, cluster_from_args, job_from_args, model_from_args
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
+from paraplan.fix_flags import cli_fix
 from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
 from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
@@ -129,7 +130,8 @@ def _over_memory_lines(
     model: ModelSpec, cluster: ClusterSpec, job: TrainingJob, plan: ParallelPlan, est: Estimate
 ) -> list[str]:
     """How far a plan that does not fit is over the device's memory, and the changes of
-    `planner.explain.fit_suggestions` with their peak memory, those that fit first."""
+    `planner.explain_fit.fit_suggestions` with their peak memory, those that fit first, each
+    change in the command line's flags (`paraplan.fix_flags.cli_fix`)."""
     from planner.explain_fit import fit_suggestion_lines
 
     limit = est.device_memory_bytes
@@ -138,7 +140,7 @@ def _over_memory_lines(
         f"does not fit: peak {gib(est.peak_memory_bytes)} on pipeline stage {stage}, "
         f"{gib(est.peak_memory_bytes - limit)} over the {gib(limit)} of device memory; "
         "changes and their peak memory:",
-        *fit_suggestion_lines(model, cluster, job, plan, limit),
+        *fit_suggestion_lines(model, cluster, job, plan, limit, phrase=cli_fix),
         f"  (`paraplan plan` searches every plan on {cluster.num_gpus} GPUs and names the closest "
         "when none fits)",
     ]

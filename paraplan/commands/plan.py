@@ -226,10 +226,10 @@ def _run_search(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
-    # the rule examples the explanation quotes give their fix in this command's flags
+    # the rule examples and fit suggestions the explanation quotes are in this command's flags
     examples = {rule: cli_fix(message) for rule, message in result.rule_examples.items()}
     result = dataclasses.replace(result, rule_examples=examples)
-    text = explain(result)
+    text = explain(result, phrase=cli_fix)
     if args.out:
         write_search_outputs(
             result, args.hardware, Path(args.out), text, args.candidates_limit, options=options

@@ -87,3 +87,36 @@ def test_main_returns_the_same_codes_as_before(capsys) -> None:
     # the rewrite changes text only: a valid plan is still valid, exit 0
     assert main(["check", *BASE, "--tp", "2", "--sp"]) == 0
     assert "valid: tp2 pp1 dp4 mbs1 sp" in capsys.readouterr().out
+
+
+# Fit suggestions (`planner.explain_fit`): the API's changes name spec fields, the CLI flags.
+OVER = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch", "32"]
+
+
+def test_estimate_prints_the_fit_suggestions_in_flags(capsys) -> None:
+    # Llama 3 8B at tp2 dp4 mbs1, no recompute: 4096 tokens overflow an H100; Megatron-FSDP
+    # and deeper pipelines with every memory saver fit (tests/planner/test_search.py).
+    code, out, _ = run_cli(capsys, "estimate", *OVER, "--tp", "2", "--mbs", "1")
+    lines = out.split("changes and their peak memory:")[1].splitlines()[1:5]
+    assert code == 0 and all(line.startswith("    - --") for line in lines), lines
+    assert "    - --pp 4 with every memory saver: " in out
+    fsdp = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
+    assert fsdp in out and "use_megatron_fsdp=True" not in out and "pp=4 " not in out
+
+
+def test_plan_prints_the_closest_candidates_changes_in_flags(capsys) -> None:
+    argv = ["--model", "llama3-70b", "--num-gpus", "8", "--seq-len", "4096", "--global-batch"]
+    code, out, _ = run_cli(capsys, "plan", *argv, "16")
+    changes = out.split("Closest candidates:")[1]
+    assert code == 1 and "    - --pp 4 on 32 GPUs: " in changes
+    assert "    - pp=" not in changes and "    - cp=" not in changes
+
+
+def test_the_api_keeps_the_fit_suggestions_in_spec_fields() -> None:
+    from planner.explain_fit import fit_suggestions
+
+    model, job = get_preset("llama3-8b"), TrainingJob(seq_length=4096, global_batch_size=32)
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    plan = ParallelPlan(tp=2, dp=4, micro_batch_size=1)
+    changes = [s.change for s in fit_suggestions(model, cluster, job, plan, 80 * 2**30)]
+    assert "pp=4 with every memory saver" in changes and "sequence_parallel=True" in changes

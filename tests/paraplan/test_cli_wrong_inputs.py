@@ -74,7 +74,7 @@ def test_estimate_of_a_plan_over_memory_names_the_overshoot_and_changes_that_fit
     head, *changes = out.split("does not fit: peak ", 1)[1].splitlines()[:5]
     assert "GiB on pipeline stage 0, " in head and "GiB over the 79.6 GiB of device memory" in head
     assert changes[0].endswith("(fits)") and all(c.startswith("    - ") for c in changes)
-    assert any(c.startswith("    - cp=") for c in changes)
+    assert any(c.startswith("    - --cp ") for c in changes)
 
 
 def test_estimate_of_a_plan_that_fits_prints_no_overshoot(capsys) -> None:

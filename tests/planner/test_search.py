@@ -4,6 +4,7 @@ counted per rule and for memory; a search where nothing fits says what would."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -312,3 +313,18 @@ def test_fit_suggestions_offer_context_parallelism_at_long_sequences() -> None:
     assert first.change == f"cp={first.plan.cp} on {first.num_gpus} GPUs"
     assert first.num_gpus == 8 * first.plan.cp // plan.cp
     assert first.peak_memory_bytes < limit < peak_memory_bytes(model, job, plan)
+
+
+def test_fit_suggestions_open_with_the_plan_fields_they_set() -> None:
+    # Each change opens with ``field=value`` of a ParallelPlan field, the form that
+    # paraplan.fix_flags.cli_fix rewrites into the CLI's flags.
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    plan = ParallelPlan(tp=2, dp=4, micro_batch_size=2, distributed_optimizer=False)
+    fields = {f.name for f in dataclasses.fields(ParallelPlan)}
+    found = fit_suggestions(model, cluster, job, plan, float("inf"))
+    assert len(found) > 5
+    for suggestion in found:
+        field, _, value = suggestion.change.split(" ")[0].partition("=")
+        assert field in fields and value, suggestion.change
