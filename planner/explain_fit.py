@@ -53,6 +53,17 @@ class FitSuggestion:
     """Within the memory limit."""
 
 
+def _assignments(plan: ParallelPlan, changed: ParallelPlan, fields: tuple[str, ...]) -> str:
+    """``field=value`` of each of ``fields`` whose value ``changed`` sets anew, the first
+    always: ``recompute=full``, ``recompute=full recompute_num_layers=1``."""
+    texts = [
+        f"{field}={getattr(changed, field)}"
+        for field in fields
+        if field == fields[0] or getattr(plan, field) not in (None, getattr(changed, field))
+    ]
+    return " ".join(texts)
+
+
 def _deeper_pipelines(
     plan: ParallelPlan, num_layers: int, gpus: int, limit: int = 3
 ) -> list[tuple[str, dict[str, object], int]]:
@@ -61,11 +72,12 @@ def _deeper_pipelines(
     out: list[tuple[str, dict[str, object], int]] = []
     for pp in [p for p in divisors(num_layers) if p > plan.pp][:limit]:
         change: dict[str, object] = {"pp": pp, "vpp": 1, "schedule": "1f1b"}
+        text = f"pp={pp}" + (" vpp=1" if plan.vpp > 1 else "")
         if (plan.dp * plan.pp) % pp == 0:
-            out.append((f"pp={pp}", change | {"dp": plan.dp * plan.pp // pp}, gpus))
+            out.append((text, change | {"dp": plan.dp * plan.pp // pp}, gpus))
         else:
             more = gpus // plan.pp * pp
-            out.append((f"pp={pp} on {more} GPUs", change, more))
+            out.append((f"{text} on {more} GPUs", change, more))
     return out
 
 
@@ -90,7 +102,13 @@ def _variants(
     out = []
     if plan.recompute != "full" or plan.recompute_num_layers not in (None, 1):
         full = plan.replace(recompute="full", recompute_num_layers=1, recompute_method="uniform")
-        out.append(("recompute=full", full, gpus))
+        out.append(
+            (
+                _assignments(plan, full, ("recompute", "recompute_num_layers", "recompute_method")),
+                full,
+                gpus,
+            )
+        )
     if not plan.distributed_optimizer:
         out.append(("distributed_optimizer=True", plan.replace(distributed_optimizer=True), gpus))
     if not plan.use_megatron_fsdp and plan.dp * plan.cp > 1:

@@ -328,3 +328,16 @@ def test_fit_suggestions_open_with_the_plan_fields_they_set() -> None:
     for suggestion in found:
         field, _, value = suggestion.change.split(" ")[0].partition("=")
         assert field in fields and value, suggestion.change
+
+
+def test_fit_suggestions_name_every_field_the_user_must_reset() -> None:
+    # An interleaved plan recomputing two layers per chunk: the deeper pipelines need vpp 1
+    # and full recompute of one layer at a time, and their changes say so.
+    model = get_preset("llama3-8b")
+    cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
+    job = TrainingJob(seq_length=4096, global_batch_size=32)
+    plan = ParallelPlan(
+        pp=2, vpp=2, schedule="interleaved", dp=4, recompute="full", recompute_num_layers=2
+    )
+    changes = {s.change for s in fit_suggestions(model, cluster, job, plan, float("inf"))}
+    assert {"pp=4 vpp=1", "recompute=full recompute_num_layers=1"} <= changes
