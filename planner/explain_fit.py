@@ -147,8 +147,9 @@ def _variants(
     ):
         plain, saving = plan.replace(**deeper), plan.replace(**deeper, **savers)
         out.append((change, plain, need))
-        if saving != plain:
-            out.append((f"{change} with every memory saver", saving, need))
+        if saving != plain:  # the savers this plan lacks, each as field=value
+            added = (f"{f}={getattr(saving, f)}" for f in savers if getattr(plain, f) != savers[f])
+            out.append((f"{change} {' '.join(added)}", saving, need))
     return out
 
 

@@ -95,11 +95,13 @@ OVER = ["--model", "llama3-8b", "--num-gpus", "8", "--seq-len", "4096", "--globa
 
 def test_estimate_prints_the_fit_suggestions_in_flags(capsys) -> None:
     # Llama 3 8B at tp2 dp4 mbs1, no recompute: 4096 tokens overflow an H100; Megatron-FSDP
-    # and deeper pipelines with every memory saver fit (tests/planner/test_search.py).
+    # and deeper pipelines with every memory saver fit (tests/planner/test_search.py), each
+    # saver named by its flag.
     code, out, _ = run_cli(capsys, "estimate", *OVER, "--tp", "2", "--mbs", "1")
     lines = out.split("changes and their peak memory:")[1].splitlines()[1:5]
     assert code == 0 and all(line.startswith("    - --") for line in lines), lines
-    assert "    - --pp 4 with every memory saver: " in out
+    savers = "--recompute full --recompute-num-layers 1 --dist-opt --sp"
+    assert f"    - --pp 4 {savers}: " in out
     fsdp = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params "
     assert fsdp in out and "use_megatron_fsdp=True" not in out and "pp=4 " not in out
 
@@ -119,4 +121,6 @@ def test_the_api_keeps_the_fit_suggestions_in_spec_fields() -> None:
     cluster = ClusterSpec(hardware="h100-sxm-80gb", num_gpus=8)
     plan = ParallelPlan(tp=2, dp=4, micro_batch_size=1)
     changes = [s.change for s in fit_suggestions(model, cluster, job, plan, 80 * 2**30)]
-    assert "pp=4 with every memory saver" in changes and "sequence_parallel=True" in changes
+    savers = "recompute=full recompute_num_layers=1 distributed_optimizer=True"
+    assert f"pp=4 {savers} sequence_parallel=True" in changes
+    assert "sequence_parallel=True" in changes
