@@ -87,17 +87,16 @@ def moe_host_floor(
     host_b = eager["backward"].host_s(python_s, expert_s)
     host_b += (latent.backward - latent.captured_backward) * python_s
     dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
-    post_sync_gpu = min(routed_forward_s, forward.duration_s)
-    post_sync = host_f
-    sync_s = 0.0
+    post_sync_gpu, post_sync, sync_s = forward.duration_s, host_f, 0.0
     if dropless:
+        post_sync_gpu = min(routed_forward_s, forward.duration_s)
         after = launches["forward"]
         post_sync = max(after.python - pre_sync_launches(disp), 0) * python_s
         post_sync += after.expert * expert_s + (latent.forward - latent.pre_sync) * python_s
         sync_s = python_s
     extra_f = sync_s + forward_host_floor_s(
         layer_gpu_s=forward.duration_s,
-        post_sync_gpu_s=post_sync_gpu if dropless else forward.duration_s,
+        post_sync_gpu_s=post_sync_gpu,
         host_s=host_f,
         post_sync_host_s=post_sync,
     )
@@ -110,7 +109,7 @@ def moe_host_floor(
     merged = sync_s + merged_host_floor_s(
         forward_gpu_s=forward.duration_s,
         backward_gpu_s=backward.duration_s,
-        post_sync_gpu_s=post_sync_gpu if dropless else forward.duration_s,
+        post_sync_gpu_s=post_sync_gpu,
         forward_host_s=host_f,
         backward_host_s=host_b,
         post_sync_host_s=post_sync,
