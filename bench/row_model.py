@@ -3,7 +3,8 @@
 A row of ``published-runs-dev.csv`` states the model's shape (``ARCHITECTURE_COLUMNS``) and,
 in ``arch_notes``, its style (gated MLP, normalization, position embedding, MLA, window
 attention); `model_for` maps exactly those and raises `NotExpressible` for layers the cost
-model does not price (parallel attention+MLP blocks, hybrid Mamba layers without a preset,
+model does not price (a parallel transformer block whose norms the row does not state,
+hybrid Mamba layers without a preset,
 a ReLU MLP, sliding-window attention outside GPT-OSS) and for a row that names no MLP
 activation where its model family does not tell it (`SWIGLU_FAMILIES`, `GELU_FAMILIES`).
 Nemotron 3 Nano, Nemotron 3 Super and Nemotron-H rows take their preset
@@ -17,6 +18,9 @@ Defaults for what a row leaves empty, each Megatron-LM's own (column guide:
 ``published-runs-dev.md``):
 - ffn 4·h for GPT-style rows (``--ffn-hidden-size`` default), the expert width for MoE rows;
 - MHA when ``num_query_groups`` is empty (Megatron-LM without ``--group-query-attention``).
+
+A GPT-style row whose notes name GPT-NeoX's parallel block (`PARALLEL_MARKERS`) takes
+``layer_block="parallel"``; "rotary" in the notes is RoPE.
 """
 
 from __future__ import annotations
@@ -62,6 +66,12 @@ GELU_FAMILIES = ("gpt", "bloom", "mt-nlg", "megatron")
 GELU_MARKERS = ("gelu", "gpt", "ffn=4h")
 """``arch_notes`` texts (lower case) that name a GPT-style MLP."""
 
+PARALLEL_MARKERS = ("parallel attn", "parallel residual", "gpt_j_residual")
+"""``arch_notes`` texts (lower case) of the parallel attention+MLP block with two norms of
+the layer input (``ModelSpec.layer_block="parallel"``): GPT-NeoX's ``gpt_j_residual``
+with its default untied norms (``gpt_j_tied: false``, EleutherAI/gpt-neox
+``configs/20B.yml`` sets no ``gpt_j_tied``)."""
+
 HYBRID_FAMILIES = ("nemotron_3", "nemotron-3", "nemotron-h", "nemotron_h")
 """Model names (lower case, prefix) of hybrid Mamba-2/attention models; those without a
 preset (`hybrid_recipes.hybrid_preset`) are not priced."""
@@ -73,13 +83,9 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
     model = column_text(raw, "model").lower()
     if "sliding-window" in notes and not sliding_window_fields(raw):
         raise NotExpressible("sliding-window attention outside GPT-OSS")
-    for marker, reason in (
-        ("parallel attn", "parallel attention+MLP block"),
-        ("parallel residual", "parallel attention+MLP block"),
-        ("parallel transformer block", "parallel transformer block"),
-    ):
-        if marker in notes:
-            raise NotExpressible(reason)
+    if "parallel transformer block" in notes:
+        raise NotExpressible("parallel transformer block: its norms (one or two) not stated")
+    block = {"layer_block": "parallel"} if any(m in notes for m in PARALLEL_MARKERS) else {}
     if model.startswith(HYBRID_FAMILIES) or "mamba" in notes:
         raise NotExpressible("hybrid Mamba layers")
     if "relu" in notes and "squared-relu" not in notes:
@@ -95,8 +101,9 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
             f"MLP activation not stated: arch_notes {notes!r} name no activation and model "
             f"{model!r} is no family of known architecture; add 'SwiGLU' or 'GeLU' to arch_notes"
         )
-    position = "none" if "alibi" in notes else "learned"
+    position = "rope" if "rotary" in notes else "none" if "alibi" in notes else "learned"
     return {
+        **block,
         "activation": "gelu",
         "normalization": "layernorm",
         "position_embedding": position,

@@ -61,6 +61,11 @@ LoRA (`TrainingJob.lora`; Transformer Engine 4220403e, the pin of Megatron-Bridg
 - The attention core, norms, activation function and the residual keep what they keep
   in full training.
 
+A parallel attention+MLP block (``ModelSpec.layer_block``): the two norms read the layer
+input, kept once; no second residual sum is kept; a shared norm's output is kept once for
+QKV and FC1; the two dropout masks cover the branches' unreduced T tokens
+(`_mlp_input_tensors`).
+
 Units: bytes per rank. ``e`` is the activation element size (2 for bf16/fp8, 4 for fp32).
 """
 
@@ -81,6 +86,7 @@ from costmodel.dsa_activations import dsa_tensors
 from costmodel.gdn_activations import gdn_tensors
 from costmodel.mamba_activations import mamba_tensors
 from specs.attention_params import mla_head_dims
+from specs.block_checks import is_parallel_block
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
@@ -125,7 +131,7 @@ def _attention_tensors(
     out: dict[str, float] = {
         "attn_norm_input": e * n * h / x.sp,
         "qkv_input": lora_column_input_bytes(x, h, "linear_qkv"),
-        "attn_mask": x.mask_bytes * n * h / x.sp,
+        "attn_mask": x.mask_bytes * n * h / _branch_mask_divisor(model, x),
         "core_attention": _core_attention_bytes(model, x, kernel),
     }
     if model.uses_mla:
@@ -178,6 +184,34 @@ def _core_attention_bytes(model: ModelSpec, x: ActivationShard, kernel: Attentio
         return FP32_BYTES * x.tokens * heads_per_rank
     scores = x.tokens * x.seq_length * heads_per_rank
     return (2 * x.element_bytes + MASK_BYTES) * scores
+
+
+def _branch_mask_divisor(model: ModelSpec, x: ActivationShard) -> int:
+    """Divisor of a hidden-dropout mask's T·h elements: the SP divisor in the sequential
+    block; 1 in a parallel block, whose dropouts act on the branches' unreduced T-token
+    outputs (`costmodel.runtimes.megatron.layer_shape.block_elementwise_s`)."""
+    return 1 if is_parallel_block(model.layer_block) else x.sp
+
+
+def _mlp_input_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:
+    """The MLP part's norm input, FC1 input (the norm output) and dropout mask.
+
+    Parallel block (GPT-NeoX ``ParallelTransformerLayer.forward``, ``gpt_j_residual``):
+    both norms read the layer input, which ``attn_norm_input`` counts, so
+    ``mlp_norm_input`` is 0 (the sequential block's second norm reads the attention
+    residual's sum, a tensor of its own). ``parallel`` keeps the second norm's output for
+    FC1; ``parallel_shared_norm`` hands QKV and FC1 one norm output (``x1, x2 = x, x``),
+    kept once in ``qkv_input``, so FC1 adds only its own FP8 or NVFP4 copy
+    (`ActivationShard.fp8_copy_bytes`). The mask covers the MLP branch's unreduced T
+    tokens (`_branch_mask_divisor`)."""
+    h, n, e = model.hidden_size, x.tokens, x.element_bytes
+    mask = x.mask_bytes * n * h / _branch_mask_divisor(model, x)
+    if model.layer_block == "sequential":
+        fc1 = lora_column_input_bytes(x, h, "linear_fc1")
+        return {"mlp_norm_input": e * n * h / x.sp, "fc1_input": fc1, "mlp_mask": mask}
+    shared = model.layer_block == "parallel_shared_norm"
+    fc1 = (x.fp8_copy_bytes if shared else x.gemm_input_bytes) * n * h / x.sp
+    return {"mlp_norm_input": 0.0, "fc1_input": fc1, "mlp_mask": mask}
 
 
 def _mlp_tensors(
@@ -300,9 +334,7 @@ def shard_layer_activations(
     elif kind.mixer == "gdn":
         tensors.update(gdn_tensors(model, x))
     if kind.mlp != "none":
-        tensors["mlp_norm_input"] = e * n * h / x.sp
-        tensors["fc1_input"] = lora_column_input_bytes(x, h, "linear_fc1")
-        tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
+        tensors.update(_mlp_input_tensors(model, x))
     if kind.is_moe:
         tensors.update(_moe_tensors(model, x, plan))
     elif kind.mlp == "dense":

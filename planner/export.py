@@ -68,6 +68,7 @@ from planner.export_packing import packing_arguments, packing_note
 from planner.export_split import largest_chunk_layers, megatron_split_arguments
 from planner.export_torchtitan import torchtitan_toml
 from planner.export_userbuffers import TP_OVERLAP_CFG_FILE, userbuffers_config, userbuffers_yaml
+from specs.block_checks import export_block_refusal
 from specs.bundle import PlanBundle
 from specs.errors import SpecError
 from specs.finetune import LoraSpec
@@ -209,11 +210,15 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
     NullTokenizer with `--vocab-size` reproduces the model's vocabulary for a mock-data run.
     The execution options the plan was priced with follow the precision flags
     (`planner.export_options`); `SpecError` when Megatron-LM cannot take one of them, and
-    for a LoRA job (`megatron_lora_refusal`).
+    for a LoRA job (`megatron_lora_refusal`) and a parallel attention+MLP block
+    (`specs.block_checks.export_block_refusal`).
     """
     model, job, plan = bundle.model, bundle.job, bundle.plan
     if job.lora is not None:
         raise SpecError(megatron_lora_refusal(job.lora))
+    block = export_block_refusal(model, "Megatron-LM")
+    if block is not None:
+        raise SpecError(block)
     options = bundle_options(bundle)
     if uses_gpt_path(model, plan):
         args = model_arguments(model, job.seq_length, gpt_num_layers(model))

@@ -13,6 +13,7 @@ a hybrid model (`TORCHTITAN_HYBRID_RULE`) and a latent MoE model
 
 from __future__ import annotations
 
+from specs.block_checks import export_block_refusal
 from specs.errors import SpecError
 from specs.model import ModelSpec
 
@@ -60,9 +61,13 @@ def torchtitan_model(model: ModelSpec) -> tuple[str, str, bool]:
     Raises `SpecError` for an architecture torchtitan has no model of (e.g. a Mixtral-style
     MoE without qk-norm, GELU or biased layers), for a hybrid model (`TORCHTITAN_HYBRID_RULE`)
     for a latent MoE model (`TORCHTITAN_LATENT_MOE_RULE`) and for gated attention or a gated
-    shared expert (`TORCHTITAN_GATE_RULE`) and for DeepSeek sparse attention
-    (`TORCHTITAN_DSA_RULE`).
+    shared expert (`TORCHTITAN_GATE_RULE`), for DeepSeek sparse attention
+    (`TORCHTITAN_DSA_RULE`) and for a parallel attention+MLP block
+    (`specs.block_checks.export_block_refusal`).
     """
+    block = export_block_refusal(model, "torchtitan")
+    if block is not None:
+        raise SpecError(block)
     if model.is_hybrid:
         raise SpecError(
             f"[{TORCHTITAN_HYBRID_RULE}] {model.name!r} is a hybrid model (hybrid_layer_pattern "

@@ -18,6 +18,7 @@ from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
+from specs.rules_block import parallel_block_not_with_lora
 from specs.rules_lora import (
     lora_needs_adam,
     lora_not_on_experts,
@@ -36,7 +37,7 @@ def space_for_lora(
     """``space`` for ``job``: unchanged without LoRA; for a LoRA job without
     `LORA_EXCLUDED_FEATURES`. `SpecError` (with the rule id) when no plan can pass the
     LoRA rules: a MoE or MLA model, a target no layer of the model holds, an optimizer
-    other than Adam, or Megatron-FSDP fixed on."""
+    other than Adam, Megatron-FSDP fixed on, or a parallel attention+MLP block."""
     if job.lora is None:
         return space
     fixed_fsdp = bool(space.fixed.get("use_megatron_fsdp", False))
@@ -47,6 +48,7 @@ def space_for_lora(
         lora_targets_in_model,
         lora_needs_adam,
         lora_not_with_megatron_fsdp,
+        parallel_block_not_with_lora,
     )
     for check in checks:
         violation = check(model, cluster, job, probe)

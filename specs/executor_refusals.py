@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from specs.block_checks import executor_block_refusal
 from specs.dsa_checks import executor_dsa_refusal
 from specs.gdn_checks import executor_gate_refusal
 from specs.hybrid_checks import executor_hybrid_refusal
@@ -16,12 +17,14 @@ def executor_model_refusal(model: ModelSpec) -> str | None:
     (`specs.hybrid_checks.executor_hybrid_refusal`), a latent MoE model
     (`specs.latent_checks.executor_latent_moe_refusal`), an output gate
     (`specs.gdn_checks.executor_gate_refusal`), DeepSeek sparse attention
-    (`specs.dsa_checks.executor_dsa_refusal`); None when it builds every one."""
+    (`specs.dsa_checks.executor_dsa_refusal`), a parallel attention+MLP block
+    (`specs.block_checks.executor_block_refusal`); None when it builds every one."""
     for refuse in (
         executor_hybrid_refusal,
         executor_latent_moe_refusal,
         executor_gate_refusal,
         executor_dsa_refusal,
+        executor_block_refusal,
     ):
         refusal = refuse(model)
         if refusal is not None:

@@ -47,8 +47,12 @@ def _gpt_neox(cfg: HFConfig, name: str) -> ModelSpec:
     """GPT-NeoX / Pythia: GELU MLP, LayerNorm, (partial) rotary positions, untied
     embeddings by default, biases on the MLP always and on attention unless
     `attention_bias` is false (kept as all-linear biases: the difference is a few vectors).
-    The parallel residual changes no weight shape."""
+    `use_parallel_residual` (default true) is the parallel attention+MLP block with its two
+    norms, ``input_layernorm`` and ``post_attention_layernorm`` of the layer input
+    (``GPTNeoXLayer.forward``): ``layer_block="parallel"``. `rotary_pct` (GPTNeoXConfig
+    default 0.25) is the rotary share."""
     fields = decoder_fields(cfg, head_dim="ignored")
+    parallel = cfg.flag("use_parallel_residual", True)
     return ModelSpec(
         name=name,
         **fields,
@@ -57,6 +61,8 @@ def _gpt_neox(cfg: HFConfig, name: str) -> ModelSpec:
         normalization="layernorm",
         position_embedding="rope",
         add_bias_linear=True,
+        layer_block="parallel" if parallel else "sequential",
+        rotary_percent=cfg.number("rotary_pct", 0.25),
     )
 
 

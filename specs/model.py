@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specs.block_checks import LayerBlock
 from specs.dsa_checks import computes_topk
 from specs.fieldcheck import (
     require_choice,
@@ -54,6 +55,13 @@ class ModelSpec:
     """MLP activation: `swiglu` (gated, three weight matrices) or `gelu` (two)."""
     normalization: Normalization = "rmsnorm"
     """`rmsnorm` (one weight vector) or `layernorm` (weight and bias)."""
+    layer_block: LayerBlock = "sequential"
+    """How each transformer layer joins attention and MLP (`specs.block_checks`):
+    ``sequential`` (Megatron-LM), ``parallel`` (``x + attn(ln1(x)) + mlp(ln2(x))``, two
+    norms of the layer input: GPT-NeoX ``gpt_j_residual``, GPT-NeoX-20B) or
+    ``parallel_shared_norm`` (one norm for both branches: GPT-NeoX ``gpt_j_tied``, GPT-J,
+    PaLM). The parallel blocks run one tensor-parallel reduction per layer forward instead
+    of two; Megatron-LM has no such block, so an export refuses it."""
     position_embedding: PositionEmbedding = "rope"
     """`rope` (no parameters), `learned` (a max_position_embeddings x h table) or `none`."""
     max_position_embeddings: int = 4096
@@ -262,6 +270,7 @@ class ModelSpec:
         require_choice(self, "activation", Activation)
         require_choice(self, "normalization", Normalization)
         require_choice(self, "position_embedding", PositionEmbedding)
+        require_choice(self, "layer_block", LayerBlock)
         check_relations(self)
 
     # ---- derived sizes -------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from specs.block_checks import BlockFields, check_layer_block
 from specs.dsa_checks import DsaFields, check_dsa
 from specs.errors import SpecError
 from specs.gdn_checks import GateFields, check_gates
@@ -16,7 +17,7 @@ from specs.mtp_checks import MtpFields, check_mtp
 from specs.router import RouterSpec, check_router
 
 
-class ModelRelationFields(HybridFields, MtpFields, GateFields, DsaFields, Protocol):
+class ModelRelationFields(HybridFields, MtpFields, GateFields, DsaFields, BlockFields, Protocol):
     """The `specs.model.ModelSpec` fields `check_relations` reads, with those of the hybrid,
     MTP, gate and DSA checks it calls."""
 
@@ -45,7 +46,8 @@ class ModelRelationFields(HybridFields, MtpFields, GateFields, DsaFields, Protoc
 def check_relations(model: ModelRelationFields) -> None:
     """`SpecError` (rule, values, fix) for a `ModelSpec` whose fields contradict each other:
     heads and widths, query groups, MoE top-k, dense prefix, capacity factor and latent size,
-    the router (`specs.router.check_router`), the gates (`specs.gdn_checks`), the hybrid
+    the router (`specs.router.check_router`), the gates (`specs.gdn_checks`), the layer
+    block (`specs.block_checks`), the hybrid
     pattern (`specs.hybrid_checks`), MTP (`specs.mtp_checks`), DeepSeek sparse attention
     (`specs.dsa_checks`) and multi-latent attention; the order is the order the checks run."""
     if not model.name:
@@ -92,6 +94,7 @@ def check_relations(model: ModelRelationFields) -> None:
             capacity_factor=model.moe_capacity_factor,
         )
     check_gates(model)
+    check_layer_block(model)
     if model.hybrid_layer_pattern is not None:
         check_hybrid(model)
     check_mtp(model)

@@ -53,6 +53,9 @@ Conventions:
   that computes its own top-k holds a lightning indexer (`dsa_indexer_params`), counted in
   `LayerParams.indexer`, replicated over tp; the layers that reuse another's top-k (index
   sharing) hold none. An MTP depth's layer is numbered after the decoder's.
+- A parallel attention+MLP block (``ModelSpec.layer_block``, `specs.block_checks`) holds
+  the same weights as the sequential block, one pre-norm fewer when its norm is shared
+  (``parallel_shared_norm``).
 - Per-head q/k norms (``qk_layernorm``, 2·d weights per attention layer) are not counted.
 - LoRA adapters (`lora_layer_params`, a job's `specs.finetune.LoraSpec`): per targeted
   linear layer in -> out, A (in x r) and B (r x out), no bias, on the targets each layer
@@ -66,6 +69,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from specs.attention_params import attention_params, mla_down_projection_params
+from specs.block_checks import block_norms
 from specs.errors import SpecError
 from specs.finetune import LoraSpec, layer_targets, lora_target_features
 from specs.layer_kinds import DENSE_LAYER, LayerKind
@@ -225,8 +229,9 @@ def norm_params(model: ModelSpec, width: int) -> int:
 
 
 def layer_norm_params(model: ModelSpec) -> int:
-    """Norms of one layer: the two pre-norms, plus MLA's q and kv latent norms."""
-    total = 2 * norm_params(model, model.hidden_size)
+    """Norms of one layer: its pre-norms (two, one for ``parallel_shared_norm``:
+    `specs.block_checks.block_norms`), plus MLA's q and kv latent norms."""
+    total = block_norms(model.layer_block) * norm_params(model, model.hidden_size)
     if model.uses_mla:
         total += norm_params(model, model.kv_lora_rank or 0)
         if model.q_lora_rank is not None:

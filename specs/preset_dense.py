@@ -1,5 +1,5 @@
 """The dense model presets of `specs.presets` (and the tiny test models, MoE among them),
-as registry entries in registry order: `TINY`, `SC21_GPT`, `LLAMA`, `NEMOTRON`.
+as registry entries in registry order: `TINY`, `SC21_GPT`, `LLAMA`, `NEMOTRON`, `NEOX`.
 
 Values are the published ones: the models' Hugging Face `config.json` files, the SC21
 table (Narayanan et al. 2021, Table 1), NeMo's Nemotron-4 recipe and the Nemotron-4 15B
@@ -201,3 +201,31 @@ NEMOTRON = (
     ),
 )
 """Nemotron-4 15B and 340B."""
+
+NEOX = (
+    # EleutherAI/gpt-neox-20b config.json (the 20B run's configs/20B.yml in
+    # EleutherAI/gpt-neox): GELU MLP of 4h, LayerNorm, rotary on 25% of each head's
+    # channels, untied embeddings, biases, and the parallel attention+MLP block with two
+    # norms (use_parallel_residual; gpt_j_residual without gpt_j_tied).
+    (
+        "gpt-neox-20b",
+        partial(
+            ModelSpec,
+            name="gpt-neox-20b",
+            num_layers=44,
+            hidden_size=6144,
+            num_attention_heads=64,
+            ffn_hidden_size=24576,
+            vocab_size=50432,
+            max_position_embeddings=2048,
+            activation="gelu",
+            normalization="layernorm",
+            position_embedding="rope",
+            rotary_percent=0.25,
+            tied_embeddings=False,
+            add_bias_linear=True,
+            layer_block="parallel",
+        ),
+    ),
+)
+"""GPT-NeoX-20B."""

@@ -6,9 +6,9 @@ One registry, `PRESETS` (name -> zero-argument factory), in a fixed order: tiny 
 models, the GPT-3 family of Megatron-LM's SC21 paper (Narayanan et al. 2021, Table 1),
 Llama 2 / 3 / 3.1 (`specs.preset_dense`), Mixtral, Qwen3 MoE, DeepSeek-V3, GPT-OSS and
 Kimi K2 (`specs.preset_moe`), GLM-5.1 and GLM-5.2 with DeepSeek sparse attention
-(`specs.preset_dsa`), Nemotron-4 15B and 340B (`specs.preset_dense`), and the hybrid
-Mamba-2 models Nemotron-H 8B, 47B, 56B, Nemotron 3 Nano and Super and the gated DeltaNet
-hybrid Qwen3-Next 80B-A3B (`specs.preset_hybrid`);
+(`specs.preset_dsa`), Nemotron-4 15B and 340B and GPT-NeoX-20B (`specs.preset_dense`), and
+the hybrid Mamba-2 models Nemotron-H 8B, 47B, 56B, Nemotron 3 Nano and Super and the gated
+DeltaNet hybrid Qwen3-Next 80B-A3B (`specs.preset_hybrid`);
 the entries are built by `specs.preset_styles` (the hybrids by
 `specs.preset_hybrid.nemotron_h_style`). Values are the published ones (the models'
 Hugging Face `config.json` files, the SC21 table, NeMo's Nemotron-4 recipe, Megatron-Bridge's
@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from specs.errors import SpecError, unknown_name_message
 from specs.model import ModelSpec
-from specs.preset_dense import LLAMA, NEMOTRON, SC21_GPT, TINY
+from specs.preset_dense import LLAMA, NEMOTRON, NEOX, SC21_GPT, TINY
 from specs.preset_dsa import DSA
 from specs.preset_hybrid import HYBRID
 from specs.preset_moe import MOE, RECIPE_MOE
 from specs.preset_styles import Factory
 
 PRESETS: dict[str, Factory] = dict(
-    (*TINY, *SC21_GPT, *LLAMA, *MOE, *RECIPE_MOE, *DSA, *NEMOTRON, *HYBRID)
+    (*TINY, *SC21_GPT, *LLAMA, *MOE, *RECIPE_MOE, *DSA, *NEMOTRON, *NEOX, *HYBRID)
 )
 """Every preset, name -> factory, in registry order."""
 

@@ -40,6 +40,7 @@ from specs.rules_base import (
     ratio,
     rule,
 )
+from specs.rules_block import BLOCK_RULES
 from specs.rules_dsa import DSA_RULES
 from specs.rules_features import FEATURE_RULES
 from specs.rules_fsdp import FSDP_RULES
@@ -335,10 +336,12 @@ RULES: tuple[Rule, ...] = (
     *OPTIMIZER_RULES,
     *SAVER_RULES,
     *LORA_RULES,
+    *BLOCK_RULES,
 )
 """Every rule, in check order: world size, model shapes (with a hybrid model's Mamba-2
 mixers, `specs.rules_hybrid`), experts, pipeline, batch, sequence, switches, Megatron-FSDP,
-the optimizer, per-module recompute and activation offloading, LoRA (`specs.rules_lora`)."""
+the optimizer, per-module recompute and activation offloading, LoRA (`specs.rules_lora`),
+the parallel attention+MLP block (`specs.rules_block`)."""
 
 
 def rule_ids() -> tuple[str, ...]:

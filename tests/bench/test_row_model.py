@@ -8,7 +8,13 @@ import pytest
 
 from specs.presets import get_preset
 from tests.bench.bench_loader import load_bench
-from tests.bench.published_row_cases import GPT_OSS_B300, LLAMA405_GB200, NANO_GB300, row_with
+from tests.bench.published_row_cases import (
+    GPT_OSS_B300,
+    LLAMA405_GB200,
+    NANO_GB300,
+    ZERO3_SC21,
+    row_with,
+)
 
 rows_mod = load_bench("published_rows")
 model_mod = load_bench("row_model")
@@ -75,3 +81,31 @@ def test_super_rows_take_their_preset():
     raw = row_with(NANO_GB300, model="Nemotron_3_Super", num_gpus="64", ep="64")
     model = model_mod.model_for(raw)
     assert model == get_preset("nemotron-3-super").replace(name="Nemotron_3_Super")
+
+
+def test_neox_row_takes_the_parallel_block_and_rotary_positions():
+    # row 432's architecture columns (EleutherAI/gpt-neox configs/20B.yml: gpt_j_residual
+    # without gpt_j_tied, pos_emb rotary, no_weight_tying)
+    raw = row_with(
+        ZERO3_SC21,
+        row_id="432",
+        model="GPT-NeoX-20B",
+        arch_notes="rotary (25% dims), parallel attn+MLP (gpt_j_residual), untied "
+        "embeddings, ffn=4h",
+        num_layers="44",
+        hidden_size="6144",
+        num_attention_heads="64",
+        num_query_groups="64",
+        ffn_hidden_size="24576",
+        vocab_size="50257",
+    )
+    model = model_mod.model_for(raw)
+    assert model.layer_block == "parallel"
+    assert model.position_embedding == "rope" and not model.tied_embeddings
+    assert model.activation == "gelu" and model.normalization == "layernorm"
+
+
+def test_parallel_transformer_block_without_its_norms_stays_refused():
+    raw = row_with(ZERO3_SC21, arch_notes="parallel transformer block (PTB)")
+    with pytest.raises(model_mod.NotExpressible, match="norms"):
+        model_mod.model_for(raw)

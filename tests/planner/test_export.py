@@ -373,3 +373,13 @@ def test_torchtitan_refuses_tp_above_the_key_value_heads() -> None:
     _parsed(bundle)  # Megatron-LM takes it
     with pytest.raises(SpecError, match=EXECUTOR_KV_RULE):
         torchtitan_config(bundle)
+
+
+def test_parallel_block_exports_to_neither_framework() -> None:
+    # Megatron-LM's TransformerLayer and torchtitan's decoders add attention and MLP in
+    # sequence: a gpt_j_residual model has no flag to run as priced
+    bundle = _bundle("gpt-neox-20b", 8, 2048, 16, tp=2)
+    with pytest.raises(SpecError, match=r"parallel_block_not_exported.*Megatron-LM"):
+        megatron_arguments(bundle)
+    with pytest.raises(SpecError, match=r"parallel_block_not_exported.*torchtitan"):
+        torchtitan_config(bundle)

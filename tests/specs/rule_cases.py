@@ -387,5 +387,17 @@ CASES = [
         Change(job={"optimizer": "muon"}),
         ("optimizer (muon)",),
     ),
+    Case(
+        "parallel_block_not_with_tp_comm_overlap",
+        Change(model={"layer_block": "parallel"}),
+        Change(model={"layer_block": "parallel"}, plan={"tp_comm_overlap": False}),
+        ("layer_block ('parallel')", "tp_comm_overlap (True)", "tp_comm_overlap=False"),
+    ),
+    Case(
+        "parallel_block_not_with_lora",
+        Change(model={"layer_block": "parallel_shared_norm"}, job={"lora": LORA}),
+        Change(job={"lora": LORA}),
+        ("layer_block ('parallel_shared_norm')", "LoRA r", "layer_block='sequential'"),
+    ),
     *HYBRID_CASES,
 ]

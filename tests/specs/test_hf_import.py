@@ -66,6 +66,8 @@ EXPECTED = {
         max_position_embeddings=2048,
         tied_embeddings=False,
         add_bias_linear=True,
+        layer_block="parallel",  # config.json "use_parallel_residual": true
+        rotary_percent=0.25,  # config.json "rotary_pct": 0.25
     ),
     "Mistral-7B-v0.1": ModelSpec(
         name="Mistral-7B-v0.1",

@@ -48,7 +48,7 @@ from costmodel.flops import (
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, dsa_gathered_width, indexer_pair
-from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3, norm_and_residual
+from costmodel.runtimes.megatron.layer_shape import LayerShape, block_elementwise_s, gemm3
 from costmodel.runtimes.megatron.linear_pairs import tp_pair
 from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.megatron.saver_costs import mla_up_projection_share
@@ -244,14 +244,15 @@ def _elementwise_s(
     options: ExecutionOptions,
 ) -> tuple[float, float]:
     """Element-wise work of the attention block before FP8 quantization (forward,
-    backward), in seconds: its pre-norm and residual, RoPE, the query and key norms, the
+    backward), in seconds: its pre-norm and residual (a parallel block's attention part:
+    `layer_shape.block_elementwise_s`), RoPE, the query and key norms, the
     output gate's fused sigmoid-multiply (reads the core output and the gate, writes the
     product: 3 elements per query channel forward; reads the gradient and both inputs,
     writes two gradients: 5 backward), the materialized path's context copy and
     QKV-gradient concatenation, and the unfused bias adds and reductions (module
     docstring); ``q`` and ``kv`` are the per-rank query and key-or-value widths."""
     h = model.hidden_size
-    ew_fwd, ew_bwd = norm_and_residual(profile, x, h, options)
+    ew_fwd, ew_bwd = block_elementwise_s(profile, x, model, options, "attention")
     if model.position_embedding == "rope":
         fused = options.rope_fusion
         ew_fwd += rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=fused)

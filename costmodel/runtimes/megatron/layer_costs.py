@@ -1,7 +1,9 @@
 """Per-microbatch costs of one transformer layer on one rank: the attention block
 (`costmodel.runtimes.megatron.attention_costs`), the dense MLP
 (`costmodel.runtimes.megatron.mlp_costs`) or the MoE block, and the norm and residual of
-the MLP block (`costmodel.runtimes.megatron.layer_shape`), summed into the layer's
+the MLP block (`costmodel.runtimes.megatron.layer_shape`; a parallel attention+MLP block's
+MLP part, its FC2 output left for the attention pair's one reduction:
+`layer_shape.block_elementwise_s`, `linear_pairs.tp_pair`), summed into the layer's
 forward and backward passes (`layer_passes`), then the recompute and offloading terms of
 the plan (`layer_cost_from_passes`). The embedding and the output layer:
 `costmodel.runtimes.megatron.vocab_costs`; the TP communication and FP8 quantization of
@@ -38,6 +40,7 @@ from costmodel.runtimes.megatron.attention_costs import attention_block
 from costmodel.runtimes.megatron.gdn_costs import gdn_block
 from costmodel.runtimes.megatron.layer_shape import (
     LayerShape,
+    block_elementwise_s,
     intra_groups,
     layer_shape,
     norm_and_residual,
@@ -58,6 +61,7 @@ from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, sel
 from costmodel.runtimes.megatron.shared_gate_costs import shared_expert_gate_s
 from costmodel.runtimes.megatron.userbuffers import sm_count
 from profiles.schema import HardwareProfile
+from specs.block_checks import is_parallel_block
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
@@ -227,8 +231,8 @@ def _ffn_passes(
             norm_backward_s=0.0,
             rerun={},
         )
-    norm_f, norm_b = norm_and_residual(profile, x, model.hidden_size, options)
-    if kind.is_moe:
+    if kind.is_moe:  # a sequential block (`specs.block_checks.check_layer_block`)
+        norm_f, norm_b = norm_and_residual(profile, x, model.hidden_size, options)
         mlp_f, mlp_b, mlp_d, mlp_w = routed_experts(
             model, plan, profile, x.norm_tokens, x.elem, x.dtype, comm, options
         )
@@ -256,9 +260,10 @@ def _ffn_passes(
             rerun={"shared_experts": sh_f, "moe": mlp_f},
             routed_forward_s=routed_forward_s,
         )
-    ffn = model.ffn_hidden_size
+    norm_f, norm_b = block_elementwise_s(profile, x, model, options, "mlp")
+    ffn, parallel = model.ffn_hidden_size, is_parallel_block(model.layer_block)
     mlp_f, mlp_b, mlp_d, mlp_w = mlp_block(
-        model, plan, profile, x, comm, ffn, options, lora=job.lora
+        model, plan, profile, x, comm, ffn, options, lora=job.lora, row_reduction=not parallel
     )
     return _FfnPasses(
         forward=mlp_f,

@@ -5,7 +5,10 @@ amax reduction are in `costmodel.runtimes.megatron.pair_quantization`.
 
 TP communication per layer (size S = T·h·e bytes, the full activation): forward 2
 all-reduces of S without SP, 2 all-gathers + 2 reduce-scatters with SP; the same in
-backward (megatron-facts.md §6). An fp8 or nvfp4 job's SP all-gathers move the quantized
+backward (megatron-facts.md §6). A parallel attention+MLP block (``ModelSpec.layer_block``)
+reduces its two branches once: forward 1 all-reduce (2 all-gathers + 1 reduce-scatter with
+SP), backward 2 all-reduces (1 all-gather + 2 reduce-scatters with SP), its MLP pair
+priced with ``row_reduction=False``. An fp8 or nvfp4 job's SP all-gathers move the quantized
 copies instead of S (`sp_all_gather_bytes`, `userbuffers_all_gather_bytes`), its reductions
 S. Exposed unless `tp_comm_overlap`, which runs Transformer
 Engine's userbuffers overlaps (`costmodel.runtimes.megatron.userbuffers`): the
@@ -39,6 +42,7 @@ from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.layer_shape import LayerShape, gemm3
 from costmodel.runtimes.megatron.userbuffers import Shape, ring_send_tail_s, tp_overlap_pair_s
 from profiles.schema import HardwareProfile
+from specs.errors import SpecError
 from specs.plan import ParallelPlan
 
 
@@ -54,6 +58,7 @@ def tp_pair(
     *,
     frozen: bool = False,
     norm_returned: bool = False,
+    row_reduction: bool = True,
 ) -> tuple[PassCost, PassCost]:
     """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
     all-reduce each way without SP (after the row-parallel GEMM forward, of the
@@ -72,10 +77,26 @@ def tp_pair(
     ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole. The SP
     all-gathers move `sp_all_gather_bytes` (FP8 or NVFP4 copies in a quantized job,
     ``options.fp8_recipe``; ``norm_returned``: a LoRA adapter on the column-parallel
-    layer), the reductions T·h·e; the userbuffers overlaps `_userbuffers_pair`."""
+    layer), the reductions T·h·e; the userbuffers overlaps `_userbuffers_pair`.
+
+    ``row_reduction`` False: the pair's row-parallel output is left unreduced, the MLP of
+    a parallel attention+MLP block (``ModelSpec.layer_block``; GPT-NeoX ``ParallelMLP``
+    with ``parallel_output=True``), whose sum with the attention branch the attention
+    pair's reduction carries (GPT-NeoX ``ParallelTransformerLayer.forward``,
+    ``self.reduce(output)``). The pair then has no forward all-reduce (reduce-scatter with
+    SP) and, with SP, no backward all-gather of its output gradient (the one all-gather,
+    the backward of the block's reduce-scatter, is the attention pair's); the
+    column-parallel input gradient is reduced as in the sequential block (its own
+    ``copy_to_model_parallel_region`` or ``gather_from_sequence_parallel_region``).
+    Refused with `tp_comm_overlap` (`specs.rules_block`)."""
     if x.tp < 2:
         return ZERO, ZERO
     size = x.tokens * h * x.elem
+    if plan.tp_comm_overlap and x.sp and not row_reduction:
+        raise SpecError(
+            "parallel_block_not_with_tp_comm_overlap: a pair without its row-parallel "
+            "reduction has no userbuffers overlap to price; set tp_comm_overlap=False"
+        )
     if plan.tp_comm_overlap and x.sp:
         return _userbuffers_pair(
             profile,
@@ -90,18 +111,23 @@ def tp_pair(
     wgrad = 0.0 if frozen else gemm3(profile, x, *first)[2]
     if not x.sp:
         ar = collective_time_s(profile, "all_reduce", size, groups.tp)
-        return (
-            PassCost(tp_s=ar, tp_exposed_s=ar, tp_bytes=size),
-            _reduction_under_wgrad(0.0, ar, size, size, wgrad, options),
-        )
+        forward = PassCost(tp_s=ar, tp_exposed_s=ar, tp_bytes=size) if row_reduction else ZERO
+        return forward, _reduction_under_wgrad(0.0, ar, size, size, wgrad, options)
     rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
     recipe = options.fp8_recipe
+    gather_b = sp_all_gather_bytes(x, h, "backward", frozen=frozen, recipe=recipe)
     gathered = (
         sp_all_gather_bytes(x, h, "forward", recipe=recipe, norm_returned=norm_returned),
-        sp_all_gather_bytes(x, h, "backward", frozen=frozen, recipe=recipe),
+        gather_b if row_reduction else 0.0,
     )
-    ag_f, ag_b = (collective_time_s(profile, "all_gather", b, groups.tp) for b in gathered)
-    forward = PassCost(tp_s=ag_f + rs, tp_exposed_s=ag_f + rs, tp_bytes=gathered[0] + size)
+    ag_f = collective_time_s(profile, "all_gather", gathered[0], groups.tp)
+    ag_b = (
+        collective_time_s(profile, "all_gather", gathered[1], groups.tp) if row_reduction else 0.0
+    )
+    out_rs, out_size = (rs, size) if row_reduction else (0.0, 0.0)
+    forward = PassCost(
+        tp_s=ag_f + out_rs, tp_exposed_s=ag_f + out_rs, tp_bytes=gathered[0] + out_size
+    )
     return forward, _reduction_under_wgrad(ag_b, rs, gathered[1], size, wgrad, options)
 
 

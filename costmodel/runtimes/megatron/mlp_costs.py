@@ -32,6 +32,7 @@ def mlp_block(
     options: ExecutionOptions = DEFAULT_OPTIONS,
     *,
     lora: LoraSpec | None = None,
+    row_reduction: bool = True,
 ) -> tuple[PassCost, PassCost, float, float]:
     """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert).
 
@@ -39,7 +40,9 @@ def mlp_block(
     gradients (the forward adds ride in the fused bias-GeLU and bias-dropout-add). With
     ``lora`` (a LoRA job's dense MLP) the weights are frozen: no wgrad GEMM, and FC1's norm
     output is returned to its adapter when ``linear_fc1`` is a target
-    (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`)."""
+    (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`). ``row_reduction`` False:
+    the MLP of a parallel attention+MLP block, its FC2 output left unreduced
+    (`costmodel.runtimes.megatron.linear_pairs.tp_pair`)."""
     if ffn == 0:
         return ZERO, ZERO, 0.0, 0.0
     h, gated = model.hidden_size, model.activation == "swiglu"
@@ -84,6 +87,7 @@ def mlp_block(
         options,
         frozen=frozen,
         norm_returned=has_adapter(lora, "linear_fc1"),
+        row_reduction=row_reduction,
     )
     amax_f, amax_b = fp8_amax_pair(profile, x, groups, recipe, width)
     tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)

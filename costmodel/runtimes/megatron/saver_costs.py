@@ -29,6 +29,7 @@ from costmodel.layer_activations import kind_activations
 from costmodel.passes import ZERO, PassCost
 from profiles.schema import HardwareProfile
 from specs.attention_params import mla_head_dims
+from specs.block_checks import block_norms
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
@@ -93,6 +94,14 @@ def offload_exposed_s(
     return max(copy_s - forward_s, 0.0), max(copy_s - backward_s, 0.0)
 
 
+def _pre_norms(model: ModelSpec, kind: LayerKind) -> int:
+    """Pre-norms of a layer of ``kind``: one per part it holds, the layer block's
+    (`specs.block_checks.block_norms`) for a layer with both parts."""
+    if kind.mixer != "none" and kind.mlp != "none":
+        return block_norms(model.layer_block)
+    return (kind.mixer != "none") + (kind.mlp != "none")
+
+
 def selective_rerun(
     model: ModelSpec,
     job: TrainingJob,
@@ -118,7 +127,7 @@ def selective_rerun(
         hidden=model.hidden_size,
         elem=elem,
         expert_act_bytes=act_bytes if is_moe else 0.0,
-        norms=(kind.mixer != "none") + (kind.mlp != "none"),
+        norms=_pre_norms(model, kind),
     )
     parts = dict(rerun)
     for module, seconds in elementwise.items():
