@@ -74,6 +74,8 @@ NO_FLAG: dict[str, str] = {
     "dp": "derived as --num-gpus / (tp·pp·cp)",
     "schedule": "derived: interleaved when --vpp > 1",
     "cp_comm_type": "`paraplan plan` chooses it",
+    "layer_block": "a ModelSpec field: set it in a --model spec JSON",
+    "num_experts": "a ModelSpec field: set it in a --model spec JSON",
 }
 """Spec fields a fix may name that no flag sets -> how the command line fixes them; `cli_fix`
 keeps the field text and adds ``(spec field, no flag: ...)``."""

@@ -48,6 +48,7 @@ from planner.space import (
     column_value,
 )
 from planner.splits import EVEN_SPLIT, SPLIT_COLUMNS
+from specs.block_checks import is_parallel_block
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 
@@ -194,6 +195,8 @@ def switch_rows(
             {"sequence_parallel": s, "tp_comm_overlap": o}
             for s, o in sequence_parallel_options(tp, job.seq_length, cp)
             if (space.has("sequence_parallel") or not s) and (space.has("tp_comm_overlap") or not o)
+            # specs.rules_block.parallel_block_not_with_tp_comm_overlap
+            if not (o and is_parallel_block(model.layer_block))
             if required_switches(model, tp, cp).get("sequence_parallel", s) == s
         ],
         space,

@@ -118,8 +118,10 @@ def test_the_model_family_names_the_mlp_where_the_notes_do_not():
         rows_mod.case_for_row(row_with(MLM_README_32B, model="Falcon 40B", arch_notes=""))
     with pytest.raises(rows_mod.NotExpressible, match="hybrid Mamba"):
         rows_mod.case_for_row(row_with(MLM_README_32B, model="Nemotron-H 4B", hidden_size=""))
-    with pytest.raises(rows_mod.NotExpressible, match="parallel attention"):
-        rows_mod.case_for_row(row_with(MLM_README_32B, arch_notes="GeLU, parallel residual"))
+    parallel = row_with(MLM_README_32B, arch_notes="GeLU, parallel residual")
+    assert rows_mod.case_for_row(parallel).model.layer_block == "parallel"
+    with pytest.raises(rows_mod.NotExpressible, match="parallel transformer block"):
+        rows_mod.case_for_row(row_with(MLM_README_32B, arch_notes="parallel transformer block"))
 
 
 @pytest.mark.parametrize("text", ["abc", "-5", "0"])

@@ -367,3 +367,16 @@ def test_a_fixed_ep_no_stage_fits_keeps_rows_for_the_rules() -> None:
     # an ep some stage fits keeps only the rows where an etp fits
     fitting = degree_table(model, 8, job, SearchSpace(fixed={"ep": 8}), 8)
     assert len(fitting) and (fitting["tp"] * fitting["cp"] * fitting["dp"] % 8 == 0).all()
+
+
+def test_parallel_block_switches_leave_tp_comm_overlap_off() -> None:
+    # specs.rules_block.parallel_block_not_with_tp_comm_overlap: the generator mirrors it
+    neox = get_preset("gpt-neox-20b")
+    job = TrainingJob(seq_length=2048, global_batch_size=64)
+    rows = switch_rows(neox, job, SearchSpace(), (2, 1, 1, 1, 4))
+    assert any(r["sequence_parallel"] for r in rows)
+    assert not any(r["tp_comm_overlap"] for r in rows)
+    sequential = switch_rows(
+        neox.replace(layer_block="sequential"), job, SearchSpace(), (2, 1, 1, 1, 4)
+    )
+    assert any(r["tp_comm_overlap"] for r in sequential)
