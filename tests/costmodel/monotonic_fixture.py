@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from hypothesis import strategies as st
+
 from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
@@ -21,13 +23,11 @@ from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 
-H100 = load_profile("h100-sxm-80gb")
-B200 = load_profile("b200")
-GB200 = load_profile("gb200-nvl72")
-GB300 = load_profile("gb300-nvl72")
-B300 = load_profile("b300")
-A100 = load_profile("a100-sxm-80gb")
-PROFILES = (H100, B200, GB200, GB300, B300, A100)
+PROFILES = tuple(
+    load_profile(name)
+    for name in ("h100-sxm-80gb", "b200", "gb200-nvl72", "gb300-nvl72", "b300", "a100-sxm-80gb")
+)
+H100, B200, GB200, GB300, B300, A100 = PROFILES
 DENSE = dataclasses.replace(get_preset("llama3-8b"), num_layers=8)
 MOE = dataclasses.replace(get_preset("qwen3-30b-a3b"), num_layers=8)
 TOKEN_DROP = dataclasses.replace(MOE, moe_capacity_factor=1.0)
@@ -62,6 +62,20 @@ def moe_plan(**fields: object) -> ParallelPlan:
     return ParallelPlan(**(defaults | fields))
 
 
+INTERLEAVED_TP_OVERLAP = ParallelPlan(
+    tp=4,
+    pp=2,
+    vpp=2,
+    schedule="interleaved",
+    dp=2,
+    sequence_parallel=True,
+    tp_comm_overlap=True,
+)
+"""A dense plan on 16 GPUs: tp 4 with sequence parallelism and TP communication overlap,
+an interleaved pipeline of 2 x 2."""
+EP16 = ParallelPlan(pp=1, ep=16, dp=16, distributed_optimizer=True)
+"""A MoE plan on 16 GPUs: ep 16 across two nodes of eight, the distributed optimizer."""
+
 Scaler = Callable[
     [HardwareProfile, ExecutionOptions, float], tuple[HardwareProfile, ExecutionOptions]
 ]
@@ -90,29 +104,19 @@ def _refit(fit: CollectiveFit, **changes: float) -> CollectiveFit:
     return dataclasses.replace(new, points=points)
 
 
-def _collective(op: str, placement: str) -> Scaler:
-    def scale(p: HardwareProfile, o: ExecutionOptions, f: float):
-        fits = tuple(
-            _refit(fit, busbw_GBps=fit.busbw_GBps * f)
-            if fit.op == op and fit.placement == placement
-            else fit
-            for fit in p.communication.fits
-        )
-        comm = dataclasses.replace(p.communication, fits=fits)
-        return dataclasses.replace(p, communication=comm), o
-
-    return scale
-
-
-def _collective_latency(op: str, placement: str) -> Scaler:
-    """Each fit's latency of ``op`` at ``placement`` divided by the factor: a factor below 1
-    is a longer latency, a slower machine."""
+def _collective(op: str, placement: str, *, latency: bool = False) -> Scaler:
+    """Each fit of ``op`` at ``placement`` (every group size) with its bus bandwidth times the
+    factor, or with ``latency`` its latency divided by the factor (`_refit`): a factor below
+    1 is a slower machine."""
 
     def scale(p: HardwareProfile, o: ExecutionOptions, f: float):
+        def changed(fit: CollectiveFit) -> CollectiveFit:
+            if latency:
+                return _refit(fit, latency_s=fit.latency_s / f)
+            return _refit(fit, busbw_GBps=fit.busbw_GBps * f)
+
         fits = tuple(
-            _refit(fit, latency_s=fit.latency_s / f)
-            if fit.op == op and fit.placement == placement
-            else fit
+            changed(fit) if fit.op == op and fit.placement == placement else fit
             for fit in p.communication.fits
         )
         comm = dataclasses.replace(p.communication, fits=fits)
@@ -183,7 +187,7 @@ RATES: dict[str, Scaler] = {
         for fit in profile.communication.fits
     },
     **{
-        f"{fit.op}:{fit.placement}:latency": _collective_latency(fit.op, fit.placement)
+        f"{fit.op}:{fit.placement}:latency": _collective(fit.op, fit.placement, latency=True)
         for profile in PROFILES
         for fit in profile.communication.fits
     },
@@ -213,6 +217,16 @@ def iteration_s(case: Case, profile: HardwareProfile, options: ExecutionOptions)
     cluster = ClusterSpec(hardware=case.profile.name, num_gpus=case.plan.world_size)
     est = estimate_plan(case.model, cluster, job, case.plan, profile, options=options)
     return est.iteration_time_s
+
+
+def draws(cases: tuple[Case, ...]) -> dict[str, st.SearchStrategy]:
+    """Hypothesis strategies of `check_rate`'s arguments over ``cases``: a case index, a rate
+    of `RATES` and a factor in [0.5, 1)."""
+    return {
+        "index": st.integers(0, len(cases) - 1),
+        "rate": st.sampled_from(sorted(RATES)),
+        "factor": st.floats(0.5, 1.0, exclude_max=True),
+    }
 
 
 BASE_S: dict[tuple[int, int, str], float] = {}

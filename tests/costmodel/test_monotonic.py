@@ -11,37 +11,27 @@ rates"). The other GPU profiles: `test_monotonic_profiles`."""
 from __future__ import annotations
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from specs.plan import ParallelPlan
 from tests.costmodel.monotonic_fixture import (
     B200,
     DENSE,
+    EP16,
+    INTERLEAVED_TP_OVERLAP,
     MLA_MOE,
     MOE,
-    RATES,
     ROUTER,
     TOKEN_DROP,
     Case,
     check_rate,
+    draws,
     moe_plan,
     opts,
 )
 
 CASES = (
     Case(model=DENSE, plan=ParallelPlan(tp=2, pp=2, dp=4, sequence_parallel=True)),
-    Case(
-        model=DENSE,
-        plan=ParallelPlan(
-            tp=4,
-            pp=2,
-            vpp=2,
-            schedule="interleaved",
-            dp=2,
-            sequence_parallel=True,
-            tp_comm_overlap=True,
-        ),
-    ),
+    Case(model=DENSE, plan=INTERLEAVED_TP_OVERLAP),
     Case(
         model=DENSE,
         plan=ParallelPlan(
@@ -82,12 +72,12 @@ CASES = (
     ),
     Case(
         model=MOE,
-        plan=ParallelPlan(pp=1, ep=16, dp=16, distributed_optimizer=True),
+        plan=EP16,
         options=opts(moe_dispatcher="flex"),
     ),
     Case(
         model=MOE,
-        plan=ParallelPlan(pp=1, ep=16, dp=16, distributed_optimizer=True),
+        plan=EP16,
         options=opts(moe_dispatcher="flex", moe_a2a_overlap=True),
     ),
     Case(
@@ -143,7 +133,7 @@ CASES = (
     ),
     Case(
         model=MOE,
-        plan=ParallelPlan(pp=1, ep=16, dp=16, distributed_optimizer=True),
+        plan=EP16,
         options=opts(moe_dispatcher="flex"),
         profile=B200,
     ),
@@ -157,10 +147,6 @@ CASES = (
 
 
 @settings(max_examples=1000, deadline=None, derandomize=True)
-@given(
-    index=st.integers(0, len(CASES) - 1),
-    rate=st.sampled_from(sorted(RATES)),
-    factor=st.floats(0.5, 1.0, exclude_max=True),
-)
+@given(**draws(CASES))
 def test_a_slower_rate_never_speeds_up_a_plan(index: int, rate: str, factor: float):
     check_rate(CASES, index, rate, factor)

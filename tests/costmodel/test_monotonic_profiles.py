@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from specs.plan import ParallelPlan
 from tests.costmodel.monotonic_fixture import (
     A100,
     B300,
     DENSE,
+    EP16,
     GB200,
     GB300,
+    INTERLEAVED_TP_OVERLAP,
     MHA,
     MOE,
-    RATES,
     ROUTER,
     Case,
     check_rate,
+    draws,
     moe_plan,
     opts,
 )
@@ -103,22 +104,14 @@ CASES = (
     ),
     Case(
         model=DENSE,
-        plan=ParallelPlan(
-            tp=4,
-            pp=2,
-            vpp=2,
-            schedule="interleaved",
-            dp=2,
-            sequence_parallel=True,
-            tp_comm_overlap=True,
-        ),
+        plan=INTERLEAVED_TP_OVERLAP,
         options=opts(fp8_recipe="mxfp8"),
         precision="fp8",
         profile=B300,
     ),
     Case(
         model=MOE,
-        plan=ParallelPlan(pp=1, ep=16, dp=16, distributed_optimizer=True),
+        plan=EP16,
         options=opts(moe_dispatcher="flex", moe_a2a_overlap=True),
         profile=B300,
     ),
@@ -144,11 +137,7 @@ CASES = (
 
 
 @settings(max_examples=600, deadline=None, derandomize=True)
-@given(
-    index=st.integers(0, len(CASES) - 1),
-    rate=st.sampled_from(sorted(RATES)),
-    factor=st.floats(0.5, 1.0, exclude_max=True),
-)
+@given(**draws(CASES))
 def test_a_slower_rate_never_speeds_up_a_plan(index: int, rate: str, factor: float):
     check_rate(CASES, index, rate, factor)
 
