@@ -56,7 +56,7 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
 )
 from costmodel.runtimes.megatron.moe_costs import routed_experts
 from costmodel.runtimes.megatron.moe_experts import unattributed_device_s
-from costmodel.runtimes.megatron.moe_host_floor import moe_host_floor
+from costmodel.runtimes.megatron.moe_host_floor import FloorPasses, moe_host_floor
 from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, selective_rerun
 from costmodel.runtimes.megatron.shared_gate_costs import shared_expert_gate_s
 from costmodel.runtimes.megatron.userbuffers import sm_count
@@ -139,7 +139,8 @@ def layer_passes(
     forward = att_f.plus(ffn.forward).plus(PassCost(compute_s=ffn.norm_forward_s))
     backward = att_b.plus(ffn.backward).plus(PassCost(compute_s=ffn.norm_backward_s))
     extra_b = ffn.norm_backward_s
-    routed_forward_s, paired = ffn.routed_forward_s, 0.0
+    single = FloorPasses(forward=forward, backward=backward, routed_forward_s=ffn.routed_forward_s)
+    merged, paired = None, 0.0
     if kind.is_moe and a2a_overlap_applies(plan, options):
         paired = a2a_paired_fraction(
             plan.pp, plan.vpp, plan.num_microbatches(job.global_batch_size)
@@ -148,13 +149,16 @@ def layer_passes(
             (ffn.forward, ffn.backward, ffn.wgrad_s),
             flex_comm_sm_share(sm_count(profile), options),
         )
-        serial_ep_s = forward.ep_exposed_s
-        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
-        routed_forward_s -= max(0.0, serial_ep_s - forward.ep_exposed_s)
-    if kind.is_moe:
-        host_f, host_b = moe_host_floor(
-            model, plan, x, forward, backward, options, routed_forward_s, paired
+        merged_f, merged_b = a2a_overlapped_passes(forward, backward, experts, 1.0, share)
+        hidden_s = max(0.0, forward.ep_exposed_s - merged_f.ep_exposed_s)
+        merged = FloorPasses(
+            forward=merged_f,
+            backward=merged_b,
+            routed_forward_s=ffn.routed_forward_s - hidden_s,
         )
+        forward, backward = a2a_overlapped_passes(forward, backward, experts, paired, share)
+    if kind.is_moe:
+        host_f, host_b = moe_host_floor(model, plan, x, single, options, merged, paired)
         forward, backward = forward.plus(host_f), backward.plus(host_b)
         extra_b += host_b.compute_s
     return LayerPasses(

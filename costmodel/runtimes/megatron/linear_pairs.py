@@ -155,9 +155,8 @@ def _userbuffers_pair(
     (or 16-bit) norm output with a blocking NCCL ``gather_along_first_dim`` before the
     whole GEMM: exposed, at `sp_all_gather_bytes`, its MXFP8 scales inside those bytes.
 
-    An MXFP8 job's ``fill_userbuffers_buffer_for_all_gather`` (TE `pytorch/module/base.py`,
-    v2.5 to HEAD) gathers each copy's E8M0 scales (T·h/32 bytes) with a blocking NCCL
-    ``all_gather_into_tensor`` beside the buffer: exposed forward for the norm output and
+    An MXFP8 job gathers each copy's E8M0 scales beside the buffer with a blocking NCCL
+    all-gather (`mxfp8_scale_gather`): exposed forward for the norm output and
     backward for the output gradient's row-wise copy (``grad_output_preprocess``) and the
     norm output's column-wise copy (the ``bulk`` dgrad overlap); a ``frozen`` pair gathers
     the row-wise output gradient alone. Its wgrad reads a column-wise output gradient
@@ -187,14 +186,10 @@ def _userbuffers_pair(
     backward = PassCost(tp_s=ag + rs, tp_exposed_s=bwd, tp_bytes=gather + size)
     if x.dtype != "fp8" or recipe != "mxfp8":
         return forward, backward
-    scales = x.tokens * h / MXFP8_BLOCK_ELEMENTS
-    scale_s = collective_time_s(profile, "all_gather", scales, groups.tp)
-    exposed = 1 if frozen else 2
+    scales = mxfp8_scale_gather(profile, x, h, groups)
     if not norm_returned:
-        forward = forward.plus(PassCost(tp_s=scale_s, tp_exposed_s=scale_s, tp_bytes=scales))
-    backward = backward.plus(
-        PassCost(tp_s=exposed * scale_s, tp_exposed_s=exposed * scale_s, tp_bytes=exposed * scales)
-    )
+        forward = forward.plus(scales)
+    backward = backward.plus(scales.scaled(1 if frozen else 2))
     if frozen:
         return forward, backward
     return forward, backward.plus(mxfp8_wgrad_gradient(profile, x, h, groups, second))
@@ -217,15 +212,31 @@ def mxfp8_wgrad_gradient(
     ``_all_gather_mxfp8`` gathers them (`sp_all_gather_bytes`). ``second`` None (a layer
     without its own row-parallel GEMM, MLA here): the traffic alone."""
     gather = userbuffers_all_gather_bytes(x, h)
-    scales = x.tokens * h / MXFP8_BLOCK_ELEMENTS
-    comm_s = collective_time_s(profile, "all_gather", scales, groups.tp)
-    comm_s += collective_time_s(profile, "all_gather", gather, groups.tp)
+    scales = mxfp8_scale_gather(profile, x, h, groups)
+    comm_s = scales.tp_s + collective_time_s(profile, "all_gather", gather, groups.tp)
     if second is None:
-        return PassCost(tp_s=comm_s, tp_bytes=gather + scales)
+        return PassCost(tp_s=comm_s, tp_bytes=gather + scales.tp_bytes)
     cast_s = fp8_quantize_time_s(profile, x.norm_tokens * h, x.elem, recipe="mxfp8", copies=1)
     m, n, k = second
     tail = ring_send_tail_s(profile, x.tp, x.dtype, gather, groups.tp, (m, k, n), cast_s + comm_s)
-    return PassCost(tp_s=comm_s, tp_exposed_s=tail, tp_bytes=gather + scales)
+    return PassCost(tp_s=comm_s, tp_exposed_s=tail, tp_bytes=gather + scales.tp_bytes)
+
+
+def mxfp8_scale_gather(
+    profile: HardwareProfile, x: LayerShape, h: int, groups: CommGroups
+) -> PassCost:
+    """One NCCL all-gather of the E8M0 scales of one MXFP8 copy of a [T, h] operand beside
+    its userbuffers all-gather (`tp_comm_overlap`): T·h/32 bytes (one scale per
+    `costmodel.memory_allowances.MXFP8_BLOCK_ELEMENTS` elements) over the TP group, all of
+    it exposed. TE ``fill_userbuffers_buffer_for_all_gather`` (`pytorch/module/base.py`,
+    v2.5 to HEAD) copies the data into the userbuffers buffer and gathers the scales with a
+    blocking ``all_gather_into_tensor``. Read by `_userbuffers_pair` (the norm output's and
+    the output gradient's copies, exposed on the main stream) and by `mxfp8_wgrad_gradient`
+    (the column-wise output gradient's, on the dgrad GEMM's send stream, where only its
+    seconds count)."""
+    scales_bytes = x.tokens * h / MXFP8_BLOCK_ELEMENTS
+    scale_s = collective_time_s(profile, "all_gather", scales_bytes, groups.tp)
+    return PassCost(tp_s=scale_s, tp_exposed_s=scale_s, tp_bytes=scales_bytes)
 
 
 def _reduction_under_wgrad(

@@ -116,29 +116,28 @@ def expert_launches(
     return python, per_expert * local_experts
 
 
-FUSED_MLP_DGRAD_LAUNCHES = 3
-"""Of the fused grouped MLP's backward launches (`FUSED_MLP_LAUNCHES`), those of the input
-gradient: the ``group_quantize`` of FC2's output gradient, the FC2 dgrad-dSwiGLU kernel and
-FC1's dgrad; the other two are the weight-gradient grouped GEMMs."""
+EXPERT_WGRAD_LAUNCHES = 2
+"""Of the backward launches of either implementation (`expert_launches`), those of the
+weight gradients, one per projection (FC2 and FC1): with ``GroupedLinear`` the two
+Python-level wgrad ``general_grouped_gemm`` calls of `GROUPED_LINEAR_CALLS` and, per local
+expert, the two wgrad cuBLASLt GEMMs of `UNFUSED_EXPERT_LAUNCHES`; with the fused grouped
+MLP the two weight-gradient grouped GEMMs of `FUSED_MLP_LAUNCHES`. The FP8 output-gradient
+quantizations (`GROUPED_QUANTIZE_CALLS`, `UNFUSED_EXPERT_FP8_LAUNCHES`) precede the dgrad
+GEMMs that read them and belong to the input-gradient part."""
 
 
 def expert_dgrad_launches(local_experts: int, fp8: bool, *, fused: bool) -> tuple[int, int]:
     """(Python-level, per-expert C++) launches of the local experts' input-gradient part of
-    a backward pass (`expert_launches`): ``GroupedLinear``'s dgrad half of
-    `GROUPED_LINEAR_CALLS` and `UNFUSED_EXPERT_LAUNCHES` (a dgrad and a wgrad GEMM for FC1
-    and FC2) with, under ``fp8``, the quantizations of the output gradients they read
-    (`GROUPED_QUANTIZE_CALLS`, `UNFUSED_EXPERT_FP8_LAUNCHES`); the fused grouped MLP's
-    `FUSED_MLP_DGRAD_LAUNCHES`. Under ``delay_wgrad_compute`` they run in ``mlp.backward``,
-    the weight gradients later in ``mlp.backward_dw`` (Megatron-LM
-    megatron/core/models/common/model_chunk_schedule_plan.py)."""
-    if fused:
-        return FUSED_MLP_DGRAD_LAUNCHES, 0
-    python = GROUPED_LINEAR_CALLS["backward"] // 2
-    per_expert = UNFUSED_EXPERT_LAUNCHES["backward"] // 2
-    if fp8:
-        python += GROUPED_QUANTIZE_CALLS["backward"]
-        per_expert += UNFUSED_EXPERT_FP8_LAUNCHES["backward"]
-    return python, per_expert * local_experts
+    a backward pass: the backward's `expert_launches` less the weight gradients'
+    `EXPERT_WGRAD_LAUNCHES` (Python-level, and per local expert with ``GroupedLinear``).
+    Under ``delay_wgrad_compute`` they run in ``mlp.backward``, the weight gradients later
+    in ``mlp.backward_dw`` (Megatron-LM
+    megatron/core/models/common/model_chunk_schedule_plan.py). ``_apply_bias``'s backward
+    launches of biased experts are not among them (`moe_host_floor` counts them with the
+    rest of the backward)."""
+    python, per_expert = expert_launches(local_experts, fp8, "backward", fused=fused)
+    wgrad_per_expert = 0 if fused else EXPERT_WGRAD_LAUNCHES * local_experts
+    return python - EXPERT_WGRAD_LAUNCHES, per_expert - wgrad_per_expert
 
 
 def expert_fp8_quantize_s(

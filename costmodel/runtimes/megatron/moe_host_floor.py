@@ -6,6 +6,8 @@ token-count synchronization of dropless routing (`moe_host_floor`). Read by
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from costmodel.compute import LOW_PRECISION_GEMM_DTYPES
 from costmodel.execution import ExecutionOptions
 from costmodel.passes import PassCost
@@ -28,14 +30,27 @@ from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FloorPasses:
+    """A MoE layer's forward and backward on the device as one kind of step runs them (alone,
+    or merged by the 1F1B all-to-all overlap), the currency of `moe_host_floor`."""
+
+    forward: PassCost
+    """The forward with the EP seconds this kind of step exposes."""
+    backward: PassCost
+    """The backward with the EP seconds this kind of step exposes."""
+    routed_forward_s: float
+    """Seconds of the routed experts' forward within ``forward`` (dispatch, experts,
+    combine), with the same exposed EP seconds."""
+
+
 def moe_host_floor(
     model: ModelSpec,
     plan: ParallelPlan,
     x: LayerShape,
-    forward: PassCost,
-    backward: PassCost,
+    single: FloorPasses,
     options: ExecutionOptions,
-    routed_forward_s: float,
+    merged: FloorPasses | None = None,
     paired: float = 0.0,
 ) -> tuple[PassCost, PassCost]:
     """Host-bound time a MoE layer adds per pass: its launches
@@ -49,11 +64,12 @@ def moe_host_floor(
     forward on the received token counts: the device then waits one Python-level launch for
     the next kernel, and the launches after the router and the dispatch preprocessing
     (`moe_launches.pre_sync_launches`, by `ExecutionOptions.moe_dispatcher`) hide only
-    behind the routed experts' own forward, ``routed_forward_s`` (dispatch, experts,
-    combine; its router kernels, which run before the synchronization, are a small part:
+    behind the routed experts' forward (dispatch, experts, combine; its router kernels,
+    which run before the synchronization, are a small part:
     `moe_experts.forward_host_floor_s`). The backward reuses the forward's split sizes and
     does not synchronize (`moe_launches.host_bound_s`). A latent MoE layer adds its
-    projections' launches (`moe_latent.latent_launches`, Python-level).
+    projections' launches (`moe_latent.latent_launches`, Python-level). ``single`` holds
+    the passes as they run alone, with all their EP seconds exposed.
 
     Under the 1F1B all-to-all overlap a share ``paired`` of the passes
     (`moe_a2a_overlap.a2a_paired_fraction`) runs as one merged step of a forward and
@@ -62,58 +78,85 @@ def moe_host_floor(
     kernels beside and after it (Megatron-LM
     megatron/core/models/common/model_chunk_schedule_plan.py,
     ``TransformerLayerSchedulePlan.run``). Those passes take the merged step's floor
-    (`merged_host_floor_s`), the rest the floors of single passes; ``routed_forward_s`` then
-    holds the routed experts' forward with only the EP seconds the overlap leaves exposed,
-    the currency of ``forward``."""
+    (`merged_host_floor_s`) over the ``merged`` passes (the EP seconds a merged step
+    exposes), the rest the floors of single passes over ``single``; each floor is weighed
+    by its share."""
+    launches = _host_launches(model, plan, x, options)
+    python_s = options.moe_host_launch_s
+    dropless = model.moe_capacity_factor is None and not (
+        options.cuda_graph_scopes & WHOLE_MOE_SCOPES
+    )
+    sync_s = python_s if dropless else 0.0
+
+    def post_sync_gpu_s(passes: FloorPasses) -> float:
+        forward_s = passes.forward.duration_s
+        return min(passes.routed_forward_s, forward_s) if dropless else forward_s
+
+    post_sync = launches.post_sync_s if dropless else launches.forward_s
+    extra_f = sync_s + forward_host_floor_s(
+        layer_gpu_s=single.forward.duration_s,
+        post_sync_gpu_s=post_sync_gpu_s(single),
+        host_s=launches.forward_s,
+        post_sync_host_s=post_sync,
+    )
+    extra_b = host_bound_s(single.backward.duration_s, launches.backward_s)
+    if merged is None or paired <= 0.0:
+        return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
+    step = sync_s + merged_host_floor_s(
+        forward_gpu_s=merged.forward.duration_s,
+        backward_gpu_s=merged.backward.duration_s,
+        post_sync_gpu_s=post_sync_gpu_s(merged),
+        forward_host_s=launches.forward_s,
+        backward_host_s=launches.backward_s,
+        post_sync_host_s=post_sync,
+        backward_pre_sync_host_s=min(launches.backward_s, launches.dgrad_s),
+    )
+    extra_f = (1.0 - paired) * extra_f + paired * step
+    return PassCost(compute_s=extra_f), PassCost(compute_s=(1.0 - paired) * extra_b)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _HostSeconds:
+    """Host seconds of one MoE layer's eager launches (`_host_launches`)."""
+
+    forward_s: float
+    backward_s: float
+    post_sync_s: float
+    """Forward launches after the token-count synchronization of dropless routing."""
+    dgrad_s: float
+    """The experts' input-gradient launches of the backward
+    (`moe_experts.expert_dgrad_launches`)."""
+
+
+def _host_launches(
+    model: ModelSpec, plan: ParallelPlan, x: LayerShape, options: ExecutionOptions
+) -> _HostSeconds:
+    """Host seconds of the layer's launches (`moe_host_floor`), less those CUDA graphs
+    replay, with a latent MoE layer's projections."""
     python_s, expert_s = options.moe_host_launch_s, options.moe_expert_launch_s
     local = moe_shape(model, plan, x.norm_tokens).local_experts
     fused = options.moe_fused_grouped_mlp
     scopes, disp = options.cuda_graph_scopes, options.moe_dispatcher
+    quantized = x.dtype in LOW_PRECISION_GEMM_DTYPES  # NVFP4 experts launch what FP8 ones do
     launches = {
         d: moe_host_launches(
-            local,
-            x.dtype in LOW_PRECISION_GEMM_DTYPES,  # NVFP4 experts launch what FP8 ones do
-            d,
-            fused_mlp=fused,
-            dispatcher=disp,
-            biased=model.add_bias_linear,
+            local, quantized, d, fused_mlp=fused, dispatcher=disp, biased=model.add_bias_linear
         )
         for d in ("forward", "backward")
     }
     eager = {d: n.minus(captured_moe_launches(scopes, n, disp)) for d, n in launches.items()}
-    latent = latent_launches(model, x.dtype in LOW_PRECISION_GEMM_DTYPES, scopes)
+    latent = latent_launches(model, quantized, scopes)
     host_f = eager["forward"].host_s(python_s, expert_s)
     host_f += (latent.forward - latent.captured_forward) * python_s
     host_b = eager["backward"].host_s(python_s, expert_s)
     host_b += (latent.backward - latent.captured_backward) * python_s
-    dropless = model.moe_capacity_factor is None and not scopes & WHOLE_MOE_SCOPES
-    post_sync_gpu, post_sync, sync_s = forward.duration_s, host_f, 0.0
-    if dropless:
-        post_sync_gpu = min(routed_forward_s, forward.duration_s)
-        after = launches["forward"]
-        post_sync = max(after.python - pre_sync_launches(disp), 0) * python_s
-        post_sync += after.expert * expert_s + (latent.forward - latent.pre_sync) * python_s
-        sync_s = python_s
-    extra_f = sync_s + forward_host_floor_s(
-        layer_gpu_s=forward.duration_s,
-        post_sync_gpu_s=post_sync_gpu,
-        host_s=host_f,
-        post_sync_host_s=post_sync,
+    after = launches["forward"]
+    post_sync = max(after.python - pre_sync_launches(disp), 0) * python_s
+    post_sync += after.expert * expert_s + (latent.forward - latent.pre_sync) * python_s
+    dgrad_python, dgrad_expert = expert_dgrad_launches(local, quantized, fused=fused)
+    return _HostSeconds(
+        forward_s=host_f,
+        backward_s=host_b,
+        post_sync_s=post_sync,
+        dgrad_s=dgrad_python * python_s + dgrad_expert * expert_s,
     )
-    extra_b = host_bound_s(backward.duration_s, host_b)
-    if paired <= 0.0:
-        return PassCost(compute_s=extra_f), PassCost(compute_s=extra_b)
-    dgrad_python, dgrad_expert = expert_dgrad_launches(
-        local, x.dtype in LOW_PRECISION_GEMM_DTYPES, fused=fused
-    )
-    merged = sync_s + merged_host_floor_s(
-        forward_gpu_s=forward.duration_s,
-        backward_gpu_s=backward.duration_s,
-        post_sync_gpu_s=post_sync_gpu,
-        forward_host_s=host_f,
-        backward_host_s=host_b,
-        post_sync_host_s=post_sync,
-        backward_pre_sync_host_s=min(host_b, dgrad_python * python_s + dgrad_expert * expert_s),
-    )
-    extra_f = (1.0 - paired) * extra_f + paired * merged
-    return PassCost(compute_s=extra_f), PassCost(compute_s=(1.0 - paired) * extra_b)
