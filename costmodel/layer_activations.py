@@ -41,7 +41,10 @@ projection keeps its own FP8 copy, except where it saves its original input
 (`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
 tensor the attention kernel keeps. With FP8 attention (Megatron-core
 ``fp8_dot_product_attention``) the fused attention core saves its Q, K, V and output in
-the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`).
+the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`). A MoE layer's
+shared expert saves the 16-bit pre-MLP norm output under the same recipes unless it is
+recomputed (`costmodel.saved_inputs`), so that layer's ``fc1_input`` is counted 16-bit;
+the other ``set_save_original_input`` calls act on tensors their recompute frees.
 
 LoRA (`TrainingJob.lora`; Transformer Engine 4220403e, the pin of Megatron-Bridge v0.5.0,
 ``pytorch/module/linear.py`` and ``layernorm_linear.py``; Megatron-core d0b3b775
@@ -80,6 +83,7 @@ from costmodel.compute import FP32_BYTES, MASK_BYTES
 from costmodel.dsa_activations import dsa_tensors
 from costmodel.gdn_activations import gdn_tensors
 from costmodel.mamba_activations import mamba_tensors
+from costmodel.saved_inputs import shared_fc1_saves_input
 from specs.attention_params import mla_head_dims
 from specs.errors import SpecError
 from specs.job import TrainingJob
@@ -232,6 +236,20 @@ def _latent_tensors(model: ModelSpec, x: ActivationShard, tokens: float) -> dict
     }
 
 
+def _fc1_input_bytes(
+    model: ModelSpec, x: ActivationShard, plan: ParallelPlan, kind: LayerKind
+) -> float:
+    """The pre-MLP norm output a layer keeps (`lora_column_input_bytes`); in a MoE layer whose
+    shared expert's ``linear_fc1`` saves its 16-bit input
+    (`costmodel.saved_inputs.shared_fc1_saves_input`: Megatron-core
+    ``SharedExpertMLP.__init__``, `moe/shared_experts.py`), that 16-bit tensor, which the
+    router keeps as its own input, instead of the quantized copy."""
+    recipe_saves = x.proj_saves_input and x.lora is None
+    if kind.is_moe and shared_fc1_saves_input(model, plan, recipe_saves=recipe_saves):
+        return x.element_bytes * x.tokens * model.hidden_size / x.sp
+    return lora_column_input_bytes(x, model.hidden_size, "linear_fc1")
+
+
 def layer_activations(
     model: ModelSpec,
     job: TrainingJob,
@@ -301,7 +319,7 @@ def shard_layer_activations(
         tensors.update(gdn_tensors(model, x))
     if kind.mlp != "none":
         tensors["mlp_norm_input"] = e * n * h / x.sp
-        tensors["fc1_input"] = lora_column_input_bytes(x, h, "linear_fc1")
+        tensors["fc1_input"] = _fc1_input_bytes(model, x, plan, kind)
         tensors["mlp_mask"] = x.mask_bytes * n * h / x.sp
     if kind.is_moe:
         tensors.update(_moe_tensors(model, x, plan))

@@ -57,6 +57,7 @@ from costmodel.runtimes.megatron.moe_host_floor import moe_host_floor
 from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, selective_rerun
 from costmodel.runtimes.megatron.shared_gate_costs import shared_expert_gate_s
 from costmodel.runtimes.megatron.userbuffers import sm_count
+from costmodel.saved_inputs import shared_fc1_saves_input
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.layer_kinds import LayerKind
@@ -237,7 +238,10 @@ def _ffn_passes(
         mlp_b, mlp_d = mlp_b.plus(PassCost(compute_s=token_b)), mlp_d + token_b
         routed_forward_s = mlp_f.duration_s
         shared = model.moe_shared_expert_size
-        sh_f, sh_b, sh_d, sh_w = mlp_block(model, plan, profile, x, comm, shared, options)
+        saves = job.lora is None and shared_fc1_saves_input(model, plan)
+        sh_f, sh_b, sh_d, sh_w = mlp_block(
+            model, plan, profile, x, comm, shared, options, saves_input=saves
+        )
         if model.moe_shared_expert_gate:
             gate_f, gate_d, gate_w = shared_expert_gate_s(
                 profile, x.norm_tokens, model.hidden_size, x.elem

@@ -32,6 +32,7 @@ def mlp_block(
     options: ExecutionOptions = DEFAULT_OPTIONS,
     *,
     lora: LoraSpec | None = None,
+    saves_input: bool = False,
 ) -> tuple[PassCost, PassCost, float, float]:
     """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert).
 
@@ -39,7 +40,9 @@ def mlp_block(
     gradients (the forward adds ride in the fused bias-GeLU and bias-dropout-add). With
     ``lora`` (a LoRA job's dense MLP) the weights are frozen: no wgrad GEMM, and FC1's norm
     output is returned to its adapter when ``linear_fc1`` is a target
-    (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`)."""
+    (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`). ``saves_input``: FC1 saves its
+    16-bit input and quantizes it again in the backward (a shared expert:
+    `costmodel.saved_inputs.shared_fc1_saves_input`; ``fp8_pair_s`` ``column_saves_input``)."""
     if ffn == 0:
         return ZERO, ZERO, 0.0, 0.0
     h, gated = model.hidden_size, model.activation == "swiglu"
@@ -71,6 +74,7 @@ def mlp_block(
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
         userbuffers=plan.tp_comm_overlap,
+        column_saves_input=saves_input,
     )
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = tp_pair(

@@ -73,6 +73,7 @@ from costmodel.passes import CommGroups, PassCost
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.megatron.moe_latent import latent_projection_s
 from costmodel.runtimes.megatron.unfused_costs import expert_fc2_bias_time_s
+from costmodel.saved_inputs import expert_fc2_saves_input
 from profiles.schema import HardwareProfile
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -315,6 +316,7 @@ def routed_experts(
             local_experts=shape.local_experts,
             fused=fused,
             recipe=recipe,
+            fc2_saves_input=expert_fc2_saves_input(plan, fused_grouped_mlp=fused),
         )
         act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(

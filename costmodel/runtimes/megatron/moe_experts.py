@@ -60,9 +60,11 @@ Host launches of ``GroupedLinear`` (`expert_launches`), in two kinds with two pr
 
 from __future__ import annotations
 
+from costmodel.activation_shard import projection_saves_original_input
 from costmodel.fitted_rates import token_device_s as scaled_token_device_s
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.memory_allowances import QuantRecipe
+from costmodel.runtimes.megatron.requant_costs import saved_input_requant_s
 from costmodel.runtimes.megatron.unfused_costs import EXPERT_BIAS_KERNELS_PER_EXPERT
 from profiles.schema import HardwareProfile
 
@@ -152,6 +154,7 @@ def expert_fp8_quantize_s(
     local_experts: int,
     fused: bool,
     recipe: QuantRecipe,
+    fc2_saves_input: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing the expert GEMM operands of one pass over
     ``rows`` routed rows (all local experts together) of an FP8 run under ``recipe``, or of
@@ -169,22 +172,33 @@ def expert_fp8_quantize_s(
     and FC2's output gradient (backward), one quantization each (under current scaling one
     grouped amax pass first: ``compute_grouped_fp8_current_scaling_amax_and_scale`` in TE
     `pytorch/csrc/extensions/cast.cpp`); the other two are written by GEMM epilogues
-    (module docstring)."""
+    (module docstring).
 
-    def quantize(elements: float) -> float:
-        return fp8_quantize_time_s(profile, elements, elem, recipe=recipe)
+    ``fc2_saves_input`` (selective ``moe_act`` recompute, unfused path:
+    `costmodel.saved_inputs.expert_fc2_saves_input`): ``_GroupedLinear.forward`` casts FC2's
+    input row-wise alone and the backward quantizes the recomputed 16-bit input again per
+    expert (``_split_quantize`` after the dgrad GEMM, TE `module/grouped_linear.py`;
+    `costmodel.runtimes.megatron.requant_costs.saved_input_requant_s`); not under
+    ``delayed``, which TE refuses there."""
+
+    def quantize(elements: float, copies: int = 2) -> float:
+        return fp8_quantize_time_s(profile, elements, elem, recipe=recipe, copies=copies)
 
     if fused:
         one = quantize(rows * hidden)
         return one, one
     fc1_out = (2 if gated else 1) * width
     kernels = max(local_experts, 1)
+    original = fc2_saves_input and projection_saves_original_input(recipe)
 
-    def split(elements: float) -> float:
-        return kernels * quantize(elements / kernels)
+    def split(elements: float, copies: int = 2) -> float:
+        return kernels * quantize(elements / kernels, copies)
 
-    forward = split(rows * hidden) + split(rows * width)
+    forward = split(rows * hidden) + split(rows * width, 1 if original else 2)
     backward = split(rows * hidden) + split(rows * fc1_out)
+    if original:
+        again = saved_input_requant_s(profile, rows * width / kernels, elem, recipe, gathered=False)
+        backward += kernels * again
     return forward, backward
 
 
