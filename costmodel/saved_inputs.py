@@ -3,7 +3,8 @@ instead of its quantized copy (Megatron-core ``set_save_original_input``,
 `megatron/core/extensions/transformer_engine.py`), by plan and model; the recipe gate is
 `costmodel.activation_shard.projection_saves_original_input` (every recipe but
 ``delayed`` under fp8, every nvfp4 run), the time of the second cast in the backward is in
-`costmodel.runtimes.megatron.requant_costs`.
+`costmodel.runtimes.megatron.requant_costs` (the recompute-dependent ones added per plan by
+`costmodel.runtimes.megatron.saved_input_terms`).
 
 TE's ``_Linear`` and ``_GroupedLinear`` with ``save_original_input`` cast the input
 row-wise alone in the forward, keep the 16-bit tensor, and quantize it again for the wgrad

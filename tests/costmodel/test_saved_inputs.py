@@ -1,8 +1,8 @@
 """Linears that save their 16-bit input (costmodel.saved_inputs) and the backward's second
 quantization of that input (costmodel.runtimes.megatron.requant_costs,
 pair_quantization.fp8_pair_s ``column_saves_input``, moe_experts.expert_fp8_quantize_s
-``fc2_saves_input``), with the MoE layer's fc1_input they change
-(costmodel.layer_activations)."""
+``fc2_saves_input``, saved_input_terms through layer_cost), with the MoE layer's fc1_input
+they change (costmodel.layer_activations)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import dataclasses
 import pytest
 
 from costmodel.compute import memory_bound_time_s
+from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.layer_activations import kind_activations
+from costmodel.runtimes.megatron.layer_costs import LayerCost, layer_cost
 from costmodel.runtimes.megatron.layer_shape import layer_shape
+from costmodel.runtimes.megatron.moe_costs import expert_quantize_s
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.megatron.pair_quantization import fp8_pair_s
 from costmodel.runtimes.megatron.requant_costs import mla_requant_s, saved_input_requant_s
@@ -148,16 +151,71 @@ def test_expert_fc2_input_is_cast_again_per_expert_under_moe_act_recompute():
 
 def test_mla_casts_its_projection_input_and_down_projection_inputs_again():
     # DeepSeek-V3, s = 4096, tp2 with SP: the output projection's input is
-    # 4096 x 128 heads x 128 (v_head_dim) / 2 per rank; under layernorm recompute each of the
-    # two down projections (q_lora_rank set) casts the 2048 x 7168 norm output again. MXFP8:
-    # read 2, write 1 byte per element each.
+    # 4096 x 128 heads x 128 (v_head_dim) / 2 per rank; under layernorm recompute each down
+    # projection casts the 2048 x 7168 norm output again. MXFP8: read 2, write 1 byte per
+    # element each.
     x = layer_shape(FP8_JOB, SP2)
     proj, down = 4096.0 * 128 * 128 / 2, 2048.0 * 7168
     want = memory_bound_time_s(GB200, 3 * proj)
-    assert mla_requant_s(DSV3, SP2, GB200, x, "mxfp8") == pytest.approx(want)
-    want += 2 * memory_bound_time_s(GB200, 3 * down)
-    assert mla_requant_s(DSV3, _selective("layernorm"), GB200, x, "mxfp8") == pytest.approx(want)
-    assert mla_requant_s(DSV3, _selective("layernorm"), GB200, x, "delayed") == 0.0
-    assert mla_requant_s(DSV3, SP2, GB200, x, "mxfp8", frozen=True) == 0.0
-    assert mla_requant_s(DSV3, SP2, GB200, layer_shape(BF16_JOB, SP2), "mxfp8") == 0.0
-    assert mla_requant_s(LLAMA, _selective("layernorm"), GB200, x, "mxfp8") == 0.0
+    assert mla_requant_s(DSV3, GB200, x, "mxfp8") == pytest.approx(want)
+    want = memory_bound_time_s(GB200, 3 * down)
+    assert mla_requant_s(DSV3, GB200, x, "mxfp8", down_projection=True) == pytest.approx(want)
+    assert mla_requant_s(DSV3, GB200, x, "delayed") == 0.0
+    assert mla_requant_s(DSV3, GB200, x, "mxfp8", frozen=True) == 0.0
+    assert mla_requant_s(DSV3, GB200, layer_shape(BF16_JOB, SP2), "mxfp8") == 0.0
+    assert mla_requant_s(LLAMA, GB200, x, "mxfp8") == 0.0
+
+
+MX = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
+
+
+def _layer(plan: ParallelPlan, kind: LayerKind = MOE_LAYER) -> LayerCost:
+    return layer_cost(DSV3, FP8_JOB, plan, GB200, kind=kind, options=MX)
+
+
+def test_moe_layer_backward_carries_the_shared_expert_cast_unless_it_is_recomputed():
+    # DeepSeek-V3 MoE layer, MXFP8, tp2 with SP: recomputing the shared expert
+    # (SharedExpertMLP.__init__ skips set_save_original_input) restores the saved MXFP8 copy:
+    # the layer's forward writes one copy more and its backward lacks exactly the shared FC1
+    # input's second cast (fp8_pair_s on the shared expert's shapes: FC1 2 x 2048/2 wide, FC2
+    # input 2048/2).
+    saving, recomputed = _selective("core_attn"), _selective("core_attn", "shared_experts")
+    x = layer_shape(FP8_JOB, saving)
+    h, ffn = DSV3.hidden_size, DSV3.moe_shared_expert_size / 2
+    plain = fp8_pair_s(GB200, x, h, 2 * ffn, ffn, "mxfp8", MX.cudnn_norm)
+    saved = fp8_pair_s(GB200, x, h, 2 * ffn, ffn, "mxfp8", MX.cudnn_norm, column_saves_input=True)
+    with_save, without = _layer(saving), _layer(recomputed)
+    assert with_save.backward.compute_s - without.backward.compute_s == pytest.approx(
+        saved[1] - plain[1]
+    )
+    assert with_save.forward.compute_s - without.forward.compute_s == pytest.approx(
+        saved[0] - plain[0]
+    )
+    assert with_save.dgrad_s - without.dgrad_s == pytest.approx(saved[1] - plain[1])
+
+
+def test_layer_backward_adds_expert_fc2_and_down_projection_casts_by_recompute_module():
+    # moe_act: the routed experts' FC2 input cast again per expert (expert_quantize_s with
+    # and without fc2_saves_input); layernorm: the two down projections' norm output (q_lora
+    # set), 2048 x 7168 each, MXFP8 read 2 write 1.
+    base = _layer(_selective("core_attn"))
+    x = layer_shape(FP8_JOB, SP2)
+    tokens = x.norm_tokens
+    routed = [
+        expert_quantize_s(DSV3, SP2, GB200, tokens, 2, "fp8", MX, fc2_saves_input=s)
+        for s in (False, True)
+    ]
+    moe_act = _layer(_selective("core_attn", "moe_act"))
+    assert moe_act.backward.compute_s - base.backward.compute_s == pytest.approx(
+        routed[1][1] - routed[0][1]
+    )
+    assert moe_act.forward.compute_s - base.forward.compute_s == pytest.approx(
+        routed[1][0] - routed[0][0]
+    )
+    layernorm = _layer(_selective("core_attn", "layernorm"))
+    down = 2 * memory_bound_time_s(GB200, 3 * 2048.0 * 7168)
+    assert layernorm.backward.compute_s - base.backward.compute_s == pytest.approx(down)
+    dense = LayerKind(mixer="attention", mlp="dense")
+    dense_delta = _layer(_selective("core_attn", "layernorm"), dense).backward.compute_s
+    dense_delta -= _layer(_selective("core_attn"), dense).backward.compute_s
+    assert dense_delta == pytest.approx(down)

@@ -159,13 +159,7 @@ def attention_block(
     )
     ew_fwd += fp8_f
     ew_bwd += fp8_b + mla_requant_s(
-        model,
-        plan,
-        profile,
-        x,
-        options.fp8_recipe,
-        frozen=frozen,
-        fused_rht=options.nvfp4_fused_rht_cast,
+        model, profile, x, options.fp8_recipe, frozen=frozen, fused_rht=options.nvfp4_fused_rht_cast
     )
     tp_f, tp_b = tp_pair(
         profile,

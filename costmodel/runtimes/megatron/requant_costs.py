@@ -24,11 +24,9 @@ from costmodel.compute import LOW_PRECISION_GEMM_DTYPES
 from costmodel.fp8_quantization import fp8_quantize_time_s, operand_recipe
 from costmodel.memory_allowances import Fp8Recipe, QuantRecipe
 from costmodel.runtimes.megatron.layer_shape import LayerShape
-from costmodel.saved_inputs import mla_down_projections_saving_input
 from profiles.schema import HardwareProfile
 from specs.attention_params import mla_head_dims
 from specs.model import ModelSpec
-from specs.plan import ParallelPlan
 
 
 def saved_input_requant_s(
@@ -54,32 +52,29 @@ def saved_input_requant_s(
 
 def mla_requant_s(
     model: ModelSpec,
-    plan: ParallelPlan,
     profile: HardwareProfile,
     x: LayerShape,
     fp8_recipe: Fp8Recipe,
     *,
+    down_projection: bool = False,
     frozen: bool = False,
     fused_rht: bool = True,
 ) -> float:
-    """Backward seconds of MLA's saved inputs quantized again (0 unless the job runs fp8 or
-    nvfp4 GEMMs, or for a ``frozen`` LoRA base): the output projection's input, T x a·d_v/tp
-    (``MultiLatentAttention.__init__``; row-parallel, not gathered), and under ``layernorm``
-    recompute the norm output each down projection reads, once per projection
-    (`costmodel.saved_inputs.mla_down_projections_saving_input`; ``parallel_mode
-    'duplicated'`` linears on the rank's T/tp rows with sequence parallelism, not gathered).
-    MLA's forward casts are priced as one column-parallel input (`attention_costs`), so no
-    forward saving is taken off."""
+    """Backward seconds of one MLA input saved in 16 bits and quantized again (0 unless the
+    job runs fp8 or nvfp4 GEMMs, or for a ``frozen`` LoRA base): the output projection's
+    input, T x a·d_v/tp (``MultiLatentAttention.__init__``; row-parallel, not gathered), or
+    with ``down_projection`` the norm output one down projection reads under ``layernorm``
+    recompute (`costmodel.saved_inputs.mla_down_projections_saving_input` counts them;
+    ``parallel_mode='duplicated'`` linears on the rank's T/tp rows with sequence
+    parallelism, not gathered). MLA's forward casts are priced as one column-parallel input
+    (`attention_costs`), so no forward saving is taken off."""
     if x.dtype not in LOW_PRECISION_GEMM_DTYPES or frozen or not model.uses_mla:
         return 0.0
-    recipe = operand_recipe(x.dtype, fp8_recipe)
     _, _, d_v = mla_head_dims(model)
-    proj = x.tokens * model.num_attention_heads * d_v / x.tp
-    down = mla_down_projections_saving_input(model, plan)
-
-    def again(elements: float) -> float:
-        return saved_input_requant_s(
-            profile, elements, x.elem, recipe, gathered=False, fused_rht=fused_rht
-        )
-
-    return again(proj) + down * again(x.norm_tokens * model.hidden_size)
+    elements = x.tokens * model.num_attention_heads * d_v / x.tp
+    if down_projection:
+        elements = x.norm_tokens * model.hidden_size
+    recipe = operand_recipe(x.dtype, fp8_recipe)
+    return saved_input_requant_s(
+        profile, elements, x.elem, recipe, gathered=False, fused_rht=fused_rht
+    )
