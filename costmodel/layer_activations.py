@@ -210,12 +210,13 @@ def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> di
     if model.moe_shared_expert_gate:
         shared["shared_gate"] = x.element_bytes * routed_tokens * (model.hidden_size + 1)
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
+    expert_bytes = x.element_bytes if x.expert_fc1_saves_input else x.gemm_input_bytes
     etp, row_width = plan.expert_tp, model.expert_hidden_size
     return {
         "router": 2 * FP32_BYTES * routed_tokens * model.num_experts,  # logits, probabilities
         **shared,
         **_latent_tensors(model, x, routed_tokens),
-        "expert_input": x.gemm_input_bytes * rows * etp * row_width,  # gathered over expert TP
+        "expert_input": expert_bytes * rows * etp * row_width,  # gathered over expert TP
         **_mlp_tensors(model, x, model.expert_ffn_hidden_size, rows * etp, etp, "expert_"),
         "expert_row_probs": FP32_BYTES * rows * etp,  # the probability-weighted activation
     }
@@ -260,10 +261,12 @@ def layer_activations(
     dropout: bool = True,
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
+    expert_fc1_saves_input: bool = False,
 ) -> LayerActivations:
     """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring);
     ``proj_saves_input``: `projection_saves_original_input` of the run's FP8 recipe;
-    ``fp8_attention_recipe``: that recipe when attention runs in FP8, else None."""
+    ``fp8_attention_recipe``: that recipe when attention runs in FP8, else None;
+    ``expert_fc1_saves_input``: `costmodel.saved_inputs.expert_fc1_saves_input` of the run."""
     if not 0 <= layer_index < model.num_layers:
         raise SpecError(
             f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
@@ -278,6 +281,7 @@ def layer_activations(
         dropout=dropout,
         proj_saves_input=proj_saves_input,
         fp8_attention_recipe=fp8_attention_recipe,
+        expert_fc1_saves_input=expert_fc1_saves_input,
     )
 
 
@@ -291,10 +295,13 @@ def kind_activations(
     dropout: bool = True,
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
+    expert_fc1_saves_input: bool = False,
 ) -> LayerActivations:
     """`layer_activations` of a layer of ``kind`` (`specs.layer_kinds.LayerKind`) of the
     model's shape, whether or not the model has one."""
-    x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
+    x = activation_shard(
+        job, plan, dropout, proj_saves_input, fp8_attention_recipe, expert_fc1_saves_input
+    )
     return shard_layer_activations(model, x, plan, kind, attention)
 
 

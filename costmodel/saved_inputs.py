@@ -17,7 +17,7 @@ saved and nothing is cast again.
 
 The calls, Megatron-LM 2026-08 HEAD (d98e8a64), all from core_v0.15.0 (781e7658, "Support
 recomputation for FP8 layernorm/moe_act/shared_experts") unless said, so at the pin of
-every Megatron-Bridge release 25.11 to 26.06 (v0.2.0 to v0.6.0):
+every Megatron-Bridge release v0.2.0 to v0.6.0:
 
 - the attention output projection (``Attention.__init__``, `attention.py`, core_v0.14.0;
   MLA ``MultiLatentAttention.__init__``, `multi_latent_attention.py`; DSA's absorbed MLA,
@@ -41,6 +41,12 @@ every Megatron-Bridge release 25.11 to 26.06 (v0.2.0 to v0.6.0):
   reached from ``TransformerLayer.__init__`` when ``input_layernorm`` is a norm of its
   own, as in the MLA layer spec): the norm output they read is discarded and recomputed.
   `mla_down_projections_saving_input`.
+- the routed experts' ``linear_fc1`` under fine-grained offloading of ``expert_fc1``
+  (``TEGroupedMLP.__init__``, `moe/experts.py`, from b97184db, core of Megatron-Bridge
+  v0.3.0 on; HEAD and the core of v0.6.0 skip it under MXFP8 and NVFP4, v0.3.0 to v0.5.0
+  set it under every recipe): of the recipes TE accepts, current scaling alone, as at
+  HEAD. The expert rows it saves, and the offload moves, are 16-bit
+  (`costmodel.layer_activations` ``expert_input``). `expert_fc1_saves_input`.
 
 Calls that no paraplan plan reaches, not priced:
 
@@ -53,11 +59,6 @@ Calls that no paraplan plan reaches, not priced:
   ``mla_down_proj_fusion``, from 8fd390d1, core of Megatron-Bridge v0.4.0 on): with
   Transformer Engine the spec fuses the input norm into the down projection
   (``IdentityOp`` input norm), so the call is skipped; paraplan has no such option either.
-
-Left out: the routed experts' ``linear_fc1`` under fine-grained offloading of
-``expert_fc1`` (`moe/experts.py`, from b97184db, core of Megatron-Bridge v0.3.0 on; not under
-MXFP8 or NVFP4 from the core of v0.6.0) would move 16-bit expert rows to the host under
-current scaling and quantize them again in the backward; it is not priced.
 """
 
 from __future__ import annotations
@@ -86,6 +87,15 @@ def expert_fc2_saves_input(plan: ParallelPlan, *, fused_grouped_mlp: bool) -> bo
     ``moe_act`` recompute on the unfused ``GroupedLinear`` path (module docstring); the
     recipe gate is the caller's."""
     return "moe_act" in plan.selective_modules and not fused_grouped_mlp
+
+
+def expert_fc1_saves_input(plan: ParallelPlan, precision: str, fp8_recipe: str) -> bool:
+    """True when the routed experts' ``linear_fc1`` saves its 16-bit input rows: fine-grained
+    offloading of ``expert_fc1`` in an fp8 job under per-tensor current scaling
+    (``tensorwise``); Megatron-core skips MXFP8 and NVFP4 and TE refuses ``delayed``
+    (module docstring)."""
+    offloaded = "expert_fc1" in plan.offload_modules
+    return offloaded and precision == "fp8" and fp8_recipe == "tensorwise"
 
 
 def mla_down_projections_saving_input(model: ModelSpec, plan: ParallelPlan) -> int:

@@ -19,7 +19,9 @@ from costmodel.runtimes.megatron.moe_costs import expert_quantize_s
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.megatron.pair_quantization import fp8_pair_s
 from costmodel.runtimes.megatron.requant_costs import mla_requant_s, saved_input_requant_s
+from costmodel.runtimes.megatron.saved_input_terms import SavedInputTerms, saved_input_s
 from costmodel.saved_inputs import (
+    expert_fc1_saves_input,
     expert_fc2_saves_input,
     mla_down_projections_saving_input,
     shared_fc1_saves_input,
@@ -219,3 +221,63 @@ def test_layer_backward_adds_expert_fc2_and_down_projection_casts_by_recompute_m
     dense_delta = _layer(_selective("core_attn", "layernorm"), dense).backward.compute_s
     dense_delta -= _layer(_selective("core_attn"), dense).backward.compute_s
     assert dense_delta == pytest.approx(down)
+
+
+def _offloading(*modules: str) -> ParallelPlan:
+    return ParallelPlan.for_world(64, tp=2, sequence_parallel=True, etp=1, offload_modules=modules)
+
+
+def test_offloaded_expert_fc1_saves_its_16_bit_rows_under_current_scaling_only():
+    # TEGroupedMLP.__init__ (moe/experts.py, HEAD and the core of Megatron-Bridge v0.6.0):
+    # set_save_original_input(linear_fc1) with expert_fc1 offloading unless MXFP8 or NVFP4;
+    # TE refuses delayed scaling. DeepSeek-V3, s = 4096, tp2 with SP, etp1: 2048 tokens x
+    # top-8 = 16384 expert rows x 7168 per rank, 1 byte each as FP8 (117_440_512 B), 2 as
+    # bf16.
+    offload = _offloading("expert_fc1")
+    assert expert_fc1_saves_input(offload, "fp8", "tensorwise")
+    assert not expert_fc1_saves_input(offload, "fp8", "mxfp8")
+    assert not expert_fc1_saves_input(offload, "fp8", "delayed")
+    assert not expert_fc1_saves_input(offload, "nvfp4", "tensorwise")
+    assert not expert_fc1_saves_input(_offloading("moe_act"), "fp8", "tensorwise")
+    layer = kind_activations(DSV3, FP8_JOB, offload, MOE_LAYER, proj_saves_input=True)
+    assert dict(layer.tensors)["expert_input"] == 117_440_512
+    layer = kind_activations(
+        DSV3, FP8_JOB, offload, MOE_LAYER, proj_saves_input=True, expert_fc1_saves_input=True
+    )
+    assert dict(layer.tensors)["expert_input"] == 234_881_024
+
+
+def test_expert_fc1_input_is_cast_again_per_expert_under_current_scaling():
+    # _GroupedLinear.backward with save_original_input: Float8CurrentScalingQuantizer writes
+    # both copies (rowwise and columnwise), after its amax read (e); the forward casts the
+    # rows row-wise alone (e + 1 instead of e + 2; the amax read stays).
+    rows, h, w, experts = 65536.0, 2048, 768.0, 16
+    shape = dict(rows=rows, hidden=h, width=w, gated=True, elem=2, local_experts=experts)
+    plain = expert_fp8_quantize_s(GB200, **shape, fused=False, recipe="tensorwise")
+    saved = expert_fp8_quantize_s(
+        GB200, **shape, fused=False, recipe="tensorwise", fc1_saves_input=True
+    )
+    s = rows * h / experts
+    forward = memory_bound_time_s(GB200, 4 * s) - memory_bound_time_s(GB200, 3 * s)
+    assert plain[0] - saved[0] == pytest.approx(experts * forward)
+    again = memory_bound_time_s(GB200, 4 * s) + memory_bound_time_s(GB200, 2 * s)
+    assert saved[1] - plain[1] == pytest.approx(experts * again)
+
+
+def test_plan_turns_on_the_saved_input_terms_of_its_modules():
+    # saved_input_s adds each term where costmodel.saved_inputs' gate holds for the plan.
+    terms = SavedInputTerms(
+        shared_fc1=(-1.0, 2.0),
+        expert_fc2=(-10.0, 20.0),
+        expert_fc1=(-100.0, 200.0),
+        down_projection_s=1000.0,
+    )
+    cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
+    assert saved_input_s(terms, DSV3, FP8_JOB, SP2, cs) == (-1.0, 2.0)
+    plan = _selective("shared_experts", "moe_act", "layernorm")
+    assert saved_input_s(terms, DSV3, FP8_JOB, plan, cs) == (-10.0, 2020.0)
+    offload = _offloading("expert_fc1")
+    assert saved_input_s(terms, DSV3, FP8_JOB, offload, cs) == (-101.0, 202.0)
+    assert saved_input_s(terms, DSV3, FP8_JOB, offload, MX) == (-1.0, 2.0)
+    fused = dataclasses.replace(cs, moe_fused_grouped_mlp=True)
+    assert saved_input_s(terms, DSV3, FP8_JOB, _selective("moe_act"), fused) == (-1.0, 2.0)

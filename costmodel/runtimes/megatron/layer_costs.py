@@ -294,8 +294,8 @@ def layer_cost_from_passes(
     mode (selective: its modules, `saver_costs.selective_rerun`; full: the whole forward)
     and the copy time activation offloading leaves exposed
     (`saver_costs.layer_offload_exposed_s`), with the inputs its recompute modules make
-    the layer save in 16 bits (`saved_input_terms.saved_input_s`)."""
-    saved_f, saved_b = saved_input_s(passes.saved_inputs, model, plan, options)
+    the layer save in 16 bits (`saved_input_terms.saved_input_s`; offload modules too)."""
+    saved_f, saved_b = saved_input_s(passes.saved_inputs, model, job, plan, options)
     forward = passes.forward.plus(PassCost(compute_s=saved_f))
     backward = passes.backward.plus(PassCost(compute_s=saved_b))
     recompute = ZERO if plan.recompute == "none" else forward

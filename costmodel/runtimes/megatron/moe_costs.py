@@ -349,12 +349,14 @@ def expert_quantize_s(
     options: ExecutionOptions = DEFAULT_OPTIONS,
     *,
     fc2_saves_input: bool = False,
+    fc1_saves_input: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing the routed experts' GEMM operands of one
     microbatch of ``tokens`` router tokens (`moe_experts.expert_fp8_quantize_s` on the
     `moe_shape` of the pacing rank); 0 unless the job runs fp8 or fp4 GEMMs.
-    ``fc2_saves_input``: FC2 saves its 16-bit input (`costmodel.saved_inputs
-    .expert_fc2_saves_input`, applied by the caller)."""
+    ``fc2_saves_input``, ``fc1_saves_input``: FC2, FC1 saves its 16-bit input
+    (`costmodel.saved_inputs.expert_fc2_saves_input`, ``expert_fc1_saves_input``, applied
+    by the caller)."""
     if dtype not in ops.LOW_PRECISION_GEMM_DTYPES:
         return 0.0, 0.0
     shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
@@ -369,6 +371,7 @@ def expert_quantize_s(
         fused=options.moe_fused_grouped_mlp,
         recipe=operand_recipe(dtype, options.fp8_recipe),
         fc2_saves_input=fc2_saves_input,
+        fc1_saves_input=fc1_saves_input,
     )
 
 

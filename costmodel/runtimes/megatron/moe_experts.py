@@ -155,6 +155,7 @@ def expert_fp8_quantize_s(
     fused: bool,
     recipe: QuantRecipe,
     fc2_saves_input: bool = False,
+    fc1_saves_input: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing the expert GEMM operands of one pass over
     ``rows`` routed rows (all local experts together) of an FP8 run under ``recipe``, or of
@@ -179,7 +180,9 @@ def expert_fp8_quantize_s(
     input row-wise alone and the backward quantizes the recomputed 16-bit input again per
     expert (``_split_quantize`` after the dgrad GEMM, TE `module/grouped_linear.py`;
     `costmodel.runtimes.megatron.requant_costs.saved_input_requant_s`); not under
-    ``delayed``, which TE refuses there."""
+    ``delayed``, which TE refuses there. ``fc1_saves_input`` (fine-grained offloading of
+    ``expert_fc1`` under current scaling: `costmodel.saved_inputs.expert_fc1_saves_input`):
+    the same for FC1's input rows."""
 
     def quantize(elements: float, copies: int = 2) -> float:
         return fp8_quantize_time_s(profile, elements, elem, recipe=recipe, copies=copies)
@@ -189,16 +192,23 @@ def expert_fp8_quantize_s(
         return one, one
     fc1_out = (2 if gated else 1) * width
     kernels = max(local_experts, 1)
-    original = fc2_saves_input and projection_saves_original_input(recipe)
+    saves = projection_saves_original_input(recipe)
+    fc1_original, fc2_original = fc1_saves_input and saves, fc2_saves_input and saves
 
     def split(elements: float, copies: int = 2) -> float:
         return kernels * quantize(elements / kernels, copies)
 
-    forward = split(rows * hidden) + split(rows * width, 1 if original else 2)
+    def again(elements: float) -> float:
+        return kernels * saved_input_requant_s(
+            profile, elements / kernels, elem, recipe, gathered=False
+        )
+
+    forward = split(rows * hidden, 1 if fc1_original else 2)
+    forward += split(rows * width, 1 if fc2_original else 2)
     backward = split(rows * hidden) + split(rows * fc1_out)
-    if original:
-        again = saved_input_requant_s(profile, rows * width / kernels, elem, recipe, gathered=False)
-        backward += kernels * again
+    backward += (again(rows * hidden) if fc1_original else 0.0) + (
+        again(rows * width) if fc2_original else 0.0
+    )
     return forward, backward
 
 
