@@ -48,6 +48,9 @@ class ActivationShard:
     proj_saves_input: bool = False
     """The attention output projection saves its original (bf16) input, the tensor the
     attention kernel keeps, instead of an FP8 copy (`projection_saves_original_input`)."""
+    expert_fc1_saves_input: bool = False
+    """The routed experts' FC1 saves its 16-bit input rows instead of their quantized copy
+    (`costmodel.saved_inputs.expert_fc1_saves_input`)."""
     core_qkv_bytes: float
     """Bytes per element of the Q, K and V the fused attention core saves: element_bytes,
     or the FP8 form of FP8 attention (`costmodel.fp8_attention.core_saved_bytes`)."""
@@ -100,10 +103,11 @@ def activation_shard(
     dropout: bool = True,
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
+    expert_fc1_saves_input: bool = False,
 ) -> ActivationShard:
     """The shard of one microbatch on one rank; ``fp8_attention_recipe``: the FP8 recipe
     when the run's attention runs in FP8 (`costmodel.fp8_attention.core_saved_bytes`), else
-    None."""
+    None; ``expert_fc1_saves_input``: `ActivationShard.expert_fc1_saves_input`."""
     element = activation_element_bytes(job)
     core_qkv, core_output = core_saved_bytes(job.precision, fp8_attention_recipe, element)
     return ActivationShard(
@@ -118,6 +122,7 @@ def activation_shard(
         sp=plan.tp if plan.sequence_parallel else 1,
         element_bytes=element,
         proj_saves_input=proj_saves_input or job.precision == "nvfp4",
+        expert_fc1_saves_input=expert_fc1_saves_input,
         lora=job.lora,
     )
 

@@ -230,6 +230,7 @@ def stage_activations(
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
     bf16_layers: frozenset[int] = frozenset(),
+    expert_fc1_saves_input: bool = False,
 ) -> StageActivations:
     """Peak activation bytes of one rank of pipeline stage ``pp_rank``; ``dropout``: the run
     applies hidden dropout (its masks are kept); ``keep_outputs``: every chunk but the
@@ -242,10 +243,13 @@ def stage_activations(
     the FP8 recipe when attention runs in FP8 (`activation_shard`), else None;
     ``bf16_layers``: global indices of the decoder layers an fp8 or nvfp4 job keeps in bf16
     (`costmodel.bf16_layers.bf16_layers`), whose saved tensors are a bf16 job's
-    (`costmodel.bf16_layers.bf16_layer_job`, without FP8 attention)."""
+    (`costmodel.bf16_layers.bf16_layer_job`, without FP8 attention);
+    ``expert_fc1_saves_input``: `costmodel.saved_inputs.expert_fc1_saves_input` of the run."""
     m = plan.num_microbatches(job.global_batch_size)
     counts = in_flight_chunk_counts(plan.pp, plan.vpp, pp_rank, m)
-    x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
+    x = activation_shard(
+        job, plan, dropout, proj_saves_input, fp8_attention_recipe, expert_fc1_saves_input
+    )
     kinds = model.layer_kinds()
     by_kind = {
         kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(kinds)

@@ -41,7 +41,10 @@ projection keeps its own FP8 copy, except where it saves its original input
 (`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
 tensor the attention kernel keeps. With FP8 attention (Megatron-core
 ``fp8_dot_product_attention``) the fused attention core saves its Q, K, V and output in
-the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`).
+the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`). A MoE layer's
+shared expert saves the 16-bit pre-MLP norm output under the same recipes unless it is
+recomputed (`costmodel.saved_inputs`), so that layer's ``fc1_input`` is counted 16-bit;
+the other ``set_save_original_input`` calls act on tensors their recompute frees.
 
 LoRA (`TrainingJob.lora`; Transformer Engine 4220403e, the pin of Megatron-Bridge v0.5.0,
 ``pytorch/module/linear.py`` and ``layernorm_linear.py``; Megatron-core d0b3b775
@@ -85,6 +88,7 @@ from costmodel.compute import FP32_BYTES, MASK_BYTES
 from costmodel.dsa_activations import dsa_tensors
 from costmodel.gdn_activations import gdn_tensors
 from costmodel.mamba_activations import mamba_tensors
+from costmodel.saved_inputs import shared_fc1_saves_input
 from specs.attention_params import mla_head_dims
 from specs.block_checks import is_parallel_block
 from specs.errors import SpecError
@@ -193,7 +197,9 @@ def _branch_mask_divisor(model: ModelSpec, x: ActivationShard) -> int:
     return 1 if is_parallel_block(model.layer_block) else x.sp
 
 
-def _mlp_input_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]:
+def _mlp_input_tensors(
+    model: ModelSpec, x: ActivationShard, plan: ParallelPlan, kind: LayerKind
+) -> dict[str, float]:
     """The MLP part's norm input, FC1 input (the norm output) and dropout mask.
 
     Parallel block (GPT-NeoX ``ParallelTransformerLayer.forward``, ``gpt_j_residual``):
@@ -207,7 +213,7 @@ def _mlp_input_tensors(model: ModelSpec, x: ActivationShard) -> dict[str, float]
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
     mask = x.mask_bytes * n * h / _branch_mask_divisor(model, x)
     if model.layer_block == "sequential":
-        fc1 = lora_column_input_bytes(x, h, "linear_fc1")
+        fc1 = _fc1_input_bytes(model, x, plan, kind)
         return {"mlp_norm_input": e * n * h / x.sp, "fc1_input": fc1, "mlp_mask": mask}
     shared = model.layer_block == "parallel_shared_norm"
     fc1 = (x.fp8_copy_bytes if shared else x.gemm_input_bytes) * n * h / x.sp
@@ -240,12 +246,13 @@ def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> di
     if model.moe_shared_expert_gate:
         shared["shared_gate"] = x.element_bytes * routed_tokens * (model.hidden_size + 1)
     rows = model.moe_top_k * routed_tokens * (model.moe_capacity_factor or 1.0)
+    expert_bytes = x.element_bytes if x.expert_fc1_saves_input else x.gemm_input_bytes
     etp, row_width = plan.expert_tp, model.expert_hidden_size
     return {
         "router": 2 * FP32_BYTES * routed_tokens * model.num_experts,  # logits, probabilities
         **shared,
         **_latent_tensors(model, x, routed_tokens),
-        "expert_input": x.gemm_input_bytes * rows * etp * row_width,  # gathered over expert TP
+        "expert_input": expert_bytes * rows * etp * row_width,  # gathered over expert TP
         **_mlp_tensors(model, x, model.expert_ffn_hidden_size, rows * etp, etp, "expert_"),
         "expert_row_probs": FP32_BYTES * rows * etp,  # the probability-weighted activation
     }
@@ -266,6 +273,20 @@ def _latent_tensors(model: ModelSpec, x: ActivationShard, tokens: float) -> dict
     }
 
 
+def _fc1_input_bytes(
+    model: ModelSpec, x: ActivationShard, plan: ParallelPlan, kind: LayerKind
+) -> float:
+    """The pre-MLP norm output a layer keeps (`lora_column_input_bytes`); in a MoE layer whose
+    shared expert's ``linear_fc1`` saves its 16-bit input
+    (`costmodel.saved_inputs.shared_fc1_saves_input`: Megatron-core
+    ``SharedExpertMLP.__init__``, `moe/shared_experts.py`), that 16-bit tensor, which the
+    router keeps as its own input, instead of the quantized copy."""
+    recipe_saves = x.proj_saves_input and x.lora is None
+    if kind.is_moe and shared_fc1_saves_input(model, plan, recipe_saves=recipe_saves):
+        return x.element_bytes * x.tokens * model.hidden_size / x.sp
+    return lora_column_input_bytes(x, model.hidden_size, "linear_fc1")
+
+
 def layer_activations(
     model: ModelSpec,
     job: TrainingJob,
@@ -276,10 +297,12 @@ def layer_activations(
     dropout: bool = True,
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
+    expert_fc1_saves_input: bool = False,
 ) -> LayerActivations:
     """Bytes layer ``layer_index`` keeps per microbatch on one rank (see module docstring);
     ``proj_saves_input``: `projection_saves_original_input` of the run's FP8 recipe;
-    ``fp8_attention_recipe``: that recipe when attention runs in FP8, else None."""
+    ``fp8_attention_recipe``: that recipe when attention runs in FP8, else None;
+    ``expert_fc1_saves_input``: `costmodel.saved_inputs.expert_fc1_saves_input` of the run."""
     if not 0 <= layer_index < model.num_layers:
         raise SpecError(
             f"layer_index {layer_index} is outside 0..{model.num_layers - 1} for model "
@@ -294,6 +317,7 @@ def layer_activations(
         dropout=dropout,
         proj_saves_input=proj_saves_input,
         fp8_attention_recipe=fp8_attention_recipe,
+        expert_fc1_saves_input=expert_fc1_saves_input,
     )
 
 
@@ -307,10 +331,13 @@ def kind_activations(
     dropout: bool = True,
     proj_saves_input: bool = False,
     fp8_attention_recipe: str | None = None,
+    expert_fc1_saves_input: bool = False,
 ) -> LayerActivations:
     """`layer_activations` of a layer of ``kind`` (`specs.layer_kinds.LayerKind`) of the
     model's shape, whether or not the model has one."""
-    x = activation_shard(job, plan, dropout, proj_saves_input, fp8_attention_recipe)
+    x = activation_shard(
+        job, plan, dropout, proj_saves_input, fp8_attention_recipe, expert_fc1_saves_input
+    )
     return shard_layer_activations(model, x, plan, kind, attention)
 
 
@@ -334,7 +361,7 @@ def shard_layer_activations(
     elif kind.mixer == "gdn":
         tensors.update(gdn_tensors(model, x))
     if kind.mlp != "none":
-        tensors.update(_mlp_input_tensors(model, x))
+        tensors.update(_mlp_input_tensors(model, x, plan, kind))
     if kind.is_moe:
         tensors.update(_moe_tensors(model, x, plan))
     elif kind.mlp == "dense":

@@ -54,6 +54,7 @@ from costmodel.model_state import (
 )
 from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision
 from costmodel.rank_params import StageParams, stage_layer_indices, stage_params
+from costmodel.saved_inputs import expert_fc1_saves_input
 from costmodel.vocab_activations import CrossEntropyFusion
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -319,6 +320,7 @@ def memory_per_stage(
             proj_saves_input=proj_saves_input,
             fp8_attention_recipe=fp8_weights.recipe if fp8_attention else None,
             bf16_layers=bf16_layers,
+            expert_fc1_saves_input=expert_fc1_saves_input(plan, job.precision, fp8_weights.recipe),
         )
         stages.append(
             _stage_memory(model, job, plan, rank, params, acts, layout, frame, fragmentation)

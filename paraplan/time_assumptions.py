@@ -25,7 +25,7 @@ from specs.plan import ParallelPlan
 HOST_DRIVEN_OVERLAP_LINE = (
     "  MoE all-to-all overlap (--overlap-moe-expert-parallel-comm) without a full-iteration "
     "CUDA graph: priced as the merged 1F1B step hides the exchange; the published runs that "
-    "drive it from the host gain less (8 dev-set rows predicted 6-31% fast, median -9% with "
+    "drive it from the host gain less (8 dev-set rows predicted 5-31% fast, median -9% with "
     "per-layer graphs and -28% without: bench/a2a_overlap.py --rows)"
 )
 """The caveat `time_assumptions` adds where the overlap runs with host work in the step."""

@@ -51,6 +51,7 @@ from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, dsa_gathered_width
 from costmodel.runtimes.megatron.layer_shape import LayerShape, block_elementwise_s, gemm3
 from costmodel.runtimes.megatron.linear_pairs import tp_pair
 from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
+from costmodel.runtimes.megatron.requant_costs import mla_requant_s
 from costmodel.runtimes.megatron.saver_costs import mla_up_projection_share
 from costmodel.runtimes.megatron.unfused_costs import rope_time_s
 from costmodel.runtimes.megatron.userbuffers import Shape
@@ -157,7 +158,9 @@ def attention_block(
         row_saves_input=True,
     )
     ew_fwd += fp8_f
-    ew_bwd += fp8_b
+    ew_bwd += fp8_b + mla_requant_s(
+        model, profile, x, options.fp8_recipe, frozen=frozen, fused_rht=options.nvfp4_fused_rht_cast
+    )
     tp_f, tp_b = tp_pair(
         profile,
         plan,

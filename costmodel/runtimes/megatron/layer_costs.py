@@ -57,6 +57,11 @@ from costmodel.runtimes.megatron.moe_a2a_overlap import (
 from costmodel.runtimes.megatron.moe_costs import routed_experts
 from costmodel.runtimes.megatron.moe_experts import unattributed_device_s
 from costmodel.runtimes.megatron.moe_host_floor import FloorPasses, moe_host_floor
+from costmodel.runtimes.megatron.saved_input_terms import (
+    SavedInputTerms,
+    saved_input_s,
+    saved_input_terms,
+)
 from costmodel.runtimes.megatron.saver_costs import layer_offload_exposed_s, selective_rerun
 from costmodel.runtimes.megatron.shared_gate_costs import shared_expert_gate_s
 from costmodel.runtimes.megatron.userbuffers import sm_count
@@ -106,6 +111,9 @@ class LayerPasses:
     """Token rows of the layer's norms and element-wise ops on this rank."""
     elem: int
     """Bytes per activation element."""
+    saved_inputs: SavedInputTerms
+    """The time of the inputs the layer saves in 16 bits under some recompute modules
+    (`saved_input_terms.saved_input_s` picks the plan's)."""
 
 
 def layer_passes(
@@ -169,6 +177,7 @@ def layer_passes(
         wgrad_s=wgrad + ffn.wgrad_s,
         norm_tokens=x.norm_tokens,
         elem=x.elem,
+        saved_inputs=saved_input_terms(model, job, plan, profile, x, comm, options, kind),
     )
 
 
@@ -293,8 +302,11 @@ def layer_cost_from_passes(
     """`LayerCost` of a layer from its `layer_passes`: the rerun of the plan's recompute
     mode (selective: its modules, `saver_costs.selective_rerun`; full: the whole forward)
     and the copy time activation offloading leaves exposed
-    (`saver_costs.layer_offload_exposed_s`)."""
-    forward, backward = passes.forward, passes.backward
+    (`saver_costs.layer_offload_exposed_s`), with the inputs its recompute modules make
+    the layer save in 16 bits (`saved_input_terms.saved_input_s`; offload modules too)."""
+    saved_f, saved_b = saved_input_s(passes.saved_inputs, model, job, plan, options)
+    forward = passes.forward.plus(PassCost(compute_s=saved_f))
+    backward = passes.backward.plus(PassCost(compute_s=saved_b))
     recompute = ZERO if plan.recompute == "none" else forward
     if plan.recompute == "selective":
         recompute = selective_rerun(
@@ -325,7 +337,7 @@ def layer_cost_from_passes(
         forward=forward,
         backward=backward,
         recompute=recompute,
-        dgrad_s=passes.dgrad_s,
+        dgrad_s=passes.dgrad_s + saved_b,
         wgrad_s=passes.wgrad_s,
     )
 

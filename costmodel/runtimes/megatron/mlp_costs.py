@@ -33,6 +33,7 @@ def mlp_block(
     *,
     lora: LoraSpec | None = None,
     row_reduction: bool = True,
+    saves_input: bool = False,
 ) -> tuple[PassCost, PassCost, float, float]:
     """A TP-sharded MLP of inner size ``ffn`` over all tokens (dense MLP or shared expert).
 
@@ -42,7 +43,9 @@ def mlp_block(
     output is returned to its adapter when ``linear_fc1`` is a target
     (`costmodel.runtimes.megatron.pair_quantization.fp8_pair_s`). ``row_reduction`` False:
     the MLP of a parallel attention+MLP block, its FC2 output left unreduced
-    (`costmodel.runtimes.megatron.linear_pairs.tp_pair`)."""
+    (`costmodel.runtimes.megatron.linear_pairs.tp_pair`). ``saves_input``: FC1 saves its
+    16-bit input and quantizes it again in the backward (a shared expert:
+    `costmodel.saved_inputs.shared_fc1_saves_input`; ``fp8_pair_s`` ``column_saves_input``)."""
     if ffn == 0:
         return ZERO, ZERO, 0.0, 0.0
     h, gated = model.hidden_size, model.activation == "swiglu"
@@ -74,6 +77,7 @@ def mlp_block(
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
         userbuffers=plan.tp_comm_overlap,
+        column_saves_input=saves_input,
     )
     act_f, act_b = act_f + fp8_f, act_b + fp8_b
     tp_f, tp_b = tp_pair(

@@ -305,17 +305,7 @@ def routed_experts(
     recipe = None
     if dtype in ops.LOW_PRECISION_GEMM_DTYPES:
         recipe = operand_recipe(dtype, options.fp8_recipe)
-        quant_f, quant_b = expert_fp8_quantize_s(
-            profile,
-            rows=expert_rows,
-            hidden=row_width,
-            width=shape.width,
-            gated=gated,
-            elem=elem,
-            local_experts=shape.local_experts,
-            fused=fused,
-            recipe=recipe,
-        )
+        quant_f, quant_b = expert_quantize_s(model, plan, profile, tokens, elem, dtype, options)
         act = {"forward": act["forward"] + quant_f, "backward": act["backward"] + quant_b}
     copies = ops.memory_bound_time_s(
         profile,
@@ -347,6 +337,42 @@ def routed_experts(
         _collectives(profile, plan, shape, model, elem, groups, "backward", dispatcher)
     )
     return forward, backward, dgrad, wgrad
+
+
+def expert_quantize_s(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    tokens: float,
+    elem: int,
+    dtype: str,
+    options: ExecutionOptions = DEFAULT_OPTIONS,
+    *,
+    fc2_saves_input: bool = False,
+    fc1_saves_input: bool = False,
+) -> tuple[float, float]:
+    """(forward, backward) seconds of quantizing the routed experts' GEMM operands of one
+    microbatch of ``tokens`` router tokens (`moe_experts.expert_fp8_quantize_s` on the
+    `moe_shape` of the pacing rank); 0 unless the job runs fp8 or fp4 GEMMs.
+    ``fc2_saves_input``, ``fc1_saves_input``: FC2, FC1 saves its 16-bit input
+    (`costmodel.saved_inputs.expert_fc2_saves_input`, ``expert_fc1_saves_input``, applied
+    by the caller)."""
+    if dtype not in ops.LOW_PRECISION_GEMM_DTYPES:
+        return 0.0, 0.0
+    shape = moe_shape(model, plan, tokens, options.moe_load_imbalance)
+    return expert_fp8_quantize_s(
+        profile,
+        rows=shape.rows * plan.expert_tp,
+        hidden=model.expert_hidden_size,
+        width=shape.width,
+        gated=model.activation == "swiglu",
+        elem=elem,
+        local_experts=shape.local_experts,
+        fused=options.moe_fused_grouped_mlp,
+        recipe=operand_recipe(dtype, options.fp8_recipe),
+        fc2_saves_input=fc2_saves_input,
+        fc1_saves_input=fc1_saves_input,
+    )
 
 
 def _rows(value: float) -> int:

@@ -60,9 +60,11 @@ Host launches of ``GroupedLinear`` (`expert_launches`), in two kinds with two pr
 
 from __future__ import annotations
 
+from costmodel.activation_shard import projection_saves_original_input
 from costmodel.fitted_rates import token_device_s as scaled_token_device_s
 from costmodel.fp8_quantization import fp8_quantize_time_s
 from costmodel.memory_allowances import QuantRecipe
+from costmodel.runtimes.megatron.requant_costs import saved_input_requant_s
 from costmodel.runtimes.megatron.unfused_costs import EXPERT_BIAS_KERNELS_PER_EXPERT
 from profiles.schema import HardwareProfile
 
@@ -151,6 +153,8 @@ def expert_fp8_quantize_s(
     local_experts: int,
     fused: bool,
     recipe: QuantRecipe,
+    fc2_saves_input: bool = False,
+    fc1_saves_input: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) seconds of quantizing the expert GEMM operands of one pass over
     ``rows`` routed rows (all local experts together) of an FP8 run under ``recipe``, or of
@@ -168,22 +172,42 @@ def expert_fp8_quantize_s(
     and FC2's output gradient (backward), one quantization each (under current scaling one
     grouped amax pass first: ``compute_grouped_fp8_current_scaling_amax_and_scale`` in TE
     `pytorch/csrc/extensions/cast.cpp`); the other two are written by GEMM epilogues
-    (module docstring)."""
+    (module docstring).
 
-    def quantize(elements: float) -> float:
-        return fp8_quantize_time_s(profile, elements, elem, recipe=recipe)
+    ``fc2_saves_input`` (selective ``moe_act`` recompute, unfused path:
+    `costmodel.saved_inputs.expert_fc2_saves_input`): ``_GroupedLinear.forward`` casts FC2's
+    input row-wise alone and the backward quantizes the recomputed 16-bit input again per
+    expert (``_split_quantize`` after the dgrad GEMM, TE `module/grouped_linear.py`;
+    `costmodel.runtimes.megatron.requant_costs.saved_input_requant_s`); not under
+    ``delayed``, which TE refuses there. ``fc1_saves_input`` (fine-grained offloading of
+    ``expert_fc1`` under current scaling: `costmodel.saved_inputs.expert_fc1_saves_input`):
+    the same for FC1's input rows."""
+
+    def quantize(elements: float, copies: int = 2) -> float:
+        return fp8_quantize_time_s(profile, elements, elem, recipe=recipe, copies=copies)
 
     if fused:
         one = quantize(rows * hidden)
         return one, one
     fc1_out = (2 if gated else 1) * width
     kernels = max(local_experts, 1)
+    saves = projection_saves_original_input(recipe)
+    fc1_original, fc2_original = fc1_saves_input and saves, fc2_saves_input and saves
 
-    def split(elements: float) -> float:
-        return kernels * quantize(elements / kernels)
+    def split(elements: float, copies: int = 2) -> float:
+        return kernels * quantize(elements / kernels, copies)
 
-    forward = split(rows * hidden) + split(rows * width)
+    def again(elements: float) -> float:
+        return kernels * saved_input_requant_s(
+            profile, elements / kernels, elem, recipe, gathered=False
+        )
+
+    forward = split(rows * hidden, 1 if fc1_original else 2)
+    forward += split(rows * width, 1 if fc2_original else 2)
     backward = split(rows * hidden) + split(rows * fc1_out)
+    backward += (again(rows * hidden) if fc1_original else 0.0) + (
+        again(rows * width) if fc2_original else 0.0
+    )
     return forward, backward
 
 

@@ -21,6 +21,7 @@ from costmodel.memory_allowances import Fp8Recipe
 from costmodel.passes import ZERO, CommGroups, PassCost
 from costmodel.runtimes.megatron.fp8_scaling import amax_reduction_pair
 from costmodel.runtimes.megatron.layer_shape import LayerShape, layer_shape
+from costmodel.runtimes.megatron.requant_costs import saved_input_requant_s
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -73,6 +74,7 @@ def fp8_pair_s(
     tn_gemm_only: bool = True,
     userbuffers: bool = False,
     row_saves_input: bool = False,
+    column_saves_input: bool = False,
 ) -> tuple[float, float]:
     """`fp8_pair_quantize_s` of one rank's `LayerShape`. A ``frozen`` pair (LoRA) writes
     only the row-wise copy of both inputs and of the row-parallel output gradient (TE
@@ -113,7 +115,15 @@ def fp8_pair_s(
     MXFP8 and NVFP4 (the NVFP4 copy through the Hadamard column-wise cast, reading e again),
     row-wise and column-wise with a new amax pass for current scaling
     (``supports_only_rowwise_all_gather``, no gather on a row-parallel input). A frozen
-    pair has no wgrad GEMM and no backward cast."""
+    pair has no wgrad GEMM and no backward cast.
+
+    ``column_saves_input`` (a MoE layer's shared expert ``linear_fc1``:
+    `costmodel.saved_inputs.shared_fc1_saves_input`): the same for the column-parallel
+    input, the norm output on the rank's rows: the forward writes its row-wise copy alone,
+    the backward quantizes the 16-bit norm output again on those rows, row-wise alone for
+    current scaling when it is then all-gathered (sequence parallelism; the gather and
+    Hopper's transpose are the ones the saved copy takes), column-wise alone for MXFP8 and
+    NVFP4 (`costmodel.runtimes.megatron.requant_costs.saved_input_requant_s`)."""
     if x.dtype not in LOW_PRECISION_GEMM_DTYPES:
         return 0.0, 0.0
     operand = operand_recipe(x.dtype, recipe)
@@ -132,10 +142,18 @@ def fp8_pair_s(
             fused_rht=fused_rht,
         )
 
+    def again(elements: float, gathered_input: bool) -> float:
+        return saved_input_requant_s(
+            profile, elements, x.elem, operand, gathered=gathered_input, fused_rht=fused_rht
+        )
+
     path = norm_quantization(operand, cudnn_norm=cudnn_norm, rows=x.norm_tokens, hidden=h)
     path = "separate" if norm_returned else path
-    forward = quantize(x.norm_tokens * h, norm=path, copies=sharded)
+    column_original = column_saves_input and operand != "delayed" and not frozen
+    forward = quantize(x.norm_tokens * h, norm=path, copies=1 if column_original else sharded)
     backward = quantize(x.tokens * column_out)
+    if column_original:
+        backward += again(x.norm_tokens * h, x.sp and x.tp > 1)
     ub = userbuffers and x.sp and x.tp > 1
     if norm_returned and x.sp and x.tp > 1 and not ub:
         forward += quantize(x.tokens * h, copies=1)  # the gathered 16-bit norm output
@@ -143,7 +161,7 @@ def fp8_pair_s(
         original = row_saves_input and operand != "delayed" and not frozen
         forward += quantize(x.tokens * row_in, copies=1 if original else inputs)
         if original:
-            backward += quantize(x.tokens * row_in, copies=2 if operand == "tensorwise" else 1)
+            backward += again(x.tokens * row_in, False)
         split = ub and operand == "mxfp8" and not frozen  # column-wise copy: comm stream
         backward += quantize(x.norm_tokens * h, copies=1 if gathered or split else inputs)
     gathers = 2 if row_in > 0 else 1  # wgrad's norm output, the row-parallel gradient

@@ -27,6 +27,7 @@ from costmodel.flops import FMA_FLOPS, attention_projection_forward_flops_per_to
 from costmodel.host_link import host_link_Bps
 from costmodel.layer_activations import kind_activations
 from costmodel.passes import ZERO, PassCost
+from costmodel.saved_inputs import expert_fc1_saves_input
 from profiles.schema import HardwareProfile
 from specs.attention_params import mla_head_dims
 from specs.block_checks import block_norms
@@ -163,6 +164,7 @@ def layer_offload_exposed_s(
         kind,
         proj_saves_input=projection_saves_original_input(fp8_recipe),
         fp8_attention_recipe=fp8_recipe if fp8_attention else None,
+        expert_fc1_saves_input=expert_fc1_saves_input(plan, job.precision, fp8_recipe),
     )
     if plan.cpu_offloading_num_layers:
         moved, share = layer.full_bytes, plan.cpu_offloading_num_layers / model.num_layers

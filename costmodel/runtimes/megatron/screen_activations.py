@@ -18,6 +18,7 @@ from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.layer_activations import kind_activations
 from costmodel.plan_frame import row_plan
 from costmodel.runtimes.megatron.screen_parts import priced_kinds
+from costmodel.saved_inputs import expert_fc1_saves_input
 from costmodel.vocab_activations import output_microbatch_bytes
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -46,6 +47,7 @@ def activation_columns(model: ModelSpec, job: TrainingJob, options: ExecutionOpt
             dropout=dropout,
             proj_saves_input=projection_saves_original_input(run.fp8_recipe),
             fp8_attention_recipe=fp8_attention_recipe(run),
+            expert_fc1_saves_input=expert_fc1_saves_input(plan, ref_job.precision, run.fp8_recipe),
             cross_entropy=run.cross_entropy_fusion,
         )
         per_layer = (acts.layers_bytes - acts.mtp_bytes) / model.num_layers
@@ -102,6 +104,7 @@ def _kind_shares(
             dropout=options.hidden_dropout,
             proj_saves_input=projection_saves_original_input(options.fp8_recipe),
             fp8_attention_recipe=fp8_attention_recipe(options),
+            expert_fc1_saves_input=expert_fc1_saves_input(plan, job.precision, options.fp8_recipe),
         )
         freed = 0.0
         if plan.recompute == "selective":
