@@ -95,6 +95,7 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         sustained_fixed=case.options.sustained_gemm_rate_factor is not None,
         fit_generation=profile.device.generation,
         task=train_task(raw),
+        assumption=case.assumption,
     )
     return outcome, case
 
