@@ -194,6 +194,9 @@ def print_table(result: dict) -> None:
             f"{r['published_s']:>8.3f} {r['predicted_s']:>8.3f} {r['error']:>+7.1%} "
             f"{r['loso_error']:>+7.1%} {r['peak_memory_gib']:>5.0f} {r['fits']}"
         )
+    for r in result["rows"]:
+        if r.get("assumption"):
+            print(f"assumed: row {r['row_id']} {r['model'][:22]}: {r['assumption']}")
     for name in ("model", "fitted", "loso"):
         if name != "model" and name not in result:
             continue

@@ -40,6 +40,7 @@ def result_tables(result: dict) -> list[str]:
     for name in GROUPINGS:
         lines += _group_table(name, result[f"by_{name}"], result["loso"][f"by_{name}"])
     lines += _row_table(result["rows"])
+    lines += assumption_lines(result["rows"])
     lines += _not_expressible_table(result["not_expressible"])
     if "unstated_vpp" in result:
         lines += ["", *unstated_vpp_lines(result["unstated_vpp"])]
@@ -203,6 +204,17 @@ def _row_table(rows: list[dict]) -> list[str]:
             f"{r['loso_error']:+.1%} | {r['peak_memory_gib']:.1f} | "
             f"{'yes' if r['fits'] else 'no'}{_not_fit_note(r)} |"
         )
+    return lines
+
+
+def assumption_lines(rows: list[dict]) -> list[str]:
+    """The rows priced with a setting they do not state, each with the rule that chose it
+    (the ``assumption`` of a row of the bench's JSON); none when every row states it."""
+    assumed = [r for r in rows if r.get("assumption")]
+    if not assumed:
+        return []
+    lines = ["", "## Settings the rows do not state", ""]
+    lines += [f"- Row {r['row_id']} ({r['model']}): {r['assumption']}." for r in assumed]
     return lines
 
 

@@ -76,3 +76,14 @@ def test_zero3_and_ptdp_rows_share_a_strategy_group():
     assert stats.strategy_of(outcomes[0]) != stats.strategy_of(outcomes[1])
     assert outcomes[0].assumption and not outcomes[1].assumption
     assert stats.kendall_tau(outcomes)["pairs"] == 1
+
+
+def test_the_assumption_reaches_the_json_and_the_page():
+    (raw,) = dev_rows("11")
+    outcome, _ = pricing.evaluate_row(raw)
+    row = load_bench("validation_report").outcome_row(outcome, outcome.error)
+    assert row["assumption"] == outcome.assumption
+    lines = load_bench("validation_tables").assumption_lines([row, {"row_id": "17"}])
+    assert lines[1] == "## Settings the rows do not state"
+    assert lines[3].startswith("- Row 11 (GPT 174.6B): recompute not stated")
+    assert load_bench("validation_tables").assumption_lines([{"row_id": "17"}]) == []
