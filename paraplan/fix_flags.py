@@ -74,6 +74,8 @@ NO_FLAG: dict[str, str] = {
     "dp": "derived as --num-gpus / (tp·pp·cp)",
     "schedule": "derived: interleaved when --vpp > 1",
     "cp_comm_type": "`paraplan plan` chooses it",
+    "param_gather_engine": "an ExecutionOptions field of the library only; the command line "
+    "prices Megatron-FSDP",
 }
 """Spec fields a fix may name that no flag sets -> how the command line fixes them; `cli_fix`
 keeps the field text and adds ``(spec field, no flag: ...)``."""
