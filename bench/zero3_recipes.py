@@ -14,6 +14,10 @@ al. 2022, arXiv 2205.05198, and is not among `MEGATRON_2021`'s plan features).
 `zero3_recompute` takes the first of `RECOMPUTE_2021` under which the row fits its device
 (the memory model alone, not the published figure), and says which and why
 (`Zero3Recompute.reason`); when neither fits the row is refused with both peaks.
+
+A priced ZeRO-3 row is reported apart (`priced_apart_reason`, `zero3_apart`): in no summary, no
+Kendall group and no figure of the bench, with the engine costs the model leaves out
+(`UNPRICED_ENGINE_COSTS`).
 """
 
 from __future__ import annotations
@@ -118,3 +122,41 @@ def zero3_recompute(
         f"ZeRO-3 row with recompute not stated: no setting of 2021 code fits "
         f"{device_gib:.0f} GiB ({tried})"
     )
+
+
+APART_TITLE = "DeepSpeed ZeRO-3 (2021 engine), priced apart"
+"""The heading of the validation page's section on these rows (`zero3_apart.zero3_apart_lines`)."""
+
+ENGINE_SOURCE = "microsoft/DeepSpeed v0.3.16"
+"""The engine release whose code `UNPRICED_ENGINE_COSTS` cites (SC21's DeepSpeed of 2021)."""
+
+UNPRICED_ENGINE_COSTS = (
+    "a stream and device synchronization after each submodule fetch that has parameters to "
+    "gather or in flight (deepspeed/runtime/zero/stage3.py, "
+    "PartitionedParameterCoordinator.fetch_sub_module and _synchronize_communication: "
+    "self.comm_stream.synchronize(), torch.cuda.synchronize())",
+    "a device synchronization before each parameter's all-gather and a torch.zeros of the "
+    "whole parameter as its gather buffer (deepspeed/runtime/zero/partition_parameters.py, "
+    "Init._allgather_param)",
+    "the norm of every gathered parameter, a pass over it and a device-to-host read, "
+    "evaluated to format a message print_rank_0 does not print (force=False) "
+    "(stage3.py, PartitionedParameterCoordinator.fetch_sub_module)",
+    "Python hooks on every submodule (stage3.py, FP16_DeepSpeedZeroOptimizer_Stage3."
+    "_register_hooks_recursively: forward pre- and post-hooks, backward pre- and "
+    "post-functions) and on every parameter's gradient accumulator "
+    "(create_reduce_and_remove_grad_hooks: reduce_partition_and_remove_grads)",
+)
+"""Costs of DeepSpeed's 2021 stage-3 engine that `costmodel.runtimes.megatron.zero3_schedule`
+does not price, each with its source in `ENGINE_SOURCE` (file and function)."""
+
+APART_REASON = (
+    "DeepSpeed's 2021 stage-3 engine: its published times stay flat in the GPU count at a "
+    "fixed global batch, a per-GPU cost of the engine (synchronizations and per-parameter "
+    "host work) the cost model does not price; priced, in no figure and no Kendall group"
+)
+"""Why a ZeRO-3 row is priced apart (`priced_apart_reason`)."""
+
+
+def priced_apart_reason(raw: dict[str, str]) -> str:
+    """`APART_REASON` for a ZeRO-3 row (`is_zero3`), empty for other rows."""
+    return APART_REASON if is_zero3(raw) else ""

@@ -67,15 +67,17 @@ def test_no_setting_fits_keeps_the_refusal_with_both_peaks():
     assert "none" in str(err.value) and "full" in str(err.value)
 
 
-def test_zero3_and_ptdp_rows_share_a_strategy_group():
+def test_zero3_and_ptdp_rows_share_a_strategy_group_but_zero3_is_priced_apart():
     """Rows 11 (ZeRO-3, 384 GPUs) and 17 (PTD-P, 384 GPUs) of SC21 Table 2: one source,
-    model, cluster, sequence and precision, so their order enters the Kendall tau."""
+    model, cluster, sequence and precision, so their order would enter the Kendall tau; the
+    ZeRO-3 row carries the reason it is reported apart (`zero3_apart.split_apart`)."""
     zero3_row, ptdp_row = dev_rows("11,17")
     outcomes = [pricing.evaluate_row(r)[0] for r in (zero3_row, ptdp_row)]
     assert stats.strategy_key(outcomes[0]) == stats.strategy_key(outcomes[1])
     assert stats.strategy_of(outcomes[0]) != stats.strategy_of(outcomes[1])
     assert outcomes[0].assumption and not outcomes[1].assumption
-    assert stats.kendall_tau(outcomes)["pairs"] == 1
+    assert outcomes[0].apart_reason == zero3.APART_REASON and not outcomes[1].apart_reason
+    assert zero3.priced_apart_reason(ptdp_row) == ""
 
 
 def test_the_assumption_reaches_the_json_and_the_page():
@@ -87,3 +89,5 @@ def test_the_assumption_reaches_the_json_and_the_page():
     assert lines[1] == "## Settings the rows do not state"
     assert lines[3].startswith("- Row 11 (GPT 174.6B): recompute not stated")
     assert load_bench("validation_tables").assumption_lines([{"row_id": "17"}]) == []
+    apart = load_bench("zero3_apart").apart_row(outcome)
+    assert apart["assumption"] == outcome.assumption
