@@ -130,3 +130,19 @@ def test_bench_json_keeps_zero3_rows_out_of_rows_and_groups(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "priced apart: row 11 GPT 174.6B" in out
     assert "Kendall tau of the PTD-P vs ZeRO-3 pairs" in out
+
+
+def test_the_page_tables_hold_the_section_after_the_rows(tmp_path, capsys):
+    """`validation_tables.result_tables` of the bench's JSON (its out-of-sample groupings
+    stood in by the in-sample ones) carries the section between the row table and the
+    rows not expressible."""
+    path = one_row_csv(tmp_path, "11,17")
+    assert bench.main(["--no-fit", "--json", "--csv", str(path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    tables = load_bench("validation_tables")
+    result["loso"] = {k: v for k, v in result.items() if k.startswith("by_")}
+    result["memory_case_llama3_8b_h100"] = load_bench("validation_report").llama3_8b_memory_case()
+    lines = tables.result_tables(result)
+    heading = lines.index(f"## {zero3.APART_TITLE}")
+    assert lines.index("## Rows not expressible yet") > heading
+    assert any(line.startswith("| 11 | GPT 174.6B |") for line in lines[heading:])
