@@ -10,8 +10,9 @@ apart at every admitted degree, `bench/unstated_vpp.py`), ...). Plan settings a 
 only in its ``notes`` (an uneven first/last stage, all-gather context parallelism) are read
 from them (`stated_note_fields`). What a row leaves to its recipe (uneven pipeline splits,
 TP overlap, expert TP, MTP layers, GPT-OSS attention, Megatron-FSDP sharding) and what no
-plan expresses (DeepSpeed ZeRO-3, figures the source flags as a regression) comes from the
-recipe files cited in `bench/row_recipes.py`; a LoRA row's adapters from
+plan expresses (figures the source flags as a regression) comes from the recipe files cited
+in `bench/row_recipes.py`; a DeepSpeed ZeRO-3 row's sharding, engine and unstated recompute
+from `bench/zero3_recipes.py`; a LoRA row's adapters from
 `bench/lora_recipes.py`; a hybrid row's recompute and TP overlap from
 `bench/hybrid_recipes.py`. Nothing here filters rows by name. The published figure as
 seconds per iteration is `bench/row_figures.py`.
@@ -39,6 +40,7 @@ than pre-training, SFT or LoRA, a figure that is not a positive number) makes th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -56,6 +58,7 @@ from row_model import model_for
 from row_options import MEGATRON_2023_STACKS, options_for_row, row_era
 from row_recipes import expert_tp, refusal, sharding_fields
 from saver_recipes import saver_fields
+from zero3_recipes import is_zero3, zero3_plan_fields, zero3_recompute
 
 from costmodel.execution import ExecutionOptions
 from profiles.store import load_profile
@@ -116,6 +119,9 @@ class RowCase:
     """Stored profile name."""
     generation: str
     """A100, H100/H800 or Blackwell."""
+    assumption: str = ""
+    """A setting the row does not state that the case chooses by a stated rule, and why
+    (`zero3_recipes.Zero3Recompute.reason`); empty when the row states everything priced."""
 
 
 def chip_name(gpu_type: str) -> str:
@@ -203,11 +209,14 @@ keeps whole, under its own engine's schedule."""
 def _distributed_optimizer(raw: dict[str, str]) -> bool:
     """Whether the row shards the optimizer state as Megatron's distributed optimizer does:
     the distributed optimizer itself, ZeRO-1, or FSDP that keeps parameters after forward
-    (Megatron-FSDP rows take their sharding from `sharding_fields`). Empty: the source's
+    (Megatron-FSDP rows take their sharding from `sharding_fields`, DeepSpeed ZeRO-3 rows
+    from `zero3_recipes.zero3_plan_fields`). Empty: the source's
     recipe default (`DISTRIBUTED_OPTIMIZER_SOURCES`); NotExpressible for a sharding without
     a counterpart (fairscale, ZeRO-2) or a text not understood."""
     text = column_text(raw, "fsdp_or_zero")
     lower = text.lower()
+    if is_zero3(raw):
+        return False
     if _unstated(text):
         return column_text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
     if "fairscale" in lower or ZERO_2.search(lower):
@@ -332,7 +341,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
         "etp": expert_tp(raw, model) if ep > 1 else None,
         "tp_comm_overlap": tp_overlap(raw, tp, sp),
         **pipeline_fields(raw, model, pp, vpp),
-        **(sharding_fields(raw) or {}),
+        **(sharding_fields(raw) or zero3_plan_fields(raw) or {}),
         **optimizer_plan_fields(raw),
         **stated_note_fields(raw, pp, cp),
     }
@@ -372,12 +381,19 @@ def case_for_row(raw: dict[str, str]) -> RowCase:
         optimizer=row_optimizer(raw),
         lora=row_lora(raw),
     )
+    options = options_for_row(raw, plan)
+    assumption = ""
+    if is_zero3(raw) and _unstated(column_text(raw, "recompute")):
+        chosen = zero3_recompute(model, job, plan, options, load_profile(profile))
+        plan = dataclasses.replace(plan, recompute=chosen.recompute)
+        assumption = chosen.reason
     return RowCase(
         model=model,
         cluster=ClusterSpec(hardware=profile, num_gpus=column_int(raw, "num_gpus")),
         job=job,
         plan=plan,
-        options=options_for_row(raw, plan),
+        options=options,
         profile=profile,
         generation=gpu_generation(gpu_type),
+        assumption=assumption,
     )

@@ -33,6 +33,7 @@ from precision_recipes import (
 from row_columns import column_text
 from row_era import Era, RowDate, era_for, era_options, row_date
 from row_recipes import expandable_segments
+from zero3_recipes import zero3_options
 
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2023
@@ -91,7 +92,8 @@ PRE_TE2_USERBUFFERS = {"tp_overlap_bulk_sm_margin": False, "tp_overlap_pipeline_
 
 def options_for_row(raw: dict[str, str], plan: ParallelPlan | None = None) -> ExecutionOptions:
     """`MEGATRON_BRIDGE_PERF` for Megatron-Bridge rows, `MEGATRON_2023` for
-    `MEGATRON_2023_STACKS`, otherwise the options of the row's era (`row_era`:
+    `MEGATRON_2023_STACKS`, `DEEPSPEED_ZERO3_2021` for DeepSpeed ZeRO-3 rows
+    (`zero3_recipes.zero3_options`), otherwise the options of the row's era (`row_era`:
     `MEGATRON_2021` before FlashAttention, FlashAttention-2-class attention before
     FlashAttention-3, Megatron-LM's current defaults after it or without a date); plus the
     CUDA graph scopes and MoE dispatcher of the row's recipe (`moe_recipes`,
@@ -143,6 +145,9 @@ def row_era(raw: dict[str, str]) -> tuple[Era, RowDate | None]:
 
 
 def _era_options(raw: dict[str, str]) -> ExecutionOptions:
+    zero3 = zero3_options(raw)
+    if zero3 is not None:
+        return zero3
     if column_text(raw, "source_id").startswith("MBRIDGE-"):
         return MEGATRON_BRIDGE_PERF
     if any(m in column_text(raw, "source_version") for m in MEGATRON_2023_STACKS):

@@ -18,6 +18,7 @@ from row_recipes import recipe_mismatch
 from validation_fit import LOW_PRECISION, Predict, apply_model
 from validation_fit_params import FitGrid, FittedModel
 from validation_stats import Outcome
+from zero3_recipes import priced_apart_reason
 
 from costmodel.execution import ExecutionOptions
 from profiles.store import load_profile
@@ -95,6 +96,8 @@ def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
         sustained_fixed=case.options.sustained_gemm_rate_factor is not None,
         fit_generation=profile.device.generation,
         task=train_task(raw),
+        assumption=case.assumption,
+        apart_reason=priced_apart_reason(raw),
     )
     return outcome, case
 

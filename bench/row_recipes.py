@@ -7,8 +7,9 @@ Megatron-FSDP, the allocator's expandable segments, the rows whose printed confi
 not their release's recipe, and the rows that cannot be priced as what they ran, each read
 from the recipe or the launch script of that source (files cited per entry). The other
 recipe settings live beside it: pipeline splits (`pipeline_recipes`), communication
-overlap (`overlap_recipes`), memory savers (`saver_recipes`) and precision
-(`precision_recipes`). Nothing here depends on the row's published figure.
+overlap (`overlap_recipes`), memory savers (`saver_recipes`), precision
+(`precision_recipes`) and DeepSpeed ZeRO-3 (`zero3_recipes`). Nothing here depends on the
+row's published figure.
 """
 
 from __future__ import annotations
@@ -109,19 +110,12 @@ def sharding_fields(raw: dict[str, str]) -> dict[str, object] | None:
 
 
 def refusal(raw: dict[str, str]) -> str | None:
-    """Why a row cannot be priced as what it ran, or None. (LoRA rows are priced with their
-    recipe's adapters, `bench/lora_recipes.py`.)
-
-    - DeepSpeed ZeRO-3 (SC21 Table 2): it shards what Megatron-FSDP's ``optim_grads_params``
-      shards (Rajbhandari et al., arXiv 1910.02054, Sec. 5.3), but it ran DeepSpeed's
-      stage-3 engine of 2021, whose gather and prefetch schedule is not Megatron-FSDP's, and
-      the row states no recompute although the 175B model's activations without it exceed
-      the 80 GB device many times over.
-    - The source itself flags the figure as a known performance regression (Megatron-Bridge
-      26.06.01 GPT-OSS rows, ``notes``).
+    """Why a row cannot be priced as what it ran, or None: the source itself flags the
+    figure as a known performance regression (Megatron-Bridge 26.06.01 GPT-OSS rows,
+    ``notes``). (LoRA rows are priced with their recipe's adapters,
+    `bench/lora_recipes.py`; DeepSpeed ZeRO-3 rows with DeepSpeed's stage-3 engine,
+    `bench/zero3_recipes.py`.)
     """
-    if "zero-3" in (raw.get("fsdp_or_zero") or "").lower():
-        return "DeepSpeed ZeRO-3 engine (not Megatron-FSDP) with recompute not stated"
     notes = (raw.get("notes") or "").lower()
     if "performance regression" in notes and "known issue" in notes:
         return "the source flags the figure as a known performance regression"

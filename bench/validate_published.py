@@ -5,7 +5,9 @@ beside it) goes through the same `estimate_plan` a user gets, with only what the
 states (`bench/published_rows.py`: plan, precision, optimizer sharding, recompute; the
 SC21-era sources keep Megatron-LM's 2021 execution options, `MEGATRON_2021`). Rows the
 specs cannot express yet are listed apart with the reason; trust C rows are reported apart
-(``trust_c``, `bench/trust_c_rows.py`): priced where their columns allow, in no figure.
+(``trust_c``, `bench/trust_c_rows.py`): priced where their columns allow, in no figure; the
+DeepSpeed ZeRO-3 rows are priced and reported apart with the engine costs not priced
+(``priced_apart``, `bench/zero3_apart.py`), in no figure and no Kendall group.
 
 Per row: predicted and published seconds per iteration (convention-free: the printed
 time, tokens/s/GPU, or TFLOP/s/GPU through the source's own FLOPs formula), the signed
@@ -67,6 +69,7 @@ from unstated_vpp import print_unstated_vpp, unstated_vpp_report
 from validation_docs import write_markdown
 from validation_fit import Progress
 from validation_report import defaults_report, report
+from zero3_apart import print_zero3_apart, split_apart, zero3_apart_report
 
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
 
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     selected = select_rows(read_rows(args.csv, args.trust), args.rows)
     outcomes, cases, apart = evaluate(selected)
+    outcomes, priced_apart = split_apart(outcomes)
     host_s = None if args.host_launch_us is None else args.host_launch_us * 1e-6
     expert_s = None if args.expert_launch_us is None else args.expert_launch_us * 1e-6
     if args.no_fit:
@@ -145,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result["unstated_vpp"] = unstated_vpp_report(selected)
     result["trust_c"] = trust_c_report(selected)
+    result["priced_apart"] = zero3_apart_report(outcomes, priced_apart)
     if args.search:
         from search_sanity import search_sanity
 
@@ -194,6 +199,9 @@ def print_table(result: dict) -> None:
             f"{r['published_s']:>8.3f} {r['predicted_s']:>8.3f} {r['error']:>+7.1%} "
             f"{r['loso_error']:>+7.1%} {r['peak_memory_gib']:>5.0f} {r['fits']}"
         )
+    for r in result["rows"]:
+        if r.get("assumption"):
+            print(f"assumed: row {r['row_id']} {r['model'][:22]}: {r['assumption']}")
     for name in ("model", "fitted", "loso"):
         if name != "model" and name not in result:
             continue
@@ -216,6 +224,7 @@ def print_table(result: dict) -> None:
     print(f"not expressible yet: {len(result['not_expressible'])} trusted rows")
     print_unstated_vpp(result.get("unstated_vpp", []))
     print_trust_c(result.get("trust_c", []))
+    print_zero3_apart(result.get("priced_apart"))
     sanity = result.get("search_sanity")
     if sanity:
         for r in sanity["rows"]:

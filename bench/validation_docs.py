@@ -58,7 +58,8 @@ def _header() -> list[str]:
         "Every trust A and B row of `published-runs-dev.csv` that the specs can express, "
         "priced by `estimate_plan` with only what the row states (plan, precision, optimizer "
         "sharding, recompute). Error = (predicted - published) / published seconds per "
-        "iteration. Trust C rows are priced apart at the end, in no figure. Produced by:",
+        "iteration. The DeepSpeed ZeRO-3 rows of SC21 Table 2 and the trust C rows are "
+        "priced apart in their own sections below, in no figure. Produced by:",
         "",
         f"    {COMMAND}",
         "",

@@ -64,23 +64,27 @@ def figures(outcomes: list[Outcome]) -> dict[str, object]:
 
 def outcome_row(o: Outcome, loso_error: float) -> dict[str, object]:
     """One row of the bench's JSON."""
-    return {
-        "row_id": o.row_id,
-        "source_id": o.source_id,
-        "model": o.model,
-        "plan": o.plan,
-        "generation": o.generation,
-        "precision": o.precision,
-        "kind": o.kind,
-        "published_s": o.published_s,
-        "predicted_s": o.predicted_s,
-        "error": o.error,
-        "loso_error": loso_error,
-        "peak_memory_gib": o.peak_memory_gib,
-        "device_memory_gib": o.device_memory_gib,
-        "fits": o.fits,
-        "fit_generation": o.fit_key,
-    } | ({"not_fit_reason": o.not_fit_reason} if o.not_fit_reason else {})
+    return (
+        {
+            "row_id": o.row_id,
+            "source_id": o.source_id,
+            "model": o.model,
+            "plan": o.plan,
+            "generation": o.generation,
+            "precision": o.precision,
+            "kind": o.kind,
+            "published_s": o.published_s,
+            "predicted_s": o.predicted_s,
+            "error": o.error,
+            "loso_error": loso_error,
+            "peak_memory_gib": o.peak_memory_gib,
+            "device_memory_gib": o.device_memory_gib,
+            "fits": o.fits,
+            "fit_generation": o.fit_key,
+        }
+        | ({"not_fit_reason": o.not_fit_reason} if o.not_fit_reason else {})
+        | ({"assumption": o.assumption} if o.assumption else {})
+    )
 
 
 def strategy_report(outcomes: list[Outcome]) -> dict[str, object]:

@@ -66,6 +66,12 @@ class Outcome:
     """The profile's `profiles.schema_device.DeviceSpec.generation` (``ampere``, ``hopper``,
     ``blackwell``, ``blackwell_ultra``, ...), the key of the per-generation fitted factors
     (`fit_key`); empty: `generation`."""
+    assumption: str = ""
+    """A setting the row does not state, chosen by a stated rule, and why
+    (`published_rows.RowCase.assumption`); empty when the row states what is priced."""
+    apart_reason: str = ""
+    """Why the row is priced but reported apart, in no summary, Kendall group or figure
+    (`zero3_recipes.priced_apart_reason`); empty for a row of the figures."""
     task: str = "pretrain"
     """What the run trains (`norm_recipes.train_task`): ``pretrain``, ``sft`` (every weight)
     or ``lora`` (adapters on a frozen model)."""

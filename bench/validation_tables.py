@@ -5,7 +5,9 @@
   each (rows, median and p90 |error|, signed median, share that fits).
 - `result_tables`: the sections after the prose, in page order: the Llama-3-8B memory case,
   the planner's search sanity (when the result has it, with `claim_lines`), the figures by
-  GPU generation, precision, kind and source, every row, the rows not expressible yet and
+  GPU generation, precision, kind and source, every row, the settings rows do not state
+  (`assumption_lines`), the DeepSpeed ZeRO-3 rows priced apart
+  (`zero3_apart.zero3_apart_lines`), the rows not expressible yet and
   the rows whose only gap is the virtual-pipeline degree (`unstated_vpp_lines`) and the
   trust C rows (`trust_c_lines`).
 
@@ -15,6 +17,8 @@ Every function returns a list of Markdown lines; a section ends with an empty li
 from __future__ import annotations
 
 import re
+
+from zero3_apart import zero3_apart_lines
 
 GROUPINGS = ("generation", "precision", "kind", "source")
 """The result's ``by_<name>`` groupings, one table each, in page order."""
@@ -40,6 +44,8 @@ def result_tables(result: dict) -> list[str]:
     for name in GROUPINGS:
         lines += _group_table(name, result[f"by_{name}"], result["loso"][f"by_{name}"])
     lines += _row_table(result["rows"])
+    lines += assumption_lines(result["rows"])
+    lines += zero3_apart_lines(result.get("priced_apart", {}))
     lines += _not_expressible_table(result["not_expressible"])
     if "unstated_vpp" in result:
         lines += ["", *unstated_vpp_lines(result["unstated_vpp"])]
@@ -203,6 +209,17 @@ def _row_table(rows: list[dict]) -> list[str]:
             f"{r['loso_error']:+.1%} | {r['peak_memory_gib']:.1f} | "
             f"{'yes' if r['fits'] else 'no'}{_not_fit_note(r)} |"
         )
+    return lines
+
+
+def assumption_lines(rows: list[dict]) -> list[str]:
+    """The rows priced with a setting they do not state, each with the rule that chose it
+    (the ``assumption`` of a row of the bench's JSON); none when every row states it."""
+    assumed = [r for r in rows if r.get("assumption")]
+    if not assumed:
+        return []
+    lines = ["", "## Settings the rows do not state", ""]
+    lines += [f"- Row {r['row_id']} ({r['model']}): {r['assumption']}." for r in assumed]
     return lines
 
 

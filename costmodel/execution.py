@@ -24,6 +24,7 @@ from costmodel.execution_kernels import KernelConventions
 from costmodel.execution_rules import (
     PLAN_FEATURES,
     MoeDispatcher,
+    ParamGatherEngine,
     Runtime,
     TpOverlapRsMethod,
     check_options,
@@ -366,6 +367,19 @@ class ExecutionOptions(KernelConventions):
     ``--use-contiguous-buffers-in-ddp`` is off by default and unset by the SC21 scripts
     (``examples/sc21/CONFIG.sh``); v2.6 made contiguous buffers the default for local DDP.
     `costmodel.execution_presets.MEGATRON_2021` sets it. Memory only."""
+
+    param_gather_engine: ParamGatherEngine = "megatron_fsdp"
+    """The engine that runs a plan whose weights are sharded over the data-parallel group
+    (`ParallelPlan.use_megatron_fsdp` with ``optim_grads_params``): ``megatron_fsdp``
+    (Megatron-FSDP: two whole layers gathered at once, one gather per forward and per
+    backward pass, `costmodel.runtimes.megatron.megatron_fsdp`) or ``deepspeed_zero3``
+    (DeepSpeed's stage-3 engine of 2021, microsoft/DeepSpeed v0.3.13 to v0.5.x: gathers
+    per linear module, again in the recompute forward of full recompute, and again before
+    the backward for the modules its reuse distance releases,
+    `costmodel.runtimes.megatron.zero3_schedule`). The sharding itself, the gradient
+    reduce-scatters and the sharded Adam step are priced alike. Dense decoders of standard
+    attention only with ``deepspeed_zero3``; no effect on plans without sharded weights.
+    Megatron runtime only."""
 
     def __post_init__(self) -> None:
         """The field rules (`costmodel.execution_rules.check_options`)."""

@@ -7,7 +7,8 @@ the caller names the runtime, nothing is inferred from the profile's device
 of Narayanan et al. 2021 (SC21, arXiv 2104.04473) as its reproduction scripts ran it
 (`examples/sc21` of NVIDIA/Megatron-LM: container nvcr.io/nvidia/pytorch:20.12-py3, i.e.
 PyTorch 1.8, and `--fp16 --loss-scale 8192`, no `--accumulate-allreduce-grads-in-fp32`);
-each field's docstring names the code it stands for; `MEGATRON_2023` the code of early 2023.
+each field's docstring names the code it stands for; `DEEPSPEED_ZERO3_2021` that code under
+DeepSpeed's ZeRO stage 3; `MEGATRON_2023` the code of early 2023.
 `device_options` resolves the fields left to the device and `framework_profile` the hardware
 profile as the framework's kernels see it.
 """
@@ -102,6 +103,25 @@ layers divided evenly over the stages, and PyTorch DDP (overlapped, 25 MB bucket
 bucket copy of the gradients: `ExecutionOptions.ddp_gradient_copy`) or Megatron's local DDP
 (with the previous iteration's gradients held until the pipeline flush:
 `ExecutionOptions.stale_main_grad`)."""
+
+DEEPSPEED_ZERO3_2021 = dataclasses.replace(
+    MEGATRON_2021,
+    param_gather_engine="deepspeed_zero3",
+    plan_features=frozenset({"megatron_fsdp"}),
+)
+"""Megatron-LM's 2021 model code (`MEGATRON_2021`: its kernels, fp16 gradients, the CUDA 11
+cuBLAS, the allocator of PyTorch 1.8) run by DeepSpeed's ZeRO stage-3 engine of 2021
+(`ExecutionOptions.param_gather_engine` ``deepspeed_zero3``), as Narayanan et al. 2021 (SC21,
+arXiv 2104.04473, Table 2) compare it: "ZeRO-3 without model parallelism". A plan priced
+with it shards weights, gradients and optimizer state over the data-parallel group
+(`ParallelPlan.use_megatron_fsdp` with ``optim_grads_params``, the only plan feature here);
+DeepSpeed's defaults of that time hold: fp16 gradient reduce-scatter in every backward
+(``allreduce_always_fp32`` False, `ExecutionOptions.main_grad_bytes` 2), the fp32 copy of
+the shard's gradients at the step (``_prepare_fp32_grad_for_sub_group`` in
+``deepspeed/runtime/zero/stage3.py``, `ExecutionOptions.step_gradient_copy`). The fields of
+`MEGATRON_2021` that describe Megatron-LM's own DDP (``ddp_gradient_copy``,
+``stale_main_grad``) and pipeline sends do not act on such a plan (pp 1, sharded
+gradients)."""
 
 MEGATRON_2023 = ExecutionOptions(
     bias_fusion=False,

@@ -27,6 +27,10 @@ from specs.errors import SpecError
 Runtime = Literal["megatron", "torch"]
 MoeDispatcher = Literal["alltoall", "flex", "allgather"]
 TpOverlapRsMethod = Literal["pipeline", "ring_exchange"]
+ParamGatherEngine = Literal["megatron_fsdp", "deepspeed_zero3"]
+PARAM_GATHER_ENGINES: tuple[ParamGatherEngine, ...] = ("megatron_fsdp", "deepspeed_zero3")
+"""Engines that run a plan whose weights are sharded over the data-parallel group
+(`ExecutionOptions.param_gather_engine`), Megatron-FSDP first (the default)."""
 TP_OVERLAP_RS_METHODS: tuple[TpOverlapRsMethod, ...] = ("pipeline", "ring_exchange")
 """Userbuffers methods of the row-parallel forward reduce-scatter
 (`ExecutionOptions.tp_overlap_rs_method`), Transformer Engine's default first."""
@@ -225,6 +229,22 @@ def check_plan_features(plan_features: frozenset[str]) -> None:
         )
 
 
+def check_param_gather_engine(param_gather_engine: str, *, runtime: str) -> None:
+    """``param_gather_engine`` is one of `PARAM_GATHER_ENGINES`, and DeepSpeed's engine is
+    priced by the ``megatron`` runtime only."""
+    if param_gather_engine not in PARAM_GATHER_ENGINES:
+        raise SpecError(
+            f"param_gather_engine must be one of {', '.join(PARAM_GATHER_ENGINES)}, got "
+            f"{param_gather_engine!r}; megatron_fsdp is the default"
+        )
+    if param_gather_engine != "megatron_fsdp" and runtime != "megatron":
+        raise SpecError(
+            f"param_gather_engine {param_gather_engine!r} is priced by the megatron runtime "
+            f"only, got runtime {runtime!r}: set param_gather_engine='megatron_fsdp' or "
+            "runtime='megatron'"
+        )
+
+
 def check_megatron_only(
     *, runtime: str, cudnn_norm: bool, precision_aware: bool, fp8_attention: bool = False
 ) -> None:
@@ -283,6 +303,7 @@ def check_options(options: Any) -> None:
         cuda_graph_scopes=options.cuda_graph_scopes,
     )
     check_plan_features(options.plan_features)
+    check_param_gather_engine(options.param_gather_engine, runtime=options.runtime)
     check_offload_fields(
         options.optimizer_cpu_offload_fraction,
         runtime=options.runtime,

@@ -251,6 +251,7 @@ def memory_per_stage(
     stale_main_grad: bool = False,
     fp8_attention: bool = False,
     bf16_layers: frozenset[int] = frozenset(),
+    zero3_engine: bool = False,
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -278,7 +279,9 @@ def memory_per_stage(
     ``bf16_layers``: the global indices of the decoder layers an fp8 or nvfp4 job keeps in
     bf16 (`costmodel.bf16_layers.bf16_layers`), which save their activations as a bf16 job's
     and hold their linear weights as bf16 parameters, without ``fp8_weights``' copies
-    (`costmodel.bf16_layers.without_bf16_linear`).
+    (`costmodel.bf16_layers.without_bf16_linear`); ``zero3_engine``: sharded weights run
+    DeepSpeed's stage-3 engine (`ExecutionOptions.param_gather_engine`,
+    `costmodel.model_state.StateLayout.zero3_engine`).
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
     no microbatch, the plan cannot run the precision-aware optimizer, or FP8 attention is
@@ -298,6 +301,7 @@ def memory_per_stage(
         ddp_gradient_copy=ddp_gradient_copy,
         stale_main_grad=stale_main_grad,
         step_gradient_copy=step_gradient_copy,
+        zero3_engine=zero3_engine,
     )
     proj_saves_input = projection_saves_original_input(fp8_weights.recipe)
     stages = []

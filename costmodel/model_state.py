@@ -50,7 +50,12 @@ from costmodel.optimizer_state import (
     with_offload,
 )
 from costmodel.rank_params import StageParams, non_unit_params, optimizer_shards
-from costmodel.runtimes.megatron.megatron_fsdp import fsdp_state_bytes
+from costmodel.runtimes.megatron.megatron_fsdp import (
+    GATHERED_LAYERS,
+    fsdp_state_bytes,
+    optimizer_sharded,
+)
+from costmodel.runtimes.megatron.zero3_schedule import gathered_layers
 from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -209,6 +214,11 @@ class StateLayout:
     step_gradient_copy: bool
     """The step copies 16-bit gradients to fp32 (`ExecutionOptions.step_gradient_copy`,
     `step_peak_bytes`)."""
+    zero3_engine: bool = False
+    """Sharded weights run DeepSpeed's stage-3 engine (`ExecutionOptions.param_gather_engine`
+    ``deepspeed_zero3``): its working set of gathered modules
+    (`costmodel.runtimes.megatron.zero3_schedule.gathered_layers`) in place of two layers, and
+    no module held whole outside it."""
 
 
 def state_layout(
@@ -223,16 +233,21 @@ def state_layout(
     ddp_gradient_copy: bool,
     stale_main_grad: bool,
     step_gradient_copy: bool,
+    zero3_engine: bool = False,
 ) -> StateLayout:
     """The plan's `StateLayout`: bytes per parameter with Adam's state of ``optimizer``
     (`plan_adam_state`; the default fp32 state where ``optimizer_offload_fraction`` > 0,
     `costmodel.optimizer_state.with_offload`), the optimizer's shards (Muon's for a Muon
-    job) and the gradient buffers held (`held_gradient_copies`); the other arguments are
-    kept as they are. Raises `SpecError` as `plan_adam_state`."""
+    job; dp·cp and expert-DP where Megatron-FSDP shards the optimizer state,
+    `costmodel.runtimes.megatron.megatron_fsdp.optimizer_sharded`) and the gradient buffers
+    held (`held_gradient_copies`); the other arguments are kept as they are. Raises
+    `SpecError` as `plan_adam_state`."""
     optimizer = with_offload(optimizer, optimizer_offload_fraction)
     adam = plan_adam_state(job, plan, optimizer, fp8_weights)
     weight, grad, state = bytes_per_param(job, main_grad_bytes, adam)
     dense_shards, expert_shards = optimizer_shards(model, plan)
+    if plan.use_megatron_fsdp and optimizer_sharded(plan):
+        dense_shards, expert_shards = plan.dp * plan.cp, max(plan.expert_dp, 1)
     if is_muon(job):
         dense_shards, expert_shards = muon_shards(job, plan)
     step_copies, held_copies = held_gradient_copies(
@@ -250,6 +265,7 @@ def state_layout(
         optimizer_offload_fraction=optimizer_offload_fraction,
         main_grad_bytes=main_grad_bytes,
         step_gradient_copy=step_gradient_copy,
+        zero3_engine=zero3_engine and plan.use_megatron_fsdp,
     )
 
 
@@ -289,7 +305,10 @@ def stage_state_bytes(
             linear_params=params.linear,
             linear_param_bytes=fp8_weights.param_bytes(job),
             linear_shard_bytes=fp8_weights.shard_bytes(job),
-            non_unit_params=non_unit_params(model, plan, pp_rank),
+            non_unit_params=0.0 if layout.zero3_engine else non_unit_params(model, plan, pp_rank),
+            gathered_layers=gathered_layers(model, plan)
+            if layout.zero3_engine
+            else GATHERED_LAYERS,
         )
         fsdp_cache = fp8_weights.cache_bytes(job) * params.linear
         weights_bytes = fsdp.weights_bytes + fsdp_cache

@@ -76,6 +76,8 @@ NO_FLAG: dict[str, str] = {
     "cp_comm_type": "`paraplan plan` chooses it",
     "layer_block": "a ModelSpec field: set it in a --model spec JSON",
     "num_experts": "a ModelSpec field: set it in a --model spec JSON",
+    "param_gather_engine": "an ExecutionOptions field of the library only; the command line "
+    "prices Megatron-FSDP",
 }
 """Spec fields a fix may name that no flag sets -> how the command line fixes them; `cli_fix`
 keeps the field text and adds ``(spec field, no flag: ...)``."""

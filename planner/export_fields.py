@@ -70,6 +70,9 @@ MEGATRON_UNEXPRESSIBLE: dict[str, str] = {
     "no argument: price with the current defaults",
     "stale_main_grad": "local DDP without contiguous buffers (Megatron-LM 2021) has no "
     "argument: price with the current defaults",
+    "param_gather_engine": "the plan was priced as DeepSpeed's ZeRO stage-3 engine "
+    "(deepspeed_zero3), which Megatron-LM does not run: price it with the current defaults "
+    "(param_gather_engine='megatron_fsdp', --use-megatron-fsdp)",
     "fp8_attention": "Megatron-LM's arguments.py generates no flag for TransformerConfig."
     "fp8_dot_product_attention (it lists the field among those with no CLI argument, snapshot "
     "d98e8a64; Megatron-Bridge recipes set it in their configs): re-plan with "

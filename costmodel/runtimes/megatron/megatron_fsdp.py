@@ -96,6 +96,7 @@ def fsdp_state_bytes(
     linear_param_bytes: float | None = None,
     linear_shard_bytes: float | None = None,
     non_unit_params: float = 0.0,
+    gathered_layers: float = GATHERED_LAYERS,
 ) -> FsdpStateBytes:
     """Weight, gradient and optimizer bytes of a rank holding ``dense_params`` dense and
     ``expert_params`` routed-expert parameters (its TP/EP/PP share), under the plan's
@@ -105,7 +106,9 @@ def fsdp_state_bytes(
     shard (FP8 parameters, `costmodel.memory_allowances.Fp8WeightStorage`; the weight bytes when
     None), the shard at the rank's mean bytes per parameter; ``non_unit_params`` of the dense
     ones (outside the unit modules) are held whole at the weight bytes under
-    `optim_grads_params` (module docstring)."""
+    `optim_grads_params` (module docstring). ``gathered_layers``: full weights and gradients
+    resident at once, in units of the largest layer (`GATHERED_LAYERS`; DeepSpeed's stage-3
+    engine, `costmodel.runtimes.megatron.zero3_schedule.gathered_layers`)."""
     weight, grad, state = bytes_per_param
     linear_weight = weight if linear_param_bytes is None else linear_param_bytes
     shard_weight = linear_weight if linear_shard_bytes is None else linear_shard_bytes
@@ -114,7 +117,7 @@ def fsdp_state_bytes(
     expert_shards = max(plan.expert_dp, 1)
     total = dense_params + expert_params
     sharded = dense_params / dense_shards + expert_params / expert_shards
-    working = GATHERED_LAYERS * largest_layer_params(model, plan)
+    working = gathered_layers * largest_layer_params(model, plan)
     optimizer = state * (total if strategy == "no_shard" else sharded)
     grads_sharded = strategy in ("optim_grads", "optim_grads_params")
     gradients = grad * (min(sharded + working, total) if grads_sharded else total)
@@ -122,7 +125,7 @@ def fsdp_state_bytes(
     if strategy == "optim_grads_params":
         shard_bytes = weight * (total - linear_params) + shard_weight * linear_params
         mean = shard_bytes / total if total else float(weight)
-        layers_bytes = GATHERED_LAYERS * largest_layer_weight_bytes(
+        layers_bytes = gathered_layers * largest_layer_weight_bytes(
             model, plan, weight, linear_weight
         )
         non_unit_bytes = weight * non_unit_params * (1.0 - 1.0 / dense_shards)
@@ -168,8 +171,11 @@ class ChunkGather:
     num_layers: int
     """Modules it gathers one at a time: its transformer and MTP layers (at least 1: a
     chunk of only the embedding or the loss gathers one module)."""
-    num_passes: int
-    """Forward and backward passes of the chunk in one iteration (each gathers it again)."""
+    num_passes: float
+    """Gathers of the whole chunk in one iteration: one per forward and per backward pass
+    under Megatron-FSDP; DeepSpeed's stage-3 engine gathers more per backward
+    (`costmodel.runtimes.megatron.zero3_schedule.backward_gather_sweeps`). Each is a
+    layer-by-layer sweep that exposes its first layer's gather."""
 
 
 def fsdp_param_gather_exposed_s(*, chunks: Sequence[ChunkGather], compute_s: float) -> float:

@@ -76,10 +76,14 @@ def param_gather_s(
     gather_bytes: tuple[tuple[float, float], ...],
     smallest_shares: tuple[float, float],
     reduce_s: float = 0.0,
+    backward_sweeps: float = 1.0,
 ) -> float:
     """Exposed all-gather of the updated parameters (distributed optimizer; Megatron-FSDP
     in `_fsdp_gather_s`, whose per-layer gathers share the group's links with ``reduce_s``
-    seconds of per-backward gradient reduce-scatters; ``dist_muon``'s uneven gather, with
+    seconds of per-backward gradient reduce-scatters and gather each chunk
+    ``backward_sweeps`` times per backward pass,
+    `costmodel.runtimes.megatron.zero3_schedule.backward_gather_sweeps` for DeepSpeed's
+    stage-3 engine; ``dist_muon``'s uneven gather, with
     ``smallest_shares`` from `costmodel.muon_sharding.smallest_share_fractions`),
     ``gather_bytes`` per (dense, expert) parameter of each chunk (`param_gather_bytes`:
     bf16, or FP8 parameters).
@@ -92,7 +96,15 @@ def param_gather_s(
     """
     if plan.use_megatron_fsdp:
         return _fsdp_gather_s(
-            plan, profile, chunks, placements, row, gather_bytes, layers_per_chunk, reduce_s
+            plan,
+            profile,
+            chunks,
+            placements,
+            row,
+            gather_bytes,
+            layers_per_chunk,
+            reduce_s,
+            backward_sweeps,
         )
     if not plan.distributed_optimizer:
         chunk_params = tuple((c.dense_params, c.expert_params) for c in chunks)
@@ -133,9 +145,11 @@ def _fsdp_gather_s(
     gather_bytes: tuple[tuple[float, float], ...],
     layers_per_chunk: tuple[int, ...],
     reduce_s: float = 0.0,
+    backward_sweeps: float = 1.0,
 ) -> float:
-    """Megatron-FSDP: per-layer parameter all-gathers in every forward and backward pass
-    under `optim_grads_params`, chunk by chunk with each chunk's own layer count
+    """Megatron-FSDP: per-layer parameter all-gathers in every forward pass and
+    ``backward_sweeps`` times in every backward pass under `optim_grads_params`, chunk by
+    chunk with each chunk's own layer count
     (`costmodel.runtimes.megatron.megatron_fsdp.fsdp_param_gather_exposed_s`); they hide
     behind the passes' compute less the ``reduce_s`` seconds the same group's links spend
     on the per-backward gradient reduce-scatters. With the other strategies the updated
@@ -156,7 +170,11 @@ def _fsdp_gather_s(
         ChunkGather(
             gather_s=gather_s,
             num_layers=layers,
-            num_passes=sum(1 for t in passes if t.action.chunk == chunk),
+            num_passes=sum(
+                1.0 if t.action.phase == "F" else backward_sweeps
+                for t in passes
+                if t.action.chunk == chunk
+            ),
         )
         for chunk, (gather_s, layers) in enumerate(zip(gathers, layers_per_chunk, strict=True))
     ]

@@ -33,6 +33,7 @@ from costmodel.runtimes.megatron.stage_tail import stage_tail
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
+from specs.errors import SpecError
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -125,8 +126,9 @@ class MegatronRuntime:
         copy, cross-entropy implementation, allocator segments and fragmentation, FP8
         weight storage, the optimizer step's gradient copy, Adam's state dtypes, the
         optimizer state offloaded to the host, the previous iteration's gradients held
-        by local DDP, FP8 attention's saved tensors and the layers kept in bf16
-        (`costmodel.bf16_layers.bf16_layers`)."""
+        by local DDP, FP8 attention's saved tensors, the layers kept in bf16
+        (`costmodel.bf16_layers.bf16_layers`) and the engine of sharded weights
+        (`ExecutionOptions.param_gather_engine`)."""
         return memory_per_stage(
             model,
             job,
@@ -146,6 +148,7 @@ class MegatronRuntime:
             stale_main_grad=self.options.stale_main_grad,
             fp8_attention=self.options.fp8_attention,
             bf16_layers=bf16_layers(model, job, self.options),
+            zero3_engine=self.options.param_gather_engine == "deepspeed_zero3",
         )
 
     def screen(
@@ -162,4 +165,11 @@ class MegatronRuntime:
         check_precision_device(job.precision, profile)
         check_fp8_attention(job.precision, fp8_attention_recipe(self.options), profile)
         check_packed_attention(job.packed_document_tokens, self.options.attention)
+        if self.options.param_gather_engine != "megatron_fsdp":
+            raise SpecError(
+                f"param_gather_engine {self.options.param_gather_engine!r}: the closed-form "
+                "screen prices Megatron-FSDP's gathers only; price the plan with "
+                "costmodel.estimate.estimate_plan, or search with "
+                "param_gather_engine='megatron_fsdp'"
+            )
         return closed_form_screen(model, cluster, job, profile, rows, self.options)

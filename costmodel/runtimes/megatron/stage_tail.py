@@ -20,6 +20,7 @@ from costmodel.runtimes.megatron.grad_reduction import grad_bucket_events
 from costmodel.runtimes.megatron.megatron_fsdp import grads_reduced_every_backward
 from costmodel.runtimes.megatron.optimizer_step import stage_optimizer_s
 from costmodel.runtimes.megatron.param_gather import param_gather_bytes, param_gather_s
+from costmodel.runtimes.megatron.zero3_schedule import backward_gather_sweeps
 from costmodel.schedules import chunk_layers, plan_stage_chunks
 from costmodel.topology import GroupPlacement, PlanPlacements
 from profiles.schema import HardwareProfile
@@ -44,6 +45,14 @@ def _stage_norm_params(model: ModelSpec, plan: ParallelPlan, stage: int) -> floa
         for i in chunk_layers(model, plan, stage, chunk)
     )
     return total + (counts.final_norm if stage == plan.pp - 1 else 0)
+
+
+def _backward_sweeps(model: ModelSpec, plan: ParallelPlan, options: ExecutionOptions) -> float:
+    """Gathers of a chunk per backward pass under sharded weights: 1 for Megatron-FSDP,
+    `costmodel.runtimes.megatron.zero3_schedule.backward_gather_sweeps` for DeepSpeed's
+    stage-3 engine (`ExecutionOptions.param_gather_engine`)."""
+    zero3 = plan.use_megatron_fsdp and options.param_gather_engine == "deepspeed_zero3"
+    return backward_gather_sweeps(model, plan) if zero3 else 1.0
 
 
 def stage_tail(
@@ -117,6 +126,7 @@ def stage_tail(
             gather_bytes=param_gather_bytes(model, job, plan, stage, options),
             reduce_s=sum(e[2] for e in events) if grads_reduced_every_backward(plan) else 0.0,
             smallest_shares=smallest_share_fractions(model, job, plan, stage),
+            backward_sweeps=_backward_sweeps(model, plan, options),
         ),
         dp_events=tuple(dp_events),
     )
