@@ -20,9 +20,11 @@ def check_segment(cluster: ClusterSpec, profile: HardwareProfile) -> None:
 def placement_line(
     cluster: ClusterSpec, profile: HardwareProfile, plan: ParallelPlan
 ) -> str | None:
-    """One line: the GPUs per NVLink domain the plan was placed in, the segment and its
-    source, and the groups that span several domains; None on a profile whose scale-up
-    domain is one server (groups across servers are the usual data-parallel case there)."""
+    """One line: the GPUs per NVLink domain the plan was placed in, the segment (``racks``
+    where it is a whole domain that does not divide the nodes: no segment, racks filled in
+    order) and its source, and the groups that span several domains; None on a profile
+    whose scale-up domain is one server (groups across servers are the usual data-parallel
+    case there)."""
     from costmodel.topology import PLAN_AXES, plan_placements
 
     per_node = cluster.gpus_per_node or profile.topology.gpus_per_node
@@ -45,7 +47,9 @@ def placement_line(
         if placements[axes].num_domains > 1
     ]
     groups = "groups across domains: " + ", ".join(crossing) if crossing else "no group crosses"
+    num_nodes = -(-cluster.num_gpus // per_node)
+    unit = "racks" if num_nodes % segment else "segments"
     return (
-        f"NVLink domain: {segment * per_node} GPUs (segments of {segment} servers x "
-        f"{per_node}, {source}); {groups}"
+        f"NVLink domain: {segment * per_node} GPUs ({unit} of {segment} servers x {per_node}, "
+        f"{source}); {groups}"
     )

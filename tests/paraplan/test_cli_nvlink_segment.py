@@ -27,7 +27,7 @@ def test_estimate_names_the_launcher_segment(capsys) -> None:
 
 def test_estimate_names_the_groups_that_cross_racks_without_a_segment(capsys) -> None:
     line = _domain_line(capsys, "--nvlink-segment-nodes", "18")
-    assert "72 GPUs" in line and "--nvlink-segment-nodes 18" in line
+    assert "72 GPUs (racks of 18 servers x 4, --nvlink-segment-nodes 18)" in line
     assert "ep over 2" in line and "dp-cp over 2" in line
 
 
