@@ -184,7 +184,13 @@ def simulate_plan(
     require_valid_plan(model, cluster, job, plan)
     runtime = runtime_model(device_options(options, profile))
     sim = simulate_iteration(
-        model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
+        model,
+        job,
+        plan,
+        profile,
+        runtime=runtime,
+        gpus_per_node=cluster.gpus_per_node,
+        segment_nodes=cluster.nvlink_segment_nodes,
     )
     stages = runtime.memory(model, job, plan)
     model_flops = job_model_flops_per_iteration(model, job)

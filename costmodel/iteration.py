@@ -217,6 +217,7 @@ def simulate_iteration(
     *,
     runtime: RuntimeModel,
     gpus_per_node: int | None = None,
+    segment_nodes: int | None = None,
 ) -> IterationSimulation:
     """Simulate one iteration of ``plan`` as ``runtime`` runs it (module docstring).
 
@@ -231,7 +232,7 @@ def simulate_iteration(
             f"micro_batch_size ({plan.micro_batch_size}) x dp ({plan.dp}); raise the batch"
         )
     profile = runtime.priced_profile(profile)
-    placements = plan_placements(profile, plan, gpus_per_node)
+    placements = plan_placements(profile, plan, gpus_per_node, segment_nodes=segment_nodes)
     job = runtime.executed_job(job, profile)
     chunks = runtime.chunk_costs(model, job, plan, profile, placements)
     send_s = runtime.send_s(model, job, plan, profile, placements)

@@ -1,36 +1,29 @@
-"""The cluster as a graph, and where each process group of a plan sits on it.
-
-Graph (networkx, undirected), built from a profile's `Topology`:
-
-- ``("gpu", r)`` for global rank r, with attributes ``node`` (server r // gpus_per_node),
-  ``domain`` (scale-up domain r // scale_up_domain) and ``local`` (index on its node); a
-  domain may span servers (NVL72: 72 GPUs in trays of 4), and a group inside one domain
-  is ``intra`` (NVLink-priced) even when it crosses trays;
-- ``("scale_up", d)``: the NVSwitch / xGMI / host fabric of domain d, linked to its GPUs
-  with the per-GPU scale-up bandwidth (``GBps``);
-- ``("nic", node, j)``: scale-out NIC j of a server; GPU ``local`` uses rail
-  ``local·nics_per_node // gpus_per_node`` (DGX rail-optimised wiring: one NIC per GPU on
-  DGX A100/H100);
-- ``("fabric",)``: the scale-out network joining every NIC (a non-blocking fat tree, the
-  reference design of DGX SuperPOD/BasePOD).
+"""Where each process group of a plan sits on the cluster: servers, scale-up domains, NICs.
 
 Megatron places ranks ``tp-cp-ep-dp-pp`` with tp fastest (`specs.layout.RankLayout`), and
 consecutive ranks fill a server before the next one, so a group is a set of ranks whose
-placement (servers spanned, ranks per server) decides which collective fit applies.
+placement (servers spanned, ranks per server) decides which collective fit applies. The
+scale-up domain is a run of consecutive ranks: the profile's fabric, or on NVL72 the NVLink
+segment the launcher gives the job (`costmodel.scale_up`).
 
-A 16k-GPU graph has ~35k vertices and takes most of a second to build, so callers build
-it only for the ranks they place (``ranks=``); vertices of other ranks are never read.
+Groups of one axis differ in placement when the domain is not a power of two (72 GPUs, or
+a segment of 12 or 18 trays): the EP group of ranks 64..79 crosses racks while that of
+ranks 0..15 does not. Every rank waits for the slowest instance (at the next pipeline hop,
+and at the gradient reduction and optimizer step that end the iteration), so the cost
+model prices each axis at its slowest instance. Each group of `PLAN_AXES` is an arithmetic
+progression of ranks, so `plan_placements` places them without a graph
+(`worst_strided_placement`, one base per residue modulo the server-and-domain period); the
+graph (`costmodel.cluster_graph`) places measured groups one by one
+(`reports.calibrate_comm`) and is the reference the arithmetic is tested against.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-import networkx as nx
-
+from costmodel.scale_up import placement_domain_size
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 from specs.layout import RankLayout
@@ -68,95 +61,52 @@ class GroupPlacement:
         return self.num_nodes > 1
 
 
-def scale_up_domain_size(profile: HardwareProfile, gpus_per_node: int | None = None) -> int:
-    """Devices that share one scale-up fabric when servers hold ``gpus_per_node`` devices.
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterShape:
+    """The numbers that place a job's groups: its ranks, servers, domains and NICs."""
 
-    Without an override this is the profile's domain. A domain that spans several servers
-    (NVL72: 72 GPUs over trays of 4) stays whole under an override that divides it, since
-    the NVLink switch trays, not the server, bound it; otherwise the domain is capped at a
-    server (a cluster spec with fewer devices per server than the profile's node).
-    """
-    topo = profile.topology
-    if not gpus_per_node:
-        return topo.scale_up_domain
-    spans_servers = topo.scale_up_domain > topo.gpus_per_node
-    if spans_servers and topo.scale_up_domain % gpus_per_node == 0:
-        return topo.scale_up_domain
-    return max(min(topo.scale_up_domain, gpus_per_node), 1)
+    world_size: int
+    """Ranks of the job."""
+    gpus_per_node: int
+    """Ranks per server."""
+    scale_up_domain: int
+    """Consecutive ranks per scale-up domain: on NVL72 the job's NVLink segment
+    (`costmodel.scale_up.placement_domain_size`)."""
+    nics_per_node: int
+    """Scale-out NICs per server."""
+
+    def place(self, size: int, stride: int, axes: str = "") -> GroupPlacement:
+        """The slowest group {b + i·stride, i < size} of the job (`worst_strided_placement`)."""
+        return worst_strided_placement(
+            size,
+            stride,
+            world_size=self.world_size,
+            gpus_per_node=self.gpus_per_node,
+            scale_up_domain=self.scale_up_domain,
+            nics_per_node=self.nics_per_node,
+            axes=axes,
+        )
 
 
-def _sizes(profile: HardwareProfile, gpus_per_node: int | None) -> tuple[int, int, int]:
+def cluster_shape(
+    profile: HardwareProfile,
+    num_gpus: int,
+    gpus_per_node: int | None = None,
+    segment_nodes: int | None = None,
+) -> ClusterShape:
+    """The `ClusterShape` of a job of ``num_gpus`` ranks: the domain is the NVLink segment
+    on a domain that spans servers (`costmodel.scale_up.placement_domain_size`,
+    ``segment_nodes`` the user's segment), else the profile's (capped at a server under a
+    smaller ``gpus_per_node``)."""
     topo = profile.topology
     per_node = gpus_per_node or topo.gpus_per_node
     if per_node < 1:
         raise SpecError(f"gpus_per_node must be >= 1, got {per_node}")
-    return per_node, scale_up_domain_size(profile, gpus_per_node), topo.nics_per_node
-
-
-def cluster_graph(
-    profile: HardwareProfile,
-    num_gpus: int,
-    gpus_per_node: int | None = None,
-    *,
-    ranks: Iterable[int] | None = None,
-) -> nx.Graph:
-    """The cluster graph of the module docstring, for ``ranks`` (default: every rank).
-
-    ``gpus_per_node`` overrides the profile's (a cluster spec may); the scale-up domain
-    follows `scale_up_domain_size`. Raises `SpecError` for a rank outside ``range(num_gpus)``.
-    """
-    per_node, domain, nics = _sizes(profile, gpus_per_node)
-    chosen = range(num_gpus) if ranks is None else sorted(set(ranks))
-    graph = nx.Graph(gpus_per_node=per_node, scale_up_domain=domain, nics_per_node=nics)
-    link = profile.topology.scale_up_GBps_per_gpu
-    nic_rate = profile.topology.nic_GBps_per_gpu
-    num_nodes = math.ceil(num_gpus / per_node)
-    for r in chosen:
-        if not 0 <= r < num_gpus:
-            raise SpecError(f"rank {r} is outside the cluster's {num_gpus} GPUs")
-        node, local = divmod(r, per_node)
-        gpu = ("gpu", r)
-        graph.add_node(gpu, kind="gpu", node=node, domain=r // domain, local=local)
-        graph.add_edge(gpu, ("scale_up", r // domain), kind="scale_up", GBps=link)
-        if nics and num_nodes > 1:
-            nic = ("nic", node, local * nics // per_node)
-            graph.add_edge(gpu, nic, kind="host_link")
-            graph.add_edge(nic, ("fabric",), kind="scale_out", GBps=nic_rate)
-    for vertex in graph.nodes:
-        graph.nodes[vertex].setdefault("kind", vertex[0])
-    return graph
-
-
-def place_group(graph: nx.Graph, ranks: Iterable[int], axes: str = "") -> GroupPlacement:
-    """Placement of one group on ``graph`` (whose vertices must include its ranks)."""
-    members = tuple(ranks)
-    if not members:
-        raise SpecError("place_group: a group needs at least one rank")
-    missing = [r for r in members if ("gpu", r) not in graph]
-    if missing:
-        raise SpecError(
-            f"place_group: ranks {missing[:4]} are not in the graph; build it with "
-            "cluster_graph(..., ranks=...) covering the group"
-        )
-    attrs = [graph.nodes[("gpu", r)] for r in members]
-    per_node = Counter(a["node"] for a in attrs)
-    per_domain = Counter(a["domain"] for a in attrs)
-    busiest = max(per_node, key=per_node.__getitem__)
-    nics = {
-        nbr
-        for r, a in zip(members, attrs, strict=True)
-        if a["node"] == busiest
-        for nbr in graph.neighbors(("gpu", r))
-        if nbr[0] == "nic"
-    }
-    return GroupPlacement(
-        axes=axes,
-        size=len(members),
-        num_nodes=len(per_node),
-        num_domains=len(per_domain),
-        ranks_per_node=max(per_node.values()),
-        ranks_per_domain=max(per_domain.values()),
-        nics_per_node=len(nics) if len(per_node) > 1 else 0,
+    return ClusterShape(
+        world_size=num_gpus,
+        gpus_per_node=per_node,
+        scale_up_domain=placement_domain_size(profile, num_gpus, gpus_per_node, segment_nodes),
+        nics_per_node=topo.nics_per_node,
     )
 
 
@@ -168,19 +118,20 @@ def strided_group_placement(
     scale_up_domain: int,
     nics_per_node: int,
     axes: str = "",
+    base: int = 0,
 ) -> GroupPlacement:
-    """Placement of the group {0, stride, ..., (size-1)·stride} without building a graph.
+    """Placement of the group {base, base + stride, ..., base + (size-1)·stride} without
+    building a graph.
 
-    Every Megatron group over adjacent axes is such a progression shifted by a base that is
-    a multiple of the next-faster axes (tp-cp-ep-dp-pp order); the group containing rank 0
-    stands for all of them when gpus_per_node is a multiple of the strides involved, the
-    usual power-of-two case. Agrees with `place_group` on the graph (tested).
+    Every Megatron group over adjacent axes is such a progression, its base a rank whose
+    digits on the group's axes are 0 (tp-cp-ep-dp-pp order); `worst_strided_placement`
+    takes the slowest over the bases. Agrees with `costmodel.cluster_graph.place_group` (tested).
     """
     if size < 1 or stride < 1:
         raise SpecError(f"strided group needs size >= 1 and stride >= 1, got {size}, {stride}")
     if size == 1:
         return single_rank_placement(axes)
-    ranks = [i * stride for i in range(size)]
+    ranks = [base + i * stride for i in range(size)]
     nodes = Counter(r // gpus_per_node for r in ranks)
     domains = Counter(r // scale_up_domain for r in ranks)
     busiest = max(nodes, key=nodes.__getitem__)
@@ -200,6 +151,65 @@ def strided_group_placement(
     )
 
 
+def slowness(group: GroupPlacement) -> tuple[float, ...]:
+    """Order of the collective time of groups of one size (`costmodel.collectives`): one
+    inside a scale-up domain runs the ``intra`` fit of its size, whatever servers it spans;
+    across domains the ring's latency grows with the domains k and its NIC bound
+    g · busbw_inter shrinks with the ranks per domain g and their share of the NICs, as the
+    remote part of an all-to-all grows. Larger is slower."""
+    share = 1.0
+    if group.nics_per_node and group.ranks_per_node > group.nics_per_node:
+        share = group.nics_per_node / group.ranks_per_node
+    if group.num_domains == 1:
+        return (1.0, 0.0, 0.0, 0.0)
+    return (float(group.num_domains), -float(group.ranks_per_domain), -share, 0.0)
+
+
+def instance_bases(size: int, stride: int, world_size: int, period: int) -> list[int]:
+    """First ranks, modulo ``period``, of every group {b + i·stride, i < size} that tiles
+    ``range(world_size)``: b = q·stride·size + j with j < stride. A group shifted by a
+    multiple of ``period`` (a multiple of the server and of the domain) is placed alike, so
+    these residues stand for every instance; rank 0's group (residue 0) comes first."""
+    block = stride * size
+    heads = {q * block % period for q in range(min(max(world_size // block, 1), period))}
+    offsets = range(min(stride, period))
+    residues = {(h + j) % period for h in heads for j in offsets}
+    return sorted(residues)
+
+
+def worst_strided_placement(
+    size: int,
+    stride: int,
+    *,
+    world_size: int,
+    gpus_per_node: int,
+    scale_up_domain: int,
+    nics_per_node: int,
+    axes: str = "",
+) -> GroupPlacement:
+    """The slowest (`slowness`) of the groups {b + i·stride} over all bases b, rank 0's on
+    a tie: each of a plan's groups of one axis runs the same collective at the same step,
+    and every rank waits for the slowest of them at the next pipeline hop and at the
+    gradient reduction and optimizer step, so the slowest instance sets the iteration time.
+    On power-of-two layouts in power-of-two domains every instance is placed as rank 0's;
+    in a 72-GPU NVL72 domain (or a segment of 12 or 18 trays) a group of ranks 64..79 spans
+    two domains while ranks 0..15 share one."""
+    period = math.lcm(gpus_per_node, scale_up_domain)
+    place = [
+        strided_group_placement(
+            size,
+            stride,
+            gpus_per_node=gpus_per_node,
+            scale_up_domain=scale_up_domain,
+            nics_per_node=nics_per_node,
+            axes=axes,
+            base=base,
+        )
+        for base in (instance_bases(size, stride, world_size, period) if size > 1 else [0])
+    ]
+    return max(place, key=slowness)
+
+
 def single_rank_placement(axes: str) -> GroupPlacement:
     """The placement of a group of one rank (no communication)."""
     return GroupPlacement(
@@ -214,7 +224,7 @@ def single_rank_placement(axes: str) -> GroupPlacement:
 
 
 PLAN_AXES = ("tp", "cp", "dp-cp", "ep", "etp", "edp", "pp")
-"""Groups the cost model places on the cluster graph: TP, CP, the gradient group DP x CP,
+"""Groups the cost model places on the cluster: TP, CP, the gradient group DP x CP,
 the expert groups (EP, expert TP, expert DP) and the pipeline."""
 
 AMAX_AXES = "tp-dp-cp"
@@ -226,42 +236,60 @@ with_context_parallel=True)``); placed as the product of TP and DP x CP
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PlanPlacements:
-    """Placements of the groups of one representative rank, and its pipeline hops."""
+    """Placements of the slowest group of each axes over all ranks, and the pipeline hops
+    (`plan_placements`)."""
 
     groups: dict[str, GroupPlacement]
     """Placement per axes name of `PLAN_AXES`, and of `AMAX_AXES`."""
     pp_hop_intra: tuple[bool, ...]
     """For each boundary between stage s and s+1 (and, interleaved, from the last stage
-    back to the first), True when the two ranks share a scale-up domain."""
+    back to the first), True when every rank's hop over it stays in its scale-up domain."""
 
     def __getitem__(self, axes: str) -> GroupPlacement:
         return self.groups[axes]
 
 
 def plan_placements(
-    profile: HardwareProfile, plan: ParallelPlan, gpus_per_node: int | None = None, rank: int = 0
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    gpus_per_node: int | None = None,
+    *,
+    segment_nodes: int | None = None,
 ) -> PlanPlacements:
-    """Place the groups of ``rank`` for ``plan`` (`specs.layout.RankLayout`, Megatron order).
+    """Place the groups of ``plan`` (`specs.layout.RankLayout`, Megatron order) on a job of
+    ``plan.world_size`` ranks whose scale-up domain is `cluster_shape`'s (the NVLink segment
+    on NVL72; ``segment_nodes`` the user's).
 
-    Ranks with the same tp, cp and dp index in other stages are symmetric to ``rank`` in
-    every power-of-two layout, so one rank stands for the plan. The groups of `PLAN_AXES`
-    are placed on the cluster graph; the TP x DP x CP group (`AMAX_AXES`) is the product of
-    the TP and DP x CP placements (`product_placement`), which spares a graph of every rank
-    of a stage.
+    Each group of `PLAN_AXES` is a progression of ranks (`strided_group_placement`) and
+    stands for its slowest instance over all ranks (`worst_strided_placement`); each
+    pipeline boundary is intra only when every rank's hop over it is (`pipeline_hops`). The
+    TP x DP x CP group (`AMAX_AXES`) is the product of the TP and DP x CP placements
+    (`product_placement`).
     """
     layout = RankLayout.from_plan(plan)
-    members = {axes: layout.group_of(rank, axes) for axes in PLAN_AXES}
-    wanted = {r for group in members.values() for r in group}
-    graph = cluster_graph(profile, layout.world_size, gpus_per_node, ranks=wanted)
-    placements = {axes: place_group(graph, group, axes) for axes, group in members.items()}
+    shape = cluster_shape(profile, layout.world_size, gpus_per_node, segment_nodes)
+    placements = {}
+    for axes in PLAN_AXES:
+        first = layout.group_of(0, axes)
+        stride = first[1] - first[0] if len(first) > 1 else 1
+        placements[axes] = shape.place(len(first), stride, axes)
     amax_parts = (placements["tp"], placements["dp-cp"])
     placements[AMAX_AXES] = product_placement(profile, amax_parts, AMAX_AXES)
-    stages = members["pp"]
-    hops = [
-        graph.nodes[("gpu", a)]["domain"] == graph.nodes[("gpu", b)]["domain"]
-        for a, b in zip(stages, (*stages[1:], stages[0]), strict=True)
-    ]
-    return PlanPlacements(groups=placements, pp_hop_intra=tuple(hops))
+    hops = pipeline_hops(plan.pp, layout.world_size // plan.pp, shape.scale_up_domain)
+    return PlanPlacements(groups=placements, pp_hop_intra=hops)
+
+
+def pipeline_hops(pp: int, stage_ranks: int, domain: int) -> tuple[bool, ...]:
+    """For each boundary from stage s to s+1, and from the last stage back to the first,
+    True when every rank's hop over it stays in its scale-up domain. Stage s holds ranks
+    [s·S, (s+1)·S) (S = ``stage_ranks``) and rank r sends to r + S, so the hops of boundary
+    s cover [s·S, (s+2)·S) and stay inside a domain only if that whole span does; the hop
+    back from the last stage covers the world."""
+    if pp == 1:
+        return (True,)
+    spans = [(s * stage_ranks, (s + 2) * stage_ranks - 1) for s in range(pp - 1)]
+    spans.append((0, pp * stage_ranks - 1))
+    return tuple(lo // domain == hi // domain for lo, hi in spans)
 
 
 def product_placement(
@@ -273,8 +301,9 @@ def product_placement(
 
     Each axis strides by the product of the faster ones, so the servers (and scale-up
     domains) the combined group spans are the product of those its parts span; every server
-    holds the same number of its ranks and uses every NIC they reach (`cluster_graph`).
-    Agrees with `place_group` over the combined ranks (tested) without building their graph.
+    holds the same number of its ranks and uses every NIC they reach
+    (`costmodel.cluster_graph`). Agrees with `costmodel.cluster_graph.place_group` over the
+    combined ranks (tested) without building their graph.
     """
     size = math.prod(p.size for p in parts)
     num_nodes = math.prod(p.num_nodes for p in parts)
@@ -296,3 +325,20 @@ def world_placement(profile: HardwareProfile, placements: PlanPlacements) -> Gro
     pipeline (`product_placement`)."""
     parts = (placements["tp"], placements["dp-cp"], placements["pp"])
     return product_placement(profile, parts, "world")
+
+
+def end_stages_pair(pipeline: GroupPlacement) -> GroupPlacement:
+    """The group of a first-stage rank and its peer in the last stage (the tied-embedding
+    all-reduce) given the slowest pipeline group: scale-up domains are runs of consecutive
+    ranks, so the pair shares a domain (and a server) exactly when its whole pipeline group
+    does; otherwise it is one rank on each of two servers and domains."""
+    one_node, one_domain = pipeline.num_nodes == 1, pipeline.num_domains == 1
+    return GroupPlacement(
+        axes="embedding",
+        size=2,
+        num_nodes=1 if one_node else 2,
+        num_domains=1 if one_domain else 2,
+        ranks_per_node=2 if one_node else 1,
+        ranks_per_domain=2 if one_domain else 1,
+        nics_per_node=0 if one_node else 1,
+    )

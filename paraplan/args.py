@@ -30,8 +30,8 @@ def add_problem_args(
     hardware_required: bool = False,
     num_gpus_required: bool = True,
 ) -> None:
-    """--model, --hardware, --num-gpus, --gpus-per-node, --seq-len, --global-batch, --precision,
-    --optimizer, the LoRA flags (`paraplan.lora_args`).
+    """--model, --hardware, --num-gpus, --gpus-per-node, --nvlink-segment-nodes, --seq-len,
+    --global-batch, --precision, --optimizer, the LoRA flags (`paraplan.lora_args`).
 
     ``num_gpus_required=False`` serves the cluster-sizing form of `paraplan plan`, which
     searches over GPU counts itself.
@@ -59,6 +59,16 @@ def add_problem_args(
     )
     g.add_argument(
         "--gpus-per-node", type=int, default=None, help="GPUs per node (default: the profile's)"
+    )
+    g.add_argument(
+        "--nvlink-segment-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="NVL72 profiles: servers per NVLink segment (SLURM --segment), each segment in "
+        "one rack; a divisor of the node count, or the trays of a whole rack (18 on "
+        "GB200/GB300: no segment, racks filled in order). Default: Megatron-Bridge's "
+        "launcher, all nodes up to 18, else the largest divisor <= 18",
     )
     g.add_argument(*spellings("--seq-len"), type=int, required=True, help="tokens per sequence")
     g.add_argument(
@@ -98,9 +108,13 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
 
 
 def cluster_from_args(args: argparse.Namespace) -> ClusterSpec:
-    """The ClusterSpec of --hardware, --num-gpus and --gpus-per-node."""
+    """The ClusterSpec of --hardware, --num-gpus, --gpus-per-node and
+    --nvlink-segment-nodes."""
     return ClusterSpec(
-        hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
+        hardware=args.hardware,
+        num_gpus=args.num_gpus,
+        gpus_per_node=args.gpus_per_node,
+        nvlink_segment_nodes=getattr(args, "nvlink_segment_nodes", None),
     )
 
 

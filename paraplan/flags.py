@@ -16,6 +16,7 @@ FIELD_DESTS: dict[str, str] = {
     "TrainingJob.packed_document_tokens": "packed_doc_len",
     "ClusterSpec.num_gpus": "num_gpus",
     "ClusterSpec.gpus_per_node": "gpus_per_node",
+    "ClusterSpec.nvlink_segment_nodes": "nvlink_segment_nodes",
     "ParallelPlan.tp": "tp",
     "ParallelPlan.pp": "pp",
     "ParallelPlan.vpp": "vpp",

@@ -51,9 +51,9 @@ def tp_degrees(
     A size inside the scale-up domain must also divide it (one beyond it be a multiple of
     it): TP groups are runs of consecutive ranks (tp-cp-ep-dp-pp order), so tp = 3 on
     8-GPU servers puts ranks 6, 7, 8 on two servers and that group's collectives, which
-    every layer waits for, cross the NICs. The cost model places the group of rank 0
-    (`costmodel.topology.plan_placements`), which stays inside one server, so such sizes
-    would be priced as if every group did."""
+    every layer waits for, cross the NICs. The cost model prices such a group at its
+    slowest instance (`costmodel.topology.plan_placements`); the search leaves these sizes
+    out."""
     groups = model.query_groups
     kinds = model.layer_kinds()
     dense_mlp = any(kind.mlp == "dense" for kind in kinds)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from costmodel.topology import cluster_graph, place_group
+from costmodel.cluster_graph import cluster_graph, place_group
 from profiles.lookup import bus_factor, collective_fit, collective_time_s
 from profiles.schema import HardwareProfile
 from profiles.schema_network import CollectiveFit
@@ -110,7 +110,12 @@ def comm_samples(run: RunDir, profile: HardwareProfile) -> list[CommSample]:
         return []
     plan, cluster = run.bundle.plan, run.bundle.cluster
     layout = RankLayout.from_plan(plan)
-    graph = cluster_graph(profile, layout.world_size, cluster.gpus_per_node)
+    graph = cluster_graph(
+        profile,
+        layout.world_size,
+        cluster.gpus_per_node,
+        segment_nodes=cluster.nvlink_segment_nodes,
+    )
     samples = []
     for (op, label, size), by_rank in _calls_by_key(run.measured).items():
         axes = group_axes(label)

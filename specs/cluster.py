@@ -19,9 +19,15 @@ class ClusterSpec:
     """Total GPUs (ranks) in the job: the world size."""
     gpus_per_node: int | None = None
     """GPUs per node; None means the profile's value."""
+    nvlink_segment_nodes: int | None = None
+    """Servers (trays) of one NVLink segment on a profile whose scale-up domain spans
+    servers (NVL72): the job's ranks fill whole segments of this many consecutive servers,
+    each segment inside one NVLink domain (SLURM ``--segment``). None means the launcher's
+    rule (`costmodel.nvlink_segment.launcher_segment_nodes`); checked against the profile
+    there (`costmodel.nvlink_segment.segment_nodes`)."""
 
     def __post_init__(self) -> None:
         if not self.hardware:
             raise SpecError("ClusterSpec.hardware must name a profile or a profile JSON path")
         require_positive(self, "num_gpus")
-        require_optional_positive(self, "gpus_per_node")
+        require_optional_positive(self, "gpus_per_node", "nvlink_segment_nodes")

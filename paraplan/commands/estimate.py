@@ -23,6 +23,7 @@ from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
 from paraplan.packing_line import packing_json, packing_line
+from paraplan.placement_line import check_segment, placement_line
 from paraplan.plan_args import add_plan_args, plan_from_args
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     plan = plan_from_args(args)
     profile = load_profile(cluster.hardware)
+    check_segment(cluster, profile)
     check_fp8_flags(args, job, profile)
     violations = check_plan(model, cluster, job, plan)
     options = options_from_args(args)
@@ -114,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
     if not est.fits:
         for line in _over_memory_lines(model, cluster, job, plan, est):
             print(line)
-    packed = packing_line(job)
-    if packed is not None:
-        print(packed)
+    for line in (packing_line(job), placement_line(cluster, profile, plan)):
+        if line is not None:
+            print(line)
     for line in memory_assumptions(job, options, profile.device.name):
         print(line)
     for line in time_assumptions(model, job, options, profile, plan):

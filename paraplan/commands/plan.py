@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from costmodel.bf16_layer_rules import check_bf16_layers
 from costmodel.execution_presets import device_options
 from paraplan.accuracy import accuracy_json, accuracy_lines, published_accuracy
-from paraplan.args import add_problem_args, job_from_args, model_from_args
+from paraplan.args import add_problem_args, cluster_from_args, job_from_args, model_from_args
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.commands.plan_results import (
@@ -53,12 +53,12 @@ from paraplan.lora_args import lora_line
 from paraplan.nodes import partial_nodes_problem
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.packing_line import packing_json, packing_line
+from paraplan.placement_line import check_segment, placement_line
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import refuse_scopes_the_model_lacks
 from paraplan.time_assumptions import time_assumptions
 from planner.defaults import DEFAULT_HEADROOM, DEFAULT_MAX_MICRO_BATCH_SIZE
 from profiles import load_profile
-from specs.cluster import ClusterSpec
 from specs.errors import SpecError
 from specs.formats import BF16_PEAK_DTYPES, percent
 from specs.plan import ParallelPlan
@@ -197,9 +197,8 @@ def _run_search(args: argparse.Namespace) -> int:
     check_fp8_flags(args, job, profile)
     refuse_scopes_the_model_lacks(model, options_from_args(args))
     check_bf16_layers(model, job, options_from_args(args))
-    cluster = ClusterSpec(
-        hardware=args.hardware, num_gpus=args.num_gpus, gpus_per_node=args.gpus_per_node
-    )
+    cluster = cluster_from_args(args)
+    check_segment(cluster, profile)
     per_node = args.gpus_per_node or profile.topology.gpus_per_node
     partial = partial_nodes_problem(args.num_gpus, per_node)
     if partial is not None:  # priced as asked; `export --to megatron` will refuse it
@@ -245,7 +244,8 @@ def _run_search(args: argparse.Namespace) -> int:
     else:
         _print_top(result, args.top)
         job_line = lora_line(job)
-        for line in (job_line, packing_line(job)):
+        placed = None if result.best is None else placement_line(cluster, profile, result.best.plan)
+        for line in (job_line, packing_line(job), placed):
             if line is not None:
                 print(line)
         print(text)
@@ -267,6 +267,12 @@ def _run_sizing(args: argparse.Namespace) -> int:
             f"--num-gpus ({args.num_gpus}) fixes the cluster while --tokens sizes it: give "
             f"--max-gpus {args.num_gpus} to bound the sizing, or drop --tokens to plan on "
             f"{args.num_gpus} GPUs"
+        )
+    if args.nvlink_segment_nodes is not None:
+        raise SpecError(
+            f"--nvlink-segment-nodes ({args.nvlink_segment_nodes}) fixes the segment of one "
+            "node count while --tokens tries several, each under Megatron-Bridge's launcher "
+            "rule: drop --nvlink-segment-nodes, or drop --tokens and plan on --num-gpus N"
         )
     if args.days is None and args.max_gpus is None and args.budget is None:
         raise SpecError("--tokens needs a goal: --days D, --max-gpus N, or --budget USD")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel.cluster_graph import cluster_graph, place_group
 from costmodel.topology import (
-    cluster_graph,
-    place_group,
     plan_placements,
     product_placement,
     strided_group_placement,

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from costmodel.cluster_graph import cluster_graph, place_group
 from costmodel.collectives import collective_time_s
+from costmodel.scale_up import scale_up_domain_size
 from costmodel.topology import (
-    cluster_graph,
-    place_group,
     plan_placements,
-    scale_up_domain_size,
     strided_group_placement,
 )
 from profiles.store import load_profile

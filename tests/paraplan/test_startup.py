@@ -81,5 +81,6 @@ def test_commands_answer_before_the_search_without_heavy_libraries(
 
 def test_a_priced_plan_loads_the_cost_model() -> None:
     # the check above sees imports: pricing a plan does load the cost model's libraries
+    # (pandas; the group placements are arithmetic, networkx serves the calibration graph)
     code, loaded = run_fresh(["estimate", *PROBLEM, "--tp", "2"])
-    assert code == 0 and {"pandas", "networkx"} <= set(loaded)
+    assert code == 0 and "pandas" in loaded and "networkx" not in loaded

@@ -67,7 +67,7 @@ from costmodel.runtimes.megatron.screen_sharding import (
     with_sharding,
 )
 from costmodel.runtimes.megatron.screen_tail import gradients_done_s, tail_s
-from costmodel.topology import scale_up_domain_size
+from costmodel.topology import ClusterShape, cluster_shape
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -82,7 +82,7 @@ def _screen_columns(
     job: TrainingJob,
     profile: HardwareProfile,
     df: pd.DataFrame,
-    topo: tuple[int, int, int],
+    topo: ClusterShape,
     options: ExecutionOptions,
 ) -> dict[str, np.ndarray]:
     """The per-plan columns the phases read: the rows' knobs, the priced parts
@@ -211,8 +211,9 @@ def pipeline_lower_bound_s(
     return pipeline_s(c, (first, middle, last), send, np.maximum(m, 1), options.overlap_p2p)
 
 
-def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> tuple[int, int, int]:
-    """(GPUs per node, scale-up domain size, NICs per node) the group placements use."""
-    per_node = cluster.gpus_per_node or profile.topology.gpus_per_node
-    domain = scale_up_domain_size(profile, cluster.gpus_per_node)
-    return per_node, domain, profile.topology.nics_per_node
+def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> ClusterShape:
+    """The ranks, servers, domains and NICs the group placements use
+    (`costmodel.topology.cluster_shape`: the NVLink segment on NVL72)."""
+    return cluster_shape(
+        profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes
+    )

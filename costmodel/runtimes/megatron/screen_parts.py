@@ -2,10 +2,10 @@
 distinct layer shape the layer costs from `costmodel.runtimes.megatron.layer_costs` and the
 embedding and output costs from `costmodel.runtimes.megatron.vocab_costs`; per distinct
 degrees the (latency, seconds per byte) pairs of the gradient, parameter and pipeline
-groups (collective times are affine in bytes for a fixed group placement,
-`costmodel.topology.strided_group_placement`); per distinct pipeline split the stages'
-layers and parameters. The per-microbatch activation columns of the memory estimate are
-`costmodel.runtimes.megatron.screen_activations`'s."""
+groups (collective times are affine in bytes for a fixed group placement, each group the
+slowest instance of its axes, `costmodel.topology.ClusterShape.place`); per distinct
+pipeline split the stages' layers and parameters. The per-microbatch activation columns of
+the memory estimate are `costmodel.runtimes.megatron.screen_activations`'s."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ from costmodel.runtimes.megatron.megatron_fsdp import (
 from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import plan_split
-from costmodel.topology import strided_group_placement
+from costmodel.topology import ClusterShape, end_stages_pair, pipeline_hops
 from profiles.schema import HardwareProfile
 from specs.finetune import LoraSpec
 from specs.job import TrainingJob
@@ -73,16 +73,12 @@ _LAYER_KEY = [
 ]
 
 
-def _groups(row: Mapping[str, Any], per_node: int, domain: int, nics: int) -> CommGroups:
+def _groups(row: Mapping[str, Any], shape: ClusterShape) -> CommGroups:
+    """The layer groups of a row's degrees, each its slowest instance
+    (`costmodel.topology.ClusterShape.place`, as `costmodel.topology.plan_placements`)."""
+
     def place(axes: str, size: int, stride: int):
-        return strided_group_placement(
-            int(size),
-            int(stride),
-            gpus_per_node=per_node,
-            scale_up_domain=domain,
-            nics_per_node=nics,
-            axes=axes,
-        )
+        return shape.place(int(size), int(stride), axes)
 
     tp, etp = int(row["tp"]), int(row["etp"])
     return CommGroups(
@@ -97,7 +93,7 @@ def _layer_columns(
     model: ModelSpec,
     job: TrainingJob,
     profile: HardwareProfile,
-    topo: tuple[int, int, int],
+    topo: ClusterShape,
     options: ExecutionOptions,
 ):
     """Per distinct layer shape: microbatch durations of dense/MoE layers, the embedding,
@@ -158,7 +154,7 @@ def _layer_columns(
         plan = row_plan(row, recompute="selective")
         degrees = tuple(row[k] for k in ("tp", "cp", "ep", "etp"))
         if degrees not in placed:
-            placed[degrees] = _groups(row, *topo)
+            placed[degrees] = _groups(row, topo)
         groups = placed[degrees]
         key = tuple(row[k] for k in _LAYER_KEY if k not in ("ep", "etp"))
         if key not in dense_parts:
@@ -188,24 +184,20 @@ def affine_s(a: np.ndarray, b: np.ndarray, size: np.ndarray) -> np.ndarray:
     return np.where(size > 0, a + b * size, 0.0)
 
 
-def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
-    """Per distinct degrees: affine costs of the gradient, parameter and pipeline groups."""
-    per_node, domain, nics = topo
+def _group_columns(profile: HardwareProfile, topo: ClusterShape):
+    """Per distinct degrees: affine costs of the gradient, parameter and pipeline groups,
+    each its slowest instance (`costmodel.topology.ClusterShape.place`); the pipeline sends
+    at the first boundary's slowest hop (`costmodel.topology.pipeline_hops`)."""
 
     def fn(row: Mapping[str, Any]) -> dict[str, float]:
         tp, cp, dp, pp, ep, etp = (int(row[k]) for k in ("tp", "cp", "dp", "pp", "ep", "etp"))
         world = tp * cp * dp * pp
         edp = max(world // (etp * ep * pp), 1)
-
-        def place(size: int, stride: int):
-            return strided_group_placement(
-                size, stride, gpus_per_node=per_node, scale_up_domain=domain, nics_per_node=nics
-            )
-
+        place = topo.place
         grads = "reduce_scatter" if row["grads_sharded"] else "all_reduce"
         dense, expert, tpg = place(cp * dp, tp), place(edp, etp * ep), place(tp, 1)
         stride = tp * cp * dp
-        intra = stride < domain  # ranks 0 and stride share domain 0
+        intra = pipeline_hops(pp, stride, topo.scale_up_domain)[0]
         out = {"edp": edp, "pp_intra": intra}
         for tag, op, group in (
             ("g", grads, dense),
@@ -220,7 +212,7 @@ def _group_columns(profile: HardwareProfile, topo: tuple[int, int, int]):
             # one stage holds both embeddings and sends nothing: no tie all-reduce, no P2P
             out.update(tie_a=0.0, tie_b=0.0, send_a=0.0, send_b=0.0)
             return out
-        pair = place(2, stride * (pp - 1))
+        pair = end_stages_pair(place(pp, stride))
         out["tie_a"], out["tie_b"] = _linear_cost(profile, "all_reduce", pair)
         one, two = (p2p_time_s(profile, size, intra=intra) for size in (1e9, 2e9))
         out["send_b"] = (two - one) / 1e9
@@ -341,7 +333,7 @@ def priced_parts(
     job: TrainingJob,
     profile: HardwareProfile,
     df: pd.DataFrame,
-    topo: tuple[int, int, int],
+    topo: ClusterShape,
     options: ExecutionOptions,
 ) -> list[pd.DataFrame]:
     """The priced columns that `closed_form_screen` and `pipeline_lower_bound_s` both read,

@@ -22,7 +22,7 @@ from costmodel.runtimes.megatron.optimizer_step import stage_optimizer_s
 from costmodel.runtimes.megatron.param_gather import param_gather_bytes, param_gather_s
 from costmodel.runtimes.megatron.zero3_schedule import backward_gather_sweeps
 from costmodel.schedules import chunk_layers, plan_stage_chunks
-from costmodel.topology import GroupPlacement, PlanPlacements
+from costmodel.topology import PlanPlacements, end_stages_pair
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -90,15 +90,7 @@ def stage_tail(
     shared = shared_word_embedding(model) and plan.pp > 1
     if trained_base and shared and stage in (0, plan.pp - 1):
         size = padded_vocab_size(model.vocab_size, plan.tp) * model.hidden_size / plan.tp
-        pair = GroupPlacement(
-            axes="embedding",
-            size=2,
-            num_nodes=1 if placements["pp"].num_nodes == 1 else 2,
-            num_domains=1 if placements["pp"].num_domains == 1 else 2,
-            ranks_per_node=1,
-            ranks_per_domain=1,
-            nics_per_node=1,
-        )
+        pair = end_stages_pair(placements["pp"])
         duration = collective_time_s(profile, "all_reduce", size * grad_bytes, pair)
         dp_events.append(("embedding all_reduce", done, duration, size * grad_bytes))
         done += duration

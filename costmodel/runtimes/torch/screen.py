@@ -87,7 +87,13 @@ def _simulate(
     if peak > profile.device.memory_gib * GiB:
         return (np.inf, np.inf, np.inf, peak)
     sim = simulate_iteration(
-        model, job, plan, profile, runtime=runtime, gpus_per_node=cluster.gpus_per_node
+        model,
+        job,
+        plan,
+        profile,
+        runtime=runtime,
+        gpus_per_node=cluster.gpus_per_node,
+        segment_nodes=cluster.nvlink_segment_nodes,
     )
     b = sim.breakdown
     compute = b.compute_forward_s + b.compute_backward_s + b.compute_recompute_s
