@@ -7,16 +7,28 @@ them. Recompute modules (``TransformerConfig.recompute_modules``,
 `moe/experts.py`, `moe/moe_layer.py` and `multi_latent_attention.py`):
 
 - ``core_attn``: the attention core's own saved tensors (checkpointed core attention).
-- ``layernorm``: the outputs of the two pre-norms, i.e. the QKV and FC1 GEMM inputs
-  (output-discarding checkpoint: the norm reruns before the GEMM's backward).
+- ``layernorm``: the outputs of the two pre-norms, i.e. the QKV and FC1 GEMM inputs, in
+  a MoE layer the 16-bit pre-MLP norm output the router keeps (output-discarding
+  checkpoint: the norm reruns before the GEMM's backward; the discarded storage is every
+  holder's).
 - ``mla_up_proj``: the up-projected Q, K, V heads of MLA (output-discarding checkpoint of
   the up projections and RoPE).
-- ``mlp`` (dense layers), ``moe`` (MoE layers): the whole MLP block behind its norm input
-  (normal checkpoint: the block's input is the residual stream, kept anyway), with the
-  FC1 and FC2 LoRA adapters' saved tensors.
+- ``mlp``: the dense MLP block behind its norm input, with the FC1 and FC2 LoRA adapters'
+  saved tensors (normal checkpoint: the block's input is the residual stream, kept anyway,
+  as the Transformer Engine spec fuses the dense pre-MLP norm into ``linear_fc1``).
+  Dense layers only: ``TransformerLayer.__init__`` sets ``recompute_mlp`` under ``if not
+  self.is_moe_layer`` (`transformer_layer.py`, HEAD d98e8a64 and the core pins of
+  Megatron-Bridge v0.2.0 to v0.6.0), and no MoE module reads ``mlp``; a MoE layer's
+  tensors carry names of their own, so ``mlp`` frees nothing there.
+- ``moe``: the MoE layer behind its input (``MoELayer.forward``, `moe/moe_layer.py`:
+  ``tensor_parallel.checkpoint`` or ``te_checkpoint`` of ``custom_forward`` over
+  ``hidden_states``). That input is the 16-bit pre-MLP norm output, which the checkpoint
+  keeps: ``router_input`` stays (``layernorm`` frees it), the shared expert's quantized
+  copy of it goes.
 - ``moe_act``: the routed experts' activation output (output-discarding checkpoint).
-- ``shared_experts``: the shared expert's inner activations and, with its gate, the
-  gate's saved tensors (normal checkpoint of `SharedExpertMLP.forward`).
+- ``shared_experts``: the shared expert's inner activations, its quantized FC1 input and,
+  with its gate, the gate's saved tensors (normal checkpoint of `SharedExpertMLP.forward`,
+  whose input is the norm output the router keeps).
 - ``gdn_norm_out``: a gated DeltaNet's output norm (`_GDNBase.__init__`
   ``recompute_norm_out``; ``gdn.py`` `GatedDeltaNet.forward` wraps `_gated_norm_and_a2a`
   in a ``CheckpointWithoutOutput`` and discards its output once ``out_proj`` has it): the
@@ -39,11 +51,11 @@ from collections.abc import Iterable
 
 RECOMPUTE_TENSORS: dict[str, tuple[str, ...]] = {
     "core_attn": ("core_attention",),
-    "layernorm": ("qkv_input", "fc1_input"),
+    "layernorm": ("qkv_input", "fc1_input", "router_input"),
     "mla_up_proj": ("qkv_heads",),
     "mlp": ("fc1_input", "fc1_output", "act_output", "fc1_adapter", "fc2_adapter"),
     "moe": (
-        "fc1_input",
+        "shared_fc1_input",
         "router",
         "shared_fc1_output",
         "shared_act_output",
@@ -56,7 +68,7 @@ RECOMPUTE_TENSORS: dict[str, tuple[str, ...]] = {
         "expert_row_probs",
     ),
     "moe_act": ("expert_act_output",),
-    "shared_experts": ("shared_fc1_output", "shared_act_output", "shared_gate"),
+    "shared_experts": ("shared_fc1_input", "shared_fc1_output", "shared_act_output", "shared_gate"),
     "gdn_norm_out": ("gdn_norm_rstd", "gdn_out_proj_input"),
 }
 """Recompute module -> the saved tensors it frees (module docstring)."""

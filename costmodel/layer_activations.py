@@ -41,10 +41,11 @@ projection keeps its own FP8 copy, except where it saves its original input
 (`projection_saves_original_input`: current-scaling and MXFP8 recipes), which is the
 tensor the attention kernel keeps. With FP8 attention (Megatron-core
 ``fp8_dot_product_attention``) the fused attention core saves its Q, K, V and output in
-the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`). A MoE layer's
-shared expert saves the 16-bit pre-MLP norm output under the same recipes unless it is
-recomputed (`costmodel.saved_inputs`), so that layer's ``fc1_input`` is counted 16-bit;
-the other ``set_save_original_input`` calls act on tensors their recompute frees.
+the recipe's FP8 form instead (`costmodel.fp8_attention.core_saved_bytes`). A MoE layer keeps
+its 16-bit pre-MLP norm output for the router (``router_input``) and, where its shared
+expert's ``linear_fc1`` does not save that tensor itself (`costmodel.saved_inputs`), the
+shared expert's quantized copy (``shared_fc1_input``; `_moe_input_tensors`); the other
+``set_save_original_input`` calls act on tensors their recompute frees.
 
 LoRA (`TrainingJob.lora`; Transformer Engine 4220403e, the pin of Megatron-Bridge v0.5.0,
 ``pytorch/module/linear.py`` and ``layernorm_linear.py``; Megatron-core d0b3b775
@@ -213,8 +214,15 @@ def _mlp_input_tensors(
     h, n, e = model.hidden_size, x.tokens, x.element_bytes
     mask = x.mask_bytes * n * h / _branch_mask_divisor(model, x)
     if model.layer_block == "sequential":
-        fc1 = _fc1_input_bytes(model, x, plan, kind)
-        return {"mlp_norm_input": e * n * h / x.sp, "fc1_input": fc1, "mlp_mask": mask}
+        norm_input = e * n * h / x.sp
+        if kind.is_moe:
+            return {
+                "mlp_norm_input": norm_input,
+                **_moe_input_tensors(model, x, plan),
+                "mlp_mask": mask,
+            }
+        fc1 = lora_column_input_bytes(x, h, "linear_fc1")
+        return {"mlp_norm_input": norm_input, "fc1_input": fc1, "mlp_mask": mask}
     shared = model.layer_block == "parallel_shared_norm"
     fc1 = (x.fp8_copy_bytes if shared else x.gemm_input_bytes) * n * h / x.sp
     return {"mlp_norm_input": 0.0, "fc1_input": fc1, "mlp_mask": mask}
@@ -261,7 +269,7 @@ def _moe_tensors(model: ModelSpec, x: ActivationShard, plan: ParallelPlan) -> di
 def _latent_tensors(model: ModelSpec, x: ActivationShard, tokens: float) -> dict[str, float]:
     """What a latent MoE layer's duplicated projections keep of their inputs on the rank's
     ``tokens`` (Megatron-LM `MoELayer.preprocess` / ``postprocess``, TE ``Linear`` saving
-    its GEMM input): ``fc1_latent_proj`` reads the h-wide norm output that ``fc1_input``
+    its GEMM input): ``fc1_latent_proj`` reads the h-wide norm output that ``router_input``
     already counts, so it adds only its own FP8 or NVFP4 copy; ``fc2_latent_proj`` keeps
     the ℓ-wide combined rows. Empty without ``moe_latent_size``."""
     latent = model.moe_latent_size
@@ -273,18 +281,32 @@ def _latent_tensors(model: ModelSpec, x: ActivationShard, tokens: float) -> dict
     }
 
 
-def _fc1_input_bytes(
-    model: ModelSpec, x: ActivationShard, plan: ParallelPlan, kind: LayerKind
-) -> float:
-    """The pre-MLP norm output a layer keeps (`lora_column_input_bytes`); in a MoE layer whose
-    shared expert's ``linear_fc1`` saves its 16-bit input
-    (`costmodel.saved_inputs.shared_fc1_saves_input`: Megatron-core
-    ``SharedExpertMLP.__init__``, `moe/shared_experts.py`), that 16-bit tensor, which the
-    router keeps as its own input, instead of the quantized copy."""
-    recipe_saves = x.proj_saves_input and x.lora is None
-    if kind.is_moe and shared_fc1_saves_input(model, plan, recipe_saves=recipe_saves):
-        return x.element_bytes * x.tokens * model.hidden_size / x.sp
-    return lora_column_input_bytes(x, model.hidden_size, "linear_fc1")
+def _moe_input_tensors(
+    model: ModelSpec, x: ActivationShard, plan: ParallelPlan
+) -> dict[str, float]:
+    """What a MoE layer keeps of its pre-MLP norm output, a 16-bit tensor on the rank's
+    T/sp tokens (the MoE layer spec keeps ``pre_mlp_layernorm`` a norm of its own).
+
+    - ``router_input``: the 16-bit norm output itself. The router's gating GEMM
+      (``TopKRouter.gating``, `moe/router.py`) runs ``RouterGatingLinearFunction``
+      (`moe/moe_utils.py`), whose forward calls ``ctx.save_for_backward(inp, weight, bias)``
+      on its input as given and casts to ``moe_router_dtype`` inside the function, so no
+      fp32 copy is kept whatever the router dtype (the backward casts ``inp`` again); the
+      same at the core pins of Megatron-Bridge v0.2.0 to v0.6.0 and at HEAD. A shared
+      expert whose ``linear_fc1`` saves its original input
+      (`costmodel.saved_inputs.shared_fc1_saves_input`), the ``moe`` checkpoint (its input
+      is this tensor) and the latent projection's 16-bit view keep the same tensor: it is
+      counted once.
+    - ``shared_fc1_input``: the shared expert's quantized copy where its ``linear_fc1``
+      keeps one (FP8 or NVFP4 with a trained weight and no ``set_save_original_input``:
+      delayed scaling, or ``shared_experts`` recomputed); absent without a shared expert."""
+    tokens_h = x.tokens * model.hidden_size / x.sp
+    out = {"router_input": x.element_bytes * tokens_h}
+    if model.moe_shared_expert_size:
+        saves = shared_fc1_saves_input(model, plan, recipe_saves=x.proj_saves_input)
+        frozen = x.lora is not None  # a frozen linear keeps no input for a wgrad GEMM
+        out["shared_fc1_input"] = 0.0 if saves or frozen else x.fp8_copy_bytes * tokens_h
+    return out
 
 
 def layer_activations(

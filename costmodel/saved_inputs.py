@@ -12,8 +12,9 @@ GEMM in the backward (TE `pytorch/module/linear.py` "Quantize input tensor",
 `module/grouped_linear.py` ``_split_quantize`` after the dgrad GEMM; v2.7 to the 2026-08
 HEAD). Delayed scaling raises there ("DelayedScaling recipe is not supported with
 save_original_input"), so a call Megatron-core makes whatever the recipe is priced only
-under the recipes TE accepts. A frozen (LoRA) weight needs no wgrad input: nothing is
-saved and nothing is cast again.
+under the recipes TE accepts, and a plan reaching one in an fp8 run under delayed scaling
+is refused (`delayed_scaling_problem`: `paraplan estimate`, the planner's search space).
+A frozen (LoRA) weight needs no wgrad input: nothing is saved and nothing is cast again.
 
 The calls, Megatron-LM 2026-08 HEAD (d98e8a64), all from core_v0.15.0 (781e7658, "Support
 recomputation for FP8 layernorm/moe_act/shared_experts") unless said, so at the pin of
@@ -106,3 +107,56 @@ def mla_down_projections_saving_input(model: ModelSpec, plan: ParallelPlan) -> i
     if not model.uses_mla or "layernorm" not in plan.selective_modules:
         return 0
     return 2 if model.q_lora_rank else 1
+
+
+DELAYED_SAVE_INPUT_RULE = "delayed_scaling_refuses_original_input"
+"""`Violation.rule` of `delayed_scaling_problem`."""
+
+
+def save_input_calls(model: ModelSpec, plan: ParallelPlan, *, fused_grouped_mlp: bool) -> list[str]:
+    """The plan's memory savers that make Megatron-core call ``set_save_original_input``
+    whatever the recipe (module docstring), each as ``field module (linear)``: ``moe_act``
+    recompute (the experts' ``linear_fc2``, `expert_fc2_saves_input`), ``layernorm``
+    recompute (a MoE layer's shared ``linear_fc1`` unless ``shared_experts`` is recomputed,
+    MLA's down projections) and ``expert_fc1`` offloading (the experts' ``linear_fc1``,
+    ``TEGroupedMLP.__init__``: every recipe but MXFP8 and NVFP4)."""
+    modules = plan.selective_modules
+    calls = []
+    if model.is_moe and expert_fc2_saves_input(plan, fused_grouped_mlp=fused_grouped_mlp):
+        calls.append("recompute_modules moe_act (experts' linear_fc2)")
+    shared = model.is_moe and bool(model.moe_shared_expert_size)
+    if "layernorm" in modules and shared and "shared_experts" not in modules:
+        calls.append("recompute_modules layernorm (shared expert's linear_fc1)")
+    if mla_down_projections_saving_input(model, plan):
+        calls.append("recompute_modules layernorm (MLA down projections)")
+    if model.is_moe and "expert_fc1" in plan.offload_modules:
+        calls.append("offload_modules expert_fc1 (experts' linear_fc1)")
+    return calls
+
+
+def delayed_scaling_problem(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    *,
+    precision: str,
+    fp8_recipe: str,
+    fused_grouped_mlp: bool,
+) -> str | None:
+    """Why an fp8 run under delayed scaling cannot run the plan's memory savers, or None:
+    Transformer Engine raises "DelayedScaling recipe is not supported with
+    save_original_input" in the forward of a ``Linear`` (`pytorch/module/linear.py`
+    ``_Linear.forward``, line 326 at TE d0067d0d) or ``GroupedLinear``
+    (`module/grouped_linear.py`, line 679) that Megatron-core set to save its original
+    input (`save_input_calls`)."""
+    if precision != "fp8" or fp8_recipe != "delayed":
+        return None
+    calls = save_input_calls(model, plan, fused_grouped_mlp=fused_grouped_mlp)
+    if not calls:
+        return None
+    return (
+        f"fp8_recipe (delayed) with {', '.join(calls)}: Megatron-core sets "
+        "save_original_input on those linears and Transformer Engine refuses it under "
+        "delayed scaling ('DelayedScaling recipe is not supported with save_original_input'): "
+        "use --fp8-recipe tensorwise or mxfp8, or drop those modules (layernorm also runs "
+        "with shared_experts recomputed)"
+    )

@@ -18,9 +18,11 @@ import argparse
 
 from costmodel.compute import check_precision_device
 from costmodel.execution import ExecutionOptions
+from costmodel.saved_inputs import DELAYED_SAVE_INPUT_RULE, delayed_scaling_problem
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 from specs.job import TrainingJob
+from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 from specs.rules_base import Violation
 
@@ -166,3 +168,19 @@ def fp8_param_violations(
             "(False): add --dist-opt or --use-megatron-fsdp, or drop --fp8-param-gather",
         )
     ]
+
+
+def delayed_scaling_violations(
+    model: ModelSpec, job: TrainingJob, plan: ParallelPlan, options: ExecutionOptions
+) -> list[Violation]:
+    """The memory savers Transformer Engine refuses under delayed scaling
+    (`costmodel.saved_inputs.delayed_scaling_problem`), as a plan violation that `paraplan
+    estimate` reports before pricing."""
+    problem = delayed_scaling_problem(
+        model,
+        plan,
+        precision=job.precision,
+        fp8_recipe=options.fp8_recipe,
+        fused_grouped_mlp=options.moe_fused_grouped_mlp,
+    )
+    return [] if problem is None else [Violation(rule=DELAYED_SAVE_INPUT_RULE, message=problem)]

@@ -47,6 +47,7 @@ from costmodel.memory_allowances import GiB
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
 from planner.finetune_space import space_for_lora
+from planner.fp8_space import space_for_fp8_recipe
 from planner.knob_generators import recompute_module_sets
 from planner.optimizer_space import space_for_optimizer
 from planner.pacing import SIMULATED_PAST_LIMIT, Clock, SearchPace
@@ -320,6 +321,7 @@ def search_plans(
     limit = memory_limit_bytes(profile, memory_headroom)
     space = space_for_optimizer((space or SearchSpace()).for_runtime(options), job)
     space = space_for_lora(space, model, cluster, job)
+    space = space_for_fp8_recipe(space, model, job, options)
     cands, parts = _screened_candidates(
         model, cluster, job, profile, space, limit, options, top_k if prune else None, pace
     )

@@ -18,7 +18,7 @@ from paraplan.args import add_problem_args, cluster_from_args, job_from_args, mo
 from paraplan.assumptions import memory_assumptions
 from paraplan.commands import COMMAND_HELP
 from paraplan.fix_flags import cli_fix
-from paraplan.fp8_args import check_fp8_flags, fp8_param_violations
+from paraplan.fp8_args import check_fp8_flags, delayed_scaling_violations, fp8_param_violations
 from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     aware = precision_aware_violations(plan, options)
     violations += aware or offload_violations(plan, options.optimizer_cpu_offload_fraction)
     violations += fp8_param_violations(job, plan, options)
+    violations += delayed_scaling_violations(model, job, plan, options)
     check_bf16_layers(model, job, options)
     violations += bf16_layer_violations(model, job, plan, options)
     violations += cuda_graph_violations(model, plan, options)

@@ -1,8 +1,8 @@
 """Linears that save their 16-bit input (costmodel.saved_inputs) and the backward's second
 quantization of that input (costmodel.runtimes.megatron.requant_costs,
 pair_quantization.fp8_pair_s ``column_saves_input``, moe_experts.expert_fp8_quantize_s
-``fc2_saves_input``, saved_input_terms through layer_cost), with the MoE layer's fc1_input
-they change (costmodel.layer_activations)."""
+``fc2_saves_input``, saved_input_terms through layer_cost), with the MoE layer's norm-output
+tensors they change (costmodel.layer_activations)."""
 
 from __future__ import annotations
 
@@ -74,20 +74,25 @@ def test_expert_fc2_and_mla_down_projections_save_their_input_under_recompute():
     assert mla_down_projections_saving_input(LLAMA, _selective("layernorm")) == 0
 
 
-def _fc1_input(job: TrainingJob, plan: ParallelPlan, saves: bool) -> float:
-    layer = kind_activations(DSV3, job, plan, MOE_LAYER, proj_saves_input=saves)
-    return dict(layer.tensors)["fc1_input"]
+def _norm_output(job: TrainingJob, plan: ParallelPlan, saves: bool) -> tuple[float, float]:
+    layer = dict(kind_activations(DSV3, job, plan, MOE_LAYER, proj_saves_input=saves).tensors)
+    return layer["router_input"], layer["shared_fc1_input"]
 
 
-def test_moe_layer_keeps_the_16_bit_norm_output_its_shared_expert_saves():
+def test_moe_layer_keeps_the_16_bit_norm_output_once_and_the_shared_copy_where_kept():
     # DeepSeek-V3, s = 4096, mbs 1, tp2 with SP: the pre-MLP norm output is 2048 x 7168 per
-    # rank. Delayed scaling: the shared fc1's FP8 copy, 1 byte per element = 14_680_064 B;
-    # current scaling and MXFP8 (set_save_original_input): the bf16 tensor the router keeps,
-    # 2 bytes = 29_360_128 B; with the shared expert recomputed, the FP8 copy again.
-    assert _fc1_input(FP8_JOB, SP2, saves=False) == 14_680_064
-    assert _fc1_input(FP8_JOB, SP2, saves=True) == 29_360_128
-    assert _fc1_input(FP8_JOB, _selective("shared_experts"), saves=True) == 14_680_064
-    assert _fc1_input(BF16_JOB, SP2, saves=True) == 29_360_128
+    # rank. The router keeps it in bf16 (RouterGatingLinearFunction.forward,
+    # moe/moe_utils.py: ctx.save_for_backward(inp, weight, bias)): 2 bytes = 29_360_128 B.
+    # Delayed scaling: the shared fc1 adds its FP8 copy, 1 byte per element = 14_680_064 B;
+    # current scaling and MXFP8 (set_save_original_input): it saves the router's tensor, no
+    # copy; with the shared expert recomputed, the FP8 copy again (freed by the recompute).
+    assert _norm_output(FP8_JOB, SP2, saves=False) == (29_360_128, 14_680_064)
+    assert _norm_output(FP8_JOB, SP2, saves=True) == (29_360_128, 0)
+    assert _norm_output(FP8_JOB, _selective("shared_experts"), saves=True) == (
+        29_360_128,
+        14_680_064,
+    )
+    assert _norm_output(BF16_JOB, SP2, saves=True) == (29_360_128, 0)
 
 
 def test_saved_input_is_cast_again_by_recipe():

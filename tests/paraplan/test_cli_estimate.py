@@ -232,3 +232,20 @@ def test_fp8_parameters_of_a_dist_muon_job_are_left_to_the_muon_rules(capsys):
     flags = ["--precision", "fp8", "--fp8-param-gather", "--optimizer", "dist_muon", "--json"]
     code, _ = run(capsys, *flags)
     assert code == 0
+
+
+def test_delayed_scaling_with_moe_act_recompute_is_a_violation(capsys):
+    # TEGroupedMLP.__init__ sets save_original_input on linear_fc2 under moe_act; TE raises
+    # under delayed scaling (costmodel.saved_inputs.delayed_scaling_problem)
+    argv = [
+        *("--model", "mixtral-8x7b", "--num-gpus", "16", "--ep", "8", "--precision", "fp8"),
+        *("--recompute", "selective", "--recompute-modules", "moe_act", "--json"),
+    ]
+    parser = argparse.ArgumentParser(prog="paraplan estimate")
+    estimate.add_arguments(parser)
+    base = ["--seq-len", "4096", "--global-batch", "64"]
+    assert estimate.run(parser.parse_args([*argv, *base])) == 1
+    rules = {v["rule"] for v in json.loads(capsys.readouterr().out)["violations"]}
+    assert rules == {"delayed_scaling_refuses_original_input"}
+    tensorwise = [*argv, *base, "--fp8-recipe", "tensorwise"]
+    assert estimate.run(parser.parse_args(tensorwise)) == 0

@@ -4,7 +4,8 @@ Megatron-core layer, one microbatch on one rank.
 Recompute (`ParallelPlan.recompute_modules`, Megatron-core ``recompute_modules``): the
 backward pass reruns the forward of each named module (`costmodel.activation_savers`
 lists what each frees): ``core_attn`` the attention core (with its CP exchange), ``mlp``
-the dense MLP block and ``moe`` the MoE block (with their collectives), ``shared_experts``
+the dense MLP block (a MoE layer has no ``mlp`` pass: Megatron-core recomputes ``mlp`` in
+dense layers only) and ``moe`` the MoE block (with their collectives), ``shared_experts``
 the shared expert, ``layernorm`` the two pre-norms, ``moe_act`` the experts' activation
 function (read the FC1 output, write its activation: memory-bound), ``mla_up_proj`` MLA's
 query and key/value up projections (their share of the projection FLOPs, timed at the
