@@ -44,6 +44,7 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory_allowances import GiB
+from costmodel.scale_up import placement_domain_size
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
 from planner.finetune_space import space_for_lora
@@ -216,6 +217,18 @@ def _candidates_frame(
     return joined.reset_index(drop=True) if len(rejected) else joined
 
 
+def search_domain(profile: HardwareProfile, cluster: ClusterSpec) -> int:
+    """Ranks of one scale-up domain as the job is placed, capped at the job: the NVLink
+    segment of a rack-scale domain (`costmodel.scale_up.placement_domain_size`: 64 GPUs for
+    128 or 256 GB200 under Megatron-Bridge's launcher rule, whose TP 16, 32 and 64 groups then
+    stay inside one domain), else the server's fabric. TP and expert-TP degrees are generated
+    within it unless `SearchSpace.tp_beyond_scale_up`."""
+    domain = placement_domain_size(
+        profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes
+    )
+    return min(domain, cluster.num_gpus)
+
+
 def _screened_candidates(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -230,7 +243,7 @@ def _screened_candidates(
     """Steps 1 and 2 of the module docstring: the legal candidates of ``space`` and the
     screened table with the rows derived from it (`planner.screening.screen_candidates`;
     ``bound_top_k`` None screens every candidate under the memory floor)."""
-    scale_up = min(profile.topology.scale_up_domain, cluster.num_gpus)
+    scale_up = search_domain(profile, cluster)
     cands = enumerate_candidates(model, cluster, job, space, scale_up, progress=pace.progress)
     pace.add(len(cands.table))
     pace.report()
