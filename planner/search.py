@@ -44,7 +44,7 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory_allowances import GiB
-from costmodel.scale_up import placement_domain_size
+from costmodel.topology import cluster_shape
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
 from planner.finetune_space import space_for_lora
@@ -219,14 +219,14 @@ def _candidates_frame(
 
 def search_domain(profile: HardwareProfile, cluster: ClusterSpec) -> int:
     """Ranks of one scale-up domain as the job is placed, capped at the job: the NVLink
-    segment of a rack-scale domain (`costmodel.scale_up.placement_domain_size`: 64 GPUs for
+    segment of a rack-scale domain (`costmodel.topology.cluster_shape`: 64 GPUs for
     128 or 256 GB200 under Megatron-Bridge's launcher rule, whose TP 16, 32 and 64 groups then
     stay inside one domain), else the server's fabric. TP and expert-TP degrees are generated
     within it unless `SearchSpace.tp_beyond_scale_up`."""
-    domain = placement_domain_size(
+    shape = cluster_shape(
         profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes
     )
-    return min(domain, cluster.num_gpus)
+    return min(shape.scale_up_domain, cluster.num_gpus)
 
 
 def _screened_candidates(
