@@ -33,6 +33,9 @@
   ``moe_router_force_load_balancing`` (``pretrain_deepseek_v3.py``).
 - CUDA graphs (`CUDA_GRAPH_FAMILIES`): ``cuda_graphs`` 1 is set on H100 only for
   Nemotron-H and Llama 4 (no preset); Nemotron-H's are the ``layer`` scope.
+- allocator (`allocator_fields`): from 25.07 the launch of every H100 run sets
+  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (``expandable_segments``) but where
+  NCCL user buffers are registered (`USER_BUFFER_FAMILIES`).
 """
 
 from __future__ import annotations
@@ -121,6 +124,36 @@ def cuda_graph_fields(raw: dict[str, str], release: str, fsdp: bool) -> dict[str
     return {"cuda_graph_scopes": frozenset({"layer"})}
 
 
+EXPANDABLE_SEGMENTS_RELEASE = "25.07"
+"""The first NeMo container whose performance launch sets expandable allocator segments:
+``scripts/performance/executors.py`` ``slurm_executor`` (v2.4.0 and v2.5.0rc0) puts
+``PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"`` in ``PERF_ENV_VARS`` for every
+``--gpu`` but ``b200`` ("it causes an unexpected error" there), and every ``pretrain_*.py``
+launches through it; ``PerfEnvPlugin.setup`` (``nemo/lightning/run/plugins.py``) removes it
+again when the run registers NCCL user buffers ("not currently compatible with user buffer
+registration"). v2.3.0's ``scripts/performance/utils.py`` and v2.2.0's
+``scripts/llm/performance/utils.py`` set no allocator configuration (v2.3.0's Llama 4 E16
+script sets it itself, a model no preset expresses)."""
+
+USER_BUFFER_FAMILIES = ("llama38b",)
+"""Model family prefixes of the FP8 H100 configs that register NCCL user buffers, so that
+``PerfEnvPlugin(user_buffer_registration=True)`` removes the expandable segments: the
+Llama 3 8B FP8 row of ``model_configs_h100.csv`` (``use_user_buffer_registration`` 1, v2.4.0
+and v2.5.0rc0; no other H100 ``pre_train`` row sets it), which ``pretrain_llama3_8b.py``
+passes to the plugin."""
+
+
+def allocator_fields(raw: dict[str, str], release: str) -> dict[str, object]:
+    """``expandable_segments`` True for an H100 row of 25.07 on (`EXPANDABLE_SEGMENTS_RELEASE`)
+    but the FP8 configs with NCCL user buffers (`USER_BUFFER_FAMILIES`); empty otherwise
+    (rows of other GPUs read other configuration files, which this module does not)."""
+    if release < EXPANDABLE_SEGMENTS_RELEASE or not on_h100(raw):
+        return {}
+    if fp8_row(raw) and model_family(raw).startswith(USER_BUFFER_FAMILIES):
+        return {}
+    return {"expandable_segments": True}
+
+
 def nemo_option_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, object]:
     """`ExecutionOptions` fields of a NeMo 2.0 performance-recipe row (module docstring),
     ``tp_comm_overlap`` being its plan's; empty for other rows."""
@@ -144,4 +177,5 @@ def nemo_option_fields(raw: dict[str, str], tp_comm_overlap: bool) -> dict[str, 
     if model_family(raw).startswith("deepseekv3") and on_h100(raw) and release >= "25.07":
         fields["moe_dispatcher"] = "flex"
     fields.update(cuda_graph_fields(raw, release, fsdp))
+    fields.update(allocator_fields(raw, release))
     return fields

@@ -41,6 +41,7 @@ trainer's ``grad_reduce_in_fp32=True``). Beyond them:
   the same callback's ``_get_optimizer_overlap_cfgs`` sets ``overlap_grad_reduce`` and
   ``overlap_param_gather`` True with dp > 1 (every H100 config) and applies them to the DDP
   config, so the rows keep the default overlaps of NeMo 2.0 rows.
+- The launch's expandable allocator segments (``executors.py``, `nemo_options.allocator_fields`).
 - Not modelled: ``use_te_rng_tracker`` (set with CUDA graphs) and the scripts' NCCL
   settings (``PerfEnvPlugin``); no recompute (the configs' ``recompute_*`` are 0 or empty).
 """

@@ -122,6 +122,7 @@ def test_nemotron_h_configs_report_memory_fit_and_recipe_settings():
         # cuda_graphs 1: enable_cuda_graph, whole layers; FP8 ds with FP8 parameters.
         assert options["cuda_graph_scopes"] == ["layer"]
         assert options["fp8_param"] is True and options["main_grad_bytes"] == 2
+        assert options["expandable_segments"] is True  # executors.py, v2.4.0 on
         # MegatronCommOverlapCallback(tp_comm_overlap=True): on at tp 8 with SP only.
         assert options.get("tp_comm_overlap", False) is (c.tp > 1)
         assert result["without_rules"]["peak_gib"] > result["peak_gib"]
@@ -149,3 +150,74 @@ def test_nemotron_h_settings_cite_their_nemo_sources():
     assert "set_cuda_graph_configs" in inspect.getsource(options_rules)
     assert ("nemotronh", "25.07") in rules.TP_OVERLAP_FAMILIES
     assert ("nemotronh", "25.07") in options_rules.CUDA_GRAPH_FAMILIES
+
+
+H100 = {"gpu_type": "H100-SXM5-80GB"}
+
+
+@pytest.mark.parametrize(
+    ("release", "model", "precision", "gpu", "expandable"),
+    [
+        # executors.py slurm_executor (v2.4.0, v2.5.0rc0): expandable_segments:True on H100.
+        ("25.07", "Nemotron-H 8B", "FP8", "H100-SXM5-80GB", True),
+        ("25.09", "Llama3 70B", "BF16", "H100-SXM5-80GB", True),
+        ("25.07", "Llama3 8B", "BF16", "H100-SXM5-80GB", True),
+        # PerfEnvPlugin removes it: Llama 3 8B FP8 registers NCCL user buffers (CSV column 1).
+        ("25.07", "Llama3 8B", "FP8", "H100-SXM5-80GB", False),
+        # v2.3.0 utils.py sets no PYTORCH_CUDA_ALLOC_CONF.
+        ("25.04", "Nemotron4 15B", "FP8", "H100-SXM5-80GB", False),
+        # other GPUs' configuration files are not read here.
+        ("25.07", "Nemotron-H 8B", "FP8", "B200", False),
+    ],
+)
+def test_expandable_segments_follow_the_launch_of_each_release(
+    release, model, precision, gpu, expandable
+):
+    raw = {"model": model, "precision": precision, "gpu_type": gpu}
+    fields = options_rules.allocator_fields(raw, release)
+    assert fields.get("expandable_segments", False) is expandable
+
+
+def test_nemo_rows_carry_the_allocator_setting_into_their_options():
+    raw = {
+        "model": "Nemotron-H 8B",
+        "precision": "FP8",
+        "source_version": "NeMo 25.07 container",
+        "source_id": "NEMO-PERF-25.07",
+    } | H100
+    assert options_rules.nemo_option_fields(raw, False)["expandable_segments"] is True
+    llama = raw | {"model": "Llama3 8B"}
+    assert "expandable_segments" not in options_rules.nemo_option_fields(llama, False)
+
+
+MIB = 2**20
+NEMOTRON_H_8B_ACTIVATIONS_MIB = 24 * 706.25 + 24 * 600 + 4 * 289
+"""Nemotron-H 8B's 52 layers at micro-batch 1, sequence 8192 (T), tp 1, FP8 delayed scaling
+(1-byte inputs saved for the wgrad GEMMs), no dropout: 24 Mamba-2 layers of 706.25 MiB
+(fused norm input 2·T·4096 = 64, in_proj FP8 input 32, zxBCdt 2·T·18560 = 290 and out_x
+2·T·8192 = 128 saved by mamba_ssm's ``MambaSplitConv1dScanCombinedFn``, the RMSNorm's
+input 128 and fp32 rstd 4·T·8 = 0.25, out_proj FP8 input 64), 24 MLP layers of 600 MiB
+(norm input 64, FP8 fc1 input 32, the squared ReLU's bf16 relu output 2·T·21504 = 336, FP8
+fc2 input 168), 4 attention layers of 289 MiB (norm input 64, FP8 QKV input 32, Q, K, V
+2·T·6144 = 96, log-sum-exp 4·32·T = 1, output 64 and its FP8 copy 32)."""
+NEMOTRON_H_8B_OUTPUT_MIB = 2048 + 64 + 64
+"""The bf16 logits Transformer Engine's fused cross entropy keeps, 2·T·131072 (vocabulary
+131072, tp 1), and the final norm's input and output, 2·T·4096 each."""
+
+
+def test_nemotron_h_8b_fits_with_the_launch_s_expandable_segments():
+    _skip_without_dev_rows()
+    config = next(c for c in _nemotron_h() if c.model == "Nemotron-H 8B")
+    case, est = bench.row_estimate(bench.table_row(config, "25.07"))
+    assert case.options.expandable_segments
+    (stage,) = est.memory
+    assert stage.activations_bytes == pytest.approx(NEMOTRON_H_8B_ACTIVATIONS_MIB * MIB)
+    assert stage.output_activations_bytes == pytest.approx(NEMOTRON_H_8B_OUTPUT_MIB * MIB)
+    # FrameworkAllowance: 1.5 GiB plus 5% (expandable segments) of the dynamic bytes.
+    dynamic = (NEMOTRON_H_8B_ACTIVATIONS_MIB + NEMOTRON_H_8B_OUTPUT_MIB) * MIB
+    assert stage.framework_bytes == pytest.approx(1.5 * 2**30 + 0.05 * dynamic, rel=1e-4)
+    # weights (FP8 data and transpose, bf16 elsewhere) and bf16 gradients: 2 bytes each per
+    # parameter; Adam's 12 bytes sharded over dp 8.
+    assert stage.weights_bytes == pytest.approx(stage.gradients_bytes)
+    assert stage.optimizer_bytes == pytest.approx(stage.gradients_bytes * 12 / 2 / 8)
+    assert est.fits and est.peak_memory_gib == pytest.approx(78.56, abs=0.01)
