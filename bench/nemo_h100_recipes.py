@@ -10,10 +10,10 @@ precision, batch, sequence, tp pp cp vpp ep etp, ``fsdp_or_zero``, ``recompute``
 through the path of a dev-set row (`published_rows.case_for_row`, then `estimate_plan`:
 `row_figures.row_estimate`), with the recipe rules of `bench/nemo_options.py` and
 `bench/nemo_recipes.py`. No published figure is read: the report gives predicted peak
-memory, whether it fits the 80 GB device, the predicted iteration time, model TFLOP/s per
-GPU and MFU (`costmodel.estimate.Estimate.mfu`: model FLOP/s per GPU over the dense peak of
-the GEMM dtype, fp8 for FP8 rows), the options the rules applied, and the peak of the same
-row priced without them (`without_rules`).
+memory (with the peak stage's parts in ``--json``), whether it fits the 80 GB device, the
+predicted iteration time, model TFLOP/s per GPU and MFU (`costmodel.estimate.Estimate.mfu`:
+model FLOP/s per GPU over the dense peak of the GEMM dtype, fp8 for FP8 rows), the options
+the rules applied, and the peak of the same row priced without them (`without_rules`).
 
 Each model's architecture columns come from a dev-set row of the same model (`ARCH_ROWS`;
 Mixtral 8x22B from the ``mixtral-8x22b`` preset over the Mixtral 8x7B row). The hybrid
@@ -42,6 +42,7 @@ from published_rows import NotExpressible, RowCase
 from row_figures import row_estimate
 from row_model import ARCHITECTURE_COLUMNS
 
+from costmodel.estimate import Estimate, stage_memory_parts_gib
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from specs.errors import SpecError
 from specs.formats import percent
@@ -290,8 +291,16 @@ def without_rules(raw: dict[str, str]) -> dict[str, object]:
     return {"peak_gib": round(est.peak_memory_gib, 2), "fits": est.fits}
 
 
+def peak_parts_gib(est: Estimate) -> dict[str, float]:
+    """The memory parts of the stage with the largest total
+    (`costmodel.estimate.stage_memory_parts_gib`), GiB to 3 decimals."""
+    peak = max(est.memory, key=lambda stage: stage.total_bytes)
+    return {k: round(v, 3) for k, v in stage_memory_parts_gib(peak).items()}
+
+
 def price(config: NemoConfig, release: str) -> dict[str, object]:
-    """One configuration of one release: plan, peak GiB, fits, seconds, MFU, options, and
+    """One configuration of one release: plan, peak GiB, fits, the peak stage's memory parts
+    (`peak_parts_gib`), seconds, MFU, options, and
     the same row without the NeMo rules (`without_rules`); or the reason it cannot be
     priced."""
     raw = table_row(config, release)
@@ -305,6 +314,7 @@ def price(config: NemoConfig, release: str) -> dict[str, object]:
         "plan": case.plan.label(),
         "peak_gib": round(est.peak_memory_gib, 2),
         "fits": est.fits,
+        "peak_parts_gib": peak_parts_gib(est),
         "iteration_s": round(est.iteration_time_s, 4),
         "model_tflops_per_gpu": round(est.model_tflops_per_gpu, 1),
         "mfu": round(est.mfu, 4),

@@ -221,3 +221,6 @@ def test_nemotron_h_8b_fits_with_the_launch_s_expandable_segments():
     assert stage.weights_bytes == pytest.approx(stage.gradients_bytes)
     assert stage.optimizer_bytes == pytest.approx(stage.gradients_bytes * 12 / 2 / 8)
     assert est.fits and est.peak_memory_gib == pytest.approx(78.56, abs=0.01)
+    parts = bench.price(config, "25.07")["peak_parts_gib"]
+    assert parts["framework"] == pytest.approx(stage.framework_bytes / 2**30, abs=1e-3)
+    assert sum(parts.values()) == pytest.approx(est.peak_memory_gib, abs=0.01)
