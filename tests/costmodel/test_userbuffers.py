@@ -18,9 +18,11 @@ from costmodel.runtimes.megatron.userbuffers import (
     ring_send_tail_s,
     sm_count,
     tp_overlap_pair_s,
+    userbuffers_collective_time_s,
     userbuffers_step_time_s,
 )
 from costmodel.topology import strided_group_placement
+from profiles.lookup import collective_fit
 from profiles.store import load_profile
 from specs.errors import SpecError
 from specs.job import TrainingJob
@@ -82,7 +84,7 @@ def test_ring_exchange_reduce_scatter_is_chunked_gemms_sends_and_one_reduction()
     assert ring_fwd == pytest.approx(ring_s(size, *fc1) + ring_s(size, *fc2) + reduce_s)
     # The pipeline method leaves its last reduce-scatter chunk exposed and slows its GEMM
     # chunks by the 16-SM margin; the ring method does neither.
-    last_chunk = collective_time_s(GB300, "reduce_scatter", size / 4, tp4())
+    last_chunk = userbuffers_collective_time_s(GB300, "reduce_scatter", size / 4, tp4())
     assert pipe_fwd > ring_s(size, *fc1) + last_chunk
     assert ring_fwd < pipe_fwd
 
@@ -93,8 +95,8 @@ def test_bulk_without_sm_margin_slows_the_gemm_only_while_the_comm_runs():
     _, shared = tp_overlap_pair_s(GB300, 4, "fp8", size, tp4(), fc1, fc2, options=NO_MARGIN)
     m, n, k = fc1
     dgrad, wgrad = gemm_time_s(GB300, m, k, n, "fp8"), gemm_time_s(GB300, k, n, m, "fp8")
-    ag = collective_time_s(GB300, "all_gather", size, tp4())
-    rs = collective_time_s(GB300, "reduce_scatter", size, tp4())
+    ag = userbuffers_collective_time_s(GB300, "all_gather", size, tp4())
+    rs = userbuffers_collective_time_s(GB300, "reduce_scatter", size, tp4())
     slow = sm_count(GB300) / (sm_count(GB300) - TP_OVERLAP_COMM_SMS)
     fc2_dgrad_ring = ring_s(size, fc2[0], fc2[2], fc2[1])
     with_margin = (slow - 1) * (dgrad + wgrad)
@@ -104,6 +106,27 @@ def test_bulk_without_sm_margin_slows_the_gemm_only_while_the_comm_runs():
     assert margin == pytest.approx(fc2_dgrad_ring + with_margin)
     assert shared == pytest.approx(fc2_dgrad_ring + without)
     assert shared < margin
+
+
+def test_userbuffers_collectives_pay_one_nvlink_hop_not_an_nccl_call():
+    # reducescatter2_userbuff_* / allgather2_userbuff_inplace (TE v1.8 userbuffers.cu): one
+    # flag exchange with the peers, then the peers' chunks over NVLink at the bus bandwidth.
+    size = 64e6
+    nccl = collective_time_s(H100, "reduce_scatter", size, tp8_h100())
+    kernel = userbuffers_collective_time_s(H100, "reduce_scatter", size, tp8_h100())
+    fit = collective_fit(H100, "reduce_scatter", 8, "intra")
+    # 3.4 us: NCCL's per-hop NVLink latency (src/graph/tuning.cc, hardware.md section 2f)
+    assert kernel == pytest.approx(3.4e-6 + size * 7 / 8 / (fit.busbw_GBps * 1e9))
+    assert nccl - kernel == pytest.approx(fit.latency_s - 3.4e-6)
+    assert userbuffers_collective_time_s(H100, "all_gather", 0.0, tp8_h100()) == 0.0
+    across = strided_group_placement(8, 1, gpus_per_node=4, scale_up_domain=4, nics_per_node=4)
+    assert userbuffers_collective_time_s(H100, "all_gather", size, across) == pytest.approx(
+        collective_time_s(H100, "all_gather", size, across)
+    )
+
+
+def tp8_h100():
+    return strided_group_placement(8, 1, gpus_per_node=8, scale_up_domain=8, nics_per_node=8)
 
 
 TE1_DEFAULTS = dataclasses.replace(
@@ -121,7 +144,7 @@ def test_pipeline_without_sm_margin_keeps_every_sm_but_shares_them_under_the_com
     m, n, k = fc2
     whole = gemm_time_s(GB300, m, n, k, "fp8")
     chunk = gemm_time_s(GB300, m // 4, n, k, "fp8")
-    rs = collective_time_s(GB300, "reduce_scatter", size / 4, tp4())
+    rs = userbuffers_collective_time_s(GB300, "reduce_scatter", size / 4, tp4())
     slow = sm_count(GB300) / (sm_count(GB300) - TP_OVERLAP_COMM_SMS)
     with_margin = 4 * slow * chunk - whole + rs + 3 * max(0.0, rs - slow * chunk)
     without = 4 * chunk - whole + rs + 3 * max(0.0, rs - chunk) + 3 * (slow - 1) * min(rs, chunk)

@@ -93,6 +93,15 @@ def param_gather_s(
     iteration (Megatron prefetches chunk 0 and launches chunk k+1 when chunk k starts,
     megatron-facts.md §5.3), and bucket i is needed when the first forward of its chunk
     reaches its layers; the exposed time is the largest lateness over the buckets.
+    Megatron-core r0.8.0 launches the first bucket's gather in ``optimizer.zero_grad()`` and
+    each next one from the forward pre-hook that waits for its predecessor
+    (``DistributedOptimizer._finish_param_sync_helper``, `megatron/core/optimizer/
+    distrib_optimizer.py`; the bucket group's ``finish_param_sync`` from r0.9), so a gather
+    starts no earlier than the forward reaches the bucket before it. That start is later
+    than the chain's only when the previous gather ended before the forward needed it; with
+    a chunk's buckets of one size (the smaller remainder gathered first) and needed in
+    proportion to their parameters, such a gather is shorter than the forward over one
+    bucket, so it stalls nothing and both give the same lateness.
     """
     if plan.use_megatron_fsdp:
         return _fsdp_gather_s(

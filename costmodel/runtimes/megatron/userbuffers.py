@@ -25,6 +25,9 @@ GEMM and gives it one method:
   throughout, without it they keep every SM and lose the communication kernel's share only
   while it runs.
 
+The ``pipeline`` and ``bulk`` collectives are userbuffers kernels over NVLink, not NCCL
+calls (`userbuffers_collective_time_s`).
+
 S is the full activation of one microbatch on a rank (tokens x hidden x element bytes).
 """
 
@@ -37,7 +40,7 @@ from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.topology import GroupPlacement
-from profiles.lookup import collective_fit
+from profiles.lookup import bus_factor, collective_fit
 from profiles.schema import HardwareProfile
 
 Shape = tuple[float, float, float]
@@ -97,6 +100,34 @@ def userbuffers_step_time_s(
     return USERBUFFERS_STEP_LATENCY_S + chunk_bytes / (fit.busbw_GBps * 1e9)
 
 
+def userbuffers_collective_time_s(
+    profile: HardwareProfile, op: str, size_bytes: float, group: GroupPlacement
+) -> float:
+    """Seconds of one userbuffers ``reduce_scatter`` or ``all_gather`` kernel of
+    ``size_bytes`` (nccl-tests size) over a TP group inside one scale-up domain: the chunk
+    reduce-scatters of the ``pipeline`` overlap (``reducescatter2_userbuff_stridedoutput``
+    in ``split_overlap_rs``) and the ``bulk`` all-gather and reduce-scatter
+    (``allgather2_userbuff_inplace``, ``reducescatter2_userbuff_inplace`` in
+    ``bulk_overlap``; `transformer_engine/pytorch/csrc/comm_gemm_overlap.h` v1.8,
+    `transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp` v2.x). Each is
+    one kernel on the communication SMs, not an NCCL call: every rank writes a flag into
+    each peer's registered buffer, waits for the peers' flags, then reads (reduce-scatter)
+    or writes (all-gather) the peers' chunks directly over NVLink
+    (``userbuffers_fp16_sum_inplace_gpu_rr_rs_oop_stride``,
+    `transformer_engine/pytorch/csrc/userbuffers/userbuffers.cu`). It pays one NVLink hop
+    of latency (`USERBUFFERS_STEP_LATENCY_S`) in place of the NCCL call's, and the bytes
+    at the profile's bus bandwidth for ``op`` (size · (n − 1)/n / busbw). A group that
+    spans scale-up domains is priced as the NCCL collective
+    (`costmodel.collectives.collective_time_s`)."""
+    if group.size < 2 or size_bytes <= 0:
+        return 0.0
+    if group.num_domains > 1:
+        return collective_time_s(profile, op, size_bytes, group)
+    fit = collective_fit(profile, op, group.size, "intra")
+    factor = bus_factor(op, group.size)
+    return USERBUFFERS_STEP_LATENCY_S + size_bytes * factor / (fit.busbw_GBps * 1e9)
+
+
 def ring_reduce_time_s(profile: HardwareProfile, size_bytes: float, tp: int) -> float:
     """The kernel that ends a ``ring_exchange`` reduce-scatter: it reads the tp partial
     outputs of S/tp bytes each and writes their sum, (tp + 1)·S/tp bytes, memory-bound
@@ -138,6 +169,9 @@ def tp_overlap_pair_s(
       f·D) + max(0, RS - f·W) for the first GEMM's dgrad D and wgrad W; without it,
       max(0, AG - D) + max(0, RS - W) + (f - 1)·(min(AG, D) + min(RS, W)).
 
+    r, AG and RS are userbuffers kernels (`userbuffers_collective_time_s`), the
+    all-gather and reduce-scatter of a ``second``-less layer NCCL calls.
+
     ``first_gather_s``: the forward all-gather of ``first`` runs outside userbuffers, a
     blocking NCCL call of that many seconds before the whole GEMM, in place of the ring
     exchange (TE ``_LayerNormLinear.forward`` turns ``ub_overlap_ag_fprop`` off when the
@@ -170,7 +204,9 @@ def tp_overlap_pair_s(
             forward += _pipeline_rs_s(
                 gemm_s=gemm(m2, n2, k2),
                 chunk_s=gemm(m2 / splits, n2, k2),
-                rs_chunk_s=collective_time_s(profile, "reduce_scatter", size_bytes / splits, group),
+                rs_chunk_s=userbuffers_collective_time_s(
+                    profile, "reduce_scatter", size_bytes / splits, group
+                ),
                 slow=slow,
                 sm_margin=options.tp_overlap_pipeline_sm_margin,
             )
@@ -179,8 +215,8 @@ def tp_overlap_pair_s(
     backward += _bulk_s(
         dgrad_s=gemm(m1, k1, n1),
         wgrad_s=gemm(k1, n1, m1),
-        ag_s=collective_time_s(profile, "all_gather", gathered, group),
-        rs_s=collective_time_s(profile, "reduce_scatter", size_bytes, group),
+        ag_s=userbuffers_collective_time_s(profile, "all_gather", gathered, group),
+        rs_s=userbuffers_collective_time_s(profile, "reduce_scatter", size_bytes, group),
         slow=slow,
         sm_margin=options.tp_overlap_bulk_sm_margin,
     )
