@@ -5,7 +5,7 @@ spans at its slowest instance (`costmodel.topology.plan_placements`)."""
 
 from __future__ import annotations
 
-from costmodel.scale_up import segment_nodes
+from costmodel.scale_up import RankPacking, segment_nodes
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.plan import ParallelPlan
@@ -38,9 +38,7 @@ def placement_line(
         if cluster.nvlink_segment_nodes is not None
         else "Megatron-Bridge launcher rule"
     )
-    placements = plan_placements(
-        profile, plan, cluster.gpus_per_node, segment_nodes=cluster.nvlink_segment_nodes
-    )
+    placements = plan_placements(profile, plan, RankPacking.of(cluster))
     crossing = [
         f"{axes} over {placements[axes].num_domains}"
         for axes in PLAN_AXES

@@ -13,6 +13,7 @@ from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
 from costmodel.runtimes.torch.rates import host_rates
+from costmodel.scale_up import RankPacking
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
@@ -65,7 +66,12 @@ def test_rates_need_every_probe_figure_and_scale_the_host_levels_only():
 
 def sim(profile, plan=EP):
     return simulate_iteration(
-        MOE, JOB, plan, profile, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        MOE,
+        JOB,
+        plan,
+        profile,
+        packing=RankPacking(gpus_per_node=4),
+        runtime=runtime_model(TORCH_OPTIONS),
     )
 
 

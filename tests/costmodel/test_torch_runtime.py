@@ -19,6 +19,7 @@ from costmodel.runtimes.torch.passes import microbatch_overhead
 from costmodel.runtimes.torch.runtime import TorchRuntime, kernel_view
 from costmodel.runtimes.torch.shapes import rank_shape
 from costmodel.runtimes.torch.sync import stage_layout
+from costmodel.scale_up import RankPacking
 from profiles.store import load_profile
 from specs.cluster import ClusterSpec
 from specs.errors import SpecError
@@ -107,7 +108,12 @@ def test_each_pipelined_action_posts_its_receive_and_its_send():
 
     def step_s(plan: ParallelPlan, profile) -> float:
         return simulate_iteration(
-            TINY, JOB, plan, profile, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+            TINY,
+            JOB,
+            plan,
+            profile,
+            packing=RankPacking(gpus_per_node=4),
+            runtime=runtime_model(TORCH_OPTIONS),
         ).iteration_time_s
 
     one_f_one_b = ParallelPlan(pp=2)

@@ -14,7 +14,7 @@ from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.rates import host_rates
 from specs.plan import ParallelPlan
 from tests.costmodel.cpu_fixture import cpu_profile, spread, spread_over_fit
-from tests.costmodel.torch_fixture import CPU, JOB, MOE, TINY, cluster
+from tests.costmodel.torch_fixture import CPU, FOUR_PER_NODE, JOB, MOE, TINY, cluster
 
 
 def test_the_executor_timeline_all_gathers_context_parallel_keys():
@@ -31,18 +31,28 @@ def test_pipeline_sends_and_collectives_pay_the_typical_excess():
     )
     noisy = cpu_profile(extra=extra)
     plain = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY,
+        JOB,
+        ParallelPlan(pp=2),
+        CPU,
+        packing=FOUR_PER_NODE,
+        runtime=runtime_model(TORCH_OPTIONS),
     )
     waited = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), noisy, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY,
+        JOB,
+        ParallelPlan(pp=2),
+        noisy,
+        packing=FOUR_PER_NODE,
+        runtime=runtime_model(TORCH_OPTIONS),
     )
     assert waited.send_s[0] - plain.send_s[0] == pytest.approx(500e-6)
     tp = ParallelPlan(tp=2)
     a = simulate_iteration(
-        TINY, JOB, tp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY, JOB, tp, CPU, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     b = simulate_iteration(
-        TINY, JOB, tp, noisy, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY, JOB, tp, noisy, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     # 2 all-reduces forward and 5 backward per layer, 1 + 1 in embedding and head, per
     # microbatch: each waits 1 ms more.
@@ -57,7 +67,7 @@ def _tp_extra_and_dp_times(profile) -> tuple[float, float, float]:
 
     def sim(plan: ParallelPlan, hw):
         return simulate_iteration(
-            TINY, JOB, plan, hw, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+            TINY, JOB, plan, hw, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
         )
 
     tp, dp = ParallelPlan(tp=2), ParallelPlan(dp=2)
@@ -79,13 +89,13 @@ def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra(
     functional = cpu_profile(extra=(spread("op_overhead.functional_all_to_all", 300e-6),))
     autograd = cpu_profile(extra=(spread("op_overhead.autograd_all_to_all", 1e-3),))
     base = simulate_iteration(
-        MOE, JOB, plan, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        MOE, JOB, plan, CPU, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     a = simulate_iteration(
-        MOE, JOB, plan, functional, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        MOE, JOB, plan, functional, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     b = simulate_iteration(
-        MOE, JOB, plan, autograd, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        MOE, JOB, plan, autograd, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     per_step = plan.num_microbatches(JOB.global_batch_size) * MOE.num_layers
     # an older profile: each exchange costs two functional calls (the fallback)
@@ -122,10 +132,10 @@ def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_pa
     assert rates.redistribute_s("all_to_all") == 0.0  # never a redistribution
     tp = ParallelPlan(tp=2)
     a = simulate_iteration(
-        TINY, JOB, tp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY, JOB, tp, CPU, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     b = simulate_iteration(
-        TINY, JOB, tp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY, JOB, tp, slower, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
     # per microbatch the 30 all-reduces above and the head's all-gather of the logits
@@ -133,9 +143,9 @@ def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_pa
     # context parallelism gathers K and V with the executor's own functional calls
     cp = ParallelPlan(cp=2)
     c = simulate_iteration(
-        TINY, JOB, cp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY, JOB, cp, CPU, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     d = simulate_iteration(
-        TINY, JOB, cp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        TINY, JOB, cp, slower, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)
