@@ -1,16 +1,15 @@
 """The NVLink domain a plan is placed in on a profile whose scale-up domain spans servers
 (NVL72), as `paraplan estimate` and `paraplan plan` report it: the line of the text output
 (`placement_line`) and the ``placement`` key of ``--json`` (`placement_json`), both from
-one `PlacementDomain`: the domain's GPUs, the segment (`costmodel.scale_up`) and its
-source, and the groups of the plan that cross domains, with how many each spans at its
-slowest instance (`costmodel.topology.plan_placements`)."""
+one `costmodel.placement_domain.PlacementDomain`: the domain's GPUs, the segment and its
+source, and the groups of the plan that cross domains."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict
 
-from costmodel.scale_up import RankPacking, segment_nodes
+from costmodel.placement_domain import placement_domain
+from costmodel.scale_up import segment_nodes
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.plan import ParallelPlan
@@ -20,57 +19,6 @@ def check_segment(cluster: ClusterSpec, profile: HardwareProfile) -> None:
     """`SpecError` for a --nvlink-segment-nodes the profile and node count do not allow
     (`costmodel.scale_up.segment_nodes`), before any plan is priced."""
     segment_nodes(profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PlacementDomain:
-    """The NVLink domain a plan's groups are placed in, and the groups that leave it."""
-
-    kind: Literal["segments", "racks"]
-    """``segments``: the job runs in whole segments of ``segment_nodes`` servers (SLURM
-    ``--segment``); ``racks``: a whole domain's servers that do not divide the job's, the
-    launch without a segment (racks filled in order, the last one partly)."""
-    gpus_per_domain: int
-    """Consecutive ranks of one domain: ``segment_nodes x gpus_per_node``."""
-    segment_nodes: int
-    """Servers of one segment (`costmodel.scale_up.segment_nodes`)."""
-    gpus_per_node: int
-    """GPUs per server."""
-    source: Literal["user", "launcher"]
-    """``user``: ``--nvlink-segment-nodes``; ``launcher``: Megatron-Bridge's launcher rule
-    (`costmodel.scale_up.launcher_segment_nodes`)."""
-    groups_across_domains: dict[str, int]
-    """Domains spanned by the slowest instance of each group of
-    `costmodel.topology.PLAN_AXES` that spans more than one, in that order."""
-
-
-def placement_domain(
-    cluster: ClusterSpec, profile: HardwareProfile, plan: ParallelPlan
-) -> PlacementDomain | None:
-    """The `PlacementDomain` of ``plan`` on ``cluster``; None on a profile whose scale-up
-    domain is one server (groups across servers are the usual data-parallel case there)."""
-    from costmodel.topology import PLAN_AXES, plan_placements
-
-    per_node = cluster.gpus_per_node or profile.topology.gpus_per_node
-    segment = segment_nodes(
-        profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes
-    )
-    if segment is None:
-        return None
-    placements = plan_placements(profile, plan, RankPacking.of(cluster))
-    num_nodes = -(-cluster.num_gpus // per_node)
-    return PlacementDomain(
-        kind="racks" if num_nodes % segment else "segments",
-        gpus_per_domain=segment * per_node,
-        segment_nodes=segment,
-        gpus_per_node=per_node,
-        source="launcher" if cluster.nvlink_segment_nodes is None else "user",
-        groups_across_domains={
-            axes: placements[axes].num_domains
-            for axes in PLAN_AXES
-            if placements[axes].num_domains > 1
-        },
-    )
 
 
 def placement_line(
@@ -98,7 +46,8 @@ def placement_line(
 def placement_json(
     cluster: ClusterSpec, profile: HardwareProfile, plan: ParallelPlan
 ) -> dict[str, object]:
-    """The ``placement`` key of ``--json`` output (the fields of `PlacementDomain`); empty
-    where `placement_domain` is None, so output on one-server domains keeps its keys."""
+    """The ``placement`` key of ``--json`` output (the fields of
+    `costmodel.placement_domain.PlacementDomain`); empty where `placement_domain` is None,
+    so output on one-server domains keeps its keys."""
     domain = placement_domain(cluster, profile, plan)
     return {} if domain is None else {"placement": asdict(domain)}

@@ -7,6 +7,7 @@ import pytest
 
 from costmodel.cluster_graph import cluster_graph, place_group
 from costmodel.estimate import estimate_plan
+from costmodel.placement_domain import placement_domain
 from costmodel.plan_frame import plans_frame
 from costmodel.scale_up import (
     RankPacking,
@@ -167,3 +168,18 @@ def test_packing_of_a_cluster_carries_its_servers_and_its_segment() -> None:
     assert packing == RankPacking(gpus_per_node=None, segment_nodes=8)
     assert cluster_shape(GB200, cluster.num_gpus, packing).scale_up_domain == 32
     assert cluster_shape(GB200, cluster.num_gpus).scale_up_domain == 64
+
+
+def test_placement_domain_names_the_segment_its_source_and_the_crossing_groups() -> None:
+    plan = ParallelPlan(tp=1, pp=2, dp=64, ep=16)
+    launcher = ClusterSpec(hardware="gb200-nvl72", num_gpus=128)
+    domain = placement_domain(launcher, GB200, plan)
+    assert domain is not None
+    # 32 trays in segments of 16; each 64-rank stage fills one segment: only pp crosses
+    assert (domain.kind, domain.gpus_per_domain, domain.source) == ("segments", 64, "launcher")
+    assert domain.groups_across_domains == {"pp": 2}
+    racks = ClusterSpec(hardware="gb200-nvl72", num_gpus=128, nvlink_segment_nodes=18)
+    domain = placement_domain(racks, GB200, plan)
+    assert domain is not None and (domain.kind, domain.source) == ("racks", "user")
+    b200 = ClusterSpec(hardware="b200", num_gpus=128)
+    assert placement_domain(b200, load_profile("b200"), plan) is None
