@@ -18,6 +18,7 @@ from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.shapes import RankShape, rank_shape
 from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
+from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -49,10 +50,16 @@ def cluster(n: int) -> ClusterSpec:
     return ClusterSpec(hardware="cpu-test", num_gpus=n, gpus_per_node=4)
 
 
-def sim(plan: ParallelPlan, model: ModelSpec = TINY, job: TrainingJob = JOB) -> IterationSimulation:
-    """The ``torch`` runtime's simulated step of ``plan`` on the CPU fixture."""
+def sim(
+    plan: ParallelPlan,
+    model: ModelSpec = TINY,
+    job: TrainingJob = JOB,
+    profile: HardwareProfile = CPU,
+) -> IterationSimulation:
+    """The ``torch`` runtime's simulated step of ``plan`` on ``profile`` (the CPU fixture
+    unless given), four ranks to a node."""
     return simulate_iteration(
-        model, job, plan, CPU, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
+        model, job, plan, profile, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
 
 
