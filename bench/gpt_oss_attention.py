@@ -51,6 +51,7 @@ from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.moe_costs import moe_shape
 from costmodel.runtimes.megatron.moe_launches import WHOLE_MOE_SCOPES, moe_host_launches
 from costmodel.runtimes.registry import runtime_model
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.layer_kinds import MOE_LAYER
@@ -74,7 +75,7 @@ def layer_parts(case: RowCase) -> tuple[float, float, float, float]:
     runtime = runtime_model(case.options)
     profile = runtime.priced_profile(load_profile(case.profile))
     plan, model, job, options = case.plan, case.model, case.job, case.options
-    groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
+    groups = comm_groups(plan_placements(profile, plan, RankPacking.of(case.cluster)))
     bare = dataclasses.replace(options, moe_host_launch_s=0.0, moe_expert_launch_s=0.0)
     layer = layer_cost(model, job, plan, profile, kind=MOE_LAYER, groups=groups, options=bare)
     tokens = job.seq_length * plan.micro_batch_size / plan.cp

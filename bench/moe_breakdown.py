@@ -36,6 +36,7 @@ from costmodel.runtimes.megatron.moe_costs import (
 )
 from costmodel.runtimes.megatron.moe_experts import expert_fp8_quantize_s
 from costmodel.runtimes.registry import runtime_model
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.layer_kinds import MOE_LAYER
@@ -46,7 +47,7 @@ def moe_layer_parts(case) -> dict[str, tuple[float, float]]:
     runtime = runtime_model(case.options)
     profile = runtime.priced_profile(load_profile(case.profile))
     plan, model, job, options = case.plan, case.model, case.job, case.options
-    groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
+    groups = comm_groups(plan_placements(profile, plan, RankPacking.of(case.cluster)))
     tokens = job.seq_length * plan.micro_batch_size / plan.cp
     tokens = tokens / plan.tp if plan.sequence_parallel else tokens
     elem = ops.element_bytes(job.precision)

@@ -36,6 +36,7 @@ from costmodel.runtimes.megatron.layer_shape import gemm3, layer_shape
 from costmodel.runtimes.megatron.linear_pairs import tp_pair
 from costmodel.runtimes.megatron.pair_quantization import fp8_amax_pair, fp8_pair_s
 from costmodel.runtimes.registry import runtime_model
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.layer_kinds import DENSE_LAYER
@@ -52,7 +53,7 @@ def dense_layer_parts(case) -> dict[str, tuple[float, float]]:
     runtime = runtime_model(options)
     profile = runtime.priced_profile(load_profile(case.profile))
     plan, model, job = case.plan, case.model, case.job
-    groups = comm_groups(plan_placements(profile, plan, case.cluster.gpus_per_node))
+    groups = comm_groups(plan_placements(profile, plan, RankPacking.of(case.cluster)))
     x = layer_shape(job, plan)
     h, tp = model.hidden_size, x.tp
     q = model.num_attention_heads * model.head_dim / tp

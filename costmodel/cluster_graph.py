@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
+from costmodel.scale_up import PROFILE_PACKING, RankPacking
 from costmodel.topology import GroupPlacement, cluster_shape
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
@@ -34,18 +35,17 @@ from specs.errors import SpecError
 def cluster_graph(
     profile: HardwareProfile,
     num_gpus: int,
-    gpus_per_node: int | None = None,
+    packing: RankPacking = PROFILE_PACKING,
     *,
     ranks: Iterable[int] | None = None,
-    segment_nodes: int | None = None,
 ) -> nx.Graph:
     """The cluster graph of the module docstring, for ``ranks`` (default: every rank).
 
-    ``gpus_per_node`` overrides the profile's (a cluster spec may); the scale-up domain
-    follows `cluster_shape` (the NVLink segment on NVL72, ``segment_nodes`` the user's).
-    Raises `SpecError` for a rank outside ``range(num_gpus)``.
+    ``packing`` gives the servers (a cluster spec may override the profile's) and the
+    NVLink segment; the scale-up domain follows `cluster_shape`. Raises `SpecError` for a
+    rank outside ``range(num_gpus)``.
     """
-    shape = cluster_shape(profile, num_gpus, gpus_per_node, segment_nodes)
+    shape = cluster_shape(profile, num_gpus, packing)
     per_node, domain, nics = shape.gpus_per_node, shape.scale_up_domain, shape.nics_per_node
     chosen = range(num_gpus) if ranks is None else sorted(set(ranks))
     graph = nx.Graph(gpus_per_node=per_node, scale_up_domain=domain, nics_per_node=nics)

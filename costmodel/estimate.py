@@ -27,6 +27,7 @@ from costmodel.memory import StageMemory
 from costmodel.memory_allowances import GiB
 from costmodel.predicted_timeline import build_timeline
 from costmodel.runtimes.registry import runtime_model
+from costmodel.scale_up import RankPacking
 from costmodel.schedules import plan_split
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -189,8 +190,7 @@ def simulate_plan(
         plan,
         profile,
         runtime=runtime,
-        gpus_per_node=cluster.gpus_per_node,
-        segment_nodes=cluster.nvlink_segment_nodes,
+        packing=RankPacking.of(cluster),
     )
     stages = runtime.memory(model, job, plan)
     model_flops = job_model_flops_per_iteration(model, job)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 from costmodel.passes import ZERO, ChunkCost, PassCost, StageTail
 from costmodel.pipeline_sim import PipelineTiming, TimedAction, simulate_pipeline
 from costmodel.runtime import RuntimeModel
+from costmodel.scale_up import PROFILE_PACKING, RankPacking
 from costmodel.schedules import Action, flush_actions, schedule_actions, virtual_stage
 from costmodel.topology import plan_placements
 from profiles.schema import HardwareProfile
@@ -216,10 +217,11 @@ def simulate_iteration(
     profile: HardwareProfile,
     *,
     runtime: RuntimeModel,
-    gpus_per_node: int | None = None,
-    segment_nodes: int | None = None,
+    packing: RankPacking = PROFILE_PACKING,
 ) -> IterationSimulation:
-    """Simulate one iteration of ``plan`` as ``runtime`` runs it (module docstring).
+    """Simulate one iteration of ``plan`` as ``runtime`` runs it (module docstring), its
+    ranks packed on servers and NVLink segments as ``packing`` (`RankPacking.of` a
+    `ClusterSpec`; the profile's servers and the launcher's segment by default).
 
     The plan is assumed valid (`specs.rules.check_plan`); a global batch that gives no
     microbatch, or an interleaved schedule whose microbatches are not a multiple of pp,
@@ -232,7 +234,7 @@ def simulate_iteration(
             f"micro_batch_size ({plan.micro_batch_size}) x dp ({plan.dp}); raise the batch"
         )
     profile = runtime.priced_profile(profile)
-    placements = plan_placements(profile, plan, gpus_per_node, segment_nodes=segment_nodes)
+    placements = plan_placements(profile, plan, packing)
     job = runtime.executed_job(job, profile)
     chunks = runtime.chunk_costs(model, job, plan, profile, placements)
     send_s = runtime.send_s(model, job, plan, profile, placements)

@@ -120,12 +120,11 @@ def save_input_calls(model: ModelSpec, plan: ParallelPlan, *, fused_grouped_mlp:
     recompute (a MoE layer's shared ``linear_fc1`` unless ``shared_experts`` is recomputed,
     MLA's down projections) and ``expert_fc1`` offloading (the experts' ``linear_fc1``,
     ``TEGroupedMLP.__init__``: every recipe but MXFP8 and NVFP4)."""
-    modules = plan.selective_modules
     calls = []
     if model.is_moe and expert_fc2_saves_input(plan, fused_grouped_mlp=fused_grouped_mlp):
         calls.append("recompute_modules moe_act (experts' linear_fc2)")
-    shared = model.is_moe and bool(model.moe_shared_expert_size)
-    if "layernorm" in modules and shared and "shared_experts" not in modules:
+    layernorm = "layernorm" in plan.selective_modules
+    if layernorm and model.is_moe and shared_fc1_saves_input(model, plan):
         calls.append("recompute_modules layernorm (shared expert's linear_fc1)")
     if mla_down_projections_saving_input(model, plan):
         calls.append("recompute_modules layernorm (MLA down projections)")

@@ -23,9 +23,34 @@ segment (racks filled in order, the last one partly, so groups may cross racks).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from profiles.schema import HardwareProfile
+from specs.cluster import ClusterSpec
 from specs.errors import SpecError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankPacking:
+    """How a job's consecutive ranks fill servers and NVLink segments: the two
+    `specs.cluster.ClusterSpec` fields that placement reads, kept together from the cluster
+    to `costmodel.topology.cluster_shape`."""
+
+    gpus_per_node: int | None = None
+    """Ranks per server; None means the profile's."""
+    segment_nodes: int | None = None
+    """Servers of one NVLink segment (`ClusterSpec.nvlink_segment_nodes`); None means the
+    launcher's rule (`launcher_segment_nodes`); the function `segment_nodes` checks it."""
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> RankPacking:
+        """The packing ``cluster`` asks for."""
+        return cls(gpus_per_node=cluster.gpus_per_node, segment_nodes=cluster.nvlink_segment_nodes)
+
+
+PROFILE_PACKING = RankPacking()
+"""The profile's servers and the launcher's segment: the packing of a job that names
+neither."""
 
 
 def scale_up_domain_size(profile: HardwareProfile, gpus_per_node: int | None = None) -> int:

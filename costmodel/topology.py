@@ -23,7 +23,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from costmodel.scale_up import placement_domain_size
+from costmodel.scale_up import PROFILE_PACKING, RankPacking, placement_domain_size
 from profiles.schema import HardwareProfile
 from specs.errors import SpecError
 from specs.layout import RankLayout
@@ -89,23 +89,21 @@ class ClusterShape:
 
 
 def cluster_shape(
-    profile: HardwareProfile,
-    num_gpus: int,
-    gpus_per_node: int | None = None,
-    segment_nodes: int | None = None,
+    profile: HardwareProfile, num_gpus: int, packing: RankPacking = PROFILE_PACKING
 ) -> ClusterShape:
-    """The `ClusterShape` of a job of ``num_gpus`` ranks: the domain is the NVLink segment
-    on a domain that spans servers (`costmodel.scale_up.placement_domain_size`,
-    ``segment_nodes`` the user's segment), else the profile's (capped at a server under a
-    smaller ``gpus_per_node``)."""
+    """The `ClusterShape` of a job of ``num_gpus`` ranks packed as ``packing``: the domain is
+    the NVLink segment on a domain that spans servers
+    (`costmodel.scale_up.placement_domain_size`), else the profile's (capped at a server
+    under a smaller ``packing.gpus_per_node``)."""
     topo = profile.topology
-    per_node = gpus_per_node or topo.gpus_per_node
+    per_node = packing.gpus_per_node or topo.gpus_per_node
     if per_node < 1:
         raise SpecError(f"gpus_per_node must be >= 1, got {per_node}")
+    domain = placement_domain_size(profile, num_gpus, packing.gpus_per_node, packing.segment_nodes)
     return ClusterShape(
         world_size=num_gpus,
         gpus_per_node=per_node,
-        scale_up_domain=placement_domain_size(profile, num_gpus, gpus_per_node, segment_nodes),
+        scale_up_domain=domain,
         nics_per_node=topo.nics_per_node,
     )
 
@@ -250,15 +248,11 @@ class PlanPlacements:
 
 
 def plan_placements(
-    profile: HardwareProfile,
-    plan: ParallelPlan,
-    gpus_per_node: int | None = None,
-    *,
-    segment_nodes: int | None = None,
+    profile: HardwareProfile, plan: ParallelPlan, packing: RankPacking = PROFILE_PACKING
 ) -> PlanPlacements:
     """Place the groups of ``plan`` (`specs.layout.RankLayout`, Megatron order) on a job of
-    ``plan.world_size`` ranks whose scale-up domain is `cluster_shape`'s (the NVLink segment
-    on NVL72; ``segment_nodes`` the user's).
+    ``plan.world_size`` ranks packed as ``packing``, whose scale-up domain is
+    `cluster_shape`'s (the NVLink segment on NVL72).
 
     Each group of `PLAN_AXES` is a progression of ranks (`strided_group_placement`) and
     stands for its slowest instance over all ranks (`worst_strided_placement`); each
@@ -267,7 +261,7 @@ def plan_placements(
     (`product_placement`).
     """
     layout = RankLayout.from_plan(plan)
-    shape = cluster_shape(profile, layout.world_size, gpus_per_node, segment_nodes)
+    shape = cluster_shape(profile, layout.world_size, packing)
     placements = {}
     for axes in PLAN_AXES:
         first = layout.group_of(0, axes)

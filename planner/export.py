@@ -31,6 +31,8 @@ d98e8a64 of NVIDIA/Megatron-LM):
   training script has no adapters (no LoRA argument in ``megatron/training/arguments.py``
   at d0b3b775, the Megatron-LM of Megatron-Bridge v0.5.0); the refusal names
   Megatron-Bridge's ``peft`` config, which runs it.
+- On a profile whose NVLink domain spans servers (NVL72) the header carries the SLURM
+  ``#SBATCH --segment=N`` of the segment the plan was priced in (`planner.export_segment`).
 - The execution options the plan was priced with (`PlanBundle.execution`: FP8 recipe and
   parameters, optimizer state dtypes and offload, gradient dtype, fused loss, MoE
   dispatcher and overlap, CUDA graphs, ...) become their Megatron-LM arguments, or are
@@ -65,6 +67,7 @@ from planner.export_options import (
     precision_arguments,
 )
 from planner.export_packing import packing_arguments, packing_note
+from planner.export_segment import segment_header
 from planner.export_split import largest_chunk_layers, megatron_split_arguments
 from planner.export_torchtitan import torchtitan_toml
 from planner.export_userbuffers import TP_OVERLAP_CFG_FILE, userbuffers_config, userbuffers_yaml
@@ -242,7 +245,8 @@ def megatron_arguments(bundle: PlanBundle) -> list[str]:
 
 
 def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
-    """A shell snippet: the environment, the userbuffers YAML file when the options set one
+    """A shell snippet: on NVL72 the NVLink segment the plan was priced in
+    (`planner.export_segment`), the environment, the userbuffers YAML file when the options set one
     (`planner.export_userbuffers.userbuffers_config`), and a `torchrun pretrain_gpt.py` line
     (`pretrain_hybrid.py` for a hybrid model the GPT path cannot build) with every argument,
     one flag per line."""
@@ -254,6 +258,7 @@ def megatron_command(bundle: PlanBundle, gpus_per_node: int) -> str:
         f"plan {bundle.plan.label()}",
         "# add --data-path/--mock-data, tokenizer, learning-rate and --train-iters arguments",
     ]
+    lines += segment_header(bundle, sbatch=True)
     lines += [f"# {note}" for note in megatron_option_notes(bundle_options(bundle))]
     packed = packing_note(bundle.job, bundle.plan)
     if packed is not None:

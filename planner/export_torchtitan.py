@@ -27,6 +27,7 @@ from typing import Any
 from costmodel.execution import ExecutionOptions
 from planner.export_fields import FP8_FIELDS, PRICING_FIELDS
 from planner.export_options import bundle_options, changed_fields, refusal, refused
+from planner.export_segment import segment_header
 from planner.export_split import largest_chunk_layers, torchtitan_split
 from planner.export_torchtitan_model import torchtitan_model, torchtitan_router_note
 from specs.bundle import PlanBundle
@@ -253,6 +254,7 @@ def torchtitan_toml(bundle: PlanBundle) -> str:
     note = torchtitan_sharding_note(bundle.plan)
     if note is not None:
         lines.append(f"# {note}")
+    lines += segment_header(bundle, sbatch=False)
     name, flavor, known = torchtitan_model(bundle.model)
     if not known:
         lines.append(

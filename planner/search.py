@@ -44,6 +44,7 @@ from costmodel.estimate import estimate_plan
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_presets import DEFAULT_OPTIONS
 from costmodel.memory_allowances import GiB
+from costmodel.scale_up import RankPacking
 from costmodel.topology import cluster_shape
 from planner.candidates import CandidateSet, Progress, enumerate_candidates
 from planner.defaults import DEFAULT_HEADROOM
@@ -223,9 +224,7 @@ def search_domain(profile: HardwareProfile, cluster: ClusterSpec) -> int:
     128 or 256 GB200 under Megatron-Bridge's launcher rule, whose TP 16, 32 and 64 groups then
     stay inside one domain), else the server's fabric. TP and expert-TP degrees are generated
     within it unless `SearchSpace.tp_beyond_scale_up`."""
-    shape = cluster_shape(
-        profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes
-    )
+    shape = cluster_shape(profile, cluster.num_gpus, RankPacking.of(cluster))
     return min(shape.scale_up_domain, cluster.num_gpus)
 
 

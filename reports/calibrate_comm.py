@@ -39,6 +39,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from costmodel.cluster_graph import cluster_graph, place_group
+from costmodel.scale_up import RankPacking
 from profiles.lookup import bus_factor, collective_fit, collective_time_s
 from profiles.schema import HardwareProfile
 from profiles.schema_network import CollectiveFit
@@ -110,12 +111,7 @@ def comm_samples(run: RunDir, profile: HardwareProfile) -> list[CommSample]:
         return []
     plan, cluster = run.bundle.plan, run.bundle.cluster
     layout = RankLayout.from_plan(plan)
-    graph = cluster_graph(
-        profile,
-        layout.world_size,
-        cluster.gpus_per_node,
-        segment_nodes=cluster.nvlink_segment_nodes,
-    )
+    graph = cluster_graph(profile, layout.world_size, RankPacking.of(cluster))
     samples = []
     for (op, label, size), by_rank in _calls_by_key(run.measured).items():
         axes = group_axes(label)

@@ -23,8 +23,8 @@ class ClusterSpec:
     """Servers (trays) of one NVLink segment on a profile whose scale-up domain spans
     servers (NVL72): the job's ranks fill whole segments of this many consecutive servers,
     each segment inside one NVLink domain (SLURM ``--segment``). None means the launcher's
-    rule (`costmodel.nvlink_segment.launcher_segment_nodes`); checked against the profile
-    there (`costmodel.nvlink_segment.segment_nodes`)."""
+    rule (`costmodel.scale_up.launcher_segment_nodes`); checked against the profile
+    there (`costmodel.scale_up.segment_nodes`)."""
 
     def __post_init__(self) -> None:
         if not self.hardware:

@@ -23,7 +23,7 @@ from paraplan.lora_args import lora_line
 from paraplan.optimizer_args import precision_aware_violations
 from paraplan.output import print_json, print_table, print_verdict
 from paraplan.packing_line import packing_json, packing_line
-from paraplan.placement_line import check_segment, placement_line
+from paraplan.placement_line import check_segment, placement_json, placement_line
 from paraplan.plan_args import add_plan_args, plan_from_args
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import a2a_overlap_violations, cuda_graph_violations
@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print iteration_time_s, tokens_per_s, model_tflops_per_gpu, mfu, hfu, "
         "flops_per_iteration, peak_memory_gib, fits, memory, breakdown, published_accuracy "
-        "(errors of the published runs like this one, null for another runtime or a CPU); "
+        "(errors of the published runs like this one, null for another runtime or a CPU), "
+        "placement (the NVLink domain on NVL72); "
         'for a plan that breaks a rule, check\'s {"valid", "plan", "violations"}',
     )
 
@@ -107,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             estimate_to_json(est)
             | {"published_accuracy": accuracy_json(accuracy)}
             | packing_json(job)
+            | placement_json(cluster, profile, plan)
         )
         return 0
     title = (

@@ -53,7 +53,7 @@ from paraplan.lora_args import lora_line
 from paraplan.nodes import partial_nodes_problem
 from paraplan.output import DeferredProgress, print_json, print_table
 from paraplan.packing_line import packing_json, packing_line
-from paraplan.placement_line import check_segment, placement_line
+from paraplan.placement_line import check_segment, placement_json, placement_line
 from paraplan.recipe_args import add_recipe_args, add_runtime_arg, options_from_args
 from paraplan.time_args import refuse_scopes_the_model_lacks
 from paraplan.time_assumptions import time_assumptions
@@ -115,8 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--json",
         action="store_true",
-        help='print {"best", "top", "rejected", ..., "published_accuracy"} (the last: errors '
-        "of the published runs like this job, null for another runtime or a CPU)",
+        help='print {"best", "top", "rejected", ..., "published_accuracy"} (errors of the '
+        "published runs like this job, null for another runtime or a CPU), and on NVL72 "
+        '"placement" (the best plan\'s NVLink domain)',
     )
     s = parser.add_argument_group("cluster sizing (instead of --num-gpus)")
     s.add_argument("--tokens", type=float, default=None, help="token budget of the training run")
@@ -236,10 +237,12 @@ def _run_search(args: argparse.Namespace) -> int:
     device_opts = device_options(options, profile)
     accuracy = published_accuracy(model, job, device_opts, profile)
     if args.json:
+        placed = {} if result.best is None else placement_json(cluster, profile, result.best.plan)
         print_json(
             {"runtime": args.runtime, **search_json(result)}
             | {"published_accuracy": accuracy_json(accuracy)}
             | packing_json(job)
+            | placed
         )
     else:
         _print_top(result, args.top)

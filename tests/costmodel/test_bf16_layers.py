@@ -28,6 +28,7 @@ from costmodel.plan_frame import plans_frame
 from costmodel.runtimes.megatron.param_gather import param_gather_bytes
 from costmodel.runtimes.megatron.pricing import chunk_costs
 from costmodel.runtimes.megatron.runtime import MegatronRuntime
+from costmodel.scale_up import RankPacking
 from costmodel.screen import screen_plans
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
@@ -58,7 +59,7 @@ def _kept(options, start: int, end: int):
 
 def _chunks(job, plan, options, model=MODEL, profile=B200, cluster=CLUSTER):
     runtime = MegatronRuntime(options=options)
-    placements = plan_placements(profile, plan, cluster.gpus_per_node)
+    placements = plan_placements(profile, plan, RankPacking.of(cluster))
     return chunk_costs(
         model, job, plan, runtime.priced_profile(profile), comm_groups(placements), options
     )

@@ -25,6 +25,7 @@ from costmodel.runtimes.torch.passes import (
 )
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.shapes import rank_shape
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -145,7 +146,7 @@ def test_without_the_probe_every_hook_is_in_the_backward():
 
 def test_the_forward_pays_its_hooks_and_the_recompute_the_rest():
     profile, rates = rates_with()
-    groups = comm_groups(plan_placements(profile, ParallelPlan(), 4))
+    groups = comm_groups(plan_placements(profile, ParallelPlan(), RankPacking(gpus_per_node=4)))
 
     def passes(plan):
         return executor_pass_costs(TINY, JOB, plan, profile, rates, groups, 0, 0)

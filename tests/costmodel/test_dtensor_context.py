@@ -14,6 +14,7 @@ from costmodel.runtimes.torch import dtensor_rates as model
 from costmodel.runtimes.torch.ops import HostOps, host_seconds
 from costmodel.runtimes.torch.passes import executor_pass_costs
 from costmodel.runtimes.torch.rates import host_rates
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -107,7 +108,7 @@ def test_tensor_parallel_passes_carry_the_difference_and_plain_ones_do_not():
     for name, extra in (("cheap", cheap), ("costly", costly)):
         profile, rates = rates_with(extra)
         for plan in (ParallelPlan(tp=2), ParallelPlan(dp=2)):
-            groups = comm_groups(plan_placements(profile, plan, 4))
+            groups = comm_groups(plan_placements(profile, plan, RankPacking(gpus_per_node=4)))
             forward, backward, _ = executor_pass_costs(
                 TINY, JOB, plan, profile, rates, groups, 0, 0
             )

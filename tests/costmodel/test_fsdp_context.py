@@ -18,6 +18,7 @@ from costmodel.runtimes.torch.ops import FP32
 from costmodel.runtimes.torch.pricing import executor_chunk_costs
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.sync import fsdp_gather_s, stage_layout
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from specs.job import TrainingJob
 from specs.plan import ParallelPlan
@@ -46,7 +47,7 @@ def probed(levels=FLAT):
 
 
 def group(profile, plan=FSDP):
-    return plan_placements(profile, plan, 4)["dp-cp"]
+    return plan_placements(profile, plan, RankPacking(gpus_per_node=4))["dp-cp"]
 
 
 def test_rates_need_every_probe_figure_and_scale_the_host_levels_only():
@@ -88,7 +89,7 @@ def test_tensors_and_bytes_beyond_the_probes_block_are_added_and_the_total_never
 
 
 def chunk(profile, plan):
-    placements = plan_placements(profile, plan, 4)
+    placements = plan_placements(profile, plan, RankPacking(gpus_per_node=4))
     return executor_chunk_costs(TINY, JOB, plan, profile, comm_groups(placements), placements)[0][0]
 
 

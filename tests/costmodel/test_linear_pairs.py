@@ -20,6 +20,7 @@ from costmodel.runtimes.megatron.linear_pairs import (
 )
 from costmodel.runtimes.megatron.pair_quantization import fp8_pair_quantize_s, fp8_pair_s
 from costmodel.runtimes.megatron.userbuffers import ring_send_tail_s, tp_overlap_pair_s
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from profiles.store import load_profile
 from specs.job import TrainingJob
@@ -129,7 +130,7 @@ def test_fp8_sp_all_gathers_move_fp8_copies(recipe, forward_per_element, backwar
 def test_fp8_tp_pair_gathers_fp8_and_reduce_scatters_bf16():
     h, t = LLAMA.hidden_size, 8192
     x = layer_shape(FP8_JOB, SP4)
-    groups = comm_groups(plan_placements(GB200, SP4, 4))
+    groups = comm_groups(plan_placements(GB200, SP4, RankPacking(gpus_per_node=4)))
     first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
     options = dataclasses.replace(DEFAULT_OPTIONS, tp_dgrad_overlap=False, fp8_recipe="tensorwise")
     fwd, bwd = tp_pair(GB200, SP4, x, h, groups, first, second, options)
@@ -142,7 +143,7 @@ def test_fp8_tp_pair_gathers_fp8_and_reduce_scatters_bf16():
 def test_nvfp4_tp_pair_gathers_nvfp4_and_reduce_scatters_bf16():
     h, t = LLAMA.hidden_size, 8192
     x = layer_shape(NVFP4_JOB, SP4)
-    groups = comm_groups(plan_placements(GB200, SP4, 4))
+    groups = comm_groups(plan_placements(GB200, SP4, RankPacking(gpus_per_node=4)))
     first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
     options = dataclasses.replace(DEFAULT_OPTIONS, tp_dgrad_overlap=False)
     fwd, bwd = tp_pair(GB200, SP4, x, h, groups, first, second, options)
@@ -186,7 +187,7 @@ def test_userbuffers_all_gathers_move_fp8_bytes_and_reduce_scatters_bf16():
     assert userbuffers_all_gather_bytes(layer_shape(FP8_JOB, OVERLAP4), h) == t * h
     assert userbuffers_all_gather_bytes(layer_shape(NVFP4_JOB, OVERLAP4), h) == t * h * 2
     x = layer_shape(FP8_JOB, OVERLAP4)
-    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, RankPacking(gpus_per_node=4)))
     first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
     options = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
     fwd, bwd = tp_pair(GB200, OVERLAP4, x, h, groups, first, second, options)
@@ -203,7 +204,7 @@ def test_mxfp8_userbuffers_gather_scales_by_nccl():
     # wgrad's column-wise output gradient (data and scales) is gathered under the dgrad GEMM.
     h, t = LLAMA.hidden_size, 8192
     x = layer_shape(FP8_JOB, OVERLAP4)
-    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, RankPacking(gpus_per_node=4)))
     first, second = (t, 2 * LLAMA.ffn_hidden_size / 4, h), (t, h, LLAMA.ffn_hidden_size / 4)
     cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
     mx = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
@@ -239,7 +240,7 @@ def wgrad_tail(options, second=(8192, LLAMA.hidden_size, LLAMA.ffn_hidden_size /
     the E8M0 scales come with the cast), the NCCL gather of its scales (T x h / 32) and the
     userbuffers gather of its data (T x h)."""
     h, t = LLAMA.hidden_size, 8192
-    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, RankPacking(gpus_per_node=4)))
     cast = memory_bound_time_s(GB200, 3 * t / 4 * h)
     comm = collective_time_s(GB200, "all_gather", t * h / 32, groups.tp)
     comm += collective_time_s(GB200, "all_gather", t * h, groups.tp)
@@ -265,7 +266,7 @@ def test_mxfp8_userbuffers_cast_the_output_gradient_twice():
     )
     assert frozen_ub == frozen
     # A 256-wide FC2 dgrad is shorter than the send-stream work: the tail is exposed.
-    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, RankPacking(gpus_per_node=4)))
     mx = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="mxfp8")
     cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
     first, narrow = (t, 512, h), (t, h, 256)
@@ -311,7 +312,7 @@ def test_lora_column_pair_gathers_through_nccl_under_userbuffers():
     # quantized on its T/tp rows only (no gathered 16-bit copy to quantize again).
     h, t, tp = LLAMA.hidden_size, 8192, 4
     x = layer_shape(FP8_JOB, OVERLAP4)
-    groups = comm_groups(plan_placements(GB200, OVERLAP4, 4))
+    groups = comm_groups(plan_placements(GB200, OVERLAP4, RankPacking(gpus_per_node=4)))
     first, second = (t, 2 * LLAMA.ffn_hidden_size / tp, h), (t, h, LLAMA.ffn_hidden_size / tp)
     cs = dataclasses.replace(DEFAULT_OPTIONS, fp8_recipe="tensorwise")
     fwd, bwd = tp_pair(

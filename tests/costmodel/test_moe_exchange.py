@@ -7,9 +7,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.execution_presets import TORCH_OPTIONS
-from costmodel.iteration import simulate_iteration
-from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.in_context_rates import InContext
 from costmodel.runtimes.torch.moe_exchange_rates import moe_exchange_rates
 from costmodel.runtimes.torch.rates import host_rates
@@ -17,6 +14,7 @@ from specs.job import TrainingJob
 from specs.plan import ParallelPlan
 from specs.presets import get_preset
 from tests.costmodel.cpu_fixture import cpu_profile, in_context_spreads
+from tests.costmodel.torch_fixture import sim as fixture_sim
 
 MOE = get_preset("tiny-moe")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
@@ -64,9 +62,7 @@ def test_rates_need_every_probe_figure_and_scale_the_host_levels_only():
 
 
 def sim(profile, plan=EP):
-    return simulate_iteration(
-        MOE, JOB, plan, profile, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
+    return fixture_sim(plan, MOE, JOB, profile)
 
 
 def test_a_probed_profile_prices_each_layer_once_per_pass():

@@ -7,11 +7,18 @@ import pytest
 
 from costmodel.cluster_graph import cluster_graph, place_group
 from costmodel.estimate import estimate_plan
+from costmodel.placement_domain import placement_domain
 from costmodel.plan_frame import plans_frame
-from costmodel.scale_up import launcher_segment_nodes, placement_domain_size, segment_nodes
+from costmodel.scale_up import (
+    RankPacking,
+    launcher_segment_nodes,
+    placement_domain_size,
+    segment_nodes,
+)
 from costmodel.screen import screen_plans
 from costmodel.topology import (
     PLAN_AXES,
+    cluster_shape,
     plan_placements,
     slowness,
 )
@@ -87,13 +94,13 @@ NVL72_LAYOUTS = [
 def graph_worst(plan: ParallelPlan, segment: int | None, axes: str):
     """The slowest group of ``axes`` over every group of the plan, placed on the graph."""
     layout = RankLayout.from_plan(plan)
-    graph = cluster_graph(GB200, layout.world_size, segment_nodes=segment)
+    graph = cluster_graph(GB200, layout.world_size, RankPacking(segment_nodes=segment))
     return max((place_group(graph, g, axes) for g in layout.groups(axes)), key=slowness)
 
 
 @pytest.mark.parametrize(("plan", "segment"), NVL72_LAYOUTS)
 def test_worst_instance_agrees_with_every_group_on_the_graph(plan, segment) -> None:
-    placed = plan_placements(GB200, plan, segment_nodes=segment)
+    placed = plan_placements(GB200, plan, RankPacking(segment_nodes=segment))
     for axes in PLAN_AXES:
         assert slowness(placed[axes]) == slowness(graph_worst(plan, segment, axes)), axes
         assert placed[axes].num_domains == graph_worst(plan, segment, axes).num_domains
@@ -102,7 +109,7 @@ def test_worst_instance_agrees_with_every_group_on_the_graph(plan, segment) -> N
 @pytest.mark.parametrize(("plan", "segment"), NVL72_LAYOUTS)
 def test_pipeline_hops_agree_with_every_rank_on_the_graph(plan, segment) -> None:
     layout = RankLayout.from_plan(plan)
-    graph = cluster_graph(GB200, layout.world_size, segment_nodes=segment)
+    graph = cluster_graph(GB200, layout.world_size, RankPacking(segment_nodes=segment))
     stage = layout.world_size // plan.pp
 
     def domain(rank: int) -> int:
@@ -115,13 +122,14 @@ def test_pipeline_hops_agree_with_every_rank_on_the_graph(plan, segment) -> None
         )
         for s in range(plan.pp)
     ]
-    assert plan_placements(GB200, plan, segment_nodes=segment).pp_hop_intra == tuple(expected)
+    placed = plan_placements(GB200, plan, RankPacking(segment_nodes=segment))
+    assert placed.pp_hop_intra == tuple(expected)
 
 
 def test_rank_zero_is_not_the_slowest_in_an_unsegmented_rack() -> None:
     # 128 GPUs filling racks in order: stage 1's ranks 64..127 straddle ranks 71 | 72
     plan = ParallelPlan(tp=1, pp=2, dp=64, ep=16)
-    straddled = plan_placements(GB200, plan, segment_nodes=18)
+    straddled = plan_placements(GB200, plan, RankPacking(segment_nodes=18))
     segmented = plan_placements(GB200, plan)
     assert straddled["ep"].num_domains == 2 and segmented["ep"].num_domains == 1
     assert straddled["dp-cp"].num_domains == 2 and segmented["dp-cp"].num_domains == 1
@@ -151,3 +159,27 @@ def test_screen_prices_the_same_groups_as_the_simulator_on_nvl72(segment) -> Non
     for row, plan in zip(screened.itertuples(), plans, strict=True):
         simulated = estimate_plan(QWEN, cluster, JOB, plan, GB200).iteration_time_s
         assert row.iteration_time_s == pytest.approx(simulated, rel=0.05)
+
+
+def test_packing_of_a_cluster_carries_its_servers_and_its_segment() -> None:
+    # 32 trays in segments of 8: 32-GPU domains, where the launcher's rule gives 16 (64 GPUs)
+    cluster = ClusterSpec(hardware="gb200-nvl72", num_gpus=128, nvlink_segment_nodes=8)
+    packing = RankPacking.of(cluster)
+    assert packing == RankPacking(gpus_per_node=None, segment_nodes=8)
+    assert cluster_shape(GB200, cluster.num_gpus, packing).scale_up_domain == 32
+    assert cluster_shape(GB200, cluster.num_gpus).scale_up_domain == 64
+
+
+def test_placement_domain_names_the_segment_its_source_and_the_crossing_groups() -> None:
+    plan = ParallelPlan(tp=1, pp=2, dp=64, ep=16)
+    launcher = ClusterSpec(hardware="gb200-nvl72", num_gpus=128)
+    domain = placement_domain(launcher, GB200, plan)
+    assert domain is not None
+    # 32 trays in segments of 16; each 64-rank stage fills one segment: only pp crosses
+    assert (domain.kind, domain.gpus_per_domain, domain.source) == ("segments", 64, "launcher")
+    assert domain.groups_across_domains == {"pp": 2}
+    racks = ClusterSpec(hardware="gb200-nvl72", num_gpus=128, nvlink_segment_nodes=18)
+    domain = placement_domain(racks, GB200, plan)
+    assert domain is not None and (domain.kind, domain.source) == ("racks", "user")
+    b200 = ClusterSpec(hardware="b200", num_gpus=128)
+    assert placement_domain(b200, load_profile("b200"), plan) is None

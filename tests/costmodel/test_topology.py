@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from costmodel.cluster_graph import cluster_graph, place_group
+from costmodel.scale_up import RankPacking
 from costmodel.topology import (
     plan_placements,
     product_placement,
@@ -73,7 +74,7 @@ def test_expert_groups_use_the_expert_grid():
 
 
 def test_gpus_per_node_override():
-    placements = plan_placements(H100, ParallelPlan(tp=8, dp=2), gpus_per_node=4)
+    placements = plan_placements(H100, ParallelPlan(tp=8, dp=2), RankPacking(gpus_per_node=4))
     assert placements["tp"].num_nodes == 2 and placements["tp"].placement == "inter"
 
 

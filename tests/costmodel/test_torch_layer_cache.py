@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from costmodel.passes import comm_groups
 from costmodel.runtimes.torch.passes import executor_pass_costs
 from costmodel.runtimes.torch.rates import host_rates
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from profiles import load_profile
 from specs.job import TrainingJob
@@ -39,7 +40,7 @@ def test_shared_layer_kinds_price_every_chunk_as_without(name, tp, pp, vpp, mbs,
         recompute=recompute,
         sequence_parallel=tp > 1,
     )
-    groups = comm_groups(plan_placements(PROFILE, plan, 8))
+    groups = comm_groups(plan_placements(PROFILE, plan, RankPacking(gpus_per_node=8)))
     shared: dict = {}
     for stage in range(plan.pp):
         for chunk in range(plan.vpp):

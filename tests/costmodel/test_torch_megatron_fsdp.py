@@ -11,6 +11,7 @@ from costmodel.passes import comm_groups
 from costmodel.runtimes.torch.memory import executor_memory_per_stage
 from costmodel.runtimes.torch.pricing import executor_chunk_costs
 from costmodel.runtimes.torch.sync import fsdp_gather_shares
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from specs.data_parallel import fsdp2_reshard_after_forward
 from specs.job import TrainingJob
@@ -32,7 +33,7 @@ def fsdp(strategy: str, **degrees: int) -> ParallelPlan:
 
 
 def chunks(plan: ParallelPlan, job: TrainingJob = JOB):
-    placements = plan_placements(CPU, plan, 4)
+    placements = plan_placements(CPU, plan, RankPacking(gpus_per_node=4))
     return executor_chunk_costs(TINY, job, plan, CPU, comm_groups(placements), placements)
 
 

@@ -11,7 +11,6 @@ import pytest
 
 from costmodel.estimate import estimate_plan, simulate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS, TORCH_OPTIONS, runtime_options
-from costmodel.iteration import simulate_iteration
 from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.layers import layer_ops
 from costmodel.runtimes.torch.ops import FP32, host_seconds
@@ -106,9 +105,7 @@ def test_each_pipelined_action_posts_its_receive_and_its_send():
     dear = cpu_profile(extra=(spread("op_overhead.p2p_post", 1e-3),))
 
     def step_s(plan: ParallelPlan, profile) -> float:
-        return simulate_iteration(
-            TINY, JOB, plan, profile, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-        ).iteration_time_s
+        return sim(plan, profile=profile).iteration_time_s
 
     one_f_one_b = ParallelPlan(pp=2)
     assert step_s(one_f_one_b, dear) > step_s(one_f_one_b, CPU)

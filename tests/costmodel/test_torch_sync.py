@@ -11,6 +11,7 @@ import pytest
 from costmodel.runtimes.torch.host_rate_fits import FSDP_PROBE_BYTES
 from costmodel.runtimes.torch.ops import FP32
 from costmodel.runtimes.torch.sync import fsdp_gather_s, fsdp_reduce, optimizer_s, stage_layout
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
 from specs.plan import ParallelPlan
 from tests.costmodel.torch_fixture import CPU, MOE, RATES, TINY, chunks, sim
@@ -43,7 +44,9 @@ def idle_gather_s(profile, rates, params, tensors, group):
 def test_fsdp_gathers_every_module_every_microbatch():
     base = chunks(ParallelPlan(dp=2))[0][0]
     fsdp = chunks(ParallelPlan(dp=2, distributed_optimizer=True))[0][0]
-    placements = plan_placements(CPU, ParallelPlan(dp=2, distributed_optimizer=True), 4)
+    placements = plan_placements(
+        CPU, ParallelPlan(dp=2, distributed_optimizer=True), RankPacking(gpus_per_node=4)
+    )
     params = stage_layout(TINY, ParallelPlan(dp=2), 0)
     blocks, root = params.blocks[:-1], params.blocks[-1]
     group = placements["dp-cp"]
@@ -78,7 +81,7 @@ def test_fsdp_gathers_every_module_every_microbatch():
 
 def test_optimizer_pays_dtensor_dispatch_and_sequence_parallel_norm_reads():
     plain = ParallelPlan()
-    placements = plan_placements(CPU, plain, 4)
+    placements = plan_placements(CPU, plain, RankPacking(gpus_per_node=4))
     params = stage_layout(TINY, plain, 0)
     tensors = params.dense_tensors
     base = optimizer_s(CPU, RATES, plain, params, placements)
@@ -86,9 +89,13 @@ def test_optimizer_pays_dtensor_dispatch_and_sequence_parallel_norm_reads():
     assert base == pytest.approx(expected)
     tp = ParallelPlan(tp=2)
     tp_params = stage_layout(TINY, tp, 0)
-    tp_s = optimizer_s(CPU, RATES, tp, tp_params, plan_placements(CPU, tp, 4))
+    tp_s = optimizer_s(
+        CPU, RATES, tp, tp_params, plan_placements(CPU, tp, RankPacking(gpus_per_node=4))
+    )
     sp = ParallelPlan(tp=2, sequence_parallel=True)
-    sp_s = optimizer_s(CPU, RATES, sp, tp_params, plan_placements(CPU, sp, 4))
+    sp_s = optimizer_s(
+        CPU, RATES, sp, tp_params, plan_placements(CPU, sp, RankPacking(gpus_per_node=4))
+    )
     # The DTensor AdamW figure per tensor, the local (half-width) bytes, and the step-end
     # loss all-reduce over the two ranks.
     loss = 400e-6 + 4 * 1.0 / 1.5e9

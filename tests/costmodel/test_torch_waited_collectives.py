@@ -9,12 +9,10 @@ import pytest
 
 from costmodel.estimate import simulate_plan
 from costmodel.execution_presets import TORCH_OPTIONS
-from costmodel.iteration import simulate_iteration
-from costmodel.runtimes.registry import runtime_model
 from costmodel.runtimes.torch.rates import host_rates
 from specs.plan import ParallelPlan
 from tests.costmodel.cpu_fixture import cpu_profile, spread, spread_over_fit
-from tests.costmodel.torch_fixture import CPU, JOB, MOE, TINY, cluster
+from tests.costmodel.torch_fixture import CPU, JOB, MOE, TINY, cluster, sim
 
 
 def test_the_executor_timeline_all_gathers_context_parallel_keys():
@@ -30,20 +28,12 @@ def test_pipeline_sends_and_collectives_pay_the_typical_excess():
         spread_over_fit("all_reduce", 65536, 1000e-6),
     )
     noisy = cpu_profile(extra=extra)
-    plain = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
-    waited = simulate_iteration(
-        TINY, JOB, ParallelPlan(pp=2), noisy, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
+    plain = sim(ParallelPlan(pp=2))
+    waited = sim(ParallelPlan(pp=2), profile=noisy)
     assert waited.send_s[0] - plain.send_s[0] == pytest.approx(500e-6)
     tp = ParallelPlan(tp=2)
-    a = simulate_iteration(
-        TINY, JOB, tp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
-    b = simulate_iteration(
-        TINY, JOB, tp, noisy, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
+    a = sim(tp)
+    b = sim(tp, profile=noisy)
     # 2 all-reduces forward and 5 backward per layer, 1 + 1 in embedding and head, per
     # microbatch: each waits 1 ms more.
     per_mb = 4 * 7 + 2
@@ -55,14 +45,9 @@ def _tp_extra_and_dp_times(profile) -> tuple[float, float, float]:
     """tp2's exposed TP time on ``profile`` beyond the fixture's, and dp2's iteration time
     on the fixture and on ``profile``."""
 
-    def sim(plan: ParallelPlan, hw):
-        return simulate_iteration(
-            TINY, JOB, plan, hw, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-        )
-
     tp, dp = ParallelPlan(tp=2), ParallelPlan(dp=2)
-    extra = sim(tp, profile).breakdown.tp_exposed_s - sim(tp, CPU).breakdown.tp_exposed_s
-    return extra, sim(dp, CPU).iteration_time_s, sim(dp, profile).iteration_time_s
+    extra = sim(tp, profile=profile).breakdown.tp_exposed_s - sim(tp).breakdown.tp_exposed_s
+    return extra, sim(dp).iteration_time_s, sim(dp, profile=profile).iteration_time_s
 
 
 def test_functional_collectives_pay_the_measured_extra_per_call():
@@ -78,15 +63,9 @@ def test_moe_token_exchanges_pay_the_autograd_exchange_not_the_functional_extra(
     plan = ParallelPlan(dp=2, ep=2)
     functional = cpu_profile(extra=(spread("op_overhead.functional_all_to_all", 300e-6),))
     autograd = cpu_profile(extra=(spread("op_overhead.autograd_all_to_all", 1e-3),))
-    base = simulate_iteration(
-        MOE, JOB, plan, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
-    a = simulate_iteration(
-        MOE, JOB, plan, functional, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
-    b = simulate_iteration(
-        MOE, JOB, plan, autograd, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
+    base = sim(plan, MOE)
+    a = sim(plan, MOE, profile=functional)
+    b = sim(plan, MOE, profile=autograd)
     per_step = plan.num_microbatches(JOB.global_batch_size) * MOE.num_layers
     # an older profile: each exchange costs two functional calls (the fallback)
     assert a.breakdown.ep_exposed_s - base.breakdown.ep_exposed_s == pytest.approx(
@@ -121,21 +100,13 @@ def test_tensor_parallel_collectives_pay_the_redistribution_extra_and_context_pa
     assert rates.redistribute_s("all_reduce") == pytest.approx(net)
     assert rates.redistribute_s("all_to_all") == 0.0  # never a redistribution
     tp = ParallelPlan(tp=2)
-    a = simulate_iteration(
-        TINY, JOB, tp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
-    b = simulate_iteration(
-        TINY, JOB, tp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
+    a = sim(tp)
+    b = sim(tp, profile=slower)
     extra_tp = b.breakdown.tp_exposed_s - a.breakdown.tp_exposed_s
     # per microbatch the 30 all-reduces above and the head's all-gather of the logits
     assert extra_tp == pytest.approx(8 * (4 * 7 + 2 + 1) * net, rel=1e-6)
     # context parallelism gathers K and V with the executor's own functional calls
     cp = ParallelPlan(cp=2)
-    c = simulate_iteration(
-        TINY, JOB, cp, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
-    d = simulate_iteration(
-        TINY, JOB, cp, slower, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
-    )
+    c = sim(cp)
+    d = sim(cp, profile=slower)
     assert d.iteration_time_s == pytest.approx(c.iteration_time_s)

@@ -16,7 +16,9 @@ from costmodel.runtimes.torch.ops import Comm
 from costmodel.runtimes.torch.pricing import executor_chunk_costs
 from costmodel.runtimes.torch.rates import host_rates
 from costmodel.runtimes.torch.shapes import RankShape, rank_shape
+from costmodel.scale_up import RankPacking
 from costmodel.topology import plan_placements
+from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
@@ -29,6 +31,8 @@ RATES = host_rates(CPU)
 TINY = get_preset("tiny")
 MOE = get_preset("tiny-moe")
 JOB = TrainingJob(seq_length=128, global_batch_size=8, precision="fp32")
+FOUR_PER_NODE = RankPacking(gpus_per_node=4)
+"""Four ranks to a node, as `cluster` places them."""
 
 
 def shape(**plan: object) -> RankShape:
@@ -46,14 +50,20 @@ def cluster(n: int) -> ClusterSpec:
     return ClusterSpec(hardware="cpu-test", num_gpus=n, gpus_per_node=4)
 
 
-def sim(plan: ParallelPlan, model: ModelSpec = TINY, job: TrainingJob = JOB) -> IterationSimulation:
-    """The ``torch`` runtime's simulated step of ``plan`` on the CPU fixture."""
+def sim(
+    plan: ParallelPlan,
+    model: ModelSpec = TINY,
+    job: TrainingJob = JOB,
+    profile: HardwareProfile = CPU,
+) -> IterationSimulation:
+    """The ``torch`` runtime's simulated step of ``plan`` on ``profile`` (the CPU fixture
+    unless given), four ranks to a node."""
     return simulate_iteration(
-        model, job, plan, CPU, gpus_per_node=4, runtime=runtime_model(TORCH_OPTIONS)
+        model, job, plan, profile, packing=FOUR_PER_NODE, runtime=runtime_model(TORCH_OPTIONS)
     )
 
 
 def chunks(plan: ParallelPlan, model: ModelSpec = TINY) -> tuple[tuple[ChunkCost, ...], ...]:
     """The executor's chunk costs of ``plan`` on the CPU fixture, per stage and chunk."""
-    placements = plan_placements(CPU, plan, 4)
+    placements = plan_placements(CPU, plan, FOUR_PER_NODE)
     return executor_chunk_costs(model, JOB, plan, CPU, comm_groups(placements), placements)

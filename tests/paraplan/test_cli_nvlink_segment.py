@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from paraplan.cli import main
@@ -54,3 +56,44 @@ def test_sizing_refuses_a_segment(capsys) -> None:
     argv = ["plan", *BASE, "--hardware", "gb200-nvl72", "--tokens", "1e9", "--max-gpus", "64"]
     assert main([*argv, "--nvlink-segment-nodes", "4"]) == 2
     assert "--tokens tries several" in capsys.readouterr().err
+
+
+def _estimate_json(capsys, *flags: str) -> dict:
+    assert main(["estimate", *BASE, *PLAN, *flags, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_estimate_json_reads_back_the_domain_of_the_text_line(capsys) -> None:
+    line = _domain_line(capsys, "--nvlink-segment-nodes", "18")
+    placement = _estimate_json(capsys, *GB200, "--nvlink-segment-nodes", "18")["placement"]
+    # stage 1 holds ranks 64..127 and racks end at rank 72: its data-parallel and expert
+    # groups straddle two racks, and so do the pipeline pairs {r, r + 64} for r >= 8
+    assert placement == {
+        "kind": "racks",
+        "gpus_per_domain": 72,
+        "segment_nodes": 18,
+        "gpus_per_node": 4,
+        "source": "user",
+        "groups_across_domains": {"dp-cp": 2, "ep": 2, "edp": 2, "pp": 2},
+    }
+    crossing = ", ".join(f"{a} over {k}" for a, k in placement["groups_across_domains"].items())
+    assert line.endswith(f"groups across domains: {crossing}")
+    launcher = _estimate_json(capsys, *GB200)["placement"]
+    assert (launcher["kind"], launcher["gpus_per_domain"], launcher["source"]) == (
+        "segments",
+        64,
+        "launcher",
+    )
+    # each 64-rank stage fills one 64-GPU segment: only the pipeline crosses
+    assert launcher["groups_across_domains"] == {"pp": 2}
+
+
+def test_estimate_json_has_no_placement_on_one_server_domains(capsys) -> None:
+    assert "placement" not in _estimate_json(capsys, "--hardware", "b200", "--num-gpus", "128")
+
+
+def test_plan_json_carries_the_best_plans_domain(capsys) -> None:
+    argv = ["plan", *BASE, *GB200, "--top", "1", "--json", "--nvlink-segment-nodes", "18"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["placement"]["gpus_per_domain"] == 72 and out["placement"]["source"] == "user"

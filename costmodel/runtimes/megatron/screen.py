@@ -67,6 +67,7 @@ from costmodel.runtimes.megatron.screen_sharding import (
     with_sharding,
 )
 from costmodel.runtimes.megatron.screen_tail import gradients_done_s, tail_s
+from costmodel.scale_up import RankPacking
 from costmodel.topology import ClusterShape, cluster_shape
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
@@ -214,6 +215,4 @@ def pipeline_lower_bound_s(
 def _topology(profile: HardwareProfile, cluster: ClusterSpec) -> ClusterShape:
     """The ranks, servers, domains and NICs the group placements use
     (`costmodel.topology.cluster_shape`: the NVLink segment on NVL72)."""
-    return cluster_shape(
-        profile, cluster.num_gpus, cluster.gpus_per_node, cluster.nvlink_segment_nodes
-    )
+    return cluster_shape(profile, cluster.num_gpus, RankPacking.of(cluster))

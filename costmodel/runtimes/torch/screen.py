@@ -21,6 +21,7 @@ from costmodel.iteration_flops import model_flops_per_iteration
 from costmodel.memory_allowances import GiB
 from costmodel.plan_frame import row_plan
 from costmodel.runtime import RuntimeModel
+from costmodel.scale_up import RankPacking
 from profiles.lookup import peak_flops
 from profiles.schema import HardwareProfile
 from specs.cluster import ClusterSpec
@@ -92,8 +93,7 @@ def _simulate(
         plan,
         profile,
         runtime=runtime,
-        gpus_per_node=cluster.gpus_per_node,
-        segment_nodes=cluster.nvlink_segment_nodes,
+        packing=RankPacking.of(cluster),
     )
     b = sim.breakdown
     compute = b.compute_forward_s + b.compute_backward_s + b.compute_recompute_s
