@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from row_spellings import normalised_row
+
 CSV_NAME = "shared/reference/published-runs-dev.csv"
 
 
@@ -45,8 +47,8 @@ def header_problem(path: Path, trust: str | None = None) -> str | None:
     ``source_id`` where ``source`` is absent too (`derived_source_id` reads it); ``trust``
     where no ``trust`` level is given for every row (``--trust``), and a level given where
     the CSV has the column."""
-    with path.open(newline="") as handle:
-        header = next(csv.reader(handle), [])
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        header = [name.strip() for name in next(csv.reader(handle), [])]
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if "source_id" not in header and "source" not in header:
         missing.append("source_id (or source, to derive it from)")
@@ -78,13 +80,15 @@ def derived_source_id(source: str) -> str:
 
 
 def read_rows(path: Path, trust: str | None = None) -> list[dict[str, str]]:
-    """The CSV's rows as dicts of column -> text. A CSV without a ``source_id`` column gets
-    `derived_source_id` of each row's ``source``; one without a ``trust`` column gets
-    ``trust`` (one of `TRUST_LEVELS`) on every row."""
+    """The CSV's rows as dicts of column -> text, each cell in its accepted spelling
+    (`row_spellings.normalised_row`; a byte-order mark and CRLF line ends are read as
+    plain text). A CSV without a ``source_id`` column gets `derived_source_id` of each
+    row's ``source``; one without a ``trust`` column gets ``trust`` (one of `TRUST_LEVELS`)
+    on every row."""
     if trust is not None and trust not in TRUST_LEVELS:
         raise ValueError(f"trust must be one of {', '.join(TRUST_LEVELS)}, got {trust!r}")
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        rows = [normalised_row(raw) for raw in csv.DictReader(handle)]
     for raw in rows:
         if "source_id" not in raw:
             raw["source_id"] = derived_source_id(raw.get("source") or "")

@@ -31,7 +31,10 @@ Defaults for what a row leaves empty, each the framework's own default (column g
   dense peak); FP8 in any scaling recipe (delayed, current, blockwise, MXFP8) as fp8; NVFP4
   as nvfp4 (Transformer Engine's NVFP4 block scaling).
 
-A column that states nothing ("n/a", "not stated", "unknown") reads as an empty cell. A
+`case_for_row` reads the row in its accepted spellings (`bench/row_spellings.py`, the one
+place that rewrites another transcriber's spelling of a column, e.g. ``GB200 NVL72``,
+``bfloat16``, ``1,024``, to the development set's). A column that states nothing ("n/a",
+"not stated", "unknown", a lone dash) reads as an empty cell. A
 column whose text says something the readers do not understand (a precision without a
 GEMM curve, a recompute or sharding setting that is neither of the above, a task other
 than pre-training, SFT or LoRA, a figure that is not a positive number) makes the row
@@ -57,6 +60,14 @@ from row_era import era_plan_fields
 from row_model import model_for
 from row_options import MEGATRON_2023_STACKS, options_for_row, row_era
 from row_recipes import expert_tp, refusal, sharding_fields
+from row_spellings import (
+    AFFIRMATIVE_WORDS,
+    NEGATIVE_WORDS,
+    gpu_text,
+    normalised_row,
+    starts_with_word,
+    unstated,
+)
 from saver_recipes import saver_fields
 from zero3_recipes import is_zero3, zero3_plan_fields, zero3_recompute
 
@@ -83,10 +94,6 @@ do not print the memory size (MegaScale) use the 80 GB profile."""
 
 A100_40GB = re.compile(r"(?<!\d)40\s*GB")
 """An A100 ``gpu_type`` naming the 40 GB part (``A100-SXM4-40GB``, ``A100 40GB``)."""
-
-VENDOR_PREFIX = re.compile(r"^\s*(NVIDIA\s+)?((DGX|HGX)[\s-]*)?")
-"""A leading vendor or system name (``NVIDIA H100``, ``DGX A100``, ``HGX B200``) that
-`chip_name` drops before the prefixes are matched."""
 
 WITHOUT_PROFILE = re.compile(r"PCIE|\bNVL\b")
 """``gpu_type`` text of form factors no stored profile describes: PCIe cards and the H100
@@ -125,9 +132,9 @@ class RowCase:
 
 
 def chip_name(gpu_type: str) -> str:
-    """The ``gpu_type`` column in upper case without a leading vendor or system name
-    (`VENDOR_PREFIX`)."""
-    return VENDOR_PREFIX.sub("", gpu_type.upper(), count=1)
+    """The ``gpu_type`` column in upper case, opening with the chip it names
+    (`row_spellings.gpu_text`: ``NVIDIA H100 80GB HBM3`` -> ``H100 (NVIDIA H100 80GB HBM3)``)."""
+    return gpu_text(gpu_type.strip()).upper()
 
 
 def gpu_generation(gpu_type: str) -> str:
@@ -142,17 +149,23 @@ def profile_for(gpu_type: str) -> str:
     upper = chip_name(gpu_type)
     if WITHOUT_PROFILE.search(upper):
         raise NotExpressible(
-            f"no stored profile for {gpu_type!r}: PCIe and NVL cards run below the SXM "
-            "profiles' power and clocks, without NVSwitch"
+            f"gpu_type {gpu_type!r}: no stored profile for PCIe and NVL cards, which run "
+            "below the SXM profiles' power and clocks, without NVSwitch; an SXM part is priced"
         )
     if upper.startswith("A100") and A100_40GB.search(upper):
         return "a100-sxm-40gb"
     for prefix, name in PROFILE_BY_GPU:
         if upper.startswith(prefix):
             if name is None:
-                raise NotExpressible(f"no stored profile for {prefix}")
+                raise NotExpressible(
+                    f"gpu_type {gpu_type!r}: no stored profile for {prefix}; a profile of "
+                    f"its own (profiles/) would price it"
+                )
             return name
-    raise NotExpressible(f"no stored profile for {gpu_type!r}")
+    chips = ", ".join(prefix for prefix, name in PROFILE_BY_GPU if name is not None)
+    raise NotExpressible(
+        f"gpu_type {gpu_type!r} names no chip with a stored profile: name one of {chips}"
+    )
 
 
 SIXTEEN_BIT_WORDS = ("BF16", "FP16", "MIXED", "HALF")
@@ -170,32 +183,11 @@ def precision_for(text: str) -> str:
         raise NotExpressible(f"precision {text!r}: of the 4-bit formats only NVFP4 is priced")
     if "FP8" in upper or "QUANTIZATION GRANULARITY" in upper:
         return "fp8"
-    if any(w in upper for w in SIXTEEN_BIT_WORDS) or _unstated(text):
+    if any(w in upper for w in SIXTEEN_BIT_WORDS) or unstated(text):
         return "bf16"
     raise NotExpressible(
         f"precision {text!r}: priced are bf16/fp16 mixed precision, FP8 (any scaling) and NVFP4"
     )
-
-
-UNSTATED_WORDS = ("n/a", "not stated", "unknown", "unspecified", "not given")
-"""Lower-case openings of a column that states nothing: read as an empty cell."""
-
-
-def _unstated(text: str) -> bool:
-    """Whether a column's text (any case) states nothing (`UNSTATED_WORDS`, or empty)."""
-    return not text or text.lower().startswith(UNSTATED_WORDS)
-
-
-def _starts_with_word(text: str, words: tuple[str, ...]) -> bool:
-    """Whether ``text`` (lower case) starts with one of ``words`` as a whole word."""
-    return re.match(rf"({'|'.join(words)})\b", text) is not None
-
-
-NEGATIVE_WORDS = ("none", "no", "off", "false", "disabled", "without", "not used")
-"""Lower-case openings of a column that says a feature was not used."""
-
-AFFIRMATIVE_WORDS = ("yes", "on", "true", "enabled", "used")
-"""Lower-case openings of a column that says a feature was used, without saying how."""
 
 
 ZERO_1 = re.compile(r"zero[- ]?(stage[- ]?)?1\b")
@@ -217,18 +209,18 @@ def _distributed_optimizer(raw: dict[str, str]) -> bool:
     lower = text.lower()
     if is_zero3(raw):
         return False
-    if _unstated(text):
+    if unstated(text):
         return column_text(raw, "source_id").startswith(DISTRIBUTED_OPTIMIZER_SOURCES)
     if "fairscale" in lower or ZERO_2.search(lower):
         raise NotExpressible(
-            f"optimizer sharding {text!r}: no counterpart (ZeRO-2 shards the gradients, "
+            f"fsdp_or_zero {text!r}: no counterpart (ZeRO-2 shards the gradients, "
             "which Megatron's distributed optimizer keeps whole; fairscale's sharded DDP)"
         )
-    if _starts_with_word(lower, NEGATIVE_WORDS):
+    if starts_with_word(lower, NEGATIVE_WORDS):
         return False
     if any(k in lower for k in ("distributed optimizer", "fsdp")) or ZERO_1.search(lower):
         return True
-    if _starts_with_word(lower, ("plain", "ddp")):
+    if starts_with_word(lower, ("plain", "ddp")):
         return False
     raise NotExpressible(
         f"fsdp_or_zero {text!r} not understood: state 'none', 'distributed optimizer', "
@@ -245,10 +237,15 @@ def _recompute(raw: dict[str, str]) -> str:
         return "full"
     if text.startswith("selective"):
         return "selective"
-    if _unstated(text) or _starts_with_word(text, NEGATIVE_WORDS):
+    if unstated(text) or starts_with_word(text, NEGATIVE_WORDS):
         return "none"
     if "checkpoint" in text:
         return "full"
+    if starts_with_word(text, AFFIRMATIVE_WORDS):
+        raise NotExpressible(
+            f"recompute {text!r} does not say which: Megatron-LM's --recompute-activations is "
+            "selective, --checkpoint-activations full; state 'full', 'selective' or 'none'"
+        )
     raise NotExpressible(f"recompute {text!r} not understood: state 'full', 'selective' or 'none'")
 
 
@@ -256,9 +253,9 @@ def _sequence_parallel(raw: dict[str, str], tp: int) -> bool:
     """Sequence parallelism: on with tp > 1 unless the ``sequence_parallel`` column says it
     was not used; NotExpressible for a text that says neither."""
     text = column_text(raw, "sequence_parallel").lower()
-    if _starts_with_word(text, NEGATIVE_WORDS):
+    if starts_with_word(text, NEGATIVE_WORDS):
         return False
-    if not _unstated(text) and not _starts_with_word(text, AFFIRMATIVE_WORDS):
+    if not unstated(text) and not starts_with_word(text, AFFIRMATIVE_WORDS):
         raise NotExpressible(f"sequence_parallel {text!r} not understood: state 'yes' or 'no'")
     return tp > 1
 
@@ -364,6 +361,7 @@ def plan_for(raw: dict[str, str], model: ModelSpec) -> ParallelPlan:
 
 def case_for_row(raw: dict[str, str]) -> RowCase:
     """The `estimate_plan` inputs of one CSV row; NotExpressible names what is missing."""
+    raw = normalised_row(raw)
     reason = refusal(raw)
     if reason is not None:
         raise NotExpressible(reason)
@@ -383,7 +381,7 @@ def case_for_row(raw: dict[str, str]) -> RowCase:
     )
     options = options_for_row(raw, plan)
     assumption = ""
-    if is_zero3(raw) and _unstated(column_text(raw, "recompute")):
+    if is_zero3(raw) and unstated(column_text(raw, "recompute")):
         chosen = zero3_recompute(model, job, plan, options, load_profile(profile))
         plan = dataclasses.replace(plan, recompute=chosen.recompute)
         assumption = chosen.reason

@@ -19,14 +19,21 @@ def column_text(raw: dict[str, str], key: str) -> str:
 
 
 def column_int(raw: dict[str, str], key: str, default: int | None = None) -> int:
-    """An integer column; empty or ``n/a`` gives ``default`` (NotExpressible when None)."""
+    """An integer column; empty or ``n/a`` gives ``default`` (NotExpressible when None).
+    NotExpressible for a text that is not digits, and for 0 unless ``default`` is 0 (a count
+    whose absence means none, e.g. ``num_experts``)."""
     text = column_text(raw, key)
     if text in ("", "n/a"):
         if default is None:
             raise NotExpressible(f"{key} not stated")
         return default
     if not re.fullmatch(r"\d+", text):
-        raise NotExpressible(f"{key} = {text!r} is not a number")
+        raise NotExpressible(
+            f"{key} = {text!r} is not a number: state it in digits "
+            "(`row_spellings.count_text` reads separators, unit words and seq_length's K)"
+        )
+    if int(text) == 0 and default != 0:
+        raise NotExpressible(f"{key} = {text!r}: state a positive integer")
     return int(text)
 
 
@@ -40,7 +47,10 @@ def column_float(raw: dict[str, str], key: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise NotExpressible(f"{key} = {text!r} is not a number") from None
+        raise NotExpressible(
+            f"{key} = {text!r} is not a number: state it in digits "
+            "(`row_spellings.figure_text` reads separators and units)"
+        ) from None
     if not value > 0:
         raise NotExpressible(f"{key} = {text!r} is not a positive number")
     return value

@@ -2,9 +2,9 @@
 a row's case priced as the validation prices it (`case_estimate`, `priced_row`).
 
 The published figure is turned into seconds per iteration: the printed iteration time, else
-global batch x sequence / (tokens/s/GPU x GPUs), else the printed TFLOP/s/GPU through the
-source's own FLOPs convention (`FLOPS_CONVENTIONS`; published-runs-dev.md, "FLOPs
-conventions").
+global batch x sequence / (tokens/s/GPU x GPUs), else the printed TFLOP/s/GPU (or aggregate
+PFLOP/s / GPUs) through the source's own FLOPs convention (`FLOPS_CONVENTIONS`;
+published-runs-dev.md, "FLOPs conventions").
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from published_rows import RowCase, case_for_row
 from recipe_keys import NotExpressible
 from row_columns import column_float, column_text
+from row_spellings import normalised_row
 
 from costmodel.estimate import Estimate, estimate_plan
 from costmodel.execution import ExecutionOptions
@@ -61,8 +62,10 @@ before the causal factor (README 2024 and the MoE README of v0.8, NeMo 24.03; Pa
 
 def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
     """Seconds per iteration of the published run, convention-free where the row allows:
-    printed iteration time, else tokens/s/GPU, else TFLOP/s/GPU through the source's FLOPs
-    formula (`flops_formula`). NotExpressible when none applies."""
+    printed iteration time, else tokens/s/GPU, else TFLOP/s/GPU (or the aggregate PFLOP/s
+    over the row's GPUs) through the source's FLOPs formula (`flops_formula`).
+    NotExpressible when none applies: an MFU alone is not read, since the peak it divides
+    by is the source's choice (published-runs-dev.md, "FLOPs conventions")."""
     printed = column_float(raw, "iteration_time_s")
     if printed:
         return printed
@@ -73,6 +76,9 @@ def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
     if tokens:
         return batch * seq / (tokens * gpus)
     tflops = column_float(raw, "tflops_per_gpu")
+    aggregate_pflops = column_float(raw, "aggregate_pflops")
+    if not tflops and aggregate_pflops:
+        tflops = aggregate_pflops * 1e3 / gpus
     formula = flops_formula(column_text(raw, "flops_convention"))
     if tflops and formula is not None:
         return formula(case.model, seq, batch) / (tflops * 1e12 * gpus)
@@ -81,8 +87,10 @@ def published_iteration_time_s(raw: dict[str, str], case: RowCase) -> float:
 
 def published_case(raw: dict[str, str]) -> tuple[RowCase, float]:
     """A dev-set row's case (`published_rows.case_for_row`) and its published seconds per
-    iteration (`published_iteration_time_s`). NotExpressible or SpecError when the row
-    cannot be priced."""
+    iteration (`published_iteration_time_s`), the row read in its accepted spellings
+    (`row_spellings.normalised_row`). NotExpressible or SpecError when the row cannot be
+    priced."""
+    raw = normalised_row(raw)
     case = case_for_row(raw)
     return case, published_iteration_time_s(raw, case)
 

@@ -82,14 +82,27 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
     notes = column_text(raw, "arch_notes").lower()
     model = column_text(raw, "model").lower()
     if "sliding-window" in notes and not sliding_window_fields(raw):
-        raise NotExpressible("sliding-window attention outside GPT-OSS")
+        raise NotExpressible(
+            f"arch_notes name sliding-window attention for model {column_text(raw, 'model')!r}: "
+            "priced only in "
+            "GPT-OSS rows (`row_recipes.sliding_window_fields`)"
+        )
     if "parallel transformer block" in notes:
-        raise NotExpressible("parallel transformer block: its norms (one or two) not stated")
+        raise NotExpressible(
+            "arch_notes name a parallel transformer block without its norms: state "
+            "'parallel residual' (two norms of the layer input, GPT-NeoX) to price it"
+        )
     block = {"layer_block": "parallel"} if any(m in notes for m in PARALLEL_MARKERS) else {}
     if model.startswith(HYBRID_FAMILIES) or "mamba" in notes:
-        raise NotExpressible("hybrid Mamba layers")
+        raise NotExpressible(
+            f"model {column_text(raw, 'model')!r} has hybrid Mamba layers and no preset: "
+            "priced are Nemotron 3 Nano, Nemotron 3 Super and Nemotron-H "
+            "(`hybrid_recipes.hybrid_preset`)"
+        )
     if "relu" in notes and "squared-relu" not in notes:
-        raise NotExpressible("ReLU MLP")
+        raise NotExpressible(
+            "arch_notes name a ReLU MLP: priced are GeLU, squared ReLU and SwiGLU MLPs"
+        )
     gated = any(k in notes for k in ("swiglu", "llama", "experts")) or "mla" in notes
     if gated or model.startswith(SWIGLU_FAMILIES):
         return {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding": "rope"}
@@ -169,6 +182,8 @@ def model_for(raw: dict[str, str]) -> ModelSpec:
     preset = hybrid_preset(raw)
     if preset is not None:
         return hybrid_model(raw, preset)
+    if not column_text(raw, "model"):
+        raise NotExpressible("model not stated: name the model (its family sets unstated fields)")
     style = {**_architecture(raw), **sliding_window_fields(raw)}
     hidden = column_int(raw, "hidden_size")
     heads = column_int(raw, "num_attention_heads")

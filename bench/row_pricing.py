@@ -15,6 +15,7 @@ from norm_recipes import train_task
 from published_rows import NotExpressible, RowCase
 from row_figures import case_estimate, published_case
 from row_recipes import recipe_mismatch
+from row_spellings import normalised_row
 from validation_fit import LOW_PRECISION, Predict, apply_model
 from validation_fit_params import FitGrid, FittedModel
 from validation_stats import Outcome
@@ -70,7 +71,8 @@ def fit_grid(host_launch_s: float | None = None, expert_launch_s: float | None =
 
 def evaluate_row(raw: dict[str, str]) -> tuple[Outcome, RowCase]:
     """Predict one row; with the row's case. NotExpressible or SpecError when it cannot be
-    priced."""
+    priced. ``raw`` is read in its accepted spellings (`row_spellings.normalised_row`)."""
+    raw = normalised_row(raw)
     case, published = published_case(raw)
     profile = load_profile(case.profile)
     est = case_estimate(case, profile=profile)
@@ -201,12 +203,12 @@ def evaluate(
         except (NotExpressible, SpecError) as err:
             apart.append(
                 {"row_id": raw["row_id"], "source_id": raw["source_id"], "model": raw["model"]}
-                | {"reason": _apart_reason(err)}
+                | {"reason": apart_reason(err)}
             )
     return outcomes, cases, apart
 
 
-def _apart_reason(err: NotExpressible | SpecError) -> str:
+def apart_reason(err: NotExpressible | SpecError) -> str:
     """Why a row is set apart, one line: a `NotExpressible` reason as it reads, a plan
     rejection as its rule ids (e.g. ``plan rule layers_divisible_by_pp``)."""
     if isinstance(err, NotExpressible):

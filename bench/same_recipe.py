@@ -12,6 +12,7 @@ own ratio, which follows the profiles' peaks and the fitted factors of each gene
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable
 
@@ -58,11 +59,11 @@ def recipe_rates(
     rows: Iterable[dict[str, str]],
 ) -> dict[tuple[str, ...], dict[str, list[tuple[str, float]]]]:
     """Recipe (`RECIPE_COLUMNS` values) -> GPU type (`gpu_kind`) -> (row id, published
-    tokens/s per GPU) of every row that prints one."""
+    tokens/s per GPU) of every row that prints one as a plain number."""
     recipes: dict[tuple[str, ...], dict[str, list[tuple[str, float]]]] = {}
     for row in rows:
-        text = row.get(RATE_COLUMN, "").strip()
-        if not text:
+        text = (row.get(RATE_COLUMN) or "").strip()
+        if not re.fullmatch(r"\d+(\.\d+)?", text):
             continue
         key = tuple(row.get(column, "") for column in RECIPE_COLUMNS)
         by_gpu = recipes.setdefault(key, {})

@@ -20,6 +20,7 @@ FIGURE_COLUMNS = (
     "tokens_per_sec_per_gpu",
     "derived_tokens_per_sec_per_gpu",
     "tflops_per_gpu",
+    "aggregate_pflops",
 )
 """The columns `published_iteration_time_s` reads a published figure from."""
 
@@ -70,3 +71,13 @@ def test_a_row_without_a_figure_is_estimated_but_not_priced(raw):
     case, est = figures.row_estimate(bare)
     assert case.plan == figures.priced_row(raw)[0].plan
     assert est.iteration_time_s == figures.case_estimate(case).iteration_time_s
+
+
+def test_an_aggregate_figure_alone_reads_as_tflops_per_gpu(raw):
+    # Row 38 prints 408.8 TFLOP/s per GPU and 19.6 PFLOP/s over its GPUs.
+    gpus = int(raw["num_gpus"])
+    aggregate = raw | {"tflops_per_gpu": "", "aggregate_pflops": "19.6"}
+    per_gpu = raw | {"tflops_per_gpu": str(19.6e3 / gpus), "aggregate_pflops": ""}
+    assert figures.published_case(aggregate)[1] == pytest.approx(
+        figures.published_case(per_gpu)[1], rel=1e-12
+    )

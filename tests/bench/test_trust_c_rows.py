@@ -11,7 +11,10 @@ trust_c = load_bench("trust_c_rows")
 tables = load_bench("validation_tables")
 
 PRICED = row_with(LLAMA2_LONGSEQ, trust="C", row_id="9001", tokens_per_sec_per_gpu="3000")
-REASON = "hybrid Mamba layers"
+REASON = (
+    "model 'Nemotron_H_4B' has hybrid Mamba layers and no preset: priced are Nemotron 3 Nano, "
+    "Nemotron 3 Super and Nemotron-H (`hybrid_recipes.hybrid_preset`)"
+)
 HYBRID = [  # a Nemotron-H size without a preset (bench/hybrid_recipes.py)
     row_with(MLM_README_32B, trust="C", row_id=str(i), model="Nemotron_H_4B", hidden_size="")
     for i in (9002, 9003)

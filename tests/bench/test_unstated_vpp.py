@@ -137,7 +137,10 @@ def test_llama3_entry_prices_both_shardings_at_every_degree():
 def test_a_row_with_another_gap_is_listed_with_its_reason_and_no_results():
     other = NEMOTRON_ROW | {"gpu_type": "H800"}
     (entry,) = unstated.unstated_vpp_report([other])
-    assert entry["not_priced"] == "no stored profile for H800"
+    assert entry["not_priced"] == (
+        "gpu_type 'H800': no stored profile for H800; a profile of its own (profiles/) "
+        "would price it"
+    )
     assert entry["results"] == []
 
 

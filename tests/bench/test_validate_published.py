@@ -65,7 +65,7 @@ def test_stack_version_picks_the_era_options():
     [
         ({"gpu_type": "H800"}, "no stored profile for H800"),
         ({"precision": "NVFP4"}, "NVFP4 precision on a100-sxm-80gb: no FP4 tensor cores"),
-        ({"fsdp_or_zero": "ZeRO-2 (fairscale)"}, "optimizer sharding"),
+        ({"fsdp_or_zero": "ZeRO-2 (fairscale)"}, "fsdp_or_zero 'ZeRO-2 \\(fairscale\\)'"),
         ({"vpp": "interleaved (degree not stated)"}, "virtual pipeline degree not stated"),
         ({"arch_notes": "alternating sliding-window (128) attention"}, "sliding-window attention"),
     ],
