@@ -52,10 +52,13 @@ MEMORY_PARTS = (
     "comm_buffers",
     "framework",
     "optimizer_step",
+    "cuda_graph",
 )
 """Memory parts of a stage, in report order (`StageMemory` fields without ``_bytes``).
 ``optimizer_step`` is nonzero only where the optimizer step sets the stage's peak
-(`StageMemory.optimizer_step_bytes`); `estimate_to_json` leaves it out where it is 0."""
+(`StageMemory.optimizer_step_bytes`), ``cuda_graph`` only under per-layer CUDA graphs at
+pp > 1 (`StageMemory.cuda_graph_bytes`); `estimate_to_json` leaves either out where it is
+0."""
 
 JSON_KEYS = (
     "runtime",
@@ -258,8 +261,8 @@ def stage_memory_parts_gib(stage: StageMemory) -> dict[str, float]:
 def estimate_to_json(est: Estimate) -> dict[str, Any]:
     """JSON-ready dict with exactly the keys of `JSON_KEYS` (and ``lora`` for a LoRA job):
     memory is a list per stage of {"stage", "total_gib", "parts": {part: GiB}} (the parts
-    sum to the total; ``optimizer_step`` only where nonzero) and breakdown maps each phase
-    (without ``_s``) to seconds."""
+    sum to the total; ``optimizer_step`` and ``cuda_graph`` only where nonzero) and
+    breakdown maps each phase (without ``_s``) to seconds."""
     lora = {} if est.lora is None else {"lora": to_dict(est.lora)}
     return {
         "runtime": est.runtime,
@@ -281,7 +284,7 @@ def estimate_to_json(est: Estimate) -> dict[str, Any]:
                 "parts": {
                     name: gib
                     for name, gib in stage_memory_parts_gib(stage).items()
-                    if gib or name != "optimizer_step"
+                    if gib or name not in ("optimizer_step", "cuda_graph")
                 },
             }
             for stage in est.memory

@@ -107,7 +107,9 @@ class ExecutionOptions(KernelConventions):
     one graph launch, forward and backward, so its kernels cost no host launch time: the MoE
     host-launch floor loses the launches of the captured scopes
     (`costmodel.runtimes.megatron.moe_launches.captured_moe_launches`). Kernel times are
-    unchanged. Empty: eager execution."""
+    unchanged. Per-layer graphs at pp > 1 hold a static copy of each received chunk input
+    per in-flight microbatch (`costmodel.cuda_graph_memory.graph_input_copy_bytes`).
+    Empty: eager execution."""
 
     tp_overlap_rs_method: TpOverlapRsMethod = "pipeline"
     """Transformer Engine userbuffers method of the reduce-scatter after the row-parallel

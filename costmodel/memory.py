@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from costmodel.activation_shard import activation_element_bytes, projection_saves_original_input
 from costmodel.activations import StageActivations, stage_activations
 from costmodel.bf16_layers import bf16_linear_params, without_bf16_linear
+from costmodel.cuda_graph_memory import graph_input_copy_bytes
 from costmodel.layer_activations import AttentionKernel
 from costmodel.memory_allowances import BF16_WEIGHTS, Fp8WeightStorage, FrameworkAllowance
 from costmodel.model_state import (
@@ -100,6 +101,10 @@ class StageMemory:
     (`ExecutionOptions.step_gradient_copy`) or allocates Muon's working tensors
     (`costmodel.muon_sharding.step_working_bytes`; `costmodel.model_state.step_peak_bytes`);
     0 where the backward's peak is the larger or the step adds neither."""
+    cuda_graph_bytes: float = 0.0
+    """Per-layer CUDA graphs' static input copies of the chunk inputs received from another
+    stage, one per in-flight microbatch (`costmodel.cuda_graph_memory.graph_input_copy_bytes`,
+    `ExecutionOptions.cuda_graph_scopes`); 0 without per-layer graphs and at pp 1."""
 
     @property
     def model_state_bytes(self) -> float:
@@ -125,6 +130,7 @@ class StageMemory:
             + self.comm_buffers_bytes
             + self.framework_bytes
             + self.optimizer_step_bytes
+            + self.cuda_graph_bytes
         )
 
 
@@ -185,12 +191,15 @@ def _stage_memory(
     layout: StateLayout,
     frame: FrameworkAllowance,
     fragmentation: float,
+    graph_bytes: float = 0.0,
 ) -> StageMemory:
     """`StageMemory` of one rank of stage ``pp_rank`` holding ``params`` and ``acts``: its
     model state (`costmodel.model_state.stage_state_bytes`), communication buffers, the
     allowance's fixed bytes plus ``fragmentation`` of the activation and buffer bytes, and
     what the optimizer step holds beyond that peak
-    (`costmodel.model_state.stage_step_bytes`)."""
+    (`costmodel.model_state.stage_step_bytes`), and ``graph_bytes`` of CUDA graph static
+    buffers (`StageMemory.cuda_graph_bytes`), held for the graphs' lifetime: through the
+    backward and the optimizer step alike."""
     comm = _comm_buffers_bytes(model, job, plan, pp_rank, params, layout.main_grad_bytes)
     weights, gradients, optimizer = stage_state_bytes(model, job, plan, pp_rank, params, layout)
     dynamic = (
@@ -227,6 +236,7 @@ def _stage_memory(
         comm_buffers_bytes=comm,
         framework_bytes=framework,
         optimizer_step_bytes=step,
+        cuda_graph_bytes=graph_bytes,
     )
 
 
@@ -252,6 +262,7 @@ def memory_per_stage(
     fp8_attention: bool = False,
     bf16_layers: frozenset[int] = frozenset(),
     zero3_engine: bool = False,
+    cuda_graph_scopes: frozenset[str] = frozenset(),
 ) -> tuple[StageMemory, ...]:
     """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
     ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
@@ -281,7 +292,9 @@ def memory_per_stage(
     and hold their linear weights as bf16 parameters, without ``fp8_weights``' copies
     (`costmodel.bf16_layers.without_bf16_linear`); ``zero3_engine``: sharded weights run
     DeepSpeed's stage-3 engine (`ExecutionOptions.param_gather_engine`,
-    `costmodel.model_state.StateLayout.zero3_engine`).
+    `costmodel.model_state.StateLayout.zero3_engine`); ``cuda_graph_scopes``: the parts of
+    each layer captured in CUDA graphs (`ExecutionOptions.cuda_graph_scopes`), whose static
+    input copies add `StageMemory.cuda_graph_bytes`.
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
     no microbatch, the plan cannot run the precision-aware optimizer, or FP8 attention is
@@ -326,8 +339,11 @@ def memory_per_stage(
             bf16_layers=bf16_layers,
             expert_fc1_saves_input=expert_fc1_saves_input(plan, job.precision, fp8_weights.recipe),
         )
+        graph_bytes = graph_input_copy_bytes(model, job, plan, rank, cuda_graph_scopes)
         stages.append(
-            _stage_memory(model, job, plan, rank, params, acts, layout, frame, fragmentation)
+            _stage_memory(
+                model, job, plan, rank, params, acts, layout, frame, fragmentation, graph_bytes
+            )
         )
     return tuple(stages)
 

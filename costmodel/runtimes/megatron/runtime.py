@@ -127,8 +127,9 @@ class MegatronRuntime:
         weight storage, the optimizer step's gradient copy, Adam's state dtypes, the
         optimizer state offloaded to the host, the previous iteration's gradients held
         by local DDP, FP8 attention's saved tensors, the layers kept in bf16
-        (`costmodel.bf16_layers.bf16_layers`) and the engine of sharded weights
-        (`ExecutionOptions.param_gather_engine`)."""
+        (`costmodel.bf16_layers.bf16_layers`), the engine of sharded weights
+        (`ExecutionOptions.param_gather_engine`) and the CUDA graph scopes' static input
+        copies (`costmodel.cuda_graph_memory.graph_input_copy_bytes`)."""
         return memory_per_stage(
             model,
             job,
@@ -149,6 +150,7 @@ class MegatronRuntime:
             fp8_attention=self.options.fp8_attention,
             bf16_layers=bf16_layers(model, job, self.options),
             zero3_engine=self.options.param_gather_engine == "deepspeed_zero3",
+            cuda_graph_scopes=self.options.cuda_graph_scopes,
         )
 
     def screen(

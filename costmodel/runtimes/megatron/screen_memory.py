@@ -19,7 +19,10 @@ bytes of one rank, the largest of stage 0, the fullest middle stage and the last
   (`costmodel.memory_allowances.FrameworkAllowance`); with
   `ExecutionOptions.step_gradient_copy`, and under Muon (the Newton-Schulz working set or
   `dist_muon`'s gather buffers, `costmodel.runtimes.megatron.screen_muon`), the optimizer
-  step's own peak (`costmodel.model_state.step_peak_bytes`).
+  step's own peak (`costmodel.model_state.step_peak_bytes`);
+- per-layer CUDA graphs' static input copies of the received chunk inputs
+  (`costmodel.cuda_graph_memory.graph_input_copy_bytes`), taking every chunk's first layer
+  to be of the model's first layer's kind.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import numpy as np
 
 from costmodel import compute as ops
 from costmodel.bf16_layers import PRICED_TAGS
+from costmodel.cuda_graph_memory import captures_layer_input
+from costmodel.cuda_graph_rules import per_layer_graphs
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_weight_storage, optimizer_precision
 from costmodel.memory_allowances import FrameworkAllowance
@@ -142,6 +147,26 @@ def _activation_bytes(
     return acts
 
 
+def _graph_copy_bytes(
+    c: dict[str, np.ndarray],
+    model: ModelSpec,
+    options: ExecutionOptions,
+    stage: np.ndarray,
+    m: np.ndarray,
+    boundary: np.ndarray,
+) -> np.ndarray:
+    """`costmodel.cuda_graph_memory.graph_input_copy_bytes` in closed form: one
+    ``boundary`` tensor per in-flight microbatch of every chunk that receives its input,
+    where the scopes capture the first part of the model's first layer."""
+    scopes = options.cuda_graph_scopes
+    if not per_layer_graphs(scopes) or not captures_layer_input(model.layer_kinds()[0], scopes):
+        return np.zeros(len(stage))
+    pp = c["pp"]
+    first_chunk, total = _in_flight(pp, c["vpp"], m, stage, np.zeros_like(pp))
+    receiving = total - np.where(stage == 0, first_chunk, 0)
+    return np.where(pp > 1, receiving * boundary, 0.0)
+
+
 def _exchange_bytes(
     c: dict[str, np.ndarray], model: ModelSpec, job: TrainingJob
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +197,7 @@ def memory_bytes(
     """Peak bytes per rank over stages 0, 1 and p-1 (see the module docstring); ``m`` is
     the number of microbatches (at least 1). Pipeline outputs are kept unless
     `ExecutionOptions.deallocate_pipeline_outputs`; the gradient copies, fragmentation,
-    optimizer precision and offloading are the options' as in
+    optimizer precision, offloading and CUDA graph scopes are the options' as in
     `costmodel.memory.memory_per_stage`."""
     weight, grad, _ = bytes_per_param(job, options.main_grad_bytes)
     optimizer = with_offload(optimizer_precision(options), options.optimizer_cpu_offload_fraction)
@@ -221,5 +246,7 @@ def memory_bytes(
                 working_bytes=worst_working_bytes(c, tag) if is_muon(job) else 0.0,
             )
             total_bytes = np.maximum(total_bytes, step)
+        # the graphs' static buffers live through the backward and the step alike
+        total_bytes += _graph_copy_bytes(c, model, options, stage, m, boundary)
         peak = np.maximum(peak, total_bytes)
     return peak
