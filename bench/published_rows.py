@@ -80,7 +80,8 @@ from specs.plan import ParallelPlan
 
 PROFILE_BY_GPU = (
     ("A100", "a100-sxm-80gb"),
-    ("H800", None),
+    ("A800", "a800-sxm-80gb"),
+    ("H800", "h800-sxm-80gb"),
     ("H200", "h200-sxm-141gb"),
     ("H100", "h100-sxm-80gb"),
     ("GB200", "gb200-nvl72"),
@@ -88,9 +89,9 @@ PROFILE_BY_GPU = (
     ("B300", "b300"),
     ("B200", "b200"),
 )
-"""``gpu_type`` prefix (upper case) -> stored profile, first match wins; None: no stored
-profile yet. An A100 that prints 40 GB takes the 40 GB profile (`A100_40GB`); A100 rows that
-do not print the memory size (MegaScale) use the 80 GB profile."""
+"""``gpu_type`` prefix (upper case) -> stored profile, first match wins. An A100 that
+prints 40 GB takes the 40 GB profile (`A100_40GB`); A100 rows that do not print the memory
+size (MegaScale) use the 80 GB profile."""
 
 A100_40GB = re.compile(r"(?<!\d)40\s*GB")
 """An A100 ``gpu_type`` naming the 40 GB part (``A100-SXM4-40GB``, ``A100 40GB``)."""
@@ -102,12 +103,14 @@ a row is refused rather than priced on the SXM profile (NVL72 systems do not mat
 
 GENERATION_BY_GPU = (
     ("A100", "A100"),
+    ("A800", "A100"),
     ("H100", "H100/H800"),
     ("H800", "H100/H800"),
     ("H200", "H100/H800"),
 )
 """``gpu_type`` prefix -> GPU generation of the summaries (H200, a Hopper part, reports
-with H100/H800); anything else is Blackwell."""
+with H100/H800; the A800, an A100 with fewer NVLink links, with A100); anything else is
+Blackwell."""
 
 DISTRIBUTED_OPTIMIZER_SOURCES = ("MBRIDGE-", "NEMO-", "MOEZOO-", "NEMOTRON4-")
 """Sources whose recipes run the distributed optimizer when ``fsdp_or_zero`` is empty."""
@@ -144,7 +147,7 @@ def gpu_generation(gpu_type: str) -> str:
 
 
 def profile_for(gpu_type: str) -> str:
-    """The stored profile of a ``gpu_type``; NotExpressible when none is stored yet
+    """The stored profile of a ``gpu_type``; NotExpressible when none is stored
     (`PROFILE_BY_GPU`, `WITHOUT_PROFILE`)."""
     upper = chip_name(gpu_type)
     if WITHOUT_PROFILE.search(upper):
@@ -156,13 +159,8 @@ def profile_for(gpu_type: str) -> str:
         return "a100-sxm-40gb"
     for prefix, name in PROFILE_BY_GPU:
         if upper.startswith(prefix):
-            if name is None:
-                raise NotExpressible(
-                    f"gpu_type {gpu_type!r}: no stored profile for {prefix}; a profile of "
-                    f"its own (profiles/) would price it"
-                )
             return name
-    chips = ", ".join(prefix for prefix, name in PROFILE_BY_GPU if name is not None)
+    chips = ", ".join(prefix for prefix, _ in PROFILE_BY_GPU)
     raise NotExpressible(
         f"gpu_type {gpu_type!r} names no chip with a stored profile: name one of {chips}"
     )

@@ -117,7 +117,7 @@ FIGURE_UNITS = (
 NUMBER = r"\d{1,3}(?:,\d{3})+|\d+"
 """An integer, with or without thousands separators."""
 
-GPU_CHIPS = re.compile(r"\b(GB300|GB200|B300|B200|H800|H200|H100|A100)\b")
+GPU_CHIPS = re.compile(r"\b(GB300|GB200|B300|B200|H800|H200|H100|A800|A100)\b")
 """Chips of the stored profiles and of the rows the bench reads, in ``gpu_type`` text
 (upper case); the first one named is the row's chip."""
 

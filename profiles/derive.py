@@ -64,6 +64,7 @@ from profiles.derive_cudnn import (
     HOPPER_FP8_NOTE,
     hopper_fp8_curves,
 )
+from profiles.derive_export import a800_sxm_80gb, h800_sxm_80gb
 from profiles.derive_rules import (
     COMMAND,
     DATA_DIR,
@@ -299,6 +300,12 @@ H200_SXM_141GB = Figures(
     ),
 )
 
+H800_SXM_80GB = h800_sxm_80gb(H100_SXM_80GB)
+"""The H800 SXM: H100 SXM5 figures with NVLink cut to 8 of 18 links (`profiles.derive_export`)."""
+
+A800_SXM_80GB = a800_sxm_80gb(A100_SXM_80GB)
+"""The A800 SXM4 80GB: A100 80GB figures with NVLink cut to 8 of 12 links."""
+
 
 _MI300X_LINK_GBPS = 64.0  # one xGMI link per peer, per direction [S6]
 _MI300X_EFF = log2_interpolated(
@@ -348,8 +355,10 @@ MI300X = Figures(
 ALL_FIGURES: tuple[Figures, ...] = (
     A100_SXM_80GB,
     A100_SXM_40GB,
+    A800_SXM_80GB,
     H100_SXM_80GB,
     H200_SXM_141GB,
+    H800_SXM_80GB,
     B200,
     MI300X,
     GB200_NVL72,

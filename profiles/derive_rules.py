@@ -96,6 +96,18 @@ SOURCES: dict[str, str] = {
     "S64": "mihai-amp/cluster-quality @1f1da58 poc_testing/b200_vultr/results/report/sources/"
     "nccl_tests_dgxc.log (Vultr HGX B200 acceptance run, nccl-tests 2.17.6, NCCL 2.28.9: "
     "alltoall_perf_mpi on 8 GPUs of one node, 128 B-16 GiB, and on 2 nodes x 8 GPUs)",
+    "S50": "aliyun/SimAI vidur-alibabacloud/vidur/config/device_sku_config.py @2fd28fe "
+    "(device SKUs: H800 fp16 989, fp8 1979 TFLOP/s, 80 GB)",
+    "S65": "philisun.com/technical-analysis/nvidia-h800-vs-h100-a-technical-deep-dive-into-"
+    "politically-defined-ai-chips (H800: the H100's GH100 die, 80 GB HBM3 at 3.35 TB/s; "
+    "NVLink 400 GB/s bidirectional against H100 SXM's 900)",
+    "S66": "DeepSeek-AI, DeepSeek-V3 Technical Report (arXiv 2412.19437) §3.1-3.2.2: 2048 "
+    "H800, 8 per node on NVLink and NVSwitch, IB across nodes; 'NVLink offers a bandwidth "
+    "of 160 GB/s, roughly 3.2 times that of IB (50 GB/s)'",
+    "S67": "techpowerup.com news 'NVIDIA Prepares H800 Adaptation of H100 GPU for the Chinese "
+    "Market' and tomshardware.com/news/nvidia-gimps-h100-hopper-gpu-to-sell-as-h800-to-"
+    "china: A800 = A100 with chip-to-chip interconnect cut from 600 to 400 GB/s, the only "
+    "difference",
 }
 
 # --- rules shared by every device -------------------------------------------------------

@@ -188,9 +188,12 @@ def test_gpu_types_map_to_a_stored_profile_or_are_refused_by_name():
     assert rows_mod.profile_for("A100 40GB") == "a100-sxm-40gb"
     assert rows_mod.profile_for("A100-SXM4-40GB") == "a100-sxm-40gb"
     assert rows_mod.profile_for("A100 (Ampere)") == "a100-sxm-80gb"
-    # "400GB/s" of an H800's NVLink is not a 40 GB A100; the H800 has no profile yet
-    with pytest.raises(rows_mod.NotExpressible, match="H800"):
-        rows_mod.profile_for("H800 (NVLink 400GB/s-class, export variant of H100)")
+    # "400GB/s" of an H800's NVLink is not a 40 GB A100: the H800 takes its own profile
+    h800 = "H800 (NVLink 400GB/s-class, export variant of H100)"
+    assert rows_mod.profile_for(h800) == "h800-sxm-80gb"
+    assert rows_mod.gpu_generation(h800) == "H100/H800"
+    assert rows_mod.profile_for("A800 80GB") == "a800-sxm-80gb"
+    assert rows_mod.gpu_generation("A800 80GB") == "A100"
     for card in ("H100 PCIe 80GB", "H100 NVL", "A100-PCIE-40GB"):
         with pytest.raises(rows_mod.NotExpressible, match="PCIe and NVL cards"):
             rows_mod.profile_for(card)

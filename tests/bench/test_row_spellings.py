@@ -126,7 +126,7 @@ def test_a_spelling_of_the_same_setting_prices_every_row_alike(column, text, acc
     ("column", "text"),
     [
         ("gpu_type", "L40S"),
-        ("gpu_type", "H800"),
+        ("gpu_type", "H20"),
         ("gpu_type", "H100 PCIe"),
         ("precision", "TF32"),
         ("precision", "MXFP4"),

@@ -135,11 +135,11 @@ def test_llama3_entry_prices_both_shardings_at_every_degree():
 
 
 def test_a_row_with_another_gap_is_listed_with_its_reason_and_no_results():
-    other = NEMOTRON_ROW | {"gpu_type": "H800"}
+    other = NEMOTRON_ROW | {"gpu_type": "H100 PCIe"}
     (entry,) = unstated.unstated_vpp_report([other])
     assert entry["not_priced"] == (
-        "gpu_type 'H800': no stored profile for H800; a profile of its own (profiles/) "
-        "would price it"
+        "gpu_type 'H100 (H100 PCIe)': no stored profile for PCIe and NVL cards, which run "
+        "below the SXM profiles' power and clocks, without NVSwitch; an SXM part is priced"
     )
     assert entry["results"] == []
 

@@ -63,7 +63,7 @@ def test_stack_version_picks_the_era_options():
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
-        ({"gpu_type": "H800"}, "no stored profile for H800"),
+        ({"gpu_type": "L40S"}, "names no chip with a stored profile"),
         ({"precision": "NVFP4"}, "NVFP4 precision on a100-sxm-80gb: no FP4 tensor cores"),
         ({"fsdp_or_zero": "ZeRO-2 (fairscale)"}, "fsdp_or_zero 'ZeRO-2 \\(fairscale\\)'"),
         ({"vpp": "interleaved (degree not stated)"}, "virtual pipeline degree not stated"),

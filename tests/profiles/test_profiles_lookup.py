@@ -38,7 +38,9 @@ A100 = PROFILES["a100-sxm-80gb"]
 MAMF_FRACTION = {
     "a100-sxm-40gb": 257.0 / 312,  # the 80 GB part's sustained rate: same compute
     "a100-sxm-80gb": 257.0 / 312,
+    "a800-sxm-80gb": 257.0 / 312,  # the A100 80GB's: same compute, fewer NVLink links [S67]
     "h100-sxm-80gb": 794.5 / 989.4,
+    "h800-sxm-80gb": 794.5 / 989.4,  # the H100 SXM's: same die [S65]
     "h200-sxm-141gb": 794.5 / 989,
     "b200": 1745.0 / 2250,
     "mi300x": 668.4 / 1307.4,

@@ -20,12 +20,14 @@ from specs.errors import SpecError
 STORED = [
     "a100-sxm-40gb",
     "a100-sxm-80gb",
+    "a800-sxm-80gb",
     "b200",
     "b300",
     "gb200-nvl72",
     "gb300-nvl72",
     "h100-sxm-80gb",
     "h200-sxm-141gb",
+    "h800-sxm-80gb",
     "mi300x",
 ]
 
@@ -35,6 +37,9 @@ SOURCED_PEAKS = {
     "a100-sxm-80gb": {"bf16": 312, "fp16": 312, "fp32": 19.5},  # [S1][S2]
     "h100-sxm-80gb": {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "fp32": 66.9},  # [S4][S5]
     "h200-sxm-141gb": {"bf16": 989, "fp16": 989, "fp8": 1979, "fp32": 67},  # [S1][S7]
+    # H800: the H100 SXM's peaks (same die [S65]); vidur's H800 SKU: fp16 989, fp8 1979 [S50]
+    "h800-sxm-80gb": {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "fp32": 66.9},
+    "a800-sxm-80gb": {"bf16": 312, "fp16": 312, "fp32": 19.5},  # A100's [S1][S2][S67]
     "b200": {"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 9000, "fp32": 80},  # [S1][S8]
     "mi300x": {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "fp32": 163.4},  # [S1]
     "gb200-nvl72": {"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 10000, "fp32": 80},  # [S1][S8]
@@ -48,6 +53,10 @@ SOURCED_DEVICE = {
     "a100-sxm-80gb": (81_920 / 1024, 2039, 300, 25.0),  # [S60][S2][S6][S21]: 200 Gb/s NIC
     "h100-sxm-80gb": (81_559 / 1024, 3350, 450, 50.0),  # [S60][S4][S6][S16]: 400 Gb/s NIC
     "h200-sxm-141gb": (143_771 / 1024, 4800, 450, 50.0),  # [S60][S1][S7][S6][S16]
+    # H800: H100's NVML total and HBM [S60][S65]; NVLink 400 GB/s bidirectional [S65];
+    # one 400 Gb/s IB NIC per GPU (IB 50 GB/s) [S66]
+    "h800-sxm-80gb": (81_559 / 1024, 3350, 200, 50.0),
+    "a800-sxm-80gb": (81_920 / 1024, 2039, 200, 25.0),  # A100 80GB's; NVLink 400 [S67]
     "b200": (180, 8000, 900, 50.0),  # [S1][S17][S6][S16]
     "mi300x": (192, 5300, 448, 50.0),  # [S1][S14][S6]
     "gb200-nvl72": (186, 8000, 900, 50.0),  # [S1][S18]: 4x CX-7 400G per 4-GPU tray
@@ -58,7 +67,7 @@ SOURCED_DEVICE = {
 NODE_AND_DOMAIN = {"gb200-nvl72": (4, 72), "gb300-nvl72": (4, 72)}
 
 
-def test_stored_names_are_the_eight_profiles() -> None:
+def test_stored_names_are_the_listed_profiles() -> None:
     assert stored_profile_names() == STORED
 
 
@@ -100,7 +109,7 @@ def test_peaks_and_device_figures_equal_sources(name: str) -> None:
 
 
 def test_fp8_absent_only_where_unsupported() -> None:
-    ampere = [n for n in STORED if n.startswith("a100")]
+    ampere = [n for n in STORED if n.startswith(("a100", "a800"))]
     assert all("fp8" not in load_profile(n).device.peak_tflops for n in ampere)
     assert all("fp8" in load_profile(n).device.peak_tflops for n in STORED if n not in ampere)
 
