@@ -10,7 +10,6 @@ import io
 import json
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,20 +22,13 @@ from tests.bench.row_variants import (
     SAME_MEANING,
     write_csv,
 )
+from tests.bench.validation_cases import dev_set
 
 published_csv = load_bench("published_csv")
 figures = load_bench("row_figures")
 rows_mod = load_bench("published_rows")
 pricing = load_bench("row_pricing")
 validate = load_bench("validate_published")
-
-
-def dev_set() -> list[dict[str, str]]:
-    """Every row of the development set, as the CSV holds it; skipped where not readable."""
-    path = published_csv.default_csv()
-    if path is None:
-        pytest.skip(f"{published_csv.CSV_NAME} not found")
-    return published_csv.read_rows(path)
 
 
 def _reformatted(text: str, forms: tuple[str, ...], index: int, integer: bool) -> str:

@@ -9,19 +9,11 @@ import pytest
 from specs.errors import SpecError
 from tests.bench.bench_loader import load_bench
 from tests.bench.row_variants import SAME_MEANING
+from tests.bench.validation_cases import dev_set
 
 spellings = load_bench("row_spellings")
-published_csv = load_bench("published_csv")
 figures = load_bench("row_figures")
 rows_mod = load_bench("published_rows")
-
-
-def dev_set() -> list[dict[str, str]]:
-    """Every row of the development set; the test is skipped where it is not readable."""
-    path = published_csv.default_csv()
-    if path is None:
-        pytest.skip(f"{published_csv.CSV_NAME} not found")
-    return published_csv.read_rows(path)
 
 
 @pytest.mark.parametrize(

@@ -138,6 +138,16 @@ def factor_row(
     return dataclasses.replace(row, generation="Blackwell", **fields)
 
 
+def dev_set() -> list[dict[str, str]]:
+    """Every row of the dev set, as the CSV holds it; the test is skipped where it is not
+    readable."""
+    published_csv = load_bench("published_csv")
+    path = published_csv.default_csv()
+    if path is None:
+        pytest.skip(f"{published_csv.CSV_NAME} not found")
+    return published_csv.read_rows(path)
+
+
 def dev_rows(ids: str) -> list[dict[str, str]]:
     """The dev set's rows named in ``ids`` (comma-separated row ids, `published_csv.rows_by_ids`),
     in that order; the test is skipped where the dev set is not readable or lacks one."""
