@@ -5,7 +5,7 @@ in ``arch_notes``, its style (gated MLP, normalization, position embedding, MLA,
 attention); `model_for` maps exactly those and raises `NotExpressible` for layers the cost
 model does not price (a parallel transformer block whose norms the row does not state,
 hybrid Mamba layers without a preset,
-a ReLU MLP, sliding-window attention outside GPT-OSS) and for a row that names no MLP
+sliding-window attention outside GPT-OSS) and for a row that names no MLP
 activation where its model family does not tell it (`SWIGLU_FAMILIES`, `GELU_FAMILIES`).
 Nemotron 3 Nano, Nemotron 3 Super and Nemotron-H rows take their preset
 (`specs.preset_hybrid`, `bench/hybrid_recipes.py`), whose architecture the rows do not
@@ -63,8 +63,12 @@ whose ``arch_notes`` do not say so."""
 GELU_FAMILIES = ("gpt", "bloom", "mt-nlg", "megatron")
 """Model names (lower case, prefix) of GPT-style models: GeLU MLP of 4h, LayerNorm."""
 
-GELU_MARKERS = ("gelu", "gpt", "ffn=4h")
-"""``arch_notes`` texts (lower case) that name a GPT-style MLP."""
+GELU_MARKERS = ("gelu", "gpt", "ffn=4h", "relu")
+"""``arch_notes`` texts (lower case) that name a GPT-style MLP: two weight matrices around an
+element-wise activation (``ModelSpec.activation="gelu"``). A ReLU MLP (OPT; Megatron-core
+``TransformerConfig.activation_func=F.relu``, which ``MLP.forward`` applies unfused) runs the
+same two GEMMs and saves one ``[tokens, ffn]`` tensor for its backward, as GeLU does (ReLU its
+output, GeLU its input), so it is priced as this class."""
 
 PARALLEL_MARKERS = ("parallel attn", "parallel residual", "gpt_j_residual")
 """``arch_notes`` texts (lower case) of the parallel attention+MLP block with two norms of
@@ -98,10 +102,6 @@ def _architecture(raw: dict[str, str]) -> dict[str, object]:
             f"model {column_text(raw, 'model')!r} has hybrid Mamba layers and no preset: "
             "priced are Nemotron 3 Nano, Nemotron 3 Super and Nemotron-H "
             "(`hybrid_recipes.hybrid_preset`)"
-        )
-    if "relu" in notes and "squared-relu" not in notes:
-        raise NotExpressible(
-            "arch_notes name a ReLU MLP: priced are GeLU, squared ReLU and SwiGLU MLPs"
         )
     gated = any(k in notes for k in ("swiglu", "llama", "experts")) or "mla" in notes
     if gated or model.startswith(SWIGLU_FAMILIES):

@@ -109,3 +109,25 @@ def test_parallel_transformer_block_without_its_norms_stays_refused():
     raw = row_with(ZERO3_SC21, arch_notes="parallel transformer block (PTB)")
     with pytest.raises(model_mod.NotExpressible, match="norms"):
         model_mod.model_for(raw)
+
+
+def test_relu_row_is_a_two_matrix_mlp_with_learned_positions():
+    # row 431's architecture (OPT, Zhang et al. 2022 Sec 2.1: ReLU, ffn 4h, learned
+    # positions, LayerNorm) with the vocabulary the row leaves empty stated as OPT's 50272
+    raw = row_with(
+        ZERO3_SC21,
+        row_id="431",
+        model="OPT-175B",
+        arch_notes="GPT-3-style, ReLU, ffn=4h",
+        num_layers="96",
+        hidden_size="12288",
+        num_attention_heads="96",
+        num_query_groups="96",
+        ffn_hidden_size="49152",
+        vocab_size="50272",
+    )
+    relu = model_mod.model_for(raw)
+    assert relu.activation == "gelu" and relu.normalization == "layernorm"
+    assert relu.position_embedding == "learned"
+    gelu = model_mod.model_for({**raw, "arch_notes": "GPT-3-style, GeLU, ffn=4h"})
+    assert relu == gelu
