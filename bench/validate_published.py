@@ -69,6 +69,7 @@ from unstated_vpp import print_unstated_vpp, unstated_vpp_report
 from validation_docs import write_markdown
 from validation_fit import Progress
 from validation_report import defaults_report, report
+from validation_stats import Outcome
 from zero3_apart import print_zero3_apart, split_apart, zero3_apart_report
 
 from costmodel.fitted_rates import MOE_HOST_LAUNCH_S
@@ -77,6 +78,32 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring): 0 after printing the figures, 2 when the CSV is
+    missing or its header cannot be read (`published_csv.header_problem`)."""
+    args = build_parser().parse_args(argv)
+    if args.csv is None or not args.csv.is_file():
+        print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
+        return 2
+    problem = header_problem(args.csv, args.trust)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
+    result, outcomes = figures(args)
+    if args.markdown:
+        write_markdown_outputs(result)
+    if args.figure:
+        from validation_figure import write_figure
+
+        write_figure(outcomes, DOCS / "validation.png")
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print_table(result)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of the command line (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
@@ -122,14 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         help="fix the host time of a launch Transformer Engine issues per local expert at this "
         "many microseconds, as --host-launch-us does the Python-level launch time",
     )
-    args = parser.parse_args(argv)
-    if args.csv is None or not args.csv.is_file():
-        print(f"published-runs CSV not found ({args.csv}); pass --csv PATH", file=sys.stderr)
-        return 2
-    problem = header_problem(args.csv, args.trust)
-    if problem is not None:
-        print(problem, file=sys.stderr)
-        return 2
+    return parser
+
+
+def figures(args: argparse.Namespace) -> tuple[dict, list[Outcome]]:
+    """(the report `main` prints, the outcomes of the rows in the figures) for the parsed
+    ``args``: the selected rows priced (`row_pricing.evaluate`), the DeepSpeed ZeRO-3 rows
+    set apart (`zero3_apart.split_apart`), the shipped defaults' figures under ``--no-fit``
+    (`validation_report.defaults_report`, the MoE rows at the fixed launch times when given:
+    `row_pricing.at_host_launch`) or else the fits (`validation_report.report` on
+    `row_pricing.fit_grid`), with the sections apart: ``same_recipe_ratios``,
+    ``unstated_vpp``, ``trust_c``, ``priced_apart`` and, with ``--search``,
+    ``search_sanity``."""
     selected = select_rows(read_rows(args.csv, args.trust), args.rows)
     outcomes, cases, apart = evaluate(selected)
     outcomes, priced_apart = split_apart(outcomes)
@@ -154,17 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         from search_sanity import search_sanity
 
         result["search_sanity"] = search_sanity(read_rows(args.csv, args.trust))
-    if args.markdown:
-        write_markdown_outputs(result)
-    if args.figure:
-        from validation_figure import write_figure
-
-        write_figure(outcomes, DOCS / "validation.png")
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print_table(result)
-    return 0
+    return result, outcomes
 
 
 def write_markdown_outputs(result: dict, docs: Path = DOCS, table: Path = ACCURACY_TABLE) -> None:

@@ -21,7 +21,8 @@ The fits key their per-generation factors by `Outcome.fit_generation` (the profi
 reporting `Outcome.generation`: Blackwell Ultra rows (B300, GB300) report as Blackwell and
 fit their own factors. The records and their error statistics are `bench/validation_stats.py`;
 the grid of candidate values (`FitGrid`) and the fitted parameters (`FittedModel`) are
-`bench/validation_fit_params.py`.
+`bench/validation_fit_params.py`; what one descent fits and holds, and the assembly of the
+`FittedModel`, `bench/validation_fit_keys.py`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,18 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from validation_fit_keys import (
+    FP8,
+    SUSTAINED,
+    FitRows,
+    MoeTerms,
+    Point,
+    descent_keys,
+    fitted_model,
+)
 from validation_fit_params import FitGrid, FittedModel, is_fp4_key
-from validation_stats import FP4_SUFFIX, Outcome, grouped
+from validation_stats import Outcome, grouped
 
 Predict = Callable[[str, float | None, float, float | None, float | None, float | None], float]
 """(row id, low-precision GEMM rate factor, moe_host_launch_s, sustained_gemm_rate_factor,
@@ -55,31 +64,6 @@ def no_progress(_line: str) -> None:
 
 LOW_PRECISION = ("fp8", "nvfp4")
 """Job precisions whose linear-layer GEMMs take a low-precision rate factor."""
-
-
-MoeTerms = tuple[float, float, float]
-"""The MoE parameters of a fit point: (moe_host_launch_s, moe_expert_launch_s,
-moe_token_device_s)."""
-
-FP8, SUSTAINED = "fp8", "sustained"
-"""The two kinds of fitted factor: FP8 GEMM rate, sustained 16-bit GEMM rate."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FitRows:
-    """The rows of each term of the fit's objective (`_objective`)."""
-
-    fp8: dict[str, list[Outcome]]
-    """Fit key (`Outcome.fit_key`) -> its dense FP8 rows; an NVFP4 key its dense NVFP4
-    rows."""
-    sixteen: dict[str, list[Outcome]]
-    """GPU generation (`Outcome.fit_key`) -> its dense 16-bit rows."""
-    moe: list[Outcome]
-    """Every MoE row."""
-
-
-Point = dict[tuple[str, str], float]
-"""A point of the fit: (FP8 or SUSTAINED, generation) -> factor."""
 
 
 def _log_error(predicted_s: float, outcome: Outcome) -> float:
@@ -199,103 +183,40 @@ def fit_model(
 
     The sustained factor of a generation without dense 16-bit rows is the shared one,
     fitted first on every dense 16-bit row together (`_shared_sustained`; MoE rows do not
-    move it: their residuals are the MoE layer's). With ``per_generation`` the FP8 factor
-    follows the same rule: a generation whose FP8 rows are all MoE rows takes the shared
-    FP8 factor, fitted on every dense FP8 row together (`_shared_fp8`), so that MoE
-    residuals (the all-to-all overlap, the device time per token that docs/cost-model.md
-    names) never set a GEMM rate alone; without dense FP8 rows at all, the MoE rows fit it
-    as one factor. Then one descent fits the sustained factor of each generation with
-    dense 16-bit rows, the FP8 factor (per generation with dense FP8 rows when
-    ``per_generation``, else one for all), the NVFP4 factor (per generation with NVFP4 rows
-    when ``per_generation``, else one for all NVFP4 rows), the two launch times and the
-    device time per token.
-    No MoE row: all three 0 (no floor, no added time). A one-value ``grid.host_launch_s``
-    fixes the Python-level launch time (`FitGrid.host_launch_fixed`), a one-value
-    ``grid.expert_launch_s`` the per-expert one (`FitGrid.expert_launch_fixed`; with
-    `FitGrid.expert_launch_tied` it follows the Python-level one), a one-value
+    move it: their residuals are the MoE layer's); which factors one descent then fits and
+    which it holds is `validation_fit_keys.descent_keys`, with ``per_generation`` as there.
+    No MoE row: all three MoE values 0 (no floor, no added time). A one-value
+    ``grid.host_launch_s`` fixes the Python-level launch time (`FitGrid.host_launch_fixed`),
+    a one-value ``grid.expert_launch_s`` the per-expert one (`FitGrid.expert_launch_fixed`;
+    with `FitGrid.expert_launch_tied` it follows the Python-level one), a one-value
     ``grid.token_device_s`` the device time per token (`FitGrid.token_device_fixed`)."""
     rows = _fit_rows(outcomes)
     low_rows = [o for o in outcomes if o.precision in LOW_PRECISION]
-    fp8_rows = [o for o in low_rows if not is_fp4_key(o.fit_key)]
-    fp8_gens = sorted({o.fit_key for o in fp8_rows})
-    fp4_gens = sorted({o.fit_key for o in low_rows if is_fp4_key(o.fit_key)})
     shared = _shared_sustained(rows, predict, grid)
     shared_fp8 = _shared_fp8(rows, predict, grid)
-    own = {(SUSTAINED, g): g for g in rows.sixteen}
-    fixed = {
-        (SUSTAINED, g): shared
-        for g in {o.fit_key for o in outcomes} - set(rows.sixteen)
-        if shared is not None
-    }
-    own_fp8 = fp8_gens
-    if per_generation and shared_fp8 is not None:
-        own_fp8 = [g for g in fp8_gens if g in rows.fp8]
-        fixed |= {(FP8, g): shared_fp8 for g in fp8_gens if g not in own_fp8}
-    fp8_keys = {(FP8, g): g if per_generation else "all" for g in own_fp8}
-    fp4_keys = {(FP8, g): g if per_generation else FP4_SUFFIX for g in fp4_gens}
-    keys = fp8_keys | fp4_keys | own
-    point, (host, expert, token) = _coordinate_descent(rows, predict, grid, keys, fixed)
-    fp8_factor = point[FP8, fp8_gens[0]] if fp8_gens else None
+    keys = descent_keys(outcomes, low_rows, rows, shared, shared_fp8, per_generation)
+    point, moe = _coordinate_descent(rows, predict, grid, keys.free, keys.fixed)
+    fp8_factor = point[FP8, keys.fp8_gens[0]] if keys.fp8_gens else None
     if per_generation and shared_fp8 is not None:
         fp8_factor = shared_fp8
-    elif per_generation and fp8_gens:
-        all_keys = {(FP8, g): "all" for g in fp8_gens}
-        fp8_factor = _coordinate_descent(rows, predict, grid, all_keys | fp4_keys | own, fixed)[0][
-            FP8, fp8_gens[0]
+    elif per_generation and keys.fp8_gens:
+        all_keys = {(FP8, g): "all" for g in keys.fp8_gens}
+        free = all_keys | keys.fp4 | keys.sixteen
+        fp8_factor = _coordinate_descent(rows, predict, grid, free, keys.fixed)[0][
+            FP8, keys.fp8_gens[0]
         ]
-    sixteen_ids = {g: tuple(o.row_id for o in members) for g, members in rows.sixteen.items()}
-    if sixteen_ids:
-        sixteen_ids["shared"] = tuple(i for ids in sixteen_ids.values() for i in ids)
-    per_gen = per_generation and bool(fp8_gens)
-    dense_fp8_ids = tuple(
-        o.row_id for g, members in rows.fp8.items() if not is_fp4_key(g) for o in members
-    )
-    return FittedModel(
+    return fitted_model(
+        rows,
+        low_rows,
+        grid,
+        keys,
+        point,
+        moe,
         fp8_factor=fp8_factor,
-        fitted_on=dense_fp8_ids
-        if per_gen and shared_fp8 is not None
-        else tuple(o.row_id for o in fp8_rows),
-        fp8_factors={g: point[FP8, g] for g in fp8_gens} if per_gen else {},
-        fp8_fitted_on=(
-            {
-                g: tuple(o.row_id for o in fp8_rows if o.fit_key == g)
-                if g in own_fp8
-                else dense_fp8_ids
-                for g in fp8_gens
-            }
-            if per_gen
-            else {}
-        ),
-        moe_host_launch_s=grid.host_launch_s[0]
-        if grid.host_launch_fixed
-        else (host if rows.moe else 0.0),
-        host_fitted_on=() if grid.host_launch_fixed else tuple(o.row_id for o in rows.moe),
-        moe_expert_launch_s=_expert_launch_s(grid, expert if rows.moe else 0.0),
-        expert_fitted_on=()
-        if grid.expert_launch_fixed or (grid.expert_launch_tied and grid.host_launch_fixed)
-        else tuple(o.row_id for o in rows.moe),
-        moe_token_device_s=grid.token_device_s[0]
-        if grid.token_device_fixed
-        else (token if rows.moe else 0.0),
-        sustained_factor=shared,
-        sustained_factors={g: point[SUSTAINED, g] for g in rows.sixteen},
-        sustained_fitted_on=sixteen_ids,
-        fp4_factors={g.removesuffix(FP4_SUFFIX): point[FP8, g] for g in fp4_gens},
-        fp4_fitted_on={
-            g.removesuffix(FP4_SUFFIX): tuple(o.row_id for o in low_rows if o.fit_key == g)
-            for g in fp4_gens
-        },
+        shared=shared,
+        shared_fp8=shared_fp8,
+        per_generation=per_generation,
     )
-
-
-def _expert_launch_s(grid: FitGrid, fitted: float) -> float:
-    """The fit's per-expert launch time: the grid's one value when fixed, the Python-level
-    one's fixed value when tied to it, else ``fitted``."""
-    if grid.expert_launch_fixed:
-        return grid.expert_launch_s[0]
-    if grid.expert_launch_tied and grid.host_launch_fixed:
-        return grid.host_launch_s[0]
-    return fitted
 
 
 def _shared_fp8(rows: FitRows, predict: Predict, grid: FitGrid) -> float | None:

@@ -175,7 +175,6 @@ def _mtp_stage_bytes(
     plan: ParallelPlan,
     pp_rank: int,
     counts: tuple[int, ...],
-    *,
     attention: AttentionKernel,
     dropout: bool,
     cross_entropy: CrossEntropyFusion,
@@ -250,39 +249,15 @@ def stage_activations(
     x = activation_shard(
         job, plan, dropout, proj_saves_input, fp8_attention_recipe, expert_fc1_saves_input
     )
-    kinds = model.layer_kinds()
-    by_kind = {
-        kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(kinds)
-    }
-    per_layer = {i: by_kind[kind] for i, kind in enumerate(kinds)}
-    if bf16_layers:
-        x16 = activation_shard(bf16_layer_job(job), plan, dropout, proj_saves_input, None)
-        in_bf16 = {kinds[i] for i in bf16_layers}
-        by_kind16 = {k: shard_layer_activations(model, x16, plan, k, attention) for k in in_bf16}
-        per_layer.update({i: by_kind16[kinds[i]] for i in bf16_layers})
-    mtp_bytes, working = _mtp_stage_bytes(
-        model,
-        job,
-        x,
-        plan,
-        pp_rank,
-        counts,
-        attention=attention,
-        dropout=dropout,
-        cross_entropy=cross_entropy,
+    per_layer = layer_activations_by_index(
+        model, job, plan, x, attention, dropout, proj_saves_input, bf16_layers
     )
-    layers_bytes, offloaded, in_flight = mtp_bytes, 0.0, 0.0
-    for chunk, count in enumerate(counts):
-        layers = chunk_layers(model, plan, pp_rank, chunk)
-        stored, chunk_working = _chunk_bytes(per_layer, plan, layers)
-        moved = [_offloaded_layer_bytes(per_layer[i], plan, i) for i in layers]
-        layers_bytes += count * stored
-        offloaded += count * sum(moved)
-        if count and plan.offload_modules:
-            in_flight = max(in_flight, max(moved, default=0.0))
-        working = max(working, chunk_working)
-    # the offloaded activations leave the device (fine-grained: but one layer's, in flight)
-    layers_bytes += in_flight - offloaded
+    mtp_bytes, working = _mtp_stage_bytes(
+        model, job, x, plan, pp_rank, counts, attention, dropout, cross_entropy
+    )
+    layers_bytes, offloaded, working = _resident_layer_bytes(
+        model, plan, pp_rank, counts, per_layer, (mtp_bytes, working)
+    )
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
     kept, transient = output_microbatch_bytes(model, job, plan, cross_entropy)
     if keep_outputs and plan.pp > 1:
@@ -296,9 +271,66 @@ def stage_activations(
             counts[0] * embedding_microbatch_bytes(model, job, plan, dropout) if first else 0.0
         ),
         output_bytes=counts[-1] * kept + transient if last and counts[-1] else 0.0,
-        offloaded_bytes=max(offloaded - in_flight, 0.0),
+        offloaded_bytes=offloaded,
         mtp_bytes=mtp_bytes,
     )
+
+
+def layer_activations_by_index(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    x: ActivationShard,
+    attention: AttentionKernel,
+    dropout: bool,
+    proj_saves_input: bool,
+    bf16_layers: frozenset[int],
+) -> dict[int, LayerActivations]:
+    """Global layer index -> what that layer saves on one rank
+    (`costmodel.layer_activations.shard_layer_activations` of its kind on the shard ``x``),
+    each of ``bf16_layers`` on a bf16 job's shard (`costmodel.bf16_layers.bf16_layer_job`,
+    without FP8 attention); arguments as `stage_activations`."""
+    kinds = model.layer_kinds()
+    by_kind = {
+        kind: shard_layer_activations(model, x, plan, kind, attention) for kind in set(kinds)
+    }
+    per_layer = {i: by_kind[kind] for i, kind in enumerate(kinds)}
+    if bf16_layers:
+        x16 = activation_shard(bf16_layer_job(job), plan, dropout, proj_saves_input, None)
+        in_bf16 = {kinds[i] for i in bf16_layers}
+        by_kind16 = {k: shard_layer_activations(model, x16, plan, k, attention) for k in in_bf16}
+        per_layer.update({i: by_kind16[kinds[i]] for i in bf16_layers})
+    return per_layer
+
+
+def _resident_layer_bytes(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    pp_rank: int,
+    counts: tuple[int, ...],
+    per_layer: dict[int, LayerActivations],
+    start: tuple[float, float],
+) -> tuple[float, float, float]:
+    """(layer bytes left on the device, bytes offloaded to host memory, recompute working
+    bytes) of stage ``pp_rank``: each chunk's stored layer bytes (`_chunk_bytes`) times its
+    in-flight microbatches ``counts``, less what CPU offloading moves
+    (`_offloaded_layer_bytes`; fine-grained offloading keeps one layer's offloaded inputs in
+    flight on the device), and the largest working set of a chunk. ``start``: the MTP
+    depths' (stored bytes, working bytes) of the stage (`_mtp_stage_bytes`), added first."""
+    layers_bytes, working = start
+    offloaded, in_flight = 0.0, 0.0
+    for chunk, count in enumerate(counts):
+        layers = chunk_layers(model, plan, pp_rank, chunk)
+        stored, chunk_working = _chunk_bytes(per_layer, plan, layers)
+        moved = [_offloaded_layer_bytes(per_layer[i], plan, i) for i in layers]
+        layers_bytes += count * stored
+        offloaded += count * sum(moved)
+        if count and plan.offload_modules:
+            in_flight = max(in_flight, max(moved, default=0.0))
+        working = max(working, chunk_working)
+    # the offloaded activations leave the device (fine-grained: but one layer's, in flight)
+    layers_bytes += in_flight - offloaded
+    return layers_bytes, max(offloaded - in_flight, 0.0), working
 
 
 def _offloaded_layer_bytes(layer: LayerActivations, plan: ParallelPlan, index: int) -> float:

@@ -57,6 +57,7 @@ from costmodel.optimizer_state import DEFAULT_PRECISION, OptimizerPrecision
 from costmodel.rank_params import StageParams, stage_layer_indices, stage_params
 from costmodel.saved_inputs import expert_fc1_saves_input
 from costmodel.vocab_activations import CrossEntropyFusion
+from specs.finetune import LoraSpec
 from specs.job import TrainingJob
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
@@ -264,42 +265,27 @@ def memory_per_stage(
     zero3_engine: bool = False,
     cuda_graph_scopes: frozenset[str] = frozenset(),
 ) -> tuple[StageMemory, ...]:
-    """Peak bytes per rank of every pipeline stage, stage 0 first; ``dropout``,
-    ``main_grad_bytes``, ``keep_outputs``, ``ddp_gradient_copy``, ``cross_entropy``,
-    ``expandable_segments`` and ``fp8_weights`` as `ExecutionOptions.hidden_dropout`,
-    ``main_grad_bytes``, not ``deallocate_pipeline_outputs``, ``ddp_gradient_copy`` (with
-    overlapped gradient reduction, twice the gradient bytes), ``cross_entropy_fusion``,
-    ``expandable_segments`` (`FrameworkAllowance.fragmentation`) and the FP8 weight fields
-    (`costmodel.execution_derived.fp8_weight_storage`; its recipe also sets whether the
-    attention output projection keeps an FP8 copy of its input,
-    `projection_saves_original_input`);
-    ``fragmentation``, when given, replaces the allowance's share for the allocator mode
-    (`ExecutionOptions.allocator_fragmentation`); ``step_gradient_copy`` adds the optimizer
-    step's peak where it is the larger (`ExecutionOptions.step_gradient_copy`,
-    `costmodel.model_state.step_peak_bytes`), as a Muon job's working tensors do
-    (`costmodel.muon_sharding.step_working_bytes`); ``optimizer``: the dtypes of Adam's state
-    (`costmodel.execution_derived.optimizer_precision`,
-    `costmodel.model_state.plan_adam_state`; the default fp32 state under CPU offload);
-    ``optimizer_offload_fraction`` of that state lives
-    in host memory (`costmodel.model_state.device_optimizer_bytes`); ``stale_main_grad``
-    adds, without overlapped gradient reduction, one more gradient buffer to the forward and
-    backward but not to the step (`ExecutionOptions.stale_main_grad`,
-    `costmodel.model_state.held_gradient_copies`); ``fp8_attention``: the fused attention
-    core saves its Q, K, V and output in the FP8 form of ``fp8_weights``' recipe
-    (`ExecutionOptions.fp8_attention`, `costmodel.fp8_attention.core_saved_bytes`);
-    ``bf16_layers``: the global indices of the decoder layers an fp8 or nvfp4 job keeps in
-    bf16 (`costmodel.bf16_layers.bf16_layers`), which save their activations as a bf16 job's
-    and hold their linear weights as bf16 parameters, without ``fp8_weights``' copies
-    (`costmodel.bf16_layers.without_bf16_linear`); ``zero3_engine``: sharded weights run
-    DeepSpeed's stage-3 engine (`ExecutionOptions.param_gather_engine`,
-    `costmodel.model_state.StateLayout.zero3_engine`); ``cuda_graph_scopes``: the parts of
-    each layer captured in CUDA graphs (`ExecutionOptions.cuda_graph_scopes`), whose static
-    input copies add `StageMemory.cuda_graph_bytes`.
+    """Peak bytes per rank of every pipeline stage, stage 0 first. The options are the
+    `ExecutionOptions` fields of the same name, with ``dropout`` for ``hidden_dropout``,
+    ``keep_outputs`` for ``deallocate_pipeline_outputs`` off, ``cross_entropy`` for
+    ``cross_entropy_fusion``, ``fragmentation`` for ``allocator_fragmentation`` (when given,
+    it replaces the allowance's share for the ``expandable_segments`` allocator mode,
+    `FrameworkAllowance.fragmentation`), ``zero3_engine`` for ``param_gather_engine``
+    (DeepSpeed's stage-3 engine), ``fp8_weights`` for the FP8 weight fields
+    (`costmodel.execution_derived.fp8_weight_storage`) and ``optimizer`` for Adam's state
+    dtypes (`costmodel.execution_derived.optimizer_precision`). The model-state options
+    (``main_grad_bytes``, ``ddp_gradient_copy``, ``step_gradient_copy``, ``optimizer``,
+    ``optimizer_offload_fraction``, ``stale_main_grad``, ``zero3_engine``) are priced by
+    `costmodel.model_state.state_layout` and `_stage_memory`, the activation options by
+    `stage_activation_bytes`; ``bf16_layers``: the global indices of the decoder layers an
+    fp8 or nvfp4 job keeps in bf16 (`costmodel.bf16_layers.bf16_layers`), which save their
+    activations as a bf16 job's and hold their linear weights as bf16 parameters
+    (`stage_weight_params`); ``cuda_graph_scopes``: the parts of each layer captured in CUDA
+    graphs, whose static input copies add `StageMemory.cuda_graph_bytes`.
 
     Raises `SpecError` when the layers do not split over pp·vpp, the global batch gives
     no microbatch, the plan cannot run the precision-aware optimizer, or FP8 attention is
-    asked of a job or recipe that cannot run it.
-    """
+    asked of a job or recipe that cannot run it."""
     frame = FrameworkAllowance() if allowance is None else allowance
     if fragmentation is None:
         fragmentation = frame.fragmentation(expandable_segments)
@@ -316,28 +302,21 @@ def memory_per_stage(
         step_gradient_copy=step_gradient_copy,
         zero3_engine=zero3_engine,
     )
-    proj_saves_input = projection_saves_original_input(fp8_weights.recipe)
     stages = []
     for rank in range(plan.pp):
-        params = stage_params(model, plan, rank, job.lora)
-        if bf16_layers:
-            layers = stage_layer_indices(model, plan, rank)
-            params = without_bf16_linear(
-                params, bf16_linear_params(model, plan, layers, bf16_layers)
-            )
-        acts = stage_activations(
+        params = stage_weight_params(model, plan, rank, job.lora, bf16_layers)
+        acts = stage_activation_bytes(
             model,
             job,
             plan,
             rank,
-            attention=attention,
-            dropout=dropout,
-            keep_outputs=keep_outputs,
-            cross_entropy=cross_entropy,
-            proj_saves_input=proj_saves_input,
-            fp8_attention_recipe=fp8_weights.recipe if fp8_attention else None,
-            bf16_layers=bf16_layers,
-            expert_fc1_saves_input=expert_fc1_saves_input(plan, job.precision, fp8_weights.recipe),
+            attention,
+            dropout,
+            keep_outputs,
+            cross_entropy,
+            fp8_weights,
+            fp8_attention,
+            bf16_layers,
         )
         graph_bytes = graph_input_copy_bytes(model, job, plan, rank, cuda_graph_scopes)
         stages.append(
@@ -346,6 +325,61 @@ def memory_per_stage(
             )
         )
     return tuple(stages)
+
+
+def stage_weight_params(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    pp_rank: int,
+    lora: LoraSpec | None,
+    bf16_layers: frozenset[int],
+) -> StageParams:
+    """Parameters one rank of stage ``pp_rank`` holds (`costmodel.rank_params.stage_params`,
+    a ``lora`` job's adapters trained), with the linear weights of its ``bf16_layers`` (the
+    global decoder-layer indices an fp8 or nvfp4 job keeps in bf16) held as bf16 parameters,
+    without `Fp8WeightStorage`'s copies (`costmodel.bf16_layers.without_bf16_linear`)."""
+    params = stage_params(model, plan, pp_rank, lora)
+    if not bf16_layers:
+        return params
+    layers = stage_layer_indices(model, plan, pp_rank)
+    return without_bf16_linear(params, bf16_linear_params(model, plan, layers, bf16_layers))
+
+
+def stage_activation_bytes(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    pp_rank: int,
+    attention: AttentionKernel,
+    dropout: bool,
+    keep_outputs: bool,
+    cross_entropy: CrossEntropyFusion,
+    fp8_weights: Fp8WeightStorage,
+    fp8_attention: bool,
+    bf16_layers: frozenset[int],
+) -> StageActivations:
+    """`costmodel.activations.stage_activations` of one rank of stage ``pp_rank`` under the
+    options of `memory_per_stage`: ``fp8_weights``' recipe sets whether the attention output
+    projection keeps an FP8 copy of its input
+    (`costmodel.activation_shard.projection_saves_original_input`) and whether the routed
+    experts' first GEMM saves its 16-bit input
+    (`costmodel.saved_inputs.expert_fc1_saves_input`); with ``fp8_attention`` the fused
+    attention core saves its Q, K, V and output in that recipe's FP8 form
+    (`costmodel.fp8_attention.core_saved_bytes`)."""
+    return stage_activations(
+        model,
+        job,
+        plan,
+        pp_rank,
+        attention=attention,
+        dropout=dropout,
+        keep_outputs=keep_outputs,
+        cross_entropy=cross_entropy,
+        proj_saves_input=projection_saves_original_input(fp8_weights.recipe),
+        fp8_attention_recipe=fp8_weights.recipe if fp8_attention else None,
+        bf16_layers=bf16_layers,
+        expert_fc1_saves_input=expert_fc1_saves_input(plan, job.precision, fp8_weights.recipe),
+    )
 
 
 def peak_memory_bytes(

@@ -45,7 +45,18 @@ Megatron-core releases that spelled it as a scope."""
 
 
 def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
-    """The time-only recipe flags, added to the recipe settings ``group``."""
+    """The time-only recipe flags, added to the recipe settings ``group``: the MoE
+    dispatcher flags, the CUDA graph flags, the kernel flags and the userbuffers flags, in
+    that order (the order of ``--help``)."""
+    add_moe_dispatch_args(group)
+    add_cuda_graph_args(group)
+    add_kernel_args(group)
+    add_tp_overlap_method_args(group)
+
+
+def add_moe_dispatch_args(group: argparse._ArgumentGroup) -> None:
+    """``--moe-token-dispatcher-type`` and ``--overlap-moe-expert-parallel-comm``
+    (`ExecutionOptions.moe_dispatcher`, ``moe_a2a_overlap``), added to ``group``."""
     group.add_argument(
         "--moe-token-dispatcher-type",
         choices=MOE_DISPATCHERS,
@@ -62,6 +73,11 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         "--delay-wgrad-compute; Megatron-Bridge moe_a2a_overlap); applied with ep > 1, the "
         "alltoall or flex dispatcher, no full recompute and, for pp > 1, vpp > 1",
     )
+
+
+def add_cuda_graph_args(group: argparse._ArgumentGroup) -> None:
+    """``--cuda-graph-impl`` and ``--cuda-graph-scope`` (`ExecutionOptions.cuda_graph_scopes`,
+    Megatron-LM's names), added to ``group``."""
     group.add_argument(
         "--cuda-graph-impl",
         choices=CUDA_GRAPH_IMPLS,
@@ -81,6 +97,13 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         "mlp, moe, moe_router, moe_preprocess, mamba (a hybrid model's Mamba layers), or "
         "full_iteration alone; default: the whole layer",
     )
+
+
+def add_kernel_args(group: argparse._ArgumentGroup) -> None:
+    """The kernel choices that move a step's time, added to ``group``: ``--rope-fusion``,
+    ``--cutedsl-fused-grouped-mlp``, ``--cudnn-norm`` and ``--flash-attention-version``
+    (`ExecutionOptions.rope_fusion`, ``moe_fused_grouped_mlp``, ``cudnn_norm``,
+    ``flash_attention_version``)."""
     group.add_argument(
         "--rope-fusion",
         action=argparse.BooleanOptionalAction,
@@ -113,6 +136,13 @@ def add_time_recipe_args(group: argparse._ArgumentGroup) -> None:
         help="generation of the fused attention kernels: 3 (default; FlashAttention-3-class, "
         "TE from v1.11) or 2 (stacks before FA3, 2024-07: FA3 curves scaled to FA2's rate)",
     )
+
+
+def add_tp_overlap_method_args(group: argparse._ArgumentGroup) -> None:
+    """The userbuffers settings of ``--tp-comm-overlap``: the row-parallel reduce-scatter
+    method and the SM margins of the bulk and pipeline overlaps
+    (`ExecutionOptions.tp_overlap_rs_method`, ``tp_overlap_bulk_sm_margin``,
+    ``tp_overlap_pipeline_sm_margin``), added to ``group``."""
     group.add_argument(
         "--tp-comm-overlap-rs-method",
         choices=TP_OVERLAP_RS_METHODS,

@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from costmodel.execution import ExecutionOptions
@@ -328,36 +327,12 @@ def size_cluster(
         "options": options,
         "clock": clock,
     }
-    rows: list[SizingRow] = []
-    not_searched: tuple[int, ...] = ()
-    past = 0
-    for i, gpus in enumerate(sizes):
-        # a deadline met already leaves only the sizes up to PAST_DEADLINE_SIZES past it
-        left = len(sizes) - i if days is None or not past else PAST_DEADLINE_SIZES + 1 - past
-        ladder = sizes[i : i + left]
-        if rows and pace.expired():
-            not_searched = tuple(ladder)
-            break
-        search_kw["time_limit_s"] = size_time_limit_s(pace, len(ladder), first=not rows)
-        if progress is not None:
-            progress(gpus, i, len(sizes))
-            search_kw["progress"] = _size_step(progress, gpus, i, len(sizes))
-        cluster = ClusterSpec(hardware=hardware, num_gpus=gpus, gpus_per_node=gpus_per_node)
-        row = _row(model, cluster, job, profile, gpu_hour_usd, search_kw)
-        rows.append(row)
-        met_before = any(meets(r) for r in rows[:-1])
-        if days is not None and any(meets(r) for r in rows):
-            past += 1
-            if past > PAST_DEADLINE_SIZES:
-                break
-        if budget_usd is not None and met_before and not meets(row):
-            break
-    passing = [r for r in rows if meets(r)]
-    if days is not None:
-        chosen = passing[0] if passing else None
-    else:
-        chosen = min(passing, key=lambda r: (r.days, r.num_gpus), default=None)
-    cheapest = min(passing, key=lambda r: (r.gpu_hours, r.num_gpus), default=None)
+    goal = SizingGoal(days=days, budget_usd=budget_usd, gpu_hour_usd=gpu_hour_usd, meets=meets)
+    clusters = (hardware, gpus_per_node)
+    rows, not_searched = _size_rows(
+        model, job, profile, clusters, sizes, goal, pace, progress, search_kw
+    )
+    chosen, cheapest = _pick(rows, goal)
     return SizingResult(
         rows=tuple(rows),
         chosen=chosen,
@@ -368,28 +343,73 @@ def size_cluster(
     )
 
 
-def scaling_plot(result: SizingResult, path: str | Path) -> Path:
-    """Save days and MFU against GPUs (log2 x axis) as an image; returns the path."""
-    import matplotlib
+@dataclass(frozen=True, kw_only=True)
+class SizingGoal:
+    """The goal of `size_cluster`: a deadline in ``days`` or a ``budget_usd`` at
+    ``gpu_hour_usd`` USD per GPU-hour (None: not that goal), and the test a row must pass
+    (``meets``, `_goal`)."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    days: float | None
+    budget_usd: float | None
+    gpu_hour_usd: float | None
+    meets: Callable[[SizingRow], bool]
 
-    rows = [r for r in result.rows if r.best is not None]
-    fig, days_ax = plt.subplots(figsize=(7, 4))
-    gpus = [r.num_gpus for r in rows]
-    days_ax.plot(gpus, [r.days for r in rows], "o-", color="tab:blue", label="days")
-    days_ax.set_xscale("log", base=2)
-    days_ax.set_xlabel("GPUs")
-    days_ax.set_ylabel("training days", color="tab:blue")
-    mfu_ax = days_ax.twinx()
-    mfu_ax.plot(gpus, [100 * r.mfu for r in rows], "s--", color="tab:red", label="MFU")
-    mfu_ax.set_ylabel("MFU (%)", color="tab:red")
-    if result.chosen is not None:
-        days_ax.axvline(result.chosen.num_gpus, color="grey", linestyle=":")
-    days_ax.set_title(result.goal)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+
+def _pick(rows: list[SizingRow], goal: SizingGoal) -> tuple[SizingRow | None, SizingRow | None]:
+    """(the chosen row, the cheapest row) among the rows that meet the goal, None when none
+    does: under a deadline the first (fewest GPUs), else the fastest; the cheapest by
+    GPU-hours; ties to fewer GPUs."""
+    passing = [r for r in rows if goal.meets(r)]
+    if goal.days is not None:
+        chosen = passing[0] if passing else None
+    else:
+        chosen = min(passing, key=lambda r: (r.days, r.num_gpus), default=None)
+    cheapest = min(passing, key=lambda r: (r.gpu_hours, r.num_gpus), default=None)
+    return chosen, cheapest
+
+
+def _size_rows(
+    model: ModelSpec,
+    job: TrainingJob,
+    profile: HardwareProfile,
+    clusters: tuple[str, int | None],
+    sizes: list[int],
+    goal: SizingGoal,
+    pace: SearchPace,
+    progress: SizeProgress | None,
+    search_kw: dict[str, Any],
+) -> tuple[list[SizingRow], tuple[int, ...]]:
+    """(the rows searched, the GPU counts left unsearched when ``pace`` ran out): one
+    `_row` per GPU count of ``sizes`` in order, on ``clusters`` (the `ClusterSpec`
+    ``hardware`` and ``gpus_per_node``), each search given its share of the time
+    left (`planner.pacing.size_time_limit_s`) and, with ``progress``, a callback naming its
+    size (`_size_step`). A deadline met leaves only the next `PAST_DEADLINE_SIZES` sizes to
+    search; under a budget the walk stops at the first row that misses the goal after one
+    that met it. ``search_kw`` (the search's arguments) gains ``time_limit_s`` and
+    ``progress`` per size."""
+    hardware, gpus_per_node = clusters
+    rows: list[SizingRow] = []
+    not_searched: tuple[int, ...] = ()
+    past = 0
+    for i, gpus in enumerate(sizes):
+        # a deadline met already leaves only the sizes up to PAST_DEADLINE_SIZES past it
+        left = len(sizes) - i if goal.days is None or not past else PAST_DEADLINE_SIZES + 1 - past
+        ladder = sizes[i : i + left]
+        if rows and pace.expired():
+            not_searched = tuple(ladder)
+            break
+        search_kw["time_limit_s"] = size_time_limit_s(pace, len(ladder), first=not rows)
+        if progress is not None:
+            progress(gpus, i, len(sizes))
+            search_kw["progress"] = _size_step(progress, gpus, i, len(sizes))
+        cluster = ClusterSpec(hardware=hardware, num_gpus=gpus, gpus_per_node=gpus_per_node)
+        row = _row(model, cluster, job, profile, goal.gpu_hour_usd, search_kw)
+        rows.append(row)
+        met_before = any(goal.meets(r) for r in rows[:-1])
+        if goal.days is not None and any(goal.meets(r) for r in rows):
+            past += 1
+            if past > PAST_DEADLINE_SIZES:
+                break
+        if goal.budget_usd is not None and met_before and not goal.meets(row):
+            break
+    return rows, not_searched

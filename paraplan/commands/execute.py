@@ -56,6 +56,7 @@ from specs.formats import percent
 from specs.rules import check_plan
 
 if TYPE_CHECKING:
+    from executor.run import RunConfig
     from executor.run_folder import RunSummary
 
 NAME = "execute"
@@ -119,32 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`paraplan execute`: refuse a plan the executor cannot run as priced
+    (`refuse_unrunnable`) or one that breaks a rule, then train it (`launch_run`); the exit
+    codes of the module docstring."""
     bundle = serde.load(PlanBundle, args.plan)
-    lora_refusal = executor_lora_refusal(bundle.job.lora)
-    if lora_refusal is not None:
-        raise SpecError(lora_refusal)
-    priced = options_from_record(bundle.execution, where=f"{args.plan} execution")
-    if priced.first_last_layers_bf16:
-        raise SpecError(
-            f"[{BF16_LAYERS_FIELD_RULE}] {args.plan} was priced with first_last_layers_bf16 "
-            "(layers kept in bf16 under Megatron-core); paraplan's executor runs every layer "
-            "in the job's precision, so the run would not be the plan as priced: re-plan "
-            "without --first-last-layers-bf16, or run it with Megatron-LM (paraplan export "
-            "--to megatron)"
-        )
-    if priced.fp8_attention:
-        raise SpecError(
-            f"[{FP8_ATTENTION_KERNEL_RULE}] {args.plan} was priced with fp8_attention "
-            "(Megatron-core's fp8_dot_product_attention); paraplan's executor runs PyTorch's "
-            "attention in bf16, so the run would not be the plan as priced: re-plan with "
-            "--no-fp8-attention, or run it through Megatron-Bridge"
-        )
-    if bundle.job.optimizer != "adam":
-        raise SpecError(
-            f"optimizer ({bundle.job.optimizer}): paraplan's executor steps AdamW only; run "
-            "the plan with Megatron-LM (paraplan export --to megatron), or re-plan with "
-            "--optimizer adam"
-        )
+    refuse_unrunnable(bundle, args.plan)
     violations = check_plan(bundle.model, bundle.cluster, bundle.job, bundle.plan)
     if violations:
         print(f"invalid plan ({bundle.plan.label()}); nothing was started:")
@@ -153,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     notes: list[str] = []  # printed after the run's outcome, so an error leads stderr
     profile = _profile(args.hardware, bundle, notes)
-    from executor.run import RunConfig, execute
+    from executor.run import RunConfig
     from profiles.host_probe import host_probe
 
     config = RunConfig(
@@ -173,6 +153,24 @@ def run(args: argparse.Namespace) -> int:
             bundle.model, bundle.job.seq_length, bundle.job.global_batch_size
         ),
     )
+    return launch_run(args, bundle, profile, config, notes)
+
+
+def launch_run(
+    args: argparse.Namespace,
+    bundle: PlanBundle,
+    profile: HardwareProfile | None,
+    config: RunConfig,
+    notes: list[str],
+) -> int:
+    """Train ``config`` (`executor.run.execute`) behind a progress bar, then write the cost
+    model's view of the plan on ``profile`` beside the measurement (`_write_prediction`,
+    skipped without a profile) and print ``notes``: after a finished run also the search's
+    candidates (`_copy_candidates`) and the summary, 0; after a failed rank
+    `report_failure`, 2 for a `SpecError` raised in the ranks, else 1; after an interruption
+    `report_interruption` and its exit code."""
+    from executor.run import execute
+
     bar = DeferredProgress()
     bar(f"starting {bundle.plan.world_size} ranks", 0, args.warmup + args.steps)
     try:
@@ -204,6 +202,39 @@ def run(args: argparse.Namespace) -> int:
         if summary.schedule_note is not None:
             _note(summary.schedule_note)
     return 0
+
+
+def refuse_unrunnable(bundle: PlanBundle, plan_path: str) -> None:
+    """Raise `SpecError` for a plan paraplan's executor would not run as priced: LoRA
+    settings it does not train (`executor_lora_refusal`), layers priced in bf16
+    (``first_last_layers_bf16``, rule `BF16_LAYERS_FIELD_RULE`), FP8 attention (rule
+    `FP8_ATTENTION_KERNEL_RULE`) or an optimizer other than Adam; each message names the fix.
+    ``plan_path``: the plan file, named in the messages."""
+    lora_refusal = executor_lora_refusal(bundle.job.lora)
+    if lora_refusal is not None:
+        raise SpecError(lora_refusal)
+    priced = options_from_record(bundle.execution, where=f"{plan_path} execution")
+    if priced.first_last_layers_bf16:
+        raise SpecError(
+            f"[{BF16_LAYERS_FIELD_RULE}] {plan_path} was priced with first_last_layers_bf16 "
+            "(layers kept in bf16 under Megatron-core); paraplan's executor runs every layer "
+            "in the job's precision, so the run would not be the plan as priced: re-plan "
+            "without --first-last-layers-bf16, or run it with Megatron-LM (paraplan export "
+            "--to megatron)"
+        )
+    if priced.fp8_attention:
+        raise SpecError(
+            f"[{FP8_ATTENTION_KERNEL_RULE}] {plan_path} was priced with fp8_attention "
+            "(Megatron-core's fp8_dot_product_attention); paraplan's executor runs PyTorch's "
+            "attention in bf16, so the run would not be the plan as priced: re-plan with "
+            "--no-fp8-attention, or run it through Megatron-Bridge"
+        )
+    if bundle.job.optimizer != "adam":
+        raise SpecError(
+            f"optimizer ({bundle.job.optimizer}): paraplan's executor steps AdamW only; run "
+            "the plan with Megatron-LM (paraplan export --to megatron), or re-plan with "
+            "--optimizer adam"
+        )
 
 
 def report_failure(

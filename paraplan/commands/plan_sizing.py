@@ -210,7 +210,7 @@ def _write_sizing_outputs(
 ) -> None:
     import pandas as pd
 
-    from planner.sizing import scaling_plot
+    from planner.sizing_plot import scaling_plot
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sizing.json").write_text(json.dumps(data, indent=2) + "\n")

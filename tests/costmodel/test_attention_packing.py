@@ -12,7 +12,7 @@ from costmodel.attention_core import PACKED_KERNEL_RULE, attention_core_time_s
 from costmodel.estimate import estimate_plan
 from costmodel.execution_presets import DEFAULT_OPTIONS, runtime_options
 from costmodel.plan_frame import plans_frame
-from costmodel.runtimes.megatron.attention_costs import cp_attention_steps
+from costmodel.runtimes.megatron.attention_cp import cp_attention_steps
 from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, indexer_pair
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.layer_shape import layer_shape

@@ -11,7 +11,7 @@ from costmodel.collectives import collective_time_s, ring_exchange_time_s
 from costmodel.compute import gemm_time_s, memory_bound_time_s
 from costmodel.execution_presets import DEFAULT_OPTIONS, MEGATRON_2021
 from costmodel.passes import CommGroups, PassCost
-from costmodel.runtimes.megatron.attention_costs import cp_attention_steps
+from costmodel.runtimes.megatron.attention_cp import cp_attention_steps
 from costmodel.runtimes.megatron.layer_costs import layer_cost
 from costmodel.runtimes.megatron.pair_quantization import fp8_pair_quantize_s
 from costmodel.runtimes.megatron.userbuffers import (

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from planner.sizing import (
     cluster_sizes,
     gpu_hours,
-    scaling_plot,
     size_cluster,
     sizing_time_limit_note,
     training_days,
 )
+from planner.sizing_plot import scaling_plot
 from planner.space import SearchSpace
 from profiles import load_profile
 from specs.errors import SpecError

@@ -11,7 +11,7 @@ key/value head and query heads (`_kv_sub_shard_pair`); the slicing copies are no
 CP (`cp_comm_type`): ``p2p`` rotates K/V chunks around the ring in cp-1 steps under the
 attention kernel, exposed only beyond the attention time; backward moves K/V and dK/dV
 (twice the bytes). ``all_gather`` gathers K/V before attention (and reduce-scatters
-dK/dV in backward), all exposed.
+dK/dV in backward), all exposed (`costmodel.runtimes.megatron.attention_cp`).
 
 Framework conventions come from `costmodel.execution.ExecutionOptions`: the attention
 kernel, the fused or unfused rotary embedding (``rope_fusion``,
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from costmodel import compute as ops
 from costmodel.attention_core import attention_core_time_s
-from costmodel.collectives import collective_time_s, ring_exchange_time_s
+from costmodel.collectives import collective_time_s
 from costmodel.execution import ExecutionOptions
 from costmodel.execution_derived import fp8_attention_recipe
 from costmodel.flops import (
@@ -47,6 +47,11 @@ from costmodel.flops import (
     core_attention_forward_flops_per_token,
 )
 from costmodel.passes import ZERO, CommGroups, PassCost
+from costmodel.runtimes.megatron.attention_cp import (
+    cp_attention_steps,
+    cp_exchange,
+    cp_step_merge_s,
+)
 from costmodel.runtimes.megatron.dsa_costs import dsa_core_s, dsa_gathered_width, indexer_pair
 from costmodel.runtimes.megatron.layer_shape import LayerShape, block_elementwise_s, gemm3
 from costmodel.runtimes.megatron.linear_pairs import tp_pair
@@ -55,7 +60,6 @@ from costmodel.runtimes.megatron.requant_costs import mla_requant_s
 from costmodel.runtimes.megatron.saver_costs import mla_up_projection_share
 from costmodel.runtimes.megatron.unfused_costs import rope_time_s
 from costmodel.runtimes.megatron.userbuffers import Shape
-from costmodel.topology import GroupPlacement
 from profiles.schema import HardwareProfile
 from specs.attention_params import mla_head_dims
 from specs.finetune import has_adapter
@@ -119,39 +123,94 @@ def attention_block(
     options: ExecutionOptions,
 ) -> tuple[PassCost, PassCost, dict[str, PassCost], float, float]:
     """Attention block: (forward, backward, rerun forward of its recompute modules
-    ``core_attn`` and ``mla_up_proj``, dgrad_s, wgrad_s)."""
-    lora = job.lora
-    frozen = lora is not None
-    h = model.hidden_size
+    ``core_attn`` and ``mla_up_proj``, dgrad_s, wgrad_s). Its GEMMs are
+    `_projection_gemms`, its core `_core_s` (DSA: `dsa_costs.dsa_core_s`), its element-wise
+    and quantization work `_block_elementwise_s`, its TP collectives `_attention_tp_pair`
+    and its CP exchange `attention_cp.cp_exchange`; a LoRA job's frozen projections run no
+    wgrad GEMM."""
+    frozen = job.lora is not None
     q, kv, head_dim = _attention_dims(model, x.tp)
-    if model.uses_mla:
-        # MLA's chain of small projections, timed as one GEMM of the same FLOPs.
-        width = attention_projection_forward_flops_per_token(model) / (2 * h * x.tp)
-        qkv_shape: Shape = (x.tokens, width, h)
-        proj_shape: Shape | None = None
-        qkv, proj = gemm3(profile, x, *qkv_shape), (0.0, 0.0, 0.0)
-    else:
-        width = _qkv_gemm_width(model, x.tp)
-        qkv_shape, proj_shape = (x.tokens, width, h), (x.tokens, h, q)
-        qkv, proj = gemm3(profile, x, *qkv_shape), gemm3(profile, x, *proj_shape)
+    width, qkv_shape, proj_shape = _projection_shapes(model, x)
+    qkv, proj = _projection_gemms(profile, x, qkv_shape, proj_shape)
     if model.uses_dsa:  # the sparse core over the top-k keys, then the indexer
         core, cp_kv = dsa_core_s(model, profile, x), dsa_gathered_width(model)
     else:
         core, cp_kv = _core_s(model, job, plan, profile, x, options, head_dim), kv
-    rope = model.position_embedding == "rope"
-    ew_fwd, ew_bwd = _elementwise_s(model, profile, x, q, kv, options)
-    qkv_width = width
     row_in = 0.0 if model.uses_mla else q
+    ew_fwd, ew_bwd = _block_elementwise_s(
+        model, job, plan, profile, x, (q, kv), width, row_in, options
+    )
+    tp_f, tp_b = _attention_tp_pair(
+        profile, plan, x, groups, model, job, (qkv_shape, proj_shape), row_in, options
+    )
+    cp_f, cp_b = cp_exchange(profile, plan, x, cp_kv, groups.cp, core)
+    dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
+    wgrad = 0.0 if frozen else qkv[2] + proj[2]
+    forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)
+    backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
+    rerun = {
+        "core_attn": PassCost(compute_s=core["forward"]).plus(cp_f),
+        "mla_up_proj": PassCost(
+            compute_s=_mla_up_rerun_s(model, profile, x, q + kv, qkv[0], options)
+        ),
+    }
+    return forward, backward, rerun, dgrad, wgrad
+
+
+def _projection_shapes(model: ModelSpec, x: LayerShape) -> tuple[float, Shape, Shape | None]:
+    """(output width of the QKV GEMM per rank, its (tokens, width, h) shape, the output
+    projection's (tokens, h, q) shape). MLA's chain of small projections is timed as one
+    GEMM of the same FLOPs (`costmodel.flops.attention_projection_forward_flops_per_token`)
+    and has no separate output projection shape (None)."""
+    h = model.hidden_size
+    if model.uses_mla:
+        width = attention_projection_forward_flops_per_token(model) / (2 * h * x.tp)
+        return width, (x.tokens, width, h), None
+    q, _, _ = _attention_dims(model, x.tp)
+    width = _qkv_gemm_width(model, x.tp)
+    return width, (x.tokens, width, h), (x.tokens, h, q)
+
+
+def _projection_gemms(
+    profile: HardwareProfile, x: LayerShape, qkv_shape: Shape, proj_shape: Shape | None
+) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(forward, dgrad, wgrad) seconds of the QKV GEMM and of the output projection
+    (`layer_shape.gemm3`); zeros for the output projection without a shape (MLA)."""
+    qkv = gemm3(profile, x, *qkv_shape)
+    proj = (0.0, 0.0, 0.0) if proj_shape is None else gemm3(profile, x, *proj_shape)
+    return qkv, proj
+
+
+def _block_elementwise_s(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    x: LayerShape,
+    widths: tuple[float, float],
+    qkv_width: float,
+    row_in: float,
+    options: ExecutionOptions,
+) -> tuple[float, float]:
+    """Element-wise and quantization work of the attention block (forward, backward), in
+    seconds, summed in this order: `_elementwise_s` at the per-rank query and key-or-value
+    ``widths``, the projections' FP8 or NVFP4 casts (`pair_quantization.fp8_pair_s` with
+    QKV output width ``qkv_width`` and output-projection input ``row_in``; backward also
+    MLA's re-quantization, `requant_costs.mla_requant_s`), ring CP's per-step merges
+    (`attention_cp.cp_step_merge_s`) and DSA's indexer (`dsa_costs.indexer_pair`)."""
+    q, kv = widths
+    frozen = job.lora is not None
+    ew_fwd, ew_bwd = _elementwise_s(model, profile, x, q, kv, options)
     fp8_f, fp8_b = fp8_pair_s(
         profile,
         x,
-        h,
+        model.hidden_size,
         qkv_width,
         row_in,
         options.fp8_recipe,
         options.cudnn_norm,
         frozen=frozen,
-        norm_returned=has_adapter(lora, "linear_qkv"),
+        norm_returned=has_adapter(job.lora, "linear_qkv"),
         fused_rht=options.nvfp4_fused_rht_cast,
         tn_gemm_only=options.fp8_tn_gemm_only is not False,
         userbuffers=plan.tp_comm_overlap,
@@ -161,46 +220,68 @@ def attention_block(
     ew_bwd += fp8_b + mla_requant_s(
         model, profile, x, options.fp8_recipe, frozen=frozen, fused_rht=options.nvfp4_fused_rht_cast
     )
-    tp_f, tp_b = tp_pair(
-        profile,
-        plan,
-        x,
-        h,
-        groups,
-        qkv_shape,
-        proj_shape,
-        options,
-        frozen=frozen,
-        norm_returned=has_adapter(lora, "linear_qkv"),
-    )
-    amax_f, amax_b = fp8_amax_pair(profile, x, groups, options.fp8_recipe, row_in)
-    tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
-    sub_f, sub_b = _kv_sub_shard_pair(model, profile, x, groups)
-    tp_f, tp_b = tp_f.plus(sub_f), tp_b.plus(sub_b)
-    cp_f, cp_b = _cp_exchange(profile, plan, x, cp_kv, groups.cp, core)
-    merge_fwd, merge_bwd = _cp_step_merge_s(profile, plan, x, q, kv)
+    merge_fwd, merge_bwd = cp_step_merge_s(profile, plan, x, q, kv)
     ew_fwd += merge_fwd
     ew_bwd += merge_bwd
     if model.uses_dsa:
         indexer_f, indexer_b = indexer_pair(model, profile, x)
         ew_fwd += indexer_f
         ew_bwd += indexer_b
-    dgrad = qkv[1] + proj[1] + core["backward"] + ew_bwd
-    wgrad = 0.0 if frozen else qkv[2] + proj[2]
-    forward = PassCost(compute_s=qkv[0] + proj[0] + core["forward"] + ew_fwd).plus(tp_f).plus(cp_f)
-    backward = PassCost(compute_s=dgrad + wgrad).plus(tp_b).plus(cp_b)
-    rerun = {
-        "core_attn": PassCost(compute_s=core["forward"]).plus(cp_f),
-        "mla_up_proj": PassCost(
-            compute_s=mla_up_projection_share(model) * qkv[0]
-            + (
-                rope_time_s(profile, x.tokens, q + kv, x.elem, "forward", fused=options.rope_fusion)
-                if rope
-                else 0
-            )
-        ),
-    }
-    return forward, backward, rerun, dgrad, wgrad
+    return ew_fwd, ew_bwd
+
+
+def _attention_tp_pair(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    x: LayerShape,
+    groups: CommGroups,
+    model: ModelSpec,
+    job: TrainingJob,
+    shapes: tuple[Shape, Shape | None],
+    row_in: float,
+    options: ExecutionOptions,
+) -> tuple[PassCost, PassCost]:
+    """TP communication of the attention block (forward, backward): the projections'
+    collectives (`linear_pairs.tp_pair` of the QKV and output-projection ``shapes``), the
+    FP8 amax reduction (`pair_quantization.fp8_amax_pair`) and the QKV sub-sharding
+    all-gather (`_kv_sub_shard_pair`), added in this order."""
+    qkv_shape, proj_shape = shapes
+    tp_f, tp_b = tp_pair(
+        profile,
+        plan,
+        x,
+        model.hidden_size,
+        groups,
+        qkv_shape,
+        proj_shape,
+        options,
+        frozen=job.lora is not None,
+        norm_returned=has_adapter(job.lora, "linear_qkv"),
+    )
+    amax_f, amax_b = fp8_amax_pair(profile, x, groups, options.fp8_recipe, row_in)
+    tp_f, tp_b = tp_f.plus(amax_f), tp_b.plus(amax_b)
+    sub_f, sub_b = _kv_sub_shard_pair(model, profile, x, groups)
+    return tp_f.plus(sub_f), tp_b.plus(sub_b)
+
+
+def _mla_up_rerun_s(
+    model: ModelSpec,
+    profile: HardwareProfile,
+    x: LayerShape,
+    qk_width: float,
+    qkv_forward_s: float,
+    options: ExecutionOptions,
+) -> float:
+    """Seconds of the forward rerun of MLA's up-projection recompute module
+    (``mla_up_proj``): its share of the projection chain's forward ``qkv_forward_s``
+    (`saver_costs.mla_up_projection_share`) plus, with RoPE, the forward rotary embedding
+    over the rank's query plus key width ``qk_width`` (`unfused_costs.rope_time_s`)."""
+    rope = model.position_embedding == "rope"
+    return mla_up_projection_share(model) * qkv_forward_s + (
+        rope_time_s(profile, x.tokens, qk_width, x.elem, "forward", fused=options.rope_fusion)
+        if rope
+        else 0
+    )
 
 
 def _core_s(
@@ -289,94 +370,4 @@ def qk_norm_time_s(
     return (
         ops.norm_time_s(profile, tokens, qk_width, elem, "forward"),
         ops.norm_time_s(profile, tokens, qk_width, elem, "backward"),
-    )
-
-
-def cp_attention_steps(plan: ParallelPlan, seq: int) -> tuple[tuple[float, int], ...]:
-    """(share of the rank's causal attention work, K/V length of its kernel) per kind of
-    fused-attention kernel one rank runs for one sequence of length ``seq``.
-
-    Without context parallelism (or with the all-gather exchange, one kernel over the
-    gathered K/V): one kernel, indexed by s/cp. Ring (``p2p``) context parallelism with the
-    causal load balance of Transformer Engine's `AttnFuncWithCPAndKVP2P`
-    (`transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`):
-    each rank holds chunks r and 2·cp-1-r of 2·cp chunks (s/cp tokens in all) and runs one
-    kernel per ring step, every step the same work. Step 0 is causal over its own K/V
-    (length s/cp); of the other cp-1 steps, those whose K/V come from an earlier rank attend
-    all local queries to the first half of that K/V (length s/(2·cp)), the others attend
-    the second local half of the queries to all of it (length s/cp); over the ranks, half
-    of the steps are of each kind. Each kernel's throughput is read at its K/V length
-    (`costmodel.attention_core.attention_core_time_s`), so short chunks run at the curve's lower
-    rates.
-    """
-    cp = plan.cp
-    if cp < 2 or plan.cp_comm_type != "p2p":
-        return ((1.0, max(seq // cp, 1)),)
-    rest = (cp - 1) / cp
-    return (
-        (1 / cp + rest / 2, max(seq // cp, 1)),
-        (rest / 2, max(seq // (2 * cp), 1)),
-    )
-
-
-def _cp_step_merge_s(
-    profile: HardwareProfile, plan: ParallelPlan, x: LayerShape, q_width: float, kv_width: float
-) -> tuple[float, float]:
-    """Memory-bound merges of the per-step partial results of ring (``p2p``) context
-    parallelism (forward, backward), in seconds.
-
-    Transformer Engine's `AttnFuncWithCPAndKVP2P`
-    (`transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py`) runs
-    the attention of the local queries against each of the cp K/V chunks as a separate
-    kernel and, after each step, merges the step's partial output into the running output
-    with the log-sum-exp correction (`flash_attn_fwd_out_correction`: read the step output
-    and the running output, write the running output: 3·T·q·e bytes per step). Backward
-    accumulates each step's dQ into dQ (3·T·q·e) and each step's dK/dV into the dK/dV that
-    travels the ring (3·T·2·kv·e) per step. T = b·s/cp tokens, q and kv the per-rank query
-    and key/value widths, e the activation element size. The all-gather variant computes
-    one attention over the gathered K/V and has no merges.
-    """
-    if plan.cp < 2 or plan.cp_comm_type != "p2p":
-        return 0.0, 0.0
-    step_fwd_bytes = 3 * x.tokens * q_width * x.elem
-    step_bwd_bytes = 3 * x.tokens * (q_width + 2 * kv_width) * x.elem
-    return (
-        plan.cp * ops.memory_bound_time_s(profile, step_fwd_bytes),
-        plan.cp * ops.memory_bound_time_s(profile, step_bwd_bytes),
-    )
-
-
-def _cp_exchange(
-    profile: HardwareProfile,
-    plan: ParallelPlan,
-    x: LayerShape,
-    kv_width: float,
-    group: GroupPlacement,
-    core: dict[str, float],
-) -> tuple[PassCost, PassCost]:
-    """Context-parallel K/V exchange (forward, backward).
-
-    ``p2p``: Transformer Engine's `AttnFuncWithCPAndKVP2P` runs cp attention steps, one
-    per K/V chunk; the send of the next chunk runs under the current step's attention, and
-    the next step waits for it. Each of the cp - 1 sends is therefore hidden only by one
-    step's attention (a cp-th of the core time), not by the whole attention."""
-    if plan.cp < 2:
-        return ZERO, ZERO
-    chunk = 2 * x.tokens * kv_width * x.elem  # K and V of this rank's tokens
-    if plan.cp_comm_type == "p2p":
-        fwd = ring_exchange_time_s(profile, chunk, plan.cp - 1, group)
-        bwd = ring_exchange_time_s(profile, 2 * chunk, plan.cp - 1, group)
-        fwd_bytes, bwd_bytes = (plan.cp - 1) * chunk, 2 * (plan.cp - 1) * chunk
-        steps = plan.cp - 1
-        fwd_exposed = steps * max(0.0, fwd / steps - core["forward"] / plan.cp)
-        bwd_exposed = steps * max(0.0, bwd / steps - core["backward"] / plan.cp)
-    else:
-        total = plan.cp * chunk
-        fwd = collective_time_s(profile, "all_gather", total, group)
-        bwd = fwd + collective_time_s(profile, "reduce_scatter", total, group)
-        fwd_bytes, bwd_bytes = total, 2 * total
-        fwd_exposed, bwd_exposed = fwd, bwd
-    return (
-        PassCost(cp_s=fwd, cp_exposed_s=fwd_exposed, cp_bytes=fwd_bytes),
-        PassCost(cp_s=bwd, cp_exposed_s=bwd_exposed, cp_bytes=bwd_bytes),
     )

@@ -63,9 +63,9 @@ def tp_pair(
     """TP collectives around one column-parallel / row-parallel GEMM pair (§6): one
     all-reduce each way without SP (after the row-parallel GEMM forward, of the
     column-parallel input gradient backward); with SP an all-gather before the
-    column-parallel GEMM and a reduce-scatter after the row-parallel one, each way.
-    ``first`` and ``second`` are the pair's GEMM shapes (``second`` None when the layer
-    has no row-parallel GEMM of its own, MLA here: its reduce-scatter is exposed).
+    column-parallel GEMM and a reduce-scatter after the row-parallel one, each way
+    (`_sp_pair`). ``first`` and ``second`` are the pair's GEMM shapes (``second`` None when
+    the layer has no row-parallel GEMM of its own, MLA here: its reduce-scatter is exposed).
 
     `ExecutionOptions.tp_dgrad_overlap` of ``options``: without `tp_comm_overlap`, the
     backward reduction of the column-parallel input gradient (reduce-scatter with SP,
@@ -74,21 +74,13 @@ def tp_pair(
     Engine `_LayerNormLinear.backward` and `_Linear.backward`, "Overlap dgrad-RS/AR with
     wgrad"; Megatron-LM `LinearWithGradAccumulationAndAsyncCommunication`); the
     all-gather of the row-parallel output gradient before its dgrad stays exposed. A
-    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole. The SP
-    all-gathers move `sp_all_gather_bytes` (FP8 or NVFP4 copies in a quantized job,
-    ``options.fp8_recipe``; ``norm_returned``: a LoRA adapter on the column-parallel
-    layer), the reductions T·h·e; the userbuffers overlaps `_userbuffers_pair`.
+    ``frozen`` pair (LoRA) has no wgrad GEMM, so the reduction is exposed whole. The
+    userbuffers overlaps are `_userbuffers_pair`.
 
     ``row_reduction`` False: the pair's row-parallel output is left unreduced, the MLP of
-    a parallel attention+MLP block (``ModelSpec.layer_block``; GPT-NeoX ``ParallelMLP``
-    with ``parallel_output=True``), whose sum with the attention branch the attention
-    pair's reduction carries (GPT-NeoX ``ParallelTransformerLayer.forward``,
-    ``self.reduce(output)``). The pair then has no forward all-reduce (reduce-scatter with
-    SP) and, with SP, no backward all-gather of its output gradient (the one all-gather,
-    the backward of the block's reduce-scatter, is the attention pair's); the
-    column-parallel input gradient is reduced as in the sequential block (its own
-    ``copy_to_model_parallel_region`` or ``gather_from_sequence_parallel_region``).
-    Refused with `tp_comm_overlap` (`specs.rules_block`)."""
+    a parallel attention+MLP block (``ModelSpec.layer_block``; `_sp_pair` for what it
+    leaves out): without SP the pair has no forward all-reduce. Refused with
+    `tp_comm_overlap` (`specs.rules_block`)."""
     if x.tp < 2:
         return ZERO, ZERO
     size = x.tokens * h * x.elem
@@ -113,6 +105,37 @@ def tp_pair(
         ar = collective_time_s(profile, "all_reduce", size, groups.tp)
         forward = PassCost(tp_s=ar, tp_exposed_s=ar, tp_bytes=size) if row_reduction else ZERO
         return forward, _reduction_under_wgrad(0.0, ar, size, size, wgrad, options)
+    return _sp_pair(profile, x, h, groups, wgrad, options, frozen, norm_returned, row_reduction)
+
+
+def _sp_pair(
+    profile: HardwareProfile,
+    x: LayerShape,
+    h: int,
+    groups: CommGroups,
+    wgrad_s: float,
+    options: ExecutionOptions,
+    frozen: bool,
+    norm_returned: bool,
+    row_reduction: bool,
+) -> tuple[PassCost, PassCost]:
+    """The NCCL collectives of a pair with sequence parallelism (`tp_pair`), forward and
+    backward: the all-gather of the column-parallel input and the reduce-scatter of the
+    row-parallel output, then the all-gather of the row-parallel output gradient and the
+    reduce-scatter of the column-parallel input gradient, hidden under ``wgrad_s`` as far as
+    `ExecutionOptions.tp_dgrad_overlap` allows (`_reduction_under_wgrad`). The all-gathers
+    move `sp_all_gather_bytes` (FP8 or NVFP4 copies in a quantized job,
+    ``options.fp8_recipe``; ``norm_returned``: a LoRA adapter on the column-parallel
+    layer), the reduce-scatters T·h·e.
+
+    ``row_reduction`` False (the MLP of a parallel attention+MLP block; GPT-NeoX
+    ``ParallelMLP`` with ``parallel_output=True``, whose sum with the attention branch the
+    attention pair's reduction carries: GPT-NeoX ``ParallelTransformerLayer.forward``,
+    ``self.reduce(output)``): no forward reduce-scatter and no backward all-gather of the
+    output gradient (the one all-gather, the backward of the block's reduce-scatter, is the
+    attention pair's); the column-parallel input gradient is reduced as in the sequential
+    block (its own ``gather_from_sequence_parallel_region``)."""
+    size = x.tokens * h * x.elem
     rs = collective_time_s(profile, "reduce_scatter", size, groups.tp)
     recipe = options.fp8_recipe
     gather_b = sp_all_gather_bytes(x, h, "backward", frozen=frozen, recipe=recipe)
@@ -128,7 +151,7 @@ def tp_pair(
     forward = PassCost(
         tp_s=ag_f + out_rs, tp_exposed_s=ag_f + out_rs, tp_bytes=gathered[0] + out_size
     )
-    return forward, _reduction_under_wgrad(ag_b, rs, gathered[1], size, wgrad, options)
+    return forward, _reduction_under_wgrad(ag_b, rs, gathered[1], size, wgrad_s, options)
 
 
 def _userbuffers_pair(

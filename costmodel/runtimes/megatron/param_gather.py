@@ -86,23 +86,9 @@ def param_gather_s(
     stage-3 engine; ``dist_muon``'s uneven gather, with
     ``smallest_shares`` from `costmodel.muon_sharding.smallest_share_fractions`),
     ``gather_bytes`` per (dense, expert) parameter of each chunk (`param_gather_bytes`:
-    bf16, or FP8 parameters).
-
-    Without `overlap_param_gather` every bucket is gathered after the optimizer step. With
-    it, the gathers run in forward order on their own stream from the start of the next
-    iteration (Megatron prefetches chunk 0 and launches chunk k+1 when chunk k starts,
-    megatron-facts.md §5.3), and bucket i is needed when the first forward of its chunk
-    reaches its layers; the exposed time is the largest lateness over the buckets.
-    Megatron-core r0.8.0 launches the first bucket's gather in ``optimizer.zero_grad()`` and
-    each next one from the forward pre-hook that waits for its predecessor
-    (``DistributedOptimizer._finish_param_sync_helper``, `megatron/core/optimizer/
-    distrib_optimizer.py`; the bucket group's ``finish_param_sync`` from r0.9), so a gather
-    starts no earlier than the forward reaches the bucket before it. That start is later
-    than the chain's only when the previous gather ended before the forward needed it; with
-    a chunk's buckets of one size (the smaller remainder gathered first) and needed in
-    proportion to their parameters, such a gather is shorter than the forward over one
-    bucket, so it stalls nothing and both give the same lateness.
-    """
+    bf16, or FP8 parameters). Without `overlap_param_gather` every bucket
+    (`bucket_gathers`) is gathered after the optimizer step; with it, the exposed time is
+    the largest lateness of a bucket (`overlapped_lateness_s`)."""
     if plan.use_megatron_fsdp:
         return _fsdp_gather_s(
             plan,
@@ -119,6 +105,28 @@ def param_gather_s(
         chunk_params = tuple((c.dense_params, c.expert_params) for c in chunks)
         groups = (placements["dp-cp"], placements["edp"])
         return layerwise_gather_s(profile, job, chunk_params, gather_bytes, groups, smallest_shares)
+    needs = bucket_gathers(profile, plan, row, chunks, gather_bytes, placements, stage)
+    if not plan.overlap_param_gather:
+        return sum(seconds for _, seconds in needs)
+    return overlapped_lateness_s(needs)
+
+
+def bucket_gathers(
+    profile: HardwareProfile,
+    plan: ParallelPlan,
+    row: tuple[TimedAction, ...],
+    chunks: tuple[ChunkCost, ...],
+    gather_bytes: tuple[tuple[float, float], ...],
+    placements: PlanPlacements,
+    stage: int,
+) -> list[tuple[float, float]]:
+    """(second at which the next iteration's forward needs it, gather seconds) of every
+    parameter bucket of ``stage`` under the distributed optimizer, in forward order: per
+    chunk, the dense buckets over dp·cp then the expert buckets over expert-DP, each
+    bucket's remainder first (`grad_reduction.bucket_params`; Megatron buckets only the
+    first chunk of the first stage under ``overlap_grad_reduce``, megatron-facts.md §5.1),
+    needed when the chunk's first forward in ``row`` reaches it in proportion to the
+    parameters before it; ``gather_bytes`` per (dense, expert) parameter of each chunk."""
     needs: list[tuple[float, float]] = []  # (needed at, gather seconds), forward order
     for chunk, cost in enumerate(chunks):
         bucketed = plan.overlap_grad_reduce and stage == 0 and chunk == 0
@@ -136,8 +144,25 @@ def param_gather_s(
                 done += part
                 seconds = group_collective_s(profile, "all_gather", part * weight_bytes, group)
                 needs.append((needed, seconds))
-    if not plan.overlap_param_gather:
-        return sum(seconds for _, seconds in needs)
+    return needs
+
+
+def overlapped_lateness_s(needs: list[tuple[float, float]]) -> float:
+    """Exposed seconds of the parameter all-gathers under ``overlap_param_gather``: the
+    largest lateness of a bucket of ``needs`` (`bucket_gathers`) when the gathers run back
+    to back in the order the forwards need them, on their own stream from the start of the
+    next iteration (Megatron prefetches chunk 0 and launches chunk k+1 when chunk k starts,
+    megatron-facts.md §5.3).
+
+    Megatron-core r0.8.0 launches the first bucket's gather in ``optimizer.zero_grad()`` and
+    each next one from the forward pre-hook that waits for its predecessor
+    (``DistributedOptimizer._finish_param_sync_helper``, `megatron/core/optimizer/
+    distrib_optimizer.py`; the bucket group's ``finish_param_sync`` from r0.9), so a gather
+    starts no earlier than the forward reaches the bucket before it. That start is later
+    than the chain's only when the previous gather ended before the forward needed it; with
+    a chunk's buckets of one size (the smaller remainder gathered first) and needed in
+    proportion to their parameters, such a gather is shorter than the forward over one
+    bucket, so it stalls nothing and both give the same lateness."""
     clock = lateness = 0.0
     for needed, seconds in sorted(needs):
         clock += seconds

@@ -48,6 +48,8 @@ the iteration time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from costmodel import compute as ops
 from costmodel.activations import recomputed_layers
 from costmodel.bf16_layers import bf16_layer_job, bf16_layer_options, bf16_layers
@@ -58,13 +60,14 @@ from costmodel.optimizer_passes import grad_accumulation_time_s
 from costmodel.passes import ZERO, ChunkCost, CommGroups, PassCost
 from costmodel.rank_params import position_params
 from costmodel.runtimes.megatron.fp8_scaling import with_delayed_scaling
-from costmodel.runtimes.megatron.layer_costs import layer_cost
-from costmodel.runtimes.megatron.mtp_costs import mtp_depth_cost
+from costmodel.runtimes.megatron.layer_costs import LayerCost, layer_cost
+from costmodel.runtimes.megatron.mtp_costs import MtpDepthCost, mtp_depth_cost
 from costmodel.runtimes.megatron.vocab_costs import embedding_cost, logits_cost
 from costmodel.schedules import ChunkPosition, plan_pipeline_chunks
 from costmodel.topology import PlanPlacements
 from profiles.schema import HardwareProfile
 from specs.job import TrainingJob
+from specs.layer_kinds import LayerKind
 from specs.model import ModelSpec
 from specs.plan import ParallelPlan
 
@@ -77,71 +80,17 @@ def chunk_costs(
     groups: CommGroups,
     options: ExecutionOptions = DEFAULT_OPTIONS,
 ) -> tuple[tuple[ChunkCost, ...], ...]:
-    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module), each
-    layer kept in bf16 (`costmodel.bf16_layers.bf16_layers`) priced as a bf16 job's layer
-    of its kind (`costmodel.bf16_layers.bf16_layer_job`, `bf16_layer_options`). In
-    fp8 jobs under the ``delayed`` recipe (`ExecutionOptions.fp8_recipe`), each chunk's
-    forward and backward also reduce the stage's amaxes over ``groups.tp_dp_cp`` and update
-    the scales (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
-    grad_bytes = ops.element_bytes(job.precision)
-    mask = model.layer_kinds()
-    depth_kinds = model.mtp_depth_kinds()
-    kinds = {
-        k: layer_cost(model, job, plan, profile, kind=k, groups=groups, options=options)
-        for k in set(mask) | set(depth_kinds)
-    }
-    bf16 = bf16_layers(model, job, options)
-    bf16_kinds = {
-        k: layer_cost(
-            model,
-            bf16_layer_job(job),
-            plan,
-            profile,
-            kind=k,
-            groups=groups,
-            options=bf16_layer_options(options),
-        )
-        for k in {mask[i] for i in bf16}
-    }
-    emb = embedding_cost(model, job, plan, profile, groups, options)
-    out = logits_cost(model, job, plan, profile, groups, options)
-    depth = mtp_depth_cost(model, job, plan, profile, groups, options)
-    redo = recomputed_layers(model, plan) if plan.recompute == "full" else None
-
-    def cost(at: ChunkPosition) -> ChunkCost:
-        fwd = bwd = rec = ZERO
-        for i in at.layers:
-            layer = bf16_kinds[mask[i]] if i in bf16 else kinds[mask[i]]
-            fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
-            if redo is None or i in redo:
-                rec = rec.plus(layer.recompute)
-        for _ in range(at.mtp_layers):  # a depth: embedding, eh_proj, layers, output, loss
-            fwd, bwd = fwd.plus(depth.forward), bwd.plus(depth.backward)
-            if plan.checkpoints_mtp_depths:  # _checkpointed_forward reruns eh_proj
-                rec = rec.plus(depth.projection_forward)
-            for kind in depth_kinds:
-                layer = kinds[kind]
-                fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
-                if plan.recompute != "full" or plan.checkpoints_mtp_depths:
-                    rec = rec.plus(layer.recompute)
-            fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
-        if at.first:
-            fwd, bwd = fwd.plus(emb[0]), bwd.plus(emb[1])
-        if at.last:
-            fwd, bwd = fwd.plus(out[0]), bwd.plus(out[1])
-        held = position_params(model, plan, at, job.lora)
-        dense, expert = held.trained_dense, held.trained_expert  # a LoRA job: its adapters
-        if not options.grad_accumulation_fusion:
-            accumulate = grad_accumulation_time_s(
-                profile, dense + expert, grad_bytes, options.main_grad_bytes
-            )
-            bwd = bwd.plus(PassCost(compute_s=accumulate))
-        return ChunkCost(
-            forward=fwd, backward=bwd, recompute=rec, dense_params=dense, expert_params=expert
-        )
-
+    """Per stage, per chunk: the microbatch costs of its layers (step 1 of the module,
+    `chunk_cost` of the `ChunkPrices`). In fp8 jobs under the ``delayed`` recipe
+    (`ExecutionOptions.fp8_recipe`), each chunk's forward and backward also reduce the
+    stage's amaxes over ``groups.tp_dp_cp`` and update the scales
+    (`costmodel.runtimes.megatron.fp8_scaling.with_delayed_scaling`)."""
+    prices = chunk_prices(model, job, plan, profile, groups, options)
     grid = plan_pipeline_chunks(model, plan)
-    costs = tuple(tuple(cost(at) for at in row) for row in grid)
+    costs = tuple(
+        tuple(chunk_cost(model, job, plan, profile, options, prices, at) for at in row)
+        for row in grid
+    )
     if job.precision != "fp8" or options.fp8_recipe != "delayed":
         return costs
     return tuple(
@@ -156,6 +105,150 @@ def chunk_costs(
         )
         for row, at in zip(costs, grid, strict=True)
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkPrices:
+    """The per-microbatch costs a chunk sums: each layer kind's `LayerCost`, the bf16 layers'
+    own, one MTP depth's, the embedding's and the output layer's."""
+
+    kinds: tuple[LayerKind, ...]
+    """Each layer's kind (`ModelSpec.layer_kinds`)."""
+    depth_kinds: tuple[LayerKind, ...]
+    """The layer kinds of one MTP depth (`ModelSpec.mtp_depth_kinds`)."""
+    layers: dict[LayerKind, LayerCost]
+    """Layer kind -> its cost (`layer_costs.layer_cost`)."""
+    bf16: frozenset[int]
+    """Global indices of the layers kept in bf16 (`costmodel.bf16_layers.bf16_layers`)."""
+    bf16_layers: dict[LayerKind, LayerCost]
+    """Layer kind -> its cost as a bf16 job's layer (`costmodel.bf16_layers.bf16_layer_job`,
+    `bf16_layer_options`), for the kinds of the bf16 layers."""
+    embedding: tuple[PassCost, PassCost]
+    """(forward, backward) of the embedding (`vocab_costs.embedding_cost`)."""
+    logits: tuple[PassCost, PassCost]
+    """(forward, backward) of the output layer and loss (`vocab_costs.logits_cost`)."""
+    depth: MtpDepthCost
+    """One MTP depth's embedding and ``eh_proj`` work (`mtp_costs.mtp_depth_cost`)."""
+    redo: frozenset[int] | None
+    """Under full recompute, the layers whose forward reruns
+    (`costmodel.activations.recomputed_layers`); None otherwise (every layer's recompute
+    modules rerun)."""
+
+    def layer(self, index: int) -> LayerCost:
+        """The cost of layer ``index`` (global): its bf16 cost when kept in bf16."""
+        kind = self.kinds[index]
+        return self.bf16_layers[kind] if index in self.bf16 else self.layers[kind]
+
+
+def chunk_prices(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    groups: CommGroups,
+    options: ExecutionOptions,
+) -> ChunkPrices:
+    """The `ChunkPrices` of a plan: every layer kind of the model and of its MTP depths
+    priced once, and each kind of a layer kept in bf16 priced again as a bf16 job's layer of
+    its kind (`costmodel.bf16_layers.bf16_layer_job`, `bf16_layer_options`)."""
+    mask = model.layer_kinds()
+    depth_kinds = model.mtp_depth_kinds()
+    bf16 = bf16_layers(model, job, options)
+    return ChunkPrices(
+        kinds=mask,
+        depth_kinds=depth_kinds,
+        layers={
+            k: layer_cost(model, job, plan, profile, kind=k, groups=groups, options=options)
+            for k in set(mask) | set(depth_kinds)
+        },
+        bf16=bf16,
+        bf16_layers={
+            k: layer_cost(
+                model,
+                bf16_layer_job(job),
+                plan,
+                profile,
+                kind=k,
+                groups=groups,
+                options=bf16_layer_options(options),
+            )
+            for k in {mask[i] for i in bf16}
+        },
+        embedding=embedding_cost(model, job, plan, profile, groups, options),
+        logits=logits_cost(model, job, plan, profile, groups, options),
+        depth=mtp_depth_cost(model, job, plan, profile, groups, options),
+        redo=recomputed_layers(model, plan) if plan.recompute == "full" else None,
+    )
+
+
+def chunk_cost(
+    model: ModelSpec,
+    job: TrainingJob,
+    plan: ParallelPlan,
+    profile: HardwareProfile,
+    options: ExecutionOptions,
+    prices: ChunkPrices,
+    at: ChunkPosition,
+) -> ChunkCost:
+    """The microbatch cost of the chunk ``at``: its layers (`_layer_passes`), its MTP depths
+    (`_mtp_depth_passes`), the embedding on the first chunk, the output layer and loss on
+    the last, and, without `ExecutionOptions.grad_accumulation_fusion`, the backward's
+    separate accumulation of the chunk's trained parameters' gradients into the main
+    gradients (`costmodel.optimizer_passes.grad_accumulation_time_s`; a LoRA job's
+    adapters, `costmodel.rank_params.position_params`)."""
+    fwd, bwd, rec = _layer_passes(prices, at)
+    fwd, bwd, rec = _mtp_depth_passes(plan, prices, at, (fwd, bwd, rec))
+    if at.first:
+        fwd, bwd = fwd.plus(prices.embedding[0]), bwd.plus(prices.embedding[1])
+    if at.last:
+        fwd, bwd = fwd.plus(prices.logits[0]), bwd.plus(prices.logits[1])
+    held = position_params(model, plan, at, job.lora)
+    dense, expert = held.trained_dense, held.trained_expert  # a LoRA job: its adapters
+    if not options.grad_accumulation_fusion:
+        accumulate = grad_accumulation_time_s(
+            profile, dense + expert, ops.element_bytes(job.precision), options.main_grad_bytes
+        )
+        bwd = bwd.plus(PassCost(compute_s=accumulate))
+    return ChunkCost(
+        forward=fwd, backward=bwd, recompute=rec, dense_params=dense, expert_params=expert
+    )
+
+
+def _layer_passes(prices: ChunkPrices, at: ChunkPosition) -> tuple[PassCost, PassCost, PassCost]:
+    """(forward, backward, recompute) of the chunk's layers, in layer order; a layer's
+    recompute counts unless full recompute leaves it out (`ChunkPrices.redo`)."""
+    fwd = bwd = rec = ZERO
+    for i in at.layers:
+        layer = prices.layer(i)
+        fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
+        if prices.redo is None or i in prices.redo:
+            rec = rec.plus(layer.recompute)
+    return fwd, bwd, rec
+
+
+def _mtp_depth_passes(
+    plan: ParallelPlan,
+    prices: ChunkPrices,
+    at: ChunkPosition,
+    passes: tuple[PassCost, PassCost, PassCost],
+) -> tuple[PassCost, PassCost, PassCost]:
+    """(forward, backward, recompute) ``passes`` with the chunk's MTP depths added, each its
+    embedding and ``eh_proj`` work, its layers, its output layer and its loss
+    (`costmodel.runtimes.megatron.mtp_costs`). With `ParallelPlan.checkpoints_mtp_depths`
+    the recompute reruns ``eh_proj`` (Megatron-core ``_checkpointed_forward``) and the
+    depth's layers; without full recompute, the layers' recompute modules rerun."""
+    fwd, bwd, rec = passes
+    for _ in range(at.mtp_layers):
+        fwd, bwd = fwd.plus(prices.depth.forward), bwd.plus(prices.depth.backward)
+        if plan.checkpoints_mtp_depths:
+            rec = rec.plus(prices.depth.projection_forward)
+        for kind in prices.depth_kinds:
+            layer = prices.layers[kind]
+            fwd, bwd = fwd.plus(layer.forward), bwd.plus(layer.backward)
+            if plan.recompute != "full" or plan.checkpoints_mtp_depths:
+                rec = rec.plus(layer.recompute)
+        fwd, bwd = fwd.plus(prices.logits[0]), bwd.plus(prices.logits[1])
+    return fwd, bwd, rec
 
 
 def pipeline_send_s(

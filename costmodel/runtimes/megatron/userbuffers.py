@@ -34,6 +34,7 @@ S is the full activation of one microbatch on a rank (tokens x hidden x element 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from costmodel import compute as ops
 from costmodel.collectives import collective_time_s, ring_exchange_time_s
@@ -153,24 +154,11 @@ def tp_overlap_pair_s(
     A what each all-gather moves (S when None; the FP8 copy of an fp8 job,
     `costmodel.runtimes.megatron.linear_pairs.userbuffers_all_gather_bytes`). ``first`` is
     the column-parallel GEMM, ``second`` the row-parallel one (None for a layer without its
-    own, MLA here: its reduce-scatter and the backward all-gather are then exposed); g is a
-    GEMM of T/tp rows, G the whole GEMM, p one send of A/tp (S/tp for the ``ring_exchange``
-    reduce-scatter, whose partial outputs are 16-bit; `userbuffers_step_time_s`):
-
-    - ``ring_exchange`` all-gather (``first`` forward, ``second`` dgrad): tp·g - G +
-      (tp - 1)·max(0, p - g);
-    - row-parallel forward reduce-scatter (`ExecutionOptions.tp_overlap_rs_method`):
-      ``ring_exchange``, the same plus the reduction of the tp partials
-      (`ring_reduce_time_s`); ``pipeline``, 4·g' - G + r + 3·max(0, r - g'), g' a quarter
-      of the rows on SMs - 16, r the reduce-scatter of S/4; without the pipeline SM margin
-      g' runs on every SM and each of the 3 overlapped chunks pays (f - 1)·min(r, g')
-      while the reduce-scatter shares its SMs (the ``bulk`` rule below);
-    - ``bulk``: with the SM margin (f = SMs / (SMs - 16)), (f - 1)·(D + W) + max(0, AG -
-      f·D) + max(0, RS - f·W) for the first GEMM's dgrad D and wgrad W; without it,
-      max(0, AG - D) + max(0, RS - W) + (f - 1)·(min(AG, D) + min(RS, W)).
-
-    r, AG and RS are userbuffers kernels (`userbuffers_collective_time_s`), the
-    all-gather and reduce-scatter of a ``second``-less layer NCCL calls.
+    own, MLA here: its reduce-scatter and the backward all-gather are then exposed, NCCL
+    calls). The forward is the ``ring_exchange`` all-gather of ``first``
+    (`OverlapGemms.ring`) and the reduce-scatter of ``second`` (`_row_forward_rs_s`); the
+    backward the ``ring_exchange`` all-gather of ``second``'s dgrad and the ``bulk``
+    overlaps of ``first`` (`_bulk_backward_s`).
 
     ``first_gather_s``: the forward all-gather of ``first`` runs outside userbuffers, a
     blocking NCCL call of that many seconds before the whole GEMM, in place of the ring
@@ -180,47 +168,93 @@ def tp_overlap_pair_s(
     """
     sms = sm_count(profile)
     slow = sms / (sms - TP_OVERLAP_COMM_SMS) if sms else 1.0
-    splits = TP_OVERLAP_RS_SPLITS
-
-    def gemm(m: float, n: float, k: float) -> float:
-        return ops.gemm_time_s(profile, _rows(m), _rows(n), _rows(k), dtype)
-
     gathered = size_bytes if gather_bytes is None else gather_bytes
-
-    def ring(m: float, n: float, k: float, moved: float = gathered) -> float:
-        chunk = gemm(m / tp, n, k)
-        send = userbuffers_step_time_s(profile, moved / tp, group)
-        return tp * chunk - gemm(m, n, k) + (tp - 1) * max(0.0, send - chunk)
-
-    forward = ring(*first) if first_gather_s is None else first_gather_s
+    gemms = OverlapGemms(profile=profile, tp=tp, dtype=dtype, group=group, gathered=gathered)
+    forward = gemms.ring(*first) if first_gather_s is None else first_gather_s
     if second is None:
         forward += collective_time_s(profile, "reduce_scatter", size_bytes, group)
         backward = collective_time_s(profile, "all_gather", gathered, group)
     else:
+        forward += _row_forward_rs_s(gemms, second, size_bytes, options, slow)
         m2, n2, k2 = second
-        if options.tp_overlap_rs_method == "ring_exchange":
-            forward += ring(m2, n2, k2, size_bytes) + ring_reduce_time_s(profile, size_bytes, tp)
-        else:
-            forward += _pipeline_rs_s(
-                gemm_s=gemm(m2, n2, k2),
-                chunk_s=gemm(m2 / splits, n2, k2),
-                rs_chunk_s=userbuffers_collective_time_s(
-                    profile, "reduce_scatter", size_bytes / splits, group
-                ),
-                slow=slow,
-                sm_margin=options.tp_overlap_pipeline_sm_margin,
-            )
-        backward = ring(m2, k2, n2)
+        backward = gemms.ring(m2, k2, n2)
+    backward += _bulk_backward_s(gemms, first, size_bytes, options, slow)
+    return max(0.0, forward), max(0.0, backward)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapGemms:
+    """The GEMMs of one pair under userbuffers on one rank: ``dtype`` GEMMs on ``profile``,
+    a TP group ``group`` of ``tp`` ranks, and ``gathered`` bytes (A) in each all-gather."""
+
+    profile: HardwareProfile
+    tp: int
+    dtype: str
+    group: GroupPlacement
+    gathered: float
+
+    def gemm(self, m: float, n: float, k: float) -> float:
+        """Seconds of one (m, n, k) GEMM, each dimension at least one row
+        (`costmodel.compute.gemm_time_s`)."""
+        return ops.gemm_time_s(self.profile, _rows(m), _rows(n), _rows(k), self.dtype)
+
+    def ring(self, m: float, n: float, k: float, moved: float | None = None) -> float:
+        """Seconds a ``ring_exchange`` overlap adds to the (m, n, k) GEMM: tp·g - G +
+        (tp - 1)·max(0, p - g), g a GEMM of m/tp rows, G the whole GEMM, p one send of
+        ``moved``/tp bytes (`userbuffers_step_time_s`; ``moved`` A when None)."""
+        moved = self.gathered if moved is None else moved
+        chunk = self.gemm(m / self.tp, n, k)
+        send = userbuffers_step_time_s(self.profile, moved / self.tp, self.group)
+        return self.tp * chunk - self.gemm(m, n, k) + (self.tp - 1) * max(0.0, send - chunk)
+
+
+def _row_forward_rs_s(
+    gemms: OverlapGemms, second: Shape, size_bytes: float, options: ExecutionOptions, slow: float
+) -> float:
+    """Seconds the reduce-scatter of the row-parallel forward GEMM ``second`` adds, by
+    `ExecutionOptions.tp_overlap_rs_method`: ``ring_exchange``, `OverlapGemms.ring` with
+    sends of S/tp (the partial outputs are 16-bit) plus the reduction of the tp partials
+    (`ring_reduce_time_s`); ``pipeline``, 4·g' - G + r + 3·max(0, r - g'), g' a quarter of
+    the rows on SMs - 16 (``slow`` = SMs / (SMs - 16)), r the userbuffers reduce-scatter of
+    S/4 (`userbuffers_collective_time_s`); without the pipeline SM margin g' runs on every
+    SM and each of the 3 overlapped chunks pays (``slow`` - 1)·min(r, g') while the
+    reduce-scatter shares its SMs (`_pipeline_rs_s`)."""
+    m2, n2, k2 = second
+    if options.tp_overlap_rs_method == "ring_exchange":
+        return gemms.ring(m2, n2, k2, size_bytes) + ring_reduce_time_s(
+            gemms.profile, size_bytes, gemms.tp
+        )
+    splits = TP_OVERLAP_RS_SPLITS
+    return _pipeline_rs_s(
+        gemm_s=gemms.gemm(m2, n2, k2),
+        chunk_s=gemms.gemm(m2 / splits, n2, k2),
+        rs_chunk_s=userbuffers_collective_time_s(
+            gemms.profile, "reduce_scatter", size_bytes / splits, gemms.group
+        ),
+        slow=slow,
+        sm_margin=options.tp_overlap_pipeline_sm_margin,
+    )
+
+
+def _bulk_backward_s(
+    gemms: OverlapGemms, first: Shape, size_bytes: float, options: ExecutionOptions, slow: float
+) -> float:
+    """Seconds the ``bulk`` overlaps add to the backward of the column-parallel GEMM
+    ``first``: with the SM margin (f = ``slow`` = SMs / (SMs - 16)), (f - 1)·(D + W) +
+    max(0, AG - f·D) + max(0, RS - f·W) for its dgrad D and wgrad W; without it,
+    max(0, AG - D) + max(0, RS - W) + (f - 1)·(min(AG, D) + min(RS, W)); AG and RS the
+    userbuffers all-gather of A and reduce-scatter of S (`userbuffers_collective_time_s`,
+    `_bulk_s`)."""
     m1, n1, k1 = first
-    backward += _bulk_s(
-        dgrad_s=gemm(m1, k1, n1),
-        wgrad_s=gemm(k1, n1, m1),
-        ag_s=userbuffers_collective_time_s(profile, "all_gather", gathered, group),
+    profile, group = gemms.profile, gemms.group
+    return _bulk_s(
+        dgrad_s=gemms.gemm(m1, k1, n1),
+        wgrad_s=gemms.gemm(k1, n1, m1),
+        ag_s=userbuffers_collective_time_s(profile, "all_gather", gemms.gathered, group),
         rs_s=userbuffers_collective_time_s(profile, "reduce_scatter", size_bytes, group),
         slow=slow,
         sm_margin=options.tp_overlap_bulk_sm_margin,
     )
-    return max(0.0, forward), max(0.0, backward)
 
 
 def ring_send_tail_s(
