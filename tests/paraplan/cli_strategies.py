@@ -88,7 +88,7 @@ def _layout(model: ModelSpec) -> Values:
 
     @st.composite
     def split(draw: st.DrawFn) -> str:
-        stages = draw(st.integers(min_value=1, max_value=16))
+        stages = draw(st.one_of(st.sampled_from((2, 4, 8, 16)), st.integers(1, 16)))
         layers = model.num_layers + draw(st.sampled_from((0, 0, 0, 1, -1)))
         cuts = sorted(
             draw(st.lists(st.integers(0, max(layers, 0)), min_size=stages - 1, max_size=stages - 1))
