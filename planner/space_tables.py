@@ -190,16 +190,20 @@ def switch_rows(
     """Every legal switch combination for one context (tp, pp, vpp, cp, dp), as dicts."""
     tp, pp, vpp, cp, dp = (int(v) for v in context)
     chunk_layers = max(1, model.num_layers // (pp * vpp))
+    required_sp = required_switches(model, tp, cp).get("sequence_parallel")
+    seq_pairs = [
+        {"sequence_parallel": s, "tp_comm_overlap": o}
+        for s, o in sequence_parallel_options(tp, job.seq_length, cp)
+        if (space.has("sequence_parallel") or not s) and (space.has("tp_comm_overlap") or not o)
+        # specs.rules_block.parallel_block_not_with_tp_comm_overlap
+        if not (o and is_parallel_block(model.layer_block))
+        if required_sp in (None, s)
+    ]
+    # none is legal where the model requires SP that the tokens of a CP rank cannot take
+    # (DeepSeek sparse attention at tp > 1, seq_length / cp not divisible by tp): the
+    # required switch, so that check_plan names sequence_parallel_seq_divisible_by_tp
     seq_opts = _constrained(
-        [
-            {"sequence_parallel": s, "tp_comm_overlap": o}
-            for s, o in sequence_parallel_options(tp, job.seq_length, cp)
-            if (space.has("sequence_parallel") or not s) and (space.has("tp_comm_overlap") or not o)
-            # specs.rules_block.parallel_block_not_with_tp_comm_overlap
-            if not (o and is_parallel_block(model.layer_block))
-            if required_switches(model, tp, cp).get("sequence_parallel", s) == s
-        ],
-        space,
+        seq_pairs or [{"sequence_parallel": bool(required_sp), "tp_comm_overlap": False}], space
     )
     # searched recompute sets are derived by the screen where memory binds (planner.screening)
     pinned = recompute_module_sets(model, space) if space.is_fixed("recompute_modules") else ()

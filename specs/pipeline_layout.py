@@ -21,6 +21,12 @@ LAYOUT_SYMBOLS = {"E": "embedding", "L": "loss", "t": "transformer layer", "m": 
 _GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
 _CHAR_REPEAT = re.compile(r"(.)\*(\d+)")
 
+MAX_LAYOUT_CHARS = 1 << 16
+"""Longest expanded layout read: one symbol per layer, embedding and loss and one ``|`` per
+stage boundary stay far below it (the largest preset has 128 layers). A repeat count past it
+(``t*999999999999``) is refused before the string is built, which Megatron-LM's
+`parse_str_to_list` would attempt."""
+
 
 def require_layout_text(layout: str | None) -> None:
     """A layout, when given, holds at least one character besides commas and blanks: an
@@ -40,15 +46,17 @@ def expand_layout(layout: str) -> tuple[str, ...]:
 
     Same expansion as Megatron's `parse_str_to_list`: commas are dropped, then every
     ``(group)*n`` is repeated (groups do not nest), then every ``x*n``; the result is split
-    at ``|``. Raises `SpecError` for an empty layout (`require_layout_text`) or a character
+    at ``|``. Raises `SpecError` for an empty layout (`require_layout_text`), a repeat
+    that expands past `MAX_LAYOUT_CHARS` (`_require_short_expansion`) or a character
     outside `LAYOUT_SYMBOLS`. Memoized: the
     split checks of `specs.pipeline_layout_checks` read the same few layouts for every candidate
     plan of a search.
     """
     require_layout_text(layout)
     text = layout.replace(",", "")
-    text = _GROUP_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
-    text = _CHAR_REPEAT.sub(lambda g: g.group(1) * int(g.group(2)), text)
+    for pattern in (_GROUP_REPEAT, _CHAR_REPEAT):
+        _require_short_expansion(layout, pattern, text)
+        text = pattern.sub(lambda g: g.group(1) * int(g.group(2)), text)
     stages = tuple(text.split("|"))
     for i, stage in enumerate(stages):
         bad = [ch for ch in stage if ch not in LAYOUT_SYMBOLS]
@@ -60,6 +68,22 @@ def expand_layout(layout: str) -> tuple[str, ...]:
                 "stages and (...)*n or x*n to repeat"
             )
     return stages
+
+
+def _require_short_expansion(layout: str, pattern: re.Pattern[str], text: str) -> None:
+    """Raises `SpecError` when repeating the ``pattern`` matches of ``text`` would make a
+    string longer than `MAX_LAYOUT_CHARS`; the length is counted, not built."""
+    length = len(text)
+    for g in pattern.finditer(text):
+        count = int(g.group(2)) if len(g.group(2)) <= 9 else MAX_LAYOUT_CHARS + 1
+        length += len(g.group(1)) * count - len(g.group(0))
+        if length > MAX_LAYOUT_CHARS:
+            raise SpecError(
+                f"pipeline_model_parallel_layout ({layout[:60]!r}): the repeat "
+                f"{g.group(0)[:40]!r} expands the layout past {MAX_LAYOUT_CHARS:,} characters, "
+                "more than one symbol per layer and stage: repeat each stage as often as the "
+                "model has stages (e.g. 'Et|(tt|)*30mL')"
+            )
 
 
 def layout_vpp(layout: str, pp: int) -> int | None:

@@ -34,11 +34,13 @@ def vpp_from_layers_per_virtual_stage(
 ) -> int:
     """``(L / pp) / N`` with ``L`` = `split_layer_count` and N = ``layers_per_virtual_stage``
     (Megatron-LM `validate_args`). Raises `SpecError` naming the rule, the values and a fix
-    when N < 1, when pp does not divide L, or when N does not divide L / pp."""
+    when N < 1 or pp < 1, when pp does not divide L, or when N does not divide L / pp."""
     flag = LAYERS_PER_VIRTUAL_STAGE_FLAG
     n = layers_per_virtual_stage
     if n < 1:
         raise SpecError(f"{flag} must be a positive integer, got {n}")
+    if pp < 1:  # the message of `ParallelPlan`'s own check, which runs after this one
+        raise SpecError(f"ParallelPlan.pp must be a positive integer, got {pp!r}")
     layers = split_layer_count(num_layers, embedding=embedding, loss=loss)
     counted = f"num_layers ({num_layers})" + (
         f" + {layers - num_layers} accounted = {layers}" if layers != num_layers else ""

@@ -114,6 +114,21 @@ def test_sequence_parallel_only_with_tp() -> None:
     assert all(r["sequence_parallel"] for r in rows if r["tp_comm_overlap"])
 
 
+def test_a_dsa_context_whose_tokens_tp_cannot_split_keeps_one_row_for_the_rules() -> None:
+    # GLM-5.2's sparse attention needs sequence parallelism at tp > 1, and 48,625 tokens do
+    # not split over tp 2: no switch pair was legal and `plan` ended in an IndexError
+    # (`paraplan plan --model glm-5.2 --hardware b300 --num-gpus 96 --seq-len 48625 ...`)
+    glm = get_preset("glm-5.2")
+    job = TrainingJob(seq_length=48625, global_batch_size=256)
+    rows = switch_rows(glm, job, SearchSpace(), (2, 1, 1, 1, 48))
+    assert {(r["sequence_parallel"], r["tp_comm_overlap"]) for r in rows} == {(True, False)}
+    rules = {
+        v.rule
+        for v in _violations(glm, 96, job, rows[0] | {"ep": 1, "etp": 2, "micro_batch_size": 1})
+    }
+    assert "sequence_parallel_seq_divisible_by_tp" in rules
+
+
 def test_fixed_knobs_pass_through_even_when_illegal() -> None:
     llama = get_preset("llama3-8b")
     job = TrainingJob(seq_length=8192, global_batch_size=64)

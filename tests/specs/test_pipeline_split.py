@@ -5,6 +5,8 @@ once, in virtual-stage order)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -169,6 +171,28 @@ def test_an_empty_layout_is_no_layout_of_one_stage(layout: str) -> None:
         ParallelPlan(pp=2, pipeline_model_parallel_layout=layout)
 
 
+@pytest.mark.parametrize(
+    ("layout", "repeat"),
+    [
+        ("(t)*99999999999|L", "'(t)*99999999999'"),
+        ("Et|t*999999999999", "'t*999999999999'"),
+        ("(t|)*70000L", "'(t|)*70000'"),
+        ("t*" + "9" * 5000, "'t*999"),
+    ],
+)
+def test_a_repeat_past_the_longest_layout_is_refused_unbuilt(layout: str, repeat: str) -> None:
+    # `paraplan estimate --pipeline-model-parallel-layout '(t)*99999999999|L'` built the
+    # string and ended in a MemoryError; 5,000 digits ended in int()'s digit limit
+    with pytest.raises(SpecError, match=f"the repeat {re.escape(repeat)}.* past 65,536 characters"):
+        expand_layout(layout)
+    assert layout_vpp(layout, 2) is None
+
+
+def test_a_repeat_up_to_the_longest_layout_expands() -> None:
+    assert len(expand_layout("E|(t|)*32766L")) == 32768
+    assert expand_layout("E|t*65530|L")[1] == "t" * 65530
+
+
 @given(
     st.lists(
         st.sampled_from(["", "t", "tt", "ttt", "Et", "mL", "t" * 5]), min_size=1, max_size=12
@@ -265,3 +289,6 @@ def test_vpp_from_layers_per_virtual_stage_follows_validate_args() -> None:
         vpp(126, 3, 2, counted=True)
     with pytest.raises(SpecError, match="positive integer, got 0"):
         vpp(32, 4, 0)
+    # --pp 0 beside the flag ended in a ZeroDivisionError before ParallelPlan's own check
+    with pytest.raises(SpecError, match=r"ParallelPlan.pp must be a positive integer, got 0"):
+        vpp(32, 0, 1)
