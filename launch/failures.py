@@ -2,7 +2,9 @@
 
 A rank fails in one of two ways: its Python code raised (the rank records type, message and
 traceback before it exits), or its process ended without a record (a signal such as SIGKILL
-from the kernel's out-of-memory killer or a user, or a nonzero exit code from native code).
+from the kernel's out-of-memory killer or a user, or a nonzero exit code from native code);
+a rank that native code killed leaves the Python stack of each of its threads instead
+(`record_native_crashes`).
 When one rank goes, its peers fail next: gloo reports "Connection reset by peer" or "Read
 error", NCCL a watchdog timeout. Those are consequences. `cause_order` sorts failures so the
 root cause comes first:
