@@ -100,7 +100,7 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_names_itself(
 @pytest.mark.slow
 def test_a_rank_that_native_code_aborts_names_the_python_line_it_was_on() -> None:
     with pytest.raises(LaunchError) as caught:
-        launch(_abort_inside_a_collective_probe, world_size=2, timeout_s=30)
+        launch(_abort_inside_a_collective_probe, world_size=2, timeout_s=WAIT_S)
     root, report = caught.value.original, caught.value.full_report()
     assert (root.rank, root.error_type, root.signal) == (1, "ProcessDied", "SIGABRT"), report
     assert root.message.startswith("rank 1 killed by signal 6 (SIGABRT); native code aborted")
