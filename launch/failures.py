@@ -2,7 +2,9 @@
 
 A rank fails in one of two ways: its Python code raised (the rank records type, message and
 traceback before it exits), or its process ended without a record (a signal such as SIGKILL
-from the kernel's out-of-memory killer or a user, or a nonzero exit code from native code).
+from the kernel's out-of-memory killer or a user, or a nonzero exit code from native code);
+a rank that native code killed leaves the Python stack of each of its threads instead
+(`record_native_crashes`).
 When one rank goes, its peers fail next: gloo reports "Connection reset by peer" or "Read
 error", NCCL a watchdog timeout. Those are consequences. `cause_order` sorts failures so the
 root cause comes first:
@@ -14,9 +16,11 @@ root cause comes first:
 
 from __future__ import annotations
 
+import faulthandler
 import re
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 PEER_LOSS_PATTERNS = (
     "connection reset by peer",
@@ -172,22 +176,60 @@ def oom_summary(message: str) -> str:
     return text
 
 
-def died(rank: int, exitcode: int | None, time_s: float) -> RankFailure:
+SIGNAL_CAUSES = {
+    "SIGKILL": "the kernel's out-of-memory killer or a user sends it",
+    "SIGABRT": (
+        "native code aborted: an uncaught C++ exception, a failed check, or a heap "
+        "corruption the C library detected (its message is on the rank's stderr)"
+    ),
+}
+"""What usually sends each signal, added to the message of a rank it killed."""
+
+
+def native_trace_path(folder: Path, rank: int) -> Path:
+    """The file in which rank ``rank`` of a spawned job leaves the Python stack of each of
+    its threads when native code kills it (`record_native_crashes`)."""
+    return folder / f"rank{rank}.native-crash.txt"
+
+
+def record_native_crashes(path: Path) -> None:
+    """Have this process write the Python stack of every thread to ``path`` when a fatal
+    signal ends it (`faulthandler`: SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL). A C-library
+    heap check or a C++ exception aborts without a Python traceback; the stack names the
+    Python line (which collective, which probe) that was running. The file stays open for
+    the life of the process (`faulthandler.enable` writes to its descriptor, and holds a
+    reference to it)."""
+    faulthandler.enable(file=path.open("w"), all_threads=True)
+
+
+def read_native_trace(path: Path) -> str:
+    """What `record_native_crashes` wrote to ``path`` (empty when nothing was, or when the
+    file cannot be read)."""
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def died(rank: int, exitcode: int | None, time_s: float, native_trace: str = "") -> RankFailure:
     """The failure of a rank whose process ended with ``exitcode`` and no Python record
-    (negative: killed by that signal)."""
+    (negative: killed by that signal); ``native_trace``: the Python stacks the process left
+    at the crash (`record_native_crashes`), the failure's traceback."""
     name = None
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
         why = f"killed by signal {-exitcode} ({name})"
-        if name == "SIGKILL":
-            why += "; the kernel's out-of-memory killer or a user sends it"
+        if name in SIGNAL_CAUSES:
+            why += f"; {SIGNAL_CAUSES[name]}"
     else:
         why = f"exited with code {exitcode} without a Python error"
+    if native_trace:
+        why += "; the Python stack of each of its threads at the crash follows"
     return RankFailure(
         rank=rank,
         error_type="ProcessDied",
         message=f"rank {rank} {why}",
-        traceback="",
+        traceback=native_trace,
         time_s=time_s,
         signal=name,
     )

@@ -18,9 +18,12 @@ joins raises instead of hanging; progress lines of rank 0 reach the parent's ``p
 callback through `RankInfo.emit`.
 
 Failure contract: a rank that raises records its error (type, message, traceback, time)
-in a file and exits; once any rank has ended badly the parent gives the others ``grace_s``
-seconds to finish or fail on their own, stops the rest, and raises `LaunchError`, whose
-failures are ordered from root cause to consequence (`launch.failures`). Interruption
+in a file and exits; a rank that native code kills (a C-library heap check's SIGABRT, a
+SIGSEGV) leaves the Python stack of each of its threads in another
+(`launch.failures.record_native_crashes`), which becomes its failure's traceback; once any
+rank has ended badly the parent gives the others ``grace_s`` seconds to finish or fail on
+their own, stops the rest, and raises `LaunchError`, whose failures are ordered from root
+cause to consequence (`launch.failures`). Interruption
 contract: the ranks ignore SIGINT (inherited from the launcher while they are spawned); a
 SIGINT (Ctrl-C) or SIGTERM that reaches the launcher while the ranks run stops every rank
 and raises `LaunchInterrupted`, a `KeyboardInterrupt` carrying the signal's name.
@@ -50,7 +53,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from launch.failures import LaunchError, LaunchInterrupted, RankFailure, died
+from launch.failures import (
+    LaunchError,
+    LaunchInterrupted,
+    RankFailure,
+    died,
+    native_trace_path,
+    read_native_trace,
+    record_native_crashes,
+)
 from specs.errors import SpecError
 from specs.host import (
     available_cpus,
@@ -265,7 +276,8 @@ def _collect(procs: list[Any], tmp: Path, stopped: set[int]) -> dict[int, Any]:
         if error_file.exists():
             failures.append(read_failure(rank, error_file, proc.exitcode))
         elif proc.exitcode != 0 and rank not in stopped:
-            failures.append(died(rank, proc.exitcode, time.time()))
+            trace = read_native_trace(native_trace_path(tmp, rank))
+            failures.append(died(rank, proc.exitcode, time.time(), trace))
     if failures:
         raise LaunchError(tuple(failures), stopped=tuple(stopped))
     results = {}
@@ -310,8 +322,10 @@ def _spawned_rank(
     env: Mapping[str, str],
     parent_pid: int,
 ) -> None:
-    """Entry point of a spawned rank: set up, run ``fn``, record the result or the error."""
+    """Entry point of a spawned rank: set up, run ``fn``, record the result or the error
+    (a Python error in a file of its own, a native crash's Python stacks in another)."""
     die_with_parent(parent_pid)
+    record_native_crashes(native_trace_path(Path(tmp), rank))
     for key, value in env.items():
         os.environ.setdefault(key, value)
     os.environ.update(

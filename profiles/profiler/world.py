@@ -7,7 +7,8 @@ torchrun started); rank 0 streams progress to the parent, and its result comes b
 Failure contract: when a rank fails (a Python error, or a death such as SIGKILL) the
 launcher gives the others ``grace_s`` to fail on their own, stops the rest and reports the
 failures from root cause to consequence (`launch.failures.cause_order`); `run_world` turns
-that into one-line `ProfilingError`.
+that into a one-line `ProfilingError`, followed, when the root cause is a rank that native
+code killed, by the Python stack each of its threads was in.
 """
 
 from __future__ import annotations
@@ -184,7 +185,9 @@ def _crashed(failures: list[dict[str, Any]]) -> bool:
 
 
 def _failure_message(failures: list[dict[str, Any]], stopped: set[int]) -> str:
-    """One line: the root cause first, then the other failed and stopped ranks."""
+    """One line: the root cause first, then the other failed and stopped ranks; under it,
+    for a root cause that died in native code, the Python stacks it left at the crash
+    (`launch.failures.record_native_crashes`)."""
     ordered = sorted(failures, key=lambda r: cause_order(_as_failure(r)))
     root = ordered[0]
     text = (
@@ -195,4 +198,6 @@ def _failure_message(failures: list[dict[str, Any]], stopped: set[int]) -> str:
     others += [f"rank {r} (stopped)" for r in sorted(stopped)]
     if others:
         text += f"; then: {', '.join(others)}"
+    if root["error_type"] == "ProcessDied" and root.get("traceback"):
+        text += "\n" + root["traceback"]
     return text

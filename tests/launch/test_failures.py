@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 from launch.failures import (
     LaunchError,
@@ -13,7 +14,9 @@ from launch.failures import (
     describe,
     died,
     is_peer_loss,
+    native_trace_path,
     oom_summary,
+    read_native_trace,
 )
 
 # The text gloo raises on a rank whose peer was killed (torch 2.x, gloo's tcp/pair.cc).
@@ -70,6 +73,25 @@ def test_deaths_by_signal_and_by_exit_code() -> None:
     assert died(3, -signal.SIGSEGV, 0).signal == "SIGSEGV"
     assert died(3, 7, 0).message == "rank 3 exited with code 7 without a Python error"
     assert died(3, 7, 0).signal is None
+
+
+def test_a_native_crash_carries_the_python_stacks_it_left(tmp_path: Path) -> None:
+    path = native_trace_path(tmp_path, 1)
+    assert read_native_trace(path) == ""  # a rank that left nothing
+    # faulthandler's format (CPython 3.11 Modules/faulthandler.c)
+    path.write_text(
+        "Fatal Python error: Aborted\n\nCurrent thread 0x00007f (most recent call first):\n"
+        '  File "/repo/profiles/profiler/collective_forms.py", line 199 in time_p2p_post\n'
+    )
+    dead = died(1, -signal.SIGABRT, 0.0, read_native_trace(path))
+    assert dead.message == (
+        "rank 1 killed by signal 6 (SIGABRT); native code aborted: an uncaught C++ exception, "
+        "a failed check, or a heap corruption the C library detected (its message is on the "
+        "rank's stderr); the Python stack of each of its threads at the crash follows"
+    )
+    assert dead.traceback.endswith("line 199 in time_p2p_post")
+    assert "line 199 in time_p2p_post" in LaunchError((dead,)).full_report()
+    assert died(1, -signal.SIGABRT, 0.0).traceback == ""
 
 
 def test_out_of_memory_line_keeps_the_sizes() -> None:

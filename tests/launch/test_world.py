@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from launch.failures import LaunchInterrupted
+from launch.failures import LaunchError, LaunchInterrupted
 from launch.world import RankInfo, launch, rendezvous_refusal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +38,12 @@ def _ranks_can_import_this_module(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _sigint_disposition(info: RankInfo) -> bool:
     return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def _abort_inside_a_collective_probe(info: RankInfo) -> None:
+    dist.barrier()  # both ranks past their rendezvous
+    if info.rank == 1:
+        os.abort()  # as glibc does on a heap check ("malloc(): unaligned tcache chunk ...")
 
 
 def _announce_then_wait(info: RankInfo, folder: str) -> None:
@@ -89,6 +95,18 @@ def test_a_signal_to_the_launcher_stops_every_rank_and_names_itself(
     assert time.monotonic() - start < WAIT_S  # the ranks were stopped, not waited for
     assert multiprocessing.active_children() == []
     assert signal.getsignal(signal.SIGTERM) is previous_term
+
+
+@pytest.mark.slow
+def test_a_rank_that_native_code_aborts_names_the_python_line_it_was_on() -> None:
+    with pytest.raises(LaunchError) as caught:
+        launch(_abort_inside_a_collective_probe, world_size=2, timeout_s=WAIT_S)
+    root, report = caught.value.original, caught.value.full_report()
+    assert (root.rank, root.error_type, root.signal) == (1, "ProcessDied", "SIGABRT"), report
+    assert root.message.startswith("rank 1 killed by signal 6 (SIGABRT); native code aborted")
+    # the stack of the rank's main thread, as faulthandler writes it
+    assert "in _abort_inside_a_collective_probe" in root.traceback
+    assert "in _abort_inside_a_collective_probe" in report
 
 
 def test_a_port_in_use_is_named_with_a_free_port_as_the_fix() -> None:

@@ -8,6 +8,7 @@ Rule for --nproc on CPU (documented in `profiles.profiler.world.check_nproc`): a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from launch.failures import died
 from paraplan.commands import profile as profile_command
 from profiles.profiler import ProfilingError, profile_machine, world
 from profiles.profiler import run as profiler_run
@@ -157,3 +159,19 @@ def test_only_a_rank_killed_by_a_native_crash_signal_marks_the_error_as_a_crash(
     )
     assert text.endswith("then: rank 0 (RuntimeError)")
     assert world.ProfilingError("x", crashed=True).crashed and not world.ProfilingError("x").crashed
+
+
+def test_a_native_crash_shows_the_python_line_each_thread_of_the_rank_was_on() -> None:
+    # faulthandler's format (CPython 3.11 Modules/faulthandler.c), as the rank left it
+    stack = (
+        "Fatal Python error: Aborted\n\nCurrent thread 0x00007f (most recent call first):\n"
+        '  File "/repo/profiles/profiler/collective_forms.py", line 199 in time_p2p_post'
+    )
+    root = dataclasses.asdict(died(1, -signal.SIGABRT, 1.0, stack))
+    python_error = {"rank": 0, "error_type": "RuntimeError", "message": "boom", "time_s": 2.0}
+    line, *trace = world._failure_message([python_error, root], set()).splitlines()
+    assert line.startswith("profiling failed: rank 1 ProcessDied: rank 1 killed by signal 6")
+    assert line.endswith("no profile was written; then: rank 0 (RuntimeError)")
+    assert trace == stack.splitlines()
+    # a Python error's traceback stays in the run's log, out of the one-line message
+    assert "\n" not in world._failure_message([{**python_error, "traceback": "tb"}], set())

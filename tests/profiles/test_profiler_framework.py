@@ -176,12 +176,24 @@ def test_the_cost_model_reads_every_redistribution_the_profiler_times():
     assert REDISTRIBUTION_COLLECTIVES == REDISTRIBUTIONS
 
 
+def _unwaited_collectives() -> int:
+    """Functional collectives issued in this process and not yet waited for: the entries of
+    c10d's work registry (torch/csrc/distributed/c10d/Functional.cpp `register_work`; an
+    entry leaves at ``wait_tensor``)."""
+    from torch._C._distributed_c10d import _get_work_registry_size
+
+    return _get_work_registry_size()
+
+
 def _forms_rank(rank: int, save) -> None:
     # the ranks must agree on every repeat plan, as the profiler's do, or their calls differ
     agree = _max_agree(dist.group.WORLD)
     records = time_collective_forms(dataclasses.replace(RUN, agree=agree))
     (moment,) = time_sync_moment(dataclasses.replace(RUN, agree=agree))
-    save({r.op: r.times_s for r in records} | {"moment": (moment.op, moment.times_s)})
+    save(
+        {r.op: r.times_s for r in records}
+        | {"moment": (moment.op, moment.times_s), "unwaited": _unwaited_collectives()}
+    )
 
 
 @pytest.mark.slow
@@ -191,6 +203,9 @@ def test_functional_calls_and_redistributions_are_timed_against_the_simpler_form
     results, error = run_world(2, _forms_rank)
     assert error is None, error[-2500:]
     for found in results:
+        # every functional call and redistribution was waited for before its buffers went
+        # (an unwaited one leaves gloo's worker running it beside the next timed call)
+        assert found.pop("unwaited") == 0
         # the skew timed alone, as at the profile's other moments: the same samples
         op, samples = found.pop("moment")
         # (a sample the hypervisor stole CPU time in is left out: `timing.unstolen`)
