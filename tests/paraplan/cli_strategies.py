@@ -8,38 +8,23 @@ huge and non-numeric values so that the refusals are reached too."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 from hypothesis import strategies as st
 
 from profiles.store import stored_profile_names
 from specs.model import ModelSpec
+from specs.plan import OffloadModule, RecomputeModule
 from specs.presets import get_preset, preset_names
 
 PRESETS = tuple(preset_names())
 PROFILES = tuple(stored_profile_names())
 PRECISIONS = ("bf16", "fp8", "nvfp4", "fp32")
 
-RECOMPUTE_MODULES = (
-    "core_attn",
-    "moe_act",
-    "layernorm",
-    "mla_up_proj",
-    "mlp",
-    "moe",
-    "shared_experts",
-    "gdn_norm_out",
-    "none",
-    "bogus",
-)
-OFFLOAD_MODULES = (
-    "attn_norm",
-    "qkv_linear",
-    "core_attn",
-    "attn_proj",
-    "mlp_norm",
-    "expert_fc1",
-    "moe_act",
-    "bogus",
-)
+RECOMPUTE_MODULES = (*get_args(RecomputeModule), "none", "bogus")
+"""Megatron-core's selective-recompute modules, ``none`` and one no rule accepts."""
+OFFLOAD_MODULES = (*get_args(OffloadModule), "bogus")
+"""The activation-offload modules and one no rule accepts."""
 CUDA_GRAPH_SCOPES = (
     "attn",
     "mlp",
