@@ -25,11 +25,17 @@ def run_estimate_json(capsys: pytest.CaptureFixture[str], base: list[str], *argv
     return json.loads(capsys.readouterr().out)
 
 
+def exit_code(argv: list[str]) -> int:
+    """The exit code of ``paraplan ARGV`` run through the CLI's `main`, argparse's usage
+    errors (`SystemExit`) included; any other exception propagates."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """The exit code, stdout and stderr of ``paraplan ARGV`` run through the CLI's `main`."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        code = int(exc.code or 0)
+    code = exit_code(list(argv))
     out, err = capsys.readouterr()
     return code, out, err

@@ -18,8 +18,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from paraplan.cli import build_parser, main
+from paraplan.cli import build_parser
 from specs.presets import get_preset
+from tests.paraplan.cli_helpers import exit_code
 from tests.paraplan.cli_strategies import estimate_argv, flag_values, plan_argv
 
 PYTHON_ERRORS = ("Traceback", "NoneType", "object has no attribute", "division by zero")
@@ -39,14 +40,12 @@ def examples(n: int) -> settings:
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """Exit code, stdout and stderr of ``paraplan ARGV`` run in-process; an exception other
-    than argparse's `SystemExit` propagates and fails the property."""
+    """Exit code, stdout and stderr of ``paraplan ARGV`` run in-process (captured here: pytest's
+    ``capsys`` is not reset between hypothesis examples); an exception other than argparse's
+    `SystemExit` propagates and fails the property."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = int(exc.code or 0)
+        code = exit_code(argv)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -89,13 +88,20 @@ def assert_violations(data: dict) -> None:
         assert violation["rule"] and len(violation["message"]) > 10, violation
 
 
-def check_estimate(argv: list[str]) -> None:
+def answer(command: str, argv: list[str]) -> tuple[int, dict] | None:
+    """Exit code and JSON of ``argv``; None after checking an exit-2 refusal."""
     code, out, err = run_cli(argv)
     assert code in (0, 1, 2), (code, out, err)
     if code == 2:
-        assert_refusal("estimate", out, err)
+        assert_refusal(command, out, err)
+        return None
+    return code, json.loads(out)
+
+
+def check_estimate(argv: list[str]) -> None:
+    if (result := answer("estimate", argv)) is None:
         return
-    data = json.loads(out)
+    code, data = result
     if code == 1:
         assert_violations(data)
     else:
@@ -103,12 +109,9 @@ def check_estimate(argv: list[str]) -> None:
 
 
 def check_plan(argv: list[str]) -> None:
-    code, out, err = run_cli(argv)
-    assert code in (0, 1, 2), (code, out, err)
-    if code == 2:
-        assert_refusal("plan", out, err)
+    if (result := answer("plan", argv)) is None:
         return
-    data = json.loads(out)
+    code, data = result
     if code == 1:
         assert data["best"] is None and not data["top"], data
         for closest in data.get("closest", []):
